@@ -1,0 +1,72 @@
+"""The two error families of fim.
+
+`ConfigError` is about the user's files and always knows where (path, line, column) and,
+where we can tell, a hint. `RunError` is something that failed while running. Only the CLI
+turns them into exit codes; the library raises, the surfaces render.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong in the user's project, rendered as `path:line:col: message (hint)`."""
+
+    path: str
+    line: int
+    column: int
+    message: str
+    hint: str | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}:{self.column}"
+        return f"{where}: {self.message}" + (f" ({self.hint})" if self.hint else "")
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "line": self.line,
+            "column": self.column,
+            "message": self.message,
+            "hint": self.hint,
+        }
+
+
+class FimError(Exception):
+    """Base of every error fim raises on purpose."""
+
+
+@dataclass
+class ConfigError(FimError):
+    """One or more problems in the user's files. Carries all of them, never just the first."""
+
+    problems: list[Problem] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        return "\n".join(str(p) for p in self.problems)
+
+    @classmethod
+    def at(
+        cls,
+        path: str | Path,
+        message: str,
+        line: int = 1,
+        column: int = 1,
+        hint: str | None = None,
+    ) -> ConfigError:
+        return cls([Problem(str(path), line, column, message, hint)])
+
+
+class RunError(FimError):
+    """Something failed while running (model unreachable, missing API key, unknown agent)."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        self.message = message
+        self.hint = hint
+        super().__init__(message + (f" ({hint})" if hint else ""))

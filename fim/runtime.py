@@ -1,0 +1,118 @@
+"""Per-run assembly: which tools, prompt sections and hooks an agent gets for one request.
+
+Each capability area (builtins, connectors, databases, MCP, skills, workflows, delegation)
+exposes a `provide(ctx) -> Provision` function; `assemble` asks each in turn. Providers are
+imported lazily by dotted path so an agent without MCP never imports the MCP SDK.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from fim.config.schema import AgentDecl
+from fim.snapshot import Snapshot
+from fim.types import Tool
+
+ModeKind = Literal["skills", "connectors", "databases", "mcp"]
+_DEFAULT_MODES = {
+    "skills": "progressive",
+    "connectors": "progressive",
+    "databases": "progressive",
+    "mcp": "progressive",
+}
+_ENV_MODES = {
+    "skills": "FIM_SKILL_TOOL_MODE",
+    "connectors": "FIM_CONNECTOR_TOOL_MODE",
+    "databases": "FIM_DATABASE_TOOL_MODE",
+    "mcp": "FIM_MCP_TOOL_MODE",
+}
+
+
+def resolve_mode(kind: ModeKind, snapshot: Snapshot, agent: AgentDecl) -> str:
+    """Precedence: agent `tool_modes` > env `FIM_*_TOOL_MODE` > fim.yaml > default."""
+    value = getattr(agent.tool_modes, kind)
+    if value:
+        return value
+    env = os.environ.get(_ENV_MODES[kind], "").strip().lower()
+    if env:
+        return env
+    return getattr(snapshot.project.tool_modes, kind) or _DEFAULT_MODES[kind]
+
+
+@dataclass
+class Services:
+    """Long-lived resources shared by runs: the state store, MCP sessions, HTTP clients.
+
+    One Services lives as long as the process (CLI command or server); a reload keeps it,
+    and each area's cache is keyed by its declaration so a changed declaration gets a fresh
+    client while unchanged ones are reused.
+    """
+
+    root: Any = None
+    state_url: str = "sqlite:///.fim/state.db"
+    cache: dict[str, Any] = field(default_factory=dict)
+    closers: list[Callable[[], Any]] = field(default_factory=list)
+
+    def get(self, key: str, factory: Callable[[], Any], closer: Callable[[Any], Any] | None = None) -> Any:
+        """Return the cached resource under `key`, creating it on first use."""
+        if key not in self.cache:
+            value = factory()
+            self.cache[key] = value
+            if closer is not None:
+                self.closers.append(lambda: closer(value))
+        return self.cache[key]
+
+    async def aclose(self) -> None:
+        import inspect
+
+        for close in reversed(self.closers):
+            result = close()
+            if inspect.isawaitable(result):
+                await result
+        self.closers.clear()
+        self.cache.clear()
+
+
+@dataclass
+class RunContext:
+    """What a provider or hook may know about the run being assembled."""
+
+    snapshot: Snapshot
+    agent: AgentDecl
+    services: Services
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    depth: int = 0
+    hooks_enabled: bool = True
+    """False only on the eval path (DESIGN §4): the one switch for bypassing hooks."""
+    parents: tuple[str, ...] = ()
+    """Agents/workflows above this run, for reentrancy and depth guards."""
+
+    def mode(self, kind: ModeKind) -> str:
+        return resolve_mode(kind, self.snapshot, self.agent)
+
+
+@dataclass
+class Provision:
+    """What one capability area contributes to a run."""
+
+    tools: list[Tool] = field(default_factory=list)
+    prompt: str | None = None
+    """A section appended to the system prompt (stubs in progressive mode)."""
+    pinned: list[str] = field(default_factory=list)
+    """Tool names tool selection must always keep."""
+
+
+PROVIDERS: list[str] = [
+    "fim.tools.builtin:provide",
+]
+"""Dotted paths of provider functions; areas append themselves here when they land."""
+
+
+def load_provider(path: str) -> Callable[[RunContext], Provision | None]:
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)

@@ -1,0 +1,112 @@
+"""The Snapshot: everything a run needs from the user's files, compiled and frozen.
+
+A run holds the snapshot it started with until it ends, so a reload (which builds a new
+Snapshot and swaps a reference) never changes a run in flight. Nothing in here performs
+I/O or holds a live connection; live things (HTTP clients, MCP sessions, the state store)
+live in `fim.runtime.Services`, keyed by the declarations they came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from fim.config.schema import (
+    AgentDecl,
+    DatabaseConnector,
+    EvalSuite,
+    HookDecl,
+    HttpConnector,
+    ModelSettings,
+    Project,
+    SkillMeta,
+    WorkflowDecl,
+)
+from fim.errors import ConfigError, RunError
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a declaration came from, so later errors can still point at the file."""
+
+    path: str
+    line: int = 1
+    column: int = 1
+
+
+@dataclass(frozen=True)
+class Skill:
+    """A skill: front matter, Markdown body, and the files that sit next to SKILL.md."""
+
+    name: str
+    meta: SkillMeta
+    body: str
+    directory: Path
+    files: tuple[str, ...] = ()
+    """Paths relative to `directory` (scripts/, references/ ...), SKILL.md excluded."""
+
+
+def _frozen(mapping: Mapping | None = None) -> Mapping:
+    return MappingProxyType(dict(mapping or {}))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    root: Path
+    project: Project
+    agents: Mapping[str, AgentDecl] = field(default_factory=_frozen)
+    connectors: Mapping[str, HttpConnector | DatabaseConnector] = field(default_factory=_frozen)
+    skills: Mapping[str, Skill] = field(default_factory=_frozen)
+    workflows: Mapping[str, WorkflowDecl] = field(default_factory=_frozen)
+    hooks: Mapping[str, HookDecl] = field(default_factory=_frozen)
+    evals: Mapping[str, EvalSuite] = field(default_factory=_frozen)
+    models: Mapping[str, ModelSettings] = field(default_factory=_frozen)
+    """Model roles of fim.yaml, each resolved to full settings."""
+    sources: Mapping[tuple[str, str], Source] = field(default_factory=_frozen)
+    """(kind, name) -> where it was declared."""
+    secrets: frozenset[str] = frozenset()
+    """Values that came from `${VAR}` interpolation; masked wherever text leaves fim."""
+    version: str = ""
+    """Content hash of every file that went into the snapshot."""
+    loaded_at: float = 0.0
+
+    def model_settings(self, ref: str | ModelSettings) -> ModelSettings:
+        """Resolve a model reference: a role of fim.yaml, else a litellm model string.
+
+        `FIM_MODEL` overrides the `general` role so a user can switch provider without
+        editing files (e.g. `FIM_MODEL=ollama/qwen2.5`).
+        """
+        if isinstance(ref, ModelSettings):
+            return ref
+        if ref in self.models:
+            return self.models[ref]
+        if "/" in ref or ref.startswith("scripted:"):
+            return ModelSettings(model=ref)
+        raise RunError(
+            f"unknown model role '{ref}'",
+            hint=f"declare it under models: in fim.yaml (roles: {', '.join(self.models) or 'none'})",
+        )
+
+    def agent(self, name: str) -> AgentDecl:
+        try:
+            return self.agents[name]
+        except KeyError:
+            raise RunError(
+                f"unknown agent '{name}'",
+                hint=f"agents: {', '.join(sorted(self.agents)) or 'none'}",
+            ) from None
+
+    def source(self, kind: str, name: str) -> Source:
+        return self.sources.get((kind, name), Source(path="fim.yaml"))
+
+    def mask(self, text: str) -> str:
+        """Replace every secret value in `text` with `***`."""
+        for secret in sorted(self.secrets, key=len, reverse=True):
+            if len(secret) >= 4:
+                text = text.replace(secret, "***")
+        return text
+
+
+__all__ = ["ConfigError", "Skill", "Snapshot", "Source"]
