@@ -58,7 +58,9 @@ class Services:
     cache: dict[str, Any] = field(default_factory=dict)
     closers: list[Callable[[], Any]] = field(default_factory=list)
 
-    def get(self, key: str, factory: Callable[[], Any], closer: Callable[[Any], Any] | None = None) -> Any:
+    def get(
+        self, key: str, factory: Callable[[], Any], closer: Callable[[Any], Any] | None = None
+    ) -> Any:
         """Return the cached resource under `key`, creating it on first use."""
         if key not in self.cache:
             value = factory()

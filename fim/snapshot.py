@@ -86,7 +86,8 @@ class Snapshot:
             return ModelSettings(model=ref)
         raise RunError(
             f"unknown model role '{ref}'",
-            hint=f"declare it under models: in fim.yaml (roles: {', '.join(self.models) or 'none'})",
+            hint="declare it under models: in fim.yaml "
+            f"(roles: {', '.join(self.models) or 'none'})",
         )
 
     def agent(self, name: str) -> AgentDecl:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from typing import Annotated, Any, Literal, Protocol, Union, runtime_checkable
+from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -52,8 +52,10 @@ class Usage(BaseModel):
         return self.prompt_tokens + self.completion_tokens
 
     def __add__(self, other: Usage) -> Usage:
-        cost = None if self.cost is None and other.cost is None else (self.cost or 0) + (
-            other.cost or 0
+        cost = (
+            None
+            if self.cost is None and other.cost is None
+            else (self.cost or 0) + (other.cost or 0)
         )
         return Usage(
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
@@ -291,23 +293,21 @@ class WorkflowFinished(_Event):
 
 
 Event = Annotated[
-    Union[
-        RunStarted,
-        LLMCall,
-        Token,
-        ToolCallEvent,
-        HookEvent,
-        ToolResultEvent,
-        MessageEvent,
-        RunFinished,
-        ErrorEvent,
-        Notice,
-        NodeStarted,
-        NodeFinished,
-        NodeSkipped,
-        NodeFailed,
-        WorkflowFinished,
-    ],
+    RunStarted
+    | LLMCall
+    | Token
+    | ToolCallEvent
+    | HookEvent
+    | ToolResultEvent
+    | MessageEvent
+    | RunFinished
+    | ErrorEvent
+    | Notice
+    | NodeStarted
+    | NodeFinished
+    | NodeSkipped
+    | NodeFailed
+    | WorkflowFinished,
     Field(discriminator="type"),
 ]
 

@@ -257,9 +257,7 @@ class HttpAction(Strict):
     """Path below base_url; `{name}` segments are filled from parameters."""
     access: Literal["read", "write", "admin"] = "read"
     requires_confirmation: bool = False
-    parameters: JSONSchema = Field(
-        default_factory=lambda: {"type": "object", "properties": {}}
-    )
+    parameters: JSONSchema = Field(default_factory=lambda: {"type": "object", "properties": {}})
     """JSON Schema of the arguments; path params fill `{...}`, the rest go to the query
     (GET/DELETE/HEAD) or the JSON body."""
     query: list[str] | None = None
@@ -308,8 +306,9 @@ class SkillMeta(BaseModel):
     """Front matter of skills/<name>/SKILL.md (Agent Skills format). Unknown fields such as
     `license` or `metadata` are tolerated so public skills load unchanged."""
 
-    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True, frozen=True,
-                              populate_by_name=True)
+    model_config = ConfigDict(
+        extra="allow", use_attribute_docstrings=True, frozen=True, populate_by_name=True
+    )
 
     name: str = ""
     description: str
@@ -397,7 +396,13 @@ class HumanNode(_Node):
 
 
 Node = Annotated[
-    LlmNode | AgentNode | ConnectorNode | DatabaseNode | McpNode | ToolNode | ConditionNode
+    LlmNode
+    | AgentNode
+    | ConnectorNode
+    | DatabaseNode
+    | McpNode
+    | ToolNode
+    | ConditionNode
     | HumanNode,
     Field(discriminator="type"),
 ]

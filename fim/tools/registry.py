@@ -70,7 +70,9 @@ class ToolRegistry:
 
     @property
     def inactive(self) -> list[Tool]:
-        return [t for n, t in self._tools.items() if self._active is not None and n not in self._active]
+        return [
+            t for n, t in self._tools.items() if self._active is not None and n not in self._active
+        ]
 
     def specs(self) -> list[ToolSpec]:
         return [
@@ -146,7 +148,9 @@ class ToolRegistry:
         if validator is None:
             import jsonschema  # lazy: only runs pay for it
 
-            cls = jsonschema.validators.validator_for(tool.parameters, jsonschema.Draft202012Validator)
+            cls = jsonschema.validators.validator_for(
+                tool.parameters, jsonschema.Draft202012Validator
+            )
             validator = cls(tool.parameters)
             self._validators[tool.name] = validator
         errors = []

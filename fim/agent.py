@@ -1,0 +1,198 @@
+"""Running a declared agent: assemble its prompt, tools and hooks, then drive an engine.
+
+This is the one entry point every surface uses (CLI, HTTP, workflow agent nodes,
+delegation, eval), so hooks, tool modes and depth guards behave the same everywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from fim.errors import RunError
+from fim.runtime import PROVIDERS, Provision, RunContext, Services, load_provider
+from fim.snapshot import Snapshot
+from fim.tools.registry import ToolRegistry
+from fim.types import Event, Message, Model, RunFinished
+
+
+@dataclass
+class Assembly:
+    """What the model of one run will see: prompt sections and the tool registry."""
+
+    sections: list[tuple[str, str]]
+    registry: ToolRegistry
+    pinned: set[str] = field(default_factory=set)
+    provisions: list[Provision] = field(default_factory=list)
+
+    @property
+    def system_prompt(self) -> str:
+        return "\n\n".join(text for _, text in self.sections if text.strip())
+
+
+def render_instructions(snapshot: Snapshot, ctx: RunContext) -> str:
+    """Render the agent's instructions as a sandboxed Jinja2 template."""
+    agent = ctx.agent
+    if "{" not in agent.instructions:
+        return agent.instructions.strip()
+    from jinja2 import StrictUndefined
+    from jinja2.exceptions import TemplateError
+    from jinja2.sandbox import SandboxedEnvironment
+
+    env = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False)
+    allowed = {k: os.environ.get(k, "") for k in snapshot.project.env_allowlist}
+    try:
+        return (
+            env.from_string(agent.instructions)
+            .render(
+                project={
+                    "name": snapshot.project.name,
+                    "description": snapshot.project.description,
+                },
+                agent={"name": agent.name, "description": agent.description},
+                env=allowed,
+                now=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+            )
+            .strip()
+        )
+    except TemplateError as exc:
+        src = snapshot.source("agent", agent.name)
+        raise RunError(f"{src.path}: cannot render instructions: {exc}") from None
+
+
+def assemble(ctx: RunContext) -> Assembly:
+    """Ask every capability provider what this agent gets for this run."""
+    registry = ToolRegistry()
+    sections: list[tuple[str, str]] = [("instructions", render_instructions(ctx.snapshot, ctx))]
+    pinned: set[str] = set()
+    provisions: list[Provision] = []
+    for path in PROVIDERS:
+        provision = load_provider(path)(ctx)
+        if provision is None:
+            continue
+        provisions.append(provision)
+        for tool in provision.tools:
+            registry.add(tool)
+        pinned.update(provision.pinned)
+        if provision.prompt:
+            sections.append((path.split(":")[0].rsplit(".", 1)[-1], provision.prompt))
+    return Assembly(sections=sections, registry=registry, pinned=pinned, provisions=provisions)
+
+
+def _call_view(registry: ToolRegistry):
+    """Let hooks see a meta-tool call as the real target (`crm__create_lead`), with its
+    metadata (access, requires_confirmation ...), so matchers and guards work unchanged."""
+
+    def view(name: str, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        tool = registry.get(name)
+        if tool is None:
+            return name, {}
+        meta = dict(tool.metadata)
+        resolver = meta.pop("call_view", None)
+        if resolver is not None:
+            with contextlib.suppress(Exception):
+                target, extra = resolver(args)
+                return target, {**meta, **extra}
+        return name, meta
+
+    return view
+
+
+def make_engine(ctx: RunContext, *, model: Model | None = None, stream: bool = False):
+    """Build the engine of one run (react or dag) with hooks wired in."""
+    from fim.engines.react import NoHooks, ReactEngine
+    from fim.llm import make_model
+
+    snapshot, agent = ctx.snapshot, ctx.agent
+    if ctx.depth > snapshot.project.max_depth:
+        raise RunError(
+            f"agent '{agent.name}' would run at depth {ctx.depth}, above max_depth "
+            f"{snapshot.project.max_depth}",
+            hint="a delegation or workflow chain is recursing; raise max_depth in fim.yaml "
+            "if intended",
+        )
+    assembly = assemble(ctx)
+    if model is None:
+        model = make_model(snapshot.model_settings(agent.model), snapshot.root)
+    if ctx.hooks_enabled and agent.hooks:
+        from fim.hooks import build_hooks
+
+        hooks = build_hooks(ctx)
+    else:
+        hooks = NoHooks()
+    return ReactEngine(
+        model=model,
+        registry=assembly.registry,
+        system_prompt=assembly.system_prompt,
+        agent=agent.name,
+        run_id=ctx.run_id,
+        hooks=hooks,
+        max_iterations=agent.max_iterations,
+        tool_timeout=agent.tool_timeout,
+        stream=stream,
+        snapshot_version=snapshot.version,
+        mask=snapshot.mask,
+        call_view=_call_view(assembly.registry),
+        metadata={
+            "agent_read_only": agent.read_only,
+            "project_read_only": snapshot.project.read_only,
+            "depth": ctx.depth,
+        },
+    )
+
+
+async def run_agent(
+    snapshot: Snapshot,
+    agent_name: str,
+    input: str | list[Message],
+    *,
+    services: Services | None = None,
+    hooks: bool = True,
+    depth: int = 0,
+    parents: tuple[str, ...] = (),
+    model: Model | None = None,
+    stream: bool = False,
+    run_id: str | None = None,
+) -> AsyncIterator[Event]:
+    """Run one request through a declared agent and yield its events.
+
+    `services` defaults to a private one closed when the run ends; long-lived surfaces
+    (server, eval runner) pass theirs so MCP sessions and HTTP pools are shared.
+    """
+    agent = snapshot.agent(agent_name)
+    own = services is None
+    services = services or Services(root=snapshot.root, state_url=snapshot.project.state)
+    ctx = RunContext(
+        snapshot=snapshot,
+        agent=agent,
+        services=services,
+        depth=depth,
+        hooks_enabled=hooks,
+        parents=parents,
+    )
+    if run_id:
+        ctx.run_id = run_id
+    try:
+        engine = make_engine(ctx, model=model, stream=stream)
+        async for event in engine.run(input):
+            yield event
+    finally:
+        if own:
+            await services.aclose()
+
+
+async def ask(
+    snapshot: Snapshot, agent_name: str, input: str | list[Message], **options: Any
+) -> RunFinished:
+    """Run an agent to completion and return its `run_finished` event."""
+    final: RunFinished | None = None
+    async for event in run_agent(snapshot, agent_name, input, **options):
+        if isinstance(event, RunFinished):
+            final = event
+    if final is None:
+        raise RunError(f"agent '{agent_name}' ended without a result")
+    return final

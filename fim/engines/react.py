@@ -1,0 +1,324 @@
+"""The ReAct engine: ask the model, run the tools it picks, feed back observations, repeat.
+
+Everything a run does is yielded as an Event, in order. Tool calls of one model turn run
+concurrently; each passes PreToolUse hooks, the registry (validation, timeout, exceptions
+turned into observations) and PostToolUse hooks. Hooks run here, outside the model's
+reach: a blocked call never runs and the model only sees the hook's reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fim.errors import FimError
+from fim.tools.registry import ToolRegistry
+from fim.types import (
+    ErrorEvent,
+    Event,
+    HookContext,
+    HookEvent,
+    HookResult,
+    HookRunner,
+    LLMCall,
+    Message,
+    MessageEvent,
+    Model,
+    ModelResponse,
+    Notice,
+    RunFinished,
+    RunStarted,
+    TextDelta,
+    Token,
+    ToolCall,
+    ToolCallEvent,
+    ToolResult,
+    ToolResultEvent,
+    Usage,
+)
+
+CallView = Callable[[str, dict[str, Any]], tuple[str, dict[str, Any]]]
+"""(tool name, arguments) -> (name hooks match on, metadata hooks see)."""
+
+ContextFitter = Callable[[list[Message]], Awaitable[tuple[list[Message], list[str]]]]
+
+_EMPTY_REPLY_NUDGE = (
+    "Your last reply was empty. Either answer the user's request in text, "
+    "or call one of the available tools."
+)
+
+
+class NoHooks:
+    """The hook runner of a run without hooks (the eval path): allows everything."""
+
+    async def run(self, point: Any, context: HookContext) -> tuple[HookResult, list[HookEvent]]:
+        return HookResult(), []
+
+
+def _identity(text: str) -> str:
+    return text
+
+
+@dataclass
+class ReactEngine:
+    model: Model
+    registry: ToolRegistry
+    system_prompt: str
+    agent: str
+    run_id: str
+    hooks: HookRunner = field(default_factory=NoHooks)
+    max_iterations: int = 50
+    tool_timeout: float = 60.0
+    stream: bool = False
+    snapshot_version: str = ""
+    mask: Callable[[str], str] = _identity
+    call_view: CallView | None = None
+    fit_context: ContextFitter | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """Run-level facts handed to every hook (read-only flags, depth ...)."""
+    on_turn: Callable[[], Awaitable[list[Event]]] | None = None
+    """Called before each model call; lets meta-tools (request_tools) change the tool set."""
+
+    async def run(self, input: str | list[Message]) -> AsyncIterator[Event]:
+        started = time.perf_counter()
+        history = [Message(role="user", content=input)] if isinstance(input, str) else list(input)
+        prompt_text = next((m.content or "" for m in reversed(history) if m.role == "user"), "")
+        yield RunStarted(
+            run_id=self.run_id,
+            agent=self.agent,
+            input=self.mask(prompt_text),
+            snapshot_version=self.snapshot_version,
+        )
+        usage = Usage()
+
+        def finish(output: str, status: str, iterations: int) -> RunFinished:
+            return RunFinished(
+                run_id=self.run_id,
+                output=self.mask(output),
+                status=status,  # type: ignore[arg-type]
+                usage=usage,
+                iterations=iterations,
+                duration_ms=(time.perf_counter() - started) * 1000,
+            )
+
+        system = self.system_prompt
+        result, events = await self.hooks.run(
+            "SessionStart",
+            HookContext(
+                point="SessionStart",
+                agent=self.agent,
+                run_id=self.run_id,
+                metadata=dict(self.metadata),
+            ),
+        )
+        for event in events:
+            yield event
+        if not result.allow:
+            reason = result.error or "a SessionStart hook refused the session"
+            yield ErrorEvent(run_id=self.run_id, message=self.mask(reason), kind="hook_blocked")
+            yield finish(reason, "error", 0)
+            return
+        if result.additional_context:
+            system = f"{system}\n\n{result.additional_context}".strip()
+
+        messages = [Message(role="system", content=system), *history] if system else history
+        empty_replies = 0
+        for iteration in range(1, self.max_iterations + 1):
+            if self.on_turn is not None:
+                for event in await self.on_turn():
+                    yield event
+            if self.fit_context is not None:
+                messages, notes = await self.fit_context(messages)
+                for note in notes:
+                    yield Notice(run_id=self.run_id, message=note)
+            t0 = time.perf_counter()
+            response: ModelResponse | None = None
+            try:
+                if self.stream:
+                    async for chunk in self.model.stream(messages, self.registry.specs() or None):
+                        if isinstance(chunk, TextDelta):
+                            yield Token(run_id=self.run_id, text=self.mask(chunk.text))
+                        else:
+                            response = chunk
+                    if response is None:
+                        raise FimError("the model stream ended without a final response")
+                else:
+                    response = await self.model.complete(messages, self.registry.specs() or None)
+            except FimError as exc:
+                yield ErrorEvent(
+                    run_id=self.run_id, message=self.mask(str(exc)), kind="model_error"
+                )
+                yield finish(f"Model error: {exc}", "error", iteration)
+                return
+            usage = usage + response.usage
+            yield LLMCall(
+                run_id=self.run_id,
+                model=response.model or getattr(self.model, "name", ""),
+                iteration=iteration,
+                usage=response.usage,
+                duration_ms=(time.perf_counter() - t0) * 1000,
+            )
+            reply = response.message
+            if not reply.tool_calls:
+                text = (reply.content or "").strip()
+                if not text:
+                    empty_replies += 1
+                    if empty_replies >= 2:
+                        message = "The model returned an empty reply twice; no answer was produced."
+                        yield ErrorEvent(run_id=self.run_id, message=message, kind="empty_reply")
+                        yield finish(message, "error", iteration)
+                        return
+                    messages = [*messages, Message(role="user", content=_EMPTY_REPLY_NUDGE)]
+                    continue
+                yield MessageEvent(run_id=self.run_id, content=self.mask(text))
+                yield finish(text, "ok", iteration)
+                return
+            empty_replies = 0
+            messages = [
+                *messages,
+                Message(role="assistant", content=reply.content, tool_calls=reply.tool_calls),
+            ]
+            observations: list[Message] = []
+            async for event in self._run_tools(reply.tool_calls, observations):
+                yield event
+            messages = [*messages, *observations]
+
+        output = (
+            f"Stopped after {self.max_iterations} iterations without a final answer "
+            f"(max_iterations={self.max_iterations}). Raise max_iterations in the agent's "
+            "YAML or narrow the request."
+        )
+        yield MessageEvent(run_id=self.run_id, content=output)
+        yield finish(output, "max_iterations", self.max_iterations)
+
+    # ------------------------------------------------------------------ tools
+
+    async def _run_tools(
+        self, calls: list[ToolCall], observations: list[Message]
+    ) -> AsyncIterator[Event]:
+        """Run one turn's tool calls concurrently, yielding events as they happen and
+        appending the observations in the order the model asked for them."""
+        queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        results: dict[str, str] = {}
+
+        async def one(call: ToolCall) -> None:
+            try:
+                results[call.id] = await self._run_tool(call, queue)
+            finally:
+                await queue.put(None)
+
+        for call in calls:
+            yield ToolCallEvent(
+                run_id=self.run_id,
+                call_id=call.id,
+                name=call.name,
+                arguments=_masked_args(call.arguments, self.mask),
+            )
+        tasks = [asyncio.create_task(one(call)) for call in calls]
+        try:
+            pending = len(tasks)
+            while pending:
+                event = await queue.get()
+                if event is None:
+                    pending -= 1
+                else:
+                    yield event
+            for task in tasks:
+                task.result()
+        finally:
+            for task in tasks:
+                task.cancel()
+        for call in calls:
+            observations.append(
+                Message(role="tool", tool_call_id=call.id, name=call.name, content=results[call.id])
+            )
+
+    async def _run_tool(self, call: ToolCall, queue: asyncio.Queue[Event | None]) -> str:
+        t0 = time.perf_counter()
+        arguments = call.arguments
+        hook_name, hook_meta = call.name, {}
+        if self.call_view is not None and call.name in self.registry:
+            hook_name, hook_meta = self.call_view(call.name, arguments)
+        metadata = {**self.metadata, **hook_meta}
+
+        async def emit(content: str, is_error: bool) -> str:
+            await queue.put(
+                ToolResultEvent(
+                    run_id=self.run_id,
+                    call_id=call.id,
+                    name=call.name,
+                    content=self.mask(content),
+                    is_error=is_error,
+                    duration_ms=(time.perf_counter() - t0) * 1000,
+                )
+            )
+            return content
+
+        # Invalid calls are answered before hooks: there is nothing for a hook to guard.
+        problem = self.registry.check(call.name, arguments, call.raw_arguments)
+        if problem is not None:
+            return await emit(problem, True)
+
+        pre, events = await self.hooks.run(
+            "PreToolUse",
+            HookContext(
+                point="PreToolUse",
+                agent=self.agent,
+                run_id=self.run_id,
+                tool_name=hook_name,
+                tool_args=arguments,
+                metadata=metadata,
+            ),
+        )
+        for event in events:
+            await queue.put(event)
+        if not pre.allow:
+            reason = pre.error or "blocked by a hook"
+            return await emit(
+                f"Blocked: the call to '{hook_name}' was not run. Reason: {reason}. "
+                "Do not retry the same call; choose another approach or tell the user.",
+                True,
+            )
+        if pre.modified_args is not None:
+            arguments = pre.modified_args
+            problem = self.registry.check(call.name, arguments)
+            if problem is not None:
+                return await emit(
+                    f"A hook rewrote the arguments into an invalid call. {problem}", True
+                )
+
+        result: ToolResult = await self.registry.call(
+            call.name, arguments, timeout=self.tool_timeout
+        )
+        post, events = await self.hooks.run(
+            "PostToolUse",
+            HookContext(
+                point="PostToolUse",
+                agent=self.agent,
+                run_id=self.run_id,
+                tool_name=hook_name,
+                tool_args=arguments,
+                tool_result=result.content,
+                metadata={**metadata, "is_error": result.is_error},
+            ),
+        )
+        for event in events:
+            await queue.put(event)
+        if not post.allow:
+            reason = post.error or "blocked by a hook"
+            return await emit(
+                f"Blocked: the result of '{hook_name}' was withheld. Reason: {reason}.", True
+            )
+        content = post.modified_result if post.modified_result is not None else result.content
+        return await emit(content, result.is_error)
+
+
+def _masked_args(arguments: dict[str, Any], mask: Callable[[str], str]) -> dict[str, Any]:
+    if mask is _identity:
+        return arguments
+    import json
+
+    return json.loads(mask(json.dumps(arguments, ensure_ascii=False)))
