@@ -231,6 +231,7 @@ class ReactEngine:
         finally:
             for task in tasks:
                 task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
         for call in calls:
             observations.append(
                 Message(role="tool", tool_call_id=call.id, name=call.name, content=results[call.id])

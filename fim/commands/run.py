@@ -1,0 +1,180 @@
+"""`fim run AGENT [PROMPT]`: one request, or an interactive chat, streamed to the terminal."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from fim.types import Event, Message
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)
+
+
+def run(
+    agent: Annotated[str, typer.Argument(help="Agent name (see `fim list agents`).")],
+    prompt: Annotated[
+        str | None, typer.Argument(help="The request. Omit it to chat interactively.")
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Show tool calls, hooks and results.")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the event stream as JSON lines.")
+    ] = False,
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="Model role or litellm string to use.")
+    ] = None,
+    no_stream: Annotated[
+        bool, typer.Option("--no-stream", help="Wait for whole replies instead of tokens.")
+    ] = False,
+    project: Annotated[
+        Path | None, typer.Option("--project", "-p", help="Project directory.")
+    ] = None,
+) -> None:
+    """Run an agent on a prompt and stream its answer."""
+    from fim.cli import fail, load_snapshot
+
+    snapshot = load_snapshot(project)
+    try:
+        snapshot.agent(agent)
+    except Exception as exc:
+        fail(exc)
+    view = EventPrinter(verbose=verbose, as_json=as_json)
+    if prompt is None and sys.stdin.isatty() and not as_json:
+        code = asyncio.run(_chat(snapshot, agent, model, view, stream=not no_stream))
+    else:
+        text = prompt if prompt is not None else sys.stdin.read()
+        code = asyncio.run(_once(snapshot, agent, text, model, view, stream=not no_stream))
+    raise typer.Exit(code)
+
+
+async def _run(
+    snapshot: Any,
+    agent: str,
+    conversation: str | list[Message],
+    model: str | None,
+    view: EventPrinter,
+    stream: bool,
+) -> tuple[int, str]:
+    from fim.cli import fail
+
+    from fim.agent import run_agent
+    from fim.errors import FimError
+    from fim.llm import make_model
+
+    override = make_model(snapshot.model_settings(model), snapshot.root) if model else None
+    status, output = "error", ""
+    try:
+        async for event in run_agent(snapshot, agent, conversation, model=override, stream=stream):
+            view.show(event)
+            if event.type == "run_finished":
+                status, output = event.status, event.output
+    except FimError as exc:
+        fail(exc)
+    return (0 if status == "ok" else 1), output
+
+
+async def _once(
+    snapshot: Any, agent: str, prompt: str, model: str | None, view: EventPrinter, stream: bool
+) -> int:
+    code, _ = await _run(snapshot, agent, prompt, model, view, stream)
+    return code
+
+
+async def _chat(
+    snapshot: Any, agent: str, model: str | None, view: EventPrinter, stream: bool
+) -> int:
+    """A multi-turn chat: the conversation so far is resent on every turn."""
+    history: list[Message] = []
+    print(f"Chatting with {agent}. Ctrl-D or /exit to leave.", file=sys.stderr)
+    while True:
+        try:
+            line = await asyncio.to_thread(input, "you> ")
+        except (EOFError, KeyboardInterrupt):
+            print(file=sys.stderr)
+            return 0
+        if line.strip() in {"/exit", "/quit"}:
+            return 0
+        if not line.strip():
+            continue
+        history.append(Message(role="user", content=line))
+        _, output = await _run(snapshot, agent, list(history), model, view, stream)
+        history.append(Message(role="assistant", content=output))
+
+
+class EventPrinter:
+    """Renders events for a terminal: the answer on stdout, the trace on stderr."""
+
+    def __init__(self, *, verbose: bool = False, as_json: bool = False) -> None:
+        self.verbose = verbose
+        self.as_json = as_json
+        self._streamed = False
+        from rich.console import Console
+
+        self.err = Console(stderr=True, highlight=False)
+
+    def show(self, event: Event) -> None:
+        if self.as_json:
+            sys.stdout.write(event.model_dump_json() + "\n")
+            sys.stdout.flush()
+            return
+        kind = event.type
+        if kind == "token":
+            sys.stdout.write(event.text)
+            sys.stdout.flush()
+            self._streamed = True
+        elif kind == "message":
+            if not self._streamed:
+                sys.stdout.write(event.content)
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            self._streamed = False
+        elif kind == "error":
+            self.err.print(f"[red]error:[/red] {_escape(event.message)}")
+        elif kind == "tool_call" and self.verbose:
+            self._end_stream()
+            args = json.dumps(event.arguments, ensure_ascii=False)
+            self.err.print(f"[cyan]→ {event.name}[/cyan] {_escape(_clip(args, 300))}")
+        elif kind == "tool_result" and self.verbose:
+            style = "red" if event.is_error else "green"
+            self.err.print(
+                f"[{style}]← {event.name}[/{style}] [dim]({event.duration_ms:.0f} ms)[/dim] "
+                f"{_escape(_clip(event.content, 500))}"
+            )
+        elif kind == "hook" and self.verbose:
+            reason = f": {_escape(event.reason)}" if event.reason else ""
+            self.err.print(
+                f"[magenta]⚑ {event.point} {event.hook} {event.decision}[/magenta]{reason}"
+            )
+        elif kind == "notice" and self.verbose:
+            self.err.print(f"[yellow]• {_escape(event.message)}[/yellow]")
+        elif kind == "run_finished" and self.verbose:
+            usage = event.usage
+            self.err.print(
+                f"[dim]{event.status} · {event.iterations} model calls · "
+                f"{usage.prompt_tokens}+{usage.completion_tokens} tokens · "
+                f"{event.duration_ms:.0f} ms[/dim]"
+            )
+
+    def _end_stream(self) -> None:
+        if self._streamed:
+            sys.stdout.write("\n")
+            self._streamed = False
+
+
+def _clip(text: str, limit: int) -> str:
+    text = text.replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)

@@ -1,0 +1,45 @@
+"""`fim serve`: the HTTP API with hot reload."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)
+
+
+def serve(
+    host: Annotated[
+        str | None, typer.Option(help="Bind address (default: fim.yaml, 127.0.0.1).")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default: fim.yaml, 8000).")] = None,
+    reload: Annotated[
+        bool, typer.Option("--reload/--no-reload", help="Recompile and swap on file changes.")
+    ] = True,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    project: Annotated[
+        Path | None, typer.Option("--project", "-p", help="Project directory.")
+    ] = None,
+) -> None:
+    """Serve agents and workflows over HTTP (OpenAI-compatible too)."""
+    from fim.cli import fail, load_snapshot
+
+    from fim.errors import FimError
+    from fim.server import serve as run_server
+
+    snapshot = load_snapshot(project)  # reports config errors before binding a port
+    logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(
+            run_server(snapshot.root, host=host, port=port, reload=reload, log_level=log_level)
+        )
+    except FimError as exc:
+        fail(exc)
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,94 @@
+"""`fim serve`: the HTTP API on uvicorn, with hot reload and graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from starlette.routing import Route
+
+    from fim.server.app import Api
+
+log = logging.getLogger("fim.server")
+
+
+def extra_routes(api: Api) -> list[Route]:
+    """Routes of areas beyond agents (workflows, approvals), kept out of app.py."""
+    from fim.server.routes import approval_routes, workflow_routes
+
+    return [*workflow_routes(api), *approval_routes(api)]
+
+
+async def serve(
+    root: Path,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    reload: bool = True,
+    log_level: str = "info",
+    ready: asyncio.Event | None = None,
+) -> None:
+    """Compile, serve, watch; on SIGTERM/SIGINT stop accepting, let runs finish (bounded),
+    stop MCP servers and return."""
+    import uvicorn
+
+    from fim.compile import compile_project
+    from fim.reload import SnapshotHolder, watch
+    from fim.runtime import Services
+    from fim.server.app import create_app
+
+    snapshot = await asyncio.to_thread(compile_project, root)
+    holder = SnapshotHolder(snapshot)
+    services = Services(root=root, state_url=snapshot.project.state)
+    holder.listeners.append(lambda old, new: _on_swap(services, old, new))
+    app = create_app(holder, services)
+    settings = snapshot.project.server
+    config = uvicorn.Config(
+        app,
+        host=host or settings.host,
+        port=port or settings.port,
+        log_level=log_level,
+        timeout_graceful_shutdown=30,
+        access_log=False,
+        lifespan="off",
+    )
+    server = uvicorn.Server(config)
+    stop = asyncio.Event()
+    watcher = asyncio.create_task(watch(root, holder, stop=stop)) if reload else None
+    signaller = asyncio.create_task(_signal_ready(server, ready)) if ready is not None else None
+    try:
+        await server.serve()
+    finally:
+        stop.set()
+        if signaller is not None:
+            signaller.cancel()
+        if watcher is not None:
+            watcher.cancel()
+            try:
+                await watcher
+            except (asyncio.CancelledError, Exception):
+                log.debug("watcher stopped")
+        await services.aclose()
+
+
+async def _signal_ready(server: Any, ready: asyncio.Event) -> None:
+    while not server.started:
+        await asyncio.sleep(0.01)
+    ready.set()
+
+
+_BACKGROUND: set[asyncio.Task[Any]] = set()
+
+
+def _on_swap(services: Any, old: Any, new: Any) -> None:
+    """Restart MCP servers whose declaration changed; keep the others running."""
+    manager = services.cache.get("mcp")
+    if manager is not None and old.project.mcp_servers != new.project.mcp_servers:
+        sync = getattr(manager, "sync", None)
+        if sync is not None:
+            task = asyncio.get_running_loop().create_task(sync(dict(new.project.mcp_servers)))
+            _BACKGROUND.add(task)
+            task.add_done_callback(_BACKGROUND.discard)

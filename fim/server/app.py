@@ -1,0 +1,357 @@
+"""The HTTP API of `fim serve` (Starlette): agents, runs, workflows, approvals, status.
+
+Every request reads `holder.current` once and keeps that snapshot for its whole run, so a
+hot reload never changes a request in flight. Secrets never leave: events are masked by
+the engine and errors are rendered from our own messages, never from request bodies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from fim.errors import FimError, RunError
+from fim.reload import SnapshotHolder
+from fim.runtime import Services
+from fim.types import Event, Message, RunFinished
+
+SESSION_LIMIT = 1000
+
+
+def error(status: int, message: str, hint: str | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"error": {"message": message}}
+    if hint:
+        body["error"]["hint"] = hint
+    return JSONResponse(body, status_code=status)
+
+
+class Guard:
+    """Bearer API keys (constant-time compare) and a request body size limit, as raw ASGI
+    middleware so streaming responses are not buffered."""
+
+    def __init__(self, app: ASGIApp, holder: SnapshotHolder) -> None:
+        self.app = app
+        self.holder = holder
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] == "/healthz":
+            await self.app(scope, receive, send)
+            return
+        settings = self.holder.current.project.server
+        keys = [k for k in settings.api_keys if k]
+        headers = dict(scope["headers"])
+        if keys:
+            auth = headers.get(b"authorization", b"").decode("latin-1")
+            token = auth[7:] if auth.lower().startswith("bearer ") else ""
+            if not any(hmac.compare_digest(token.encode(), k.encode()) for k in keys):
+                response = error(
+                    401, "missing or invalid API key", "send Authorization: Bearer <key>"
+                )
+                await response(scope, receive, send)
+                return
+        length = headers.get(b"content-length")
+        if length is not None and int(length or 0) > settings.max_body_bytes:
+            await error(413, f"request body larger than {settings.max_body_bytes} bytes")(
+                scope, receive, send
+            )
+            return
+        await self.app(scope, receive, send)
+
+
+class Api:
+    def __init__(self, holder: SnapshotHolder, services: Services) -> None:
+        self.holder = holder
+        self.services = services
+        self.sessions: OrderedDict[str, list[Message]] = OrderedDict()
+        self.started_at = time.time()
+        self.active_runs = 0
+
+    # ------------------------------------------------------------------ status
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"ok": True})
+
+    async def status(self, request: Request) -> Response:
+        h = self.holder
+        return JSONResponse(
+            {
+                "project": h.current.project.name,
+                "snapshot": h.current.version,
+                "loaded_at": h.current.loaded_at,
+                "reloads": h.reloads,
+                "active_runs": self.active_runs,
+                "last_reload_error": (
+                    {
+                        "at": h.error_at,
+                        "problems": [p.as_dict() for p in h.errors],
+                        "text": "\n".join(str(p) for p in h.errors),
+                    }
+                    if h.errors
+                    else None
+                ),
+            }
+        )
+
+    async def agents(self, request: Request) -> Response:
+        snap = self.holder.current
+        return JSONResponse(
+            {
+                "agents": [
+                    {"name": a.name, "description": a.description, "engine": a.engine}
+                    for a in snap.agents.values()
+                ]
+            }
+        )
+
+    async def agent(self, request: Request) -> Response:
+        snap = self.holder.current
+        name = request.path_params["name"]
+        if name not in snap.agents:
+            return error(404, f"unknown agent '{name}'", f"agents: {', '.join(snap.agents)}")
+        decl = snap.agents[name]
+        return JSONResponse(json.loads(snap.mask(decl.model_dump_json(by_alias=True))))
+
+    # ------------------------------------------------------------------ runs
+
+    async def _body(self, request: Request) -> dict[str, Any]:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise RunError("request body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise RunError("request body must be a JSON object")
+        return body
+
+    def _conversation(self, body: dict[str, Any]) -> tuple[list[Message], str | None]:
+        session = body.get("session_id")
+        history = list(self.sessions.get(session, [])) if session else []
+        if body.get("messages"):
+            try:
+                history += [Message.model_validate(m) for m in body["messages"]]
+            except Exception as exc:
+                raise RunError(f"invalid messages: {exc}") from None
+        elif isinstance(body.get("input"), str):
+            history.append(Message(role="user", content=body["input"]))
+        else:
+            raise RunError("send 'input' (a string) or 'messages' (a list of chat messages)")
+        return history, session
+
+    def _remember(self, session: str | None, history: list[Message], output: str) -> None:
+        if not session:
+            return
+        self.sessions[session] = [*history, Message(role="assistant", content=output)]
+        self.sessions.move_to_end(session)
+        while len(self.sessions) > SESSION_LIMIT:
+            self.sessions.popitem(last=False)
+
+    async def events(
+        self, agent: str, history: list[Message], *, stream: bool, run_id: str
+    ) -> AsyncIterator[Event]:
+        """Run one request on the snapshot current *now*, persisting the run at the end."""
+        from fim.agent import run_agent
+
+        snapshot = self.holder.current
+        self.active_runs += 1
+        trace: list[dict[str, Any]] = []
+        final: RunFinished | None = None
+        try:
+            async for event in run_agent(
+                snapshot, agent, history, services=self.services, stream=stream, run_id=run_id
+            ):
+                if event.type != "token":
+                    trace.append(event.model_dump(mode="json"))
+                if isinstance(event, RunFinished):
+                    final = event
+                yield event
+        finally:
+            self.active_runs -= 1
+            status = final.status if final else "cancelled"
+            await self._persist(run_id, agent, status, trace, final)
+
+    async def _persist(
+        self,
+        run_id: str,
+        agent: str,
+        status: str,
+        trace: list[dict[str, Any]],
+        final: RunFinished | None,
+    ) -> None:
+        try:
+            from fim.store import get_store
+
+            store = get_store(self.services)
+            await store.put_run(
+                run_id,
+                "agent",
+                agent,
+                status,
+                {
+                    "output": final.output if final else None,
+                    "events": trace,
+                },
+            )
+        except Exception:  # persistence must never fail a run that succeeded
+            import logging
+
+            logging.getLogger("fim.server").exception("could not persist run %s", run_id)
+
+    async def create_run(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        snap = self.holder.current
+        if name not in snap.agents:
+            return error(404, f"unknown agent '{name}'", f"agents: {', '.join(snap.agents)}")
+        try:
+            body = await self._body(request)
+            history, session = self._conversation(body)
+        except RunError as exc:
+            return error(400, exc.message, exc.hint)
+        run_id = uuid.uuid4().hex[:12]
+        if body.get("stream"):
+            return sse(self._sse_run(name, history, session, run_id))
+        return await self._json_run(request, name, history, session, run_id)
+
+    async def _sse_run(
+        self, name: str, history: list[Message], session: str | None, run_id: str
+    ) -> AsyncIterator[Event]:
+        async for event in self.events(name, history, stream=True, run_id=run_id):
+            if isinstance(event, RunFinished):
+                self._remember(session, history, event.output)
+            yield event
+
+    async def _json_run(
+        self, request: Request, name: str, history: list[Message], session: str | None, run_id: str
+    ) -> Response:
+        trace: list[dict[str, Any]] = []
+
+        async def consume() -> RunFinished | None:
+            final = None
+            async for event in self.events(name, history, stream=False, run_id=run_id):
+                trace.append(event.model_dump(mode="json"))
+                if isinstance(event, RunFinished):
+                    final = event
+            return final
+
+        try:
+            final = await cancel_on_disconnect(request, consume())
+        except FimError as exc:
+            return error(422, str(exc))
+        if final is None:
+            return error(499, "client disconnected; run cancelled")
+        self._remember(session, history, final.output)
+        return JSONResponse(
+            {
+                "run_id": run_id,
+                "agent": name,
+                "status": final.status,
+                "output": final.output,
+                "usage": final.usage.model_dump(),
+                "session_id": session,
+                "events": trace,
+            }
+        )
+
+    async def get_run(self, request: Request) -> Response:
+        from fim.store import get_store
+
+        record = await get_store(self.services).get_run(request.path_params["run_id"])
+        if record is None:
+            return error(404, f"unknown run '{request.path_params['run_id']}'")
+        return JSONResponse(_record_dict(record))
+
+
+def _record_dict(record: Any) -> dict[str, Any]:
+    from dataclasses import asdict, is_dataclass
+
+    if is_dataclass(record):
+        return json.loads(json.dumps(asdict(record), default=str))
+    return dict(record)
+
+
+async def cancel_on_disconnect(request: Request, work: Any) -> Any:
+    """Run `work`, cancelling it if the client goes away (a run nobody waits for is waste)."""
+    task = asyncio.ensure_future(work)
+
+    async def watch() -> None:
+        while not task.done():
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                task.cancel()
+                return
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if watcher.done():
+            return None
+        raise
+    finally:
+        watcher.cancel()
+
+
+def sse(events: AsyncIterator[Any]) -> StreamingResponse:
+    """Server-sent events: `event: <type>` and `data: <json>` per event."""
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            async for event in events:
+                yield f"event: {event.type}\ndata: {event.model_dump_json()}\n\n".encode()
+        except FimError as exc:
+            payload = json.dumps({"type": "error", "message": str(exc)})
+            yield f"event: error\ndata: {payload}\n\n".encode()
+
+    return StreamingResponse(
+        body(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+def create_app(holder: SnapshotHolder, services: Services | None = None) -> Starlette:
+    """Build the ASGI app around a snapshot holder (the reloader swaps its content)."""
+    from fim.server import extra_routes
+    from fim.server.openai_compat import OpenAICompat
+
+    services = services or Services(
+        root=holder.current.root, state_url=holder.current.project.state
+    )
+    api = Api(holder, services)
+    compat = OpenAICompat(api)
+    routes = [
+        Route("/healthz", api.healthz),
+        Route("/v1/status", api.status),
+        Route("/v1/agents", api.agents),
+        Route("/v1/agents/{name}", api.agent),
+        Route("/v1/agents/{name}/runs", api.create_run, methods=["POST"]),
+        Route("/v1/runs/{run_id}", api.get_run),
+        Route("/v1/models", compat.models),
+        Route("/v1/chat/completions", compat.chat_completions, methods=["POST"]),
+        *extra_routes(api),
+    ]
+    middleware = [Middleware(Guard, holder=holder)]
+    cors = holder.current.project.server.cors_origins
+    if cors:
+        from starlette.middleware.cors import CORSMiddleware
+
+        middleware.insert(
+            0,
+            Middleware(
+                CORSMiddleware, allow_origins=cors, allow_methods=["*"], allow_headers=["*"]
+            ),
+        )
+    app = Starlette(routes=routes, middleware=middleware)
+    app.state.api = api
+    return app

@@ -1,0 +1,183 @@
+"""The OpenAI-compatible surface: `GET /v1/models` lists agents, `POST /v1/chat/completions`
+runs the agent named by `model`, so the official `openai` client and chat UIs work unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from fim.errors import FimError, RunError
+from fim.types import Message, RunFinished
+
+if TYPE_CHECKING:
+    from fim.server.app import Api
+
+
+def _content(value: Any) -> str:
+    """OpenAI content may be a string or a list of parts; keep the text parts."""
+    if value is None or isinstance(value, str):
+        return value or ""
+    if isinstance(value, list):
+        return "".join(p.get("text", "") for p in value if isinstance(p, dict))
+    return str(value)
+
+
+def to_messages(raw: Any) -> list[Message]:
+    if not isinstance(raw, list) or not raw:
+        raise RunError("'messages' must be a non-empty list")
+    messages = []
+    for item in raw:
+        if not isinstance(item, dict) or "role" not in item:
+            raise RunError("each message needs a 'role' and 'content'")
+        role = item["role"]
+        if role == "developer":
+            role = "system"
+        if role not in {"system", "user", "assistant"}:
+            continue  # tool turns of the client's own loop are not ours to replay
+        messages.append(Message(role=role, content=_content(item.get("content"))))
+    return messages
+
+
+class OpenAICompat:
+    def __init__(self, api: Api) -> None:
+        self.api = api
+
+    async def models(self, request: Request) -> Response:
+        snap = self.api.holder.current
+        created = int(snap.loaded_at)
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {"id": name, "object": "model", "created": created, "owned_by": "fim"}
+                    for name in snap.agents
+                ],
+            }
+        )
+
+    async def chat_completions(self, request: Request) -> Response:
+        from fim.server.app import cancel_on_disconnect, error
+
+        try:
+            body = await self.api._body(request)
+            name = body.get("model")
+            snap = self.api.holder.current
+            if name not in snap.agents:
+                return JSONResponse(
+                    {
+                        "error": {
+                            "message": f"The model '{name}' does not exist; models are fim agents: "
+                            f"{', '.join(snap.agents)}",
+                            "type": "invalid_request_error",
+                            "code": "model_not_found",
+                        }
+                    },
+                    status_code=404,
+                )
+            messages = to_messages(body.get("messages"))
+        except RunError as exc:
+            return error(400, exc.message, exc.hint)
+        completion_id = "chatcmpl-" + uuid.uuid4().hex[:24]
+        run_id = uuid.uuid4().hex[:12]
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return StreamingResponse(
+                self._chunks(name, messages, completion_id, run_id, include_usage),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
+
+        async def consume() -> RunFinished | None:
+            final = None
+            async for event in self.api.events(name, messages, stream=False, run_id=run_id):
+                if isinstance(event, RunFinished):
+                    final = event
+            return final
+
+        try:
+            final = await cancel_on_disconnect(request, consume())
+        except FimError as exc:
+            return error(500, str(exc))
+        if final is None:
+            return error(499, "client disconnected; run cancelled")
+        return JSONResponse(
+            {
+                "id": completion_id,
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": name,
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop" if final.status == "ok" else "length",
+                        "message": {"role": "assistant", "content": final.output},
+                    }
+                ],
+                "usage": _usage(final),
+                "fim": {"run_id": run_id, "status": final.status},
+            }
+        )
+
+    async def _chunks(
+        self,
+        name: str,
+        messages: list[Message],
+        completion_id: str,
+        run_id: str,
+        include_usage: bool,
+    ) -> AsyncIterator[bytes]:
+        created = int(time.time())
+
+        def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+            payload = {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": name,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                **extra,
+            }
+            return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n".encode()
+
+        yield chunk({"role": "assistant", "content": ""})
+        final: RunFinished | None = None
+        streamed = False
+        try:
+            async for event in self.api.events(name, messages, stream=True, run_id=run_id):
+                if event.type == "token":
+                    streamed = True
+                    yield chunk({"content": event.text})
+                elif isinstance(event, RunFinished):
+                    final = event
+        except FimError as exc:
+            yield chunk({"content": f"\n[error: {exc}]"})
+        if final is not None and not streamed:
+            yield chunk({"content": final.output})
+        yield chunk({}, "stop" if final is not None and final.status == "ok" else "length")
+        if include_usage and final is not None:
+            payload = {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": name,
+                "choices": [],
+                "usage": _usage(final),
+            }
+            yield f"data: {json.dumps(payload)}\n\n".encode()
+        yield b"data: [DONE]\n\n"
+
+
+def _usage(final: RunFinished) -> dict[str, int]:
+    u = final.usage
+    return {
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "total_tokens": u.total_tokens,
+    }

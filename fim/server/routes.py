@@ -1,0 +1,151 @@
+"""Workflow and approval routes of the HTTP API."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from fim.errors import FimError, RunError
+
+if TYPE_CHECKING:
+    from fim.server.app import Api
+
+log = logging.getLogger("fim.server")
+
+
+def workflow_routes(api: Api) -> list[Route]:
+    async def list_workflows(request: Request) -> Response:
+        snap = api.holder.current
+        return JSONResponse(
+            {
+                "workflows": [
+                    {
+                        "name": w.name,
+                        "description": w.description,
+                        "inputs": {k: v.model_dump() for k, v in w.inputs.items()},
+                    }
+                    for w in snap.workflows.values()
+                ]
+            }
+        )
+
+    async def run_workflow(request: Request) -> Response:
+        from fim.server.app import error, sse
+        from fim.workflows.engine import WorkflowEngine
+
+        name = request.path_params["name"]
+        snap = api.holder.current
+        if name not in snap.workflows:
+            return error(
+                404, f"unknown workflow '{name}'", f"workflows: {', '.join(snap.workflows)}"
+            )
+        try:
+            body = await api._body(request)
+        except RunError as exc:
+            return error(400, exc.message, exc.hint)
+        inputs = body.get("inputs") or {}
+        if not isinstance(inputs, dict):
+            return error(400, "'inputs' must be an object")
+        engine = WorkflowEngine(snap, name, api.services)
+        if body.get("stream"):
+            return sse(engine.run(inputs))
+        trace: list[dict[str, Any]] = []
+        try:
+            async for event in engine.run(inputs):
+                trace.append(event.model_dump(mode="json"))
+        except FimError as exc:
+            return error(400, str(exc))
+        last = trace[-1] if trace else {}
+        return JSONResponse(
+            {
+                "run_id": last.get("run_id"),
+                "workflow": name,
+                "status": last.get("status"),
+                "outputs": last.get("outputs", {}),
+                "events": trace,
+            }
+        )
+
+    return [
+        Route("/v1/workflows", list_workflows),
+        Route("/v1/workflows/{name}/runs", run_workflow, methods=["POST"]),
+    ]
+
+
+def approval_routes(api: Api) -> list[Route]:
+    async def list_approvals(request: Request) -> Response:
+        from fim.store import get_store
+
+        status = request.query_params.get("status", "pending")
+        items = await get_store(api.services).list_approvals(None if status == "all" else status)
+        return JSONResponse({"approvals": [_masked(api, a.as_dict()) for a in items]})
+
+    async def resolve(request: Request) -> Response:
+        from fim.server.app import error
+        from fim.store import get_store
+
+        try:
+            body = await api._body(request)
+        except RunError as exc:
+            return error(400, exc.message, exc.hint)
+        decision = body.get("decision")
+        if decision not in {"approve", "deny"}:
+            return error(400, 'send {"decision": "approve"} or {"decision": "deny"}')
+        store = get_store(api.services)
+        approval_id = request.path_params["approval_id"]
+        current = await store.get_approval(approval_id)
+        if current is None:
+            return error(404, f"unknown approval '{approval_id}'")
+        if current.status != "pending":
+            return error(409, f"approval '{approval_id}' is already {current.status}")
+        data = body.get("data") if isinstance(body.get("data"), dict) else None
+        approval = await store.resolve_approval(
+            approval_id, decision == "approve", by=str(body.get("by") or "api"), data=data
+        )
+        if approval is None:
+            return error(409, f"approval '{approval_id}' could not be resolved")
+        resumed = None
+        if approval.kind == "workflow":
+            resumed = _resume_workflow(api, approval, decision == "approve", data)
+        return JSONResponse({"approval": _masked(api, approval.as_dict()), "resumed_run": resumed})
+
+    return [
+        Route("/v1/approvals", list_approvals),
+        Route("/v1/approvals/{approval_id}", resolve, methods=["POST"]),
+    ]
+
+
+def _masked(api: Api, item: dict[str, Any]) -> dict[str, Any]:
+    import json
+
+    return json.loads(api.holder.current.mask(json.dumps(item, default=str)))
+
+
+def _resume_workflow(api: Api, approval: Any, approved: bool, data: dict[str, Any] | None) -> str:
+    """Resume a paused workflow in the background; its progress is in GET /v1/runs/{id}."""
+    from fim.workflows.engine import WorkflowEngine
+
+    info = approval.data or {}
+    run_id = info.get("run_id") or approval.run_id
+    engine = WorkflowEngine(api.holder.current, info.get("workflow", ""), api.services)
+
+    async def drive() -> None:
+        try:
+            async for _event in engine.resume(run_id, approved, data):
+                pass
+        except Exception:
+            log.exception("resuming workflow run %s failed", run_id)
+
+    task = asyncio.get_running_loop().create_task(drive(), name=f"resume-{uuid.uuid4().hex[:6]}")
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
+    return run_id
+
+
+_BACKGROUND: set[asyncio.Task[None]] = set()
