@@ -1,0 +1,315 @@
+"""The context guard: keep a long run inside the model's context window.
+
+Tool observations are the bulk of a long ReAct run and are mostly read once, so the guard
+first shortens old observations (head and tail kept, the cut stated), and only when that
+is not enough condenses older turns into one summary written by the fast model. The
+system prompt and the last turns are never touched, and an assistant message that called
+tools always keeps its tool results: providers reject a conversation where they part.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from fim.tokens import count_message, count_messages, count_tokens, count_tool, tool_definition
+from fim.types import Message, Model, ToolSpec
+
+if TYPE_CHECKING:
+    from fim.runtime import Services
+    from fim.snapshot import Snapshot
+
+SUMMARY_PREFIX = "[Summary of the earlier conversation, condensed to fit the context budget]"
+_TRUNCATE_ABOVE = 1200
+"""Characters; shorter observations are not worth cutting."""
+_KEEP_HEAD = 600
+_KEEP_TAIL = 300
+_TRANSCRIPT_MESSAGE_CHARS = 2000
+_TRANSCRIPT_CHARS = 60_000
+_SUMMARY_RESERVE = 600
+"""Tokens reserved for the summary when deciding how many turns it must replace."""
+
+_SUMMARISER_PROMPT = (
+    "You condense the earlier part of a conversation between a user, an AI agent and its "
+    "tools so the agent can continue the task without it. Keep: the user's goals and "
+    "constraints, decisions made, facts learned from tools (ids, names, numbers, dates, "
+    "errors), and what remains to do. Drop pleasantries and repetition. Write at most "
+    "250 words of plain text, no preamble."
+)
+
+# Context windows of common models, matched by substring of the litellm model string (most
+# specific first). Importing litellm for `get_max_tokens` costs seconds at run start.
+_WINDOWS: tuple[tuple[str, int], ...] = (
+    ("gpt-4.1", 1_047_576),
+    ("gpt-5", 400_000),
+    ("gpt-4o", 128_000),
+    ("gpt-4-turbo", 128_000),
+    ("gpt-4-32k", 32_768),
+    ("gpt-4", 8_192),
+    ("gpt-3.5-turbo", 16_385),
+    ("o1-mini", 128_000),
+    ("o1", 200_000),
+    ("o3", 200_000),
+    ("o4-mini", 200_000),
+    ("claude", 200_000),
+    ("gemini-1.5-pro", 2_097_152),
+    ("gemini", 1_048_576),
+    ("mistral-large", 128_000),
+    ("mistral", 32_000),
+    ("deepseek", 64_000),
+    ("qwen2.5", 32_768),
+    ("llama3.1", 128_000),
+    ("llama3", 8_192),
+    ("scripted:", 128_000),
+)
+DEFAULT_WINDOW = 128_000
+
+
+def context_window(model: str, configured: int | None = None) -> int:
+    """Tokens `model` accepts: the configured value, else the table, else 128k."""
+    if configured:
+        return configured
+    bare = model.lower()
+    for key, window in _WINDOWS:
+        if key in bare:
+            return window
+    return DEFAULT_WINDOW
+
+
+def context_budget(
+    model: str,
+    *,
+    agent_budget: int | None = None,
+    window: int | None = None,
+    max_output: int | None = None,
+) -> int:
+    """The conversation budget of an agent: `context_budget`, else the model's window minus
+    room for the reply (the reply shares the window with the prompt)."""
+    if agent_budget:
+        return agent_budget
+    total = context_window(model, window)
+    return total - min(max_output or 4096, total // 4)
+
+
+@dataclass
+class ContextGuard:
+    """Fits a conversation into `budget_tokens` before each model call."""
+
+    budget_tokens: int
+    summarizer: Model | None = None
+    keep_last: int = 4
+    model: str | None = None
+    """Model string used to pick the tokenizer."""
+    _summaries: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def bind(self, tools: Callable[[], Sequence[ToolSpec]]) -> Callable:
+        """The engine's `fit_context(messages)` callable, reading the current tool list."""
+
+        async def fit_context(messages: list[Message]) -> tuple[list[Message], list[str]]:
+            return await self.fit(messages, list(tools()))
+
+        return fit_context
+
+    async def fit(
+        self, messages: list[Message], tools: Sequence[ToolSpec]
+    ) -> tuple[list[Message], list[str]]:
+        """Return messages within the budget (unchanged when they fit) and notes on what
+        was cut, for the engine to report as Notice events."""
+        fixed = count_messages([], tools, self.model)
+        counts = [count_message(m, self.model) for m in messages]
+        if fixed + sum(counts) <= self.budget_tokens:
+            return messages, []
+        messages = list(messages)
+        head = 1 if messages and messages[0].role == "system" else 0
+        tail = _tail_start(messages, head, self.keep_last)
+        notes: list[str] = []
+
+        cut_chars = truncated = 0
+        for i in range(head, tail):
+            if fixed + sum(counts) <= self.budget_tokens:
+                break
+            msg = messages[i]
+            content = msg.content or ""
+            if msg.role != "tool" or len(content) <= _TRUNCATE_ABOVE:
+                continue
+            removed = len(content) - _KEEP_HEAD - _KEEP_TAIL
+            short = (
+                f"{content[:_KEEP_HEAD]}\n[... {removed} characters of this old tool result "
+                f"were cut to fit the context budget ...]\n{content[-_KEEP_TAIL:]}"
+            )
+            messages[i] = msg.model_copy(update={"content": short})
+            counts[i] = count_message(messages[i], self.model)
+            cut_chars += removed
+            truncated += 1
+        if truncated:
+            notes.append(
+                f"context guard: shortened {truncated} old tool result(s), "
+                f"cutting {cut_chars} characters"
+            )
+        if fixed + sum(counts) <= self.budget_tokens:
+            return messages, notes
+
+        end = _summary_end(messages, counts, head, tail, fixed, self.budget_tokens)
+        if end > head:
+            older = messages[head:end]
+            replacement, note = await self._condense(older)
+            messages[head:end] = [replacement]
+            counts[head:end] = [count_message(replacement, self.model)]
+            notes.append(note)
+        total = fixed + sum(counts)
+        if total > self.budget_tokens:
+            notes.append(
+                f"context guard: the conversation still needs {total} tokens, above the "
+                f"budget of {self.budget_tokens}; the system prompt and the last "
+                f"{self.keep_last} messages are always kept whole"
+            )
+        return messages, notes
+
+    async def _condense(self, older: list[Message]) -> tuple[Message, str]:
+        """One message standing in for `older`: a model-written summary, or a plain note
+        that turns were dropped when there is no summarizer or it fails."""
+        key = hashlib.sha256(
+            json.dumps([m.model_dump(mode="json") for m in older], sort_keys=True).encode()
+        ).hexdigest()
+        summary = self._summaries.get(key)
+        failure = ""
+        if summary is None and self.summarizer is not None:
+            request = [
+                Message(role="system", content=_SUMMARISER_PROMPT),
+                Message(role="user", content=transcript(older)),
+            ]
+            try:
+                response = await self.summarizer.complete(request)
+                summary = (response.message.content or "").strip() or None
+                failure = "" if summary else " (the summarizer returned nothing)"
+            except Exception as exc:  # the run goes on with the turns dropped instead
+                failure = f" (summarisation failed: {type(exc).__name__}: {str(exc)[:200]})"
+        if summary is None:
+            why = failure or " (no summarizer model)"
+            text = (
+                f"[{len(older)} earlier messages were removed to fit the context budget"
+                f"{why}. Ask the user to repeat anything you need from them.]"
+            )
+            return Message(role="user", content=text), (
+                f"context guard: dropped {len(older)} older messages{why}"
+            )
+        self._summaries[key] = summary
+        content = f"{SUMMARY_PREFIX}\n{summary}"
+        return Message(role="user", content=content), (
+            f"context guard: summarised {len(older)} older messages"
+        )
+
+
+def _tail_start(messages: list[Message], head: int, keep_last: int) -> int:
+    """Index where the always-kept tail begins, moved back so that it never starts in the
+    middle of a tool exchange (tool results without the assistant call that asked)."""
+    tail = max(head, len(messages) - keep_last)
+    while tail > head and messages[tail].role == "tool":
+        tail -= 1
+    return tail
+
+
+def _summary_end(
+    messages: list[Message],
+    counts: list[int],
+    head: int,
+    tail: int,
+    fixed: int,
+    budget: int,
+) -> int:
+    """The shortest run of older messages, from `head`, whose replacement by a summary fits
+    the budget; it ends where a new exchange begins so tool pairs stay together."""
+    total = fixed + sum(counts)
+    removed = 0
+    for end in range(head + 1, tail + 1):
+        removed += counts[end - 1]
+        boundary = end == tail or messages[end].role != "tool"
+        if boundary and total - removed + _SUMMARY_RESERVE <= budget:
+            return end
+    return tail
+
+
+def transcript(messages: Sequence[Message]) -> str:
+    """A plain-text rendering of turns for the summarizer, long contents cut."""
+    lines: list[str] = []
+    for msg in messages:
+        content = msg.content or ""
+        if len(content) > _TRANSCRIPT_MESSAGE_CHARS:
+            content = content[:_TRANSCRIPT_MESSAGE_CHARS] + " [...]"
+        if msg.role == "tool":
+            lines.append(f"TOOL RESULT ({msg.name or msg.tool_call_id}): {content}")
+            continue
+        if content:
+            lines.append(f"{msg.role.upper()}: {content}")
+        for call in msg.tool_calls:
+            args = json.dumps(call.arguments, ensure_ascii=False)[:500]
+            lines.append(f"ASSISTANT CALLED {call.name}({args})")
+    text = "\n".join(lines)
+    if len(text) > _TRANSCRIPT_CHARS:
+        half = _TRANSCRIPT_CHARS // 2
+        text = f"{text[:half]}\n[... middle of the transcript omitted ...]\n{text[-half:]}"
+    return text
+
+
+def render_prompt_report(snapshot: Snapshot, agent_name: str, services: Services) -> str:
+    """`fim show agent NAME --prompt`: the system prompt and tool definitions exactly as the
+    model receives them at the start of a run, with the token cost of each section.
+
+    What a user pays per call is invisible in the YAML (modes, skills, selection all change
+    it), so this renders the real assembly rather than re-deriving it.
+    """
+    from fim.agent import assemble
+    from fim.errors import RunError
+    from fim.runtime import RunContext
+
+    agent = snapshot.agent(agent_name)
+    ctx = RunContext(snapshot=snapshot, agent=agent, services=services)
+    try:
+        model: str | None = snapshot.model_settings(agent.model).model
+    except RunError:
+        model = None
+    assembly = assemble(ctx)
+    modes = ", ".join(f"{k}={ctx.mode(k)}" for k in ("skills", "connectors", "databases", "mcp"))
+    out = [f"agent {agent_name} (model {model or agent.model}; modes: {modes})", ""]
+    for title, text in assembly.sections:
+        if text.strip():
+            tokens = count_tokens(text, model)
+            out += [f"=== system prompt: {title} ({tokens} tokens) ===", text, ""]
+    system = Message(role="system", content=assembly.system_prompt)
+    system_tokens = count_message(system, model)
+    specs = assembly.registry.specs()
+    tool_tokens = [count_tool(spec, model) for spec in specs]
+    out.append(f"=== tools: {len(specs)} definitions ({sum(tool_tokens)} tokens) ===")
+    for spec, tokens in zip(specs, tool_tokens, strict=True):
+        definition = json.dumps(tool_definition(spec), ensure_ascii=False)
+        out += [f"# {spec.name} ({tokens} tokens)", definition]
+    selection = snapshot.project.tool_selection
+    if len(assembly.registry) > selection.threshold:
+        pinned = sorted(assembly.pinned) or ["none"]
+        out += [
+            "",
+            f"tool selection: {len(assembly.registry)} tools are above the threshold of "
+            f"{selection.threshold}; per request the fast model shows at most "
+            f"{selection.max} of them plus the pinned ones ({', '.join(pinned)}) and "
+            "request_tools.",
+        ]
+    total = count_messages([system], specs, model)
+    out += [
+        "",
+        f"total: {total} prompt tokens before the first user message "
+        f"(system prompt {system_tokens}, tools {sum(tool_tokens)})",
+    ]
+    return snapshot.mask("\n".join(out))
+
+
+__all__ = [
+    "SUMMARY_PREFIX",
+    "ContextGuard",
+    "context_budget",
+    "context_window",
+    "render_prompt_report",
+    "transcript",
+]

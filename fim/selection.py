@@ -1,0 +1,229 @@
+"""Tool selection: show the model only the tools a request needs.
+
+Every tool definition costs tokens on every call and dilutes the model's attention. Above a
+threshold, one call to a fast model picks the few tools a request needs from a compact
+catalogue; `request_tools` lets the working model load any other tool mid-run, so a wrong
+pick costs one extra step rather than a failed task. Selection is an optimisation, never a
+gate: when it fails for any reason the agent keeps every tool and the run says why.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fim.skills import READ_SKILL, cut
+from fim.tools.registry import ToolRegistry
+from fim.types import Message, Model, Notice, ToolResult, Usage
+
+REQUEST_TOOLS = "request_tools"
+CATALOGUE_CHARS = 80
+ALWAYS_KEPT = frozenset({READ_SKILL, REQUEST_TOOLS})
+
+_SYSTEM = (
+    "You choose tools for an AI assistant. Given a user request and a catalogue of tools, "
+    "pick the tools the assistant most likely needs to complete the request, most useful "
+    'first. Reply with JSON only, exactly in this shape: {{"tools": ["name", ...]}} with at '
+    "most {max} names copied exactly from the catalogue."
+)
+
+
+@dataclass
+class SelectionOutcome:
+    """What selection did, for the engine's Notice event and for tests."""
+
+    applied: bool
+    """True when the registry was restricted to `active`."""
+    reason: str
+    active: list[str] = field(default_factory=list)
+    """Tools the model sees after selection (all tools when not applied)."""
+    chosen: list[str] = field(default_factory=list)
+    """Valid names the selector picked (pinned tools not included)."""
+    ignored: list[str] = field(default_factory=list)
+    """Names the selector answered that are not tools (or were over the limit)."""
+    usage: Usage = field(default_factory=Usage)
+
+    @property
+    def message(self) -> str:
+        if self.applied:
+            return (
+                f"tool selection: {len(self.active)} tools shown ({', '.join(self.active)}); "
+                "the rest stay loadable with request_tools"
+            )
+        return f"tool selection skipped: {self.reason}; all {len(self.active)} tools shown"
+
+    def notice(self, run_id: str = "") -> Notice:
+        data: dict[str, Any] = {
+            "applied": self.applied,
+            "reason": self.reason,
+            "active": self.active,
+            "chosen": self.chosen,
+            "ignored": self.ignored,
+        }
+        return Notice(run_id=run_id, message=self.message, data=data)
+
+
+def catalogue(tools: Iterable[Any]) -> str:
+    """One line per tool: name and a description cut to 80 characters."""
+    return "\n".join(f"- {t.name}: {cut(t.description, CATALOGUE_CHARS)}" for t in tools)
+
+
+def parse_choice(text: str) -> list[str]:
+    """Tool names from the selector's reply: `{"tools": [...]}`, tolerating code fences,
+    prose around the JSON, or a bare list. Raises ValueError when there is no such list."""
+    candidates = [text.strip()]
+    candidates += re.findall(r"```(?:json)?\s*(.*?)```", text, flags=re.DOTALL)
+    candidates += re.findall(r"\{.*\}|\[.*\]", text, flags=re.DOTALL)
+    for candidate in candidates:
+        try:
+            value = json.loads(candidate)
+        except (json.JSONDecodeError, TypeError):
+            continue
+        if isinstance(value, dict):
+            value = value.get("tools")
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return value
+    raise ValueError(f'no {{"tools": [...]}} list in the reply {text[:200]!r}')
+
+
+async def select_tools(
+    model: Model,
+    request: str,
+    registry: ToolRegistry,
+    *,
+    pinned: set[str],
+    max_tools: int,
+    threshold: int,
+) -> SelectionOutcome:
+    """Restrict `registry` to the tools `request` needs, chosen by `model` (the fast role).
+
+    Pinned tools, `read_skill` and `request_tools` are always kept and never offered to
+    the selector. On any failure the registry is left untouched (every tool visible).
+    """
+    if len(registry) <= threshold:
+        return SelectionOutcome(
+            applied=False,
+            reason=f"{len(registry)} tools, not above the threshold of {threshold}",
+            active=registry.active_names,
+        )
+    keep = [n for n in registry.names if n in pinned or n in ALWAYS_KEPT]
+    offered = [t for t in registry if t.name not in keep]
+    if not offered:
+        return SelectionOutcome(
+            applied=False, reason="every tool is pinned", active=registry.active_names
+        )
+    messages = [
+        Message(role="system", content=_SYSTEM.format(max=max_tools)),
+        Message(role="user", content=f"Request:\n{request}\n\nTools:\n{catalogue(offered)}"),
+    ]
+    try:
+        response = await model.complete(messages)
+        names = parse_choice(response.message.content or "")
+    except Exception as exc:  # selection is best-effort; the run goes on with every tool
+        return SelectionOutcome(
+            applied=False,
+            reason=f"the selector failed ({type(exc).__name__}: {str(exc)[:200]})",
+            active=registry.active_names,
+        )
+    offered_names = {t.name for t in offered}
+    chosen = [n for n in dict.fromkeys(names) if n in offered_names][:max_tools]
+    ignored = [n for n in names if n not in chosen and n not in keep]
+    if not chosen:
+        return SelectionOutcome(
+            applied=False,
+            reason="the selector named no valid tool"
+            + (f" (it answered {', '.join(ignored[:10])})" if ignored else ""),
+            active=registry.active_names,
+            ignored=ignored,
+            usage=response.usage,
+        )
+    if REQUEST_TOOLS not in registry:
+        registry.add(request_tools_tool(registry))
+        keep.append(REQUEST_TOOLS)
+    registry.restrict([*keep, *chosen])
+    return SelectionOutcome(
+        applied=True,
+        reason="selected",
+        active=registry.active_names,
+        chosen=chosen,
+        ignored=ignored,
+        usage=response.usage,
+    )
+
+
+class RequestTools:
+    """The `request_tools(tool_names)` meta-tool: loads tools selection left out.
+
+    Its description is computed on every read, so after a load the model's next request
+    carries the shorter list of what is still loadable.
+    """
+
+    name = REQUEST_TOOLS
+    category = "meta"
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "tool_names": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Exact names of the tools to load.",
+            }
+        },
+        "required": ["tool_names"],
+        "additionalProperties": False,
+    }
+
+    def __init__(self, registry: ToolRegistry) -> None:
+        self.registry = registry
+        self.metadata: dict[str, Any] = {}
+
+    @property
+    def description(self) -> str:
+        inactive = self.registry.inactive
+        if not inactive:
+            return "Load more tools. Every tool is already loaded; call tools directly."
+        return (
+            "Load more tools for this task. These tools exist but are not loaded yet; call "
+            "request_tools with the names you need and they are available on your next "
+            f"step:\n{catalogue(inactive)}"
+        )
+
+    async def run(self, tool_names: list[str]) -> ToolResult:
+        names = list(dict.fromkeys(tool_names))
+        unknown = [n for n in names if n not in self.registry]
+        known = [n for n in names if n in self.registry]
+        loaded = self.registry.activate(known)
+        already = [n for n in known if n not in loaded]
+        parts: list[str] = []
+        if loaded:
+            parts.append(f"Loaded: {', '.join(loaded)}. Call them directly from now on.")
+        if already:
+            parts.append(f"Already available: {', '.join(already)}.")
+        if unknown:
+            loadable = ", ".join(t.name for t in self.registry.inactive) or "none"
+            parts.append(
+                f"Unknown tools: {', '.join(unknown)}. Tools you can still load: {loadable}. "
+                "Use exact names."
+            )
+        if not parts:
+            parts.append("No tool names given. Pass the exact names of the tools to load.")
+        return ToolResult(content=" ".join(parts), is_error=bool(unknown) and not loaded)
+
+
+def request_tools_tool(registry: ToolRegistry) -> RequestTools:
+    """The meta-tool that loads inactive tools of `registry` mid-run."""
+    return RequestTools(registry)
+
+
+__all__ = [
+    "REQUEST_TOOLS",
+    "RequestTools",
+    "SelectionOutcome",
+    "catalogue",
+    "parse_choice",
+    "request_tools_tool",
+    "select_tools",
+]

@@ -1,0 +1,245 @@
+"""Agent Skills for a run: prompt stubs or full bodies, and the `read_skill` tool.
+
+A skill's body can run to thousands of tokens, and a hub agent may carry a dozen skills it
+rarely needs. Progressive mode (the default) therefore shows the model one line per skill
+and lets it pull a body (or a script/reference file next to SKILL.md) through `read_skill`
+only when a request calls for it. Inline mode puts every body into the system prompt, for
+small agents or models that handle meta-tools poorly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from fim.runtime import Provision, RunContext
+from fim.snapshot import Skill, Snapshot
+from fim.tools.base import FunctionTool
+from fim.types import Tool, ToolResult
+
+READ_SKILL = "read_skill"
+STUB_CHARS = 120
+MAX_FILE_BYTES = 64_000
+"""Larger files are cut at this size (with a note): a reference file is read to be followed,
+and anything bigger belongs in a tool that processes it, not in the conversation."""
+_BINARY_SNIFF = 8192
+
+
+def cut(text: str, limit: int) -> str:
+    """Collapse whitespace and cut to `limit` characters, marking the cut with an ellipsis."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+
+
+def selected_skills(snapshot: Snapshot, selection: str | list[str]) -> dict[str, Skill]:
+    """The skills an agent's `skills:` field selects, in a stable order.
+
+    `all` means every skill of the project, sorted by name; a list keeps the author's order.
+    Names the compiler already rejected cannot appear here, so unknown ones are skipped.
+    """
+    if selection == "all":
+        return {name: snapshot.skills[name] for name in sorted(snapshot.skills)}
+    return {name: snapshot.skills[name] for name in selection if name in snapshot.skills}
+
+
+def _allowed_tools(skill: Skill) -> list[str]:
+    value = skill.meta.allowed_tools
+    if not value:
+        return []
+    return value.split() if isinstance(value, str) else [str(v) for v in value]
+
+
+# --------------------------------------------------------------------------- prompt text
+
+
+def stubs_prompt(skills: Mapping[str, Skill]) -> str:
+    """Progressive mode: one line per skill, and how to open one."""
+    lines = [
+        "You have skills: written procedures for specific kinds of tasks. When a request "
+        f"matches a skill, call {READ_SKILL}(name) to load its full instructions before you "
+        "follow it; do not guess its steps from the one-line description.",
+    ]
+    lines += [
+        f"- {name}: {cut(skill.meta.description, STUB_CHARS)}" for name, skill in skills.items()
+    ]
+    return "\n".join(lines)
+
+
+def _file_list(skill: Skill) -> str:
+    return "\n".join(f"- {f}" for f in skill.files)
+
+
+def inline_prompt(skills: Mapping[str, Skill]) -> str:
+    """Inline mode: every skill's full body, so no tool call is needed to follow one."""
+    parts = [
+        "You have skills: written procedures for specific kinds of tasks. When a request "
+        "matches a skill, follow its instructions."
+    ]
+    for name, skill in skills.items():
+        section = f"### Skill: {name}\n{skill.meta.description.strip()}\n\n{skill.body.strip()}"
+        if skill.files:
+            section += (
+                f"\n\nFiles of this skill (read one with {READ_SKILL}(name={name!r}, "
+                f"file=...)):\n{_file_list(skill)}"
+            )
+        parts.append(section)
+    return "\n\n".join(parts)
+
+
+# --------------------------------------------------------------------------- read_skill
+
+
+def _render_body(skill: Skill) -> str:
+    text = f"# Skill: {skill.name}\n\n{skill.body.strip()}\n"
+    tools = _allowed_tools(skill)
+    if tools:
+        text += f"\nTools this skill expects: {', '.join(tools)}\n"
+    if skill.files:
+        text += (
+            f"\nFiles of this skill (read one with {READ_SKILL}(name={skill.name!r}, "
+            f'file="<path>")):\n{_file_list(skill)}\n'
+        )
+    else:
+        text += "\nThis skill has no other files.\n"
+    return text
+
+
+def _read_bytes(path: Path, limit: int) -> tuple[bytes, int]:
+    size = path.stat().st_size
+    with path.open("rb") as fh:
+        return fh.read(limit), size
+
+
+def _decode_text(data: bytes, *, truncated: bool) -> str | None:
+    """UTF-8 text of a file's head, or None when it is binary.
+
+    A file cut at the size cap may end mid-character; that alone does not make it binary.
+    """
+    if b"\x00" in data[:_BINARY_SNIFF]:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if truncated and exc.start >= len(data) - 3:
+            return data[: exc.start].decode("utf-8", errors="replace")
+        return None
+
+
+async def _read_file(skill: Skill, file: str) -> ToolResult:
+    """One file of a skill, confined to the skill's folder and to the files it lists."""
+    listed = ", ".join(skill.files) or "none"
+    requested = PurePosixPath(file.replace("\\", "/"))
+    if requested.is_absolute() or ".." in requested.parts:
+        return ToolResult(
+            content=f"Error: '{file}' is outside the skill '{skill.name}'. File paths are "
+            f"relative to the skill folder; valid files: {listed}.",
+            is_error=True,
+        )
+    relative = str(PurePosixPath(*[p for p in requested.parts if p not in ("", ".")]))
+    if relative == "SKILL.md":
+        return ToolResult(content=_render_body(skill))
+    if relative not in skill.files:
+        return ToolResult(
+            content=f"Error: the skill '{skill.name}' has no file '{file}'. Valid files: "
+            f"{listed}. Call {READ_SKILL}(name={skill.name!r}) to see its instructions.",
+            is_error=True,
+        )
+    root = skill.directory.resolve()
+    path = (root / relative).resolve()
+    if not path.is_relative_to(root) or not path.is_file():
+        return ToolResult(
+            content=f"Error: '{file}' of the skill '{skill.name}' cannot be read (it links "
+            "outside the skill folder or no longer exists).",
+            is_error=True,
+        )
+    data, size = await asyncio.to_thread(_read_bytes, path, MAX_FILE_BYTES)
+    text = _decode_text(data, truncated=size > MAX_FILE_BYTES)
+    if text is None:
+        return ToolResult(
+            content=f"'{relative}' of the skill '{skill.name}' is a binary file ({size} "
+            "bytes) and cannot be shown as text. Use it by path with a tool that processes "
+            "such files, or read one of the text files instead.",
+            is_error=True,
+        )
+    header = f"# {skill.name}/{relative}\n\n"
+    if size > MAX_FILE_BYTES:
+        note = (
+            f"\n\n[truncated: the file has {size} bytes; only the first {MAX_FILE_BYTES} are shown]"
+        )
+        return ToolResult(content=header + text + note)
+    return ToolResult(content=header + text)
+
+
+def read_skill_tool(skills: Mapping[str, Skill], *, files_only: bool = False) -> Tool:
+    """The `read_skill(name, file=None)` tool over the agent's skills.
+
+    `files_only` is the inline-mode variant: bodies are already in the prompt, so the tool
+    exists only to open the scripts and references next to them.
+    """
+    names = ", ".join(skills) or "none"
+
+    async def read_skill(name: str, file: str | None = None) -> ToolResult:
+        skill = skills.get(name)
+        if skill is None:
+            return ToolResult(
+                content=f"Error: there is no skill named '{name}'. Valid skills: {names}. "
+                f"Call {READ_SKILL} with one of these exact names.",
+                is_error=True,
+            )
+        if file:
+            return await _read_file(skill, file)
+        return ToolResult(content=_render_body(skill))
+
+    if files_only:
+        description = (
+            "Read a file that belongs to a skill (a script, reference or template listed "
+            "under the skill in your instructions)."
+        )
+    else:
+        description = (
+            "Load a skill's full instructions and the list of its files; with `file`, read "
+            "one of those files instead. Call this before following a skill."
+        )
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "description": "Skill name, exactly as listed."},
+            "file": {
+                "type": "string",
+                "description": "Path of a file of the skill, relative to its folder.",
+            },
+        },
+        "required": ["name", "file"] if files_only else ["name"],
+        "additionalProperties": False,
+    }
+    return FunctionTool(READ_SKILL, description, parameters, read_skill, category="skills")
+
+
+# --------------------------------------------------------------------------- provider
+
+
+def provide(ctx: RunContext) -> Provision | None:
+    """Skills of `ctx.agent` in the run's mode (agent > FIM_SKILL_TOOL_MODE > fim.yaml)."""
+    skills = selected_skills(ctx.snapshot, ctx.agent.skills)
+    if not skills:
+        return None
+    if ctx.mode("skills") in ("inline", "legacy"):
+        with_files = any(skill.files for skill in skills.values())
+        tools = [read_skill_tool(skills, files_only=True)] if with_files else []
+        return Provision(tools=tools, prompt=inline_prompt(skills), pinned=[t.name for t in tools])
+    return Provision(
+        tools=[read_skill_tool(skills)], prompt=stubs_prompt(skills), pinned=[READ_SKILL]
+    )
+
+
+__all__ = [
+    "READ_SKILL",
+    "cut",
+    "inline_prompt",
+    "provide",
+    "read_skill_tool",
+    "selected_skills",
+    "stubs_prompt",
+]
