@@ -1,0 +1,157 @@
+"""The shape of a workflow: its edges, and a Mermaid flowchart of them (`fim graph`).
+
+A node's incoming edges are its `needs` plus, for a branch target, the edge from the
+condition that names it in `then`/`else`. The engine uses the same edges to decide what
+runs and what is skipped, so the picture and the behaviour cannot disagree.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from fim.config.schema import ConditionNode, WorkflowDecl
+
+EdgeLabel = Literal["needs", "then", "else"]
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str
+    target: str
+    label: EdgeLabel = "needs"
+
+
+def branch_targets(value: str | list[str] | None) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def edges(decl: WorkflowDecl) -> list[Edge]:
+    """Every edge of the DAG, in declaration order, without duplicates."""
+    result: list[Edge] = []
+    seen: set[Edge] = set()
+
+    def add(edge: Edge) -> None:
+        if edge not in seen:
+            seen.add(edge)
+            result.append(edge)
+
+    for node_id, node in decl.nodes.items():
+        for need in node.needs:
+            add(Edge(need, node_id))
+        if isinstance(node, ConditionNode):
+            for target in branch_targets(node.then):
+                add(Edge(node_id, target, "then"))
+            for target in branch_targets(node.else_):
+                add(Edge(node_id, target, "else"))
+    return result
+
+
+def incoming(decl: WorkflowDecl) -> dict[str, list[Edge]]:
+    """Edges into each node (only edges between declared nodes)."""
+    into: dict[str, list[Edge]] = {node_id: [] for node_id in decl.nodes}
+    for edge in edges(decl):
+        if edge.target in into and edge.source in decl.nodes:
+            into[edge.target].append(edge)
+    return into
+
+
+def find_cycle(decl: WorkflowDecl) -> list[str] | None:
+    """A cycle as a list of node ids (first repeated at the end), or None."""
+    into = incoming(decl)
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for edge in into[node]:
+            if state.get(edge.source) == 1:
+                return [*stack[stack.index(edge.source) :], edge.source]
+            if edge.source not in state:
+                found = visit(edge.source)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in decl.nodes:
+        if node not in state:
+            found = visit(node)
+            if found:
+                return list(reversed(found))
+    return None
+
+
+# --------------------------------------------------------------------------- mermaid
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+
+
+def _mermaid_id(node_id: str) -> str:
+    return "n_" + _UNSAFE.sub("_", node_id)
+
+
+def _label(text: str) -> str:
+    return '"' + text.replace('"', "#quot;") + '"'
+
+
+def _describe(decl: WorkflowDecl, node_id: str) -> str:
+    node = decl.nodes[node_id]
+    detail = {
+        "llm": lambda n: "llm",
+        "agent": lambda n: f"agent {n.agent}",
+        "connector": lambda n: f"{n.connector}.{n.action}",
+        "database": lambda n: f"sql on {n.connector}",
+        "mcp": lambda n: f"mcp {n.server}.{n.tool}",
+        "tool": lambda n: f"tool {n.tool}",
+        "condition": lambda n: n.if_.strip(),
+        "human": lambda n: "human approval",
+    }[node.type](node)
+    return f"{node_id}<br/>{detail}"
+
+
+def _shape(decl: WorkflowDecl, node_id: str) -> str:
+    label = _label(_describe(decl, node_id))
+    node_type = decl.nodes[node_id].type
+    if node_type == "condition":
+        return "{" + label + "}"
+    if node_type == "human":
+        return "[/" + label + "/]"
+    if node_type in ("llm", "agent"):
+        return "(" + label + ")"
+    return "[" + label + "]"
+
+
+def mermaid(decl: WorkflowDecl, name: str = "") -> str:
+    """A Mermaid flowchart: `inputs` and `outputs` as implicit start and end, condition
+    nodes as diamonds with `then`/`else` edges, human nodes as parallelograms."""
+    lines = ["flowchart TD"]
+    if name:
+        lines.insert(0, f"%% workflow {name}")
+    lines.append('  inputs(["inputs"])')
+    for node_id in decl.nodes:
+        lines.append(f"  {_mermaid_id(node_id)}{_shape(decl, node_id)}")
+    lines.append('  outputs(["outputs"])')
+    into = incoming(decl)
+    has_outgoing = {e.source for es in into.values() for e in es}
+    for node_id, node_edges in into.items():
+        if not node_edges:
+            lines.append(f"  inputs --> {_mermaid_id(node_id)}")
+    for edge in edges(decl):
+        if edge.source not in decl.nodes or edge.target not in decl.nodes:
+            continue
+        arrow = "-->" if edge.label == "needs" else f"-- {edge.label} -->"
+        lines.append(f"  {_mermaid_id(edge.source)} {arrow} {_mermaid_id(edge.target)}")
+    for node_id in decl.nodes:
+        if node_id not in has_outgoing:
+            lines.append(f"  {_mermaid_id(node_id)} --> outputs")
+    lines.append("  classDef human fill:#fff4d6,stroke:#d49a00")
+    humans = [_mermaid_id(n) for n, node in decl.nodes.items() if node.type == "human"]
+    if humans:
+        lines.append(f"  class {','.join(humans)} human")
+    return "\n".join(lines) + "\n"

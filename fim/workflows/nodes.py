@@ -1,0 +1,303 @@
+"""Node executors: one async function per node type, registered by type name.
+
+The engine knows nothing about what a node does; it renders nothing, calls no model. It
+asks `EXECUTORS[node.type]` and gets the node's output back (or a `Paused` for a human
+node). Adding a node type is one new schema model plus one `@executor("name")` function.
+Heavy modules (models, connectors, MCP, jsonschema) are imported inside the executors, so
+a workflow of tool nodes never imports litellm.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fim.config.schema import (
+    AgentDecl,
+    AgentNode,
+    ConditionNode,
+    ConnectorNode,
+    DatabaseNode,
+    HumanNode,
+    LlmNode,
+    McpNode,
+    ToolNode,
+)
+from fim.errors import RunError
+from fim.runtime import RunContext, Services
+from fim.snapshot import Snapshot
+from fim.tools.registry import ToolRegistry
+from fim.types import Tool, ToolResult
+from fim.workflows import templates
+
+
+class NodeError(Exception):
+    """A node failed; the message is what `show` and the events display."""
+
+
+@dataclass(frozen=True)
+class Paused:
+    """Returned by a node that waits for a human: the run pauses until it is resolved."""
+
+    approval_id: str
+    prompt: str
+
+
+@dataclass
+class NodeContext:
+    """What an executor may use: the run's snapshot and services, the template scope
+    (`inputs`, `nodes`, `env`), and the shared tool registry of the run."""
+
+    snapshot: Snapshot
+    services: Services
+    workflow: str
+    run_id: str
+    node_id: str
+    scope: dict[str, Any]
+    depth: int = 0
+    parents: tuple[str, ...] = ()
+    hooks: bool = True
+    registry: ToolRegistry = field(default_factory=ToolRegistry)
+    extra_tools: Mapping[str, Tool] = field(default_factory=dict)
+
+    def render(self, value: Any) -> Any:
+        try:
+            return templates.render(value, self.scope)
+        except templates.TemplateError as exc:
+            raise NodeError(str(exc)) from None
+
+    def render_text(self, value: str) -> str:
+        try:
+            return templates.render_text(value, self.scope)
+        except templates.TemplateError as exc:
+            raise NodeError(str(exc)) from None
+
+    def run_context(self) -> RunContext:
+        """A RunContext for builtins that are configured per run (sandbox, web_fetch)."""
+        return RunContext(
+            snapshot=self.snapshot,
+            agent=AgentDecl(name=self.workflow, description=f"workflow {self.workflow}"),
+            services=self.services,
+            run_id=self.run_id,
+            depth=self.depth,
+            hooks_enabled=self.hooks,
+            parents=self.parents,
+        )
+
+
+Executor = Callable[[Any, NodeContext], Awaitable[Any]]
+EXECUTORS: dict[str, Executor] = {}
+
+
+def executor(node_type: str) -> Callable[[Executor], Executor]:
+    """Register the executor of a node type."""
+
+    def register(fn: Executor) -> Executor:
+        EXECUTORS[node_type] = fn
+        return fn
+
+    return register
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def parse_output(content: str) -> Any:
+    """Tool text -> the node's output: JSON objects/arrays become data (so templates can
+    say `nodes.lookup.output.amount`), anything else stays text."""
+    stripped = content.strip()
+    if stripped[:1] in ("{", "["):
+        try:
+            return json.loads(stripped)
+        except ValueError:
+            return content
+    return content
+
+
+def resolve_tool(ctx: NodeContext, name: str) -> Tool:
+    """A tool node's tool: one the embedding application passed, else a builtin."""
+    existing = ctx.registry.get(name)
+    if existing is not None:
+        return existing
+    tool = ctx.extra_tools.get(name)
+    if tool is None:
+        from fim.tools import builtin
+
+        tool = builtin.load(name, ctx.run_context())
+    if name not in ctx.registry:
+        ctx.registry.add(tool)
+    return tool
+
+
+async def call_tool(ctx: NodeContext, tool: Tool, args: dict[str, Any]) -> Any:
+    """Validate and run a tool through a registry, so argument errors read the same as in
+    an agent run; an error result fails the node."""
+    registry = ctx.registry if ctx.registry.get(tool.name) is tool else ToolRegistry([tool])
+    result: ToolResult = await registry.call(tool.name, args)
+    if result.is_error:
+        raise NodeError(result.content)
+    return parse_output(result.content)
+
+
+# --------------------------------------------------------------------------- executors
+
+
+@executor("tool")
+async def run_tool(node: ToolNode, ctx: NodeContext) -> Any:
+    try:
+        tool = resolve_tool(ctx, node.tool)
+    except RunError as exc:
+        raise NodeError(str(exc)) from None
+    return await call_tool(ctx, tool, ctx.render(node.args))
+
+
+@executor("connector")
+async def run_connector(node: ConnectorNode, ctx: NodeContext) -> Any:
+    from fim.workflows import adapters
+
+    tool = adapters.connector_action(ctx, node.connector, node.action)
+    return await call_tool(ctx, tool, ctx.render(node.args))
+
+
+@executor("database")
+async def run_database(node: DatabaseNode, ctx: NodeContext) -> Any:
+    from fim.workflows import adapters
+
+    return await adapters.run_sql(ctx, node.connector, node.sql, ctx.render(node.params))
+
+
+@executor("mcp")
+async def run_mcp(node: McpNode, ctx: NodeContext) -> Any:
+    from fim.workflows import adapters
+
+    return await adapters.call_mcp(ctx, node.server, node.tool, ctx.render(node.args))
+
+
+@executor("condition")
+async def run_condition(node: ConditionNode, ctx: NodeContext) -> Any:
+    try:
+        result = templates.truthy(node.if_, ctx.scope)
+    except templates.TemplateError as exc:
+        raise NodeError(str(exc)) from None
+    return {"result": result, "branch": "then" if result else "else"}
+
+
+@executor("human")
+async def run_human(node: HumanNode, ctx: NodeContext) -> Paused:
+    from fim.store import get_store
+
+    prompt = ctx.snapshot.mask(ctx.render_text(node.prompt))
+    approval_id = await get_store(ctx.services).create_approval(
+        ctx.run_id,
+        agent=ctx.workflow,
+        tool_name=f"workflow:{ctx.workflow}:{ctx.node_id}",
+        args={},
+        reason=prompt,
+        expires_at=None,
+        kind="workflow",
+        data={"workflow": ctx.workflow, "run_id": ctx.run_id, "node": ctx.node_id},
+    )
+    return Paused(approval_id=approval_id, prompt=prompt)
+
+
+@executor("agent")
+async def run_agent_node(node: AgentNode, ctx: NodeContext) -> Any:
+    from fim.agent import ask
+
+    if node.agent not in ctx.snapshot.agents:
+        raise NodeError(
+            f"unknown agent '{node.agent}' (agents: {', '.join(sorted(ctx.snapshot.agents))})"
+        )
+    task = ctx.render_text(node.input)
+    try:
+        finished = await ask(
+            ctx.snapshot,
+            node.agent,
+            task,
+            services=ctx.services,
+            hooks=ctx.hooks,
+            depth=ctx.depth + 1,
+            parents=(*ctx.parents, ctx.workflow),
+        )
+    except RunError as exc:
+        raise NodeError(f"agent '{node.agent}': {exc}") from None
+    if finished.status != "ok":
+        raise NodeError(
+            f"agent '{node.agent}' ended with status {finished.status}: {finished.output[:500]}"
+        )
+    return finished.output
+
+
+_FENCE = re.compile(r"^```(?:json)?\s*(?P<body>.*?)\s*```$", re.DOTALL)
+
+
+def _parse_json(text: str) -> Any:
+    stripped = text.strip()
+    fenced = _FENCE.match(stripped)
+    if fenced:
+        stripped = fenced.group("body")
+    return json.loads(stripped)
+
+
+def _schema_problems(value: Any, schema: dict[str, Any]) -> list[str]:
+    import jsonschema
+
+    cls = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
+    problems = []
+    for err in cls(schema).iter_errors(value):
+        where = "/".join(str(p) for p in err.absolute_path)
+        problems.append(f"{where}: {err.message}" if where else err.message)
+    return problems[:5]
+
+
+@executor("llm")
+async def run_llm(node: LlmNode, ctx: NodeContext) -> Any:
+    from fim.llm import make_model
+    from fim.types import Message
+
+    try:
+        model = make_model(ctx.snapshot.model_settings(node.model), ctx.snapshot.root)
+    except RunError as exc:
+        raise NodeError(str(exc)) from None
+    messages: list[Message] = []
+    if node.system:
+        messages.append(Message(role="system", content=ctx.render_text(node.system)))
+    prompt = ctx.render_text(node.prompt)
+    if node.output_schema is None:
+        messages.append(Message(role="user", content=prompt))
+        response = await model.complete(messages)
+        return response.message.content or ""
+    schema_text = json.dumps(node.output_schema, ensure_ascii=False)
+    messages.append(
+        Message(
+            role="user",
+            content=f"{prompt}\n\nReply with only a JSON value (no prose, no code fence) "
+            f"that validates against this JSON Schema:\n{schema_text}",
+        )
+    )
+    problem = ""
+    for attempt in range(2):
+        response = await model.complete(messages)
+        reply = response.message.content or ""
+        try:
+            value = _parse_json(reply)
+        except ValueError as exc:
+            problem = f"the reply was not valid JSON ({exc})"
+        else:
+            problems = _schema_problems(value, node.output_schema)
+            if not problems:
+                return value
+            problem = "the JSON does not match the schema: " + "; ".join(problems)
+        if attempt == 0:
+            messages.append(Message(role="assistant", content=reply))
+            messages.append(
+                Message(
+                    role="user",
+                    content=f"Error: {problem}. Reply again with only the corrected JSON "
+                    f"matching the schema {schema_text}.",
+                )
+            )
+    raise NodeError(f"llm output rejected after one retry: {problem}")

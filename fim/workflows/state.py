@@ -1,0 +1,130 @@
+"""The persisted state of one workflow run, and the writer that keeps the store current.
+
+Everything a resume needs lives in this record (the declaration as it was when the run
+started, the inputs, each node's status and output), so a run paused at a `human` node can
+be picked up by another process after a restart, even if the files changed meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+NodeStatus = Literal["pending", "running", "ok", "failed", "skipped", "waiting", "cancelled"]
+RunStatus = Literal["running", "paused", "ok", "failed", "cancelled"]
+KIND = "workflow"
+
+
+@dataclass
+class NodeState:
+    type: str
+    status: NodeStatus = "pending"
+    output: Any = None
+    error: str | None = None
+    reason: str | None = None
+    """Why a node was skipped."""
+    attempts: int = 0
+    started_at: float | None = None
+    finished_at: float | None = None
+    duration_ms: float | None = None
+    approval_id: str | None = None
+    """For a waiting `human` node: the pending approval that resumes it."""
+    prompt: str | None = None
+
+
+@dataclass
+class RunState:
+    run_id: str
+    workflow: str
+    decl: dict[str, Any]
+    """The workflow declaration (pydantic dump, by alias) the run started with."""
+    inputs: dict[str, Any]
+    nodes: dict[str, NodeState]
+    status: RunStatus = "running"
+    outputs: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    started_at: float = field(default_factory=time.time)
+    finished_at: float | None = None
+    duration_ms: float | None = None
+    depth: int = 0
+    parents: list[str] = field(default_factory=list)
+    snapshot_version: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunState:
+        values = dict(data)
+        values["nodes"] = {k: NodeState(**v) for k, v in data.get("nodes", {}).items()}
+        return cls(**values)
+
+
+def record_data(record: Any) -> dict[str, Any]:
+    """The `data` dict of a store record, whatever mapping/object shape the store returns."""
+    if record is None:
+        return {}
+    data = record.get("data") if isinstance(record, dict) else getattr(record, "data", None)
+    if isinstance(data, str):
+        import json
+
+        data = json.loads(data)
+    return data or {}
+
+
+def record_field(record: Any, name: str, default: Any = None) -> Any:
+    if isinstance(record, dict):
+        return record.get(name, default)
+    return getattr(record, name, default)
+
+
+class Persister:
+    """Writes the run state to the store without making nodes wait for the database.
+
+    Node transitions only mark the state dirty; one background task writes the latest
+    state whenever it changed, so a burst of 200 node completions costs a handful of writes,
+    not 400. `flush()` writes synchronously at the points that must be durable (pause, end).
+    """
+
+    def __init__(self, store: Any, state: RunState) -> None:
+        self._store = store
+        self._state = state
+        self._dirty = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    def mark(self) -> None:
+        if self._closed:
+            return
+        self._dirty.set()
+        if self._task is None:
+            self._task = asyncio.create_task(self._loop())
+
+    async def _loop(self) -> None:
+        while not self._closed:
+            await self._dirty.wait()
+            if self._closed:
+                return
+            await self.write()
+
+    async def write(self) -> None:
+        async with self._lock:
+            self._dirty.clear()
+            state = self._state
+            await self._store.put_run(
+                state.run_id, KIND, state.workflow, state.status, state.to_dict()
+            )
+
+    async def flush(self) -> None:
+        """Write now and stop the background writer (the run ended or paused)."""
+        self._closed = True
+        if self._task is not None:
+            # Not cancelled: a store write may be running in a thread, and a stale write
+            # finishing after the final one would persist an old state.
+            self._dirty.set()
+            await self._task
+            self._task = None
+        await self.write()

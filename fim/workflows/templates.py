@@ -1,0 +1,150 @@
+"""Sandboxed Jinja2 for workflow templates: node args, prompts, `if` expressions, outputs.
+
+Workflow files are reviewed code but still data: templates run in Jinja2's immutable
+sandbox with StrictUndefined, so a typo (`nodes.lokup.output`) fails the node with a clear
+message instead of rendering an empty string into a payment request. A string that is
+exactly one `{{ expr }}` evaluates to the expression's native value, so
+`args: {order: "{{ nodes.lookup.output }}"}` passes a dict, not its repr.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from functools import lru_cache
+from typing import Any
+
+_SINGLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\}\}).)*)\}\}\s*$", re.DOTALL)
+_FALSE_WORDS = frozenset({"", "false", "no", "off", "0", "none", "null"})
+
+
+class TemplateError(Exception):
+    """A template failed to parse or render; the message names the template text."""
+
+
+@lru_cache(maxsize=1)
+def _environment() -> Any:
+    import jinja2
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False)
+    env.filters["tojson"] = _tojson
+    return env
+
+
+def _tojson(value: Any) -> str:
+    import json
+
+    return json.dumps(value, default=str, ensure_ascii=False)
+
+
+@lru_cache(maxsize=4096)
+def _compiled_expression(expr: str) -> Any:
+    return _environment().compile_expression(expr, undefined_to_none=False)
+
+
+@lru_cache(maxsize=4096)
+def _compiled_template(text: str) -> Any:
+    return _environment().from_string(text)
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _wrap(exc: Exception, text: str) -> TemplateError:
+    import jinja2
+
+    if isinstance(exc, jinja2.UndefinedError):
+        why = f"{exc.message} (check the name; nodes are only visible once they finished)"
+    elif isinstance(exc, jinja2.TemplateSyntaxError):
+        why = f"syntax error: {exc.message}"
+    else:
+        why = f"{type(exc).__name__}: {exc}"
+    return TemplateError(f"template {_short(text)!r}: {why}")
+
+
+def is_template(value: str) -> bool:
+    return "{{" in value or "{%" in value
+
+
+def evaluate(expr: str, context: dict[str, Any]) -> Any:
+    """Evaluate a bare Jinja2 expression (`inputs.amount > 100`) to its native value."""
+    try:
+        return _compiled_expression(expr.strip())(**context)
+    except TemplateError:
+        raise
+    except Exception as exc:
+        raise _wrap(exc, expr) from None
+
+
+def render(value: Any, context: dict[str, Any]) -> Any:
+    """Render strings in `value` (recursively through dicts and lists).
+
+    A string that is exactly one `{{ expr }}` keeps the expression's native type; any other
+    string with template syntax renders to text; everything else passes through unchanged.
+    """
+    if isinstance(value, str):
+        if not is_template(value):
+            return value
+        single = _SINGLE_EXPR.match(value)
+        if single is not None and "{%" not in value:
+            return evaluate(single.group("expr"), context)
+        try:
+            return _compiled_template(value).render(**context)
+        except Exception as exc:
+            raise _wrap(exc, value) from None
+    if isinstance(value, dict):
+        return {k: render(v, context) for k, v in value.items()}
+    if isinstance(value, list):
+        return [render(v, context) for v in value]
+    return value
+
+
+def render_text(value: str, context: dict[str, Any]) -> str:
+    """Render a template that must produce text (a prompt, an agent's task)."""
+    result = render(value, context)
+    if isinstance(result, str):
+        return result
+    import json
+
+    return json.dumps(result, default=str, ensure_ascii=False)
+
+
+def truthy(value: str, context: dict[str, Any]) -> bool:
+    """Decide a condition: `{{ expr }}`, a bare expression, or text ("false", "0", "")."""
+    if not is_template(value):
+        result: Any = evaluate(value, context)
+    else:
+        result = render(value, context)
+    if isinstance(result, str):
+        return result.strip().lower() not in _FALSE_WORDS
+    return bool(result)
+
+
+def allowed_env(allowlist: Iterable[str]) -> dict[str, str]:
+    """The environment variables a workflow may read as `env.NAME`: only allow-listed ones,
+    so a template cannot exfiltrate `OPENAI_API_KEY` into a connector call."""
+    return {name: os.environ[name] for name in allowlist if name in os.environ}
+
+
+def check_syntax(value: Any) -> list[str]:
+    """Syntax errors in every template inside `value`, for static checks."""
+    errors: list[str] = []
+    if isinstance(value, str) and is_template(value):
+        single = _SINGLE_EXPR.match(value)
+        try:
+            if single is not None and "{%" not in value:
+                _compiled_expression(single.group("expr").strip())
+            else:
+                _compiled_template(value)
+        except Exception as exc:
+            errors.append(str(_wrap(exc, value)))
+    elif isinstance(value, dict):
+        for v in value.values():
+            errors.extend(check_syntax(v))
+    elif isinstance(value, list):
+        for v in value:
+            errors.extend(check_syntax(v))
+    return errors

@@ -1,0 +1,76 @@
+"""Test doubles for workflows: small real tools a test passes to `WorkflowEngine(tools=...)`.
+
+They are shipped in the library (as `fim.llm.testing` ships ScriptedModel) so tests and
+benchmarks of any area can build workflows without a network or a model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from fim.tools.base import FunctionTool
+from fim.types import ToolResult
+
+
+def echo_tool(name: str = "echo") -> FunctionTool:
+    """Returns its `value` argument (JSON-encoded when it is not text)."""
+
+    async def run(value: Any = None, **extra: Any) -> str:
+        payload = value if not extra else {"value": value, **extra}
+        return payload if isinstance(payload, str) else json.dumps(payload)
+
+    return FunctionTool(
+        name,
+        "Return the given value unchanged",
+        {"type": "object", "properties": {"value": {}}, "additionalProperties": True},
+        run,
+        category="testing",
+    )
+
+
+def sleep_tool(name: str = "sleep") -> FunctionTool:
+    """Sleeps `seconds` then returns `value`: makes overlap (concurrency) observable."""
+
+    async def run(seconds: float = 0.0, value: Any = None) -> str:
+        await asyncio.sleep(seconds)
+        return value if isinstance(value, str) else json.dumps(value)
+
+    return FunctionTool(
+        name,
+        "Sleep for some seconds, then return the value",
+        {
+            "type": "object",
+            "properties": {"seconds": {"type": "number", "minimum": 0}, "value": {}},
+        },
+        run,
+        category="testing",
+    )
+
+
+class FlakyTool(FunctionTool):
+    """Fails its first `failures` calls with an error result, then succeeds; counts calls."""
+
+    def __init__(self, failures: int, name: str = "flaky") -> None:
+        self.calls = 0
+        self.failures = failures
+
+        async def run(value: Any = "ok") -> str | ToolResult:
+            self.calls += 1
+            if self.calls <= self.failures:
+                return ToolResult(content=f"transient failure #{self.calls}", is_error=True)
+            return value if isinstance(value, str) else json.dumps(value)
+
+        super().__init__(
+            name,
+            "Fail a few times, then succeed",
+            {"type": "object", "properties": {"value": {}}},
+            run,
+            category="testing",
+        )
+
+
+def testing_tools() -> list[FunctionTool]:
+    """The default doubles: `echo` and `sleep`."""
+    return [echo_tool(), sleep_tool()]
