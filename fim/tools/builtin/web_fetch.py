@@ -1,0 +1,185 @@
+"""web_fetch: GET a web page or API and return its readable text, behind an SSRF guard.
+
+An agent that can fetch any URL can be talked into reading the cloud metadata endpoint or
+an internal admin page, so every hop (the first URL and each redirect, followed by hand)
+has its host resolved and refused when any address is loopback, private, link-local,
+multicast, reserved or otherwise not globally routable — unless fim.yaml allows it with
+`web_fetch: {allow_private: true}` or lists the host in `web_fetch.allow_hosts`.
+
+Known limit: the host is resolved again by the HTTP client, so a DNS server that answers
+differently on the second lookup (DNS rebinding) is not caught.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import ipaddress
+import socket
+from typing import TYPE_CHECKING
+from urllib.parse import urljoin, urlsplit
+
+from fim.config.schema import WebFetchSettings
+from fim.tools.base import FunctionTool
+from fim.tools.builtin._common import clip, fail
+from fim.tools.builtin._html import html_to_text
+from fim.types import ToolResult
+
+if TYPE_CHECKING:
+    from fim.runtime import RunContext
+
+CATEGORY = "web"
+MAX_REDIRECTS = 5
+DEFAULT_MAX_CHARS = 20_000
+MAX_CHARS = 100_000
+MAX_BYTES = 5 * 1024 * 1024
+TIMEOUT = 20.0
+USER_AGENT = "fim-web-fetch/0.1 (+https://github.com/fim)"
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+class Blocked(Exception):
+    """A URL the guard refuses; the message says why and how to allow it."""
+
+
+def _why_blocked(ip: IPAddress) -> str | None:
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    for label in ("loopback", "private", "link_local", "multicast", "reserved", "unspecified"):
+        if getattr(ip, f"is_{label}"):
+            return label.replace("_", "-")
+    return None if ip.is_global else "non-public"
+
+
+class Guard:
+    """Decides, per hop, whether a URL may be fetched."""
+
+    def __init__(self, settings: WebFetchSettings) -> None:
+        self.allow_private = settings.allow_private
+        self.allow_hosts = [h.lower().strip("[]") for h in settings.allow_hosts]
+
+    def host_allowed(self, host: str) -> bool:
+        return any(fnmatch.fnmatchcase(host, pattern) for pattern in self.allow_hosts)
+
+    async def check(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https"):
+            raise Blocked(f"only http and https URLs can be fetched, not '{parts.scheme or url}'")
+        host = (parts.hostname or "").lower()
+        if not host:
+            raise Blocked(f"the URL '{url}' has no host")
+        if self.allow_private or self.host_allowed(host):
+            return
+        for ip in await self._resolve(host, parts.port or (443 if parts.scheme == "https" else 80)):
+            reason = _why_blocked(ip)
+            if reason is not None and not self.host_allowed(str(ip)):
+                raise Blocked(
+                    f"'{host}' resolves to {ip}, a {reason} address; fetching internal "
+                    "addresses is blocked. Fetch a public URL instead (a project owner can "
+                    "allow this host with web_fetch.allow_hosts in fim.yaml)"
+                )
+
+    @staticmethod
+    async def _resolve(host: str, port: int) -> list[IPAddress]:
+        try:
+            return [ipaddress.ip_address(host)]
+        except ValueError:
+            pass
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except socket.gaierror as exc:
+            raise Blocked(f"cannot resolve host '{host}' ({exc.strerror})") from None
+        return [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
+
+
+def _render(url: str, status: int, content_type: str, body: str, max_chars: int) -> str:
+    if "html" in content_type:
+        title, text = html_to_text(body)
+        body = (f"Title: {title}\n\n" if title else "") + text
+    header = f"URL: {url}\nStatus: {status}\nContent-Type: {content_type or 'unknown'}\n\n"
+    return header + clip(body, max_chars, "page")
+
+
+def make(ctx: RunContext) -> FunctionTool:
+    """Build web_fetch with the project's `web_fetch:` settings."""
+    guard = Guard(ctx.snapshot.project.web_fetch)
+
+    async def run(url: str, max_chars: int = DEFAULT_MAX_CHARS) -> str | ToolResult:
+        import httpx  # lazy: most runs never fetch
+
+        current = url
+        try:
+            async with httpx.AsyncClient(
+                timeout=TIMEOUT, follow_redirects=False, headers={"User-Agent": USER_AGENT}
+            ) as client:
+                for _ in range(MAX_REDIRECTS + 1):
+                    await guard.check(current)
+                    async with client.stream("GET", current) as response:
+                        if response.is_redirect and "location" in response.headers:
+                            current = urljoin(current, response.headers["location"])
+                            continue
+                        data = bytearray()
+                        async for chunk in response.aiter_bytes():
+                            data += chunk
+                            if len(data) > MAX_BYTES:
+                                break
+                        truncated = len(data) > MAX_BYTES
+                        text = bytes(data[:MAX_BYTES]).decode(
+                            response.encoding or "utf-8", errors="replace"
+                        )
+                        status = response.status_code
+                        ctype = response.headers.get("content-type", "").split(";")[0].strip()
+                        break
+                else:
+                    return fail(
+                        f"more than {MAX_REDIRECTS} redirects starting at {url}. "
+                        "Fetch the final URL directly."
+                    )
+        except Blocked as exc:
+            return fail(f"{exc}.")
+        except httpx.TimeoutException:
+            return fail(f"fetching {current} timed out after {TIMEOUT:g}s. Try again later.")
+        except httpx.HTTPError as exc:
+            return fail(f"fetching {current} failed: {type(exc).__name__}: {exc}.")
+        if truncated:
+            text += f"\n[... download stopped at {MAX_BYTES} bytes]"
+        page = _render(current, status, ctype, text, max_chars)
+        if status >= 400:
+            return ToolResult(
+                content=f"Error: the server answered {status}. Check the URL.\n{page}",
+                is_error=True,
+            )
+        return page
+
+    return FunctionTool(
+        name="web_fetch",
+        description=(
+            "Fetch a public web page or JSON/text URL with HTTP GET and return its status, "
+            "content type and readable text (HTML is reduced to plain text; scripts and "
+            "styles are dropped). Redirects are followed. Internal and private network "
+            "addresses are refused. Long pages are cut at max_chars."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "url": {
+                    "type": "string",
+                    "pattern": "^[hH][tT][tT][pP][sS]?://",
+                    "description": "Absolute http(s) URL, e.g. 'https://example.com/page'.",
+                },
+                "max_chars": {
+                    "type": "integer",
+                    "minimum": 100,
+                    "maximum": MAX_CHARS,
+                    "description": f"Characters of text to return (default {DEFAULT_MAX_CHARS}).",
+                },
+            },
+            "required": ["url"],
+            "additionalProperties": False,
+        },
+        fn=run,
+        category=CATEGORY,
+        metadata={"builtin": True, "access": "read"},
+    )
