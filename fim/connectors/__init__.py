@@ -1,0 +1,211 @@
+"""Connectors: a company's HTTP APIs and SQL databases, shown to the model as tools.
+
+`provide(ctx)` is the provider of the agent's `connectors:` list. Progressive mode (the
+default) gives the model two meta-tools (`connector`, `database`) and one stub line per
+connector in the system prompt; legacy mode registers one tool per HTTP action and three
+per database. Modes resolve per kind: agent `tool_modes` > env > fim.yaml > default.
+
+Hooks see meta-tool calls as their real target: `effective_tool_name(tool, args)` and
+`resolve_call_metadata(tool, args)` (also reachable as `tool.metadata["call_view"]`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fim.config.schema import DatabaseConnector, HttpConnector
+from fim.connectors.database import Database, get_database, stub_tables
+from fim.connectors.http import action_tool, get_client
+from fim.connectors.meta import (
+    CONNECTOR_TOOL,
+    DATABASE_TOOL,
+    ConnectorMetaTool,
+    DatabaseMetaTool,
+    database_metadata,
+)
+from fim.errors import RunError
+from fim.runtime import Provision, RunContext
+from fim.tools.base import FunctionTool
+from fim.types import ToolResult
+
+_RETRY_STUB_AFTER = 60.0
+"""Seconds before a run retries introspecting a database whose connection failed."""
+
+
+def provide(ctx: RunContext) -> Provision | None:
+    """Tools and prompt stubs for the agent's connectors (None when it has none)."""
+    http, databases = _declared(ctx)
+    if not http and not databases:
+        return None
+    provision = Provision()
+    lines: list[str] = []
+    if http:
+        clients = [get_client(ctx.services, n, d, ctx.snapshot.mask) for n, d in http]
+        if ctx.mode("connectors") == "legacy":
+            provision.tools += [action_tool(c, a) for c in clients for a in c.decl.actions]
+        else:
+            provision.tools.append(ConnectorMetaTool(clients))
+            provision.pinned.append(CONNECTOR_TOOL)
+            lines.append(
+                "HTTP connectors (use the `connector` tool: discover a connector's actions, "
+                "then execute one):"
+            )
+            lines += [
+                f"- {c.name}: {_describe(c.decl)}actions: {', '.join(c.decl.actions) or 'none'}"
+                for c in clients
+            ]
+    if databases:
+        dbs = [get_database(ctx.services, n, d, ctx.snapshot.root) for n, d in databases]
+        if ctx.mode("databases") == "legacy":
+            for db in dbs:
+                provision.tools += database_tools(db)
+        else:
+            provision.tools.append(DatabaseMetaTool(dbs))
+            provision.pinned.append(DATABASE_TOOL)
+            lines.append(
+                "Databases (use the `database` tool: list_tables, discover a table, then "
+                "query with one SELECT):"
+            )
+            lines += [
+                f"- {db.name}: {_describe(db.decl)}{stub_tables(_tables(ctx, db))}" for db in dbs
+            ]
+    if lines:
+        provision.prompt = "## Connectors\n" + "\n".join(lines)
+    return provision
+
+
+def _declared(
+    ctx: RunContext,
+) -> tuple[list[tuple[str, HttpConnector]], list[tuple[str, DatabaseConnector]]]:
+    http: list[tuple[str, HttpConnector]] = []
+    databases: list[tuple[str, DatabaseConnector]] = []
+    for name in ctx.agent.connectors:
+        decl = ctx.snapshot.connectors.get(name)
+        if decl is None:
+            known = ", ".join(sorted(ctx.snapshot.connectors)) or "none"
+            raise RunError(
+                f"agent '{ctx.agent.name}' uses unknown connector '{name}'",
+                hint=f"declare connectors/{name}.yaml (known connectors: {known})",
+            )
+        if isinstance(decl, HttpConnector):
+            http.append((name, decl))
+        else:
+            databases.append((name, decl))
+    return http, databases
+
+
+def _describe(decl: HttpConnector | DatabaseConnector) -> str:
+    return f"{decl.description.strip()} — " if decl.description.strip() else ""
+
+
+def _tables(ctx: RunContext, db: Database) -> list[str] | None:
+    """Table names for the stub, introspected once per declaration and cached.
+
+    `assemble` is synchronous, so this runs inline; it costs one catalog query on the first
+    run only, and a down database costs at most the connect timeout once a minute.
+    """
+    if db.tables_cache is not None:
+        return db.tables_cache
+    key = f"connector:tables-failed:{id(db)}"
+    failed_at = ctx.services.cache.get(key)
+    if failed_at is not None and time.monotonic() - failed_at < _RETRY_STUB_AFTER:
+        return None
+    try:
+        return db.tables_sync()
+    except Exception:
+        ctx.services.cache[key] = time.monotonic()
+        return None
+
+
+def database_tools(db: Database) -> list[FunctionTool]:
+    """Legacy mode: `{db}__list_tables`, `{db}__describe`, `{db}__query`."""
+
+    async def list_tables() -> ToolResult:
+        return await db.list_tables()
+
+    async def describe(table: str) -> ToolResult:
+        return await db.describe(table)
+
+    async def query(sql: str, params: dict[str, Any] | None = None) -> ToolResult:
+        return await db.query(sql, params)
+
+    def meta(action: str) -> dict[str, Any]:
+        static = database_metadata(db, action, {})
+        if action == "query":
+            static["access"] = "read" if db.decl.read_only else "write"
+            static["call_view"] = lambda args: (
+                f"{db.name}__query",
+                database_metadata(db, "query", args),
+            )
+        return static
+
+    label = f"{db.name} ({db.decl.description})" if db.decl.description else db.name
+    return [
+        FunctionTool(
+            f"{db.name}__list_tables",
+            f"List the tables of database {label}.",
+            {"type": "object", "properties": {}},
+            list_tables,
+            "database",
+            meta("list_tables"),
+        ),
+        FunctionTool(
+            f"{db.name}__describe",
+            f"Columns, types, nullability and keys of one table of database {db.name}.",
+            {
+                "type": "object",
+                "properties": {"table": {"type": "string"}},
+                "required": ["table"],
+            },
+            describe,
+            "database",
+            meta("describe"),
+        ),
+        FunctionTool(
+            f"{db.name}__query",
+            f"Run one SQL statement on database {db.name}"
+            + (" (read-only: a single SELECT)" if db.decl.read_only else "")
+            + f"; at most {db.decl.max_rows} rows are returned. Use :name placeholders "
+            "with params.",
+            {
+                "type": "object",
+                "properties": {
+                    "sql": {"type": "string"},
+                    "params": {"type": "object"},
+                },
+                "required": ["sql"],
+            },
+            query,
+            "database",
+            meta("query"),
+        ),
+    ]
+
+
+def effective_tool_name(tool: Any, args: dict[str, Any]) -> str:
+    """The name hook matchers see: `crm__create_lead` for a `connector` meta call."""
+    return _view(tool, args)[0]
+
+
+def resolve_call_metadata(tool: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """The target's metadata for `HookContext.metadata` (access, requires_confirmation,
+    connector, action; `sql` for database queries)."""
+    return _view(tool, args)[1]
+
+
+def _view(tool: Any, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    meta = dict(getattr(tool, "metadata", None) or {})
+    resolver = meta.pop("call_view", None)
+    if resolver is None:
+        return tool.name, meta
+    name, extra = resolver(args or {})
+    return name, {**meta, **extra}
+
+
+__all__ = [
+    "database_tools",
+    "effective_tool_name",
+    "provide",
+    "resolve_call_metadata",
+]

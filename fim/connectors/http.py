@@ -1,0 +1,291 @@
+"""HTTP connectors: each declared action becomes a tool `{connector}__{action}`.
+
+One pooled `httpx.AsyncClient` per connector declaration lives in `Services`, so runs share
+connections and a changed declaration (new token, new base_url) gets a fresh client. The
+tool's arguments are split into path, query and JSON body from the action's declaration;
+auth comes from the declaration (secrets already interpolated by the loader) and is never
+echoed: every observation passes through a mask of the auth values and snapshot secrets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+from fim.config.schema import HttpAction, HttpConnector
+from fim.connectors.render import render_json, truncate_text
+from fim.tools.base import FunctionTool
+from fim.types import ToolResult
+
+RETRY_BACKOFF = 0.1
+"""Seconds before the first retry; doubles each attempt (module-level so tests can shrink it)."""
+_IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
+_QUERY_METHODS = frozenset({"GET", "DELETE", "HEAD"})
+_PATH_PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_\-]*)\}")
+_ERROR_EXCERPT = 1000
+
+
+def tool_name(connector: str, action: str) -> str:
+    return f"{connector}__{action}"
+
+
+def action_metadata(connector: str, action_name: str, action: HttpAction) -> dict[str, Any]:
+    """What hooks need to know about an action (DESIGN §4: `HookContext.metadata`)."""
+    return {
+        "connector": connector,
+        "action": action_name,
+        "access": action.access,
+        "requires_confirmation": action.requires_confirmation,
+        "method": action.method,
+        "path": action.path,
+    }
+
+
+def secrets_of(decl: HttpConnector) -> list[str]:
+    auth = decl.auth
+    if auth is None:
+        return []
+    values = {"bearer": ["token"], "api_key": ["key"], "basic": ["username", "password"]}
+    found = [getattr(auth, field) for field in values[auth.type]]
+    if auth.type == "basic":
+        import base64
+
+        raw = f"{auth.username}:{auth.password}".encode()
+        found.append(base64.b64encode(raw).decode())
+    return [v for v in found if v]
+
+
+class HttpConnectorClient:
+    """The live side of one HTTP connector declaration."""
+
+    def __init__(
+        self, name: str, decl: HttpConnector, mask: Callable[[str], str] | None = None
+    ) -> None:
+        self.name = name
+        self.decl = decl
+        self._snapshot_mask = mask or (lambda text: text)
+        self._secrets = sorted(secrets_of(decl), key=len, reverse=True)
+        self._client: Any = None
+
+    def mask(self, text: str) -> str:
+        for secret in self._secrets:
+            if len(secret) >= 3:
+                text = text.replace(secret, "***").replace(quote(secret, safe=""), "***")
+        return self._snapshot_mask(text)
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = self._build_client()
+        return self._client
+
+    def _build_client(self) -> Any:
+        import httpx
+
+        headers = dict(self.decl.headers)
+        params: dict[str, str] = {}
+        auth: Any = None
+        spec = self.decl.auth
+        if spec is not None and spec.type == "bearer":
+            headers["Authorization"] = f"Bearer {spec.token}"
+        elif spec is not None and spec.type == "api_key":
+            if spec.location == "header":
+                headers[spec.name] = spec.key
+            else:
+                params[spec.name] = spec.key
+        elif spec is not None and spec.type == "basic":
+            auth = httpx.BasicAuth(spec.username, spec.password)
+        return httpx.AsyncClient(
+            base_url=self.decl.base_url.rstrip("/") + "/",
+            headers=headers,
+            params=params,
+            auth=auth,
+            timeout=self.decl.timeout,
+            follow_redirects=True,
+        )
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    # ------------------------------------------------------------------ calls
+
+    def build_request(self, action: HttpAction, args: dict[str, Any]) -> dict[str, Any]:
+        """Split arguments into path, query and JSON body; raises ValueError when a path
+        parameter is missing."""
+        remaining = dict(args)
+        missing = []
+
+        def fill(match: re.Match[str]) -> str:
+            key = match.group(1)
+            if key not in remaining or remaining[key] is None:
+                missing.append(key)
+                return match.group(0)
+            return quote(_scalar(remaining.pop(key)), safe="")
+
+        path = _PATH_PARAM.sub(fill, action.path).lstrip("/")
+        if missing:
+            raise ValueError(f"missing path parameter(s): {', '.join(missing)}")
+        query_names = set(action.query or ())
+        if action.method in _QUERY_METHODS:
+            query_names |= set(remaining)
+        query = {k: _query_value(v) for k, v in remaining.items() if k in query_names}
+        body = {k: v for k, v in remaining.items() if k not in query_names}
+        request: dict[str, Any] = {"method": action.method, "url": path, "params": query}
+        if body:
+            request["json"] = body
+        if action.headers:
+            request["headers"] = dict(action.headers)
+        return request
+
+    async def call(self, action_name: str, args: dict[str, Any]) -> ToolResult:
+        import httpx
+
+        action = self.decl.actions[action_name]
+        label = tool_name(self.name, action_name)
+        try:
+            request = self.build_request(action, args)
+        except ValueError as exc:
+            return ToolResult(
+                content=f"Error: {label}: {exc}. Required by path {action.path}; pass them "
+                "in the arguments.",
+                is_error=True,
+            )
+        attempts = 1 + (self.decl.retries if action.method in _IDEMPOTENT else 0)
+        response = None
+        for attempt in range(attempts):
+            if attempt:
+                await asyncio.sleep(RETRY_BACKOFF * 2 ** (attempt - 1))
+            try:
+                response = await self.client.request(**request)
+            except httpx.TimeoutException as exc:
+                # A connect timeout is worth a retry; a read timeout means a slow server.
+                if isinstance(exc, httpx.ConnectTimeout) and attempt + 1 < attempts:
+                    continue
+                return ToolResult(
+                    content=f"Error: {label} timed out after {self.decl.timeout:g}s. The "
+                    "service is slow or down; try again later or ask for less data.",
+                    is_error=True,
+                )
+            except httpx.TransportError as exc:
+                if attempt + 1 < attempts:
+                    continue
+                return ToolResult(
+                    content=self.mask(
+                        f"Error: {label} could not reach {self.name} "
+                        f"({type(exc).__name__}: {exc}). The service may be down."
+                    ),
+                    is_error=True,
+                )
+            if response.status_code >= 500 and attempt + 1 < attempts:
+                continue
+            break
+        assert response is not None
+        return self._observation(response)
+
+    def _observation(self, response: Any) -> ToolResult:
+        limit = self.decl.max_response_chars
+        status = response.status_code
+        meta = {"status": status}
+        if status >= 400:
+            excerpt = truncate_text(_body_text(response), _ERROR_EXCERPT)
+            hint = _status_hint(status)
+            content = f"[HTTP {status}] {excerpt}".rstrip() + (f"\n{hint}" if hint else "")
+            return ToolResult(content=self.mask(content), is_error=True, metadata=meta)
+        if not response.content:
+            return ToolResult(content=f"[HTTP {status}] (empty response)", metadata=meta)
+        data = _json_body(response)
+        if data is not _NOT_JSON:
+            return ToolResult(content=self.mask(render_json(data, limit)), metadata=meta)
+        return ToolResult(content=self.mask(truncate_text(response.text, limit)), metadata=meta)
+
+
+_NOT_JSON = object()
+
+
+def _json_body(response: Any) -> Any:
+    ctype = response.headers.get("content-type", "")
+    if "json" not in ctype and not response.text.lstrip().startswith(("{", "[")):
+        return _NOT_JSON
+    try:
+        return json.loads(response.text)
+    except ValueError:
+        return _NOT_JSON
+
+
+def _body_text(response: Any) -> str:
+    data = _json_body(response)
+    if data is not _NOT_JSON:
+        return json.dumps(data, ensure_ascii=False, separators=(", ", ": "))
+    return response.text.strip() or response.reason_phrase
+
+
+def _status_hint(status: int) -> str:
+    return {
+        400: "The request was rejected; check the arguments against the action's schema.",
+        401: "Authentication failed; the connector's credentials are wrong or missing.",
+        403: "Not permitted with these credentials; do not retry the same call.",
+        404: "Not found; check the identifiers (discover the action or list first).",
+        409: "Conflict with the current state; fetch the resource and retry if it makes sense.",
+        422: "The service rejected the data; fix the fields named above.",
+        429: "Rate limited; wait before calling again.",
+    }.get(status, "The service failed; retrying later may help." if status >= 500 else "")
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def _query_value(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_scalar(v) for v in value]
+    return _scalar(value)
+
+
+def get_client(
+    services: Any, name: str, decl: HttpConnector, mask: Callable[[str], str] | None = None
+) -> HttpConnectorClient:
+    """The client of a declaration, shared by runs until the declaration changes."""
+    digest = hashlib.sha256(decl.model_dump_json().encode()).hexdigest()[:12]
+    return services.get(
+        f"connector:http:{name}:{digest}",
+        lambda: HttpConnectorClient(name, decl, mask),
+        lambda client: client.aclose(),
+    )
+
+
+def action_tool(client: HttpConnectorClient, action_name: str) -> FunctionTool:
+    """A legacy-mode tool for one action: its own name, schema and metadata."""
+    action = client.decl.actions[action_name]
+
+    async def run(**arguments: Any) -> ToolResult:
+        return await client.call(action_name, arguments)
+
+    description = action.description or f"{action.method} {action.path}"
+    return FunctionTool(
+        name=tool_name(client.name, action_name),
+        description=f"{client.name}: {description}",
+        parameters=action.parameters,
+        fn=run,
+        category="connector",
+        metadata=action_metadata(client.name, action_name, action),
+    )
+
+
+__all__ = [
+    "HttpConnectorClient",
+    "action_metadata",
+    "action_tool",
+    "get_client",
+    "tool_name",
+]

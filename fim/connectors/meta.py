@@ -1,0 +1,201 @@
+"""Progressive disclosure: two meta-tools instead of one tool per action or table.
+
+With many connectors, per-action tool definitions dominate the prompt. The `connector` and
+`database` meta-tools keep one small definition each; the model discovers details on demand.
+Hooks must still see the *real* target, so each meta-tool offers `call_view(args)` ->
+(`{connector}__{action}`, that action's metadata), which the engine uses for matchers and
+`HookContext.metadata` (and `fim.connectors.resolve_call_metadata` wraps).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fim.connectors.database import Database
+from fim.connectors.http import HttpConnectorClient, action_metadata, tool_name
+from fim.connectors.render import compact_json
+from fim.connectors.sql_guard import SqlRejected, check_read_only
+from fim.types import JSONSchema, ToolResult
+
+CONNECTOR_TOOL = "connector"
+DATABASE_TOOL = "database"
+
+
+class ConnectorMetaTool:
+    """`connector(subcommand=discover|execute, connector, action, parameters)`."""
+
+    category = "connector"
+
+    def __init__(self, clients: list[HttpConnectorClient]) -> None:
+        self.clients = {c.name: c for c in clients}
+        self.name = CONNECTOR_TOOL
+        self.description = (
+            "Call the HTTP connectors listed in the system prompt. First "
+            "subcommand=discover with a connector to see its actions and their parameter "
+            "schemas, then subcommand=execute with connector, action and parameters."
+        )
+        self.parameters: JSONSchema = {
+            "type": "object",
+            "properties": {
+                "subcommand": {"type": "string", "enum": ["discover", "execute"]},
+                "connector": {"type": "string", "enum": sorted(self.clients)},
+                "action": {"type": "string", "description": "Action name (for execute)."},
+                "parameters": {
+                    "type": "object",
+                    "description": "Arguments of the action, as its schema from discover says.",
+                },
+            },
+            "required": ["subcommand", "connector"],
+        }
+        self.metadata: dict[str, Any] = {"meta": "connector", "call_view": self.call_view}
+
+    def call_view(self, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        client = self.clients.get(str(args.get("connector")))
+        action = str(args.get("action") or "")
+        base = {"meta": "connector", "subcommand": args.get("subcommand")}
+        if client is None:
+            return self.name, base
+        if args.get("subcommand") == "execute" and action in client.decl.actions:
+            meta = action_metadata(client.name, action, client.decl.actions[action])
+            return tool_name(client.name, action), {**base, **meta}
+        view = {"connector": client.name, "access": "read", "requires_confirmation": False}
+        return f"{client.name}__discover", {**base, **view}
+
+    async def run(self, **args: Any) -> ToolResult:
+        client = self.clients[args["connector"]]
+        if args["subcommand"] == "discover":
+            return ToolResult(content=discover_actions(client, args.get("action")))
+        action = args.get("action")
+        if not action or action not in client.decl.actions:
+            valid = ", ".join(client.decl.actions) or "none"
+            what = f"has no action '{action}'" if action else "needs an 'action' for execute"
+            return ToolResult(
+                content=f"Error: connector '{client.name}' {what}. Valid actions: {valid}. "
+                "Call subcommand=discover to see their parameters, then execute one.",
+                is_error=True,
+            )
+        params = args.get("parameters") or {}
+        schema = client.decl.actions[action].parameters
+        errors = schema_errors(schema, params)
+        if errors:
+            return ToolResult(
+                content=f"Error: invalid parameters for {client.name}.{action}: "
+                f"{'; '.join(errors)}. Expected schema: {compact_json(schema)}. Fix the "
+                "parameters and execute again.",
+                is_error=True,
+            )
+        return await client.call(action, params)
+
+
+def discover_actions(client: HttpConnectorClient, only: str | None = None) -> str:
+    decl = client.decl
+    names = [only] if only in decl.actions else list(decl.actions)
+    lines = [f"connector {client.name}: {decl.description or decl.base_url}"]
+    for name in names:
+        action = decl.actions[name]
+        flags = action.access + (", requires confirmation" if action.requires_confirmation else "")
+        lines.append(
+            f"- {name} ({action.method} {action.path}; {flags}): "
+            f"{action.description or 'no description'}\n  parameters: "
+            f"{compact_json(action.parameters)}"
+        )
+    lines.append("Run one with subcommand=execute, action=<name>, parameters={...}.")
+    return "\n".join(lines)
+
+
+class DatabaseMetaTool:
+    """`database(subcommand=list_tables|discover|query, database, table, sql, params)`."""
+
+    category = "database"
+
+    def __init__(self, databases: list[Database]) -> None:
+        self.databases = {d.name: d for d in databases}
+        self.name = DATABASE_TOOL
+        self.description = (
+            "Query the SQL databases listed in the system prompt. subcommand=list_tables "
+            "lists tables, subcommand=discover with a table shows its columns, types and "
+            "keys, subcommand=query runs one SELECT (sql, optional params for :name "
+            "placeholders)."
+        )
+        self.parameters: JSONSchema = {
+            "type": "object",
+            "properties": {
+                "subcommand": {"type": "string", "enum": ["list_tables", "discover", "query"]},
+                "database": {"type": "string", "enum": sorted(self.databases)},
+                "table": {"type": "string", "description": "Table name (for discover)."},
+                "sql": {"type": "string", "description": "One SQL statement (for query)."},
+                "params": {"type": "object", "description": "Values for :name placeholders."},
+            },
+            "required": ["subcommand", "database"],
+        }
+        self.metadata: dict[str, Any] = {"meta": "database", "call_view": self.call_view}
+
+    def call_view(self, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        db = self.databases.get(str(args.get("database")))
+        if db is None:
+            return self.name, {"meta": "database"}
+        action = {"discover": "describe"}.get(str(args.get("subcommand")), args.get("subcommand"))
+        return f"{db.name}__{action}", {"meta": "database", **database_metadata(db, action, args)}
+
+    async def run(self, **args: Any) -> ToolResult:
+        db = self.databases[args["database"]]
+        sub = args["subcommand"]
+        if sub == "list_tables":
+            return await db.list_tables()
+        if sub == "discover":
+            if not args.get("table"):
+                listing = await db.list_tables()
+                return ToolResult(
+                    content=f"Error: discover needs a 'table'. {listing.content}",
+                    is_error=True,
+                )
+            return await db.describe(args["table"])
+        if not args.get("sql"):
+            return ToolResult(
+                content="Error: query needs 'sql' (one SELECT statement). Use discover to see "
+                "a table's columns first.",
+                is_error=True,
+            )
+        return await db.query(args["sql"], args.get("params"))
+
+
+def database_metadata(db: Database, action: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """Hook metadata of a database call; `access` is `write` only for a statement the
+    read-only guard would refuse on a writable database."""
+    meta: dict[str, Any] = {
+        "connector": db.name,
+        "action": action,
+        "access": "read",
+        "requires_confirmation": False,
+        "read_only": db.decl.read_only,
+    }
+    if action == "query":
+        sql = str(args.get("sql") or "")
+        meta["sql"] = sql
+        if not db.decl.read_only:
+            try:
+                check_read_only(sql, db.dialect)
+            except SqlRejected:
+                meta["access"] = "write"
+    return meta
+
+
+def schema_errors(schema: JSONSchema, value: Any) -> list[str]:
+    import jsonschema
+
+    cls = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
+    errors = []
+    for err in cls(schema).iter_errors(value):
+        where = "/".join(str(p) for p in err.absolute_path)
+        errors.append(f"{where}: {err.message}" if where else err.message)
+    return errors[:5]
+
+
+__all__ = [
+    "CONNECTOR_TOOL",
+    "DATABASE_TOOL",
+    "ConnectorMetaTool",
+    "DatabaseMetaTool",
+    "database_metadata",
+    "discover_actions",
+]

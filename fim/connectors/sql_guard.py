@@ -1,0 +1,295 @@
+"""The parser half of read-only databases: only one plain read statement passes.
+
+This is the first of two layers (the second is a read-only connection, see
+`fim.connectors.database`), so the rules here are an allowlist, not a blocklist: the
+statement must parse, be exactly one statement, be a SELECT / set operation / VALUES (or
+EXPLAIN of one, or PostgreSQL SHOW), and contain no data-modifying node, no locking clause,
+no `SELECT ... INTO` and no function known to have side effects. Anything the parser does
+not understand is refused rather than guessed at.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+_DIALECTS = {
+    "sqlite": "sqlite",
+    "postgresql": "postgres",
+    "postgres": "postgres",
+    "mysql": "mysql",
+    "mariadb": "mysql",
+    "mssql": "tsql",
+    "oracle": "oracle",
+    "duckdb": "duckdb",
+    "snowflake": "snowflake",
+    "bigquery": "bigquery",
+}
+
+_SIDE_EFFECT_FUNCTIONS = frozenset(
+    {
+        # PostgreSQL: server control, sequences, settings, large objects, files, notify
+        "pg_terminate_backend",
+        "pg_cancel_backend",
+        "pg_reload_conf",
+        "pg_rotate_logfile",
+        "pg_promote",
+        "pg_sleep_for",
+        "set_config",
+        "nextval",
+        "setval",
+        "txid_current",
+        "pg_current_xact_id",
+        "pg_notify",
+        "lo_import",
+        "lo_export",
+        "lo_unlink",
+        "lo_create",
+        "lo_creat",
+        "lo_put",
+        "lo_from_bytea",
+        "lowrite",
+        "query_to_xml",
+        "query_to_xml_and_xmlschema",
+        "query_to_xmlschema",
+        "cursor_to_xml",
+        "pg_import_system_collations",
+        # SQLite: extension loading and the CLI's file functions
+        "load_extension",
+        "writefile",
+        "readfile",
+        "edit",
+        "fts3_tokenizer",
+        # MySQL
+        "sleep",
+        "benchmark",
+        "get_lock",
+        "release_lock",
+        "load_file",
+    }
+)
+_SIDE_EFFECT_PREFIXES = (
+    "dblink",
+    "lo_",
+    "pg_advisory",
+    "pg_try_advisory",
+    "pg_stat_reset",
+    "pg_replication",
+    "pg_logical",
+    "pg_create",
+    "pg_drop",
+    "pg_switch",
+    "pg_file",
+    "pg_read",
+    "pg_ls_",
+    "pg_stat_file",
+    "pg_backup",
+    "pg_start_backup",
+    "pg_stop_backup",
+    "pg_wal_replay",
+    "pg_copy",
+)
+
+_READ_PRAGMAS = frozenset(
+    {
+        "table_info",
+        "table_xinfo",
+        "table_list",
+        "index_list",
+        "index_info",
+        "index_xinfo",
+        "foreign_key_list",
+        "database_list",
+        "collation_list",
+        "function_list",
+        "module_list",
+        "pragma_list",
+        "compile_options",
+        "user_version",
+        "schema_version",
+        "application_id",
+        "page_count",
+        "page_size",
+        "encoding",
+        "freelist_count",
+        "journal_mode",
+        "integrity_check",
+        "quick_check",
+        "foreign_key_check",
+    }
+)
+"""PRAGMAs that only read when given no value."""
+_ARGUMENT_PRAGMAS = frozenset(
+    {
+        "table_info",
+        "table_xinfo",
+        "table_list",
+        "index_list",
+        "index_info",
+        "index_xinfo",
+        "foreign_key_list",
+        "foreign_key_check",
+        "integrity_check",
+        "quick_check",
+    }
+)
+"""PRAGMAs whose argument names a table or limit rather than a new value."""
+
+_KEYWORD_IN_COMMENT = re.compile(
+    r"\b(insert|update|delete|merge|upsert|replace|drop|create|alter|truncate|grant|revoke|"
+    r"attach|detach|pragma|copy|vacuum|reindex|analyze|set|commit|rollback|begin|"
+    r"savepoint|release|lock|call|do|execute|prepare|into)\b",
+    re.IGNORECASE,
+)
+_EXPLAIN_OPTIONS = re.compile(
+    r"^\s*(\((?:[^()]*)\)|analy[sz]e\b|verbose\b|query\s+plan\b)\s*", re.IGNORECASE
+)
+
+
+class SqlRejected(ValueError):
+    """A statement the read-only guard refuses; the message is written for the model."""
+
+
+def dialect_for(url: str) -> str | None:
+    """The sqlglot dialect of a SQLAlchemy URL (`postgresql+psycopg://` -> `postgres`)."""
+    backend = url.split(":", 1)[0].split("+", 1)[0].lower()
+    return _DIALECTS.get(backend)
+
+
+def check_read_only(sql: str, dialect: str | None = None) -> None:
+    """Raise `SqlRejected` unless `sql` is exactly one read-only statement."""
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import ParseError, TokenError
+
+    if not sql or not sql.strip():
+        raise SqlRejected("the SQL is empty; send one SELECT statement")
+    # sqlglot logs a warning for every statement it can only parse as an opaque Command.
+    logging.getLogger("sqlglot").setLevel(logging.ERROR)
+    try:
+        tokens = sqlglot.tokenize(sql, read=dialect)
+        _check_comments(tokens)
+        statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
+    except (ParseError, TokenError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SqlRejected(
+            f"the SQL could not be parsed ({first}); this database is read-only and accepts "
+            "one plain SELECT statement"
+        ) from None
+    if len(statements) != 1:
+        raise SqlRejected(
+            f"found {len(statements)} statements; send exactly one SELECT statement "
+            "(no ';'-separated batches)"
+        )
+    keyword = tokens[0].text.upper() if tokens else "?"
+    _check_statement(statements[0], keyword, dialect, exp)
+
+
+def _check_comments(tokens: list[Any]) -> None:
+    for token in tokens:
+        for comment in token.comments or ():
+            text = comment.strip()
+            if text.startswith(("!", "+")) or _KEYWORD_IN_COMMENT.search(text):
+                raise SqlRejected(
+                    "comments containing SQL keywords or optimizer hints are not allowed on a "
+                    "read-only database; remove the comment and send one SELECT statement"
+                )
+
+
+def _check_statement(statement: Any, keyword: str, dialect: str | None, exp: Any) -> None:
+    if isinstance(statement, exp.Command):
+        _check_command(statement, dialect)
+        return
+    if isinstance(statement, exp.Pragma):
+        _check_pragma(statement, exp)
+        return
+    if not isinstance(statement, exp.Select | exp.SetOperation | exp.Values):
+        raise SqlRejected(
+            f"{keyword} statements are not allowed: this database is read-only. Only SELECT "
+            "(optionally WITH ... SELECT), EXPLAIN and SHOW are accepted"
+        )
+    forbidden = (
+        exp.Insert,
+        exp.Update,
+        exp.Delete,
+        exp.Merge,
+        exp.Create,
+        exp.Drop,
+        exp.Alter,
+        exp.TruncateTable,
+        exp.Copy,
+        exp.Command,
+        exp.Set,
+        exp.Transaction,
+        exp.Commit,
+        exp.Rollback,
+        exp.Grant,
+        exp.Attach,
+        exp.Detach,
+        exp.Pragma,
+    )
+    for node in statement.walk():
+        if isinstance(node, forbidden):
+            raise SqlRejected(
+                f"the query contains a {type(node).__name__.upper()} (e.g. inside a WITH "
+                "clause); this database is read-only, so only reads are allowed"
+            )
+        if isinstance(node, exp.Into):
+            raise SqlRejected(
+                "SELECT ... INTO creates a table and is not allowed on a read-only database; "
+                "drop the INTO clause"
+            )
+        if isinstance(node, exp.Lock):
+            raise SqlRejected(
+                "locking clauses (FOR UPDATE / FOR SHARE) are not allowed on a read-only "
+                "database; drop the clause"
+            )
+        if isinstance(node, exp.Func):
+            name = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
+            if name in _SIDE_EFFECT_FUNCTIONS or name.startswith(_SIDE_EFFECT_PREFIXES):
+                raise SqlRejected(
+                    f"the function {name}() has side effects and is not allowed on a "
+                    "read-only database"
+                )
+
+
+def _check_command(statement: Any, dialect: str | None) -> None:
+    keyword = str(statement.this).upper()
+    rest = str(statement.expression.this if statement.expression is not None else "").strip()
+    if keyword == "EXPLAIN":
+        while True:
+            match = _EXPLAIN_OPTIONS.match(rest)
+            if not match or not match.group(0).strip():
+                break
+            rest = rest[match.end() :]
+        if not rest:
+            raise SqlRejected("EXPLAIN needs a statement; send EXPLAIN SELECT ...")
+        check_read_only(rest, dialect)
+        return
+    if keyword == "SHOW" and dialect == "postgres" and re.fullmatch(r"[\w.]+", rest):
+        return
+    raise SqlRejected(
+        f"{keyword} statements are not allowed: this database is read-only. Only SELECT "
+        "(optionally WITH ... SELECT), EXPLAIN and SHOW are accepted"
+    )
+
+
+def _check_pragma(statement: Any, exp: Any) -> None:
+    inner = statement.this
+    # sqlglot reads both `PRAGMA x = v` and `PRAGMA x(v)` as EQ; SQLite treats both as a
+    # write for every pragma except the introspection ones that take a table name.
+    has_argument = isinstance(inner, exp.EQ)
+    target = inner.this if has_argument else inner
+    name = (target.name if target is not None else "").lower()
+    allowed = _ARGUMENT_PRAGMAS if has_argument else _READ_PRAGMAS
+    if name not in allowed:
+        raise SqlRejected(
+            f"PRAGMA {name or '?'}{' with a value' if has_argument else ''} is not allowed on a "
+            f"read-only database (it may change settings); allowed: PRAGMA "
+            f"{', '.join(sorted(_ARGUMENT_PRAGMAS))} (table) and PRAGMA "
+            f"{', '.join(sorted(_READ_PRAGMAS - _ARGUMENT_PRAGMAS))}"
+        )
+
+
+__all__ = ["SqlRejected", "check_read_only", "dialect_for"]
