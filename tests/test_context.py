@@ -1,0 +1,272 @@
+"""The context guard and token counting: a long run is fitted to its budget by shortening old
+tool observations first and summarising older turns second, never touching the system
+prompt or the last turns and never separating a tool call from its results. Also the
+`fim show agent --prompt` report and the token counter it relies on."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import fim.agent
+import fim.tokens
+from fim.compile import compile_project
+from fim.context import (
+    SUMMARY_PREFIX,
+    ContextGuard,
+    context_budget,
+    context_window,
+    render_prompt_report,
+)
+from fim.engines.react import ReactEngine
+from fim.llm.testing import ScriptedModel, text, tool_call
+from fim.runtime import Provision, RunContext, Services
+from fim.tokens import count_messages, count_tokens
+from fim.tools.base import FunctionTool
+from fim.tools.registry import ToolRegistry
+from fim.types import Message, Notice, ToolCall, ToolSpec
+
+FIXTURES = Path(__file__).parent / "fixtures" / "skills"
+TOOLS = [
+    ToolSpec(
+        name="shop_db__query",
+        description="Run one read-only SQL query",
+        parameters={"type": "object", "properties": {"sql": {"type": "string"}}},
+    )
+]
+
+
+def _observation(i: int) -> str:
+    rows = "\n".join(
+        f'{{"id": {i * 100 + r}, "status": "shipped", "amount": {r * 7}}}' for r in range(60)
+    )
+    return f"order batch {i} HEAD\n{rows}\norder batch {i} TAIL"
+
+
+def long_run(turns: int = 10, parallel: int = 1) -> list[Message]:
+    """A system prompt, a task, then `turns` tool exchanges with large observations."""
+    messages = [
+        Message(role="system", content="You are the shop analyst."),
+        Message(role="user", content="Find every late order of March and explain the pattern."),
+    ]
+    for i in range(turns):
+        calls = [
+            ToolCall(id=f"c{i}_{p}", name="shop_db__query", arguments={"sql": f"SELECT {i}{p}"})
+            for p in range(parallel)
+        ]
+        messages.append(Message(role="assistant", content=None, tool_calls=calls))
+        for call in calls:
+            messages.append(
+                Message(role="tool", content=_observation(i), tool_call_id=call.id, name=call.name)
+            )
+    return messages
+
+
+def assert_pairs_intact(messages: list[Message]) -> None:
+    """Every assistant tool call is answered right after it, every tool result has its call."""
+    pending: set[str] = set()
+    for msg in messages:
+        if msg.role == "tool":
+            assert msg.tool_call_id in pending, f"orphan tool result {msg.tool_call_id}"
+            pending.discard(msg.tool_call_id)
+            continue
+        assert not pending, f"tool calls without results: {pending}"
+        pending = {c.id for c in msg.tool_calls}
+    assert not pending
+
+
+async def test_a_conversation_within_budget_is_left_alone():
+    messages = long_run(2)
+    guard = ContextGuard(budget_tokens=100_000, summarizer=ScriptedModel([]))
+    fitted, notes = await guard.fit(messages, TOOLS)
+    assert fitted is messages and notes == []
+
+
+async def test_old_tool_observations_are_truncated_first():
+    messages = long_run(10)
+    full = count_messages(messages, TOOLS)
+    summarizer = ScriptedModel([])
+    guard = ContextGuard(budget_tokens=int(full * 0.6), summarizer=summarizer, keep_last=4)
+    fitted, notes = await guard.fit(messages, TOOLS)
+
+    assert summarizer.requests == [], "truncation alone was enough"
+    assert count_messages(fitted, TOOLS) <= guard.budget_tokens
+    assert len(fitted) == len(messages)
+    assert fitted[0] == messages[0] and fitted[-4:] == messages[-4:]
+    first = fitted[3].content
+    assert first.startswith("order batch 0 HEAD") and first.endswith("order batch 0 TAIL")
+    assert "characters of this old tool result were cut" in first
+    assert fitted[-3].content == messages[-3].content, "recent observations untouched"
+    assert len(notes) == 1 and notes[0].startswith("context guard: shortened")
+    assert messages[3].content == _observation(0), "the caller's list is not mutated"
+    assert_pairs_intact(fitted)
+
+
+async def test_older_turns_are_summarised_when_truncation_is_not_enough():
+    messages = long_run(12)
+    summary = "Checked batches 0-7: 14 late orders, all shipped by carrier B."
+    summarizer = ScriptedModel([text(summary)])
+    guard = ContextGuard(budget_tokens=3000, summarizer=summarizer, keep_last=4)
+    fitted, notes = await guard.fit(messages, TOOLS)
+
+    assert count_messages(fitted, TOOLS) <= 3000
+    assert fitted[0] == messages[0]
+    assert fitted[1].content == f"{SUMMARY_PREFIX}\n{summary}"
+    assert fitted[-4:] == messages[-4:]
+    assert_pairs_intact(fitted)
+    assert [n.split(":")[1].split()[0] for n in notes] == ["shortened", "summarised"]
+    [(request, _)] = summarizer.requests
+    transcript = request[-1].content
+    assert "USER: Find every late order of March" in transcript
+    assert 'ASSISTANT CALLED shop_db__query({"sql": "SELECT 00"})' in transcript
+
+    again, _ = await guard.fit(messages, TOOLS)
+    assert again[1].content == fitted[1].content, "the same turns are summarised once"
+    assert len(summarizer.requests) == 1
+
+
+async def test_the_kept_tail_never_starts_inside_a_tool_exchange():
+    messages = long_run(8, parallel=3)
+    summarizer = ScriptedModel([text("earlier: batches 0-6 checked")])
+    guard = ContextGuard(budget_tokens=3500, summarizer=summarizer, keep_last=2)
+    fitted, _ = await guard.fit(messages, TOOLS)
+    assert_pairs_intact(fitted)
+    assert fitted[-4:] == messages[-4:], "the assistant call and all 3 results are kept"
+    assert fitted[-4].tool_calls
+
+
+async def test_a_failing_summarizer_drops_older_turns_and_says_so():
+    def broken(messages, tools):
+        raise TimeoutError("fast model timed out")
+
+    guard = ContextGuard(budget_tokens=3000, summarizer=ScriptedModel([broken]), keep_last=4)
+    fitted, notes = await guard.fit(long_run(12), TOOLS)
+    assert "earlier messages were removed" in fitted[1].content
+    assert "summarisation failed: TimeoutError" in notes[-1]
+    assert_pairs_intact(fitted)
+    assert count_messages(fitted, TOOLS) <= 3000
+
+
+async def test_an_impossible_budget_keeps_system_and_tail_and_reports_it():
+    messages = long_run(3)
+    guard = ContextGuard(budget_tokens=200, summarizer=ScriptedModel([text("s")]), keep_last=4)
+    fitted, notes = await guard.fit(messages, TOOLS)
+    assert fitted[0] == messages[0] and fitted[-4:][1:] == [m.model_copy() for m in messages[-3:]]
+    assert "still needs" in notes[-1] and "budget of 200" in notes[-1]
+
+
+async def test_the_guard_runs_inside_the_engine_on_a_long_run():
+    async def query(sql: str) -> str:
+        return _observation(len(sql))
+
+    schema = {"type": "object", "properties": {"sql": {"type": "string"}}, "required": ["sql"]}
+    registry = ToolRegistry([FunctionTool("shop_db__query", "Run SQL", schema, query)])
+    steps = [tool_call("shop_db__query", {"sql": "SELECT " + "x" * i}) for i in range(8)]
+    worker = ScriptedModel([*steps, text("Found 3 late orders.")])
+    guard = ContextGuard(
+        budget_tokens=4000, summarizer=ScriptedModel([text("batches checked")] * 3), keep_last=4
+    )
+    engine = ReactEngine(
+        model=worker,
+        registry=registry,
+        system_prompt="You are the shop analyst.",
+        agent="analyst",
+        run_id="r",
+        fit_context=guard.bind(registry.specs),
+    )
+    events = [e async for e in engine.run("Find late orders")]
+    notices = [e.message for e in events if isinstance(e, Notice)]
+    assert any("shortened" in n for n in notices)
+    for messages, tools in worker.requests:
+        assert count_messages(messages, tools) <= 4000
+        assert messages[0].content == "You are the shop analyst."
+        assert_pairs_intact(messages)
+    assert events[-1].output == "Found 3 late orders."
+
+
+def test_budget_comes_from_the_agent_else_the_model_window():
+    assert context_budget("openai/gpt-4o", agent_budget=20_000) == 20_000
+    assert context_window("openai/gpt-4o-mini") == 128_000
+    assert context_window("anthropic/claude-sonnet-4-5") == 200_000
+    assert context_window("ollama/some-new-model") == 128_000
+    assert context_window("ollama/some-new-model", configured=8192) == 8192
+    assert context_budget("openai/gpt-4", max_output=1000) == 8192 - 1000
+    assert context_budget("openai/gpt-4o") == 128_000 - 4096
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+def test_tokens_are_counted_with_tiktoken_offline():
+    assert count_tokens("hello world") == 2
+    assert count_tokens("hello world", "openai/gpt-4o") == 2
+    assert count_tokens("<|endoftext|>") > 1, "special tokens in user text are plain text"
+    with_tools = count_messages([Message(role="user", content="hi")], TOOLS)
+    assert with_tools > count_messages([Message(role="user", content="hi")]) + 10
+
+
+def test_without_an_encoding_the_count_falls_back_to_len_over_4(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    fim.tokens._encoding.cache_clear()
+    try:
+        assert count_tokens("x" * 40) == 10
+    finally:
+        monkeypatch.undo()
+        fim.tokens._encoding.cache_clear()
+    assert count_tokens("x" * 40) < 10
+
+
+# --------------------------------------------------------------------------- --prompt report
+
+
+async def _ok(**_: object) -> str:
+    return "ok"
+
+
+def crm_provider(ctx: RunContext) -> Provision:
+    """Twenty connector-like tools, standing in for a connector area in the report test."""
+    tools = [
+        FunctionTool(f"crm__action_{i}", f"CRM action number {i}", {"type": "object"}, _ok)
+        for i in range(20)
+    ]
+    return Provision(tools=tools, prompt="CRM: the customer database.")
+
+
+@pytest.fixture
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A hub agent with the realistic skills and 20 connector-like tools."""
+    (tmp_path / "fim.yaml").write_text(
+        "name: hub\nmodels:\n  general: openai/gpt-4o\ntool_selection: {threshold: 12, max: 4}\n"
+    )
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "hub.yaml").write_text(
+        "instructions: You run the help desk of {{ project.name }}.\nskills: all\n"
+    )
+    shutil.copytree(FIXTURES, tmp_path / "skills")
+
+    monkeypatch.setattr(fim.agent, "PROVIDERS", ["fim.skills:provide", f"{__name__}:crm_provider"])
+    monkeypatch.delenv("FIM_SKILL_TOOL_MODE", raising=False)
+    return compile_project(tmp_path)
+
+
+def test_prompt_report_shows_sections_and_tools_with_token_counts(
+    hub, monkeypatch: pytest.MonkeyPatch
+):
+    report = render_prompt_report(hub, "hub", Services(root=hub.root))
+    assert "You run the help desk of hub." in report
+    assert "=== system prompt: skills (" in report and "- refund-sop:" in report
+    assert "=== tools: 21 definitions (" in report
+    assert "# read_skill (" in report and '"name": "read_skill"' in report
+    assert "tool selection: 21 tools are above the threshold of 12" in report
+    progressive = int(report.rsplit("total: ", 1)[1].split()[0])
+
+    monkeypatch.setenv("FIM_SKILL_TOOL_MODE", "inline")
+    inline_report = render_prompt_report(hub, "hub", Services(root=hub.root))
+    assert "modes: skills=inline" in inline_report
+    assert "## 1. Identify the order" in inline_report
+    inline = int(inline_report.rsplit("total: ", 1)[1].split()[0])
+    assert progressive + 800 < inline, (progressive, inline)

@@ -1,0 +1,189 @@
+"""Tool selection: above the threshold the fast model picks the tools a request needs,
+pinned tools and meta-tools always stay, a failed selection keeps every tool, and
+request_tools loads a left-out tool so the next model call sees it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fim.engines.react import ReactEngine
+from fim.llm.testing import ScriptedModel, text, tool_call
+from fim.selection import REQUEST_TOOLS, parse_choice, request_tools_tool, select_tools
+from fim.tools.base import FunctionTool
+from fim.tools.registry import ToolRegistry
+from fim.types import Message, Notice, RunFinished, ToolResultEvent, ToolSpec
+
+HUB_TOOLS = {
+    "calculator": "Evaluate arithmetic expressions exactly, with integers, decimals and percent.",
+    "web_fetch": "Fetch a web page over HTTP(S) and return its readable text content.",
+    "file_ops": "Read, write and list files inside the sandbox directory of the project.",
+    "python_exec": "Run a short Python snippet in a subprocess and return stdout and stderr.",
+    "datetime": "Current date and time in any timezone, and date arithmetic.",
+    "crm__get_contact": "CRM: fetch a contact by id with name, email, segment and owner.",
+    "crm__search_contacts": "CRM: search contacts by name or email fragment.",
+    "crm__create_lead": "CRM: create a sales lead for a person or company (write access).",
+    "shop_db__query": "Run one read-only SQL SELECT on the shop database and return rows as JSON.",
+    "shop_db__describe": "Describe tables and columns of the shop database.",
+    "tickets__list": "List open support tickets, newest first, with status and assignee.",
+    "tickets__comment": "Add an internal comment to a support ticket.",
+    "tickets__close": "Close a support ticket with a resolution code.",
+    "time__get_current_time": "MCP time server: current time in an IANA timezone.",
+    "time__convert_time": "MCP time server: convert a time between two IANA timezones.",
+    "run_workflow": "Start a declared workflow such as refund with its inputs.",
+}
+
+
+def _tool(name: str, description: str) -> FunctionTool:
+    async def run(**arguments: Any) -> str:
+        return f"{name} ran with {sorted(arguments.items())}"
+
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}}
+    return FunctionTool(name, description, schema, run, category="test")
+
+
+def _read_skill() -> FunctionTool:
+    return _tool("read_skill", "Load a skill's full instructions and the list of its files.")
+
+
+@pytest.fixture
+def registry() -> ToolRegistry:
+    tools = [_tool(n, d) for n, d in HUB_TOOLS.items()]
+    return ToolRegistry([*tools, _read_skill()])
+
+
+async def _select(model: ScriptedModel, registry: ToolRegistry, **options: Any):
+    settings = {"pinned": {"calculator"}, "max_tools": 3, "threshold": 12, **options}
+    return await select_tools(
+        model, "What is the email of contact 42 and their last order?", registry, **settings
+    )
+
+
+async def test_selection_keeps_chosen_pinned_and_meta_tools(registry: ToolRegistry):
+    fast = ScriptedModel(
+        [text('{"tools": ["crm__get_contact", "shop_db__query", "crm__get_kontakt"]}')]
+    )
+    outcome = await _select(fast, registry)
+    assert outcome.applied
+    assert outcome.chosen == ["crm__get_contact", "shop_db__query"]
+    assert outcome.ignored == ["crm__get_kontakt"]
+    assert set(registry.active_names) == {
+        "calculator",
+        "read_skill",
+        "crm__get_contact",
+        "shop_db__query",
+        REQUEST_TOOLS,
+    }
+    assert {s.name for s in registry.specs()} == set(registry.active_names)
+    [(messages, tools)] = fast.requests
+    assert tools is None, "the selector gets a catalogue in text, not tool definitions"
+    prompt = messages[-1].content
+    assert "contact 42" in prompt
+    assert "- crm__create_lead: CRM: create a sales lead" in prompt
+    assert "- calculator:" not in prompt and "- read_skill:" not in prompt, (
+        "kept tools are not offered"
+    )
+    catalogue = [line for line in prompt.splitlines() if line.startswith("- ")]
+    assert len(catalogue) == len(HUB_TOOLS) - 1
+    assert all(len(line.split(": ", 1)[1]) <= 80 for line in catalogue)
+    notice = outcome.notice("run1")
+    assert isinstance(notice, Notice) and notice.data["applied"] is True
+
+
+async def test_selection_keeps_at_most_max_tools(registry: ToolRegistry):
+    names = '"tickets__list", "tickets__comment", "tickets__close", "web_fetch"'
+    picks = f'```json\n{{"tools": [{names}]}}\n```'
+    outcome = await _select(ScriptedModel([text(picks)]), registry, max_tools=2)
+    assert outcome.chosen == ["tickets__list", "tickets__comment"]
+    assert "tickets__close" not in registry.active_names
+
+
+async def test_below_the_threshold_no_model_is_asked(registry: ToolRegistry):
+    fast = ScriptedModel([])
+    outcome = await _select(fast, registry, threshold=40)
+    assert not outcome.applied and fast.requests == []
+    assert "not above the threshold of 40" in outcome.reason
+    assert len(registry.specs()) == len(registry)
+
+
+def _fails(messages: list[Message], tools: list[ToolSpec] | None) -> str:
+    raise ConnectionError("fast model unreachable")
+
+
+@pytest.mark.parametrize(
+    ("reply", "reason"),
+    [
+        (_fails, "ConnectionError: fast model unreachable"),
+        ("I would use the CRM tools.", 'no {"tools": [...]} list'),
+        ('{"tools": ["crm_lookup", "sql"]}', "named no valid tool (it answered crm_lookup, sql)"),
+        ('{"tools": []}', "named no valid tool"),
+    ],
+)
+async def test_a_failed_selection_keeps_the_full_set(registry: ToolRegistry, reply, reason):
+    outcome = await _select(ScriptedModel([reply]), registry)
+    assert not outcome.applied
+    assert reason in outcome.reason
+    assert len(registry.specs()) == len(registry) == len(HUB_TOOLS) + 1
+    assert REQUEST_TOOLS not in registry
+    notice = outcome.notice("r")
+    assert notice.message.startswith("tool selection skipped:")
+    assert notice.data["applied"] is False
+
+
+def test_parse_choice_accepts_bare_lists_and_prose_around_json():
+    assert parse_choice('["a", "b"]') == ["a", "b"]
+    assert parse_choice('Sure! {"tools": ["x"]} hope that helps') == ["x"]
+    with pytest.raises(ValueError):
+        parse_choice('{"tools": "x"}')
+
+
+# --------------------------------------------------------------------------- request_tools
+
+
+async def test_request_tools_lists_inactive_tools_and_loads_them(registry: ToolRegistry):
+    registry.restrict(["calculator", "read_skill"])
+    meta = request_tools_tool(registry)
+    registry.add(meta)
+    registry.activate([REQUEST_TOOLS])
+    assert "- crm__create_lead: CRM: create a sales lead" in meta.description
+    assert "- calculator:" not in meta.description
+
+    result = await registry.call(REQUEST_TOOLS, {"tool_names": ["crm__create_lead", "crm_leads"]})
+    assert "Loaded: crm__create_lead" in result.content
+    assert "Unknown tools: crm_leads" in result.content and "crm__get_contact" in result.content
+    assert "crm__create_lead" in registry.active_names
+    assert "crm__create_lead" not in meta.description, "the list shrinks once loaded"
+
+    again = await registry.call(REQUEST_TOOLS, {"tool_names": ["crm__create_lead"]})
+    assert again.content == "Already available: crm__create_lead."
+    bad = await registry.call(REQUEST_TOOLS, {"tool_names": ["nope"]})
+    assert bad.is_error and "Tools you can still load:" in bad.content
+
+
+async def test_request_tools_loads_a_tool_mid_run_and_the_next_call_sees_it(
+    registry: ToolRegistry,
+):
+    fast = ScriptedModel([text('{"tools": ["crm__get_contact"]}')])
+    outcome = await _select(fast, registry)
+    assert outcome.applied and "crm__create_lead" not in registry.active_names
+
+    worker = ScriptedModel(
+        [
+            tool_call(REQUEST_TOOLS, {"tool_names": ["crm__create_lead"]}),
+            tool_call("crm__create_lead", {"q": "Ada Lovelace"}),
+            text("Created the lead."),
+        ]
+    )
+    engine = ReactEngine(
+        model=worker, registry=registry, system_prompt="You help.", agent="hub", run_id="r1"
+    )
+    events = [event async for event in engine.run("Create a lead for Ada Lovelace")]
+
+    seen = [{spec.name for spec in tools or []} for _, tools in worker.requests]
+    assert "crm__create_lead" not in seen[0]
+    assert "crm__create_lead" in seen[1]
+    results = [e for e in events if isinstance(e, ToolResultEvent)]
+    assert results[1].name == "crm__create_lead" and not results[1].is_error
+    assert "Ada Lovelace" in results[1].content
+    assert isinstance(events[-1], RunFinished) and events[-1].output == "Created the lead."
