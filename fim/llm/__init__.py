@@ -1,0 +1,86 @@
+"""Models: one `make_model(settings)` for every provider, chosen from the model string.
+
+- `scripted:<file.yaml>` -> `fim.llm.testing.ScriptedModel`, a test double that replays a
+  YAML script (offline demos and tests; it is not a language model).
+- `openai/<name>`, a bare OpenAI name (`gpt-4o-mini`), or any bare name with an
+  `api_base` -> the fast path (`openai_compat`): OpenAI-compatible chat.completions over
+  httpx, no litellm import. Local servers (vLLM, llama.cpp, LM Studio, Ollama's /v1) use
+  it with `model: openai/<name>` and `api_base: http://127.0.0.1:8000/v1`.
+- anything else (`anthropic/`, `gemini/`, `ollama/`, `bedrock/`, `hosted_vllm/` ...) ->
+  `litellm_model`, which imports litellm on the first request.
+
+Every backend maps fim Messages/ToolSpecs to the same wire format, retries 429/5xx and
+connection errors with exponential backoff (`max_retries`, `extra.retry_backoff`), honours
+`timeout`, and raises `RunError` with a one-line message a user can act on — a missing
+key names the variable to set and never includes a key. `extra: {tool_calling: false}`
+wraps the model in the JSON-mode fallback; `extra: {backend: litellm | openai}` forces a
+backend. Other `extra` keys pass through to the provider.
+
+`ALLOW_MODEL_REQUESTS` is the kill switch for tests: while it is False, a request to any
+host but loopback raises `RunError` (tests/conftest.py turns it off for the whole suite).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fim.config.schema import ModelSettings
+from fim.errors import RunError
+from fim.types import Model
+
+ALLOW_MODEL_REQUESTS = True
+"""False refuses every model request to a non-loopback host (set by the test suite)."""
+
+__all__ = ["ALLOW_MODEL_REQUESTS", "backend_of", "make_model"]
+
+
+def backend_of(settings: ModelSettings) -> str:
+    """`scripted`, `openai` (the fast path) or `litellm`, for a model's settings."""
+    from fim.llm.base import api_base, provider_of
+
+    model = settings.model
+    if model.startswith("scripted:"):
+        return "scripted"
+    forced = settings.extra.get("backend")
+    if forced in ("openai", "litellm"):
+        return forced
+    if forced is not None:
+        raise RunError(
+            f"{model}: unknown backend {forced!r}",
+            hint="extra.backend is `openai` (OpenAI-compatible HTTP) or `litellm`",
+        )
+    if model.startswith("openai/"):
+        return "openai"
+    if "/" not in model and (api_base(settings) or provider_of(model) == "openai"):
+        return "openai"
+    return "litellm"
+
+
+def make_model(settings: ModelSettings, root: Path | None = None) -> Model:
+    """Build the Model for `settings`. Cheap and offline: keys are checked, and heavy
+    libraries imported, on the first request, so compiling a project never needs them.
+
+    `root` resolves the file of a `scripted:` model (the project root; default: cwd).
+    """
+    backend = backend_of(settings)
+    model: Model
+    if backend == "scripted":
+        from fim.llm.testing import ScriptedModel
+
+        path = Path(settings.model.removeprefix("scripted:").strip())
+        if not path.is_absolute():
+            path = (root or Path.cwd()) / path
+        model = ScriptedModel.from_file(path, name=settings.model)
+    elif backend == "openai":
+        from fim.llm.openai_compat import OpenAICompatModel
+
+        model = OpenAICompatModel(settings)
+    else:
+        from fim.llm.litellm_model import LiteLLMModel
+
+        model = LiteLLMModel(settings)
+    if settings.extra.get("tool_calling") is False:
+        from fim.llm.jsonmode import JsonModeModel
+
+        model = JsonModeModel(model)
+    return model

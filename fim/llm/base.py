@@ -1,0 +1,193 @@
+"""What every HTTP-backed model shares: provider facts, API keys, the request guard, the
+retry loop and request options.
+
+Backends translate their own exceptions into `Transient` (worth retrying: 429, 5xx,
+connection errors) or a final `RunError`; `with_retries` owns backoff and the wording of
+the error a user sees, so both backends fail the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from fim.config.schema import ModelSettings
+from fim.errors import RunError
+
+T = TypeVar("T")
+
+RESERVED_EXTRA = frozenset({"tool_calling", "retry_backoff", "backend"})
+"""Keys of `ModelSettings.extra` that configure fim itself and are not sent to providers:
+`tool_calling: false` (JSON-mode fallback), `retry_backoff` (first backoff delay, seconds),
+`backend: openai | litellm` (force a backend)."""
+
+OPENAI_BASE = "https://api.openai.com/v1"
+
+KEY_ENV: dict[str, tuple[str, ...]] = {
+    "openai": ("OPENAI_API_KEY",),
+    "anthropic": ("ANTHROPIC_API_KEY",),
+    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+    "groq": ("GROQ_API_KEY",),
+    "mistral": ("MISTRAL_API_KEY",),
+    "deepseek": ("DEEPSEEK_API_KEY",),
+    "openrouter": ("OPENROUTER_API_KEY",),
+    "cohere": ("COHERE_API_KEY",),
+    "cohere_chat": ("COHERE_API_KEY",),
+    "xai": ("XAI_API_KEY",),
+    "together_ai": ("TOGETHERAI_API_KEY", "TOGETHER_AI_API_KEY", "TOGETHER_API_KEY"),
+    "fireworks_ai": ("FIREWORKS_AI_API_KEY", "FIREWORKS_API_KEY"),
+    "perplexity": ("PERPLEXITYAI_API_KEY", "PERPLEXITY_API_KEY"),
+    "cerebras": ("CEREBRAS_API_KEY",),
+    "azure": ("AZURE_API_KEY", "AZURE_OPENAI_API_KEY"),
+}
+"""Environment variables litellm reads for the main hosted providers. Providers not listed
+(bedrock, vertex_ai, ollama ...) authenticate otherwise or not at all."""
+
+LOCAL_PROVIDERS = {"ollama": 11434, "ollama_chat": 11434, "lm_studio": 1234}
+"""Providers whose default endpoint is on this machine."""
+
+_OPENAI_BARE_PREFIXES = ("gpt-", "o1", "o3", "o4", "chatgpt-")
+
+
+def provider_of(model: str) -> str:
+    """`anthropic/claude-x` -> `anthropic`; a bare OpenAI name (`gpt-4o`) -> `openai`."""
+    if "/" in model:
+        return model.split("/", 1)[0]
+    return "openai" if model.startswith(_OPENAI_BARE_PREFIXES) else ""
+
+
+def api_base(settings: ModelSettings) -> str | None:
+    """The configured base URL; `${OPENAI_BASE_URL:-}` resolving to "" means none."""
+    return (settings.api_base or "").strip() or None
+
+
+def resolve_key(settings: ModelSettings, provider: str, required: bool) -> str | None:
+    """The API key from settings or the provider's environment variable.
+
+    Raises before any request when a hosted provider needs a key and none is set; the
+    message names the variable and never contains a key.
+    """
+    if settings.api_key:
+        return settings.api_key
+    names = KEY_ENV.get(provider, ())
+    for name in names:
+        if os.environ.get(name):
+            return os.environ[name]
+    if required and names:
+        raise RunError(
+            f"missing API key for {settings.model}",
+            hint=f"set {names[0]}, or FIM_MODEL=ollama/qwen2.5 to use another provider",
+        )
+    return None
+
+
+def is_loopback(url: str) -> bool:
+    host = (urlsplit(url).hostname or "") if "//" in url else url
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_allowed(url: str, model: str) -> None:
+    """Refuse non-loopback model requests while `fim.llm.ALLOW_MODEL_REQUESTS` is False (the
+    test suite sets it, so no test can reach a paid model by accident)."""
+    import fim.llm
+
+    if not fim.llm.ALLOW_MODEL_REQUESTS and not is_loopback(url):
+        raise RunError(
+            f"model requests are disabled (fim.llm.ALLOW_MODEL_REQUESTS is False): "
+            f"refusing to call {model} at {url}",
+            hint="use fim.llm.testing.ScriptedModel or an OpenAIStubServer on 127.0.0.1",
+        )
+
+
+def scrub(text: str, secret: str | None) -> str:
+    """Remove a key from text that may echo it (some providers quote the key they got)."""
+    if secret and len(secret) >= 4:
+        text = text.replace(secret, "***")
+    return text
+
+
+def request_options(settings: ModelSettings, options: dict[str, Any]) -> dict[str, Any]:
+    """Provider keyword arguments: settings, then `extra`, then per-call options."""
+    out: dict[str, Any] = {}
+    if settings.temperature is not None:
+        out["temperature"] = settings.temperature
+    if settings.max_tokens is not None:
+        out["max_tokens"] = settings.max_tokens
+    out.update({k: v for k, v in settings.extra.items() if k not in RESERVED_EXTRA})
+    out.update(options)
+    return out
+
+
+class Transient(Exception):
+    """A failure worth retrying (HTTP 429/5xx, connection refused or reset)."""
+
+    def __init__(self, summary: str, detail: str, retry_after: float | None = None) -> None:
+        super().__init__(f"{summary}: {detail}")
+        self.summary = summary
+        self.detail = detail
+        self.retry_after = retry_after
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (numbers only; dates are ignored)."""
+    try:
+        return min(float(value), 30.0) if value else None
+    except ValueError:
+        return None
+
+
+async def with_retries(
+    settings: ModelSettings, attempt: Callable[[], Awaitable[T]], secret: str | None = None
+) -> T:
+    """Run `attempt` up to `max_retries + 1` times with exponential backoff and jitter.
+
+    The first delay is `extra.retry_backoff` (default 0.5 s), doubling each time; a
+    Retry-After header wins when larger. The final error says what failed and how often.
+    """
+    attempts = max(0, settings.max_retries) + 1
+    backoff = float(settings.extra.get("retry_backoff", 0.5))
+    for number in range(1, attempts + 1):
+        try:
+            return await attempt()
+        except Transient as exc:
+            if number == attempts:
+                times = "1 attempt" if attempts == 1 else f"{attempts} attempts"
+                raise RunError(
+                    scrub(f"{settings.model}: {exc.summary} after {times}: {exc.detail}", secret),
+                    hint="the endpoint is failing or rate-limiting; retry later, "
+                    "or raise max_retries in the model settings",
+                ) from None
+            delay = backoff * 2 ** (number - 1) * (1 + random.random() / 4)
+            await asyncio.sleep(max(delay, exc.retry_after or 0.0))
+    raise AssertionError("unreachable")
+
+
+def timeout_error(settings: ModelSettings, where: str) -> RunError:
+    return RunError(
+        f"{settings.model}: model request timed out after {settings.timeout:g}s ({where})",
+        hint="raise `timeout` in the model settings, or check that the endpoint is responsive",
+    )
+
+
+def status_error(settings: ModelSettings, status: int, detail: str, secret: str | None) -> RunError:
+    """A non-retryable HTTP error, with the hint that usually fixes it."""
+    hints = {
+        401: "the API key was rejected; check the key or its environment variable",
+        403: "the API key lacks access to this model",
+        404: "check the model name and api_base",
+        400: "the provider rejected the request; check the model's options",
+    }
+    return RunError(
+        scrub(f"{settings.model}: model endpoint returned HTTP {status}: {detail}", secret),
+        hint=hints.get(status),
+    )

@@ -1,0 +1,165 @@
+"""Scripted model turns: the step vocabulary shared by ScriptedModel and the stub server.
+
+A step is a `ModelResponse`, a plain string (a text reply), or a callable that computes the
+reply from the request, as pydantic-ai's FunctionModel does. `text`, `tool_call` and
+`tool_calls` build the common ones; `load_steps` reads them from a YAML file so a project
+can run offline with `model: scripted:<file>`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from fim.errors import ConfigError
+from fim.llm.wire import new_call_id, parse_arguments
+from fim.types import Message, ModelResponse, ToolCall, ToolSpec, Usage
+
+StepFunction = Callable[[list[Message], list[ToolSpec] | None], "ModelResponse | str"]
+Step = ModelResponse | str | StepFunction
+
+
+def text(content: str) -> ModelResponse:
+    """A final text reply."""
+    return ModelResponse(
+        message=Message(role="assistant", content=content), finish_reason="stop", model="scripted"
+    )
+
+
+def _call(name: str, args: dict[str, Any] | str | None, call_id: str | None) -> ToolCall:
+    """`args` as a string is sent verbatim, so a script can reproduce malformed JSON."""
+    call_id = call_id or new_call_id()
+    if isinstance(args, str):
+        return parse_arguments(name, call_id, args)
+    return ToolCall(id=call_id, name=name, arguments=dict(args or {}))
+
+
+def tool_call(
+    name: str, args: dict[str, Any] | str | None = None, id: str | None = None
+) -> ModelResponse:
+    """One tool call. Pass `args` as a string to send raw (possibly malformed) JSON."""
+    return tool_calls([(name, args, id)])
+
+
+def tool_calls(
+    calls: Iterable[tuple[str, dict[str, Any] | str | None] | tuple[str, Any, str | None]],
+    content: str | None = None,
+) -> ModelResponse:
+    """Several tool calls in one turn (parallel tool calling)."""
+    built = [_call(c[0], c[1], c[2] if len(c) > 2 else None) for c in calls]
+    return ModelResponse(
+        message=Message(role="assistant", content=content, tool_calls=built),
+        finish_reason="tool_calls",
+        model="scripted",
+    )
+
+
+def estimate_tokens(value: str | None) -> int:
+    """A crude count (4 characters a token) so usage events are never all zero offline."""
+    return max(1, len(value) // 4) if value else 0
+
+
+def with_usage(response: ModelResponse, messages: list[Message]) -> ModelResponse:
+    """Fill in crude usage when a scripted response has none."""
+    if response.usage.total_tokens:
+        return response
+    prompt = sum(estimate_tokens(m.content) for m in messages) or 1
+    completion = estimate_tokens(response.message.content) + sum(
+        estimate_tokens(json.dumps(c.arguments) if c.arguments else c.raw_arguments)
+        + estimate_tokens(c.name)
+        for c in response.message.tool_calls
+    )
+    return response.model_copy(
+        update={"usage": Usage(prompt_tokens=prompt, completion_tokens=max(1, completion))}
+    )
+
+
+def resolve_step(
+    step: Step, messages: list[Message], tools: list[ToolSpec] | None
+) -> ModelResponse:
+    """Turn a step into the response for this request."""
+    if callable(step) and not isinstance(step, ModelResponse):
+        step = step(messages, tools)
+    if isinstance(step, str):
+        step = text(step)
+    if not isinstance(step, ModelResponse):
+        raise TypeError(
+            f"a scripted step must be a ModelResponse, a string or a callable returning one, "
+            f"got {type(step).__name__}"
+        )
+    return step
+
+
+# --------------------------------------------------------------------------- YAML scripts
+
+
+def _where(node: Any, index: int) -> tuple[int, int]:
+    """1-based line/column of item `index` of a ruamel sequence (1, 1 when unknown)."""
+    try:
+        line, column = node.lc.item(index)
+        return line + 1, column + 1
+    except Exception:
+        return 1, 1
+
+
+def _step_from_yaml(item: Any, path: Path, line: int, column: int) -> ModelResponse:
+    hint = "each step is `- text: ...` or `- tool_calls: [{name: ..., arguments: {...}}]`"
+    if isinstance(item, str):
+        return text(item)
+    if not isinstance(item, dict):
+        raise ConfigError.at(path, "a script step must be a mapping", line, column, hint)
+    keys = set(item)
+    if keys == {"text"}:
+        return text(str(item["text"]))
+    if keys <= {"tool_calls", "tool_call", "text"} and keys & {"tool_calls", "tool_call"}:
+        raw = item.get("tool_calls") or [item.get("tool_call")]
+        calls = []
+        for call in raw:
+            if not isinstance(call, dict) or "name" not in call:
+                raise ConfigError.at(path, "a tool call needs a `name`", line, column, hint)
+            args = call.get("arguments", {})
+            if args is not None and not isinstance(args, dict | str):
+                raise ConfigError.at(
+                    path, "tool call `arguments` must be a mapping", line, column, hint
+                )
+            calls.append((str(call["name"]), _plain(args), call.get("id")))
+        return tool_calls(calls, content=item.get("text"))
+    raise ConfigError.at(path, f"unknown step keys: {', '.join(sorted(keys))}", line, column, hint)
+
+
+def _plain(value: Any) -> Any:
+    """ruamel's commented containers -> plain dicts/lists (they serialise identically)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def load_steps(path: Path) -> list[ModelResponse]:
+    """Read a YAML script: a list of steps, or a mapping with a `steps:` list."""
+    from ruamel.yaml import YAML, YAMLError
+
+    try:
+        source = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError.at(
+            path,
+            f"cannot read scripted model file: {exc.strerror or exc}",
+            hint="`model: scripted:<file>` names a YAML file relative to the project root",
+        ) from None
+    try:
+        data = YAML(typ="rt").load(source)
+    except YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        raise ConfigError.at(path, f"invalid YAML: {exc}", line, column) from None
+    if isinstance(data, dict) and "steps" in data:
+        data = data["steps"]
+    if not isinstance(data, list):
+        raise ConfigError.at(
+            path, "a scripted model file must be a list of steps", hint="start with `- text: Hi`"
+        )
+    return [_step_from_yaml(item, path, *_where(data, i)) for i, item in enumerate(data)]

@@ -1,0 +1,153 @@
+"""Test doubles for fim's model layer, shipped in the library so every test (and every
+offline example) uses the same ones instead of ad-hoc fakes.
+
+`ScriptedModel` is **a test double, not a model**: it replays a queue of scripted turns
+(text replies, tool calls, or functions of the request), records every request, and fails
+loudly when the script and the agent disagree — an unexpected extra call raises
+`ScriptExhausted`, and `assert_consumed()` fails when steps were left over. An agent selects
+it with `model: scripted:<file.yaml>`; its replies are whatever the file says, never the
+output of a language model.
+
+`OpenAIStubServer` is a real OpenAI-compatible HTTP server on 127.0.0.1, for exercising
+the real HTTP path (openai SDK, litellm) without the internet::
+
+    with OpenAIStubServer([tool_call("add", {"a": 1}), text("2")]) as server:
+        settings = ModelSettings(model="openai/stub", api_base=server.base_url)
+
+`allow_model_requests(True)` re-enables requests to non-loopback hosts inside a block in a
+suite that turned them off (tests/conftest.py does, for every test).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from fim.errors import RunError
+from fim.llm.script import Step, load_steps, resolve_step, text, tool_call, tool_calls, with_usage
+from fim.llm.stub_server import OpenAIStubServer, StubRequest
+from fim.types import Message, ModelResponse, TextDelta, ToolSpec
+
+__all__ = [
+    "OpenAIStubServer",
+    "ScriptExhausted",
+    "ScriptedModel",
+    "StubRequest",
+    "allow_model_requests",
+    "text",
+    "tool_call",
+    "tool_calls",
+]
+
+
+class ScriptExhausted(RunError):
+    """The agent asked the scripted model for more turns than the script holds."""
+
+
+class ScriptedModel:
+    """A queue of scripted turns standing in for a model (a test double, not a model).
+
+    `requests` holds `(messages, tools)` of every call, copied, so a test can assert what
+    the engine sent. Usage is estimated (4 characters a token) so usage events are non-zero.
+    """
+
+    def __init__(self, steps: Iterable[Step] = (), name: str = "scripted") -> None:
+        self.name = name
+        self._steps: deque[Step] = deque(steps)
+        self._total = len(self._steps)
+        self.requests: list[tuple[list[Message], list[ToolSpec] | None]] = []
+
+    @classmethod
+    def from_file(cls, path: str | Path, name: str | None = None) -> ScriptedModel:
+        """A fresh model (fresh queue) from a YAML script, each time it is called."""
+        path = Path(path)
+        return cls(load_steps(path), name=name or f"scripted:{path.name}")
+
+    @property
+    def remaining(self) -> int:
+        return len(self._steps)
+
+    def add(self, *steps: Step) -> None:
+        """Append steps to the script (e.g. between turns of a multi-turn test)."""
+        self._steps.extend(steps)
+        self._total += len(steps)
+
+    def _next(self, messages: list[Message], tools: list[ToolSpec] | None) -> ModelResponse:
+        self.requests.append(
+            ([m.model_copy() for m in messages], list(tools) if tools is not None else None)
+        )
+        if not self._steps:
+            last = messages[-1].content if messages else None
+            raise ScriptExhausted(
+                f"{self.name}: no scripted step left for call #{len(self.requests)} "
+                f"(the script had {self._total} steps); last message: {_preview(last)}",
+                hint="add a step to the script, or check why the agent asked the model again",
+            )
+        step = self._steps.popleft()
+        response = with_usage(resolve_step(step, messages, tools), messages)
+        return response.model_copy(update={"model": self.name})
+
+    async def complete(
+        self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
+    ) -> ModelResponse:
+        return self._next(messages, tools)
+
+    async def stream(
+        self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
+    ) -> AsyncIterator[TextDelta | ModelResponse]:
+        response = self._next(messages, tools)
+        for piece in _chunks(response.message.content or ""):
+            yield TextDelta(text=piece)
+        yield response
+
+    def assert_consumed(self) -> None:
+        """Fail if scripted steps were never asked for: the agent stopped early."""
+        if self._steps:
+            raise AssertionError(
+                f"{self.name}: {len(self._steps)} of {self._total} scripted steps were not "
+                f"used (the model was called {len(self.requests)} times); next unused step: "
+                f"{_describe(self._steps[0])}"
+            )
+
+
+def _preview(value: str | None, limit: int = 80) -> str:
+    if value is None:
+        return "<none>"
+    return repr(value if len(value) <= limit else value[:limit] + "...")
+
+
+def _describe(step: Step) -> str:
+    if isinstance(step, str):
+        return f"text {_preview(step)}"
+    if isinstance(step, ModelResponse):
+        if step.message.tool_calls:
+            return "tool calls " + ", ".join(c.name for c in step.message.tool_calls)
+        return f"text {_preview(step.message.content)}"
+    return f"function {getattr(step, '__name__', repr(step))}"
+
+
+def _chunks(content: str, pieces: int = 3) -> Iterator[str]:
+    """Split text into a few word-aligned chunks, as a streaming model would send it."""
+    if not content:
+        return
+    words = content.split(" ")
+    size = max(1, -(-len(words) // pieces))
+    for i in range(0, len(words), size):
+        chunk = " ".join(words[i : i + size])
+        yield chunk if i + size >= len(words) else chunk + " "
+
+
+@contextlib.contextmanager
+def allow_model_requests(allowed: bool = True) -> Iterator[None]:
+    """Set `fim.llm.ALLOW_MODEL_REQUESTS` inside a block, restoring it afterwards."""
+    import fim.llm
+
+    previous = fim.llm.ALLOW_MODEL_REQUESTS
+    fim.llm.ALLOW_MODEL_REQUESTS = allowed
+    try:
+        yield
+    finally:
+        fim.llm.ALLOW_MODEL_REQUESTS = previous

@@ -1,0 +1,217 @@
+"""The OpenAI chat.completions wire format, both ways, as plain dicts.
+
+Every HTTP backend (the openai fast path, litellm, the stub server) speaks this format, so
+the mapping lives here once. It works on dicts and on SDK objects alike (`_get`), and never
+builds pydantic models on the hot path other than the final `ModelResponse`.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from fim.types import Message, ModelResponse, TextDelta, ToolCall, ToolSpec, Usage
+
+
+def _get(obj: Any, key: str, default: Any = None) -> Any:
+    """Read a field from a dict or an object (SDK models, litellm objects)."""
+    if obj is None:
+        return default
+    if isinstance(obj, dict):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def new_call_id() -> str:
+    return "call_" + uuid.uuid4().hex[:16]
+
+
+# --------------------------------------------------------------------------- fim -> wire
+
+
+def arguments_text(call: ToolCall) -> str:
+    """The JSON text of a call's arguments; the model's own text when it was malformed, so
+    the conversation shows the model exactly what it sent."""
+    if not call.arguments and call.raw_arguments is not None:
+        return call.raw_arguments
+    return json.dumps(call.arguments, ensure_ascii=False)
+
+
+def message_to_wire(message: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.role == "assistant" and message.tool_calls:
+        out["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": arguments_text(call)},
+            }
+            for call in message.tool_calls
+        ]
+    elif message.role == "tool":
+        out["tool_call_id"] = message.tool_call_id
+        if out["content"] is None:
+            out["content"] = ""
+    elif out["content"] is None:
+        out["content"] = ""
+    if message.name and message.role in ("user", "system"):
+        out["name"] = message.name
+    return out
+
+
+def messages_to_wire(messages: list[Message]) -> list[dict[str, Any]]:
+    return [message_to_wire(m) for m in messages]
+
+
+def tools_to_wire(tools: list[ToolSpec] | None) -> list[dict[str, Any]] | None:
+    if not tools:
+        return None
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t.name,
+                "description": t.description,
+                "parameters": t.parameters or {"type": "object", "properties": {}},
+            },
+        }
+        for t in tools
+    ]
+
+
+def response_to_wire(response: ModelResponse, model: str = "") -> dict[str, Any]:
+    """A full chat.completion object for `response` (used by the stub server)."""
+    message = message_to_wire(response.message)
+    if not response.message.tool_calls:
+        message.pop("tool_calls", None)
+    finish = response.finish_reason or ("tool_calls" if response.message.tool_calls else "stop")
+    usage = response.usage
+    return {
+        "id": "chatcmpl-" + uuid.uuid4().hex[:12],
+        "object": "chat.completion",
+        "created": 0,
+        "model": model or response.model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.total_tokens,
+        },
+    }
+
+
+# --------------------------------------------------------------------------- wire -> fim
+
+
+def parse_arguments(name: str, call_id: str, text: Any) -> ToolCall:
+    """Build a ToolCall; arguments that are not a JSON object keep the raw text instead."""
+    if isinstance(text, dict):
+        return ToolCall(id=call_id, name=name, arguments=text)
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return ToolCall(id=call_id, name=name, arguments={})
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        return ToolCall(id=call_id, name=name, arguments={}, raw_arguments=str(text))
+    if not isinstance(value, dict):
+        return ToolCall(id=call_id, name=name, arguments={}, raw_arguments=str(text))
+    return ToolCall(id=call_id, name=name, arguments=value)
+
+
+def parse_usage(usage: Any) -> Usage:
+    if usage is None:
+        return Usage()
+    return Usage(
+        prompt_tokens=int(_get(usage, "prompt_tokens") or 0),
+        completion_tokens=int(_get(usage, "completion_tokens") or 0),
+    )
+
+
+def parse_response(data: Any, model: str = "") -> ModelResponse:
+    """A chat.completion (dict or SDK object) -> ModelResponse."""
+    choices = _get(data, "choices") or []
+    if not choices:
+        return ModelResponse(
+            message=Message(role="assistant", content=""),
+            usage=parse_usage(_get(data, "usage")),
+            finish_reason="empty",
+            model=_get(data, "model") or model,
+        )
+    choice = choices[0]
+    wire = _get(choice, "message") or {}
+    calls = [
+        parse_arguments(
+            _get(_get(c, "function"), "name") or "",
+            _get(c, "id") or new_call_id(),
+            _get(_get(c, "function"), "arguments"),
+        )
+        for c in (_get(wire, "tool_calls") or [])
+    ]
+    return ModelResponse(
+        message=Message(role="assistant", content=_get(wire, "content"), tool_calls=calls),
+        usage=parse_usage(_get(data, "usage")),
+        finish_reason=_get(choice, "finish_reason"),
+        model=_get(data, "model") or model,
+    )
+
+
+class StreamAssembler:
+    """Folds chat.completion.chunk objects into text deltas and one final ModelResponse.
+
+    Tool-call fragments arrive keyed by `index`: the first fragment carries id and name,
+    later ones append to the arguments text.
+    """
+
+    def __init__(self, model: str = "") -> None:
+        self.fallback_model = model
+        self.model = ""
+        self.text: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.usage: Usage = Usage()
+        self.finish_reason: str | None = None
+
+    def feed(self, chunk: Any) -> TextDelta | None:
+        """Take one chunk; return the text it adds, if any."""
+        usage = _get(chunk, "usage")
+        if usage:
+            self.usage = parse_usage(usage)
+        if not self.model:
+            self.model = _get(chunk, "model") or ""
+        delta_text: str | None = None
+        for choice in _get(chunk, "choices") or []:
+            if _get(choice, "finish_reason"):
+                self.finish_reason = _get(choice, "finish_reason")
+            delta = _get(choice, "delta")
+            if delta is None:
+                continue
+            content = _get(delta, "content")
+            if content:
+                self.text.append(content)
+                delta_text = content if delta_text is None else delta_text + content
+            for fragment in _get(delta, "tool_calls") or []:
+                index = _get(fragment, "index")
+                if index is None:
+                    index = len(self.calls)
+                slot = self.calls.setdefault(index, {"id": None, "name": "", "arguments": ""})
+                if _get(fragment, "id"):
+                    slot["id"] = _get(fragment, "id")
+                function = _get(fragment, "function")
+                if _get(function, "name"):
+                    slot["name"] += _get(function, "name")
+                if _get(function, "arguments"):
+                    slot["arguments"] += _get(function, "arguments")
+        return TextDelta(text=delta_text) if delta_text else None
+
+    def result(self) -> ModelResponse:
+        calls = [
+            parse_arguments(slot["name"], slot["id"] or new_call_id(), slot["arguments"])
+            for _, slot in sorted(self.calls.items())
+        ]
+        content = "".join(self.text) if self.text else None
+        return ModelResponse(
+            message=Message(role="assistant", content=content, tool_calls=calls),
+            usage=self.usage,
+            finish_reason=self.finish_reason,
+            model=self.model or self.fallback_model,
+        )
