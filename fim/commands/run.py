@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from fim.commands import ProjectOption, load_snapshot, user_errors
 from fim.types import Event, Message
 
 
@@ -18,6 +18,7 @@ def register(app: typer.Typer) -> None:
 
 
 def run(
+    ctx: typer.Context,
     agent: Annotated[str, typer.Argument(help="Agent name (see `fim list agents`).")],
     prompt: Annotated[
         str | None, typer.Argument(help="The request. Omit it to chat interactively.")
@@ -34,18 +35,12 @@ def run(
     no_stream: Annotated[
         bool, typer.Option("--no-stream", help="Wait for whole replies instead of tokens.")
     ] = False,
-    project: Annotated[
-        Path | None, typer.Option("--project", "-p", help="Project directory.")
-    ] = None,
+    project: ProjectOption = None,
 ) -> None:
     """Run an agent on a prompt and stream its answer."""
-    from fim.cli import fail, load_snapshot
-
-    snapshot = load_snapshot(project)
-    try:
+    snapshot = load_snapshot(ctx, project)
+    with user_errors():
         snapshot.agent(agent)
-    except Exception as exc:
-        fail(exc)
     view = EventPrinter(verbose=verbose, as_json=as_json)
     if prompt is None and sys.stdin.isatty() and not as_json:
         code = asyncio.run(_chat(snapshot, agent, model, view, stream=not no_stream))
@@ -63,9 +58,8 @@ async def _run(
     view: EventPrinter,
     stream: bool,
 ) -> tuple[int, str]:
-    from fim.cli import fail
-
     from fim.agent import run_agent
+    from fim.cli import fail
     from fim.errors import FimError
     from fim.llm import make_model
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from fim.commands import ProjectOption, load_snapshot, user_errors
 
 
 def register(app: typer.Typer) -> None:
@@ -15,6 +17,7 @@ def register(app: typer.Typer) -> None:
 
 
 def serve(
+    ctx: typer.Context,
     host: Annotated[
         str | None, typer.Option(help="Bind address (default: fim.yaml, 127.0.0.1).")
     ] = None,
@@ -23,23 +26,14 @@ def serve(
         bool, typer.Option("--reload/--no-reload", help="Recompile and swap on file changes.")
     ] = True,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
-    project: Annotated[
-        Path | None, typer.Option("--project", "-p", help="Project directory.")
-    ] = None,
+    project: ProjectOption = None,
 ) -> None:
     """Serve agents and workflows over HTTP (OpenAI-compatible too)."""
-    from fim.cli import fail, load_snapshot
-
-    from fim.errors import FimError
     from fim.server import serve as run_server
 
-    snapshot = load_snapshot(project)  # reports config errors before binding a port
+    snapshot = load_snapshot(ctx, project)  # reports config errors before binding a port
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    try:
+    with user_errors(), contextlib.suppress(KeyboardInterrupt):
         asyncio.run(
             run_server(snapshot.root, host=host, port=port, reload=reload, log_level=log_level)
         )
-    except FimError as exc:
-        fail(exc)
-    except KeyboardInterrupt:
-        pass

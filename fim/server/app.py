@@ -320,6 +320,14 @@ def sse(events: AsyncIterator[Any]) -> StreamingResponse:
     )
 
 
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    """Log the traceback; tell the client only that it failed (no secrets, no internals)."""
+    import logging
+
+    logging.getLogger("fim.server").exception("unhandled error on %s", request.url.path)
+    return error(500, "internal error; see the server log")
+
+
 def create_app(holder: SnapshotHolder, services: Services | None = None) -> Starlette:
     """Build the ASGI app around a snapshot holder (the reloader swaps its content)."""
     from fim.server import extra_routes
@@ -352,6 +360,8 @@ def create_app(holder: SnapshotHolder, services: Services | None = None) -> Star
                 CORSMiddleware, allow_origins=cors, allow_methods=["*"], allow_headers=["*"]
             ),
         )
-    app = Starlette(routes=routes, middleware=middleware)
+    app = Starlette(
+        routes=routes, middleware=middleware, exception_handlers={Exception: _internal_error}
+    )
     app.state.api = api
     return app

@@ -1,0 +1,155 @@
+"""`fim serve`'s HTTP API, exercised with real clients (httpx, the official openai SDK)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fim.config.schema import AgentDecl, Project, ServerSettings
+from fim.reload import SnapshotHolder
+from fim.server.app import create_app
+from fim.server.testing import ServerThread
+from fim.snapshot import Snapshot
+
+SCRIPT = """\
+- tool_calls: [{name: calculator, arguments: {expression: "6*7"}}]
+- text: "The answer is 42."
+"""
+
+
+def make_snapshot(root: Path, **server: object) -> Snapshot:
+    (root / "math.script.yaml").write_text(SCRIPT)
+    agent = AgentDecl(
+        name="math", description="Does arithmetic", model="scripted:math.script.yaml",
+        tools=["calculator"],
+    )
+    project = Project(
+        name="served", state=f"sqlite:///{root / 'state.db'}", server=ServerSettings(**server)
+    )
+    return Snapshot(root=root, project=project, agents={"math": agent}, version="v1",
+                    secrets=frozenset({"k3y-s3cret"}))
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[str]:
+    holder = SnapshotHolder(make_snapshot(tmp_path))
+    with ServerThread(create_app(holder)) as srv:
+        yield srv.url
+
+
+def test_health_status_and_agent_listing(served: str):
+    assert httpx.get(f"{served}/healthz").json() == {"ok": True}
+    status = httpx.get(f"{served}/v1/status").json()
+    assert status["snapshot"] == "v1" and status["last_reload_error"] is None
+    agents = httpx.get(f"{served}/v1/agents").json()["agents"]
+    assert agents == [{"name": "math", "description": "Does arithmetic", "engine": "react"}]
+    assert httpx.get(f"{served}/v1/agents/math").json()["tools"] == ["calculator"]
+    missing = httpx.get(f"{served}/v1/agents/nope")
+    assert missing.status_code == 404 and "math" in missing.json()["error"]["hint"]
+
+
+def test_a_run_returns_the_answer_with_its_trace_and_is_stored(served: str):
+    response = httpx.post(f"{served}/v1/agents/math/runs", json={"input": "What is 6*7?"})
+    body = response.json()
+    assert response.status_code == 200
+    assert body["output"] == "The answer is 42." and body["status"] == "ok"
+    types = [e["type"] for e in body["events"]]
+    assert types[0] == "run_started" and types[-1] == "run_finished"
+    result = next(e for e in body["events"] if e["type"] == "tool_result")
+    assert result["content"] == "42"
+    stored = httpx.get(f"{served}/v1/runs/{body['run_id']}").json()
+    assert stored["status"] == "ok" and stored["name"] == "math"
+
+
+def test_sse_stream_parsed_by_a_real_client(served: str):
+    events = []
+    with httpx.stream("POST", f"{served}/v1/agents/math/runs",
+                      json={"input": "6*7?", "stream": True}) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        kind = None
+        for line in response.iter_lines():
+            if line.startswith("event: "):
+                kind = line[7:]
+            elif line.startswith("data: "):
+                payload = json.loads(line[6:])
+                assert payload["type"] == kind
+                events.append(payload)
+    kinds = [e["type"] for e in events]
+    assert "token" in kinds and kinds[-1] == "run_finished"
+    assert "".join(e["text"] for e in events if e["type"] == "token") == "The answer is 42."
+
+
+def test_bad_requests_get_clear_errors(served: str):
+    bad = httpx.post(f"{served}/v1/agents/math/runs", content=b"{nope",
+                     headers={"content-type": "application/json"})
+    assert bad.status_code == 400 and "not valid JSON" in bad.json()["error"]["message"]
+    empty = httpx.post(f"{served}/v1/agents/math/runs", json={})
+    assert empty.status_code == 400 and "'input'" in empty.json()["error"]["message"]
+    unknown = httpx.post(f"{served}/v1/agents/ghost/runs", json={"input": "hi"})
+    assert unknown.status_code == 404
+
+
+def test_sessions_carry_the_conversation(tmp_path: Path):
+    script = tmp_path / "chat.script.yaml"
+    script.write_text('- text: "Nice to meet you."\n')
+    snapshot = make_snapshot(tmp_path)
+    agents = {"chat": AgentDecl(name="chat", model="scripted:chat.script.yaml")}
+    holder = SnapshotHolder(Snapshot(root=tmp_path, project=snapshot.project, agents=agents))
+    with ServerThread(create_app(holder)) as srv:
+        first = httpx.post(f"{srv.url}/v1/agents/chat/runs",
+                           json={"input": "I am Ada", "session_id": "s1"}).json()
+        assert first["output"] == "Nice to meet you."
+        second = httpx.post(f"{srv.url}/v1/agents/chat/runs",
+                            json={"input": "Who am I?", "session_id": "s1"}).json()
+        user_turns = [e for e in second["events"] if e["type"] == "run_started"]
+        assert user_turns[0]["input"] == "Who am I?"
+        assert second["session_id"] == "s1"
+
+
+def test_api_keys_protect_everything_but_healthz(tmp_path: Path):
+    holder = SnapshotHolder(make_snapshot(tmp_path, api_keys=["k3y-s3cret", ""]))
+    with ServerThread(create_app(holder)) as srv:
+        assert httpx.get(f"{srv.url}/healthz").status_code == 200
+        denied = httpx.get(f"{srv.url}/v1/agents")
+        assert denied.status_code == 401 and "k3y" not in denied.text
+        wrong = httpx.get(f"{srv.url}/v1/agents", headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        ok = httpx.get(f"{srv.url}/v1/agents", headers={"Authorization": "Bearer k3y-s3cret"})
+        assert ok.status_code == 200
+
+
+def test_request_body_limit(tmp_path: Path):
+    holder = SnapshotHolder(make_snapshot(tmp_path, max_body_bytes=100))
+    with ServerThread(create_app(holder)) as srv:
+        big = httpx.post(f"{srv.url}/v1/agents/math/runs", json={"input": "x" * 500})
+        assert big.status_code == 413
+
+
+def test_the_official_openai_client_works_unchanged(served: str):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{served}/v1", api_key="unused", max_retries=0)
+    assert [m.id for m in client.models.list()] == ["math"]
+    completion = client.chat.completions.create(
+        model="math", messages=[{"role": "user", "content": "What is 6*7?"}]
+    )
+    assert completion.choices[0].message.content == "The answer is 42."
+    assert completion.usage is not None and completion.usage.total_tokens > 0
+
+    stream = client.chat.completions.create(
+        model="math", messages=[{"role": "user", "content": "6*7?"}], stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "The answer is 42."
+    assert chunks[-1].usage is not None
+
+    from openai import NotFoundError
+
+    with pytest.raises(NotFoundError):
+        client.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "x"}])
