@@ -1,0 +1,92 @@
+"""How compile time grows with project size: 100, 1,000 and 5,000 agents.
+
+Generates projects in a temp dir (each agent with a connector, every tenth agent with a
+workflow), compiles each with `fim.compile.compile_project` and prints the total time, the
+time per declaration and the growth ratio of that per-declaration time against the
+smallest size (about 1.0 means linear growth). Not a timed test: it prints what one run
+measured on this machine.
+
+    python bench/compile_scale.py [SIZES...]
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from fim.compile import compile_project
+
+AGENT = """description: Agent {i} answers questions about area {i}
+model: general
+instructions: |
+  You are agent {i} of {{{{ project.name }}}}. Be brief.
+tools: [calculator]
+connectors: [api_{i}]
+skills: [howto]
+max_iterations: 10
+hooks:
+  - use: truncate
+    with: {{max_chars: 4000}}
+"""
+
+CONNECTOR = """kind: http
+description: API {i}
+base_url: ${{API_URL:-http://127.0.0.1:9000}}/v{i}
+auth: {{type: bearer, token: "${{API_TOKEN:-dev}}"}}
+actions:
+  get_item:
+    description: Fetch an item
+    path: /items/{{id}}
+    parameters: {{type: object, properties: {{id: {{type: string}}}}, required: [id]}}
+"""
+
+WORKFLOW = """description: Workflow {i}
+inputs: {{item: {{type: string}}}}
+nodes:
+  fetch:
+    {{type: connector, connector: api_{i}, action: get_item, args: {{id: "{{{{ inputs.item }}}}"}}}}
+  check: {{type: condition, needs: [fetch], if: "{{{{ nodes.fetch.output.ok }}}}", then: ask}}
+  ask: {{type: agent, agent: agent_{i}, input: "Explain {{{{ nodes.fetch.output }}}}"}}
+outputs: {{answer: "{{{{ nodes.ask.output }}}}"}}
+"""
+
+
+def generate(root: Path, agents: int) -> int:
+    """Write a project with `agents` agents; returns the number of declaration files."""
+    for folder in ("agents", "connectors", "workflows", "skills/howto"):
+        (root / folder).mkdir(parents=True)
+    (root / "fim.yaml").write_text("name: scale\nmodels: {general: openai/gpt-4o-mini}\n")
+    (root / "skills/howto/SKILL.md").write_text("---\ndescription: How to\n---\nSteps.\n")
+    files = 2
+    for i in range(agents):
+        (root / f"agents/agent_{i}.yaml").write_text(AGENT.format(i=i))
+        (root / f"connectors/api_{i}.yaml").write_text(CONNECTOR.format(i=i))
+        files += 2
+        if i % 10 == 0:
+            (root / f"workflows/flow_{i}.yaml").write_text(WORKFLOW.format(i=i))
+            files += 1
+    return files
+
+
+def main(sizes: list[int]) -> None:
+    base_per_decl = None
+    print(f"{'agents':>7} {'files':>7} {'total s':>9} {'ms/decl':>9} {'growth':>7}")
+    for size in sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            files = generate(Path(tmp), size)
+            start = time.perf_counter()
+            snapshot = compile_project(tmp)
+            elapsed = time.perf_counter() - start
+        assert len(snapshot.agents) == size
+        per_decl = elapsed / files
+        base_per_decl = base_per_decl or per_decl
+        print(
+            f"{size:>7} {files:>7} {elapsed:>9.3f} {per_decl * 1000:>9.3f} "
+            f"{per_decl / base_per_decl:>6.2f}x"
+        )
+
+
+if __name__ == "__main__":
+    main([int(a) for a in sys.argv[1:]] or [100, 1000, 5000])

@@ -1,0 +1,94 @@
+"""Helpers every CLI command module shares: the `--project` option, loading the snapshot,
+and turning user mistakes (ConfigError, RunError) into one line each and exit code 1.
+
+Command modules (`fim/commands/<area>.py`) define `register(app)` and keep heavy imports
+inside their command functions, so `fim --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, NoReturn
+
+import typer
+
+from fim.errors import ConfigError, Problem, RunError
+
+if TYPE_CHECKING:
+    from fim.snapshot import Snapshot
+
+ProjectOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--project",
+        "-p",
+        help="Project directory (default: the nearest parent with fim.yaml).",
+        show_default=False,
+        file_okay=False,
+    ),
+]
+
+
+def project_dir(ctx: typer.Context | None, project: Path | None) -> Path | None:
+    """The command's own `--project`, else the global `fim --project DIR`, else None."""
+    if project is not None:
+        return project
+    if ctx is not None:
+        obj = ctx.find_root().obj
+        if isinstance(obj, dict) and obj.get("project") is not None:
+            return obj["project"]
+    return None
+
+
+def err(line: str) -> None:
+    """One line to stderr (no rich import: this is on the fast path)."""
+    sys.stderr.write(line + "\n")
+
+
+def fail(message: str, hint: str | None = None) -> NoReturn:
+    """Stop the command with one line on stderr and exit code 1."""
+    err(f"error: {message}" + (f" ({hint})" if hint else ""))
+    raise typer.Exit(1)
+
+
+def print_problems(problems: Iterable[Problem], stream: str = "stderr") -> None:
+    out = sys.stdout if stream == "stdout" else sys.stderr
+    for problem in problems:
+        out.write(f"{problem}\n")
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn ConfigError/RunError raised inside the block into lines + exit code 1."""
+    try:
+        yield
+    except ConfigError as exc:
+        print_problems(exc.problems)
+        n = len(exc.problems)
+        err(f"{n} problem{'s' if n != 1 else ''} found")
+        raise typer.Exit(1) from None
+    except RunError as exc:
+        fail(exc.message, exc.hint)
+
+
+def load_snapshot(ctx: typer.Context | None, project: Path | None = None) -> Snapshot:
+    """Compile the project for a command; user mistakes end the command with exit 1."""
+    from fim.compile import compile_project
+
+    with user_errors():
+        return compile_project(project_dir(ctx, project))
+    raise AssertionError("unreachable")  # pragma: no cover - user_errors always raises
+
+
+__all__ = [
+    "ProjectOption",
+    "err",
+    "fail",
+    "load_snapshot",
+    "print_problems",
+    "project_dir",
+    "user_errors",
+]

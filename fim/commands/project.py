@@ -1,0 +1,284 @@
+"""Project commands: `fim init`, `fim validate`, `fim list`, `fim show`, `fim schema`.
+
+These only read the user's files, so they never import the model, MCP or database
+libraries; `fim validate` is the merge gate of a GitOps repository and must start fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from fim.commands import ProjectOption, fail, load_snapshot, project_dir, user_errors
+from fim.errors import ConfigError, Problem
+
+if TYPE_CHECKING:
+    from fim.snapshot import Snapshot
+
+KIND_ATTRS = {
+    "agent": "agents",
+    "connector": "connectors",
+    "skill": "skills",
+    "workflow": "workflows",
+    "hook": "hooks",
+    "eval": "evals",
+    "model": "models",
+}
+_PLURAL = {f"{k}s": k for k in KIND_ATTRS} | {"evals": "eval", "suites": "eval"}
+_SENSITIVE_KEYS = {"token", "password", "key", "api_key", "api_keys"}
+_SENSITIVE_HEADERS = ("auth", "key", "token", "secret", "cookie", "password")
+
+
+class Format(StrEnum):
+    text = "text"
+    github = "github"
+    json = "json"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("init")(init)
+    app.command("validate")(validate)
+    app.command("list")(list_)
+    app.command("show")(show)
+    app.command("schema")(schema)
+
+
+# ---------------------------------------------------------------------------- validate
+
+
+def validate(
+    ctx: typer.Context,
+    project: ProjectOption = None,
+    format: Annotated[
+        Format, typer.Option("--format", "-f", help="text, github (Actions annotations), json")
+    ] = Format.text,
+) -> None:
+    """Check every file of the project; exit 1 with one line per problem."""
+    from fim.compile import compile_project
+
+    try:
+        snapshot = compile_project(project_dir(ctx, project))
+    except ConfigError as exc:
+        _report(exc.problems, format)
+        raise typer.Exit(1) from None
+    if format is Format.json:
+        sys.stdout.write("[]\n")
+        return
+    sys.stdout.write(f"ok: {summary(snapshot)} (snapshot {snapshot.version})\n")
+
+
+def _report(problems: list[Problem], format: Format) -> None:
+    out = sys.stdout
+    if format is Format.json:
+        out.write(json.dumps([p.as_dict() for p in problems], indent=2) + "\n")
+        return
+    for p in problems:
+        if format is Format.github:
+            message = _gh_escape(p.message + (f" ({p.hint})" if p.hint else ""))
+            file = _gh_escape(p.path, prop=True)
+            out.write(f"::error file={file},line={p.line},col={p.column}::{message}\n")
+        else:
+            out.write(f"{p}\n")
+    files = len({p.path for p in problems})
+    n = len(problems)
+    out.write(f"{n} problem{'s' if n != 1 else ''} in {files} file{'s' if files != 1 else ''}\n")
+
+
+def _gh_escape(text: str, prop: bool = False) -> str:
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def summary(snapshot: Snapshot) -> str:
+    """`3 agents, 2 connectors, 2 skills, 1 workflow, 1 hook, 1 eval suite`."""
+    counts = [
+        (len(snapshot.connectors), "connector"),
+        (len(snapshot.skills), "skill"),
+        (len(snapshot.workflows), "workflow"),
+        (len(snapshot.hooks), "hook"),
+        (len(snapshot.evals), "eval suite"),
+    ]
+    parts = [_count(len(snapshot.agents), "agent")]
+    return ", ".join(parts + [_count(n, word) for n, word in counts if n])
+
+
+# ---------------------------------------------------------------------------- list / show
+
+
+def _kind(value: str) -> str:
+    kind = _PLURAL.get(value.lower(), value.lower())
+    if kind not in KIND_ATTRS:
+        fail(f"unknown kind '{value}'", f"kinds: {', '.join(KIND_ATTRS)}")
+    return kind
+
+
+def _description(kind: str, item: Any) -> str:
+    if kind == "model":
+        return item.model
+    if kind == "skill":
+        return item.meta.description
+    return getattr(item, "description", "") or ""
+
+
+def list_(
+    ctx: typer.Context,
+    kind: Annotated[
+        str | None, typer.Argument(help="agent, connector, skill, workflow, hook, eval or model")
+    ] = None,
+    project: ProjectOption = None,
+) -> None:
+    """Table of the project's declarations (kind, name, description)."""
+    kinds = [_kind(kind)] if kind else list(KIND_ATTRS)
+    snapshot = load_snapshot(ctx, project)
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("kind", "name", "description", box=None, pad_edge=False)
+    for k in kinds:
+        for name, item in sorted(getattr(snapshot, KIND_ATTRS[k]).items()):
+            table.add_row(k, name, snapshot.mask(_description(k, item)))
+    Console(soft_wrap=True).print(table)
+
+
+def show(
+    ctx: typer.Context,
+    kind: Annotated[
+        str, typer.Argument(help="agent, connector, skill, workflow, hook, eval, model or project")
+    ],
+    name: Annotated[str | None, typer.Argument(help="Name of the declaration")] = None,
+    project: ProjectOption = None,
+) -> None:
+    """The compiled declaration as YAML, with secrets masked as ***."""
+    snapshot = load_snapshot(ctx, project)
+    if kind.lower() == "project":
+        data: Any = snapshot.project.model_dump(mode="json", by_alias=True, exclude_none=True)
+    else:
+        k = _kind(kind)
+        items = getattr(snapshot, KIND_ATTRS[k])
+        if name is None or name not in items:
+            from fim.config.problems import suggest
+
+            hint = suggest(name or "", items, f"{k}s")
+            fail(f"unknown {k} '{name}'" if name else f"name the {k} to show", hint)
+        data = _dump(k, items[name], snapshot)
+    sys.stdout.write(to_yaml(masked(data, snapshot)))
+
+
+def _dump(kind: str, item: Any, snapshot: Snapshot) -> Any:
+    if kind == "skill":
+        meta = item.meta.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return {
+            **meta,
+            "name": item.name,
+            "directory": str(Path(item.directory).relative_to(snapshot.root)),
+            "files": list(item.files),
+            "body": item.body,
+        }
+    return item.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def masked(value: Any, snapshot: Snapshot, key: str = "", parent: str = "") -> Any:
+    """Mask interpolated secrets everywhere and credential fields whatever their source."""
+    if isinstance(value, dict):
+        return {k: masked(v, snapshot, str(k), key) for k, v in value.items()}
+    if isinstance(value, list):
+        return [masked(v, snapshot, key, parent) for v in value]
+    if isinstance(value, str) and value:
+        sensitive = key in _SENSITIVE_KEYS or (
+            parent == "headers" and any(w in key.lower() for w in _SENSITIVE_HEADERS)
+        )
+        return "***" if sensitive else snapshot.mask(value)
+    return value
+
+
+def to_yaml(data: Any) -> str:
+    """Block-style YAML with multi-line strings as `|` literals (readable instructions)."""
+    import io
+
+    from ruamel.yaml import YAML
+    from ruamel.yaml.scalarstring import LiteralScalarString
+
+    def literal(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: literal(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [literal(v) for v in value]
+        if isinstance(value, str) and "\n" in value:
+            return LiteralScalarString(value)
+        return value
+
+    yaml = YAML(typ="rt", pure=True)
+    yaml.default_flow_style = False
+    yaml.width = 100
+    buffer = io.StringIO()
+    yaml.dump(literal(data), buffer)
+    return buffer.getvalue()
+
+
+# ---------------------------------------------------------------------------- schema
+
+
+def schema(
+    kind: Annotated[
+        str | None, typer.Argument(help="project, agent, connector, skill, workflow, hook or eval")
+    ] = None,
+    write: Annotated[
+        Path | None,
+        typer.Option("--write", help="Write <kind>.schema.json files into this directory"),
+    ] = None,
+) -> None:
+    """JSON Schema of the declaration kinds, for editor autocompletion."""
+    from fim.config.export import SCHEMA_KINDS, json_schema, schema_filename
+
+    if kind is not None and kind not in SCHEMA_KINDS:
+        from fim.config.problems import suggest
+
+        fail(f"unknown kind '{kind}'", suggest(kind, SCHEMA_KINDS, "kinds"))
+    kinds = [kind] if kind else list(SCHEMA_KINDS)
+    if write is None:
+        data = json_schema(kinds[0]) if kind else {k: json_schema(k) for k in kinds}
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        return
+    write.mkdir(parents=True, exist_ok=True)
+    for k in kinds:
+        (write / schema_filename(k)).write_text(json.dumps(json_schema(k), indent=2) + "\n")
+    sys.stdout.write(
+        f"wrote {len(kinds)} schema file(s) to {write}\n"
+        "add the matching line at the top of a YAML file, e.g.:\n"
+    )
+    for k in kinds:
+        sys.stdout.write(f"  # yaml-language-server: $schema={(write / schema_filename(k))}\n")
+
+
+# ---------------------------------------------------------------------------- init
+
+
+def init(
+    directory: Annotated[Path, typer.Argument(help="Directory of the new project")],
+    name: Annotated[str | None, typer.Option(help="Project name (default: dir name)")] = None,
+) -> None:
+    """Create a new project (agent, skill, connector, workflow, eval) that validates."""
+    from fim.scaffold import scaffold
+
+    target = directory.expanduser().resolve()
+    if (target / "fim.yaml").exists():
+        fail(f"{directory} already holds a fim project (fim.yaml exists)")
+    try:
+        written = scaffold(target, name or target.name)
+    except FileExistsError as exc:
+        fail(f"refusing to overwrite {exc.filename}", "use an empty or new directory")
+    from fim.compile import compile_project
+
+    with user_errors():
+        snapshot = compile_project(target)
+    sys.stdout.write(f"created {len(written)} files in {directory}: {summary(snapshot)}\n")
+    sys.stdout.write(f"next: cd {directory} && fim validate && fim list\n")

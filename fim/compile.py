@@ -1,0 +1,318 @@
+"""Declarations -> Snapshot. Every cross-reference between files is checked here.
+
+The loader validated each file on its own; here we check that what one file names exists
+in another (tools, connectors, MCP servers, skills, workflows, model roles, hooks, agents),
+that workflows are acyclic, and that every Jinja2 template parses. All problems are
+collected and raised together as one ConfigError, each pointing at the value at fault.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from functools import lru_cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from fim.config.loader import Declarations, Entry, find_root, load
+from fim.config.problems import suggest
+from fim.config.schema import AgentDecl, EvalSuite, HookSpec, JudgeSpec, ModelSettings
+from fim.config.templates import TemplateChecker
+from fim.config.workflow_checks import check_workflow
+from fim.errors import ConfigError, Problem
+from fim.snapshot import Snapshot, Source
+
+_FIM_DIR = Path(__file__).resolve().parent
+_FALLBACK_HOOKS = ("confirm", "readonly_guard", "truncate", "audit_log", "rate_limit")
+_FALLBACK_TOOLS = (
+    "calculator",
+    "python_exec",
+    "web_fetch",
+    "file_ops",
+    "json_transform",
+    "template_render",
+    "text_utils",
+    "datetime",
+)
+
+
+def _discover(folder: Path, fallback: Iterable[str]) -> frozenset[str]:
+    """Builtins are one file each; their names are the file stems (no import needed).
+    The fallback only covers a checkout where the folder has no modules yet."""
+    names = frozenset(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))
+    return names or frozenset(fallback)
+
+
+@lru_cache(maxsize=1)
+def builtin_tool_names() -> frozenset[str]:
+    return _discover(_FIM_DIR / "tools" / "builtin", _FALLBACK_TOOLS)
+
+
+@lru_cache(maxsize=1)
+def builtin_hook_names() -> frozenset[str]:
+    return _discover(_FIM_DIR / "hooks" / "builtin", _FALLBACK_HOOKS)
+
+
+def load_project(root: str | Path | None = None) -> Declarations:
+    """Load and validate every file of the project (walking up to fim.yaml if no root)."""
+    return load(find_root(root))
+
+
+def compile_project(root: str | Path | None = None) -> Snapshot:
+    """Load, cross-check and freeze the project; raises ConfigError with every problem."""
+    decls = load_project(root)
+    Checker(decls).run()
+    if decls.problems:
+        raise ConfigError(sorted(decls.problems, key=lambda p: (p.path, p.line, p.column)))
+    return build_snapshot(decls)
+
+
+def build_snapshot(decls: Declarations) -> Snapshot:
+    entries = decls.entries
+    sources: dict[tuple[str, str], Source] = {("project", decls.project.name): Source("fim.yaml")}
+    for kind, by_name in entries.items():
+        for name, entry in by_name.items():
+            line, col = entry.doc.position(())
+            sources[(kind, name)] = Source(entry.doc.path, line, col)
+
+    def decls_of(kind: str) -> MappingProxyType:
+        return MappingProxyType({name: e.decl for name, e in entries[kind].items()})
+
+    return Snapshot(
+        root=decls.root,
+        project=decls.project,
+        agents=decls_of("agent"),
+        connectors=decls_of("connector"),
+        skills=decls_of("skill"),
+        workflows=decls_of("workflow"),
+        hooks=decls_of("hook"),
+        evals=decls_of("eval"),
+        models=MappingProxyType(resolve_models(decls.project.models)),
+        sources=MappingProxyType(sources),
+        secrets=frozenset(decls.secrets),
+        version=decls.digest.hexdigest()[:12],
+        loaded_at=time.time(),
+    )
+
+
+def resolve_models(roles: dict[str, str | ModelSettings]) -> dict[str, ModelSettings]:
+    """Roles -> full settings. A role may name another role; empty `api_base`/`api_key`
+    (from `${VAR:-}`) mean unset."""
+    resolved: dict[str, ModelSettings] = {}
+
+    def resolve(role: str, seen: tuple[str, ...]) -> ModelSettings:
+        ref = roles[role]
+        if isinstance(ref, str) and ref in roles and ref not in seen and "/" not in ref:
+            return resolve(ref, (*seen, ref))
+        settings = ref if isinstance(ref, ModelSettings) else ModelSettings(model=ref)
+        blank = {k: None for k in ("api_base", "api_key") if getattr(settings, k) == ""}
+        return settings.model_copy(update=blank) if blank else settings
+
+    for role in roles:
+        resolved[role] = resolve(role, (role,))
+    return resolved
+
+
+class Checker:
+    """Cross-reference checks over loaded declarations; appends to `decls.problems`."""
+
+    def __init__(self, decls: Declarations) -> None:
+        self.decls = decls
+        self.templates = TemplateChecker()
+        self.roles = set(decls.project.models)
+
+    def names(self, kind: str) -> set[str]:
+        return set(self.decls.entries[kind])
+
+    def add(self, problem: Problem) -> None:
+        self.decls.problems.append(problem)
+
+    def ref(self, entry: Entry, path: tuple, kind: str, name: str, label: str = "") -> bool:
+        """Report `name` if no `kind` of that name exists; True when it exists."""
+        if name in self.decls.entries[kind]:
+            return True
+        if name not in self.decls.broken[kind]:
+            what = label or kind
+            self.add(
+                entry.doc.problem(
+                    path, f"unknown {what} '{name}'", suggest(name, self.names(kind), f"{kind}s")
+                )
+            )
+        return False
+
+    def run(self) -> None:
+        if self.decls.project_ok:
+            self.check_project()
+        for entry in self.decls.entries["agent"].values():
+            self.check_agent(entry)
+        for entry in self.decls.entries["hook"].values():
+            self.check_hook(entry, entry.decl, ())
+        self.check_hook_refs()
+        for entry in self.decls.entries["workflow"].values():
+            check_workflow(self, entry)
+        for entry in self.decls.entries["eval"].values():
+            self.check_eval(entry)
+
+    # ------------------------------------------------------------------ project
+
+    def check_project(self) -> None:
+        doc = self.decls.project_doc
+        assert doc is not None
+        for role, ref in self.decls.project.models.items():
+            model = ref.model if isinstance(ref, ModelSettings) else ref
+            path = ("models", role, "model") if isinstance(ref, ModelSettings) else ("models", role)
+            if model.startswith("scripted:"):
+                self.check_scripted(doc, path, model)
+
+    def check_scripted(self, doc: Any, path: tuple, model: str) -> None:
+        file = model.removeprefix("scripted:")
+        if not file or not (self.decls.root / file).is_file():
+            self.add(
+                doc.problem(
+                    path,
+                    f"scripted model file '{file}' not found",
+                    "give a path relative to the project root",
+                )
+            )
+
+    def check_model(self, entry: Entry, path: tuple, ref: str | ModelSettings) -> None:
+        if isinstance(ref, ModelSettings):
+            ref, path = ref.model, (*path, "model")
+        if ref.startswith("scripted:"):
+            self.check_scripted(entry.doc, path, ref)
+        elif "/" not in ref and ref not in self.roles and self.decls.project_ok:
+            close = suggest(ref, self.roles, "model roles")
+            self.add(
+                entry.doc.problem(
+                    path,
+                    f"unknown model role '{ref}'",
+                    f"{close}; or use a litellm string such as openai/gpt-4o-mini",
+                )
+            )
+
+    # ------------------------------------------------------------------ agents
+
+    def check_agent(self, entry: Entry) -> None:
+        agent: AgentDecl = entry.decl
+        doc = entry.doc
+        self.check_model(entry, ("model",), agent.model)
+        tools = builtin_tool_names()
+        for i, tool in enumerate(agent.tools):
+            if tool not in tools:
+                self.add(
+                    doc.problem(
+                        ("tools", i),
+                        f"unknown builtin tool '{tool}'",
+                        suggest(tool, tools, "tools"),
+                    )
+                )
+        for i, name in enumerate(agent.connectors):
+            self.ref(entry, ("connectors", i), "connector", name)
+        if self.decls.project_ok:
+            servers = set(self.decls.project.mcp_servers)
+            for i, name in enumerate(agent.mcp):
+                if name not in servers:
+                    self.add(
+                        doc.problem(
+                            ("mcp", i),
+                            f"unknown MCP server '{name}'",
+                            suggest(name, servers, "MCP servers (fim.yaml)"),
+                        )
+                    )
+        if isinstance(agent.skills, list):
+            for i, name in enumerate(agent.skills):
+                self.ref(entry, ("skills", i), "skill", name)
+        for i, name in enumerate(agent.workflows):
+            self.ref(entry, ("workflows", i), "workflow", name)
+        for i, name in enumerate(agent.delegates):
+            self.ref(entry, ("delegates", i), "agent", name)
+        for i, spec in enumerate(agent.hooks):
+            self.check_hook(entry, spec, ("hooks", i))
+        self.templates.check(self, entry, ("instructions",), agent.instructions)
+
+    # ------------------------------------------------------------------ hooks
+
+    def check_hook(self, entry: Entry, spec: HookSpec, path: tuple) -> None:
+        doc = entry.doc
+        if spec.use is not None:
+            hooks = builtin_hook_names()
+            if spec.use not in hooks:
+                self.add(
+                    doc.problem(
+                        (*path, "use"),
+                        f"unknown builtin hook '{spec.use}'",
+                        suggest(spec.use, hooks, "hooks"),
+                    )
+                )
+        elif spec.ref is not None:
+            self.ref(entry, (*path, "ref"), "hook", spec.ref, "hook ref")
+        elif spec.python is not None:
+            module, _, cls = spec.python.partition(":")
+            if not module or not cls:
+                self.add(
+                    doc.problem(
+                        (*path, "python"),
+                        f"invalid python hook '{spec.python}'",
+                        "write module:Class, e.g. redact:RedactEmails",
+                    )
+                )
+            elif module not in self.decls.python_hooks:
+                folder = self.decls.folder("hook")
+                self.add(
+                    doc.problem(
+                        (*path, "python"),
+                        f"python hook module '{folder}/{module}.py' not found",
+                        suggest(module, self.decls.python_hooks, "modules"),
+                    )
+                )
+        elif spec.command is not None:
+            program = spec.command.split()[0] if spec.command.split() else ""
+            if "/" in program and not (self.decls.root / program).exists():
+                self.add(
+                    doc.problem(
+                        (*path, "command"),
+                        f"hook command '{program}' not found",
+                        "paths are relative to the project root",
+                    )
+                )
+        if spec.event is None and (spec.command is not None or spec.python is not None):
+            self.add(
+                doc.problem(
+                    path,
+                    "command and python hooks need 'event'",
+                    "set event: PreToolUse, PostToolUse or SessionStart",
+                )
+            )
+
+    def check_hook_refs(self) -> None:
+        hooks = self.decls.entries["hook"]
+        for name, entry in hooks.items():
+            seen = [name]
+            current = entry.decl.ref
+            while current is not None and current in hooks:
+                if current in seen:
+                    self.add(
+                        entry.doc.problem(
+                            ("ref",),
+                            "hook ref cycle: " + " -> ".join([*seen, current]),
+                            "a hook ref must end at a use/command/python hook",
+                        )
+                    )
+                    break
+                seen.append(current)
+                current = hooks[current].decl.ref
+
+    # ------------------------------------------------------------------ evals
+
+    def check_eval(self, entry: Entry) -> None:
+        suite: EvalSuite = entry.decl
+        if suite.agent is not None:
+            self.ref(entry, ("agent",), "agent", suite.agent)
+        if suite.workflow is not None:
+            self.ref(entry, ("workflow",), "workflow", suite.workflow)
+        for i, case in enumerate(suite.cases):
+            for j, assertion in enumerate(case.expect):
+                if isinstance(assertion.judge, JudgeSpec):
+                    path = ("cases", i, "expect", j, "judge", "model")
+                    self.check_model(entry, path, assertion.judge.model)

@@ -1,0 +1,77 @@
+"""`${VAR}` / `${VAR:-default}` interpolation of every string value of a document.
+
+Values that came from the environment are remembered as secrets, so the Snapshot can mask
+them wherever text leaves fim. Defaults are written in git and are therefore not secret.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from fim.config.yamlio import Document, Path_
+
+_VAR = re.compile(r"\$(\$?)\{([^}]*)\}")
+_NAME = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)(.*))?$", re.DOTALL)
+
+
+def interpolate(doc: Document, secrets: set[str], env: Mapping[str, str] | None = None) -> None:
+    """Replace variables in every string value of `doc.data` in place.
+
+    `${VAR:-x}` uses x when VAR is unset or empty, `${VAR-x}` only when unset, and `$${...}`
+    is a literal `${...}`. A missing variable without default is a problem at its string.
+    """
+    environ = os.environ if env is None else env
+    doc.data = _walk(doc, doc.data, (), secrets, environ)
+
+
+def _walk(doc: Document, value: Any, path: Path_, secrets: set[str], env: Mapping) -> Any:
+    if isinstance(value, str):
+        return _substitute(doc, value, path, secrets, env) if "${" in value else value
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(v, (str, dict, list)):
+                value[k] = _walk(doc, v, (*path, k), secrets, env)
+        return value
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            if isinstance(v, (str, dict, list)):
+                value[i] = _walk(doc, v, (*path, i), secrets, env)
+    return value
+
+
+def _substitute(doc: Document, text: str, path: Path_, secrets: set[str], env: Mapping) -> str:
+    def replace(match: re.Match[str]) -> str:
+        escaped, inner = match.group(1), match.group(2)
+        if escaped:
+            return "${" + inner + "}"
+        parsed = _NAME.match(inner.strip())
+        if parsed is None:
+            doc.problems.append(
+                doc.problem(
+                    path,
+                    f"invalid variable reference '${{{inner}}}'",
+                    "use ${NAME} or ${NAME:-default}; write $${...} for a literal",
+                )
+            )
+            return match.group(0)
+        name, op, default = parsed.groups()
+        value = env.get(name)
+        if value is not None and (value != "" or op != ":-"):
+            if value:
+                secrets.add(value)
+            return value
+        if op is not None:
+            return default
+        doc.problems.append(
+            doc.problem(
+                path,
+                f"environment variable '{name}' is not set",
+                f"export {name}=... or give a default: ${{{name}:-value}}",
+            )
+        )
+        return ""
+
+    return _VAR.sub(replace, text)

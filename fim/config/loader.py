@@ -1,0 +1,424 @@
+"""Files -> Declarations: find the project, read every folder, validate every file.
+
+The loader never stops at the first problem: each file is read, parsed, interpolated and
+validated on its own, and every problem (with `path:line:col`) is collected so one
+`fim validate` run shows the user everything that is wrong. Cross-references between
+files are the compiler's job (`fim.compile`); this module only knows single files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from fim.config.interpolate import interpolate
+from fim.config.problems import validation_problems
+from fim.config.schema import (
+    AgentDecl,
+    Connector,
+    EvalSuite,
+    HookDecl,
+    Project,
+    SkillMeta,
+    WorkflowDecl,
+)
+from fim.config.yamlio import Document, YamlSyntaxError, parse
+from fim.errors import ConfigError, Problem
+from fim.snapshot import Skill
+
+PROJECT_FILE = "fim.yaml"
+YAML_SUFFIXES = (".yaml", ".yml")
+NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,63}$")
+
+KIND_MODELS: dict[str, Any] = {
+    "agent": AgentDecl,
+    "connector": Connector,
+    "workflow": WorkflowDecl,
+    "hook": HookDecl,
+    "eval": EvalSuite,
+}
+"""Kinds declared one per YAML file, with the type each file validates against."""
+
+FOLDER_OF = {
+    "agent": "agents",
+    "connector": "connectors",
+    "skill": "skills",
+    "workflow": "workflows",
+    "hook": "hooks",
+    "eval": "evals",
+}
+
+_adapters: dict[str, TypeAdapter[Any]] = {}
+
+
+@dataclass
+class Entry:
+    """One declaration that validated, with the document it came from (for positions)."""
+
+    kind: str
+    name: str
+    decl: Any
+    doc: Document
+
+
+@dataclass
+class Declarations:
+    """Everything in the project's files, validated one file at a time, not yet linked."""
+
+    root: Path
+    project: Project
+    project_doc: Document | None = None
+    project_ok: bool = True
+    entries: dict[str, dict[str, Entry]] = field(
+        default_factory=lambda: {kind: {} for kind in FOLDER_OF}
+    )
+    broken: dict[str, set[str]] = field(default_factory=lambda: {k: set() for k in FOLDER_OF})
+    """Names of files that exist but failed to validate (no 'unknown X' noise for them)."""
+    python_hooks: set[str] = field(default_factory=set)
+    """Module names of hooks/*.py."""
+    problems: list[Problem] = field(default_factory=list)
+    secrets: set[str] = field(default_factory=set)
+    digest: Any = field(default_factory=hashlib.sha256)
+
+    def folder(self, kind: str) -> str:
+        return getattr(self.project.paths, FOLDER_OF[kind])
+
+    def rel(self, path: Path) -> str:
+        text, root = str(path), str(self.root)
+        if text.startswith(root + os.sep):
+            return text[len(root) + 1 :].replace(os.sep, "/")
+        return path.as_posix()
+
+
+def find_root(start: str | Path | None = None) -> Path:
+    """The project root: `start` itself when given, else the nearest parent with fim.yaml."""
+    if start is not None:
+        root = Path(start).expanduser().resolve()
+        if not (root / PROJECT_FILE).is_file():
+            raise ConfigError.at(
+                root / PROJECT_FILE,
+                f"no {PROJECT_FILE} in {root}",
+                hint="pass the directory that holds fim.yaml, or run `fim init DIR`",
+            )
+        return root
+    here = Path.cwd().resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / PROJECT_FILE).is_file():
+            return candidate
+    raise ConfigError.at(
+        PROJECT_FILE,
+        f"no {PROJECT_FILE} found in {here} or any parent directory",
+        hint="cd into a fim project, pass --project DIR, or run `fim init DIR`",
+    )
+
+
+def load(root: str | Path) -> Declarations:
+    """Read and validate every file of the project at `root`; problems are collected."""
+    root = Path(root).resolve()
+    decls = Declarations(root=root, project=Project())
+    _load_project(decls)
+    for kind in ("agent", "connector", "workflow", "hook", "eval"):
+        for path, problem in _list(decls, root / decls.folder(kind), YAML_SUFFIXES):
+            if problem is not None:
+                decls.problems.append(problem)
+                decls.broken[kind].add(_stem(path))
+            elif not (kind == "eval" and "." in _stem(path)):
+                _load_file(decls, kind, path)
+    for path, problem in _list(decls, root / decls.folder("hook"), (".py",)):
+        if problem is not None:
+            decls.problems.append(problem)
+        else:
+            decls.python_hooks.add(path.stem)
+    _load_skills(decls)
+    if decls.secrets:
+        decls.problems = [_mask(p, decls.secrets) for p in decls.problems]
+    return decls
+
+
+def _mask(problem: Problem, secrets: set[str]) -> Problem:
+    def mask(text: str | None) -> str | None:
+        if text is None:
+            return None
+        for secret in sorted(secrets, key=len, reverse=True):
+            if len(secret) >= 4:
+                text = text.replace(secret, "***")
+        return text
+
+    return Problem(
+        problem.path, problem.line, problem.column, mask(problem.message) or "", mask(problem.hint)
+    )
+
+
+def _stem(path: Path) -> str:
+    name = path.name
+    for suffix in (*YAML_SUFFIXES, ".py"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _list(
+    decls: Declarations, folder: Path, suffixes: tuple[str, ...]
+) -> list[tuple[Path, Problem | None]]:
+    """Files in `folder` with one of `suffixes`, sorted; broken symlinks come back as
+    problems instead of being skipped silently (a symlink loop looks like a missing file)."""
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        return [(folder, _os_problem(decls, folder, exc))]
+    out: list[tuple[Path, Problem | None]] = []
+    for entry in entries:
+        if entry.name.startswith(".") or not entry.name.endswith(suffixes):
+            continue
+        path = Path(entry.path)
+        try:
+            os.stat(path)
+        except OSError as exc:
+            out.append((path, _os_problem(decls, path, exc)))
+            continue
+        if entry.is_file():
+            out.append((path, None))
+    return out
+
+
+def _os_problem(decls: Declarations, path: Path, exc: OSError) -> Problem:
+    rel = decls.rel(path)
+    if exc.errno == errno.ELOOP:
+        return Problem(
+            rel,
+            1,
+            1,
+            "symlink loop (the link points back to itself)",
+            "replace the symlink with the file it should point to",
+        )
+    if exc.errno == errno.ENOENT and path.is_symlink():
+        return Problem(
+            rel, 1, 1, f"broken symlink to '{os.readlink(path)}'", "fix or remove the link"
+        )
+    return Problem(rel, 1, 1, f"cannot read: {exc.strerror or exc}")
+
+
+def _read(decls: Declarations, path: Path) -> str | None:
+    rel = decls.rel(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        decls.problems.append(_os_problem(decls, path, exc))
+        return None
+    decls.digest.update(rel.encode() + b"\0" + raw + b"\0")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        before = raw[: exc.start]
+        line = before.count(b"\n") + 1
+        col = exc.start - (before.rfind(b"\n") + 1) + 1
+        decls.problems.append(
+            Problem(
+                rel,
+                line,
+                col,
+                f"file is not valid UTF-8 (byte 0x{raw[exc.start]:02x})",
+                "save the file as UTF-8",
+            )
+        )
+        return None
+
+
+def _parse(decls: Declarations, text: str, rel: str, line_offset: int = 0) -> Document | None:
+    try:
+        doc = parse(text, rel, line_offset=line_offset)
+    except YamlSyntaxError as exc:
+        decls.problems.append(Problem(rel, exc.line + line_offset, exc.column, exc.message))
+        return None
+    interpolate(doc, decls.secrets)
+    decls.problems.extend(doc.problems)
+    doc.problems = []
+    return doc
+
+
+def _validate(decls: Declarations, doc: Document, kind: str, model: Any) -> Any:
+    """Validate `doc.data`; problems are recorded and None returned on failure."""
+    what = "the project" if kind == "project" else f"{kind} fields"
+    if doc.data is None:
+        decls.problems.append(doc.problem((), f"empty file (expected a mapping of {what})"))
+        return None
+    if not isinstance(doc.data, dict):
+        got = type(doc.data).__name__.replace("str", "a string").replace("list", "a list")
+        decls.problems.append(
+            doc.problem(
+                (),
+                f"expected a mapping of {what}, got {got}",
+                "write `key: value` lines at the top level",
+            )
+        )
+        return None
+    try:
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            return model.model_validate(doc.data)
+        adapter = _adapters.get(kind) or _adapters.setdefault(kind, TypeAdapter(model))
+        return adapter.validate_python(doc.data)
+    except ValidationError as exc:
+        decls.problems.extend(validation_problems(exc, model, doc))
+        return None
+
+
+def _load_project(decls: Declarations) -> None:
+    path = decls.root / PROJECT_FILE
+    text = _read(decls, path)
+    doc = _parse(decls, text, PROJECT_FILE) if text is not None else None
+    decls.project_doc = doc
+    if doc is None:
+        decls.project_ok = False
+        return
+    if doc.data is None:
+        doc.data = {}
+    if isinstance(doc.data, dict):
+        doc.data.setdefault("name", decls.root.name)
+    project = _validate(decls, doc, "project", Project)
+    if project is None:
+        decls.project_ok = False
+        paths = doc.data.get("paths") if isinstance(doc.data, dict) else None
+        if isinstance(paths, dict):
+            with contextlib.suppress(ValidationError):
+                decls.project = Project(paths=paths)
+        return
+    decls.project = project
+
+
+def _load_file(decls: Declarations, kind: str, path: Path) -> None:
+    rel, stem = decls.rel(path), _stem(path)
+    text = _read(decls, path)
+    doc = _parse(decls, text, rel) if text is not None else None
+    if doc is not None and isinstance(doc.data, dict):
+        doc.data.setdefault("name", stem)
+    decl = _validate(decls, doc, kind, KIND_MODELS[kind]) if doc is not None else None
+    if decl is None:
+        name = doc.data.get("name") if doc is not None and isinstance(doc.data, dict) else None
+        decls.broken[kind].add(name if isinstance(name, str) else stem)
+        return
+    _register(decls, Entry(kind, decl.name, decl, doc))
+
+
+def _register(decls: Declarations, entry: Entry) -> None:
+    kind, name, doc = entry.kind, entry.name, entry.doc
+    if not NAME_RE.match(name):
+        decls.problems.append(
+            doc.problem(
+                ("name",),
+                f"invalid {kind} name '{name}'",
+                "use letters, digits, '_' and '-' (at most 64 characters)",
+            )
+        )
+        decls.broken[kind].add(name)
+        return
+    existing = decls.entries[kind].get(name)
+    if existing is not None:
+        line, col = existing.doc.position(("name",))
+        decls.problems.append(
+            doc.problem(
+                ("name",),
+                f"duplicate {kind} name '{name}'",
+                f"also declared at {existing.doc.path}:{line}:{col}; rename one",
+            )
+        )
+        return
+    decls.entries[kind][name] = entry
+
+
+def _load_skills(decls: Declarations) -> None:
+    folder = decls.root / decls.folder("skill")
+    try:
+        dirs = sorted(os.scandir(folder), key=lambda e: e.name)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        decls.problems.append(_os_problem(decls, folder, exc))
+        return
+    for entry in dirs:
+        if entry.name.startswith("."):
+            continue
+        path = Path(entry.path)
+        try:
+            os.stat(path)
+        except OSError as exc:
+            decls.problems.append(_os_problem(decls, path, exc))
+            decls.broken["skill"].add(entry.name)
+            continue
+        if entry.is_dir():
+            _load_skill(decls, path)
+
+
+def _load_skill(decls: Declarations, directory: Path) -> None:
+    skill_md = directory / "SKILL.md"
+    rel = decls.rel(skill_md)
+    decls.broken["skill"].add(directory.name)
+    if not skill_md.exists() and not skill_md.is_symlink():
+        decls.problems.append(
+            Problem(
+                rel,
+                1,
+                1,
+                "skill folder has no SKILL.md",
+                "add SKILL.md with name/description front matter",
+            )
+        )
+        return
+    text = _read(decls, skill_md)
+    if text is None:
+        return
+    lines = text.split("\n")
+    end = next((i for i in range(1, len(lines)) if lines[i].rstrip() == "---"), None)
+    if lines[0].rstrip() != "---" or end is None:
+        decls.problems.append(
+            Problem(
+                rel,
+                1,
+                1,
+                "SKILL.md must start with YAML front matter between '---' lines",
+                "begin the file with ---, name: ..., description: ..., ---",
+            )
+        )
+        return
+    doc = _parse(decls, "\n".join(lines[1:end]), rel, line_offset=1)
+    if doc is None:
+        return
+    if isinstance(doc.data, dict):
+        doc.data.setdefault("name", directory.name)
+    meta = _validate(decls, doc, "skill", SkillMeta)
+    if meta is None:
+        return
+    if meta.name != directory.name:
+        decls.problems.append(
+            doc.problem(
+                ("name",),
+                f"skill name '{meta.name}' differs from its folder '{directory.name}'",
+                "rename the folder or the name (they must match)",
+            )
+        )
+        return
+    body = "\n".join(lines[end + 1 :]).lstrip("\n")
+    files = tuple(_skill_files(directory))
+    decls.broken["skill"].discard(directory.name)
+    _register(decls, Entry("skill", meta.name, Skill(meta.name, meta, body, directory, files), doc))
+
+
+def _skill_files(directory: Path) -> list[str]:
+    """Files next to SKILL.md (scripts/, references/ ...); symlinked dirs are not followed."""
+    found: list[str] = []
+    for base, dirnames, filenames in os.walk(directory, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            rel = Path(base, name).relative_to(directory).as_posix()
+            if rel != "SKILL.md" and not name.startswith("."):
+                found.append(rel)
+    return found

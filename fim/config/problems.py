@@ -1,0 +1,253 @@
+"""Turn pydantic validation errors into `path:line:col: message (hint)` problems.
+
+Pydantic reports a `loc` such as `('nodes', 'lookup', 'connector', 'action')` where some
+elements are union tags (`connector` is the node type here, not a key). We walk the loc
+alongside the model's type structure, so we know which elements are keys of the user's
+data, which model a key belonged to (for did-you-mean), and where in the file it is.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from fim.config.yamlio import Document, Path_
+from fim.errors import Problem
+
+_TYPE_WORDS = {
+    "string_type": "expected a string",
+    "int_type": "expected an integer",
+    "int_parsing": "expected an integer",
+    "int_from_float": "expected a whole number",
+    "float_type": "expected a number",
+    "float_parsing": "expected a number",
+    "bool_type": "expected true or false",
+    "bool_parsing": "expected true or false",
+    "list_type": "expected a list",
+    "dict_type": "expected a mapping",
+    "model_type": "expected a mapping",
+    "model_attributes_type": "expected a mapping",
+}
+
+
+def suggest(word: str, candidates: Iterable[str], what: str = "") -> str | None:
+    """A did-you-mean hint, or the valid choices when nothing is close."""
+    choices = sorted({c for c in candidates if c})
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    if close:
+        return f"did you mean '{close[0]}'?"
+    if not choices:
+        return f"no {what} declared" if what else None
+    shown = ", ".join(choices[:12]) + (", ..." if len(choices) > 12 else "")
+    return f"valid {what}: {shown}" if what else f"valid: {shown}"
+
+
+def _unwrap(tp: Any) -> Any:
+    while typing.get_origin(tp) is typing.Annotated:
+        tp = typing.get_args(tp)[0]
+    return tp
+
+
+def _discriminator(tp: Any) -> str | None:
+    """The discriminator of an `Annotated[Union, Field(discriminator=...)]`, if any."""
+    while typing.get_origin(tp) is typing.Annotated:
+        for meta in typing.get_args(tp)[1:]:
+            if isinstance(getattr(meta, "discriminator", None), str):
+                return meta.discriminator
+        tp = typing.get_args(tp)[0]
+    return None
+
+
+def union_tags(tp: Any) -> list[str]:
+    """Tags of a discriminated union: the Literal values of each member's discriminator."""
+    field = _discriminator(tp)
+    tags: list[str] = []
+    for m in typing.get_args(_unwrap(tp)):
+        info = getattr(m, "model_fields", {}).get(field or "")
+        if info is not None and typing.get_origin(info.annotation) is typing.Literal:
+            tags.extend(str(v) for v in typing.get_args(info.annotation))
+    return tags
+
+
+def _is_union(tp: Any) -> bool:
+    return typing.get_origin(tp) in (typing.Union, types.UnionType)
+
+
+def _model_field_type(model: type[BaseModel], key: Any) -> tuple[bool, Any]:
+    for name, info in model.model_fields.items():
+        if key in (name, info.alias):
+            return True, info.annotation
+    return False, None
+
+
+def _union_member(members: list[Any], tag: Any) -> Any:
+    for m in members:
+        m = _unwrap(m)
+        if isinstance(m, type) and issubclass(m, BaseModel):
+            if m.__name__ == tag:
+                return m
+            for info in m.model_fields.values():
+                ann = info.annotation
+                if typing.get_origin(ann) is typing.Literal and tag in typing.get_args(ann):
+                    return m
+        elif (isinstance(m, type) and m.__name__ == tag) or (
+            typing.get_origin(m) is not None
+            and str(tag).startswith(getattr(typing.get_origin(m), "__name__", "?"))
+        ):
+            return m
+    return None
+
+
+def resolve_loc(root: Any, loc: tuple[Any, ...], data: Any) -> tuple[Path_, Any, bool]:
+    """Walk `loc` -> (path of keys/indices in the data, the type there, passed a union)."""
+    tp, path, skipped, node = root, [], False, data
+    i = 0
+    while i < len(loc):
+        step = loc[i]
+        tagged = _discriminator(tp) is not None
+        tp = _unwrap(tp)
+        if _is_union(tp):
+            members = [m for m in typing.get_args(tp) if m is not type(None)]
+            if len(members) == 1:
+                tp = members[0]
+                continue
+            tp = _union_member(members, step)
+            skipped = skipped or not tagged
+            i += 1
+            continue
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            found, tp = _model_field_type(tp, step)
+            if not found:
+                tp = None
+        elif typing.get_origin(tp) is dict:
+            tp = typing.get_args(tp)[1] if typing.get_args(tp) else None
+        elif typing.get_origin(tp) is list:
+            tp = typing.get_args(tp)[0] if typing.get_args(tp) else None
+        else:
+            tp = None
+        path.append(step)
+        node = node.get(step) if isinstance(node, dict) else None
+        i += 1
+    return tuple(path), tp, skipped
+
+
+def _field_names(model: Any) -> list[str]:
+    model = _unwrap(model)
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return []
+    return [info.alias or name for name, info in model.model_fields.items()]
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def validation_problems(exc: ValidationError, root: Any, doc: Document) -> list[Problem]:
+    """Map every error of `exc` (validating `doc.data` as `root`) to a Problem."""
+    collected: list[tuple[Path_, bool, Problem]] = []
+    for err in exc.errors(include_url=False):
+        loc, kind = tuple(err["loc"]), err["type"]
+        if kind == "missing":
+            parent, _, skipped = resolve_loc(root, loc[:-1], doc.data)
+            label = ".".join(str(p) for p in parent)
+            problem = doc.problem(
+                parent, f"{label + ': ' if label else ''}missing required field '{loc[-1]}'"
+            )
+            path = (*parent, loc[-1])
+        elif kind == "extra_forbidden":
+            parent, model, skipped = resolve_loc(root, loc[:-1], doc.data)
+            path = (*parent, loc[-1])
+            problem = doc.problem(
+                path,
+                f"unknown key '{loc[-1]}'",
+                suggest(str(loc[-1]), _field_names(model), "keys"),
+                key=True,
+            )
+        elif kind in ("union_tag_invalid", "union_tag_not_found"):
+            path, tp, skipped = resolve_loc(root, loc, doc.data)
+            problem = _tag_problem(doc, path, err, union_tags(tp))
+        else:
+            path, _, skipped = resolve_loc(root, loc, doc.data)
+            label = ".".join(str(p) for p in path) or "document"
+            problem = doc.problem(path, f"{label}: {_message(err)}", _hint(err))
+        collected.append((path, skipped, problem))
+    return _prune(collected)
+
+
+def _message(err: dict[str, Any]) -> str:
+    kind, ctx = err["type"], err.get("ctx") or {}
+    if kind in _TYPE_WORDS:
+        return f"{_TYPE_WORDS[kind]}, got {_show(err['input'])}"
+    if kind == "literal_error":
+        return f"expected one of {ctx.get('expected', '')}, got {_show(err['input'])}"
+    msg = err["msg"]
+    return msg.removeprefix("Value error, ")
+
+
+def _hint(err: dict[str, Any]) -> str | None:
+    kind, ctx = err["type"], err.get("ctx") or {}
+    if kind == "literal_error" and isinstance(err["input"], str):
+        options = [
+            o.strip().strip("'")
+            for o in str(ctx.get("expected", "")).replace(" or ", ", ").split(",")
+        ]
+        return suggest(err["input"], options) if options else None
+    return None
+
+
+def _tag_problem(doc: Document, path: Path_, err: dict[str, Any], tags: list[str]) -> Problem:
+    """`type: foo` / `kind: ftp` / no type at all, on a discriminated union."""
+    ctx = err.get("ctx") or {}
+    field = str(ctx.get("discriminator", "type")).strip("'")
+    where = ".".join(str(p) for p in path)
+    choices = ", ".join(tags)
+    if err["type"] == "union_tag_invalid":
+        tag = str(ctx.get("tag", ""))
+        return doc.problem(
+            (*path, field),
+            f"{where}: unknown {field} '{tag}'",
+            suggest(tag, tags, f"{field}s") if tags else None,
+        )
+    return doc.problem(
+        path,
+        f"{where + ': ' if where else ''}missing '{field}'",
+        f"set {field} to one of: {choices}" if choices else None,
+    )
+
+
+def _prune(collected: list[tuple[Path_, bool, Problem]]) -> list[Problem]:
+    """Drop union-branch noise: a branch that failed on the whole value is dropped when
+    another branch got further, and same-place messages of different branches merge."""
+    keep: list[tuple[Path_, bool, Problem]] = []
+    for path, skipped, problem in collected:
+        if skipped and any(
+            other[: len(path)] == path and len(other) > len(path) for other, _, _ in collected
+        ):
+            continue
+        keep.append((path, skipped, problem))
+    out: list[Problem] = []
+    branches: dict[Path_, int] = {}
+    for path, skipped, problem in keep:
+        if not skipped:
+            out.append(problem)
+        elif path in branches:
+            first = out[branches[path]]
+            second = problem.message.split(": ", 1)[-1]
+            if second not in first.message:
+                out[branches[path]] = Problem(
+                    first.path,
+                    first.line,
+                    first.column,
+                    f"{first.message}, or {second}",
+                    first.hint,
+                )
+        else:
+            branches[path] = len(out)
+            out.append(problem)
+    return out
