@@ -1,0 +1,202 @@
+"""text_utils: exact text chores a model is unreliable at (counting, slugs, regex, extraction).
+
+Regular expressions come from the model, so `regex_find` and `find_replace` (with
+`regex: true`) use the `regex` package's per-call timeout when it is installed (it ships
+with tiktoken, a fim dependency) and cap input sizes either way: a catastrophic pattern
+becomes an error observation instead of a frozen run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import unicodedata
+from typing import Any
+
+from fim.tools.base import FunctionTool
+from fim.tools.builtin._common import clip, fail
+from fim.types import ToolResult
+
+MAX_TEXT = 1_000_000
+MAX_REGEX_TEXT = 200_000
+MAX_PATTERN = 1_000
+REGEX_TIMEOUT = 2.0
+MAX_MATCHES = 500
+MAX_OUTPUT = 50_000
+
+OPERATIONS = (
+    "word_count", "char_count", "line_count", "upper", "lower", "title", "slugify",
+    "truncate", "split_lines", "find_replace", "regex_find", "extract_emails",
+    "extract_urls",
+)  # fmt: skip
+
+_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
+_URL = re.compile(r"\bhttps?://[^\s<>\"'`]+|\bwww\.[^\s<>\"'`]+", re.IGNORECASE)
+
+
+class TextError(ValueError):
+    """A request text_utils refuses; the message is for the model."""
+
+
+def _flags(ignore_case: bool, multiline: bool) -> int:
+    return (re.IGNORECASE if ignore_case else 0) | (re.MULTILINE if multiline else 0)
+
+
+def _compile(pattern: str, flags: int) -> Any:
+    """Compile with `regex` (supports a timeout) when available, else `re`."""
+    if len(pattern) > MAX_PATTERN:
+        raise TextError(f"the pattern is longer than {MAX_PATTERN} characters")
+    try:
+        import regex
+    except ImportError:
+        regex = None
+    try:
+        if regex is None:
+            return re.compile(pattern, flags)
+        return regex.compile(pattern, flags | regex.VERSION0)
+    except (re.error, getattr(regex, "error", re.error)) as exc:
+        raise TextError(
+            f"invalid regular expression: {exc}. Fix the pattern (Python regex syntax)"
+        ) from None
+
+
+def _timeout_kw(compiled: Any) -> dict[str, float]:
+    return {} if isinstance(compiled, re.Pattern) else {"timeout": REGEX_TIMEOUT}
+
+
+def _regex_find(text: str, pattern: str, flags: int, limit: int) -> str:
+    if len(text) > MAX_REGEX_TEXT:
+        raise TextError(f"regex_find accepts at most {MAX_REGEX_TEXT} characters of text")
+    compiled = _compile(pattern, flags)
+    matches = []
+    for match in compiled.finditer(text, **_timeout_kw(compiled)):
+        entry: dict[str, Any] = {"match": match.group(0), "start": match.start()}
+        if match.groups():
+            entry["groups"] = list(match.groups())
+        if match.groupdict():
+            entry["named"] = match.groupdict()
+        matches.append(entry)
+        if len(matches) >= limit:
+            break
+    return json.dumps({"count": len(matches), "matches": matches}, ensure_ascii=False)
+
+
+def _find_replace(text: str, find: str, replace: str, use_regex: bool, flags: int) -> str:
+    if not use_regex:
+        if flags & re.IGNORECASE:
+            return re.sub(re.escape(find), lambda _: replace, text, flags=re.IGNORECASE)
+        return text.replace(find, replace)
+    if len(text) > MAX_REGEX_TEXT:
+        raise TextError(f"regex replace accepts at most {MAX_REGEX_TEXT} characters of text")
+    compiled = _compile(find, flags)
+    return compiled.sub(replace, text, **_timeout_kw(compiled))
+
+
+def slugify(text: str) -> str:
+    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+    return re.sub(r"[^a-z0-9]+", "-", ascii_text.lower()).strip("-")
+
+
+def truncate(text: str, max_length: int, ellipsis: str = "…") -> str:
+    """Cut at a word boundary when one is near, so the result does not end mid-word."""
+    if len(text) <= max_length:
+        return text
+    cut = text[: max(0, max_length - len(ellipsis))]
+    space = cut.rfind(" ")
+    if space > len(cut) * 0.6:
+        cut = cut[:space]
+    return cut.rstrip() + ellipsis
+
+
+def _unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def transform(operation: str, text: str, args: dict[str, Any]) -> str:
+    flags = _flags(args.get("ignore_case", False), args.get("multiline", False))
+    if operation == "word_count":
+        return str(len(re.findall(r"\w+(?:[-']\w+)*", text)))
+    if operation == "char_count":
+        return str(len(text))
+    if operation == "line_count":
+        return str(len(text.splitlines()))
+    if operation in ("upper", "lower", "title"):
+        return getattr(text, operation)()
+    if operation == "slugify":
+        return slugify(text)
+    if operation == "truncate":
+        if "max_length" not in args:
+            raise TextError("'truncate' needs 'max_length'")
+        return truncate(text, args["max_length"])
+    if operation == "split_lines":
+        lines = text.splitlines()
+        if not args.get("keep_empty", False):
+            lines = [line for line in lines if line.strip()]
+        return json.dumps(lines, ensure_ascii=False)
+    if operation == "find_replace":
+        if not args.get("find"):
+            raise TextError("'find_replace' needs 'find' (and 'replace', default empty)")
+        return _find_replace(
+            text, args["find"], args.get("replace", ""), args.get("regex", False), flags
+        )
+    if operation == "regex_find":
+        if not args.get("pattern"):
+            raise TextError("'regex_find' needs 'pattern'")
+        return _regex_find(text, args["pattern"], flags, args.get("max_matches", MAX_MATCHES))
+    if operation == "extract_emails":
+        return json.dumps(_unique(_EMAIL.findall(text)))
+    if operation == "extract_urls":
+        urls = [u.rstrip(".,;:!?)]}") for u in _URL.findall(text)]
+        return json.dumps(_unique(urls), ensure_ascii=False)
+    raise TextError(f"unknown operation '{operation}'")
+
+
+async def _run(operation: str, text: str, **args: Any) -> str | ToolResult:
+    try:
+        result = await asyncio.to_thread(transform, operation, text, args)
+    except TextError as exc:
+        return fail(f"{exc}.")
+    except TimeoutError:
+        return fail(
+            f"the pattern took longer than {REGEX_TIMEOUT:g}s (catastrophic backtracking?). "
+            "Simplify it: avoid nested quantifiers such as (a+)+."
+        )
+    except (re.error, ValueError) as exc:
+        return fail(f"{operation} failed: {exc}. Check the arguments.")
+    return clip(result, MAX_OUTPUT)
+
+
+TOOL = FunctionTool(
+    name="text_utils",
+    description=(
+        "Exact text operations: word_count, char_count, line_count, upper, lower, title, "
+        "slugify ('Hello World!' -> 'hello-world'), truncate (needs max_length; cuts at a "
+        "word boundary and adds '…'), split_lines (JSON list; empty lines dropped unless "
+        "keep_empty), find_replace (find/replace, plain text unless regex=true), regex_find "
+        "(pattern, Python regex syntax; returns JSON with matches, positions and groups), "
+        "extract_emails and extract_urls (JSON lists, duplicates removed). Use it instead "
+        "of counting or pattern matching by eye."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "operation": {"type": "string", "enum": list(OPERATIONS)},
+            "text": {"type": "string", "maxLength": MAX_TEXT, "description": "The input text."},
+            "max_length": {"type": "integer", "minimum": 1, "description": "truncate: length."},
+            "find": {"type": "string", "description": "find_replace: text or pattern to find."},
+            "replace": {"type": "string", "description": "find_replace: replacement."},
+            "regex": {"type": "boolean", "description": "find_replace: 'find' is a regex."},
+            "pattern": {"type": "string", "description": "regex_find: the regular expression."},
+            "ignore_case": {"type": "boolean"},
+            "multiline": {"type": "boolean", "description": "^ and $ match at each line."},
+            "max_matches": {"type": "integer", "minimum": 1, "maximum": MAX_MATCHES},
+            "keep_empty": {"type": "boolean", "description": "split_lines: keep empty lines."},
+        },
+        "required": ["operation", "text"],
+        "additionalProperties": False,
+    },
+    fn=_run,
+    category="text",
+    metadata={"builtin": True, "access": "read"},
+)
