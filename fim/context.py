@@ -19,6 +19,7 @@ from fim.tokens import count_message, count_messages, count_tokens, count_tool, 
 from fim.types import Message, Model, ToolSpec
 
 if TYPE_CHECKING:
+    from fim.config.schema import AgentDecl
     from fim.runtime import Services
     from fim.snapshot import Snapshot
 
@@ -92,6 +93,25 @@ def context_budget(
         return agent_budget
     total = context_window(model, window)
     return total - min(max_output or 4096, total // 4)
+
+
+def guard_for(snapshot: Snapshot, agent: AgentDecl, summarizer: Model | None) -> ContextGuard:
+    """The guard of one agent: its `context_budget`, else its model's window less room for
+    the reply; `summarizer` is the `fast` role's model (None: older turns are dropped)."""
+    from fim.errors import RunError
+
+    try:
+        settings = snapshot.model_settings(agent.model)
+    except RunError:
+        settings = None
+    model = settings.model if settings else str(agent.model)
+    budget = context_budget(
+        model,
+        agent_budget=agent.context_budget,
+        window=settings.context_window if settings else None,
+        max_output=settings.max_tokens if settings else None,
+    )
+    return ContextGuard(budget_tokens=budget, summarizer=summarizer, model=model)
 
 
 @dataclass
@@ -310,6 +330,7 @@ __all__ = [
     "ContextGuard",
     "context_budget",
     "context_window",
+    "guard_for",
     "render_prompt_report",
     "transcript",
 ]

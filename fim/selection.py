@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from fim.skills import READ_SKILL, cut
 from fim.tools.registry import ToolRegistry
-from fim.types import Message, Model, Notice, ToolResult, Usage
+from fim.types import Event, Message, Model, Notice, ToolResult, Usage
 
 REQUEST_TOOLS = "request_tools"
 CATALOGUE_CHARS = 80
@@ -213,6 +213,44 @@ class RequestTools:
         return ToolResult(content=" ".join(parts), is_error=bool(unknown) and not loaded)
 
 
+def first_turn_selection(
+    fast_model: Callable[[], Model],
+    request: str,
+    registry: ToolRegistry,
+    *,
+    pinned: set[str],
+    max_tools: int,
+    threshold: int,
+    run_id: str = "",
+) -> Callable[[], Awaitable[list[Event]]]:
+    """An engine `on_turn` callback that runs selection once, before the first model call,
+    and reports it as a Notice. The fast model is only built when selection is needed."""
+    done = False
+
+    async def on_turn() -> list[Event]:
+        nonlocal done
+        if done:
+            return []
+        done = True
+        if len(registry) <= threshold:
+            return []
+        try:
+            model = fast_model()
+        except Exception as exc:  # no fast model configured: keep every tool, say why
+            outcome = SelectionOutcome(
+                applied=False,
+                reason=f"the fast model could not be built ({exc})",
+                active=registry.active_names,
+            )
+        else:
+            outcome = await select_tools(
+                model, request, registry, pinned=pinned, max_tools=max_tools, threshold=threshold
+            )
+        return [outcome.notice(run_id)]
+
+    return on_turn
+
+
 def request_tools_tool(registry: ToolRegistry) -> RequestTools:
     """The meta-tool that loads inactive tools of `registry` mid-run."""
     return RequestTools(registry)
@@ -223,6 +261,7 @@ __all__ = [
     "RequestTools",
     "SelectionOutcome",
     "catalogue",
+    "first_turn_selection",
     "parse_choice",
     "request_tools_tool",
     "select_tools",

@@ -13,11 +13,13 @@ import pytest
 import fim.agent
 import fim.tokens
 from fim.compile import compile_project
+from fim.config.schema import ModelSettings
 from fim.context import (
     SUMMARY_PREFIX,
     ContextGuard,
     context_budget,
     context_window,
+    guard_for,
     render_prompt_report,
 )
 from fim.engines.react import ReactEngine
@@ -270,3 +272,17 @@ def test_prompt_report_shows_sections_and_tools_with_token_counts(
     assert "## 1. Identify the order" in inline_report
     inline = int(inline_report.rsplit("total: ", 1)[1].split()[0])
     assert progressive + 800 < inline, (progressive, inline)
+
+
+def test_guard_for_reads_the_agent_budget_or_the_model_settings(hub):
+    agent = hub.agent("hub")
+    assert guard_for(hub, agent, None).budget_tokens == 128_000 - 4096
+    assert (
+        guard_for(hub, agent.model_copy(update={"context_budget": 9000}), None).budget_tokens
+        == 9000
+    )
+    custom = agent.model_copy(
+        update={"model": ModelSettings(model="ollama/x", context_window=32_000, max_tokens=2000)}
+    )
+    guard = guard_for(hub, custom, ScriptedModel([]))
+    assert guard.budget_tokens == 30_000 and guard.model == "ollama/x"

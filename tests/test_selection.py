@@ -10,7 +10,13 @@ import pytest
 
 from fim.engines.react import ReactEngine
 from fim.llm.testing import ScriptedModel, text, tool_call
-from fim.selection import REQUEST_TOOLS, parse_choice, request_tools_tool, select_tools
+from fim.selection import (
+    REQUEST_TOOLS,
+    first_turn_selection,
+    parse_choice,
+    request_tools_tool,
+    select_tools,
+)
 from fim.tools.base import FunctionTool
 from fim.tools.registry import ToolRegistry
 from fim.types import Message, Notice, RunFinished, ToolResultEvent, ToolSpec
@@ -187,3 +193,31 @@ async def test_request_tools_loads_a_tool_mid_run_and_the_next_call_sees_it(
     assert results[1].name == "crm__create_lead" and not results[1].is_error
     assert "Ada Lovelace" in results[1].content
     assert isinstance(events[-1], RunFinished) and events[-1].output == "Created the lead."
+
+
+async def test_first_turn_selection_runs_once_and_reports_a_notice(registry: ToolRegistry):
+    built: list[ScriptedModel] = []
+
+    def fast() -> ScriptedModel:
+        built.append(ScriptedModel([text('{"tools": ["tickets__list"]}')]))
+        return built[-1]
+
+    on_turn = first_turn_selection(
+        fast, "Any open tickets?", registry, pinned=set(), max_tools=6, threshold=12, run_id="r9"
+    )
+    [notice] = await on_turn()
+    assert notice.run_id == "r9" and notice.data["chosen"] == ["tickets__list"]
+    assert await on_turn() == [] and len(built) == 1
+    assert "tickets__list" in registry.active_names and "web_fetch" not in registry.active_names
+
+
+async def test_first_turn_selection_without_a_fast_model_keeps_every_tool(registry: ToolRegistry):
+    def missing() -> ScriptedModel:
+        raise RuntimeError("unknown model role 'fast'")
+
+    small = first_turn_selection(missing, "hi", registry, pinned=set(), max_tools=6, threshold=99)
+    assert await small() == [], "below the threshold nothing is built or reported"
+    on_turn = first_turn_selection(missing, "hi", registry, pinned=set(), max_tools=6, threshold=3)
+    [notice] = await on_turn()
+    assert "could not be built (unknown model role 'fast')" in notice.message
+    assert len(registry.specs()) == len(registry)
