@@ -1,0 +1,228 @@
+"""Eval assertions: each checks one expectation against a finished run's trace.
+
+Every check returns an `Outcome` that says what was expected and what was seen, so a red
+CI line is actionable without rerunning anything.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fim.config.schema import Assertion, JudgeSpec
+from fim.types import Message, Model, ToolCallEvent
+
+
+@dataclass
+class Observed:
+    """What one case run produced, as assertions see it."""
+
+    output: str
+    events: list[Any] = field(default_factory=list)
+    iterations: int = 0
+    tokens: int = 0
+    cost: float | None = None
+    latency_ms: float = 0.0
+    structured: Any = None
+    """Workflow outputs (or the output parsed as JSON) for json_path/json_schema."""
+
+    @property
+    def tool_calls(self) -> list[ToolCallEvent]:
+        return [e for e in self.events if isinstance(e, ToolCallEvent)]
+
+    def as_json(self) -> Any:
+        if self.structured is not None:
+            return self.structured
+        return json.loads(self.output)
+
+
+@dataclass
+class Outcome:
+    kind: str
+    passed: bool
+    message: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "passed": self.passed, "message": self.message}
+
+
+JudgeFn = Callable[[str, str, str], Awaitable[tuple[bool, str]]]
+
+
+def _clip(text: str, limit: int = 120) -> str:
+    text = text.replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _subset(expected: Any, actual: Any) -> bool:
+    if isinstance(expected, dict):
+        return isinstance(actual, dict) and all(
+            k in actual and _subset(v, actual[k]) for k, v in expected.items()
+        )
+    if isinstance(expected, (int, float)) and not isinstance(expected, bool):
+        return isinstance(actual, (int, float)) and float(expected) == float(actual)
+    return expected == actual or (isinstance(actual, str) and str(expected) == actual)
+
+
+_PATH_TOKEN = re.compile(r"\.([A-Za-z_][\w-]*)|\[(\d+)\]|\[['\"]([^'\"]+)['\"]\]")
+
+
+def json_path(document: Any, path: str) -> Any:
+    """A small JSONPath: `$.a.b[0]['c d']`. Raises KeyError when the path is absent."""
+    rest = path.strip()
+    if rest.startswith("$"):
+        rest = rest[1:]
+    if rest and not rest.startswith((".", "[")):
+        rest = "." + rest
+    value, pos = document, 0
+    while pos < len(rest):
+        match = _PATH_TOKEN.match(rest, pos)
+        if match is None:
+            raise KeyError(f"cannot parse path at {rest[pos:]!r}")
+        key, index, quoted = match.groups()
+        if index is not None:
+            value = value[int(index)]
+        else:
+            value = value[key if key is not None else quoted]
+        pos = match.end()
+    return value
+
+
+async def check(assertion: Assertion, seen: Observed, judge: JudgeFn, prompt: str) -> Outcome:
+    kind = assertion.kind
+    value = getattr(assertion, kind)
+    out = seen.output
+    if kind == "equals":
+        return Outcome(
+            kind,
+            out.strip() == value.strip(),
+            f"expected exactly {_clip(value)!r}, got {_clip(out)!r}",
+        )
+    if kind == "contains":
+        return Outcome(kind, value in out, f"expected {value!r} in {_clip(out)!r}")
+    if kind == "icontains":
+        return Outcome(
+            kind, value.lower() in out.lower(), f"expected {value!r} (any case) in {_clip(out)!r}"
+        )
+    if kind == "not_contains":
+        return Outcome(kind, value not in out, f"expected no {value!r} in {_clip(out)!r}")
+    if kind == "regex":
+        return Outcome(
+            kind,
+            re.search(value, out) is not None,
+            f"expected a match for /{value}/ in {_clip(out)!r}",
+        )
+    if kind == "json_schema":
+        return _check_schema(value, seen)
+    if kind == "json_path":
+        try:
+            actual = json_path(seen.as_json(), value.path)
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            return Outcome(kind, False, f"{value.path} not found in the output ({exc})")
+        return Outcome(
+            kind,
+            _subset(value.equals, actual),
+            f"expected {value.path} == {value.equals!r}, got {actual!r}",
+        )
+    if kind == "tool_called":
+        matching = [
+            c for c in seen.tool_calls if c.name == value.name and _subset(value.args, c.arguments)
+        ]
+        names = [c.name for c in seen.tool_calls] or ["no tools"]
+        if value.times is not None:
+            return Outcome(
+                kind,
+                len(matching) == value.times,
+                f"expected {value.name}{_args(value.args)} {value.times}x, "
+                f"called {len(matching)}x (calls: {', '.join(names)})",
+            )
+        return Outcome(
+            kind,
+            bool(matching),
+            f"expected a call to {value.name}{_args(value.args)}; calls: {', '.join(names)}",
+        )
+    if kind == "tool_not_called":
+        count = sum(1 for c in seen.tool_calls if c.name == value)
+        return Outcome(kind, count == 0, f"expected no call to {value}, called {count}x")
+    if kind == "tool_sequence":
+        names = [c.name for c in seen.tool_calls]
+        if value.mode == "exact":
+            ok = names == value.tools
+        else:
+            it = iter(names)
+            ok = all(any(n == want for n in it) for want in value.tools)
+        return Outcome(kind, ok, f"expected {value.mode} sequence {value.tools}, got {names}")
+    if kind == "max_iterations":
+        return Outcome(
+            kind,
+            seen.iterations <= value,
+            f"expected at most {value} model calls, made {seen.iterations}",
+        )
+    if kind == "max_tokens":
+        return Outcome(
+            kind, seen.tokens <= value, f"expected at most {value} tokens, used {seen.tokens}"
+        )
+    if kind == "max_cost":
+        cost = seen.cost or 0.0
+        return Outcome(kind, cost <= value, f"expected cost <= {value}, was {cost:.6f}")
+    if kind == "latency_ms":
+        return Outcome(
+            kind,
+            seen.latency_ms <= value,
+            f"expected <= {value:g} ms, took {seen.latency_ms:.0f} ms",
+        )
+    if kind == "judge":
+        rubric = value if isinstance(value, str) else value.rubric
+        passed, reason = await judge(rubric, prompt, out)
+        return Outcome(kind, passed, f"judge: {reason}")
+    raise ValueError(f"unknown assertion kind {kind!r}")
+
+
+def _args(args: dict[str, Any]) -> str:
+    return f" with {json.dumps(args, ensure_ascii=False)}" if args else ""
+
+
+def _check_schema(schema: dict[str, Any], seen: Observed) -> Outcome:
+    import jsonschema
+
+    try:
+        document = seen.as_json()
+    except ValueError:
+        return Outcome("json_schema", False, f"output is not JSON: {_clip(seen.output)!r}")
+    errors = [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(document)]
+    return Outcome(
+        "json_schema", not errors, "; ".join(errors[:3]) if errors else "output matches the schema"
+    )
+
+
+JUDGE_PROMPT = """You grade an AI assistant's answer against a rubric.
+Rubric: {rubric}
+
+User request:
+{prompt}
+
+Assistant answer:
+{output}
+
+Reply with JSON only: {{"verdict": "pass" or "fail", "reason": "<one sentence>"}}"""
+
+
+async def model_judge(model: Model, rubric: str, prompt: str, output: str) -> tuple[bool, str]:
+    """LLM-as-judge: a verdict and a one-sentence reason, parsed strictly."""
+    content = JUDGE_PROMPT.format(rubric=rubric, prompt=prompt, output=output)
+    response = await model.complete([Message(role="user", content=content)])
+    text = (response.message.content or "").strip()
+    match = re.search(r"\{.*\}", text, re.S)
+    try:
+        verdict = json.loads(match.group(0) if match else text)
+        return str(verdict.get("verdict", "")).lower() == "pass", str(verdict.get("reason", ""))
+    except (ValueError, AttributeError):
+        return False, f"the judge did not answer in JSON: {_clip(text)!r}"
+
+
+def judge_model_ref(assertion: Assertion) -> str:
+    value = assertion.judge
+    return value.model if isinstance(value, JudgeSpec) and isinstance(value.model, str) else "fast"

@@ -1,0 +1,125 @@
+"""Record and replay model exchanges so evals run offline and deterministically in CI.
+
+A cassette is one JSON file per eval case under `evals/.cassettes/<suite>/<case>.json`,
+holding model responses keyed by a hash of (model, messages, tools). Only the request's
+content is hashed and only the response is stored: no headers, no API keys, no base URLs.
+
+Modes: `record` (call the model, store every exchange), `replay` (the default: a recorded
+case is played back and a request it lacks is a *cassette miss*, reported as such; a case
+never recorded runs live), `live` (ignore cassettes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from fim.errors import RunError
+from fim.types import Message, Model, ModelResponse, TextDelta, ToolSpec
+
+Mode = Literal["record", "replay", "live"]
+
+
+class CassetteMiss(RunError):
+    """A recorded case made a request its cassette does not hold (its prompt changed)."""
+
+
+def request_key(model: str, messages: list[Message], tools: list[ToolSpec] | None) -> str:
+    payload = {
+        "model": model,
+        "messages": [m.model_dump(exclude_none=True, exclude_defaults=True) for m in messages],
+        "tools": [t.model_dump() for t in tools or []],
+    }
+    # Tool-call ids are random per run on some providers; they carry no meaning for replay.
+    text = json.dumps(payload, sort_keys=True, ensure_ascii=False)
+    text = re.sub(r'"(id|tool_call_id)": "[^"]*"', r'"\1": ""', text)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-").lower() or "case"
+
+
+class Cassette:
+    """The recorded exchanges of one case; safe to share between concurrent repeats."""
+
+    def __init__(self, path: Path, mode: Mode) -> None:
+        self.path = path
+        self.mode = mode
+        self.entries: dict[str, dict[str, Any]] = {}
+        self.recorded = False
+        if mode == "replay" and path.is_file():
+            data = json.loads(path.read_text(encoding="utf-8"))
+            self.entries = {e["key"]: e for e in data.get("exchanges", [])}
+            self.recorded = True
+        self.hits = 0
+        self.misses = 0
+        self._lock = asyncio.Lock()
+
+    def lookup(self, key: str) -> ModelResponse | None:
+        entry = self.entries.get(key)
+        return None if entry is None else ModelResponse.model_validate(entry["response"])
+
+    async def store(self, key: str, model: str, response: ModelResponse) -> None:
+        async with self._lock:
+            self.entries[key] = {
+                "key": key,
+                "model": model,
+                "response": response.model_dump(mode="json"),
+            }
+
+    def save(self) -> None:
+        if self.mode != "record" or not self.entries:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        body = {"version": 1, "exchanges": sorted(self.entries.values(), key=lambda e: e["key"])}
+        self.path.write_text(json.dumps(body, indent=1, ensure_ascii=False) + "\n", "utf-8")
+
+
+class CassetteModel:
+    """Wraps a model (built lazily, so replay needs no API key) with a cassette."""
+
+    def __init__(self, name: str, factory: Callable[[], Model], cassette: Cassette) -> None:
+        self.name = name
+        self._factory = factory
+        self._inner: Model | None = None
+        self.cassette = cassette
+
+    def _model(self) -> Model:
+        if self._inner is None:
+            self._inner = self._factory()
+        return self._inner
+
+    async def complete(
+        self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
+    ) -> ModelResponse:
+        cassette = self.cassette
+        key = request_key(self.name, messages, tools)
+        if cassette.mode == "replay" and cassette.recorded:
+            hit = cassette.lookup(key)
+            if hit is None:
+                cassette.misses += 1
+                raise CassetteMiss(
+                    f"cassette miss: {cassette.path.name} has no recorded reply for this request",
+                    hint="the prompt, tools or instructions changed since recording; "
+                    "re-record with `fim eval --record`",
+                )
+            cassette.hits += 1
+            return hit
+        response = await self._model().complete(messages, tools, **options)
+        if cassette.mode == "record":
+            await cassette.store(key, self.name, response)
+        return response
+
+    async def stream(
+        self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
+    ) -> AsyncIterator[TextDelta | ModelResponse]:
+        response = await self.complete(messages, tools, **options)
+        if response.message.content:
+            yield TextDelta(text=response.message.content)
+        yield response

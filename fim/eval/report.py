@@ -1,0 +1,157 @@
+"""Eval reports: a terminal summary, JUnit XML for CI systems, JSON with every trace."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree as ET
+
+from fim.eval.runner import CaseRun, EvalReport
+
+
+def _case_id(run: CaseRun) -> str:
+    return run.case if run.attempt == 1 else f"{run.case} [#{run.attempt}]"
+
+
+def failure_lines(run: CaseRun) -> list[str]:
+    if run.cassette_miss:
+        return [f"cassette miss: {run.error}"]
+    if run.error:
+        return [f"error: {run.error}"]
+    return [f"{o.kind}: {o.message}" for o in run.outcomes if not o.passed]
+
+
+def print_summary(report: EvalReport, console: Any) -> None:
+    from rich.table import Table
+
+    table = Table(title=None, show_lines=False, expand=False)
+    for column in ("suite", "target", "cases", "passed", "rate", "threshold", "result"):
+        table.add_column(column, justify="right" if column in {"cases", "passed"} else "left")
+    for suite in report.suites:
+        target = suite.suite.agent or f"workflow:{suite.suite.workflow}"
+        result = "[green]PASS[/green]" if suite.passed else "[red]FAIL[/red]"
+        table.add_row(
+            suite.suite.name,
+            target,
+            str(len(suite.runs)),
+            str(sum(r.passed for r in suite.runs)),
+            f"{suite.pass_rate:.0%}",
+            f"{suite.suite.threshold:.0%}",
+            result,
+        )
+    console.print(table)
+    for suite in report.suites:
+        for run in suite.runs:
+            if not run.passed:
+                console.print(f"[red]✗[/red] {suite.suite.name} / {_case_id(run)}")
+                for line in failure_lines(run):
+                    console.print(f"    {line}", markup=False, highlight=False)
+    hooks = (
+        "hooks ON (--with-hooks)"
+        if any(s.hooks for s in report.suites)
+        else ("hooks bypassed (eval runs agents without hooks; --with-hooks to include them)")
+    )
+    total = sum(len(s.runs) for s in report.suites)
+    misses = sum(r.cassette_miss for s in report.suites for r in s.runs)
+    console.print(
+        f"{total} runs in {report.duration_s:.2f}s · mode {report.mode} · {hooks}"
+        + (f" · [yellow]{misses} cassette misses[/yellow]" if misses else ""),
+        highlight=False,
+    )
+
+
+def junit_xml(report: EvalReport) -> str:
+    """JUnit XML in the shape Jenkins, GitLab and GitHub test reporters read."""
+    root = ET.Element("testsuites", name="fim eval")
+    totals = {"tests": 0, "failures": 0, "errors": 0}
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+    for suite in report.suites:
+        failures = sum(1 for r in suite.runs if not r.passed and not (r.error or r.cassette_miss))
+        errors = sum(1 for r in suite.runs if r.error or r.cassette_miss)
+        element = ET.SubElement(
+            root,
+            "testsuite",
+            {
+                "name": suite.suite.name,
+                "tests": str(len(suite.runs)),
+                "failures": str(failures),
+                "errors": str(errors),
+                "skipped": "0",
+                "timestamp": stamp,
+                "time": f"{sum(r.latency_ms for r in suite.runs) / 1000:.3f}",
+            },
+        )
+        props = ET.SubElement(element, "properties")
+        for key, value in (
+            ("threshold", suite.suite.threshold),
+            ("pass_rate", suite.pass_rate),
+            ("hooks", "on" if suite.hooks else "bypassed"),
+            ("mode", report.mode),
+        ):
+            ET.SubElement(props, "property", name=key, value=str(value))
+        for run in suite.runs:
+            case = ET.SubElement(
+                element,
+                "testcase",
+                {
+                    "classname": f"fim.eval.{suite.suite.name}",
+                    "name": _case_id(run),
+                    "time": f"{run.latency_ms / 1000:.3f}",
+                },
+            )
+            lines = failure_lines(run)
+            if run.error or run.cassette_miss:
+                node = ET.SubElement(
+                    case,
+                    "error",
+                    message=lines[0][:200],
+                    type="cassette_miss" if run.cassette_miss else "run_error",
+                )
+                node.text = "\n".join(lines)
+            elif not run.passed:
+                node = ET.SubElement(
+                    case, "failure", message=lines[0][:200] if lines else "", type="assertion"
+                )
+                node.text = "\n".join(lines)
+            if run.output:
+                ET.SubElement(case, "system-out").text = run.output
+        totals["tests"] += len(suite.runs)
+        totals["failures"] += failures
+        totals["errors"] += errors
+    for key, value in totals.items():
+        root.set(key, str(value))
+    root.set("time", f"{report.duration_s:.3f}")
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode")
+
+
+def json_report(report: EvalReport) -> dict[str, Any]:
+    return {
+        "ok": report.ok,
+        "duration_s": round(report.duration_s, 3),
+        "mode": report.mode,
+        "suites": [
+            {
+                "name": s.suite.name,
+                "agent": s.suite.agent,
+                "workflow": s.suite.workflow,
+                "threshold": s.suite.threshold,
+                "pass_rate": s.pass_rate,
+                "passed": s.passed,
+                "hooks": "on" if s.hooks else "bypassed",
+                "cases": [r.as_dict() for r in s.runs],
+            }
+            for s in report.suites
+        ],
+    }
+
+
+def write_reports(report: EvalReport, junit: Path | None, as_json: Path | None) -> None:
+    if junit is not None:
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        junit.write_text(junit_xml(report), encoding="utf-8")
+    if as_json is not None:
+        as_json.parent.mkdir(parents=True, exist_ok=True)
+        as_json.write_text(json.dumps(json_report(report), indent=2, default=str), "utf-8")

@@ -1,0 +1,317 @@
+"""The eval runner: every case of every selected suite, concurrently, hooks bypassed.
+
+Hooks are off on purpose (DESIGN §4): automated evaluation must not wait on a human
+approval or a rate limit. `with_hooks=True` opts back in; the report always says which.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fim.config.schema import EvalCase, EvalSuite
+from fim.errors import FimError
+from fim.eval.assertions import Observed, Outcome, check, judge_model_ref, model_judge
+from fim.eval.cassettes import Cassette, CassetteMiss, CassetteModel, Mode, slug
+from fim.runtime import Services
+from fim.snapshot import Snapshot
+from fim.types import Message, RunFinished
+
+
+@dataclass
+class CaseRun:
+    suite: str
+    case: str
+    attempt: int
+    passed: bool
+    outcomes: list[Outcome] = field(default_factory=list)
+    output: str = ""
+    error: str | None = None
+    cassette_miss: bool = False
+    latency_ms: float = 0.0
+    tokens: int = 0
+    iterations: int = 0
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "suite": self.suite,
+            "case": self.case,
+            "attempt": self.attempt,
+            "passed": self.passed,
+            "error": self.error,
+            "cassette_miss": self.cassette_miss,
+            "output": self.output,
+            "latency_ms": round(self.latency_ms, 1),
+            "tokens": self.tokens,
+            "iterations": self.iterations,
+            "assertions": [o.as_dict() for o in self.outcomes],
+            "trace": self.events,
+        }
+
+
+@dataclass
+class SuiteResult:
+    suite: EvalSuite
+    runs: list[CaseRun]
+    hooks: bool
+
+    @property
+    def pass_rate(self) -> float:
+        return sum(r.passed for r in self.runs) / len(self.runs) if self.runs else 1.0
+
+    @property
+    def passed(self) -> bool:
+        return self.pass_rate >= self.suite.threshold
+
+
+@dataclass
+class EvalReport:
+    suites: list[SuiteResult]
+    duration_s: float
+    mode: Mode
+
+    @property
+    def ok(self) -> bool:
+        return all(s.passed for s in self.suites)
+
+
+def _selected(suite: EvalSuite, case: EvalCase, patterns: list[str]) -> bool:
+    if not patterns:
+        return True
+    full = f"{suite.name}/{case.name}"
+    return any(
+        fnmatch.fnmatch(full, p) or fnmatch.fnmatch(suite.name, p) or p in full for p in patterns
+    )
+
+
+def _render(value: Any, variables: dict[str, Any]) -> Any:
+    if not variables:
+        return value
+    from jinja2 import StrictUndefined
+    from jinja2.sandbox import SandboxedEnvironment
+
+    env = SandboxedEnvironment(undefined=StrictUndefined)
+
+    def go(v: Any) -> Any:
+        if isinstance(v, str):
+            return env.from_string(v).render(**variables)
+        if isinstance(v, list):
+            return [go(x) for x in v]
+        if isinstance(v, dict):
+            return {k: go(x) for k, x in v.items()}
+        return v
+
+    return go(value)
+
+
+class EvalRunner:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        *,
+        concurrency: int = 8,
+        mode: Mode = "replay",
+        with_hooks: bool = False,
+        patterns: list[str] | None = None,
+        suites: list[str] | None = None,
+        cassette_dir: Path | None = None,
+        on_progress: Callable[[CaseRun], None] | None = None,
+    ) -> None:
+        self.snapshot = snapshot
+        self.concurrency = max(1, concurrency)
+        self.mode = mode
+        self.with_hooks = with_hooks
+        self.patterns = patterns or []
+        self.suite_names = suites
+        evals_dir = snapshot.root / snapshot.project.paths.evals
+        self.cassette_dir = cassette_dir or evals_dir / ".cassettes"
+        self.on_progress = on_progress
+
+    def plan(self) -> list[tuple[EvalSuite, EvalCase, int]]:
+        """Every (suite, case, attempt) that will run, in a stable order."""
+        jobs = []
+        for name in sorted(self.snapshot.evals):
+            suite = self.snapshot.evals[name]
+            if self.suite_names and name not in self.suite_names:
+                continue
+            for case in suite.cases:
+                if _selected(suite, case, self.patterns):
+                    for attempt in range(1, max(case.repeat, suite.repeat) + 1):
+                        jobs.append((suite, case, attempt))
+        return jobs
+
+    async def run(self) -> EvalReport:
+        started = time.perf_counter()
+        jobs = self.plan()
+        services = Services(root=self.snapshot.root, state_url=self.snapshot.project.state)
+        semaphore = asyncio.Semaphore(self.concurrency)
+        cassettes: dict[tuple[str, str], Cassette] = {}
+        for suite, case, _ in jobs:
+            key = (suite.name, case.name)
+            if key not in cassettes:
+                path = self.cassette_dir / slug(suite.name) / f"{slug(case.name)}.json"
+                cassettes[key] = Cassette(path, self.mode)
+
+        async def one(suite: EvalSuite, case: EvalCase, attempt: int) -> CaseRun:
+            async with semaphore:
+                result = await self._run_case(
+                    suite, case, attempt, services, cassettes[(suite.name, case.name)]
+                )
+            if self.on_progress is not None:
+                self.on_progress(result)
+            return result
+
+        try:
+            runs = await asyncio.gather(*(one(*job) for job in jobs))
+        finally:
+            await services.aclose()
+        for cassette in cassettes.values():
+            cassette.save()
+        by_suite: dict[str, list[CaseRun]] = {}
+        for run in runs:
+            by_suite.setdefault(run.suite, []).append(run)
+        results = [
+            SuiteResult(self.snapshot.evals[name], by_suite[name], self.with_hooks)
+            for name in sorted(by_suite)
+        ]
+        return EvalReport(results, time.perf_counter() - started, self.mode)
+
+    # ------------------------------------------------------------------ one case
+
+    def _wrap(self, ref: Any, cassette: Cassette) -> Any:
+        """The model of a run, behind the case's cassette (scripted models need none)."""
+        from fim.llm import make_model
+
+        settings = self.snapshot.model_settings(ref)
+        if settings.model.startswith("scripted:") or self.mode == "live":
+            return (
+                None
+                if settings.model.startswith("scripted:")
+                else make_model(settings, self.snapshot.root)
+            )
+        return CassetteModel(
+            settings.model, lambda: make_model(settings, self.snapshot.root), cassette
+        )
+
+    async def _run_case(
+        self, suite: EvalSuite, case: EvalCase, attempt: int, services: Services, cassette: Cassette
+    ) -> CaseRun:
+        run = CaseRun(suite=suite.name, case=case.name, attempt=attempt, passed=False)
+        t0 = time.perf_counter()
+        try:
+            seen, prompt = await self._execute(suite, case, services, cassette, run)
+        except CassetteMiss as exc:
+            run.cassette_miss, run.error = True, str(exc)
+            return run
+        except FimError as exc:
+            run.error = str(exc)
+            return run
+        seen.latency_ms = run.latency_ms = (time.perf_counter() - t0) * 1000
+        run.output, run.tokens, run.iterations = seen.output, seen.tokens, seen.iterations
+
+        async def judge(rubric: str, prompt: str, output: str) -> tuple[bool, str]:
+            model = self._wrap(judge_model_ref(assertion), cassette)
+            if model is None:
+                from fim.llm import make_model
+
+                model = make_model(
+                    self.snapshot.model_settings(judge_model_ref(assertion)), self.snapshot.root
+                )
+            return await model_judge(model, rubric, prompt, output)
+
+        for assertion in case.expect:
+            try:
+                run.outcomes.append(await check(assertion, seen, judge, prompt))
+            except CassetteMiss as exc:
+                run.cassette_miss, run.error = True, str(exc)
+                return run
+            except FimError as exc:
+                run.outcomes.append(Outcome(assertion.kind, False, f"could not check: {exc}"))
+        run.passed = all(o.passed for o in run.outcomes) and run.error is None
+        return run
+
+    async def _execute(
+        self, suite: EvalSuite, case: EvalCase, services: Services, cassette: Cassette, run: CaseRun
+    ) -> tuple[Observed, str]:
+        payload = _render(case.input, case.vars)
+        if suite.workflow is not None:
+            return await self._execute_workflow(suite.workflow, payload, services, run)
+        from fim.agent import run_agent
+
+        agent = self.snapshot.agent(suite.agent or "")
+        if isinstance(payload, str):
+            conversation: str | list[Message] = payload
+            prompt = payload
+        elif isinstance(payload, list):
+            conversation = [Message.model_validate(m) for m in payload]
+            prompt = next((m.content or "" for m in reversed(conversation) if m.role == "user"), "")
+        else:
+            raise FimError(f"case '{case.name}': an agent case needs text or a list of messages")
+        model = self._wrap(agent.model, cassette)
+        final: RunFinished | None = None
+        events = []
+        async for event in run_agent(
+            self.snapshot,
+            agent.name,
+            conversation,
+            services=services,
+            hooks=self.with_hooks,
+            model=model,
+        ):
+            events.append(event)
+            if (
+                event.type == "error"
+                and event.kind == "model_error"
+                and "cassette miss" in (event.message)
+            ):
+                raise CassetteMiss(event.message)
+            if isinstance(event, RunFinished):
+                final = event
+        run.events = [e.model_dump(mode="json") for e in events]
+        if final is None:
+            raise FimError("the run ended without a result")
+        if final.status == "error":
+            raise FimError(final.output)
+        structured = None
+        try:
+            structured = json.loads(final.output)
+        except ValueError:
+            structured = None
+        return Observed(
+            output=final.output,
+            events=events,
+            iterations=final.iterations,
+            tokens=final.usage.total_tokens,
+            cost=final.usage.cost,
+            structured=structured,
+        ), prompt
+
+    async def _execute_workflow(
+        self, name: str, payload: Any, services: Services, run: CaseRun
+    ) -> tuple[Observed, str]:
+        from fim.workflows.engine import WorkflowEngine
+
+        if not isinstance(payload, dict):
+            raise FimError(f"a workflow case needs a mapping of inputs for '{name}'")
+        engine = WorkflowEngine(self.snapshot, name, services, hooks=self.with_hooks)
+        events = [event async for event in engine.run(payload)]
+        run.events = [e.model_dump(mode="json") for e in events]
+        finished = next((e for e in reversed(events) if e.type == "workflow_finished"), None)
+        if finished is None or finished.status != "ok":
+            raise FimError(
+                f"workflow '{name}' ended {getattr(finished, 'status', 'without a result')}"
+            )
+        outputs = finished.outputs
+        text = json.dumps(outputs, ensure_ascii=False, default=str)
+        if len(outputs) == 1:
+            only = next(iter(outputs.values()))
+            text = only if isinstance(only, str) else text
+        tool_events = [e for e in events if e.type == "tool_call"]
+        return Observed(output=text, events=tool_events, structured=outputs), json.dumps(payload)

@@ -1,0 +1,259 @@
+"""`fim eval`: assertions, hooks bypassed, record/replay cassettes, reports, concurrency."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from fim.config.schema import AgentDecl, Assertion, EvalSuite, HookSpec, ModelSettings, Project
+from fim.eval.assertions import Observed, check, json_path
+from fim.eval.report import json_report, junit_xml
+from fim.eval.runner import EvalRunner
+from fim.llm.testing import OpenAIStubServer, ScriptedModel, text, tool_call
+from fim.snapshot import Snapshot
+from fim.types import ToolCallEvent
+
+# --------------------------------------------------------------------------- assertions
+
+SEEN = Observed(
+    output='{"email": "ada@example.com", "tags": ["vip", "eu"]}',
+    events=[
+        ToolCallEvent(call_id="1", name="crm__get_contact", arguments={"id": "42", "full": True}),
+        ToolCallEvent(call_id="2", name="calculator", arguments={"expression": "1+1"}),
+        ToolCallEvent(call_id="3", name="crm__get_contact", arguments={"id": "43"}),
+    ],
+    iterations=3,
+    tokens=900,
+    cost=0.002,
+    latency_ms=120.0,
+)
+
+CASES: list[tuple[dict[str, Any], bool]] = [
+    ({"equals": '{"email": "ada@example.com", "tags": ["vip", "eu"]}'}, True),
+    ({"equals": "ada"}, False),
+    ({"contains": "@example.com"}, True),
+    ({"contains": "@corp.com"}, False),
+    ({"icontains": "ADA@"}, True),
+    ({"icontains": "bob"}, False),
+    ({"not_contains": "sorry"}, True),
+    ({"not_contains": "vip"}, False),
+    ({"regex": r"\w+@\w+\.com"}, True),
+    ({"regex": r"^\d+$"}, False),
+    ({"json_schema": {"type": "object", "required": ["email"]}}, True),
+    ({"json_schema": {"type": "object", "required": ["phone"]}}, False),
+    ({"json_path": {"path": "$.tags[1]", "equals": "eu"}}, True),
+    ({"json_path": {"path": "$.tags[5]", "equals": "eu"}}, False),
+    ({"tool_called": {"name": "crm__get_contact", "args": {"id": "42"}}}, True),
+    ({"tool_called": {"name": "crm__get_contact", "args": {"id": "99"}}}, False),
+    ({"tool_called": {"name": "crm__get_contact", "times": 2}}, True),
+    ({"tool_called": {"name": "crm__get_contact", "times": 1}}, False),
+    ({"tool_not_called": "web_fetch"}, True),
+    ({"tool_not_called": "calculator"}, False),
+    ({"tool_sequence": {"tools": ["crm__get_contact", "crm__get_contact"]}}, True),
+    ({"tool_sequence": {"tools": ["calculator", "calculator"]}}, False),
+    (
+        {
+            "tool_sequence": {
+                "tools": ["crm__get_contact", "calculator", "crm__get_contact"],
+                "mode": "exact",
+            }
+        },
+        True,
+    ),
+    ({"tool_sequence": {"tools": ["crm__get_contact", "calculator"], "mode": "exact"}}, False),
+    ({"max_iterations": 3}, True),
+    ({"max_iterations": 2}, False),
+    ({"max_tokens": 1000}, True),
+    ({"max_tokens": 500}, False),
+    ({"max_cost": 0.01}, True),
+    ({"max_cost": 0.001}, False),
+    ({"latency_ms": 500}, True),
+    ({"latency_ms": 100}, False),
+]
+
+
+async def _no_judge(rubric: str, prompt: str, output: str) -> tuple[bool, str]:
+    raise AssertionError("not a judge case")
+
+
+@pytest.mark.parametrize(("spec", "passes"), CASES, ids=lambda v: json.dumps(v)[:40])
+async def test_every_assertion_passes_and_fails(spec: dict[str, Any], passes: bool):
+    outcome = await check(Assertion.model_validate(spec), SEEN, _no_judge, "prompt")
+    assert outcome.passed is passes, outcome.message
+    assert outcome.message
+
+
+@pytest.mark.parametrize(
+    ("reply", "passes", "reason"),
+    [
+        ('{"verdict": "pass", "reason": "states the email"}', True, "states the email"),
+        ('Sure! {"verdict": "fail", "reason": "no email given"}', False, "no email given"),
+        ("I think it is fine", False, "did not answer in JSON"),
+    ],
+)
+async def test_judge_parses_a_verdict_and_a_reason(reply: str, passes: bool, reason: str):
+    from fim.eval.assertions import model_judge
+
+    judge_model = ScriptedModel([text(reply)])
+
+    async def judge(rubric: str, prompt: str, output: str) -> tuple[bool, str]:
+        return await model_judge(judge_model, rubric, prompt, output)
+
+    outcome = await check(Assertion(judge="States the email"), SEEN, judge, "email of 42?")
+    assert outcome.passed is passes and reason in outcome.message
+    asked = judge_model.requests[0][0][0].content
+    assert "States the email" in asked and "ada@example.com" in asked
+
+
+def test_json_path_syntax():
+    doc = {"a": {"b c": [1, {"d": 2}]}}
+    assert json_path(doc, "$.a['b c'][1].d") == 2
+    assert json_path(doc, "a") == {"b c": [1, {"d": 2}]}
+    with pytest.raises(KeyError):
+        json_path(doc, "$.zz")
+
+
+# --------------------------------------------------------------------------- runner
+
+DELETE_SCRIPT = """\
+- tool_calls: [{name: calculator, arguments: {expression: "2+2"}}]
+- text: "2+2 is 4"
+"""
+
+
+def project_with(
+    root: Path, agents: dict[str, AgentDecl], suites: list[EvalSuite], **models: ModelSettings
+) -> Snapshot:
+    project = Project(name="evals", state=f"sqlite:///{root / 'state.db'}", models=dict(models))
+    return Snapshot(
+        root=root,
+        project=project,
+        agents=agents,
+        evals={s.name: s for s in suites},
+        models=dict(models),
+    )
+
+
+def suite(name: str, agent: str, *cases: dict[str, Any], threshold: float = 1.0) -> EvalSuite:
+    return EvalSuite.model_validate(
+        {"name": name, "agent": agent, "threshold": threshold, "cases": list(cases)}
+    )
+
+
+async def test_hooks_are_bypassed_in_eval_and_back_with_with_hooks(tmp_path: Path):
+    (tmp_path / "math.yaml").write_text(DELETE_SCRIPT)
+    guarded = AgentDecl(
+        name="math",
+        model="scripted:math.yaml",
+        tools=["calculator"],
+        hooks=[HookSpec.model_validate({"use": "confirm", "with": {"all": True, "timeout": 0.2}})],
+    )
+    cases = {
+        "name": "adds",
+        "input": "2+2?",
+        "expect": [
+            {"tool_called": {"name": "calculator"}},
+            {"contains": "4"},
+            {"not_contains": "Blocked"},
+        ],
+    }
+    snapshot = project_with(tmp_path, {"math": guarded}, [suite("math", "math", cases)])
+
+    report = await EvalRunner(snapshot).run()
+    assert report.ok and not report.suites[0].hooks
+    results = [e for e in report.suites[0].runs[0].events if e["type"] == "tool_result"]
+    assert results[0]["content"] == "4"
+    assert json_report(report)["suites"][0]["hooks"] == "bypassed"
+
+    with_hooks = await EvalRunner(snapshot, with_hooks=True).run()
+    run = with_hooks.suites[0].runs[0]
+    blocked = [e for e in run.events if e["type"] == "tool_result"]
+    assert blocked[0]["is_error"] and "Blocked" in blocked[0]["content"]
+    assert not with_hooks.ok
+
+
+def _stub_agent(stub: OpenAIStubServer) -> tuple[AgentDecl, ModelSettings]:
+    settings = ModelSettings(
+        model="openai/stub",
+        api_base=stub.base_url,
+        api_key="sk-test-secret",
+        max_retries=0,
+        timeout=5,
+    )
+    return AgentDecl(name="helper", model="general", tools=["calculator"]), settings
+
+
+async def test_record_then_replay_offline_then_a_changed_prompt_misses(tmp_path: Path):
+    case = {"name": "adds", "input": "What is 2+2?", "expect": [{"contains": "4"}]}
+    with OpenAIStubServer(
+        [tool_call("calculator", {"expression": "2+2"}), text("It is 4")]
+    ) as stub:
+        agent, general = _stub_agent(stub)
+        snapshot = project_with(
+            tmp_path, {"helper": agent}, [suite("math", "helper", case)], general=general
+        )
+        recorded = await EvalRunner(snapshot, mode="record").run()
+        assert recorded.ok, recorded.suites[0].runs[0].error
+        assert len(stub.requests) == 2
+    cassette = tmp_path / "evals" / ".cassettes" / "math" / "adds.json"
+    stored = cassette.read_text()
+    assert "sk-test-secret" not in stored and stub.base_url not in stored
+    assert len(json.loads(stored)["exchanges"]) == 2
+
+    # The server is gone: replay must not need it (nor an API key).
+    replayed = await EvalRunner(snapshot).run()
+    assert replayed.ok and replayed.suites[0].runs[0].output == "It is 4"
+
+    changed = {**case, "input": "What is 3+3?"}
+    snapshot = project_with(
+        tmp_path, {"helper": agent}, [suite("math", "helper", changed)], general=general
+    )
+    missed = (await EvalRunner(snapshot).run()).suites[0].runs[0]
+    assert missed.cassette_miss and not missed.passed
+    assert "re-record with `fim eval --record`" in (missed.error or "")
+
+
+async def test_cases_run_concurrently_and_repeat_reports_a_pass_rate(tmp_path: Path):
+    with OpenAIStubServer(handler=lambda request: "fine", latency=0.3) as stub:
+        agent, general = _stub_agent(stub)
+        cases = [
+            {"name": f"case {i}", "input": f"hello {i}", "expect": [{"contains": "fine"}]}
+            for i in range(6)
+        ]
+        flaky = {"name": "flaky", "input": "hi", "repeat": 2, "expect": [{"contains": "nope"}]}
+        snapshot = project_with(
+            tmp_path,
+            {"helper": agent},
+            [suite("many", "helper", *cases, flaky, threshold=0.75)],
+            general=general,
+        )
+        report = await EvalRunner(snapshot, mode="live", concurrency=8).run()
+    runs = report.suites[0].runs
+    starts = [r.events[0]["ts"] for r in runs]
+    ends = [r.events[-1]["ts"] for r in runs]
+    assert max(starts) < min(ends), "all 8 runs should be in flight together"
+    assert len(runs) == 8 and report.suites[0].pass_rate == 0.75 and report.ok
+
+
+async def test_junit_xml_has_the_shape_ci_reporters_read(tmp_path: Path):
+    (tmp_path / "math.yaml").write_text(DELETE_SCRIPT)
+    agent = AgentDecl(name="math", model="scripted:math.yaml", tools=["calculator"])
+    good = {"name": "adds", "input": "2+2?", "expect": [{"contains": "4"}]}
+    bad = {"name": "wrong", "input": "2+2?", "expect": [{"contains": "5"}]}
+    snapshot = project_with(tmp_path, {"math": agent}, [suite("math", "math", good, bad)])
+    report = await EvalRunner(snapshot).run()
+    root = ET.fromstring(junit_xml(report))
+    assert root.tag == "testsuites" and root.get("tests") == "2" and root.get("failures") == "1"
+    (testsuite,) = root.findall("testsuite")
+    assert {"name", "tests", "failures", "errors", "time", "timestamp"} <= set(testsuite.keys())
+    cases = {c.get("name"): c for c in testsuite.findall("testcase")}
+    assert cases["adds"].find("failure") is None
+    failure = cases["wrong"].find("failure")
+    assert failure is not None and "contains" in failure.get("message", "")
+    for case in cases.values():
+        float(case.get("time", "x"))
+        assert case.get("classname") == "fim.eval.math"
