@@ -122,9 +122,15 @@ class ToolRegistry:
         if problem is not None:
             return ToolResult(content=problem, is_error=True)
         tool = self._tools[name]
+        deadline = asyncio.timeout(timeout)
         try:
-            result = await asyncio.wait_for(tool.run(**arguments), timeout)
-        except TimeoutError:
+            async with deadline:
+                result = await tool.run(**arguments)
+        except TimeoutError as exc:
+            if not deadline.expired():  # the tool's own TimeoutError is an ordinary failure
+                return ToolResult(
+                    content=f"Error: tool '{name}' failed: TimeoutError: {exc}", is_error=True
+                )
             return ToolResult(
                 content=f"Error: tool '{name}' timed out after {timeout:g}s. "
                 "Try a smaller request or a different approach.",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from fim.tools.base import FunctionTool
 from fim.tools.builtin._common import clip, fail, sandbox_dir
@@ -116,6 +116,13 @@ def _list(root: Path, target: Path, recursive: bool) -> str:
     return f"{where}: {len(entries)} entries\n" + "\n".join(lines) if lines else f"{where}: empty"
 
 
+def _call_view(args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """What hooks see of one call: reads are `access: read`, so readonly_guard lets them
+    through while writes stay `access: write`."""
+    access = "read" if args.get("operation") in ("read", "list") else "write"
+    return "file_ops", {"access": access, "operation": args.get("operation")}
+
+
 def make(ctx: RunContext) -> FunctionTool:
     """Build file_ops confined to the project's sandbox (`sandbox:` in fim.yaml)."""
     root = sandbox_dir(ctx)
@@ -201,12 +208,7 @@ def make(ctx: RunContext) -> FunctionTool:
         metadata={
             "builtin": True,
             "access": "write",
-            "access_by_operation": {
-                "read": "read",
-                "list": "read",
-                "write": "write",
-                "append": "write",
-            },
+            "call_view": _call_view,
             "sandbox": str(root),
         },
     )
