@@ -15,7 +15,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fim.config.schema import WorkflowDecl
@@ -47,6 +47,9 @@ class _Done:
     output: Any = None
     error: str | None = None
     paused: Paused | None = None
+    finished_at: float = field(default_factory=time.time)
+    """Taken in the node's task, before its concurrency slot is released, so timestamps
+    of events show true overlap."""
 
 
 async def load_run(services: Services, run_id: str) -> RunState:
@@ -388,7 +391,7 @@ class WorkflowEngine:
 
     def _complete(self, decl: WorkflowDecl, state: RunState, done: _Done) -> Event | None:
         ns = state.nodes[done.node]
-        now = time.time()
+        now = done.finished_at
         if done.paused is not None:
             ns.status, ns.approval_id, ns.prompt = (
                 "waiting",
@@ -410,13 +413,17 @@ class WorkflowEngine:
         if done.error is None:
             ns.status, ns.output = "ok", _mask(self.snapshot, done.output)
             return NodeFinished(
-                run_id=state.run_id, node=done.node, output=ns.output, duration_ms=ns.duration_ms
+                run_id=state.run_id,
+                node=done.node,
+                output=ns.output,
+                duration_ms=ns.duration_ms,
+                ts=now,
             )
         self._fail_node(decl, done.node, done.error)
         if decl.nodes[done.node].on_error == "fail":
             state.error = f"node '{done.node}' failed: {ns.error}"
         return NodeFailed(
-            run_id=state.run_id, node=done.node, error=ns.error or "", attempt=ns.attempts
+            run_id=state.run_id, node=done.node, error=ns.error or "", attempt=ns.attempts, ts=now
         )
 
     async def _run_node(

@@ -96,8 +96,14 @@ def _mermaid_id(node_id: str) -> str:
     return "n_" + _UNSAFE.sub("_", node_id)
 
 
+def _escape(text: str) -> str:
+    for char, entity in (("&", "#amp;"), ('"', "#quot;"), ("<", "#lt;"), (">", "#gt;")):
+        text = text.replace(char, entity)
+    return text
+
+
 def _label(text: str) -> str:
-    return '"' + text.replace('"', "#quot;") + '"'
+    return f'"{text}"'
 
 
 def _describe(decl: WorkflowDecl, node_id: str) -> str:
@@ -109,10 +115,10 @@ def _describe(decl: WorkflowDecl, node_id: str) -> str:
         "database": lambda n: f"sql on {n.connector}",
         "mcp": lambda n: f"mcp {n.server}.{n.tool}",
         "tool": lambda n: f"tool {n.tool}",
-        "condition": lambda n: n.if_.strip(),
+        "condition": lambda n: "if " + n.if_.strip().removeprefix("{{").removesuffix("}}").strip(),
         "human": lambda n: "human approval",
     }[node.type](node)
-    return f"{node_id}<br/>{detail}"
+    return f"{_escape(node_id)}<br/>{_escape(detail)}"
 
 
 def _shape(decl: WorkflowDecl, node_id: str) -> str:

@@ -71,8 +71,13 @@ def is_template(value: str) -> bool:
 
 def evaluate(expr: str, context: dict[str, Any]) -> Any:
     """Evaluate a bare Jinja2 expression (`inputs.amount > 100`) to its native value."""
+    import jinja2
+
     try:
-        return _compiled_expression(expr.strip())(**context)
+        result = _compiled_expression(expr.strip())(**context)
+        if isinstance(result, jinja2.Undefined):
+            str(result)  # StrictUndefined raises here, naming what was undefined
+        return result
     except TemplateError:
         raise
     except Exception as exc:
