@@ -1,0 +1,480 @@
+"""Prompt cost of a hub agent: progressive disclosure against legacy/inline.
+
+The hub has 10 skills of about 2,000 tokens each, 30 builtin/connector tools (every
+builtin fim ships, the rest as HTTP connector actions) and 3 MCP servers of 30 tools each.
+The prompt is assembled by the real providers (fim.skills, fim.tools.builtin,
+fim.connectors, fim.mcp); the MCP servers are not started: their connections are built
+in-process with realistic tool lists, which is all the providers read. Tool selection runs
+through `fim.selection.select_tools` with a ScriptedModel standing in for the fast model
+(its pick is scripted; only the token counts are measured).
+
+Counts are tiktoken tokens (gpt-4o encoding) of the first request: system prompt plus tool
+definitions. Not a timed test: it prints what one run measured.
+
+    python bench/context_cost_skills.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from fim.config.schema import (
+    AgentDecl,
+    HttpAction,
+    HttpConnector,
+    Project,
+    SkillMeta,
+    StdioServer,
+    ToolModes,
+)
+from fim.runtime import Provision, RunContext, Services
+from fim.snapshot import Skill, Snapshot
+from fim.tokens import count_messages, count_tokens
+from fim.tools.registry import ToolRegistry
+from fim.types import Message
+
+MODEL = "openai/gpt-4o"
+SKILL_TOKENS = 2000
+HUB_TOOLS = 30
+INSTRUCTIONS = "You are the operations hub of Acme: support, sales ops, engineering and finance."
+REQUEST = "Customer 42 wants a refund for order 1042; check the order and open a ticket."
+
+SKILLS = {
+    "refund-sop": "Step-by-step refund handling with approval thresholds, partial refunds and "
+    "what to tell the customer.",
+    "incident-triage": "Triage a production incident: severity matrix, log collection, paging "
+    "and the first status update.",
+    "sql-analyst": "Answer business questions from the shop database with safe read-only SQL "
+    "and explain the numbers.",
+    "release-notes": "Draft release notes from merged pull requests with the house template, "
+    "grouped by user impact.",
+    "brand-voice": "Write customer-facing text in the company voice: plain, friendly, no "
+    "jargon, no exclamation marks.",
+    "pdf-forms": "Fill customs and warranty PDF forms from order data and check every "
+    "required field before saving.",
+    "onboarding": "Onboard a new B2B customer: contract checks, account setup, kickoff call "
+    "agenda and first-week follow-ups.",
+    "churn-rescue": "Handle a cancellation request: find the reason, offer the right "
+    "retention option, record the outcome.",
+    "invoice-dispute": "Resolve an invoice dispute: compare the invoice with the contract, "
+    "credit notes, escalation rules.",
+    "security-review": "Review a vendor or integration for security: data flows, "
+    "certifications, questionnaire and risk rating.",
+}
+
+_STEP_TITLES = [
+    "Confirm who you are talking to",
+    "Collect the facts",
+    "Check the policy",
+    "Decide and record",
+    "Escalate when needed",
+    "Tell the customer",
+    "Close the loop",
+    "Edge cases",
+]
+_SENTENCES = [
+    "Look the record up by its id and compare the name and email with the person asking.",
+    "Write down the date, the amount and the channel the request came through.",
+    "If the record is older than the retention window, say so and stop.",
+    "Use the thresholds in the reference file; never round them in the customer's favour.",
+    "When two rules disagree, the stricter one applies until a lead decides otherwise.",
+    "Record every decision with a one-line reason in the ticket before you answer.",
+    "Escalate to the on-duty lead when the amount is above the limit or the customer is VIP.",
+    "Never promise a date you cannot keep; give the usual delay and the reason for it.",
+    "Quote the relevant clause verbatim when a customer challenges the decision.",
+    "If data is missing, ask for exactly the missing field instead of restarting the process.",
+    "Check for duplicates first: the same request often arrives by mail and by chat.",
+    "Keep personal data out of internal channels; link to the ticket instead.",
+]
+
+
+def skill_body(name: str) -> str:
+    """A procedure of about SKILL_TOKENS tokens, in the shape real SOPs have."""
+    parts = [f"# {name.replace('-', ' ').title()}\n", "Follow these steps in order.\n"]
+    step = 0
+    while count_tokens("\n".join(parts), MODEL) < SKILL_TOKENS:
+        title = _STEP_TITLES[step % len(_STEP_TITLES)]
+        lines = [_SENTENCES[(step * 5 + k) % len(_SENTENCES)] for k in range(6)]
+        parts.append(f"## {step + 1}. {title}\n" + "\n".join(f"- {s}" for s in lines) + "\n")
+        step += 1
+    return "\n".join(parts)
+
+
+def make_skills(root: Path) -> dict[str, Skill]:
+    skills = {}
+    for name, description in SKILLS.items():
+        folder = root / "skills" / name
+        (folder / "references").mkdir(parents=True)
+        (folder / "references" / "policy.md").write_text(f"# {name} policy\n\nLimits ...\n")
+        meta = SkillMeta(name=name, description=description)
+        skills[name] = Skill(name, meta, skill_body(name), folder, ("references/policy.md",))
+    return skills
+
+
+def make_connectors(actions: int) -> dict[str, HttpConnector]:
+    """HTTP connectors with `actions` actions in total (CRM and ticketing)."""
+    verbs = ["get", "list", "create", "update", "delete", "search"]
+    objects = ["contact", "lead", "deal", "company", "ticket", "comment", "order", "invoice"]
+    specs = [(v, o) for o in objects for v in verbs][:actions]
+    half = len(specs) // 2
+    result = {}
+    for name, chunk in (("crm", specs[:half]), ("helpdesk", specs[half:])):
+        result[name] = HttpConnector(
+            kind="http",
+            name=name,
+            description=f"{name.upper()} API of Acme",
+            base_url=f"https://{name}.acme.example/api",
+            actions={
+                f"{verb}_{obj}": HttpAction(
+                    description=f"{verb.title()} a {obj} in the {name} system by its fields; "
+                    f"returns the {obj} as JSON.",
+                    method="GET" if verb in ("get", "list", "search") else "POST",
+                    path=f"/{obj}s" + ("/{id}" if verb in ("get", "update", "delete") else ""),
+                    access="read" if verb in ("get", "list", "search") else "write",
+                    parameters=_params(verb, obj),
+                )
+                for verb, obj in chunk
+            },
+        )
+    return result
+
+
+def _params(verb: str, obj: str) -> dict[str, Any]:
+    props: dict[str, Any] = {}
+    required: list[str] = []
+    if verb in ("get", "update", "delete"):
+        props["id"] = {"type": "string", "description": f"Id of the {obj}."}
+        required.append("id")
+    if verb in ("list", "search"):
+        props["query"] = {"type": "string", "description": "Free-text filter."}
+        props["limit"] = {"type": "integer", "description": "At most this many results."}
+    if verb in ("create", "update"):
+        props["fields"] = {"type": "object", "description": f"Fields of the {obj} to set."}
+        required.append("fields")
+    return {"type": "object", "properties": props, "required": required}
+
+
+MCP_SERVERS = {
+    "github": (
+        "GitHub: repositories, issues and pull requests",
+        "repository",
+        [
+            "issue",
+            "pull_request",
+            "branch",
+            "commit",
+            "release",
+            "workflow_run",
+            "file",
+            "comment",
+            "label",
+            "milestone",
+        ],
+    ),
+    "jira": (
+        "Jira Cloud: projects, issues, sprints and boards",
+        "project",
+        [
+            "issue",
+            "project",
+            "sprint",
+            "board",
+            "comment",
+            "worklog",
+            "version",
+            "component",
+            "attachment",
+            "filter",
+        ],
+    ),
+    "slack": (
+        "Slack workspace: channels, messages and users",
+        "workspace",
+        [
+            "channel",
+            "message",
+            "thread",
+            "user",
+            "reaction",
+            "file",
+            "reminder",
+            "bookmark",
+            "usergroup",
+            "pin",
+        ],
+    ),
+}
+
+
+def mcp_tool_infos(server: str) -> list[Any]:
+    """30 tools per server in the shape MCP servers publish (list/get/create per resource)."""
+    from fim.mcp.connection import ToolInfo
+
+    _, scope, resources = MCP_SERVERS[server]
+    infos = []
+    for resource in resources:
+        for verb in ("list", "get", "create"):
+            props: dict[str, Any] = {
+                scope: {"type": "string", "description": f"The {scope} to work in."}
+            }
+            required = [scope]
+            if verb == "list":
+                props["state"] = {"type": "string", "enum": ["open", "closed", "all"]}
+                props["per_page"] = {
+                    "type": "integer",
+                    "description": "Results per page (max 100).",
+                }
+                props["page"] = {"type": "integer", "description": "Page number, from 1."}
+            elif verb == "get":
+                props[f"{resource}_id"] = {
+                    "type": "string",
+                    "description": f"Id of the {resource}.",
+                }
+                required.append(f"{resource}_id")
+            else:
+                props["title"] = {"type": "string", "description": f"Title of the new {resource}."}
+                props["body"] = {"type": "string", "description": "Content, Markdown allowed."}
+                props["labels"] = {"type": "array", "items": {"type": "string"}}
+                required.append("title")
+            infos.append(
+                ToolInfo(
+                    name=f"{verb}_{resource}s" if verb == "list" else f"{verb}_{resource}",
+                    description=f"{verb.title()} {resource.replace('_', ' ')}s of a {scope} in "
+                    f"{server}. Returns JSON with ids, titles, authors and timestamps; "
+                    "paginated results include a next_page cursor.",
+                    input_schema={"type": "object", "properties": props, "required": required},
+                )
+            )
+    return infos
+
+
+def mcp_connections(root: Path) -> list[Any]:
+    """Ready connections with published tool lists, without starting any server."""
+    from fim.mcp.connection import ServerConnection
+
+    conns = []
+    for name, (description, _, _) in MCP_SERVERS.items():
+        decl = StdioServer(command=f"{name}-mcp-server", description=description)
+        conn = ServerConnection(name, decl, root)
+        conn.state = "ready"
+        conn.tools = mcp_tool_infos(name)
+        conns.append(conn)
+    return conns
+
+
+async def assemble(
+    ctx: RunContext, conns: list[Any]
+) -> tuple[list[tuple[str, str]], ToolRegistry, set[str]]:
+    """What `fim.agent.assemble` does, with the MCP connections injected."""
+    import fim.connectors
+    import fim.mcp
+    import fim.skills
+    import fim.tools.builtin
+
+    async def injected(_: RunContext) -> list[Any]:
+        return conns
+
+    fim.mcp.connections_for = injected  # servers are described in-process, not started
+    sections = [("instructions", INSTRUCTIONS)]
+    registry = ToolRegistry()
+    pinned: set[str] = set()
+    for area, provider in (
+        ("builtins", fim.tools.builtin.provide),
+        ("connectors", fim.connectors.provide),
+        ("mcp", fim.mcp.provide),
+        ("skills", fim.skills.provide),
+    ):
+        provision: Provision | None = provider(ctx)
+        if asyncio.iscoroutine(provision):
+            provision = await provision
+        if provision is None:
+            continue
+        for tool in provision.tools:
+            registry.add(tool)
+        pinned.update(provision.pinned)
+        if provision.prompt:
+            sections.append((area, provision.prompt))
+    return sections, registry, pinned
+
+
+def prompt_tokens(sections: list[tuple[str, str]], registry: ToolRegistry) -> int:
+    system = "\n\n".join(text for _, text in sections)
+    return count_messages([Message(role="system", content=system)], registry.specs(), MODEL)
+
+
+class Hub:
+    """The hub agent's snapshot and run context in one tool mode."""
+
+    def __init__(self, root: Path, legacy: bool, *, skills: bool, tools: bool, mcp: bool):
+        import fim.tools.builtin
+
+        builtins = fim.tools.builtin.names()
+        connectors = make_connectors(HUB_TOOLS - len(builtins)) if tools else {}
+        modes = (
+            ToolModes(skills="inline", connectors="legacy", databases="legacy", mcp="legacy")
+            if legacy
+            else ToolModes()
+        )
+        agent = AgentDecl(
+            name="hub",
+            instructions=INSTRUCTIONS,
+            tool_categories=sorted(fim.tools.builtin.categories()) if tools else [],
+            connectors=list(connectors),
+            mcp=list(MCP_SERVERS) if mcp else [],
+            skills="all" if skills else [],
+            tool_modes=modes,
+        )
+        self.snapshot = Snapshot(
+            root=root,
+            project=Project(
+                name="acme",
+                mcp_servers={n: StdioServer(command=n) for n in MCP_SERVERS},
+            ),
+            agents={"hub": agent},
+            connectors=connectors,
+            skills=make_skills(root) if skills else {},
+        )
+        self.services = Services(root=root)
+        self.ctx = RunContext(snapshot=self.snapshot, agent=agent, services=self.services)
+
+
+async def measure(
+    legacy: bool,
+    *,
+    skills: bool = True,
+    tools: bool = True,
+    mcp: bool = True,
+    select: bool = False,
+    threshold: int | None = None,
+) -> dict[str, Any]:
+    from fim.llm.testing import ScriptedModel, text
+    from fim.selection import select_tools
+
+    for var in (
+        "FIM_SKILL_TOOL_MODE",
+        "FIM_CONNECTOR_TOOL_MODE",
+        "FIM_MCP_TOOL_MODE",
+        "FIM_DATABASE_TOOL_MODE",
+    ):
+        os.environ.pop(var, None)
+    with tempfile.TemporaryDirectory() as tmp:
+        hub = Hub(Path(tmp), legacy, skills=skills, tools=tools, mcp=mcp)
+        conns = mcp_connections(Path(tmp)) if mcp else []
+        sections, registry, pinned = await assemble(hub.ctx, conns)
+        result: dict[str, Any] = {
+            "tools": len(registry),
+            "sections": {t: count_tokens(x, MODEL) for t, x in sections},
+            "tool_tokens": prompt_tokens([], registry) - prompt_tokens([], ToolRegistry()),
+            "total": prompt_tokens(sections, registry),
+        }
+        if select:
+            settings = hub.snapshot.project.tool_selection
+            offered = [t.name for t in registry if t.name not in pinned]
+            # The scripted stand-in for the fast model picks what the refund request needs.
+            keywords = ("order", "ticket", "contact", "calculator")
+            picks = [n for n in offered if any(k in n for k in keywords)][: settings.max]
+            fast = ScriptedModel([text(json.dumps({"tools": picks}))])
+            outcome = await select_tools(
+                fast,
+                REQUEST,
+                registry,
+                pinned=pinned,
+                max_tools=settings.max,
+                threshold=settings.threshold if threshold is None else threshold,
+            )
+            result["selection"] = outcome
+            result["selector_tokens"] = (
+                count_messages(fast.requests[0][0], None, MODEL) if fast.requests else 0
+            )
+            result["selected_total"] = prompt_tokens(sections, registry)
+            result["selected_tools"] = len(registry.specs())
+        await hub.services.aclose()
+    return result
+
+
+def _row(label: str, legacy: int, progressive: int) -> str:
+    saved = 100 * (1 - progressive / legacy) if legacy else 0.0
+    return f"{label:<34} {legacy:>9,} {progressive:>12,} {saved:>8.1f}%"
+
+
+HEADER = f"{'':<34} {'legacy':>9} {'progressive':>12} {'fewer':>9}"
+
+
+def skills_section() -> None:
+    """10 skills of ~2,000 tokens: inline bodies against stubs + read_skill."""
+    legacy = asyncio.run(measure(True, tools=False, mcp=False))
+    progressive = asyncio.run(measure(False, tools=False, mcp=False))
+    print("\n## Skills: 10 skills of ~2,000 tokens (prompt tokens of the first request)")
+    print(HEADER)
+    print(_row("skills inline vs stubs+read_skill", legacy["total"], progressive["total"]))
+
+
+def mcp_section() -> None:
+    """3 MCP servers of 30 tools: every tool registered against stubs + one `mcp` tool."""
+    legacy = asyncio.run(measure(True, skills=False, tools=False))
+    progressive = asyncio.run(measure(False, skills=False, tools=False))
+    print("\n## MCP: 3 servers x 30 tools (prompt tokens of the first request)")
+    print(HEADER)
+    print(
+        _row(
+            f"{legacy['tools']} tools vs {progressive['tools']} meta-tool",
+            legacy["total"],
+            progressive["total"],
+        )
+    )
+
+
+def hub_section() -> None:
+    """The whole hub: 10 skills, 30 builtin/connector tools, 3 MCP servers of 30 tools."""
+    legacy = asyncio.run(measure(True, select=True))
+    progressive = asyncio.run(measure(False, select=True))
+    lowered = asyncio.run(measure(False, select=True, threshold=8))
+    print("\n## Hub agent: 10 skills, 30 builtin/connector tools, 3 MCP servers x 30 tools")
+    print(HEADER)
+    for title in ("instructions", "skills", "connectors", "mcp"):
+        a = legacy["sections"].get(title, 0)
+        b = progressive["sections"].get(title, 0)
+        print(_row(f"system prompt: {title}", a, b))
+    label = f"tool definitions ({legacy['tools']} vs {progressive['tools']})"
+    print(_row(label, legacy["tool_tokens"], progressive["tool_tokens"]))
+    print(_row("first request, total", legacy["total"], progressive["total"]))
+    sel = lowered["selection"]
+    if sel.applied:
+        label = f"  with selection ({lowered['selected_tools']} tools)"
+        print(_row(label, legacy["total"], lowered["selected_total"]))
+    print(f"default selection (threshold 12): {progressive['selection'].message}")
+    print(f"with tool_selection.threshold: 8: {sel.message}")
+    if sel.applied:
+        print(f"  + the selector call: {lowered['selector_tokens']:,} prompt tokens, once per run")
+    lsel = legacy["selection"]
+    if lsel.applied:
+        print(
+            f"legacy + selection: {legacy['selected_total']:,} tokens "
+            f"({legacy['selected_tools']} tools shown; selector call "
+            f"{legacy['selector_tokens']:,} tokens); the skill bodies stay inline"
+        )
+    for name, value in (
+        ("default settings", progressive["total"]),
+        ("threshold 8", lowered["selected_total"] if sel.applied else progressive["total"]),
+    ):
+        reduction = 100 * (1 - value / legacy["total"])
+        verdict = "met" if reduction >= 95 else "NOT met"
+        print(
+            f"progressive ({name}) vs legacy/inline: {reduction:.1f}% fewer (target 95%: {verdict})"
+        )
+
+
+def main() -> None:
+    skills_section()
+    mcp_section()
+    hub_section()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
