@@ -275,12 +275,28 @@ def transcript(messages: Sequence[Message]) -> str:
 
 
 def render_prompt_report(snapshot: Snapshot, agent_name: str, services: Services) -> str:
+    """The CLI's one-shot entry to `prompt_report`. It runs its own event loop, so it closes
+    `services` before returning: MCP sessions opened for the report belong to that loop."""
+    import asyncio
+
+    async def run() -> str:
+        try:
+            return await prompt_report(snapshot, agent_name, services)
+        finally:
+            await services.aclose()
+
+    return asyncio.run(run())
+
+
+async def prompt_report(snapshot: Snapshot, agent_name: str, services: Services) -> str:
     """`fim show agent NAME --prompt`: the system prompt and tool definitions exactly as the
     model receives them at the start of a run, with the token cost of each section.
 
     What a user pays per call is invisible in the YAML (modes, skills, selection all change
     it), so this renders the real assembly rather than re-deriving it.
     """
+    import inspect
+
     from fim.agent import assemble
     from fim.errors import RunError
     from fim.runtime import RunContext
@@ -292,6 +308,8 @@ def render_prompt_report(snapshot: Snapshot, agent_name: str, services: Services
     except RunError:
         model = None
     assembly = assemble(ctx)
+    if inspect.isawaitable(assembly):  # providers such as MCP need the event loop
+        assembly = await assembly
     modes = ", ".join(f"{k}={ctx.mode(k)}" for k in ("skills", "connectors", "databases", "mcp"))
     out = [f"agent {agent_name} (model {model or agent.model}; modes: {modes})", ""]
     for title, text in assembly.sections:
@@ -331,6 +349,7 @@ __all__ = [
     "context_budget",
     "context_window",
     "guard_for",
+    "prompt_report",
     "render_prompt_report",
     "transcript",
 ]

@@ -57,6 +57,7 @@ def _allowed_tools(skill: Skill) -> list[str]:
 def stubs_prompt(skills: Mapping[str, Skill]) -> str:
     """Progressive mode: one line per skill, and how to open one."""
     lines = [
+        "## Skills",
         "You have skills: written procedures for specific kinds of tasks. When a request "
         f"matches a skill, call {READ_SKILL}(name) to load its full instructions before you "
         "follow it; do not guess its steps from the one-line description.",
@@ -74,8 +75,8 @@ def _file_list(skill: Skill) -> str:
 def inline_prompt(skills: Mapping[str, Skill]) -> str:
     """Inline mode: every skill's full body, so no tool call is needed to follow one."""
     parts = [
-        "You have skills: written procedures for specific kinds of tasks. When a request "
-        "matches a skill, follow its instructions."
+        "## Skills\nYou have skills: written procedures for specific kinds of tasks. When a "
+        "request matches a skill, follow its instructions."
     ]
     for name, skill in skills.items():
         section = f"### Skill: {name}\n{skill.meta.description.strip()}\n\n{skill.body.strip()}"
