@@ -67,9 +67,7 @@ async def call(services, decl: HttpConnector, action: str, args: dict[str, Any],
         ("basic", lambda c: {"type": "basic", "username": c.username, "password": c.password}),
     ],
 )
-async def test_each_auth_type_is_injected_and_the_secret_never_shown(
-    api, services, scheme, auth
-):
+async def test_each_auth_type_is_injected_and_the_secret_never_shown(api, services, scheme, auth):
     url, creds, _ = api
     decl = connector(url, {"check": {"path": f"/secure/{scheme}"}}, auth=auth(creds))
     result = await call(services, decl, "check", {})
@@ -171,13 +169,15 @@ async def test_delete_sends_parameters_as_query_and_no_body(api, services):
     url, _, _ = api
     decl = connector(url, {"remove": {"method": "DELETE", "path": "/echo/leads/{id}"}})
     seen = json.loads((await call(services, decl, "remove", {"id": 3, "hard": 1})).content)
-    assert (seen["method"], seen["raw_path"], seen["query"]) == ("DELETE", "/echo/leads/3", {"hard": "1"})
+    assert (seen["method"], seen["raw_path"], seen["query"]) == (
+        "DELETE",
+        "/echo/leads/3",
+        {"hard": "1"},
+    )
     assert seen["json"] is None
 
 
-async def test_arguments_are_validated_against_the_action_schema_before_any_request(
-    api, services
-):
+async def test_arguments_are_validated_against_the_action_schema_before_any_request(api, services):
     url, _, state = api
     decl = connector(
         url,

@@ -21,7 +21,14 @@ from urllib.parse import quote
 
 from fim.config.schema import DatabaseConnector
 from fim.connectors.render import pipe_table
-from fim.connectors.sql_guard import SqlRejected, check_read_only, dialect_for
+from fim.connectors.sql_guard import (
+    ARGUMENT_PRAGMAS,
+    READ_PRAGMAS,
+    SqlRejected,
+    check_read_only,
+    dialect_for,
+    is_side_effect_function,
+)
 from fim.types import ToolResult
 
 _MAX_OUTPUT_CHARS = 20_000
@@ -96,6 +103,7 @@ class Database:
         def connect() -> sqlite3.Connection:
             conn = sqlite3.connect(f"{target}{sep}mode=ro", uri=True, check_same_thread=False)
             conn.execute("PRAGMA query_only = ON")
+            conn.set_authorizer(_sqlite_read_authorizer)
             return conn
 
         return sa.create_engine("sqlite://", creator=connect, poolclass=NullPool)
@@ -158,7 +166,7 @@ class Database:
         return "\n".join(lines)
 
     def execute_sync(self, sql: str, params: dict[str, Any] | None = None) -> QueryResult:
-        """Run one statement in a transaction that is always rolled back.
+        """Run one statement; on a read-only database its transaction is always rolled back.
 
         This is the executor *below* the parser guard: it relies only on the connection
         being read-only, which is what the guard-bypass tests exercise.
@@ -178,11 +186,14 @@ class Database:
                     conn.exec_driver_sql("SET TRANSACTION READ ONLY")
                     conn.exec_driver_sql("SELECT 1")
                 result = conn.execute(sa.text(sql), params or {})
-                if not result.returns_rows:
-                    return QueryResult([], [], False, result.rowcount)
-                columns = list(result.keys())
-                rows = [tuple(r) for r in result.fetchmany(limit + 1)]
-                return QueryResult(columns, rows[:limit], len(rows) > limit)
+                if result.returns_rows:
+                    rows = [tuple(r) for r in result.fetchmany(limit + 1)]
+                    outcome = QueryResult(list(result.keys()), rows[:limit], len(rows) > limit)
+                else:
+                    outcome = QueryResult([], [], False, result.rowcount)
+                if not self.decl.read_only:
+                    conn.commit()
+                return outcome
             finally:
                 if self.dialect == "sqlite":
                     raw.set_progress_handler(None, 0)
@@ -270,6 +281,35 @@ def get_database(services: Any, name: str, decl: DatabaseConnector, root: Path) 
         lambda: Database(name, decl, root),
         lambda db: db.dispose(),
     )
+
+
+def _sqlite_read_authorizer(
+    action: int, arg1: str | None, arg2: str | None, db: str | None, trigger: str | None
+) -> int:
+    """SQLite asks this for every operation a statement compiles to: only reads pass, so
+    ATTACH (which `mode=ro` alone would allow) and every write are denied at compile time."""
+    import sqlite3
+
+    if action in _SQLITE_READ_ACTIONS:
+        return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_FUNCTION and arg2 and not is_side_effect_function(arg2):
+        return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_PRAGMA and arg1:
+        name = arg1.lower()
+        if name in ARGUMENT_PRAGMAS or (arg2 is None and name in READ_PRAGMAS):
+            return sqlite3.SQLITE_OK
+    return sqlite3.SQLITE_DENY
+
+
+def _sqlite_actions(*names: str) -> frozenset[int]:
+    import sqlite3
+
+    return frozenset(getattr(sqlite3, n) for n in names if hasattr(sqlite3, n))
+
+
+_SQLITE_READ_ACTIONS = _sqlite_actions(
+    "SQLITE_READ", "SQLITE_SELECT", "SQLITE_RECURSIVE", "SQLITE_TRANSACTION"
+)
 
 
 def _execute_prepared(cursor: Any, statement: str, parameters: Any, context: Any) -> bool:

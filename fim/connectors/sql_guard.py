@@ -91,7 +91,7 @@ _SIDE_EFFECT_PREFIXES = (
     "pg_copy",
 )
 
-_READ_PRAGMAS = frozenset(
+READ_PRAGMAS = frozenset(
     {
         "table_info",
         "table_xinfo",
@@ -114,13 +114,14 @@ _READ_PRAGMAS = frozenset(
         "encoding",
         "freelist_count",
         "journal_mode",
+        "read_uncommitted",
         "integrity_check",
         "quick_check",
         "foreign_key_check",
     }
 )
 """PRAGMAs that only read when given no value."""
-_ARGUMENT_PRAGMAS = frozenset(
+ARGUMENT_PRAGMAS = frozenset(
     {
         "table_info",
         "table_xinfo",
@@ -183,7 +184,21 @@ def check_read_only(sql: str, dialect: str | None = None) -> None:
             "(no ';'-separated batches)"
         )
     keyword = tokens[0].text.upper() if tokens else "?"
-    _check_statement(statements[0], keyword, dialect, exp)
+    try:
+        _check_statement(statements[0], keyword, dialect, exp)
+    except SqlRejected:
+        raise
+    except Exception as exc:  # an AST shape we did not foresee: refuse, never guess
+        raise SqlRejected(
+            f"the statement could not be verified as read-only ({type(exc).__name__}); send "
+            "one plain SELECT statement"
+        ) from None
+
+
+def is_side_effect_function(name: str) -> bool:
+    """True for functions that write, signal, sleep the server or touch its files."""
+    lowered = name.lower()
+    return lowered in _SIDE_EFFECT_FUNCTIONS or lowered.startswith(_SIDE_EFFECT_PREFIXES)
 
 
 def _check_comments(tokens: list[Any]) -> None:
@@ -247,7 +262,7 @@ def _check_statement(statement: Any, keyword: str, dialect: str | None, exp: Any
             )
         if isinstance(node, exp.Func):
             name = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
-            if name in _SIDE_EFFECT_FUNCTIONS or name.startswith(_SIDE_EFFECT_PREFIXES):
+            if is_side_effect_function(name):
                 raise SqlRejected(
                     f"the function {name}() has side effects and is not allowed on a "
                     "read-only database"
@@ -256,7 +271,8 @@ def _check_statement(statement: Any, keyword: str, dialect: str | None, exp: Any
 
 def _check_command(statement: Any, dialect: str | None) -> None:
     keyword = str(statement.this).upper()
-    rest = str(statement.expression.this if statement.expression is not None else "").strip()
+    expression = statement.expression
+    rest = str(getattr(expression, "this", expression) or "").strip()
     if keyword == "EXPLAIN":
         while True:
             match = _EXPLAIN_OPTIONS.match(rest)
@@ -282,14 +298,21 @@ def _check_pragma(statement: Any, exp: Any) -> None:
     has_argument = isinstance(inner, exp.EQ)
     target = inner.this if has_argument else inner
     name = (target.name if target is not None else "").lower()
-    allowed = _ARGUMENT_PRAGMAS if has_argument else _READ_PRAGMAS
+    allowed = ARGUMENT_PRAGMAS if has_argument else READ_PRAGMAS
     if name not in allowed:
         raise SqlRejected(
             f"PRAGMA {name or '?'}{' with a value' if has_argument else ''} is not allowed on a "
             f"read-only database (it may change settings); allowed: PRAGMA "
-            f"{', '.join(sorted(_ARGUMENT_PRAGMAS))} (table) and PRAGMA "
-            f"{', '.join(sorted(_READ_PRAGMAS - _ARGUMENT_PRAGMAS))}"
+            f"{', '.join(sorted(ARGUMENT_PRAGMAS))} (table) and PRAGMA "
+            f"{', '.join(sorted(READ_PRAGMAS - ARGUMENT_PRAGMAS))}"
         )
 
 
-__all__ = ["SqlRejected", "check_read_only", "dialect_for"]
+__all__ = [
+    "ARGUMENT_PRAGMAS",
+    "READ_PRAGMAS",
+    "SqlRejected",
+    "check_read_only",
+    "dialect_for",
+    "is_side_effect_function",
+]

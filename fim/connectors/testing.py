@@ -55,7 +55,9 @@ def make_app(credentials: Credentials, state: ServiceState) -> Any:
                 "json": await request.json() if body else None,
                 "content_type": request.headers.get("content-type"),
                 "headers": {
-                    k: v for k, v in request.headers.items() if k.startswith(("x-", "authorization"))
+                    k: v
+                    for k, v in request.headers.items()
+                    if k.startswith(("x-", "authorization"))
                 },
             }
         )
@@ -73,9 +75,11 @@ def make_app(credentials: Credentials, state: ServiceState) -> Any:
         if not ok:
             return JSONResponse({"error": "unauthorized"}, status_code=401)
         # Echo the credential back, as careless APIs do: the connector must mask it.
-        seen = request.headers.get("authorization") or request.query_params.get(
-            c.api_key_name
-        ) or request.headers.get(c.api_key_name)
+        seen = (
+            request.headers.get("authorization")
+            or request.query_params.get(c.api_key_name)
+            or request.headers.get(c.api_key_name)
+        )
         return JSONResponse({"ok": True, "scheme": scheme, "you_sent": seen})
 
     async def status(request: Request) -> Response:
@@ -126,9 +130,7 @@ def serve(app: Any) -> Iterator[str]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app, log_level="error", lifespan="off", timeout_graceful_shutdown=1
-    )
+    config = uvicorn.Config(app, log_level="error", lifespan="off", timeout_graceful_shutdown=1)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
