@@ -1,0 +1,106 @@
+"""Connector, database and MCP nodes: thin bridges to the modules that own those clients.
+
+The connection pools, auth, masking and guards live in `fim.connectors` and `fim.mcp`; a
+workflow node reuses them through `Services` (so a workflow and an agent in one process
+share one HTTP pool or MCP session) and only adds what a DAG needs: structured outputs
+(rows as dicts, parsed JSON) that later templates can index into.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from fim.config.schema import DatabaseConnector, HttpConnector
+from fim.types import Tool
+from fim.workflows.nodes import NodeContext, NodeError, call_tool, parse_output
+
+
+def _connector(ctx: NodeContext, name: str, kind: type) -> Any:
+    decl = ctx.snapshot.connectors.get(name)
+    if decl is None:
+        raise NodeError(
+            f"unknown connector '{name}' (connectors: "
+            f"{', '.join(sorted(ctx.snapshot.connectors)) or 'none'})"
+        )
+    if not isinstance(decl, kind):
+        wanted = "http" if kind is HttpConnector else "database"
+        raise NodeError(f"connector '{name}' is not a {wanted} connector")
+    return decl
+
+
+def connector_action(ctx: NodeContext, connector: str, action: str) -> Tool:
+    """The tool of one HTTP action, registered once per run under `{connector}__{action}`."""
+    from fim.connectors.http import action_tool, get_client, tool_name
+
+    name = tool_name(connector, action)
+    existing = ctx.registry.get(name)
+    if existing is not None:
+        return existing
+    decl = _connector(ctx, connector, HttpConnector)
+    if action not in decl.actions:
+        raise NodeError(
+            f"connector '{connector}' has no action '{action}' (actions: "
+            f"{', '.join(decl.actions) or 'none'})"
+        )
+    tool = action_tool(get_client(ctx.services, connector, decl, ctx.snapshot.mask), action)
+    if name not in ctx.registry:
+        ctx.registry.add(tool)
+    return ctx.registry.get(name) or tool
+
+
+async def run_sql(ctx: NodeContext, connector: str, sql: str, params: dict[str, Any]) -> Any:
+    """Run one statement; rows come back as a list of dicts (`nodes.q.output[0].amount`).
+
+    Read-only connectors refuse anything but a single read statement, with the same
+    parser guard agents go through.
+    """
+    from fim.connectors.database import describe_error, get_database
+    from fim.connectors.sql_guard import SqlRejected, check_read_only
+
+    decl: DatabaseConnector = _connector(ctx, connector, DatabaseConnector)
+    db = get_database(ctx.services, connector, decl, ctx.snapshot.root)
+    if decl.read_only:
+        try:
+            check_read_only(sql, db.dialect)
+        except SqlRejected as exc:
+            raise NodeError(f"query refused on read-only '{connector}': {exc}") from None
+    try:
+        result = await asyncio.to_thread(db.execute_sync, sql, params)
+    except Exception as exc:
+        raise NodeError(f"query on '{connector}' failed: {describe_error(exc, db)}") from None
+    if not result.columns:
+        return {"rowcount": result.rowcount}
+    rows = [dict(zip(result.columns, row, strict=False)) for row in result.rows]
+    # Dates and decimals become text so the output can be stored as JSON.
+    return json.loads(json.dumps(rows, default=str))
+
+
+async def call_mcp(ctx: NodeContext, server: str, tool: str, args: dict[str, Any]) -> Any:
+    """Call a tool of a declared MCP server, validating the arguments against its schema."""
+    from fim.mcp.connection import McpUnavailable
+    from fim.mcp.manager import get_manager
+    from fim.mcp.tools import adapt
+
+    decl = ctx.snapshot.project.mcp_servers.get(server)
+    if decl is None:
+        raise NodeError(
+            f"unknown MCP server '{server}' (servers in fim.yaml: "
+            f"{', '.join(sorted(ctx.snapshot.project.mcp_servers)) or 'none'})"
+        )
+    conn = get_manager(ctx.services).connection(
+        server, decl, ctx.snapshot.root, mask=ctx.snapshot.mask
+    )
+    try:
+        await conn.start()
+    except McpUnavailable as exc:
+        raise NodeError(f"MCP server '{server}' is unavailable: {exc}") from None
+    info = next((t for t in conn.tools if t.name == tool), None)
+    if info is None:
+        names = ", ".join(t.name for t in conn.tools) or "none"
+        raise NodeError(f"MCP server '{server}' has no tool '{tool}' (tools: {names})")
+    return await call_tool(ctx, adapt(conn, info), args)
+
+
+__all__ = ["call_mcp", "connector_action", "parse_output", "run_sql"]
