@@ -1,0 +1,109 @@
+"""`fim mcp list` and `fim mcp tools NAME`: see what the declared MCP servers offer.
+
+Both start the servers (that is the point: a declaration can be valid and the server still
+fail), then stop them before exiting. The SDK is imported only when a server starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from fim.commands import ProjectOption, fail, load_snapshot
+
+if TYPE_CHECKING:
+    from fim.mcp.manager import ServerStatus
+    from fim.snapshot import Snapshot
+
+
+def register(app: typer.Typer) -> None:
+    group = typer.Typer(help="Inspect the MCP servers declared in fim.yaml.", no_args_is_help=True)
+    group.command("list")(list_servers)
+    group.command("tools")(list_tools)
+    app.add_typer(group, name="mcp")
+
+
+async def server_statuses(snapshot: Snapshot, names: list[str] | None = None) -> list[ServerStatus]:
+    """Start the declared servers (or just `names`) and report each one's status."""
+    from fim.mcp.manager import McpManager
+
+    manager = McpManager(snapshot.root)
+    try:
+        for name, decl in snapshot.project.mcp_servers.items():
+            if names is None or name in names:
+                manager.connection(name, decl, snapshot.root, mask=snapshot.mask)
+        await manager.start_all()
+        return manager.status()
+    finally:
+        await manager.aclose()
+
+
+async def server_tools(snapshot: Snapshot, name: str) -> tuple[str | None, list[dict[str, object]]]:
+    """(error, tools) of one server; each tool as name, fim name, description, parameters."""
+    from fim.mcp.manager import McpManager
+    from fim.mcp.tools import tool_name
+
+    manager = McpManager(snapshot.root)
+    try:
+        conn = manager.connection(
+            name, snapshot.project.mcp_servers[name], snapshot.root, mask=snapshot.mask
+        )
+        await manager.start_all()
+        if conn.state != "ready":
+            return conn.error or conn.state, []
+        return None, [
+            {
+                "name": t.name,
+                "fim_name": tool_name(name, t.name),
+                "description": t.description,
+                "parameters": t.input_schema,
+            }
+            for t in conn.tools
+        ]
+    finally:
+        await manager.aclose()
+
+
+def list_servers(
+    ctx: typer.Context,
+    project: ProjectOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Start every declared MCP server and show its status and tool count."""
+    snapshot = load_snapshot(ctx, project)
+    rows = asyncio.run(server_statuses(snapshot))
+    if as_json:
+        typer.echo(json.dumps([row.__dict__ for row in rows], indent=2))
+    elif not rows:
+        typer.echo("no MCP servers declared (add them under mcp_servers: in fim.yaml)")
+    else:
+        width = max(len(r.name) for r in rows)
+        for r in rows:
+            typer.echo(f"{r.name:<{width}}  {r.transport:<15}  {r.state:<7}  {r.tools:>3} tools  {r.detail}")
+    if any(r.state != "ready" for r in rows):
+        raise typer.Exit(1)
+
+
+def list_tools(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Server name from mcp_servers: in fim.yaml.")],
+    project: ProjectOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON with parameter schemas.")] = False,
+) -> None:
+    """Start one MCP server and list its tools."""
+    snapshot = load_snapshot(ctx, project)
+    if name not in snapshot.project.mcp_servers:
+        declared = ", ".join(snapshot.project.mcp_servers) or "none"
+        fail(f"no MCP server named '{name}'", hint=f"declared: {declared}")
+    error, tools = asyncio.run(server_tools(snapshot, name))
+    if error is not None:
+        fail(f"MCP server '{name}' is unavailable: {error}")
+    if as_json:
+        typer.echo(json.dumps(tools, indent=2))
+        return
+    for t in tools:
+        summary = str(t["description"]).splitlines()[0] if t["description"] else ""
+        typer.echo(f"{t['fim_name']}  {summary}")

@@ -1,0 +1,92 @@
+"""MCP servers as fim tools.
+
+`provide(ctx)` gives an agent the servers in its `mcp:` list: in progressive mode (the
+default) one `mcp` meta-tool plus a short stub per server in the system prompt; in legacy
+mode every MCP tool as `{server}__{tool}`. Servers start when a run first needs them and
+are shared through the process-wide `McpManager` in `Services`.
+
+Importing this package is cheap; the `mcp` SDK loads only when a server starts.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fim.mcp.manager import McpManager, check_live, get_manager
+from fim.mcp.tools import META_TOOL, effective_tool_name, tool_name
+
+if TYPE_CHECKING:
+    from fim.mcp.connection import ServerConnection
+    from fim.runtime import Provision, RunContext
+
+STUB_TOOL_NAMES = 5
+STUB_NAME_CHARS = 40
+STUB_DESCRIPTION_CHARS = 100
+
+
+def stub(conn: ServerConnection) -> str:
+    """One prompt line per server, short however many tools it has:
+    `- github: GitHub (35 tools: create_issue, list_repos, ...)`."""
+    if conn.state != "ready":
+        return f"- {conn.name}: unavailable: {(conn.error or conn.state)[:200]}"
+    description = " ".join(conn.description.split())
+    if len(description) > STUB_DESCRIPTION_CHARS:
+        description = description[: STUB_DESCRIPTION_CHARS - 3] + "..."
+    names = [t.name[:STUB_NAME_CHARS] for t in conn.tools[:STUB_TOOL_NAMES]]
+    more = ", ..." if len(conn.tools) > STUB_TOOL_NAMES else ""
+    count = len(conn.tools)
+    listing = f"{count} tool{'s' if count != 1 else ''}" + (f": {', '.join(names)}{more}" if names else "")
+    return f"- {conn.name}: {description} ({listing})"
+
+
+async def connections_for(ctx: RunContext) -> list[ServerConnection]:
+    """The agent's servers, started concurrently; failures stay on each connection."""
+    from fim.errors import RunError
+
+    manager = get_manager(ctx.services)
+    declared = ctx.snapshot.project.mcp_servers
+    conns = []
+    for name in dict.fromkeys(ctx.agent.mcp):
+        decl = declared.get(name)
+        if decl is None:
+            raise RunError(
+                f"agent '{ctx.agent.name}' uses MCP server '{name}', which is not declared",
+                hint=f"declare it under mcp_servers: in fim.yaml (declared: {', '.join(declared) or 'none'})",
+            )
+        conns.append(manager.connection(name, decl, ctx.snapshot.root, mask=ctx.snapshot.mask))
+    await manager.start_all([c.name for c in conns])
+    return conns
+
+
+async def provide(ctx: RunContext) -> Provision | None:
+    """The MCP part of one run (async: the prompt stubs need the servers' tool lists)."""
+    from fim.mcp.tools import McpMetaTool, adapt
+    from fim.runtime import Provision
+
+    if not ctx.agent.mcp:
+        return None
+    conns = await connections_for(ctx)
+    if ctx.mode("mcp") == "legacy":
+        tools = [adapt(c, info) for c in conns if c.state == "ready" for info in c.tools]
+        down = [stub(c) for c in conns if c.state != "ready"]
+        prompt = ("## MCP servers\n" + "\n".join(down)) if down else None
+        return Provision(tools=list(tools), prompt=prompt)
+    meta = McpMetaTool({c.name: c for c in conns})
+    prompt = (
+        "## MCP servers\n"
+        f"Use the `{META_TOOL}` tool: subcommand=discover lists a server's tools and their "
+        "parameters, subcommand=call runs one.\n" + "\n".join(stub(c) for c in conns)
+    )
+    return Provision(tools=[meta], prompt=prompt, pinned=[META_TOOL])
+
+
+__all__ = [
+    "McpManager",
+    "check_live",
+    "connections_for",
+    "effective_tool_name",
+    "get_manager",
+    "provide",
+    "stub",
+    "tool_name",
+]

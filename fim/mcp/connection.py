@@ -1,0 +1,452 @@
+"""One MCP server's lifecycle: lazy start, shared session, cached tools, crash recovery.
+
+Each live session is owned by one long-running asyncio task. The SDK's transports and
+`Client` are anyio context managers whose cancel scopes must be entered and exited by the
+same task, so callers never touch them: they put a `_Job` on the owner's queue and await
+its future. The owner runs each job in a child task, so calls from many runs proceed
+concurrently over one session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import time
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from fim.config.schema import McpServer, StdioServer
+
+State = Literal["stopped", "starting", "ready", "failed", "crashed", "closed"]
+
+START_TIMEOUT = 30.0
+"""Seconds a server gets to start and answer the handshake and the first tools/list."""
+MAX_BACKOFF = 30.0
+WAIT_FOR_BACKOFF = 2.0
+"""A call waits out a restart delay up to this long; beyond it the call fails fast."""
+CLOSE_GRACE = 5.0
+MAX_TOOL_PAGES = 50
+
+
+class McpUnavailable(Exception):
+    """The server is not running and could not be (re)started; `str()` is the reason."""
+
+
+class McpCallTimeout(Exception):
+    """The tool did not answer within the server's `timeout`."""
+
+
+class McpServerLost(Exception):
+    """The connection ended while the call was in flight (the server crashed or exited)."""
+
+
+class McpRequestError(Exception):
+    """The server answered the request with a JSON-RPC error (unknown tool, bad params)."""
+
+
+class _NotSent(Exception):
+    """The connection ended before the request left; safe to retry after a restart."""
+
+
+@dataclass(frozen=True)
+class ToolInfo:
+    """What fim keeps of one MCP tool from `tools/list`."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    title: str | None = None
+
+
+@dataclass
+class _Job:
+    kind: Literal["call", "refresh"]
+    future: asyncio.Future[Any]
+    tool: str = ""
+    arguments: dict[str, Any] = field(default_factory=dict)
+    timeout: float | None = None
+    sent: bool = False
+    cancelled: bool = False
+    scope: Any = None
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self.scope is not None:
+            self.scope.cancel()
+        if not self.future.done():
+            self.future.cancel()
+
+
+def declaration_key(decl: McpServer, root: Path) -> str:
+    """Identity of a declaration: a reload keeps a server whose key did not change."""
+    text = f"{type(decl).__name__}|{root}|{decl.model_dump_json()}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def describe_exception(exc: BaseException) -> str:
+    """One line for a failure, digging through anyio's exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class ServerConnection:
+    """A declared MCP server as seen by fim: started on first use, shared by every run."""
+
+    def __init__(
+        self,
+        name: str,
+        decl: McpServer,
+        root: Path,
+        *,
+        mask: Callable[[str], str] = lambda text: text,
+    ) -> None:
+        self.name = name
+        self.decl = decl
+        self.root = root
+        self.key = declaration_key(decl, root)
+        self.mask = mask
+        self.state: State = "stopped"
+        self.error: str | None = None
+        self.tools: list[ToolInfo] = []
+        self.tools_version = 0
+        self.server_name: str | None = None
+        self.failures = 0
+        self.starts = 0
+        self.start_seconds: float | None = None
+        self._retry_at = 0.0
+        self._lock = asyncio.Lock()
+        self._tools_changed = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+        self._jobs: Any = None
+        self._scope: Any = None
+        self._stderr: Any = None
+        self._lost = False
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def transport(self) -> str:
+        if isinstance(self.decl, StdioServer):
+            return "stdio"
+        return self.decl.transport
+
+    @property
+    def description(self) -> str:
+        return self.decl.description or self.server_name or self.name
+
+    async def start(self) -> None:
+        """Make sure the server runs; raise `McpUnavailable` with the reason if it cannot."""
+        if self.state == "ready":
+            return
+        async with self._lock:
+            if self.state == "ready":
+                return
+            if self.state == "closed":
+                raise McpUnavailable(self.error or "the server was shut down")
+            await self._join_owner()  # a crashed session finishes unwinding first
+            wait = self._retry_at - time.monotonic()
+            if wait > WAIT_FOR_BACKOFF:
+                raise McpUnavailable(f"{self.error}; next restart attempt in {wait:.0f}s")
+            if wait > 0:
+                await asyncio.sleep(wait)
+            await self._launch()
+
+    async def call(
+        self, tool: str, arguments: dict[str, Any], timeout: float | None = None
+    ) -> Any:
+        """Call a tool and return the SDK's `CallToolResult`.
+
+        Raises `McpUnavailable`, `McpCallTimeout`, `McpServerLost` or `McpRequestError`.
+        A request that never left (the connection died while idle) is retried once after a
+        restart; one that was in flight is not, since the tool may have acted.
+        """
+        limit = timeout if timeout is not None else self.decl.timeout
+        for _attempt in range(2):
+            await self.start()
+            job = _Job("call", asyncio.get_running_loop().create_future(), tool, arguments, limit)
+            try:
+                result = await self._submit(job, limit + 5.0)
+            except _NotSent:
+                continue
+            self.failures = 0
+            return result
+        raise McpUnavailable(self.error or "the server keeps closing the connection")
+
+    async def refresh_tools(self) -> list[ToolInfo]:
+        """Fetch the tool list again (what a `tools/list_changed` notification triggers)."""
+        await self.start()
+        job = _Job("refresh", asyncio.get_running_loop().create_future())
+        await self._submit(job, START_TIMEOUT)
+        return self.tools
+
+    async def wait_tools_changed(self, since: int, timeout: float) -> bool:
+        """Wait until the cached tool list is newer than version `since`."""
+        async with self._tools_changed:
+            try:
+                await asyncio.wait_for(
+                    self._tools_changed.wait_for(lambda: self.tools_version > since), timeout
+                )
+            except TimeoutError:
+                return False
+        return True
+
+    async def aclose(self) -> None:
+        """Stop the server (for stdio: close stdin, then terminate its process tree)."""
+        async with self._lock:
+            self.state = "closed"
+            await self._stop_owner()
+            if self._stderr is not None:
+                self._stderr.close()
+                self._stderr = None
+
+    def stderr_tail(self) -> str:
+        return self.mask(self._stderr.tail()) if self._stderr is not None else ""
+
+    # ------------------------------------------------------------------ caller side
+
+    async def _submit(self, job: _Job, limit: float) -> Any:
+        import anyio
+
+        if self._jobs is None:
+            raise _NotSent()
+        try:
+            self._jobs.send_nowait(job)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.WouldBlock):
+            raise _NotSent() from None
+        try:
+            return await asyncio.wait_for(asyncio.shield(job.future), limit)
+        except TimeoutError:
+            job.cancel()
+            raise McpCallTimeout(f"no answer within {limit:g}s") from None
+        except asyncio.CancelledError:
+            job.cancel()
+            raise
+
+    # ------------------------------------------------------------------ owner side
+
+    async def _launch(self) -> None:
+        from fim.mcp.transport import StderrLog
+
+        if self._stderr is not None:
+            self._stderr.close()
+        self._stderr = StderrLog() if isinstance(self.decl, StdioServer) else None
+        self.state = "starting"
+        self.starts += 1
+        self._lost = False
+        began = time.perf_counter()
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._task = asyncio.create_task(self._own(ready), name=f"mcp:{self.name}")
+        try:
+            await asyncio.wait_for(asyncio.shield(ready), START_TIMEOUT)
+        except TimeoutError:
+            await self._stop_owner()
+            self._failed("failed", self._start_failure(TimeoutError()))
+            raise McpUnavailable(
+                f"{self.error} (no answer to the MCP handshake within {START_TIMEOUT:g}s)"
+            ) from None
+        except asyncio.CancelledError:
+            if not ready.done():
+                await self._stop_owner()
+                self.state = "stopped"
+            raise
+        except Exception as exc:
+            await self._join_owner()
+            self._failed("failed", self._start_failure(exc))
+            raise McpUnavailable(self.error or "failed to start") from None
+        self.start_seconds = time.perf_counter() - began
+
+    async def _own(self, ready: asyncio.Future[None]) -> None:
+        """The owner task: holds the session's context managers from entry to exit."""
+        import anyio
+
+        from fim.mcp.transport import open_client
+
+        try:
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                async with AsyncExitStack() as stack:
+                    # No fail_after here: the contexts entered now are exited at the end
+                    # of the session, outside such a scope. `_launch` enforces the limit.
+                    client = await open_client(
+                        stack,
+                        self.decl,
+                        self.root,
+                        stderr=self._stderr,
+                        on_message=self._on_message,
+                        on_end=self._on_end,
+                    )
+                    info = client.server_info
+                    self.server_name = getattr(info, "title", None) or getattr(info, "name", None)
+                    await self._fetch_tools(client)
+                    send, receive = anyio.create_memory_object_stream[_Job](math.inf)
+                    self._jobs = send
+                    self.state = "ready"
+                    self.error = None
+                    ready.set_result(None)
+                    async with anyio.create_task_group() as tg, receive:
+                        async for job in receive:
+                            tg.start_soon(self._run_job, client, job)
+                        tg.cancel_scope.cancel()
+        except Exception as exc:
+            _fail(ready, exc)
+        finally:
+            _fail(ready, McpUnavailable("the server was stopped while starting"))
+            self._jobs = None
+            self._scope = None
+            if self.state == "closed":
+                pass
+            elif self._lost:
+                tail = self.stderr_tail()
+                reason = "the server closed the connection" + (f" (stderr: {tail})" if tail else "")
+                self._failed("crashed", reason)
+            elif self.state == "ready":
+                self._failed("crashed", "the session ended unexpectedly")
+
+    async def _run_job(self, client: Any, job: _Job) -> None:
+        import anyio
+        import mcp_types
+        from mcp.shared.exceptions import MCPError
+
+        try:
+            with anyio.CancelScope() as scope:
+                job.scope = scope
+                if job.cancelled or job.future.done():
+                    return
+                if self._lost:
+                    raise _NotSent()
+                job.sent = True
+                if job.kind == "refresh":
+                    await self._fetch_tools(client)
+                    result: Any = None
+                else:
+                    result = await client.call_tool(
+                        job.tool, job.arguments, read_timeout_seconds=job.timeout
+                    )
+            if not job.future.done():
+                job.future.set_result(result)
+        except MCPError as exc:
+            if exc.code == mcp_types.REQUEST_TIMEOUT:
+                self._settle(job, McpCallTimeout(f"no answer within {job.timeout:g}s"))
+            elif exc.code == mcp_types.CONNECTION_CLOSED:
+                self._settle(job, self._lost_error(job))
+            else:
+                self._settle(job, McpRequestError(exc.error.message or str(exc)))
+        except _NotSent as exc:
+            self._settle(job, exc)
+        except Exception as exc:
+            self._settle(job, McpRequestError(describe_exception(exc)))
+        finally:
+            if not job.future.done():
+                self._settle(job, self._lost_error(job) if self._lost else McpUnavailable(
+                    "the server was shut down"
+                ))
+
+    def _settle(self, job: _Job, exc: Exception) -> None:
+        _fail(job.future, exc)
+
+    def _lost_error(self, job: _Job) -> Exception:
+        if not job.sent:
+            return _NotSent()
+        tail = self.stderr_tail()
+        return McpServerLost(
+            "the server closed the connection during the call" + (f" (stderr: {tail})" if tail else "")
+        )
+
+    async def _fetch_tools(self, client: Any) -> None:
+        tools: list[ToolInfo] = []
+        cursor: str | None = None
+        for _page in range(MAX_TOOL_PAGES):
+            listing = await client.list_tools(cursor=cursor)
+            tools += [
+                ToolInfo(
+                    name=t.name,
+                    description=(t.description or t.title or "").strip(),
+                    input_schema=dict(t.input_schema or {}),
+                    title=t.title,
+                )
+                for t in listing.tools
+            ]
+            cursor = listing.next_cursor
+            if not cursor:
+                break
+        self.tools = tools
+        async with self._tools_changed:
+            self.tools_version += 1
+            self._tools_changed.notify_all()
+
+    async def _on_message(self, message: Any) -> None:
+        """Session notifications; runs inside the SDK's receive loop, so no I/O here."""
+        import mcp_types
+
+        if isinstance(message, mcp_types.ToolListChangedNotification) and self._jobs is not None:
+            future = asyncio.get_running_loop().create_future()
+            future.add_done_callback(lambda f: f.cancelled() or f.exception())
+            self._jobs.send_nowait(_Job("refresh", future))
+
+    def _on_end(self) -> None:
+        """The transport's read side ended: stop accepting jobs so the owner unwinds."""
+        if self.state != "ready" or self._lost:
+            return
+        self._lost = True
+        self.state = "crashed"
+        if self._jobs is not None:
+            self._jobs.close()
+
+    async def _stop_owner(self) -> None:
+        task = self._task
+        if task is None:
+            return
+        if self._jobs is not None:
+            self._jobs.close()
+        elif self._scope is not None:
+            self._scope.cancel()
+        done, _ = await asyncio.wait({task}, timeout=CLOSE_GRACE)
+        if not done and self._scope is not None:
+            self._scope.cancel()
+            done, _ = await asyncio.wait({task}, timeout=CLOSE_GRACE)
+        if not done:
+            task.cancel()
+        await self._join_owner()
+
+    async def _join_owner(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            try:
+                await task
+            except (Exception, asyncio.CancelledError):
+                pass  # its failure was already reported through the ready future
+
+    def _start_failure(self, exc: BaseException) -> str:
+        reason = describe_exception(exc)
+        if isinstance(self.decl, StdioServer):
+            command = " ".join([self.decl.command, *self.decl.args])
+            tail = self.stderr_tail()
+            if "Connection closed" in reason:
+                reason = "the process exited before completing the MCP handshake"
+            reason = f"`{command}`: {reason}" + (f" (stderr: {tail})" if tail else "")
+        else:
+            reason = f"{self.decl.url}: {reason}"
+        return self.mask(reason)
+
+    def _failed(self, state: State, reason: str) -> None:
+        self.state = state
+        self.error = reason
+        self.failures += 1
+        delay = 0.0 if self.failures == 1 else min(MAX_BACKOFF, 0.5 * 2 ** (self.failures - 2))
+        self._retry_at = time.monotonic() + delay
+
+
+def _fail(future: asyncio.Future[Any], exc: Exception) -> None:
+    """Settle a future with an error unless it is settled, marking the error retrieved: the
+    waiter may already be gone (timed out, cancelled) and asyncio would log it otherwise."""
+    if not future.done():
+        future.set_exception(exc)
+        future.exception()

@@ -1,0 +1,192 @@
+"""McpManager: every MCP server connection of one process, shared by all runs.
+
+It lives in `fim.runtime.Services` (one per CLI command or server process) so a server is
+started once and reused by every run that needs it, and a reload keeps servers whose
+declaration did not change. This module imports nothing heavy: the SDK is loaded only
+when a connection actually starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fim.config.schema import McpServer
+from fim.mcp.connection import (
+    McpUnavailable,
+    ServerConnection,
+    ToolInfo,
+    declaration_key,
+)
+
+SERVICE_KEY = "mcp"
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    """A row of `fim mcp list`."""
+
+    name: str
+    transport: str
+    state: str
+    tools: int
+    detail: str
+
+
+class McpManager:
+    """Connections by server name, each bound to the declaration it was made from."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root
+        self._connections: dict[str, ServerConnection] = {}
+        self._retiring: set[asyncio.Task[None]] = set()
+
+    def connection(
+        self,
+        name: str,
+        decl: McpServer,
+        root: Path,
+        *,
+        mask: Callable[[str], str] = lambda text: text,
+    ) -> ServerConnection:
+        """The connection for this exact declaration (created lazily, never started here).
+
+        A different declaration under the same name (a reload changed it) replaces the old
+        connection, which is stopped in the background.
+        """
+        current = self._connections.get(name)
+        if current is not None and current.key == declaration_key(decl, root):
+            return current
+        if current is not None:
+            self._retire(current)
+        created = ServerConnection(name, decl, root, mask=mask)
+        self._connections[name] = created
+        return created
+
+    def get(self, name: str) -> ServerConnection | None:
+        return self._connections.get(name)
+
+    async def sync(
+        self,
+        servers: Mapping[str, McpServer],
+        root: Path | None = None,
+        *,
+        mask: Callable[[str], str] = lambda text: text,
+    ) -> dict[str, list[str]]:
+        """Bring the connections in line with a (reloaded) `mcp_servers:` declaration.
+
+        Unchanged servers keep running; changed ones are stopped and, if they were running,
+        started again with the new declaration; removed ones are stopped. Returns the names
+        in each group, for the reload log.
+        """
+        base = root or self.root or Path.cwd()
+        report: dict[str, list[str]] = {"kept": [], "restarted": [], "added": [], "stopped": []}
+        for name in list(self._connections):
+            if name not in servers:
+                self._retire(self._connections.pop(name))
+                report["stopped"].append(name)
+        restart: list[ServerConnection] = []
+        for name, decl in servers.items():
+            old = self._connections.get(name)
+            if old is not None and old.key == declaration_key(decl, base):
+                report["kept"].append(name)
+                continue
+            was_running = old is not None and old.state == "ready"
+            conn = self.connection(name, decl, base, mask=mask)
+            if old is None:
+                report["added"].append(name)
+            else:
+                report["restarted"].append(name)
+                if was_running:
+                    restart.append(conn)
+        await self.drain()
+        results = await asyncio.gather(*(c.start() for c in restart), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, McpUnavailable):
+                raise result
+        return report
+
+    async def start_all(self, names: list[str] | None = None) -> None:
+        """Start these servers (all known ones by default) concurrently; failures are kept
+        on each connection's `state`/`error` rather than raised."""
+        chosen = [c for n, c in self._connections.items() if names is None or n in names]
+        await asyncio.gather(*(_quiet_start(c) for c in chosen))
+
+    def status(self) -> list[ServerStatus]:
+        rows = []
+        for name, conn in self._connections.items():
+            detail = conn.error or (conn.description if conn.state == "ready" else "")
+            rows.append(ServerStatus(name, conn.transport, conn.state, len(conn.tools), detail))
+        return rows
+
+    async def drain(self) -> None:
+        """Wait until retired connections have stopped."""
+        if self._retiring:
+            await asyncio.gather(*list(self._retiring), return_exceptions=True)
+
+    async def aclose(self) -> None:
+        """Stop every server; stdio processes are gone when this returns."""
+        connections = list(self._connections.values())
+        self._connections.clear()
+        await asyncio.gather(*(c.aclose() for c in connections), return_exceptions=True)
+        await self.drain()
+
+    def _retire(self, conn: ServerConnection) -> None:
+        task = asyncio.get_running_loop().create_task(conn.aclose(), name=f"mcp-retire:{conn.name}")
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+
+async def _quiet_start(conn: ServerConnection) -> None:
+    try:
+        await conn.start()
+    except McpUnavailable:
+        pass  # recorded on the connection: state "failed" and its reason
+
+
+def get_manager(services: Any) -> McpManager:
+    """The process-wide manager kept in `Services`, closed with it."""
+
+    def make() -> McpManager:
+        root = getattr(services, "root", None)
+        return McpManager(Path(root) if root is not None else None)
+
+    return services.get(SERVICE_KEY, make, closer=lambda manager: manager.aclose())
+
+
+async def check_live(snapshot: Any) -> list[tuple[str, bool, str]]:
+    """Connect to every declared server (for `fim validate --live`): name, ok, detail.
+
+    A failure's detail says why, with the server's stderr for stdio servers. Every server
+    is stopped again before this returns.
+    """
+    manager = McpManager(snapshot.root)
+    try:
+        for name, decl in snapshot.project.mcp_servers.items():
+            manager.connection(name, decl, snapshot.root, mask=snapshot.mask)
+        await manager.start_all()
+        results = []
+        for name in snapshot.project.mcp_servers:
+            conn = manager.get(name)
+            assert conn is not None
+            if conn.state == "ready":
+                results.append((name, True, f"{len(conn.tools)} tools"))
+            else:
+                results.append((name, False, conn.error or conn.state))
+        return results
+    finally:
+        await manager.aclose()
+
+
+__all__ = [
+    "McpManager",
+    "McpUnavailable",
+    "ServerConnection",
+    "ServerStatus",
+    "ToolInfo",
+    "check_live",
+    "get_manager",
+]

@@ -1,0 +1,167 @@
+"""Opening one MCP client connection: stdio, streamable HTTP or legacy SSE.
+
+The SDK's transports are async context managers; `open_client` enters them (and the
+`Client` on top) on an `AsyncExitStack` owned by the caller, which must be the task that
+later exits it: anyio cancel scopes refuse to be exited from another task.
+
+The read stream is wrapped so the owner learns the moment the connection ends (a stdio
+server that died, an HTTP stream that closed) instead of finding out on the next call.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from fim.config.schema import HttpServer, McpServer, StdioServer
+
+PASSED_ENV = ("LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "VIRTUAL_ENV", "PYENV_ROOT", "PYENV_VERSION")
+"""Inherited on top of the SDK's minimal set (HOME, LOGNAME, PATH, SHELL, TERM, USER), so
+interpreters find their locale and environment without leaking the rest of ours."""
+
+STDERR_TAIL = 600
+
+
+class StderrLog:
+    """A stdio server's stderr, captured in an unlinked temp file.
+
+    A real file (not a pipe) because the child writes to it directly: a pipe nobody reads
+    would fill up and block a chatty server. Opened in append mode, since the child shares
+    the file offset with us.
+    """
+
+    def __init__(self) -> None:
+        self.file: IO[bytes] = tempfile.TemporaryFile(mode="a+b")
+
+    def tail(self, limit: int = STDERR_TAIL) -> str:
+        """The last non-blank lines of stderr, squeezed onto one line for messages."""
+        fd = self.file.fileno()
+        size = os.fstat(fd).st_size
+        start = max(0, size - limit * 4)
+        raw = os.pread(fd, size - start, start).decode("utf-8", "replace")
+        lines = [" ".join(line.split()) for line in raw.splitlines()]
+        text = " | ".join(line for line in lines if line)
+        return text if len(text) <= limit else "..." + text[-limit:]
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class _WatchedReadStream:
+    """Forwards a transport's read stream and reports when it ends."""
+
+    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_end = on_end
+
+    async def receive(self) -> Any:
+        import anyio
+
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._on_end()
+            raise
+
+    def __aiter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        import anyio
+
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._inner.aclose()
+
+    def __getattr__(self, name: str) -> Any:
+        # e.g. `last_context`, which the dispatcher reads duck-typed from HTTP streams
+        return getattr(self._inner, name)
+
+
+@asynccontextmanager
+async def _watched(transport: Any, on_end: Callable[[], None]) -> AsyncIterator[tuple[Any, Any]]:
+    async with transport as (read, write):
+        yield _WatchedReadStream(read, on_end), write
+
+
+def stdio_params(decl: StdioServer, root: Path) -> Any:
+    """SDK parameters for a stdio server: env merged onto a minimal inherited set, cwd
+    relative to the project root (the root itself by default)."""
+    from mcp.client.stdio import StdioServerParameters
+
+    env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+    env.update(decl.env)
+    cwd = (root / decl.cwd) if decl.cwd else root
+    return StdioServerParameters(command=decl.command, args=list(decl.args), env=env, cwd=cwd)
+
+
+async def open_client(
+    stack: AsyncExitStack,
+    decl: McpServer,
+    root: Path,
+    *,
+    stderr: StderrLog | None,
+    on_message: Callable[[Any], Awaitable[None]],
+    on_end: Callable[[], None],
+) -> Any:
+    """Connect to the server and complete the handshake; returns an entered `mcp.Client`.
+
+    `mode="legacy"` (the initialize handshake) is what every published server speaks
+    today, and it is the era in which `notifications/tools/list_changed` reaches the
+    client on the session itself.
+    """
+    from mcp import Client
+
+    if isinstance(decl, StdioServer):
+        from mcp.client.stdio import stdio_client
+
+        if not (root / (decl.cwd or ".")).is_dir():
+            raise FileNotFoundError(f"working directory '{decl.cwd}' does not exist")
+        assert stderr is not None
+        transport: Any = stdio_client(stdio_params(decl, root), errlog=stderr.file)  # type: ignore[arg-type]
+    elif isinstance(decl, HttpServer) and decl.transport == "sse":
+        from mcp.client.sse import sse_client
+
+        transport = sse_client(decl.url, headers=dict(decl.headers), timeout=decl.timeout)
+    else:
+        from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+
+        http = await stack.enter_async_context(create_mcp_http_client(headers=dict(decl.headers)))
+        transport = streamable_http_client(decl.url, http_client=http)
+    client = Client(
+        _watched(transport, on_end),
+        mode="legacy",
+        message_handler=on_message,
+        cache=None,
+        client_info=_client_info(),
+    )
+    return await stack.enter_async_context(client)
+
+
+def _client_info() -> Any:
+    import mcp_types
+
+    return mcp_types.Implementation(name="fim", version=_version())
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fim")
+    except PackageNotFoundError:
+        return "0"

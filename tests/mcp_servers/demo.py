@@ -1,0 +1,130 @@
+"""A small MCP server (the SDK's MCPServer, formerly FastMCP) that fim's tests talk to.
+
+Run as `python tests/mcp_servers/demo.py [--http PORT] [--many N]`: stdio by default;
+with `--http` one uvicorn process serves streamable HTTP at `/mcp` and legacy SSE at `/sse`. Its tools exercise every path of fim's MCP client: plain text,
+numbers, `isError` results, a call that hangs, a process that dies mid-call, image and
+embedded-resource content, and a tool list that changes at runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import os
+import sys
+from collections.abc import Callable
+
+import mcp_types as types
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+PNG_1PX = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII="
+)
+
+
+def build(many: int = 0) -> MCPServer:
+    server = MCPServer("demo", instructions="Test server for fim", log_level="WARNING")
+
+    @server.tool(description="Return the text unchanged")
+    def echo(text: str) -> str:
+        return text
+
+    @server.tool(description="Add two integers")
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @server.tool(description="Always fails with the given message")
+    def fail(message: str = "it broke") -> str:
+        raise ToolError(message)
+
+    @server.tool(description="Sleep for some seconds, then answer")
+    async def slow(seconds: float) -> str:
+        await asyncio.sleep(seconds)
+        return f"slept {seconds}"
+
+    @server.tool(description="Kill the server process without answering")
+    def crash() -> str:
+        sys.stderr.write("demo: crashing on purpose\n")
+        sys.stderr.flush()
+        os._exit(17)
+
+    @server.tool(description="The server's process id")
+    def pid() -> int:
+        return os.getpid()
+
+    @server.tool(description="Return a 1x1 PNG and a caption")
+    def image() -> list[types.ContentBlock]:
+        data = base64.b64encode(PNG_1PX).decode()
+        return [
+            types.TextContent(type="text", text="a pixel"),
+            types.ImageContent(type="image", data=data, mime_type="image/png"),
+        ]
+
+    @server.tool(description="Return an embedded text resource and a binary one")
+    def resource() -> list[types.ContentBlock]:
+        return [
+            types.EmbeddedResource(
+                type="resource",
+                resource=types.TextResourceContents(
+                    uri="file:///notes.txt", mime_type="text/plain", text="remember the milk"
+                ),
+            ),
+            types.EmbeddedResource(
+                type="resource",
+                resource=types.BlobResourceContents(
+                    uri="file:///blob.bin",
+                    mime_type="application/octet-stream",
+                    blob=base64.b64encode(b"\x00\x01\x02").decode(),
+                ),
+            ),
+        ]
+
+    @server.tool(description="The value of an HTTP request header")
+    def header(name: str, ctx: Context) -> str:
+        return (ctx.headers or {}).get(name.lower(), "(absent)")
+
+    @server.tool(description="Register a new tool and notify the client")
+    async def grow(name: str, ctx: Context) -> str:
+        def extra(text: str) -> str:
+            return f"{name}: {text}"
+
+        server.add_tool(extra, name=name, description=f"Added at runtime as {name}")
+        await ctx.session.send_tool_list_changed()
+        return f"added {name}"
+
+    for i in range(many):
+        server.add_tool(_numbered(i), name=f"tool_{i:03d}", description=f"Numbered tool {i}")
+    return server
+
+
+def _numbered(i: int) -> Callable[[int], str]:
+    def numbered(x: int = 0) -> str:
+        return f"tool {i} got {x}"
+
+    return numbered
+
+
+def serve_http(server: MCPServer, port: int) -> None:
+    import uvicorn
+
+    app = server.streamable_http_app()
+    app.router.routes.extend(server.sse_app().routes)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--http", type=int, default=0, help="serve HTTP on this port")
+    parser.add_argument("--many", type=int, default=0, help="add this many numbered tools")
+    opts = parser.parse_args()
+    server = build(opts.many)
+    if opts.http:
+        serve_http(server, opts.http)
+    else:
+        server.run("stdio")
+
+
+if __name__ == "__main__":
+    main()

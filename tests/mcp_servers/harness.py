@@ -1,0 +1,73 @@
+"""Starting the demo MCP server for tests, and looking at the processes it leaves behind."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+DEMO = Path(__file__).with_name("demo.py")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def http_demo(many: int = 0) -> Iterator[str]:
+    """Run the demo server over HTTP on a free loopback port; yields its base URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(DEMO), "--http", str(port), "--many", str(many)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"demo HTTP server did not start: {proc.stderr.read()!r}")  # type: ignore[union-attr]
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        proc.stderr.close()  # type: ignore[union-attr]
+
+
+def stdio_decl(*args: str, **fields: object) -> dict[str, object]:
+    """The `mcp_servers:` entry of the demo server over stdio."""
+    return {"command": sys.executable, "args": [str(DEMO), *args], **fields}
+
+
+def children(pid: int | None = None) -> set[int]:
+    """Live (non-zombie) child processes of `pid` (default: this process)."""
+    parent = pid or os.getpid()
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[1]) == parent and fields[0] != "Z":
+            found.add(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` exists as a process (a zombie counts as alive: nobody reaped it)."""
+    return Path(f"/proc/{pid}").exists()
