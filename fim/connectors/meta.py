@@ -163,7 +163,9 @@ def database_metadata(db: Database, action: Any, args: dict[str, Any]) -> dict[s
     """Hook metadata of a database call; `access` is `write` only for a statement the
     read-only guard would refuse on a writable database."""
     meta: dict[str, Any] = {
+        "kind": "database",
         "connector": db.name,
+        "dialect": db.dialect,
         "action": action,
         "access": "read",
         "requires_confirmation": False,
