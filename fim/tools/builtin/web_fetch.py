@@ -46,7 +46,7 @@ class Blocked(Exception):
 def _why_blocked(ip: IPAddress) -> str | None:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
-    for label in ("loopback", "private", "link_local", "multicast", "reserved", "unspecified"):
+    for label in ("loopback", "link_local", "unspecified", "multicast", "private", "reserved"):
         if getattr(ip, f"is_{label}"):
             return label.replace("_", "-")
     return None if ip.is_global else "non-public"
@@ -60,6 +60,9 @@ class Guard:
         self.allow_hosts = [h.lower().strip("[]") for h in settings.allow_hosts]
 
     def host_allowed(self, host: str) -> bool:
+        """Matches the host as written in the URL (glob patterns allowed), never the
+        addresses it resolves to: allowing `127.0.0.1` does not open `localhost` or a
+        public name that happens to resolve to it."""
         return any(fnmatch.fnmatchcase(host, pattern) for pattern in self.allow_hosts)
 
     async def check(self, url: str) -> None:
@@ -73,9 +76,9 @@ class Guard:
             return
         for ip in await self._resolve(host, parts.port or (443 if parts.scheme == "https" else 80)):
             reason = _why_blocked(ip)
-            if reason is not None and not self.host_allowed(str(ip)):
+            if reason is not None:
                 raise Blocked(
-                    f"'{host}' resolves to {ip}, a {reason} address; fetching internal "
+                    f"'{host}' resolves to {ip} ({reason} address); fetching internal "
                     "addresses is blocked. Fetch a public URL instead (a project owner can "
                     "allow this host with web_fetch.allow_hosts in fim.yaml)"
                 )
