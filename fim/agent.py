@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from fim.config.schema import AgentDecl
 from fim.errors import RunError
 from fim.runtime import PROVIDERS, Provision, RunContext, Services, load_provider
 from fim.snapshot import Snapshot
@@ -124,7 +125,7 @@ def make_engine(ctx: RunContext, *, model: Model | None = None, stream: bool = F
         hooks = build_hooks(ctx)
     else:
         hooks = NoHooks()
-    return ReactEngine(
+    react = ReactEngine(
         model=model,
         registry=assembly.registry,
         system_prompt=assembly.system_prompt,
@@ -143,11 +144,16 @@ def make_engine(ctx: RunContext, *, model: Model | None = None, stream: bool = F
             "depth": ctx.depth,
         },
     )
+    if agent.engine == "dag":
+        from fim.engines.dag import DagEngine
+
+        return DagEngine(base=react, max_replans=agent.max_replans)
+    return react
 
 
 async def run_agent(
     snapshot: Snapshot,
-    agent_name: str,
+    agent_name: str | AgentDecl,
     input: str | list[Message],
     *,
     services: Services | None = None,
@@ -163,7 +169,9 @@ async def run_agent(
     `services` defaults to a private one closed when the run ends; long-lived surfaces
     (server, eval runner) pass theirs so MCP sessions and HTTP pools are shared.
     """
-    agent = snapshot.agent(agent_name)
+    from fim.delegation import resolve_agent
+
+    agent = resolve_agent(snapshot, agent_name)
     own = services is None
     services = services or Services(root=snapshot.root, state_url=snapshot.project.state)
     ctx = RunContext(
@@ -186,7 +194,7 @@ async def run_agent(
 
 
 async def ask(
-    snapshot: Snapshot, agent_name: str, input: str | list[Message], **options: Any
+    snapshot: Snapshot, agent_name: str | AgentDecl, input: str | list[Message], **options: Any
 ) -> RunFinished:
     """Run an agent to completion and return its `run_finished` event."""
     final: RunFinished | None = None

@@ -112,6 +112,7 @@ class Provision:
 PROVIDERS: list[str] = [
     "fim.tools.builtin:provide",
     "fim.skills:provide",
+    "fim.delegation:provide",
 ]
 """Dotted paths of provider functions; areas append themselves here when they land."""
 

@@ -292,6 +292,29 @@ class WorkflowFinished(_Event):
     duration_ms: float = 0.0
 
 
+class PlanCreated(_Event):
+    """The DAG engine's plan for one round (round 1, then each re-plan)."""
+
+    type: Literal["plan"] = "plan"
+    round: int = 1
+    steps: list[dict[str, Any]] = Field(default_factory=list)
+    reason: str = ""
+
+
+class StepStarted(_Event):
+    type: Literal["step_started"] = "step_started"
+    step: str
+    task: str
+
+
+class StepFinished(_Event):
+    type: Literal["step_finished"] = "step_finished"
+    step: str
+    output: str
+    status: Literal["ok", "max_iterations", "cancelled", "error"] = "ok"
+    duration_ms: float = 0.0
+
+
 Event = Annotated[
     RunStarted
     | LLMCall
@@ -307,7 +330,10 @@ Event = Annotated[
     | NodeFinished
     | NodeSkipped
     | NodeFailed
-    | WorkflowFinished,
+    | WorkflowFinished
+    | PlanCreated
+    | StepStarted
+    | StepFinished,
     Field(discriminator="type"),
 ]
 

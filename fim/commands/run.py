@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from fim.commands import ProjectOption, load_snapshot, user_errors
+from fim.commands import ProjectOption, fail, load_snapshot, user_errors
 from fim.types import Event, Message
 
 
@@ -19,7 +19,9 @@ def register(app: typer.Typer) -> None:
 
 def run(
     ctx: typer.Context,
-    agent: Annotated[str, typer.Argument(help="Agent name (see `fim list agents`).")],
+    agent: Annotated[
+        str | None, typer.Argument(help="Agent name (see `fim list agents`).", show_default=False)
+    ] = None,
     prompt: Annotated[
         str | None, typer.Argument(help="The request. Omit it to chat interactively.")
     ] = None,
@@ -35,12 +37,21 @@ def run(
     no_stream: Annotated[
         bool, typer.Option("--no-stream", help="Wait for whole replies instead of tokens.")
     ] = False,
+    auto: Annotated[
+        bool, typer.Option("--auto", help="Let the model delegate to the project's agents.")
+    ] = False,
     project: ProjectOption = None,
 ) -> None:
-    """Run an agent on a prompt and stream its answer."""
+    """Run an agent on a prompt and stream its answer (`fim run --auto PROMPT` delegates)."""
+    from fim.delegation import AUTO, resolve_agent
+
+    if auto:
+        agent, prompt = AUTO, prompt if prompt is not None else agent
+    if agent is None:
+        fail("missing agent name", "fim run AGENT [PROMPT], or fim run --auto PROMPT")
     snapshot = load_snapshot(ctx, project)
     with user_errors():
-        snapshot.agent(agent)
+        resolve_agent(snapshot, agent)
     view = EventPrinter(verbose=verbose, as_json=as_json)
     if prompt is None and sys.stdin.isatty() and not as_json:
         code = asyncio.run(_chat(snapshot, agent, model, view, stream=not no_stream))

@@ -211,7 +211,7 @@ class Api:
     async def create_run(self, request: Request) -> Response:
         name = request.path_params["name"]
         snap = self.holder.current
-        if name not in snap.agents:
+        if not _known(snap, name):
             return error(404, f"unknown agent '{name}'", f"agents: {', '.join(snap.agents)}")
         try:
             body = await self._body(request)
@@ -270,6 +270,13 @@ class Api:
         if record is None:
             return error(404, f"unknown run '{request.path_params['run_id']}'")
         return JSONResponse(_record_dict(record))
+
+
+def _known(snapshot: Any, name: str) -> bool:
+    """A declared agent, or `auto` (delegation across the project's agents)."""
+    from fim.delegation import AUTO
+
+    return name in snapshot.agents or (name == AUTO and bool(snapshot.agents))
 
 
 def _record_dict(record: Any) -> dict[str, Any]:

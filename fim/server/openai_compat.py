@@ -57,19 +57,19 @@ class OpenAICompat:
                 "object": "list",
                 "data": [
                     {"id": name, "object": "model", "created": created, "owned_by": "fim"}
-                    for name in snap.agents
+                    for name in _model_ids(snap)
                 ],
             }
         )
 
     async def chat_completions(self, request: Request) -> Response:
-        from fim.server.app import cancel_on_disconnect, error
+        from fim.server.app import _known, cancel_on_disconnect, error
 
         try:
             body = await self.api._body(request)
             name = body.get("model")
             snap = self.api.holder.current
-            if name not in snap.agents:
+            if not _known(snap, name):
                 return JSONResponse(
                     {
                         "error": {
@@ -172,6 +172,14 @@ class OpenAICompat:
             }
             yield f"data: {json.dumps(payload)}\n\n".encode()
         yield b"data: [DONE]\n\n"
+
+
+def _model_ids(snapshot: Any) -> list[str]:
+    """Every agent, plus `auto` (delegation) when there is more than one to route between."""
+    from fim.delegation import AUTO
+
+    ids = list(snapshot.agents)
+    return [*ids, AUTO] if len(ids) > 1 and AUTO not in ids else ids
 
 
 def _usage(final: RunFinished) -> dict[str, int]:

@@ -1,0 +1,399 @@
+"""The DAG engine (`engine: dag`): plan the goal into steps, run independent steps in
+parallel as ReAct sub-runs, check the result, re-plan if needed, then synthesise.
+
+Each step is a full ReAct run with the agent's tools *and hooks*, so planning never opens a
+way around a guard. An invalid plan is retried once with the validation error; a second
+invalid plan falls back to plain ReAct with an event saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import re
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+
+from fim.engines.react import ReactEngine
+from fim.errors import FimError
+from fim.types import (
+    ErrorEvent,
+    Event,
+    LLMCall,
+    Message,
+    MessageEvent,
+    ModelResponse,
+    Notice,
+    PlanCreated,
+    RunFinished,
+    RunStarted,
+    StepFinished,
+    StepStarted,
+    TextDelta,
+    Token,
+    Usage,
+)
+
+
+class PlanStep(BaseModel):
+    id: str = Field(min_length=1, max_length=40)
+    task: str = Field(min_length=1)
+    depends_on: list[str] = Field(default_factory=list)
+
+
+class Plan(BaseModel):
+    """A plan as the model must write it; validation errors are fed back to the model."""
+
+    steps: list[PlanStep] = Field(min_length=2, max_length=6)
+
+    @field_validator("steps")
+    @classmethod
+    def _unique(cls, steps: list[PlanStep]) -> list[PlanStep]:
+        ids = [s.id for s in steps]
+        if len(set(ids)) != len(ids):
+            raise ValueError("step ids must be unique")
+        return steps
+
+    @model_validator(mode="after")
+    def _acyclic(self) -> Plan:
+        known = {s.id for s in self.steps}
+        for step in self.steps:
+            unknown = [d for d in step.depends_on if d not in known]
+            if unknown:
+                raise ValueError(f"step {step.id} depends on unknown steps {unknown}")
+        done: set[str] = set()
+        remaining = list(self.steps)
+        while remaining:
+            ready = [s for s in remaining if set(s.depends_on) <= done]
+            if not ready:
+                raise ValueError("the dependencies form a cycle")
+            done |= {s.id for s in ready}
+            remaining = [s for s in remaining if s.id not in done]
+        return self
+
+
+class Verdict(BaseModel):
+    done: bool = True
+    reason: str = ""
+    missing: str = ""
+
+
+PLANNER = """You are the planner of an agent. Break the user's goal into 2 to 6 steps.
+Each step is a self-contained task another worker can do with these tools:
+{tools}
+Steps that do not depend on each other run in parallel, so only add a dependency when a
+step needs another step's result.
+Reply with JSON only, no prose:
+{{"steps": [{{"id": "s1", "task": "...", "depends_on": []}}, ...]}}"""
+
+ANALYZER = """You check whether the results of a plan achieve the user's goal.
+Reply with JSON only: {"done": true or false, "reason": "<one sentence>",
+"missing": "<what is still needed, if not done>"}"""
+
+SYNTHESIS = """Goal: {goal}
+
+Results of the steps that were carried out:
+{results}
+
+Write the final answer to the goal for the user, using these results."""
+
+
+def _json_object(text: str) -> Any:
+    match = re.search(r"\{.*\}", text or "", re.S)
+    if match is None:
+        raise ValueError("no JSON object in the reply")
+    return json.loads(match.group(0))
+
+
+def _results_text(results: dict[str, tuple[str, str]]) -> str:
+    return "\n".join(f"- {sid} ({task}): {out}" for sid, (task, out) in results.items()) or "none"
+
+
+@dataclass
+class DagEngine:
+    base: ReactEngine
+    """A configured ReAct engine: its model, tools, hooks and prompt serve every step."""
+    max_replans: int = 3
+
+    async def run(self, input: str | list[Message]) -> AsyncIterator[Event]:
+        base = self.base
+        started = time.perf_counter()
+        goal = (
+            input
+            if isinstance(input, str)
+            else next((m.content or "" for m in reversed(input) if m.role == "user"), "")
+        )
+        yield RunStarted(
+            run_id=base.run_id,
+            agent=base.agent,
+            input=base.mask(goal),
+            snapshot_version=base.snapshot_version,
+            engine="dag",
+        )
+        self._usage = Usage()
+        self._calls = 0
+        results: dict[str, tuple[str, str]] = {}
+        feedback = ""
+        try:
+            for round_no in range(1, self.max_replans + 2):
+                plan = None
+                async for event in self._plan(goal, results, feedback, round_no):
+                    if isinstance(event, Plan):
+                        plan = event
+                    else:
+                        yield event
+                if plan is None:
+                    if round_no > 1:
+                        break  # keep what earlier rounds achieved
+                    yield Notice(
+                        run_id=base.run_id,
+                        message="the planner returned no valid "
+                        "plan twice; falling back to the ReAct engine",
+                        data={"fallback": "react"},
+                    )
+                    async for event in self._fallback(input):
+                        yield event
+                    return
+                prefix = "" if round_no == 1 else f"r{round_no}."
+                async for event in self._execute(goal, plan, prefix, results):
+                    yield event
+                if round_no > self.max_replans:
+                    break
+                verdict = await self._analyze(goal, results)
+                yield self._llm_event("analyzer", round_no)
+                if verdict.done:
+                    break
+                feedback = f"{verdict.reason} Missing: {verdict.missing}".strip()
+                yield Notice(
+                    run_id=base.run_id,
+                    message=f"re-planning: {feedback}",
+                    data={"replan": round_no + 1},
+                )
+            answer = ""
+            async for piece in self._synthesize(goal, results):
+                if isinstance(piece, str):
+                    answer = piece
+                else:
+                    yield piece
+        except FimError as exc:
+            yield ErrorEvent(run_id=base.run_id, message=base.mask(str(exc)), kind="model_error")
+            yield self._finish(f"Model error: {exc}", "error", started)
+            return
+        yield MessageEvent(run_id=base.run_id, content=base.mask(answer))
+        yield self._finish(answer, "ok", started)
+
+    # ------------------------------------------------------------------ phases
+
+    async def _complete(self, messages: list[Message]) -> ModelResponse:
+        self._t0 = time.perf_counter()
+        response = await self.base.model.complete(messages, None)
+        self._usage = self._usage + response.usage
+        self._calls += 1
+        self._last = response
+        return response
+
+    def _llm_event(self, phase: str, iteration: int) -> LLMCall:
+        return LLMCall(
+            run_id=self.base.run_id,
+            model=self._last.model or self.base.model.name,
+            iteration=iteration,
+            usage=self._last.usage,
+            duration_ms=(time.perf_counter() - self._t0) * 1000,
+        )
+
+    async def _plan(
+        self, goal: str, results: dict[str, tuple[str, str]], feedback: str, round_no: int
+    ) -> AsyncIterator[Any]:
+        tools = "\n".join(f"- {t.name}: {t.description[:100]}" for t in self.base.registry) or (
+            "- (no tools: steps are answered from knowledge)"
+        )
+        user = f"Goal: {goal}"
+        if results:
+            user += f"\n\nAlready done:\n{_results_text(results)}\n\nWhat is missing: {feedback}"
+            user += "\nPlan only the remaining work."
+        messages = [
+            Message(role="system", content=PLANNER.format(tools=tools)),
+            Message(role="user", content=user),
+        ]
+        for attempt in (1, 2):
+            response = await self._complete(messages)
+            yield self._llm_event("planner", round_no)
+            text = response.message.content or ""
+            try:
+                plan = Plan.model_validate(_json_object(text))
+            except (ValueError, ValidationError) as exc:
+                if attempt == 2:
+                    return
+                if isinstance(exc, ValidationError):
+                    problem = "; ".join(
+                        f"{'.'.join(map(str, e['loc'])) or 'plan'}: {e['msg']}"
+                        for e in exc.errors()
+                    )
+                else:
+                    problem = str(exc)
+                messages = [
+                    *messages,
+                    Message(role="assistant", content=text),
+                    Message(
+                        role="user",
+                        content=f"That plan is invalid: {problem}. "
+                        "Reply with the corrected JSON only.",
+                    ),
+                ]
+                continue
+            yield PlanCreated(
+                run_id=self.base.run_id,
+                round=round_no,
+                steps=[s.model_dump() for s in plan.steps],
+                reason=feedback,
+            )
+            yield plan
+            return
+
+    async def _execute(
+        self, goal: str, plan: Plan, prefix: str, results: dict[str, tuple[str, str]]
+    ) -> AsyncIterator[Event]:
+        """Run steps as soon as their dependencies are done; independent ones concurrently."""
+        queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        pending = {s.id: s for s in plan.steps}
+        running: dict[str, asyncio.Task[None]] = {}
+        done: set[str] = set()
+
+        async def step_run(step: PlanStep) -> None:
+            try:
+                await self._run_step(goal, step, prefix, results, queue)
+            finally:
+                await queue.put(None)
+
+        def launch() -> None:
+            for sid, step in list(pending.items()):
+                if set(step.depends_on) <= done:
+                    del pending[sid]
+                    running[sid] = asyncio.create_task(step_run(step))
+
+        launch()
+        try:
+            while running:
+                event = await queue.get()
+                if event is None:
+                    for sid, task in list(running.items()):
+                        if task.done():
+                            task.result()
+                            done.add(sid)
+                            del running[sid]
+                    launch()
+                else:
+                    yield event
+        finally:
+            for task in running.values():
+                task.cancel()
+            await asyncio.gather(*running.values(), return_exceptions=True)
+
+    async def _run_step(
+        self,
+        goal: str,
+        step: PlanStep,
+        prefix: str,
+        results: dict[str, tuple[str, str]],
+        queue: asyncio.Queue,
+    ) -> None:
+        base = self.base
+        sid = prefix + step.id
+        deps = {prefix + d: results[prefix + d] for d in step.depends_on if prefix + d in results}
+        context = (
+            f"\n\nYou are carrying out one step of a plan.\nOverall goal: {goal}\n"
+            f"Your step ({sid}): {step.task}\n"
+            f"Results of earlier steps:\n{_results_text(deps)}\n"
+            "Do only this step and reply with its result."
+        )
+        engine = dataclasses.replace(
+            base, system_prompt=base.system_prompt + context, run_id=base.run_id, stream=False
+        )
+        t0 = time.perf_counter()
+        await queue.put(StepStarted(run_id=base.run_id, step=sid, task=step.task))
+        output, status = "", "error"
+        async for event in engine.run(step.task):
+            if isinstance(event, RunFinished):
+                output, status = event.output, event.status
+                self._usage = self._usage + event.usage
+                self._calls += event.iterations
+            elif not isinstance(event, RunStarted):
+                await queue.put(event)
+        results[sid] = (step.task, output)
+        await queue.put(
+            StepFinished(
+                run_id=base.run_id,
+                step=sid,
+                output=output,
+                status=status,
+                duration_ms=(time.perf_counter() - t0) * 1000,
+            )
+        )
+
+    async def _analyze(self, goal: str, results: dict[str, tuple[str, str]]) -> Verdict:
+        response = await self._complete(
+            [
+                Message(role="system", content=ANALYZER),
+                Message(role="user", content=f"Goal: {goal}\n\nResults:\n{_results_text(results)}"),
+            ]
+        )
+        try:
+            return Verdict.model_validate(_json_object(response.message.content or ""))
+        except (ValueError, ValidationError):
+            return Verdict(done=True, reason="the analyzer's reply was not JSON; stopping")
+
+    async def _synthesize(
+        self, goal: str, results: dict[str, tuple[str, str]]
+    ) -> AsyncIterator[Any]:
+        base = self.base
+        messages = [
+            Message(role="system", content=base.system_prompt or "You are helpful."),
+            Message(
+                role="user", content=SYNTHESIS.format(goal=goal, results=_results_text(results))
+            ),
+        ]
+        self._t0 = time.perf_counter()
+        if base.stream:
+            response = None
+            async for chunk in base.model.stream(messages, None):
+                if isinstance(chunk, TextDelta):
+                    yield Token(run_id=base.run_id, text=base.mask(chunk.text))
+                else:
+                    response = chunk
+            if response is None:
+                raise FimError("the model stream ended without a final response")
+            self._usage = self._usage + response.usage
+            self._calls += 1
+            self._last = response
+        else:
+            response = await self._complete(messages)
+        yield self._llm_event("synthesis", self._calls)
+        yield (response.message.content or "").strip()
+
+    async def _fallback(self, input: str | list[Message]) -> AsyncIterator[Event]:
+        async for event in self.base.run(input):
+            if isinstance(event, RunStarted):
+                continue
+            if isinstance(event, RunFinished):
+                event = event.model_copy(
+                    update={
+                        "usage": self._usage + event.usage,
+                        "iterations": self._calls + event.iterations,
+                    }
+                )
+            yield event
+
+    def _finish(self, output: str, status: str, started: float) -> RunFinished:
+        return RunFinished(
+            run_id=self.base.run_id,
+            output=self.base.mask(output),
+            status=status,
+            usage=self._usage,  # type: ignore[arg-type]
+            iterations=self._calls,
+            duration_ms=(time.perf_counter() - started) * 1000,
+        )
