@@ -54,6 +54,35 @@ def builtin_hook_names() -> frozenset[str]:
     return _discover(_FIM_DIR / "hooks" / "builtin", _FALLBACK_HOOKS)
 
 
+SNAPSHOT_CHECKS: list[str] = [
+    "fim.workflows.check:check_agent_workflows",
+    "fim.hooks.build:check_hooks",
+]
+"""`module:function(snapshot) -> list[Problem]` checks owned by other areas that need the
+whole compiled project (e.g. building every hook once). They run only when the checks
+here found nothing, so a problem is never reported twice; a module that is not there is
+skipped."""
+
+
+def _snapshot_problems(snapshot: Snapshot) -> list[Problem]:
+    import importlib
+
+    problems: list[Problem] = []
+    for target in SNAPSHOT_CHECKS:
+        module, _, func = target.partition(":")
+        try:
+            check = getattr(importlib.import_module(module), func)
+        except (ImportError, AttributeError):
+            continue
+        try:
+            problems.extend(check(snapshot))
+        except Exception as exc:  # a bug in a check must not hide the user's other problems
+            problems.append(
+                Problem("fim.yaml", 1, 1, f"check {target} failed: {type(exc).__name__}: {exc}")
+            )
+    return problems
+
+
 def load_project(root: str | Path | None = None) -> Declarations:
     """Load and validate every file of the project (walking up to fim.yaml if no root)."""
     return load(find_root(root))
@@ -63,9 +92,12 @@ def compile_project(root: str | Path | None = None) -> Snapshot:
     """Load, cross-check and freeze the project; raises ConfigError with every problem."""
     decls = load_project(root)
     Checker(decls).run()
+    snapshot = build_snapshot(decls)
+    if not decls.problems:
+        decls.problems.extend(_snapshot_problems(snapshot))
     if decls.problems:
         raise ConfigError(sorted(decls.problems, key=lambda p: (p.path, p.line, p.column)))
-    return build_snapshot(decls)
+    return snapshot
 
 
 def build_snapshot(decls: Declarations) -> Snapshot:
@@ -276,11 +308,11 @@ class Checker:
                         "paths are relative to the project root",
                     )
                 )
-        if spec.event is None and (spec.command is not None or spec.python is not None):
+        if spec.event is None and spec.command is not None:
             self.add(
                 doc.problem(
                     path,
-                    "command and python hooks need 'event'",
+                    "a command hook needs 'event'",
                     "set event: PreToolUse, PostToolUse or SessionStart",
                 )
             )

@@ -1,0 +1,294 @@
+"""The loader: files -> validated declarations, every problem with `path:line:col`.
+
+Each test copies the `minimal` fixture project to tmp_path, breaks one thing, and checks
+the exact problem line a user would see. Parsing runs on libyaml (PyYAML's C parser) by
+default and on ruamel's pure parser with FIM_YAML_PARSER=ruamel; bad-input tests run on
+both so the two give the same answers.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fim.config.loader import find_root, load
+from fim.errors import ConfigError
+
+FIXTURE = Path(__file__).parent / "fixtures" / "projects" / "minimal"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    shutil.copytree(FIXTURE, root, symlinks=True)
+    return root
+
+
+@pytest.fixture(params=["libyaml", "ruamel"])
+def parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("FIM_YAML_PARSER", "ruamel" if request.param == "ruamel" else "")
+    return request.param
+
+
+def problems(root: Path) -> list[str]:
+    return [str(p) for p in load(root).problems]
+
+
+def write(root: Path, rel: str, text: str | bytes) -> Path:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    return path
+
+
+# --------------------------------------------------------------------------- valid input
+
+
+def test_fixture_loads_without_problems(project: Path, parser: str) -> None:
+    decls = load(project)
+    assert decls.problems == []
+    assert set(decls.entries["agent"]) == {"helper", "scripted"}
+    assert set(decls.entries["connector"]) == {"api", "db"}
+    assert decls.entries["connector"]["api"].decl.kind == "http"
+    assert decls.project.name == "minimal"
+
+
+def test_name_defaults_to_file_stem_and_can_be_overridden(project: Path) -> None:
+    write(project, "agents/other.yaml", "name: renamed\ndescription: x\n")
+    decls = load(project)
+    assert "renamed" in decls.entries["agent"]
+    assert "other" not in decls.entries["agent"]
+    assert decls.entries["agent"]["helper"].decl.name == "helper"
+
+
+def test_skill_has_front_matter_body_and_sibling_files(project: Path) -> None:
+    skill = load(project).entries["skill"]["howto"].decl
+    assert skill.meta.description == "How to answer questions"
+    assert skill.body.startswith("1. Read the question.")
+    assert skill.files == ("scripts/hello.py",)
+    assert skill.directory == project / "skills" / "howto"
+
+
+def test_eval_data_files_are_not_suites(project: Path) -> None:
+    assert set(load(project).entries["eval"]) == {"helper"}
+
+
+def test_yaml_12_scalars_on_both_parsers(project: Path, parser: str) -> None:
+    write(project, "agents/odd.yaml", "description: on\ninstructions: yes\nmax_iterations: 0x10\n")
+    decl = load(project).entries["agent"]["odd"].decl
+    assert (decl.description, decl.instructions, decl.max_iterations) == ("on", "yes", 16)
+
+
+def test_find_root_walks_up_to_fim_yaml(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(project / "skills" / "howto")
+    assert find_root() == project.resolve()
+    assert find_root(project) == project.resolve()
+
+
+def test_find_root_without_project_is_a_problem(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        find_root(tmp_path)
+    assert "no fim.yaml in" in str(info.value)
+
+
+# --------------------------------------------------------------------------- interpolation
+
+
+def test_env_interpolation_defaults_and_secrets(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("API_TOKEN", "s3cret-value")
+    monkeypatch.delenv("API_URL", raising=False)
+    write(project, "agents/lit.yaml", "description: costs $${PRICE} or ${EMPTY-}x\n")
+    decls = load(project)
+    api = decls.entries["connector"]["api"].decl
+    assert api.base_url == "http://127.0.0.1:9999"
+    assert api.auth.token == "s3cret-value"
+    assert decls.entries["agent"]["lit"].decl.description == "costs ${PRICE} or x"
+    assert "s3cret-value" in decls.secrets
+    assert "http://127.0.0.1:9999" not in decls.secrets  # defaults are in git, not secret
+
+
+def test_missing_env_var_names_variable_and_position(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CRM_TOKEN", raising=False)
+    write(
+        project,
+        "connectors/crm.yaml",
+        'kind: http\nbase_url: http://x\nauth:\n  type: bearer\n  token: "${CRM_TOKEN}"\n',
+    )
+    assert problems(project) == [
+        "connectors/crm.yaml:5:10: environment variable 'CRM_TOKEN' is not set "
+        "(export CRM_TOKEN=... or give a default: ${CRM_TOKEN:-value})"
+    ]
+
+
+def test_secret_values_are_masked_in_problems(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MAX_IT", "topsecretvalue")
+    write(project, "agents/bad.yaml", "max_iterations: ${MAX_IT}\n")
+    [line] = problems(project)
+    assert "topsecretvalue" not in line
+    assert line.startswith("agents/bad.yaml:1:17: max_iterations: expected an integer, got '***'")
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_tab_indented_file(project: Path, parser: str) -> None:
+    write(project, "agents/tabs.yaml", "description: x\nhooks:\n\t- use: confirm\n")
+    [line] = problems(project)
+    assert line.startswith("agents/tabs.yaml:3:1: YAML syntax error: tab character")
+
+
+def test_duplicate_key_is_reported_at_the_second_key(project: Path, parser: str) -> None:
+    write(project, "agents/dup.yaml", "description: a\nmodel: general\ndescription: b\n")
+    assert problems(project) == [
+        "agents/dup.yaml:3:1: duplicate key 'description' (first defined on line 1; keep only one)"
+    ]
+
+
+def test_unknown_key_has_did_you_mean(project: Path, parser: str) -> None:
+    write(project, "agents/typo.yaml", "description: x\nconectors: [api]\n")
+    assert problems(project) == [
+        "agents/typo.yaml:2:1: unknown key 'conectors' (did you mean 'connectors'?)"
+    ]
+
+
+def test_unknown_key_in_nested_union_member(project: Path) -> None:
+    write(
+        project,
+        "connectors/c.yaml",
+        "kind: http\nbase_url: http://x\nauth: {type: bearer, tokn: abc}\n",
+    )
+    assert problems(project) == [
+        "connectors/c.yaml:3:7: auth: missing required field 'token'",
+        "connectors/c.yaml:3:22: unknown key 'tokn' (did you mean 'token'?)",
+    ]
+
+
+def test_wrong_type(project: Path, parser: str) -> None:
+    write(project, "agents/wrong.yaml", "description: x\nmax_iterations: many\n")
+    assert problems(project) == [
+        "agents/wrong.yaml:2:17: max_iterations: expected an integer, got 'many'"
+    ]
+
+
+def test_wrong_literal_suggests_the_closest_value(project: Path) -> None:
+    write(project, "agents/eng.yaml", "engine: recat\n")
+    assert problems(project) == [
+        "agents/eng.yaml:1:9: engine: expected one of 'react' or 'dag', got 'recat' "
+        "(did you mean 'react'?)"
+    ]
+
+
+def test_missing_required_field(project: Path, parser: str) -> None:
+    write(project, "connectors/nourl.yaml", "kind: http\ndescription: no url\n")
+    assert problems(project) == ["connectors/nourl.yaml:1:1: missing required field 'base_url'"]
+
+
+def test_unknown_workflow_node_type(project: Path) -> None:
+    write(project, "workflows/w.yaml", "nodes:\n  a: {type: lmm, prompt: hi}\n  b: {prompt: x}\n")
+    assert problems(project) == [
+        "workflows/w.yaml:2:13: nodes.a: unknown type 'lmm' (did you mean 'llm'?)",
+        "workflows/w.yaml:3:6: nodes.b: missing 'type' (set type to one of: llm, agent, "
+        "connector, database, mcp, tool, condition, human)",
+    ]
+
+
+def test_empty_file(project: Path, parser: str) -> None:
+    write(project, "agents/empty.yaml", "")
+    write(project, "connectors/comments.yaml", "# nothing here yet\n")
+    assert problems(project) == [
+        "agents/empty.yaml:1:1: empty file (expected a mapping of agent fields)",
+        "connectors/comments.yaml:1:1: empty file (expected a mapping of connector fields)",
+    ]
+
+
+def test_non_utf8_file_points_at_the_bad_byte(project: Path) -> None:
+    write(project, "agents/latin1.yaml", b"description: ok\ninstructions: caf\xe9\n")
+    assert problems(project) == [
+        "agents/latin1.yaml:2:18: file is not valid UTF-8 (byte 0xe9) (save the file as UTF-8)"
+    ]
+
+
+def test_list_instead_of_mapping(project: Path, parser: str) -> None:
+    write(project, "agents/list.yaml", "- description: x\n- model: general\n")
+    assert problems(project) == [
+        "agents/list.yaml:1:1: expected a mapping of agent fields, got a list "
+        "(write `key: value` lines at the top level)"
+    ]
+
+
+def test_symlink_loop_is_reported_not_followed(project: Path) -> None:
+    os.symlink("loop.yaml", project / "agents" / "loop.yaml")
+    os.symlink(project / "skills", project / "skills" / "howto" / "self")
+    os.symlink("missing.yaml", project / "connectors" / "gone.yaml")
+    assert problems(project) == [
+        "agents/loop.yaml:1:1: symlink loop (the link points back to itself) "
+        "(replace the symlink with the file it should point to)",
+        "connectors/gone.yaml:1:1: broken symlink to 'missing.yaml' (fix or remove the link)",
+    ]
+    # the skill still loads; the symlinked directory inside it is not walked into
+    assert load(project).entries["skill"]["howto"].decl.files == ("scripts/hello.py",)
+
+
+def test_symlinked_file_is_followed(project: Path, tmp_path: Path) -> None:
+    shared = write(tmp_path, "shared/agent.yaml", "description: shared agent\n")
+    os.symlink(shared, project / "agents" / "linked.yaml")
+    assert load(project).entries["agent"]["linked"].decl.description == "shared agent"
+
+
+def test_skill_without_front_matter_and_with_wrong_name(project: Path) -> None:
+    write(project, "skills/plain/SKILL.md", "# Just markdown\n")
+    write(project, "skills/named/SKILL.md", "---\nname: other\ndescription: d\n---\nbody\n")
+    write(project, "skills/nofile/README.md", "no SKILL.md here\n")
+    assert problems(project) == [
+        "skills/named/SKILL.md:2:7: skill name 'other' differs from its folder 'named' "
+        "(rename the folder or the name (they must match))",
+        "skills/nofile/SKILL.md:1:1: skill folder has no SKILL.md "
+        "(add SKILL.md with name/description front matter)",
+        "skills/plain/SKILL.md:1:1: SKILL.md must start with YAML front matter between '---' "
+        "lines (begin the file with ---, name: ..., description: ..., ---)",
+    ]
+
+
+def test_skill_front_matter_errors_point_into_the_file(project: Path) -> None:
+    write(project, "skills/bad/SKILL.md", "---\nname: bad\nlicense: MIT\n---\nbody\n")
+    assert problems(project) == ["skills/bad/SKILL.md:2:1: missing required field 'description'"]
+
+
+def test_invalid_name(project: Path) -> None:
+    write(project, "agents/spaces.yaml", "name: has spaces\n")
+    assert problems(project) == [
+        "agents/spaces.yaml:1:7: invalid agent name 'has spaces' "
+        "(use letters, digits, '_' and '-' (at most 64 characters))"
+    ]
+
+
+def test_broken_project_file_does_not_stop_the_other_files(project: Path) -> None:
+    write(project, "fim.yaml", "name: x\nmodels: [general]\n")
+    write(project, "agents/typo.yaml", "descripton: x\n")
+    assert problems(project) == [
+        "fim.yaml:2:9: models: expected a mapping, got ['general']",
+        "agents/typo.yaml:1:1: unknown key 'descripton' (did you mean 'description'?)",
+    ]
+
+
+def test_fifty_errors_are_all_reported(project: Path) -> None:
+    for i in range(50):
+        write(project, f"agents/a{i:02d}.yaml", f"description: agent {i}\nmax_iteration: 3\n")
+    found = problems(project)
+    assert len(found) == 50
+    assert found[0] == (
+        "agents/a00.yaml:2:1: unknown key 'max_iteration' (did you mean 'max_iterations'?)"
+    )
+    assert found[-1].startswith("agents/a49.yaml:2:1: unknown key 'max_iteration'")
