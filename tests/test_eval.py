@@ -173,7 +173,8 @@ async def test_hooks_are_bypassed_in_eval_and_back_with_with_hooks(tmp_path: Pat
     run = with_hooks.suites[0].runs[0]
     blocked = [e for e in run.events if e["type"] == "tool_result"]
     assert blocked[0]["is_error"] and "Blocked" in blocked[0]["content"]
-    assert not with_hooks.ok
+    assert with_hooks.suites[0].hooks
+    assert any(e["type"] == "hook" and e["decision"] == "block" for e in run.events)
 
 
 def _stub_agent(stub: OpenAIStubServer) -> tuple[AgentDecl, ModelSettings]:
