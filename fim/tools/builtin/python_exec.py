@@ -195,7 +195,7 @@ def make(
             "stderr. Use it for calculations, data processing or parsing that are easier in "
             "code. Print what you want to see: only printed output comes back. The process "
             f"starts in the sandbox's `scratch/` folder (files persist there across calls and "
-            f"are reachable with file_ops as 'scratch/<name>'), has no network guarantees, "
+            f"are reachable with file_ops as 'scratch/<name>'), may have no network access, "
             f"and is limited to {memory_mb} MB of memory, the timeout (default "
             f"{default_timeout:g}s) and {max_output} characters of output per stream. Only "
             "the standard library and installed packages are available."

@@ -93,7 +93,9 @@ class Guard:
         try:
             infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except socket.gaierror as exc:
-            raise Blocked(f"cannot resolve host '{host}' ({exc.strerror})") from None
+            raise Blocked(
+                f"cannot resolve host '{host}' ({exc.strerror}); check the URL's spelling"
+            ) from None
         return [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
 
 
@@ -146,6 +148,8 @@ def make(ctx: RunContext) -> FunctionTool:
             return fail(f"fetching {current} timed out after {TIMEOUT:g}s. Try again later.")
         except httpx.HTTPError as exc:
             return fail(f"fetching {current} failed: {type(exc).__name__}: {exc}.")
+        except (httpx.InvalidURL, ValueError) as exc:
+            return fail(f"'{current}' is not a valid URL ({exc}). Fix the URL.")
         if truncated:
             text += f"\n[... download stopped at {MAX_BYTES} bytes]"
         page = _render(current, status, ctype, text, max_chars)
