@@ -18,6 +18,13 @@ from fim.errors import ConfigError, RunError
 
 COMMAND_MODULES: list[str] = [
     "fim.commands.project",
+    "fim.commands.run",
+    "fim.commands.serve",
+    "fim.commands.eval",
+    "fim.commands.workflow",
+    "fim.commands.approvals",
+    "fim.commands.mcp",
+    "fim.commands.connector",
 ]
 """Modules whose `register(app)` adds commands, in help order."""
 

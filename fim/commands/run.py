@@ -70,19 +70,15 @@ async def _run(
     stream: bool,
 ) -> tuple[int, str]:
     from fim.agent import run_agent
-    from fim.cli import fail
-    from fim.errors import FimError
     from fim.llm import make_model
 
-    override = make_model(snapshot.model_settings(model), snapshot.root) if model else None
     status, output = "error", ""
-    try:
+    with user_errors():
+        override = make_model(snapshot.model_settings(model), snapshot.root) if model else None
         async for event in run_agent(snapshot, agent, conversation, model=override, stream=stream):
             view.show(event)
             if event.type == "run_finished":
                 status, output = event.status, event.output
-    except FimError as exc:
-        fail(exc)
     return (0 if status == "ok" else 1), output
 
 
@@ -123,7 +119,7 @@ class EventPrinter:
         self._streamed = False
         from rich.console import Console
 
-        self.err = Console(stderr=True, highlight=False)
+        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
 
     def show(self, event: Event) -> None:
         if self.as_json:
