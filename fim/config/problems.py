@@ -39,6 +39,8 @@ def suggest(word: str, candidates: Iterable[str], what: str = "") -> str | None:
     """A did-you-mean hint, or the valid choices when nothing is close."""
     choices = sorted({c for c in candidates if c})
     close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    if not close and len(word) >= 3:
+        close = [c for c in choices if c.startswith(word) or word.startswith(c)][:1]
     if close:
         return f"did you mean '{close[0]}'?"
     if not choices:
