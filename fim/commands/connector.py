@@ -1,0 +1,92 @@
+"""`fim connector import SPEC --name NAME`: write a connector from an OpenAPI 3 document.
+
+The output is a starting point for review, not a finished declaration: secrets become
+`${NAME_TOKEN}`-style variables, deletes are `admin` with `requires_confirmation`, and the
+file is validated against the connector schema before it is written.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fim.commands import ProjectOption, fail, project_dir
+
+
+def register(app: typer.Typer) -> None:
+    group = typer.Typer(help="Create and inspect connectors.", no_args_is_help=True)
+    group.command("import")(import_)
+    app.add_typer(group, name="connector")
+
+
+def import_(
+    ctx: typer.Context,
+    spec: Annotated[Path, typer.Argument(help="OpenAPI 3 document (YAML or JSON).")],
+    name: Annotated[str, typer.Option("--name", "-n", help="Connector name (file stem).")],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Where to write (default: connectors/NAME.yaml in the project; '-' prints).",
+            show_default=False,
+        ),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+    project: ProjectOption = None,
+) -> None:
+    """Write an HTTP connector with one action per OpenAPI operation."""
+    from pydantic import ValidationError
+
+    from fim.config.schema import HttpConnector
+    from fim.connectors.openapi import (
+        OpenApiError,
+        dump_yaml,
+        import_openapi,
+        load_document,
+        summary,
+    )
+
+    if not name.replace("_", "").replace("-", "").isalnum():
+        fail(f"invalid connector name '{name}'", "use letters, digits, '_' or '-'")
+    try:
+        decl = import_openapi(load_document(spec), name)
+    except OpenApiError as exc:
+        fail(str(exc))
+    try:
+        HttpConnector.model_validate(decl)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        fail(f"the imported connector is not valid at {where}: {first['msg']}")
+    text = dump_yaml(decl, spec.name)
+    if out is not None and str(out) == "-":
+        sys.stdout.write(text)
+        return
+    target = out or _default_target(ctx, project, name)
+    if target.exists() and not force:
+        fail(f"{target} exists", "pass --force to overwrite it, or --out another path")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    typer.echo(f"wrote {target}: {summary(decl)}")
+
+
+def _default_target(ctx: typer.Context, project: Path | None, name: str) -> Path:
+    """connectors/NAME.yaml under the project root (nearest fim.yaml), else under cwd."""
+    root = project_dir(ctx, project)
+    if root is None:
+        here = Path.cwd()
+        root = next((d for d in (here, *here.parents) if (d / "fim.yaml").is_file()), here)
+    folder = "connectors"
+    if (root / "fim.yaml").is_file():
+        from fim.connectors.openapi import OpenApiError, load_document
+
+        try:
+            paths = load_document(root / "fim.yaml").get("paths") or {}
+            folder = str(paths.get("connectors") or folder)
+        except OpenApiError:
+            pass  # an unreadable fim.yaml is `fim validate`'s to report, not ours
+    return root / folder / f"{name}.yaml"
