@@ -18,9 +18,10 @@ import pytest
 import fim.llm
 from fim.config.schema import ModelSettings
 from fim.errors import ConfigError, RunError
-from fim.llm import backend_of, make_model
+from fim.llm import backend_of, catalog, make_model
 from fim.llm.base import is_loopback
 from fim.llm.jsonmode import JsonModeModel
+from fim.llm.stub_server import tool_loop
 from fim.llm.testing import (
     OpenAIStubServer,
     ScriptedModel,
@@ -30,7 +31,7 @@ from fim.llm.testing import (
     tool_call,
     tool_calls,
 )
-from fim.types import Message, ModelResponse, TextDelta, ToolCall, ToolSpec
+from fim.types import Message, ModelResponse, TextDelta, ToolCall, ToolSpec, Usage
 
 ADD = ToolSpec(
     name="add",
@@ -494,3 +495,50 @@ async def test_stub_server_serves_concurrent_requests_with_latency():
 async def test_stub_server_reports_an_exhausted_script(server: OpenAIStubServer):
     with pytest.raises(RunError, match="script exhausted"):
         await make_model(settings_for(server, max_retries=0)).complete(USER)
+
+
+async def test_tool_loop_handler_calls_the_tool_n_times_then_answers():
+    async with OpenAIStubServer(handler=tool_loop(2, tool="lookup", answer="all done")) as srv:
+        model = make_model(settings_for(srv))
+        history = list(USER)
+        for _ in range(2):
+            reply = await model.complete(history, [ADD])
+            assert [c.name for c in reply.message.tool_calls] == ["lookup"]
+            call = reply.message.tool_calls[0]
+            history += [reply.message, Message(role="tool", tool_call_id=call.id, content="x")]
+        final = await model.complete(history, [ADD])
+    assert final.message.content == "all done" and final.usage.total_tokens > 0
+
+
+def test_stub_server_runs_as_its_own_process():
+    """Benchmarks serve the stub from another process so it never shares the client's GIL."""
+    import subprocess
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fim.llm.stub_server", "--tool-loop", "1"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        base_url = proc.stdout.readline().strip()
+        assert base_url.startswith("http://127.0.0.1:")
+        model = make_model(ModelSettings(model="openai/bench", api_base=base_url, timeout=5))
+        reply = asyncio.run(model.complete(USER, [ADD]))
+        assert reply.message.tool_calls[0].name == "lookup"
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=5) == 0
+
+
+def test_catalog_knows_prices_and_windows_without_importing_litellm():
+    usage = Usage(prompt_tokens=1_000_000, completion_tokens=0)
+    assert catalog.cost("openai/gpt-4o-mini", usage) == pytest.approx(0.15)
+    assert catalog.context_window("gpt-4o-mini") == 128_000
+    assert catalog.cost("openai/no-such-model", usage) is None
+    assert catalog.context_window("scripted:demo.yaml") is None
+
+
+async def test_a_local_endpoint_reports_no_cost(server: OpenAIStubServer):
+    server.add(text("free"))
+    assert (await make_model(settings_for(server)).complete(USER)).usage.cost is None

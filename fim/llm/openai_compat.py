@@ -81,6 +81,8 @@ class OpenAICompatModel:
         self._url = self.base_url + "/chat/completions"
         self._headers: dict[str, str] | None = None
         self._key: str | None = None
+        self._priced = self.base_url == OPENAI_BASE
+        """List prices apply only at OpenAI itself, not at a local or proxied endpoint."""
 
     def _prepare(self) -> dict[str, str]:
         """Check key and guard once per call (cheap), before any byte is sent."""
@@ -130,7 +132,7 @@ class OpenAICompatModel:
             return response.json()
 
         data = await with_retries(self.settings, attempt, self._key)
-        return parse_response(data, self.name)
+        return await self._with_cost(parse_response(data, self.name))
 
     async def stream(
         self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
@@ -175,7 +177,20 @@ class OpenAICompatModel:
             raise self._unreachable(exc, mid_stream=True) from None
         finally:
             await response.aclose()
-        yield assembler.result()
+        yield await self._with_cost(assembler.result())
+
+    async def _with_cost(self, response: ModelResponse) -> ModelResponse:
+        if not self._priced or not response.usage.total_tokens:
+            return response
+        from fim.llm import catalog
+
+        if catalog.table.cache_info().currsize == 0:
+            await asyncio.to_thread(catalog.table)  # a one-off ~20 ms file read
+        price = catalog.cost(self.name, response.usage)
+        if price is None:
+            return response
+        usage = response.usage.model_copy(update={"cost": price})
+        return response.model_copy(update={"usage": usage})
 
     # ------------------------------------------------------------------ errors
 

@@ -8,7 +8,9 @@ It is a plain asyncio HTTP/1.1 server (keep-alive, Content-Length or chunked bod
 own thread and event loop: it starts in about a millisecond, adds no framework overhead to
 what benchmarks measure, and serves many concurrent connections. Knobs: `latency` (seconds
 before each reply), `fail_next(n, status)` (429/500 for the next n calls), `hang_next(n)`
-(never answer the next n calls).
+(never answer the next n calls). `tool_loop(n)` is a handler for agent benchmarks, and
+`python -m fim.llm.stub_server --tool-loop 3 [--latency 0.1]` serves it from a separate
+process (prints the base URL), so the server never competes with the measured client.
 """
 
 from __future__ import annotations
@@ -23,13 +25,20 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fim.llm.script import Step, resolve_step, with_usage
-from fim.llm.wire import parse_response, response_to_wire
-from fim.types import Message, ModelResponse, ToolSpec
+from fim.llm.script import Step, resolve_step
+from fim.llm.stub_wire import (
+    completion,
+    fim_messages,
+    fim_tools,
+    read_body,
+    send_error,
+    send_json,
+    send_stream,
+)
+from fim.llm.wire import response_to_wire
+from fim.types import Message, ModelResponse
 
 Handler = Callable[[dict[str, Any]], "ModelResponse | str | dict[str, Any]"]
-
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests"}
 
 
 @dataclass
@@ -189,7 +198,7 @@ class OpenAIStubServer:
                     if line:
                         key, _, value = line.partition(":")
                         headers[key.strip().lower()] = value.strip()
-                body = await _read_body(reader, headers)
+                body = await read_body(reader, headers)
                 path = target.split("?", 1)[0]
                 keep = await self._dispatch(method, path, headers, body, reader, writer)
                 if not keep or headers.get("connection", "").lower() == "close":
@@ -223,13 +232,13 @@ class OpenAIStubServer:
                 "object": "list",
                 "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "fim"}],
             }
-            await _send_json(writer, 200, data)
+            await send_json(writer, 200, data)
             return True
         if method != "POST" or not path.endswith("/chat/completions"):
-            await _send_error(writer, 404, f"no route for {method} {path}")
+            await send_error(writer, 404, f"no route for {method} {path}")
             return True
         if not isinstance(payload, dict):
-            await _send_error(writer, 400, "request body must be a JSON object")
+            await send_error(writer, 400, "request body must be a JSON object")
             return True
         with self._lock:
             failure = self._failures.popleft() if self._failures else None
@@ -243,23 +252,25 @@ class OpenAIStubServer:
                 pass
             return False
         if failure is not None:
-            await _send_error(writer, failure.status, failure.message, failure.headers)
+            await send_error(writer, failure.status, failure.message, failure.headers)
             return True
         try:
-            reply = self._reply(payload)
+            reply = self._reply(payload, len(body))
         except Exception as exc:
-            await _send_error(writer, 500, f"stub handler failed: {type(exc).__name__}: {exc}")
+            await send_error(writer, 500, f"stub handler failed: {type(exc).__name__}: {exc}")
             return True
         if payload.get("stream"):
             include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
-            await _send_stream(writer, reply, include_usage)
+            await send_stream(writer, reply, include_usage)
         else:
-            await _send_json(writer, 200, reply)
+            await send_json(writer, 200, reply)
         return True
 
-    def _reply(self, request: dict[str, Any]) -> dict[str, Any]:
-        """The chat.completion dict for this request."""
+    def _reply(self, request: dict[str, Any], size: int) -> dict[str, Any]:
+        """The chat.completion dict for this request. Strings and dicts never touch pydantic
+        and scripted responses are only read, so a reply costs microseconds."""
         model = request.get("model") or self.model
+        usage = {"prompt_tokens": max(1, size // 4), "completion_tokens": 1, "total_tokens": 0}
         if self.handler is not None:
             result: Any = self.handler(request)
         else:
@@ -271,147 +282,83 @@ class OpenAIStubServer:
                 else:
                     result = self._steps.popleft()
             if callable(result) and not isinstance(result, ModelResponse):
-                messages = [Message.model_validate(m) for m in _fim_messages(request)]
-                result = resolve_step(result, messages, _fim_tools(request))
-        if isinstance(result, dict):
-            return result
+                messages = [Message.model_validate(m) for m in fim_messages(request)]
+                result = resolve_step(result, messages, fim_tools(request))
         if isinstance(result, str):
-            result = resolve_step(result, [], None)
-        if not result.usage.total_tokens:
-            prompt = [Message(role="user", content=json.dumps(request.get("messages", [])))]
-            result = with_usage(result, prompt)
-        return response_to_wire(result, model=model)
-
-
-def _fim_messages(request: dict[str, Any]) -> list[dict[str, Any]]:
-    """Wire messages -> fim Message dicts (tool calls parsed back), for step functions."""
-    out = []
-    for m in request.get("messages", []):
-        calls = parse_response({"choices": [{"message": m}]}).message.tool_calls
-        content = m.get("content")
-        if isinstance(content, list):
-            content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
-        out.append(
-            {
-                "role": m.get("role", "user"),
-                "content": content,
-                "tool_calls": [c.model_dump() for c in calls],
-                "tool_call_id": m.get("tool_call_id"),
-            }
-        )
-    return out
-
-
-def _fim_tools(request: dict[str, Any]) -> list[ToolSpec] | None:
-    tools = request.get("tools")
-    if not tools:
-        return None
-    return [
-        ToolSpec(
-            name=t["function"]["name"],
-            description=t["function"].get("description") or "",
-            parameters=t["function"].get("parameters") or {"type": "object", "properties": {}},
-        )
-        for t in tools
-    ]
-
-
-async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        parts = []
-        while True:
-            size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
-            if size == 0:
-                await reader.readuntil(b"\r\n")
-                return b"".join(parts)
-            parts.append(await reader.readexactly(size))
-            await reader.readexactly(2)
-    length = int(headers.get("content-length") or 0)
-    return await reader.readexactly(length) if length else b""
-
-
-async def _send_json(
-    writer: asyncio.StreamWriter,
-    status: int,
-    data: Any,
-    extra_headers: dict[str, str] | None = None,
-) -> None:
-    body = json.dumps(data).encode()
-    head = f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
-    head += f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
-    for key, value in (extra_headers or {}).items():
-        head += f"{key}: {value}\r\n"
-    writer.write(head.encode() + b"\r\n" + body)
-    await writer.drain()
-
-
-async def _send_error(
-    writer: asyncio.StreamWriter, status: int, message: str, headers: dict[str, str] | None = None
-) -> None:
-    kind = "rate_limit_error" if status == 429 else "server_error" if status >= 500 else "error"
-    data = {"error": {"message": message, "type": kind, "code": str(status)}}
-    await _send_json(writer, status, data, headers)
-
-
-def _chunk(base: dict[str, Any], delta: dict[str, Any], finish: str | None = None) -> bytes:
-    data = dict(base, choices=[{"index": 0, "delta": delta, "finish_reason": finish}])
-    return b"data: " + json.dumps(data).encode() + b"\n\n"
-
-
-async def _send_stream(
-    writer: asyncio.StreamWriter, reply: dict[str, Any], include_usage: bool
-) -> None:
-    """Send a chat.completion as SSE chunks: role, content pieces, tool-call fragments by
-    index (name first, arguments in two pieces), finish reason, usage, [DONE]."""
-    base = {
-        "id": reply.get("id", "chatcmpl-stub"),
-        "object": "chat.completion.chunk",
-        "created": 0,
-        "model": reply.get("model", ""),
-    }
-    choice = (reply.get("choices") or [{}])[0]
-    message = choice.get("message") or {}
-    events = [_chunk(base, {"role": "assistant", "content": ""})]
-    content = message.get("content") or ""
-    step = max(1, len(content) // 3 + 1)
-    events += [
-        _chunk(base, {"content": content[i : i + step]}) for i in range(0, len(content), step)
-    ]
-    for index, call in enumerate(message.get("tool_calls") or []):
-        function = call.get("function", {})
-        args = function.get("arguments", "")
-        if not isinstance(args, str):
-            args = json.dumps(args)
-        half = len(args) // 2
-        first = {"index": index, "id": call.get("id"), "type": "function"}
-        events.append(
-            _chunk(
-                base,
-                {
-                    "tool_calls": [
-                        dict(first, function={"name": function.get("name"), "arguments": ""})
-                    ]
-                },
+            usage["completion_tokens"] = max(1, len(result) // 4)
+            result = completion(result, None, model, usage)
+        elif isinstance(result, ModelResponse):
+            wire = response_to_wire(result, model=model)
+            if not result.usage.total_tokens:
+                calls = result.message.tool_calls
+                text = (result.message.content or "") + "".join(c.name for c in calls)
+                usage["completion_tokens"] = max(1, len(text) // 4)
+                wire["usage"] = usage
+            result = wire
+        if isinstance(result, dict):
+            counts = result.setdefault("usage", usage)
+            counts["total_tokens"] = counts.get("prompt_tokens", 0) + counts.get(
+                "completion_tokens", 0
             )
-        )
-        for piece in (args[:half], args[half:]):
-            if piece:
-                events.append(
-                    _chunk(
-                        base, {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
-                    )
-                )
-    events.append(_chunk(base, {}, choice.get("finish_reason") or "stop"))
-    if include_usage and reply.get("usage"):
-        data = dict(base, choices=[], usage=reply["usage"])
-        events.append(b"data: " + json.dumps(data).encode() + b"\n\n")
-    events.append(b"data: [DONE]\n\n")
-    head = (
-        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
-        "transfer-encoding: chunked\r\n\r\n"
+            return result
+        raise TypeError(f"a stub reply must be a str, ModelResponse or dict, not {type(result)}")
+
+
+def tool_loop(
+    iterations: int = 3,
+    tool: str = "lookup",
+    arguments: dict[str, Any] | None = None,
+    answer: str = "done",
+) -> Handler:
+    """A handler for agent benchmarks: call `tool` until the conversation holds `iterations`
+    tool results after the last user message, then answer. Stateless, so any number of
+    concurrent runs can share one server."""
+    args_text = json.dumps(arguments if arguments is not None else {"id": 1})
+
+    def handler(request: dict[str, Any]) -> dict[str, Any]:
+        done = 0
+        for message in reversed(request.get("messages", [])):
+            role = message.get("role")
+            if role == "user":
+                break
+            done += role == "tool"
+        model = request.get("model", "")
+        if done >= iterations:
+            return completion(answer, None, model)
+        return completion(None, [(f"call_{done}", tool, args_text)], model)
+
+    return handler
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m fim.llm.stub_server`: serve in this process until interrupted, printing
+    the base URL first — benchmarks run it apart from the client they measure."""
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each reply")
+    parser.add_argument(
+        "--tool-loop", type=int, default=0, metavar="N", help="N tool calls, then an answer"
     )
-    writer.write(head.encode())
-    for event in events:
-        writer.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
-    writer.write(b"0\r\n\r\n")
-    await writer.drain()
+    parser.add_argument("--tool", default="lookup", help="tool name for --tool-loop")
+    parser.add_argument("--answer", default="done", help="the final answer")
+    options = parser.parse_args(argv)
+    if options.tool_loop:
+        handler = tool_loop(options.tool_loop, options.tool, answer=options.answer)
+    else:
+        answer = options.answer
+
+        def handler(request: dict[str, Any]) -> str:
+            return answer
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with OpenAIStubServer(handler=handler, latency=options.latency) as server:
+        print(server.base_url, flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            stop.wait()
+
+
+if __name__ == "__main__":
+    main()
