@@ -63,9 +63,12 @@ def _services(snapshot: Snapshot) -> Services:
 
 
 def _short(value: Any, limit: int = 80) -> str:
+    """One line of a value for a terminal, with rich markup escaped (outputs are data)."""
+    from rich.markup import escape
+
     text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return escape(text if len(text) <= limit else text[: limit - 1] + "…")
 
 
 class Progress:
@@ -90,13 +93,13 @@ class Progress:
                 markup=True,
             )
         elif kind == "node_skipped":
-            self.console.print(f"[yellow]↷[/] {event.node} [dim]skipped: {event.reason}[/]")
+            self.console.print(f"[yellow]↷[/] {event.node} [dim]skipped: {_short(event.reason)}[/]")
         elif kind == "node_failed":
-            self.console.print(f"[red]✗[/] {event.node}: {event.error}")
+            self.console.print(f"[red]✗[/] {event.node}: {_short(event.error, 500)}")
         elif kind == "notice":
-            self.console.print(f"[dim]· {event.message}[/]")
+            self.console.print(f"[dim]· {_short(event.message, 500)}[/]")
         elif kind == "error":
-            self.console.print(f"[red]error:[/] {event.message}")
+            self.console.print(f"[red]error:[/] {_short(event.message, 500)}")
 
 
 def _finish(state: RunState, as_json: bool) -> None:
@@ -125,7 +128,7 @@ def _finish(state: RunState, as_json: bool) -> None:
         elif state.outputs:
             console.print_json(json.dumps(state.outputs, default=str, ensure_ascii=False))
         if state.error:
-            console.print(f"[red]{state.error}[/]")
+            console.print(f"[red]{_short(state.error, 1000)}[/]")
     if state.status in ("failed", "cancelled"):
         raise typer.Exit(1)
 
@@ -294,9 +297,9 @@ def show(
     console.print(f"inputs: {_short(state.inputs, 200)}")
     table = Table("node", "type", "status", "tries", "duration", "output / error")
     for node_id, ns in state.nodes.items():
-        detail = ns.error or ns.reason or ("" if ns.output is None else _short(ns.output))
+        detail = _short(ns.error or ns.reason or ("" if ns.output is None else ns.output), 200)
         if ns.status == "waiting":
-            detail = f"approval {ns.approval_id}: {ns.prompt}"
+            detail = _short(f"approval {ns.approval_id}: {ns.prompt}", 200)
         table.add_row(
             node_id,
             ns.type,
@@ -310,7 +313,7 @@ def show(
         console.print("outputs:")
         console.print_json(json.dumps(state.outputs, default=str, ensure_ascii=False))
     if state.error:
-        console.print(f"[red]{state.error}[/]")
+        console.print(f"[red]{_short(state.error, 1000)}[/]")
 
 
 def graph(
