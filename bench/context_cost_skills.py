@@ -398,82 +398,72 @@ async def measure(
     return result
 
 
-def _row(label: str, legacy: int, progressive: int) -> str:
-    saved = 100 * (1 - progressive / legacy) if legacy else 0.0
-    return f"{label:<34} {legacy:>9,} {progressive:>12,} {saved:>8.1f}%"
+Rows = list[tuple[str, int, int]]
+"""(scenario, progressive tokens, legacy tokens), the shape bench/context_cost.py tabulates."""
 
 
-HEADER = f"{'':<34} {'legacy':>9} {'progressive':>12} {'fewer':>9}"
-
-
-def skills_section() -> None:
+def skills_rows() -> Rows:
     """10 skills of ~2,000 tokens: inline bodies against stubs + read_skill."""
     legacy = asyncio.run(measure(True, tools=False, mcp=False))
     progressive = asyncio.run(measure(False, tools=False, mcp=False))
-    print("\n## Skills: 10 skills of ~2,000 tokens (prompt tokens of the first request)")
-    print(HEADER)
-    print(_row("skills inline vs stubs+read_skill", legacy["total"], progressive["total"]))
+    return [("10 skills x ~2,000 tokens", progressive["total"], legacy["total"])]
 
 
-def mcp_section() -> None:
+def mcp_rows() -> Rows:
     """3 MCP servers of 30 tools: every tool registered against stubs + one `mcp` tool."""
     legacy = asyncio.run(measure(True, skills=False, tools=False))
     progressive = asyncio.run(measure(False, skills=False, tools=False))
-    print("\n## MCP: 3 servers x 30 tools (prompt tokens of the first request)")
-    print(HEADER)
-    print(
-        _row(
-            f"{legacy['tools']} tools vs {progressive['tools']} meta-tool",
-            legacy["total"],
-            progressive["total"],
-        )
-    )
+    label = f"3 servers x 30 tools ({legacy['tools']} vs {progressive['tools']})"
+    return [(label, progressive["total"], legacy["total"])]
 
 
-def hub_section() -> None:
-    """The whole hub: 10 skills, 30 builtin/connector tools, 3 MCP servers of 30 tools."""
+def hub_rows() -> Rows:
+    """Hub agent: 10 skills, 30 builtin/connector tools, 3 MCP servers x 30 tools."""
     legacy = asyncio.run(measure(True, select=True))
     progressive = asyncio.run(measure(False, select=True))
     lowered = asyncio.run(measure(False, select=True, threshold=8))
-    print("\n## Hub agent: 10 skills, 30 builtin/connector tools, 3 MCP servers x 30 tools")
-    print(HEADER)
-    for title in ("instructions", "skills", "connectors", "mcp"):
-        a = legacy["sections"].get(title, 0)
-        b = progressive["sections"].get(title, 0)
-        print(_row(f"system prompt: {title}", a, b))
-    label = f"tool definitions ({legacy['tools']} vs {progressive['tools']})"
-    print(_row(label, legacy["tool_tokens"], progressive["tool_tokens"]))
-    print(_row("first request, total", legacy["total"], progressive["total"]))
+    rows: Rows = [
+        (f"prompt: {title}", progressive["sections"].get(title, 0), legacy["sections"][title])
+        for title in ("instructions", "skills")
+    ]
+    for title in ("connectors", "mcp"):  # sections only progressive mode writes
+        rows.append((f"prompt: {title}", progressive["sections"].get(title, 0), 0))
+    rows.append(
+        (
+            f"tool defs ({progressive['tools']} vs {legacy['tools']})",
+            progressive["tool_tokens"],
+            legacy["tool_tokens"],
+        )
+    )
+    rows.append(("first request, total", progressive["total"], legacy["total"]))
     sel = lowered["selection"]
     if sel.applied:
-        label = f"  with selection ({lowered['selected_tools']} tools)"
-        print(_row(label, legacy["total"], lowered["selected_total"]))
-    print(f"default selection (threshold 12): {progressive['selection'].message}")
-    print(f"with tool_selection.threshold: 8: {sel.message}")
+        label = f"total, selection at 8 ({lowered['selected_tools']})"
+        rows.append((label, lowered["selected_total"], legacy["total"]))
+    print(f"  default selection (threshold 12): {progressive['selection'].message}")
+    print(f"  tool_selection.threshold 8: {sel.message}")
     if sel.applied:
-        print(f"  + the selector call: {lowered['selector_tokens']:,} prompt tokens, once per run")
+        print(f"    + the selector call: {lowered['selector_tokens']:,} prompt tokens, once a run")
     lsel = legacy["selection"]
     if lsel.applied:
         print(
-            f"legacy + selection: {legacy['selected_total']:,} tokens "
-            f"({legacy['selected_tools']} tools shown; selector call "
-            f"{legacy['selector_tokens']:,} tokens); the skill bodies stay inline"
+            f"  legacy + selection: {legacy['selected_total']:,} tokens "
+            f"({legacy['selected_tools']} tools shown, selector call "
+            f"{legacy['selector_tokens']:,} tokens): the skill bodies stay inline"
         )
-    for name, value in (
-        ("default settings", progressive["total"]),
-        ("threshold 8", lowered["selected_total"] if sel.applied else progressive["total"]),
-    ):
-        reduction = 100 * (1 - value / legacy["total"])
-        verdict = "met" if reduction >= 95 else "NOT met"
-        print(
-            f"progressive ({name}) vs legacy/inline: {reduction:.1f}% fewer (target 95%: {verdict})"
-        )
+    return rows
 
 
-def main() -> None:
-    skills_section()
-    mcp_section()
-    hub_section()
+SECTIONS = {"skills": skills_rows, "mcp": mcp_rows, "hub": hub_rows}
+
+
+def main() -> int:
+    table = [(section, *row) for section, rows_of in SECTIONS.items() for row in rows_of()]
+    print(f"\n{'section':<7} {'scenario':<34} {'progressive':>11} {'legacy':>8} {'fewer':>7}")
+    for section, scenario, progressive, legacy in table:
+        fewer = f"{1 - progressive / legacy:>7.1%}" if legacy else f"{'-':>7}"
+        print(f"{section:<7} {scenario:<34} {progressive:>11,} {legacy:>8,} {fewer}")
+    return 0
 
 
 if __name__ == "__main__":
