@@ -227,6 +227,42 @@ def connectors_section() -> list[Row]:
 SECTIONS: list[Callable[[], list[Row]]] = [connectors_section]
 
 
+# ------------------------------------------------------------------ skills, MCP, hub
+# Built in bench/context_cost_skills.py (also runnable alone), loaded by path since bench/
+# is not a package.
+
+_SKILLS_BENCH: Any = None
+
+
+def _skills_bench() -> Any:
+    global _SKILLS_BENCH
+    if _SKILLS_BENCH is None:
+        path = Path(__file__).with_name("context_cost_skills.py")
+        spec = importlib.util.spec_from_file_location("context_cost_skills", path)
+        assert spec is not None and spec.loader is not None
+        _SKILLS_BENCH = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(_SKILLS_BENCH)
+    return _SKILLS_BENCH
+
+
+def skills_section() -> list[Row]:
+    """10 skills of ~2,000 tokens: inline bodies vs stubs + read_skill."""
+    return [Row("skills", *row) for row in _skills_bench().skills_rows()]
+
+
+def mcp_section() -> list[Row]:
+    """3 MCP servers x 30 tools (tool lists built in-process): every tool vs the `mcp` tool."""
+    return [Row("mcp", *row) for row in _skills_bench().mcp_rows()]
+
+
+def hub_section() -> list[Row]:
+    """Hub agent: 10 skills, 30 builtin/connector tools, 3 MCP servers x 30 tools."""
+    return [Row("hub", *row) for row in _skills_bench().hub_rows()]
+
+
+SECTIONS += [skills_section, mcp_section, hub_section]
+
+
 def main() -> int:
     rows: list[Row] = []
     for section in SECTIONS:

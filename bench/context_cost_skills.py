@@ -8,7 +8,7 @@ in-process with realistic tool lists, which is all the providers read. Tool sele
 through `fim.selection.select_tools` with a ScriptedModel standing in for the fast model
 (its pick is scripted; only the token counts are measured).
 
-Counts are tiktoken tokens (gpt-4o encoding) of the first request: system prompt plus tool
+Counts are tiktoken tokens (cl100k_base) of the first request: system prompt plus tool
 definitions. Not a timed test: it prints what one run measured.
 
     python bench/context_cost_skills.py
@@ -39,7 +39,8 @@ from fim.tokens import count_messages, count_tokens
 from fim.tools.registry import ToolRegistry
 from fim.types import Message
 
-MODEL = "openai/gpt-4o"
+MODEL: str | None = None
+"""Tokenizer choice: None is cl100k_base, the encoding bench/context_cost.py reports in."""
 SKILL_TOKENS = 2000
 HUB_TOOLS = 30
 INSTRUCTIONS = "You are the operations hub of Acme: support, sales ops, engineering and finance."
@@ -413,7 +414,7 @@ def mcp_rows() -> Rows:
     """3 MCP servers of 30 tools: every tool registered against stubs + one `mcp` tool."""
     legacy = asyncio.run(measure(True, skills=False, tools=False))
     progressive = asyncio.run(measure(False, skills=False, tools=False))
-    label = f"3 servers x 30 tools ({legacy['tools']} vs {progressive['tools']})"
+    label = f"{legacy['tools']} MCP tools vs {progressive['tools']} meta"
     return [(label, progressive["total"], legacy["total"])]
 
 
