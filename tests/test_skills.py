@@ -217,3 +217,23 @@ async def test_skill_md_itself_is_readable_as_the_body(registry: ToolRegistry):
     result = await registry.call("read_skill", {"name": "brand-voice", "file": "SKILL.md"})
     assert "Plain words, short sentences" in result.content
     assert "This skill has no other files" in result.content
+
+
+async def test_an_agent_run_reads_a_skill_before_following_it(snapshot: Snapshot):
+    from fim.agent import ask
+    from fim.llm.testing import ScriptedModel, text, tool_call
+
+    model = ScriptedModel(
+        [
+            tool_call("read_skill", {"name": "refund-sop"}),
+            tool_call("read_skill", {"name": "refund-sop", "file": "references/thresholds.md"}),
+            text("Refunds up to 150 EUR are approved automatically."),
+        ]
+    )
+    result = await ask(snapshot, "hub", "Can I get my 90 EUR back?", model=model)
+    assert result.status == "ok"
+    [system, *_] = model.requests[0][0]
+    assert "- refund-sop: Step-by-step refund handling" in system.content
+    assert [spec.name for spec in model.requests[0][1]] == ["read_skill"]
+    body, thresholds = (m.content for m in model.requests[2][0] if m.role == "tool")
+    assert "## 3. Refund" in body and "| EU     | 150 EUR" in thresholds
