@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 NodeStatus = Literal["pending", "running", "ok", "failed", "skipped", "waiting", "cancelled"]
@@ -53,7 +53,17 @@ class RunState:
     snapshot_version: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """A JSON-ready copy, cheap enough to take on every write.
+
+        Shallow on purpose (`dataclasses.asdict` deep-copies and dominated the engine's
+        cost): node states are copied, while values inside them (outputs, inputs, the
+        declaration) are never mutated once set, so a store write running in a thread
+        can serialise them safely while the run goes on.
+        """
+        data = dict(vars(self))
+        data["nodes"] = {node_id: dict(vars(ns)) for node_id, ns in self.nodes.items()}
+        data["parents"] = list(self.parents)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunState:
