@@ -306,6 +306,8 @@ BYPASS_COMMON = [
 ]
 BYPASS_SQLITE = [
     "PRAGMA user_version = 42",
+    "PRAGMA query_only = 0",
+    "SELECT writefile('{tmp}/out.txt', 'x')",
     "ATTACH DATABASE '{tmp}/evil.db' AS evil",
     "SELECT load_extension('{tmp}/evil')",
     "INSERT OR REPLACE INTO customers VALUES (1, 'x', 'y')",
@@ -344,6 +346,23 @@ async def test_writes_that_bypass_the_parser_are_refused_by_the_connection(seede
     db.dispose()
     assert checksum() == before
     assert not (tmp_path / "evil.db").exists() and not (tmp_path / "dump.csv").exists()
+
+
+async def test_session_settings_changed_below_the_guard_do_not_outlive_the_query(seeded):
+    url, checksum = seeded
+    db = database(url)
+    if db.dialect != "postgres":
+        db.dispose()
+        pytest.skip("PostgreSQL session settings")
+    import sqlalchemy.exc
+
+    before = checksum()
+    db.execute_sync("SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE")
+    db.execute_sync("SET default_transaction_read_only = off")
+    with pytest.raises(sqlalchemy.exc.DBAPIError, match="read-only transaction"):
+        db.execute_sync("DELETE FROM orders")
+    db.dispose()
+    assert checksum() == before
 
 
 async def test_a_writable_database_commits_writes(tmp_path):
