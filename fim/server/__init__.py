@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +56,7 @@ async def serve(
         access_log=False,
         lifespan="off",
     )
-    server = uvicorn.Server(config)
+    server = _server_class()(config)
     stop = asyncio.Event()
     watcher = asyncio.create_task(watch(root, holder, stop=stop)) if reload else None
     signaller = asyncio.create_task(_signal_ready(server, ready)) if ready is not None else None
@@ -72,6 +73,21 @@ async def serve(
             except (asyncio.CancelledError, Exception):
                 log.debug("watcher stopped")
         await services.aclose()
+
+
+def _server_class() -> type:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn re-raises the signal that stopped it; SIGTERM is the orchestrator's normal
+        way to stop us, so a graceful shutdown after it exits 0 instead of dying by signal."""
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            super().handle_exit(sig, frame)
+            if sig == signal.SIGTERM and sig in self._captured_signals:
+                self._captured_signals.remove(sig)
+
+    return Server
 
 
 async def _signal_ready(server: Any, ready: asyncio.Event) -> None:

@@ -1,0 +1,214 @@
+"""Hot reload and lifecycle of a real `fim serve` process: atomic swaps under load, bad
+changes never served, graceful shutdown on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fim.errors import ConfigError
+from fim.llm.testing import OpenAIStubServer
+from fim.reload import SnapshotHolder, reload_once
+from fim.server.testing import free_port
+
+FIM_YAML = "name: live\nstate: sqlite:///.fim/state.db\n"
+SCRIPT = '- text: "pong"\n'
+
+
+def agent_yaml(description: str, model: str = "scripted:pong.yaml") -> str:
+    return f"description: {description}\nmodel: {model}\ninstructions: Answer pong.\n"
+
+
+def make_project(root: Path, model: str = "scripted:pong.yaml") -> Path:
+    (root / "agents").mkdir(parents=True)
+    (root / "fim.yaml").write_text(FIM_YAML)
+    (root / "pong.yaml").write_text(SCRIPT)
+    (root / "agents" / "echo.yaml").write_text(agent_yaml("version 0", model))
+    return root
+
+
+async def test_a_bad_change_keeps_the_last_good_snapshot(tmp_path: Path):
+    from fim.compile import compile_project
+
+    root = make_project(tmp_path)
+    holder = SnapshotHolder(compile_project(root))
+    first = holder.current
+    (root / "agents" / "echo.yaml").write_text(agent_yaml("version 1") + "modle: fast\n")
+    assert not await reload_once(root, holder)
+    assert holder.current is first
+    (problem,) = holder.errors
+    assert problem.path == "agents/echo.yaml" and problem.line == 4 and "modle" in problem.message
+    (root / "agents" / "echo.yaml").write_text(agent_yaml("version 2"))
+    assert await reload_once(root, holder)
+    assert holder.current.agents["echo"].description == "version 2" and not holder.errors
+
+
+def _wait_for(url: str, deadline: float = 20.0) -> None:
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    raise AssertionError("fim serve did not come up")
+
+
+@pytest.fixture
+def serve_process(tmp_path: Path) -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
+    root = make_project(tmp_path / "project")
+    yield from _spawn(root)
+
+
+def _spawn(root: Path) -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "fim.cli",
+            "serve",
+            "--project",
+            str(root),
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_for(url)
+        yield url, root, proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _status(url: str) -> dict:
+    return httpx.get(url + "/v1/status", timeout=5).json()
+
+
+def _until(predicate, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.01)
+    raise AssertionError("condition not reached")
+
+
+def test_fifty_changes_under_load_no_failed_request_no_invalid_config(serve_process):
+    url, root, _ = serve_process
+    valid_versions = {_status(url)["snapshot"]}
+    seen_versions: list[str] = []
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def client() -> None:
+        with httpx.Client(timeout=10) as http:
+            while not stop.is_set():
+                response = http.post(url + "/v1/agents/echo/runs", json={"input": "ping"})
+                body = response.json()
+                if response.status_code != 200 or body.get("output") != "pong":
+                    failures.append(f"{response.status_code}: {response.text[:200]}")
+                    continue
+                seen_versions.append(body["events"][0]["snapshot_version"])
+
+    clients = [threading.Thread(target=client) for _ in range(3)]
+    for thread in clients:
+        thread.start()
+    agent_file = root / "agents" / "echo.yaml"
+    try:
+        for change in range(1, 51):
+            if change % 2:  # odd changes are invalid, each in its own way
+                agent_file.write_text(agent_yaml(f"version {change}") + f"bogus_{change}: 1\n")
+                _until(
+                    lambda c=change: (
+                        f"bogus_{c}" in (_status(url)["last_reload_error"] or {}).get("text", "")
+                    )
+                )
+            else:
+                before = _status(url)["snapshot"]
+                agent_file.write_text(agent_yaml(f"version {change}"))
+                _until(lambda b=before: _status(url)["snapshot"] != b)
+                valid_versions.add(_status(url)["snapshot"])
+    finally:
+        stop.set()
+        for thread in clients:
+            thread.join(timeout=20)
+    assert failures == []
+    assert len(seen_versions) > 50
+    assert set(seen_versions) <= valid_versions, "a request was served by an invalid config"
+    final = httpx.get(url + "/v1/agents/echo").json()
+    assert final["description"] == "version 50"
+    assert _status(url)["last_reload_error"] is None
+
+
+def test_sigterm_lets_the_run_in_flight_finish_then_exits_zero(tmp_path: Path):
+    with OpenAIStubServer(handler=lambda request: "slow answer", latency=1.0) as stub:
+        root = make_project(tmp_path / "project", model="openai/slow")
+        (root / "agents" / "echo.yaml").write_text(
+            "description: slow\nmodel: {model: openai/slow, api_base: '"
+            + stub.base_url
+            + "', api_key: x}\n"
+        )
+        spawned = _spawn(root)
+        url, _, proc = next(spawned)
+        result: dict = {}
+
+        def call() -> None:
+            response = httpx.post(url + "/v1/agents/echo/runs", json={"input": "hi"}, timeout=10)
+            result["status"], result["body"] = response.status_code, response.json()
+
+        caller = threading.Thread(target=call)
+        caller.start()
+        _until(lambda: len(stub.requests) >= 1)
+        proc.send_signal(signal.SIGTERM)
+        caller.join(timeout=10)
+        assert proc.wait(timeout=15) == 0
+        assert result["status"] == 200 and result["body"]["output"] == "slow answer"
+        spawned.close()
+
+
+def test_an_invalid_project_is_refused_at_start(tmp_path: Path):
+    root = make_project(tmp_path / "project")
+    (root / "agents" / "echo.yaml").write_text("description: [unclosed\n")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fim.cli",
+            "serve",
+            "--project",
+            str(root),
+            "--port",
+            str(free_port()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    assert proc.returncode == 1
+    assert "agents/echo.yaml:2:1: YAML syntax error" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    with pytest.raises(ConfigError):
+        from fim.compile import compile_project
+
+        compile_project(root)
