@@ -186,7 +186,18 @@ async def test_a_server_that_exits_at_startup_reports_its_stderr():
     await conn.aclose()
 
 
-async def test_a_server_crashing_mid_call_gives_an_observation_then_restarts():
+async def test_a_server_that_never_answers_the_handshake_times_out_and_is_stopped():
+    before = children()
+    script = "import sys; sys.stdin.read()"  # reads requests, never answers
+    conn = ServerConnection("mute", StdioServer(command=sys.executable, args=["-c", script]), ROOT)
+    conn.start_timeout = 0.5
+    with pytest.raises(McpUnavailable, match=r"no answer to the MCP handshake within 0\.5s"):
+        await conn.start()
+    assert children() - before == set()
+    await conn.aclose()
+
+
+async def test_a_server_crashing_mid_call_gives_an_observation_then_restarts_with_backoff():
     manager = McpManager(ROOT)
     conn = manager.connection("fragile", StdioServer(**stdio_decl()), ROOT)
     first_pid = int((await call_tool(conn, "pid", {})).content)
@@ -200,21 +211,17 @@ async def test_a_server_crashing_mid_call_gives_an_observation_then_restarts():
     second_pid = int((await call_tool(conn, "pid", {})).content)
     assert second_pid != first_pid
     assert not alive(first_pid)
-    assert conn.state == "ready"
-    assert conn.starts == 2
+    assert (conn.state, conn.starts) == ("ready", 2)
 
-    await manager.aclose()
-    assert not alive(second_pid)
-
-
-async def test_repeated_crashes_back_off():
-    conn = ServerConnection("fragile", StdioServer(**stdio_decl()), ROOT)
-    conn.failures = 4  # as if it had crashed four times in a row already
+    conn.failures = 4  # as if it had already crashed four times in a row
     await call_tool(conn, "crash", {})
     result = await call_tool(conn, "echo", {"text": "again?"})
     assert result.is_error
     assert "next restart attempt in" in result.content
-    await conn.aclose()
+    assert conn.starts == 2
+
+    await manager.aclose()
+    assert not alive(second_pid)
 
 
 async def test_closing_the_manager_leaves_no_server_processes(http_url):

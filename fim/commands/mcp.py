@@ -82,7 +82,8 @@ def list_servers(
     else:
         width = max(len(r.name) for r in rows)
         for r in rows:
-            typer.echo(f"{r.name:<{width}}  {r.transport:<15}  {r.state:<7}  {r.tools:>3} tools  {r.detail}")
+            row = f"{r.name:<{width}}  {r.transport:<15}  {r.state:<7}  {r.tools:>3} tools"
+            typer.echo(f"{row}  {r.detail}")
     if any(r.state != "ready" for r in rows):
         raise typer.Exit(1)
 
@@ -91,7 +92,9 @@ def list_tools(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Server name from mcp_servers: in fim.yaml.")],
     project: ProjectOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON with parameter schemas.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print JSON with parameter schemas.")
+    ] = False,
 ) -> None:
     """Start one MCP server and list its tools."""
     snapshot = load_snapshot(ctx, project)

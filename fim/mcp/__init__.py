@@ -28,14 +28,16 @@ def stub(conn: ServerConnection) -> str:
     """One prompt line per server, short however many tools it has:
     `- github: GitHub (35 tools: create_issue, list_repos, ...)`."""
     if conn.state != "ready":
-        return f"- {conn.name}: unavailable: {(conn.error or conn.state)[:200]}"
+        return f"- {conn.name}: unavailable: {(conn.error or conn.state)[:300]}"
     description = " ".join(conn.description.split())
     if len(description) > STUB_DESCRIPTION_CHARS:
         description = description[: STUB_DESCRIPTION_CHARS - 3] + "..."
     names = [t.name[:STUB_NAME_CHARS] for t in conn.tools[:STUB_TOOL_NAMES]]
     more = ", ..." if len(conn.tools) > STUB_TOOL_NAMES else ""
     count = len(conn.tools)
-    listing = f"{count} tool{'s' if count != 1 else ''}" + (f": {', '.join(names)}{more}" if names else "")
+    listing = f"{count} tool{'s' if count != 1 else ''}" + (
+        f": {', '.join(names)}{more}" if names else ""
+    )
     return f"- {conn.name}: {description} ({listing})"
 
 
@@ -51,7 +53,8 @@ async def connections_for(ctx: RunContext) -> list[ServerConnection]:
         if decl is None:
             raise RunError(
                 f"agent '{ctx.agent.name}' uses MCP server '{name}', which is not declared",
-                hint=f"declare it under mcp_servers: in fim.yaml (declared: {', '.join(declared) or 'none'})",
+                hint="declare it under mcp_servers: in fim.yaml "
+                f"(declared: {', '.join(declared) or 'none'})",
             )
         conns.append(manager.connection(name, decl, ctx.snapshot.root, mask=ctx.snapshot.mask))
     await manager.start_all([c.name for c in conns])

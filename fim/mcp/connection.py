@@ -91,9 +91,9 @@ def describe_exception(exc: BaseException) -> str:
     """One line for a failure, digging through anyio's exception groups."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    if isinstance(exc, TimeoutError):
-        return "timed out"
     text = str(exc).strip()
+    if isinstance(exc, TimeoutError):
+        return text or "timed out"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
@@ -121,6 +121,7 @@ class ServerConnection:
         self.failures = 0
         self.starts = 0
         self.start_seconds: float | None = None
+        self.start_timeout = START_TIMEOUT
         self._retry_at = 0.0
         self._lock = asyncio.Lock()
         self._tools_changed = asyncio.Condition()
@@ -142,8 +143,12 @@ class ServerConnection:
     def description(self) -> str:
         return self.decl.description or self.server_name or self.name
 
-    async def start(self) -> None:
-        """Make sure the server runs; raise `McpUnavailable` with the reason if it cannot."""
+    async def start(self, *, wait: bool = True) -> None:
+        """Make sure the server runs; raise `McpUnavailable` with the reason if it cannot.
+
+        After a failure, restarts back off; `wait=False` fails at once while a restart is
+        not due yet (building a run's prompt should not stall on a broken server).
+        """
         if self.state == "ready":
             return
         async with self._lock:
@@ -152,16 +157,14 @@ class ServerConnection:
             if self.state == "closed":
                 raise McpUnavailable(self.error or "the server was shut down")
             await self._join_owner()  # a crashed session finishes unwinding first
-            wait = self._retry_at - time.monotonic()
-            if wait > WAIT_FOR_BACKOFF:
-                raise McpUnavailable(f"{self.error}; next restart attempt in {wait:.0f}s")
-            if wait > 0:
-                await asyncio.sleep(wait)
+            delay = self._retry_at - time.monotonic()
+            if delay > (WAIT_FOR_BACKOFF if wait else 0):
+                raise McpUnavailable(f"{self.error}; next restart attempt in {delay:.1f}s")
+            if delay > 0:
+                await asyncio.sleep(delay)
             await self._launch()
 
-    async def call(
-        self, tool: str, arguments: dict[str, Any], timeout: float | None = None
-    ) -> Any:
+    async def call(self, tool: str, arguments: dict[str, Any], timeout: float | None = None) -> Any:
         """Call a tool and return the SDK's `CallToolResult`.
 
         Raises `McpUnavailable`, `McpCallTimeout`, `McpServerLost` or `McpRequestError`.
@@ -199,13 +202,15 @@ class ServerConnection:
         return True
 
     async def aclose(self) -> None:
-        """Stop the server (for stdio: close stdin, then terminate its process tree)."""
-        async with self._lock:
-            self.state = "closed"
-            await self._stop_owner()
-            if self._stderr is not None:
-                self._stderr.close()
-                self._stderr = None
+        """Stop the server (for stdio: close stdin, then terminate its process tree).
+
+        Does not take the start lock: closing must not wait for a hanging handshake.
+        """
+        self.state = "closed"
+        await self._stop_owner()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
 
     def stderr_tail(self) -> str:
         return self.mask(self._stderr.tail()) if self._stderr is not None else ""
@@ -245,13 +250,12 @@ class ServerConnection:
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._own(ready), name=f"mcp:{self.name}")
         try:
-            await asyncio.wait_for(asyncio.shield(ready), START_TIMEOUT)
+            await asyncio.wait_for(asyncio.shield(ready), self.start_timeout)
         except TimeoutError:
             await self._stop_owner()
-            self._failed("failed", self._start_failure(TimeoutError()))
-            raise McpUnavailable(
-                f"{self.error} (no answer to the MCP handshake within {START_TIMEOUT:g}s)"
-            ) from None
+            hang = TimeoutError(f"no answer to the MCP handshake within {self.start_timeout:g}s")
+            self._failed("failed", self._start_failure(hang))
+            raise McpUnavailable(self.error or "timed out") from None
         except asyncio.CancelledError:
             if not ready.done():
                 await self._stop_owner()
@@ -345,9 +349,12 @@ class ServerConnection:
             self._settle(job, McpRequestError(describe_exception(exc)))
         finally:
             if not job.future.done():
-                self._settle(job, self._lost_error(job) if self._lost else McpUnavailable(
-                    "the server was shut down"
-                ))
+                self._settle(
+                    job,
+                    self._lost_error(job)
+                    if self._lost
+                    else McpUnavailable("the server was shut down"),
+                )
 
     def _settle(self, job: _Job, exc: Exception) -> None:
         _fail(job.future, exc)
@@ -357,7 +364,8 @@ class ServerConnection:
             return _NotSent()
         tail = self.stderr_tail()
         return McpServerLost(
-            "the server closed the connection during the call" + (f" (stderr: {tail})" if tail else "")
+            "the server closed the connection during the call"
+            + (f" (stderr: {tail})" if tail else "")
         )
 
     async def _fetch_tools(self, client: Any) -> None:
@@ -408,6 +416,8 @@ class ServerConnection:
             self._jobs.close()
         elif self._scope is not None:
             self._scope.cancel()
+        else:
+            task.cancel()  # not started yet, so it holds no context to unwind
         done, _ = await asyncio.wait({task}, timeout=CLOSE_GRACE)
         if not done and self._scope is not None:
             self._scope.cancel()
@@ -417,12 +427,16 @@ class ServerConnection:
         await self._join_owner()
 
     async def _join_owner(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            try:
-                await task
-            except (Exception, asyncio.CancelledError):
-                pass  # its failure was already reported through the ready future
+        """Wait until the owner task has finished. `asyncio.wait`, not `await task`: a
+        cancelled waiter must not cancel the owner in the middle of its shutdown."""
+        task = self._task
+        if task is None:
+            return
+        await asyncio.wait({task})
+        if self._task is task:
+            self._task = None
+        if not task.cancelled():
+            task.exception()  # reported through the ready future already
 
     def _start_failure(self, exc: BaseException) -> str:
         reason = describe_exception(exc)
@@ -431,12 +445,14 @@ class ServerConnection:
             tail = self.stderr_tail()
             if "Connection closed" in reason:
                 reason = "the process exited before completing the MCP handshake"
-            reason = f"`{command}`: {reason}" + (f" (stderr: {tail})" if tail else "")
+            reason += (f" (stderr: {tail})" if tail else "") + f" [command: {command}]"
         else:
             reason = f"{self.decl.url}: {reason}"
         return self.mask(reason)
 
     def _failed(self, state: State, reason: str) -> None:
+        if self.state == "closed":
+            return
         self.state = state
         self.error = reason
         self.failures += 1

@@ -9,6 +9,7 @@ when a connection actually starts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,10 +142,8 @@ class McpManager:
 
 
 async def _quiet_start(conn: ServerConnection) -> None:
-    try:
-        await conn.start()
-    except McpUnavailable:
-        pass  # recorded on the connection: state "failed" and its reason
+    with contextlib.suppress(McpUnavailable):  # kept on the connection: state and error
+        await conn.start(wait=False)
 
 
 def get_manager(services: Any) -> McpManager:

@@ -111,7 +111,9 @@ async def call_tool(conn: ServerConnection, tool: str, arguments: dict[str, Any]
             "to run twice."
         )
     except McpRequestError as exc:
-        text = f"Error: {where} was rejected by the server: {exc}. Check the tool name and arguments."
+        text = (
+            f"Error: {where} was rejected by the server: {exc}. Check the tool name and arguments."
+        )
     else:
         return to_result(result, conn.name, tool)
     return ToolResult(content=conn.mask(text), is_error=True, metadata=meta)
@@ -162,12 +164,15 @@ def effective_tool_name(tool: str, args: dict[str, Any] | None) -> str:
     return tool
 
 
+def _type_of(schema: Any) -> str:
+    return str(schema.get("type", "any")) if isinstance(schema, dict) else "any"
+
+
 def _signature(info: ToolInfo) -> str:
     props = info.input_schema.get("properties") or {}
     required = set(info.input_schema.get("required") or [])
     params = ", ".join(
-        f"{k}{'' if k in required else '?'}: {v.get('type', 'any') if isinstance(v, dict) else 'any'}"
-        for k, v in props.items()
+        f"{k}{'' if k in required else '?'}: {_type_of(v)}" for k, v in props.items()
     )
     return f"{info.name}({params})"
 
@@ -238,7 +243,11 @@ class McpMetaTool:
             info = next((t for t in conn.tools if t.name == tool), None)
             if info is None:
                 return self._unknown(conn, tool)
-            body = {"name": info.name, "description": info.description, "parameters": info.input_schema}
+            body = {
+                "name": info.name,
+                "description": info.description,
+                "parameters": info.input_schema,
+            }
             return ToolResult(content=json.dumps(body, ensure_ascii=False, indent=1))
         lines = [f"Server '{conn.name}': {conn.description} ({len(conn.tools)} tools)"]
         full = len(conn.tools) <= FULL_SCHEMAS_UP_TO
@@ -249,8 +258,8 @@ class McpMetaTool:
         if not full:
             lines.append("Call discover with tool=NAME for one tool's full parameter schema.")
         lines.append(
-            f"Call with: {{\"subcommand\": \"call\", \"server\": \"{conn.name}\", "
-            "\"tool\": NAME, \"parameters\": {...}}"
+            f'Call with: {{"subcommand": "call", "server": "{conn.name}", '
+            '"tool": NAME, "parameters": {...}}'
         )
         return ToolResult(content="\n".join(lines))
 
@@ -279,8 +288,8 @@ class McpMetaTool:
         names = [t.name for t in conn.tools]
         shown = ", ".join(names[:30]) + (", ..." if len(names) > 30 else "")
         return ToolResult(
-            content=f"Error: server '{conn.name}' has no tool '{tool}'. Its tools: {shown or 'none'}. "
-            "Use discover to see their parameters.",
+            content=f"Error: server '{conn.name}' has no tool '{tool}'. "
+            f"Its tools: {shown or 'none'}. Use discover to see their parameters.",
             is_error=True,
         )
 

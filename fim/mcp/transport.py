@@ -35,7 +35,7 @@ class StderrLog:
     """
 
     def __init__(self) -> None:
-        self.file: IO[bytes] = tempfile.TemporaryFile(mode="a+b")
+        self.file: IO[bytes] = tempfile.TemporaryFile(mode="a+b")  # noqa: SIM115 - closed by close()
 
     def tail(self, limit: int = STDERR_TAIL) -> str:
         """The last non-blank lines of stderr, squeezed onto one line for messages."""

@@ -1,9 +1,10 @@
 """A small MCP server (the SDK's MCPServer, formerly FastMCP) that fim's tests talk to.
 
 Run as `python tests/mcp_servers/demo.py [--http PORT] [--many N]`: stdio by default;
-with `--http` one uvicorn process serves streamable HTTP at `/mcp` and legacy SSE at `/sse`. Its tools exercise every path of fim's MCP client: plain text,
-numbers, `isError` results, a call that hangs, a process that dies mid-call, image and
-embedded-resource content, and a tool list that changes at runtime.
+with `--http` one uvicorn process serves streamable HTTP at `/mcp` and legacy SSE at
+`/sse`. Its tools exercise every path of fim's MCP client: plain text, numbers,
+`isError` results, a call that hangs, a process that dies mid-call, image and
+embedded-resource content, request headers, and a tool list that changes at runtime.
 """
 
 from __future__ import annotations

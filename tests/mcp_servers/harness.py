@@ -37,7 +37,8 @@ def http_demo(many: int = 0) -> Iterator[str]:
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"demo HTTP server did not start: {proc.stderr.read()!r}")  # type: ignore[union-attr]
+                    output = proc.stderr.read()  # type: ignore[union-attr]
+                    raise RuntimeError(f"demo HTTP server did not start: {output!r}") from None
                 time.sleep(0.05)
         yield f"http://127.0.0.1:{port}"
     finally:

@@ -1,0 +1,306 @@
+"""What an agent gets from its `mcp:` list: the progressive `mcp` meta-tool with short
+prompt stubs (default) or every tool registered (legacy), the CLI, `fim validate --live`,
+and a run of the ReAct engine calling the published `mcp-server-time` server.
+
+Servers are real: the demo server over stdio, the demo server with 100 extra tools over
+streamable HTTP, `python -m mcp_server_time`, and a command that dies at startup.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+import typer
+from mcp_servers.harness import DEMO, alive, children, http_demo
+from typer.testing import CliRunner
+
+from fim.compile import compile_project
+from fim.mcp import check_live, effective_tool_name, get_manager, provide
+from fim.mcp.tools import McpMetaTool
+from fim.runtime import RunContext, Services
+from fim.snapshot import Snapshot
+from fim.tools.registry import ToolRegistry
+
+shared_loop = pytest.mark.asyncio(loop_scope="module")
+BROKEN = "import sys; sys.stderr.write('fatal: DOCS_TOKEN is not set\\n'); sys.exit(2)"
+
+
+def write_project(
+    root: Path, servers: dict[str, dict[str, object]], agents: dict[str, str]
+) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "fim.yaml").write_text(
+        json.dumps({"name": "mcp-test", "mcp_servers": servers}, indent=1)
+    )
+    (root / "agents").mkdir(exist_ok=True)
+    for name, body in agents.items():
+        (root / "agents" / f"{name}.yaml").write_text(textwrap.dedent(body))
+    return root
+
+
+@pytest.fixture(scope="module")
+def http_url():
+    with http_demo(many=100) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory, http_url: str) -> Snapshot:
+    servers = {
+        "demo": {"command": sys.executable, "args": [str(DEMO)], "description": "Demo server"},
+        "big": {"url": f"{http_url}/mcp", "description": "A server with a hundred tools"},
+        "broken": {"command": sys.executable, "args": ["-c", BROKEN]},
+        "time": {
+            "command": sys.executable,
+            "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"],
+        },
+    }
+    agents = {
+        "helper": """
+            instructions: Help.
+            model: openai/gpt-4o-mini
+            mcp: [demo, big, broken]
+        """,
+        "legacy": """
+            instructions: Help.
+            model: openai/gpt-4o-mini
+            mcp: [demo, broken]
+            tool_modes: {mcp: legacy}
+        """,
+        "clock": """
+            instructions: Tell the time.
+            model: openai/gpt-4o-mini
+            mcp: [time]
+        """,
+    }
+    return compile_project(write_project(tmp_path_factory.mktemp("proj"), servers, agents))
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def services(project: Snapshot):
+    services = Services(root=project.root)
+    yield services
+    await services.aclose()
+
+
+def context(snapshot: Snapshot, services: Services, agent: str) -> RunContext:
+    return RunContext(snapshot=snapshot, agent=snapshot.agent(agent), services=services)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def progressive(project: Snapshot, services: Services):
+    return await provide(context(project, services, "helper"))
+
+
+# --------------------------------------------------------------------------- progressive
+
+
+@shared_loop
+async def test_progressive_mode_gives_one_pinned_meta_tool_and_short_stubs(progressive):
+    assert [t.name for t in progressive.tools] == ["mcp"]
+    assert progressive.pinned == ["mcp"]
+    lines = progressive.prompt.splitlines()
+    assert "- demo: Demo server (10 tools: echo, add, fail, slow, crash, ...)" in lines
+    broken = next(line for line in lines if line.startswith("- broken:"))
+    assert broken.startswith("- broken: unavailable: ")
+    assert "fatal: DOCS_TOKEN is not set" in broken
+
+
+@shared_loop
+async def test_a_server_with_a_hundred_tools_keeps_a_short_stub(progressive):
+    big = next(line for line in progressive.prompt.splitlines() if line.startswith("- big:"))
+    assert big.startswith("- big: A server with a hundred tools (110 tools: echo, add,")
+    assert len(big) < 160
+    assert len(progressive.prompt) < 800
+
+
+@shared_loop
+async def test_the_meta_tool_lists_only_the_agents_servers(progressive):
+    meta = progressive.tools[0]
+    assert meta.parameters["properties"]["server"]["enum"] == ["demo", "big", "broken"]
+    assert meta.parameters["properties"]["subcommand"]["enum"] == ["discover", "call"]
+    assert meta.category == "mcp"
+
+
+@shared_loop
+async def test_discover_shows_tools_with_their_parameters(progressive):
+    registry = ToolRegistry(progressive.tools)
+    small = await registry.call("mcp", {"subcommand": "discover", "server": "demo"})
+    assert "- add(a: integer, b: integer): Add two integers" in small.content
+    assert '"required": ["a", "b"]' in small.content
+    big = await registry.call("mcp", {"subcommand": "discover", "server": "big"})
+    assert "- tool_099(x?: integer): Numbered tool 99" in big.content
+    assert "full parameter schema" in big.content
+    one = await registry.call(
+        "mcp", {"subcommand": "discover", "server": "big", "tool": "tool_007"}
+    )
+    assert json.loads(one.content)["parameters"]["properties"]["x"]["type"] == "integer"
+
+
+@shared_loop
+async def test_call_runs_the_tool_and_explains_mistakes(progressive):
+    registry = ToolRegistry(progressive.tools)
+
+    async def call(**args):
+        return await registry.call("mcp", {"subcommand": "call", **args})
+
+    ok = await call(server="demo", tool="add", parameters={"a": 2, "b": 40})
+    assert (ok.content, ok.is_error) == ("42", False)
+
+    unknown = await call(server="demo", tool="multiply", parameters={})
+    assert unknown.is_error
+    assert "has no tool 'multiply'" in unknown.content and "echo, add" in unknown.content
+
+    bad = await call(server="demo", tool="add", parameters={"a": "two"})
+    assert bad.is_error
+    assert "'b' is a required property" in bad.content
+    assert "add(a: integer, b: integer)" in bad.content
+
+    down = await call(server="broken", tool="search", parameters={})
+    assert down.is_error
+    assert "MCP server 'broken' is unavailable" in down.content
+
+    failed = await call(server="big", tool="fail", parameters={"message": "quota exceeded"})
+    assert failed.is_error and "quota exceeded" in failed.content
+
+    nope = await registry.call("mcp", {"subcommand": "call", "server": "nowhere", "tool": "x"})
+    assert nope.is_error and "demo" in nope.content
+
+
+@shared_loop
+async def test_hooks_see_a_meta_call_as_the_real_tool(progressive):
+    meta: McpMetaTool = progressive.tools[0]
+    args = {"subcommand": "call", "server": "demo", "tool": "add", "parameters": {"a": 1}}
+    assert effective_tool_name("mcp", args) == "demo__add"
+    assert effective_tool_name("mcp", {"subcommand": "discover", "server": "demo"}) == "mcp"
+    assert effective_tool_name("calculator", {"server": "demo"}) == "calculator"
+    name, extra = meta.metadata["call_view"](args)
+    assert (name, extra) == ("demo__add", {"server": "demo", "tool": "add", "category": "mcp"})
+
+
+@shared_loop
+async def test_runs_share_the_servers_of_one_process(project, services, progressive):
+    again = await provide(context(project, services, "helper"))
+    demo = get_manager(services).get("demo")
+    assert demo is not None and demo.starts == 1
+    assert again.tools[0].connections["demo"] is demo
+
+
+# --------------------------------------------------------------------------- legacy
+
+
+@shared_loop
+async def test_legacy_mode_registers_every_tool(project, services):
+    provision = await provide(context(project, services, "legacy"))
+    names = [t.name for t in provision.tools]
+    assert "demo__echo" in names and "demo__grow" in names
+    assert all(t.category == "mcp" for t in provision.tools)
+    assert provision.prompt is not None and "- broken: unavailable:" in provision.prompt
+    result = await ToolRegistry(provision.tools).call("demo__echo", {"text": "hello"})
+    assert result.content == "hello"
+
+
+@shared_loop
+async def test_env_mode_applies_when_the_agent_sets_none(project, services, monkeypatch):
+    monkeypatch.setenv("FIM_MCP_TOOL_MODE", "legacy")
+    provision = await provide(context(project, services, "helper"))
+    assert len([t for t in provision.tools if t.name.startswith("big__tool_")]) == 100
+    monkeypatch.setenv("FIM_MCP_TOOL_MODE", "progressive")
+    assert (await provide(context(project, services, "legacy"))).tools[0].name == "demo__echo"
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+@shared_loop
+async def test_an_agent_run_calls_the_published_time_server(project):
+    from fim.engines.react import ReactEngine
+    from fim.llm.testing import ScriptedModel, text, tool_call
+    from fim.types import RunFinished, ToolResultEvent
+
+    before = children()
+    services = Services(root=project.root)
+    provision = await provide(context(project, services, "clock"))
+    assert "- time: " in provision.prompt and "get_current_time" in provision.prompt
+    args = {
+        "subcommand": "call",
+        "server": "time",
+        "tool": "get_current_time",
+        "parameters": {"timezone": "UTC"},
+    }
+    model = ScriptedModel([tool_call("mcp", args), text("It is daytime somewhere.")])
+    engine = ReactEngine(
+        model=model,
+        registry=ToolRegistry(provision.tools),
+        system_prompt=f"Tell the time.\n\n{provision.prompt}",
+        agent="clock",
+        run_id="r1",
+    )
+    events = [event async for event in engine.run("What time is it in UTC?")]
+    result = next(e for e in events if isinstance(e, ToolResultEvent))
+    assert not result.is_error
+    assert json.loads(result.content)["timezone"] == "UTC"
+    assert isinstance(events[-1], RunFinished) and events[-1].status == "ok"
+    spawned = children() - before
+    assert len(spawned) == 1
+
+    await services.aclose()
+    assert not any(alive(pid) for pid in spawned)
+
+
+# --------------------------------------------------------------------------- CLI / validate
+
+
+@pytest.fixture(scope="module")
+def small_project(tmp_path_factory: pytest.TempPathFactory, http_url: str) -> Path:
+    servers = {
+        "big": {"url": f"{http_url}/mcp", "description": "Big"},
+        "broken": {"command": sys.executable, "args": ["-c", BROKEN]},
+    }
+    return write_project(tmp_path_factory.mktemp("small"), servers, {})
+
+
+def cli() -> typer.Typer:
+    from fim.commands import mcp
+
+    app = typer.Typer()
+
+    @app.callback()
+    def _root() -> None:
+        """fim"""
+
+    mcp.register(app)
+    return app
+
+
+def test_fim_mcp_list_shows_status_and_tool_counts(small_project):
+    result = CliRunner().invoke(cli(), ["mcp", "list", "--project", str(small_project)])
+    assert result.exit_code == 1, result.output
+    big, broken = result.output.splitlines()
+    assert big.split()[:5] == ["big", "streamable_http", "ready", "110", "tools"]
+    assert broken.split()[:3] == ["broken", "stdio", "failed"]
+    assert "DOCS_TOKEN is not set" in broken
+
+
+def test_fim_mcp_tools_lists_one_servers_tools(small_project):
+    result = CliRunner().invoke(cli(), ["mcp", "tools", "big", "--project", str(small_project)])
+    assert result.exit_code == 0, result.output
+    assert "big__add  Add two integers" in result.output.splitlines()
+    missing = CliRunner().invoke(cli(), ["mcp", "tools", "nope", "--project", str(small_project)])
+    assert missing.exit_code == 1
+    assert "no MCP server named 'nope'" in missing.output
+
+
+@shared_loop
+async def test_validate_live_reports_servers_that_fail_to_start(small_project):
+    results = await check_live(compile_project(small_project))
+    assert results[0] == ("big", True, "110 tools")
+    name, ok, detail = results[1]
+    assert (name, ok) == ("broken", False)
+    assert "exited before completing the MCP handshake" in detail
+    assert "DOCS_TOKEN is not set" in detail
