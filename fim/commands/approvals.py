@@ -1,0 +1,191 @@
+"""`fim approvals list|approve|deny`: decide what `confirm` hooks and `human` nodes wait for.
+
+Approvals live in the state store, so this works from any shell on the machine (or any
+machine, with a PostgreSQL `state:`) while the agent that asked is still waiting, and
+after it restarted. Only fim.yaml is read: a broken agent file elsewhere in the project
+must not stop someone from denying a pending call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from fim.commands import ProjectOption, fail, print_problems, project_dir, user_errors
+
+if TYPE_CHECKING:
+    from fim.store import Approval, Store
+
+StateOption = Annotated[
+    str | None,
+    typer.Option(
+        "--state", help="State store URL (default: `state:` of fim.yaml).", show_default=False
+    ),
+]
+NoteOption = Annotated[
+    str | None, typer.Option("--note", "-n", help="Why; the agent sees a denial's note.")
+]
+
+
+def register(app: typer.Typer) -> None:
+    approvals = typer.Typer(
+        name="approvals",
+        help="List, approve and deny pending human approvals.",
+        no_args_is_help=True,
+    )
+    approvals.command("list")(list_)
+    approvals.command("approve")(approve)
+    approvals.command("deny")(deny)
+    app.add_typer(approvals, name="approvals")
+
+
+def open_store(ctx: typer.Context | None, project: Path | None, state: str | None) -> Store:
+    """The project's store: `--state`, else fim.yaml's `state:` resolved against its root."""
+    from fim.store import Store
+
+    if state:
+        return Store(state, root=Path.cwd())
+    from fim.config.loader import PROJECT_FILE, find_root, load
+
+    with user_errors():
+        root = find_root(project_dir(ctx, project))
+        decls = load(root)
+    if not decls.project_ok:
+        print_problems(p for p in decls.problems if p.path.endswith(PROJECT_FILE))
+        fail(f"cannot read the state URL from {root / PROJECT_FILE}", "fix fim.yaml first")
+    return Store(decls.project.state, root=root)
+
+
+def _run(store: Store, work: Any) -> Any:
+    async def go() -> Any:
+        try:
+            return await work
+        finally:
+            store.close()
+
+    try:
+        return asyncio.run(go())
+    except Exception as exc:
+        if type(exc).__module__.startswith("sqlalchemy"):
+            fail(f"cannot use the state store {store.display_url}: {exc}".splitlines()[0])
+        raise
+
+
+def _age(seconds: float) -> str:
+    seconds = abs(seconds)
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def list_(
+    ctx: typer.Context,
+    all_: Annotated[bool, typer.Option("--all", "-a", help="Include decided and expired.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
+    project: ProjectOption = None,
+    state: StateOption = None,
+) -> None:
+    """List pending approvals (or all of them)."""
+    store = open_store(ctx, project, state)
+    items: list[Approval] = _run(store, store.list_approvals(None if all_ else "pending"))
+    if as_json:
+        for item in items:
+            typer.echo(json.dumps(item.as_dict(), ensure_ascii=False, default=str))
+        return
+    if not items:
+        typer.echo("no pending approvals" if not all_ else "no approvals")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    now = time.time()
+    table = Table(show_lines=False)
+    for column in ("id", "status", "agent", "tool"):
+        table.add_column(column, no_wrap=True)
+    for column in ("arguments", "reason"):
+        table.add_column(column, overflow="fold", ratio=1)
+    for column in ("age", "expires"):
+        table.add_column(column, no_wrap=True)
+    for item in items:
+        args = json.dumps(item.args, ensure_ascii=False, default=str)
+        expires = "-"
+        if item.status == "pending" and item.expires_at is not None:
+            expires = f"in {_age(item.expires_at - now)}"
+        elif item.resolved_by:
+            expires = f"by {item.resolved_by}"
+        table.add_row(
+            item.id,
+            item.status,
+            item.agent,
+            item.tool_name,
+            args if len(args) <= 120 else args[:117] + "...",
+            item.reason,
+            _age(now - item.created_at),
+            expires,
+        )
+    console = Console()
+    if not console.is_terminal:  # piped or captured: do not squeeze ids into 80 columns
+        console = Console(width=160)
+    console.print(table)
+
+
+def _decide(
+    ctx: typer.Context,
+    approval_id: str,
+    approved: bool,
+    note: str | None,
+    project: Path | None,
+    state: str | None,
+) -> None:
+    store = open_store(ctx, project, state)
+    verb = "approved" if approved else "denied"
+
+    async def work() -> tuple[Approval | None, Approval | None]:
+        before = await store.get_approval(approval_id)
+        if before is None or before.status != "pending":
+            return before, None
+        data = {"note": note} if note else None
+        by = f"cli:{getpass.getuser()}"
+        return before, await store.resolve_approval(approval_id, approved, by=by, data=data)
+
+    before, after = _run(store, work())
+    if before is None:
+        fail(f"no approval '{approval_id}'", "see `fim approvals list --all` for the ids")
+    if after is None or after.status != verb:
+        current = after or before
+        by = f" by {current.resolved_by}" if current.resolved_by else ""
+        fail(f"approval {approval_id} is already {current.status}{by}; nothing was changed")
+    typer.echo(
+        f"{verb} {approval_id}: agent '{after.agent}' may "
+        f"{'now' if approved else 'not'} call {after.tool_name}"
+    )
+
+
+def approve(
+    ctx: typer.Context,
+    approval_id: Annotated[str, typer.Argument(metavar="ID", help="Approval id.")],
+    note: NoteOption = None,
+    project: ProjectOption = None,
+    state: StateOption = None,
+) -> None:
+    """Approve a pending call; the waiting agent runs it."""
+    _decide(ctx, approval_id, True, note, project, state)
+
+
+def deny(
+    ctx: typer.Context,
+    approval_id: Annotated[str, typer.Argument(metavar="ID", help="Approval id.")],
+    note: NoteOption = None,
+    project: ProjectOption = None,
+    state: StateOption = None,
+) -> None:
+    """Deny a pending call; the agent is told (with your note) and does not run it."""
+    _decide(ctx, approval_id, False, note, project, state)

@@ -1,0 +1,112 @@
+"""Asking a human: the shared path of the `confirm` builtin and of command hooks that answer
+`permissionDecision: "ask"`.
+
+The request is a row in the state store, not a prompt on a terminal, so it can be decided
+from another shell (`fim approvals approve ID`), the HTTP API, or after the process that
+asked has died: a re-run of the same call finds the pending (or already approved) request
+instead of asking twice, and each approval allows exactly one call.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING
+
+from fim.hooks.masking import mask_value
+from fim.types import HookContext, HookResult
+
+if TYPE_CHECKING:
+    from fim.hooks.base import BaseHook
+    from fim.store import Approval, Store
+
+
+async def _find_or_create(
+    store: Store, hook: BaseHook, context: HookContext, args: dict, reason: str, timeout: float
+) -> tuple[str, Approval | None]:
+    """An approval to wait on: one already made for this exact call, else a new one."""
+    now = time.time()
+    for earlier in await store.list_approvals(
+        None, agent=context.agent, tool_name=context.tool_name or "", limit=50
+    ):
+        if earlier.kind != "tool" or earlier.args != args:
+            continue
+        if earlier.status == "pending":
+            return earlier.id, None
+        fresh = earlier.created_at >= now - timeout
+        if earlier.status == "approved" and earlier.consumed_at is None and fresh:
+            return earlier.id, earlier
+    meta = context.metadata
+    approval_id = await store.create_approval(
+        run_id=context.run_id,
+        agent=context.agent,
+        tool_name=context.tool_name or "",
+        args=args,
+        reason=reason,
+        expires_at=now + timeout,
+        kind="tool",
+        data={
+            "hook": hook.name,
+            **{k: meta[k] for k in ("connector", "action", "access") if k in meta},
+        },
+    )
+    args_text = json.dumps(args, ensure_ascii=False, default=str)
+    hook.notice(
+        f"approval {approval_id} needed: agent '{context.agent}' wants to call "
+        f"{context.tool_name} {args_text[:300]} ({reason}). Approve with "
+        f"`fim approvals approve {approval_id}` or deny with `fim approvals deny "
+        f"{approval_id}` within {timeout:g}s.",
+        approval_id=approval_id,
+        tool_name=context.tool_name,
+    )
+    return approval_id, None
+
+
+async def ask_human(
+    hook: BaseHook, context: HookContext, *, reason: str, timeout: float, poll: float = 0.25
+) -> HookResult:
+    """Wait for a human to approve this call; allow on approval, block on denial or expiry."""
+    run = hook.run_context
+    if run is None:
+        raise RuntimeError(f"hook '{hook.name}' needs a run to ask for approval (state store)")
+    from fim.store import get_store
+
+    store = get_store(run.services)
+    args = mask_value(context.tool_args or {}, run.snapshot.mask)
+    tool = context.tool_name
+    approval_id, approval = await _find_or_create(store, hook, context, args, reason, timeout)
+    if approval is None:
+        current = await store.get_approval(approval_id)
+        remaining = timeout
+        if current is not None and current.expires_at is not None:
+            remaining = max(0.0, current.expires_at - time.time()) + 0.05
+        approval = await store.wait_approval(approval_id, remaining, poll=poll)
+
+    if approval is not None and approval.status == "approved":
+        if await store.consume_approval(approval_id):
+            return HookResult(
+                side_effects=[f"approval {approval_id} approved by {approval.resolved_by}"]
+            )
+        return HookResult(
+            allow=False,
+            error=f"approval {approval_id} for '{tool}' was already used by another call; "
+            "each approval allows one call, so a new request is needed",
+            side_effects=[f"approval {approval_id} already used"],
+        )
+    if approval is not None and approval.status == "denied":
+        note = approval.data.get("note")
+        return HookResult(
+            allow=False,
+            error=f"a human reviewer denied the call to '{tool}'"
+            + (f" with the note: {note}" if note else "")
+            + ". Do not retry the same call; tell the user it was denied or ask them how "
+            "to proceed",
+            side_effects=[f"approval {approval_id} denied by {approval.resolved_by}"],
+        )
+    return HookResult(
+        allow=False,
+        error=f"no human approved the call to '{tool}' within {timeout:g}s (approval "
+        f"{approval_id} expired), so it did not run. Do not retry the same call; tell the "
+        "user it needs approval (`fim approvals list`)",
+        side_effects=[f"approval {approval_id} expired"],
+    )

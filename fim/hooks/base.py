@@ -1,0 +1,157 @@
+"""The classes a hook is made of: what users subclass in hooks/*.py and builtins extend.
+
+A hook is an object with a point, a matcher, a priority and an async `__call__(context)`
+returning a `HookResult`. Users write
+
+    class RedactEmails(PostToolUseHook):
+        async def __call__(self, context: HookContext) -> HookResult: ...
+
+and get the options of `with:` as constructor keyword arguments. The runner binds the
+run (`self.run_context`) after construction, so a hook can reach the snapshot, the agent
+declaration and the long-lived services without a global.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel
+
+from fim.types import HookContext, HookPoint, HookResult
+
+if TYPE_CHECKING:
+    from fim.runtime import RunContext
+    from fim.types import Notice
+
+log = logging.getLogger("fim.hooks")
+
+POINTS: tuple[HookPoint, ...] = ("SessionStart", "PreToolUse", "PostToolUse")
+
+
+class HookBuildError(Exception):
+    """A hook declaration that cannot become a hook; turned into a Problem or a blocker."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        self.message = message
+        self.hint = hint
+        super().__init__(message + (f" ({hint})" if hint else ""))
+
+
+def compile_matcher(pattern: str | None) -> Callable[[str | None], bool]:
+    """Turn a matcher into a predicate on the tool name.
+
+    Globs (`crm__*`), `re:` regexes (searched, so anchor with `^` when needed) and Claude
+    Code's `Edit|Write` alternatives are all accepted; none, `""` and `*` match everything.
+    Raises `re.error` for a bad regex so declarations fail at compile time.
+    """
+    if pattern is None or pattern.strip() in ("", "*"):
+        return lambda name: True
+    if pattern.startswith("re:"):
+        regex = re.compile(pattern[3:])
+        return lambda name: name is not None and regex.search(name) is not None
+    alternatives = [p.strip() for p in pattern.split("|") if p.strip()]
+    return lambda name: name is not None and any(fnmatch.fnmatchcase(name, p) for p in alternatives)
+
+
+class BaseHook:
+    """Common machinery of every hook; subclass one of the three point classes instead."""
+
+    point: ClassVar[HookPoint]
+    also: ClassVar[tuple[HookPoint, ...]] = ()
+    """Further points the hook observes (audit_log times a call from Pre to Post)."""
+    Options: ClassVar[type[BaseModel] | None] = None
+    """A pydantic model (extra="forbid") validating `with:`; None passes options through."""
+
+    matcher: str | None = None
+    priority: int = 100
+    timeout: float = 30.0
+    name: str = ""
+    run_context: RunContext | None = None
+
+    def __init__(self, **options: Any) -> None:
+        self.options: Any = self.Options(**options) if self.Options is not None else options
+        self.name = self.name or type(self).__name__
+        self._match = compile_matcher(self.matcher)
+        self._notify: Callable[[Notice], None] | None = None
+
+    # ------------------------------------------------------------------ runner API
+
+    @property
+    def points(self) -> tuple[HookPoint, ...]:
+        return (self.point, *self.also)
+
+    def set_matcher(self, pattern: str | None) -> None:
+        self.matcher = pattern
+        self._match = compile_matcher(pattern)
+
+    def matches(self, tool_name: str | None) -> bool:
+        """SessionStart has no tool, so it always matches; tool points use the matcher."""
+        if tool_name is None:
+            return True
+        match = getattr(self, "_match", None) or compile_matcher(self.matcher)
+        return match(tool_name)
+
+    def chain_timeout(self) -> float:
+        """Seconds the runner allows one call of this hook before blocking (fail closed)."""
+        return self.timeout
+
+    async def __call__(self, context: HookContext) -> HookResult:
+        raise NotImplementedError(f"{type(self).__name__} must implement __call__")
+
+    async def finish(self, context: HookContext, result: HookResult) -> None:
+        """Called after every hook of the point has run, with the merged result.
+
+        Lets a hook act on the chain's outcome (audit the block a later hook decided);
+        most hooks do not need it, so the default does nothing.
+        """
+        return None
+
+    # ------------------------------------------------------------------ helpers for hooks
+
+    def notice(self, message: str, **data: Any) -> None:
+        """Tell the person running the agent something now (a pending approval), before the
+        hook's decision lands in the trace."""
+        log.warning(message)
+        if self._notify is not None:
+            from fim.types import Notice
+
+            run_id = self.run_context.run_id if self.run_context is not None else ""
+            self._notify(Notice(run_id=run_id, message=message, data=data))
+
+    @staticmethod
+    def allow(**changes: Any) -> HookResult:
+        return HookResult(**changes)
+
+    @staticmethod
+    def block(reason: str, **changes: Any) -> HookResult:
+        return HookResult(allow=False, error=reason, **changes)
+
+
+class SessionStartHook(BaseHook):
+    """Runs before the first model call; may add `additional_context` to the system prompt
+    or block the session."""
+
+    point: ClassVar[HookPoint] = "SessionStart"
+
+
+class PreToolUseHook(BaseHook):
+    """Runs after the model picked a tool and before it runs; may block or rewrite args."""
+
+    point: ClassVar[HookPoint] = "PreToolUse"
+
+
+class PostToolUseHook(BaseHook):
+    """Runs after the tool returned and before the model sees it; may rewrite the result."""
+
+    point: ClassVar[HookPoint] = "PostToolUse"
+
+
+HOOK_CLASSES: dict[HookPoint, type[BaseHook]] = {
+    "SessionStart": SessionStartHook,
+    "PreToolUse": PreToolUseHook,
+    "PostToolUse": PostToolUseHook,
+}

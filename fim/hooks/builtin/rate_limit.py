@@ -1,0 +1,66 @@
+"""`rate_limit`: at most `max_calls` per `window` seconds, per agent and tool (or connector).
+
+A model stuck in a loop can hammer a paid API or a fragile internal service hundreds of
+times a minute; the limit is a sliding window kept in the process's `Services`, so it
+holds across the runs one server handles, not just within one conversation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fim.hooks.base import PreToolUseHook
+from fim.types import HookContext, HookResult
+
+
+class RateLimitOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_calls: int = Field(ge=1)
+    """Calls allowed inside one window."""
+    window: float = Field(default=60.0, gt=0)
+    """Window length in seconds."""
+    per: Literal["tool", "connector"] = "tool"
+    """Count per tool name, or per connector (all actions of a connector share a budget)."""
+
+
+class RateLimit(PreToolUseHook):
+    Options: ClassVar[type[BaseModel]] = RateLimitOptions
+    priority = 20
+
+    def _windows(self) -> dict[tuple[str, ...], deque[float]]:
+        if self.run_context is None:
+            # Without a run (a hook tested on its own) the window lives on the hook.
+            if not hasattr(self, "_own"):
+                self._own: dict[tuple[str, ...], deque[float]] = {}
+            return self._own
+        return self.run_context.services.get("hooks.rate_limit", dict)
+
+    async def __call__(self, context: HookContext) -> HookResult:
+        opts: RateLimitOptions = self.options
+        target = context.tool_name or ""
+        if opts.per == "connector":
+            target = str(context.metadata.get("connector") or target)
+        key = (context.agent, opts.per, target, str(opts.max_calls), f"{opts.window:g}")
+        calls = self._windows().setdefault(key, deque())
+        now = time.monotonic()
+        while calls and now - calls[0] >= opts.window:
+            calls.popleft()
+        if len(calls) >= opts.max_calls:
+            wait = opts.window - (now - calls[0])
+            what = f"connector '{target}'" if opts.per == "connector" else f"'{target}'"
+            return HookResult(
+                allow=False,
+                error=f"rate limit reached: agent '{context.agent}' may call {what} at most "
+                f"{opts.max_calls} times per {opts.window:g}s. Wait about {wait:.0f}s, or "
+                "work with the results you already have",
+            )
+        calls.append(now)
+        return HookResult(side_effects=[f"call {len(calls)}/{opts.max_calls} in window"])
+
+
+HOOK = RateLimit

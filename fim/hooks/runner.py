@@ -1,0 +1,179 @@
+"""The hook chain of one run: ordering, chaining, fail-closed execution and trace events.
+
+The engine asks one question per point ("may this go on, and with what?") and gets one
+merged answer plus an event per hook, so the trace shows exactly which hook decided what.
+Every way a hook can go wrong (raise, hang, return garbage) becomes a block with the
+reason in the event: a guard that silently stops guarding is worse than none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from fim.hooks.base import BaseHook, log
+from fim.types import HookContext, HookEvent, HookPoint, HookResult
+
+if TYPE_CHECKING:
+    from fim.types import Notice
+
+
+def _identity(text: str) -> str:
+    return text
+
+
+class NoHooks:
+    """The runner of a run with hooks switched off (the eval path): allows everything."""
+
+    async def run(
+        self, point: HookPoint, context: HookContext
+    ) -> tuple[HookResult, list[HookEvent]]:
+        return HookResult(), []
+
+
+class HookChain:
+    """Implements `fim.types.HookRunner` over hooks sorted by priority (stable)."""
+
+    def __init__(
+        self,
+        hooks: Sequence[BaseHook],
+        *,
+        mask: Callable[[str], str] = _identity,
+        on_notice: Callable[[Notice], None] | None = None,
+    ) -> None:
+        self.hooks = sorted(hooks, key=lambda h: h.priority)
+        self.mask = mask
+        self.on_notice = on_notice
+        """Set by a surface that wants live notices (a pending approval) during a hook."""
+        for hook in self.hooks:
+            hook._notify = self._notify
+
+    def _notify(self, notice: Notice) -> None:
+        if self.on_notice is not None:
+            self.on_notice(notice)
+
+    def for_point(self, point: HookPoint) -> list[BaseHook]:
+        return [h for h in self.hooks if point in h.points]
+
+    async def run(
+        self, point: HookPoint, context: HookContext
+    ) -> tuple[HookResult, list[HookEvent]]:
+        args = dict(context.tool_args) if context.tool_args is not None else None
+        result_text = context.tool_result
+        args_changed = result_changed = False
+        contexts: list[str] = []
+        side_effects: list[str] = []
+        events: list[HookEvent] = []
+        blocked: str | None = None
+        matching = [h for h in self.for_point(point) if h.matches(context.tool_name)]
+
+        for hook in matching:
+            current = context.model_copy(
+                update={
+                    "point": point,
+                    "tool_args": dict(args) if args is not None else None,
+                    "tool_result": result_text,
+                    "metadata": dict(context.metadata),
+                }
+            )
+            result = await self._call(hook, current)
+            if not result.allow:
+                blocked = result.error or f"hook '{hook.name}' blocked without giving a reason"
+                events.append(self._event(hook, point, context, "block", blocked, result))
+                side_effects.extend(result.side_effects)
+                break
+            decision = "allow"
+            reason: str | None = None
+            if point == "PreToolUse" and result.modified_args is not None:
+                args, args_changed = dict(result.modified_args), True
+                decision, reason = "modify", "rewrote the arguments"
+            if point == "PostToolUse" and result.modified_result is not None:
+                result_text, result_changed = result.modified_result, True
+                decision, reason = "modify", "rewrote the result"
+            if result.additional_context:
+                contexts.append(result.additional_context)
+                if decision == "allow":
+                    decision, reason = "context", "added context"
+            side_effects.extend(result.side_effects)
+            events.append(self._event(hook, point, context, decision, reason, result))
+
+        merged = HookResult(
+            allow=blocked is None,
+            error=self.mask(blocked) if blocked is not None else None,
+            modified_args=args if args_changed and blocked is None else None,
+            modified_result=result_text if result_changed and blocked is None else None,
+            additional_context="\n\n".join(contexts) or None,
+            side_effects=side_effects,
+        )
+        final = context.model_copy(
+            update={"point": point, "tool_args": args, "tool_result": result_text}
+        )
+        # Every matching hook hears the outcome, also those the chain never reached, so an
+        # audit hook records calls another hook blocked before it.
+        for hook in matching:
+            failure = await self._finish(hook, final, merged)
+            if failure is not None and merged.allow:
+                events.append(self._event(hook, point, context, "block", failure, None))
+                merged = HookResult(
+                    allow=False, error=self.mask(failure), side_effects=side_effects
+                )
+        return merged, events
+
+    async def _call(self, hook: BaseHook, context: HookContext) -> HookResult:
+        timeout = hook.chain_timeout()
+        try:
+            result: Any = await asyncio.wait_for(hook(context), timeout)
+        except TimeoutError:
+            return HookResult(
+                allow=False,
+                error=f"hook '{hook.name}' timed out after {timeout:g}s, so the call was "
+                "blocked (hooks fail closed)",
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.debug("hook %s raised", hook.name, exc_info=True)
+            return HookResult(
+                allow=False,
+                error=f"hook '{hook.name}' failed ({type(exc).__name__}: {exc}), so the call "
+                "was blocked (hooks fail closed)",
+            )
+        if not isinstance(result, HookResult):
+            return HookResult(
+                allow=False,
+                error=f"hook '{hook.name}' returned {type(result).__name__} instead of a "
+                "HookResult, so the call was blocked (hooks fail closed)",
+            )
+        return result
+
+    async def _finish(self, hook: BaseHook, context: HookContext, merged: HookResult) -> str | None:
+        try:
+            await asyncio.wait_for(hook.finish(context, merged), hook.timeout)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return (
+                f"hook '{hook.name}' failed while finishing ({type(exc).__name__}: {exc}), "
+                "so the call was blocked (hooks fail closed)"
+            )
+        return None
+
+    def _event(
+        self,
+        hook: BaseHook,
+        point: HookPoint,
+        context: HookContext,
+        decision: str,
+        reason: str | None,
+        result: HookResult | None,
+    ) -> HookEvent:
+        return HookEvent(
+            run_id=context.run_id,
+            hook=self.mask(hook.name),
+            point=point,
+            decision=decision,  # type: ignore[arg-type]
+            tool_name=context.tool_name,
+            reason=self.mask(reason) if reason else None,
+            side_effects=[self.mask(s) for s in (result.side_effects if result else [])],
+        )
