@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from fim.runtime import Services
     from fim.snapshot import Snapshot
 
+Summarizer = Model | Callable[[], Model] | None
+
 SUMMARY_PREFIX = "[Summary of the earlier conversation, condensed to fit the context budget]"
 _TRUNCATE_ABOVE = 1200
 """Characters; shorter observations are not worth cutting."""
@@ -95,9 +97,10 @@ def context_budget(
     return total - min(max_output or 4096, total // 4)
 
 
-def guard_for(snapshot: Snapshot, agent: AgentDecl, summarizer: Model | None) -> ContextGuard:
+def guard_for(snapshot: Snapshot, agent: AgentDecl, summarizer: Summarizer) -> ContextGuard:
     """The guard of one agent: its `context_budget`, else its model's window less room for
-    the reply; `summarizer` is the `fast` role's model (None: older turns are dropped)."""
+    the reply; `summarizer` is the `fast` role's model or a factory of it (None: older turns
+    are dropped instead of summarised)."""
     from fim.errors import RunError
 
     try:
@@ -119,7 +122,8 @@ class ContextGuard:
     """Fits a conversation into `budget_tokens` before each model call."""
 
     budget_tokens: int
-    summarizer: Model | None = None
+    summarizer: Summarizer = None
+    """A model, or a factory called on first need (most runs never summarise)."""
     keep_last: int = 4
     model: str | None = None
     """Model string used to pick the tokenizer."""
@@ -202,6 +206,8 @@ class ContextGuard:
                 Message(role="user", content=transcript(older)),
             ]
             try:
+                if not isinstance(self.summarizer, Model):
+                    self.summarizer = self.summarizer()
                 response = await self.summarizer.complete(request)
                 summary = (response.message.content or "").strip() or None
                 failure = "" if summary else " (the summarizer returned nothing)"

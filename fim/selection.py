@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fim.runtime import RunContext
 from fim.skills import READ_SKILL, cut
 from fim.tools.registry import ToolRegistry
 from fim.types import Event, Message, Model, Notice, ToolResult, Usage
@@ -251,6 +252,45 @@ def first_turn_selection(
     return on_turn
 
 
+def attach(engine: Any, ctx: RunContext, request: str, pinned: set[str]) -> None:
+    """Give a ReactEngine of `ctx` tool selection (before its first model call) and the
+    context guard (before every call), both using the `fast` role's model, falling back to
+    the agent's own model when the project declares no `fast` role. An `on_turn` the engine
+    already has keeps running after selection."""
+    from fim.context import guard_for
+    from fim.errors import RunError
+
+    snapshot, agent = ctx.snapshot, ctx.agent
+
+    def fast() -> Model:
+        from fim.llm import make_model
+
+        try:
+            settings = snapshot.model_settings("fast")
+        except RunError:
+            settings = snapshot.model_settings(agent.model)
+        return make_model(settings, snapshot.root)
+
+    settings = snapshot.project.tool_selection
+    select = first_turn_selection(
+        fast,
+        request,
+        engine.registry,
+        pinned=pinned | set(agent.tools),
+        max_tools=settings.max,
+        threshold=settings.threshold,
+        run_id=ctx.run_id,
+    )
+    previous = engine.on_turn
+
+    async def on_turn() -> list[Event]:
+        events = await select()
+        return events + (await previous() if previous is not None else [])
+
+    engine.on_turn = on_turn
+    engine.fit_context = guard_for(snapshot, agent, fast).bind(engine.registry.specs)
+
+
 def request_tools_tool(registry: ToolRegistry) -> RequestTools:
     """The meta-tool that loads inactive tools of `registry` mid-run."""
     return RequestTools(registry)
@@ -260,6 +300,7 @@ __all__ = [
     "REQUEST_TOOLS",
     "RequestTools",
     "SelectionOutcome",
+    "attach",
     "catalogue",
     "first_turn_selection",
     "parse_choice",

@@ -286,3 +286,17 @@ def test_guard_for_reads_the_agent_budget_or_the_model_settings(hub):
     )
     guard = guard_for(hub, custom, ScriptedModel([]))
     assert guard.budget_tokens == 30_000 and guard.model == "ollama/x"
+
+
+async def test_the_summarizer_is_built_only_when_first_needed():
+    built: list[ScriptedModel] = []
+
+    def fast() -> ScriptedModel:
+        built.append(ScriptedModel([text("batches 0-7 checked")]))
+        return built[-1]
+
+    guard = ContextGuard(budget_tokens=3000, summarizer=fast, keep_last=4)
+    await guard.fit(long_run(1), TOOLS)
+    assert built == [], "a run that fits never builds the fast model"
+    fitted, _ = await guard.fit(long_run(12), TOOLS)
+    assert len(built) == 1 and fitted[1].content.endswith("batches 0-7 checked")

@@ -221,3 +221,33 @@ async def test_first_turn_selection_without_a_fast_model_keeps_every_tool(regist
     [notice] = await on_turn()
     assert "could not be built (unknown model role 'fast')" in notice.message
     assert len(registry.specs()) == len(registry)
+
+
+async def test_attach_selects_with_the_fast_role_and_guards_the_context(tmp_path):
+    import fim.tools.builtin
+    from fim.agent import make_engine
+    from fim.compile import compile_project
+    from fim.runtime import RunContext, Services
+    categories = sorted(fim.tools.builtin.categories())
+    (tmp_path / "fim.yaml").write_text(
+        "name: hub\nmodels:\n  general: scripted:worker.yaml\n  fast: scripted:fast.yaml\n"
+        "tool_selection: {threshold: 3, max: 2}\n"
+    )
+    (tmp_path / "fast.yaml").write_text('- text: \'{"tools": ["calculator", "nope"]}\'\n')
+    (tmp_path / "worker.yaml").write_text("- text: unused\n")
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "hub.yaml").write_text(
+        f"instructions: Help.\ntool_categories: {categories}\ncontext_budget: 50000\n"
+    )
+    snapshot = compile_project(tmp_path)
+    ctx = RunContext(snapshot, snapshot.agent("hub"), Services(root=tmp_path))
+    worker = ScriptedModel([text("4")])
+    engine = await make_engine(ctx, "What is 2+2?", model=worker)
+    assert len(engine.registry) > 3
+
+    events = [e async for e in engine.run("What is 2+2?")]
+    [notice] = [e for e in events if isinstance(e, Notice)]
+    assert notice.data["chosen"] == ["calculator"] and notice.data["ignored"] == ["nope"]
+    [(_, tools)] = worker.requests
+    assert [t.name for t in tools] == ["calculator", REQUEST_TOOLS]
+    assert engine.fit_context is not None and events[-1].output == "4"
