@@ -326,3 +326,14 @@ def test_action_tools_carry_the_metadata_hooks_need(api):
         "method": "POST",
         "path": "/leads",
     }
+
+
+async def test_a_huge_body_is_not_read_past_the_byte_cap(api, services, monkeypatch):
+    monkeypatch.setattr(http_mod, "MAX_BODY_BYTES", 1000)
+    url, _, _ = api
+    decl = connector(url, {"list": {"path": "/items"}})
+    result = await call(services, decl, "list", {"n": 5000})
+    assert not result.is_error
+    assert result.content.startswith('[{"id":0,')
+    assert result.content.endswith("response larger than 1000 bytes; the rest was not read]")
+    assert len(result.content) < 1200

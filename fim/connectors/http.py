@@ -14,6 +14,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -28,6 +29,8 @@ _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
 _QUERY_METHODS = frozenset({"GET", "DELETE", "HEAD"})
 _PATH_PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_\-]*)\}")
 _ERROR_EXCERPT = 1000
+MAX_BODY_BYTES = 8 * 1024 * 1024
+"""Bytes of a response body read at most; the observation is far smaller anyway."""
 
 
 def tool_name(connector: str, action: str) -> str:
@@ -158,15 +161,15 @@ class HttpConnectorClient:
                 is_error=True,
             )
         attempts = 1 + (self.decl.retries if action.method in _IDEMPOTENT else 0)
-        response = None
         for attempt in range(attempts):
             if attempt:
                 await asyncio.sleep(RETRY_BACKOFF * 2 ** (attempt - 1))
+            last = attempt + 1 == attempts
             try:
-                response = await self.client.request(**request)
+                fetched = await self._fetch(request)
             except httpx.TimeoutException as exc:
                 # A connect timeout is worth a retry; a read timeout means a slow server.
-                if isinstance(exc, httpx.ConnectTimeout) and attempt + 1 < attempts:
+                if isinstance(exc, httpx.ConnectTimeout) and not last:
                     continue
                 return ToolResult(
                     content=f"Error: {label} timed out after {self.decl.timeout:g}s. The "
@@ -174,7 +177,7 @@ class HttpConnectorClient:
                     is_error=True,
                 )
             except httpx.TransportError as exc:
-                if attempt + 1 < attempts:
+                if not last:
                     continue
                 return ToolResult(
                     content=self.mask(
@@ -183,47 +186,80 @@ class HttpConnectorClient:
                     ),
                     is_error=True,
                 )
-            if response.status_code >= 500 and attempt + 1 < attempts:
+            if fetched.status >= 500 and not last:
                 continue
-            break
-        assert response is not None
-        return self._observation(response)
+            return self._observation(fetched)
+        raise AssertionError("unreachable: the last attempt always returns")
 
-    def _observation(self, response: Any) -> ToolResult:
+    async def _fetch(self, request: dict[str, Any]) -> _Fetched:
+        """Send and read at most MAX_BODY_BYTES, so a huge response cannot exhaust memory."""
+        async with self.client.stream(**request) as response:
+            chunks: list[bytes] = []
+            size = 0
+            cut = False
+            async for chunk in response.aiter_bytes():
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > MAX_BODY_BYTES:
+                    cut = True
+                    break
+            body = b"".join(chunks)[:MAX_BODY_BYTES]
+            return _Fetched(
+                status=response.status_code,
+                reason=response.reason_phrase,
+                content_type=response.headers.get("content-type", ""),
+                text=body.decode(response.encoding or "utf-8", errors="replace"),
+                cut=cut,
+            )
+
+    def _observation(self, fetched: _Fetched) -> ToolResult:
         limit = self.decl.max_response_chars
-        status = response.status_code
+        status = fetched.status
         meta = {"status": status}
         if status >= 400:
-            excerpt = truncate_text(_body_text(response), _ERROR_EXCERPT)
+            excerpt = truncate_text(_body_text(fetched), _ERROR_EXCERPT)
             hint = _status_hint(status)
             content = f"[HTTP {status}] {excerpt}".rstrip() + (f"\n{hint}" if hint else "")
             return ToolResult(content=self.mask(content), is_error=True, metadata=meta)
-        if not response.content:
+        if not fetched.text:
             return ToolResult(content=f"[HTTP {status}] (empty response)", metadata=meta)
-        data = _json_body(response)
+        data = _json_body(fetched)
         if data is not _NOT_JSON:
             return ToolResult(content=self.mask(render_json(data, limit)), metadata=meta)
-        return ToolResult(content=self.mask(truncate_text(response.text, limit)), metadata=meta)
+        text = truncate_text(fetched.text, limit)
+        if fetched.cut and len(fetched.text) <= limit:
+            text += f"\n... [response larger than {MAX_BODY_BYTES} bytes; the rest was not read]"
+        return ToolResult(content=self.mask(text), metadata=meta)
+
+
+@dataclass
+class _Fetched:
+    status: int
+    reason: str
+    content_type: str
+    text: str
+    cut: bool
 
 
 _NOT_JSON = object()
 
 
-def _json_body(response: Any) -> Any:
-    ctype = response.headers.get("content-type", "")
-    if "json" not in ctype and not response.text.lstrip().startswith(("{", "[")):
+def _json_body(fetched: _Fetched) -> Any:
+    if fetched.cut:
+        return _NOT_JSON  # a cut document cannot be parsed; it is shown as text
+    if "json" not in fetched.content_type and not fetched.text.lstrip().startswith(("{", "[")):
         return _NOT_JSON
     try:
-        return json.loads(response.text)
+        return json.loads(fetched.text)
     except ValueError:
         return _NOT_JSON
 
 
-def _body_text(response: Any) -> str:
-    data = _json_body(response)
+def _body_text(fetched: _Fetched) -> str:
+    data = _json_body(fetched)
     if data is not _NOT_JSON:
         return json.dumps(data, ensure_ascii=False, separators=(", ", ": "))
-    return response.text.strip() or response.reason_phrase
+    return fetched.text.strip() or fetched.reason
 
 
 def _status_hint(status: int) -> str:
