@@ -169,6 +169,12 @@ def test_mode_precedence_agent_then_env_then_project_then_default(
     assert names[-1] == "database"  # the database mode is resolved on its own
 
 
+def test_the_database_mode_has_its_own_env_variable(tmp_path, api, services, monkeypatch):
+    monkeypatch.setenv("FIM_DATABASE_TOOL_MODE", "legacy")
+    names = [t.name for t in provide(context(snapshot(tmp_path, api[0]), services)).tools]
+    assert names == ["connector", "shop_db__list_tables", "shop_db__describe", "shop_db__query"]
+
+
 def test_a_database_that_is_down_does_not_fail_the_run(tmp_path, api, services):
     down = DatabaseConnector(kind="database", url="postgresql://fim:pw@127.0.0.1:1/nowhere")
     snap = snapshot(
