@@ -58,6 +58,11 @@ def services_for(snapshot: Snapshot) -> Services:
     return Services(root=snapshot.root, state_url=snapshot.project.state)
 
 
+def approval_of(events: list[Event]) -> str:
+    """The approval id announced by the notice of a waiting human node."""
+    return next(e.data["approval_id"] for e in events if "approval_id" in getattr(e, "data", {}))
+
+
 async def collect(events: Any) -> list[Event]:
     return [e async for e in events]
 
@@ -196,9 +201,7 @@ async def test_deny_with_on_error_continue_lets_dependants_run(tmp_path):
 async def test_a_decision_taken_elsewhere_is_picked_up_on_resume(tmp_path):
     snapshot = compile_project(write_project(tmp_path))
     run_id, events = await start_paused(snapshot)
-    approval_id = next(
-        e.data["approval_id"] for e in events if "approval_id" in getattr(e, "data", {})
-    )
+    approval_id = approval_of(events)
     services = services_for(snapshot)
     try:
         await get_store(services).resolve_approval(approval_id, True, by="http", data={"note": "n"})
@@ -232,3 +235,21 @@ async def test_only_paused_runs_can_be_resumed(tmp_path):
         await resume(snapshot, run_id, True)
     with pytest.raises(RunError, match="no workflow run 'missing'"):
         await resume(snapshot, "missing", True)
+
+
+async def test_an_approval_resumes_a_run_only_once(tmp_path):
+    """Two processes resuming the same approved run: the second is refused, since one
+    approval allows one continuation."""
+    snapshot = compile_project(write_project(tmp_path))
+    run_id, events = await start_paused(snapshot)
+    approval_id = approval_of(events)
+    services = services_for(snapshot)
+    try:
+        store = get_store(services)
+        await store.resolve_approval(approval_id, True, by="http")
+        assert await store.consume_approval(approval_id)  # the other process got there first
+    finally:
+        await services.aclose()
+
+    with pytest.raises(RunError, match="already resumed at 'approve' by another process"):
+        await resume(snapshot, run_id, None)

@@ -256,3 +256,39 @@ async def test_mcp_node_calls_a_tool_of_a_stdio_server(tmp_path):
     assert events[-1].outputs["sum"] == "42"
     assert "has no tool 'nope'" in events[-1].outputs["nope"]
     assert "echo" in events[-1].outputs["nope"]
+
+
+async def test_agent_nodes_run_the_agents_hooks_unless_hooks_are_off(tmp_path):
+    """A PreToolUse command hook on the agent blocks its calculator call inside the
+    workflow and leaves a trace in a file; an engine built with hooks=False (the eval
+    path) runs the same agent without it."""
+    log = tmp_path / "hook.log"
+    root = project(
+        tmp_path,
+        {
+            "s/helper.yaml": (
+                "- tool_calls: [{name: calculator, arguments: {expression: '1 + 1'}}]\n"
+                "- text: finished\n"
+            ),
+            "agents/helper.yaml": (
+                "model: scripted:s/helper.yaml\ntools: [calculator]\nhooks:\n"
+                "  - event: PreToolUse\n"
+                "    matcher: calculator\n"
+                f"    command: \"echo blocked >> {log}; echo 'no maths' >&2; exit 2\"\n"
+            ),
+            "workflows/ask.yaml": (
+                "nodes:\n  answer: {type: agent, agent: helper, input: add}\n"
+                "outputs: {answer: '{{ nodes.answer.output }}'}\n"
+            ),
+        },
+    )
+    snapshot = compile_project(root)
+    for hooks in (True, False):
+        services = Services(root=snapshot.root, state_url=snapshot.project.state)
+        try:
+            engine = WorkflowEngine(snapshot, "ask", services, hooks=hooks)
+            events = [e async for e in engine.run({})]
+        finally:
+            await services.aclose()
+        assert events[-1].outputs == {"answer": "finished"}
+    assert log.read_text().splitlines() == ["blocked"]

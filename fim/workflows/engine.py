@@ -218,6 +218,11 @@ class WorkflowEngine:
                 f"node '{node_id}' was already {approval.status} by {approval.resolved_by}",
                 hint="resume without --approve/--deny to continue with that decision",
             )
+        if approval.status == "approved" and not await store.consume_approval(approval.id):
+            raise RunError(
+                f"run '{run_id}' was already resumed at '{node_id}' by another process",
+                hint=f"`fim workflow show {run_id}` shows where it is now",
+            )
         base = {"workflow", "run_id", "node"}
         if not given:
             given = {k: v for k, v in (approval.data or {}).items() if k not in base}
