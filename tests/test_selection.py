@@ -228,6 +228,7 @@ async def test_attach_selects_with_the_fast_role_and_guards_the_context(tmp_path
     from fim.agent import make_engine
     from fim.compile import compile_project
     from fim.runtime import RunContext, Services
+
     categories = sorted(fim.tools.builtin.categories())
     (tmp_path / "fim.yaml").write_text(
         "name: hub\nmodels:\n  general: scripted:worker.yaml\n  fast: scripted:fast.yaml\n"
