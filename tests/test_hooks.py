@@ -350,3 +350,27 @@ def test_check_hooks_reports_every_unbuildable_hook_with_a_hint(tmp_path: Path) 
     assert "is not a hook class" in messages[4] and "is a PostToolUse hook" in messages[5]
     assert "needs an event" in messages[6] and "max_calls: Field required" in messages[7]
     assert messages[8].startswith("hook 'shared': bad options")
+
+
+def test_fim_validate_reports_a_hook_that_cannot_be_built(tmp_path: Path) -> None:
+    from fim.compile import compile_project
+    from fim.errors import ConfigError
+
+    write_hooks(tmp_path, "broken", BROKEN)
+    (tmp_path / "fim.yaml").write_text("name: demo\nmodels: {general: openai/gpt-4o-mini}\n")
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "support.yaml").write_text(
+        "instructions: Help.\n"
+        "hooks:\n"
+        "  - use: truncate\n"
+        "    with: {max_chars: lots}\n"
+        "  - python: broken:Late\n"
+        "    event: PreToolUse\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        compile_project(tmp_path)
+    lines = [str(p) for p in caught.value.problems]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("agents/support.yaml:")
+    assert "hooks[0]: bad options for hook 'truncate': max_chars" in lines[0]
+    assert "hooks[1]: class 'broken:Late' is a PostToolUse hook" in lines[1]
