@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import inspect
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -65,14 +66,17 @@ def render_instructions(snapshot: Snapshot, ctx: RunContext) -> str:
         raise RunError(f"{src.path}: cannot render instructions: {exc}") from None
 
 
-def assemble(ctx: RunContext) -> Assembly:
-    """Ask every capability provider what this agent gets for this run."""
+async def assemble(ctx: RunContext) -> Assembly:
+    """Ask every capability provider what this agent gets for this run (some providers,
+    such as MCP, await their servers' tool lists)."""
     registry = ToolRegistry()
     sections: list[tuple[str, str]] = [("instructions", render_instructions(ctx.snapshot, ctx))]
     pinned: set[str] = set()
     provisions: list[Provision] = []
     for path in PROVIDERS:
         provision = load_provider(path)(ctx)
+        if inspect.isawaitable(provision):
+            provision = await provision
         if provision is None:
             continue
         provisions.append(provision)
@@ -103,8 +107,11 @@ def _call_view(registry: ToolRegistry):
     return view
 
 
-def make_engine(ctx: RunContext, *, model: Model | None = None, stream: bool = False):
-    """Build the engine of one run (react or dag) with hooks wired in."""
+async def make_engine(
+    ctx: RunContext, request: str = "", *, model: Model | None = None, stream: bool = False
+):
+    """Build the engine of one run (react or dag): tools, hooks, tool selection for
+    `request`, and the context guard."""
     from fim.engines.react import NoHooks, ReactEngine
     from fim.llm import make_model
 
@@ -116,7 +123,7 @@ def make_engine(ctx: RunContext, *, model: Model | None = None, stream: bool = F
             hint="a delegation or workflow chain is recursing; raise max_depth in fim.yaml "
             "if intended",
         )
-    assembly = assemble(ctx)
+    assembly = await assemble(ctx)
     if model is None:
         model = make_model(snapshot.model_settings(agent.model), snapshot.root)
     if ctx.hooks_enabled and agent.hooks:
@@ -144,6 +151,9 @@ def make_engine(ctx: RunContext, *, model: Model | None = None, stream: bool = F
             "depth": ctx.depth,
         },
     )
+    from fim.selection import attach
+
+    attach(react, ctx, request, assembly.pinned)
     if agent.engine == "dag":
         from fim.engines.dag import DagEngine
 
@@ -185,7 +195,10 @@ async def run_agent(
     if run_id:
         ctx.run_id = run_id
     try:
-        engine = make_engine(ctx, model=model, stream=stream)
+        request = input if isinstance(input, str) else next(
+            (m.content or "" for m in reversed(input) if m.role == "user"), ""
+        )
+        engine = await make_engine(ctx, request, model=model, stream=stream)
         async for event in engine.run(input):
             yield event
     finally:

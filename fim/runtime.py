@@ -111,7 +111,10 @@ class Provision:
 
 PROVIDERS: list[str] = [
     "fim.tools.builtin:provide",
+    "fim.connectors:provide",
+    "fim.mcp:provide",
     "fim.skills:provide",
+    "fim.workflows.tool:provide",
     "fim.delegation:provide",
 ]
 """Dotted paths of provider functions; areas append themselves here when they land."""
