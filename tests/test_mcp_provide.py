@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 import typer
-from mcp_servers.harness import DEMO, alive, children, http_demo
+from mcp_servers.harness import DEMO, children, http_demo
 from typer.testing import CliRunner
 
 from fim.compile import compile_project
@@ -76,6 +76,10 @@ def project(tmp_path_factory: pytest.TempPathFactory, http_url: str) -> Snapshot
             instructions: Tell the time.
             model: openai/gpt-4o-mini
             mcp: [time]
+            hooks:
+              - event: PreToolUse
+                matcher: "time__convert_*"
+                command: "echo 'time conversions are not allowed here' >&2; exit 2"
         """,
     }
     return compile_project(write_project(tmp_path_factory.mktemp("proj"), servers, agents))
@@ -218,39 +222,43 @@ async def test_env_mode_applies_when_the_agent_sets_none(project, services, monk
 
 
 @shared_loop
-async def test_an_agent_run_calls_the_published_time_server(project):
-    from fim.engines.react import ReactEngine
+async def test_an_agent_run_calls_the_published_time_server_and_hooks_see_the_real_tool(
+    project,
+):
+    from fim.agent import run_agent
     from fim.llm.testing import ScriptedModel, text, tool_call
-    from fim.types import RunFinished, ToolResultEvent
+    from fim.types import HookEvent, RunFinished, ToolResultEvent
 
-    before = children()
-    services = Services(root=project.root)
-    provision = await provide(context(project, services, "clock"))
-    assert "- time: " in provision.prompt and "get_current_time" in provision.prompt
-    args = {
-        "subcommand": "call",
-        "server": "time",
-        "tool": "get_current_time",
-        "parameters": {"timezone": "UTC"},
-    }
-    model = ScriptedModel([tool_call("mcp", args), text("It is daytime somewhere.")])
-    engine = ReactEngine(
-        model=model,
-        registry=ToolRegistry(provision.tools),
-        system_prompt=f"Tell the time.\n\n{provision.prompt}",
-        agent="clock",
-        run_id="r1",
+    def call(tool: str, parameters: dict[str, str]) -> dict[str, object]:
+        return {"subcommand": "call", "server": "time", "tool": tool, "parameters": parameters}
+
+    model = ScriptedModel(
+        [
+            tool_call("mcp", call("get_current_time", {"timezone": "UTC"})),
+            tool_call(
+                "mcp",
+                call(
+                    "convert_time",
+                    {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"},
+                ),
+            ),
+            text("It is noon somewhere."),
+        ]
     )
-    events = [event async for event in engine.run("What time is it in UTC?")]
-    result = next(e for e in events if isinstance(e, ToolResultEvent))
-    assert not result.is_error
-    assert json.loads(result.content)["timezone"] == "UTC"
-    assert isinstance(events[-1], RunFinished) and events[-1].status == "ok"
-    spawned = children() - before
-    assert len(spawned) == 1
+    before = children()
+    events = [e async for e in run_agent(project, "clock", "What time is it?", model=model)]
 
-    await services.aclose()
-    assert not any(alive(pid) for pid in spawned)
+    system = model.requests[0][0][0].content
+    assert "- time: " in system and "get_current_time" in system
+    now, converted = [e for e in events if isinstance(e, ToolResultEvent)]
+    assert not now.is_error
+    assert json.loads(now.content)["timezone"] == "UTC"
+    assert converted.is_error
+    assert "time conversions are not allowed here" in converted.content
+    blocked = next(e for e in events if isinstance(e, HookEvent) and e.decision == "block")
+    assert blocked.tool_name == "time__convert_time"
+    assert isinstance(events[-1], RunFinished) and events[-1].status == "ok"
+    assert children() - before == set()  # the run's own services stopped the server
 
 
 # --------------------------------------------------------------------------- CLI / validate

@@ -10,6 +10,7 @@ concurrently over one session.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import math
 import time
@@ -20,6 +21,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fim.config.schema import McpServer, StdioServer
+from fim.mcp.errors import (
+    McpCallTimeout,
+    McpRequestError,
+    McpServerLost,
+    McpUnavailable,
+    NotSent,
+    describe_exception,
+)
 
 State = Literal["stopped", "starting", "ready", "failed", "crashed", "closed"]
 
@@ -30,26 +39,6 @@ WAIT_FOR_BACKOFF = 2.0
 """A call waits out a restart delay up to this long; beyond it the call fails fast."""
 CLOSE_GRACE = 5.0
 MAX_TOOL_PAGES = 50
-
-
-class McpUnavailable(Exception):
-    """The server is not running and could not be (re)started; `str()` is the reason."""
-
-
-class McpCallTimeout(Exception):
-    """The tool did not answer within the server's `timeout`."""
-
-
-class McpServerLost(Exception):
-    """The connection ended while the call was in flight (the server crashed or exited)."""
-
-
-class McpRequestError(Exception):
-    """The server answered the request with a JSON-RPC error (unknown tool, bad params)."""
-
-
-class _NotSent(Exception):
-    """The connection ended before the request left; safe to retry after a restart."""
 
 
 @dataclass(frozen=True)
@@ -85,16 +74,6 @@ def declaration_key(decl: McpServer, root: Path) -> str:
     """Identity of a declaration: a reload keeps a server whose key did not change."""
     text = f"{type(decl).__name__}|{root}|{decl.model_dump_json()}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def describe_exception(exc: BaseException) -> str:
-    """One line for a failure, digging through anyio's exception groups."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    text = str(exc).strip()
-    if isinstance(exc, TimeoutError):
-        return text or "timed out"
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class ServerConnection:
@@ -177,18 +156,11 @@ class ServerConnection:
             job = _Job("call", asyncio.get_running_loop().create_future(), tool, arguments, limit)
             try:
                 result = await self._submit(job, limit + 5.0)
-            except _NotSent:
+            except NotSent:
                 continue
             self.failures = 0
             return result
         raise McpUnavailable(self.error or "the server keeps closing the connection")
-
-    async def refresh_tools(self) -> list[ToolInfo]:
-        """Fetch the tool list again (what a `tools/list_changed` notification triggers)."""
-        await self.start()
-        job = _Job("refresh", asyncio.get_running_loop().create_future())
-        await self._submit(job, START_TIMEOUT)
-        return self.tools
 
     async def wait_tools_changed(self, since: int, timeout: float) -> bool:
         """Wait until the cached tool list is newer than version `since`."""
@@ -221,11 +193,11 @@ class ServerConnection:
         import anyio
 
         if self._jobs is None:
-            raise _NotSent()
+            raise NotSent()
         try:
             self._jobs.send_nowait(job)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.WouldBlock):
-            raise _NotSent() from None
+            raise NotSent() from None
         try:
             return await asyncio.wait_for(asyncio.shield(job.future), limit)
         except TimeoutError:
@@ -259,7 +231,8 @@ class ServerConnection:
         except asyncio.CancelledError:
             if not ready.done():
                 await self._stop_owner()
-                self.state = "stopped"
+                if self.state != "closed":
+                    self.state = "stopped"
             raise
         except Exception as exc:
             await self._join_owner()
@@ -325,7 +298,7 @@ class ServerConnection:
                 if job.cancelled or job.future.done():
                     return
                 if self._lost:
-                    raise _NotSent()
+                    raise NotSent()
                 job.sent = True
                 if job.kind == "refresh":
                     await self._fetch_tools(client)
@@ -343,7 +316,7 @@ class ServerConnection:
                 self._settle(job, self._lost_error(job))
             else:
                 self._settle(job, McpRequestError(exc.error.message or str(exc)))
-        except _NotSent as exc:
+        except NotSent as exc:
             self._settle(job, exc)
         except Exception as exc:
             self._settle(job, McpRequestError(describe_exception(exc)))
@@ -361,7 +334,7 @@ class ServerConnection:
 
     def _lost_error(self, job: _Job) -> Exception:
         if not job.sent:
-            return _NotSent()
+            return NotSent()
         tail = self.stderr_tail()
         return McpServerLost(
             "the server closed the connection during the call"
@@ -395,9 +368,12 @@ class ServerConnection:
         import mcp_types
 
         if isinstance(message, mcp_types.ToolListChangedNotification) and self._jobs is not None:
+            import anyio
+
             future = asyncio.get_running_loop().create_future()
             future.add_done_callback(lambda f: f.cancelled() or f.exception())
-            self._jobs.send_nowait(_Job("refresh", future))
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                self._jobs.send_nowait(_Job("refresh", future))
 
     def _on_end(self) -> None:
         """The transport's read side ended: stop accepting jobs so the owner unwinds."""

@@ -136,6 +136,7 @@ class McpManager:
         await self.drain()
 
     def _retire(self, conn: ServerConnection) -> None:
+        conn.error = "its declaration changed (reload); runs started since then use the new one"
         task = asyncio.get_running_loop().create_task(conn.aclose(), name=f"mcp-retire:{conn.name}")
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
