@@ -13,6 +13,7 @@ to SECTIONS.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import os
@@ -205,7 +206,8 @@ def connectors_section() -> list[Row]:
                 root=root, project=Project(), agents={"hub": agent}, connectors=connectors
             )
             services = Services(root=root)
-            provision = provide(RunContext(snapshot=snapshot, agent=agent, services=services))
+            ctx = RunContext(snapshot=snapshot, agent=agent, services=services)
+            provision = asyncio.run(provide(ctx))
             counts[mode] = provision_tokens(provision)
             n_tools = len(provision.tools) if provision else 0
             prompt_tok, tools_tok = counts[mode]

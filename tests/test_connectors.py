@@ -113,8 +113,8 @@ def context(snap: Snapshot, services: Services) -> RunContext:
 # ------------------------------------------------------------------ provisioning
 
 
-def test_progressive_mode_gives_two_meta_tools_and_prompt_stubs(tmp_path, api, services):
-    provision = provide(context(snapshot(tmp_path, api[0]), services))
+async def test_progressive_mode_gives_two_meta_tools_and_prompt_stubs(tmp_path, api, services):
+    provision = await provide(context(snapshot(tmp_path, api[0]), services))
     assert [t.name for t in provision.tools] == ["connector", "database"]
     assert provision.pinned == ["connector", "database"]
     assert "- crm: CRM system — actions: get_contact, create_lead" in provision.prompt
@@ -124,13 +124,15 @@ def test_progressive_mode_gives_two_meta_tools_and_prompt_stubs(tmp_path, api, s
     assert connector.metadata["meta"] == "connector"
 
 
-def test_legacy_mode_gives_one_tool_per_action_and_three_per_database(tmp_path, api, services):
+async def test_legacy_mode_gives_one_tool_per_action_and_three_per_database(
+    tmp_path, api, services
+):
     snap = snapshot(
         tmp_path,
         api[0],
         agent={"tool_modes": {"connectors": "legacy", "databases": "legacy"}},
     )
-    provision = provide(context(snap, services))
+    provision = await provide(context(snap, services))
     assert [t.name for t in provision.tools] == [
         "crm__get_contact",
         "crm__create_lead",
@@ -153,7 +155,7 @@ def test_legacy_mode_gives_one_tool_per_action_and_three_per_database(tmp_path, 
         ("legacy", "progressive", "progressive", "crm__get_contact"),
     ],
 )
-def test_mode_precedence_agent_then_env_then_project_then_default(
+async def test_mode_precedence_agent_then_env_then_project_then_default(
     tmp_path, api, services, monkeypatch, agent_mode, env_mode, project_mode, expected
 ):
     if env_mode:
@@ -164,43 +166,43 @@ def test_mode_precedence_agent_then_env_then_project_then_default(
         agent={"tool_modes": {"connectors": agent_mode}} if agent_mode else {},
         project={"tool_modes": {"connectors": project_mode}} if project_mode else {},
     )
-    names = [t.name for t in provide(context(snap, services)).tools]
+    names = [t.name for t in (await provide(context(snap, services))).tools]
     assert names[0] == expected
     assert names[-1] == "database"  # the database mode is resolved on its own
 
 
-def test_the_database_mode_has_its_own_env_variable(tmp_path, api, services, monkeypatch):
+async def test_the_database_mode_has_its_own_env_variable(tmp_path, api, services, monkeypatch):
     monkeypatch.setenv("FIM_DATABASE_TOOL_MODE", "legacy")
-    names = [t.name for t in provide(context(snapshot(tmp_path, api[0]), services)).tools]
+    names = [t.name for t in (await provide(context(snapshot(tmp_path, api[0]), services))).tools]
     assert names == ["connector", "shop_db__list_tables", "shop_db__describe", "shop_db__query"]
 
 
-def test_a_database_that_is_down_does_not_fail_the_run(tmp_path, api, services):
+async def test_a_database_that_is_down_does_not_fail_the_run(tmp_path, api, services):
     down = DatabaseConnector(kind="database", url="postgresql://fim:pw@127.0.0.1:1/nowhere")
     snap = snapshot(
         tmp_path, api[0], agent={"connectors": ["warehouse"]}, extra={"warehouse": down}
     )
-    provision = provide(context(snap, services))
+    provision = await provide(context(snap, services))
     assert "- warehouse: tables unknown (connection failed)" in provision.prompt
 
 
-def test_an_unknown_connector_is_a_run_error_naming_the_known_ones(tmp_path, api, services):
+async def test_an_unknown_connector_is_a_run_error_naming_the_known_ones(tmp_path, api, services):
     snap = snapshot(tmp_path, api[0], agent={"connectors": ["erp"]})
     with pytest.raises(RunError, match="unknown connector 'erp'") as err:
-        provide(context(snap, services))
+        await provide(context(snap, services))
     assert "crm, shop_db" in str(err.value)
 
 
-def test_no_connectors_no_provision(tmp_path, api, services):
+async def test_no_connectors_no_provision(tmp_path, api, services):
     snap = snapshot(tmp_path, api[0], agent={"connectors": []})
-    assert provide(context(snap, services)) is None
+    assert await provide(context(snap, services)) is None
 
 
 # ------------------------------------------------------------------ meta-tools
 
 
 async def progressive(tmp_path, api, services) -> ToolRegistry:
-    return ToolRegistry(provide(context(snapshot(tmp_path, api[0]), services)).tools)
+    return ToolRegistry((await provide(context(snapshot(tmp_path, api[0]), services))).tools)
 
 
 async def test_discover_lists_actions_with_their_schemas(tmp_path, api, services):
@@ -275,8 +277,8 @@ async def test_the_database_meta_tool_lists_discovers_and_queries(tmp_path, api,
     assert refused.is_error and "query refused" in refused.content
 
 
-def test_hooks_see_the_real_action_behind_a_meta_call(tmp_path, api, services):
-    connector, database = provide(context(snapshot(tmp_path, api[0]), services)).tools
+async def test_hooks_see_the_real_action_behind_a_meta_call(tmp_path, api, services):
+    connector, database = (await provide(context(snapshot(tmp_path, api[0]), services))).tools
     args = {"subcommand": "execute", "connector": "crm", "action": "create_lead"}
     assert effective_tool_name(connector, args) == "crm__create_lead"
     meta = resolve_call_metadata(connector, args)

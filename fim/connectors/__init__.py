@@ -11,6 +11,7 @@ Hooks see meta-tool calls as their real target: `effective_tool_name(tool, args)
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -31,10 +32,16 @@ from fim.types import ToolResult
 
 _RETRY_STUB_AFTER = 60.0
 """Seconds before a run retries introspecting a database whose connection failed."""
+_STUB_TIMEOUT = 5.0
+"""Seconds a run waits for a database's table names before showing it without them."""
 
 
-def provide(ctx: RunContext) -> Provision | None:
-    """Tools and prompt stubs for the agent's connectors (None when it has none)."""
+async def provide(ctx: RunContext) -> Provision | None:
+    """Tools and prompt stubs for the agent's connectors (None when it has none).
+
+    Async because the database stubs need table names: they are introspected in threads,
+    concurrently, once per declaration, and never for longer than a few seconds.
+    """
     http, databases = _declared(ctx)
     if not http and not databases:
         return None
@@ -67,8 +74,10 @@ def provide(ctx: RunContext) -> Provision | None:
                 "Databases (use the `database` tool: list_tables, discover a table, then "
                 "query with one SELECT):"
             )
+            tables = await asyncio.gather(*(_tables(ctx, db) for db in dbs))
             lines += [
-                f"- {db.name}: {_describe(db.decl)}{stub_tables(_tables(ctx, db))}" for db in dbs
+                f"- {db.name}: {_describe(db.decl)}{stub_tables(names)}"
+                for db, names in zip(dbs, tables, strict=True)
             ]
     if lines:
         provision.prompt = "## Connectors\n" + "\n".join(lines)
@@ -99,20 +108,17 @@ def _describe(decl: HttpConnector | DatabaseConnector) -> str:
     return f"{decl.description.strip()} — " if decl.description.strip() else ""
 
 
-def _tables(ctx: RunContext, db: Database) -> list[str] | None:
-    """Table names for the stub, introspected once per declaration and cached.
-
-    `assemble` is synchronous, so this runs inline; it costs one catalog query on the first
-    run only, and a down database costs at most the connect timeout once a minute.
-    """
+async def _tables(ctx: RunContext, db: Database) -> list[str] | None:
+    """Table names for the stub, introspected once per declaration and cached; a database
+    that is down costs at most `_STUB_TIMEOUT` seconds, once a minute."""
     if db.tables_cache is not None:
         return db.tables_cache
-    key = f"connector:tables-failed:{id(db)}"
+    key = f"connector:tables-failed:{db.name}:{id(db)}"
     failed_at = ctx.services.cache.get(key)
     if failed_at is not None and time.monotonic() - failed_at < _RETRY_STUB_AFTER:
         return None
     try:
-        return db.tables_sync()
+        return await asyncio.wait_for(asyncio.to_thread(db.tables_sync), _STUB_TIMEOUT)
     except Exception:
         ctx.services.cache[key] = time.monotonic()
         return None
