@@ -143,6 +143,17 @@ async def test_describe_of_an_unknown_table_lists_the_real_ones(db):
     assert "customers, orders" in result.content
 
 
+async def test_declared_schemas_qualify_table_names(seeded):
+    url, _ = seeded
+    schema = "main" if url.startswith("sqlite") else "public"
+    scoped = database(url, schemas=[schema])
+    listed = (await scoped.list_tables()).content
+    described = (await scoped.describe(f"{schema}.orders")).content
+    scoped.dispose()
+    assert f"{schema}.customers, {schema}.orders" in listed
+    assert described.splitlines()[0] == f"table {schema}.orders (4 columns)"
+
+
 async def test_query_returns_a_compact_pipe_table_with_bound_parameters(db):
     result = await db.query(
         "SELECT id, note FROM orders WHERE customer_id = :c ORDER BY id", {"c": 3}
