@@ -542,3 +542,13 @@ def test_catalog_knows_prices_and_windows_without_importing_litellm():
 async def test_a_local_endpoint_reports_no_cost(server: OpenAIStubServer):
     server.add(text("free"))
     assert (await make_model(settings_for(server)).complete(USER)).usage.cost is None
+
+
+async def test_sse_events_are_split_on_blank_lines_with_lf_or_crlf():
+    import httpx
+
+    from fim.llm.openai_compat import _sse_data
+
+    body = b'data: {"a": 1}\r\n\r\n: comment\n\ndata: {"b":\ndata: 2}\n\ndata: [DONE]\n\n'
+    events = [e async for e in _sse_data(httpx.Response(200, content=body))]
+    assert events == ['{"a": 1}', '{"b":\n2}', "[DONE]"]

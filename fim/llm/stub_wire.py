@@ -169,8 +169,9 @@ async def send_stream(
         "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
         "transfer-encoding: chunked\r\n\r\n"
     )
-    writer.write(head.encode())
-    for event in events:
-        writer.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
-    writer.write(b"0\r\n\r\n")
+    # one write: a burst of tiny TCP segments makes clients pay delayed-ACK stalls
+    parts = [head.encode()]
+    parts += [f"{len(event):x}\r\n".encode() + event + b"\r\n" for event in events]
+    parts.append(b"0\r\n\r\n")
+    writer.write(b"".join(parts))
     await writer.drain()
