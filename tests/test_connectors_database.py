@@ -359,21 +359,18 @@ async def test_writes_that_bypass_the_parser_are_refused_by_the_connection(seede
     assert not (tmp_path / "evil.db").exists() and not (tmp_path / "dump.csv").exists()
 
 
-async def test_session_settings_changed_below_the_guard_do_not_outlive_the_query(seeded):
-    url, checksum = seeded
-    db = database(url)
-    if db.dialect != "postgres":
-        db.dispose()
-        pytest.skip("PostgreSQL session settings")
+async def test_session_settings_changed_below_the_guard_do_not_outlive_the_query(pg_admin_url):
+    """PostgreSQL: SET is transactional, and every query's transaction is rolled back."""
     import sqlalchemy.exc
 
-    before = checksum()
+    db = database(pg_admin_url)
+    before = pg_checksum(pg_admin_url)
     db.execute_sync("SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE")
     db.execute_sync("SET default_transaction_read_only = off")
     with pytest.raises(sqlalchemy.exc.DBAPIError, match="read-only transaction"):
         db.execute_sync("DELETE FROM orders")
     db.dispose()
-    assert checksum() == before
+    assert pg_checksum(pg_admin_url) == before
 
 
 async def test_a_writable_database_commits_writes(tmp_path):
