@@ -25,7 +25,7 @@ from fim.tools.base import FunctionTool
 from fim.tools.registry import ToolRegistry
 from fim.workflows.engine import WorkflowEngine
 
-REPEATS = 5
+REPEATS = 10
 
 
 async def _noop(**_: Any) -> str:

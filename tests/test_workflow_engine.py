@@ -461,3 +461,28 @@ async def test_every_run_is_persisted_with_node_status_output_and_timing(tmp_pat
 async def test_load_run_of_an_unknown_id_says_how_to_list_runs(tmp_path, services):
     with pytest.raises(RunError, match=r"no workflow run 'nope'.*fim workflow runs"):
         await load_run(services, "nope")
+
+
+async def test_tool_nodes_appear_as_tool_calls_in_the_trace(tmp_path, services):
+    body = {
+        "nodes": {
+            "a": {"type": "tool", "tool": "echo", "args": {"value": "x"}},
+            "b": {
+                "type": "tool",
+                "tool": "sleep",
+                "args": {"seconds": "nope"},
+                "on_error": "continue",
+            },
+        },
+    }
+    snapshot = make_snapshot(tmp_path, {"traced": body})
+    _, events = await run(snapshot, services, "traced")
+
+    calls = [e for e in events if e.type == "tool_call"]
+    results = {e.call_id: e for e in events if e.type == "tool_result"}
+    assert [(c.name, c.arguments) for c in calls] == [
+        ("echo", {"value": "x"}),
+        ("sleep", {"seconds": "nope"}),
+    ]
+    assert results[calls[0].call_id].content == "x"
+    assert results[calls[1].call_id].is_error

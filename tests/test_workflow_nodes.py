@@ -232,6 +232,9 @@ async def test_database_node_returns_rows_as_dicts(tmp_path):
     assert outputs["rows"] == [{"id": 1, "amount": 10.0}, {"id": 2, "amount": 25.5}]
     assert outputs["total"] == 35.5
     assert "query refused on read-only 'shop'" in outputs["refused"]
+    calls = [e for e in events if e.type == "tool_call"]
+    assert [c.name for c in calls] == ["shop__query", "shop__query"]
+    assert {c.arguments["params"].get("c") for c in calls} == {7, None}
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM orders").fetchone()[0] == 3
 

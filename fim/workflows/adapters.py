@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from fim.config.schema import DatabaseConnector, HttpConnector
-from fim.types import Tool
+from fim.types import Tool, ToolResult
 from fim.workflows.nodes import NodeContext, NodeError, call_tool, parse_output
 
 
@@ -61,20 +61,29 @@ async def run_sql(ctx: NodeContext, connector: str, sql: str, params: dict[str, 
 
     decl: DatabaseConnector = _connector(ctx, connector, DatabaseConnector)
     db = get_database(ctx.services, connector, decl, ctx.snapshot.root)
+    finished = ctx.traced_call(f"{connector}__query", {"sql": sql, "params": params})
+    problem: str | None = None
     if decl.read_only:
         try:
             check_read_only(sql, db.dialect)
         except SqlRejected as exc:
-            raise NodeError(f"query refused on read-only '{connector}': {exc}") from None
-    try:
-        result = await asyncio.to_thread(db.execute_sync, sql, params)
-    except Exception as exc:
-        raise NodeError(f"query on '{connector}' failed: {describe_error(exc, db)}") from None
+            problem = f"query refused on read-only '{connector}': {exc}"
+    if problem is None:
+        try:
+            result = await asyncio.to_thread(db.execute_sync, sql, params)
+        except Exception as exc:
+            problem = f"query on '{connector}' failed: {describe_error(exc, db)}"
+    if problem is not None:
+        finished(ToolResult(content=problem, is_error=True))
+        raise NodeError(problem)
     if not result.columns:
-        return {"rowcount": result.rowcount}
-    rows = [dict(zip(result.columns, row, strict=False)) for row in result.rows]
-    # Dates and decimals become text so the output can be stored as JSON.
-    return json.loads(json.dumps(rows, default=str))
+        output: Any = {"rowcount": result.rowcount}
+    else:
+        rows = [dict(zip(result.columns, row, strict=False)) for row in result.rows]
+        # Dates and decimals become text so the output can be stored as JSON.
+        output = json.loads(json.dumps(rows, default=str))
+    finished(ToolResult(content=json.dumps(output, ensure_ascii=False)[:20_000]))
+    return output
 
 
 async def call_mcp(ctx: NodeContext, server: str, tool: str, args: dict[str, Any]) -> Any:

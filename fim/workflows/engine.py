@@ -358,6 +358,7 @@ class WorkflowEngine:
                         hooks=self.hooks,
                         registry=self._registry,
                         extra_tools=self.extra_tools,
+                        emit=queue.put_nowait,
                     )
                     tasks[node_id] = asyncio.create_task(
                         self._run_node(decl, state, node_id, ctx, queue, semaphore, persister)

@@ -9,6 +9,7 @@ a workflow of tool nodes never imports litellm.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -62,6 +63,38 @@ class NodeContext:
     hooks: bool = True
     registry: ToolRegistry = field(default_factory=ToolRegistry)
     extra_tools: Mapping[str, Tool] = field(default_factory=dict)
+    emit: Callable[[Any], None] = lambda _event: None
+    """Sends an event into the run's trace (tool calls of tool-like nodes)."""
+
+    def traced_call(self, name: str, arguments: dict[str, Any]) -> Callable[[ToolResult], None]:
+        """Emit `tool_call` now and return the function that emits its `tool_result`, so
+        eval assertions like `tool_called` and SSE clients see workflow calls as they see
+        an agent's."""
+        import time
+
+        from fim.types import ToolCallEvent, ToolResultEvent
+
+        call_id = f"{self.node_id}-{next(_CALL_IDS)}"
+        mask = self.snapshot.mask
+        masked = arguments
+        if self.snapshot.secrets:
+            masked = json.loads(mask(json.dumps(arguments, default=str)))
+        self.emit(ToolCallEvent(run_id=self.run_id, call_id=call_id, name=name, arguments=masked))
+        started = time.perf_counter()
+
+        def finished(result: ToolResult) -> None:
+            self.emit(
+                ToolResultEvent(
+                    run_id=self.run_id,
+                    call_id=call_id,
+                    name=name,
+                    content=mask(result.content),
+                    is_error=result.is_error,
+                    duration_ms=(time.perf_counter() - started) * 1000,
+                )
+            )
+
+        return finished
 
     def render(self, value: Any) -> Any:
         try:
@@ -87,6 +120,8 @@ class NodeContext:
             parents=self.parents,
         )
 
+
+_CALL_IDS = itertools.count(1)
 
 Executor = Callable[[Any, NodeContext], Awaitable[Any]]
 EXECUTORS: dict[str, Executor] = {}
@@ -136,7 +171,9 @@ async def call_tool(ctx: NodeContext, tool: Tool, args: dict[str, Any]) -> Any:
     """Validate and run a tool through a registry, so argument errors read the same as in
     an agent run; an error result fails the node."""
     registry = ctx.registry if ctx.registry.get(tool.name) is tool else ToolRegistry([tool])
+    finished = ctx.traced_call(tool.name, args)
     result: ToolResult = await registry.call(tool.name, args)
+    finished(result)
     if result.is_error:
         raise NodeError(result.content)
     return parse_output(result.content)
