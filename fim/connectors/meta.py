@@ -58,8 +58,10 @@ class ConnectorMetaTool:
         if args.get("subcommand") == "execute" and action in client.decl.actions:
             meta = action_metadata(client.name, action, client.decl.actions[action])
             return tool_name(client.name, action), {**base, **meta}
+        # discover, or an unknown action (which only returns the list of valid ones)
         view = {"connector": client.name, "access": "read", "requires_confirmation": False}
-        return f"{client.name}__discover", {**base, **view}
+        target = action if args.get("subcommand") == "execute" and action else "discover"
+        return tool_name(client.name, target), {**base, **view}
 
     async def run(self, **args: Any) -> ToolResult:
         client = self.clients[args["connector"]]
