@@ -552,3 +552,14 @@ async def test_sse_events_are_split_on_blank_lines_with_lf_or_crlf():
     body = b'data: {"a": 1}\r\n\r\n: comment\n\ndata: {"b":\ndata: 2}\n\ndata: [DONE]\n\n'
     events = [e async for e in _sse_data(httpx.Response(200, content=body))]
     assert events == ['{"a": 1}', '{"b":\n2}', "[DONE]"]
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_an_endpoint_that_does_not_speak_json_is_named(streaming: bool):
+    async with OpenAIStubServer(handler=lambda request: b"<html>It works!</html>") as srv:
+        model = make_model(settings_for(srv))
+        with pytest.raises(RunError, match="answered with something that is not JSON: '<html>"):
+            if streaming:
+                await drain(model.stream(USER))
+            else:
+                await model.complete(USER)

@@ -79,22 +79,19 @@ class OpenAICompatModel:
             api_base(settings) or os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE
         ).rstrip("/")
         self._url = self.base_url + "/chat/completions"
-        self._headers: dict[str, str] | None = None
         self._key: str | None = None
         self._priced = self.base_url == OPENAI_BASE
         """List prices apply only at OpenAI itself, not at a local or proxied endpoint."""
 
     def _prepare(self) -> dict[str, str]:
-        """Check key and guard once per call (cheap), before any byte is sent."""
-        if self._headers is None or self.settings.api_key is None:
-            hosted = self.base_url == OPENAI_BASE
-            self._key = resolve_key(self.settings, "openai", required=hosted)
-            headers = {"content-type": "application/json", "accept": "application/json"}
-            if self._key:
-                headers["authorization"] = f"Bearer {self._key}"
-            self._headers = headers
+        """Resolve the key (it may come from the environment) and pass the request guard,
+        before any byte is sent."""
+        self._key = resolve_key(self.settings, "openai", required=self.base_url == OPENAI_BASE)
         check_allowed(self.base_url, self.name)
-        return self._headers
+        headers = {"content-type": "application/json", "accept": "application/json"}
+        if self._key:
+            headers["authorization"] = f"Bearer {self._key}"
+        return headers
 
     def _body(
         self, messages: list[Message], tools: list[ToolSpec] | None, options: dict[str, Any]
@@ -129,7 +126,7 @@ class OpenAICompatModel:
                 raise self._unreachable(exc) from None
             if response.status_code >= 400:
                 raise self._http_error(response.status_code, response.content, response.headers)
-            return response.json()
+            return self._json(response.content)
 
         data = await with_retries(self.settings, attempt, self._key)
         return await self._with_cost(parse_response(data, self.name))
@@ -171,7 +168,7 @@ class OpenAICompatModel:
                 if data == "[DONE]":
                     done = True
                 elif not done:
-                    delta = assembler.feed(json.loads(data))
+                    delta = assembler.feed(self._json(data))
                     if delta is not None:
                         yield delta
         except httpx.TimeoutException:
@@ -198,6 +195,17 @@ class OpenAICompatModel:
         return response.model_copy(update={"usage": usage})
 
     # ------------------------------------------------------------------ errors
+
+    def _json(self, raw: bytes | str) -> Any:
+        try:
+            return json.loads(raw)
+        except ValueError:
+            text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+            raise RunError(
+                f"{self.name}: {self.base_url} answered with something that is not JSON: "
+                f"{text[:120]!r}",
+                hint="api_base must be an OpenAI-compatible endpoint, usually ending in /v1",
+            ) from None
 
     def _http_error(self, status: int, raw: bytes, headers: Any) -> Exception:
         detail = _error_detail(raw)

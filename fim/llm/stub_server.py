@@ -33,12 +33,13 @@ from fim.llm.stub_wire import (
     read_body,
     send_error,
     send_json,
+    send_raw,
     send_stream,
 )
 from fim.llm.wire import response_to_wire
 from fim.types import Message, ModelResponse
 
-Handler = Callable[[dict[str, Any]], "ModelResponse | str | dict[str, Any]"]
+Handler = Callable[[dict[str, Any]], "ModelResponse | str | dict[str, Any] | bytes"]
 
 
 @dataclass
@@ -66,7 +67,8 @@ class OpenAIStubServer:
     """An OpenAI-compatible endpoint on an ephemeral loopback port.
 
     `steps` are replayed in order; `handler(request_json)` computes each reply instead (a
-    ModelResponse, a string, or a raw chat.completion dict). With neither, it answers "ok".
+    ModelResponse, a string, a raw chat.completion dict, or bytes sent as the body of a
+    200, to play a broken endpoint). With neither, it answers "ok".
     When the steps run out it answers HTTP 500 "script exhausted", so a test sees it.
     """
 
@@ -259,16 +261,19 @@ class OpenAIStubServer:
         except Exception as exc:
             await send_error(writer, 500, f"stub handler failed: {type(exc).__name__}: {exc}")
             return True
-        if payload.get("stream"):
+        if isinstance(reply, bytes):
+            await send_raw(writer, reply, stream=bool(payload.get("stream")))
+        elif payload.get("stream"):
             include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
             await send_stream(writer, reply, include_usage)
         else:
             await send_json(writer, 200, reply)
         return True
 
-    def _reply(self, request: dict[str, Any], size: int) -> dict[str, Any]:
-        """The chat.completion dict for this request. Strings and dicts never touch pydantic
-        and scripted responses are only read, so a reply costs microseconds."""
+    def _reply(self, request: dict[str, Any], size: int) -> dict[str, Any] | bytes:
+        """The chat.completion dict for this request (bytes: a raw body, to play a broken
+        endpoint). Strings and dicts never touch pydantic and scripted responses are only
+        read, so a reply costs microseconds."""
         model = request.get("model") or self.model
         usage = {"prompt_tokens": max(1, size // 4), "completion_tokens": 1, "total_tokens": 0}
         if self.handler is not None:
@@ -284,6 +289,8 @@ class OpenAIStubServer:
             if callable(result) and not isinstance(result, ModelResponse):
                 messages = [Message.model_validate(m) for m in fim_messages(request)]
                 result = resolve_step(result, messages, fim_tools(request))
+        if isinstance(result, bytes):
+            return result
         if isinstance(result, str):
             usage["completion_tokens"] = max(1, len(result) // 4)
             result = completion(result, None, model, usage)

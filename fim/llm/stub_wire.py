@@ -104,6 +104,16 @@ async def send_json(
     await writer.drain()
 
 
+async def send_raw(writer: asyncio.StreamWriter, body: bytes, stream: bool = False) -> None:
+    """A 200 with an arbitrary body, as a misconfigured endpoint (an HTML page) sends."""
+    if stream:
+        body = b"data: " + body + b"\n\n"
+    kind = "text/event-stream" if stream else "text/html"
+    head = f"HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {len(body)}\r\n\r\n"
+    writer.write(head.encode() + body)
+    await writer.drain()
+
+
 async def send_error(
     writer: asyncio.StreamWriter, status: int, message: str, headers: dict[str, str] | None = None
 ) -> None:
