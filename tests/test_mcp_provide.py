@@ -20,8 +20,10 @@ from mcp_servers.harness import DEMO, children, http_demo
 from typer.testing import CliRunner
 
 from fim.compile import compile_project
+from fim.config.schema import HttpServer
 from fim.mcp import check_live, effective_tool_name, get_manager, provide
-from fim.mcp.tools import McpMetaTool
+from fim.mcp.connection import ServerConnection, ToolInfo
+from fim.mcp.tools import McpMetaTool, legacy_tools
 from fim.runtime import RunContext, Services
 from fim.snapshot import Snapshot
 from fim.tools.registry import ToolRegistry
@@ -207,6 +209,20 @@ async def test_legacy_mode_registers_every_tool(project, services):
     assert provision.prompt is not None and "- broken: unavailable:" in provision.prompt
     result = await ToolRegistry(provision.tools).call("demo__echo", {"text": "hello"})
     assert result.content == "hello"
+
+
+def test_tool_names_are_sanitised_and_collisions_get_a_suffix():
+    conn = ServerConnection("gh", HttpServer(url="http://127.0.0.1:9/mcp"), Path("."))
+    conn.state = "ready"
+    conn.tools = [ToolInfo(n, "", {}) for n in ("repo.list", "repo_list", "x" * 80, "x" * 81)]
+    names = [t.name for t in legacy_tools([conn])]
+    assert names == [
+        "gh__repo_list",
+        "gh__repo_list_2",
+        "gh__" + "x" * 60,
+        "gh__" + "x" * 58 + "_2",
+    ]
+    assert [t.remote for t in legacy_tools([conn])][:2] == ["repo.list", "repo_list"]
 
 
 @shared_loop

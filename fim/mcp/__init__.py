@@ -63,14 +63,14 @@ async def connections_for(ctx: RunContext) -> list[ServerConnection]:
 
 async def provide(ctx: RunContext) -> Provision | None:
     """The MCP part of one run (async: the prompt stubs need the servers' tool lists)."""
-    from fim.mcp.tools import McpMetaTool, adapt
+    from fim.mcp.tools import McpMetaTool, legacy_tools
     from fim.runtime import Provision
 
     if not ctx.agent.mcp:
         return None
     conns = await connections_for(ctx)
     if ctx.mode("mcp") == "legacy":
-        tools = [adapt(c, info) for c in conns if c.state == "ready" for info in c.tools]
+        tools = legacy_tools(conns)
         down = [stub(c) for c in conns if c.state != "ready"]
         prompt = ("## MCP servers\n" + "\n".join(down)) if down else None
         return Provision(tools=list(tools), prompt=prompt)

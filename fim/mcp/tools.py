@@ -150,6 +150,26 @@ def adapt(conn: ServerConnection, info: ToolInfo) -> McpTool:
     )
 
 
+def legacy_tools(conns: list[ServerConnection]) -> list[McpTool]:
+    """Every tool of the running servers. Names that collide after sanitising (`a.b` and
+    `a_b`) get a numeric suffix instead of failing the whole run."""
+    tools: list[McpTool] = []
+    taken: set[str] = set()
+    for conn in conns:
+        if conn.state != "ready":
+            continue
+        for info in conn.tools:
+            tool = adapt(conn, info)
+            base, n = tool.name, 2
+            while tool.name in taken:
+                suffix = f"_{n}"
+                tool.name = base[: 64 - len(suffix)] + suffix
+                n += 1
+            taken.add(tool.name)
+            tools.append(tool)
+    return tools
+
+
 # --------------------------------------------------------------------------- meta-tool
 
 
