@@ -10,6 +10,7 @@ every backend fails the same way.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
 from types import ModuleType
@@ -35,6 +36,8 @@ from fim.llm.base import (
 from fim.llm.wire import StreamAssembler, messages_to_wire, parse_response, tools_to_wire
 from fim.types import Message, ModelResponse, TextDelta, ToolSpec, Usage
 
+_litellm: ModuleType | None = None
+
 
 def import_litellm() -> ModuleType:
     """Import litellm quietly and offline (see the module docstring)."""
@@ -43,6 +46,15 @@ def import_litellm() -> ModuleType:
 
     litellm.suppress_debug_info = True
     return litellm
+
+
+async def load_litellm() -> ModuleType:
+    """litellm, imported on a worker thread the first time: a 3 s import on the event loop
+    would stall every other run in the process."""
+    global _litellm
+    if _litellm is None:
+        _litellm = await asyncio.to_thread(import_litellm)
+    return _litellm
 
 
 class LiteLLMModel:
@@ -90,7 +102,7 @@ class LiteLLMModel:
         self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
     ) -> ModelResponse:
         kwargs = self._kwargs(messages, tools, options)
-        litellm = import_litellm()
+        litellm = await load_litellm()
 
         async def attempt() -> Any:
             try:
@@ -108,7 +120,7 @@ class LiteLLMModel:
         kwargs = self._kwargs(messages, tools, options)
         kwargs["stream"] = True
         kwargs.setdefault("stream_options", {"include_usage": True})
-        litellm = import_litellm()
+        litellm = await load_litellm()
 
         async def attempt() -> Any:
             try:
