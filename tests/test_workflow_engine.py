@@ -486,3 +486,17 @@ async def test_tool_nodes_appear_as_tool_calls_in_the_trace(tmp_path, services):
     ]
     assert results[calls[0].call_id].content == "x"
     assert results[calls[1].call_id].is_error
+
+
+async def test_closing_the_event_stream_cancels_the_run_and_records_it(tmp_path, services):
+    snapshot = make_snapshot(tmp_path, {"long": {"nodes": {"wait": sleeper(30, "x")}}})
+    engine = WorkflowEngine(snapshot, "long", services, tools=[sleep_tool()])
+    stream = engine.run({})
+    async for event in stream:
+        if event.type == "node_started":
+            break
+    await stream.aclose()
+
+    state = await load_run(services, engine.run_id)
+    assert state.status == "cancelled"
+    assert state.nodes["wait"].status == "cancelled"

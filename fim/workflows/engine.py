@@ -15,6 +15,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Iterable
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,8 +157,9 @@ class WorkflowEngine:
                 "inputs": _mask(self.snapshot, values),
             },
         )
-        async for event in self._drive(decl, self.state):
-            yield event
+        async with aclosing(self._drive(decl, self.state)) as events:
+            async for event in events:
+                yield event
 
     async def resume(
         self,
@@ -263,8 +265,10 @@ class WorkflowEngine:
             async for event in self._finish(decl, state, Persister(store, state)):
                 yield event
             return
-        async for event in self._drive(decl, state):
-            yield event
+        # aclosing: a consumer that stops listening cancels the nodes now, not at GC time.
+        async with aclosing(self._drive(decl, state)) as events:
+            async for event in events:
+                yield event
 
     # ------------------------------------------------------------------ scheduling
 
