@@ -47,7 +47,7 @@ def print_summary(report: EvalReport, console: Any) -> None:
             if not run.passed:
                 console.print(f"[red]✗[/red] {suite.suite.name} / {_case_id(run)}")
                 for line in failure_lines(run):
-                    console.print(f"    {line}", markup=False, highlight=False)
+                    console.print(f"    {line}", markup=False, highlight=False, soft_wrap=True)
     hooks = (
         "hooks ON (--with-hooks)"
         if any(s.hooks for s in report.suites)
@@ -59,6 +59,7 @@ def print_summary(report: EvalReport, console: Any) -> None:
         f"{total} runs in {report.duration_s:.2f}s · mode {report.mode} · {hooks}"
         + (f" · [yellow]{misses} cassette misses[/yellow]" if misses else ""),
         highlight=False,
+        soft_wrap=True,
     )
 
 
