@@ -4,12 +4,18 @@ Each area contributes its commands from `fim/commands/<area>.py` through
 `register(app)`; heavy libraries are imported inside command functions so `fim --help`
 and `fim validate` start fast. User mistakes end as one line per problem and exit code 1,
 never a traceback.
+
+`fim validate` is a CI merge gate, so its start-up must not depend on what the other
+command modules import: for the project commands (`init`, `validate`, `list`, `show`,
+`schema`) `main()` builds an app with only `fim.commands.project`. `fim.cli.app` (what
+tests and `fim --help` use) has every command.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
 
 import typer
 
@@ -28,32 +34,57 @@ COMMAND_MODULES: list[str] = [
 ]
 """Modules whose `register(app)` adds commands, in help order."""
 
-app = typer.Typer(
-    name="fim",
-    help="Run LLM agents declared in version-controlled YAML.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+PROJECT_COMMANDS = frozenset({"init", "validate", "list", "show", "schema"})
+"""Commands of `fim.commands.project`, which never need the other modules."""
 
 
-@app.callback()
 def _root(ctx: typer.Context, project: ProjectOption = None) -> None:
     """Run LLM agents declared in version-controlled YAML."""
     ctx.obj = {"project": project}
 
 
-def _register_commands() -> None:
-    for name in COMMAND_MODULES:
+def build_app(modules: list[str] | None = None) -> typer.Typer:
+    """A typer app with the commands of `modules` (default: all of COMMAND_MODULES)."""
+    app = typer.Typer(
+        name="fim",
+        help="Run LLM agents declared in version-controlled YAML.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    app.callback()(_root)
+    for name in COMMAND_MODULES if modules is None else modules:
         importlib.import_module(name).register(app)
+    return app
 
 
-_register_commands()
+def __getattr__(name: str) -> Any:
+    """`fim.cli.app` is built on first access, so `main()` can skip unneeded modules."""
+    if name == "app":
+        app = build_app()
+        globals()["app"] = app
+        return app
+    raise AttributeError(f"module 'fim.cli' has no attribute {name!r}")
+
+
+def _command(argv: list[str]) -> str | None:
+    """The subcommand in `argv`, skipping global options (and the value of --project)."""
+    skip = False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token in ("--project", "-p"):
+            skip = True
+        elif not token.startswith("-"):
+            return token
+    return None
 
 
 def main() -> None:
     """Console entry point: user mistakes that escape a command still get one line each."""
+    command = _command(sys.argv[1:])
+    app = build_app(["fim.commands.project"]) if command in PROJECT_COMMANDS else build_app()
     try:
         app()
     except ConfigError as exc:

@@ -321,3 +321,22 @@ def test_command_modules_are_registered() -> None:
     assert COMMAND_MODULES[0] == "fim.commands.project"
     names = {c.name for c in app.registered_commands}
     assert {"init", "validate", "list", "show", "schema"} <= names
+
+
+def test_project_commands_start_without_the_other_command_modules() -> None:
+    from fim.cli import _command
+
+    assert _command(["--project", "x", "validate", "-f", "json"]) == "validate"
+    assert _command(["-p", "list", "show", "agent"]) == "show"
+    assert _command(["--help"]) is None
+    code = (
+        "import sys\n"
+        "sys.argv = ['fim', 'validate']\n"
+        "import fim.cli\n"
+        "try:\n    fim.cli.main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('fim.commands.')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.strip().splitlines()[-1] == "['fim.commands.project']"
