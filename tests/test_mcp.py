@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from mcp_servers.demo import PNG_1PX
-from mcp_servers.harness import alive, children, http_demo, stdio_decl
+from mcp_servers.harness import alive, children, free_port, http_demo, stdio_decl
 
 from fim.config.schema import HttpServer, StdioServer
 from fim.mcp.connection import McpCallTimeout, McpUnavailable, ServerConnection
@@ -142,6 +142,19 @@ async def test_http_tools_list_changed(http):
     await call_tool(http, "grow", {"name": "fresh"})
     assert await http.wait_tools_changed(version, timeout=10)
     assert "fresh" in [t.name for t in http.tools]
+
+
+async def test_an_http_server_that_goes_away_and_comes_back_is_reconnected():
+    port = free_port()
+    conn = ServerConnection("flaky", HttpServer(url=f"http://127.0.0.1:{port}/mcp"), ROOT)
+    with http_demo(port=port):
+        assert (await call_tool(conn, "echo", {"text": "before"})).content == "before"
+    down = await call_tool(conn, "echo", {"text": "during"})
+    assert down.is_error
+    with http_demo(port=port):
+        assert (await call_tool(conn, "echo", {"text": "after"})).content == "after"
+        assert conn.starts == 2
+        await conn.aclose()
 
 
 async def test_legacy_sse_transport(manager, http_url):

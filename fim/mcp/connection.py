@@ -246,6 +246,8 @@ class ServerConnection:
 
         from fim.mcp.transport import open_client
 
+        serving = False
+        failure: Exception | None = None
         try:
             with anyio.CancelScope() as scope:
                 self._scope = scope
@@ -267,25 +269,36 @@ class ServerConnection:
                     self._jobs = send
                     self.state = "ready"
                     self.error = None
+                    serving = True
                     ready.set_result(None)
                     async with anyio.create_task_group() as tg, receive:
-                        async for job in receive:
-                            tg.start_soon(self._run_job, client, job)
+                        try:
+                            async for job in receive:
+                                tg.start_soon(self._run_job, client, job)
+                        finally:
+                            self._session_over()
                         tg.cancel_scope.cancel()
         except Exception as exc:
+            failure = exc
             _fail(ready, exc)
         finally:
             _fail(ready, McpUnavailable("the server was stopped while starting"))
-            self._jobs = None
+            self._session_over()
             self._scope = None
-            if self.state == "closed":
-                pass
-            elif self._lost:
+            if serving and self.state != "closed":
+                if self._lost or failure is None:
+                    why = "the server closed the connection"
+                else:
+                    why = f"the connection failed: {describe_exception(failure)}"
                 tail = self.stderr_tail()
-                reason = "the server closed the connection" + (f" (stderr: {tail})" if tail else "")
-                self._failed("crashed", reason)
-            elif self.state == "ready":
-                self._failed("crashed", "the session ended unexpectedly")
+                self._failed("crashed", self.mask(why) + (f" (stderr: {tail})" if tail else ""))
+
+    def _session_over(self) -> None:
+        """No more jobs: new calls must start a new session (right away, not only once
+        this one has finished unwinding)."""
+        self._jobs = None
+        if self.state == "ready":
+            self.state = "crashed"
 
     async def _run_job(self, client: Any, job: _Job) -> None:
         import anyio
@@ -322,12 +335,9 @@ class ServerConnection:
             self._settle(job, McpRequestError(describe_exception(exc)))
         finally:
             if not job.future.done():
-                self._settle(
-                    job,
-                    self._lost_error(job)
-                    if self._lost
-                    else McpUnavailable("the server was shut down"),
-                )
+                closed = self.state == "closed"
+                gone = McpUnavailable("the server was shut down") if closed else None
+                self._settle(job, gone or self._lost_error(job))
 
     def _settle(self, job: _Job, exc: Exception) -> None:
         _fail(job.future, exc)
@@ -380,9 +390,9 @@ class ServerConnection:
         if self.state != "ready" or self._lost:
             return
         self._lost = True
-        self.state = "crashed"
         if self._jobs is not None:
             self._jobs.close()
+        self._session_over()
 
     async def _stop_owner(self) -> None:
         task = self._task

@@ -21,9 +21,9 @@ def free_port() -> int:
 
 
 @contextmanager
-def http_demo(many: int = 0) -> Iterator[str]:
-    """Run the demo server over HTTP on a free loopback port; yields its base URL."""
-    port = free_port()
+def http_demo(many: int = 0, port: int | None = None) -> Iterator[str]:
+    """Run the demo server over HTTP on loopback (a free port by default); yields its URL."""
+    port = port or free_port()
     proc = subprocess.Popen(
         [sys.executable, str(DEMO), "--http", str(port), "--many", str(many)],
         stdout=subprocess.DEVNULL,
