@@ -1,0 +1,160 @@
+"""How `fim eval` scales with concurrency, and what it costs to start.
+
+Cases are one model call each (a text answer, checked with `contains`) against a stub
+endpoint that waits 100 ms before every reply, served by a separate process. Run through
+`fim.eval.runner.EvalRunner(snapshot, mode="live", concurrency=c)` at c = 1, 8 and 32:
+
+  parallel efficiency = (cases x 100 ms) / (wall x c)   (1.0 = every slot always waiting
+                                                          on the model, none on fim)
+
+Concurrency 1 runs fewer cases (it would take cases x 0.1 s). Start-up: total wall time of
+`fim eval --project DIR` on a project with one scripted case (no network, no model).
+
+    python bench/eval_scale.py [--quick]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import (
+    ANSWER,
+    StubProcess,
+    bench_env,
+    fim_command,
+    machine,
+    ms,
+    quick_flag,
+    table,
+    write_project,
+)
+
+LATENCY = 0.1
+AGENT = """description: Answers in one model call
+model: general
+instructions: Answer briefly.
+max_iterations: 3
+"""
+SCRIPTED_AGENT = """description: Scripted, answers at once
+model: scripted:evals/answer.script.yaml
+instructions: Answer briefly.
+"""
+
+
+def suite(cases: int) -> str:
+    lines = ["agent: answer", "threshold: 1.0", "cases:"]
+    for i in range(cases):
+        lines += [f"  - name: case {i}", f"    input: 'Question {i}: what is 6 * 7?'"]
+        lines += ["    expect:", "      - contains: '42'"]
+    return "\n".join(lines) + "\n"
+
+
+async def run_suite(root: Path, name: str, concurrency: int) -> tuple[float, int, int]:
+    """Wall time, cases and passed cases of one suite, compiled beforehand."""
+    from fim.compile import compile_project
+    from fim.eval.runner import EvalRunner
+
+    snapshot = compile_project(root)
+    runner = EvalRunner(snapshot, mode="live", concurrency=concurrency, suites=[name])
+    start = time.perf_counter()
+    report = await runner.run()
+    wall = time.perf_counter() - start
+    runs = [r for s in report.suites for r in s.runs]
+    failed = [r for r in runs if not r.passed]
+    if failed:
+        sys.exit(f"{len(failed)} cases failed, first: {failed[0].error or failed[0].output!r}")
+    return wall, len(runs), len(runs) - len(failed)
+
+
+def startup(tmp: Path, repeats: int) -> list[float]:
+    root = tmp / "startup"
+    write_project(
+        root,
+        "http://127.0.0.1:9/v1",
+        {"answer": SCRIPTED_AGENT},
+        evals={
+            "one": "agent: answer\ncases:\n  - name: answers\n    input: hi\n"
+            "    expect: [{contains: '42'}]\n"
+        },
+    )
+    (root / "evals" / "answer.script.yaml").write_text(f"- text: {ANSWER!r}\n")
+    args = fim_command("eval", "--project", str(root))
+    env = bench_env()
+    subprocess.run(args, capture_output=True, env=env, check=False)  # warm the OS cache
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        done = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
+        times.append(time.perf_counter() - start)
+        if done.returncode != 0:
+            sys.exit(f"fim eval failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+    return times
+
+
+def python_floor(repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import pydantic"], check=True)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    quick = quick_flag(__doc__.splitlines()[0])
+    plan = [(1, 10), (8, 80), (32, 200)] if quick else [(1, 40), (8, 200), (32, 200)]
+    repeats = 3 if quick else 5
+    rows = []
+    with tempfile.TemporaryDirectory() as tmpdir, StubProcess(0, LATENCY) as stub:
+        tmp = Path(tmpdir)
+        sizes = sorted({cases for _, cases in plan})
+        root = write_project(
+            tmp / "scale",
+            stub.base_url,
+            {"answer": AGENT},
+            evals={f"cases_{n}": suite(n) for n in sizes},
+        )
+        asyncio.run(run_suite(root, f"cases_{sizes[0]}", 8))  # warm imports and the pool
+        for concurrency, cases in plan:
+            wall, ran, passed = asyncio.run(run_suite(root, f"cases_{cases}", concurrency))
+            ideal = ran * LATENCY
+            rows.append(
+                [
+                    concurrency,
+                    ran,
+                    passed,
+                    f"{wall:.2f} s",
+                    f"{ideal / concurrency:.2f} s",
+                    f"{ideal / (wall * concurrency) * 100:.0f}%",
+                    ms((wall - ideal / concurrency) / (ran / concurrency)),
+                ]
+            )
+        start_times = startup(tmp, repeats)
+        floor = python_floor(repeats)
+    print(f"eval_scale: {machine()}")
+    print(
+        "one model call per case, stub endpoint in a separate process, "
+        f"{LATENCY * 1000:.0f} ms per call"
+    )
+    table(
+        ["concurrency", "cases", "passed", "wall", "ideal", "efficiency", "fim ms/case/slot"],
+        rows,
+        title="EvalRunner(mode='live') - target >= 80% efficiency at 32",
+    )
+    print(
+        f"\nfim eval start-up (1 scripted case, whole process): median "
+        f"{ms(statistics.median(start_times))} of {repeats} (target < 500 ms); "
+        f"`python -c 'import pydantic'`: {ms(floor)}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,282 @@
+"""Throughput, latency, first-run and reload latency of `fim serve`.
+
+Three processes, so no two parties share a GIL: `fim serve` (one uvicorn worker, hot
+reload on), the zero-latency stub model endpoint (bench/_common.py), and this process as
+the load generator (httpx.AsyncClient). On a 2-core machine they still share the cores;
+the server's own CPU time per run (from /proc) is printed so the load generator's share
+can be told apart. The task of each run: three calculator calls, then an answer.
+
+  load      1, 10 and 100 concurrent clients for a fixed time: runs/s, p50/p99 latency
+  first run spawn `fim serve` -> first successful POST /v1/agents/bench/runs
+  reload    rewrite an agent's description, poll GET /v1/agents/bench until it shows:
+            p50/p99 over N changes, on the example project and on a 1,000-agent project
+
+    python bench/serve.py [--quick]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import (
+    ANSWER,
+    PROMPT,
+    ROOT,
+    StubProcess,
+    bench_env,
+    fim_command,
+    machine,
+    ms,
+    percentile,
+    quick_flag,
+    stop_process,
+    table,
+)
+
+EXAMPLE_PARTS = (
+    "fim.yaml",
+    "agents",
+    "connectors",
+    "skills",
+    "workflows",
+    "hooks",
+    "evals",
+    "data",
+)
+BENCH_AGENT = """description: {description}
+model: {{model: openai/bench, api_base: '{base_url}', api_key: x, max_retries: 0}}
+instructions: You answer arithmetic questions. Use the calculator.
+tools: [calculator]
+max_iterations: 10
+"""
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def example_project(dest: Path, base_url: str) -> Path:
+    """A copy of the repository's example project plus a `bench` agent on the stub."""
+    dest.mkdir(parents=True)
+    for part in EXAMPLE_PARTS:
+        src = ROOT / part
+        if src.is_dir():
+            shutil.copytree(src, dest / part, ignore=shutil.ignore_patterns(".fim", "__pycache__"))
+        elif src.exists():
+            shutil.copy2(src, dest / part)
+    write_agent(dest, base_url, "Bench agent")
+    return dest
+
+
+def large_project(dest: Path, base_url: str, agents: int) -> Path:
+    """bench/compile_scale.py's generated project (agents with connectors, workflows)."""
+    from compile_scale import generate
+
+    dest.mkdir(parents=True)
+    generate(dest, agents)
+    write_agent(dest, base_url, "Bench agent")
+    return dest
+
+
+def write_agent(root: Path, base_url: str, description: str) -> None:
+    text = BENCH_AGENT.format(description=description, base_url=base_url)
+    (root / "agents" / "bench.yaml").write_text(text)
+
+
+class Server:
+    """`fim serve` as a child process on a free port."""
+
+    def __init__(self, root: Path) -> None:
+        from fim.server.testing import free_port
+
+        self.root = root
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.args = fim_command(
+            "serve", "--project", str(root), "--port", str(self.port), "--log-level", "warning"
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.spawned_at = 0.0
+
+    def __enter__(self) -> Server:
+        self.spawned_at = time.perf_counter()
+        self.proc = subprocess.Popen(
+            self.args, env=bench_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        stop_process(self.proc)
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the server process so far."""
+        assert self.proc is not None
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+    def died(self) -> str | None:
+        if self.proc is not None and self.proc.poll() is not None:
+            err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+            return f"fim serve exited with {self.proc.returncode}:\n{err}"
+        return None
+
+
+async def run_once(client: httpx.AsyncClient, url: str) -> float:
+    start = time.perf_counter()
+    response = await client.post(f"{url}/v1/agents/bench/runs", json={"input": PROMPT})
+    elapsed = time.perf_counter() - start
+    data = response.json()
+    if response.status_code != 200 or data.get("output") != ANSWER:
+        raise RuntimeError(f"run failed: HTTP {response.status_code}: {str(data)[:300]}")
+    return elapsed
+
+
+async def first_run(server: Server) -> tuple[float, float]:
+    """Spawn -> /healthz answers, and spawn -> first successful run response."""
+    async with httpx.AsyncClient(timeout=30) as client:
+        while True:
+            if (reason := server.died()) is not None:
+                sys.exit(reason)
+            try:
+                await client.get(f"{server.url}/healthz")
+                break
+            except httpx.TransportError:
+                await asyncio.sleep(0.005)
+        healthy = time.perf_counter() - server.spawned_at
+        await run_once(client, server.url)
+        return healthy, time.perf_counter() - server.spawned_at
+
+
+async def load(server: Server, clients: int, duration: float) -> dict[str, float]:
+    """`clients` concurrent loops of runs for `duration` seconds."""
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+        await asyncio.gather(*(run_once(client, server.url) for _ in range(clients)))  # warm
+        latencies: list[float] = []
+        cpu0 = server.cpu_seconds()
+        start = time.perf_counter()
+        deadline = start + duration
+
+        errors: list[str] = []
+
+        async def worker() -> None:
+            while time.perf_counter() < deadline:
+                try:
+                    latencies.append(await run_once(client, server.url))
+                except (httpx.TransportError, RuntimeError) as exc:
+                    errors.append(f"{type(exc).__name__}: {exc}")
+
+        await asyncio.gather(*(worker() for _ in range(clients)))
+        wall = time.perf_counter() - start
+        cpu = server.cpu_seconds() - cpu0
+    if errors:
+        print(f"  {clients} clients: {len(errors)} failed runs, first: {errors[0][:200]}")
+    return {
+        "clients": clients,
+        "runs": len(latencies),
+        "errors": len(errors),
+        "rps": len(latencies) / wall,
+        "p50": percentile(latencies, 50),
+        "p99": percentile(latencies, 99),
+        "cpu_per_run": cpu / len(latencies),
+        "server_cpu": cpu / wall,
+    }
+
+
+async def reloads(server: Server, base_url: str, changes: int) -> list[float]:
+    """Rewrite agents/bench.yaml `changes` times; time until the API shows each change."""
+    samples = []
+    async with httpx.AsyncClient(timeout=30) as client:
+        for i in range(changes):
+            description = f"Bench agent, revision {i} {time.time_ns()}"
+            start = time.perf_counter()
+            write_agent(server.root, base_url, description)
+            while True:
+                response = await client.get(f"{server.url}/v1/agents/bench")
+                if response.json().get("description") == description:
+                    break
+                if time.perf_counter() - start > 30:
+                    sys.exit(f"reload #{i} did not show after 30 s")
+                await asyncio.sleep(0.002)
+            samples.append(time.perf_counter() - start)
+            await asyncio.sleep(0.1)  # let the watcher settle before the next change
+    return samples
+
+
+def main() -> None:
+    quick = quick_flag(__doc__.splitlines()[0])
+    duration, changes, starts = (1.5, 5, 1) if quick else (6.0, 20, 3)
+    levels = (1, 10, 100)
+    results: list[dict[str, float]] = []
+    starts_s: list[tuple[float, float]] = []
+    reload_rows = []
+    with tempfile.TemporaryDirectory() as tmpdir, StubProcess(tool_loop=3) as stub:
+        tmp = Path(tmpdir)
+        root = example_project(tmp / "example", stub.base_url)
+        subprocess.run(
+            fim_command("validate", "--project", str(root)),
+            check=True,
+            env=bench_env(),
+            capture_output=True,
+        )
+        for i in range(starts):
+            with Server(root) as server:
+                starts_s.append(asyncio.run(first_run(server)))
+                if i == starts - 1:
+                    for clients in levels:
+                        results.append(asyncio.run(load(server, clients, duration)))
+                    samples = asyncio.run(reloads(server, stub.base_url, changes))
+                    reload_rows.append(("example project", samples))
+        big = large_project(tmp / "large", stub.base_url, 1000)
+        with Server(big) as server:
+            asyncio.run(first_run(server))
+            samples = asyncio.run(reloads(server, stub.base_url, max(3, changes // 2)))
+            reload_rows.append(("1,000-agent project", samples))
+
+    print(f"serve: {machine()}")
+    print("fim serve (1 worker, reload on) | stub endpoint process (zero latency) | this process")
+    print("as load generator; task = 3 calculator calls + answer (4 model requests) per run")
+    table(
+        ["clients", "runs", "failed", "runs/s", "p50", "p99", "server CPU/run", "server CPU"],
+        [
+            [
+                int(r["clients"]),
+                int(r["runs"]),
+                int(r["errors"]),
+                f"{r['rps']:.0f}",
+                ms(r["p50"]),
+                ms(r["p99"]),
+                ms(r["cpu_per_run"]),
+                f"{r['server_cpu'] * 100:.0f}%",
+            ]
+            for r in results
+        ],
+        title=f"load ({duration:g} s per level; target at 10 clients: >= 200 runs/s, p99 < 100 ms)",
+    )
+    healthy = statistics.median(h for h, _ in starts_s)
+    first = statistics.median(f for _, f in starts_s)
+    print(
+        f"\nfirst run after start: spawn -> /healthz {ms(healthy)}, spawn -> first run "
+        f"response {ms(first)} (median of {starts}; target < 1 s)"
+    )
+    table(
+        ["project", "changes", "p50", "p99", "max"],
+        [
+            [name, len(s), ms(percentile(s, 50)), ms(percentile(s, 99)), ms(max(s))]
+            for name, s in reload_rows
+        ],
+        title="reload latency: file write -> GET /v1/agents/bench shows it (target p50 < 150 ms)",
+    )
+
+
+if __name__ == "__main__":
+    main()
