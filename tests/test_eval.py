@@ -258,3 +258,12 @@ async def test_junit_xml_has_the_shape_ci_reporters_read(tmp_path: Path):
     for case in cases.values():
         float(case.get("time", "x"))
         assert case.get("classname") == "fim.eval.math"
+
+    # Read back by junitparser, the JUnit reader many CI report actions build on.
+    from junitparser import Failure, JUnitXml
+
+    parsed = JUnitXml.fromstring(junit_xml(report))
+    (read_suite,) = list(parsed)
+    assert (read_suite.name, read_suite.tests, read_suite.failures) == ("math", 2, 1)
+    verdicts = {c.name: [type(r) for r in c.result] for c in read_suite}
+    assert verdicts == {"adds": [], "wrong": [Failure]}
