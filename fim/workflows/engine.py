@@ -1,22 +1,17 @@
-"""The workflow engine: runs a declared DAG, persists every step, pauses for humans.
+"""The workflow engine: starts a declared DAG or resumes a paused one.
 
-A node runs once all of its incoming edges (its `needs`, and the `then`/`else` edge of a
-condition that names it) are settled, and at least one of them is *live*: a finished
-need, or the branch the condition took. A node whose incoming edges are all dead (skipped
-needs, branches not taken) is skipped, which is how a condition prunes its whole subtree
-while a node that the taken branch also reaches still runs. Nodes run as asyncio tasks,
-at most `max_concurrency` at a time; events flow through one queue to the caller.
+This module is the front door (inputs, guards against recursion, the human decision on
+resume, the persisted record); `fim.workflows.scheduler` runs the nodes. Every surface
+(CLI, HTTP, the `run_workflow` tool, eval) goes through `WorkflowEngine`, so a run looks
+the same in the store whoever started it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
-from collections import deque
 from collections.abc import AsyncIterator, Iterable
 from contextlib import aclosing
-from dataclasses import dataclass, field
 from typing import Any
 
 from fim.config.schema import WorkflowDecl
@@ -24,33 +19,10 @@ from fim.errors import RunError
 from fim.runtime import Services
 from fim.snapshot import Snapshot
 from fim.tools.registry import ToolRegistry
-from fim.types import (
-    ErrorEvent,
-    Event,
-    NodeFailed,
-    NodeFinished,
-    NodeSkipped,
-    NodeStarted,
-    Notice,
-    Tool,
-    WorkflowFinished,
-)
-from fim.workflows import templates
-from fim.workflows.graph import Edge, incoming
+from fim.types import Event, NodeFailed, NodeFinished, Notice, Tool
 from fim.workflows.inputs import validate_inputs
-from fim.workflows.nodes import EXECUTORS, NodeContext, NodeError, Paused
+from fim.workflows.scheduler import Scheduler, mask_value
 from fim.workflows.state import KIND, NodeState, Persister, RunState, record_data
-
-
-@dataclass
-class _Done:
-    node: str
-    output: Any = None
-    error: str | None = None
-    paused: Paused | None = None
-    finished_at: float = field(default_factory=time.time)
-    """Taken in the node's task, before its concurrency slot is released, so timestamps
-    of events show true overlap."""
 
 
 async def load_run(services: Services, run_id: str) -> RunState:
@@ -63,18 +35,6 @@ async def load_run(services: Services, run_id: str) -> RunState:
             f"no workflow run '{run_id}'", hint="`fim workflow runs` lists the recent runs"
         )
     return RunState.from_dict(record_data(record))
-
-
-def _mask(snapshot: Snapshot, value: Any) -> Any:
-    if not snapshot.secrets:
-        return value
-    if isinstance(value, str):
-        return snapshot.mask(value)
-    if isinstance(value, dict):
-        return {k: _mask(snapshot, v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_mask(snapshot, v) for v in value]
-    return value
 
 
 class WorkflowEngine:
@@ -106,6 +66,23 @@ class WorkflowEngine:
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.state: RunState | None = None
         self._registry = ToolRegistry()
+
+    def _scheduler(self, decl: WorkflowDecl, state: RunState) -> Scheduler:
+        from fim.store import get_store
+
+        return Scheduler(
+            snapshot=self.snapshot,
+            services=self.services,
+            name=self.name,
+            decl=decl,
+            state=state,
+            persister=Persister(get_store(self.services), state),
+            depth=self.depth,
+            parents=self.parents,
+            hooks=self.hooks,
+            registry=self._registry,
+            extra_tools=self.extra_tools,
+        )
 
     # ------------------------------------------------------------------ entry points
 
@@ -154,10 +131,10 @@ class WorkflowEngine:
             data={
                 "workflow": self.name,
                 "run_id": self.run_id,
-                "inputs": _mask(self.snapshot, values),
+                "inputs": mask_value(self.snapshot, values),
             },
         )
-        async with aclosing(self._drive(decl, self.state)) as events:
+        async with aclosing(self._scheduler(decl, self.state).drive()) as events:
             async for event in events:
                 yield event
 
@@ -247,291 +224,29 @@ class WorkflowEngine:
                 "by": approval.resolved_by,
             },
         )
+        scheduler = self._scheduler(decl, state)
         now = time.time()
         ns.finished_at = now
         ns.duration_ms = (now - (ns.started_at or now)) * 1000
         if approval.status == "approved":
-            ns.status, ns.output = "ok", _mask(self.snapshot, given or {"approved": True})
+            ns.status, ns.output = "ok", mask_value(self.snapshot, given or {"approved": True})
             resumed: Event = NodeFinished(
                 run_id=run_id, node=node_id, output=ns.output, duration_ms=ns.duration_ms
             )
         else:
             error = f"{approval.status} by {approval.resolved_by or 'unknown'}"
-            self._fail_node(decl, node_id, error)
+            scheduler.fail_node(node_id, error)
             resumed = NodeFailed(run_id=run_id, node=node_id, error=error, attempt=1)
         yield resumed
         if ns.status == "failed" and decl.nodes[node_id].on_error == "fail":
             state.error = f"node '{node_id}' failed: {ns.error}"
-            async for event in self._finish(decl, state, Persister(store, state)):
+            async for event in scheduler.finish():
                 yield event
             return
         # aclosing: a consumer that stops listening cancels the nodes now, not at GC time.
-        async with aclosing(self._drive(decl, state)) as events:
+        async with aclosing(scheduler.drive()) as events:
             async for event in events:
                 yield event
-
-    # ------------------------------------------------------------------ scheduling
-
-    def _fail_node(self, decl: WorkflowDecl, node_id: str, error: str) -> None:
-        assert self.state is not None
-        ns = self.state.nodes[node_id]
-        ns.status, ns.error = "failed", self.snapshot.mask(error)
-        if decl.nodes[node_id].on_error == "continue":
-            ns.output = {"error": ns.error}
-
-    def _live(self, decl: WorkflowDecl, state: RunState, edge: Edge) -> bool:
-        source = state.nodes[edge.source]
-        if source.status == "skipped":
-            return False
-        if source.status == "failed" and decl.nodes[edge.source].on_error != "continue":
-            return False
-        if edge.label == "needs":
-            return True
-        return isinstance(source.output, dict) and source.output.get("branch") == edge.label
-
-    @staticmethod
-    def _settled(decl: WorkflowDecl, ns: NodeState) -> bool:
-        return ns.status in ("ok", "skipped") or ns.status == "failed"
-
-    async def _drive(self, decl: WorkflowDecl, state: RunState) -> AsyncIterator[Event]:
-        from fim.store import get_store
-
-        into = incoming(decl)
-        outgoing: dict[str, list[Edge]] = {n: [] for n in decl.nodes}
-        for node_edges in into.values():
-            for edge in node_edges:
-                outgoing[edge.source].append(edge)
-        remaining = {
-            n: sum(1 for e in es if not self._settled(decl, state.nodes[e.source]))
-            for n, es in into.items()
-        }
-        ready = deque(
-            n for n, s in state.nodes.items() if s.status == "pending" and not remaining[n]
-        )
-        scope_nodes = {
-            n: {"output": s.output, "status": s.status}
-            for n, s in state.nodes.items()
-            if self._settled(decl, s)
-        }
-        scope = {
-            "inputs": state.inputs,
-            "nodes": scope_nodes,
-            "env": templates.allowed_env(self.snapshot.project.env_allowlist),
-        }
-        persister = Persister(get_store(self.services), state)
-        queue: asyncio.Queue[Event | _Done] = asyncio.Queue()
-        semaphore = asyncio.Semaphore(decl.max_concurrency)
-        tasks: dict[str, asyncio.Task[None]] = {}
-
-        def settle(node_id: str) -> None:
-            ns = state.nodes[node_id]
-            scope_nodes[node_id] = {"output": ns.output, "status": ns.status}
-            for edge in outgoing[node_id]:
-                remaining[edge.target] -= 1
-                if not remaining[edge.target] and state.nodes[edge.target].status == "pending":
-                    ready.append(edge.target)
-
-        persister.mark()
-        try:
-            while True:
-                while ready and state.error is None:
-                    node_id = ready.popleft()
-                    edges = into[node_id]
-                    if edges and not any(self._live(decl, state, e) for e in edges):
-                        ns = state.nodes[node_id]
-                        ns.status = "skipped"
-                        branch = [e for e in edges if e.label != "needs"]
-                        ns.reason = (
-                            f"branch not taken at '{branch[0].source}'"
-                            if branch and len(branch) == len(edges)
-                            else "nothing that leads here ran"
-                        )
-                        yield NodeSkipped(run_id=state.run_id, node=node_id, reason=ns.reason)
-                        settle(node_id)
-                        persister.mark()
-                        continue
-                    ctx = NodeContext(
-                        snapshot=self.snapshot,
-                        services=self.services,
-                        workflow=self.name,
-                        run_id=state.run_id,
-                        node_id=node_id,
-                        scope=scope,
-                        depth=self.depth,
-                        parents=self.parents,
-                        hooks=self.hooks,
-                        registry=self._registry,
-                        extra_tools=self.extra_tools,
-                        emit=queue.put_nowait,
-                    )
-                    tasks[node_id] = asyncio.create_task(
-                        self._run_node(decl, state, node_id, ctx, queue, semaphore, persister)
-                    )
-                if not tasks:
-                    break
-                item = await queue.get()
-                if not isinstance(item, _Done):
-                    yield item
-                    continue
-                tasks.pop(item.node)
-                event = self._complete(decl, state, item)
-                if event is not None:
-                    yield event
-                if state.nodes[item.node].status in ("ok", "failed"):
-                    settle(item.node)
-                persister.mark()
-                if state.error is not None and tasks:
-                    await self._cancel(state, tasks)
-        finally:
-            if tasks:
-                await self._cancel(state, tasks)
-                state.status = "cancelled"
-                state.error = state.error or "cancelled"
-                await persister.flush()
-        async for event in self._finish(decl, state, persister):
-            yield event
-
-    async def _cancel(self, state: RunState, tasks: dict[str, asyncio.Task[None]]) -> None:
-        for task in tasks.values():
-            task.cancel()
-        await asyncio.gather(*tasks.values(), return_exceptions=True)
-        for node_id in tasks:
-            state.nodes[node_id].status = "cancelled"
-        tasks.clear()
-
-    def _complete(self, decl: WorkflowDecl, state: RunState, done: _Done) -> Event | None:
-        ns = state.nodes[done.node]
-        now = done.finished_at
-        if done.paused is not None:
-            ns.status, ns.approval_id, ns.prompt = (
-                "waiting",
-                done.paused.approval_id,
-                done.paused.prompt,
-            )
-            return Notice(
-                run_id=state.run_id,
-                message=f"node '{done.node}' waits for a human: {done.paused.prompt}",
-                data={
-                    "node": done.node,
-                    "approval_id": done.paused.approval_id,
-                    "prompt": done.paused.prompt,
-                    "run_id": state.run_id,
-                },
-            )
-        ns.finished_at = now
-        ns.duration_ms = (now - (ns.started_at or now)) * 1000
-        if done.error is None:
-            ns.status, ns.output = "ok", _mask(self.snapshot, done.output)
-            return NodeFinished(
-                run_id=state.run_id,
-                node=done.node,
-                output=ns.output,
-                duration_ms=ns.duration_ms,
-                ts=now,
-            )
-        self._fail_node(decl, done.node, done.error)
-        if decl.nodes[done.node].on_error == "fail":
-            state.error = f"node '{done.node}' failed: {ns.error}"
-        return NodeFailed(
-            run_id=state.run_id, node=done.node, error=ns.error or "", attempt=ns.attempts, ts=now
-        )
-
-    async def _run_node(
-        self,
-        decl: WorkflowDecl,
-        state: RunState,
-        node_id: str,
-        ctx: NodeContext,
-        queue: asyncio.Queue[Event | _Done],
-        semaphore: asyncio.Semaphore,
-        persister: Persister,
-    ) -> None:
-        node = decl.nodes[node_id]
-        ns = state.nodes[node_id]
-        async with semaphore:
-            ns.status, ns.started_at, ns.attempts = "running", time.time(), 0
-            queue.put_nowait(NodeStarted(run_id=state.run_id, node=node_id, node_type=node.type))
-            persister.mark()
-            attempts = 1 + node.retry.count
-            error = ""
-            for attempt in range(1, attempts + 1):
-                ns.attempts = attempt
-                try:
-                    work = EXECUTORS[node.type](node, ctx)
-                    output = await (asyncio.wait_for(work, node.timeout) if node.timeout else work)
-                except asyncio.CancelledError:
-                    raise
-                except TimeoutError:
-                    error = f"timed out after {node.timeout:g}s"
-                except NodeError as exc:
-                    error = str(exc)
-                except Exception as exc:  # an executor bug still ends as a node failure
-                    error = f"{type(exc).__name__}: {exc}"
-                else:
-                    done = (
-                        _Done(node_id, paused=output)
-                        if isinstance(output, Paused)
-                        else _Done(node_id, output=output)
-                    )
-                    queue.put_nowait(done)
-                    return
-                if attempt < attempts:
-                    delay = node.retry.backoff * 2 ** (attempt - 1)
-                    queue.put_nowait(
-                        Notice(
-                            run_id=state.run_id,
-                            message=f"node '{node_id}' failed (attempt {attempt}/{attempts}): "
-                            f"{self.snapshot.mask(error)}; retrying in {delay:g}s",
-                            data={"node": node_id, "attempt": attempt, "retry_in": delay},
-                        )
-                    )
-                    await asyncio.sleep(delay)
-            queue.put_nowait(_Done(node_id, error=error))
-
-    async def _finish(
-        self, decl: WorkflowDecl, state: RunState, persister: Persister
-    ) -> AsyncIterator[Event]:
-        if state.status == "cancelled":
-            return
-        waiting = [n for n, s in state.nodes.items() if s.status == "waiting"]
-        if state.error is not None:
-            state.status = "failed"
-        elif waiting:
-            state.status = "paused"
-        else:
-            stuck = [n for n, s in state.nodes.items() if s.status == "pending"]
-            if stuck:
-                state.error = f"nodes never became ready: {', '.join(stuck)} (is there a cycle?)"
-                state.status = "failed"
-            else:
-                self._render_outputs(decl, state)
-        now = time.time()
-        if state.status != "paused":
-            state.finished_at = now
-        state.duration_ms = (now - state.started_at) * 1000
-        await persister.flush()
-        if state.status == "failed" and state.error and not state.error.startswith("node '"):
-            yield ErrorEvent(run_id=state.run_id, message=state.error, kind="workflow_error")
-        yield WorkflowFinished(
-            run_id=state.run_id,
-            workflow=self.name,
-            status=state.status,
-            outputs=state.outputs,
-            duration_ms=state.duration_ms,
-        )
-
-    def _render_outputs(self, decl: WorkflowDecl, state: RunState) -> None:
-        scope = {
-            "inputs": state.inputs,
-            "nodes": {n: {"output": s.output, "status": s.status} for n, s in state.nodes.items()},
-            "env": templates.allowed_env(self.snapshot.project.env_allowlist),
-        }
-        try:
-            state.outputs = _mask(self.snapshot, templates.render(dict(decl.outputs), scope))
-            state.status = "ok"
-        except templates.TemplateError as exc:
-            state.error = self.snapshot.mask(f"cannot render outputs: {exc}")
-            state.status = "failed"
 
 
 async def run_workflow(
