@@ -183,9 +183,9 @@ class WorkflowEngine:
                 )
             schema = getattr(decl.nodes[node_id], "input_schema", None)
             if approved and schema:
-                from fim.workflows.nodes import _schema_problems
+                from fim.workflows.nodes import schema_problems
 
-                problems = _schema_problems(given, schema)
+                problems = schema_problems(given, schema)
                 if problems:
                     raise RunError(
                         f"invalid input for node '{node_id}': {'; '.join(problems)}",

@@ -279,7 +279,7 @@ def _parse_json(text: str) -> Any:
     return json.loads(stripped)
 
 
-def _schema_problems(value: Any, schema: dict[str, Any]) -> list[str]:
+def schema_problems(value: Any, schema: dict[str, Any]) -> list[str]:
     import jsonschema
 
     cls = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
@@ -324,7 +324,7 @@ async def run_llm(node: LlmNode, ctx: NodeContext) -> Any:
         except ValueError as exc:
             problem = f"the reply was not valid JSON ({exc})"
         else:
-            problems = _schema_problems(value, node.output_schema)
+            problems = schema_problems(value, node.output_schema)
             if not problems:
                 return value
             problem = "the JSON does not match the schema: " + "; ".join(problems)
