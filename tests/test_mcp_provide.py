@@ -185,8 +185,13 @@ async def test_hooks_see_a_meta_call_as_the_real_tool(progressive):
     assert effective_tool_name("mcp", args) == "demo__add"
     assert effective_tool_name("mcp", {"subcommand": "discover", "server": "demo"}) == "mcp"
     assert effective_tool_name("calculator", {"server": "demo"}) == "calculator"
+    assert effective_tool_name(meta, args) == "demo__add"
     name, extra = meta.metadata["call_view"](args)
     assert (name, extra) == ("demo__add", {"server": "demo", "tool": "add", "category": "mcp"})
+    echo = {"subcommand": "call", "server": "demo", "tool": "echo", "parameters": {}}
+    assert meta.metadata["call_view"](echo)[1]["access"] == "read"  # readOnlyHint
+    crash = {"subcommand": "call", "server": "demo", "tool": "crash", "parameters": {}}
+    assert meta.metadata["call_view"](crash)[1]["access"] == "write"  # destructiveHint
 
 
 @shared_loop

@@ -49,6 +49,10 @@ class ToolInfo:
     description: str
     input_schema: dict[str, Any]
     title: str | None = None
+    access: Literal["read", "write"] | None = None
+    """From the tool's annotations: `read` if `readOnlyHint`, `write` if explicitly
+    `destructiveHint`, else unknown. Hints from the server, used by hooks like any
+    connector action's `access`."""
 
 
 @dataclass
@@ -362,6 +366,7 @@ class ServerConnection:
                     description=(t.description or t.title or "").strip(),
                     input_schema=dict(t.input_schema or {}),
                     title=t.title,
+                    access=_access(t.annotations),
                 )
                 for t in listing.tools
             ]
@@ -452,3 +457,11 @@ def _fail(future: asyncio.Future[Any], exc: Exception) -> None:
     if not future.done():
         future.set_exception(exc)
         future.exception()
+
+
+def _access(annotations: Any) -> Literal["read", "write"] | None:
+    if annotations is None:
+        return None
+    if annotations.read_only_hint:
+        return "read"
+    return "write" if annotations.destructive_hint else None

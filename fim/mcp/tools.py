@@ -146,8 +146,15 @@ def adapt(conn: ServerConnection, info: ToolInfo) -> McpTool:
         parameters=input_parameters(info.input_schema),
         connection=conn,
         remote=info.name,
-        metadata={"server": conn.name, "tool": info.name, "transport": conn.transport},
+        metadata=_tool_metadata(conn, info),
     )
+
+
+def _tool_metadata(conn: ServerConnection, info: ToolInfo) -> dict[str, Any]:
+    meta: dict[str, Any] = {"server": conn.name, "tool": info.name, "transport": conn.transport}
+    if info.access:
+        meta["access"] = info.access
+    return meta
 
 
 def legacy_tools(conns: list[ServerConnection]) -> list[McpTool]:
@@ -173,10 +180,14 @@ def legacy_tools(conns: list[ServerConnection]) -> list[McpTool]:
 # --------------------------------------------------------------------------- meta-tool
 
 
-def effective_tool_name(tool: str, args: dict[str, Any] | None) -> str:
+def effective_tool_name(tool: Any, args: dict[str, Any] | None) -> str:
     """The tool a call really targets, for hook matchers: `mcp` with `subcommand: call`
-    targets `{server}__{tool}`; everything else is itself."""
+    targets `{server}__{tool}`; everything else is itself. `tool` is a name or a Tool
+    (like `fim.connectors.effective_tool_name`)."""
     args = args or {}
+    if not isinstance(tool, str):
+        resolver = (getattr(tool, "metadata", None) or {}).get("call_view")
+        return resolver(args)[0] if resolver is not None else tool.name
     if tool == META_TOOL and args.get("subcommand") == "call":
         server, remote = args.get("server"), args.get("tool")
         if isinstance(server, str) and isinstance(remote, str) and server and remote:
@@ -234,7 +245,12 @@ class McpMetaTool:
         target = effective_tool_name(self.name, args)
         if target == self.name:
             return target, {}
-        return target, {"server": args["server"], "tool": args["tool"], "category": "mcp"}
+        conn = self.connections.get(args["server"])
+        info = next((t for t in conn.tools if t.name == args["tool"]), None) if conn else None
+        meta = {"server": args["server"], "tool": args["tool"], "category": "mcp"}
+        if info is not None and info.access:
+            meta["access"] = info.access
+        return target, meta
 
     async def run(self, **args: Any) -> ToolResult:
         server = args.get("server", "")

@@ -28,7 +28,10 @@ PNG_1PX = base64.b64decode(
 def build(many: int = 0) -> MCPServer:
     server = MCPServer("demo", instructions="Test server for fim", log_level="WARNING")
 
-    @server.tool(description="Return the text unchanged")
+    @server.tool(
+        description="Return the text unchanged",
+        annotations=types.ToolAnnotations(read_only_hint=True),
+    )
     def echo(text: str) -> str:
         return text
 
@@ -45,7 +48,10 @@ def build(many: int = 0) -> MCPServer:
         await asyncio.sleep(seconds)
         return f"slept {seconds}"
 
-    @server.tool(description="Kill the server process without answering")
+    @server.tool(
+        description="Kill the server process without answering",
+        annotations=types.ToolAnnotations(read_only_hint=False, destructive_hint=True),
+    )
     def crash() -> str:
         sys.stderr.write("demo: crashing on purpose\n")
         sys.stderr.flush()
