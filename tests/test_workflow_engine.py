@@ -500,3 +500,18 @@ async def test_closing_the_event_stream_cancels_the_run_and_records_it(tmp_path,
     state = await load_run(services, engine.run_id)
     assert state.status == "cancelled"
     assert state.nodes["wait"].status == "cancelled"
+
+
+async def test_an_engine_reused_for_a_second_run_records_two_runs(tmp_path, services):
+    snapshot = make_snapshot(
+        tmp_path,
+        {"twice": {"nodes": {"a": {"type": "tool", "tool": "echo", "args": {"value": 1}}}}},
+    )
+    engine = WorkflowEngine(snapshot, "twice", services, tools=[echo_tool()])
+    ids = []
+    for _ in range(2):
+        _ = [e async for e in engine.run({})]
+        ids.append(engine.run_id)
+
+    assert ids[0] != ids[1]
+    assert {r.id for r in await get_store(services).list_runs(kind="workflow")} == set(ids)

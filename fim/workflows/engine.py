@@ -115,6 +115,8 @@ class WorkflowEngine:
         decl = self._decl()
         self._guard()
         values = validate_inputs(self.name, decl, inputs)
+        if self.state is not None:  # the engine is reused: a new run gets a new id
+            self.run_id = uuid.uuid4().hex[:12]
         self.state = RunState(
             run_id=self.run_id,
             workflow=self.name,
