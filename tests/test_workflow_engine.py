@@ -404,7 +404,7 @@ async def test_inputs_are_validated_before_anything_runs(tmp_path, services):
             pass
     message = str(caught.value)
     assert "missing input 'order_id'" in message
-    assert "input 'amount' = 'lots'" in message
+    assert "input 'amount' = 'lots': expected a number" in message
     assert "unknown input 'colour'" in message
     assert "order_id: string, amount: number, urgent?: boolean" in message
     assert await get_store(services).list_runs(kind="workflow") == []

@@ -252,7 +252,7 @@ def runs(
 
     table = Table("run", "workflow", "status", "started", "duration", "nodes done")
     for row in rows:
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["started"]))
+        started = time.strftime("%m-%d %H:%M:%S", time.localtime(row["started"]))
         ms = row["duration_ms"]
         table.add_row(
             row["run_id"],

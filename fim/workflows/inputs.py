@@ -34,15 +34,23 @@ def _coerce(spec: WorkflowInput, value: Any) -> Any:
         raise ValueError(f"expected a string, got {type(value).__name__}")
     if isinstance(value, str):
         text = value.strip()
-        if kind == "integer":
-            return int(text)
-        if kind == "number":
-            return float(text) if any(c in text for c in ".eE") else int(text)
+        try:
+            if kind == "integer":
+                return int(text)
+            if kind == "number":
+                return float(text) if any(c in text for c in ".eE") else int(text)
+        except ValueError:
+            raise ValueError(
+                f"expected {'an integer' if kind == 'integer' else 'a number'}"
+            ) from None
         if kind == "boolean":
             if text.lower() in _BOOLEANS:
                 return _BOOLEANS[text.lower()]
             raise ValueError("expected a boolean (true/false)")
-        value = json.loads(text)
+        try:
+            value = json.loads(text)
+        except ValueError:
+            raise ValueError(f"expected a JSON {kind}") from None
     checks = {
         "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
         "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
