@@ -1,0 +1,123 @@
+"""Where the state store lives (URLs) and what it holds (tables, ordered migrations).
+
+Tables are built on first use so importing fim.store never imports SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection, MetaData, Table
+
+
+# --------------------------------------------------------------------------- URLs
+
+
+def normalize_url(url: str, root: Path | str | None = None) -> str:
+    """Make a user's state URL usable by SQLAlchemy.
+
+    Relative SQLite paths are relative to the project root (not the shell's cwd, so
+    `fim approvals` from a subfolder finds the same file), and plain PostgreSQL URLs use
+    the psycopg v3 driver, which is the one fim ships with.
+    """
+    url = url.strip()
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
+        rest = url[len("sqlite:///") :]
+        path, sep, query = rest.partition("?")
+        if path and path != ":memory:" and not path.startswith("file:"):
+            base = Path(root) if root is not None else Path.cwd()
+            absolute = (base / path).resolve()
+            return f"sqlite:///{absolute}" + (sep + query if sep else "")
+    return url
+
+
+def sqlite_file(url: str) -> Path | None:
+    if url.startswith("sqlite:///"):
+        path = url[len("sqlite:///") :].partition("?")[0]
+        if path and path != ":memory:" and not path.startswith("file:"):
+            return Path(path)
+    return None
+
+
+# --------------------------------------------------------------------------- schema
+
+_SCHEMA: dict[str, Any] = {}
+
+
+def schema() -> tuple[MetaData, dict[str, Table]]:
+    """MetaData and Table objects, built on first use."""
+    if not _SCHEMA:
+        from sqlalchemy import JSON, Column, Float, Integer, MetaData, String, Table, Text
+
+        meta = MetaData()
+        tables = {
+            "schema_version": Table(
+                "fim_schema_version", meta, Column("version", Integer, primary_key=True)
+            ),
+            "runs": Table(
+                "fim_runs",
+                meta,
+                Column("id", String(64), primary_key=True),
+                Column("kind", String(32), nullable=False),
+                Column("name", String(200), nullable=False),
+                Column("status", String(32), nullable=False),
+                Column("data", JSON, nullable=False),
+                Column("created_at", Float, nullable=False, index=True),
+                Column("updated_at", Float, nullable=False),
+            ),
+            "approvals": Table(
+                "fim_approvals",
+                meta,
+                Column("id", String(64), primary_key=True),
+                Column("run_id", String(64), nullable=False),
+                Column("agent", String(200), nullable=False),
+                Column("tool_name", String(200), nullable=False),
+                Column("args", JSON, nullable=False),
+                Column("reason", Text, nullable=False),
+                Column("kind", String(32), nullable=False),
+                Column("data", JSON, nullable=False),
+                Column("status", String(16), nullable=False, index=True),
+                Column("created_at", Float, nullable=False),
+                Column("expires_at", Float),
+                Column("resolved_at", Float),
+                Column("resolved_by", String(200)),
+                Column("consumed_at", Float),
+            ),
+            "audit": Table(
+                "fim_audit",
+                meta,
+                Column("id", Integer, primary_key=True, autoincrement=True),
+                Column("ts", Float, nullable=False, index=True),
+                Column("run_id", String(64), nullable=False),
+                Column("agent", String(200), nullable=False),
+                Column("tool", String(200), nullable=False),
+                Column("args", JSON, nullable=False),
+                Column("outcome", String(16), nullable=False),
+                Column("duration_ms", Float),
+                Column("detail", Text),
+            ),
+        }
+        _SCHEMA["meta"] = meta
+        _SCHEMA["tables"] = tables
+    return _SCHEMA["meta"], _SCHEMA["tables"]
+
+
+def table(name: str) -> Table:
+    return schema()[1][name]
+
+
+def _migration_1(conn: Connection) -> None:
+    meta, tables = schema()
+    meta.create_all(
+        conn, tables=[tables[k] for k in ("runs", "approvals", "audit")], checkfirst=True
+    )
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_migration_1]
+"""Applied in order; migration N brings the schema to version N. Append, never edit."""
