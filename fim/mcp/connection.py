@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import math
 import time
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from fim.mcp.errors import (
     NotSent,
     describe_exception,
 )
+from fim.mcp.info import ToolInfo, declaration_key, tool_info
 
 State = Literal["stopped", "starting", "ready", "failed", "crashed", "closed"]
 
@@ -39,20 +39,6 @@ WAIT_FOR_BACKOFF = 2.0
 """A call waits out a restart delay up to this long; beyond it the call fails fast."""
 CLOSE_GRACE = 5.0
 MAX_TOOL_PAGES = 50
-
-
-@dataclass(frozen=True)
-class ToolInfo:
-    """What fim keeps of one MCP tool from `tools/list`."""
-
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-    title: str | None = None
-    access: Literal["read", "write"] | None = None
-    """From the tool's annotations: `read` if `readOnlyHint`, `write` if explicitly
-    `destructiveHint`, else unknown. Hints from the server, used by hooks like any
-    connector action's `access`."""
 
 
 @dataclass
@@ -72,12 +58,6 @@ class _Job:
             self.scope.cancel()
         if not self.future.done():
             self.future.cancel()
-
-
-def declaration_key(decl: McpServer, root: Path) -> str:
-    """Identity of a declaration: a reload keeps a server whose key did not change."""
-    text = f"{type(decl).__name__}|{root}|{decl.model_dump_json()}"
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class ServerConnection:
@@ -360,16 +340,7 @@ class ServerConnection:
         cursor: str | None = None
         for _page in range(MAX_TOOL_PAGES):
             listing = await client.list_tools(cursor=cursor)
-            tools += [
-                ToolInfo(
-                    name=t.name,
-                    description=(t.description or t.title or "").strip(),
-                    input_schema=dict(t.input_schema or {}),
-                    title=t.title,
-                    access=_access(t.annotations),
-                )
-                for t in listing.tools
-            ]
+            tools += [tool_info(t) for t in listing.tools]
             cursor = listing.next_cursor
             if not cursor:
                 break
@@ -457,11 +428,3 @@ def _fail(future: asyncio.Future[Any], exc: Exception) -> None:
     if not future.done():
         future.set_exception(exc)
         future.exception()
-
-
-def _access(annotations: Any) -> Literal["read", "write"] | None:
-    if annotations is None:
-        return None
-    if annotations.read_only_hint:
-        return "read"
-    return "write" if annotations.destructive_hint else None

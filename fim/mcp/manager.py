@@ -16,12 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from fim.config.schema import McpServer
-from fim.mcp.connection import (
-    McpUnavailable,
-    ServerConnection,
-    ToolInfo,
-    declaration_key,
-)
+from fim.mcp.connection import ServerConnection
+from fim.mcp.errors import McpUnavailable
+from fim.mcp.info import ToolInfo, declaration_key
 
 SERVICE_KEY = "mcp"
 

@@ -1,0 +1,50 @@
+"""What fim knows of an MCP server without talking to it: the identity of its declaration,
+and the parts of a listed tool it keeps."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from fim.config.schema import McpServer
+
+
+@dataclass(frozen=True)
+class ToolInfo:
+    """What fim keeps of one MCP tool from `tools/list`."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    title: str | None = None
+    access: Literal["read", "write"] | None = None
+    """From the tool's annotations: `read` if `readOnlyHint`, `write` if explicitly
+    `destructiveHint`, else unknown. Hints from the server, used by hooks like any
+    connector action's `access`."""
+
+
+def tool_info(tool: Any) -> ToolInfo:
+    """An SDK `mcp_types.Tool` as a `ToolInfo`."""
+    return ToolInfo(
+        name=tool.name,
+        description=(tool.description or tool.title or "").strip(),
+        input_schema=dict(tool.input_schema or {}),
+        title=tool.title,
+        access=_access(tool.annotations),
+    )
+
+
+def declaration_key(decl: McpServer, root: Path) -> str:
+    """Identity of a declaration: a reload keeps a server whose key did not change."""
+    text = f"{type(decl).__name__}|{root}|{decl.model_dump_json()}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _access(annotations: Any) -> Literal["read", "write"] | None:
+    if annotations is None:
+        return None
+    if annotations.read_only_hint:
+        return "read"
+    return "write" if annotations.destructive_hint else None
