@@ -163,6 +163,13 @@ def _decide(
         current = after or before
         by = f" by {current.resolved_by}" if current.resolved_by else ""
         fail(f"approval {approval_id} is already {current.status}{by}; nothing was changed")
+    if after.kind == "workflow":
+        run_id = after.data.get("run_id", after.run_id)
+        typer.echo(
+            f"{verb} {approval_id}: workflow '{after.agent}' node '{after.data.get('node')}'; "
+            f"continue it with `fim workflow resume {run_id}`"
+        )
+        return
     typer.echo(
         f"{verb} {approval_id}: agent '{after.agent}' may "
         f"{'now' if approved else 'not'} call {after.tool_name}"
