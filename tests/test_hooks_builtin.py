@@ -378,3 +378,29 @@ async def test_a_pending_approval_survives_a_restart(tmp_path: Path) -> None:
     assert len(await store.list_approvals(None)) == 2
     store.close()
     await ctx.services.aclose()
+
+
+async def test_approvals_cli_lists_workflow_approvals_and_says_how_to_resume(
+    tmp_path: Path,
+) -> None:
+    project(tmp_path)
+    store = Store("sqlite:///.fim/state.db", root=tmp_path)
+    approval_id = await store.create_approval(
+        "wf-run-1",
+        "refund",
+        "workflow:refund:approve",
+        {},
+        "Approve refund of 250?",
+        None,
+        kind="workflow",
+        data={"run_id": "wf-run-1", "node": "approve"},
+    )
+    store.close()
+    listed = await asyncio.to_thread(cli, "approvals", "list", "--json", "-p", str(tmp_path))
+    assert f'"id": "{approval_id}"' in listed.output and '"kind": "workflow"' in listed.output
+    done = await asyncio.to_thread(cli, "approvals", "approve", approval_id, "-p", str(tmp_path))
+    assert done.exit_code == 0
+    assert "workflow 'refund' node 'approve'" in done.output
+    assert "fim workflow resume wf-run-1" in done.output
+    empty = await asyncio.to_thread(cli, "approvals", "list", "-p", str(tmp_path))
+    assert empty.output.strip() == "no pending approvals"
