@@ -145,21 +145,47 @@ def _syntax_error(exc: Any, text: str) -> YamlSyntaxError:
     return YamlSyntaxError(f"YAML syntax error: {problem}", line, col)
 
 
+_UNSET: Any = object()
+
+
 @dataclass
 class Document:
-    """One parsed YAML text: its data, its node tree and how to point into the file."""
+    """One parsed YAML text: its data, and how to point into the file.
+
+    The node tree is dropped once the data is built and recomposed from `text` only when a
+    position is asked for (an error path): keeping thousands of trees alive made the
+    garbage collector's full passes, and so compile time, grow faster than the project.
+    """
 
     path: str
     """Path relative to the project root, with forward slashes."""
     data: Any
-    node: Any = None
+    text: str = ""
     line_offset: int = 0
     """Lines before the YAML starts (front matter of SKILL.md)."""
     problems: list[Problem] = field(default_factory=list)
+    root: tuple[int, int] = (1, 1)
+    """1-based position of the top-level node (the declaration itself)."""
+    _node: Any = field(default=_UNSET, repr=False)
+
+    @property
+    def node(self) -> Any:
+        if self._node is _UNSET:
+            try:
+                self._node = _compose(self.text)
+            except YamlSyntaxError:
+                self._node = None
+        return self._node
+
+    def release(self) -> None:
+        """Drop the node tree; `position` recomposes it from the text when needed."""
+        self._node = _UNSET
 
     def position(self, path: Path_, key: bool = False) -> tuple[int, int]:
         """1-based (line, col) of the value at `path` (or of its key), falling back to the
         nearest ancestor that exists in the file (values filled in by defaults)."""
+        if not path:
+            return self.root
         node = self.node
         if node is None:
             return 1 + self.line_offset, 1
@@ -189,7 +215,7 @@ class Document:
 
 def _find_pair(node: Any, step: str | int) -> tuple[Any, Any] | None:
     for knode, vnode in node.value:
-        if knode.id == "scalar" and knode.tag == _MERGE:
+        if knode.id == "scalar" and knode.value == "<<" and knode.tag in (_MERGE, _PLAIN):
             merged = vnode.value if vnode.id == "sequence" else [vnode]
             for m in merged:
                 if m.id == "mapping" and (found := _find_pair(m, step)) is not None:
@@ -202,9 +228,13 @@ def _find_pair(node: Any, step: str | int) -> tuple[Any, Any] | None:
 def parse(text: str, path: str, line_offset: int = 0) -> Document:
     """Parse YAML text; syntax errors raise YamlSyntaxError, data problems are collected."""
     node = _compose(text)
-    doc = Document(path=path, data=None, node=node, line_offset=line_offset)
+    doc = Document(path=path, data=None, text=text, line_offset=line_offset, _node=node)
     if node is not None:
+        doc.root = (node.start_mark.line + 1 + line_offset, node.start_mark.column + 1)
         doc.data = _Builder(doc).build(node)
+    else:
+        doc.root = (1 + line_offset, 1)
+    doc.release()
     return doc
 
 
