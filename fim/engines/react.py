@@ -217,6 +217,8 @@ class ReactEngine:
                 name=call.name,
                 arguments=_masked_args(call.arguments, self.mask),
             )
+        if hasattr(self.hooks, "on_notice"):  # e.g. "approval pending" while confirm waits
+            self.hooks.on_notice = queue.put_nowait
         tasks = [asyncio.create_task(one(call)) for call in calls]
         try:
             pending = len(tasks)
@@ -243,7 +245,7 @@ class ReactEngine:
         hook_name, hook_meta = call.name, {}
         if self.call_view is not None and call.name in self.registry:
             hook_name, hook_meta = self.call_view(call.name, arguments)
-        metadata = {**self.metadata, **hook_meta}
+        metadata = {**self.metadata, **hook_meta, "call_id": call.id}
 
         async def emit(content: str, is_error: bool) -> str:
             await queue.put(
@@ -279,8 +281,12 @@ class ReactEngine:
         if not pre.allow:
             reason = pre.error or "blocked by a hook"
             return await emit(
-                f"Blocked: the call to '{hook_name}' was not run. Reason: {reason}. "
-                "Do not retry the same call; choose another approach or tell the user.",
+                f"Blocked: the call to '{hook_name}' was not run. Reason: {reason.rstrip('.')}."
+                + (
+                    ""
+                    if "retry" in reason
+                    else " Do not retry the same call; choose another approach or tell the user."
+                ),
                 True,
             )
         if pre.modified_args is not None:
