@@ -42,7 +42,8 @@ async def manager(http_url: str):
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def stdio(manager: McpManager) -> ServerConnection:
-    conn = manager.connection("demo", StdioServer(**stdio_decl()), ROOT)
+    decl = StdioServer(**stdio_decl(cwd="mcp_servers", env={"DEMO_GREETING": "hello"}))
+    conn = manager.connection("demo", decl, ROOT)
     began = time.perf_counter()
     await conn.start()
     print(f"\nstdio demo server start: {time.perf_counter() - began:.2f}s")
@@ -62,13 +63,21 @@ async def http(manager: McpManager, http_url: str) -> ServerConnection:
 
 async def test_a_stdio_server_starts_lazily_once_and_lists_its_tools(manager, stdio):
     assert stdio.state == "ready"
-    assert manager.connection("demo", StdioServer(**stdio_decl()), ROOT) is stdio
+    assert manager.connection("demo", stdio.decl, ROOT) is stdio
     names = [t.name for t in stdio.tools]
     assert {"echo", "add", "fail", "slow", "crash", "image", "resource", "grow"} <= set(names)
     echo = next(t for t in stdio.tools if t.name == "echo")
     assert echo.input_schema["required"] == ["text"]
     await stdio.start()
     assert stdio.starts == 1
+
+
+async def test_stdio_env_is_minimal_plus_declared_and_cwd_is_relative_to_the_root(stdio):
+    assert (await call_tool(stdio, "cwd", {})).content == str(ROOT / "mcp_servers")
+    assert (await call_tool(stdio, "env", {"name": "DEMO_GREETING"})).content == "hello"
+    assert (await call_tool(stdio, "env", {"name": "PATH"})).content != "(unset)"
+    # pytest sets this in our environment; a server must not inherit everything we have
+    assert (await call_tool(stdio, "env", {"name": "PYTEST_CURRENT_TEST"})).content == "(unset)"
 
 
 async def test_tools_become_fim_tools_named_server__tool(stdio):

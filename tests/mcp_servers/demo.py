@@ -57,6 +57,14 @@ def build(many: int = 0) -> MCPServer:
         sys.stderr.flush()
         os._exit(17)
 
+    @server.tool(description="The server's working directory")
+    def cwd() -> str:
+        return os.getcwd()
+
+    @server.tool(description="An environment variable of the server process")
+    def env(name: str) -> str:
+        return os.environ.get(name, "(unset)")
+
     @server.tool(description="The server's process id")
     def pid() -> int:
         return os.getpid()
