@@ -87,6 +87,25 @@ def fim_command(*args: str) -> list[str]:
     return [PYTHON, "-m", "fim.cli", *args]
 
 
+def run_timed(
+    args: Sequence[str], **options: Any
+) -> tuple[float, float, subprocess.CompletedProcess[str]]:
+    """Wall time and CPU time (user + system) of one child process run to completion.
+
+    CPU time is what the process itself cost; on a busy machine wall time also holds the
+    time it waited for a core, so both are reported.
+    """
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(args, capture_output=True, text=True, env=bench_env(), **options)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, done
+
+
 # ---------------------------------------------------------------------------- projects
 
 
