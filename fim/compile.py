@@ -111,10 +111,17 @@ def build_snapshot(decls: Declarations) -> Snapshot:
     def decls_of(kind: str) -> MappingProxyType:
         return MappingProxyType({name: e.decl for name, e in entries[kind].items()})
 
+    agents = {}
+    for name, entry in entries["agent"].items():
+        agent = entry.decl
+        if isinstance(agent.model, ModelSettings):
+            agent = agent.model_copy(update={"model": _blank_unset(agent.model)})
+        agents[name] = agent
+
     return Snapshot(
         root=decls.root,
         project=decls.project,
-        agents=decls_of("agent"),
+        agents=MappingProxyType(agents),
         connectors=decls_of("connector"),
         skills=decls_of("skill"),
         workflows=decls_of("workflow"),
@@ -137,13 +144,17 @@ def resolve_models(roles: dict[str, str | ModelSettings]) -> dict[str, ModelSett
         ref = roles[role]
         if isinstance(ref, str) and ref in roles and ref not in seen and "/" not in ref:
             return resolve(ref, (*seen, ref))
-        settings = ref if isinstance(ref, ModelSettings) else ModelSettings(model=ref)
-        blank = {k: None for k in ("api_base", "api_key") if getattr(settings, k) == ""}
-        return settings.model_copy(update=blank) if blank else settings
+        return _blank_unset(ref if isinstance(ref, ModelSettings) else ModelSettings(model=ref))
 
     for role in roles:
         resolved[role] = resolve(role, (role,))
     return resolved
+
+
+def _blank_unset(settings: ModelSettings) -> ModelSettings:
+    """`api_base: "${OPENAI_BASE_URL:-}"` with the variable unset means "no api_base"."""
+    blank = {k: None for k in ("api_base", "api_key") if getattr(settings, k) == ""}
+    return settings.model_copy(update=blank) if blank else settings
 
 
 class Checker:

@@ -235,6 +235,8 @@ outputs: {r: "{{ nodes.q.output }}"}
         "workflows/w.yaml:5:35: connector 'db' is kind: database, but a connector node needs "
         "kind: http (use type: database for SQL, type: connector for HTTP actions)",
         "workflows/w.yaml:6:27: unknown agent 'helpr' (did you mean 'helper'?)",
+        "workflows/w.yaml:6:41: node 'd' uses nodes.a but does not wait for it "
+        "(add 'a' to the needs of 'd')",
         "workflows/w.yaml:6:73: unknown node 'aa' in needs (did you mean 'a'?)",
         "workflows/w.yaml:7:28: template refers to unknown node 'zz' "
         "(valid nodes: a, b, c, d, e, f, g, h)",
@@ -246,6 +248,26 @@ outputs: {r: "{{ nodes.q.output }}"}
         "or use a litellm string such as openai/gpt-4o-mini)",
         "workflows/w.yaml:11:14: template refers to unknown node 'q' "
         "(valid nodes: a, b, c, d, e, f, g, h)",
+    ]
+
+
+def test_a_node_may_only_read_nodes_it_waits_for(project: Path) -> None:
+    write(
+        project,
+        "workflows/race.yaml",
+        """\
+nodes:
+  fetch: {type: tool, tool: calculator, args: {expression: "1+1"}}
+  check: {type: condition, needs: [fetch], if: "{{ nodes.fetch.output }}", then: use}
+  use: {type: tool, tool: calculator, args: {expression: "{{ nodes.fetch.output }}"}}
+  early: {type: tool, tool: calculator, args: {expression: "{{ nodes.use.output }}"}}
+outputs: {r: "{{ nodes.early.output }}"}
+""",
+    )
+    # `use` waits for `fetch` through the condition; `early` waits for nothing
+    assert problems(project) == [
+        "workflows/race.yaml:5:60: node 'early' uses nodes.use but does not wait for it "
+        "(add 'use' to the needs of 'early')"
     ]
 
 
@@ -329,3 +351,16 @@ def test_problems_across_files_come_back_together_sorted(project: Path) -> None:
         "evals/e.yaml",
     ]
     assert found[2] == ("evals/e.yaml:3:12: threshold: Input should be less than or equal to 1")
+
+
+def test_blank_api_base_from_an_unset_variable_means_unset(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LOCAL_BASE", raising=False)
+    write(
+        project,
+        "agents/local.yaml",
+        'model: {model: openai/gpt-4o-mini, api_base: "${LOCAL_BASE:-}"}\n',
+    )
+    snapshot = compile_project(project)
+    assert snapshot.agents["local"].model.api_base is None

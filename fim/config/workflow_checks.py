@@ -38,6 +38,7 @@ def check_workflow(checker: Any, entry: Any) -> None:
     doc = entry.doc
     names = set(wf.nodes)
     deps: dict[str, list[str]] = {name: [] for name in wf.nodes}
+    uses: list[tuple[str, tuple, str]] = []
     for name, node in wf.nodes.items():
         base = ("nodes", name)
         for i, dep in enumerate(node.needs):
@@ -73,11 +74,14 @@ def check_workflow(checker: Any, entry: Any) -> None:
             value = getattr(node, field, None)
             path = (*base, _ALIASES.get(field, field))
             for where, ast in checker.templates.check_tree(checker, entry, path, value):
-                _check_refs(checker, entry, where, ast, wf, name)
+                for ref in _check_refs(checker, entry, where, ast, wf, name):
+                    uses.append((name, where, ref))
     for key, text in wf.outputs.items():
         for where, ast in checker.templates.check_tree(checker, entry, ("outputs", key), text):
             _check_refs(checker, entry, where, ast, wf, None)
     cycle = _find_cycle(deps)
+    if not cycle:
+        _check_upstream(checker, entry, deps, uses)
     if cycle:
         checker.add(
             doc.problem(
@@ -145,9 +149,36 @@ def _check_target(checker: Any, entry: Any, base: tuple, node: Any) -> None:
             )
 
 
+def _check_upstream(
+    checker: Any, entry: Any, deps: dict[str, list[str]], uses: list[tuple[str, tuple, str]]
+) -> None:
+    """A node may only read outputs of nodes it (transitively) waits for; anything else
+    is a race that works or fails depending on timing."""
+    memo: dict[str, set[str]] = {}
+
+    def ancestors(node: str) -> set[str]:
+        if node not in memo:
+            memo[node] = set()
+            for dep in deps[node]:
+                memo[node] |= {dep} | ancestors(dep)
+        return memo[node]
+
+    for name, where, ref in uses:
+        if ref not in ancestors(name):
+            checker.add(
+                entry.doc.problem(
+                    where,
+                    f"node '{name}' uses nodes.{ref} but does not wait for it",
+                    f"add '{ref}' to the needs of '{name}'",
+                )
+            )
+
+
 def _check_refs(
     checker: Any, entry: Any, path: tuple, ast: Any, wf: WorkflowDecl, own: str | None
-) -> None:
+) -> list[str]:
+    """Report unknown nodes/inputs; returns the other nodes the template reads."""
+    found: list[str] = []
     for ref in sorted(references(ast, "nodes")):
         if ref not in wf.nodes:
             checker.add(
@@ -165,6 +196,8 @@ def _check_refs(
                     "a node can only use outputs of nodes it needs",
                 )
             )
+        else:
+            found.append(ref)
     for ref in sorted(references(ast, "inputs")):
         if ref not in wf.inputs:
             checker.add(
@@ -174,6 +207,7 @@ def _check_refs(
                     suggest(ref, wf.inputs, "inputs"),
                 )
             )
+    return found
 
 
 def _find_cycle(deps: dict[str, list[str]]) -> list[str]:
