@@ -40,6 +40,14 @@ async def manager(http_url: str):
     await manager.aclose()
 
 
+@pytest_asyncio.fixture(loop_scope="module")
+async def fresh():
+    """A manager of the test's own; closed afterwards even if the test fails."""
+    manager = McpManager(ROOT)
+    yield manager
+    await manager.aclose()
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def stdio(manager: McpManager) -> ServerConnection:
     decl = StdioServer(**stdio_decl(cwd="mcp_servers", env={"DEMO_GREETING": "hello"}))
@@ -153,9 +161,9 @@ async def test_http_tools_list_changed(http):
     assert "fresh" in [t.name for t in http.tools]
 
 
-async def test_an_http_server_that_goes_away_and_comes_back_is_reconnected():
+async def test_an_http_server_that_goes_away_and_comes_back_is_reconnected(fresh):
     port = free_port()
-    conn = ServerConnection("flaky", HttpServer(url=f"http://127.0.0.1:{port}/mcp"), ROOT)
+    conn = fresh.connection("flaky", HttpServer(url=f"http://127.0.0.1:{port}/mcp"), ROOT)
     with http_demo(port=port):
         assert (await call_tool(conn, "echo", {"text": "before"})).content == "before"
     down = await call_tool(conn, "echo", {"text": "during"})
@@ -163,7 +171,7 @@ async def test_an_http_server_that_goes_away_and_comes_back_is_reconnected():
     with http_demo(port=port):
         assert (await call_tool(conn, "echo", {"text": "after"})).content == "after"
         assert conn.starts == 2
-        await conn.aclose()
+        await fresh.aclose()
 
 
 async def test_legacy_sse_transport(manager, http_url):
@@ -186,42 +194,38 @@ async def test_call_latency_stdio_vs_http(stdio, http):
 # --------------------------------------------------------------------------- failures
 
 
-async def test_a_missing_command_is_unavailable_with_the_os_error():
-    conn = ServerConnection("ghost", StdioServer(command="fim-no-such-server-xyz"), ROOT)
+async def test_a_missing_command_is_unavailable_with_the_os_error(fresh):
+    conn = fresh.connection("ghost", StdioServer(command="fim-no-such-server-xyz"), ROOT)
     with pytest.raises(McpUnavailable, match="No such file or directory"):
         await conn.start()
     assert conn.state == "failed"
     result = await call_tool(conn, "anything", {})
     assert result.is_error
     assert "MCP server 'ghost' is unavailable" in result.content
-    await conn.aclose()
 
 
-async def test_a_server_that_exits_at_startup_reports_its_stderr():
+async def test_a_server_that_exits_at_startup_reports_its_stderr(fresh):
     script = "import sys; sys.stderr.write('fatal: GITHUB_TOKEN is not set\\n'); sys.exit(3)"
-    conn = ServerConnection("gh", StdioServer(command=sys.executable, args=["-c", script]), ROOT)
+    conn = fresh.connection("gh", StdioServer(command=sys.executable, args=["-c", script]), ROOT)
     with pytest.raises(McpUnavailable) as info:
         await conn.start()
     message = str(info.value)
     assert "exited before completing the MCP handshake" in message
     assert "fatal: GITHUB_TOKEN is not set" in message
-    await conn.aclose()
 
 
-async def test_a_server_that_never_answers_the_handshake_times_out_and_is_stopped():
+async def test_a_server_that_never_answers_the_handshake_times_out_and_is_stopped(fresh):
     before = children()
     script = "import sys; sys.stdin.read()"  # reads requests, never answers
-    conn = ServerConnection("mute", StdioServer(command=sys.executable, args=["-c", script]), ROOT)
+    conn = fresh.connection("mute", StdioServer(command=sys.executable, args=["-c", script]), ROOT)
     conn.start_timeout = 0.5
     with pytest.raises(McpUnavailable, match=r"no answer to the MCP handshake within 0\.5s"):
         await conn.start()
     assert children() - before == set()
-    await conn.aclose()
 
 
-async def test_a_server_crashing_mid_call_gives_an_observation_then_restarts_with_backoff():
-    manager = McpManager(ROOT)
-    conn = manager.connection("fragile", StdioServer(**stdio_decl()), ROOT)
+async def test_a_server_crashing_mid_call_gives_an_observation_then_restarts_with_backoff(fresh):
+    conn = fresh.connection("fragile", StdioServer(**stdio_decl()), ROOT)
     first_pid = int((await call_tool(conn, "pid", {})).content)
 
     crashed = await call_tool(conn, "crash", {})
@@ -242,32 +246,31 @@ async def test_a_server_crashing_mid_call_gives_an_observation_then_restarts_wit
     assert "next restart attempt in" in result.content
     assert conn.starts == 2
 
-    await manager.aclose()
+    await fresh.aclose()
     assert not alive(second_pid)
 
 
-async def test_closing_the_manager_leaves_no_server_processes(http_url):
+async def test_closing_the_manager_leaves_no_server_processes(fresh, http_url):
     before = children()
-    manager = McpManager(ROOT)
+    manager = fresh
     servers = {
-        "one": StdioServer(**stdio_decl()),
         "time": StdioServer(command=sys.executable, args=["-m", "mcp_server_time"]),
         "web": HttpServer(url=f"{http_url}/mcp"),
     }
     for name, decl in servers.items():
         manager.connection(name, decl, ROOT)
     await manager.start_all()
-    assert [s.state for s in manager.status()] == ["ready", "ready", "ready"]
+    assert [s.state for s in manager.status()] == ["ready", "ready"]
     spawned = children() - before
-    assert len(spawned) == 2
+    assert len(spawned) == 1
 
     await manager.aclose()
     assert not any(alive(pid) for pid in spawned)
     assert children() - before == set()
 
 
-async def test_sync_keeps_unchanged_servers_and_restarts_changed_ones(http_url):
-    manager = McpManager(ROOT)
+async def test_sync_keeps_unchanged_servers_and_restarts_changed_ones(fresh, http_url):
+    manager = fresh
     url = f"{http_url}/mcp"
     report = await manager.sync({"a": HttpServer(url=url), "b": HttpServer(url=url)}, ROOT)
     assert report["added"] == ["a", "b"]
@@ -284,4 +287,3 @@ async def test_sync_keeps_unchanged_servers_and_restarts_changed_ones(http_url):
 
     report = await manager.sync({"a": HttpServer(url=url)}, ROOT)
     assert report["stopped"] == ["b"] and new_b.state == "closed"
-    await manager.aclose()
