@@ -292,3 +292,16 @@ def test_fifty_errors_are_all_reported(project: Path) -> None:
         "agents/a00.yaml:2:1: unknown key 'max_iteration' (did you mean 'max_iterations'?)"
     )
     assert found[-1].startswith("agents/a49.yaml:2:1: unknown key 'max_iteration'")
+
+
+def test_alias_bomb_is_stopped(project: Path, parser: str) -> None:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 8)]
+    write(project, "agents/bomb.yaml", "\n".join(lines) + "\n")
+    found = problems(project)
+    assert any("document expands to more than 200000 values" in line for line in found)
+
+
+def test_recursive_alias_is_a_problem(project: Path) -> None:
+    write(project, "agents/rec.yaml", "tools: &t [calculator, *t]\n")
+    assert problems(project)[0].startswith("agents/rec.yaml:1:8: recursive YAML alias")

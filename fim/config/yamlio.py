@@ -47,6 +47,10 @@ _COMPILED = [(tag, re.compile(pattern), first) for tag, pattern, first in _CORE_
 _FIRST_CHARS = frozenset("".join(first for _, _, first in _CORE_RESOLVERS))
 
 
+MAX_VALUES = 200_000
+"""Values one document may expand to; a guard against alias bombs ("billion laughs")."""
+
+
 class YamlSyntaxError(Exception):
     """A YAML scanner/parser error turned into a message and a 1-based position."""
 
@@ -244,6 +248,7 @@ class _Builder:
     def __init__(self, doc: Document) -> None:
         self.doc = doc
         self.active: set[int] = set()
+        self.budget = MAX_VALUES
 
     def _problem(self, node: Any, message: str, hint: str | None = None) -> None:
         mark = node.start_mark
@@ -254,6 +259,15 @@ class _Builder:
         )
 
     def build(self, node: Any) -> Any:
+        self.budget -= 1
+        if self.budget < 0:
+            if self.budget == -1:
+                self._problem(
+                    node,
+                    f"document expands to more than {MAX_VALUES} values",
+                    "aliases (*name) that repeat large anchors multiply; inline less",
+                )
+            return None
         kind = node.id
         if kind == "scalar":
             return self._scalar(node)
