@@ -15,7 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from fim.config.loader import Declarations, Entry, find_root, load
+from fim.config.loader import Declarations, Entry, find_root, load, mask_problems
 from fim.config.problems import suggest
 from fim.config.schema import AgentDecl, EvalSuite, HookSpec, JudgeSpec, ModelSettings
 from fim.config.templates import TemplateChecker
@@ -96,7 +96,8 @@ def compile_project(root: str | Path | None = None) -> Snapshot:
     if not decls.problems:
         decls.problems.extend(_snapshot_problems(snapshot))
     if decls.problems:
-        raise ConfigError(sorted(decls.problems, key=lambda p: (p.path, p.line, p.column)))
+        problems = mask_problems(decls.problems, decls.secrets)
+        raise ConfigError(sorted(problems, key=lambda p: (p.path, p.line, p.column)))
     return snapshot
 
 

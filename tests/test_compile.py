@@ -364,3 +364,13 @@ def test_blank_api_base_from_an_unset_variable_means_unset(
     )
     snapshot = compile_project(project)
     assert snapshot.agents["local"].model.api_base is None
+
+
+def test_secrets_are_masked_in_cross_reference_problems(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOKEN_IN_NAME", "hunter2-secret")
+    write(project, "agents/leak.yaml", "connectors: ['${TOKEN_IN_NAME}']\n")
+    assert problems(project) == [
+        "agents/leak.yaml:1:14: unknown connector '***' (valid connectors: api, db)"
+    ]

@@ -131,6 +131,7 @@ def load(root: str | Path) -> Declarations:
                 decls.problems.append(problem)
                 decls.broken[kind].add(_stem(path))
             elif not (kind == "eval" and "." in _stem(path)):
+                # evals/<name>.<tag>.yaml (demo.script.yaml, x.cassette.yaml) is data
                 _load_file(decls, kind, path)
     for path, problem in _list(decls, root / decls.folder("hook"), (".py",)):
         if problem is not None:
@@ -138,9 +139,14 @@ def load(root: str | Path) -> Declarations:
         else:
             decls.python_hooks.add(path.stem)
     _load_skills(decls)
-    if decls.secrets:
-        decls.problems = [_mask(p, decls.secrets) for p in decls.problems]
+    decls.problems = mask_problems(decls.problems, decls.secrets)
     return decls
+
+
+def mask_problems(problems: list[Problem], secrets: set[str]) -> list[Problem]:
+    """Problems with every secret value replaced by `***` (values from `${VAR}` may end up
+    in messages, e.g. "expected an integer, got '...'")."""
+    return [_mask(p, secrets) for p in problems] if secrets else problems
 
 
 def _mask(problem: Problem, secrets: set[str]) -> Problem:
