@@ -226,14 +226,10 @@ class Checker:
         if ref.startswith("scripted:"):
             self.check_scripted(entry.doc, path, ref)
         elif "/" not in ref and ref not in self.roles and self.decls.project_ok:
-            close = suggest(ref, self.roles, "model roles")
-            self.add(
-                entry.doc.problem(
-                    path,
-                    f"unknown model role '{ref}'",
-                    f"{close}; or use a litellm string such as openai/gpt-4o-mini",
-                )
-            )
+            hint = suggest(ref, self.roles, "model roles") or ""
+            if not hint.startswith("did you mean"):
+                hint += "; or use a litellm string such as openai/gpt-4o-mini"
+            self.add(entry.doc.problem(path, f"unknown model role '{ref}'", hint))
 
     # ------------------------------------------------------------------ agents
 

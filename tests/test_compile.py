@@ -118,8 +118,7 @@ delegates: [helpr]
 """,
     )
     assert problems(project) == [
-        "agents/bad.yaml:1:8: unknown model role 'genral' (did you mean 'general'?; "
-        "or use a litellm string such as openai/gpt-4o-mini)",
+        "agents/bad.yaml:1:8: unknown model role 'genral' (did you mean 'general'?)",
         "agents/bad.yaml:2:9: unknown builtin tool 'calculater' (did you mean 'calculator'?)",
         "agents/bad.yaml:3:14: unknown connector 'apii' (did you mean 'api'?)",
         "agents/bad.yaml:4:7: unknown MCP server 'tim' (did you mean 'time'?)",
@@ -244,8 +243,7 @@ outputs: {r: "{{ nodes.q.output }}"}
         "workflows/w.yaml:9:25: unknown builtin tool 'calc' (did you mean 'calculator'?)",
         "workflows/w.yaml:10:26: node 'h' refers to its own output "
         "(a node can only use outputs of nodes it needs)",
-        "workflows/w.yaml:10:57: unknown model role 'fats' (did you mean 'fast'?; "
-        "or use a litellm string such as openai/gpt-4o-mini)",
+        "workflows/w.yaml:10:57: unknown model role 'fats' (did you mean 'fast'?)",
         "workflows/w.yaml:11:14: template refers to unknown node 'q' "
         "(valid nodes: a, b, c, d, e, f, g, h)",
     ]
@@ -331,8 +329,7 @@ def test_eval_targets_are_checked(project: Path) -> None:
     )
     assert problems(project) == [
         "evals/a.yaml:1:8: unknown agent 'helpr' (did you mean 'helper'?)",
-        "evals/j.yaml:2:67: unknown model role 'fst' (did you mean 'fast'?; "
-        "or use a litellm string such as openai/gpt-4o-mini)",
+        "evals/j.yaml:2:67: unknown model role 'fst' (did you mean 'fast'?)",
         "evals/w.yaml:1:11: unknown workflow 'flw' (did you mean 'flow'?)",
     ]
 
@@ -373,4 +370,12 @@ def test_secrets_are_masked_in_cross_reference_problems(
     write(project, "agents/leak.yaml", "connectors: ['${TOKEN_IN_NAME}']\n")
     assert problems(project) == [
         "agents/leak.yaml:1:14: unknown connector '***' (valid connectors: api, db)"
+    ]
+
+
+def test_unknown_role_without_close_match_lists_roles_and_litellm_strings(project: Path) -> None:
+    write(project, "agents/m.yaml", "model: gpt4\n")
+    assert problems(project) == [
+        "agents/m.yaml:1:8: unknown model role 'gpt4' (valid model roles: fast, general; "
+        "or use a litellm string such as openai/gpt-4o-mini)"
     ]
