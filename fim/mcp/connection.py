@@ -89,6 +89,7 @@ class ServerConnection:
         self._lock = asyncio.Lock()
         self._tools_changed = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._jobs: Any = None
         self._scope: Any = None
         self._stderr: Any = None
@@ -112,6 +113,11 @@ class ServerConnection:
         After a failure, restarts back off; `wait=False` fails at once while a restart is
         not due yet (building a run's prompt should not stall on a broken server).
         """
+        if self._loop is not None and self._loop is not asyncio.get_running_loop():
+            raise McpUnavailable(
+                "this MCP session was started on another event loop; keep one Services "
+                "(and so one McpManager) per event loop"
+            )
         if self.state == "ready":
             return
         async with self._lock:
@@ -204,6 +210,7 @@ class ServerConnection:
         self._lost = False
         began = time.perf_counter()
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
         self._task = asyncio.create_task(self._own(ready), name=f"mcp:{self.name}")
         try:
             await asyncio.wait_for(asyncio.shield(ready), self.start_timeout)
@@ -280,6 +287,8 @@ class ServerConnection:
     def _session_over(self) -> None:
         """No more jobs: new calls must start a new session (right away, not only once
         this one has finished unwinding)."""
+        if self._jobs is not None:
+            self._jobs.close()
         self._jobs = None
         if self.state == "ready":
             self.state = "crashed"
