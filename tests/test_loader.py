@@ -305,3 +305,11 @@ def test_alias_bomb_is_stopped(project: Path, parser: str) -> None:
 def test_recursive_alias_is_a_problem(project: Path) -> None:
     write(project, "agents/rec.yaml", "tools: &t [calculator, *t]\n")
     assert problems(project)[0].startswith("agents/rec.yaml:1:8: recursive YAML alias")
+
+
+def test_keys_are_names_as_written(project: Path, parser: str) -> None:
+    write(project, "agents/k.yaml", "1: x\ntrue: y\n")
+    assert [line.split(" (")[0] for line in problems(project)] == [
+        "agents/k.yaml:1:1: unknown key '1'",
+        "agents/k.yaml:2:1: unknown key 'true'",
+    ]

@@ -176,8 +176,9 @@ def validation_problems(exc: ValidationError, root: Any, doc: Document) -> list[
             problem = _tag_problem(doc, path, err, union_tags(tp))
         else:
             path, _, skipped = resolve_loc(root, loc, doc.data)
-            label = ".".join(str(p) for p in path) or "document"
-            problem = doc.problem(path, f"{label}: {_message(err)}", _hint(err))
+            label = ".".join(str(p) for p in path)
+            message = f"{label}: {_message(err)}" if label else _message(err)
+            problem = doc.problem(path, message, _hint(err))
         collected.append((path, skipped, problem))
     return _prune(collected)
 

@@ -302,7 +302,9 @@ class _Builder:
             if knode.id != "scalar":
                 self._problem(knode, "mapping keys must be plain scalars, not lists or mappings")
                 continue
-            key = self._scalar(knode)
+            # Keys are names (fields, nodes, actions, headers): always the text as written,
+            # so `on:`, `1:` or `null:` are keys "on", "1", "null", never True/1/None.
+            key = knode.value
             if key in first_seen:
                 self._problem(
                     knode,
