@@ -9,14 +9,16 @@ streamable HTTP, `python -m mcp_server_time`, and a command that dies at startup
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import textwrap
+import uuid
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 import typer
-from mcp_servers.harness import DEMO, children, http_demo
+from mcp_servers.harness import DEMO, children, http_demo, processes_with
 from typer.testing import CliRunner
 
 from fim.compile import compile_project
@@ -280,6 +282,31 @@ async def test_an_agent_run_calls_the_published_time_server_and_hooks_see_the_re
     assert blocked.tool_name == "time__convert_time"
     assert isinstance(events[-1], RunFinished) and events[-1].status == "ok"
     assert children() - before == set()  # the run's own services stopped the server
+
+
+def test_fim_run_leaves_no_server_processes_behind(tmp_path):
+    marker = f"fim-orphan-check-{uuid.uuid4().hex}"
+    servers = {"demo": {"command": sys.executable, "args": [str(DEMO), "--tag", marker]}}
+    agent = """
+        instructions: Echo.
+        model: scripted:echo.yaml
+        mcp: [demo]
+    """
+    root = write_project(tmp_path, servers, {"echo": agent})
+    call = {"subcommand": "call", "server": "demo", "tool": "pid", "parameters": {}}
+    script = [{"tool_call": {"name": "mcp", "arguments": call}}, {"text": "done"}]
+    (root / "echo.yaml").write_text(json.dumps(script))
+    run = subprocess.run(
+        [sys.executable, "-m", "fim.cli", "--project", str(root), "run", "echo", "hi", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    results = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    pid = int(next(e for e in results if e["type"] == "tool_result")["content"])
+    assert pid > 0
+    assert processes_with(marker) == []
 
 
 # --------------------------------------------------------------------------- CLI / validate

@@ -133,6 +133,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int, default=0, help="serve HTTP on this port")
     parser.add_argument("--many", type=int, default=0, help="add this many numbered tools")
+    parser.add_argument("--tag", default="", help="ignored; lets a test find this process")
     opts = parser.parse_args()
     server = build(opts.many)
     if opts.http:

@@ -72,3 +72,18 @@ def children(pid: int | None = None) -> set[int]:
 def alive(pid: int) -> bool:
     """True while `pid` exists as a process (a zombie counts as alive: nobody reaped it)."""
     return Path(f"/proc/{pid}").exists()
+
+
+def processes_with(marker: str) -> list[int]:
+    """Processes anywhere on the machine whose command line contains `marker`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if marker in cmdline:
+            found.append(int(entry.name))
+    return found
