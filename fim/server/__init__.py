@@ -103,11 +103,15 @@ _BACKGROUND: set[asyncio.Task[Any]] = set()
 
 
 def _on_swap(services: Any, old: Any, new: Any) -> None:
-    """Restart MCP servers whose declaration changed; keep the others running."""
-    manager = services.cache.get("mcp")
+    """Stop MCP servers that were removed or changed; runs restart changed ones on demand."""
+    from fim.mcp.manager import SERVICE_KEY
+
+    manager = services.cache.get(SERVICE_KEY)
     if manager is not None and old.project.mcp_servers != new.project.mcp_servers:
         sync = getattr(manager, "sync", None)
         if sync is not None:
-            task = asyncio.get_running_loop().create_task(sync(dict(new.project.mcp_servers)))
+            task = asyncio.get_running_loop().create_task(
+                sync(dict(new.project.mcp_servers), new.root, mask=new.mask)
+            )
             _BACKGROUND.add(task)
             task.add_done_callback(_BACKGROUND.discard)
