@@ -8,8 +8,10 @@ collected and raised together as one ConfigError, each pointing at the value at 
 
 from __future__ import annotations
 
+import gc
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
@@ -83,6 +85,19 @@ def _snapshot_problems(snapshot: Snapshot) -> list[Problem]:
     return problems
 
 
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Compiling allocates many objects and frees none in cycles; the cyclic collector's
+    passes over that growing heap were a fifth of compile time and grew with the project."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def load_project(root: str | Path | None = None) -> Declarations:
     """Load and validate every file of the project (walking up to fim.yaml if no root)."""
     return load(find_root(root))
@@ -90,9 +105,10 @@ def load_project(root: str | Path | None = None) -> Declarations:
 
 def compile_project(root: str | Path | None = None) -> Snapshot:
     """Load, cross-check and freeze the project; raises ConfigError with every problem."""
-    decls = load_project(root)
-    Checker(decls).run()
-    snapshot = build_snapshot(decls)
+    with _gc_paused():
+        decls = load_project(root)
+        Checker(decls).run()
+        snapshot = build_snapshot(decls)
     if not decls.problems:
         decls.problems.extend(_snapshot_problems(snapshot))
     if decls.problems:
