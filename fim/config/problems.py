@@ -105,9 +105,12 @@ def _union_member(members: list[Any], tag: Any) -> Any:
     return None
 
 
-def resolve_loc(root: Any, loc: tuple[Any, ...], data: Any) -> tuple[Path_, Any, bool]:
-    """Walk `loc` -> (path of keys/indices in the data, the type there, passed a union)."""
-    tp, path, skipped, node = root, [], False, data
+def resolve_loc(root: Any, loc: tuple[Any, ...]) -> tuple[Path_, Any, bool]:
+    """Walk `loc` -> (path of keys/indices in the data, the type there, and whether it
+    went through a non-discriminated union, whose other branches' errors are noise)."""
+    tp: Any = root
+    path: list[Any] = []
+    skipped = False
     i = 0
     while i < len(loc):
         step = loc[i]
@@ -133,7 +136,6 @@ def resolve_loc(root: Any, loc: tuple[Any, ...], data: Any) -> tuple[Path_, Any,
         else:
             tp = None
         path.append(step)
-        node = node.get(step) if isinstance(node, dict) else None
         i += 1
     return tuple(path), tp, skipped
 
@@ -156,14 +158,14 @@ def validation_problems(exc: ValidationError, root: Any, doc: Document) -> list[
     for err in exc.errors(include_url=False):
         loc, kind = tuple(err["loc"]), err["type"]
         if kind == "missing":
-            parent, _, skipped = resolve_loc(root, loc[:-1], doc.data)
+            parent, _, skipped = resolve_loc(root, loc[:-1])
             label = ".".join(str(p) for p in parent)
             problem = doc.problem(
                 parent, f"{label + ': ' if label else ''}missing required field '{loc[-1]}'"
             )
             path = (*parent, loc[-1])
         elif kind == "extra_forbidden":
-            parent, model, skipped = resolve_loc(root, loc[:-1], doc.data)
+            parent, model, skipped = resolve_loc(root, loc[:-1])
             path = (*parent, loc[-1])
             problem = doc.problem(
                 path,
@@ -172,10 +174,10 @@ def validation_problems(exc: ValidationError, root: Any, doc: Document) -> list[
                 key=True,
             )
         elif kind in ("union_tag_invalid", "union_tag_not_found"):
-            path, tp, skipped = resolve_loc(root, loc, doc.data)
+            path, tp, skipped = resolve_loc(root, loc)
             problem = _tag_problem(doc, path, err, union_tags(tp))
         else:
-            path, _, skipped = resolve_loc(root, loc, doc.data)
+            path, _, skipped = resolve_loc(root, loc)
             label = ".".join(str(p) for p in path)
             message = f"{label}: {_message(err)}" if label else _message(err)
             problem = doc.problem(path, message, _hint(err))
