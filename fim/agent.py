@@ -84,8 +84,14 @@ async def assemble(ctx: RunContext) -> Assembly:
             registry.add(tool)
         pinned.update(provision.pinned)
         if provision.prompt:
-            sections.append((path.split(":")[0].rsplit(".", 1)[-1], provision.prompt))
+            sections.append((_section_title(path), provision.prompt))
     return Assembly(sections=sections, registry=registry, pinned=pinned, provisions=provisions)
+
+
+def _section_title(provider: str) -> str:
+    """`fim.workflows.tool:provide` -> `workflows`: the area a prompt section comes from."""
+    parts = provider.split(":")[0].split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "fim" else parts[-1]
 
 
 def _call_view(registry: ToolRegistry):

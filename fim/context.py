@@ -128,6 +128,7 @@ class ContextGuard:
     model: str | None = None
     """Model string used to pick the tokenizer."""
     _summaries: dict[str, str] = field(default_factory=dict, repr=False)
+    _tool_bytes: dict[str, int] = field(default_factory=dict, repr=False)
 
     def bind(self, tools: Callable[[], Sequence[ToolSpec]]) -> Callable:
         """The engine's `fit_context(messages)` callable, reading the current tool list."""
@@ -142,6 +143,8 @@ class ContextGuard:
     ) -> tuple[list[Message], list[str]]:
         """Return messages within the budget (unchanged when they fit) and notes on what
         was cut, for the engine to report as Notice events."""
+        if self._upper_bound(messages, tools) <= self.budget_tokens:
+            return messages, []  # the common case, decided without loading a tokenizer
         fixed = count_messages([], tools, self.model)
         counts = [count_message(m, self.model) for m in messages]
         if fixed + sum(counts) <= self.budget_tokens:
@@ -191,6 +194,32 @@ class ContextGuard:
                 f"{self.keep_last} messages are always kept whole"
             )
         return messages, notes
+
+    def _upper_bound(self, messages: list[Message], tools: Sequence[ToolSpec]) -> int:
+        """A token count no tokenizer can exceed: every BPE token covers at least one byte
+        of UTF-8, plus a generous allowance for the chat format's framing."""
+        sizes = self._tool_bytes
+        total = 64
+        for tool in tools:
+            size = sizes.get(tool.name)
+            if size is None:
+                size = sizes[tool.name] = len(
+                    json.dumps(tool_definition(tool), ensure_ascii=False).encode()
+                )
+            total += size + 16
+        for m in messages:
+            total += 16 + len((m.content or "").encode())
+            for call in m.tool_calls:
+                total += (
+                    16
+                    + len(call.name)
+                    + len(
+                        (
+                            call.raw_arguments or json.dumps(call.arguments, ensure_ascii=False)
+                        ).encode()
+                    )
+                )
+        return total
 
     async def _condense(self, older: list[Message]) -> tuple[Message, str]:
         """One message standing in for `older`: a model-written summary, or a plain note

@@ -57,6 +57,9 @@ def validate(
     format: Annotated[
         Format, typer.Option("--format", "-f", help="text, github (Actions annotations), json")
     ] = Format.text,
+    live: Annotated[
+        bool, typer.Option("--live", help="Also start every MCP server and report failures.")
+    ] = False,
 ) -> None:
     """Check every file of the project; exit 1 with one line per problem."""
     from fim.compile import compile_project
@@ -66,10 +69,29 @@ def validate(
     except ConfigError as exc:
         _report(exc.problems, format)
         raise typer.Exit(1) from None
+    if live and _live_failures(snapshot, format):
+        raise typer.Exit(1)
     if format is Format.json:
         sys.stdout.write("[]\n")
         return
     sys.stdout.write(f"ok: {summary(snapshot)} (snapshot {snapshot.version})\n")
+
+
+def _live_failures(snapshot: Snapshot, format: Format) -> bool:
+    """Connect to each declared MCP server; report the ones that fail, with their stderr."""
+    import asyncio
+
+    from fim.mcp import check_live
+
+    results = asyncio.run(check_live(snapshot))
+    problems = [
+        Problem("fim.yaml", 1, 1, f"MCP server '{name}' failed: {detail}")
+        for name, ok, detail in results
+        if not ok
+    ]
+    if problems:
+        _report(problems, format)
+    return bool(problems)
 
 
 def _report(problems: list[Problem], format: Format) -> None:
@@ -156,9 +178,28 @@ def show(
     ],
     name: Annotated[str | None, typer.Argument(help="Name of the declaration")] = None,
     project: ProjectOption = None,
+    prompt: Annotated[
+        bool,
+        typer.Option(
+            "--prompt",
+            help="For an agent: the system prompt and tools the model sees, with token counts.",
+        ),
+    ] = False,
 ) -> None:
     """The compiled declaration as YAML, with secrets masked as ***."""
     snapshot = load_snapshot(ctx, project)
+    if prompt:
+        if _kind(kind) != "agent" or name is None:
+            fail("--prompt shows an agent's prompt", "fim show agent NAME --prompt")
+        from fim.context import render_prompt_report
+        from fim.runtime import Services
+
+        with user_errors():
+            report = render_prompt_report(
+                snapshot, name, Services(root=snapshot.root, state_url=snapshot.project.state)
+            )
+        sys.stdout.write(snapshot.mask(report) + "\n")
+        return
     if kind.lower() == "project":
         data: Any = snapshot.project.model_dump(mode="json", by_alias=True, exclude_none=True)
     else:

@@ -34,12 +34,14 @@ def names() -> list[str]:
 
 
 def _module(name: str) -> ModuleType:
-    if name not in names():
-        raise RunError(
-            f"unknown builtin tool '{name}'",
-            hint=f"builtin tools: {', '.join(names())}",
-        )
-    return importlib.import_module(f"{__name__}.{name}")
+    qualified = f"{__name__}.{name}"
+    if name.isidentifier() and not name.startswith("_"):
+        try:
+            return importlib.import_module(qualified)  # cached after the first run
+        except ModuleNotFoundError as exc:
+            if exc.name != qualified:
+                raise
+    raise RunError(f"unknown builtin tool '{name}'", hint=f"builtin tools: {', '.join(names())}")
 
 
 def category(name: str) -> str:
