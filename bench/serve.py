@@ -4,7 +4,8 @@ Three processes, so no two parties share a GIL: `fim serve` (one uvicorn worker,
 reload on), the zero-latency stub model endpoint (bench/_common.py), and this process as
 the load generator (aiohttp, the cheapest client at hand). On a 2-core machine they still
 share the cores, so the server's CPU time per run (from /proc) and both processes' CPU use
-are printed: CPU per run is the number that does not depend on the neighbours. The task of each run: three calculator calls, then an answer.
+are printed: CPU per run is the number that does not depend on the neighbours.
+The task of each run: three calculator calls, then an answer.
 
   load      1, 10 and 100 concurrent clients for a fixed time: runs/s, p50/p99 latency
   first run spawn `fim serve` -> first successful POST /v1/agents/bench/runs
