@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -78,6 +79,9 @@ class Services:
                 await result
         self.closers.clear()
         self.cache.clear()
+        compat = sys.modules.get("fim.llm.openai_compat")
+        if compat is not None:  # the pooled model session of this event loop
+            await compat.aclose_clients()
 
 
 @dataclass

@@ -556,12 +556,15 @@ async def test_a_local_endpoint_reports_no_cost(server: OpenAIStubServer):
 
 
 async def test_sse_events_are_split_on_blank_lines_with_lf_or_crlf():
-    import httpx
-
     from fim.llm.openai_compat import _sse_data
 
     body = b'data: {"a": 1}\r\n\r\n: comment\n\ndata: {"b":\ndata: 2}\n\ndata: [DONE]\n\n'
-    events = [e async for e in _sse_data(httpx.Response(200, content=body))]
+
+    async def chunks():  # split at awkward places, as a network would
+        for i in range(0, len(body), 7):
+            yield body[i : i + 7]
+
+    events = [e async for e in _sse_data(chunks())]
     assert events == ['{"a": 1}', '{"b":\n2}', "[DONE]"]
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -74,8 +73,6 @@ async def serve(
             except (asyncio.CancelledError, Exception):
                 log.debug("watcher stopped")
         await services.aclose()
-        if "fim.llm.openai_compat" in sys.modules:
-            await sys.modules["fim.llm.openai_compat"].aclose_clients()
 
 
 def _server_class() -> type:
