@@ -239,9 +239,10 @@ async def test_audit_log_records_every_call_with_masked_arguments(tmp_path: Path
 # ----------------------------------------------------------------------------- confirm
 
 
-async def wait_for_pending(store: Store) -> str:
-    while not (pending := await store.list_approvals()):
-        await asyncio.sleep(0.02)
+async def wait_for_pending(store: Store, timeout: float = 20.0) -> str:
+    async with asyncio.timeout(timeout):  # a hook that died must fail the test, not hang it
+        while not (pending := await store.list_approvals()):
+            await asyncio.sleep(0.02)
     return pending[0].id
 
 

@@ -33,6 +33,23 @@ T = TypeVar("T")
 # --------------------------------------------------------------------------- store
 
 
+def _enable_wal(cursor: Any) -> None:
+    """Switch the file to WAL (persistent once set). The switch needs a moment alone with
+    the file and SQLite answers "locked" at once instead of waiting on the busy timeout, so
+    two processes opening a new state file together retry here."""
+    import sqlite3
+    import time
+
+    for attempt in range(100):
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == 99:
+                raise
+            time.sleep(0.05)
+
+
 class Store:
     """One database of fim state. Create through `get_store(services)` to share it."""
 
@@ -83,8 +100,8 @@ class Store:
                 # otherwise start deferred and fail to upgrade under concurrent writers.
                 dbapi_conn.isolation_level = None
                 cursor = dbapi_conn.cursor()
-                cursor.execute("PRAGMA journal_mode=WAL")
                 cursor.execute("PRAGMA busy_timeout=10000")
+                _enable_wal(cursor)
                 cursor.close()
 
             @event.listens_for(engine, "begin")
