@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -22,38 +21,20 @@ from fim.config.problems import suggest
 from fim.config.schema import AgentDecl, EvalSuite, HookSpec, JudgeSpec, ModelSettings
 from fim.config.templates import TemplateChecker
 from fim.config.workflow_checks import check_workflow
+from fim.discovery import module_names
 from fim.errors import ConfigError, Problem
 from fim.snapshot import Snapshot, Source
 
 _FIM_DIR = Path(__file__).resolve().parent
-_FALLBACK_HOOKS = ("confirm", "readonly_guard", "truncate", "audit_log", "rate_limit")
-_FALLBACK_TOOLS = (
-    "calculator",
-    "python_exec",
-    "web_fetch",
-    "file_ops",
-    "json_transform",
-    "template_render",
-    "text_utils",
-    "datetime",
-)
 
 
-def _discover(folder: Path, fallback: Iterable[str]) -> frozenset[str]:
-    """Builtins are one file each; their names are the file stems (no import needed).
-    The fallback only covers a checkout where the folder has no modules yet."""
-    names = frozenset(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))
-    return names or frozenset(fallback)
-
-
-@lru_cache(maxsize=1)
 def builtin_tool_names() -> frozenset[str]:
-    return _discover(_FIM_DIR / "tools" / "builtin", _FALLBACK_TOOLS)
+    """Builtins are one file each; their names are the file stems (no import needed)."""
+    return frozenset(module_names([str(_FIM_DIR / "tools" / "builtin")]))
 
 
-@lru_cache(maxsize=1)
 def builtin_hook_names() -> frozenset[str]:
-    return _discover(_FIM_DIR / "hooks" / "builtin", _FALLBACK_HOOKS)
+    return frozenset(module_names([str(_FIM_DIR / "hooks" / "builtin")]))
 
 
 SNAPSHOT_CHECKS: list[str] = [

@@ -87,6 +87,9 @@ class Declarations:
     problems: list[Problem] = field(default_factory=list)
     secrets: set[str] = field(default_factory=set)
     digest: Any = field(default_factory=hashlib.sha256)
+    env_key: int = field(default_factory=lambda: hash(frozenset(os.environ.items())))
+    """Interpolation reads the environment, so cached files are only valid under the same."""
+    seen: dict[tuple[Any, ...], Any] = field(default_factory=dict)
 
     def folder(self, kind: str) -> str:
         return getattr(self.project.paths, FOLDER_OF[kind])
@@ -140,6 +143,8 @@ def load(root: str | Path) -> Declarations:
             decls.python_hooks.add(path.stem)
     _load_skills(decls)
     decls.problems = mask_problems(decls.problems, decls.secrets)
+    _CACHE.clear()
+    _CACHE.update(decls.seen)
     return decls
 
 
@@ -240,13 +245,19 @@ def _read(decls: Declarations, path: Path) -> str | None:
         return None
 
 
-def _parse(decls: Declarations, text: str, rel: str, line_offset: int = 0) -> Document | None:
+def _parse(
+    decls: Declarations,
+    text: str,
+    rel: str,
+    line_offset: int = 0,
+    secrets: set[str] | None = None,
+) -> Document | None:
     try:
         doc = parse(text, rel, line_offset=line_offset)
     except YamlSyntaxError as exc:
         decls.problems.append(Problem(rel, exc.line + line_offset, exc.column, exc.message))
         return None
-    interpolate(doc, decls.secrets)
+    interpolate(doc, decls.secrets if secrets is None else secrets)
     decls.problems.extend(doc.problems)
     doc.problems = []
     return doc
@@ -301,13 +312,33 @@ def _load_project(decls: Declarations) -> None:
     decls.project = project
 
 
+_Parsed = tuple[Any, Any, list[Problem], set[str]]
+_CACHE: dict[tuple[Any, ...], _Parsed] = {}
+"""Parsed and validated declaration files of the previous load, by (environment, kind,
+path, text). A reload of a 1,000-agent project re-reads every file but parses and
+validates only the ones that changed; entries not seen in a load are dropped."""
+
+
 def _load_file(decls: Declarations, kind: str, path: Path) -> None:
     rel, stem = decls.rel(path), _stem(path)
     text = _read(decls, path)
-    doc = _parse(decls, text, rel) if text is not None else None
-    if doc is not None and isinstance(doc.data, dict):
-        doc.data.setdefault("name", stem)
-    decl = _validate(decls, doc, kind, KIND_MODELS[kind]) if doc is not None else None
+    if text is None:
+        decls.broken[kind].add(stem)
+        return
+    key = (decls.env_key, kind, rel, text)
+    parsed = _CACHE.get(key)
+    if parsed is None:
+        problems_before, secrets = len(decls.problems), set()
+        doc = _parse(decls, text, rel, secrets=secrets)
+        if doc is not None and isinstance(doc.data, dict):
+            doc.data.setdefault("name", stem)
+        decl = _validate(decls, doc, kind, KIND_MODELS[kind]) if doc is not None else None
+        parsed = (doc, decl, decls.problems[problems_before:], secrets)
+    else:
+        doc, decl, problems, secrets = parsed
+        decls.problems.extend(problems)
+    decls.secrets |= parsed[3]
+    decls.seen[key] = parsed
     if decl is None:
         name = doc.data.get("name") if doc is not None and isinstance(doc.data, dict) else None
         decls.broken[kind].add(name if isinstance(name, str) else stem)

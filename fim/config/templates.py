@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 _MARKERS = ("{{", "{%", "{#")
+_PARSED: dict[str, tuple[Any, str | None]] = {}
 
 
 def has_template(text: str) -> bool:
@@ -33,16 +34,24 @@ class TemplateChecker:
         return self._env
 
     def parse(self, text: str) -> tuple[Any, str | None]:
-        """(AST or None, error message or None)."""
+        """(AST or None, error message or None). Results are shared across compiles: a
+        reload re-checks every template, and most did not change."""
         if not has_template(text):
             return None, None
+        cached = _PARSED.get(text)
+        if cached is not None:
+            return cached
         from jinja2 import TemplateSyntaxError
 
         try:
-            return self._environment().parse(text), None
+            result: tuple[Any, str | None] = (self._environment().parse(text), None)
         except TemplateSyntaxError as exc:
             where = f" (template line {exc.lineno})" if "\n" in text.strip() else ""
-            return None, f"invalid Jinja2 template: {exc.message}{where}"
+            result = (None, f"invalid Jinja2 template: {exc.message}{where}")
+        if len(_PARSED) > 50_000:
+            _PARSED.clear()
+        _PARSED[text] = result
+        return result
 
     def check(self, checker: Any, entry: Any, path: tuple, text: str | None) -> Any:
         """Report a syntax error of `text` located at `path` in the entry's file."""

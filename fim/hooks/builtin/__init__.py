@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fim.discovery import module_names
 from fim.hooks.base import HookBuildError
 
 if TYPE_CHECKING:
@@ -22,12 +22,7 @@ if TYPE_CHECKING:
 
 def names() -> list[str]:
     """Every builtin hook name, found by listing the package folder without importing."""
-    found: set[str] = set()
-    for folder in __path__:
-        for entry in Path(folder).glob("*.py"):
-            if not entry.name.startswith("_") and entry.stem.isidentifier():
-                found.add(entry.stem)
-    return sorted(found)
+    return module_names(__path__)
 
 
 def load(name: str) -> type[BaseHook]:

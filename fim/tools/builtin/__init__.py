@@ -12,10 +12,10 @@ web_fetch settings). Tool modules keep heavy imports inside their run functions.
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from fim.discovery import module_names
 from fim.errors import RunError
 
 if TYPE_CHECKING:
@@ -24,13 +24,8 @@ if TYPE_CHECKING:
 
 
 def names() -> list[str]:
-    """Every builtin tool name, found by listing the package folder(s) without importing."""
-    found: set[str] = set()
-    for folder in __path__:
-        for entry in Path(folder).glob("*.py"):
-            if not entry.name.startswith("_") and entry.stem.isidentifier():
-                found.add(entry.stem)
-    return sorted(found)
+    """Every builtin tool name, found by listing the package folder without importing."""
+    return module_names(__path__)
 
 
 def _module(name: str) -> ModuleType:
