@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,14 +25,21 @@ SCRIPT = """\
 def make_snapshot(root: Path, **server: object) -> Snapshot:
     (root / "math.script.yaml").write_text(SCRIPT)
     agent = AgentDecl(
-        name="math", description="Does arithmetic", model="scripted:math.script.yaml",
+        name="math",
+        description="Does arithmetic",
+        model="scripted:math.script.yaml",
         tools=["calculator"],
     )
     project = Project(
         name="served", state=f"sqlite:///{root / 'state.db'}", server=ServerSettings(**server)
     )
-    return Snapshot(root=root, project=project, agents={"math": agent}, version="v1",
-                    secrets=frozenset({"k3y-s3cret"}))
+    return Snapshot(
+        root=root,
+        project=project,
+        agents={"math": agent},
+        version="v1",
+        secrets=frozenset({"k3y-s3cret"}),
+    )
 
 
 @pytest.fixture
@@ -67,8 +75,9 @@ def test_a_run_returns_the_answer_with_its_trace_and_is_stored(served: str):
 
 def test_sse_stream_parsed_by_a_real_client(served: str):
     events = []
-    with httpx.stream("POST", f"{served}/v1/agents/math/runs",
-                      json={"input": "6*7?", "stream": True}) as response:
+    with httpx.stream(
+        "POST", f"{served}/v1/agents/math/runs", json={"input": "6*7?", "stream": True}
+    ) as response:
         assert response.headers["content-type"].startswith("text/event-stream")
         kind = None
         for line in response.iter_lines():
@@ -84,8 +93,11 @@ def test_sse_stream_parsed_by_a_real_client(served: str):
 
 
 def test_bad_requests_get_clear_errors(served: str):
-    bad = httpx.post(f"{served}/v1/agents/math/runs", content=b"{nope",
-                     headers={"content-type": "application/json"})
+    bad = httpx.post(
+        f"{served}/v1/agents/math/runs",
+        content=b"{nope",
+        headers={"content-type": "application/json"},
+    )
     assert bad.status_code == 400 and "not valid JSON" in bad.json()["error"]["message"]
     empty = httpx.post(f"{served}/v1/agents/math/runs", json={})
     assert empty.status_code == 400 and "'input'" in empty.json()["error"]["message"]
@@ -100,11 +112,13 @@ def test_sessions_carry_the_conversation(tmp_path: Path):
     agents = {"chat": AgentDecl(name="chat", model="scripted:chat.script.yaml")}
     holder = SnapshotHolder(Snapshot(root=tmp_path, project=snapshot.project, agents=agents))
     with ServerThread(create_app(holder)) as srv:
-        first = httpx.post(f"{srv.url}/v1/agents/chat/runs",
-                           json={"input": "I am Ada", "session_id": "s1"}).json()
+        first = httpx.post(
+            f"{srv.url}/v1/agents/chat/runs", json={"input": "I am Ada", "session_id": "s1"}
+        ).json()
         assert first["output"] == "Nice to meet you."
-        second = httpx.post(f"{srv.url}/v1/agents/chat/runs",
-                            json={"input": "Who am I?", "session_id": "s1"}).json()
+        second = httpx.post(
+            f"{srv.url}/v1/agents/chat/runs", json={"input": "Who am I?", "session_id": "s1"}
+        ).json()
         user_turns = [e for e in second["events"] if e["type"] == "run_started"]
         assert user_turns[0]["input"] == "Who am I?"
         assert second["session_id"] == "s1"
@@ -141,7 +155,9 @@ def test_the_official_openai_client_works_unchanged(served: str):
     assert completion.usage is not None and completion.usage.total_tokens > 0
 
     stream = client.chat.completions.create(
-        model="math", messages=[{"role": "user", "content": "6*7?"}], stream=True,
+        model="math",
+        messages=[{"role": "user", "content": "6*7?"}],
+        stream=True,
         stream_options={"include_usage": True},
     )
     chunks = list(stream)
@@ -153,3 +169,25 @@ def test_the_official_openai_client_works_unchanged(served: str):
 
     with pytest.raises(NotFoundError):
         client.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "x"}])
+
+
+def test_a_client_that_disconnects_cancels_its_run(tmp_path: Path):
+    (tmp_path / "slow.script.yaml").write_text(
+        '- tool_calls: [{name: python_exec, arguments: {code: "import time; time.sleep(20)"}}]\n'
+        '- text: "finished"\n'
+    )
+    snapshot = make_snapshot(tmp_path)
+    agents = {
+        "slow": AgentDecl(name="slow", model="scripted:slow.script.yaml", tools=["python_exec"])
+    }
+    holder = SnapshotHolder(Snapshot(root=tmp_path, project=snapshot.project, agents=agents))
+    with ServerThread(create_app(holder)) as srv:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{srv.url}/v1/agents/slow/runs", json={"input": "go"}, timeout=1.0)
+        deadline = time.monotonic() + 10
+        runs: list = []
+        while time.monotonic() < deadline and not runs:
+            runs = httpx.get(f"{srv.url}/v1/runs").json()["runs"]
+            time.sleep(0.1)
+        assert runs and runs[0]["status"] == "cancelled" and runs[0]["name"] == "slow"
+        assert "data" not in runs[0]

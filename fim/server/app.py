@@ -263,6 +263,17 @@ class Api:
             }
         )
 
+    async def list_runs(self, request: Request) -> Response:
+        from fim.store import get_store
+
+        try:
+            limit = max(1, min(500, int(request.query_params.get("limit", "50"))))
+        except ValueError:
+            return error(400, "limit must be an integer")
+        kind = request.query_params.get("kind")
+        records = await get_store(self.services).list_runs(kind=kind, limit=limit)
+        return JSONResponse({"runs": [_summary(r) for r in records]})
+
     async def get_run(self, request: Request) -> Response:
         from fim.store import get_store
 
@@ -270,6 +281,13 @@ class Api:
         if record is None:
             return error(404, f"unknown run '{request.path_params['run_id']}'")
         return JSONResponse(_record_dict(record))
+
+
+def _summary(record: Any) -> dict[str, Any]:
+    """A run without its trace, for listings."""
+    data = _record_dict(record)
+    data.pop("data", None)
+    return data
 
 
 def _known(snapshot: Any, name: str) -> bool:
@@ -351,6 +369,7 @@ def create_app(holder: SnapshotHolder, services: Services | None = None) -> Star
         Route("/v1/agents", api.agents),
         Route("/v1/agents/{name}", api.agent),
         Route("/v1/agents/{name}/runs", api.create_run, methods=["POST"]),
+        Route("/v1/runs", api.list_runs),
         Route("/v1/runs/{run_id}", api.get_run),
         Route("/v1/models", compat.models),
         Route("/v1/chat/completions", compat.chat_completions, methods=["POST"]),
