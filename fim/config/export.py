@@ -3,6 +3,7 @@ the schema), so editors running yaml-language-server can autocomplete and lint."
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 SCHEMA_KINDS = ("project", "agent", "connector", "skill", "workflow", "hook", "eval")
@@ -24,7 +25,63 @@ def json_schema(kind: str) -> dict[str, Any]:
         )
     else:
         schema = KINDS[kind].model_json_schema(by_alias=True)
+    _describe(schema)
+    for definition in schema.get("$defs", {}).values():
+        _describe(definition)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+
+
+def _describe(schema: dict[str, Any]) -> None:
+    """Give each property of a model's schema its field docstring as `description`."""
+    docs = field_docs().get(schema.get("title", ""), {})
+    for name, prop in schema.get("properties", {}).items():
+        if name in docs and "description" not in prop:
+            prop["description"] = docs[name]
+
+
+@functools.cache
+def field_docs() -> dict[str, dict[str, str]]:
+    """Model title -> {property name (alias if any): docstring}, inherited fields included.
+
+    The string literal right after a field is its documentation (PEP 257's "attribute
+    docstring"); read from the source of fim.config.schema with one AST pass.
+    """
+    import ast
+    import inspect
+
+    from pydantic import BaseModel
+
+    from fim.config import schema as module
+
+    own: dict[str, dict[str, str]] = {}
+    for node in ast.parse(inspect.getsource(module)).body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        fields: dict[str, str] = {}
+        for stmt, after in zip(node.body, [*node.body[1:], None], strict=True):
+            if (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                fields[stmt.target.id] = inspect.cleandoc(after.value.value)
+        own[node.name] = fields
+    result: dict[str, dict[str, str]] = {}
+    for name, cls in vars(module).items():
+        if not (isinstance(cls, type) and issubclass(cls, BaseModel)) or name not in own:
+            continue
+        merged: dict[str, str] = {}
+        for base in reversed(cls.__mro__):
+            merged.update(own.get(base.__name__, {}))
+        title = cls.model_config.get("title") or cls.__name__
+        result[title] = {
+            (info.alias or field): merged[field]
+            for field, info in cls.model_fields.items()
+            if field in merged
+        }
+    return result
 
 
 def schema_filename(kind: str) -> str:

@@ -1,5 +1,7 @@
 """Pydantic models of every declaration kind. These models *are* the schema: `fim schema`
-exports JSON Schema from them, so a field's docstring is what an editor shows the user.
+exports JSON Schema from them, so a field's docstring is what an editor shows the user
+(fim.config.export reads the docstrings from this file's source at export time rather than
+through pydantic's `use_attribute_docstrings`, which costs every start-up ~25 ms).
 
 Everything a user types is `extra="forbid"`, so a typo is an error with a did-you-mean,
 never a silently ignored key.
@@ -15,7 +17,7 @@ JSONSchema = dict[str, Any]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 # --------------------------------------------------------------------------- fim.yaml
@@ -167,9 +169,7 @@ class HookSpec(Strict):
     timeout: float = 30.0
     """Seconds a command or Python hook may take before it blocks (fail closed)."""
 
-    model_config = ConfigDict(
-        extra="forbid", use_attribute_docstrings=True, frozen=True, populate_by_name=True
-    )
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     @model_validator(mode="after")
     def _exactly_one_kind(self) -> HookSpec:
@@ -306,9 +306,7 @@ class SkillMeta(BaseModel):
     """Front matter of skills/<name>/SKILL.md (Agent Skills format). Unknown fields such as
     `license` or `metadata` are tolerated so public skills load unchanged."""
 
-    model_config = ConfigDict(
-        extra="allow", use_attribute_docstrings=True, frozen=True, populate_by_name=True
-    )
+    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
 
     name: str = ""
     description: str
@@ -383,9 +381,7 @@ class ConditionNode(_Node):
     then: str | list[str] | None = None
     else_: str | list[str] | None = Field(default=None, alias="else")
 
-    model_config = ConfigDict(
-        extra="forbid", use_attribute_docstrings=True, frozen=True, populate_by_name=True
-    )
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
 class HumanNode(_Node):
