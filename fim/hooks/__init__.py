@@ -15,8 +15,18 @@ from fim.hooks.base import (
     SessionStartHook,
 )
 from fim.hooks.build import build_hooks, check_hooks
-from fim.hooks.runner import HookChain, NoHooks
 from fim.types import HookContext, HookResult
+
+
+def __getattr__(name: str) -> object:
+    """HookChain/NoHooks load the runner (and asyncio) only when a run needs them, so the
+    compiler's hook check stays light."""
+    if name in ("HookChain", "NoHooks"):
+        from fim.hooks import runner
+
+        return getattr(runner, name)
+    raise AttributeError(f"module 'fim.hooks' has no attribute {name!r}")
+
 
 __all__ = [
     "BaseHook",

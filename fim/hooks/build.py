@@ -17,7 +17,6 @@ from fim.config.schema import HookSpec
 from fim.errors import Problem
 from fim.hooks import builtin
 from fim.hooks.base import POINTS, BaseHook, HookBuildError, compile_matcher
-from fim.hooks.runner import HookChain, NoHooks
 from fim.types import HookContext, HookPoint, HookResult
 
 if TYPE_CHECKING:
@@ -167,6 +166,8 @@ def build_hooks(ctx: RunContext) -> HookRunner:
     `ctx.hooks_enabled` is the one switch: the eval path sets it to False.
     """
     if not ctx.hooks_enabled:
+        from fim.hooks.runner import NoHooks
+
         return NoHooks()
     hooks: list[BaseHook] = []
     for spec in ctx.agent.hooks:
@@ -179,6 +180,8 @@ def build_hooks(ctx: RunContext) -> HookRunner:
             hook = BrokenHook(name, f"{type(exc).__name__}: {exc}")
         hook.run_context = ctx
         hooks.append(hook)
+    from fim.hooks.runner import HookChain
+
     return HookChain(hooks, mask=ctx.snapshot.mask)
 
 

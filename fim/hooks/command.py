@@ -18,16 +18,18 @@ The command answers with its exit code and, on exit 0, optional JSON on stdout:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
 import signal
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from fim.hooks.base import BaseHook
+
+if TYPE_CHECKING:
+    import asyncio
 from fim.types import HookContext, HookPoint, HookResult
 
 _PERMISSION_DECISIONS = ("allow", "deny", "ask")
@@ -112,6 +114,8 @@ class CommandHook(BaseHook):
 
     async def _execute(self, stdin: str) -> tuple[int | None, str, str]:
         """Exit code (None on timeout), stdout and stderr of one run of the command."""
+        import asyncio  # here, not at import: the compiler's hook check loads this module
+
         env = dict(os.environ)
         root = self._root()
         env["CLAUDE_PROJECT_DIR"] = root
@@ -226,6 +230,8 @@ class CommandHook(BaseHook):
 
 
 async def _kill(process: asyncio.subprocess.Process) -> None:
+    import asyncio
+
     """Kill the command and everything it started (`sleep` in a script, a pipeline)."""
     if process.returncode is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
