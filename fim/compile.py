@@ -21,20 +21,22 @@ from fim.config.problems import suggest
 from fim.config.schema import AgentDecl, EvalSuite, HookSpec, JudgeSpec, ModelSettings
 from fim.config.templates import TemplateChecker
 from fim.config.workflow_checks import check_workflow
-from fim.discovery import module_names
+from fim.discovery import module_set
 from fim.errors import ConfigError, Problem
 from fim.snapshot import Snapshot, Source
 
 _FIM_DIR = Path(__file__).resolve().parent
+_TOOLS_DIR = str(_FIM_DIR / "tools" / "builtin")
+_HOOKS_DIR = str(_FIM_DIR / "hooks" / "builtin")
 
 
 def builtin_tool_names() -> frozenset[str]:
     """Builtins are one file each; their names are the file stems (no import needed)."""
-    return frozenset(module_names([str(_FIM_DIR / "tools" / "builtin")]))
+    return module_set(_TOOLS_DIR)
 
 
 def builtin_hook_names() -> frozenset[str]:
-    return frozenset(module_names([str(_FIM_DIR / "hooks" / "builtin")]))
+    return module_set(_HOOKS_DIR)
 
 
 SNAPSHOT_CHECKS: list[str] = [

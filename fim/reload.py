@@ -86,7 +86,7 @@ async def reload_once(root: Path, holder: SnapshotHolder) -> bool:
 
 
 async def watch(
-    root: Path, holder: SnapshotHolder, *, debounce_ms: int = 50, stop: asyncio.Event | None = None
+    root: Path, holder: SnapshotHolder, *, debounce_ms: int = 20, stop: asyncio.Event | None = None
 ) -> None:
     """Reload on every (debounced) batch of file changes until `stop` is set."""
     from watchfiles import awatch
