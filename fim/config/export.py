@@ -4,6 +4,7 @@ the schema), so editors running yaml-language-server can autocomplete and lint."
 from __future__ import annotations
 
 import functools
+import importlib
 from typing import Any
 
 SCHEMA_KINDS = ("project", "agent", "connector", "skill", "workflow", "hook", "eval")
@@ -44,17 +45,22 @@ def field_docs() -> dict[str, dict[str, str]]:
     """Model title -> {property name (alias if any): docstring}, inherited fields included.
 
     The string literal right after a field is its documentation (PEP 257's "attribute
-    docstring"); read from the source of fim.config.schema with one AST pass.
+    docstring"); read from the source of the fim.config.schema modules with one AST pass.
     """
     import ast
     import inspect
+    import pkgutil
 
     from pydantic import BaseModel
 
-    from fim.config import schema as module
+    from fim.config import schema as package
 
+    sources = [
+        inspect.getsource(importlib.import_module(f"{package.__name__}.{info.name}"))
+        for info in pkgutil.iter_modules(package.__path__)
+    ]
     own: dict[str, dict[str, str]] = {}
-    for node in ast.parse(inspect.getsource(module)).body:
+    for node in (n for source in sources for n in ast.parse(source).body):
         if not isinstance(node, ast.ClassDef):
             continue
         fields: dict[str, str] = {}
@@ -69,7 +75,7 @@ def field_docs() -> dict[str, dict[str, str]]:
                 fields[stmt.target.id] = inspect.cleandoc(after.value.value)
         own[node.name] = fields
     result: dict[str, dict[str, str]] = {}
-    for name, cls in vars(module).items():
+    for name, cls in vars(package).items():
         if not (isinstance(cls, type) and issubclass(cls, BaseModel)) or name not in own:
             continue
         merged: dict[str, str] = {}

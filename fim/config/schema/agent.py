@@ -1,0 +1,89 @@
+"""agents/*.yaml and the hooks they declare (hooks/*.yaml for reusable ones)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from fim.config.schema.base import Strict
+from fim.config.schema.project import ModelRef, ToolModes
+
+
+class HookSpec(Strict):
+    """One hook on an agent: exactly one of `use` (builtin), `command` (shell, Claude Code
+    protocol), `python` (`module:Class` from hooks/) or `ref` (a file in hooks/)."""
+
+    use: str | None = None
+    """Builtin hook name: confirm, readonly_guard, truncate, audit_log, rate_limit."""
+    with_: dict[str, Any] = Field(default_factory=dict, alias="with")
+    """Options of a builtin or Python hook."""
+    command: str | None = None
+    """Shell command receiving the event as JSON on stdin (Claude Code hook protocol)."""
+    python: str | None = None
+    """`module:Class` of a hook class in the project's hooks/ folder."""
+    ref: str | None = None
+    """Name of a reusable declaration in hooks/*.yaml."""
+    event: Literal["SessionStart", "PreToolUse", "PostToolUse"] | None = None
+    """Hook point; builtins know their own, command and python hooks need it."""
+    matcher: str | None = None
+    """Glob (`crm__*`) or regex (`re:^crm__`) on the tool name; none matches every tool."""
+    priority: int = 100
+    """Lower runs first."""
+    timeout: float = 30.0
+    """Seconds a command or Python hook may take before it blocks (fail closed)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _exactly_one_kind(self) -> HookSpec:
+        kinds = [k for k in ("use", "command", "python", "ref") if getattr(self, k)]
+        if len(kinds) != 1:
+            raise ValueError(
+                "a hook needs exactly one of 'use', 'command', 'python' or 'ref'"
+                + (f", got {', '.join(kinds)}" if kinds else "")
+            )
+        return self
+
+
+class HookDecl(HookSpec):
+    """A reusable hook in hooks/<name>.yaml, referenced from agents with `ref: <name>`."""
+
+    name: str = ""
+    description: str = ""
+
+
+# --------------------------------------------------------------------------- agents
+
+
+class AgentDecl(Strict):
+    """An agent in agents/<name>.yaml."""
+
+    name: str = ""
+    description: str = ""
+    model: ModelRef = "general"
+    """A model role from fim.yaml, a litellm model string, or `scripted:<file>`."""
+    engine: Literal["react", "dag"] = "react"
+    instructions: str = ""
+    """System prompt, a sandboxed Jinja2 template (`project`, `agent`, `env`, `now`)."""
+    tools: list[str] = Field(default_factory=list)
+    """Builtin tool names; these are pinned (never dropped by tool selection)."""
+    tool_categories: list[str] = Field(default_factory=list)
+    """Add every builtin tool of these categories."""
+    connectors: list[str] = Field(default_factory=list)
+    mcp: list[str] = Field(default_factory=list)
+    skills: Literal["all"] | list[str] = Field(default_factory=list)
+    workflows: list[str] = Field(default_factory=list)
+    """Workflows this agent may start through `run_workflow`."""
+    delegates: list[str] = Field(default_factory=list)
+    """Agents this agent may hand tasks to through `call_agent`."""
+    max_iterations: int = Field(default=50, ge=1)
+    tool_timeout: float = Field(default=60.0, gt=0)
+    """Seconds one tool call may take before it becomes an error observation."""
+    tool_modes: ToolModes = Field(default_factory=ToolModes)
+    hooks: list[HookSpec] = Field(default_factory=list)
+    read_only: bool = False
+    context_budget: int | None = None
+    """Token budget of the conversation; defaults to the model's context window."""
+    max_replans: int = Field(default=3, ge=0)
+    """DAG engine: re-planning rounds."""

@@ -1,0 +1,129 @@
+"""fim.yaml: model roles, tool modes, MCP servers, the server, the state store."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from fim.config.schema.base import Strict
+
+
+class ModelSettings(Strict):
+    """A model with its connection settings. `model` is a litellm string such as
+    `openai/gpt-4o-mini`, `anthropic/claude-sonnet-4-5`, `ollama/qwen2.5`, or
+    `scripted:<file>` for the offline test double."""
+
+    model: str
+    """litellm model string, e.g. `openai/gpt-4o-mini`."""
+    api_base: str | None = None
+    """Base URL of an OpenAI-compatible or self-hosted endpoint."""
+    api_key: str | None = None
+    """API key; use `${VAR}` so the secret stays out of git."""
+    temperature: float | None = None
+    max_tokens: int | None = None
+    timeout: float = 60.0
+    """Seconds before one model request is abandoned."""
+    max_retries: int = 2
+    """Retries with exponential backoff on 429/5xx and connection errors."""
+    context_window: int | None = None
+    """Tokens the model accepts; defaults to what litellm knows of the model."""
+    extra: dict[str, Any] = Field(default_factory=dict)
+    """Provider-specific keyword arguments passed through unchanged."""
+
+
+ModelRef = str | ModelSettings
+
+ToolMode = Literal["progressive", "legacy"]
+
+
+class ToolModes(Strict):
+    """How capabilities are shown to the model: `progressive` puts short stubs in the prompt
+    and details behind meta-tools; `legacy` registers every tool (skills: `inline`)."""
+
+    skills: Literal["progressive", "inline"] | None = None
+    connectors: ToolMode | None = None
+    databases: ToolMode | None = None
+    mcp: ToolMode | None = None
+
+
+class ToolSelection(Strict):
+    threshold: int = 12
+    """Above this many tools, the `fast` model picks the ones a request needs."""
+    max: int = 6
+    """How many tools the selection keeps (pinned tools and `read_skill` come on top)."""
+
+
+class StdioServer(Strict):
+    """An MCP server started as a subprocess speaking stdio."""
+
+    command: str
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    description: str | None = None
+    timeout: float = 30.0
+    """Seconds one tool call may take."""
+
+
+class HttpServer(Strict):
+    """An MCP server reached over streamable HTTP (or legacy SSE)."""
+
+    url: str
+    headers: dict[str, str] = Field(default_factory=dict)
+    transport: Literal["streamable_http", "sse"] = "streamable_http"
+    description: str | None = None
+    timeout: float = 30.0
+
+
+McpServer = StdioServer | HttpServer
+
+
+class ServerSettings(Strict):
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_keys: list[str] = Field(default_factory=list)
+    """Bearer keys accepted by every route but /healthz; empty strings are ignored."""
+    cors_origins: list[str] = Field(default_factory=list)
+    max_body_bytes: int = 1_048_576
+
+
+class WebFetchSettings(Strict):
+    allow_private: bool = False
+    """Allow `web_fetch` to reach loopback and private addresses (off: SSRF guard)."""
+    allow_hosts: list[str] = Field(default_factory=list)
+    """Hosts reachable even when private (e.g. `127.0.0.1`)."""
+
+
+class Paths(Strict):
+    agents: str = "agents"
+    skills: str = "skills"
+    workflows: str = "workflows"
+    connectors: str = "connectors"
+    hooks: str = "hooks"
+    evals: str = "evals"
+
+
+class Project(Strict):
+    """The project file `fim.yaml` at the root of a fim repository."""
+
+    name: str = "fim"
+    description: str = ""
+    models: dict[str, ModelRef] = Field(default_factory=dict)
+    """Model roles (`general`, `fast`, ...) -> litellm strings or full settings."""
+    tool_modes: ToolModes = Field(default_factory=ToolModes)
+    tool_selection: ToolSelection = Field(default_factory=ToolSelection)
+    mcp_servers: dict[str, McpServer] = Field(default_factory=dict)
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    state: str = "sqlite:///.fim/state.db"
+    """State store URL: SQLite (default) or PostgreSQL."""
+    paths: Paths = Field(default_factory=Paths)
+    env_allowlist: list[str] = Field(default_factory=list)
+    """Environment variables workflow templates may read as `env.NAME`."""
+    web_fetch: WebFetchSettings = Field(default_factory=WebFetchSettings)
+    sandbox: str = ".fim/sandbox"
+    """Directory `file_ops` and `python_exec` are confined to."""
+    read_only: bool = False
+    """Project-wide read-only: `readonly_guard` blocks writes for every agent."""
+    max_depth: int = 5
+    """Cap on nested agent/workflow calls."""
