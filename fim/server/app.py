@@ -234,22 +234,10 @@ class Api:
     async def _json_run(
         self, request: Request, name: str, history: list[Message], session: str | None, run_id: str
     ) -> Response:
-        trace: list[dict[str, Any]] = []
-
-        async def consume() -> RunFinished | None:
-            final = None
-            async for event in self.events(name, history, stream=False, run_id=run_id):
-                trace.append(event.model_dump(mode="json"))
-                if isinstance(event, RunFinished):
-                    final = event
-            return final
-
-        try:
-            final = await cancel_on_disconnect(request, consume())
-        except FimError as exc:
-            return error(422, str(exc))
-        if final is None:
-            return error(499, "client disconnected; run cancelled")
+        outcome = await self.run_to_end(request, name, history, run_id)
+        if isinstance(outcome, Response):
+            return outcome
+        final, trace = outcome
         self._remember(session, history, final.output)
         return JSONResponse(
             {
@@ -273,6 +261,29 @@ class Api:
         kind = request.query_params.get("kind")
         records = await get_store(self.services).list_runs(kind=kind, limit=limit)
         return JSONResponse({"runs": [_summary(r) for r in records]})
+
+    async def run_to_end(
+        self, request: Request, name: str, history: list[Message], run_id: str
+    ) -> tuple[RunFinished, list[dict[str, Any]]] | Response:
+        """Run to completion and return the final event and the trace; the run is cancelled
+        if the client goes away. A failure comes back as an error Response."""
+        trace: list[dict[str, Any]] = []
+
+        async def consume() -> RunFinished | None:
+            final = None
+            async for event in self.events(name, history, stream=False, run_id=run_id):
+                trace.append(event.model_dump(mode="json"))
+                if isinstance(event, RunFinished):
+                    final = event
+            return final
+
+        try:
+            final = await cancel_on_disconnect(request, consume())
+        except FimError as exc:
+            return error(500, str(exc))
+        if final is None:
+            return error(499, "client disconnected; run cancelled")
+        return final, trace
 
     async def get_run(self, request: Request) -> Response:
         from fim.store import get_store

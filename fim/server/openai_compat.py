@@ -63,7 +63,7 @@ class OpenAICompat:
         )
 
     async def chat_completions(self, request: Request) -> Response:
-        from fim.server.app import _known, cancel_on_disconnect, error
+        from fim.server.app import _known, error
 
         try:
             body = await self.api._body(request)
@@ -94,19 +94,10 @@ class OpenAICompat:
                 headers={"Cache-Control": "no-cache"},
             )
 
-        async def consume() -> RunFinished | None:
-            final = None
-            async for event in self.api.events(name, messages, stream=False, run_id=run_id):
-                if isinstance(event, RunFinished):
-                    final = event
-            return final
-
-        try:
-            final = await cancel_on_disconnect(request, consume())
-        except FimError as exc:
-            return error(500, str(exc))
-        if final is None:
-            return error(499, "client disconnected; run cancelled")
+        outcome = await self.api.run_to_end(request, name, messages, run_id)
+        if isinstance(outcome, Response):
+            return outcome
+        final = outcome[0]
         return JSONResponse(
             {
                 "id": completion_id,
