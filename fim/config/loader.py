@@ -27,12 +27,10 @@ from fim.config.schema import (
     EvalSuite,
     HookDecl,
     Project,
-    SkillMeta,
     WorkflowDecl,
 )
 from fim.config.yamlio import Document, YamlSyntaxError, parse
 from fim.errors import ConfigError, Problem
-from fim.snapshot import Skill
 
 PROJECT_FILE = "fim.yaml"
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -141,7 +139,9 @@ def load(root: str | Path) -> Declarations:
             decls.problems.append(problem)
         else:
             decls.python_hooks.add(path.stem)
-    _load_skills(decls)
+    from fim.config.skill_files import load_skills
+
+    load_skills(decls)
     decls.problems = mask_problems(decls.problems, decls.secrets)
     _CACHE.clear()
     _CACHE.update(decls.seen)
@@ -370,92 +370,3 @@ def _register(decls: Declarations, entry: Entry) -> None:
         )
         return
     decls.entries[kind][name] = entry
-
-
-def _load_skills(decls: Declarations) -> None:
-    folder = decls.root / decls.folder("skill")
-    try:
-        dirs = sorted(os.scandir(folder), key=lambda e: e.name)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        decls.problems.append(_os_problem(decls, folder, exc))
-        return
-    for entry in dirs:
-        if entry.name.startswith("."):
-            continue
-        path = Path(entry.path)
-        try:
-            os.stat(path)
-        except OSError as exc:
-            decls.problems.append(_os_problem(decls, path, exc))
-            decls.broken["skill"].add(entry.name)
-            continue
-        if entry.is_dir():
-            _load_skill(decls, path)
-
-
-def _load_skill(decls: Declarations, directory: Path) -> None:
-    skill_md = directory / "SKILL.md"
-    rel = decls.rel(skill_md)
-    decls.broken["skill"].add(directory.name)
-    if not skill_md.exists() and not skill_md.is_symlink():
-        decls.problems.append(
-            Problem(
-                rel,
-                1,
-                1,
-                "skill folder has no SKILL.md",
-                "add SKILL.md with name/description front matter",
-            )
-        )
-        return
-    text = _read(decls, skill_md)
-    if text is None:
-        return
-    lines = text.split("\n")
-    end = next((i for i in range(1, len(lines)) if lines[i].rstrip() == "---"), None)
-    if lines[0].rstrip() != "---" or end is None:
-        decls.problems.append(
-            Problem(
-                rel,
-                1,
-                1,
-                "SKILL.md must start with YAML front matter between '---' lines",
-                "begin the file with ---, name: ..., description: ..., ---",
-            )
-        )
-        return
-    doc = _parse(decls, "\n".join(lines[1:end]), rel, line_offset=1)
-    if doc is None:
-        return
-    if isinstance(doc.data, dict):
-        doc.data.setdefault("name", directory.name)
-    meta = _validate(decls, doc, "skill", SkillMeta)
-    if meta is None:
-        return
-    if meta.name != directory.name:
-        decls.problems.append(
-            doc.problem(
-                ("name",),
-                f"skill name '{meta.name}' differs from its folder '{directory.name}'",
-                "rename the folder or the name (they must match)",
-            )
-        )
-        return
-    body = "\n".join(lines[end + 1 :]).lstrip("\n")
-    files = tuple(_skill_files(directory))
-    decls.broken["skill"].discard(directory.name)
-    _register(decls, Entry("skill", meta.name, Skill(meta.name, meta, body, directory, files), doc))
-
-
-def _skill_files(directory: Path) -> list[str]:
-    """Files next to SKILL.md (scripts/, references/ ...); symlinked dirs are not followed."""
-    found: list[str] = []
-    for base, dirnames, filenames in os.walk(directory, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            rel = Path(base, name).relative_to(directory).as_posix()
-            if rel != "SKILL.md" and not name.startswith("."):
-                found.append(rel)
-    return found

@@ -63,7 +63,8 @@ class OpenAICompat:
         )
 
     async def chat_completions(self, request: Request) -> Response:
-        from fim.server.app import _known, error
+        from fim.server.app import _known
+        from fim.server.http import error
 
         try:
             body = await self.api._body(request)

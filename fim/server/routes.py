@@ -36,7 +36,7 @@ def workflow_routes(api: Api) -> list[Route]:
         )
 
     async def run_workflow(request: Request) -> Response:
-        from fim.server.app import error, sse
+        from fim.server.http import error, sse
         from fim.workflows.engine import WorkflowEngine
 
         name = request.path_params["name"]
@@ -87,7 +87,7 @@ def approval_routes(api: Api) -> list[Route]:
         return JSONResponse({"approvals": [_masked(api, a.as_dict()) for a in items]})
 
     async def resolve(request: Request) -> Response:
-        from fim.server.app import error
+        from fim.server.http import error
         from fim.store import get_store
 
         try:
