@@ -138,10 +138,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
+_STEPS: dict[tuple[Path, str], list[ModelResponse]] = {}
+"""Parsed scripts by (path, text): every run builds a fresh ScriptedModel, and parsing the
+YAML again each time was most of a scripted eval case's CPU. Responses are immutable."""
+
+
 def load_steps(path: Path) -> list[ModelResponse]:
     """Read a YAML script: a list of steps, or a mapping with a `steps:` list."""
-    from ruamel.yaml import YAML, YAMLError
-
     try:
         source = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -150,6 +153,18 @@ def load_steps(path: Path) -> list[ModelResponse]:
             f"cannot read scripted model file: {exc.strerror or exc}",
             hint="`model: scripted:<file>` names a YAML file relative to the project root",
         ) from None
+    cached = _STEPS.get((path, source))
+    if cached is None:
+        cached = _parse_steps(path, source)
+        if len(_STEPS) > 256:
+            _STEPS.clear()
+        _STEPS[(path, source)] = cached
+    return list(cached)
+
+
+def _parse_steps(path: Path, source: str) -> list[ModelResponse]:
+    from ruamel.yaml import YAML, YAMLError
+
     try:
         data = YAML(typ="rt").load(source)
     except YAMLError as exc:
