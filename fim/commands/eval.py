@@ -59,6 +59,10 @@ def eval_command(
             markup=False,
         )
         raise typer.Exit(2)
+    import gc
+
+    gc.collect()
+    gc.freeze()  # the compiled project lives until exit: keep it out of the GC's scans
     mode = "record" if record else "live" if live else "replay"
     runner = EvalRunner(
         snapshot,
