@@ -7,6 +7,7 @@ file is validated against the connector schema before it is written.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -76,17 +77,19 @@ def import_(
 
 def _default_target(ctx: typer.Context, project: Path | None, name: str) -> Path:
     """connectors/NAME.yaml under the project root (nearest fim.yaml), else under cwd."""
+    from fim.config.loader import find_root
+    from fim.errors import ConfigError
+
     root = project_dir(ctx, project)
     if root is None:
-        here = Path.cwd()
-        root = next((d for d in (here, *here.parents) if (d / "fim.yaml").is_file()), here)
-    folder = "connectors"
-    if (root / "fim.yaml").is_file():
-        from fim.connectors.openapi import OpenApiError, load_document
-
         try:
-            paths = load_document(root / "fim.yaml").get("paths") or {}
-            folder = str(paths.get("connectors") or folder)
-        except OpenApiError:
-            pass  # an unreadable fim.yaml is `fim validate`'s to report, not ours
+            root = find_root()
+        except ConfigError:
+            return Path.cwd() / "connectors" / f"{name}.yaml"
+    folder = "connectors"
+    from fim.connectors.openapi import OpenApiError, load_document
+
+    with contextlib.suppress(OpenApiError):  # a broken fim.yaml is `fim validate`'s to report
+        paths = load_document(root / "fim.yaml").get("paths") or {}
+        folder = str(paths.get("connectors") or folder)
     return root / folder / f"{name}.yaml"
