@@ -21,7 +21,7 @@ from fim.eval.assertions import Observed, Outcome, check, judge_model_ref, model
 from fim.eval.cassettes import Cassette, CassetteMiss, CassetteModel, Mode, slug
 from fim.runtime import Services
 from fim.snapshot import Snapshot
-from fim.types import Message, RunFinished
+from fim.types import Message, Model, RunFinished
 
 
 @dataclass
@@ -111,6 +111,24 @@ def _render(value: Any, variables: dict[str, Any]) -> Any:
     return go(value)
 
 
+class Throttled:
+    """A model whose calls wait for a slot: the runner's bound on calls in flight."""
+
+    def __init__(self, inner: Model, slots: asyncio.Semaphore) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.slots = slots
+
+    async def complete(self, messages: list[Message], tools: Any = None, **options: Any) -> Any:
+        async with self.slots:
+            return await self.inner.complete(messages, tools, **options)
+
+    async def stream(self, messages: list[Message], tools: Any = None, **options: Any) -> Any:
+        async with self.slots:
+            async for chunk in self.inner.stream(messages, tools, **options):
+                yield chunk
+
+
 class EvalRunner:
     def __init__(
         self,
@@ -133,6 +151,7 @@ class EvalRunner:
         evals_dir = snapshot.root / snapshot.project.paths.evals
         self.cassette_dir = cassette_dir or evals_dir / ".cassettes"
         self.on_progress = on_progress
+        self._calls = asyncio.Semaphore(self.concurrency)
 
     def plan(self) -> list[tuple[EvalSuite, EvalCase, int]]:
         """Every (suite, case, attempt) that will run, in a stable order."""
@@ -151,7 +170,11 @@ class EvalRunner:
         started = time.perf_counter()
         jobs = self.plan()
         services = Services(root=self.snapshot.root, state_url=self.snapshot.project.state)
-        semaphore = asyncio.Semaphore(self.concurrency)
+        # `concurrency` bounds model calls in flight; cases start a little ahead of free
+        # call slots so their set-up (and assertions) overlap other cases' calls instead of
+        # queueing behind them.
+        self._calls = asyncio.Semaphore(self.concurrency)  # bound to this run's loop
+        semaphore = asyncio.Semaphore(self.concurrency * 2)
         cassettes: dict[tuple[str, str], Cassette] = {}
         for suite, case, _ in jobs:
             key = (suite.name, case.name)
@@ -190,15 +213,13 @@ class EvalRunner:
         from fim.llm import make_model
 
         settings = self.snapshot.model_settings(ref)
-        if settings.model.startswith("scripted:") or self.mode == "live":
-            return (
-                None
-                if settings.model.startswith("scripted:")
-                else make_model(settings, self.snapshot.root)
-            )
-        return CassetteModel(
-            settings.model, lambda: make_model(settings, self.snapshot.root), cassette
-        )
+        if settings.model.startswith("scripted:"):
+            return None
+
+        def build() -> Model:
+            return Throttled(make_model(settings, self.snapshot.root), self._calls)
+
+        return build() if self.mode == "live" else CassetteModel(settings.model, build, cassette)
 
     async def _run_case(
         self, suite: EvalSuite, case: EvalCase, attempt: int, services: Services, cassette: Cassette
