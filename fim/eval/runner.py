@@ -37,7 +37,12 @@ class CaseRun:
     latency_ms: float = 0.0
     tokens: int = 0
     iterations: int = 0
-    events: list[dict[str, Any]] = field(default_factory=list)
+    trace: list[Any] = field(default_factory=list, repr=False)
+    """The run's events; serialised only when a report asks (most cases pass unread)."""
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        return [e.model_dump(mode="json") for e in self.trace]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -295,7 +300,7 @@ class EvalRunner:
                 raise CassetteMiss(event.message)
             if isinstance(event, RunFinished):
                 final = event
-        run.events = [e.model_dump(mode="json") for e in events]
+        run.trace = events
         if final is None:
             raise FimError("the run ended without a result")
         if final.status == "error":
@@ -323,7 +328,7 @@ class EvalRunner:
             raise FimError(f"a workflow case needs a mapping of inputs for '{name}'")
         engine = WorkflowEngine(self.snapshot, name, services, hooks=self.with_hooks)
         events = [event async for event in engine.run(payload)]
-        run.events = [e.model_dump(mode="json") for e in events]
+        run.trace = events
         finished = next((e for e in reversed(events) if e.type == "workflow_finished"), None)
         if finished is None or finished.status != "ok":
             raise FimError(
