@@ -17,6 +17,8 @@ import typer
 from fim.commands import ProjectOption, fail, load_snapshot, user_errors
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from fim.runtime import Services
     from fim.snapshot import Snapshot
     from fim.workflows.state import RunState
@@ -138,6 +140,29 @@ async def _consume(events: Any, progress: Progress) -> None:
         progress.show(event)
 
 
+def _drive(
+    snapshot: Snapshot,
+    start: Callable[[Services], Awaitable[tuple[Any, Any]]],
+    as_json: bool,
+) -> None:
+    """Run a workflow to its end or pause, showing progress: `start(services)` gives the
+    engine and its event stream (a new run or a resumed one)."""
+
+    async def go() -> RunState:
+        services = _services(snapshot)
+        try:
+            engine, events = await start(services)
+            await _consume(events, Progress(as_json))
+            assert engine.state is not None
+            return engine.state
+        finally:
+            await services.aclose()
+
+    with user_errors():
+        state = asyncio.run(go())
+    _finish(state, as_json)
+
+
 @workflow_app.command("run")
 def run(
     ctx: typer.Context,
@@ -152,19 +177,11 @@ def run(
     snapshot = load_snapshot(ctx, project)
     values = parse_pairs(inputs, json_values=False)
 
-    async def go() -> RunState:
-        services = _services(snapshot)
-        try:
-            engine = WorkflowEngine(snapshot, name, services)
-            await _consume(engine.run(values), Progress(as_json))
-            assert engine.state is not None
-            return engine.state
-        finally:
-            await services.aclose()
+    async def start(services: Services) -> tuple[Any, Any]:
+        engine = WorkflowEngine(snapshot, name, services)
+        return engine, engine.run(values)
 
-    with user_errors():
-        state = asyncio.run(go())
-    _finish(state, as_json)
+    _drive(snapshot, start, as_json)
 
 
 @workflow_app.command("resume")
@@ -191,20 +208,12 @@ def resume(
     decision: bool | None = True if approve or data else (False if deny else None)
     snapshot = load_snapshot(ctx, project)
 
-    async def go() -> RunState:
-        services = _services(snapshot)
-        try:
-            paused = await load_run(services, run_id)
-            engine = WorkflowEngine(snapshot, paused.workflow, services)
-            await _consume(engine.resume(run_id, decision, data, node=node), Progress(as_json))
-            assert engine.state is not None
-            return engine.state
-        finally:
-            await services.aclose()
+    async def start(services: Services) -> tuple[Any, Any]:
+        paused = await load_run(services, run_id)
+        engine = WorkflowEngine(snapshot, paused.workflow, services)
+        return engine, engine.resume(run_id, decision, data, node=node)
 
-    with user_errors():
-        state = asyncio.run(go())
-    _finish(state, as_json)
+    _drive(snapshot, start, as_json)
 
 
 @workflow_app.command("runs")

@@ -14,11 +14,14 @@ import ipaddress
 import os
 import random
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from fim.config.schema import ModelSettings
 from fim.errors import RunError
+
+if TYPE_CHECKING:
+    from fim.types import Message, ToolSpec
 
 T = TypeVar("T")
 
@@ -192,3 +195,22 @@ def status_error(settings: ModelSettings, status: int, detail: str, secret: str 
         scrub(f"{settings.model}: model endpoint returned HTTP {status}: {detail}", secret),
         hint=hints.get(status),
     )
+
+
+def chat_request(
+    model: str,
+    messages: list[Message],
+    tools: list[ToolSpec] | None,
+    settings: ModelSettings,
+    options: dict[str, Any],
+) -> dict[str, Any]:
+    """The chat.completions arguments every backend sends: model, messages, tools (when
+    any) and the provider options, in the OpenAI wire format."""
+    from fim.llm.wire import messages_to_wire, tools_to_wire
+
+    request: dict[str, Any] = {"model": model, "messages": messages_to_wire(messages)}
+    wire_tools = tools_to_wire(tools)
+    if wire_tools:
+        request["tools"] = wire_tools
+    request.update(request_options(settings, options))
+    return request

@@ -23,17 +23,17 @@ from fim.llm.base import (
     LOCAL_PROVIDERS,
     Transient,
     api_base,
+    chat_request,
     check_allowed,
     parse_retry_after,
     provider_of,
-    request_options,
     resolve_key,
     scrub,
     status_error,
     timeout_error,
     with_retries,
 )
-from fim.llm.wire import StreamAssembler, messages_to_wire, parse_response, tools_to_wire
+from fim.llm.wire import StreamAssembler, parse_response
 from fim.types import Message, ModelResponse, TextDelta, ToolSpec, Usage
 
 _litellm: ModuleType | None = None
@@ -82,8 +82,6 @@ class LiteLLMModel:
         self._key = resolve_key(self.settings, self.provider, required=required)
         check_allowed(self.endpoint, self.name)
         kwargs: dict[str, Any] = {
-            "model": self.settings.model,
-            "messages": messages_to_wire(messages),
             "timeout": self.settings.timeout,
             "max_retries": 0,
             "drop_params": True,
@@ -92,10 +90,7 @@ class LiteLLMModel:
             kwargs["api_base"] = base
         if self._key:
             kwargs["api_key"] = self._key
-        wire_tools = tools_to_wire(tools)
-        if wire_tools:
-            kwargs["tools"] = wire_tools
-        kwargs.update(request_options(self.settings, options))
+        kwargs.update(chat_request(self.settings.model, messages, tools, self.settings, options))
         return kwargs
 
     async def complete(

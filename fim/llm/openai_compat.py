@@ -23,16 +23,16 @@ from fim.llm.base import (
     OPENAI_BASE,
     Transient,
     api_base,
+    chat_request,
     check_allowed,
     parse_retry_after,
-    request_options,
     resolve_key,
     scrub,
     status_error,
     timeout_error,
     with_retries,
 )
-from fim.llm.wire import StreamAssembler, messages_to_wire, parse_response, tools_to_wire
+from fim.llm.wire import StreamAssembler, parse_response
 from fim.types import Message, ModelResponse, TextDelta, ToolSpec
 
 if TYPE_CHECKING:
@@ -136,15 +136,8 @@ class OpenAICompatModel:
     def _body(
         self, messages: list[Message], tools: list[ToolSpec] | None, options: dict[str, Any]
     ) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": wire_model_name(self.settings.model),
-            "messages": messages_to_wire(messages),
-        }
-        wire_tools = tools_to_wire(tools)
-        if wire_tools:
-            body["tools"] = wire_tools
-        body.update(request_options(self.settings, options))
-        return body
+        model = wire_model_name(self.settings.model)
+        return chat_request(model, messages, tools, self.settings, options)
 
     async def complete(
         self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any

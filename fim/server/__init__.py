@@ -110,10 +110,8 @@ def _on_swap(services: Any, old: Any, new: Any) -> None:
 
     manager = services.cache.get(SERVICE_KEY)
     if manager is not None and old.project.mcp_servers != new.project.mcp_servers:
-        sync = getattr(manager, "sync", None)
-        if sync is not None:
-            task = asyncio.get_running_loop().create_task(
-                sync(dict(new.project.mcp_servers), new.root, mask=new.mask)
-            )
-            _BACKGROUND.add(task)
-            task.add_done_callback(_BACKGROUND.discard)
+        task = asyncio.get_running_loop().create_task(
+            manager.sync(dict(new.project.mcp_servers), new.root, mask=new.mask)
+        )
+        _BACKGROUND.add(task)
+        task.add_done_callback(_BACKGROUND.discard)
