@@ -33,7 +33,7 @@ from fim.config.schema import (
     StdioServer,
     ToolModes,
 )
-from fim.runtime import Provision, RunContext, Services
+from fim.runtime import RunContext, Services
 from fim.snapshot import Skill, Snapshot
 from fim.tokens import count_messages, count_tokens
 from fim.tools.registry import ToolRegistry
@@ -269,39 +269,16 @@ def mcp_connections(root: Path) -> list[Any]:
     return conns
 
 
-async def assemble(
-    ctx: RunContext, conns: list[Any]
-) -> tuple[list[tuple[str, str]], ToolRegistry, set[str]]:
-    """What `fim.agent.assemble` does, with the MCP connections injected."""
-    import fim.connectors
+async def assemble(ctx: RunContext, conns: list[Any]) -> Any:
+    """`fim.agent.assemble`, with the MCP connections injected instead of started."""
     import fim.mcp
-    import fim.skills
-    import fim.tools.builtin
+    from fim.agent import assemble as real_assemble
 
     async def injected(_: RunContext) -> list[Any]:
         return conns
 
     fim.mcp.connections_for = injected  # servers are described in-process, not started
-    sections = [("instructions", INSTRUCTIONS)]
-    registry = ToolRegistry()
-    pinned: set[str] = set()
-    for area, provider in (
-        ("builtins", fim.tools.builtin.provide),
-        ("connectors", fim.connectors.provide),
-        ("mcp", fim.mcp.provide),
-        ("skills", fim.skills.provide),
-    ):
-        provision: Provision | None = provider(ctx)
-        if asyncio.iscoroutine(provision):
-            provision = await provision
-        if provision is None:
-            continue
-        for tool in provision.tools:
-            registry.add(tool)
-        pinned.update(provision.pinned)
-        if provision.prompt:
-            sections.append((area, provision.prompt))
-    return sections, registry, pinned
+    return await real_assemble(ctx)
 
 
 def prompt_tokens(sections: list[tuple[str, str]], registry: ToolRegistry) -> int:
@@ -345,6 +322,23 @@ class Hub:
         self.ctx = RunContext(snapshot=self.snapshot, agent=agent, services=self.services)
 
 
+PICKS = ("request", "largest")
+"""What the scripted fast model picks: `request` is what the refund request needs (tools
+about orders, tickets, contacts, plus the calculator); `largest` fills every slot with the
+most expensive definitions, the worst a selector can do to the prompt."""
+
+
+def scripted_pick(registry: ToolRegistry, pinned: set[str], limit: int, pick: str) -> list[str]:
+    from fim.selection import ALWAYS_KEPT
+
+    offered = [t for t in registry if t.name not in pinned and t.name not in ALWAYS_KEPT]
+    if pick == "largest":
+        offered.sort(key=lambda t: -prompt_tokens([], ToolRegistry([t])))
+        return [t.name for t in offered[:limit]]
+    keywords = ("order", "ticket", "contact", "calculator")
+    return [t.name for t in offered if any(k in t.name for k in keywords)][:limit]
+
+
 async def measure(
     legacy: bool,
     *,
@@ -352,8 +346,10 @@ async def measure(
     tools: bool = True,
     mcp: bool = True,
     select: bool = False,
-    threshold: int | None = None,
+    pick: str = "request",
 ) -> dict[str, Any]:
+    """Assemble the hub in one mode; with `select`, run tool selection as a run would
+    (project defaults: threshold 12, max 6; counting tools behind meta-tools)."""
     from fim.llm.testing import ScriptedModel, text
     from fim.selection import select_tools
 
@@ -367,27 +363,27 @@ async def measure(
     with tempfile.TemporaryDirectory() as tmp:
         hub = Hub(Path(tmp), legacy, skills=skills, tools=tools, mcp=mcp)
         conns = mcp_connections(Path(tmp)) if mcp else []
-        sections, registry, pinned = await assemble(hub.ctx, conns)
+        assembly = await assemble(hub.ctx, conns)
+        sections, registry = assembly.sections, assembly.registry
         result: dict[str, Any] = {
             "tools": len(registry),
+            "capabilities": assembly.capabilities,
             "sections": {t: count_tokens(x, MODEL) for t, x in sections},
             "tool_tokens": prompt_tokens([], registry) - prompt_tokens([], ToolRegistry()),
             "total": prompt_tokens(sections, registry),
         }
         if select:
             settings = hub.snapshot.project.tool_selection
-            offered = [t.name for t in registry if t.name not in pinned]
-            # The scripted stand-in for the fast model picks what the refund request needs.
-            keywords = ("order", "ticket", "contact", "calculator")
-            picks = [n for n in offered if any(k in n for k in keywords)][: settings.max]
+            picks = scripted_pick(registry, assembly.pinned, settings.max, pick)
             fast = ScriptedModel([text(json.dumps({"tools": picks}))])
             outcome = await select_tools(
                 fast,
                 REQUEST,
                 registry,
-                pinned=pinned,
+                pinned=assembly.pinned,
                 max_tools=settings.max,
-                threshold=settings.threshold if threshold is None else threshold,
+                threshold=settings.threshold,
+                capabilities=assembly.capabilities,
             )
             result["selection"] = outcome
             result["selector_tokens"] = (
@@ -419,10 +415,11 @@ def mcp_rows() -> Rows:
 
 
 def hub_rows() -> Rows:
-    """Hub agent: 10 skills, 30 builtin/connector tools, 3 MCP servers x 30 tools."""
+    """Hub agent: 10 skills, 30 builtin/connector tools, 3 MCP servers x 30 tools, with the
+    project's default tool selection (threshold 12, max 6)."""
     legacy = asyncio.run(measure(True, select=True))
     progressive = asyncio.run(measure(False, select=True))
-    lowered = asyncio.run(measure(False, select=True, threshold=8))
+    worst = asyncio.run(measure(False, select=True, pick="largest"))
     rows: Rows = [
         (f"prompt: {title}", progressive["sections"].get(title, 0), legacy["sections"][title])
         for title in ("instructions", "skills")
@@ -436,22 +433,32 @@ def hub_rows() -> Rows:
             legacy["tool_tokens"],
         )
     )
-    rows.append(("first request, total", progressive["total"], legacy["total"]))
-    sel = lowered["selection"]
-    if sel.applied:
-        label = f"total, selection at 8 ({lowered['selected_tools']})"
-        rows.append((label, lowered["selected_total"], legacy["total"]))
-    print(f"  default selection (threshold 12): {progressive['selection'].message}")
-    print(f"  tool_selection.threshold 8: {sel.message}")
-    if sel.applied:
-        print(f"    + the selector call: {lowered['selector_tokens']:,} prompt tokens, once a run")
-    lsel = legacy["selection"]
-    if lsel.applied:
-        print(
-            f"  legacy + selection: {legacy['selected_total']:,} tokens "
-            f"({legacy['selected_tools']} tools shown, selector call "
-            f"{legacy['selector_tokens']:,} tokens): the skill bodies stay inline"
+    rows.append(("all tools shown, total", progressive["total"], legacy["total"]))
+    shown = (progressive["selected_tools"], legacy["selected_tools"])
+    rows.append(
+        (
+            f"first request ({shown[0]} vs {shown[1]} tools)",
+            progressive["selected_total"],
+            legacy["selected_total"],
         )
+    )
+    rows.append(
+        (
+            f"  worst pick ({worst['selected_tools']} tools)",
+            worst["selected_total"],
+            legacy["selected_total"],
+        )
+    )
+    for label, result in (("progressive", progressive), ("legacy", legacy)):
+        shown_now = result["tools"]
+        print(
+            f"  {label}: {result['capabilities']} tools ({shown_now} shown, "
+            f"{result['capabilities'] - shown_now} behind meta-tools); "
+            f"{result['selection'].message}"
+        )
+        if result["selection"].applied:
+            print(f"    selector call: {result['selector_tokens']:,} prompt tokens, once a run")
+    print(f"  worst pick: {worst['selection'].message}")
     return rows
 
 

@@ -32,6 +32,13 @@ class Assembly:
     provisions: list[Provision] = field(default_factory=list)
 
     @property
+    def capabilities(self) -> int:
+        """Tools the agent has: the ones shown plus the ones behind meta-tools. This is
+        what tool selection's threshold compares with, so a hub whose breadth sits behind
+        a few meta-tools still gets its builtins trimmed per request."""
+        return len(self.registry) + sum(p.hidden for p in self.provisions)
+
+    @property
     def system_prompt(self) -> str:
         return "\n\n".join(text for _, text in self.sections if text.strip())
 
@@ -159,7 +166,7 @@ async def make_engine(
     )
     from fim.selection import attach
 
-    attach(react, ctx, request, assembly.pinned)
+    attach(react, ctx, request, assembly.pinned, capabilities=assembly.capabilities)
     if agent.engine == "dag":
         from fim.engines.dag import DagEngine
 
@@ -201,8 +208,10 @@ async def run_agent(
     if run_id:
         ctx.run_id = run_id
     try:
-        request = input if isinstance(input, str) else next(
-            (m.content or "" for m in reversed(input) if m.role == "user"), ""
+        request = (
+            input
+            if isinstance(input, str)
+            else next((m.content or "" for m in reversed(input) if m.role == "user"), "")
         )
         engine = await make_engine(ctx, request, model=model, stream=stream)
         async for event in engine.run(input):

@@ -19,6 +19,7 @@ from fim.tokens import count_message, count_messages, count_tokens, count_tool, 
 from fim.types import Message, Model, ToolSpec
 
 if TYPE_CHECKING:
+    from fim.agent import Assembly
     from fim.config.schema import AgentDecl
     from fim.runtime import Services
     from fim.snapshot import Snapshot
@@ -359,16 +360,7 @@ async def prompt_report(snapshot: Snapshot, agent_name: str, services: Services)
     for spec, tokens in zip(specs, tool_tokens, strict=True):
         definition = json.dumps(tool_definition(spec), ensure_ascii=False)
         out += [f"# {spec.name} ({tokens} tokens)", definition]
-    selection = snapshot.project.tool_selection
-    if len(assembly.registry) > selection.threshold:
-        pinned = sorted(assembly.pinned) or ["none"]
-        out += [
-            "",
-            f"tool selection: {len(assembly.registry)} tools are above the threshold of "
-            f"{selection.threshold}; per request the fast model shows at most "
-            f"{selection.max} of them plus the pinned ones ({', '.join(pinned)}) and "
-            "request_tools.",
-        ]
+    out += _selection_lines(snapshot, assembly)
     total = count_messages([system], specs, model)
     out += [
         "",
@@ -376,6 +368,36 @@ async def prompt_report(snapshot: Snapshot, agent_name: str, services: Services)
         f"(system prompt {system_tokens}, tools {sum(tool_tokens)})",
     ]
     return snapshot.mask("\n".join(out))
+
+
+def _selection_lines(snapshot: Snapshot, assembly: Assembly) -> list[str]:
+    """What tool selection will do to this agent's tool list, per request."""
+    from fim.selection import ALWAYS_KEPT, needed
+
+    selection = snapshot.project.tool_selection
+    registry, size = assembly.registry, assembly.capabilities
+    if not needed(registry, selection.threshold, size):
+        return []
+    behind = size - len(registry)
+    counted = f"{size} tools" + (
+        f" ({len(registry)} shown, {behind} behind meta-tools)" if behind else ""
+    )
+    kept = sorted(n for n in registry.names if n in assembly.pinned or n in ALWAYS_KEPT)
+    selectable = len(registry) - len(kept)
+    if selectable <= selection.max:
+        return [
+            "",
+            f"tool selection: {counted} are above the threshold of {selection.threshold}, "
+            f"but only {selectable} tools are selectable (max {selection.max}): every tool "
+            "is shown.",
+        ]
+    return [
+        "",
+        f"tool selection: {counted} are above the threshold of {selection.threshold}; per "
+        f"request the fast model shows at most {selection.max} of the {selectable} "
+        f"selectable tools plus the pinned ones ({', '.join(kept) or 'none'}) and "
+        "request_tools.",
+    ]
 
 
 __all__ = [

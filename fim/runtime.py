@@ -111,6 +111,10 @@ class Provision:
     """A section appended to the system prompt (stubs in progressive mode)."""
     pinned: list[str] = field(default_factory=list)
     """Tool names tool selection must always keep."""
+    hidden: int = 0
+    """Tools this area keeps behind its meta-tools (MCP tools behind `mcp`, HTTP actions
+    behind `connector`): the agent has them although the model is not shown them, so they
+    count toward tool selection's threshold."""
 
 
 PROVIDERS: list[str] = [

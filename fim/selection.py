@@ -68,8 +68,16 @@ class SelectionOutcome:
 
 
 def catalogue(tools: Iterable[Any]) -> str:
-    """One line per tool: name and a description cut to 80 characters."""
-    return "\n".join(f"- {t.name}: {cut(t.description, CATALOGUE_CHARS)}" for t in tools)
+    """One line per tool: its name and the first sentence of its description, cut to 80
+    characters (a choice needs what a tool is for, not how to call it)."""
+    return "\n".join(f"- {t.name}: {summary(t.description)}" for t in tools)
+
+
+def summary(description: str, limit: int = CATALOGUE_CHARS) -> str:
+    """The first sentence of `description`, cut to `limit` characters."""
+    flat = " ".join(description.split())
+    end = re.search(r"\.(\s|$)", flat)
+    return cut(flat[: end.start() + 1] if end else flat, limit)
 
 
 def parse_choice(text: str) -> list[str]:
@@ -98,16 +106,20 @@ async def select_tools(
     pinned: set[str],
     max_tools: int,
     threshold: int,
+    capabilities: int | None = None,
 ) -> SelectionOutcome:
     """Restrict `registry` to the tools `request` needs, chosen by `model` (the fast role).
 
-    Pinned tools, `read_skill` and `request_tools` are always kept and never offered to
-    the selector. On any failure the registry is left untouched (every tool visible).
+    `capabilities` is the agent's tool count including tools kept behind meta-tools
+    (default: the registry's size); selection runs when it is above `threshold` and there
+    are more selectable tools than `max_tools`. Pinned tools, `read_skill` and
+    `request_tools` are always kept and never offered to the selector. On any failure the
+    registry is left untouched (every tool visible).
     """
-    if len(registry) <= threshold:
+    if not needed(registry, threshold, capabilities):
         return SelectionOutcome(
             applied=False,
-            reason=f"{len(registry)} tools, not above the threshold of {threshold}",
+            reason=f"{_size(registry, capabilities)} tools, not above the threshold of {threshold}",
             active=registry.active_names,
         )
     keep = [n for n in registry.names if n in pinned or n in ALWAYS_KEPT]
@@ -115,6 +127,13 @@ async def select_tools(
     if not offered:
         return SelectionOutcome(
             applied=False, reason="every tool is pinned", active=registry.active_names
+        )
+    if len(offered) <= max_tools:
+        return SelectionOutcome(
+            applied=False,
+            reason=f"only {len(offered)} unpinned tools, not more than the {max_tools} "
+            "selection would keep",
+            active=registry.active_names,
         )
     messages = [
         Message(role="system", content=_SYSTEM.format(max=max_tools)),
@@ -155,6 +174,15 @@ async def select_tools(
     )
 
 
+def _size(registry: ToolRegistry, capabilities: int | None) -> int:
+    return len(registry) if capabilities is None else max(capabilities, len(registry))
+
+
+def needed(registry: ToolRegistry, threshold: int, capabilities: int | None = None) -> bool:
+    """Whether an agent with these tools is above the selection threshold."""
+    return _size(registry, capabilities) > threshold
+
+
 class RequestTools:
     """The `request_tools(tool_names)` meta-tool: loads tools selection left out.
 
@@ -187,9 +215,8 @@ class RequestTools:
         if not inactive:
             return "Load more tools. Every tool is already loaded; call tools directly."
         return (
-            "Load more tools for this task. These tools exist but are not loaded yet; call "
-            "request_tools with the names you need and they are available on your next "
-            f"step:\n{catalogue(inactive)}"
+            "Load tools that exist but are not loaded yet; the ones you name are callable "
+            f"from your next step:\n{catalogue(inactive)}"
         )
 
     async def run(self, tool_names: list[str]) -> ToolResult:
@@ -222,6 +249,7 @@ def first_turn_selection(
     pinned: set[str],
     max_tools: int,
     threshold: int,
+    capabilities: int | None = None,
     run_id: str = "",
 ) -> Callable[[], Awaitable[list[Event]]]:
     """An engine `on_turn` callback that runs selection once, before the first model call,
@@ -233,7 +261,7 @@ def first_turn_selection(
         if done:
             return []
         done = True
-        if len(registry) <= threshold:
+        if not needed(registry, threshold, capabilities):
             return []
         try:
             model = fast_model()
@@ -245,14 +273,27 @@ def first_turn_selection(
             )
         else:
             outcome = await select_tools(
-                model, request, registry, pinned=pinned, max_tools=max_tools, threshold=threshold
+                model,
+                request,
+                registry,
+                pinned=pinned,
+                max_tools=max_tools,
+                threshold=threshold,
+                capabilities=capabilities,
             )
         return [outcome.notice(run_id)]
 
     return on_turn
 
 
-def attach(engine: Any, ctx: RunContext, request: str, pinned: set[str]) -> None:
+def attach(
+    engine: Any,
+    ctx: RunContext,
+    request: str,
+    pinned: set[str],
+    *,
+    capabilities: int | None = None,
+) -> None:
     """Give a ReactEngine of `ctx` tool selection (before its first model call) and the
     context guard (before every call), both using the `fast` role's model, falling back to
     the agent's own model when the project declares no `fast` role. An `on_turn` the engine
@@ -279,6 +320,7 @@ def attach(engine: Any, ctx: RunContext, request: str, pinned: set[str]) -> None
         pinned=pinned | set(agent.tools),
         max_tools=settings.max,
         threshold=settings.threshold,
+        capabilities=capabilities,
         run_id=ctx.run_id,
     )
     previous = engine.on_turn
@@ -303,6 +345,7 @@ __all__ = [
     "attach",
     "catalogue",
     "first_turn_selection",
+    "needed",
     "parse_choice",
     "request_tools_tool",
     "select_tools",

@@ -28,9 +28,17 @@ _BINARY_SNIFF = 8192
 
 
 def cut(text: str, limit: int) -> str:
-    """Collapse whitespace and cut to `limit` characters, marking the cut with an ellipsis."""
+    """Collapse whitespace and cut to `limit` characters, marking the cut with an ellipsis.
+    The cut falls on a word boundary when one is in the second half, so stubs never end in
+    half a word."""
     flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+    if len(flat) <= limit:
+        return flat
+    head = flat[: limit - 1]
+    space = head.rfind(" ")
+    if space >= limit // 2 and not flat[limit - 1].isspace():
+        head = head[:space]
+    return head.rstrip(" ,;:-—") + "…"
 
 
 def selected_skills(snapshot: Snapshot, selection: str | list[str]) -> dict[str, Skill]:
@@ -58,9 +66,8 @@ def stubs_prompt(skills: Mapping[str, Skill]) -> str:
     """Progressive mode: one line per skill, and how to open one."""
     lines = [
         "## Skills",
-        "You have skills: written procedures for specific kinds of tasks. When a request "
-        f"matches a skill, call {READ_SKILL}(name) to load its full instructions before you "
-        "follow it; do not guess its steps from the one-line description.",
+        f"Written procedures. When a request matches one, call {READ_SKILL}(name) and follow "
+        "the full text; the line here is only a summary.",
     ]
     lines += [
         f"- {name}: {cut(skill.meta.description, STUB_CHARS)}" for name, skill in skills.items()
@@ -200,17 +207,14 @@ def read_skill_tool(skills: Mapping[str, Skill], *, files_only: bool = False) ->
         )
     else:
         description = (
-            "Load a skill's full instructions and the list of its files; with `file`, read "
-            "one of those files instead. Call this before following a skill."
+            "Load a skill's full instructions and its file list, or with `file` one of "
+            "those files. Call it before following a skill."
         )
     parameters: dict[str, Any] = {
         "type": "object",
         "properties": {
             "name": {"type": "string", "description": "Skill name, exactly as listed."},
-            "file": {
-                "type": "string",
-                "description": "Path of a file of the skill, relative to its folder.",
-            },
+            "file": {"type": "string", "description": "A file path from the skill's list."},
         },
         "required": ["name", "file"] if files_only else ["name"],
         "additionalProperties": False,

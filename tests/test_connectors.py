@@ -117,6 +117,7 @@ async def test_progressive_mode_gives_two_meta_tools_and_prompt_stubs(tmp_path, 
     provision = await provide(context(snapshot(tmp_path, api[0]), services))
     assert [t.name for t in provision.tools] == ["connector", "database"]
     assert provision.pinned == ["connector", "database"]
+    assert provision.hidden == 2 + 3, "two HTTP actions, three database actions"
     assert "- crm: CRM system — actions: get_contact, create_lead" in provision.prompt
     assert "- shop_db: Shop orders — 2 tables: customers, orders" in provision.prompt
     connector = provision.tools[0]

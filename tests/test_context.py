@@ -5,6 +5,7 @@ prompt or the last turns and never separating a tool call from its results. Also
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -300,3 +301,34 @@ async def test_the_summarizer_is_built_only_when_first_needed():
     assert built == [], "a run that fits never builds the fast model"
     fitted, _ = await guard.fit(long_run(12), TOOLS)
     assert len(built) == 1 and fitted[1].content.endswith("batches 0-7 checked")
+
+
+def gateway_provider(ctx: RunContext) -> Provision:
+    """One meta-tool with forty actions behind it, like a progressive connector area."""
+    meta = FunctionTool("connector", "Call an HTTP connector.", {"type": "object"}, _ok)
+    return Provision(tools=[meta], pinned=["connector"], hidden=40)
+
+
+def test_prompt_report_counts_tools_behind_meta_tools_for_selection(
+    hub, monkeypatch: pytest.MonkeyPatch
+):
+    providers = ["fim.tools.builtin:provide", "fim.skills:provide", f"{__name__}:gateway_provider"]
+    monkeypatch.setattr(fim.agent, "PROVIDERS", providers)
+
+    def report(*categories: str) -> str:
+        agent = hub.agent("hub").model_copy(update={"tool_categories": list(categories)})
+        snapshot = dataclasses.replace(hub, agents={"hub": agent})
+        return render_prompt_report(snapshot, "hub", Services(root=hub.root))
+
+    wide = report("compute", "data", "text")
+    assert "=== tools: 7 definitions (" in wide
+    assert (
+        "tool selection: 47 tools (7 shown, 40 behind meta-tools) are above the threshold of "
+        "12; per request the fast model shows at most 4 of the 5 selectable tools plus the "
+        "pinned ones (connector, read_skill) and request_tools."
+    ) in wide
+    narrow = report("compute")
+    assert (
+        "tool selection: 44 tools (4 shown, 40 behind meta-tools) are above the threshold of "
+        "12, but only 2 tools are selectable (max 4): every tool is shown."
+    ) in narrow

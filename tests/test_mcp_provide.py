@@ -112,6 +112,7 @@ async def progressive(project: Snapshot, services: Services):
 async def test_progressive_mode_gives_one_pinned_meta_tool_and_short_stubs(progressive):
     assert [t.name for t in progressive.tools] == ["mcp"]
     assert progressive.pinned == ["mcp"]
+    assert progressive.hidden == 12 + 112, "tools of the ready servers count for selection"
     lines = progressive.prompt.splitlines()
     assert "- demo: Demo server (12 tools: echo, add, fail, slow, crash, ...)" in lines
     broken = next(line for line in lines if line.startswith("- broken:"))

@@ -12,11 +12,14 @@ from fim.engines.react import ReactEngine
 from fim.llm.testing import ScriptedModel, text, tool_call
 from fim.selection import (
     REQUEST_TOOLS,
+    catalogue,
     first_turn_selection,
     parse_choice,
     request_tools_tool,
     select_tools,
+    summary,
 )
+from fim.skills import cut
 from fim.tools.base import FunctionTool
 from fim.tools.registry import ToolRegistry
 from fim.types import Message, Notice, RunFinished, ToolResultEvent, ToolSpec
@@ -111,6 +114,46 @@ async def test_below_the_threshold_no_model_is_asked(registry: ToolRegistry):
     assert not outcome.applied and fast.requests == []
     assert "not above the threshold of 40" in outcome.reason
     assert len(registry.specs()) == len(registry)
+
+
+async def test_tools_behind_meta_tools_count_toward_the_threshold(registry: ToolRegistry):
+    """A hub whose breadth sits behind `mcp`/`connector` shows few tools itself; what it
+    has behind them still makes it a hub, so its builtins are trimmed per request."""
+    below = await _select(ScriptedModel([]), registry, threshold=40)
+    assert not below.applied and "17 tools, not above the threshold of 40" in below.reason
+
+    fast = ScriptedModel([text('{"tools": ["crm__get_contact"]}')])
+    outcome = await _select(fast, registry, threshold=40, capabilities=17 + 90)
+    assert outcome.applied and len(fast.requests) == 1
+    assert outcome.chosen == ["crm__get_contact"]
+
+
+async def test_no_selector_call_when_selection_could_not_remove_a_tool(registry: ToolRegistry):
+    fast = ScriptedModel([])
+    pinned = set(HUB_TOOLS) - {"web_fetch", "file_ops"}
+    outcome = await _select(fast, registry, pinned=pinned, max_tools=2, capabilities=200)
+    assert not outcome.applied and fast.requests == []
+    assert outcome.reason == "only 2 unpinned tools, not more than the 2 selection would keep"
+    assert len(registry.specs()) == len(registry)
+
+
+def test_catalogue_lines_are_first_sentences_cut_on_a_word_boundary():
+    long = FunctionTool(
+        "json_transform",
+        "Query and reshape JSON exactly instead of by hand, with paths and operations that "
+        "run in order. Operations: get, pick, omit.",
+        {"type": "object"},
+        _tool("x", "x").fn,
+    )
+    short = _tool("calculator", "Evaluate arithmetic. Use it for any arithmetic.")
+    assert catalogue([long, short]).splitlines() == [
+        "- json_transform: Query and reshape JSON exactly instead of by hand, with paths and "
+        "operations…",
+        "- calculator: Evaluate arithmetic.",
+    ]
+    assert len(summary("word " * 40)) <= 80
+    assert cut("a" * 200, 10) == "a" * 9 + "…", "a single long word is cut where it must be"
+    assert cut("short enough", 80) == "short enough"
 
 
 def _fails(messages: list[Message], tools: list[ToolSpec] | None) -> str:
@@ -252,3 +295,60 @@ async def test_attach_selects_with_the_fast_role_and_guards_the_context(tmp_path
     [(_, tools)] = worker.requests
     assert [t.name for t in tools] == ["calculator", REQUEST_TOOLS]
     assert engine.fit_context is not None and events[-1].output == "4"
+
+
+async def test_a_hub_with_tools_behind_meta_tools_is_trimmed_per_request(tmp_path):
+    """Eight builtins plus one MCP meta-tool are 9 visible tools, under the default
+    threshold of 12; the 12 tools of the (real, stdio) MCP server behind `mcp` put the
+    agent above it, so the fast model picks builtins and the pinned meta-tool stays."""
+    import json as _json
+    import sys
+
+    from mcp_servers.harness import DEMO
+
+    import fim.tools.builtin
+    from fim.agent import make_engine
+    from fim.compile import compile_project
+    from fim.runtime import RunContext, Services
+
+    (tmp_path / "fim.yaml").write_text(
+        _json.dumps(
+            {
+                "name": "hub",
+                "models": {"general": "scripted:worker.yaml", "fast": "scripted:fast.yaml"},
+                "mcp_servers": {"demo": {"command": sys.executable, "args": [str(DEMO)]}},
+            }
+        )
+    )
+    (tmp_path / "fast.yaml").write_text('- text: \'{"tools": ["calculator"]}\'\n')
+    (tmp_path / "worker.yaml").write_text("- text: unused\n")
+    (tmp_path / "agents").mkdir()
+    categories = sorted(fim.tools.builtin.categories())
+    (tmp_path / "agents" / "hub.yaml").write_text(
+        f"instructions: Help.\ntool_categories: {categories}\nmcp: [demo]\n"
+    )
+    snapshot = compile_project(tmp_path)
+    services = Services(root=tmp_path)
+    try:
+        ctx = RunContext(snapshot, snapshot.agent("hub"), services)
+        worker = ScriptedModel(
+            [
+                tool_call(
+                    "mcp",
+                    {"subcommand": "call", "server": "demo", "tool": "add",
+                     "parameters": {"a": 2, "b": 40}},
+                ),
+                text("42"),
+            ]
+        )  # fmt: skip
+        engine = await make_engine(ctx, "Add 2 and 40 on the demo server", model=worker)
+        assert len(engine.registry) == 9
+        events = [e async for e in engine.run("Add 2 and 40 on the demo server")]
+    finally:
+        await services.aclose()
+    [notice] = [e for e in events if isinstance(e, Notice)]
+    assert notice.data["applied"] and notice.data["chosen"] == ["calculator"]
+    first_tools = {t.name for t in worker.requests[0][1]}
+    assert first_tools == {"calculator", "mcp", REQUEST_TOOLS}
+    [result] = [e for e in events if isinstance(e, ToolResultEvent)]
+    assert result.content == "42" and events[-1].output == "42"

@@ -54,14 +54,9 @@ async def provide(ctx: RunContext) -> Provision | None:
         else:
             provision.tools.append(ConnectorMetaTool(clients))
             provision.pinned.append(CONNECTOR_TOOL)
-            lines.append(
-                "HTTP connectors (use the `connector` tool: discover a connector's actions, "
-                "then execute one):"
-            )
-            lines += [
-                f"- {c.name}: {_describe(c.decl)}actions: {', '.join(c.decl.actions) or 'none'}"
-                for c in clients
-            ]
+            provision.hidden += sum(len(c.decl.actions) for c in clients)
+            lines.append(f"HTTP connectors (through the `{CONNECTOR_TOOL}` tool):")
+            lines += [f"- {c.name}: {_describe(c.decl)}{_actions(c.decl)}" for c in clients]
     if databases:
         dbs = [get_database(ctx.services, n, d, ctx.snapshot.root) for n, d in databases]
         if ctx.mode("databases") == "legacy":
@@ -70,10 +65,8 @@ async def provide(ctx: RunContext) -> Provision | None:
         else:
             provision.tools.append(DatabaseMetaTool(dbs))
             provision.pinned.append(DATABASE_TOOL)
-            lines.append(
-                "Databases (use the `database` tool: list_tables, discover a table, then "
-                "query with one SELECT):"
-            )
+            provision.hidden += len(DATABASE_ACTIONS) * len(dbs)
+            lines.append(f"Databases (through the `{DATABASE_TOOL}` tool):")
             tables = await asyncio.gather(*(_tables(ctx, db) for db in dbs))
             lines += [
                 f"- {db.name}: {_describe(db.decl)}{stub_tables(names)}"
@@ -104,6 +97,18 @@ def _declared(
     return http, databases
 
 
+STUB_ACTIONS = 5
+"""Action names a connector's stub line lists; `discover` shows the rest."""
+
+
+def _actions(decl: HttpConnector) -> str:
+    """`actions: a, b` or, for big connectors, `24 actions: a, b, c, d, e, ...`."""
+    names = list(decl.actions)
+    if len(names) <= STUB_ACTIONS:
+        return f"actions: {', '.join(names) or 'none'}"
+    return f"{len(names)} actions: {', '.join(names[:STUB_ACTIONS])}, ..."
+
+
 def _describe(decl: HttpConnector | DatabaseConnector) -> str:
     return f"{decl.description.strip()} — " if decl.description.strip() else ""
 
@@ -122,6 +127,10 @@ async def _tables(ctx: RunContext, db: Database) -> list[str] | None:
     except Exception:
         ctx.services.cache[key] = time.monotonic()
         return None
+
+
+DATABASE_ACTIONS = ("list_tables", "describe", "query")
+"""What a database offers; legacy mode registers one tool each."""
 
 
 def database_tools(db: Database) -> list[FunctionTool]:

@@ -30,20 +30,16 @@ class ConnectorMetaTool:
         self.clients = {c.name: c for c in clients}
         self.name = CONNECTOR_TOOL
         self.description = (
-            "Call the HTTP connectors listed in the system prompt. First "
-            "subcommand=discover with a connector to see its actions and their parameter "
-            "schemas, then subcommand=execute with connector, action and parameters."
+            "Call an HTTP connector listed in the system prompt: discover its actions and "
+            "their parameters, then execute an action with `parameters`."
         )
         self.parameters: JSONSchema = {
             "type": "object",
             "properties": {
                 "subcommand": {"type": "string", "enum": ["discover", "execute"]},
                 "connector": {"type": "string", "enum": sorted(self.clients)},
-                "action": {"type": "string", "description": "Action name (for execute)."},
-                "parameters": {
-                    "type": "object",
-                    "description": "Arguments of the action, as its schema from discover says.",
-                },
+                "action": {"type": "string"},
+                "parameters": {"type": "object"},
             },
             "required": ["subcommand", "connector"],
         }

@@ -76,11 +76,10 @@ async def provide(ctx: RunContext) -> Provision | None:
         return Provision(tools=list(tools), prompt=prompt)
     meta = McpMetaTool({c.name: c for c in conns})
     prompt = (
-        "## MCP servers\n"
-        f"Use the `{META_TOOL}` tool: subcommand=discover lists a server's tools and their "
-        "parameters, subcommand=call runs one.\n" + "\n".join(stub(c) for c in conns)
+        f"## MCP servers (through the `{META_TOOL}` tool)\n" + "\n".join(stub(c) for c in conns)
     )
-    return Provision(tools=[meta], prompt=prompt, pinned=[META_TOOL])
+    hidden = sum(len(c.tools) for c in conns if c.state == "ready")
+    return Provision(tools=[meta], prompt=prompt, pinned=[META_TOOL], hidden=hidden)
 
 
 __all__ = [

@@ -216,9 +216,8 @@ class McpMetaTool:
     name: str = META_TOOL
     category: str = "mcp"
     description: str = (
-        "Use the MCP servers listed in the system prompt. subcommand=discover lists a "
-        "server's tools with their parameters (add tool=NAME for one tool's full schema); "
-        "subcommand=call runs tool=NAME on that server with `parameters` as its arguments."
+        "Use an MCP server listed in the system prompt: discover its tools (with tool=NAME, "
+        "one tool's full schema), then call tool=NAME with `parameters`."
     )
     metadata: dict[str, Any] = field(default_factory=dict)
 
@@ -232,11 +231,8 @@ class McpMetaTool:
             "properties": {
                 "subcommand": {"type": "string", "enum": ["discover", "call"]},
                 "server": {"type": "string", "enum": list(self.connections)},
-                "tool": {"type": "string", "description": "Tool name as listed by discover."},
-                "parameters": {
-                    "type": "object",
-                    "description": "Arguments of the tool (for call).",
-                },
+                "tool": {"type": "string"},
+                "parameters": {"type": "object"},
             },
             "required": ["subcommand", "server"],
         }

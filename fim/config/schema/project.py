@@ -49,7 +49,8 @@ class ToolModes(Strict):
 
 class ToolSelection(Strict):
     threshold: int = 12
-    """Above this many tools, the `fast` model picks the ones a request needs."""
+    """Above this many tools, the `fast` model picks the ones a request needs. Tools kept
+    behind meta-tools (MCP tools, connector actions, database actions) count too."""
     max: int = 6
     """How many tools the selection keeps (pinned tools and `read_skill` come on top)."""
 

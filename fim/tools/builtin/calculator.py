@@ -191,16 +191,14 @@ async def _run(expression: str) -> str | ToolResult:
 TOOL = FunctionTool(
     name="calculator",
     description=(
-        "Evaluate an arithmetic expression exactly and return the number, e.g. "
-        "'(17.5 * 4) / 3', '2**64', 'sqrt(2) * pi', 'log(1000, 10)', 'round(7/3, 2)'. "
-        "Use it for any arithmetic instead of computing in your head. " + _HELP
+        "Evaluate an arithmetic expression exactly, e.g. 'sqrt(2) * pi', 'round(7/3, 2)'. "
+        "Use it for any arithmetic instead of computing in your head."
     ),
     parameters={
         "type": "object",
         "properties": {
             "expression": {
                 "type": "string",
-                "description": "The expression, e.g. '3 * (4 + 5) ** 2'.",
                 "minLength": 1,
                 "maxLength": MAX_EXPRESSION,
             }

@@ -160,13 +160,10 @@ async def _run(operation: str, **args: Any) -> str | ToolResult:
 TOOL = FunctionTool(
     name="datetime",
     description=(
-        "Dates and times with real time zones. Operations: now (current time), parse "
-        "(normalise a date; returns ISO, weekday, offset, Unix time), format (strftime "
-        "'format', e.g. '%d %B %Y'), add / subtract (a 'duration' such as {\"months\": 1, "
-        "\"days\": 3}; months clamp to month ends), diff (from 'datetime' to 'other'), "
-        "weekday. Inputs: ISO 8601 ('2024-05-17', '2024-05-17T14:30:00+02:00'), a Unix "
-        "timestamp, or 'now'; naive times are read in 'timezone' (IANA name, default UTC), "
-        "and results are shown in it."
+        "Dates and times with real time zones: now, parse, format (strftime), add / "
+        "subtract a 'duration' (e.g. {\"months\": 1, \"days\": 3}), diff ('datetime' to "
+        "'other'), weekday. Inputs are ISO 8601, Unix timestamps or 'now', read and shown "
+        "in 'timezone' (default UTC)."
     ),
     parameters={
         "type": "object",

@@ -164,12 +164,9 @@ def make(ctx: RunContext) -> FunctionTool:
     return FunctionTool(
         name="file_ops",
         description=(
-            "Read, write, append to, or list files in your sandbox folder (the only place "
-            "you can touch). Paths are relative to the sandbox root, e.g. 'notes/todo.txt'; "
-            "'..' and paths outside the sandbox are refused. 'write' replaces a file and "
-            "creates missing folders, 'append' adds to its end, 'read' returns UTF-8 text "
-            "(cut at max_chars), 'list' shows a folder ('.' is the root). Files written by "
-            "python_exec are under 'scratch/'."
+            "Read, write, append to or list files in your sandbox folder, with paths "
+            "relative to it (e.g. 'notes/todo.txt'; '..' is refused). 'write' replaces a "
+            "file and creates folders. Files python_exec writes are under 'scratch/'."
         ),
         parameters={
             "type": "object",

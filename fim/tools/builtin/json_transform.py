@@ -186,14 +186,10 @@ async def _run(
 TOOL = FunctionTool(
     name="json_transform",
     description=(
-        "Query and reshape JSON exactly instead of by hand. Give the document in 'data', "
-        "an optional 'path' to select part of it, then 'operations' applied in order; the "
-        "result comes back as JSON. Paths: 'a.b', 'items[0]', 'items[-1]', 'items[*].name' "
-        "(map over a list), '[\"key with spaces\"]'. Operations (objects with 'op'): "
-        f"{_OPS_HELP}. 'filter' compares a field with 'value' using compare = eq (default), "
-        "ne, gt, gte, lt, lte, contains, in, exists, missing or matches (regex). Example: "
-        "path 'orders', operations [{op: filter, field: status, value: open}, "
-        "{op: sort_by, field: total, descending: true}, {op: pick, keys: [id, total]}]."
+        "Query and reshape JSON exactly instead of by hand: 'data', an optional 'path' "
+        "('a.b', 'items[0]', 'items[*].name'), then 'operations' in order, e.g. path "
+        "'orders', operations [{op: filter, field: status, value: open}, {op: sort_by, "
+        "field: total, descending: true}, {op: pick, keys: [id, total]}]."
     ),
     parameters={
         "type": "object",

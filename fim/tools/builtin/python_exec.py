@@ -191,14 +191,10 @@ def make(
     return FunctionTool(
         name="python_exec",
         description=(
-            "Run a Python 3 program in a fresh, isolated process and return its stdout and "
-            "stderr. Use it for calculations, data processing or parsing that are easier in "
-            "code. Print what you want to see: only printed output comes back. The process "
-            f"starts in the sandbox's `scratch/` folder (files persist there across calls and "
-            f"are reachable with file_ops as 'scratch/<name>'), may have no network access, "
-            f"and is limited to {memory_mb} MB of memory, the timeout (default "
-            f"{default_timeout:g}s) and {max_output} characters of output per stream. Only "
-            "the standard library and installed packages are available."
+            "Run a Python 3 program in a fresh, isolated process; only what it prints comes "
+            "back (stdout and stderr). For data processing or parsing easier in code. It runs "
+            f"in the sandbox's `scratch/` folder (files persist there), with {memory_mb} MB "
+            f"of memory, a {default_timeout:g}s default timeout and maybe no network."
         ),
         parameters={
             "type": "object",

@@ -75,11 +75,9 @@ async def _run(template: str, variables: dict[str, Any] | None = None) -> str | 
 TOOL = FunctionTool(
     name="template_render",
     description=(
-        "Render a Jinja2 template with the given variables and return the text: "
-        "{{ name }}, {{ price | round(2) }}, {% for item in items %}...{% endfor %}, "
-        "{% if cond %}...{% endif %}, filters such as upper, join, default, length. Every "
-        "variable the template uses must be supplied (missing ones are reported). Runs "
-        "in a sandbox: only data access, no imports or file access."
+        "Render a Jinja2 template ({{ name }}, {% for %}, {% if %}, filters) with the "
+        "given variables and return the text. Every variable it uses must be supplied. "
+        "Sandboxed: no imports or file access."
     ),
     parameters={
         "type": "object",

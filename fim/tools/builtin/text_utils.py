@@ -170,13 +170,10 @@ async def _run(operation: str, text: str, **args: Any) -> str | ToolResult:
 TOOL = FunctionTool(
     name="text_utils",
     description=(
-        "Exact text operations: word_count, char_count, line_count, upper, lower, title, "
-        "slugify ('Hello World!' -> 'hello-world'), truncate (needs max_length; cuts at a "
-        "word boundary and adds '…'), split_lines (JSON list; empty lines dropped unless "
-        "keep_empty), find_replace (find/replace, plain text unless regex=true), regex_find "
-        "(pattern, Python regex syntax; returns JSON with matches, positions and groups), "
-        "extract_emails and extract_urls (JSON lists, duplicates removed). Use it instead "
-        "of counting or pattern matching by eye."
+        "Exact text operations instead of counting or matching by eye: counts, case, "
+        "slugify, truncate (at a word boundary), split_lines, find_replace (plain or "
+        "regex), regex_find (matches with positions and groups), extract_emails, "
+        "extract_urls."
     ),
     parameters={
         "type": "object",

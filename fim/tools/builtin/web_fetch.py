@@ -164,9 +164,8 @@ def make(ctx: RunContext) -> FunctionTool:
         name="web_fetch",
         description=(
             "Fetch a public web page or JSON/text URL with HTTP GET and return its status, "
-            "content type and readable text (HTML is reduced to plain text; scripts and "
-            "styles are dropped). Redirects are followed. Internal and private network "
-            "addresses are refused. Long pages are cut at max_chars."
+            "content type and readable text (HTML reduced to text). Private network "
+            "addresses are refused; long pages are cut at max_chars."
         ),
         parameters={
             "type": "object",
