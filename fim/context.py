@@ -384,6 +384,12 @@ def _selection_lines(snapshot: Snapshot, assembly: Assembly) -> list[str]:
     )
     kept = sorted(n for n in registry.names if n in assembly.pinned or n in ALWAYS_KEPT)
     selectable = len(registry) - len(kept)
+    if selectable == 0:
+        return [
+            "",
+            f"tool selection: {counted} are above the threshold of {selection.threshold}, "
+            "but every shown tool is pinned or a meta-tool: all are shown.",
+        ]
     if selectable <= selection.max:
         return [
             "",

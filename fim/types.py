@@ -16,10 +16,17 @@ from pydantic import BaseModel, ConfigDict, Field
 JSONSchema = dict[str, Any]
 
 
+class _Model(BaseModel):
+    """Base of the runtime's value types. Validators are built on first use, not at import:
+    `fim validate` and `fim --help` never build a message or an event."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
 # --------------------------------------------------------------------------- messages
 
 
-class ToolCall(BaseModel):
+class ToolCall(_Model):
     """A tool call requested by the model.
 
     `raw_arguments` keeps the model's text when it was not valid JSON, so the engine can
@@ -32,7 +39,7 @@ class ToolCall(BaseModel):
     raw_arguments: str | None = None
 
 
-class Message(BaseModel):
+class Message(_Model):
     """One chat message in the OpenAI shape, which every provider adapter maps to."""
 
     role: Literal["system", "user", "assistant", "tool"]
@@ -42,7 +49,7 @@ class Message(BaseModel):
     name: str | None = None
 
 
-class Usage(BaseModel):
+class Usage(_Model):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost: float | None = None
@@ -64,7 +71,7 @@ class Usage(BaseModel):
         )
 
 
-class ToolSpec(BaseModel):
+class ToolSpec(_Model):
     """What the model sees of a tool: the function definition, nothing runnable."""
 
     name: str
@@ -72,7 +79,7 @@ class ToolSpec(BaseModel):
     parameters: JSONSchema = Field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
-class ModelResponse(BaseModel):
+class ModelResponse(_Model):
     """A complete model turn: an assistant message (text and/or tool calls) plus usage."""
 
     message: Message
@@ -81,7 +88,7 @@ class ModelResponse(BaseModel):
     model: str = ""
 
 
-class TextDelta(BaseModel):
+class TextDelta(_Model):
     """A piece of streamed assistant text."""
 
     text: str
@@ -105,7 +112,7 @@ class Model(Protocol):
 # --------------------------------------------------------------------------- tools
 
 
-class ToolResult(BaseModel):
+class ToolResult(_Model):
     """A tool's observation. `is_error` marks failures the model should react to."""
 
     content: str
@@ -136,7 +143,7 @@ class Tool(Protocol):
 HookPoint = Literal["SessionStart", "PreToolUse", "PostToolUse"]
 
 
-class HookContext(BaseModel):
+class HookContext(_Model):
     """What a hook sees. For PostToolUse, `tool_result` holds the observation so far."""
 
     point: HookPoint
@@ -148,7 +155,7 @@ class HookContext(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
-class HookResult(BaseModel):
+class HookResult(_Model):
     """A hook's decision. `allow=False` blocks (with `error` as the reason the model reads);
     `modified_args` / `modified_result` rewrite what flows on; `additional_context` is added
     to the system prompt at SessionStart."""
@@ -175,8 +182,8 @@ class Hook(Protocol):
 # --------------------------------------------------------------------------- events
 
 
-class _Event(BaseModel):
-    model_config = ConfigDict(frozen=True)
+class _Event(_Model):
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     run_id: str = ""
     ts: float = Field(default_factory=time.time)
@@ -355,3 +362,14 @@ class HookRunner(Protocol):
     async def run(
         self, point: HookPoint, context: HookContext
     ) -> tuple[HookResult, list[HookEvent]]: ...
+
+
+def build_validators() -> None:
+    """Build every value type's validator now rather than on first use: long-lived
+    processes (`fim serve`) call this at start-up so the first request does not pay."""
+    pending = [_Model]
+    while pending:
+        cls = pending.pop()
+        pending += cls.__subclasses__()
+        if cls not in (_Model, _Event):
+            cls.model_rebuild()

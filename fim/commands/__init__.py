@@ -8,14 +8,16 @@ inside their command functions, so `fim --help` stays fast.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Coroutine, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 
 from fim.errors import ConfigError, Problem, RunError
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from fim.snapshot import Snapshot
@@ -41,6 +43,14 @@ def project_dir(ctx: typer.Context | None, project: Path | None) -> Path | None:
         if isinstance(obj, dict) and obj.get("project") is not None:
             return obj["project"]
     return None
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run`, with asyncio imported on first use: `fim --help` loads every command
+    module and should not pay for the event loop machinery."""
+    import asyncio
+
+    return asyncio.run(coro)
 
 
 def err(line: str) -> None:

@@ -8,7 +8,6 @@ must not stop someone from denying a pending call.
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 import json
 import time
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fim.commands import ProjectOption, fail, print_problems, project_dir, user_errors
+from fim.commands import ProjectOption, fail, print_problems, project_dir, run_async, user_errors
 
 if TYPE_CHECKING:
     from fim.store import Approval, Store
@@ -70,7 +69,7 @@ def _run(store: Store, work: Any) -> Any:
             store.close()
 
     try:
-        return asyncio.run(go())
+        return run_async(go())
     except Exception as exc:
         if type(exc).__module__.startswith("sqlalchemy"):
             fail(f"cannot use the state store {store.display_url}: {exc}".splitlines()[0])

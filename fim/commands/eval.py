@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from fim.commands import ProjectOption, load_snapshot
+from fim.commands import ProjectOption, load_snapshot, run_async
 
 
 def register(app: typer.Typer) -> None:
@@ -36,8 +35,9 @@ def eval_command(
     ] = None,
     project: ProjectOption = None,
 ) -> None:
-    """Run eval suites against the compiled project. Exit 0 when every suite meets its
-    threshold, 1 when one does not, 2 on configuration errors."""
+    """Run eval suites against the compiled project.
+
+    Exits 0 when every suite meets its threshold, 1 when one does not, 2 on bad config."""
     from rich.console import Console
 
     from fim.eval.report import print_summary, write_reports
@@ -95,7 +95,7 @@ def eval_command(
             progress.update(task, advance=1, failed=failed)
 
         runner.on_progress = advance
-        report = asyncio.run(runner.run())
+        report = run_async(runner.run())
     print_summary(report, Console(highlight=False))
     write_reports(report, junit, json_out)
     raise typer.Exit(0 if report.ok else 1)

@@ -6,13 +6,12 @@ fail), then stop them before exiting. The SDK is imported only when a server sta
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from fim.commands import ProjectOption, fail, load_snapshot
+from fim.commands import ProjectOption, fail, load_snapshot, run_async
 
 if TYPE_CHECKING:
     from fim.mcp.manager import ServerStatus
@@ -74,7 +73,7 @@ def list_servers(
 ) -> None:
     """Start every declared MCP server and show its status and tool count."""
     snapshot = load_snapshot(ctx, project)
-    rows = asyncio.run(server_statuses(snapshot))
+    rows = run_async(server_statuses(snapshot))
     if as_json:
         typer.echo(json.dumps([row.__dict__ for row in rows], indent=2))
     elif not rows:
@@ -101,7 +100,7 @@ def list_tools(
     if name not in snapshot.project.mcp_servers:
         declared = ", ".join(snapshot.project.mcp_servers) or "none"
         fail(f"no MCP server named '{name}'", hint=f"declared: {declared}")
-    error, tools = asyncio.run(server_tools(snapshot, name))
+    error, tools = run_async(server_tools(snapshot, name))
     if error is not None:
         fail(f"MCP server '{name}' is unavailable: {error}")
     if as_json:

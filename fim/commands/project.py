@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fim.commands import ProjectOption, fail, load_snapshot, project_dir, user_errors
+from fim.commands import ProjectOption, fail, load_snapshot, project_dir, run_async, user_errors
 from fim.errors import ConfigError, Problem
 
 if TYPE_CHECKING:
@@ -79,11 +79,10 @@ def validate(
 
 def _live_failures(snapshot: Snapshot, format: Format) -> bool:
     """Connect to each declared MCP server; report the ones that fail, with their stderr."""
-    import asyncio
 
     from fim.mcp import check_live
 
-    results = asyncio.run(check_live(snapshot))
+    results = run_async(check_live(snapshot))
     problems = [
         Problem("fim.yaml", 1, 1, f"MCP server '{name}' failed: {detail}")
         for name, ok, detail in results

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fim.commands import ProjectOption, fail, load_snapshot, user_errors
-from fim.types import Event, Message
+from fim.commands import ProjectOption, fail, load_snapshot, run_async, user_errors
+
+if TYPE_CHECKING:
+    from fim.types import Event, Message
 
 
 def register(app: typer.Typer) -> None:
@@ -54,10 +55,10 @@ def run(
         resolve_agent(snapshot, agent)
     view = EventPrinter(verbose=verbose, as_json=as_json)
     if prompt is None and sys.stdin.isatty() and not as_json:
-        code = asyncio.run(_chat(snapshot, agent, model, view, stream=not no_stream))
+        code = run_async(_chat(snapshot, agent, model, view, stream=not no_stream))
     else:
         text = prompt if prompt is not None else sys.stdin.read()
-        code = asyncio.run(_once(snapshot, agent, text, model, view, stream=not no_stream))
+        code = run_async(_once(snapshot, agent, text, model, view, stream=not no_stream))
     raise typer.Exit(code)
 
 
@@ -93,6 +94,10 @@ async def _chat(
     snapshot: Any, agent: str, model: str | None, view: EventPrinter, stream: bool
 ) -> int:
     """A multi-turn chat: the conversation so far is resent on every turn."""
+    import asyncio
+
+    from fim.types import Message
+
     history: list[Message] = []
     print(f"Chatting with {agent}. Ctrl-D or /exit to leave.", file=sys.stderr)
     while True:

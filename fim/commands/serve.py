@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from typing import Annotated
 
 import typer
 
-from fim.commands import ProjectOption, load_snapshot, user_errors
+from fim.commands import ProjectOption, load_snapshot, run_async, user_errors
 
 
 def register(app: typer.Typer) -> None:
@@ -34,6 +33,6 @@ def serve(
     snapshot = load_snapshot(ctx, project)  # reports config errors before binding a port
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     with user_errors(), contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(
+        run_async(
             run_server(snapshot.root, host=host, port=port, reload=reload, log_level=log_level)
         )

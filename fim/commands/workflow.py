@@ -6,7 +6,6 @@ Progress is printed per node as events arrive; `--json` prints one JSON document
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fim.commands import ProjectOption, fail, load_snapshot, user_errors
+from fim.commands import ProjectOption, fail, load_snapshot, run_async, user_errors
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -159,7 +158,7 @@ def _drive(
             await services.aclose()
 
     with user_errors():
-        state = asyncio.run(go())
+        state = run_async(go())
     _finish(state, as_json)
 
 
@@ -237,7 +236,7 @@ def runs(
             await services.aclose()
 
     with user_errors():
-        records = asyncio.run(go())
+        records = run_async(go())
     rows = []
     for record in records:
         data = record_data(record)
@@ -294,7 +293,7 @@ def show(
             await services.aclose()
 
     with user_errors():
-        state = asyncio.run(go())
+        state = run_async(go())
     if as_json:
         typer.echo(json.dumps(state.to_dict(), default=str, ensure_ascii=False, indent=2))
         return

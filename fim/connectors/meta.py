@@ -110,9 +110,8 @@ class DatabaseMetaTool:
         self.databases = {d.name: d for d in databases}
         self.name = DATABASE_TOOL
         self.description = (
-            "Query the SQL databases listed in the system prompt. subcommand=list_tables "
-            "lists tables, subcommand=discover with a table shows its columns, types and "
-            "keys, subcommand=query runs one SELECT (sql, optional params for :name "
+            "Query a SQL database listed in the system prompt: list_tables, discover a "
+            "table's columns and keys, then query with one SELECT (`params` fill :name "
             "placeholders)."
         )
         self.parameters: JSONSchema = {
@@ -120,9 +119,9 @@ class DatabaseMetaTool:
             "properties": {
                 "subcommand": {"type": "string", "enum": ["list_tables", "discover", "query"]},
                 "database": {"type": "string", "enum": sorted(self.databases)},
-                "table": {"type": "string", "description": "Table name (for discover)."},
-                "sql": {"type": "string", "description": "One SQL statement (for query)."},
-                "params": {"type": "object", "description": "Values for :name placeholders."},
+                "table": {"type": "string"},
+                "sql": {"type": "string"},
+                "params": {"type": "object"},
             },
             "required": ["subcommand", "database"],
         }

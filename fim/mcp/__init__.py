@@ -75,8 +75,8 @@ async def provide(ctx: RunContext) -> Provision | None:
         prompt = ("## MCP servers\n" + "\n".join(down)) if down else None
         return Provision(tools=list(tools), prompt=prompt)
     meta = McpMetaTool({c.name: c for c in conns})
-    prompt = (
-        f"## MCP servers (through the `{META_TOOL}` tool)\n" + "\n".join(stub(c) for c in conns)
+    prompt = f"## MCP servers (through the `{META_TOOL}` tool)\n" + "\n".join(
+        stub(c) for c in conns
     )
     hidden = sum(len(c.tools) for c in conns if c.state == "ready")
     return Provision(tools=[meta], prompt=prompt, pinned=[META_TOOL], hidden=hidden)

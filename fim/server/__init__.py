@@ -41,8 +41,10 @@ async def serve(
     from fim.reload import SnapshotHolder, watch
     from fim.runtime import Services
     from fim.server.app import create_app
+    from fim.types import build_validators
 
     snapshot = await asyncio.to_thread(compile_project, root)
+    build_validators()
     # What is loaded now (modules, the snapshot) lives as long as the server: keep it out
     # of the cyclic collector's generations so full collections stay short under load.
     gc.collect()
