@@ -23,7 +23,7 @@ from fim.config.templates import TemplateChecker
 from fim.config.workflow_checks import check_workflow
 from fim.discovery import module_set
 from fim.errors import ConfigError, Problem
-from fim.snapshot import Snapshot, Source
+from fim.snapshot import Locate, Snapshot, Source
 
 _FIM_DIR = Path(__file__).resolve().parent
 _TOOLS_DIR = str(_FIM_DIR / "tools" / "builtin")
@@ -43,13 +43,24 @@ SNAPSHOT_CHECKS: list[str] = [
     "fim.workflows.check:check_agent_workflows",
     "fim.hooks.build:check_hooks",
 ]
-"""`module:function(snapshot) -> list[Problem]` checks owned by other areas that need the
-whole compiled project (e.g. building every hook once). They run only when the checks
-here found nothing, so a problem is never reported twice; a module that is not there is
-skipped."""
+"""`module:function(snapshot, locate) -> list[Problem]` checks owned by other areas that
+need the whole compiled project (e.g. building every hook once); `locate` points into the
+files. They run only when the checks here found nothing, so a problem is never reported
+twice; a module that is not there is skipped."""
 
 
-def _snapshot_problems(snapshot: Snapshot) -> list[Problem]:
+def _locator(decls: Declarations) -> Locate:
+    def locate(kind: str, name: str, path: tuple[str | int, ...] = ()) -> Source:
+        entry = decls.entries.get(kind, {}).get(name)
+        if entry is None:
+            return Source("fim.yaml")
+        line, col = entry.doc.position(path)
+        return Source(entry.doc.path, line, col)
+
+    return locate
+
+
+def _snapshot_problems(snapshot: Snapshot, locate: Locate) -> list[Problem]:
     import importlib
 
     problems: list[Problem] = []
@@ -60,7 +71,7 @@ def _snapshot_problems(snapshot: Snapshot) -> list[Problem]:
         except (ImportError, AttributeError):
             continue
         try:
-            problems.extend(check(snapshot))
+            problems.extend(check(snapshot, locate))
         except Exception as exc:  # a bug in a check must not hide the user's other problems
             problems.append(
                 Problem("fim.yaml", 1, 1, f"check {target} failed: {type(exc).__name__}: {exc}")
@@ -93,7 +104,7 @@ def compile_project(root: str | Path | None = None) -> Snapshot:
         Checker(decls).run()
         snapshot = build_snapshot(decls)
     if not decls.problems:
-        decls.problems.extend(_snapshot_problems(snapshot))
+        decls.problems.extend(_snapshot_problems(snapshot, _locator(decls)))
     if decls.problems:
         problems = mask_problems(decls.problems, decls.secrets)
         raise ConfigError(sorted(problems, key=lambda p: (p.path, p.line, p.column)))

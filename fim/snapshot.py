@@ -8,7 +8,7 @@ live in `fim.runtime.Services`, keyed by the declarations they came from.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -46,6 +46,11 @@ class Skill:
     directory: Path
     files: tuple[str, ...] = ()
     """Paths relative to `directory` (scripts/, references/ ...), SKILL.md excluded."""
+
+
+Locate = Callable[[str, str, tuple[str | int, ...]], Source]
+"""`locate(kind, name, path)`: where the value at `path` inside a declaration is written
+(`locate("agent", "support", ("hooks", 1))`), for checks that run on a whole snapshot."""
 
 
 def _frozen(mapping: Mapping | None = None) -> Mapping:
@@ -99,7 +104,9 @@ class Snapshot:
                 hint=f"agents: {', '.join(sorted(self.agents)) or 'none'}",
             ) from None
 
-    def source(self, kind: str, name: str) -> Source:
+    def source(self, kind: str, name: str, path: tuple[str | int, ...] = ()) -> Source:
+        """Where a declaration starts (a snapshot keeps no YAML, so `path` is ignored: this
+        is the fallback `Locate` for checks run outside a compile)."""
         return self.sources.get((kind, name), Source(path="fim.yaml"))
 
     def mask(self, text: str) -> str:
@@ -110,4 +117,4 @@ class Snapshot:
         return text
 
 
-__all__ = ["ConfigError", "Skill", "Snapshot", "Source"]
+__all__ = ["ConfigError", "Locate", "Skill", "Snapshot", "Source"]

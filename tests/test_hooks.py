@@ -371,6 +371,7 @@ def test_fim_validate_reports_a_hook_that_cannot_be_built(tmp_path: Path) -> Non
         compile_project(tmp_path)
     lines = [str(p) for p in caught.value.problems]
     assert len(lines) == 2, lines
-    assert lines[0].startswith("agents/support.yaml:")
+    assert lines[0].startswith("agents/support.yaml:3:5: agent 'support' hooks[0]: ")
     assert "hooks[0]: bad options for hook 'truncate': max_chars" in lines[0]
+    assert lines[1].startswith("agents/support.yaml:5:5: agent 'support' hooks[1]: ")
     assert "hooks[1]: class 'broken:Late' is a PostToolUse hook" in lines[1]

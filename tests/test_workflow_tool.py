@@ -186,7 +186,9 @@ def test_project_check_flags_agents_offering_human_workflows(snapshot, tmp_path)
     problems = check_agent_workflows(snapshot)
     with pytest.raises(ConfigError) as caught:
         compile_project(tmp_path)
-    assert [str(p) for p in caught.value.problems] == [str(p) for p in problems]
+    [reported] = caught.value.problems
+    assert str(reported).startswith("agents/clerk.yaml:3:19: "), "at the list entry"
+    assert reported.message == problems[0].message
 
     assert len(problems) == 1
     problem = problems[0]

@@ -21,7 +21,7 @@ from fim.types import HookContext, HookPoint, HookResult
 
 if TYPE_CHECKING:
     from fim.runtime import RunContext
-    from fim.snapshot import Snapshot
+    from fim.snapshot import Locate, Snapshot
     from fim.types import HookRunner
 
 _OVERRIDABLE = ("event", "matcher", "priority", "timeout")
@@ -185,12 +185,14 @@ def build_hooks(ctx: RunContext) -> HookRunner:
     return HookChain(hooks, mask=ctx.snapshot.mask)
 
 
-def check_hooks(snapshot: Snapshot) -> list[Problem]:
-    """Every hook declaration that would not build, as problems for `fim validate`."""
+def check_hooks(snapshot: Snapshot, locate: Locate | None = None) -> list[Problem]:
+    """Every hook declaration that would not build, as problems for `fim validate`, each
+    at the hook's own entry in its file."""
     problems: list[Problem] = []
+    where = locate or snapshot.source
 
-    def check(kind: str, owner: str, label: str, spec: HookSpec) -> None:
-        src = snapshot.source(kind, owner)
+    def check(kind: str, owner: str, label: str, spec: HookSpec, path: tuple = ()) -> None:
+        src = where(kind, owner, path)
         try:
             instantiate(resolve(spec, snapshot), snapshot, display_name(spec))
         except HookBuildError as exc:
@@ -209,7 +211,8 @@ def check_hooks(snapshot: Snapshot) -> list[Problem]:
 
     for agent_name, agent in snapshot.agents.items():
         for index, spec in enumerate(agent.hooks):
-            check("agent", agent_name, f"agent '{agent_name}' hooks[{index}]", spec)
+            label = f"agent '{agent_name}' hooks[{index}]"
+            check("agent", agent_name, label, spec, ("hooks", index))
     for hook_name, decl in snapshot.hooks.items():
         data = decl.model_dump(by_alias=True, exclude_unset=True, exclude={"name", "description"})
         check("hook", hook_name, f"hook '{hook_name}'", HookSpec.model_validate(data))

@@ -9,7 +9,7 @@ there to resume the agent's turn.
 from __future__ import annotations
 
 from fim.errors import Problem
-from fim.snapshot import Snapshot
+from fim.snapshot import Locate, Snapshot
 
 
 def human_nodes(snapshot: Snapshot, workflow: str) -> list[str]:
@@ -19,15 +19,16 @@ def human_nodes(snapshot: Snapshot, workflow: str) -> list[str]:
     return [node_id for node_id, node in decl.nodes.items() if node.type == "human"]
 
 
-def check_agent_workflows(snapshot: Snapshot) -> list[Problem]:
-    """Problems with agents' `workflows:` lists (reported at the agent's file)."""
+def check_agent_workflows(snapshot: Snapshot, locate: Locate | None = None) -> list[Problem]:
+    """Problems with agents' `workflows:` lists (reported at the list entry)."""
     problems: list[Problem] = []
+    where = locate or snapshot.source
     for name, agent in snapshot.agents.items():
-        for workflow in agent.workflows:
+        for index, workflow in enumerate(agent.workflows):
             humans = human_nodes(snapshot, workflow)
             if not humans:
                 continue
-            src = snapshot.source("agent", name)
+            src = where("agent", name, ("workflows", index))
             problems.append(
                 Problem(
                     src.path,
