@@ -164,6 +164,9 @@ async def select_tools(
         registry.add(request_tools_tool(registry))
         keep.append(REQUEST_TOOLS)
     registry.restrict([*keep, *chosen])
+    reader = registry.get(READ_SKILL)
+    if reader is not None and "skill_tools" in reader.metadata:
+        registry.replace(SkillToolLoader(reader, registry))
     return SelectionOutcome(
         applied=True,
         reason="selected",
@@ -333,6 +336,34 @@ def attach(
     engine.fit_context = guard_for(snapshot, agent, fast).bind(engine.registry.specs)
 
 
+class SkillToolLoader:
+    """`read_skill` after selection: opening a skill also loads the tools its front matter
+    lists under `allowed-tools`, since the selector chose before the model knew which
+    procedure it would follow. Tools the agent does not have are ignored."""
+
+    def __init__(self, inner: Any, registry: ToolRegistry) -> None:
+        self.inner = inner
+        self.registry = registry
+        self.name = inner.name
+        self.description = inner.description
+        self.parameters = inner.parameters
+        self.category = inner.category
+        self.metadata = inner.metadata
+
+    async def run(self, **arguments: Any) -> str | ToolResult:
+        result = await self.inner.run(**arguments)
+        if arguments.get("file") or (isinstance(result, ToolResult) and result.is_error):
+            return result
+        wanted = self.metadata["skill_tools"](arguments.get("name", ""))
+        loaded = self.registry.activate(wanted)
+        if not loaded:
+            return result
+        note = f"\nLoaded for this skill: {', '.join(loaded)}. Call them directly."
+        if isinstance(result, ToolResult):
+            return result.model_copy(update={"content": result.content + note})
+        return result + note
+
+
 def request_tools_tool(registry: ToolRegistry) -> RequestTools:
     """The meta-tool that loads inactive tools of `registry` mid-run."""
     return RequestTools(registry)
@@ -342,6 +373,7 @@ __all__ = [
     "REQUEST_TOOLS",
     "RequestTools",
     "SelectionOutcome",
+    "SkillToolLoader",
     "attach",
     "catalogue",
     "first_turn_selection",

@@ -219,7 +219,18 @@ def read_skill_tool(skills: Mapping[str, Skill], *, files_only: bool = False) ->
         "required": ["name", "file"] if files_only else ["name"],
         "additionalProperties": False,
     }
-    return FunctionTool(READ_SKILL, description, parameters, read_skill, category="skills")
+    def tools_of(name: str) -> list[str]:
+        skill = skills.get(name)
+        return _allowed_tools(skill) if skill is not None else []
+
+    return FunctionTool(
+        READ_SKILL,
+        description,
+        parameters,
+        read_skill,
+        category="skills",
+        metadata={"skill_tools": tools_of},
+    )
 
 
 # --------------------------------------------------------------------------- provider

@@ -352,3 +352,47 @@ async def test_a_hub_with_tools_behind_meta_tools_is_trimmed_per_request(tmp_pat
     assert first_tools == {"calculator", "mcp", REQUEST_TOOLS}
     [result] = [e for e in events if isinstance(e, ToolResultEvent)]
     assert result.content == "42" and events[-1].output == "42"
+
+
+async def test_reading_a_skill_loads_the_tools_its_front_matter_lists(tmp_path):
+    """The selector chose before the model knew which procedure it would follow: opening
+    a skill loads its `allowed-tools` (those the agent has), and the next call sees them."""
+    from fim.config.schema import SkillMeta
+    from fim.skills import read_skill_tool
+    from fim.snapshot import Skill
+
+    meta = SkillMeta.model_validate(
+        {
+            "name": "refund-sop",
+            "description": "Refunds.",
+            "allowed-tools": "shop_db__query crm__get_contact Bash(git:*)",
+        }
+    )
+    skill = Skill("refund-sop", meta, "1. Look the order up.", tmp_path)
+    tools = [_tool(n, d) for n, d in HUB_TOOLS.items()]
+    registry = ToolRegistry([*tools, read_skill_tool({"refund-sop": skill})])
+    fast = ScriptedModel([text('{"tools": ["tickets__list"]}')])
+    outcome = await _select(fast, registry, pinned=set())
+    assert outcome.applied and "shop_db__query" not in registry.active_names
+
+    worker = ScriptedModel(
+        [
+            tool_call("read_skill", {"name": "refund-sop"}),
+            tool_call("shop_db__query", {"q": "order 1042"}),
+            text("Refunded."),
+        ]
+    )
+    engine = ReactEngine(
+        model=worker, registry=registry, system_prompt="You help.", agent="hub", run_id="r2"
+    )
+    events = [event async for event in engine.run("Refund order 1042")]
+    read, query = (e for e in events if isinstance(e, ToolResultEvent))
+    assert "1. Look the order up." in read.content
+    assert read.content.endswith(
+        "Loaded for this skill: shop_db__query, crm__get_contact. Call them directly."
+    )
+    seen = [{spec.name for spec in tools or []} for _, tools in worker.requests]
+    assert "shop_db__query" not in seen[0] and {"shop_db__query", "crm__get_contact"} <= seen[1]
+    assert not query.is_error and "order 1042" in query.content
+    again = await registry.call("read_skill", {"name": "refund-sop"})
+    assert "Loaded for this skill" not in again.content, "nothing new to load the second time"

@@ -32,6 +32,14 @@ class ToolRegistry:
             raise ValueError(f"duplicate tool name '{tool.name}'")
         self._tools[tool.name] = tool
 
+    def replace(self, tool: Tool) -> None:
+        """Swap the tool of the same name for `tool` (a wrapper adding run-scoped
+        behaviour); its active state is kept."""
+        if tool.name not in self._tools:
+            raise KeyError(tool.name)
+        self._tools[tool.name] = tool
+        self._validators.pop(tool.name, None)
+
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
