@@ -186,17 +186,25 @@ def run(
 @workflow_app.command("resume")
 def resume(
     ctx: typer.Context,
-    run_id: Annotated[str, typer.Argument(help="The paused run's id.")],
+    run_id: Annotated[str, typer.Argument(help="The paused (or orphaned) run's id.")],
     approve: Annotated[bool, typer.Option("--approve", help="Approve the human node.")] = False,
     deny: Annotated[bool, typer.Option("--deny", help="Deny the human node.")] = False,
     inputs: InputOption = None,
     node: Annotated[
         str | None, typer.Option("--node", help="Which human node, when several wait.")
     ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Recover a run recorded as running on another host (its process is gone).",
+        ),
+    ] = False,
     as_json: JsonOption = False,
     project: ProjectOption = None,
 ) -> None:
-    """Continue a run paused at a human node (`--input k=v` approves with data)."""
+    """Continue a run paused at a human node (`--input k=v` approves with data), or one
+    whose process died mid-run: the nodes that were running run again."""
     from fim.workflows.engine import WorkflowEngine, load_run
 
     if approve and deny:
@@ -210,7 +218,7 @@ def resume(
     async def start(services: Services) -> tuple[Any, Any]:
         paused = await load_run(services, run_id)
         engine = WorkflowEngine(snapshot, paused.workflow, services)
-        return engine, engine.resume(run_id, decision, data, node=node)
+        return engine, engine.resume(run_id, decision, data, node=node, force=force)
 
     _drive(snapshot, start, as_json)
 
@@ -222,9 +230,10 @@ def runs(
     as_json: JsonOption = False,
     project: ProjectOption = None,
 ) -> None:
-    """List recent workflow runs, newest first."""
+    """List recent workflow runs, newest first (`orphaned`: its process died mid-run;
+    `fim workflow resume RUN_ID` finishes it)."""
     from fim.store import get_store
-    from fim.workflows.state import KIND, record_data
+    from fim.workflows.state import KIND, owner_alive, record_data
 
     snapshot = load_snapshot(ctx, project)
 
@@ -247,6 +256,8 @@ def runs(
                 "run_id": record.id,
                 "workflow": record.name,
                 "status": record.status,
+                "orphaned": record.status == "running"
+                and owner_alive(data.get("owner") or {}) is False,
                 "started": record.created_at,
                 "duration_ms": data.get("duration_ms"),
                 "nodes": f"{done}/{len(nodes)}",
@@ -265,7 +276,7 @@ def runs(
         table.add_row(
             row["run_id"],
             row["workflow"],
-            row["status"],
+            "orphaned" if row["orphaned"] else row["status"],
             started,
             "" if ms is None else f"{ms / 1000:.2f}s",
             row["nodes"],

@@ -22,7 +22,15 @@ from fim.tools.registry import ToolRegistry
 from fim.types import Event, NodeFailed, NodeFinished, Notice, Tool
 from fim.workflows.inputs import validate_inputs
 from fim.workflows.scheduler import Scheduler, mask_value
-from fim.workflows.state import KIND, NodeState, Persister, RunState, record_data
+from fim.workflows.state import (
+    KIND,
+    NodeState,
+    Persister,
+    RunState,
+    current_owner,
+    owner_alive,
+    record_data,
+)
 
 
 async def load_run(services: Services, run_id: str) -> RunState:
@@ -126,6 +134,7 @@ class WorkflowEngine:
             depth=self.depth,
             parents=list(self.parents),
             snapshot_version=self.snapshot.version,
+            owner=current_owner(),
         )
         yield Notice(
             run_id=self.run_id,
@@ -148,11 +157,14 @@ class WorkflowEngine:
         *,
         node: str | None = None,
         by: str = "cli",
+        force: bool = False,
     ) -> AsyncIterator[Event]:
-        """Continue a run paused at a human node, in this process or after a restart.
+        """Continue a run paused at a human node, in this process or after a restart, or
+        recover one whose process died mid-node.
 
         `approved=None` takes the decision already recorded on the approval (e.g. through
-        `fim approvals`); `node` picks one when several human nodes wait.
+        `fim approvals`); `node` picks one when several human nodes wait. `force` recovers
+        a run recorded as running on another host, whose liveness cannot be checked.
         """
         from fim.store import get_store
 
@@ -161,6 +173,11 @@ class WorkflowEngine:
             raise RunError(
                 f"run '{run_id}' belongs to workflow '{state.workflow}', not '{self.name}'"
             )
+        if state.status == "running":
+            async with aclosing(self._recover(state, force)) as events:
+                async for event in events:
+                    yield event
+            return
         waiting = [n for n, s in state.nodes.items() if s.status == "waiting"]
         if state.status != "paused" or not waiting:
             raise RunError(
@@ -207,14 +224,7 @@ class WorkflowEngine:
         base = {"workflow", "run_id", "node"}
         if not given:
             given = {k: v for k, v in (approval.data or {}).items() if k not in base}
-        self.run_id = run_id
-        self.depth = state.depth
-        self.parents = tuple(state.parents)
-        self.state = state
-        for other in state.nodes.values():
-            if other.status == "running":  # the process died mid-node: run it again
-                other.status = "pending"
-        state.status = "running"
+        self._adopt(state)
         yield Notice(
             run_id=run_id,
             message=f"workflow '{self.name}' resumed at '{node_id}' ({approval.status})",
@@ -247,6 +257,48 @@ class WorkflowEngine:
             return
         # aclosing: a consumer that stops listening cancels the nodes now, not at GC time.
         async with aclosing(scheduler.drive()) as events:
+            async for event in events:
+                yield event
+
+
+    def _adopt(self, state: RunState) -> list[str]:
+        """Take over a persisted run: nodes that were in flight when its process stopped
+        run again (a node's effects are only recorded once it finishes)."""
+        self.run_id = state.run_id
+        self.depth = state.depth
+        self.parents = tuple(state.parents)
+        self.state = state
+        in_flight = [n for n, s in state.nodes.items() if s.status == "running"]
+        for node_id in in_flight:
+            state.nodes[node_id].status = "pending"
+        state.status = "running"
+        state.owner = current_owner()
+        return in_flight
+
+    async def _recover(self, state: RunState, force: bool) -> AsyncIterator[Event]:
+        """Continue a run recorded as running whose process is gone."""
+        alive = owner_alive(state.owner)
+        if alive:
+            raise RunError(
+                f"run '{state.run_id}' is still running (process {state.owner.get('pid')})",
+                hint="wait for it to finish, or stop that process and resume again",
+            )
+        if alive is None and not force:
+            host = state.owner.get("host") or "an unrecorded host"
+            raise RunError(
+                f"run '{state.run_id}' is recorded as running on {host}, where this process "
+                "cannot check that it is still alive",
+                hint="if that process is gone, resume with --force",
+            )
+        decl = WorkflowDecl.model_validate(state.decl)
+        again = self._adopt(state)
+        yield Notice(
+            run_id=state.run_id,
+            message=f"workflow '{self.name}' recovered"
+            + (f": running {', '.join(again)} again" if again else ""),
+            data={"workflow": self.name, "run_id": state.run_id, "rerun": again},
+        )
+        async with aclosing(self._scheduler(decl, state).drive()) as events:
             async for event in events:
                 yield event
 

@@ -51,6 +51,9 @@ class RunState:
     depth: int = 0
     parents: list[str] = field(default_factory=list)
     snapshot_version: str = ""
+    owner: dict[str, Any] = field(default_factory=dict)
+    """The process driving the run (`host`, `pid`): a `running` run whose owner is gone
+    died mid-node and can be recovered."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready copy, cheap enough to take on every write.
@@ -70,6 +73,38 @@ class RunState:
         values = dict(data)
         values["nodes"] = {k: NodeState(**v) for k, v in data.get("nodes", {}).items()}
         return cls(**values)
+
+
+def current_owner() -> dict[str, Any]:
+    import os
+    import socket
+
+    return {"host": socket.gethostname(), "pid": os.getpid()}
+
+
+def owner_alive(owner: dict[str, Any]) -> bool | None:
+    """Whether the process that drives a run still exists: None when it is on another host
+    (or unrecorded), where this process cannot tell."""
+    import os
+
+    me = current_owner()
+    if not owner or owner.get("host") != me["host"]:
+        return None
+    pid = int(owner.get("pid") or 0)
+    if pid == me["pid"]:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    return True
+
+
+def orphaned(state: RunState) -> bool:
+    """A run recorded as running whose process is known to be gone."""
+    return state.status == "running" and owner_alive(state.owner) is False
 
 
 def record_data(record: Any) -> dict[str, Any]:
