@@ -360,7 +360,7 @@ async def prompt_report(snapshot: Snapshot, agent_name: str, services: Services)
     for spec, tokens in zip(specs, tool_tokens, strict=True):
         definition = json.dumps(tool_definition(spec), ensure_ascii=False)
         out += [f"# {spec.name} ({tokens} tokens)", definition]
-    out += _selection_lines(snapshot, assembly)
+    out += _selection_lines(snapshot, agent, assembly)
     total = count_messages([system], specs, model)
     out += [
         "",
@@ -370,14 +370,16 @@ async def prompt_report(snapshot: Snapshot, agent_name: str, services: Services)
     return snapshot.mask("\n".join(out))
 
 
-def _selection_lines(snapshot: Snapshot, assembly: Assembly) -> list[str]:
+def _selection_lines(snapshot: Snapshot, agent: AgentDecl, assembly: Assembly) -> list[str]:
     """What tool selection will do to this agent's tool list, per request."""
-    from fim.selection import ALWAYS_KEPT, needed
+    from fim.selection import ALWAYS_KEPT, needed, selection_settings
 
-    selection = snapshot.project.tool_selection
+    selection = selection_settings(snapshot.project.tool_selection, agent.tool_selection)
     registry, size = assembly.registry, assembly.capabilities
     if not needed(registry, selection.threshold, size):
         return []
+    if not selection.enabled:
+        return ["", f"tool selection: off for this agent ({size} tools, all shown)."]
     behind = size - len(registry)
     counted = f"{size} tools" + (
         f" ({len(registry)} shown, {behind} behind meta-tools)" if behind else ""

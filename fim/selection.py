@@ -13,12 +13,15 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fim.runtime import RunContext
 from fim.skills import READ_SKILL, cut
 from fim.tools.registry import ToolRegistry
 from fim.types import Event, Message, Model, Notice, ToolResult, Usage
+
+if TYPE_CHECKING:
+    from fim.config.schema import ToolSelection
 
 REQUEST_TOOLS = "request_tools"
 CATALOGUE_CHARS = 80
@@ -315,7 +318,10 @@ def attach(
             settings = snapshot.model_settings(agent.model)
         return make_model(settings, snapshot.root)
 
-    settings = snapshot.project.tool_selection
+    engine.fit_context = guard_for(snapshot, agent, fast).bind(engine.registry.specs)
+    settings = selection_settings(snapshot.project.tool_selection, agent.tool_selection)
+    if not settings.enabled:
+        return
     select = first_turn_selection(
         fast,
         request,
@@ -333,7 +339,6 @@ def attach(
         return events + (await previous() if previous is not None else [])
 
     engine.on_turn = on_turn
-    engine.fit_context = guard_for(snapshot, agent, fast).bind(engine.registry.specs)
 
 
 class SkillToolLoader:
@@ -364,6 +369,13 @@ class SkillToolLoader:
         return result + note
 
 
+def selection_settings(project: ToolSelection, agent: ToolSelection | None) -> ToolSelection:
+    """The project's settings with the fields the agent sets replaced."""
+    if agent is None:
+        return project
+    return project.model_copy(update=agent.model_dump(exclude_unset=True))
+
+
 def request_tools_tool(registry: ToolRegistry) -> RequestTools:
     """The meta-tool that loads inactive tools of `registry` mid-run."""
     return RequestTools(registry)
@@ -381,4 +393,5 @@ __all__ = [
     "parse_choice",
     "request_tools_tool",
     "select_tools",
+    "selection_settings",
 ]

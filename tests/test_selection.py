@@ -396,3 +396,43 @@ async def test_reading_a_skill_loads_the_tools_its_front_matter_lists(tmp_path):
     assert not query.is_error and "order 1042" in query.content
     again = await registry.call("read_skill", {"name": "refund-sop"})
     assert "Loaded for this skill" not in again.content, "nothing new to load the second time"
+
+
+@pytest.mark.parametrize(
+    ("override", "shown"),
+    [
+        ("{enabled: false}", None),
+        ("{max: 1}", ["calculator", REQUEST_TOOLS]),
+        ("{threshold: 50}", None),
+    ],
+)
+async def test_an_agent_overrides_the_fields_of_the_project_selection_it_names(
+    tmp_path, override: str, shown: list[str] | None
+):
+    import fim.tools.builtin
+    from fim.agent import make_engine
+    from fim.compile import compile_project
+    from fim.runtime import RunContext, Services
+
+    categories = sorted(fim.tools.builtin.categories())
+    (tmp_path / "fim.yaml").write_text(
+        "name: hub\nmodels:\n  general: scripted:worker.yaml\n  fast: scripted:fast.yaml\n"
+        "tool_selection: {threshold: 3, max: 4}\n"
+    )
+    (tmp_path / "fast.yaml").write_text('- text: \'{"tools": ["calculator", "datetime"]}\'\n')
+    (tmp_path / "worker.yaml").write_text("- text: unused\n")
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "hub.yaml").write_text(
+        f"instructions: Help.\ntool_categories: {categories}\ntool_selection: {override}\n"
+    )
+    snapshot = compile_project(tmp_path)
+    ctx = RunContext(snapshot, snapshot.agent("hub"), Services(root=tmp_path))
+    worker = ScriptedModel([text("4")])
+    engine = await make_engine(ctx, "What is 2+2?", model=worker)
+    events = [e async for e in engine.run("What is 2+2?")]
+    [(_, tools)] = worker.requests
+    if shown is None:
+        assert not [e for e in events if isinstance(e, Notice)], "no selection, no notice"
+        assert len(tools) == len(fim.tools.builtin.names()), "every builtin is shown"
+    else:
+        assert [t.name for t in tools] == shown, "max 1 from the agent, threshold 3 kept"

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from fim.config.schema.base import Strict
-from fim.config.schema.project import ModelRef, ToolModes
+from fim.config.schema.project import ModelRef, ToolModes, ToolSelection
 
 
 class HookSpec(Strict):
@@ -81,6 +81,9 @@ class AgentDecl(Strict):
     tool_timeout: float = Field(default=60.0, gt=0)
     """Seconds one tool call may take before it becomes an error observation."""
     tool_modes: ToolModes = Field(default_factory=ToolModes)
+    tool_selection: ToolSelection | None = None
+    """Overrides the fields of fim.yaml's `tool_selection` it names, e.g. `{enabled: false}`
+    for an agent whose every tool matters, or `{max: 3}`."""
     hooks: list[HookSpec] = Field(default_factory=list)
     read_only: bool = False
     context_budget: int | None = None

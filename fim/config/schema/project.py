@@ -48,10 +48,15 @@ class ToolModes(Strict):
 
 
 class ToolSelection(Strict):
-    threshold: int = 12
+    """Per request, one call to the `fast` model shows an agent with many tools only the
+    ones the request needs. Set in fim.yaml; an agent's own `tool_selection` overrides the
+    fields it names."""
+
+    enabled: bool = True
+    threshold: int = Field(default=12, ge=0)
     """Above this many tools, the `fast` model picks the ones a request needs. Tools kept
     behind meta-tools (MCP tools, connector actions, database actions) count too."""
-    max: int = 6
+    max: int = Field(default=6, ge=1)
     """How many tools the selection keeps (pinned tools and `read_skill` come on top)."""
 
 
