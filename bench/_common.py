@@ -223,7 +223,10 @@ def main() -> None:
     options = parser.parse_args()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with OpenAIStubServer(handler=calc_loop(options.tool_loop), latency=options.latency) as stub:
+    stub_server = OpenAIStubServer(
+        handler=calc_loop(options.tool_loop), latency=options.latency, record=False
+    )
+    with stub_server as stub:
         print(stub.base_url, flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             stop.wait()

@@ -70,6 +70,8 @@ class OpenAIStubServer:
     ModelResponse, a string, a raw chat.completion dict, or bytes sent as the body of a
     200, to play a broken endpoint). With neither, it answers "ok".
     When the steps run out it answers HTTP 500 "script exhausted", so a test sees it.
+    `record=False` keeps no `requests`: a stub serving a long benchmark would otherwise
+    grow a heap whose garbage-collector pauses show up as the measured system's latency.
     """
 
     def __init__(
@@ -79,12 +81,14 @@ class OpenAIStubServer:
         handler: Handler | None = None,
         latency: float = 0.0,
         model: str = "stub-model",
+        record: bool = True,
     ) -> None:
         self._steps: deque[Step] | None = deque(steps) if steps is not None else None
         self.handler = handler
         self.latency = latency
         self.model = model
         self.requests: list[StubRequest] = []
+        self.record = record
         self._failures: deque[_Failure] = deque()
         self._hangs = 0
         self._lock = threading.Lock()
@@ -227,7 +231,8 @@ class OpenAIStubServer:
             payload = json.loads(body) if body else None
         except ValueError:
             payload = None
-        self.requests.append(StubRequest(method, path, headers, payload))
+        if self.record:
+            self.requests.append(StubRequest(method, path, headers, payload))
         path = path.rstrip("/")
         if method == "GET" and path.endswith("/models"):
             data = {
