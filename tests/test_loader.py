@@ -313,3 +313,54 @@ def test_keys_are_names_as_written(project: Path, parser: str) -> None:
         "agents/k.yaml:1:1: unknown key '1'",
         "agents/k.yaml:2:1: unknown key 'true'",
     ]
+
+
+# --------------------------------------------------------------------------- reload reads
+
+
+def _reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Paths the loader opens from now on."""
+    import builtins
+
+    import fim.config.loader as loader
+
+    opened: list[str] = []
+
+    def counting(name, *args, **kwargs):
+        opened.append(os.path.basename(name))
+        return builtins.open(name, *args, **kwargs)
+
+    monkeypatch.setattr(loader, "open", counting, raising=False)
+    return opened
+
+
+def test_a_reload_reads_only_files_whose_stat_changed(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hour_ago = os.stat(project / "fim.yaml").st_mtime_ns - 3600 * 10**9
+    for path in project.rglob("*"):
+        if path.is_file():
+            os.utime(path, ns=(hour_ago, hour_ago))
+    load(project)
+    opened = _reads(monkeypatch)
+    agent = next((project / "agents").glob("*.yaml"))
+    agent.write_text(agent.read_text() + "\n# edited\n")
+
+    decls = load(project)
+    assert opened == [agent.name], "unchanged files are trusted by their stat"
+    assert not decls.problems
+
+
+def test_a_file_rewritten_within_the_racy_window_is_read_again(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = write(project, "agents/racy.yaml", "description: aaaa\ninstructions: Hi.\n")
+    before = os.stat(agent)
+    assert load(project).entries["agent"]["racy"].decl.description == "aaaa"
+    opened = _reads(monkeypatch)
+    agent.write_text("description: bbbb\ninstructions: Hi.\n")  # same size
+    os.utime(agent, ns=(before.st_atime_ns, before.st_mtime_ns))  # same mtime: a coarse tick
+
+    decls = load(project)
+    assert "racy.yaml" in opened
+    assert decls.entries["agent"]["racy"].decl.description == "bbbb"

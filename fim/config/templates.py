@@ -81,7 +81,17 @@ class TemplateChecker:
 
 
 def references(ast: Any, variable: str) -> set[str]:
-    """Attribute names used on `variable` in a template: `{{ nodes.x }}`, `nodes['x']`."""
+    """Attribute names used on `variable` in a template: `{{ nodes.x }}`, `nodes['x']`.
+
+    Memoised on the AST, which the parse cache shares across reloads, so a reload does not
+    walk the templates of files that did not change."""
+    memo: dict[str, set[str]] = ast.__dict__.setdefault("_fim_references", {})
+    if variable not in memo:
+        memo[variable] = _references(ast, variable)
+    return memo[variable]
+
+
+def _references(ast: Any, variable: str) -> set[str]:
     from jinja2 import nodes
 
     found: set[str] = set()

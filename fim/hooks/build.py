@@ -192,14 +192,15 @@ def check_hooks(snapshot: Snapshot, locate: Locate | None = None) -> list[Proble
     where = locate or snapshot.source
 
     def check(kind: str, owner: str, label: str, spec: HookSpec, path: tuple = ()) -> None:
-        src = where(kind, owner, path)
         try:
             instantiate(resolve(spec, snapshot), snapshot, display_name(spec))
         except HookBuildError as exc:
+            src = where(kind, owner, path)  # positions recompose the YAML: only on error
             problems.append(
                 Problem(src.path, src.line, src.column, f"{label}: {exc.message}", exc.hint)
             )
         except Exception as exc:
+            src = where(kind, owner, path)
             problems.append(
                 Problem(
                     src.path,
