@@ -129,5 +129,7 @@ PROVIDERS: list[str] = [
 
 
 def load_provider(path: str) -> Callable[[RunContext], Provision | None]:
+    """The provider function at `module:attr` (every run asks for every provider, so an
+    imported module is taken from sys.modules without importlib's machinery)."""
     module, _, attr = path.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return getattr(sys.modules.get(module) or importlib.import_module(module), attr)
