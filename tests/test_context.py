@@ -5,13 +5,10 @@ prompt or the last turns and never separating a tool call from its results. Also
 
 from __future__ import annotations
 
-import dataclasses
-import shutil
 from pathlib import Path
 
 import pytest
 
-import fim.agent
 import fim.tokens
 from fim.compile import compile_project
 from fim.config.schema import ModelSettings
@@ -21,17 +18,14 @@ from fim.context import (
     context_budget,
     context_window,
     guard_for,
-    render_prompt_report,
 )
 from fim.engines.react import ReactEngine
 from fim.llm.testing import ScriptedModel, text, tool_call
-from fim.runtime import Provision, RunContext, Services
 from fim.tokens import count_messages, count_tokens
 from fim.tools.base import FunctionTool
 from fim.tools.registry import ToolRegistry
 from fim.types import Message, Notice, ToolCall, ToolSpec
 
-FIXTURES = Path(__file__).parent / "fixtures" / "skills"
 TOOLS = [
     ToolSpec(
         name="shop_db__query",
@@ -223,59 +217,14 @@ def test_without_an_encoding_the_count_falls_back_to_len_over_4(
     assert count_tokens("x" * 40) < 10
 
 
-# --------------------------------------------------------------------------- --prompt report
+# --------------------------------------------------------------------------- guard_for
 
 
-async def _ok(**_: object) -> str:
-    return "ok"
-
-
-def crm_provider(ctx: RunContext) -> Provision:
-    """Twenty connector-like tools, standing in for a connector area in the report test."""
-    tools = [
-        FunctionTool(f"crm__action_{i}", f"CRM action number {i}", {"type": "object"}, _ok)
-        for i in range(20)
-    ]
-    return Provision(tools=tools, prompt="CRM: the customer database.")
-
-
-@pytest.fixture
-def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """A hub agent with the realistic skills and 20 connector-like tools."""
-    (tmp_path / "fim.yaml").write_text(
-        "name: hub\nmodels:\n  general: openai/gpt-4o\ntool_selection: {threshold: 12, max: 4}\n"
-    )
+def test_guard_for_reads_the_agent_budget_or_the_model_settings(tmp_path: Path):
+    (tmp_path / "fim.yaml").write_text("name: hub\nmodels:\n  general: openai/gpt-4o\n")
     (tmp_path / "agents").mkdir()
-    (tmp_path / "agents" / "hub.yaml").write_text(
-        "instructions: You run the help desk of {{ project.name }}.\nskills: all\n"
-    )
-    shutil.copytree(FIXTURES, tmp_path / "skills")
-
-    monkeypatch.setattr(fim.agent, "PROVIDERS", ["fim.skills:provide", f"{__name__}:crm_provider"])
-    monkeypatch.delenv("FIM_SKILL_TOOL_MODE", raising=False)
-    return compile_project(tmp_path)
-
-
-def test_prompt_report_shows_sections_and_tools_with_token_counts(
-    hub, monkeypatch: pytest.MonkeyPatch
-):
-    report = render_prompt_report(hub, "hub", Services(root=hub.root))
-    assert "You run the help desk of hub." in report
-    assert "=== system prompt: skills (" in report and "- refund-sop:" in report
-    assert "=== tools: 21 definitions (" in report
-    assert "# read_skill (" in report and '"name": "read_skill"' in report
-    assert "tool selection: 21 tools are above the threshold of 12" in report
-    progressive = int(report.rsplit("total: ", 1)[1].split()[0])
-
-    monkeypatch.setenv("FIM_SKILL_TOOL_MODE", "inline")
-    inline_report = render_prompt_report(hub, "hub", Services(root=hub.root))
-    assert "modes: skills=inline" in inline_report
-    assert "## 1. Identify the order" in inline_report
-    inline = int(inline_report.rsplit("total: ", 1)[1].split()[0])
-    assert progressive + 800 < inline, (progressive, inline)
-
-
-def test_guard_for_reads_the_agent_budget_or_the_model_settings(hub):
+    (tmp_path / "agents" / "hub.yaml").write_text("instructions: Help.\n")
+    hub = compile_project(tmp_path)
     agent = hub.agent("hub")
     assert guard_for(hub, agent, None).budget_tokens == 128_000 - 4096
     assert (
@@ -301,34 +250,3 @@ async def test_the_summarizer_is_built_only_when_first_needed():
     assert built == [], "a run that fits never builds the fast model"
     fitted, _ = await guard.fit(long_run(12), TOOLS)
     assert len(built) == 1 and fitted[1].content.endswith("batches 0-7 checked")
-
-
-def gateway_provider(ctx: RunContext) -> Provision:
-    """One meta-tool with forty actions behind it, like a progressive connector area."""
-    meta = FunctionTool("connector", "Call an HTTP connector.", {"type": "object"}, _ok)
-    return Provision(tools=[meta], pinned=["connector"], hidden=40)
-
-
-def test_prompt_report_counts_tools_behind_meta_tools_for_selection(
-    hub, monkeypatch: pytest.MonkeyPatch
-):
-    providers = ["fim.tools.builtin:provide", "fim.skills:provide", f"{__name__}:gateway_provider"]
-    monkeypatch.setattr(fim.agent, "PROVIDERS", providers)
-
-    def report(*categories: str) -> str:
-        agent = hub.agent("hub").model_copy(update={"tool_categories": list(categories)})
-        snapshot = dataclasses.replace(hub, agents={"hub": agent})
-        return render_prompt_report(snapshot, "hub", Services(root=hub.root))
-
-    wide = report("compute", "data", "text")
-    assert "=== tools: 7 definitions (" in wide
-    assert (
-        "tool selection: 47 tools (7 shown, 40 behind meta-tools) are above the threshold of "
-        "12; per request the fast model shows at most 4 of the 5 selectable tools plus the "
-        "pinned ones (connector, read_skill) and request_tools."
-    ) in wide
-    narrow = report("compute")
-    assert (
-        "tool selection: 44 tools (4 shown, 40 behind meta-tools) are above the threshold of "
-        "12, but only 2 tools are selectable (max 4): every tool is shown."
-    ) in narrow

@@ -190,7 +190,7 @@ def show(
     if prompt:
         if _kind(kind) != "agent" or name is None:
             fail("--prompt shows an agent's prompt", "fim show agent NAME --prompt")
-        from fim.context import render_prompt_report
+        from fim.prompt_report import render_prompt_report
         from fim.runtime import Services
 
         with user_errors():

@@ -1,0 +1,121 @@
+"""`fim show agent NAME --prompt`: what the model of an agent sees before the first user
+message, section by section, with token counts.
+
+What a user pays per call is invisible in the YAML (tool modes, skills, tool selection all
+change it), so this renders the real assembly rather than re-deriving it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from fim.tokens import count_message, count_messages, count_tokens, count_tool, tool_definition
+from fim.types import Message
+
+if TYPE_CHECKING:
+    from fim.agent import Assembly
+    from fim.config.schema import AgentDecl
+    from fim.runtime import Services
+    from fim.snapshot import Snapshot
+
+
+def render_prompt_report(snapshot: Snapshot, agent_name: str, services: Services) -> str:
+    """The CLI's one-shot entry to `prompt_report`. It runs its own event loop, so it closes
+    `services` before returning: MCP sessions opened for the report belong to that loop."""
+    import asyncio
+
+    async def run() -> str:
+        try:
+            return await prompt_report(snapshot, agent_name, services)
+        finally:
+            await services.aclose()
+
+    return asyncio.run(run())
+
+
+async def prompt_report(snapshot: Snapshot, agent_name: str, services: Services) -> str:
+    """`fim show agent NAME --prompt`: the system prompt and tool definitions exactly as the
+    model receives them at the start of a run, with the token cost of each section.
+
+    What a user pays per call is invisible in the YAML (modes, skills, selection all change
+    it), so this renders the real assembly rather than re-deriving it.
+    """
+    import inspect
+
+    from fim.agent import assemble
+    from fim.errors import RunError
+    from fim.runtime import RunContext
+
+    agent = snapshot.agent(agent_name)
+    ctx = RunContext(snapshot=snapshot, agent=agent, services=services)
+    try:
+        model: str | None = snapshot.model_settings(agent.model).model
+    except RunError:
+        model = None
+    assembly = assemble(ctx)
+    if inspect.isawaitable(assembly):  # providers such as MCP need the event loop
+        assembly = await assembly
+    modes = ", ".join(f"{k}={ctx.mode(k)}" for k in ("skills", "connectors", "databases", "mcp"))
+    out = [f"agent {agent_name} (model {model or agent.model}; modes: {modes})", ""]
+    for title, text in assembly.sections:
+        if text.strip():
+            tokens = count_tokens(text, model)
+            out += [f"=== system prompt: {title} ({tokens} tokens) ===", text, ""]
+    system = Message(role="system", content=assembly.system_prompt)
+    system_tokens = count_message(system, model)
+    specs = assembly.registry.specs()
+    tool_tokens = [count_tool(spec, model) for spec in specs]
+    out.append(f"=== tools: {len(specs)} definitions ({sum(tool_tokens)} tokens) ===")
+    for spec, tokens in zip(specs, tool_tokens, strict=True):
+        definition = json.dumps(tool_definition(spec), ensure_ascii=False)
+        out += [f"# {spec.name} ({tokens} tokens)", definition]
+    out += _selection_lines(snapshot, agent, assembly)
+    total = count_messages([system], specs, model)
+    out += [
+        "",
+        f"total: {total} prompt tokens before the first user message "
+        f"(system prompt {system_tokens}, tools {sum(tool_tokens)})",
+    ]
+    return snapshot.mask("\n".join(out))
+
+
+def _selection_lines(snapshot: Snapshot, agent: AgentDecl, assembly: Assembly) -> list[str]:
+    """What tool selection will do to this agent's tool list, per request."""
+    from fim.selection import ALWAYS_KEPT, needed, selection_settings
+
+    selection = selection_settings(snapshot.project.tool_selection, agent.tool_selection)
+    registry, size = assembly.registry, assembly.capabilities
+    if not needed(registry, selection.threshold, size):
+        return []
+    if not selection.enabled:
+        return ["", f"tool selection: off for this agent ({size} tools, all shown)."]
+    behind = size - len(registry)
+    counted = f"{size} tools" + (
+        f" ({len(registry)} shown, {behind} behind meta-tools)" if behind else ""
+    )
+    kept = sorted(n for n in registry.names if n in assembly.pinned or n in ALWAYS_KEPT)
+    selectable = len(registry) - len(kept)
+    if selectable == 0:
+        return [
+            "",
+            f"tool selection: {counted} are above the threshold of {selection.threshold}, "
+            "but every shown tool is pinned or a meta-tool: all are shown.",
+        ]
+    if selectable <= selection.max:
+        return [
+            "",
+            f"tool selection: {counted} are above the threshold of {selection.threshold}, "
+            f"but only {selectable} tools are selectable (max {selection.max}): every tool "
+            "is shown.",
+        ]
+    return [
+        "",
+        f"tool selection: {counted} are above the threshold of {selection.threshold}; per "
+        f"request the fast model shows at most {selection.max} of the {selectable} "
+        f"selectable tools plus the pinned ones ({', '.join(kept) or 'none'}) and "
+        "request_tools.",
+    ]
+
+
+__all__ = ["prompt_report", "render_prompt_report"]
