@@ -20,23 +20,29 @@ if TYPE_CHECKING:
     from fim.snapshot import Snapshot
 
 
-def render_prompt_report(snapshot: Snapshot, agent_name: str, services: Services) -> str:
+def render_prompt_report(
+    snapshot: Snapshot, agent_name: str, services: Services, request: str | None = None
+) -> str:
     """The CLI's one-shot entry to `prompt_report`. It runs its own event loop, so it closes
     `services` before returning: MCP sessions opened for the report belong to that loop."""
     import asyncio
 
     async def run() -> str:
         try:
-            return await prompt_report(snapshot, agent_name, services)
+            return await prompt_report(snapshot, agent_name, services, request)
         finally:
             await services.aclose()
 
     return asyncio.run(run())
 
 
-async def prompt_report(snapshot: Snapshot, agent_name: str, services: Services) -> str:
+async def prompt_report(
+    snapshot: Snapshot, agent_name: str, services: Services, request: str | None = None
+) -> str:
     """`fim show agent NAME --prompt`: the system prompt and tool definitions exactly as the
-    model receives them at the start of a run, with the token cost of each section.
+    model receives them at the start of a run, with the token cost of each section. With a
+    `request`, tool selection runs for it (one call to the fast model) and the tools shown
+    are the ones that request would get.
 
     What a user pays per call is invisible in the YAML (modes, skills, selection all change
     it), so this renders the real assembly rather than re-deriving it.
@@ -62,6 +68,7 @@ async def prompt_report(snapshot: Snapshot, agent_name: str, services: Services)
         if text.strip():
             tokens = count_tokens(text, model)
             out += [f"=== system prompt: {title} ({tokens} tokens) ===", text, ""]
+    selected = await _select(snapshot, agent, assembly, request) if request else []
     system = Message(role="system", content=assembly.system_prompt)
     system_tokens = count_message(system, model)
     specs = assembly.registry.specs()
@@ -70,7 +77,7 @@ async def prompt_report(snapshot: Snapshot, agent_name: str, services: Services)
     for spec, tokens in zip(specs, tool_tokens, strict=True):
         definition = json.dumps(tool_definition(spec), ensure_ascii=False)
         out += [f"# {spec.name} ({tokens} tokens)", definition]
-    out += _selection_lines(snapshot, agent, assembly)
+    out += selected or _selection_lines(snapshot, agent, assembly)
     total = count_messages([system], specs, model)
     out += [
         "",
@@ -78,6 +85,40 @@ async def prompt_report(snapshot: Snapshot, agent_name: str, services: Services)
         f"(system prompt {system_tokens}, tools {sum(tool_tokens)})",
     ]
     return snapshot.mask("\n".join(out))
+
+
+async def _select(
+    snapshot: Snapshot, agent: AgentDecl, assembly: Assembly, request: str
+) -> list[str]:
+    """Run tool selection on `assembly.registry` for `request`, as the first turn of a run
+    would; the lines say what it did."""
+    from fim.selection import fast_model, needed, select_tools, selection_settings
+
+    settings = selection_settings(snapshot.project.tool_selection, agent.tool_selection)
+    registry, size = assembly.registry, assembly.capabilities
+    if not settings.enabled or not needed(registry, settings.threshold, size):
+        lines = _selection_lines(snapshot, agent, assembly)
+        return lines or ["", f"tool selection: not run ({size} tools, not above the threshold "
+                         f"of {settings.threshold})"]  # fmt: skip
+    try:
+        model = fast_model(snapshot, agent)
+    except Exception as exc:  # the run would keep every tool; so does the report
+        return ["", f"tool selection for this request: the fast model could not be built ({exc})"]
+    outcome = await select_tools(
+        model,
+        request,
+        registry,
+        pinned=assembly.pinned | set(agent.tools),
+        max_tools=settings.max,
+        threshold=settings.threshold,
+        capabilities=size,
+    )
+    cost = outcome.usage.prompt_tokens + outcome.usage.completion_tokens
+    return [
+        "",
+        f"tool selection for this request{outcome.message.removeprefix('tool selection')}"
+        + (f" (selector call: {cost} tokens)" if cost else ""),
+    ]
 
 
 def _selection_lines(snapshot: Snapshot, agent: AgentDecl, assembly: Assembly) -> list[str]:

@@ -21,7 +21,8 @@ from fim.tools.registry import ToolRegistry
 from fim.types import Event, Message, Model, Notice, ToolResult, Usage
 
 if TYPE_CHECKING:
-    from fim.config.schema import ToolSelection
+    from fim.config.schema import AgentDecl, ToolSelection
+    from fim.snapshot import Snapshot
 
 REQUEST_TOOLS = "request_tools"
 CATALOGUE_CHARS = 80
@@ -305,18 +306,11 @@ def attach(
     the agent's own model when the project declares no `fast` role. An `on_turn` the engine
     already has keeps running after selection."""
     from fim.context import guard_for
-    from fim.errors import RunError
 
     snapshot, agent = ctx.snapshot, ctx.agent
 
     def fast() -> Model:
-        from fim.llm import make_model
-
-        try:
-            settings = snapshot.model_settings("fast")
-        except RunError:
-            settings = snapshot.model_settings(agent.model)
-        return make_model(settings, snapshot.root)
+        return fast_model(snapshot, agent)
 
     engine.fit_context = guard_for(snapshot, agent, fast).bind(engine.registry.specs)
     settings = selection_settings(snapshot.project.tool_selection, agent.tool_selection)
@@ -369,6 +363,18 @@ class SkillToolLoader:
         return result + note
 
 
+def fast_model(snapshot: Snapshot, agent: AgentDecl) -> Model:
+    """The `fast` role's model, or the agent's own when the project declares no `fast`."""
+    from fim.errors import RunError
+    from fim.llm import make_model
+
+    try:
+        settings = snapshot.model_settings("fast")
+    except RunError:
+        settings = snapshot.model_settings(agent.model)
+    return make_model(settings, snapshot.root)
+
+
 def selection_settings(project: ToolSelection, agent: ToolSelection | None) -> ToolSelection:
     """The project's settings with the fields the agent sets replaced."""
     if agent is None:
@@ -388,6 +394,7 @@ __all__ = [
     "SkillToolLoader",
     "attach",
     "catalogue",
+    "fast_model",
     "first_turn_selection",
     "needed",
     "parse_choice",

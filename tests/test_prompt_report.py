@@ -96,3 +96,34 @@ def test_prompt_report_counts_tools_behind_meta_tools_for_selection(
         "tool selection: 44 tools (4 shown, 40 behind meta-tools) are above the threshold of "
         "12, but only 2 tools are selectable (max 4): every tool is shown."
     ) in narrow
+
+
+def test_a_request_runs_selection_and_shows_the_tools_it_would_get(hub, tmp_path: Path):
+    (tmp_path / "fast.yaml").write_text('- text: \'{"tools": ["crm__action_3"]}\'\n')
+    (tmp_path / "fim.yaml").write_text(
+        "name: hub\nmodels:\n  general: openai/gpt-4o\n  fast: scripted:fast.yaml\n"
+        "tool_selection: {threshold: 12, max: 4}\n"
+    )
+    snapshot = compile_project(tmp_path)
+    report = render_prompt_report(
+        snapshot, "hub", Services(root=tmp_path), request="Run action three"
+    )
+    assert "=== tools: 3 definitions (" in report
+    assert "# crm__action_3 (" in report and "# request_tools (" in report
+    assert "# crm__action_4 (" not in report
+    assert "tool selection for this request: 3 tools shown (read_skill, crm__action_3, " in report
+    assert "(selector call: " in report
+
+
+def test_a_request_below_the_threshold_says_selection_does_not_run(hub):
+    agent = hub.agent("hub").model_copy(update={"skills": []})
+    snapshot = dataclasses.replace(hub, agents={"hub": agent})
+    small = dataclasses.replace(
+        snapshot,
+        project=snapshot.project.model_copy(
+            update={"tool_selection": snapshot.project.tool_selection.model_copy(
+                update={"threshold": 50})}
+        ),
+    )  # fmt: skip
+    report = render_prompt_report(small, "hub", Services(root=hub.root), request="hi")
+    assert "tool selection: not run (20 tools, not above the threshold of 50)" in report

@@ -184,9 +184,19 @@ def show(
             help="For an agent: the system prompt and tools the model sees, with token counts.",
         ),
     ] = False,
+    request: Annotated[
+        str | None,
+        typer.Option(
+            "--request",
+            help="With --prompt: run tool selection for this request (one fast-model call) "
+            "and show the tools it would get.",
+        ),
+    ] = None,
 ) -> None:
     """The compiled declaration as YAML, with secrets masked as ***."""
     snapshot = load_snapshot(ctx, project)
+    if request is not None and not prompt:
+        fail("--request goes with --prompt", 'fim show agent NAME --prompt --request "..."')
     if prompt:
         if _kind(kind) != "agent" or name is None:
             fail("--prompt shows an agent's prompt", "fim show agent NAME --prompt")
@@ -195,7 +205,10 @@ def show(
 
         with user_errors():
             report = render_prompt_report(
-                snapshot, name, Services(root=snapshot.root, state_url=snapshot.project.state)
+                snapshot,
+                name,
+                Services(root=snapshot.root, state_url=snapshot.project.state),
+                request,
             )
         sys.stdout.write(snapshot.mask(report) + "\n")
         return
