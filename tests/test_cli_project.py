@@ -264,6 +264,18 @@ def test_show_unknown_name_has_did_you_mean(project: Path) -> None:
     assert result.stderr == "error: unknown agent 'helpr' (did you mean 'helper'?)\n"
 
 
+def test_show_prompt_prints_what_the_model_sees_and_request_needs_prompt(project: Path) -> None:
+    report = runner.invoke(app, ["show", "agent", "helper", "--prompt", "-p", str(project)])
+    assert report.exit_code == 0, report.output
+    assert "=== system prompt: instructions (" in report.stdout
+    assert "total: " in report.stdout and " prompt tokens before the first user message" in (
+        report.stdout
+    )
+    alone = runner.invoke(app, ["show", "agent", "helper", "--request", "hi", "-p", str(project)])
+    assert alone.exit_code == 1
+    assert alone.stderr.startswith("error: --request goes with --prompt")
+
+
 # --------------------------------------------------------------------------- schema
 
 
