@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,15 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from fim.config.schema import AgentDecl, Assertion, EvalSuite, HookSpec, ModelSettings, Project
+from fim.config.schema import (
+    AgentDecl,
+    Assertion,
+    EvalSuite,
+    HookSpec,
+    ModelSettings,
+    Project,
+    ToolSelection,
+)
 from fim.eval.assertions import Observed, check, json_path
 from fim.eval.report import json_report, junit_xml
 from fim.eval.runner import EvalRunner
@@ -216,6 +225,44 @@ async def test_record_then_replay_offline_then_a_changed_prompt_misses(tmp_path:
     missed = (await EvalRunner(snapshot).run()).suites[0].runs[0]
     assert missed.cassette_miss and not missed.passed
     assert "re-record with `fim eval --record`" in (missed.error or "")
+
+
+async def test_the_fast_model_of_tool_selection_is_recorded_and_replayed(tmp_path: Path):
+    """Every model a case's run builds goes behind the case's cassette, not only the
+    agent's: replay of a hub agent that selects tools stays offline."""
+    import fim.tools.builtin
+
+    def reply(request: dict[str, Any]) -> Any:
+        if not request.get("tools"):  # the selector gets a catalogue in text
+            return '{"tools": ["calculator"]}'
+        if any(m["role"] == "tool" for m in request["messages"]):
+            return "It is 4"
+        return tool_call("calculator", {"expression": "2+2"})
+
+    case = {"name": "adds", "input": "What is 2+2?", "expect": [{"contains": "4"}]}
+    with OpenAIStubServer(handler=reply) as stub:
+        _, general = _stub_agent(stub)
+        hub = AgentDecl(name="hub", tool_categories=sorted(fim.tools.builtin.categories()))
+        snapshot = project_with(
+            tmp_path, {"hub": hub}, [suite("math", "hub", case)], general=general, fast=general
+        )
+        snapshot = dataclasses.replace(
+            snapshot,
+            project=snapshot.project.model_copy(
+                update={"tool_selection": ToolSelection(threshold=3, max=2)}
+            ),
+        )
+        recorded = await EvalRunner(snapshot, mode="record").run()
+        assert recorded.ok, recorded.suites[0].runs[0].error
+        assert len(stub.requests) == 3, "selector, tool call, answer"
+    exchanges = json.loads((tmp_path / "evals/.cassettes/math/adds.json").read_text())
+    assert len(exchanges["exchanges"]) == 3
+
+    replayed = await EvalRunner(snapshot).run()
+    run = replayed.suites[0].runs[0]
+    assert replayed.ok and run.output == "It is 4", run.error
+    [notice] = [e for e in run.events if e["type"] == "notice"]
+    assert notice["data"]["chosen"] == ["calculator"]
 
 
 async def test_cases_run_concurrently_and_repeat_reports_a_pass_rate(tmp_path: Path):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fim.config.schema import EvalCase, EvalSuite
+from fim.config.schema import EvalCase, EvalSuite, ModelSettings
 from fim.errors import FimError
 from fim.eval.assertions import Observed, Outcome, check, judge_model_ref, model_judge
 from fim.eval.cassettes import Cassette, CassetteMiss, CassetteModel, Mode, slug
@@ -213,26 +213,40 @@ class EvalRunner:
 
     # ------------------------------------------------------------------ one case
 
-    def _wrap(self, ref: Any, cassette: Cassette) -> Any:
-        """The model of a run, behind the case's cassette (scripted models need none)."""
-        from fim.llm import make_model
+    def _wrapper(self, cassette: Cassette) -> Callable[[ModelSettings, Callable[[], Model]], Model]:
+        """How every model of a case is built: behind the case's cassette (scripted models
+        need none) and the `--concurrency` call slots."""
 
-        settings = self.snapshot.model_settings(ref)
-        if settings.model.startswith("scripted:"):
-            return None
+        def wrap(settings: ModelSettings, make: Callable[[], Model]) -> Model:
+            if settings.model.startswith("scripted:"):
+                return make()
 
-        def build() -> Model:
-            return Throttled(make_model(settings, self.snapshot.root), self._calls)
+            def build() -> Model:
+                return Throttled(make(), self._calls)
 
-        return build() if self.mode == "live" else CassetteModel(settings.model, build, cassette)
+            if self.mode == "live":
+                return build()
+            return CassetteModel(settings.model, build, cassette)
+
+        return wrap
+
+    def _wrap(self, ref: Any, cassette: Cassette) -> Model:
+        """The model `ref` names, built as the models of a case are."""
+        from fim.llm import make_model, wrapping_models
+
+        with wrapping_models(self._wrapper(cassette)):
+            return make_model(self.snapshot.model_settings(ref), self.snapshot.root)
 
     async def _run_case(
         self, suite: EvalSuite, case: EvalCase, attempt: int, services: Services, cassette: Cassette
     ) -> CaseRun:
         run = CaseRun(suite=suite.name, case=case.name, attempt=attempt, passed=False)
         t0 = time.perf_counter()
+        from fim.llm import wrapping_models
+
         try:
-            seen, prompt = await self._execute(suite, case, services, cassette, run)
+            with wrapping_models(self._wrapper(cassette)):  # this case's task only
+                seen, prompt = await self._execute(suite, case, services, cassette, run)
         except CassetteMiss as exc:
             run.cassette_miss, run.error = True, str(exc)
             return run
@@ -244,12 +258,6 @@ class EvalRunner:
 
         async def judge(rubric: str, prompt: str, output: str) -> tuple[bool, str]:
             model = self._wrap(judge_model_ref(assertion), cassette)
-            if model is None:
-                from fim.llm import make_model
-
-                model = make_model(
-                    self.snapshot.model_settings(judge_model_ref(assertion)), self.snapshot.root
-                )
             return await model_judge(model, rubric, prompt, output)
 
         for assertion in case.expect:
@@ -280,16 +288,10 @@ class EvalRunner:
             prompt = next((m.content or "" for m in reversed(conversation) if m.role == "user"), "")
         else:
             raise FimError(f"case '{case.name}': an agent case needs text or a list of messages")
-        model = self._wrap(agent.model, cassette)
         final: RunFinished | None = None
         events = []
         async for event in run_agent(
-            self.snapshot,
-            agent.name,
-            conversation,
-            services=services,
-            hooks=self.with_hooks,
-            model=model,
+            self.snapshot, agent.name, conversation, services=services, hooks=self.with_hooks
         ):
             events.append(event)
             if (

@@ -16,12 +16,20 @@ key names the variable to set and never includes a key. `extra: {tool_calling: f
 wraps the model in the JSON-mode fallback; `extra: {backend: litellm | openai}` forces a
 backend. Other `extra` keys pass through to the provider.
 
+`wrapping_models(wrapper)` routes every model built inside it (and in the tasks it
+starts) through `wrapper(settings, build)`: the agent's, the fast model of tool selection
+and the context guard, delegates', workflow nodes'. `fim eval` puts a case's cassette
+there, so replay stays offline whichever part of a run asks a model.
+
 `ALLOW_MODEL_REQUESTS` is the kill switch for tests: while it is False, a request to any
 host but loopback raises `RunError` (tests/conftest.py turns it off for the whole suite).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from fim.config.schema import ModelSettings
@@ -31,7 +39,7 @@ from fim.types import Model
 ALLOW_MODEL_REQUESTS = True
 """False refuses every model request to a non-loopback host (set by the test suite)."""
 
-__all__ = ["ALLOW_MODEL_REQUESTS", "backend_of", "make_model"]
+__all__ = ["ALLOW_MODEL_REQUESTS", "ModelWrapper", "backend_of", "make_model", "wrapping_models"]
 
 
 def backend_of(settings: ModelSettings) -> str:
@@ -56,12 +64,34 @@ def backend_of(settings: ModelSettings) -> str:
     return "litellm"
 
 
+ModelWrapper = Callable[[ModelSettings, Callable[[], Model]], Model]
+_WRAPPER: ContextVar[ModelWrapper | None] = ContextVar("fim_model_wrapper", default=None)
+
+
+@contextmanager
+def wrapping_models(wrapper: ModelWrapper) -> Iterator[None]:
+    """Within this block, `make_model(settings)` returns `wrapper(settings, build)`, where
+    `build()` makes the real model (call it lazily: replay needs no key)."""
+    token = _WRAPPER.set(wrapper)
+    try:
+        yield
+    finally:
+        _WRAPPER.reset(token)
+
+
 def make_model(settings: ModelSettings, root: Path | None = None) -> Model:
     """Build the Model for `settings`. Cheap and offline: keys are checked, and heavy
     libraries imported, on the first request, so compiling a project never needs them.
 
     `root` resolves the file of a `scripted:` model (the project root; default: cwd).
     """
+    wrapper = _WRAPPER.get()
+    if wrapper is not None:
+        return wrapper(settings, lambda: _build(settings, root))
+    return _build(settings, root)
+
+
+def _build(settings: ModelSettings, root: Path | None) -> Model:
     backend = backend_of(settings)
     model: Model
     if backend == "scripted":
