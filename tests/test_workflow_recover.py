@@ -161,3 +161,19 @@ async def test_a_run_of_another_host_needs_force(root: Path):
         assert state.owner["pid"] == os.getpid()
     finally:
         await services.aclose()
+
+
+async def test_orphaned_runs_lists_runs_whose_process_is_gone(root: Path):
+    from fim.workflows.engine import orphaned_runs
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    services, run_id = await _orphan(root, {"host": os.uname().nodename, "pid": gone.pid})
+    try:
+        alive_services, _ = await _orphan(
+            root, {"host": os.uname().nodename, "pid": os.getpid()}
+        )
+        await alive_services.aclose()
+        assert [s.run_id for s in await orphaned_runs(services)] == [run_id]
+    finally:
+        await services.aclose()

@@ -66,6 +66,7 @@ async def serve(
     server = _server_class()(config)
     stop = asyncio.Event()
     watcher = asyncio.create_task(watch(root, holder, stop=stop)) if reload else None
+    _spawn(_report_orphans(services))
     signaller = asyncio.create_task(_signal_ready(server, ready)) if ready is not None else None
     try:
         await server.serve()
@@ -106,14 +107,36 @@ async def _signal_ready(server: Any, ready: asyncio.Event) -> None:
 _BACKGROUND: set[asyncio.Task[Any]] = set()
 
 
+def _spawn(coro: Any) -> None:
+    task = asyncio.get_running_loop().create_task(coro)
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
+
+
+async def _report_orphans(services: Any) -> None:
+    """Warn about workflow runs a previous process left mid-node: they are not resumed
+    automatically (a node may have had effects), but an operator should know."""
+    from fim.workflows.engine import orphaned_runs
+
+    try:
+        runs = await orphaned_runs(services)
+    except Exception as exc:  # a warning that cannot be computed must not stop the server
+        log.debug("could not list orphaned workflow runs: %s", exc)
+        return
+    for state in runs:
+        log.warning(
+            "workflow run %s (%s) was left running by a process that is gone; finish it with "
+            "`fim workflow resume %s`",
+            state.run_id,
+            state.workflow,
+            state.run_id,
+        )
+
+
 def _on_swap(services: Any, old: Any, new: Any) -> None:
     """Stop MCP servers that were removed or changed; runs restart changed ones on demand."""
     from fim.mcp.manager import SERVICE_KEY
 
     manager = services.cache.get(SERVICE_KEY)
     if manager is not None and old.project.mcp_servers != new.project.mcp_servers:
-        task = asyncio.get_running_loop().create_task(
-            manager.sync(dict(new.project.mcp_servers), new.root, mask=new.mask)
-        )
-        _BACKGROUND.add(task)
-        task.add_done_callback(_BACKGROUND.discard)
+        _spawn(manager.sync(dict(new.project.mcp_servers), new.root, mask=new.mask))

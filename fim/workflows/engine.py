@@ -28,6 +28,7 @@ from fim.workflows.state import (
     Persister,
     RunState,
     current_owner,
+    orphaned,
     owner_alive,
     record_data,
 )
@@ -43,6 +44,16 @@ async def load_run(services: Services, run_id: str) -> RunState:
             f"no workflow run '{run_id}'", hint="`fim workflow runs` lists the recent runs"
         )
     return RunState.from_dict(record_data(record))
+
+
+async def orphaned_runs(services: Services, limit: int = 200) -> list[RunState]:
+    """Recent workflow runs recorded as running whose process is gone (on this host):
+    `fim workflow resume RUN_ID` finishes them."""
+    from fim.store import get_store
+
+    records = await get_store(services).list_runs(kind=KIND, limit=limit)
+    states = [RunState.from_dict(record_data(r)) for r in records if r.status == "running"]
+    return [s for s in states if orphaned(s)]
 
 
 class WorkflowEngine:
