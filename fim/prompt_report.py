@@ -123,7 +123,7 @@ async def _select(
 
 def _selection_lines(snapshot: Snapshot, agent: AgentDecl, assembly: Assembly) -> list[str]:
     """What tool selection will do to this agent's tool list, per request."""
-    from fim.selection import ALWAYS_KEPT, needed, selection_settings
+    from fim.selection import ALWAYS_KEPT, needed, pointless, selection_settings
 
     selection = selection_settings(snapshot.project.tool_selection, agent.tool_selection)
     registry, size = assembly.registry, assembly.capabilities
@@ -135,27 +135,17 @@ def _selection_lines(snapshot: Snapshot, agent: AgentDecl, assembly: Assembly) -
     counted = f"{size} tools" + (
         f" ({len(registry)} shown, {behind} behind meta-tools)" if behind else ""
     )
-    kept = sorted(n for n in registry.names if n in assembly.pinned or n in ALWAYS_KEPT)
-    selectable = len(registry) - len(kept)
-    if selectable == 0:
-        return [
-            "",
-            f"tool selection: {counted} are above the threshold of {selection.threshold}, "
-            "but every shown tool is pinned or a meta-tool: all are shown.",
-        ]
-    if selectable <= selection.max:
-        return [
-            "",
-            f"tool selection: {counted} are above the threshold of {selection.threshold}, "
-            f"but only {selectable} tools are selectable (max {selection.max}): every tool "
-            "is shown.",
-        ]
+    above = f"tool selection: {counted} are above the threshold of {selection.threshold}"
+    pinned = assembly.pinned | set(agent.tools)
+    skip = pointless(registry, pinned, selection.max, selection.threshold, size)
+    if skip is not None:
+        return ["", f"{above}, but {skip}: every tool is shown."]
+    kept = [n for n in registry.names if n in pinned or n in ALWAYS_KEPT]
     return [
         "",
-        f"tool selection: {counted} are above the threshold of {selection.threshold}; per "
-        f"request the fast model shows at most {selection.max} of the {selectable} "
-        f"selectable tools plus the pinned ones ({', '.join(kept) or 'none'}) and "
-        "request_tools.",
+        f"{above}; per request the fast model shows at most {selection.max} of the "
+        f"{len(registry) - len(kept)} selectable tools plus the pinned ones "
+        f"({', '.join(sorted(kept)) or 'none'}) and request_tools.",
     ]
 
 

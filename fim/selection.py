@@ -120,25 +120,11 @@ async def select_tools(
     `request_tools` are always kept and never offered to the selector. On any failure the
     registry is left untouched (every tool visible).
     """
-    if not needed(registry, threshold, capabilities):
-        return SelectionOutcome(
-            applied=False,
-            reason=f"{_size(registry, capabilities)} tools, not above the threshold of {threshold}",
-            active=registry.active_names,
-        )
+    skip = pointless(registry, pinned, max_tools, threshold, capabilities)
+    if skip is not None:
+        return SelectionOutcome(applied=False, reason=skip, active=registry.active_names)
     keep = [n for n in registry.names if n in pinned or n in ALWAYS_KEPT]
     offered = [t for t in registry if t.name not in keep]
-    if not offered:
-        return SelectionOutcome(
-            applied=False, reason="every tool is pinned", active=registry.active_names
-        )
-    if len(offered) <= max_tools:
-        return SelectionOutcome(
-            applied=False,
-            reason=f"only {len(offered)} unpinned tools, not more than the {max_tools} "
-            "selection would keep",
-            active=registry.active_names,
-        )
     messages = [
         Message(role="system", content=_SYSTEM.format(max=max_tools)),
         Message(role="user", content=f"Request:\n{request}\n\nTools:\n{catalogue(offered)}"),
@@ -188,6 +174,28 @@ def _size(registry: ToolRegistry, capabilities: int | None) -> int:
 def needed(registry: ToolRegistry, threshold: int, capabilities: int | None = None) -> bool:
     """Whether an agent with these tools is above the selection threshold."""
     return _size(registry, capabilities) > threshold
+
+
+def pointless(
+    registry: ToolRegistry,
+    pinned: set[str],
+    max_tools: int,
+    threshold: int,
+    capabilities: int | None = None,
+) -> str | None:
+    """Why selection would change nothing for these tools (no model call is worth making),
+    or None when it should run."""
+    if not needed(registry, threshold, capabilities):
+        return f"{_size(registry, capabilities)} tools, not above the threshold of {threshold}"
+    selectable = sum(1 for n in registry.names if n not in pinned and n not in ALWAYS_KEPT)
+    if not selectable:
+        return "every tool is pinned"
+    if selectable <= max_tools:
+        return (
+            f"only {selectable} unpinned tools, not more than the {max_tools} selection "
+            "would keep"
+        )
+    return None
 
 
 class RequestTools:
@@ -268,8 +276,8 @@ def first_turn_selection(
         if done:
             return []
         done = True
-        if not needed(registry, threshold, capabilities):
-            return []
+        if pointless(registry, pinned, max_tools, threshold, capabilities) is not None:
+            return []  # nothing to report: selection could not change the tool list
         try:
             model = fast_model()
         except Exception as exc:  # no fast model configured: keep every tool, say why
@@ -398,6 +406,7 @@ __all__ = [
     "first_turn_selection",
     "needed",
     "parse_choice",
+    "pointless",
     "request_tools_tool",
     "select_tools",
     "selection_settings",

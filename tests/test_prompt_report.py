@@ -94,7 +94,8 @@ def test_prompt_report_counts_tools_behind_meta_tools_for_selection(
     narrow = report("compute")
     assert (
         "tool selection: 44 tools (4 shown, 40 behind meta-tools) are above the threshold of "
-        "12, but only 2 tools are selectable (max 4): every tool is shown."
+        "12, but only 2 unpinned tools, not more than the 4 selection would keep: every tool "
+        "is shown."
     ) in narrow
 
 

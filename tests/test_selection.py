@@ -436,3 +436,17 @@ async def test_an_agent_overrides_the_fields_of_the_project_selection_it_names(
         assert len(tools) == len(fim.tools.builtin.names()), "every builtin is shown"
     else:
         assert [t.name for t in tools] == shown, "max 1 from the agent, threshold 3 kept"
+
+
+async def test_a_run_where_selection_could_change_nothing_builds_no_model_and_says_nothing(
+    registry: ToolRegistry,
+):
+    def never() -> ScriptedModel:
+        raise AssertionError("the fast model must not be built")
+
+    every = set(registry.names)
+    on_turn = first_turn_selection(
+        never, "hi", registry, pinned=every, max_tools=6, threshold=3, capabilities=100
+    )
+    assert await on_turn() == []
+    assert len(registry.specs()) == len(registry)
