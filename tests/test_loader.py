@@ -337,6 +337,9 @@ def _reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_a_reload_reads_only_files_whose_stat_changed(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import fim.config.loader as loader
+
+    monkeypatch.setattr(loader, "_RACY_NS", 0)  # utime just set every ctime to now
     hour_ago = os.stat(project / "fim.yaml").st_mtime_ns - 3600 * 10**9
     for path in project.rglob("*"):
         if path.is_file():
@@ -364,3 +367,23 @@ def test_a_file_rewritten_within_the_racy_window_is_read_again(
     decls = load(project)
     assert "racy.yaml" in opened
     assert decls.entries["agent"]["racy"].decl.description == "bbbb"
+
+
+def test_a_file_copied_over_with_its_old_mtime_is_read_again(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cp -p` keeps an old mtime (and here the size); the change of ctime gives it away."""
+    import time
+
+    import fim.config.loader as loader
+
+    monkeypatch.setattr(loader, "_RACY_NS", 0)  # only the stat key can notice the change
+    agent = write(project, "agents/copied.yaml", "description: aaaa\ninstructions: Hi.\n")
+    old = os.stat(agent).st_mtime_ns - 3600 * 10**9
+    os.utime(agent, ns=(old, old))
+    assert load(project).entries["agent"]["copied"].decl.description == "aaaa"
+    time.sleep(0.05)  # ctime ticks with the kernel's coarse clock
+    agent.write_text("description: bbbb\ninstructions: Hi.\n")
+    os.utime(agent, ns=(old, old))
+
+    assert load(project).entries["agent"]["copied"].decl.description == "bbbb"

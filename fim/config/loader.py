@@ -90,7 +90,7 @@ class Declarations:
     env_key: int = field(default_factory=lambda: hash(frozenset(os.environ.items())))
     """Interpolation reads the environment, so cached files are only valid under the same."""
     seen: dict[tuple[Any, ...], Any] = field(default_factory=dict)
-    raw: dict[str, tuple[tuple[int, int, int], int, bytes]] = field(default_factory=dict)
+    raw: dict[str, tuple[tuple[int, int, int, int], int, bytes]] = field(default_factory=dict)
     stats: dict[str, os.stat_result] = field(default_factory=dict)
     """Stats taken while listing folders, used once by the read that follows."""
 
@@ -229,10 +229,11 @@ def _os_problem(decls: Declarations, path: str | Path, exc: OSError) -> Problem:
     return Problem(rel, 1, 1, f"cannot read: {exc.strerror or exc}")
 
 
-_RAW: dict[str, tuple[tuple[int, int, int], int, bytes]] = {}
-"""Bytes of the previous load by path, with the (mtime_ns, size, inode) they were read
-under and when they were read. A reload of a big project stats every file instead of
-reading it; entries not seen in a load are dropped."""
+_RAW: dict[str, tuple[tuple[int, int, int, int], int, bytes]] = {}
+"""Bytes of the previous load by path, with the (mtime_ns, ctime_ns, size, inode) they were
+read under and when they were read. A reload of a big project stats every file instead of
+reading it (ctime catches `cp -p` and `touch -d`, which set an old mtime); entries not seen
+in a load are dropped."""
 _RACY_NS = 2_000_000_000
 """A file modified this close to when it was read may change again within one timestamp
 tick of a coarse file system (2 s on FAT): it is always read again (git's racy-clean rule)."""
@@ -241,9 +242,10 @@ tick of a coarse file system (2 s on FAT): it is always read again (git's racy-c
 def _read_bytes(decls: Declarations, path: str | Path) -> bytes:
     name = str(path)
     st = decls.stats.pop(name, None) or os.stat(name)
-    key = (st.st_mtime_ns, st.st_size, st.st_ino)
+    key = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+    changed_at = max(st.st_mtime_ns, st.st_ctime_ns)
     cached = _RAW.get(name)
-    if cached is not None and cached[0] == key and st.st_mtime_ns < cached[1] - _RACY_NS:
+    if cached is not None and cached[0] == key and changed_at < cached[1] - _RACY_NS:
         decls.raw[name] = cached
         return cached[2]
     read_at = time.time_ns()
