@@ -192,8 +192,7 @@ def pointless(
         return "every tool is pinned"
     if selectable <= max_tools:
         return (
-            f"only {selectable} unpinned tools, not more than the {max_tools} selection "
-            "would keep"
+            f"only {selectable} unpinned tools, not more than the {max_tools} selection would keep"
         )
     return None
 

@@ -219,6 +219,7 @@ def read_skill_tool(skills: Mapping[str, Skill], *, files_only: bool = False) ->
         "required": ["name", "file"] if files_only else ["name"],
         "additionalProperties": False,
     }
+
     def tools_of(name: str) -> list[str]:
         skill = skills.get(name)
         return _allowed_tools(skill) if skill is not None else []

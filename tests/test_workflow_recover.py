@@ -170,9 +170,7 @@ async def test_orphaned_runs_lists_runs_whose_process_is_gone(root: Path):
     gone.wait()
     services, run_id = await _orphan(root, {"host": os.uname().nodename, "pid": gone.pid})
     try:
-        alive_services, _ = await _orphan(
-            root, {"host": os.uname().nodename, "pid": os.getpid()}
-        )
+        alive_services, _ = await _orphan(root, {"host": os.uname().nodename, "pid": os.getpid()})
         await alive_services.aclose()
         assert [s.run_id for s in await orphaned_runs(services)] == [run_id]
     finally:

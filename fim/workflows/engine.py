@@ -271,7 +271,6 @@ class WorkflowEngine:
             async for event in events:
                 yield event
 
-
     def _adopt(self, state: RunState) -> list[str]:
         """Take over a persisted run: nodes that were in flight when its process stopped
         run again (a node's effects are only recorded once it finishes)."""
