@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from fim.tools.base import FunctionTool
 from fim.tools.builtin._common import clip, fail, sandbox_dir
@@ -79,6 +79,11 @@ class _Capture:
                 f"[... {label} truncated: {self.total} bytes in total]"
             )
         return f"--- {label} ---\n{text.rstrip()}"
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _kill_group(process: asyncio.subprocess.Process) -> None:
@@ -162,6 +167,9 @@ def make(
         except BaseException:  # cancelled by the engine or the registry timeout
             _kill_group(process)
             pumps.cancel()
+            # Nobody awaits the cancelled pumps: retrieve their outcome, or asyncio logs
+            # "exception was never retrieved" with a traceback whenever they are collected.
+            pumps.add_done_callback(_retrieve)
             raise
         _kill_group(process)  # background children of the snippet die with it
         with contextlib.suppress(TimeoutError):  # a detached grandchild holds a pipe
