@@ -160,9 +160,9 @@ async def _run(operation: str, **args: Any) -> str | ToolResult:
 TOOL = FunctionTool(
     name="datetime",
     description=(
-        "Dates and times with real time zones: now, parse, format (strftime), add / "
-        "subtract a 'duration' (e.g. {\"months\": 1, \"days\": 3}), diff ('datetime' to "
-        "'other'), weekday. Inputs are ISO 8601, Unix timestamps or 'now', read and shown "
+        "Dates and times with real time zones. Operations: now, parse, format (strftime), "
+        "add / subtract a 'duration' (e.g. {\"months\": 1, \"days\": 3}), diff ('datetime' "
+        "to 'other'), weekday. Inputs are ISO 8601, Unix timestamps or 'now', read and shown "
         "in 'timezone' (default UTC)."
     ),
     parameters={

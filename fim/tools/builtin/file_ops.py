@@ -164,7 +164,7 @@ def make(ctx: RunContext) -> FunctionTool:
     return FunctionTool(
         name="file_ops",
         description=(
-            "Read, write, append to or list files in your sandbox folder, with paths "
+            "Read, write, append to or list files in your sandbox folder. Paths are "
             "relative to it (e.g. 'notes/todo.txt'; '..' is refused). 'write' replaces a "
             "file and creates folders. Files python_exec writes are under 'scratch/'."
         ),

@@ -186,7 +186,7 @@ async def _run(
 TOOL = FunctionTool(
     name="json_transform",
     description=(
-        "Query and reshape JSON exactly instead of by hand: 'data', an optional 'path' "
+        "Query and reshape JSON exactly instead of by hand. Give 'data', an optional 'path' "
         "('a.b', 'items[0]', 'items[*].name'), then 'operations' in order, e.g. path "
         "'orders', operations [{op: filter, field: status, value: open}, {op: sort_by, "
         "field: total, descending: true}, {op: pick, keys: [id, total]}]."

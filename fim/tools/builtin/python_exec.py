@@ -199,7 +199,7 @@ def make(
     return FunctionTool(
         name="python_exec",
         description=(
-            "Run a Python 3 program in a fresh, isolated process; only what it prints comes "
+            "Run a Python 3 program in a fresh, isolated process. Only what it prints comes "
             "back (stdout and stderr). For data processing or parsing easier in code. It runs "
             f"in the sandbox's `scratch/` folder (files persist there), with {memory_mb} MB "
             f"of memory, a {default_timeout:g}s default timeout and maybe no network."

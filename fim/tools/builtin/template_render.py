@@ -75,9 +75,9 @@ async def _run(template: str, variables: dict[str, Any] | None = None) -> str | 
 TOOL = FunctionTool(
     name="template_render",
     description=(
-        "Render a Jinja2 template ({{ name }}, {% for %}, {% if %}, filters) with the "
-        "given variables and return the text. Every variable it uses must be supplied. "
-        "Sandboxed: no imports or file access."
+        "Render a Jinja2 template with the given variables. Syntax: {{ name }}, {% for %}, "
+        "{% if %}, filters; every variable it uses must be supplied. Sandboxed: no imports "
+        "or file access."
     ),
     parameters={
         "type": "object",

@@ -170,8 +170,8 @@ async def _run(operation: str, text: str, **args: Any) -> str | ToolResult:
 TOOL = FunctionTool(
     name="text_utils",
     description=(
-        "Exact text operations instead of counting or matching by eye: counts, case, "
-        "slugify, truncate (at a word boundary), split_lines, find_replace (plain or "
+        "Exact text operations instead of counting or matching by eye. Operations: counts, "
+        "case, slugify, truncate (at a word boundary), split_lines, find_replace (plain or "
         "regex), regex_find (matches with positions and groups), extract_emails, "
         "extract_urls."
     ),

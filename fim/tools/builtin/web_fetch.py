@@ -163,7 +163,7 @@ def make(ctx: RunContext) -> FunctionTool:
     return FunctionTool(
         name="web_fetch",
         description=(
-            "Fetch a public web page or JSON/text URL with HTTP GET and return its status, "
+            "Fetch a public web page or JSON/text URL with HTTP GET. Returns its status, "
             "content type and readable text (HTML reduced to text). Private network "
             "addresses are refused; long pages are cut at max_chars."
         ),
