@@ -11,21 +11,25 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from fim.request_tools import (
+    REQUEST_TOOLS,
+    SkillToolLoader,
+    catalogue,
+    request_tools_tool,
+)
 from fim.runtime import RunContext
-from fim.skills import READ_SKILL, cut
+from fim.skills import READ_SKILL
 from fim.tools.registry import ToolRegistry
-from fim.types import Event, Message, Model, Notice, ToolResult, Usage
+from fim.types import Event, Message, Model, Notice, Usage
 
 if TYPE_CHECKING:
     from fim.config.schema import AgentDecl, ToolSelection
     from fim.snapshot import Snapshot
 
-REQUEST_TOOLS = "request_tools"
-CATALOGUE_CHARS = 80
 ALWAYS_KEPT = frozenset({READ_SKILL, REQUEST_TOOLS})
 
 _SYSTEM = (
@@ -69,19 +73,6 @@ class SelectionOutcome:
             "ignored": self.ignored,
         }
         return Notice(run_id=run_id, message=self.message, data=data)
-
-
-def catalogue(tools: Iterable[Any]) -> str:
-    """One line per tool: its name and the first sentence of its description, cut to 80
-    characters (a choice needs what a tool is for, not how to call it)."""
-    return "\n".join(f"- {t.name}: {summary(t.description)}" for t in tools)
-
-
-def summary(description: str, limit: int = CATALOGUE_CHARS) -> str:
-    """The first sentence of `description`, cut to `limit` characters."""
-    flat = " ".join(description.split())
-    end = re.search(r"\.(\s|$)", flat)
-    return cut(flat[: end.start() + 1] if end else flat, limit)
 
 
 def parse_choice(text: str) -> list[str]:
@@ -197,64 +188,6 @@ def pointless(
     return None
 
 
-class RequestTools:
-    """The `request_tools(tool_names)` meta-tool: loads tools selection left out.
-
-    Its description is computed on every read, so after a load the model's next request
-    carries the shorter list of what is still loadable.
-    """
-
-    name = REQUEST_TOOLS
-    category = "meta"
-    parameters: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "tool_names": {
-                "type": "array",
-                "items": {"type": "string"},
-                "description": "Exact names of the tools to load.",
-            }
-        },
-        "required": ["tool_names"],
-        "additionalProperties": False,
-    }
-
-    def __init__(self, registry: ToolRegistry) -> None:
-        self.registry = registry
-        self.metadata: dict[str, Any] = {}
-
-    @property
-    def description(self) -> str:
-        inactive = self.registry.inactive
-        if not inactive:
-            return "Load more tools. Every tool is already loaded; call tools directly."
-        return (
-            "Load tools that exist but are not loaded yet; the ones you name are callable "
-            f"from your next step:\n{catalogue(inactive)}"
-        )
-
-    async def run(self, tool_names: list[str]) -> ToolResult:
-        names = list(dict.fromkeys(tool_names))
-        unknown = [n for n in names if n not in self.registry]
-        known = [n for n in names if n in self.registry]
-        loaded = self.registry.activate(known)
-        already = [n for n in known if n not in loaded]
-        parts: list[str] = []
-        if loaded:
-            parts.append(f"Loaded: {', '.join(loaded)}. Call them directly from now on.")
-        if already:
-            parts.append(f"Already available: {', '.join(already)}.")
-        if unknown:
-            loadable = ", ".join(t.name for t in self.registry.inactive) or "none"
-            parts.append(
-                f"Unknown tools: {', '.join(unknown)}. Tools you can still load: {loadable}. "
-                "Use exact names."
-            )
-        if not parts:
-            parts.append("No tool names given. Pass the exact names of the tools to load.")
-        return ToolResult(content=" ".join(parts), is_error=bool(unknown) and not loaded)
-
-
 def first_turn_selection(
     fast_model: Callable[[], Model],
     request: str,
@@ -342,34 +275,6 @@ def attach(
     engine.on_turn = on_turn
 
 
-class SkillToolLoader:
-    """`read_skill` after selection: opening a skill also loads the tools its front matter
-    lists under `allowed-tools`, since the selector chose before the model knew which
-    procedure it would follow. Tools the agent does not have are ignored."""
-
-    def __init__(self, inner: Any, registry: ToolRegistry) -> None:
-        self.inner = inner
-        self.registry = registry
-        self.name = inner.name
-        self.description = inner.description
-        self.parameters = inner.parameters
-        self.category = inner.category
-        self.metadata = inner.metadata
-
-    async def run(self, **arguments: Any) -> str | ToolResult:
-        result = await self.inner.run(**arguments)
-        if arguments.get("file") or (isinstance(result, ToolResult) and result.is_error):
-            return result
-        wanted = self.metadata["skill_tools"](arguments.get("name", ""))
-        loaded = self.registry.activate(wanted)
-        if not loaded:
-            return result
-        note = f"\nLoaded for this skill: {', '.join(loaded)}. Call them directly."
-        if isinstance(result, ToolResult):
-            return result.model_copy(update={"content": result.content + note})
-        return result + note
-
-
 def fast_model(snapshot: Snapshot, agent: AgentDecl) -> Model:
     """The `fast` role's model, or the agent's own when the project declares no `fast`."""
     from fim.errors import RunError
@@ -389,24 +294,15 @@ def selection_settings(project: ToolSelection, agent: ToolSelection | None) -> T
     return project.model_copy(update=agent.model_dump(exclude_unset=True))
 
 
-def request_tools_tool(registry: ToolRegistry) -> RequestTools:
-    """The meta-tool that loads inactive tools of `registry` mid-run."""
-    return RequestTools(registry)
-
-
 __all__ = [
-    "REQUEST_TOOLS",
-    "RequestTools",
+    "ALWAYS_KEPT",
     "SelectionOutcome",
-    "SkillToolLoader",
     "attach",
-    "catalogue",
     "fast_model",
     "first_turn_selection",
     "needed",
     "parse_choice",
     "pointless",
-    "request_tools_tool",
     "select_tools",
     "selection_settings",
 ]

@@ -10,15 +10,8 @@ import pytest
 
 from fim.engines.react import ReactEngine
 from fim.llm.testing import ScriptedModel, text, tool_call
-from fim.selection import (
-    REQUEST_TOOLS,
-    catalogue,
-    first_turn_selection,
-    parse_choice,
-    request_tools_tool,
-    select_tools,
-    summary,
-)
+from fim.request_tools import REQUEST_TOOLS, catalogue, request_tools_tool, summary
+from fim.selection import first_turn_selection, parse_choice, select_tools
 from fim.skills import cut
 from fim.tools.base import FunctionTool
 from fim.tools.registry import ToolRegistry
