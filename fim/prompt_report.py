@@ -97,9 +97,11 @@ async def _select(
     settings = selection_settings(snapshot.project.tool_selection, agent.tool_selection)
     registry, size = assembly.registry, assembly.capabilities
     if not settings.enabled or not needed(registry, settings.threshold, size):
-        lines = _selection_lines(snapshot, agent, assembly)
-        return lines or ["", f"tool selection: not run ({size} tools, not above the threshold "
-                         f"of {settings.threshold})"]  # fmt: skip
+        below = f"{size} tools, not above the threshold of {settings.threshold}"
+        return _selection_lines(snapshot, agent, assembly) or [
+            "",
+            f"tool selection: not run ({below})",
+        ]
     try:
         model = fast_model(snapshot, agent)
     except Exception as exc:  # the run would keep every tool; so does the report
@@ -108,7 +110,7 @@ async def _select(
         model,
         request,
         registry,
-        pinned=assembly.pinned | set(agent.tools),
+        pinned=assembly.pinned,
         max_tools=settings.max,
         threshold=settings.threshold,
         capabilities=size,
@@ -136,11 +138,10 @@ def _selection_lines(snapshot: Snapshot, agent: AgentDecl, assembly: Assembly) -
         f" ({len(registry)} shown, {behind} behind meta-tools)" if behind else ""
     )
     above = f"tool selection: {counted} are above the threshold of {selection.threshold}"
-    pinned = assembly.pinned | set(agent.tools)
-    skip = pointless(registry, pinned, selection.max, selection.threshold, size)
+    skip = pointless(registry, assembly.pinned, selection.max, selection.threshold, size)
     if skip is not None:
         return ["", f"{above}, but {skip}: every tool is shown."]
-    kept = [n for n in registry.names if n in pinned or n in ALWAYS_KEPT]
+    kept = [n for n in registry.names if n in assembly.pinned or n in ALWAYS_KEPT]
     return [
         "",
         f"{above}; per request the fast model shows at most {selection.max} of the "

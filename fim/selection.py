@@ -9,6 +9,7 @@ gate: when it fails for any reason the agent keeps every tool and the run says w
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Awaitable, Callable
@@ -248,10 +249,7 @@ def attach(
     from fim.context import guard_for
 
     snapshot, agent = ctx.snapshot, ctx.agent
-
-    def fast() -> Model:
-        return fast_model(snapshot, agent)
-
+    fast = functools.partial(fast_model, snapshot, agent)
     engine.fit_context = guard_for(snapshot, agent, fast).bind(engine.registry.specs)
     settings = selection_settings(snapshot.project.tool_selection, agent.tool_selection)
     if not settings.enabled:
@@ -260,7 +258,7 @@ def attach(
         fast,
         request,
         engine.registry,
-        pinned=pinned | set(agent.tools),
+        pinned=pinned,
         max_tools=settings.max,
         threshold=settings.threshold,
         capabilities=capabilities,

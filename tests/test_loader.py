@@ -322,7 +322,7 @@ def _reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Paths the loader opens from now on."""
     import builtins
 
-    import fim.config.loader as loader
+    import fim.config.files as files
 
     opened: list[str] = []
 
@@ -330,16 +330,16 @@ def _reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         opened.append(os.path.basename(name))
         return builtins.open(name, *args, **kwargs)
 
-    monkeypatch.setattr(loader, "open", counting, raising=False)
+    monkeypatch.setattr(files, "open", counting, raising=False)
     return opened
 
 
 def test_a_reload_reads_only_files_whose_stat_changed(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import fim.config.loader as loader
+    import fim.config.files as files
 
-    monkeypatch.setattr(loader, "_RACY_NS", 0)  # utime just set every ctime to now
+    monkeypatch.setattr(files, "_RACY_NS", 0)  # utime just set every ctime to now
     hour_ago = os.stat(project / "fim.yaml").st_mtime_ns - 3600 * 10**9
     for path in project.rglob("*"):
         if path.is_file():
@@ -375,9 +375,9 @@ def test_a_file_copied_over_with_its_old_mtime_is_read_again(
     """`cp -p` keeps an old mtime (and here the size); the change of ctime gives it away."""
     import time
 
-    import fim.config.loader as loader
+    import fim.config.files as files
 
-    monkeypatch.setattr(loader, "_RACY_NS", 0)  # only the stat key can notice the change
+    monkeypatch.setattr(files, "_RACY_NS", 0)  # only the stat key can notice the change
     agent = write(project, "agents/copied.yaml", "description: aaaa\ninstructions: Hi.\n")
     old = os.stat(agent).st_mtime_ns - 3600 * 10**9
     os.utime(agent, ns=(old, old))

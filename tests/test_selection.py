@@ -259,7 +259,9 @@ async def test_first_turn_selection_without_a_fast_model_keeps_every_tool(regist
     assert len(registry.specs()) == len(registry)
 
 
-async def test_attach_selects_with_the_fast_role_and_guards_the_context(tmp_path):
+async def _builtin_hub(tmp_path, selection: str, picks: str, agent_extra: str):
+    """A project whose `hub` agent has every builtin, a scripted fast model answering
+    `picks`, and a worker that answers "4": the engine of one run, and the worker."""
     import fim.tools.builtin
     from fim.agent import make_engine
     from fim.compile import compile_project
@@ -268,18 +270,27 @@ async def test_attach_selects_with_the_fast_role_and_guards_the_context(tmp_path
     categories = sorted(fim.tools.builtin.categories())
     (tmp_path / "fim.yaml").write_text(
         "name: hub\nmodels:\n  general: scripted:worker.yaml\n  fast: scripted:fast.yaml\n"
-        "tool_selection: {threshold: 3, max: 2}\n"
+        f"tool_selection: {selection}\n"
     )
-    (tmp_path / "fast.yaml").write_text('- text: \'{"tools": ["calculator", "nope"]}\'\n')
+    (tmp_path / "fast.yaml").write_text(f"- text: '{picks}'\n")
     (tmp_path / "worker.yaml").write_text("- text: unused\n")
     (tmp_path / "agents").mkdir()
     (tmp_path / "agents" / "hub.yaml").write_text(
-        f"instructions: Help.\ntool_categories: {categories}\ncontext_budget: 50000\n"
+        f"instructions: Help.\ntool_categories: {categories}\n{agent_extra}\n"
     )
     snapshot = compile_project(tmp_path)
     ctx = RunContext(snapshot, snapshot.agent("hub"), Services(root=tmp_path))
     worker = ScriptedModel([text("4")])
-    engine = await make_engine(ctx, "What is 2+2?", model=worker)
+    return await make_engine(ctx, "What is 2+2?", model=worker), worker
+
+
+async def test_attach_selects_with_the_fast_role_and_guards_the_context(tmp_path):
+    engine, worker = await _builtin_hub(
+        tmp_path,
+        "{threshold: 3, max: 2}",
+        '{"tools": ["calculator", "nope"]}',
+        "context_budget: 50000",
+    )
     assert len(engine.registry) > 3
 
     events = [e async for e in engine.run("What is 2+2?")]
@@ -403,25 +414,13 @@ async def test_an_agent_overrides_the_fields_of_the_project_selection_it_names(
     tmp_path, override: str, shown: list[str] | None
 ):
     import fim.tools.builtin
-    from fim.agent import make_engine
-    from fim.compile import compile_project
-    from fim.runtime import RunContext, Services
 
-    categories = sorted(fim.tools.builtin.categories())
-    (tmp_path / "fim.yaml").write_text(
-        "name: hub\nmodels:\n  general: scripted:worker.yaml\n  fast: scripted:fast.yaml\n"
-        "tool_selection: {threshold: 3, max: 4}\n"
+    engine, worker = await _builtin_hub(
+        tmp_path,
+        "{threshold: 3, max: 4}",
+        '{"tools": ["calculator", "datetime"]}',
+        f"tool_selection: {override}",
     )
-    (tmp_path / "fast.yaml").write_text('- text: \'{"tools": ["calculator", "datetime"]}\'\n')
-    (tmp_path / "worker.yaml").write_text("- text: unused\n")
-    (tmp_path / "agents").mkdir()
-    (tmp_path / "agents" / "hub.yaml").write_text(
-        f"instructions: Help.\ntool_categories: {categories}\ntool_selection: {override}\n"
-    )
-    snapshot = compile_project(tmp_path)
-    ctx = RunContext(snapshot, snapshot.agent("hub"), Services(root=tmp_path))
-    worker = ScriptedModel([text("4")])
-    engine = await make_engine(ctx, "What is 2+2?", model=worker)
     events = [e async for e in engine.run("What is 2+2?")]
     [(_, tools)] = worker.requests
     if shown is None:

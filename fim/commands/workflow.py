@@ -233,7 +233,7 @@ def runs(
     """List recent workflow runs, newest first (`orphaned`: its process died mid-run;
     `fim workflow resume RUN_ID` finishes it)."""
     from fim.store import get_store
-    from fim.workflows.state import KIND, owner_alive, record_data
+    from fim.workflows.state import KIND, RunState, orphaned, record_data
 
     snapshot = load_snapshot(ctx, project)
 
@@ -256,8 +256,7 @@ def runs(
                 "run_id": record.id,
                 "workflow": record.name,
                 "status": record.status,
-                "orphaned": record.status == "running"
-                and owner_alive(data.get("owner") or {}) is False,
+                "orphaned": orphaned(RunState.from_dict(data)),
                 "started": record.created_at,
                 "duration_ms": data.get("duration_ms"),
                 "nodes": f"{done}/{len(nodes)}",

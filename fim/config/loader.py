@@ -9,18 +9,16 @@ files are the compiler's job (`fim.compile`); this module only knows single file
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import os
 import re
-import stat
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from fim.config.files import Read, keep_reads, list_files, read_text
 from fim.config.interpolate import interpolate
 from fim.config.problems import validation_problems
 from fim.config.schema import (
@@ -90,7 +88,8 @@ class Declarations:
     env_key: int = field(default_factory=lambda: hash(frozenset(os.environ.items())))
     """Interpolation reads the environment, so cached files are only valid under the same."""
     seen: dict[tuple[Any, ...], Any] = field(default_factory=dict)
-    raw: dict[str, tuple[tuple[int, int, int, int], int, bytes]] = field(default_factory=dict)
+    raw: dict[str, Read] = field(default_factory=dict)
+    """Bytes read by this load, with their stats (see `fim.config.files`)."""
     stats: dict[str, os.stat_result] = field(default_factory=dict)
     """Stats taken while listing folders, used once by the read that follows."""
 
@@ -132,14 +131,14 @@ def load(root: str | Path) -> Declarations:
     decls = Declarations(root=root, project=Project())
     _load_project(decls)
     for kind in ("agent", "connector", "workflow", "hook", "eval"):
-        for path, problem in _list(decls, root / decls.folder(kind), YAML_SUFFIXES):
+        for path, problem in list_files(decls, root / decls.folder(kind), YAML_SUFFIXES):
             if problem is not None:
                 decls.problems.append(problem)
                 decls.broken[kind].add(_stem(path))
             elif not (kind == "eval" and "." in _stem(path)):
                 # evals/<name>.<tag>.yaml (demo.script.yaml, x.cassette.yaml) is data
                 _load_file(decls, kind, path)
-    for path, problem in _list(decls, root / decls.folder("hook"), (".py",)):
+    for path, problem in list_files(decls, root / decls.folder("hook"), (".py",)):
         if problem is not None:
             decls.problems.append(problem)
         else:
@@ -150,8 +149,7 @@ def load(root: str | Path) -> Declarations:
     decls.problems = mask_problems(decls.problems, decls.secrets)
     _CACHE.clear()
     _CACHE.update(decls.seen)
-    _RAW.clear()
-    _RAW.update(decls.raw)
+    keep_reads(decls.raw)
     return decls
 
 
@@ -181,104 +179,6 @@ def _stem(path: str | Path) -> str:
         if name.endswith(suffix):
             return name[: -len(suffix)]
     return name
-
-
-def _list(
-    decls: Declarations, folder: Path, suffixes: tuple[str, ...]
-) -> list[tuple[str, Problem | None]]:
-    """Paths of the files in `folder` with one of `suffixes`, sorted; broken symlinks come
-    back as problems instead of being skipped silently (a symlink loop looks like a missing
-    file). Paths stay strings: pathlib objects cost a reload of 2,000 files 20 ms. Each
-    file's stat is kept for `_read_bytes`."""
-    try:
-        entries = sorted(os.scandir(folder), key=lambda e: e.name)
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        return [(str(folder), _os_problem(decls, folder, exc))]
-    out: list[tuple[str, Problem | None]] = []
-    for entry in entries:
-        if entry.name.startswith(".") or not entry.name.endswith(suffixes):
-            continue
-        path = entry.path
-        try:
-            st = entry.stat()
-        except OSError as exc:
-            out.append((path, _os_problem(decls, path, exc)))
-            continue
-        if stat.S_ISREG(st.st_mode):
-            decls.stats[path] = st
-            out.append((path, None))
-    return out
-
-
-def _os_problem(decls: Declarations, path: str | Path, exc: OSError) -> Problem:
-    rel = decls.rel(path)
-    if exc.errno == errno.ELOOP:
-        return Problem(
-            rel,
-            1,
-            1,
-            "symlink loop (the link points back to itself)",
-            "replace the symlink with the file it should point to",
-        )
-    if exc.errno == errno.ENOENT and os.path.islink(path):
-        return Problem(
-            rel, 1, 1, f"broken symlink to '{os.readlink(path)}'", "fix or remove the link"
-        )
-    return Problem(rel, 1, 1, f"cannot read: {exc.strerror or exc}")
-
-
-_RAW: dict[str, tuple[tuple[int, int, int, int], int, bytes]] = {}
-"""Bytes of the previous load by path, with the (mtime_ns, ctime_ns, size, inode) they were
-read under and when they were read. A reload of a big project stats every file instead of
-reading it (ctime catches `cp -p` and `touch -d`, which set an old mtime); entries not seen
-in a load are dropped."""
-_RACY_NS = 2_000_000_000
-"""A file modified this close to when it was read may change again within one timestamp
-tick of a coarse file system (2 s on FAT): it is always read again (git's racy-clean rule)."""
-
-
-def _read_bytes(decls: Declarations, path: str | Path) -> bytes:
-    name = str(path)
-    st = decls.stats.pop(name, None) or os.stat(name)
-    key = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
-    changed_at = max(st.st_mtime_ns, st.st_ctime_ns)
-    cached = _RAW.get(name)
-    if cached is not None and cached[0] == key and changed_at < cached[1] - _RACY_NS:
-        decls.raw[name] = cached
-        return cached[2]
-    read_at = time.time_ns()
-    with open(name, "rb") as fh:
-        raw = fh.read()
-    decls.raw[name] = (key, read_at, raw)
-    return raw
-
-
-def _read(decls: Declarations, path: str | Path) -> str | None:
-    rel = decls.rel(path)
-    try:
-        raw = _read_bytes(decls, path)
-    except OSError as exc:
-        decls.problems.append(_os_problem(decls, path, exc))
-        return None
-    decls.digest.update(rel.encode() + b"\0" + raw + b"\0")
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        before = raw[: exc.start]
-        line = before.count(b"\n") + 1
-        col = exc.start - (before.rfind(b"\n") + 1) + 1
-        decls.problems.append(
-            Problem(
-                rel,
-                line,
-                col,
-                f"file is not valid UTF-8 (byte 0x{raw[exc.start]:02x})",
-                "save the file as UTF-8",
-            )
-        )
-        return None
 
 
 def _parse(
@@ -327,7 +227,7 @@ def _validate(decls: Declarations, doc: Document, kind: str, model: Any) -> Any:
 
 def _load_project(decls: Declarations) -> None:
     path = decls.root / PROJECT_FILE
-    text = _read(decls, path)
+    text = read_text(decls, path)
     doc = _parse(decls, text, PROJECT_FILE) if text is not None else None
     decls.project_doc = doc
     if doc is None:
@@ -357,7 +257,7 @@ validates only the ones that changed; entries not seen in a load are dropped."""
 
 def _load_file(decls: Declarations, kind: str, path: str | Path) -> None:
     rel, stem = decls.rel(path), _stem(path)
-    text = _read(decls, path)
+    text = read_text(decls, path)
     if text is None:
         decls.broken[kind].add(stem)
         return

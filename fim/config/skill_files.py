@@ -6,15 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from fim.config.loader import (
-    Declarations,
-    Entry,
-    _os_problem,
-    _parse,
-    _read,
-    _register,
-    _validate,
-)
+from fim.config.files import os_problem, read_text
+from fim.config.loader import Declarations, Entry, _parse, _register, _validate
 from fim.config.schema import SkillMeta
 from fim.errors import Problem
 from fim.snapshot import Skill
@@ -28,7 +21,7 @@ def load_skills(decls: Declarations) -> None:
     except FileNotFoundError:
         return
     except OSError as exc:
-        decls.problems.append(_os_problem(decls, folder, exc))
+        decls.problems.append(os_problem(decls, folder, exc))
         return
     for entry in dirs:
         if entry.name.startswith("."):
@@ -37,7 +30,7 @@ def load_skills(decls: Declarations) -> None:
         try:
             os.stat(path)
         except OSError as exc:
-            decls.problems.append(_os_problem(decls, path, exc))
+            decls.problems.append(os_problem(decls, path, exc))
             decls.broken["skill"].add(entry.name)
             continue
         if entry.is_dir():
@@ -59,7 +52,7 @@ def _load_skill(decls: Declarations, directory: Path) -> None:
             )
         )
         return
-    text = _read(decls, skill_md)
+    text = read_text(decls, skill_md)
     if text is None:
         return
     lines = text.split("\n")

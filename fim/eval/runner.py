@@ -19,6 +19,7 @@ from fim.config.schema import EvalCase, EvalSuite, ModelSettings
 from fim.errors import FimError
 from fim.eval.assertions import Observed, Outcome, check, judge_model_ref, model_judge
 from fim.eval.cassettes import Cassette, CassetteMiss, CassetteModel, Mode, slug
+from fim.llm import ModelWrapper, make_model, wrapping_models
 from fim.runtime import Services
 from fim.snapshot import Snapshot
 from fim.types import Message, Model, RunFinished
@@ -213,7 +214,7 @@ class EvalRunner:
 
     # ------------------------------------------------------------------ one case
 
-    def _wrapper(self, cassette: Cassette) -> Callable[[ModelSettings, Callable[[], Model]], Model]:
+    def _wrapper(self, cassette: Cassette) -> ModelWrapper:
         """How every model of a case is built: behind the case's cassette (scripted models
         need none) and the `--concurrency` call slots."""
 
@@ -232,8 +233,6 @@ class EvalRunner:
 
     def _wrap(self, ref: Any, cassette: Cassette) -> Model:
         """The model `ref` names, built as the models of a case are."""
-        from fim.llm import make_model, wrapping_models
-
         with wrapping_models(self._wrapper(cassette)):
             return make_model(self.snapshot.model_settings(ref), self.snapshot.root)
 
@@ -242,8 +241,6 @@ class EvalRunner:
     ) -> CaseRun:
         run = CaseRun(suite=suite.name, case=case.name, attempt=attempt, passed=False)
         t0 = time.perf_counter()
-        from fim.llm import wrapping_models
-
         try:
             with wrapping_models(self._wrapper(cassette)):  # this case's task only
                 seen, prompt = await self._execute(suite, case, services, cassette, run)

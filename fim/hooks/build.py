@@ -192,23 +192,16 @@ def check_hooks(snapshot: Snapshot, locate: Locate | None = None) -> list[Proble
     where = locate or snapshot.source
 
     def check(kind: str, owner: str, label: str, spec: HookSpec, path: tuple = ()) -> None:
+        hint: str | None = None
         try:
             instantiate(resolve(spec, snapshot), snapshot, display_name(spec))
+            return
         except HookBuildError as exc:
-            src = where(kind, owner, path)  # positions recompose the YAML: only on error
-            problems.append(
-                Problem(src.path, src.line, src.column, f"{label}: {exc.message}", exc.hint)
-            )
+            message, hint = exc.message, exc.hint
         except Exception as exc:
-            src = where(kind, owner, path)
-            problems.append(
-                Problem(
-                    src.path,
-                    src.line,
-                    src.column,
-                    f"{label}: cannot build hook: {type(exc).__name__}: {exc}",
-                )
-            )
+            message = f"cannot build hook: {type(exc).__name__}: {exc}"
+        src = where(kind, owner, path)  # positions recompose the YAML: only on a problem
+        problems.append(Problem(src.path, src.line, src.column, f"{label}: {message}", hint))
 
     for agent_name, agent in snapshot.agents.items():
         for index, spec in enumerate(agent.hooks):

@@ -8,6 +8,8 @@ be picked up by another process after a restart, even if the files changed meanw
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -76,17 +78,12 @@ class RunState:
 
 
 def current_owner() -> dict[str, Any]:
-    import os
-    import socket
-
     return {"host": socket.gethostname(), "pid": os.getpid()}
 
 
 def owner_alive(owner: dict[str, Any]) -> bool | None:
     """Whether the process that drives a run still exists: None when it is on another host
     (or unrecorded), where this process cannot tell."""
-    import os
-
     me = current_owner()
     if not owner or owner.get("host") != me["host"]:
         return None

@@ -1,0 +1,130 @@
+"""Reading project files: folder listings, a stat cache for reloads, UTF-8 decoding.
+
+Every problem (a broken symlink, a file that is not UTF-8) is recorded on the load's
+`Declarations` rather than raised, like everything the loader finds. Every byte read feeds
+the snapshot digest.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fim.errors import Problem
+
+if TYPE_CHECKING:
+    from fim.config.loader import Declarations
+
+
+def list_files(
+    decls: Declarations, folder: Path, suffixes: tuple[str, ...]
+) -> list[tuple[str, Problem | None]]:
+    """Paths of the files in `folder` with one of `suffixes`, sorted; broken symlinks come
+    back as problems instead of being skipped silently (a symlink loop looks like a missing
+    file). Paths stay strings: pathlib objects cost a reload of 2,000 files 20 ms. Each
+    file's stat is kept for `_read_bytes`."""
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        return [(str(folder), os_problem(decls, folder, exc))]
+    out: list[tuple[str, Problem | None]] = []
+    for entry in entries:
+        if entry.name.startswith(".") or not entry.name.endswith(suffixes):
+            continue
+        path = entry.path
+        try:
+            st = entry.stat()
+        except OSError as exc:
+            out.append((path, os_problem(decls, path, exc)))
+            continue
+        if stat.S_ISREG(st.st_mode):
+            decls.stats[path] = st
+            out.append((path, None))
+    return out
+
+
+def os_problem(decls: Declarations, path: str | Path, exc: OSError) -> Problem:
+    rel = decls.rel(path)
+    if exc.errno == errno.ELOOP:
+        return Problem(
+            rel,
+            1,
+            1,
+            "symlink loop (the link points back to itself)",
+            "replace the symlink with the file it should point to",
+        )
+    if exc.errno == errno.ENOENT and os.path.islink(path):
+        return Problem(
+            rel, 1, 1, f"broken symlink to '{os.readlink(path)}'", "fix or remove the link"
+        )
+    return Problem(rel, 1, 1, f"cannot read: {exc.strerror or exc}")
+
+
+Read = tuple[tuple[int, int, int, int], int, bytes]
+"""(mtime_ns, ctime_ns, size, inode) of a file, when it was read (ns), and its bytes."""
+_RAW: dict[str, Read] = {}
+"""Bytes of the previous load by path, with the (mtime_ns, ctime_ns, size, inode) they were
+read under and when they were read. A reload of a big project stats every file instead of
+reading it (ctime catches `cp -p` and `touch -d`, which set an old mtime); entries not seen
+in a load are dropped."""
+_RACY_NS = 2_000_000_000
+"""A file modified this close to when it was read may change again within one timestamp
+tick of a coarse file system (2 s on FAT): it is always read again (git's racy-clean rule)."""
+
+
+def _read_bytes(decls: Declarations, path: str | Path) -> bytes:
+    name = str(path)
+    st = decls.stats.pop(name, None) or os.stat(name)
+    key = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+    changed_at = max(st.st_mtime_ns, st.st_ctime_ns)
+    cached = _RAW.get(name)
+    if cached is not None and cached[0] == key and changed_at < cached[1] - _RACY_NS:
+        decls.raw[name] = cached
+        return cached[2]
+    read_at = time.time_ns()
+    with open(name, "rb") as fh:
+        raw = fh.read()
+    decls.raw[name] = (key, read_at, raw)
+    return raw
+
+
+def read_text(decls: Declarations, path: str | Path) -> str | None:
+    rel = decls.rel(path)
+    try:
+        raw = _read_bytes(decls, path)
+    except OSError as exc:
+        decls.problems.append(os_problem(decls, path, exc))
+        return None
+    decls.digest.update(rel.encode() + b"\0" + raw + b"\0")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        before = raw[: exc.start]
+        line = before.count(b"\n") + 1
+        col = exc.start - (before.rfind(b"\n") + 1) + 1
+        decls.problems.append(
+            Problem(
+                rel,
+                line,
+                col,
+                f"file is not valid UTF-8 (byte 0x{raw[exc.start]:02x})",
+                "save the file as UTF-8",
+            )
+        )
+        return None
+
+
+def keep_reads(reads: dict[str, Read]) -> None:
+    """Remember what a finished load read, for the next load's stat checks; files it did
+    not read (deleted, renamed) are forgotten."""
+    _RAW.clear()
+    _RAW.update(reads)
+
+
+__all__ = ["Read", "keep_reads", "list_files", "os_problem", "read_text"]
