@@ -6,7 +6,6 @@ delegation, eval), so hooks, tool modes and depth guards behave the same everywh
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import inspect
 import os
@@ -19,7 +18,8 @@ from fim.errors import RunError
 from fim.runtime import PROVIDERS, Provision, RunContext, Services, load_provider
 from fim.snapshot import Snapshot
 from fim.tools.registry import ToolRegistry
-from fim.types import Event, Message, Model, RunFinished
+from fim.tools.view import view_of
+from fim.types import CallView, Event, Message, Model, RunFinished
 
 
 @dataclass
@@ -102,20 +102,15 @@ def _section_title(provider: str) -> str:
 
 
 def _call_view(registry: ToolRegistry):
-    """Let hooks see a meta-tool call as the real target (`crm__create_lead`), with its
-    metadata (access, requires_confirmation ...), so matchers and guards work unchanged."""
+    """Let hooks see a call as its real target (`crm__create_lead` with the action's own
+    arguments and metadata), whatever route it took; `view_of` raises when it cannot tell,
+    and the engine then blocks the call."""
 
-    def view(name: str, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def view(name: str, args: dict[str, Any]) -> CallView:
         tool = registry.get(name)
         if tool is None:
-            return name, {}
-        meta = dict(tool.metadata)
-        resolver = meta.pop("call_view", None)
-        if resolver is not None:
-            with contextlib.suppress(Exception):
-                target, extra = resolver(args)
-                return target, {**meta, **extra}
-        return name, meta
+            return CallView(name, args)
+        return view_of(tool, args)
 
     return view
 
@@ -158,6 +153,7 @@ async def make_engine(
         snapshot_version=snapshot.version,
         mask=snapshot.mask,
         call_view=_call_view(assembly.registry),
+        transcript=ctx.transcript,
         metadata={
             "agent_read_only": agent.read_only,
             "project_read_only": snapshot.project.read_only,

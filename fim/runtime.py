@@ -97,6 +97,10 @@ class RunContext:
     """False only on the eval path (DESIGN §4): the one switch for bypassing hooks."""
     parents: tuple[str, ...] = ()
     """Agents/workflows above this run, for reentrancy and depth guards."""
+    transcript: list[Any] = field(default_factory=list)
+    """The run's messages so far (kept by the engine), for hooks' `transcript_path`."""
+    session_env: dict[str, str] = field(default_factory=dict)
+    """Variables SessionStart hooks exported through CLAUDE_ENV_FILE, for the `shell` tool."""
 
     def mode(self, kind: ModeKind) -> str:
         return resolve_mode(kind, self.snapshot, self.agent)

@@ -140,6 +140,37 @@ class Tool(Protocol):
 
 # --------------------------------------------------------------------------- hooks
 
+
+class CallView:
+    """What hooks see of one tool call: the real target and the target's own arguments.
+
+    A meta-tool call (`mcp` with `subcommand: call`) is shown to hooks as the tool it runs
+    (`sh__run_command` with `{"command": ...}`), so a guard written for the direct tool holds
+    in progressive mode too. `to_call` turns target arguments a hook rewrote back into the
+    arguments of the tool the model called; None means they are the same.
+    """
+
+    __slots__ = ("args", "metadata", "name", "to_call")
+
+    def __init__(
+        self,
+        name: str,
+        args: dict[str, Any],
+        metadata: dict[str, Any] | None = None,
+        to_call: Any = None,
+    ) -> None:
+        self.name = name
+        self.args = args
+        self.metadata = metadata or {}
+        self.to_call = to_call
+
+    def call_arguments(self, target_args: dict[str, Any]) -> dict[str, Any]:
+        return self.to_call(target_args) if self.to_call is not None else target_args
+
+    def __repr__(self) -> str:
+        return f"CallView({self.name!r}, {self.args!r})"
+
+
 HookPoint = Literal["SessionStart", "PreToolUse", "PostToolUse"]
 
 

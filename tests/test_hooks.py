@@ -5,6 +5,7 @@ run does (`build_hooks`) and push real tools through the Pre -> tool -> Post pip
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -319,6 +320,7 @@ def test_check_hooks_accepts_a_valid_project(tmp_path: Path) -> None:
             {"ref": "shared"},
         ],
         hook_decls={"shared": {"use": "truncate", "with": {"max_chars": 500}}},
+        agent={"mcp": ["crm"]},
     )
     assert check_hooks(ctx.snapshot) == []
 
@@ -375,3 +377,44 @@ def test_fim_validate_reports_a_hook_that_cannot_be_built(tmp_path: Path) -> Non
     assert "hooks[0]: bad options for hook 'truncate': max_chars" in lines[0]
     assert lines[1].startswith("agents/support.yaml:5:5: agent 'support' hooks[1]: ")
     assert "hooks[1]: class 'broken:Late' is a PostToolUse hook" in lines[1]
+
+
+@pytest.mark.parametrize(
+    ("matcher", "hint"),
+    [
+        ("database", "did you mean 'shop__query'"),  # hooks see the target, not the meta-tool
+        ("Bash", "hooks see: file_ops, Read"),  # no shell on this agent
+        ("mcp__.*", "hooks see:"),  # no MCP server either
+        ("re:^crm__", "hooks see:"),
+    ],
+)
+def test_validate_reports_matchers_that_can_never_fire(
+    tmp_path: Path, matcher: str, hint: str
+) -> None:
+    from fim.config.schema import DatabaseConnector
+
+    ctx = make_context(
+        tmp_path,
+        [{"event": "PreToolUse", "command": "true", "matcher": matcher}],
+        agent={"tools": ["file_ops"], "connectors": ["shop"]},
+    )
+    db = DatabaseConnector.model_validate({"name": "shop", "kind": "database", "url": "sqlite://"})
+    snapshot = dataclasses.replace(ctx.snapshot, connectors={"shop": db})
+    [problem] = check_hooks(snapshot)
+    assert f"matcher {matcher!r} matches no tool this agent can call" in problem.message
+    assert hint in (problem.hint or "")
+
+
+@pytest.mark.parametrize(
+    "matcher", ["shop__query", "shop__*", "Write|Edit", "Read", "mcp__sh__.*", "sh__run_*", "*"]
+)
+def test_matchers_in_fims_or_claude_codes_words_pass(tmp_path: Path, matcher: str) -> None:
+    from fim.config.schema import DatabaseConnector
+
+    ctx = make_context(
+        tmp_path,
+        [{"event": "PreToolUse", "command": "true", "matcher": matcher}],
+        agent={"tools": ["file_ops"], "connectors": ["shop"], "mcp": ["sh"]},
+    )
+    db = DatabaseConnector.model_validate({"name": "shop", "kind": "database", "url": "sqlite://"})
+    assert check_hooks(dataclasses.replace(ctx.snapshot, connectors={"shop": db})) == []

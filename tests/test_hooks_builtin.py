@@ -8,12 +8,7 @@ real second Python process that asks for approval and is killed while waiting.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -323,62 +318,48 @@ async def test_confirm_ignores_tools_that_need_no_confirmation(tmp_path: Path) -
     assert not (await call_tool(build_hooks(ctx), tool, {})).blocked and ran
 
 
-ASKER = """
-import asyncio, sys
-from pathlib import Path
-from fim.hooks import build_hooks
-from fim.hooks.testing import call_tool, make_context
-from fim.tools.base import FunctionTool
-
-async def create_lead(**args):
-    Path(sys.argv[1], "ran-in-first-process").write_text("yes")
-    return "created"
-
-async def main():
-    ctx = make_context(Path(sys.argv[1]), [{"use": "confirm", "with": {"timeout": 60}}])
-    tool = FunctionTool("crm__create_lead", "d", {"type": "object"}, create_lead,
-                        metadata={"requires_confirmation": True})
-    await call_tool(build_hooks(ctx), tool, {"name": "Ada"})
-
-asyncio.run(main())
-"""
-
-
-async def test_a_pending_approval_survives_a_restart(tmp_path: Path) -> None:
+async def test_an_approval_authorises_only_the_call_it_was_given_for(tmp_path: Path) -> None:
+    """The replay attack: run A asks to create a lead with its token and a human approves;
+    calls from another run, with another call id or other arguments (even ones that mask to
+    the same `***`) never ride on that approval."""
     project(tmp_path)
-    # The first process asks for approval and dies while waiting.
-    first = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(ASKER), str(tmp_path)],
-        start_new_session=True,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
-    )
-    store = Store("sqlite:///.fim/state.db", root=tmp_path)
-    try:
-        approval_id = await asyncio.wait_for(wait_for_pending(store), 30)
-    finally:
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait()
-    assert not (tmp_path / "ran-in-first-process").exists()
-
-    # A human approves it later, from the CLI.
-    approved = await asyncio.to_thread(
-        cli, "approvals", "approve", approval_id, "--project", str(tmp_path)
-    )
-    assert approved.exit_code == 0, approved.output
-
-    # The restarted agent makes the same call: it proceeds on that approval, once.
-    ctx = make_context(tmp_path, [{"use": "confirm", "with": {"timeout": 0.3, "poll": 0.05}}])
+    ctx = make_context(tmp_path, [{"use": "confirm", "with": {"timeout": 0.3, "poll": 0.02}}])
     tool, ran = recorder("crm__create_lead", requires_confirmation=True)
     runner = build_hooks(ctx)
-    outcome = await call_tool(runner, tool, {"name": "Ada"})
-    assert not outcome.blocked and ran == [{"name": "Ada"}]
-    assert len(await store.list_approvals(None)) == 1  # no new request was made
-    assert f"approval {approval_id} approved" in outcome.events[0].side_effects[0]
-    # The approval is used up: the same call again needs a new approval (and expires here).
-    assert (await call_tool(runner, tool, {"name": "Ada"})).blocked
-    assert len(await store.list_approvals(None)) == 2
+    waiting = make_context(tmp_path, [{"use": "confirm", "with": {"timeout": 20, "poll": 0.02}}])
+    asked = asyncio.create_task(
+        call_tool(
+            build_hooks(waiting),
+            tool,
+            {"token": "tok-A"},
+            run_id="run-A",
+            metadata={"call_id": "call-1"},
+        )
+    )
+    store = Store("sqlite:///.fim/state.db", root=tmp_path)
+    approval_id = await wait_for_pending(store)
+    approved = await asyncio.to_thread(
+        cli, "approvals", "approve", approval_id, "-p", str(tmp_path)
+    )
+    assert approved.exit_code == 0, approved.output
+    for run_id, call_id, token in [
+        ("run-B", "call-1", "tok-B"),  # another client, another token
+        ("run-B", "call-1", "tok-A"),  # another run, the very same arguments
+        ("run-A", "call-2", "tok-A"),  # the same run, another call
+        ("run-A", "call-1", "tok-B"),  # the same call id, other arguments
+    ]:
+        replay = await call_tool(
+            runner, tool, {"token": token}, run_id=run_id, metadata={"call_id": call_id}
+        )
+        assert replay.blocked, (run_id, call_id, token)
+        assert f"approval {approval_id}" not in " ".join(replay.events[0].side_effects)
+    outcome = await asyncio.wait_for(asked, 20)
+    assert not outcome.blocked and f"approval {approval_id} approved" in str(outcome.events)
+    assert ran == [{"token": "tok-A"}]  # only the approved call ran, once
+    assert len(await store.list_approvals(None)) == 5  # each replay asked for its own
     store.close()
     await ctx.services.aclose()
+    await waiting.services.aclose()
 
 
 async def test_approvals_cli_lists_workflow_approvals_and_says_how_to_resume(

@@ -163,8 +163,12 @@ async def test_the_event_arrives_as_claude_code_json_with_the_project_env(tmp_pa
         ({"decision": "approve"}, False, None),
         ({"hookSpecificOutput": {"permissionDecision": "allow"}}, False, None),
         ({"continue": False, "stopReason": "maintenance window"}, True, "maintenance window"),
-        ({"hookSpecificOutput": {"permissionDecision": "maybe"}}, True, "valid: allow, deny, ask"),
-        ({"hookSpecificOutput": {"updatedInput": "text"}}, True, "not an object"),
+        ({"hookSpecificOutput": {"permissionDecision": "maybe"}}, True, "'allow', 'deny' or"),
+        ({"hookSpecificOutput": {"updatedInput": "text"}}, True, "not the documented shape"),
+        ({"continue": "false"}, True, "continue: Input should be a valid boolean"),
+        ({"decision": "deny"}, True, "decision: Input should be 'approve' or 'block'"),
+        ({"decison": "block"}, True, "decison: Extra inputs are not permitted"),
+        ({"systemMessage": "fyi"}, False, None),
     ],
 )
 async def test_json_answers_decide_the_call(

@@ -189,12 +189,14 @@ async def test_hooks_see_a_meta_call_as_the_real_tool(progressive):
     assert effective_tool_name("mcp", {"subcommand": "discover", "server": "demo"}) == "mcp"
     assert effective_tool_name("calculator", {"server": "demo"}) == "calculator"
     assert effective_tool_name(meta, args) == "demo__add"
-    name, extra = meta.metadata["call_view"](args)
-    assert (name, extra) == ("demo__add", {"server": "demo", "tool": "add", "category": "mcp"})
+    view = meta.metadata["call_view"](args)
+    assert (view.name, view.args) == ("demo__add", {"a": 1})  # the tool's own arguments
+    assert view.metadata == {"server": "demo", "tool": "add", "category": "mcp"}
+    assert view.call_arguments({"a": 2}) == {**args, "parameters": {"a": 2}}
     echo = {"subcommand": "call", "server": "demo", "tool": "echo", "parameters": {}}
-    assert meta.metadata["call_view"](echo)[1]["access"] == "read"  # readOnlyHint
+    assert meta.metadata["call_view"](echo).metadata["access"] == "read"  # readOnlyHint
     crash = {"subcommand": "call", "server": "demo", "tool": "crash", "parameters": {}}
-    assert meta.metadata["call_view"](crash)[1]["access"] == "write"  # destructiveHint
+    assert meta.metadata["call_view"](crash).metadata["access"] == "write"  # destructiveHint
 
 
 @shared_loop

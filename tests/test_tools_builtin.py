@@ -531,11 +531,10 @@ async def test_file_ops_explains_its_mistakes(tools: ToolRegistry, sandbox: Path
 def test_file_ops_tells_hooks_which_calls_write(tmp_path: Path) -> None:
     tool = builtin.load("file_ops", make_ctx(tmp_path))
     view = tool.metadata["call_view"]
-    assert view({"operation": "read", "path": "a"}) == (
-        "file_ops",
-        {"access": "read", "operation": "read"},
-    )
-    assert view({"operation": "append"})[1]["access"] == "write"
+    read = view({"operation": "read", "path": "a"})
+    assert (read.name, read.args) == ("file_ops", {"operation": "read", "path": "a"})
+    assert read.metadata == {"access": "read", "operation": "read"}
+    assert view({"operation": "append"}).metadata["access"] == "write"
 
 
 # --------------------------------------------------------------------------- json_transform

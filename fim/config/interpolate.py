@@ -14,6 +14,8 @@ from typing import Any
 from fim.config.yamlio import Document, Path_
 
 _VAR = re.compile(r"\$(\$?)\{([^}]*)\}")
+RUNTIME_VARS = frozenset({"CLAUDE_PROJECT_DIR", "CLAUDE_ENV_FILE", "FIM_PROJECT_DIR"})
+"""Set by fim for each hook process; in a hook's `command` the shell expands them then."""
 _NAME = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)(.*))?$", re.DOTALL)
 
 
@@ -58,6 +60,8 @@ def _substitute(doc: Document, text: str, path: Path_, secrets: set[str], env: M
             )
             return match.group(0)
         name, op, default = parsed.groups()
+        if name in RUNTIME_VARS and path and path[-1] == "command":
+            return match.group(0)
         value = env.get(name)
         if value is not None and (value != "" or op != ":-"):
             if value:

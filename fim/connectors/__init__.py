@@ -28,7 +28,8 @@ from fim.connectors.meta import (
 from fim.errors import RunError
 from fim.runtime import Provision, RunContext
 from fim.tools.base import FunctionTool
-from fim.types import ToolResult
+from fim.tools.view import view_of
+from fim.types import CallView, ToolResult
 
 _RETRY_STUB_AFTER = 60.0
 """Seconds before a run retries introspecting a database whose connection failed."""
@@ -149,9 +150,8 @@ def database_tools(db: Database) -> list[FunctionTool]:
         static = database_metadata(db, action, {})
         if action == "query":
             static["access"] = "read" if db.decl.read_only else "write"
-            static["call_view"] = lambda args: (
-                f"{db.name}__query",
-                database_metadata(db, "query", args),
+            static["call_view"] = lambda args: CallView(
+                f"{db.name}__query", args, database_metadata(db, "query", args)
             )
         return static
 
@@ -200,22 +200,13 @@ def database_tools(db: Database) -> list[FunctionTool]:
 
 def effective_tool_name(tool: Any, args: dict[str, Any]) -> str:
     """The name hook matchers see: `crm__create_lead` for a `connector` meta call."""
-    return _view(tool, args)[0]
+    return view_of(tool, args or {}).name
 
 
 def resolve_call_metadata(tool: Any, args: dict[str, Any]) -> dict[str, Any]:
     """The target's metadata for `HookContext.metadata` (access, requires_confirmation,
     connector, action; `sql` for database queries)."""
-    return _view(tool, args)[1]
-
-
-def _view(tool: Any, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    meta = dict(getattr(tool, "metadata", None) or {})
-    resolver = meta.pop("call_view", None)
-    if resolver is None:
-        return tool.name, meta
-    name, extra = resolver(args or {})
-    return name, {**meta, **extra}
+    return view_of(tool, args or {}).metadata
 
 
 __all__ = [

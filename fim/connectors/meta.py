@@ -15,7 +15,7 @@ from fim.connectors.database import Database
 from fim.connectors.http import HttpConnectorClient, action_metadata, tool_name
 from fim.connectors.render import compact_json
 from fim.connectors.sql_guard import SqlRejected, check_read_only
-from fim.types import JSONSchema, ToolResult
+from fim.types import CallView, JSONSchema, ToolResult
 
 CONNECTOR_TOOL = "connector"
 DATABASE_TOOL = "database"
@@ -45,19 +45,29 @@ class ConnectorMetaTool:
         }
         self.metadata: dict[str, Any] = {"meta": "connector", "call_view": self.call_view}
 
-    def call_view(self, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def call_view(self, args: dict[str, Any]) -> CallView:
+        """`execute` is shown as the action itself (`crm__create_lead` with its own
+        `parameters` as the arguments); a rewrite of those goes back under `parameters`."""
         client = self.clients.get(str(args.get("connector")))
         action = str(args.get("action") or "")
         base = {"meta": "connector", "subcommand": args.get("subcommand")}
         if client is None:
-            return self.name, base
-        if args.get("subcommand") == "execute" and action in client.decl.actions:
-            meta = action_metadata(client.name, action, client.decl.actions[action])
-            return tool_name(client.name, action), {**base, **meta}
-        # discover, or an unknown action (which only returns the list of valid ones)
+            return CallView(self.name, args, base)
+        if args.get("subcommand") == "execute" and action:
+            params = args.get("parameters") or {}
+            if action in client.decl.actions:
+                meta = {**base, **action_metadata(client.name, action, client.decl.actions[action])}
+            else:  # an unknown action only returns the list of valid ones
+                meta = {**base, "connector": client.name, "access": "read"}
+                meta["requires_confirmation"] = False
+            return CallView(
+                tool_name(client.name, action),
+                dict(params),
+                meta,
+                to_call=lambda new: {**args, "parameters": new},
+            )
         view = {"connector": client.name, "access": "read", "requires_confirmation": False}
-        target = action if args.get("subcommand") == "execute" and action else "discover"
-        return tool_name(client.name, target), {**base, **view}
+        return CallView(tool_name(client.name, "discover"), args, {**base, **view})
 
     async def run(self, **args: Any) -> ToolResult:
         client = self.clients[args["connector"]]
@@ -127,12 +137,22 @@ class DatabaseMetaTool:
         }
         self.metadata: dict[str, Any] = {"meta": "database", "call_view": self.call_view}
 
-    def call_view(self, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def call_view(self, args: dict[str, Any]) -> CallView:
+        """Shown as the legacy tool of the same action (`shop_db__query` with `sql` and
+        `params`), so a guard written for legacy mode holds here."""
         db = self.databases.get(str(args.get("database")))
         if db is None:
-            return self.name, {"meta": "database"}
-        action = {"discover": "describe"}.get(str(args.get("subcommand")), args.get("subcommand"))
-        return f"{db.name}__{action}", {"meta": "database", **database_metadata(db, action, args)}
+            return CallView(self.name, args, {"meta": "database"})
+        sub = str(args.get("subcommand"))
+        action = {"discover": "describe"}.get(sub, sub)
+        keys = {"query": ("sql", "params"), "describe": ("table",)}.get(action, ())
+        own = {k: args[k] for k in keys if k in args}
+        meta = {"meta": "database", **database_metadata(db, action, own)}
+
+        def to_call(new: dict[str, Any]) -> dict[str, Any]:
+            return {"subcommand": sub, "database": db.name, **new}
+
+        return CallView(f"{db.name}__{action}", own, meta, to_call=to_call)
 
     async def run(self, **args: Any) -> ToolResult:
         db = self.databases[args["database"]]

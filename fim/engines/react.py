@@ -17,6 +17,7 @@ from typing import Any
 from fim.errors import FimError
 from fim.tools.registry import ToolRegistry
 from fim.types import (
+    CallView,
     ErrorEvent,
     Event,
     HookContext,
@@ -40,8 +41,9 @@ from fim.types import (
     Usage,
 )
 
-CallView = Callable[[str, dict[str, Any]], tuple[str, dict[str, Any]]]
-"""(tool name, arguments) -> (name hooks match on, metadata hooks see)."""
+ViewFn = Callable[[str, dict[str, Any]], CallView]
+"""(tool name, arguments) -> what hooks see: the real target, its arguments and metadata.
+Raises when it cannot tell; the call is then blocked."""
 
 ContextFitter = Callable[[list[Message]], Awaitable[tuple[list[Message], list[str]]]]
 
@@ -75,12 +77,14 @@ class ReactEngine:
     stream: bool = False
     snapshot_version: str = ""
     mask: Callable[[str], str] = _identity
-    call_view: CallView | None = None
+    call_view: ViewFn | None = None
     fit_context: ContextFitter | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     """Run-level facts handed to every hook (read-only flags, depth ...)."""
     on_turn: Callable[[], Awaitable[list[Event]]] | None = None
     """Called before each model call; lets meta-tools (request_tools) change the tool set."""
+    transcript: list[Message] = field(default_factory=list)
+    """Kept equal to the conversation so far (without the system prompt), for hooks."""
 
     async def run(self, input: str | list[Message]) -> AsyncIterator[Event]:
         started = time.perf_counter()
@@ -105,6 +109,7 @@ class ReactEngine:
             )
 
         system = self.system_prompt
+        self.transcript[:] = history
         result, events = await self.hooks.run(
             "SessionStart",
             HookContext(
@@ -181,10 +186,12 @@ class ReactEngine:
                 *messages,
                 Message(role="assistant", content=reply.content, tool_calls=reply.tool_calls),
             ]
+            self.transcript.append(messages[-1])
             observations: list[Message] = []
             async for event in self._run_tools(reply.tool_calls, observations):
                 yield event
             messages = [*messages, *observations]
+            self.transcript.extend(observations)
 
         output = (
             f"Stopped after {self.max_iterations} iterations without a final answer "
@@ -242,10 +249,6 @@ class ReactEngine:
     async def _run_tool(self, call: ToolCall, queue: asyncio.Queue[Event | None]) -> str:
         t0 = time.perf_counter()
         arguments = call.arguments
-        hook_name, hook_meta = call.name, {}
-        if self.call_view is not None and call.name in self.registry:
-            hook_name, hook_meta = self.call_view(call.name, arguments)
-        metadata = {**self.metadata, **hook_meta, "call_id": call.id}
 
         async def emit(content: str, is_error: bool) -> str:
             await queue.put(
@@ -264,6 +267,11 @@ class ReactEngine:
         problem = self.registry.check(call.name, arguments, call.raw_arguments)
         if problem is not None:
             return await emit(problem, True)
+        try:
+            view = self._view(call.name, arguments)
+        except Exception as exc:
+            return await emit(_unviewable(call.name, exc), True)
+        metadata = {**self.metadata, **view.metadata, "call_id": call.id}
 
         pre, events = await self.hooks.run(
             "PreToolUse",
@@ -271,8 +279,8 @@ class ReactEngine:
                 point="PreToolUse",
                 agent=self.agent,
                 run_id=self.run_id,
-                tool_name=hook_name,
-                tool_args=arguments,
+                tool_name=view.name,
+                tool_args=view.args,
                 metadata=metadata,
             ),
         )
@@ -281,7 +289,7 @@ class ReactEngine:
         if not pre.allow:
             reason = pre.error or "blocked by a hook"
             return await emit(
-                f"Blocked: the call to '{hook_name}' was not run. Reason: {reason.rstrip('.')}."
+                f"Blocked: the call to '{view.name}' was not run. Reason: {reason.rstrip('.')}."
                 + (
                     ""
                     if "retry" in reason
@@ -289,8 +297,21 @@ class ReactEngine:
                 ),
                 True,
             )
+        target_args = view.args
         if pre.modified_args is not None:
-            arguments = pre.modified_args
+            # The rewrite is of the target's arguments; it applies to the call that runs.
+            try:
+                target_args = pre.modified_args
+                arguments = view.call_arguments(target_args)
+                again = self._view(call.name, arguments)
+            except Exception as exc:
+                return await emit(_unviewable(call.name, exc), True)
+            if again.name != view.name:
+                return await emit(
+                    f"Blocked: a hook rewrote the call to '{view.name}' into a call to "
+                    f"'{again.name}'; a rewrite may change arguments, not the target.",
+                    True,
+                )
             problem = self.registry.check(call.name, arguments)
             if problem is not None:
                 return await emit(
@@ -306,8 +327,8 @@ class ReactEngine:
                 point="PostToolUse",
                 agent=self.agent,
                 run_id=self.run_id,
-                tool_name=hook_name,
-                tool_args=arguments,
+                tool_name=view.name,
+                tool_args=target_args,
                 tool_result=result.content,
                 metadata={**metadata, "is_error": result.is_error},
             ),
@@ -317,10 +338,23 @@ class ReactEngine:
         if not post.allow:
             reason = post.error or "blocked by a hook"
             return await emit(
-                f"Blocked: the result of '{hook_name}' was withheld. Reason: {reason}.", True
+                f"Blocked: the result of '{view.name}' was withheld. Reason: {reason}.", True
             )
         content = post.modified_result if post.modified_result is not None else result.content
         return await emit(content, result.is_error)
+
+    def _view(self, name: str, arguments: dict[str, Any]) -> CallView:
+        if self.call_view is None:
+            return CallView(name, arguments)
+        return self.call_view(name, arguments)
+
+
+def _unviewable(name: str, exc: Exception) -> str:
+    return (
+        f"Blocked: fim could not tell what the call to '{name}' targets ({exc}), so it was "
+        "not run (hooks fail closed). Check the call's arguments against the tool's "
+        "description."
+    )
 
 
 def _masked_args(arguments: dict[str, Any], mask: Callable[[str], str]) -> dict[str, Any]:

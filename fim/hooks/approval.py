@@ -2,16 +2,21 @@
 `permissionDecision: "ask"`.
 
 The request is a row in the state store, not a prompt on a terminal, so it can be decided
-from another shell (`fim approvals approve ID`), the HTTP API, or after the process that
-asked has died: a re-run of the same call finds the pending (or already approved) request
-instead of asking twice, and each approval allows exactly one call.
+from another shell (`fim approvals approve ID`) or the HTTP API. An approval is bound to the
+call it approves: the run, the tool call id and a keyed hash of the exact (unmasked)
+arguments. It never authorises another run, another call or other arguments — two calls
+whose secrets mask to the same `***` are still two different calls — and it allows exactly
+one call.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import secrets
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fim.hooks.masking import mask_value
 from fim.types import HookContext, HookResult
@@ -21,15 +26,46 @@ if TYPE_CHECKING:
     from fim.store import Approval, Store
 
 
+_KEY = secrets.token_bytes(32)
+"""Keys the argument hash, so the store never holds a plain hash of a secret argument."""
+
+
+def call_binding(context: HookContext) -> dict[str, Any]:
+    """What an approval is bound to: run, tool call id, and the keyed hash of the target
+    and its exact arguments."""
+    exact = json.dumps(
+        [context.tool_name, context.tool_args or {}],
+        sort_keys=True,
+        ensure_ascii=False,
+        default=str,
+    )
+    digest = hmac.new(_KEY, exact.encode(), hashlib.sha256).hexdigest()
+    return {
+        "run_id": context.run_id,
+        "call_id": str(context.metadata.get("call_id") or ""),
+        "args_hmac": digest,
+    }
+
+
+def _bound(approval: Approval, binding: dict[str, Any]) -> bool:
+    return (
+        approval.run_id == binding["run_id"]
+        and approval.data.get("call_id") == binding["call_id"]
+        and hmac.compare_digest(str(approval.data.get("args_hmac", "")), binding["args_hmac"])
+    )
+
+
 async def _find_or_create(
     store: Store, hook: BaseHook, context: HookContext, args: dict, reason: str, timeout: float
 ) -> tuple[str, Approval | None]:
-    """An approval to wait on: one already made for this exact call, else a new one."""
+    """An approval to wait on: one already made for this very call (same run, call id and
+    arguments: a hook chain asking twice), else a new one."""
     now = time.time()
+    binding = call_binding(context)
     for earlier in await store.list_approvals(
         None, agent=context.agent, tool_name=context.tool_name or "", limit=50
     ):
-        if earlier.kind != "tool" or earlier.args != args:
+        if earlier.kind != "tool" or not _bound(earlier, binding):
             continue
         if earlier.status == "pending":
             return earlier.id, None
@@ -46,6 +82,7 @@ async def _find_or_create(
         expires_at=now + timeout,
         kind="tool",
         data={
+            **binding,
             "hook": hook.name,
             **{k: meta[k] for k in ("connector", "action", "access") if k in meta},
         },
@@ -83,6 +120,12 @@ async def ask_human(
         approval = await store.wait_approval(approval_id, remaining, poll=poll)
 
     if approval is not None and approval.status == "approved":
+        if not _bound(approval, call_binding(context)):
+            return HookResult(
+                allow=False,
+                error=f"approval {approval_id} was given for another call; it cannot "
+                f"authorise this call to '{tool}'",
+            )
         if await store.consume_approval(approval_id):
             return HookResult(
                 side_effects=[f"approval {approval_id} approved by {approval.resolved_by}"]

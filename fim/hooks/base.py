@@ -45,8 +45,10 @@ def compile_matcher(pattern: str | None) -> Callable[[str | None], bool]:
     """Turn a matcher into a predicate on the tool name.
 
     Globs (`crm__*`), `re:` regexes (searched, so anchor with `^` when needed) and Claude
-    Code's `Edit|Write` alternatives are all accepted; none, `""` and `*` match everything.
-    Raises `re.error` for a bad regex so declarations fail at compile time.
+    Code's matchers (regexes matched against the whole name: `Edit|Write`, `mcp__.*`,
+    `Notebook.*`) are all accepted — a plain matcher fires when either its glob or its
+    Claude Code reading matches; none, `""` and `*` match everything. Raises `re.error` for
+    a bad `re:` regex so declarations fail at compile time.
     """
     if pattern is None or pattern.strip() in ("", "*"):
         return lambda name: True
@@ -54,7 +56,19 @@ def compile_matcher(pattern: str | None) -> Callable[[str | None], bool]:
         regex = re.compile(pattern[3:])
         return lambda name: name is not None and regex.search(name) is not None
     alternatives = [p.strip() for p in pattern.split("|") if p.strip()]
-    return lambda name: name is not None and any(fnmatch.fnmatchcase(name, p) for p in alternatives)
+    try:
+        claude: re.Pattern[str] | None = re.compile(pattern.strip())
+    except re.error:
+        claude = None
+
+    def match(name: str | None) -> bool:
+        if name is None:
+            return False
+        if any(fnmatch.fnmatchcase(name, p) for p in alternatives):
+            return True
+        return claude is not None and claude.fullmatch(name) is not None
+
+    return match
 
 
 class BaseHook:
@@ -69,6 +83,8 @@ class BaseHook:
     matcher: str | None = None
     priority: int = 100
     timeout: float = 30.0
+    optional: bool = False
+    """Only for SessionStart: a failure lets the session start without the hook."""
     name: str = ""
     run_context: RunContext | None = None
 

@@ -17,6 +17,7 @@ from fim.config.schema import HookSpec
 from fim.errors import Problem
 from fim.hooks import builtin
 from fim.hooks.base import POINTS, BaseHook, HookBuildError, compile_matcher
+from fim.hooks.targets import hook_targets, unmatched
 from fim.types import HookContext, HookPoint, HookResult
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from fim.snapshot import Locate, Snapshot
     from fim.types import HookRunner
 
-_OVERRIDABLE = ("event", "matcher", "priority", "timeout")
+_OVERRIDABLE = ("event", "matcher", "priority", "timeout", "optional")
 _MAX_REF_DEPTH = 5
 
 
@@ -132,7 +133,9 @@ def instantiate(spec: HookSpec, snapshot: Snapshot, name: str | None = None) -> 
             )
         from fim.hooks.command import CommandHook
 
-        hook = _construct(name, CommandHook, spec.with_, command=spec.command, event=spec.event)
+        hook = _construct(
+            name, CommandHook, spec.with_, command=spec.command, event=spec.event, env=spec.env
+        )
     else:
         if spec.use is not None:
             cls = builtin.load(spec.use)
@@ -155,6 +158,7 @@ def instantiate(spec: HookSpec, snapshot: Snapshot, name: str | None = None) -> 
         hook.set_matcher(spec.matcher)
     if "priority" in fields:
         hook.priority = spec.priority
+    hook.optional = spec.optional
     if "timeout" in fields or spec.command is not None:
         hook.timeout = spec.timeout
     return hook
@@ -194,8 +198,14 @@ def check_hooks(snapshot: Snapshot, locate: Locate | None = None) -> list[Proble
     def check(kind: str, owner: str, label: str, spec: HookSpec, path: tuple = ()) -> None:
         hint: str | None = None
         try:
-            instantiate(resolve(spec, snapshot), snapshot, display_name(spec))
-            return
+            hook = instantiate(resolve(spec, snapshot), snapshot, display_name(spec))
+            agent = snapshot.agents.get(owner) if kind == "agent" else None
+            if agent is None or hook.points == ("SessionStart",):
+                return
+            hint = unmatched(hook.matcher, hook_targets(snapshot, agent))
+            if hint is None:
+                return
+            message = f"matcher {hook.matcher!r} matches no tool this agent can call"
         except HookBuildError as exc:
             message, hint = exc.message, exc.hint
         except Exception as exc:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fim.hooks.base import BaseHook, log
+from fim.hooks.claude import names_of
 from fim.types import HookContext, HookEvent, HookPoint, HookResult
 
 if TYPE_CHECKING:
@@ -66,7 +67,12 @@ class HookChain:
         side_effects: list[str] = []
         events: list[HookEvent] = []
         blocked: str | None = None
-        matching = [h for h in self.for_point(point) if h.matches(context.tool_name)]
+        names = names_of(context.tool_name, context.tool_args, context.metadata)
+        matching = [
+            h
+            for h in self.for_point(point)
+            if (not names and h.matches(None)) or any(h.matches(n) for n in names)
+        ]
 
         for hook in matching:
             current = context.model_copy(
@@ -78,6 +84,19 @@ class HookChain:
                 }
             )
             result = await self._call(hook, current)
+            if not result.allow and point == "SessionStart" and hook.optional:
+                reason = f"optional hook failed, the session starts without it: {result.error}"
+                events.append(self._event(hook, point, context, "allow", reason, result))
+                continue
+            if not result.allow and point == "SessionStart" and "fail closed" in (
+                result.error or ""
+            ):
+                result = result.model_copy(
+                    update={
+                        "error": f"SessionStart hook '{hook.name}' failed: {result.error}. If "
+                        "the session can do without it, declare the hook with `optional: true`"
+                    }
+                )
             if not result.allow:
                 blocked = result.error or f"hook '{hook.name}' blocked without giving a reason"
                 events.append(self._event(hook, point, context, "block", blocked, result))

@@ -21,7 +21,7 @@ from fim.mcp.connection import (
     ServerConnection,
     ToolInfo,
 )
-from fim.types import JSONSchema, ToolResult
+from fim.types import CallView, JSONSchema, ToolResult
 
 META_TOOL = "mcp"
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
@@ -187,7 +187,7 @@ def effective_tool_name(tool: Any, args: dict[str, Any] | None) -> str:
     args = args or {}
     if not isinstance(tool, str):
         resolver = (getattr(tool, "metadata", None) or {}).get("call_view")
-        return resolver(args)[0] if resolver is not None else tool.name
+        return resolver(args).name if resolver is not None else tool.name
     if tool == META_TOOL and args.get("subcommand") == "call":
         server, remote = args.get("server"), args.get("tool")
         if isinstance(server, str) and isinstance(remote, str) and server and remote:
@@ -237,16 +237,21 @@ class McpMetaTool:
             "required": ["subcommand", "server"],
         }
 
-    def _call_view(self, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def _call_view(self, args: dict[str, Any]) -> CallView:
+        """`call` is shown as the server's tool (`sh__run_command`, also
+        `mcp__sh__run_command`) with its own `parameters` as the arguments."""
         target = effective_tool_name(self.name, args)
         if target == self.name:
-            return target, {}
+            return CallView(self.name, args, {})
         conn = self.connections.get(args["server"])
         info = next((t for t in conn.tools if t.name == args["tool"]), None) if conn else None
         meta = {"server": args["server"], "tool": args["tool"], "category": "mcp"}
         if info is not None and info.access:
             meta["access"] = info.access
-        return target, meta
+        params = args.get("parameters") or {}
+        return CallView(
+            target, dict(params), meta, to_call=lambda new: {**args, "parameters": new}
+        )
 
     async def run(self, **args: Any) -> ToolResult:
         server = args.get("server", "")

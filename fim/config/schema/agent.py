@@ -32,6 +32,12 @@ class HookSpec(Strict):
     """Lower runs first."""
     timeout: float = 30.0
     """Seconds a command or Python hook may take before it blocks (fail closed)."""
+    env: list[str] | dict[str, str] = Field(default_factory=list)
+    """Variables a command hook gets besides the protocol's (PATH, HOME, LANG, CLAUDE_*,
+    FIM_*): names passed through from fim's environment, or a mapping of name to value."""
+    optional: bool = False
+    """A SessionStart hook that fails lets the session start without its context (with a
+    notice) instead of refusing it. Tool hooks cannot be optional: guards fail closed."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -42,6 +48,11 @@ class HookSpec(Strict):
             raise ValueError(
                 "a hook needs exactly one of 'use', 'command', 'python' or 'ref'"
                 + (f", got {', '.join(kinds)}" if kinds else "")
+            )
+        if self.optional and self.event not in (None, "SessionStart"):
+            raise ValueError(
+                f"only SessionStart hooks may be optional; a {self.event} hook guards tool "
+                "calls and must fail closed (remove optional: true)"
             )
         return self
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from fim.tools.base import FunctionTool
 from fim.tools.builtin._common import clip, fail, sandbox_dir
-from fim.types import ToolResult
+from fim.types import CallView, ToolResult
 
 if TYPE_CHECKING:
     from fim.runtime import RunContext
@@ -116,11 +116,11 @@ def _list(root: Path, target: Path, recursive: bool) -> str:
     return f"{where}: {len(entries)} entries\n" + "\n".join(lines) if lines else f"{where}: empty"
 
 
-def _call_view(args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def _call_view(args: dict[str, Any]) -> CallView:
     """What hooks see of one call: reads are `access: read`, so readonly_guard lets them
     through while writes stay `access: write`."""
     access = "read" if args.get("operation") in ("read", "list") else "write"
-    return "file_ops", {"access": access, "operation": args.get("operation")}
+    return CallView("file_ops", args, {"access": access, "operation": args.get("operation")})
 
 
 def make(ctx: RunContext) -> FunctionTool:

@@ -1,0 +1,86 @@
+"""Claude Code's vocabulary for fim's tools, so hook scripts written for it work unchanged.
+
+| fim tool (what the hook view names)     | Claude Code name        | `tool_input`                 |
+|-----------------------------------------|-------------------------|------------------------------|
+| `shell`                                 | `Bash`                  | `command` (+ `timeout`)      |
+| `file_ops` read / list                  | `Read` / `LS`           | `file_path` / `path`         |
+| `file_ops` write / append               | `Write` / `Edit`        | `file_path`, `content`       |
+| `web_fetch`                             | `WebFetch`              | `url` (+ fim's other args)   |
+| MCP tool `<server>__<tool>`             | `mcp__<server>__<tool>` | the tool's own arguments     |
+
+A matcher may use either name. Command hooks get the Claude Code name and input in their
+JSON (fim's name stays under `fim.tool_name`); an `updatedInput` in Claude Code's shape is
+mapped back to the fim tool's arguments by `from_claude`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_FILE_OPS = {"read": "Read", "list": "LS", "write": "Write", "append": "Edit"}
+_SIMPLE = {"shell": "Bash", "web_fetch": "WebFetch"}
+
+NAMES: dict[str, tuple[str, ...]] = {
+    "shell": ("Bash",),
+    "file_ops": tuple(_FILE_OPS.values()),
+    "web_fetch": ("WebFetch",),
+}
+"""Every Claude Code name a fim tool can appear as (for `fim validate`'s matcher check)."""
+
+
+def mcp_alias(server: str, tool: str) -> str:
+    return f"mcp__{server}__{tool}"
+
+
+def to_claude(
+    name: str | None, args: dict[str, Any] | None, metadata: dict[str, Any]
+) -> tuple[str, dict[str, Any]] | None:
+    """(Claude Code tool name, tool_input) of a call, or None where there is no equivalent."""
+    if name is None:
+        return None
+    args = args or {}
+    if name in _SIMPLE:
+        return _SIMPLE[name], dict(args)
+    if name == "file_ops":
+        op = str(args.get("operation") or "")
+        alias = _FILE_OPS.get(op)
+        if alias is None:
+            return None
+        if op == "list":
+            return alias, {"path": args.get("path", ".")}
+        view: dict[str, Any] = {"file_path": args.get("path")}
+        if op in ("write", "append"):
+            view["content"] = args.get("content")
+        return alias, view
+    server, tool = metadata.get("server"), metadata.get("tool")
+    if metadata.get("category") == "mcp" and isinstance(server, str) and isinstance(tool, str):
+        return mcp_alias(server, tool), dict(args)
+    return None
+
+
+def from_claude(name: str | None, updated: dict[str, Any], args: dict[str, Any] | None) -> dict:
+    """Arguments of the fim tool from a Claude Code `updatedInput` (the inverse of
+    `to_claude`); keys Claude Code has no word for are kept from the original call."""
+    args = dict(args or {})
+    if name != "file_ops":
+        return updated
+    if "file_path" in updated:
+        args["path"] = updated["file_path"]
+    elif "path" in updated:
+        args["path"] = updated["path"]
+    for key in ("content", "new_string"):
+        if key in updated:
+            args["content"] = updated[key]
+            break
+    return args
+
+
+def names_of(name: str | None, args: dict[str, Any] | None, metadata: dict[str, Any]) -> list[str]:
+    """The names a matcher is tried against: fim's, then Claude Code's if there is one."""
+    if name is None:
+        return []
+    alias = to_claude(name, args, metadata)
+    return [name, alias[0]] if alias is not None and alias[0] != name else [name]
+
+
+__all__ = ["NAMES", "from_claude", "mcp_alias", "names_of", "to_claude"]

@@ -1,0 +1,110 @@
+"""The names a hook matcher can meet on one agent, for `fim validate`.
+
+A guard whose matcher can never fire (`matcher: database` where hooks see `shop__query`,
+`matcher: Bash` on an agent without `shell`) is worse than none: it looks like protection.
+The names are the hook view's (`fim.tools.view`): builtins, `<connector>__<action>`,
+`<database>__list_tables|describe|query`, `<server>__<tool>` for MCP (its tools are only
+known once the server runs, so any name under the server's prefix counts), the meta-tools
+that are their own target, and Claude Code's aliases (`fim.hooks.claude`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from fim.hooks.claude import NAMES, mcp_alias
+
+if TYPE_CHECKING:
+    from fim.config.schema import AgentDecl
+    from fim.snapshot import Snapshot
+
+_PROBE = "tool"
+"""Stands in for an MCP tool name not known before the server runs."""
+
+
+@dataclass
+class Targets:
+    names: list[str] = field(default_factory=list)
+    servers: list[str] = field(default_factory=list)
+    behind: dict[str, list[str]] = field(default_factory=dict)
+    """Meta-tool name -> the targets hooks see instead (`database` -> `shop__query`)."""
+
+    def samples(self) -> list[str]:
+        """Every concrete name, plus a probe under each MCP server's two prefixes."""
+        probes = [f"{s}__{_PROBE}" for s in self.servers]
+        probes += [mcp_alias(s, _PROBE) for s in self.servers]
+        return [*self.names, *probes]
+
+
+def hook_targets(snapshot: Snapshot, agent: AgentDecl) -> Targets:
+    from fim.tools import builtin  # the builtin registry: file names, no tool is built
+
+    tools = list(agent.tools)
+    if agent.tool_categories:
+        chosen = set(agent.tool_categories)
+        tools += [n for n in builtin.names() if n not in tools and builtin.category(n) in chosen]
+    names = list(tools)
+    behind: dict[str, list[str]] = {}
+    for tool in tools:
+        names += NAMES.get(tool, ())
+    for name in agent.connectors:
+        decl = snapshot.connectors.get(name)
+        if decl is None:
+            continue
+        if decl.kind == "database":
+            names += [f"{name}__{a}" for a in ("list_tables", "describe", "query")]
+            behind.setdefault("database", []).extend([f"{name}__query", f"{name}__*"])
+        else:
+            names += [f"{name}__{a}" for a in decl.actions] + [f"{name}__discover"]
+            behind.setdefault("connector", []).append(f"{name}__*")
+    if agent.mcp:
+        names.append("mcp")
+    if agent.skills:
+        names.append("read_skill")
+    if agent.workflows:
+        names.append("run_workflow")
+    if agent.delegates:
+        names.append("call_agent")
+    names.append("request_tools")
+    return Targets(names=list(dict.fromkeys(names)), servers=list(agent.mcp), behind=behind)
+
+
+def _may_match_server(matcher: str, servers: list[str]) -> bool:
+    """A matcher written for tools of a running MCP server (`sh__run_*`, `re:^sh__`)."""
+    text = matcher[3:] if matcher.startswith("re:") else matcher
+    return any(f"{s}__" in text for s in servers) or (bool(servers) and "mcp__" in text)
+
+
+def unmatched(matcher: str | None, targets: Targets) -> str | None:
+    """None when the matcher can fire on this agent, else a hint with a did-you-mean."""
+    from fim.hooks.base import compile_matcher
+
+    if matcher is None or matcher.strip() in ("", "*"):
+        return None
+    match = compile_matcher(matcher)
+    if any(match(name) for name in targets.samples()) or _may_match_server(
+        matcher, targets.servers
+    ):
+        return None
+    words = re.split(r"[|]", matcher[3:] if matcher.startswith("re:") else matcher)
+    pool = targets.names + [f"{s}__*" for s in targets.servers]
+    close: list[str] = []
+    for word in words:
+        stem = word.strip().strip("^$").replace(".*", "*")
+        close += targets.behind.get(stem, [])
+        close += difflib.get_close_matches(stem, pool, n=2, cutoff=0.5)
+        close += [n for n in pool if stem and fnmatch.fnmatchcase(n, f"*{stem}*")][:2]
+    close = list(dict.fromkeys(close))[:3]
+    shown = ", ".join(targets.names[:12]) + (", ..." if len(targets.names) > 12 else "")
+    return (
+        (f"did you mean {' or '.join(repr(c) for c in close)}? " if close else "")
+        + f"hooks see: {shown}"
+        + "".join(f", {s}__<tool> (also mcp__{s}__<tool>)" for s in targets.servers)
+    )
+
+
+__all__ = ["Targets", "hook_targets", "unmatched"]
