@@ -30,6 +30,17 @@ _TOOLS_DIR = str(_FIM_DIR / "tools" / "builtin")
 _HOOKS_DIR = str(_FIM_DIR / "hooks" / "builtin")
 
 
+def command_program(command: str, root: Path) -> str:
+    """The program a hook command runs, with the protocol's project-dir variables expanded
+    as the hook's shell will (`"$CLAUDE_PROJECT_DIR"/hooks/x.sh`)."""
+    words = command.split()
+    program = words[0] if words else ""
+    for var in ("CLAUDE_PROJECT_DIR", "FIM_PROJECT_DIR"):
+        for form in (f"${{{var}}}", f"${var}"):
+            program = program.replace(form, str(root))
+    return program.replace('"', "").replace("'", "")
+
+
 def builtin_tool_names() -> frozenset[str]:
     """Builtins are one file each; their names are the file stems (no import needed)."""
     return module_set(_TOOLS_DIR)
@@ -317,7 +328,7 @@ class Checker:
                     )
                 )
         elif spec.command is not None:
-            program = spec.command.split()[0] if spec.command.split() else ""
+            program = command_program(spec.command, self.decls.root)
             if "/" in program and not (self.decls.root / program).exists():
                 self.add(
                     doc.problem(
