@@ -81,8 +81,16 @@ def make_project(root: Path, mode: str) -> Path:
                 "matcher": "Bash|mcp__.*",
                 "command": "${CLAUDE_PROJECT_DIR}/hooks/bash_validator.py",
             },
-            {"event": "PreToolUse", "matcher": "sh__run_command", "command": "hooks/deny_secrets.py"},
-            {"event": "PreToolUse", "matcher": "mcp__sh__run_command", "command": "hooks/dry_run.py"},
+            {
+                "event": "PreToolUse",
+                "matcher": "sh__run_command",
+                "command": "hooks/deny_secrets.py",
+            },
+            {
+                "event": "PreToolUse",
+                "matcher": "mcp__sh__run_command",
+                "command": "hooks/dry_run.py",
+            },
         ],
     }
     (root / "agents" / "ops.yaml").write_text(json.dumps(agent))
@@ -116,15 +124,17 @@ def test_claude_code_scripts_guard_the_cli_in_every_mode(tmp_path: Path, mode: s
 def test_claude_code_scripts_guard_fim_serve_in_every_mode(tmp_path: Path, mode: str) -> None:
     root = make_project(tmp_path / "p", mode)
     holder = SnapshotHolder(compile_project(root))
-    with ServerThread(create_app(holder)) as srv:
-        with httpx.stream(
+    with (
+        ServerThread(create_app(holder)) as srv,
+        httpx.stream(
             "POST",
             f"{srv.url}/v1/agents/ops/runs",
             json={"input": "clean up", "stream": True},
             timeout=60,
-        ) as response:
-            assert response.status_code == 200
-            events = [
-                json.loads(line[5:]) for line in response.iter_lines() if line.startswith("data:")
-            ]
+        ) as response,
+    ):
+        assert response.status_code == 200
+        events = [
+            json.loads(line[5:]) for line in response.iter_lines() if line.startswith("data:")
+        ]
     assert_guarded(root, [e for e in events if isinstance(e, dict) and "type" in e])
