@@ -134,12 +134,16 @@ async def make_engine(
     assembly = await assemble(ctx)
     if model is None:
         model = make_model(snapshot.model_settings(agent.model), snapshot.root)
+    hooks: Any = NoHooks()
     if ctx.hooks_enabled and agent.hooks:
         from fim.hooks import build_hooks
 
         hooks = build_hooks(ctx)
-    else:
-        hooks = NoHooks()
+    if ctx.hooks_enabled and ctx.guard is not None:
+        from fim.hooks.runner import Stacked
+
+        hooks = Stacked(ctx.guard, hooks)
+    ctx.hooks = hooks
     react = ReactEngine(
         model=model,
         registry=assembly.registry,
@@ -182,6 +186,7 @@ async def run_agent(
     model: Model | None = None,
     stream: bool = False,
     run_id: str | None = None,
+    guard: Any = None,
 ) -> AsyncIterator[Event]:
     """Run one request through a declared agent and yield its events.
 
@@ -200,6 +205,7 @@ async def run_agent(
         depth=depth,
         hooks_enabled=hooks,
         parents=parents,
+        guard=guard,
     )
     if run_id:
         ctx.run_id = run_id

@@ -76,6 +76,7 @@ def provide(ctx: RunContext) -> Provision | None:
                 hooks=ctx.hooks_enabled,
                 depth=ctx.depth + 1,
                 parents=(*ctx.parents, me),
+                guard=ctx.hooks,
             )
         except FimError as exc:
             return ToolResult(content=f"Error: agent '{agent}' could not run: {exc}", is_error=True)

@@ -101,6 +101,11 @@ class RunContext:
     """The run's messages so far (kept by the engine), for hooks' `transcript_path`."""
     session_env: dict[str, str] = field(default_factory=dict)
     """Variables SessionStart hooks exported through CLAUDE_ENV_FILE, for the `shell` tool."""
+    guard: Any = None
+    """The hook runner of the run that started this one (a delegate's caller, the agent that
+    ran a workflow): its hooks hold here too."""
+    hooks: Any = None
+    """This run's hook runner, set when its engine is built (what it passes on as `guard`)."""
 
     def mode(self, kind: ModeKind) -> str:
         return resolve_mode(kind, self.snapshot, self.agent)

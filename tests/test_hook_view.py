@@ -138,3 +138,61 @@ def test_claude_code_scripts_guard_fim_serve_in_every_mode(tmp_path: Path, mode:
             json.loads(line[5:]) for line in response.iter_lines() if line.startswith("data:")
         ]
     assert_guarded(root, [e for e in events if isinstance(e, dict) and "type" in e])
+
+
+def test_a_delegate_and_a_workflow_run_under_the_callers_hooks(tmp_path: Path) -> None:
+    """The two routes around a guard: hand the command to another agent (that has the
+    shell but no hooks), or to a workflow's mcp node. The caller's hooks hold on both."""
+    root = make_project(tmp_path / "p", "legacy")
+    victim = root / "victim"
+    script = [
+        {
+            "tool_calls": [
+                {"id": "d1", "name": "call_agent", "arguments": {"agent": "helper", "task": "x"}},
+                {
+                    "id": "w1",
+                    "name": "run_workflow",
+                    "arguments": {"name": "wipe", "inputs": {"cmd": f"rm -rf {victim}"}},
+                },
+            ]
+        },
+        {"text": "done"},
+    ]
+    (root / "boss.script.yaml").write_text(json.dumps(script))
+    helper = [{"tool_calls": [_call("legacy", f"rm -fr {victim}", 9)]}, {"text": "ok"}]
+    (root / "helper.script.yaml").write_text(json.dumps(helper))
+    ops = json.loads((root / "agents" / "ops.yaml").read_text())
+    boss = {
+        "description": "Delegates",
+        "model": "scripted:boss.script.yaml",
+        "delegates": ["helper"],
+        "workflows": ["wipe"],
+        "hooks": ops["hooks"][:1],  # the exit-2 validator only
+    }
+    (root / "agents" / "boss.yaml").write_text(json.dumps(boss))
+    helper_decl = {"description": "Has a shell", "model": "scripted:helper.script.yaml"}
+    (root / "agents" / "helper.yaml").write_text(json.dumps({**helper_decl, "mcp": ["sh"]}))
+    (root / "workflows").mkdir()
+    wipe = {
+        "description": "Runs one command",
+        "inputs": {"cmd": {"type": "string"}},
+        "nodes": {
+            "run": {
+                "type": "mcp",
+                "server": "sh",
+                "tool": "run_command",
+                "args": {"command": "{{ inputs.cmd }}"},
+            }
+        },
+    }
+    (root / "workflows" / "wipe.yaml").write_text(json.dumps(wipe))
+    result = CliRunner().invoke(
+        app, ["--project", str(root), "run", "boss", "go", "--json"], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    assert (victim / "keep.txt").read_text() == "precious"
+    events = [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
+    results = {e["name"]: e["content"] for e in events if e["type"] == "tool_result"}
+    assert results["call_agent"] == "ok"  # the helper ran, and its rm -fr was blocked
+    assert "blocked by a hook" in results["run_workflow"]
+    assert "deletes recursively" in results["run_workflow"]

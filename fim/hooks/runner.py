@@ -88,8 +88,10 @@ class HookChain:
                 reason = f"optional hook failed, the session starts without it: {result.error}"
                 events.append(self._event(hook, point, context, "allow", reason, result))
                 continue
-            if not result.allow and point == "SessionStart" and "fail closed" in (
-                result.error or ""
+            if (
+                not result.allow
+                and point == "SessionStart"
+                and "fail closed" in (result.error or "")
             ):
                 result = result.model_copy(
                     update={
@@ -196,3 +198,52 @@ class HookChain:
             reason=self.mask(reason) if reason else None,
             side_effects=[self.mask(s) for s in (result.side_effects if result else [])],
         )
+
+
+class Stacked:
+    """The hooks of a run started by another run (a delegate, a workflow an agent started):
+    the caller's chain first, then the run's own. A guard cannot be sidestepped by
+    delegating; a rewrite by the outer chain is what the inner one sees."""
+
+    def __init__(self, outer: Any, inner: Any) -> None:
+        self.outer = outer
+        self.inner = inner
+
+    @property
+    def on_notice(self) -> Callable[[Notice], None] | None:
+        return getattr(self.inner, "on_notice", None)
+
+    @on_notice.setter
+    def on_notice(self, value: Callable[[Notice], None] | None) -> None:
+        for chain in (self.outer, self.inner):
+            if hasattr(chain, "on_notice"):
+                chain.on_notice = value
+
+    async def run(
+        self, point: HookPoint, context: HookContext
+    ) -> tuple[HookResult, list[HookEvent]]:
+        first, events = await self.outer.run(point, context)
+        if not first.allow:
+            return first, events
+        update: dict[str, Any] = {}
+        if first.modified_args is not None:
+            update["tool_args"] = first.modified_args
+        if first.modified_result is not None:
+            update["tool_result"] = first.modified_result
+        second, more = await self.inner.run(point, context.model_copy(update=update))
+        if not second.allow:
+            return second, events + more
+        merged = HookResult(
+            modified_args=second.modified_args
+            if second.modified_args is not None
+            else first.modified_args,
+            modified_result=second.modified_result
+            if second.modified_result is not None
+            else first.modified_result,
+            additional_context="\n\n".join(
+                c for c in (first.additional_context, second.additional_context) if c
+            )
+            or None,
+            side_effects=[*first.side_effects, *second.side_effects],
+        )
+        return merged, events + more

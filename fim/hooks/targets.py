@@ -41,36 +41,65 @@ class Targets:
 
 
 def hook_targets(snapshot: Snapshot, agent: AgentDecl) -> Targets:
+    """Every name a hook of `agent` can meet: its own calls, and — since a delegate and a
+    workflow it starts run under its hooks — theirs."""
+    found = Targets()
+    _collect(snapshot, agent, found, set())
+    found.names = list(dict.fromkeys(found.names))
+    found.servers = list(dict.fromkeys(found.servers))
+    return found
+
+
+def _collect(snapshot: Snapshot, agent: AgentDecl, found: Targets, seen: set[str]) -> None:
     from fim.tools import builtin  # the builtin registry: file names, no tool is built
 
+    if agent.name in seen:
+        return
+    seen.add(agent.name)
     tools = list(agent.tools)
     if agent.tool_categories:
         chosen = set(agent.tool_categories)
         tools += [n for n in builtin.names() if n not in tools and builtin.category(n) in chosen]
-    names = list(tools)
-    behind: dict[str, list[str]] = {}
+    names = found.names
     for tool in tools:
-        names += NAMES.get(tool, ())
+        names += [tool, *NAMES.get(tool, ())]
     for name in agent.connectors:
         decl = snapshot.connectors.get(name)
         if decl is None:
             continue
         if decl.kind == "database":
             names += [f"{name}__{a}" for a in ("list_tables", "describe", "query")]
-            behind.setdefault("database", []).extend([f"{name}__query", f"{name}__*"])
+            found.behind.setdefault("database", []).extend([f"{name}__query", f"{name}__*"])
         else:
             names += [f"{name}__{a}" for a in decl.actions] + [f"{name}__discover"]
-            behind.setdefault("connector", []).append(f"{name}__*")
+            found.behind.setdefault("connector", []).append(f"{name}__*")
     if agent.mcp:
         names.append("mcp")
+        found.servers += agent.mcp
     if agent.skills:
         names.append("read_skill")
-    if agent.workflows:
-        names.append("run_workflow")
     if agent.delegates:
         names.append("call_agent")
     names.append("request_tools")
-    return Targets(names=list(dict.fromkeys(names)), servers=list(agent.mcp), behind=behind)
+    for name in agent.delegates:
+        if name in snapshot.agents:
+            _collect(snapshot, snapshot.agents[name], found, seen)
+    if agent.workflows:
+        names.append("run_workflow")
+    for name in agent.workflows:
+        workflow = snapshot.workflows.get(name)
+        for node in workflow.nodes.values() if workflow is not None else ():
+            kind = node.type
+            if kind == "tool":
+                names += [node.tool, *NAMES.get(node.tool, ())]
+            elif kind == "connector":
+                names.append(f"{node.connector}__{node.action}")
+            elif kind == "database":
+                names.append(f"{node.connector}__query")
+            elif kind == "mcp":
+                names += [f"{node.server}__{node.tool}", mcp_alias(node.server, node.tool)]
+            elif kind == "agent" and node.agent in snapshot.agents:
+                _collect(snapshot, snapshot.agents[node.agent], found, seen)
 
 
 def _may_match_server(matcher: str, servers: list[str]) -> bool:

@@ -249,9 +249,7 @@ class McpMetaTool:
         if info is not None and info.access:
             meta["access"] = info.access
         params = args.get("parameters") or {}
-        return CallView(
-            target, dict(params), meta, to_call=lambda new: {**args, "parameters": new}
-        )
+        return CallView(target, dict(params), meta, to_call=lambda new: {**args, "parameters": new})
 
     async def run(self, **args: Any) -> ToolResult:
         server = args.get("server", "")

@@ -57,10 +57,16 @@ async def run_sql(ctx: NodeContext, connector: str, sql: str, params: dict[str, 
     parser guard agents go through.
     """
     from fim.connectors.database import describe_error, get_database
+    from fim.connectors.meta import database_metadata
     from fim.connectors.sql_guard import SqlRejected, check_read_only
+    from fim.types import CallView
 
     decl: DatabaseConnector = _connector(ctx, connector, DatabaseConnector)
     db = get_database(ctx.services, connector, decl, ctx.snapshot.root)
+    asked = {"sql": sql, "params": params}
+    view = CallView(f"{connector}__query", asked, database_metadata(db, "query", asked))
+    asked, view = await ctx.guarded(view.name, asked, view)
+    sql, params = str(asked.get("sql", "")), asked.get("params") or {}
     finished = ctx.traced_call(f"{connector}__query", {"sql": sql, "params": params})
     problem: str | None = None
     if decl.read_only:
@@ -82,7 +88,10 @@ async def run_sql(ctx: NodeContext, connector: str, sql: str, params: dict[str, 
         rows = [dict(zip(result.columns, row, strict=False)) for row in result.rows]
         # Dates and decimals become text so the output can be stored as JSON.
         output = json.loads(json.dumps(rows, default=str))
-    finished(ToolResult(content=json.dumps(output, ensure_ascii=False)[:20_000]))
+    shown = await ctx.guarded_result(
+        view, ToolResult(content=json.dumps(output, ensure_ascii=False)[:20_000])
+    )
+    finished(shown)
     return output
 
 

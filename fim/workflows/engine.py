@@ -60,7 +60,9 @@ class WorkflowEngine:
     """Runs (or resumes) one workflow of a snapshot and yields its events.
 
     `tools` adds tools that `tool` nodes may name besides the builtins (an embedding
-    application's own functions, or test doubles). `hooks` is passed on to agent nodes.
+    application's own functions, or test doubles). `hooks` is passed on to agent nodes;
+    `guard` is the hook runner of the agent that started the workflow (`run_workflow`):
+    every tool-like node and agent node runs under it.
     """
 
     def __init__(
@@ -74,6 +76,7 @@ class WorkflowEngine:
         hooks: bool = True,
         tools: Iterable[Tool] = (),
         run_id: str | None = None,
+        guard: Any = None,
     ) -> None:
         self.snapshot = snapshot
         self.name = workflow_name
@@ -81,6 +84,7 @@ class WorkflowEngine:
         self.depth = depth
         self.parents = tuple(parents)
         self.hooks = hooks
+        self.guard = guard if hooks else None
         self.extra_tools = {t.name: t for t in tools}
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.state: RunState | None = None
@@ -99,6 +103,7 @@ class WorkflowEngine:
             depth=self.depth,
             parents=self.parents,
             hooks=self.hooks,
+            guard=self.guard,
             registry=self._registry,
             extra_tools=self.extra_tools,
         )

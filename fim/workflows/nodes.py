@@ -61,10 +61,13 @@ class NodeContext:
     depth: int = 0
     parents: tuple[str, ...] = ()
     hooks: bool = True
+    guard: Any = None
+    """The hook runner of the agent that started this workflow, if one did."""
     registry: ToolRegistry = field(default_factory=ToolRegistry)
     extra_tools: Mapping[str, Tool] = field(default_factory=dict)
     emit: Callable[[Any], None] = lambda _event: None
     """Sends an event into the run's trace (tool calls of tool-like nodes)."""
+    _call_id: str = field(default="", init=False)
 
     def traced_call(self, name: str, arguments: dict[str, Any]) -> Callable[[ToolResult], None]:
         """Emit `tool_call` now and return the function that emits its `tool_result`, so
@@ -74,7 +77,7 @@ class NodeContext:
 
         from fim.types import ToolCallEvent, ToolResultEvent
 
-        call_id = f"{self.node_id}-{next(_CALL_IDS)}"
+        call_id = self._call_id or self.next_call_id()
         mask = self.snapshot.mask
         masked = arguments
         if self.snapshot.secrets:
@@ -95,6 +98,67 @@ class NodeContext:
             )
 
         return finished
+
+    def next_call_id(self) -> str:
+        self._call_id = f"{self.node_id}-{next(_CALL_IDS)}"
+        return self._call_id
+
+    async def guarded(
+        self, name: str, args: dict[str, Any], view: Any = None
+    ) -> tuple[dict[str, Any], Any]:
+        """PreToolUse of the starting agent's hooks for a node's call. Returns the
+        arguments to run with (a rewrite applied) and the view, or raises NodeError when a
+        hook blocks. No guard (a workflow run on its own): the arguments unchanged."""
+        from fim.types import CallView, HookContext
+
+        view = view or CallView(name, args)
+        if self.guard is None:
+            return args, view
+        pre, events = await self.guard.run(
+            "PreToolUse",
+            HookContext(
+                point="PreToolUse",
+                agent=self.workflow,
+                run_id=self.run_id,
+                tool_name=view.name,
+                tool_args=view.args,
+                metadata={**view.metadata, "call_id": self.next_call_id(), "node": self.node_id},
+            ),
+        )
+        for event in events:
+            self.emit(event)
+        if not pre.allow:
+            raise NodeError(f"the call to '{view.name}' was blocked by a hook: {pre.error}")
+        if pre.modified_args is not None:
+            args = view.call_arguments(pre.modified_args)
+            view = CallView(view.name, pre.modified_args, view.metadata, view.to_call)
+        return args, view
+
+    async def guarded_result(self, view: Any, result: ToolResult) -> ToolResult:
+        """PostToolUse of the starting agent's hooks for a node's result."""
+        from fim.types import HookContext
+
+        if self.guard is None:
+            return result
+        post, events = await self.guard.run(
+            "PostToolUse",
+            HookContext(
+                point="PostToolUse",
+                agent=self.workflow,
+                run_id=self.run_id,
+                tool_name=view.name,
+                tool_args=view.args,
+                tool_result=result.content,
+                metadata={**view.metadata, "call_id": self._call_id, "is_error": result.is_error},
+            ),
+        )
+        for event in events:
+            self.emit(event)
+        if not post.allow:
+            raise NodeError(f"the result of '{view.name}' was withheld by a hook: {post.error}")
+        if post.modified_result is not None:
+            return ToolResult(content=post.modified_result, is_error=result.is_error)
+        return result
 
     def render(self, value: Any) -> Any:
         try:
@@ -170,9 +234,17 @@ def resolve_tool(ctx: NodeContext, name: str) -> Tool:
 async def call_tool(ctx: NodeContext, tool: Tool, args: dict[str, Any]) -> Any:
     """Validate and run a tool through a registry, so argument errors read the same as in
     an agent run; an error result fails the node."""
+    from fim.tools.view import ViewError, view_of
+
     registry = ctx.registry if ctx.registry.get(tool.name) is tool else ToolRegistry([tool])
+    try:
+        view = view_of(tool, args)
+    except ViewError as exc:
+        raise NodeError(f"cannot tell what the call to '{tool.name}' targets ({exc})") from None
+    args, view = await ctx.guarded(tool.name, args, view)
     finished = ctx.traced_call(tool.name, args)
     result: ToolResult = await registry.call(tool.name, args)
+    result = await ctx.guarded_result(view, result)
     finished(result)
     if result.is_error:
         raise NodeError(result.content)
@@ -256,6 +328,7 @@ async def run_agent_node(node: AgentNode, ctx: NodeContext) -> Any:
             task,
             services=ctx.services,
             hooks=ctx.hooks,
+            guard=ctx.guard,
             depth=ctx.depth + 1,
             parents=(*ctx.parents, ctx.workflow),
         )

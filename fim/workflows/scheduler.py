@@ -76,6 +76,7 @@ class Scheduler:
     depth: int = 0
     parents: tuple[str, ...] = ()
     hooks: bool = True
+    guard: Any = None
     registry: ToolRegistry = field(default_factory=ToolRegistry)
     extra_tools: Mapping[str, Tool] = field(default_factory=dict)
 
@@ -167,6 +168,7 @@ class Scheduler:
                         depth=self.depth,
                         parents=self.parents,
                         hooks=self.hooks,
+                        guard=self.guard,
                         registry=self.registry,
                         extra_tools=self.extra_tools,
                         emit=queue.put_nowait,
