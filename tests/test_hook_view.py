@@ -196,3 +196,155 @@ def test_a_delegate_and_a_workflow_run_under_the_callers_hooks(tmp_path: Path) -
     assert results["call_agent"] == "ok"  # the helper ran, and its rm -fr was blocked
     assert "blocked by a hook" in results["run_workflow"]
     assert "deletes recursively" in results["run_workflow"]
+
+
+AMBIGUOUS = ["bom", "stringy", "denyword", "garbage"]
+
+
+def guarded_project(root: Path, mode: str, extra_hooks: list[dict], calls: list[str]) -> Path:
+    make_project(root, mode)
+    turn = [{"tool_calls": [_call(mode, command, i) for i, command in enumerate(calls)]}]
+    script = [*(turn if calls else []), {"text": "done"}]
+    (root / "attack.script.yaml").write_text(json.dumps(script))
+    agent = json.loads((root / "agents" / "ops.yaml").read_text())
+    agent["hooks"] = extra_hooks
+    (root / "agents" / "ops.yaml").write_text(json.dumps(agent))
+    return root
+
+
+def run_surface(root: Path, surface: str, agent: str = "ops", code: int = 0) -> list[dict]:
+    if surface == "cli":
+        result = CliRunner().invoke(
+            app, ["--project", str(root), "run", agent, "go", "--json"], catch_exceptions=False
+        )
+        assert result.exit_code == code, result.output
+        return [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
+    holder = SnapshotHolder(compile_project(root))
+    with ServerThread(create_app(holder)) as srv:
+        reply = httpx.post(f"{srv.url}/v1/agents/{agent}/runs", json={"input": "go"}, timeout=60)
+    assert reply.status_code == 200, reply.text
+    return reply.json()["events"]
+
+
+@pytest.mark.parametrize("surface", ["cli", "serve"])
+@pytest.mark.parametrize("mode", ["legacy", "progressive"])
+def test_ambiguous_hook_output_blocks_and_hooks_get_no_secrets(
+    tmp_path: Path, mode: str, surface: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MODEL_KEY", "sk-model-secret")
+    monkeypatch.setenv("FIM_API_KEY", "fim-server-secret")
+    monkeypatch.setenv("DEPLOY_TOKEN", "declared-token")
+    root = tmp_path / "p"
+    hooks = [
+        {"event": "PreToolUse", "matcher": "mcp__sh__.*", "command": "hooks/ambiguous.py"},
+        {
+            "event": "PreToolUse",
+            "matcher": "Bash|sh__*",
+            "command": "hooks/env_dump.py",
+            "env": ["DEPLOY_TOKEN"],
+        },
+    ]
+    calls = [f"touch {root}/{word}" for word in AMBIGUOUS] + [f"touch {root}/plain"]
+    guarded_project(root, mode, hooks, calls)
+    events = run_surface(root, surface)
+    assert (root / "plain").exists()  # exit 0 with no output allows
+    for word in AMBIGUOUS:
+        assert not (root / word).exists(), word
+    reasons = [e["reason"] for e in events if e["type"] == "hook" and e["decision"] == "block"]
+    assert len(reasons) == len(AMBIGUOUS)
+    assert all("hooks/ambiguous.py" in r and "fail closed" in r for r in reasons)
+    env = json.loads((root / "hook-env.json").read_text())
+    assert "MODEL_KEY" not in env and "FIM_API_KEY" not in env
+    assert env["DEPLOY_TOKEN"] == "declared-token"
+    assert env["CLAUDE_PROJECT_DIR"] == str(root) and "PATH" in env
+
+
+@pytest.mark.parametrize("surface", ["cli", "serve"])
+def test_a_session_start_context_loader_works_unchanged(tmp_path: Path, surface: str) -> None:
+    root = tmp_path / "p"
+    hooks = [
+        {"event": "SessionStart", "command": '"$CLAUDE_PROJECT_DIR"/hooks/session_context.sh'},
+        {"event": "PreToolUse", "matcher": "*", "command": "hooks/transcript_check.py"},
+    ]
+    guarded_project(root, "progressive", hooks, [f"touch {root}/x"])
+    (root / "NOTES.md").write_text("deploys freeze on Fridays\n")
+    (root / "hooks" / "transcript_check.py").write_text(
+        "#!/usr/bin/env python3\nimport json, sys\n"
+        "event = json.load(sys.stdin)\n"
+        "lines = open(event['transcript_path']).read().splitlines()\n"
+        "assert json.loads(lines[0])['message']['content'] == 'go', lines\n"
+        "assert event['hook_event_name'] == 'PreToolUse' and event['session_id']\n"
+    )
+    (root / "hooks" / "transcript_check.py").chmod(0o755)
+    events = run_surface(root, surface)
+    context = [e for e in events if e["type"] == "hook" and e["point"] == "SessionStart"]
+    assert context and context[0]["decision"] == "context"
+    assert (root / "x").exists()  # the transcript check allowed: the JSONL file was right
+    assert not [e for e in events if e["type"] == "hook" and e["decision"] == "block"]
+
+
+def test_a_failing_session_start_hook_says_which_and_how_to_make_it_optional(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "p"
+    failing = {"event": "SessionStart", "command": "exit 3"}
+    guarded_project(root, "legacy", [failing], [])
+    events = run_surface(root, "cli", code=1)
+    [error] = [e for e in events if e["type"] == "error"]
+    assert "SessionStart hook 'command: exit 3' failed" in error["message"]
+    assert "optional: true" in error["message"]
+    guarded_project(tmp_path / "q", "legacy", [{**failing, "optional": True}], [])
+    events = run_surface(tmp_path / "q", "cli")
+    assert [e for e in events if e["type"] == "run_finished"][0]["status"] == "ok"
+
+
+@pytest.mark.parametrize("mode", ["legacy", "progressive"])
+def test_an_approval_given_to_one_run_never_lets_another_run_through(
+    tmp_path: Path, mode: str
+) -> None:
+    """Two clients make the very same call; a human approves the first. The second waits
+    on its own approval (it does not ride on the first), and runs only if that is given."""
+    import threading
+    import time
+
+    root = tmp_path / "p"
+    confirm = {"use": "confirm", "matcher": "sh__*", "with": {"all": True, "poll": 0.02}}
+    guarded_project(root, mode, [confirm], [f"touch {root}/made"])
+    holder = SnapshotHolder(compile_project(root))
+    replies: dict[str, dict] = {}
+
+    def pending(url: str, count: int) -> list[dict]:
+        for _ in range(1500):  # bounded: 30 s at most
+            found = httpx.get(f"{url}/v1/approvals").json()["approvals"]
+            if len(found) >= count:
+                return found
+            time.sleep(0.02)
+        raise AssertionError(f"expected {count} pending approvals")
+
+    def run(url: str, who: str) -> None:
+        reply = httpx.post(f"{url}/v1/agents/ops/runs", json={"input": "go"}, timeout=60)
+        replies[who] = reply.json()
+
+    with ServerThread(create_app(holder)) as srv:
+        a = threading.Thread(target=run, args=(srv.url, "a"))
+        a.start()
+        [first] = pending(srv.url, 1)
+        b = threading.Thread(target=run, args=(srv.url, "b"))
+        b.start()
+        both = pending(srv.url, 2)
+        second = next(x for x in both if x["id"] != first["id"])
+        assert second["run_id"] != first["run_id"]
+        decided = httpx.post(f"{srv.url}/v1/approvals/{first['id']}", json={"decision": "approve"})
+        assert decided.status_code == 200, decided.text
+        a.join(30)
+        still = httpx.get(f"{srv.url}/v1/approvals").json()["approvals"]
+        assert [x["id"] for x in still] == [second["id"]]  # B still waits on its own
+        httpx.post(f"{srv.url}/v1/approvals/{second['id']}", json={"decision": "deny"})
+        b.join(30)
+
+    def tool_results(who: str) -> list[dict]:
+        return [e for e in replies[who]["events"] if e["type"] == "tool_result"]
+
+    assert [r["is_error"] for r in tool_results("a")] == [False]
+    [denied] = tool_results("b")
+    assert denied["is_error"] and "denied" in denied["content"]
