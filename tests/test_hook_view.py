@@ -295,7 +295,7 @@ def test_a_failing_session_start_hook_says_which_and_how_to_make_it_optional(
     assert "optional: true" in error["message"]
     guarded_project(tmp_path / "q", "legacy", [{**failing, "optional": True}], [])
     events = run_surface(tmp_path / "q", "cli")
-    assert [e for e in events if e["type"] == "run_finished"][0]["status"] == "ok"
+    assert next(e for e in events if e["type"] == "run_finished")["status"] == "ok"
 
 
 @pytest.mark.parametrize("mode", ["legacy", "progressive"])
