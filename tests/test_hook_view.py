@@ -348,3 +348,33 @@ def test_an_approval_given_to_one_run_never_lets_another_run_through(
     assert [r["is_error"] for r in tool_results("a")] == [False]
     [denied] = tool_results("b")
     assert denied["is_error"] and "denied" in denied["content"]
+
+
+def test_file_ops_is_read_write_and_edit_to_claude_code_scripts(tmp_path: Path) -> None:
+    root = tmp_path / "p"
+    make_project(root, "legacy")
+
+    def write(path: str, n: int, op: str = "write") -> dict:
+        arguments = {"operation": op, "path": path, "content": "X=1"}
+        return {"id": f"f{n}", "name": "file_ops", "arguments": arguments}
+
+    script = [
+        {"tool_calls": [write(".env", 1), write("notes.txt", 2), write("app/.env", 3, "append")]},
+        {"text": "done"},
+    ]
+    (root / "files.script.yaml").write_text(json.dumps(script))
+    agent = {
+        "description": "Writes files",
+        "model": "scripted:files.script.yaml",
+        "tools": ["file_ops"],
+        "hooks": [
+            {"event": "PreToolUse", "matcher": "Write|Edit", "command": "hooks/protect_env.py"},
+            {"event": "PreToolUse", "matcher": "Read", "command": "exit 2"},  # never fires
+        ],
+    }
+    (root / "agents" / "files.yaml").write_text(json.dumps(agent))
+    events = run_surface(root, "cli", agent="files")
+    results = {e["call_id"]: e for e in events if e["type"] == "tool_result"}
+    assert results["f1"]["is_error"] and "Writing .env is not allowed" in results["f1"]["content"]
+    assert not results["f2"]["is_error"]
+    assert results["f3"]["is_error"] and "app/.env" in results["f3"]["content"]
