@@ -276,3 +276,35 @@ async def test_secrets_are_masked_in_every_event():
     events = await collect(engine(model, tool, mask=lambda s: s.replace("s3cr3t-value", "***")))
     dumped = "".join(e.model_dump_json() for e in events)
     assert "s3cr3t-value" not in dumped and "***" in dumped
+
+
+async def test_a_call_whose_target_cannot_be_told_is_blocked_not_shown_as_the_wrapper():
+    """Fail closed: the view resolver of a meta-tool raising must not fall back to showing
+    hooks the wrapper (a guard matched on the target would never see the call)."""
+    from fim.tools.view import view_of
+
+    ran: list[dict] = []
+
+    async def wrapper(**args: Any) -> str:
+        ran.append(args)
+        return "ran"
+
+    def broken_view(args: dict) -> Any:
+        raise KeyError("server")
+
+    tool = FunctionTool(
+        "meta", "d", {"type": "object"}, wrapper, metadata={"call_view": broken_view}
+    )
+    registry = ToolRegistry([tool])
+    engine = ReactEngine(
+        model=ScriptedModel([tool_call("meta", {"x": 1}), text("done")]),
+        registry=registry,
+        system_prompt="",
+        agent="a",
+        run_id="r",
+        call_view=lambda name, args: view_of(registry.get(name), args),
+    )
+    events = [e async for e in engine.run("go")]
+    [result] = [e for e in events if isinstance(e, ToolResultEvent)]
+    assert result.is_error and "could not tell what the call to 'meta' targets" in result.content
+    assert ran == []
