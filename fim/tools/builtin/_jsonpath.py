@@ -17,12 +17,15 @@ _TOKEN = re.compile(
         (?P<dot>\.)
       | \[\s*(?P<index>-?\d+)\s*\]
       | \[\s*(?P<star>\*)\s*\]
-      | \[\s*(?P<q>["'])(?P<quoted>(?:\\.|(?!(?P=q)).)*)(?P=q)\s*\]
+      | \[\s*(?P<q>["'])(?P<quoted>(?:\\.|(?!(?P=q))[^\\])*)(?P=q)\s*\]
       | (?P<wild>\*)
       | (?P<name>[A-Za-z_$@][\w$@-]*)
     )""",
     re.VERBOSE,
 )
+
+# The quoted-key branch must not let a backslash match two ways (`\\.` or `.`): that
+# ambiguity made `["\\\\...` (no closing quote) backtrack exponentially.
 
 STAR = object()
 _MISSING = object()

@@ -2,7 +2,9 @@
 
 Models are bad at arithmetic and `eval` is a sandbox escape; a whitelist walker over the
 expression tree gives both safety and exact integers. Sizes are guarded before computing,
-so `9**9**9` is refused instead of freezing the process.
+so `9**9**9` is refused instead of freezing the process; and the evaluation runs in a
+killable worker process (`fim.tools.isolate`) with a deadline, CPU and memory caps, so an
+expression the guards did not foresee still cannot hold the server.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+from fim.tools import isolate
 from fim.tools.base import FunctionTool
 from fim.tools.builtin._common import fail
 from fim.types import ToolResult
@@ -20,6 +23,7 @@ from fim.types import ToolResult
 MAX_EXPRESSION = 1000
 MAX_INT_BITS = 13_000  # ~3900 decimal digits: stays under Python's int->str limit of 4300
 MAX_FACTORIAL = 1000
+TIMEOUT = 2.0
 
 Number = int | float
 
@@ -175,7 +179,8 @@ _HELP = (
 )
 
 
-async def _run(expression: str) -> str | ToolResult:
+def observe(expression: str) -> str | ToolResult:
+    """Evaluate to the tool's observation; runs inside the isolated worker."""
     try:
         return format_number(evaluate(expression))
     except CalcError as exc:
@@ -186,6 +191,12 @@ async def _run(expression: str) -> str | ToolResult:
         return fail("the result is too large to represent. Use smaller numbers.")
     except (ValueError, TypeError) as exc:
         return fail(f"{exc}. Check the function's arguments. {_HELP}")
+
+
+async def _run(expression: str) -> str | ToolResult:
+    return await isolate.run(
+        observe, expression, timeout=TIMEOUT, hint="Use smaller numbers or fewer operations."
+    )
 
 
 TOOL = FunctionTool(

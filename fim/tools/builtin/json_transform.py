@@ -3,6 +3,10 @@
 Models mangle large JSON when they reshape it in their head; a deterministic pipeline
 (`get` a path, `filter` by a field, `sort_by`, `pick` keys, `count` ...) is exact and keeps
 the observation small. No new dependency: the path language lives in `_jsonpath`.
+
+The pipeline runs in a killable worker process (`fim.tools.isolate`): `matches` applies a
+model-written regular expression, and `^(a+)+$` backtracks for ever; the worker is killed
+at the deadline instead of the event loop freezing.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from fim.tools import isolate
 from fim.tools.base import FunctionTool
 from fim.tools.builtin._common import clip, fail
 from fim.tools.builtin._jsonpath import PathError, lookup, query
@@ -19,6 +24,8 @@ from fim.types import ToolResult
 
 MAX_OUTPUT = 20_000
 MAX_OPERATIONS = 20
+MAX_PATTERN = 1_000
+TIMEOUT = 5.0
 OPERATIONS = (
     "get", "pick", "omit", "filter", "sort_by", "limit", "count", "unique", "flatten", "keys",
     "values", "sum", "min", "max", "avg", "group_by", "count_by",
@@ -35,7 +42,7 @@ _COMPARE: dict[str, Callable[[Any, Any], bool]] = {
     "in": lambda a, b: a in b,
     "exists": lambda a, b: a is not None,
     "missing": lambda a, b: a is None,
-    "matches": lambda a, b: isinstance(a, str) and re.search(str(b), a) is not None,
+    "matches": lambda a, b: isinstance(a, str) and _pattern(b).search(a) is not None,
 }
 _OPS_HELP = (
     "get{path}, pick{keys}, omit{keys}, filter{field, compare?, value}, sort_by{field, "
@@ -46,6 +53,16 @@ _OPS_HELP = (
 
 class TransformError(ValueError):
     """An operation that cannot apply; the message is for the model."""
+
+
+def _pattern(value: Any) -> re.Pattern[str]:
+    text = str(value)
+    if len(text) > MAX_PATTERN:
+        raise TransformError(f"the 'matches' pattern is longer than {MAX_PATTERN} characters")
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise TransformError(f"invalid regular expression for 'matches': {exc}") from None
 
 
 def _need_list(value: Any, op: str) -> list[Any]:
@@ -161,9 +178,10 @@ def apply(value: Any, step: dict[str, Any]) -> Any:
     raise TransformError(f"unknown operation '{op}'")
 
 
-async def _run(
+def observe(
     data: Any, path: str | None = None, operations: list[dict[str, Any]] | None = None
 ) -> str | ToolResult:
+    """Run the pipeline to the tool's observation; runs inside the isolated worker."""
     if isinstance(data, str):
         try:
             data = json.loads(data)
@@ -181,6 +199,20 @@ async def _run(
         except (TransformError, PathError) as exc:
             return fail(f"{where}: {exc}. Operations: {_OPS_HELP}.")
     return clip(json.dumps(value, indent=2, ensure_ascii=False, default=str), MAX_OUTPUT)
+
+
+async def _run(
+    data: Any, path: str | None = None, operations: list[dict[str, Any]] | None = None
+) -> str | ToolResult:
+    return await isolate.run(
+        observe,
+        data,
+        path,
+        operations,
+        timeout=TIMEOUT,
+        hint="Simplify the 'matches' pattern (avoid nested quantifiers such as (a+)+) or "
+        "send less data.",
+    )
 
 
 TOOL = FunctionTool(

@@ -2,27 +2,27 @@
 
 The environment is Jinja2's SandboxedEnvironment (no attribute access to internals, capped
 `range`) with StrictUndefined, so a missing variable is an error the model can fix instead
-of a silently empty string. Rendering streams in a worker thread and stops at an output cap
-or a deadline, so a runaway loop cannot pin the event loop.
+of a silently empty string. Rendering runs in a killable worker process
+(`fim.tools.isolate`) and streams with an output cap: `{{ 9**(9**8) }}` or nested loops end
+at the deadline with the worker killed, never pinning the event loop or a thread.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
+from fim.tools import isolate
 from fim.tools.base import FunctionTool
 from fim.tools.builtin._common import fail
 from fim.types import ToolResult
 
 MAX_TEMPLATE = 100_000
 MAX_OUTPUT = 50_000
-DEADLINE = 5.0
+TIMEOUT = 5.0
 
 
 class _Stop(Exception):
-    """Raised inside the rendering thread when the output cap or the deadline is hit."""
+    """Raised while rendering when the output cap is hit."""
 
 
 def _environment() -> Any:
@@ -37,7 +37,6 @@ def _environment() -> Any:
 def render(template: str, variables: dict[str, Any]) -> str:
     """Render or raise a jinja2 error / `_Stop` (what went wrong is in the message)."""
     compiled = _environment().from_string(template)
-    started = time.monotonic()
     out: list[str] = []
     size = 0
     for piece in compiled.generate(**variables):
@@ -45,18 +44,16 @@ def render(template: str, variables: dict[str, Any]) -> str:
         size += len(piece)
         if size > MAX_OUTPUT:
             raise _Stop(f"the output is longer than {MAX_OUTPUT} characters")
-        if time.monotonic() - started > DEADLINE:
-            raise _Stop(f"rendering took longer than {DEADLINE:g}s")
     return "".join(out)
 
 
-async def _run(template: str, variables: dict[str, Any] | None = None) -> str | ToolResult:
+def observe(template: str, variables: dict[str, Any]) -> str | ToolResult:
+    """Render to the tool's observation; runs inside the isolated worker."""
     import jinja2
 
-    variables = variables or {}
     given = ", ".join(sorted(variables)) or "none"
     try:
-        return await asyncio.to_thread(render, template, variables)
+        return render(template, variables)
     except jinja2.TemplateSyntaxError as exc:
         return fail(f"template syntax error on line {exc.lineno}: {exc.message}. Fix the template.")
     except jinja2.UndefinedError as exc:
@@ -70,6 +67,16 @@ async def _run(template: str, variables: dict[str, Any] | None = None) -> str | 
         return fail(f"{exc}. Render less data or simplify loops.")
     except (jinja2.TemplateError, TypeError, ValueError, ArithmeticError) as exc:
         return fail(f"rendering failed: {type(exc).__name__}: {exc}. Fix the template.")
+
+
+async def _run(template: str, variables: dict[str, Any] | None = None) -> str | ToolResult:
+    return await isolate.run(
+        observe,
+        template,
+        variables or {},
+        timeout=TIMEOUT,
+        hint="Render less data, simplify loops, avoid huge numbers.",
+    )
 
 
 TOOL = FunctionTool(

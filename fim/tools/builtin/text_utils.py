@@ -3,17 +3,19 @@
 Regular expressions come from the model, so `regex_find` and `find_replace` (with
 `regex: true`) use the `regex` package's per-call timeout when it is installed (it ships
 with tiktoken, a fim dependency) and cap input sizes either way: a catastrophic pattern
-becomes an error observation instead of a frozen run.
+becomes an error observation instead of a frozen run. Every operation runs in a killable
+worker process (`fim.tools.isolate`), and find_replace computes the size of its result
+before building it, so 100k matches x a 10k replacement is refused, not allocated.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import unicodedata
 from typing import Any
 
+from fim.tools import isolate
 from fim.tools.base import FunctionTool
 from fim.tools.builtin._common import clip, fail
 from fim.types import ToolResult
@@ -24,6 +26,8 @@ MAX_PATTERN = 1_000
 REGEX_TIMEOUT = 2.0
 MAX_MATCHES = 500
 MAX_OUTPUT = 50_000
+MAX_RESULT_TEXT = MAX_TEXT  # find_replace: the largest text it will build
+TIMEOUT = 5.0
 
 OPERATIONS = (
     "word_count", "char_count", "line_count", "upper", "lower", "title", "slugify",
@@ -61,36 +65,63 @@ def _compile(pattern: str, flags: int) -> Any:
         ) from None
 
 
-def _timeout_kw(compiled: Any) -> dict[str, float]:
-    return {} if isinstance(compiled, re.Pattern) else {"timeout": REGEX_TIMEOUT}
+def _timeout_kw(compiled: Any, timeout: float) -> dict[str, float]:
+    return {} if isinstance(compiled, re.Pattern) else {"timeout": timeout}
 
 
-def _regex_find(text: str, pattern: str, flags: int, limit: int) -> str:
+def _regex_find(text: str, pattern: str, flags: int, limit: int, timeout: float) -> str:
     if len(text) > MAX_REGEX_TEXT:
         raise TextError(f"regex_find accepts at most {MAX_REGEX_TEXT} characters of text")
     compiled = _compile(pattern, flags)
     matches = []
-    for match in compiled.finditer(text, **_timeout_kw(compiled)):
+    size = 0
+    for match in compiled.finditer(text, **_timeout_kw(compiled, timeout)):
         entry: dict[str, Any] = {"match": match.group(0), "start": match.start()}
         if match.groups():
             entry["groups"] = list(match.groups())
         if match.groupdict():
             entry["named"] = match.groupdict()
         matches.append(entry)
-        if len(matches) >= limit:
+        size += len(match.group(0)) + sum(len(g or "") for g in match.groups())
+        if len(matches) >= limit or size > MAX_OUTPUT:  # the observation shows no more
             break
     return json.dumps({"count": len(matches), "matches": matches}, ensure_ascii=False)
 
 
-def _find_replace(text: str, find: str, replace: str, use_regex: bool, flags: int) -> str:
+def _too_large(size: int) -> TextError:
+    return TextError(
+        f"the result would be {size} characters, over the limit of {MAX_RESULT_TEXT}; "
+        "replace in a smaller text or with a shorter replacement"
+    )
+
+
+def _find_replace(
+    text: str, find: str, replace: str, use_regex: bool, flags: int, timeout: float
+) -> str:
     if not use_regex:
         if flags & re.IGNORECASE:
-            return re.sub(re.escape(find), lambda _: replace, text, flags=re.IGNORECASE)
-        return text.replace(find, replace)
+            found = re.compile(re.escape(find), re.IGNORECASE)
+            count = sum(1 for _ in found.finditer(text))
+        else:
+            found, count = None, text.count(find)
+        size = len(text) + count * (len(replace) - len(find))
+        if size > MAX_RESULT_TEXT:  # checked before anything is built
+            raise _too_large(size)
+        return text.replace(find, replace) if found is None else found.sub(lambda _: replace, text)
     if len(text) > MAX_REGEX_TEXT:
         raise TextError(f"regex replace accepts at most {MAX_REGEX_TEXT} characters of text")
     compiled = _compile(find, flags)
-    return compiled.sub(replace, text, **_timeout_kw(compiled))
+    added = 0
+
+    def expand(match: Any) -> str:
+        nonlocal added
+        piece: str = match.expand(replace)
+        added += len(piece)
+        if len(text) + added > MAX_RESULT_TEXT:
+            raise _too_large(len(text) + added)
+        return piece
+
+    return str(compiled.sub(expand, text, **_timeout_kw(compiled, timeout)))
 
 
 def slugify(text: str) -> str:
@@ -113,7 +144,9 @@ def _unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def transform(operation: str, text: str, args: dict[str, Any]) -> str:
+def transform(
+    operation: str, text: str, args: dict[str, Any], regex_timeout: float = REGEX_TIMEOUT
+) -> str:
     flags = _flags(args.get("ignore_case", False), args.get("multiline", False))
     if operation == "word_count":
         return str(len(re.findall(r"\w+(?:[-']\w+)*", text)))
@@ -138,12 +171,18 @@ def transform(operation: str, text: str, args: dict[str, Any]) -> str:
         if not args.get("find"):
             raise TextError("'find_replace' needs 'find' (and 'replace', default empty)")
         return _find_replace(
-            text, args["find"], args.get("replace", ""), args.get("regex", False), flags
+            text,
+            args["find"],
+            args.get("replace", ""),
+            args.get("regex", False),
+            flags,
+            regex_timeout,
         )
     if operation == "regex_find":
         if not args.get("pattern"):
             raise TextError("'regex_find' needs 'pattern'")
-        return _regex_find(text, args["pattern"], flags, args.get("max_matches", MAX_MATCHES))
+        limit = args.get("max_matches", MAX_MATCHES)
+        return _regex_find(text, args["pattern"], flags, limit, regex_timeout)
     if operation == "extract_emails":
         return json.dumps(_unique(_EMAIL.findall(text)))
     if operation == "extract_urls":
@@ -152,19 +191,34 @@ def transform(operation: str, text: str, args: dict[str, Any]) -> str:
     raise TextError(f"unknown operation '{operation}'")
 
 
-async def _run(operation: str, text: str, **args: Any) -> str | ToolResult:
+def observe(
+    operation: str, text: str, args: dict[str, Any], regex_timeout: float
+) -> str | ToolResult:
+    """Apply the operation to the tool's observation; runs inside the isolated worker."""
     try:
-        result = await asyncio.to_thread(transform, operation, text, args)
+        result = transform(operation, text, args, regex_timeout)
     except TextError as exc:
         return fail(f"{exc}.")
     except TimeoutError:
         return fail(
-            f"the pattern took longer than {REGEX_TIMEOUT:g}s (catastrophic backtracking?). "
+            f"the pattern took longer than {regex_timeout:g}s (catastrophic backtracking?). "
             "Simplify it: avoid nested quantifiers such as (a+)+."
         )
     except (re.error, ValueError) as exc:
         return fail(f"{operation} failed: {exc}. Check the arguments.")
     return clip(result, MAX_OUTPUT)
+
+
+async def _run(operation: str, text: str, **args: Any) -> str | ToolResult:
+    return await isolate.run(
+        observe,
+        operation,
+        text,
+        args,
+        REGEX_TIMEOUT,
+        timeout=TIMEOUT,
+        hint="Simplify the pattern (avoid nested quantifiers such as (a+)+) or send less text.",
+    )
 
 
 TOOL = FunctionTool(

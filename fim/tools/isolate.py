@@ -1,0 +1,203 @@
+"""Run untrusted work (model-written templates, expressions, patterns) in a killable worker.
+
+A thread cannot be stopped: a Jinja template computing `9**(9**8)` or a regex backtracking
+on `^(a+)+$` keeps its thread (and the GIL) until it finishes, whatever deadline the caller
+set. So the builtins that evaluate model-written code call `run()`, which hands the work to
+a pool of worker processes (pebble's ProcessPool: a task past its timeout has its worker
+killed and replaced). Each worker runs with:
+
+- a wall-clock deadline per call (the caller's `timeout`), enforced by killing the worker;
+- `RLIMIT_CPU` per call (deadline + 1 s) as a backstop should the deadline not fire;
+- `RLIMIT_AS` (address space) so a huge allocation is a MemoryError, not a host OOM;
+- a cap on the size of what it returns (`MAX_RESULT` characters);
+- a lower CPU priority (nice 10), so spinning workers cannot slow the server's event loop.
+
+The pool is created on first use (agents that never call these tools pay nothing), from a
+`forkserver` that pre-imports the tool modules (no fork of the multi-threaded server;
+a replacement worker is one cheap fork of a small process). Like every multiprocessing
+child, a worker imports the main module (`fim`'s console script: cheap); scripts that
+call these tools need the usual `if __name__ == "__main__":` guard. Calls beyond the pool size
+queue; nothing here uses the event loop's thread pool after the pool has started, so a
+hostile call cannot starve database access, the reload watcher or other runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from fim.types import ToolResult
+
+WORKERS = 4  # niced, so more workers than cores costs the server little
+MEMORY_BYTES = 512 * 1024 * 1024
+MAX_RESULT = 200_000
+NICE = 10
+DEFAULT_TIMEOUT = 5.0
+
+PRELOAD = [
+    "jinja2.sandbox",
+    "fim.tools.isolate",
+    "fim.tools.builtin.calculator",
+    "fim.tools.builtin.json_transform",
+    "fim.tools.builtin.template_render",
+    "fim.tools.builtin.text_utils",
+]
+
+_lock = threading.Lock()
+_pool: Any = None
+
+
+def _init_worker(memory_bytes: int, nice: int) -> None:
+    """Worker start-up: limits, priority, and a SIGTERM that kills even inside C code."""
+    import resource
+    import signal
+
+    # pebble's worker turns SIGTERM into a Python handler, which cannot run while C code
+    # (a big-int power, a regex match) holds the interpreter: die at once instead.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    with contextlib.suppress(OSError):
+        os.nice(nice)
+
+
+def _cpu_used() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _execute(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], cpu: int
+) -> Any:
+    """Inside the worker: cap CPU time for this call, run `fn`, cap what comes back."""
+    import resource
+
+    # RLIMIT_CPU counts the process's whole life and workers are reused: allow `cpu`
+    # more seconds from now (SIGXCPU kills the worker past it).
+    soft = int(_cpu_used()) + 1 + cpu
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    try:
+        result = fn(*args, **kwargs)
+    except MemoryError:
+        return ToolResult(
+            content=f"Error: the work needed more than {MEMORY_BYTES // 2**20} MB of memory "
+            "and was stopped. Work on less data.",
+            is_error=True,
+        )
+    except RecursionError:
+        return ToolResult(
+            content="Error: the input is nested too deeply. Flatten it or send less data.",
+            is_error=True,
+        )
+    text = result.content if isinstance(result, ToolResult) else result
+    if isinstance(text, str) and len(text) > MAX_RESULT:
+        return ToolResult(
+            content=f"Error: the result is longer than {MAX_RESULT} characters. "
+            "Ask for less output.",
+            is_error=True,
+        )
+    return result
+
+
+def _warm() -> None:
+    """A no-op task: makes the first real call not pay for the pool's start-up."""
+
+
+def _new_pool() -> Any:
+    import multiprocessing
+
+    from pebble import ProcessPool
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    pool = ProcessPool(
+        max_workers=WORKERS,
+        initializer=_init_worker,
+        initargs=(MEMORY_BYTES, NICE),
+        context=context,
+    )
+    # Starting the pool spawns the forkserver and the workers; do it here, off the event
+    # loop, rather than inside the first schedule() call.
+    pool.schedule(_warm).result(timeout=60)
+    return pool
+
+
+def _ensure_pool() -> Any:
+    global _pool
+    with _lock:
+        if _pool is None or not _pool.active:
+            _pool = _new_pool()
+        return _pool
+
+
+async def pool() -> Any:
+    """The shared pool, started on first use in a worker thread (a one-off ~0.2 s)."""
+    current = _pool
+    if current is not None and current.active:
+        return current
+    return await asyncio.to_thread(_ensure_pool)
+
+
+def worker_pids() -> list[int]:
+    """Process ids of the live workers (for tests and diagnostics)."""
+    current = _pool
+    if current is None:
+        return []
+    return sorted(current._pool_manager.worker_manager.workers)
+
+
+def shutdown() -> None:
+    """Stop the pool and its workers (they are also stopped at interpreter exit)."""
+    global _pool
+    with _lock:
+        if _pool is not None:
+            _pool.stop()
+            _pool.join(timeout=10)
+            _pool = None
+
+
+async def run(
+    fn: Callable[..., str | ToolResult],
+    *args: Any,
+    timeout: float = DEFAULT_TIMEOUT,
+    hint: str = "Simplify it.",
+    **kwargs: Any,
+) -> str | ToolResult:
+    """Run `fn(*args, **kwargs)` in a worker; a module-level function returning the tool's
+    observation. Past `timeout` seconds the worker is killed and an error observation comes
+    back; cancelling the awaiting task kills the worker too."""
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    from pebble import ProcessExpired
+
+    workers = await pool()
+    cpu = int(timeout) + 1
+    try:
+        future = workers.schedule(_execute, args=(fn, args, kwargs, cpu), timeout=timeout)
+    except RuntimeError:  # the pool broke (a manager thread died): start a new one
+        shutdown()
+        workers = await pool()
+        future = workers.schedule(_execute, args=(fn, args, kwargs, cpu), timeout=timeout)
+    try:
+        return await asyncio.wrap_future(future)
+    except FutureTimeout:
+        return ToolResult(
+            content=f"Error: stopped after {timeout:g}s (the time limit). {hint}",
+            is_error=True,
+        )
+    except ProcessExpired as exc:
+        return ToolResult(
+            content=f"Error: the work was stopped by a resource limit (CPU time or memory; "
+            f"exit code {exc.exitcode}). {hint}",
+            is_error=True,
+        )
+    except asyncio.CancelledError:
+        future.cancel()  # pebble kills the worker running a cancelled task
+        raise
