@@ -20,9 +20,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from fim.errors import FimError, RunError
+from fim.errors import FimError
 from fim.reload import SnapshotHolder
 from fim.runtime import Services
+from fim.server.bodies import BodyError, RunBody, read_body
 from fim.server.http import Guard, cancel_on_disconnect, error, sse
 from fim.types import Event, Message, RunFinished
 
@@ -84,27 +85,13 @@ class Api:
 
     # ------------------------------------------------------------------ runs
 
-    async def _body(self, request: Request) -> dict[str, Any]:
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise RunError("request body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise RunError("request body must be a JSON object")
-        return body
-
-    def _conversation(self, body: dict[str, Any]) -> tuple[list[Message], str | None]:
-        session = body.get("session_id")
+    def _conversation(self, body: RunBody) -> tuple[list[Message], str | None]:
+        session = body.session_id
         history = list(self.sessions.get(session, [])) if session else []
-        if body.get("messages"):
-            try:
-                history += [Message.model_validate(m) for m in body["messages"]]
-            except Exception as exc:
-                raise RunError(f"invalid messages: {exc}") from None
-        elif isinstance(body.get("input"), str):
-            history.append(Message(role="user", content=body["input"]))
-        else:
-            raise RunError("send 'input' (a string) or 'messages' (a list of chat messages)")
+        if body.messages:
+            history += body.messages
+        elif body.input is not None:
+            history.append(Message(role="user", content=body.input))
         return history, session
 
     def _remember(self, session: str | None, history: list[Message], output: str) -> None:
@@ -172,12 +159,12 @@ class Api:
         if not _known(snap, name):
             return error(404, f"unknown agent '{name}'", f"agents: {', '.join(snap.agents)}")
         try:
-            body = await self._body(request)
-            history, session = self._conversation(body)
-        except RunError as exc:
-            return error(400, exc.message, exc.hint)
+            body = await read_body(request, RunBody)
+        except BodyError as exc:
+            return exc.response()
+        history, session = self._conversation(body)
         run_id = uuid.uuid4().hex[:12]
-        if body.get("stream"):
+        if body.stream:
             return sse(self._sse_run(name, history, session, run_id))
         return await self._json_run(request, name, history, session, run_id)
 

@@ -6,17 +6,20 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fim.errors import FimError
 
 if TYPE_CHECKING:
     from fim.reload import SnapshotHolder
+
+log = logging.getLogger("fim.server")
 
 
 def error(status: int, message: str, hint: str | None = None) -> JSONResponse:
@@ -27,8 +30,15 @@ def error(status: int, message: str, hint: str | None = None) -> JSONResponse:
 
 
 class Guard:
-    """Bearer API keys (constant-time compare) and a request body size limit, as raw ASGI
-    middleware so streaming responses are not buffered."""
+    """Bearer API keys (constant-time compare), the request body size limit, and a last
+    resort for unhandled errors, as raw ASGI middleware so streaming responses are not
+    buffered.
+
+    The body is read here, up to `max_body_bytes`, whether or not a Content-Length was sent
+    (a chunked body has none): past the limit reading stops and the answer is 413 with
+    `Connection: close`. The route then reads the buffered body. An unhandled error becomes
+    a 500 here instead of propagating to uvicorn, which would drop the keep-alive
+    connection (and the client's next request on it)."""
 
     def __init__(self, app: ASGIApp, holder: SnapshotHolder) -> None:
         self.app = app
@@ -50,13 +60,72 @@ class Guard:
                 )
                 await response(scope, receive, send)
                 return
-        length = headers.get(b"content-length")
-        if length is not None and int(length or 0) > settings.max_body_bytes:
-            await error(413, f"request body larger than {settings.max_body_bytes} bytes")(
-                scope, receive, send
-            )
+        limit = settings.max_body_bytes
+        length = headers.get(b"content-length", b"0")
+        if not length.isdigit() or int(length) > limit:
+            await _too_large(limit)(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        body = await _read_body(receive, limit)
+        if body is None:
+            await _too_large(limit)(scope, receive, send)
+            return
+        if isinstance(body, dict):  # the client went away while sending
+            return
+        await self._app(scope, _replay(body, receive), send)
+
+    async def _app(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except Exception:
+            log.exception("unhandled error on %s", scope.get("path"))
+            if not started:
+                await error(500, "internal error; see the server log")(scope, receive, send)
+
+
+def _too_large(limit: int) -> JSONResponse:
+    response = error(413, f"request body larger than {limit} bytes", "send a smaller body")
+    response.headers["Connection"] = "close"  # do not read (or wait for) the rest of it
+    return response
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | dict[str, Any] | None:
+    """The whole body, None past `limit` bytes, or the disconnect message."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return dict(message)
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that hands out the buffered body once, then the real channel (so a
+    route can still notice the client disconnecting)."""
+    pending = True
+
+    async def replay() -> Message:
+        nonlocal pending
+        if pending:
+            pending = False
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 async def cancel_on_disconnect(request: Request, work: Any) -> Any:

@@ -13,35 +13,28 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from fim.errors import FimError, RunError
+from fim.errors import FimError
+from fim.server.bodies import BodyError, ChatBody, ChatMessage, read_body
 from fim.types import Message, RunFinished
 
 if TYPE_CHECKING:
     from fim.server.app import Api
 
 
-def _content(value: Any) -> str:
+def _content(value: str | list[dict[str, Any]] | None) -> str:
     """OpenAI content may be a string or a list of parts; keep the text parts."""
     if value is None or isinstance(value, str):
         return value or ""
-    if isinstance(value, list):
-        return "".join(p.get("text", "") for p in value if isinstance(p, dict))
-    return str(value)
+    return "".join(p["text"] for p in value if isinstance(p.get("text"), str))
 
 
-def to_messages(raw: Any) -> list[Message]:
-    if not isinstance(raw, list) or not raw:
-        raise RunError("'messages' must be a non-empty list")
+def to_messages(raw: list[ChatMessage]) -> list[Message]:
     messages = []
     for item in raw:
-        if not isinstance(item, dict) or "role" not in item:
-            raise RunError("each message needs a 'role' and 'content'")
-        role = item["role"]
-        if role == "developer":
-            role = "system"
+        role = "system" if item.role == "developer" else item.role
         if role not in {"system", "user", "assistant"}:
             continue  # tool turns of the client's own loop are not ours to replay
-        messages.append(Message(role=role, content=_content(item.get("content"))))
+        messages.append(Message(role=role, content=_content(item.content)))
     return messages
 
 
@@ -64,31 +57,30 @@ class OpenAICompat:
 
     async def chat_completions(self, request: Request) -> Response:
         from fim.server.app import _known
-        from fim.server.http import error
 
         try:
-            body = await self.api._body(request)
-            name = body.get("model")
-            snap = self.api.holder.current
-            if not _known(snap, name):
-                return JSONResponse(
-                    {
-                        "error": {
-                            "message": f"The model '{name}' does not exist; models are fim agents: "
-                            f"{', '.join(snap.agents)}",
-                            "type": "invalid_request_error",
-                            "code": "model_not_found",
-                        }
-                    },
-                    status_code=404,
-                )
-            messages = to_messages(body.get("messages"))
-        except RunError as exc:
-            return error(400, exc.message, exc.hint)
+            body = await read_body(request, ChatBody)
+        except BodyError as exc:
+            return exc.response()
+        name = body.model
+        snap = self.api.holder.current
+        if not _known(snap, name):
+            return JSONResponse(
+                {
+                    "error": {
+                        "message": f"The model '{name}' does not exist; models are fim agents: "
+                        f"{', '.join(snap.agents)}",
+                        "type": "invalid_request_error",
+                        "code": "model_not_found",
+                    }
+                },
+                status_code=404,
+            )
+        messages = to_messages(body.messages)
         completion_id = "chatcmpl-" + uuid.uuid4().hex[:24]
         run_id = uuid.uuid4().hex[:12]
-        if body.get("stream"):
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return StreamingResponse(
                 self._chunks(name, messages, completion_id, run_id, include_usage),
                 media_type="text/event-stream",

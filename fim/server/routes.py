@@ -11,7 +11,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from fim.errors import FimError, RunError
+from fim.errors import FimError
+from fim.server.bodies import BodyError, DecisionBody, WorkflowRunBody, read_body
 
 if TYPE_CHECKING:
     from fim.server.app import Api
@@ -46,14 +47,12 @@ def workflow_routes(api: Api) -> list[Route]:
                 404, f"unknown workflow '{name}'", f"workflows: {', '.join(snap.workflows)}"
             )
         try:
-            body = await api._body(request)
-        except RunError as exc:
-            return error(400, exc.message, exc.hint)
-        inputs = body.get("inputs") or {}
-        if not isinstance(inputs, dict):
-            return error(400, "'inputs' must be an object")
+            body = await read_body(request, WorkflowRunBody)
+        except BodyError as exc:
+            return exc.response()
+        inputs = body.inputs or {}
         engine = WorkflowEngine(snap, name, api.services)
-        if body.get("stream"):
+        if body.stream:
             return sse(engine.run(inputs))
         trace: list[dict[str, Any]] = []
         try:
@@ -91,12 +90,12 @@ def approval_routes(api: Api) -> list[Route]:
         from fim.store import get_store
 
         try:
-            body = await api._body(request)
-        except RunError as exc:
-            return error(400, exc.message, exc.hint)
-        decision = body.get("decision")
-        if decision not in {"approve", "deny"}:
-            return error(400, 'send {"decision": "approve"} or {"decision": "deny"}')
+            body = await read_body(request, DecisionBody)
+        except BodyError as exc:
+            if exc.field == "decision":
+                exc.hint = 'send {"decision": "approve"} or {"decision": "deny"}'
+            return exc.response()
+        decision = body.decision
         store = get_store(api.services)
         approval_id = request.path_params["approval_id"]
         current = await store.get_approval(approval_id)
@@ -104,9 +103,9 @@ def approval_routes(api: Api) -> list[Route]:
             return error(404, f"unknown approval '{approval_id}'")
         if current.status != "pending":
             return error(409, f"approval '{approval_id}' is already {current.status}")
-        data = body.get("data") if isinstance(body.get("data"), dict) else None
+        data = body.data
         approval = await store.resolve_approval(
-            approval_id, decision == "approve", by=str(body.get("by") or "api"), data=data
+            approval_id, decision == "approve", by=body.by or "api", data=data
         )
         if approval is None:
             return error(409, f"approval '{approval_id}' could not be resolved")
