@@ -1,0 +1,235 @@
+"""Hostile tool arguments: model-written templates, patterns and expressions are stopped at
+their limits in a killed worker process, the event loop and its thread pool keep serving,
+and no process is left running afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fim.tools import isolate
+from fim.tools.builtin import calculator, json_transform, template_render, text_utils
+from fim.types import ToolResult
+
+LIMIT = 0.5
+EXPONENT = "{{ (9**(9**8)) % 10 }}"
+NESTED = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+BACKTRACK = [{"op": "filter", "field": "s", "compare": "matches", "value": "^(a+)+$"}]
+EVIL_DATA = [{"s": "a" * 40 + "!"}]
+
+
+@pytest.fixture(autouse=True)
+def short_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    for module in (template_render, json_transform, text_utils, calculator):
+        monkeypatch.setattr(module, "TIMEOUT", LIMIT)
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        ppid = next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:"))
+        if int(ppid) == pid:
+            found.add(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+async def _settled_pool(killed: set[int]) -> set[int]:
+    """Wait (bounded) until the killed workers are gone and the pool is full again; return
+    the processes under the forkserver, which must be exactly the pool's workers."""
+    for _ in range(200):
+        workers = set(isolate.worker_pids())
+        if len(workers) == isolate.WORKERS and not killed & workers:
+            forkserver = {int(_ppid(pid)) for pid in workers}
+            assert len(forkserver) == 1
+            under = _children(forkserver.pop())
+            if under == workers:
+                return under
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"pool did not settle: {isolate.worker_pids()}")
+
+
+def _ppid(pid: int) -> str:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:"))
+
+
+class Ticker:
+    """Counts event-loop iterations while hostile work runs: a blocked loop counts none."""
+
+    def __init__(self) -> None:
+        self.ticks = 0
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(0.005)
+            self.ticks += 1
+
+
+@pytest.fixture
+async def ticker() -> AsyncIterator[Ticker]:
+    await isolate.pool()  # started before counting: its one-off start-up is not the test
+    counter = Ticker()
+    task = asyncio.create_task(counter.run())
+    yield counter
+    task.cancel()
+
+
+async def _stopped(call: Awaitable[str | ToolResult], ticker: Ticker) -> ToolResult:
+    """Run one hostile call; it must end with the time-limit error, the loop must tick."""
+    before = set(isolate.worker_pids())
+    started = time.monotonic()
+    result = await call
+    elapsed = time.monotonic() - started
+    assert isinstance(result, ToolResult) and result.is_error
+    assert f"stopped after {LIMIT:g}s" in result.content
+    assert elapsed < 8  # killed at its limit, not run to completion
+    assert ticker.ticks >= 3
+    killed = before - set(isolate.worker_pids())
+    await _settled_pool(killed)
+    assert killed and not any(_alive(pid) for pid in killed)
+    return result
+
+
+async def test_template_exponent_is_killed_at_its_limit(ticker: Ticker):
+    await _stopped(template_render.TOOL.run(template=EXPONENT), ticker)
+
+
+async def test_template_nested_loops_are_killed_at_their_limit(ticker: Ticker):
+    result = await _stopped(template_render.TOOL.run(template=NESTED), ticker)
+    assert "simplify loops" in result.content
+
+
+async def test_json_transform_backtracking_regex_is_killed(ticker: Ticker):
+    result = await _stopped(json_transform.TOOL.run(data=EVIL_DATA, operations=BACKTRACK), ticker)
+    assert "(a+)+" in result.content
+
+
+async def test_jsonpath_quoted_keys_do_not_backtrack():
+    # `["` followed by many backslashes and no closing quote used to be exponential.
+    result = await json_transform.TOOL.run(data={"a": 1}, path='["' + "\\" * 5000)
+    assert isinstance(result, ToolResult) and "cannot parse path" in result.content
+
+
+async def test_text_utils_replacement_blowup_is_refused_before_building():
+    plain = await text_utils.TOOL.run(
+        operation="find_replace", text="a" * 100_000, find="a", replace="b" * 10_000
+    )
+    assert isinstance(plain, ToolResult) and plain.is_error
+    assert "would be 1000000000 characters" in plain.content  # computed, not allocated
+    folded = await text_utils.TOOL.run(
+        operation="find_replace",
+        text="A" * 100_000,
+        find="a",
+        replace="b" * 10_000,
+        ignore_case=True,
+    )
+    assert isinstance(folded, ToolResult) and "would be" in folded.content
+    grouped = await text_utils.TOOL.run(
+        operation="find_replace",
+        text="a" * 100_000,
+        find="(a)",
+        replace="\\g<0>" * 5_000,
+        regex=True,
+    )
+    assert isinstance(grouped, ToolResult) and "over the limit" in grouped.content
+    fine = await text_utils.TOOL.run(operation="find_replace", text="a-a", find="a", replace="b")
+    assert fine == "b-b"
+
+
+async def test_calculator_blowups_are_refused():
+    for expression in ("9**9**9", "factorial(100000)", "factorial(1000)*factorial(1000)*10**9000"):
+        result = await calculator.TOOL.run(expression=expression)
+        assert isinstance(result, ToolResult) and result.is_error, expression
+    deep = await calculator.TOOL.run(expression="-" * 990 + "1")
+    assert isinstance(deep, ToolResult) and deep.is_error
+    assert await calculator.TOOL.run(expression="2**10") == "1024"
+
+
+async def test_memory_is_capped_per_worker():
+    result = await template_render.TOOL.run(template="{{ 'a' * 10**9 }}")
+    assert isinstance(result, ToolResult) and "MB of memory" in result.content
+    assert len(isolate.worker_pids()) == isolate.WORKERS
+
+
+async def test_six_hostile_calls_leave_the_loop_and_its_thread_pool_free(ticker: Ticker):
+    before = set(isolate.worker_pids())
+    hostile = [
+        template_render.TOOL.run(template=EXPONENT),
+        template_render.TOOL.run(template=NESTED),
+        json_transform.TOOL.run(data=EVIL_DATA, operations=BACKTRACK),
+        template_render.TOOL.run(template=EXPONENT),
+        template_render.TOOL.run(template=NESTED),
+        json_transform.TOOL.run(data=EVIL_DATA, operations=BACKTRACK),
+    ]
+    running = asyncio.gather(*hostile)
+    # While they run: the default thread pool (database access, reload) still answers.
+    assert await asyncio.wait_for(asyncio.to_thread(lambda: 42), 5) == 42
+    results: list[Any] = await running
+    assert all(isinstance(r, ToolResult) and "stopped after" in r.content for r in results)
+    assert ticker.ticks >= 3
+    killed = before - set(isolate.worker_pids())
+    await _settled_pool(killed)
+    assert len(killed) >= isolate.WORKERS
+    assert not any(_alive(pid) for pid in killed)
+    assert await calculator.TOOL.run(expression="6*7") == "42"  # the pool serves again
+
+
+async def test_cancelling_the_caller_kills_the_worker(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(template_render, "TIMEOUT", 60.0)
+    await isolate.pool()
+    before = set(isolate.worker_pids())
+    spent = {pid: _cpu_ticks(pid) for pid in before}
+    task = asyncio.create_task(template_render.TOOL.run(template=NESTED))
+    for _ in range(400):  # until a worker has taken the task (it is then burning CPU)
+        if any(_cpu_ticks(pid) > spent[pid] + 2 for pid in before):
+            break
+        await asyncio.sleep(0.02)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(200):
+        gone = before - set(isolate.worker_pids())
+        if gone:
+            break
+        await asyncio.sleep(0.02)
+    await _settled_pool(gone)
+    assert gone and not any(_alive(pid) for pid in gone)
+
+
+def _cpu_ticks(pid: int) -> int:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+async def test_workers_run_with_limits():
+    """The worker's own view: address-space cap and nice level; the server keeps its own."""
+    import resource
+
+    memory = await isolate.run(resource.getrlimit, resource.RLIMIT_AS, timeout=5)
+    nice = await isolate.run(os.getpriority, os.PRIO_PROCESS, 0, timeout=5)
+    assert tuple(memory) == (isolate.MEMORY_BYTES, isolate.MEMORY_BYTES)
+    assert int(nice) >= isolate.NICE
+    assert resource.getrlimit(resource.RLIMIT_AS)[0] != isolate.MEMORY_BYTES
