@@ -32,8 +32,10 @@ from typing import Any
 
 from fim.types import ToolResult
 
-WORKERS = 4  # niced, so more workers than cores costs the server little
-MEMORY_BYTES = 512 * 1024 * 1024
+# Eight workers (~6 MB private memory each): six hostile calls in flight still leave two
+# for everyone else; they are niced, so more workers than cores costs the server little.
+WORKERS = 8
+MEMORY_BYTES = 256 * 1024 * 1024  # address space per worker
 MAX_RESULT = 200_000
 NICE = 10
 DEFAULT_TIMEOUT = 5.0
