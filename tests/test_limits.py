@@ -233,3 +233,18 @@ async def test_workers_run_with_limits():
     assert tuple(memory) == (isolate.MEMORY_BYTES, isolate.MEMORY_BYTES)
     assert int(nice) >= isolate.NICE
     assert resource.getrlimit(resource.RLIMIT_AS)[0] != isolate.MEMORY_BYTES
+
+
+def test_workflow_templates_refuse_data_driven_blowups():
+    """Workflow templates are the author's, but operands can be model output."""
+    from fim.workflows.templates import TemplateError, render
+
+    for template, inputs in [
+        ('{{ "-" * inputs.width }}', {"width": 10**10}),
+        ("{{ inputs.a ** inputs.b }}", {"a": 9, "b": 10**8}),
+        ("{{ inputs.xs * inputs.n }}", {"xs": [1, 2], "n": 10**9}),
+    ]:
+        with pytest.raises(TemplateError, match="SecurityError"):
+            render(template, {"inputs": inputs})
+    assert render('{{ "-" * inputs.width }}', {"inputs": {"width": 3}}) == "---"
+    assert render("{{ inputs.a ** inputs.b }}", {"inputs": {"a": 2, "b": 10}}) == 1024

@@ -23,12 +23,40 @@ class TemplateError(Exception):
     """A template failed to parse or render; the message names the template text."""
 
 
+MAX_REPEAT = 1_000_000  # items (characters) `"-" * n` may build
+MAX_POWER_BITS = 100_000  # bits of an integer `a ** b`
+
+
+def _check_binop(operator: str, left: Any, right: Any) -> None:
+    """The template is the author's, but its operands may be model output: `"-" * width` or
+    `base ** exp` with a model-chosen number would allocate or compute without bound on the
+    event loop. Refuse results past the caps before computing them."""
+    from jinja2.exceptions import SecurityError
+
+    if operator == "*":
+        for seq, times in ((left, right), (right, left)):
+            sized = isinstance(seq, str | list | tuple) and isinstance(times, int)
+            if sized and len(seq) * times > MAX_REPEAT:
+                raise SecurityError(f"'*' would build {len(seq) * times} items")
+        return
+    powers = isinstance(left, int) and isinstance(right, int) and abs(left) > 1 and right > 0
+    if powers and left.bit_length() * right > MAX_POWER_BITS:
+        raise SecurityError(f"'{left} ** {right}' is too large to compute")
+
+
 @lru_cache(maxsize=1)
 def _environment() -> Any:
     import jinja2
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    env = ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False)
+    class Guarded(ImmutableSandboxedEnvironment):  # type: ignore[misc]
+        intercepted_binops = frozenset({"*", "**"})
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            _check_binop(operator, left, right)
+            return super().call_binop(context, operator, left, right)
+
+    env = Guarded(undefined=jinja2.StrictUndefined, autoescape=False)
     env.filters["tojson"] = _tojson
     return env
 
