@@ -248,3 +248,18 @@ def test_workflow_templates_refuse_data_driven_blowups():
             render(template, {"inputs": inputs})
     assert render('{{ "-" * inputs.width }}', {"inputs": {"width": 3}}) == "---"
     assert render("{{ inputs.a ** inputs.b }}", {"inputs": {"a": 2, "b": 10}}) == 1024
+
+
+async def test_a_broken_pool_is_replaced():
+    from pebble.pool.base_pool import PoolStatus
+
+    old = await isolate.pool()
+    workers = set(isolate.worker_pids())
+    old._context.status = PoolStatus.ERROR  # as when one of pebble's manager threads dies
+    assert await calculator.TOOL.run(expression="6*7") == "42"
+    assert isolate._pool is not old
+    for _ in range(200):
+        if not any(_alive(pid) for pid in workers):
+            break
+        await asyncio.sleep(0.02)
+    assert not any(_alive(pid) for pid in workers)

@@ -109,7 +109,7 @@ def _execute(
 
 
 def _warm() -> None:
-    """A no-op task: makes the first real call not pay for the pool's start-up."""
+    """A no-op task: scheduling it starts the pool (forkserver, workers) in this thread."""
 
 
 def _new_pool() -> Any:
@@ -132,15 +132,21 @@ def _new_pool() -> Any:
 
 
 def _ensure_pool() -> Any:
+    """The running pool; a broken one (a manager thread died) is stopped and replaced."""
     global _pool
     with _lock:
-        if _pool is None or not _pool.active:
+        if _pool is not None and not _pool.active:
+            broken, _pool = _pool, None
+            broken.stop()
+            with contextlib.suppress(Exception):
+                broken.join(timeout=10)
+        if _pool is None:
             _pool = _new_pool()
         return _pool
 
 
 async def pool() -> Any:
-    """The shared pool, started on first use in a worker thread (a one-off ~0.2 s)."""
+    """The shared pool, started on first use in a worker thread (a one-off 0.2-0.5 s)."""
     current = _pool
     if current is not None and current.active:
         return current
@@ -179,13 +185,12 @@ async def run(
 
     from pebble import ProcessExpired
 
-    workers = await pool()
     cpu = int(timeout) + 1
+    workers = await pool()
     try:
         future = workers.schedule(_execute, args=(fn, args, kwargs, cpu), timeout=timeout)
-    except RuntimeError:  # the pool broke (a manager thread died): start a new one
-        shutdown()
-        workers = await pool()
+    except RuntimeError:  # the pool broke between the check and the call: replace it
+        workers = await asyncio.to_thread(_ensure_pool)
         future = workers.schedule(_execute, args=(fn, args, kwargs, cpu), timeout=timeout)
     try:
         return await asyncio.wrap_future(future)
