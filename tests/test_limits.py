@@ -233,6 +233,7 @@ async def test_workers_run_with_limits():
     assert tuple(memory) == (isolate.MEMORY_BYTES, isolate.MEMORY_BYTES)
     assert int(nice) >= isolate.NICE
     assert resource.getrlimit(resource.RLIMIT_AS)[0] != isolate.MEMORY_BYTES
+    assert await isolate.run(os.getenv, "PATH", timeout=5) is None  # empty environment
 
 
 def test_workflow_templates_refuse_data_driven_blowups():

@@ -10,7 +10,8 @@ killed and replaced). Each worker runs with:
 - `RLIMIT_CPU` per call (deadline + 1 s) as a backstop should the deadline not fire;
 - `RLIMIT_AS` (address space) so a huge allocation is a MemoryError, not a host OOM;
 - a cap on the size of what it returns (`MAX_RESULT` characters);
-- a lower CPU priority (nice 10), so spinning workers cannot slow the server's event loop.
+- a lower CPU priority (nice 10), so spinning workers cannot slow the server's event loop;
+- an empty environment (no API keys within reach of the evaluated text).
 
 The pool is created on first use (agents that never call these tools pay nothing), from a
 `forkserver` that pre-imports the tool modules (no fork of the multi-threaded server;
@@ -61,6 +62,7 @@ def _init_worker(memory_bytes: int, nice: int) -> None:
     # pebble's worker turns SIGTERM into a Python handler, which cannot run while C code
     # (a big-int power, a regex match) holds the interpreter: die at once instead.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.environ.clear()  # templates and patterns need no API keys; keep them out of reach
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     with contextlib.suppress(OSError):
