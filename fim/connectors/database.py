@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import functools
 import hashlib
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -291,10 +292,26 @@ class Database:
                     columns = [c.name for c in cursor.description or ()]
                 if not rows.add(tuple(row)):
                     break
+            if not columns:
+                columns = self._pg_columns(cursor, parsed, values)
         finally:
-            columns = columns or [c.name for c in cursor.description or ()]
             cursor.close()
         return rows.result(columns)
+
+    @staticmethod
+    def _pg_columns(cursor: Any, parsed: Parsed, values: list[Any]) -> list[str]:
+        """Column names of a stream that returned no rows (psycopg drops the final
+        description): the checked SELECT again under `LIMIT 0`, which PostgreSQL answers
+        without running it; the wrapped text is checked like any other statement."""
+        from fim.connectors.sql_guard import check_read_only
+
+        if parsed.kind != "select":
+            return ["result"]
+        wrapped = check_read_only(
+            f"SELECT * FROM (\n{parsed.sql.rstrip().rstrip(';')}\n) AS fim_q LIMIT 0", "postgres"
+        )
+        cursor.execute(wrapped.sql, values or None)
+        return [c.name for c in cursor.description or ()] or ["result"]
 
     def _sqlite_deadline(self, raw: Any, deadline: float) -> threading.Timer:
         """Stop a SQLite statement at the deadline: a progress handler between opcodes,
@@ -397,14 +414,16 @@ def describe_error(exc: Exception, db: Database) -> str:
         )
     if "lock timeout" in lowered:
         return "the query waited too long for a lock held by another session; try again later"
-    if "string or blob too big" in lowered:
+    if "string or blob too big" in lowered or "user-defined function raised" in lowered:
         return (
             f"a value grew past the size limit of {4 * db.decl.max_result_bytes} bytes; "
             "select less (substr, LIMIT)"
         )
     if "readonly" in lowered or "read-only" in lowered or "query_only" in lowered:
         return f"{text} (this database is read-only; only SELECT queries are possible)"
-    return text.replace(db.decl.url, "<url>").replace(db.url, "<url>")
+    text = text.replace(db.decl.url, "<url>").replace(db.url, "<url>")
+    # a driver may quote the offending value: never hand a huge one to the model
+    return text if len(text) <= 500 else text[:500] + "... [message cut]"
 
 
 def normalize_url(url: str, root: Path) -> str:
@@ -502,13 +521,55 @@ class _Rows:
 
 
 def _sqlite_limits(conn: Any, max_length: int) -> None:
-    """No string or blob (nor row) may exceed `max_length` bytes, and LIKE/GLOB patterns
-    stay short: one SQLite opcode can then never run for long or allocate much."""
+    """No string or blob (nor row) may exceed `max_length` bytes, LIKE/GLOB patterns stay
+    short, and printf()/format() refuse widths and precisions past `max_length`: SQLite's
+    `%.*c` keeps looping after the value is too big (0.5 s per 100M, inside one opcode
+    that neither the progress handler nor an interrupt can stop)."""
     import sqlite3
 
     if hasattr(conn, "setlimit"):  # Python 3.11+
         conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_length)
         conn.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, 1000)
+    guarded = functools.partial(_guarded_printf, max_length)
+    for name in ("printf", "format"):
+        conn.create_function(name, -1, guarded, deterministic=True)
+
+
+_PRINTF_SPEC = re.compile(r"%[-+ 0#,!]*(\*|\d*)(?:\.(\*|\d*))?[!]?([a-zA-Z%])")
+
+
+def _guarded_printf(limit: int, fmt: Any, *args: Any) -> Any:
+    """SQLite's printf(), after checking every width and precision against `limit`; the
+    formatting itself is SQLite's own, on a private in-memory connection."""
+    import sqlite3
+
+    if fmt is None:
+        return None
+    used = 0
+    for match in _PRINTF_SPEC.finditer(str(fmt)):
+        if match.group(3) == "%":
+            continue
+        for part in match.group(1, 2):
+            if part == "*":
+                size = _as_int(args[used]) if used < len(args) else 0
+                used += 1
+            else:
+                size = int(part) if part else 0
+            if abs(size) > limit:
+                raise ValueError(f"printf width or precision over {limit}")
+        used += 1
+    with contextlib.closing(sqlite3.connect(":memory:")) as mem:
+        if hasattr(mem, "setlimit"):
+            mem.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limit)
+        marks = ", ".join("?" * (len(args) + 1))
+        return mem.execute(f"SELECT printf({marks})", (fmt, *args)).fetchone()[0]
+
+
+def _as_int(value: Any) -> int:
+    try:
+        return int(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return 0 if not isinstance(value, float) else 2**31
 
 
 def _cap_pg_loaders(conn: Any, cap: int) -> None:
@@ -571,6 +632,32 @@ def _execute_prepared_no_params(cursor: Any, statement: str, context: Any) -> bo
     return True
 
 
+async def check_live(snapshot: Any) -> list[tuple[str, bool, str]]:
+    """Connect to every declared database (for `fim validate --live`): name, ok, detail.
+
+    A read-only PostgreSQL connector whose role is a superuser or could write fails here
+    with the same line its first query would give. Connections are closed before this
+    returns; the databases are checked concurrently, each within its connect timeout.
+    """
+    dbs = [
+        Database(name, decl, snapshot.root)
+        for name, decl in snapshot.connectors.items()
+        if isinstance(decl, DatabaseConnector)
+    ]
+
+    async def one(db: Database) -> tuple[str, bool, str]:
+        try:
+            await db.in_thread(db.verify)
+            mode = "read-only" if db.decl.read_only else "writable"
+            return db.name, True, f"connected ({mode})"
+        except Exception as exc:
+            return db.name, False, describe_error(exc, db)
+        finally:
+            db.dispose()
+
+    return list(await asyncio.gather(*(one(db) for db in dbs)))
+
+
 def stub_tables(tables: list[str] | None) -> str:
     """`12 tables: a, b, ...` for the system prompt, or why they are unknown."""
     if tables is None:
@@ -584,6 +671,7 @@ __all__ = [
     "Database",
     "QueryResult",
     "Truncated",
+    "check_live",
     "describe_error",
     "get_database",
     "normalize_url",
