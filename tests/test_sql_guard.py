@@ -20,7 +20,7 @@ READS = [
     # PostgreSQL's own parser reads comments as the server will: inert
     ("postgres", "SELECT 1 -- ; DELETE FROM t"),
     ("postgres", "SELECT /* DROP */ 1"),
-    ("postgres", 'SELECT U&"l\\006Fwer"(\'X\')'),
+    ("postgres", "SELECT U&\"l\\006Fwer\"('X')"),
     ("sqlite", "SELECT * FROM orders WHERE id = :id"),
     ("sqlite", "EXPLAIN QUERY PLAN SELECT * FROM orders"),
     ("sqlite", "PRAGMA table_info(orders)"),

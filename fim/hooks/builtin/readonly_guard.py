@@ -74,8 +74,7 @@ class ReadonlyGuard(PreToolUseHook):
             if not decision.allowed:
                 return HookResult(
                     allow=False,
-                    error=f"{why}, so only one plain read statement may run: "
-                    f"{decision.refusal}",
+                    error=f"{why}, so only one plain read statement may run: {decision.refusal}",
                 )
         return HookResult()
 
