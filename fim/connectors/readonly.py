@@ -93,10 +93,28 @@ class Decision:
         return self.parsed
 
 
-@functools.lru_cache(maxsize=512)
+MAX_SQL_CHARS = 100_000
+"""Longer statements are refused before parsing (a read query the model writes is short)."""
+_MEMO_CHARS = 20_000
+"""Only statements up to this size are memoised, so the memo stays small."""
+
+
 def decide(sql: str, dialect: str | None) -> Decision:
     """Whether `sql` is one read statement (memoised: the hook, the hook view and the
     connector all ask about the same text, and it is parsed once)."""
+    if len(sql) > MAX_SQL_CHARS:
+        return Decision(
+            sql,
+            dialect,
+            f"the SQL is {len(sql)} characters long; a read-only database accepts at most "
+            f"{MAX_SQL_CHARS}",
+        )
+    if len(sql) > _MEMO_CHARS:
+        return _decide(sql, dialect)
+    return _memo(sql, dialect)
+
+
+def _decide(sql: str, dialect: str | None) -> Decision:
     try:
         return Decision(sql, dialect, None, check_read_only(sql, dialect))
     except SqlRejected as exc:
@@ -105,6 +123,9 @@ def decide(sql: str, dialect: str | None) -> Decision:
         return Decision(
             sql, dialect, f"the statement could not be verified as read-only ({exc!r:.200})"
         )
+
+
+_memo = functools.lru_cache(maxsize=512)(_decide)
 
 
 # --------------------------------------------------------------------------- 2. catalog
@@ -388,6 +409,7 @@ def open_sqlite_read_only(target: str) -> Any:
 
 __all__ = [
     "HARMLESS_VOLATILE",
+    "MAX_SQL_CHARS",
     "ROLE_HINT",
     "TRUSTED_SCHEMAS",
     "WRITE_ROLES",
