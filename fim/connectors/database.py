@@ -303,13 +303,10 @@ class Database:
         """Column names of a stream that returned no rows (psycopg drops the final
         description): the checked SELECT again under `LIMIT 0`, which PostgreSQL answers
         without running it; the wrapped text is checked like any other statement."""
-        from fim.connectors.sql_guard import check_read_only
-
         if parsed.kind != "select":
             return ["result"]
-        wrapped = check_read_only(
-            f"SELECT * FROM (\n{parsed.sql.rstrip().rstrip(';')}\n) AS fim_q LIMIT 0", "postgres"
-        )
+        text = f"SELECT * FROM (\n{parsed.sql.rstrip().rstrip(';')}\n) AS fim_q LIMIT 0"
+        wrapped = readonly.decide(text, "postgres").require()
         cursor.execute(wrapped.sql, values or None)
         return [c.name for c in cursor.description or ()] or ["result"]
 
