@@ -9,7 +9,9 @@ downloading one.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import pytest
 
@@ -24,3 +26,79 @@ def _no_model_requests() -> Iterator[None]:
     fim.llm.ALLOW_MODEL_REQUESTS = False
     yield
     fim.llm.ALLOW_MODEL_REQUESTS = previous
+
+
+# ----------------------------------------------------------------------------- PostgreSQL
+
+
+@dataclass
+class PgDatabase:
+    """A throwaway database owned by a non-superuser role, plus a role that can only read.
+
+    `admin_url` is the server's superuser (FIM_TEST_POSTGRES_URL) on this database,
+    `owner_url` the owner (created the tables), `reader_url` the read-only role a
+    `read_only: true` connector must use.
+    """
+
+    name: str
+    owner: str
+    reader: str
+    admin_url: str
+    owner_url: str
+    reader_url: str
+
+
+@pytest.fixture(scope="module")
+def pg_database() -> Iterator[Callable[[str], PgDatabase]]:
+    """`pg_database(seed_sql)`: a fresh database per call, dropped with its roles after
+    the module. Skips when FIM_TEST_POSTGRES_URL (a superuser URL; CI sets it) is unset."""
+    server = os.environ.get("FIM_TEST_POSTGRES_URL")
+    if not server:
+        pytest.skip("FIM_TEST_POSTGRES_URL is not set (CI starts a PostgreSQL server)")
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    base = make_url(server.replace("postgresql+psycopg://", "postgresql://"))
+    created: list[PgDatabase] = []
+
+    def url(user: str | None, database: str) -> str:
+        target = base.set(database=database)
+        if user is not None:
+            target = target.set(username=user, password=None)
+        return target.render_as_string(hide_password=False)
+
+    def make(seed: str) -> PgDatabase:
+        tag = uuid.uuid4().hex[:8]
+        db = PgDatabase(
+            f"fim_t_{tag}",
+            f"fim_owner_{tag}",
+            f"fim_reader_{tag}",
+            "",
+            "",
+            "",
+        )
+        db.admin_url = url(None, db.name)
+        db.owner_url = url(db.owner, db.name)
+        db.reader_url = url(db.reader, db.name)
+        with psycopg.connect(url(None, base.database or "postgres"), autocommit=True) as conn:
+            conn.execute(f"CREATE ROLE {db.owner} LOGIN")
+            conn.execute(f"CREATE ROLE {db.reader} LOGIN")
+            conn.execute(f"CREATE DATABASE {db.name} OWNER {db.owner}")
+        created.append(db)
+        with psycopg.connect(db.admin_url, autocommit=True) as conn:
+            # servers older than PostgreSQL 15 let everyone create objects in public
+            conn.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+            conn.execute(f"ALTER SCHEMA public OWNER TO {db.owner}")
+        with psycopg.connect(db.owner_url, autocommit=True) as conn:
+            conn.execute(seed)
+            conn.execute(f"GRANT CONNECT ON DATABASE {db.name} TO {db.reader}")
+            conn.execute(f"GRANT USAGE ON SCHEMA public TO {db.reader}")
+            conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {db.reader}")
+        return db
+
+    yield make
+    with psycopg.connect(url(None, base.database or "postgres"), autocommit=True) as conn:
+        for db in created:
+            conn.execute(f"DROP DATABASE IF EXISTS {db.name} WITH (FORCE)")
+            conn.execute(f"DROP ROLE IF EXISTS {db.reader}")
+            conn.execute(f"DROP ROLE IF EXISTS {db.owner}")

@@ -58,7 +58,12 @@ def validate(
         Format, typer.Option("--format", "-f", help="text, github (Actions annotations), json")
     ] = Format.text,
     live: Annotated[
-        bool, typer.Option("--live", help="Also start every MCP server and report failures.")
+        bool,
+        typer.Option(
+            "--live",
+            help="Also start every MCP server and connect to every database; report "
+            "failures (a read-only PostgreSQL connector whose role can write fails).",
+        ),
     ] = False,
 ) -> None:
     """Check every file of the project; exit 1 with one line per problem."""
@@ -78,8 +83,9 @@ def validate(
 
 
 def _live_failures(snapshot: Snapshot, format: Format) -> bool:
-    """Connect to each declared MCP server; report the ones that fail, with their stderr."""
-
+    """Connect to each declared MCP server and database; report the ones that fail (with
+    the server's stderr, or why a read-only database's role is refused)."""
+    from fim.connectors.database import check_live as check_databases
     from fim.mcp import check_live
 
     results = run_async(check_live(snapshot))
@@ -88,6 +94,12 @@ def _live_failures(snapshot: Snapshot, format: Format) -> bool:
         for name, ok, detail in results
         if not ok
     ]
+    for name, ok, detail in run_async(check_databases(snapshot)):
+        if not ok:
+            src = snapshot.source("connector", name)
+            problems.append(
+                Problem(src.path, src.line, src.column, f"database '{name}' failed: {detail}")
+            )
     if problems:
         _report(problems, format)
     return bool(problems)

@@ -124,7 +124,7 @@ async def _tables(ctx: RunContext, db: Database) -> list[str] | None:
     if failed_at is not None and time.monotonic() - failed_at < _RETRY_STUB_AFTER:
         return None
     try:
-        return await asyncio.wait_for(asyncio.to_thread(db.tables_sync), _STUB_TIMEOUT)
+        return await asyncio.wait_for(db.in_thread(db.tables_sync), _STUB_TIMEOUT)
     except Exception:
         ctx.services.cache[key] = time.monotonic()
         return None

@@ -13,8 +13,8 @@ from typing import Any
 
 from fim.connectors.database import Database
 from fim.connectors.http import HttpConnectorClient, action_metadata, tool_name
+from fim.connectors.readonly import decide
 from fim.connectors.render import compact_json
-from fim.connectors.sql_guard import SqlRejected, check_read_only
 from fim.types import CallView, JSONSchema, ToolResult
 
 CONNECTOR_TOOL = "connector"
@@ -178,7 +178,8 @@ class DatabaseMetaTool:
 
 def database_metadata(db: Database, action: Any, args: dict[str, Any]) -> dict[str, Any]:
     """Hook metadata of a database call; `access` is `write` only for a statement the
-    read-only guard would refuse on a writable database."""
+    read-only decision would refuse on a writable database (the same memoised decision
+    the connector and `readonly_guard` use, so the SQL is parsed once)."""
     meta: dict[str, Any] = {
         "kind": "database",
         "connector": db.name,
@@ -191,11 +192,8 @@ def database_metadata(db: Database, action: Any, args: dict[str, Any]) -> dict[s
     if action == "query":
         sql = str(args.get("sql") or "")
         meta["sql"] = sql
-        if not db.decl.read_only:
-            try:
-                check_read_only(sql, db.dialect)
-            except SqlRejected:
-                meta["access"] = "write"
+        if not db.decl.read_only and not decide(sql, db.dialect).allowed:
+            meta["access"] = "write"
     return meta
 
 

@@ -8,7 +8,6 @@ share one HTTP pool or MCP session) and only adds what a DAG needs: structured o
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -54,11 +53,11 @@ async def run_sql(ctx: NodeContext, connector: str, sql: str, params: dict[str, 
     """Run one statement; rows come back as a list of dicts (`nodes.q.output[0].amount`).
 
     Read-only connectors refuse anything but a single read statement, with the same
-    parser guard agents go through.
+    read-only decision agents go through (`Database.run`).
     """
     from fim.connectors.database import describe_error, get_database
     from fim.connectors.meta import database_metadata
-    from fim.connectors.sql_guard import SqlRejected, check_read_only
+    from fim.connectors.sql_guard import SqlRejected
     from fim.types import CallView
 
     decl: DatabaseConnector = _connector(ctx, connector, DatabaseConnector)
@@ -69,16 +68,12 @@ async def run_sql(ctx: NodeContext, connector: str, sql: str, params: dict[str, 
     sql, params = str(asked.get("sql", "")), asked.get("params") or {}
     finished = ctx.traced_call(f"{connector}__query", {"sql": sql, "params": params})
     problem: str | None = None
-    if decl.read_only:
-        try:
-            check_read_only(sql, db.dialect)
-        except SqlRejected as exc:
-            problem = f"query refused on read-only '{connector}': {exc}"
-    if problem is None:
-        try:
-            result = await asyncio.to_thread(db.execute_sync, sql, params)
-        except Exception as exc:
-            problem = f"query on '{connector}' failed: {describe_error(exc, db)}"
+    try:
+        result = await db.run(sql, params)
+    except SqlRejected as exc:
+        problem = f"query refused on read-only '{connector}': {exc}"
+    except Exception as exc:
+        problem = f"query on '{connector}' failed: {describe_error(exc, db)}"
     if problem is not None:
         finished(ToolResult(content=problem, is_error=True))
         raise NodeError(problem)

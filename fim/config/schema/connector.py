@@ -73,6 +73,11 @@ class DatabaseConnector(Strict):
     max_rows: int = 200
     statement_timeout: float = 10.0
     """Seconds one query may run."""
+    max_value_bytes: int = Field(default=1_000_000, gt=0)
+    """Bytes one value may have; longer values are cut while fetching (and say so)."""
+    max_result_bytes: int = Field(default=8_000_000, gt=0)
+    """Bytes one result may have; reading stops there (SQLite also refuses to build a
+    single value larger than 4x this)."""
     schemas: list[str] | None = None
     """Schemas to expose (default: the connection's default schema)."""
 

@@ -3,8 +3,9 @@
 Blocks connector actions declared `access: write|admin` and any SQL that is not exactly
 one read statement. It is active when the agent (`read_only: true`) or the project
 (`read_only: true` in fim.yaml) is read-only, or always with `with: {always: true}`.
-The SQL rules are the database connector's own parser guard (`fim.connectors.sql_guard`),
-so the hook and the connector can never disagree about what "read-only" means.
+The SQL rules are the database connector's own read-only decision
+(`fim.connectors.readonly.decide`, memoised), so the hook and the connector can never
+disagree about what "read-only" means, and the statement is parsed once per call.
 """
 
 from __future__ import annotations
@@ -66,13 +67,14 @@ class ReadonlyGuard(PreToolUseHook):
             )
         sql = sql_of(context)
         if sql is not None:
-            from fim.connectors.sql_guard import SqlRejected, check_read_only, dialect_for
+            from fim.connectors.readonly import decide
+            from fim.connectors.sql_guard import dialect_for
 
-            try:
-                check_read_only(sql, _dialect(context.metadata, dialect_for))
-            except SqlRejected as exc:
+            decision = decide(sql, _dialect(context.metadata, dialect_for))
+            if not decision.allowed:
                 return HookResult(
-                    allow=False, error=f"{why}, so only one plain read statement may run: {exc}"
+                    allow=False,
+                    error=f"{why}, so only one plain read statement may run: {decision.refusal}",
                 )
         return HookResult()
 
