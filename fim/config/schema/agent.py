@@ -67,6 +67,35 @@ class HookDecl(HookSpec):
 # --------------------------------------------------------------------------- agents
 
 
+class SandboxSettings(Strict):
+    """How `python_exec` and `shell` run for this agent (the OS sandbox, fim/tools/sandbox.py).
+
+    Not to be confused with fim.yaml's `sandbox:`, the folder file tools are confined to."""
+
+    env: dict[str, str] = Field(default_factory=dict)
+    """Variables the sandboxed programs see, besides PATH, HOME, TMPDIR and LANG; `${VAR}`
+    values are interpolated from fim's environment (and masked). Nothing else is passed."""
+    memory_mb: int = Field(default=512, ge=32, le=65_536)
+    """Memory of one process and of the whole process tree, in MB."""
+    max_processes: int = Field(default=64, ge=4, le=4096)
+    """Processes and threads the sandboxed programs may have at once."""
+    network: bool = False
+    """Not supported yet: the sandbox has no network (see the README's Security model)."""
+
+    @model_validator(mode="after")
+    def _no_network(self) -> SandboxSettings:
+        if self.network:
+            raise ValueError(
+                "network access from the sandbox is not supported: bubblewrap alone can only "
+                "share the host's network, loopback and private addresses included; use "
+                "web_fetch (SSRF-guarded) for HTTP, or remove 'network: true'"
+            )
+        for name in self.env:
+            if not (name.isidentifier() and name.isascii()) or name in ("PATH", "HOME", "TMPDIR"):
+                raise ValueError(f"'{name}' cannot be declared in sandbox.env")
+        return self
+
+
 class AgentDecl(Strict):
     """An agent in agents/<name>.yaml."""
 
@@ -89,6 +118,8 @@ class AgentDecl(Strict):
     delegates: list[str] = Field(default_factory=list)
     """Agents this agent may hand tasks to through `call_agent`."""
     max_iterations: int = Field(default=50, ge=1)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    """Environment and limits of `python_exec` and `shell` (no network)."""
     tool_timeout: float = Field(default=60.0, gt=0)
     """Seconds one tool call may take before it becomes an error observation."""
     tool_modes: ToolModes = Field(default_factory=ToolModes)

@@ -6,7 +6,9 @@ imports only the tools its agent asked for. Files starting with `_` are helpers,
 
 A tool module exposes either `TOOL` (a ready `fim.types.Tool`) or `make(ctx) -> Tool` plus a
 module-level `CATEGORY` when the tool needs per-run configuration (the sandbox directory,
-web_fetch settings). Tool modules keep heavy imports inside their run functions.
+web_fetch settings). Tool modules keep heavy imports inside their run functions. A module
+with `EXPLICIT = True` (`shell`) is only provided when an agent names it in `tools:`, never
+through `tool_categories:`.
 """
 
 from __future__ import annotations
@@ -88,7 +90,13 @@ def provide(ctx: RunContext) -> Provision:
     wanted = list(dict.fromkeys(ctx.agent.tools))
     if ctx.agent.tool_categories:
         chosen = set(ctx.agent.tool_categories)
-        wanted += [n for n in names() if n not in wanted and category(n) in chosen]
+        wanted += [
+            n
+            for n in names()
+            if n not in wanted
+            and category(n) in chosen
+            and not getattr(_module(n), "EXPLICIT", False)
+        ]
     return Provision(
         tools=[load(n, ctx) for n in wanted],
         pinned=list(dict.fromkeys(ctx.agent.tools)),
