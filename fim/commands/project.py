@@ -76,10 +76,42 @@ def validate(
         raise typer.Exit(1) from None
     if live and _live_failures(snapshot, format):
         raise typer.Exit(1)
+    _warn(_sandbox_warnings(snapshot), format)
     if format is Format.json:
         sys.stdout.write("[]\n")
         return
     sys.stdout.write(f"ok: {summary(snapshot)} (snapshot {snapshot.version})\n")
+
+
+def _sandbox_warnings(snapshot: Snapshot) -> list[Problem]:
+    """Agents whose python_exec or shell would refuse to run here (no bubblewrap): a warning,
+    not an error, since the machine that validates is often not the one that serves."""
+    problems = []
+    for name, agent in snapshot.agents.items():
+        listed = [t for t in agent.tools if t in ("python_exec", "shell")]
+        if "compute" in agent.tool_categories and "python_exec" not in listed:
+            listed.append("python_exec")
+        if not listed:
+            continue
+        from fim.tools.sandbox import warnings_for  # only when an agent needs the sandbox
+
+        source = snapshot.source("agent", name)
+        problems += [
+            Problem(source.path, source.line, source.column, message)
+            for message in warnings_for(listed)
+        ]
+    return problems
+
+
+def _warn(problems: list[Problem], format: Format) -> None:
+    """Warnings go to stderr (stdout stays the list of errors) and never fail validate."""
+    for p in problems:
+        if format is Format.github:
+            file = _gh_escape(p.path, prop=True)
+            message = _gh_escape(p.message)
+            sys.stderr.write(f"::warning file={file},line={p.line},col={p.column}::{message}\n")
+        else:
+            sys.stderr.write(f"{p.path}:{p.line}:{p.column}: warning: {p.message}\n")
 
 
 def _live_failures(snapshot: Snapshot, format: Format) -> bool:

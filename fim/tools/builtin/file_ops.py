@@ -1,17 +1,29 @@
 """file_ops: read, write, append and list files inside the project's sandbox directory.
 
-Every path is resolved (symlinks followed) and must stay inside the sandbox, so `..`,
-absolute paths elsewhere and symlinks pointing out are refused before any I/O happens.
-Writes open the resolved path with O_NOFOLLOW, so a symlink swapped in after the check is
-not followed either. Blocking file I/O runs in a worker thread.
+Immune to symlink races: no path is ever checked and then opened. Every component is opened
+relative to the directory before it (`openat`: `os.open(name, dir_fd=...)`) with
+`O_NOFOLLOW` (and `O_DIRECTORY` for folders), starting from a descriptor of the sandbox root,
+so the kernel never follows a symlink for us. A symlink met on the way is read
+(`readlinkat`) and its target re-walked from the root the same way: one that stays inside is
+followed, one that points outside (or through `..` above the root) is refused. `..` in a
+path and absolute paths elsewhere are refused before any I/O. Files are opened
+`O_NONBLOCK` and must be regular files (a FIFO cannot hang the worker thread). Blocking
+file I/O runs in a worker thread.
+
+Quota: the whole sandbox directory may hold at most `DEFAULT_QUOTA_BYTES` (256 MB, counted
+as allocated disk blocks; `make(ctx, quota_bytes=...)` changes it). A write or append that
+would pass it is refused; concurrent writers can each overshoot by at most one write.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import os
-from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Any, Literal
+import stat
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from fim.tools.base import FunctionTool
 from fim.tools.builtin._common import clip, fail, sandbox_dir
@@ -26,50 +38,189 @@ DEFAULT_READ_CHARS = 20_000
 MAX_WRITE_CHARS = 1_000_000
 MAX_FILE_BYTES = 10 * 1024 * 1024
 MAX_LIST = 500
+MAX_WALK = 100_000
+"""Entries a recursive listing or the quota count visits at most."""
+MAX_LINKS = 40
+DEFAULT_QUOTA_BYTES = 256 * 1024 * 1024
 
 Operation = Literal["read", "write", "append", "list"]
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW | _CLOEXEC
 
 
 class Refused(Exception):
     """A path or request file_ops will not serve; the message is for the model."""
 
 
-def confine(root: Path, path: str) -> Path:
-    """Resolve `path` (relative to the sandbox `root`) and insist it stays inside it."""
+class _Link(Exception):
+    """A symlink met while walking: where it is and what it points to."""
+
+    def __init__(self, before: list[str], target: str, rest: list[str]) -> None:
+        self.before, self.target, self.rest = before, target, rest
+
+
+def _outside(path: str, why: str = "is") -> Refused:
+    return Refused(
+        f"'{path}' {why} outside the sandbox; use a path relative to the sandbox root "
+        "such as 'notes/todo.txt'"
+    )
+
+
+def split(root: Path, path: str) -> list[str]:
+    """The components of `path` below `root`, checked lexically (no I/O)."""
     if "\x00" in path:
         raise Refused("the path contains a NUL character")
-    raw = PurePath(path)
+    raw = PurePosixPath(path)
     if ".." in raw.parts:
         raise Refused(f"'{path}' contains '..'; paths must stay inside the sandbox")
-    candidate = raw if raw.is_absolute() else root / raw
-    resolved = Path(os.path.realpath(candidate))
-    if resolved != root and root not in resolved.parents:
-        why = "is a symlink that points" if resolved != Path(os.path.abspath(candidate)) else "is"
-        raise Refused(
-            f"'{path}' {why} outside the sandbox; use a path relative to the sandbox root "
-            "such as 'notes/todo.txt'"
-        )
-    return resolved
+    if raw.is_absolute():
+        try:
+            raw = raw.relative_to(root)
+        except ValueError:
+            raise _outside(path) from None
+    return [p for p in raw.parts if p not in ("", ".")]
 
 
-def _relative(root: Path, path: Path) -> str:
-    return path.relative_to(root).as_posix() or "."
+def _retarget(root: Path, link: _Link, path: str) -> list[str]:
+    """The components a symlink leads to, resolved against the real folders before it."""
+    target = PurePosixPath(link.target)
+    if target.is_absolute():
+        try:
+            parts = list(target.relative_to(root).parts)
+        except ValueError:
+            raise _outside(path, "is a symlink that points") from None
+    else:
+        parts = list(link.before)
+        for part in target.parts:
+            if part == "..":
+                if not parts:
+                    raise _outside(path, "is a symlink that points")
+                parts.pop()
+            elif part not in ("", "."):
+                parts.append(part)
+    return parts + link.rest
 
 
-def _read(root: Path, target: Path, max_chars: int) -> str:
-    if not target.exists():
-        raise Refused(f"'{_relative(root, target)}' does not exist; list the folder first")
-    if target.is_dir():
-        raise Refused(f"'{_relative(root, target)}' is a folder; use operation 'list'")
-    size = target.stat().st_size
-    with open(target, "rb") as handle:
-        data = handle.read(max_chars * 4)
+def _link_or_raise(
+    exc: OSError, name: str, dir_fd: int, before: list[str], rest: list[str]
+) -> NoReturn:
+    """After ELOOP/ENOTDIR from a no-follow open: a symlink becomes `_Link`, anything else
+    re-raises the original error."""
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+        try:
+            target = os.readlink(name, dir_fd=dir_fd)
+        except OSError:
+            raise exc from None
+        raise _Link(before, target, rest) from None
+    raise exc
+
+
+def _open_parts(root_fd: int, parts: list[str], flags: int, create_dirs: bool) -> int:
+    """Open `parts` below `root_fd`, one no-follow `openat` per component."""
+    if not parts:
+        return os.open(".", flags | _CLOEXEC, dir_fd=root_fd)
+    current = root_fd
+    try:
+        for i, name in enumerate(parts[:-1]):
+            try:
+                fd = os.open(name, _DIR_FLAGS, dir_fd=current)
+            except FileNotFoundError:
+                if not create_dirs:
+                    raise
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o755, dir_fd=current)
+                try:
+                    fd = os.open(name, _DIR_FLAGS, dir_fd=current)
+                except OSError as exc:
+                    _link_or_raise(exc, name, current, parts[:i], parts[i + 1 :])
+            except OSError as exc:
+                _link_or_raise(exc, name, current, parts[:i], parts[i + 1 :])
+            if current != root_fd:
+                os.close(current)
+            current = fd
+        name = parts[-1]
+        try:
+            return os.open(name, flags | _NOFOLLOW | _CLOEXEC, 0o644, dir_fd=current)
+        except OSError as exc:
+            _link_or_raise(exc, name, current, parts[:-1], [])
+    finally:
+        if current != root_fd:
+            os.close(current)
+
+
+class _Root:
+    """The sandbox root, held open: every path is walked from this descriptor."""
+
+    def __init__(self, root: Path) -> None:
+        self.path = root
+        self.fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def open(
+        self, path: str, flags: int, *, create_dirs: bool = False, missing: str = ""
+    ) -> tuple[int, list[str]]:
+        """Open `path` (symlinks inside the sandbox followed by re-walking, never by the
+        kernel) and return the descriptor with the real components it was found at."""
+        parts = split(self.path, path)
+        for _ in range(MAX_LINKS):
+            try:
+                return _open_parts(self.fd, parts, flags, create_dirs), parts
+            except _Link as link:
+                parts = _retarget(self.path, link, path)
+            except FileNotFoundError:
+                if missing:
+                    raise Refused(f"'{_show(parts)}' does not exist{missing}") from None
+                raise
+        raise Refused(f"'{path}' goes through more than {MAX_LINKS} symlinks")
+
+    def usage(self) -> int:
+        """Bytes allocated under the root (symlinks not followed), for the quota."""
+        total = seen = 0
+        for _, _, files, dir_fd in os.fwalk(".", dir_fd=self.fd, follow_symlinks=False):
+            total += os.fstat(dir_fd).st_blocks * 512
+            for name in files:
+                seen += 1
+                if seen > MAX_WALK:
+                    raise Refused(f"the sandbox holds more than {MAX_WALK} files; delete some")
+                try:
+                    total += os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_blocks * 512
+                except FileNotFoundError:
+                    continue
+        return total
+
+
+def _show(parts: list[str]) -> str:
+    return "/".join(parts) or "."
+
+
+def _read_all(fd: int, limit: int) -> bytes:
+    chunks, size = [], 0
+    while size < limit and (chunk := os.read(fd, min(65_536, limit - size))):
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _read(root: _Root, path: str, max_chars: int) -> str:
+    fd, parts = root.open(path, os.O_RDONLY | os.O_NONBLOCK, missing="; list the folder first")
+    with os.fdopen(fd, "rb", buffering=0, closefd=True) as handle:
+        info = os.fstat(handle.fileno())
+        if stat.S_ISDIR(info.st_mode):
+            raise Refused(f"'{_show(parts)}' is a folder; use operation 'list'")
+        if not stat.S_ISREG(info.st_mode):
+            raise Refused(f"'{_show(parts)}' is not a regular file")
+        size = info.st_size
+        data = _read_all(handle.fileno(), max_chars * 4)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         if exc.start < len(data) - 4:  # not just a character cut at the read boundary
             raise Refused(
-                f"'{_relative(root, target)}' is a binary file ({size} bytes), not UTF-8 text"
+                f"'{_show(parts)}' is a binary file ({size} bytes), not UTF-8 text"
             ) from None
         text = data[: exc.start].decode("utf-8")
     clipped = text[:max_chars]
@@ -78,41 +229,90 @@ def _read(root: Path, target: Path, max_chars: int) -> str:
     return clipped
 
 
-def _write(root: Path, target: Path, content: str, append: bool) -> str:
-    if target.is_dir():
-        raise Refused(f"'{_relative(root, target)}' is a folder; give a file path")
+def _write(root: _Root, path: str, content: str, append: bool, quota: int) -> str:
     data = content.encode("utf-8")
-    existing = target.stat().st_size if append and target.exists() else 0
-    if existing + len(data) > MAX_FILE_BYTES:
-        raise Refused(f"the file would exceed {MAX_FILE_BYTES} bytes; write smaller files")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-    flags |= os.O_APPEND if append else os.O_TRUNC
-    fd = os.open(target, flags, 0o644)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
+    if not split(root.path, path):
+        raise Refused("give a file path to write to, not the sandbox root")
+    flags = os.O_WRONLY | os.O_NONBLOCK | (os.O_APPEND if append else 0)
+    try:
+        fd, parts = root.open(path, flags, create_dirs=True)
+    except FileNotFoundError:
+        fd, parts = -1, []
+    except IsADirectoryError:
+        raise Refused(f"'{path}' is a folder; give a file path") from None
+    try:
+        existing = allocated = 0
+        if fd >= 0:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise Refused(f"'{_show(parts)}' is not a regular file")
+            existing, allocated = info.st_size, info.st_blocks * 512
+        if (existing if append else 0) + len(data) > MAX_FILE_BYTES:
+            raise Refused(f"the file would exceed {MAX_FILE_BYTES} bytes; write smaller files")
+        used = root.usage() - (0 if append else allocated)
+        if used + len(data) > quota:
+            raise Refused(
+                f"the sandbox folder would exceed its quota of {quota} bytes "
+                f"({used} used); delete or shorten files first"
+            )
+        if fd < 0:  # created only now, so a refused write leaves no empty file behind
+            fd, parts = root.open(path, flags | os.O_CREAT | os.O_EXCL, create_dirs=True)
+        elif not append:
+            os.ftruncate(fd, 0)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        if fd >= 0:
+            os.close(fd)
     verb = "appended" if append else "wrote"
-    return f"{verb} {len(data)} bytes to '{_relative(root, target)}'"
+    return f"{verb} {len(data)} bytes to '{_show(parts)}'"
 
 
-def _list(root: Path, target: Path, recursive: bool) -> str:
-    if not target.exists():
-        raise Refused(f"'{_relative(root, target)}' does not exist")
-    if not target.is_dir():
-        raise Refused(f"'{_relative(root, target)}' is a file; use operation 'read'")
-    entries = sorted(target.rglob("*") if recursive else target.iterdir())
-    lines = []
-    for entry in entries[:MAX_LIST]:
-        name = _relative(root, entry)
-        if entry.is_symlink():
-            lines.append(f"{name} -> (symlink)")
-        elif entry.is_dir():
-            lines.append(f"{name}/")
+def _entries(dir_fd: int, recursive: bool) -> list[tuple[tuple[str, ...], str]]:
+    """(relative parts, line suffix) of what is in the folder, never following a symlink."""
+    found: list[tuple[tuple[str, ...], str]] = []
+
+    def describe(prefix: tuple[str, ...], name: str, fd: int) -> None:
+        try:
+            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(info.st_mode):
+            found.append(((*prefix, name), " -> (symlink)"))
+        elif stat.S_ISDIR(info.st_mode):
+            found.append(((*prefix, name), "/"))
         else:
-            lines.append(f"{name}  ({entry.stat().st_size} bytes)")
+            found.append(((*prefix, name), f"  ({info.st_size} bytes)"))
+        if len(found) > MAX_WALK:
+            raise Refused(f"the folder holds more than {MAX_WALK} entries; list a sub-folder")
+
+    if not recursive:
+        for name in os.listdir(dir_fd):
+            describe((), name, dir_fd)
+    else:
+        for top, dirs, files, fd in os.fwalk(".", dir_fd=dir_fd, follow_symlinks=False):
+            prefix = PurePosixPath(top).parts  # "./a/b" -> ("a", "b")
+            for name in (*dirs, *files):
+                describe(tuple(prefix), name, fd)
+    return sorted(found)
+
+
+def _list(root: _Root, path: str, recursive: bool) -> str:
+    try:
+        fd, parts = root.open(path, os.O_RDONLY | os.O_DIRECTORY, missing="")
+    except FileNotFoundError:
+        raise Refused(f"'{path}' does not exist") from None
+    except NotADirectoryError:
+        raise Refused(f"'{path}' is a file; use operation 'read'") from None
+    try:
+        entries = _entries(fd, recursive)
+    finally:
+        os.close(fd)
+    lines = ["/".join((*parts, *rel)) + suffix for rel, suffix in entries[:MAX_LIST]]
     if len(entries) > MAX_LIST:
         lines.append(f"[... {len(entries) - MAX_LIST} more entries not shown]")
-    where = _relative(root, target)
+    where = _show(parts)
     return f"{where}: {len(entries)} entries\n" + "\n".join(lines) if lines else f"{where}: empty"
 
 
@@ -123,26 +323,29 @@ def _call_view(args: dict[str, Any]) -> CallView:
     return CallView("file_ops", args, {"access": access, "operation": args.get("operation")})
 
 
-def make(ctx: RunContext) -> FunctionTool:
+def make(ctx: RunContext, *, quota_bytes: int = DEFAULT_QUOTA_BYTES) -> FunctionTool:
     """Build file_ops confined to the project's sandbox (`sandbox:` in fim.yaml)."""
-    root = sandbox_dir(ctx)
+    root_path = sandbox_dir(ctx)
 
     def execute(
         operation: Operation, path: str, content: str | None, recursive: bool, max_chars: int
     ) -> str:
-        root.mkdir(parents=True, exist_ok=True)
-        target = confine(root, path)
-        if operation == "read":
-            return _read(root, target, max_chars)
-        if operation == "list":
-            return _list(root, target, recursive)
-        if content is None:
-            raise Refused(f"operation '{operation}' needs 'content' (the text to write)")
-        if len(content) > MAX_WRITE_CHARS:
-            raise Refused(f"content is longer than {MAX_WRITE_CHARS} characters; split it")
-        if target == root:
-            raise Refused("give a file path to write to, not the sandbox root")
-        return _write(root, target, content, append=operation == "append")
+        if operation in ("write", "append"):
+            if content is None:
+                raise Refused(f"operation '{operation}' needs 'content' (the text to write)")
+            if len(content) > MAX_WRITE_CHARS:
+                raise Refused(f"content is longer than {MAX_WRITE_CHARS} characters; split it")
+        root_path.mkdir(parents=True, exist_ok=True)
+        root = _Root(root_path)
+        try:
+            if operation == "read":
+                return _read(root, path, max_chars)
+            if operation == "list":
+                return _list(root, path, recursive)
+            assert content is not None
+            return _write(root, path, content, operation == "append", quota_bytes)
+        finally:
+            root.close()
 
     async def run(
         operation: Operation,
@@ -206,6 +409,6 @@ def make(ctx: RunContext) -> FunctionTool:
             "builtin": True,
             "access": "write",
             "call_view": _call_view,
-            "sandbox": str(root),
+            "sandbox": str(root_path),
         },
     )

@@ -1,0 +1,331 @@
+"""The OS sandbox of python_exec and shell (fim/tools/sandbox.py), attacked the way a
+prompt-injected model would: every test runs the real tool in real bubblewrap and checks the
+host afterwards (its process table, its files, a loopback server it started).
+
+Sandbox tests are skipped only when bubblewrap is missing (CI installs it); the test of the
+missing-bwrap refusal always runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from fim.cli import app
+from fim.config.schema import AgentDecl, Project
+from fim.runtime import RunContext, Services
+from fim.snapshot import Snapshot
+from fim.tools import ToolRegistry, builtin, sandbox
+from fim.types import ToolResult
+
+needs_bwrap = pytest.mark.skipif(
+    sandbox.unavailable() is not None,
+    reason=f"bubblewrap is not installed here ({sandbox.unavailable()})",
+)
+SECRET = "fim-planted-secret-8d1f"
+
+
+def make_tools(root: Path, **agent: Any) -> ToolRegistry:
+    agent.setdefault("name", "attacker")
+    agent.setdefault("tools", ["python_exec", "shell"])
+    ctx = RunContext(
+        snapshot=Snapshot(root=root, project=Project()),
+        agent=AgentDecl(**agent),
+        services=Services(root=root),
+    )
+    return ToolRegistry(builtin.provide(ctx).tools)
+
+
+@pytest.fixture
+def tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ToolRegistry:
+    monkeypatch.setenv("FIM_TEST_API_KEY", SECRET)  # what the server's environment holds
+    return make_tools(tmp_path)
+
+
+@pytest.fixture
+def scratch(tmp_path: Path) -> Path:
+    return (tmp_path / ".fim" / "sandbox" / "scratch").resolve()
+
+
+async def shell(tools: ToolRegistry, command: str, **extra: Any) -> ToolResult:
+    return await tools.call("shell", {"command": command, **extra}, timeout=30)
+
+
+async def python(tools: ToolRegistry, code: str, **extra: Any) -> ToolResult:
+    return await tools.call("python_exec", {"code": code, **extra}, timeout=30)
+
+
+def running(marker: str) -> list[str]:
+    """Command lines of live host processes containing `marker`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in cmdline and state not in ("Z", "X"):
+            found.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
+    return found
+
+
+# --------------------------------------------------------------------------- secrets, identity
+
+
+@needs_bwrap
+async def test_the_servers_environment_is_out_of_reach(tools: ToolRegistry) -> None:
+    code = (
+        "import os, glob\n"
+        "print('env', sorted(os.environ))\n"
+        "for path in ['/proc/%d/environ' % os.getppid(), *glob.glob('/proc/*/environ')]:\n"
+        "    try:\n"
+        "        print(path, open(path, 'rb').read())\n"
+        "    except OSError as exc:\n"
+        "        print(path, 'refused', exc.strerror)\n"
+        "print('done')"
+    )
+    result = await python(tools, code)
+    assert result.content.rstrip().endswith("done"), result.content
+    assert SECRET not in result.content
+    assert "FIM_TEST_API_KEY" not in result.content
+    shown = await shell(tools, "env; cat /proc/*/environ; echo; echo done")
+    assert "\ndone\n" in shown.content and SECRET not in shown.content
+
+
+@needs_bwrap
+async def test_only_declared_variables_reach_the_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FIM_TEST_API_KEY", SECRET)
+    tools = make_tools(tmp_path, sandbox={"env": {"GREETING": "hello"}})
+    result = await shell(tools, "echo $GREETING; env | cut -d= -f1 | sort | tr '\\n' ' '")
+    lines = result.content.splitlines()
+    assert lines[2] == "hello"
+    names = ["GREETING", "HOME", "LANG", "LC_ALL", "PATH", "PWD", "SHLVL", "TMPDIR", "_"]
+    assert lines[3].split() == names
+
+
+@needs_bwrap
+async def test_it_runs_unprivileged_and_cannot_read_shadow(tools: ToolRegistry) -> None:
+    result = await shell(tools, "id -u; id -g; cat /etc/shadow; ls /etc")
+    lines = result.content.splitlines()
+    assert lines[2:4] == ["65534", "65534"]
+    stdout, stderr = result.content.split("--- stderr ---")
+    assert "cat: /etc/shadow: No such file or directory" in stderr
+    assert "shadow" not in stdout  # `ls /etc`: only the stub files a program needs
+    uid = await python(tools, "import os; print(os.getuid(), os.geteuid())")
+    assert uid.content.splitlines()[2] == "65534 65534"
+
+
+# --------------------------------------------------------------------------- network
+
+
+@needs_bwrap
+async def test_there_is_no_network_not_even_the_hosts_loopback(tools: ToolRegistry) -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    server.setblocking(False)
+    port = server.getsockname()[1]
+    code = (
+        "import socket\n"
+        f"for host in ['127.0.0.1', '10.0.0.1', '1.1.1.1']:\n"
+        "    try:\n"
+        f"        socket.create_connection((host, {port}), timeout=2)\n"
+        "        print(host, 'CONNECTED')\n"
+        "    except OSError as exc:\n"
+        "        print(host, 'failed', exc.strerror)\n"
+    )
+    try:
+        result = await python(tools, code)
+        with pytest.raises(BlockingIOError):
+            server.accept()  # nobody knocked
+    finally:
+        server.close()
+    assert "CONNECTED" not in result.content
+    assert result.content.count("failed") == 3, result.content
+
+
+# --------------------------------------------------------------------------- files
+
+
+@needs_bwrap
+async def test_it_writes_only_in_scratch(
+    tools: ToolRegistry, scratch: Path, tmp_path: Path
+) -> None:
+    targets = [
+        scratch.parent / "beside-scratch.txt",  # the sandbox root, file_ops' area
+        tmp_path / "project-root.txt",
+        Path("/usr/fim-escape.txt"),
+        Path(sys.prefix) / "fim-escape.txt",
+    ]
+    command = "; ".join(f"echo x > {t}" for t in targets) + "; echo ok > inside.txt; echo done"
+    result = await shell(tools, command)
+    assert result.content.splitlines()[2] == "done"
+    assert not any(t.exists() for t in targets)
+    assert (scratch / "inside.txt").read_text() == "ok\n"
+
+
+# --------------------------------------------------------------------------- processes
+
+
+@needs_bwrap
+async def test_a_fork_bomb_is_capped_and_cleaned_up(tools: ToolRegistry) -> None:
+    marker = f"fim-bomb-{os.getpid()}"
+    code = (
+        "import subprocess, sys\n"
+        "started = 0\n"
+        "for _ in range(100):\n"
+        "    try:\n"
+        f"        subprocess.Popen(['{marker}', '300'], executable='sleep')\n"
+        "        started += 1\n"
+        "    except OSError:\n"
+        "        break\n"
+        "print('started', started)"
+    )
+    result = await python(tools, code)
+    started = int(result.content.split("started ")[1].split()[0])
+    assert 0 < started < 64, result.content
+    assert running(marker) == []
+
+
+@needs_bwrap
+async def test_a_setsid_double_fork_does_not_outlive_the_call(
+    tools: ToolRegistry, scratch: Path
+) -> None:
+    marker = f"fim-orphan-{os.getpid()}"
+    command = (
+        f"setsid bash -c 'setsid bash -c \"touch up; exec -a {marker} sleep 300\" &' ; "
+        "while [ ! -e up ]; do sleep 0.01; done; echo detached"
+    )
+    result = await shell(tools, command)
+    assert result.content.endswith("detached")
+    assert running(marker) == []
+
+
+@needs_bwrap
+async def test_the_memory_limit_holds_for_the_whole_tree(tools: ToolRegistry) -> None:
+    marker = f"fim-hog-{os.getpid()}"
+    hog = "import time; b = bytearray(200 * 1024 * 1024); print(1, flush=True); time.sleep(30)"
+    code = (
+        "import subprocess, sys\n"
+        f"kids = [subprocess.Popen([sys.executable, '-c', {hog!r}, '{marker}'],\n"
+        "                         stdout=subprocess.PIPE) for _ in range(4)]\n"
+        "print([k.stdout.readline() for k in kids], flush=True)\n"
+        "print('survived')"
+    )
+    result = await python(tools, code)
+    assert result.is_error
+    assert "more than 512 MB of memory together" in result.content
+    assert "survived" not in result.content
+    assert running(marker) == []
+
+
+@needs_bwrap
+async def test_a_timeout_returns_quickly_and_leaves_nothing_running(tools: ToolRegistry) -> None:
+    marker = f"fim-spin-{os.getpid()}"
+    code = (
+        "import subprocess, sys\n"
+        f"subprocess.Popen([sys.executable, '-c', 'while True: pass', '{marker}'])\n"
+        "print('spinning', flush=True)\n"
+        "while True:\n"
+        "    pass"
+    )
+    started = time.monotonic()
+    result = await python(tools, code, timeout=1)
+    assert time.monotonic() - started < 8  # stopped at its 1 s limit, not run to the end
+    assert "did not finish within 1s and was killed" in result.content
+    assert "spinning" in result.content
+    assert running(marker) == []
+
+
+@needs_bwrap
+async def test_cancelling_the_call_kills_the_tree(tools: ToolRegistry) -> None:
+    marker = f"fim-cancelled-{os.getpid()}"
+    call = asyncio.ensure_future(
+        shell(tools, f"bash -c 'exec -a {marker} sleep 300' & wait", timeout=60)
+    )
+    for _ in range(500):  # until the sandboxed process exists on the host
+        if running(marker):
+            break
+        await asyncio.sleep(0.01)
+    assert running(marker)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    for _ in range(500):  # the kill is sent on cancel; reaping is asynchronous
+        if not running(marker):
+            break
+        await asyncio.sleep(0.01)
+    assert running(marker) == []
+
+
+# --------------------------------------------------------------------------- the shell tool
+
+
+def test_shell_is_only_there_when_listed_by_name(tmp_path: Path) -> None:
+    by_category = make_tools(tmp_path, tools=[], tool_categories=["compute"])
+    assert by_category.names == ["calculator", "python_exec"]
+    listed = make_tools(tmp_path, tools=["shell"])
+    [spec] = [t for t in listed.specs() if t.name == "shell"]
+    assert spec.parameters["required"] == ["command"]
+    assert spec.description.startswith("Run a bash command in an isolated sandbox")
+    assert listed.get("shell").metadata["access"] == "write"  # type: ignore[union-attr]
+
+
+@needs_bwrap
+async def test_shell_reports_exit_codes_and_output(tools: ToolRegistry) -> None:
+    ok = await shell(tools, "printf 'a\\nb\\n' | wc -l")
+    assert ok.content == "[exit code 0]\n--- stdout ---\n2"
+    bad = await shell(tools, "echo oops >&2; exit 3")
+    assert bad.is_error
+    assert bad.content.startswith("[exit code 3] Read the error output")
+    assert "oops" in bad.content
+
+
+# --------------------------------------------------------------------------- without bubblewrap
+
+
+async def test_without_bwrap_the_tools_refuse_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sandbox, "bwrap_path", lambda: None)
+    tools = make_tools(tmp_path)
+    for result in (await python(tools, "print(1)"), await shell(tools, "echo 1")):
+        assert result.is_error
+        assert len(result.content.splitlines()) == 1
+        assert "apt-get install bubblewrap" in result.content
+    assert not (tmp_path / ".fim").exists()  # nothing ran, nothing was created
+
+
+def test_validate_warns_about_agents_needing_bwrap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sandbox, "bwrap_path", lambda: None)
+    (tmp_path / "fim.yaml").write_text("name: t\n")
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "coder.yaml").write_text(
+        "model: openai/gpt-4o-mini\ninstructions: Code.\ntools: [shell]\n"
+    )
+    (tmp_path / "agents" / "plain.yaml").write_text(
+        "model: openai/gpt-4o-mini\ninstructions: Talk.\n"
+    )
+    result = CliRunner().invoke(app, ["validate", "--project", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("ok: 2 agents")
+    [warning] = result.stderr.splitlines()
+    assert warning.startswith("agents/coder.yaml:1:1: warning: shell will refuse to run")
+    assert "apt-get install bubblewrap" in warning
+
+
+def test_network_opt_in_is_refused_with_the_reason() -> None:
+    with pytest.raises(ValueError, match="only share the host's network"):
+        AgentDecl(name="a", sandbox={"network": True})
