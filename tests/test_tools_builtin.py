@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -846,3 +847,89 @@ def test_tool_modules_import_nothing_heavy() -> None:
         env={**os.environ, "PYTHONPATH": str(BUILTIN_DIR.parents[2])},
     )
     assert out.stdout.strip() == "[]"
+
+
+async def test_file_ops_wins_the_symlink_race(
+    tools: ToolRegistry, sandbox: Path, tmp_path: Path
+) -> None:
+    """A thread flips `door` between a real folder and a symlink to a folder outside while
+    file_ops reads and writes through it: not one read or write may land outside."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "file.txt").write_text("s3cret")
+    sandbox.mkdir(parents=True)
+    door, aside = sandbox / "door", sandbox / "door-aside"
+    door.mkdir()
+    (door / "file.txt").write_text("inside")
+    stop = threading.Event()
+    flips = 0
+
+    def flip() -> None:
+        nonlocal flips
+        while not stop.is_set():
+            try:
+                if aside.exists():  # a write recreated `door` in the gap: put the real one back
+                    if door.is_symlink():
+                        door.unlink()
+                    elif door.exists():
+                        shutil.rmtree(door)
+                    aside.rename(door)
+                door.rename(aside)
+                door.symlink_to(outside)
+                flips += 1
+                door.unlink()
+                aside.rename(door)
+            except OSError:
+                continue
+
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    outcomes: dict[str, int] = {"ok": 0, "refused": 0}
+    try:
+        for i in range(1000):
+            wrote = await tools.call(
+                "file_ops", {"operation": "write", "path": "door/file.txt", "content": f"w{i}"}
+            )
+            read = await tools.call("file_ops", {"operation": "read", "path": "door/file.txt"})
+            assert "s3cret" not in read.content
+            for result in (wrote, read):
+                outcomes["refused" if result.is_error else "ok"] += 1
+    finally:
+        stop.set()
+        flipper.join()
+    assert (outside / "file.txt").read_text() == "s3cret"
+    assert sorted(p.name for p in outside.iterdir()) == ["file.txt"]
+    assert flips > 10 and outcomes["ok"] > 0 and outcomes["refused"] > 0, (flips, outcomes)
+
+
+async def test_file_ops_keeps_the_sandbox_under_its_quota(tmp_path: Path, sandbox: Path) -> None:
+    from fim.tools.builtin import file_ops
+
+    tools = ToolRegistry([file_ops.make(make_ctx(tmp_path), quota_bytes=64 * 1024)])
+    first = await tools.call(
+        "file_ops", {"operation": "write", "path": "a.txt", "content": "x" * 40_000}
+    )
+    assert not first.is_error
+    second = await tools.call(
+        "file_ops", {"operation": "write", "path": "b.txt", "content": "y" * 40_000}
+    )
+    assert second.is_error
+    assert "would exceed its quota of 65536 bytes" in second.content
+    assert not (sandbox / "b.txt").exists()  # a refused write leaves no empty file
+    replaced = await tools.call(
+        "file_ops", {"operation": "write", "path": "a.txt", "content": "z" * 40_000}
+    )
+    assert not replaced.is_error  # replacing a file counts its old size as freed
+
+
+async def test_file_ops_refuses_fifos_instead_of_hanging(
+    tools: ToolRegistry, sandbox: Path
+) -> None:
+    sandbox.mkdir(parents=True)
+    os.mkfifo(sandbox / "pipe")
+    read = await tools.call("file_ops", {"operation": "read", "path": "pipe"}, timeout=5)
+    assert read.content == "Error: 'pipe' is not a regular file."
+    wrote = await tools.call(
+        "file_ops", {"operation": "write", "path": "pipe", "content": "x"}, timeout=5
+    )
+    assert wrote.is_error and "timed out" not in wrote.content
