@@ -86,6 +86,11 @@ async def test_a_run_killed_mid_node_is_recovered_by_resume(root: Path):
     services = Services(root=root, state_url=compile_project(root).project.state)
     try:
         run_id = await wait_until_running(services, "slow")
+        hung = root / ".fim" / "sandbox" / "scratch" / "hung-once"
+        for _ in range(1000):  # the node runs, but its sandboxed process takes a moment
+            if hung.exists():
+                break
+            await asyncio.sleep(0.01)
         os.killpg(crashed.pid, signal.SIGKILL)  # the run process and its python_exec child
         crashed.wait(timeout=10)
         state = await load_run(services, run_id)
@@ -100,7 +105,7 @@ async def test_a_run_killed_mid_node_is_recovered_by_resume(root: Path):
 
     resumed = fim(root, "workflow", "resume", run_id, "--json")
     out, err = resumed.communicate(timeout=60)
-    assert resumed.returncode == 0, err
+    assert resumed.returncode == 0, err + out
     doc = json.loads(out)
     assert doc["status"] == "ok"
     assert doc["outputs"]["first"].endswith("\nfirst")
