@@ -12,7 +12,10 @@ import asyncio
 import os
 import socket
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fim.cli import app
-from fim.config.schema import AgentDecl, Project
+from fim.config.schema import AgentDecl, Project, WebFetchSettings
 from fim.runtime import RunContext, Services
 from fim.snapshot import Snapshot
 from fim.tools import ToolRegistry, builtin, sandbox
@@ -33,11 +36,11 @@ needs_bwrap = pytest.mark.skipif(
 SECRET = "fim-planted-secret-8d1f"
 
 
-def make_tools(root: Path, **agent: Any) -> ToolRegistry:
+def make_tools(root: Path, project: Project | None = None, **agent: Any) -> ToolRegistry:
     agent.setdefault("name", "attacker")
     agent.setdefault("tools", ["python_exec", "shell"])
     ctx = RunContext(
-        snapshot=Snapshot(root=root, project=Project()),
+        snapshot=Snapshot(root=root, project=project or Project()),
         agent=AgentDecl(**agent),
         services=Services(root=root),
     )
@@ -152,6 +155,75 @@ async def test_there_is_no_network_not_even_the_hosts_loopback(tools: ToolRegist
         server.close()
     assert "CONNECTED" not in result.content
     assert result.content.count("failed") == 3, result.content
+
+
+class _Hello(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.server.hits += 1  # type: ignore[attr-defined]
+        body = f"hello {self.path}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def web() -> Iterator[ThreadingHTTPServer]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
+    server.hits = 0  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+FETCH = """
+import socket, urllib.request
+for url in ["http://127.0.0.1:{port}/a", "http://localhost:{port}/b", "http://10.9.8.7/"]:
+    try:
+        print(url, urllib.request.urlopen(url, timeout=5).read().decode())
+    except Exception as exc:
+        print(url, "failed:", exc, getattr(exc, "read", lambda: b"")().decode())
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=2)
+    print("direct CONNECTED")
+except OSError as exc:
+    print("direct failed:", exc.strerror)
+"""
+
+
+@needs_bwrap
+async def test_network_opt_in_goes_through_the_guard_and_nowhere_else(
+    tmp_path: Path, web: ThreadingHTTPServer
+) -> None:
+    port = web.server_address[1]
+    tools = make_tools(tmp_path, sandbox={"network": True})
+    result = await python(tools, FETCH.format(port=port))
+    assert result.content.count("403: Forbidden") == 3, result.content
+    assert "(loopback address); fetching internal addresses is blocked" in result.content
+    assert "(private address)" in result.content
+    assert "direct failed: Connection refused" in result.content  # its own, empty loopback
+    assert web.hits == 0  # type: ignore[attr-defined]
+
+
+@needs_bwrap
+async def test_network_reaches_what_web_fetch_may_reach(
+    tmp_path: Path, web: ThreadingHTTPServer
+) -> None:
+    """A host the project allows for web_fetch (here the test's loopback server, standing
+    in for a public site) answers through the proxy; the rest stays refused."""
+    port = web.server_address[1]
+    project = Project(web_fetch=WebFetchSettings(allow_hosts=["127.0.0.1"]))
+    tools = make_tools(tmp_path, project, sandbox={"network": True})
+    result = await python(tools, FETCH.format(port=port))
+    assert f"http://127.0.0.1:{port}/a hello /a" in result.content
+    assert f"http://localhost:{port}/b failed: HTTP Error 403" in result.content
+    assert "direct failed: Connection refused" in result.content
+    assert web.hits == 1  # type: ignore[attr-defined]
 
 
 # --------------------------------------------------------------------------- files
@@ -324,8 +396,3 @@ def test_validate_warns_about_agents_needing_bwrap(
     [warning] = result.stderr.splitlines()
     assert warning.startswith("agents/coder.yaml:1:1: warning: shell will refuse to run")
     assert "apt-get install bubblewrap" in warning
-
-
-def test_network_opt_in_is_refused_with_the_reason() -> None:
-    with pytest.raises(ValueError, match="only share the host's network"):
-        AgentDecl(name="a", sandbox={"network": True})

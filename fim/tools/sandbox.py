@@ -19,10 +19,11 @@ runs under `bwrap` (the sandbox Claude Code uses on Linux) with:
   writable directory: the sandbox's `scratch/`, at the same path as on the host;
 - an empty environment but PATH, HOME, TMPDIR, LANG and what the agent declares under
   `sandbox.env`;
-- no network at all (the network namespace has only a loopback of its own). An agent's
-  `sandbox: {network: true}` is refused for now: bwrap alone can only share the host's
-  network, which includes loopback and private ranges (the database, the metadata endpoint),
-  so a guarded egress (a proxy applying web_fetch's guard) is needed first.
+- no network (the network namespace has only a loopback of its own). An agent with
+  `sandbox: {network: true}` gets HTTP(S) through fim/tools/egress.py: a proxy outside the
+  sandbox, reached through a Unix socket, that applies web_fetch's guard (no loopback,
+  private, link-local or reserved addresses unless fim.yaml's `web_fetch` allows them) and
+  connects to the address it checked. Nothing else leaves: no UDP, no DNS, no direct TCP.
 
 Limits (see `Limits`): CPU seconds (RLIMIT_CPU), memory per process (RLIMIT_AS) AND for the
 whole tree (a watchdog sums the resident memory of every process of the sandbox each 50 ms
@@ -50,10 +51,13 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from fim.tools.builtin._common import clip, fail
 from fim.types import ToolResult
+
+if TYPE_CHECKING:
+    from fim.config.schema import WebFetchSettings
 
 INSTALL_HINT = (
     "the sandbox program bubblewrap (bwrap) is not installed; "
@@ -62,6 +66,7 @@ INSTALL_HINT = (
 SANDBOX_TOOLS = frozenset({"python_exec", "shell"})
 NOBODY = 65534
 RESERVED_ENV = frozenset({"PATH", "HOME", "TMPDIR"})
+EGRESS_DIR = "/run/fim-egress"
 WATCH_INTERVAL = 0.05
 _CHUNK = 65_536
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -80,6 +85,28 @@ if os.getuid() == 0:
     os.setresuid(uid, uid, uid)
 if os.getuid() == 0 or os.geteuid() == 0:
     sys.exit("sandbox: refusing to run as root")
+if cfg.get("proxy"):
+    import socket, threading
+    listener = socket.create_server(("127.0.0.1", cfg["proxy"]["port"]))
+    if os.fork() == 0:
+        def pump(a, b):
+            try:
+                while data := a.recv(65536):
+                    b.sendall(data)
+                b.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+        while True:
+            client, _ = listener.accept()
+            upstream = socket.socket(socket.AF_UNIX)
+            try:
+                upstream.connect(cfg["proxy"]["socket"])
+            except OSError:
+                client.close()
+                continue
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=pump, args=(a, b), daemon=True).start()
+    listener.close()
 argv = cfg["argv"]
 try:
     os.execvp(argv[0], argv)
@@ -257,8 +284,10 @@ def command_line(
     limits: Limits,
     data_fds: Mapping[str, int],
     as_root: bool,
+    egress: Path | None = None,
 ) -> list[str]:
-    """The bwrap invocation running `argv` in `scratch` (exposed for tests and reports)."""
+    """The bwrap invocation running `argv` in `scratch`; `egress` is the folder of the
+    proxy's Unix socket when the agent has `network: true` (fim/tools/egress.py)."""
     bwrap = bwrap_path() or "bwrap"
     args = [bwrap, "--die-with-parent", "--new-session"]
     args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
@@ -279,6 +308,10 @@ def command_line(
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     for dest, fd in data_fds.items():
         args += ["--perms", "0444", "--ro-bind-data", str(fd), dest]
+    if egress is not None:  # HTTPS clients need the CA bundle; DNS stays out (the proxy resolves)
+        for name in ("ssl", "ca-certificates", "pki"):
+            args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+        args += ["--perms", "0755", "--dir", "/run", "--ro-bind", str(egress), EGRESS_DIR]
     args += ["--proc", "/proc", "--dev", "/dev"]
     args += ["--size", str(limits.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
     made: set[Path] = {Path("/usr"), Path("/tmp")}
@@ -291,14 +324,18 @@ def command_line(
         kind = "--bind" if root == scratch else "--ro-bind"
         args += [kind, str(root), str(root)]
     args += ["--chdir", str(scratch), "--clearenv"]
-    for name, value in _environment(scratch, env).items():
+    for name, value in _environment(scratch, env, egress is not None).items():
         args += ["--setenv", name, value]
-    config = {"argv": list(argv), "uid": NOBODY, "rlimits": _rlimits(limits)}
+    config: dict[str, Any] = {"argv": list(argv), "uid": NOBODY, "rlimits": _rlimits(limits)}
+    if egress is not None:
+        from fim.tools.egress import PORT, SOCKET_NAME
+
+        config["proxy"] = {"port": PORT, "socket": f"{EGRESS_DIR}/{SOCKET_NAME}"}
     args += ["--", sys.executable, "-I", "-S", "-c", _LAUNCHER, json.dumps(config)]
     return args
 
 
-def _environment(scratch: Path, declared: Mapping[str, str]) -> dict[str, str]:
+def _environment(scratch: Path, declared: Mapping[str, str], proxy: bool) -> dict[str, str]:
     python_bin = str(Path(sys.executable).parent)
     base = {
         "PATH": f"{python_bin}:/usr/local/bin:/usr/bin:/bin",
@@ -307,6 +344,12 @@ def _environment(scratch: Path, declared: Mapping[str, str]) -> dict[str, str]:
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
     }
+    if proxy:
+        from fim.tools.egress import PORT
+
+        url = f"http://127.0.0.1:{PORT}"
+        for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+            base[name] = url
     return {**base, **{k: v for k, v in declared.items() if k not in RESERVED_ENV}}
 
 
@@ -411,8 +454,11 @@ async def run(
     stdin: bytes = b"",
     env: Mapping[str, str] | None = None,
     limits: Limits | None = None,
+    network: WebFetchSettings | None = None,
 ) -> Outcome:
-    """Run `argv` in the sandbox with `scratch` as its only writable folder.
+    """Run `argv` in the sandbox with `scratch` as its only writable folder. With `network`
+    (web_fetch's settings), HTTP(S) goes out through the guarded egress proxy; without it
+    there is no network at all.
 
     Raises RuntimeError with `unavailable()`'s line when bubblewrap is missing. Cancelling the
     call (the engine's tool timeout) kills the tree before re-raising.
@@ -425,7 +471,23 @@ async def run(
     check_env(declared)
     as_root = os.geteuid() == 0
     await asyncio.to_thread(_prepare, scratch, as_root)
+    if network is None:
+        return await _run(argv, scratch, stdin, declared, limits, as_root, None)
+    from fim.tools.egress import Egress
 
+    async with Egress(network) as egress:
+        return await _run(argv, scratch, stdin, declared, limits, as_root, egress.directory)
+
+
+async def _run(
+    argv: Sequence[str],
+    scratch: Path,
+    stdin: bytes,
+    declared: dict[str, str],
+    limits: Limits,
+    as_root: bool,
+    egress: Path | None,
+) -> Outcome:
     data_fds: dict[str, int] = {}
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -436,7 +498,13 @@ async def run(
             os.close(write_end)
             data_fds[dest] = read_end
         args = command_line(
-            argv, scratch=scratch, env=declared, limits=limits, data_fds=data_fds, as_root=as_root
+            argv,
+            scratch=scratch,
+            env=declared,
+            limits=limits,
+            data_fds=data_fds,
+            as_root=as_root,
+            egress=egress,
         )
         # Our own pipes, not asyncio's: Process.wait() would otherwise also wait for
         # every process that inherited stdout.

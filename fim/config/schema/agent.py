@@ -80,16 +80,11 @@ class SandboxSettings(Strict):
     max_processes: int = Field(default=64, ge=4, le=4096)
     """Processes and threads the sandboxed programs may have at once."""
     network: bool = False
-    """Not supported yet: the sandbox has no network (see the README's Security model)."""
+    """HTTP(S) out through fim's proxy, behind web_fetch's guard (no loopback or private
+    addresses unless fim.yaml's `web_fetch` allows them); off: no network at all."""
 
     @model_validator(mode="after")
-    def _no_network(self) -> SandboxSettings:
-        if self.network:
-            raise ValueError(
-                "network access from the sandbox is not supported: bubblewrap alone can only "
-                "share the host's network, loopback and private addresses included; use "
-                "web_fetch (SSRF-guarded) for HTTP, or remove 'network: true'"
-            )
+    def _env_names(self) -> SandboxSettings:
         for name in self.env:
             if not (name.isidentifier() and name.isascii()) or name in ("PATH", "HOME", "TMPDIR"):
                 raise ValueError(f"'{name}' cannot be declared in sandbox.env")

@@ -2,11 +2,12 @@
 
 The snippet runs as `python -I -` (isolated: no user site, no PYTHON* variables) on the
 Python fim runs on, inside bubblewrap (fim/tools/sandbox.py): its own PID, network, IPC and
-UTS namespaces, an unprivileged user, read-only system folders, no network, an empty
-environment but what the agent declares (`sandbox.env`), and the sandbox's `scratch/` as the
-only writable folder. CPU, memory (per process and for the whole tree), processes, file size
-and output are capped; at the deadline the whole process tree is killed. Without bubblewrap
-the tool refuses to run (one line saying how to install it).
+UTS namespaces, an unprivileged user, read-only system folders, no network (HTTP(S) through
+the guarded egress proxy with `sandbox: {network: true}`), an empty environment but what the
+agent declares (`sandbox.env`), and the sandbox's `scratch/` as the only writable folder.
+CPU, memory (per process and for the whole tree), processes, file size and output are
+capped; at the deadline the whole process tree is killed. Without bubblewrap the tool
+refuses to run (one line saying how to install it).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ def make(
             stdin=code.encode("utf-8"),
             env=settings.env,
             limits=limits,
+            network=ctx.snapshot.project.web_fetch if settings.network else None,
         )
         return sandbox.observation(
             outcome,
@@ -69,13 +71,14 @@ def make(
             empty="(no output: use print() to show results)",
         )
 
+    reach = "HTTP(S) to public hosts only" if settings.network else "no network"
     return FunctionTool(
         name="python_exec",
         description=(
             "Run a Python 3 program in a fresh, isolated sandbox. Only what it prints comes "
             "back (stdout and stderr). For data processing or parsing easier in code. It runs "
             f"in the sandbox's `scratch/` folder (files persist there), with {memory_mb} MB "
-            f"of memory, a {default_timeout:g}s default timeout and no network."
+            f"of memory, a {default_timeout:g}s default timeout and {reach}."
         ),
         parameters={
             "type": "object",

@@ -1,9 +1,10 @@
 """shell: run a bash command in the OS sandbox and return its output.
 
 `bash -c COMMAND` runs inside bubblewrap with exactly python_exec's policy and limits
-(fim/tools/sandbox.py): no network, an unprivileged user, read-only system folders, the
-sandbox's `scratch/` as the only writable folder and working directory, an empty environment
-but what the agent declares, and the whole process tree killed at the deadline.
+(fim/tools/sandbox.py): no network unless `sandbox: {network: true}` (then HTTP(S) through
+the guarded proxy), an unprivileged user, read-only system folders, the sandbox's
+`scratch/` as the only writable folder and working directory, an empty environment but what
+the agent declares, and the whole process tree killed at the deadline.
 
 Off unless an agent lists `shell` in `tools:` (`EXPLICIT`): `tool_categories: [compute]`
 brings python_exec, never a shell. The argument is named `command`, like
@@ -52,7 +53,11 @@ def make(ctx: RunContext) -> FunctionTool:
             keep_output=MAX_OUTPUT * 4,
         )
         outcome = await sandbox.run(
-            ["bash", "-c", command], scratch=scratch, env=settings.env, limits=limits
+            ["bash", "-c", command],
+            scratch=scratch,
+            env=settings.env,
+            limits=limits,
+            network=ctx.snapshot.project.web_fetch if settings.network else None,
         )
         return sandbox.observation(
             outcome,
@@ -64,13 +69,14 @@ def make(ctx: RunContext) -> FunctionTool:
             what="the command",
         )
 
+    reach = "HTTP(S) to public hosts only" if settings.network else "no network"
     return FunctionTool(
         name="shell",
         description=(
             "Run a bash command in an isolated sandbox, for file processing and command-line "
             "tools (grep, sed, sort, python3). It works in the sandbox's `scratch/` folder "
             f"(files persist there, shared with python_exec), with {settings.memory_mb} MB of "
-            f"memory, a {DEFAULT_TIMEOUT:g}s default timeout and no network. Returns the exit "
+            f"memory, a {DEFAULT_TIMEOUT:g}s default timeout and {reach}. Returns the exit "
             "code, stdout and stderr."
         ),
         parameters={

@@ -74,7 +74,16 @@ class Guard:
             raise Blocked(f"the URL '{url}' has no host")
         if self.allow_private or self.host_allowed(host):
             return
-        for ip in await self._resolve(host, parts.port or (443 if parts.scheme == "https" else 80)):
+        await self.addresses(host, parts.port or (443 if parts.scheme == "https" else 80))
+
+    async def addresses(self, host: str, port: int) -> list[IPAddress]:
+        """`host` resolved once and checked (raises Blocked). The sandbox's egress proxy
+        connects to one of these addresses, not to the name, so no second DNS answer can
+        differ (the rebinding gap of `check`)."""
+        ips = await self._resolve(host, port)
+        if self.allow_private or self.host_allowed(host):
+            return ips
+        for ip in ips:
             reason = _why_blocked(ip)
             if reason is not None:
                 raise Blocked(
@@ -82,6 +91,7 @@ class Guard:
                     "addresses is blocked. Fetch a public URL instead (a project owner can "
                     "allow this host with web_fetch.allow_hosts in fim.yaml)"
                 )
+        return ips
 
     @staticmethod
     async def _resolve(host: str, port: int) -> list[IPAddress]:
