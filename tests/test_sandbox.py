@@ -252,20 +252,41 @@ async def test_it_writes_only_in_scratch(
 @needs_bwrap
 async def test_a_fork_bomb_is_capped_and_cleaned_up(tools: ToolRegistry) -> None:
     marker = f"fim-bomb-{os.getpid()}"
-    code = (
-        "import subprocess, sys\n"
-        "started = 0\n"
-        "for _ in range(100):\n"
-        "    try:\n"
-        f"        subprocess.Popen(['{marker}', '300'], executable='sleep')\n"
-        "        started += 1\n"
-        "    except OSError:\n"
-        "        break\n"
-        "print('started', started)"
-    )
-    result = await python(tools, code)
+    result = await python(tools, BOMB.format(marker=marker))
     started = int(result.content.split("started ")[1].split()[0])
     assert 0 < started < 64, result.content
+    assert running(marker) == []
+
+
+BOMB = """
+import subprocess, sys
+started = 0
+for _ in range(100):
+    try:
+        subprocess.Popen(['{marker}', '300'], executable='sleep')
+        started += 1
+    except OSError:
+        break
+print('started', started)
+"""
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="the user-namespace fallback is for root")
+async def test_as_root_without_privileges_the_user_namespace_mode_holds(
+    tools: ToolRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Root that may not create namespaces itself (a container without CAP_SYS_ADMIN) runs
+    the sandbox in a user namespace, mapped onto host root: RLIMIT_NPROC does not bind
+    root, so the watchdog counts processes instead."""
+    monkeypatch.setattr(sandbox, "_PRIVILEGED", False)
+    who = await shell(tools, "id -u; cat /proc/self/uid_map")
+    assert who.content.splitlines()[2] == "65534"
+    assert who.content.splitlines()[3].split()[:2] == ["65534", "0"]  # a user namespace
+    marker = f"fim-bomb-userns-{os.getpid()}"
+    result = await python(tools, BOMB.format(marker=marker) + "import time; time.sleep(5)")
+    assert result.is_error
+    assert "started more processes than allowed" in result.content
     assert running(marker) == []
 
 
@@ -396,3 +417,24 @@ def test_validate_warns_about_agents_needing_bwrap(
     [warning] = result.stderr.splitlines()
     assert warning.startswith("agents/coder.yaml:1:1: warning: shell will refuse to run")
     assert "apt-get install bubblewrap" in warning
+
+
+async def test_a_sandbox_that_cannot_start_is_an_error_not_a_bare_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where namespaces are forbidden bwrap fails; the tool says so and runs nothing."""
+    fake = tmp_path / "bwrap"
+    fake.write_text(
+        "#!/bin/sh\necho 'bwrap: Creating new namespace failed: Operation not permitted' >&2\n"
+        "exit 1\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setattr(sandbox, "bwrap_path", lambda: str(fake))
+    monkeypatch.setattr(sandbox, "_PRIVILEGED", None)
+    tools = make_tools(tmp_path)
+    result = await shell(tools, "echo ran > ran.txt")
+    assert result.content == (
+        "Error: the sandbox could not start: "
+        "bwrap: Creating new namespace failed: Operation not permitted"
+    )
+    assert not list(tmp_path.rglob("ran.txt"))

@@ -11,7 +11,10 @@ runs under `bwrap` (the sandbox Claude Code uses on Linux) with:
   new user namespace onto that user. When fim runs as root, a user namespace would map the
   sandbox onto host root (and root ignores RLIMIT_NPROC), so bwrap keeps the host user
   namespace and our launcher drops to the real host uid/gid 65534 (`nobody`) before the
-  command starts; no capability survives (`--cap-drop ALL` but setuid/setgid, then setresuid);
+  command starts; no capability survives (`--cap-drop ALL` but setuid/setgid, then setresuid).
+  Where root may not create namespaces itself (a container without CAP_SYS_ADMIN), the
+  user-namespace mode is used as root too; RLIMIT_NPROC does not bind host root, so there the
+  watchdog also counts the processes and kills the tree above the limit;
 - read-only binds of /usr (and /bin, /lib*, /sbin as on the host), the Python fim runs on
   (`sys.prefix`, `sys.base_prefix`), and only the /etc files a program needs to start
   (ld.so.cache, stub passwd/group/hosts; never /etc/shadow);
@@ -216,6 +219,7 @@ class Outcome:
     stderr: Capture
     timed_out: bool = False
     memory_exceeded: bool = False
+    processes_exceeded: bool = False
     peak_memory: int = 0
     """Highest resident memory of the whole tree seen by the watchdog, in bytes."""
     setup_error: str | None = None
@@ -408,6 +412,8 @@ class _Sandbox:
     seen: set[int] = field(default_factory=set)
     peak: int = 0
     memory_exceeded: bool = False
+    count_processes: bool = False
+    processes_exceeded: bool = False
 
     def kill(self) -> None:
         """Kill the namespace's init first (the kernel then kills every process in the
@@ -419,7 +425,8 @@ class _Sandbox:
             os.killpg(self.process.pid, signal.SIGKILL)
 
     async def watch(self) -> None:
-        """Sum the resident memory of the tree; kill it above the limit."""
+        """Sum the resident memory of the tree; kill it above the limit. With `count_processes`
+        (the kernel's RLIMIT_NPROC does not bind this sandbox) count its processes too."""
         cap = self.limits.memory_mb * 1024 * 1024
         while self.process.returncode is None:
             pids = tree(self.process.pid)
@@ -428,6 +435,10 @@ class _Sandbox:
             self.peak = max(self.peak, used)
             if used > cap:
                 self.memory_exceeded = True
+            # outer bwrap, its init and the command's launcher are not the program's
+            if self.count_processes and len(pids) - 2 > self.limits.max_processes:
+                self.processes_exceeded = True
+            if self.memory_exceeded or self.processes_exceeded:
                 self.kill()
                 return
             await asyncio.sleep(WATCH_INTERVAL)
@@ -469,7 +480,7 @@ async def run(
     limits = limits or Limits()
     declared = dict(env or {})
     check_env(declared)
-    as_root = os.geteuid() == 0
+    as_root = os.geteuid() == 0 and await _privileged()
     await asyncio.to_thread(_prepare, scratch, as_root)
     if network is None:
         return await _run(argv, scratch, stdin, declared, limits, as_root, None)
@@ -526,7 +537,7 @@ async def _run(
     out, err = Capture(limits.keep_output), Capture(limits.keep_output)
     out_pipe, err_pipe = os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0)
     pumps = asyncio.gather(out.pump(out_pipe), err.pump(err_pipe))
-    box = _Sandbox(process, limits)
+    box = _Sandbox(process, limits, count_processes=os.geteuid() == 0 and not as_root)
     watcher = asyncio.ensure_future(box.watch())
 
     async def feed_and_wait() -> int:
@@ -568,6 +579,7 @@ async def _run(
         stderr=err,
         timed_out=timed_out,
         memory_exceeded=box.memory_exceeded,
+        processes_exceeded=box.processes_exceeded,
         peak_memory=box.peak,
         setup_error=setup_error,
     )
@@ -593,6 +605,11 @@ def observation(
     if outcome.stderr.total:
         parts.append(outcome.stderr.section("stderr", max_output))
     body = "\n".join(parts) or empty
+    if outcome.processes_exceeded:
+        return fail(
+            "the program started more processes than allowed and was killed. "
+            "Use fewer processes or threads.\n" + body
+        )
     if outcome.memory_exceeded:
         return fail(
             f"the processes used more than {memory_mb} MB of memory together and were "
@@ -616,6 +633,32 @@ def observation(
             hint = "The process used up its CPU time. Make it faster. " + hint
         return ToolResult(content=f"[exit code {code}] {hint}\n{body}", is_error=True)
     return clip(f"[exit code 0]\n{body}", max_output * 2 + 200)
+
+
+_PRIVILEGED: bool | None = None
+
+
+async def _privileged() -> bool:
+    """Whether bwrap, run by root, may create namespaces itself (so the launcher can become
+    the real host user 65534). Asked once per process; a container without CAP_SYS_ADMIN
+    says no and the user-namespace mode is used instead."""
+    global _PRIVILEGED
+    if _PRIVILEGED is None:
+        probe = await asyncio.create_subprocess_exec(
+            bwrap_path() or "bwrap",
+            "--unshare-pid",
+            "--unshare-net",
+            "--ro-bind",
+            "/",
+            "/",
+            "--",
+            "true",
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        _PRIVILEGED = await probe.wait() == 0
+    return _PRIVILEGED
 
 
 def _prepare(scratch: Path, as_root: bool) -> None:
