@@ -378,3 +378,30 @@ def test_file_ops_is_read_write_and_edit_to_claude_code_scripts(tmp_path: Path) 
     assert results["f1"]["is_error"] and "Writing .env is not allowed" in results["f1"]["content"]
     assert not results["f2"]["is_error"]
     assert results["f3"]["is_error"] and "app/.env" in results["f3"]["content"]
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_the_shell_tool_is_bash_to_claude_code_scripts(tmp_path: Path) -> None:
+    """The builtin `shell`: the Bash validator blocks `rm -rf` (matcher `Bash`), and what a
+    SessionStart hook exported through CLAUDE_ENV_FILE is in the command's environment."""
+    root = tmp_path / "p"
+    make_project(root, "legacy")
+    calls = [
+        {"id": "s1", "name": "shell", "arguments": {"command": "rm -rf /tmp/anything"}},
+        {"id": "s2", "name": "shell", "arguments": {"command": "echo stage=$DEPLOY_STAGE"}},
+    ]
+    (root / "shell.script.yaml").write_text(json.dumps([{"tool_calls": calls}, {"text": "ok"}]))
+    agent = {
+        "description": "Has a shell",
+        "model": "scripted:shell.script.yaml",
+        "tools": ["shell"],
+        "hooks": [
+            {"event": "SessionStart", "command": "hooks/session_context.sh"},
+            {"event": "PreToolUse", "matcher": "Bash", "command": "hooks/bash_validator.py"},
+        ],
+    }
+    (root / "agents" / "sh.yaml").write_text(json.dumps(agent))
+    events = run_surface(root, "cli", agent="sh")
+    results = {e["call_id"]: e for e in events if e["type"] == "tool_result"}
+    assert results["s1"]["is_error"] and "deletes recursively" in results["s1"]["content"]
+    assert "stage=staging" in results["s2"]["content"]

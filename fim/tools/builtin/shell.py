@@ -55,7 +55,8 @@ def make(ctx: RunContext) -> FunctionTool:
         outcome = await sandbox.run(
             ["bash", "-c", command],
             scratch=scratch,
-            env=settings.env,
+            # SessionStart hooks may export variables (CLAUDE_ENV_FILE); the agent's own win.
+            env={**ctx.session_env, **settings.env},
             limits=limits,
             network=ctx.snapshot.project.web_fetch if settings.network else None,
         )
