@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 
@@ -25,6 +26,7 @@ from fim.config.schema import (
     WorkflowDecl,
 )
 from fim.errors import ConfigError, RunError
+from fim.masking import Masker, remember
 
 
 @dataclass(frozen=True)
@@ -72,10 +74,19 @@ class Snapshot:
     sources: Mapping[tuple[str, str], Source] = field(default_factory=_frozen)
     """(kind, name) -> where it was declared."""
     secrets: frozenset[str] = frozenset()
-    """Values that came from `${VAR}` interpolation; masked wherever text leaves fim."""
+    """Values that came from `${VAR}` interpolation, literal credentials and DSN passwords
+    (`fim.masking.config_secrets`); masked wherever text leaves fim."""
     version: str = ""
     """Content hash of every file that went into the snapshot."""
     loaded_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        remember(self.secrets)  # every exit of the process masks what any snapshot knows
+
+    @cached_property
+    def masker(self) -> Masker:
+        """The masking policy over this snapshot's secrets (`fim.masking`)."""
+        return Masker(self.secrets)
 
     def model_settings(self, ref: str | ModelSettings) -> ModelSettings:
         """Resolve a model reference: a role of fim.yaml, else a litellm model string.
@@ -110,11 +121,12 @@ class Snapshot:
         return self.sources.get((kind, name), Source(path="fim.yaml"))
 
     def mask(self, text: str) -> str:
-        """Replace every secret value in `text` with `***`."""
-        for secret in sorted(self.secrets, key=len, reverse=True):
-            if len(secret) >= 4:
-                text = text.replace(secret, "***")
-        return text
+        """Replace every secret in `text`, in any encoding, with `***`."""
+        return self.masker.text(text)
+
+    def mask_value(self, value: object, *, keys: bool = False) -> object:
+        """`Masker.value`: secrets masked in every string of a JSON-like value."""
+        return self.masker.value(value, keys=keys)
 
 
 __all__ = ["ConfigError", "Locate", "Skill", "Snapshot", "Source"]

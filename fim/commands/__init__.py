@@ -55,7 +55,9 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 
 def err(line: str) -> None:
     """One line to stderr (no rich import: this is on the fast path)."""
-    sys.stderr.write(line + "\n")
+    from fim.masking import known
+
+    sys.stderr.write(known().text(line) + "\n")
 
 
 def fail(message: str, hint: str | None = None) -> NoReturn:
@@ -66,8 +68,10 @@ def fail(message: str, hint: str | None = None) -> NoReturn:
 
 def print_problems(problems: Iterable[Problem], stream: str = "stderr") -> None:
     out = sys.stdout if stream == "stdout" else sys.stderr
+    from fim.masking import known
+
     for problem in problems:
-        out.write(f"{problem}\n")
+        out.write(known().text(f"{problem}") + "\n")
 
 
 @contextmanager

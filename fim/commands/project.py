@@ -30,8 +30,6 @@ KIND_ATTRS = {
     "model": "models",
 }
 _PLURAL = {f"{k}s": k for k in KIND_ATTRS} | {"evals": "eval", "suites": "eval"}
-_SENSITIVE_KEYS = {"token", "password", "key", "api_key", "api_keys"}
-_SENSITIVE_HEADERS = ("auth", "key", "token", "secret", "cookie", "password")
 
 
 class Format(StrEnum):
@@ -283,18 +281,9 @@ def _dump(kind: str, item: Any, snapshot: Snapshot) -> Any:
     return item.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-def masked(value: Any, snapshot: Snapshot, key: str = "", parent: str = "") -> Any:
-    """Mask interpolated secrets everywhere and credential fields whatever their source."""
-    if isinstance(value, dict):
-        return {k: masked(v, snapshot, str(k), key) for k, v in value.items()}
-    if isinstance(value, list):
-        return [masked(v, snapshot, key, parent) for v in value]
-    if isinstance(value, str) and value:
-        sensitive = key in _SENSITIVE_KEYS or (
-            parent == "headers" and any(w in key.lower() for w in _SENSITIVE_HEADERS)
-        )
-        return "***" if sensitive else snapshot.mask(value)
-    return value
+def masked(value: Any, snapshot: Snapshot) -> Any:
+    """Mask secrets everywhere and credential fields whatever their source (`fim.masking`)."""
+    return snapshot.masker.value(value, keys=True)
 
 
 def to_yaml(data: Any) -> str:

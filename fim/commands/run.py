@@ -124,21 +124,27 @@ class EventPrinter:
         self._streamed = False
         from rich.console import Console
 
+        from fim.masking import StreamMasker, known
+
         self.err = Console(stderr=True, highlight=False, soft_wrap=True)
+        self._tokens = StreamMasker(known())
+        """Tokens are masked as a stream: a secret split over two tokens is still caught."""
 
     def show(self, event: Event) -> None:
+        from fim.masking import mask_model
+
+        event = mask_model(event)
         if self.as_json:
             sys.stdout.write(event.model_dump_json() + "\n")
             sys.stdout.flush()
             return
         kind = event.type
         if kind == "token":
-            sys.stdout.write(event.text)
+            sys.stdout.write(self._tokens.feed(event.text))
             sys.stdout.flush()
             self._streamed = True
         elif kind == "message":
-            if not self._streamed:
-                sys.stdout.write(event.content)
+            sys.stdout.write(self._tokens.flush() if self._streamed else event.content)
             sys.stdout.write("\n")
             sys.stdout.flush()
             self._streamed = False
@@ -171,7 +177,7 @@ class EventPrinter:
 
     def _end_stream(self) -> None:
         if self._streamed:
-            sys.stdout.write("\n")
+            sys.stdout.write(self._tokens.flush() + "\n")
             self._streamed = False
 
 

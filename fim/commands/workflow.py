@@ -84,6 +84,9 @@ class Progress:
     def show(self, event: Any) -> None:
         if self.quiet:
             return
+        from fim.masking import mask_model
+
+        event = mask_model(event)
         kind = event.type
         if kind == "node_started":
             self.console.print(f"[cyan]▶[/] {event.node} [dim]({event.node_type})[/]")
@@ -105,6 +108,11 @@ class Progress:
 
 def _finish(state: RunState, as_json: bool) -> None:
     from rich.console import Console
+
+    from fim.masking import known
+    from fim.workflows.state import RunState
+
+    state = RunState.from_dict(known().value(state.to_dict()))
 
     if as_json:
         doc: dict[str, Any] = {

@@ -31,6 +31,7 @@ from fim.config.schema import (
 )
 from fim.config.yamlio import Document, YamlSyntaxError, parse
 from fim.errors import ConfigError, Problem
+from fim.masking import Masker, config_secrets
 
 PROJECT_FILE = "fim.yaml"
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -154,23 +155,21 @@ def load(root: str | Path) -> Declarations:
 
 
 def mask_problems(problems: list[Problem], secrets: set[str]) -> list[Problem]:
-    """Problems with every secret value replaced by `***` (values from `${VAR}` may end up
-    in messages, e.g. "expected an integer, got '...'")."""
-    return [_mask(p, secrets) for p in problems] if secrets else problems
-
-
-def _mask(problem: Problem, secrets: set[str]) -> Problem:
-    def mask(text: str | None) -> str | None:
-        if text is None:
-            return None
-        for secret in sorted(secrets, key=len, reverse=True):
-            if len(secret) >= 4:
-                text = text.replace(secret, "***")
-        return text
-
-    return Problem(
-        problem.path, problem.line, problem.column, mask(problem.message) or "", mask(problem.hint)
-    )
+    """Problems with every secret masked (`fim.masking`): values from `${VAR}` may end up
+    in messages, e.g. "expected an integer, got '...'"."""
+    if not secrets:
+        return problems
+    masker = Masker(secrets)
+    return [
+        Problem(
+            p.path,
+            p.line,
+            p.column,
+            masker.text(p.message),
+            masker.text(p.hint) if p.hint is not None else None,
+        )
+        for p in problems
+    ]
 
 
 def _stem(path: str | Path) -> str:
@@ -193,7 +192,9 @@ def _parse(
     except YamlSyntaxError as exc:
         decls.problems.append(Problem(rel, exc.line + line_offset, exc.column, exc.message))
         return None
-    interpolate(doc, decls.secrets if secrets is None else secrets)
+    found = decls.secrets if secrets is None else secrets
+    interpolate(doc, found)
+    found |= config_secrets(doc.data)  # literal credentials and DSN passwords
     decls.problems.extend(doc.problems)
     doc.problems = []
     return doc

@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 from fim.config.schema import HttpAction, HttpConnector
 from fim.connectors.render import render_json, truncate_text
+from fim.masking import Masker
 from fim.tools.base import FunctionTool
 from fim.types import ToolResult
 
@@ -72,14 +73,12 @@ class HttpConnectorClient:
         self.name = name
         self.decl = decl
         self._snapshot_mask = mask or (lambda text: text)
-        self._secrets = sorted(secrets_of(decl), key=len, reverse=True)
+        self._masker = Masker(secrets_of(decl))
         self._client: Any = None
 
     def mask(self, text: str) -> str:
-        for secret in self._secrets:
-            if len(secret) >= 3:
-                text = text.replace(secret, "***").replace(quote(secret, safe=""), "***")
-        return self._snapshot_mask(text)
+        """The connector's own credentials (in every encoding), then the snapshot's secrets."""
+        return self._snapshot_mask(self._masker.text(text))
 
     @property
     def client(self) -> Any:

@@ -358,8 +358,6 @@ def _unviewable(name: str, exc: Exception) -> str:
 
 
 def _masked_args(arguments: dict[str, Any], mask: Callable[[str], str]) -> dict[str, Any]:
-    if mask is _identity:
-        return arguments
-    import json
+    from fim.masking import mask_strings
 
-    return json.loads(mask(json.dumps(arguments, ensure_ascii=False)))
+    return arguments if mask is _identity else mask_strings(arguments, mask)

@@ -1,8 +1,10 @@
 """The HTTP API of `fim serve` (Starlette): agents, runs, workflows, approvals, status.
 
 Every request reads `holder.current` once and keeps that snapshot for its whole run, so a
-hot reload never changes a request in flight. Secrets never leave: events are masked by
-the engine and errors are rendered from our own messages, never from request bodies.
+hot reload never changes a request in flight. Secrets never leave: every JSON body and SSE
+event is masked as values by `fim.masking` (`fim.server.http.JSONResponse`, `sse`), and
+errors are rendered from our own messages, never from request bodies. A session belongs
+to the API key that created it; another key is told it does not exist.
 """
 
 from __future__ import annotations
@@ -17,24 +19,29 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
-from fim.errors import FimError
+from fim.errors import FimError, RunError
 from fim.reload import SnapshotHolder
 from fim.runtime import Services
 from fim.server.bodies import BodyError, RunBody, read_body
-from fim.server.http import Guard, cancel_on_disconnect, error, sse
+from fim.server.http import Guard, JSONResponse, cancel_on_disconnect, error, session_owner, sse
 from fim.types import Event, Message, RunFinished
 
 SESSION_LIMIT = 1000
+
+
+class UnknownSession(RunError):
+    """A session_id that does not exist for this caller (another key's session)."""
 
 
 class Api:
     def __init__(self, holder: SnapshotHolder, services: Services) -> None:
         self.holder = holder
         self.services = services
-        self.sessions: OrderedDict[str, list[Message]] = OrderedDict()
+        self.sessions: OrderedDict[str, tuple[str, list[Message]]] = OrderedDict()
+        """session id -> (hash of the owning API key, conversation)."""
         self.started_at = time.time()
         self.active_runs = 0
 
@@ -81,23 +88,38 @@ class Api:
         if name not in snap.agents:
             return error(404, f"unknown agent '{name}'", f"agents: {', '.join(snap.agents)}")
         decl = snap.agents[name]
-        return JSONResponse(json.loads(snap.mask(decl.model_dump_json(by_alias=True))))
+        decl = snap.agents[name].model_dump(mode="json", by_alias=True)
+        return JSONResponse(snap.masker.value(decl, keys=True))
 
     # ------------------------------------------------------------------ runs
 
-    def _conversation(self, body: RunBody) -> tuple[list[Message], str | None]:
+    def history(self, session: str | None, owner: str) -> list[Message]:
+        """The conversation so far of a session this caller owns; a session another key
+        created is reported as unknown (404), so its history never reaches this caller."""
+        if not session or session not in self.sessions:
+            return []
+        created_by, history = self.sessions[session]
+        if created_by != owner:
+            raise UnknownSession(f"unknown session '{session}'")
+        return list(history)
+
+    def _conversation(self, body: RunBody, owner: str = "") -> tuple[list[Message], str | None]:
         session = body.session_id
-        history = list(self.sessions.get(session, [])) if session else []
+        history = self.history(session, owner)
         if body.messages:
             history += body.messages
         elif body.input is not None:
             history.append(Message(role="user", content=body.input))
         return history, session
 
-    def _remember(self, session: str | None, history: list[Message], output: str) -> None:
+    def remember(
+        self, session: str | None, owner: str, history: list[Message], output: str
+    ) -> None:
         if not session:
             return
-        self.sessions[session] = [*history, Message(role="assistant", content=output)]
+        if session in self.sessions and self.sessions[session][0] != owner:
+            return  # taken meanwhile by another key: never mix two callers' turns
+        self.sessions[session] = (owner, [*history, Message(role="assistant", content=output)])
         self.sessions.move_to_end(session)
         while len(self.sessions) > SESSION_LIMIT:
             self.sessions.popitem(last=False)
@@ -158,32 +180,40 @@ class Api:
         snap = self.holder.current
         if not _known(snap, name):
             return error(404, f"unknown agent '{name}'", f"agents: {', '.join(snap.agents)}")
+        owner = session_owner(request, self.holder)
         try:
             body = await read_body(request, RunBody)
+            history, session = self._conversation(body, owner)
         except BodyError as exc:
             return exc.response()
-        history, session = self._conversation(body)
+        except UnknownSession as exc:
+            return error(404, exc.message)
         run_id = uuid.uuid4().hex[:12]
         if body.stream:
-            return sse(self._sse_run(name, history, session, run_id))
-        return await self._json_run(request, name, history, session, run_id)
+            return sse(self._sse_run(name, history, (session, owner), run_id))
+        return await self._json_run(request, name, history, (session, owner), run_id)
 
     async def _sse_run(
-        self, name: str, history: list[Message], session: str | None, run_id: str
+        self, name: str, history: list[Message], session: tuple[str | None, str], run_id: str
     ) -> AsyncIterator[Event]:
         async for event in self.events(name, history, stream=True, run_id=run_id):
             if isinstance(event, RunFinished):
-                self._remember(session, history, event.output)
+                self.remember(session[0], session[1], history, event.output)
             yield event
 
     async def _json_run(
-        self, request: Request, name: str, history: list[Message], session: str | None, run_id: str
+        self,
+        request: Request,
+        name: str,
+        history: list[Message],
+        session: tuple[str | None, str],
+        run_id: str,
     ) -> Response:
         outcome = await self.run_to_end(request, name, history, run_id)
         if isinstance(outcome, Response):
             return outcome
         final, trace = outcome
-        self._remember(session, history, final.output)
+        self.remember(session[0], session[1], history, final.output)
         return JSONResponse(
             {
                 "run_id": run_id,
@@ -191,7 +221,7 @@ class Api:
                 "status": final.status,
                 "output": final.output,
                 "usage": final.usage.model_dump(),
-                "session_id": session,
+                "session_id": session[0],
                 "events": trace,
             }
         )

@@ -79,6 +79,8 @@ class ChatBody(_Body):
 
     model: str
     messages: list[ChatMessage] = Field(min_length=1)
+    session_id: str | None = Field(default=None, max_length=200)
+    """fim extension (`extra_body`): continue a server-side conversation."""
     stream: bool = False
     stream_options: StreamOptions | None = None
 

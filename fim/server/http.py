@@ -11,15 +11,38 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse as _JSONResponse
+from starlette.responses import StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fim.errors import FimError
+from fim.masking import StreamMasker, known
 
 if TYPE_CHECKING:
     from fim.reload import SnapshotHolder
 
 log = logging.getLogger("fim.server")
+
+
+class JSONResponse(_JSONResponse):
+    """Every JSON body of the API, masked as values (`fim.masking.known`) before it is
+    serialised: a secret never leaves in any encoding, whichever route built the body."""
+
+    def render(self, content: Any) -> bytes:
+        return super().render(known().value(content))
+
+
+def session_owner(request: Request, holder: SnapshotHolder) -> str:
+    """Who a session belongs to: a hash of the bearer key the request was let in with
+    (never the key itself), or "" when the server has no keys (anyone may continue any
+    session, as before)."""
+    import hashlib
+
+    if not [k for k in holder.current.project.server.api_keys if k]:
+        return ""
+    auth = request.headers.get("authorization", "")
+    token = auth[7:] if auth.lower().startswith("bearer ") else ""
+    return hashlib.sha256(b"fim-session-owner\0" + token.encode()).hexdigest()
 
 
 def error(status: int, message: str, hint: str | None = None) -> JSONResponse:
@@ -151,15 +174,31 @@ async def cancel_on_disconnect(request: Request, work: Any) -> Any:
 
 
 def sse(events: AsyncIterator[Any]) -> StreamingResponse:
-    """Server-sent events: `event: <type>` and `data: <json>` per event."""
+    """Server-sent events: `event: <type>` and `data: <json>` per event, each masked as
+    values; tokens are masked as a stream, so a secret split over two tokens is caught."""
+    mask = known()
+    tokens = StreamMasker(mask)
+
+    def frame(kind: str, payload: dict[str, Any]) -> bytes:
+        data = json.dumps(mask.value(payload), ensure_ascii=False)
+        return f"event: {kind}\ndata: {data}\n\n".encode()
 
     async def body() -> AsyncIterator[bytes]:
+        last_token: dict[str, Any] | None = None
         try:
             async for event in events:
-                yield f"event: {event.type}\ndata: {event.model_dump_json()}\n\n".encode()
+                payload = event.model_dump(mode="json")
+                if event.type == "token":
+                    last_token, payload["text"] = payload, tokens.feed(payload.get("text", ""))
+                    if payload["text"]:
+                        yield frame("token", payload)
+                    continue
+                held = tokens.flush()
+                if held and last_token is not None:
+                    yield frame("token", {**last_token, "text": held})
+                yield frame(event.type, payload)
         except FimError as exc:
-            payload = json.dumps({"type": "error", "message": str(exc)})
-            yield f"event: error\ndata: {payload}\n\n".encode()
+            yield frame("error", {"type": "error", "message": str(exc)})
 
     return StreamingResponse(
         body(),

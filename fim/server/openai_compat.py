@@ -1,5 +1,9 @@
 """The OpenAI-compatible surface: `GET /v1/models` lists agents, `POST /v1/chat/completions`
 runs the agent named by `model`, so the official `openai` client and chat UIs work unchanged.
+
+An optional `session_id` (the client's `extra_body`) continues a server-side conversation
+as on `/v1/agents/{name}/runs`, owned by the API key that started it. Every body and
+chunk is masked (`fim.masking`).
 """
 
 from __future__ import annotations
@@ -11,10 +15,12 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
 from fim.errors import FimError
+from fim.masking import StreamMasker, known
 from fim.server.bodies import BodyError, ChatBody, ChatMessage, read_body
+from fim.server.http import JSONResponse, session_owner
 from fim.types import Message, RunFinished
 
 if TYPE_CHECKING:
@@ -56,8 +62,10 @@ class OpenAICompat:
         )
 
     async def chat_completions(self, request: Request) -> Response:
-        from fim.server.app import _known
+        from fim.server.app import UnknownSession, _known
+        from fim.server.http import error
 
+        owner = session_owner(request, self.api.holder)
         try:
             body = await read_body(request, ChatBody)
         except BodyError as exc:
@@ -76,13 +84,19 @@ class OpenAICompat:
                 },
                 status_code=404,
             )
-        messages = to_messages(body.messages)
+        session = body.session_id
+        try:
+            messages = [*self.api.history(session, owner), *to_messages(body.messages)]
+        except UnknownSession as exc:
+            return error(404, exc.message)
         completion_id = "chatcmpl-" + uuid.uuid4().hex[:24]
         run_id = uuid.uuid4().hex[:12]
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return StreamingResponse(
-                self._chunks(name, messages, completion_id, run_id, include_usage),
+                self._chunks(
+                    name, messages, completion_id, run_id, include_usage, (session, owner)
+                ),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache"},
             )
@@ -91,6 +105,7 @@ class OpenAICompat:
         if isinstance(outcome, Response):
             return outcome
         final = outcome[0]
+        self.api.remember(session, owner, messages, final.output)
         return JSONResponse(
             {
                 "id": completion_id,
@@ -116,8 +131,11 @@ class OpenAICompat:
         completion_id: str,
         run_id: str,
         include_usage: bool,
+        session: tuple[str | None, str] = (None, ""),
     ) -> AsyncIterator[bytes]:
         created = int(time.time())
+        mask = known()
+        tokens = StreamMasker(mask)
 
         def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
             payload = {
@@ -128,7 +146,7 @@ class OpenAICompat:
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
                 **extra,
             }
-            return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n".encode()
+            return f"data: {json.dumps(mask.value(payload), ensure_ascii=False)}\n\n".encode()
 
         yield chunk({"role": "assistant", "content": ""})
         final: RunFinished | None = None
@@ -137,13 +155,20 @@ class OpenAICompat:
             async for event in self.api.events(name, messages, stream=True, run_id=run_id):
                 if event.type == "token":
                     streamed = True
-                    yield chunk({"content": event.text})
+                    text = tokens.feed(event.text)
+                    if text:
+                        yield chunk({"content": text})
                 elif isinstance(event, RunFinished):
                     final = event
         except FimError as exc:
             yield chunk({"content": f"\n[error: {exc}]"})
+        held = tokens.flush()
+        if held:
+            yield chunk({"content": held})
         if final is not None and not streamed:
             yield chunk({"content": final.output})
+        if final is not None:
+            self.api.remember(session[0], session[1], messages, final.output)
         yield chunk({}, "stop" if final is not None and final.status == "ok" else "length")
         if include_usage and final is not None:
             payload = {
@@ -154,7 +179,7 @@ class OpenAICompat:
                 "choices": [],
                 "usage": _usage(final),
             }
-            yield f"data: {json.dumps(payload)}\n\n".encode()
+            yield f"data: {json.dumps(mask.value(payload))}\n\n".encode()
         yield b"data: [DONE]\n\n"
 
 

@@ -8,11 +8,12 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from fim.errors import FimError
 from fim.server.bodies import BodyError, DecisionBody, WorkflowRunBody, read_body
+from fim.server.http import JSONResponse
 
 if TYPE_CHECKING:
     from fim.server.app import Api
@@ -83,7 +84,7 @@ def approval_routes(api: Api) -> list[Route]:
 
         status = request.query_params.get("status", "pending")
         items = await get_store(api.services).list_approvals(None if status == "all" else status)
-        return JSONResponse({"approvals": [_masked(api, a.as_dict()) for a in items]})
+        return JSONResponse({"approvals": [a.as_dict() for a in items]})
 
     async def resolve(request: Request) -> Response:
         from fim.server.http import error
@@ -112,18 +113,12 @@ def approval_routes(api: Api) -> list[Route]:
         resumed = None
         if approval.kind == "workflow":
             resumed = _resume_workflow(api, approval, decision == "approve", data)
-        return JSONResponse({"approval": _masked(api, approval.as_dict()), "resumed_run": resumed})
+        return JSONResponse({"approval": approval.as_dict(), "resumed_run": resumed})
 
     return [
         Route("/v1/approvals", list_approvals),
         Route("/v1/approvals/{approval_id}", resolve, methods=["POST"]),
     ]
-
-
-def _masked(api: Api, item: dict[str, Any]) -> dict[str, Any]:
-    import json
-
-    return json.loads(api.holder.current.mask(json.dumps(item, default=str)))
 
 
 def _resume_workflow(api: Api, approval: Any, approved: bool, data: dict[str, Any] | None) -> str:

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from fim.masking import known, mask_value
 from fim.store.records import Approval, ApprovalStatus, AuditEntry, RunRecord
 from fim.store.schema import MIGRATIONS, normalize_url, sqlite_file
 from fim.store.schema import table as _table
@@ -164,8 +165,12 @@ class Store:
     async def put_run(
         self, run_id: str, kind: str, name: str, status: str, data: dict[str, Any]
     ) -> None:
-        """Insert or update a run; `created_at` is kept from the first write."""
+        """Insert or update a run; `created_at` is kept from the first write. Like every
+        write here, the data is masked (`fim.masking.known`): the state database is an
+        exit like any other (backups, replicas, `fim approvals list`)."""
         runs = _table("runs")
+        mask = known()
+        name, data = mask.text(name), mask.value(data)
 
         def work(conn: Connection) -> None:
             now = time.time()
@@ -224,6 +229,8 @@ class Store:
     ) -> str:
         """Store a pending approval and return its id (short, to type in a shell)."""
         approval_id = uuid.uuid4().hex[:12]
+        mask = known()
+        args, reason, data = mask_value(args, mask.text), mask.text(reason), mask.value(data)
         insert = _table("approvals").insert().values(
             id=approval_id, run_id=run_id, agent=agent, tool_name=tool_name, args=args,
             reason=reason, kind=kind, data=data or {}, status="pending",
@@ -289,7 +296,7 @@ class Store:
                     status="approved" if approved else "denied",
                     resolved_at=time.time(),
                     resolved_by=by,
-                    data={**current.data, **(data or {})},
+                    data=known().value({**current.data, **(data or {})}),
                 )
             )
             return self._approval(conn, approval_id)
@@ -337,7 +344,10 @@ class Store:
 
     async def audit(self, entry: dict[str, Any]) -> None:
         """Append one audit entry (keys: run_id, agent, tool, args, outcome, duration_ms,
-        detail, ts). Callers mask secrets before calling: the store writes what it gets."""
+        detail, ts). Masked again here (values under credential-looking keys too)."""
+        mask = known()
+        entry = {**entry, "args": mask_value(entry.get("args") or {}, mask.text)}
+        entry["detail"] = mask.text(entry["detail"]) if entry.get("detail") else None
         insert = (
             _table("audit")
             .insert()

@@ -16,6 +16,7 @@ from typing import Any
 
 from fim.config.schema import WorkflowDecl
 from fim.errors import RunError
+from fim.masking import known
 from fim.runtime import Services
 from fim.snapshot import Snapshot
 from fim.tools.registry import ToolRegistry
@@ -134,6 +135,17 @@ class WorkflowEngine:
                 hint=f"workflows: {', '.join(sorted(self.snapshot.workflows)) or 'none'}",
             ) from None
 
+    def _recorded_decl(self, state: RunState) -> WorkflowDecl:
+        """The declaration a run started with. The store holds it masked, so when the
+        project still declares the same workflow (equal once masked) its unmasked
+        declaration is used: a resumed node gets the secrets it was written with."""
+        current = self.snapshot.workflows.get(state.workflow)
+        if current is not None:
+            dumped = current.model_dump(mode="json", by_alias=True, exclude_none=True)
+            if known().value(dumped) == state.decl:
+                return current
+        return WorkflowDecl.model_validate(state.decl)
+
     async def run(self, inputs: dict[str, Any] | None = None) -> AsyncIterator[Event]:
         """Start a new run. Raises RunError before any event for bad inputs or guards."""
         decl = self._decl()
@@ -203,7 +215,7 @@ class WorkflowEngine:
         if node is not None and node not in waiting:
             raise RunError(f"node '{node}' is not waiting", hint=f"waiting: {', '.join(waiting)}")
         node_id = node or waiting[0]
-        decl = WorkflowDecl.model_validate(state.decl)
+        decl = self._recorded_decl(state)
         ns = state.nodes[node_id]
         store = get_store(self.services)
         approval = await store.get_approval(ns.approval_id or "")
@@ -305,7 +317,7 @@ class WorkflowEngine:
                 "cannot check that it is still alive",
                 hint="if that process is gone, resume with --force",
             )
-        decl = WorkflowDecl.model_validate(state.decl)
+        decl = self._recorded_decl(state)
         again = self._adopt(state)
         yield Notice(
             run_id=state.run_id,

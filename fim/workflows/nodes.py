@@ -79,9 +79,7 @@ class NodeContext:
 
         call_id = self._call_id or self.next_call_id()
         mask = self.snapshot.mask
-        masked = arguments
-        if self.snapshot.secrets:
-            masked = json.loads(mask(json.dumps(arguments, default=str)))
+        masked = self.snapshot.masker.value(arguments)
         self.emit(ToolCallEvent(run_id=self.run_id, call_id=call_id, name=name, arguments=masked))
         started = time.perf_counter()
 

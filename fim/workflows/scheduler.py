@@ -51,16 +51,8 @@ class _Done:
 
 
 def mask_value(snapshot: Snapshot, value: Any) -> Any:
-    """`value` with every secret masked in its strings (a no-op without secrets)."""
-    if not snapshot.secrets:
-        return value
-    if isinstance(value, str):
-        return snapshot.mask(value)
-    if isinstance(value, dict):
-        return {k: mask_value(snapshot, v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [mask_value(snapshot, v) for v in value]
-    return value
+    """`value` with every secret masked in its strings (`fim.masking`)."""
+    return snapshot.masker.value(value)
 
 
 @dataclass

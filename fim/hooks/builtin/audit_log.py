@@ -76,7 +76,7 @@ class AuditLog(PostToolUseHook):
                 "args": mask_value(context.tool_args or {}, mask),
                 "outcome": outcome,
                 "duration_ms": duration_ms,
-                "detail": mask(detail[:limit]) if detail else None,
+                "detail": mask(detail)[:limit] if detail else None,
             }
         )
 

@@ -1,0 +1,321 @@
+"""The one masking policy: secret values never leave fim, in any encoding.
+
+A secret is the value of a `${VAR}` read from the environment, a literal written under a
+credential-looking key (`api_key: sk-...`, `password:`, an `Authorization` header) and the
+password inside a DSN (`postgresql://user:pw@host/db`). The loader records them
+(`config_secrets`), the Snapshot holds them, and `Masker` replaces them with `***`.
+
+Why every encoding: a secret reaches an exit in the shape some code gave it. A model copies
+it into a JSON string (`\\"` and `\\\\` escaped), a connector puts it in a query string
+(`%2B`, `+` for a space), a tool base64-encodes a `user:password` pair for a Basic header.
+The masker knows each secret's raw, JSON-escaped, HTML-escaped, URL-encoded (`quote`,
+`quote_plus`, either hex case) and base64 forms (standard and URL-safe, padded or not); a
+substring of a base64 stream depends on where it starts, so the body of each of the three
+alignments is a form of its own.
+
+Why values, not text: masking serialised JSON misses a secret whose escaped form differs
+from the raw one and can cut a document in half. `Masker.value` walks dicts, lists and
+strings and masks each string, then the caller serialises.
+
+Every exit of the process (store writes, HTTP responses, logs) masks with `known()`: the
+union of the secrets of every snapshot this process has loaded, so a run still holding an
+older snapshot, or a log line written outside any run, is covered too.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import logging
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+from urllib.parse import quote, quote_plus, unquote, urlsplit
+
+M = TypeVar("M")
+
+MASK = "***"
+MIN_SECRET = 4
+"""Shorter values are not masked: `yes` or `1` would turn ordinary text into noise."""
+MIN_BASE64 = 6
+"""Base64 bodies shorter than this are not forms of their own (too many false hits)."""
+
+SECRET_KEY = re.compile(
+    r"pass(word|wd|phrase)?|pwd|token|secret|api[_-]?keys?|authori[sz]ation|credential|"
+    r"(private|access|secret)[_-]?key|cookie|session[_-]?id|dsn|(^|[_-])auth($|[_-])|^keys?$",
+    re.IGNORECASE,
+)
+"""A key whose value is a credential whatever its source (tool arguments, YAML, headers)."""
+
+_NOT_SECRET_KEY = re.compile(r"tokens$|tokens?_(budget|count|limit|used)$", re.IGNORECASE)
+"""Counters that only share a word with credentials (`max_tokens`, `token_budget`)."""
+
+_URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:([^@\s/]+)@")
+
+
+def secret_key(key: object) -> bool:
+    """Whether a value under `key` is a credential (`api_key`, `Authorization`, `DB_PASSWORD`)."""
+    return isinstance(key, str) and bool(SECRET_KEY.search(key)) and not _NOT_SECRET_KEY.search(key)
+
+
+# --------------------------------------------------------------------------- encodings
+
+
+def _hex_lower(text: str) -> str:
+    return re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), text)
+
+
+def _base64_bodies(data: bytes) -> set[str]:
+    """The characters of base64(x + data + y) that depend on `data` alone, for each of the
+    three positions `data` can start at in a 3-byte group (standard and URL-safe)."""
+    bodies = set()
+    for shift in range(3):
+        encoded = base64.b64encode(b"\0" * shift + data).decode("ascii").rstrip("=")
+        start = -(-8 * shift // 6)  # first character with no bit of the prefix
+        end = 8 * (shift + len(data)) // 6  # last character with no bit of what follows
+        body = encoded[start:end]
+        if len(body) >= MIN_BASE64:
+            bodies |= {body, body.replace("+", "-").replace("/", "_")}
+    return bodies
+
+
+def encodings(secret: str) -> set[str]:
+    """Every form of `secret` the masker replaces (each at least MIN_SECRET long)."""
+    forms = {secret}
+    for ensure_ascii in (True, False):
+        escaped = json.dumps(secret, ensure_ascii=ensure_ascii)[1:-1]
+        forms |= {escaped, json.dumps(escaped, ensure_ascii=ensure_ascii)[1:-1]}
+    forms.add(html.escape(secret))
+    for encoded in (quote(secret, safe=""), quote(secret), quote_plus(secret)):
+        forms |= {encoded, _hex_lower(encoded)}
+    forms |= _base64_bodies(secret.encode("utf-8"))
+    return {f for f in forms if len(f) >= MIN_SECRET}
+
+
+# --------------------------------------------------------------------------- masker
+
+
+class Masker:
+    """Masks a fixed set of secrets in text and in JSON-like values. Callable on text, so
+    it fits every `mask: Callable[[str], str]` parameter."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self.secrets = frozenset(s for s in secrets if isinstance(s, str) and len(s) >= MIN_SECRET)
+        forms: set[str] = set()
+        for secret in self.secrets:
+            forms |= encodings(secret)
+        forms.discard(MASK)
+        self._forms = sorted(forms, key=lambda f: (-len(f), f))
+        """Longest first, so a secret that contains another is masked whole."""
+
+    def __bool__(self) -> bool:
+        return bool(self.secrets)
+
+    def __call__(self, text: str) -> str:
+        return self.text(text)
+
+    def text(self, text: str) -> str:
+        """`text` with every form of every secret replaced by `***`."""
+        if not text or not self._forms:
+            return text
+        for form in self._forms:
+            if form in text:
+                text = text.replace(form, MASK)
+        return text
+
+    def contains(self, text: str) -> bool:
+        """Whether any form of a secret occurs in `text`."""
+        return bool(text) and any(form in text for form in self._forms)
+
+    def value(self, value: Any, *, keys: bool = False) -> Any:
+        """A copy of a JSON-like `value` with secrets masked in every string (dict keys
+        included). With `keys`, a string under a credential-looking key is masked whatever
+        it holds (declarations shown to people: a literal `api_key` is still a key)."""
+        return self._walk(value, keys, "")
+
+    def _walk(self, value: Any, keys: bool, key: object) -> Any:
+        if isinstance(value, str):
+            if keys and value and secret_key(key):
+                return MASK
+            return self.text(value)
+        if isinstance(value, Mapping):
+            return {
+                (self.text(k) if isinstance(k, str) else k): self._walk(v, keys, k)
+                for k, v in value.items()
+            }
+        if isinstance(value, list | tuple):
+            return [self._walk(v, keys, key) for v in value]
+        return value
+
+    def union(self, other: Masker | Iterable[str]) -> Masker:
+        extra = other.secrets if isinstance(other, Masker) else other
+        return Masker(self.secrets | frozenset(extra))
+
+
+class StreamMasker:
+    """Masks a text that arrives in pieces (streamed tokens): a secret split across two
+    pieces is still caught, because the tail that could start a secret is held back until
+    the next piece (or `flush`)."""
+
+    def __init__(self, masker: Masker) -> None:
+        self.masker = masker
+        self._held = ""
+        self._hold = max((len(f) for f in masker._forms), default=1) - 1
+
+    def feed(self, piece: str) -> str:
+        if not self.masker:
+            return piece
+        text = self.masker.text(self._held + piece)
+        if self._hold <= 0 or len(text) <= self._hold:
+            self._held = text
+            return ""
+        self._held = text[-self._hold :]
+        return text[: -self._hold]
+
+    def flush(self) -> str:
+        text, self._held = self.masker.text(self._held), ""
+        return text
+
+
+def mask_model(model: M, masker: Masker | None = None) -> M:
+    """A pydantic model (an event, a record) with secrets masked in every string field;
+    `masker` defaults to `known()`."""
+    masker = known() if masker is None else masker
+    if not masker:
+        return model
+    return type(model).model_validate(masker.value(model.model_dump()))  # type: ignore[attr-defined]
+
+
+def mask_strings(value: Any, mask: Callable[[str], str]) -> Any:
+    """A copy of a JSON-like `value` with `mask` applied to every string and dict key (for
+    callers that hold a mask function rather than a Masker)."""
+    if isinstance(value, str):
+        return mask(value)
+    if isinstance(value, Mapping):
+        return {
+            (mask(k) if isinstance(k, str) else k): mask_strings(v, mask) for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [mask_strings(v, mask) for v in value]
+    return value
+
+
+def mask_value(value: Any, mask: Callable[[str], str] | None = None) -> Any:
+    """Tool arguments for the audit log and approvals: every non-empty value under a
+    credential-looking key becomes `***` (the model may have copied a credential from a
+    document, so fim never saw it as a secret), and `mask` (default: `known()`) runs on
+    every other string."""
+    text = mask if mask is not None else known().text
+    if isinstance(value, Mapping):
+        return {
+            k: MASK if secret_key(k) and v not in (None, "") else mask_value(v, text)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [mask_value(v, text) for v in value]
+    if isinstance(value, str):
+        return text(value)
+    return value
+
+
+# --------------------------------------------------------------------------- declarations
+
+
+def config_secrets(data: Any, key: object = "") -> set[str]:
+    """Secrets written into a parsed declaration: literals under credential-looking keys
+    (`api_key: sk-...`, `headers: {Authorization: Bearer ...}`, `env: {GH_TOKEN: ...}`)
+    and DSN passwords (`postgresql://app:pw@db/x`, raw and URL-decoded). Templates
+    (`{{ ... }}`) are not secrets."""
+    found: set[str] = set()
+    if isinstance(data, str):
+        credential = secret_key(key) and "session" not in str(key).lower()
+        if credential and "{{" not in data and len(data) >= MIN_SECRET:
+            found.add(data)
+            if " " in data:  # `Bearer sk-...`, `Basic dXNl...`: the credential alone too
+                found.add(data.split(" ", 1)[1].strip())
+        for match in _URL_PASSWORD.finditer(data):
+            found |= {match.group(1), unquote(match.group(1))}
+        if "://" in data and "@" in data:
+            try:
+                password = urlsplit(data.strip()).password
+            except ValueError:
+                password = None
+            if password:
+                found |= {password, unquote(password)}
+    elif isinstance(data, Mapping):
+        for k, v in data.items():
+            found |= config_secrets(v, k)
+    elif isinstance(data, list | tuple):
+        for v in data:
+            found |= config_secrets(v, key)
+    return {s for s in found if len(s) >= MIN_SECRET}
+
+
+# --------------------------------------------------------------------------- process-wide
+
+_lock = threading.Lock()
+_known = Masker()
+_logs_masked = False
+
+
+def remember(secrets: Iterable[str]) -> None:
+    """Add secrets to the process-wide set (never shrinks: a reload that drops a secret
+    does not make it safe to print)."""
+    global _known
+    new = frozenset(s for s in secrets if isinstance(s, str) and len(s) >= MIN_SECRET)
+    if new <= _known.secrets:
+        return
+    with _lock:
+        _known = _known.union(new)
+        _mask_logs()
+
+
+def known() -> Masker:
+    """The masker of every secret this process has loaded."""
+    return _known
+
+
+def _mask_logs() -> None:
+    """Mask every log record when it is made (message, arguments, traceback), whatever
+    logger or handler it goes to."""
+    global _logs_masked
+    if _logs_masked:
+        return
+    _logs_masked = True
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        masker = _known
+        if not masker:
+            return record
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed call: the handler reports it, with our text masked
+            message = f"{record.msg!r} % {record.args!r}"
+        record.msg, record.args = masker.text(message), ()
+        if record.exc_info and not record.exc_text:
+            record.exc_text = masker.text(logging.Formatter().formatException(record.exc_info))
+        if record.stack_info:
+            record.stack_info = masker.text(record.stack_info)
+        return record
+
+    logging.setLogRecordFactory(factory)
+
+
+__all__ = [
+    "MASK",
+    "SECRET_KEY",
+    "Masker",
+    "StreamMasker",
+    "config_secrets",
+    "encodings",
+    "known",
+    "mask_model",
+    "mask_strings",
+    "mask_value",
+    "remember",
+    "secret_key",
+]
