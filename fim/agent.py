@@ -156,6 +156,7 @@ async def make_engine(
         stream=stream,
         snapshot_version=snapshot.version,
         mask=snapshot.mask,
+        mask_observations=agent.mask_observations,
         call_view=_call_view(assembly.registry),
         transcript=ctx.transcript,
         metadata={

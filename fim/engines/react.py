@@ -77,6 +77,8 @@ class ReactEngine:
     stream: bool = False
     snapshot_version: str = ""
     mask: Callable[[str], str] = _identity
+    mask_observations: bool = True
+    """Mask secrets in tool results before the model sees them (agent `mask_observations`)."""
     call_view: ViewFn | None = None
     fit_context: ContextFitter | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -242,8 +244,17 @@ class ReactEngine:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         for call in calls:
+            content = results[call.id]
+            if self.mask_observations and (masked := self.mask(content)) != content:
+                content = masked
+                yield Notice(
+                    run_id=self.run_id,
+                    message=f"a secret in the result of '{call.name}' was masked before it "
+                    "was sent to the model",
+                    data={"masked": "observation", "call_id": call.id, "tool": call.name},
+                )
             observations.append(
-                Message(role="tool", tool_call_id=call.id, name=call.name, content=results[call.id])
+                Message(role="tool", tool_call_id=call.id, name=call.name, content=content)
             )
 
     async def _run_tool(self, call: ToolCall, queue: asyncio.Queue[Event | None]) -> str:

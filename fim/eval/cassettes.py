@@ -4,6 +4,12 @@ A cassette is one JSON file per eval case under `evals/.cassettes/<suite>/<case>
 holding model responses keyed by a hash of (model, messages, tools). Only the request's
 content is hashed and only the response is stored: no headers, no API keys, no base URLs.
 
+A cassette is meant to be committed, so it never holds a secret: responses are masked
+(`fim.masking`) before they are stored, and the key is the hash of the *masked* request.
+That keeps a masked recording replayable: the replayed (masked) reply goes back into the
+conversation, the next request masks to the same text, and the key matches. It also makes
+keys independent of the secrets' values, so CI replays with other credentials.
+
 Modes: `record` (call the model, store every exchange), `replay` (the default: a recorded
 case is played back and a request it lacks is a *cassette miss*, reported as such; a case
 never recorded runs live), `live` (ignore cassettes).
@@ -20,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fim.errors import RunError
+from fim.masking import Masker
 from fim.types import Message, Model, ModelResponse, TextDelta, ToolSpec
 
 Mode = Literal["record", "replay", "live"]
@@ -29,12 +36,19 @@ class CassetteMiss(RunError):
     """A recorded case made a request its cassette does not hold (its prompt changed)."""
 
 
-def request_key(model: str, messages: list[Message], tools: list[ToolSpec] | None) -> str:
-    payload = {
+def request_key(
+    model: str,
+    messages: list[Message],
+    tools: list[ToolSpec] | None,
+    masker: Masker | None = None,
+) -> str:
+    payload: Any = {
         "model": model,
         "messages": [m.model_dump(exclude_none=True, exclude_defaults=True) for m in messages],
         "tools": [t.model_dump() for t in tools or []],
     }
+    if masker:
+        payload = masker.value(payload)
     # Tool-call ids are random per run on some providers; they carry no meaning for replay.
     text = json.dumps(payload, sort_keys=True, ensure_ascii=False)
     text = re.sub(r'"(id|tool_call_id)": "[^"]*"', r'"\1": ""', text)
@@ -48,9 +62,10 @@ def slug(name: str) -> str:
 class Cassette:
     """The recorded exchanges of one case; safe to share between concurrent repeats."""
 
-    def __init__(self, path: Path, mode: Mode) -> None:
+    def __init__(self, path: Path, mode: Mode, masker: Masker | None = None) -> None:
         self.path = path
         self.mode = mode
+        self.masker = masker or Masker()
         self.entries: dict[str, dict[str, Any]] = {}
         self.recorded = False
         if mode == "replay" and path.is_file():
@@ -69,8 +84,8 @@ class Cassette:
         async with self._lock:
             self.entries[key] = {
                 "key": key,
-                "model": model,
-                "response": response.model_dump(mode="json"),
+                "model": self.masker.text(model),
+                "response": self.masker.value(response.model_dump(mode="json")),
             }
 
     def save(self) -> None:
@@ -99,7 +114,7 @@ class CassetteModel:
         self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
     ) -> ModelResponse:
         cassette = self.cassette
-        key = request_key(self.name, messages, tools)
+        key = request_key(self.name, messages, tools, cassette.masker)
         if cassette.mode == "replay" and cassette.recorded:
             hit = cassette.lookup(key)
             if hit is None:

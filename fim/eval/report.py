@@ -1,4 +1,6 @@
-"""Eval reports: a terminal summary, JUnit XML for CI systems, JSON with every trace."""
+"""Eval reports: a terminal summary, JUnit XML for CI systems, JSON with every trace.
+
+Reports are CI artifacts, often public: every string in them is masked (`fim.masking`)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 from fim.eval.runner import CaseRun, EvalReport
+from fim.masking import known
 
 
 def _case_id(run: CaseRun) -> str:
@@ -17,10 +20,12 @@ def _case_id(run: CaseRun) -> str:
 
 def failure_lines(run: CaseRun) -> list[str]:
     if run.cassette_miss:
-        return [f"cassette miss: {run.error}"]
-    if run.error:
-        return [f"error: {run.error}"]
-    return [f"{o.kind}: {o.message}" for o in run.outcomes if not o.passed]
+        lines = [f"cassette miss: {run.error}"]
+    elif run.error:
+        lines = [f"error: {run.error}"]
+    else:
+        lines = [f"{o.kind}: {o.message}" for o in run.outcomes if not o.passed]
+    return [known().text(line) for line in lines]
 
 
 def print_summary(report: EvalReport, console: Any) -> None:
@@ -117,7 +122,7 @@ def junit_xml(report: EvalReport) -> str:
                 )
                 node.text = "\n".join(lines)
             if run.output:
-                ET.SubElement(case, "system-out").text = run.output
+                ET.SubElement(case, "system-out").text = known().text(run.output)
         totals["tests"] += len(suite.runs)
         totals["failures"] += failures
         totals["errors"] += errors
@@ -129,6 +134,10 @@ def junit_xml(report: EvalReport) -> str:
 
 
 def json_report(report: EvalReport) -> dict[str, Any]:
+    return known().value(_json_report(report))
+
+
+def _json_report(report: EvalReport) -> dict[str, Any]:
     return {
         "ok": report.ok,
         "duration_s": round(report.duration_s, 3),

@@ -186,7 +186,7 @@ class EvalRunner:
             key = (suite.name, case.name)
             if key not in cassettes:
                 path = self.cassette_dir / slug(suite.name) / f"{slug(case.name)}.json"
-                cassettes[key] = Cassette(path, self.mode)
+                cassettes[key] = Cassette(path, self.mode, self.snapshot.masker)
 
         async def one(suite: EvalSuite, case: EvalCase, attempt: int) -> CaseRun:
             async with semaphore:

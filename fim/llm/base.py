@@ -114,10 +114,11 @@ def check_allowed(url: str, model: str) -> None:
 
 
 def scrub(text: str, secret: str | None) -> str:
-    """Remove a key from text that may echo it (some providers quote the key they got)."""
-    if secret and len(secret) >= 4:
-        text = text.replace(secret, "***")
-    return text
+    """Remove a key from text that may echo it (some providers quote the key they got), in
+    every encoding, together with every secret the process knows (`fim.masking`)."""
+    from fim.masking import Masker, known
+
+    return known().text(Masker([secret] if secret else []).text(text))
 
 
 def request_options(settings: ModelSettings, options: dict[str, Any]) -> dict[str, Any]:

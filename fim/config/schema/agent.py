@@ -123,6 +123,9 @@ class AgentDecl(Strict):
     for an agent whose every tool matters, or `{max: 3}`."""
     hooks: list[HookSpec] = Field(default_factory=list)
     read_only: bool = False
+    mask_observations: bool = True
+    """Mask known secrets (`${VAR}` values, literal credentials) in tool results before
+    they are sent to the model provider; a `notice` event says when it happened."""
     context_budget: int | None = None
     """Token budget of the conversation; defaults to the model's context window."""
     max_replans: int = Field(default=3, ge=0)

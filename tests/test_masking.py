@@ -1,0 +1,148 @@
+"""The one masking policy (fim/masking.py): every encoding, values not text, literal keys."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import logging
+from pathlib import Path
+from urllib.parse import quote, quote_plus
+
+import pytest
+
+from fim.masking import (
+    MASK,
+    Masker,
+    StreamMasker,
+    config_secrets,
+    known,
+    mask_value,
+    remember,
+    secret_key,
+)
+
+HOSTILE = 'pa"ss\\wo rd+/=&é'
+"""Quote, backslash, space, `+`, `/`, `=`, `&` and a non-ASCII letter: every escape differs."""
+
+
+def encoded_forms(secret: str) -> dict[str, str]:
+    data = secret.encode()
+    forms = {
+        "raw": secret,
+        "json": json.dumps(secret),
+        "json ascii=False": json.dumps(secret, ensure_ascii=False),
+        "json twice": json.dumps(json.dumps(secret)),
+        "html": html.escape(secret),
+        "quote": quote(secret),
+        "quote safe=''": quote(secret, safe=""),
+        "quote_plus": quote_plus(secret),
+        "lower-case hex": quote(secret, safe="").lower(),
+    }
+    for prefix in (b"", b"u", b"us", b"user:"):
+        for suffix in (b"", b"!", b"!!"):
+            blob = prefix + data + suffix
+            forms[f"b64 {prefix!r}+{suffix!r}"] = base64.b64encode(blob).decode()
+            forms[f"b64url {prefix!r}+{suffix!r}"] = base64.urlsafe_b64encode(blob).decode()
+            forms[f"b64 unpadded {prefix!r}+{suffix!r}"] = (
+                base64.b64encode(blob).decode().rstrip("=")
+            )
+    return forms
+
+
+@pytest.mark.parametrize("secret", [HOSTILE, "sk-live-4f9a8b7c6d5e", "hunter2!"])
+def test_every_encoding_of_a_secret_is_masked(secret: str):
+    masker = Masker([secret])
+    body = base64.b64encode(secret.encode()).decode().rstrip("=")
+    for name, form in encoded_forms(secret).items():
+        masked = masker.text(f"before {form} after")
+        assert MASK in masked, name
+        assert secret not in masked and form not in masked, name
+        # Whatever is left of a base64 form decodes to at most two bytes of the secret.
+        if name.startswith("b64"):
+            assert body[:-3] not in masked, name
+
+
+def test_values_are_masked_not_serialised_text():
+    masker = Masker([HOSTILE])
+    value = {"args": {"q": HOSTILE, "nested": [f"x{HOSTILE}y", 3, None]}, HOSTILE: True}
+    masked = masker.value(value)
+    assert masked == {"args": {"q": MASK, "nested": [f"x{MASK}y", 3, None]}, MASK: True}
+    # The serialised document is still valid JSON and holds no form of the secret.
+    text = json.dumps(masked)
+    assert json.loads(text) == masked and "ss\\\\wo" not in text
+
+
+def test_short_values_and_non_secrets_are_left_alone():
+    masker = Masker(["abc", "sk-1234567"])
+    assert masker.text("abc sk-1234567") == f"abc {MASK}"
+    assert not Masker() and Masker().text("anything") == "anything"
+    assert Masker(["sk-1234567"]).contains(quote_plus("sk-1234567 "))
+
+
+def test_literal_credentials_under_secret_keys():
+    declaration = {
+        "model": {"model": "openai/gpt-4o", "api_key": "sk-literal-123456", "max_tokens": 900},
+        "headers": {"Authorization": "Bearer tok-literal-98765", "Accept": "text/plain"},
+        "env": {"GITHUB_TOKEN": "ghp_literal_value", "LOG_LEVEL": "debug"},
+        "url": "postgresql://app:p%40ss-w0rd@db:5432/crm",
+        "api_keys": ["key-one-literal", "key-two-literal"],
+        "template": {"token": "{{ inputs.token }}"},
+        "session_id": "alice-session",
+    }
+    found = config_secrets(declaration)
+    assert {"sk-literal-123456", "tok-literal-98765", "ghp_literal_value"} <= found
+    assert {"p%40ss-w0rd", "p@ss-w0rd", "key-one-literal", "key-two-literal"} <= found
+    assert not found & {"openai/gpt-4o", "text/plain", "debug", "{{ inputs.token }}"}
+    assert "alice-session" not in found
+    shown = Masker().value(declaration, keys=True)
+    assert shown["model"] == {"model": "openai/gpt-4o", "api_key": MASK, "max_tokens": 900}
+    assert shown["headers"] == {"Authorization": MASK, "Accept": "text/plain"}
+    assert shown["api_keys"] == [MASK, MASK]
+
+
+def test_secret_looking_keys():
+    for key in ("api_key", "X-API-Key", "Authorization", "DB_PASSWORD", "token", "dsn", "key"):
+        assert secret_key(key), key
+    for key in ("max_tokens", "token_budget", "model", "keyword", "monkey", "description"):
+        assert not secret_key(key), key
+
+
+def test_tool_arguments_for_the_audit_log():
+    masked = mask_value(
+        {"password": 1234, "note": "pw is hunter2!!", "limit": 3}, Masker(["hunter2!!"])
+    )
+    assert masked == {"password": MASK, "note": f"pw is {MASK}", "limit": 3}
+
+
+def test_a_secret_split_over_stream_pieces_is_caught():
+    secret = "sk-stream-0123456789"
+    stream = StreamMasker(Masker([secret]))
+    text = "the key is " + secret + ", done"
+    out = "".join(stream.feed(text[i : i + 3]) for i in range(0, len(text), 3)) + stream.flush()
+    assert out == f"the key is {MASK}, done"
+
+
+def test_the_process_masks_logs_with_every_known_secret(caplog: pytest.LogCaptureFixture):
+    remember(["log-secret-31337"])
+    assert "log-secret-31337" in known().secrets
+    with caplog.at_level(logging.INFO, logger="fim.test"):
+        logging.getLogger("fim.test").info("connecting with %s", "log-secret-31337")
+        try:
+            raise ValueError("bad key log-secret-31337")
+        except ValueError:
+            logging.getLogger("fim.test").exception("failed")
+    assert "log-secret-31337" not in caplog.text and MASK in caplog.text
+
+
+def test_the_loader_records_literal_secrets(tmp_path: Path):
+    from fim.compile import compile_project
+
+    (tmp_path / "fim.yaml").write_text(
+        "name: lit\nmodels:\n  general: {model: openai/gpt-4o, api_key: sk-written-in-git}\n"
+    )
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "a.yaml").write_text("description: an agent\n")
+    snapshot = compile_project(tmp_path)
+    assert "sk-written-in-git" in snapshot.secrets
+    assert snapshot.mask("key sk-written-in-git") == f"key {MASK}"
