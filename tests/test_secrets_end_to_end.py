@@ -33,7 +33,8 @@ SECRETS = {
     "CRM_TOKEN": "crm-tok-8c1e5f0a2b3d",
     "DB_PASSWORD": "db-pw-Q7z9xY3wK2",
     "MCP_TOKEN": "mcp-hdr-55aa77bb99cc",
-    "HOOK_TOKEN": "hook-cmd-3141592653",
+    "HOOK_TOKEN": "hook-env-3141592653",
+    "HOOK_ARG": "hook-arg-2718281828",
     "FIM_API_KEY": "srv-key-alice-271828",
     "FIM_API_KEY_2": "srv-key-bob-161803398",
     "WF_SECRET": 'wf-"secret"\\path-4242',
@@ -151,7 +152,9 @@ connectors: [crm]
 tool_modes: {connectors: legacy}
 hooks:
   - ref: audit
-  - {command: "true hook-token=${HOOK_TOKEN}", event: PreToolUse}
+  - command: 'echo "$HOOK_TOKEN" >&2; true ${HOOK_ARG}'
+    event: PreToolUse
+    env: {HOOK_TOKEN: "${HOOK_TOKEN}"}
 """,
         "leaky.script.yaml": """\
 - tool_calls:

@@ -164,11 +164,11 @@ class CommandHook(BaseHook):
         folder = Path(run.snapshot.root) / ".fim" / "transcripts"
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{context.run_id}.jsonl"
-        mask = run.snapshot.mask
+        mask_value = run.snapshot.masker.value
         lines = []
         for message in run.transcript:
             entry = {"type": message.role, "message": message.model_dump(exclude_none=True)}
-            lines.append(mask(json.dumps(entry, ensure_ascii=False, default=str)))
+            lines.append(json.dumps(mask_value(entry), ensure_ascii=False, default=str))
         path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
         return str(path)
 
