@@ -146,3 +146,35 @@ def test_the_loader_records_literal_secrets(tmp_path: Path):
     snapshot = compile_project(tmp_path)
     assert "sk-written-in-git" in snapshot.secrets
     assert snapshot.mask("key sk-written-in-git") == f"key {MASK}"
+
+
+async def test_a_cassette_never_holds_a_secret_and_still_replays(tmp_path: Path):
+    from fim.eval.cassettes import Cassette, CassetteModel
+    from fim.llm.testing import ScriptedModel, text
+    from fim.types import Message
+
+    secret = 'sk-reply-"le\\ak-0451'
+    masker = Masker([secret])
+    path = tmp_path / "case.json"
+    live = ScriptedModel([text(f"the key is {secret}"), text("done")])
+    recorder = CassetteModel("m", lambda: live, Cassette(path, "record", masker))
+    talk = [Message(role="user", content=f"remember {secret}")]
+    first = await recorder.complete(talk)
+    assert secret in (first.message.content or "")  # the recording run gets the real reply
+    talk += [first.message, Message(role="user", content="and now?")]
+    await recorder.complete(talk)
+    recorder.cassette.save()
+    stored = path.read_text()
+    assert "the key is ***" in stored and not masker.contains(stored)
+    assert "le\\\\ak" not in stored and base64.b64encode(secret.encode()).decode() not in stored
+
+    def no_model() -> ScriptedModel:
+        raise AssertionError("a replay must not call the model")
+
+    player = CassetteModel("m", no_model, Cassette(path, "replay", masker))
+    talk = [Message(role="user", content=f"remember {secret}")]
+    replayed = await player.complete(talk)
+    assert replayed.message.content == "the key is ***"
+    talk += [replayed.message, Message(role="user", content="and now?")]
+    assert (await player.complete(talk)).message.content == "done"
+    assert (player.cassette.hits, player.cassette.misses) == (2, 0)

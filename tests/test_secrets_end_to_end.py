@@ -362,3 +362,36 @@ def test_no_secret_leaves_in_any_encoding(
     print(f"\n{len(scan.places)} places checked ({scanned_files} files), {len(scan.leaks)} leaks")
     assert not scan.leaks, "\n".join(scan.leaks)
     assert len(scan.places) > 60 and scanned_files >= 4
+
+
+def test_a_session_belongs_to_the_key_that_created_it(tmp_path: Path):
+    from fim.config.schema import AgentDecl, Project, ServerSettings
+    from fim.reload import SnapshotHolder
+    from fim.server.app import create_app
+    from fim.snapshot import Snapshot
+
+    (tmp_path / "s.yaml").write_text("- text: one\n")
+    agent = AgentDecl(name="chat", model="scripted:s.yaml")
+    project = Project(
+        name="owned",
+        state=f"sqlite:///{tmp_path / 'state.db'}",
+        server=ServerSettings(api_keys=["alice-key-0001", "bob-key-0002"]),
+    )
+    snapshot = Snapshot(root=tmp_path, project=project, agents={"chat": agent})
+    app = create_app(SnapshotHolder(snapshot))
+    alice = {"Authorization": "Bearer alice-key-0001"}
+    bob = {"Authorization": "Bearer bob-key-0002"}
+    turn = {"input": "hello", "session_id": "s1"}
+    chat = {"model": "chat", "messages": [{"role": "user", "content": "hi"}], "session_id": "s1"}
+    with TestClient(app) as client:
+        assert client.post("/v1/agents/chat/runs", json=turn, headers=alice).status_code == 200
+        for url, body in [("/v1/agents/chat/runs", turn), ("/v1/chat/completions", chat)]:
+            for stream in (False, True):
+                denied = client.post(url, json={**body, "stream": stream}, headers=bob)
+                assert denied.status_code == 404, (url, stream)
+                assert denied.json()["error"]["message"] == "unknown session 's1'"
+        again = client.post("/v1/agents/chat/runs", json=turn, headers=alice)
+        assert again.status_code == 200 and again.json()["session_id"] == "s1"
+    owner, history = app.state.api.sessions["s1"]
+    assert [m.content for m in history] == ["hello", "one", "hello", "one"]
+    assert "alice-key-0001" not in owner and len(owner) == 64  # a hash, never the key

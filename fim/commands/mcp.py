@@ -74,15 +74,16 @@ def list_servers(
     """Start every declared MCP server and show its status and tool count."""
     snapshot = load_snapshot(ctx, project)
     rows = run_async(server_statuses(snapshot))
+    mask = snapshot.masker
     if as_json:
-        typer.echo(json.dumps([row.__dict__ for row in rows], indent=2))
+        typer.echo(json.dumps(mask.value([row.__dict__ for row in rows]), indent=2))
     elif not rows:
         typer.echo("no MCP servers declared (add them under mcp_servers: in fim.yaml)")
     else:
         width = max(len(r.name) for r in rows)
         for r in rows:
             row = f"{r.name:<{width}}  {r.transport:<15}  {r.state:<7}  {r.tools:>3} tools"
-            typer.echo(f"{row}  {r.detail}")
+            typer.echo(mask.text(f"{row}  {r.detail}"))
     if any(r.state != "ready" for r in rows):
         raise typer.Exit(1)
 
@@ -103,6 +104,7 @@ def list_tools(
     error, tools = run_async(server_tools(snapshot, name))
     if error is not None:
         fail(f"MCP server '{name}' is unavailable: {error}")
+    tools = snapshot.masker.value(tools)
     if as_json:
         typer.echo(json.dumps(tools, indent=2))
         return
