@@ -133,6 +133,8 @@ class Masker:
         """A copy of a JSON-like `value` with secrets masked in every string (dict keys
         included). With `keys`, a string under a credential-looking key is masked whatever
         it holds (declarations shown to people: a literal `api_key` is still a key)."""
+        if not self._forms and not keys:
+            return value  # nothing to mask: no copy (a project without secrets pays nothing)
         return self._walk(value, keys, "")
 
     def _walk(self, value: Any, keys: bool, key: object) -> Any:
