@@ -178,3 +178,25 @@ async def test_a_cassette_never_holds_a_secret_and_still_replays(tmp_path: Path)
     talk += [replayed.message, Message(role="user", content="and now?")]
     assert (await player.complete(talk)).message.content == "done"
     assert (player.cassette.hits, player.cassette.misses) == (2, 0)
+
+
+async def test_sse_masks_a_secret_split_over_tokens():
+    from fim.server.http import sse
+    from fim.types import RunFinished, Token
+
+    secret = "sk-sse-split-7777777"
+    remember([secret])
+    text = f"your key: {secret}."
+
+    async def events():  # what an engine that masks each chunk alone would emit
+        for i in range(0, len(text), 5):
+            yield Token(run_id="r", text=text[i : i + 5])
+        yield RunFinished(run_id="r", output="your key: ***.", status="ok")
+
+    body = b"".join([chunk async for chunk in sse(events()).body_iterator]).decode()
+    tokens = [
+        json.loads(line[6:])["text"]
+        for line in body.splitlines()
+        if line.startswith("data: ") and '"token"' in line
+    ]
+    assert "".join(tokens) == "your key: ***." and secret[:12] not in body

@@ -128,6 +128,7 @@ class EventPrinter:
 
         self.err = Console(stderr=True, highlight=False, soft_wrap=True)
         self._tokens = StreamMasker(known())
+        self._last_token: Event | None = None
         """Tokens are masked as a stream: a secret split over two tokens is still caught."""
 
     def show(self, event: Event) -> None:
@@ -135,6 +136,14 @@ class EventPrinter:
 
         event = mask_model(event)
         if self.as_json:
+            if event.type == "token":
+                event = event.model_copy(update={"text": self._tokens.feed(event.text)})
+                self._last_token = event
+                if not event.text:
+                    return
+            elif (held := self._tokens.flush()) and self._last_token is not None:
+                held_token = self._last_token.model_copy(update={"text": held})
+                sys.stdout.write(held_token.model_dump_json() + "\n")
             sys.stdout.write(event.model_dump_json() + "\n")
             sys.stdout.flush()
             return
