@@ -44,10 +44,14 @@ MIN_BASE64 = 6
 
 SECRET_KEY = re.compile(
     r"pass(word|wd|phrase)?|pwd|token|secret|api[_-]?keys?|authori[sz]ation|credential|"
-    r"(private|access|secret)[_-]?key|cookie|session[_-]?id|dsn|(^|[_-])auth($|[_-])|^keys?$",
+    r"(private|access|secret)[_-]?key|cookie|session[_-]?id|dsn|(^|[_-])auth($|[_-])",
     re.IGNORECASE,
 )
 """A key whose value is a credential whatever its source (tool arguments, YAML, headers)."""
+
+_CONFIG_KEY = re.compile(r"^keys?$", re.IGNORECASE)
+"""In a declaration `key:` is a credential (`auth: {type: api_key, key: ...}`); in tool
+arguments it is usually a cache or object key a human approving the call needs to see."""
 
 _NOT_SECRET_KEY = re.compile(r"tokens$|tokens?_(budget|count|limit|used)$", re.IGNORECASE)
 """Counters that only share a word with credentials (`max_tokens`, `token_budget`)."""
@@ -55,9 +59,12 @@ _NOT_SECRET_KEY = re.compile(r"tokens$|tokens?_(budget|count|limit|used)$", re.I
 _URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:([^@\s/]+)@")
 
 
-def secret_key(key: object) -> bool:
-    """Whether a value under `key` is a credential (`api_key`, `Authorization`, `DB_PASSWORD`)."""
-    return isinstance(key, str) and bool(SECRET_KEY.search(key)) and not _NOT_SECRET_KEY.search(key)
+def secret_key(key: object, *, declaration: bool = False) -> bool:
+    """Whether a value under `key` is a credential (`api_key`, `Authorization`, `DB_PASSWORD`);
+    `declaration` adds the keys that are credentials only in YAML (`key:`)."""
+    if not isinstance(key, str) or _NOT_SECRET_KEY.search(key):
+        return False
+    return bool(SECRET_KEY.search(key) or (declaration and _CONFIG_KEY.search(key)))
 
 
 # --------------------------------------------------------------------------- encodings
@@ -139,7 +146,7 @@ class Masker:
 
     def _walk(self, value: Any, keys: bool, key: object) -> Any:
         if isinstance(value, str):
-            if keys and value and secret_key(key):
+            if keys and value and secret_key(key, declaration=True):
                 return MASK
             return self.text(value)
         if isinstance(value, Mapping):
@@ -232,7 +239,7 @@ def config_secrets(data: Any, key: object = "") -> set[str]:
     (`{{ ... }}`) are not secrets."""
     found: set[str] = set()
     if isinstance(data, str):
-        credential = secret_key(key) and "session" not in str(key).lower()
+        credential = secret_key(key, declaration=True) and "session" not in str(key).lower()
         if credential and "{{" not in data and len(data) >= MIN_SECRET:
             found.add(data)
             if " " in data:  # `Bearer sk-...`, `Basic dXNl...`: the credential alone too

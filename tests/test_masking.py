@@ -89,12 +89,13 @@ def test_literal_credentials_under_secret_keys():
         "api_keys": ["key-one-literal", "key-two-literal"],
         "template": {"token": "{{ inputs.token }}"},
         "session_id": "alice-session",
+        "auth": {"type": "api_key", "key": "key-literal-0042", "name": "X-Key"},
     }
     found = config_secrets(declaration)
     assert {"sk-literal-123456", "tok-literal-98765", "ghp_literal_value"} <= found
     assert {"p%40ss-w0rd", "p@ss-w0rd", "key-one-literal", "key-two-literal"} <= found
     assert not found & {"openai/gpt-4o", "text/plain", "debug", "{{ inputs.token }}"}
-    assert "alice-session" not in found
+    assert "alice-session" not in found and "key-literal-0042" in found
     shown = Masker().value(declaration, keys=True)
     assert shown["model"] == {"model": "openai/gpt-4o", "api_key": MASK, "max_tokens": 900}
     assert shown["headers"] == {"Authorization": MASK, "Accept": "text/plain"}
@@ -102,10 +103,11 @@ def test_literal_credentials_under_secret_keys():
 
 
 def test_secret_looking_keys():
-    for key in ("api_key", "X-API-Key", "Authorization", "DB_PASSWORD", "token", "dsn", "key"):
+    for key in ("api_key", "X-API-Key", "Authorization", "DB_PASSWORD", "token", "dsn", "X-Auth"):
         assert secret_key(key), key
-    for key in ("max_tokens", "token_budget", "model", "keyword", "monkey", "description"):
+    for key in ("max_tokens", "token_budget", "model", "keyword", "monkey", "author", "key"):
         assert not secret_key(key), key
+    assert secret_key("key", declaration=True)  # `auth: {type: api_key, key: ...}`
 
 
 def test_tool_arguments_for_the_audit_log():

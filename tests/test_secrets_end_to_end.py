@@ -40,7 +40,8 @@ SECRETS = {
     "WF_SECRET": 'wf-"secret"\\path-4242',
 }
 LITERAL = "sk-literal-in-git-0451"
-ALL = [*SECRETS.values(), LITERAL]
+INLINE = "sk-inline-literal-7777"
+ALL = [*SECRETS.values(), LITERAL, INLINE]
 NOTES = f"crm token {SECRETS['CRM_TOKEN']}; db {SECRETS['DB_PASSWORD']}; wf {SECRETS['WF_SECRET']}"
 
 
@@ -168,6 +169,10 @@ model: general
 tools: [file_ops]
 mask_observations: false
 """,
+        "agents/inline.yaml": f"""\
+description: An agent whose model settings carry a literal key
+model: {{model: openai/gpt-4o-mini, api_key: {INLINE}}}
+""",
         "agents/guarded.yaml": """\
 description: Repeats the notes (observations are masked before the model sees them)
 model: general
@@ -255,7 +260,7 @@ def test_no_secret_leaves_in_any_encoding(
         assert cli(scan, "validate", *p).startswith("ok:")
         cli(scan, "list", *p)
         for kind, name in [
-            ("agent", "leaky"), ("agent", "echo"), ("connector", "crm"), ("connector", "db"),
+            ("agent", "leaky"), ("agent", "echo"), ("agent", "inline"), ("connector", "crm"), ("connector", "db"),
             ("model", "general"), ("model", "literal"), ("workflow", "wf"), ("eval", "echo"),
             ("hook", "audit"),
         ]:  # fmt: skip
@@ -314,8 +319,8 @@ def test_no_secret_leaves_in_any_encoding(
                 assert call("GET", url).status_code == 200
             for name in ("leaky", "echo", "guarded"):
                 assert call("GET", f"/v1/agents/{name}").status_code == 200
-            literal = call("GET", "/v1/agents/echo").json()
-            assert literal["model"] == "general"
+            literal = call("GET", "/v1/agents/inline").json()
+            assert literal["model"]["api_key"] == "***"
             body = {"input": "read", "session_id": "alice-1"}
             first = call("POST", "/v1/agents/leaky/runs", json=body)
             assert first.status_code == 200 and first.json()["output"] == "done reading"
