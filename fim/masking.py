@@ -93,8 +93,10 @@ def encodings(secret: str) -> set[str]:
     forms = {secret}
     for ensure_ascii in (True, False):
         escaped = json.dumps(secret, ensure_ascii=ensure_ascii)[1:-1]
-        forms |= {escaped, json.dumps(escaped, ensure_ascii=ensure_ascii)[1:-1]}
-    forms.add(html.escape(secret))
+        twice = json.dumps(escaped, ensure_ascii=ensure_ascii)[1:-1]
+        forms |= {escaped, twice, escaped.replace("/", "\\/")}  # `\/`: PHP and friends
+    text_escaped = html.escape(secret, quote=False)  # XML/HTML text
+    forms |= {html.escape(secret), text_escaped, text_escaped.replace('"', "&quot;")}
     for encoded in (quote(secret, safe=""), quote(secret), quote_plus(secret)):
         forms |= {encoded, _hex_lower(encoded)}
     forms |= _base64_bodies(secret.encode("utf-8"))

@@ -260,7 +260,8 @@ def test_no_secret_leaves_in_any_encoding(
         assert cli(scan, "validate", *p).startswith("ok:")
         cli(scan, "list", *p)
         for kind, name in [
-            ("agent", "leaky"), ("agent", "echo"), ("agent", "inline"), ("connector", "crm"), ("connector", "db"),
+            ("agent", "leaky"), ("agent", "echo"), ("agent", "inline"), ("connector", "crm"),
+            ("connector", "db"),
             ("model", "general"), ("model", "literal"), ("workflow", "wf"), ("eval", "echo"),
             ("hook", "audit"),
         ]:  # fmt: skip
