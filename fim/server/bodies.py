@@ -13,8 +13,8 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 
+from fim.server.http import JSONResponse  # masked, like every body the API sends
 from fim.types import Message
 
 MAX_JSON_DEPTH = 64
