@@ -35,6 +35,7 @@ SECRETS = {
     "MCP_TOKEN": "mcp-hdr-55aa77bb99cc",
     "HOOK_TOKEN": "hook-env-3141592653",
     "HOOK_ARG": "hook-arg-2718281828",
+    "SANDBOX_TOKEN": "sbx-tok/+=?&9911",
     "FIM_API_KEY": "srv-key-alice-271828",
     "FIM_API_KEY_2": "srv-key-bob-161803398",
     "WF_SECRET": 'wf-"secret"\\path-4242',
@@ -148,7 +149,8 @@ read_only: true
         "agents/leaky.yaml": """\
 description: Reads the notes and asks the CRM who we are
 model: scripted:leaky.script.yaml
-tools: [file_ops]
+tools: [file_ops, python_exec]
+sandbox: {env: {SANDBOX_TOKEN: "${SANDBOX_TOKEN}"}}
 connectors: [crm]
 tool_modes: {connectors: legacy}
 hooks:
@@ -161,6 +163,12 @@ hooks:
 - tool_calls:
     - {name: file_ops, arguments: {operation: read, path: notes.txt}}
     - {name: crm__whoami, arguments: {}}
+    - name: python_exec
+      arguments:
+        code: |
+          import base64, os, urllib.parse
+          token = os.environ["SANDBOX_TOKEN"].encode()
+          print(base64.b64encode(b"u:" + token), urllib.parse.quote_plus(token), token)
 - text: "done reading"
 """,
         "agents/echo.yaml": """\
@@ -271,6 +279,9 @@ def test_no_secret_leaves_in_any_encoding(
         cli(scan, "show", "agent", "leaky", "--prompt", *p)
         out = cli(scan, "run", "leaky", "read the notes", "-v", *p)
         assert "done reading" in out and "crm__whoami" in out
+        # The sandboxed tool printed the secret raw, URL-encoded and base64-encoded.
+        assert "--- stdout --- b'dTp***' *** b'***'" in out
+        assert "a secret in the result of 'python_exec' was masked" in out
         cli(scan, "run", "leaky", "read the notes", "--json", *p)
         out = cli(scan, "run", "guarded", "what do the notes say?", "-v", *p)
         assert "was masked before it was sent to the model" in out
