@@ -8,10 +8,10 @@ password inside a DSN (`postgresql://user:pw@host/db`). The loader records them
 Why every encoding: a secret reaches an exit in the shape some code gave it. A model copies
 it into a JSON string (`\\"` and `\\\\` escaped), a connector puts it in a query string
 (`%2B`, `+` for a space), a tool base64-encodes a `user:password` pair for a Basic header.
-The masker knows each secret's raw, JSON-escaped, HTML-escaped, URL-encoded (`quote`,
-`quote_plus`, either hex case) and base64 forms (standard and URL-safe, padded or not); a
-substring of a base64 stream depends on where it starts, so the body of each of the three
-alignments is a form of its own.
+The masker knows each secret's raw, JSON-escaped (once or twice, `\\/` too), HTML- and
+XML-escaped, URL-encoded (`quote`, `quote_plus`, either hex case) and base64 forms
+(standard and URL-safe, padded or not); a substring of a base64 stream depends on where it
+starts, so the body of each of the three alignments is a form of its own.
 
 Why values, not text: masking serialised JSON misses a secret whose escaped form differs
 from the raw one and can cut a document in half. `Masker.value` walks dicts, lists and

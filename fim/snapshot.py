@@ -124,9 +124,5 @@ class Snapshot:
         """Replace every secret in `text`, in any encoding, with `***`."""
         return self.masker.text(text)
 
-    def mask_value(self, value: object, *, keys: bool = False) -> object:
-        """`Masker.value`: secrets masked in every string of a JSON-like value."""
-        return self.masker.value(value, keys=keys)
-
 
 __all__ = ["ConfigError", "Locate", "Skill", "Snapshot", "Source"]
