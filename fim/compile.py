@@ -9,8 +9,9 @@ collected and raised together as one ConfigError, each pointing at the value at 
 from __future__ import annotations
 
 import gc
+import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import MappingProxyType
@@ -140,6 +141,7 @@ def build_snapshot(decls: Declarations) -> Snapshot:
             agent = agent.model_copy(update={"model": _blank_unset(agent.model)})
         agents[name] = agent
 
+    models, origins = resolve_models(decls.project.models, os.environ)
     return Snapshot(
         root=decls.root,
         project=decls.project,
@@ -149,7 +151,8 @@ def build_snapshot(decls: Declarations) -> Snapshot:
         workflows=decls_of("workflow"),
         hooks=decls_of("hook"),
         evals=decls_of("eval"),
-        models=MappingProxyType(resolve_models(decls.project.models)),
+        models=MappingProxyType(models),
+        model_origins=MappingProxyType(origins),
         sources=MappingProxyType(sources),
         secrets=frozenset(decls.secrets),
         version=decls.digest.hexdigest()[:12],
@@ -157,20 +160,54 @@ def build_snapshot(decls: Declarations) -> Snapshot:
     )
 
 
-def resolve_models(roles: dict[str, str | ModelSettings]) -> dict[str, ModelSettings]:
-    """Roles -> full settings. A role may name another role; empty `api_base`/`api_key`
-    (from `${VAR:-}`) mean unset."""
+ROLE_ENV: dict[str, str] = {"general": "FIM_MODEL", "fast": "FIM_FAST_MODEL"}
+"""Environment variables that override a declared role's model, so a user switches provider
+(`FIM_MODEL=ollama/qwen2.5`) without editing files that are in git."""
+
+
+def resolve_models(
+    roles: dict[str, str | ModelSettings], env: Mapping[str, str] | None = None
+) -> tuple[dict[str, ModelSettings], dict[str, str]]:
+    """Roles -> (full settings, where each came from). A role may name another role; empty
+    `api_base`/`api_key` (from `${VAR:-}`) mean unset.
+
+    A non-empty `FIM_MODEL` in `env` replaces the model of the declared `general` role and,
+    unless `FIM_FAST_MODEL` is set too, of the `fast` role: one variable moves a project to
+    another provider (a local Ollama needs no key for either role). `FIM_FAST_MODEL` alone
+    replaces only `fast`. Overrides apply before aliases resolve.
+    The override keeps the role's sampling settings (temperature, max_tokens, timeout,
+    retries) and drops its endpoint, key and provider `extra`, which belong to the model
+    it replaces. The origin is `fim.yaml` or e.g. `FIM_MODEL (fim.yaml: openai/gpt-4o-mini)`.
+    """
+    roles = dict(roles)
+    origins = {role: "fim.yaml" for role in roles}
+    env = env or {}
+    for role, var in ROLE_ENV.items():
+        value = env.get(var, "").strip()
+        alias = isinstance(roles.get(role), str) and roles[role] in roles
+        if not value and role == "fast" and not alias:
+            var, value = "FIM_MODEL", env.get("FIM_MODEL", "").strip()
+        if role not in roles or not value:
+            continue
+        ref = roles[role]
+        declared = ref.model if isinstance(ref, ModelSettings) else ref
+        keep: dict[str, Any] = {}
+        if isinstance(ref, ModelSettings):
+            keep = ref.model_dump(include={"temperature", "max_tokens", "timeout", "max_retries"})
+        roles[role] = ModelSettings(model=value, **keep)
+        origins[role] = f"{var} (fim.yaml: {declared})"
     resolved: dict[str, ModelSettings] = {}
 
     def resolve(role: str, seen: tuple[str, ...]) -> ModelSettings:
         ref = roles[role]
         if isinstance(ref, str) and ref in roles and ref not in seen and "/" not in ref:
+            origins[seen[0]] = origins[ref]
             return resolve(ref, (*seen, ref))
         return _blank_unset(ref if isinstance(ref, ModelSettings) else ModelSettings(model=ref))
 
     for role in roles:
         resolved[role] = resolve(role, (role,))
-    return resolved
+    return resolved, origins
 
 
 def _blank_unset(settings: ModelSettings) -> ModelSettings:

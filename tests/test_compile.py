@@ -82,7 +82,7 @@ def test_secrets_from_env_are_recorded(project: Path, monkeypatch: pytest.Monkey
 
 
 def test_model_roles_resolve_aliases_and_blank_settings() -> None:
-    models = resolve_models(
+    models, origins = resolve_models(
         {
             "general": ModelSettings(model="openai/gpt-4o-mini", api_base="", api_key=""),
             "fast": "general",
@@ -92,6 +92,34 @@ def test_model_roles_resolve_aliases_and_blank_settings() -> None:
     assert models["general"].api_base is None and models["general"].api_key is None
     assert models["fast"] == models["general"]
     assert models["local"] == ModelSettings(model="ollama/qwen2.5")
+    assert set(origins.values()) == {"fim.yaml"}
+
+
+def test_fim_model_env_overrides_the_general_and_fast_roles() -> None:
+    roles: dict[str, str | ModelSettings] = {
+        "general": ModelSettings(
+            model="openai/gpt-4o-mini", api_base="http://h/v1", temperature=0.2, max_tokens=99
+        ),
+        "fast": "general",
+        "judge": "openai/gpt-4o",
+    }
+    models, origins = resolve_models(roles, {"FIM_MODEL": "ollama/qwen2.5"})
+    # the endpoint belonged to the replaced model; sampling settings stay with the role
+    assert models["general"] == ModelSettings(
+        model="ollama/qwen2.5", temperature=0.2, max_tokens=99
+    )
+    assert models["fast"] == models["general"]
+    assert origins["general"] == "FIM_MODEL (fim.yaml: openai/gpt-4o-mini)"
+    assert origins["fast"] == origins["general"]  # an alias follows the override
+    assert origins["judge"] == "fim.yaml"
+    models, _ = resolve_models({"general": "openai/a", "fast": "openai/b"}, {"FIM_MODEL": "x/y"})
+    assert models["fast"].model == "x/y"  # FIM_MODEL alone moves both roles
+    models, origins = resolve_models(
+        roles, {"FIM_MODEL": " ", "FIM_FAST_MODEL": "anthropic/claude-haiku-4-5"}
+    )
+    assert models["general"].model == "openai/gpt-4o-mini"  # blank means unset
+    assert models["fast"] == ModelSettings(model="anthropic/claude-haiku-4-5")
+    assert origins["fast"] == "FIM_FAST_MODEL (fim.yaml: general)"
 
 
 def test_builtins_are_discovered_from_file_names() -> None:
