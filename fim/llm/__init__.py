@@ -39,7 +39,14 @@ from fim.types import Model
 ALLOW_MODEL_REQUESTS = True
 """False refuses every model request to a non-loopback host (set by the test suite)."""
 
-__all__ = ["ALLOW_MODEL_REQUESTS", "ModelWrapper", "backend_of", "make_model", "wrapping_models"]
+__all__ = [
+    "ALLOW_MODEL_REQUESTS",
+    "ModelWrapper",
+    "backend_of",
+    "make_model",
+    "models_wrapped",
+    "wrapping_models",
+]
 
 
 def backend_of(settings: ModelSettings) -> str:
@@ -77,6 +84,12 @@ def wrapping_models(wrapper: ModelWrapper) -> Iterator[None]:
         yield
     finally:
         _WRAPPER.reset(token)
+
+
+def models_wrapped() -> bool:
+    """True inside `wrapping_models` (e.g. an eval case replaying a cassette): what a model
+    needs, such as a key, cannot be known from its settings alone."""
+    return _WRAPPER.get() is not None
 
 
 def make_model(settings: ModelSettings, root: Path | None = None) -> Model:

@@ -16,6 +16,7 @@ from typing import Any
 
 from fim.config.schema import WorkflowDecl
 from fim.errors import RunError
+from fim.preflight import check_workflow
 from fim.runtime import Services
 from fim.snapshot import Snapshot
 from fim.tools.registry import ToolRegistry
@@ -139,6 +140,7 @@ class WorkflowEngine:
         decl = self._decl()
         self._guard()
         values = validate_inputs(self.name, decl, inputs)
+        check_workflow(self.snapshot, decl, self.name)  # before any node: no side effect first
         if self.state is not None:  # the engine is reused: a new run gets a new id
             self.run_id = uuid.uuid4().hex[:12]
         self.state = RunState(
@@ -204,6 +206,8 @@ class WorkflowEngine:
             raise RunError(f"node '{node}' is not waiting", hint=f"waiting: {', '.join(waiting)}")
         node_id = node or waiting[0]
         decl = WorkflowDecl.model_validate(state.decl)
+        if approved is not False:  # the nodes after an approval must not fail on a missing key
+            check_workflow(self.snapshot, decl, self.name)
         ns = state.nodes[node_id]
         store = get_store(self.services)
         approval = await store.get_approval(ns.approval_id or "")
