@@ -64,12 +64,14 @@ def command_problem(snapshot: Snapshot, server: str) -> str | None:
     return f"MCP server '{server}': command '{command}' not found"
 
 
-def agent_problems(snapshot: Snapshot, agent: AgentDecl, where: str = "") -> list[RunError]:
-    """Why a run of `agent` is certain to fail before it starts: its model's key is
-    missing, or one of its MCP servers cannot be started."""
+def agent_problems(
+    snapshot: Snapshot, agent: AgentDecl, where: str = "", model: str | None = None
+) -> list[RunError]:
+    """Why a run of `agent` (on `model`, a role or litellm string, if given) is certain to
+    fail before it starts: its model's key is missing, or an MCP server's command is."""
     prefix = where or f"agent '{agent.name}'"
     problems = []
-    if (error := key_problem(snapshot.model_settings(agent.model))) is not None:
+    if (error := key_problem(snapshot.model_settings(model or agent.model))) is not None:
         problems.append(RunError(f"{prefix}: {error.message}", hint=error.hint))
     for server in agent.mcp:
         if (problem := command_problem(snapshot, server)) is not None:
@@ -110,9 +112,9 @@ def check_workflow(snapshot: Snapshot, decl: WorkflowDecl, name: str) -> None:
         raise _one(problems, f"workflow '{name}' not started, nothing ran: ")
 
 
-def check_agent(snapshot: Snapshot, agent: AgentDecl) -> None:
+def check_agent(snapshot: Snapshot, agent: AgentDecl, model: str | None = None) -> None:
     """Raise a RunError when a run of `agent` is certain to fail (see `agent_problems`)."""
-    if problems := agent_problems(snapshot, agent):
+    if problems := agent_problems(snapshot, agent, model=model):
         raise _one(problems)
 
 
