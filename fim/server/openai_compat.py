@@ -90,7 +90,10 @@ class OpenAICompat:
         outcome = await self.api.run_to_end(request, name, messages, run_id)
         if isinstance(outcome, Response):
             return outcome
-        final = outcome[0]
+        final, trace = outcome
+        if final.status == "error":
+            status, body = error_object(failure(trace, final))
+            return JSONResponse({**body, "fim": {"run_id": run_id}}, status_code=status)
         return JSONResponse(
             {
                 "id": completion_id,
@@ -133,15 +136,24 @@ class OpenAICompat:
         yield chunk({"role": "assistant", "content": ""})
         final: RunFinished | None = None
         streamed = False
+        problem: tuple[str, str] | None = None
         try:
             async for event in self.api.events(name, messages, stream=True, run_id=run_id):
                 if event.type == "token":
                     streamed = True
                     yield chunk({"content": event.text})
+                elif event.type == "error":
+                    problem = (event.kind, event.message)
                 elif isinstance(event, RunFinished):
                     final = event
         except FimError as exc:
-            yield chunk({"content": f"\n[error: {exc}]"})
+            problem = ("run_error", str(exc))
+        if problem is not None and (final is None or final.status == "error"):
+            # an `error` event the openai client raises as APIError, never text in the answer
+            _, body = error_object(problem)
+            yield f"event: error\ndata: {json.dumps(body, ensure_ascii=False)}\n\n".encode()
+            yield b"data: [DONE]\n\n"
+            return
         if final is not None and not streamed:
             yield chunk({"content": final.output})
         yield chunk({}, "stop" if final is not None and final.status == "ok" else "length")
@@ -156,6 +168,33 @@ class OpenAICompat:
             }
             yield f"data: {json.dumps(payload)}\n\n".encode()
         yield b"data: [DONE]\n\n"
+
+
+UPSTREAM_KINDS = frozenset({"model_error", "empty_reply"})
+"""Error kinds of a run that are the model's failure (HTTP 502), not fim's (HTTP 500)."""
+
+
+def failure(trace: list[dict[str, Any]], final: RunFinished) -> tuple[str, str]:
+    """(kind, message) of a failed run: its last error event, else its final output."""
+    for event in reversed(trace):
+        if event.get("type") == "error":
+            return str(event.get("kind") or "run_error"), str(event.get("message") or "")
+    return "run_error", final.output
+
+
+def error_object(problem: tuple[str, str]) -> tuple[int, dict[str, Any]]:
+    """HTTP status and OpenAI error object for a failed run: a model that failed upstream
+    (unreachable, rejected the key, timed out) is 502 Bad Gateway, anything else 500."""
+    kind, message = problem
+    upstream = kind in UPSTREAM_KINDS
+    return (502 if upstream else 500), {
+        "error": {
+            "message": message,
+            "type": "api_error" if upstream else "server_error",
+            "param": None,
+            "code": kind,
+        }
+    }
 
 
 def _model_ids(snapshot: Any) -> list[str]:

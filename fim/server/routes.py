@@ -61,6 +61,9 @@ def workflow_routes(api: Api) -> list[Route]:
         except FimError as exc:
             return error(400, str(exc))
         last = trace[-1] if trace else {}
+        if last.get("status") == "failed":
+            failed = [e.get("node") for e in trace if e.get("type") == "node_failed"]
+            log.warning("workflow run %s of '%s' failed at %s", last.get("run_id"), name, failed)
         return JSONResponse(
             {
                 "run_id": last.get("run_id"),
