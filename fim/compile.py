@@ -19,6 +19,7 @@ from typing import Any
 
 from fim.config.loader import Declarations, Entry, find_root, load, mask_problems
 from fim.config.problems import suggest
+from fim.config.providers import provider_problem
 from fim.config.schema import AgentDecl, EvalSuite, HookSpec, JudgeSpec, ModelSettings
 from fim.config.templates import TemplateChecker
 from fim.config.workflow_checks import check_workflow
@@ -261,11 +262,23 @@ class Checker:
     def check_project(self) -> None:
         doc = self.decls.project_doc
         assert doc is not None
+        env = os.environ
         for role, ref in self.decls.project.models.items():
             model = ref.model if isinstance(ref, ModelSettings) else ref
             path = ("models", role, "model") if isinstance(ref, ModelSettings) else ("models", role)
             if model.startswith("scripted:"):
                 self.check_scripted(doc, path, model)
+            self.check_provider(doc, path, model)
+            var = ROLE_ENV.get(role)
+            if var and env.get(var, "").strip():  # the override replaces what is checked above
+                problem = provider_problem(env[var].strip())
+                if problem is not None:
+                    self.add(doc.problem(path, f"{var}: {problem[0]}", problem[1]))
+
+    def check_provider(self, doc: Any, path: tuple, model: str) -> None:
+        problem = provider_problem(model)
+        if problem is not None:
+            self.add(doc.problem(path, *problem))
 
     def check_scripted(self, doc: Any, path: tuple, model: str) -> None:
         file = model.removeprefix("scripted:")
@@ -283,6 +296,8 @@ class Checker:
             ref, path = ref.model, (*path, "model")
         if ref.startswith("scripted:"):
             self.check_scripted(entry.doc, path, ref)
+        elif "/" in ref:
+            self.check_provider(entry.doc, path, ref)
         elif "/" not in ref and ref not in self.roles and self.decls.project_ok:
             hint = suggest(ref, self.roles, "model roles") or ""
             if not hint.startswith("did you mean"):

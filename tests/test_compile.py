@@ -407,3 +407,23 @@ def test_unknown_role_without_close_match_lists_roles_and_litellm_strings(projec
         "agents/m.yaml:1:8: unknown model role 'gpt4' (valid model roles: fast, general; "
         "or use a litellm string such as openai/gpt-4o-mini)"
     ]
+
+
+def test_a_provider_typo_is_a_problem_with_did_you_mean_and_litellm_is_not_imported(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fim.config.providers import litellm_providers, providers_in_source
+
+    write(project, "agents/m.yaml", "model: olama/qwen2.5\n")
+    write(project, "agents/n.yaml", "model: nscale/some-model\n")  # rare, but litellm's
+    monkeypatch.setenv("FIM_MODEL", "antropic/claude-sonnet-4-5")
+    found = problems(project)
+    assert "agents/m.yaml:1:8: unknown model provider 'olama' in 'olama/qwen2.5' " in found[0]
+    assert found[0].endswith("(did you mean 'ollama'?)") and len(found) == 2
+    assert "FIM_MODEL: unknown model provider 'antropic'" in found[1]
+    assert found[1].startswith("fim.yaml:") and "did you mean 'anthropic'?" in found[1]
+    # the list is read from litellm's source, not from a 3 s import of litellm
+    parsed = providers_in_source()
+    assert {"ollama", "anthropic", "nscale", "bedrock"} <= parsed == litellm_providers()
+    litellm = pytest.importorskip("litellm")
+    assert parsed == {str(getattr(p, "value", p)) for p in litellm.provider_list}
