@@ -381,12 +381,23 @@ class Checker:
                 )
         elif spec.command is not None:
             program = command_program(spec.command, self.decls.root)
-            if "/" in program and not (self.decls.root / program).exists():
+            script = self.decls.root / program
+            if "/" in program and not script.exists():
                 self.add(
                     doc.problem(
                         (*path, "command"),
                         f"hook command '{program}' not found",
                         "paths are relative to the project root",
+                    )
+                )
+            elif "/" in program and not os.access(script, os.X_OK):
+                # the shell refuses it on every call (exit 126): the hook would block them all
+                self.add(
+                    doc.problem(
+                        (*path, "command"),
+                        f"hook script '{program}' is not executable",
+                        f"chmod +x {program}; commit the mode with "
+                        f"git update-index --chmod=+x {program}",
                     )
                 )
         if spec.event is None and spec.command is not None:

@@ -427,3 +427,27 @@ def test_a_provider_typo_is_a_problem_with_did_you_mean_and_litellm_is_not_impor
     assert {"ollama", "anthropic", "nscale", "bedrock"} <= parsed == litellm_providers()
     litellm = pytest.importorskip("litellm")
     assert parsed == {str(getattr(p, "value", p)) for p in litellm.provider_list}
+
+
+def test_hook_scripts_that_are_missing_or_not_executable_are_problems(project: Path) -> None:
+    write(project, "hooks/guard.sh", "#!/bin/sh\nexit 0\n")
+    (project / "hooks" / "guard.sh").chmod(0o644)
+    write(
+        project,
+        "agents/guarded.yaml",
+        "hooks:\n"
+        "  - {event: PreToolUse, command: ./hooks/guard.sh --strict}\n"
+        "  - {event: PreToolUse, command: hooks/gone.sh}\n"
+        "  - {event: PreToolUse, command: 'python3 -c \"print(1)\"'}\n",
+    )
+    assert problems(project) == [
+        "agents/guarded.yaml:2:34: hook script './hooks/guard.sh' is not executable "
+        "(chmod +x ./hooks/guard.sh; commit the mode with git update-index "
+        "--chmod=+x ./hooks/guard.sh)",
+        "agents/guarded.yaml:3:34: hook command 'hooks/gone.sh' not found "
+        "(paths are relative to the project root)",
+    ]
+    (project / "hooks" / "guard.sh").chmod(0o755)
+    write(project, "hooks/gone.sh", "#!/bin/sh\n")
+    (project / "hooks" / "gone.sh").chmod(0o755)
+    compile_project(project)
