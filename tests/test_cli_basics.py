@@ -43,6 +43,6 @@ def test_chat_help_reset_and_exit(
     snapshot = compile_project(REPO)
     code = run_async(_chat(snapshot, "demo", None, EventPrinter(), stream=False))
     out, err = capsys.readouterr()
-    assert code == 0 and out == "17 × 23 = 391\n"
+    assert code == 0 and out == "17 \u00d7 23 = 391\n"
     assert "/help for commands" in err and "/reset   forget the conversation" in err
     assert "unknown command /nope (/help lists them)" in err and "(conversation cleared)" in err
