@@ -425,8 +425,6 @@ def test_a_provider_typo_is_a_problem_with_did_you_mean_and_litellm_is_not_impor
     # the list is read from litellm's source, not from a 3 s import of litellm
     parsed = providers_in_source()
     assert {"ollama", "anthropic", "nscale", "bedrock"} <= parsed == litellm_providers()
-    litellm = pytest.importorskip("litellm")
-    assert parsed == {str(getattr(p, "value", p)) for p in litellm.provider_list}
 
 
 def test_hook_scripts_that_are_missing_or_not_executable_are_problems(project: Path) -> None:
