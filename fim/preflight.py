@@ -48,6 +48,47 @@ def key_problem(settings: ModelSettings) -> RunError | None:
     return None
 
 
+def local_endpoint(settings: ModelSettings) -> str | None:
+    """The URL of a model served on this machine (an `api_base` or OPENAI_BASE_URL on
+    loopback, or a local provider's default such as Ollama's :11434), else None."""
+    from fim.llm import backend_of
+    from fim.llm.base import LOCAL_PROVIDERS, api_base, is_loopback, provider_of
+
+    backend = backend_of(settings)
+    if backend == "scripted":
+        return None
+    url = api_base(settings)
+    if url is None and backend == "openai":
+        url = os.environ.get("OPENAI_BASE_URL") or None
+    if url is None and provider_of(settings.model) in LOCAL_PROVIDERS:
+        url = f"http://localhost:{LOCAL_PROVIDERS[provider_of(settings.model)]}"
+    return url if url and is_loopback(url) else None
+
+
+def unreachable_problem(settings: ModelSettings) -> RunError | None:
+    """A local model endpoint that refuses connections: nothing listens there, so a run
+    would start MCP servers and select tools only to fail on its first model call. A TCP
+    connect to loopback answers in a millisecond; only refused counts (a slow or busy
+    server is the run's to find out). Blocking: call it before an event loop starts."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from fim.llm.base import cannot_connect
+
+    url = local_endpoint(settings)
+    if url is None:
+        return None
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "localhost", port), timeout=0.5):
+            return None
+    except ConnectionRefusedError:
+        return cannot_connect(settings, url)
+    except OSError:
+        return None
+
+
 def command_problem(snapshot: Snapshot, server: str) -> str | None:
     """A stdio MCP server whose command is not on PATH (or not an executable file)."""
     decl = snapshot.project.mcp_servers.get(server)
@@ -113,9 +154,12 @@ def check_workflow(snapshot: Snapshot, decl: WorkflowDecl, name: str) -> None:
 
 
 def check_agent(snapshot: Snapshot, agent: AgentDecl, model: str | None = None) -> None:
-    """Raise a RunError when a run of `agent` is certain to fail (see `agent_problems`)."""
+    """Raise a RunError when a run of `agent` is certain to fail (see `agent_problems`), or
+    its model is on this machine and nothing listens there (`fim run`, before its loop)."""
     if problems := agent_problems(snapshot, agent, model=model):
         raise _one(problems)
+    if error := unreachable_problem(snapshot.model_settings(model or agent.model)):
+        raise error
 
 
 __all__ = [
@@ -124,5 +168,7 @@ __all__ = [
     "check_workflow",
     "command_problem",
     "key_problem",
+    "local_endpoint",
+    "unreachable_problem",
     "workflow_problems",
 ]
