@@ -258,6 +258,16 @@ class EvalRunner:
         with wrapping_models(self._wrapper(cassette)):
             return make_model(self.snapshot.model_settings(ref), self.snapshot.root)
 
+    def _preflight(self, suite: EvalSuite) -> list[Any]:
+        """What a live case of `suite` is certain to fail on (a missing key...), as RunErrors:
+        the case fails with that line instead of starting its agent."""
+        from fim.preflight import agent_problems, workflow_problems
+
+        if suite.agent in self.snapshot.agents:
+            return agent_problems(self.snapshot, self.snapshot.agents[suite.agent])
+        workflow = self.snapshot.workflows.get(suite.workflow or "")
+        return workflow_problems(self.snapshot, workflow) if workflow is not None else []
+
     def _live_model(self, suite: EvalSuite) -> str | None:
         """A real (not scripted) model the suite's target certainly asks: the agent's own, or
         one of a workflow's `llm` nodes or `agent` nodes' agents. In replay without a
@@ -287,6 +297,9 @@ class EvalRunner:
             if live is not None:  # known up front: nothing of the case runs
                 run.skipped = str(NeedsLiveModel(live, cassette.path))
                 return run
+        if self.mode != "replay" and (problems := self._preflight(suite)):
+            run.error = "; ".join(str(p) for p in problems)  # in ms, before MCP servers start
+            return run
         t0 = time.perf_counter()
         try:
             with wrapping_models(self._wrapper(cassette)):  # this case's task only
