@@ -10,11 +10,12 @@
   `litellm_model`, which imports litellm on the first request.
 
 Every backend maps fim Messages/ToolSpecs to the same wire format, retries 429/5xx and
-connection errors with exponential backoff (`max_retries`, `extra.retry_backoff`), honours
-`timeout`, and raises `RunError` with a one-line message a user can act on — a missing
-key names the variable to set and never includes a key. `extra: {tool_calling: false}`
-wraps the model in the JSON-mode fallback; `extra: {backend: litellm | openai}` forces a
-backend. Other `extra` keys pass through to the provider.
+connection errors (not a refused connection) with exponential backoff (`max_retries`,
+`extra.retry_backoff`), honours `timeout`, and raises `RunError` with a one-line message a
+user can act on — a missing key names the variable to set and never includes a key.
+`extra: {tool_calling: false}` wraps the model in the JSON-mode fallback;
+`extra: {backend: litellm | openai}` forces a backend. Other `extra` keys pass through to
+the provider.
 
 `wrapping_models(wrapper)` routes every model built inside it (and in the tasks it
 starts) through `wrapper(settings, build)`: the agent's, the fast model of tool selection

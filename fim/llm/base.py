@@ -2,7 +2,8 @@
 retry loop and request options.
 
 Backends translate their own exceptions into `Transient` (worth retrying: 429, 5xx,
-connection errors) or a final `RunError`; `with_retries` owns backoff and the wording of
+connection errors) or a final `RunError` (a refused connection is final: nothing listens
+there, so "cannot connect to URL" comes at once); `with_retries` owns backoff and the wording of
 the error a user sees, so both backends fail the same way. Timeouts are not retried:
 `timeout` is the longest a user waits for one model call, not one attempt of it.
 """
