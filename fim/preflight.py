@@ -7,12 +7,12 @@ and every agent an `agent` node runs, a model whose key is missing, and for ever
 a node or such an agent uses, a stdio command that is not installed. Every node is checked,
 taken branch or not: a key missing anywhere is a misconfiguration to fix before anything
 runs. Connector environment variables are already checked when the project compiles
-(`${VAR}` without default).
-`agent_problems` does the same for one agent run, so `fim run` fails in milliseconds instead
-of after starting MCP servers.
+(`${VAR}` without default). `agent_problems` does the same for one agent run, so `fim run`
+and `fim eval --live` fail in milliseconds instead of after starting MCP servers.
 
-Pure checks over the snapshot and the environment: no request, no subprocess, no import of
-a model library.
+These are checks over the snapshot and the environment: no request, no subprocess, no
+import of a model library. The one exception, `unreachable_problem`, opens a TCP connection
+to a model endpoint on loopback; `fim run` calls it before its event loop starts.
 """
 
 from __future__ import annotations
