@@ -117,7 +117,7 @@ class Tour:
 
 def wait_for(url: str, process: subprocess.Popen[str]) -> None:
     """Until `url` answers (a process that exits instead fails the test)."""
-    for _ in range(400):
+    for _ in range(1200):  # 30 s: a loaded CI machine starts Python slowly
         if process.poll() is not None:
             raise AssertionError(f"exited with {process.returncode}: {process.stderr.read()}")
         try:
@@ -270,8 +270,18 @@ def needs_a_model(*args: str, says: str) -> Callable[[Tour], None]:
     return check
 
 
+def listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
 def local_model(variable: str, value: str, says: str) -> Callable[[Tour], None]:
+    """With no local model server there, the run stops at once with `cannot connect`."""
+
     def check(tour: Tour) -> None:
+        port = int(re.findall(r":(\d+)", says)[-1])
+        if listening(port):  # a real local model server runs here: nothing to prove offline
+            return
         os.environ[variable] = value
         try:
             needs_a_model("run", "support", "Hi", says=says)(tour)
