@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,3 +47,14 @@ def test_chat_help_reset_and_exit(
     assert code == 0 and out == "17 \u00d7 23 = 391\n"
     assert "/help for commands" in err and "/reset   forget the conversation" in err
     assert "unknown command /nope (/help lists them)" in err and "(conversation cleared)" in err
+
+
+def test_list_and_show_say_where_a_model_comes_from(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FIM_MODEL", "ollama/qwen2.5")
+    listed = runner.invoke(app, ["list", "models", "-p", str(REPO)], env={"COLUMNS": "200"})
+    origin = "ollama/qwen2.5 - from FIM_MODEL (fim.yaml: openai/gpt-4o-mini)"
+    assert re.search(rf"model +general +{re.escape(origin)}", listed.stdout)
+    assert re.search(rf"model +fast +{re.escape(origin)}", listed.stdout)  # fast follows
+    monkeypatch.setenv("FIM_FAST_MODEL", "openai/gpt-4o")
+    shown = runner.invoke(app, ["show", "model", "fast", "-p", str(REPO)])
+    assert shown.stdout.startswith("model: openai/gpt-4o\nfrom: 'FIM_FAST_MODEL (fim.yaml: ")

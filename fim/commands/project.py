@@ -212,7 +212,7 @@ def list_(
         for name, item in sorted(getattr(snapshot, KIND_ATTRS[k]).items()):
             text = _description(k, item)
             if k == "model" and snapshot.model_origins.get(name, "fim.yaml") != "fim.yaml":
-                text += f"  (from {snapshot.model_origins[name]})"
+                text += f" - from {snapshot.model_origins[name]}"
             table.add_row(k, name, snapshot.mask(text))
     Console(soft_wrap=True).print(table)
 
