@@ -25,6 +25,11 @@ from fim.errors import RunError
 from fim.snapshot import Snapshot
 
 
+class PreflightError(RunError):
+    """A run refused before it started: the project lacks something (a key, an MCP
+    command) that no request can supply. Over HTTP it is a 503, not the client's 400."""
+
+
 def key_problem(settings: ModelSettings) -> RunError | None:
     """The error the first request of this model would raise for a missing API key (none
     while models are wrapped: a replayed cassette needs no key)."""
@@ -139,11 +144,10 @@ def workflow_problems(snapshot: Snapshot, decl: WorkflowDecl) -> list[RunError]:
     return problems
 
 
-def _one(problems: list[RunError], opening: str = "") -> RunError:
-    if len(problems) == 1 and not opening:
-        return problems[0]
+def _one(problems: list[RunError], opening: str = "") -> PreflightError:
     hints = list(dict.fromkeys(p.hint for p in problems if p.hint))
-    return RunError(opening + "; ".join(p.message for p in problems), hint="; ".join(hints) or None)
+    message = opening + "; ".join(p.message for p in problems)
+    return PreflightError(message, hint="; ".join(hints) or None)
 
 
 def check_workflow(snapshot: Snapshot, decl: WorkflowDecl, name: str) -> None:
@@ -163,6 +167,7 @@ def check_agent(snapshot: Snapshot, agent: AgentDecl, model: str | None = None) 
 
 
 __all__ = [
+    "PreflightError",
     "agent_problems",
     "check_agent",
     "check_workflow",

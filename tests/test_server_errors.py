@@ -97,3 +97,32 @@ def test_the_banner_says_what_is_served_and_a_port_in_use_says_how_to_move(
         taken.close()
     assert caught.value.message == f"port {port} on 127.0.0.1 is already in use"
     assert f"fim serve --port {port + 1}" in (caught.value.hint or "")
+
+
+def test_a_workflow_the_server_cannot_run_is_a_503_and_runs_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fim.config.schema import WorkflowDecl
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    workflow = WorkflowDecl.model_validate(
+        {"name": "notify", "nodes": {"say": {"type": "llm", "prompt": "Hello"}}}
+    )
+    project = Project(name="p", state=f"sqlite:///{tmp_path / 'state.db'}")
+    snapshot = Snapshot(
+        root=tmp_path,
+        project=project,
+        workflows={"notify": workflow},
+        models={"general": ModelSettings(model="openai/gpt-4o-mini")},
+    )
+    with ServerThread(create_app(SnapshotHolder(snapshot))) as srv:
+        reply = httpx.post(f"{srv.url}/v1/workflows/notify/runs", json={"inputs": {}})
+        runs = httpx.get(f"{srv.url}/v1/runs").json()["runs"]
+    assert reply.status_code == 503 and runs == []
+    error = reply.json()["error"]
+    assert error["message"] == (
+        "workflow 'notify' not started, nothing ran: "
+        "node 'say': missing API key for openai/gpt-4o-mini"
+    )
+    assert error["hint"].startswith("set OPENAI_API_KEY")

@@ -37,6 +37,7 @@ def workflow_routes(api: Api) -> list[Route]:
         )
 
     async def run_workflow(request: Request) -> Response:
+        from fim.preflight import PreflightError
         from fim.server.http import error, sse
         from fim.workflows.engine import WorkflowEngine
 
@@ -58,6 +59,8 @@ def workflow_routes(api: Api) -> list[Route]:
         try:
             async for event in engine.run(inputs):
                 trace.append(event.model_dump(mode="json"))
+        except PreflightError as exc:  # the server lacks a key or command: not the client's
+            return error(503, exc.message, exc.hint)
         except FimError as exc:
             return error(400, str(exc))
         last = trace[-1] if trace else {}
