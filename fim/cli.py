@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -38,7 +38,38 @@ PROJECT_COMMANDS = frozenset({"init", "validate", "list", "show", "schema"})
 """Commands of `fim.commands.project`, which never need the other modules."""
 
 
-def _root(ctx: typer.Context, project: ProjectOption = None) -> None:
+def version() -> str:
+    """The installed distribution's version (pyproject.toml), read without importing fim's
+    heavier modules."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("fim")
+    except PackageNotFoundError:  # running from a checkout that was never installed
+        return "0+unknown"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"fim {version()}\n")
+        raise typer.Exit()
+
+
+def _root(
+    ctx: typer.Context,
+    project: ProjectOption = None,
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            "-V",
+            help="Print fim's version and exit.",
+            callback=_print_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
     """Run LLM agents declared in version-controlled YAML."""
     ctx.obj = {"project": project}
 
@@ -49,7 +80,7 @@ def build_app(modules: list[str] | None = None) -> typer.Typer:
         name="fim",
         help="Run LLM agents declared in version-controlled YAML.",
         no_args_is_help=True,
-        add_completion=False,
+        add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
         pretty_exceptions_enable=False,
         context_settings={"help_option_names": ["-h", "--help"]},
     )

@@ -9,8 +9,9 @@ collected and raised together as one ConfigError, each pointing at the value at 
 from __future__ import annotations
 
 import gc
+import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import MappingProxyType
@@ -18,6 +19,7 @@ from typing import Any
 
 from fim.config.loader import Declarations, Entry, find_root, load, mask_problems
 from fim.config.problems import suggest
+from fim.config.providers import provider_problem
 from fim.config.schema import AgentDecl, EvalSuite, HookSpec, JudgeSpec, ModelSettings
 from fim.config.templates import TemplateChecker
 from fim.config.workflow_checks import check_workflow
@@ -140,6 +142,7 @@ def build_snapshot(decls: Declarations) -> Snapshot:
             agent = agent.model_copy(update={"model": _blank_unset(agent.model)})
         agents[name] = agent
 
+    models, origins = resolve_models(decls.project.models, os.environ)
     return Snapshot(
         root=decls.root,
         project=decls.project,
@@ -149,7 +152,8 @@ def build_snapshot(decls: Declarations) -> Snapshot:
         workflows=decls_of("workflow"),
         hooks=decls_of("hook"),
         evals=decls_of("eval"),
-        models=MappingProxyType(resolve_models(decls.project.models)),
+        models=MappingProxyType(models),
+        model_origins=MappingProxyType(origins),
         sources=MappingProxyType(sources),
         secrets=frozenset(decls.secrets),
         version=decls.digest.hexdigest()[:12],
@@ -157,20 +161,54 @@ def build_snapshot(decls: Declarations) -> Snapshot:
     )
 
 
-def resolve_models(roles: dict[str, str | ModelSettings]) -> dict[str, ModelSettings]:
-    """Roles -> full settings. A role may name another role; empty `api_base`/`api_key`
-    (from `${VAR:-}`) mean unset."""
+ROLE_ENV: dict[str, str] = {"general": "FIM_MODEL", "fast": "FIM_FAST_MODEL"}
+"""Environment variables that override a declared role's model, so a user switches provider
+(`FIM_MODEL=ollama/qwen2.5`) without editing files that are in git."""
+
+
+def resolve_models(
+    roles: dict[str, str | ModelSettings], env: Mapping[str, str] | None = None
+) -> tuple[dict[str, ModelSettings], dict[str, str]]:
+    """Roles -> (full settings, where each came from). A role may name another role; empty
+    `api_base`/`api_key` (from `${VAR:-}`) mean unset.
+
+    A non-empty `FIM_MODEL` in `env` replaces the model of the declared `general` role and,
+    unless `FIM_FAST_MODEL` is set too, of the `fast` role: one variable moves a project to
+    another provider (a local Ollama needs no key for either role). `FIM_FAST_MODEL` alone
+    replaces only `fast`. Overrides apply before aliases resolve.
+    The override keeps the role's sampling settings (temperature, max_tokens, timeout,
+    retries) and drops its endpoint, key and provider `extra`, which belong to the model
+    it replaces. The origin is `fim.yaml` or e.g. `FIM_MODEL (fim.yaml: openai/gpt-4o-mini)`.
+    """
+    roles = dict(roles)
+    origins = {role: "fim.yaml" for role in roles}
+    env = env or {}
+    for role, var in ROLE_ENV.items():
+        value = env.get(var, "").strip()
+        alias = isinstance(roles.get(role), str) and roles[role] in roles
+        if not value and role == "fast" and not alias:
+            var, value = "FIM_MODEL", env.get("FIM_MODEL", "").strip()
+        if role not in roles or not value:
+            continue
+        ref = roles[role]
+        declared = ref.model if isinstance(ref, ModelSettings) else ref
+        keep: dict[str, Any] = {}
+        if isinstance(ref, ModelSettings):
+            keep = ref.model_dump(include={"temperature", "max_tokens", "timeout", "max_retries"})
+        roles[role] = ModelSettings(model=value, **keep)
+        origins[role] = f"{var} (fim.yaml: {declared})"
     resolved: dict[str, ModelSettings] = {}
 
     def resolve(role: str, seen: tuple[str, ...]) -> ModelSettings:
         ref = roles[role]
         if isinstance(ref, str) and ref in roles and ref not in seen and "/" not in ref:
+            origins[seen[0]] = origins[ref]
             return resolve(ref, (*seen, ref))
         return _blank_unset(ref if isinstance(ref, ModelSettings) else ModelSettings(model=ref))
 
     for role in roles:
         resolved[role] = resolve(role, (role,))
-    return resolved
+    return resolved, origins
 
 
 def _blank_unset(settings: ModelSettings) -> ModelSettings:
@@ -224,11 +262,23 @@ class Checker:
     def check_project(self) -> None:
         doc = self.decls.project_doc
         assert doc is not None
+        env = os.environ
         for role, ref in self.decls.project.models.items():
             model = ref.model if isinstance(ref, ModelSettings) else ref
             path = ("models", role, "model") if isinstance(ref, ModelSettings) else ("models", role)
             if model.startswith("scripted:"):
                 self.check_scripted(doc, path, model)
+            self.check_provider(doc, path, model)
+            var = ROLE_ENV.get(role)
+            if var and env.get(var, "").strip():  # the override replaces what is checked above
+                problem = provider_problem(env[var].strip())
+                if problem is not None:
+                    self.add(doc.problem(path, f"{var}: {problem[0]}", problem[1]))
+
+    def check_provider(self, doc: Any, path: tuple, model: str) -> None:
+        problem = provider_problem(model)
+        if problem is not None:
+            self.add(doc.problem(path, *problem))
 
     def check_scripted(self, doc: Any, path: tuple, model: str) -> None:
         file = model.removeprefix("scripted:")
@@ -246,6 +296,8 @@ class Checker:
             ref, path = ref.model, (*path, "model")
         if ref.startswith("scripted:"):
             self.check_scripted(entry.doc, path, ref)
+        elif "/" in ref:
+            self.check_provider(entry.doc, path, ref)
         elif "/" not in ref and ref not in self.roles and self.decls.project_ok:
             hint = suggest(ref, self.roles, "model roles") or ""
             if not hint.startswith("did you mean"):
@@ -329,12 +381,23 @@ class Checker:
                 )
         elif spec.command is not None:
             program = command_program(spec.command, self.decls.root)
-            if "/" in program and not (self.decls.root / program).exists():
+            script = self.decls.root / program
+            if "/" in program and not script.exists():
                 self.add(
                     doc.problem(
                         (*path, "command"),
                         f"hook command '{program}' not found",
                         "paths are relative to the project root",
+                    )
+                )
+            elif "/" in program and not os.access(script, os.X_OK):
+                # the shell refuses it on every call (exit 126): the hook would block them all
+                self.add(
+                    doc.problem(
+                        (*path, "command"),
+                        f"hook script '{program}' is not executable",
+                        f"chmod +x {program}; commit the mode with "
+                        f"git update-index --chmod=+x {program}",
                     )
                 )
         if spec.event is None and spec.command is not None:

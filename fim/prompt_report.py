@@ -28,12 +28,27 @@ def render_prompt_report(
     import asyncio
 
     async def run() -> str:
+        # Loading the tokenizer (~0.6 s) overlaps the wait for MCP servers to start.
+        warm = asyncio.create_task(asyncio.to_thread(_warm_tokenizer, snapshot, agent_name))
         try:
             return await prompt_report(snapshot, agent_name, services, request)
         finally:
+            await warm
             await services.aclose()
 
     return asyncio.run(run())
+
+
+def _warm_tokenizer(snapshot: Snapshot, agent_name: str) -> None:
+    """Load the encoding the report will count with into `fim.tokens`' cache."""
+    from fim.errors import RunError
+    from fim.tokens import count_tokens
+
+    try:
+        model: str | None = snapshot.model_settings(snapshot.agent(agent_name).model).model
+    except RunError:
+        model = None
+    count_tokens("warm", model)
 
 
 async def prompt_report(

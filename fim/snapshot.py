@@ -70,7 +70,9 @@ class Snapshot:
     hooks: Mapping[str, HookDecl] = field(default_factory=_frozen)
     evals: Mapping[str, EvalSuite] = field(default_factory=_frozen)
     models: Mapping[str, ModelSettings] = field(default_factory=_frozen)
-    """Model roles of fim.yaml, each resolved to full settings."""
+    """Model roles of fim.yaml, each resolved to full settings (FIM_MODEL applied)."""
+    model_origins: Mapping[str, str] = field(default_factory=_frozen)
+    """Role -> where its model came from: `fim.yaml`, or `FIM_MODEL (fim.yaml: ...)`."""
     sources: Mapping[tuple[str, str], Source] = field(default_factory=_frozen)
     """(kind, name) -> where it was declared."""
     secrets: frozenset[str] = frozenset()
@@ -91,8 +93,8 @@ class Snapshot:
     def model_settings(self, ref: str | ModelSettings) -> ModelSettings:
         """Resolve a model reference: a role of fim.yaml, else a litellm model string.
 
-        `FIM_MODEL` overrides the `general` role so a user can switch provider without
-        editing files (e.g. `FIM_MODEL=ollama/qwen2.5`).
+        `FIM_MODEL` / `FIM_FAST_MODEL` already replaced the `general` / `fast` roles when
+        the snapshot was built (`fim.compile.resolve_models`).
         """
         if isinstance(ref, ModelSettings):
             return ref

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+for _var in ("FIM_MODEL", "FIM_FAST_MODEL"):  # a developer's own override must not leak in
+    os.environ.pop(_var, None)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -253,7 +253,7 @@ def test_show_agent_skill_model_and_project(project: Path) -> None:
     skill = runner.invoke(app, ["show", "skill", "howto", "-p", str(project)])
     assert "files:\n- scripts/hello.py\n" in skill.stdout
     model = runner.invoke(app, ["show", "model", "fast", "-p", str(project)])
-    assert "model: openai/gpt-4o-mini\ntemperature: 0.0\n" in model.stdout
+    assert "model: openai/gpt-4o-mini\nfrom: fim.yaml\ntemperature: 0.0\n" in model.stdout
     proj = runner.invoke(app, ["show", "project", "-p", str(project)])
     assert proj.stdout.startswith("name: minimal\n")
 

@@ -82,7 +82,7 @@ def test_secrets_from_env_are_recorded(project: Path, monkeypatch: pytest.Monkey
 
 
 def test_model_roles_resolve_aliases_and_blank_settings() -> None:
-    models = resolve_models(
+    models, origins = resolve_models(
         {
             "general": ModelSettings(model="openai/gpt-4o-mini", api_base="", api_key=""),
             "fast": "general",
@@ -92,6 +92,34 @@ def test_model_roles_resolve_aliases_and_blank_settings() -> None:
     assert models["general"].api_base is None and models["general"].api_key is None
     assert models["fast"] == models["general"]
     assert models["local"] == ModelSettings(model="ollama/qwen2.5")
+    assert set(origins.values()) == {"fim.yaml"}
+
+
+def test_fim_model_env_overrides_the_general_and_fast_roles() -> None:
+    roles: dict[str, str | ModelSettings] = {
+        "general": ModelSettings(
+            model="openai/gpt-4o-mini", api_base="http://h/v1", temperature=0.2, max_tokens=99
+        ),
+        "fast": "general",
+        "judge": "openai/gpt-4o",
+    }
+    models, origins = resolve_models(roles, {"FIM_MODEL": "ollama/qwen2.5"})
+    # the endpoint belonged to the replaced model; sampling settings stay with the role
+    assert models["general"] == ModelSettings(
+        model="ollama/qwen2.5", temperature=0.2, max_tokens=99
+    )
+    assert models["fast"] == models["general"]
+    assert origins["general"] == "FIM_MODEL (fim.yaml: openai/gpt-4o-mini)"
+    assert origins["fast"] == origins["general"]  # an alias follows the override
+    assert origins["judge"] == "fim.yaml"
+    models, _ = resolve_models({"general": "openai/a", "fast": "openai/b"}, {"FIM_MODEL": "x/y"})
+    assert models["fast"].model == "x/y"  # FIM_MODEL alone moves both roles
+    models, origins = resolve_models(
+        roles, {"FIM_MODEL": " ", "FIM_FAST_MODEL": "anthropic/claude-haiku-4-5"}
+    )
+    assert models["general"].model == "openai/gpt-4o-mini"  # blank means unset
+    assert models["fast"] == ModelSettings(model="anthropic/claude-haiku-4-5")
+    assert origins["fast"] == "FIM_FAST_MODEL (fim.yaml: general)"
 
 
 def test_builtins_are_discovered_from_file_names() -> None:
@@ -379,3 +407,45 @@ def test_unknown_role_without_close_match_lists_roles_and_litellm_strings(projec
         "agents/m.yaml:1:8: unknown model role 'gpt4' (valid model roles: fast, general; "
         "or use a litellm string such as openai/gpt-4o-mini)"
     ]
+
+
+def test_a_provider_typo_is_a_problem_with_did_you_mean_and_litellm_is_not_imported(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fim.config.providers import litellm_providers, providers_in_source
+
+    write(project, "agents/m.yaml", "model: olama/qwen2.5\n")
+    write(project, "agents/n.yaml", "model: nscale/some-model\n")  # rare, but litellm's
+    monkeypatch.setenv("FIM_MODEL", "antropic/claude-sonnet-4-5")
+    found = problems(project)
+    assert "agents/m.yaml:1:8: unknown model provider 'olama' in 'olama/qwen2.5' " in found[0]
+    assert found[0].endswith("(did you mean 'ollama'?)") and len(found) == 2
+    assert "FIM_MODEL: unknown model provider 'antropic'" in found[1]
+    assert found[1].startswith("fim.yaml:") and "did you mean 'anthropic'?" in found[1]
+    # the list is read from litellm's source, not from a 3 s import of litellm
+    parsed = providers_in_source()
+    assert {"ollama", "anthropic", "nscale", "bedrock"} <= parsed == litellm_providers()
+
+
+def test_hook_scripts_that_are_missing_or_not_executable_are_problems(project: Path) -> None:
+    write(project, "hooks/guard.sh", "#!/bin/sh\nexit 0\n")
+    (project / "hooks" / "guard.sh").chmod(0o644)
+    write(
+        project,
+        "agents/guarded.yaml",
+        "hooks:\n"
+        "  - {event: PreToolUse, command: ./hooks/guard.sh --strict}\n"
+        "  - {event: PreToolUse, command: hooks/gone.sh}\n"
+        "  - {event: PreToolUse, command: 'python3 -c \"print(1)\"'}\n",
+    )
+    assert problems(project) == [
+        "agents/guarded.yaml:2:34: hook script './hooks/guard.sh' is not executable "
+        "(chmod +x ./hooks/guard.sh; commit the mode with git update-index "
+        "--chmod=+x ./hooks/guard.sh)",
+        "agents/guarded.yaml:3:34: hook command 'hooks/gone.sh' not found "
+        "(paths are relative to the project root)",
+    ]
+    (project / "hooks" / "guard.sh").chmod(0o755)
+    write(project, "hooks/gone.sh", "#!/bin/sh\n")
+    (project / "hooks" / "gone.sh").chmod(0o755)
+    compile_project(project)

@@ -18,7 +18,6 @@ from fim.types import (
     PlanCreated,
     RunFinished,
     StepFinished,
-    StepStarted,
     ToolSpec,
 )
 
@@ -32,8 +31,25 @@ THREE_STEPS = {
 
 
 async def _lookup(key: str) -> str:
-    await asyncio.sleep(0.2)
     return {"sales": "100", "costs": "60"}[key]
+
+
+def gathered_lookup(calls: int = 2) -> FunctionTool:
+    """`lookup` that answers only once `calls` calls are in flight together: steps run one
+    after the other never meet, and the first fails after 5 s (no clock is read)."""
+    arrived = 0
+    together = asyncio.Event()
+
+    async def run(key: str) -> str:
+        nonlocal arrived
+        arrived += 1
+        if arrived == calls:
+            together.set()
+        async with asyncio.timeout(5):
+            await together.wait()
+        return await _lookup(key)
+
+    return FunctionTool(LOOKUP.name, LOOKUP.description, LOOKUP.parameters, run)
 
 
 LOOKUP = FunctionTool(
@@ -74,11 +90,13 @@ class Roles:
         return text(f"{task} -> 40")
 
 
-def dag(roles: Roles, calls: int, max_replans: int = 3) -> tuple[DagEngine, ScriptedModel]:
+def dag(
+    roles: Roles, calls: int, max_replans: int = 3, lookup: FunctionTool = LOOKUP
+) -> tuple[DagEngine, ScriptedModel]:
     model = ScriptedModel([roles] * calls)
     base = ReactEngine(
         model=model,
-        registry=ToolRegistry([LOOKUP]),
+        registry=ToolRegistry([lookup]),
         system_prompt="You are the finance agent.",
         agent="finance",
         run_id="r1",
@@ -92,14 +110,13 @@ async def collect(engine: DagEngine, goal: str = "What is our profit?") -> list[
 
 async def test_a_three_step_plan_runs_independent_steps_in_parallel():
     roles = Roles([THREE_STEPS])
-    engine, model = dag(roles, calls=8)
+    engine, model = dag(roles, calls=8, lookup=gathered_lookup(2))  # s1 and s2 must meet
     events = await collect(engine)
     plan = next(e for e in events if isinstance(e, PlanCreated))
     assert [s["id"] for s in plan.steps] == ["s1", "s2", "s3"]
-    started = {e.step: e.ts for e in events if isinstance(e, StepStarted)}
-    finished = {e.step: e.ts for e in events if isinstance(e, StepFinished)}
-    assert max(started["s1"], started["s2"]) < min(finished["s1"], finished["s2"])
-    assert started["s3"] >= max(finished["s1"], finished["s2"])
+    at = {(type(e).__name__, e.step): i for i, e in enumerate(events) if hasattr(e, "step")}
+    assert ("StepFinished", "s1") in at and ("StepFinished", "s2") in at
+    assert at[("StepStarted", "s3")] > max(at[("StepFinished", "s1")], at[("StepFinished", "s2")])
     s3_prompt = next(m for m in model.requests if "Your step (s3)" in (m[0][0].content or ""))
     assert "look up sales -> 100" in s3_prompt[0][0].content
     done = events[-1]

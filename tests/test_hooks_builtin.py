@@ -184,16 +184,22 @@ async def test_rate_limit_allows_n_calls_per_window_per_agent(tmp_path: Path) ->
 
 
 async def test_rate_limit_per_connector_shares_a_budget_and_the_window_slides(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    spec = {"use": "rate_limit", "with": {"max_calls": 1, "window": 0.3, "per": "connector"}}
+    from fim.hooks.builtin.rate_limit import RateLimit
+
+    now = [1000.0]
+    monkeypatch.setattr(RateLimit, "clock", staticmethod(lambda: now[0]))
+    spec = {"use": "rate_limit", "with": {"max_calls": 1, "window": 30, "per": "connector"}}
     runner = build_hooks(make_context(tmp_path, [spec]))
     get, _ = recorder("crm__get", connector="crm")
     put, _ = recorder("crm__put", connector="crm")
     assert not (await call_tool(runner, get, {})).blocked
+    now[0] += 29.9
     blocked = await call_tool(runner, put, {})
     assert blocked.blocked and "connector 'crm'" in blocked.observation
-    await asyncio.sleep(0.35)
+    assert "Wait about 0s" in blocked.observation
+    now[0] += 0.1  # the first call leaves the window exactly now
     assert not (await call_tool(runner, put, {})).blocked
 
 

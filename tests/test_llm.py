@@ -238,13 +238,26 @@ async def test_a_hanging_endpoint_times_out_with_a_clear_error(server: OpenAIStu
     assert "raise `timeout`" in (caught.value.hint or "")
 
 
-async def test_an_unreachable_endpoint_is_retried_then_named():
+@pytest.mark.parametrize("model", ["openai/stub", "ollama/qwen2.5"])
+async def test_a_refused_connection_is_named_at_once_without_retries(
+    model: str, monkeypatch: pytest.MonkeyPatch
+):
+    """Nothing listens there (an Ollama not started): retrying cannot help, and litellm's
+    "HTTP 500" label must not turn it into "rate-limiting; retry later"."""
+    import fim.llm.base
+
+    backoffs: list[float] = []
+
+    async def no_sleep(delay: float) -> None:
+        backoffs.append(delay)
+
+    monkeypatch.setattr(fim.llm.base.asyncio, "sleep", no_sleep)
     with OpenAIStubServer() as srv:
-        settings = settings_for(srv, max_retries=1)
-    with pytest.raises(
-        RunError, match=r"cannot reach model endpoint http://127\.0\.0\.1:\d+/v1 after 2"
-    ):
+        settings = settings_for(srv, max_retries=3).model_copy(update={"model": model})
+    with pytest.raises(RunError) as caught:
         await make_model(settings).complete(USER)
+    assert caught.value.message == f"{model}: cannot connect to {srv.base_url} (connection refused)"
+    assert "ollama serve" in (caught.value.hint or "") and backoffs == []
 
 
 async def test_missing_openai_key_names_the_variable(monkeypatch: pytest.MonkeyPatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -515,3 +516,48 @@ async def test_an_engine_reused_for_a_second_run_records_two_runs(tmp_path, serv
 
     assert ids[0] != ids[1]
     assert {r.id for r in await get_store(services).list_runs(kind="workflow")} == set(ids)
+
+
+async def test_preflight_refuses_a_run_whose_later_node_lacks_a_model_key(
+    tmp_path: Path, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refund must not be issued when the summary after it cannot run: a missing key or
+    MCP command is known before the first node, so nothing runs."""
+    from fim.config.schema import ModelSettings
+    from fim.workflows.testing import FunctionTool
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    refunds: list[Any] = []
+
+    async def refund(value: Any = None) -> str:
+        refunds.append(value)
+        return "refunded"
+
+    tool = FunctionTool("refund", "Refund", {"type": "object", "properties": {}}, refund)
+    snapshot = make_snapshot(
+        tmp_path,
+        {
+            "refund": {
+                "nodes": {
+                    "refund": {"type": "tool", "tool": "refund", "args": {"value": 42}},
+                    "summary": {"type": "llm", "needs": ["refund"], "prompt": "Summarise"},
+                    "clock": {"type": "mcp", "server": "time", "tool": "now"},
+                }
+            }
+        },
+        mcp_servers={"time": {"command": "no-such-mcp-server-binary"}},
+    )
+    general = ModelSettings(model="openai/gpt-4o-mini")
+    snapshot = dataclasses.replace(snapshot, models={"general": general})
+    engine = WorkflowEngine(snapshot, "refund", services, tools=[tool])
+    with pytest.raises(RunError) as caught:
+        [e async for e in engine.run({})]
+    message = str(caught.value)
+    assert message.startswith("workflow 'refund' not started, nothing ran: ")
+    assert "node 'summary': missing API key for openai/gpt-4o-mini" in message
+    assert "node 'clock': MCP server 'time': command 'no-such-mcp-server-binary' not found" in (
+        message
+    )
+    assert "set OPENAI_API_KEY" in message and refunds == []
+    assert await get_store(services).list_runs(limit=5) == []  # no run was even recorded

@@ -25,7 +25,14 @@ def eval_command(
     record: Annotated[
         bool, typer.Option("--record", help="Call models and store cassettes.")
     ] = False,
-    live: Annotated[bool, typer.Option("--live", help="Ignore cassettes; call models.")] = False,
+    live: Annotated[
+        bool,
+        typer.Option(
+            "--live",
+            help="Ignore cassettes; call models. Without it, a case that needs a real model "
+            "and has no cassette is skipped.",
+        ),
+    ] = False,
     with_hooks: Annotated[
         bool, typer.Option("--with-hooks", help="Run agents with their hooks (off by default).")
     ] = False,
@@ -91,7 +98,8 @@ def eval_command(
 
         def advance(run: object) -> None:
             nonlocal failed
-            failed += 0 if getattr(run, "passed", False) else 1
+            ok = getattr(run, "passed", False) or getattr(run, "skipped", None)
+            failed += 0 if ok else 1
             progress.update(task, advance=1, failed=failed)
 
         runner.on_progress = advance

@@ -208,7 +208,10 @@ def list_(
     table = Table("kind", "name", "description", box=None, pad_edge=False)
     for k in kinds:
         for name, item in sorted(getattr(snapshot, KIND_ATTRS[k]).items()):
-            table.add_row(k, name, snapshot.mask(_description(k, item)))
+            text = _description(k, item)
+            if k == "model" and snapshot.model_origins.get(name, "fim.yaml") != "fim.yaml":
+                text += f" - from {snapshot.model_origins[name]}"
+            table.add_row(k, name, snapshot.mask(text))
     Console(soft_wrap=True).print(table)
 
 
@@ -256,6 +259,8 @@ def show(
         return
     if kind.lower() == "project":
         data: Any = snapshot.project.model_dump(mode="json", by_alias=True, exclude_none=True)
+    elif _kind(kind) == "model" and name is None:
+        data = {role: _dump("model", m, snapshot, role) for role, m in snapshot.models.items()}
     else:
         k = _kind(kind)
         items = getattr(snapshot, KIND_ATTRS[k])
@@ -264,11 +269,15 @@ def show(
 
             hint = suggest(name or "", items, f"{k}s")
             fail(f"unknown {k} '{name}'" if name else f"name the {k} to show", hint)
-        data = _dump(k, items[name], snapshot)
+        data = _dump(k, items[name], snapshot, name)
     sys.stdout.write(to_yaml(masked(data, snapshot)))
 
 
-def _dump(kind: str, item: Any, snapshot: Snapshot) -> Any:
+def _dump(kind: str, item: Any, snapshot: Snapshot, name: str) -> Any:
+    if kind == "model":
+        # the effective model (FIM_MODEL / FIM_FAST_MODEL applied) and where it came from
+        data = item.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return {"model": data.pop("model"), "from": snapshot.model_origins.get(name), **data}
     if kind == "skill":
         meta = item.meta.model_dump(mode="json", by_alias=True, exclude_none=True)
         return {

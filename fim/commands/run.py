@@ -53,6 +53,10 @@ def run(
     snapshot = load_snapshot(ctx, project)
     with user_errors():
         resolve_agent(snapshot, agent)
+        if agent in snapshot.agents:  # a missing key fails now, not after MCP servers start
+            from fim.preflight import check_agent
+
+            check_agent(snapshot, snapshot.agents[agent], model)
     view = EventPrinter(verbose=verbose, as_json=as_json)
     if prompt is None and sys.stdin.isatty() and not as_json:
         code = run_async(_chat(snapshot, agent, model, view, stream=not no_stream))
@@ -90,6 +94,13 @@ async def _once(
     return code
 
 
+CHAT_HELP = """\
+Type a message and press Enter; the whole conversation is sent each turn.
+  /help    this help
+  /reset   forget the conversation so far
+  /exit    leave (also /quit, Ctrl-D)"""
+
+
 async def _chat(
     snapshot: Any, agent: str, model: str | None, view: EventPrinter, stream: bool
 ) -> int:
@@ -99,16 +110,27 @@ async def _chat(
     from fim.types import Message
 
     history: list[Message] = []
-    print(f"Chatting with {agent}. Ctrl-D or /exit to leave.", file=sys.stderr)
+    print(f"Chatting with {agent}. /help for commands, Ctrl-D or /exit to leave.", file=sys.stderr)
     while True:
         try:
             line = await asyncio.to_thread(input, "you> ")
         except (EOFError, KeyboardInterrupt):
             print(file=sys.stderr)
             return 0
-        if line.strip() in {"/exit", "/quit"}:
+        command = line.strip()
+        if command in {"/exit", "/quit"}:
             return 0
-        if not line.strip():
+        if command in {"/help", "/?"}:
+            print(CHAT_HELP, file=sys.stderr)
+            continue
+        if command == "/reset":
+            history.clear()
+            print("(conversation cleared)", file=sys.stderr)
+            continue
+        if command.startswith("/") and " " not in command:
+            print(f"unknown command {command} (/help lists them)", file=sys.stderr)
+            continue
+        if not command:
             continue
         history.append(Message(role="user", content=line))
         _, output = await _run(snapshot, agent, list(history), model, view, stream)

@@ -12,7 +12,8 @@ keys independent of the secrets' values, so CI replays with other credentials.
 
 Modes: `record` (call the model, store every exchange), `replay` (the default: a recorded
 case is played back and a request it lacks is a *cassette miss*, reported as such; a case
-never recorded runs live), `live` (ignore cassettes).
+never recorded that asks a real model is *skipped*, `NeedsLiveModel`: replay never spends
+money or needs a key), `live` (ignore cassettes).
 """
 
 from __future__ import annotations
@@ -34,6 +35,27 @@ Mode = Literal["record", "replay", "live"]
 
 class CassetteMiss(RunError):
     """A recorded case made a request its cassette does not hold (its prompt changed)."""
+
+
+NEEDS_LIVE = "needs a live model"
+"""Opening words of `NeedsLiveModel`; the runner finds it in a run's error event."""
+
+
+class NeedsLiveModel(RunError):
+    """In replay, a case with no cassette asked a real model: it is skipped, not failed."""
+
+    HINT = "`fim eval --live` runs it against the model, `--record` stores a cassette"
+
+    def __init__(self, model: str, cassette: Path) -> None:
+        super().__init__(f"{NEEDS_LIVE} ({model}), no cassette recorded", hint=self.HINT)
+
+    @classmethod
+    def from_message(cls, text: str) -> NeedsLiveModel:
+        """Rebuild the error from its text (an agent run reports it as an error event)."""
+        error = cls.__new__(cls)
+        text = text[text.find(NEEDS_LIVE) :].removesuffix(f" ({cls.HINT})")
+        RunError.__init__(error, text, hint=cls.HINT)
+        return error
 
 
 def request_key(
@@ -115,7 +137,9 @@ class CassetteModel:
     ) -> ModelResponse:
         cassette = self.cassette
         key = request_key(self.name, messages, tools, cassette.masker)
-        if cassette.mode == "replay" and cassette.recorded:
+        if cassette.mode == "replay" and not cassette.recorded:
+            raise NeedsLiveModel(self.name, cassette.path)
+        if cassette.mode == "replay":
             hit = cassette.lookup(key)
             if hit is None:
                 cassette.misses += 1

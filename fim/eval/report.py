@@ -19,6 +19,8 @@ def _case_id(run: CaseRun) -> str:
 
 
 def failure_lines(run: CaseRun) -> list[str]:
+    if run.skipped:
+        return [f"skipped: {run.skipped}"]
     if run.cassette_miss:
         lines = [f"cassette miss: {run.error}"]
     elif run.error:
@@ -37,19 +39,26 @@ def print_summary(report: EvalReport, console: Any) -> None:
     for suite in report.suites:
         target = suite.suite.agent or f"workflow:{suite.suite.workflow}"
         result = "[green]PASS[/green]" if suite.passed else "[red]FAIL[/red]"
+        if suite.skipped:
+            result = "[yellow]SKIP[/yellow]"
         table.add_row(
             suite.suite.name,
             target,
             str(len(suite.runs)),
             str(sum(r.passed for r in suite.runs)),
-            f"{suite.pass_rate:.0%}",
+            "-" if suite.skipped else f"{suite.pass_rate:.0%}",
             f"{suite.suite.threshold:.0%}",
             result,
         )
     console.print(table)
     for suite in report.suites:
         for run in suite.runs:
-            if not run.passed:
+            if run.skipped:
+                console.print(f"[yellow]-[/yellow] {suite.suite.name} / {_case_id(run)}")
+                console.print(
+                    f"    skipped: {run.skipped}", markup=False, highlight=False, soft_wrap=True
+                )
+            elif not run.passed:
                 console.print(f"[red]✗[/red] {suite.suite.name} / {_case_id(run)}")
                 for line in failure_lines(run):
                     console.print(f"    {line}", markup=False, highlight=False, soft_wrap=True)
@@ -60,9 +69,11 @@ def print_summary(report: EvalReport, console: Any) -> None:
     )
     total = sum(len(s.runs) for s in report.suites)
     misses = sum(r.cassette_miss for s in report.suites for r in s.runs)
+    skipped = sum(r.skipped is not None for s in report.suites for r in s.runs)
     console.print(
-        f"{total} runs in {report.duration_s:.2f}s · mode {report.mode} · {hooks}"
-        + (f" · [yellow]{misses} cassette misses[/yellow]" if misses else ""),
+        f"{total - skipped} runs in {report.duration_s:.2f}s · mode {report.mode} · {hooks}"
+        + (f" · [yellow]{misses} cassette misses[/yellow]" if misses else "")
+        + (f" · [yellow]{skipped} skipped (need a live model: --live)[/yellow]" if skipped else ""),
         highlight=False,
         soft_wrap=True,
     )
@@ -71,11 +82,13 @@ def print_summary(report: EvalReport, console: Any) -> None:
 def junit_xml(report: EvalReport) -> str:
     """JUnit XML in the shape Jenkins, GitLab and GitHub test reporters read."""
     root = ET.Element("testsuites", name="fim eval")
-    totals = {"tests": 0, "failures": 0, "errors": 0}
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
     for suite in report.suites:
-        failures = sum(1 for r in suite.runs if not r.passed and not (r.error or r.cassette_miss))
-        errors = sum(1 for r in suite.runs if r.error or r.cassette_miss)
+        ran = suite.ran
+        failures = sum(1 for r in ran if not r.passed and not (r.error or r.cassette_miss))
+        errors = sum(1 for r in ran if r.error or r.cassette_miss)
+        skipped = len(suite.runs) - len(ran)
         element = ET.SubElement(
             root,
             "testsuite",
@@ -84,7 +97,7 @@ def junit_xml(report: EvalReport) -> str:
                 "tests": str(len(suite.runs)),
                 "failures": str(failures),
                 "errors": str(errors),
-                "skipped": "0",
+                "skipped": str(skipped),
                 "timestamp": stamp,
                 "time": f"{sum(r.latency_ms for r in suite.runs) / 1000:.3f}",
             },
@@ -108,7 +121,9 @@ def junit_xml(report: EvalReport) -> str:
                 },
             )
             lines = failure_lines(run)
-            if run.error or run.cassette_miss:
+            if run.skipped:
+                ET.SubElement(case, "skipped", message=run.skipped[:200])
+            elif run.error or run.cassette_miss:
                 node = ET.SubElement(
                     case,
                     "error",
@@ -126,6 +141,7 @@ def junit_xml(report: EvalReport) -> str:
         totals["tests"] += len(suite.runs)
         totals["failures"] += failures
         totals["errors"] += errors
+        totals["skipped"] += skipped
     for key, value in totals.items():
         root.set(key, str(value))
     root.set("time", f"{report.duration_s:.3f}")
@@ -150,6 +166,7 @@ def _json_report(report: EvalReport) -> dict[str, Any]:
                 "threshold": s.suite.threshold,
                 "pass_rate": s.pass_rate,
                 "passed": s.passed,
+                "skipped": s.skipped,
                 "hooks": "on" if s.hooks else "bypassed",
                 "cases": [r.as_dict() for r in s.runs],
             }

@@ -18,7 +18,15 @@ from typing import Any
 from fim.config.schema import EvalCase, EvalSuite, ModelSettings
 from fim.errors import FimError
 from fim.eval.assertions import Observed, Outcome, check, judge_model_ref, model_judge
-from fim.eval.cassettes import Cassette, CassetteMiss, CassetteModel, Mode, slug
+from fim.eval.cassettes import (
+    NEEDS_LIVE,
+    Cassette,
+    CassetteMiss,
+    CassetteModel,
+    Mode,
+    NeedsLiveModel,
+    slug,
+)
 from fim.llm import ModelWrapper, make_model, wrapping_models
 from fim.runtime import Services
 from fim.snapshot import Snapshot
@@ -35,6 +43,8 @@ class CaseRun:
     output: str = ""
     error: str | None = None
     cassette_miss: bool = False
+    skipped: str | None = None
+    """Why the case did not run (replay, no cassette, a live model needed); not a failure."""
     latency_ms: float = 0.0
     tokens: int = 0
     iterations: int = 0
@@ -53,6 +63,7 @@ class CaseRun:
             "passed": self.passed,
             "error": self.error,
             "cassette_miss": self.cassette_miss,
+            "skipped": self.skipped,
             "output": self.output,
             "latency_ms": round(self.latency_ms, 1),
             "tokens": self.tokens,
@@ -69,8 +80,19 @@ class SuiteResult:
     hooks: bool
 
     @property
+    def ran(self) -> list[CaseRun]:
+        """The runs that were not skipped: the pass rate is over these."""
+        return [r for r in self.runs if r.skipped is None]
+
+    @property
+    def skipped(self) -> bool:
+        """Every case was skipped: the suite says nothing, neither pass nor fail."""
+        return bool(self.runs) and not self.ran
+
+    @property
     def pass_rate(self) -> float:
-        return sum(r.passed for r in self.runs) / len(self.runs) if self.runs else 1.0
+        ran = self.ran
+        return sum(r.passed for r in ran) / len(ran) if ran else 1.0
 
     @property
     def passed(self) -> bool:
@@ -236,14 +258,55 @@ class EvalRunner:
         with wrapping_models(self._wrapper(cassette)):
             return make_model(self.snapshot.model_settings(ref), self.snapshot.root)
 
+    def _preflight(self, suite: EvalSuite) -> list[Any]:
+        """What a live case of `suite` is certain to fail on (a missing key...), as RunErrors:
+        the case fails with that line instead of starting its agent."""
+        from fim.preflight import agent_problems, workflow_problems
+
+        if suite.agent in self.snapshot.agents:
+            return agent_problems(self.snapshot, self.snapshot.agents[suite.agent])
+        workflow = self.snapshot.workflows.get(suite.workflow or "")
+        return workflow_problems(self.snapshot, workflow) if workflow is not None else []
+
+    def _live_model(self, suite: EvalSuite) -> str | None:
+        """A real (not scripted) model the suite's target certainly asks: the agent's own, or
+        one of a workflow's `llm` nodes or `agent` nodes' agents. In replay without a
+        cassette such a case is skipped before it starts, so a workflow's side effects never
+        run ahead of a model call that cannot be answered."""
+        refs: list[Any] = []
+        if suite.agent in self.snapshot.agents:
+            refs.append(self.snapshot.agents[suite.agent].model)
+        workflow = self.snapshot.workflows.get(suite.workflow or "")
+        for node in workflow.nodes.values() if workflow is not None else ():
+            if node.type == "llm":
+                refs.append(node.model)
+            elif node.type == "agent" and node.agent in self.snapshot.agents:
+                refs.append(self.snapshot.agents[node.agent].model)
+        for ref in refs:
+            model = self.snapshot.model_settings(ref).model
+            if not model.startswith("scripted:"):
+                return model
+        return None
+
     async def _run_case(
         self, suite: EvalSuite, case: EvalCase, attempt: int, services: Services, cassette: Cassette
     ) -> CaseRun:
         run = CaseRun(suite=suite.name, case=case.name, attempt=attempt, passed=False)
+        if self.mode == "replay" and not cassette.recorded:
+            live = self._live_model(suite)
+            if live is not None:  # known up front: nothing of the case runs
+                run.skipped = str(NeedsLiveModel(live, cassette.path))
+                return run
+        if self.mode != "replay" and (problems := self._preflight(suite)):
+            run.error = "; ".join(str(p) for p in problems)  # in ms, before MCP servers start
+            return run
         t0 = time.perf_counter()
         try:
             with wrapping_models(self._wrapper(cassette)):  # this case's task only
                 seen, prompt = await self._execute(suite, case, services, cassette, run)
+        except NeedsLiveModel as exc:
+            run.skipped = str(exc)
+            return run
         except CassetteMiss as exc:
             run.cassette_miss, run.error = True, str(exc)
             return run
@@ -260,6 +323,9 @@ class EvalRunner:
         for assertion in case.expect:
             try:
                 run.outcomes.append(await check(assertion, seen, judge, prompt))
+            except NeedsLiveModel as exc:  # e.g. a judge on a real model, never recorded
+                run.skipped = str(exc)
+                return run
             except CassetteMiss as exc:
                 run.cassette_miss, run.error = True, str(exc)
                 return run
@@ -291,12 +357,11 @@ class EvalRunner:
             self.snapshot, agent.name, conversation, services=services, hooks=self.with_hooks
         ):
             events.append(event)
-            if (
-                event.type == "error"
-                and event.kind == "model_error"
-                and "cassette miss" in (event.message)
-            ):
-                raise CassetteMiss(event.message)
+            if event.type == "error" and event.kind == "model_error":
+                if NEEDS_LIVE in event.message:
+                    raise NeedsLiveModel.from_message(event.message)
+                if "cassette miss" in event.message:
+                    raise CassetteMiss(event.message)
             if isinstance(event, RunFinished):
                 final = event
         run.trace = events

@@ -10,11 +10,12 @@
   `litellm_model`, which imports litellm on the first request.
 
 Every backend maps fim Messages/ToolSpecs to the same wire format, retries 429/5xx and
-connection errors with exponential backoff (`max_retries`, `extra.retry_backoff`), honours
-`timeout`, and raises `RunError` with a one-line message a user can act on — a missing
-key names the variable to set and never includes a key. `extra: {tool_calling: false}`
-wraps the model in the JSON-mode fallback; `extra: {backend: litellm | openai}` forces a
-backend. Other `extra` keys pass through to the provider.
+connection errors (not a refused connection) with exponential backoff (`max_retries`,
+`extra.retry_backoff`), honours `timeout`, and raises `RunError` with a one-line message a
+user can act on — a missing key names the variable to set and never includes a key.
+`extra: {tool_calling: false}` wraps the model in the JSON-mode fallback;
+`extra: {backend: litellm | openai}` forces a backend. Other `extra` keys pass through to
+the provider.
 
 `wrapping_models(wrapper)` routes every model built inside it (and in the tasks it
 starts) through `wrapper(settings, build)`: the agent's, the fast model of tool selection
@@ -39,7 +40,14 @@ from fim.types import Model
 ALLOW_MODEL_REQUESTS = True
 """False refuses every model request to a non-loopback host (set by the test suite)."""
 
-__all__ = ["ALLOW_MODEL_REQUESTS", "ModelWrapper", "backend_of", "make_model", "wrapping_models"]
+__all__ = [
+    "ALLOW_MODEL_REQUESTS",
+    "ModelWrapper",
+    "backend_of",
+    "make_model",
+    "models_wrapped",
+    "wrapping_models",
+]
 
 
 def backend_of(settings: ModelSettings) -> str:
@@ -77,6 +85,12 @@ def wrapping_models(wrapper: ModelWrapper) -> Iterator[None]:
         yield
     finally:
         _WRAPPER.reset(token)
+
+
+def models_wrapped() -> bool:
+    """True inside `wrapping_models` (e.g. an eval case replaying a cassette): what a model
+    needs, such as a key, cannot be known from its settings alone."""
+    return _WRAPPER.get() is not None
 
 
 def make_model(settings: ModelSettings, root: Path | None = None) -> Model:

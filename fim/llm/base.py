@@ -2,7 +2,8 @@
 retry loop and request options.
 
 Backends translate their own exceptions into `Transient` (worth retrying: 429, 5xx,
-connection errors) or a final `RunError`; `with_retries` owns backoff and the wording of
+connection errors) or a final `RunError` (a refused connection is final: nothing listens
+there, so "cannot connect to URL" comes at once); `with_retries` owns backoff and the wording of
 the error a user sees, so both backends fail the same way. Timeouts are not retried:
 `timeout` is the longest a user waits for one model call, not one attempt of it.
 """
@@ -175,6 +176,33 @@ async def with_retries(
             delay = backoff * 2 ** (number - 1) * (1 + random.random() / 4)
             await asyncio.sleep(max(delay, exc.retry_after or 0.0))
     raise AssertionError("unreachable")
+
+
+def connection_refused(exc: BaseException) -> bool:
+    """True when `exc`, or an exception it was raised from, is a refused connection: nothing
+    listens at the endpoint, so retrying in a second will not help (an Ollama not started,
+    a wrong port). litellm wraps it three levels deep, with an HTTP 500 status on top."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, ConnectionRefusedError) or isinstance(
+            getattr(seen, "os_error", None), ConnectionRefusedError
+        ):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def cannot_connect(settings: ModelSettings, url: str) -> RunError:
+    """The error for a refused connection: at once, no retries, naming the URL."""
+    local = is_loopback(url)
+    return RunError(
+        f"{settings.model}: cannot connect to {url} (connection refused)",
+        hint="start the local model server (e.g. `ollama serve`), or fix api_base / OPENAI_BASE_URL"
+        if local
+        else "check api_base and that the endpoint is up",
+    )
 
 
 def timeout_error(settings: ModelSettings, where: str) -> RunError:

@@ -23,8 +23,10 @@ from fim.llm.base import (
     LOCAL_PROVIDERS,
     Transient,
     api_base,
+    cannot_connect,
     chat_request,
     check_allowed,
+    connection_refused,
     parse_retry_after,
     provider_of,
     resolve_key,
@@ -162,6 +164,8 @@ class LiteLLMModel:
         detail = scrub(_message(exc), self._key)
         if isinstance(exc, litellm.Timeout):
             return timeout_error(self.settings, self.endpoint)
+        if connection_refused(exc):  # litellm labels it HTTP 500: it is not worth a retry
+            return cannot_connect(self.settings, self.endpoint)
         status = getattr(exc, "status_code", None)
         if isinstance(status, int) and (status == 429 or status >= 500):
             headers = getattr(getattr(exc, "response", None), "headers", None) or {}

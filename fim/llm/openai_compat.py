@@ -23,8 +23,10 @@ from fim.llm.base import (
     OPENAI_BASE,
     Transient,
     api_base,
+    cannot_connect,
     chat_request,
     check_allowed,
+    connection_refused,
     parse_retry_after,
     resolve_key,
     scrub,
@@ -256,6 +258,8 @@ class OpenAICompatModel:
         return status_error(self.settings, status, detail, self._key)
 
     def _unreachable(self, exc: Exception, mid_stream: bool = False) -> Exception:
+        if not mid_stream and connection_refused(exc):
+            return cannot_connect(self.settings, self.base_url)
         detail = f"{type(exc).__name__}: {exc}".rstrip(": ")
         if mid_stream:
             return RunError(

@@ -8,9 +8,11 @@ It is a plain asyncio HTTP/1.1 server (keep-alive, Content-Length or chunked bod
 own thread and event loop: it starts in about a millisecond, adds no framework overhead to
 what benchmarks measure, and serves many concurrent connections. Knobs: `latency` (seconds
 before each reply), `fail_next(n, status)` (429/500 for the next n calls), `hang_next(n)`
-(never answer the next n calls). `tool_loop(n)` is a handler for agent benchmarks, and
-`python -m fim.llm.stub_server --tool-loop 3 [--latency 0.1]` serves it from a separate
-process (prints the base URL), so the server never competes with the measured client.
+(never answer the next n calls), `gather_next(n)` (hold the next n calls until all n are
+in flight: proves concurrency without a clock). `tool_loop(n)` is a handler for agent
+benchmarks, and `python -m fim.llm.stub_server --tool-loop 3 [--latency 0.1]` serves it
+from a separate process (prints the base URL), so the server never competes with the
+measured client.
 """
 
 from __future__ import annotations
@@ -57,6 +59,14 @@ class StubRequest:
 
 
 @dataclass
+class _Gather:
+    needed: int
+    timeout: float
+    arrived: int = 0
+    event: asyncio.Event | None = None
+
+
+@dataclass
 class _Failure:
     status: int
     message: str
@@ -91,6 +101,7 @@ class OpenAIStubServer:
         self.record = record
         self._failures: deque[_Failure] = deque()
         self._hangs = 0
+        self._gather: _Gather | None = None
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -178,6 +189,14 @@ class OpenAIStubServer:
         with self._lock:
             self._hangs += times
 
+    def gather_next(self, times: int, timeout: float = 10.0) -> None:
+        """Hold the next `times` chat requests until all of them have arrived, then answer
+        them. A test proves requests run concurrently without reading a clock: requests
+        sent one after the other never meet, and each held one gets HTTP 504 after
+        `timeout` seconds."""
+        with self._lock:
+            self._gather = _Gather(times, timeout)
+
     def add(self, *steps: Step) -> None:
         with self._lock:
             if self._steps is None:
@@ -252,6 +271,20 @@ class OpenAIStubServer:
             hang = self._hangs > 0
             if hang:
                 self._hangs -= 1
+            gather = self._gather
+            if gather is not None:
+                gather.event = gather.event or asyncio.Event()  # this server's loop
+                gather.arrived += 1
+                if gather.arrived == gather.needed:
+                    gather.event.set()
+                    self._gather = None
+        if gather is not None and gather.event is not None:
+            try:
+                await asyncio.wait_for(gather.event.wait(), gather.timeout)
+            except TimeoutError:
+                message = f"only {gather.arrived} of {gather.needed} requests arrived together"
+                await send_error(writer, 504, message)
+                return True
         if self.latency:
             await asyncio.sleep(self.latency)
         if hang:

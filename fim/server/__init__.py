@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import logging
 import signal
+import socket
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from fim.errors import RunError
 
 if TYPE_CHECKING:
     from starlette.routing import Route
@@ -54,23 +59,27 @@ async def serve(
     holder.listeners.append(lambda old, new: _on_swap(services, old, new))
     app = create_app(holder, services)
     settings = snapshot.project.server
+    host, port = host or settings.host, port or settings.port
+    sock = bind(host, port)  # before anything starts: a port in use is one clear line
     config = uvicorn.Config(
         app,
-        host=host or settings.host,
-        port=port or settings.port,
+        host=host,
+        port=port,
         log_level=log_level,
         timeout_graceful_shutdown=30,
-        access_log=False,
+        access_log=False,  # fim.server.http.AccessLog writes one line per request
         lifespan="off",
     )
     server = _server_class()(config)
+    print(banner(snapshot, host, sock.getsockname()[1], reload), file=sys.stderr, flush=True)
     stop = asyncio.Event()
     watcher = asyncio.create_task(watch(root, holder, stop=stop)) if reload else None
     _spawn(_report_orphans(services))
     signaller = asyncio.create_task(_signal_ready(server, ready)) if ready is not None else None
     try:
-        await server.serve()
+        await server.serve(sockets=[sock])
     finally:
+        sock.close()
         stop.set()
         if signaller is not None:
             signaller.cancel()
@@ -81,6 +90,40 @@ async def serve(
             except (asyncio.CancelledError, Exception):
                 log.debug("watcher stopped")
         await services.aclose()
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here rather than by uvicorn so that a port in use is a
+    RunError naming the port and the option that changes it, not uvicorn's traceback text."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise RunError(
+                f"port {port} on {host} is already in use",
+                hint=f"stop what listens there, or pick another port: fim serve --port {port + 1}"
+                " or server.port in fim.yaml",
+            ) from None
+        raise RunError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+def banner(snapshot: Any, host: str, port: int, reload: bool) -> str:
+    """The start-up line: what is served, where, and whether file changes reload it."""
+    shown = f"[{host}]" if ":" in host else host
+    agents, workflows = len(snapshot.agents), len(snapshot.workflows)
+    keys = "on" if any(snapshot.project.server.api_keys) else "off"
+    return (
+        f"fim serve: project '{snapshot.project.name}' · {agents} agent{'s' * (agents != 1)}, "
+        f"{workflows} workflow{'s' * (workflows != 1)} · http://{shown}:{port} "
+        f"(OpenAI-compatible: /v1) · reload {'on' if reload else 'off'} · API keys {keys}"
+    )
 
 
 def _server_class() -> type:

@@ -10,6 +10,7 @@ to the API key that created it; another key is told it does not exist.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections import OrderedDict
@@ -26,10 +27,19 @@ from fim.errors import FimError, RunError
 from fim.reload import SnapshotHolder
 from fim.runtime import Services
 from fim.server.bodies import BodyError, RunBody, read_body
-from fim.server.http import Guard, JSONResponse, cancel_on_disconnect, error, session_owner, sse
+from fim.server.http import (
+    AccessLog,
+    Guard,
+    JSONResponse,
+    cancel_on_disconnect,
+    error,
+    session_owner,
+    sse,
+)
 from fim.types import Event, Message, RunFinished
 
 SESSION_LIMIT = 1000
+log = logging.getLogger("fim.server")
 
 
 class UnknownSession(RunError):
@@ -134,18 +144,23 @@ class Api:
         self.active_runs += 1
         trace: list[dict[str, Any]] = []
         final: RunFinished | None = None
+        problem = ""
         try:
             async for event in run_agent(
                 snapshot, agent, history, services=self.services, stream=stream, run_id=run_id
             ):
                 if event.type != "token":
                     trace.append(event.model_dump(mode="json"))
+                if event.type == "error":
+                    problem = f"{event.kind}: {event.message}"
                 if isinstance(event, RunFinished):
                     final = event
                 yield event
         finally:
             self.active_runs -= 1
             status = final.status if final else "cancelled"
+            if status == "error":  # one line per failed run, whichever route ran it
+                log.warning("run %s of agent '%s' failed: %s", run_id, agent, problem or "error")
             await self._persist(run_id, agent, status, trace, final)
 
     async def _persist(
@@ -213,6 +228,12 @@ class Api:
         if isinstance(outcome, Response):
             return outcome
         final, trace = outcome
+        if final.status == "error":  # a failed run is an HTTP error, never a 200 "answer"
+            from fim.server.openai_compat import error_object, failure
+
+            status, body = error_object(failure(trace, final))
+            body.update(run_id=run_id, agent=name, status=final.status, events=trace)
+            return JSONResponse(body, status_code=status)
         self.remember(session[0], session[1], history, final.output)
         return JSONResponse(
             {
@@ -321,13 +342,13 @@ def create_app(holder: SnapshotHolder, services: Services | None = None) -> Star
         Route("/v1/chat/completions", compat.chat_completions, methods=["POST"]),
         *extra_routes(api),
     ]
-    middleware = [Middleware(Guard, holder=holder)]
+    middleware = [Middleware(AccessLog), Middleware(Guard, holder=holder)]
     cors = holder.current.project.server.cors_origins
     if cors:
         from starlette.middleware.cors import CORSMiddleware
 
         middleware.insert(
-            0,
+            1,
             Middleware(
                 CORSMiddleware, allow_origins=cors, allow_methods=["*"], allow_headers=["*"]
             ),

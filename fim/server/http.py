@@ -151,6 +151,48 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
+class AccessLog:
+    """One line per request on the `fim.access` logger, written when the response ends
+    (a stream's line comes when it closes): method, path, status, duration, bytes."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        import logging
+
+        self.app = app
+        self.log = logging.getLogger("fim.access")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.log.isEnabledFor(20):  # INFO
+            await self.app(scope, receive, send)
+            return
+        import time
+
+        started = time.perf_counter()
+        status, size = 500, 0
+
+        async def sending(message: dict[str, Any]) -> None:
+            nonlocal status, size
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body":
+                size += len(message.get("body", b""))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            client = scope.get("client") or ("-", 0)
+            self.log.info(
+                '%s "%s %s" %d %.1f ms %d B',
+                client[0],
+                scope["method"],
+                scope["path"],
+                status,
+                (time.perf_counter() - started) * 1000,
+                size,
+            )
+
+
 async def cancel_on_disconnect(request: Request, work: Any) -> Any:
     """Run `work`, cancelling it if the client goes away (a run nobody waits for is waste)."""
     task = asyncio.ensure_future(work)

@@ -104,7 +104,10 @@ class OpenAICompat:
         outcome = await self.api.run_to_end(request, name, messages, run_id)
         if isinstance(outcome, Response):
             return outcome
-        final = outcome[0]
+        final, trace = outcome
+        if final.status == "error":
+            status, body = error_object(failure(trace, final))
+            return JSONResponse({**body, "fim": {"run_id": run_id}}, status_code=status)
         self.api.remember(session, owner, messages, final.output)
         return JSONResponse(
             {
@@ -151,6 +154,7 @@ class OpenAICompat:
         yield chunk({"role": "assistant", "content": ""})
         final: RunFinished | None = None
         streamed = False
+        problem: tuple[str, str] | None = None
         try:
             async for event in self.api.events(name, messages, stream=True, run_id=run_id):
                 if event.type == "token":
@@ -158,10 +162,19 @@ class OpenAICompat:
                     text = tokens.feed(event.text)
                     if text:
                         yield chunk({"content": text})
+                elif event.type == "error":
+                    problem = (event.kind, event.message)
                 elif isinstance(event, RunFinished):
                     final = event
         except FimError as exc:
-            yield chunk({"content": f"\n[error: {exc}]"})
+            problem = ("run_error", str(exc))
+        if problem is not None and (final is None or final.status == "error"):
+            # an `error` event the openai client raises as APIError, never text in the answer
+            _, body = error_object(problem)
+            data = json.dumps(mask.value(body), ensure_ascii=False)
+            yield f"event: error\ndata: {data}\n\n".encode()
+            yield b"data: [DONE]\n\n"
+            return
         held = tokens.flush()
         if held:
             yield chunk({"content": held})
@@ -181,6 +194,33 @@ class OpenAICompat:
             }
             yield f"data: {json.dumps(mask.value(payload))}\n\n".encode()
         yield b"data: [DONE]\n\n"
+
+
+UPSTREAM_KINDS = frozenset({"model_error", "empty_reply"})
+"""Error kinds of a run that are the model's failure (HTTP 502), not fim's (HTTP 500)."""
+
+
+def failure(trace: list[dict[str, Any]], final: RunFinished) -> tuple[str, str]:
+    """(kind, message) of a failed run: its last error event, else its final output."""
+    for event in reversed(trace):
+        if event.get("type") == "error":
+            return str(event.get("kind") or "run_error"), str(event.get("message") or "")
+    return "run_error", final.output
+
+
+def error_object(problem: tuple[str, str]) -> tuple[int, dict[str, Any]]:
+    """HTTP status and OpenAI error object for a failed run: a model that failed upstream
+    (unreachable, rejected the key, timed out) is 502 Bad Gateway, anything else 500."""
+    kind, message = problem
+    upstream = kind in UPSTREAM_KINDS
+    return (502 if upstream else 500), {
+        "error": {
+            "message": message,
+            "type": "api_error" if upstream else "server_error",
+            "param": None,
+            "code": kind,
+        }
+    }
 
 
 def _model_ids(snapshot: Any) -> list[str]:

@@ -38,6 +38,7 @@ def workflow_routes(api: Api) -> list[Route]:
         )
 
     async def run_workflow(request: Request) -> Response:
+        from fim.preflight import PreflightError
         from fim.server.http import error, sse
         from fim.workflows.engine import WorkflowEngine
 
@@ -59,9 +60,14 @@ def workflow_routes(api: Api) -> list[Route]:
         try:
             async for event in engine.run(inputs):
                 trace.append(event.model_dump(mode="json"))
+        except PreflightError as exc:  # the server lacks a key or command: not the client's
+            return error(503, exc.message, exc.hint)
         except FimError as exc:
             return error(400, str(exc))
         last = trace[-1] if trace else {}
+        if last.get("status") == "failed":
+            failed = [e.get("node") for e in trace if e.get("type") == "node_failed"]
+            log.warning("workflow run %s of '%s' failed at %s", last.get("run_id"), name, failed)
         return JSONResponse(
             {
                 "run_id": last.get("run_id"),

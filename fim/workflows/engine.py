@@ -17,6 +17,7 @@ from typing import Any
 from fim.config.schema import WorkflowDecl
 from fim.errors import RunError
 from fim.masking import known
+from fim.preflight import check_workflow
 from fim.runtime import Services
 from fim.snapshot import Snapshot
 from fim.tools.registry import ToolRegistry
@@ -151,6 +152,7 @@ class WorkflowEngine:
         decl = self._decl()
         self._guard()
         values = validate_inputs(self.name, decl, inputs)
+        check_workflow(self.snapshot, decl, self.name)  # before any node: no side effect first
         if self.state is not None:  # the engine is reused: a new run gets a new id
             self.run_id = uuid.uuid4().hex[:12]
         self.state = RunState(
@@ -216,6 +218,8 @@ class WorkflowEngine:
             raise RunError(f"node '{node}' is not waiting", hint=f"waiting: {', '.join(waiting)}")
         node_id = node or waiting[0]
         decl = self._recorded_decl(state)
+        if approved is not False:  # the nodes after an approval must not fail on a missing key
+            check_workflow(self.snapshot, decl, self.name)
         ns = state.nodes[node_id]
         store = get_store(self.services)
         approval = await store.get_approval(ns.approval_id or "")

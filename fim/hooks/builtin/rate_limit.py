@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,6 +32,8 @@ class RateLimitOptions(BaseModel):
 class RateLimit(PreToolUseHook):
     Options: ClassVar[type[BaseModel]] = RateLimitOptions
     priority = 20
+    clock: ClassVar[Callable[[], float]] = staticmethod(time.monotonic)
+    """Seconds from a monotonic clock; replaceable (tests slide the window without waiting)."""
 
     def _windows(self) -> dict[tuple[str, ...], deque[float]]:
         if self.run_context is None:
@@ -47,7 +50,7 @@ class RateLimit(PreToolUseHook):
             target = str(context.metadata.get("connector") or target)
         key = (context.agent, opts.per, target, str(opts.max_calls), f"{opts.window:g}")
         calls = self._windows().setdefault(key, deque())
-        now = time.monotonic()
+        now = self.clock()
         while calls and now - calls[0] >= opts.window:
             calls.popleft()
         if len(calls) >= opts.max_calls:

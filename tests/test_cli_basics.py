@@ -1,0 +1,60 @@
+"""What a newcomer types first: `fim --version`, shell completion, the chat's /help."""
+
+from __future__ import annotations
+
+import builtins
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fim.cli import app, version
+
+runner = CliRunner()
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_version_prints_the_distribution_version() -> None:
+    from importlib.metadata import version as dist_version
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.stdout == f"fim {dist_version('fim')}\n"
+    assert version() == dist_version("fim")
+
+
+def test_shell_completion_is_offered() -> None:
+    result = runner.invoke(app, ["--show-completion", "bash"])
+    assert result.exit_code == 0 and "complete " in result.stdout and "COMP_WORDS" in result.stdout
+    assert "--install-completion" in runner.invoke(app, ["--help"]).stdout
+
+
+def test_chat_help_reset_and_exit(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`fim run demo` without a prompt: /help lists the commands, /reset forgets, an unknown
+    /command is not sent to the model, /exit leaves with 0."""
+    from fim.commands import run_async
+    from fim.commands.run import EventPrinter, _chat
+    from fim.compile import compile_project
+
+    lines: Iterator[str] = iter(["/help", "/nope", "What is 17 times 23?", "/reset", "/exit"])
+    monkeypatch.setattr(builtins, "input", lambda prompt="": next(lines))
+    snapshot = compile_project(REPO)
+    code = run_async(_chat(snapshot, "demo", None, EventPrinter(), stream=False))
+    out, err = capsys.readouterr()
+    assert code == 0 and out == "17 \u00d7 23 = 391\n"
+    assert "/help for commands" in err and "/reset   forget the conversation" in err
+    assert "unknown command /nope (/help lists them)" in err and "(conversation cleared)" in err
+
+
+def test_list_and_show_say_where_a_model_comes_from(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FIM_MODEL", "ollama/qwen2.5")
+    listed = runner.invoke(app, ["list", "models", "-p", str(REPO)], env={"COLUMNS": "200"})
+    origin = "ollama/qwen2.5 - from FIM_MODEL (fim.yaml: openai/gpt-4o-mini)"
+    assert re.search(rf"model +general +{re.escape(origin)}", listed.stdout)
+    assert re.search(rf"model +fast +{re.escape(origin)}", listed.stdout)  # fast follows
+    monkeypatch.setenv("FIM_FAST_MODEL", "openai/gpt-4o")
+    shown = runner.invoke(app, ["show", "model", "fast", "-p", str(REPO)])
+    assert shown.stdout.startswith("model: openai/gpt-4o\nfrom: 'FIM_FAST_MODEL (fim.yaml: ")
