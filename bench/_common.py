@@ -3,7 +3,7 @@ projects on disk, and statistics and tables for the printed results.
 
 The stub endpoint runs in a separate process by default (`StubProcess`), so the model
 server never competes for the GIL with the client being measured; in-process stubs
-(`fim.llm.testing.OpenAIStubServer`) are used only where the benchmark must see when a
+(`fim.llm.scripted.OpenAIStubServer`) are used only where the benchmark must see when a
 request arrives. Run as a script it *is* that process:
 
     python bench/_common.py --tool-loop 3 [--latency 0.1]   # prints the base URL
@@ -34,7 +34,7 @@ PROMPT = "What is 6 * 7? Check it with the calculator three times."
 
 def calc_loop(iterations: int = 3) -> Any:
     """Stub handler: `iterations` calculator calls (counted from the request), then ANSWER."""
-    from fim.llm.stub_server import tool_loop
+    from fim.testing.model_server import tool_loop
 
     return tool_loop(iterations, "calculator", CALC_ARGS, answer=ANSWER)
 
@@ -215,7 +215,7 @@ def quick_flag(description: str) -> bool:
 
 def main() -> None:
     """Serve the calculator tool loop until SIGTERM, printing the base URL first."""
-    from fim.llm.testing import OpenAIStubServer
+    from fim.llm.scripted import OpenAIStubServer
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--tool-loop", type=int, default=3)

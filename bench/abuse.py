@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import bench_env, fim_command, machine, ms, percentile, quick_flag, stop_process, table
 
-from fim.server.testing import free_port
+from fim.testing.server import free_port
 
 HOSTILE = {
     "template_exponent": ("template_render", {"template": "{{ (9**(9**8)) % 10 }}"}),

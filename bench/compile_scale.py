@@ -1,7 +1,7 @@
 """How compile time grows with project size: 100, 1,000 and 5,000 agents.
 
 Generates projects in a temp dir (each agent with a connector, every tenth agent with a
-workflow), compiles each with `fim.compile.compile_project` and prints the total time, the
+workflow), compiles each with `fim.build.compile.compile_project` and prints the total time, the
 time per declaration and the growth ratio of that per-declaration time against the
 smallest size (about 1.0 means linear growth). Each size is compiled three times (the
 median is printed) after a warm-up compile, so one-time import costs are not counted.
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fim.compile import compile_project
+from fim.build.compile import compile_project
 
 AGENT = """description: Agent {i} answers questions about area {i}
 model: general

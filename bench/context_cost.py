@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl, DatabaseConnector, HttpConnector, Project
-from fim.runtime import Provision, RunContext, Services
-from fim.snapshot import Snapshot
+from fim.run.services import Provision, RunContext, Services
 
 
 @dataclass

@@ -2,10 +2,10 @@
 
 The hub has 10 skills of about 2,000 tokens each, 30 builtin/connector tools (every
 builtin fim ships, the rest as HTTP connector actions) and 3 MCP servers of 30 tools each.
-The prompt is assembled by the real providers (fim.skills, fim.tools.builtin,
+The prompt is assembled by the real providers (fim.run.skills, fim.tools.builtin,
 fim.connectors, fim.mcp); the MCP servers are not started: their connections are built
 in-process with realistic tool lists, which is all the providers read. Tool selection runs
-through `fim.selection.select_tools` with a ScriptedModel standing in for the fast model
+through `fim.run.selection.select_tools` with a ScriptedModel standing in for the fast model
 (its pick is scripted; only the token counts are measured).
 
 Counts are tiktoken tokens (cl100k_base) of the first request: system prompt plus tool
@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from fim.build.snapshot import Skill, Snapshot
 from fim.config.schema import (
     AgentDecl,
     HttpAction,
@@ -33,9 +34,8 @@ from fim.config.schema import (
     StdioServer,
     ToolModes,
 )
-from fim.runtime import RunContext, Services
-from fim.snapshot import Skill, Snapshot
-from fim.tokens import count_messages, count_tokens
+from fim.run.services import RunContext, Services
+from fim.run.tokens import count_messages, count_tokens
 from fim.tools.registry import ToolRegistry
 from fim.types import Message
 
@@ -270,9 +270,9 @@ def mcp_connections(root: Path) -> list[Any]:
 
 
 async def assemble(ctx: RunContext, conns: list[Any]) -> Any:
-    """`fim.agent.assemble`, with the MCP connections injected instead of started."""
+    """`fim.run.agent.assemble`, with the MCP connections injected instead of started."""
     import fim.mcp
-    from fim.agent import assemble as real_assemble
+    from fim.run.agent import assemble as real_assemble
 
     async def injected(_: RunContext) -> list[Any]:
         return conns
@@ -329,7 +329,7 @@ most expensive definitions, the worst a selector can do to the prompt."""
 
 
 def scripted_pick(registry: ToolRegistry, pinned: set[str], limit: int, pick: str) -> list[str]:
-    from fim.selection import ALWAYS_KEPT
+    from fim.run.selection import ALWAYS_KEPT
 
     offered = [t for t in registry if t.name not in pinned and t.name not in ALWAYS_KEPT]
     if pick == "largest":
@@ -350,8 +350,8 @@ async def measure(
 ) -> dict[str, Any]:
     """Assemble the hub in one mode; with `select`, run tool selection as a run would
     (project defaults: threshold 12, max 6; counting tools behind meta-tools)."""
-    from fim.llm.testing import ScriptedModel, text
-    from fim.selection import select_tools
+    from fim.llm.scripted import ScriptedModel, text
+    from fim.run.selection import select_tools
 
     for var in (
         "FIM_SKILL_TOOL_MODE",

@@ -55,7 +55,7 @@ max_iterations: 10
 
 
 def _completion(content: str | None, calls: list[tuple[str, str]] = ()) -> dict[str, Any]:
-    from fim.llm.stub_wire import completion
+    from fim.testing.stub_wire import completion
 
     wire = [
         (f"call_{i}_{time.perf_counter_ns()}", "calculator", json.dumps({"expression": e}))
@@ -125,8 +125,8 @@ class Counter:
 
 
 async def measure(snapshot: Any, agent: str, counter: Counter, runs: int) -> dict[str, Any]:
-    from fim.agent import ask
-    from fim.runtime import Services
+    from fim.run.agent import ask
+    from fim.run.services import Services
 
     services = Services(root=snapshot.root, state_url=snapshot.project.state)
     walls, calls, tokens = [], [], []
@@ -147,8 +147,8 @@ async def measure(snapshot: Any, agent: str, counter: Counter, runs: int) -> dic
 
 
 def main() -> None:
-    from fim.compile import compile_project
-    from fim.llm.testing import OpenAIStubServer
+    from fim.build.compile import compile_project
+    from fim.llm.scripted import OpenAIStubServer
 
     quick = quick_flag(__doc__.splitlines()[0])
     runs = 2 if quick else 5

@@ -60,7 +60,7 @@ def suite(cases: int) -> str:
 
 async def run_suite(root: Path, name: str, concurrency: int) -> tuple[float, int, int]:
     """Wall time, cases and passed cases of one suite, compiled beforehand."""
-    from fim.compile import compile_project
+    from fim.build.compile import compile_project
     from fim.eval.runner import EvalRunner
 
     snapshot = compile_project(root)

@@ -1,7 +1,7 @@
 """Added latency per tool call of hooks: an empty Python hook and shell command hooks.
 
 Each variant pushes the same trivial tool call through the real PreToolUse + PostToolUse
-pipeline (`fim.hooks.testing.call_tool`); the figure is the median over N calls, and the
+pipeline (`fim.testing.hooks.call_tool`); the figure is the median over N calls, and the
 added latency is that median minus the no-hook baseline measured in the same run.
 
     python bench/hooks_latency.py [--calls 200] [--shell-calls 50]
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fim.hooks import build_hooks
-from fim.hooks.testing import call_tool, make_context
+from fim.testing.hooks import call_tool, make_context
 from fim.tools.base import FunctionTool
 
 EMPTY_HOOK = """

@@ -7,7 +7,7 @@ sequentially after a warm-up:
 
   floor          raw httpx / aiohttp requests, the tool executed inline (what any client
                  must do); fim/floor uses the faster of the two
-  fim            fim.agent.ask, one Services shared across runs as the server does
+  fim            fim.run.agent.ask, one Services shared across runs as the server does
   pydantic-ai    Agent(OpenAIChatModel) with the same calculator as a plain tool
   openai-agents  Runner.run with OpenAIChatCompletionsModel, tracing disabled
 
@@ -130,9 +130,9 @@ async def floor_runner(
 
 
 async def fim_runner(base_url: str, root: Path) -> tuple[Runner, Callable[[], Awaitable[None]]]:
-    from fim.agent import ask
-    from fim.compile import compile_project
-    from fim.runtime import Services
+    from fim.build.compile import compile_project
+    from fim.run.agent import ask
+    from fim.run.services import Services
 
     write_project(root, base_url, {"bench": calc_agent()})
     snapshot = compile_project(root)
@@ -239,7 +239,7 @@ def cold_start(tmp: Path, repeats: int) -> tuple[list[float], list[float], list[
     also the whole process's wall and CPU time (user + system)."""
     import resource
 
-    from fim.llm.testing import OpenAIStubServer
+    from fim.llm.scripted import OpenAIStubServer
 
     arrivals: list[float] = []
     loop = calc_loop(3)

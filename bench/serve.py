@@ -97,7 +97,7 @@ class Server:
     """`fim serve` as a child process on a free port."""
 
     def __init__(self, root: Path) -> None:
-        from fim.server.testing import free_port
+        from fim.testing.server import free_port
 
         self.root = root
         self.port = free_port()

@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fim.build.snapshot import Snapshot
 from fim.config.schema import Project, WorkflowDecl
-from fim.runtime import Services
-from fim.snapshot import Snapshot
+from fim.run.services import Services
 from fim.tools.base import FunctionTool
 from fim.tools.registry import ToolRegistry
 from fim.workflows.engine import WorkflowEngine

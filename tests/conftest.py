@@ -1,7 +1,7 @@
 """Suite-wide safety: no test can reach a real (paid) model.
 
 `fim.llm.ALLOW_MODEL_REQUESTS = False` makes every model backend refuse a request to any
-host but loopback, so tests use `fim.llm.testing.ScriptedModel` or an `OpenAIStubServer`
+host but loopback, so tests use `fim.llm.scripted.ScriptedModel` or an `OpenAIStubServer`
 on 127.0.0.1. litellm, if a test imports it, reads its bundled price map instead of
 downloading one.
 """

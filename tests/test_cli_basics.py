@@ -35,9 +35,9 @@ def test_chat_help_reset_and_exit(
 ) -> None:
     """`fim run demo` without a prompt: /help lists the commands, /reset forgets, an unknown
     /command is not sent to the model, /exit leaves with 0."""
+    from fim.build.compile import compile_project
     from fim.commands import run_async
     from fim.commands.run import EventPrinter, _chat
-    from fim.compile import compile_project
 
     lines: Iterator[str] = iter(["/help", "/nope", "What is 17 times 23?", "/reset", "/exit"])
     monkeypatch.setattr(builtins, "input", lambda prompt="": next(lines))

@@ -11,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from fim.compile import builtin_hook_names, builtin_tool_names, compile_project, resolve_models
+from fim.build.compile import (
+    builtin_hook_names,
+    builtin_tool_names,
+    compile_project,
+    resolve_models,
+)
 from fim.config.schema import ModelSettings
 from fim.errors import ConfigError
 

@@ -150,7 +150,7 @@ def test_swagger_2_is_refused_with_a_way_forward(tmp_path):
 
 
 def test_the_imported_file_compiles_in_a_real_project(project, monkeypatch):
-    from fim.compile import compile_project
+    from fim.build.compile import compile_project
 
     run(SPEC, "--name", "crm", "--project", project)
     monkeypatch.setenv("CRM_TOKEN", "tok-123456")

@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-import fim.agent
+import fim.run.agent
+from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl, DatabaseConnector, HttpConnector, Project
 from fim.connectors import effective_tool_name, provide, resolve_call_metadata
-from fim.connectors.testing import serve_test_api
 from fim.errors import RunError
-from fim.runtime import PROVIDERS, RunContext, Services
-from fim.snapshot import Snapshot
+from fim.events import HookEvent, RunFinished
+from fim.run.services import PROVIDERS, RunContext, Services
+from fim.testing.connectors import serve_test_api
 from fim.tools.registry import ToolRegistry
-from fim.types import HookEvent, RunFinished
 
 
 @pytest.fixture(scope="module")
@@ -300,11 +300,11 @@ async def test_a_read_only_agent_is_stopped_by_its_hook_before_the_meta_call_run
     tmp_path, api, services, monkeypatch
 ):
     """End to end: the engine shows hooks `crm__create_lead` with access=write."""
-    from fim.llm.testing import ScriptedModel, text, tool_call
+    from fim.llm.scripted import ScriptedModel, text, tool_call
 
     url, _, state = api
     if "fim.connectors:provide" not in PROVIDERS:
-        monkeypatch.setattr(fim.agent, "PROVIDERS", [*PROVIDERS, "fim.connectors:provide"])
+        monkeypatch.setattr(fim.run.agent, "PROVIDERS", [*PROVIDERS, "fim.connectors:provide"])
     snap = snapshot(tmp_path, url, agent={"read_only": True, "hooks": [{"use": "readonly_guard"}]})
     call = {
         "subcommand": "execute",
@@ -315,7 +315,7 @@ async def test_a_read_only_agent_is_stopped_by_its_hook_before_the_meta_call_run
     model = ScriptedModel([tool_call("connector", call), text("I cannot create leads.")])
     events = [
         e
-        async for e in fim.agent.run_agent(
+        async for e in fim.run.agent.run_agent(
             snap, "support", "add lead Zoë", services=services, model=model
         )
     ]

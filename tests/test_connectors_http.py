@@ -1,4 +1,4 @@
-"""HTTP connectors against a real HTTP service on 127.0.0.1 (fim.connectors.testing)."""
+"""HTTP connectors against a real HTTP service on 127.0.0.1 (fim.testing.connectors)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from fim.config.schema import HttpConnector
 from fim.connectors import http as http_mod
 from fim.connectors.http import action_tool, get_client
-from fim.connectors.testing import serve_test_api
-from fim.runtime import Services
+from fim.run.services import Services
+from fim.testing.connectors import serve_test_api
 from fim.tools.registry import ToolRegistry
 
 

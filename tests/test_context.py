@@ -9,22 +9,23 @@ from pathlib import Path
 
 import pytest
 
-import fim.tokens
-from fim.compile import compile_project
+import fim.run.tokens
+from fim.build.compile import compile_project
 from fim.config.schema import ModelSettings
-from fim.context import (
+from fim.engines.react import ReactEngine
+from fim.events import Notice
+from fim.llm.scripted import ScriptedModel, text, tool_call
+from fim.run.context import (
     SUMMARY_PREFIX,
     ContextGuard,
     context_budget,
     context_window,
     guard_for,
 )
-from fim.engines.react import ReactEngine
-from fim.llm.testing import ScriptedModel, text, tool_call
-from fim.tokens import count_messages, count_tokens
+from fim.run.tokens import count_messages, count_tokens
 from fim.tools.base import FunctionTool
 from fim.tools.registry import ToolRegistry
-from fim.types import Message, Notice, ToolCall, ToolSpec
+from fim.types import Message, ToolCall, ToolSpec
 
 TOOLS = [
     ToolSpec(
@@ -208,12 +209,12 @@ def test_without_an_encoding_the_count_falls_back_to_len_over_4(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
-    fim.tokens._encoding.cache_clear()
+    fim.run.tokens._encoding.cache_clear()
     try:
         assert count_tokens("x" * 40) == 10
     finally:
         monkeypatch.undo()
-        fim.tokens._encoding.cache_clear()
+        fim.run.tokens._encoding.cache_clear()
     assert count_tokens("x" * 40) < 10
 
 

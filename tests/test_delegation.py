@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fim.agent import ask, run_agent
+from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl, HookSpec, ModelSettings, Project
-from fim.delegation import auto_agent, provide
-from fim.llm.testing import OpenAIStubServer
-from fim.runtime import RunContext, Services
-from fim.snapshot import Snapshot
-from fim.types import ToolResultEvent
+from fim.events import ToolResultEvent
+from fim.llm.scripted import OpenAIStubServer
+from fim.run.agent import ask, run_agent
+from fim.run.delegation import auto_agent, provide
+from fim.run.services import RunContext, Services
 
 
 def write(root: Path, name: str, body: str) -> str:

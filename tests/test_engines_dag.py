@@ -9,17 +9,10 @@ from typing import Any
 
 from fim.engines.dag import DagEngine
 from fim.engines.react import ReactEngine
-from fim.llm.testing import ScriptedModel, text, tool_call
+from fim.events import Notice, PlanCreated, RunFinished, StepFinished
+from fim.llm.scripted import ScriptedModel, text, tool_call
 from fim.tools import FunctionTool, ToolRegistry
-from fim.types import (
-    Message,
-    ModelResponse,
-    Notice,
-    PlanCreated,
-    RunFinished,
-    StepFinished,
-    ToolSpec,
-)
+from fim.types import Message, ModelResponse, ToolSpec
 
 THREE_STEPS = {
     "steps": [

@@ -9,23 +9,20 @@ import pytest
 
 from fim.engines.react import ReactEngine
 from fim.errors import RunError
-from fim.llm.testing import ScriptedModel, text, tool_call, tool_calls
-from fim.tools import FunctionTool, ToolRegistry
-from fim.types import (
+from fim.events import (
     ErrorEvent,
-    HookContext,
     HookEvent,
-    HookResult,
     LLMCall,
-    Message,
     MessageEvent,
     RunFinished,
     RunStarted,
     Token,
-    ToolCall,
     ToolCallEvent,
     ToolResultEvent,
 )
+from fim.llm.scripted import ScriptedModel, text, tool_call, tool_calls
+from fim.tools import FunctionTool, ToolRegistry
+from fim.types import HookContext, HookResult, Message, ToolCall
 
 ADD_SCHEMA = {
     "type": "object",

@@ -10,6 +10,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
+from fim.build.snapshot import Snapshot
 from fim.config.schema import (
     AgentDecl,
     Assertion,
@@ -22,9 +23,8 @@ from fim.config.schema import (
 from fim.eval.assertions import Observed, check, json_path
 from fim.eval.report import json_report, junit_xml
 from fim.eval.runner import EvalRunner
-from fim.llm.testing import OpenAIStubServer, ScriptedModel, text, tool_call
-from fim.snapshot import Snapshot
-from fim.types import ToolCallEvent
+from fim.events import ToolCallEvent
+from fim.llm.scripted import OpenAIStubServer, ScriptedModel, text, tool_call
 
 # --------------------------------------------------------------------------- assertions
 

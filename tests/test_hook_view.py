@@ -18,11 +18,11 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from fim.build.compile import compile_project
+from fim.build.reload import SnapshotHolder
 from fim.cli import app
-from fim.compile import compile_project
-from fim.reload import SnapshotHolder
 from fim.server.app import create_app
-from fim.server.testing import ServerThread
+from fim.testing.server import ServerThread
 
 HERE = Path(__file__).parent
 HOOKS = HERE / "fixtures" / "claude_hooks"

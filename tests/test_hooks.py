@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from fim.hooks import NoHooks, build_hooks, check_hooks
-from fim.hooks.testing import call_tool, make_context
+from fim.testing.hooks import call_tool, make_context
 from fim.tools.base import FunctionTool
 from fim.types import HookContext
 
@@ -355,7 +355,7 @@ def test_check_hooks_reports_every_unbuildable_hook_with_a_hint(tmp_path: Path) 
 
 
 def test_fim_validate_reports_a_hook_that_cannot_be_built(tmp_path: Path) -> None:
-    from fim.compile import compile_project
+    from fim.build.compile import compile_project
     from fim.errors import ConfigError
 
     write_hooks(tmp_path, "broken", BROKEN)

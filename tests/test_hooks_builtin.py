@@ -20,8 +20,8 @@ from fim.commands.approvals import register
 from fim.hooks import build_hooks
 from fim.hooks.builtin import names
 from fim.hooks.builtin.truncate import truncate_text
-from fim.hooks.testing import call_tool, make_context
 from fim.store import Store, get_store
+from fim.testing.hooks import call_tool, make_context
 from fim.tools.base import FunctionTool
 
 

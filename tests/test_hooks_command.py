@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from fim.hooks import build_hooks
-from fim.hooks.testing import call_tool, make_context
 from fim.store import Store
+from fim.testing.hooks import call_tool, make_context
 from fim.tools.base import FunctionTool
 from fim.types import HookContext
 

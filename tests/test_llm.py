@@ -21,8 +21,7 @@ from fim.errors import ConfigError, RunError
 from fim.llm import backend_of, catalog, make_model
 from fim.llm.base import is_loopback
 from fim.llm.jsonmode import JsonModeModel
-from fim.llm.stub_server import tool_loop
-from fim.llm.testing import (
+from fim.llm.scripted import (
     OpenAIStubServer,
     ScriptedModel,
     ScriptExhausted,
@@ -31,6 +30,7 @@ from fim.llm.testing import (
     tool_call,
     tool_calls,
 )
+from fim.testing.model_server import tool_loop
 from fim.types import Message, ModelResponse, TextDelta, ToolCall, ToolSpec, Usage
 
 ADD = ToolSpec(
@@ -92,7 +92,7 @@ def test_building_models_imports_no_http_or_provider_library():
         "import sys\n"
         "from fim.config.schema import ModelSettings\n"
         "from fim.llm import make_model\n"
-        "import fim.llm.testing\n"
+        "import fim.llm.scripted\n"
         "for m in ('anthropic/claude-sonnet-4-5', 'openai/gpt-4o-mini', 'ollama/qwen2.5'):\n"
         "    make_model(ModelSettings(model=m))\n"
         "print(sorted(n for n in ('litellm', 'openai', 'httpx') if n in sys.modules))\n"
@@ -539,7 +539,7 @@ def test_stub_server_runs_as_its_own_process():
     import subprocess
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fim.llm.stub_server", "--tool-loop", "1"],
+        [sys.executable, "-m", "fim.testing.model_server", "--tool-loop", "1"],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -140,7 +140,7 @@ def test_the_process_masks_logs_with_every_known_secret(caplog: pytest.LogCaptur
 
 
 def test_the_loader_records_literal_secrets(tmp_path: Path):
-    from fim.compile import compile_project
+    from fim.build.compile import compile_project
 
     (tmp_path / "fim.yaml").write_text(
         "name: lit\nmodels:\n  general: {model: openai/gpt-4o, api_key: sk-written-in-git}\n"
@@ -154,7 +154,7 @@ def test_the_loader_records_literal_secrets(tmp_path: Path):
 
 async def test_a_cassette_never_holds_a_secret_and_still_replays(tmp_path: Path):
     from fim.eval.cassettes import Cassette, CassetteModel
-    from fim.llm.testing import ScriptedModel, text
+    from fim.llm.scripted import ScriptedModel, text
     from fim.types import Message
 
     secret = 'sk-reply-"le\\ak-0451'
@@ -185,8 +185,8 @@ async def test_a_cassette_never_holds_a_secret_and_still_replays(tmp_path: Path)
 
 
 async def test_sse_masks_a_secret_split_over_tokens():
+    from fim.events import RunFinished, Token
     from fim.server.http import sse
-    from fim.types import RunFinished, Token
 
     secret = "sk-sse-split-7777777"
     remember([secret])

@@ -21,13 +21,13 @@ import typer
 from mcp_servers.harness import DEMO, children, http_demo, processes_with
 from typer.testing import CliRunner
 
-from fim.compile import compile_project
+from fim.build.compile import compile_project
+from fim.build.snapshot import Snapshot
 from fim.config.schema import HttpServer
 from fim.mcp import check_live, effective_tool_name, get_manager, provide
 from fim.mcp.connection import ServerConnection, ToolInfo
 from fim.mcp.tools import McpMetaTool, legacy_tools
-from fim.runtime import RunContext, Services
-from fim.snapshot import Snapshot
+from fim.run.services import RunContext, Services
 from fim.tools.registry import ToolRegistry
 
 shared_loop = pytest.mark.asyncio(loop_scope="module")
@@ -251,9 +251,9 @@ async def test_env_mode_applies_when_the_agent_sets_none(project, services, monk
 async def test_an_agent_run_calls_the_published_time_server_and_hooks_see_the_real_tool(
     project,
 ):
-    from fim.agent import run_agent
-    from fim.llm.testing import ScriptedModel, text, tool_call
-    from fim.types import HookEvent, RunFinished, ToolResultEvent
+    from fim.events import HookEvent, RunFinished, ToolResultEvent
+    from fim.llm.scripted import ScriptedModel, text, tool_call
+    from fim.run.agent import run_agent
 
     def call(tool: str, parameters: dict[str, str]) -> dict[str, object]:
         return {"subcommand": "call", "server": "time", "tool": tool, "parameters": parameters}

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl, ModelSettings, Project
 from fim.errors import RunError
-from fim.preflight import check_agent, key_problem, local_endpoint, unreachable_problem
-from fim.snapshot import Snapshot
+from fim.run.preflight import check_agent, key_problem, local_endpoint, unreachable_problem
 
 
 def _closed_port() -> int:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-import fim.agent
-from fim.compile import compile_project
-from fim.prompt_report import render_prompt_report
-from fim.runtime import Provision, RunContext, Services
+import fim.run.agent
+from fim.build.compile import compile_project
+from fim.run.prompt_report import render_prompt_report
+from fim.run.services import Provision, RunContext, Services
 from fim.tools.base import FunctionTool
 
 FIXTURES = Path(__file__).parent / "fixtures" / "skills"
@@ -43,7 +43,9 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     )
     shutil.copytree(FIXTURES, tmp_path / "skills")
 
-    monkeypatch.setattr(fim.agent, "PROVIDERS", ["fim.skills:provide", f"{__name__}:crm_provider"])
+    monkeypatch.setattr(
+        fim.run.agent, "PROVIDERS", ["fim.run.skills:provide", f"{__name__}:crm_provider"]
+    )
     monkeypatch.delenv("FIM_SKILL_TOOL_MODE", raising=False)
     return compile_project(tmp_path)
 
@@ -76,8 +78,12 @@ def gateway_provider(ctx: RunContext) -> Provision:
 def test_prompt_report_counts_tools_behind_meta_tools_for_selection(
     hub, monkeypatch: pytest.MonkeyPatch
 ):
-    providers = ["fim.tools.builtin:provide", "fim.skills:provide", f"{__name__}:gateway_provider"]
-    monkeypatch.setattr(fim.agent, "PROVIDERS", providers)
+    providers = [
+        "fim.tools.builtin:provide",
+        "fim.run.skills:provide",
+        f"{__name__}:gateway_provider",
+    ]
+    monkeypatch.setattr(fim.run.agent, "PROVIDERS", providers)
 
     def report(*categories: str) -> str:
         agent = hub.agent("hub").model_copy(update={"tool_categories": list(categories)})

@@ -15,10 +15,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from fim.build.reload import SnapshotHolder, reload_once
 from fim.errors import ConfigError
-from fim.llm.testing import OpenAIStubServer
-from fim.reload import SnapshotHolder, reload_once
-from fim.server.testing import free_port
+from fim.llm.scripted import OpenAIStubServer
+from fim.testing.server import free_port
 
 FIM_YAML = "name: live\nstate: sqlite:///.fim/state.db\n"
 SCRIPT = '- text: "pong"\n'
@@ -37,7 +37,7 @@ def make_project(root: Path, model: str = "scripted:pong.yaml") -> Path:
 
 
 async def test_a_bad_change_keeps_the_last_good_snapshot(tmp_path: Path):
-    from fim.compile import compile_project
+    from fim.build.compile import compile_project
 
     root = make_project(tmp_path)
     holder = SnapshotHolder(compile_project(root))
@@ -209,6 +209,6 @@ def test_an_invalid_project_is_refused_at_start(tmp_path: Path):
     assert "agents/echo.yaml:2:1: YAML syntax error" in proc.stderr
     assert "Traceback" not in proc.stderr
     with pytest.raises(ConfigError):
-        from fim.compile import compile_project
+        from fim.build.compile import compile_project
 
         compile_project(root)

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from fim.build.snapshot import Snapshot
 from fim.cli import app
 from fim.config.schema import AgentDecl, Project, WebFetchSettings
-from fim.runtime import RunContext, Services
-from fim.snapshot import Snapshot
+from fim.run.services import RunContext, Services
 from fim.tools import ToolRegistry, builtin, sandbox
 from fim.types import ToolResult
 

@@ -24,9 +24,9 @@ from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
 from fim.cli import app
-from fim.connectors.testing import Credentials, serve_test_api
-from fim.llm.stub_server import OpenAIStubServer
-from fim.llm.stub_wire import completion
+from fim.testing.connectors import Credentials, serve_test_api
+from fim.testing.model_server import OpenAIStubServer
+from fim.testing.stub_wire import completion
 
 SECRETS = {
     "MODEL_KEY": 'sk-model-"q\\uote+/=0451',
@@ -312,8 +312,8 @@ def test_no_secret_leaves_in_any_encoding(
         assert "PASS" in out and len(stub.requests) == calls + 2, out
 
         # ---------------------------------------------------------------- HTTP API
-        from fim.compile import compile_project
-        from fim.reload import SnapshotHolder
+        from fim.build.compile import compile_project
+        from fim.build.reload import SnapshotHolder
         from fim.server.app import create_app
 
         alice = {"Authorization": f"Bearer {SECRETS['FIM_API_KEY']}"}
@@ -382,10 +382,10 @@ def test_no_secret_leaves_in_any_encoding(
 
 
 def test_a_session_belongs_to_the_key_that_created_it(tmp_path: Path):
+    from fim.build.reload import SnapshotHolder
+    from fim.build.snapshot import Snapshot
     from fim.config.schema import AgentDecl, Project, ServerSettings
-    from fim.reload import SnapshotHolder
     from fim.server.app import create_app
-    from fim.snapshot import Snapshot
 
     (tmp_path / "s.yaml").write_text("- text: one\n")
     agent = AgentDecl(name="chat", model="scripted:s.yaml")

@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 
 from fim.engines.react import ReactEngine
-from fim.llm.testing import ScriptedModel, text, tool_call
-from fim.request_tools import REQUEST_TOOLS, catalogue, request_tools_tool, summary
-from fim.selection import first_turn_selection, parse_choice, select_tools
-from fim.skills import cut
+from fim.events import Notice, RunFinished, ToolResultEvent
+from fim.llm.scripted import ScriptedModel, text, tool_call
+from fim.run.request_tools import REQUEST_TOOLS, catalogue, request_tools_tool, summary
+from fim.run.selection import first_turn_selection, parse_choice, select_tools
+from fim.run.skills import cut
 from fim.tools.base import FunctionTool
 from fim.tools.registry import ToolRegistry
-from fim.types import Message, Notice, RunFinished, ToolResultEvent, ToolSpec
+from fim.types import Message, ToolSpec
 
 HUB_TOOLS = {
     "calculator": "Evaluate arithmetic expressions exactly, with integers, decimals and percent.",
@@ -263,9 +264,9 @@ async def _builtin_hub(tmp_path, selection: str, picks: str, agent_extra: str):
     """A project whose `hub` agent has every builtin, a scripted fast model answering
     `picks`, and a worker that answers "4": the engine of one run, and the worker."""
     import fim.tools.builtin
-    from fim.agent import make_engine
-    from fim.compile import compile_project
-    from fim.runtime import RunContext, Services
+    from fim.build.compile import compile_project
+    from fim.run.agent import make_engine
+    from fim.run.services import RunContext, Services
 
     categories = sorted(fim.tools.builtin.categories())
     (tmp_path / "fim.yaml").write_text(
@@ -311,9 +312,9 @@ async def test_a_hub_with_tools_behind_meta_tools_is_trimmed_per_request(tmp_pat
     from mcp_servers.harness import DEMO
 
     import fim.tools.builtin
-    from fim.agent import make_engine
-    from fim.compile import compile_project
-    from fim.runtime import RunContext, Services
+    from fim.build.compile import compile_project
+    from fim.run.agent import make_engine
+    from fim.run.services import RunContext, Services
 
     (tmp_path / "fim.yaml").write_text(
         _json.dumps(
@@ -361,9 +362,9 @@ async def test_a_hub_with_tools_behind_meta_tools_is_trimmed_per_request(tmp_pat
 async def test_reading_a_skill_loads_the_tools_its_front_matter_lists(tmp_path):
     """The selector chose before the model knew which procedure it would follow: opening
     a skill loads its `allowed-tools` (those the agent has), and the next call sees them."""
+    from fim.build.snapshot import Skill
     from fim.config.schema import SkillMeta
-    from fim.skills import read_skill_tool
-    from fim.snapshot import Skill
+    from fim.run.skills import read_skill_tool
 
     meta = SkillMeta.model_validate(
         {

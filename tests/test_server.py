@@ -10,11 +10,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from fim.build.reload import SnapshotHolder
+from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl, Project, ServerSettings
-from fim.reload import SnapshotHolder
 from fim.server.app import create_app
-from fim.server.testing import ServerThread
-from fim.snapshot import Snapshot
+from fim.testing.server import ServerThread
 
 SCRIPT = """\
 - tool_calls: [{name: calculator, arguments: {expression: "6*7"}}]

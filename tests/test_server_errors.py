@@ -12,13 +12,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from fim.build.reload import SnapshotHolder
+from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl, ModelSettings, Project, ServerSettings
 from fim.errors import RunError
-from fim.reload import SnapshotHolder
 from fim.server import banner, bind
 from fim.server.app import create_app
-from fim.server.testing import ServerThread
-from fim.snapshot import Snapshot
+from fim.testing.server import ServerThread
 
 
 def _closed_port() -> int:

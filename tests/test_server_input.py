@@ -12,13 +12,13 @@ from typing import Any
 import httpx
 import pytest
 
+from fim.build.reload import SnapshotHolder
+from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl, Project, ServerSettings
-from fim.reload import SnapshotHolder
 from fim.server.app import create_app
 from fim.server.bodies import MAX_JSON_DEPTH
 from fim.server.http import Guard
-from fim.server.testing import ServerThread
-from fim.snapshot import Snapshot
+from fim.testing.server import ServerThread
 
 LIMIT = 4096
 

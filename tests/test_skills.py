@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from fim.compile import compile_project
+from fim.build.compile import compile_project
+from fim.build.snapshot import Skill, Snapshot
 from fim.config.schema import Project, SkillMeta, ToolModes
-from fim.runtime import RunContext, Services
-from fim.skills import MAX_FILE_BYTES, STUB_CHARS, provide, read_skill_tool
-from fim.snapshot import Skill, Snapshot
-from fim.tokens import count_tokens
+from fim.run.services import RunContext, Services
+from fim.run.skills import MAX_FILE_BYTES, STUB_CHARS, provide, read_skill_tool
+from fim.run.tokens import count_tokens
 from fim.tools.registry import ToolRegistry
 
 FIXTURES = Path(__file__).parent / "fixtures" / "skills"
@@ -220,8 +220,8 @@ async def test_skill_md_itself_is_readable_as_the_body(registry: ToolRegistry):
 
 
 async def test_an_agent_run_reads_a_skill_before_following_it(snapshot: Snapshot):
-    from fim.agent import ask
-    from fim.llm.testing import ScriptedModel, text, tool_call
+    from fim.llm.scripted import ScriptedModel, text, tool_call
+    from fim.run.agent import ask
 
     model = ScriptedModel(
         [

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fim.runtime import Services
+from fim.run.services import Services
 from fim.store import MIGRATIONS, Store, get_store, normalize_url
 
 PG_URL = os.environ.get("FIM_TEST_POSTGRES_URL")

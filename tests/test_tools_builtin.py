@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
+from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl, Project, WebFetchSettings
 from fim.errors import RunError
-from fim.runtime import RunContext, Services
-from fim.snapshot import Snapshot
+from fim.run.services import RunContext, Services
 from fim.tools import ToolRegistry, builtin
 from fim.types import ToolResult
 

@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
+from fim.build.snapshot import Snapshot
 from fim.config.schema import Project, WorkflowDecl
 from fim.errors import RunError
-from fim.runtime import Services
-from fim.snapshot import Snapshot
+from fim.events import Event
+from fim.run.services import Services
 from fim.store import get_store
-from fim.types import Event
+from fim.testing.workflows import FlakyTool, echo_tool, sleep_tool
 from fim.workflows.engine import WorkflowEngine, load_run
-from fim.workflows.testing import FlakyTool, echo_tool, sleep_tool
 
 FAST = 0.15  # seconds a "slow" test node sleeps: enough to see overlap, short for CI
 
@@ -524,7 +524,7 @@ async def test_preflight_refuses_a_run_whose_later_node_lacks_a_model_key(
     """The refund must not be issued when the summary after it cannot run: a missing key or
     MCP command is known before the first node, so nothing runs."""
     from fim.config.schema import ModelSettings
-    from fim.workflows.testing import FunctionTool
+    from fim.testing.workflows import FunctionTool
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)

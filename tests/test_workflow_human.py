@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from fim.compile import compile_project
+from fim.build.compile import compile_project
+from fim.build.snapshot import Snapshot
 from fim.errors import RunError
-from fim.runtime import Services
-from fim.snapshot import Snapshot
+from fim.events import Event
+from fim.run.services import Services
 from fim.store import get_store
-from fim.types import Event
 from fim.workflows.engine import WorkflowEngine, load_run
 
 REFUND = """\
@@ -131,8 +131,8 @@ async def test_paused_run_survives_a_process_restart(tmp_path):
     script = textwrap.dedent(
         f"""
         import asyncio, json
-        from fim.compile import compile_project
-        from fim.runtime import Services
+        from fim.build.compile import compile_project
+        from fim.run.services import Services
         from fim.workflows.engine import WorkflowEngine
 
         async def main():

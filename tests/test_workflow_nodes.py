@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fim.compile import compile_project
-from fim.runtime import Services
-from fim.types import Event
+from fim.build.compile import compile_project
+from fim.events import Event
+from fim.run.services import Services
 from fim.workflows.engine import WorkflowEngine
 
 DEMO_MCP = Path(__file__).parent / "mcp_servers" / "demo.py"
@@ -141,7 +141,7 @@ async def test_agent_node_runs_a_declared_agent_with_its_tools(tmp_path):
 
 
 async def test_connector_node_calls_an_http_action_and_parses_json(tmp_path):
-    from fim.connectors.testing import serve_test_api
+    from fim.testing.connectors import serve_test_api
 
     with serve_test_api() as (url, _creds, _state):
         root = project(

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from fim.compile import compile_project
+from fim.build.compile import compile_project
 from fim.errors import RunError
-from fim.runtime import Services
+from fim.run.services import Services
 from fim.store import get_store
 from fim.workflows.engine import WorkflowEngine, load_run
 from fim.workflows.state import KIND, orphaned

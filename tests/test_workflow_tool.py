@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from fim.compile import build_snapshot, compile_project, load_project
+from fim.build.compile import build_snapshot, compile_project, load_project
+from fim.build.snapshot import Snapshot
 from fim.errors import ConfigError, RunError
-from fim.runtime import RunContext, Services
-from fim.snapshot import Snapshot
+from fim.run.services import RunContext, Services
 from fim.workflows.check import check_agent_workflows
 from fim.workflows.engine import WorkflowEngine
 from fim.workflows.graph import mermaid
@@ -146,11 +146,11 @@ async def test_depth_cap_stops_nested_calls(snapshot):
 async def test_recursion_through_an_agent_node_is_stopped(tmp_path, monkeypatch):
     """loop -> agent clerk -> run_workflow(loop): the clerk gets an error observation and
     answers instead; the outer run ends normally."""
-    import fim.agent
+    import fim.run.agent
 
-    if "fim.workflows.tool:provide" not in fim.agent.PROVIDERS:
+    if "fim.workflows.tool:provide" not in fim.run.agent.PROVIDERS:
         monkeypatch.setattr(
-            fim.agent, "PROVIDERS", [*fim.agent.PROVIDERS, "fim.workflows.tool:provide"]
+            fim.run.agent, "PROVIDERS", [*fim.run.agent.PROVIDERS, "fim.workflows.tool:provide"]
         )
     script = (
         "- tool_calls: [{name: run_workflow, arguments: {name: loop}}]\n"
@@ -161,7 +161,7 @@ async def test_recursion_through_an_agent_node_is_stopped(tmp_path, monkeypatch)
     try:
         events = [
             e
-            async for e in fim.agent.run_agent(
+            async for e in fim.run.agent.run_agent(
                 snapshot, "clerk", "go", services=services, depth=1, parents=("loop",)
             )
         ]

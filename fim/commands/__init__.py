@@ -20,7 +20,7 @@ from fim.errors import ConfigError, Problem, RunError
 T = TypeVar("T")
 
 if TYPE_CHECKING:
-    from fim.snapshot import Snapshot
+    from fim.build.snapshot import Snapshot
 
 ProjectOption = Annotated[
     Path | None,
@@ -90,7 +90,7 @@ def user_errors() -> Iterator[None]:
 
 def load_snapshot(ctx: typer.Context | None, project: Path | None = None) -> Snapshot:
     """Compile the project for a command; user mistakes end the command with exit 1."""
-    from fim.compile import compile_project
+    from fim.build.compile import compile_project
 
     with user_errors():
         return compile_project(project_dir(ctx, project))

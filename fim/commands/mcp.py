@@ -14,8 +14,8 @@ import typer
 from fim.commands import ProjectOption, fail, load_snapshot, run_async
 
 if TYPE_CHECKING:
+    from fim.build.snapshot import Snapshot
     from fim.mcp.manager import ServerStatus
-    from fim.snapshot import Snapshot
 
 
 def register(app: typer.Typer) -> None:

@@ -18,7 +18,7 @@ from fim.commands import ProjectOption, fail, load_snapshot, project_dir, run_as
 from fim.errors import ConfigError, Problem
 
 if TYPE_CHECKING:
-    from fim.snapshot import Snapshot
+    from fim.build.snapshot import Snapshot
 
 KIND_ATTRS = {
     "agent": "agents",
@@ -65,7 +65,7 @@ def validate(
     ] = False,
 ) -> None:
     """Check every file of the project; exit 1 with one line per problem."""
-    from fim.compile import compile_project
+    from fim.build.compile import compile_project
 
     try:
         snapshot = compile_project(project_dir(ctx, project))
@@ -245,8 +245,8 @@ def show(
     if prompt:
         if _kind(kind) != "agent" or name is None:
             fail("--prompt shows an agent's prompt", "fim show agent NAME --prompt")
-        from fim.prompt_report import render_prompt_report
-        from fim.runtime import Services
+        from fim.run.prompt_report import render_prompt_report
+        from fim.run.services import Services
 
         with user_errors():
             report = render_prompt_report(
@@ -371,7 +371,7 @@ def init(
         written = scaffold(target, name or target.name)
     except FileExistsError as exc:
         fail(f"refusing to overwrite {exc.filename}", "use an empty or new directory")
-    from fim.compile import compile_project
+    from fim.build.compile import compile_project
 
     with user_errors():
         snapshot = compile_project(target)

@@ -11,7 +11,8 @@ import typer
 from fim.commands import ProjectOption, fail, load_snapshot, run_async, user_errors
 
 if TYPE_CHECKING:
-    from fim.types import Event, Message
+    from fim.events import Event
+    from fim.types import Message
 
 
 def register(app: typer.Typer) -> None:
@@ -44,7 +45,7 @@ def run(
     project: ProjectOption = None,
 ) -> None:
     """Run an agent on a prompt and stream its answer (`fim run --auto PROMPT` delegates)."""
-    from fim.delegation import AUTO, resolve_agent
+    from fim.run.delegation import AUTO, resolve_agent
 
     if auto:
         agent, prompt = AUTO, prompt if prompt is not None else agent
@@ -54,7 +55,7 @@ def run(
     with user_errors():
         resolve_agent(snapshot, agent)
         if agent in snapshot.agents:  # a missing key fails now, not after MCP servers start
-            from fim.preflight import check_agent
+            from fim.run.preflight import check_agent
 
             check_agent(snapshot, snapshot.agents[agent], model)
     view = EventPrinter(verbose=verbose, as_json=as_json)
@@ -74,8 +75,8 @@ async def _run(
     view: EventPrinter,
     stream: bool,
 ) -> tuple[int, str]:
-    from fim.agent import run_agent
     from fim.llm import make_model
+    from fim.run.agent import run_agent
 
     status, output = "error", ""
     with user_errors():

@@ -18,8 +18,8 @@ from fim.commands import ProjectOption, fail, load_snapshot, run_async, user_err
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from fim.runtime import Services
-    from fim.snapshot import Snapshot
+    from fim.build.snapshot import Snapshot
+    from fim.run.services import Services
     from fim.workflows.state import RunState
 
 InputOption = Annotated[
@@ -58,7 +58,7 @@ def parse_pairs(pairs: list[str] | None, *, json_values: bool) -> dict[str, Any]
 
 
 def _services(snapshot: Snapshot) -> Services:
-    from fim.runtime import Services
+    from fim.run.services import Services
 
     return Services(root=snapshot.root, state_url=snapshot.project.state)
 

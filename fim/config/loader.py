@@ -3,7 +3,7 @@
 The loader never stops at the first problem: each file is read, parsed, interpolated and
 validated on its own, and every problem (with `path:line:col`) is collected so one
 `fim validate` run shows the user everything that is wrong. Cross-references between
-files are the compiler's job (`fim.compile`); this module only knows single files.
+files are the compiler's job (`fim.build.compile`); this module only knows single files.
 """
 
 from __future__ import annotations

@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from fim.build.snapshot import Skill
 from fim.config.files import os_problem, read_text
 from fim.config.loader import Declarations, Entry, _parse, _register, _validate
 from fim.config.schema import SkillMeta
 from fim.errors import Problem
-from fim.snapshot import Skill
 
 
 def load_skills(decls: Declarations) -> None:

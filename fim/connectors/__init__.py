@@ -26,7 +26,7 @@ from fim.connectors.meta import (
     database_metadata,
 )
 from fim.errors import RunError
-from fim.runtime import Provision, RunContext
+from fim.run.services import Provision, RunContext
 from fim.tools.base import FunctionTool
 from fim.tools.view import view_of
 from fim.types import CallView, ToolResult

@@ -21,23 +21,20 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from fim.engines.react import ReactEngine
 from fim.errors import FimError
-from fim.types import (
+from fim.events import (
     ErrorEvent,
     Event,
     LLMCall,
-    Message,
     MessageEvent,
-    ModelResponse,
     Notice,
     PlanCreated,
     RunFinished,
     RunStarted,
     StepFinished,
     StepStarted,
-    TextDelta,
     Token,
-    Usage,
 )
+from fim.types import Message, ModelResponse, TextDelta, Usage
 
 
 class PlanStep(BaseModel):

@@ -15,29 +15,31 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fim.errors import FimError
-from fim.tools.registry import ToolRegistry
-from fim.types import (
-    CallView,
+from fim.events import (
     ErrorEvent,
     Event,
-    HookContext,
     HookEvent,
-    HookResult,
     HookRunner,
     LLMCall,
-    Message,
     MessageEvent,
-    Model,
-    ModelResponse,
     Notice,
     RunFinished,
     RunStarted,
-    TextDelta,
     Token,
-    ToolCall,
     ToolCallEvent,
-    ToolResult,
     ToolResultEvent,
+)
+from fim.tools.registry import ToolRegistry
+from fim.types import (
+    CallView,
+    HookContext,
+    HookResult,
+    Message,
+    Model,
+    ModelResponse,
+    TextDelta,
+    ToolCall,
+    ToolResult,
     Usage,
 )
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fim.config.schema import Assertion, JudgeSpec
-from fim.types import Message, Model, ToolCallEvent
+from fim.events import ToolCallEvent
+from fim.types import Message, Model
 
 
 @dataclass

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fim.build.snapshot import Snapshot
 from fim.config.schema import EvalCase, EvalSuite, ModelSettings
 from fim.errors import FimError
 from fim.eval.assertions import Observed, Outcome, check, judge_model_ref, model_judge
@@ -27,10 +28,10 @@ from fim.eval.cassettes import (
     NeedsLiveModel,
     slug,
 )
+from fim.events import RunFinished
 from fim.llm import ModelWrapper, make_model, wrapping_models
-from fim.runtime import Services
-from fim.snapshot import Snapshot
-from fim.types import Message, Model, RunFinished
+from fim.run.services import Services
+from fim.types import Message, Model
 
 
 @dataclass
@@ -261,7 +262,7 @@ class EvalRunner:
     def _preflight(self, suite: EvalSuite) -> list[Any]:
         """What a live case of `suite` is certain to fail on (a missing key...), as RunErrors:
         the case fails with that line instead of starting its agent."""
-        from fim.preflight import agent_problems, workflow_problems
+        from fim.run.preflight import agent_problems, workflow_problems
 
         if suite.agent in self.snapshot.agents:
             return agent_problems(self.snapshot, self.snapshot.agents[suite.agent])
@@ -340,7 +341,7 @@ class EvalRunner:
         payload = _render(case.input, case.vars)
         if suite.workflow is not None:
             return await self._execute_workflow(suite.workflow, payload, services, run)
-        from fim.agent import run_agent
+        from fim.run.agent import run_agent
 
         agent = self.snapshot.agent(suite.agent or "")
         if isinstance(payload, str):

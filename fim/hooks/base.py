@@ -24,8 +24,8 @@ from pydantic import BaseModel
 from fim.types import HookContext, HookPoint, HookResult
 
 if TYPE_CHECKING:
-    from fim.runtime import RunContext
-    from fim.types import Notice
+    from fim.events import Notice
+    from fim.run.services import RunContext
 
 log = logging.getLogger("fim.hooks")
 
@@ -133,7 +133,7 @@ class BaseHook:
         hook's decision lands in the trace."""
         log.warning(message)
         if self._notify is not None:
-            from fim.types import Notice
+            from fim.events import Notice
 
             run_id = self.run_context.run_id if self.run_context is not None else ""
             self._notify(Notice(run_id=run_id, message=message, data=data))

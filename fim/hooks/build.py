@@ -21,9 +21,9 @@ from fim.hooks.targets import hook_targets, unmatched
 from fim.types import HookContext, HookPoint, HookResult
 
 if TYPE_CHECKING:
-    from fim.runtime import RunContext
-    from fim.snapshot import Locate, Snapshot
-    from fim.types import HookRunner
+    from fim.build.snapshot import Locate, Snapshot
+    from fim.events import HookRunner
+    from fim.run.services import RunContext
 
 _OVERRIDABLE = ("event", "matcher", "priority", "timeout", "optional")
 _MAX_REF_DEPTH = 5

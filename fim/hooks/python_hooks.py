@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from fim.hooks.base import BaseHook, HookBuildError
 
 if TYPE_CHECKING:
-    from fim.snapshot import Snapshot
+    from fim.build.snapshot import Snapshot
 
 _MODULES: dict[tuple[str, str, str], ModuleType] = {}
 _MAX_CACHED = 256

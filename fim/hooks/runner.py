@@ -12,12 +12,13 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from fim.events import HookEvent
 from fim.hooks.base import BaseHook, log
 from fim.hooks.claude import names_of
-from fim.types import HookContext, HookEvent, HookPoint, HookResult
+from fim.types import HookContext, HookPoint, HookResult
 
 if TYPE_CHECKING:
-    from fim.types import Notice
+    from fim.events import Notice
 
 
 def _identity(text: str) -> str:

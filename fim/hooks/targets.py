@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 from fim.hooks.claude import NAMES, mcp_alias
 
 if TYPE_CHECKING:
+    from fim.build.snapshot import Snapshot
     from fim.config.schema import AgentDecl
-    from fim.snapshot import Snapshot
 
 _PROBE = "tool"
 """Stands in for an MCP tool name not known before the server runs."""

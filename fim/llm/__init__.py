@@ -1,6 +1,6 @@
 """Models: one `make_model(settings)` for every provider, chosen from the model string.
 
-- `scripted:<file.yaml>` -> `fim.llm.testing.ScriptedModel`, a test double that replays a
+- `scripted:<file.yaml>` -> `fim.llm.scripted.ScriptedModel`, a test double that replays a
   YAML script (offline demos and tests; it is not a language model).
 - `openai/<name>`, a bare OpenAI name (`gpt-4o-mini`), or any bare name with an
   `api_base` -> the fast path (`openai_compat`): OpenAI-compatible chat.completions over
@@ -109,7 +109,7 @@ def _build(settings: ModelSettings, root: Path | None) -> Model:
     backend = backend_of(settings)
     model: Model
     if backend == "scripted":
-        from fim.llm.testing import ScriptedModel
+        from fim.llm.scripted import ScriptedModel
 
         path = Path(settings.model.removeprefix("scripted:").strip())
         if not path.is_absolute():

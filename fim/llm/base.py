@@ -110,7 +110,7 @@ def check_allowed(url: str, model: str) -> None:
         raise RunError(
             f"model requests are disabled (fim.llm.ALLOW_MODEL_REQUESTS is False): "
             f"refusing to call {model} at {url}",
-            hint="use fim.llm.testing.ScriptedModel or an OpenAIStubServer on 127.0.0.1",
+            hint="use fim.llm.scripted.ScriptedModel or an OpenAIStubServer on 127.0.0.1",
         )
 
 

@@ -17,7 +17,7 @@ from fim.mcp.tools import META_TOOL, effective_tool_name, tool_name
 
 if TYPE_CHECKING:
     from fim.mcp.connection import ServerConnection
-    from fim.runtime import Provision, RunContext
+    from fim.run.services import Provision, RunContext
 
 STUB_TOOL_NAMES = 5
 STUB_NAME_CHARS = 40
@@ -64,7 +64,7 @@ async def connections_for(ctx: RunContext) -> list[ServerConnection]:
 async def provide(ctx: RunContext) -> Provision | None:
     """The MCP part of one run (async: the prompt stubs need the servers' tool lists)."""
     from fim.mcp.tools import McpMetaTool, legacy_tools
-    from fim.runtime import Provision
+    from fim.run.services import Provision
 
     if not ctx.agent.mcp:
         return None

@@ -1,6 +1,6 @@
 """McpManager: every MCP server connection of one process, shared by all runs.
 
-It lives in `fim.runtime.Services` (one per CLI command or server process) so a server is
+It lives in `fim.run.services.Services` (one per CLI command or server process) so a server is
 started once and reused by every run that needs it, and a reload keeps servers whose
 declaration did not change. This module imports nothing heavy: the SDK is loaded only
 when a connection actually starts.

@@ -42,11 +42,11 @@ async def serve(
     stop MCP servers and return."""
     import uvicorn
 
-    from fim.compile import compile_project
-    from fim.reload import SnapshotHolder, watch
-    from fim.runtime import Services
+    from fim.build.compile import compile_project
+    from fim.build.reload import SnapshotHolder, watch
+    from fim.events import build_validators
+    from fim.run.services import Services
     from fim.server.app import create_app
-    from fim.types import build_validators
 
     snapshot = await asyncio.to_thread(compile_project, root)
     build_validators()

@@ -23,9 +23,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from fim.build.reload import SnapshotHolder
 from fim.errors import FimError, RunError
-from fim.reload import SnapshotHolder
-from fim.runtime import Services
+from fim.events import Event, RunFinished
+from fim.run.services import Services
 from fim.server.bodies import BodyError, RunBody, read_body
 from fim.server.http import (
     AccessLog,
@@ -36,7 +37,7 @@ from fim.server.http import (
     session_owner,
     sse,
 )
-from fim.types import Event, Message, RunFinished
+from fim.types import Message
 
 SESSION_LIMIT = 1000
 log = logging.getLogger("fim.server")
@@ -138,7 +139,7 @@ class Api:
         self, agent: str, history: list[Message], *, stream: bool, run_id: str
     ) -> AsyncIterator[Event]:
         """Run one request on the snapshot current *now*, persisting the run at the end."""
-        from fim.agent import run_agent
+        from fim.run.agent import run_agent
 
         snapshot = self.holder.current
         self.active_runs += 1
@@ -299,7 +300,7 @@ def _summary(record: Any) -> dict[str, Any]:
 
 def _known(snapshot: Any, name: str) -> bool:
     """A declared agent, or `auto` (delegation across the project's agents)."""
-    from fim.delegation import AUTO
+    from fim.run.delegation import AUTO
 
     return name in snapshot.agents or (name == AUTO and bool(snapshot.agents))
 

@@ -19,7 +19,7 @@ from fim.errors import FimError
 from fim.masking import StreamMasker, known
 
 if TYPE_CHECKING:
-    from fim.reload import SnapshotHolder
+    from fim.build.reload import SnapshotHolder
 
 log = logging.getLogger("fim.server")
 

@@ -18,10 +18,11 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from fim.errors import FimError
+from fim.events import RunFinished
 from fim.masking import StreamMasker, known
 from fim.server.bodies import BodyError, ChatBody, ChatMessage, read_body
 from fim.server.http import JSONResponse, session_owner
-from fim.types import Message, RunFinished
+from fim.types import Message
 
 if TYPE_CHECKING:
     from fim.server.app import Api
@@ -225,7 +226,7 @@ def error_object(problem: tuple[str, str]) -> tuple[int, dict[str, Any]]:
 
 def _model_ids(snapshot: Any) -> list[str]:
     """Every agent, plus `auto` (delegation) when there is more than one to route between."""
-    from fim.delegation import AUTO
+    from fim.run.delegation import AUTO
 
     ids = list(snapshot.agents)
     return [*ids, AUTO] if len(ids) > 1 and AUTO not in ids else ids

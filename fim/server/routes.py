@@ -38,7 +38,7 @@ def workflow_routes(api: Api) -> list[Route]:
         )
 
     async def run_workflow(request: Request) -> Response:
-        from fim.preflight import PreflightError
+        from fim.run.preflight import PreflightError
         from fim.server.http import error, sse
         from fim.workflows.engine import WorkflowEngine
 

@@ -27,7 +27,7 @@ from fim.store.schema import table as _table
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine
 
-    from fim.runtime import Services
+    from fim.run.services import Services
 
 T = TypeVar("T")
 

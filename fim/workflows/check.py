@@ -1,6 +1,6 @@
 """Checks of workflows that need the whole project, not just one workflow file.
 
-`fim.compile` checks each workflow on its own (unknown node refs, cycles, connectors,
+`fim.build.compile` checks each workflow on its own (unknown node refs, cycles, connectors,
 templates). What it cannot see from one file is how agents use workflows: a workflow that
 pauses for a human cannot run inline inside an agent's tool call, since nobody would be
 there to resume the agent's turn.
@@ -8,8 +8,8 @@ there to resume the agent's turn.
 
 from __future__ import annotations
 
+from fim.build.snapshot import Locate, Snapshot
 from fim.errors import Problem
-from fim.snapshot import Locate, Snapshot
 
 
 def human_nodes(snapshot: Snapshot, workflow: str) -> list[str]:

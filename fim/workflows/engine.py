@@ -14,14 +14,15 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import aclosing
 from typing import Any
 
+from fim.build.snapshot import Snapshot
 from fim.config.schema import WorkflowDecl
 from fim.errors import RunError
+from fim.events import Event, NodeFailed, NodeFinished, Notice
 from fim.masking import known
-from fim.preflight import check_workflow
-from fim.runtime import Services
-from fim.snapshot import Snapshot
+from fim.run.preflight import check_workflow
+from fim.run.services import Services
 from fim.tools.registry import ToolRegistry
-from fim.types import Event, NodeFailed, NodeFinished, Notice, Tool
+from fim.types import Tool
 from fim.workflows.inputs import validate_inputs
 from fim.workflows.scheduler import Scheduler, mask_value
 from fim.workflows.state import (

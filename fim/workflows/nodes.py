@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fim.build.snapshot import Snapshot
 from fim.config.schema import (
     AgentDecl,
     AgentNode,
@@ -28,8 +29,7 @@ from fim.config.schema import (
     ToolNode,
 )
 from fim.errors import RunError
-from fim.runtime import RunContext, Services
-from fim.snapshot import Snapshot
+from fim.run.services import RunContext, Services
 from fim.tools.registry import ToolRegistry
 from fim.types import Tool, ToolResult
 from fim.workflows import templates
@@ -75,7 +75,7 @@ class NodeContext:
         an agent's."""
         import time
 
-        from fim.types import ToolCallEvent, ToolResultEvent
+        from fim.events import ToolCallEvent, ToolResultEvent
 
         call_id = self._call_id or self.next_call_id()
         mask = self.snapshot.mask
@@ -312,7 +312,7 @@ async def run_human(node: HumanNode, ctx: NodeContext) -> Paused:
 
 @executor("agent")
 async def run_agent_node(node: AgentNode, ctx: NodeContext) -> Any:
-    from fim.agent import ask
+    from fim.run.agent import ask
 
     if node.agent not in ctx.snapshot.agents:
         raise NodeError(

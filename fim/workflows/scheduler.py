@@ -18,11 +18,9 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fim.build.snapshot import Snapshot
 from fim.config.schema import WorkflowDecl
-from fim.runtime import Services
-from fim.snapshot import Snapshot
-from fim.tools.registry import ToolRegistry
-from fim.types import (
+from fim.events import (
     ErrorEvent,
     Event,
     NodeFailed,
@@ -30,9 +28,11 @@ from fim.types import (
     NodeSkipped,
     NodeStarted,
     Notice,
-    Tool,
     WorkflowFinished,
 )
+from fim.run.services import Services
+from fim.tools.registry import ToolRegistry
+from fim.types import Tool
 from fim.workflows import templates
 from fim.workflows.graph import Edge, incoming
 from fim.workflows.nodes import EXECUTORS, NodeContext, NodeError, Paused

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fim.runtime import Provision, RunContext
+from fim.run.services import Provision, RunContext
 from fim.tools.base import FunctionTool
 from fim.types import ToolResult
 from fim.workflows.check import human_nodes

@@ -13,8 +13,8 @@ import difflib
 import importlib
 from typing import TYPE_CHECKING
 
-from fim.discovery import module_names
 from fim.hooks.base import HookBuildError
+from fim.run.discovery import module_names
 
 if TYPE_CHECKING:
     from fim.hooks.base import BaseHook

@@ -17,11 +17,11 @@ import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from fim.discovery import module_names
 from fim.errors import RunError
+from fim.run.discovery import module_names
 
 if TYPE_CHECKING:
-    from fim.runtime import Provision, RunContext
+    from fim.run.services import Provision, RunContext
     from fim.types import Tool
 
 
@@ -85,7 +85,7 @@ def load(name: str, ctx: RunContext | None = None) -> Tool:
 def provide(ctx: RunContext) -> Provision:
     """The builtins of one run: those in `tools:` (pinned) plus every builtin whose
     category is in `tool_categories:`."""
-    from fim.runtime import Provision
+    from fim.run.services import Provision
 
     wanted = list(dict.fromkeys(ctx.agent.tools))
     if ctx.agent.tool_categories:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from fim.types import ToolResult
 
 if TYPE_CHECKING:
-    from fim.runtime import RunContext
+    from fim.run.services import RunContext
 
 
 def fail(message: str) -> ToolResult:

@@ -30,7 +30,7 @@ from fim.tools.builtin._common import clip, fail, sandbox_dir
 from fim.types import CallView, ToolResult
 
 if TYPE_CHECKING:
-    from fim.runtime import RunContext
+    from fim.run.services import RunContext
 
 CATEGORY = "files"
 MAX_READ_CHARS = 100_000

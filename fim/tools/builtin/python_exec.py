@@ -20,7 +20,7 @@ from fim.tools.builtin._common import fail, sandbox_dir
 from fim.types import ToolResult
 
 if TYPE_CHECKING:
-    from fim.runtime import RunContext
+    from fim.run.services import RunContext
 
 CATEGORY = "compute"
 DEFAULT_TIMEOUT = 30.0

@@ -26,7 +26,7 @@ from fim.tools.builtin._html import html_to_text
 from fim.types import ToolResult
 
 if TYPE_CHECKING:
-    from fim.runtime import RunContext
+    from fim.run.services import RunContext
 
 CATEGORY = "web"
 MAX_REDIRECTS = 5

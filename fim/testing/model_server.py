@@ -10,7 +10,7 @@ what benchmarks measure, and serves many concurrent connections. Knobs: `latency
 before each reply), `fail_next(n, status)` (429/500 for the next n calls), `hang_next(n)`
 (never answer the next n calls), `gather_next(n)` (hold the next n calls until all n are
 in flight: proves concurrency without a clock). `tool_loop(n)` is a handler for agent
-benchmarks, and `python -m fim.llm.stub_server --tool-loop 3 [--latency 0.1]` serves it
+benchmarks, and `python -m fim.testing.model_server --tool-loop 3 [--latency 0.1]` serves it
 from a separate process (prints the base URL), so the server never competes with the
 measured client.
 """
@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fim.llm.script import Step, resolve_step
-from fim.llm.stub_wire import (
+from fim.llm.wire import response_to_wire
+from fim.testing.stub_wire import (
     completion,
     fim_messages,
     fim_tools,
@@ -38,7 +39,6 @@ from fim.llm.stub_wire import (
     send_raw,
     send_stream,
 )
-from fim.llm.wire import response_to_wire
 from fim.types import Message, ModelResponse
 
 Handler = Callable[[dict[str, Any]], "ModelResponse | str | dict[str, Any] | bytes"]
@@ -376,7 +376,7 @@ def tool_loop(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m fim.llm.stub_server`: serve in this process until interrupted, printing
+    """`python -m fim.testing.model_server`: serve in this process until interrupted, printing
     the base URL first — benchmarks run it apart from the client they measure."""
     import argparse
     import signal

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl
-from fim.snapshot import Snapshot
 from fim.types import Tool
 
 ModeKind = Literal["skills", "connectors", "databases", "mcp"]
@@ -130,9 +130,9 @@ PROVIDERS: list[str] = [
     "fim.tools.builtin:provide",
     "fim.connectors:provide",
     "fim.mcp:provide",
-    "fim.skills:provide",
+    "fim.run.skills:provide",
     "fim.workflows.tool:provide",
-    "fim.delegation:provide",
+    "fim.run.delegation:provide",
 ]
 """Dotted paths of provider functions; areas append themselves here when they land."""
 

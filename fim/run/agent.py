@@ -13,13 +13,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl
 from fim.errors import RunError
-from fim.runtime import PROVIDERS, Provision, RunContext, Services, load_provider
-from fim.snapshot import Snapshot
+from fim.events import Event, RunFinished
+from fim.run.services import PROVIDERS, Provision, RunContext, Services, load_provider
 from fim.tools.registry import ToolRegistry
 from fim.tools.view import view_of
-from fim.types import CallView, Event, Message, Model, RunFinished
+from fim.types import CallView, Message, Model
 
 
 @dataclass
@@ -96,9 +97,13 @@ async def assemble(ctx: RunContext) -> Assembly:
 
 
 def _section_title(provider: str) -> str:
-    """`fim.workflows.tool:provide` -> `workflows`: the area a prompt section comes from."""
+    """`fim.workflows.tool:provide` -> `workflows`, `fim.run.skills:provide` -> `skills`:
+    the area a prompt section comes from."""
     parts = provider.split(":")[0].split(".")
-    return parts[1] if len(parts) > 1 and parts[0] == "fim" else parts[-1]
+    if parts[0] != "fim" or len(parts) < 2:
+        return parts[-1]
+    area = parts[1:]
+    return area[1] if area[0] == "run" and len(area) > 1 else area[0]
 
 
 def _call_view(registry: ToolRegistry):
@@ -165,7 +170,7 @@ async def make_engine(
             "depth": ctx.depth,
         },
     )
-    from fim.selection import attach
+    from fim.run.selection import attach
 
     attach(react, ctx, request, assembly.pinned, capabilities=assembly.capabilities)
     if agent.engine == "dag":
@@ -194,7 +199,7 @@ async def run_agent(
     `services` defaults to a private one closed when the run ends; long-lived surfaces
     (server, eval runner) pass theirs so MCP sessions and HTTP pools are shared.
     """
-    from fim.delegation import resolve_agent
+    from fim.run.delegation import resolve_agent
 
     agent = resolve_agent(snapshot, agent_name)
     own = services is None

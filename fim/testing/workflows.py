@@ -1,6 +1,6 @@
 """Test doubles for workflows: small real tools a test passes to `WorkflowEngine(tools=...)`.
 
-They are shipped in the library (as `fim.llm.testing` ships ScriptedModel) so tests and
+They are shipped in the library (as `fim.llm.scripted` ships ScriptedModel) so tests and
 benchmarks of any area can build workflows without a network or a model.
 """
 

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from fim.runtime import Provision, RunContext
-from fim.snapshot import Skill, Snapshot
+from fim.build.snapshot import Skill, Snapshot
+from fim.run.services import Provision, RunContext
 from fim.tools.base import FunctionTool
 from fim.types import Tool, ToolResult
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from fim.errors import RunError
 from fim.llm.script import Step, load_steps, resolve_step, text, tool_call, tool_calls, with_usage
-from fim.llm.stub_server import OpenAIStubServer, StubRequest
+from fim.testing.model_server import OpenAIStubServer, StubRequest
 from fim.types import Message, ModelResponse, TextDelta, ToolSpec
 
 __all__ = [

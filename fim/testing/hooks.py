@@ -1,7 +1,7 @@
 """Helpers for testing hooks without a model: a run context from plain dicts, and one tool
 call through the same Pre -> tool -> Post pipeline the engine uses.
 
-Shipped in the library (as `fim.llm.testing` ships ScriptedModel) so the hook tests, the
+Shipped in the library (as `fim.llm.scripted` ships ScriptedModel) so the hook tests, the
 engine tests and a user's tests of their own hooks/*.py build contexts the same way.
 """
 
@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl, HookDecl, Project
-from fim.runtime import RunContext, Services
-from fim.snapshot import Snapshot
-from fim.types import HookContext, HookEvent, HookRunner, Tool, ToolResult
+from fim.events import HookEvent, HookRunner
+from fim.run.services import RunContext, Services
+from fim.types import HookContext, Tool, ToolResult
 
 
 def make_context(

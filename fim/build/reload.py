@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fim.errors import ConfigError, Problem
-from fim.snapshot import Snapshot
+from fim.build.snapshot import Snapshot
 
-log = logging.getLogger("fim.reload")
+log = logging.getLogger("fim.build.reload")
 
 _IGNORED_DIRS = {
     ".git",
@@ -62,7 +62,7 @@ def _watch_filter(change: object, path: str) -> bool:
 
 async def reload_once(root: Path, holder: SnapshotHolder) -> bool:
     """Recompile `root` off the event loop; swap on success, keep the old one on failure."""
-    from fim.compile import compile_project
+    from fim.build.compile import compile_project
 
     started = time.perf_counter()
     try:

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from fim.skills import cut
+from fim.run.skills import cut
 from fim.tools.registry import ToolRegistry
 from fim.types import ToolResult
 

@@ -3,7 +3,7 @@
 A run holds the snapshot it started with until it ends, so a reload (which builds a new
 Snapshot and swaps a reference) never changes a run in flight. Nothing in here performs
 I/O or holds a live connection; live things (HTTP clients, MCP sessions, the state store)
-live in `fim.runtime.Services`, keyed by the declarations they came from.
+live in `fim.run.services.Services`, keyed by the declarations they came from.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class Snapshot:
         """Resolve a model reference: a role of fim.yaml, else a litellm model string.
 
         `FIM_MODEL` / `FIM_FAST_MODEL` already replaced the `general` / `fast` roles when
-        the snapshot was built (`fim.compile.resolve_models`).
+        the snapshot was built (`fim.build.compile.resolve_models`).
         """
         if isinstance(ref, ModelSettings):
             return ref

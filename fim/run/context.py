@@ -15,12 +15,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from fim.tokens import count_message, count_messages, tool_definition
+from fim.run.tokens import count_message, count_messages, tool_definition
 from fim.types import Message, Model, ToolSpec
 
 if TYPE_CHECKING:
+    from fim.build.snapshot import Snapshot
     from fim.config.schema import AgentDecl
-    from fim.snapshot import Snapshot
 
 Summarizer = Model | Callable[[], Model] | None
 

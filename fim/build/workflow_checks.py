@@ -136,7 +136,7 @@ def _check_target(checker: Any, entry: Any, base: tuple, node: Any) -> None:
                 )
             )
     elif isinstance(node, ToolNode):
-        from fim.compile import builtin_tool_names
+        from fim.build.compile import builtin_tool_names
 
         tools = builtin_tool_names()
         if node.tool not in tools:

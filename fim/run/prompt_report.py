@@ -10,14 +10,14 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from fim.tokens import count_message, count_messages, count_tokens, count_tool, tool_definition
+from fim.run.tokens import count_message, count_messages, count_tokens, count_tool, tool_definition
 from fim.types import Message
 
 if TYPE_CHECKING:
-    from fim.agent import Assembly
+    from fim.build.snapshot import Snapshot
     from fim.config.schema import AgentDecl
-    from fim.runtime import Services
-    from fim.snapshot import Snapshot
+    from fim.run.agent import Assembly
+    from fim.run.services import Services
 
 
 def render_prompt_report(
@@ -40,9 +40,9 @@ def render_prompt_report(
 
 
 def _warm_tokenizer(snapshot: Snapshot, agent_name: str) -> None:
-    """Load the encoding the report will count with into `fim.tokens`' cache."""
+    """Load the encoding the report will count with into `fim.run.tokens`' cache."""
     from fim.errors import RunError
-    from fim.tokens import count_tokens
+    from fim.run.tokens import count_tokens
 
     try:
         model: str | None = snapshot.model_settings(snapshot.agent(agent_name).model).model
@@ -64,9 +64,9 @@ async def prompt_report(
     """
     import inspect
 
-    from fim.agent import assemble
     from fim.errors import RunError
-    from fim.runtime import RunContext
+    from fim.run.agent import assemble
+    from fim.run.services import RunContext
 
     agent = snapshot.agent(agent_name)
     ctx = RunContext(snapshot=snapshot, agent=agent, services=services)
@@ -107,7 +107,7 @@ async def _select(
 ) -> list[str]:
     """Run tool selection on `assembly.registry` for `request`, as the first turn of a run
     would; the lines say what it did."""
-    from fim.selection import fast_model, needed, select_tools, selection_settings
+    from fim.run.selection import fast_model, needed, select_tools, selection_settings
 
     settings = selection_settings(snapshot.project.tool_selection, agent.tool_selection)
     registry, size = assembly.registry, assembly.capabilities
@@ -140,7 +140,7 @@ async def _select(
 
 def _selection_lines(snapshot: Snapshot, agent: AgentDecl, assembly: Assembly) -> list[str]:
     """What tool selection will do to this agent's tool list, per request."""
-    from fim.selection import ALWAYS_KEPT, needed, pointless, selection_settings
+    from fim.run.selection import ALWAYS_KEPT, needed, pointless, selection_settings
 
     selection = selection_settings(snapshot.project.tool_selection, agent.tool_selection)
     registry, size = assembly.registry, assembly.capabilities

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl
-from fim.runtime import Provision, RunContext
-from fim.snapshot import Snapshot
+from fim.run.services import Provision, RunContext
 from fim.tools.base import FunctionTool
 from fim.types import ToolResult
 
@@ -58,8 +58,8 @@ def provide(ctx: RunContext) -> Provision | None:
     )
 
     async def call_agent(agent: str, task: str) -> ToolResult:
-        from fim.agent import ask
         from fim.errors import FimError
+        from fim.run.agent import ask
 
         if agent not in names:
             return ToolResult(

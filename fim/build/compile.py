@@ -22,12 +22,12 @@ from fim.config.problems import suggest
 from fim.config.providers import provider_problem
 from fim.config.schema import AgentDecl, EvalSuite, HookSpec, JudgeSpec, ModelSettings
 from fim.config.templates import TemplateChecker
-from fim.config.workflow_checks import check_workflow
-from fim.discovery import module_set
+from fim.build.workflow_checks import check_workflow
+from fim.run.discovery import module_set
 from fim.errors import ConfigError, Problem
-from fim.snapshot import Locate, Snapshot, Source
+from fim.build.snapshot import Locate, Snapshot, Source
 
-_FIM_DIR = Path(__file__).resolve().parent
+_FIM_DIR = Path(__file__).resolve().parent.parent
 _TOOLS_DIR = str(_FIM_DIR / "tools" / "builtin")
 _HOOKS_DIR = str(_FIM_DIR / "hooks" / "builtin")
 

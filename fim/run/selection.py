@@ -16,20 +16,21 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fim.request_tools import (
+from fim.events import Event, Notice
+from fim.run.request_tools import (
     REQUEST_TOOLS,
     SkillToolLoader,
     catalogue,
     request_tools_tool,
 )
-from fim.runtime import RunContext
-from fim.skills import READ_SKILL
+from fim.run.services import RunContext
+from fim.run.skills import READ_SKILL
 from fim.tools.registry import ToolRegistry
-from fim.types import Event, Message, Model, Notice, Usage
+from fim.types import Message, Model, Usage
 
 if TYPE_CHECKING:
+    from fim.build.snapshot import Snapshot
     from fim.config.schema import AgentDecl, ToolSelection
-    from fim.snapshot import Snapshot
 
 ALWAYS_KEPT = frozenset({READ_SKILL, REQUEST_TOOLS})
 
@@ -246,7 +247,7 @@ def attach(
     context guard (before every call), both using the `fast` role's model, falling back to
     the agent's own model when the project declares no `fast` role. An `on_turn` the engine
     already has keeps running after selection."""
-    from fim.context import guard_for
+    from fim.run.context import guard_for
 
     snapshot, agent = ctx.snapshot, ctx.agent
     fast = functools.partial(fast_model, snapshot, agent)

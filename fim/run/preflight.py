@@ -20,9 +20,9 @@ from __future__ import annotations
 import os
 import shutil
 
+from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl, ModelSettings, WorkflowDecl
 from fim.errors import RunError
-from fim.snapshot import Snapshot
 
 
 class PreflightError(RunError):

@@ -1,0 +1,202 @@
+"""The events every engine yields and every surface consumes (CLI, SSE, store, eval).
+
+One trace, many views: engines never print; they yield these, in order.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal, Protocol
+
+from pydantic import ConfigDict, Field
+
+from fim.types import HookContext, HookPoint, HookResult, Usage, _Model
+
+# --------------------------------------------------------------------------- events
+
+
+class _Event(_Model):
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    run_id: str = ""
+    ts: float = Field(default_factory=time.time)
+
+
+class RunStarted(_Event):
+    type: Literal["run_started"] = "run_started"
+    agent: str
+    input: str
+    snapshot_version: str = ""
+    engine: str = "react"
+
+
+class LLMCall(_Event):
+    type: Literal["llm_call"] = "llm_call"
+    model: str
+    iteration: int
+    usage: Usage = Field(default_factory=Usage)
+    duration_ms: float = 0.0
+
+
+class Token(_Event):
+    type: Literal["token"] = "token"
+    text: str
+
+
+class ToolCallEvent(_Event):
+    type: Literal["tool_call"] = "tool_call"
+    call_id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class HookEvent(_Event):
+    type: Literal["hook"] = "hook"
+    hook: str
+    point: HookPoint
+    decision: Literal["allow", "block", "modify", "context"]
+    tool_name: str | None = None
+    reason: str | None = None
+    side_effects: list[str] = Field(default_factory=list)
+
+
+class ToolResultEvent(_Event):
+    type: Literal["tool_result"] = "tool_result"
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+    duration_ms: float = 0.0
+
+
+class MessageEvent(_Event):
+    type: Literal["message"] = "message"
+    role: Literal["assistant", "user", "system"] = "assistant"
+    content: str
+
+
+class RunFinished(_Event):
+    type: Literal["run_finished"] = "run_finished"
+    output: str
+    status: Literal["ok", "max_iterations", "cancelled", "error"] = "ok"
+    usage: Usage = Field(default_factory=Usage)
+    iterations: int = 0
+    duration_ms: float = 0.0
+
+
+class ErrorEvent(_Event):
+    type: Literal["error"] = "error"
+    message: str
+    kind: str = "run_error"
+
+
+class Notice(_Event):
+    """Something a user should know that is not an error (a fallback, a selection)."""
+
+    type: Literal["notice"] = "notice"
+    message: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class NodeStarted(_Event):
+    type: Literal["node_started"] = "node_started"
+    node: str
+    node_type: str
+
+
+class NodeFinished(_Event):
+    type: Literal["node_finished"] = "node_finished"
+    node: str
+    output: Any = None
+    duration_ms: float = 0.0
+
+
+class NodeSkipped(_Event):
+    type: Literal["node_skipped"] = "node_skipped"
+    node: str
+    reason: str = ""
+
+
+class NodeFailed(_Event):
+    type: Literal["node_failed"] = "node_failed"
+    node: str
+    error: str
+    attempt: int = 1
+
+
+class WorkflowFinished(_Event):
+    type: Literal["workflow_finished"] = "workflow_finished"
+    workflow: str
+    status: Literal["ok", "failed", "paused", "cancelled"] = "ok"
+    outputs: dict[str, Any] = Field(default_factory=dict)
+    duration_ms: float = 0.0
+
+
+class PlanCreated(_Event):
+    """The DAG engine's plan for one round (round 1, then each re-plan)."""
+
+    type: Literal["plan"] = "plan"
+    round: int = 1
+    steps: list[dict[str, Any]] = Field(default_factory=list)
+    reason: str = ""
+
+
+class StepStarted(_Event):
+    type: Literal["step_started"] = "step_started"
+    step: str
+    task: str
+
+
+class StepFinished(_Event):
+    type: Literal["step_finished"] = "step_finished"
+    step: str
+    output: str
+    status: Literal["ok", "max_iterations", "cancelled", "error"] = "ok"
+    duration_ms: float = 0.0
+
+
+Event = Annotated[
+    RunStarted
+    | LLMCall
+    | Token
+    | ToolCallEvent
+    | HookEvent
+    | ToolResultEvent
+    | MessageEvent
+    | RunFinished
+    | ErrorEvent
+    | Notice
+    | NodeStarted
+    | NodeFinished
+    | NodeSkipped
+    | NodeFailed
+    | WorkflowFinished
+    | PlanCreated
+    | StepStarted
+    | StepFinished,
+    Field(discriminator="type"),
+]
+
+
+class HookRunner(Protocol):
+    """Runs every hook of one point for one run and merges their results.
+
+    The merged `HookResult` has `allow=False` at the first block, the final rewritten
+    `modified_args`/`modified_result`, and every `additional_context` joined. The events
+    describe each hook's decision, in order, for the trace.
+    """
+
+    async def run(
+        self, point: HookPoint, context: HookContext
+    ) -> tuple[HookResult, list[HookEvent]]: ...
+
+
+def build_validators() -> None:
+    """Build every value type's validator now rather than on first use: long-lived
+    processes (`fim serve`) call this at start-up so the first request does not pay."""
+    pending = [_Model]
+    while pending:
+        cls = pending.pop()
+        pending += cls.__subclasses__()
+        if cls not in (_Model, _Event):
+            cls.model_rebuild()

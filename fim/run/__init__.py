@@ -1,0 +1,1 @@
+"""Run-time assembly of one run: services, tools, selection, context guard, delegation."""

@@ -1,0 +1,1 @@
+"""Test doubles shipped with fim: a model endpoint, hook, connector, workflow and server helpers."""
