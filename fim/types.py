@@ -166,6 +166,28 @@ class CallView:
     def call_arguments(self, target_args: dict[str, Any]) -> dict[str, Any]:
         return self.to_call(target_args) if self.to_call is not None else target_args
 
+    def rewritten(self, target_args: dict[str, Any]) -> CallView:
+        return CallView(self.name, target_args, self.metadata, self.to_call)
+
+    def context(
+        self,
+        point: HookPoint,
+        agent: str,
+        run_id: str,
+        metadata: dict[str, Any],
+        result: str | None = None,
+    ) -> HookContext:
+        """The HookContext of this call at `point` (every route builds it here)."""
+        return HookContext(
+            point=point,
+            agent=agent,
+            run_id=run_id,
+            tool_name=self.name,
+            tool_args=self.args,
+            tool_result=result,
+            metadata={**self.metadata, **metadata},
+        )
+
     def __repr__(self) -> str:
         return f"CallView({self.name!r}, {self.args!r})"
 

@@ -284,18 +284,10 @@ class ReactEngine:
             view = self._view(call.name, arguments)
         except Exception as exc:
             return await emit(_unviewable(call.name, exc), True)
-        metadata = {**self.metadata, **view.metadata, "call_id": call.id}
+        metadata = {**self.metadata, "call_id": call.id}
 
         pre, events = await self.hooks.run(
-            "PreToolUse",
-            HookContext(
-                point="PreToolUse",
-                agent=self.agent,
-                run_id=self.run_id,
-                tool_name=view.name,
-                tool_args=view.args,
-                metadata=metadata,
-            ),
+            "PreToolUse", view.context("PreToolUse", self.agent, self.run_id, metadata)
         )
         for event in events:
             await queue.put(event)
@@ -336,14 +328,12 @@ class ReactEngine:
         )
         post, events = await self.hooks.run(
             "PostToolUse",
-            HookContext(
-                point="PostToolUse",
-                agent=self.agent,
-                run_id=self.run_id,
-                tool_name=view.name,
-                tool_args=target_args,
-                tool_result=result.content,
-                metadata={**metadata, "is_error": result.is_error},
+            view.rewritten(target_args).context(
+                "PostToolUse",
+                self.agent,
+                self.run_id,
+                {**metadata, "is_error": result.is_error},
+                result.content,
             ),
         )
         for event in events:

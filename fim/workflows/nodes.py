@@ -107,21 +107,14 @@ class NodeContext:
         """PreToolUse of the starting agent's hooks for a node's call. Returns the
         arguments to run with (a rewrite applied) and the view, or raises NodeError when a
         hook blocks. No guard (a workflow run on its own): the arguments unchanged."""
-        from fim.types import CallView, HookContext
+        from fim.types import CallView
 
         view = view or CallView(name, args)
         if self.guard is None:
             return args, view
+        meta = {"call_id": self.next_call_id(), "node": self.node_id}
         pre, events = await self.guard.run(
-            "PreToolUse",
-            HookContext(
-                point="PreToolUse",
-                agent=self.workflow,
-                run_id=self.run_id,
-                tool_name=view.name,
-                tool_args=view.args,
-                metadata={**view.metadata, "call_id": self.next_call_id(), "node": self.node_id},
-            ),
+            "PreToolUse", view.context("PreToolUse", self.workflow, self.run_id, meta)
         )
         for event in events:
             self.emit(event)
@@ -129,26 +122,17 @@ class NodeContext:
             raise NodeError(f"the call to '{view.name}' was blocked by a hook: {pre.error}")
         if pre.modified_args is not None:
             args = view.call_arguments(pre.modified_args)
-            view = CallView(view.name, pre.modified_args, view.metadata, view.to_call)
+            view = view.rewritten(pre.modified_args)
         return args, view
 
     async def guarded_result(self, view: Any, result: ToolResult) -> ToolResult:
         """PostToolUse of the starting agent's hooks for a node's result."""
-        from fim.types import HookContext
-
         if self.guard is None:
             return result
+        meta = {"call_id": self._call_id, "node": self.node_id, "is_error": result.is_error}
         post, events = await self.guard.run(
             "PostToolUse",
-            HookContext(
-                point="PostToolUse",
-                agent=self.workflow,
-                run_id=self.run_id,
-                tool_name=view.name,
-                tool_args=view.args,
-                tool_result=result.content,
-                metadata={**view.metadata, "call_id": self._call_id, "is_error": result.is_error},
-            ),
+            view.context("PostToolUse", self.workflow, self.run_id, meta, result.content),
         )
         for event in events:
             self.emit(event)
