@@ -1,7 +1,8 @@
 """`fim mcp list` and `fim mcp tools NAME`: see what the declared MCP servers offer.
+`fim mcp serve`: the project itself as an MCP server on stdio (for Claude Code, Cursor).
 
-Both start the servers (that is the point: a declaration can be valid and the server still
-fail), then stop them before exiting. The SDK is imported only when a server starts.
+`list` and `tools` start the servers (that is the point: a declaration can be valid and the
+server still fail), then stop them before exiting. The SDK is imported only when needed.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Inspect the MCP servers declared in fim.yaml.", no_args_is_help=True)
     group.command("list")(list_servers)
     group.command("tools")(list_tools)
+    group.command("serve")(serve)
     app.add_typer(group, name="mcp")
 
 
@@ -111,3 +113,48 @@ def list_tools(
     for t in tools:
         summary = str(t["description"]).splitlines()[0] if t["description"] else ""
         typer.echo(f"{t['fim_name']}  {summary}")
+
+
+def serve(
+    ctx: typer.Context,
+    project: ProjectOption = None,
+    reload: Annotated[
+        bool, typer.Option("--reload/--no-reload", help="Recompile and swap on file changes.")
+    ] = True,
+) -> None:
+    """Serve the project's agents and workflows as MCP tools on stdin/stdout."""
+    import contextlib
+    import logging
+    import sys
+
+    from fim.commands import user_errors
+
+    snapshot = load_snapshot(ctx, project)  # config errors before the client connects
+    # stdout is the protocol channel: every log line goes to stderr
+    logging.basicConfig(
+        level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
+    )
+    with user_errors(), contextlib.suppress(KeyboardInterrupt):
+        run_async(_serve_stdio(snapshot, reload))
+
+
+async def _serve_stdio(snapshot: Snapshot, reload: bool) -> None:
+    import asyncio
+
+    from fim.build.reload import SnapshotHolder, watch
+    from fim.run.services import Services
+    from fim.server.app import Api
+    from fim.server.mcp_surface import serve_stdio
+
+    holder = SnapshotHolder(snapshot)
+    services = Services(root=snapshot.root, state_url=snapshot.project.state)
+    stop = asyncio.Event()
+    watcher = asyncio.create_task(watch(snapshot.root, holder, stop=stop)) if reload else None
+    try:
+        await serve_stdio(Api(holder, services))
+    finally:
+        stop.set()
+        if watcher is not None:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+        await services.aclose()

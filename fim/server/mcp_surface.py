@@ -1,0 +1,346 @@
+"""fim as an MCP server: every agent and every workflow of the current snapshot is a tool.
+
+The same server answers at `/mcp` of `fim serve` (streamable HTTP, behind the API's bearer
+keys and body limit) and on stdio (`fim mcp serve`), so Claude Code, Claude Desktop or
+Cursor can use a fim project as a tool server. Calls go through the surfaces' one run entry
+point (`Api.events` -> `fim.run.agent.run_agent`, `WorkflowEngine`), so hooks, approvals,
+persistence and masking behave as they do over HTTP:
+
+- an agent tool takes `input` and an optional `session_id`; a session belongs to the API
+  key that created it (another key is told it does not exist);
+- a workflow tool's input schema is the workflow's `inputs`; a workflow that pauses at a
+  human node returns `status: paused` with the approval id and how to approve it;
+- each event of the run (tool calls, hook decisions, "approval pending" notices) is sent
+  as a progress notification when the client asked for progress;
+- everything returned (text, structured content, progress messages) is masked.
+
+The tool list is read from the snapshot current at each `tools/list`, so a hot reload shows
+up on the next listing. The SDK is imported only when this module is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import mcp_types as types
+from mcp.server.lowlevel import Server
+
+from fim.errors import FimError
+from fim.events import Event, Notice, RunFinished, WorkflowFinished
+from fim.masking import known
+from fim.types import Message
+
+if TYPE_CHECKING:
+    from starlette.types import Receive, Scope, Send
+
+    from fim.build.snapshot import Snapshot
+    from fim.server.app import Api
+
+WORKFLOW_PREFIX = "workflow_"
+"""A workflow whose name is also an agent's is offered as `workflow_<name>`."""
+
+
+def agent_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "input": {"type": "string", "description": "The request for the agent."},
+            "session_id": {
+                "type": "string",
+                "description": "Continue (or start) a conversation kept by the server under "
+                "this id; omit for a one-off request.",
+            },
+        },
+        "required": ["input"],
+        "additionalProperties": False,
+    }
+
+
+def workflow_schema(decl: Any) -> dict[str, Any]:
+    """JSON Schema of a workflow's declared inputs (types, descriptions, defaults)."""
+    from fim.workflows.inputs import required
+
+    properties: dict[str, Any] = {}
+    needed: list[str] = []
+    for key, spec in decl.inputs.items():
+        prop: dict[str, Any] = {"type": spec.type}
+        if spec.description:
+            prop["description"] = spec.description
+        if spec.default is not None:
+            prop["default"] = spec.default
+        properties[key] = prop
+        if spec.default is None and required(spec):
+            needed.append(key)
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": needed,
+        "additionalProperties": False,
+    }
+
+
+def tool_names(snapshot: Snapshot) -> dict[str, tuple[str, str]]:
+    """MCP tool name -> ("agent" | "workflow", declared name)."""
+    names: dict[str, tuple[str, str]] = {a: ("agent", a) for a in snapshot.agents}
+    for w in snapshot.workflows:
+        names[f"{WORKFLOW_PREFIX}{w}" if w in names else w] = ("workflow", w)
+    return names
+
+
+def list_tools(snapshot: Snapshot) -> list[types.Tool]:
+    tools: list[types.Tool] = []
+    for tool, (kind, name) in tool_names(snapshot).items():
+        if kind == "agent":
+            decl = snapshot.agents[name]
+            description = decl.description or f"fim agent '{name}'"
+            schema = agent_schema()
+        else:
+            wf = snapshot.workflows[name]
+            description = wf.description or f"fim workflow '{name}'"
+            schema = workflow_schema(wf)
+        tools.append(
+            types.Tool(
+                name=tool,
+                title=f"{name} ({kind})",
+                description=description,
+                input_schema=schema,
+            )
+        )
+    return tools
+
+
+def _owner(ctx: Any, api: Api) -> str:
+    """The session owner of this call: the hash of the bearer key of the HTTP request the
+    call came in (the Guard already let that key in), or "" on stdio (one local user)."""
+    from fim.server.http import session_owner
+
+    request = getattr(ctx, "request", None)
+    if request is None or not hasattr(request, "headers"):
+        return ""
+    return session_owner(request, api.holder)
+
+
+def _event_message(event: Event) -> str:
+    """One progress message per event: its masked JSON, without the bulky trace fields."""
+    data = event.model_dump(mode="json", exclude_none=True)
+    data.pop("run_id", None)
+    text = json.dumps(known().value(data), ensure_ascii=False, default=str)
+    return text if len(text) <= 2000 else text[:1997] + "..."
+
+
+class _Progress:
+    """Reports each run event as `notifications/progress` (a no-op without a token)."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+        self.count = 0
+
+    async def __call__(self, event: Event) -> None:
+        if event.type == "token":
+            return
+        self.count += 1
+        try:
+            await self.ctx.session.report_progress(self.count, None, _event_message(event))
+        except Exception:  # a client that went away must not fail the run's bookkeeping
+            return
+
+
+def _result(text: str, data: dict[str, Any], *, error: bool = False) -> types.CallToolResult:
+    masked = known().value(data)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=known().text(text))],
+        structured_content=masked,
+        is_error=error,
+    )
+
+
+def _failure(message: str) -> types.CallToolResult:
+    text = known().text(message)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)], is_error=True
+    )
+
+
+async def call_agent(api: Api, name: str, args: dict[str, Any], ctx: Any) -> types.CallToolResult:
+    """Run one agent request (the HTTP API's path: hooks, persistence, sessions)."""
+    from fim.server.app import UnknownSession
+
+    text = args.get("input")
+    session = args.get("session_id")
+    extra = sorted(set(args) - {"input", "session_id"})
+    if not isinstance(text, str) or not text.strip():
+        return _failure("input: a non-empty string is required")
+    if session is not None and (not isinstance(session, str) or not 0 < len(session) <= 200):
+        return _failure("session_id: a string of 1 to 200 characters is expected")
+    if extra:
+        return _failure(f"unknown argument(s): {', '.join(extra)} (expected input, session_id)")
+    owner = _owner(ctx, api)
+    try:
+        history = api.history(session, owner)
+    except UnknownSession as exc:
+        return _failure(exc.message)
+    history.append(Message(role="user", content=text))
+    run_id = uuid.uuid4().hex[:12]
+    progress = _Progress(ctx)
+    final: RunFinished | None = None
+    problems: list[str] = []
+    try:
+        async for event in api.events(name, history, stream=False, run_id=run_id):
+            await progress(event)
+            if event.type == "error":
+                problems.append(getattr(event, "message", ""))
+            if isinstance(event, RunFinished):
+                final = event
+    except FimError as exc:
+        return _failure(str(exc))
+    if final is None:
+        return _failure(f"agent '{name}' ended without a result (run {run_id})")
+    data = {
+        "run_id": run_id,
+        "agent": name,
+        "status": final.status,
+        "output": final.output,
+        "session_id": session,
+    }
+    if final.status == "error":
+        message = "; ".join(p for p in problems if p) or final.output or "the run failed"
+        return _result(f"run {run_id} of agent '{name}' failed: {message}", data, error=True)
+    api.remember(session, owner, history, final.output)
+    return _result(final.output, data)
+
+
+def approval_help(approval_id: str) -> str:
+    return (
+        f"approve with `fim approvals approve {approval_id}` or POST /v1/approvals/"
+        f'{approval_id} {{"decision": "approve"}} (deny: "deny"); the run then resumes'
+    )
+
+
+async def call_workflow(
+    api: Api, name: str, args: dict[str, Any], ctx: Any
+) -> types.CallToolResult:
+    """Start one workflow run; a run that pauses at a human node returns that state."""
+    from fim.workflows.engine import WorkflowEngine
+
+    engine = WorkflowEngine(api.holder.current, name, api.services)
+    progress = _Progress(ctx)
+    final: WorkflowFinished | None = None
+    waiting: list[dict[str, Any]] = []
+    try:
+        async for event in engine.run(args):
+            await progress(event)
+            if isinstance(event, Notice) and event.data.get("approval_id"):
+                waiting.append(event.data)
+            if isinstance(event, WorkflowFinished):
+                final = event
+    except FimError as exc:
+        return _failure(str(exc))
+    if final is None:
+        return _failure(f"workflow '{name}' ended without a result")
+    data: dict[str, Any] = {
+        "run_id": engine.run_id,
+        "workflow": name,
+        "status": final.status,
+        "outputs": final.outputs,
+    }
+    if final.status == "paused":
+        data["approvals"] = [
+            {
+                "approval_id": w["approval_id"],
+                "node": w.get("node"),
+                "prompt": w.get("prompt"),
+                "how": approval_help(w["approval_id"]),
+            }
+            for w in waiting
+        ]
+        lines = [f"workflow run {engine.run_id} paused, waiting for a human:"]
+        lines += [f"- {w.get('prompt') or 'approval'}: {approval_help(w['approval_id'])}"
+                  for w in waiting]
+        return _result("\n".join(lines), data)
+    text = json.dumps(final.outputs, ensure_ascii=False, default=str)
+    return _result(text, data, error=final.status != "ok")
+
+
+def build_server(api: Api) -> Server[Any]:
+    """The MCP server over one `Api` (its snapshot holder, services and sessions)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        fim_version = version("fim")
+    except PackageNotFoundError:
+        fim_version = "0"
+
+    async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=known().value(list_tools(api.holder.current)))
+
+    async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        names = tool_names(api.holder.current)
+        if params.name not in names:
+            return _failure(f"unknown tool '{params.name}'; tools: {', '.join(names)}")
+        kind, name = names[params.name]
+        args = dict(params.arguments or {})
+        if kind == "agent":
+            return await call_agent(api, name, args, ctx)
+        return await call_workflow(api, name, args, ctx)
+
+    snapshot = api.holder.current
+    return Server(
+        "fim",
+        version=fim_version,
+        title=f"fim project {snapshot.project.name}",
+        instructions=(
+            f"Agents and workflows of the fim project '{snapshot.project.name}'. "
+            + (snapshot.project.description or "")
+        ).strip(),
+        on_list_tools=on_list_tools,
+        on_call_tool=on_call_tool,
+    )
+
+
+class McpEndpoint:
+    """The ASGI endpoint of `/mcp`. The SDK's session manager needs a running task group;
+    `fim serve` runs uvicorn without lifespan events, so it is started by the first request
+    (on the server's loop) and lives until the loop ends."""
+
+    def __init__(self, api: Api) -> None:
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+        self.manager = StreamableHTTPSessionManager(
+            app=build_server(api),
+            max_request_body_size=api.holder.current.project.server.max_body_bytes,
+        )
+        self._ready: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def _start(self) -> None:
+        if self._ready is None:
+            self._ready = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._keep(self._ready))
+        await self._ready.wait()
+
+    async def _keep(self, ready: asyncio.Event) -> None:
+        async with self.manager.run():
+            ready.set()
+            await asyncio.Event().wait()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._start()
+        await self.manager.handle_request(scope, receive, send)
+
+
+def mcp_routes(api: Api) -> list[Any]:
+    from starlette.routing import Route
+
+    return [Route("/mcp", endpoint=McpEndpoint(api))]
+
+
+async def serve_stdio(api: Api) -> None:
+    """Serve the MCP protocol on this process's stdin/stdout until the client closes it."""
+    from mcp.server.stdio import stdio_server
+
+    server = build_server(api)
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())

@@ -1,0 +1,263 @@
+"""fim as an MCP server (issue 20): the project's agents and workflows as tools, reached by
+the official `mcp` client over stdio (`fim mcp serve`) and streamable HTTP (`/mcp` of
+`fim serve`, a real uvicorn), and by a client no one here wrote (the MCP Inspector CLI)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from fim.testing.server import ServerThread
+
+KEY, OTHER_KEY = "k3y-alice-s3cret-4242", "k3y-bob-s3cret-1717"
+SECRET_IN_ANSWER = "k3y-alice-s3cret-4242"
+
+
+def write_project(root: Path) -> Path:
+    files = {
+        "fim.yaml": (
+            "name: mcpdemo\ndescription: Demo project served over MCP\n"
+            'state: "sqlite:///.fim/state.db"\n'
+            f"server: {{api_keys: [{KEY}, {OTHER_KEY}]}}\n"
+        ),
+        "agents/math.yaml": (
+            "description: Does arithmetic with a calculator\n"
+            "model: scripted:math.script.yaml\ntools: [calculator]\n"
+        ),
+        "math.script.yaml": (
+            '- tool_calls: [{name: calculator, arguments: {expression: "6*7"}}]\n'
+            f'- text: "The answer is 42. (key {SECRET_IN_ANSWER})"\n'
+        ),
+        "agents/careful.yaml": (
+            "description: Asks a human before every tool call\n"
+            "model: scripted:math.script.yaml\ntools: [calculator]\n"
+            "hooks:\n  - use: confirm\n    with: {all: true, poll: 0.05, timeout: 60}\n"
+        ),
+        "workflows/refund.yaml": (
+            "description: Refund after a human approves\n"
+            "inputs:\n  amount: {type: number, description: Amount to refund}\n"
+            "  note: {type: string, default: none}\n"
+            "nodes:\n"
+            '  approve: {type: human, prompt: "Refund {{ inputs.amount }}?"}\n'
+            "  refund: {type: tool, tool: calculator, needs: [approve], "
+            'args: {expression: "0 - {{ inputs.amount }}"}}\n'
+            'outputs:\n  refunded: "{{ nodes.refund.output }}"\n'
+        ),
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_project(tmp_path_factory.mktemp("mcpdemo"))
+
+
+@pytest.fixture(scope="module")
+def served(project: Path) -> Iterator[tuple[str, Any]]:
+    from fim.build.compile import compile_project
+    from fim.build.reload import SnapshotHolder
+    from fim.server.app import create_app
+
+    app = create_app(SnapshotHolder(compile_project(project)))
+    with ServerThread(app) as srv:
+        yield srv.url, app.state.api
+
+
+def http_client(url: str, key: str = KEY, **options: Any) -> Any:
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    http = httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    return Client(streamable_http_client(f"{url}/mcp", http_client=http), **options)
+
+
+def text_of(result: Any) -> str:
+    return "".join(c.text for c in result.content if c.type == "text")
+
+
+async def check_tools_and_a_call(client: Any) -> None:
+    tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(tools) == {"math", "careful", "refund"}
+    assert tools["math"].description == "Does arithmetic with a calculator"
+    assert tools["math"].input_schema["required"] == ["input"]
+    assert set(tools["math"].input_schema["properties"]) == {"input", "session_id"}
+    refund = tools["refund"].input_schema
+    assert refund["properties"]["amount"] == {"type": "number", "description": "Amount to refund"}
+    assert refund["required"] == ["amount"] and refund["properties"]["note"]["default"] == "none"
+
+    progress: list[str] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(message or "")
+
+    result = await client.call_tool("math", {"input": "6*7?"}, progress_callback=on_progress)
+    assert not result.is_error
+    text = text_of(result)
+    assert text.startswith("The answer is 42.") and SECRET_IN_ANSWER not in text
+    assert result.structured_content["status"] == "ok"
+    kinds = [json.loads(m)["type"] for m in progress]
+    assert kinds[0] == "run_started" and "tool_call" in kinds and kinds[-1] == "run_finished"
+    assert all(SECRET_IN_ANSWER not in m for m in progress)
+    bad = await client.call_tool("math", {"input": "x", "temperature": 2})
+    assert bad.is_error and "unknown argument(s): temperature" in text_of(bad)
+
+
+def test_stdio_fim_mcp_serve_with_the_official_client(project: Path):
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "fim.cli", "--project", str(project), "mcp", "serve", "--no-reload"],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        cwd=str(project),
+    )
+
+    async def main() -> None:
+        async with Client(params) as client:
+            await check_tools_and_a_call(client)
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_streamable_http_with_the_official_client(served: tuple[str, Any], mode: str):
+    url, _api = served
+
+    async def main() -> None:
+        async with http_client(url, mode=mode) as client:
+            await check_tools_and_a_call(client)
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_bearer_keys_guard_mcp(served: tuple[str, Any]):
+    url, _api = served
+    init = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        response = httpx.post(f"{url}/mcp", json=init, headers=headers)
+        assert response.status_code == 401
+
+
+def test_sessions_belong_to_the_key_that_made_them(served: tuple[str, Any]):
+    url, api = served
+
+    async def main() -> None:
+        async with http_client(url, mode="legacy") as alice:
+            first = await alice.call_tool("math", {"input": "I am Ada", "session_id": "mcp-s1"})
+            assert not first.is_error and first.structured_content["session_id"] == "mcp-s1"
+            again = await alice.call_tool("math", {"input": "Who am I?", "session_id": "mcp-s1"})
+            assert not again.is_error
+        owner, history = api.sessions["mcp-s1"]
+        assert [m.content for m in history if m.role == "user"] == ["I am Ada", "Who am I?"]
+        async with http_client(url, key=OTHER_KEY, mode="legacy") as bob:
+            stolen = await bob.call_tool("math", {"input": "and me?", "session_id": "mcp-s1"})
+        assert stolen.is_error and "unknown session 'mcp-s1'" in text_of(stolen)
+        assert "I am Ada" not in text_of(stolen)
+        assert len(api.sessions["mcp-s1"][1]) == 4  # bob's turn was not added
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_approval_pending_arrives_as_progress_and_a_paused_workflow_says_how_to_go_on(
+    served: tuple[str, Any],
+):
+    url, _api = served
+    auth = {"Authorization": f"Bearer {KEY}"}
+
+    async def main() -> None:
+        approved: list[str] = []
+
+        async def approve(value: float, total: float | None, message: str | None) -> None:
+            event = json.loads(message or "{}")
+            approval = event.get("data", {}).get("approval_id")
+            if event.get("type") == "notice" and approval:
+                async with httpx.AsyncClient(headers=auth) as http:
+                    decided = await http.post(
+                        f"{url}/v1/approvals/{approval}", json={"decision": "approve"}
+                    )
+                assert decided.status_code == 200
+                approved.append(approval)
+
+        async with http_client(url, mode="legacy") as client:
+            result = await client.call_tool("careful", {"input": "6*7"}, progress_callback=approve)
+            assert len(approved) == 1, "the confirm hook ran and its notice came as progress"
+            assert not result.is_error and text_of(result).startswith("The answer is 42.")
+
+            paused = await client.call_tool("refund", {"amount": 12})
+            data = paused.structured_content
+            assert not paused.is_error and data["status"] == "paused"
+            approval = data["approvals"][0]["approval_id"]
+            assert f"fim approvals approve {approval}" in text_of(paused)
+            assert "Refund 12?" in text_of(paused)
+
+            wrong = await client.call_tool("refund", {"amount": "lots"})
+            assert wrong.is_error and "input 'amount'" in text_of(wrong)
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def _inspector() -> list[str] | None:
+    """The MCP Inspector CLI (npm `@modelcontextprotocol/inspector`), installed once into
+    a cache directory; None when node/npm are missing or the package cannot be installed."""
+    if not (shutil.which("node") and shutil.which("npm")):
+        return None
+    cache = Path(os.environ.get("FIM_NPM_CACHE", Path.home() / ".cache" / "fim-test-npm"))
+    cli = cache / "node_modules" / "@modelcontextprotocol" / "inspector" / "cli" / "build"
+    if not (cli / "cli.js").exists() and not (cli / "index.js").exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        try:
+            subprocess.run(
+                ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(cache),
+                 "@modelcontextprotocol/inspector"],
+                check=True, capture_output=True, timeout=240,
+            )  # fmt: skip
+        except (subprocess.SubprocessError, OSError):
+            return None
+    for name in ("cli.js", "index.js"):
+        if (cli / name).exists():
+            return ["node", str(cli / name)]
+    return None
+
+
+def test_the_mcp_inspector_cli_lists_and_calls_tools(served: tuple[str, Any], project: Path):
+    inspector = _inspector()
+    if inspector is None:
+        pytest.skip("node/npm or the @modelcontextprotocol/inspector package is unavailable")
+    url, _api = served
+    http = [f"{url}/mcp", "--transport", "http", "--header", f"Authorization: Bearer {KEY}"]
+    listed = subprocess.run(
+        [*inspector, "--cli", *http, "--method", "tools/list"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    names = {t["name"] for t in json.loads(listed.stdout)["tools"]}
+    assert names == {"math", "careful", "refund"}
+    called = subprocess.run(
+        [*inspector, "--cli", *http, "--method", "tools/call", "--tool-name", "math",
+         "--tool-arg", "input=6*7?"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert called.returncode == 0, called.stderr
+    assert json.loads(called.stdout)["content"][0]["text"].startswith("The answer is 42.")
+    stdio = subprocess.run(
+        [*inspector, "--cli", sys.executable, "-m", "fim.cli", "--project", str(project),
+         "mcp", "serve", "--no-reload", "--method", "tools/list"],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )  # fmt: skip
+    assert stdio.returncode == 0, stdio.stderr
+    assert {t["name"] for t in json.loads(stdio.stdout)["tools"]} == names
