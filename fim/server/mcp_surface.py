@@ -159,9 +159,7 @@ def _result(text: str, data: dict[str, Any], *, error: bool = False) -> types.Ca
 
 def _failure(message: str) -> types.CallToolResult:
     text = known().text(message)
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=text)], is_error=True
-    )
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
 async def call_agent(api: Api, name: str, args: dict[str, Any], ctx: Any) -> types.CallToolResult:
@@ -257,8 +255,9 @@ async def call_workflow(
             for w in waiting
         ]
         lines = [f"workflow run {engine.run_id} paused, waiting for a human:"]
-        lines += [f"- {w.get('prompt') or 'approval'}: {approval_help(w['approval_id'])}"
-                  for w in waiting]
+        lines += [
+            f"- {w.get('prompt') or 'approval'}: {approval_help(w['approval_id'])}" for w in waiting
+        ]
         return _result("\n".join(lines), data)
     text = json.dumps(final.outputs, ensure_ascii=False, default=str)
     return _result(text, data, error=final.status != "ok")
