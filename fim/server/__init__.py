@@ -24,10 +24,10 @@ log = logging.getLogger("fim.server")
 
 def extra_routes(api: Api) -> list[Route]:
     """Routes of areas beyond agents (workflows, approvals), kept out of app.py."""
-    from fim.server.mcp_surface import mcp_routes
+    from fim.server.interop import interop_routes
     from fim.server.routes import approval_routes, workflow_routes
 
-    return [*workflow_routes(api), *approval_routes(api), *mcp_routes(api)]
+    return [*workflow_routes(api), *approval_routes(api), *interop_routes(api)]
 
 
 async def serve(

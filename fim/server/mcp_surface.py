@@ -330,12 +330,6 @@ class McpEndpoint:
         await self.manager.handle_request(scope, receive, send)
 
 
-def mcp_routes(api: Api) -> list[Any]:
-    from starlette.routing import Route
-
-    return [Route("/mcp", endpoint=McpEndpoint(api))]
-
-
 async def serve_stdio(api: Api) -> None:
     """Serve the MCP protocol on this process's stdin/stdout until the client closes it."""
     from mcp.server.stdio import stdio_server

@@ -1,0 +1,242 @@
+"""fim as an A2A agent (the Agent2Agent protocol, through the `a2a-sdk` server side).
+
+- `GET /.well-known/agent-card.json`: the project's card; its skills are the agents, and its
+  endpoint is the `auto` agent (delegation across the project's agents);
+- `GET /a2a/{agent}/.well-known/agent-card.json`: one agent's card, a skill from its
+  description whose tags are its tools;
+- `POST /a2a/{agent}`: JSON-RPC: A2A 1.0 `SendMessage` / `SendStreamingMessage` and the
+  0.3 names `message/send` / `message/stream` (the SDK's v0.3 compatibility), plus task
+  get/cancel.
+
+A message runs through `Api.events` (the HTTP API's run entry point: hooks, persistence),
+so an A2A call is one more surface of the same runs. The A2A `contextId` is the fim session
+(`a2a:<contextId>`) and, like every session and the SDK's task store, belongs to the API key
+that created it. Each run event becomes a `working` status update (streamed by
+`message/stream`); the answer is the task's artifact. Everything sent is masked.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from a2a.auth.user import User
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.context import ServerCallContext
+from a2a.server.routes.common import ServerCallContextBuilder
+from a2a.server.tasks import TaskUpdater
+from a2a.types import a2a_pb2 as pb
+
+from fim.errors import FimError
+from fim.events import RunFinished
+from fim.masking import known
+from fim.types import Message
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Router
+
+    from fim.build.snapshot import Snapshot
+    from fim.server.app import Api
+
+CARD_PATH = "/.well-known/agent-card.json"
+
+
+class _Owner(User):
+    """The caller as the SDK's task store sees it: the hash of its API key (tasks of
+    another key are not found), never the key itself."""
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+
+    @property
+    def is_authenticated(self) -> bool:
+        return bool(self.owner)
+
+    @property
+    def user_name(self) -> str:
+        return self.owner
+
+
+class _Context(ServerCallContextBuilder):
+    """Carries the agent named in the path and the session owner to the executor (and no
+    request headers: the SDK's default builder would copy the bearer key into the state)."""
+
+    def __init__(self, api: Api) -> None:
+        self.api = api
+
+    def build(self, request: Request) -> ServerCallContext:
+        from fim.server.http import session_owner
+
+        owner = session_owner(request, self.api.holder)
+        return ServerCallContext(
+            user=_Owner(owner),
+            state={"agent": request.path_params.get("agent", ""), "owner": owner},
+        )
+
+
+def _text(value: str) -> str:
+    return known().text(value)
+
+
+class FimExecutor(AgentExecutor):
+    """Runs the agent of the request's path on the user's text parts."""
+
+    def __init__(self, api: Api) -> None:
+        self.api = api
+
+    async def execute(self, context: RequestContext, event_queue: Any) -> None:
+        from fim.server.app import UnknownSession, _known
+
+        state = context.call_context.state if context.call_context else {}
+        agent, owner = str(state.get("agent", "")), str(state.get("owner", ""))
+        task_id = context.task_id or uuid.uuid4().hex
+        context_id = context.context_id or uuid.uuid4().hex
+        updater = TaskUpdater(event_queue, task_id, context_id)
+        if context.current_task is None:
+            await updater.submit()
+
+        def say(text: str) -> pb.Message:
+            return updater.new_agent_message([pb.Part(text=_text(text))])
+
+        text = context.get_user_input()
+        if not _known(self.api.holder.current, agent):
+            await updater.failed(say(f"unknown agent '{agent}'"))
+            return
+        if not text.strip():
+            await updater.failed(say("the message has no text part"))
+            return
+        session = f"a2a:{context_id}"
+        try:
+            history = self.api.history(session, owner)
+        except UnknownSession:
+            await updater.failed(say(f"unknown context '{context_id}'"))
+            return
+        history.append(Message(role="user", content=text))
+        await updater.start_work()
+        run_id = uuid.uuid4().hex[:12]
+        final: RunFinished | None = None
+        problems: list[str] = []
+        try:
+            async for event in self.api.events(agent, history, stream=False, run_id=run_id):
+                if event.type == "error":
+                    problems.append(getattr(event, "message", ""))
+                if isinstance(event, RunFinished):
+                    final = event
+                    continue
+                data = known().value(event.model_dump(mode="json", exclude_none=True))
+                await updater.update_status(
+                    pb.TaskState.TASK_STATE_WORKING,
+                    say(json.dumps(data, ensure_ascii=False, default=str)[:2000]),
+                    metadata={"fim_event": event.type, "run_id": run_id},
+                )
+        except FimError as exc:
+            await updater.failed(say(str(exc)))
+            return
+        if final is None or final.status == "error":
+            why = "; ".join(p for p in problems if p) or "the run ended without a result"
+            await updater.failed(say(f"run {run_id} of agent '{agent}' failed: {why}"))
+            return
+        self.api.remember(session, owner, history, final.output)
+        await updater.add_artifact(
+            [pb.Part(text=_text(final.output))],
+            name="answer",
+            metadata={"run_id": run_id, "status": final.status},
+        )
+        await updater.complete()
+
+    async def cancel(self, context: RequestContext, event_queue: Any) -> None:
+        """The SDK cancels the task running `execute`; the run stops and is recorded
+        as cancelled by `Api.events`."""
+        updater = TaskUpdater(event_queue, context.task_id or "", context.context_id or "")
+        await updater.cancel()
+
+
+def agent_card(snapshot: Snapshot, base: str, agent: str | None) -> pb.AgentCard:
+    """The card of one agent (`agent`), or of the project (None: its skills are the
+    agents, its endpoint the `auto` agent)."""
+    from fim.run.delegation import AUTO
+
+    def skill(name: str) -> pb.AgentSkill:
+        decl = snapshot.agents[name]
+        return pb.AgentSkill(
+            id=name,
+            name=name,
+            description=decl.description or f"fim agent '{name}'",
+            tags=[*decl.tools, *decl.connectors, *decl.mcp, *decl.workflows] or [name],
+        )
+
+    if agent is None:
+        name, description = snapshot.project.name, snapshot.project.description
+        skills, target = [skill(a) for a in snapshot.agents], AUTO
+    else:
+        decl = snapshot.agents[agent]
+        name, description = agent, decl.description or f"fim agent '{agent}'"
+        skills, target = [skill(agent)], agent
+    url = f"{base.rstrip('/')}/a2a/{target}"
+    return pb.AgentCard(
+        name=name,
+        description=description or f"fim project '{snapshot.project.name}'",
+        version=snapshot.version or "0",
+        supported_interfaces=[
+            pb.AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"),
+            pb.AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="0.3"),
+        ],
+        capabilities=pb.AgentCapabilities(streaming=True, push_notifications=False),
+        default_input_modes=["text/plain"],
+        default_output_modes=["text/plain"],
+        skills=skills,
+    )
+
+
+def a2a_app(api: Api) -> Router:
+    """The A2A routes as one router (built on the first A2A request: the SDK is heavy)."""
+    from a2a.server.request_handlers import DefaultRequestHandler
+    from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+    from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
+    from a2a.server.tasks import InMemoryTaskStore
+    from starlette.routing import Route, Router
+
+    from fim.server.http import JSONResponse, error
+
+    # the handler's own card: only its capabilities are read (streaming on); the cards
+    # clients see are built per request from the current snapshot
+    template = pb.AgentCard(
+        name="fim",
+        description="fim agents",
+        version="0",
+        capabilities=pb.AgentCapabilities(streaming=True),
+        default_input_modes=["text/plain"],
+        default_output_modes=["text/plain"],
+    )
+    handler = DefaultRequestHandler(
+        agent_executor=FimExecutor(api), task_store=InMemoryTaskStore(), agent_card=template
+    )
+    dispatcher = JsonRpcDispatcher(
+        request_handler=handler, context_builder=_Context(api), enable_v0_3_compat=True
+    )
+
+    def base(request: Request) -> str:
+        return str(request.base_url)
+
+    async def project_card(request: Request) -> Response:
+        snapshot = api.holder.current
+        if not snapshot.agents:
+            return error(404, "this project declares no agents")
+        return JSONResponse(agent_card_to_dict(agent_card(snapshot, base(request), None)))
+
+    async def one_card(request: Request) -> Response:
+        snapshot, name = api.holder.current, request.path_params["agent"]
+        if name not in snapshot.agents:
+            return error(404, f"unknown agent '{name}'", f"agents: {', '.join(snapshot.agents)}")
+        return JSONResponse(agent_card_to_dict(agent_card(snapshot, base(request), name)))
+
+    return Router(
+        [
+            Route(CARD_PATH, project_card, methods=["GET"]),
+            Route("/a2a/{agent}" + CARD_PATH, one_card, methods=["GET"]),
+            Route("/a2a/{agent}", dispatcher.handle_requests, methods=["POST"]),
+        ]
+    )

@@ -1,0 +1,64 @@
+"""The interop routes of `fim serve`: MCP at `/mcp`, A2A cards and JSON-RPC at
+`/.well-known/agent-card.json` and `/a2a/{agent}`.
+
+Both SDKs take about half a second to import, so each surface is built by the first request
+that reaches it (on the server's loop), not when the app is created: a server, or a test,
+that never speaks MCP or A2A does not pay for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from starlette.routing import Route
+    from starlette.types import ASGIApp, Receive, Scope, Send
+
+    from fim.server.app import Api
+
+
+class _Lazy:
+    """An ASGI app built on first use; a surface whose SDK is not installed answers 501
+    with the package to install."""
+
+    def __init__(self, build: Callable[[], ASGIApp], needs: str) -> None:
+        self.build = build
+        self.needs = needs
+        self.app: Any = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.app is None:
+            try:
+                self.app = self.build()
+            except ImportError as exc:
+                from fim.server.http import error
+
+                response = error(501, f"this surface needs {self.needs} ({exc.name} is missing)",
+                                 f"pip install '{self.needs}'")  # fmt: skip
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def interop_routes(api: Api) -> list[Route]:
+    from starlette.routing import Route
+
+    def mcp() -> ASGIApp:
+        from fim.server.mcp_surface import McpEndpoint
+
+        return McpEndpoint(api)
+
+    def a2a() -> ASGIApp:
+        from fim.server.a2a_surface import a2a_app
+
+        return a2a_app(api)
+
+    mcp_app, a2a_router = _Lazy(mcp, "mcp"), _Lazy(a2a, "fim[a2a]")
+    card = "/.well-known/agent-card.json"
+    return [
+        Route("/mcp", endpoint=mcp_app),
+        Route(card, endpoint=a2a_router, methods=["GET"]),
+        Route("/a2a/{agent}" + card, endpoint=a2a_router, methods=["GET"]),
+        Route("/a2a/{agent}", endpoint=a2a_router, methods=["POST"]),
+    ]
