@@ -1,7 +1,7 @@
 """fim as an A2A agent (the Agent2Agent protocol, through the `a2a-sdk` server side).
 
 - `GET /.well-known/agent-card.json`: the project's card; its skills are the agents, and its
-  endpoint is the `auto` agent (delegation across the project's agents);
+  endpoint is the only agent, or the `auto` agent (delegation across them) when several;
 - `GET /a2a/{agent}/.well-known/agent-card.json`: one agent's card, a skill from its
   description whose tags are its tools;
 - `POST /a2a/{agent}`: JSON-RPC: A2A 1.0 `SendMessage` / `SendStreamingMessage` and the
@@ -61,8 +61,9 @@ class _Owner(User):
 
 
 class _Context(ServerCallContextBuilder):
-    """Carries the agent named in the path and the session owner to the executor (and no
-    request headers: the SDK's default builder would copy the bearer key into the state)."""
+    """Carries the agent named in the path and the session owner to the executor, and the
+    request headers the SDK reads (its protocol version check) without the credentials: the
+    SDK's default builder would copy the bearer key into the call state."""
 
     def __init__(self, api: Api) -> None:
         self.api = api
@@ -73,12 +74,30 @@ class _Context(ServerCallContextBuilder):
         owner = session_owner(request, self.api.holder)
         return ServerCallContext(
             user=_Owner(owner),
-            state={"agent": request.path_params.get("agent", ""), "owner": owner},
+            state={
+                "agent": request.path_params.get("agent", ""),
+                "owner": owner,
+                "headers": {
+                    k: v
+                    for k, v in request.headers.items()
+                    if k.lower() not in ("authorization", "cookie", "proxy-authorization")
+                },
+            },
         )
 
 
 def _text(value: str) -> str:
     return known().text(value)
+
+
+def _masked(message: pb.Message) -> pb.Message:
+    """A copy of a message whose text parts are masked (the task echoes the user's turn)."""
+    copy = pb.Message()
+    copy.CopyFrom(message)
+    for part in copy.parts:
+        if part.HasField("text"):
+            part.text = _text(part.text)
+    return copy
 
 
 class FimExecutor(AgentExecutor):
@@ -95,8 +114,13 @@ class FimExecutor(AgentExecutor):
         task_id = context.task_id or uuid.uuid4().hex
         context_id = context.context_id or uuid.uuid4().hex
         updater = TaskUpdater(event_queue, task_id, context_id)
-        if context.current_task is None:
-            await updater.submit()
+        if context.current_task is None:  # the SDK wants the Task before any update
+            from a2a.helpers.proto_helpers import new_task
+
+            echo = [_masked(context.message)] if context.message else []
+            await event_queue.enqueue_event(
+                new_task(task_id, context_id, pb.TaskState.TASK_STATE_SUBMITTED, history=echo)
+            )
 
         def say(text: str) -> pb.Message:
             return updater.new_agent_message([pb.Part(text=_text(text))])
@@ -156,7 +180,8 @@ class FimExecutor(AgentExecutor):
 
 def agent_card(snapshot: Snapshot, base: str, agent: str | None) -> pb.AgentCard:
     """The card of one agent (`agent`), or of the project (None: its skills are the
-    agents, its endpoint the `auto` agent)."""
+    agents; its endpoint is the only agent, or with several the `auto` agent, which
+    delegates to them with the project's `general` model)."""
     from fim.run.delegation import AUTO
 
     def skill(name: str) -> pb.AgentSkill:
@@ -170,7 +195,8 @@ def agent_card(snapshot: Snapshot, base: str, agent: str | None) -> pb.AgentCard
 
     if agent is None:
         name, description = snapshot.project.name, snapshot.project.description
-        skills, target = [skill(a) for a in snapshot.agents], AUTO
+        skills = [skill(a) for a in snapshot.agents]
+        target = next(iter(snapshot.agents)) if len(snapshot.agents) == 1 else AUTO
     else:
         decl = snapshot.agents[agent]
         name, description = agent, decl.description or f"fim agent '{agent}'"

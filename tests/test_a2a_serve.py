@@ -1,0 +1,189 @@
+"""fim as an A2A agent (issue 20): agent cards and JSON-RPC `SendMessage` /
+`SendStreamingMessage` (A2A 1.0) and `message/send` / `message/stream` (0.3), driven by the
+`a2a-sdk` client from PyPI against a real uvicorn."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+pytest.importorskip("a2a", reason="a2a-sdk is not installed (pip install 'fim[a2a]')")
+
+from a2a.client import ClientConfig, ClientFactory
+from a2a.types import a2a_pb2 as pb
+
+from fim.testing.server import ServerThread
+
+KEY, OTHER_KEY = "a2a-alice-k3y-9090", "a2a-bob-k3y-8080"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
+    from fim.build.compile import compile_project
+    from fim.build.reload import SnapshotHolder
+    from fim.server.app import create_app
+
+    root = tmp_path_factory.mktemp("a2ademo")
+    files = {
+        "fim.yaml": (
+            "name: a2ademo\ndescription: Arithmetic over A2A\n"
+            'state: "sqlite:///.fim/state.db"\n'
+            f"server: {{api_keys: [{KEY}, {OTHER_KEY}]}}\n"
+        ),
+        "agents/math.yaml": (
+            "description: Does arithmetic with a calculator\n"
+            "model: scripted:math.script.yaml\ntools: [calculator]\n"
+        ),
+        "math.script.yaml": (
+            '- tool_calls: [{name: calculator, arguments: {expression: "6*7"}}]\n'
+            f'- text: "The answer is 42. (key {KEY})"\n'
+        ),
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    app = create_app(SnapshotHolder(compile_project(Path(root))))
+    with ServerThread(app) as srv:
+        yield srv.url, app.state.api
+
+
+def card(url: str, path: str = "/.well-known/agent-card.json", key: str = KEY) -> pb.AgentCard:
+    from google.protobuf.json_format import ParseDict
+
+    body = httpx.get(url + path, headers={"Authorization": f"Bearer {key}"}).json()
+    return ParseDict(body, pb.AgentCard(), ignore_unknown_fields=True)
+
+
+def request(text: str, context_id: str | None = None) -> pb.SendMessageRequest:
+    message = pb.Message(
+        role=pb.Role.ROLE_USER,
+        parts=[pb.Part(text=text)],
+        message_id=uuid.uuid4().hex,
+        context_id=context_id or "",
+    )
+    return pb.SendMessageRequest(message=message)
+
+
+async def exchange(
+    agent_card: pb.AgentCard, text: str, *, streaming: bool, key: str = KEY, **kw: Any
+) -> list[Any]:
+    """Every StreamResponse the a2a-sdk client yields for one message."""
+    http = httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    client = ClientFactory(ClientConfig(streaming=streaming, httpx_client=http)).create(agent_card)
+    try:
+        return [r async for r in client.send_message(request(text, **kw))]
+    finally:
+        await client.close()
+        await http.aclose()
+
+
+def outcome(responses: list[Any]) -> tuple[int, str, str]:
+    """(final task state, answer text, last status message text) of an exchange: a
+    non-streaming reply is one Task; a stream is the Task, then status and artifact updates."""
+    state, answer, said = 0, "", ""
+    for r in responses:
+        if r.HasField("task"):
+            state = r.task.status.state
+            answer = "".join(p.text for a in r.task.artifacts for p in a.parts) or answer
+            said = "".join(p.text for p in r.task.status.message.parts) or said
+        elif r.HasField("status_update"):
+            state = r.status_update.status.state
+            said = "".join(p.text for p in r.status_update.status.message.parts) or said
+        elif r.HasField("artifact_update"):
+            answer += "".join(p.text for p in r.artifact_update.artifact.parts)
+    assert state, responses
+    return state, answer, said
+
+
+def only(agent_card: pb.AgentCard, version: str) -> pb.AgentCard:
+    """The card with only the interface of one protocol version (0.3 makes the SDK client
+    use its compat transport: `message/send`, `message/stream`)."""
+    copy = pb.AgentCard()
+    copy.CopyFrom(agent_card)
+    keep = [i for i in copy.supported_interfaces if i.protocol_version == version]
+    del copy.supported_interfaces[:]
+    copy.supported_interfaces.extend(keep)
+    return copy
+
+
+def test_cards_describe_the_project_and_each_agent(served: tuple[str, Any]):
+    url, _api = served
+    project = card(url)
+    assert project.name == "a2ademo" and project.description == "Arithmetic over A2A"
+    assert [s.id for s in project.skills] == ["math"]
+    assert project.supported_interfaces[0].url == f"{url}/a2a/math"  # the only agent
+    assert project.capabilities.streaming
+    math = card(url, "/a2a/math/.well-known/agent-card.json")
+    assert math.name == "math" and math.description == "Does arithmetic with a calculator"
+    assert list(math.skills[0].tags) == ["calculator"]
+    assert {i.protocol_version for i in math.supported_interfaces} == {"1.0", "0.3"}
+    assert httpx.get(f"{url}/.well-known/agent-card.json").status_code == 401
+    missing = httpx.get(
+        f"{url}/a2a/ghost/.well-known/agent-card.json", headers={"Authorization": f"Bearer {KEY}"}
+    )
+    assert missing.status_code == 404 and "math" in missing.json()["error"]["hint"]
+
+
+@pytest.mark.parametrize("version", ["1.0", "0.3"])
+@pytest.mark.parametrize("streaming", [False, True])
+def test_send_and_stream_with_the_a2a_sdk_client(
+    served: tuple[str, Any], version: str, streaming: bool
+):
+    url, _api = served
+    agent = only(card(url, "/a2a/math/.well-known/agent-card.json"), version)
+    responses = asyncio.run(asyncio.wait_for(exchange(agent, "6*7?", streaming=streaming), 30))
+    state, text, _said = outcome(responses)
+    assert state == pb.TaskState.TASK_STATE_COMPLETED
+    assert text.startswith("The answer is 42.") and KEY not in text
+    if streaming:
+        updates = [r.status_update for r in responses if r.HasField("status_update")]
+        events = [u.metadata["fim_event"] for u in updates if "fim_event" in u.metadata]
+        assert "run_started" in events and "tool_call" in events and "tool_result" in events
+        assert all(KEY not in str(r) for r in responses)
+
+
+def test_a_context_is_a_session_of_the_key_that_started_it(served: tuple[str, Any]):
+    url, api = served
+    agent = card(url, "/a2a/math/.well-known/agent-card.json")
+
+    async def main() -> None:
+        first = outcome(await exchange(agent, "I am Ada", streaming=False, context_id="c-1"))
+        assert first[0] == pb.TaskState.TASK_STATE_COMPLETED
+        await exchange(agent, "Who am I?", streaming=False, context_id="c-1")
+        _owner, history = api.sessions["a2a:c-1"]
+        assert [m.content for m in history if m.role == "user"] == ["I am Ada", "Who am I?"]
+        other = await exchange(agent, "and me?", streaming=False, key=OTHER_KEY, context_id="c-1")
+        state, _text, said = outcome(other)
+        assert state == pb.TaskState.TASK_STATE_FAILED and "unknown context" in said
+        assert len(api.sessions["a2a:c-1"][1]) == 4
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_unknown_agent_and_missing_key(served: tuple[str, Any]):
+    url, _api = served
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "message/send",
+        "params": {
+            "message": {
+                "role": "user",
+                "parts": [{"kind": "text", "text": "hi"}],
+                "messageId": "m1",
+                "kind": "message",
+            }
+        },
+    }
+    assert httpx.post(f"{url}/a2a/math", json=body).status_code == 401
+    ghost = httpx.post(
+        f"{url}/a2a/ghost", json=body, headers={"Authorization": f"Bearer {KEY}"}
+    ).json()
+    assert ghost["result"]["status"]["state"] == "failed"
+    assert "unknown agent 'ghost'" in str(ghost["result"]["status"])
