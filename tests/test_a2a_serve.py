@@ -17,6 +17,7 @@ pytest.importorskip("a2a", reason="a2a-sdk is not installed (pip install 'fim[a2
 
 from a2a.client import ClientConfig, ClientFactory
 from a2a.types import a2a_pb2 as pb
+from a2a.utils.errors import TaskNotFoundError
 
 from fim.testing.server import ServerThread
 
@@ -78,6 +79,16 @@ async def exchange(
     client = ClientFactory(ClientConfig(streaming=streaming, httpx_client=http)).create(agent_card)
     try:
         return [r async for r in client.send_message(request(text, **kw))]
+    finally:
+        await client.close()
+        await http.aclose()
+
+
+async def get_task(agent_card: pb.AgentCard, task_id: str, key: str) -> pb.Task:
+    http = httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    client = ClientFactory(ClientConfig(httpx_client=http)).create(agent_card)
+    try:
+        return await client.get_task(pb.GetTaskRequest(id=task_id))
     finally:
         await client.close()
         await http.aclose()
@@ -153,8 +164,13 @@ def test_a_context_is_a_session_of_the_key_that_started_it(served: tuple[str, An
     agent = card(url, "/a2a/math/.well-known/agent-card.json")
 
     async def main() -> None:
-        first = outcome(await exchange(agent, "I am Ada", streaming=False, context_id="c-1"))
-        assert first[0] == pb.TaskState.TASK_STATE_COMPLETED
+        replies = await exchange(agent, "I am Ada", streaming=False, context_id="c-1")
+        assert outcome(replies)[0] == pb.TaskState.TASK_STATE_COMPLETED
+        task_id = next(r.task.id for r in replies if r.HasField("task"))
+        mine = await get_task(agent, task_id, KEY)
+        assert mine.status.state == pb.TaskState.TASK_STATE_COMPLETED
+        with pytest.raises(TaskNotFoundError):  # tasks are the key's too
+            await get_task(agent, task_id, OTHER_KEY)
         await exchange(agent, "Who am I?", streaming=False, context_id="c-1")
         _owner, history = api.sessions["a2a:c-1"]
         assert [m.content for m in history if m.role == "user"] == ["I am Ada", "Who am I?"]
