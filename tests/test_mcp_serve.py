@@ -203,6 +203,11 @@ def test_approval_pending_arrives_as_progress_and_a_paused_workflow_says_how_to_
             approval = data["approvals"][0]["approval_id"]
             assert f"fim approvals approve {approval}" in text_of(paused)
             assert "Refund 12?" in text_of(paused)
+            async with httpx.AsyncClient(headers=auth) as http:
+                decided = await http.post(
+                    f"{url}/v1/approvals/{approval}", json={"decision": "approve"}
+                )
+            assert decided.json()["resumed_run"] == data["run_id"]
 
             wrong = await client.call_tool("refund", {"amount": "lots"})
             assert wrong.is_error and "input 'amount'" in text_of(wrong)

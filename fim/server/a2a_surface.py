@@ -18,6 +18,7 @@ that created it. Each run event becomes a `working` status update (streamed by
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from fim.server.app import Api
 
 CARD_PATH = "/.well-known/agent-card.json"
+log = logging.getLogger("fim.server")
 
 
 class _Owner(User):
@@ -107,6 +109,16 @@ class FimExecutor(AgentExecutor):
         self.api = api
 
     async def execute(self, context: RequestContext, event_queue: Any) -> None:
+        try:
+            await self._execute(context, event_queue)
+        except Exception:  # never an exception's text (unmasked, internal) to the client
+            log.exception("A2A task %s failed", context.task_id)
+            updater = TaskUpdater(event_queue, context.task_id or "", context.context_id or "")
+            await updater.failed(
+                updater.new_agent_message([pb.Part(text="internal error; see the server log")])
+            )
+
+    async def _execute(self, context: RequestContext, event_queue: Any) -> None:
         from fim.server.app import UnknownSession, _known
 
         state = context.call_context.state if context.call_context else {}

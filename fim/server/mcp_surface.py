@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 
     from fim.build.snapshot import Snapshot
     from fim.server.app import Api
+
+log = logging.getLogger("fim.server")
 
 WORKFLOW_PREFIX = "workflow_"
 """A workflow whose name is also an agent's is offered as `workflow_<name>`."""
@@ -210,10 +213,11 @@ async def call_agent(api: Api, name: str, args: dict[str, Any], ctx: Any) -> typ
     return _result(final.output, data)
 
 
-def approval_help(approval_id: str) -> str:
+def approval_help(approval_id: str, run_id: str) -> str:
     return (
-        f"approve with `fim approvals approve {approval_id}` or POST /v1/approvals/"
-        f'{approval_id} {{"decision": "approve"}} (deny: "deny"); the run then resumes'
+        f"approve over HTTP with POST /v1/approvals/{approval_id} "
+        f'{{"decision": "approve"}} (or "deny"), which resumes the run; or '
+        f"`fim approvals approve {approval_id}` then `fim workflow resume {run_id}`"
     )
 
 
@@ -250,13 +254,14 @@ async def call_workflow(
                 "approval_id": w["approval_id"],
                 "node": w.get("node"),
                 "prompt": w.get("prompt"),
-                "how": approval_help(w["approval_id"]),
+                "how": approval_help(w["approval_id"], engine.run_id),
             }
             for w in waiting
         ]
         lines = [f"workflow run {engine.run_id} paused, waiting for a human:"]
         lines += [
-            f"- {w.get('prompt') or 'approval'}: {approval_help(w['approval_id'])}" for w in waiting
+            f"- {w.get('prompt') or 'approval'}: {approval_help(w['approval_id'], engine.run_id)}"
+            for w in waiting
         ]
         return _result("\n".join(lines), data)
     text = json.dumps(final.outputs, ensure_ascii=False, default=str)
@@ -281,9 +286,13 @@ def build_server(api: Api) -> Server[Any]:
             return _failure(f"unknown tool '{params.name}'; tools: {', '.join(names)}")
         kind, name = names[params.name]
         args = dict(params.arguments or {})
-        if kind == "agent":
-            return await call_agent(api, name, args, ctx)
-        return await call_workflow(api, name, args, ctx)
+        try:
+            if kind == "agent":
+                return await call_agent(api, name, args, ctx)
+            return await call_workflow(api, name, args, ctx)
+        except Exception:  # never an exception's text (unmasked, internal) to the client
+            log.exception("MCP call of %s '%s' failed", kind, name)
+            return _failure("internal error; see the server log")
 
     snapshot = api.holder.current
     return Server(
