@@ -215,27 +215,32 @@ def test_approval_pending_arrives_as_progress_and_a_paused_workflow_says_how_to_
     asyncio.run(asyncio.wait_for(main(), 60))
 
 
-def _inspector() -> list[str] | None:
-    """The MCP Inspector CLI (npm `@modelcontextprotocol/inspector`), installed once into
-    a cache directory; None when node/npm are missing or the package cannot be installed."""
+INSPECTOR = "@modelcontextprotocol/inspector@0.15.0"
+"""Pinned: the last release without `engines: node>=22` (CI has node 20); later releases
+moved the CLI and its flags."""
+
+
+def _inspector() -> tuple[list[str] | None, str]:
+    """The MCP Inspector CLI, installed once with npm into a cache directory
+    (`FIM_NPM_CACHE`, default ~/.cache/fim-test-npm), or None and why not."""
     if not (shutil.which("node") and shutil.which("npm")):
-        return None
+        return None, "node/npm are not installed"
     cache = Path(os.environ.get("FIM_NPM_CACHE", Path.home() / ".cache" / "fim-test-npm"))
-    cli = cache / "node_modules" / "@modelcontextprotocol" / "inspector" / "cli" / "build"
-    if not (cli / "cli.js").exists() and not (cli / "index.js").exists():
+    package = cache / "node_modules" / "@modelcontextprotocol" / "inspector"
+    if not (package / "package.json").exists():
         cache.mkdir(parents=True, exist_ok=True)
         try:
-            subprocess.run(
-                ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(cache),
-                 "@modelcontextprotocol/inspector"],
-                check=True, capture_output=True, timeout=240,
+            done = subprocess.run(
+                ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(cache), INSPECTOR],
+                capture_output=True, text=True, timeout=120,
             )  # fmt: skip
-        except (subprocess.SubprocessError, OSError):
-            return None
-    for name in ("cli.js", "index.js"):
-        if (cli / name).exists():
-            return ["node", str(cli / name)]
-    return None
+        except (subprocess.SubprocessError, OSError) as exc:
+            return None, f"npm install {INSPECTOR} failed: {exc}"
+        if done.returncode != 0:
+            return None, f"npm install {INSPECTOR} failed: {done.stderr.strip()[-300:]}"
+    bin_ = json.loads((package / "package.json").read_text())["bin"]
+    script = bin_ if isinstance(bin_, str) else bin_.get("mcp-inspector")
+    return ["node", str(package / script)], ""
 
 
 def test_the_mcp_inspector_cli_lists_and_calls_tools(project: Path):
@@ -248,9 +253,9 @@ def test_the_mcp_inspector_cli_lists_and_calls_tools(project: Path):
     from fim.build.reload import SnapshotHolder
     from fim.server.app import create_app
 
-    inspector = _inspector()
+    inspector, why = _inspector()
     if inspector is None:
-        pytest.skip("node/npm or the @modelcontextprotocol/inspector package is unavailable")
+        pytest.skip(f"MCP Inspector CLI unavailable: {why}")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     stdio = subprocess.run(
         [*inspector, "--cli", sys.executable, "-m", "fim.cli", "--project", str(project),
