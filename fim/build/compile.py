@@ -343,6 +343,44 @@ class Checker:
         for i, spec in enumerate(agent.hooks):
             self.check_hook(entry, spec, ("hooks", i))
         self.templates.check(self, entry, ("instructions",), agent.instructions)
+        self.check_output_schema(entry, ("output_schema",), agent.output_schema)
+
+    def check_output_schema(self, entry: Entry, path: tuple, spec: Any) -> None:
+        """An inline schema must be a valid JSON Schema; `module:Class` must name a module
+        of the hooks/ folder (the class is imported when a run first needs it)."""
+        from fim.structured import check_schema
+
+        if spec is None:
+            return
+        if isinstance(spec, dict):
+            problem = check_schema(spec)
+            if problem is not None:
+                self.add(
+                    entry.doc.problem(
+                        path, problem, "see https://json-schema.org/understanding-json-schema"
+                    )
+                )
+            return
+        module, _, cls = spec.partition(":")
+        module = module.strip().removesuffix(".py")
+        if not module or not cls.strip():
+            self.add(
+                entry.doc.problem(
+                    path,
+                    f"invalid output_schema '{spec}'",
+                    "give an inline JSON Schema, or module:Class naming a pydantic model "
+                    "in the hooks/ folder",
+                )
+            )
+        elif module not in self.decls.python_hooks:
+            folder = self.decls.folder("hook")
+            self.add(
+                entry.doc.problem(
+                    path,
+                    f"output_schema module '{folder}/{module}.py' not found",
+                    suggest(module, self.decls.python_hooks, "modules"),
+                )
+            )
 
     # ------------------------------------------------------------------ hooks
 

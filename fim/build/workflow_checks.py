@@ -97,8 +97,10 @@ def _check_target(checker: Any, entry: Any, base: tuple, node: Any) -> None:
     connectors = checker.decls.entries["connector"]
     if isinstance(node, AgentNode):
         checker.ref(entry, (*base, "agent"), "agent", node.agent)
+        checker.check_output_schema(entry, (*base, "output_schema"), node.output_schema)
     elif isinstance(node, LlmNode):
         checker.check_model(entry, (*base, "model"), node.model)
+        checker.check_output_schema(entry, (*base, "output_schema"), node.output_schema)
     elif isinstance(node, (ConnectorNode, DatabaseNode)):
         if not checker.ref(entry, (*base, "connector"), "connector", node.connector):
             return

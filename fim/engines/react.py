@@ -12,7 +12,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from fim.errors import FimError
 from fim.events import (
@@ -46,6 +46,15 @@ from fim.types import (
 ViewFn = Callable[[str, dict[str, Any]], CallView]
 """(tool name, arguments) -> what hooks see: the real target, its arguments and metadata.
 Raises when it cannot tell; the call is then blocked."""
+
+
+class Finalizer(Protocol):
+    """The check of a final answer (`fim.structured.OutputContract` implements it)."""
+
+    def problem(self, text: str) -> str | None: ...
+    def normalize(self, text: str) -> str: ...
+    def retry_message(self, problem: str) -> str: ...
+
 
 ContextFitter = Callable[[list[Message]], Awaitable[tuple[list[Message], list[str]]]]
 
@@ -89,6 +98,12 @@ class ReactEngine:
     """Called before each model call; lets meta-tools (request_tools) change the tool set."""
     transcript: list[Message] = field(default_factory=list)
     """Kept equal to the conversation so far (without the system prompt), for hooks."""
+    finalizer: Finalizer | None = None
+    """Checks the final text answer (structured output, `fim.structured.OutputContract`):
+    a rejected answer gets one retry with the reason, a second rejection fails the run."""
+    client_tools: frozenset[str] = frozenset()
+    """Tools the caller runs itself (OpenAI `tools`): a turn calling one ends the run after
+    its `tool_call` events, without running anything, so the caller can answer them."""
 
     async def run(self, input: str | list[Message]) -> AsyncIterator[Event]:
         started = time.perf_counter()
@@ -135,6 +150,7 @@ class ReactEngine:
 
         messages = [Message(role="system", content=system), *history] if system else history
         empty_replies = 0
+        final_retried = False
         for iteration in range(1, self.max_iterations + 1):
             if self.on_turn is not None:
                 for event in await self.on_turn():
@@ -182,10 +198,46 @@ class ReactEngine:
                         return
                     messages = [*messages, Message(role="user", content=_EMPTY_REPLY_NUDGE)]
                     continue
+                if self.finalizer is not None:
+                    problem = self.finalizer.problem(text)
+                    if problem is not None and not final_retried:
+                        final_retried = True
+                        yield Notice(
+                            run_id=self.run_id,
+                            message=self.mask(f"final answer rejected, retrying once: {problem}"),
+                            data={"structured_output": "retry"},
+                        )
+                        messages = [
+                            *messages,
+                            Message(role="assistant", content=text),
+                            Message(role="user", content=self.finalizer.retry_message(problem)),
+                        ]
+                        continue
+                    if problem is not None:
+                        message = f"The final answer was rejected after one retry: {problem}"
+                        yield ErrorEvent(
+                            run_id=self.run_id, message=self.mask(message), kind="invalid_output"
+                        )
+                        yield finish(message, "error", iteration)
+                        return
+                    text = self.finalizer.normalize(text)
                 yield MessageEvent(run_id=self.run_id, content=self.mask(text))
                 yield finish(text, "ok", iteration)
                 return
             empty_replies = 0
+            if self.client_tools and any(c.name in self.client_tools for c in reply.tool_calls):
+                # The caller runs these: hand them over (server calls of the same turn are
+                # not run; the model asks again once the caller's results are in).
+                for call in reply.tool_calls:
+                    if call.name in self.client_tools:
+                        yield ToolCallEvent(
+                            run_id=self.run_id,
+                            call_id=call.id,
+                            name=call.name,
+                            arguments=_masked_args(call.arguments, self.mask),
+                        )
+                yield finish(reply.content or "", "ok", iteration)
+                return
             messages = [
                 *messages,
                 Message(role="assistant", content=reply.content, tool_calls=reply.tool_calls),

@@ -11,7 +11,7 @@ import inspect
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl
@@ -21,6 +21,9 @@ from fim.run.services import PROVIDERS, Provision, RunContext, Services, load_pr
 from fim.tools.registry import ToolRegistry
 from fim.tools.view import view_of
 from fim.types import CallView, Message, Model
+
+if TYPE_CHECKING:
+    from fim.run.overrides import RunOverrides
 
 
 @dataclass
@@ -121,12 +124,18 @@ def _call_view(registry: ToolRegistry):
 
 
 async def make_engine(
-    ctx: RunContext, request: str = "", *, model: Model | None = None, stream: bool = False
+    ctx: RunContext,
+    request: str = "",
+    *,
+    model: Model | None = None,
+    stream: bool = False,
+    overrides: RunOverrides | None = None,
 ):
     """Build the engine of one run (react or dag): tools, hooks, tool selection for
-    `request`, and the context guard."""
+    `request`, the context guard, and what the caller overrides (`fim.run.overrides`)."""
     from fim.engines.react import NoHooks, ReactEngine
     from fim.llm import make_model
+    from fim.run.overrides import OverriddenModel, output_contract
 
     snapshot, agent = ctx.snapshot, ctx.agent
     if ctx.depth > snapshot.project.max_depth:
@@ -139,6 +148,16 @@ async def make_engine(
     assembly = await assemble(ctx)
     if model is None:
         model = make_model(snapshot.model_settings(agent.model), snapshot.root)
+    if overrides is not None and overrides.wraps_model():
+        model = OverriddenModel(model, overrides)
+    contract = (overrides.output if overrides else None) or output_contract(
+        snapshot, agent.output_schema
+    )
+    system_prompt = assembly.system_prompt
+    if contract is not None:
+        # the answer is checked whole before anyone sees it, so it is not streamed
+        system_prompt = f"{system_prompt}\n\n{contract.instruction()}".strip()
+        stream = False
     hooks: Any = NoHooks()
     if ctx.hooks_enabled and agent.hooks:
         from fim.hooks import build_hooks
@@ -152,7 +171,7 @@ async def make_engine(
     react = ReactEngine(
         model=model,
         registry=assembly.registry,
-        system_prompt=assembly.system_prompt,
+        system_prompt=system_prompt,
         agent=agent.name,
         run_id=ctx.run_id,
         hooks=hooks,
@@ -164,6 +183,8 @@ async def make_engine(
         mask_observations=agent.mask_observations,
         call_view=_call_view(assembly.registry),
         transcript=ctx.transcript,
+        finalizer=contract,
+        client_tools=overrides.client_tool_names if overrides else frozenset(),
         metadata={
             "agent_read_only": agent.read_only,
             "project_read_only": snapshot.project.read_only,
@@ -193,6 +214,7 @@ async def run_agent(
     stream: bool = False,
     run_id: str | None = None,
     guard: Any = None,
+    overrides: RunOverrides | None = None,
 ) -> AsyncIterator[Event]:
     """Run one request through a declared agent and yield its events.
 
@@ -221,7 +243,7 @@ async def run_agent(
             if isinstance(input, str)
             else next((m.content or "" for m in reversed(input) if m.role == "user"), "")
         )
-        engine = await make_engine(ctx, request, model=model, stream=stream)
+        engine = await make_engine(ctx, request, model=model, stream=stream, overrides=overrides)
         async for event in engine.run(input):
             yield event
     finally:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -297,13 +296,17 @@ async def run_human(node: HumanNode, ctx: NodeContext) -> Paused:
 @executor("agent")
 async def run_agent_node(node: AgentNode, ctx: NodeContext) -> Any:
     from fim.run.agent import ask
+    from fim.run.overrides import RunOverrides, output_contract
+    from fim.structured import parse_json
 
     if node.agent not in ctx.snapshot.agents:
         raise NodeError(
             f"unknown agent '{node.agent}' (agents: {', '.join(sorted(ctx.snapshot.agents))})"
         )
     task = ctx.render_text(node.input)
+    decl = ctx.snapshot.agents[node.agent]
     try:
+        contract = output_contract(ctx.snapshot, node.output_schema)
         finished = await ask(
             ctx.snapshot,
             node.agent,
@@ -313,6 +316,7 @@ async def run_agent_node(node: AgentNode, ctx: NodeContext) -> Any:
             guard=ctx.guard,
             depth=ctx.depth + 1,
             parents=(*ctx.parents, ctx.workflow),
+            overrides=RunOverrides(output=contract) if contract is not None else None,
         )
     except RunError as exc:
         raise NodeError(f"agent '{node.agent}': {exc}") from None
@@ -320,34 +324,22 @@ async def run_agent_node(node: AgentNode, ctx: NodeContext) -> Any:
         raise NodeError(
             f"agent '{node.agent}' ended with status {finished.status}: {finished.output[:500]}"
         )
+    if contract is not None or decl.output_schema is not None:
+        return parse_json(finished.output)  # validated by the engine already
     return finished.output
 
 
-_FENCE = re.compile(r"^```(?:json)?\s*(?P<body>.*?)\s*```$", re.DOTALL)
-
-
-def _parse_json(text: str) -> Any:
-    stripped = text.strip()
-    fenced = _FENCE.match(stripped)
-    if fenced:
-        stripped = fenced.group("body")
-    return json.loads(stripped)
-
-
 def schema_problems(value: Any, schema: dict[str, Any]) -> list[str]:
-    import jsonschema
+    """Kept for callers of the old name; the one implementation is `fim.structured`."""
+    from fim.structured import schema_problems as problems
 
-    cls = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
-    problems = []
-    for err in cls(schema).iter_errors(value):
-        where = "/".join(str(p) for p in err.absolute_path)
-        problems.append(f"{where}: {err.message}" if where else err.message)
-    return problems[:5]
+    return problems(value, schema)
 
 
 @executor("llm")
 async def run_llm(node: LlmNode, ctx: NodeContext) -> Any:
     from fim.llm import make_model
+    from fim.run.overrides import output_contract
     from fim.types import Message
 
     try:
@@ -358,38 +350,24 @@ async def run_llm(node: LlmNode, ctx: NodeContext) -> Any:
     if node.system:
         messages.append(Message(role="system", content=ctx.render_text(node.system)))
     prompt = ctx.render_text(node.prompt)
-    if node.output_schema is None:
+    try:
+        contract = output_contract(ctx.snapshot, node.output_schema)
+    except RunError as exc:
+        raise NodeError(str(exc)) from None
+    if contract is None:
         messages.append(Message(role="user", content=prompt))
         response = await model.complete(messages)
         return response.message.content or ""
-    schema_text = json.dumps(node.output_schema, ensure_ascii=False)
-    messages.append(
-        Message(
-            role="user",
-            content=f"{prompt}\n\nReply with only a JSON value (no prose, no code fence) "
-            f"that validates against this JSON Schema:\n{schema_text}",
-        )
-    )
+    messages.append(Message(role="user", content=f"{prompt}\n\n{contract.instruction()}"))
     problem = ""
     for attempt in range(2):
         response = await model.complete(messages)
         reply = response.message.content or ""
-        try:
-            value = _parse_json(reply)
-        except ValueError as exc:
-            problem = f"the reply was not valid JSON ({exc})"
-        else:
-            problems = schema_problems(value, node.output_schema)
-            if not problems:
-                return value
-            problem = "the JSON does not match the schema: " + "; ".join(problems)
+        value, problem_or_none = contract.validate(reply)
+        if problem_or_none is None:
+            return value
+        problem = problem_or_none
         if attempt == 0:
             messages.append(Message(role="assistant", content=reply))
-            messages.append(
-                Message(
-                    role="user",
-                    content=f"Error: {problem}. Reply again with only the corrected JSON "
-                    f"matching the schema {schema_text}.",
-                )
-            )
+            messages.append(Message(role="user", content=contract.retry_message(problem)))
     raise NodeError(f"llm output rejected after one retry: {problem}")

@@ -130,3 +130,10 @@ class AgentDecl(Strict):
     """Token budget of the conversation; defaults to the model's context window."""
     max_replans: int = Field(default=3, ge=0)
     """DAG engine: re-planning rounds."""
+    output_schema: dict[str, Any] | str | None = None
+    """Structured output: the final answer must be JSON valid against this inline JSON
+    Schema, or against the pydantic model `module:Class` in the project's hooks/ folder
+    (one retry with the validation error, then the run fails). Works with tools."""
+    client_sampling: bool = True
+    """Whether OpenAI-endpoint callers may set sampling fields (temperature, top_p,
+    max_tokens, stop, seed, penalties) for this agent's model; false answers them a 400."""

@@ -30,8 +30,9 @@ class LlmNode(_Node):
     prompt: str
     model: ModelRef = "general"
     system: str | None = None
-    output_schema: JSONSchema | None = None
-    """When set, the output is JSON validated against this schema."""
+    output_schema: JSONSchema | str | None = None
+    """When set, the output is JSON validated against this schema (inline JSON Schema, or
+    `module:Class` naming a pydantic model in the project's hooks/ folder)."""
 
 
 class AgentNode(_Node):
@@ -39,6 +40,9 @@ class AgentNode(_Node):
     agent: str
     input: str
     """Template of the task given to the agent."""
+    output_schema: JSONSchema | str | None = None
+    """Structured output (as on `llm` nodes); replaces the agent's own `output_schema`. With
+    either, the node's output is the parsed JSON value."""
 
 
 class ConnectorNode(_Node):

@@ -1,0 +1,140 @@
+"""Structured output: a final answer that must be JSON valid against a schema.
+
+One contract serves every place that asks for it: an agent's `output_schema`, a workflow
+`llm` or `agent` node's `output_schema`, and the OpenAI endpoint's `response_format`. The
+model is told the schema, its final answer is parsed and validated, and on failure it gets
+one retry with the validation error; a second failure fails the run (never an unchecked
+answer). Validation is `jsonschema` for inline schemas and pydantic's own validation for a
+pydantic model (`module:Class` in the project's hooks/ folder), so custom validators hold.
+
+This module imports only the standard library at import time: it sits below the engines.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+_FENCE = re.compile(r"^```(?:json)?\s*(?P<body>.*?)\s*```$", re.DOTALL)
+
+MAX_PROBLEMS = 5
+
+
+class SchemaError(ValueError):
+    """A declared schema that is not a valid JSON Schema (reported by `fim validate`)."""
+
+
+def parse_json(text: str) -> Any:
+    """The JSON value of a reply; a ```json fence around it (a common habit) is accepted."""
+    stripped = text.strip()
+    fenced = _FENCE.match(stripped)
+    if fenced:
+        stripped = fenced.group("body")
+    return json.loads(stripped)
+
+
+def schema_problems(value: Any, schema: dict[str, Any]) -> list[str]:
+    """Up to five validation errors of `value` against `schema`, each with its JSON path."""
+    import jsonschema
+
+    cls = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
+    problems = []
+    for err in cls(schema).iter_errors(value):
+        where = "/".join(str(p) for p in err.absolute_path)
+        problems.append(f"{where}: {err.message}" if where else err.message)
+        if len(problems) >= MAX_PROBLEMS:
+            break
+    return problems
+
+
+def check_schema(schema: Any) -> str | None:
+    """Why `schema` is not a usable JSON Schema, or None when it is."""
+    import jsonschema
+
+    if not isinstance(schema, dict):
+        return "a JSON Schema must be a mapping"
+    cls = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path)
+        return f"invalid JSON Schema{f' at {where}' if where else ''}: {exc.message}"
+    return None
+
+
+class OutputContract:
+    """What the final answer must be: JSON valid against `schema`, or (with `schema` None)
+    any JSON object (OpenAI's `json_object` mode). `model` is a pydantic model class that
+    validates instead of jsonschema when the schema came from one.
+
+    The engine calls `problem(text)`; None means accepted and `normalize(text)` is the
+    answer (compact JSON, fences removed). Otherwise `retry_message(problem)` is what the
+    model reads before its one retry.
+    """
+
+    def __init__(
+        self, schema: dict[str, Any] | None = None, *, model: Any = None, name: str = ""
+    ) -> None:
+        if model is not None and schema is None:
+            schema = model.model_json_schema()
+        self.schema = schema
+        self.model = model
+        self.name = name
+
+    @property
+    def schema_text(self) -> str:
+        return json.dumps(self.schema, ensure_ascii=False) if self.schema is not None else ""
+
+    def instruction(self) -> str:
+        """Appended to the system prompt (or the prompt) so the model knows the shape."""
+        if self.schema is None:
+            return (
+                "When you give your final answer, reply with only a JSON object "
+                "(no prose, no code fence)."
+            )
+        return (
+            "When you give your final answer, reply with only a JSON value (no prose, no "
+            f"code fence) that validates against this JSON Schema:\n{self.schema_text}"
+        )
+
+    def validate(self, text: str) -> tuple[Any, str | None]:
+        """(value, None) when `text` is acceptable JSON, else (None, why not)."""
+        try:
+            value = parse_json(text)
+        except ValueError as exc:
+            return None, f"the reply was not valid JSON ({exc})"
+        if self.model is not None:
+            from pydantic import ValidationError
+
+            try:
+                self.model.model_validate(value)
+            except ValidationError as exc:
+                errors = exc.errors(include_url=False, include_input=False)[:MAX_PROBLEMS]
+                parts = [
+                    f"{'/'.join(str(p) for p in e['loc'])}: {e['msg']}" if e["loc"] else e["msg"]
+                    for e in errors
+                ]
+                return None, "the JSON does not match the schema: " + "; ".join(parts)
+            return value, None
+        if self.schema is None:
+            if not isinstance(value, dict):
+                return None, "the reply must be a JSON object"
+            return value, None
+        problems = schema_problems(value, self.schema)
+        if problems:
+            return None, "the JSON does not match the schema: " + "; ".join(problems)
+        return value, None
+
+    def problem(self, text: str) -> str | None:
+        return self.validate(text)[1]
+
+    def normalize(self, text: str) -> str:
+        value, problem = self.validate(text)
+        if problem is not None:
+            raise ValueError(problem)
+        return json.dumps(value, ensure_ascii=False)
+
+    def retry_message(self, problem: str) -> str:
+        target = f"matching the schema {self.schema_text}" if self.schema is not None else "object"
+        return f"Error: {problem}. Reply again with only the corrected JSON {target}."
