@@ -46,6 +46,10 @@ class Message(_Model):
     tool_calls: list[ToolCall] = Field(default_factory=list)
     tool_call_id: str | None = None
     name: str | None = None
+    images: list[str] = Field(default_factory=list)
+    """Image URLs (`https:` or `data:image/...;base64,`) given with a user message; sent to
+    the model as OpenAI `image_url` content parts after the text. Text stays in `content`
+    so everything reading messages as text is unchanged."""
 
 
 class Usage(_Model):

@@ -57,6 +57,11 @@ def message_to_wire(message: Message) -> dict[str, Any]:
         out["content"] = ""
     if message.name and message.role in ("user", "system"):
         out["name"] = message.name
+    if message.images and message.role == "user":
+        text = out["content"]
+        parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+        parts += [{"type": "image_url", "image_url": {"url": url}} for url in message.images]
+        out["content"] = parts
     return out
 
 

@@ -70,7 +70,12 @@ class OverriddenModel:
         if self.overrides.tool_choice is not None and self._calls == 0:
             merged["tool_choice"] = self.overrides.tool_choice
         self._calls += 1
-        all_tools = [*(tools or []), *self.overrides.client_tools]
+        # a client tool shadows an agent tool of the same name (the caller runs it)
+        shadowed = self.overrides.client_tool_names
+        all_tools = [
+            *(t for t in tools or [] if t.name not in shadowed),
+            *self.overrides.client_tools,
+        ]
         return all_tools or None, merged
 
     async def complete(

@@ -136,7 +136,13 @@ class Api:
             self.sessions.popitem(last=False)
 
     async def events(
-        self, agent: str, history: list[Message], *, stream: bool, run_id: str
+        self,
+        agent: str,
+        history: list[Message],
+        *,
+        stream: bool,
+        run_id: str,
+        overrides: Any = None,
     ) -> AsyncIterator[Event]:
         """Run one request on the snapshot current *now*, persisting the run at the end."""
         from fim.run.agent import run_agent
@@ -148,7 +154,13 @@ class Api:
         problem = ""
         try:
             async for event in run_agent(
-                snapshot, agent, history, services=self.services, stream=stream, run_id=run_id
+                snapshot,
+                agent,
+                history,
+                services=self.services,
+                stream=stream,
+                run_id=run_id,
+                overrides=overrides,
             ):
                 if event.type != "token":
                     trace.append(event.model_dump(mode="json"))
@@ -260,7 +272,12 @@ class Api:
         return JSONResponse({"runs": [_summary(r) for r in records]})
 
     async def run_to_end(
-        self, request: Request, name: str, history: list[Message], run_id: str
+        self,
+        request: Request,
+        name: str,
+        history: list[Message],
+        run_id: str,
+        overrides: Any = None,
     ) -> tuple[RunFinished, list[dict[str, Any]]] | Response:
         """Run to completion and return the final event and the trace; the run is cancelled
         if the client goes away. A failure comes back as an error Response."""
@@ -268,7 +285,9 @@ class Api:
 
         async def consume() -> RunFinished | None:
             final = None
-            async for event in self.events(name, history, stream=False, run_id=run_id):
+            async for event in self.events(
+                name, history, stream=False, run_id=run_id, overrides=overrides
+            ):
                 trace.append(event.model_dump(mode="json"))
                 if isinstance(event, RunFinished):
                     final = event
@@ -340,6 +359,7 @@ def create_app(holder: SnapshotHolder, services: Services | None = None) -> Star
         Route("/v1/runs", api.list_runs),
         Route("/v1/runs/{run_id}", api.get_run),
         Route("/v1/models", compat.models),
+        Route("/v1/models/{model_id:path}", compat.model),
         Route("/v1/chat/completions", compat.chat_completions, methods=["POST"]),
         *extra_routes(api),
     ]
@@ -354,8 +374,14 @@ def create_app(holder: SnapshotHolder, services: Services | None = None) -> Star
                 CORSMiddleware, allow_origins=cors, allow_methods=["*"], allow_headers=["*"]
             ),
         )
+    from starlette.exceptions import HTTPException
+
+    from fim.server.openai_compat import http_error
+
     app = Starlette(
-        routes=routes, middleware=middleware, exception_handlers={Exception: _internal_error}
+        routes=routes,
+        middleware=middleware,
+        exception_handlers={Exception: _internal_error, HTTPException: http_error},
     )
     app.state.api = api
     return app

@@ -45,8 +45,45 @@ def session_owner(request: Request, holder: SnapshotHolder) -> str:
     return hashlib.sha256(b"fim-session-owner\0" + token.encode()).hexdigest()
 
 
-def error(status: int, message: str, hint: str | None = None) -> JSONResponse:
-    body: dict[str, Any] = {"error": {"message": message}}
+_CODES = {
+    400: "invalid_request",
+    401: "invalid_api_key",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "request_too_large",
+    429: "rate_limited",
+    499: "client_closed_request",
+    503: "unavailable",
+}
+
+
+def error(
+    status: int,
+    message: str,
+    hint: str | None = None,
+    *,
+    param: str | None = None,
+    code: str | None = None,
+) -> JSONResponse:
+    """An error in OpenAI's shape (`message`, `type`, `param`, `code`) on every route, so
+    one client-side handler reads them all; `hint` is fim's own addition."""
+    kind = (
+        "server_error"
+        if status >= 500
+        else "authentication_error"
+        if status == 401
+        else "invalid_request_error"
+    )
+    body: dict[str, Any] = {
+        "error": {
+            "message": message,
+            "type": kind,
+            "param": param,
+            "code": code or _CODES.get(status, "server_error" if status >= 500 else "error"),
+        }
+    }
     if hint:
         body["error"]["hint"] = hint
     return JSONResponse(body, status_code=status)

@@ -18,31 +18,207 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from fim.errors import FimError
-from fim.events import RunFinished
+from fim.events import RunFinished, ToolCallEvent
+from fim.llm.wire import parse_arguments
 from fim.masking import StreamMasker, known
 from fim.server.bodies import BodyError, ChatBody, ChatMessage, read_body
 from fim.server.http import JSONResponse, session_owner
-from fim.types import Message
+from fim.types import Message, ToolSpec
 
 if TYPE_CHECKING:
+    from fim.run.overrides import RunOverrides
     from fim.server.app import Api
 
 
-def _content(value: str | list[dict[str, Any]] | None) -> str:
-    """OpenAI content may be a string or a list of parts; keep the text parts."""
+_IMAGE_URL_PREFIXES = ("https://", "http://", "data:image/")
+
+
+def _content(
+    value: str | list[dict[str, Any]] | None, where: str, *, images: bool
+) -> tuple[str, list[str]]:
+    """(text, image URLs) of OpenAI content: a string, or parts. Text (and an assistant's
+    refusal) parts are joined; image parts are kept where `images` (user messages); any
+    other part (audio, files) is a 400 naming it, never dropped."""
     if value is None or isinstance(value, str):
-        return value or ""
-    return "".join(p["text"] for p in value if isinstance(p.get("text"), str))
+        return value or "", []
+    texts: list[str] = []
+    urls: list[str] = []
+    for i, part in enumerate(value):
+        kind = part.get("type")
+        if kind in ("text", "refusal") and isinstance(part.get(kind), str):
+            texts.append(part[kind])
+        elif kind == "image_url" and images:
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else None
+            if not isinstance(url, str) or not url.startswith(_IMAGE_URL_PREFIXES):
+                raise BodyError(
+                    "an image_url part needs image_url.url, an http(s) or data:image/ URL",
+                    f"{where}.content.{i}.image_url.url",
+                )
+            urls.append(url)
+        else:
+            raise BodyError(
+                f"content parts of type '{kind}' are not supported here",
+                f"{where}.content.{i}.type",
+                "send text parts, and image_url parts in user messages",
+                code="unsupported_value",
+            )
+    return "".join(texts), urls
 
 
 def to_messages(raw: list[ChatMessage]) -> list[Message]:
+    """The client's conversation as fim messages, its own tool turns included (assistant
+    `tool_calls` and `tool` results), so a client running tools keeps its history."""
     messages = []
-    for item in raw:
+    for i, item in enumerate(raw):
+        where = f"messages.{i}"
+        if item.role == "function":
+            raise BodyError(
+                "role 'function' (deprecated by OpenAI) is not supported",
+                f"{where}.role",
+                "send role 'tool' with tool_call_id",
+                code="unsupported_value",
+            )
         role = "system" if item.role == "developer" else item.role
-        if role not in {"system", "user", "assistant"}:
-            continue  # tool turns of the client's own loop are not ours to replay
-        messages.append(Message(role=role, content=_content(item.content)))
+        text, images = _content(item.content, where, images=role == "user")
+        if role == "tool":
+            if not item.tool_call_id:
+                raise BodyError("a tool message needs tool_call_id", f"{where}.tool_call_id")
+            messages.append(
+                Message(role="tool", content=text, tool_call_id=item.tool_call_id, name=item.name)
+            )
+            continue
+        calls = []
+        if role == "assistant" and item.tool_calls:
+            calls = [
+                parse_arguments(c.function.name, c.id, c.function.arguments)
+                for c in item.tool_calls
+            ]
+        messages.append(
+            Message(
+                role=role,  # type: ignore[arg-type]
+                content=text if text or not calls else None,
+                tool_calls=calls,
+                images=images,
+            )
+        )
     return messages
+
+
+def _unsupported(param: str, message: str, hint: str | None = None) -> BodyError:
+    return BodyError(message, param, hint, code="unsupported_parameter")
+
+
+def plan(body: ChatBody, agent: Any) -> RunOverrides:
+    """What the request changes about the run, or BodyError for a field fim cannot honour.
+    `agent` is the declaration (None for `auto`, whose agents decide for themselves)."""
+    from fim.run.overrides import SAMPLING_FIELDS, RunOverrides
+    from fim.structured import OutputContract, check_schema
+
+    if body.n not in (None, 1):
+        raise _unsupported("n", "n > 1 is not supported: fim runs one agent turn per request")
+    if body.logprobs:
+        raise _unsupported(
+            "logprobs",
+            "logprobs are not supported (an agent's answer is "
+            "the result of a run, not of one sampling)",
+        )
+    if body.top_logprobs is not None:
+        raise _unsupported("top_logprobs", "top_logprobs are not supported")
+    if body.logit_bias:
+        raise _unsupported(
+            "logit_bias",
+            "logit_bias is not supported (token ids are "
+            "specific to the agent's model, which the client does not choose)",
+        )
+    if body.modalities not in (None, ["text"]):
+        raise _unsupported("modalities", "only text output is supported")
+    for name in ("audio", "prediction", "web_search_options"):
+        if getattr(body, name) is not None:
+            raise _unsupported(name, f"'{name}' is not supported")
+    if body.functions is not None or body.function_call is not None:
+        param = "functions" if body.functions is not None else "function_call"
+        raise _unsupported(
+            param,
+            f"'{param}' (deprecated by OpenAI) is not supported",
+            "send 'tools' and 'tool_choice'",
+        )
+    if body.store:
+        raise _unsupported(
+            "store",
+            "stored completions are not supported; fim keeps its "
+            "own record of every run (GET /v1/runs)",
+        )
+
+    sampling = {
+        name: getattr(body, name)
+        for name in (*SAMPLING_FIELDS, "reasoning_effort", "verbosity")
+        if getattr(body, name) is not None
+    }
+    if sampling and agent is not None and not agent.client_sampling:
+        first = next(iter(sampling))
+        raise _unsupported(
+            first,
+            f"agent '{agent.name}' does not accept sampling settings from clients "
+            f"(client_sampling: false); remove '{first}'",
+        )
+
+    output = None
+    fmt = body.response_format
+    if fmt is not None and fmt.type == "json_object":
+        output = OutputContract()
+    elif fmt is not None and fmt.type == "json_schema":
+        assert fmt.json_schema is not None
+        schema = fmt.json_schema.schema_ or {}
+        problem = check_schema(schema)
+        if problem is not None:
+            raise BodyError(problem, "response_format.json_schema.schema")
+        output = OutputContract(schema, name=fmt.json_schema.name)
+
+    tools = tuple(
+        ToolSpec(
+            name=t.function.name,
+            description=t.function.description or "",
+            parameters=t.function.parameters or {"type": "object", "properties": {}},
+        )
+        for t in body.tools or ()
+    )
+    names = [t.name for t in tools]
+    if len(set(names)) != len(names):
+        raise BodyError("tool names must be unique", "tools")
+    choice: Any = body.tool_choice
+    if choice == "none":
+        tools, choice = (), None  # the agent's own tools stay: they are the agent's business
+    elif choice == "auto":
+        choice = None
+    if choice is not None:
+        if not tools:
+            raise BodyError("tool_choice needs 'tools'", "tool_choice")
+        if not isinstance(choice, str):
+            wanted = choice.function.get("name")
+            if wanted not in names:
+                raise BodyError(
+                    f"tool_choice names '{wanted}', which is not in 'tools'",
+                    "tool_choice.function.name",
+                )
+            choice = choice.model_dump()
+    if tools and body.parallel_tool_calls is not None:
+        sampling["parallel_tool_calls"] = body.parallel_tool_calls
+    return RunOverrides(sampling=sampling, output=output, client_tools=tools, tool_choice=choice)
+
+
+def _tool_calls(calls: list[ToolCallEvent]) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": c.call_id,
+            "type": "function",
+            "function": {
+                "name": c.name,
+                "arguments": json.dumps(c.arguments, ensure_ascii=False),
+            },
+        }
+        for c in calls
+    ]
 
 
 class OpenAICompat:
@@ -51,65 +227,73 @@ class OpenAICompat:
 
     async def models(self, request: Request) -> Response:
         snap = self.api.holder.current
-        created = int(snap.loaded_at)
         return JSONResponse(
-            {
-                "object": "list",
-                "data": [
-                    {"id": name, "object": "model", "created": created, "owned_by": "fim"}
-                    for name in _model_ids(snap)
-                ],
-            }
+            {"object": "list", "data": [_model_object(snap, n) for n in _model_ids(snap)]}
         )
+
+    async def model(self, request: Request) -> Response:
+        """GET /v1/models/{id}: one agent as a model object, or OpenAI's 404."""
+        snap = self.api.holder.current
+        name = request.path_params["model_id"]
+        if name not in _model_ids(snap):
+            return _model_not_found(snap, name)
+        return JSONResponse(_model_object(snap, name))
 
     async def chat_completions(self, request: Request) -> Response:
         from fim.server.app import UnknownSession, _known
         from fim.server.http import error
 
         owner = session_owner(request, self.api.holder)
+        snap = self.api.holder.current
         try:
             body = await read_body(request, ChatBody)
+            if not _known(snap, body.model):
+                return _model_not_found(snap, body.model)
+            overrides = plan(body, snap.agents.get(body.model))
+            incoming = to_messages(body.messages)
         except BodyError as exc:
             return exc.response()
         name = body.model
-        snap = self.api.holder.current
-        if not _known(snap, name):
-            return JSONResponse(
-                {
-                    "error": {
-                        "message": f"The model '{name}' does not exist; models are fim agents: "
-                        f"{', '.join(snap.agents)}",
-                        "type": "invalid_request_error",
-                        "code": "model_not_found",
-                    }
-                },
-                status_code=404,
-            )
         session = body.session_id
         try:
-            messages = [*self.api.history(session, owner), *to_messages(body.messages)]
+            messages = [*self.api.history(session, owner), *incoming]
         except UnknownSession as exc:
-            return error(404, exc.message)
+            return error(404, exc.message, param="session_id")
         completion_id = "chatcmpl-" + uuid.uuid4().hex[:24]
         run_id = uuid.uuid4().hex[:12]
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return StreamingResponse(
                 self._chunks(
-                    name, messages, completion_id, run_id, include_usage, (session, owner)
+                    name,
+                    messages,
+                    completion_id,
+                    run_id,
+                    include_usage,
+                    (session, owner),
+                    overrides,
                 ),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache"},
             )
 
-        outcome = await self.api.run_to_end(request, name, messages, run_id)
+        outcome = await self.api.run_to_end(request, name, messages, run_id, overrides)
         if isinstance(outcome, Response):
             return outcome
         final, trace = outcome
         if final.status == "error":
-            status, body = error_object(failure(trace, final))
-            return JSONResponse({**body, "fim": {"run_id": run_id}}, status_code=status)
-        self.api.remember(session, owner, messages, final.output)
+            status, err = error_object(failure(trace, final))
+            return JSONResponse({**err, "fim": {"run_id": run_id}}, status_code=status)
+        calls = _pending_calls(trace, overrides)
+        message: dict[str, Any] = {"role": "assistant", "content": final.output or None}
+        if calls:
+            message["tool_calls"] = _tool_calls(calls)
+            finish = "tool_calls"
+        else:
+            message["content"] = final.output
+            finish = "stop" if final.status == "ok" else "length"
+            self.api.remember(session, owner, messages, final.output)
+        message["refusal"] = None
         return JSONResponse(
             {
                 "id": completion_id,
@@ -117,11 +301,7 @@ class OpenAICompat:
                 "created": int(time.time()),
                 "model": name,
                 "choices": [
-                    {
-                        "index": 0,
-                        "finish_reason": "stop" if final.status == "ok" else "length",
-                        "message": {"role": "assistant", "content": final.output},
-                    }
+                    {"index": 0, "finish_reason": finish, "message": message, "logprobs": None}
                 ],
                 "usage": _usage(final),
                 "fim": {"run_id": run_id, "status": final.status},
@@ -136,10 +316,12 @@ class OpenAICompat:
         run_id: str,
         include_usage: bool,
         session: tuple[str | None, str] = (None, ""),
+        overrides: RunOverrides | None = None,
     ) -> AsyncIterator[bytes]:
         created = int(time.time())
         mask = known()
         tokens = StreamMasker(mask)
+        client_tools = overrides.client_tool_names if overrides else frozenset()
 
         def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
             payload = {
@@ -156,8 +338,11 @@ class OpenAICompat:
         final: RunFinished | None = None
         streamed = False
         problem: tuple[str, str] | None = None
+        calls: list[ToolCallEvent] = []
         try:
-            async for event in self.api.events(name, messages, stream=True, run_id=run_id):
+            async for event in self.api.events(
+                name, messages, stream=True, run_id=run_id, overrides=overrides
+            ):
                 if event.type == "token":
                     streamed = True
                     text = tokens.feed(event.text)
@@ -165,6 +350,8 @@ class OpenAICompat:
                         yield chunk({"content": text})
                 elif event.type == "error":
                     problem = (event.kind, event.message)
+                elif isinstance(event, ToolCallEvent) and event.name in client_tools:
+                    calls.append(event)
                 elif isinstance(event, RunFinished):
                     final = event
         except FimError as exc:
@@ -179,11 +366,17 @@ class OpenAICompat:
         held = tokens.flush()
         if held:
             yield chunk({"content": held})
-        if final is not None and not streamed:
+        if final is not None and not streamed and final.output:
             yield chunk({"content": final.output})
-        if final is not None:
-            self.api.remember(session[0], session[1], messages, final.output)
-        yield chunk({}, "stop" if final is not None and final.status == "ok" else "length")
+        if calls:
+            wire = _tool_calls(calls)
+            yield chunk({"tool_calls": [{"index": i, **c} for i, c in enumerate(wire)]})
+            finish = "tool_calls"
+        else:
+            if final is not None:
+                self.api.remember(session[0], session[1], messages, final.output)
+            finish = "stop" if final is not None and final.status == "ok" else "length"
+        yield chunk({}, finish)
         if include_usage and final is not None:
             payload = {
                 "id": completion_id,
@@ -195,6 +388,49 @@ class OpenAICompat:
             }
             yield f"data: {json.dumps(mask.value(payload))}\n\n".encode()
         yield b"data: [DONE]\n\n"
+
+
+def _pending_calls(trace: list[dict[str, Any]], overrides: RunOverrides) -> list[ToolCallEvent]:
+    """The client-tool calls the run stopped on (the engine emits them last, unrun)."""
+    names = overrides.client_tool_names
+    return [
+        ToolCallEvent.model_validate(e)
+        for e in trace
+        if e.get("type") == "tool_call" and e.get("name") in names
+    ]
+
+
+def _model_object(snapshot: Any, name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": int(snapshot.loaded_at), "owned_by": "fim"}
+
+
+def _model_not_found(snapshot: Any, name: str) -> Response:
+    from fim.server.http import error
+
+    return error(
+        404,
+        f"The model '{name}' does not exist; models are fim agents: "
+        f"{', '.join(_model_ids(snapshot))}",
+        param="model",
+        code="model_not_found",
+    )
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own errors (unknown route 404, wrong method 405) as OpenAI-shaped JSON."""
+    from starlette.exceptions import HTTPException
+
+    from fim.server.http import error
+
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    if status == 404:
+        return error(
+            404,
+            f"unknown route {request.method} {request.url.path}",
+            "see GET /v1/models, /v1/agents, /v1/workflows",
+        )
+    detail = exc.detail if isinstance(exc, HTTPException) else "error"
+    return error(status, f"{detail}: {request.method} {request.url.path}")
 
 
 UPSTREAM_KINDS = frozenset({"model_error", "empty_reply"})
