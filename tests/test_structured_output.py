@@ -15,7 +15,10 @@ from fim.run.agent import ask, run_agent
 from fim.run.services import Services
 from fim.workflows.engine import WorkflowEngine
 
-PERSON = "{type: object, properties: {name: {type: string}, age: {type: integer}}, required: [name, age]}"
+PERSON = (
+    "{type: object, properties: {name: {type: string}, age: {type: integer}}, "
+    "required: [name, age]}"
+)
 
 
 def project(root: Path, files: dict[str, str]) -> Path:
