@@ -344,6 +344,15 @@ class Checker:
             self.check_hook(entry, spec, ("hooks", i))
         self.templates.check(self, entry, ("instructions",), agent.instructions)
         self.check_output_schema(entry, ("output_schema",), agent.output_schema)
+        if agent.output_schema is not None and agent.engine == "dag":
+            self.add(
+                doc.problem(
+                    ("output_schema",),
+                    "output_schema needs engine: react (the dag engine does not validate "
+                    "its answer)",
+                    "remove engine: dag or output_schema",
+                )
+            )
 
     def check_output_schema(self, entry: Entry, path: tuple, spec: Any) -> None:
         """An inline schema must be a valid JSON Schema; `module:Class` must name a module

@@ -153,6 +153,12 @@ async def make_engine(
     contract = (overrides.output if overrides else None) or output_contract(
         snapshot, agent.output_schema
     )
+    if agent.engine == "dag" and (contract is not None or (overrides and overrides.client_tools)):
+        raise RunError(
+            f"agent '{agent.name}' uses engine: dag, which supports neither structured output "
+            "nor client-side tools",
+            hint="use engine: react for output_schema, response_format and client tools",
+        )
     system_prompt = assembly.system_prompt
     if contract is not None:
         # the answer is checked whole before anyone sees it, so it is not streamed

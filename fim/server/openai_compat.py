@@ -202,6 +202,13 @@ def plan(body: ChatBody, agent: Any) -> RunOverrides:
                     "tool_choice.function.name",
                 )
             choice = choice.model_dump()
+    if agent is not None and agent.engine == "dag" and (tools or output is not None):
+        param = "tools" if tools else "response_format"
+        raise _unsupported(
+            param,
+            f"agent '{agent.name}' uses engine: dag, which supports neither client tools nor "
+            "structured output",
+        )
     if tools and body.parallel_tool_calls is not None:
         sampling["parallel_tool_calls"] = body.parallel_tool_calls
     return RunOverrides(sampling=sampling, output=output, client_tools=tools, tool_choice=choice)
