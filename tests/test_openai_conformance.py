@@ -68,6 +68,8 @@ def reply(request: dict[str, Any]) -> ModelResponse | str:
         return f"the tool said {_text(last['content'])}"
     user = _text(last["content"])
     if "JSON Schema" in system or "JSON object" in system:
+        if any(m["role"] == "user" and "prose" in _text(m["content"]) for m in messages):
+            return "I only ever answer in prose."
         if "retry" in user and last["role"] == "user" and len(messages) <= 2:
             return "Sure! Here is the person you asked for."  # invalid: fim asks again
         return json.dumps({"name": "Ada", "age": 36})
@@ -169,6 +171,12 @@ def test_openai_python_sdk(served: Served):
     assert retried.choices[0].message.parsed == Person(name="Ada", age=36)
     upstream = served.stub.requests[-1].json["messages"]
     assert upstream[-1]["content"].startswith("Error: the reply was not valid JSON")
+    with pytest.raises(openai.APIStatusError) as never:
+        client.chat.completions.parse(
+            model="helper", messages=[{"role": "user", "content": "prose"}], response_format=Person
+        )
+    assert never.value.status_code == 502 and never.value.body["code"] == "invalid_output"
+    assert "rejected after one retry" in never.value.message
     as_object = client.chat.completions.create(
         model="helper",
         messages=[{"role": "user", "content": "a person"}],
@@ -246,11 +254,15 @@ def test_openai_python_sdk(served: Served):
         ({"logprobs": True}, "logprobs"),
         ({"extra_body": {"bogus": 1}}, "bogus"),
         ({"tool_choice": "required"}, "tool_choice"),
+        ({"stream_options": {"include_usage": True}}, "stream_options"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]},
+            "messages.0.content.0.type",
+        ),
     ]:
+        request = {"model": "helper", "messages": [{"role": "user", "content": "hi"}], **kwargs}
         with pytest.raises(openai.BadRequestError) as bad:
-            client.chat.completions.create(
-                model="helper", messages=[{"role": "user", "content": "hi"}], **kwargs
-            )
+            client.chat.completions.create(**request)
         assert bad.value.body["type"] == "invalid_request_error"
         assert bad.value.body["param"] == param and bad.value.body["code"]
     with pytest.raises(openai.BadRequestError) as bad:
@@ -458,7 +470,7 @@ def _node_openai() -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         try:
             done = subprocess.run(
-                ["npm", "install", "--no-audit", "--no-fund", "--silent", "openai@4"],
+                ["npm", "install", "--no-audit", "--no-fund", "--silent", "openai@4.104.0"],
                 cwd=folder,
                 capture_output=True,
                 text=True,
@@ -467,7 +479,7 @@ def _node_openai() -> Path:
         except subprocess.TimeoutExpired:
             pytest.skip("npm install openai timed out (registry unreachable?)")
         if done.returncode != 0:
-            pytest.skip(f"npm could not install the openai package: {done.stderr.strip()[-300:]}")
+            pytest.skip(f"npm could not install openai@4.104.0: {done.stderr.strip()[-300:]}")
     return folder
 
 

@@ -115,6 +115,8 @@ def plan(body: ChatBody, agent: Any) -> RunOverrides:
     from fim.run.overrides import SAMPLING_FIELDS, RunOverrides
     from fim.structured import OutputContract, check_schema
 
+    if body.stream_options is not None and not body.stream:
+        raise BodyError("stream_options is only allowed when stream is true", "stream_options")
     if body.n not in (None, 1):
         raise _unsupported("n", "n > 1 is not supported: fim runs one agent turn per request")
     if body.logprobs:
@@ -440,8 +442,9 @@ async def http_error(request: Request, exc: Exception) -> Response:
     return error(status, f"{detail}: {request.method} {request.url.path}")
 
 
-UPSTREAM_KINDS = frozenset({"model_error", "empty_reply"})
-"""Error kinds of a run that are the model's failure (HTTP 502), not fim's (HTTP 500)."""
+UPSTREAM_KINDS = frozenset({"model_error", "empty_reply", "invalid_output"})
+"""Error kinds of a run that are the model's failure (HTTP 502), not fim's (HTTP 500): an
+answer that failed its schema twice is the model's."""
 
 
 def failure(trace: list[dict[str, Any]], final: RunFinished) -> tuple[str, str]:
