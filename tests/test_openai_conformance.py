@@ -67,6 +67,11 @@ def reply(request: dict[str, Any]) -> ModelResponse | str:
     if last["role"] == "tool":
         return f"the tool said {_text(last['content'])}"
     user = _text(last["content"])
+    forced = request.get("tool_choice")
+    if isinstance(forced, dict):  # a named tool_choice: call it (fim sent it through)
+        name = forced["function"]["name"]
+        call = ToolCall(id="call_f1", name=name, arguments={"name": "Ada", "age": 36})
+        return ModelResponse(message=Message(role="assistant", content=None, tool_calls=[call]))
     if "JSON Schema" in system or "JSON object" in system:
         if any(m["role"] == "user" and "prose" in _text(m["content"]) for m in messages):
             return "I only ever answer in prose."
@@ -377,6 +382,9 @@ def test_langchain_openai(served: Served):
     assert structured.invoke("a person") == Person(name="Ada", age=36)
     as_json = llm.with_structured_output(Person, method="json_mode")
     assert as_json.invoke("a person") == Person(name="Ada", age=36)
+    as_tool = llm.with_structured_output(Person, method="function_calling")
+    assert as_tool.invoke("a person") == Person(name="Ada", age=36)
+    assert served.stub.requests[-1].json["tool_choice"]["function"]["name"] == "Person"
 
     @tool
     def get_weather(city: str) -> str:
