@@ -64,6 +64,9 @@ async def serve(
     # of the cyclic collector's generations so full collections stay short under load.
     gc.collect()
     gc.freeze()
+    from fim.store.single import claim_sqlite
+
+    lock = claim_sqlite(snapshot.project.state, root)  # SQLite: one server per store
     holder = SnapshotHolder(snapshot)
     services = Services(root=root, state_url=snapshot.project.state)
     holder.listeners.append(lambda old, new: _on_swap(services, old, new))
@@ -106,6 +109,8 @@ async def serve(
             except (asyncio.CancelledError, Exception):
                 log.debug("watcher stopped")
         await services.aclose()
+        if lock is not None:
+            lock.close()
 
 
 async def _git_poll(git: GitSource, holder: Any, interval: float, stop: asyncio.Event) -> None:
