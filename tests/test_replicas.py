@@ -35,10 +35,21 @@ outputs:
 """
 
 
+ALICE = {"Authorization": "Bearer alice-key-0001"}
+BOB = {"Authorization": "Bearer bob-key-0002"}
+
+
 def project(root: Path, state: str) -> Path:
     (root / "workflows").mkdir(parents=True)
-    (root / "fim.yaml").write_text(f'name: replicas\nstate: "{state}"\n')
+    (root / "agents").mkdir()
+    (root / "fim.yaml").write_text(
+        f'name: replicas\nstate: "{state}"\nserver: {{api_keys: [alice-key-0001, bob-key-0002]}}\n'
+    )
     (root / "workflows" / "refund.yaml").write_text(WORKFLOW)
+    (root / "pong.yaml").write_text('- text: "pong"\n')
+    (root / "agents" / "echo.yaml").write_text(
+        "description: d\nmodel: scripted:pong.yaml\ninstructions: Say pong.\n"
+    )
     return root
 
 
@@ -80,24 +91,42 @@ def test_an_approval_on_replica_b_finishes_a_run_started_on_a(tmp_path: Path, pg
         a, b = (stack.enter_context(serve(root)) for _ in range(2))
         for url in (a, b):
             until(lambda url=url: httpx.get(f"{url}/healthz").status_code == 200)
-        started = httpx.post(f"{a}/v1/workflows/refund/runs", json={"inputs": {"amount": 40}})
+        # a session started on A continues on B, and stays its owner's on both
+        turn = {"input": "hi", "session_id": "s1"}
+        assert httpx.post(f"{a}/v1/agents/echo/runs", json=turn, headers=ALICE).status_code == 200
+        assert httpx.post(f"{b}/v1/agents/echo/runs", json=turn, headers=BOB).status_code == 404
+        again = httpx.post(f"{b}/v1/agents/echo/runs", json=turn, headers=ALICE)
+        assert again.status_code == 200 and again.json()["session_id"] == "s1"
+        import psycopg
+
+        with psycopg.connect(db.owner_url) as conn:
+            (messages,) = conn.execute(
+                "SELECT messages FROM fim_sessions WHERE id = 's1'"
+            ).fetchone()
+        assert [m["content"] for m in messages] == ["hi", "pong", "hi", "pong"]
+
+        started = httpx.post(
+            f"{a}/v1/workflows/refund/runs", json={"inputs": {"amount": 40}}, headers=ALICE
+        )
         assert started.status_code == 200, started.text
         run_id = started.json()["run_id"]
         assert started.json()["status"] == "paused"
-        assert httpx.get(f"{b}/v1/runs/{run_id}").json()["status"] == "paused"
-        (pending,) = httpx.get(f"{b}/v1/approvals").json()["approvals"]
+        assert httpx.get(f"{b}/v1/runs/{run_id}", headers=ALICE).json()["status"] == "paused"
+        (pending,) = httpx.get(f"{b}/v1/approvals", headers=ALICE).json()["approvals"]
         assert pending["run_id"] == run_id
-        decided = httpx.post(f"{b}/v1/approvals/{pending['id']}", json={"decision": "approve"})
+        decided = httpx.post(
+            f"{b}/v1/approvals/{pending['id']}", json={"decision": "approve"}, headers=ALICE
+        )
         assert decided.status_code == 200, decided.text
 
         def finished() -> dict | None:
-            record = httpx.get(f"{a}/v1/runs/{run_id}").json()
+            record = httpx.get(f"{a}/v1/runs/{run_id}", headers=ALICE).json()
             return record if record["status"] not in ("paused", "running") else None
 
         record = until(finished)
         assert record["status"] == "ok", record  # type: ignore[index]
-        assert httpx.get(f"{b}/v1/runs/{run_id}").json()["status"] == "ok"
-        assert httpx.get(f"{a}/v1/approvals").json()["approvals"] == []
+        assert httpx.get(f"{b}/v1/runs/{run_id}", headers=ALICE).json()["status"] == "ok"
+        assert httpx.get(f"{a}/v1/approvals", headers=ALICE).json()["approvals"] == []
 
 
 def test_a_second_server_on_one_sqlite_store_exits_with_a_clear_message(tmp_path: Path):

@@ -87,7 +87,7 @@ class OpenAICompat:
             )
         session = body.session_id
         try:
-            messages = [*self.api.history(session, owner), *to_messages(body.messages)]
+            messages = [*(await self.api.history(session, owner)), *to_messages(body.messages)]
         except UnknownSession as exc:
             return error(404, exc.message)
         completion_id = "chatcmpl-" + uuid.uuid4().hex[:24]
@@ -109,7 +109,7 @@ class OpenAICompat:
         if final.status == "error":
             status, body = error_object(failure(trace, final))
             return JSONResponse({**body, "fim": {"run_id": run_id}}, status_code=status)
-        self.api.remember(session, owner, messages, final.output)
+        await self.api.remember(session, owner, messages, final.output)
         return JSONResponse(
             {
                 "id": completion_id,
@@ -182,7 +182,7 @@ class OpenAICompat:
         if final is not None and not streamed:
             yield chunk({"content": final.output})
         if final is not None:
-            self.api.remember(session[0], session[1], messages, final.output)
+            await self.api.remember(session[0], session[1], messages, final.output)
         yield chunk({}, "stop" if final is not None and final.status == "ok" else "length")
         if include_usage and final is not None:
             payload = {
