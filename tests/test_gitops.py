@@ -107,6 +107,10 @@ def test_a_bad_first_commit_and_bad_options_fail_clearly(remote: Remote, tmp_pat
     source = GitSource(url=str(remote.bare), checkout=tmp_path / "co")
     with pytest.raises(ConfigError):
         initial_snapshot(source)
+    with pytest.raises(RunError, match="in use by another fim process"):
+        initial_snapshot(GitSource(url=str(remote.bare), checkout=tmp_path / "co"))
+    assert source.lock is not None
+    source.lock.close()
     with pytest.raises(RunError, match="failed"):
         GitSource(url=str(remote.bare), ref="nope", checkout=tmp_path / "co").fetch()
     with pytest.raises(RunError, match="not"):
