@@ -172,12 +172,12 @@ def test_a_context_is_a_session_of_the_key_that_started_it(served: tuple[str, An
         with pytest.raises(TaskNotFoundError):  # tasks are the key's too
             await get_task(agent, task_id, OTHER_KEY)
         await exchange(agent, "Who am I?", streaming=False, context_id="c-1")
-        _owner, history = api.sessions["a2a:c-1"]
+        _owner, history = await api.session_store.load("a2a:c-1")
         assert [m.content for m in history if m.role == "user"] == ["I am Ada", "Who am I?"]
         other = await exchange(agent, "and me?", streaming=False, key=OTHER_KEY, context_id="c-1")
         state, _text, said = outcome(other)
         assert state == pb.TaskState.TASK_STATE_FAILED and "unknown context" in said
-        assert len(api.sessions["a2a:c-1"][1]) == 4
+        assert len((await api.session_store.load("a2a:c-1"))[1]) == 4
 
     asyncio.run(asyncio.wait_for(main(), 30))
 

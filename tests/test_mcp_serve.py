@@ -161,13 +161,13 @@ def test_sessions_belong_to_the_key_that_made_them(served: tuple[str, Any]):
             assert not first.is_error and first.structured_content["session_id"] == "mcp-s1"
             again = await alice.call_tool("math", {"input": "Who am I?", "session_id": "mcp-s1"})
             assert not again.is_error
-        _owner, history = api.sessions["mcp-s1"]
+        _owner, history = await api.session_store.load("mcp-s1")
         assert [m.content for m in history if m.role == "user"] == ["I am Ada", "Who am I?"]
         async with http_client(url, key=OTHER_KEY, mode="legacy") as bob:
             stolen = await bob.call_tool("math", {"input": "and me?", "session_id": "mcp-s1"})
         assert stolen.is_error and "unknown session 'mcp-s1'" in text_of(stolen)
         assert "I am Ada" not in text_of(stolen)
-        assert len(api.sessions["mcp-s1"][1]) == 4  # bob's turn was not added
+        assert len((await api.session_store.load("mcp-s1"))[1]) == 4  # bob's turn was not added
 
     asyncio.run(asyncio.wait_for(main(), 60))
 

@@ -409,6 +409,8 @@ def test_a_session_belongs_to_the_key_that_created_it(tmp_path: Path):
                 assert denied.json()["error"]["message"] == "unknown session 's1'"
         again = client.post("/v1/agents/chat/runs", json=turn, headers=alice)
         assert again.status_code == 200 and again.json()["session_id"] == "s1"
-    owner, history = app.state.api.sessions["s1"]
+    import asyncio
+
+    owner, history = asyncio.run(app.state.api.session_store.load("s1"))  # type: ignore[misc]
     assert [m.content for m in history] == ["hello", "one", "hello", "one"]
     assert "alice-key-0001" not in owner and len(owner) == 64  # a hash, never the key

@@ -17,15 +17,15 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from fim.build.snapshot import Locate, Snapshot, Source
+from fim.build.workflow_checks import check_workflow
 from fim.config.loader import Declarations, Entry, find_root, load, mask_problems
 from fim.config.problems import suggest
 from fim.config.providers import provider_problem
 from fim.config.schema import AgentDecl, EvalSuite, HookSpec, JudgeSpec, ModelSettings
 from fim.config.templates import TemplateChecker
-from fim.build.workflow_checks import check_workflow
-from fim.run.discovery import module_set
 from fim.errors import ConfigError, Problem
-from fim.build.snapshot import Locate, Snapshot, Source
+from fim.run.discovery import module_set
 
 _FIM_DIR = Path(__file__).resolve().parent.parent
 _TOOLS_DIR = str(_FIM_DIR / "tools" / "builtin")

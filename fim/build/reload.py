@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fim.errors import ConfigError, Problem
 from fim.build.snapshot import Snapshot
+from fim.errors import ConfigError, Problem
 
 log = logging.getLogger("fim.build.reload")
 

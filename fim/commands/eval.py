@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -41,11 +42,35 @@ def eval_command(
         Path | None, typer.Option("--json", help="Write a JSON report here.")
     ] = None,
     project: ProjectOption = None,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            help="Run only shard I of N (I/N, a stable partition by case id); the verdict "
+            "is left to `fim eval merge` (exit 0 unless the config is bad).",
+        ),
+    ] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(help="JSON report to compare with; exit 1 when a case regressed."),
+    ] = None,
+    threshold: Annotated[
+        float, typer.Option(help="Latency/tokens/cost change reported against --baseline.")
+    ] = 0.2,
+    format_: Annotated[
+        str, typer.Option("--format", help="Summary on stdout: text or markdown.")
+    ] = "text",
 ) -> None:
-    """Run eval suites against the compiled project.
+    """Run eval suites against the compiled project; `fim eval merge REPORTS...` merges the
+    JSON reports of shards.
 
     Exits 0 when every suite meets its threshold, 1 when one does not, 2 on bad config."""
     from rich.console import Console
+
+    if format_ not in ("text", "markdown"):
+        Console(stderr=True).print(f"error: --format {format_}: use text or markdown", markup=False)
+        raise typer.Exit(2)
+    if suites and suites[0] == "merge" and len(suites) > 1:
+        merge_reports([Path(p) for p in suites[1:]], junit, json_out, baseline, threshold, format_)
 
     from fim.eval.report import print_summary, write_reports
     from fim.eval.runner import EvalRunner
@@ -78,9 +103,10 @@ def eval_command(
         with_hooks=with_hooks,
         patterns=filter_ or [],
         suites=suites or None,
+        shard=_shard(shard, console),
     )
     total = len(runner.plan())
-    if total == 0:
+    if total == 0 and shard is None:  # an empty shard is fine: more shards than cases
         console.print("error: no eval cases selected", markup=False)
         raise typer.Exit(2)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -104,6 +130,90 @@ def eval_command(
 
         runner.on_progress = advance
         report = run_async(runner.run())
-    print_summary(report, Console(highlight=False))
+    from fim.eval.report import json_report
+
+    data = json_report(report)
+    comparison = _compare(data, baseline, threshold)
+    if format_ == "markdown":
+        from fim.eval.ci import markdown
+
+        sys.stdout.write(markdown(data, comparison))
+    else:
+        print_summary(report, Console(highlight=False))
+        if comparison is not None:
+            from fim.eval.ci import text
+
+            sys.stdout.write(text(comparison))
     write_reports(report, junit, json_out)
-    raise typer.Exit(0 if report.ok else 1)
+    if shard is not None:
+        raise typer.Exit(0)
+    raise typer.Exit(0 if report.ok and (comparison is None or comparison.ok) else 1)
+
+
+def _shard(text: str | None, console: Any) -> tuple[int, int] | None:
+    from fim.errors import RunError
+    from fim.eval.ci import parse_shard
+
+    if text is None:
+        return None
+    try:
+        return parse_shard(text)
+    except RunError as exc:
+        console.print(f"error: {exc}", markup=False)
+        raise typer.Exit(2) from None
+
+
+def _compare(data: dict[str, Any], baseline: Path | None, threshold: float) -> Any:
+    from fim.errors import RunError
+    from fim.eval.ci import compare, load
+
+    if baseline is None:
+        return None
+    try:
+        return compare(data, load(baseline), threshold)
+    except RunError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        raise typer.Exit(2) from None
+
+
+def merge_reports(
+    paths: list[Path],
+    junit: Path | None,
+    json_out: Path | None,
+    baseline: Path | None,
+    threshold: float,
+    format_: str,
+) -> None:
+    """`fim eval merge`: one JUnit file and one summary from the JSON reports of shards."""
+    import json
+
+    from fim.errors import RunError
+    from fim.eval.ci import junit as junit_xml
+    from fim.eval.ci import load, markdown, merge
+
+    try:
+        merged = merge([load(p) for p in paths])
+    except RunError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        raise typer.Exit(2) from None
+    comparison = _compare(merged, baseline, threshold)
+    if format_ == "markdown":
+        sys.stdout.write(markdown(merged, comparison))
+    else:
+        for suite in merged["suites"]:
+            verdict = "SKIP" if suite["skipped"] else "PASS" if suite["passed"] else "FAIL"
+            sys.stdout.write(
+                f"{suite['name']}: {len(suite['cases'])} cases, {suite['pass_rate']:.0%} "
+                f"(threshold {suite['threshold']:.0%}) {verdict}\n"
+            )
+        if comparison is not None:
+            from fim.eval.ci import text
+
+            sys.stdout.write(text(comparison))
+    if junit is not None:
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        junit.write_text(junit_xml(merged), encoding="utf-8")
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(merged, indent=2, default=str), "utf-8")
+    raise typer.Exit(0 if merged["ok"] and (comparison is None or comparison.ok) else 1)

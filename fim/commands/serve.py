@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from fim.commands import ProjectOption, load_snapshot, run_async, user_errors
+
+if TYPE_CHECKING:
+    from fim.build.gitops import GitSource
 
 
 def register(app: typer.Typer) -> None:
@@ -26,13 +30,67 @@ def serve(
     ] = True,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
     project: ProjectOption = None,
+    git: GitOption = None,
+    ref: RefOption = "main",
+    interval: IntervalOption = "30s",
+    git_checkout: CheckoutOption = None,
+    git_path: GitPathOption = "",
 ) -> None:
     """Serve agents and workflows over HTTP (OpenAI-compatible too)."""
     from fim.server import serve as run_server
 
-    snapshot = load_snapshot(ctx, project)  # reports config errors before binding a port
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    if git is not None:  # GitOps pull: the project comes from the remote, not --project
+        with user_errors():
+            source, seconds = git_source(git, ref, interval, git_checkout, git_path)
+        with user_errors(), contextlib.suppress(KeyboardInterrupt):
+            run_async(
+                run_server(
+                    source.root,
+                    host=host,
+                    port=port,
+                    log_level=log_level,
+                    git=source,
+                    git_interval=seconds,
+                )
+            )
+        return
+    snapshot = load_snapshot(ctx, project)  # reports config errors before binding a port
     with user_errors(), contextlib.suppress(KeyboardInterrupt):
         run_async(
             run_server(snapshot.root, host=host, port=port, reload=reload, log_level=log_level)
         )
+
+
+GitOption = Annotated[
+    str | None,
+    typer.Option(
+        "--git",
+        help="Serve the project from this git remote (GitOps pull) instead of a directory.",
+    ),
+]
+RefOption = Annotated[str, typer.Option("--ref", help="Branch or tag to follow with --git.")]
+IntervalOption = Annotated[
+    str, typer.Option("--interval", help="How often --git fetches (30s, 2m, ...).")
+]
+CheckoutOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--git-checkout",
+        help="Local checkout directory for --git (default: ~/.cache/fim/git/<hash of URL>).",
+        show_default=False,
+    ),
+]
+GitPathOption = Annotated[
+    str, typer.Option("--git-path", help="Directory of fim.yaml inside the repository.")
+]
+
+
+def git_source(
+    url: str, ref: str, interval: str, checkout: Path | None, subdir: str
+) -> tuple[GitSource, float]:
+    """The GitOps source and poll interval of `fim serve/worker --git` (shared options)."""
+    from fim.build.gitops import GitSource, parse_interval
+
+    seconds = parse_interval(interval)
+    return GitSource(url=url, ref=ref, checkout=checkout, subdir=subdir), seconds

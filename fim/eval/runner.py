@@ -28,6 +28,7 @@ from fim.eval.cassettes import (
     NeedsLiveModel,
     slug,
 )
+from fim.eval.ci import in_shard
 from fim.events import RunFinished
 from fim.llm import ModelWrapper, make_model, wrapping_models
 from fim.run.services import Services
@@ -170,8 +171,11 @@ class EvalRunner:
         suites: list[str] | None = None,
         cassette_dir: Path | None = None,
         on_progress: Callable[[CaseRun], None] | None = None,
+        shard: tuple[int, int] | None = None,
     ) -> None:
         self.snapshot = snapshot
+        self.shard = shard
+        """(I, N): run only the cases of shard I of N (`fim.eval.ci.in_shard`)."""
         self.concurrency = max(1, concurrency)
         self.mode = mode
         self.with_hooks = with_hooks
@@ -190,7 +194,9 @@ class EvalRunner:
             if self.suite_names and name not in self.suite_names:
                 continue
             for case in suite.cases:
-                if _selected(suite, case, self.patterns):
+                if _selected(suite, case, self.patterns) and (
+                    self.shard is None or in_shard(suite.name, case.name, self.shard)
+                ):
                     for attempt in range(1, max(case.repeat, suite.repeat) + 1):
                         jobs.append((suite, case, attempt))
         return jobs

@@ -17,6 +17,7 @@ from fim.errors import RunError
 if TYPE_CHECKING:
     from starlette.routing import Route
 
+    from fim.build.gitops import GitSource
     from fim.server.app import Api
 
 log = logging.getLogger("fim.server")
@@ -38,6 +39,8 @@ async def serve(
     reload: bool = True,
     log_level: str = "info",
     ready: asyncio.Event | None = None,
+    git: GitSource | None = None,
+    git_interval: float = 30.0,
 ) -> None:
     """Compile, serve, watch; on SIGTERM/SIGINT stop accepting, let runs finish (bounded),
     stop MCP servers and return."""
@@ -49,12 +52,21 @@ async def serve(
     from fim.run.services import Services
     from fim.server.app import create_app
 
-    snapshot = await asyncio.to_thread(compile_project, root)
+    if git is not None:  # GitOps pull (fim.build.gitops): the root is the served checkout
+        from fim.build.gitops import initial_snapshot
+
+        snapshot = await asyncio.to_thread(initial_snapshot, git)
+        root = git.root
+    else:
+        snapshot = await asyncio.to_thread(compile_project, root)
     build_validators()
     # What is loaded now (modules, the snapshot) lives as long as the server: keep it out
     # of the cyclic collector's generations so full collections stay short under load.
     gc.collect()
     gc.freeze()
+    from fim.store.single import claim_sqlite
+
+    lock = claim_sqlite(snapshot.project.state, root)  # SQLite: one server per store
     holder = SnapshotHolder(snapshot)
     services = Services(root=root, state_url=snapshot.project.state)
     holder.listeners.append(lambda old, new: _on_swap(services, old, new))
@@ -74,7 +86,13 @@ async def serve(
     server = _server_class()(config)
     print(banner(snapshot, host, sock.getsockname()[1], reload), file=sys.stderr, flush=True)
     stop = asyncio.Event()
-    watcher = asyncio.create_task(watch(root, holder, stop=stop)) if reload else None
+    watcher = (
+        asyncio.create_task(_git_poll(git, holder, git_interval, stop))
+        if git is not None
+        else asyncio.create_task(watch(root, holder, stop=stop))
+        if reload
+        else None
+    )
     _spawn(_report_orphans(services))
     signaller = asyncio.create_task(_signal_ready(server, ready)) if ready is not None else None
     try:
@@ -91,6 +109,14 @@ async def serve(
             except (asyncio.CancelledError, Exception):
                 log.debug("watcher stopped")
         await services.aclose()
+        if lock is not None:
+            lock.close()
+
+
+async def _git_poll(git: GitSource, holder: Any, interval: float, stop: asyncio.Event) -> None:
+    from fim.build.gitops import poll
+
+    await poll(git, holder, interval=interval, stop=stop)
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -146,7 +146,7 @@ class FimExecutor(AgentExecutor):
             return
         session = f"a2a:{context_id}"
         try:
-            history = self.api.history(session, owner)
+            history = await self.api.history(session, owner)
         except UnknownSession:
             await updater.failed(say(f"unknown context '{context_id}'"))
             return
@@ -175,7 +175,7 @@ class FimExecutor(AgentExecutor):
             why = "; ".join(p for p in problems if p) or "the run ended without a result"
             await updater.failed(say(f"run {run_id} of agent '{agent}' failed: {why}"))
             return
-        self.api.remember(session, owner, history, final.output)
+        await self.api.remember(session, owner, history, final.output)
         await updater.add_artifact(
             [pb.Part(text=_text(final.output))],
             name="answer",

@@ -13,9 +13,8 @@ import json
 import logging
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -39,7 +38,9 @@ from fim.server.http import (
 )
 from fim.types import Message
 
-SESSION_LIMIT = 1000
+if TYPE_CHECKING:
+    from fim.store.sessions import Sessions
+
 log = logging.getLogger("fim.server")
 
 
@@ -51,8 +52,7 @@ class Api:
     def __init__(self, holder: SnapshotHolder, services: Services) -> None:
         self.holder = holder
         self.services = services
-        self.sessions: OrderedDict[str, tuple[str, list[Message]]] = OrderedDict()
-        """session id -> (hash of the owning API key, conversation)."""
+        self._sessions: Sessions | None = None
         self.started_at = time.time()
         self.active_runs = 0
 
@@ -104,36 +104,46 @@ class Api:
 
     # ------------------------------------------------------------------ runs
 
-    def history(self, session: str | None, owner: str) -> list[Message]:
+    @property
+    def session_store(self) -> Sessions:
+        """Sessions live in the state store, so every replica on it sees them."""
+        if self._sessions is None:
+            from fim.store import get_store
+            from fim.store.sessions import Sessions
+
+            self._sessions = Sessions(get_store(self.services))
+        return self._sessions
+
+    async def history(self, session: str | None, owner: str) -> list[Message]:
         """The conversation so far of a session this caller owns; a session another key
         created is reported as unknown (404), so its history never reaches this caller."""
-        if not session or session not in self.sessions:
+        found = await self.session_store.load(session) if session else None
+        if found is None:
             return []
-        created_by, history = self.sessions[session]
+        created_by, history = found
         if created_by != owner:
             raise UnknownSession(f"unknown session '{session}'")
-        return list(history)
+        return history
 
-    def _conversation(self, body: RunBody, owner: str = "") -> tuple[list[Message], str | None]:
+    async def _conversation(
+        self, body: RunBody, owner: str = ""
+    ) -> tuple[list[Message], str | None]:
         session = body.session_id
-        history = self.history(session, owner)
+        history = await self.history(session, owner)
         if body.messages:
             history += body.messages
         elif body.input is not None:
             history.append(Message(role="user", content=body.input))
         return history, session
 
-    def remember(
+    async def remember(
         self, session: str | None, owner: str, history: list[Message], output: str
     ) -> None:
         if not session:
             return
-        if session in self.sessions and self.sessions[session][0] != owner:
-            return  # taken meanwhile by another key: never mix two callers' turns
-        self.sessions[session] = (owner, [*history, Message(role="assistant", content=output)])
-        self.sessions.move_to_end(session)
-        while len(self.sessions) > SESSION_LIMIT:
-            self.sessions.popitem(last=False)
+        # taken meanwhile by another key: save() refuses, never mixing two callers' turns
+        turn = [*history, Message(role="assistant", content=output)]
+        await self.session_store.save(session, owner, turn)
 
     async def events(
         self,
@@ -211,7 +221,7 @@ class Api:
         owner = session_owner(request, self.holder)
         try:
             body = await read_body(request, RunBody)
-            history, session = self._conversation(body, owner)
+            history, session = await self._conversation(body, owner)
         except BodyError as exc:
             return exc.response()
         except UnknownSession as exc:
@@ -226,7 +236,7 @@ class Api:
     ) -> AsyncIterator[Event]:
         async for event in self.events(name, history, stream=True, run_id=run_id):
             if isinstance(event, RunFinished):
-                self.remember(session[0], session[1], history, event.output)
+                await self.remember(session[0], session[1], history, event.output)
             yield event
 
     async def _json_run(
@@ -247,7 +257,7 @@ class Api:
             status, body = error_object(failure(trace, final))
             body.update(run_id=run_id, agent=name, status=final.status, events=trace)
             return JSONResponse(body, status_code=status)
-        self.remember(session[0], session[1], history, final.output)
+        await self.remember(session[0], session[1], history, final.output)
         return JSONResponse(
             {
                 "run_id": run_id,

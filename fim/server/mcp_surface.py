@@ -180,7 +180,7 @@ async def call_agent(api: Api, name: str, args: dict[str, Any], ctx: Any) -> typ
         return _failure(f"unknown argument(s): {', '.join(extra)} (expected input, session_id)")
     owner = _owner(ctx, api)
     try:
-        history = api.history(session, owner)
+        history = await api.history(session, owner)
     except UnknownSession as exc:
         return _failure(exc.message)
     history.append(Message(role="user", content=text))
@@ -209,7 +209,7 @@ async def call_agent(api: Api, name: str, args: dict[str, Any], ctx: Any) -> typ
     if final.status == "error":
         message = "; ".join(p for p in problems if p) or final.output or "the run failed"
         return _result(f"run {run_id} of agent '{name}' failed: {message}", data, error=True)
-    api.remember(session, owner, history, final.output)
+    await api.remember(session, owner, history, final.output)
     return _result(final.output, data)
 
 

@@ -265,7 +265,7 @@ class OpenAICompat:
         name = body.model
         session = body.session_id
         try:
-            messages = [*self.api.history(session, owner), *incoming]
+            messages = [*(await self.api.history(session, owner)), *incoming]
         except UnknownSession as exc:
             return error(404, exc.message, param="session_id")
         completion_id = "chatcmpl-" + uuid.uuid4().hex[:24]
@@ -301,7 +301,7 @@ class OpenAICompat:
         else:
             message["content"] = final.output
             finish = "stop" if final.status == "ok" else "length"
-            self.api.remember(session, owner, messages, final.output)
+            await self.api.remember(session, owner, messages, final.output)
         message["refusal"] = None
         return JSONResponse(
             {
@@ -383,7 +383,7 @@ class OpenAICompat:
             finish = "tool_calls"
         else:
             if final is not None:
-                self.api.remember(session[0], session[1], messages, final.output)
+                await self.api.remember(session[0], session[1], messages, final.output)
             finish = "stop" if final is not None and final.status == "ok" else "length"
         yield chunk({}, finish)
         if include_usage and final is not None:

@@ -102,6 +102,14 @@ def schema() -> tuple[MetaData, dict[str, Table]]:
                 Column("duration_ms", Float),
                 Column("detail", Text),
             ),
+            "sessions": Table(  # agent conversations, shared by every replica
+                "fim_sessions",
+                meta,
+                Column("id", String(200), primary_key=True),
+                Column("owner", String(64), nullable=False),
+                Column("messages", JSON, nullable=False),
+                Column("updated_at", Float, nullable=False, index=True),
+            ),
         }
         _SCHEMA["meta"] = meta
         _SCHEMA["tables"] = tables
@@ -119,5 +127,9 @@ def _migration_1(conn: Connection) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_migration_1]
+def _migration_2(conn: Connection) -> None:
+    table("sessions").create(conn, checkfirst=True)
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_migration_1, _migration_2]
 """Applied in order; migration N brings the schema to version N. Append, never edit."""

@@ -1,0 +1,1 @@
+"""Build: declarations -> an immutable Snapshot; reload swaps it atomically."""

@@ -1,0 +1,374 @@
+"""Evals in CI: shards, merged reports, baseline comparison, Markdown summaries.
+
+Everything here works on the JSON report (`fim eval --json`), not on live objects, so that
+shards written by different CI jobs can be merged and a report from `main` can serve as the
+baseline of a pull request. The JSON report is already masked (`fim.eval.report`); the
+JUnit and Markdown written from it carry nothing the JSON did not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree as ET
+
+from fim.errors import RunError
+
+Report = dict[str, Any]
+
+
+# ------------------------------------------------------------------------------ shards
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """`I/N` (1-based) -> (I, N)."""
+    try:
+        index, total = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise RunError(f"invalid shard '{text}'", hint="use I/N, e.g. --shard 1/4") from None
+    if not 1 <= index <= total:
+        raise RunError(f"invalid shard '{text}'", hint=f"I must be between 1 and N ({total})")
+    return index, total
+
+
+def in_shard(suite: str, case: str, shard: tuple[int, int]) -> bool:
+    """A stable partition by case id: the same case lands in the same shard on every
+    machine and run (a hash, not the order of cases, so adding a case moves no other)."""
+    index, total = shard
+    digest = hashlib.sha256(f"{suite}/{case}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % total == index - 1
+
+
+# ------------------------------------------------------------------------------- merge
+
+
+def load(path: Path) -> Report:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise RunError(f"{path}: not a fim eval JSON report ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("suites"), list):
+        raise RunError(f"{path}: not a fim eval JSON report (no 'suites')", hint="fim eval --json")
+    return data
+
+
+def _ran(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [c for c in cases if c.get("skipped") is None]
+
+
+def finish(report: Report) -> Report:
+    """Recompute every suite's pass rate and verdict, and the report's, from its cases."""
+    for suite in report["suites"]:
+        ran = _ran(suite["cases"])
+        suite["pass_rate"] = sum(bool(c["passed"]) for c in ran) / len(ran) if ran else 1.0
+        suite["passed"] = suite["pass_rate"] >= suite["threshold"]
+        suite["skipped"] = bool(suite["cases"]) and not ran
+    report["ok"] = all(s["passed"] for s in report["suites"])
+    return report
+
+
+def merge(reports: list[Report]) -> Report:
+    """One report from shards: cases of a suite concatenated (a case seen twice is an error:
+    the shards overlapped), verdicts recomputed over all of them."""
+    if not reports:
+        raise RunError("nothing to merge", hint="fim eval merge shard-1.json shard-2.json ...")
+    suites: dict[str, dict[str, Any]] = {}
+    seen: set[tuple[str, str, int]] = set()
+    for report in reports:
+        for suite in report["suites"]:
+            into = suites.setdefault(suite["name"], {**suite, "cases": []})
+            for case in suite["cases"]:
+                key = (suite["name"], case["case"], int(case.get("attempt", 1)))
+                if key in seen:
+                    raise RunError(
+                        f"case {key[0]}/{key[1]} (attempt {key[2]}) is in two reports",
+                        hint="merge the reports of one sharded run (--shard I/N, same N)",
+                    )
+                seen.add(key)
+                into["cases"].append(case)
+    for suite in suites.values():
+        suite["cases"].sort(key=lambda c: (c["case"], c.get("attempt", 1)))
+    modes = sorted({r.get("mode", "") for r in reports})
+    merged = {
+        "ok": True,
+        "duration_s": round(max(r.get("duration_s", 0.0) for r in reports), 3),
+        "mode": modes[0] if len(modes) == 1 else "+".join(modes),
+        "shards": len(reports),
+        "suites": [suites[name] for name in sorted(suites)],
+    }
+    return finish(merged)
+
+
+# ------------------------------------------------------------------------------- JUnit
+
+
+def failure_lines(case: dict[str, Any]) -> list[str]:
+    if case.get("skipped"):
+        return [f"skipped: {case['skipped']}"]
+    if case.get("cassette_miss"):
+        return [f"cassette miss: {case.get('error')}"]
+    if case.get("error"):
+        return [f"error: {case['error']}"]
+    return [f"{a['kind']}: {a['message']}" for a in case.get("assertions", []) if not a["passed"]]
+
+
+def _case_name(case: dict[str, Any]) -> str:
+    attempt = int(case.get("attempt", 1))
+    return case["case"] if attempt == 1 else f"{case['case']} [#{attempt}]"
+
+
+def junit(report: Report) -> str:
+    """JUnit XML of a (merged) JSON report, in the shape of `fim.eval.report.junit_xml`."""
+    root = ET.Element("testsuites", name="fim eval")
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+    for suite in report["suites"]:
+        cases = suite["cases"]
+        ran = _ran(cases)
+        errors = sum(1 for c in ran if c.get("error") or c.get("cassette_miss"))
+        failures = sum(1 for c in ran if not c["passed"]) - errors
+        counts = {
+            "tests": len(cases),
+            "failures": failures,
+            "errors": errors,
+            "skipped": len(cases) - len(ran),
+        }
+        element = ET.SubElement(
+            root,
+            "testsuite",
+            {
+                "name": suite["name"],
+                **{k: str(v) for k, v in counts.items()},
+                "timestamp": stamp,
+                "time": f"{sum(c.get('latency_ms', 0) for c in cases) / 1000:.3f}",
+            },
+        )
+        props = ET.SubElement(element, "properties")
+        for key in ("threshold", "pass_rate", "hooks"):
+            ET.SubElement(props, "property", name=key, value=str(suite.get(key)))
+        ET.SubElement(props, "property", name="mode", value=str(report.get("mode")))
+        for case in cases:
+            node = ET.SubElement(
+                element,
+                "testcase",
+                {
+                    "classname": f"fim.eval.{suite['name']}",
+                    "name": _case_name(case),
+                    "time": f"{case.get('latency_ms', 0) / 1000:.3f}",
+                },
+            )
+            lines = failure_lines(case)
+            if case.get("skipped"):
+                ET.SubElement(node, "skipped", message=lines[0][:200])
+            elif case.get("error") or case.get("cassette_miss"):
+                kind = "cassette_miss" if case.get("cassette_miss") else "run_error"
+                ET.SubElement(node, "error", message=lines[0][:200], type=kind).text = "\n".join(
+                    lines
+                )
+            elif not case["passed"]:
+                message = lines[0][:200] if lines else ""
+                ET.SubElement(node, "failure", message=message, type="assertion").text = "\n".join(
+                    lines
+                )
+            if case.get("output"):
+                ET.SubElement(node, "system-out").text = case["output"]
+        for key, value in counts.items():
+            totals[key] += value
+    for key, value in totals.items():
+        root.set(key, str(value))
+    root.set("time", f"{report.get('duration_s', 0):.3f}")
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode")
+
+
+# ---------------------------------------------------------------------------- baseline
+
+
+def _cost(case: dict[str, Any]) -> float | None:
+    """The run's model cost in USD when the provider reported one (run_finished usage)."""
+    for event in reversed(case.get("trace") or []):
+        if event.get("type") == "run_finished":
+            cost = (event.get("usage") or {}).get("cost")
+            return float(cost) if cost is not None else None
+    return None
+
+
+@dataclass
+class CaseStats:
+    passed: bool
+    ran: bool
+    latency_ms: float
+    tokens: float
+    cost: float | None
+
+
+def _stats(report: Report) -> dict[str, CaseStats]:
+    """Per `suite/case`, over its attempts: passed = every attempt that ran passed."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for suite in report["suites"]:
+        for case in suite["cases"]:
+            grouped.setdefault(f"{suite['name']}/{case['case']}", []).append(case)
+    out = {}
+    for key, cases in grouped.items():
+        ran = _ran(cases)
+        costs = [c for c in (_cost(x) for x in ran) if c is not None]
+        n = len(ran) or 1
+        out[key] = CaseStats(
+            passed=bool(ran) and all(c["passed"] for c in ran),
+            ran=bool(ran),
+            latency_ms=sum(c.get("latency_ms", 0.0) for c in ran) / n,
+            tokens=sum(c.get("tokens", 0) for c in ran) / n,
+            cost=sum(costs) / len(costs) if costs else None,
+        )
+    return out
+
+
+@dataclass
+class Change:
+    case: str
+    metric: str
+    before: float
+    after: float
+
+    @property
+    def ratio(self) -> float:
+        return (self.after - self.before) / self.before if self.before else float("inf")
+
+
+@dataclass
+class Comparison:
+    """What changed between a baseline report and this one."""
+
+    threshold: float
+    regressed: list[str] = field(default_factory=list)
+    improved: list[str] = field(default_factory=list)
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.regressed
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "threshold": self.threshold,
+            "regressed": self.regressed,
+            "improved": self.improved,
+            "added": self.added,
+            "removed": self.removed,
+            "changes": [
+                {"case": c.case, "metric": c.metric, "before": c.before, "after": c.after}
+                for c in self.changes
+            ],
+        }
+
+
+# Below these, a relative change is noise (a 2 ms case that takes 3 ms is not +50%).
+_FLOORS = {"latency_ms": 50.0, "tokens": 20.0, "cost": 0.0001}
+
+
+def compare(current: Report, baseline: Report, threshold: float = 0.2) -> Comparison:
+    """Cases that regressed (passed before, fail now), improved, appeared, disappeared, and
+    whose latency, tokens or cost moved by more than `threshold` (a fraction)."""
+    now, before = _stats(current), _stats(baseline)
+    result = Comparison(threshold)
+    for key in sorted(now.keys() | before.keys()):
+        if key not in before:
+            result.added.append(key)
+            continue
+        if key not in now:
+            result.removed.append(key)
+            continue
+        a, b = before[key], now[key]
+        if not (a.ran and b.ran):  # a skipped case says nothing either way
+            continue
+        if a.passed and not b.passed:
+            result.regressed.append(key)
+        elif b.passed and not a.passed:
+            result.improved.append(key)
+        for metric in ("latency_ms", "tokens", "cost"):
+            x, y = getattr(a, metric), getattr(b, metric)
+            if x is None or y is None or max(x, y) < _FLOORS[metric]:
+                continue
+            if x == 0 or abs(y - x) / x > threshold:
+                result.changes.append(Change(key, metric, x, y))
+    return result
+
+
+# ---------------------------------------------------------------------------- markdown
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")[:300]
+
+
+def markdown(report: Report, comparison: Comparison | None = None) -> str:
+    """A job summary / PR comment: suites table, failing cases, baseline changes."""
+    verdict = "✅ passed" if report["ok"] else "❌ failed"
+    if comparison is not None and not comparison.ok:
+        verdict = "❌ regressed"
+    lines = [f"## fim eval: {verdict}", ""]
+    lines += [
+        "| suite | cases | passed | rate | threshold | result |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for s in report["suites"]:
+        ran = _ran(s["cases"])
+        result = "SKIP" if s.get("skipped") else "PASS" if s["passed"] else "FAIL"
+        rate = "-" if s.get("skipped") else f"{s['pass_rate']:.0%}"
+        lines.append(
+            f"| {_cell(s['name'])} | {len(s['cases'])} | {sum(c['passed'] for c in ran)} "
+            f"| {rate} | {s['threshold']:.0%} | {result} |"
+        )
+    failing = [
+        (s["name"], c) for s in report["suites"] for c in _ran(s["cases"]) if not c["passed"]
+    ]
+    if failing:
+        lines += ["", "### Failing cases", ""]
+        for suite, case in failing:
+            detail = "; ".join(failure_lines(case)) or "failed"
+            lines.append(f"- `{_cell(suite)}/{_cell(_case_name(case))}`: {_cell(detail)}")
+    if comparison is not None:
+        lines += ["", f"### Against the baseline (changes beyond {comparison.threshold:.0%})", ""]
+        for title, keys in (
+            ("Regressed", comparison.regressed),
+            ("Improved", comparison.improved),
+            ("New", comparison.added),
+            ("Removed", comparison.removed),
+        ):
+            if keys:
+                lines.append(f"- **{title}** ({len(keys)}): " + ", ".join(f"`{k}`" for k in keys))
+        if comparison.changes:
+            lines += ["", "| case | metric | baseline | now | change |", "|---|---|---:|---:|---:|"]
+            for c in comparison.changes:
+                change = "new" if c.before == 0 else f"{c.ratio:+.0%}"
+                lines.append(
+                    f"| `{_cell(c.case)}` | {c.metric} | {c.before:g} | {c.after:g} | {change} |"
+                )
+        if not (
+            comparison.regressed
+            or comparison.improved
+            or comparison.added
+            or comparison.removed
+            or comparison.changes
+        ):
+            lines.append("No changes.")
+    return "\n".join(lines) + "\n"
+
+
+def text(comparison: Comparison) -> str:
+    """The comparison as plain lines for a terminal."""
+    out = [f"baseline: {len(comparison.regressed)} regressed, {len(comparison.improved)} improved"]
+    out += [f"  regressed: {k}" for k in comparison.regressed]
+    out += [f"  improved: {k}" for k in comparison.improved]
+    out += [f"  new: {k}" for k in comparison.added]
+    out += [f"  removed: {k}" for k in comparison.removed]
+    for c in comparison.changes:
+        change = "new" if c.before == 0 else f"{c.ratio:+.0%}"
+        out.append(f"  {c.metric} {c.case}: {c.before:g} -> {c.after:g} ({change})")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,90 @@
+"""Agent sessions (the conversation behind a `session_id`) in the state store.
+
+In the store rather than in a server's memory so that every replica on one PostgreSQL
+store continues the same conversation, whichever replica the load balancer picks, and a
+restart loses none. A session belongs to the hash of the API key that created it: another
+key reading or writing it is told the session does not exist.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from fim.store.schema import table
+from fim.types import Message
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
+    from fim.store import Store
+
+SESSION_LIMIT = 1000
+"""Sessions kept per store; the least recently used beyond it are dropped."""
+_PRUNE_EVERY = 64
+
+
+class Sessions:
+    def __init__(self, store: Store, limit: int = SESSION_LIMIT) -> None:
+        self.store = store
+        self.limit = limit
+        self._writes = 0
+
+    async def load(self, session_id: str) -> tuple[str, list[Message]] | None:
+        """(owner hash, conversation) of a session, None when there is none."""
+        sessions = table("sessions")
+        query = sessions.select().where(sessions.c.id == session_id)
+        row = await self.store._tx(lambda c: c.execute(query).mappings().first())
+        if row is None:
+            return None
+        return row["owner"], [Message.model_validate(m) for m in row["messages"]]
+
+    async def save(self, session_id: str, owner: str, messages: list[Message]) -> bool:
+        """Store the conversation; False (nothing written) when another key owns the
+        session, so two callers' turns never mix."""
+        dumped = [m.model_dump(mode="json", exclude_defaults=True) for m in messages]
+        self._writes += 1
+        prune = self._writes % _PRUNE_EVERY == 0
+        from sqlalchemy.exc import IntegrityError
+
+        try:
+            return await self.store._tx(lambda c: self._save(c, session_id, owner, dumped, prune))
+        except IntegrityError:  # another replica created the session meanwhile: recheck
+            return await self.store._tx(lambda c: self._save(c, session_id, owner, dumped, False))
+
+    def _save(
+        self, conn: Connection, session_id: str, owner: str, messages: list[object], prune: bool
+    ) -> bool:
+        from sqlalchemy import select
+
+        sessions = table("sessions")
+        now = time.time()
+        # The row is locked (PostgreSQL) or the database is (SQLite's BEGIN IMMEDIATE)
+        # from here to the commit: ownership cannot change between the check and the write.
+        current = conn.execute(
+            select(sessions.c.owner).where(sessions.c.id == session_id).with_for_update()
+        ).scalar()
+        if current is None:
+            conn.execute(
+                sessions.insert().values(
+                    id=session_id, owner=owner, messages=messages, updated_at=now
+                )
+            )
+        elif current != owner:
+            return False
+        else:
+            conn.execute(
+                sessions.update()
+                .where(sessions.c.id == session_id)
+                .values(messages=messages, updated_at=now)
+            )
+        if prune:
+            cutoff = conn.execute(
+                select(sessions.c.updated_at)
+                .order_by(sessions.c.updated_at.desc())
+                .offset(self.limit)
+                .limit(1)
+            ).scalar()
+            if cutoff is not None:
+                conn.execute(sessions.delete().where(sessions.c.updated_at <= cutoff))
+        return True

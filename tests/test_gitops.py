@@ -1,0 +1,122 @@
+"""GitOps pull against a bare repository on disk: the snapshot version is the commit SHA,
+a commit that does not compile is reported and never served, a good one is swapped in."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fim.build.gitops import GitSource, initial_snapshot, parse_interval, pull_once
+from fim.build.reload import SnapshotHolder
+from fim.errors import ConfigError, RunError
+from fim.server.app import create_app
+from fim.testing.server import ServerThread
+
+FIM_YAML = "name: gitops\nstate: sqlite:///.fim/state.db\n"
+
+
+def agent_yaml(description: str) -> str:
+    return f"description: {description}\nmodel: scripted:pong.yaml\ninstructions: Say pong.\n"
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "HOME": str(cwd),
+        "PATH": "/usr/bin:/bin",
+    }
+    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+class Remote:
+    """A bare repository (the remote) and a clone to push commits from."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.bare, self.work = tmp / "remote.git", tmp / "author"
+        self.bare.mkdir()
+        git(self.bare, "init", "--quiet", "--bare", "--initial-branch=main")
+        git(tmp, "clone", "--quiet", str(self.bare), str(self.work))
+        git(self.work, "checkout", "--quiet", "-B", "main")
+
+    def commit(self, files: dict[str, str], message: str) -> str:
+        for name, text in files.items():
+            path = self.work / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        git(self.work, "add", "-A")
+        git(self.work, "commit", "--quiet", "-m", message)
+        git(self.work, "push", "--quiet", "origin", "main")
+        return git(self.work, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> Remote:
+    return Remote(tmp_path)
+
+
+async def test_a_bad_commit_is_reported_and_never_served(remote: Remote, tmp_path: Path):
+    first = remote.commit(
+        {
+            "fim.yaml": FIM_YAML,
+            "pong.yaml": '- text: "pong"\n',
+            "agents/echo.yaml": agent_yaml("v1"),
+        },
+        "first",
+    )
+    source = GitSource(url=str(remote.bare), ref="main", checkout=tmp_path / "co")
+    holder = SnapshotHolder(initial_snapshot(source))
+    assert holder.current.version == first and source.root == tmp_path / "co" / "tree"
+    assert not await pull_once(source, holder)  # nothing new
+
+    bad = remote.commit({"agents/echo.yaml": agent_yaml("v2") + "modle: fast\n"}, "typo")
+    assert not await pull_once(source, holder)
+    assert holder.current.version == first and source.rejected == bad
+    (problem,) = holder.errors
+    assert f"commit {bad[:12]} rejected" in problem.message and "modle" in problem.message
+    assert problem.path == "agents/echo.yaml"
+    # the served tree never saw the bad commit
+    assert "modle" not in (source.root / "agents" / "echo.yaml").read_text()
+    assert not await pull_once(source, holder)  # not re-validated until the ref moves
+
+    good = remote.commit({"agents/echo.yaml": agent_yaml("v3")}, "fix")
+    assert await pull_once(source, holder)
+    assert holder.current.version == good and not holder.errors
+    assert holder.current.agents["echo"].description == "v3"
+
+    # the commit SHA is what /v1/status reports and what run records and events carry
+    with ServerThread(create_app(holder)) as srv:
+        status = httpx.get(f"{srv.url}/v1/status").json()
+        assert status["snapshot"] == good and status["last_reload_error"] is None
+        run = httpx.post(f"{srv.url}/v1/agents/echo/runs", json={"input": "ping"}).json()
+        assert run["output"] == "pong"
+        assert run["events"][0]["snapshot_version"] == good
+        stored = httpx.get(f"{srv.url}/v1/runs/{run['run_id']}").json()
+        assert stored["data"]["events"][0]["snapshot_version"] == good
+
+
+def test_a_bad_first_commit_and_bad_options_fail_clearly(remote: Remote, tmp_path: Path):
+    remote.commit({"fim.yaml": "name: [\n"}, "broken")
+    source = GitSource(url=str(remote.bare), checkout=tmp_path / "co")
+    with pytest.raises(ConfigError):
+        initial_snapshot(source)
+    with pytest.raises(RunError, match="in use by another fim process"):
+        initial_snapshot(GitSource(url=str(remote.bare), checkout=tmp_path / "co"))
+    assert source.lock is not None
+    source.lock.close()
+    with pytest.raises(RunError, match="failed"):
+        GitSource(url=str(remote.bare), ref="nope", checkout=tmp_path / "co").fetch()
+    with pytest.raises(RunError, match="not"):
+        GitSource(url=str(tmp_path / "other.git"), checkout=tmp_path / "co").fetch()
+    with pytest.raises(RunError):
+        GitSource(url="x", ref="--upload-pack=evil")
+    assert parse_interval("30s") == 30 and parse_interval("2m") == 120
+    with pytest.raises(RunError):
+        parse_interval("soon")
