@@ -36,6 +36,9 @@ class LLMCall(_Event):
     iteration: int
     usage: Usage = Field(default_factory=Usage)
     duration_ms: float = 0.0
+    request_model: str = ""
+    provider: str = ""
+    finish_reason: str | None = None
 
 
 class Token(_Event):
@@ -58,6 +61,7 @@ class HookEvent(_Event):
     tool_name: str | None = None
     reason: str | None = None
     side_effects: list[str] = Field(default_factory=list)
+    call_id: str | None = None  # the tool call a Pre/PostToolUse decision is about
 
 
 class ToolResultEvent(_Event):

@@ -185,6 +185,9 @@ class ReactEngine:
                 iteration=iteration,
                 usage=response.usage,
                 duration_ms=(time.perf_counter() - t0) * 1000,
+                request_model=getattr(self.model, "name", ""),
+                provider=getattr(self.model, "provider", "") or "",
+                finish_reason=response.finish_reason,
             )
             reply = response.message
             if not reply.tool_calls:
@@ -342,7 +345,7 @@ class ReactEngine:
             "PreToolUse", view.context("PreToolUse", self.agent, self.run_id, metadata)
         )
         for event in events:
-            await queue.put(event)
+            await queue.put(event.model_copy(update={"call_id": call.id}))
         if not pre.allow:
             reason = pre.error or "blocked by a hook"
             return await emit(
@@ -389,7 +392,7 @@ class ReactEngine:
             ),
         )
         for event in events:
-            await queue.put(event)
+            await queue.put(event.model_copy(update={"call_id": call.id}))
         if not post.allow:
             reason = post.error or "blocked by a hook"
             return await emit(

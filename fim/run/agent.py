@@ -250,7 +250,12 @@ async def run_agent(
             else next((m.content or "" for m in reversed(input) if m.role == "user"), "")
         )
         engine = await make_engine(ctx, request, model=model, stream=stream, overrides=overrides)
-        async for event in engine.run(input):
+        from fim.observe import observe_run
+
+        events = observe_run(
+            engine.run(input), agent=agent.name, run_id=ctx.run_id, snapshot=snapshot, depth=depth
+        )
+        async for event in events:
             yield event
     finally:
         if own:

@@ -176,7 +176,15 @@ class WorkflowEngine:
                 "inputs": mask_value(self.snapshot, values),
             },
         )
-        async with aclosing(self._scheduler(decl, self.state).drive()) as events:
+        from fim.observe import observe_workflow
+
+        drive = observe_workflow(
+            self._scheduler(decl, self.state).drive(),
+            workflow=self.name,
+            run_id=self.run_id,
+            snapshot=self.snapshot,
+        )
+        async with aclosing(drive) as events:
             async for event in events:
                 yield event
 

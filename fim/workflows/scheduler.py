@@ -30,6 +30,7 @@ from fim.events import (
     Notice,
     WorkflowFinished,
 )
+from fim.observe import current_node
 from fim.run.services import Services
 from fim.tools.registry import ToolRegistry
 from fim.types import Tool
@@ -252,6 +253,7 @@ class Scheduler:
         async with semaphore:
             ns.status, ns.started_at, ns.attempts = "running", time.time(), 0
             queue.put_nowait(NodeStarted(run_id=state.run_id, node=node_id, node_type=node.type))
+            current_node.set(node_id)  # runs this node starts are traced under it
             persister.mark()
             attempts = 1 + node.retry.count
             error = ""

@@ -1,0 +1,79 @@
+"""Observability: OpenTelemetry traces built from fim's event stream.
+
+Every engine already yields one ordered event stream per run; `observe_run` and
+`observe_workflow` wrap that stream where the surfaces consume it, and turn it into spans.
+Nothing here imports `opentelemetry` unless tracing is configured through the standard
+`OTEL_EXPORTER_OTLP_*` environment variables, so a run with tracing off pays one cached
+boolean check and creates no span.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fim.events import Event
+
+_enabled: bool | None = None
+
+current_node: ContextVar[str | None] = ContextVar("fim_current_node", default=None)
+"""The workflow node whose task is running: a run it starts is traced under that node."""
+
+
+def tracing_enabled() -> bool:
+    """Whether spans are exported: an OTLP endpoint is set, the SDK is not disabled and
+    the traces exporter is not `none`. Read once per process (`reset()` re-reads)."""
+    global _enabled
+    if _enabled is None:
+        env = os.environ
+        endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get(
+            "OTEL_EXPORTER_OTLP_ENDPOINT"
+        )
+        _enabled = bool(
+            endpoint
+            and env.get("OTEL_SDK_DISABLED", "").strip().lower() != "true"
+            and env.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() != "none"
+        )
+    return _enabled
+
+
+def reset() -> None:
+    """Forget the cached decision and shut the exporter down (tests, benchmarks)."""
+    global _enabled
+    _enabled = None
+    import sys
+
+    tracing = sys.modules.get("fim.observe.tracing")
+    if tracing is not None:
+        tracing.shutdown()
+
+
+def observe_run(
+    events: AsyncIterator[Event],
+    *,
+    agent: str,
+    run_id: str,
+    snapshot: Any,
+    depth: int = 0,
+    mask: Callable[[str], str] | None = None,
+) -> AsyncIterator[Event]:
+    """The events of one agent run, unchanged; spans on the side when tracing is on."""
+    if not tracing_enabled():
+        return events
+    from fim.observe.tracing import trace_run
+
+    return trace_run(events, agent=agent, run_id=run_id, snapshot=snapshot, depth=depth, mask=mask)
+
+
+def observe_workflow(
+    events: AsyncIterator[Event], *, workflow: str, run_id: str, snapshot: Any
+) -> AsyncIterator[Event]:
+    """The events of one workflow run, unchanged; spans on the side when tracing is on."""
+    if not tracing_enabled():
+        return events
+    from fim.observe.tracing import trace_workflow
+
+    return trace_workflow(events, workflow=workflow, run_id=run_id, snapshot=snapshot)

@@ -1,0 +1,447 @@
+"""Events -> OpenTelemetry spans, following the GenAI semantic conventions.
+
+One consumer for every engine: it reads the event stream a run yields (react, dag,
+workflows) and opens and closes spans from it, using the events' own timestamps. It is
+imported only when tracing is configured (see `fim.observe.tracing_enabled`).
+
+Span tree: `invoke_agent {agent}` per run, `chat {model}` per model call, `execute_tool
+{name}` per tool call (hook decisions as span events, blocked or failed calls with error
+status), `workflow {name}` and `node {id}` for workflows, `step {id}` for dag steps. A
+delegated run or a workflow's agent node is a child of the tool call or node that started
+it: the parent's consumer is kept in a context variable the child's consumer reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from fim.events import Event
+
+_lock = threading.Lock()
+_provider: Any = None
+_scope: ContextVar[_Trace | None] = ContextVar("fim_trace_scope", default=None)
+
+CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+
+
+def provider() -> Any:
+    """The process's tracer provider, exporting with OTLP as the standard environment
+    variables say (`OTEL_EXPORTER_OTLP_PROTOCOL`: `http/protobuf`, the default, or `grpc`;
+    endpoint, headers, timeouts and `OTEL_SERVICE_NAME` are read by the SDK itself)."""
+    global _provider
+    with _lock:
+        if _provider is None:
+            from opentelemetry.sdk.resources import Resource
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+            resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "fim")})
+            tp = TracerProvider(resource=resource)
+            tp.add_span_processor(BatchSpanProcessor(_exporter()))
+            _provider = tp
+        return _provider
+
+
+def _exporter() -> Any:
+    env = os.environ
+    protocol = (
+        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "http/protobuf"
+    ).strip()
+    if protocol == "grpc":
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            from fim.errors import ConfigError
+
+            raise ConfigError(
+                "OTEL_EXPORTER_OTLP_PROTOCOL=grpc needs opentelemetry-exporter-otlp-proto-grpc",
+                hint="pip install 'fim[otel]', or use http/protobuf",
+            ) from exc
+        return OTLPSpanExporter()
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter()
+
+
+def flush(timeout_ms: int = 10_000) -> bool:
+    """Export every finished span now (tests, short-lived CLI runs)."""
+    return _provider.force_flush(timeout_ms) if _provider is not None else True
+
+
+def shutdown() -> None:
+    global _provider
+    with _lock:
+        if _provider is not None:
+            _provider.shutdown()
+            _provider = None
+
+
+def tracer() -> trace.Tracer:
+    return provider().get_tracer("fim")
+
+
+def _capture() -> bool:
+    return os.environ.get(CAPTURE_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def _provider_of(model: str) -> str | None:
+    """`anthropic/claude-x` -> `anthropic`: litellm's provider prefix."""
+    return model.split("/", 1)[0] if "/" in model else None
+
+
+def _ns(ts: float) -> int:
+    return int(ts * 1e9)
+
+
+_git_heads: dict[Path, str] = {}
+
+
+def git_commit(root: Path | None) -> str:
+    """The commit the project's checkout is at, read from .git without running git
+    (empty when the project is not a git checkout)."""
+    if root is None:
+        return ""
+    root = Path(root)
+    if root in _git_heads:
+        return _git_heads[root]
+    commit = ""
+    for folder in (root, *root.parents):
+        git = folder / ".git"
+        if git.is_file():  # a worktree: "gitdir: <path>"
+            text = git.read_text(errors="replace").strip()
+            if text.startswith("gitdir:"):
+                git = (folder / text.split(":", 1)[1].strip()).resolve()
+        if git.is_dir():
+            commit = _read_head(git)
+            break
+    _git_heads[root] = commit
+    return commit
+
+
+def _read_head(git: Path) -> str:
+    try:
+        head = (git / "HEAD").read_text().strip()
+        if not head.startswith("ref:"):
+            return head
+        ref = head.split(":", 1)[1].strip()
+        common = git
+        if (git / "commondir").is_file():
+            common = (git / (git / "commondir").read_text().strip()).resolve()
+        for base in (git, common):
+            if (base / ref).is_file():
+                return (base / ref).read_text().strip()
+        packed = common / "packed-refs"
+        if packed.is_file():
+            for line in packed.read_text().splitlines():
+                parts = line.split()
+                if len(parts) == 2 and parts[1] == ref:
+                    return parts[0]
+    except OSError:
+        return ""
+    return ""
+
+
+class _Trace:
+    """The spans of one run or workflow, opened and closed from its events."""
+
+    def __init__(self, root: Span, mask: Callable[[str], str] | None) -> None:
+        self.root = root
+        self.mask = mask or (lambda text: text)
+        self.capture = _capture()
+        self.tools: dict[str, tuple[Span, str, dict[str, Any]]] = {}
+        self.nodes: dict[str, tuple[Span, str]] = {}
+        self.steps: dict[str, Span] = {}
+        self.failed = False
+
+    # -- children of this trace (delegations, agent nodes) -------------------------
+
+    def parent_for(self, agent: str) -> Span:
+        """The span a child run started now belongs under: the open `call_agent` call
+        naming this agent, else the only open tool call, else the newest open agent node,
+        else this trace's root."""
+        from fim.observe import current_node
+
+        node = current_node.get()
+        if node is not None:
+            if node not in self.nodes:  # the node's task ran before its event was read
+                self.nodes[node] = (self._start(f"node {node}", time.time(), self.root), "")
+            return self.nodes[node][0]
+        calls = [span for span, name, args in self.tools.values() if name == "call_agent"]
+        named = [
+            span
+            for span, name, args in self.tools.values()
+            if name == "call_agent" and args.get("agent") == agent
+        ]
+        if named:
+            return named[0]
+        if len(calls) == 1 or len(self.tools) == 1:
+            return (calls or [s for s, _, _ in self.tools.values()])[0]
+        agents = [span for span, kind in self.nodes.values() if kind == "agent"]
+        if agents:
+            return agents[-1]
+        if len(self.nodes) == 1:
+            return next(iter(self.nodes.values()))[0]
+        return self.root
+
+    def _start(
+        self,
+        name: str,
+        ts: float,
+        parent: Span,
+        kind: SpanKind = SpanKind.INTERNAL,
+        **attributes: Any,
+    ) -> Span:
+        return tracer().start_span(
+            name,
+            context=trace.set_span_in_context(parent),
+            kind=kind,
+            start_time=_ns(ts),
+            attributes={k: v for k, v in attributes.items() if v is not None},
+        )
+
+    # -- events --------------------------------------------------------------------
+
+    def on(self, event: Event) -> None:
+        handler = getattr(self, f"_on_{event.type}", None)
+        if handler is not None:
+            handler(event)
+
+    def _on_run_started(self, e: Any) -> None:
+        self.root.set_attribute("fim.engine", e.engine)
+        if e.snapshot_version:
+            self.root.set_attribute("fim.snapshot.version", e.snapshot_version)
+        if self.capture:
+            self.root.set_attribute("gen_ai.input.messages", self.mask(e.input))
+
+    def _on_llm_call(self, e: Any) -> None:
+        request_model = getattr(e, "request_model", "") or e.model
+        span = self._start(
+            f"chat {request_model}",
+            e.ts - e.duration_ms / 1000,
+            self.root,
+            SpanKind.CLIENT,
+            **{
+                "gen_ai.operation.name": "chat",
+                "gen_ai.system": getattr(e, "provider", "") or _provider_of(request_model),
+                "gen_ai.request.model": request_model,
+                "gen_ai.response.model": e.model,
+                "gen_ai.usage.input_tokens": e.usage.prompt_tokens,
+                "gen_ai.usage.output_tokens": e.usage.completion_tokens,
+                "gen_ai.response.finish_reasons": (
+                    [e.finish_reason] if getattr(e, "finish_reason", None) else None
+                ),
+                "fim.iteration": e.iteration,
+                "fim.cost_usd": e.usage.cost,
+            },
+        )
+        span.end(end_time=_ns(e.ts))
+
+    def _on_tool_call(self, e: Any) -> None:
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": e.name,
+            "gen_ai.tool.call.id": e.call_id,
+        }
+        if self.capture:
+            import json
+
+            attributes["gen_ai.tool.call.arguments"] = self.mask(
+                json.dumps(e.arguments, default=str)
+            )
+        span = self._start(f"execute_tool {e.name}", e.ts, self.root, **attributes)
+        self.tools[e.call_id] = (span, e.name, dict(e.arguments))
+
+    def _on_hook(self, e: Any) -> None:
+        target = self.root
+        if getattr(e, "call_id", None) in self.tools:
+            target = self.tools[e.call_id][0]
+        elif e.tool_name is not None:
+            open_ = [(s, n) for s, n, _ in self.tools.values()]
+            same = [s for s, n in open_ if n == e.tool_name]
+            if same:
+                target = same[0]
+            elif len(open_) == 1:
+                target = open_[0][0]
+        attributes = {
+            "fim.hook": e.hook,
+            "fim.hook.point": e.point,
+            "fim.hook.decision": e.decision,
+        }
+        if e.reason:
+            attributes["fim.hook.reason"] = self.mask(e.reason)
+        target.add_event("fim.hook", attributes, timestamp=_ns(e.ts))
+        if e.decision == "block":
+            target.set_attribute("fim.tool.blocked", True)
+            target.set_status(Status(StatusCode.ERROR, f"blocked by hook {e.hook}"))
+
+    def _on_tool_result(self, e: Any) -> None:
+        opened = self.tools.pop(e.call_id, None)
+        if opened is None:
+            return
+        span = opened[0]
+        if self.capture:
+            span.set_attribute("gen_ai.tool.call.result", self.mask(e.content))
+        if e.is_error:
+            span.set_attribute("error.type", "tool_error")
+            span.set_status(Status(StatusCode.ERROR, self.mask(e.content)[:200]))
+        span.end(end_time=_ns(e.ts))
+
+    def _on_error(self, e: Any) -> None:
+        self.failed = True
+        self.root.add_event(
+            "fim.error", {"fim.error.kind": e.kind, "message": self.mask(e.message)[:1000]}
+        )
+        self.root.set_attribute("error.type", e.kind)
+        self.root.set_status(Status(StatusCode.ERROR, self.mask(e.message)[:200]))
+
+    def _on_run_finished(self, e: Any) -> None:
+        self.root.set_attribute("fim.status", e.status)
+        self.root.set_attribute("fim.iterations", e.iterations)
+        self.root.set_attribute("gen_ai.usage.input_tokens", e.usage.prompt_tokens)
+        self.root.set_attribute("gen_ai.usage.output_tokens", e.usage.completion_tokens)
+        if e.usage.cost is not None:
+            self.root.set_attribute("fim.cost_usd", e.usage.cost)
+        if self.capture:
+            self.root.set_attribute("gen_ai.output.messages", self.mask(e.output))
+        if e.status != "ok" and not self.failed:
+            self.root.set_status(Status(StatusCode.ERROR, e.status))
+
+    def _on_step_started(self, e: Any) -> None:
+        self.steps[e.step] = self._start(f"step {e.step}", e.ts, self.root, **{"fim.step": e.step})
+
+    def _on_step_finished(self, e: Any) -> None:
+        span = self.steps.pop(e.step, None)
+        if span is not None:
+            if e.status != "ok":
+                span.set_status(Status(StatusCode.ERROR, e.status))
+            span.end(end_time=_ns(e.ts))
+
+    def _on_node_started(self, e: Any) -> None:
+        if e.node in self.nodes:  # opened early by a run the node started
+            span = self.nodes[e.node][0]
+            span.set_attribute("fim.node", e.node)
+            span.set_attribute("fim.node.type", e.node_type)
+            self.nodes[e.node] = (span, e.node_type)
+            return
+        span = self._start(
+            f"node {e.node}", e.ts, self.root, **{"fim.node": e.node, "fim.node.type": e.node_type}
+        )
+        self.nodes[e.node] = (span, e.node_type)
+
+    def _on_node_finished(self, e: Any) -> None:
+        opened = self.nodes.pop(e.node, None)
+        if opened is not None:
+            opened[0].end(end_time=_ns(e.ts))
+
+    def _on_node_failed(self, e: Any) -> None:
+        opened = self.nodes.pop(e.node, None)
+        if opened is not None:
+            opened[0].set_attribute("fim.node.attempt", e.attempt)
+            opened[0].set_status(Status(StatusCode.ERROR, self.mask(e.error)[:200]))
+            opened[0].end(end_time=_ns(e.ts))
+
+    def _on_node_skipped(self, e: Any) -> None:
+        self.root.add_event(
+            "fim.node_skipped", {"fim.node": e.node, "reason": e.reason}, timestamp=_ns(e.ts)
+        )
+
+    def _on_workflow_finished(self, e: Any) -> None:
+        self.root.set_attribute("fim.status", e.status)
+        if e.status in ("failed", "cancelled"):
+            self.root.set_status(Status(StatusCode.ERROR, e.status))
+
+    def close(self) -> None:
+        """End whatever the stream left open (a cancelled run): nothing leaks."""
+        for span, _, _ in self.tools.values():
+            span.set_status(Status(StatusCode.ERROR, "not finished"))
+            span.end()
+        for span, _ in self.nodes.values():
+            span.end()
+        for span in self.steps.values():
+            span.end()
+        self.root.end()
+
+
+def _parent_context(agent: str) -> Any:
+    parent = _scope.get()
+    if parent is not None:
+        return trace.set_span_in_context(parent.parent_for(agent))
+    return otel_context.get_current()  # e.g. the W3C context of the incoming HTTP request
+
+
+async def _consume(events: AsyncIterator[Event], trace_: _Trace) -> AsyncIterator[Event]:
+    token = _scope.set(trace_)
+    try:
+        async with aclosing(events) as stream:  # type: ignore[type-var]
+            async for event in stream:
+                trace_.on(event)
+                yield event
+    except BaseException as exc:
+        trace_.root.record_exception(exc)
+        trace_.root.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+        raise
+    finally:
+        trace_.close()
+        with contextlib.suppress(ValueError):  # closed from another context
+            _scope.reset(token)
+
+
+def trace_run(
+    events: AsyncIterator[Event],
+    *,
+    agent: str,
+    run_id: str,
+    snapshot: Any,
+    depth: int = 0,
+    mask: Callable[[str], str] | None = None,
+) -> AsyncIterator[Event]:
+    root = getattr(snapshot, "root", None)
+    attributes = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": agent,
+        "fim.run_id": run_id,
+        "fim.depth": depth,
+        "fim.project": getattr(getattr(snapshot, "project", None), "name", None),
+        "fim.snapshot.version": getattr(snapshot, "version", None) or None,
+        "vcs.ref.head.revision": git_commit(root) or None,
+    }
+    span = tracer().start_span(
+        f"invoke_agent {agent}",
+        context=_parent_context(agent),
+        kind=SpanKind.INTERNAL,
+        attributes={k: v for k, v in attributes.items() if v is not None},
+    )
+    return _consume(events, _Trace(span, mask or getattr(snapshot, "mask", None)))
+
+
+def trace_workflow(
+    events: AsyncIterator[Event], *, workflow: str, run_id: str, snapshot: Any
+) -> AsyncIterator[Event]:
+    attributes = {
+        "fim.workflow": workflow,
+        "fim.run_id": run_id,
+        "fim.project": getattr(getattr(snapshot, "project", None), "name", None),
+        "fim.snapshot.version": getattr(snapshot, "version", None) or None,
+        "vcs.ref.head.revision": git_commit(getattr(snapshot, "root", None)) or None,
+    }
+    span = tracer().start_span(
+        f"workflow {workflow}",
+        context=_parent_context(workflow),
+        kind=SpanKind.INTERNAL,
+        attributes={k: v for k, v in attributes.items() if v is not None},
+    )
+    return _consume(events, _Trace(span, getattr(snapshot, "mask", None)))

@@ -1,0 +1,151 @@
+"""OpenTelemetry traces from the event stream, received by a real OTLP/HTTP endpoint."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fim import observe
+from fim.build.compile import compile_project
+from fim.run.agent import ask
+from fim.run.services import Services
+from fim.testing.otlp import otlp_receiver
+from fim.workflows.engine import WorkflowEngine
+
+BLOCK_666 = "grep -q 666 && { echo 'no devil maths' >&2; exit 2; } || exit 0"
+
+
+def project(root: Path) -> Path:
+    files = {
+        "fim.yaml": 'name: traced\nstate: "sqlite:///.fim/state.db"\n'
+        'models: {general: "scripted:s/helper.yaml"}\n',
+        "s/lead.yaml": (
+            "- tool_calls:\n"
+            "    - {name: calculator, arguments: {expression: '6 * 7'}}\n"
+            "    - {name: calculator, arguments: {expression: '666 + 1'}}\n"
+            "- tool_calls: [{name: call_agent, arguments: {agent: helper, task: greet}}]\n"
+            "- text: All done.\n"
+        ),
+        "s/helper.yaml": "- text: Hello.\n",
+        "agents/lead.yaml": (
+            "model: scripted:s/lead.yaml\ntools: [calculator]\ndelegates: [helper]\n"
+            "hooks:\n  - event: PreToolUse\n    matcher: calculator\n"
+            f'    command: "{BLOCK_666}"\n'
+        ),
+        "agents/helper.yaml": "model: scripted:s/helper.yaml\ninstructions: You greet.\n",
+        "workflows/greet.yaml": (
+            "nodes:\n  answer: {type: agent, agent: helper, input: hi}\n"
+            "outputs: {answer: '{{ nodes.answer.output }}'}\n"
+        ),
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+@pytest.fixture
+def receiver(monkeypatch):
+    with otlp_receiver() as rx:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.url)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+        monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
+        observe.reset()
+        try:
+            yield rx
+        finally:
+            observe.reset()
+
+
+async def test_span_tree_of_a_run_with_tools_a_block_a_delegation_and_a_workflow(
+    tmp_path, receiver
+):
+    snapshot = compile_project(project(tmp_path))
+    services = Services(root=snapshot.root, state_url=snapshot.project.state)
+    try:
+        final = await ask(snapshot, "lead", "compute things", services=services)
+        workflow = [e async for e in WorkflowEngine(snapshot, "greet", services).run({})]
+    finally:
+        await services.aclose()
+    assert final.status == "ok" and workflow[-1].status == "ok"
+    from fim.observe.tracing import flush
+
+    assert flush()
+    spans = receiver.spans
+    by_id = {s.span_id: s for s in spans}
+
+    def children(span):
+        return sorted((s for s in spans if s.parent_id == span.span_id), key=lambda s: s.start_ns)
+
+    (lead,) = [s for s in spans if s.name == "invoke_agent lead"]
+    assert lead.parent_id == "" and lead.attributes["gen_ai.agent.name"] == "lead"
+    assert lead.attributes["fim.snapshot.version"] == snapshot.version
+    assert lead.attributes["fim.status"] == "ok"
+    assert lead.attributes["gen_ai.input.messages"] == "compute things"  # capture is on
+    names = [s.name for s in children(lead)]
+    assert names.count("chat scripted:s/lead.yaml") == 3, names
+    chat = next(s for s in children(lead) if s.name.startswith("chat"))
+    assert chat.kind == 3  # CLIENT
+    assert chat.attributes["gen_ai.operation.name"] == "chat"
+    assert chat.attributes["gen_ai.request.model"] == "scripted:s/lead.yaml"
+    assert "gen_ai.usage.input_tokens" in chat.attributes
+    assert chat.attributes["gen_ai.response.finish_reasons"] == ["tool_calls"]
+
+    calcs = [s for s in children(lead) if s.name == "execute_tool calculator"]
+    assert len(calcs) == 2
+    allowed = next(s for s in calcs if "6 * 7" in s.attributes["gen_ai.tool.call.arguments"])
+    blocked = next(s for s in calcs if "666" in s.attributes["gen_ai.tool.call.arguments"])
+    assert allowed.status != 2 and allowed.attributes["gen_ai.tool.call.result"] == "42"
+    assert blocked.status == 2 and blocked.attributes["fim.tool.blocked"] is True
+    decisions = [attrs["fim.hook.decision"] for name, attrs in blocked.events]
+    assert "block" in decisions and "allow" not in decisions
+    assert [a["fim.hook.decision"] for _, a in allowed.events] == ["allow"]
+
+    (delegation,) = [s for s in children(lead) if s.name == "execute_tool call_agent"]
+    (child,) = children(delegation)
+    assert child.name == "invoke_agent helper" and child.trace_id == lead.trace_id
+    assert child.attributes["fim.depth"] == 1
+    assert [s.name for s in children(child)] == ["chat scripted:s/helper.yaml"]
+    assert child.start_ns >= delegation.start_ns and child.end_ns <= delegation.end_ns
+
+    (flow,) = [s for s in spans if s.name == "workflow greet"]
+    assert flow.parent_id == "" and flow.trace_id != lead.trace_id
+    (node,) = children(flow)
+    assert node.name == "node answer" and node.attributes["fim.node.type"] == "agent"
+    (node_run,) = children(node)
+    assert node_run.name == "invoke_agent helper" and node_run.trace_id == flow.trace_id
+    assert all(s.end_ns >= s.start_ns for s in spans)
+    assert all(s.parent_id == "" or s.parent_id in by_id for s in spans)
+
+
+def test_tracing_off_imports_no_opentelemetry_and_creates_no_span(tmp_path):
+    """With no OTLP endpoint configured, a run with a tool call and a delegation neither
+    imports the tracing module nor the SDK: zero spans by construction."""
+    project(tmp_path)
+    code = textwrap.dedent(
+        f"""
+        import asyncio, os, sys
+        for key in list(os.environ):
+            if key.startswith("OTEL_"):
+                del os.environ[key]
+        from fim.build.compile import compile_project
+        from fim.run.agent import ask
+        snapshot = compile_project({str(tmp_path)!r})
+        final = asyncio.run(ask(snapshot, "lead", "compute things"))
+        assert final.status == "ok", final
+        loaded = [m for m in ("fim.observe.tracing", "opentelemetry.sdk") if m in sys.modules]
+        print("loaded:", loaded)
+        """
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("OTEL_")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert "loaded: []" in out.stdout
