@@ -149,3 +149,61 @@ def test_tracing_off_imports_no_opentelemetry_and_creates_no_span(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert "loaded: []" in out.stdout
+
+
+def test_trace_context_flows_from_an_http_request_into_a_connector_call(tmp_path, receiver):
+    """A caller's `traceparent` parents the server span, the run and its tool call; the
+    connector's HTTP request carries the tool call's span as its parent."""
+    import httpx
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from fim.build.reload import SnapshotHolder
+    from fim.server.app import create_app
+    from fim.testing.connectors import serve
+    from fim.testing.server import ServerThread
+
+    seen: list[str] = []
+
+    async def ping(request):
+        seen.append(request.headers.get("traceparent", ""))
+        return JSONResponse({"pong": True})
+
+    with serve(Starlette(routes=[Route("/ping", ping)])) as api_url:
+        project(tmp_path)
+        (tmp_path / "connectors").mkdir()
+        (tmp_path / "connectors/api.yaml").write_text(
+            f"kind: http\nbase_url: {api_url}\n"
+            "actions:\n  ping: {method: GET, path: /ping, description: Ping}\n"
+        )
+        (tmp_path / "s/caller.yaml").write_text(
+            "- tool_calls: [{name: connector, arguments: "
+            "{subcommand: execute, connector: api, action: ping}}]\n- text: pong\n"
+        )
+        (tmp_path / "agents/caller.yaml").write_text(
+            "model: scripted:s/caller.yaml\nconnectors: [api]\n"
+        )
+        holder = SnapshotHolder(compile_project(tmp_path))
+        trace_id, caller_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+        with ServerThread(create_app(holder)) as srv:
+            response = httpx.post(
+                f"{srv.url}/v1/agents/caller/runs",
+                json={"input": "ping it"},
+                headers={"traceparent": f"00-{trace_id}-{caller_span}-01"},
+                timeout=30,
+            )
+        assert response.status_code == 200, response.text
+        assert response.json()["output"] == "pong"
+    from fim.observe.tracing import flush
+
+    assert flush()
+    spans = {s.name: s for s in receiver.spans if s.trace_id == trace_id}
+    server = spans["POST /v1/agents/caller/runs"]
+    assert server.parent_id == caller_span and server.kind == 2  # SERVER
+    assert server.attributes["http.response.status_code"] == 200
+    run = spans["invoke_agent caller"]
+    assert run.parent_id == server.span_id
+    tool = spans["execute_tool connector"]
+    assert tool.parent_id == run.span_id
+    assert seen == [f"00-{trace_id}-{tool.span_id}-01"]

@@ -102,6 +102,8 @@ class HttpConnectorClient:
                 params[spec.name] = spec.key
         elif spec is not None and spec.type == "basic":
             auth = httpx.BasicAuth(spec.username, spec.password)
+        from fim.observe.http import inject_trace_headers
+
         return httpx.AsyncClient(
             base_url=self.decl.base_url.rstrip("/") + "/",
             headers=headers,
@@ -109,6 +111,7 @@ class HttpConnectorClient:
             auth=auth,
             timeout=self.decl.timeout,
             follow_redirects=True,
+            event_hooks={"request": [inject_trace_headers]},
         )
 
     async def aclose(self) -> None:

@@ -29,6 +29,7 @@ from fim.events import (
     ToolCallEvent,
     ToolResultEvent,
 )
+from fim.observe import current_call
 from fim.tools.registry import ToolRegistry
 from fim.types import (
     CallView,
@@ -271,6 +272,7 @@ class ReactEngine:
         results: dict[str, str] = {}
 
         async def one(call: ToolCall) -> None:
+            current_call.set(call.id)  # this task's own context: traces its work under it
             try:
                 results[call.id] = await self._run_tool(call, queue)
             finally:

@@ -140,7 +140,11 @@ async def open_client(
     else:
         from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
-        http = await stack.enter_async_context(create_mcp_http_client(headers=dict(decl.headers)))
+        from fim.observe.http import traced
+
+        http = traced(
+            await stack.enter_async_context(create_mcp_http_client(headers=dict(decl.headers)))
+        )
         transport = streamable_http_client(decl.url, http_client=http)
     client = Client(
         _watched(transport, on_end),

@@ -21,6 +21,8 @@ _enabled: bool | None = None
 
 current_node: ContextVar[str | None] = ContextVar("fim_current_node", default=None)
 """The workflow node whose task is running: a run it starts is traced under that node."""
+current_call: ContextVar[str | None] = ContextVar("fim_current_call", default=None)
+"""The tool call whose task is running: delegations and HTTP calls are traced under it."""
 
 
 def tracing_enabled() -> bool:

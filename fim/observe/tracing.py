@@ -173,8 +173,11 @@ class _Trace:
         """The span a child run started now belongs under: the open `call_agent` call
         naming this agent, else the only open tool call, else the newest open agent node,
         else this trace's root."""
-        from fim.observe import current_node
+        from fim.observe import current_call, current_node
 
+        call = current_call.get()
+        if call is not None and call in self.tools:
+            return self.tools[call][0]
         node = current_node.get()
         if node is not None:
             if node not in self.nodes:  # the node's task ran before its event was read
@@ -398,6 +401,22 @@ async def _consume(events: AsyncIterator[Event], trace_: _Trace) -> AsyncIterato
         trace_.close()
         with contextlib.suppress(ValueError):  # closed from another context
             _scope.reset(token)
+
+
+def current_span() -> Span:
+    """The span work running now belongs to: the tool call or node of the innermost traced
+    run, else OpenTelemetry's current span (an incoming request's)."""
+    scope = _scope.get()
+    if scope is not None:
+        return scope.parent_for("")
+    return trace.get_current_span()
+
+
+def inject(headers: Any) -> None:
+    """Write the W3C `traceparent` (and baggage) of `current_span()` into `headers`."""
+    from opentelemetry import propagate
+
+    propagate.inject(headers, context=trace.set_span_in_context(current_span()))
 
 
 def trace_run(

@@ -373,13 +373,19 @@ def create_app(holder: SnapshotHolder, services: Services | None = None) -> Star
         Route("/v1/chat/completions", compat.chat_completions, methods=["POST"]),
         *extra_routes(api),
     ]
-    middleware = [Middleware(AccessLog), Middleware(Guard, holder=holder)]
+    from fim.observe.http import TraceContext
+
+    middleware = [
+        Middleware(TraceContext),
+        Middleware(AccessLog),
+        Middleware(Guard, holder=holder),
+    ]
     cors = holder.current.project.server.cors_origins
     if cors:
         from starlette.middleware.cors import CORSMiddleware
 
         middleware.insert(
-            1,
+            2,
             Middleware(
                 CORSMiddleware, allow_origins=cors, allow_methods=["*"], allow_headers=["*"]
             ),

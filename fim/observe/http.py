@@ -1,0 +1,68 @@
+"""W3C trace context over HTTP: read from incoming requests, written into outgoing ones.
+
+Both are no-ops (and import nothing) unless tracing is configured.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fim.observe import tracing_enabled
+
+
+class TraceContext:
+    """ASGI middleware: a SERVER span per request, child of the caller's `traceparent`,
+    made current so the runs the request starts are its children."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not tracing_enabled():
+            await self.app(scope, receive, send)
+            return
+        from opentelemetry import context, propagate, trace
+        from opentelemetry.trace import SpanKind, Status, StatusCode
+
+        from fim.observe.tracing import tracer
+
+        carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        parent = propagate.extract(carrier)
+        route = scope.get("path", "")
+        span = tracer().start_span(
+            f"{scope['method']} {route}",
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes={"http.request.method": scope["method"], "url.path": route},
+        )
+        token = context.attach(trace.set_span_in_context(span, parent))
+
+        async def sending(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                span.set_attribute("http.response.status_code", message["status"])
+                if message["status"] >= 500:
+                    span.set_status(Status(StatusCode.ERROR))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            context.detach(token)
+            span.end()
+
+
+async def inject_trace_headers(request: Any) -> None:
+    """httpx request hook: add `traceparent` for the tool call (or run) now running, so a
+    connector's or MCP server's own spans join the run's trace."""
+    if not tracing_enabled():
+        return
+    from fim.observe.tracing import inject
+
+    inject(request.headers)
+
+
+def traced(client: Any) -> Any:
+    """Add the trace-context hook to an httpx client (returned for chaining)."""
+    hooks = client.event_hooks
+    client.event_hooks = {**hooks, "request": [*hooks.get("request", []), inject_trace_headers]}
+    return client
