@@ -106,3 +106,18 @@ def otlp_receiver() -> Iterator[Receiver]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def main() -> None:
+    """Serve a receiver in its own process (benchmarks): print its URL, then the number
+    of spans received once stdin closes."""
+    import sys
+
+    with otlp_receiver() as receiver:
+        print(receiver.url, flush=True)
+        sys.stdin.read()
+        print(len(receiver.spans), flush=True)
+
+
+if __name__ == "__main__":
+    main()
