@@ -16,6 +16,7 @@ from pathlib import Path
 
 from fim.build.snapshot import Snapshot
 from fim.errors import ConfigError, Problem
+from fim.observe import record_reload
 
 log = logging.getLogger("fim.build.reload")
 
@@ -44,12 +45,14 @@ class SnapshotHolder:
     def swap(self, new: Snapshot) -> None:
         old, self.current = self.current, new
         self.errors, self.error_at = [], None
+        record_reload(True)
         self.reloads += 1
         for listener in self.listeners:
             listener(old, new)
 
     def fail(self, problems: list[Problem]) -> None:
         self.errors, self.error_at = problems, time.time()
+        record_reload(False)
 
 
 def _watch_filter(change: object, path: str) -> bool:

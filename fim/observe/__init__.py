@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from fim.events import Event
 
 _enabled: bool | None = None
+_metrics = False
 
 current_node: ContextVar[str | None] = ContextVar("fim_current_node", default=None)
 """The workflow node whose task is running: a run it starts is traced under that node."""
@@ -42,6 +43,20 @@ def tracing_enabled() -> bool:
     return _enabled
 
 
+def enable_metrics() -> None:
+    """Count every run from now on in Prometheus metrics (`fim serve` turns this on)."""
+    global _metrics
+    _metrics = True
+
+
+def record_reload(ok: bool) -> None:
+    """A snapshot reload succeeded or was rejected (counted when metrics are on)."""
+    if _metrics:
+        from fim.observe.metrics import METRICS
+
+        METRICS.reloads.labels("ok" if ok else "failed").inc()
+
+
 def reset() -> None:
     """Forget the cached decision and shut the exporter down (tests, benchmarks)."""
     global _enabled
@@ -62,7 +77,11 @@ def observe_run(
     depth: int = 0,
     mask: Callable[[str], str] | None = None,
 ) -> AsyncIterator[Event]:
-    """The events of one agent run, unchanged; spans on the side when tracing is on."""
+    """The events of one agent run, unchanged; spans and metrics on the side when on."""
+    if _metrics:
+        from fim.observe.metrics import count_run
+
+        events = count_run(events, agent)
     if not tracing_enabled():
         return events
     from fim.observe.tracing import trace_run

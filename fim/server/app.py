@@ -350,6 +350,17 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
     return error(500, "internal error; see the server log")
 
 
+async def metrics_endpoint(request: Any) -> Any:
+    """Prometheus exposition of fim's counters (runs, latency, tokens, cost, tools, hooks,
+    reloads, active runs)."""
+    from starlette.responses import Response
+
+    from fim.observe.metrics import METRICS
+
+    body, content_type = METRICS.exposition()
+    return Response(body, media_type=content_type)
+
+
 def create_app(holder: SnapshotHolder, services: Services | None = None) -> Starlette:
     """Build the ASGI app around a snapshot holder (the reloader swaps its content)."""
     from fim.server import extra_routes
@@ -358,6 +369,9 @@ def create_app(holder: SnapshotHolder, services: Services | None = None) -> Star
     services = services or Services(
         root=holder.current.root, state_url=holder.current.project.state
     )
+    from fim import observe
+
+    observe.enable_metrics()
     api = Api(holder, services)
     compat = OpenAICompat(api)
     routes = [
@@ -371,6 +385,7 @@ def create_app(holder: SnapshotHolder, services: Services | None = None) -> Star
         Route("/v1/models", compat.models),
         Route("/v1/models/{model_id:path}", compat.model),
         Route("/v1/chat/completions", compat.chat_completions, methods=["POST"]),
+        Route("/metrics", metrics_endpoint),
         *extra_routes(api),
     ]
     from fim.observe.http import TraceContext

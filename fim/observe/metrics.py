@@ -1,0 +1,130 @@
+"""Prometheus metrics from the event stream, served at `GET /metrics` by `fim serve`.
+
+The same events the traces come from feed counters and histograms in a registry of fim's
+own (not the global one, so tests and several apps in one process do not collide). Label
+values a model writes (tool names) are capped: a hostile model cannot blow up the series
+count.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from fim.events import Event
+
+MAX_TOOL_LABELS = 200
+_LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.runs = Counter("fim_runs", "Finished runs", ["agent", "outcome"], registry=r)
+        self.run_seconds = Histogram(
+            "fim_run_duration_seconds", "Run latency", ["agent"], buckets=_LATENCY, registry=r
+        )
+        self.model_seconds = Histogram(
+            "fim_model_call_duration_seconds",
+            "Model call latency",
+            ["model"],
+            buckets=_LATENCY,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "fim_tokens", "Model tokens", ["agent", "model", "direction"], registry=r
+        )
+        self.cost = Counter("fim_cost_usd", "Model cost in USD", ["agent", "model"], registry=r)
+        self.tool_calls = Counter(
+            "fim_tool_calls", "Tool calls", ["agent", "tool", "outcome"], registry=r
+        )
+        self.hook_blocks = Counter(
+            "fim_hook_blocks",
+            "Calls or runs blocked by a hook",
+            ["agent", "hook", "point"],
+            registry=r,
+        )
+        self.reloads = Counter("fim_reloads", "Snapshot reloads", ["outcome"], registry=r)
+        self.active = Gauge("fim_active_runs", "Runs in progress", ["agent"], registry=r)
+        self._tools: set[str] = set()
+        self._lock = threading.Lock()
+
+    def tool_label(self, name: str) -> str:
+        """A tool name as a label value: the first MAX_TOOL_LABELS names, then `other`."""
+        name = name[:64]
+        with self._lock:
+            if name in self._tools:
+                return name
+            if len(self._tools) < MAX_TOOL_LABELS:
+                self._tools.add(name)
+                return name
+        return "other"
+
+    def on(self, agent: str, event: Event, blocked: set[str]) -> None:
+        kind = event.type
+        if kind == "llm_call":
+            e: Any = event
+            model = e.request_model or e.model
+            self.model_seconds.labels(model).observe(e.duration_ms / 1000)
+            self.tokens.labels(agent, model, "input").inc(e.usage.prompt_tokens)
+            self.tokens.labels(agent, model, "output").inc(e.usage.completion_tokens)
+            if e.usage.cost:
+                self.cost.labels(agent, model).inc(e.usage.cost)
+        elif kind == "hook":
+            e = event
+            if e.decision == "block":
+                self.hook_blocks.labels(agent, e.hook[:64], e.point).inc()
+                if e.call_id:
+                    blocked.add(e.call_id)
+        elif kind == "tool_result":
+            e = event
+            outcome = "blocked" if e.call_id in blocked else "error" if e.is_error else "ok"
+            self.tool_calls.labels(agent, self.tool_label(e.name), outcome).inc()
+        elif kind == "run_finished":
+            e = event
+            self.runs.labels(agent, e.status).inc()
+            self.run_seconds.labels(agent).observe(e.duration_ms / 1000)
+
+    def exposition(self) -> tuple[bytes, str]:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+METRICS = Metrics()
+
+
+async def count_run(events: AsyncIterator[Event], agent: str) -> AsyncIterator[Event]:
+    """Pass a run's events through, counting them; a run that ends without `run_finished`
+    (an exception, a cancelled client) counts as `cancelled` or `error`."""
+    m = METRICS
+    m.active.labels(agent).inc()
+    blocked: set[str] = set()
+    finished = False
+    started = time.perf_counter()
+    outcome = "error"
+    try:
+        async with aclosing(events) as stream:  # type: ignore[type-var]
+            async for event in stream:
+                m.on(agent, event, blocked)
+                finished = finished or event.type == "run_finished"
+                yield event
+    except GeneratorExit:
+        outcome = "cancelled"
+        raise
+    except BaseException as exc:
+        import asyncio
+
+        outcome = "cancelled" if isinstance(exc, asyncio.CancelledError) else "error"
+        raise
+    finally:
+        m.active.labels(agent).dec()
+        if not finished:
+            m.runs.labels(agent, outcome).inc()
+            m.run_seconds.labels(agent).observe(time.perf_counter() - started)

@@ -1,0 +1,72 @@
+"""`GET /metrics`: Prometheus counters fed by the event stream, parsed with the client's
+own exposition parser."""
+
+from __future__ import annotations
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from fim.build.compile import compile_project
+from fim.build.reload import SnapshotHolder, reload_once
+from fim.server.app import create_app
+from fim.testing.server import ServerThread
+from tests.test_observe_tracing import project
+
+
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    response = httpx.get(f"{url}/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(response.text)
+        for s in family.samples
+    }
+
+
+def delta(before, after, name, **labels):
+    key = (name, tuple(sorted(labels.items())))
+    return after.get(key, 0.0) - before.get(key, 0.0)
+
+
+async def test_metrics_count_runs_tools_blocks_tokens_and_reloads(tmp_path):
+    root = project(tmp_path)
+    holder = SnapshotHolder(compile_project(root))
+    with ServerThread(create_app(holder)) as srv:
+        before = scrape(srv.url)
+        response = httpx.post(
+            f"{srv.url}/v1/agents/lead/runs", json={"input": "compute"}, timeout=60
+        )
+        assert response.status_code == 200 and response.json()["status"] == "ok"
+        (root / "fim.yaml").write_text("name: [broken\n")
+        assert not await reload_once(root, holder)
+        after = scrape(srv.url)
+
+    assert delta(before, after, "fim_runs_total", agent="lead", outcome="ok") == 1
+    assert delta(before, after, "fim_runs_total", agent="helper", outcome="ok") == 1
+    calc = {"agent": "lead", "tool": "calculator"}
+    assert delta(before, after, "fim_tool_calls_total", **calc, outcome="ok") == 1
+    assert delta(before, after, "fim_tool_calls_total", **calc, outcome="blocked") == 1
+    assert (
+        delta(before, after, "fim_tool_calls_total", agent="lead", tool="call_agent", outcome="ok")
+        == 1
+    )
+    blocks = [k for k in after if k[0] == "fim_hook_blocks_total" and ("agent", "lead") in k[1]]
+    assert blocks and sum(delta(before, after, k[0], **dict(k[1])) for k in blocks) == 1
+    model = "scripted:s/lead.yaml"
+    assert delta(before, after, "fim_model_call_duration_seconds_count", model=model) == 3
+    assert delta(before, after, "fim_run_duration_seconds_count", agent="lead") == 1
+    assert (
+        delta(before, after, "fim_tokens_total", agent="lead", model=model, direction="input") > 0
+    )
+    assert delta(before, after, "fim_reloads_total", outcome="failed") == 1
+    assert after[("fim_active_runs", (("agent", "lead"),))] == 0
+
+
+def test_tool_labels_are_capped_against_hostile_names():
+    from fim.observe.metrics import MAX_TOOL_LABELS, Metrics
+
+    m = Metrics()
+    labels = {m.tool_label(f"made_up_{i}") for i in range(MAX_TOOL_LABELS + 50)}
+    assert len(labels) == MAX_TOOL_LABELS + 1 and "other" in labels
+    assert len(m.tool_label("x" * 500)) <= 64
