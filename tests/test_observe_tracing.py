@@ -207,3 +207,55 @@ def test_trace_context_flows_from_an_http_request_into_a_connector_call(tmp_path
     tool = spans["execute_tool connector"]
     assert tool.parent_id == run.span_id
     assert seen == [f"00-{trace_id}-{tool.span_id}-01"]
+
+
+def test_json_log_lines_carry_the_request_trace_and_span_ids(tmp_path, receiver):
+    """`--log-format json`: the access line of a traced request is one JSON object whose
+    trace_id is the caller's and whose span_id is the server span's."""
+    import io
+    import json
+    import logging
+
+    import httpx
+
+    from fim.build.reload import SnapshotHolder
+    from fim.observe.logs import JsonFormatter
+    from fim.server.app import create_app
+    from fim.testing.server import ServerThread
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    access = logging.getLogger("fim.access")
+    old_level = access.level
+    access.addHandler(handler)
+    access.setLevel(logging.INFO)
+    trace_id = "0af7651916cd43dd8448eb211c80319c"
+    try:
+        holder = SnapshotHolder(compile_project(project(tmp_path)))
+        with ServerThread(create_app(holder)) as srv:
+            response = httpx.get(
+                f"{srv.url}/v1/agents",
+                headers={"traceparent": f"00-{trace_id}-b7ad6b7169203331-01"},
+            )
+        assert response.status_code == 200
+    finally:
+        access.removeHandler(handler)
+        access.setLevel(old_level)
+    from fim.observe.tracing import flush
+
+    assert flush()
+    (line,) = [json.loads(x) for x in stream.getvalue().splitlines()]
+    assert line["logger"] == "fim.access" and line["level"] == "info"
+    assert "GET /v1/agents" in line["message"]
+    (server,) = [s for s in receiver.spans if s.name == "GET /v1/agents"]
+    assert line["trace_id"] == trace_id and line["span_id"] == server.span_id
+
+
+def test_serve_log_format_accepts_text_and_json_only():
+    from typer.testing import CliRunner
+
+    from fim.cli import app
+
+    result = CliRunner().invoke(app, ["serve", "--log-format", "xml"])
+    assert result.exit_code == 2 and "xml" in result.output

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import logging
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -13,6 +13,11 @@ from fim.commands import ProjectOption, load_snapshot, run_async, user_errors
 
 if TYPE_CHECKING:
     from fim.build.gitops import GitSource
+
+
+class LogFormat(StrEnum):
+    text = "text"
+    json = "json"
 
 
 def register(app: typer.Typer) -> None:
@@ -29,6 +34,10 @@ def serve(
         bool, typer.Option("--reload/--no-reload", help="Recompile and swap on file changes.")
     ] = True,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    log_format: Annotated[
+        LogFormat,
+        typer.Option(help="text, or json: one JSON object per line with trace and span ids."),
+    ] = LogFormat.text,
     project: ProjectOption = None,
     git: GitOption = None,
     ref: RefOption = "main",
@@ -37,9 +46,10 @@ def serve(
     git_path: GitPathOption = "",
 ) -> None:
     """Serve agents and workflows over HTTP (OpenAI-compatible too)."""
+    from fim.observe.logs import configure
     from fim.server import serve as run_server
 
-    logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    configure(log_level, log_format.value)
     if git is not None:  # GitOps pull: the project comes from the remote, not --project
         with user_errors():
             source, seconds = git_source(git, ref, interval, git_checkout, git_path)
@@ -52,13 +62,21 @@ def serve(
                     log_level=log_level,
                     git=source,
                     git_interval=seconds,
+                    json_logs=log_format is LogFormat.json,
                 )
             )
         return
     snapshot = load_snapshot(ctx, project)  # reports config errors before binding a port
     with user_errors(), contextlib.suppress(KeyboardInterrupt):
         run_async(
-            run_server(snapshot.root, host=host, port=port, reload=reload, log_level=log_level)
+            run_server(
+                snapshot.root,
+                host=host,
+                port=port,
+                reload=reload,
+                log_level=log_level,
+                json_logs=log_format is LogFormat.json,
+            )
         )
 
 

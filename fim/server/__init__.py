@@ -41,6 +41,7 @@ async def serve(
     ready: asyncio.Event | None = None,
     git: GitSource | None = None,
     git_interval: float = 30.0,
+    json_logs: bool = False,
 ) -> None:
     """Compile, serve, watch; on SIGTERM/SIGINT stop accepting, let runs finish (bounded),
     stop MCP servers and return."""
@@ -82,6 +83,8 @@ async def serve(
         timeout_graceful_shutdown=30,
         access_log=False,  # fim.server.http.AccessLog writes one line per request
         lifespan="off",
+        # JSON logs: uvicorn's loggers propagate to the root's JSON handler
+        **({"log_config": None} if json_logs else {}),
     )
     server = _server_class()(config)
     print(banner(snapshot, host, sock.getsockname()[1], reload), file=sys.stderr, flush=True)
