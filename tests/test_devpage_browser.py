@@ -24,8 +24,8 @@ from typing import Any
 import httpx
 import pytest
 
-from fim.testing.server import free_port
 from fim.testing.devpage import write_project
+from fim.testing.server import free_port
 
 CHROMIUM = os.environ.get("FIM_CHROMIUM", "/usr/bin/chromium")
 ARGS = [
@@ -99,9 +99,11 @@ def test_the_development_page_in_chromium(server: tuple[str, Path]) -> None:
             page.set_default_timeout(WAIT_MS)
             page.on(
                 "console",
-                lambda m: problems.append(f"console {m.type}: {m.text}")
-                if m.type in ("error", "warning")
-                else None,
+                lambda m: (
+                    problems.append(f"console {m.type}: {m.text}")
+                    if m.type in ("error", "warning")
+                    else None
+                ),
             )
             page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
             walk(page, url, root)
@@ -139,7 +141,7 @@ def walk(page: Any, url: str, root: Path) -> None:
     expect(log.locator("[data-type=hook]").first).to_contain_text("audit_log")
     expect(log.locator("[data-type=hook]").first).to_contain_text("allowed")
     expect(log.locator("[data-type=tool_result]")).to_contain_text("391")
-    expect(log.locator("[data-type=assistant]")).to_have_text("demo17 × 23 = 391")
+    expect(log.locator("[data-type=assistant]")).to_have_text("demo17 x 23 = 391")
     expect(log.locator("[data-type=llm_call]").first).to_contain_text("tokens")
     shot(page, "2-chat-demo")
 

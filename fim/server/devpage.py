@@ -52,7 +52,7 @@ CSP = (
 
 def is_public(path: str) -> bool:
     """Whether `Guard` lets a request through without a key (page assets, never data)."""
-    return path in PUBLIC_PATHS or path.startswith("/static/")
+    return path in PUBLIC_PATHS or (path.startswith("/static/") and ".." not in path)
 
 
 def status_payload(api: Api) -> dict[str, Any]:
@@ -237,8 +237,6 @@ def workflow_graph(snapshot: Any, name: str) -> dict[str, Any]:
             {"id": node_id, "type": node.type, "layer": layer.get(node_id, 0)}
             for node_id, node in decl.nodes.items()
         ],
-        "edges": [
-            {"source": e.source, "target": e.target, "label": e.label} for e in edges(decl)
-        ],
+        "edges": [{"source": e.source, "target": e.target, "label": e.label} for e in edges(decl)],
         "mermaid": mermaid(decl, name),
     }

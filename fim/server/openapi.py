@@ -37,9 +37,7 @@ class Op:
 
 OPERATIONS: dict[tuple[str, str], Op] = {
     ("GET", "/healthz"): Op("Liveness (no key needed)", "status", r.Health),
-    ("GET", "/v1/status"): Op(
-        "Snapshot version and the last reload error", "status", r.Status
-    ),
+    ("GET", "/v1/status"): Op("Snapshot version and the last reload error", "status", r.Status),
     ("GET", "/v1/status/stream"): Op(
         "The status as server-sent events, one `status` event per change",
         "status",
@@ -195,9 +193,7 @@ def openapi_document(app: Any, title: str = "fim") -> dict[str, Any]:
             if op.body is not None:
                 item["requestBody"] = {
                     "required": True,
-                    "content": {
-                        "application/json": {"schema": schemas[(op.body, "validation")]}
-                    },
+                    "content": {"application/json": {"schema": schemas[(op.body, "validation")]}},
                 }
                 item["responses"].setdefault(
                     "400", {"description": "invalid body", "content": error}

@@ -29,11 +29,11 @@ max_iterations: 4
 """,
     "evals/demo.script.yaml": """\
 - tool_calls: [{name: calculator, arguments: {expression: "17*23"}}]
-- text: "17 × 23 = 391"
+- text: "17 x 23 = 391"
 """,
     "evals/careful.script.yaml": """\
 - tool_calls: [{name: calculator, arguments: {expression: "6*7"}}]
-- text: "6 × 7 = 42"
+- text: "6 x 7 = 42"
 """,
     "evals/demo.yaml": """\
 description: The demo agent uses the calculator
