@@ -107,6 +107,7 @@ def test_the_development_page_in_chromium(server: tuple[str, Path]) -> None:
             )
             page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
             walk(page, url, root)
+            reference(page, url)
             phone(browser, url, problems)
         finally:
             browser.close()
@@ -213,6 +214,17 @@ def walk(page: Any, url: str, root: Path) -> None:
     page.keyboard.press("Home")
     page.keyboard.press("Tab")
     expect(page.locator("#agent-list button").first).to_be_focused()
+
+
+def reference(page: Any, url: str) -> None:
+    """The API reference at /docs renders /openapi.json and can send a request."""
+    page.goto(url + "/docs")
+    page.wait_for_selector("body[data-ready=true]")
+    status = page.locator("#get_v1_status")
+    status.locator("summary").first.click()
+    status.get_by_role("button", name="Send").click()
+    playwright.expect(status.locator("pre").last).to_contain_text('"project": "devpage"')
+    shot(page, "12-api-reference", full_page=True)
 
 
 def phone(browser: Any, url: str, problems: list[str]) -> None:

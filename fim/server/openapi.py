@@ -211,8 +211,9 @@ def openapi_document(app: Any, title: str = "fim") -> dict[str, Any]:
         "info": {
             "title": f"fim: {title}",
             "version": fim_version,
-            "description": "The HTTP API of `fim serve`. Every route but /healthz needs "
-            "`Authorization: Bearer <key>` when the project sets `server.api_keys`.",
+            "description": "The HTTP API of `fim serve`. When the project sets "
+            "`server.api_keys`, every route but /healthz (and the development page's own "
+            "files: /, /static/, /docs, this document) needs `Authorization: Bearer <key>`.",
         },
         "paths": paths,
         "components": {

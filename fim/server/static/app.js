@@ -373,6 +373,9 @@ async function loadApprovals() {
   const list = $("#approval-list");
   try {
     const { approvals } = await get("/v1/approvals");
+    const ids = approvals.map((a) => a.id).join(" ");
+    if (ids === state.approvalIds && list.childElementCount) return; // keep focus where it is
+    state.approvalIds = ids;
     state.approvals = approvals;
     const badge = $("#approval-count");
     badge.hidden = !approvals.length;

@@ -68,7 +68,13 @@ function operation(path, method, op) {
     out.textContent = "…";
     try {
       const res = await fetch(url + (query.size ? `?${query}` : ""), { method: method.toUpperCase(), headers, body: text ? text.value : undefined });
-      out.textContent = `${res.status} ${res.statusText}\n${await res.text()}`;
+      let shown = await res.text();
+      try {
+        shown = JSON.stringify(JSON.parse(shown), null, 2);
+      } catch {
+        // not JSON (an event stream): shown as it came
+      }
+      out.textContent = `${res.status} ${res.statusText}\n${shown}`;
     } catch (err) {
       out.textContent = String(err);
     }
