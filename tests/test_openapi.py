@@ -16,6 +16,7 @@ from fim.build.compile import compile_project
 from fim.build.reload import SnapshotHolder
 from fim.server.app import create_app
 from fim.server.devpage import _status_events
+from fim.server.openapi import ANY_METHOD
 from fim.testing.devpage import write_project
 
 schemathesis = pytest.importorskip("schemathesis", reason="pip install schemathesis")
@@ -55,7 +56,7 @@ def test_the_document_covers_every_route_with_generated_schemas(client: TestClie
         (m.lower(), r.path)
         for r in client.app.routes  # type: ignore[attr-defined]
         if getattr(r, "include_in_schema", False) and hasattr(r, "methods")
-        for m in (r.methods or ()) - {"HEAD"}
+        for m in set(r.methods or ANY_METHOD) - {"HEAD"}
     }
     documented = {(m, p) for p, item in doc["paths"].items() for m in item}
     assert routes == documented

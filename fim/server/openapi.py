@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
@@ -131,6 +131,51 @@ OPERATIONS: dict[tuple[str, str], Op] = {
 }
 
 
+class JsonRpcRequest(BaseModel):
+    """A JSON-RPC 2.0 request (MCP and A2A speak it; their SDKs validate the rest)."""
+
+    jsonrpc: Literal["2.0"]
+    method: str
+    id: int | str | None = None
+    params: dict[str, Any] | None = None
+
+
+OPERATIONS.update(
+    {
+        ("POST", "/mcp"): Op(
+            "MCP (streamable HTTP): the project's agents and workflows as MCP tools",
+            "interop",
+            body=JsonRpcRequest,
+            stream="MCP streamable HTTP responses (JSON or an event stream)",
+            errors=(400, 404, 406, 501),
+        ),
+        ("GET", "/mcp"): Op(
+            "MCP: the server-to-client event stream of a session",
+            "interop",
+            stream="MCP server messages",
+            errors=(400, 405, 406, 501),
+        ),
+        ("DELETE", "/mcp"): Op("MCP: end a session", "interop", errors=(400, 404, 405, 501)),
+        ("GET", "/.well-known/agent-card.json"): Op(
+            "A2A: the project's agent card", "interop", errors=(404, 501)
+        ),
+        ("GET", "/a2a/{agent}/.well-known/agent-card.json"): Op(
+            "A2A: one agent's card", "interop", errors=(404, 501)
+        ),
+        ("POST", "/a2a/{agent}"): Op(
+            "A2A JSON-RPC: send a message, get or cancel a task",
+            "interop",
+            body=JsonRpcRequest,
+            stream="with `message/stream`: A2A task events",
+            errors=(404, 501),
+        ),
+    }
+)
+
+ANY_METHOD = ("GET", "POST", "DELETE")
+"""What a route that takes every method (an ASGI app such as MCP's) is listed with."""
+
+
 def _routes(app: Any) -> list[tuple[str, str]]:
     """(method, path) of every schema-visible route of the app, in routing order."""
     from starlette.routing import Route
@@ -139,7 +184,7 @@ def _routes(app: Any) -> list[tuple[str, str]]:
     for route in app.routes:
         if not isinstance(route, Route) or not route.include_in_schema:
             continue
-        for method in sorted(route.methods or {"GET"}):
+        for method in sorted(route.methods or ANY_METHOD):
             if method != "HEAD":
                 found.append((method, route.path))
     return found
