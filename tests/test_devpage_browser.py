@@ -87,30 +87,39 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
             process.kill()
 
 
-def test_the_development_page_in_chromium(server: tuple[str, Path]) -> None:
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless Chromium (the system's) for the module's tests."""
+    with playwright.sync_playwright() as pw:
+        launched = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+def test_the_development_page_in_chromium(server: tuple[str, Path], browser: Any) -> None:
     url, root = server
     playwright.expect.set_options(timeout=WAIT_MS)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     problems: list[str] = []
-    with playwright.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
-            page.set_default_timeout(WAIT_MS)
-            page.on(
-                "console",
-                lambda m: (
-                    problems.append(f"console {m.type}: {m.text}")
-                    if m.type in ("error", "warning")
-                    else None
-                ),
-            )
-            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-            walk(page, url, root)
-            reference(page, url)
-            phone(browser, url, problems)
-        finally:
-            browser.close()
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    try:
+        page.set_default_timeout(WAIT_MS)
+        page.on(
+            "console",
+            lambda m: (
+                problems.append(f"console {m.type}: {m.text}")
+                if m.type in ("error", "warning")
+                else None
+            ),
+        )
+        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        walk(page, url, root)
+        reference(page, url)
+        phone(browser, url, problems)
+    finally:
+        page.close()
     assert problems == []
 
 
@@ -248,3 +257,35 @@ def phone(browser: Any, url: str, problems: list[str]) -> None:
     shot(page, "11-phone-workflow", full_page=True)
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
     page.close()
+
+
+def test_the_page_asks_for_the_key_and_keeps_it_in_the_tab(tmp_path: Path, browser: Any) -> None:
+    """A keyed server: the page prompts once, sends the key as a bearer token from then on,
+    and keeps it in this tab's session storage only (not in local storage)."""
+    from fim.build.compile import compile_project
+    from fim.build.reload import SnapshotHolder
+    from fim.server.app import create_app
+    from fim.testing.server import ServerThread
+
+    root = write_project(tmp_path)
+    config = (root / "fim.yaml").read_text() + "server: {api_keys: [sekret-key]}\n"
+    (root / "fim.yaml").write_text(config)
+    app = create_app(SnapshotHolder(compile_project(root)))
+    errors: list[str] = []
+    with ServerThread(app) as srv:
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        try:
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(srv.url + "/")
+            dialog = page.locator("#key-dialog")
+            playwright.expect(dialog).to_be_visible(timeout=WAIT_MS)
+            shot(page, "0-key-prompt")
+            page.locator("#key-input").fill("sekret-key")
+            page.locator("#key-ok").click()
+            page.wait_for_selector("body[data-ready=true]", timeout=WAIT_MS)
+            playwright.expect(page.locator("[data-agent=demo]")).to_be_visible()
+            assert page.evaluate("sessionStorage.getItem('fim.apiKey')") == "sekret-key"
+            assert page.evaluate("localStorage.length") == 0
+        finally:
+            page.close()
+    assert errors == []
