@@ -80,6 +80,9 @@ OPERATIONS: dict[tuple[str, str], Op] = {
         errors=(404,),
     ),
     ("GET", "/v1/models"): Op("OpenAI-compatible: agents as models", "openai", r.ModelList),
+    ("GET", "/v1/models/{model_id}"): Op(
+        "OpenAI-compatible: one agent as a model", "openai", r.ModelObject, errors=(404,)
+    ),
     ("POST", "/v1/chat/completions"): Op(
         "OpenAI-compatible chat completions",
         "openai",
@@ -185,8 +188,8 @@ def _routes(app: Any) -> list[tuple[str, str]]:
         if not isinstance(route, Route) or not route.include_in_schema:
             continue
         for method in sorted(route.methods or ANY_METHOD):
-            if method != "HEAD":
-                found.append((method, route.path))
+            if method != "HEAD":  # `{id:path}` is Starlette's; OpenAPI says `{id}`
+                found.append((method, re.sub(r"{(\w+):\w+}", r"{\1}", route.path)))
     return found
 
 

@@ -98,6 +98,12 @@ class RunList(_Out):
     runs: list[RunRecord]
 
 
+class ModelObject(_Out):
+    id: str
+    object: str
+    owned_by: str
+
+
 class ModelList(_Out):
     object: str
     data: list[dict[str, Any]]
