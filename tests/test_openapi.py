@@ -178,3 +178,10 @@ def test_no_server_errors(case: Any) -> None:
     """Bounded fuzzing of every operation: no input makes the server answer 5xx."""
     response = case.call()
     case.validate_response(response, checks=(not_a_server_error,))
+
+
+def test_the_status_stream_sends_what_get_status_answers(app: Any, client: TestClient) -> None:
+    """The stream's payload is built in fim.server.devpage; it must not drift from the route."""
+    from fim.server.devpage import status_payload
+
+    assert client.get("/v1/status").json() == json.loads(json.dumps(status_payload(app.state.api)))
