@@ -209,6 +209,16 @@ class DecisionBody(_Body):
     by: str | None = Field(default=None, max_length=200)
 
 
+class EvalRunBody(_Body):
+    """POST /v1/evals/{suite}/runs: replay recorded model answers unless told otherwise."""
+
+    mode: Literal["replay", "record", "live"] = "replay"
+    cases: list[str] | None = Field(default=None, max_length=100)
+    """Only cases whose name matches one of these glob patterns."""
+    hooks: bool = False
+    """Run the agent's hooks too (evals bypass them by default, as `fim eval` does)."""
+
+
 def _too_deep(value: Any, limit: int) -> bool:
     """Whether containers nest deeper than `limit` (iterative: no recursion to exhaust)."""
     stack: list[tuple[Any, int]] = [(value, 1)]

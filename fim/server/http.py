@@ -105,7 +105,9 @@ class Guard:
         self.holder = holder
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] == "/healthz":
+        from fim.server.devpage import is_public
+
+        if scope["type"] != "http" or scope["path"] == "/healthz" or is_public(scope["path"]):
             await self.app(scope, receive, send)
             return
         settings = self.holder.current.project.server

@@ -1,0 +1,242 @@
+"""The local development page of `fim serve` and the public routes it needs.
+
+The page (`/`, assets under `/static/`, the API reference at `/docs`) is plain HTML, CSS and
+a vanilla ES module shipped inside the package: no build step, no CDN, works offline. It
+talks to the server only through the public HTTP API and its SSE streams, so everything it
+shows a client can get too. The routes added here for it are ordinary API routes:
+
+- `GET /v1/agents/{name}/prompt`: what `fim show agent NAME --prompt` prints;
+- `GET /v1/workflows/{name}/graph`: the DAG of `fim graph`, as JSON (nodes with a layer
+  for drawing, edges) plus the Mermaid text;
+- `GET /v1/evals`, `POST /v1/evals/{suite}/runs`: eval suites and a run of one (replay by
+  default), reported as `fim eval --json` reports it;
+- `GET /v1/status/stream`: the status of `/v1/status` as server-sent events, one whenever
+  it changes (a reload, a reload error, runs starting and ending).
+
+The page assets are public (they hold no data); every data route stays behind the bearer
+key, which the page asks for and keeps in the tab's session storage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Mount, Route
+
+from fim.server.bodies import BodyError, EvalRunBody, read_body
+from fim.server.http import JSONResponse, error
+
+if TYPE_CHECKING:
+    from fim.server.app import Api
+
+STATIC = Path(__file__).parent / "static"
+PUBLIC_PATHS = frozenset({"/", "/docs", "/openapi.json", "/favicon.ico"})
+"""Paths served without the bearer key: the page shell and the API description only."""
+
+STATUS_STREAM_SECONDS = 25.0
+"""A status stream ends after this long and the page reconnects: a long-lived stream
+never holds up a graceful shutdown for more than this."""
+
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
+)
+"""The page runs only its own script: model output rendered into it cannot run code."""
+
+
+def is_public(path: str) -> bool:
+    """Whether `Guard` lets a request through without a key (page assets, never data)."""
+    return path in PUBLIC_PATHS or (path.startswith("/static/") and ".." not in path)
+
+
+def status_payload(api: Api) -> dict[str, Any]:
+    """The body of `GET /v1/status` (kept equal to `Api.status`)."""
+    h = api.holder
+    return {
+        "project": h.current.project.name,
+        "snapshot": h.current.version,
+        "loaded_at": h.current.loaded_at,
+        "reloads": h.reloads,
+        "active_runs": api.active_runs,
+        "last_reload_error": (
+            {
+                "at": h.error_at,
+                "problems": [p.as_dict() for p in h.errors],
+                "text": "\n".join(str(p) for p in h.errors),
+            }
+            if h.errors
+            else None
+        ),
+    }
+
+
+def _page(name: str) -> Response:
+    response = FileResponse(STATIC / name, media_type="text/html")
+    response.headers["Content-Security-Policy"] = CSP
+    response.headers["Cache-Control"] = "no-cache"
+    return response
+
+
+def devpage_routes(api: Api) -> list[BaseRoute]:
+    """The page, its assets, the OpenAPI document and the API routes the page needs."""
+    from starlette.staticfiles import StaticFiles
+
+    from fim.server.openapi import openapi_document
+
+    async def index(request: Request) -> Response:
+        return _page("index.html")
+
+    async def docs(request: Request) -> Response:
+        return _page("docs.html")
+
+    async def favicon(request: Request) -> Response:
+        return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(openapi_document(request.app, api.holder.current.project.name))
+
+    async def prompt(request: Request) -> Response:
+        from fim.errors import FimError
+        from fim.run.preflight import PreflightError
+        from fim.run.prompt_report import prompt_report
+
+        snap = api.holder.current
+        name = request.path_params["name"]
+        if name not in snap.agents:
+            return error(404, f"unknown agent '{name}'", f"agents: {', '.join(snap.agents)}")
+        try:
+            text = await prompt_report(snap, name, api.services)
+        except PreflightError as exc:
+            return error(503, exc.message, exc.hint)
+        except FimError as exc:
+            return error(400, str(exc))
+        return JSONResponse({"agent": name, "snapshot": snap.version, "text": text})
+
+    async def graph(request: Request) -> Response:
+        snap = api.holder.current
+        name = request.path_params["name"]
+        if name not in snap.workflows:
+            return error(
+                404, f"unknown workflow '{name}'", f"workflows: {', '.join(snap.workflows)}"
+            )
+        return JSONResponse(workflow_graph(snap, name))
+
+    async def list_evals(request: Request) -> Response:
+        snap = api.holder.current
+        return JSONResponse(
+            {
+                "suites": [
+                    {
+                        "name": s.name,
+                        "description": s.description,
+                        "agent": s.agent,
+                        "workflow": s.workflow,
+                        "threshold": s.threshold,
+                        "cases": [c.name for c in s.cases],
+                    }
+                    for s in snap.evals.values()
+                ]
+            }
+        )
+
+    async def run_eval(request: Request) -> Response:
+        from fim.errors import FimError
+        from fim.eval.report import json_report
+        from fim.eval.runner import EvalRunner
+
+        snap = api.holder.current
+        suite = request.path_params["suite"]
+        if suite not in snap.evals:
+            return error(404, f"unknown eval suite '{suite}'", f"suites: {', '.join(snap.evals)}")
+        try:
+            body = await read_body(request, EvalRunBody)
+        except BodyError as exc:
+            return exc.response()
+        runner = EvalRunner(
+            snap, mode=body.mode, suites=[suite], patterns=body.cases, with_hooks=body.hooks
+        )
+        try:
+            report = await runner.run()
+        except FimError as exc:
+            return error(400, str(exc))
+        return JSONResponse(json_report(report))
+
+    async def status_stream(request: Request) -> Response:
+        return StreamingResponse(
+            _status_events(api),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    return [
+        Route("/", index, include_in_schema=False),
+        Route("/docs", docs, include_in_schema=False),
+        Route("/favicon.ico", favicon, include_in_schema=False),
+        Route("/openapi.json", openapi, include_in_schema=False),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        Route("/v1/status/stream", status_stream),
+        Route("/v1/agents/{name}/prompt", prompt),
+        Route("/v1/workflows/{name}/graph", graph),
+        Route("/v1/evals", list_evals),
+        Route("/v1/evals/{suite}/runs", run_eval, methods=["POST"]),
+    ]
+
+
+async def _status_events(
+    api: Api, *, interval: float = 0.25, lifetime: float = STATUS_STREAM_SECONDS
+) -> AsyncIterator[bytes]:
+    """`event: status` now and whenever the status changes; a comment line every few
+    seconds keeps proxies from closing an idle stream."""
+    from fim.masking import known
+
+    loop = asyncio.get_running_loop()
+    end = loop.time() + lifetime
+    last = ""
+    quiet = 0.0
+    while loop.time() < end:
+        payload = status_payload(api)
+        text = json.dumps(known().value(payload), ensure_ascii=False)
+        if text != last:
+            last, quiet = text, 0.0
+            yield f"event: status\ndata: {text}\n\n".encode()
+        elif quiet >= 10.0:
+            quiet = 0.0
+            yield b": keep-alive\n\n"
+        await asyncio.sleep(interval)
+        quiet += interval
+
+
+def workflow_graph(snapshot: Any, name: str) -> dict[str, Any]:
+    """The DAG of `fim graph` as JSON: each node with its type and layer (the length of the
+    longest path into it, so a drawing puts every node right of what it needs), the edges,
+    and the Mermaid text `fim graph` prints."""
+    from fim.workflows.graph import edges, incoming, mermaid
+
+    decl = snapshot.workflows[name]
+    into = incoming(decl)
+    layer: dict[str, int] = {}
+    for _ in range(len(decl.nodes) + 1):  # a fixpoint; compiled workflows have no cycles
+        changed = False
+        for node_id in decl.nodes:
+            depth = max((layer.get(e.source, 0) + 1 for e in into[node_id]), default=0)
+            if layer.get(node_id) != depth:
+                layer[node_id], changed = depth, True
+        if not changed:
+            break
+    return {
+        "workflow": name,
+        "description": decl.description,
+        "inputs": {k: v.model_dump(mode="json") for k, v in decl.inputs.items()},
+        "nodes": [
+            {"id": node_id, "type": node.type, "layer": layer.get(node_id, 0)}
+            for node_id, node in decl.nodes.items()
+        ],
+        "edges": [{"source": e.source, "target": e.target, "label": e.label} for e in edges(decl)],
+        "mermaid": mermaid(decl, name),
+    }

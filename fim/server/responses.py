@@ -1,0 +1,198 @@
+"""Response bodies of the HTTP API, as pydantic models, for the OpenAPI document.
+
+The routes build their bodies as dicts (masked on the way out by `fim.server.http`); these
+models describe those bodies so `/openapi.json` is generated rather than written by hand.
+`tests/test_openapi.py` validates real responses against them, so a route that changes
+its body without its model fails a test instead of publishing a wrong schema.
+Traces (`events`) and declarations are open objects: their shapes are the event models of
+`fim.events` and the project schema (`fim schema`), which evolve on their own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ErrorDetail(_Out):
+    message: str
+    hint: str | None = None
+    type: str | None = None
+    param: str | None = None
+
+
+class ErrorResponse(_Out):
+    """Every 4xx/5xx of the API: what went wrong and, when we know it, what to do."""
+
+    error: ErrorDetail
+
+
+class Health(_Out):
+    ok: bool
+
+
+class ReloadError(_Out):
+    at: float | None = None
+    problems: list[dict[str, Any]] = Field(description="file, line, column and message of each")
+    text: str = Field(description="the problems as `file:line:col: message` lines")
+
+
+class Status(_Out):
+    """The loaded snapshot and the last reload error (kept until a reload succeeds)."""
+
+    project: str
+    snapshot: str = Field(description="git commit of the project, or a content hash")
+    loaded_at: float
+    reloads: int
+    active_runs: int
+    last_reload_error: ReloadError | None = None
+
+
+class AgentSummary(_Out):
+    name: str
+    description: str
+    engine: str
+
+
+class AgentList(_Out):
+    agents: list[AgentSummary]
+
+
+class AgentDeclaration(_Out):
+    """The agent's compiled declaration (see `fim schema agent`), secrets masked."""
+
+    name: str
+
+
+class Usage(_Out):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class RunResult(_Out):
+    run_id: str
+    agent: str
+    status: str
+    output: str
+    usage: Usage
+    session_id: str | None = None
+    events: list[dict[str, Any]] = Field(description="the run's events (see fim.events)")
+
+
+class RunRecord(_Out):
+    id: str
+    kind: str
+    name: str
+    status: str
+    data: dict[str, Any] | None = None
+    created_at: float
+    updated_at: float
+
+
+class RunList(_Out):
+    runs: list[RunRecord]
+
+
+class ModelObject(_Out):
+    id: str
+    object: str
+    owned_by: str
+
+
+class ModelList(_Out):
+    object: str
+    data: list[dict[str, Any]]
+
+
+class ChatCompletion(_Out):
+    """An OpenAI chat completion object."""
+
+    id: str
+    object: str
+    choices: list[dict[str, Any]]
+
+
+class WorkflowSummary(_Out):
+    name: str
+    description: str
+    inputs: dict[str, Any]
+
+
+class WorkflowList(_Out):
+    workflows: list[WorkflowSummary]
+
+
+class WorkflowRunResult(_Out):
+    run_id: str | None
+    workflow: str
+    status: str | None
+    outputs: dict[str, Any]
+    events: list[dict[str, Any]]
+
+
+class ApprovalList(_Out):
+    approvals: list[dict[str, Any]]
+
+
+class DecisionResult(_Out):
+    approval: dict[str, Any]
+    resumed_run: str | None = Field(description="a workflow run resumed in the background")
+
+
+class PromptReport(_Out):
+    """What `fim show agent NAME --prompt` prints: the system prompt and tool definitions
+    as the model receives them, each section with its token count."""
+
+    agent: str
+    snapshot: str
+    text: str
+
+
+class GraphNode(_Out):
+    id: str
+    type: str
+    layer: int = Field(description="length of the longest path into the node")
+
+
+class GraphEdge(_Out):
+    source: str
+    target: str
+    label: str = Field(description="needs, then or else")
+
+
+class WorkflowGraph(_Out):
+    """The DAG of `fim graph`."""
+
+    workflow: str
+    description: str
+    inputs: dict[str, Any]
+    nodes: list[GraphNode]
+    edges: list[GraphEdge]
+    mermaid: str
+
+
+class EvalSuiteSummary(_Out):
+    name: str
+    description: str
+    agent: str | None
+    workflow: str | None
+    threshold: float
+    cases: list[str]
+
+
+class EvalSuiteList(_Out):
+    suites: list[EvalSuiteSummary]
+
+
+class EvalReport(_Out):
+    """As `fim eval --json` writes it: per case, pass/fail, each assertion and the trace."""
+
+    ok: bool
+    duration_s: float
+    mode: str
+    suites: list[dict[str, Any]]

@@ -1,0 +1,652 @@
+// fim development page. Plain ES module, no dependencies: it uses only the public HTTP API
+// and its SSE streams (read with fetch, so the bearer key can be sent). Everything from
+// the server is put in the page as text (textContent), never as HTML.
+
+const $ = (sel) => document.querySelector(sel);
+const KEY = "fim.apiKey";
+const state = { agents: [], workflows: [], agent: null, approvals: [], wfRun: null, graph: null };
+
+// ------------------------------------------------------------------ DOM helpers
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v === true ? "" : v);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+const svg = (tag, attrs = {}) => {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  return node;
+};
+
+const json = (value) => JSON.stringify(value, null, 2);
+const ms = (v) => (v === undefined || v === null ? "" : `${Math.round(v)} ms`);
+
+// ------------------------------------------------------------------ API
+
+class ApiError extends Error {
+  constructor(status, body) {
+    const e = (body && body.error) || {};
+    super(`${status}: ${e.message || "request failed"}${e.hint ? ` (${e.hint})` : ""}`);
+    this.status = status;
+  }
+}
+
+function headers(extra = {}) {
+  const key = sessionStorage.getItem(KEY);
+  return key ? { ...extra, Authorization: `Bearer ${key}` } : extra;
+}
+
+async function request(method, path, body) {
+  for (let attempt = 0; attempt < 2; attempt++) {
+    const init = { method, headers: headers(body ? { "Content-Type": "application/json" } : {}) };
+    if (body) init.body = JSON.stringify(body);
+    const res = await fetch(path, init);
+    if (res.status === 401 && attempt === 0 && (await askKey())) continue;
+    if (!res.ok) throw new ApiError(res.status, await res.json().catch(() => null));
+    if (body && body.stream) return res;
+    const type = res.headers.get("content-type") || "";
+    return type.includes("event-stream") ? res : res.json();
+  }
+  throw new ApiError(401, { error: { message: "an API key is needed" } });
+}
+
+const get = (path) => request("GET", path);
+const post = (path, body) => request("POST", path, body);
+
+/** Server-sent events of a fetch Response, one {event, data} at a time. */
+async function* events(res) {
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += value.replaceAll("\r\n", "\n");
+    let cut;
+    while ((cut = buffer.indexOf("\n\n")) >= 0) {
+      const frame = buffer.slice(0, cut);
+      buffer = buffer.slice(cut + 2);
+      let event = "message";
+      const data = [];
+      for (const line of frame.split("\n")) {
+        if (line.startsWith("event:")) event = line.slice(6).trim();
+        else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+      }
+      if (data.length) yield { event, data: JSON.parse(data.join("\n")) };
+    }
+  }
+}
+
+let keyPrompt = null;
+function askKey() {
+  if (keyPrompt) return keyPrompt;
+  const dialog = $("#key-dialog");
+  keyPrompt = new Promise((resolve) => {
+    $("#key-input").value = "";
+    dialog.addEventListener(
+      "close",
+      () => {
+        keyPrompt = null;
+        const value = $("#key-input").value.trim();
+        if (dialog.returnValue === "ok" && value) {
+          sessionStorage.setItem(KEY, value);
+          resolve(true);
+        } else resolve(false);
+      },
+      { once: true },
+    );
+    dialog.showModal();
+  });
+  return keyPrompt;
+}
+
+function showError(container, err) {
+  container.append(el("li", { class: "ev-error", role: "alert" }, el("span", { class: "kind" }, "error "), err.message || String(err)));
+}
+
+// ------------------------------------------------------------------ tabs (WAI-ARIA tabs pattern)
+
+function selectTab(tab, focus = true) {
+  for (const t of document.querySelectorAll("[role=tab]")) {
+    const on = t === tab;
+    t.setAttribute("aria-selected", String(on));
+    t.tabIndex = on ? 0 : -1;
+    $(`#${t.getAttribute("aria-controls")}`).hidden = !on;
+  }
+  if (focus) tab.focus();
+  history.replaceState(null, "", `#${tab.getAttribute("aria-controls")}`);
+  if (tab.id === "tab-approvals") loadApprovals();
+}
+
+function setupTabs() {
+  const tabs = [...document.querySelectorAll("[role=tab]")];
+  for (const tab of tabs) {
+    tab.addEventListener("click", () => selectTab(tab));
+    tab.addEventListener("keydown", (e) => {
+      const i = tabs.indexOf(tab);
+      const next = { ArrowRight: i + 1, ArrowLeft: i - 1, Home: 0, End: tabs.length - 1 }[e.key];
+      if (next === undefined) return;
+      e.preventDefault();
+      selectTab(tabs[(next + tabs.length) % tabs.length]);
+    });
+  }
+  const fromHash = () => {
+    const tab = tabs.find((t) => `#${t.getAttribute("aria-controls")}` === location.hash);
+    if (tab) selectTab(tab, false);
+  };
+  window.addEventListener("hashchange", fromHash);
+  fromHash();
+}
+
+// ------------------------------------------------------------------ status (reload state)
+
+let shownSnapshot = null;
+function renderStatus(s) {
+  $("#project").textContent = s.project;
+  if (shownSnapshot !== null && shownSnapshot !== s.snapshot) loadCatalogue().catch(() => {});
+  shownSnapshot = s.snapshot;
+  const box = $("#reload");
+  const version = (s.snapshot || "").slice(0, 12);
+  box.textContent = `snapshot ${version} · ${s.reloads} reload${s.reloads === 1 ? "" : "s"} · ${s.active_runs} active run${s.active_runs === 1 ? "" : "s"}`;
+  const err = s.last_reload_error;
+  box.classList.toggle("bad", !!err);
+  const alert = $("#reload-error");
+  alert.hidden = !err;
+  alert.replaceChildren();
+  if (err) {
+    alert.append(
+      el("strong", {}, "Reload failed: still serving the last good snapshot."),
+      el("pre", { id: "reload-error-text" }, err.text),
+    );
+  }
+}
+
+async function watchStatus() {
+  for (;;) {
+    try {
+      const res = await get("/v1/status/stream");
+      for await (const { event, data } of events(res)) if (event === "status") renderStatus(data);
+    } catch (err) {
+      $("#reload").textContent = `status unavailable: ${err.message}`;
+      await new Promise((r) => setTimeout(r, 2000));
+    }
+  }
+}
+
+// ------------------------------------------------------------------ agents and workflows
+
+async function loadCatalogue() {
+  const [{ agents }, { workflows }] = await Promise.all([get("/v1/agents"), get("/v1/workflows")]);
+  state.agents = agents;
+  state.workflows = workflows;
+  const list = $("#agent-list");
+  list.replaceChildren(
+    ...agents.map((a) =>
+      el("li", {}, el("button", { type: "button", "data-agent": a.name, onclick: () => showAgent(a.name) }, a.name, el("small", {}, a.description))),
+    ),
+  );
+  $("#workflow-list").replaceChildren(
+    ...workflows.map((w) =>
+      el("li", {}, el("button", { type: "button", "data-workflow": w.name, onclick: () => openWorkflow(w.name) }, w.name, el("small", {}, w.description))),
+    ),
+  );
+  const chatAgent = $("#chat-agent");
+  const chosen = chatAgent.value;
+  chatAgent.replaceChildren(...agents.map((a) => el("option", { value: a.name }, a.name)));
+  if (chosen) chatAgent.value = chosen;
+  const wf = $("#wf-select");
+  const wfChosen = wf.value;
+  wf.replaceChildren(...workflows.map((w) => el("option", { value: w.name }, w.name)));
+  if (wfChosen) wf.value = wfChosen;
+  if (!state.graph && workflows.length) openWorkflow(wf.value || workflows[0].name, false);
+}
+
+function hookLabel(h) {
+  const what = h.use || (h.ref && `ref ${h.ref}`) || (h.command && `command ${h.command}`) || (h.python && `python ${h.python}`) || "hook";
+  return [h.event, what, h.matcher && `on ${h.matcher}`].filter(Boolean).join(" · ");
+}
+
+async function showAgent(name) {
+  for (const b of document.querySelectorAll("[data-agent]")) b.setAttribute("aria-current", String(b.dataset.agent === name));
+  const box = $("#agent-detail");
+  box.replaceChildren(el("p", { class: "muted" }, `Loading ${name}…`));
+  try {
+    const decl = await get(`/v1/agents/${encodeURIComponent(name)}`);
+    const tools = [...(decl.tools || []), ...(decl.connectors || []).map((c) => `connector ${c}`), ...(decl.mcp || []).map((m) => `mcp ${m}`), ...(decl.skills || []).map((s) => `skill ${s}`)];
+    const chips = (items) => (items.length ? el("ul", { class: "chips" }, items.map((t) => el("li", {}, typeof t === "string" ? t : t.name || json(t)))) : el("span", { class: "muted" }, "none"));
+    const prompt = el("pre", { id: "agent-prompt", tabindex: "0", "aria-label": "Prompt as the model sees it" }, "Loading the prompt…");
+    box.replaceChildren(
+      el("h2", {}, decl.name),
+      el("p", {}, decl.description || ""),
+      el(
+        "dl",
+        {},
+        el("dt", {}, "Model"), el("dd", { class: "mono" }, decl.model || ""),
+        el("dt", {}, "Engine"), el("dd", {}, decl.engine || ""),
+        el("dt", {}, "Tools"), el("dd", {}, chips(tools)),
+        el("dt", {}, "Hooks"), el("dd", {}, chips((decl.hooks || []).map(hookLabel))),
+      ),
+      el("div", { class: "toolbar" }, el("button", { type: "button", class: "primary", onclick: () => startChat(name) }, `Chat with ${name}`)),
+      el("h3", {}, "Prompt as the model sees it (with token counts)"),
+      prompt,
+    );
+    get(`/v1/agents/${encodeURIComponent(name)}/prompt`)
+      .then((r) => (prompt.textContent = r.text))
+      .catch((err) => (prompt.textContent = `The prompt could not be assembled: ${err.message}`));
+  } catch (err) {
+    box.replaceChildren(el("p", { role: "alert" }, err.message));
+  }
+}
+
+// ------------------------------------------------------------------ events, as the chat and workflow logs show them
+
+const DECISION = { allow: "allowed", block: "blocked", modify: "rewritten", context: "added context" };
+
+function approvalButtons(id, after) {
+  const decide = (decision) => async (e) => {
+    const box = e.target.closest("div");
+    for (const b of box.querySelectorAll("button")) b.disabled = true;
+    try {
+      const result = await post(`/v1/approvals/${encodeURIComponent(id)}`, { decision, by: "dev page" });
+      box.replaceChildren(el("span", { class: decision === "approve" ? "pass" : "failtxt" }, `${decision === "approve" ? "approved" : "denied"}`));
+      loadApprovals();
+      if (after) after(result);
+    } catch (err) {
+      box.append(` ${err.message}`);
+    }
+  };
+  return el(
+    "div",
+    { class: "toolbar" },
+    el("button", { type: "button", class: "primary approve", onclick: decide("approve") }, "Approve"),
+    el("button", { type: "button", class: "deny", onclick: decide("deny") }, "Deny"),
+  );
+}
+
+function eventItem(ev, onResume) {
+  const head = (kind, ...rest) =>
+    el("div", { class: "head" }, el("span", { class: "kind" }, kind), ...rest.filter((r) => r !== "" && r !== null).map((r) => (r instanceof Node ? r : el("span", {}, r))));
+  const item = (cls, ...children) => el("li", { class: `ev-${ev.type} ${cls || ""}`, "data-type": ev.type }, ...children);
+  switch (ev.type) {
+    case "run_started":
+      return item("", head("run", `${ev.agent} · run ${ev.run_id} · snapshot ${(ev.snapshot_version || "").slice(0, 12)}`));
+    case "llm_call": {
+      const u = ev.usage || {};
+      return item("", head("model call", `#${ev.iteration} · ${ev.model} · ${u.prompt_tokens} in / ${u.completion_tokens} out tokens · ${ms(ev.duration_ms)}`));
+    }
+    case "tool_call":
+      return item("", head("tool call", el("strong", {}, ev.name), `id ${ev.call_id}`), el("pre", {}, json(ev.arguments)));
+    case "tool_result":
+      return item(ev.is_error ? "fail" : "", head(ev.is_error ? "tool error" : "observation", el("strong", {}, ev.name), ms(ev.duration_ms)), el("pre", {}, ev.content));
+    case "hook":
+      return item(
+        ev.decision,
+        head("hook", el("strong", {}, ev.hook), ev.point, ev.tool_name ? `on ${ev.tool_name}` : "", el("span", { class: `decision ${ev.decision}` }, DECISION[ev.decision] || ev.decision)),
+        ev.reason ? el("div", {}, ev.reason) : null,
+      );
+    case "notice": {
+      const data = ev.data || {};
+      return item("", head("notice", ev.message), data.approval_id ? approvalButtons(data.approval_id, onResume) : null);
+    }
+    case "error":
+      return item("", head("error", ev.kind || ""), el("div", { role: "alert" }, ev.message));
+    case "run_finished": {
+      const u = ev.usage || {};
+      return item(ev.status === "ok" ? "" : "fail", head("finished", `${ev.status} · ${ev.iterations} iteration(s) · ${u.prompt_tokens + u.completion_tokens} tokens · ${ms(ev.duration_ms)}`));
+    }
+    case "node_started":
+      return item("", head("node", el("strong", {}, ev.node), `${ev.node_type} started`));
+    case "node_finished":
+      return item("", head("node", el("strong", {}, ev.node), `finished · ${ms(ev.duration_ms)}`), ev.output !== null && ev.output !== undefined ? el("pre", {}, typeof ev.output === "string" ? ev.output : json(ev.output)) : null);
+    case "node_skipped":
+      return item("", head("node", el("strong", {}, ev.node), `skipped ${ev.reason || ""}`));
+    case "node_failed":
+      return item("fail", head("node", el("strong", {}, ev.node), `failed (attempt ${ev.attempt})`), el("div", {}, ev.error));
+    case "workflow_finished":
+      return item(ev.status === "failed" ? "fail" : "", head("workflow", `${ev.workflow} ${ev.status} · ${ms(ev.duration_ms)}`), Object.keys(ev.outputs || {}).length ? el("pre", {}, json(ev.outputs)) : null);
+    default:
+      return item("", head(ev.type), el("pre", {}, json(ev)));
+  }
+}
+
+// ------------------------------------------------------------------ chat
+
+const newSession = () => `s-${crypto.getRandomValues(new Uint32Array(2)).join("").slice(0, 12)}`;
+
+function startChat(name) {
+  $("#chat-agent").value = name;
+  $("#chat-session").value = newSession();
+  $("#chat-log").replaceChildren();
+  selectTab($("#tab-chat"), false);
+  $("#chat-input").focus();
+}
+
+async function sendChat(e) {
+  e.preventDefault();
+  const input = $("#chat-input");
+  const text = input.value.trim();
+  const agent = $("#chat-agent").value;
+  if (!text || !agent) return;
+  if (!$("#chat-session").value) $("#chat-session").value = newSession();
+  const log = $("#chat-log");
+  log.append(el("li", { class: "ev-user" }, el("div", { class: "head" }, el("span", { class: "kind" }, "you")), text));
+  input.value = "";
+  const submit = $("#chat-submit");
+  submit.disabled = true;
+  let answer = null;
+  try {
+    const res = await post(`/v1/agents/${encodeURIComponent(agent)}/runs`, { input: text, session_id: $("#chat-session").value, stream: true });
+    for await (const { data } of events(res)) {
+      if (data.type === "token") {
+        if (!answer) log.append((answer = el("li", { class: "ev-assistant", "data-type": "assistant" }, el("div", { class: "head" }, el("span", { class: "kind" }, agent)), el("div", { class: "text" }))));
+        answer.querySelector(".text").textContent += data.text;
+      } else if (data.type === "message") {
+        if (!answer) log.append((answer = el("li", { class: "ev-assistant", "data-type": "assistant" }, el("div", { class: "head" }, el("span", { class: "kind" }, agent)), el("div", { class: "text" }))));
+        answer.querySelector(".text").textContent = data.content;
+        answer = null;
+      } else {
+        if (data.type === "tool_call") answer = null;
+        log.append(eventItem(data));
+      }
+      log.lastElementChild.scrollIntoView({ block: "nearest" });
+    }
+  } catch (err) {
+    showError(log, err);
+  } finally {
+    submit.disabled = false;
+  }
+}
+
+// ------------------------------------------------------------------ approvals
+
+async function loadApprovals() {
+  const list = $("#approval-list");
+  try {
+    const { approvals } = await get("/v1/approvals");
+    const ids = approvals.map((a) => a.id).join(" ");
+    if (ids === state.approvalIds && list.childElementCount) return; // keep focus where it is
+    state.approvalIds = ids;
+    state.approvals = approvals;
+    const badge = $("#approval-count");
+    badge.hidden = !approvals.length;
+    badge.textContent = approvals.length;
+    list.replaceChildren(
+      ...(approvals.length
+        ? approvals.map((a) =>
+            el(
+              "li",
+              { "data-approval": a.id },
+              el("div", { class: "head" }, el("strong", {}, a.kind === "workflow" ? `workflow ${a.data?.workflow || ""} · node ${a.tool_name}` : `${a.agent} · ${a.tool_name}`), el("span", { class: "muted" }, ` run ${a.run_id} · ${new Date(a.created_at * 1000).toLocaleTimeString()}`)),
+              el("p", {}, a.reason),
+              Object.keys(a.args || {}).length ? el("pre", {}, json(a.args)) : null,
+              approvalButtons(a.id, (result) => result.resumed_run && followRun(result.resumed_run)),
+            ),
+          )
+        : [el("li", { class: "muted" }, "Nothing waits for a decision.")]),
+    );
+  } catch (err) {
+    list.replaceChildren(el("li", { role: "alert" }, err.message));
+  }
+}
+
+// ------------------------------------------------------------------ workflows
+
+async function openWorkflow(name, focus = true) {
+  $("#wf-select").value = name;
+  if (focus) selectTab($("#tab-workflows"), false);
+  const graph = await get(`/v1/workflows/${encodeURIComponent(name)}/graph`);
+  state.graph = graph;
+  $("#wf-description").textContent = graph.description;
+  const form = $("#wf-form");
+  form.replaceChildren(
+    ...Object.entries(graph.inputs).map(([key, spec]) => {
+      const type = spec.type === "number" || spec.type === "integer" ? "number" : "text";
+      const required = spec.required ?? spec.default === null;
+      return el(
+        "label",
+        {},
+        `${key}${spec.description ? ` — ${spec.description}` : ""}`,
+        spec.type === "boolean"
+          ? el("input", { type: "checkbox", name: key, checked: spec.default === true })
+          : spec.type === "object" || spec.type === "array"
+            ? el("textarea", { name: key, rows: 2, "data-json": true, placeholder: "JSON", required }, spec.default !== null ? json(spec.default) : "")
+            : el("input", { type, step: type === "number" ? "any" : null, name: key, value: spec.default ?? "", required, "data-type": spec.type }),
+      );
+    }),
+    el("button", { type: "submit", id: "wf-run" }, "Run workflow"),
+  );
+  drawGraph(graph, {});
+  $("#wf-log").replaceChildren();
+  $("#wf-status").textContent = "";
+}
+
+function formInputs(form) {
+  const inputs = {};
+  for (const field of form.querySelectorAll("[name]")) {
+    if (field.type === "checkbox") inputs[field.name] = field.checked;
+    else if (field.value === "") continue;
+    else if (field.dataset.json !== undefined) inputs[field.name] = JSON.parse(field.value);
+    else if (field.type === "number") inputs[field.name] = Number(field.value);
+    else inputs[field.name] = field.value;
+  }
+  return inputs;
+}
+
+const STATE_OF = { node_started: "running", node_finished: "ok", node_skipped: "skipped", node_failed: "failed" };
+
+function drawGraph(graph, states) {
+  const W = 170, H = 46, GX = 70, GY = 26, PAD = 16;
+  const layers = {};
+  const pos = {};
+  for (const n of graph.nodes) {
+    const row = (layers[n.layer] = (layers[n.layer] || 0) + 1) - 1;
+    pos[n.id] = { x: PAD + n.layer * (W + GX), y: PAD + row * (H + GY) };
+  }
+  const width = PAD * 2 + (Math.max(0, ...graph.nodes.map((n) => n.layer)) + 1) * (W + GX) - GX;
+  const height = PAD * 2 + Math.max(1, ...Object.values(layers)) * (H + GY) - GY;
+  const root = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}` });
+  const title = svg("title");
+  title.textContent = `Workflow ${graph.workflow}`;
+  root.append(title);
+  const defs = svg("defs");
+  const marker = svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: "10", refY: "5", markerWidth: "7", markerHeight: "7", orient: "auto-start-reverse" });
+  marker.append(svg("path", { d: "M 0 0 L 10 5 L 0 10 z" }));
+  defs.append(marker);
+  root.append(defs);
+  for (const e of graph.edges) {
+    const a = pos[e.source], b = pos[e.target];
+    if (!a || !b) continue;
+    const x1 = a.x + W, y1 = a.y + H / 2, x2 = b.x, y2 = b.y + H / 2;
+    const mid = (x1 + x2) / 2;
+    root.append(svg("path", { class: "edge", d: `M ${x1} ${y1} C ${mid} ${y1}, ${mid} ${y2}, ${x2} ${y2}`, "marker-end": "url(#arrow)" }));
+    if (e.label !== "needs") {
+      const label = svg("text", { class: "edge-label", x: mid - 10, y: (y1 + y2) / 2 - 4 });
+      label.textContent = e.label;
+      root.append(label);
+    }
+  }
+  for (const n of graph.nodes) {
+    const p = pos[n.id];
+    const status = states[n.id] || "pending";
+    const g = svg("g", { class: `node ${status}`, "data-node": n.id, "data-state": status, transform: `translate(${p.x} ${p.y})` });
+    g.append(svg("rect", { width: W, height: H, rx: 8 }));
+    const name = svg("text", { x: 10, y: 19 });
+    name.textContent = n.id;
+    const type = svg("text", { class: "type", x: 10, y: 36 });
+    type.textContent = `${n.type} · ${status}`;
+    g.append(name, type);
+    root.append(g);
+  }
+  $("#wf-graph").replaceChildren(root);
+  $("#wf-graph").setAttribute("aria-label", `Workflow ${graph.workflow}: ${graph.nodes.map((n) => `${n.id} ${states[n.id] || "pending"}`).join(", ")}`);
+}
+
+async function runWorkflow(e) {
+  e.preventDefault();
+  const graph = state.graph;
+  const log = $("#wf-log");
+  log.replaceChildren();
+  const states = {};
+  drawGraph(graph, states);
+  let inputs;
+  try {
+    inputs = formInputs($("#wf-form"));
+  } catch (err) {
+    showError(log, new Error(`an input is not valid JSON: ${err.message}`));
+    return;
+  }
+  $("#wf-run").disabled = true;
+  $("#wf-status").textContent = "running…";
+  try {
+    const res = await post(`/v1/workflows/${encodeURIComponent(graph.workflow)}/runs`, { inputs, stream: true });
+    for await (const { data } of events(res)) {
+      if (STATE_OF[data.type]) states[data.node] = STATE_OF[data.type];
+      if (data.type === "notice" && data.data?.approval_id && data.data?.node) states[data.data.node] = "waiting";
+      if (data.run_id) state.wfRun = data.run_id;
+      if (data.type === "workflow_finished") $("#wf-status").textContent = `run ${data.run_id}: ${data.status}`;
+      drawGraph(graph, states);
+      log.append(eventItem(data, (result) => result.resumed_run && followRun(result.resumed_run)));
+    }
+  } catch (err) {
+    showError(log, err);
+    $("#wf-status").textContent = "";
+  } finally {
+    $("#wf-run").disabled = false;
+  }
+  loadApprovals();
+}
+
+/** A resumed run goes on in the background: follow its node states in GET /v1/runs/{id}. */
+async function followRun(runId) {
+  $("#wf-status").textContent = `run ${runId}: resumed…`;
+  for (let i = 0; i < 600; i++) {
+    let record;
+    try {
+      record = await get(`/v1/runs/${encodeURIComponent(runId)}`);
+    } catch (err) {
+      $("#wf-status").textContent = err.message;
+      return;
+    }
+    const data = record.data || {};
+    const states = Object.fromEntries(Object.entries(data.nodes || {}).map(([id, n]) => [id, n.status]));
+    if (state.graph && data.workflow === state.graph.workflow) drawGraph(state.graph, states);
+    $("#wf-status").textContent = `run ${runId}: ${record.status}`;
+    if (!["running", "paused"].includes(record.status) || (record.status === "paused" && i > 75)) {
+      if (data.outputs && Object.keys(data.outputs).length) $("#wf-log").append(eventItem({ type: "workflow_finished", workflow: record.name, status: record.status, outputs: data.outputs }));
+      return;
+    }
+    await new Promise((r) => setTimeout(r, 400));
+  }
+}
+
+// ------------------------------------------------------------------ evals
+
+async function loadEvals() {
+  const { suites } = await get("/v1/evals");
+  $("#eval-suite").replaceChildren(...suites.map((s) => el("option", { value: s.name }, `${s.name} (${s.agent || s.workflow}, ${s.cases.length} case${s.cases.length === 1 ? "" : "s"})`)));
+}
+
+async function runEval(e) {
+  e.preventDefault();
+  const suite = $("#eval-suite").value;
+  const box = $("#eval-result");
+  box.replaceChildren(el("p", { role: "status" }, `Running ${suite}…`));
+  $("#eval-run").disabled = true;
+  try {
+    const report = await post(`/v1/evals/${encodeURIComponent(suite)}/runs`, { mode: $("#eval-mode").value });
+    box.replaceChildren(
+      ...report.suites.map((s) =>
+        el(
+          "div",
+          {},
+          el("h2", {}, `${s.name}: `, el("span", { class: s.passed ? "pass" : "failtxt" }, s.skipped ? "skipped" : s.passed ? "passed" : "failed"), el("span", { class: "muted" }, ` · pass rate ${Math.round(s.pass_rate * 100)}% (needs ${Math.round(s.threshold * 100)}%) · ${report.mode} · ${report.duration_s}s · hooks ${s.hooks}`)),
+          el(
+            "table",
+            {},
+            el("thead", {}, el("tr", {}, el("th", {}, "Case"), el("th", {}, "Result"), el("th", {}, "Details"))),
+            el(
+              "tbody",
+              {},
+              s.cases.map((c) => {
+                const failing = (c.assertions || []).filter((a) => !a.passed);
+                const verdict = c.skipped ? "skipped" : c.passed ? "pass" : "fail";
+                return el(
+                  "tr",
+                  { "data-case": c.case },
+                  el("td", {}, c.case, c.attempt > 1 ? ` #${c.attempt}` : ""),
+                  el("td", { class: verdict === "pass" ? "pass" : verdict === "fail" ? "failtxt" : "muted" }, verdict),
+                  el(
+                    "td",
+                    {},
+                    c.skipped ? el("div", {}, c.skipped) : null,
+                    c.error ? el("div", { class: "failtxt" }, c.error) : null,
+                    failing.map((a) => el("div", { class: "failtxt" }, `${a.kind}: ${a.message}`)),
+                    el("div", { class: "muted" }, `${c.iterations} iteration(s) · ${c.tokens} tokens · ${ms(c.latency_ms)}`),
+                    el("details", {}, el("summary", {}, `Assertions and trace (${(c.trace || []).length} events)`), el("ul", {}, (c.assertions || []).map((a) => el("li", { class: a.passed ? "" : "failtxt" }, `${a.passed ? "✓" : "✗"} ${a.kind}: ${a.message}`))), el("ol", { class: "log" }, (c.trace || []).filter((t) => t.type !== "token").map((t) => eventItem(t)))),
+                  ),
+                );
+              }),
+            ),
+          ),
+        ),
+      ),
+    );
+  } catch (err) {
+    box.replaceChildren(el("p", { role: "alert" }, err.message));
+  } finally {
+    $("#eval-run").disabled = false;
+  }
+}
+
+// ------------------------------------------------------------------ start
+
+function start() {
+  setupTabs();
+  $("#key-button").addEventListener("click", () => askKey().then((ok) => ok && boot()));
+  $("#chat-send").addEventListener("submit", sendChat);
+  $("#chat-input").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey) {
+      e.preventDefault();
+      $("#chat-send").requestSubmit();
+    }
+  });
+  $("#chat-new").addEventListener("click", () => {
+    $("#chat-session").value = newSession();
+    $("#chat-log").replaceChildren();
+  });
+  $("#chat-form").addEventListener("submit", (e) => e.preventDefault());
+  $("#chat-session").value = newSession();
+  $("#approvals-refresh").addEventListener("click", loadApprovals);
+  $("#wf-select").addEventListener("change", (e) => openWorkflow(e.target.value, false));
+  $("#wf-form").addEventListener("submit", runWorkflow);
+  $("#eval-form").addEventListener("submit", runEval);
+  boot();
+  watchStatus();
+  setInterval(() => document.visibilityState === "visible" && loadApprovals(), 3000);
+}
+
+let booted = null;
+async function boot() {
+  try {
+    await loadCatalogue();
+    await loadEvals();
+    loadApprovals();
+    if (!booted && state.agents.length) showAgent(state.agents[0].name);
+    booted = true;
+    document.body.dataset.ready = "true";
+  } catch (err) {
+    $("#agent-detail").replaceChildren(el("p", { role: "alert" }, err.message));
+  }
+}
+
+start();

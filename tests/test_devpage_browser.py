@@ -1,0 +1,291 @@
+"""The development page of `fim serve` in a real browser: headless Chromium (the system's
+`chromium` package) driven by Playwright, against a real `fim serve` process with hot
+reload on a small offline project (tests/devpage_project.py).
+
+One walk through the page, step by step, each step saved as a screenshot under
+tests/artifacts/devpage/ (gitignored): load, chat with the scripted demo agent (tool call
+and hook events inline), approve a pending call from the inbox, run a workflow to its
+human node and resume it, run an eval suite, break a YAML file and see the reload error,
+fix it and see it clear; keyboard navigation, a phone-width window, and no console errors
+all along.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from fim.testing.devpage import write_project
+from fim.testing.server import free_port
+
+CHROMIUM = os.environ.get("FIM_CHROMIUM", "/usr/bin/chromium")
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ARTIFACTS = Path(__file__).parent / "artifacts" / "devpage"
+WAIT_MS = 20_000
+
+playwright = pytest.importorskip(
+    "playwright.sync_api", reason="playwright is not installed (pip install playwright)"
+)
+if not (Path(CHROMIUM).exists() or shutil.which("chromium")):
+    pytest.skip(
+        f"no Chromium at {CHROMIUM} (apt-get install -y chromium chromium-driver)",
+        allow_module_level=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """`fim serve` (with hot reload) on the test project, in its own process."""
+    root = write_project(tmp_path_factory.mktemp("devpage"))
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fim.cli", "serve", "--port", str(port), "-p", str(root)],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"fim serve did not start:\n{process.communicate()[0]}")
+        time.sleep(0.1)
+    try:
+        yield url, root
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless Chromium (the system's) for the module's tests."""
+    with playwright.sync_playwright() as pw:
+        launched = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+def test_the_development_page_in_chromium(server: tuple[str, Path], browser: Any) -> None:
+    url, root = server
+    playwright.expect.set_options(timeout=WAIT_MS)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    problems: list[str] = []
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    try:
+        page.set_default_timeout(WAIT_MS)
+        page.on(
+            "console",
+            lambda m: (
+                problems.append(f"console {m.type}: {m.text}")
+                if m.type in ("error", "warning")
+                else None
+            ),
+        )
+        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        walk(page, url, root)
+        reference(page, url)
+        phone(browser, url, problems)
+    finally:
+        page.close()
+    assert problems == []
+
+
+def shot(page: Any, name: str, **options: Any) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), **options)
+
+
+def walk(page: Any, url: str, root: Path) -> None:
+    expect = playwright.expect
+
+    # 1. Load: agents with their hooks, the prompt as the model sees it with token counts.
+    page.goto(url + "/")
+    page.wait_for_selector("body[data-ready=true]")
+    expect(page.locator("#project")).to_have_text("devpage")
+    expect(page.locator("#reload")).to_contain_text("snapshot")
+    expect(page.locator("#agent-prompt")).to_contain_text("tokens")
+    page.locator("[data-agent=demo]").click()
+    expect(page.locator("#agent-detail")).to_contain_text("audit_log")
+    expect(page.locator("#agent-prompt")).to_contain_text("You are the demo agent")
+    shot(page, "1-agents")
+
+    # 2. Chat with the scripted demo agent: the tool call and the hook decisions inline.
+    page.get_by_role("button", name="Chat with demo").click()
+    page.locator("#chat-input").fill("What is 17 times 23?")
+    page.keyboard.press("Enter")
+    log = page.locator("#chat-log")
+    expect(log.locator("[data-type=run_finished]")).to_contain_text("ok")
+    expect(log.locator("[data-type=tool_call]")).to_contain_text('"expression": "17*23"')
+    expect(log.locator("[data-type=hook]").first).to_contain_text("audit_log")
+    expect(log.locator("[data-type=hook]").first).to_contain_text("allowed")
+    expect(log.locator("[data-type=tool_result]")).to_contain_text("391")
+    expect(log.locator("[data-type=assistant]")).to_have_text("demo17 x 23 = 391")
+    expect(log.locator("[data-type=llm_call]").first).to_contain_text("tokens")
+    shot(page, "2-chat-demo")
+
+    # 3. A call waits for a human: approve it from the approvals inbox.
+    page.locator("#chat-agent").select_option("careful")
+    page.locator("#chat-new").click()
+    page.locator("#chat-input").fill("What is 6 times 7?")
+    page.locator("#chat-submit").click()
+    expect(log.locator("[data-type=notice]")).to_contain_text("approval")
+    page.locator("#tab-approvals").click()
+    card = page.locator("#approval-list li[data-approval]")
+    expect(card).to_contain_text("careful · calculator")
+    expect(card).to_contain_text('"expression": "6*7"')
+    shot(page, "3-approvals")
+    card.get_by_role("button", name="Approve").click()
+    page.locator("#tab-chat").click()
+    expect(log.locator("[data-type=run_finished]")).to_contain_text("ok")
+    expect(log.locator("[data-type=tool_result]")).to_contain_text("42")
+    shot(page, "4-approved")
+
+    # 4. A workflow to its human node, resumed from the page; the DAG shows node states.
+    page.locator("#tab-workflows").click()
+    expect(page.locator("#wf-graph [data-node=approve]")).to_have_attribute("data-state", "pending")
+    page.locator("#wf-form input[name=amount]").fill("250")
+    page.locator("#wf-run").click()
+    expect(page.locator("#wf-status")).to_contain_text("paused")
+    graph = page.locator("#wf-graph")
+    expect(graph.locator("[data-node=lookup]")).to_have_attribute("data-state", "ok")
+    expect(graph.locator("[data-node=approve]")).to_have_attribute("data-state", "waiting")
+    shot(page, "5-workflow-paused")
+    page.locator("#wf-log button.approve").click()
+    expect(page.locator("#wf-status")).to_contain_text(": ok")
+    expect(graph.locator("[data-node=refund]")).to_have_attribute("data-state", "ok")
+    expect(page.locator("#wf-log")).to_contain_text('"refunded": "-250"')
+    shot(page, "6-workflow-resumed")
+
+    # 5. An eval suite (replay): per case pass/fail and the failing assertion.
+    page.locator("#tab-evals").click()
+    page.locator("#eval-run").click()
+    passed = page.locator("#eval-result tr[data-case=multiplies]")
+    failed = page.locator('#eval-result tr[data-case="says the wrong number"]')
+    expect(passed).to_contain_text("pass")
+    expect(failed).to_contain_text("fail")
+    expect(failed).to_contain_text("contains")
+    shot(page, "7-evals")
+
+    # 6. Break a YAML file: the reload error appears with file:line; fix it: it clears.
+    agent = root / "agents" / "demo.yaml"
+    good = agent.read_text()
+    agent.write_text(good + "tools: [calculator\n")
+    alert = page.locator("#reload-error")
+    expect(alert).to_be_visible()
+    expect(alert).to_contain_text("demo.yaml:")
+    shot(page, "8-reload-error")
+    agent.write_text(good.replace("then answers", "then answers (edited)"))
+    expect(alert).to_be_hidden()
+    expect(page.locator("#reload")).to_contain_text("1 reload")
+    page.locator("#tab-agents").click()
+    expect(page.locator("[data-agent=demo]")).to_contain_text("(edited)")
+    shot(page, "9-reload-fixed")
+
+    # 7. Keyboard: arrows move between tabs, Enter in the chat box sends.
+    page.locator("#tab-agents").focus()
+    page.keyboard.press("ArrowRight")
+    expect(page.locator("#tab-chat")).to_be_focused()
+    expect(page.locator("#tab-chat")).to_have_attribute("aria-selected", "true")
+    page.keyboard.press("End")
+    expect(page.locator("#tab-evals")).to_be_focused()
+    page.keyboard.press("Home")
+    page.keyboard.press("Tab")
+    expect(page.locator("#agent-list button").first).to_be_focused()
+
+
+def reference(page: Any, url: str) -> None:
+    """The API reference at /docs renders /openapi.json and can send a request."""
+    page.goto(url + "/docs")
+    page.wait_for_selector("body[data-ready=true]")
+    status = page.locator("#get_v1_status")
+    status.locator("summary").first.click()
+    status.get_by_role("button", name="Send").click()
+    playwright.expect(status.locator("pre").last).to_contain_text('"project": "devpage"')
+    shot(page, "12-api-reference", full_page=True)
+
+
+def phone(browser: Any, url: str, problems: list[str]) -> None:
+    """At 390 px nothing needs sideways scrolling and the chat still works."""
+    page = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True)
+    page.on("pageerror", lambda e: problems.append(f"page error (phone): {e}"))
+    page.on(
+        "console",
+        lambda m: problems.append(f"console (phone): {m.text}") if m.type == "error" else None,
+    )
+    page.goto(url + "/#chat")
+    page.wait_for_selector("body[data-ready=true]")
+    page.locator("#chat-agent").select_option("demo")
+    page.locator("#chat-input").fill("What is 17 times 23?")
+    page.locator("#chat-submit").click()
+    playwright.expect(page.locator("#chat-log [data-type=run_finished]")).to_contain_text("ok")
+    shot(page, "10-phone-chat", full_page=True)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    page.goto(url + "/#workflows")
+    page.wait_for_selector("#wf-graph svg")
+    shot(page, "11-phone-workflow", full_page=True)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    page.close()
+
+
+def test_the_page_asks_for_the_key_and_keeps_it_in_the_tab(tmp_path: Path, browser: Any) -> None:
+    """A keyed server: the page prompts once, sends the key as a bearer token from then on,
+    and keeps it in this tab's session storage only (not in local storage)."""
+    from fim.build.compile import compile_project
+    from fim.build.reload import SnapshotHolder
+    from fim.server.app import create_app
+    from fim.testing.server import ServerThread
+
+    root = write_project(tmp_path)
+    config = (root / "fim.yaml").read_text() + "server: {api_keys: [sekret-key]}\n"
+    (root / "fim.yaml").write_text(config)
+    app = create_app(SnapshotHolder(compile_project(root)))
+    errors: list[str] = []
+    with ServerThread(app) as srv:
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        try:
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(srv.url + "/")
+            dialog = page.locator("#key-dialog")
+            playwright.expect(dialog).to_be_visible(timeout=WAIT_MS)
+            shot(page, "0-key-prompt")
+            page.locator("#key-input").fill("sekret-key")
+            page.locator("#key-ok").click()
+            page.wait_for_selector("body[data-ready=true]", timeout=WAIT_MS)
+            playwright.expect(page.locator("[data-agent=demo]")).to_be_visible()
+            assert page.evaluate("sessionStorage.getItem('fim.apiKey')") == "sekret-key"
+            assert page.evaluate("localStorage.length") == 0
+        finally:
+            page.close()
+    assert errors == []
