@@ -145,6 +145,11 @@ class JsonRpcRequest(BaseModel):
 
 OPERATIONS.update(
     {
+        ("GET", "/metrics"): Op(
+            "Prometheus metrics (text exposition format): runs, latencies, tokens, tool "
+            "calls, hook blocks, reloads, active runs",
+            "status",
+        ),
         ("POST", "/mcp"): Op(
             "MCP (streamable HTTP): the project's agents and workflows as MCP tools",
             "interop",
