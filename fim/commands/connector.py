@@ -53,10 +53,15 @@ def import_(
 
     if not name.replace("_", "").replace("-", "").isalnum():
         fail(f"invalid connector name '{name}'", "use letters, digits, '_' or '-'")
+    warnings: list[str] = []
     try:
-        decl = import_openapi(load_document(spec), name)
+        decl = import_openapi(load_document(spec), name, warnings)
     except OpenApiError as exc:
         fail(str(exc))
+    except RecursionError:
+        fail(f"{spec}: the document nests too deeply to import")
+    for warning in warnings:
+        typer.echo(f"warning: {warning}", err=True)
     try:
         HttpConnector.model_validate(decl)
     except ValidationError as exc:
