@@ -14,7 +14,7 @@ from fim.build.compile import compile_project
 from fim.build.snapshot import Skill, Snapshot
 from fim.config.schema import Project, SkillMeta, ToolModes
 from fim.run.services import RunContext, Services
-from fim.run.skills import MAX_FILE_BYTES, STUB_CHARS, provide, read_skill_tool
+from fim.run.skills import MAX_FILE_BYTES, STUB_BUDGET, provide, read_skill_tool
 from fim.run.tokens import count_tokens
 from fim.tools.registry import ToolRegistry
 
@@ -73,9 +73,9 @@ def test_progressive_mode_shows_one_stub_per_skill_and_pins_read_skill(snapshot:
     assert [s.split(":")[0][2:] for s in stubs] == sorted(snapshot.skills)
     for stub, name in zip(stubs, sorted(snapshot.skills), strict=True):
         description = stub.removeprefix(f"- {name}: ")
-        assert len(description) <= STUB_CHARS
+        assert len(description) <= STUB_BUDGET + 2
     refund = next(s for s in stubs if s.startswith("- refund-sop:"))
-    assert refund.endswith("…"), "the 170-character refund description is cut"
+    assert not refund.endswith("…"), "the 170-character refund description fits whole"
     assert "read_skill(name)" in provision.prompt
     assert "Identify the order" not in provision.prompt, "bodies stay out of the prompt"
 

@@ -72,6 +72,10 @@ def validate(
     except ConfigError as exc:
         _report(exc.problems, format)
         raise typer.Exit(1) from None
+    broken = [p for found in snapshot.broken_skills.values() for p in found]
+    if broken:  # other agents still run, but the project is not valid
+        _report(sorted(broken, key=lambda p: (p.path, p.line, p.column)), format)
+        raise typer.Exit(1)
     if live and _live_failures(snapshot, format):
         raise typer.Exit(1)
     _warn(_sandbox_warnings(snapshot), format)
