@@ -63,7 +63,9 @@ def main() -> None:
                 seconds, peak, actions = measure(path)
                 size = path.stat().st_size / 1e6
                 per_op = seconds / actions * 1e6
-                print(f"{fmt:6} {actions:>6} {size:>6.1f} {seconds:>8.2f} {peak:>9.0f} {per_op:>7.0f}")
+                print(
+                    f"{fmt:6} {actions:>6} {size:>6.1f} {seconds:>8.2f} {peak:>9.0f} {per_op:>7.0f}"
+                )
 
 
 if __name__ == "__main__":
