@@ -153,7 +153,8 @@ def main() -> int:
         print(f"largest discover observation: {worst} tok ({where}); budget {budget}: {verdict}")
         body, skill = max((_tokens(s.body), n) for n, s in snapshot.skills.items())
         print(
-            f"largest skill body (read_skill, the author's text, not a meta-tool): {body} tok ({skill})"
+            f"largest skill body (read_skill: the author's text, not a meta-tool): "
+            f"{body} tok ({skill})"
         )
     return 0
 
