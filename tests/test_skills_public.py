@@ -14,8 +14,10 @@ from typer.testing import CliRunner
 from fim.build.compile import compile_project
 from fim.cli import app
 from fim.errors import RunError
+from fim.run.budget import budget_tokens
 from fim.run.services import RunContext, Services
 from fim.run.skills import STUB_BUDGET, fim_tool_of, parse_allowed_tools, provide, stub_text
+from fim.run.tokens import count_tokens
 from fim.tools import ToolRegistry, builtin, sandbox
 
 PUBLIC = Path(__file__).parent / "fixtures" / "skills_public" / "anthropics"
@@ -82,6 +84,23 @@ async def test_read_skill_maps_claude_tools_and_names_the_directory(project: Pat
         "Bash(npm run *)",
     ]
     assert fim_tool_of("NotebookEdit") is None and fim_tool_of("shop_db__query")
+
+
+async def test_a_long_skill_is_read_in_parts_within_the_budget(project: Path) -> None:
+    provision = provide(ctx(project, "hub"))
+    assert provision is not None
+    tools = ToolRegistry(provision.tools)
+    first = (await tools.call("read_skill", {"name": "claude-api"})).content
+    assert "[part 1 of " in first and "part=2)" in first
+    total = int(first.rsplit("[part 1 of ", 1)[1].split(";")[0])
+    texts = [first]
+    for part in range(2, total + 1):
+        texts.append((await tools.call("read_skill", {"name": "claude-api", "part": part})).content)
+    for text in texts:
+        assert count_tokens(text, "openai/gpt-4o") <= budget_tokens()
+    body = (project / "skills" / "claude-api" / "SKILL.md").read_text().split("---", 2)[2]
+    joined = "".join(t.rsplit("\n[part ", 1)[0] for t in texts)
+    assert body.strip()[-200:] in joined and body.strip()[:200] in joined, "nothing lost"
 
 
 def test_stubs_keep_whole_sentences_and_every_negative_trigger() -> None:

@@ -9,32 +9,23 @@ full listing of what was asked fits the budget (a small connector, a narrow sear
 returned at once, which saves the model a turn. Whatever is
 cut is said, with the call that gets the rest.
 
-The budget is in tokens (`FIM_DISCOVER_BUDGET_TOKENS`, default 4,000) and enforced on UTF-8
-bytes at 3 bytes per token: English and JSON average about 4, so the bound holds with room.
+The budget (fim/run/budget.py) is in tokens, `FIM_DISCOVER_BUDGET_TOKENS`, default 4,000.
 """
 
 from __future__ import annotations
 
 import difflib
-import os
 from collections import Counter
 from typing import TYPE_CHECKING
 
 from fim.connectors.render import compact_json
+from fim.run.budget import BYTES_PER_TOKEN, budget_tokens
 
 if TYPE_CHECKING:
     from fim.config.schema import HttpAction, HttpConnector
 
-DEFAULT_BUDGET_TOKENS = 4000
-BYTES_PER_TOKEN = 3
 _LINE_CHARS = 160
 _TAGS_SHOWN = 30
-
-
-def budget_tokens() -> int:
-    """The configured observation budget of the meta-tools, in tokens."""
-    raw = os.environ.get("FIM_DISCOVER_BUDGET_TOKENS", "")
-    return int(raw) if raw.isdigit() and int(raw) >= 500 else DEFAULT_BUDGET_TOKENS
 
 
 def _size(text: str) -> int:
@@ -177,4 +168,11 @@ def _index(
     return "\n".join(parts)
 
 
-__all__ = ["budget_tokens", "discover", "matches", "tag_counts", "unknown_actions"]
+__all__ = [
+    "BYTES_PER_TOKEN",
+    "budget_tokens",
+    "discover",
+    "matches",
+    "tag_counts",
+    "unknown_actions",
+]

@@ -278,6 +278,27 @@ async def _read_file(skill: Skill, file: str) -> ToolResult:
     return ToolResult(content=header + text)
 
 
+def _part(result: ToolResult, name: str, file: str | None, part: int) -> ToolResult:
+    """One part of a body or file that is longer than the observation budget
+    (fim/run/budget.py), cut at paragraph breaks, with the call that reads the next."""
+    from fim.run.budget import budget_bytes, parts
+
+    limit = budget_bytes()
+    chunks = parts(result.content, limit - 400)
+    if len(chunks) == 1:
+        return result
+    if part > len(chunks) or part < 1:
+        return ToolResult(
+            content=f"Error: part {part} does not exist; this text has {len(chunks)} parts.",
+            is_error=True,
+        )
+    args = f"name={name!r}" + (f", file={file!r}" if file else "")
+    note = f"[part {part} of {len(chunks)}"
+    if part < len(chunks):
+        note += f"; read the rest before acting: {READ_SKILL}({args}, part={part + 1})"
+    return ToolResult(content=f"{chunks[part - 1]}\n{note}]", metadata=result.metadata)
+
+
 def read_skill_tool(skills: Mapping[str, Skill], *, files_only: bool = False) -> Tool:
     """The `read_skill(name, file=None)` tool over the agent's skills.
 
@@ -286,7 +307,7 @@ def read_skill_tool(skills: Mapping[str, Skill], *, files_only: bool = False) ->
     """
     names = ", ".join(skills) or "none"
 
-    async def read_skill(name: str, file: str | None = None) -> ToolResult:
+    async def read_skill(name: str, file: str | None = None, part: int = 1) -> ToolResult:
         skill = skills.get(name)
         if skill is None:
             return ToolResult(
@@ -294,9 +315,8 @@ def read_skill_tool(skills: Mapping[str, Skill], *, files_only: bool = False) ->
                 f"Call {READ_SKILL} with one of these exact names.",
                 is_error=True,
             )
-        if file:
-            return await _read_file(skill, file)
-        return ToolResult(content=_render_body(skill))
+        result = await _read_file(skill, file) if file else ToolResult(content=_render_body(skill))
+        return result if result.is_error else _part(result, name, file, part)
 
     if files_only:
         description = (
@@ -313,6 +333,11 @@ def read_skill_tool(skills: Mapping[str, Skill], *, files_only: bool = False) ->
         "properties": {
             "name": {"type": "string", "description": "Skill name, exactly as listed."},
             "file": {"type": "string", "description": "A file path from the skill's list."},
+            "part": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "Which part of a long text (the reply says how many).",
+            },
         },
         "required": ["name", "file"] if files_only else ["name"],
         "additionalProperties": False,
