@@ -209,3 +209,22 @@ def test_the_stub_groups_a_big_connector_by_tag(big: HttpConnector) -> None:
     tagged = discover("gh", big, tag="area3", budget=BUDGET)
     listed = [line for line in tagged.splitlines() if line.startswith("- ")]
     assert len(listed) == 12 and all("/area3/" in line for line in listed)
+
+
+def test_fim_show_names_the_shortened_tool(tmp_path: Path) -> None:
+    from fim.cli import app
+
+    long = "list_resources_for_authenticated_user_in_repository_with_filters"
+    (tmp_path / "fim.yaml").write_text("name: s\n")
+    (tmp_path / "connectors").mkdir()
+    (tmp_path / "connectors" / "enterprise_github.yaml").write_text(
+        f"kind: http\nbase_url: https://x\nactions:\n  {long}:\n    path: /a\n"
+        "  short:\n    path: /b\n"
+    )
+    result = CliRunner().invoke(
+        app, ["show", "connector", "enterprise_github", "--project", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    shown = tool_name("enterprise_github", long)
+    assert f"tool: {shown}" in result.output and len(shown) == 64
+    assert result.output.count("tool: ") == 1, "only shortened names are listed"

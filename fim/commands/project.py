@@ -287,11 +287,20 @@ def _dump(kind: str, item: Any, snapshot: Snapshot, name: str) -> Any:
         return {
             **meta,
             "name": item.name,
+            **({"title": item.meta.name} if item.meta.name != item.name else {}),
             "directory": str(Path(item.directory).relative_to(snapshot.root)),
             "files": list(item.files),
             "body": item.body,
         }
-    return item.model_dump(mode="json", by_alias=True, exclude_none=True)
+    data = item.model_dump(mode="json", by_alias=True, exclude_none=True)
+    if kind == "connector" and data.get("kind") == "http":
+        from fim.connectors.http import tool_name
+
+        for action, spec in data.get("actions", {}).items():
+            shown = tool_name(name, action)
+            if shown != f"{name}__{action}":  # shortened to fit provider limits (64 chars)
+                spec["tool"] = shown
+    return data
 
 
 def masked(value: Any, snapshot: Snapshot) -> Any:
