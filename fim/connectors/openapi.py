@@ -312,7 +312,7 @@ def _action(
     for (pname, loc), param in params.items():
         if loc not in ("path", "query") or not pname:
             continue  # headers and cookies are the connector's business, not the model's
-        schema = resolver.schema(param.get("schema") or {"type": "string"})
+        schema = dict(resolver.schema(param.get("schema") or {"type": "string"}))
         if param.get("description") and "description" not in schema:
             schema["description"] = _one_line(param["description"])
         properties[pname] = schema
@@ -362,7 +362,9 @@ def _body(
     ctypes = sorted(content, key=lambda c: 0 if "json" in c else 1 if c == _FORM else 2)
     ctype = ctypes[0]
     media = content[ctype] if isinstance(content[ctype], dict) else {}
-    schema = _flatten(resolver.schema(media.get("schema") or {}))
+    schema = dict(_flatten(resolver.schema(media.get("schema") or {})))
+    if isinstance(schema.get("properties"), dict):
+        schema["properties"] = dict(schema["properties"])  # file parts are rewritten below
     needed = bool(body.get("required"))
     if "json" in ctype:
         if schema.get("type", "object") == "object" and "items" not in schema:
@@ -445,6 +447,10 @@ class _Resolver:
 
     def __init__(self, document: dict[str, Any]) -> None:
         self.document = document
+        self._memo: dict[tuple[str, int], dict[str, Any]] = {}
+        """Converted `$ref` targets by (ref, depth): big specs reference the same schemas
+        thousands of times, so each is converted once per depth and shared (read-only:
+        callers copy before changing one)."""
 
     def resolve(self, node: Any, depth: int = 0) -> Any:
         while isinstance(node, dict) and "$ref" in node and depth < _MAX_REF_DEPTH:
@@ -467,7 +473,11 @@ class _Resolver:
         if depth > _MAX_REF_DEPTH:
             return {"type": "object"}  # a recursive schema: stop expanding
         if isinstance(node, dict) and "$ref" in node:
-            return self.schema(self._lookup(node["$ref"]), depth + 1)
+            key = (str(node["$ref"]), depth)
+            found = self._memo.get(key)
+            if found is None:
+                found = self._memo[key] = self.schema(self._lookup(key[0]), depth + 1)
+            return found
         if not isinstance(node, dict):
             return {}
         out: dict[str, Any] = {}
