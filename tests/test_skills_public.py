@@ -84,6 +84,8 @@ async def test_read_skill_maps_claude_tools_and_names_the_directory(project: Pat
         "Bash(npm run *)",
     ]
     assert fim_tool_of("NotebookEdit") is None and fim_tool_of("shop_db__query")
+    loads = provision.tools[0].metadata["skill_tools"]("hook-development")
+    assert loads == ["shell", "file_ops", "web_fetch"], "what selection loads on read_skill"
 
 
 async def test_a_long_skill_is_read_in_parts_within_the_budget(project: Path) -> None:

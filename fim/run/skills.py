@@ -344,8 +344,12 @@ def read_skill_tool(skills: Mapping[str, Skill], *, files_only: bool = False) ->
     }
 
     def tools_of(name: str) -> list[str]:
+        """fim tool names the skill's `allowed-tools` maps to (for loading them)."""
         skill = skills.get(name)
-        return _allowed_tools(skill) if skill is not None else []
+        if skill is None:
+            return []
+        mapped = (fim_tool_of(e) for e in parse_allowed_tools(skill.meta.allowed_tools))
+        return list(dict.fromkeys(m for m in mapped if m))
 
     return FunctionTool(
         READ_SKILL,
