@@ -166,6 +166,17 @@ class DatabaseMetaTool:
         return CallView(f"{db.name}__{action}", own, meta, to_call=to_call)
 
     async def run(self, **args: Any) -> ToolResult:
+        """The database's answer, bounded by the observation budget (fim/run/budget.py)."""
+        from fim.run.budget import bounded
+
+        result = await self._run(**args)
+        hint = "name fewer tables or columns, or query with LIMIT and fewer columns"
+        content = bounded(result.content, hint)
+        return (
+            result if content == result.content else result.model_copy(update={"content": content})
+        )
+
+    async def _run(self, **args: Any) -> ToolResult:
         db = self.databases[args["database"]]
         sub = args["subcommand"]
         if sub == "list_tables":

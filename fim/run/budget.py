@@ -60,4 +60,22 @@ def _pieces(text: str, limit: int) -> list[str]:
     return [p for p in found if p]
 
 
-__all__ = ["BYTES_PER_TOKEN", "DEFAULT_BUDGET_TOKENS", "budget_bytes", "budget_tokens", "parts"]
+def bounded(text: str, hint: str, tokens: int | None = None) -> str:
+    """`text` if it fits the budget, else its first part (cut at a paragraph or line) and a
+    note saying how much was left out and how to ask for less."""
+    limit = budget_bytes(tokens)
+    if len(text.encode()) <= limit:
+        return text
+    head = parts(text, limit - 300)[0]
+    shown = f"{len(head)} of {len(text)} characters shown"
+    return f"{head}\n[... cut at the observation budget: {shown}; {hint}]"
+
+
+__all__ = [
+    "BYTES_PER_TOKEN",
+    "DEFAULT_BUDGET_TOKENS",
+    "bounded",
+    "budget_bytes",
+    "budget_tokens",
+    "parts",
+]
