@@ -234,7 +234,7 @@ async def test_execute_of_an_unknown_action_lists_the_valid_ones(tmp_path, api, 
         "connector", {"subcommand": "execute", "connector": "crm", "action": "get_contacts"}
     )
     assert result.is_error
-    assert "no action 'get_contacts'. Valid actions: get_contact, create_lead" in result.content
+    assert "has no action 'get_contacts'. Valid actions: get_contact, create_lead" in result.content
 
 
 async def test_execute_validates_parameters_against_the_action_schema(tmp_path, api, services):

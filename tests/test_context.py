@@ -13,11 +13,12 @@ import fim.run.tokens
 from fim.build.compile import compile_project
 from fim.config.schema import ModelSettings
 from fim.engines.react import ReactEngine
-from fim.events import Notice
+from fim.events import ErrorEvent, Notice
 from fim.llm.scripted import ScriptedModel, text, tool_call
 from fim.run.context import (
     SUMMARY_PREFIX,
     ContextGuard,
+    ContextOverBudget,
     context_budget,
     context_window,
     guard_for,
@@ -128,9 +129,10 @@ async def test_older_turns_are_summarised_when_truncation_is_not_enough():
 async def test_the_kept_tail_never_starts_inside_a_tool_exchange():
     messages = long_run(8, parallel=3)
     summarizer = ScriptedModel([text("earlier: batches 0-6 checked")])
-    guard = ContextGuard(budget_tokens=3500, summarizer=summarizer, keep_last=2)
-    fitted, _ = await guard.fit(messages, TOOLS)
+    guard = ContextGuard(budget_tokens=4500, summarizer=summarizer, keep_last=2)
+    fitted, notes = await guard.fit(messages, TOOLS)
     assert_pairs_intact(fitted)
+    assert any("summarised" in n for n in notes)
     assert fitted[-4:] == messages[-4:], "the assistant call and all 3 results are kept"
     assert fitted[-4].tool_calls
 
@@ -150,9 +152,10 @@ async def test_a_failing_summarizer_drops_older_turns_and_says_so():
 async def test_an_impossible_budget_keeps_system_and_tail_and_reports_it():
     messages = long_run(3)
     guard = ContextGuard(budget_tokens=200, summarizer=ScriptedModel([text("s")]), keep_last=4)
-    fitted, notes = await guard.fit(messages, TOOLS)
-    assert fitted[0] == messages[0] and fitted[-4:][1:] == [m.model_copy() for m in messages[-3:]]
-    assert "still needs" in notes[-1] and "budget of 200" in notes[-1]
+    with pytest.raises(ContextOverBudget) as caught:
+        await guard.fit(messages, TOOLS)
+    assert "still needs" in str(caught.value) and "budget of 200" in str(caught.value)
+    assert "the request was not sent" in str(caught.value)
 
 
 async def test_the_guard_runs_inside_the_engine_on_a_long_run():
@@ -182,6 +185,48 @@ async def test_the_guard_runs_inside_the_engine_on_a_long_run():
         assert messages[0].content == "You are the shop analyst."
         assert_pairs_intact(messages)
     assert events[-1].output == "Found 3 late orders."
+
+
+async def test_one_huge_recent_observation_is_cut_rather_than_sent_over_budget():
+    async def discover() -> str:
+        return "action list " + "x " * 40_000  # a discover of a huge spec, last turn
+
+    registry = ToolRegistry(
+        [FunctionTool("connector", "Discover", {"type": "object", "properties": {}}, discover)]
+    )
+    worker = ScriptedModel([tool_call("connector", {}), text("done")])
+    guard = ContextGuard(budget_tokens=3000, keep_last=4)
+    engine = ReactEngine(
+        model=worker,
+        registry=registry,
+        system_prompt="Hub.",
+        agent="hub",
+        run_id="r",
+        fit_context=guard.bind(registry.specs),
+    )
+    events = [e async for e in engine.run("list")]
+    assert events[-1].output == "done"
+    for messages, tools in worker.requests:
+        assert count_messages(messages, tools) <= 3000
+    assert any("recent tool result" in e.message for e in events if isinstance(e, Notice))
+
+
+async def test_a_turn_that_cannot_fit_fails_with_a_clear_error_and_sends_nothing():
+    worker = ScriptedModel([text("never")])
+    guard = ContextGuard(budget_tokens=300, keep_last=4)
+    engine = ReactEngine(
+        model=worker,
+        registry=ToolRegistry([]),
+        system_prompt="Rules. " * 400,
+        agent="a",
+        run_id="r",
+        fit_context=guard.bind(lambda: []),
+    )
+    events = [e async for e in engine.run("hi")]
+    assert worker.requests == []
+    errors = [e for e in events if isinstance(e, ErrorEvent)]
+    assert errors and errors[0].kind == "context_overflow"
+    assert "budget of 300" in errors[0].message and events[-1].status == "error"
 
 
 def test_budget_comes_from_the_agent_else_the_model_window():

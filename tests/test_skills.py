@@ -14,7 +14,7 @@ from fim.build.compile import compile_project
 from fim.build.snapshot import Skill, Snapshot
 from fim.config.schema import Project, SkillMeta, ToolModes
 from fim.run.services import RunContext, Services
-from fim.run.skills import MAX_FILE_BYTES, STUB_CHARS, provide, read_skill_tool
+from fim.run.skills import MAX_FILE_BYTES, STUB_BUDGET, provide, read_skill_tool
 from fim.run.tokens import count_tokens
 from fim.tools.registry import ToolRegistry
 
@@ -73,9 +73,9 @@ def test_progressive_mode_shows_one_stub_per_skill_and_pins_read_skill(snapshot:
     assert [s.split(":")[0][2:] for s in stubs] == sorted(snapshot.skills)
     for stub, name in zip(stubs, sorted(snapshot.skills), strict=True):
         description = stub.removeprefix(f"- {name}: ")
-        assert len(description) <= STUB_CHARS
+        assert len(description) <= STUB_BUDGET + 2
     refund = next(s for s in stubs if s.startswith("- refund-sop:"))
-    assert refund.endswith("…"), "the 170-character refund description is cut"
+    assert not refund.endswith("…"), "the 170-character refund description fits whole"
     assert "read_skill(name)" in provision.prompt
     assert "Identify the order" not in provision.prompt, "bodies stay out of the prompt"
 
@@ -207,10 +207,12 @@ async def test_large_files_are_cut_at_the_cap_with_a_note(tmp_path: Path):
     big = line * (MAX_FILE_BYTES // len(line.encode()) + 50)
     (tmp_path / "big" / "references" / "huge.md").write_text(big)
     skill = Skill("big", SkillMeta(description="x"), "b", tmp_path / "big", ("references/huge.md",))
-    result = await read_skill_tool({"big": skill}).run(name="big", file="references/huge.md")
-    assert not result.is_error
-    assert f"only the first {MAX_FILE_BYTES} are shown" in result.content
-    assert len(result.content) < MAX_FILE_BYTES + 500
+    tool = read_skill_tool({"big": skill})
+    result = await tool.run(name="big", file="references/huge.md")
+    assert not result.is_error and "[part 1 of 6;" in result.content, "served in parts"
+    last = await tool.run(name="big", file="references/huge.md", part=6)
+    assert f"only the first {MAX_FILE_BYTES} are shown" in last.content
+    assert "[part 6 of 6]" in last.content
 
 
 async def test_skill_md_itself_is_readable_as_the_body(registry: ToolRegistry):

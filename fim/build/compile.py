@@ -118,7 +118,8 @@ def compile_project(root: str | Path | None = None) -> Snapshot:
         snapshot = build_snapshot(decls)
     if not decls.problems:
         decls.problems.extend(_snapshot_problems(snapshot, _locator(decls)))
-    if decls.problems:
+    if decls.problems:  # the project is broken anyway: report the skills' problems too
+        decls.problems += [p for found in decls.skill_problems.values() for p in found]
         problems = mask_problems(decls.problems, decls.secrets)
         raise ConfigError(sorted(problems, key=lambda p: (p.path, p.line, p.column)))
     return snapshot
@@ -155,6 +156,12 @@ def build_snapshot(decls: Declarations) -> Snapshot:
         models=MappingProxyType(models),
         model_origins=MappingProxyType(origins),
         sources=MappingProxyType(sources),
+        broken_skills=MappingProxyType(
+            {
+                name: tuple(mask_problems(found, decls.secrets))
+                for name, found in decls.skill_problems.items()
+            }
+        ),
         secrets=frozenset(decls.secrets),
         version=decls.digest.hexdigest()[:12],
         loaded_at=time.time(),

@@ -25,7 +25,7 @@ from fim.config.schema import (
     SkillMeta,
     WorkflowDecl,
 )
-from fim.errors import ConfigError, RunError
+from fim.errors import ConfigError, Problem, RunError
 from fim.masking import Masker, remember
 
 
@@ -80,6 +80,9 @@ class Snapshot:
     (`fim.masking.config_secrets`); masked wherever text leaves fim."""
     version: str = ""
     """Content hash of every file that went into the snapshot."""
+    broken_skills: Mapping[str, tuple[Problem, ...]] = field(default_factory=_frozen)
+    """Skill folders that failed to load, with their problems: an agent that uses one fails
+    at run time, `fim validate` reports them, other agents run."""
     loaded_at: float = 0.0
 
     def __post_init__(self) -> None:

@@ -8,6 +8,7 @@ file is validated against the connector schema before it is written.
 from __future__ import annotations
 
 import contextlib
+import gc
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -53,17 +54,29 @@ def import_(
 
     if not name.replace("_", "").replace("-", "").isalnum():
         fail(f"invalid connector name '{name}'", "use letters, digits, '_' or '-'")
+    warnings: list[str] = []
+    gc.disable()  # millions of short-lived nodes and no cycles: collections only cost time
     try:
-        decl = import_openapi(load_document(spec), name)
+        decl = import_openapi(load_document(spec), name, warnings)
     except OpenApiError as exc:
         fail(str(exc))
+    except RecursionError:
+        fail(f"{spec}: the document nests too deeply to import")
+    finally:
+        gc.enable()
+    for warning in warnings:
+        typer.echo(f"warning: {warning}", err=True)
     try:
         HttpConnector.model_validate(decl)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         fail(f"the imported connector is not valid at {where}: {first['msg']}")
-    text = dump_yaml(decl, spec.name)
+    gc.disable()
+    try:
+        text = dump_yaml(decl, spec.name)
+    finally:
+        gc.enable()
     if out is not None and str(out) == "-":
         sys.stdout.write(text)
         return

@@ -72,6 +72,10 @@ def validate(
     except ConfigError as exc:
         _report(exc.problems, format)
         raise typer.Exit(1) from None
+    broken = [p for found in snapshot.broken_skills.values() for p in found]
+    if broken:  # other agents still run, but the project is not valid
+        _report(sorted(broken, key=lambda p: (p.path, p.line, p.column)), format)
+        raise typer.Exit(1)
     if live and _live_failures(snapshot, format):
         raise typer.Exit(1)
     _warn(_sandbox_warnings(snapshot), format)
@@ -283,11 +287,20 @@ def _dump(kind: str, item: Any, snapshot: Snapshot, name: str) -> Any:
         return {
             **meta,
             "name": item.name,
+            **({"title": item.meta.name} if item.meta.name != item.name else {}),
             "directory": str(Path(item.directory).relative_to(snapshot.root)),
             "files": list(item.files),
             "body": item.body,
         }
-    return item.model_dump(mode="json", by_alias=True, exclude_none=True)
+    data = item.model_dump(mode="json", by_alias=True, exclude_none=True)
+    if kind == "connector" and data.get("kind") == "http":
+        from fim.connectors.http import tool_name
+
+        for action, spec in data.get("actions", {}).items():
+            shown = tool_name(name, action)
+            if shown != f"{name}__{action}":  # shortened to fit provider limits (64 chars)
+                spec["tool"] = shown
+    return data
 
 
 def masked(value: Any, snapshot: Snapshot) -> Any:

@@ -83,6 +83,9 @@ class Declarations:
     """Names of files that exist but failed to validate (no 'unknown X' noise for them)."""
     python_hooks: set[str] = field(default_factory=set)
     """Module names of hooks/*.py."""
+    skill_problems: dict[str, list[Problem]] = field(default_factory=dict)
+    """Problems of skill folders, by folder: they fail only the agents that use the skill
+    (at run time) and `fim validate`, not the whole project."""
     problems: list[Problem] = field(default_factory=list)
     secrets: set[str] = field(default_factory=set)
     digest: Any = field(default_factory=hashlib.sha256)
@@ -186,14 +189,18 @@ def _parse(
     rel: str,
     line_offset: int = 0,
     secrets: set[str] | None = None,
+    expand: bool = True,
 ) -> Document | None:
+    """Parse one YAML document; `expand=False` leaves `${...}` as text (skill front matter,
+    written for other tools too, has no field declared to take interpolation)."""
     try:
         doc = parse(text, rel, line_offset=line_offset)
     except YamlSyntaxError as exc:
         decls.problems.append(Problem(rel, exc.line + line_offset, exc.column, exc.message))
         return None
     found = decls.secrets if secrets is None else secrets
-    interpolate(doc, found)
+    if expand:
+        interpolate(doc, found)
     found |= config_secrets(doc.data)  # literal credentials and DSN passwords
     decls.problems.extend(doc.problems)
     doc.problems = []

@@ -1,5 +1,7 @@
 """Agent Skills on disk: skills/<name>/SKILL.md (YAML front matter + Markdown body) and
-the files next to it. Public skills in this format load unchanged."""
+the files next to it. Public skills in this format load unchanged: the folder is the
+skill's id whatever its display `name`, `${...}` is text (not interpolated), and a broken
+folder's problems are kept aside so only the agents that use it fail."""
 
 from __future__ import annotations
 
@@ -34,7 +36,11 @@ def load_skills(decls: Declarations) -> None:
             decls.broken["skill"].add(entry.name)
             continue
         if entry.is_dir():
+            before = len(decls.problems)
             _load_skill(decls, path)
+            if len(decls.problems) > before:  # kept aside: only its users fail
+                decls.skill_problems[entry.name] = decls.problems[before:]
+                del decls.problems[before:]
 
 
 def _load_skill(decls: Declarations, directory: Path) -> None:
@@ -68,7 +74,7 @@ def _load_skill(decls: Declarations, directory: Path) -> None:
             )
         )
         return
-    doc = _parse(decls, "\n".join(lines[1:end]), rel, line_offset=1)
+    doc = _parse(decls, "\n".join(lines[1:end]), rel, line_offset=1, expand=False)
     if doc is None:
         return
     if isinstance(doc.data, dict):
@@ -76,19 +82,13 @@ def _load_skill(decls: Declarations, directory: Path) -> None:
     meta = _validate(decls, doc, "skill", SkillMeta)
     if meta is None:
         return
-    if meta.name != directory.name:
-        decls.problems.append(
-            doc.problem(
-                ("name",),
-                f"skill name '{meta.name}' differs from its folder '{directory.name}'",
-                "rename the folder or the name (they must match)",
-            )
-        )
-        return
     body = "\n".join(lines[end + 1 :]).lstrip("\n")
     files = tuple(_skill_files(directory))
     decls.broken["skill"].discard(directory.name)
-    _register(decls, Entry("skill", meta.name, Skill(meta.name, meta, body, directory, files), doc))
+    # The folder is the id (Claude Code plugins use `name: Hook Development` in
+    # `hook-development/`); `meta.name` stays the display name.
+    skill = Skill(directory.name, meta, body, directory, files)
+    _register(decls, Entry("skill", directory.name, skill, doc))
 
 
 def _skill_files(directory: Path) -> list[str]:

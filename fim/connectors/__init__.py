@@ -102,12 +102,27 @@ STUB_ACTIONS = 5
 """Action names a connector's stub line lists; `discover` shows the rest."""
 
 
+STUB_TAGS = 12
+"""Tags a big connector's stub line names; `discover` lists them all."""
+
+
 def _actions(decl: HttpConnector) -> str:
-    """`actions: a, b` or, for big connectors, `24 actions: a, b, c, d, e, ...`."""
+    """`actions: a, b`; for big connectors the actions grouped by tag (`24 actions by tag:
+    issues (9): list_issues, ...; pulls (6): ...`), bounded, so the model knows what to search."""
     names = list(decl.actions)
     if len(names) <= STUB_ACTIONS:
         return f"actions: {', '.join(names) or 'none'}"
-    return f"{len(names)} actions: {', '.join(names[:STUB_ACTIONS])}, ..."
+    from fim.connectors.discovery import tag_counts
+
+    tags = tag_counts(decl)
+    if not tags:
+        return f"{len(names)} actions: {', '.join(names[:STUB_ACTIONS])}, ..."
+    groups = []
+    for tag, count in tags[:STUB_TAGS]:
+        first = [n for n, a in decl.actions.items() if tag in a.tags][:2]
+        groups.append(f"{tag} ({count}): {', '.join(first)}{', ...' if count > 2 else ''}")
+    more = f"; {len(tags) - STUB_TAGS} more tags" if len(tags) > STUB_TAGS else ""
+    return f"{len(names)} actions by tag — {'; '.join(groups)}{more} (discover with tag= or query=)"
 
 
 def _describe(decl: HttpConnector | DatabaseConnector) -> str:

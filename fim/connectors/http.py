@@ -34,8 +34,25 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 """Bytes of a response body read at most; the observation is far smaller anyway."""
 
 
+NAME_LIMIT = 64
+"""Longest function name OpenAI, Anthropic and Gemini accept (all three: 64)."""
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+
+
 def tool_name(connector: str, action: str) -> str:
-    return f"{connector}__{action}"
+    """`{connector}__{action}`, made safe for every provider: characters outside
+    `[A-Za-z0-9_-]` become `_` and a name over 64 characters keeps its first 55 and a digest
+    of the whole. Deterministic (the same declaration always gives the same name) and
+    collision-free in practice: two shortened names share a 32-bit digest only if their
+    full names collide in SHA-256's first 8 hex digits."""
+    full = f"{connector}__{action}"
+    safe = _NAME_CHARS.sub("_", full)
+    if len(safe) <= NAME_LIMIT and safe == full:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:8]
+    if len(safe) <= NAME_LIMIT:
+        return safe if safe == full else f"{safe[: NAME_LIMIT - 10]}_h{digest}"
+    return f"{safe[: NAME_LIMIT - 10].rstrip('_')}_h{digest}"
 
 
 def action_metadata(connector: str, action_name: str, action: HttpAction) -> dict[str, Any]:
@@ -139,14 +156,29 @@ class HttpConnectorClient:
             raise ValueError(f"missing path parameter(s): {', '.join(missing)}")
         query_names = set(action.query or ())
         if action.method in _QUERY_METHODS:
-            query_names |= set(remaining)
+            query_names |= set(remaining) - {action.body_parameter}
         query = {k: _query_value(v) for k, v in remaining.items() if k in query_names}
         body = {k: v for k, v in remaining.items() if k not in query_names}
         request: dict[str, Any] = {"method": action.method, "url": path, "params": query}
-        if body:
+        if action.body_parameter and action.body_parameter in body:
+            value = body.pop(action.body_parameter)
+            if action.body == "binary":
+                request["content"] = _bytes(value, action.content_type)
+                request["headers"] = {
+                    "Content-Type": action.content_type or "application/octet-stream"
+                }
+            else:
+                request["json"] = value
+        elif body and action.body == "form":
+            request["data"] = {k: _scalar(v) for k, v in body.items()}
+        elif body and action.body == "multipart":
+            files = {k: (k, _bytes(body.pop(k), None)) for k in action.files if k in body}
+            request["data"] = {k: _scalar(v) for k, v in body.items()}
+            request["files"] = files or None
+        elif body:
             request["json"] = body
         if action.headers:
-            request["headers"] = dict(action.headers)
+            request["headers"] = {**request.get("headers", {}), **action.headers}
         return request
 
     async def call(self, action_name: str, args: dict[str, Any]) -> ToolResult:
@@ -282,6 +314,20 @@ def _scalar(value: Any) -> str:
     if isinstance(value, dict | list):
         return json.dumps(value, separators=(",", ":"))
     return str(value)
+
+
+def _bytes(value: Any, content_type: str | None) -> bytes:
+    """Bytes of a model-written body: text types as UTF-8, anything else base64-decoded
+    (raises ValueError, reported to the model, when it is not base64)."""
+    import base64
+    import binascii
+
+    if content_type and content_type.startswith("text/"):
+        return str(value).encode()
+    try:
+        return base64.b64decode(str(value), validate=True)
+    except binascii.Error:
+        raise ValueError("a binary body or file must be base64-encoded") from None
 
 
 def _query_value(value: Any) -> Any:

@@ -12,9 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from fim.connectors.database import Database
+from fim.connectors.discovery import BYTES_PER_TOKEN, budget_tokens, discover, unknown_actions
 from fim.connectors.http import HttpConnectorClient, action_metadata, tool_name
 from fim.connectors.readonly import decide
-from fim.connectors.render import compact_json
+from fim.connectors.render import compact_json, truncate_text
 from fim.types import CallView, JSONSchema, ToolResult
 
 CONNECTOR_TOOL = "connector"
@@ -30,8 +31,10 @@ class ConnectorMetaTool:
         self.clients = {c.name: c for c in clients}
         self.name = CONNECTOR_TOOL
         self.description = (
-            "Call an HTTP connector listed in the system prompt: discover its actions and "
-            "their parameters, then execute an action with `parameters`."
+            "Call an HTTP connector listed in the system prompt. discover lists its actions "
+            "(search with `query` words or `tag`; `page` for more); discover with `action` "
+            "(names, comma-separated) shows their parameters; then execute an action with "
+            "`parameters`."
         )
         self.parameters: JSONSchema = {
             "type": "object",
@@ -39,11 +42,16 @@ class ConnectorMetaTool:
                 "subcommand": {"type": "string", "enum": ["discover", "execute"]},
                 "connector": {"type": "string", "enum": sorted(self.clients)},
                 "action": {"type": "string"},
+                "query": {"type": "string"},
+                "tag": {"type": "string"},
+                "page": {"type": "integer", "minimum": 1},
                 "parameters": {"type": "object"},
             },
             "required": ["subcommand", "connector"],
         }
         self.metadata: dict[str, Any] = {"meta": "connector", "call_view": self.call_view}
+        self.budget = budget_tokens()
+        """Tokens any observation of `discover` (and its errors) stays under."""
 
     def call_view(self, args: dict[str, Any]) -> CallView:
         """`execute` is shown as the action itself (`crm__create_lead` with its own
@@ -72,23 +80,37 @@ class ConnectorMetaTool:
     async def run(self, **args: Any) -> ToolResult:
         client = self.clients[args["connector"]]
         if args["subcommand"] == "discover":
-            return ToolResult(content=discover_actions(client, args.get("action")))
+            return ToolResult(
+                content=discover(
+                    client.name,
+                    client.decl,
+                    action=args.get("action"),
+                    query=str(args.get("query") or ""),
+                    tag=str(args.get("tag") or ""),
+                    page=int(args.get("page") or 1),
+                    budget=self.budget,
+                )
+            )
         action = args.get("action")
         if not action or action not in client.decl.actions:
-            valid = ", ".join(client.decl.actions) or "none"
-            what = f"has no action '{action}'" if action else "needs an 'action' for execute"
+            note = (
+                unknown_actions(client.name, client.decl, [str(action)])
+                if action
+                else f"Connector '{client.name}' needs an 'action' for execute."
+            )
             return ToolResult(
-                content=f"Error: connector '{client.name}' {what}. Valid actions: {valid}. "
-                "Call subcommand=discover to see their parameters, then execute one.",
+                content=f"Error: {note} Call subcommand=discover to see their parameters, "
+                "then execute one.",
                 is_error=True,
             )
         params = args.get("parameters") or {}
         schema = client.decl.actions[action].parameters
         errors = schema_errors(schema, params)
         if errors:
+            expected = truncate_text(compact_json(schema), self.budget * BYTES_PER_TOKEN // 2)
             return ToolResult(
                 content=f"Error: invalid parameters for {client.name}.{action}: "
-                f"{'; '.join(errors)}. Expected schema: {compact_json(schema)}. Fix the "
+                f"{'; '.join(e[:300] for e in errors)}. Expected schema: {expected}. Fix the "
                 "parameters and execute again.",
                 is_error=True,
             )
@@ -96,19 +118,8 @@ class ConnectorMetaTool:
 
 
 def discover_actions(client: HttpConnectorClient, only: str | None = None) -> str:
-    decl = client.decl
-    names = [only] if only in decl.actions else list(decl.actions)
-    lines = [f"connector {client.name}: {decl.description or decl.base_url}"]
-    for name in names:
-        action = decl.actions[name]
-        flags = action.access + (", requires confirmation" if action.requires_confirmation else "")
-        lines.append(
-            f"- {name} ({action.method} {action.path}; {flags}): "
-            f"{action.description or 'no description'}\n  parameters: "
-            f"{compact_json(action.parameters)}"
-        )
-    lines.append("Run one with subcommand=execute, action=<name>, parameters={...}.")
-    return "\n".join(lines)
+    """One `discover` observation (bounded; see fim.connectors.discovery)."""
+    return discover(client.name, client.decl, action=only)
 
 
 class DatabaseMetaTool:
@@ -155,6 +166,17 @@ class DatabaseMetaTool:
         return CallView(f"{db.name}__{action}", own, meta, to_call=to_call)
 
     async def run(self, **args: Any) -> ToolResult:
+        """The database's answer, bounded by the observation budget (fim/run/budget.py)."""
+        from fim.run.budget import bounded
+
+        result = await self._run(**args)
+        hint = "name fewer tables or columns, or query with LIMIT and fewer columns"
+        content = bounded(result.content, hint)
+        return (
+            result if content == result.content else result.model_copy(update={"content": content})
+        )
+
+    async def _run(self, **args: Any) -> ToolResult:
         db = self.databases[args["database"]]
         sub = args["subcommand"]
         if sub == "list_tables":

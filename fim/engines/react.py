@@ -157,7 +157,14 @@ class ReactEngine:
                 for event in await self.on_turn():
                     yield event
             if self.fit_context is not None:
-                messages, notes = await self.fit_context(messages)
+                try:
+                    messages, notes = await self.fit_context(messages)
+                except FimError as exc:  # over budget even compacted: never sent
+                    yield ErrorEvent(
+                        run_id=self.run_id, message=self.mask(str(exc)), kind="context_overflow"
+                    )
+                    yield finish(f"Context error: {exc}", "error", iteration)
+                    return
                 for note in notes:
                     yield Notice(run_id=self.run_id, message=note)
             t0 = time.perf_counter()

@@ -232,6 +232,7 @@ class McpMetaTool:
                 "subcommand": {"type": "string", "enum": ["discover", "call"]},
                 "server": {"type": "string", "enum": list(self.connections)},
                 "tool": {"type": "string"},
+                "page": {"type": "integer", "minimum": 1},
                 "parameters": {"type": "object"},
             },
             "required": ["subcommand", "server"],
@@ -270,7 +271,16 @@ class McpMetaTool:
                 is_error=True,
             )
         if args.get("subcommand") == "discover":
-            return self._discover(conn, args.get("tool"))
+            from fim.run.budget import budget_bytes, parts
+
+            found = self._discover(conn, args.get("tool"))
+            pages = parts(found.content, budget_bytes() - 200)  # bounded (fim/run/budget.py)
+            page = min(max(int(args.get("page") or 1), 1), len(pages))
+            if len(pages) == 1:
+                return found
+            more = f"; next: page={page + 1}" if page < len(pages) else ""
+            note = f"\n[page {page} of {len(pages)} of this listing{more}]"
+            return found.model_copy(update={"content": pages[page - 1] + note})
         return await self._call(conn, args.get("tool"), args.get("parameters") or {})
 
     def _discover(self, conn: ServerConnection, tool: str | None) -> ToolResult:

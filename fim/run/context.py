@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from fim.errors import RunError
 from fim.run.tokens import count_message, count_messages, tool_definition
 from fim.types import Message, Model, ToolSpec
 
@@ -23,6 +24,12 @@ if TYPE_CHECKING:
     from fim.config.schema import AgentDecl
 
 Summarizer = Model | Callable[[], Model] | None
+
+
+class ContextOverBudget(RunError):
+    """The conversation cannot be brought under the budget: the turn fails instead of
+    sending a request the provider would reject (or silently truncate)."""
+
 
 SUMMARY_PREFIX = "[Summary of the earlier conversation, condensed to fit the context budget]"
 _TRUNCATE_ABOVE = 1200
@@ -185,12 +192,34 @@ class ContextGuard:
             messages[head:end] = [replacement]
             counts[head:end] = [count_message(replacement, self.model)]
             notes.append(note)
+        if fixed + sum(counts) > self.budget_tokens:
+            # Last resort before failing: the recent tool results too (one huge observation
+            # in the last turn is the usual culprit), head and tail kept.
+            cut_recent = 0
+            for i in range(tail, len(messages)):
+                content = messages[i].content or ""
+                if messages[i].role != "tool" or len(content) <= _TRUNCATE_ABOVE * 4:
+                    continue
+                keep_head, keep_tail = _KEEP_HEAD * 4, _KEEP_TAIL * 4
+                removed = len(content) - keep_head - keep_tail
+                short = (
+                    f"{content[:keep_head]}\n[... {removed} characters of this tool result were "
+                    f"cut to fit the context budget; ask for less ...]\n{content[-keep_tail:]}"
+                )
+                messages[i] = messages[i].model_copy(update={"content": short})
+                counts[i] = count_message(messages[i], self.model)
+                cut_recent += 1
+            if cut_recent:
+                notes.append(f"context guard: shortened {cut_recent} recent tool result(s)")
         total = fixed + sum(counts)
         if total > self.budget_tokens:
-            notes.append(
+            raise ContextOverBudget(
                 f"context guard: the conversation still needs {total} tokens, above the "
-                f"budget of {self.budget_tokens}; the system prompt and the last "
-                f"{self.keep_last} messages are always kept whole"
+                f"budget of {self.budget_tokens}, after compaction; the request was not sent",
+                hint=f"the system prompt ({count_message(messages[0], self.model) if head else 0}"
+                f" tokens), the tool definitions ({fixed} tokens) and the last "
+                f"{self.keep_last} messages are kept whole: fewer tools or skills, a shorter "
+                "prompt, or a model with a larger context_window",
             )
         return messages, notes
 
@@ -311,6 +340,7 @@ def transcript(messages: Sequence[Message]) -> str:
 __all__ = [
     "SUMMARY_PREFIX",
     "ContextGuard",
+    "ContextOverBudget",
     "context_budget",
     "context_window",
     "guard_for",

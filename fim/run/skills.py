@@ -10,6 +10,7 @@ small agents or models that handle meta-tools poorly.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -20,7 +21,6 @@ from fim.tools.base import FunctionTool
 from fim.types import Tool, ToolResult
 
 READ_SKILL = "read_skill"
-STUB_CHARS = 120
 MAX_FILE_BYTES = 64_000
 """Larger files are cut at this size (with a note): a reference file is read to be followed,
 and anything bigger belongs in a tool that processes it, not in the conversation."""
@@ -52,11 +52,107 @@ def selected_skills(snapshot: Snapshot, selection: str | list[str]) -> dict[str,
     return {name: snapshot.skills[name] for name in selection if name in snapshot.skills}
 
 
-def _allowed_tools(skill: Skill) -> list[str]:
-    value = skill.meta.allowed_tools
+def _broken(snapshot: Snapshot, selection: str | list[str]) -> list[tuple[str, str]]:
+    """(skill, first problem) of each broken skill the selection uses (`all` uses all)."""
+    found = getattr(snapshot, "broken_skills", {})
+    names = sorted(found) if selection == "all" else [n for n in selection if n in found]
+    return [(n, str(found[n][0])) for n in names if found[n]]
+
+
+_CLAUDE_TOOLS = {
+    "Bash": "shell",
+    "Read": "file_ops",
+    "Write": "file_ops",
+    "Edit": "file_ops",
+    "MultiEdit": "file_ops",
+    "LS": "file_ops",
+    "Glob": "file_ops",
+    "Grep": "file_ops",
+    "WebFetch": "web_fetch",
+}
+"""Claude Code tool -> fim tool (the inverse of fim/hooks/claude.py's aliases, plus the
+read-only file tools Claude has and fim folds into file_ops)."""
+_TOOL_TOKEN = re.compile(r"([A-Za-z_][\w.-]*)(\([^)]*\))?")
+
+
+def parse_allowed_tools(value: str | list[str] | None) -> list[str]:
+    """`allowed-tools` in Claude's syntax (`Bash(git:*), Read` or `Bash(code *) Read`, as a
+    string or a list) as entries, each kept whole with its parenthesised pattern."""
     if not value:
         return []
-    return value.split() if isinstance(value, str) else [str(v) for v in value]
+    items = [value] if isinstance(value, str) else [str(v) for v in value]
+    found: list[str] = []
+    for item in items:
+        for match in _TOOL_TOKEN.finditer(item):
+            found.append(match.group(0).strip())
+    return found
+
+
+def fim_tool_of(entry: str) -> str | None:
+    """The fim tool an `allowed-tools` entry maps to (`Bash(git:*)` -> `shell`), or None
+    when fim has no equivalent; fim's own names map to themselves."""
+    name = entry.split("(", 1)[0]
+    return _CLAUDE_TOOLS.get(name) or (name if "_" in name or name.islower() else None)
+
+
+def _allowed_tools(skill: Skill) -> list[str]:
+    """Entries as written, each followed by the fim tool it maps to when the names differ."""
+    out = []
+    for entry in parse_allowed_tools(skill.meta.allowed_tools):
+        mapped = fim_tool_of(entry)
+        out.append(f"{entry} (fim: {mapped})" if mapped and mapped != entry else entry)
+    return out
+
+
+def skill_dirs(ctx: RunContext) -> list[Path]:
+    """Folders of the agent's skills, resolved and inside the project (a skill symlinked
+    elsewhere is not exposed), for the sandbox's read-only binds."""
+    root = ctx.snapshot.root.resolve()
+    dirs = []
+    for skill in selected_skills(ctx.snapshot, ctx.agent.skills).values():
+        path = skill.directory.resolve()
+        if path.is_relative_to(root) and path.is_dir():
+            dirs.append(path)
+    return dirs
+
+
+STUB_BUDGET = 300
+"""Characters of a skill's stub line: whole sentences up to this, plus every negative
+trigger sentence ("Do NOT use when ...") whatever the budget, since dropping one makes the
+model open the skill exactly when it should not."""
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z(\"'`*])")
+_NEGATIVE = re.compile(
+    r"\b(do not|don't|never|not for|not use|not trigger|avoid|except|unless|instead)\b",
+    re.IGNORECASE,
+)
+
+
+def stub_text(description: str, budget: int = STUB_BUDGET) -> str:
+    """The stub of a description: leading whole sentences within `budget`, and every
+    sentence with a negative trigger clause. A first sentence longer than the budget is cut
+    at a word (the only case where a sentence is not whole)."""
+    flat = " ".join(description.split())
+    if len(flat) <= budget:
+        return flat
+    sentences = _SENTENCE.split(flat)
+    negative = [i for i, text in enumerate(sentences) if _NEGATIVE.search(text)]
+    room = budget - sum(len(sentences[i]) + 1 for i in negative)
+    kept: list[int] = []
+    used = 0
+    for i, text in enumerate(sentences):
+        if i in negative:
+            continue
+        if used + len(text) + 1 > room:
+            break
+        kept.append(i)
+        used += len(text) + 1
+    if not kept and (not negative or negative[0] != 0):
+        return " ".join(
+            [cut(sentences[0], max(room, budget // 2)), *(sentences[i] for i in negative)]
+        )
+    chosen = sorted([*kept, *negative])
+    text = " ".join(sentences[i] for i in chosen)
+    return text if len(chosen) == len(sentences) else text + " …"
 
 
 # --------------------------------------------------------------------------- prompt text
@@ -69,9 +165,7 @@ def stubs_prompt(skills: Mapping[str, Skill]) -> str:
         f"Written procedures. When a request matches one, call {READ_SKILL}(name) and follow "
         "the full text; the line here is only a summary.",
     ]
-    lines += [
-        f"- {name}: {cut(skill.meta.description, STUB_CHARS)}" for name, skill in skills.items()
-    ]
+    lines += [f"- {name}: {stub_text(skill.meta.description)}" for name, skill in skills.items()]
     return "\n".join(lines)
 
 
@@ -101,6 +195,10 @@ def inline_prompt(skills: Mapping[str, Skill]) -> str:
 
 def _render_body(skill: Skill) -> str:
     text = f"# Skill: {skill.name}\n\n{skill.body.strip()}\n"
+    text += (
+        f"\nSkill directory: {skill.directory.resolve()} (read-only in python_exec and shell: "
+        "run its scripts by this path, write outputs to the working directory)\n"
+    )
     tools = _allowed_tools(skill)
     if tools:
         text += f"\nTools this skill expects: {', '.join(tools)}\n"
@@ -180,6 +278,27 @@ async def _read_file(skill: Skill, file: str) -> ToolResult:
     return ToolResult(content=header + text)
 
 
+def _part(result: ToolResult, name: str, file: str | None, part: int) -> ToolResult:
+    """One part of a body or file that is longer than the observation budget
+    (fim/run/budget.py), cut at paragraph breaks, with the call that reads the next."""
+    from fim.run.budget import budget_bytes, parts
+
+    limit = budget_bytes()
+    chunks = parts(result.content, limit - 400)
+    if len(chunks) == 1:
+        return result
+    if part > len(chunks) or part < 1:
+        return ToolResult(
+            content=f"Error: part {part} does not exist; this text has {len(chunks)} parts.",
+            is_error=True,
+        )
+    args = f"name={name!r}" + (f", file={file!r}" if file else "")
+    note = f"[part {part} of {len(chunks)}"
+    if part < len(chunks):
+        note += f"; read the rest before acting: {READ_SKILL}({args}, part={part + 1})"
+    return ToolResult(content=f"{chunks[part - 1]}\n{note}]", metadata=result.metadata)
+
+
 def read_skill_tool(skills: Mapping[str, Skill], *, files_only: bool = False) -> Tool:
     """The `read_skill(name, file=None)` tool over the agent's skills.
 
@@ -188,7 +307,7 @@ def read_skill_tool(skills: Mapping[str, Skill], *, files_only: bool = False) ->
     """
     names = ", ".join(skills) or "none"
 
-    async def read_skill(name: str, file: str | None = None) -> ToolResult:
+    async def read_skill(name: str, file: str | None = None, part: int = 1) -> ToolResult:
         skill = skills.get(name)
         if skill is None:
             return ToolResult(
@@ -196,9 +315,8 @@ def read_skill_tool(skills: Mapping[str, Skill], *, files_only: bool = False) ->
                 f"Call {READ_SKILL} with one of these exact names.",
                 is_error=True,
             )
-        if file:
-            return await _read_file(skill, file)
-        return ToolResult(content=_render_body(skill))
+        result = await _read_file(skill, file) if file else ToolResult(content=_render_body(skill))
+        return result if result.is_error else _part(result, name, file, part)
 
     if files_only:
         description = (
@@ -215,14 +333,23 @@ def read_skill_tool(skills: Mapping[str, Skill], *, files_only: bool = False) ->
         "properties": {
             "name": {"type": "string", "description": "Skill name, exactly as listed."},
             "file": {"type": "string", "description": "A file path from the skill's list."},
+            "part": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "Which part of a long text (the reply says how many).",
+            },
         },
         "required": ["name", "file"] if files_only else ["name"],
         "additionalProperties": False,
     }
 
     def tools_of(name: str) -> list[str]:
+        """fim tool names the skill's `allowed-tools` maps to (for loading them)."""
         skill = skills.get(name)
-        return _allowed_tools(skill) if skill is not None else []
+        if skill is None:
+            return []
+        mapped = (fim_tool_of(e) for e in parse_allowed_tools(skill.meta.allowed_tools))
+        return list(dict.fromkeys(m for m in mapped if m))
 
     return FunctionTool(
         READ_SKILL,
@@ -239,6 +366,17 @@ def read_skill_tool(skills: Mapping[str, Skill], *, files_only: bool = False) ->
 
 def provide(ctx: RunContext) -> Provision | None:
     """Skills of `ctx.agent` in the run's mode (agent > FIM_SKILL_TOOL_MODE > fim.yaml)."""
+    broken = _broken(ctx.snapshot, ctx.agent.skills)
+    if broken:
+        from fim.errors import RunError
+
+        first = broken[0]
+        raise RunError(
+            f"agent '{ctx.agent.name}' uses the skill '{first[0]}', which failed to load: "
+            f"{first[1]}",
+            hint="fix the skill (`fim validate` lists every problem) or remove it from the "
+            "agent's skills",
+        )
     skills = selected_skills(ctx.snapshot, ctx.agent.skills)
     if not skills:
         return None

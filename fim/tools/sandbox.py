@@ -289,9 +289,11 @@ def command_line(
     data_fds: Mapping[str, int],
     as_root: bool,
     egress: Path | None = None,
+    read_only: Sequence[Path] = (),
 ) -> list[str]:
     """The bwrap invocation running `argv` in `scratch`; `egress` is the folder of the
-    proxy's Unix socket when the agent has `network: true` (fim/tools/egress.py)."""
+    proxy's Unix socket when the agent has `network: true` (fim/tools/egress.py);
+    `read_only` folders (the agent's skill folders) appear read-only at their host path."""
     bwrap = bwrap_path() or "bwrap"
     args = [bwrap, "--die-with-parent", "--new-session"]
     args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
@@ -319,7 +321,7 @@ def command_line(
     args += ["--proc", "/proc", "--dev", "/dev"]
     args += ["--size", str(limits.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
     made: set[Path] = {Path("/usr"), Path("/tmp")}
-    for root in [*_python_roots(), scratch]:
+    for root in [*_python_roots(), *read_only, scratch]:
         for parent in _parents(root):
             if parent not in made and not str(parent).startswith("/usr/"):
                 args += ["--perms", "0755", "--dir", str(parent)]
@@ -466,6 +468,7 @@ async def run(
     env: Mapping[str, str] | None = None,
     limits: Limits | None = None,
     network: WebFetchSettings | None = None,
+    read_only: Sequence[Path] = (),
 ) -> Outcome:
     """Run `argv` in the sandbox with `scratch` as its only writable folder. With `network`
     (web_fetch's settings), HTTP(S) goes out through the guarded egress proxy; without it
@@ -483,11 +486,13 @@ async def run(
     as_root = os.geteuid() == 0 and await _privileged()
     await asyncio.to_thread(_prepare, scratch, as_root)
     if network is None:
-        return await _run(argv, scratch, stdin, declared, limits, as_root, None)
+        return await _run(argv, scratch, stdin, declared, limits, as_root, None, read_only)
     from fim.tools.egress import Egress
 
     async with Egress(network) as egress:
-        return await _run(argv, scratch, stdin, declared, limits, as_root, egress.directory)
+        return await _run(
+            argv, scratch, stdin, declared, limits, as_root, egress.directory, read_only
+        )
 
 
 async def _run(
@@ -498,6 +503,7 @@ async def _run(
     limits: Limits,
     as_root: bool,
     egress: Path | None,
+    read_only: Sequence[Path] = (),
 ) -> Outcome:
     data_fds: dict[str, int] = {}
     out_r, out_w = os.pipe()
@@ -516,6 +522,7 @@ async def _run(
             data_fds=data_fds,
             as_root=as_root,
             egress=egress,
+            read_only=[p for p in read_only if p.is_dir()],
         )
         # Our own pipes, not asyncio's: Process.wait() would otherwise also wait for
         # every process that inherited stdout.

@@ -44,6 +44,18 @@ class HttpAction(Strict):
     query: list[str] | None = None
     """Parameters sent as query string even on POST/PUT/PATCH."""
     headers: dict[str, str] = Field(default_factory=dict)
+    tags: list[str] = Field(default_factory=list)
+    """Groups (OpenAPI tags): the prompt stub lists actions by tag, `discover` filters on them."""
+    body: Literal["json", "form", "multipart", "binary"] = "json"
+    """How the non-path, non-query arguments travel: a JSON object, a urlencoded form, a
+    multipart form (`files` name its file parts) or raw bytes (`body_parameter`)."""
+    body_parameter: str | None = None
+    """The one argument that *is* the body (a JSON array body, or base64 bytes of a binary
+    upload) instead of the remaining arguments as an object."""
+    files: list[str] = Field(default_factory=list)
+    """Multipart parts sent as files (base64 content in the argument)."""
+    content_type: str | None = None
+    """Content-Type of a binary body."""
 
 
 class HttpConnector(Strict):

@@ -36,6 +36,7 @@ def make(
     default_timeout: float = DEFAULT_TIMEOUT,
 ) -> FunctionTool:
     """Build python_exec for one run; its scratch directory is `<sandbox>/scratch`."""
+    from fim.run.skills import skill_dirs
     from fim.tools import sandbox
 
     scratch = sandbox_dir(ctx) / "scratch"
@@ -60,6 +61,7 @@ def make(
             stdin=code.encode("utf-8"),
             env=settings.env,
             limits=limits,
+            read_only=skill_dirs(ctx),
             network=ctx.snapshot.project.web_fetch if settings.network else None,
         )
         return sandbox.observation(

@@ -33,6 +33,7 @@ MAX_FILE_BYTES = 64 * 1024 * 1024
 
 def make(ctx: RunContext) -> FunctionTool:
     """Build shell for one run; it works in `<sandbox>/scratch`, shared with python_exec."""
+    from fim.run.skills import skill_dirs
     from fim.tools import sandbox
 
     scratch = sandbox_dir(ctx) / "scratch"
@@ -58,6 +59,7 @@ def make(ctx: RunContext) -> FunctionTool:
             # SessionStart hooks may export variables (CLAUDE_ENV_FILE); the agent's own win.
             env={**ctx.session_env, **settings.env},
             limits=limits,
+            read_only=skill_dirs(ctx),
             network=ctx.snapshot.project.web_fetch if settings.network else None,
         )
         return sandbox.observation(
