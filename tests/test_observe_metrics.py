@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+from test_observe_tracing import project
 
 from fim.build.compile import compile_project
 from fim.build.reload import SnapshotHolder, reload_once
 from fim.server.app import create_app
 from fim.testing.server import ServerThread
-from tests.test_observe_tracing import project
 
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
