@@ -26,7 +26,7 @@ from fim.build.snapshot import Snapshot
 from fim.config.schema import HttpServer
 from fim.mcp import check_live, effective_tool_name, get_manager, provide
 from fim.mcp.connection import ServerConnection, ToolInfo
-from fim.mcp.tools import McpMetaTool, legacy_tools
+from fim.mcp.tools import SUBCOMMANDS, McpMetaTool, legacy_tools
 from fim.run.services import RunContext, Services
 from fim.tools.registry import ToolRegistry
 
@@ -112,9 +112,9 @@ async def progressive(project: Snapshot, services: Services):
 async def test_progressive_mode_gives_one_pinned_meta_tool_and_short_stubs(progressive):
     assert [t.name for t in progressive.tools] == ["mcp"]
     assert progressive.pinned == ["mcp"]
-    assert progressive.hidden == 12 + 112, "tools of the ready servers count for selection"
+    assert progressive.hidden == 14 + 114, "tools of the ready servers count for selection"
     lines = progressive.prompt.splitlines()
-    assert "- demo: Demo server (12 tools: echo, add, fail, slow, crash, ...)" in lines
+    assert "- demo: Demo server (14 tools: echo, add, fail, slow, crash, ...)" in lines
     broken = next(line for line in lines if line.startswith("- broken:"))
     assert broken.startswith("- broken: unavailable: ")
     assert "fatal: DOCS_TOKEN is not set" in broken
@@ -123,7 +123,7 @@ async def test_progressive_mode_gives_one_pinned_meta_tool_and_short_stubs(progr
 @shared_loop
 async def test_a_server_with_a_hundred_tools_keeps_a_short_stub(progressive):
     big = next(line for line in progressive.prompt.splitlines() if line.startswith("- big:"))
-    assert big.startswith("- big: A server with a hundred tools (112 tools: echo, add,")
+    assert big.startswith("- big: A server with a hundred tools (114 tools: echo, add,")
     assert len(big) < 160
     assert len(progressive.prompt) < 800
 
@@ -132,7 +132,7 @@ async def test_a_server_with_a_hundred_tools_keeps_a_short_stub(progressive):
 async def test_the_meta_tool_lists_only_the_agents_servers(progressive):
     meta = progressive.tools[0]
     assert meta.parameters["properties"]["server"]["enum"] == ["demo", "big", "broken"]
-    assert meta.parameters["properties"]["subcommand"]["enum"] == ["discover", "call"]
+    assert meta.parameters["properties"]["subcommand"]["enum"] == list(SUBCOMMANDS)
     assert meta.category == "mcp"
 
 
@@ -341,7 +341,7 @@ def test_fim_mcp_list_shows_status_and_tool_counts(small_project):
     result = CliRunner().invoke(cli(), ["mcp", "list", "--project", str(small_project)])
     assert result.exit_code == 1, result.output
     big, broken = result.output.splitlines()
-    assert big.split()[:5] == ["big", "streamable_http", "ready", "112", "tools"]
+    assert big.split()[:5] == ["big", "streamable_http", "ready", "114", "tools"]
     assert broken.split()[:3] == ["broken", "stdio", "failed"]
     assert "DOCS_TOKEN is not set" in broken
 
@@ -358,7 +358,7 @@ def test_fim_mcp_tools_lists_one_servers_tools(small_project):
 @shared_loop
 async def test_validate_live_reports_servers_that_fail_to_start(small_project):
     results = await check_live(compile_project(small_project))
-    assert results[0] == ("big", True, "112 tools")
+    assert results[0] == ("big", True, "114 tools")
     name, ok, detail = results[1]
     assert (name, ok) == ("broken", False)
     assert "exited before completing the MCP handshake" in detail

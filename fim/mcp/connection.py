@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,8 @@ from fim.mcp.errors import (
 )
 from fim.mcp.info import ToolInfo, declaration_key, tool_info
 
+log = logging.getLogger(__name__)
+
 State = Literal["stopped", "starting", "ready", "failed", "crashed", "closed"]
 
 START_TIMEOUT = 30.0
@@ -41,9 +44,13 @@ CLOSE_GRACE = 5.0
 MAX_TOOL_PAGES = 50
 
 
+ProgressFn = Callable[[float, float | None, str | None], None]
+"""Called with (progress, total, message) for each progress notification of a call."""
+
+
 @dataclass
 class _Job:
-    kind: Literal["call", "refresh"]
+    kind: Literal["call", "refresh", "request"]
     future: asyncio.Future[Any]
     tool: str = ""
     arguments: dict[str, Any] = field(default_factory=dict)
@@ -51,6 +58,12 @@ class _Job:
     sent: bool = False
     cancelled: bool = False
     scope: Any = None
+    request: Callable[[Any], Awaitable[Any]] | None = None
+    """For `request` jobs: the SDK call to make with the entered `Client`."""
+    on_progress: ProgressFn | None = None
+    last_activity: float = 0.0
+    """`time.monotonic()` of the last sign of life (sent, progress): the deadline runs
+    from here, so a long call that reports progress is not cut off."""
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -94,6 +107,8 @@ class ServerConnection:
         self._scope: Any = None
         self._stderr: Any = None
         self._lost = False
+        self.has_resources = False
+        self.has_prompts = False
 
     # ------------------------------------------------------------------ public API
 
@@ -133,23 +148,56 @@ class ServerConnection:
                 await asyncio.sleep(delay)
             await self._launch()
 
-    async def call(self, tool: str, arguments: dict[str, Any], timeout: float | None = None) -> Any:
+    def timeout_for(self, tool: str | None = None) -> float:
+        """Seconds without an answer or progress after which a call is cancelled: the
+        tool's entry in `tool_timeouts`, else the server's `timeout`."""
+        per_tool = getattr(self.decl, "tool_timeouts", {}) or {}
+        if tool is not None and tool in per_tool:
+            return float(per_tool[tool])
+        return float(self.decl.timeout)
+
+    async def call(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        timeout: float | None = None,
+        *,
+        on_progress: ProgressFn | None = None,
+    ) -> Any:
         """Call a tool and return the SDK's `CallToolResult`.
 
         Raises `McpUnavailable`, `McpCallTimeout`, `McpServerLost` or `McpRequestError`.
         A request that never left (the connection died while idle) is retried once after a
-        restart; one that was in flight is not, since the tool may have acted.
+        restart; one that was in flight is not, since the tool may have acted. Each
+        progress notification restarts the timeout and is passed to `on_progress`.
         """
-        limit = timeout if timeout is not None else self.decl.timeout
+        limit = timeout if timeout is not None else self.timeout_for(tool)
         for _attempt in range(2):
             await self.start()
-            job = _Job("call", asyncio.get_running_loop().create_future(), tool, arguments, limit)
+            future = asyncio.get_running_loop().create_future()
+            job = _Job("call", future, tool, arguments, limit, on_progress=on_progress)
             try:
-                result = await self._submit(job, limit + 5.0)
+                result = await self._submit(job, limit)
             except NotSent:
                 continue
             self.failures = 0
             return result
+        raise McpUnavailable(self.error or "the server keeps closing the connection")
+
+    async def request(
+        self, make: Callable[[Any], Awaitable[Any]], timeout: float | None = None
+    ) -> Any:
+        """Run one other SDK request (`lambda c: c.read_resource(uri)`) on the session,
+        with the same errors and restart rules as `call`."""
+        limit = timeout if timeout is not None else self.timeout_for()
+        for _attempt in range(2):
+            await self.start()
+            future = asyncio.get_running_loop().create_future()
+            job = _Job("request", future, timeout=limit, request=make)
+            try:
+                return await self._submit(job, limit)
+            except NotSent:
+                continue
         raise McpUnavailable(self.error or "the server keeps closing the connection")
 
     async def wait_tools_changed(self, since: int, timeout: float) -> bool:
@@ -188,11 +236,16 @@ class ServerConnection:
             self._jobs.send_nowait(job)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.WouldBlock):
             raise NotSent() from None
+        job.last_activity = time.monotonic()
         try:
-            return await asyncio.wait_for(asyncio.shield(job.future), limit)
-        except TimeoutError:
-            job.cancel()
-            raise McpCallTimeout(f"no answer within {limit:g}s") from None
+            while True:
+                left = job.last_activity + limit - time.monotonic()
+                if left <= 0:
+                    job.cancel()
+                    raise McpCallTimeout(f"no answer or progress within {limit:g}s")
+                done, _ = await asyncio.wait({job.future}, timeout=left)
+                if done:
+                    return job.future.result()
         except asyncio.CancelledError:
             job.cancel()
             raise
@@ -306,12 +359,15 @@ class ServerConnection:
                 if self._lost:
                     raise NotSent()
                 job.sent = True
+                result: Any = None
                 if job.kind == "refresh":
                     await self._fetch_tools(client)
-                    result: Any = None
+                elif job.kind == "request":
+                    assert job.request is not None
+                    result = await job.request(client)
                 else:
                     result = await client.call_tool(
-                        job.tool, job.arguments, read_timeout_seconds=job.timeout
+                        job.tool, job.arguments, progress_callback=self._progress_of(job)
                     )
             if not job.future.done():
                 job.future.set_result(result)
@@ -332,6 +388,19 @@ class ServerConnection:
                 gone = McpUnavailable("the server was shut down") if closed else None
                 self._settle(job, gone or self._lost_error(job))
 
+    def _progress_of(self, job: _Job) -> Callable[[float, float | None, str | None], Any]:
+        """The SDK's progress callback for one call: pushes the deadline and reports."""
+
+        async def progress(value: float, total: float | None, message: str | None) -> None:
+            job.last_activity = time.monotonic()
+            if job.on_progress is not None:
+                try:
+                    job.on_progress(value, total, self.mask(message) if message else None)
+                except Exception:  # a reporting bug must not break the call
+                    log.exception("MCP progress callback failed")
+
+        return progress
+
     def _settle(self, job: _Job, exc: Exception) -> None:
         _fail(job.future, exc)
 
@@ -349,11 +418,26 @@ class ServerConnection:
         cursor: str | None = None
         for _page in range(MAX_TOOL_PAGES):
             listing = await client.list_tools(cursor=cursor)
-            tools += [tool_info(t) for t in listing.tools]
+            for tool in listing.tools:
+                execution = getattr(tool, "execution", None)
+                if getattr(execution, "task_support", None) == "required":
+                    # fim does not run MCP tasks (tasks/get, tasks/result polling); offering
+                    # the tool would only produce failing calls.
+                    log.info(
+                        "MCP server '%s': tool '%s' requires task-augmented execution, "
+                        "which fim does not support; not offered",
+                        self.name,
+                        tool.name,
+                    )
+                    continue
+                tools.append(tool_info(tool))
             cursor = listing.next_cursor
             if not cursor:
                 break
         self.tools = tools
+        caps = getattr(client, "server_capabilities", None)
+        self.has_resources = getattr(caps, "resources", None) is not None
+        self.has_prompts = getattr(caps, "prompts", None) is not None
         async with self._tools_changed:
             self.tools_version += 1
             self._tools_changed.notify_all()

@@ -24,6 +24,7 @@ from fim.mcp.connection import (
 from fim.types import CallView, JSONSchema, ToolResult
 
 META_TOOL = "mcp"
+SUBCOMMANDS = ("discover", "call", "resources", "read_resource", "prompts", "get_prompt")
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 MAX_DESCRIPTION = 1024
 FULL_SCHEMAS_UP_TO = 20
@@ -75,25 +76,92 @@ def render_content(block: Any) -> str:
     return f"[{kind or 'unknown'} content]"
 
 
+MAX_MEDIA_BYTES = 5_000_000
+"""Base64 characters of image/audio kept per result for models that accept media."""
+
+
+def media_of(blocks: list[Any]) -> list[dict[str, str]]:
+    """Image and audio blocks (and image/audio embedded resources) as
+    `{"type", "mime_type", "data"}` (base64), for a model that accepts media; the text
+    observation carries a placeholder for each. Oversized media is left out."""
+    media: list[dict[str, str]] = []
+    budget = MAX_MEDIA_BYTES
+    for block in blocks:
+        kind = getattr(block, "type", "")
+        if kind in ("image", "audio"):
+            mime, data = block.mime_type, block.data
+        elif kind == "resource" and getattr(block.resource, "blob", None) is not None:
+            mime, data = block.resource.mime_type or "", block.resource.blob
+            kind = mime.split("/", 1)[0]
+            if kind not in ("image", "audio"):
+                continue
+        else:
+            continue
+        if len(data) > budget:
+            continue
+        budget -= len(data)
+        media.append({"type": kind, "mime_type": mime, "data": data})
+    return media
+
+
 def to_result(result: Any, server: str, tool: str) -> ToolResult:
-    """A `CallToolResult` as a fim observation; `isError` marks it as an error."""
+    """A `CallToolResult` as a fim observation; `isError` marks it as an error. Images
+    and audio are placeholders in the text and the data in `metadata["media"]`."""
     parts = [render_content(block) for block in result.content]
     if not parts and result.structured_content is not None:
         parts = [json.dumps(result.structured_content, ensure_ascii=False, default=str)]
     text = "\n".join(p for p in parts if p) or "(the tool returned no content)"
-    return ToolResult(
-        content=text,
-        is_error=bool(result.is_error),
-        metadata={"server": server, "tool": tool},
-    )
+    meta: dict[str, Any] = {"server": server, "tool": tool}
+    media = media_of(list(result.content))
+    if media:
+        meta["media"] = media
+    return ToolResult(content=text, is_error=bool(result.is_error), metadata=meta)
+
+
+MAX_PROGRESS = 20
+"""Progress notifications kept per call (the last ones)."""
 
 
 async def call_tool(conn: ServerConnection, tool: str, arguments: dict[str, Any]) -> ToolResult:
-    """Call an MCP tool and turn every outcome, including failures, into an observation."""
-    meta = {"server": conn.name, "tool": tool}
-    where = f"MCP tool '{tool}' of server '{conn.name}'"
+    """Call an MCP tool and turn every outcome, including failures, into an observation.
+
+    Progress notifications extend the call's deadline and are kept, in order, in
+    `metadata["progress"]` as `{"progress", "total", "message"}`."""
+    progress: list[dict[str, Any]] = []
+
+    def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append({"progress": value, "total": total, "message": message})
+        del progress[:-MAX_PROGRESS]
+
+    result = await guarded(
+        conn,
+        f"MCP tool '{tool}' of server '{conn.name}'",
+        lambda: conn.call(tool, arguments, on_progress=on_progress),
+        {"server": conn.name, "tool": tool},
+        timeout=conn.timeout_for(tool),
+    )
+    if isinstance(result, ToolResult):
+        if progress:
+            result.metadata["progress"] = progress
+        return result
+    observation = to_result(result, conn.name, tool)
+    if progress:
+        observation.metadata["progress"] = progress
+    return observation
+
+
+async def guarded(
+    conn: ServerConnection,
+    where: str,
+    make: Any,
+    meta: dict[str, Any],
+    *,
+    timeout: float,
+) -> Any:
+    """Await `make()`; every MCP failure becomes an error observation (a `ToolResult`),
+    anything else is returned as the SDK gave it."""
     try:
-        result = await conn.call(tool, arguments)
+        return await make()
     except McpUnavailable as exc:
         text = (
             f"Error: MCP server '{conn.name}' is unavailable: {exc}. Its tools cannot be used "
@@ -101,7 +169,7 @@ async def call_tool(conn: ServerConnection, tool: str, arguments: dict[str, Any]
         )
     except McpCallTimeout:
         text = (
-            f"Error: {where} did not answer within {conn.decl.timeout:g}s and was cancelled. "
+            f"Error: {where} did not answer within {timeout:g}s and was cancelled. "
             "Try a smaller request, or continue without it."
         )
     except McpServerLost as exc:
@@ -111,12 +179,143 @@ async def call_tool(conn: ServerConnection, tool: str, arguments: dict[str, Any]
             "to run twice."
         )
     except McpRequestError as exc:
-        text = (
-            f"Error: {where} was rejected by the server: {exc}. Check the tool name and arguments."
-        )
-    else:
-        return to_result(result, conn.name, tool)
+        text = f"Error: {where} was rejected by the server: {exc}. Check the name and arguments."
     return ToolResult(content=conn.mask(text), is_error=True, metadata=meta)
+
+
+# --------------------------------------------------------------------------- resources, prompts
+
+MAX_LISTED = 100
+
+
+async def list_resources(conn: ServerConnection) -> ToolResult:
+    """The server's resources and resource templates, one line each."""
+    meta = {"server": conn.name, "tool": "list_resources"}
+    listing = await guarded(
+        conn,
+        f"listing resources of '{conn.name}'",
+        lambda: conn.request(_resources),
+        meta,
+        timeout=conn.timeout_for(),
+    )
+    if isinstance(listing, ToolResult):
+        return listing
+    resources, templates = listing
+    lines = [f"Server '{conn.name}': {len(resources)} resources"]
+    for res in resources[:MAX_LISTED]:
+        mime = f" ({res.mime_type})" if res.mime_type else ""
+        about = f": {res.description[:200]}" if res.description else ""
+        lines.append(f"- {res.uri} {res.name}{mime}{about}")
+    if len(resources) > MAX_LISTED:
+        lines.append(f"... and {len(resources) - MAX_LISTED} more")
+    if templates:
+        lines.append("Templates (fill in the {placeholders} to make a URI):")
+        for tpl in templates[:MAX_LISTED]:
+            about = f": {tpl.description[:200]}" if tpl.description else ""
+            lines.append(f"- {tpl.uri_template} {tpl.name}{about}")
+    return ToolResult(content=conn.mask("\n".join(lines)), metadata=meta)
+
+
+async def _resources(client: Any) -> tuple[list[Any], list[Any]]:
+    resources: list[Any] = []
+    cursor: str | None = None
+    for _page in range(10):
+        page = await client.list_resources(cursor=cursor)
+        resources += page.resources
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    try:
+        templates = list((await client.list_resource_templates()).resource_templates)
+    except Exception:  # optional part of the protocol
+        templates = []
+    return resources, templates
+
+
+async def read_resource(conn: ServerConnection, uri: Any) -> ToolResult:
+    """One resource's contents: text inline, images and audio as placeholders plus
+    `metadata["media"]`, other binary summarised."""
+    meta: dict[str, Any] = {"server": conn.name, "tool": "read_resource", "uri": str(uri)}
+    if not isinstance(uri, str) or not uri or len(uri) > 4096:
+        return ToolResult(
+            content="Error: read_resource needs `uri`, a resource URI from `resources`.",
+            is_error=True,
+            metadata=meta,
+        )
+    result = await guarded(
+        conn,
+        f"reading resource '{uri}' of '{conn.name}'",
+        lambda: conn.request(lambda c: c.read_resource(uri)),
+        meta,
+        timeout=conn.timeout_for(),
+    )
+    if isinstance(result, ToolResult):
+        return result
+    blocks = [_embedded(c) for c in result.contents]
+    text = "\n".join(render_content(b) for b in blocks) or "(the resource is empty)"
+    media = media_of(blocks)
+    if media:
+        meta["media"] = media
+    return ToolResult(content=text, metadata=meta)
+
+
+def _embedded(contents: Any) -> Any:
+    import mcp_types
+
+    return mcp_types.EmbeddedResource(type="resource", resource=contents)
+
+
+async def list_prompts(conn: ServerConnection) -> ToolResult:
+    meta = {"server": conn.name, "tool": "list_prompts"}
+    listing = await guarded(
+        conn,
+        f"listing prompts of '{conn.name}'",
+        lambda: conn.request(lambda c: c.list_prompts()),
+        meta,
+        timeout=conn.timeout_for(),
+    )
+    if isinstance(listing, ToolResult):
+        return listing
+    lines = [f"Server '{conn.name}': {len(listing.prompts)} prompts"]
+    for prompt in listing.prompts[:MAX_LISTED]:
+        args = ", ".join(f"{a.name}{'' if a.required else '?'}" for a in (prompt.arguments or []))
+        about = f": {prompt.description[:200]}" if prompt.description else ""
+        lines.append(f"- {prompt.name}({args}){about}")
+    return ToolResult(content=conn.mask("\n".join(lines)), metadata=meta)
+
+
+async def get_prompt(conn: ServerConnection, name: Any, arguments: Any) -> ToolResult:
+    """A prompt's messages as `role: text` lines (media as placeholders plus metadata)."""
+    meta: dict[str, Any] = {"server": conn.name, "tool": "get_prompt", "prompt": str(name)}
+    if not isinstance(name, str) or not name:
+        return ToolResult(
+            content="Error: get_prompt needs `name`, a prompt from `prompts`.",
+            is_error=True,
+            metadata=meta,
+        )
+    args = arguments or {}
+    if not isinstance(args, dict):
+        return ToolResult(
+            content="Error: `arguments` must be an object of strings.", is_error=True, metadata=meta
+        )
+    args = {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in args.items()}
+    result = await guarded(
+        conn,
+        f"prompt '{name}' of '{conn.name}'",
+        lambda: conn.request(lambda c: c.get_prompt(name, args)),
+        meta,
+        timeout=conn.timeout_for(),
+    )
+    if isinstance(result, ToolResult):
+        return result
+    blocks = [m.content for m in result.messages]
+    lines = [f"{m.role}: {render_content(m.content)}" for m in result.messages]
+    if result.description:
+        lines.insert(0, f"({result.description})")
+    media = media_of(blocks)
+    if media:
+        meta["media"] = media
+    return ToolResult(content="\n".join(lines) or "(the prompt is empty)", metadata=meta)
 
 
 # --------------------------------------------------------------------------- legacy tools
@@ -133,9 +332,77 @@ class McpTool:
     remote: str
     category: str = "mcp"
     metadata: dict[str, Any] = field(default_factory=dict)
+    action: str = "call"
+    """`call` (the MCP tool `remote`) or one of the resource/prompt actions."""
 
     async def run(self, **arguments: Any) -> ToolResult:
-        return await call_tool(self.connection, self.remote, arguments)
+        conn = self.connection
+        if self.action == "list_resources":
+            return await list_resources(conn)
+        if self.action == "read_resource":
+            return await read_resource(conn, arguments.get("uri"))
+        if self.action == "list_prompts":
+            return await list_prompts(conn)
+        if self.action == "get_prompt":
+            return await get_prompt(conn, arguments.get("name"), arguments.get("arguments"))
+        return await call_tool(conn, self.remote, arguments)
+
+
+_NO_ARGS: JSONSchema = {"type": "object", "properties": {}}
+READ_RESOURCE_PARAMS: JSONSchema = {
+    "type": "object",
+    "properties": {"uri": {"type": "string", "description": "A URI from list_resources"}},
+    "required": ["uri"],
+}
+GET_PROMPT_PARAMS: JSONSchema = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "description": "A prompt name from list_prompts"},
+        "arguments": {"type": "object", "additionalProperties": {"type": "string"}},
+    },
+    "required": ["name"],
+}
+
+
+def resource_prompt_tools(conn: ServerConnection) -> list[McpTool]:
+    """`{server}__list_resources`/`__read_resource` when the server offers resources,
+    `{server}__list_prompts`/`__get_prompt` when it offers prompts (legacy mode)."""
+    specs: list[tuple[str, str, JSONSchema]] = []
+    if conn.has_resources:
+        specs += [
+            ("list_resources", f"List the resources of MCP server {conn.name}", _NO_ARGS),
+            (
+                "read_resource",
+                f"Read a resource of MCP server {conn.name} by URI",
+                READ_RESOURCE_PARAMS,
+            ),
+        ]
+    if conn.has_prompts:
+        specs += [
+            ("list_prompts", f"List the prompts of MCP server {conn.name}", _NO_ARGS),
+            (
+                "get_prompt",
+                f"Get a prompt of MCP server {conn.name} (with its arguments)",
+                GET_PROMPT_PARAMS,
+            ),
+        ]
+    return [
+        McpTool(
+            name=tool_name(conn.name, action),
+            description=description,
+            parameters=params,
+            connection=conn,
+            remote=action,
+            metadata={
+                "server": conn.name,
+                "tool": action,
+                "transport": conn.transport,
+                "access": "read",
+            },
+            action=action,
+        )
+        for action, description, params in specs
+    ]
 
 
 def adapt(conn: ServerConnection, info: ToolInfo) -> McpTool:
@@ -165,8 +432,7 @@ def legacy_tools(conns: list[ServerConnection]) -> list[McpTool]:
     for conn in conns:
         if conn.state != "ready":
             continue
-        for info in conn.tools:
-            tool = adapt(conn, info)
+        for tool in [*(adapt(conn, info) for info in conn.tools), *resource_prompt_tools(conn)]:
             base, n = tool.name, 2
             while tool.name in taken:
                 suffix = f"_{n}"
@@ -188,10 +454,16 @@ def effective_tool_name(tool: Any, args: dict[str, Any] | None) -> str:
     if not isinstance(tool, str):
         resolver = (getattr(tool, "metadata", None) or {}).get("call_view")
         return resolver(args).name if resolver is not None else tool.name
-    if tool == META_TOOL and args.get("subcommand") == "call":
-        server, remote = args.get("server"), args.get("tool")
-        if isinstance(server, str) and isinstance(remote, str) and server and remote:
-            return tool_name(server, remote)
+    if tool == META_TOOL:
+        server, sub = args.get("server"), args.get("subcommand")
+        if not isinstance(server, str) or not server:
+            return tool
+        if sub == "call":
+            remote = args.get("tool")
+            if isinstance(remote, str) and remote:
+                return tool_name(server, remote)
+        elif sub in ("read_resource", "get_prompt"):
+            return tool_name(server, sub)
     return tool
 
 
@@ -217,7 +489,9 @@ class McpMetaTool:
     category: str = "mcp"
     description: str = (
         "Use an MCP server listed in the system prompt: discover its tools (with tool=NAME, "
-        "one tool's full schema), then call tool=NAME with `parameters`."
+        "one tool's full schema), then call tool=NAME with `parameters`. `resources` lists "
+        "its resources, read_resource reads one (uri=...); `prompts` lists its prompts, "
+        "get_prompt fetches one (prompt=NAME, `parameters` as its arguments)."
     )
     metadata: dict[str, Any] = field(default_factory=dict)
 
@@ -229,10 +503,12 @@ class McpMetaTool:
         return {
             "type": "object",
             "properties": {
-                "subcommand": {"type": "string", "enum": ["discover", "call"]},
+                "subcommand": {"type": "string", "enum": list(SUBCOMMANDS)},
                 "server": {"type": "string", "enum": list(self.connections)},
                 "tool": {"type": "string"},
                 "page": {"type": "integer", "minimum": 1},
+                "uri": {"type": "string"},
+                "prompt": {"type": "string"},
                 "parameters": {"type": "object"},
             },
             "required": ["subcommand", "server"],
@@ -244,6 +520,21 @@ class McpMetaTool:
         target = effective_tool_name(self.name, args)
         if target == self.name:
             return CallView(self.name, args, {})
+        sub = args.get("subcommand")
+        if sub in ("read_resource", "get_prompt"):
+            # shown as the legacy-mode tool of the same name, with its arguments
+            meta = {"server": args["server"], "tool": sub, "category": "mcp", "access": "read"}
+            if sub == "read_resource":
+                shown = {"uri": args.get("uri")}
+                back = lambda new: {**args, "uri": new.get("uri")}  # noqa: E731
+            else:
+                shown = {"name": args.get("prompt"), "arguments": args.get("parameters") or {}}
+                back = lambda new: {  # noqa: E731
+                    **args,
+                    "prompt": new.get("name"),
+                    "parameters": new.get("arguments") or {},
+                }
+            return CallView(target, shown, meta, to_call=back)
         conn = self.connections.get(args["server"])
         info = next((t for t in conn.tools if t.name == args["tool"]), None) if conn else None
         meta = {"server": args["server"], "tool": args["tool"], "category": "mcp"}
@@ -270,7 +561,8 @@ class McpMetaTool:
                 ),
                 is_error=True,
             )
-        if args.get("subcommand") == "discover":
+        sub = args.get("subcommand")
+        if sub == "discover":
             from fim.run.budget import budget_bytes, parts
 
             found = self._discover(conn, args.get("tool"))
@@ -281,6 +573,19 @@ class McpMetaTool:
             more = f"; next: page={page + 1}" if page < len(pages) else ""
             note = f"\n[page {page} of {len(pages)} of this listing{more}]"
             return found.model_copy(update={"content": pages[page - 1] + note})
+        if sub == "resources":
+            return await list_resources(conn)
+        if sub == "read_resource":
+            return await read_resource(conn, args.get("uri"))
+        if sub == "prompts":
+            return await list_prompts(conn)
+        if sub == "get_prompt":
+            return await get_prompt(conn, args.get("prompt"), args.get("parameters"))
+        if sub != "call":
+            return ToolResult(
+                content=f"Error: unknown subcommand {sub!r}; use one of {', '.join(SUBCOMMANDS)}.",
+                is_error=True,
+            )
         return await self._call(conn, args.get("tool"), args.get("parameters") or {})
 
     def _discover(self, conn: ServerConnection, tool: str | None) -> ToolResult:

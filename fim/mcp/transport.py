@@ -152,8 +152,21 @@ async def open_client(
         message_handler=on_message,
         cache=None,
         client_info=_client_info(),
+        list_roots_callback=_roots(root),
     )
     return await stack.enter_async_context(client)
+
+
+def _roots(root: Path) -> Any:
+    """Declare the `roots` capability with one root: the project directory, so a
+    filesystem-style server knows where it may work."""
+    import mcp_types
+
+    async def list_roots(_context: Any) -> Any:
+        uri = root.resolve().as_uri()
+        return mcp_types.ListRootsResult(roots=[mcp_types.Root(uri=uri, name="project")])
+
+    return list_roots
 
 
 def _client_info() -> Any:

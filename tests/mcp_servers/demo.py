@@ -109,6 +109,36 @@ def build(many: int = 0) -> MCPServer:
         await ctx.session.send_tool_list_changed()
         return f"added {name}"
 
+    @server.tool(description="Report progress `steps` times, `delay` seconds apart")
+    async def progress(steps: int, delay: float, ctx: Context) -> str:
+        for i in range(steps):
+            await asyncio.sleep(delay)
+            await ctx.report_progress(i + 1, steps, f"step {i + 1}")
+        return f"done after {steps} steps"
+
+    @server.tool(description="The roots the client declared")
+    async def roots(ctx: Context) -> str:
+        listing = await ctx.session.list_roots()
+        return " ".join(f"{r.name}={r.uri}" for r in listing.roots)
+
+    @server.resource(
+        "demo://notes", name="notes", description="Shopping notes", mime_type="text/plain"
+    )
+    def notes() -> str:
+        return "remember the milk"
+
+    @server.resource("demo://pixel", name="pixel", mime_type="image/png")
+    def pixel() -> bytes:
+        return PNG_1PX
+
+    @server.resource("demo://greeting/{name}", name="greeting", description="A greeting")
+    def greeting(name: str) -> str:
+        return f"hello {name}"
+
+    @server.prompt(description="Ask for a code review")
+    def review(code: str, language: str = "python") -> str:
+        return f"Please review this {language} code:\n{code}"
+
     for i in range(many):
         server.add_tool(_numbered(i), name=f"tool_{i:03d}", description=f"Numbered tool {i}")
     return server

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Discriminator, Field, Tag
 
 from fim.config.schema.base import Strict
 
@@ -68,8 +68,10 @@ class StdioServer(Strict):
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
     description: str | None = None
-    timeout: float = 30.0
-    """Seconds one tool call may take."""
+    timeout: float = Field(default=120.0, gt=0)
+    """Seconds a tool call may go without an answer or a progress notification."""
+    tool_timeouts: dict[str, float] = Field(default_factory=dict)
+    """Per-tool overrides of `timeout`, by the server's tool name."""
 
 
 class HttpServer(Strict):
@@ -79,10 +81,54 @@ class HttpServer(Strict):
     headers: dict[str, str] = Field(default_factory=dict)
     transport: Literal["streamable_http", "sse"] = "streamable_http"
     description: str | None = None
-    timeout: float = 30.0
+    timeout: float = Field(default=120.0, gt=0)
+    """Seconds a tool call may go without an answer or a progress notification."""
+    tool_timeouts: dict[str, float] = Field(default_factory=dict)
+    """Per-tool overrides of `timeout`, by the server's tool name."""
 
 
-McpServer = StdioServer | HttpServer
+def _claude_entry(value: Any) -> Any:
+    """Accept the Claude `.mcp.json` entry shape: `type: stdio` (command, args, env) or
+    `type: http|sse` (url, headers), mapped onto fim's own fields."""
+    if not isinstance(value, dict) or "type" not in value:
+        return value
+    entry = dict(value)
+    kind = entry.pop("type")
+    if kind in ("http", "streamable_http", "streamable-http") and "transport" not in entry:
+        entry["transport"] = "streamable_http"
+    elif kind == "sse" and "transport" not in entry:
+        entry["transport"] = "sse"
+    elif kind != "stdio":
+        raise ValueError(f"unknown MCP server type {kind!r} (expected stdio, http or sse)")
+    return entry
+
+
+def _server_kind(value: Any) -> str | None:
+    """Which declaration an entry is, so a wrong entry gets one error, not one per shape."""
+    if isinstance(value, StdioServer | HttpServer):
+        return "stdio" if isinstance(value, StdioServer) else "http"
+    if not isinstance(value, dict):
+        return None
+    if "command" in value:
+        return "stdio"
+    if "url" in value:
+        return "http"
+    return None
+
+
+McpServer = Annotated[
+    Annotated[
+        Annotated[StdioServer, Tag("stdio")] | Annotated[HttpServer, Tag("http")],
+        Discriminator(
+            _server_kind,
+            custom_error_type="mcp_server_shape",
+            custom_error_message="an MCP server needs `command` (stdio: command, args, env, cwd) "
+            "or `url` (HTTP: url, headers, transport streamable_http|sse); the Claude "
+            "`.mcp.json` entry shape with `type: stdio|http|sse` is accepted too",
+        ),
+    ],
+    BeforeValidator(_claude_entry),
+]
 
 
 class ServerSettings(Strict):
