@@ -47,10 +47,41 @@ def project_dir(ctx: typer.Context | None, project: Path | None) -> Path | None:
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """`asyncio.run`, with asyncio imported on first use: `fim --help` loads every command
-    module and should not pay for the event loop machinery."""
-    import asyncio
+    module and should not pay for the event loop machinery.
 
-    return asyncio.run(coro)
+    SIGTERM cancels the command like Ctrl-C does, so `finally` blocks run and MCP stdio
+    servers are stopped instead of being orphaned; the exit status is then 143."""
+    import asyncio
+    import signal
+
+    terminated = False
+
+    async def main() -> T:
+        nonlocal terminated
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+
+        def on_term() -> None:
+            nonlocal terminated
+            terminated = True
+            if task is not None:
+                task.cancel()
+
+        try:
+            loop.add_signal_handler(signal.SIGTERM, on_term)
+        except (NotImplementedError, RuntimeError, ValueError):  # not main thread, Windows
+            return await coro
+        try:
+            return await coro
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+
+    try:
+        return asyncio.run(main())
+    except asyncio.CancelledError:
+        if terminated:
+            raise SystemExit(128 + signal.SIGTERM) from None
+        raise
 
 
 def err(line: str) -> None:

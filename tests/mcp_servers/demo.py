@@ -164,12 +164,21 @@ def main() -> None:
     parser.add_argument("--http", type=int, default=0, help="serve HTTP on this port")
     parser.add_argument("--many", type=int, default=0, help="add this many numbered tools")
     parser.add_argument("--tag", default="", help="ignored; lets a test find this process")
+    parser.add_argument(
+        "--linger", type=float, default=0, help="stay alive this long after stdin closes"
+    )
     opts = parser.parse_args()
     server = build(opts.many)
     if opts.http:
         serve_http(server, opts.http)
     else:
-        server.run("stdio")
+        try:
+            server.run("stdio")
+        finally:
+            if opts.linger:  # like servers that ignore EOF: only a signal stops them
+                import time
+
+                time.sleep(opts.linger)
 
 
 if __name__ == "__main__":
