@@ -118,3 +118,22 @@ async def test_timeouts_are_per_tool(demo: ServerConnection):
     result = await call_tool(demo, "slow", {"seconds": 5})
     assert result.is_error and "did not answer within 0.5s" in result.content
     assert (await call_tool(demo, "echo", {"text": "ok"})).content == "ok"
+
+
+async def test_sampling_is_served_by_the_connections_model(demo: ServerConnection):
+    from fim.llm.scripted import ScriptedModel, text
+
+    model = ScriptedModel([text("forty-two")], name="fast-double")
+    demo.sampling_model = lambda: model
+    try:
+        result = await call_tool(demo, "ask_model", {"question": "meaning of life?"})
+    finally:
+        demo.sampling_model = None
+    assert result.content == "fast-double said: forty-two", result.content
+    [(messages, _tools)] = model.requests
+    assert [(m.role, m.content) for m in messages] == [
+        ("system", "Answer briefly."),
+        ("user", "meaning of life?"),
+    ]
+    refused = await call_tool(demo, "ask_model", {"question": "again?"})
+    assert refused.is_error and "no model is configured for sampling" in refused.content

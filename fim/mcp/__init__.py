@@ -10,7 +10,7 @@ Importing this package is cheap; the `mcp` SDK loads only when a server starts.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fim.mcp.manager import McpManager, check_live, get_manager
 from fim.mcp.tools import META_TOOL, effective_tool_name, tool_name
@@ -38,6 +38,11 @@ def stub(conn: ServerConnection) -> str:
     listing = f"{count} tool{'s' if count != 1 else ''}" + (
         f": {', '.join(names)}{more}" if names else ""
     )
+    extras = [
+        k for k, on in (("resources", conn.has_resources), ("prompts", conn.has_prompts)) if on
+    ]
+    if extras:
+        listing += "; also " + " and ".join(extras)
     return f"- {conn.name}: {description} ({listing})"
 
 
@@ -56,9 +61,23 @@ async def connections_for(ctx: RunContext) -> list[ServerConnection]:
                 hint="declare it under mcp_servers: in fim.yaml "
                 f"(declared: {', '.join(declared) or 'none'})",
             )
-        conns.append(manager.connection(name, decl, ctx.snapshot.root, mask=ctx.snapshot.mask))
+        conn = manager.connection(name, decl, ctx.snapshot.root, mask=ctx.snapshot.mask)
+        conn.sampling_model = _fast_model(ctx)
+        conns.append(conn)
     await manager.start_all([c.name for c in conns])
     return conns
+
+
+def _fast_model(ctx: RunContext) -> Any:
+    """Sampling requests are served by the `fast` model (built per request, lazily)."""
+    snapshot, agent = ctx.snapshot, ctx.agent
+
+    def make() -> Any:
+        from fim.run.selection import fast_model
+
+        return fast_model(snapshot, agent)
+
+    return make
 
 
 async def provide(ctx: RunContext) -> Provision | None:

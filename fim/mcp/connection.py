@@ -109,6 +109,9 @@ class ServerConnection:
         self._lost = False
         self.has_resources = False
         self.has_prompts = False
+        self.sampling_model: Callable[[], Any] | None = None
+        """Builds the model that answers the server's sampling requests (set by the run
+        that uses the server: its project's `fast` model); None refuses them."""
 
     # ------------------------------------------------------------------ public API
 
@@ -288,6 +291,7 @@ class ServerConnection:
         """The owner task: holds the session's context managers from entry to exit."""
         import anyio
 
+        from fim.mcp.sampling import sampling_callback
         from fim.mcp.transport import open_client
 
         serving = False
@@ -305,6 +309,7 @@ class ServerConnection:
                         stderr=self._stderr,
                         on_message=self._on_message,
                         on_end=self._on_end,
+                        sampling=sampling_callback(self.name, lambda: self.sampling_model),
                     )
                     info = client.server_info
                     self.server_name = getattr(info, "title", None) or getattr(info, "name", None)

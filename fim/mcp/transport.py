@@ -117,6 +117,7 @@ async def open_client(
     stderr: StderrLog | None,
     on_message: Callable[[Any], Awaitable[None]],
     on_end: Callable[[], None],
+    sampling: Callable[[Any, Any], Awaitable[Any]] | None = None,
 ) -> Any:
     """Connect to the server and complete the handshake; returns an entered `mcp.Client`.
 
@@ -153,6 +154,7 @@ async def open_client(
         cache=None,
         client_info=_client_info(),
         list_roots_callback=_roots(root),
+        sampling_callback=sampling,
     )
     return await stack.enter_async_context(client)
 

@@ -139,6 +139,19 @@ def build(many: int = 0) -> MCPServer:
     def review(code: str, language: str = "python") -> str:
         return f"Please review this {language} code:\n{code}"
 
+    @server.tool(description="Ask the client's model a question (MCP sampling)")
+    async def ask_model(question: str, ctx: Context) -> str:
+        result = await ctx.session.create_message(
+            [
+                types.SamplingMessage(
+                    role="user", content=types.TextContent(type="text", text=question)
+                )
+            ],
+            max_tokens=100_000,
+            system_prompt="Answer briefly.",
+        )
+        return f"{result.model} said: {result.content.text}"
+
     for i in range(many):
         server.add_tool(_numbered(i), name=f"tool_{i:03d}", description=f"Numbered tool {i}")
     return server

@@ -1,0 +1,84 @@
+"""MCP sampling: a server asks the client's model for a completion (`sampling/createMessage`).
+
+fim answers with the project's `fast` model (the agent's own when no `fast` is declared),
+set on the connection by the run that uses the server. The request is server-written and
+so untrusted: the conversation is size-capped, tools are refused, `max_tokens` is capped,
+and any model failure becomes an MCP error rather than an exception in the session.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fim.types import Message, Model
+
+log = logging.getLogger(__name__)
+
+MAX_SAMPLING_TOKENS = 2048
+MAX_SAMPLING_MESSAGES = 50
+MAX_SAMPLING_CHARS = 100_000
+
+ModelSource = Callable[[], Model]
+"""Builds the model that serves sampling (e.g. the project's `fast` model)."""
+
+
+def sampling_callback(
+    server: str, source: Callable[[], ModelSource | None]
+) -> Callable[[Any, Any], Awaitable[Any]]:
+    """The SDK `sampling_callback` for one connection; `source()` is read per request so a
+    reload's new model settings apply to servers that keep running."""
+
+    async def on_sample(_context: Any, params: Any) -> Any:
+        import mcp_types
+
+        def refuse(message: str) -> Any:
+            log.warning("MCP server '%s': sampling refused: %s", server, message)
+            return mcp_types.ErrorData(code=mcp_types.INVALID_REQUEST, message=message)
+
+        make = source()
+        if make is None:
+            return refuse("no model is configured for sampling")
+        if getattr(params, "tools", None):
+            return refuse("fim does not offer tools to sampling requests")
+        messages = to_messages(params)
+        if isinstance(messages, str):
+            return refuse(messages)
+        options: dict[str, Any] = {"max_tokens": min(params.max_tokens, MAX_SAMPLING_TOKENS)}
+        if params.temperature is not None:
+            options["temperature"] = params.temperature
+        if params.stop_sequences:
+            options["stop"] = list(params.stop_sequences)[:4]
+        try:
+            model = make()
+            response = await model.complete(messages, **options)
+        except Exception as exc:  # the server gets an error, the session stays up
+            return refuse(f"the model failed: {type(exc).__name__}")
+        log.info("MCP server '%s': sampling served by %s", server, model.name)
+        return mcp_types.CreateMessageResult(
+            role="assistant",
+            content=mcp_types.TextContent(type="text", text=response.message.content or ""),
+            model=response.model or model.name,
+            stop_reason="endTurn",
+        )
+
+    return on_sample
+
+
+def to_messages(params: Any) -> list[Message] | str:
+    """The request as fim messages (media as text placeholders), or why it is refused."""
+    from fim.mcp.tools import render_content
+
+    if len(params.messages) > MAX_SAMPLING_MESSAGES:
+        return f"more than {MAX_SAMPLING_MESSAGES} messages"
+    messages: list[Message] = []
+    if params.system_prompt:
+        messages.append(Message(role="system", content=params.system_prompt))
+    for message in params.messages:
+        blocks = message.content if isinstance(message.content, list) else [message.content]
+        text = "\n".join(render_content(b) for b in blocks)
+        messages.append(Message(role=message.role, content=text))
+    if sum(len(m.content or "") for m in messages) > MAX_SAMPLING_CHARS:
+        return f"the conversation is longer than {MAX_SAMPLING_CHARS} characters"
+    return messages
