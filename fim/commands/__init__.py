@@ -45,14 +45,18 @@ def project_dir(ctx: typer.Context | None, project: Path | None) -> Path | None:
     return None
 
 
-def run_async(coro: Coroutine[Any, Any, T]) -> T:
+def run_async(coro: Coroutine[Any, Any, T], *, cancel_on_sigterm: bool = False) -> T:
     """`asyncio.run`, with asyncio imported on first use: `fim --help` loads every command
     module and should not pay for the event loop machinery.
 
-    SIGTERM cancels the command like Ctrl-C does, so `finally` blocks run and MCP stdio
-    servers are stopped instead of being orphaned; the exit status is then 143."""
+    With `cancel_on_sigterm` (commands that do not handle signals themselves, unlike
+    `fim serve`), SIGTERM cancels the command like Ctrl-C does, so `finally` blocks run and
+    MCP stdio servers are stopped instead of being orphaned; the exit status is then 143."""
     import asyncio
     import signal
+
+    if not cancel_on_sigterm:
+        return asyncio.run(coro)
 
     terminated = False
 

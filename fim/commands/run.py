@@ -60,10 +60,15 @@ def run(
             check_agent(snapshot, snapshot.agents[agent], model)
     view = EventPrinter(verbose=verbose, as_json=as_json)
     if prompt is None and sys.stdin.isatty() and not as_json:
-        code = run_async(_chat(snapshot, agent, model, view, stream=not no_stream))
+        code = run_async(
+            _chat(snapshot, agent, model, view, stream=not no_stream), cancel_on_sigterm=True
+        )
     else:
         text = prompt if prompt is not None else sys.stdin.read()
-        code = run_async(_once(snapshot, agent, text, model, view, stream=not no_stream))
+        code = run_async(
+            _once(snapshot, agent, text, model, view, stream=not no_stream),
+            cancel_on_sigterm=True,
+        )
     raise typer.Exit(code)
 
 
