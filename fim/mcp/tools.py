@@ -251,8 +251,11 @@ async def read_resource(conn: ServerConnection, uri: Any) -> ToolResult:
     )
     if isinstance(result, ToolResult):
         return result
+    from fim.run.budget import bounded
+
     blocks = [_embedded(c) for c in result.contents]
     text = "\n".join(render_content(b) for b in blocks) or "(the resource is empty)"
+    text = bounded(text, "the resource is larger than one observation")
     media = media_of(blocks)
     if media:
         meta["media"] = media
@@ -315,7 +318,10 @@ async def get_prompt(conn: ServerConnection, name: Any, arguments: Any) -> ToolR
     media = media_of(blocks)
     if media:
         meta["media"] = media
-    return ToolResult(content="\n".join(lines) or "(the prompt is empty)", metadata=meta)
+    from fim.run.budget import bounded
+
+    text = bounded("\n".join(lines) or "(the prompt is empty)", "the prompt is very long")
+    return ToolResult(content=text, metadata=meta)
 
 
 # --------------------------------------------------------------------------- legacy tools
