@@ -1,6 +1,7 @@
 """fim's MCP client against a server no one here wrote: `@modelcontextprotocol/server-everything`
 from npm, installed into a temp dir. It needs the network, so it runs only with
-FIM_TEST_MCP_EVERYTHING=1 (and is skipped, with the reason, when npm or the install fails)."""
+FIM_TEST_MCP_EVERYTHING=1 (and is skipped, with the reason, when npm or the install fails),
+or when `.ci/run` installed it into the npm cache folder (FIM_NPM_CACHE)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,10 @@ PACKAGE = "@modelcontextprotocol/server-everything"
 
 @pytest.fixture(scope="module")
 def everything_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cache = Path(os.environ.get("FIM_NPM_CACHE", Path.home() / ".cache" / "fim-test-npm"))
+    cached = cache / "node_modules" / ".bin" / "mcp-server-everything"
+    if cached.exists():  # installed ahead by .ci/run: no network needed here
+        return cached
     if os.environ.get("FIM_TEST_MCP_EVERYTHING") != "1":
         pytest.skip("needs the network (npm install); set FIM_TEST_MCP_EVERYTHING=1 to run")
     npm = shutil.which("npm")
