@@ -17,6 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from fim.build.builtin_names import builtin_hook_names, builtin_tool_names
 from fim.build.snapshot import Locate, Snapshot, Source
 from fim.build.workflow_checks import check_workflow
 from fim.config.loader import Declarations, Entry, find_root, load, mask_problems
@@ -25,11 +26,6 @@ from fim.config.providers import provider_problem
 from fim.config.schema import AgentDecl, EvalSuite, HookSpec, JudgeSpec, ModelSettings
 from fim.config.templates import TemplateChecker
 from fim.errors import ConfigError, Problem
-from fim.run.discovery import module_set
-
-_FIM_DIR = Path(__file__).resolve().parent.parent
-_TOOLS_DIR = str(_FIM_DIR / "tools" / "builtin")
-_HOOKS_DIR = str(_FIM_DIR / "hooks" / "builtin")
 
 
 def command_program(command: str, root: Path) -> str:
@@ -41,15 +37,6 @@ def command_program(command: str, root: Path) -> str:
         for form in (f"${{{var}}}", f"${var}"):
             program = program.replace(form, str(root))
     return program.replace('"', "").replace("'", "")
-
-
-def builtin_tool_names() -> frozenset[str]:
-    """Builtins are one file each; their names are the file stems (no import needed)."""
-    return module_set(_TOOLS_DIR)
-
-
-def builtin_hook_names() -> frozenset[str]:
-    return module_set(_HOOKS_DIR)
 
 
 SNAPSHOT_CHECKS: list[str] = [

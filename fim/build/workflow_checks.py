@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fim.build.builtin_names import builtin_tool_names
 from fim.config.problems import suggest
 from fim.config.schema import (
     AgentNode,
@@ -138,8 +139,6 @@ def _check_target(checker: Any, entry: Any, base: tuple, node: Any) -> None:
                 )
             )
     elif isinstance(node, ToolNode):
-        from fim.build.compile import builtin_tool_names
-
         tools = builtin_tool_names()
         if node.tool not in tools:
             checker.add(
