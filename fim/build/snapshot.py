@@ -22,9 +22,9 @@ from fim.config.schema import (
     HttpConnector,
     ModelSettings,
     Project,
-    SkillMeta,
     WorkflowDecl,
 )
+from fim.config.skill_files import Skill
 from fim.errors import ConfigError, Problem, RunError
 from fim.masking import Masker, remember
 
@@ -36,18 +36,6 @@ class Source:
     path: str
     line: int = 1
     column: int = 1
-
-
-@dataclass(frozen=True)
-class Skill:
-    """A skill: front matter, Markdown body, and the files that sit next to SKILL.md."""
-
-    name: str
-    meta: SkillMeta
-    body: str
-    directory: Path
-    files: tuple[str, ...] = ()
-    """Paths relative to `directory` (scripts/, references/ ...), SKILL.md excluded."""
 
 
 Locate = Callable[[str, str, tuple[str | int, ...]], Source]

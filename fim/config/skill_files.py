@@ -6,13 +6,27 @@ folder's problems are kept aside so only the agents that use it fail."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
-from fim.build.snapshot import Skill
 from fim.config.files import os_problem, read_text
 from fim.config.loader import Declarations, Entry, _parse, _register, _validate
 from fim.config.schema import SkillMeta
 from fim.errors import Problem
+
+
+@dataclass(frozen=True)
+class Skill:
+    """A skill: front matter, Markdown body, and the files that sit next to SKILL.md.
+
+    Defined with the loader that reads it; the snapshot holds these."""
+
+    name: str
+    meta: SkillMeta
+    body: str
+    directory: Path
+    files: tuple[str, ...] = ()
+    """Paths relative to `directory` (scripts/, references/ ...), SKILL.md excluded."""
 
 
 def load_skills(decls: Declarations) -> None:

@@ -17,6 +17,7 @@ from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl
 from fim.errors import RunError
 from fim.events import Event, RunFinished
+from fim.run.auto import resolve_agent
 from fim.run.services import PROVIDERS, Provision, RunContext, Services, load_provider
 from fim.tools.registry import ToolRegistry
 from fim.tools.view import view_of
@@ -227,8 +228,6 @@ async def run_agent(
     `services` defaults to a private one closed when the run ends; long-lived surfaces
     (server, eval runner) pass theirs so MCP sessions and HTTP pools are shared.
     """
-    from fim.run.delegation import resolve_agent
-
     agent = resolve_agent(snapshot, agent_name)
     own = services is None
     services = services or Services(root=snapshot.root, state_url=snapshot.project.state)

@@ -10,38 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from fim.build.snapshot import Snapshot
-from fim.config.schema import AgentDecl
+from fim.errors import FimError
+from fim.run.agent import ask
+from fim.run.auto import AUTO, AUTO_INSTRUCTIONS, auto_agent, resolve_agent
 from fim.run.services import Provision, RunContext
 from fim.tools.base import FunctionTool
 from fim.types import ToolResult
 
-AUTO = "auto"
-
-AUTO_INSTRUCTIONS = """You coordinate a team of specialised agents. For each part of the
-user's request, hand a clear, self-contained task to the agent best suited to it with
-call_agent; independent parts can be delegated in parallel (several calls in one turn).
-Then combine their answers into one reply for the user."""
-
-
-def auto_agent(snapshot: Snapshot) -> AgentDecl:
-    """The synthetic agent behind `fim run --auto` and `model: auto` over HTTP."""
-    return AgentDecl(
-        name=AUTO,
-        description="Routes each request to the project's specialised agents",
-        model="general",
-        instructions=AUTO_INSTRUCTIONS,
-        delegates=sorted(snapshot.agents),
-        max_iterations=20,
-    )
-
-
-def resolve_agent(snapshot: Snapshot, agent: str | AgentDecl) -> AgentDecl:
-    if isinstance(agent, AgentDecl):
-        return agent
-    if agent == AUTO and AUTO not in snapshot.agents:
-        return auto_agent(snapshot)
-    return snapshot.agent(agent)
+__all__ = ["AUTO", "AUTO_INSTRUCTIONS", "auto_agent", "provide", "resolve_agent"]
 
 
 def provide(ctx: RunContext) -> Provision | None:
@@ -58,9 +34,6 @@ def provide(ctx: RunContext) -> Provision | None:
     )
 
     async def call_agent(agent: str, task: str) -> ToolResult:
-        from fim.errors import FimError
-        from fim.run.agent import ask
-
         if agent not in names:
             return ToolResult(
                 content=f"Error: '{agent}' is not an agent you can delegate to. "
