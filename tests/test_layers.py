@@ -67,7 +67,6 @@ KNOWN_BACK_EDGES: set[tuple[str, str]] = {
     ("fim.llm.scripted", "fim.testing.model_server"),  # scripted: serves a stub endpoint
 }
 KNOWN_CYCLES: list[set[str]] = [
-    {"fim.config.loader", "fim.config.skill_files"},
     {
         "fim.llm",
         "fim.llm.base",

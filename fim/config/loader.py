@@ -29,6 +29,7 @@ from fim.config.schema import (
     Project,
     WorkflowDecl,
 )
+from fim.config.skill_files import load_skills
 from fim.config.yamlio import Document, YamlSyntaxError, parse
 from fim.errors import ConfigError, Problem
 from fim.masking import Masker, config_secrets
@@ -106,6 +107,23 @@ class Declarations:
             return text[len(root) + 1 :].replace(os.sep, "/")
         return Path(path).as_posix()
 
+    # The public entry for a loader of another file format (skills/<name>/SKILL.md): the
+    # same parsing, validation and registration a YAML file gets, one document at a time.
+    def parse(
+        self, text: str, rel: str, line_offset: int = 0, expand: bool = True
+    ) -> Document | None:
+        """Parse YAML text read from `rel`; a syntax error is recorded and None returned
+        (`expand=False` leaves `${...}` as text)."""
+        return _parse(self, text, rel, line_offset=line_offset, expand=expand)
+
+    def validate(self, doc: Document, kind: str, model: Any) -> Any:
+        """Validate `doc.data` as `model`; problems are recorded and None returned."""
+        return _validate(self, doc, kind, model)
+
+    def register(self, kind: str, name: str, decl: Any, doc: Document) -> None:
+        """Add a validated declaration (a duplicate or bad name is recorded, not raised)."""
+        _register(self, Entry(kind, name, decl, doc))
+
 
 def find_root(start: str | Path | None = None) -> Path:
     """The project root: `start` itself when given, else the nearest parent with fim.yaml."""
@@ -147,8 +165,6 @@ def load(root: str | Path) -> Declarations:
             decls.problems.append(problem)
         else:
             decls.python_hooks.add(_stem(path))
-    from fim.config.skill_files import load_skills
-
     load_skills(decls)
     decls.problems = mask_problems(decls.problems, decls.secrets)
     _CACHE.clear()

@@ -8,11 +8,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fim.config.files import os_problem, read_text
-from fim.config.loader import Declarations, Entry, _parse, _register, _validate
 from fim.config.schema import SkillMeta
 from fim.errors import Problem
+
+if TYPE_CHECKING:
+    from fim.config.loader import Declarations
 
 
 @dataclass(frozen=True)
@@ -88,12 +91,12 @@ def _load_skill(decls: Declarations, directory: Path) -> None:
             )
         )
         return
-    doc = _parse(decls, "\n".join(lines[1:end]), rel, line_offset=1, expand=False)
+    doc = decls.parse("\n".join(lines[1:end]), rel, line_offset=1, expand=False)
     if doc is None:
         return
     if isinstance(doc.data, dict):
         doc.data.setdefault("name", directory.name)
-    meta = _validate(decls, doc, "skill", SkillMeta)
+    meta = decls.validate(doc, "skill", SkillMeta)
     if meta is None:
         return
     body = "\n".join(lines[end + 1 :]).lstrip("\n")
@@ -102,7 +105,7 @@ def _load_skill(decls: Declarations, directory: Path) -> None:
     # The folder is the id (Claude Code plugins use `name: Hook Development` in
     # `hook-development/`); `meta.name` stays the display name.
     skill = Skill(directory.name, meta, body, directory, files)
-    _register(decls, Entry("skill", directory.name, skill, doc))
+    decls.register("skill", directory.name, skill, doc)
 
 
 def _skill_files(directory: Path) -> list[str]:
