@@ -3,7 +3,7 @@ projects on disk, and statistics and tables for the printed results.
 
 The stub endpoint runs in a separate process by default (`StubProcess`), so the model
 server never competes for the GIL with the client being measured; in-process stubs
-(`fim.llm.scripted.OpenAIStubServer`) are used only where the benchmark must see when a
+(`fim.testing.model_server.OpenAIStubServer`) are used only where the benchmark must see when a
 request arrives. Run as a script it *is* that process:
 
     python bench/_common.py --tool-loop 3 [--latency 0.1]   # prints the base URL
@@ -215,7 +215,7 @@ def quick_flag(description: str) -> bool:
 
 def main() -> None:
     """Serve the calculator tool loop until SIGTERM, printing the base URL first."""
-    from fim.llm.scripted import OpenAIStubServer
+    from fim.testing.model_server import OpenAIStubServer
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--tool-loop", type=int, default=3)

@@ -148,7 +148,7 @@ async def measure(snapshot: Any, agent: str, counter: Counter, runs: int) -> dic
 
 def main() -> None:
     from fim.build.compile import compile_project
-    from fim.llm.scripted import OpenAIStubServer
+    from fim.testing.model_server import OpenAIStubServer
 
     quick = quick_flag(__doc__.splitlines()[0])
     runs = 2 if quick else 5

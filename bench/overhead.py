@@ -239,7 +239,7 @@ def cold_start(tmp: Path, repeats: int) -> tuple[list[float], list[float], list[
     also the whole process's wall and CPU time (user + system)."""
     import resource
 
-    from fim.llm.scripted import OpenAIStubServer
+    from fim.testing.model_server import OpenAIStubServer
 
     arrivals: list[float] = []
     loop = calc_loop(3)

@@ -7,10 +7,10 @@ from pathlib import Path
 from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl, HookSpec, ModelSettings, Project
 from fim.events import ToolResultEvent
-from fim.llm.scripted import OpenAIStubServer
 from fim.run.agent import ask, run_agent
 from fim.run.delegation import auto_agent, provide
 from fim.run.services import RunContext, Services
+from fim.testing.model_server import OpenAIStubServer
 
 
 def write(root: Path, name: str, body: str) -> str:

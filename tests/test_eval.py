@@ -24,7 +24,8 @@ from fim.eval.assertions import Observed, check, json_path
 from fim.eval.report import json_report, junit_xml
 from fim.eval.runner import EvalRunner
 from fim.events import ToolCallEvent
-from fim.llm.scripted import OpenAIStubServer, ScriptedModel, text, tool_call
+from fim.llm.scripted import ScriptedModel, text, tool_call
+from fim.testing.model_server import OpenAIStubServer
 
 # --------------------------------------------------------------------------- assertions
 

@@ -22,7 +22,6 @@ from fim.llm import backend_of, catalog, make_model
 from fim.llm.base import is_loopback
 from fim.llm.jsonmode import JsonModeModel
 from fim.llm.scripted import (
-    OpenAIStubServer,
     ScriptedModel,
     ScriptExhausted,
     allow_model_requests,
@@ -30,7 +29,7 @@ from fim.llm.scripted import (
     tool_call,
     tool_calls,
 )
-from fim.testing.model_server import tool_loop
+from fim.testing.model_server import OpenAIStubServer, tool_loop
 from fim.types import Message, ModelResponse, TextDelta, ToolCall, ToolSpec, Usage
 
 ADD = ToolSpec(

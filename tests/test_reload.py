@@ -17,7 +17,7 @@ import pytest
 
 from fim.build.reload import SnapshotHolder, reload_once
 from fim.errors import ConfigError
-from fim.llm.scripted import OpenAIStubServer
+from fim.testing.model_server import OpenAIStubServer
 from fim.testing.server import free_port
 
 FIM_YAML = "name: live\nstate: sqlite:///.fim/state.db\n"

@@ -8,11 +8,8 @@ loudly when the script and the agent disagree — an unexpected extra call raise
 it with `model: scripted:<file.yaml>`; its replies are whatever the file says, never the
 output of a language model.
 
-`OpenAIStubServer` is a real OpenAI-compatible HTTP server on 127.0.0.1, for exercising
-the real HTTP path (openai SDK, litellm) without the internet::
-
-    with OpenAIStubServer([tool_call("add", {"a": 1}), text("2")]) as server:
-        settings = ModelSettings(model="openai/stub", api_base=server.base_url)
+The HTTP counterpart, `fim.testing.model_server.OpenAIStubServer` (a real OpenAI-compatible
+server on 127.0.0.1), lives with the other test doubles: this backend does not need it.
 
 `allow_model_requests(True)` re-enables requests to non-loopback hosts inside a block in a
 suite that turned them off (tests/conftest.py does, for every test).
@@ -28,14 +25,11 @@ from typing import Any
 
 from fim.errors import RunError
 from fim.llm.script import Step, load_steps, resolve_step, text, tool_call, tool_calls, with_usage
-from fim.testing.model_server import OpenAIStubServer, StubRequest
 from fim.types import Message, ModelResponse, TextDelta, ToolSpec
 
 __all__ = [
-    "OpenAIStubServer",
     "ScriptExhausted",
     "ScriptedModel",
-    "StubRequest",
     "allow_model_requests",
     "text",
     "tool_call",
