@@ -72,7 +72,6 @@ KNOWN_CYCLES: list[set[str]] = [
         "fim.llm.openai_compat",
         "fim.llm.scripted",
     },
-    {"fim.workflows.adapters", "fim.workflows.nodes"},
     {
         "fim.server",
         "fim.server.a2a_surface",

@@ -1,4 +1,4 @@
-"""Connector, database and MCP nodes: thin bridges to the modules that own those clients.
+"""Connector, database and MCP node executors: thin bridges to the modules that own the clients.
 
 The connection pools, auth, masking and guards live in `fim.connectors` and `fim.mcp`; a
 workflow node reuses them through `Services` (so a workflow and an agent in one process
@@ -11,9 +11,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fim.config.schema import DatabaseConnector, HttpConnector
+from fim.config.schema import (
+    ConnectorNode,
+    DatabaseConnector,
+    DatabaseNode,
+    HttpConnector,
+    McpNode,
+)
 from fim.types import Tool, ToolResult
-from fim.workflows.nodes import NodeContext, NodeError, call_tool, parse_output
+from fim.workflows.nodes import NodeContext, NodeError, call_tool, executor, parse_output
 
 
 def _connector(ctx: NodeContext, name: str, kind: type) -> Any:
@@ -117,3 +123,22 @@ async def call_mcp(ctx: NodeContext, server: str, tool: str, args: dict[str, Any
 
 
 __all__ = ["call_mcp", "connector_action", "parse_output", "run_sql"]
+
+
+# --------------------------------------------------------------------------- executors
+
+
+@executor("connector")
+async def run_connector(node: ConnectorNode, ctx: NodeContext) -> Any:
+    tool = connector_action(ctx, node.connector, node.action)
+    return await call_tool(ctx, tool, ctx.render(node.args))
+
+
+@executor("database")
+async def run_database(node: DatabaseNode, ctx: NodeContext) -> Any:
+    return await run_sql(ctx, node.connector, node.sql, ctx.render(node.params))
+
+
+@executor("mcp")
+async def run_mcp(node: McpNode, ctx: NodeContext) -> Any:
+    return await call_mcp(ctx, node.server, node.tool, ctx.render(node.args))

@@ -20,11 +20,8 @@ from fim.config.schema import (
     AgentDecl,
     AgentNode,
     ConditionNode,
-    ConnectorNode,
-    DatabaseNode,
     HumanNode,
     LlmNode,
-    McpNode,
     ToolNode,
 )
 from fim.errors import RunError
@@ -242,28 +239,6 @@ async def run_tool(node: ToolNode, ctx: NodeContext) -> Any:
     except RunError as exc:
         raise NodeError(str(exc)) from None
     return await call_tool(ctx, tool, ctx.render(node.args))
-
-
-@executor("connector")
-async def run_connector(node: ConnectorNode, ctx: NodeContext) -> Any:
-    from fim.workflows import adapters
-
-    tool = adapters.connector_action(ctx, node.connector, node.action)
-    return await call_tool(ctx, tool, ctx.render(node.args))
-
-
-@executor("database")
-async def run_database(node: DatabaseNode, ctx: NodeContext) -> Any:
-    from fim.workflows import adapters
-
-    return await adapters.run_sql(ctx, node.connector, node.sql, ctx.render(node.params))
-
-
-@executor("mcp")
-async def run_mcp(node: McpNode, ctx: NodeContext) -> Any:
-    from fim.workflows import adapters
-
-    return await adapters.call_mcp(ctx, node.server, node.tool, ctx.render(node.args))
 
 
 @executor("condition")

@@ -34,7 +34,10 @@ from fim.observe import current_node
 from fim.run.services import Services
 from fim.tools.registry import ToolRegistry
 from fim.types import Tool
-from fim.workflows import templates
+from fim.workflows import (
+    adapters,  # noqa: F401  (registers the connector, database, mcp executors)
+    templates,
+)
 from fim.workflows.graph import Edge, incoming
 from fim.workflows.nodes import EXECUTORS, NodeContext, NodeError, Paused
 from fim.workflows.state import NodeState, Persister, RunState
