@@ -72,14 +72,6 @@ KNOWN_CYCLES: list[set[str]] = [
         "fim.llm.openai_compat",
         "fim.llm.scripted",
     },
-    {
-        "fim.server",
-        "fim.server.a2a_surface",
-        "fim.server.app",
-        "fim.server.interop",
-        "fim.server.mcp_surface",
-        "fim.server.openai_compat",
-    },
 ]
 
 

@@ -15,26 +15,9 @@ from typing import TYPE_CHECKING, Any
 from fim.errors import RunError
 
 if TYPE_CHECKING:
-    from starlette.routing import BaseRoute
-
     from fim.build.gitops import GitSource
-    from fim.server.app import Api
 
 log = logging.getLogger("fim.server")
-
-
-def extra_routes(api: Api) -> list[BaseRoute]:
-    """Routes of areas beyond agents (workflows, approvals), kept out of app.py."""
-    from fim.server.devpage import devpage_routes
-    from fim.server.interop import interop_routes
-    from fim.server.routes import approval_routes, workflow_routes
-
-    return [
-        *devpage_routes(api),
-        *workflow_routes(api),
-        *approval_routes(api),
-        *interop_routes(api),
-    ]
 
 
 async def serve(

@@ -32,6 +32,7 @@ from a2a.types import a2a_pb2 as pb
 from fim.errors import FimError
 from fim.events import RunFinished
 from fim.masking import known
+from fim.server.sessions import UnknownSession, known_agent
 from fim.types import Message
 
 if TYPE_CHECKING:
@@ -119,7 +120,6 @@ class FimExecutor(AgentExecutor):
             )
 
     async def _execute(self, context: RequestContext, event_queue: Any) -> None:
-        from fim.server.app import UnknownSession, _known
 
         state = context.call_context.state if context.call_context else {}
         agent, owner = str(state.get("agent", "")), str(state.get("owner", ""))
@@ -138,7 +138,7 @@ class FimExecutor(AgentExecutor):
             return updater.new_agent_message([pb.Part(text=_text(text))])
 
         text = context.get_user_input()
-        if not _known(self.api.holder.current, agent):
+        if not known_agent(self.api.holder.current, agent):
             await updater.failed(say(f"unknown agent '{agent}'"))
             return
         if not text.strip():

@@ -23,10 +23,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from fim.build.reload import SnapshotHolder
-from fim.errors import FimError, RunError
+from fim.errors import FimError
 from fim.events import Event, RunFinished
 from fim.run.services import Services
 from fim.server.bodies import BodyError, RunBody, read_body
+from fim.server.devpage import devpage_routes
 from fim.server.http import (
     AccessLog,
     Guard,
@@ -36,16 +37,15 @@ from fim.server.http import (
     session_owner,
     sse,
 )
+from fim.server.interop import interop_routes
+from fim.server.routes import approval_routes, workflow_routes
+from fim.server.sessions import UnknownSession, known_agent
 from fim.types import Message
 
 if TYPE_CHECKING:
     from fim.store.sessions import Sessions
 
 log = logging.getLogger("fim.server")
-
-
-class UnknownSession(RunError):
-    """A session_id that does not exist for this caller (another key's session)."""
 
 
 class Api:
@@ -216,7 +216,7 @@ class Api:
     async def create_run(self, request: Request) -> Response:
         name = request.path_params["name"]
         snap = self.holder.current
-        if not _known(snap, name):
+        if not known_agent(snap, name):
             return error(404, f"unknown agent '{name}'", f"agents: {', '.join(snap.agents)}")
         owner = session_owner(request, self.holder)
         try:
@@ -327,13 +327,6 @@ def _summary(record: Any) -> dict[str, Any]:
     return data
 
 
-def _known(snapshot: Any, name: str) -> bool:
-    """A declared agent, or `auto` (delegation across the project's agents)."""
-    from fim.run.delegation import AUTO
-
-    return name in snapshot.agents or (name == AUTO and bool(snapshot.agents))
-
-
 def _record_dict(record: Any) -> dict[str, Any]:
     from dataclasses import asdict, is_dataclass
 
@@ -363,7 +356,6 @@ async def metrics_endpoint(request: Any) -> Any:
 
 def create_app(holder: SnapshotHolder, services: Services | None = None) -> Starlette:
     """Build the ASGI app around a snapshot holder (the reloader swaps its content)."""
-    from fim.server import extra_routes
     from fim.server.openai_compat import OpenAICompat
 
     services = services or Services(
@@ -386,7 +378,10 @@ def create_app(holder: SnapshotHolder, services: Services | None = None) -> Star
         Route("/v1/models/{model_id:path}", compat.model),
         Route("/v1/chat/completions", compat.chat_completions, methods=["POST"]),
         Route("/metrics", metrics_endpoint),
-        *extra_routes(api),
+        *devpage_routes(api),
+        *workflow_routes(api),
+        *approval_routes(api),
+        *interop_routes(api),
     ]
     from fim.observe.http import TraceContext
 

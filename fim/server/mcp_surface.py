@@ -32,6 +32,7 @@ from mcp.server.lowlevel import Server
 from fim.errors import FimError
 from fim.events import Event, Notice, RunFinished, WorkflowFinished
 from fim.masking import known
+from fim.server.sessions import UnknownSession
 from fim.types import Message
 
 if TYPE_CHECKING:
@@ -167,7 +168,6 @@ def _failure(message: str) -> types.CallToolResult:
 
 async def call_agent(api: Api, name: str, args: dict[str, Any], ctx: Any) -> types.CallToolResult:
     """Run one agent request (the HTTP API's path: hooks, persistence, sessions)."""
-    from fim.server.app import UnknownSession
 
     text = args.get("input")
     session = args.get("session_id")

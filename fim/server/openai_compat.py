@@ -23,6 +23,7 @@ from fim.llm.wire import parse_arguments
 from fim.masking import StreamMasker, known
 from fim.server.bodies import BodyError, ChatBody, ChatMessage, read_body
 from fim.server.http import JSONResponse, session_owner
+from fim.server.sessions import UnknownSession, known_agent
 from fim.types import Message, ToolSpec
 
 if TYPE_CHECKING:
@@ -249,14 +250,13 @@ class OpenAICompat:
         return JSONResponse(_model_object(snap, name))
 
     async def chat_completions(self, request: Request) -> Response:
-        from fim.server.app import UnknownSession, _known
         from fim.server.http import error
 
         owner = session_owner(request, self.api.holder)
         snap = self.api.holder.current
         try:
             body = await read_body(request, ChatBody)
-            if not _known(snap, body.model):
+            if not known_agent(snap, body.model):
                 return _model_not_found(snap, body.model)
             overrides = plan(body, snap.agents.get(body.model))
             incoming = to_messages(body.messages)
