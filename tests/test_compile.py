@@ -454,3 +454,15 @@ def test_hook_scripts_that_are_missing_or_not_executable_are_problems(project: P
     write(project, "hooks/gone.sh", "#!/bin/sh\n")
     (project / "hooks" / "gone.sh").chmod(0o755)
     compile_project(project)
+
+
+def test_a_snapshot_check_that_cannot_be_imported_is_a_problem_not_skipped(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fim.build import compile as compile_module
+
+    monkeypatch.setattr(
+        compile_module, "SNAPSHOT_CHECKS", [*compile_module.SNAPSHOT_CHECKS, "fim.nope:check"]
+    )
+    found = problems(project)
+    assert any("check fim.nope:check could not be loaded" in p for p in found), found

@@ -61,6 +61,7 @@ def _locator(decls: Declarations) -> Locate:
 
 
 def _snapshot_problems(snapshot: Snapshot, locate: Locate) -> list[Problem]:
+    # The checks belong to higher layers (workflows, hooks): named by string, imported here.
     import importlib
 
     problems: list[Problem] = []
@@ -68,7 +69,8 @@ def _snapshot_problems(snapshot: Snapshot, locate: Locate) -> list[Problem]:
         module, _, func = target.partition(":")
         try:
             check = getattr(importlib.import_module(module), func)
-        except (ImportError, AttributeError):
+        except (ImportError, AttributeError) as exc:  # a broken install: say so, never skip
+            problems.append(Problem("fim.yaml", 1, 1, f"check {target} could not be loaded: {exc}"))
             continue
         try:
             problems.extend(check(snapshot, locate))

@@ -134,7 +134,8 @@ PROVIDERS: list[str] = [
     "fim.workflows.tool:provide",
     "fim.run.delegation:provide",
 ]
-"""Dotted paths of provider functions; areas append themselves here when they land."""
+"""Dotted paths of provider functions, the one registry of them: a new area adds its line
+here (a path that fails to import fails the run, it is never skipped)."""
 
 
 def load_provider(path: str) -> Callable[[RunContext], Provision | None]:
