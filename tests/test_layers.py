@@ -70,7 +70,6 @@ KNOWN_BACK_EDGES: set[tuple[str, str]] = {
     ("fim.tools.builtin.shell", "fim.run.skills"),
 }
 KNOWN_CYCLES: list[set[str]] = [
-    {"fim.observe", "fim.observe.tracing"},
     # http.py asks devpage which paths are public; devpage builds on http and bodies
     {"fim.server.bodies", "fim.server.devpage", "fim.server.http", "fim.server.openapi"},
     # the kill switch `fim.llm.ALLOW_MODEL_REQUESTS` is read by base.py and the backends

@@ -11,19 +11,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Callable
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
+
+from fim.observe.context import current_call as current_call
+from fim.observe.context import current_node as current_node
 
 if TYPE_CHECKING:
     from fim.events import Event
 
 _enabled: bool | None = None
 _metrics = False
-
-current_node: ContextVar[str | None] = ContextVar("fim_current_node", default=None)
-"""The workflow node whose task is running: a run it starts is traced under that node."""
-current_call: ContextVar[str | None] = ContextVar("fim_current_call", default=None)
-"""The tool call whose task is running: delegations and HTTP calls are traced under it."""
 
 
 def tracing_enabled() -> bool:

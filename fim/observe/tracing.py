@@ -173,7 +173,7 @@ class _Trace:
         """The span a child run started now belongs under: the open `call_agent` call
         naming this agent, else the only open tool call, else the newest open agent node,
         else this trace's root."""
-        from fim.observe import current_call, current_node
+        from fim.observe.context import current_call, current_node
 
         call = current_call.get()
         if call is not None and call in self.tools:
