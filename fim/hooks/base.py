@@ -164,10 +164,3 @@ class PostToolUseHook(BaseHook):
     """Runs after the tool returned and before the model sees it; may rewrite the result."""
 
     point: ClassVar[HookPoint] = "PostToolUse"
-
-
-HOOK_CLASSES: dict[HookPoint, type[BaseHook]] = {
-    "SessionStart": SessionStartHook,
-    "PreToolUse": PreToolUseHook,
-    "PostToolUse": PostToolUseHook,
-}

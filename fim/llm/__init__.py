@@ -4,8 +4,8 @@
   YAML script (offline demos and tests; it is not a language model).
 - `openai/<name>`, a bare OpenAI name (`gpt-4o-mini`), or any bare name with an
   `api_base` -> the fast path (`openai_compat`): OpenAI-compatible chat.completions over
-  httpx, no litellm import. Local servers (vLLM, llama.cpp, LM Studio, Ollama's /v1) use
-  it with `model: openai/<name>` and `api_base: http://127.0.0.1:8000/v1`.
+  a pooled aiohttp session, no litellm import. Local servers (vLLM, llama.cpp, LM Studio,
+  Ollama's /v1) use it with `model: openai/<name>` and `api_base: http://127.0.0.1:8000/v1`.
 - anything else (`anthropic/`, `gemini/`, `ollama/`, `bedrock/`, `hosted_vllm/` ...) ->
   `litellm_model`, which imports litellm on the first request.
 

@@ -69,8 +69,3 @@ class FlakyTool(FunctionTool):
             run,
             category="testing",
         )
-
-
-def testing_tools() -> list[FunctionTool]:
-    """The default doubles: `echo` and `sleep`."""
-    return [echo_tool(), sleep_tool()]

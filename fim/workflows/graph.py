@@ -59,34 +59,6 @@ def incoming(decl: WorkflowDecl) -> dict[str, list[Edge]]:
     return into
 
 
-def find_cycle(decl: WorkflowDecl) -> list[str] | None:
-    """A cycle as a list of node ids (first repeated at the end), or None."""
-    into = incoming(decl)
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        stack.append(node)
-        for edge in into[node]:
-            if state.get(edge.source) == 1:
-                return [*stack[stack.index(edge.source) :], edge.source]
-            if edge.source not in state:
-                found = visit(edge.source)
-                if found:
-                    return found
-        stack.pop()
-        state[node] = 2
-        return None
-
-    for node in decl.nodes:
-        if node not in state:
-            found = visit(node)
-            if found:
-                return list(reversed(found))
-    return None
-
-
 # --------------------------------------------------------------------------- mermaid
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")

@@ -116,12 +116,6 @@ def record_data(record: Any) -> dict[str, Any]:
     return data or {}
 
 
-def record_field(record: Any, name: str, default: Any = None) -> Any:
-    if isinstance(record, dict):
-        return record.get(name, default)
-    return getattr(record, name, default)
-
-
 class Persister:
     """Writes the run state to the store without making nodes wait for the database.
 
