@@ -18,6 +18,7 @@ from typing import Any
 from fim.build.snapshot import Skill, Snapshot
 from fim.run.services import Provision, RunContext
 from fim.tools.base import FunctionTool
+from fim.tools.skill_dirs import selected_skills
 from fim.types import Tool, ToolResult
 
 READ_SKILL = "read_skill"
@@ -39,17 +40,6 @@ def cut(text: str, limit: int) -> str:
     if space >= limit // 2 and not flat[limit - 1].isspace():
         head = head[:space]
     return head.rstrip(" ,;:-—") + "…"
-
-
-def selected_skills(snapshot: Snapshot, selection: str | list[str]) -> dict[str, Skill]:
-    """The skills an agent's `skills:` field selects, in a stable order.
-
-    `all` means every skill of the project, sorted by name; a list keeps the author's order.
-    Names the compiler already rejected cannot appear here, so unknown ones are skipped.
-    """
-    if selection == "all":
-        return {name: snapshot.skills[name] for name in sorted(snapshot.skills)}
-    return {name: snapshot.skills[name] for name in selection if name in snapshot.skills}
 
 
 def _broken(snapshot: Snapshot, selection: str | list[str]) -> list[tuple[str, str]]:
@@ -102,18 +92,6 @@ def _allowed_tools(skill: Skill) -> list[str]:
         mapped = fim_tool_of(entry)
         out.append(f"{entry} (fim: {mapped})" if mapped and mapped != entry else entry)
     return out
-
-
-def skill_dirs(ctx: RunContext) -> list[Path]:
-    """Folders of the agent's skills, resolved and inside the project (a skill symlinked
-    elsewhere is not exposed), for the sandbox's read-only binds."""
-    root = ctx.snapshot.root.resolve()
-    dirs = []
-    for skill in selected_skills(ctx.snapshot, ctx.agent.skills).values():
-        path = skill.directory.resolve()
-        if path.is_relative_to(root) and path.is_dir():
-            dirs.append(path)
-    return dirs
 
 
 STUB_BUDGET = 300

@@ -36,8 +36,8 @@ def make(
     default_timeout: float = DEFAULT_TIMEOUT,
 ) -> FunctionTool:
     """Build python_exec for one run; its scratch directory is `<sandbox>/scratch`."""
-    from fim.run.skills import skill_dirs
     from fim.tools import sandbox
+    from fim.tools.skill_dirs import skill_dirs
 
     scratch = sandbox_dir(ctx) / "scratch"
     settings = ctx.agent.sandbox

@@ -33,8 +33,8 @@ MAX_FILE_BYTES = 64 * 1024 * 1024
 
 def make(ctx: RunContext) -> FunctionTool:
     """Build shell for one run; it works in `<sandbox>/scratch`, shared with python_exec."""
-    from fim.run.skills import skill_dirs
     from fim.tools import sandbox
+    from fim.tools.skill_dirs import skill_dirs
 
     scratch = sandbox_dir(ctx) / "scratch"
     settings = ctx.agent.sandbox
