@@ -2,7 +2,11 @@
 pydantic + ruamel program: `python -c "import pydantic, ruamel.yaml"`.
 
 Prints the median wall time (and the median CPU time of the child, which is steadier on a
-busy machine) of several runs of each, and the ratios (target <= 3x). A ratio far above
+busy machine) of several runs of each, interleaved so drift of a loaded machine hits all
+of them alike, and the ratios (target <= 3x). fim's own modules are byte-compiled first:
+the baseline's site-packages were compiled by pip, and a checkout run with
+PYTHONDONTWRITEBYTECODE set (as CI and the bench machine do) would otherwise recompile
+fim's ~50 modules from source on every run (~40 ms, a cost no installed fim pays). A ratio far above
 that usually means something heavy (litellm, mcp, openai, sqlalchemy ...) crept onto the
 `fim validate` path. Not a timed test: it prints what one run measured.
 
@@ -11,6 +15,7 @@ that usually means something heavy (litellm, mcp, openai, sqlalchemy ...) crept 
 
 from __future__ import annotations
 
+import compileall
 import resource
 import statistics
 import subprocess
@@ -21,20 +26,31 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def measure(args: list[str], runs: int) -> tuple[float, float]:
-    """Median (wall, cpu) seconds of `runs` runs of `args`, after one warm-up run."""
-    subprocess.run(args, cwd=ROOT, capture_output=True, check=False)
-    walls, cpus = [], []
+def once(args: list[str]) -> tuple[float, float]:
+    """(wall, cpu) seconds of one run of `args`."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(args)} failed:\n{done.stdout}{done.stderr}")
+    return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+def measure(commands: list[list[str]], runs: int) -> list[tuple[float, float]]:
+    """Median (wall, cpu) seconds of each command: one warm-up, then `runs` rounds."""
+    compileall.compile_dir(str(ROOT / "fim"), quiet=1)
+    samples: list[list[tuple[float, float]]] = [[] for _ in commands]
+    for args in commands:
+        once(args)
     for _ in range(runs):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.perf_counter()
-        done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, check=False)
-        walls.append(time.perf_counter() - start)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-        if done.returncode != 0:
-            sys.exit(f"{' '.join(args)} failed:\n{done.stdout}{done.stderr}")
-    return statistics.median(walls), statistics.median(cpus)
+        for args, out in zip(commands, samples, strict=True):
+            out.append(once(args))
+    return [
+        (statistics.median(w for w, _ in out), statistics.median(c for _, c in out))
+        for out in samples
+    ]
 
 
 def main(runs: int) -> None:
@@ -49,7 +65,8 @@ def main(runs: int) -> None:
         ),
         ("fim --help", [sys.executable, "-m", "fim.cli", "--help"]),
     ]
-    results = [(label, *measure(args, runs)) for label, args in rows]
+    measured = measure([args for _, args in rows], runs)
+    results = [(label, wall, cpu) for (label, _), (wall, cpu) in zip(rows, measured, strict=True)]
     base_wall, base_cpu = results[0][1], results[0][2]
     print(
         f"{'median of ' + str(runs) + ' runs':42} {'wall ms':>8} {'cpu ms':>8} "
