@@ -257,10 +257,33 @@ async def test_a_broken_pool_is_replaced():
     old = await isolate.pool()
     workers = set(isolate.worker_pids())
     old._context.status = PoolStatus.ERROR  # as when one of pebble's manager threads dies
-    assert await calculator.TOOL.run(expression="6*7") == "42"
+    assert await calculator.TOOL.run(expression="factorial(3) * 7") == "42"  # via the pool
     assert isolate._pool is not old
     for _ in range(200):
         if not any(_alive(pid) for pid in workers):
             break
         await asyncio.sleep(0.02)
     assert not any(_alive(pid) for pid in workers)
+
+
+@pytest.mark.parametrize(
+    ("expression", "inline"),
+    [
+        ("17*23", True),
+        ("(1.5 + 2) * -3 / 7 % 5 // 1", True),
+        ("9**9**9", False),  # powers go to the worker
+        ("2^64", False),
+        ("sqrt(2)", False),  # functions go to the worker
+        ("123456789012345678901234567890 * 2", False),  # a literal over 64 bits
+        ("*".join(["99999999"] * 40), False),  # too many nodes
+        ("1" + "+1" * 150, False),  # too long
+        ("True + 1", False),
+        ("'a' * 3", False),
+    ],
+)
+def test_only_arithmetic_bounded_by_construction_skips_the_worker(
+    expression: str, inline: bool
+) -> None:
+    from fim.tools.builtin.calculator import bounded
+
+    assert bounded(expression) is inline
