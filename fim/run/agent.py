@@ -137,6 +137,7 @@ async def make_engine(
     from fim.engines.react import NoHooks, ReactEngine
     from fim.llm import make_model
     from fim.run.overrides import OverriddenModel, output_contract
+    from fim.run.spend import metered
 
     snapshot, agent = ctx.snapshot, ctx.agent
     if ctx.depth > snapshot.project.max_depth:
@@ -151,6 +152,7 @@ async def make_engine(
         model = make_model(snapshot.model_settings(agent.model), snapshot.root)
     if overrides is not None and overrides.wraps_model():
         model = OverriddenModel(model, overrides)
+    model = metered(model, snapshot, agent)
     contract = (overrides.output if overrides else None) or output_contract(
         snapshot, agent.output_schema
     )

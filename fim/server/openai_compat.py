@@ -459,6 +459,15 @@ def error_object(problem: tuple[str, str]) -> tuple[int, dict[str, Any]]:
     """HTTP status and OpenAI error object for a failed run: a model that failed upstream
     (unreachable, rejected the key, timed out) is 502 Bad Gateway, anything else 500."""
     kind, message = problem
+    if kind == "budget_exceeded":  # 402, not 429: the OpenAI SDKs retry 429s, re-spending
+        return 402, {
+            "error": {
+                "message": message,
+                "type": "insufficient_quota",
+                "param": None,
+                "code": kind,
+            }
+        }
     upstream = kind in UPSTREAM_KINDS
     return (502 if upstream else 500), {
         "error": {

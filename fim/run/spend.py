@@ -1,0 +1,163 @@
+"""The one place a run's spend is priced and limited: `MeteredModel` wraps the run's model
+(built in `fim.run.agent.make_engine`, like the eval cassette wrappers), so no engine knows
+about budgets.
+
+Before each call it estimates the prompt with `fim.run.tokens` and refuses the call when
+what the run already spent plus that estimate would pass a limit; after the call it adds the
+provider's count and stops the run when a limit is passed. Both raise `BudgetExceeded`,
+which the engines report as an error event of kind `budget_exceeded` (over HTTP a 402, so
+the OpenAI SDKs do not retry it the way they retry 429s). A cost limit on a model whose
+price is unknown fails closed: the call is refused, never made unmetered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from fim.errors import RunError
+from fim.types import Usage
+
+if TYPE_CHECKING:
+    from fim.config.schema import Budget, Price
+    from fim.llm import Model
+    from fim.types import Message, ModelResponse, TextDelta, ToolSpec
+
+
+class BudgetExceeded(RunError):
+    """A run passed one of its spend limits; `usage` is what the refused call spent (zero
+    when it was refused before being made)."""
+
+    kind = "budget_exceeded"
+
+    def __init__(self, message: str, usage: Usage | None = None) -> None:
+        super().__init__(
+            message, hint="raise `budget:` in the agent file or fim.yaml if this is expected"
+        )
+        self.usage = usage or Usage()
+
+
+def priced(usage: Usage, price: Price) -> Usage:
+    """`usage` with its cost recomputed from a fim.yaml price (dollars per million tokens)."""
+    cost = (
+        usage.prompt_tokens * price.input_per_mtok + usage.completion_tokens * price.output_per_mtok
+    ) / 1_000_000
+    return usage.model_copy(update={"cost": cost})
+
+
+class MeteredModel:
+    """The run's model, priced by the fim.yaml override and held to its budgets."""
+
+    def __init__(
+        self,
+        inner: Model,
+        budgets: Sequence[tuple[str, Budget]],
+        price: Price | None = None,
+    ) -> None:
+        self.inner = inner
+        self.name = getattr(inner, "name", "")
+        self.provider = getattr(inner, "provider", "")
+        self.budgets = list(budgets)
+        self.price = price
+        self.spent = Usage()
+
+    def __getattr__(self, name: str) -> Any:  # settings, context_window ... of the inner model
+        return getattr(self.inner, name)
+
+    def _estimate_cost(self, tokens: int) -> float | None:
+        if self.price is not None:
+            return tokens * self.price.input_per_mtok / 1_000_000
+        from fim.llm import catalog
+
+        return catalog.cost(self.name, Usage(prompt_tokens=tokens))
+
+    def _before(self, messages: list[Message], tools: list[ToolSpec] | None) -> None:
+        from fim.run.tokens import count_messages
+
+        estimate = count_messages(messages, tools, self.name)
+        for owner, budget in self.budgets:
+            if budget.max_tokens is not None:
+                would = self.spent.total_tokens + estimate
+                if would > budget.max_tokens:
+                    raise BudgetExceeded(
+                        f"{owner} budget: this run has spent {self.spent.total_tokens} tokens and "
+                        f"the next prompt is about {estimate}, above max_tokens "
+                        f"{budget.max_tokens}; the model was not called"
+                    )
+            if budget.max_cost_usd is not None:
+                cost = self._estimate_cost(estimate)
+                if cost is None:
+                    raise BudgetExceeded(
+                        f"{owner} budget sets max_cost_usd but the price of model "
+                        f"'{self.name}' is unknown; the model was not called "
+                        "(set `price:` on the model in fim.yaml)"
+                    )
+                if (self.spent.cost or 0.0) + cost > budget.max_cost_usd:
+                    raise BudgetExceeded(
+                        f"{owner} budget: this run has spent ${self.spent.cost or 0.0:.6f} and the "
+                        f"next prompt costs about ${cost:.6f}, above max_cost_usd "
+                        f"{budget.max_cost_usd}; the model was not called"
+                    )
+
+    def _after(self, response: ModelResponse) -> ModelResponse:
+        usage = response.usage
+        if self.price is not None:
+            usage = priced(usage, self.price)
+            response = response.model_copy(update={"usage": usage})
+        self.spent = self.spent + usage
+        for owner, budget in self.budgets:
+            if budget.max_tokens is not None and self.spent.total_tokens > budget.max_tokens:
+                raise BudgetExceeded(
+                    f"{owner} budget: this run spent {self.spent.total_tokens} tokens, above "
+                    f"max_tokens {budget.max_tokens}",
+                    usage,
+                )
+            if budget.max_cost_usd is not None:
+                if usage.total_tokens and usage.cost is None:
+                    raise BudgetExceeded(
+                        f"{owner} budget sets max_cost_usd but model '{self.name}' reported no "
+                        "price for its call (set `price:` on the model in fim.yaml)",
+                        usage,
+                    )
+                if (self.spent.cost or 0.0) > budget.max_cost_usd:
+                    raise BudgetExceeded(
+                        f"{owner} budget: this run spent ${self.spent.cost or 0.0:.6f}, above "
+                        f"max_cost_usd {budget.max_cost_usd}",
+                        usage,
+                    )
+        return response
+
+    async def complete(
+        self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
+    ) -> ModelResponse:
+        self._before(messages, tools)
+        return self._after(await self.inner.complete(messages, tools, **options))
+
+    async def stream(
+        self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
+    ) -> AsyncIterator[TextDelta | ModelResponse]:
+        from fim.types import ModelResponse
+
+        self._before(messages, tools)
+        async for item in self.inner.stream(messages, tools, **options):
+            yield self._after(item) if isinstance(item, ModelResponse) else item
+
+
+def metered(model: Model, snapshot: Any, agent: Any) -> Model:
+    """`model` wrapped when a price override or a budget applies to this agent's runs;
+    unchanged (no cost per call) otherwise."""
+    budgets = [
+        (owner, budget)
+        for owner, budget in (
+            (f"agent '{agent.name}'", agent.budget),
+            ("project", snapshot.project.budget),
+        )
+        if budget is not None
+    ]
+    try:
+        price = snapshot.model_settings(agent.model).price
+    except RunError:  # a model handed in by the caller for a role fim.yaml lacks
+        price = None
+    if not budgets and price is None:
+        return model
+    return MeteredModel(model, budgets, price)  # type: ignore[return-value]

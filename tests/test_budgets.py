@@ -1,0 +1,115 @@
+"""Budgets fail closed: `budget:` on an agent or the project stops a run before a model call
+that would pass it (estimate) and after one that did (the provider's count), with a
+`budget_exceeded` error event; prices in fim.yaml override litellm's table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from fim.build.snapshot import Snapshot
+from fim.config.schema import AgentDecl, ModelSettings, Project
+from fim.events import ErrorEvent, LLMCall, RunFinished
+from fim.llm.scripted import ScriptedModel, text, tool_call
+from fim.run.agent import run_agent
+from fim.types import ModelResponse, Usage
+
+
+def spent(reply: ModelResponse, prompt: int, completion: int) -> ModelResponse:
+    return reply.model_copy(
+        update={"usage": Usage(prompt_tokens=prompt, completion_tokens=completion)}
+    )
+
+
+def snapshot(root: Path, agent: AgentDecl, **project: object) -> Snapshot:
+    settings = Project(name="t", state=f"sqlite:///{root / 'state.db'}", **project)
+    return Snapshot(root=root, project=settings, agents={agent.name: agent})
+
+
+async def run(snap: Snapshot, model: ScriptedModel) -> list:
+    return [e async for e in run_agent(snap, "a", "add 1 and 2", model=model)]
+
+
+def steps() -> list[ModelResponse]:
+    return [
+        spent(tool_call("calculator", {"expression": "1+2"}), 500, 20),
+        spent(text("3"), 600, 5),
+    ]
+
+
+async def test_a_run_over_its_token_budget_stops_after_the_real_count(tmp_path: Path):
+    agent = AgentDecl(name="a", tools=["calculator"], budget={"max_tokens": 700})
+    model = ScriptedModel(steps())
+    events = await run(snapshot(tmp_path, agent), model)
+    (error,) = [e for e in events if isinstance(e, ErrorEvent)]
+    assert error.kind == "budget_exceeded" and "max_tokens 700" in error.message
+    final = events[-1]
+    assert isinstance(final, RunFinished) and final.status == "error"
+    # the second call's prompt was estimated under the limit, its real count passed it:
+    # the call is counted in the run's usage and the run stops there
+    assert final.usage.total_tokens == 1125 and "1125 tokens" in error.message
+    assert len(model.requests) == 2
+
+
+async def test_the_estimate_refuses_a_call_before_it_is_made(tmp_path: Path):
+    agent = AgentDecl(name="a", budget={"max_tokens": 5})  # any prompt is more than 5
+    model = ScriptedModel([text("never")])
+    events = await run(snapshot(tmp_path, agent), model)
+    (error,) = [e for e in events if isinstance(e, ErrorEvent)]
+    assert error.kind == "budget_exceeded" and "was not called" in error.message
+    assert model.requests == [] and not [e for e in events if isinstance(e, LLMCall)]
+
+
+async def test_the_project_budget_applies_to_every_agent(tmp_path: Path):
+    agent = AgentDecl(name="a", tools=["calculator"])
+    snap = snapshot(tmp_path, agent, budget={"max_tokens": 10_000})
+    events = await run(snap, ScriptedModel(steps()))
+    assert events[-1].status == "ok" and events[-1].usage.total_tokens == 1125
+    snap = snapshot(tmp_path, agent, budget={"max_tokens": 1_000})
+    events = await run(snap, ScriptedModel(steps()))
+    (error,) = [e for e in events if isinstance(e, ErrorEvent)]
+    assert error.kind == "budget_exceeded" and error.message.startswith("project budget")
+
+
+def priced_snapshot(root: Path, agent: AgentDecl, price: dict | None) -> Snapshot:
+    settings = ModelSettings(model="scripted:x", price=price)
+    snap = snapshot(root, agent)
+    return Snapshot(
+        root=snap.root, project=snap.project, agents=snap.agents, models={"general": settings}
+    )
+
+
+async def test_price_override_costs_every_call_and_limits_cost(tmp_path: Path):
+    price = {"input_per_mtok": 1000.0, "output_per_mtok": 2000.0}  # $0.001 / $0.002 a token
+    agent = AgentDecl(name="a", tools=["calculator"])
+    events = await run(priced_snapshot(tmp_path, agent, price), ScriptedModel(steps()))
+    calls = [e for e in events if isinstance(e, LLMCall)]
+    assert [c.usage.cost for c in calls] == pytest.approx([0.54, 0.61])
+    assert events[-1].usage.cost == pytest.approx(1.15)
+
+    capped = AgentDecl(name="a", tools=["calculator"], budget={"max_cost_usd": 1.0})
+    events = await run(priced_snapshot(tmp_path, capped, price), ScriptedModel(steps()))
+    (error,) = [e for e in events if isinstance(e, ErrorEvent)]
+    assert error.kind == "budget_exceeded" and "max_cost_usd 1.0" in error.message
+
+
+async def test_a_cost_budget_without_a_known_price_fails_closed(tmp_path: Path):
+    agent = AgentDecl(name="a", budget={"max_cost_usd": 5})
+    model = ScriptedModel([text("unmetered")])
+    events = await run(priced_snapshot(tmp_path, agent, None), model)
+    (error,) = [e for e in events if isinstance(e, ErrorEvent)]
+    assert error.kind == "budget_exceeded" and "price" in error.message
+    assert model.requests == []
+
+
+def test_declarations_are_validated():
+    with pytest.raises(ValidationError, match="max_tokens or max_cost_usd"):
+        AgentDecl(name="a", budget={})
+    with pytest.raises(ValidationError, match="max_tokns"):
+        AgentDecl(name="a", budget={"max_tokns": 3})  # a typo is never silently unlimited
+    with pytest.raises(ValidationError):
+        Project(budget={"max_cost_usd": -1})
+    with pytest.raises(ValidationError):
+        ModelSettings(model="x/y", price={"input_per_mtok": 1})
