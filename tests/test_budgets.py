@@ -113,3 +113,32 @@ def test_declarations_are_validated():
         Project(budget={"max_cost_usd": -1})
     with pytest.raises(ValidationError):
         ModelSettings(model="x/y", price={"input_per_mtok": 1})
+
+
+def test_over_http_a_budget_is_a_402_that_the_sdk_does_not_retry(tmp_path: Path):
+    """402 `insufficient_quota`, not 429: the OpenAI SDKs retry 429s, and each retry would be
+    a new run spending again. A run within budget reports `usage` as the SDKs read it."""
+    from openai import APIStatusError, OpenAI
+
+    from fim.build.reload import SnapshotHolder
+    from fim.server.app import create_app
+    from fim.testing.server import ServerThread
+
+    (tmp_path / "m.yaml").write_text('- text: "hi"\n' * 4)
+    model = ModelSettings(model="scripted:m.yaml")
+    tight = AgentDecl(name="tight", model=model, budget={"max_tokens": 5})
+    loose = AgentDecl(name="loose", model=model, budget={"max_tokens": 10_000})
+    project = Project(name="t", state=f"sqlite:///{tmp_path / 'state.db'}")
+    snap = Snapshot(root=tmp_path, project=project, agents={"tight": tight, "loose": loose})
+    with ServerThread(create_app(SnapshotHolder(snap))) as srv:
+        client = OpenAI(base_url=f"{srv.url}/v1", api_key="unused", max_retries=2)
+        hello = [{"role": "user", "content": "hello"}]
+        with pytest.raises(APIStatusError) as caught:
+            client.chat.completions.create(model="tight", messages=hello)
+        assert caught.value.status_code == 402
+        assert caught.value.body["code"] == "budget_exceeded"
+        assert caught.value.body["type"] == "insufficient_quota"
+        reply = client.chat.completions.create(model="loose", messages=hello)
+        usage = reply.usage
+        assert usage is not None and usage.prompt_tokens > 0 and usage.completion_tokens > 0
+        assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
