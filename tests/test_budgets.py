@@ -142,3 +142,17 @@ def test_over_http_a_budget_is_a_402_that_the_sdk_does_not_retry(tmp_path: Path)
         usage = reply.usage
         assert usage is not None and usage.prompt_tokens > 0 and usage.completion_tokens > 0
         assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+
+
+def test_fim_validate_points_at_a_bad_budget(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from fim.cli import app
+
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "a.yaml").write_text("instructions: hi\nbudget: {}\n")
+    (tmp_path / "fim.yaml").write_text("name: t\nbudget: {max_tokns: 3}\n")
+    result = CliRunner().invoke(app, ["validate", "--project", str(tmp_path)])
+    assert result.exit_code != 0
+    assert "fim.yaml:2:10: unknown key 'max_tokns' (did you mean 'max_tokens'?)" in result.output
+    assert "a.yaml:2:9: budget: a budget needs max_tokens or max_cost_usd" in result.output
