@@ -256,7 +256,11 @@ async def run_agent(
         events = observe_run(
             engine.run(input), agent=agent.name, run_id=ctx.run_id, snapshot=snapshot, depth=depth
         )
+        from fim.run.spend import Ledger
+
+        ledger = Ledger(services, agent.name, ctx.run_id)
         async for event in events:
+            await ledger.see(event)
             yield event
     finally:
         if own:

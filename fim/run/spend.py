@@ -39,8 +39,14 @@ class BudgetExceeded(RunError):
 
 def priced(usage: Usage, price: Price) -> Usage:
     """`usage` with its cost recomputed from a fim.yaml price (dollars per million tokens)."""
+    cached = min(usage.cached_tokens, usage.prompt_tokens)
+    cached_price = (
+        price.input_per_mtok if price.cached_input_per_mtok is None else price.cached_input_per_mtok
+    )
     cost = (
-        usage.prompt_tokens * price.input_per_mtok + usage.completion_tokens * price.output_per_mtok
+        (usage.prompt_tokens - cached) * price.input_per_mtok
+        + cached * cached_price
+        + usage.completion_tokens * price.output_per_mtok
     ) / 1_000_000
     return usage.model_copy(update={"cost": cost})
 
@@ -161,3 +167,40 @@ def metered(model: Model, snapshot: Any, agent: Any) -> Model:
     if not budgets and price is None:
         return model
     return MeteredModel(model, budgets, price)  # type: ignore[return-value]
+
+
+class Ledger:
+    """Watches a run's events and writes its usage to the state store when it finishes
+    (before `run_finished` is passed on, so a caller that stops reading there loses
+    nothing). A store that cannot be written is logged, never fails the run."""
+
+    def __init__(self, services: Any, agent: str, run_id: str) -> None:
+        self.services, self.agent, self.run_id = services, agent, run_id
+        self.calls = 0
+        self.model = ""
+
+    async def see(self, event: Any) -> None:
+        kind = getattr(event, "type", "")
+        if kind == "llm_call":
+            self.calls += 1
+            self.model = self.model or event.model
+        elif kind == "run_finished" and (self.calls or event.usage.total_tokens):
+            from fim.store import get_store
+            from fim.store.usage import record
+
+            try:
+                await record(
+                    get_store(self.services),
+                    run_id=self.run_id,
+                    agent=self.agent,
+                    model=self.model,
+                    status=event.status,
+                    calls=self.calls,
+                    usage=event.usage,
+                )
+            except Exception:  # accounting must not fail a run whose model calls are done
+                import logging
+
+                logging.getLogger("fim.usage").exception(
+                    "could not record the usage of run %s", self.run_id
+                )

@@ -487,10 +487,13 @@ def _model_ids(snapshot: Any) -> list[str]:
     return [*ids, AUTO] if len(ids) > 1 and AUTO not in ids else ids
 
 
-def _usage(final: RunFinished) -> dict[str, int]:
+def _usage(final: RunFinished) -> dict[str, Any]:
+    """OpenAI's `CompletionUsage`, as the SDKs parse it (cached tokens under
+    `prompt_tokens_details`)."""
     u = final.usage
     return {
         "prompt_tokens": u.prompt_tokens,
         "completion_tokens": u.completion_tokens,
         "total_tokens": u.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
     }

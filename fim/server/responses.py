@@ -72,6 +72,8 @@ class AgentDeclaration(_Out):
 class Usage(_Out):
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0
+    cost: float | None = Field(default=None, description="dollars, when the price is known")
 
 
 class RunResult(_Out):
