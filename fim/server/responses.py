@@ -137,6 +137,24 @@ class WorkflowRunResult(_Out):
     events: list[dict[str, Any]]
 
 
+class UsageRow(_Out):
+    day: str = Field(description="UTC date, YYYY-MM-DD")
+    agent: str
+    runs: int
+    calls: int = Field(description="model calls")
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    total_tokens: int
+    cost: float | None = Field(description="dollars; null when no run had a known price")
+    unpriced_runs: int = Field(description="runs whose model had no known price")
+
+
+class UsageReport(_Out):
+    since: str = Field(description="first UTC day included")
+    usage: list[UsageRow] = Field(description="newest day first")
+
+
 class ApprovalList(_Out):
     approvals: list[dict[str, Any]]
 
