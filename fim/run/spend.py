@@ -184,7 +184,13 @@ class Ledger:
         if kind == "llm_call":
             self.calls += 1
             self.model = self.model or event.model
-        elif kind == "run_finished" and (self.calls or event.usage.total_tokens):
+        elif (
+            kind == "run_finished"
+            and (self.calls or event.usage.total_tokens)
+            # a bare Services() (library use, tests) names no project whose store it is;
+            # every fim surface passes the project root
+            and getattr(self.services, "root", None) is not None
+        ):
             from fim.store import get_store
             from fim.store.usage import record
 
