@@ -105,7 +105,7 @@ async def test_a_cost_budget_without_a_known_price_fails_closed(tmp_path: Path):
 
 
 def test_declarations_are_validated():
-    with pytest.raises(ValidationError, match="max_tokens or max_cost_usd"):
+    with pytest.raises(ValidationError, match="a budget needs max_tokens, max_cost_usd"):
         AgentDecl(name="a", budget={})
     with pytest.raises(ValidationError, match="max_tokns"):
         AgentDecl(name="a", budget={"max_tokns": 3})  # a typo is never silently unlimited
@@ -155,4 +155,26 @@ def test_fim_validate_points_at_a_bad_budget(tmp_path: Path):
     result = CliRunner().invoke(app, ["validate", "--project", str(tmp_path)])
     assert result.exit_code != 0
     assert "fim.yaml:2:10: unknown key 'max_tokns' (did you mean 'max_tokens'?)" in result.output
-    assert "a.yaml:2:9: budget: a budget needs max_tokens or max_cost_usd" in result.output
+    assert "a.yaml:2:9: budget: a budget needs max_tokens, max_cost_usd" in result.output
+
+
+async def test_a_daily_budget_counts_the_runs_already_recorded_today(tmp_path: Path):
+    """Each run is within its own limit; the day's total (the store's rows plus the run in
+    progress) is what stops the third one, before its model is called."""
+    agent = AgentDecl(name="a", budget={"max_tokens_per_day": 1215})
+    snap = snapshot(tmp_path, agent)
+    for _ in range(2):  # 2 x 605 = 1210 recorded today
+        events = await run(snap, ScriptedModel([spent(text("ok"), 600, 5)]))
+        assert events[-1].status == "ok"
+    model = ScriptedModel([spent(text("ok"), 600, 5)])
+    events = await run(snap, model)
+    (error,) = [e for e in events if isinstance(e, ErrorEvent)]
+    assert error.kind == "budget_exceeded" and "max_tokens_per_day 1215" in error.message
+    assert "1210 tokens spent" in error.message and "was not called" in error.message
+    assert model.requests == []
+    # another agent's spend counts toward the project's daily budget, not this agent's
+    other = AgentDecl(name="a", budget={"max_tokens_per_day": 10_000})
+    fresh = snapshot(tmp_path, other, budget={"max_cost_usd_per_day": 1.0})
+    events = await run(fresh, ScriptedModel([spent(text("ok"), 600, 5)]))
+    (error,) = [e for e in events if isinstance(e, ErrorEvent)]
+    assert error.message.startswith("project budget (today, UTC) sets a cost limit")

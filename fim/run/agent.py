@@ -152,7 +152,7 @@ async def make_engine(
         model = make_model(snapshot.model_settings(agent.model), snapshot.root)
     if overrides is not None and overrides.wraps_model():
         model = OverriddenModel(model, overrides)
-    model = metered(model, snapshot, agent)
+    model = metered(model, snapshot, agent, ctx.services)
     contract = (overrides.output if overrides else None) or output_contract(
         snapshot, agent.output_schema
     )

@@ -12,6 +12,7 @@ price is unknown fails closed: the call is refused, never made unmetered.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -59,8 +60,12 @@ class MeteredModel:
         inner: Model,
         budgets: Sequence[tuple[str, Budget]],
         price: Price | None = None,
+        *,
+        services: Any = None,
+        agent: str = "",
     ) -> None:
         self.inner = inner
+        self.services, self.agent = services, agent
         self.name = getattr(inner, "name", "")
         self.provider = getattr(inner, "provider", "")
         self.budgets = list(budgets)
@@ -77,58 +82,94 @@ class MeteredModel:
 
         return catalog.cost(self.name, Usage(prompt_tokens=tokens))
 
-    def _before(self, messages: list[Message], tools: list[ToolSpec] | None) -> None:
+    async def _limits(self) -> list[tuple[str, str, int | None, float | None, Usage]]:
+        """(label, max tokens, max dollars, spent so far) of every limit: the run's own
+        spend, and for daily limits what finished runs spent today plus this run."""
+        out: list[tuple[str, str, int | None, float | None, Usage]] = []
+        for owner, budget in self.budgets:
+            if budget.max_tokens is not None or budget.max_cost_usd is not None:
+                out.append(
+                    (
+                        f"{owner} budget (this run)",
+                        "",
+                        budget.max_tokens,
+                        budget.max_cost_usd,
+                        self.spent,
+                    )
+                )
+            if budget.daily:
+                today = await self._today(owner)
+                out.append(
+                    (
+                        f"{owner} budget (today, UTC)",
+                        "_per_day",
+                        budget.max_tokens_per_day,
+                        budget.max_cost_usd_per_day,
+                        today + self.spent,
+                    )
+                )
+        return out
+
+    async def _today(self, owner: str) -> Usage:
+        from fim.store import get_store
+        from fim.store.usage import spent, utc_day
+
+        if self.services is None or getattr(self.services, "root", None) is None:
+            raise BudgetExceeded(
+                f"{owner} budget has a daily limit but this run has no state store to count "
+                "the day in; the model was not called"
+            )
+        agent = None if owner == "project" else self.agent
+        return await spent(get_store(self.services), utc_day(time.time()), agent)
+
+    async def _before(self, messages: list[Message], tools: list[ToolSpec] | None) -> None:
         from fim.run.tokens import count_messages
 
         estimate = count_messages(messages, tools, self.name)
-        for owner, budget in self.budgets:
-            if budget.max_tokens is not None:
-                would = self.spent.total_tokens + estimate
-                if would > budget.max_tokens:
-                    raise BudgetExceeded(
-                        f"{owner} budget: this run has spent {self.spent.total_tokens} tokens and "
-                        f"the next prompt is about {estimate}, above max_tokens "
-                        f"{budget.max_tokens}; the model was not called"
-                    )
-            if budget.max_cost_usd is not None:
+        for label, per, max_tokens, max_cost, so_far in await self._limits():
+            if max_tokens is not None and so_far.total_tokens + estimate > max_tokens:
+                raise BudgetExceeded(
+                    f"{label}: {so_far.total_tokens} tokens spent and the next prompt is about "
+                    f"{estimate}, above max_tokens{per} {max_tokens}; the model was not called"
+                )
+            if max_cost is not None:
                 cost = self._estimate_cost(estimate)
                 if cost is None:
                     raise BudgetExceeded(
-                        f"{owner} budget sets max_cost_usd but the price of model "
-                        f"'{self.name}' is unknown; the model was not called "
-                        "(set `price:` on the model in fim.yaml)"
+                        f"{label} sets a cost limit but the price of model '{self.name}' is "
+                        "unknown; the model was not called (set `price:` on the model in fim.yaml)"
                     )
-                if (self.spent.cost or 0.0) + cost > budget.max_cost_usd:
+                if (so_far.cost or 0.0) + cost > max_cost:
                     raise BudgetExceeded(
-                        f"{owner} budget: this run has spent ${self.spent.cost or 0.0:.6f} and the "
-                        f"next prompt costs about ${cost:.6f}, above max_cost_usd "
-                        f"{budget.max_cost_usd}; the model was not called"
+                        f"{label}: ${so_far.cost or 0.0:.6f} spent and the next prompt costs "
+                        f"about ${cost:.6f}, above max_cost_usd{per} {max_cost}; "
+                        "the model was not called"
                     )
 
-    def _after(self, response: ModelResponse) -> ModelResponse:
+    async def _after(self, response: ModelResponse) -> ModelResponse:
         usage = response.usage
         if self.price is not None:
             usage = priced(usage, self.price)
             response = response.model_copy(update={"usage": usage})
         self.spent = self.spent + usage
-        for owner, budget in self.budgets:
-            if budget.max_tokens is not None and self.spent.total_tokens > budget.max_tokens:
+        for label, per, max_tokens, max_cost, so_far in await self._limits():
+            if max_tokens is not None and so_far.total_tokens > max_tokens:
                 raise BudgetExceeded(
-                    f"{owner} budget: this run spent {self.spent.total_tokens} tokens, above "
-                    f"max_tokens {budget.max_tokens}",
+                    f"{label}: {so_far.total_tokens} tokens spent, "
+                    f"above max_tokens{per} {max_tokens}",
                     usage,
                 )
-            if budget.max_cost_usd is not None:
+            if max_cost is not None:
                 if usage.total_tokens and usage.cost is None:
                     raise BudgetExceeded(
-                        f"{owner} budget sets max_cost_usd but model '{self.name}' reported no "
-                        "price for its call (set `price:` on the model in fim.yaml)",
+                        f"{label} sets a cost limit but model '{self.name}' reported no price "
+                        "for its call (set `price:` on the model in fim.yaml)",
                         usage,
                     )
-                if (self.spent.cost or 0.0) > budget.max_cost_usd:
+                if (so_far.cost or 0.0) > max_cost:
                     raise BudgetExceeded(
-                        f"{owner} budget: this run spent ${self.spent.cost or 0.0:.6f}, above "
-                        f"max_cost_usd {budget.max_cost_usd}",
+                        f"{label}: ${so_far.cost or 0.0:.6f} spent, "
+                        f"above max_cost_usd{per} {max_cost}",
                         usage,
                     )
         return response
@@ -136,20 +177,20 @@ class MeteredModel:
     async def complete(
         self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
     ) -> ModelResponse:
-        self._before(messages, tools)
-        return self._after(await self.inner.complete(messages, tools, **options))
+        await self._before(messages, tools)
+        return await self._after(await self.inner.complete(messages, tools, **options))
 
     async def stream(
         self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
     ) -> AsyncIterator[TextDelta | ModelResponse]:
         from fim.types import ModelResponse
 
-        self._before(messages, tools)
+        await self._before(messages, tools)
         async for item in self.inner.stream(messages, tools, **options):
-            yield self._after(item) if isinstance(item, ModelResponse) else item
+            yield await self._after(item) if isinstance(item, ModelResponse) else item
 
 
-def metered(model: Model, snapshot: Any, agent: Any) -> Model:
+def metered(model: Model, snapshot: Any, agent: Any, services: Any = None) -> Model:
     """`model` wrapped when a price override or a budget applies to this agent's runs;
     unchanged (no cost per call) otherwise."""
     budgets = [
@@ -166,7 +207,9 @@ def metered(model: Model, snapshot: Any, agent: Any) -> Model:
         price = None
     if not budgets and price is None:
         return model
-    return MeteredModel(model, budgets, price)  # type: ignore[return-value]
+    return MeteredModel(  # type: ignore[return-value]
+        model, budgets, price, services=services, agent=agent.name
+    )
 
 
 class Ledger:

@@ -93,3 +93,27 @@ async def summary(
             }
         )
     return out
+
+
+async def spent(store: Store, day: str, agent: str | None = None) -> Usage:
+    """What finished runs spent on `day` (of one agent, or of all): daily budgets."""
+    from sqlalchemy import func, select
+
+    from fim.types import Usage
+
+    usage = table("usage")
+    query = select(
+        func.sum(usage.c.prompt_tokens),
+        func.sum(usage.c.completion_tokens),
+        func.sum(usage.c.cached_tokens),
+        func.sum(usage.c.cost),
+    ).where(usage.c.day == day)
+    if agent is not None:
+        query = query.where(usage.c.agent == agent)
+    row = await store._tx(lambda conn: conn.execute(query).one())
+    return Usage(
+        prompt_tokens=int(row[0] or 0),
+        completion_tokens=int(row[1] or 0),
+        cached_tokens=int(row[2] or 0),
+        cost=None if row[3] is None else float(row[3]),
+    )

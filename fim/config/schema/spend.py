@@ -31,9 +31,24 @@ class Budget(Strict):
     """Prompt plus completion tokens one run may spend across all its model calls."""
     max_cost_usd: float | None = Field(default=None, gt=0)
     """Dollars one run may spend across all its model calls."""
+    max_tokens_per_day: int | None = Field(default=None, ge=1)
+    """Tokens all runs (of this agent; for the project's budget, of every agent) may spend
+    per UTC day, as recorded in the state store plus the run in progress."""
+    max_cost_usd_per_day: float | None = Field(default=None, gt=0)
+    """Dollars all runs (of this agent, or of the project) may spend per UTC day."""
 
     @model_validator(mode="after")
     def _something(self) -> Budget:
-        if self.max_tokens is None and self.max_cost_usd is None:
-            raise ValueError("a budget needs max_tokens or max_cost_usd")
+        if not self.limits():
+            raise ValueError(
+                "a budget needs max_tokens, max_cost_usd, max_tokens_per_day or "
+                "max_cost_usd_per_day"
+            )
         return self
+
+    def limits(self) -> list[str]:
+        return [k for k, v in self.model_dump().items() if v is not None]
+
+    @property
+    def daily(self) -> bool:
+        return self.max_tokens_per_day is not None or self.max_cost_usd_per_day is not None
