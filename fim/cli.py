@@ -31,6 +31,7 @@ COMMAND_MODULES: list[str] = [
     "fim.commands.approvals",
     "fim.commands.mcp",
     "fim.commands.connector",
+    "fim.commands.usage",
 ]
 """Modules whose `register(app)` adds commands, in help order."""
 

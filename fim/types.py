@@ -56,6 +56,8 @@ class Usage(_Model):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost: float | None = None
+    cached_tokens: int = 0
+    """Prompt tokens the provider served from its cache (counted in `prompt_tokens` too)."""
 
     @property
     def total_tokens(self) -> int:
@@ -71,6 +73,7 @@ class Usage(_Model):
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
             cost=cost,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
         )
 
 

@@ -142,6 +142,9 @@ def resolve_loc(root: Any, loc: tuple[Any, ...]) -> tuple[Path_, Any, bool]:
 
 def _field_names(model: Any) -> list[str]:
     model = _unwrap(model)
+    if _is_union(model):  # `Budget | None`: the keys of the model that may be there
+        members = [m for m in typing.get_args(model) if m is not type(None)]
+        model = _unwrap(members[0]) if len(members) == 1 else None
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
         return []
     return [info.alias or name for name, info in model.model_fields.items()]

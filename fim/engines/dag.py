@@ -178,7 +178,8 @@ class DagEngine:
                 else:
                     yield piece
         except FimError as exc:
-            yield ErrorEvent(run_id=base.run_id, message=base.mask(str(exc)), kind="model_error")
+            kind = getattr(exc, "kind", "model_error")  # budget_exceeded (fim.run.spend)
+            yield ErrorEvent(run_id=base.run_id, message=base.mask(str(exc)), kind=kind)
             yield self._finish(f"Model error: {exc}", "error", started)
             return
         yield MessageEvent(run_id=base.run_id, content=base.mask(answer))

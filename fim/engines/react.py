@@ -181,9 +181,9 @@ class ReactEngine:
                 else:
                     response = await self.model.complete(messages, self.registry.specs() or None)
             except FimError as exc:
-                yield ErrorEvent(
-                    run_id=self.run_id, message=self.mask(str(exc)), kind="model_error"
-                )
+                usage = usage + getattr(exc, "usage", Usage())  # a call spent, then refused
+                kind = getattr(exc, "kind", "model_error")  # budget_exceeded (fim.run.spend)
+                yield ErrorEvent(run_id=self.run_id, message=self.mask(str(exc)), kind=kind)
                 yield finish(f"Model error: {exc}", "error", iteration)
                 return
             usage = usage + response.usage

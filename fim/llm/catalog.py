@@ -56,7 +56,15 @@ def cost(model: str, usage: Usage) -> float | None:
     completion_price = info.get("output_cost_per_token")
     if not isinstance(prompt_price, int | float) or not isinstance(completion_price, int | float):
         return None
-    return usage.prompt_tokens * prompt_price + usage.completion_tokens * completion_price
+    cached_price = info.get("cache_read_input_token_cost")
+    if not isinstance(cached_price, int | float):
+        cached_price = prompt_price
+    cached = min(usage.cached_tokens, usage.prompt_tokens)
+    return (
+        (usage.prompt_tokens - cached) * prompt_price
+        + cached * cached_price
+        + usage.completion_tokens * completion_price
+    )
 
 
 def context_window(model: str) -> int | None:

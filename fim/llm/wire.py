@@ -130,6 +130,7 @@ def parse_usage(usage: Any) -> Usage:
     return Usage(
         prompt_tokens=int(_get(usage, "prompt_tokens") or 0),
         completion_tokens=int(_get(usage, "completion_tokens") or 0),
+        cached_tokens=int(_get(_get(usage, "prompt_tokens_details"), "cached_tokens") or 0),
     )
 
 

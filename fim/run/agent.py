@@ -137,6 +137,7 @@ async def make_engine(
     from fim.engines.react import NoHooks, ReactEngine
     from fim.llm import make_model
     from fim.run.overrides import OverriddenModel, output_contract
+    from fim.run.spend import metered
 
     snapshot, agent = ctx.snapshot, ctx.agent
     if ctx.depth > snapshot.project.max_depth:
@@ -151,6 +152,7 @@ async def make_engine(
         model = make_model(snapshot.model_settings(agent.model), snapshot.root)
     if overrides is not None and overrides.wraps_model():
         model = OverriddenModel(model, overrides)
+    model = metered(model, snapshot, agent, ctx.services)
     contract = (overrides.output if overrides else None) or output_contract(
         snapshot, agent.output_schema
     )
@@ -254,7 +256,11 @@ async def run_agent(
         events = observe_run(
             engine.run(input), agent=agent.name, run_id=ctx.run_id, snapshot=snapshot, depth=depth
         )
+        from fim.run.spend import Ledger
+
+        ledger = Ledger(services, agent.name, ctx.run_id)
         async for event in events:
+            await ledger.see(event)
             yield event
     finally:
         if own:

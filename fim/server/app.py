@@ -40,6 +40,7 @@ from fim.server.http import (
 from fim.server.interop import interop_routes
 from fim.server.routes import approval_routes, workflow_routes
 from fim.server.sessions import UnknownSession, known_agent
+from fim.server.usage_routes import usage_routes
 from fim.types import Message
 
 if TYPE_CHECKING:
@@ -382,6 +383,7 @@ def create_app(holder: SnapshotHolder, services: Services | None = None) -> Star
         *workflow_routes(api),
         *approval_routes(api),
         *interop_routes(api),
+        *usage_routes(api),
     ]
     from fim.observe.http import TraceContext
 

@@ -459,6 +459,15 @@ def error_object(problem: tuple[str, str]) -> tuple[int, dict[str, Any]]:
     """HTTP status and OpenAI error object for a failed run: a model that failed upstream
     (unreachable, rejected the key, timed out) is 502 Bad Gateway, anything else 500."""
     kind, message = problem
+    if kind == "budget_exceeded":  # 402, not 429: the OpenAI SDKs retry 429s, re-spending
+        return 402, {
+            "error": {
+                "message": message,
+                "type": "insufficient_quota",
+                "param": None,
+                "code": kind,
+            }
+        }
     upstream = kind in UPSTREAM_KINDS
     return (502 if upstream else 500), {
         "error": {
@@ -478,10 +487,13 @@ def _model_ids(snapshot: Any) -> list[str]:
     return [*ids, AUTO] if len(ids) > 1 and AUTO not in ids else ids
 
 
-def _usage(final: RunFinished) -> dict[str, int]:
+def _usage(final: RunFinished) -> dict[str, Any]:
+    """OpenAI's `CompletionUsage`, as the SDKs parse it (cached tokens under
+    `prompt_tokens_details`)."""
     u = final.usage
     return {
         "prompt_tokens": u.prompt_tokens,
         "completion_tokens": u.completion_tokens,
         "total_tokens": u.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
     }

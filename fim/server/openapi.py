@@ -145,6 +145,16 @@ class JsonRpcRequest(BaseModel):
 
 OPERATIONS.update(
     {
+        ("GET", "/v1/usage"): Op(
+            "Tokens and cost per UTC day and agent, from the state store",
+            "status",
+            r.UsageReport,
+            query={
+                "days": {"type": "integer", "minimum": 1, "maximum": 36500, "default": 7},
+                "agent": {"type": "string"},
+            },
+            errors=(400,),
+        ),
         ("GET", "/metrics"): Op(
             "Prometheus metrics (text exposition format): runs, latencies, tokens, tool "
             "calls, hook blocks, reloads, active runs",

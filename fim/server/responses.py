@@ -72,6 +72,8 @@ class AgentDeclaration(_Out):
 class Usage(_Out):
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0
+    cost: float | None = Field(default=None, description="dollars, when the price is known")
 
 
 class RunResult(_Out):
@@ -133,6 +135,24 @@ class WorkflowRunResult(_Out):
     status: str | None
     outputs: dict[str, Any]
     events: list[dict[str, Any]]
+
+
+class UsageRow(_Out):
+    day: str = Field(description="UTC date, YYYY-MM-DD")
+    agent: str
+    runs: int
+    calls: int = Field(description="model calls")
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    total_tokens: int
+    cost: float | None = Field(description="dollars; null when no run had a known price")
+    unpriced_runs: int = Field(description="runs whose model had no known price")
+
+
+class UsageReport(_Out):
+    since: str = Field(description="first UTC day included")
+    usage: list[UsageRow] = Field(description="newest day first")
 
 
 class ApprovalList(_Out):

@@ -102,6 +102,22 @@ def schema() -> tuple[MetaData, dict[str, Table]]:
                 Column("duration_ms", Float),
                 Column("detail", Text),
             ),
+            "usage": Table(  # one row per agent run: `fim usage`, GET /v1/usage
+                "fim_usage",
+                meta,
+                Column("id", Integer, primary_key=True, autoincrement=True),
+                Column("ts", Float, nullable=False),
+                Column("day", String(10), nullable=False, index=True),
+                Column("run_id", String(64), nullable=False),
+                Column("agent", String(200), nullable=False, index=True),
+                Column("model", String(200), nullable=False),
+                Column("status", String(16), nullable=False),
+                Column("calls", Integer, nullable=False),
+                Column("prompt_tokens", Integer, nullable=False),
+                Column("completion_tokens", Integer, nullable=False),
+                Column("cached_tokens", Integer, nullable=False),
+                Column("cost", Float),
+            ),
             "sessions": Table(  # agent conversations, shared by every replica
                 "fim_sessions",
                 meta,
@@ -131,5 +147,9 @@ def _migration_2(conn: Connection) -> None:
     table("sessions").create(conn, checkfirst=True)
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_migration_1, _migration_2]
+def _migration_3(conn: Connection) -> None:
+    table("usage").create(conn, checkfirst=True)
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_migration_1, _migration_2, _migration_3]
 """Applied in order; migration N brings the schema to version N. Append, never edit."""

@@ -8,6 +8,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from fim.config.schema.base import Strict
 from fim.config.schema.project import ModelRef, ToolModes, ToolSelection
+from fim.config.schema.spend import Budget
 
 
 class HookSpec(Strict):
@@ -128,6 +129,8 @@ class AgentDecl(Strict):
     they are sent to the model provider; a `notice` event says when it happened."""
     context_budget: int | None = None
     """Token budget of the conversation; defaults to the model's context window."""
+    budget: Budget | None = None
+    """Spend limit of one run of this agent (`max_tokens`, `max_cost_usd`)."""
     max_replans: int = Field(default=3, ge=0)
     """DAG engine: re-planning rounds."""
     output_schema: dict[str, Any] | str | None = None

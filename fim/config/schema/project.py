@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Discriminator, Field, Tag
 
 from fim.config.schema.base import Strict
+from fim.config.schema.spend import Budget, Price
 
 
 class ModelSettings(Strict):
@@ -30,6 +31,8 @@ class ModelSettings(Strict):
     """Tokens the model accepts; defaults to what litellm knows of the model."""
     extra: dict[str, Any] = Field(default_factory=dict)
     """Provider-specific keyword arguments passed through unchanged."""
+    price: Price | None = None
+    """Dollars per million tokens, overriding litellm's price table for this model."""
 
 
 ModelRef = str | ModelSettings
@@ -179,3 +182,5 @@ class Project(Strict):
     """Project-wide read-only: `readonly_guard` blocks writes for every agent."""
     max_depth: int = 5
     """Cap on nested agent/workflow calls."""
+    budget: Budget | None = None
+    """Spend limit of every run of every agent (an agent's own `budget` applies too)."""

@@ -1,0 +1,255 @@
+"""The one place a run's spend is priced and limited: `MeteredModel` wraps the run's model
+(built in `fim.run.agent.make_engine`, like the eval cassette wrappers), so no engine knows
+about budgets.
+
+Before each call it estimates the prompt with `fim.run.tokens` and refuses the call when
+what the run already spent plus that estimate would pass a limit; after the call it adds the
+provider's count and stops the run when a limit is passed. Both raise `BudgetExceeded`,
+which the engines report as an error event of kind `budget_exceeded` (over HTTP a 402, so
+the OpenAI SDKs do not retry it the way they retry 429s). A cost limit on a model whose
+price is unknown fails closed: the call is refused, never made unmetered.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from fim.errors import RunError
+from fim.types import Usage
+
+if TYPE_CHECKING:
+    from fim.config.schema import Budget, Price
+    from fim.llm import Model
+    from fim.types import Message, ModelResponse, TextDelta, ToolSpec
+
+
+class BudgetExceeded(RunError):
+    """A run passed one of its spend limits; `usage` is what the refused call spent (zero
+    when it was refused before being made)."""
+
+    kind = "budget_exceeded"
+
+    def __init__(self, message: str, usage: Usage | None = None) -> None:
+        super().__init__(
+            message, hint="raise `budget:` in the agent file or fim.yaml if this is expected"
+        )
+        self.usage = usage or Usage()
+
+
+def priced(usage: Usage, price: Price) -> Usage:
+    """`usage` with its cost recomputed from a fim.yaml price (dollars per million tokens)."""
+    cached = min(usage.cached_tokens, usage.prompt_tokens)
+    cached_price = (
+        price.input_per_mtok if price.cached_input_per_mtok is None else price.cached_input_per_mtok
+    )
+    cost = (
+        (usage.prompt_tokens - cached) * price.input_per_mtok
+        + cached * cached_price
+        + usage.completion_tokens * price.output_per_mtok
+    ) / 1_000_000
+    return usage.model_copy(update={"cost": cost})
+
+
+class MeteredModel:
+    """The run's model, priced by the fim.yaml override and held to its budgets."""
+
+    def __init__(
+        self,
+        inner: Model,
+        budgets: Sequence[tuple[str, Budget]],
+        price: Price | None = None,
+        *,
+        services: Any = None,
+        agent: str = "",
+    ) -> None:
+        self.inner = inner
+        self.services, self.agent = services, agent
+        self.name = getattr(inner, "name", "")
+        self.provider = getattr(inner, "provider", "")
+        self.budgets = list(budgets)
+        self.price = price
+        self.spent = Usage()
+
+    def __getattr__(self, name: str) -> Any:  # settings, context_window ... of the inner model
+        return getattr(self.inner, name)
+
+    def _estimate_cost(self, tokens: int) -> float | None:
+        if self.price is not None:
+            return tokens * self.price.input_per_mtok / 1_000_000
+        from fim.llm import catalog
+
+        return catalog.cost(self.name, Usage(prompt_tokens=tokens))
+
+    async def _limits(self) -> list[tuple[str, str, int | None, float | None, Usage]]:
+        """(label, max tokens, max dollars, spent so far) of every limit: the run's own
+        spend, and for daily limits what finished runs spent today plus this run."""
+        out: list[tuple[str, str, int | None, float | None, Usage]] = []
+        for owner, budget in self.budgets:
+            if budget.max_tokens is not None or budget.max_cost_usd is not None:
+                out.append(
+                    (
+                        f"{owner} budget (this run)",
+                        "",
+                        budget.max_tokens,
+                        budget.max_cost_usd,
+                        self.spent,
+                    )
+                )
+            if budget.daily:
+                today = await self._today(owner)
+                out.append(
+                    (
+                        f"{owner} budget (today, UTC)",
+                        "_per_day",
+                        budget.max_tokens_per_day,
+                        budget.max_cost_usd_per_day,
+                        today + self.spent,
+                    )
+                )
+        return out
+
+    async def _today(self, owner: str) -> Usage:
+        from fim.store import get_store
+        from fim.store.usage import spent, utc_day
+
+        if self.services is None or getattr(self.services, "root", None) is None:
+            raise BudgetExceeded(
+                f"{owner} budget has a daily limit but this run has no state store to count "
+                "the day in; the model was not called"
+            )
+        agent = None if owner == "project" else self.agent
+        return await spent(get_store(self.services), utc_day(time.time()), agent)
+
+    async def _before(self, messages: list[Message], tools: list[ToolSpec] | None) -> None:
+        from fim.run.tokens import count_messages
+
+        estimate = count_messages(messages, tools, self.name)
+        for label, per, max_tokens, max_cost, so_far in await self._limits():
+            if max_tokens is not None and so_far.total_tokens + estimate > max_tokens:
+                raise BudgetExceeded(
+                    f"{label}: {so_far.total_tokens} tokens spent and the next prompt is about "
+                    f"{estimate}, above max_tokens{per} {max_tokens}; the model was not called"
+                )
+            if max_cost is not None:
+                cost = self._estimate_cost(estimate)
+                if cost is None:
+                    raise BudgetExceeded(
+                        f"{label} sets a cost limit but the price of model '{self.name}' is "
+                        "unknown; the model was not called (set `price:` on the model in fim.yaml)"
+                    )
+                if (so_far.cost or 0.0) + cost > max_cost:
+                    raise BudgetExceeded(
+                        f"{label}: ${so_far.cost or 0.0:.6f} spent and the next prompt costs "
+                        f"about ${cost:.6f}, above max_cost_usd{per} {max_cost}; "
+                        "the model was not called"
+                    )
+
+    async def _after(self, response: ModelResponse) -> ModelResponse:
+        usage = response.usage
+        if self.price is not None:
+            usage = priced(usage, self.price)
+            response = response.model_copy(update={"usage": usage})
+        self.spent = self.spent + usage
+        for label, per, max_tokens, max_cost, so_far in await self._limits():
+            if max_tokens is not None and so_far.total_tokens > max_tokens:
+                raise BudgetExceeded(
+                    f"{label}: {so_far.total_tokens} tokens spent, "
+                    f"above max_tokens{per} {max_tokens}",
+                    usage,
+                )
+            if max_cost is not None:
+                if usage.total_tokens and usage.cost is None:
+                    raise BudgetExceeded(
+                        f"{label} sets a cost limit but model '{self.name}' reported no price "
+                        "for its call (set `price:` on the model in fim.yaml)",
+                        usage,
+                    )
+                if (so_far.cost or 0.0) > max_cost:
+                    raise BudgetExceeded(
+                        f"{label}: ${so_far.cost or 0.0:.6f} spent, "
+                        f"above max_cost_usd{per} {max_cost}",
+                        usage,
+                    )
+        return response
+
+    async def complete(
+        self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
+    ) -> ModelResponse:
+        await self._before(messages, tools)
+        return await self._after(await self.inner.complete(messages, tools, **options))
+
+    async def stream(
+        self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
+    ) -> AsyncIterator[TextDelta | ModelResponse]:
+        from fim.types import ModelResponse
+
+        await self._before(messages, tools)
+        async for item in self.inner.stream(messages, tools, **options):
+            yield await self._after(item) if isinstance(item, ModelResponse) else item
+
+
+def metered(model: Model, snapshot: Any, agent: Any, services: Any = None) -> Model:
+    """`model` wrapped when a price override or a budget applies to this agent's runs;
+    unchanged (no cost per call) otherwise."""
+    budgets = [
+        (owner, budget)
+        for owner, budget in (
+            (f"agent '{agent.name}'", agent.budget),
+            ("project", snapshot.project.budget),
+        )
+        if budget is not None
+    ]
+    try:
+        price = snapshot.model_settings(agent.model).price
+    except RunError:  # a model handed in by the caller for a role fim.yaml lacks
+        price = None
+    if not budgets and price is None:
+        return model
+    return MeteredModel(  # type: ignore[return-value]
+        model, budgets, price, services=services, agent=agent.name
+    )
+
+
+class Ledger:
+    """Watches a run's events and writes its usage to the state store when it finishes
+    (before `run_finished` is passed on, so a caller that stops reading there loses
+    nothing). A store that cannot be written is logged, never fails the run."""
+
+    def __init__(self, services: Any, agent: str, run_id: str) -> None:
+        self.services, self.agent, self.run_id = services, agent, run_id
+        self.calls = 0
+        self.model = ""
+
+    async def see(self, event: Any) -> None:
+        kind = getattr(event, "type", "")
+        if kind == "llm_call":
+            self.calls += 1
+            self.model = self.model or event.model
+        elif (
+            kind == "run_finished"
+            and (self.calls or event.usage.total_tokens)
+            # a bare Services() (library use, tests) names no project whose store it is;
+            # every fim surface passes the project root
+            and getattr(self.services, "root", None) is not None
+        ):
+            from fim.store import get_store
+            from fim.store.usage import record
+
+            try:
+                await record(
+                    get_store(self.services),
+                    run_id=self.run_id,
+                    agent=self.agent,
+                    model=self.model,
+                    status=event.status,
+                    calls=self.calls,
+                    usage=event.usage,
+                )
+            except Exception:  # accounting must not fail a run whose model calls are done
+                import logging
+
+                logging.getLogger("fim.usage").exception(
+                    "could not record the usage of run %s", self.run_id
+                )

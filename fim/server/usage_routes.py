@@ -1,0 +1,40 @@
+"""`GET /v1/usage`: tokens and cost per UTC day and agent from the state store (what `fim
+usage` prints), for dashboards and chargeback."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from fim.server.http import JSONResponse
+
+if TYPE_CHECKING:
+    from fim.server.app import Api
+
+MAX_DAYS = 36500
+
+
+def usage_routes(api: Api) -> list[Route]:
+    async def usage(request: Request) -> Response:
+        from fim.server.http import error
+        from fim.store import get_store
+        from fim.store.usage import summary
+
+        raw = request.query_params.get("days", "7")
+        if not raw.isdigit() or not 1 <= int(raw) <= MAX_DAYS:
+            return error(
+                400,
+                f"days: expected a whole number from 1 to {MAX_DAYS}, got {raw[:40]!r}",
+                param="days",
+            )
+        days = int(raw)
+        agent = request.query_params.get("agent") or None
+        since = (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=days - 1)).isoformat()
+        rows = await summary(get_store(api.services), since=since, agent=agent)
+        return JSONResponse({"since": since, "usage": rows})
+
+    return [Route("/v1/usage", usage)]
