@@ -32,6 +32,7 @@ COMMAND_MODULES: list[str] = [
     "fim.commands.mcp",
     "fim.commands.connector",
     "fim.commands.usage",
+    "fim.commands.worker",
 ]
 """Modules whose `register(app)` adds commands, in help order."""
 

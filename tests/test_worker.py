@@ -1,0 +1,129 @@
+"""Two `fim worker` processes on one PostgreSQL state store: the worker holding a run is
+SIGKILLed while its second node blocks; procrastinate's stalled-job retry hands the run to
+the other worker, which finishes it without running the first node again. (The test tools
+replace two builtins by name: `--tools` overrides, and the project still compiles.)"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+WORKFLOW = """\
+description: A side effect, then a node that blocks on the first worker only
+nodes:
+  mark: {type: tool, tool: text_utils, args: {name: first}}
+  wait:
+    type: tool
+    tool: datetime
+    needs: [mark]
+outputs:
+  done: "{{ nodes.wait.output }}"
+"""
+
+TOOLS = """\
+import os, time
+from pathlib import Path
+from fim.tools.base import FunctionTool
+
+LOG = Path(os.environ["FIM_TEST_SIDE_EFFECTS"])
+
+def tools():
+    async def mark(name: str = "") -> str:
+        with LOG.open("a") as f:
+            f.write(f"{name} {os.getpid()}\\n")
+        return "marked"
+
+    async def block() -> str:
+        pid_file = LOG.with_suffix(".blocking")
+        if not pid_file.exists():  # the first worker to get here blocks until killed
+            pid_file.write_text(str(os.getpid()))
+            import asyncio
+            await asyncio.sleep(3600)
+        return "finished by " + str(os.getpid())
+
+    return [
+        FunctionTool("text_utils", "append a line", {"type": "object"}, mark, category="testing"),
+        FunctionTool("datetime", "block once", {"type": "object"}, block, category="testing"),
+    ]
+"""
+
+
+def until(check, timeout: float = 20.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        result = check()
+        if result:
+            return result
+        time.sleep(0.1)
+    raise AssertionError("timed out")
+
+
+def test_a_killed_workers_run_is_finished_by_another_without_rerunning_nodes(
+    tmp_path: Path, pg_database
+):
+    db = pg_database("")
+    root = tmp_path / "p"
+    (root / "workflows").mkdir(parents=True)
+    (root / "fim.yaml").write_text(f'name: workers\nstate: "{db.owner_url}"\n')
+    (root / "workflows" / "twostep.yaml").write_text(WORKFLOW)
+    (tmp_path / "testtools.py").write_text(TOOLS)
+    effects = tmp_path / "effects.log"
+    env = {
+        **os.environ,
+        "FIM_TEST_SIDE_EFFECTS": str(effects),
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    }
+
+    from fim.build.compile import compile_project
+    from fim.workflows.durable import defer_workflow, ensure_schema, make_app
+
+    snapshot = compile_project(root)
+    app = make_app(snapshot.project.state)
+
+    async def setup() -> None:
+        async with app.open_async():
+            await ensure_schema(app)
+            await defer_workflow(app, "durable01", "twostep", {})
+
+    asyncio.run(setup())
+    args = ["worker", "-p", str(root), "--tools", "testtools:tools", "--concurrency", "1"]
+    args += ["--heartbeat", "0.5", "--stalled-after", "2"]
+    procs = []
+    for i in range(2):
+        log = (tmp_path / f"worker{i}.log").open("wb")
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "fim.cli", *args], stdout=log, stderr=log, env=env
+            )
+        )
+    try:
+        blocking = tmp_path / "effects.blocking"
+        pid = int(until(lambda: blocking.exists() and blocking.read_text()))
+        victim = next(p for p in procs if p.pid == pid)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()  # reaped: its pid is gone, as after a real crash
+
+        async def status() -> str | None:
+            from fim.run.services import Services
+            from fim.store import get_store
+
+            store = get_store(Services(root=root, state_url=snapshot.project.state))
+            record = await store.get_run("durable01")
+            return None if record is None else record.status
+
+        assert until(lambda: asyncio.run(status()) == "ok", timeout=20)
+        assert effects.read_text().splitlines() == [f"first {pid}"]  # ran once, by the victim
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
