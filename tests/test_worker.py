@@ -127,3 +127,19 @@ def test_a_killed_workers_run_is_finished_by_another_without_rerunning_nodes(
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
+
+
+def test_idempotency_keys_are_stable_per_node_and_sqlite_is_refused():
+    import pytest
+
+    from fim.errors import RunError
+    from fim.workflows.durable import idempotency_key, postgres_dsn
+
+    assert idempotency_key("r1", "n1") == idempotency_key("r1", "n1")
+    assert (
+        len({idempotency_key("r1", "n1"), idempotency_key("r1", "n2"), idempotency_key("r2", "n1")})
+        == 3
+    )
+    assert postgres_dsn("postgresql+psycopg://u@h/db") == "postgresql://u@h/db"
+    with pytest.raises(RunError, match="PostgreSQL state store"):
+        postgres_dsn("sqlite:///.fim/state.db")
