@@ -25,7 +25,15 @@ ROOT = Path(__file__).resolve().parent.parent / "fim"
 LAYERS: list[tuple[int, tuple[str, ...], str]] = [
     (
         0,
-        ("fim", "fim.errors", "fim.types", "fim.events", "fim.masking", "fim.structured"),
+        (
+            "fim",
+            "fim.errors",
+            "fim.types",
+            "fim.events",
+            "fim.masking",
+            "fim.structured",
+            "fim.locks",
+        ),
         "vocabulary every layer speaks: problems, messages, events, the masking policy",
     ),
     (0, ("fim.observe",), "tracing and metrics: every layer reports into them"),

@@ -185,26 +185,16 @@ def claim_checkout(source: GitSource) -> IO[str]:
     """Hold the checkout directory for this process: two processes running git in one
     working tree would corrupt each other's checkouts (the default directory depends on
     the URL only, so two replicas on one host would share it)."""
-    import fcntl
+    from fim.locks import hold
 
     assert source.checkout is not None
-    source.checkout.mkdir(parents=True, exist_ok=True)
-    handle = open(source.checkout / "fim.lock", "a+", encoding="utf-8")  # noqa: SIM115
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
-        handle.close()
-        raise RunError(
+    return hold(
+        source.checkout / "fim.lock",
+        lambda holder: RunError(
             f"git checkout {source.checkout} is in use by another fim process ({holder})",
             hint="give each process its own --git-checkout directory",
-        ) from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"pid {os.getpid()}\n")
-    handle.flush()
-    return handle
+        ),
+    )
 
 
 def initial_snapshot(source: GitSource) -> Snapshot:

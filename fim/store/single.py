@@ -9,41 +9,28 @@ by SIGKILL, so there is no stale lock to clean up.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import IO
 
 from fim.errors import RunError
+from fim.locks import hold
 from fim.store.schema import normalize_url, sqlite_file
 
 
 def claim_sqlite(state_url: str, root: Path | None, role: str = "fim serve") -> IO[str] | None:
     """Hold the store's server lock for the life of the process (keep the returned file
     open). None for stores that allow many processes (PostgreSQL) or in-memory SQLite."""
-    import fcntl
-
     url = normalize_url(state_url, root)
     if not url.startswith("sqlite"):
         return None
     file = sqlite_file(url)
     if file is None:  # :memory: belongs to this process anyway
         return None
-    file.parent.mkdir(parents=True, exist_ok=True)
-    lock_path = file.with_name(file.name + ".server.lock")
-    handle = open(lock_path, "a+", encoding="utf-8")  # noqa: SIM115 - held until exit
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
-        handle.close()
-        raise RunError(
+    return hold(
+        file.with_name(file.name + ".server.lock"),
+        lambda holder: RunError(
             f"{role}: the SQLite state store {file} is already used by a server ({holder})",
             hint="SQLite serves one process; to run more than one fim, point `state:` in "
             "fim.yaml at PostgreSQL (state: postgresql://...)",
-        ) from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"pid {os.getpid()}\n")
-    handle.flush()
-    return handle
+        ),
+    )
