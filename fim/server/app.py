@@ -27,7 +27,7 @@ from fim.errors import FimError
 from fim.events import Event, RunFinished
 from fim.run.services import Services
 from fim.server.bodies import BodyError, RunBody, read_body
-from fim.server.devpage import devpage_routes
+from fim.server.devpage import devpage_routes, status_payload
 from fim.server.http import (
     AccessLog,
     Guard,
@@ -63,25 +63,7 @@ class Api:
         return JSONResponse({"ok": True})
 
     async def status(self, request: Request) -> Response:
-        h = self.holder
-        return JSONResponse(
-            {
-                "project": h.current.project.name,
-                "snapshot": h.current.version,
-                "loaded_at": h.current.loaded_at,
-                "reloads": h.reloads,
-                "active_runs": self.active_runs,
-                "last_reload_error": (
-                    {
-                        "at": h.error_at,
-                        "problems": [p.as_dict() for p in h.errors],
-                        "text": "\n".join(str(p) for p in h.errors),
-                    }
-                    if h.errors
-                    else None
-                ),
-            }
-        )
+        return JSONResponse(status_payload(self))
 
     async def agents(self, request: Request) -> Response:
         snap = self.holder.current

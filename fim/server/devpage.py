@@ -56,7 +56,7 @@ def is_public(path: str) -> bool:
 
 
 def status_payload(api: Api) -> dict[str, Any]:
-    """The body of `GET /v1/status` (kept equal to `Api.status`)."""
+    """The body of `GET /v1/status` and of each event of its stream."""
     h = api.holder
     return {
         "project": h.current.project.name,
