@@ -397,3 +397,15 @@ def test_urls_map_to_psycopg_and_relative_sqlite_paths_to_the_project(tmp_path):
         f"sqlite:///{tmp_path.resolve() / 'data/shop.db'}"
     )
     assert normalize_url("sqlite:////abs/shop.db", tmp_path) == "sqlite:////abs/shop.db"
+
+
+def test_the_hook_view_never_parses_a_long_statement_on_the_event_loop(tmp_path: Path) -> None:
+    """The view is built on the event loop: a writable database's statement too long to
+    classify cheaply is shown to hooks as a write (fail closed), unparsed."""
+    from fim.connectors.meta import VIEW_PARSE_CHARS, database_metadata
+
+    db = database(f"sqlite:///{tmp_path / 'rw.db'}", read_only=False)
+    short = database_metadata(db, "query", {"sql": "SELECT 1"})
+    assert short["access"] == "read"
+    long = "SELECT " + "+".join(["1"] * (VIEW_PARSE_CHARS // 2))
+    assert database_metadata(db, "query", {"sql": long})["access"] == "write"

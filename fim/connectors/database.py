@@ -353,9 +353,10 @@ class Database:
     async def run(self, sql: str, params: dict[str, Any] | None = None) -> QueryResult:
         """Run one statement under the connector's read-only decision; raises
         `SqlRejected` for a refused statement (workflow nodes and `query` share this)."""
-        parsed = None
-        if self.decl.read_only:
-            parsed = readonly.decide(sql, self.dialect).require()
+        if not self.decl.read_only:
+            return await self.in_thread(self.execute_sync, sql, params, None)
+        # Parsing model-written SQL is untrusted work too: off the event loop, like the query.
+        parsed = await self.in_thread(lambda: readonly.decide(sql, self.dialect).require())
         return await self.in_thread(self.execute_sync, sql, params, parsed)
 
     async def query(self, sql: str, params: dict[str, Any] | None = None) -> ToolResult:

@@ -198,6 +198,10 @@ class DatabaseMetaTool:
         return await db.query(args["sql"], args.get("params"))
 
 
+VIEW_PARSE_CHARS = 4_000
+"""Longest statement the hook view classifies by parsing (a few ms); longer is `write`."""
+
+
 def database_metadata(db: Database, action: Any, args: dict[str, Any]) -> dict[str, Any]:
     """Hook metadata of a database call; `access` is `write` only for a statement the
     read-only decision would refuse on a writable database (the same memoised decision
@@ -214,7 +218,10 @@ def database_metadata(db: Database, action: Any, args: dict[str, Any]) -> dict[s
     if action == "query":
         sql = str(args.get("sql") or "")
         meta["sql"] = sql
-        if not db.decl.read_only and not decide(sql, db.dialect).allowed:
+        # The hook view is built on the event loop: a statement too long to parse cheaply
+        # is taken as a write (fail closed) rather than parsed here.
+        too_long = len(sql) > VIEW_PARSE_CHARS
+        if not db.decl.read_only and (too_long or not decide(sql, db.dialect).allowed):
             meta["access"] = "write"
     return meta
 

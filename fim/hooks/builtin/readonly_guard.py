@@ -10,6 +10,7 @@ disagree about what "read-only" means, and the statement is parsed once per call
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
@@ -70,7 +71,8 @@ class ReadonlyGuard(PreToolUseHook):
             from fim.connectors.readonly import decide
             from fim.connectors.sql_guard import dialect_for
 
-            decision = decide(sql, _dialect(context.metadata, dialect_for))
+            # parsing model-written SQL is untrusted work: off the event loop
+            decision = await asyncio.to_thread(decide, sql, _dialect(context.metadata, dialect_for))
             if not decision.allowed:
                 return HookResult(
                     allow=False,
