@@ -25,6 +25,7 @@ older snapshot, or a log line written outside any run, is covered too.
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import json
 import logging
@@ -240,28 +241,39 @@ def config_secrets(data: Any, key: object = "") -> set[str]:
     and DSN passwords (`postgresql://app:pw@db/x`, raw and URL-decoded). Templates
     (`{{ ... }}`) are not secrets."""
     found: set[str] = set()
+    _collect_secrets(data, key, found)
+    return {s for s in found if len(s) >= MIN_SECRET}
+
+
+@functools.lru_cache(maxsize=4096)
+def _credential_key(key: str) -> bool:
+    """Cached: a project repeats the same few hundred keys in every file."""
+    return secret_key(key, declaration=True) and "session" not in key.lower()
+
+
+def _collect_secrets(data: Any, key: object, found: set[str]) -> None:
     if isinstance(data, str):
-        credential = secret_key(key, declaration=True) and "session" not in str(key).lower()
+        credential = isinstance(key, str) and _credential_key(key)
         if credential and "{{" not in data and len(data) >= MIN_SECRET:
             found.add(data)
             if " " in data:  # `Bearer sk-...`, `Basic dXNl...`: the credential alone too
                 found.add(data.split(" ", 1)[1].strip())
+        if "@" not in data or "://" not in data:
+            return
         for match in _URL_PASSWORD.finditer(data):
             found |= {match.group(1), unquote(match.group(1))}
-        if "://" in data and "@" in data:
-            try:
-                password = urlsplit(data.strip()).password
-            except ValueError:
-                password = None
-            if password:
-                found |= {password, unquote(password)}
+        try:
+            password = urlsplit(data.strip()).password
+        except ValueError:
+            password = None
+        if password:
+            found |= {password, unquote(password)}
     elif isinstance(data, Mapping):
         for k, v in data.items():
-            found |= config_secrets(v, k)
+            _collect_secrets(v, k, found)
     elif isinstance(data, list | tuple):
         for v in data:
-            found |= config_secrets(v, key)
-    return {s for s in found if len(s) >= MIN_SECRET}
+            _collect_secrets(v, key, found)
 
 
 # --------------------------------------------------------------------------- process-wide

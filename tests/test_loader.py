@@ -118,6 +118,17 @@ def test_env_interpolation_defaults_and_secrets(
     assert "http://127.0.0.1:9999" not in decls.secrets  # defaults are in git, not secret
 
 
+def test_a_variable_spelled_with_an_escape_is_still_expanded(
+    project: Path, monkeypatch: pytest.MonkeyPatch, parser: str
+) -> None:
+    """Files without `${` skip the interpolation walk; a double-quoted escape can still
+    spell one, and it is expanded like any other."""
+    monkeypatch.setenv("SPELLED", "from-env")
+    write(project, "agents/esc.yaml", 'description: "\\x24{SPELLED} and \\u0024{SPELLED}"\n')
+    decls = load(project)
+    assert decls.entries["agent"]["esc"].decl.description == "from-env and from-env"
+
+
 def test_missing_env_var_names_variable_and_position(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

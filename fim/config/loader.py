@@ -215,7 +215,8 @@ def _parse(
         decls.problems.append(Problem(rel, exc.line + line_offset, exc.column, exc.message))
         return None
     found = decls.secrets if secrets is None else secrets
-    if expand:
+    # A value holds `${` only if the text does or spells it with a double-quoted escape.
+    if expand and ("${" in text or "\\" in text):
         interpolate(doc, found)
     found |= config_secrets(doc.data)  # literal credentials and DSN passwords
     decls.problems.extend(doc.problems)

@@ -2,17 +2,48 @@
 
 Templates are parsed (not rendered) with the same sandboxed, StrictUndefined environment
 the runtime uses, so a typo in `{{ nodes.lokup.output }}` is found by `fim validate`, not
-halfway through a workflow run. Strings without `{{`/`{%`/`{#` are skipped without
-importing Jinja at all, which keeps `fim validate` fast on template-free projects.
+halfway through a workflow run. Strings without `{{`/`{%`/`{#` are skipped, and strings
+made only of `{{ a.b.c }}` expressions are read by a regular expression (`PlainRefs`):
+most projects' templates never import Jinja at `fim validate`, and 10,000 agents'
+instructions check in milliseconds instead of a second.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 _MARKERS = ("{{", "{%", "{#")
 _PARSED: dict[str, tuple[Any, str | None]] = {}
+# `{{ a.b.c }}` and `{{ a.b > 100 }}` with nothing else around are always valid Jinja2, so
+# text made only of these needs no parser (10,000 agents' instructions: 1.2 s of Jinja).
+# Not after a `{` (Jinja would read `{{{ a }}` as `{{` + `{ a }`); no operator keywords.
+_NAME = r"(?!(?:not|and|or|in|is|if|else)\b)[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
+_OPERAND = rf"(?:{_NAME}|\d+(?:\.\d+)?)"
+_SIMPLE = re.compile(
+    rf"(?<!\{{)\{{\{{[ \t]*({_NAME}(?:[ \t]*(?:[=!<>]=|<|>)[ \t]*{_OPERAND})?)[ \t]*\}}\}}"
+)
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+@dataclass(frozen=True)
+class PlainRefs:
+    """Stands in for the AST of a template made only of `{{ a.b.c }}` expressions: the
+    dotted names it reads, found without importing or running Jinja's parser."""
+
+    names: tuple[tuple[str, ...], ...]
+
+
+def plain_refs(text: str) -> PlainRefs | None:
+    """The names `text` reads if it is plainly valid Jinja2 of that simple shape."""
+    names = tuple(
+        tuple(name.split("."))
+        for match in _SIMPLE.finditer(text)
+        for name in _DOTTED.findall(match.group(1))
+    )
+    return PlainRefs(names) if names and not has_template(_SIMPLE.sub("", text)) else None
 
 
 def has_template(text: str) -> bool:
@@ -34,13 +65,16 @@ class TemplateChecker:
         return self._env
 
     def parse(self, text: str) -> tuple[Any, str | None]:
-        """(AST or None, error message or None). Results are shared across compiles: a
+        """(AST, `PlainRefs` or None; error message or None). Results are shared across compiles: a
         reload re-checks every template, and most did not change."""
         if not has_template(text):
             return None, None
         cached = _PARSED.get(text)
         if cached is not None:
             return cached
+        plain = plain_refs(text)
+        if plain is not None:
+            return plain, None
         from jinja2 import TemplateSyntaxError
 
         try:
@@ -85,6 +119,8 @@ def references(ast: Any, variable: str) -> set[str]:
 
     Memoised on the AST, which the parse cache shares across reloads, so a reload does not
     walk the templates of files that did not change."""
+    if isinstance(ast, PlainRefs):
+        return {name[1] for name in ast.names if name[0] == variable and len(name) > 1}
     memo: dict[str, set[str]] = ast.__dict__.setdefault("_fim_references", {})
     if variable not in memo:
         memo[variable] = _references(ast, variable)

@@ -10,7 +10,6 @@ disagree about what "read-only" means, and the statement is parsed once per call
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
@@ -68,6 +67,8 @@ class ReadonlyGuard(PreToolUseHook):
             )
         sql = sql_of(context)
         if sql is not None:
+            import asyncio  # deferred: `fim validate` loads this hook's options, not asyncio
+
             from fim.connectors.readonly import decide
             from fim.connectors.sql_guard import dialect_for
 
