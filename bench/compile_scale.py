@@ -7,6 +7,9 @@ smallest size (about 1.0 means linear growth). Each size is compiled three times
 median is printed) after a warm-up compile, so one-time import costs are not counted.
 Not a timed test: it prints what one run measured on this machine.
 
+The `fim validate` row runs the whole command (a process of its own: interpreter, imports,
+load, compile) on a 10,000-agent project: the issue's target is under 5 s.
+
     python bench/compile_scale.py [SIZES...]
 """
 
@@ -17,6 +20,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import fim_command, run_timed
 
 from fim.build.compile import compile_project
 
@@ -105,9 +112,30 @@ def main(sizes: list[int], runs: int = 3) -> None:
             f"{size:>7} {files:>7} {elapsed:>9.3f} {cpu:>9.3f} {per_decl * 1000:>9.3f} "
             f"{per_decl / base_per_decl:>6.2f}x {recompile:>11.3f}"
         )
+    validate_process(10_000)
     print("ms/decl = CPU time per declaration file (steadier than wall time on a busy box);")
     print("growth = ms/decl relative to the smallest size (1.00x = linear);")
     print("recompile = compile after one agent file changed (unchanged files reused, as on reload)")
+
+
+def validate_process(agents: int) -> None:
+    """Wall, CPU and peak memory of a whole `fim validate` process on an `agents` project."""
+    import resource
+
+    with tempfile.TemporaryDirectory() as tmp:
+        files = generate(Path(tmp), agents)
+        args = fim_command("validate", "--project", tmp)
+        runs = [run_timed(args) for _ in range(3)]
+        for _, _, done in runs:
+            if done.returncode != 0:
+                sys.exit(f"fim validate failed:\n{done.stdout}{done.stderr}")
+    wall = statistics.median(r[0] for r in runs)
+    cpu = statistics.median(r[1] for r in runs)
+    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(
+        f"fim validate, {agents:,} agents ({files:,} files, a process of its own, median of 3): "
+        f"{wall:.2f} s wall, {cpu:.2f} s CPU, peak RSS {peak_mb:.0f} MB (target < 5 s)"
+    )
 
 
 def forget_parsed_files() -> None:
