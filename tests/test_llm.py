@@ -243,14 +243,14 @@ async def test_a_refused_connection_is_named_at_once_without_retries(
 ):
     """Nothing listens there (an Ollama not started): retrying cannot help, and litellm's
     "HTTP 500" label must not turn it into "rate-limiting; retry later"."""
-    import fim.llm.base
+    import fim.retries
 
     backoffs: list[float] = []
 
     async def no_sleep(delay: float) -> None:
         backoffs.append(delay)
 
-    monkeypatch.setattr(fim.llm.base.asyncio, "sleep", no_sleep)
+    monkeypatch.setattr(fim.retries.asyncio, "sleep", no_sleep)
     with OpenAIStubServer() as srv:
         settings = settings_for(srv, max_retries=3).model_copy(update={"model": model})
     with pytest.raises(RunError) as caught:

@@ -9,7 +9,6 @@ echoed: every observation passes through a mask of the auth values and snapshot 
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import re
@@ -21,6 +20,7 @@ from urllib.parse import quote
 from fim.config.schema import HttpAction, HttpConnector
 from fim.connectors.render import render_json, truncate_text
 from fim.masking import Masker
+from fim.retries import Backoff, retry_async
 from fim.tools.base import FunctionTool
 from fim.types import ToolResult
 
@@ -194,36 +194,36 @@ class HttpConnectorClient:
                 "in the arguments.",
                 is_error=True,
             )
-        attempts = 1 + (self.decl.retries if action.method in _IDEMPOTENT else 0)
-        for attempt in range(attempts):
-            if attempt:
-                await asyncio.sleep(RETRY_BACKOFF * 2 ** (attempt - 1))
-            last = attempt + 1 == attempts
-            try:
-                fetched = await self._fetch(request)
-            except httpx.TimeoutException as exc:
-                # A connect timeout is worth a retry; a read timeout means a slow server.
-                if isinstance(exc, httpx.ConnectTimeout) and not last:
-                    continue
-                return ToolResult(
-                    content=f"Error: {label} timed out after {self.decl.timeout:g}s. The "
-                    "service is slow or down; try again later or ask for less data.",
-                    is_error=True,
-                )
-            except httpx.TransportError as exc:
-                if not last:
-                    continue
-                return ToolResult(
-                    content=self.mask(
-                        f"Error: {label} could not reach {self.name} "
-                        f"({type(exc).__name__}: {exc}). The service may be down."
-                    ),
-                    is_error=True,
-                )
-            if fetched.status >= 500 and not last:
-                continue
-            return self._observation(fetched)
-        raise AssertionError("unreachable: the last attempt always returns")
+        retries = self.decl.retries if action.method in _IDEMPOTENT else 0
+
+        def worth_retry(exc: BaseException) -> bool:
+            # A connect timeout is worth a retry; a read timeout means a slow server.
+            if isinstance(exc, httpx.TimeoutException):
+                return isinstance(exc, httpx.ConnectTimeout)
+            return isinstance(exc, httpx.TransportError)
+
+        try:
+            fetched = await retry_async(
+                lambda: self._fetch(request),
+                Backoff(1 + retries, RETRY_BACKOFF),
+                retry_on=worth_retry,
+                retry_result=lambda got: got.status >= 500,
+            )
+        except httpx.TimeoutException:
+            return ToolResult(
+                content=f"Error: {label} timed out after {self.decl.timeout:g}s. The "
+                "service is slow or down; try again later or ask for less data.",
+                is_error=True,
+            )
+        except httpx.TransportError as exc:
+            return ToolResult(
+                content=self.mask(
+                    f"Error: {label} could not reach {self.name} "
+                    f"({type(exc).__name__}: {exc}). The service may be down."
+                ),
+                is_error=True,
+            )
+        return self._observation(fetched)
 
     async def _fetch(self, request: dict[str, Any]) -> _Fetched:
         """Send and read at most MAX_BODY_BYTES, so a huge response cannot exhaust memory."""

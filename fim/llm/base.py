@@ -1,5 +1,5 @@
 """What every HTTP-backed model shares: provider facts, API keys, the request guard, the
-retry loop and request options.
+retry policy (`fim.retries`) and request options.
 
 Backends translate their own exceptions into `Transient` (worth retrying: 429, 5xx,
 connection errors) or a final `RunError` (a refused connection is final: nothing listens
@@ -10,16 +10,15 @@ the error a user sees, so both backends fail the same way. Timeouts are not retr
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import os
-import random
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from fim.config.schema import ModelSettings
 from fim.errors import RunError
+from fim.retries import Backoff, Sleep, retry_async
 
 if TYPE_CHECKING:
     from fim.types import Message, ToolSpec
@@ -144,38 +143,35 @@ class Transient(Exception):
         self.retry_after = retry_after
 
 
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a Retry-After header (numbers only; dates are ignored)."""
-    try:
-        return min(float(value), 30.0) if value else None
-    except ValueError:
-        return None
-
-
 async def with_retries(
-    settings: ModelSettings, attempt: Callable[[], Awaitable[T]], secret: str | None = None
+    settings: ModelSettings,
+    attempt: Callable[[], Awaitable[T]],
+    secret: str | None = None,
+    sleep: Sleep | None = None,
 ) -> T:
-    """Run `attempt` up to `max_retries + 1` times with exponential backoff and jitter.
+    """Run `attempt` up to `max_retries + 1` times on the one retry policy (`fim.retries`).
 
-    The first delay is `extra.retry_backoff` (default 0.5 s), doubling each time; a
-    Retry-After header wins when larger. The final error says what failed and how often.
+    The first delay is `extra.retry_backoff` (default 0.5 s), doubling each time, plus up to
+    a quarter of jitter; a Retry-After header wins when larger. Only `Transient` failures are
+    retried. The final error says what failed and how often.
     """
     attempts = max(0, settings.max_retries) + 1
-    backoff = float(settings.extra.get("retry_backoff", 0.5))
-    for number in range(1, attempts + 1):
-        try:
-            return await attempt()
-        except Transient as exc:
-            if number == attempts:
-                times = "1 attempt" if attempts == 1 else f"{attempts} attempts"
-                raise RunError(
-                    scrub(f"{settings.model}: {exc.summary} after {times}: {exc.detail}", secret),
-                    hint="the endpoint is failing or rate-limiting; retry later, "
-                    "or raise max_retries in the model settings",
-                ) from None
-            delay = backoff * 2 ** (number - 1) * (1 + random.random() / 4)
-            await asyncio.sleep(max(delay, exc.retry_after or 0.0))
-    raise AssertionError("unreachable")
+    policy = Backoff(attempts, float(settings.extra.get("retry_backoff", 0.5)), jitter=0.25)
+    try:
+        return await retry_async(
+            attempt,
+            policy,
+            retry_on=lambda exc: isinstance(exc, Transient),
+            retry_after=lambda exc: getattr(exc, "retry_after", None),
+            sleep=sleep,
+        )
+    except Transient as exc:
+        times = "1 attempt" if attempts == 1 else f"{attempts} attempts"
+        raise RunError(
+            scrub(f"{settings.model}: {exc.summary} after {times}: {exc.detail}", secret),
+            hint="the endpoint is failing or rate-limiting; retry later, "
+            "or raise max_retries in the model settings",
+        ) from None
 
 
 def connection_refused(exc: BaseException) -> bool:

@@ -27,7 +27,6 @@ from fim.llm.base import (
     chat_request,
     check_allowed,
     connection_refused,
-    parse_retry_after,
     provider_of,
     resolve_key,
     scrub,
@@ -36,6 +35,7 @@ from fim.llm.base import (
     with_retries,
 )
 from fim.llm.wire import StreamAssembler, parse_response
+from fim.retries import parse_retry_after
 from fim.types import Message, ModelResponse, TextDelta, ToolSpec, Usage
 
 _litellm: ModuleType | None = None

@@ -40,16 +40,14 @@ def _enable_wal(cursor: Any) -> None:
     the file and SQLite answers "locked" at once instead of waiting on the busy timeout, so
     two processes opening a new state file together retry here."""
     import sqlite3
-    import time
 
-    for attempt in range(100):
-        try:
-            cursor.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or attempt == 99:
-                raise
-            time.sleep(0.05)
+    from fim.retries import Backoff, retry_sync
+
+    retry_sync(
+        lambda: cursor.execute("PRAGMA journal_mode=WAL"),
+        Backoff(100, 0.05, factor=1.0),
+        retry_on=lambda exc: isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc),
+    )
 
 
 class Store:

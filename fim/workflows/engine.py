@@ -24,7 +24,7 @@ from fim.run.services import Services
 from fim.tools.registry import ToolRegistry
 from fim.types import Tool
 from fim.workflows.inputs import validate_inputs
-from fim.workflows.scheduler import Scheduler, mask_value
+from fim.workflows.scheduler import Scheduler
 from fim.workflows.state import (
     KIND,
     NodeState,
@@ -173,7 +173,7 @@ class WorkflowEngine:
             data={
                 "workflow": self.name,
                 "run_id": self.run_id,
-                "inputs": mask_value(self.snapshot, values),
+                "inputs": self.snapshot.masker.value(values),
             },
         )
         from fim.observe import observe_workflow
@@ -282,7 +282,7 @@ class WorkflowEngine:
         ns.finished_at = now
         ns.duration_ms = (now - (ns.started_at or now)) * 1000
         if approval.status == "approved":
-            ns.status, ns.output = "ok", mask_value(self.snapshot, given or {"approved": True})
+            ns.status, ns.output = "ok", self.snapshot.masker.value(given or {"approved": True})
             resumed: Event = NodeFinished(
                 run_id=run_id, node=node_id, output=ns.output, duration_ms=ns.duration_ms
             )

@@ -31,6 +31,7 @@ from fim.events import (
     WorkflowFinished,
 )
 from fim.observe import current_node
+from fim.retries import Backoff, retry_async
 from fim.run.services import Services
 from fim.tools.registry import ToolRegistry
 from fim.types import Tool
@@ -54,9 +55,8 @@ class _Done:
     of events show true overlap."""
 
 
-def mask_value(snapshot: Snapshot, value: Any) -> Any:
-    """`value` with every secret masked in its strings (`fim.masking`)."""
-    return snapshot.masker.value(value)
+class _AttemptFailed(Exception):
+    """One failed attempt of a node; the message is the node's error."""
 
 
 @dataclass
@@ -228,7 +228,7 @@ class Scheduler:
         ns.finished_at = now
         ns.duration_ms = (now - (ns.started_at or now)) * 1000
         if done.error is None:
-            ns.status, ns.output = "ok", mask_value(self.snapshot, done.output)
+            ns.status, ns.output = "ok", self.snapshot.masker.value(done.output)
             return NodeFinished(
                 run_id=state.run_id,
                 node=done.node,
@@ -259,40 +259,47 @@ class Scheduler:
             current_node.set(node_id)  # runs this node starts are traced under it
             persister.mark()
             attempts = 1 + node.retry.count
-            error = ""
-            for attempt in range(1, attempts + 1):
-                ns.attempts = attempt
+
+            async def attempt() -> Any:
+                ns.attempts += 1
                 try:
                     work = EXECUTORS[node.type](node, ctx)
-                    output = await (asyncio.wait_for(work, node.timeout) if node.timeout else work)
+                    return await (asyncio.wait_for(work, node.timeout) if node.timeout else work)
                 except asyncio.CancelledError:
                     raise
                 except TimeoutError:
-                    error = f"timed out after {node.timeout:g}s"
+                    raise _AttemptFailed(f"timed out after {node.timeout:g}s") from None
                 except NodeError as exc:
-                    error = str(exc)
+                    raise _AttemptFailed(str(exc)) from None
                 except Exception as exc:  # an executor bug still ends as a node failure
-                    error = f"{type(exc).__name__}: {exc}"
-                else:
-                    done = (
-                        _Done(node_id, paused=output)
-                        if isinstance(output, Paused)
-                        else _Done(node_id, output=output)
+                    raise _AttemptFailed(f"{type(exc).__name__}: {exc}") from None
+
+            def notice(failed: int, delay: float, exc: BaseException | None) -> None:
+                queue.put_nowait(
+                    Notice(
+                        run_id=state.run_id,
+                        message=f"node '{node_id}' failed (attempt {failed}/{attempts}): "
+                        f"{self.snapshot.mask(str(exc))}; retrying in {delay:g}s",
+                        data={"node": node_id, "attempt": failed, "retry_in": delay},
                     )
-                    queue.put_nowait(done)
-                    return
-                if attempt < attempts:
-                    delay = node.retry.backoff * 2 ** (attempt - 1)
-                    queue.put_nowait(
-                        Notice(
-                            run_id=state.run_id,
-                            message=f"node '{node_id}' failed (attempt {attempt}/{attempts}): "
-                            f"{self.snapshot.mask(error)}; retrying in {delay:g}s",
-                            data={"node": node_id, "attempt": attempt, "retry_in": delay},
-                        )
-                    )
-                    await asyncio.sleep(delay)
-            queue.put_nowait(_Done(node_id, error=error))
+                )
+
+            try:
+                output = await retry_async(
+                    attempt,
+                    Backoff(attempts, node.retry.backoff),
+                    retry_on=lambda exc: isinstance(exc, _AttemptFailed),
+                    on_retry=notice,
+                )
+            except _AttemptFailed as exc:
+                queue.put_nowait(_Done(node_id, error=str(exc)))
+                return
+            done = (
+                _Done(node_id, paused=output)
+                if isinstance(output, Paused)
+                else _Done(node_id, output=output)
+            )
+            queue.put_nowait(done)
 
     async def finish(self) -> AsyncIterator[Event]:
         """Decide the run's status, render the outputs, write the state, yield the end."""
@@ -334,7 +341,7 @@ class Scheduler:
             "env": templates.allowed_env(self.snapshot.project.env_allowlist),
         }
         try:
-            state.outputs = mask_value(self.snapshot, templates.render(dict(decl.outputs), scope))
+            state.outputs = self.snapshot.masker.value(templates.render(dict(decl.outputs), scope))
             state.status = "ok"
         except templates.TemplateError as exc:
             state.error = self.snapshot.mask(f"cannot render outputs: {exc}")
