@@ -4,8 +4,9 @@ One contract serves every place that asks for it: an agent's `output_schema`, a 
 `llm` or `agent` node's `output_schema`, and the OpenAI endpoint's `response_format`. The
 model is told the schema, its final answer is parsed and validated, and on failure it gets
 one retry with the validation error; a second failure fails the run (never an unchecked
-answer). Validation is `jsonschema` for inline schemas and pydantic's own validation for a
-pydantic model (`module:Class` in the project's hooks/ folder), so custom validators hold.
+answer). Validation is `fim.schema_check` for inline schemas and pydantic's own validation
+for a pydantic model (`module:Class` in the project's hooks/ folder), so custom validators
+hold.
 
 This module imports only the standard library at import time: it sits below the engines.
 """
@@ -32,35 +33,6 @@ def parse_json(text: str) -> Any:
     if fenced:
         stripped = fenced.group("body")
     return json.loads(stripped)
-
-
-def schema_problems(value: Any, schema: dict[str, Any]) -> list[str]:
-    """Up to five validation errors of `value` against `schema`, each with its JSON path."""
-    import jsonschema
-
-    cls = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
-    problems = []
-    for err in cls(schema).iter_errors(value):
-        where = "/".join(str(p) for p in err.absolute_path)
-        problems.append(f"{where}: {err.message}" if where else err.message)
-        if len(problems) >= MAX_PROBLEMS:
-            break
-    return problems
-
-
-def check_schema(schema: Any) -> str | None:
-    """Why `schema` is not a usable JSON Schema, or None when it is."""
-    import jsonschema
-
-    if not isinstance(schema, dict):
-        return "a JSON Schema must be a mapping"
-    cls = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
-    try:
-        cls.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path)
-        return f"invalid JSON Schema{f' at {where}' if where else ''}: {exc.message}"
-    return None
 
 
 class OutputContract:
@@ -121,7 +93,9 @@ class OutputContract:
             if not isinstance(value, dict):
                 return None, "the reply must be a JSON object"
             return value, None
-        problems = schema_problems(value, self.schema)
+        from fim.schema_check import problems as schema_problems
+
+        problems = schema_problems(value, self.schema, MAX_PROBLEMS)
         if problems:
             return None, "the JSON does not match the schema: " + "; ".join(problems)
         return value, None

@@ -353,7 +353,7 @@ class Checker:
     def check_output_schema(self, entry: Entry, path: tuple, spec: Any) -> None:
         """An inline schema must be a valid JSON Schema; `module:Class` must name a module
         of the hooks/ folder (the class is imported when a run first needs it)."""
-        from fim.structured import check_schema
+        from fim.schema_check import schema_problem as check_schema
 
         if spec is None:
             return

@@ -227,14 +227,9 @@ def database_metadata(db: Database, action: Any, args: dict[str, Any]) -> dict[s
 
 
 def schema_errors(schema: JSONSchema, value: Any) -> list[str]:
-    import jsonschema
+    from fim.schema_check import problems
 
-    cls = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
-    errors = []
-    for err in cls(schema).iter_errors(value):
-        where = "/".join(str(p) for p in err.absolute_path)
-        errors.append(f"{where}: {err.message}" if where else err.message)
-    return errors[:5]
+    return problems(value, schema)
 
 
 __all__ = [

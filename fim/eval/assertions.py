@@ -187,13 +187,13 @@ def _args(args: dict[str, Any]) -> str:
 
 
 def _check_schema(schema: dict[str, Any], seen: Observed) -> Outcome:
-    import jsonschema
+    from fim.schema_check import problems
 
     try:
         document = seen.as_json()
     except ValueError:
         return Outcome("json_schema", False, f"output is not JSON: {_clip(seen.output)!r}")
-    errors = [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(document)]
+    errors = problems(document, schema, limit=3)
     return Outcome(
         "json_schema", not errors, "; ".join(errors[:3]) if errors else "output matches the schema"
     )

@@ -651,12 +651,6 @@ class McpMetaTool:
 
 
 def _check_arguments(info: ToolInfo, arguments: dict[str, Any]) -> str | None:
-    import jsonschema  # lazy: only calls through the meta-tool pay for it
+    from fim.schema_check import problems  # lazy: only calls through the meta-tool pay for it
 
-    schema = input_parameters(info.input_schema)
-    cls = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
-    errors = []
-    for err in cls(schema).iter_errors(arguments):
-        where = "/".join(str(p) for p in err.absolute_path)
-        errors.append(f"{where}: {err.message}" if where else err.message)
-    return "; ".join(errors[:5]) or None
+    return "; ".join(problems(arguments, input_parameters(info.input_schema))) or None

@@ -114,7 +114,8 @@ def plan(body: ChatBody, agent: Any) -> RunOverrides:
     """What the request changes about the run, or BodyError for a field fim cannot honour.
     `agent` is the declaration (None for `auto`, whose agents decide for themselves)."""
     from fim.run.overrides import SAMPLING_FIELDS, RunOverrides
-    from fim.structured import OutputContract, check_schema
+    from fim.schema_check import schema_problem as check_schema
+    from fim.structured import OutputContract
 
     if body.stream_options is not None and not body.stream:
         raise BodyError("stream_options is only allowed when stream is true", "stream_options")

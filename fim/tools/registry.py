@@ -158,30 +158,9 @@ class ToolRegistry:
         return ToolResult(content=result)
 
     def _schema_errors(self, tool: Tool, arguments: dict[str, Any]) -> list[str]:
-        validator = self._validators.get(tool.name)
-        if validator is None:
-            validator = self._validators[tool.name] = _validator(tool.parameters)
-        errors = []
-        for err in validator.iter_errors(arguments):
-            where = "/".join(str(p) for p in err.absolute_path)
-            errors.append(f"{where}: {err.message}" if where else err.message)
-        return errors[:5]
+        from fim.schema_check import validator, validator_problems  # lazy: jsonschema
 
-
-_VALIDATORS: dict[int, tuple[dict[str, Any], Any]] = {}
-"""Validators by schema object, shared by every run: a registry lives for one request, but
-its tools' schemas (builtins, declarations of the snapshot) outlive it."""
-
-
-def _validator(schema: dict[str, Any]) -> Any:
-    cached = _VALIDATORS.get(id(schema))
-    if cached is not None and cached[0] is schema:
-        return cached[1]
-    import jsonschema  # lazy: only runs pay for it
-
-    cls = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
-    validator = cls(schema)
-    if len(_VALIDATORS) > 4096:
-        _VALIDATORS.clear()
-    _VALIDATORS[id(schema)] = (schema, validator)
-    return validator
+        checker = self._validators.get(tool.name)
+        if checker is None:  # per name too: a tool may build its schema on every access
+            checker = self._validators[tool.name] = validator(tool.parameters)
+        return validator_problems(checker, arguments)

@@ -243,7 +243,7 @@ class WorkflowEngine:
                 )
             schema = getattr(decl.nodes[node_id], "input_schema", None)
             if approved and schema:
-                from fim.workflows.nodes import schema_problems
+                from fim.schema_check import problems as schema_problems
 
                 problems = schema_problems(given, schema)
                 if problems:

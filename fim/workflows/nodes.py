@@ -304,13 +304,6 @@ async def run_agent_node(node: AgentNode, ctx: NodeContext) -> Any:
     return finished.output
 
 
-def schema_problems(value: Any, schema: dict[str, Any]) -> list[str]:
-    """Kept for callers of the old name; the one implementation is `fim.structured`."""
-    from fim.structured import schema_problems as problems
-
-    return problems(value, schema)
-
-
 @executor("llm")
 async def run_llm(node: LlmNode, ctx: NodeContext) -> Any:
     from fim.llm import make_model
