@@ -33,8 +33,12 @@ LAYERS: list[tuple[int, tuple[str, ...], str]] = [
             "fim.masking",
             "fim.structured",
             "fim.locks",
+            "fim.retries",
+            "fim.schema_check",
+            "fim.json_paths",
         ),
-        "vocabulary every layer speaks: problems, messages, events, the masking policy",
+        "vocabulary every layer speaks: problems, messages, events, and the one policy for "
+        "masking, locks, retries, JSON Schema checks and JSONPath",
     ),
     (0, ("fim.observe",), "tracing and metrics: every layer reports into them"),
     (0, ("fim.run.discovery",), "finds modules in a package; used by compile and tools"),

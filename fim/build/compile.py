@@ -483,3 +483,25 @@ class Checker:
                 if isinstance(assertion.judge, JudgeSpec):
                     path = ("cases", i, "expect", j, "judge", "model")
                     self.check_model(entry, path, assertion.judge.model)
+                if assertion.json_path is not None:
+                    self.check_json_path(
+                        entry,
+                        ("cases", i, "expect", j, "json_path", "path"),
+                        assertion.json_path.path,
+                    )
+
+    def check_json_path(self, entry: Entry, path: tuple, text: str) -> None:
+        """A JSONPath must parse (`fim.json_paths`: RFC 9535; python-jsonpath loads only
+        for projects that write one)."""
+        from fim.json_paths import check
+
+        problem = check(text)
+        if problem is not None:
+            self.add(
+                entry.doc.problem(
+                    path,
+                    problem,
+                    "JSONPath (RFC 9535): $.a.b[0], $.items[*].id; quote keys with spaces "
+                    "or a leading $ as $['odd key']",
+                )
+            )

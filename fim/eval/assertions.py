@@ -68,28 +68,15 @@ def _subset(expected: Any, actual: Any) -> bool:
     return expected == actual or (isinstance(actual, str) and str(expected) == actual)
 
 
-_PATH_TOKEN = re.compile(r"\.([A-Za-z_][\w-]*)|\[(\d+)\]|\[['\"]([^'\"]+)['\"]\]")
-
-
 def json_path(document: Any, path: str) -> Any:
-    """A small JSONPath: `$.a.b[0]['c d']`. Raises KeyError when the path is absent."""
-    rest = path.strip()
-    if rest.startswith("$"):
-        rest = rest[1:]
-    if rest and not rest.startswith((".", "[")):
-        rest = "." + rest
-    value, pos = document, 0
-    while pos < len(rest):
-        match = _PATH_TOKEN.match(rest, pos)
-        if match is None:
-            raise KeyError(f"cannot parse path at {rest[pos:]!r}")
-        key, index, quoted = match.groups()
-        if index is not None:
-            value = value[int(index)]
-        else:
-            value = value[key if key is not None else quoted]
-        pos = match.end()
-    return value
+    """The value at a JSONPath (`$.a.b[0]['c d']`, `fim.json_paths`); KeyError when the
+    path is absent or does not parse."""
+    from fim.json_paths import PathError, query
+
+    try:
+        return query(document, path)
+    except PathError as exc:
+        raise KeyError(str(exc)) from None
 
 
 async def check(assertion: Assertion, seen: Observed, judge: JudgeFn, prompt: str) -> Outcome:

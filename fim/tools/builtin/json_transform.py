@@ -2,7 +2,7 @@
 
 Models mangle large JSON when they reshape it in their head; a deterministic pipeline
 (`get` a path, `filter` by a field, `sort_by`, `pick` keys, `count` ...) is exact and keeps
-the observation small. No new dependency: the path language lives in `_jsonpath`.
+the observation small. Paths are JSONPath (`fim.json_paths`, the one dialect in fim).
 
 The pipeline runs in a killable worker process (`fim.tools.isolate`): `matches` applies a
 model-written regular expression, and `^(a+)+$` backtracks for ever; the worker is killed
@@ -16,10 +16,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from fim.json_paths import PathError, lookup, query
 from fim.tools import isolate
 from fim.tools.base import FunctionTool
 from fim.tools.builtin._common import clip, fail
-from fim.tools.builtin._jsonpath import PathError, lookup, query
 from fim.types import ToolResult
 
 MAX_OUTPUT = 20_000
