@@ -195,6 +195,16 @@ class HookRunner(Protocol):
     ) -> tuple[HookResult, list[HookEvent]]: ...
 
 
+class NoHooks:
+    """The `HookRunner` of a run with hooks switched off (the eval path): allows everything.
+    One class for the engines and the hook builder alike."""
+
+    async def run(
+        self, point: HookPoint, context: HookContext
+    ) -> tuple[HookResult, list[HookEvent]]:
+        return HookResult(), []
+
+
 def build_validators() -> None:
     """Build every value type's validator now rather than on first use: long-lived
     processes (`fim serve`) call this at start-up so the first request does not pay."""

@@ -559,7 +559,8 @@ def test_catalog_knows_prices_and_windows_without_importing_litellm():
     assert catalog.cost("openai/gpt-4o-mini", usage) == pytest.approx(0.15)
     assert catalog.context_window("gpt-4o-mini") == 128_000
     assert catalog.cost("openai/no-such-model", usage) is None
-    assert catalog.context_window("scripted:demo.yaml") is None
+    assert catalog.listed_window("scripted:demo.yaml") is None
+    assert catalog.context_window("scripted:demo.yaml") == 128_000  # fim's own fallback
 
 
 async def test_a_local_endpoint_reports_no_cost(server: OpenAIStubServer):

@@ -18,10 +18,10 @@ from fim.errors import FimError
 from fim.events import (
     ErrorEvent,
     Event,
-    HookEvent,
     HookRunner,
     LLMCall,
     MessageEvent,
+    NoHooks,
     Notice,
     RunFinished,
     RunStarted,
@@ -34,7 +34,6 @@ from fim.tools.registry import ToolRegistry
 from fim.types import (
     CallView,
     HookContext,
-    HookResult,
     Message,
     Model,
     ModelResponse,
@@ -63,13 +62,6 @@ _EMPTY_REPLY_NUDGE = (
     "Your last reply was empty. Either answer the user's request in text, "
     "or call one of the available tools."
 )
-
-
-class NoHooks:
-    """The hook runner of a run without hooks (the eval path): allows everything."""
-
-    async def run(self, point: Any, context: HookContext) -> tuple[HookResult, list[HookEvent]]:
-        return HookResult(), []
 
 
 def _identity(text: str) -> str:

@@ -21,10 +21,14 @@ from fim.types import HookContext, HookResult
 def __getattr__(name: str) -> object:
     """HookChain/NoHooks load the runner (and asyncio) only when a run needs them, so the
     compiler's hook check stays light."""
-    if name in ("HookChain", "NoHooks"):
+    if name == "HookChain":
         from fim.hooks import runner
 
-        return getattr(runner, name)
+        return runner.HookChain
+    if name == "NoHooks":
+        from fim.events import NoHooks
+
+        return NoHooks
     raise AttributeError(f"module 'fim.hooks' has no attribute {name!r}")
 
 

@@ -170,7 +170,7 @@ def build_hooks(ctx: RunContext) -> HookRunner:
     `ctx.hooks_enabled` is the one switch: the eval path sets it to False.
     """
     if not ctx.hooks_enabled:
-        from fim.hooks.runner import NoHooks
+        from fim.events import NoHooks
 
         return NoHooks()
     hooks: list[BaseHook] = []

@@ -25,15 +25,6 @@ def _identity(text: str) -> str:
     return text
 
 
-class NoHooks:
-    """The runner of a run with hooks switched off (the eval path): allows everything."""
-
-    async def run(
-        self, point: HookPoint, context: HookContext
-    ) -> tuple[HookResult, list[HookEvent]]:
-        return HookResult(), []
-
-
 class HookChain:
     """Implements `fim.types.HookRunner` over hooks sorted by priority (stable)."""
 

@@ -1,8 +1,9 @@
 """What is known about a model (prices, context window, tool support), from the price table
 litellm ships — read as a JSON file, without importing litellm (~3 s).
 
-The fast path uses it for `usage.cost`; anything sizing a prompt can use
-`context_window`. Unknown models, or litellm missing, simply give `None`.
+The fast path uses it for `usage.cost`; the context guard sizes a prompt with
+`context_window`, the one place fim decides a model's window. Reading the file defers
+litellm's import and never fetches its remote price map.
 """
 
 from __future__ import annotations
@@ -67,8 +68,43 @@ def cost(model: str, usage: Usage) -> float | None:
     )
 
 
-def context_window(model: str) -> int | None:
-    """Input tokens the model accepts, when the table knows it."""
+DEFAULT_WINDOW = 128_000
+"""Tokens assumed for a model nobody knows: today's common size; set `context_window`."""
+
+_FALLBACK_WINDOWS: tuple[tuple[str, int], ...] = (
+    ("scripted:", 128_000),
+    ("claude", 200_000),
+    ("gemini-1.5-pro", 2_097_152),
+    ("gemini", 1_048_576),
+    ("mistral-large", 128_000),
+    ("mistral", 32_000),
+    ("deepseek", 64_000),
+    ("qwen2.5", 32_768),
+    ("llama3.1", 128_000),
+    ("llama3", 8_192),
+)
+"""Families litellm's table does not list under the name a project uses (a local
+`ollama/qwen2.5`, a new Claude release), matched by substring, most specific first.
+Consulted only when the table has no entry."""
+
+
+def listed_window(model: str) -> int | None:
+    """Input tokens litellm's table gives for `model`, or None when it has no entry."""
     info = model_info(model) or {}
     value = info.get("max_input_tokens") or info.get("max_tokens")
-    return int(value) if isinstance(value, int | float) else None
+    return int(value) if isinstance(value, int | float) and value > 0 else None
+
+
+def context_window(model: str, configured: int | None = None) -> int:
+    """Tokens `model` accepts — the one answer in fim: the configured `context_window`,
+    else litellm's table, else fim's family fallback, else `DEFAULT_WINDOW`."""
+    if configured:
+        return configured
+    listed = listed_window(model)
+    if listed is not None:
+        return listed
+    bare = model.lower()
+    for key, window in _FALLBACK_WINDOWS:
+        if key in bare:
+            return window
+    return DEFAULT_WINDOW

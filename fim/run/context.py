@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from fim.errors import RunError
+from fim.llm.catalog import context_window
 from fim.run.tokens import count_message, count_messages, tool_definition
 from fim.types import Message, Model, ToolSpec
 
@@ -48,44 +49,6 @@ _SUMMARISER_PROMPT = (
     "errors), and what remains to do. Drop pleasantries and repetition. Write at most "
     "250 words of plain text, no preamble."
 )
-
-# Context windows of common models, matched by substring of the litellm model string (most
-# specific first). Importing litellm for `get_max_tokens` costs seconds at run start.
-_WINDOWS: tuple[tuple[str, int], ...] = (
-    ("gpt-4.1", 1_047_576),
-    ("gpt-5", 400_000),
-    ("gpt-4o", 128_000),
-    ("gpt-4-turbo", 128_000),
-    ("gpt-4-32k", 32_768),
-    ("gpt-4", 8_192),
-    ("gpt-3.5-turbo", 16_385),
-    ("o1-mini", 128_000),
-    ("o1", 200_000),
-    ("o3", 200_000),
-    ("o4-mini", 200_000),
-    ("claude", 200_000),
-    ("gemini-1.5-pro", 2_097_152),
-    ("gemini", 1_048_576),
-    ("mistral-large", 128_000),
-    ("mistral", 32_000),
-    ("deepseek", 64_000),
-    ("qwen2.5", 32_768),
-    ("llama3.1", 128_000),
-    ("llama3", 8_192),
-    ("scripted:", 128_000),
-)
-DEFAULT_WINDOW = 128_000
-
-
-def context_window(model: str, configured: int | None = None) -> int:
-    """Tokens `model` accepts: the configured value, else the table, else 128k."""
-    if configured:
-        return configured
-    bare = model.lower()
-    for key, window in _WINDOWS:
-        if key in bare:
-            return window
-    return DEFAULT_WINDOW
 
 
 def context_budget(
