@@ -1,8 +1,9 @@
 """Shared helpers of the agent benchmarks: a stub model endpoint in its own process, small
 projects on disk, and statistics and tables for the printed results.
 
-The stub endpoint runs in a separate process by default (`StubProcess`), so the model
-server never competes for the GIL with the client being measured; in-process stubs
+The stub endpoint runs in a separate process by default (`StubProcess`, the bare asyncio
+floor of `_raw_stub`), so the model server never competes for the GIL with the client
+being measured; in-process stubs
 (`fim.testing.model_server.OpenAIStubServer`) are used only where the benchmark must see when a
 request arrives. Run as a script it *is* that process:
 
@@ -18,7 +19,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -214,22 +214,21 @@ def quick_flag(description: str) -> bool:
 
 
 def main() -> None:
-    """Serve the calculator tool loop until SIGTERM, printing the base URL first."""
-    from fim.testing.model_server import OpenAIStubServer
+    """Serve the calculator tool loop until SIGTERM, printing the base URL first. The
+    floor server of `_raw_stub` serves it: the Starlette stub costs 2-3x its CPU/request."""
+    import asyncio
+
+    from _raw_stub import serve
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--tool-loop", type=int, default=3)
     parser.add_argument("--latency", type=float, default=0.0)
     options = parser.parse_args()
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    stub_server = OpenAIStubServer(
-        handler=calc_loop(options.tool_loop), latency=options.latency, record=False
-    )
-    with stub_server as stub:
-        print(stub.base_url, flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            stop.wait()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # ends asyncio.run below
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(
+            serve(calc_loop(options.tool_loop), options.latency, lambda u: print(u, flush=True))
+        )
 
 
 if __name__ == "__main__":

@@ -4,15 +4,16 @@ It speaks enough of the API for chat clients: `POST /v1/chat/completions` (JSON 
 streaming, tool calls, parallel tool calls, `stream_options.include_usage`) and
 `GET /v1/models`. Replies come from scripted steps (see fim.llm.script) or a handler.
 
-It is a plain asyncio HTTP/1.1 server (keep-alive, Content-Length or chunked bodies) on its
-own thread and event loop: it starts in about a millisecond, adds no framework overhead to
-what benchmarks measure, and serves many concurrent connections. Knobs: `latency` (seconds
-before each reply), `fail_next(n, status)` (429/500 for the next n calls), `hang_next(n)`
-(never answer the next n calls), `gather_next(n)` (hold the next n calls until all n are
-in flight: proves concurrency without a clock). `tool_loop(n)` is a handler for agent
-benchmarks, and `python -m fim.testing.model_server --tool-loop 3 [--latency 0.1]` serves it
-from a separate process (prints the base URL), so the server never competes with the
-measured client.
+It is a small Starlette app served by uvicorn on its own thread and event loop (the wire
+format is in `fim.testing.stub_wire`). uvicorn's own start and stop are used only in part:
+the listening socket is bound here (the port is known at once) and stopping cancels what is
+in flight instead of waiting out uvicorn's graceful-shutdown ticks, so a test pays
+milliseconds for a server. Knobs: `latency` (seconds before each reply),
+`fail_next(n, status)` (429/500 for the next n calls), `hang_next(n)` (never answer the next
+n calls), `gather_next(n)` (hold the next n calls until all n are in flight: proves
+concurrency without a clock). `tool_loop(n)` is a handler for agent benchmarks, and
+`python -m fim.testing.model_server --tool-loop 3 [--latency 0.1]` serves it from a separate
+process (prints the base URL), so the server never competes with the measured client.
 """
 
 from __future__ import annotations
@@ -25,21 +26,17 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fim.llm.script import Step, resolve_step
 from fim.llm.wire import response_to_wire
-from fim.testing.stub_wire import (
-    completion,
-    fim_messages,
-    fim_tools,
-    read_body,
-    send_error,
-    send_json,
-    send_raw,
-    send_stream,
-)
+from fim.testing.stub_wire import completion, error_body, fim_messages, fim_tools, stream_body
 from fim.types import Message, ModelResponse
+
+if TYPE_CHECKING:
+    import uvicorn
+    from starlette.requests import Request
+    from starlette.responses import Response
 
 Handler = Callable[[dict[str, Any]], "ModelResponse | str | dict[str, Any] | bytes"]
 
@@ -105,8 +102,7 @@ class OpenAIStubServer:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._server: asyncio.base_events.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._server: uvicorn.Server | None = None
         self.port = 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -117,26 +113,47 @@ class OpenAIStubServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self) -> OpenAIStubServer:
+        import uvicorn
+
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Inherited by accepted connections: uvicorn writes head and body apart, and with
+        # Nagle on each reply waited ~40 ms for the client's delayed ACK.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind(("127.0.0.1", 0))
         sock.listen(1024)
         self.port = sock.getsockname()[1]
-        self._loop = asyncio.new_event_loop()
+        config = uvicorn.Config(
+            self._app(),
+            lifespan="off",
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            timeout_keep_alive=3600,  # clients keep pooled connections between phases
+        )
+        config.load()
+        self._server = server = uvicorn.Server(config)
+        server.lifespan = config.lifespan_class(config)
+        self._loop = loop = asyncio.new_event_loop()
         ready = threading.Event()
+        failed: list[BaseException] = []
 
         def serve() -> None:
-            assert self._loop is not None
-            asyncio.set_event_loop(self._loop)
-            self._server = self._loop.run_until_complete(
-                asyncio.start_server(self._connection, sock=sock, limit=2**22)
-            )
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(server.startup(sockets=[sock]))
+            except BaseException as exc:  # reported to start() below
+                failed.append(exc)
+                ready.set()
+                return
             ready.set()
-            self._loop.run_forever()
+            loop.run_forever()
 
         self._thread = threading.Thread(target=serve, name="openai-stub", daemon=True)
         self._thread.start()
         ready.wait()
+        if failed:
+            raise RuntimeError(f"the stub model server did not start: {failed[0]!r}")
         return self
 
     def stop(self) -> None:
@@ -151,12 +168,23 @@ class OpenAIStubServer:
         self._loop = self._thread = None
 
     async def _shutdown(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._tasks):
+        """Stop at once: close the listener, cancel requests in flight (a hung one waits
+        for a client that may never leave), drop every connection."""
+        server = self._server
+        if server is None:
+            return
+        for listener in getattr(server, "servers", []):
+            listener.close()
+        state = server.server_state
+        for connection in list(state.connections):  # first, so no late 500 goes out
+            transport = getattr(connection, "transport", None)
+            if transport is not None:
+                transport.close()
+        tasks = list(state.tasks)
+        for task in tasks:
             task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     def __enter__(self) -> OpenAIStubServer:
         return self.start()
@@ -209,48 +237,26 @@ class OpenAIStubServer:
 
     # ------------------------------------------------------------------ HTTP
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                method, target, _ = lines[0].split(" ", 2)
-                headers: dict[str, str] = {}
-                for line in lines[1:]:
-                    if line:
-                        key, _, value = line.partition(":")
-                        headers[key.strip().lower()] = value.strip()
-                body = await read_body(reader, headers)
-                path = target.split("?", 1)[0]
-                keep = await self._dispatch(method, path, headers, body, reader, writer)
-                if not keep or headers.get("connection", "").lower() == "close":
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
-            pass
-        except asyncio.CancelledError:
-            pass
-        finally:
-            self._tasks.discard(task)
-            writer.close()
+    def _app(self) -> Any:
+        """One catch-all route: like the real API, any prefix before `/chat/completions` or
+        `/models` is accepted, and everything else is a JSON 404."""
+        from starlette.applications import Starlette
+        from starlette.routing import Route
 
-    async def _dispatch(
-        self,
-        method: str,
-        path: str,
-        headers: dict[str, str],
-        body: bytes,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-    ) -> bool:
-        """Answer one request; False closes the connection."""
+        methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+        return Starlette(routes=[Route("/{path:path}", self._dispatch, methods=methods)])
+
+    async def _dispatch(self, request: Request) -> Response:
+        from starlette.responses import Response
+
+        method, path = request.method, request.url.path
+        body = await request.body()
         try:
             payload = json.loads(body) if body else None
         except ValueError:
             payload = None
         if self.record:
+            headers = {k.lower(): v for k, v in request.headers.items()}
             self.requests.append(StubRequest(method, path, headers, payload))
         path = path.rstrip("/")
         if method == "GET" and path.endswith("/models"):
@@ -258,14 +264,11 @@ class OpenAIStubServer:
                 "object": "list",
                 "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "fim"}],
             }
-            await send_json(writer, 200, data)
-            return True
+            return _json(200, data)
         if method != "POST" or not path.endswith("/chat/completions"):
-            await send_error(writer, 404, f"no route for {method} {path}")
-            return True
+            return _error(404, f"no route for {method} {path}")
         if not isinstance(payload, dict):
-            await send_error(writer, 400, "request body must be a JSON object")
-            return True
+            return _error(400, "request body must be a JSON object")
         with self._lock:
             failure = self._failures.popleft() if self._failures else None
             hang = self._hangs > 0
@@ -283,30 +286,32 @@ class OpenAIStubServer:
                 await asyncio.wait_for(gather.event.wait(), gather.timeout)
             except TimeoutError:
                 message = f"only {gather.arrived} of {gather.needed} requests arrived together"
-                await send_error(writer, 504, message)
-                return True
+                return _error(504, message)
         if self.latency:
             await asyncio.sleep(self.latency)
         if hang:
-            while await reader.read(65536):
-                pass
-            return False
+            while (await request.receive())["type"] != "http.disconnect":
+                pass  # no answer: wait for the client to give up
+            return Response(status_code=499)  # never sent: the client is gone
         if failure is not None:
-            await send_error(writer, failure.status, failure.message, failure.headers)
-            return True
+            return _error(failure.status, failure.message, failure.headers)
         try:
             reply = self._reply(payload, len(body))
         except Exception as exc:
-            await send_error(writer, 500, f"stub handler failed: {type(exc).__name__}: {exc}")
-            return True
-        if isinstance(reply, bytes):
-            await send_raw(writer, reply, stream=bool(payload.get("stream")))
-        elif payload.get("stream"):
+            return _error(500, f"stub handler failed: {type(exc).__name__}: {exc}")
+        stream = bool(payload.get("stream"))
+        if isinstance(reply, bytes):  # a misconfigured endpoint (an HTML page)
+            if stream:
+                return Response(b"data: " + reply + b"\n\n", media_type="text/event-stream")
+            return Response(reply, media_type="text/html")
+        if stream:
             include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
-            await send_stream(writer, reply, include_usage)
-        else:
-            await send_json(writer, 200, reply)
-        return True
+            return Response(
+                stream_body(reply, include_usage),
+                media_type="text/event-stream",
+                headers={"cache-control": "no-cache"},
+            )
+        return _json(200, reply)
 
     def _reply(self, request: dict[str, Any], size: int) -> dict[str, Any] | bytes:
         """The chat.completion dict for this request (bytes: a raw body, to play a broken
@@ -347,6 +352,18 @@ class OpenAIStubServer:
             )
             return result
         raise TypeError(f"a stub reply must be a str, ModelResponse or dict, not {type(result)}")
+
+
+def _json(status: int, data: Any, headers: dict[str, str] | None = None) -> Response:
+    from starlette.responses import Response
+
+    return Response(
+        json.dumps(data).encode(), status, headers=headers, media_type="application/json"
+    )
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    return _json(status, error_body(status, message), headers)
 
 
 def tool_loop(

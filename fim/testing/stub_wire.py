@@ -1,18 +1,15 @@
-"""The HTTP/1.1 and SSE plumbing of the stub server: read a request body, write JSON or a
-chat.completion as server-sent chunks, and read wire messages back as fim ones for
-step functions. Hand-written on asyncio streams so a reply costs microseconds.
+"""The wire format of the stub model endpoint: chat.completion dicts built without pydantic,
+one as server-sent chunks, the OpenAI error envelope, and wire messages read back as fim
+ones for step functions. No HTTP here: `fim.testing.model_server` serves these on Starlette.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
 from fim.llm.wire import parse_response
 from fim.types import ToolSpec
-
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests"}
 
 
 def completion(
@@ -75,51 +72,10 @@ def fim_tools(request: dict[str, Any]) -> list[ToolSpec] | None:
     ]
 
 
-async def read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        parts = []
-        while True:
-            size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
-            if size == 0:
-                await reader.readuntil(b"\r\n")
-                return b"".join(parts)
-            parts.append(await reader.readexactly(size))
-            await reader.readexactly(2)
-    length = int(headers.get("content-length") or 0)
-    return await reader.readexactly(length) if length else b""
-
-
-async def send_json(
-    writer: asyncio.StreamWriter,
-    status: int,
-    data: Any,
-    extra_headers: dict[str, str] | None = None,
-) -> None:
-    body = json.dumps(data).encode()
-    head = f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
-    head += f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
-    for key, value in (extra_headers or {}).items():
-        head += f"{key}: {value}\r\n"
-    writer.write(head.encode() + b"\r\n" + body)
-    await writer.drain()
-
-
-async def send_raw(writer: asyncio.StreamWriter, body: bytes, stream: bool = False) -> None:
-    """A 200 with an arbitrary body, as a misconfigured endpoint (an HTML page) sends."""
-    if stream:
-        body = b"data: " + body + b"\n\n"
-    kind = "text/event-stream" if stream else "text/html"
-    head = f"HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {len(body)}\r\n\r\n"
-    writer.write(head.encode() + body)
-    await writer.drain()
-
-
-async def send_error(
-    writer: asyncio.StreamWriter, status: int, message: str, headers: dict[str, str] | None = None
-) -> None:
+def error_body(status: int, message: str) -> dict[str, Any]:
+    """The OpenAI error envelope (`type` as the SDKs map it)."""
     kind = "rate_limit_error" if status == 429 else "server_error" if status >= 500 else "error"
-    data = {"error": {"message": message, "type": kind, "code": str(status)}}
-    await send_json(writer, status, data, headers)
+    return {"error": {"message": message, "type": kind, "code": str(status)}}
 
 
 def _chunk(base: dict[str, Any], delta: dict[str, Any], finish: str | None = None) -> bytes:
@@ -127,11 +83,10 @@ def _chunk(base: dict[str, Any], delta: dict[str, Any], finish: str | None = Non
     return b"data: " + json.dumps(data).encode() + b"\n\n"
 
 
-async def send_stream(
-    writer: asyncio.StreamWriter, reply: dict[str, Any], include_usage: bool
-) -> None:
-    """Send a chat.completion as SSE chunks: role, content pieces, tool-call fragments by
-    index (name first, arguments in two pieces), finish reason, usage, [DONE]."""
+def stream_body(reply: dict[str, Any], include_usage: bool) -> bytes:
+    """A chat.completion as one SSE body: role, content pieces, tool-call fragments by index
+    (name first, arguments in two pieces), finish reason, usage, [DONE]. Sent in one write:
+    a burst of tiny TCP segments makes clients pay delayed-ACK stalls."""
     base = {
         "id": reply.get("id", "chatcmpl-stub"),
         "object": "chat.completion.chunk",
@@ -175,13 +130,4 @@ async def send_stream(
         data = dict(base, choices=[], usage=reply["usage"])
         events.append(b"data: " + json.dumps(data).encode() + b"\n\n")
     events.append(b"data: [DONE]\n\n")
-    head = (
-        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
-        "transfer-encoding: chunked\r\n\r\n"
-    )
-    # one write: a burst of tiny TCP segments makes clients pay delayed-ACK stalls
-    parts = [head.encode()]
-    parts += [f"{len(event):x}\r\n".encode() + event + b"\r\n" for event in events]
-    parts.append(b"0\r\n\r\n")
-    writer.write(b"".join(parts))
-    await writer.drain()
+    return b"".join(events)
