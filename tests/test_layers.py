@@ -39,6 +39,12 @@ LAYERS: list[tuple[int, tuple[str, ...], str]] = [
     (0, ("fim.observe",), "tracing and metrics: every layer reports into them"),
     (0, ("fim.run.discovery",), "finds modules in a package; used by compile and tools"),
     (1, ("fim.config",), "load and validate the YAML project (schema, files, loader)"),
+    (
+        1,
+        ("fim.workflows.node_types",),
+        "workflow node types, one file each: part of the YAML schema, so in its layer; "
+        "their executors run through the NodeContext they are handed",
+    ),
     (2, ("fim.build",), "compile the config into an immutable Snapshot; checks; reload"),
     (
         3,

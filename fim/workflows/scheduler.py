@@ -39,7 +39,7 @@ from fim.workflows import (
     templates,
 )
 from fim.workflows.graph import Edge, incoming
-from fim.workflows.nodes import EXECUTORS, NodeContext, NodeError, Paused
+from fim.workflows.nodes import NodeContext, NodeError, Paused
 from fim.workflows.state import NodeState, Persister, RunState
 
 
@@ -263,7 +263,7 @@ class Scheduler:
             for attempt in range(1, attempts + 1):
                 ns.attempts = attempt
                 try:
-                    work = EXECUTORS[node.type](node, ctx)
+                    work = node.execute(ctx)
                     output = await (asyncio.wait_for(work, node.timeout) if node.timeout else work)
                 except asyncio.CancelledError:
                     raise
