@@ -78,23 +78,8 @@ LAYERS: list[tuple[int, tuple[str, ...], str]] = [
 
 # Debt still to pay, one (importer, imported) edge per entry. The test fails when an entry
 # is no longer needed, so this list can only shrink.
-KNOWN_BACK_EDGES: set[tuple[str, str]] = {
-    ("fim.mcp", "fim.run.selection"),  # MCP sampling answers with the run's fast model
-}
-KNOWN_CYCLES: list[set[str]] = [
-    {"fim.mcp.connection", "fim.mcp.sampling", "fim.mcp.tools"},
-    # http.py asks devpage which paths are public; devpage builds on http and bodies
-    {"fim.server.bodies", "fim.server.devpage", "fim.server.http", "fim.server.openapi"},
-    # the kill switch `fim.llm.ALLOW_MODEL_REQUESTS` is read by base.py and the backends
-    # are loaded by fim.llm.make_model (deferred on purpose: litellm is heavy)
-    {
-        "fim.llm",
-        "fim.llm.base",
-        "fim.llm.litellm_model",
-        "fim.llm.openai_compat",
-        "fim.llm.scripted",
-    },
-]
+KNOWN_BACK_EDGES: set[tuple[str, str]] = set()
+KNOWN_CYCLES: list[set[str]] = []
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:
