@@ -45,7 +45,7 @@ LAYERS: list[tuple[int, tuple[str, ...], str]] = [
         "workflow node types, one file each: part of the YAML schema, so in its layer; "
         "their executors run through the NodeContext they are handed",
     ),
-    (2, ("fim.build",), "compile the config into an immutable Snapshot; checks; reload"),
+    (2, ("fim.build",), "the immutable Snapshot, the per-file checks, builtin names"),
     (
         3,
         ("fim.run.services", "fim.run.budget"),
@@ -59,18 +59,24 @@ LAYERS: list[tuple[int, tuple[str, ...], str]] = [
     ),
     (
         6,
+        ("fim.build.compile", "fim.build.reload", "fim.build.gitops"),
+        "compile the whole project into a Snapshot (and reload it): the last checks build "
+        "every hook once, so compiling sits above the hooks",
+    ),
+    (
+        7,
         ("fim.engines",),
         "the loops (react, dag): they drive a model, tools and hooks they are handed, "
         "and know nothing of how a run is assembled",
     ),
     (
-        7,
+        8,
         ("fim.run",),
         "run-time assembly: pick the tools, guard the context, build the engine, delegate",
     ),
-    (8, ("fim.workflows",), "workflows: graphs of agent runs and connector calls"),
+    (9, ("fim.workflows",), "workflows: graphs of agent runs and connector calls"),
     (
-        9,
+        10,
         ("fim.eval", "fim.server", "fim.commands", "fim.cli", "fim.scaffold", "fim.testing"),
         "surfaces (CLI, HTTP server, eval) and the test doubles that drive them",
     ),

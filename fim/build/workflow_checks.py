@@ -1,4 +1,5 @@
-"""Cross-reference checks of one workflow: node targets, `needs`, branches, templates, cycles.
+"""Cross-reference checks of one workflow: node targets, `needs`, branches, templates, cycles;
+and `check_agent_workflows`, which needs the compiled project.
 
 What a node names (an agent, a connector, a tool...) is checked by its own type
 (`NodeType.check_refs`, through a `NodeChecks` made here); the edges and templates are
@@ -14,9 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from fim.build.builtin_names import builtin_tool_names
+from fim.build.snapshot import Locate, Snapshot
 from fim.config.problems import suggest
 from fim.config.schema import WorkflowDecl
 from fim.config.templates import references
+from fim.errors import Problem
 from fim.workflows.node_types import NodeType
 
 Where = tuple[str | int, ...]
@@ -204,3 +207,40 @@ def _find_cycle(deps: dict[str, list[str]]) -> list[str]:
         if start not in state and (cycle := visit(start)):
             return cycle
     return []
+
+
+# ---------------------------------------------------------------- across the project
+# How agents use workflows cannot be seen from one workflow file: a workflow that pauses for
+# a human cannot run inline inside an agent's tool call, since nobody would be there to
+# resume the agent's turn.
+
+
+def human_nodes(snapshot: Snapshot, workflow: str) -> list[str]:
+    decl = snapshot.workflows.get(workflow)
+    if decl is None:
+        return []
+    return [node_id for node_id, node in decl.nodes.items() if node.type == "human"]
+
+
+def check_agent_workflows(snapshot: Snapshot, locate: Locate | None = None) -> list[Problem]:
+    """Problems with agents' `workflows:` lists (reported at the list entry)."""
+    problems: list[Problem] = []
+    where = locate or snapshot.source
+    for name, agent in snapshot.agents.items():
+        for index, workflow in enumerate(agent.workflows):
+            humans = human_nodes(snapshot, workflow)
+            if not humans:
+                continue
+            src = where("agent", name, ("workflows", index))
+            problems.append(
+                Problem(
+                    src.path,
+                    src.line,
+                    src.column,
+                    f"agent '{name}' lists workflow '{workflow}' under workflows:, but it has "
+                    f"a human node ({', '.join(humans)}) and cannot run inside an agent",
+                    hint=f"remove '{workflow}' from workflows: and start it with "
+                    f"`fim workflow run {workflow}`",
+                )
+            )
+    return problems
