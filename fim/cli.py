@@ -88,7 +88,11 @@ def build_app(modules: list[str] | None = None) -> typer.Typer:
     )
     app.callback()(_root)
     for name in COMMAND_MODULES if modules is None else modules:
-        importlib.import_module(name).register(app)
+        module = importlib.import_module(name)  # an import error is raised, never skipped
+        register = getattr(module, "register", None)
+        if not callable(register):
+            raise TypeError(f"command module {name} has no register(app) function")
+        register(app)
     return app
 
 

@@ -9,9 +9,9 @@ import pytest
 
 from fim.build.compile import build_snapshot, compile_project, load_project
 from fim.build.snapshot import Snapshot
+from fim.build.workflow_checks import check_agent_workflows
 from fim.errors import ConfigError, RunError
 from fim.run.services import RunContext, Services
-from fim.workflows.check import check_agent_workflows
 from fim.workflows.engine import WorkflowEngine
 from fim.workflows.graph import mermaid
 from fim.workflows.tool import provide

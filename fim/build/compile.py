@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import MappingProxyType
@@ -19,13 +19,15 @@ from typing import Any
 
 from fim.build.builtin_names import builtin_hook_names, builtin_tool_names
 from fim.build.snapshot import Locate, Snapshot, Source
-from fim.build.workflow_checks import check_workflow
+from fim.build.workflow_checks import check_agent_workflows, check_workflow
 from fim.config.loader import Declarations, Entry, find_root, load, mask_problems
 from fim.config.problems import suggest
 from fim.config.providers import provider_problem
 from fim.config.schema import AgentDecl, EvalSuite, HookSpec, JudgeSpec, ModelSettings
 from fim.config.templates import TemplateChecker
 from fim.errors import ConfigError, Problem
+
+SnapshotCheck = Callable[[Snapshot, Locate], list[Problem]]
 
 
 def command_program(command: str, root: Path) -> str:
@@ -39,14 +41,19 @@ def command_program(command: str, root: Path) -> str:
     return program.replace('"', "").replace("'", "")
 
 
-SNAPSHOT_CHECKS: list[str] = [
-    "fim.workflows.check:check_agent_workflows",
-    "fim.hooks.build:check_hooks",
-]
-"""`module:function(snapshot, locate) -> list[Problem]` checks owned by other areas that
-need the whole compiled project (e.g. building every hook once); `locate` points into the
-files. They run only when the checks here found nothing, so a problem is never reported
-twice; a module that is not there is skipped."""
+def _check_hooks(snapshot: Snapshot, locate: Locate) -> list[Problem]:
+    """Build every hook once (`fim.hooks.build`): deferred on purpose, hooks import their
+    builtins and the user's python only when the declarations are clean."""
+    from fim.hooks.build import check_hooks
+
+    return check_hooks(snapshot, locate)
+
+
+SNAPSHOT_CHECKS: tuple[SnapshotCheck, ...] = (check_agent_workflows, _check_hooks)
+"""Checks that need the whole compiled project (e.g. building every hook once); `locate`
+points into the files. They run only when the checks here found nothing, so a problem is
+never reported twice. Each is imported explicitly: one that cannot be imported fails the
+compile with its ImportError, it is never skipped."""
 
 
 def _locator(decls: Declarations) -> Locate:
@@ -61,22 +68,16 @@ def _locator(decls: Declarations) -> Locate:
 
 
 def _snapshot_problems(snapshot: Snapshot, locate: Locate) -> list[Problem]:
-    # The checks belong to higher layers (workflows, hooks): named by string, imported here.
-    import importlib
-
     problems: list[Problem] = []
-    for target in SNAPSHOT_CHECKS:
-        module, _, func = target.partition(":")
-        try:
-            check = getattr(importlib.import_module(module), func)
-        except (ImportError, AttributeError) as exc:  # a broken install: say so, never skip
-            problems.append(Problem("fim.yaml", 1, 1, f"check {target} could not be loaded: {exc}"))
-            continue
+    for check in SNAPSHOT_CHECKS:
         try:
             problems.extend(check(snapshot, locate))
+        except ImportError:
+            raise  # a broken install is not a problem of the user's project: never hide it
         except Exception as exc:  # a bug in a check must not hide the user's other problems
+            name = getattr(check, "__qualname__", repr(check))
             problems.append(
-                Problem("fim.yaml", 1, 1, f"check {target} failed: {type(exc).__name__}: {exc}")
+                Problem("fim.yaml", 1, 1, f"check {name} failed: {type(exc).__name__}: {exc}")
             )
     return problems
 

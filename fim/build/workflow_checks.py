@@ -1,36 +1,63 @@
-"""Cross-reference checks of one workflow: node targets, `needs`, branches, templates, cycles.
+"""Cross-reference checks of one workflow: node targets, `needs`, branches, templates, cycles;
+and `check_agent_workflows`, which needs the compiled project.
 
-A condition's `then`/`else` targets count as depending on the condition (they only run
-once it has decided), so a target that is also an ancestor of its condition is a cycle.
+What a node names (an agent, a connector, a tool...) is checked by its own type
+(`NodeType.check_refs`, through a `NodeChecks` made here); the edges and templates are
+checked here for every type alike. A branch target (a condition's `then`/`else`) counts as
+depending on the node that names it (it only runs once that node has decided), so a
+target that is also an ancestor of its condition is a cycle.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from fim.build.builtin_names import builtin_tool_names
+from fim.build.snapshot import Locate, Snapshot
 from fim.config.problems import suggest
-from fim.config.schema import (
-    AgentNode,
-    ConditionNode,
-    ConnectorNode,
-    DatabaseNode,
-    HttpConnector,
-    LlmNode,
-    McpNode,
-    ToolNode,
-    WorkflowDecl,
-)
+from fim.config.schema import WorkflowDecl
 from fim.config.templates import references
+from fim.errors import Problem
+from fim.workflows.node_types import NodeType
 
-_TEMPLATE_FIELDS = ("prompt", "system", "input", "if_", "args", "params")
-_ALIASES = {"if_": "if"}
+Where = tuple[str | int, ...]
 
 
-def _targets(value: str | list[str] | None) -> list[str]:
-    if value is None:
-        return []
-    return [value] if isinstance(value, str) else list(value)
+@dataclass(frozen=True)
+class _NodeChecks:
+    """`NodeChecks` for one node of one workflow file: paths are below `nodes.<id>`."""
+
+    checker: Any
+    entry: Any
+    base: Where
+
+    def problem(self, where: Where, message: str, hint: str | None) -> None:
+        self.checker.add(self.entry.doc.problem((*self.base, *where), message, hint))
+
+    def ref(self, where: Where, kind: str, name: str) -> bool:
+        return bool(self.checker.ref(self.entry, (*self.base, *where), kind, name))
+
+    def model(self, where: Where, ref: Any) -> None:
+        self.checker.check_model(self.entry, (*self.base, *where), ref)
+
+    def output_schema(self, where: Where, spec: Any) -> None:
+        self.checker.check_output_schema(self.entry, (*self.base, *where), spec)
+
+    def connector(self, name: str) -> Any:
+        return self.checker.decls.entries["connector"][name].decl
+
+    def mcp_servers(self) -> Mapping[str, Any] | None:
+        decls = self.checker.decls
+        return decls.project.mcp_servers if decls.project_ok else None
+
+    def builtin_tools(self) -> frozenset[str]:
+        return builtin_tool_names()
+
+
+def _alias(node: NodeType, field: str) -> str:
+    return type(node).model_fields[field].alias or field
 
 
 def check_workflow(checker: Any, entry: Any) -> None:
@@ -53,27 +80,24 @@ def check_workflow(checker: Any, entry: Any) -> None:
                         suggest(dep, names, "nodes"),
                     )
                 )
-        if isinstance(node, ConditionNode):
-            for key, alias in (("then", "then"), ("else_", "else")):
-                targets = _targets(getattr(node, key))
-                for i, target in enumerate(targets):
-                    path = (
-                        (*base, alias) if isinstance(getattr(node, key), str) else (*base, alias, i)
-                    )
-                    if target in names:
-                        deps[target].append(name)
-                    else:
-                        checker.add(
-                            doc.problem(
-                                path,
-                                f"unknown node '{target}' in {alias}",
-                                suggest(target, names, "nodes"),
-                            )
+        for _label, alias, targets in node.branches():
+            single = isinstance(getattr(node, _field_of(node, alias)), str)
+            for i, target in enumerate(targets):
+                path = (*base, alias) if single else (*base, alias, i)
+                if target in names:
+                    deps[target].append(name)
+                else:
+                    checker.add(
+                        doc.problem(
+                            path,
+                            f"unknown node '{target}' in {alias}",
+                            suggest(target, names, "nodes"),
                         )
-        _check_target(checker, entry, base, node)
-        for field in _TEMPLATE_FIELDS:
+                    )
+        node.check_refs(_NodeChecks(checker, entry, base))
+        for field in node.template_fields:
             value = getattr(node, field, None)
-            path = (*base, _ALIASES.get(field, field))
+            path = (*base, _alias(node, field))
             for where, ast in checker.templates.check_tree(checker, entry, path, value):
                 for ref in _check_refs(checker, entry, where, ast, wf, name):
                     uses.append((name, where, ref))
@@ -93,61 +117,12 @@ def check_workflow(checker: Any, entry: Any) -> None:
         )
 
 
-def _check_target(checker: Any, entry: Any, base: tuple, node: Any) -> None:
-    doc = entry.doc
-    connectors = checker.decls.entries["connector"]
-    if isinstance(node, AgentNode):
-        checker.ref(entry, (*base, "agent"), "agent", node.agent)
-        checker.check_output_schema(entry, (*base, "output_schema"), node.output_schema)
-    elif isinstance(node, LlmNode):
-        checker.check_model(entry, (*base, "model"), node.model)
-        checker.check_output_schema(entry, (*base, "output_schema"), node.output_schema)
-    elif isinstance(node, (ConnectorNode, DatabaseNode)):
-        if not checker.ref(entry, (*base, "connector"), "connector", node.connector):
-            return
-        decl = connectors[node.connector].decl
-        wanted = "http" if isinstance(node, ConnectorNode) else "database"
-        if decl.kind != wanted:
-            checker.add(
-                doc.problem(
-                    (*base, "connector"),
-                    f"connector '{node.connector}' is kind: {decl.kind}, "
-                    f"but a {node.type} node needs kind: {wanted}",
-                    "use type: database for SQL, type: connector for HTTP actions",
-                )
-            )
-        elif (
-            isinstance(decl, HttpConnector)
-            and isinstance(node, ConnectorNode)
-            and (node.action not in decl.actions)
-        ):
-            checker.add(
-                doc.problem(
-                    (*base, "action"),
-                    f"connector '{node.connector}' has no action '{node.action}'",
-                    suggest(node.action, decl.actions, "actions"),
-                )
-            )
-    elif isinstance(node, McpNode) and checker.decls.project_ok:
-        servers = checker.decls.project.mcp_servers
-        if node.server not in servers:
-            checker.add(
-                doc.problem(
-                    (*base, "server"),
-                    f"unknown MCP server '{node.server}'",
-                    suggest(node.server, servers, "MCP servers (fim.yaml)"),
-                )
-            )
-    elif isinstance(node, ToolNode):
-        tools = builtin_tool_names()
-        if node.tool not in tools:
-            checker.add(
-                doc.problem(
-                    (*base, "tool"),
-                    f"unknown builtin tool '{node.tool}'",
-                    suggest(node.tool, tools, "tools"),
-                )
-            )
+def _field_of(node: NodeType, alias: str) -> str:
+    """The python name of the field spelled `alias` in YAML (`else` -> `else_`)."""
+    for field, info in type(node).model_fields.items():
+        if (info.alias or field) == alias:
+            return field
+    return alias
 
 
 def _check_upstream(
@@ -232,3 +207,40 @@ def _find_cycle(deps: dict[str, list[str]]) -> list[str]:
         if start not in state and (cycle := visit(start)):
             return cycle
     return []
+
+
+# ---------------------------------------------------------------- across the project
+# How agents use workflows cannot be seen from one workflow file: a workflow that pauses for
+# a human cannot run inline inside an agent's tool call, since nobody would be there to
+# resume the agent's turn.
+
+
+def human_nodes(snapshot: Snapshot, workflow: str) -> list[str]:
+    decl = snapshot.workflows.get(workflow)
+    if decl is None:
+        return []
+    return [node_id for node_id, node in decl.nodes.items() if node.type == "human"]
+
+
+def check_agent_workflows(snapshot: Snapshot, locate: Locate | None = None) -> list[Problem]:
+    """Problems with agents' `workflows:` lists (reported at the list entry)."""
+    problems: list[Problem] = []
+    where = locate or snapshot.source
+    for name, agent in snapshot.agents.items():
+        for index, workflow in enumerate(agent.workflows):
+            humans = human_nodes(snapshot, workflow)
+            if not humans:
+                continue
+            src = where("agent", name, ("workflows", index))
+            problems.append(
+                Problem(
+                    src.path,
+                    src.line,
+                    src.column,
+                    f"agent '{name}' lists workflow '{workflow}' under workflows:, but it has "
+                    f"a human node ({', '.join(humans)}) and cannot run inside an agent",
+                    hint=f"remove '{workflow}' from workflows: and start it with "
+                    f"`fim workflow run {workflow}`",
+                )
+            )
+    return problems

@@ -54,11 +54,19 @@ def field_docs() -> dict[str, dict[str, str]]:
     from pydantic import BaseModel
 
     from fim.config import schema as package
+    from fim.workflows.node_types import NODE_TYPES
 
-    sources = [
-        inspect.getsource(importlib.import_module(f"{package.__name__}.{info.name}"))
+    modules = [
+        importlib.import_module(f"{package.__name__}.{info.name}")
         for info in pkgutil.iter_modules(package.__path__)
     ]
+    # Node types live in one file each, outside this package, with their base.
+    bases = {base for node in NODE_TYPES.values() for base in node.__mro__}
+    modules += [
+        importlib.import_module(name)
+        for name in sorted({cls.__module__ for cls in bases if cls.__module__.startswith("fim.")})
+    ]
+    sources = [inspect.getsource(module) for module in dict.fromkeys(modules)]
     own: dict[str, dict[str, str]] = {}
     for node in (n for source in sources for n in ast.parse(source).body):
         if not isinstance(node, ast.ClassDef):
@@ -75,7 +83,8 @@ def field_docs() -> dict[str, dict[str, str]]:
                 fields[stmt.target.id] = inspect.cleandoc(after.value.value)
         own[node.name] = fields
     result: dict[str, dict[str, str]] = {}
-    for name, cls in vars(package).items():
+    models = {**vars(package), **{cls.__name__: cls for cls in NODE_TYPES.values()}}
+    for name, cls in models.items():
         if not (isinstance(cls, type) and issubclass(cls, BaseModel)) or name not in own:
             continue
         merged: dict[str, str] = {}

@@ -24,26 +24,49 @@ there, so replay stays offline whichever part of a run asks a model.
 
 `ALLOW_MODEL_REQUESTS` is the kill switch for tests: while it is False, a request to any
 host but loopback raises `RunError` (tests/conftest.py turns it off for the whole suite).
+The value lives in the leaf module `fim.llm.switch`, which the backends read; this
+module's attribute reads and writes it, so `fim.llm.ALLOW_MODEL_REQUESTS = False` still
+takes effect (it would fail open if it only rebound a name here).
 """
 
 from __future__ import annotations
 
+import sys
+import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fim.config.schema import ModelSettings
 from fim.errors import RunError
+from fim.llm import switch
 from fim.types import Model
 
-ALLOW_MODEL_REQUESTS = True
-"""False refuses every model request to a non-loopback host (set by the test suite)."""
+if TYPE_CHECKING:
+    from fim.build.snapshot import Snapshot
+    from fim.config.schema import AgentDecl
+
+
+class _LlmModule(types.ModuleType):
+    """`fim.llm` itself: its `ALLOW_MODEL_REQUESTS` is `fim.llm.switch`'s, read and written."""
+
+    @property
+    def ALLOW_MODEL_REQUESTS(self) -> bool:
+        return switch.ALLOW_MODEL_REQUESTS
+
+    @ALLOW_MODEL_REQUESTS.setter
+    def ALLOW_MODEL_REQUESTS(self, value: bool) -> None:
+        switch.ALLOW_MODEL_REQUESTS = value
+
+
+sys.modules[__name__].__class__ = _LlmModule
 
 __all__ = [
-    "ALLOW_MODEL_REQUESTS",
     "ModelWrapper",
     "backend_of",
+    "fast_model",
     "make_model",
     "models_wrapped",
     "wrapping_models",
@@ -103,6 +126,16 @@ def make_model(settings: ModelSettings, root: Path | None = None) -> Model:
     if wrapper is not None:
         return wrapper(settings, lambda: _build(settings, root))
     return _build(settings, root)
+
+
+def fast_model(snapshot: Snapshot, agent: AgentDecl) -> Model:
+    """The `fast` role's model, or the agent's own when the project declares no `fast`
+    (tool selection, the context guard and MCP sampling ask it)."""
+    try:
+        settings = snapshot.model_settings("fast")
+    except RunError:
+        settings = snapshot.model_settings(agent.model)
+    return make_model(settings, snapshot.root)
 
 
 def _build(settings: ModelSettings, root: Path | None) -> Model:

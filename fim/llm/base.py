@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from fim.config.schema import ModelSettings
 from fim.errors import RunError
+from fim.llm import switch
 from fim.retries import Backoff, Sleep, retry_async
 
 if TYPE_CHECKING:
@@ -103,9 +104,7 @@ def is_loopback(url: str) -> bool:
 def check_allowed(url: str, model: str) -> None:
     """Refuse non-loopback model requests while `fim.llm.ALLOW_MODEL_REQUESTS` is False (the
     test suite sets it, so no test can reach a paid model by accident)."""
-    import fim.llm
-
-    if not fim.llm.ALLOW_MODEL_REQUESTS and not is_loopback(url):
+    if not switch.ALLOW_MODEL_REQUESTS and not is_loopback(url):
         raise RunError(
             f"model requests are disabled (fim.llm.ALLOW_MODEL_REQUESTS is False): "
             f"refusing to call {model} at {url}",

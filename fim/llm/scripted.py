@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fim.errors import RunError
+from fim.llm import switch
 from fim.llm.script import Step, load_steps, resolve_step, text, tool_call, tool_calls, with_usage
 from fim.types import Message, ModelResponse, TextDelta, ToolSpec
 
@@ -137,11 +138,9 @@ def _chunks(content: str, pieces: int = 3) -> Iterator[str]:
 @contextlib.contextmanager
 def allow_model_requests(allowed: bool = True) -> Iterator[None]:
     """Set `fim.llm.ALLOW_MODEL_REQUESTS` inside a block, restoring it afterwards."""
-    import fim.llm
-
-    previous = fim.llm.ALLOW_MODEL_REQUESTS
-    fim.llm.ALLOW_MODEL_REQUESTS = allowed
+    previous = switch.ALLOW_MODEL_REQUESTS
+    switch.ALLOW_MODEL_REQUESTS = allowed
     try:
         yield
     finally:
-        fim.llm.ALLOW_MODEL_REQUESTS = previous
+        switch.ALLOW_MODEL_REQUESTS = previous

@@ -73,7 +73,7 @@ def _fast_model(ctx: RunContext) -> Any:
     snapshot, agent = ctx.snapshot, ctx.agent
 
     def make() -> Any:
-        from fim.run.selection import fast_model
+        from fim.llm import fast_model  # the model backends load on first use
 
         return fast_model(snapshot, agent)
 

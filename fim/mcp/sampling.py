@@ -12,6 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from fim.mcp.content import render_content
 from fim.types import Message, Model
 
 log = logging.getLogger(__name__)
@@ -68,8 +69,6 @@ def sampling_callback(
 
 def to_messages(params: Any) -> list[Message] | str:
     """The request as fim messages (media as text placeholders), or why it is refused."""
-    from fim.mcp.tools import render_content
-
     if len(params.messages) > MAX_SAMPLING_MESSAGES:
         return f"more than {MAX_SAMPLING_MESSAGES} messages"
     messages: list[Message] = []

@@ -7,7 +7,6 @@ for the model: what went wrong, what is valid, what to do next.
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from fim.mcp.connection import (
     ServerConnection,
     ToolInfo,
 )
+from fim.mcp.content import render_content
 from fim.types import CallView, JSONSchema, ToolResult
 
 META_TOOL = "mcp"
@@ -47,33 +47,6 @@ def input_parameters(schema: dict[str, Any]) -> JSONSchema:
 
 
 # --------------------------------------------------------------------------- results
-
-
-def _b64_size(data: str) -> int:
-    try:
-        return len(base64.b64decode(data, validate=False))
-    except (ValueError, TypeError):
-        return len(data) * 3 // 4
-
-
-def render_content(block: Any) -> str:
-    """One content block as observation text; binary content is summarised, not dumped."""
-    kind = getattr(block, "type", "")
-    if kind == "text":
-        return block.text
-    if kind in ("image", "audio"):
-        return f"[{kind}: {block.mime_type}, {_b64_size(block.data)} bytes]"
-    if kind == "resource":
-        res = block.resource
-        text = getattr(res, "text", None)
-        if text is not None:
-            return text
-        mime = res.mime_type or "application/octet-stream"
-        return f"[resource: {res.uri}, {mime}, {_b64_size(res.blob)} bytes]"
-    if kind == "resource_link":
-        mime = f", {block.mime_type}" if block.mime_type else ""
-        return f"[resource link: {block.name} <{block.uri}>{mime}]"
-    return f"[{kind or 'unknown'} content]"
 
 
 MAX_MEDIA_BYTES = 5_000_000

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fim.events import Event, Notice
+from fim.llm import fast_model  # MCP sampling uses it too: it lives with the models
 from fim.run.request_tools import (
     REQUEST_TOOLS,
     SkillToolLoader,
@@ -29,8 +30,7 @@ from fim.tools.registry import ToolRegistry
 from fim.types import Message, Model, Usage
 
 if TYPE_CHECKING:
-    from fim.build.snapshot import Snapshot
-    from fim.config.schema import AgentDecl, ToolSelection
+    from fim.config.schema import ToolSelection
 
 ALWAYS_KEPT = frozenset({READ_SKILL, REQUEST_TOOLS})
 
@@ -272,18 +272,6 @@ def attach(
         return events + (await previous() if previous is not None else [])
 
     engine.on_turn = on_turn
-
-
-def fast_model(snapshot: Snapshot, agent: AgentDecl) -> Model:
-    """The `fast` role's model, or the agent's own when the project declares no `fast`."""
-    from fim.errors import RunError
-    from fim.llm import make_model
-
-    try:
-        settings = snapshot.model_settings("fast")
-    except RunError:
-        settings = snapshot.model_settings(agent.model)
-    return make_model(settings, snapshot.root)
 
 
 def selection_settings(project: ToolSelection, agent: ToolSelection | None) -> ToolSelection:

@@ -36,8 +36,6 @@ if TYPE_CHECKING:
     from fim.server.app import Api
 
 STATIC = Path(__file__).parent / "static"
-PUBLIC_PATHS = frozenset({"/", "/docs", "/openapi.json", "/favicon.ico"})
-"""Paths served without the bearer key: the page shell and the API description only."""
 
 STATUS_STREAM_SECONDS = 25.0
 """A status stream ends after this long and the page reconnects: a long-lived stream
@@ -48,11 +46,6 @@ CSP = (
     "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
 )
 """The page runs only its own script: model output rendered into it cannot run code."""
-
-
-def is_public(path: str) -> bool:
-    """Whether `Guard` lets a request through without a key (page assets, never data)."""
-    return path in PUBLIC_PATHS or (path.startswith("/static/") and ".." not in path)
 
 
 def status_payload(api: Api) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fim.errors import FimError
 from fim.masking import StreamMasker, known
+from fim.server.public import is_public
 
 if TYPE_CHECKING:
     from fim.build.reload import SnapshotHolder
@@ -105,8 +106,6 @@ class Guard:
         self.holder = holder
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        from fim.server.devpage import is_public
-
         if scope["type"] != "http" or scope["path"] == "/healthz" or is_public(scope["path"]):
             await self.app(scope, receive, send)
             return

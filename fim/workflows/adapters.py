@@ -1,4 +1,5 @@
-"""Connector, database and MCP node executors: thin bridges to the modules that own the clients.
+"""Connector, database and MCP calls of workflow nodes: thin bridges to the modules that own
+the clients (`NodeContext.connector_action`, `.run_sql` and `.call_mcp` call these).
 
 The connection pools, auth, masking and guards live in `fim.connectors` and `fim.mcp`; a
 workflow node reuses them through `Services` (so a workflow and an agent in one process
@@ -9,17 +10,14 @@ share one HTTP pool or MCP session) and only adds what a DAG needs: structured o
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fim.config.schema import (
-    ConnectorNode,
-    DatabaseConnector,
-    DatabaseNode,
-    HttpConnector,
-    McpNode,
-)
+from fim.config.schema import DatabaseConnector, HttpConnector
 from fim.types import Tool, ToolResult
-from fim.workflows.nodes import NodeContext, NodeError, call_tool, executor, parse_output
+from fim.workflows.node_types.base import NodeError
+
+if TYPE_CHECKING:
+    from fim.workflows.nodes import NodeContext
 
 
 def _connector(ctx: NodeContext, name: str, kind: type) -> Any:
@@ -119,26 +117,7 @@ async def call_mcp(ctx: NodeContext, server: str, tool: str, args: dict[str, Any
     if info is None:
         names = ", ".join(t.name for t in conn.tools) or "none"
         raise NodeError(f"MCP server '{server}' has no tool '{tool}' (tools: {names})")
-    return await call_tool(ctx, adapt(conn, info), args)
+    return await ctx.call_tool(adapt(conn, info), args)
 
 
-__all__ = ["call_mcp", "connector_action", "parse_output", "run_sql"]
-
-
-# --------------------------------------------------------------------------- executors
-
-
-@executor("connector")
-async def run_connector(node: ConnectorNode, ctx: NodeContext) -> Any:
-    tool = connector_action(ctx, node.connector, node.action)
-    return await call_tool(ctx, tool, ctx.render(node.args))
-
-
-@executor("database")
-async def run_database(node: DatabaseNode, ctx: NodeContext) -> Any:
-    return await run_sql(ctx, node.connector, node.sql, ctx.render(node.params))
-
-
-@executor("mcp")
-async def run_mcp(node: McpNode, ctx: NodeContext) -> Any:
-    return await call_mcp(ctx, node.server, node.tool, ctx.render(node.args))
+__all__ = ["call_mcp", "connector_action", "run_sql"]

@@ -1,19 +1,20 @@
 """The shape of a workflow: its edges, and a Mermaid flowchart of them (`fim graph`).
 
 A node's incoming edges are its `needs` plus, for a branch target, the edge from the
-condition that names it in `then`/`else`. The engine uses the same edges to decide what
-runs and what is skipped, so the picture and the behaviour cannot disagree.
+node that names it (a condition's `then`/`else`: `NodeType.branches`). The engine uses the
+same edges to decide what runs and what is skipped, so the picture and the behaviour
+cannot disagree.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
 
-from fim.config.schema import ConditionNode, WorkflowDecl
+from fim.config.schema import WorkflowDecl
 
-EdgeLabel = Literal["needs", "then", "else"]
+EdgeLabel = str
+"""`needs`, or the branch a node's `branches()` names (`then`, `else`)."""
 
 
 @dataclass(frozen=True)
@@ -21,12 +22,6 @@ class Edge:
     source: str
     target: str
     label: EdgeLabel = "needs"
-
-
-def branch_targets(value: str | list[str] | None) -> list[str]:
-    if value is None:
-        return []
-    return [value] if isinstance(value, str) else list(value)
 
 
 def edges(decl: WorkflowDecl) -> list[Edge]:
@@ -42,11 +37,9 @@ def edges(decl: WorkflowDecl) -> list[Edge]:
     for node_id, node in decl.nodes.items():
         for need in node.needs:
             add(Edge(need, node_id))
-        if isinstance(node, ConditionNode):
-            for target in branch_targets(node.then):
-                add(Edge(node_id, target, "then"))
-            for target in branch_targets(node.else_):
-                add(Edge(node_id, target, "else"))
+        for label, _field, targets in node.branches():
+            for target in targets:
+                add(Edge(node_id, target, label))
     return result
 
 
@@ -78,31 +71,11 @@ def _label(text: str) -> str:
     return f'"{text}"'
 
 
-def _describe(decl: WorkflowDecl, node_id: str) -> str:
-    node = decl.nodes[node_id]
-    detail = {
-        "llm": lambda n: "llm",
-        "agent": lambda n: f"agent {n.agent}",
-        "connector": lambda n: f"{n.connector}.{n.action}",
-        "database": lambda n: f"sql on {n.connector}",
-        "mcp": lambda n: f"mcp {n.server}.{n.tool}",
-        "tool": lambda n: f"tool {n.tool}",
-        "condition": lambda n: "if " + n.if_.strip().removeprefix("{{").removesuffix("}}").strip(),
-        "human": lambda n: "human approval",
-    }[node.type](node)
-    return f"{_escape(node_id)}<br/>{_escape(detail)}"
-
-
 def _shape(decl: WorkflowDecl, node_id: str) -> str:
-    label = _label(_describe(decl, node_id))
-    node_type = decl.nodes[node_id].type
-    if node_type == "condition":
-        return "{" + label + "}"
-    if node_type == "human":
-        return "[/" + label + "/]"
-    if node_type in ("llm", "agent"):
-        return "(" + label + ")"
-    return "[" + label + "]"
+    """The node's box: its type's bracket pair around its id and `graph_label()`."""
+    node = decl.nodes[node_id]
+    text = f"{_escape(node_id)}<br/>{_escape(node.graph_label())}"
+    return node.shape.format(_label(text))
 
 
 def mermaid(decl: WorkflowDecl, name: str = "") -> str:

@@ -1,46 +1,30 @@
-"""Node executors: one async function per node type, registered by type name.
+"""`NodeContext`: what a node's executor may do during a run (the `NodeRuntime` protocol).
 
 The engine knows nothing about what a node does; it renders nothing, calls no model. It
-asks `EXECUTORS[node.type]` and gets the node's output back (or a `Paused` for a human
-node). Adding a node type is one new schema model plus one `@executor("name")` function.
-Heavy modules (models, connectors, MCP, jsonschema) are imported inside the executors, so
-a workflow of tool nodes never imports litellm.
+calls `node.execute(ctx)` (each node type is one file in `fim.workflows.node_types`) and
+gets the node's output back (or a `Paused` for a human node). The executors reach models,
+tools, connectors, MCP servers, agents and the store through the methods here. Heavy modules
+(models, connectors, MCP, jsonschema) are imported inside those methods on purpose, so a
+workflow of tool nodes never imports litellm.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from fim.build.snapshot import Snapshot
-from fim.config.schema import (
-    AgentDecl,
-    AgentNode,
-    ConditionNode,
-    HumanNode,
-    LlmNode,
-    ToolNode,
-)
+from fim.config.schema import AgentDecl
 from fim.errors import RunError
 from fim.run.services import RunContext, Services
 from fim.tools.registry import ToolRegistry
 from fim.types import Tool, ToolResult
-from fim.workflows import templates
+from fim.workflows import adapters, templates
+from fim.workflows.node_types.base import NodeError, Paused, parse_output
 
-
-class NodeError(Exception):
-    """A node failed; the message is what `show` and the events display."""
-
-
-@dataclass(frozen=True)
-class Paused:
-    """Returned by a node that waits for a human: the run pauses until it is resolved."""
-
-    approval_id: str
-    prompt: str
+__all__ = ["NodeContext", "NodeError", "Paused", "call_tool", "parse_output", "resolve_tool"]
 
 
 @dataclass
@@ -162,36 +146,60 @@ class NodeContext:
             parents=self.parents,
         )
 
+    # ------------------------------------------------------------ NodeRuntime
+
+    def truthy(self, expression: str) -> bool:
+        try:
+            return templates.truthy(expression, self.scope)
+        except templates.TemplateError as exc:
+            raise NodeError(str(exc)) from None
+
+    def resolve_tool(self, name: str) -> Tool:
+        try:
+            return resolve_tool(self, name)
+        except RunError as exc:
+            raise NodeError(str(exc)) from None
+
+    async def call_tool(self, tool: Tool, args: dict[str, Any]) -> Any:
+        return await call_tool(self, tool, args)
+
+    def connector_action(self, connector: str, action: str) -> Tool:
+        return adapters.connector_action(self, connector, action)
+
+    async def run_sql(self, connector: str, sql: str, params: dict[str, Any]) -> Any:
+        return await adapters.run_sql(self, connector, sql, params)
+
+    async def call_mcp(self, server: str, tool: str, args: dict[str, Any]) -> Any:
+        return await adapters.call_mcp(self, server, tool, args)
+
+    async def ask_agent(self, agent: str, task: str, output_schema: Any) -> Any:
+        return await ask_agent(self, agent, task, output_schema)
+
+    async def complete(self, model: Any, system: str | None, prompt: str, schema: Any) -> Any:
+        return await complete(self, model, system, prompt, schema)
+
+    async def pause(self, prompt: str) -> Paused:
+        """Open an approval for this node; the run pauses until it is resolved."""
+        from fim.store import get_store
+
+        prompt = self.snapshot.mask(prompt)
+        approval_id = await get_store(self.services).create_approval(
+            self.run_id,
+            agent=self.workflow,
+            tool_name=f"workflow:{self.workflow}:{self.node_id}",
+            args={},
+            reason=prompt,
+            expires_at=None,
+            kind="workflow",
+            data={"workflow": self.workflow, "run_id": self.run_id, "node": self.node_id},
+        )
+        return Paused(approval_id=approval_id, prompt=prompt)
+
 
 _CALL_IDS = itertools.count(1)
 
-Executor = Callable[[Any, NodeContext], Awaitable[Any]]
-EXECUTORS: dict[str, Executor] = {}
-
-
-def executor(node_type: str) -> Callable[[Executor], Executor]:
-    """Register the executor of a node type."""
-
-    def register(fn: Executor) -> Executor:
-        EXECUTORS[node_type] = fn
-        return fn
-
-    return register
-
 
 # --------------------------------------------------------------------------- helpers
-
-
-def parse_output(content: str) -> Any:
-    """Tool text -> the node's output: JSON objects/arrays become data (so templates can
-    say `nodes.lookup.output.amount`), anything else stays text."""
-    stripped = content.strip()
-    if stripped[:1] in ("{", "["):
-        try:
-            return json.loads(stripped)
-        except ValueError:
-            return content
-    return content
 
 
 def resolve_tool(ctx: NodeContext, name: str) -> Tool:
@@ -229,62 +237,23 @@ async def call_tool(ctx: NodeContext, tool: Tool, args: dict[str, Any]) -> Any:
     return parse_output(result.content)
 
 
-# --------------------------------------------------------------------------- executors
-
-
-@executor("tool")
-async def run_tool(node: ToolNode, ctx: NodeContext) -> Any:
-    try:
-        tool = resolve_tool(ctx, node.tool)
-    except RunError as exc:
-        raise NodeError(str(exc)) from None
-    return await call_tool(ctx, tool, ctx.render(node.args))
-
-
-@executor("condition")
-async def run_condition(node: ConditionNode, ctx: NodeContext) -> Any:
-    try:
-        result = templates.truthy(node.if_, ctx.scope)
-    except templates.TemplateError as exc:
-        raise NodeError(str(exc)) from None
-    return {"result": result, "branch": "then" if result else "else"}
-
-
-@executor("human")
-async def run_human(node: HumanNode, ctx: NodeContext) -> Paused:
-    from fim.store import get_store
-
-    prompt = ctx.snapshot.mask(ctx.render_text(node.prompt))
-    approval_id = await get_store(ctx.services).create_approval(
-        ctx.run_id,
-        agent=ctx.workflow,
-        tool_name=f"workflow:{ctx.workflow}:{ctx.node_id}",
-        args={},
-        reason=prompt,
-        expires_at=None,
-        kind="workflow",
-        data={"workflow": ctx.workflow, "run_id": ctx.run_id, "node": ctx.node_id},
-    )
-    return Paused(approval_id=approval_id, prompt=prompt)
-
-
-@executor("agent")
-async def run_agent_node(node: AgentNode, ctx: NodeContext) -> Any:
+async def ask_agent(ctx: NodeContext, agent: str, task: str, output_schema: Any) -> Any:
+    """Run agent `agent` on `task` as a child of the workflow run; its answer (parsed when
+    it has an output contract) is the node's output."""
     from fim.run.agent import ask
     from fim.run.overrides import RunOverrides, output_contract
     from fim.structured import parse_json
 
-    if node.agent not in ctx.snapshot.agents:
+    if agent not in ctx.snapshot.agents:
         raise NodeError(
-            f"unknown agent '{node.agent}' (agents: {', '.join(sorted(ctx.snapshot.agents))})"
+            f"unknown agent '{agent}' (agents: {', '.join(sorted(ctx.snapshot.agents))})"
         )
-    task = ctx.render_text(node.input)
-    decl = ctx.snapshot.agents[node.agent]
+    decl = ctx.snapshot.agents[agent]
     try:
-        contract = output_contract(ctx.snapshot, node.output_schema)
+        contract = output_contract(ctx.snapshot, output_schema)
         finished = await ask(
             ctx.snapshot,
-            node.agent,
+            agent,
             task,
             services=ctx.services,
             hooks=ctx.hooks,
@@ -294,32 +263,34 @@ async def run_agent_node(node: AgentNode, ctx: NodeContext) -> Any:
             overrides=RunOverrides(output=contract) if contract is not None else None,
         )
     except RunError as exc:
-        raise NodeError(f"agent '{node.agent}': {exc}") from None
+        raise NodeError(f"agent '{agent}': {exc}") from None
     if finished.status != "ok":
         raise NodeError(
-            f"agent '{node.agent}' ended with status {finished.status}: {finished.output[:500]}"
+            f"agent '{agent}' ended with status {finished.status}: {finished.output[:500]}"
         )
     if contract is not None or decl.output_schema is not None:
         return parse_json(finished.output)  # validated by the engine already
     return finished.output
 
 
-@executor("llm")
-async def run_llm(node: LlmNode, ctx: NodeContext) -> Any:
+async def complete(
+    ctx: NodeContext, model_ref: Any, system: str | None, prompt: str, output_schema: Any
+) -> Any:
+    """One model call (`system` and `prompt` already rendered); with an output schema the
+    reply is validated, and a rejected reply is retried once with the problem named."""
     from fim.llm import make_model
     from fim.run.overrides import output_contract
     from fim.types import Message
 
     try:
-        model = make_model(ctx.snapshot.model_settings(node.model), ctx.snapshot.root)
+        model = make_model(ctx.snapshot.model_settings(model_ref), ctx.snapshot.root)
     except RunError as exc:
         raise NodeError(str(exc)) from None
     messages: list[Message] = []
-    if node.system:
-        messages.append(Message(role="system", content=ctx.render_text(node.system)))
-    prompt = ctx.render_text(node.prompt)
+    if system:
+        messages.append(Message(role="system", content=system))
     try:
-        contract = output_contract(ctx.snapshot, node.output_schema)
+        contract = output_contract(ctx.snapshot, output_schema)
     except RunError as exc:
         raise NodeError(str(exc)) from None
     if contract is None:

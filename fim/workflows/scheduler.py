@@ -40,7 +40,7 @@ from fim.workflows import (
     templates,
 )
 from fim.workflows.graph import Edge, incoming
-from fim.workflows.nodes import EXECUTORS, NodeContext, NodeError, Paused
+from fim.workflows.nodes import NodeContext, NodeError, Paused
 from fim.workflows.state import NodeState, Persister, RunState
 
 
@@ -263,7 +263,7 @@ class Scheduler:
             async def attempt() -> Any:
                 ns.attempts += 1
                 try:
-                    work = EXECUTORS[node.type](node, ctx)
+                    work = node.execute(ctx)
                     return await (asyncio.wait_for(work, node.timeout) if node.timeout else work)
                 except asyncio.CancelledError:
                     raise

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from fim.build.workflow_checks import human_nodes
 from fim.run.services import Provision, RunContext
 from fim.tools.base import FunctionTool
 from fim.types import ToolResult
-from fim.workflows.check import human_nodes
 from fim.workflows.inputs import describe
 
 TOOL_NAME = "run_workflow"

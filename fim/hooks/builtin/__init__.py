@@ -11,13 +11,9 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from typing import TYPE_CHECKING
 
-from fim.hooks.base import HookBuildError
+from fim.hooks.base import BaseHook, HookBuildError
 from fim.run.discovery import module_names
-
-if TYPE_CHECKING:
-    from fim.hooks.base import BaseHook
 
 
 def names() -> list[str]:
@@ -35,4 +31,10 @@ def load(name: str) -> type[BaseHook]:
             f"unknown builtin hook '{name}'", hint=f"{hint}builtin hooks: {', '.join(available)}"
         )
     module = importlib.import_module(f"{__name__}.{name}")
-    return module.HOOK
+    hook = getattr(module, "HOOK", None)
+    if not (isinstance(hook, type) and issubclass(hook, BaseHook)):
+        raise HookBuildError(
+            f"builtin hook module '{name}' defines no HOOK class",
+            hint=f"set HOOK to a subclass of a fim.hooks.base point class in {module.__file__}",
+        )
+    return hook

@@ -8,7 +8,8 @@ A tool module exposes either `TOOL` (a ready `fim.types.Tool`) or `make(ctx) -> 
 module-level `CATEGORY` when the tool needs per-run configuration (the sandbox directory,
 web_fetch settings). Tool modules keep heavy imports inside their run functions. A module
 with `EXPLICIT = True` (`shell`) is only provided when an agent names it in `tools:`, never
-through `tool_categories:`.
+through `tool_categories:`. A module that lacks one of its pieces is refused when it is
+first imported, naming the piece (`_check_shape`), not when a model first calls it.
 """
 
 from __future__ import annotations
@@ -30,15 +31,56 @@ def names() -> list[str]:
     return module_names(__path__)
 
 
+_CHECKED: set[str] = set()
+
+
 def _module(name: str) -> ModuleType:
     qualified = f"{__name__}.{name}"
     if name.isidentifier() and not name.startswith("_"):
         try:
-            return importlib.import_module(qualified)  # cached after the first run
+            module = importlib.import_module(qualified)  # cached after the first run
         except ModuleNotFoundError as exc:
             if exc.name != qualified:
                 raise
+        else:
+            if qualified not in _CHECKED:
+                _check_shape(name, module)
+                _CHECKED.add(qualified)
+            return module
     raise RunError(f"unknown builtin tool '{name}'", hint=f"builtin tools: {', '.join(names())}")
+
+
+def _check_shape(name: str, module: ModuleType) -> None:
+    """A builtin module is whole when it is first imported, or it is refused then with what
+    is missing, not when a model first calls the tool: `TOOL` (named like the file, with
+    an object schema of its parameters), or `make(ctx)` plus `CATEGORY`."""
+    where = {"hint": f"in {module.__file__}"}
+    if hasattr(module, "make"):
+        if not callable(module.make):
+            raise RunError(f"builtin module '{name}': make is not a function", **where)
+        if not isinstance(getattr(module, "CATEGORY", None), str):
+            raise RunError(
+                f"builtin module '{name}' defines make(ctx) but no CATEGORY",
+                hint=f"add CATEGORY = '<category>' to {module.__file__} (read without a run)",
+            )
+        return
+    built = getattr(module, "TOOL", None)
+    if built is None:
+        raise RunError(
+            f"builtin module '{name}' defines neither TOOL nor make(ctx)",
+            hint=f"add one of them to {module.__file__}",
+        )
+    if getattr(built, "name", None) != name:
+        raise RunError(
+            f"builtin module '{name}' provides a tool named '{getattr(built, 'name', None)}'",
+            hint="a builtin tool's name must equal its file stem",
+        )
+    parameters = getattr(built, "parameters", None)
+    if not isinstance(parameters, dict) or parameters.get("type") != "object":
+        raise RunError(
+            f"builtin tool '{name}' has no parameters schema",
+            hint='TOOL.parameters is a JSON Schema object: {"type": "object", ...}',
+        )
 
 
 def category(name: str) -> str:
@@ -67,13 +109,8 @@ def load(name: str, ctx: RunContext | None = None) -> Tool:
                 hint="pass the RunContext of the run to load()",
             )
         built: Tool = module.make(ctx)
-    elif hasattr(module, "TOOL"):
-        built = module.TOOL
     else:
-        raise RunError(
-            f"builtin module '{name}' defines neither TOOL nor make(ctx)",
-            hint=f"add one of them to {module.__file__}",
-        )
+        built = module.TOOL  # `_module` checked it on import
     if built.name != name:
         raise RunError(
             f"builtin module '{name}' provides a tool named '{built.name}'",

@@ -1,0 +1,28 @@
+"""`type: database`: one SQL statement on a database connector; rows become a list of dicts."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from fim.workflows.node_types.base import NodeChecks, NodeRuntime, NodeType
+from fim.workflows.node_types.connector import connector_kind
+
+
+class DatabaseNode(NodeType):
+    type: Literal["database"]
+    connector: str
+    sql: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    template_fields: ClassVar[tuple[str, ...]] = ("params",)
+
+    async def execute(self, ctx: NodeRuntime) -> Any:
+        return await ctx.run_sql(self.connector, self.sql, ctx.render(self.params))
+
+    def check_refs(self, at: NodeChecks) -> None:
+        connector_kind(at, self, self.connector, "database")
+
+    def graph_label(self) -> str:
+        return f"sql on {self.connector}"
