@@ -42,6 +42,15 @@ def run(
     auto: Annotated[
         bool, typer.Option("--auto", help="Let the model delegate to the project's agents.")
     ] = False,
+    session: Annotated[
+        str | None,
+        typer.Option(
+            "--session",
+            help="Continue a session kept in the state store (the one `session_id` names over "
+            "HTTP); its session budgets apply.",
+            show_default=False,
+        ),
+    ] = None,
     project: ProjectOption = None,
 ) -> None:
     """Run an agent on a prompt and stream its answer (`fim run --auto PROMPT` delegates)."""
@@ -51,6 +60,8 @@ def run(
         agent, prompt = AUTO, prompt if prompt is not None else agent
     if agent is None:
         fail("missing agent name", "fim run AGENT [PROMPT], or fim run --auto PROMPT")
+    if session is not None and not 0 < len(session) <= 200:
+        fail("--session: a name of 1 to 200 characters is expected")
     snapshot = load_snapshot(ctx, project)
     with user_errors():
         resolve_agent(snapshot, agent)
@@ -61,12 +72,13 @@ def run(
     view = EventPrinter(verbose=verbose, as_json=as_json)
     if prompt is None and sys.stdin.isatty() and not as_json:
         code = run_async(
-            _chat(snapshot, agent, model, view, stream=not no_stream), cancel_on_sigterm=True
+            _chat(snapshot, agent, model, view, stream=not no_stream, session=session),
+            cancel_on_sigterm=True,
         )
     else:
         text = prompt if prompt is not None else sys.stdin.read()
         code = run_async(
-            _once(snapshot, agent, text, model, view, stream=not no_stream),
+            _once(snapshot, agent, text, model, view, stream=not no_stream, session=session),
             cancel_on_sigterm=True,
         )
     raise typer.Exit(code)
@@ -79,6 +91,7 @@ async def _run(
     model: str | None,
     view: EventPrinter,
     stream: bool,
+    session: CliSession | None = None,
 ) -> tuple[int, str]:
     from fim.llm import make_model
     from fim.run.agent import run_agent
@@ -86,18 +99,80 @@ async def _run(
     status, output = "error", ""
     with user_errors():
         override = make_model(snapshot.model_settings(model), snapshot.root) if model else None
-        async for event in run_agent(snapshot, agent, conversation, model=override, stream=stream):
+        async for event in run_agent(
+            snapshot,
+            agent,
+            conversation,
+            model=override,
+            stream=stream,
+            services=session.services if session else None,
+            session=session.name if session else None,
+        ):
             view.show(event)
             if event.type == "run_finished":
                 status, output = event.status, event.output
     return (0 if status == "ok" else 1), output
 
 
+class CliSession:
+    """`fim run --session NAME`: the conversation kept in the state store under NAME, the
+    same rows `session_id` reads over HTTP (owner "", as on a server without API keys), so
+    its session budgets count every surface's runs of it."""
+
+    def __init__(self, snapshot: Any, name: str) -> None:
+        from fim.run.services import Services
+
+        self.name = name
+        self.services = Services(root=snapshot.root, state_url=snapshot.project.state)
+
+    def _sessions(self) -> Any:
+        from fim.store import get_store
+        from fim.store.sessions import Sessions
+
+        return Sessions(get_store(self.services))
+
+    async def history(self) -> list[Message]:
+        found = await self._sessions().load(self.name)
+        if found is None:
+            return []
+        owner, history = found
+        if owner:
+            from fim.errors import RunError
+
+            raise RunError(
+                f"session '{self.name}' belongs to an API key of the server",
+                hint="continue it over HTTP with that key, or pick another --session",
+            )
+        return list(history)
+
+    async def save(self, history: list[Message]) -> None:
+        await self._sessions().save(self.name, "", history)
+
+
 async def _once(
-    snapshot: Any, agent: str, prompt: str, model: str | None, view: EventPrinter, stream: bool
+    snapshot: Any,
+    agent: str,
+    prompt: str,
+    model: str | None,
+    view: EventPrinter,
+    stream: bool,
+    session: str | None = None,
 ) -> int:
-    code, _ = await _run(snapshot, agent, prompt, model, view, stream)
-    return code
+    if session is None:
+        code, _ = await _run(snapshot, agent, prompt, model, view, stream)
+        return code
+    from fim.types import Message
+
+    kept = CliSession(snapshot, session)
+    try:
+        with user_errors():
+            history = [*(await kept.history()), Message(role="user", content=prompt)]
+        code, output = await _run(snapshot, agent, history, model, view, stream, kept)
+        if code == 0:
+            await kept.save([*history, Message(role="assistant", content=output)])
+        return code
+    finally:
+        await kept.services.aclose()
 
 
 CHAT_HELP = """\
@@ -108,14 +183,38 @@ Type a message and press Enter; the whole conversation is sent each turn.
 
 
 async def _chat(
-    snapshot: Any, agent: str, model: str | None, view: EventPrinter, stream: bool
+    snapshot: Any,
+    agent: str,
+    model: str | None,
+    view: EventPrinter,
+    stream: bool,
+    session: str | None = None,
 ) -> int:
     """A multi-turn chat: the conversation so far is resent on every turn."""
+    kept = CliSession(snapshot, session) if session is not None else None
+    try:
+        return await _chat_turns(snapshot, agent, model, view, stream, kept)
+    finally:
+        if kept is not None:
+            await kept.services.aclose()
+
+
+async def _chat_turns(
+    snapshot: Any,
+    agent: str,
+    model: str | None,
+    view: EventPrinter,
+    stream: bool,
+    kept: CliSession | None,
+) -> int:
     import asyncio
 
     from fim.types import Message
 
     history: list[Message] = []
+    if kept is not None:
+        with user_errors():
+            history = await kept.history()
     print(f"Chatting with {agent}. /help for commands, Ctrl-D or /exit to leave.", file=sys.stderr)
     while True:
         try:
@@ -139,8 +238,10 @@ async def _chat(
         if not command:
             continue
         history.append(Message(role="user", content=line))
-        _, output = await _run(snapshot, agent, list(history), model, view, stream)
+        code, output = await _run(snapshot, agent, list(history), model, view, stream, kept)
         history.append(Message(role="assistant", content=output))
+        if kept is not None and code == 0:
+            await kept.save(history)
 
 
 class EventPrinter:

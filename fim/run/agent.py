@@ -152,7 +152,7 @@ async def make_engine(
         model = make_model(snapshot.model_settings(agent.model), snapshot.root)
     if overrides is not None and overrides.wraps_model():
         model = OverriddenModel(model, overrides)
-    model = metered(model, snapshot, agent, ctx.services)
+    model = metered(model, snapshot, agent, ctx.services, session=ctx.session)
     contract = (overrides.output if overrides else None) or output_contract(
         snapshot, agent.output_schema
     )
@@ -224,11 +224,13 @@ async def run_agent(
     run_id: str | None = None,
     guard: Any = None,
     overrides: RunOverrides | None = None,
+    session: str | None = None,
 ) -> AsyncIterator[Event]:
     """Run one request through a declared agent and yield its events.
 
     `services` defaults to a private one closed when the run ends; long-lived surfaces
-    (server, eval runner) pass theirs so MCP sessions and HTTP pools are shared.
+    (server, eval runner) pass theirs so MCP sessions and HTTP pools are shared. `session`
+    names the conversation the run continues (session budgets, `fim.run.spend`).
     """
     agent = resolve_agent(snapshot, agent_name)
     own = services is None
@@ -241,6 +243,7 @@ async def run_agent(
         hooks_enabled=hooks,
         parents=parents,
         guard=guard,
+        session=session,
     )
     if run_id:
         ctx.run_id = run_id
@@ -258,7 +261,7 @@ async def run_agent(
         )
         from fim.run.spend import Ledger
 
-        ledger = Ledger(services, agent.name, ctx.run_id)
+        ledger = Ledger(services, agent.name, ctx.run_id, session)
         async for event in events:
             await ledger.see(event)
             yield event

@@ -50,6 +50,7 @@ def provide(ctx: RunContext) -> Provision | None:
                 depth=ctx.depth + 1,
                 parents=(*ctx.parents, me),
                 guard=ctx.hooks,
+                session=ctx.session,
             )
         except FimError as exc:
             return ToolResult(content=f"Error: agent '{agent}' could not run: {exc}", is_error=True)

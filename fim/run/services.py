@@ -106,6 +106,9 @@ class RunContext:
     ran a workflow): its hooks hold here too."""
     hooks: Any = None
     """This run's hook runner, set when its engine is built (what it passes on as `guard`)."""
+    session: str | None = None
+    """The session (conversation) this run continues, if any: its session budgets count the
+    session's recorded spend, and delegates it starts count toward the same session."""
 
     def mode(self, kind: ModeKind) -> str:
         return resolve_mode(kind, self.snapshot, self.agent)

@@ -6,8 +6,10 @@ Before each call it estimates the prompt with `fim.run.tokens` and refuses the c
 what the run already spent plus that estimate would pass a limit; after the call it adds the
 provider's count and stops the run when a limit is passed. Both raise `BudgetExceeded`,
 which the engines report as an error event of kind `budget_exceeded` (over HTTP a 402, so
-the OpenAI SDKs do not retry it the way they retry 429s). A cost limit on a model whose
-price is unknown fails closed: the call is refused, never made unmetered.
+the OpenAI SDKs do not retry it the way they retry 429s). Daily and session limits add
+what the state store recorded (`fim.store.usage`, written by `Ledger` when a run finishes).
+A cost limit on a model whose price is unknown fails closed: the call is refused, never
+made unmetered.
 """
 
 from __future__ import annotations
@@ -63,9 +65,10 @@ class MeteredModel:
         *,
         services: Any = None,
         agent: str = "",
+        session: str | None = None,
     ) -> None:
         self.inner = inner
-        self.services, self.agent = services, agent
+        self.services, self.agent, self.session = services, agent, session
         self.name = getattr(inner, "name", "")
         self.provider = getattr(inner, "provider", "")
         self.budgets = list(budgets)
@@ -84,7 +87,8 @@ class MeteredModel:
 
     async def _limits(self) -> list[tuple[str, str, int | None, float | None, Usage]]:
         """(label, max tokens, max dollars, spent so far) of every limit: the run's own
-        spend, and for daily limits what finished runs spent today plus this run."""
+        spend, for daily limits what finished runs spent today plus this run, and for
+        session limits what the session's finished runs spent plus this run."""
         out: list[tuple[str, str, int | None, float | None, Usage]] = []
         for owner, budget in self.budgets:
             if budget.max_tokens is not None or budget.max_cost_usd is not None:
@@ -108,19 +112,41 @@ class MeteredModel:
                         today + self.spent,
                     )
                 )
+            if budget.per_session and self.session:
+                before = await self._recorded(owner, "session")
+                out.append(
+                    (
+                        f"{owner} budget (session '{self.session}')",
+                        "_per_session",
+                        budget.max_tokens_per_session,
+                        budget.max_cost_usd_per_session,
+                        before + self.spent,
+                    )
+                )
         return out
 
     async def _today(self, owner: str) -> Usage:
+        return await self._recorded(owner, "day")
+
+    async def _recorded(self, owner: str, group: str) -> Usage:
+        """What the state store recorded for this UTC day or this session, of this agent
+        or (for the project's budget) of every agent. No store fails closed."""
         from fim.store import get_store
-        from fim.store.usage import spent, utc_day
+        from fim.store.usage import session_spent, spent, utc_day
 
         if self.services is None or getattr(self.services, "root", None) is None:
+            what = "daily" if group == "day" else "session"
+            place = "the day" if group == "day" else "the session"
             raise BudgetExceeded(
-                f"{owner} budget has a daily limit but this run has no state store to count "
-                "the day in; the model was not called"
+                f"{owner} budget has a {what} limit but this run has no state store to count "
+                f"{place} in; the model was not called"
             )
         agent = None if owner == "project" else self.agent
-        return await spent(get_store(self.services), utc_day(time.time()), agent)
+        store = get_store(self.services)
+        if group == "session":
+            assert self.session is not None
+            return await session_spent(store, self.session, agent)
+        return await spent(store, utc_day(time.time()), agent)
 
     async def _before(self, messages: list[Message], tools: list[ToolSpec] | None) -> None:
         from fim.run.tokens import count_messages
@@ -130,7 +156,8 @@ class MeteredModel:
             if max_tokens is not None and so_far.total_tokens + estimate > max_tokens:
                 raise BudgetExceeded(
                     f"{label}: {so_far.total_tokens} tokens spent and the next prompt is about "
-                    f"{estimate}, above max_tokens{per} {max_tokens}; the model was not called"
+                    f"{estimate}, above budget.max_tokens{per} {max_tokens}; "
+                    "the model was not called"
                 )
             if max_cost is not None:
                 cost = self._estimate_cost(estimate)
@@ -142,7 +169,7 @@ class MeteredModel:
                 if (so_far.cost or 0.0) + cost > max_cost:
                     raise BudgetExceeded(
                         f"{label}: ${so_far.cost or 0.0:.6f} spent and the next prompt costs "
-                        f"about ${cost:.6f}, above max_cost_usd{per} {max_cost}; "
+                        f"about ${cost:.6f}, above budget.max_cost_usd{per} {max_cost}; "
                         "the model was not called"
                     )
 
@@ -156,7 +183,7 @@ class MeteredModel:
             if max_tokens is not None and so_far.total_tokens > max_tokens:
                 raise BudgetExceeded(
                     f"{label}: {so_far.total_tokens} tokens spent, "
-                    f"above max_tokens{per} {max_tokens}",
+                    f"above budget.max_tokens{per} {max_tokens}",
                     usage,
                 )
             if max_cost is not None:
@@ -169,7 +196,7 @@ class MeteredModel:
                 if (so_far.cost or 0.0) > max_cost:
                     raise BudgetExceeded(
                         f"{label}: ${so_far.cost or 0.0:.6f} spent, "
-                        f"above max_cost_usd{per} {max_cost}",
+                        f"above budget.max_cost_usd{per} {max_cost}",
                         usage,
                     )
         return response
@@ -190,9 +217,12 @@ class MeteredModel:
             yield await self._after(item) if isinstance(item, ModelResponse) else item
 
 
-def metered(model: Model, snapshot: Any, agent: Any, services: Any = None) -> Model:
+def metered(
+    model: Model, snapshot: Any, agent: Any, services: Any = None, session: str | None = None
+) -> Model:
     """`model` wrapped when a price override or a budget applies to this agent's runs;
-    unchanged (no cost per call) otherwise."""
+    unchanged (no cost per call) otherwise. `session` is the conversation the run continues
+    (its session budgets count the session's recorded runs)."""
     budgets = [
         (owner, budget)
         for owner, budget in (
@@ -208,7 +238,7 @@ def metered(model: Model, snapshot: Any, agent: Any, services: Any = None) -> Mo
     if not budgets and price is None:
         return model
     return MeteredModel(  # type: ignore[return-value]
-        model, budgets, price, services=services, agent=agent.name
+        model, budgets, price, services=services, agent=agent.name, session=session
     )
 
 
@@ -217,8 +247,8 @@ class Ledger:
     (before `run_finished` is passed on, so a caller that stops reading there loses
     nothing). A store that cannot be written is logged, never fails the run."""
 
-    def __init__(self, services: Any, agent: str, run_id: str) -> None:
-        self.services, self.agent, self.run_id = services, agent, run_id
+    def __init__(self, services: Any, agent: str, run_id: str, session: str | None = None) -> None:
+        self.services, self.agent, self.run_id, self.session = services, agent, run_id, session
         self.calls = 0
         self.model = ""
 
@@ -246,6 +276,7 @@ class Ledger:
                     status=event.status,
                     calls=self.calls,
                     usage=event.usage,
+                    session=self.session,
                 )
             except Exception:  # accounting must not fail a run whose model calls are done
                 import logging

@@ -156,7 +156,9 @@ class FimExecutor(AgentExecutor):
         final: RunFinished | None = None
         problems: list[str] = []
         try:
-            async for event in self.api.events(agent, history, stream=False, run_id=run_id):
+            async for event in self.api.events(
+                agent, history, stream=False, run_id=run_id, session=session
+            ):
                 if event.type == "error":
                     problems.append(getattr(event, "message", ""))
                 if isinstance(event, RunFinished):

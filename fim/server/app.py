@@ -136,8 +136,10 @@ class Api:
         stream: bool,
         run_id: str,
         overrides: Any = None,
+        session: str | None = None,
     ) -> AsyncIterator[Event]:
-        """Run one request on the snapshot current *now*, persisting the run at the end."""
+        """Run one request on the snapshot current *now*, persisting the run at the end.
+        `session` is the conversation it continues: its session budgets count it."""
         from fim.run.agent import run_agent
 
         snapshot = self.holder.current
@@ -154,6 +156,7 @@ class Api:
                 stream=stream,
                 run_id=run_id,
                 overrides=overrides,
+                session=session,
             ):
                 if event.type != "token":
                     trace.append(event.model_dump(mode="json"))
@@ -217,7 +220,9 @@ class Api:
     async def _sse_run(
         self, name: str, history: list[Message], session: tuple[str | None, str], run_id: str
     ) -> AsyncIterator[Event]:
-        async for event in self.events(name, history, stream=True, run_id=run_id):
+        async for event in self.events(
+            name, history, stream=True, run_id=run_id, session=session[0]
+        ):
             if isinstance(event, RunFinished):
                 await self.remember(session[0], session[1], history, event.output)
             yield event
@@ -230,7 +235,7 @@ class Api:
         session: tuple[str | None, str],
         run_id: str,
     ) -> Response:
-        outcome = await self.run_to_end(request, name, history, run_id)
+        outcome = await self.run_to_end(request, name, history, run_id, session=session[0])
         if isinstance(outcome, Response):
             return outcome
         final, trace = outcome
@@ -271,6 +276,7 @@ class Api:
         history: list[Message],
         run_id: str,
         overrides: Any = None,
+        session: str | None = None,
     ) -> tuple[RunFinished, list[dict[str, Any]]] | Response:
         """Run to completion and return the final event and the trace; the run is cancelled
         if the client goes away. A failure comes back as an error Response."""
@@ -279,7 +285,7 @@ class Api:
         async def consume() -> RunFinished | None:
             final = None
             async for event in self.events(
-                name, history, stream=False, run_id=run_id, overrides=overrides
+                name, history, stream=False, run_id=run_id, overrides=overrides, session=session
             ):
                 trace.append(event.model_dump(mode="json"))
                 if isinstance(event, RunFinished):

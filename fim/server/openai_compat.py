@@ -287,7 +287,9 @@ class OpenAICompat:
                 headers={"Cache-Control": "no-cache"},
             )
 
-        outcome = await self.api.run_to_end(request, name, messages, run_id, overrides)
+        outcome = await self.api.run_to_end(
+            request, name, messages, run_id, overrides, session=session
+        )
         if isinstance(outcome, Response):
             return outcome
         final, trace = outcome
@@ -351,7 +353,12 @@ class OpenAICompat:
         calls: list[ToolCallEvent] = []
         try:
             async for event in self.api.events(
-                name, messages, stream=True, run_id=run_id, overrides=overrides
+                name,
+                messages,
+                stream=True,
+                run_id=run_id,
+                overrides=overrides,
+                session=session[0],
             ):
                 if event.type == "token":
                     streamed = True
@@ -461,11 +468,14 @@ def error_object(problem: tuple[str, str]) -> tuple[int, dict[str, Any]]:
     (unreachable, rejected the key, timed out) is 502 Bad Gateway, anything else 500."""
     kind, message = problem
     if kind == "budget_exceeded":  # 402, not 429: the OpenAI SDKs retry 429s, re-spending
+        import re
+
+        field = re.search(r"\bbudget\.max_[a-z_]+", message)  # the limit it passed
         return 402, {
             "error": {
                 "message": message,
                 "type": "insufficient_quota",
-                "param": None,
+                "param": field.group(0) if field else None,
                 "code": kind,
             }
         }

@@ -118,6 +118,19 @@ def schema() -> tuple[MetaData, dict[str, Table]]:
                 Column("cached_tokens", Integer, nullable=False),
                 Column("cost", Float),
             ),
+            "session_usage": Table(  # one row per run of a session: session budgets
+                "fim_session_usage",
+                meta,
+                Column("id", Integer, primary_key=True, autoincrement=True),
+                Column("ts", Float, nullable=False),
+                Column("session", String(200), nullable=False, index=True),
+                Column("run_id", String(64), nullable=False),
+                Column("agent", String(200), nullable=False),
+                Column("prompt_tokens", Integer, nullable=False),
+                Column("completion_tokens", Integer, nullable=False),
+                Column("cached_tokens", Integer, nullable=False),
+                Column("cost", Float),
+            ),
             "sessions": Table(  # agent conversations, shared by every replica
                 "fim_sessions",
                 meta,
@@ -151,5 +164,16 @@ def _migration_3(conn: Connection) -> None:
     table("usage").create(conn, checkfirst=True)
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_migration_1, _migration_2, _migration_3]
+def _migration_4(conn: Connection) -> None:
+    # a table of its own rather than a column on fim_usage: creating a table is the same
+    # statement on SQLite and PostgreSQL, and runs outside a session write nothing here
+    table("session_usage").create(conn, checkfirst=True)
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [
+    _migration_1,
+    _migration_2,
+    _migration_3,
+    _migration_4,
+]
 """Applied in order; migration N brings the schema to version N. Append, never edit."""

@@ -32,8 +32,10 @@ async def record(
     calls: int,
     usage: Usage,
     ts: float | None = None,
+    session: str | None = None,
 ) -> None:
-    """Append the usage of one finished run."""
+    """Append the usage of one finished run (and, for a run of a session, its row in the
+    session's account, in the same transaction)."""
     ts = time.time() if ts is None else ts
     row = {
         "ts": ts,
@@ -48,7 +50,28 @@ async def record(
         "cached_tokens": usage.cached_tokens,
         "cost": usage.cost,
     }
-    await store._tx(lambda conn: conn.execute(table("usage").insert().values(**row)))
+    rows = [("usage", row)]
+    if session:
+        counts = {k: row[k] for k in ("prompt_tokens", "completion_tokens", "cached_tokens")}
+        rows.append(
+            (
+                "session_usage",
+                {
+                    "ts": ts,
+                    "session": session[:200],
+                    "run_id": row["run_id"],
+                    "agent": row["agent"],
+                    "cost": usage.cost,
+                    **counts,
+                },
+            )
+        )
+
+    def write(conn: Any) -> None:
+        for name, values in rows:
+            conn.execute(table(name).insert().values(**values))
+
+    await store._tx(write)
 
 
 async def summary(
@@ -97,17 +120,26 @@ async def summary(
 
 async def spent(store: Store, day: str, agent: str | None = None) -> Usage:
     """What finished runs spent on `day` (of one agent, or of all): daily budgets."""
+    return await _sum(store, "usage", "day", day, agent)
+
+
+async def session_spent(store: Store, session: str, agent: str | None = None) -> Usage:
+    """What finished runs of a session spent (of one agent, or of all): session budgets."""
+    return await _sum(store, "session_usage", "session", session[:200], agent)
+
+
+async def _sum(store: Store, name: str, key: str, value: str, agent: str | None) -> Usage:
     from sqlalchemy import func, select
 
     from fim.types import Usage
 
-    usage = table("usage")
+    usage = table(name)
     query = select(
         func.sum(usage.c.prompt_tokens),
         func.sum(usage.c.completion_tokens),
         func.sum(usage.c.cached_tokens),
         func.sum(usage.c.cost),
-    ).where(usage.c.day == day)
+    ).where(usage.c[key] == value)
     if agent is not None:
         query = query.where(usage.c.agent == agent)
     row = await store._tx(lambda conn: conn.execute(query).one())

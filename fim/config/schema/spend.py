@@ -22,10 +22,15 @@ class Price(Strict):
 
 
 class Budget(Strict):
-    """Per-run spend limits, enforced before each model call (an estimate of the prompt)
-    and after it (the provider's count). Exceeding one stops the run with a
-    `budget_exceeded` error event. A cost limit on a model without a known price fails
-    closed: the run is refused rather than run unmetered."""
+    """Spend limits per run, per UTC day and per session, enforced before each model call
+    (an estimate of the prompt) and after it (the provider's count). Exceeding one stops the
+    run with a `budget_exceeded` error event. A cost limit on a model without a known price
+    fails closed: the run is refused rather than run unmetered.
+
+    The session limits sit beside the daily ones (`_per_session` like `_per_day`) because
+    they are the same rule over another group of runs: what the state store recorded for
+    the session, plus the run in progress. A run that continues no session (no
+    `session_id`, no `--session`, no A2A context) has no session limit to meet."""
 
     max_tokens: int | None = Field(default=None, ge=1)
     """Prompt plus completion tokens one run may spend across all its model calls."""
@@ -36,13 +41,19 @@ class Budget(Strict):
     per UTC day, as recorded in the state store plus the run in progress."""
     max_cost_usd_per_day: float | None = Field(default=None, gt=0)
     """Dollars all runs (of this agent, or of the project) may spend per UTC day."""
+    max_tokens_per_session: int | None = Field(default=None, ge=1)
+    """Tokens all runs of one session (`session_id` over HTTP and MCP, an A2A context,
+    `fim run --session`) may spend, of this agent or, for the project's budget, of every
+    agent; a session that has spent it is refused before its next model call."""
+    max_cost_usd_per_session: float | None = Field(default=None, gt=0)
+    """Dollars all runs of one session (of this agent, or of the project) may spend."""
 
     @model_validator(mode="after")
     def _something(self) -> Budget:
         if not self.limits():
             raise ValueError(
-                "a budget needs max_tokens, max_cost_usd, max_tokens_per_day or "
-                "max_cost_usd_per_day"
+                "a budget needs max_tokens, max_cost_usd, max_tokens_per_day, "
+                "max_cost_usd_per_day, max_tokens_per_session or max_cost_usd_per_session"
             )
         return self
 
@@ -52,3 +63,7 @@ class Budget(Strict):
     @property
     def daily(self) -> bool:
         return self.max_tokens_per_day is not None or self.max_cost_usd_per_day is not None
+
+    @property
+    def per_session(self) -> bool:
+        return self.max_tokens_per_session is not None or self.max_cost_usd_per_session is not None
