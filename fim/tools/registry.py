@@ -83,10 +83,7 @@ class ToolRegistry:
         ]
 
     def specs(self) -> list[ToolSpec]:
-        return [
-            ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
-            for t in (self._tools[n] for n in self.active_names)
-        ]
+        return [_spec(self._tools[n]) for n in self.active_names]
 
     # ------------------------------------------------------------------ execution
 
@@ -160,7 +157,119 @@ class ToolRegistry:
     def _schema_errors(self, tool: Tool, arguments: dict[str, Any]) -> list[str]:
         from fim.schema_check import validator, validator_problems  # lazy: jsonschema
 
+        if _plainly_valid(tool.parameters, arguments):
+            return []  # certain without jsonschema; anything else it decides and words
         checker = self._validators.get(tool.name)
         if checker is None:  # per name too: a tool may build its schema on every access
             checker = self._validators[tool.name] = validator(tool.parameters)
         return validator_problems(checker, arguments)
+
+
+_SPECS: dict[int, tuple[Tool, str, str, dict[str, Any], ToolSpec]] = {}
+"""The ToolSpec of each tool object, shared by every run: building one validates (copies)
+the whole parameter schema, and the same builtin or declared tool is shown on every model
+call of every run. Keyed by identity and rebuilt when the tool's fields are replaced."""
+
+
+def _spec(tool: Tool) -> ToolSpec:
+    cached = _SPECS.get(id(tool))
+    if (
+        cached is not None
+        and cached[0] is tool
+        and cached[1] == tool.name
+        and cached[2] == tool.description
+        and cached[3] is tool.parameters
+    ):
+        return cached[4]
+    spec = ToolSpec(name=tool.name, description=tool.description, parameters=tool.parameters)
+    if len(_SPECS) > 4096:
+        _SPECS.clear()
+    _SPECS[id(tool)] = (tool, tool.name, tool.description, tool.parameters, spec)
+    return spec
+
+
+_PLAIN_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "boolean": (bool,),
+    "integer": (int,),
+    "number": (int, float),
+}
+_PLAIN_SCHEMA_KEYS = frozenset(
+    {"type", "properties", "required", "additionalProperties", "description", "title"}
+)
+_PLAIN_PROPERTY_KEYS = frozenset(
+    {"type", "description", "title", "default", "examples", "minLength", "maxLength", "enum"}
+)
+_Rule = tuple[tuple[type, ...], int, int | None, frozenset[str] | None]
+"""Allowed Python types, minLength, maxLength, string enum of one flat property."""
+_PLAIN: dict[int, tuple[dict[str, Any], dict[str, _Rule] | None]] = {}
+
+
+def _plain_rule(prop: Any) -> _Rule | None:
+    if not isinstance(prop, dict) or not set(prop) <= _PLAIN_PROPERTY_KEYS:
+        return None
+    kind = prop.get("type")
+    if not isinstance(kind, str) or kind not in _PLAIN_TYPES:
+        return None
+    low, high, enum = prop.get("minLength", 0), prop.get("maxLength"), prop.get("enum")
+    if kind != "string" and ({"minLength", "maxLength", "enum"} & set(prop)):
+        return None
+    if type(low) is not int or (high is not None and type(high) is not int):
+        return None
+    if enum is not None and not (isinstance(enum, list) and all(isinstance(v, str) for v in enum)):
+        return None
+    return _PLAIN_TYPES[kind], low, high, None if enum is None else frozenset(enum)
+
+
+def _plain_shape(schema: dict[str, Any]) -> dict[str, _Rule] | None:
+    """For the common flat schema (an object of string/number/integer/boolean properties,
+    string lengths and enums, `required`, `additionalProperties: false`) a rule per
+    property; None for anything else, which jsonschema alone decides."""
+    if (
+        schema.get("type") != "object"
+        or not set(schema) <= _PLAIN_SCHEMA_KEYS
+        or schema.get("additionalProperties", False) is not False
+        or not isinstance(schema.get("properties", {}), dict)
+    ):
+        return None
+    shape: dict[str, _Rule] = {}
+    for name, prop in schema.get("properties", {}).items():
+        rule = _plain_rule(prop)
+        if rule is None:
+            return None
+        shape[name] = rule
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not all(r in shape for r in required):
+        return None
+    return shape
+
+
+def _plainly_valid(schema: dict[str, Any], arguments: dict[str, Any]) -> bool:
+    """True only when `arguments` certainly satisfies a flat schema (see `_plain_shape`):
+    the check runs on every tool call, and for these schemas a few isinstance tests give
+    jsonschema's answer. False means "not certain": jsonschema then decides and explains."""
+    cached = _PLAIN.get(id(schema))
+    if cached is None or cached[0] is not schema:
+        if len(_PLAIN) > 4096:
+            _PLAIN.clear()
+        cached = _PLAIN[id(schema)] = (schema, _plain_shape(schema))
+    shape = cached[1]
+    if shape is None or not isinstance(arguments, dict):
+        return False
+    for name in schema.get("required", ()):
+        if name not in arguments:
+            return False
+    for name, value in arguments.items():
+        rule = shape.get(name)
+        if rule is None or not isinstance(value, rule[0]):
+            return False
+        if isinstance(value, bool) and rule[0] is not _PLAIN_TYPES["boolean"]:
+            return False  # JSON Schema: true is not a number
+        if isinstance(value, float) and value != value:  # NaN: leave it to jsonschema
+            return False
+        if isinstance(value, str):
+            if len(value) < rule[1] or (rule[2] is not None and len(value) > rule[2]):
+                return False
+            if rule[3] is not None and value not in rule[3]:
+                return False
+    return True
