@@ -102,8 +102,17 @@ def tracer() -> trace.Tracer:
     return found
 
 
+_captures: dict[str, bool] = {}
+
+
 def _capture() -> bool:
-    return os.environ.get(CAPTURE_ENV, "").strip().lower() in ("1", "true", "yes")
+    """Whether contents are recorded; read once per value of the variable (a run checked
+    the environment and normalized it each time)."""
+    raw = os.environ.get(CAPTURE_ENV, "")
+    found = _captures.get(raw)
+    if found is None:
+        found = _captures[raw] = raw.strip().lower() in ("1", "true", "yes")
+    return found
 
 
 def _provider_of(model: str) -> str | None:
@@ -123,6 +132,9 @@ def git_commit(root: Path | None) -> str:
     (empty when the project is not a git checkout)."""
     if root is None:
         return ""
+    known = _git_heads.get(root)  # the snapshot's own Path: no new Path, no rehash
+    if known is not None:
+        return known
     root = Path(root)
     if root in _git_heads:
         return _git_heads[root]
@@ -168,6 +180,8 @@ class _Trace:
 
     def __init__(self, root: Span, mask: Callable[[str], str] | None) -> None:
         self.root = root
+        self.root_context = trace.set_span_in_context(root)
+        """The context of `root`, made once: most spans are its children."""
         self.mask = mask or (lambda text: text)
         self.capture = _capture()
         self.tools: dict[str, tuple[Span, str, dict[str, Any]]] = {}
@@ -218,7 +232,7 @@ class _Trace:
     ) -> Span:
         return tracer().start_span(
             name,
-            context=trace.set_span_in_context(parent),
+            context=self.root_context if parent is self.root else trace.set_span_in_context(parent),
             kind=kind,
             start_time=_ns(ts),
             attributes={k: v for k, v in attributes.items() if v is not None},

@@ -98,6 +98,11 @@ class ContextGuard:
     """Model string used to pick the tokenizer."""
     _summaries: dict[str, str] = field(default_factory=dict, repr=False)
     _tool_bytes: dict[str, int] = field(default_factory=dict, repr=False)
+    _message_bytes: dict[int, tuple[Message, object, object, int]] = field(
+        default_factory=dict, repr=False
+    )
+    """Each message's share of `_upper_bound`, by identity: the conversation is re-sent on
+    every model call, and re-encoding all of it each time grew with the run's length."""
 
     def bind(self, tools: Callable[[], Sequence[ToolSpec]]) -> Callable:
         """The engine's `fit_context(messages)` callable, reading the current tool list."""
@@ -198,10 +203,20 @@ class ContextGuard:
                     json.dumps(tool_definition(tool), ensure_ascii=False).encode()
                 )
             total += size + 16
+        seen = self._message_bytes
         for m in messages:
-            total += 16 + len((m.content or "").encode())
+            known = seen.get(id(m))
+            if (
+                known is not None
+                and known[0] is m
+                and known[1] is m.content
+                and known[2] is m.tool_calls
+            ):
+                total += known[3]
+                continue
+            size = 16 + len((m.content or "").encode())
             for call in m.tool_calls:
-                total += (
+                size += (
                     16
                     + len(call.name)
                     + len(
@@ -210,6 +225,10 @@ class ContextGuard:
                         ).encode()
                     )
                 )
+            if len(seen) > 4096:  # a guard kept longer than one run stays bounded
+                seen.clear()
+            seen[id(m)] = (m, m.content, m.tool_calls, size)
+            total += size
         return total
 
     async def _condense(self, older: list[Message]) -> tuple[Message, str]:

