@@ -22,7 +22,7 @@ from fim.errors import RunError
 from fim.types import Usage
 
 if TYPE_CHECKING:
-    from fim.config.schema import Budget, Price
+    from fim.config.schema.spend import Budget, Price
     from fim.llm import Model
     from fim.types import Message, ModelResponse, TextDelta, ToolSpec
 
