@@ -25,8 +25,11 @@ def test_version_prints_the_distribution_version() -> None:
 
 
 def test_shell_completion_is_offered() -> None:
-    result = runner.invoke(app, ["--show-completion", "bash"])
-    assert result.exit_code == 0 and "complete " in result.stdout and "COMP_WORDS" in result.stdout
+    # prog_name as the installed script has it: otherwise click derives it from the test
+    # process's sys.argv, which differs between pytest and its xdist workers
+    result = runner.invoke(app, ["--show-completion", "bash"], prog_name="fim")
+    assert result.exit_code == 0, result.output
+    assert "_fim_completion" in result.stdout and "complete " in result.stdout and "COMP_WORDS" in result.stdout
     assert "--install-completion" in runner.invoke(app, ["--help"]).stdout
 
 
