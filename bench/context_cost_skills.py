@@ -270,9 +270,9 @@ def mcp_connections(root: Path) -> list[Any]:
 
 
 async def assemble(ctx: RunContext, conns: list[Any]) -> Any:
-    """`fim.run.agent.assemble`, with the MCP connections injected instead of started."""
+    """`fim.run.plan.assemble`, with the MCP connections injected instead of started."""
     import fim.mcp
-    from fim.run.agent import assemble as real_assemble
+    from fim.run.plan import assemble as real_assemble
 
     async def injected(_: RunContext) -> list[Any]:
         return conns

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import fim.run.agent
+import fim.run.plan
 from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl, DatabaseConnector, HttpConnector, Project
 from fim.connectors import effective_tool_name, provide, resolve_call_metadata
@@ -304,7 +305,7 @@ async def test_a_read_only_agent_is_stopped_by_its_hook_before_the_meta_call_run
 
     url, _, state = api
     if "fim.connectors:provide" not in PROVIDERS:
-        monkeypatch.setattr(fim.run.agent, "PROVIDERS", [*PROVIDERS, "fim.connectors:provide"])
+        monkeypatch.setattr(fim.run.plan, "PROVIDERS", [*PROVIDERS, "fim.connectors:provide"])
     snap = snapshot(tmp_path, url, agent={"read_only": True, "hooks": [{"use": "readonly_guard"}]})
     call = {
         "subcommand": "execute",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import fim.run.agent
+import fim.run.plan
 from fim.build.compile import compile_project
 from fim.run.prompt_report import render_prompt_report
 from fim.run.services import Provision, RunContext, Services
@@ -44,7 +44,7 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     shutil.copytree(FIXTURES, tmp_path / "skills")
 
     monkeypatch.setattr(
-        fim.run.agent, "PROVIDERS", ["fim.run.skills:provide", f"{__name__}:crm_provider"]
+        fim.run.plan, "PROVIDERS", ["fim.run.skills:provide", f"{__name__}:crm_provider"]
     )
     monkeypatch.delenv("FIM_SKILL_TOOL_MODE", raising=False)
     return compile_project(tmp_path)
@@ -83,7 +83,7 @@ def test_prompt_report_counts_tools_behind_meta_tools_for_selection(
         "fim.run.skills:provide",
         f"{__name__}:gateway_provider",
     ]
-    monkeypatch.setattr(fim.run.agent, "PROVIDERS", providers)
+    monkeypatch.setattr(fim.run.plan, "PROVIDERS", providers)
 
     def report(*categories: str) -> str:
         agent = hub.agent("hub").model_copy(update={"tool_categories": list(categories)})

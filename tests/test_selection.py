@@ -265,7 +265,7 @@ async def _builtin_hub(tmp_path, selection: str, picks: str, agent_extra: str):
     `picks`, and a worker that answers "4": the engine of one run, and the worker."""
     import fim.tools.builtin
     from fim.build.compile import compile_project
-    from fim.run.agent import make_engine
+    from fim.run.plan import build_engine, build_plan
     from fim.run.services import RunContext, Services
 
     categories = sorted(fim.tools.builtin.categories())
@@ -282,7 +282,7 @@ async def _builtin_hub(tmp_path, selection: str, picks: str, agent_extra: str):
     snapshot = compile_project(tmp_path)
     ctx = RunContext(snapshot, snapshot.agent("hub"), Services(root=tmp_path))
     worker = ScriptedModel([text("4")])
-    return await make_engine(ctx, "What is 2+2?", model=worker), worker
+    return build_engine(await build_plan(ctx, "What is 2+2?", model=worker)), worker
 
 
 async def test_attach_selects_with_the_fast_role_and_guards_the_context(tmp_path):
@@ -313,7 +313,7 @@ async def test_a_hub_with_tools_behind_meta_tools_is_trimmed_per_request(tmp_pat
 
     import fim.tools.builtin
     from fim.build.compile import compile_project
-    from fim.run.agent import make_engine
+    from fim.run.plan import build_engine, build_plan
     from fim.run.services import RunContext, Services
 
     (tmp_path / "fim.yaml").write_text(
@@ -346,7 +346,9 @@ async def test_a_hub_with_tools_behind_meta_tools_is_trimmed_per_request(tmp_pat
                 text("42"),
             ]
         )  # fmt: skip
-        engine = await make_engine(ctx, "Add 2 and 40 on the demo server", model=worker)
+        engine = build_engine(
+            await build_plan(ctx, "Add 2 and 40 on the demo server", model=worker)
+        )
         assert len(engine.registry) == 9
         events = [e async for e in engine.run("Add 2 and 40 on the demo server")]
     finally:

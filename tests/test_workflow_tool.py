@@ -147,10 +147,11 @@ async def test_recursion_through_an_agent_node_is_stopped(tmp_path, monkeypatch)
     """loop -> agent clerk -> run_workflow(loop): the clerk gets an error observation and
     answers instead; the outer run ends normally."""
     import fim.run.agent
+    import fim.run.plan
 
-    if "fim.workflows.tool:provide" not in fim.run.agent.PROVIDERS:
+    if "fim.workflows.tool:provide" not in fim.run.plan.PROVIDERS:
         monkeypatch.setattr(
-            fim.run.agent, "PROVIDERS", [*fim.run.agent.PROVIDERS, "fim.workflows.tool:provide"]
+            fim.run.plan, "PROVIDERS", [*fim.run.plan.PROVIDERS, "fim.workflows.tool:provide"]
         )
     script = (
         "- tool_calls: [{name: run_workflow, arguments: {name: loop}}]\n"

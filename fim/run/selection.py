@@ -9,7 +9,6 @@ gate: when it fails for any reason the agent keeps every tool and the run says w
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from collections.abc import Awaitable, Callable
@@ -24,7 +23,6 @@ from fim.run.request_tools import (
     catalogue,
     request_tools_tool,
 )
-from fim.run.services import RunContext
 from fim.run.skills import READ_SKILL
 from fim.tools.registry import ToolRegistry
 from fim.types import Message, Model, Usage
@@ -190,6 +188,37 @@ def pointless(
     return None
 
 
+async def select_with(
+    fast_model: Callable[[], Model],
+    request: str,
+    registry: ToolRegistry,
+    *,
+    pinned: set[str],
+    max_tools: int,
+    threshold: int,
+    capabilities: int | None = None,
+) -> SelectionOutcome:
+    """`select_tools` with the model a factory builds; a factory that fails (no fast model
+    configured) keeps every tool and says why."""
+    try:
+        model = fast_model()
+    except Exception as exc:  # no fast model configured: keep every tool, say why
+        return SelectionOutcome(
+            applied=False,
+            reason=f"the fast model could not be built ({exc})",
+            active=registry.active_names,
+        )
+    return await select_tools(
+        model,
+        request,
+        registry,
+        pinned=pinned,
+        max_tools=max_tools,
+        threshold=threshold,
+        capabilities=capabilities,
+    )
+
+
 def first_turn_selection(
     fast_model: Callable[[], Model],
     request: str,
@@ -212,66 +241,18 @@ def first_turn_selection(
         done = True
         if pointless(registry, pinned, max_tools, threshold, capabilities) is not None:
             return []  # nothing to report: selection could not change the tool list
-        try:
-            model = fast_model()
-        except Exception as exc:  # no fast model configured: keep every tool, say why
-            outcome = SelectionOutcome(
-                applied=False,
-                reason=f"the fast model could not be built ({exc})",
-                active=registry.active_names,
-            )
-        else:
-            outcome = await select_tools(
-                model,
-                request,
-                registry,
-                pinned=pinned,
-                max_tools=max_tools,
-                threshold=threshold,
-                capabilities=capabilities,
-            )
+        outcome = await select_with(
+            fast_model,
+            request,
+            registry,
+            pinned=pinned,
+            max_tools=max_tools,
+            threshold=threshold,
+            capabilities=capabilities,
+        )
         return [outcome.notice(run_id)]
 
     return on_turn
-
-
-def attach(
-    engine: Any,
-    ctx: RunContext,
-    request: str,
-    pinned: set[str],
-    *,
-    capabilities: int | None = None,
-) -> None:
-    """Give a ReactEngine of `ctx` tool selection (before its first model call) and the
-    context guard (before every call), both using the `fast` role's model, falling back to
-    the agent's own model when the project declares no `fast` role. An `on_turn` the engine
-    already has keeps running after selection."""
-    from fim.run.context import guard_for
-
-    snapshot, agent = ctx.snapshot, ctx.agent
-    fast = functools.partial(fast_model, snapshot, agent)
-    engine.fit_context = guard_for(snapshot, agent, fast).bind(engine.registry.specs)
-    settings = selection_settings(snapshot.project.tool_selection, agent.tool_selection)
-    if not settings.enabled:
-        return
-    select = first_turn_selection(
-        fast,
-        request,
-        engine.registry,
-        pinned=pinned,
-        max_tools=settings.max,
-        threshold=settings.threshold,
-        capabilities=capabilities,
-        run_id=ctx.run_id,
-    )
-    previous = engine.on_turn
-
-    async def on_turn() -> list[Event]:
-        events = await select()
-        return events + (await previous() if previous is not None else [])
-
-    engine.on_turn = on_turn
 
 
 def selection_settings(project: ToolSelection, agent: ToolSelection | None) -> ToolSelection:
@@ -284,12 +265,12 @@ def selection_settings(project: ToolSelection, agent: ToolSelection | None) -> T
 __all__ = [
     "ALWAYS_KEPT",
     "SelectionOutcome",
-    "attach",
     "fast_model",
     "first_turn_selection",
     "needed",
     "parse_choice",
     "pointless",
     "select_tools",
+    "select_with",
     "selection_settings",
 ]

@@ -1,5 +1,5 @@
 """The one place a run's spend is priced and limited: `MeteredModel` wraps the run's model
-(built in `fim.run.agent.make_engine`, like the eval cassette wrappers), so no engine knows
+(built in `fim.run.plan.build_plan`, like the eval cassette wrappers), so no engine knows
 about budgets.
 
 Before each call it estimates the prompt with `fim.run.tokens` and refuses the call when

@@ -1,0 +1,411 @@
+"""The plan of one run: everything an engine is built from, decided once.
+
+`build_plan` asks every capability provider what the agent gets for this request (tools,
+prompt sections, pinned tools, tools kept behind meta-tools), resolves the tool modes and
+the tool-selection settings, builds the model (with the caller's overrides and the budget
+meter), the hooks, the context guard and the output contract, and returns a frozen
+`RunPlan`. `build_engine` turns a plan into a ReAct or DAG engine, the only place an agent's
+engine is constructed. Every surface (CLI, HTTP, delegation, workflow agent nodes, eval)
+runs through `fim.run.agent.run_agent`, which uses these two functions; `fim show agent
+NAME --prompt` renders the same plan (`fim.run.prompt_report`), so what the report shows is
+what the engine sends.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import inspect
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+from jinja2 import StrictUndefined
+from jinja2.exceptions import TemplateError
+from jinja2.sandbox import SandboxedEnvironment
+
+from fim.build.snapshot import Snapshot
+from fim.config.schema import ToolSelection
+from fim.engines.dag import DagEngine
+from fim.engines.react import ReactEngine
+from fim.errors import RunError
+from fim.events import Event, HookRunner, NoHooks
+from fim.hooks import build_hooks
+from fim.hooks.runner import Stacked
+from fim.llm import fast_model, make_model
+from fim.run.context import ContextGuard, guard_for
+from fim.run.overrides import OverriddenModel, RunOverrides, output_contract
+from fim.run.request_tools import REQUEST_TOOLS
+from fim.run.selection import (
+    ALWAYS_KEPT,
+    SelectionOutcome,
+    first_turn_selection,
+    needed,
+    pointless,
+    select_with,
+    selection_settings,
+)
+from fim.run.services import PROVIDERS, ModeKind, Provision, RunContext, load_provider
+from fim.run.skills import READ_SKILL
+from fim.run.spend import metered
+from fim.structured import OutputContract
+from fim.tools.registry import ToolRegistry
+from fim.tools.view import view_of
+from fim.types import CallView, Model
+
+MODE_KINDS: tuple[ModeKind, ...] = ("skills", "connectors", "databases", "mcp")
+
+TurnCallback = Callable[[], Awaitable[list[Event]]]
+"""Called by the engine before each model call; returns events to yield (a Notice)."""
+
+
+@dataclass
+class Assembly:
+    """What the providers gave one run: prompt sections, the tool registry, the tools
+    tool selection must keep, and each provider's contribution."""
+
+    sections: list[tuple[str, str]]
+    registry: ToolRegistry
+    pinned: set[str] = field(default_factory=set)
+    provisions: list[Provision] = field(default_factory=list)
+
+    @property
+    def capabilities(self) -> int:
+        """Tools the agent has: the ones shown plus the ones behind meta-tools. This is
+        what tool selection's threshold compares with, so a hub whose breadth sits behind
+        a few meta-tools still gets its builtins trimmed per request."""
+        return len(self.registry) + sum(p.hidden for p in self.provisions)
+
+    @property
+    def system_prompt(self) -> str:
+        return "\n\n".join(text for _, text in self.sections if text.strip())
+
+
+def render_instructions(snapshot: Snapshot, ctx: RunContext) -> str:
+    """Render the agent's instructions as a sandboxed Jinja2 template."""
+    agent = ctx.agent
+    if "{" not in agent.instructions:
+        return agent.instructions.strip()
+    env = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False)
+    allowed = {k: os.environ.get(k, "") for k in snapshot.project.env_allowlist}
+    try:
+        return (
+            env.from_string(agent.instructions)
+            .render(
+                project={
+                    "name": snapshot.project.name,
+                    "description": snapshot.project.description,
+                },
+                agent={"name": agent.name, "description": agent.description},
+                env=allowed,
+                now=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+            )
+            .strip()
+        )
+    except TemplateError as exc:
+        src = snapshot.source("agent", agent.name)
+        raise RunError(f"{src.path}: cannot render instructions: {exc}") from None
+
+
+async def assemble(ctx: RunContext) -> Assembly:
+    """Ask every capability provider what this agent gets for this run (some providers,
+    such as MCP, await their servers' tool lists)."""
+    registry = ToolRegistry()
+    sections: list[tuple[str, str]] = [("instructions", render_instructions(ctx.snapshot, ctx))]
+    pinned: set[str] = set()
+    provisions: list[Provision] = []
+    for path in PROVIDERS:
+        provision = load_provider(path)(ctx)
+        if inspect.isawaitable(provision):
+            provision = await provision
+        if provision is None:
+            continue
+        provisions.append(provision)
+        for tool in provision.tools:
+            registry.add(tool)
+        pinned.update(provision.pinned)
+        if provision.prompt:
+            sections.append((_section_title(path), provision.prompt))
+    return Assembly(sections=sections, registry=registry, pinned=pinned, provisions=provisions)
+
+
+def _section_title(provider: str) -> str:
+    """`fim.workflows.tool:provide` -> `workflows`, `fim.run.skills:provide` -> `skills`:
+    the area a prompt section comes from."""
+    parts = provider.split(":")[0].split(".")
+    if parts[0] != "fim" or len(parts) < 2:
+        return parts[-1]
+    area = parts[1:]
+    return area[1] if area[0] == "run" and len(area) > 1 else area[0]
+
+
+@dataclass(frozen=True)
+class SelectionPlan:
+    """The tool-selection decision of one run: the agent's settings over fim.yaml's, the
+    tools it must keep, and how many tools it has (shown plus behind meta-tools)."""
+
+    settings: ToolSelection
+    pinned: frozenset[str]
+    capabilities: int
+    request: str
+    fast_model: Callable[[], Model]
+    """The `fast` role's model (the agent's own without one), built only when needed."""
+
+    def needed(self, registry: ToolRegistry) -> bool:
+        """Whether the agent is above the selection threshold."""
+        return needed(registry, self.settings.threshold, self.capabilities)
+
+    def skip(self, registry: ToolRegistry) -> str | None:
+        """Why selection would change nothing (None: it runs when enabled)."""
+        settings = self.settings
+        return pointless(
+            registry, set(self.pinned), settings.max, settings.threshold, self.capabilities
+        )
+
+    def kept(self, registry: ToolRegistry) -> list[str]:
+        """The tools selection always keeps: the pinned ones and the meta-tools."""
+        return [n for n in registry.names if n in self.pinned or n in ALWAYS_KEPT]
+
+    async def choose(self, registry: ToolRegistry) -> SelectionOutcome:
+        """Run selection on `registry` for the request now, as the first turn would."""
+        return await select_with(
+            self.fast_model,
+            self.request,
+            registry,
+            pinned=set(self.pinned),
+            max_tools=self.settings.max,
+            threshold=self.settings.threshold,
+            capabilities=self.capabilities,
+        )
+
+    def first_turn(self, registry: ToolRegistry, run_id: str) -> TurnCallback:
+        """The engine callback that selects the tools on `registry` before the first call."""
+        return first_turn_selection(
+            self.fast_model,
+            self.request,
+            registry,
+            pinned=set(self.pinned),
+            max_tools=self.settings.max,
+            threshold=self.settings.threshold,
+            capabilities=self.capabilities,
+            run_id=run_id,
+        )
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything one run's engine is built from. Frozen: what is decided here is not
+    patched later; the registry itself changes during the run (selection restricts it,
+    `request_tools` and skills load tools into it), which is why it is built per run."""
+
+    ctx: RunContext
+    request: str
+    engine: Literal["react", "dag"]
+    model: Model
+    """The working model, wrapped with the caller's overrides and the budget meter."""
+    model_name: str | None
+    """The model string (for token counting); None when the role does not resolve."""
+    sections: tuple[tuple[str, str], ...]
+    """The system prompt, section by section (instructions, areas' stubs, output)."""
+    registry: ToolRegistry
+    modes: Mapping[str, str]
+    """The tool mode of each area (`progressive` or `legacy`; skills also `inline`)."""
+    meta_tools: tuple[str, ...]
+    """Tools that stand in front of others (`connector`, `database`, `mcp`, `read_skill`)."""
+    selection: SelectionPlan
+    """Tool selection's settings and inputs (`selection.settings.enabled` says if it runs)."""
+    context_guard: ContextGuard
+    hooks: HookRunner
+    contract: OutputContract | None
+    on_turn: tuple[TurnCallback, ...]
+    """Called in order before each model call (tool selection runs on the first)."""
+    stream: bool = False
+    client_tools: frozenset[str] = frozenset()
+    max_iterations: int = 50
+    tool_timeout: float = 60.0
+    max_replans: int = 3
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def system_prompt(self) -> str:
+        return "\n\n".join(text for _, text in self.sections if text.strip())
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self.ctx.snapshot
+
+
+async def build_plan(
+    ctx: RunContext,
+    request: str = "",
+    *,
+    model: Model | None = None,
+    stream: bool = False,
+    overrides: RunOverrides | None = None,
+) -> RunPlan:
+    """Decide everything about one run of `ctx.agent` for `request`: tools, prompt, tool
+    modes and selection, model, hooks, context guard, output contract and limits. Also
+    sets `ctx.hooks` (what a delegate or workflow the run starts passes on as its guard)."""
+    snapshot, agent = ctx.snapshot, ctx.agent
+    if ctx.depth > snapshot.project.max_depth:
+        raise RunError(
+            f"agent '{agent.name}' would run at depth {ctx.depth}, above max_depth "
+            f"{snapshot.project.max_depth}",
+            hint="a delegation or workflow chain is recursing; raise max_depth in fim.yaml "
+            "if intended",
+        )
+    assembly = await assemble(ctx)
+    if model is None:
+        model = make_model(snapshot.model_settings(agent.model), snapshot.root)
+    if overrides is not None and overrides.wraps_model():
+        model = OverriddenModel(model, overrides)
+    model = metered(model, snapshot, agent, ctx.services, session=ctx.session)
+    contract = (overrides.output if overrides else None) or output_contract(
+        snapshot, agent.output_schema
+    )
+    if agent.engine == "dag" and (contract is not None or (overrides and overrides.client_tools)):
+        raise RunError(
+            f"agent '{agent.name}' uses engine: dag, which supports neither structured output "
+            "nor client-side tools",
+            hint="use engine: react for output_schema, response_format and client tools",
+        )
+    sections = list(assembly.sections)
+    if contract is not None:
+        # the answer is checked whole before anyone sees it, so it is not streamed
+        sections.append(("output", contract.instruction()))
+        stream = False
+    hooks: HookRunner = NoHooks()
+    if ctx.hooks_enabled and agent.hooks:
+        hooks = build_hooks(ctx)
+    if ctx.hooks_enabled and ctx.guard is not None:
+        hooks = Stacked(ctx.guard, hooks)
+    ctx.hooks = hooks
+    fast = functools.partial(fast_model, snapshot, agent)
+    selection = SelectionPlan(
+        settings=selection_settings(snapshot.project.tool_selection, agent.tool_selection),
+        pinned=frozenset(assembly.pinned),
+        capabilities=assembly.capabilities,
+        request=request,
+        fast_model=fast,
+    )
+    on_turn: tuple[TurnCallback, ...] = ()
+    if selection.settings.enabled:
+        on_turn = (selection.first_turn(assembly.registry, ctx.run_id),)
+    modes: Mapping[str, str] = MappingProxyType({k: ctx.mode(k) for k in MODE_KINDS})
+    try:
+        model_name: str | None = snapshot.model_settings(agent.model).model
+    except RunError:  # a model handed in by the caller for a role fim.yaml lacks
+        model_name = None
+    return RunPlan(
+        ctx=ctx,
+        request=request,
+        engine=agent.engine,
+        model=model,
+        model_name=model_name,
+        sections=tuple(sections),
+        registry=assembly.registry,
+        modes=modes,
+        meta_tools=_meta_tools(assembly, modes),
+        selection=selection,
+        context_guard=guard_for(snapshot, agent, fast),
+        hooks=hooks,
+        contract=contract,
+        on_turn=on_turn,
+        stream=stream,
+        client_tools=overrides.client_tool_names if overrides else frozenset(),
+        max_iterations=agent.max_iterations,
+        tool_timeout=agent.tool_timeout,
+        max_replans=agent.max_replans,
+        metadata=MappingProxyType(
+            {
+                "agent_read_only": agent.read_only,
+                "project_read_only": snapshot.project.read_only,
+                "depth": ctx.depth,
+            }
+        ),
+    )
+
+
+def _meta_tools(assembly: Assembly, modes: Mapping[str, str]) -> tuple[str, ...]:
+    """The tools standing in front of others: those an area pins while it keeps tools
+    behind them (`connector`, `database`, `mcp`), `read_skill` when skills are progressive
+    (inline, it only reads a skill's files) and `request_tools`."""
+    fronting = {name for p in assembly.provisions if p.hidden for name in p.pinned}
+    fronting.add(REQUEST_TOOLS)
+    if modes["skills"] == "progressive":
+        fronting.add(READ_SKILL)
+    return tuple(n for n in assembly.registry.names if n in fronting)
+
+
+def build_engine(plan: RunPlan) -> ReactEngine | DagEngine:
+    """The engine of `plan`: a ReactEngine, inside a DagEngine for `engine: dag`. The one
+    place an agent's engine is constructed."""
+    snapshot = plan.snapshot
+    react = ReactEngine(
+        model=plan.model,
+        registry=plan.registry,
+        system_prompt=plan.system_prompt,
+        agent=plan.ctx.agent.name,
+        run_id=plan.ctx.run_id,
+        hooks=plan.hooks,
+        max_iterations=plan.max_iterations,
+        tool_timeout=plan.tool_timeout,
+        stream=plan.stream,
+        snapshot_version=snapshot.version,
+        mask=snapshot.mask,
+        mask_observations=plan.ctx.agent.mask_observations,
+        call_view=_call_view(plan.registry),
+        fit_context=plan.context_guard.bind(plan.registry.specs),
+        metadata=dict(plan.metadata),
+        on_turn=_chain(plan.on_turn),
+        transcript=plan.ctx.transcript,
+        finalizer=plan.contract,
+        client_tools=plan.client_tools,
+    )
+    if plan.engine == "dag":
+        return DagEngine(base=react, max_replans=plan.max_replans)
+    return react
+
+
+def _chain(callbacks: tuple[TurnCallback, ...]) -> TurnCallback | None:
+    """One engine `on_turn` running `callbacks` in order, their events concatenated."""
+    if not callbacks:
+        return None
+    if len(callbacks) == 1:
+        return callbacks[0]
+
+    async def on_turn() -> list[Event]:
+        events: list[Event] = []
+        for callback in callbacks:
+            events += await callback()
+        return events
+
+    return on_turn
+
+
+def _call_view(registry: ToolRegistry) -> Callable[[str, dict[str, Any]], CallView]:
+    """Let hooks see a call as its real target (`crm__create_lead` with the action's own
+    arguments and metadata), whatever route it took; `view_of` raises when it cannot tell,
+    and the engine then blocks the call."""
+
+    def view(name: str, args: dict[str, Any]) -> CallView:
+        tool = registry.get(name)
+        if tool is None:
+            return CallView(name, args)
+        return view_of(tool, args)
+
+    return view
+
+
+__all__ = [
+    "MODE_KINDS",
+    "Assembly",
+    "RunPlan",
+    "SelectionPlan",
+    "assemble",
+    "build_engine",
+    "build_plan",
+    "render_instructions",
+]
