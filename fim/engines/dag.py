@@ -162,7 +162,7 @@ class DagEngine:
                 if round_no > self.max_replans:
                     break
                 verdict = await self._analyze(goal, results)
-                yield self._llm_event("analyzer", round_no)
+                yield self._llm_event(round_no)
                 if verdict.done:
                     break
                 feedback = f"{verdict.reason} Missing: {verdict.missing}".strip()
@@ -195,7 +195,7 @@ class DagEngine:
         self._last = response
         return response
 
-    def _llm_event(self, phase: str, iteration: int) -> LLMCall:
+    def _llm_event(self, iteration: int) -> LLMCall:
         return LLMCall(
             run_id=self.base.run_id,
             model=self._last.model or self.base.model.name,
@@ -220,7 +220,7 @@ class DagEngine:
         ]
         for attempt in (1, 2):
             response = await self._complete(messages)
-            yield self._llm_event("planner", round_no)
+            yield self._llm_event(round_no)
             text = response.message.content or ""
             try:
                 plan = Plan.model_validate(_json_object(text))
@@ -370,7 +370,7 @@ class DagEngine:
             self._last = response
         else:
             response = await self._complete(messages)
-        yield self._llm_event("synthesis", self._calls)
+        yield self._llm_event(self._calls)
         yield (response.message.content or "").strip()
 
     async def _fallback(self, input: str | list[Message]) -> AsyncIterator[Event]:

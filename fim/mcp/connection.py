@@ -96,7 +96,6 @@ class ServerConnection:
         self.server_name: str | None = None
         self.failures = 0
         self.starts = 0
-        self.start_seconds: float | None = None
         self.start_timeout = START_TIMEOUT
         self._retry_at = 0.0
         self._lock = asyncio.Lock()
@@ -264,7 +263,6 @@ class ServerConnection:
         self.state = "starting"
         self.starts += 1
         self._lost = False
-        began = time.perf_counter()
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._loop = asyncio.get_running_loop()
         self._task = asyncio.create_task(self._own(ready), name=f"mcp:{self.name}")
@@ -285,7 +283,6 @@ class ServerConnection:
             await self._join_owner()
             self._failed("failed", self._start_failure(exc))
             raise McpUnavailable(self.error or "failed to start") from None
-        self.start_seconds = time.perf_counter() - began
 
     async def _own(self, ready: asyncio.Future[None]) -> None:
         """The owner task: holds the session's context managers from entry to exit."""
