@@ -43,6 +43,7 @@ PROJECT_COMMANDS = frozenset({"init", "validate", "list", "show", "schema"})
 def version() -> str:
     """The installed distribution's version (pyproject.toml), read without importing fim's
     heavier modules."""
+    # deferred: loading csv costs a few ms
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as dist_version
 

@@ -33,6 +33,7 @@ def _environment() -> JSONPathEnvironment:
     """The default environment without the regex filter functions (`match`, `search`): a
     model-written pattern could backtrack for ever; `json_transform` has a guarded
     `matches` operation for that."""
+    # deferred: loading jsonpath costs tens of ms
     from jsonpath import JSONPathEnvironment
 
     class Environment(JSONPathEnvironment):
@@ -47,6 +48,7 @@ def _environment() -> JSONPathEnvironment:
 @lru_cache(maxsize=256)
 def compile_path(path: str) -> JSONPath:
     """The compiled path; `PathError` with the position when it does not parse."""
+    # deferred: loading jsonpath costs tens of ms
     from jsonpath import JSONPath, JSONPathError
 
     text = path.strip()

@@ -7,6 +7,7 @@ up; the file names the holder's pid for the refusal message.
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +16,6 @@ from typing import IO
 
 def hold(path: Path, refuse: Callable[[str], Exception]) -> IO[str]:
     """Lock `path` for this process or raise `refuse(holder)`; keep the handle open."""
-    import fcntl  # POSIX only; deferred so importing fim stays portable
 
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held until exit

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -86,6 +87,7 @@ async def retry_async(
     true is retried too, and the last such answer is returned. `retry_after(exc)` reads a
     server's requested wait from the exception. Cancellation is never retried.
     """
+    # deferred: loading tenacity costs a few ms
     import tenacity
 
     def should_retry(state: tenacity.RetryCallState) -> bool:
@@ -140,8 +142,8 @@ def retry_sync(
 ) -> T:
     """`retry_async` for blocking code that runs off the event loop (opening a SQLite file
     another process is creating); the last exception propagates unchanged."""
-    import time
 
+    # deferred: loading tenacity costs a few ms
     import tenacity
 
     retrying = tenacity.Retrying(

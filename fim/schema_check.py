@@ -28,6 +28,7 @@ def validator(schema: Mapping[str, Any]) -> Any:
     cached = _VALIDATORS.get(id(schema))
     if cached is not None and cached[0] is schema:
         return cached[1]
+    # deferred: loading referencing costs tens of ms
     import jsonschema
 
     cls = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
@@ -60,6 +61,7 @@ def validator_problems(checker: Any, value: Any, limit: int = MAX_PROBLEMS) -> l
 
 def schema_problem(schema: Any) -> str | None:
     """Why `schema` is not a usable JSON Schema (with the path inside it), or None."""
+    # deferred: loading referencing costs tens of ms
     import jsonschema
 
     if not isinstance(schema, dict):

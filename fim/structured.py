@@ -17,6 +17,8 @@ import json
 import re
 from typing import Any
 
+from fim.schema_check import problems as schema_problems
+
 _FENCE = re.compile(r"^```(?:json)?\s*(?P<body>.*?)\s*```$", re.DOTALL)
 
 MAX_PROBLEMS = 5
@@ -77,6 +79,7 @@ class OutputContract:
         except ValueError as exc:
             return None, f"the reply was not valid JSON ({exc})"
         if self.model is not None:
+            # deferred: loading pydantic_core costs tens of ms
             from pydantic import ValidationError
 
             try:
@@ -93,7 +96,6 @@ class OutputContract:
             if not isinstance(value, dict):
                 return None, "the reply must be a JSON object"
             return value, None
-        from fim.schema_check import problems as schema_problems
 
         problems = schema_problems(value, self.schema, MAX_PROBLEMS)
         if problems:

@@ -26,6 +26,7 @@ from fim.config.providers import provider_problem
 from fim.config.schema import AgentDecl, EvalSuite, HookSpec, JudgeSpec, ModelSettings
 from fim.config.templates import TemplateChecker
 from fim.errors import ConfigError, Problem
+from fim.schema_check import schema_problem as check_schema
 
 SnapshotCheck = Callable[[Snapshot, Locate], list[Problem]]
 
@@ -44,6 +45,7 @@ def command_program(command: str, root: Path) -> str:
 def _check_hooks(snapshot: Snapshot, locate: Locate) -> list[Problem]:
     """Build every hook once (`fim.hooks.build`): deferred on purpose, hooks import their
     builtins and the user's python only when the declarations are clean."""
+    # deferred: loading fim.types costs tens of ms
     from fim.hooks.build import check_hooks
 
     return check_hooks(snapshot, locate)
@@ -354,7 +356,6 @@ class Checker:
     def check_output_schema(self, entry: Entry, path: tuple, spec: Any) -> None:
         """An inline schema must be a valid JSON Schema; `module:Class` must name a module
         of the hooks/ folder (the class is imported when a run first needs it)."""
-        from fim.schema_check import schema_problem as check_schema
 
         if spec is None:
             return
@@ -494,6 +495,7 @@ class Checker:
     def check_json_path(self, entry: Entry, path: tuple, text: str) -> None:
         """A JSONPath must parse (`fim.json_paths`: RFC 9535; python-jsonpath loads only
         for projects that write one)."""
+        # deferred: loading fim.json_paths costs tens of ms
         from fim.json_paths import check
 
         problem = check(text)

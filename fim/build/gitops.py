@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import logging
 import os
 import re
@@ -30,6 +31,7 @@ from typing import IO
 from fim.build.reload import SnapshotHolder
 from fim.build.snapshot import Snapshot
 from fim.errors import ConfigError, Problem, RunError
+from fim.locks import hold
 
 log = logging.getLogger("fim.build.gitops")
 
@@ -53,7 +55,6 @@ def parse_interval(text: str) -> float:
 
 def default_checkout(url: str) -> Path:
     """Where the checkout of `url` lives unless --git-checkout says otherwise."""
-    import hashlib
 
     base = os.environ.get("FIM_GIT_CHECKOUTS") or Path.home() / ".cache" / "fim" / "git"
     return Path(base) / hashlib.sha256(url.encode()).hexdigest()[:16]
@@ -172,6 +173,7 @@ class GitSource:
 
 
 def _compile(root: Path, sha: str) -> Snapshot:
+    # deferred: loading fim.config.loader costs tens of ms
     from fim.build.compile import compile_project
 
     if not (root / "fim.yaml").is_file():
@@ -185,7 +187,6 @@ def claim_checkout(source: GitSource) -> IO[str]:
     """Hold the checkout directory for this process: two processes running git in one
     working tree would corrupt each other's checkouts (the default directory depends on
     the URL only, so two replicas on one host would share it)."""
-    from fim.locks import hold
 
     assert source.checkout is not None
     return hold(

@@ -65,6 +65,7 @@ def _watch_filter(change: object, path: str) -> bool:
 
 async def reload_once(root: Path, holder: SnapshotHolder) -> bool:
     """Recompile `root` off the event loop; swap on success, keep the old one on failure."""
+    # deferred: loading fim.config.loader costs tens of ms
     from fim.build.compile import compile_project
 
     started = time.perf_counter()
@@ -92,6 +93,7 @@ async def watch(
     root: Path, holder: SnapshotHolder, *, debounce_ms: int = 20, stop: asyncio.Event | None = None
 ) -> None:
     """Reload on every (debounced) batch of file changes until `stop` is set."""
+    # deferred: loading watchfiles costs a few ms
     from watchfiles import awatch
 
     async for _changes in awatch(

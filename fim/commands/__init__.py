@@ -7,6 +7,7 @@ inside their command functions, so `fim --help` stays fast.
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Coroutine, Iterable, Iterator
 from contextlib import contextmanager
@@ -52,8 +53,8 @@ def run_async(coro: Coroutine[Any, Any, T], *, cancel_on_sigterm: bool = False) 
     With `cancel_on_sigterm` (commands that do not handle signals themselves, unlike
     `fim serve`), SIGTERM cancels the command like Ctrl-C does, so `finally` blocks run and
     MCP stdio servers are stopped instead of being orphaned; the exit status is then 143."""
+    # deferred: loading asyncio costs a few ms
     import asyncio
-    import signal
 
     if not cancel_on_sigterm:
         return asyncio.run(coro)
@@ -90,6 +91,7 @@ def run_async(coro: Coroutine[Any, Any, T], *, cancel_on_sigterm: bool = False) 
 
 def err(line: str) -> None:
     """One line to stderr (no rich import: this is on the fast path)."""
+    # deferred: loading fim.masking costs a few ms
     from fim.masking import known
 
     sys.stderr.write(known().text(line) + "\n")
@@ -103,6 +105,7 @@ def fail(message: str, hint: str | None = None) -> NoReturn:
 
 def print_problems(problems: Iterable[Problem], stream: str = "stderr") -> None:
     out = sys.stdout if stream == "stdout" else sys.stderr
+    # deferred: loading fim.masking costs a few ms
     from fim.masking import known
 
     for problem in problems:
@@ -125,6 +128,7 @@ def user_errors() -> Iterator[None]:
 
 def load_snapshot(ctx: typer.Context | None, project: Path | None = None) -> Snapshot:
     """Compile the project for a command; user mistakes end the command with exit 1."""
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.build.compile import compile_project
 
     with user_errors():

@@ -46,10 +46,12 @@ def register(app: typer.Typer) -> None:
 
 def open_store(ctx: typer.Context | None, project: Path | None, state: str | None) -> Store:
     """The project's store: `--state`, else fim.yaml's `state:` resolved against its root."""
+    # deferred: loading fim.masking costs tens of ms
     from fim.store import Store
 
     if state:
         return Store(state, root=Path.cwd())
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.config.loader import PROJECT_FILE, find_root, load
 
     with user_errors():
@@ -102,6 +104,7 @@ def list_(
     if not items:
         typer.echo("no pending approvals" if not all_ else "no approvals")
         return
+    # deferred: loading rich costs a few ms
     from rich.console import Console
     from rich.table import Table
 

@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 
 from fim.commands import ProjectOption, fail, project_dir
+from fim.errors import ConfigError
 
 
 def register(app: typer.Typer) -> None:
@@ -41,8 +42,10 @@ def import_(
     project: ProjectOption = None,
 ) -> None:
     """Write an HTTP connector with one action per OpenAPI operation."""
+    # deferred: loading pydantic_core costs tens of ms
     from pydantic import ValidationError
 
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.config.schema import HttpConnector
     from fim.connectors.openapi import (
         OpenApiError,
@@ -90,8 +93,8 @@ def import_(
 
 def _default_target(ctx: typer.Context, project: Path | None, name: str) -> Path:
     """connectors/NAME.yaml under the project root (nearest fim.yaml), else under cwd."""
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.config.loader import find_root
-    from fim.errors import ConfigError
 
     root = project_dir(ctx, project)
     if root is None:
@@ -100,6 +103,7 @@ def _default_target(ctx: typer.Context, project: Path | None, name: str) -> Path
         except ConfigError:
             return Path.cwd() / "connectors" / f"{name}.yaml"
     folder = "connectors"
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.connectors.openapi import OpenApiError, load_document
 
     with contextlib.suppress(OpenApiError):  # a broken fim.yaml is `fim validate`'s to report

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -9,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from fim.commands import ProjectOption, load_snapshot, run_async
+from fim.errors import RunError
 
 
 def register(app: typer.Typer) -> None:
@@ -64,6 +67,7 @@ def eval_command(
     JSON reports of shards.
 
     Exits 0 when every suite meets its threshold, 1 when one does not, 2 on bad config."""
+    # deferred: loading rich costs a few ms
     from rich.console import Console
 
     if format_ not in ("text", "markdown"):
@@ -72,6 +76,7 @@ def eval_command(
     if suites and suites[0] == "merge" and len(suites) > 1:
         merge_reports([Path(p) for p in suites[1:]], junit, json_out, baseline, threshold, format_)
 
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.eval.report import print_summary, write_reports
     from fim.eval.runner import EvalRunner
 
@@ -91,7 +96,6 @@ def eval_command(
             markup=False,
         )
         raise typer.Exit(2)
-    import gc
 
     gc.collect()
     gc.freeze()  # the compiled project lives until exit: keep it out of the GC's scans
@@ -109,6 +113,7 @@ def eval_command(
     if total == 0 and shard is None:  # an empty shard is fine: more shards than cases
         console.print("error: no eval cases selected", markup=False)
         raise typer.Exit(2)
+    # deferred: loading rich costs a few ms
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     with Progress(
@@ -130,17 +135,20 @@ def eval_command(
 
         runner.on_progress = advance
         report = run_async(runner.run())
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.eval.report import json_report
 
     data = json_report(report)
     comparison = _compare(data, baseline, threshold)
     if format_ == "markdown":
+        # deferred: loading fim.eval.ci costs tens of ms
         from fim.eval.ci import markdown
 
         sys.stdout.write(markdown(data, comparison))
     else:
         print_summary(report, Console(highlight=False))
         if comparison is not None:
+            # deferred: loading fim.eval.ci costs tens of ms
             from fim.eval.ci import text
 
             sys.stdout.write(text(comparison))
@@ -151,7 +159,7 @@ def eval_command(
 
 
 def _shard(text: str | None, console: Any) -> tuple[int, int] | None:
-    from fim.errors import RunError
+    # deferred: loading fim.eval.ci costs tens of ms
     from fim.eval.ci import parse_shard
 
     if text is None:
@@ -164,7 +172,7 @@ def _shard(text: str | None, console: Any) -> tuple[int, int] | None:
 
 
 def _compare(data: dict[str, Any], baseline: Path | None, threshold: float) -> Any:
-    from fim.errors import RunError
+    # deferred: loading fim.eval.ci costs tens of ms
     from fim.eval.ci import compare, load
 
     if baseline is None:
@@ -185,9 +193,8 @@ def merge_reports(
     format_: str,
 ) -> None:
     """`fim eval merge`: one JUnit file and one summary from the JSON reports of shards."""
-    import json
 
-    from fim.errors import RunError
+    # deferred: loading fim.eval.ci costs tens of ms
     from fim.eval.ci import junit as junit_xml
     from fim.eval.ci import load, markdown, merge
 
@@ -207,6 +214,7 @@ def merge_reports(
                 f"(threshold {suite['threshold']:.0%}) {verdict}\n"
             )
         if comparison is not None:
+            # deferred: loading fim.eval.ci costs tens of ms
             from fim.eval.ci import text
 
             sys.stdout.write(text(comparison))

@@ -7,12 +7,15 @@ server still fail), then stop them before exiting. The SDK is imported only when
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import sys
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from fim.commands import ProjectOption, fail, load_snapshot, run_async
+from fim.commands import ProjectOption, fail, load_snapshot, run_async, user_errors
 
 if TYPE_CHECKING:
     from fim.build.snapshot import Snapshot
@@ -29,6 +32,7 @@ def register(app: typer.Typer) -> None:
 
 async def server_statuses(snapshot: Snapshot, names: list[str] | None = None) -> list[ServerStatus]:
     """Start the declared servers (or just `names`) and report each one's status."""
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.mcp.manager import McpManager
 
     manager = McpManager(snapshot.root)
@@ -44,6 +48,7 @@ async def server_statuses(snapshot: Snapshot, names: list[str] | None = None) ->
 
 async def server_tools(snapshot: Snapshot, name: str) -> tuple[str | None, list[dict[str, object]]]:
     """(error, tools) of one server; each tool as name, fim name, description, parameters."""
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.mcp.manager import McpManager
     from fim.mcp.tools import tool_name
 
@@ -123,11 +128,6 @@ def serve(
     ] = True,
 ) -> None:
     """Serve the project's agents and workflows as MCP tools on stdin/stdout."""
-    import contextlib
-    import logging
-    import sys
-
-    from fim.commands import user_errors
 
     snapshot = load_snapshot(ctx, project)  # config errors before the client connects
     # stdout is the protocol channel: every log line goes to stderr
@@ -139,8 +139,10 @@ def serve(
 
 
 async def _serve_stdio(snapshot: Snapshot, reload: bool) -> None:
+    # deferred: loading asyncio costs a few ms
     import asyncio
 
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.build.reload import SnapshotHolder, watch
     from fim.run.services import Services
     from fim.server.app import Api

@@ -6,6 +6,7 @@ libraries; `fim validate` is the merge gate of a GitOps repository and must star
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from enum import StrEnum
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from fim.commands import ProjectOption, fail, load_snapshot, project_dir, run_async, user_errors
+from fim.config.export import SCHEMA_KINDS, json_schema, schema_filename
 from fim.errors import ConfigError, Problem
 
 if TYPE_CHECKING:
@@ -65,6 +67,7 @@ def validate(
     ] = False,
 ) -> None:
     """Check every file of the project; exit 1 with one line per problem."""
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.build.compile import compile_project
 
     try:
@@ -119,6 +122,7 @@ def _warn(problems: list[Problem], format: Format) -> None:
 def _live_failures(snapshot: Snapshot, format: Format) -> bool:
     """Connect to each declared MCP server and database; report the ones that fail (with
     the server's stderr, or why a read-only database's role is refused)."""
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.connectors.database import check_live as check_databases
     from fim.mcp import check_live
 
@@ -206,6 +210,7 @@ def list_(
     """Table of the project's declarations (kind, name, description)."""
     kinds = [_kind(kind)] if kind else list(KIND_ATTRS)
     snapshot = load_snapshot(ctx, project)
+    # deferred: loading rich costs a few ms
     from rich.console import Console
     from rich.table import Table
 
@@ -249,6 +254,7 @@ def show(
     if prompt:
         if _kind(kind) != "agent" or name is None:
             fail("--prompt shows an agent's prompt", "fim show agent NAME --prompt")
+        # deferred: loading fim.config.schema costs hundreds of ms
         from fim.run.prompt_report import render_prompt_report
         from fim.run.services import Services
 
@@ -269,6 +275,7 @@ def show(
         k = _kind(kind)
         items = getattr(snapshot, KIND_ATTRS[k])
         if name is None or name not in items:
+            # deferred: loading pydantic_core costs tens of ms
             from fim.config.problems import suggest
 
             hint = suggest(name or "", items, f"{k}s")
@@ -294,6 +301,7 @@ def _dump(kind: str, item: Any, snapshot: Snapshot, name: str) -> Any:
         }
     data = item.model_dump(mode="json", by_alias=True, exclude_none=True)
     if kind == "connector" and data.get("kind") == "http":
+        # deferred: loading fim.config.schema costs hundreds of ms
         from fim.connectors.http import tool_name
 
         for action, spec in data.get("actions", {}).items():
@@ -310,8 +318,8 @@ def masked(value: Any, snapshot: Snapshot) -> Any:
 
 def to_yaml(data: Any) -> str:
     """Block-style YAML with multi-line strings as `|` literals (readable instructions)."""
-    import io
 
+    # deferred: loading ruamel costs tens of ms
     from ruamel.yaml import YAML
     from ruamel.yaml.scalarstring import LiteralScalarString
 
@@ -345,9 +353,9 @@ def schema(
     ] = None,
 ) -> None:
     """JSON Schema of the declaration kinds, for editor autocompletion."""
-    from fim.config.export import SCHEMA_KINDS, json_schema, schema_filename
 
     if kind is not None and kind not in SCHEMA_KINDS:
+        # deferred: loading pydantic_core costs tens of ms
         from fim.config.problems import suggest
 
         fail(f"unknown kind '{kind}'", suggest(kind, SCHEMA_KINDS, "kinds"))
@@ -375,6 +383,7 @@ def init(
     name: Annotated[str | None, typer.Option(help="Project name (default: dir name)")] = None,
 ) -> None:
     """Create a new project (agent, skill, connector, workflow, eval) that validates."""
+    # deferred: loading fim.scaffold costs tens of ms
     from fim.scaffold import scaffold
 
     target = directory.expanduser().resolve()
@@ -384,6 +393,7 @@ def init(
         written = scaffold(target, name or target.name)
     except FileExistsError as exc:
         fail(f"refusing to overwrite {exc.filename}", "use an empty or new directory")
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.build.compile import compile_project
 
     with user_errors():

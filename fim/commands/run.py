@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from fim.commands import ProjectOption, fail, load_snapshot, run_async, user_errors
+from fim.errors import RunError
 
 if TYPE_CHECKING:
     from fim.events import Event
@@ -54,6 +55,7 @@ def run(
     project: ProjectOption = None,
 ) -> None:
     """Run an agent on a prompt and stream its answer (`fim run --auto PROMPT` delegates)."""
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.run.delegation import AUTO, resolve_agent
 
     if auto:
@@ -66,6 +68,7 @@ def run(
     with user_errors():
         resolve_agent(snapshot, agent)
         if agent in snapshot.agents:  # a missing key fails now, not after MCP servers start
+            # deferred: loading fim.config.schema costs hundreds of ms
             from fim.run.preflight import check_agent
 
             check_agent(snapshot, snapshot.agents[agent], model)
@@ -93,6 +96,7 @@ async def _run(
     stream: bool,
     session: CliSession | None = None,
 ) -> tuple[int, str]:
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.llm import make_model
     from fim.run.agent import run_agent
 
@@ -120,12 +124,14 @@ class CliSession:
     its session budgets count every surface's runs of it."""
 
     def __init__(self, snapshot: Any, name: str) -> None:
+        # deferred: loading fim.config.schema costs hundreds of ms
         from fim.run.services import Services
 
         self.name = name
         self.services = Services(root=snapshot.root, state_url=snapshot.project.state)
 
     def _sessions(self) -> Any:
+        # deferred: loading fim.masking costs hundreds of ms
         from fim.store import get_store
         from fim.store.sessions import Sessions
 
@@ -137,8 +143,6 @@ class CliSession:
             return []
         owner, history = found
         if owner:
-            from fim.errors import RunError
-
             raise RunError(
                 f"session '{self.name}' belongs to an API key of the server",
                 hint="continue it over HTTP with that key, or pick another --session",
@@ -161,6 +165,7 @@ async def _once(
     if session is None:
         code, _ = await _run(snapshot, agent, prompt, model, view, stream)
         return code
+    # deferred: loading pydantic_core costs tens of ms
     from fim.types import Message
 
     kept = CliSession(snapshot, session)
@@ -207,8 +212,10 @@ async def _chat_turns(
     stream: bool,
     kept: CliSession | None,
 ) -> int:
+    # deferred: loading asyncio costs a few ms
     import asyncio
 
+    # deferred: loading pydantic_core costs tens of ms
     from fim.types import Message
 
     history: list[Message] = []
@@ -251,8 +258,10 @@ class EventPrinter:
         self.verbose = verbose
         self.as_json = as_json
         self._streamed = False
+        # deferred: loading rich costs a few ms
         from rich.console import Console
 
+        # deferred: loading fim.masking costs a few ms
         from fim.masking import StreamMasker, known
 
         self.err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -261,6 +270,7 @@ class EventPrinter:
         """Tokens are masked as a stream: a secret split over two tokens is still caught."""
 
     def show(self, event: Event) -> None:
+        # deferred: loading fim.masking costs a few ms
         from fim.masking import mask_model
 
         event = mask_model(event)
@@ -325,6 +335,7 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _escape(text: str) -> str:
+    # deferred: loading rich costs a few ms
     from rich.markup import escape
 
     return escape(text)

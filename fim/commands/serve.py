@@ -46,6 +46,7 @@ def serve(
     git_path: GitPathOption = "",
 ) -> None:
     """Serve agents and workflows over HTTP (OpenAI-compatible too)."""
+    # deferred: loading fim.observe costs a few ms
     from fim.observe.logs import configure
     from fim.server import serve as run_server
 
@@ -108,6 +109,7 @@ def git_source(
     url: str, ref: str, interval: str, checkout: Path | None, subdir: str
 ) -> tuple[GitSource, float]:
     """The GitOps source and poll interval of `fim serve/worker --git` (shared options)."""
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.build.gitops import GitSource, parse_interval
 
     seconds = parse_interval(interval)

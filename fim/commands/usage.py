@@ -32,6 +32,7 @@ def usage(
     state: StateOption = None,
 ) -> None:
     """Tokens and cost per day and agent (UTC days, newest first)."""
+    # deferred: loading fim.masking costs tens of ms
     from fim.store.usage import summary
 
     if days > 36500:
@@ -46,6 +47,7 @@ def usage(
     if not rows:
         typer.echo(f"no runs since {since}")
         return
+    # deferred: loading rich costs a few ms
     from rich.console import Console
     from rich.table import Table
 

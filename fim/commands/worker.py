@@ -45,6 +45,7 @@ def worker(
     project: ProjectOption = None,
 ) -> None:
     """Run queued workflow runs (needs `state: postgresql://...`); start several anywhere."""
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.workflows.durable import QUEUE, ensure_schema, make_app
 
     snapshot = load_snapshot(ctx, project)

@@ -58,6 +58,7 @@ def parse_pairs(pairs: list[str] | None, *, json_values: bool) -> dict[str, Any]
 
 
 def _services(snapshot: Snapshot) -> Services:
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.run.services import Services
 
     return Services(root=snapshot.root, state_url=snapshot.project.state)
@@ -65,6 +66,7 @@ def _services(snapshot: Snapshot) -> Services:
 
 def _short(value: Any, limit: int = 80) -> str:
     """One line of a value for a terminal, with rich markup escaped (outputs are data)."""
+    # deferred: loading rich costs a few ms
     from rich.markup import escape
 
     text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
@@ -76,6 +78,7 @@ class Progress:
     """Prints one line per node event (nothing with --json)."""
 
     def __init__(self, quiet: bool) -> None:
+        # deferred: loading rich costs a few ms
         from rich.console import Console
 
         self.quiet = quiet
@@ -84,6 +87,7 @@ class Progress:
     def show(self, event: Any) -> None:
         if self.quiet:
             return
+        # deferred: loading fim.masking costs a few ms
         from fim.masking import mask_model
 
         event = mask_model(event)
@@ -107,8 +111,10 @@ class Progress:
 
 
 def _finish(state: RunState, as_json: bool) -> None:
+    # deferred: loading rich costs a few ms
     from rich.console import Console
 
+    # deferred: loading fim.masking costs hundreds of ms
     from fim.masking import known
     from fim.workflows.state import RunState
 
@@ -179,6 +185,7 @@ def run(
     project: ProjectOption = None,
 ) -> None:
     """Run a workflow and print each node's progress and the outputs."""
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.workflows.engine import WorkflowEngine
 
     snapshot = load_snapshot(ctx, project)
@@ -213,6 +220,7 @@ def resume(
 ) -> None:
     """Continue a run paused at a human node (`--input k=v` approves with data), or one
     whose process died mid-run: the nodes that were running run again."""
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.workflows.engine import WorkflowEngine, load_run
 
     if approve and deny:
@@ -240,6 +248,7 @@ def runs(
 ) -> None:
     """List recent workflow runs, newest first (`orphaned`: its process died mid-run;
     `fim workflow resume RUN_ID` finishes it)."""
+    # deferred: loading fim.masking costs hundreds of ms
     from fim.store import get_store
     from fim.workflows.state import KIND, RunState, orphaned, record_data
 
@@ -273,6 +282,7 @@ def runs(
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
+    # deferred: loading rich costs a few ms
     from rich.console import Console
     from rich.table import Table
 
@@ -299,6 +309,7 @@ def show(
     project: ProjectOption = None,
 ) -> None:
     """Show one run: inputs, each node's status, output and timing, and the outputs."""
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.workflows.engine import load_run
 
     snapshot = load_snapshot(ctx, project)
@@ -315,6 +326,7 @@ def show(
     if as_json:
         typer.echo(json.dumps(state.to_dict(), default=str, ensure_ascii=False, indent=2))
         return
+    # deferred: loading rich costs a few ms
     from rich.console import Console
     from rich.table import Table
 
@@ -351,6 +363,7 @@ def graph(
     project: ProjectOption = None,
 ) -> None:
     """Print a workflow as a Mermaid flowchart."""
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.workflows.graph import mermaid
 
     snapshot = load_snapshot(ctx, project)

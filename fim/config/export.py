@@ -3,8 +3,11 @@ the schema), so editors running yaml-language-server can autocomplete and lint."
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib
+import inspect
+import pkgutil
 from typing import Any
 
 SCHEMA_KINDS = ("project", "agent", "connector", "skill", "workflow", "hook", "eval")
@@ -12,8 +15,10 @@ SCHEMA_KINDS = ("project", "agent", "connector", "skill", "workflow", "hook", "e
 
 def json_schema(kind: str) -> dict[str, Any]:
     """The JSON Schema of one kind; connectors are the http|database union."""
+    # deferred: loading pydantic_core costs tens of ms
     from pydantic import TypeAdapter
 
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.config.schema import KINDS, Connector
 
     if kind not in SCHEMA_KINDS:
@@ -47,12 +52,11 @@ def field_docs() -> dict[str, dict[str, str]]:
     The string literal right after a field is its documentation (PEP 257's "attribute
     docstring"); read from the source of the fim.config.schema modules with one AST pass.
     """
-    import ast
-    import inspect
-    import pkgutil
 
+    # deferred: loading pydantic_core costs tens of ms
     from pydantic import BaseModel
 
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.config import schema as package
     from fim.workflows.node_types import NODE_TYPES
 

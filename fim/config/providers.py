@@ -11,7 +11,11 @@ imported.
 
 from __future__ import annotations
 
+import ast
 import functools
+import importlib.util
+import os
+from pathlib import Path
 
 COMMON = frozenset(
     {
@@ -48,9 +52,6 @@ COMMON = frozenset(
 def providers_in_source() -> frozenset[str]:
     """The values of litellm's `LlmProviders` enum, parsed from its source file without
     importing litellm (empty when litellm or the enum cannot be found)."""
-    import ast
-    import importlib.util
-    from pathlib import Path
 
     spec = importlib.util.find_spec("litellm")
     for location in (spec.submodule_search_locations or ()) if spec else ():
@@ -78,13 +79,12 @@ def litellm_providers() -> frozenset[str]:
     names = providers_in_source()
     if names:
         return names
-    import importlib.util
 
     if importlib.util.find_spec("litellm") is None:
         return frozenset()
-    import os
 
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network at import
+    # deferred: loading litellm costs hundreds of ms
     import litellm
 
     return frozenset(str(getattr(p, "value", p)) for p in litellm.provider_list)
@@ -100,6 +100,7 @@ def provider_problem(model: str) -> tuple[str, str | None] | None:
     known = litellm_providers()
     if not known or provider in known:
         return None
+    # deferred: loading pydantic_core costs tens of ms
     from fim.config.problems import suggest
 
     hint = suggest(provider, known | COMMON, "providers")

@@ -58,6 +58,7 @@ class TemplateChecker:
 
     def _environment(self) -> Any:
         if self._env is None:
+            # deferred: loading jinja2 costs tens of ms
             from jinja2 import StrictUndefined
             from jinja2.sandbox import SandboxedEnvironment
 
@@ -75,6 +76,7 @@ class TemplateChecker:
         plain = plain_refs(text)
         if plain is not None:
             return plain, None
+        # deferred: loading jinja2 costs tens of ms
         from jinja2 import TemplateSyntaxError
 
         try:
@@ -128,6 +130,7 @@ def references(ast: Any, variable: str) -> set[str]:
 
 
 def _references(ast: Any, variable: str) -> set[str]:
+    # deferred: loading jinja2 costs tens of ms
     from jinja2 import nodes
 
     found: set[str] = set()

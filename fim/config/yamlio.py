@@ -63,6 +63,7 @@ class YamlSyntaxError(Exception):
 
 def _make_pyyaml_loader() -> Any:
     try:
+        # deferred: optional dependency, absent in some installs
         import yaml
     except ImportError:
         return None
@@ -106,6 +107,7 @@ def _compose(text: str) -> Any:
         if _pyyaml_loader is None:
             _pyyaml_loader = _make_pyyaml_loader() or False
         if _pyyaml_loader:
+            # deferred: loading yaml costs tens of ms
             import yaml
 
             loader = _pyyaml_loader(text)
@@ -117,6 +119,7 @@ def _compose(text: str) -> Any:
                 raise YamlSyntaxError(f"YAML error: {exc}", 1, 1) from None
             finally:
                 loader.dispose()
+    # deferred: loading ruamel costs tens of ms
     from ruamel.yaml import YAML
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from fim.config.schema import DatabaseConnector, HttpConnector
 from fim.connectors.database import Database, get_database, stub_tables
+from fim.connectors.discovery import tag_counts
 from fim.connectors.http import action_tool, get_client
 from fim.connectors.meta import (
     CONNECTOR_TOOL,
@@ -112,7 +113,6 @@ def _actions(decl: HttpConnector) -> str:
     names = list(decl.actions)
     if len(names) <= STUB_ACTIONS:
         return f"actions: {', '.join(names) or 'none'}"
-    from fim.connectors.discovery import tag_counts
 
     tags = tag_counts(decl)
     if not tags:

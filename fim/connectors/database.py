@@ -21,6 +21,7 @@ import contextlib
 import functools
 import hashlib
 import re
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -118,6 +119,7 @@ class Database:
 
     def verify(self) -> None:
         """Connect once (for `fim validate --live`): raises what a first query would."""
+        # deferred: loading sqlalchemy costs hundreds of ms
         import sqlalchemy as sa
 
         with self.engine().connect() as conn:
@@ -125,6 +127,7 @@ class Database:
             conn.rollback()
 
     def _create_engine(self) -> Any:
+        # deferred: loading sqlalchemy costs hundreds of ms
         import sqlalchemy as sa
         from sqlalchemy import event
 
@@ -153,8 +156,7 @@ class Database:
         return engine
 
     def _sqlite_engine(self, sa: Any) -> Any:
-        import sqlite3
-
+        # deferred: loading sqlalchemy costs hundreds of ms
         from sqlalchemy import event
         from sqlalchemy.pool import NullPool
 
@@ -184,6 +186,7 @@ class Database:
     # ------------------------------------------------------------------ sync workers
 
     def tables_sync(self) -> list[str]:
+        # deferred: loading sqlalchemy costs hundreds of ms
         import sqlalchemy as sa
 
         inspector = sa.inspect(self.engine())
@@ -197,6 +200,7 @@ class Database:
         return names
 
     def describe_sync(self, table: str) -> str:
+        # deferred: loading sqlalchemy costs hundreds of ms
         import sqlalchemy as sa
 
         tables = self.tables_sync()
@@ -242,6 +246,7 @@ class Database:
         With it (PostgreSQL), the catalog check runs first, on the same connection, and
         the exact text that was parsed is streamed row by row.
         """
+        # deferred: loading sqlalchemy costs hundreds of ms
         import sqlalchemy as sa
 
         deadline = time.monotonic() + self.decl.statement_timeout
@@ -278,6 +283,7 @@ class Database:
     def _stream_pg(
         self, raw: Any, parsed: Parsed, params: dict[str, Any], rows: _Rows
     ) -> QueryResult:
+        # deferred: loading psycopg costs hundreds of ms
         import psycopg
 
         missing = [n for n in parsed.params if n not in params]
@@ -523,7 +529,6 @@ def _sqlite_limits(conn: Any, max_length: int) -> None:
     short, and printf()/format() refuse widths and precisions past `max_length`: SQLite's
     `%.*c` keeps looping after the value is too big (0.5 s per 100M, inside one opcode
     that neither the progress handler nor an interrupt can stop)."""
-    import sqlite3
 
     if hasattr(conn, "setlimit"):  # Python 3.11+
         conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_length)
@@ -539,7 +544,6 @@ _PRINTF_SPEC = re.compile(r"%[-+ 0#,!]*(\*|\d*)(?:\.(\*|\d*))?[!]?([a-zA-Z%])")
 def _guarded_printf(limit: int, fmt: Any, *args: Any) -> Any:
     """SQLite's printf(), after checking every width and precision against `limit`; the
     formatting itself is SQLite's own, on a private in-memory connection."""
-    import sqlite3
 
     if fmt is None:
         return None
@@ -574,6 +578,7 @@ def _cap_pg_loaders(conn: Any, cap: int) -> None:
     """Load every PostgreSQL value longer than `cap` bytes as its cut text: the value is
     sliced in libpq's buffer, so a 100 MB `repeat()` never becomes a 100 MB Python object
     (unknown types fall back to oid 0, which is wrapped too)."""
+    # deferred: loading psycopg costs hundreds of ms
     from psycopg.pq import Format
 
     adapters = conn.adapters
@@ -590,6 +595,7 @@ def _cap_pg_loaders(conn: Any, cap: int) -> None:
 
 @functools.cache
 def _capped_loader(inner: type, cap: int) -> type:
+    # deferred: loading psycopg costs hundreds of ms
     from psycopg.adapt import Loader
 
     class CappedLoader(Loader):

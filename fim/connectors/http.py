@@ -9,6 +9,8 @@ echoed: every observation passes through a mask of the auth values and snapshot 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import re
@@ -74,8 +76,6 @@ def secrets_of(decl: HttpConnector) -> list[str]:
     values = {"bearer": ["token"], "api_key": ["key"], "basic": ["username", "password"]}
     found = [getattr(auth, field) for field in values[auth.type]]
     if auth.type == "basic":
-        import base64
-
         raw = f"{auth.username}:{auth.password}".encode()
         found.append(base64.b64encode(raw).decode())
     return [v for v in found if v]
@@ -104,6 +104,7 @@ class HttpConnectorClient:
         return self._client
 
     def _build_client(self) -> Any:
+        # deferred: loading click costs tens of ms
         import httpx
 
         headers = dict(self.decl.headers)
@@ -119,6 +120,7 @@ class HttpConnectorClient:
                 params[spec.name] = spec.key
         elif spec is not None and spec.type == "basic":
             auth = httpx.BasicAuth(spec.username, spec.password)
+        # deferred: loading fim.observe.http costs a few ms
         from fim.observe.http import inject_trace_headers
 
         return httpx.AsyncClient(
@@ -182,6 +184,7 @@ class HttpConnectorClient:
         return request
 
     async def call(self, action_name: str, args: dict[str, Any]) -> ToolResult:
+        # deferred: loading click costs tens of ms
         import httpx
 
         action = self.decl.actions[action_name]
@@ -319,8 +322,6 @@ def _scalar(value: Any) -> str:
 def _bytes(value: Any, content_type: str | None) -> bytes:
     """Bytes of a model-written body: text types as UTF-8, anything else base64-decoded
     (raises ValueError, reported to the model, when it is not base64)."""
-    import base64
-    import binascii
 
     if content_type and content_type.startswith("text/"):
         return str(value).encode()

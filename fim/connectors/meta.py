@@ -16,6 +16,8 @@ from fim.connectors.discovery import BYTES_PER_TOKEN, budget_tokens, discover, u
 from fim.connectors.http import HttpConnectorClient, action_metadata, tool_name
 from fim.connectors.readonly import decide
 from fim.connectors.render import compact_json, truncate_text
+from fim.run.budget import bounded
+from fim.schema_check import problems
 from fim.types import CallView, JSONSchema, ToolResult
 
 CONNECTOR_TOOL = "connector"
@@ -167,7 +169,6 @@ class DatabaseMetaTool:
 
     async def run(self, **args: Any) -> ToolResult:
         """The database's answer, bounded by the observation budget (fim/run/budget.py)."""
-        from fim.run.budget import bounded
 
         result = await self._run(**args)
         hint = "name fewer tables or columns, or query with LIMIT and fewer columns"
@@ -227,8 +228,6 @@ def database_metadata(db: Database, action: Any, args: dict[str, Any]) -> dict[s
 
 
 def schema_errors(schema: JSONSchema, value: Any) -> list[str]:
-    from fim.schema_check import problems
-
     return problems(value, schema)
 
 

@@ -26,6 +26,7 @@ CSafeLoader); positions are only computed for the error message of a document th
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -72,6 +73,7 @@ def load_document(path: Path) -> dict[str, Any]:
 
 
 def _load_yaml(path: Path, text: str) -> Any:
+    # deferred: loading yaml costs tens of ms
     import yaml
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -175,7 +177,6 @@ def _fit(name: str, room: int) -> str:
     stay distinct and the same spec always gives the same names."""
     if len(name) <= room:
         return name
-    import hashlib
 
     digest = hashlib.sha256(name.encode()).hexdigest()[:6]
     return f"{name[: room - 7].rstrip('_')}_{digest}"
@@ -184,6 +185,7 @@ def _fit(name: str, room: int) -> str:
 def dump_yaml(decl: dict[str, Any], source: str) -> str:
     """YAML text of a declaration with a provenance comment (libyaml's emitter: a big
     spec's declaration is megabytes, which the pure-Python emitter takes seconds over)."""
+    # deferred: loading yaml costs tens of ms
     import yaml
 
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)

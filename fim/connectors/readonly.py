@@ -24,6 +24,7 @@ this module, and the answer is parsed once per SQL text (`decide` is memoised). 
 from __future__ import annotations
 
 import functools
+import sqlite3
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -348,6 +349,7 @@ def pg_options(statement_timeout: float, read_only: bool) -> str:
 def install_pg_pool_reset(engine: Any) -> None:
     """Reset every connection returned to the pool with `DISCARD ALL`: advisory locks,
     prepared statements, temp tables and SET values of one query never reach the next."""
+    # deferred: loading sqlalchemy costs hundreds of ms
     from sqlalchemy import event
 
     def reset(dbapi_conn: Any, record: Any, state: Any) -> None:
@@ -375,7 +377,6 @@ def sqlite_read_authorizer(
 ) -> int:
     """SQLite asks this for every operation a statement compiles to: only reads pass, so
     ATTACH (which `mode=ro` alone would allow) and every write are denied at compile time."""
-    import sqlite3
 
     if action in _sqlite_read_actions():
         return sqlite3.SQLITE_OK
@@ -390,15 +391,12 @@ def sqlite_read_authorizer(
 
 @functools.cache
 def _sqlite_read_actions() -> frozenset[int]:
-    import sqlite3
-
     names = ("SQLITE_READ", "SQLITE_SELECT", "SQLITE_RECURSIVE", "SQLITE_TRANSACTION")
     return frozenset(getattr(sqlite3, n) for n in names if hasattr(sqlite3, n))
 
 
 def open_sqlite_read_only(target: str) -> Any:
     """A SQLite connection that cannot write: `mode=ro`, `query_only`, the authorizer."""
-    import sqlite3
 
     sep = "&" if "?" in target else "?"
     conn = sqlite3.connect(f"{target}{sep}mode=ro", uri=True, check_same_thread=False)

@@ -211,6 +211,7 @@ def check_read_only(sql: str, dialect: str | None = None) -> Parsed:
 
 
 def _check_sqlglot(sql: str, dialect: str | None) -> None:
+    # deferred: loading sqlglot costs hundreds of ms
     import sqlglot
     from sqlglot import exp
     from sqlglot.errors import ParseError, TokenError
@@ -393,6 +394,7 @@ def _check_postgres(sql: str) -> Parsed:
     if not sql or not sql.strip():
         raise SqlRejected("the SQL is empty; send one SELECT statement")
     try:
+        # deferred: optional dependency, absent in some installs
         from pglast import ast, parse_sql
         from pglast.parser import ParseError
     except ImportError:  # fail closed: no parser, no read-only PostgreSQL
@@ -490,6 +492,7 @@ def _pg_placeholders(sql: str) -> tuple[str, tuple[str, ...]]:
     """Rewrite `:name` placeholders (outside strings, identifiers and comments, found by
     PostgreSQL's own scanner) to `$1`, `$2`...; the rewritten text is what gets parsed and
     run, so a placeholder can never change what the statement means unnoticed."""
+    # deferred: loading pglast costs tens of ms
     from pglast.parser import ParseError, scan
 
     try:
@@ -517,6 +520,7 @@ def _pg_placeholders(sql: str) -> tuple[str, tuple[str, ...]]:
 
 def _pg_keyword(sql: str) -> str:
     """The statement's first word, for messages (comments and parentheses skipped)."""
+    # deferred: loading pglast costs tens of ms
     from pglast.parser import scan
 
     for token in scan(sql):

@@ -417,6 +417,7 @@ def _unviewable(name: str, exc: Exception) -> str:
 
 
 def _masked_args(arguments: dict[str, Any], mask: Callable[[str], str]) -> dict[str, Any]:
+    # deferred: loading fim.masking costs a few ms
     from fim.masking import mask_strings
 
     return arguments if mask is _identity else mask_strings(arguments, mask)

@@ -14,6 +14,7 @@ from typing import Any
 
 from fim.config.schema import Assertion, JudgeSpec
 from fim.events import ToolCallEvent
+from fim.schema_check import problems
 from fim.types import Message, Model
 
 
@@ -71,6 +72,7 @@ def _subset(expected: Any, actual: Any) -> bool:
 def json_path(document: Any, path: str) -> Any:
     """The value at a JSONPath (`$.a.b[0]['c d']`, `fim.json_paths`); KeyError when the
     path is absent or does not parse."""
+    # deferred: loading fim.json_paths costs tens of ms
     from fim.json_paths import PathError, query
 
     try:
@@ -174,8 +176,6 @@ def _args(args: dict[str, Any]) -> str:
 
 
 def _check_schema(schema: dict[str, Any], seen: Observed) -> Outcome:
-    from fim.schema_check import problems
-
     try:
         document = seen.as_json()
     except ValueError:

@@ -31,6 +31,7 @@ def failure_lines(run: CaseRun) -> list[str]:
 
 
 def print_summary(report: EvalReport, console: Any) -> None:
+    # deferred: loading rich costs a few ms
     from rich.table import Table
 
     table = Table(title=None, show_lines=False, expand=False)

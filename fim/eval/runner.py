@@ -124,6 +124,7 @@ def _selected(suite: EvalSuite, case: EvalCase, patterns: list[str]) -> bool:
 def _render(value: Any, variables: dict[str, Any]) -> Any:
     if not variables:
         return value
+    # deferred: loading jinja2 costs a few ms
     from jinja2 import StrictUndefined
     from jinja2.sandbox import SandboxedEnvironment
 
@@ -268,6 +269,7 @@ class EvalRunner:
     def _preflight(self, suite: EvalSuite) -> list[Any]:
         """What a live case of `suite` is certain to fail on (a missing key...), as RunErrors:
         the case fails with that line instead of starting its agent."""
+        # deferred: loading fim.run.preflight costs tens of ms
         from fim.run.preflight import agent_problems, workflow_problems
 
         if suite.agent in self.snapshot.agents:
@@ -347,6 +349,7 @@ class EvalRunner:
         payload = _render(case.input, case.vars)
         if suite.workflow is not None:
             return await self._execute_workflow(suite.workflow, payload, services, run)
+        # deferred: loading fim.engines.dag costs hundreds of ms
         from fim.run.agent import run_agent
 
         agent = self.snapshot.agent(suite.agent or "")
@@ -393,6 +396,7 @@ class EvalRunner:
     async def _execute_workflow(
         self, name: str, payload: Any, services: Services, run: CaseRun
     ) -> tuple[Observed, str]:
+        # deferred: loading fim.workflows.engine costs tens of ms
         from fim.workflows.engine import WorkflowEngine
 
         if not isinstance(payload, dict):

@@ -22,10 +22,12 @@ def __getattr__(name: str) -> object:
     """HookChain/NoHooks load the runner (and asyncio) only when a run needs them, so the
     compiler's hook check stays light."""
     if name == "HookChain":
+        # deferred: lazy attribute, loaded on first use
         from fim.hooks import runner
 
         return runner.HookChain
     if name == "NoHooks":
+        # deferred: lazy attribute, loaded on first use
         from fim.events import NoHooks
 
         return NoHooks

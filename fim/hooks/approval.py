@@ -106,6 +106,7 @@ async def ask_human(
     run = hook.run_context
     if run is None:
         raise RuntimeError(f"hook '{hook.name}' needs a run to ask for approval (state store)")
+    # deferred: loading fim.store costs tens of ms
     from fim.store import get_store
 
     store = get_store(run.services)

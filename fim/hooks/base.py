@@ -133,6 +133,7 @@ class BaseHook:
         hook's decision lands in the trace."""
         log.warning(message)
         if self._notify is not None:
+            # deferred: loading fim.events costs tens of ms
             from fim.events import Notice
 
             run_id = self.run_context.run_id if self.run_context is not None else ""

@@ -8,6 +8,7 @@ guard is broken does not run unguarded.
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -73,8 +74,6 @@ def resolve(spec: HookSpec, snapshot: Snapshot, depth: int = 0) -> HookSpec:
         )
     decl = snapshot.hooks.get(spec.ref)
     if decl is None:
-        import difflib
-
         names = sorted(snapshot.hooks)
         close = difflib.get_close_matches(spec.ref, names, n=1)
         raise HookBuildError(
@@ -131,6 +130,7 @@ def instantiate(spec: HookSpec, snapshot: Snapshot, name: str | None = None) -> 
                 f"command hook '{name}' needs an event",
                 hint=f"add event: one of {', '.join(POINTS)}",
             )
+        # deferred: loading fim.hooks.command costs a few ms
         from fim.hooks.command import CommandHook
 
         hook = _construct(
@@ -141,6 +141,7 @@ def instantiate(spec: HookSpec, snapshot: Snapshot, name: str | None = None) -> 
             cls = builtin.load(spec.use)
             kind = f"builtin hook '{spec.use}'"
         else:
+            # deferred: loading fim.hooks.python_hooks costs a few ms
             from fim.hooks.python_hooks import load_class
 
             cls = load_class(snapshot, spec.python or "")
@@ -170,6 +171,7 @@ def build_hooks(ctx: RunContext) -> HookRunner:
     `ctx.hooks_enabled` is the one switch: the eval path sets it to False.
     """
     if not ctx.hooks_enabled:
+        # deferred: loading fim.events costs tens of ms
         from fim.events import NoHooks
 
         return NoHooks()
@@ -184,6 +186,7 @@ def build_hooks(ctx: RunContext) -> HookRunner:
             hook = BrokenHook(name, f"{type(exc).__name__}: {exc}")
         hook.run_context = ctx
         hooks.append(hook)
+    # deferred: loading fim.events costs tens of ms
     from fim.hooks.runner import HookChain
 
     return HookChain(hooks, mask=ctx.snapshot.mask)

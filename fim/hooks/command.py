@@ -30,7 +30,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import shlex
 import signal
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
@@ -159,7 +163,6 @@ class CommandHook(BaseHook):
         run = self.run_context
         if run is None:
             return None
-        from pathlib import Path
 
         folder = Path(run.snapshot.root) / ".fim" / "transcripts"
         folder.mkdir(parents=True, exist_ok=True)
@@ -190,8 +193,6 @@ class CommandHook(BaseHook):
         return env
 
     async def __call__(self, context: HookContext) -> HookResult:
-        import tempfile
-
         env_file = None
         if context.point == "SessionStart":
             handle, env_file = tempfile.mkstemp(prefix="fim-env-", suffix=".sh")
@@ -348,6 +349,7 @@ class CommandHook(BaseHook):
         elif extra:
             changes["additional_context"] = str(extra)
         if permission == "ask":
+            # deferred: loading fim.hooks.approval costs tens of ms
             from fim.hooks.approval import ask_human
 
             asked = await ask_human(
@@ -366,8 +368,6 @@ class CommandHook(BaseHook):
 
 def _read_env_file(path: str) -> dict[str, str]:
     """`export NAME=value` / `NAME=value` lines a SessionStart hook wrote to CLAUDE_ENV_FILE."""
-    import re
-    import shlex
 
     found: dict[str, str] = {}
     try:
@@ -387,6 +387,7 @@ def _read_env_file(path: str) -> dict[str, str]:
 
 
 async def _kill(process: asyncio.subprocess.Process) -> None:
+    # deferred: loading asyncio costs a few ms
     import asyncio
 
     """Kill the command and everything it started (`sleep` in a script, a pipeline)."""

@@ -16,7 +16,9 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from fim.hooks.base import compile_matcher
 from fim.hooks.claude import NAMES, mcp_alias
+from fim.tools import builtin
 
 if TYPE_CHECKING:
     from fim.build.snapshot import Snapshot
@@ -51,8 +53,6 @@ def hook_targets(snapshot: Snapshot, agent: AgentDecl) -> Targets:
 
 
 def _collect(snapshot: Snapshot, agent: AgentDecl, found: Targets, seen: set[str]) -> None:
-    from fim.tools import builtin  # the builtin registry: file names, no tool is built
-
     if agent.name in seen:
         return
     seen.add(agent.name)
@@ -110,7 +110,6 @@ def _may_match_server(matcher: str, servers: list[str]) -> bool:
 
 def unmatched(matcher: str | None, targets: Targets) -> str | None:
     """None when the matcher can fire on this agent, else a hint with a did-you-mean."""
-    from fim.hooks.base import compile_matcher
 
     if matcher is None or matcher.strip() in ("", "*"):
         return None

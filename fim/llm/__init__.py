@@ -75,6 +75,7 @@ __all__ = [
 
 def backend_of(settings: ModelSettings) -> str:
     """`scripted`, `openai` (the fast path) or `litellm`, for a model's settings."""
+    # deferred: loading fim.llm.base costs a few ms
     from fim.llm.base import api_base, provider_of
 
     model = settings.model
@@ -142,6 +143,7 @@ def _build(settings: ModelSettings, root: Path | None) -> Model:
     backend = backend_of(settings)
     model: Model
     if backend == "scripted":
+        # deferred: loading fim.llm.script costs a few ms
         from fim.llm.scripted import ScriptedModel
 
         path = Path(settings.model.removeprefix("scripted:").strip())
@@ -149,14 +151,17 @@ def _build(settings: ModelSettings, root: Path | None) -> Model:
             path = (root or Path.cwd()) / path
         model = ScriptedModel.from_file(path, name=settings.model)
     elif backend == "openai":
+        # deferred: loading fim.llm.openai_compat costs tens of ms
         from fim.llm.openai_compat import OpenAICompatModel
 
         model = OpenAICompatModel(settings)
     else:
+        # deferred: loading fim.llm.litellm_model costs tens of ms
         from fim.llm.litellm_model import LiteLLMModel
 
         model = LiteLLMModel(settings)
     if settings.extra.get("tool_calling") is False:
+        # deferred: loading fim.llm.jsonmode costs a few ms
         from fim.llm.jsonmode import JsonModeModel
 
         model = JsonModeModel(model)

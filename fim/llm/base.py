@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from fim.config.schema import ModelSettings
 from fim.errors import RunError
 from fim.llm import switch
+from fim.llm.wire import messages_to_wire, tools_to_wire
 from fim.retries import Backoff, Sleep, retry_async
 
 if TYPE_CHECKING:
@@ -115,6 +116,7 @@ def check_allowed(url: str, model: str) -> None:
 def scrub(text: str, secret: str | None) -> str:
     """Remove a key from text that may echo it (some providers quote the key they got), in
     every encoding, together with every secret the process knows (`fim.masking`)."""
+    # deferred: loading fim.masking costs a few ms
     from fim.masking import Masker, known
 
     return known().text(Masker([secret] if secret else []).text(text))
@@ -230,7 +232,6 @@ def chat_request(
 ) -> dict[str, Any]:
     """The chat.completions arguments every backend sends: model, messages, tools (when
     any) and the provider options, in the OpenAI wire format."""
-    from fim.llm.wire import messages_to_wire, tools_to_wire
 
     request: dict[str, Any] = {"model": model, "messages": messages_to_wire(messages)}
     wire_tools = tools_to_wire(tools)

@@ -44,6 +44,7 @@ _litellm: ModuleType | None = None
 def import_litellm() -> ModuleType:
     """Import litellm quietly and offline (see the module docstring)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    # deferred: loading litellm costs hundreds of ms
     import litellm
 
     litellm.suppress_debug_info = True

@@ -13,12 +13,16 @@ import asyncio
 import functools
 import json
 import os
+import ssl
 import weakref
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+import certifi
+
 from fim.config.schema import ModelSettings
 from fim.errors import RunError
+from fim.llm import catalog
 from fim.llm.base import (
     OPENAI_BASE,
     Transient,
@@ -53,6 +57,7 @@ every connection, so its cost grew with the calls in flight (60% of an eval's CP
 
 
 def _session() -> aiohttp.ClientSession:
+    # deferred: loading aiohttp costs hundreds of ms
     import aiohttp
 
     loop = asyncio.get_running_loop()
@@ -92,9 +97,6 @@ def _close_with_loop(loop: asyncio.AbstractEventLoop, session: aiohttp.ClientSes
 @functools.cache
 def _tls_context() -> ssl.SSLContext:
     """One TLS context for the process: building one reads the CA bundle (~10 ms)."""
-    import ssl
-
-    import certifi
 
     return ssl.create_default_context(cafile=certifi.where())
 
@@ -149,6 +151,7 @@ class OpenAICompatModel:
         session = _session()
 
         async def attempt() -> Any:
+            # deferred: loading aiohttp costs hundreds of ms
             import aiohttp
 
             try:
@@ -170,6 +173,7 @@ class OpenAICompatModel:
     async def stream(
         self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
     ) -> AsyncIterator[TextDelta | ModelResponse]:
+        # deferred: loading aiohttp costs hundreds of ms
         import aiohttp
 
         headers = self._prepare()
@@ -217,6 +221,7 @@ class OpenAICompatModel:
         yield await self._with_cost(assembler.result())
 
     def _timeout(self) -> Any:
+        # deferred: loading aiohttp costs hundreds of ms
         import aiohttp
 
         return aiohttp.ClientTimeout(total=self.settings.timeout)
@@ -224,7 +229,6 @@ class OpenAICompatModel:
     async def _with_cost(self, response: ModelResponse) -> ModelResponse:
         if not self._priced or not response.usage.total_tokens:
             return response
-        from fim.llm import catalog
 
         if catalog.table.cache_info().currsize == 0:
             await asyncio.to_thread(catalog.table)  # a one-off ~20 ms file read

@@ -163,6 +163,7 @@ def load_steps(path: Path) -> list[ModelResponse]:
 
 
 def _parse_steps(path: Path, source: str) -> list[ModelResponse]:
+    # deferred: loading ruamel costs tens of ms
     from ruamel.yaml import YAML, YAMLError
 
     try:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fim.errors import RunError
 from fim.mcp.manager import McpManager, check_live, get_manager
-from fim.mcp.tools import META_TOOL, effective_tool_name, tool_name
+from fim.mcp.tools import META_TOOL, McpMetaTool, effective_tool_name, legacy_tools, tool_name
 
 if TYPE_CHECKING:
     from fim.mcp.connection import ServerConnection
@@ -48,7 +49,6 @@ def stub(conn: ServerConnection) -> str:
 
 async def connections_for(ctx: RunContext) -> list[ServerConnection]:
     """The agent's servers, started concurrently; failures stay on each connection."""
-    from fim.errors import RunError
 
     manager = get_manager(ctx.services)
     declared = ctx.snapshot.project.mcp_servers
@@ -82,7 +82,7 @@ def _fast_model(ctx: RunContext) -> Any:
 
 async def provide(ctx: RunContext) -> Provision | None:
     """The MCP part of one run (async: the prompt stubs need the servers' tool lists)."""
-    from fim.mcp.tools import McpMetaTool, legacy_tools
+    # deferred: loading fim.run.services costs tens of ms
     from fim.run.services import Provision
 
     if not ctx.agent.mcp:

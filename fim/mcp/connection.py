@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import anyio
+
 from fim.config.schema import McpServer, StdioServer
 from fim.mcp.errors import (
     McpCallTimeout,
@@ -30,6 +32,8 @@ from fim.mcp.errors import (
     describe_exception,
 )
 from fim.mcp.info import ToolInfo, declaration_key, tool_info
+from fim.mcp.sampling import sampling_callback
+from fim.mcp.transport import StderrLog, open_client
 
 log = logging.getLogger(__name__)
 
@@ -230,8 +234,6 @@ class ServerConnection:
     # ------------------------------------------------------------------ caller side
 
     async def _submit(self, job: _Job, limit: float) -> Any:
-        import anyio
-
         if self._jobs is None:
             raise NotSent()
         try:
@@ -255,8 +257,6 @@ class ServerConnection:
     # ------------------------------------------------------------------ owner side
 
     async def _launch(self) -> None:
-        from fim.mcp.transport import StderrLog
-
         if self._stderr is not None:
             self._stderr.close()
         self._stderr = StderrLog() if isinstance(self.decl, StdioServer) else None
@@ -286,10 +286,6 @@ class ServerConnection:
 
     async def _own(self, ready: asyncio.Future[None]) -> None:
         """The owner task: holds the session's context managers from entry to exit."""
-        import anyio
-
-        from fim.mcp.sampling import sampling_callback
-        from fim.mcp.transport import open_client
 
         serving = False
         failure: Exception | None = None
@@ -349,7 +345,7 @@ class ServerConnection:
             self.state = "crashed"
 
     async def _run_job(self, client: Any, job: _Job) -> None:
-        import anyio
+        # deferred: loading mcp_types costs hundreds of ms
         import mcp_types
         from mcp.shared.exceptions import MCPError
 
@@ -446,11 +442,10 @@ class ServerConnection:
 
     async def _on_message(self, message: Any) -> None:
         """Session notifications; runs inside the SDK's receive loop, so no I/O here."""
+        # deferred: loading mcp_types costs hundreds of ms
         import mcp_types
 
         if isinstance(message, mcp_types.ToolListChangedNotification) and self._jobs is not None:
-            import anyio
-
             future = asyncio.get_running_loop().create_future()
             future.add_done_callback(lambda f: f.cancelled() or f.exception())
             with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):

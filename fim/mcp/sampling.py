@@ -32,6 +32,7 @@ def sampling_callback(
     reload's new model settings apply to servers that keep running."""
 
     async def on_sample(_context: Any, params: Any) -> Any:
+        # deferred: loading mcp_types costs hundreds of ms
         import mcp_types
 
         def refuse(message: str) -> Any:

@@ -21,6 +21,7 @@ from fim.mcp.connection import (
     ToolInfo,
 )
 from fim.mcp.content import render_content
+from fim.schema_check import problems
 from fim.types import CallView, JSONSchema, ToolResult
 
 META_TOOL = "mcp"
@@ -224,6 +225,7 @@ async def read_resource(conn: ServerConnection, uri: Any) -> ToolResult:
     )
     if isinstance(result, ToolResult):
         return result
+    # deferred: loading fim.run.budget costs a few ms
     from fim.run.budget import bounded
 
     blocks = [_embedded(c) for c in result.contents]
@@ -236,6 +238,7 @@ async def read_resource(conn: ServerConnection, uri: Any) -> ToolResult:
 
 
 def _embedded(contents: Any) -> Any:
+    # deferred: loading mcp_types costs hundreds of ms
     import mcp_types
 
     return mcp_types.EmbeddedResource(type="resource", resource=contents)
@@ -291,6 +294,7 @@ async def get_prompt(conn: ServerConnection, name: Any, arguments: Any) -> ToolR
     media = media_of(blocks)
     if media:
         meta["media"] = media
+    # deferred: loading fim.run.budget costs a few ms
     from fim.run.budget import bounded
 
     text = bounded("\n".join(lines) or "(the prompt is empty)", "the prompt is very long")
@@ -542,6 +546,7 @@ class McpMetaTool:
             )
         sub = args.get("subcommand")
         if sub == "discover":
+            # deferred: loading fim.run.budget costs a few ms
             from fim.run.budget import budget_bytes, parts
 
             found = self._discover(conn, args.get("tool"))
@@ -624,6 +629,4 @@ class McpMetaTool:
 
 
 def _check_arguments(info: ToolInfo, arguments: dict[str, Any]) -> str | None:
-    from fim.schema_check import problems  # lazy: only calls through the meta-tool pay for it
-
     return "; ".join(problems(arguments, input_parameters(info.input_schema))) or None

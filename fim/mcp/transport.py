@@ -14,8 +14,11 @@ import os
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import IO, Any
+
+import anyio
 
 from fim.config.schema import HttpServer, McpServer, StdioServer
 
@@ -59,8 +62,6 @@ class _WatchedReadStream:
         self._on_end = on_end
 
     async def receive(self) -> Any:
-        import anyio
-
         try:
             return await self._inner.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
@@ -71,8 +72,6 @@ class _WatchedReadStream:
         return self
 
     async def __anext__(self) -> Any:
-        import anyio
-
         try:
             return await self.receive()
         except anyio.EndOfStream:
@@ -101,6 +100,7 @@ async def _watched(transport: Any, on_end: Callable[[], None]) -> AsyncIterator[
 def stdio_params(decl: StdioServer, root: Path) -> Any:
     """SDK parameters for a stdio server: env merged onto a minimal inherited set, cwd
     relative to the project root (the root itself by default)."""
+    # deferred: loading mcp_types costs hundreds of ms
     from mcp.client.stdio import StdioServerParameters
 
     env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
@@ -125,9 +125,11 @@ async def open_client(
     today, and it is the era in which `notifications/tools/list_changed` reaches the
     client on the session itself.
     """
+    # deferred: loading mcp_types costs hundreds of ms
     from mcp import Client
 
     if isinstance(decl, StdioServer):
+        # deferred: loading mcp_types costs hundreds of ms
         from mcp.client.stdio import stdio_client
 
         if not (root / (decl.cwd or ".")).is_dir():
@@ -135,12 +137,15 @@ async def open_client(
         assert stderr is not None
         transport: Any = stdio_client(stdio_params(decl, root), errlog=stderr.file)  # type: ignore[arg-type]
     elif isinstance(decl, HttpServer) and decl.transport == "sse":
+        # deferred: loading mcp_types costs hundreds of ms
         from mcp.client.sse import sse_client
 
         transport = sse_client(decl.url, headers=dict(decl.headers), timeout=decl.timeout)
     else:
+        # deferred: loading mcp_types costs hundreds of ms
         from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
+        # deferred: loading fim.observe.http costs a few ms
         from fim.observe.http import traced
 
         http = traced(
@@ -162,6 +167,7 @@ async def open_client(
 def _roots(root: Path) -> Any:
     """Declare the `roots` capability with one root: the project directory, so a
     filesystem-style server knows where it may work."""
+    # deferred: loading mcp_types costs hundreds of ms
     import mcp_types
 
     async def list_roots(_context: Any) -> Any:
@@ -172,14 +178,13 @@ def _roots(root: Path) -> Any:
 
 
 def _client_info() -> Any:
+    # deferred: loading mcp_types costs hundreds of ms
     import mcp_types
 
     return mcp_types.Implementation(name="fim", version=_version())
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("fim")
     except PackageNotFoundError:

@@ -10,6 +10,7 @@ boolean check and creates no span.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,7 @@ def enable_metrics() -> None:
 def record_reload(ok: bool) -> None:
     """A snapshot reload succeeded or was rejected (counted when metrics are on)."""
     if _metrics:
+        # deferred: loading prometheus_client costs hundreds of ms
         from fim.observe.metrics import METRICS
 
         METRICS.reloads.labels("ok" if ok else "failed").inc()
@@ -58,7 +60,6 @@ def reset() -> None:
     """Forget the cached decision and shut the exporter down (tests, benchmarks)."""
     global _enabled
     _enabled = None
-    import sys
 
     tracing = sys.modules.get("fim.observe.tracing")
     if tracing is not None:
@@ -76,11 +77,13 @@ def observe_run(
 ) -> AsyncIterator[Event]:
     """The events of one agent run, unchanged; spans and metrics on the side when on."""
     if _metrics:
+        # deferred: loading prometheus_client costs hundreds of ms
         from fim.observe.metrics import count_run
 
         events = count_run(events, agent)
     if not tracing_enabled():
         return events
+    # deferred: loading fim.events costs hundreds of ms
     from fim.observe.tracing import trace_run
 
     return trace_run(events, agent=agent, run_id=run_id, snapshot=snapshot, depth=depth, mask=mask)
@@ -92,6 +95,7 @@ def observe_workflow(
     """The events of one workflow run, unchanged; spans on the side when tracing is on."""
     if not tracing_enabled():
         return events
+    # deferred: loading fim.events costs hundreds of ms
     from fim.observe.tracing import trace_workflow
 
     return trace_workflow(events, workflow=workflow, run_id=run_id, snapshot=snapshot)

@@ -21,9 +21,11 @@ class TraceContext:
         if scope["type"] != "http" or not tracing_enabled():
             await self.app(scope, receive, send)
             return
+        # deferred: loading opentelemetry costs a few ms
         from opentelemetry import context, propagate, trace
         from opentelemetry.trace import SpanKind, Status, StatusCode
 
+        # deferred: loading fim.events costs hundreds of ms
         from fim.observe.tracing import tracer
 
         carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
@@ -56,6 +58,7 @@ async def inject_trace_headers(request: Any) -> None:
     connector's or MCP server's own spans join the run's trace."""
     if not tracing_enabled():
         return
+    # deferred: loading fim.events costs hundreds of ms
     from fim.observe.tracing import inject
 
     inject(request.headers)

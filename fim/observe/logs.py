@@ -21,6 +21,7 @@ def trace_ids() -> tuple[str, str] | None:
     """(trace_id, span_id) of the current span, hex, or None when tracing is off."""
     if not tracing_enabled():
         return None
+    # deferred: loading fim.events costs hundreds of ms
     from fim.observe.tracing import current_span
 
     context = current_span().get_span_context()

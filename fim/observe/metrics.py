@@ -14,7 +14,14 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 
 from fim.events import Event
 
@@ -92,8 +99,6 @@ class Metrics:
             self.run_seconds.labels(agent).observe(e.duration_ms / 1000)
 
     def exposition(self) -> tuple[bytes, str]:
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
@@ -119,6 +124,7 @@ async def count_run(events: AsyncIterator[Event], agent: str) -> AsyncIterator[E
         outcome = "cancelled"
         raise
     except BaseException as exc:
+        # deferred: loading asyncio costs a few ms
         import asyncio
 
         outcome = "cancelled" if isinstance(exc, asyncio.CancelledError) else "error"

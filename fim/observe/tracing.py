@@ -14,6 +14,7 @@ it: the parent's consumer is kept in a context variable the child's consumer rea
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 import time
@@ -24,10 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from opentelemetry import context as otel_context
-from opentelemetry import trace
+from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from fim.errors import ConfigError
 from fim.events import Event
+from fim.observe.context import current_call, current_node
 
 _lock = threading.Lock()
 _provider: Any = None
@@ -46,6 +49,7 @@ def provider() -> Any:
     global _provider
     with _lock:
         if _provider is None:
+            # deferred: loading opentelemetry costs tens of ms
             from opentelemetry.sdk.resources import Resource
             from opentelemetry.sdk.trace import TracerProvider
             from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -66,15 +70,15 @@ def _exporter() -> Any:
     ).strip()
     if protocol == "grpc":
         try:
+            # deferred: optional dependency, absent in some installs
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
         except ImportError as exc:  # pragma: no cover - depends on the install
-            from fim.errors import ConfigError
-
             raise ConfigError(
                 "OTEL_EXPORTER_OTLP_PROTOCOL=grpc needs opentelemetry-exporter-otlp-proto-grpc",
                 hint="pip install 'fim[otel]', or use http/protobuf",
             ) from exc
         return OTLPSpanExporter()
+    # deferred: loading opentelemetry costs tens of ms
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     return OTLPSpanExporter()
@@ -195,7 +199,6 @@ class _Trace:
         """The span a child run started now belongs under: the open `call_agent` call
         naming this agent, else the only open tool call, else the newest open agent node,
         else this trace's root."""
-        from fim.observe.context import current_call, current_node
 
         call = current_call.get()
         if call is not None and call in self.tools:
@@ -282,8 +285,6 @@ class _Trace:
             "gen_ai.tool.call.id": e.call_id,
         }
         if self.capture:
-            import json
-
             attributes["gen_ai.tool.call.arguments"] = self.mask(
                 json.dumps(e.arguments, default=str)
             )
@@ -442,7 +443,6 @@ def current_span() -> Span:
 
 def inject(headers: Any) -> None:
     """Write the W3C `traceparent` (and baggage) of `current_span()` into `headers`."""
-    from opentelemetry import propagate
 
     propagate.inject(headers, context=trace.set_span_in_context(current_span()))
 

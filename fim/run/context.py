@@ -70,7 +70,6 @@ def guard_for(snapshot: Snapshot, agent: AgentDecl, summarizer: Summarizer) -> C
     """The guard of one agent: its `context_budget`, else its model's window less room for
     the reply; `summarizer` is the `fast` role's model or a factory of it (None: older turns
     are dropped instead of summarised)."""
-    from fim.errors import RunError
 
     try:
         settings = snapshot.model_settings(agent.model)

@@ -16,6 +16,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
+
 from fim.errors import RunError
 from fim.structured import OutputContract
 from fim.types import Message, ModelResponse, TextDelta, ToolSpec
@@ -99,6 +101,7 @@ def output_contract(snapshot: Snapshot, spec: dict[str, Any] | str | None) -> Ou
         return None
     if isinstance(spec, dict):
         return OutputContract(spec)
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.hooks.base import HookBuildError
     from fim.hooks.python_hooks import load_module, split_ref
 
@@ -107,7 +110,6 @@ def output_contract(snapshot: Snapshot, spec: dict[str, Any] | str | None) -> Ou
         cls = getattr(load_module(snapshot, module), name, None)
     except HookBuildError as exc:
         raise RunError(f"output_schema '{spec}': {exc.message}", hint=exc.hint) from None
-    from pydantic import BaseModel
 
     if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
         raise RunError(

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+from urllib.parse import urlsplit
 
 from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl, ModelSettings, WorkflowDecl
@@ -33,6 +35,7 @@ class PreflightError(RunError):
 def key_problem(settings: ModelSettings) -> RunError | None:
     """The error the first request of this model would raise for a missing API key (none
     while models are wrapped: a replayed cassette needs no key)."""
+    # deferred: loading fim.types costs tens of ms
     from fim.llm import backend_of, models_wrapped
     from fim.llm.base import KEY_ENV, OPENAI_BASE, api_base, provider_of, resolve_key
 
@@ -56,6 +59,7 @@ def key_problem(settings: ModelSettings) -> RunError | None:
 def local_endpoint(settings: ModelSettings) -> str | None:
     """The URL of a model served on this machine (an `api_base` or OPENAI_BASE_URL on
     loopback, or a local provider's default such as Ollama's :11434), else None."""
+    # deferred: loading fim.types costs tens of ms
     from fim.llm import backend_of
     from fim.llm.base import LOCAL_PROVIDERS, api_base, is_loopback, provider_of
 
@@ -75,9 +79,8 @@ def unreachable_problem(settings: ModelSettings) -> RunError | None:
     would start MCP servers and select tools only to fail on its first model call. A TCP
     connect to loopback answers in a millisecond; only refused counts (a slow or busy
     server is the run's to find out). Blocking: call it before an event loop starts."""
-    import socket
-    from urllib.parse import urlsplit
 
+    # deferred: loading fim.types costs tens of ms
     from fim.llm.base import cannot_connect
 
     url = local_endpoint(settings)

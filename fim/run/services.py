@@ -8,6 +8,7 @@ imported lazily by dotted path so an agent without MCP never imports the MCP SDK
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 import uuid
@@ -71,8 +72,6 @@ class Services:
         return self.cache[key]
 
     async def aclose(self) -> None:
-        import inspect
-
         for close in reversed(self.closers):
             result = close()
             if inspect.isawaitable(result):

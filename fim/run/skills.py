@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from fim.build.snapshot import Skill, Snapshot
+from fim.errors import RunError
 from fim.run.services import Provision, RunContext
 from fim.tools.base import FunctionTool
 from fim.tools.skill_dirs import selected_skills
@@ -259,6 +260,7 @@ async def _read_file(skill: Skill, file: str) -> ToolResult:
 def _part(result: ToolResult, name: str, file: str | None, part: int) -> ToolResult:
     """One part of a body or file that is longer than the observation budget
     (fim/run/budget.py), cut at paragraph breaks, with the call that reads the next."""
+    # deferred: loading fim.run.budget costs a few ms
     from fim.run.budget import budget_bytes, parts
 
     limit = budget_bytes()
@@ -346,8 +348,6 @@ def provide(ctx: RunContext) -> Provision | None:
     """Skills of `ctx.agent` in the run's mode (agent > FIM_SKILL_TOOL_MODE > fim.yaml)."""
     broken = _broken(ctx.snapshot, ctx.agent.skills)
     if broken:
-        from fim.errors import RunError
-
         first = broken[0]
         raise RunError(
             f"agent '{ctx.agent.name}' uses the skill '{first[0]}', which failed to load: "

@@ -14,12 +14,13 @@ made unmetered.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
-from fim.types import Usage
+from fim.types import ModelResponse, Usage
 
 if TYPE_CHECKING:
     from fim.config.schema.spend import Budget, Price
@@ -81,6 +82,7 @@ class MeteredModel:
     def _estimate_cost(self, tokens: int) -> float | None:
         if self.price is not None:
             return tokens * self.price.input_per_mtok / 1_000_000
+        # deferred: loading fim.config.schema costs hundreds of ms
         from fim.llm import catalog
 
         return catalog.cost(self.name, Usage(prompt_tokens=tokens))
@@ -131,6 +133,7 @@ class MeteredModel:
     async def _recorded(self, owner: str, group: str) -> Usage:
         """What the state store recorded for this UTC day or this session, of this agent
         or (for the project's budget) of every agent. No store fails closed."""
+        # deferred: loading fim.masking costs tens of ms
         from fim.store import get_store
         from fim.store.usage import session_spent, spent, utc_day
 
@@ -149,6 +152,7 @@ class MeteredModel:
         return await spent(store, utc_day(time.time()), agent)
 
     async def _before(self, messages: list[Message], tools: list[ToolSpec] | None) -> None:
+        # deferred: loading fim.run.tokens costs a few ms
         from fim.run.tokens import count_messages
 
         estimate = count_messages(messages, tools, self.name)
@@ -210,8 +214,6 @@ class MeteredModel:
     async def stream(
         self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
     ) -> AsyncIterator[TextDelta | ModelResponse]:
-        from fim.types import ModelResponse
-
         await self._before(messages, tools)
         async for item in self.inner.stream(messages, tools, **options):
             yield await self._after(item) if isinstance(item, ModelResponse) else item
@@ -264,6 +266,7 @@ class Ledger:
             # every fim surface passes the project root
             and getattr(self.services, "root", None) is not None
         ):
+            # deferred: loading fim.masking costs tens of ms
             from fim.store import get_store
             from fim.store.usage import record
 
@@ -279,8 +282,6 @@ class Ledger:
                     session=self.session,
                 )
             except Exception:  # accounting must not fail a run whose model calls are done
-                import logging
-
                 logging.getLogger("fim.usage").exception(
                     "could not record the usage of run %s", self.run_id
                 )

@@ -64,6 +64,7 @@ def _encoding_name(model: str | None) -> str:
     """
     if not model:
         return _DEFAULT_ENCODING
+    # deferred: loading tiktoken costs a few ms
     import tiktoken
 
     bare = model.rsplit("/", 1)[-1]
@@ -79,6 +80,7 @@ def _encoding(model: str | None) -> Any | None:
     if cache_dir is None:
         return None
     try:
+        # deferred: optional dependency, absent in some installs
         import tiktoken
     except ImportError:
         return None

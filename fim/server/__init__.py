@@ -34,8 +34,10 @@ async def serve(
 ) -> None:
     """Compile, serve, watch; on SIGTERM/SIGINT stop accepting, let runs finish (bounded),
     stop MCP servers and return."""
+    # deferred: loading click costs tens of ms
     import uvicorn
 
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.build.compile import compile_project
     from fim.build.reload import SnapshotHolder, watch
     from fim.events import build_validators
@@ -43,6 +45,7 @@ async def serve(
     from fim.server.app import create_app
 
     if git is not None:  # GitOps pull (fim.build.gitops): the root is the served checkout
+        # deferred: loading fim.config.schema costs hundreds of ms
         from fim.build.gitops import initial_snapshot
 
         snapshot = await asyncio.to_thread(initial_snapshot, git)
@@ -54,6 +57,7 @@ async def serve(
     # of the cyclic collector's generations so full collections stay short under load.
     gc.collect()
     gc.freeze()
+    # deferred: loading fim.masking costs tens of ms
     from fim.store.single import claim_sqlite
 
     lock = claim_sqlite(snapshot.project.state, root)  # SQLite: one server per store
@@ -106,6 +110,7 @@ async def serve(
 
 
 async def _git_poll(git: GitSource, holder: Any, interval: float, stop: asyncio.Event) -> None:
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.build.gitops import poll
 
     await poll(git, holder, interval=interval, stop=stop)
@@ -146,6 +151,7 @@ def banner(snapshot: Any, host: str, port: int, reload: bool) -> str:
 
 
 def _server_class() -> type:
+    # deferred: loading click costs tens of ms
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -178,6 +184,7 @@ def _spawn(coro: Any) -> None:
 async def _report_orphans(services: Any) -> None:
     """Warn about workflow runs a previous process left mid-node: they are not resumed
     automatically (a node may have had effects), but an operator should know."""
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.workflows.engine import orphaned_runs
 
     try:
@@ -197,6 +204,7 @@ async def _report_orphans(services: Any) -> None:
 
 def _on_swap(services: Any, old: Any, new: Any) -> None:
     """Stop MCP servers that were removed or changed; runs restart changed ones on demand."""
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.mcp.manager import SERVICE_KEY
 
     manager = services.cache.get(SERVICE_KEY)

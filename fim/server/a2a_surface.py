@@ -23,11 +23,16 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from a2a.auth.user import User
+from a2a.helpers.proto_helpers import new_task
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes.common import ServerCallContextBuilder
-from a2a.server.tasks import TaskUpdater
+from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
+from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types import a2a_pb2 as pb
+from starlette.routing import Route, Router
 
 from fim.errors import FimError
 from fim.events import RunFinished
@@ -72,6 +77,7 @@ class _Context(ServerCallContextBuilder):
         self.api = api
 
     def build(self, request: Request) -> ServerCallContext:
+        # deferred: loading fim.server.http costs tens of ms
         from fim.server.http import session_owner
 
         owner = session_owner(request, self.api.holder)
@@ -127,8 +133,6 @@ class FimExecutor(AgentExecutor):
         context_id = context.context_id or uuid.uuid4().hex
         updater = TaskUpdater(event_queue, task_id, context_id)
         if context.current_task is None:  # the SDK wants the Task before any update
-            from a2a.helpers.proto_helpers import new_task
-
             echo = [_masked(context.message)] if context.message else []
             await event_queue.enqueue_event(
                 new_task(task_id, context_id, pb.TaskState.TASK_STATE_SUBMITTED, history=echo)
@@ -196,6 +200,7 @@ def agent_card(snapshot: Snapshot, base: str, agent: str | None) -> pb.AgentCard
     """The card of one agent (`agent`), or of the project (None: its skills are the
     agents; its endpoint is the only agent, or with several the `auto` agent, which
     delegates to them with the project's `general` model)."""
+    # deferred: loading fim.engines.dag costs hundreds of ms
     from fim.run.delegation import AUTO
 
     def skill(name: str) -> pb.AgentSkill:
@@ -233,12 +238,8 @@ def agent_card(snapshot: Snapshot, base: str, agent: str | None) -> pb.AgentCard
 
 def a2a_app(api: Api) -> Router:
     """The A2A routes as one router (built on the first A2A request: the SDK is heavy)."""
-    from a2a.server.request_handlers import DefaultRequestHandler
-    from a2a.server.request_handlers.response_helpers import agent_card_to_dict
-    from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
-    from a2a.server.tasks import InMemoryTaskStore
-    from starlette.routing import Route, Router
 
+    # deferred: loading fim.server.http costs tens of ms
     from fim.server.http import JSONResponse, error
 
     # the handler's own card: only its capabilities are read (streaming on); the cards

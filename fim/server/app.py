@@ -14,14 +14,18 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import asdict, is_dataclass
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from fim import observe
 from fim.build.reload import SnapshotHolder
 from fim.errors import FimError
 from fim.events import Event, RunFinished
@@ -91,6 +95,7 @@ class Api:
     def session_store(self) -> Sessions:
         """Sessions live in the state store, so every replica on it sees them."""
         if self._sessions is None:
+            # deferred: loading fim.store costs a few ms
             from fim.store import get_store
             from fim.store.sessions import Sessions
 
@@ -140,6 +145,7 @@ class Api:
     ) -> AsyncIterator[Event]:
         """Run one request on the snapshot current *now*, persisting the run at the end.
         `session` is the conversation it continues: its session budgets count it."""
+        # deferred: loading fim.engines.dag costs hundreds of ms
         from fim.run.agent import run_agent
 
         snapshot = self.holder.current
@@ -181,6 +187,7 @@ class Api:
         final: RunFinished | None,
     ) -> None:
         try:
+            # deferred: optional dependency, absent in some installs
             from fim.store import get_store
 
             store = get_store(self.services)
@@ -195,8 +202,6 @@ class Api:
                 },
             )
         except Exception:  # persistence must never fail a run that succeeded
-            import logging
-
             logging.getLogger("fim.server").exception("could not persist run %s", run_id)
 
     async def create_run(self, request: Request) -> Response:
@@ -240,6 +245,7 @@ class Api:
             return outcome
         final, trace = outcome
         if final.status == "error":  # a failed run is an HTTP error, never a 200 "answer"
+            # deferred: loading fim.server.openai_compat costs tens of ms
             from fim.server.openai_compat import error_object, failure
 
             status, body = error_object(failure(trace, final))
@@ -259,6 +265,7 @@ class Api:
         )
 
     async def list_runs(self, request: Request) -> Response:
+        # deferred: loading fim.store costs a few ms
         from fim.store import get_store
 
         try:
@@ -301,6 +308,7 @@ class Api:
         return final, trace
 
     async def get_run(self, request: Request) -> Response:
+        # deferred: loading fim.store costs a few ms
         from fim.store import get_store
 
         record = await get_store(self.services).get_run(request.path_params["run_id"])
@@ -317,8 +325,6 @@ def _summary(record: Any) -> dict[str, Any]:
 
 
 def _record_dict(record: Any) -> dict[str, Any]:
-    from dataclasses import asdict, is_dataclass
-
     if is_dataclass(record):
         return json.loads(json.dumps(asdict(record), default=str))
     return dict(record)
@@ -326,7 +332,6 @@ def _record_dict(record: Any) -> dict[str, Any]:
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
     """Log the traceback; tell the client only that it failed (no secrets, no internals)."""
-    import logging
 
     logging.getLogger("fim.server").exception("unhandled error on %s", request.url.path)
     return error(500, "internal error; see the server log")
@@ -335,8 +340,8 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
 async def metrics_endpoint(request: Any) -> Any:
     """Prometheus exposition of fim's counters (runs, latency, tokens, cost, tools, hooks,
     reloads, active runs)."""
-    from starlette.responses import Response
 
+    # deferred: loading prometheus_client costs tens of ms
     from fim.observe.metrics import METRICS
 
     body, content_type = METRICS.exposition()
@@ -345,12 +350,12 @@ async def metrics_endpoint(request: Any) -> Any:
 
 def create_app(holder: SnapshotHolder, services: Services | None = None) -> Starlette:
     """Build the ASGI app around a snapshot holder (the reloader swaps its content)."""
+    # deferred: loading fim.server.openai_compat costs tens of ms
     from fim.server.openai_compat import OpenAICompat
 
     services = services or Services(
         root=holder.current.root, state_url=holder.current.project.state
     )
-    from fim import observe
 
     observe.enable_metrics()
     api = Api(holder, services)
@@ -373,6 +378,7 @@ def create_app(holder: SnapshotHolder, services: Services | None = None) -> Star
         *interop_routes(api),
         *usage_routes(api),
     ]
+    # deferred: loading fim.observe.http costs a few ms
     from fim.observe.http import TraceContext
 
     middleware = [
@@ -382,16 +388,14 @@ def create_app(holder: SnapshotHolder, services: Services | None = None) -> Star
     ]
     cors = holder.current.project.server.cors_origins
     if cors:
-        from starlette.middleware.cors import CORSMiddleware
-
         middleware.insert(
             2,
             Middleware(
                 CORSMiddleware, allow_origins=cors, allow_methods=["*"], allow_headers=["*"]
             ),
         )
-    from starlette.exceptions import HTTPException
 
+    # deferred: loading fim.server.openai_compat costs tens of ms
     from fim.server.openai_compat import http_error
 
     app = Starlette(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypeVar
 
+import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.requests import Request
 
@@ -239,7 +240,6 @@ def _path(loc: tuple[int | str, ...]) -> str:
 
 async def read_body(request: Request, model: type[M]) -> M:
     """The request's JSON body validated as `model`, or BodyError with the field's path."""
-    import pydantic_core
 
     raw = await request.body()
     try:

@@ -28,7 +28,10 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
 
+from fim.errors import FimError
+from fim.masking import known
 from fim.server.bodies import BodyError, EvalRunBody, read_body
 from fim.server.http import JSONResponse, error
 
@@ -78,8 +81,8 @@ def _page(name: str) -> Response:
 
 def devpage_routes(api: Api) -> list[BaseRoute]:
     """The page, its assets, the OpenAPI document and the API routes the page needs."""
-    from starlette.staticfiles import StaticFiles
 
+    # deferred: loading fim.server.responses costs hundreds of ms
     from fim.server.openapi import openapi_document
 
     async def index(request: Request) -> Response:
@@ -95,7 +98,7 @@ def devpage_routes(api: Api) -> list[BaseRoute]:
         return JSONResponse(openapi_document(request.app, api.holder.current.project.name))
 
     async def prompt(request: Request) -> Response:
-        from fim.errors import FimError
+        # deferred: loading fim.config.schema costs hundreds of ms
         from fim.run.preflight import PreflightError
         from fim.run.prompt_report import prompt_report
 
@@ -139,7 +142,7 @@ def devpage_routes(api: Api) -> list[BaseRoute]:
         )
 
     async def run_eval(request: Request) -> Response:
-        from fim.errors import FimError
+        # deferred: loading fim.config.schema costs hundreds of ms
         from fim.eval.report import json_report
         from fim.eval.runner import EvalRunner
 
@@ -186,7 +189,6 @@ async def _status_events(
 ) -> AsyncIterator[bytes]:
     """`event: status` now and whenever the status changes; a comment line every few
     seconds keeps proxies from closing an idle stream."""
-    from fim.masking import known
 
     loop = asyncio.get_running_loop()
     end = loop.time() + lifetime
@@ -209,6 +211,7 @@ def workflow_graph(snapshot: Any, name: str) -> dict[str, Any]:
     """The DAG of `fim graph` as JSON: each node with its type and layer (the length of the
     longest path into it, so a drawing puts every node right of what it needs), the edges,
     and the Mermaid text `fim graph` prints."""
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.workflows.graph import edges, incoming, mermaid
 
     decl = snapshot.workflows[name]

@@ -4,9 +4,11 @@ cancelling work whose client went away."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +39,6 @@ def session_owner(request: Request, holder: SnapshotHolder) -> str:
     """Who a session belongs to: a hash of the bearer key the request was let in with
     (never the key itself), or "" when the server has no keys (anyone may continue any
     session, as before)."""
-    import hashlib
 
     if not [k for k in holder.current.project.server.api_keys if k]:
         return ""
@@ -194,8 +195,6 @@ class AccessLog:
     (a stream's line comes when it closes): method, path, status, duration, bytes."""
 
     def __init__(self, app: ASGIApp) -> None:
-        import logging
-
         self.app = app
         self.log = logging.getLogger("fim.access")
 
@@ -203,7 +202,6 @@ class AccessLog:
         if scope["type"] != "http" or not self.log.isEnabledFor(20):  # INFO
             await self.app(scope, receive, send)
             return
-        import time
 
         started = time.perf_counter()
         status, size = 500, 0

@@ -32,6 +32,7 @@ class _Lazy:
             try:
                 self.app = self.build()
             except ImportError as exc:
+                # deferred: loading fim.server.http costs tens of ms
                 from fim.server.http import error
 
                 response = error(501, f"this surface needs {self.needs} ({exc.name} is missing)",
@@ -42,14 +43,17 @@ class _Lazy:
 
 
 def interop_routes(api: Api) -> list[Route]:
+    # deferred: loading starlette costs tens of ms
     from starlette.routing import Route
 
     def mcp() -> ASGIApp:
+        # deferred: loading mcp_types costs hundreds of ms
         from fim.server.mcp_surface import McpEndpoint
 
         return McpEndpoint(api)
 
     def a2a() -> ASGIApp:
+        # deferred: loading a2a costs hundreds of ms
         from fim.server.a2a_surface import a2a_app
 
         return a2a_app(api)

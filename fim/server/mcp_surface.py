@@ -24,16 +24,20 @@ import asyncio
 import json
 import logging
 import uuid
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from fim.errors import FimError
 from fim.events import Event, Notice, RunFinished, WorkflowFinished
 from fim.masking import known
 from fim.server.sessions import UnknownSession
 from fim.types import Message
+from fim.workflows.inputs import required
 
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
@@ -65,7 +69,6 @@ def agent_schema() -> dict[str, Any]:
 
 def workflow_schema(decl: Any) -> dict[str, Any]:
     """JSON Schema of a workflow's declared inputs (types, descriptions, defaults)."""
-    from fim.workflows.inputs import required
 
     properties: dict[str, Any] = {}
     needed: list[str] = []
@@ -119,6 +122,7 @@ def list_tools(snapshot: Snapshot) -> list[types.Tool]:
 def _owner(ctx: Any, api: Api) -> str:
     """The session owner of this call: the hash of the bearer key of the HTTP request the
     call came in (the Guard already let that key in), or "" on stdio (one local user)."""
+    # deferred: loading fim.server.http costs tens of ms
     from fim.server.http import session_owner
 
     request = getattr(ctx, "request", None)
@@ -225,6 +229,7 @@ async def call_workflow(
     api: Api, name: str, args: dict[str, Any], ctx: Any
 ) -> types.CallToolResult:
     """Start one workflow run; a run that pauses at a human node returns that state."""
+    # deferred: loading fim.workflows.engine costs tens of ms
     from fim.workflows.engine import WorkflowEngine
 
     engine = WorkflowEngine(api.holder.current, name, api.services)
@@ -270,7 +275,6 @@ async def call_workflow(
 
 def build_server(api: Api) -> Server[Any]:
     """The MCP server over one `Api` (its snapshot holder, services and sessions)."""
-    from importlib.metadata import PackageNotFoundError, version
 
     try:
         fim_version = version("fim")
@@ -314,8 +318,6 @@ class McpEndpoint:
     (on the server's loop) and lives until the loop ends."""
 
     def __init__(self, api: Api) -> None:
-        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-
         self.manager = StreamableHTTPSessionManager(
             app=build_server(api),
             max_request_body_size=api.holder.current.project.server.max_body_bytes,
@@ -341,7 +343,6 @@ class McpEndpoint:
 
 async def serve_stdio(api: Api) -> None:
     """Serve the MCP protocol on this process's stdin/stdout until the client closes it."""
-    from mcp.server.stdio import stdio_server
 
     server = build_server(api)
     async with stdio_server() as (read, write):

@@ -9,11 +9,13 @@ chunk is masked (`fim.masking`).
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
@@ -21,9 +23,11 @@ from fim.errors import FimError
 from fim.events import RunFinished, ToolCallEvent
 from fim.llm.wire import parse_arguments
 from fim.masking import StreamMasker, known
+from fim.schema_check import schema_problem as check_schema
 from fim.server.bodies import BodyError, ChatBody, ChatMessage, read_body
-from fim.server.http import JSONResponse, session_owner
+from fim.server.http import JSONResponse, error, session_owner
 from fim.server.sessions import UnknownSession, known_agent
+from fim.structured import OutputContract
 from fim.types import Message, ToolSpec
 
 if TYPE_CHECKING:
@@ -113,9 +117,8 @@ def _unsupported(param: str, message: str, hint: str | None = None) -> BodyError
 def plan(body: ChatBody, agent: Any) -> RunOverrides:
     """What the request changes about the run, or BodyError for a field fim cannot honour.
     `agent` is the declaration (None for `auto`, whose agents decide for themselves)."""
+    # deferred: loading fim.run.overrides costs a few ms
     from fim.run.overrides import SAMPLING_FIELDS, RunOverrides
-    from fim.schema_check import schema_problem as check_schema
-    from fim.structured import OutputContract
 
     if body.stream_options is not None and not body.stream:
         raise BodyError("stream_options is only allowed when stream is true", "stream_options")
@@ -251,8 +254,6 @@ class OpenAICompat:
         return JSONResponse(_model_object(snap, name))
 
     async def chat_completions(self, request: Request) -> Response:
-        from fim.server.http import error
-
         owner = session_owner(request, self.api.holder)
         snap = self.api.holder.current
         try:
@@ -422,8 +423,6 @@ def _model_object(snapshot: Any, name: str) -> dict[str, Any]:
 
 
 def _model_not_found(snapshot: Any, name: str) -> Response:
-    from fim.server.http import error
-
     return error(
         404,
         f"The model '{name}' does not exist; models are fim agents: "
@@ -435,9 +434,6 @@ def _model_not_found(snapshot: Any, name: str) -> Response:
 
 async def http_error(request: Request, exc: Exception) -> Response:
     """Starlette's own errors (unknown route 404, wrong method 405) as OpenAI-shaped JSON."""
-    from starlette.exceptions import HTTPException
-
-    from fim.server.http import error
 
     status = exc.status_code if isinstance(exc, HTTPException) else 500
     if status == 404:
@@ -468,8 +464,6 @@ def error_object(problem: tuple[str, str]) -> tuple[int, dict[str, Any]]:
     (unreachable, rejected the key, timed out) is 502 Bad Gateway, anything else 500."""
     kind, message = problem
     if kind == "budget_exceeded":  # 402, not 429: the OpenAI SDKs retry 429s, re-spending
-        import re
-
         field = re.search(r"\bbudget\.max_[a-z_]+", message)  # the limit it passed
         return 402, {
             "error": {
@@ -492,6 +486,7 @@ def error_object(problem: tuple[str, str]) -> tuple[int, dict[str, Any]]:
 
 def _model_ids(snapshot: Any) -> list[str]:
     """Every agent, plus `auto` (delegation) when there is more than one to route between."""
+    # deferred: loading fim.engines.dag costs hundreds of ms
     from fim.run.delegation import AUTO
 
     ids = list(snapshot.agents)

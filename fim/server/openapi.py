@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Literal
 
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
+from starlette.routing import Route
 
 from fim.server import bodies
 from fim.server import responses as r
@@ -196,7 +198,6 @@ ANY_METHOD = ("GET", "POST", "DELETE")
 
 def _routes(app: Any) -> list[tuple[str, str]]:
     """(method, path) of every schema-visible route of the app, in routing order."""
-    from starlette.routing import Route
 
     found: list[tuple[str, str]] = []
     for route in app.routes:
@@ -210,7 +211,6 @@ def _routes(app: Any) -> list[tuple[str, str]]:
 
 def openapi_document(app: Any, title: str = "fim") -> dict[str, Any]:
     """The OpenAPI 3.1 document of `app`'s routes."""
-    from importlib.metadata import PackageNotFoundError, version
 
     try:
         fim_version = version("fim")

@@ -13,7 +13,7 @@ from starlette.routing import Route
 
 from fim.errors import FimError
 from fim.server.bodies import BodyError, DecisionBody, WorkflowRunBody, read_body
-from fim.server.http import JSONResponse
+from fim.server.http import JSONResponse, error, sse
 
 if TYPE_CHECKING:
     from fim.server.app import Api
@@ -38,8 +38,8 @@ def workflow_routes(api: Api) -> list[Route]:
         )
 
     async def run_workflow(request: Request) -> Response:
+        # deferred: loading fim.config.schema costs hundreds of ms
         from fim.run.preflight import PreflightError
-        from fim.server.http import error, sse
         from fim.workflows.engine import WorkflowEngine
 
         name = request.path_params["name"]
@@ -86,6 +86,7 @@ def workflow_routes(api: Api) -> list[Route]:
 
 def approval_routes(api: Api) -> list[Route]:
     async def list_approvals(request: Request) -> Response:
+        # deferred: loading fim.store costs a few ms
         from fim.store import get_store
 
         status = request.query_params.get("status", "pending")
@@ -93,7 +94,7 @@ def approval_routes(api: Api) -> list[Route]:
         return JSONResponse({"approvals": [a.as_dict() for a in items]})
 
     async def resolve(request: Request) -> Response:
-        from fim.server.http import error
+        # deferred: loading fim.store costs a few ms
         from fim.store import get_store
 
         try:
@@ -129,6 +130,7 @@ def approval_routes(api: Api) -> list[Route]:
 
 def _resume_workflow(api: Api, approval: Any, approved: bool, data: dict[str, Any] | None) -> str:
     """Resume a paused workflow in the background; its progress is in GET /v1/runs/{id}."""
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.workflows.engine import WorkflowEngine
 
     info = approval.data or {}

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from fim.server.http import JSONResponse
+from fim.server.http import JSONResponse, error
 
 if TYPE_CHECKING:
     from fim.server.app import Api
@@ -20,7 +20,7 @@ MAX_DAYS = 36500
 
 def usage_routes(api: Api) -> list[Route]:
     async def usage(request: Request) -> Response:
-        from fim.server.http import error
+        # deferred: loading fim.store costs a few ms
         from fim.store import get_store
         from fim.store.usage import summary
 

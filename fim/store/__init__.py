@@ -11,6 +11,7 @@ thread with `asyncio.to_thread` and the event loop never blocks on the database.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 import time
 import uuid
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fim.masking import known, mask_value
+from fim.retries import Backoff, retry_sync
 from fim.store.records import Approval, ApprovalStatus, AuditEntry, RunRecord
 from fim.store.schema import MIGRATIONS, normalize_url, sqlite_file
 from fim.store.schema import table as _table
@@ -39,9 +41,6 @@ def _enable_wal(cursor: Any) -> None:
     """Switch the file to WAL (persistent once set). The switch needs a moment alone with
     the file and SQLite answers "locked" at once instead of waiting on the busy timeout, so
     two processes opening a new state file together retry here."""
-    import sqlite3
-
-    from fim.retries import Backoff, retry_sync
 
     retry_sync(
         lambda: cursor.execute("PRAGMA journal_mode=WAL"),
@@ -67,6 +66,7 @@ class Store:
     @property
     def display_url(self) -> str:
         """The URL with any password hidden, for messages."""
+        # deferred: loading sqlalchemy costs hundreds of ms
         from sqlalchemy.engine import make_url
 
         return make_url(self.url).render_as_string(hide_password=True)
@@ -80,6 +80,7 @@ class Store:
             return self._engine
 
     def _create_engine(self) -> Engine:
+        # deferred: loading sqlalchemy costs hundreds of ms
         from sqlalchemy import create_engine, event
 
         kwargs: dict[str, Any] = {}
@@ -89,6 +90,7 @@ class Store:
             if file is not None:
                 file.parent.mkdir(parents=True, exist_ok=True)
             else:
+                # deferred: loading sqlalchemy costs hundreds of ms
                 from sqlalchemy.pool import StaticPool
 
                 kwargs["poolclass"] = StaticPool
@@ -116,6 +118,7 @@ class Store:
         return engine
 
     def _migrate(self, engine: Engine) -> None:
+        # deferred: loading sqlalchemy costs hundreds of ms
         from sqlalchemy import func, select, text
 
         version_table = _table("schema_version")
@@ -153,6 +156,7 @@ class Store:
                 self._engine = None
 
     async def schema_version(self) -> int:
+        # deferred: loading sqlalchemy costs hundreds of ms
         from sqlalchemy import func, select
 
         version = _table("schema_version").c.version

@@ -53,6 +53,7 @@ _SCHEMA: dict[str, Any] = {}
 def schema() -> tuple[MetaData, dict[str, Table]]:
     """MetaData and Table objects, built on first use."""
     if not _SCHEMA:
+        # deferred: loading sqlalchemy costs hundreds of ms
         from sqlalchemy import JSON, Column, Float, Integer, MetaData, String, Table, Text
 
         meta = MetaData()

@@ -45,6 +45,7 @@ class Sessions:
         dumped = [m.model_dump(mode="json", exclude_defaults=True) for m in messages]
         self._writes += 1
         prune = self._writes % _PRUNE_EVERY == 0
+        # deferred: loading sqlalchemy costs hundreds of ms
         from sqlalchemy.exc import IntegrityError
 
         try:
@@ -55,6 +56,7 @@ class Sessions:
     def _save(
         self, conn: Connection, session_id: str, owner: str, messages: list[object], prune: bool
     ) -> bool:
+        # deferred: loading sqlalchemy costs hundreds of ms
         from sqlalchemy import select
 
         sessions = table("sessions")

@@ -92,6 +92,7 @@ async def summary(
 ) -> list[dict[str, Any]]:
     """Runs, model calls, tokens and cost per (day, agent), newest day first. `cost` is None
     when no run of the group had a known price; `unpriced_runs` says how many lacked one."""
+    # deferred: loading sqlalchemy costs hundreds of ms
     from sqlalchemy import case, func, select
 
     usage = table("usage")
@@ -142,8 +143,10 @@ async def session_spent(store: Store, session: str, agent: str | None = None) ->
 
 
 async def _sum(store: Store, name: str, key: str, value: str, agent: str | None) -> Usage:
+    # deferred: loading sqlalchemy costs hundreds of ms
     from sqlalchemy import func, select
 
+    # deferred: loading pydantic_core costs tens of ms
     from fim.types import Usage
 
     usage = table(name)

@@ -9,6 +9,7 @@ responses and flaky endpoints. starlette/uvicorn are imported only when a server
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import socket
 import threading
@@ -37,8 +38,8 @@ class ServiceState:
 
 def make_app(credentials: Credentials, state: ServiceState) -> Any:
     """The starlette app of the test service."""
-    import base64
 
+    # deferred: loading starlette costs tens of ms
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -124,6 +125,7 @@ def make_app(credentials: Credentials, state: ServiceState) -> Any:
 @contextlib.contextmanager
 def serve(app: Any) -> Iterator[str]:
     """Run `app` with uvicorn on a free loopback port in a thread; yield its base URL."""
+    # deferred: loading click costs tens of ms
     import uvicorn
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -18,9 +18,11 @@ process (prints the base URL), so the server never competes with the measured cl
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
+import signal
 import socket
 import threading
 from collections import deque
@@ -113,6 +115,7 @@ class OpenAIStubServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self) -> OpenAIStubServer:
+        # deferred: loading click costs tens of ms
         import uvicorn
 
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -240,6 +243,7 @@ class OpenAIStubServer:
     def _app(self) -> Any:
         """One catch-all route: like the real API, any prefix before `/chat/completions` or
         `/models` is accepted, and everything else is a JSON 404."""
+        # deferred: loading starlette costs a few ms
         from starlette.applications import Starlette
         from starlette.routing import Route
 
@@ -247,6 +251,7 @@ class OpenAIStubServer:
         return Starlette(routes=[Route("/{path:path}", self._dispatch, methods=methods)])
 
     async def _dispatch(self, request: Request) -> Response:
+        # deferred: loading starlette costs a few ms
         from starlette.responses import Response
 
         method, path = request.method, request.url.path
@@ -355,6 +360,7 @@ class OpenAIStubServer:
 
 
 def _json(status: int, data: Any, headers: dict[str, str] | None = None) -> Response:
+    # deferred: loading starlette costs a few ms
     from starlette.responses import Response
 
     return Response(
@@ -395,8 +401,6 @@ def tool_loop(
 def main(argv: list[str] | None = None) -> None:
     """`python -m fim.testing.model_server`: serve in this process until interrupted, printing
     the base URL first — benchmarks run it apart from the client they measure."""
-    import argparse
-    import signal
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds before each reply")

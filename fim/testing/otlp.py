@@ -6,6 +6,7 @@ and keeps the spans, so a test asserts what a collector would receive.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,6 +51,7 @@ def _attrs(items: Any) -> dict[str, Any]:
 def otlp_receiver() -> Iterator[Receiver]:
     """Serve an OTLP/HTTP traces endpoint on 127.0.0.1; yields the receiver (its `url` is
     what OTEL_EXPORTER_OTLP_ENDPOINT takes)."""
+    # deferred: loading opentelemetry costs tens of ms
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
         ExportTraceServiceResponse,
@@ -111,7 +113,6 @@ def otlp_receiver() -> Iterator[Receiver]:
 def main() -> None:
     """Serve a receiver in its own process (benchmarks): print its URL, then the number
     of spans received once stdin closes."""
-    import sys
 
     with otlp_receiver() as receiver:
         print(receiver.url, flush=True)

@@ -22,6 +22,7 @@ class ServerThread:
     """`with ServerThread(app) as srv: httpx.get(srv.url + "/healthz")`."""
 
     def __init__(self, app: Any, port: int | None = None, **config: Any) -> None:
+        # deferred: loading click costs tens of ms
         import uvicorn
 
         self.port = port or free_port()

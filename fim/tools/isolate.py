@@ -26,9 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import multiprocessing
 import os
+import resource
+import signal
 import threading
 from collections.abc import Callable
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from fim.types import ToolResult
@@ -56,8 +60,6 @@ _pool: Any = None
 
 def _init_worker(memory_bytes: int, nice: int) -> None:
     """Worker start-up: limits, priority, and a SIGTERM that kills even inside C code."""
-    import resource
-    import signal
 
     # pebble's worker turns SIGTERM into a Python handler, which cannot run while C code
     # (a big-int power, a regex match) holds the interpreter: die at once instead.
@@ -70,8 +72,6 @@ def _init_worker(memory_bytes: int, nice: int) -> None:
 
 
 def _cpu_used() -> float:
-    import resource
-
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
@@ -80,7 +80,6 @@ def _execute(
     fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], cpu: int
 ) -> Any:
     """Inside the worker: cap CPU time for this call, run `fn`, cap what comes back."""
-    import resource
 
     # RLIMIT_CPU counts the process's whole life and workers are reused: allow `cpu`
     # more seconds from now (SIGXCPU kills the worker past it).
@@ -115,8 +114,7 @@ def _warm() -> None:
 
 
 def _new_pool() -> Any:
-    import multiprocessing
-
+    # deferred: loading pebble costs a few ms
     from pebble import ProcessPool
 
     context = multiprocessing.get_context("forkserver")
@@ -183,8 +181,8 @@ async def run(
     """Run `fn(*args, **kwargs)` in a worker; a module-level function returning the tool's
     observation. Past `timeout` seconds the worker is killed and an error observation comes
     back; cancelling the awaiting task kills the worker too."""
-    from concurrent.futures import TimeoutError as FutureTimeout
 
+    # deferred: loading pebble costs a few ms
     from pebble import ProcessExpired
 
     cpu = int(timeout) + 1

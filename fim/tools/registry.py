@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from fim.schema_check import validator, validator_problems
 from fim.types import Tool, ToolResult, ToolSpec
 
 
@@ -155,8 +156,6 @@ class ToolRegistry:
         return ToolResult(content=result)
 
     def _schema_errors(self, tool: Tool, arguments: dict[str, Any]) -> list[str]:
-        from fim.schema_check import validator, validator_problems  # lazy: jsonschema
-
         if _plainly_valid(tool.parameters, arguments):
             return []  # certain without jsonschema; anything else it decides and words
         checker = self._validators.get(tool.name)

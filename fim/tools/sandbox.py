@@ -334,6 +334,7 @@ def command_line(
         args += ["--setenv", name, value]
     config: dict[str, Any] = {"argv": list(argv), "uid": NOBODY, "rlimits": _rlimits(limits)}
     if egress is not None:
+        # deferred: loading fim.config.schema costs hundreds of ms
         from fim.tools.egress import PORT, SOCKET_NAME
 
         config["proxy"] = {"port": PORT, "socket": f"{EGRESS_DIR}/{SOCKET_NAME}"}
@@ -351,6 +352,7 @@ def _environment(scratch: Path, declared: Mapping[str, str], proxy: bool) -> dic
         "LC_ALL": "C.UTF-8",
     }
     if proxy:
+        # deferred: loading fim.config.schema costs hundreds of ms
         from fim.tools.egress import PORT
 
         url = f"http://127.0.0.1:{PORT}"
@@ -487,6 +489,7 @@ async def run(
     await asyncio.to_thread(_prepare, scratch, as_root)
     if network is None:
         return await _run(argv, scratch, stdin, declared, limits, as_root, None, read_only)
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.tools.egress import Egress
 
     async with Egress(network) as egress:

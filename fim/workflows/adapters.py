@@ -13,7 +13,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from fim.config.schema import DatabaseConnector, HttpConnector
-from fim.types import Tool, ToolResult
+from fim.types import CallView, Tool, ToolResult
 from fim.workflows.node_types.base import NodeError
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ def _connector(ctx: NodeContext, name: str, kind: type) -> Any:
 
 def connector_action(ctx: NodeContext, connector: str, action: str) -> Tool:
     """The tool of one HTTP action, registered once per run under `{connector}__{action}`."""
+    # deferred: loading fim.connectors.database costs tens of ms
     from fim.connectors.http import action_tool, get_client, tool_name
 
     name = tool_name(connector, action)
@@ -59,10 +60,10 @@ async def run_sql(ctx: NodeContext, connector: str, sql: str, params: dict[str, 
     Read-only connectors refuse anything but a single read statement, with the same
     read-only decision agents go through (`Database.run`).
     """
+    # deferred: loading fim.connectors.database costs tens of ms
     from fim.connectors.database import describe_error, get_database
     from fim.connectors.meta import database_metadata
     from fim.connectors.sql_guard import SqlRejected
-    from fim.types import CallView
 
     decl: DatabaseConnector = _connector(ctx, connector, DatabaseConnector)
     db = get_database(ctx.services, connector, decl, ctx.snapshot.root)
@@ -96,6 +97,7 @@ async def run_sql(ctx: NodeContext, connector: str, sql: str, params: dict[str, 
 
 async def call_mcp(ctx: NodeContext, server: str, tool: str, args: dict[str, Any]) -> Any:
     """Call a tool of a declared MCP server, validating the arguments against its schema."""
+    # deferred: loading fim.mcp.tools costs tens of ms
     from fim.mcp.connection import McpUnavailable
     from fim.mcp.manager import get_manager
     from fim.mcp.tools import adapt

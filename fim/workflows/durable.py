@@ -62,6 +62,7 @@ def make_app(
     (`fim serve`) passes none. `stalled_after` is the heartbeat age after which a job of a
     silent worker is retried.
     """
+    # deferred: loading psycopg costs hundreds of ms
     import procrastinate
 
     app = procrastinate.App(
@@ -123,6 +124,7 @@ async def advance(
     tools: Iterable[Tool] = (),
 ) -> str:
     """Start, recover or continue run `run_id` until it finishes or pauses; its status."""
+    # deferred: loading fim.types costs hundreds of ms
     from fim.run.services import Services
     from fim.store import get_store
     from fim.workflows.engine import WorkflowEngine

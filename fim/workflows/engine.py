@@ -19,8 +19,10 @@ from fim.config.schema import WorkflowDecl
 from fim.errors import RunError
 from fim.events import Event, NodeFailed, NodeFinished, Notice
 from fim.masking import known
+from fim.observe import observe_workflow
 from fim.run.preflight import check_workflow
 from fim.run.services import Services
+from fim.schema_check import problems as schema_problems
 from fim.tools.registry import ToolRegistry
 from fim.types import Tool
 from fim.workflows.inputs import validate_inputs
@@ -39,6 +41,7 @@ from fim.workflows.state import (
 
 async def load_run(services: Services, run_id: str) -> RunState:
     """The persisted state of a workflow run, or a RunError naming what exists."""
+    # deferred: loading fim.store costs a few ms
     from fim.store import get_store
 
     record = await get_store(services).get_run(run_id)
@@ -52,6 +55,7 @@ async def load_run(services: Services, run_id: str) -> RunState:
 async def orphaned_runs(services: Services, limit: int = 200) -> list[RunState]:
     """Recent workflow runs recorded as running whose process is gone (on this host):
     `fim workflow resume RUN_ID` finishes them."""
+    # deferred: loading fim.store costs a few ms
     from fim.store import get_store
 
     records = await get_store(services).list_runs(kind=KIND, limit=limit)
@@ -94,6 +98,7 @@ class WorkflowEngine:
         self._registry = ToolRegistry()
 
     def _scheduler(self, decl: WorkflowDecl, state: RunState) -> Scheduler:
+        # deferred: loading fim.store costs a few ms
         from fim.store import get_store
 
         return Scheduler(
@@ -176,7 +181,6 @@ class WorkflowEngine:
                 "inputs": self.snapshot.masker.value(values),
             },
         )
-        from fim.observe import observe_workflow
 
         drive = observe_workflow(
             self._scheduler(decl, self.state).drive(),
@@ -205,6 +209,7 @@ class WorkflowEngine:
         `fim approvals`); `node` picks one when several human nodes wait. `force` recovers
         a run recorded as running on another host, whose liveness cannot be checked.
         """
+        # deferred: loading fim.store costs a few ms
         from fim.store import get_store
 
         state = await load_run(self.services, run_id)
@@ -243,8 +248,6 @@ class WorkflowEngine:
                 )
             schema = getattr(decl.nodes[node_id], "input_schema", None)
             if approved and schema:
-                from fim.schema_check import problems as schema_problems
-
                 problems = schema_problems(given, schema)
                 if problems:
                     raise RunError(

@@ -11,6 +11,7 @@ workflow of tool nodes never imports litellm.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,8 +20,11 @@ from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl
 from fim.errors import RunError
 from fim.run.services import RunContext, Services
+from fim.structured import parse_json
+from fim.tools import builtin
 from fim.tools.registry import ToolRegistry
-from fim.types import Tool, ToolResult
+from fim.tools.view import ViewError, view_of
+from fim.types import CallView, Message, Tool, ToolResult
 from fim.workflows import adapters, templates
 from fim.workflows.node_types.base import NodeError, Paused, parse_output
 
@@ -53,8 +57,8 @@ class NodeContext:
         """Emit `tool_call` now and return the function that emits its `tool_result`, so
         eval assertions like `tool_called` and SSE clients see workflow calls as they see
         an agent's."""
-        import time
 
+        # deferred: loading fim.events costs tens of ms
         from fim.events import ToolCallEvent, ToolResultEvent
 
         call_id = self._call_id or self.next_call_id()
@@ -87,7 +91,6 @@ class NodeContext:
         """PreToolUse of the starting agent's hooks for a node's call. Returns the
         arguments to run with (a rewrite applied) and the view, or raises NodeError when a
         hook blocks. No guard (a workflow run on its own): the arguments unchanged."""
-        from fim.types import CallView
 
         view = view or CallView(name, args)
         if self.guard is None:
@@ -180,6 +183,7 @@ class NodeContext:
 
     async def pause(self, prompt: str) -> Paused:
         """Open an approval for this node; the run pauses until it is resolved."""
+        # deferred: loading fim.store costs a few ms
         from fim.store import get_store
 
         prompt = self.snapshot.mask(prompt)
@@ -209,8 +213,6 @@ def resolve_tool(ctx: NodeContext, name: str) -> Tool:
         return existing
     tool = ctx.extra_tools.get(name)
     if tool is None:
-        from fim.tools import builtin
-
         tool = builtin.load(name, ctx.run_context())
     if name not in ctx.registry:
         ctx.registry.add(tool)
@@ -220,7 +222,6 @@ def resolve_tool(ctx: NodeContext, name: str) -> Tool:
 async def call_tool(ctx: NodeContext, tool: Tool, args: dict[str, Any]) -> Any:
     """Validate and run a tool through a registry, so argument errors read the same as in
     an agent run; an error result fails the node."""
-    from fim.tools.view import ViewError, view_of
 
     registry = ctx.registry if ctx.registry.get(tool.name) is tool else ToolRegistry([tool])
     try:
@@ -240,9 +241,9 @@ async def call_tool(ctx: NodeContext, tool: Tool, args: dict[str, Any]) -> Any:
 async def ask_agent(ctx: NodeContext, agent: str, task: str, output_schema: Any) -> Any:
     """Run agent `agent` on `task` as a child of the workflow run; its answer (parsed when
     it has an output contract) is the node's output."""
+    # deferred: loading fim.engines.dag costs hundreds of ms
     from fim.run.agent import ask
     from fim.run.overrides import RunOverrides, output_contract
-    from fim.structured import parse_json
 
     if agent not in ctx.snapshot.agents:
         raise NodeError(
@@ -278,9 +279,9 @@ async def complete(
 ) -> Any:
     """One model call (`system` and `prompt` already rendered); with an output schema the
     reply is validated, and a rejected reply is retried once with the problem named."""
+    # deferred: loading fim.llm costs a few ms
     from fim.llm import make_model
     from fim.run.overrides import output_contract
-    from fim.types import Message
 
     try:
         model = make_model(ctx.snapshot.model_settings(model_ref), ctx.snapshot.root)

@@ -8,6 +8,7 @@ be picked up by another process after a restart, even if the files changed meanw
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import time
@@ -110,8 +111,6 @@ def record_data(record: Any) -> dict[str, Any]:
         return {}
     data = record.get("data") if isinstance(record, dict) else getattr(record, "data", None)
     if isinstance(data, str):
-        import json
-
         data = json.loads(data)
     return data or {}
 

@@ -9,6 +9,7 @@ exactly one `{{ expr }}` evaluates to the expression's native value, so
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterable
@@ -31,6 +32,7 @@ def _check_binop(operator: str, left: Any, right: Any) -> None:
     """The template is the author's, but its operands may be model output: `"-" * width` or
     `base ** exp` with a model-chosen number would allocate or compute without bound on the
     event loop. Refuse results past the caps before computing them."""
+    # deferred: loading jinja2 costs tens of ms
     from jinja2.exceptions import SecurityError
 
     if operator == "*":
@@ -46,6 +48,7 @@ def _check_binop(operator: str, left: Any, right: Any) -> None:
 
 @lru_cache(maxsize=1)
 def _environment() -> Any:
+    # deferred: loading jinja2 costs tens of ms
     import jinja2
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -62,8 +65,6 @@ def _environment() -> Any:
 
 
 def _tojson(value: Any) -> str:
-    import json
-
     return json.dumps(value, default=str, ensure_ascii=False)
 
 
@@ -82,6 +83,7 @@ def _short(text: str) -> str:
 
 
 def _wrap(exc: Exception, text: str) -> TemplateError:
+    # deferred: loading jinja2 costs tens of ms
     import jinja2
 
     if isinstance(exc, jinja2.UndefinedError):
@@ -99,6 +101,7 @@ def is_template(value: str) -> bool:
 
 def evaluate(expr: str, context: dict[str, Any]) -> Any:
     """Evaluate a bare Jinja2 expression (`inputs.amount > 100`) to its native value."""
+    # deferred: loading jinja2 costs tens of ms
     import jinja2
 
     try:
@@ -140,7 +143,6 @@ def render_text(value: str, context: dict[str, Any]) -> str:
     result = render(value, context)
     if isinstance(result, str):
         return result
-    import json
 
     return json.dumps(result, default=str, ensure_ascii=False)
 

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from fim.build.workflow_checks import human_nodes
+from fim.errors import RunError
 from fim.run.services import Provision, RunContext
 from fim.tools.base import FunctionTool
 from fim.types import ToolResult
@@ -45,7 +46,7 @@ def make_tool(ctx: RunContext, offered: list[str]) -> FunctionTool:
     """The `run_workflow` tool of one agent run."""
 
     async def run(name: str, inputs: dict[str, Any] | None = None) -> ToolResult:
-        from fim.errors import RunError
+        # deferred: loading fim.workflows.engine costs hundreds of ms
         from fim.workflows.engine import WorkflowEngine
 
         if name not in offered:

@@ -64,6 +64,7 @@ class AuditLog(PostToolUseHook):
     ) -> None:
         if self.run_context is None:
             raise RuntimeError("audit_log needs a run (it writes to the project's state store)")
+        # deferred: loading fim.store costs tens of ms
         from fim.store import get_store
 
         mask = self.run_context.snapshot.mask

@@ -69,6 +69,7 @@ class ReadonlyGuard(PreToolUseHook):
         if sql is not None:
             import asyncio  # deferred: `fim validate` loads this hook's options, not asyncio
 
+            # deferred: loading fim.connectors.database costs tens of ms
             from fim.connectors.readonly import decide
             from fim.connectors.sql_guard import dialect_for
 

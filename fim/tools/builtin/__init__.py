@@ -122,6 +122,7 @@ def load(name: str, ctx: RunContext | None = None) -> Tool:
 def provide(ctx: RunContext) -> Provision:
     """The builtins of one run: those in `tools:` (pinned) plus every builtin whose
     category is in `tool_categories:`."""
+    # deferred: loading fim.config.schema costs hundreds of ms
     from fim.run.services import Provision
 
     wanted = list(dict.fromkeys(ctx.agent.tools))

@@ -12,6 +12,7 @@ import datetime as dt
 import json
 import re
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from fim.tools.base import FunctionTool
 from fim.tools.builtin._common import fail
@@ -28,7 +29,6 @@ class DateError(ValueError):
 def _zone(name: str | None) -> dt.tzinfo:
     if not name or name.upper() in ("UTC", "Z"):
         return dt.UTC
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
     try:
         return ZoneInfo(name)

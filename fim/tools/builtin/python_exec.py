@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from fim.tools.base import FunctionTool
 from fim.tools.builtin._common import fail, sandbox_dir
+from fim.tools.skill_dirs import skill_dirs
 from fim.types import ToolResult
 
 if TYPE_CHECKING:
@@ -36,8 +37,8 @@ def make(
     default_timeout: float = DEFAULT_TIMEOUT,
 ) -> FunctionTool:
     """Build python_exec for one run; its scratch directory is `<sandbox>/scratch`."""
+    # deferred: loading fim.tools.sandbox costs tens of ms
     from fim.tools import sandbox
-    from fim.tools.skill_dirs import skill_dirs
 
     scratch = sandbox_dir(ctx) / "scratch"
     settings = ctx.agent.sandbox

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from fim.tools.base import FunctionTool
 from fim.tools.builtin._common import fail, sandbox_dir
+from fim.tools.skill_dirs import skill_dirs
 from fim.types import ToolResult
 
 if TYPE_CHECKING:
@@ -33,8 +34,8 @@ MAX_FILE_BYTES = 64 * 1024 * 1024
 
 def make(ctx: RunContext) -> FunctionTool:
     """Build shell for one run; it works in `<sandbox>/scratch`, shared with python_exec."""
+    # deferred: loading fim.tools.sandbox costs tens of ms
     from fim.tools import sandbox
-    from fim.tools.skill_dirs import skill_dirs
 
     scratch = sandbox_dir(ctx) / "scratch"
     settings = ctx.agent.sandbox

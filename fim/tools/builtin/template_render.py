@@ -26,6 +26,7 @@ class _Stop(Exception):
 
 
 def _environment() -> Any:
+    # deferred: loading jinja2 costs tens of ms
     from jinja2 import StrictUndefined
     from jinja2.sandbox import SandboxedEnvironment
 
@@ -49,6 +50,7 @@ def render(template: str, variables: dict[str, Any]) -> str:
 
 def observe(template: str, variables: dict[str, Any]) -> str | ToolResult:
     """Render to the tool's observation; runs inside the isolated worker."""
+    # deferred: loading jinja2 costs tens of ms
     import jinja2
 
     given = ", ".join(sorted(variables)) or "none"

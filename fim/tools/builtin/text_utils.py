@@ -52,6 +52,7 @@ def _compile(pattern: str, flags: int) -> Any:
     if len(pattern) > MAX_PATTERN:
         raise TextError(f"the pattern is longer than {MAX_PATTERN} characters")
     try:
+        # deferred: optional dependency, absent in some installs
         import regex
     except ImportError:
         regex = None
