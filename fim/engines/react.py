@@ -30,6 +30,7 @@ from fim.events import (
     ToolResultEvent,
 )
 from fim.observe import current_call
+from fim.observe.context import current_events
 from fim.tools.registry import ToolRegistry
 from fim.types import (
     CallView,
@@ -272,6 +273,7 @@ class ReactEngine:
 
         async def one(call: ToolCall) -> None:
             current_call.set(call.id)  # this task's own context: traces its work under it
+            current_events.set(queue.put_nowait)  # live events of the call (MCP progress)
             try:
                 results[call.id] = await self._run_tool(call, queue)
             finally:

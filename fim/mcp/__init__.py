@@ -87,13 +87,16 @@ async def provide(ctx: RunContext) -> Provision | None:
 
     if not ctx.agent.mcp:
         return None
+    from fim.mcp.caller import for_run
+
     conns = await connections_for(ctx)
+    caller = for_run(ctx)
     if ctx.mode("mcp") == "legacy":
-        tools = legacy_tools(conns)
+        tools = legacy_tools(conns, caller)
         down = [stub(c) for c in conns if c.state != "ready"]
         prompt = ("## MCP servers\n" + "\n".join(down)) if down else None
         return Provision(tools=list(tools), prompt=prompt)
-    meta = McpMetaTool({c.name: c for c in conns})
+    meta = McpMetaTool({c.name: c for c in conns}, caller)
     prompt = f"## MCP servers (through the `{META_TOOL}` tool)\n" + "\n".join(
         stub(c) for c in conns
     )

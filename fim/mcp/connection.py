@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import math
 import time
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fim.config.schema import McpServer, StdioServer
+from fim.mcp.deadline import CallDeadline, Clock
 from fim.mcp.errors import (
     McpCallTimeout,
     McpRequestError,
@@ -48,7 +50,10 @@ ProgressFn = Callable[[float, float | None, str | None], None]
 """Called with (progress, total, message) for each progress notification of a call."""
 
 
-@dataclass
+_SEQ = itertools.count()
+
+
+@dataclass(eq=False)
 class _Job:
     kind: Literal["call", "refresh", "request"]
     future: asyncio.Future[Any]
@@ -61,9 +66,13 @@ class _Job:
     request: Callable[[Any], Awaitable[Any]] | None = None
     """For `request` jobs: the SDK call to make with the entered `Client`."""
     on_progress: ProgressFn | None = None
-    last_activity: float = 0.0
-    """`time.monotonic()` of the last sign of life (sent, progress): the deadline runs
-    from here, so a long call that reports progress is not cut off."""
+    deadline: CallDeadline | None = None
+    """Idle timeout (reset by progress, paused while a human answers an elicitation)
+    under a hard maximum."""
+    seq: int = field(default_factory=lambda: next(_SEQ))
+    caller: Any = None
+    """The run this request works for (`fim.mcp.caller.Caller`): where its events go and
+    whether a human can answer the server's questions. None for fim's own requests."""
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -112,6 +121,10 @@ class ServerConnection:
         self.sampling_model: Callable[[], Any] | None = None
         """Builds the model that answers the server's sampling requests (set by the run
         that uses the server: its project's `fast` model); None refuses them."""
+        self.clock: Clock = time.monotonic
+        """The clock of call deadlines (tests inject one)."""
+        self._inflight: set[_Job] = set()
+        """Requests sent and not yet answered: an elicitation is routed to their run."""
 
     # ------------------------------------------------------------------ public API
 
@@ -159,6 +172,14 @@ class ServerConnection:
             return float(per_tool[tool])
         return float(self.decl.timeout)
 
+    def max_timeout(self) -> float:
+        """Seconds a call may take in all, however much progress it reports."""
+        return float(getattr(self.decl, "max_timeout", 0) or 0) or math.inf
+
+    def inflight(self) -> list[_Job]:
+        """The requests sent and not answered yet, oldest first."""
+        return sorted(self._inflight, key=lambda job: job.seq)
+
     async def call(
         self,
         tool: str,
@@ -166,6 +187,7 @@ class ServerConnection:
         timeout: float | None = None,
         *,
         on_progress: ProgressFn | None = None,
+        caller: Any = None,
     ) -> Any:
         """Call a tool and return the SDK's `CallToolResult`.
 
@@ -178,7 +200,9 @@ class ServerConnection:
         for _attempt in range(2):
             await self.start()
             future = asyncio.get_running_loop().create_future()
-            job = _Job("call", future, tool, arguments, limit, on_progress=on_progress)
+            job = _Job(
+                "call", future, tool, arguments, limit, on_progress=on_progress, caller=caller
+            )
             try:
                 result = await self._submit(job, limit)
             except NotSent:
@@ -188,7 +212,11 @@ class ServerConnection:
         raise McpUnavailable(self.error or "the server keeps closing the connection")
 
     async def request(
-        self, make: Callable[[Any], Awaitable[Any]], timeout: float | None = None
+        self,
+        make: Callable[[Any], Awaitable[Any]],
+        timeout: float | None = None,
+        *,
+        caller: Any = None,
     ) -> Any:
         """Run one other SDK request (`lambda c: c.read_resource(uri)`) on the session,
         with the same errors and restart rules as `call`."""
@@ -196,7 +224,7 @@ class ServerConnection:
         for _attempt in range(2):
             await self.start()
             future = asyncio.get_running_loop().create_future()
-            job = _Job("request", future, timeout=limit, request=make)
+            job = _Job("request", future, timeout=limit, request=make, caller=caller)
             try:
                 return await self._submit(job, limit)
             except NotSent:
@@ -235,19 +263,28 @@ class ServerConnection:
 
         if self._jobs is None:
             raise NotSent()
+        deadline = job.deadline = CallDeadline(limit, self.max_timeout(), self.clock)
         try:
             self._jobs.send_nowait(job)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.WouldBlock):
             raise NotSent() from None
-        job.last_activity = time.monotonic()
         try:
             while True:
-                left = job.last_activity + limit - time.monotonic()
-                if left <= 0:
+                left = deadline.remaining()
+                if left is not None and left <= 0:
                     job.cancel()
-                    raise McpCallTimeout(f"no answer or progress within {limit:g}s")
-                done, _ = await asyncio.wait({job.future}, timeout=left)
-                if done:
+                    raise McpCallTimeout(deadline.expired_reason())
+                deadline.changed.clear()
+                moved = asyncio.ensure_future(deadline.changed.wait())
+                try:
+                    done, _ = await asyncio.wait(
+                        {job.future, moved},
+                        timeout=None if left is None else min(left, 3600.0),
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                finally:
+                    moved.cancel()
+                if job.future in done:
                     return job.future.result()
         except asyncio.CancelledError:
             job.cancel()
@@ -291,6 +328,7 @@ class ServerConnection:
         """The owner task: holds the session's context managers from entry to exit."""
         import anyio
 
+        from fim.mcp.elicitation import elicitation_callback
         from fim.mcp.sampling import sampling_callback
         from fim.mcp.transport import open_client
 
@@ -310,6 +348,7 @@ class ServerConnection:
                         on_message=self._on_message,
                         on_end=self._on_end,
                         sampling=sampling_callback(self.name, lambda: self.sampling_model),
+                        elicitation=elicitation_callback(self),
                     )
                     info = client.server_info
                     self.server_name = getattr(info, "title", None) or getattr(info, "name", None)
@@ -364,6 +403,7 @@ class ServerConnection:
                 if self._lost:
                     raise NotSent()
                 job.sent = True
+                self._inflight.add(job)
                 result: Any = None
                 if job.kind == "refresh":
                     await self._fetch_tools(client)
@@ -388,6 +428,7 @@ class ServerConnection:
         except Exception as exc:
             self._settle(job, McpRequestError(describe_exception(exc)))
         finally:
+            self._inflight.discard(job)
             if not job.future.done():
                 closed = self.state == "closed"
                 gone = McpUnavailable("the server was shut down") if closed else None
@@ -397,7 +438,8 @@ class ServerConnection:
         """The SDK's progress callback for one call: pushes the deadline and reports."""
 
         async def progress(value: float, total: float | None, message: str | None) -> None:
-            job.last_activity = time.monotonic()
+            if job.deadline is not None:
+                job.deadline.touch()
             if job.on_progress is not None:
                 try:
                     job.on_progress(value, total, self.mask(message) if message else None)

@@ -118,6 +118,7 @@ async def open_client(
     on_message: Callable[[Any], Awaitable[None]],
     on_end: Callable[[], None],
     sampling: Callable[[Any, Any], Awaitable[Any]] | None = None,
+    elicitation: Callable[[Any, Any], Awaitable[Any]] | None = None,
 ) -> Any:
     """Connect to the server and complete the handshake; returns an entered `mcp.Client`.
 
@@ -155,6 +156,7 @@ async def open_client(
         client_info=_client_info(),
         list_roots_callback=_roots(root),
         sampling_callback=sampling,
+        elicitation_callback=elicitation,  # type: ignore[arg-type]
     )
     return await stack.enter_async_context(client)
 

@@ -75,6 +75,12 @@ class StdioServer(Strict):
     """Seconds a tool call may go without an answer or a progress notification."""
     tool_timeouts: dict[str, float] = Field(default_factory=dict)
     """Per-tool overrides of `timeout`, by the server's tool name."""
+    max_timeout: float = Field(default=900.0, gt=0)
+    """Seconds a call may take in all, however long progress keeps flowing (time spent
+    waiting for a human to answer an elicitation does not count)."""
+    elicitation_timeout: float = Field(default=300.0, gt=0)
+    """Seconds a human has to answer the server's question (`fim approvals`); then the
+    server is answered `cancel`."""
 
 
 class HttpServer(Strict):
@@ -88,6 +94,12 @@ class HttpServer(Strict):
     """Seconds a tool call may go without an answer or a progress notification."""
     tool_timeouts: dict[str, float] = Field(default_factory=dict)
     """Per-tool overrides of `timeout`, by the server's tool name."""
+    max_timeout: float = Field(default=900.0, gt=0)
+    """Seconds a call may take in all, however long progress keeps flowing (time spent
+    waiting for a human to answer an elicitation does not count)."""
+    elicitation_timeout: float = Field(default=300.0, gt=0)
+    """Seconds a human has to answer the server's question (`fim approvals`); then the
+    server is answered `cancel`."""
 
 
 def _claude_entry(value: Any) -> Any:
