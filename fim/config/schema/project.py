@@ -33,6 +33,10 @@ class ModelSettings(Strict):
     """Provider-specific keyword arguments passed through unchanged."""
     price: Price | None = None
     """Dollars per million tokens, overriding litellm's price table for this model."""
+    media: list[Literal["image", "audio"]] | None = None
+    """Media the model accepts as input (tool results' images and audio are sent to it);
+    defaults to what litellm's model table says (`supports_vision`, `supports_audio_input`);
+    `[]` keeps every medium a text placeholder."""
 
 
 ModelRef = str | ModelSettings
