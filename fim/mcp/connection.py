@@ -121,6 +121,10 @@ class ServerConnection:
         self.sampling_model: Callable[[], Any] | None = None
         """Builds the model that answers the server's sampling requests (set by the run
         that uses the server: its project's `fast` model); None refuses them."""
+        self.server_version: str | None = None
+        self.from_cache = False
+        """`tools` came from the tool-list cache (fim/mcp/cache.py); the server has not
+        answered yet in this process."""
         self.clock: Clock = time.monotonic
         """The clock of call deadlines (tests inject one)."""
         self._inflight: set[_Job] = set()
@@ -133,6 +137,32 @@ class ServerConnection:
         if isinstance(self.decl, StdioServer):
             return "stdio"
         return self.decl.transport
+
+    @property
+    def usable(self) -> bool:
+        """Running, or about to be with its tools known from the cache: its tools can be
+        offered now; a call waits for the start."""
+        return self.state == "ready" or (self.from_cache and self.state in ("stopped", "starting"))
+
+    def prime_from_cache(self) -> bool:
+        """Take the tool list from the cache before the server runs; True if it did."""
+        from fim.mcp.cache import cache_key, load
+
+        if self.usable:
+            return True
+        if self.state != "stopped":
+            return False  # failed or crashed: the run waits for the restart, as before
+        key = cache_key(self.decl, self.root)
+        listing = load(self.root, key) if key else None
+        if listing is None:
+            return False
+        self.tools = listing["tools"]
+        self.server_name = listing["server_name"]
+        self.server_version = listing["server_version"]
+        self.has_resources = listing["has_resources"]
+        self.has_prompts = listing["has_prompts"]
+        self.from_cache = True
+        return True
 
     @property
     def description(self) -> str:
@@ -293,7 +323,11 @@ class ServerConnection:
     # ------------------------------------------------------------------ owner side
 
     async def _launch(self) -> None:
-        from fim.mcp.transport import StderrLog
+        from fim.mcp.transport import StderrLog, import_sdk
+
+        await import_sdk()  # ~0.5 s of imports, off the event loop
+        if self.state == "closed":
+            raise McpUnavailable(self.error or "the server was shut down")
 
         if self._stderr is not None:
             self._stderr.close()
@@ -352,7 +386,9 @@ class ServerConnection:
                     )
                     info = client.server_info
                     self.server_name = getattr(info, "title", None) or getattr(info, "name", None)
+                    self.server_version = getattr(info, "version", None)
                     await self._fetch_tools(client)
+                    await self._remember_tools()
                     send, receive = anyio.create_memory_object_stream[_Job](math.inf)
                     self._jobs = send
                     self.state = "ready"
@@ -380,6 +416,23 @@ class ServerConnection:
                     why = f"the connection failed: {describe_exception(failure)}"
                 tail = self.stderr_tail()
                 self._failed("crashed", self.mask(why) + (f" (stderr: {tail})" if tail else ""))
+
+    async def _remember_tools(self) -> None:
+        """Write the live listing to the tool-list cache when it differs from the entry."""
+        from fim.mcp.cache import cache_key, load, store
+
+        key = cache_key(self.decl, self.root)
+        if key is None:
+            return
+        listing = {
+            "tools": self.tools,
+            "server_name": self.server_name,
+            "server_version": self.server_version,
+            "has_resources": self.has_resources,
+            "has_prompts": self.has_prompts,
+        }
+        if await asyncio.to_thread(load, self.root, key) != listing:
+            await asyncio.to_thread(store, self.root, key, listing)
 
     def _session_over(self) -> None:
         """No more jobs: new calls must start a new session (right away, not only once
@@ -482,6 +535,7 @@ class ServerConnection:
             if not cursor:
                 break
         self.tools = tools
+        self.from_cache = False
         caps = getattr(client, "server_capabilities", None)
         self.has_resources = getattr(caps, "resources", None) is not None
         self.has_prompts = getattr(caps, "prompts", None) is not None

@@ -459,7 +459,7 @@ def legacy_tools(conns: list[ServerConnection], caller: Caller | None = None) ->
     tools: list[McpTool] = []
     taken: set[str] = set()
     for conn in conns:
-        if conn.state != "ready":
+        if not conn.usable:
             continue
         for tool in [*(adapt(conn, info) for info in conn.tools), *resource_prompt_tools(conn)]:
             base, n = tool.name, 2
