@@ -262,11 +262,13 @@ async def _ask(
     store = get_store(caller.services)
     tools = sorted({job.tool or "request" for job in jobs})
     target = f"mcp__{conn.name}__{tools[0]}"
+    from fim.masking import mask_strings
+
     approval_id = await store.create_approval(
         run_id=caller.run_id,
         agent=caller.agent,
         tool_name=target,
-        args={"message": message, "schema": schema},
+        args={"message": message, "schema": mask_strings(schema, conn.mask)},
         reason=f"MCP server '{conn.name}' asks the user: {message[:500]}",
         expires_at=time.time() + timeout,
         kind=KIND,
