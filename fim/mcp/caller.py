@@ -57,7 +57,8 @@ class Caller:
         from fim.events import Notice
 
         text = self.mask(message)
-        log.warning(text)
+        # the event is what the person sees; the log says it only when nobody listens
+        log.log(logging.WARNING if self.sink is None else logging.INFO, text)
         self.emit(Notice(run_id=self.run_id, message=text, data={"call_id": self.call_id, **data}))
 
 
