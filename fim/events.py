@@ -73,6 +73,18 @@ class ToolResultEvent(_Event):
     duration_ms: float = 0.0
 
 
+class ToolProgress(_Event):
+    """A running tool reported progress (an MCP `notifications/progress`): shown live by
+    `fim run`, streamed by `fim serve`; each one also extends the call's idle deadline."""
+
+    type: Literal["tool_progress"] = "tool_progress"
+    call_id: str | None = None
+    name: str
+    progress: float
+    total: float | None = None
+    message: str | None = None
+
+
 class MessageEvent(_Event):
     type: Literal["message"] = "message"
     role: Literal["assistant", "user", "system"] = "assistant"
@@ -166,6 +178,7 @@ Event = Annotated[
     | ToolCallEvent
     | HookEvent
     | ToolResultEvent
+    | ToolProgress
     | MessageEvent
     | RunFinished
     | ErrorEvent

@@ -50,6 +50,9 @@ class Message(_Model):
     """Image URLs (`https:` or `data:image/...;base64,`) given with a user message; sent to
     the model as OpenAI `image_url` content parts after the text. Text stays in `content`
     so everything reading messages as text is unchanged."""
+    audio: list[str] = Field(default_factory=list)
+    """Audio clips (`data:audio/wav;base64,...` or `audio/mpeg`) given with a user message
+    (a tool's audio result for a model that accepts audio); sent as `input_audio` parts."""
 
 
 class Usage(_Model):

@@ -29,7 +29,11 @@ def test_shell_completion_is_offered() -> None:
     # process's sys.argv, which differs between pytest and its xdist workers
     result = runner.invoke(app, ["--show-completion", "bash"], prog_name="fim")
     assert result.exit_code == 0, result.output
-    assert "_fim_completion" in result.stdout and "complete " in result.stdout and "COMP_WORDS" in result.stdout
+    assert (
+        "_fim_completion" in result.stdout
+        and "complete " in result.stdout
+        and "COMP_WORDS" in result.stdout
+    )
     assert "--install-completion" in runner.invoke(app, ["--help"]).stdout
 
 

@@ -139,6 +139,26 @@ def list_(
     console.print(table)
 
 
+def _elicitation_data(
+    before: Approval, approved: bool, content: str | None, cancel: bool
+) -> dict[str, Any] | str:
+    """What answers an MCP elicitation (`content` to accept, `action: cancel`), or why
+    the answer is not valid for the form the server asked for."""
+    from fim.mcp.elicitation import content_problem, describe_schema
+
+    if not approved:
+        return {"action": "cancel"} if cancel else {}
+    schema = before.args.get("schema") or {}
+    try:
+        value = json.loads(content) if content is not None else {}
+    except ValueError as exc:
+        return f"--content is not JSON: {exc}"
+    problem = content_problem(schema, value)
+    if problem is not None:
+        return f"{problem[0]} {problem[1]} (fields: {describe_schema(schema)})"
+    return {"content": value}
+
+
 def _decide(
     ctx: typer.Context,
     approval_id: str,
@@ -146,21 +166,35 @@ def _decide(
     note: str | None,
     project: Path | None,
     state: str | None,
+    content: str | None = None,
+    cancel: bool = False,
 ) -> None:
     store = open_store(ctx, project, state)
     verb = "approved" if approved else "denied"
+    invalid: list[str] = []
 
     async def work() -> tuple[Approval | None, Approval | None]:
         before = await store.get_approval(approval_id)
         if before is None or before.status != "pending":
             return before, None
-        data = {"note": note} if note else None
+        data: dict[str, Any] | None = {"note": note} if note else None
+        if before.kind == "elicitation":
+            answer = _elicitation_data(before, approved, content, cancel)
+            if isinstance(answer, str):
+                invalid.append(answer)
+                return before, None
+            data = {**(data or {}), **answer}
+        elif content is not None or cancel:
+            invalid.append("--content and --cancel answer MCP elicitations only")
+            return before, None
         by = f"cli:{getpass.getuser()}"
         return before, await store.resolve_approval(approval_id, approved, by=by, data=data)
 
     before, after = _run(store, work())
     if before is None:
         fail(f"no approval '{approval_id}'", "see `fim approvals list --all` for the ids")
+    if invalid:
+        fail(f"approval {approval_id}: {invalid[0]}; nothing was changed")
     if after is None or after.status != verb:
         current = after or before
         by = f" by {current.resolved_by}" if current.resolved_by else ""
@@ -172,6 +206,10 @@ def _decide(
             f"continue it with `fim workflow resume {run_id}`"
         )
         return
+    if after.kind == "elicitation":
+        action = "accept" if approved else after.data.get("action") or "decline"
+        typer.echo(f"{verb} {approval_id}: the MCP server is answered `{action}`")
+        return
     typer.echo(
         f"{verb} {approval_id}: agent '{after.agent}' may "
         f"{'now' if approved else 'not'} call {after.tool_name}"
@@ -182,19 +220,29 @@ def approve(
     ctx: typer.Context,
     approval_id: Annotated[str, typer.Argument(metavar="ID", help="Approval id.")],
     note: NoteOption = None,
+    content: Annotated[
+        str | None,
+        typer.Option(
+            "--content", "-c", help="For an MCP server's question: the answer, a JSON object."
+        ),
+    ] = None,
     project: ProjectOption = None,
     state: StateOption = None,
 ) -> None:
-    """Approve a pending call; the waiting agent runs it."""
-    _decide(ctx, approval_id, True, note, project, state)
+    """Approve a pending call (the waiting agent runs it), or answer an MCP server's question."""
+    _decide(ctx, approval_id, True, note, project, state, content=content)
 
 
 def deny(
     ctx: typer.Context,
     approval_id: Annotated[str, typer.Argument(metavar="ID", help="Approval id.")],
     note: NoteOption = None,
+    cancel: Annotated[
+        bool,
+        typer.Option("--cancel", help="For an MCP server's question: cancel rather than decline."),
+    ] = False,
     project: ProjectOption = None,
     state: StateOption = None,
 ) -> None:
-    """Deny a pending call; the agent is told (with your note) and does not run it."""
-    _decide(ctx, approval_id, False, note, project, state)
+    """Deny a pending call (the agent is told, with your note), or decline an MCP question."""
+    _decide(ctx, approval_id, False, note, project, state, cancel=cancel)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -73,6 +74,9 @@ def run(
 
             check_agent(snapshot, snapshot.agents[agent], model)
     view = EventPrinter(verbose=verbose, as_json=as_json)
+    if not (sys.stdin.isatty() or sys.stderr.isatty()):
+        # nobody watches this run: an MCP server's question is declined (fim/mcp/caller.py)
+        os.environ.setdefault("FIM_ELICITATION", "decline")
     if prompt is None and sys.stdin.isatty() and not as_json:
         code = run_async(
             _chat(snapshot, agent, model, view, stream=not no_stream, session=session),
@@ -313,7 +317,11 @@ class EventPrinter:
             self.err.print(
                 f"[magenta]⚑ {event.point} {event.hook} {event.decision}[/magenta]{reason}"
             )
-        elif kind == "notice" and self.verbose:
+        elif kind == "tool_progress":
+            total = f"/{event.total:g}" if event.total is not None else ""
+            text = f" {_escape(_clip(event.message, 200))}" if event.message else ""
+            self.err.print(f"[dim]… {event.name} {event.progress:g}{total}{text}[/dim]")
+        elif kind == "notice" and (self.verbose or "elicitation" in event.data):
             self.err.print(f"[yellow]• {_escape(event.message)}[/yellow]")
         elif kind == "run_finished" and self.verbose:
             usage = event.usage

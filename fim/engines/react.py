@@ -30,6 +30,7 @@ from fim.events import (
     ToolResultEvent,
 )
 from fim.observe import current_call
+from fim.observe.context import current_events
 from fim.tools.registry import ToolRegistry
 from fim.types import (
     CallView,
@@ -94,6 +95,9 @@ class ReactEngine:
     finalizer: Finalizer | None = None
     """Checks the final text answer (structured output, `fim.structured.OutputContract`):
     a rejected answer gets one retry with the reason, a second rejection fails the run."""
+    accepts_media: frozenset[str] | None = None
+    """`image`/`audio` the model takes as input: tool results' media is sent to it (None:
+    ask `fim.llm.media.accepted_media` once, from the model's settings or litellm's table)."""
     client_tools: frozenset[str] = frozenset()
     """Tools the caller runs itself (OpenAI `tools`): a turn calling one ends the run after
     its `tool_call` events, without running anything, so the caller can answer them."""
@@ -269,11 +273,13 @@ class ReactEngine:
         appending the observations in the order the model asked for them."""
         queue: asyncio.Queue[Event | None] = asyncio.Queue()
         results: dict[str, str] = {}
+        media: dict[str, list[Any]] = {}
 
         async def one(call: ToolCall) -> None:
             current_call.set(call.id)  # this task's own context: traces its work under it
+            current_events.set(queue.put_nowait)  # live events of the call (MCP progress)
             try:
-                results[call.id] = await self._run_tool(call, queue)
+                results[call.id] = await self._run_tool(call, queue, media)
             finally:
                 await queue.put(None)
 
@@ -314,8 +320,25 @@ class ReactEngine:
             observations.append(
                 Message(role="tool", tool_call_id=call.id, name=call.name, content=content)
             )
+        if media:
+            extra = self._media_message([(c.name, media[c.id]) for c in calls if c.id in media])
+            if extra is not None:
+                observations.append(extra)
 
-    async def _run_tool(self, call: ToolCall, queue: asyncio.Queue[Event | None]) -> str:
+    def _media_message(self, found: list[tuple[str, list[Any]]]) -> Message | None:
+        """Tool results' images/audio as one user message, for a model that accepts them
+        (others keep the text placeholder the observation already has)."""
+        from fim.llm.media import accepted_media, media_message
+
+        if self.accepts_media is None:
+            self.accepts_media = accepted_media(self.model)
+        if not self.accepts_media:
+            return None
+        return media_message(found, self.accepts_media)
+
+    async def _run_tool(
+        self, call: ToolCall, queue: asyncio.Queue[Event | None], media: dict[str, list[Any]]
+    ) -> str:
         t0 = time.perf_counter()
         arguments = call.arguments
 
@@ -400,6 +423,9 @@ class ReactEngine:
                 f"Blocked: the result of '{view.name}' was withheld. Reason: {reason}.", True
             )
         content = post.modified_result if post.modified_result is not None else result.content
+        found = result.metadata.get("media")
+        if found and isinstance(found, list) and post.modified_result is None:
+            media[call.id] = found  # a hook that rewrote the result withholds the media too
         return await emit(content, result.is_error)
 
     def _view(self, name: str, arguments: dict[str, Any]) -> CallView:

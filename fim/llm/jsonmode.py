@@ -56,7 +56,9 @@ def to_plain_messages(messages: list[Message], tools: list[ToolSpec]) -> list[Me
             label = f"Tool result ({m.name})" if m.name else "Tool result"
             out.append(Message(role="user", content=f"{label}:\n{m.content or ''}"))
         else:
-            out.append(Message(role=m.role, content=m.content, name=m.name, images=m.images))
+            out.append(
+                Message(role=m.role, content=m.content, name=m.name, images=m.images, audio=m.audio)
+            )
     if not has_system:
         out.insert(0, Message(role="system", content=prompt))
     return out

@@ -57,12 +57,20 @@ def message_to_wire(message: Message) -> dict[str, Any]:
         out["content"] = ""
     if message.name and message.role in ("user", "system"):
         out["name"] = message.name
-    if message.images and message.role == "user":
+    if (message.images or message.audio) and message.role == "user":
         text = out["content"]
         parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
         parts += [{"type": "image_url", "image_url": {"url": url}} for url in message.images]
+        parts += [_audio_part(url) for url in message.audio]
         out["content"] = parts
     return out
+
+
+def _audio_part(url: str) -> dict[str, Any]:
+    """`data:audio/wav;base64,...` as an OpenAI `input_audio` part (`wav` or `mp3`)."""
+    head, _, data = url.partition(",")
+    fmt = "wav" if "wav" in head else "mp3"
+    return {"type": "input_audio", "input_audio": {"data": data, "format": fmt}}
 
 
 def messages_to_wire(messages: list[Message]) -> list[dict[str, Any]]:

@@ -28,7 +28,7 @@ STUB_DESCRIPTION_CHARS = 100
 def stub(conn: ServerConnection) -> str:
     """One prompt line per server, short however many tools it has:
     `- github: GitHub (35 tools: create_issue, list_repos, ...)`."""
-    if conn.state != "ready":
+    if not conn.usable:
         return f"- {conn.name}: unavailable: {(conn.error or conn.state)[:300]}"
     description = " ".join(conn.description.split())
     if len(description) > STUB_DESCRIPTION_CHARS:
@@ -64,7 +64,11 @@ async def connections_for(ctx: RunContext) -> list[ServerConnection]:
         conn = manager.connection(name, decl, ctx.snapshot.root, mask=ctx.snapshot.mask)
         conn.sampling_model = _fast_model(ctx)
         conns.append(conn)
-    await manager.start_all([c.name for c in conns])
+    cached = [c for c in conns if c.prime_from_cache()]
+    waiting = [c.name for c in conns if c not in cached]
+    manager.start_soon([c for c in cached if c.state != "ready"])
+    if waiting:
+        await manager.start_all(waiting)
     return conns
 
 
@@ -87,17 +91,20 @@ async def provide(ctx: RunContext) -> Provision | None:
 
     if not ctx.agent.mcp:
         return None
+    from fim.mcp.caller import for_run
+
     conns = await connections_for(ctx)
+    caller = for_run(ctx)
     if ctx.mode("mcp") == "legacy":
-        tools = legacy_tools(conns)
-        down = [stub(c) for c in conns if c.state != "ready"]
+        tools = legacy_tools(conns, caller)
+        down = [stub(c) for c in conns if not c.usable]
         prompt = ("## MCP servers\n" + "\n".join(down)) if down else None
         return Provision(tools=list(tools), prompt=prompt)
-    meta = McpMetaTool({c.name: c for c in conns})
+    meta = McpMetaTool({c.name: c for c in conns}, caller)
     prompt = f"## MCP servers (through the `{META_TOOL}` tool)\n" + "\n".join(
         stub(c) for c in conns
     )
-    hidden = sum(len(c.tools) for c in conns if c.state == "ready")
+    hidden = sum(len(c.tools) for c in conns if c.usable)
     return Provision(tools=[meta], prompt=prompt, pinned=[META_TOOL], hidden=hidden)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import math
 import time
@@ -23,6 +24,8 @@ from typing import Any, Literal
 import anyio
 
 from fim.config.schema import McpServer, StdioServer
+from fim.mcp.deadline import CallDeadline, Clock
+from fim.mcp.elicitation import elicitation_callback
 from fim.mcp.errors import (
     McpCallTimeout,
     McpRequestError,
@@ -33,7 +36,7 @@ from fim.mcp.errors import (
 )
 from fim.mcp.info import ToolInfo, declaration_key, tool_info
 from fim.mcp.sampling import sampling_callback
-from fim.mcp.transport import StderrLog, open_client
+from fim.mcp.transport import StderrLog, import_sdk, open_client
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +55,10 @@ ProgressFn = Callable[[float, float | None, str | None], None]
 """Called with (progress, total, message) for each progress notification of a call."""
 
 
-@dataclass
+_SEQ = itertools.count()
+
+
+@dataclass(eq=False)
 class _Job:
     kind: Literal["call", "refresh", "request"]
     future: asyncio.Future[Any]
@@ -65,9 +71,13 @@ class _Job:
     request: Callable[[Any], Awaitable[Any]] | None = None
     """For `request` jobs: the SDK call to make with the entered `Client`."""
     on_progress: ProgressFn | None = None
-    last_activity: float = 0.0
-    """`time.monotonic()` of the last sign of life (sent, progress): the deadline runs
-    from here, so a long call that reports progress is not cut off."""
+    deadline: CallDeadline | None = None
+    """Idle timeout (reset by progress, paused while a human answers an elicitation)
+    under a hard maximum."""
+    seq: int = field(default_factory=lambda: next(_SEQ))
+    caller: Any = None
+    """The run this request works for (`fim.mcp.caller.Caller`): where its events go and
+    whether a human can answer the server's questions. None for fim's own requests."""
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -115,6 +125,14 @@ class ServerConnection:
         self.sampling_model: Callable[[], Any] | None = None
         """Builds the model that answers the server's sampling requests (set by the run
         that uses the server: its project's `fast` model); None refuses them."""
+        self.server_version: str | None = None
+        self.from_cache = False
+        """`tools` came from the tool-list cache (fim/mcp/cache.py); the server has not
+        answered yet in this process."""
+        self.clock: Clock = time.monotonic
+        """The clock of call deadlines (tests inject one)."""
+        self._inflight: set[_Job] = set()
+        """Requests sent and not yet answered: an elicitation is routed to their run."""
 
     # ------------------------------------------------------------------ public API
 
@@ -123,6 +141,32 @@ class ServerConnection:
         if isinstance(self.decl, StdioServer):
             return "stdio"
         return self.decl.transport
+
+    @property
+    def usable(self) -> bool:
+        """Running, or about to be with its tools known from the cache: its tools can be
+        offered now; a call waits for the start."""
+        return self.state == "ready" or (self.from_cache and self.state in ("stopped", "starting"))
+
+    def prime_from_cache(self) -> bool:
+        """Take the tool list from the cache before the server runs; True if it did."""
+        from fim.mcp.cache import cache_key, load
+
+        if self.usable:
+            return True
+        if self.state != "stopped":
+            return False  # failed or crashed: the run waits for the restart, as before
+        key = cache_key(self.decl, self.root)
+        listing = load(self.root, key) if key else None
+        if listing is None:
+            return False
+        self.tools = listing["tools"]
+        self.server_name = listing["server_name"]
+        self.server_version = listing["server_version"]
+        self.has_resources = listing["has_resources"]
+        self.has_prompts = listing["has_prompts"]
+        self.from_cache = True
+        return True
 
     @property
     def description(self) -> str:
@@ -162,6 +206,14 @@ class ServerConnection:
             return float(per_tool[tool])
         return float(self.decl.timeout)
 
+    def max_timeout(self) -> float:
+        """Seconds a call may take in all, however much progress it reports."""
+        return float(getattr(self.decl, "max_timeout", 0) or 0) or math.inf
+
+    def inflight(self) -> list[_Job]:
+        """The requests sent and not answered yet, oldest first."""
+        return sorted(self._inflight, key=lambda job: job.seq)
+
     async def call(
         self,
         tool: str,
@@ -169,6 +221,7 @@ class ServerConnection:
         timeout: float | None = None,
         *,
         on_progress: ProgressFn | None = None,
+        caller: Any = None,
     ) -> Any:
         """Call a tool and return the SDK's `CallToolResult`.
 
@@ -181,7 +234,9 @@ class ServerConnection:
         for _attempt in range(2):
             await self.start()
             future = asyncio.get_running_loop().create_future()
-            job = _Job("call", future, tool, arguments, limit, on_progress=on_progress)
+            job = _Job(
+                "call", future, tool, arguments, limit, on_progress=on_progress, caller=caller
+            )
             try:
                 result = await self._submit(job, limit)
             except NotSent:
@@ -191,7 +246,11 @@ class ServerConnection:
         raise McpUnavailable(self.error or "the server keeps closing the connection")
 
     async def request(
-        self, make: Callable[[Any], Awaitable[Any]], timeout: float | None = None
+        self,
+        make: Callable[[Any], Awaitable[Any]],
+        timeout: float | None = None,
+        *,
+        caller: Any = None,
     ) -> Any:
         """Run one other SDK request (`lambda c: c.read_resource(uri)`) on the session,
         with the same errors and restart rules as `call`."""
@@ -199,7 +258,7 @@ class ServerConnection:
         for _attempt in range(2):
             await self.start()
             future = asyncio.get_running_loop().create_future()
-            job = _Job("request", future, timeout=limit, request=make)
+            job = _Job("request", future, timeout=limit, request=make, caller=caller)
             try:
                 return await self._submit(job, limit)
             except NotSent:
@@ -236,19 +295,28 @@ class ServerConnection:
     async def _submit(self, job: _Job, limit: float) -> Any:
         if self._jobs is None:
             raise NotSent()
+        deadline = job.deadline = CallDeadline(limit, self.max_timeout(), self.clock)
         try:
             self._jobs.send_nowait(job)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.WouldBlock):
             raise NotSent() from None
-        job.last_activity = time.monotonic()
         try:
             while True:
-                left = job.last_activity + limit - time.monotonic()
-                if left <= 0:
+                left = deadline.remaining()
+                if left is not None and left <= 0:
                     job.cancel()
-                    raise McpCallTimeout(f"no answer or progress within {limit:g}s")
-                done, _ = await asyncio.wait({job.future}, timeout=left)
-                if done:
+                    raise McpCallTimeout(deadline.expired_reason())
+                deadline.changed.clear()
+                moved = asyncio.ensure_future(deadline.changed.wait())
+                try:
+                    done, _ = await asyncio.wait(
+                        {job.future, moved},
+                        timeout=None if left is None else min(left, 3600.0),
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                finally:
+                    moved.cancel()
+                if job.future in done:
                     return job.future.result()
         except asyncio.CancelledError:
             job.cancel()
@@ -257,6 +325,10 @@ class ServerConnection:
     # ------------------------------------------------------------------ owner side
 
     async def _launch(self) -> None:
+        await import_sdk()  # ~0.5 s of imports, off the event loop
+        if self.state == "closed":
+            raise McpUnavailable(self.error or "the server was shut down")
+
         if self._stderr is not None:
             self._stderr.close()
         self._stderr = StderrLog() if isinstance(self.decl, StdioServer) else None
@@ -303,10 +375,13 @@ class ServerConnection:
                         on_message=self._on_message,
                         on_end=self._on_end,
                         sampling=sampling_callback(self.name, lambda: self.sampling_model),
+                        elicitation=elicitation_callback(self),
                     )
                     info = client.server_info
                     self.server_name = getattr(info, "title", None) or getattr(info, "name", None)
+                    self.server_version = getattr(info, "version", None)
                     await self._fetch_tools(client)
+                    await self._remember_tools()
                     send, receive = anyio.create_memory_object_stream[_Job](math.inf)
                     self._jobs = send
                     self.state = "ready"
@@ -335,6 +410,23 @@ class ServerConnection:
                 tail = self.stderr_tail()
                 self._failed("crashed", self.mask(why) + (f" (stderr: {tail})" if tail else ""))
 
+    async def _remember_tools(self) -> None:
+        """Write the live listing to the tool-list cache when it differs from the entry."""
+        from fim.mcp.cache import cache_key, load, store
+
+        key = cache_key(self.decl, self.root)
+        if key is None:
+            return
+        listing = {
+            "tools": self.tools,
+            "server_name": self.server_name,
+            "server_version": self.server_version,
+            "has_resources": self.has_resources,
+            "has_prompts": self.has_prompts,
+        }
+        if await asyncio.to_thread(load, self.root, key) != listing:
+            await asyncio.to_thread(store, self.root, key, listing)
+
     def _session_over(self) -> None:
         """No more jobs: new calls must start a new session (right away, not only once
         this one has finished unwinding)."""
@@ -357,6 +449,7 @@ class ServerConnection:
                 if self._lost:
                     raise NotSent()
                 job.sent = True
+                self._inflight.add(job)
                 result: Any = None
                 if job.kind == "refresh":
                     await self._fetch_tools(client)
@@ -381,6 +474,7 @@ class ServerConnection:
         except Exception as exc:
             self._settle(job, McpRequestError(describe_exception(exc)))
         finally:
+            self._inflight.discard(job)
             if not job.future.done():
                 closed = self.state == "closed"
                 gone = McpUnavailable("the server was shut down") if closed else None
@@ -390,7 +484,8 @@ class ServerConnection:
         """The SDK's progress callback for one call: pushes the deadline and reports."""
 
         async def progress(value: float, total: float | None, message: str | None) -> None:
-            job.last_activity = time.monotonic()
+            if job.deadline is not None:
+                job.deadline.touch()
             if job.on_progress is not None:
                 try:
                     job.on_progress(value, total, self.mask(message) if message else None)
@@ -433,6 +528,7 @@ class ServerConnection:
             if not cursor:
                 break
         self.tools = tools
+        self.from_cache = False
         caps = getattr(client, "server_capabilities", None)
         self.has_resources = getattr(caps, "resources", None) is not None
         self.has_prompts = getattr(caps, "prompts", None) is not None

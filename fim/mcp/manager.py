@@ -41,6 +41,7 @@ class McpManager:
         self.root = root
         self._connections: dict[str, ServerConnection] = {}
         self._retiring: set[asyncio.Task[None]] = set()
+        self._starting: set[asyncio.Task[None]] = set()
 
     def connection(
         self,
@@ -113,6 +114,15 @@ class McpManager:
         chosen = [c for n, c in self._connections.items() if names is None or n in names]
         await asyncio.gather(*(_quiet_start(c) for c in chosen))
 
+    def start_soon(self, conns: list[ServerConnection]) -> None:
+        """Start these servers in the background (their tools are known from the cache):
+        the run goes on to its first model call meanwhile."""
+        loop = asyncio.get_running_loop()
+        for conn in conns:
+            task = loop.create_task(_quiet_start(conn), name=f"mcp-start:{conn.name}")
+            self._starting.add(task)
+            task.add_done_callback(self._starting.discard)
+
     def status(self) -> list[ServerStatus]:
         rows = []
         for name, conn in self._connections.items():
@@ -130,6 +140,10 @@ class McpManager:
         connections = list(self._connections.values())
         self._connections.clear()
         await asyncio.gather(*(c.aclose() for c in connections), return_exceptions=True)
+        starting = list(self._starting)
+        for task in starting:
+            task.cancel()
+        await asyncio.gather(*starting, return_exceptions=True)
         await self.drain()
 
     def _retire(self, conn: ServerConnection) -> None:

@@ -8,9 +8,10 @@ for the model: what went wrong, what is valid, what to do next.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from fim.mcp.connection import (
     McpCallTimeout,
@@ -23,6 +24,9 @@ from fim.mcp.connection import (
 from fim.mcp.content import render_content
 from fim.schema_check import problems
 from fim.types import CallView, JSONSchema, ToolResult
+
+if TYPE_CHECKING:
+    from fim.mcp.caller import Caller
 
 META_TOOL = "mcp"
 SUBCOMMANDS = ("discover", "call", "resources", "read_resource", "prompts", "get_prompt")
@@ -94,23 +98,64 @@ def to_result(result: Any, server: str, tool: str) -> ToolResult:
 
 MAX_PROGRESS = 20
 """Progress notifications kept per call (the last ones)."""
+MAX_PROGRESS_EVENTS = 100
+"""Progress events emitted per call: a server flooding notifications still extends the
+deadline (up to the hard maximum) but does not flood the run's event stream."""
+PROGRESS_EVENT_INTERVAL = 0.1
+MAX_PROGRESS_MESSAGE = 300
 
 
-async def call_tool(conn: ServerConnection, tool: str, arguments: dict[str, Any]) -> ToolResult:
+def _finite(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+async def call_tool(
+    conn: ServerConnection, tool: str, arguments: dict[str, Any], caller: Caller | None = None
+) -> ToolResult:
     """Call an MCP tool and turn every outcome, including failures, into an observation.
 
-    Progress notifications extend the call's deadline and are kept, in order, in
-    `metadata["progress"]` as `{"progress", "total", "message"}`."""
+    Progress notifications extend the call's deadline, become `ToolProgress` events of the
+    caller's run (throttled), and are kept, in order, in `metadata["progress"]` as
+    `{"progress", "total", "message"}`."""
     progress: list[dict[str, Any]] = []
+    bound = caller.bound(tool_name(conn.name, tool)) if caller is not None else None
+    emitted = 0
+    last_emit = -math.inf
 
     def on_progress(value: float, total: float | None, message: str | None) -> None:
-        progress.append({"progress": value, "total": total, "message": message})
+        nonlocal emitted, last_emit
+        value_f, total_f = _finite(value), _finite(total)
+        text = message[:MAX_PROGRESS_MESSAGE] if isinstance(message, str) else None
+        progress.append({"progress": value_f, "total": total_f, "message": text})
         del progress[:-MAX_PROGRESS]
+        if bound is None or value_f is None or emitted >= MAX_PROGRESS_EVENTS:
+            return
+        now = conn.clock()
+        final = total_f is not None and value_f >= total_f
+        if not final and now - last_emit < PROGRESS_EVENT_INTERVAL:
+            return
+        emitted, last_emit = emitted + 1, now
+        from fim.events import ToolProgress
+
+        bound.emit(
+            ToolProgress(
+                run_id=bound.run_id,
+                call_id=bound.call_id,
+                name=bound.tool,
+                progress=value_f,
+                total=total_f,
+                message=text,
+            )
+        )
 
     result = await guarded(
         conn,
         f"MCP tool '{tool}' of server '{conn.name}'",
-        lambda: conn.call(tool, arguments, on_progress=on_progress),
+        lambda: conn.call(tool, arguments, on_progress=on_progress, caller=bound),
         {"server": conn.name, "tool": tool},
         timeout=conn.timeout_for(tool),
     )
@@ -141,11 +186,12 @@ async def guarded(
             f"Error: MCP server '{conn.name}' is unavailable: {exc}. Its tools cannot be used "
             "in this run; continue without them or tell the user."
         )
-    except McpCallTimeout:
-        text = (
-            f"Error: {where} did not answer within {timeout:g}s and was cancelled. "
-            "Try a smaller request, or continue without it."
-        )
+    except McpCallTimeout as exc:
+        if "hard limit" in str(exc):
+            text = f"Error: {where} {exc} and was cancelled, although it reported progress. "
+        else:
+            text = f"Error: {where} did not answer within {timeout:g}s and was cancelled. "
+        text += "Try a smaller request, or continue without it."
     except McpServerLost as exc:
         text = (
             f"Error: {where} failed because the server stopped during the call ({exc}). "
@@ -317,6 +363,10 @@ class McpTool:
     metadata: dict[str, Any] = field(default_factory=dict)
     action: str = "call"
     """`call` (the MCP tool `remote`) or one of the resource/prompt actions."""
+    caller: Caller | None = None
+    """The run this tool belongs to (progress events, elicitation)."""
+    own_deadline: ClassVar[bool] = True
+    """See `McpMetaTool.own_deadline`."""
 
     async def run(self, **arguments: Any) -> ToolResult:
         conn = self.connection
@@ -328,7 +378,7 @@ class McpTool:
             return await list_prompts(conn)
         if self.action == "get_prompt":
             return await get_prompt(conn, arguments.get("name"), arguments.get("arguments"))
-        return await call_tool(conn, self.remote, arguments)
+        return await call_tool(conn, self.remote, arguments, self.caller)
 
 
 _NO_ARGS: JSONSchema = {"type": "object", "properties": {}}
@@ -407,13 +457,13 @@ def _tool_metadata(conn: ServerConnection, info: ToolInfo) -> dict[str, Any]:
     return meta
 
 
-def legacy_tools(conns: list[ServerConnection]) -> list[McpTool]:
+def legacy_tools(conns: list[ServerConnection], caller: Caller | None = None) -> list[McpTool]:
     """Every tool of the running servers. Names that collide after sanitising (`a.b` and
     `a_b`) get a numeric suffix instead of failing the whole run."""
     tools: list[McpTool] = []
     taken: set[str] = set()
     for conn in conns:
-        if conn.state != "ready":
+        if not conn.usable:
             continue
         for tool in [*(adapt(conn, info) for info in conn.tools), *resource_prompt_tools(conn)]:
             base, n = tool.name, 2
@@ -422,6 +472,7 @@ def legacy_tools(conns: list[ServerConnection]) -> list[McpTool]:
                 tool.name = base[: 64 - len(suffix)] + suffix
                 n += 1
             taken.add(tool.name)
+            tool.caller = caller
             tools.append(tool)
     return tools
 
@@ -468,6 +519,11 @@ class McpMetaTool:
     """The single `mcp` tool of progressive mode: discover a server's tools, then call one."""
 
     connections: dict[str, ServerConnection]
+    caller: Caller | None = None
+    """The run this tool belongs to (progress events, elicitation)."""
+    own_deadline: ClassVar[bool] = True
+    """The registry's per-tool timeout does not apply: MCP calls have an idle timeout that
+    progress extends, under a hard maximum (fim/mcp/deadline.py)."""
     name: str = META_TOOL
     category: str = "mcp"
     description: str = (
@@ -616,7 +672,7 @@ class McpMetaTool:
                 f"{problem}. Expected {_signature(info)}; fix `parameters` and call again.",
                 is_error=True,
             )
-        return await call_tool(conn, tool, parameters)
+        return await call_tool(conn, tool, parameters, self.caller)
 
     def _unknown(self, conn: ServerConnection, tool: str) -> ToolResult:
         names = [t.name for t in conn.tools]

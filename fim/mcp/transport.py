@@ -10,6 +10,8 @@ server that died, an HTTP stream that closed) instead of finding out on the next
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -97,6 +99,53 @@ async def _watched(transport: Any, on_end: Callable[[], None]) -> AsyncIterator[
         yield _WatchedReadStream(read, on_end), write
 
 
+_SDK_MODULES = ("mcp", "mcp.client.stdio", "mcp_types")
+
+
+def _import_now() -> None:
+    import importlib
+
+    for name in _SDK_MODULES:
+        importlib.import_module(name)
+
+
+async def import_sdk() -> None:
+    """Load the SDK modules a connection needs without blocking the event loop.
+
+    Importing `mcp` takes about half a second, during which a run has its first model
+    call to make. It happens on a daemon thread, not the default executor: a run that
+    ended without using the server (the model answered at once) exits without waiting
+    for an import nobody needs any more.
+    """
+    import sys
+    import threading
+
+    if all(name in sys.modules for name in _SDK_MODULES):
+        return
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def settle(error: BaseException | None) -> None:
+        if done.done():
+            return
+        if error is None:
+            done.set_result(None)
+        else:
+            done.set_exception(error)
+
+    def work() -> None:
+        error: BaseException | None = None
+        try:
+            _import_now()
+        except BaseException as exc:  # handed to the awaiting task
+            error = exc
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+            loop.call_soon_threadsafe(settle, error)
+
+    threading.Thread(target=work, name="fim-mcp-import", daemon=True).start()
+    await asyncio.shield(done)
+
+
 def stdio_params(decl: StdioServer, root: Path) -> Any:
     """SDK parameters for a stdio server: env merged onto a minimal inherited set, cwd
     relative to the project root (the root itself by default)."""
@@ -118,6 +167,7 @@ async def open_client(
     on_message: Callable[[Any], Awaitable[None]],
     on_end: Callable[[], None],
     sampling: Callable[[Any, Any], Awaitable[Any]] | None = None,
+    elicitation: Callable[[Any, Any], Awaitable[Any]] | None = None,
 ) -> Any:
     """Connect to the server and complete the handshake; returns an entered `mcp.Client`.
 
@@ -160,6 +210,7 @@ async def open_client(
         client_info=_client_info(),
         list_roots_callback=_roots(root),
         sampling_callback=sampling,
+        elicitation_callback=elicitation,  # type: ignore[arg-type]
     )
     return await stack.enter_async_context(client)
 

@@ -4,9 +4,16 @@ Apart from `fim.observe` so the tracing module reads them without importing its 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextvars import ContextVar
+from typing import Any
 
 current_node: ContextVar[str | None] = ContextVar("fim_current_node", default=None)
 """The workflow node whose task is running: a run it starts is traced under that node."""
 current_call: ContextVar[str | None] = ContextVar("fim_current_call", default=None)
 """The tool call whose task is running: delegations and HTTP calls are traced under it."""
+current_events: ContextVar[Callable[[Any], None] | None] = ContextVar(
+    "fim_current_events", default=None
+)
+"""Where the running tool call's task may send events while it runs (MCP progress, an
+elicitation waiting for a human): the engine's event queue of that turn."""

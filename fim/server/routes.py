@@ -112,6 +112,17 @@ def approval_routes(api: Api) -> list[Route]:
         if current.status != "pending":
             return error(409, f"approval '{approval_id}' is already {current.status}")
         data = body.data
+        if current.kind == "elicitation":  # an MCP server's question: validate the answer
+            from fim.mcp.elicitation import content_problem
+
+            data = dict(data or {})
+            if decision == "approve":
+                problem = content_problem(current.args.get("schema") or {}, data.get("content"))
+                if problem is not None:
+                    field, message = problem
+                    return error(400, f"data.{field} {message}", param=f"data.{field}")
+            elif data.get("action") not in (None, "decline", "cancel"):
+                return error(400, "data.action must be decline or cancel", param="data.action")
         approval = await store.resolve_approval(
             approval_id, decision == "approve", by=body.by or "api", data=data
         )

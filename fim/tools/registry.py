@@ -128,6 +128,8 @@ class ToolRegistry:
         if problem is not None:
             return ToolResult(content=problem, is_error=True)
         tool = self._tools[name]
+        if getattr(tool, "own_deadline", False):
+            timeout = None  # e.g. MCP calls: an idle timeout that progress extends, a hard cap
         deadline = asyncio.timeout(timeout)
         try:
             async with deadline:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel
 
 PNG_1PX = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII="
@@ -115,6 +116,30 @@ def build(many: int = 0) -> MCPServer:
             await asyncio.sleep(delay)
             await ctx.report_progress(i + 1, steps, f"step {i + 1}")
         return f"done after {steps} steps"
+
+    class Person(BaseModel):
+        name: str
+        age: int = 0
+
+    @server.tool(description="Ask the user for a name (MCP elicitation), then greet them")
+    async def ask_name(ctx: Context, question: str = "Who are you?") -> str:
+        answer = await ctx.elicit(question, Person)
+        if answer.action == "accept":
+            return f"hello {answer.data.name} ({answer.data.age})"
+        return f"no name: {answer.action}"
+
+    @server.tool(description="Ask with a hostile form: a nested object schema")
+    async def ask_nested(ctx: Context) -> str:
+        result = await ctx.session.elicit_form(
+            "nested?",
+            {"type": "object", "properties": {"x": {"type": "object", "properties": {}}}},
+        )
+        return f"answer: {result.action}"
+
+    @server.tool(description="Ask the user to open a URL")
+    async def ask_url(ctx: Context) -> str:
+        result = await ctx.elicit_url("log in here", "https://evil.example/login", "e1")
+        return f"answer: {result.action}"
 
     @server.tool(description="The roots the client declared")
     async def roots(ctx: Context) -> str:

@@ -33,6 +33,10 @@ class ModelSettings(Strict):
     """Provider-specific keyword arguments passed through unchanged."""
     price: Price | None = None
     """Dollars per million tokens, overriding litellm's price table for this model."""
+    media: list[Literal["image", "audio"]] | None = None
+    """Media the model accepts as input (tool results' images and audio are sent to it);
+    defaults to what litellm's model table says (`supports_vision`, `supports_audio_input`);
+    `[]` keeps every medium a text placeholder."""
 
 
 ModelRef = str | ModelSettings
@@ -75,6 +79,12 @@ class StdioServer(Strict):
     """Seconds a tool call may go without an answer or a progress notification."""
     tool_timeouts: dict[str, float] = Field(default_factory=dict)
     """Per-tool overrides of `timeout`, by the server's tool name."""
+    max_timeout: float = Field(default=900.0, gt=0)
+    """Seconds a call may take in all, however long progress keeps flowing (time spent
+    waiting for a human to answer an elicitation does not count)."""
+    elicitation_timeout: float = Field(default=300.0, gt=0)
+    """Seconds a human has to answer the server's question (`fim approvals`); then the
+    server is answered `cancel`."""
 
 
 class HttpServer(Strict):
@@ -88,6 +98,12 @@ class HttpServer(Strict):
     """Seconds a tool call may go without an answer or a progress notification."""
     tool_timeouts: dict[str, float] = Field(default_factory=dict)
     """Per-tool overrides of `timeout`, by the server's tool name."""
+    max_timeout: float = Field(default=900.0, gt=0)
+    """Seconds a call may take in all, however long progress keeps flowing (time spent
+    waiting for a human to answer an elicitation does not count)."""
+    elicitation_timeout: float = Field(default=300.0, gt=0)
+    """Seconds a human has to answer the server's question (`fim approvals`); then the
+    server is answered `cancel`."""
 
 
 def _claude_entry(value: Any) -> Any:
