@@ -42,6 +42,7 @@ from fim.server.http import (
     sse,
 )
 from fim.server.interop import interop_routes
+from fim.server.live_routes import live_routes
 from fim.server.routes import approval_routes, workflow_routes
 from fim.server.sessions import UnknownSession, known_agent
 from fim.server.usage_routes import usage_routes
@@ -147,10 +148,13 @@ class Api:
         `session` is the conversation it continues: its session budgets count it."""
         # deferred: loading fim.engines.dag costs hundreds of ms
         from fim.run.agent import run_agent
+        from fim.store import get_store
+        from fim.store.live import EventLog
 
         snapshot = self.holder.current
         self.active_runs += 1
         trace: list[dict[str, Any]] = []
+        live = EventLog(get_store(self.services), run_id, "agent", agent)  # any replica tails it
         final: RunFinished | None = None
         problem = ""
         try:
@@ -164,8 +168,12 @@ class Api:
                 overrides=overrides,
                 session=session,
             ):
+                dumped = event.model_dump(mode="json")
+                live.add(dumped)
+                if event.type == "run_started":  # the record exists before anyone hears of it
+                    await live.close()
                 if event.type != "token":
-                    trace.append(event.model_dump(mode="json"))
+                    trace.append(dumped)
                 if event.type == "error":
                     problem = f"{event.kind}: {event.message}"
                 if isinstance(event, RunFinished):
@@ -176,6 +184,7 @@ class Api:
             status = final.status if final else "cancelled"
             if status == "error":  # one line per failed run, whichever route ran it
                 log.warning("run %s of agent '%s' failed: %s", run_id, agent, problem or "error")
+            await live.close()
             await self._persist(run_id, agent, status, trace, final)
 
     async def _persist(
@@ -307,15 +316,6 @@ class Api:
             return error(499, "client disconnected; run cancelled")
         return final, trace
 
-    async def get_run(self, request: Request) -> Response:
-        # deferred: loading fim.store costs a few ms
-        from fim.store import get_store
-
-        record = await get_store(self.services).get_run(request.path_params["run_id"])
-        if record is None:
-            return error(404, f"unknown run '{request.path_params['run_id']}'")
-        return JSONResponse(_record_dict(record))
-
 
 def _summary(record: Any) -> dict[str, Any]:
     """A run without its trace, for listings."""
@@ -367,7 +367,7 @@ def create_app(holder: SnapshotHolder, services: Services | None = None) -> Star
         Route("/v1/agents/{name}", api.agent),
         Route("/v1/agents/{name}/runs", api.create_run, methods=["POST"]),
         Route("/v1/runs", api.list_runs),
-        Route("/v1/runs/{run_id}", api.get_run),
+        *live_routes(api),
         Route("/v1/models", compat.models),
         Route("/v1/models/{model_id:path}", compat.model),
         Route("/v1/chat/completions", compat.chat_completions, methods=["POST"]),

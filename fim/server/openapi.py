@@ -81,6 +81,14 @@ OPERATIONS: dict[tuple[str, str], Op] = {
         r.RunRecord,
         errors=(404,),
     ),
+    ("GET", "/v1/runs/{run_id}/events"): Op(
+        "A run's events, stored then live, from any replica, until its last event",
+        "runs",
+        stream="`id: <seq>`, `event: <type>`, `data:` the event (see fim.events); ends with "
+        "`run_finished` or `workflow_finished`; resume with `Last-Event-ID` or `?after=<seq>`",
+        query={"after": {"type": "integer", "minimum": 0, "default": 0}},
+        errors=(400, 404),
+    ),
     ("GET", "/v1/models"): Op("OpenAI-compatible: agents as models", "openai", r.ModelList),
     ("GET", "/v1/models/{model_id}"): Op(
         "OpenAI-compatible: one agent as a model", "openai", r.ModelObject, errors=(404,)

@@ -52,13 +52,18 @@ def workflow_routes(api: Api) -> list[Route]:
             body = await read_body(request, WorkflowRunBody)
         except BodyError as exc:
             return exc.response()
+        from fim.store import get_store
+        from fim.store.live import recorded
+        from fim.workflows.state import KIND
+
         inputs = body.inputs or {}
         engine = WorkflowEngine(snap, name, api.services)
+        events = recorded(get_store(api.services), engine.run_id, KIND, name, engine.run(inputs))
         if body.stream:
-            return sse(engine.run(inputs))
+            return sse(events)
         trace: list[dict[str, Any]] = []
         try:
-            async for event in engine.run(inputs):
+            async for event in events:
                 trace.append(event.model_dump(mode="json"))
         except PreflightError as exc:  # the server lacks a key or command: not the client's
             return error(503, exc.message, exc.hint)
@@ -149,8 +154,14 @@ def _resume_workflow(api: Api, approval: Any, approved: bool, data: dict[str, An
     engine = WorkflowEngine(api.holder.current, info.get("workflow", ""), api.services)
 
     async def drive() -> None:
+        from fim.store import get_store
+        from fim.store.live import recorded
+        from fim.workflows.state import KIND
+
+        store = get_store(api.services)
         try:
-            async for _event in engine.resume(run_id, approved, data):
+            events = engine.resume(run_id, approved, data)
+            async for _event in recorded(store, run_id, KIND, engine.name, events):
                 pass
         except Exception:
             log.exception("resuming workflow run %s failed", run_id)

@@ -140,6 +140,13 @@ def schema() -> tuple[MetaData, dict[str, Table]]:
                 Column("messages", JSON, nullable=False),
                 Column("updated_at", Float, nullable=False, index=True),
             ),
+            "run_events": Table(  # every event of a run, as it goes (fim.store.live)
+                "fim_run_events",
+                meta,
+                Column("run_id", String(64), primary_key=True),
+                Column("seq", Integer, primary_key=True, autoincrement=False),
+                Column("event", JSON, nullable=False),
+            ),
         }
         _SCHEMA["meta"] = meta
         _SCHEMA["tables"] = tables
@@ -171,10 +178,15 @@ def _migration_4(conn: Connection) -> None:
     table("session_usage").create(conn, checkfirst=True)
 
 
+def _migration_5(conn: Connection) -> None:
+    table("run_events").create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _migration_1,
     _migration_2,
     _migration_3,
     _migration_4,
+    _migration_5,
 ]
 """Applied in order; migration N brings the schema to version N. Append, never edit."""

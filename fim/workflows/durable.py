@@ -141,6 +141,8 @@ async def advance(
         events = engine.resume(run_id, None, by="worker")
     else:  # recorded as running: the worker that held it died (procrastinate retried it)
         events = engine.resume(run_id, None, by="worker", force=True)
-    async for _ in events:
-        pass
+    from fim.store.live import recorded
+
+    async for _ in recorded(get_store(services), run_id, KIND, workflow, events):
+        pass  # every event is in the store: any replica streams the run (fim.store.live)
     return engine.state.status if engine.state is not None else "unknown"

@@ -1,0 +1,102 @@
+"""`GET /v1/runs/{id}` and `GET /v1/runs/{id}/events` from any replica (issue 24).
+
+Both read the state store, so they answer for a run started on another replica or
+running on a `fim worker`. The event stream replays the run's stored events and then
+follows it live (`fim.store.live`: PostgreSQL LISTEN/NOTIFY) until its last event. Each
+frame carries `id: <seq>`: a client that lost its replica reconnects to another one with
+`Last-Event-ID` (or `?after=N`) and gets the rest, nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from fim.server.http import JSONResponse, error
+
+if TYPE_CHECKING:
+    from fim.server.app import Api
+
+
+def _after(request: Request) -> int | Response:
+    raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+    try:
+        after = int(raw)
+    except ValueError:
+        return error(400, "after: must be an integer (the last event id seen)")
+    if after < 0:
+        return error(400, "after: must be 0 or more")
+    return after
+
+
+def live_routes(api: Api) -> list[Route]:
+    from fim.store import get_store
+
+    async def get_run(request: Request) -> Response:
+        """The run record; while it is still running, its events so far."""
+        from fim.store.live import read_events
+
+        store = get_store(api.services)
+        run_id = request.path_params["run_id"]
+        record = await store.get_run(run_id)
+        if record is None:
+            return error(404, f"unknown run '{run_id}'")
+        data = json.loads(json.dumps(asdict(record), default=str))
+        if record.status == "running" and record.kind == "agent":
+            events = [e for _seq, e in await read_events(store, run_id) if e["type"] != "token"]
+            data["data"] = {**data["data"], "events": events}
+        return JSONResponse(data)
+
+    async def run_events(request: Request) -> Response:
+        """Server-sent events of one run: stored ones, then live ones, until it ends."""
+        from fim.store.live import tail
+
+        store = get_store(api.services)
+        run_id = request.path_params["run_id"]
+        after = _after(request)
+        if isinstance(after, Response):
+            return after
+        if await store.get_run(run_id) is None:
+            return error(404, f"unknown run '{run_id}'")
+        return StreamingResponse(
+            _frames(tail(store, run_id, after)),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    return [
+        Route("/v1/runs/{run_id}", get_run),
+        Route("/v1/runs/{run_id}/events", run_events),
+    ]
+
+
+async def _frames(events: AsyncIterator[tuple[int, dict[str, Any]]]) -> AsyncIterator[bytes]:
+    """`id`, `event` and `data` per stored event, masked again on the way out (tokens as a
+    stream, so a secret split over two tokens is caught)."""
+    from fim.masking import StreamMasker, known
+
+    mask = known()
+    tokens = StreamMasker(mask)
+    async for seq, event in events:
+        kind = str(event.get("type", "message"))
+        if kind == "token":
+            event = {**event, "text": tokens.feed(str(event.get("text", "")))}
+        else:
+            held = tokens.flush()
+            if held:
+                yield _frame(
+                    seq, "token", {"type": "token", "run_id": event.get("run_id"), "text": held}
+                )
+            event = mask.value(event)
+        yield _frame(seq, kind, event)
+
+
+def _frame(seq: int, kind: str, payload: dict[str, Any]) -> bytes:
+    data = json.dumps(payload, ensure_ascii=False)
+    return f"id: {seq}\nevent: {kind}\ndata: {data}\n\n".encode()

@@ -1,0 +1,266 @@
+"""Run events in the state store and their live tail from any process (issue 24).
+
+A run's events are appended to `fim_run_events` as the run goes, so `GET /v1/runs/{id}`
+and `GET /v1/runs/{id}/events` answer from any replica on the same database, while the run
+is still going on another one (or on a `fim worker`).
+
+Writing never makes the run wait: `EventLog.add` queues the event and one background task
+per run writes whatever has queued in one transaction, in order (a burst of events costs a
+handful of writes). On PostgreSQL the transaction ends with `pg_notify('fim_run_events',
+run_id)`, delivered at commit; every process keeps one `LISTEN` connection (psycopg's async
+`notifies()`) and wakes the tails of that run, which then read what is new. That read after
+each notification is the only read loop: nothing here polls on a timer. In the writing
+process the tails are woken directly too, which is all SQLite (one process) needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from fim.masking import known
+from fim.store.schema import table
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+    from fim.store import Store
+
+log = logging.getLogger("fim.store.live")
+
+CHANNEL = "fim_run_events"
+TERMINAL_EVENTS = frozenset({"run_finished", "workflow_finished"})
+"""An event that ends a tail (a workflow resumed later appends after its `paused` end)."""
+TERMINAL_STATUS = frozenset({"ok", "error", "failed", "cancelled", "max_iterations"})
+
+
+# --------------------------------------------------------------------------- writing
+
+
+class EventLog:
+    """Appends one run's events to the store in the background, in order.
+
+    The first write also records the run as `running` when the store has no record of it
+    yet, so `GET /v1/runs/{id}` finds a run in progress from any replica.
+    """
+
+    def __init__(
+        self, store: Store, run_id: str, kind: str, name: str, *, record: bool = True
+    ) -> None:
+        self._store = store
+        self.run_id = run_id
+        self._kind, self._name = kind, name
+        self._record = record
+        """Write a `running` record first (agent runs; a workflow writes its own)."""
+        self._pending: list[dict[str, Any]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._next: int | None = None  # next sequence number, read on the first write
+        self.failed = False
+
+    def add(self, event: dict[str, Any]) -> None:
+        """Queue one event (JSON-ready); written soon, in order, by one task."""
+        self._pending.append(event)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+
+            def write(conn: Connection, batch: list[dict[str, Any]] = batch) -> None:
+                self._write(conn, batch)
+
+            try:
+                await self._store._tx(write)
+            except Exception:  # a lost event must never fail the run itself
+                self.failed = True
+                log.exception("could not store events of run %s", self.run_id)
+                continue
+            wake(self._store.url, self.run_id)
+
+    def _write(self, conn: Connection, batch: list[dict[str, Any]]) -> None:
+        from sqlalchemy import func, select, text
+
+        events, runs = table("run_events"), table("runs")
+        if self._next is None:
+            last = select(func.max(events.c.seq)).where(events.c.run_id == self.run_id)
+            self._next = int(conn.execute(last).scalar() or 0) + 1
+            found = select(runs.c.id).where(runs.c.id == self.run_id)
+            if self._record and conn.execute(found).first() is None:
+                import time
+
+                now = time.time()
+                conn.execute(
+                    runs.insert().values(
+                        id=self.run_id, kind=self._kind, name=self._name, status="running",
+                        data={}, created_at=now, updated_at=now,
+                    )
+                )  # fmt: skip
+        mask = known()
+        rows = []
+        for event in batch:
+            rows.append({"run_id": self.run_id, "seq": self._next, "event": mask.value(event)})
+            self._next += 1
+        conn.execute(events.insert(), rows)
+        if conn.dialect.name == "postgresql":
+            conn.execute(
+                text("SELECT pg_notify(:channel, :run)"), {"channel": CHANNEL, "run": self.run_id}
+            )
+
+    async def close(self) -> None:
+        """Wait until every queued event is written."""
+        while self._task is not None and not self._task.done():
+            await asyncio.shield(self._task)
+
+
+async def recorded(
+    store: Store, run_id: str, kind: str, name: str, events: AsyncIterator[Any]
+) -> AsyncIterator[Any]:
+    """Pass `events` (fim.events objects) through, appending each to the run's event log;
+    the log is complete when the iteration ends. For workflows: their record is theirs."""
+    log = EventLog(store, run_id, kind, name, record=False)
+    try:
+        async for event in events:
+            log.add(event.model_dump(mode="json"))
+            yield event
+    finally:
+        await log.close()
+
+
+# --------------------------------------------------------------------------- reading
+
+
+async def read_events(
+    store: Store, run_id: str, after: int = 0, limit: int = 1000
+) -> list[tuple[int, dict[str, Any]]]:
+    """`(seq, event)` of run `run_id` after sequence number `after`, oldest first."""
+    events = table("run_events")
+    query = (
+        events.select()
+        .where(events.c.run_id == run_id, events.c.seq > after)
+        .order_by(events.c.seq)
+        .limit(limit)
+    )
+    rows = await store._tx(lambda conn: list(conn.execute(query).mappings()))
+    return [(int(row["seq"]), dict(row["event"])) for row in rows]
+
+
+async def tail(
+    store: Store, run_id: str, after: int = 0
+) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+    """Every event of the run after `after`, then each new one as it is written, until the
+    run's last event (or its record says it ended). Subscribes before reading, so an event
+    committed between the read and the wait still wakes it."""
+    async with subscribe(store, run_id) as woken:
+        while True:
+            woken.clear()
+            rows = await read_events(store, run_id, after)
+            for seq, event in rows:
+                after = seq
+                yield seq, event
+                if event.get("type") in TERMINAL_EVENTS:
+                    return
+            if len(rows) == 1000:
+                continue  # a long backlog: read on before waiting
+            record = await store.get_run(run_id)
+            if record is None or record.status in TERMINAL_STATUS:
+                if not await read_events(store, run_id, after, limit=1):
+                    return
+                continue
+            await woken.wait()
+
+
+# --------------------------------------------------------------------------- waking
+
+_LOCAL: dict[tuple[str, str], set[asyncio.Event]] = {}
+"""(store URL, run id) -> the events of the tails waiting in this process."""
+_LISTENERS: dict[str, _Listener] = {}
+
+
+def wake(url: str, run_id: str) -> None:
+    for event in _LOCAL.get((url, run_id), ()):
+        event.set()
+
+
+def _wake_all(url: str) -> None:
+    for (each_url, _run), waiting in _LOCAL.items():
+        if each_url == url:
+            for event in waiting:
+                event.set()
+
+
+@contextlib.asynccontextmanager
+async def subscribe(store: Store, run_id: str) -> AsyncIterator[asyncio.Event]:
+    """An event set whenever run `run_id` has new events (in any process on PostgreSQL)."""
+    woken = asyncio.Event()
+    key = (store.url, run_id)
+    _LOCAL.setdefault(key, set()).add(woken)
+    try:
+        if store.url.startswith("postgresql"):
+            listener = _LISTENERS.get(store.url)
+            if listener is None or listener.loop is not asyncio.get_running_loop():
+                listener = _LISTENERS[store.url] = _Listener(store.url)
+            await listener.ready()
+        yield woken
+    finally:
+        waiting = _LOCAL.get(key)
+        if waiting is not None:
+            waiting.discard(woken)
+            if not waiting:
+                del _LOCAL[key]
+
+
+def libpq_dsn(url: str) -> str:
+    """The psycopg DSN of a SQLAlchemy `postgresql+psycopg://` URL."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+class _Listener:
+    """One `LISTEN fim_run_events` connection per process and database. When it drops it
+    reconnects and wakes every tail, whose read then catches up on what it missed."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.loop = asyncio.get_running_loop()
+        self._ready = asyncio.Event()
+        self._task = self.loop.create_task(self._run(), name="fim-run-events-listen")
+
+    async def ready(self) -> None:
+        await self._ready.wait()
+
+    async def _run(self) -> None:
+        import psycopg
+
+        delay = 0.1
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    libpq_dsn(self.url), autocommit=True
+                ) as conn:
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    self._ready.set()
+                    _wake_all(self.url)  # anything committed before LISTEN is read now
+                    delay = 0.1
+                    async for note in conn.notifies():
+                        wake(self.url, note.payload)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("run event listener: %s; reconnecting", exc)
+            self._ready.set()  # tails fall back to their catch-up read, never hang on us
+            _wake_all(self.url)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+            self._ready.clear()
+
+
+def close_listeners() -> None:
+    """Stop this process's listeners (tests, shutdown)."""
+    for listener in _LISTENERS.values():
+        listener._task.cancel()
+    _LISTENERS.clear()

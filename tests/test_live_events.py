@@ -1,0 +1,157 @@
+"""The live event tail across replicas (issue 24.1): a run started on replica A is read,
+while it is still going, from replica B's `GET /v1/runs/{id}/events` — every event, in
+order, and the end. The model holds its second reply until B has seen the first tool
+result, so B is provably tailing a run in progress (woken by PostgreSQL NOTIFY), not
+reading a finished one. Also: the same stream resumes after `Last-Event-ID`, and on SQLite
+(one process) the tail works the same way."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from fim.testing.model_server import OpenAIStubServer, completion
+from fim.testing.server import free_port
+
+AGENT = """description: Adds, slowly
+model: {{model: openai/stub, api_base: '{base}', api_key: x, max_retries: 0}}
+instructions: Use the calculator.
+tools: [calculator]
+"""
+
+
+def held_model(release: threading.Event) -> Callable[[dict[str, Any]], Any]:
+    """A calculator call first; the answer only once `release` is set."""
+
+    def handler(request: dict[str, Any]) -> Any:
+        if not any(m.get("role") == "tool" for m in request["messages"]):
+            return completion(None, [("c1", "calculator", '{"expression": "2+3"}')], "stub")
+        release.wait(20)
+        return "five"
+
+    return handler
+
+
+def project(root: Path, state: str, base: str) -> Path:
+    (root / "agents").mkdir(parents=True)
+    (root / "fim.yaml").write_text(f'name: live\nstate: "{state}"\n')
+    (root / "agents" / "adder.yaml").write_text(AGENT.format(base=base))
+    return root
+
+
+@contextmanager
+def serve(root: Path) -> Iterator[str]:
+    port = free_port()
+    args = ["serve", "-p", str(root), "--port", str(port), "--no-reload", "--log-level", "warning"]
+    log = (root / f"serve-{port}.log").open("wb")
+    proc = subprocess.Popen([sys.executable, "-m", "fim.cli", *args], stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        end = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{url}/healthz").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None and time.monotonic() < end, (root / log.name).read_text()
+            time.sleep(0.05)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def frames(lines: Iterator[str]) -> Iterator[tuple[str | None, dict[str, Any]]]:
+    """(id, event) of each SSE frame."""
+    seq: str | None = None
+    for line in lines:
+        if line.startswith("id: "):
+            seq = line[4:]
+        elif line.startswith("data: "):
+            yield seq, json.loads(line[6:])
+            seq = None
+
+
+def test_replica_b_tails_a_run_going_on_replica_a(tmp_path: Path, pg_database) -> None:
+    db = pg_database("")
+    release = threading.Event()
+    with ExitStack() as stack:
+        model = stack.enter_context(OpenAIStubServer(handler=held_model(release)))
+        root = project(tmp_path / "p", db.owner_url, model.base_url)
+        a, b = (stack.enter_context(serve(root)) for _ in range(2))
+        body = {"input": "2+3?", "stream": True}
+        on_a: list[dict[str, Any]] = []
+        with httpx.stream("POST", f"{a}/v1/agents/adder/runs", json=body, timeout=30) as resp:
+            events = frames(resp.iter_lines())
+            _, first = next(events)
+            on_a.append(first)
+            run_id = first["run_id"]
+            running = httpx.get(f"{b}/v1/runs/{run_id}").json()
+            assert running["status"] == "running" and running["kind"] == "agent"
+
+            on_b: list[tuple[str | None, dict[str, Any]]] = []
+            with httpx.stream("GET", f"{b}/v1/runs/{run_id}/events", timeout=30) as tail:
+                for seq, event in frames(tail.iter_lines()):
+                    on_b.append((seq, event))
+                    if event["type"] == "tool_result":
+                        assert not release.is_set()  # the run cannot have finished yet
+                        release.set()
+            on_a += [event for _, event in events]
+
+        assert [e["type"] for _, e in on_b] == [e["type"] for e in on_a]
+        assert [e for _, e in on_b] == on_a  # the same events, in order, with the end
+        assert on_b[-1][1]["type"] == "run_finished" and on_b[-1][1]["output"] == "five"
+        assert [int(s or 0) for s, _ in on_b] == list(range(1, len(on_b) + 1))
+
+        # a client that lost its replica resumes from the last id it saw, nothing twice
+        resumed = httpx.get(f"{a}/v1/runs/{run_id}/events", headers={"Last-Event-ID": "2"})
+        assert [e for _, e in frames(iter(resumed.text.splitlines()))] == on_a[2:]
+        record = httpx.get(f"{b}/v1/runs/{run_id}").json()
+        assert record["status"] == "ok"
+        assert httpx.get(f"{b}/v1/runs/nope/events").status_code == 404
+        assert httpx.get(f"{b}/v1/runs/{run_id}/events?after=x").status_code == 400
+
+
+@pytest.mark.asyncio
+async def test_on_sqlite_the_tail_follows_a_run_in_the_same_process(tmp_path: Path) -> None:
+    """No NOTIFY in SQLite: the writer wakes the tails of its own process."""
+    import asyncio
+
+    from fim.store import Store
+    from fim.store.live import EventLog, tail
+
+    store = Store("sqlite:///state.db", tmp_path)
+    log = EventLog(store, "r1", "agent", "adder")
+    seen: list[int] = []
+
+    async def read() -> None:
+        async for seq, _event in tail(store, "r1"):
+            seen.append(seq)
+
+    log.add({"type": "run_started", "run_id": "r1"})
+    await log.close()
+    reader = asyncio.create_task(read())
+    while not seen:
+        await asyncio.sleep(0.01)
+    log.add({"type": "llm_call", "run_id": "r1"})
+    log.add({"type": "run_finished", "run_id": "r1", "output": "x"})
+    await log.close()
+    await asyncio.wait_for(reader, 10)
+    assert seen == [1, 2, 3]
+    store.close()
