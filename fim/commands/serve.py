@@ -44,6 +44,12 @@ def serve(
     interval: IntervalOption = "30s",
     git_checkout: CheckoutOption = None,
     git_path: GitPathOption = "",
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1, help="Processes sharing the port, each with its own snapshot (needs PostgreSQL)."
+        ),
+    ] = 1,
 ) -> None:
     """Serve agents and workflows over HTTP (OpenAI-compatible too)."""
     # deferred: loading fim.observe costs a few ms
@@ -51,6 +57,29 @@ def serve(
     from fim.server import serve as run_server
 
     configure(log_level, log_format.value)
+    if workers > 1:  # uvicorn's supervisor, one snapshot and watcher per worker
+        from fim.server.workers import serve_workers
+
+        with user_errors():
+            if git is not None:
+                from fim.errors import RunError
+
+                raise RunError(
+                    "--workers and --git do not combine: a git checkout belongs to one process",
+                    hint="run several `fim serve --git` replicas (each its own --git-checkout)",
+                )
+        snapshot = load_snapshot(ctx, project)
+        with user_errors(), contextlib.suppress(KeyboardInterrupt):
+            serve_workers(
+                snapshot.root,
+                workers=workers,
+                host=host,
+                port=port,
+                reload=reload,
+                log_level=log_level,
+                json_logs=log_format is LogFormat.json,
+            )
+        return
     if git is not None:  # GitOps pull: the project comes from the remote, not --project
         with user_errors():
             source, seconds = git_source(git, ref, interval, git_checkout, git_path)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,6 +61,7 @@ def status_payload(api: Api) -> dict[str, Any]:
         "loaded_at": h.current.loaded_at,
         "reloads": h.reloads,
         "active_runs": api.active_runs,
+        "pid": os.getpid(),  # which worker of `fim serve --workers N` answered
         "last_reload_error": (
             {
                 "at": h.error_at,

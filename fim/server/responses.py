@@ -51,6 +51,7 @@ class Status(_Out):
     reloads: int
     active_runs: int
     last_reload_error: ReloadError | None = None
+    pid: int = Field(0, description="the serving process (one of `fim serve --workers N`)")
 
 
 class AgentSummary(_Out):
