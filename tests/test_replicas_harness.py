@@ -15,7 +15,6 @@ again), the resumed stream has every stored event once, in order, up to the end.
 from __future__ import annotations
 
 import asyncio
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -47,8 +46,6 @@ def test_three_replicas_two_workers_survive_a_killed_worker_and_replica(
     tmp_path: Path, pg_database
 ) -> None:
     db = pg_database("")
-    t0 = time.monotonic()
-    marks: dict[str, float] = {}
     with Sink() as sink, Cluster(tmp_path, db.owner_url) as cluster:
         cluster.start_model()
         cluster.publish()
@@ -58,7 +55,6 @@ def test_three_replicas_two_workers_survive_a_killed_worker_and_replica(
         for name in ("w1", "w2"):
             cluster.worker(name, sink=sink.url)
         cluster.wait_healthy()
-        marks["started"] = time.monotonic() - t0
 
         keys = [f"k{i}" for i in range(WORKFLOWS)]
         defer(db.owner_url, keys)
@@ -72,7 +68,6 @@ def test_three_replicas_two_workers_survive_a_killed_worker_and_replica(
         with ThreadPoolExecutor(4) as pool:
             agent_results = list(pool.map(agent_run, range(AGENT_RUNS)))
 
-        marks["agents"] = time.monotonic() - t0
         # k0 is held by one worker; follow its events on replica c until it is mid-node
         hold = tmp_path / "hold.pid"
         victim_pid = int(until(lambda: hold.exists() and hold.read_text(), what="k0 held"))
@@ -83,7 +78,6 @@ def test_three_replicas_two_workers_survive_a_killed_worker_and_replica(
                 seen.append((seq, event))
                 if event["type"] == "node_started" and event.get("node") == "hold":
                     break
-            killed_at = time.monotonic()
             cluster.kill("c")  # the replica dies mid-stream
             cluster.kill(victim)  # and the worker holding k0 dies mid-node
 
@@ -92,8 +86,6 @@ def test_three_replicas_two_workers_survive_a_killed_worker_and_replica(
         headers = {"Last-Event-ID": str(last)}
         with httpx.stream("GET", f"{replicas[0]}/v1/runs/k0/events", headers=headers) as stream:
             seen += list(sse_frames(stream.iter_lines()))
-        recovery = time.monotonic() - killed_at
-        marks["recovered"] = time.monotonic() - t0
         assert seen[-1][1]["type"] == "workflow_finished" and seen[-1][1]["status"] == "ok"
 
         # more agent load on the two replicas left
@@ -108,7 +100,6 @@ def test_three_replicas_two_workers_survive_a_killed_worker_and_replica(
             return all(r.get("status") == "ok" for r in records)
 
         until(finished, timeout=30, what="every workflow run ok")
-        marks["finished"] = time.monotonic() - t0
 
         # no run lost, every run finished, on every replica's view of the store
         assert all(r["status"] == "ok" and r["output"] == "done" for r in agent_results)
@@ -123,7 +114,3 @@ def test_three_replicas_two_workers_survive_a_killed_worker_and_replica(
         assert [s for s, _ in seen] == list(range(1, len(seen) + 1))
         resumed = [e for _, e in seen if e["type"] == "node_finished" and e["node"] == "effect"]
         assert len(resumed) == 1  # the retried job did not run the finished node again
-        closing = time.monotonic()
-        marks["asserted"] = time.monotonic() - t0
-        print(f"recovery after the worker kill: {recovery:.1f} s; {marks}")  # noqa: T201
-    print(f"closed in {time.monotonic() - closing:.1f} s")  # noqa: T201
