@@ -168,11 +168,15 @@ class Cluster:
         git("push", "-q", str(self.remote), "main", cwd=work)
         git("clone", "-q", str(self.remote), str(self.base / "worker-tree"))
 
-    def serve(self, name: str, *extra: str) -> str:
+    def serve(self, name: str, *extra: str, git: bool = True) -> str:
+        """A `fim serve` pulling from the remote (or, `git=False`, on the workers' clone)."""
         port = free_port()
-        args = ["serve", "--git", f"file://{self.remote}", "--ref", "main", "--interval", "30s"]
-        args += ["--git-checkout", str(self.base / f"checkout-{name}"), "--port", str(port)]
-        args += ["--log-level", "warning", *extra]
+        if git:
+            args = ["serve", "--git", f"file://{self.remote}", "--ref", "main"]
+            args += ["--interval", "30s", "--git-checkout", str(self.base / f"checkout-{name}")]
+        else:
+            args = ["serve", "-p", str(self.base / "worker-tree")]
+        args += ["--port", str(port), "--log-level", "warning", *extra]
         self._spawn(name, args)
         self.urls[name] = f"http://127.0.0.1:{port}"
         return self.urls[name]
