@@ -11,8 +11,11 @@ The task of each run: three calculator calls, then an answer.
   first run spawn `fim serve` -> first successful POST /v1/agents/bench/runs
   reload    rewrite an agent's description, poll GET /v1/agents/bench until it shows:
             p50/p99 over N changes, on the example project and on a 1,000-agent project
+  --workers `fim serve --workers 1` vs `--workers 2` (state in a fresh PostgreSQL database
+            from FIM_TEST_POSTGRES_URL): runs/s side by side and the ratio
 
     python bench/serve.py [--quick]
+    python bench/serve.py --workers [--quick]
 """
 
 from __future__ import annotations
@@ -96,7 +99,7 @@ def write_agent(root: Path, base_url: str, description: str) -> None:
 class Server:
     """`fim serve` as a child process on a free port."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *extra: str, env: dict[str, str] | None = None) -> None:
         from fim.testing.server import free_port
 
         self.root = root
@@ -105,13 +108,15 @@ class Server:
         self.args = fim_command(
             "serve", "--project", str(root), "--port", str(self.port), "--log-level", "warning"
         )
+        self.args += extra
+        self.env = {**bench_env(), **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self.spawned_at = 0.0
 
     def __enter__(self) -> Server:
         self.spawned_at = time.perf_counter()
         self.proc = subprocess.Popen(
-            self.args, env=bench_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            self.args, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
         return self
 
@@ -119,10 +124,18 @@ class Server:
         stop_process(self.proc)
 
     def cpu_seconds(self) -> float:
-        """User + system CPU time of the server process so far."""
+        """User + system CPU time of the server process and its children (the workers of
+        `--workers N`) so far."""
         assert self.proc is not None
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+        total = 0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if stat.parent.name == str(self.proc.pid) or fields[1] == str(self.proc.pid):
+                total += int(fields[11]) + int(fields[12])
+        return total / CLK_TCK
 
     def died(self) -> str | None:
         if self.proc is not None and self.proc.poll() is not None:
@@ -230,7 +243,58 @@ async def reloads(server: Server, base_url: str, changes: int) -> list[float]:
     return samples
 
 
+def compare_workers(postgres: str, quick: bool) -> None:
+    """`fim serve --workers 1` vs `--workers 2` on the example project, state in a fresh
+    PostgreSQL database (N > 1 needs it): runs/s and server CPU per run at 10 and 50 clients."""
+    import uuid
+
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    duration = 3.0 if quick else 8.0
+    name = f"fim_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    state = make_url(postgres).set(database=name).render_as_string(hide_password=False)
+    rows: dict[int, list[dict[str, float]]] = {}
+    try:
+        with tempfile.TemporaryDirectory() as tmpdir, StubProcess(tool_loop=3) as stub:
+            root = example_project(Path(tmpdir) / "example", stub.base_url)
+            for workers in (1, 2):
+                extra = ("--no-reload", "--workers", str(workers))
+                with Server(root, *extra, env={"FIM_STATE_URL": state}) as server:
+                    asyncio.run(first_run(server))
+                    asyncio.run(load(server, 10, 1.0))  # warm every worker
+                    rows[workers] = [asyncio.run(load(server, c, duration)) for c in (10, 50)]
+    finally:
+        with psycopg.connect(postgres, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    print(f"serve --workers: {machine()}")
+    table(
+        ["clients", "runs/s, 1 worker", "runs/s, 2 workers", "ratio", "CPU/run 1", "CPU/run 2"],
+        [
+            [
+                int(one["clients"]),
+                f"{one['rps']:.0f}",
+                f"{two['rps']:.0f}",
+                f"{two['rps'] / one['rps']:.2f}x",
+                ms(one["cpu_per_run"]),
+                ms(two["cpu_per_run"]),
+            ]
+            for one, two in zip(rows[1], rows[2], strict=True)
+        ],
+        title=f"fim serve --workers 1 vs 2 (PostgreSQL state, {duration:g} s per level; "
+        "target >= 1.7x)",
+    )
+
+
 def main() -> None:
+    if "--workers" in sys.argv:  # python bench/serve.py --workers [--quick]
+        postgres = os.environ.get("FIM_TEST_POSTGRES_URL")
+        if not postgres:
+            sys.exit("--workers needs FIM_TEST_POSTGRES_URL (a PostgreSQL superuser URL)")
+        compare_workers(postgres, "--quick" in sys.argv)
+        return
     quick = quick_flag(__doc__.splitlines()[0])
     duration, changes, starts = (1.5, 5, 1) if quick else (6.0, 20, 3)
     levels = (1, 10, 100)
