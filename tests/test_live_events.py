@@ -136,6 +136,8 @@ async def test_on_sqlite_the_tail_follows_a_run_in_the_same_process(tmp_path: Pa
     from fim.store import Store
     from fim.store.live import EventLog, tail
 
+    from fim.store.live import read_events, running_here
+
     store = Store("sqlite:///state.db", tmp_path)
     log = EventLog(store, "r1", "agent", "adder")
     seen: list[int] = []
@@ -145,13 +147,17 @@ async def test_on_sqlite_the_tail_follows_a_run_in_the_same_process(tmp_path: Pa
             seen.append(seq)
 
     log.add({"type": "run_started", "run_id": "r1"})
-    await log.close()
+    await log.flush()
+    assert running_here(store, "r1") and await store.get_run("r1") is None  # memory only
     reader = asyncio.create_task(read())
     while not seen:
         await asyncio.sleep(0.01)
     log.add({"type": "llm_call", "run_id": "r1"})
     log.add({"type": "run_finished", "run_id": "r1", "output": "x"})
-    await log.close()
     await asyncio.wait_for(reader, 10)
     assert seen == [1, 2, 3]
+    await log.close()  # the whole log in one write, then read from the table
+    assert not running_here(store, "r1")
+    assert [seq for seq, _ in await read_events(store, "r1")] == [1, 2, 3]
+    assert [seq async for seq, _ in tail(store, "r1", after=1)] == [2, 3]
     store.close()

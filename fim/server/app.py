@@ -171,7 +171,7 @@ class Api:
                 dumped = event.model_dump(mode="json")
                 live.add(dumped)
                 if event.type == "run_started":  # the record exists before anyone hears of it
-                    await live.close()
+                    await live.flush()
                 if event.type != "token":
                     trace.append(dumped)
                 if event.type == "error":

@@ -40,11 +40,21 @@ def live_routes(api: Api) -> list[Route]:
 
     async def get_run(request: Request) -> Response:
         """The run record; while it is still running, its events so far."""
-        from fim.store.live import read_events
+        from fim.store.live import read_events, running_here
 
         store = get_store(api.services)
         run_id = request.path_params["run_id"]
         record = await store.get_run(run_id)
+        if record is None and running_here(store, run_id):  # SQLite: in memory until the end
+            events = [e for _seq, e in await read_events(store, run_id) if e["type"] != "token"]
+            first = events[0] if events else {}
+            return JSONResponse(
+                {
+                    "id": run_id, "kind": "agent", "name": first.get("agent", ""),
+                    "status": "running", "data": {"events": events},
+                    "created_at": first.get("ts", 0.0), "updated_at": first.get("ts", 0.0),
+                }
+            )  # fmt: skip
         if record is None:
             return error(404, f"unknown run '{run_id}'")
         data = json.loads(json.dumps(asdict(record), default=str))
@@ -55,14 +65,14 @@ def live_routes(api: Api) -> list[Route]:
 
     async def run_events(request: Request) -> Response:
         """Server-sent events of one run: stored ones, then live ones, until it ends."""
-        from fim.store.live import tail
+        from fim.store.live import running_here, tail
 
         store = get_store(api.services)
         run_id = request.path_params["run_id"]
         after = _after(request)
         if isinstance(after, Response):
             return after
-        if await store.get_run(run_id) is None:
+        if not running_here(store, run_id) and await store.get_run(run_id) is None:
             return error(404, f"unknown run '{run_id}'")
         return StreamingResponse(
             _frames(tail(store, run_id, after)),

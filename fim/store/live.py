@@ -60,11 +60,27 @@ class EventLog:
         self._next: int | None = None  # next sequence number, read on the first write
         self.failed = False
 
+        self._local: list[dict[str, Any]] | None = None
+        if record and not store.url.startswith("postgresql"):  # agent runs: fresh ids
+            # SQLite serves one process: its tails read the run from memory while it goes,
+            # and the log is written once at the end (each SQLite commit is an fsync).
+            self._local = _BUFFERS.setdefault((store.url, run_id), [])
+
     def add(self, event: dict[str, Any]) -> None:
         """Queue one event (JSON-ready); written soon, in order, by one task."""
+        if self._local is not None:
+            self._local.append(event)
+            wake(self._store.url, self.run_id)
+            return
         self._pending.append(event)
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._drain())
+
+    async def flush(self) -> None:
+        """Wait until what was added is readable from every process (PostgreSQL: written;
+        SQLite: it already is, from this process's memory)."""
+        while self._task is not None and not self._task.done():
+            await asyncio.shield(self._task)
 
     async def _drain(self) -> None:
         while self._pending:
@@ -112,8 +128,16 @@ class EventLog:
 
     async def close(self) -> None:
         """Wait until every queued event is written."""
-        while self._task is not None and not self._task.done():
-            await asyncio.shield(self._task)
+        if self._local is not None:
+            if self._local:
+                self._pending = list(self._local)
+                await self._drain()  # one transaction for the whole run
+            if _BUFFERS.get((self._store.url, self.run_id)) is self._local:
+                del _BUFFERS[(self._store.url, self.run_id)]
+            self._local = None
+            wake(self._store.url, self.run_id)
+            return
+        await self.flush()
 
 
 async def recorded(
@@ -137,6 +161,9 @@ async def read_events(
     store: Store, run_id: str, after: int = 0, limit: int = 1000
 ) -> list[tuple[int, dict[str, Any]]]:
     """`(seq, event)` of run `run_id` after sequence number `after`, oldest first."""
+    local = _BUFFERS.get((store.url, run_id))
+    if local is not None:  # SQLite, running in this process: not in the table yet
+        return [(i, e) for i, e in enumerate(local[after : after + limit], start=after + 1)]
     events = table("run_events")
     query = (
         events.select()
@@ -167,6 +194,9 @@ async def tail(
             if len(rows) == 1000:
                 continue  # a long backlog: read on before waiting
             record = await store.get_run(run_id)
+            if record is None and running_here(store, run_id):
+                await woken.wait()
+                continue
             if record is None or record.status in TERMINAL_STATUS:
                 # A workflow records its end before its last event is written: wait once
                 # for that event's notification; a producer that died never sends it.
@@ -181,6 +211,14 @@ async def tail(
 
 # --------------------------------------------------------------------------- waking
 
+
+def running_here(store: Store, run_id: str) -> bool:
+    """A run of this process whose events are still only in memory (SQLite)."""
+    return (store.url, run_id) in _BUFFERS
+
+
+_BUFFERS: dict[tuple[str, str], list[dict[str, Any]]] = {}
+"""(store URL, run id) -> events so far of a SQLite-stored run going on in this process."""
 _LOCAL: dict[tuple[str, str], set[asyncio.Event]] = {}
 """(store URL, run id) -> the events of the tails waiting in this process."""
 _LISTENERS: dict[str, _Listener] = {}
