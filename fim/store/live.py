@@ -181,7 +181,7 @@ async def tail(
     """Every event of the run after `after`, then each new one as it is written, until the
     run's last event (or its record says it ended). Subscribes before reading, so an event
     committed between the read and the wait still wakes it."""
-    grace = True
+    deadline: float | None = None  # once the record says the run ended
     async with subscribe(store, run_id) as woken:
         while True:
             woken.clear()
@@ -198,13 +198,15 @@ async def tail(
                 await woken.wait()
                 continue
             if record is None or record.status in TERMINAL_STATUS:
-                # A workflow records its end before its last event is written: wait once
-                # for that event's notification; a producer that died never sends it.
-                if not grace:
+                # A workflow records its end before its last event is written: wait up to
+                # 5 s for that event (a producer that died never writes it). Each wake-up
+                # re-reads, so a notification of an earlier batch does not end the wait.
+                now = asyncio.get_running_loop().time()
+                deadline = now + 5.0 if deadline is None else deadline
+                if now >= deadline:
                     return
-                grace = False
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), 5.0)
+                    await asyncio.wait_for(woken.wait(), deadline - now)
                 continue
             await woken.wait()
 
