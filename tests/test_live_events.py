@@ -134,9 +134,7 @@ async def test_on_sqlite_the_tail_follows_a_run_in_the_same_process(tmp_path: Pa
     import asyncio
 
     from fim.store import Store
-    from fim.store.live import EventLog, tail
-
-    from fim.store.live import read_events, running_here
+    from fim.store.live import EventLog, read_events, running_here, tail
 
     store = Store("sqlite:///state.db", tmp_path)
     log = EventLog(store, "r1", "agent", "adder")
