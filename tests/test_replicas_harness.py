@@ -84,7 +84,8 @@ def test_three_replicas_two_workers_survive_a_killed_worker_and_replica(
         # the client resumes on another replica from the last id it saw
         last = seen[-1][0]
         headers = {"Last-Event-ID": str(last)}
-        with httpx.stream("GET", f"{replicas[0]}/v1/runs/k0/events", headers=headers) as stream:
+        resume = f"{replicas[0]}/v1/runs/k0/events"  # quiet until another worker takes k0
+        with httpx.stream("GET", resume, headers=headers, timeout=60) as stream:
             seen += list(sse_frames(stream.iter_lines()))
         assert seen[-1][1]["type"] == "workflow_finished" and seen[-1][1]["status"] == "ok"
 
