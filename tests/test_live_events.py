@@ -156,6 +156,7 @@ async def test_on_sqlite_the_tail_follows_a_run_in_the_same_process(tmp_path: Pa
     assert seen == [1, 2, 3]
     await log.close()  # the whole log in one write, then read from the table
     assert not running_here(store, "r1")
+    await store.put_run("r1", "agent", "adder", "ok", {})  # as fim serve does after close()
     assert [seq for seq, _ in await read_events(store, "r1")] == [1, 2, 3]
     assert [seq async for seq, _ in tail(store, "r1", after=1)] == [2, 3]
     store.close()

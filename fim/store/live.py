@@ -130,6 +130,7 @@ class EventLog:
         """Wait until every queued event is written."""
         if self._local is not None:
             if self._local:
+                self._record = False  # the caller writes the record with its final status
                 self._pending = list(self._local)
                 await self._drain()  # one transaction for the whole run
             if _BUFFERS.get((self._store.url, self.run_id)) is self._local:
