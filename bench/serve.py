@@ -16,6 +16,10 @@ The task of each run: three calculator calls, then an answer.
 
     python bench/serve.py [--quick]
     python bench/serve.py --workers [--quick]
+
+FIM_BENCH_SERVE_PROFILE=out.prof runs each `fim serve` under cProfile, written when it
+stops (SIGTERM) to out.<project>-<port>.prof (`example` is the load). Its figures then include
+cProfile's own overhead; use it for where the time goes, not for the CPU per run.
 """
 
 from __future__ import annotations
@@ -110,6 +114,10 @@ class Server:
         )
         self.args += extra
         self.env = {**bench_env(), **(env or {})}
+        profile = os.environ.get("FIM_BENCH_SERVE_PROFILE")
+        if profile:
+            out = Path(profile).with_suffix(f".{root.name}-{self.port}.prof")
+            self.args[1:1] = ["-m", "cProfile", "-o", str(out)]
         self.proc: subprocess.Popen[bytes] | None = None
         self.spawned_at = 0.0
 
