@@ -119,6 +119,9 @@ class Masker:
         forms.discard(MASK)
         self._forms = sorted(forms, key=lambda f: (-len(f), f))
         """Longest first, so a secret that contains another is masked whole."""
+        self._json_forms = sorted({json.dumps(f)[1:-1] for f in self._forms}, key=len)
+        """Each form as `json.dumps` writes it inside a string: JSON escapes character by
+        character, so a string holding a form dumps to text holding the form's escape."""
 
     def __bool__(self) -> bool:
         return bool(self.secrets)
@@ -145,7 +148,20 @@ class Masker:
         it holds (declarations shown to people: a literal `api_key` is still a key)."""
         if not self._forms and not keys:
             return value  # nothing to mask: no copy (a project without secrets pays nothing)
+        if not keys and not self._may_hold_secret(value):
+            return value  # no string in it holds a form: the walk would copy it unchanged
         return self._walk(value, keys, "")
+
+    def _may_hold_secret(self, value: Any) -> bool:
+        """False only when no string (dict keys included) in a JSON value holds a form: one
+        `json.dumps` in C and a substring test per form instead of a Python walk over every
+        node (a run record has ~200 strings, and nearly all records hold no secret). Values
+        JSON cannot encode exactly (other types) are walked."""
+        try:
+            dumped = json.dumps(value)
+        except (TypeError, ValueError, RecursionError):
+            return True
+        return any(form in dumped for form in self._json_forms)
 
     def _walk(self, value: Any, keys: bool, key: object) -> Any:
         if isinstance(value, str):

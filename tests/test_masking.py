@@ -75,6 +75,23 @@ def test_values_are_masked_not_serialised_text():
     assert json.loads(text) == masked and "ss\\\\wo" not in text
 
 
+@pytest.mark.parametrize("secret", [HOSTILE, "sk-live-4f9a8b7c6d5e", "p\u00e4ss\U0001f511w\tord"])
+def test_value_prefilter_finds_every_form_in_any_string(secret: str):
+    """`Masker.value` skips the walk when the dumped value holds no form: every form, in a
+    dict key or a value, amid escaped and non-ASCII text, must still be found and masked."""
+    masker = Masker([secret])
+    for name, form in encoded_forms(secret).items():
+        for value in (
+            {"run": {"events": [{"text": f'\u00e9"\\ {form} \U0001f600'}]}},
+            {"k": [1, 2.5, None, True, {f"<{form}>": "v"}]},
+            [("tuple", form)],
+        ):
+            masked = json.dumps(masker.value(value), ensure_ascii=False)
+            assert MASK in masked and form not in masked, name
+    clean = {"run": {"events": [{"text": "nothing secret", "n": 3}]}}
+    assert masker.value(clean) is clean  # no copy when nothing is masked
+
+
 def test_short_values_and_non_secrets_are_left_alone():
     masker = Masker(["abc", "sk-1234567"])
     assert masker.text("abc sk-1234567") == f"abc {MASK}"
