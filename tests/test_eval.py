@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
@@ -226,6 +227,30 @@ async def test_record_then_replay_offline_then_a_changed_prompt_misses(tmp_path:
     missed = (await EvalRunner(snapshot).run()).suites[0].runs[0]
     assert missed.cassette_miss and not missed.passed
     assert "re-record with `fim eval --record`" in (missed.error or "")
+
+
+async def test_replayed_cases_spend_nothing_so_they_record_no_usage(tmp_path: Path):
+    """Recording calls a real endpoint and its usage lands in the state store like any
+    run's; a replay answers from cassettes, so it writes no usage (and opens no store)."""
+    from fim.store import Store
+    from fim.store.usage import spent, utc_day
+
+    case = {"name": "adds", "input": "What is 2+2?", "expect": [{"contains": "4"}]}
+    with OpenAIStubServer([text("It is 4")]) as stub:
+        agent, general = _stub_agent(stub)
+        snapshot = project_with(
+            tmp_path, {"helper": agent}, [suite("math", "helper", case)], general=general
+        )
+        assert (await EvalRunner(snapshot, mode="record").run()).ok
+    store = Store(snapshot.project.state)
+    try:
+        recorded = await spent(store, utc_day(time.time()), "helper")
+        assert recorded.total_tokens > 0
+        (tmp_path / "state.db").unlink()
+        assert (await EvalRunner(snapshot).run()).ok
+        assert not (tmp_path / "state.db").exists()
+    finally:
+        store.close()
 
 
 async def test_replay_skips_cases_that_need_a_live_model_and_have_no_cassette(

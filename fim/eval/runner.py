@@ -205,7 +205,11 @@ class EvalRunner:
     async def run(self) -> EvalReport:
         started = time.perf_counter()
         jobs = self.plan()
-        services = Services(root=self.snapshot.root, state_url=self.snapshot.project.state)
+        services = Services(
+            root=self.snapshot.root,
+            state_url=self.snapshot.project.state,
+            record_usage=self.mode != "replay",
+        )
         # `concurrency` bounds model calls in flight; cases start a little ahead of free
         # call slots so their set-up (and assertions) overlap other cases' calls instead of
         # queueing behind them.

@@ -57,6 +57,9 @@ class Services:
 
     root: Any = None
     state_url: str = "sqlite:///.fim/state.db"
+    record_usage: bool = True
+    """Whether finished runs write their usage to the state store; `fim eval` replaying
+    cassettes spends nothing, so it records nothing (and never opens the store for it)."""
     cache: dict[str, Any] = field(default_factory=dict)
     closers: list[Callable[[], Any]] = field(default_factory=list)
 

@@ -265,6 +265,7 @@ class Ledger:
             # a bare Services() (library use, tests) names no project whose store it is;
             # every fim surface passes the project root
             and getattr(self.services, "root", None) is not None
+            and getattr(self.services, "record_usage", True)
         ):
             # deferred: loading fim.masking costs tens of ms
             from fim.store import get_store
