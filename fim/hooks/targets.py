@@ -89,16 +89,16 @@ def _collect(snapshot: Snapshot, agent: AgentDecl, found: Targets, seen: set[str
     for name in agent.workflows:
         workflow = snapshot.workflows.get(name)
         for node in workflow.nodes.values() if workflow is not None else ():
-            kind = node.type
-            if kind == "tool":
+            # `node.type` is each node class's Literal tag: comparing it narrows the union
+            if node.type == "tool":
                 names += [node.tool, *NAMES.get(node.tool, ())]
-            elif kind == "connector":
+            elif node.type == "connector":
                 names.append(f"{node.connector}__{node.action}")
-            elif kind == "database":
+            elif node.type == "database":
                 names.append(f"{node.connector}__query")
-            elif kind == "mcp":
+            elif node.type == "mcp":
                 names += [f"{node.server}__{node.tool}", mcp_alias(node.server, node.tool)]
-            elif kind == "agent" and node.agent in snapshot.agents:
+            elif node.type == "agent" and node.agent in snapshot.agents:
                 _collect(snapshot, snapshot.agents[node.agent], found, seen)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,7 +98,7 @@ class Scheduler:
     def _settled(ns: NodeState) -> bool:
         return ns.status in ("ok", "skipped", "failed")
 
-    async def drive(self) -> AsyncIterator[Event]:
+    async def drive(self) -> AsyncGenerator[Event, None]:
         """Run every node that can run, yield their events, then the final event."""
         decl, state, persister = self.decl, self.state, self.persister
         into = incoming(decl)
@@ -301,7 +301,7 @@ class Scheduler:
             )
             queue.put_nowait(done)
 
-    async def finish(self) -> AsyncIterator[Event]:
+    async def finish(self) -> AsyncGenerator[Event, None]:
         """Decide the run's status, render the outputs, write the state, yield the end."""
         state = self.state
         if state.status == "cancelled":
