@@ -28,7 +28,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from fim.errors import ConfigError
+from fim.errors import RunError
 from fim.events import Event
 from fim.observe.context import current_call, current_node
 
@@ -73,7 +73,7 @@ def _exporter() -> Any:
             # deferred: optional dependency, absent in some installs
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
         except ImportError as exc:  # pragma: no cover - depends on the install
-            raise ConfigError(
+            raise RunError(  # not ConfigError: that has no `hint` (it raised TypeError)
                 "OTEL_EXPORTER_OTLP_PROTOCOL=grpc needs opentelemetry-exporter-otlp-proto-grpc",
                 hint="pip install 'fim[otel]', or use http/protobuf",
             ) from exc
