@@ -28,9 +28,7 @@ ModelSource = Callable[[], Model]
 """Builds the model that serves sampling (e.g. the project's `fast` model)."""
 
 
-def sampling_callback(
-    server: str, source: Callable[[], ModelSource | None]
-) -> SamplingFnT:
+def sampling_callback(server: str, source: Callable[[], ModelSource | None]) -> SamplingFnT:
     """The SDK `sampling_callback` for one connection; `source()` is read per request so a
     reload's new model settings apply to servers that keep running."""
 

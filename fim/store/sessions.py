@@ -54,7 +54,12 @@ class Sessions:
             return await self.store._tx(lambda c: self._save(c, session_id, owner, dumped, False))
 
     def _save(
-        self, conn: Connection, session_id: str, owner: str, messages: list[dict[str, Any]], prune: bool
+        self,
+        conn: Connection,
+        session_id: str,
+        owner: str,
+        messages: list[dict[str, Any]],
+        prune: bool,
     ) -> bool:
         # deferred: loading sqlalchemy costs hundreds of ms
         from sqlalchemy import select
