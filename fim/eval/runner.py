@@ -272,7 +272,7 @@ class EvalRunner:
         # deferred: loading fim.run.preflight costs tens of ms
         from fim.run.preflight import agent_problems, workflow_problems
 
-        if suite.agent in self.snapshot.agents:
+        if suite.agent is not None and suite.agent in self.snapshot.agents:
             return agent_problems(self.snapshot, self.snapshot.agents[suite.agent])
         workflow = self.snapshot.workflows.get(suite.workflow or "")
         return workflow_problems(self.snapshot, workflow) if workflow is not None else []
@@ -283,7 +283,7 @@ class EvalRunner:
         cassette such a case is skipped before it starts, so a workflow's side effects never
         run ahead of a model call that cannot be answered."""
         refs: list[Any] = []
-        if suite.agent in self.snapshot.agents:
+        if suite.agent is not None and suite.agent in self.snapshot.agents:
             refs.append(self.snapshot.agents[suite.agent].model)
         workflow = self.snapshot.workflows.get(suite.workflow or "")
         for node in workflow.nodes.values() if workflow is not None else ():

@@ -239,7 +239,7 @@ def metered(
         price = None
     if not budgets and price is None:
         return model
-    return MeteredModel(  # type: ignore[return-value]
+    return MeteredModel(
         model, budgets, price, services=services, agent=agent.name, session=session
     )
 

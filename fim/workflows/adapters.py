@@ -67,7 +67,7 @@ async def run_sql(ctx: NodeContext, connector: str, sql: str, params: dict[str, 
 
     decl: DatabaseConnector = _connector(ctx, connector, DatabaseConnector)
     db = get_database(ctx.services, connector, decl, ctx.snapshot.root)
-    asked = {"sql": sql, "params": params}
+    asked: dict[str, Any] = {"sql": sql, "params": params}
     view = CallView(f"{connector}__query", asked, database_metadata(db, "query", asked))
     asked, view = await ctx.guarded(view.name, asked, view)
     sql, params = str(asked.get("sql", "")), asked.get("params") or {}

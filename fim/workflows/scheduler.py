@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from fim.build.snapshot import Snapshot
 from fim.config.schema import WorkflowDecl
@@ -317,7 +317,7 @@ class Scheduler:
                 state.error = f"nodes never became ready: {', '.join(stuck)} (is there a cycle?)"
                 state.status = "failed"
             else:
-                self._render_outputs()
+                state.status = self._render_outputs()
         now = time.time()
         if state.status != "paused":
             state.finished_at = now
@@ -333,7 +333,8 @@ class Scheduler:
             duration_ms=state.duration_ms,
         )
 
-    def _render_outputs(self) -> None:
+    def _render_outputs(self) -> Literal["ok", "failed"]:
+        """Render the declared outputs; the run's status: failed when they cannot be."""
         decl, state = self.decl, self.state
         scope = {
             "inputs": state.inputs,
@@ -342,7 +343,7 @@ class Scheduler:
         }
         try:
             state.outputs = self.snapshot.masker.value(templates.render(dict(decl.outputs), scope))
-            state.status = "ok"
+            return "ok"
         except templates.TemplateError as exc:
             state.error = self.snapshot.mask(f"cannot render outputs: {exc}")
-            state.status = "failed"
+            return "failed"
