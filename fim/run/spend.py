@@ -24,8 +24,7 @@ from fim.types import ModelResponse, Usage
 
 if TYPE_CHECKING:
     from fim.config.schema.spend import Budget, Price
-    from fim.llm import Model
-    from fim.types import Message, ModelResponse, TextDelta, ToolSpec
+    from fim.types import Message, Model, ModelResponse, TextDelta, ToolSpec
 
 
 class BudgetExceeded(RunError):
