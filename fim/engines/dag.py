@@ -299,7 +299,7 @@ class DagEngine:
         step: PlanStep,
         prefix: str,
         results: dict[str, tuple[str, str]],
-        queue: asyncio.Queue,
+        queue: asyncio.Queue[Event | None],
     ) -> None:
         base = self.base
         sid = prefix + step.id
