@@ -495,7 +495,7 @@ class Checker:
                         assertion.json_path.path,
                     )
 
-    def check_json_path(self, entry: Entry, path: tuple, text: str) -> None:
+    def check_json_path(self, entry: Entry, path: Path_, text: str) -> None:
         """A JSONPath must parse (`fim.json_paths`: RFC 9535; python-jsonpath loads only
         for projects that write one)."""
         # deferred: loading fim.json_paths costs tens of ms
