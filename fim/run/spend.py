@@ -238,9 +238,7 @@ def metered(
         price = None
     if not budgets and price is None:
         return model
-    return MeteredModel(
-        model, budgets, price, services=services, agent=agent.name, session=session
-    )
+    return MeteredModel(model, budgets, price, services=services, agent=agent.name, session=session)
 
 
 class Ledger:
