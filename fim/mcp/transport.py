@@ -213,7 +213,7 @@ async def open_client(
         client_info=_client_info(),
         list_roots_callback=_roots(root),
         sampling_callback=sampling,
-        elicitation_callback=elicitation,  # type: ignore[arg-type]
+        elicitation_callback=elicitation,
     )
     return await stack.enter_async_context(client)
 
