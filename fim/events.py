@@ -14,6 +14,9 @@ from fim.types import HookContext, HookPoint, HookResult, Usage, _Model
 
 # --------------------------------------------------------------------------- events
 
+RunStatus = Literal["ok", "max_iterations", "cancelled", "error"]
+"""How an agent run (or one DAG step, which is one) ended."""
+
 
 class _Event(_Model):
     model_config = ConfigDict(frozen=True, defer_build=True)
@@ -94,7 +97,7 @@ class MessageEvent(_Event):
 class RunFinished(_Event):
     type: Literal["run_finished"] = "run_finished"
     output: str
-    status: Literal["ok", "max_iterations", "cancelled", "error"] = "ok"
+    status: RunStatus = "ok"
     usage: Usage = Field(default_factory=Usage)
     iterations: int = 0
     duration_ms: float = 0.0
@@ -167,7 +170,7 @@ class StepFinished(_Event):
     type: Literal["step_finished"] = "step_finished"
     step: str
     output: str
-    status: Literal["ok", "max_iterations", "cancelled", "error"] = "ok"
+    status: RunStatus = "ok"
     duration_ms: float = 0.0
 
 

@@ -138,11 +138,17 @@ class Tool(Protocol):
     `requires_confirmation`, `sql` ...) without the hook knowing the tool's class.
     """
 
-    name: str
-    description: str
-    parameters: JSONSchema
-    category: str
-    metadata: dict[str, Any]
+    # Read-only for whoever holds a Tool: a plain attribute or a property both satisfy them.
+    @property
+    def name(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def parameters(self) -> JSONSchema: ...
+    @property
+    def category(self) -> str: ...
+    @property
+    def metadata(self) -> dict[str, Any]: ...
 
     async def run(self, **arguments: Any) -> str | ToolResult: ...
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fim.build.builtin_names import builtin_hook_names, builtin_tool_names
 from fim.build.snapshot import Locate, Snapshot, Source
@@ -29,6 +29,9 @@ from fim.errors import ConfigError, Problem
 from fim.schema_check import schema_problem as check_schema
 
 SnapshotCheck = Callable[[Snapshot, Locate], list[Problem]]
+
+if TYPE_CHECKING:
+    from fim.config.yamlio import Path_
 
 
 def command_program(command: str, root: Path) -> str:
@@ -125,7 +128,7 @@ def build_snapshot(decls: Declarations) -> Snapshot:
             line, col = entry.doc.position(())
             sources[(kind, name)] = Source(entry.doc.path, line, col)
 
-    def decls_of(kind: str) -> MappingProxyType:
+    def decls_of(kind: str) -> MappingProxyType[str, Any]:
         return MappingProxyType({name: e.decl for name, e in entries[kind].items()})
 
     agents = {}
@@ -230,7 +233,7 @@ class Checker:
     def add(self, problem: Problem) -> None:
         self.decls.problems.append(problem)
 
-    def ref(self, entry: Entry, path: tuple, kind: str, name: str, label: str = "") -> bool:
+    def ref(self, entry: Entry, path: Path_, kind: str, name: str, label: str = "") -> bool:
         """Report `name` if no `kind` of that name exists; True when it exists."""
         if name in self.decls.entries[kind]:
             return True
@@ -274,12 +277,12 @@ class Checker:
                 if problem is not None:
                     self.add(doc.problem(path, f"{var}: {problem[0]}", problem[1]))
 
-    def check_provider(self, doc: Any, path: tuple, model: str) -> None:
+    def check_provider(self, doc: Any, path: Path_, model: str) -> None:
         problem = provider_problem(model)
         if problem is not None:
             self.add(doc.problem(path, *problem))
 
-    def check_scripted(self, doc: Any, path: tuple, model: str) -> None:
+    def check_scripted(self, doc: Any, path: Path_, model: str) -> None:
         file = model.removeprefix("scripted:")
         if not file or not (self.decls.root / file).is_file():
             self.add(
@@ -290,7 +293,7 @@ class Checker:
                 )
             )
 
-    def check_model(self, entry: Entry, path: tuple, ref: str | ModelSettings) -> None:
+    def check_model(self, entry: Entry, path: Path_, ref: str | ModelSettings) -> None:
         if isinstance(ref, ModelSettings):
             ref, path = ref.model, (*path, "model")
         if ref.startswith("scripted:"):
@@ -353,7 +356,7 @@ class Checker:
                 )
             )
 
-    def check_output_schema(self, entry: Entry, path: tuple, spec: Any) -> None:
+    def check_output_schema(self, entry: Entry, path: Path_, spec: Any) -> None:
         """An inline schema must be a valid JSON Schema; `module:Class` must name a module
         of the hooks/ folder (the class is imported when a run first needs it)."""
 
@@ -391,7 +394,7 @@ class Checker:
 
     # ------------------------------------------------------------------ hooks
 
-    def check_hook(self, entry: Entry, spec: HookSpec, path: tuple) -> None:
+    def check_hook(self, entry: Entry, spec: HookSpec, path: Path_) -> None:
         doc = entry.doc
         if spec.use is not None:
             hooks = builtin_hook_names()
@@ -492,7 +495,7 @@ class Checker:
                         assertion.json_path.path,
                     )
 
-    def check_json_path(self, entry: Entry, path: tuple, text: str) -> None:
+    def check_json_path(self, entry: Entry, path: Path_, text: str) -> None:
         """A JSONPath must parse (`fim.json_paths`: RFC 9535; python-jsonpath loads only
         for projects that write one)."""
         # deferred: loading fim.json_paths costs tens of ms

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
+from typing import TypeVar
 
 from fim.config.schema import (
     AgentDecl,
@@ -43,7 +44,11 @@ Locate = Callable[[str, str, tuple[str | int, ...]], Source]
 (`locate("agent", "support", ("hooks", 1))`), for checks that run on a whole snapshot."""
 
 
-def _frozen(mapping: Mapping | None = None) -> Mapping:
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _frozen(mapping: Mapping[_K, _V] | None = None) -> Mapping[_K, _V]:
     return MappingProxyType(dict(mapping or {}))
 
 

@@ -66,7 +66,7 @@ def check_workflow(checker: Any, entry: Any) -> None:
     doc = entry.doc
     names = set(wf.nodes)
     deps: dict[str, list[str]] = {name: [] for name in wf.nodes}
-    uses: list[tuple[str, tuple, str]] = []
+    uses: list[tuple[str, Where, str]] = []
     for name, node in wf.nodes.items():
         base = ("nodes", name)
         for i, dep in enumerate(node.needs):
@@ -126,7 +126,7 @@ def _field_of(node: NodeType, alias: str) -> str:
 
 
 def _check_upstream(
-    checker: Any, entry: Any, deps: dict[str, list[str]], uses: list[tuple[str, tuple, str]]
+    checker: Any, entry: Any, deps: dict[str, list[str]], uses: list[tuple[str, Where, str]]
 ) -> None:
     """A node may only read outputs of nodes it (transitively) waits for; anything else
     is a race that works or fails depending on timing."""
@@ -151,7 +151,7 @@ def _check_upstream(
 
 
 def _check_refs(
-    checker: Any, entry: Any, path: tuple, ast: Any, wf: WorkflowDecl, own: str | None
+    checker: Any, entry: Any, path: Where, ast: Any, wf: WorkflowDecl, own: str | None
 ) -> list[str]:
     """Report unknown nodes/inputs; returns the other nodes the template reads."""
     found: list[str] = []

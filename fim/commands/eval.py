@@ -6,7 +6,7 @@ import gc
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -99,7 +99,7 @@ def eval_command(
 
     gc.collect()
     gc.freeze()  # the compiled project lives until exit: keep it out of the GC's scans
-    mode = "record" if record else "live" if live else "replay"
+    mode: Literal["record", "replay", "live"] = "record" if record else "live" if live else "replay"
     runner = EvalRunner(
         snapshot,
         concurrency=concurrency,

@@ -13,7 +13,7 @@ from fim.commands import ProjectOption, fail, load_snapshot, run_async, user_err
 from fim.errors import RunError
 
 if TYPE_CHECKING:
-    from fim.events import Event
+    from fim.events import Event, Token
     from fim.types import Message
 
 
@@ -101,6 +101,7 @@ async def _run(
     session: CliSession | None = None,
 ) -> tuple[int, str]:
     # deferred: loading fim.config.schema costs hundreds of ms
+    from fim.events import RunFinished
     from fim.llm import make_model
     from fim.run.agent import run_agent
 
@@ -117,7 +118,7 @@ async def _run(
             session=session.name if session else None,
         ):
             view.show(event)
-            if event.type == "run_finished":
+            if isinstance(event, RunFinished):
                 status, output = event.status, event.output
     return (0 if status == "ok" else 1), output
 
@@ -270,16 +271,27 @@ class EventPrinter:
 
         self.err = Console(stderr=True, highlight=False, soft_wrap=True)
         self._tokens = StreamMasker(known())
-        self._last_token: Event | None = None
+        self._last_token: Token | None = None
         """Tokens are masked as a stream: a secret split over two tokens is still caught."""
 
     def show(self, event: Event) -> None:
-        # deferred: loading fim.masking costs a few ms
+        # deferred: loading fim.masking costs a few ms (fim.events is loaded by now)
+        from fim.events import (
+            ErrorEvent,
+            HookEvent,
+            MessageEvent,
+            Notice,
+            RunFinished,
+            Token,
+            ToolCallEvent,
+            ToolProgress,
+            ToolResultEvent,
+        )
         from fim.masking import mask_model
 
         event = mask_model(event)
         if self.as_json:
-            if event.type == "token":
+            if isinstance(event, Token):
                 event = event.model_copy(update={"text": self._tokens.feed(event.text)})
                 self._last_token = event
                 if not event.text:
@@ -290,46 +302,46 @@ class EventPrinter:
             sys.stdout.write(event.model_dump_json() + "\n")
             sys.stdout.flush()
             return
-        kind = event.type
-        if kind == "token":
-            sys.stdout.write(self._tokens.feed(event.text))
-            sys.stdout.flush()
-            self._streamed = True
-        elif kind == "message":
-            sys.stdout.write(self._tokens.flush() if self._streamed else event.content)
-            sys.stdout.write("\n")
-            sys.stdout.flush()
-            self._streamed = False
-        elif kind == "error":
-            self.err.print(f"[red]error:[/red] {_escape(event.message)}")
-        elif kind == "tool_call" and self.verbose:
-            self._end_stream()
-            args = json.dumps(event.arguments, ensure_ascii=False)
-            self.err.print(f"[cyan]→ {event.name}[/cyan] {_escape(_clip(args, 300))}")
-        elif kind == "tool_result" and self.verbose:
-            style = "red" if event.is_error else "green"
-            self.err.print(
-                f"[{style}]← {event.name}[/{style}] [dim]({event.duration_ms:.0f} ms)[/dim] "
-                f"{_escape(_clip(event.content, 500))}"
-            )
-        elif kind == "hook" and self.verbose:
-            reason = f": {_escape(event.reason)}" if event.reason else ""
-            self.err.print(
-                f"[magenta]⚑ {event.point} {event.hook} {event.decision}[/magenta]{reason}"
-            )
-        elif kind == "tool_progress":
-            total = f"/{event.total:g}" if event.total is not None else ""
-            text = f" {_escape(_clip(event.message, 200))}" if event.message else ""
-            self.err.print(f"[dim]… {event.name} {event.progress:g}{total}{text}[/dim]")
-        elif kind == "notice" and (self.verbose or "elicitation" in event.data):
-            self.err.print(f"[yellow]• {_escape(event.message)}[/yellow]")
-        elif kind == "run_finished" and self.verbose:
-            usage = event.usage
-            self.err.print(
-                f"[dim]{event.status} · {event.iterations} model calls · "
-                f"{usage.prompt_tokens}+{usage.completion_tokens} tokens · "
-                f"{event.duration_ms:.0f} ms[/dim]"
-            )
+        match event:
+            case Token():
+                sys.stdout.write(self._tokens.feed(event.text))
+                sys.stdout.flush()
+                self._streamed = True
+            case MessageEvent():
+                sys.stdout.write(self._tokens.flush() if self._streamed else event.content)
+                sys.stdout.write("\n")
+                sys.stdout.flush()
+                self._streamed = False
+            case ErrorEvent():
+                self.err.print(f"[red]error:[/red] {_escape(event.message)}")
+            case ToolCallEvent() if self.verbose:
+                self._end_stream()
+                args = json.dumps(event.arguments, ensure_ascii=False)
+                self.err.print(f"[cyan]→ {event.name}[/cyan] {_escape(_clip(args, 300))}")
+            case ToolResultEvent() if self.verbose:
+                style = "red" if event.is_error else "green"
+                self.err.print(
+                    f"[{style}]← {event.name}[/{style}] [dim]({event.duration_ms:.0f} ms)[/dim] "
+                    f"{_escape(_clip(event.content, 500))}"
+                )
+            case HookEvent() if self.verbose:
+                reason = f": {_escape(event.reason)}" if event.reason else ""
+                self.err.print(
+                    f"[magenta]⚑ {event.point} {event.hook} {event.decision}[/magenta]{reason}"
+                )
+            case ToolProgress():
+                total = f"/{event.total:g}" if event.total is not None else ""
+                text = f" {_escape(_clip(event.message, 200))}" if event.message else ""
+                self.err.print(f"[dim]… {event.name} {event.progress:g}{total}{text}[/dim]")
+            case Notice() if self.verbose or "elicitation" in event.data:
+                self.err.print(f"[yellow]• {_escape(event.message)}[/yellow]")
+            case RunFinished() if self.verbose:
+                usage = event.usage
+                self.err.print(
+                    f"[dim]{event.status} · {event.iterations} model calls · "
+                    f"{usage.prompt_tokens}+{usage.completion_tokens} tokens · "
+                    f"{event.duration_ms:.0f} ms[/dim]"
+                )
 
     def _end_stream(self) -> None:
         if self._streamed:

@@ -29,7 +29,7 @@ def interpolate(doc: Document, secrets: set[str], env: Mapping[str, str] | None 
     doc.data = _walk(doc, doc.data, (), secrets, environ)
 
 
-def _walk(doc: Document, value: Any, path: Path_, secrets: set[str], env: Mapping) -> Any:
+def _walk(doc: Document, value: Any, path: Path_, secrets: set[str], env: Mapping[str, str]) -> Any:
     if isinstance(value, str):
         return _substitute(doc, value, path, secrets, env) if "${" in value else value
     if isinstance(value, dict):
@@ -44,7 +44,9 @@ def _walk(doc: Document, value: Any, path: Path_, secrets: set[str], env: Mappin
     return value
 
 
-def _substitute(doc: Document, text: str, path: Path_, secrets: set[str], env: Mapping) -> str:
+def _substitute(
+    doc: Document, text: str, path: Path_, secrets: set[str], env: Mapping[str, str]
+) -> str:
     def replace(match: re.Match[str]) -> str:
         escaped, inner = match.group(1), match.group(2)
         if escaped:

@@ -268,7 +268,7 @@ def _load_project(decls: Declarations) -> None:
         paths = doc.data.get("paths") if isinstance(doc.data, dict) else None
         if isinstance(paths, dict):
             with contextlib.suppress(ValidationError):
-                decls.project = Project(paths=paths)
+                decls.project = Project.model_validate({"paths": paths})
         return
     decls.project = project
 
@@ -289,7 +289,7 @@ def _load_file(decls: Declarations, kind: str, path: str | Path) -> None:
     key = (decls.env_key, kind, rel, text)
     parsed = _CACHE.get(key)
     if parsed is None:
-        problems_before, secrets = len(decls.problems), set()
+        problems_before, secrets = len(decls.problems), set[str]()
         doc = _parse(decls, text, rel, secrets=secrets)
         if doc is not None and isinstance(doc.data, dict):
             doc.data.setdefault("name", stem)
@@ -300,7 +300,7 @@ def _load_file(decls: Declarations, kind: str, path: str | Path) -> None:
         decls.problems.extend(problems)
     decls.secrets |= parsed[3]
     decls.seen[key] = parsed
-    if decl is None:
+    if decl is None or doc is None:  # no document, no declaration
         name = doc.data.get("name") if doc is not None and isinstance(doc.data, dict) else None
         decls.broken[kind].add(name if isinstance(name, str) else stem)
         return

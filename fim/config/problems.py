@@ -12,12 +12,15 @@ import difflib
 import types
 import typing
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
 from fim.config.yamlio import Document, Path_
 from fim.errors import Problem
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
 
 _TYPE_WORDS = {
     "string_type": "expected a string",
@@ -188,7 +191,7 @@ def validation_problems(exc: ValidationError, root: Any, doc: Document) -> list[
     return _prune(collected)
 
 
-def _message(err: dict[str, Any]) -> str:
+def _message(err: ErrorDetails) -> str:
     kind, ctx = err["type"], err.get("ctx") or {}
     if kind in _TYPE_WORDS:
         return f"{_TYPE_WORDS[kind]}, got {_show(err['input'])}"
@@ -198,7 +201,7 @@ def _message(err: dict[str, Any]) -> str:
     return msg.removeprefix("Value error, ")
 
 
-def _hint(err: dict[str, Any]) -> str | None:
+def _hint(err: ErrorDetails) -> str | None:
     kind, ctx = err["type"], err.get("ctx") or {}
     if kind == "literal_error" and isinstance(err["input"], str):
         options = [
@@ -209,7 +212,7 @@ def _hint(err: dict[str, Any]) -> str | None:
     return None
 
 
-def _tag_problem(doc: Document, path: Path_, err: dict[str, Any], tags: list[str]) -> Problem:
+def _tag_problem(doc: Document, path: Path_, err: ErrorDetails, tags: list[str]) -> Problem:
     """`type: foo` / `kind: ftp` / no type at all, on a discriminated union."""
     ctx = err.get("ctx") or {}
     field = str(ctx.get("discriminator", "type")).strip("'")

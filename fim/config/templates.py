@@ -13,7 +13,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fim.config.yamlio import Path_
 
 _MARKERS = ("{{", "{%", "{#")
 _PARSED: dict[str, tuple[Any, str | None]] = {}
@@ -89,7 +92,7 @@ class TemplateChecker:
         _PARSED[text] = result
         return result
 
-    def check(self, checker: Any, entry: Any, path: tuple, text: str | None) -> Any:
+    def check(self, checker: Any, entry: Any, path: Path_, text: str | None) -> Any:
         """Report a syntax error of `text` located at `path` in the entry's file."""
         if not text:
             return None
@@ -101,8 +104,8 @@ class TemplateChecker:
         return ast
 
     def check_tree(
-        self, checker: Any, entry: Any, path: tuple, value: Any
-    ) -> Iterator[tuple[tuple, Any]]:
+        self, checker: Any, entry: Any, path: Path_, value: Any
+    ) -> Iterator[tuple[Path_, Any]]:
         """Check every string inside `value`; yields (path, AST) of each template."""
         if isinstance(value, str):
             ast = self.check(checker, entry, path, value)

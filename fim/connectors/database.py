@@ -191,7 +191,7 @@ class Database:
 
         inspector = sa.inspect(self.engine())
         names: list[str] = []
-        for schema in self.decl.schemas or [None]:
+        for schema in self.decl.schemas or (None,):
             prefix = f"{schema}." if schema else ""
             found = inspector.get_table_names(schema=schema)
             found += inspector.get_view_names(schema=schema)

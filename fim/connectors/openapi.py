@@ -107,7 +107,9 @@ def import_openapi(
     if not isinstance(paths, dict):
         raise OpenApiError(f"'paths' must be a mapping of path to operations, not {_kind(paths)}")
     resolver = _Resolver(document)
-    info = document.get("info") if isinstance(document.get("info"), dict) else {}
+    info = document.get("info")
+    if not isinstance(info, dict):
+        info = {}
     decl: dict[str, Any] = {"kind": "http"}
     title = " ".join(str(info.get("title", "")).split())
     if title:
@@ -336,10 +338,10 @@ def _action(
         action["tags"] = tags
     if method not in ("get", "head"):
         _body(operation, resolver, properties, required, action)
-    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    parameters: dict[str, Any] = {"type": "object", "properties": properties}
     if required:
-        schema["required"] = required
-    action["parameters"] = schema
+        parameters["required"] = required
+    action["parameters"] = parameters
     if query and method in ("post", "put", "patch"):
         action["query"] = query
     return action

@@ -536,7 +536,7 @@ def _pg_name(parts: Any) -> Name:
     return names  # type: ignore[return-value]
 
 
-def _pg_walk(node: Any, node_type: type) -> Any:
+def _pg_walk(node: Any, node_type: type[Any]) -> Any:
     """Every parse-tree node below (and including) `node`, depth first."""
     stack = [node]
     while stack:

@@ -30,6 +30,7 @@ from fim.events import (
     PlanCreated,
     RunFinished,
     RunStarted,
+    RunStatus,
     StepFinished,
     StepStarted,
     Token,
@@ -298,7 +299,7 @@ class DagEngine:
         step: PlanStep,
         prefix: str,
         results: dict[str, tuple[str, str]],
-        queue: asyncio.Queue,
+        queue: asyncio.Queue[Event | None],
     ) -> None:
         base = self.base
         sid = prefix + step.id
@@ -314,7 +315,8 @@ class DagEngine:
         )
         t0 = time.perf_counter()
         await queue.put(StepStarted(run_id=base.run_id, step=sid, task=step.task))
-        output, status = "", "error"
+        output = ""
+        status: RunStatus = "error"
         async for event in engine.run(step.task):
             if isinstance(event, RunFinished):
                 output, status = event.output, event.status
@@ -386,12 +388,12 @@ class DagEngine:
                 )
             yield event
 
-    def _finish(self, output: str, status: str, started: float) -> RunFinished:
+    def _finish(self, output: str, status: RunStatus, started: float) -> RunFinished:
         return RunFinished(
             run_id=self.base.run_id,
             output=self.base.mask(output),
             status=status,
-            usage=self._usage,  # type: ignore[arg-type]
+            usage=self._usage,
             iterations=self._calls,
             duration_ms=(time.perf_counter() - started) * 1000,
         )

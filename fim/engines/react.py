@@ -135,8 +135,8 @@ class ReactEngine:
                 metadata=dict(self.metadata),
             ),
         )
-        for event in events:
-            yield event
+        for hook_event in events:
+            yield hook_event
         if not result.allow:
             reason = result.error or "a SessionStart hook refused the session"
             yield ErrorEvent(run_id=self.run_id, message=self.mask(reason), kind="hook_blocked")

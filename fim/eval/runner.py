@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fim.build.snapshot import Snapshot
-from fim.config.schema import EvalCase, EvalSuite, ModelSettings
+from fim.config.schema import AgentNode, EvalCase, EvalSuite, LlmNode, ModelSettings
 from fim.errors import FimError
 from fim.eval.assertions import Observed, Outcome, check, judge_model_ref, model_judge
 from fim.eval.cassettes import (
@@ -276,7 +276,7 @@ class EvalRunner:
         # deferred: loading fim.run.preflight costs tens of ms
         from fim.run.preflight import agent_problems, workflow_problems
 
-        if suite.agent in self.snapshot.agents:
+        if suite.agent is not None and suite.agent in self.snapshot.agents:
             return agent_problems(self.snapshot, self.snapshot.agents[suite.agent])
         workflow = self.snapshot.workflows.get(suite.workflow or "")
         return workflow_problems(self.snapshot, workflow) if workflow is not None else []
@@ -287,13 +287,13 @@ class EvalRunner:
         cassette such a case is skipped before it starts, so a workflow's side effects never
         run ahead of a model call that cannot be answered."""
         refs: list[Any] = []
-        if suite.agent in self.snapshot.agents:
+        if suite.agent is not None and suite.agent in self.snapshot.agents:
             refs.append(self.snapshot.agents[suite.agent].model)
         workflow = self.snapshot.workflows.get(suite.workflow or "")
         for node in workflow.nodes.values() if workflow is not None else ():
-            if node.type == "llm":
+            if isinstance(node, LlmNode):
                 refs.append(node.model)
-            elif node.type == "agent" and node.agent in self.snapshot.agents:
+            elif isinstance(node, AgentNode) and node.agent in self.snapshot.agents:
                 refs.append(self.snapshot.agents[node.agent].model)
         for ref in refs:
             model = self.snapshot.model_settings(ref).model

@@ -56,7 +56,12 @@ def _bound(approval: Approval, binding: dict[str, Any]) -> bool:
 
 
 async def _find_or_create(
-    store: Store, hook: BaseHook, context: HookContext, args: dict, reason: str, timeout: float
+    store: Store,
+    hook: BaseHook,
+    context: HookContext,
+    args: dict[str, Any],
+    reason: str,
+    timeout: float,
 ) -> tuple[str, Approval | None]:
     """An approval to wait on: one already made for this very call (same run, call id and
     arguments: a hook chain asking twice), else a new one."""

@@ -23,6 +23,7 @@ from fim.types import HookContext, HookPoint, HookResult
 
 if TYPE_CHECKING:
     from fim.build.snapshot import Locate, Snapshot
+    from fim.config.yamlio import Path_
     from fim.events import HookRunner
     from fim.run.services import RunContext
 
@@ -198,7 +199,7 @@ def check_hooks(snapshot: Snapshot, locate: Locate | None = None) -> list[Proble
     problems: list[Problem] = []
     where = locate or snapshot.source
 
-    def check(kind: str, owner: str, label: str, spec: HookSpec, path: tuple = ()) -> None:
+    def check(kind: str, owner: str, label: str, spec: HookSpec, path: Path_ = ()) -> None:
         hint: str | None = None
         try:
             hook = instantiate(resolve(spec, snapshot), snapshot, display_name(spec))

@@ -58,7 +58,9 @@ def to_claude(
     return None
 
 
-def from_claude(name: str | None, updated: dict[str, Any], args: dict[str, Any] | None) -> dict:
+def from_claude(
+    name: str | None, updated: dict[str, Any], args: dict[str, Any] | None
+) -> dict[str, Any]:
     """Arguments of the fim tool from a Claude Code `updatedInput` (the inverse of
     `to_claude`); keys Claude Code has no word for are kept from the original call."""
     args = dict(args or {})

@@ -77,8 +77,8 @@ class HookChain:
             )
             result = await self._call(hook, current)
             if not result.allow and point == "SessionStart" and hook.optional:
-                reason = f"optional hook failed, the session starts without it: {result.error}"
-                events.append(self._event(hook, point, context, "allow", reason, result))
+                skipped = f"optional hook failed, the session starts without it: {result.error}"
+                events.append(self._event(hook, point, context, "allow", skipped, result))
                 continue
             if (
                 not result.allow

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from fim.config.schema import AgentNode, ConnectorNode, DatabaseNode, McpNode, ToolNode
 from fim.hooks.base import compile_matcher
 from fim.hooks.claude import NAMES, mcp_alias
 from fim.tools import builtin
@@ -89,16 +90,15 @@ def _collect(snapshot: Snapshot, agent: AgentDecl, found: Targets, seen: set[str
     for name in agent.workflows:
         workflow = snapshot.workflows.get(name)
         for node in workflow.nodes.values() if workflow is not None else ():
-            kind = node.type
-            if kind == "tool":
+            if isinstance(node, ToolNode):
                 names += [node.tool, *NAMES.get(node.tool, ())]
-            elif kind == "connector":
+            elif isinstance(node, ConnectorNode):
                 names.append(f"{node.connector}__{node.action}")
-            elif kind == "database":
+            elif isinstance(node, DatabaseNode):
                 names.append(f"{node.connector}__query")
-            elif kind == "mcp":
+            elif isinstance(node, McpNode):
                 names += [f"{node.server}__{node.tool}", mcp_alias(node.server, node.tool)]
-            elif kind == "agent" and node.agent in snapshot.agents:
+            elif isinstance(node, AgentNode) and node.agent in snapshot.agents:
                 _collect(snapshot, snapshot.agents[node.agent], found, seen)
 
 

@@ -15,7 +15,7 @@ import json
 import os
 import ssl
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import certifi
@@ -82,7 +82,7 @@ def _close_with_loop(loop: asyncio.AbstractEventLoop, session: aiohttp.ClientSes
     library caller is reported as "Unclosed client session" at interpreter exit.
     """
 
-    async def guard() -> AsyncIterator[None]:
+    async def guard() -> AsyncGenerator[None, None]:
         try:
             yield
         finally:

@@ -164,7 +164,8 @@ def load_steps(path: Path) -> list[ModelResponse]:
 
 def _parse_steps(path: Path, source: str) -> list[ModelResponse]:
     # deferred: loading ruamel costs tens of ms
-    from ruamel.yaml import YAML, YAMLError
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
 
     try:
         data = YAML(typ="rt").load(source)

@@ -24,7 +24,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from mcp.client.session import ElicitationFnT
 
     from fim.mcp.caller import Caller
     from fim.mcp.connection import ServerConnection
@@ -176,10 +176,10 @@ def describe_schema(schema: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------- the callback
 
 
-def elicitation_callback(conn: ServerConnection) -> Callable[[Any, Any], Awaitable[Any]]:
+def elicitation_callback(conn: ServerConnection) -> ElicitationFnT:
     """The SDK `elicitation_callback` of one connection (declares the capability)."""
 
-    async def on_elicit(_context: Any, params: Any) -> Any:
+    async def on_elicit(context: Any, params: Any) -> Any:
         try:
             return await _answer(conn, params)
         except Exception:  # the server gets `cancel`, the session stays up

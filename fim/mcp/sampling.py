@@ -9,11 +9,14 @@ and any model failure becomes an MCP error rather than an exception in the sessi
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from fim.mcp.content import render_content
 from fim.types import Message, Model
+
+if TYPE_CHECKING:
+    from mcp.client.session import SamplingFnT
 
 log = logging.getLogger(__name__)
 
@@ -25,13 +28,11 @@ ModelSource = Callable[[], Model]
 """Builds the model that serves sampling (e.g. the project's `fast` model)."""
 
 
-def sampling_callback(
-    server: str, source: Callable[[], ModelSource | None]
-) -> Callable[[Any, Any], Awaitable[Any]]:
+def sampling_callback(server: str, source: Callable[[], ModelSource | None]) -> SamplingFnT:
     """The SDK `sampling_callback` for one connection; `source()` is read per request so a
     reload's new model settings apply to servers that keep running."""
 
-    async def on_sample(_context: Any, params: Any) -> Any:
+    async def on_sample(context: Any, params: Any) -> Any:
         # deferred: loading mcp_types costs hundreds of ms
         import mcp_types
 

@@ -13,15 +13,10 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from fim.mcp.connection import (
-    McpCallTimeout,
-    McpRequestError,
-    McpServerLost,
-    McpUnavailable,
-    ServerConnection,
-    ToolInfo,
-)
+from fim.mcp.connection import ServerConnection
 from fim.mcp.content import render_content
+from fim.mcp.errors import McpCallTimeout, McpRequestError, McpServerLost, McpUnavailable
+from fim.mcp.info import ToolInfo
 from fim.schema_check import problems
 from fim.types import CallView, JSONSchema, ToolResult
 

@@ -14,15 +14,18 @@ import asyncio
 import contextlib
 import os
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import anyio
 
 from fim.config.schema import HttpServer, McpServer, StdioServer
+
+if TYPE_CHECKING:
+    from mcp.client.session import ElicitationFnT, MessageHandlerFnT, SamplingFnT
 
 PASSED_ENV = ("LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "VIRTUAL_ENV", "PYENV_ROOT", "PYENV_VERSION")
 """Inherited on top of the SDK's minimal set (HOME, LOGNAME, PATH, SHELL, TERM, USER), so
@@ -164,10 +167,10 @@ async def open_client(
     root: Path,
     *,
     stderr: StderrLog | None,
-    on_message: Callable[[Any], Awaitable[None]],
+    on_message: MessageHandlerFnT,
     on_end: Callable[[], None],
-    sampling: Callable[[Any, Any], Awaitable[Any]] | None = None,
-    elicitation: Callable[[Any, Any], Awaitable[Any]] | None = None,
+    sampling: SamplingFnT | None = None,
+    elicitation: ElicitationFnT | None = None,
 ) -> Any:
     """Connect to the server and complete the handshake; returns an entered `mcp.Client`.
 
@@ -210,7 +213,7 @@ async def open_client(
         client_info=_client_info(),
         list_roots_callback=_roots(root),
         sampling_callback=sampling,
-        elicitation_callback=elicitation,  # type: ignore[arg-type]
+        elicitation_callback=elicitation,
     )
     return await stack.enter_async_context(client)
 
@@ -220,9 +223,10 @@ def _roots(root: Path) -> Any:
     filesystem-style server knows where it may work."""
     # deferred: loading mcp_types costs hundreds of ms
     import mcp_types
+    from pydantic import FileUrl
 
     async def list_roots(_context: Any) -> Any:
-        uri = root.resolve().as_uri()
+        uri = FileUrl(root.resolve().as_uri())
         return mcp_types.ListRootsResult(roots=[mcp_types.Root(uri=uri, name="project")])
 
     return list_roots

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from fim.observe.context import current_call as current_call
@@ -90,8 +90,8 @@ def observe_run(
 
 
 def observe_workflow(
-    events: AsyncIterator[Event], *, workflow: str, run_id: str, snapshot: Any
-) -> AsyncIterator[Event]:
+    events: AsyncGenerator[Event, None], *, workflow: str, run_id: str, snapshot: Any
+) -> AsyncGenerator[Event, None]:
     """The events of one workflow run, unchanged; spans on the side when tracing is on."""
     if not tracing_enabled():
         return events

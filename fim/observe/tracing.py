@@ -18,7 +18,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from contextvars import ContextVar
 from pathlib import Path
@@ -28,7 +28,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from fim.errors import ConfigError
+from fim.errors import RunError
 from fim.events import Event
 from fim.observe.context import current_call, current_node
 
@@ -73,7 +73,7 @@ def _exporter() -> Any:
             # deferred: optional dependency, absent in some installs
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
         except ImportError as exc:  # pragma: no cover - depends on the install
-            raise ConfigError(
+            raise RunError(  # not ConfigError: that has no `hint` (it raised TypeError)
                 "OTEL_EXPORTER_OTLP_PROTOCOL=grpc needs opentelemetry-exporter-otlp-proto-grpc",
                 hint="pip install 'fim[otel]', or use http/protobuf",
             ) from exc
@@ -415,7 +415,7 @@ def _parent_context(agent: str) -> Any:
     return otel_context.get_current()  # e.g. the W3C context of the incoming HTTP request
 
 
-async def _consume(events: AsyncIterator[Event], trace_: _Trace) -> AsyncIterator[Event]:
+async def _consume(events: AsyncIterator[Event], trace_: _Trace) -> AsyncGenerator[Event, None]:
     token = _scope.set(trace_)
     try:
         async with aclosing(events) as stream:  # type: ignore[type-var]
@@ -477,7 +477,7 @@ def trace_run(
 
 def trace_workflow(
     events: AsyncIterator[Event], *, workflow: str, run_id: str, snapshot: Any
-) -> AsyncIterator[Event]:
+) -> AsyncGenerator[Event, None]:
     attributes = {
         "fim.workflow": workflow,
         "fim.run_id": run_id,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -103,7 +103,9 @@ class ContextGuard:
     """Each message's share of `_upper_bound`, by identity: the conversation is re-sent on
     every model call, and re-encoding all of it each time grew with the run's length."""
 
-    def bind(self, tools: Callable[[], Sequence[ToolSpec]]) -> Callable:
+    def bind(
+        self, tools: Callable[[], Sequence[ToolSpec]]
+    ) -> Callable[[list[Message]], Awaitable[tuple[list[Message], list[str]]]]:
         """The engine's `fit_context(messages)` callable, reading the current tool list."""
 
         async def fit_context(messages: list[Message]) -> tuple[list[Message], list[str]]:

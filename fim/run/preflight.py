@@ -23,7 +23,7 @@ import socket
 from urllib.parse import urlsplit
 
 from fim.build.snapshot import Snapshot
-from fim.config.schema import AgentDecl, ModelSettings, WorkflowDecl
+from fim.config.schema import AgentDecl, AgentNode, LlmNode, McpNode, ModelSettings, WorkflowDecl
 from fim.errors import RunError
 
 
@@ -135,14 +135,14 @@ def workflow_problems(snapshot: Snapshot, decl: WorkflowDecl) -> list[RunError]:
     problems: list[RunError] = []
     for name, node in decl.nodes.items():
         where = f"node '{name}'"
-        if node.type == "llm":
+        if isinstance(node, LlmNode):
             error = key_problem(snapshot.model_settings(node.model))
             if error is not None:
                 problems.append(RunError(f"{where}: {error.message}", hint=error.hint))
-        elif node.type == "agent" and node.agent in snapshot.agents:
+        elif isinstance(node, AgentNode) and node.agent in snapshot.agents:
             agent = snapshot.agents[node.agent]
             problems += agent_problems(snapshot, agent, f"{where} (agent '{agent.name}')")
-        elif node.type == "mcp" and (problem := command_problem(snapshot, node.server)):
+        elif isinstance(node, McpNode) and (problem := command_problem(snapshot, node.server)):
             problems.append(RunError(f"{where}: {problem}"))
     return problems
 

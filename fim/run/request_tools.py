@@ -69,7 +69,8 @@ class RequestTools:
             f"from your next step:\n{catalogue(inactive)}"
         )
 
-    async def run(self, tool_names: list[str]) -> ToolResult:
+    async def run(self, **arguments: Any) -> ToolResult:
+        tool_names: list[str] = arguments["tool_names"]  # required by `parameters`
         names = list(dict.fromkeys(tool_names))
         unknown = [n for n in names if n not in self.registry]
         known = [n for n in names if n in self.registry]

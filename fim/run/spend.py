@@ -24,8 +24,7 @@ from fim.types import ModelResponse, Usage
 
 if TYPE_CHECKING:
     from fim.config.schema.spend import Budget, Price
-    from fim.llm import Model
-    from fim.types import Message, ModelResponse, TextDelta, ToolSpec
+    from fim.types import Message, Model, ModelResponse, TextDelta, ToolSpec
 
 
 class BudgetExceeded(RunError):
@@ -239,9 +238,7 @@ def metered(
         price = None
     if not budgets and price is None:
         return model
-    return MeteredModel(  # type: ignore[return-value]
-        model, budgets, price, services=services, agent=agent.name, session=session
-    )
+    return MeteredModel(model, budgets, price, services=services, agent=agent.name, session=session)
 
 
 class Ledger:

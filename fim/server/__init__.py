@@ -77,7 +77,7 @@ async def serve(
         access_log=False,  # fim.server.http.AccessLog writes one line per request
         lifespan="off",
         # JSON logs: uvicorn's loggers propagate to the root's JSON handler
-        **({"log_config": None} if json_logs else {}),
+        log_config=None if json_logs else uvicorn.config.LOGGING_CONFIG,
     )
     server = _server_class()(config)
     print(banner(snapshot, host, sock.getsockname()[1], reload), file=sys.stderr, flush=True)

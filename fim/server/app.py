@@ -86,7 +86,6 @@ class Api:
         name = request.path_params["name"]
         if name not in snap.agents:
             return error(404, f"unknown agent '{name}'", f"agents: {', '.join(snap.agents)}")
-        decl = snap.agents[name]
         decl = snap.agents[name].model_dump(mode="json", by_alias=True)
         return JSONResponse(snap.masker.value(decl, keys=True))
 
@@ -325,7 +324,7 @@ def _summary(record: Any) -> dict[str, Any]:
 
 
 def _record_dict(record: Any) -> dict[str, Any]:
-    if is_dataclass(record):
+    if is_dataclass(record) and not isinstance(record, type):
         return json.loads(json.dumps(asdict(record), default=str))
     return dict(record)
 

@@ -206,7 +206,7 @@ class AccessLog:
         started = time.perf_counter()
         status, size = 500, 0
 
-        async def sending(message: dict[str, Any]) -> None:
+        async def sending(message: Message) -> None:
             nonlocal status, size
             if message["type"] == "http.response.start":
                 status = message["status"]

@@ -101,7 +101,7 @@ def to_messages(raw: list[ChatMessage]) -> list[Message]:
             ]
         messages.append(
             Message(
-                role=role,  # type: ignore[arg-type]
+                role=role,
                 content=text if text or not calls else None,
                 tool_calls=calls,
                 images=images,

@@ -225,11 +225,11 @@ def openapi_document(app: Any, title: str = "fim") -> dict[str, Any]:
     except PackageNotFoundError:
         fim_version = "0"
     models: list[tuple[type[BaseModel], Any]] = [(r.ErrorResponse, "serialization")]
-    for op in OPERATIONS.values():
-        if op.ok is not None:
-            models.append((op.ok, "serialization"))
-        if op.body is not None:
-            models.append((op.body, "validation"))
+    for declared in OPERATIONS.values():
+        if declared.ok is not None:
+            models.append((declared.ok, "serialization"))
+        if declared.body is not None:
+            models.append((declared.body, "validation"))
     schemas, defs = models_json_schema(
         list(dict.fromkeys(models)), ref_template="#/components/schemas/{model}"
     )

@@ -17,6 +17,7 @@ from fim.server.http import JSONResponse, error, sse
 
 if TYPE_CHECKING:
     from fim.server.app import Api
+    from fim.store.records import ApprovalStatus
 
 log = logging.getLogger("fim.server")
 
@@ -95,7 +96,17 @@ def approval_routes(api: Api) -> list[Route]:
         from fim.store import get_store
 
         status = request.query_params.get("status", "pending")
-        items = await get_store(api.services).list_approvals(None if status == "all" else status)
+        known: dict[str, ApprovalStatus] = {
+            "pending": "pending",
+            "approved": "approved",
+            "denied": "denied",
+            "expired": "expired",
+        }
+        store = get_store(api.services)
+        if status == "all":
+            items = await store.list_approvals(None)
+        else:  # an unknown status matches no approval
+            items = await store.list_approvals(known[status]) if status in known else []
         return JSONResponse({"approvals": [a.as_dict() for a in items]})
 
     async def resolve(request: Request) -> Response:

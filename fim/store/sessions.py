@@ -9,7 +9,7 @@ key reading or writing it is told the session does not exist.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fim.store.schema import table
 from fim.types import Message
@@ -54,7 +54,12 @@ class Sessions:
             return await self.store._tx(lambda c: self._save(c, session_id, owner, dumped, False))
 
     def _save(
-        self, conn: Connection, session_id: str, owner: str, messages: list[object], prune: bool
+        self,
+        conn: Connection,
+        session_id: str,
+        owner: str,
+        messages: list[dict[str, Any]],
+        prune: bool,
     ) -> bool:
         # deferred: loading sqlalchemy costs hundreds of ms
         from sqlalchemy import select

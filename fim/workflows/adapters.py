@@ -67,7 +67,7 @@ async def run_sql(ctx: NodeContext, connector: str, sql: str, params: dict[str, 
 
     decl: DatabaseConnector = _connector(ctx, connector, DatabaseConnector)
     db = get_database(ctx.services, connector, decl, ctx.snapshot.root)
-    asked = {"sql": sql, "params": params}
+    asked: dict[str, Any] = {"sql": sql, "params": params}
     view = CallView(f"{connector}__query", asked, database_metadata(db, "query", asked))
     asked, view = await ctx.guarded(view.name, asked, view)
     sql, params = str(asked.get("sql", "")), asked.get("params") or {}
@@ -98,7 +98,7 @@ async def run_sql(ctx: NodeContext, connector: str, sql: str, params: dict[str, 
 async def call_mcp(ctx: NodeContext, server: str, tool: str, args: dict[str, Any]) -> Any:
     """Call a tool of a declared MCP server, validating the arguments against its schema."""
     # deferred: loading fim.mcp.tools costs tens of ms
-    from fim.mcp.connection import McpUnavailable
+    from fim.mcp.errors import McpUnavailable
     from fim.mcp.manager import get_manager
     from fim.mcp.tools import adapt
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, Iterable
 from contextlib import aclosing
 from typing import Any
 
@@ -153,7 +153,7 @@ class WorkflowEngine:
                 return current
         return WorkflowDecl.model_validate(state.decl)
 
-    async def run(self, inputs: dict[str, Any] | None = None) -> AsyncIterator[Event]:
+    async def run(self, inputs: dict[str, Any] | None = None) -> AsyncGenerator[Event, None]:
         """Start a new run. Raises RunError before any event for bad inputs or guards."""
         decl = self._decl()
         self._guard()
@@ -201,7 +201,7 @@ class WorkflowEngine:
         node: str | None = None,
         by: str = "cli",
         force: bool = False,
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         """Continue a run paused at a human node, in this process or after a restart, or
         recover one whose process died mid-node.
 
@@ -254,7 +254,10 @@ class WorkflowEngine:
                         f"invalid input for node '{node_id}': {'; '.join(problems)}",
                         hint=f"the node accepts: {schema}",
                     )
-            approval = await store.resolve_approval(approval.id, approved, by=by, data=given)
+            resolved = await store.resolve_approval(approval.id, approved, by=by, data=given)
+            if resolved is None:  # deleted between the read above and this write
+                raise RunError(f"the approval of node '{node_id}' vanished from the state store")
+            approval = resolved
         elif approved is not None and (approval.status == "approved") != approved:
             raise RunError(
                 f"node '{node_id}' was already {approval.status} by {approval.resolved_by}",
@@ -318,7 +321,7 @@ class WorkflowEngine:
         state.owner = current_owner()
         return in_flight
 
-    async def _recover(self, state: RunState, force: bool) -> AsyncIterator[Event]:
+    async def _recover(self, state: RunState, force: bool) -> AsyncGenerator[Event, None]:
         """Continue a run recorded as running whose process is gone."""
         alive = owner_alive(state.owner)
         if alive:

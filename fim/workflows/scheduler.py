@@ -14,9 +14,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from fim.build.snapshot import Snapshot
 from fim.config.schema import WorkflowDecl
@@ -98,7 +98,7 @@ class Scheduler:
     def _settled(ns: NodeState) -> bool:
         return ns.status in ("ok", "skipped", "failed")
 
-    async def drive(self) -> AsyncIterator[Event]:
+    async def drive(self) -> AsyncGenerator[Event, None]:
         """Run every node that can run, yield their events, then the final event."""
         decl, state, persister = self.decl, self.state, self.persister
         into = incoming(decl)
@@ -301,7 +301,7 @@ class Scheduler:
             )
             queue.put_nowait(done)
 
-    async def finish(self) -> AsyncIterator[Event]:
+    async def finish(self) -> AsyncGenerator[Event, None]:
         """Decide the run's status, render the outputs, write the state, yield the end."""
         state = self.state
         if state.status == "cancelled":
@@ -317,7 +317,7 @@ class Scheduler:
                 state.error = f"nodes never became ready: {', '.join(stuck)} (is there a cycle?)"
                 state.status = "failed"
             else:
-                self._render_outputs()
+                state.status = self._render_outputs()
         now = time.time()
         if state.status != "paused":
             state.finished_at = now
@@ -333,7 +333,8 @@ class Scheduler:
             duration_ms=state.duration_ms,
         )
 
-    def _render_outputs(self) -> None:
+    def _render_outputs(self) -> Literal["ok", "failed"]:
+        """Render the declared outputs; the run's status: failed when they cannot be."""
         decl, state = self.decl, self.state
         scope = {
             "inputs": state.inputs,
@@ -342,7 +343,7 @@ class Scheduler:
         }
         try:
             state.outputs = self.snapshot.masker.value(templates.render(dict(decl.outputs), scope))
-            state.status = "ok"
+            return "ok"
         except templates.TemplateError as exc:
             state.error = self.snapshot.mask(f"cannot render outputs: {exc}")
-            state.status = "failed"
+            return "failed"

@@ -52,7 +52,7 @@ def _environment() -> Any:
     import jinja2
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    class Guarded(ImmutableSandboxedEnvironment):  # type: ignore[misc]
+    class Guarded(ImmutableSandboxedEnvironment):
         intercepted_binops = frozenset({"*", "**"})
 
         def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:

@@ -88,7 +88,11 @@ def make_tool(ctx: RunContext, offered: list[str]) -> FunctionTool:
             return _error(f"{exc}. Fix the inputs and call run_workflow again.")
         state = engine.state
         assert state is not None
-        summary = {"run_id": state.run_id, "status": state.status, "outputs": state.outputs}
+        summary: dict[str, Any] = {
+            "run_id": state.run_id,
+            "status": state.status,
+            "outputs": state.outputs,
+        }
         if state.status != "ok":
             summary["error"] = state.error
             failed = {n: s.error for n, s in state.nodes.items() if s.status == "failed"}

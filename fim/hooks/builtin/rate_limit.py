@@ -32,7 +32,7 @@ class RateLimitOptions(BaseModel):
 class RateLimit(PreToolUseHook):
     Options: ClassVar[type[BaseModel]] = RateLimitOptions
     priority = 20
-    clock: ClassVar[Callable[[], float]] = staticmethod(time.monotonic)
+    clock: Callable[[], float] = staticmethod(time.monotonic)
     """Seconds from a monotonic clock; replaceable (tests slide the window without waiting)."""
 
     def _windows(self) -> dict[tuple[str, ...], deque[float]]:

@@ -164,7 +164,9 @@ def apply(value: Any, step: dict[str, Any]) -> Any:
         numbers = _numbers(items, field, op)
         if op == "avg":
             return sum(numbers) / len(numbers)
-        return {"sum": sum, "min": min, "max": max}[op](numbers)
+        if op == "sum":
+            return sum(numbers)
+        return min(numbers) if op == "min" else max(numbers)
     if op in ("group_by", "count_by"):
         if not field:
             raise TransformError(f"'{op}' needs 'field'")

@@ -55,15 +55,18 @@ def _compile(pattern: str, flags: int) -> Any:
         # deferred: optional dependency, absent in some installs
         import regex
     except ImportError:
-        regex = None
-    try:
-        if regex is None:
+        try:
             return re.compile(pattern, flags)
+        except re.error as exc:
+            raise _invalid(exc) from None
+    try:
         return regex.compile(pattern, flags | regex.VERSION0)
-    except (re.error, getattr(regex, "error", re.error)) as exc:
-        raise TextError(
-            f"invalid regular expression: {exc}. Fix the pattern (Python regex syntax)"
-        ) from None
+    except (re.error, regex.error) as exc:
+        raise _invalid(exc) from None
+
+
+def _invalid(exc: Exception) -> TextError:
+    return TextError(f"invalid regular expression: {exc}. Fix the pattern (Python regex syntax)")
 
 
 def _timeout_kw(compiled: Any, timeout: float) -> dict[str, float]:

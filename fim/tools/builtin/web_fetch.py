@@ -106,7 +106,7 @@ class Guard:
             raise Blocked(
                 f"cannot resolve host '{host}' ({exc.strerror}); check the URL's spelling"
             ) from None
-        return [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
+        return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
 
 
 def _render(url: str, status: int, content_type: str, body: str, max_chars: int) -> str:
