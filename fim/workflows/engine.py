@@ -84,6 +84,7 @@ class WorkflowEngine:
         tools: Iterable[Tool] = (),
         run_id: str | None = None,
         guard: Any = None,
+        queued: bool = False,
     ) -> None:
         self.snapshot = snapshot
         self.name = workflow_name
@@ -95,6 +96,8 @@ class WorkflowEngine:
         self.extra_tools = {t.name: t for t in tools}
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.state: RunState | None = None
+        self.queued = queued
+        """Run by a `fim worker` job (recorded in the run: see RunState.queued)."""
         self._registry = ToolRegistry()
 
     def _scheduler(self, decl: WorkflowDecl, state: RunState) -> Scheduler:
@@ -171,6 +174,7 @@ class WorkflowEngine:
             parents=list(self.parents),
             snapshot_version=self.snapshot.version,
             owner=current_owner(),
+            queued=self.queued,
         )
         yield Notice(
             run_id=self.run_id,
