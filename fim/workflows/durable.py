@@ -16,12 +16,12 @@ key (`idempotency_key`) so the far side can deduplicate.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
+from fim.idempotency import idempotency_key as idempotency_key  # part of the contract
 
 if TYPE_CHECKING:
     import procrastinate
@@ -36,12 +36,6 @@ AGENT_TASK = "fim.run_agent"
 QUEUE = "fim-workflows"
 KIND_WORKFLOW = "workflow"
 """One queue for every fim job: workers take workflow steps and agent runs alike."""
-
-
-def idempotency_key(run_id: str, node_id: str) -> str:
-    """The key a side-effecting node sends as `Idempotency-Key`: the same on every attempt
-    of one node of one run, different across runs and nodes."""
-    return hashlib.sha256(f"{run_id}\x00{node_id}".encode()).hexdigest()[:32]
 
 
 def postgres_dsn(state_url: str) -> str:
