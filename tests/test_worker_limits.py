@@ -151,7 +151,7 @@ class _Shop(BaseHTTPRequestHandler):
     keys: list[str | None] = []
     hang = threading.Event()
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("content-length") or 0))
         type(self).keys.append(self.headers.get("Idempotency-Key"))
         if len(type(self).keys) == 1:  # the first attempt never gets an answer
