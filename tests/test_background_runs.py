@@ -75,7 +75,7 @@ def served(root: Path) -> Iterator[str]:
 def workers(root: Path, count: int = 1, *extra: str) -> Iterator[list[subprocess.Popen[bytes]]]:
     """`fim worker` processes on the project (their logs next to it)."""
     procs = []
-    args = ["worker", "-p", str(root), "--heartbeat", "0.5", "--stalled-after", "2", *extra]
+    args = ["worker", "-p", str(root), "--heartbeat", "0.5", "--stalled-after", "30", *extra]
     for i in range(count):
         log = (root.parent / f"worker{i}.log").open("wb")
         procs.append(

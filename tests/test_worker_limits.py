@@ -78,7 +78,7 @@ def worker(root: Path, tag: str, concurrency: int = 4) -> Iterator[subprocess.Po
         "PYTHONPATH": os.pathsep.join([str(root.parent), os.environ.get("PYTHONPATH", "")]),
     }
     args = ["worker", "-p", str(root), "--tools", "limittools:tools"]
-    args += ["--concurrency", str(concurrency), "--heartbeat", "0.5", "--stalled-after", "2"]
+    args += ["--concurrency", str(concurrency), "--heartbeat", "0.5", "--stalled-after", "4"]
     log = (root.parent / f"worker-{tag}.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "fim.cli", *args], stdout=log, stderr=log, env=env

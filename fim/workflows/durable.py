@@ -212,11 +212,7 @@ async def advance(
         elif not retried:
             return record.status
         else:  # recorded as running: the worker that held it died (procrastinate retried it)
-            events = engine.resume(
-                run_id,
-                None,
-                by="worker",
-            )
+            events = engine.resume(run_id, None, by="worker")
         from fim.store.live import recorded  # deferred: only where jobs run
 
         async for _ in recorded(get_store(services), run_id, KIND, workflow, events):

@@ -323,8 +323,22 @@ class WorkflowEngine:
         return in_flight
 
     async def _recover(self, state: RunState, force: bool) -> AsyncIterator[Event]:
-        """Continue a run recorded as running whose process is gone."""
-        alive = owner_alive(state.owner)
+        """Continue a run recorded as running whose process is gone.
+
+        A queued run (`fim worker`) is never recovered here by host/pid liveness: its
+        worker's heartbeat is procrastinate's, which re-delivers the job to another worker
+        (fim.workflows.durable.advance) — the only path that recovers it.
+        """
+        if state.queued or self.queued:
+            if not (state.queued and self.queued):
+                raise RunError(
+                    f"run '{state.run_id}' is executed by `fim worker` jobs; procrastinate "
+                    "hands it to another worker when its worker stops",
+                    hint="keep a `fim worker` running; `fim workflow show` follows it",
+                )
+            alive: bool | None = False
+        else:
+            alive = owner_alive(state.owner)
         if alive:
             raise RunError(
                 f"run '{state.run_id}' is still running (process {state.owner.get('pid')})",
