@@ -36,6 +36,18 @@ def _tools(spec: str | None) -> list[Any]:
     return list(getattr(importlib.import_module(module), func)())
 
 
+def _warm_up() -> None:
+    """Import what jobs run before taking one. An import inside the first job would block
+    the event loop, where procrastinate's heartbeat runs too: on a loaded machine, seconds
+    without a heartbeat make another worker take the job while this one still runs it."""
+    import fim.connectors.http
+    import fim.run.agent
+    import fim.run.queued
+    import fim.store.sessions
+    import fim.workflows.adapters
+    import fim.workflows.engine  # noqa: F401
+
+
 def worker(
     ctx: typer.Context,
     concurrency: Annotated[
@@ -97,6 +109,7 @@ def worker(
         try:
             async with app.open_async():
                 await ensure_schema(app)
+                await asyncio.to_thread(_warm_up)
                 version = f", commit {snapshot.version[:12]}" if source is not None else ""
                 typer.echo(f"fim worker: {root} (concurrency {concurrency}{version})", err=True)
                 await app.run_worker_async(
