@@ -175,3 +175,45 @@ def test_background_runs_execute_on_a_worker_and_approvals_resume_there(
         assert done["data"]["outputs"] == {"refunded": "-5"}
         owners = {n: s.get("status") for n, s in done["data"]["nodes"].items()}
         assert owners == {"approve": "ok", "refund": "ok"}
+
+
+def test_a_queued_run_is_recovered_only_by_a_worker_job(tmp_path: Path):
+    """fim's own host/pid recovery is off for runs `fim worker` executes: procrastinate's
+    re-delivery is the only path that recovers them (docs/scale-out.md)."""
+    import asyncio
+
+    import pytest
+
+    from fim.errors import RunError
+    from fim.run.services import Services
+    from fim.store import get_store
+    from fim.workflows.engine import WorkflowEngine
+    from fim.workflows.state import KIND, NodeState, RunState, orphaned
+
+    root = project(tmp_path / "p", "sqlite:///.fim/state.db")
+    snapshot = compile_project(root)
+    decl = snapshot.workflows["refund"].model_dump(mode="json", by_alias=True, exclude_none=True)
+    dead = {"host": __import__("socket").gethostname(), "pid": 2**22 + 7}  # no such process
+    state = RunState(
+        run_id="q1",
+        workflow="refund",
+        decl=decl,
+        inputs={"amount": 1},
+        nodes={"approve": NodeState(type="human"), "refund": NodeState(type="tool")},
+        owner=dead,
+        queued=True,
+    )
+    assert not orphaned(state) and orphaned(RunState(**{**vars(state), "queued": False}))
+
+    async def go() -> None:
+        services = Services(root=root, state_url=snapshot.project.state)
+        try:
+            await get_store(services).put_run("q1", KIND, "refund", "running", state.to_dict())
+            engine = WorkflowEngine(snapshot, "refund", services)
+            with pytest.raises(RunError, match="executed by `fim worker` jobs"):
+                async for _ in engine.resume("q1", None, force=True):
+                    pass
+        finally:
+            await services.aclose()
+
+    asyncio.run(go())
