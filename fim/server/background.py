@@ -54,7 +54,11 @@ class Queue:
 
                 app = make_app(self.state_url)
                 await app.open_async()
-                await ensure_schema(app)
+                try:
+                    await ensure_schema(app)
+                except BaseException:
+                    await app.close_async()
+                    raise
                 self._app = app
             return self._app
 
@@ -74,6 +78,19 @@ def queue_of(api: Api) -> Queue | None:
         return None
     queue: Queue = api.services.get("fim.queue", lambda: Queue(url), closer=Queue.close)
     return queue
+
+
+async def _open(queue: Queue) -> procrastinate.App | Response:
+    """The queue, or a 503 saying it cannot be reached (nothing was recorded yet)."""
+    try:
+        return await queue.app()
+    except Exception as exc:
+        log.warning("cannot open the job queue: %s", exc)
+        return error(
+            503,
+            "cannot reach the job queue in the PostgreSQL state store",
+            "check `state:` in fim.yaml and that the database is up; the run was not queued",
+        )
 
 
 def accepted(run_id: str, kind: str, name: str, where: str) -> JSONResponse:
@@ -110,12 +127,15 @@ async def start_agent_run(
     run_id = uuid.uuid4().hex[:12]
     request = request_data(history, session, owner, snapshot)
     data: dict[str, Any] = {"session_id": session, "output": None, "events": []}
-    await mark_queued(api.services, run_id, "agent", name, data)
     queue = queue_of(api)
-    if queue is not None:
+    app = await _open(queue) if queue is not None else None
+    if isinstance(app, Response):
+        return app
+    await mark_queued(api.services, run_id, "agent", name, data)
+    if app is not None:
         from fim.workflows.durable import defer_agent
 
-        await defer_agent(await queue.app(), run_id, name, request, limit)
+        await defer_agent(app, run_id, name, request, limit)
         return accepted(run_id, "agent", name, "worker")
     work = execute_agent_run(snapshot, api.services, run_id, name, request)
     _spawn(_limited("agent", name, limit, work), f"background-{run_id}")
@@ -135,15 +155,18 @@ async def start_workflow_run(api: Api, name: str, inputs: dict[str, Any]) -> Res
         return error(400, exc.message, exc.hint, param="inputs")
     run_id = uuid.uuid4().hex[:12]
     queue = queue_of(api)
+    app = await _open(queue) if queue is not None else None
+    if isinstance(app, Response):
+        return app
     # shaped like a workflow run's state, so `fim workflow show` reads it while queued
     state: dict[str, Any] = {"run_id": run_id, "workflow": name, "decl": {}, "nodes": {}}
     state["inputs"] = values
     state.update(status="queued", queued=queue is not None, snapshot_version=snapshot.version)
     await mark_queued(api.services, run_id, "workflow", name, state)
-    if queue is not None:
+    if app is not None:
         from fim.workflows.durable import defer_workflow
 
-        await defer_workflow(await queue.app(), run_id, name, values, decl.concurrency)
+        await defer_workflow(app, run_id, name, values, decl.concurrency)
         return accepted(run_id, "workflow", name, "worker")
     from fim.workflows.engine import WorkflowEngine
 
