@@ -173,7 +173,10 @@ def _decide(
     verb = "approved" if approved else "denied"
     invalid: list[str] = []
 
+    queued = False
+
     async def work() -> tuple[Approval | None, Approval | None]:
+        nonlocal queued
         before = await store.get_approval(approval_id)
         if before is None or before.status != "pending":
             return before, None
@@ -188,7 +191,10 @@ def _decide(
             invalid.append("--content and --cancel answer MCP elicitations only")
             return before, None
         by = f"cli:{getpass.getuser()}"
-        return before, await store.resolve_approval(approval_id, approved, by=by, data=data)
+        after = await store.resolve_approval(approval_id, approved, by=by, data=data)
+        if after is not None and after.kind == "workflow" and after.status == verb:
+            queued = await _requeue(store, after.data.get("run_id", after.run_id))
+        return before, after
 
     before, after = _run(store, work())
     if before is None:
@@ -199,6 +205,12 @@ def _decide(
         current = after or before
         by = f" by {current.resolved_by}" if current.resolved_by else ""
         fail(f"approval {approval_id} is already {current.status}{by}; nothing was changed")
+    if after.kind == "workflow" and queued:
+        typer.echo(
+            f"{verb} {approval_id}: workflow '{after.agent}' node '{after.data.get('node')}'; "
+            "a `fim worker` continues it"
+        )
+        return
     if after.kind == "workflow":
         run_id = after.data.get("run_id", after.run_id)
         typer.echo(
@@ -214,6 +226,19 @@ def _decide(
         f"{verb} {approval_id}: agent '{after.agent}' may "
         f"{'now' if approved else 'not'} call {after.tool_name}"
     )
+
+
+async def _requeue(store: Store, run_id: str) -> bool:
+    """A decided human node of a run that `fim worker` executes: queue the job that
+    continues it (fim.workflows.durable). False for a run that resumes in process."""
+    from fim.workflows.durable import ensure_schema, is_postgres, make_app, requeue_decided
+
+    if not is_postgres(store.url):
+        return False
+    app = make_app(store.url)
+    async with app.open_async():
+        await ensure_schema(app)
+        return await requeue_decided(app, store, run_id)
 
 
 def approve(

@@ -197,6 +197,7 @@ class HttpConnectorClient:
                 "in the arguments.",
                 is_error=True,
             )
+        _with_idempotency_key(request, action.method)
         retries = self.decl.retries if action.method in _IDEMPOTENT else 0
 
         def worth_retry(exc: BaseException) -> bool:
@@ -279,6 +280,20 @@ class _Fetched:
 
 
 _NOT_JSON = object()
+
+
+def _with_idempotency_key(request: dict[str, Any], method: str) -> None:
+    """A workflow node's key (fim.idempotency) on a request that may change something,
+    unless the action's own headers already name one."""
+    from fim.idempotency import HEADER, SAFE_METHODS, current_key
+
+    key = current_key()
+    headers = request.get("headers") or {}
+    if key is None or method.upper() in SAFE_METHODS:
+        return
+    if any(name.lower() == HEADER.lower() for name in headers):
+        return
+    request["headers"] = {**headers, HEADER: key}
 
 
 def _json_body(fetched: _Fetched) -> Any:

@@ -225,6 +225,10 @@ class Api:
             return exc.response()
         except UnknownSession as exc:
             return error(404, exc.message)
+        if body.background:  # 202 at once; fim.server.background runs or queues it
+            from fim.server.background import start_agent_run
+
+            return await start_agent_run(self, name, history, session, owner)
         run_id = uuid.uuid4().hex[:12]
         if body.stream:
             return sse(self._sse_run(name, history, (session, owner), run_id))

@@ -64,11 +64,19 @@ class RunBody(_Body):
     messages: list[Message] | None = None
     session_id: str | None = Field(default=None, max_length=200)
     stream: bool = False
+    background: bool = Field(
+        default=False,
+        description="Answer 202 with the run id at once; the run executes later (on a "
+        "`fim worker` with a PostgreSQL store, in the server with SQLite). "
+        "Poll GET /v1/runs/{run_id}.",
+    )
 
     @model_validator(mode="after")
     def _has_input(self) -> RunBody:
         if not self.messages and self.input is None:
             raise ValueError("send 'input' (a string) or 'messages' (a list of chat messages)")
+        if self.stream and self.background:
+            raise ValueError("'stream' and 'background' exclude each other (poll the run)")
         return self
 
 
@@ -200,6 +208,18 @@ class WorkflowRunBody(_Body):
 
     inputs: dict[str, Any] | None = None
     stream: bool = False
+    background: bool = Field(
+        default=False,
+        description="Answer 202 with the run id at once; the run executes later (on a "
+        "`fim worker` with a PostgreSQL store, in the server with SQLite). "
+        "Poll GET /v1/runs/{run_id}.",
+    )
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> WorkflowRunBody:
+        if self.stream and self.background:
+            raise ValueError("'stream' and 'background' exclude each other (poll the run)")
+        return self
 
 
 class DecisionBody(_Body):

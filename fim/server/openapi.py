@@ -35,6 +35,8 @@ class Op:
     events are."""
     query: dict[str, dict[str, Any]] = field(default_factory=dict)
     errors: tuple[int, ...] = ()
+    background: bool = False
+    """The body may ask for `background: true`: 202 with a `BackgroundAccepted`."""
 
 
 OPERATIONS: dict[tuple[str, str], Op] = {
@@ -64,6 +66,7 @@ OPERATIONS: dict[tuple[str, str], Op] = {
         stream="with `stream: true`: one event per engine event (`event: <type>`, `data:` "
         "the event as JSON; see fim.events), ending with `run_finished`",
         errors=(400, 404, 499, 500, 503),
+        background=True,
     ),
     ("GET", "/v1/runs"): Op(
         "Recent runs (without their traces)",
@@ -113,6 +116,7 @@ OPERATIONS: dict[tuple[str, str], Op] = {
         stream="with `stream: true`: `node_started`, `node_finished`, `node_skipped`, "
         "`node_failed`, `notice` and a last `workflow_finished`",
         errors=(400, 404, 503),
+        background=True,
     ),
     ("GET", "/v1/approvals"): Op(
         "Approvals (pending by default)",
@@ -224,7 +228,10 @@ def openapi_document(app: Any, title: str = "fim") -> dict[str, Any]:
         fim_version = version("fim")
     except PackageNotFoundError:
         fim_version = "0"
-    models: list[tuple[type[BaseModel], Any]] = [(r.ErrorResponse, "serialization")]
+    models: list[tuple[type[BaseModel], Any]] = [
+        (r.ErrorResponse, "serialization"),
+        (r.BackgroundAccepted, "serialization"),
+    ]
     for declared in OPERATIONS.values():
         if declared.ok is not None:
             models.append((declared.ok, "serialization"))
@@ -257,6 +264,13 @@ def openapi_document(app: Any, title: str = "fim") -> dict[str, Any]:
             if op.stream:
                 ok[SSE] = {"schema": {"type": "string", "description": op.stream}}
             item["responses"] = {"200": {"description": "OK", "content": ok}}
+            if op.background:
+                accepted = schemas[(r.BackgroundAccepted, "serialization")]
+                item["responses"]["202"] = {
+                    "description": "with `background: true`: queued; poll the Location",
+                    "headers": {"Location": {"schema": {"type": "string"}}},
+                    "content": {"application/json": {"schema": accepted}},
+                }
             if path != "/healthz":
                 item["responses"]["401"] = {"description": "missing or invalid API key"}
             for status in op.errors:

@@ -10,7 +10,7 @@ Traces (`events`) and declarations are open objects: their shapes are the event 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -85,6 +85,20 @@ class RunResult(_Out):
     usage: Usage
     session_id: str | None = None
     events: list[dict[str, Any]] = Field(description="the run's events (see fim.events)")
+
+
+class BackgroundAccepted(_Out):
+    """A background run was accepted (202); `url` is also the Location header."""
+
+    run_id: str
+    agent: str | None = None
+    workflow: str | None = None
+    status: Literal["queued"] = "queued"
+    executes: Literal["worker", "server"] = Field(
+        description="`worker`: a `fim worker` claims it (PostgreSQL store); `server`: it "
+        "runs in the server's process (SQLite store)"
+    )
+    url: str
 
 
 class RunRecord(_Out):

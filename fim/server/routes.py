@@ -58,6 +58,10 @@ def workflow_routes(api: Api) -> list[Route]:
         from fim.workflows.state import KIND
 
         inputs = body.inputs or {}
+        if body.background:  # 202 at once; fim.server.background runs or queues it
+            from fim.server.background import start_workflow_run
+
+            return await start_workflow_run(api, name, inputs)
         engine = WorkflowEngine(snap, name, api.services)
         events = recorded(get_store(api.services), engine.run_id, KIND, name, engine.run(inputs))
         if body.stream:
@@ -146,7 +150,13 @@ def approval_routes(api: Api) -> list[Route]:
             return error(409, f"approval '{approval_id}' could not be resolved")
         resumed = None
         if approval.kind == "workflow":
-            resumed = _resume_workflow(api, approval, decision == "approve", data)
+            from fim.server.background import requeue_decided
+
+            run_id = (approval.data or {}).get("run_id") or approval.run_id
+            if await requeue_decided(api, run_id):  # a worker continues it
+                resumed = run_id
+            else:
+                resumed = _resume_workflow(api, approval, decision == "approve", data)
         return JSONResponse({"approval": approval.as_dict(), "resumed_run": resumed})
 
     return [

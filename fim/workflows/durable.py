@@ -16,11 +16,12 @@ key (`idempotency_key`) so the far side can deduplicate.
 
 from __future__ import annotations
 
-import hashlib
+import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
+from fim.idempotency import idempotency_key as idempotency_key  # part of the contract
 
 if TYPE_CHECKING:
     import procrastinate
@@ -28,14 +29,13 @@ if TYPE_CHECKING:
     from fim.build.snapshot import Snapshot
     from fim.types import Tool
 
+log = logging.getLogger("fim.worker")
+
 TASK = "fim.advance_workflow"
+AGENT_TASK = "fim.run_agent"
 QUEUE = "fim-workflows"
-
-
-def idempotency_key(run_id: str, node_id: str) -> str:
-    """The key a side-effecting node sends as `Idempotency-Key`: the same on every attempt
-    of one node of one run, different across runs and nodes."""
-    return hashlib.sha256(f"{run_id}\x00{node_id}".encode()).hexdigest()[:32]
+KIND_WORKFLOW = "workflow"
+"""One queue for every fim job: workers take workflow steps and agent runs alike."""
 
 
 def postgres_dsn(state_url: str) -> str:
@@ -70,13 +70,31 @@ def make_app(
     )
     extra = list(tools)
 
+    def current() -> Snapshot:
+        if snapshot_factory is None:
+            raise RuntimeError("this process defers jobs but does not run them")
+        return snapshot_factory()
+
     @app.task(name=TASK, queue=QUEUE, pass_context=True)
     async def advance_workflow(
         context: procrastinate.JobContext, run_id: str, workflow: str, inputs: dict[str, Any]
     ) -> str:
-        if snapshot_factory is None:
-            raise RuntimeError("this process defers jobs but does not run them")
-        return await advance(snapshot_factory(), state_url, run_id, workflow, inputs, extra)
+        retried = bool(context.job.attempts) if context.job is not None else False
+        return await advance(current(), state_url, run_id, workflow, inputs, extra, retried)
+
+    @app.task(name=AGENT_TASK, queue=QUEUE)
+    async def run_agent_job(run_id: str, agent: str, request: dict[str, Any]) -> str:
+        from fim.run.queued import execute_agent_run
+        from fim.run.services import Services
+
+        snapshot = current()
+        services = Services(root=snapshot.root, state_url=state_url)
+        try:
+            return await execute_agent_run(
+                snapshot, services, run_id, agent, request, executor="worker"
+            )
+        finally:
+            await services.aclose()
 
     @app.periodic(cron="* * * * * *")  # every second: procrastinate's cron has seconds
     @app.task(name="fim.retry_stalled", queue=QUEUE, queueing_lock="fim.retry_stalled")
@@ -108,11 +126,57 @@ async def ensure_schema(app: procrastinate.App) -> None:
 
 
 async def defer_workflow(
-    app: procrastinate.App, run_id: str, workflow: str, inputs: dict[str, Any] | None = None
+    app: procrastinate.App,
+    run_id: str,
+    workflow: str,
+    inputs: dict[str, Any] | None = None,
+    limit: int | None = None,
 ) -> int:
-    """Queue "advance run R" (one queued job per run; two workers never hold one run)."""
-    job = app.configure_task(TASK, lock=run_id, queueing_lock=run_id)
-    return await job.defer_async(run_id=run_id, workflow=workflow, inputs=dict(inputs or {}))
+    """Queue "advance run R": one queued job per run (`queueing_lock`); `lock` keeps two
+    workers off one run, or, for a workflow with a `concurrency` limit, is one of its lanes
+    (`lane_lock`). A job of R already queued is enough: a second defer is a no-op."""
+    from procrastinate.exceptions import AlreadyEnqueued
+
+    lock = await lane_lock(app, "workflow", workflow, limit) if limit else run_id
+    job = app.configure_task(TASK, lock=lock, queueing_lock=run_id)
+    try:
+        return await job.defer_async(run_id=run_id, workflow=workflow, inputs=dict(inputs or {}))
+    except AlreadyEnqueued:
+        return 0
+
+
+async def defer_agent(
+    app: procrastinate.App,
+    run_id: str,
+    agent: str,
+    request: dict[str, Any],
+    limit: int | None = None,
+) -> int:
+    """Queue one background agent run (`fim.run.queued`), in a lane of the agent's
+    `concurrency` limit when it has one."""
+    lock = await lane_lock(app, "agent", agent, limit) if limit else run_id
+    job = app.configure_task(AGENT_TASK, lock=lock, queueing_lock=run_id)
+    return await job.defer_async(run_id=run_id, agent=agent, request=request)
+
+
+async def lane_lock(app: procrastinate.App, kind: str, name: str, limit: int) -> str:
+    """The procrastinate `lock` of a new job of an agent or workflow limited to `limit`
+    runs at once.
+
+    procrastinate runs the jobs sharing a lock one after another, in the order they were
+    queued, whichever worker takes them. A limit of N is N such lanes
+    (`fim:<kind>:<name>:<i>`): at most N jobs of the name run at once, anywhere. The new
+    job joins the lane with the fewest unfinished jobs; a race between two deferrers only
+    makes lanes uneven, never exceeds the limit (that is procrastinate's lock).
+    """
+    lanes = [f"fim:{kind}:{name}:{i}" for i in range(limit)]
+    rows = await app.connector.execute_query_all_async(
+        "SELECT lock, count(*) AS n FROM procrastinate_jobs "
+        "WHERE lock = ANY(%(lanes)s) AND status IN ('todo', 'doing') GROUP BY lock",
+        lanes=lanes,
+    )
+    load = {row["lock"]: row["n"] for row in rows}
+    return min(lanes, key=lambda lane: (load.get(lane, 0), lanes.index(lane)))
 
 
 async def advance(
@@ -122,27 +186,72 @@ async def advance(
     workflow: str,
     inputs: dict[str, Any],
     tools: Iterable[Tool] = (),
+    retried: bool = False,
 ) -> str:
-    """Start, recover or continue run `run_id` until it finishes or pauses; its status."""
-    # deferred: loading fim.types costs hundreds of ms
+    """Start, recover or continue run `run_id` until it finishes or pauses; its status.
+
+    A run recorded as `running` is recovered only by a job procrastinate *retried* (its
+    worker stopped heartbeating): a fresh job finding it running (a resume deferred while
+    the job that paused it was still returning) leaves it to the job that holds it.
+    """
     from fim.run.services import Services
     from fim.store import get_store
     from fim.workflows.engine import WorkflowEngine
     from fim.workflows.state import KIND
 
     services = Services(root=snapshot.root, state_url=state_url)
-    engine = WorkflowEngine(snapshot, workflow, services, run_id=run_id, tools=tools)
-    record = await get_store(services).get_run(run_id)
-    if record is None:
-        events = engine.run(inputs)
-    elif record.kind != KIND or record.status in {"ok", "failed", "cancelled", "error"}:
-        return record.status  # delivered again after it finished: nothing to do
-    elif record.status == "paused":
-        events = engine.resume(run_id, None, by="worker")
-    else:  # recorded as running: the worker that held it died (procrastinate retried it)
-        events = engine.resume(run_id, None, by="worker", force=True)
-    from fim.store.live import recorded
+    engine = WorkflowEngine(snapshot, workflow, services, run_id=run_id, tools=tools, queued=True)
+    try:
+        record = await get_store(services).get_run(run_id)
+        if record is None or record.status == "queued":
+            events = engine.run(inputs)
+        elif record.kind != KIND or record.status in {"ok", "failed", "cancelled", "error"}:
+            return record.status  # delivered again after it finished: nothing to do
+        elif record.status == "paused":
+            events = engine.resume(run_id, None, by="worker")
+        elif not retried:
+            return record.status
+        else:  # recorded as running: the worker that held it died (procrastinate retried it)
+            events = engine.resume(run_id, None, by="worker")
+        from fim.store.live import recorded  # deferred: only where jobs run
 
-    async for _ in recorded(get_store(services), run_id, KIND, workflow, events):
-        pass  # every event is in the store: any replica streams the run (fim.store.live)
-    return engine.state.status if engine.state is not None else "unknown"
+        async for _ in recorded(get_store(services), run_id, KIND, workflow, events):
+            pass  # every event is in the store: any replica streams the run (fim.store.live)
+        return engine.state.status if engine.state is not None else "unknown"
+    except RunError as exc:  # bad inputs, a workflow gone from the snapshot: a failed run
+        if engine.state is None:
+            data = {"run_id": run_id, "workflow": workflow, "error": exc.message, "queued": True}
+            await get_store(services).put_run(run_id, KIND, workflow, "failed", data)
+        log.warning("workflow run %s (%s): %s", run_id, workflow, exc.message)
+        return "failed"
+    finally:
+        await services.aclose()
+
+
+def recorded_limit(decl: dict[str, Any] | None) -> int | None:
+    """The `concurrency` limit a run's recorded declaration carries (None: unlimited)."""
+    value = (decl or {}).get("concurrency")
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+async def requeue_decided(app: procrastinate.App, store: Any, run_id: str) -> bool:
+    """After a decision on a human node of a queued run: queue the job that continues it.
+
+    True when the run is a queued one (a worker continues it), False when it runs in
+    process and the caller resumes it as before. A paused run holds no worker meanwhile.
+    """
+    from fim.workflows.state import RunState, record_data
+
+    record = await store.get_run(run_id)
+    if record is None or record.kind != KIND_WORKFLOW:
+        return False
+    state = RunState.from_dict(record_data(record))
+    if not state.queued:
+        return False
+    await defer_workflow(app, run_id, state.workflow, {}, recorded_limit(state.decl))
+    return True
+
+
+def is_postgres(state_url: str) -> bool:
+    """Whether runs can be queued for workers (the queue lives in PostgreSQL)."""
+    return state_url.startswith(("postgresql", "postgres://"))

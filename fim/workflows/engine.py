@@ -84,6 +84,7 @@ class WorkflowEngine:
         tools: Iterable[Tool] = (),
         run_id: str | None = None,
         guard: Any = None,
+        queued: bool = False,
     ) -> None:
         self.snapshot = snapshot
         self.name = workflow_name
@@ -95,6 +96,8 @@ class WorkflowEngine:
         self.extra_tools = {t.name: t for t in tools}
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.state: RunState | None = None
+        self.queued = queued
+        """Run by a `fim worker` job (recorded in the run: see RunState.queued)."""
         self._registry = ToolRegistry()
 
     def _scheduler(self, decl: WorkflowDecl, state: RunState) -> Scheduler:
@@ -171,6 +174,7 @@ class WorkflowEngine:
             parents=list(self.parents),
             snapshot_version=self.snapshot.version,
             owner=current_owner(),
+            queued=self.queued,
         )
         yield Notice(
             run_id=self.run_id,
@@ -322,8 +326,22 @@ class WorkflowEngine:
         return in_flight
 
     async def _recover(self, state: RunState, force: bool) -> AsyncGenerator[Event, None]:
-        """Continue a run recorded as running whose process is gone."""
-        alive = owner_alive(state.owner)
+        """Continue a run recorded as running whose process is gone.
+
+        A queued run (`fim worker`) is never recovered here by host/pid liveness: its
+        worker's heartbeat is procrastinate's, which re-delivers the job to another worker
+        (fim.workflows.durable.advance) — the only path that recovers it.
+        """
+        if state.queued or self.queued:
+            if not (state.queued and self.queued):
+                raise RunError(
+                    f"run '{state.run_id}' is executed by `fim worker` jobs; procrastinate "
+                    "hands it to another worker when its worker stops",
+                    hint="keep a `fim worker` running; `fim workflow show` follows it",
+                )
+            alive: bool | None = False
+        else:
+            alive = owner_alive(state.owner)
         if alive:
             raise RunError(
                 f"run '{state.run_id}' is still running (process {state.owner.get('pid')})",

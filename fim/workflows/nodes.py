@@ -230,7 +230,11 @@ async def call_tool(ctx: NodeContext, tool: Tool, args: dict[str, Any]) -> Any:
         raise NodeError(f"cannot tell what the call to '{tool.name}' targets ({exc})") from None
     args, view = await ctx.guarded(tool.name, args, view)
     finished = ctx.traced_call(tool.name, args)
-    result: ToolResult = await registry.call(tool.name, args)
+    from fim.idempotency import idempotency_key, idempotent
+
+    # the node's one call: a re-run after a worker crash sends the same key (fim.idempotency)
+    with idempotent(idempotency_key(ctx.run_id, ctx.node_id)):
+        result: ToolResult = await registry.call(tool.name, args)
     result = await ctx.guarded_result(view, result)
     finished(result)
     if result.is_error:

@@ -184,7 +184,10 @@ class Scheduler:
                     yield event
                 if state.nodes[item.node].status in ("ok", "failed"):
                     settle(item.node)
-                persister.mark()
+                if state.queued:  # a worker run: the result is durable before the next node
+                    await persister.write()  # starts, so a re-delivered job never repeats it
+                else:
+                    persister.mark()
                 if state.error is not None and tasks:
                     await self._cancel(tasks)
         finally:

@@ -57,6 +57,10 @@ class RunState:
     owner: dict[str, Any] = field(default_factory=dict)
     """The process driving the run (`host`, `pid`): a `running` run whose owner is gone
     died mid-node and can be recovered."""
+    queued: bool = False
+    """Executed by `fim worker` jobs (fim.workflows.durable): procrastinate re-delivers it
+    after a crash, and a decision on its human node queues a job instead of resuming in
+    the process that received it."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready copy, cheap enough to take on every write.
@@ -101,8 +105,9 @@ def owner_alive(owner: dict[str, Any]) -> bool | None:
 
 
 def orphaned(state: RunState) -> bool:
-    """A run recorded as running whose process is known to be gone."""
-    return state.status == "running" and owner_alive(state.owner) is False
+    """A run recorded as running whose process is known to be gone. A queued run never
+    is: its job is procrastinate's to retry on another worker."""
+    return state.status == "running" and not state.queued and owner_alive(state.owner) is False
 
 
 def record_data(record: Any) -> dict[str, Any]:

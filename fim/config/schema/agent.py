@@ -114,6 +114,9 @@ class AgentDecl(Strict):
     delegates: list[str] = Field(default_factory=list)
     """Agents this agent may hand tasks to through `call_agent`."""
     max_iterations: int = Field(default=50, ge=1)
+    concurrency: int | None = Field(default=None, ge=1)
+    """Background runs of this agent that `fim worker` processes execute at once, across
+    all of them (procrastinate locks). None: no limit."""
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     """Environment and limits of `python_exec` and `shell` (no network)."""
     tool_timeout: float = Field(default=60.0, gt=0)

@@ -76,3 +76,6 @@ class WorkflowDecl(Strict):
     nodes: dict[str, Node]
     outputs: dict[str, str] = Field(default_factory=dict)
     max_concurrency: int = Field(default=8, ge=1)
+    concurrency: int | None = Field(default=None, ge=1)
+    """Runs of this workflow that `fim worker` processes execute at once, across all of
+    them (procrastinate locks: fim.workflows.durable.lane_lock). None: no limit."""

@@ -1,0 +1,101 @@
+"""Background agent runs (`POST /v1/agents/{name}/runs` with `"background": true`).
+
+The request is answered at once (202, the run id); the run itself executes later, on a
+`fim worker` through procrastinate when the state store is PostgreSQL, or in the server's
+own process with SQLite. Either way it goes through `execute_agent_run`, which keeps the
+run record current in the state store — `queued` when accepted, `running` with the
+snapshot version when it starts, then the final status with the answer and every event —
+so `GET /v1/runs/{id}` on any replica shows it.
+
+A worker killed mid-run has its job retried by procrastinate, and the agent run starts
+again from the request: agent runs, like tool calls, are at-least-once (docs/scale-out.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from fim.events import RunFinished
+from fim.types import Message
+
+if TYPE_CHECKING:
+    from fim.build.snapshot import Snapshot
+    from fim.run.services import Services
+
+log = logging.getLogger("fim.run")
+
+KIND = "agent"
+FINAL = frozenset({"ok", "max_iterations", "cancelled", "error", "failed"})
+"""Statuses after which a redelivered job has nothing left to do."""
+
+
+def request_data(
+    messages: list[Message], session: str | None, owner: str, snapshot: Snapshot
+) -> dict[str, Any]:
+    """The job arguments of one background agent run: JSON only (procrastinate stores
+    them in its jobs table), no secrets beyond what the caller sent."""
+    return {
+        "messages": [m.model_dump(mode="json", exclude_defaults=True) for m in messages],
+        "session_id": session,
+        "owner": owner,
+        "snapshot": snapshot.version,
+    }
+
+
+async def mark_queued(
+    services: Services, run_id: str, kind: str, name: str, data: dict[str, Any]
+) -> None:
+    """The record a client polls from the moment the run is accepted."""
+    from fim.store import get_store
+
+    await get_store(services).put_run(run_id, kind, name, "queued", {"background": True, **data})
+
+
+async def execute_agent_run(
+    snapshot: Snapshot,
+    services: Services,
+    run_id: str,
+    agent: str,
+    request: dict[str, Any],
+    *,
+    executor: str = "server",
+) -> str:
+    """Run one background agent run to its end and record it; returns its status.
+
+    A run already recorded as finished (a job delivered again after its worker stopped
+    between the last write and acknowledging the job) is left as it is.
+    """
+    from fim.run.agent import run_agent
+    from fim.store import get_store
+
+    store = get_store(services)
+    existing = await store.get_run(run_id)
+    if existing is not None and existing.status in FINAL:
+        return existing.status
+    history = [Message.model_validate(m) for m in request.get("messages") or []]
+    session, owner = request.get("session_id"), str(request.get("owner") or "")
+    base = {"background": True, "snapshot": snapshot.version, "executor": executor}
+    await store.put_run(run_id, KIND, agent, "running", {**base, "output": None, "events": []})
+    trace: list[dict[str, Any]] = []
+    final: RunFinished | None = None
+    try:
+        async for event in run_agent(snapshot, agent, history, services=services, run_id=run_id):
+            if event.type != "token":
+                trace.append(event.model_dump(mode="json"))
+            if isinstance(event, RunFinished):
+                final = event
+    except Exception as exc:  # a run that crashes is a failed run, recorded as such
+        log.exception("background run %s of agent '%s' failed", run_id, agent)
+        trace.append({"type": "error", "run_id": run_id, "message": str(exc), "kind": "crash"})
+    status = final.status if final else "error"
+    data = {**base, "output": final.output if final else None, "events": trace}
+    if final is not None:
+        data["usage"] = final.usage.model_dump()
+    await store.put_run(run_id, KIND, agent, status, data)
+    if final is not None and session and status == "ok":
+        from fim.store.sessions import Sessions
+
+        turn = [*history, Message(role="assistant", content=final.output)]
+        await Sessions(store).save(session, owner, turn)
+    return status

@@ -1,0 +1,200 @@
+"""Background runs of the HTTP API: `"background": true` on `POST /v1/agents/{name}/runs`
+and `POST /v1/workflows/{name}/runs`.
+
+The request is answered at once with 202, the run id and `Location: /v1/runs/{id}`; the run
+record is written as `queued` before the answer, so the client can poll it from any replica.
+
+Where it runs depends on the state store:
+
+- PostgreSQL: the run is a procrastinate job (`fim.workflows.durable`) that a `fim worker`
+  claims. The server only queues it; with no worker running, it stays `queued`.
+- SQLite (one process by design): the run executes in the server's own process, as a task
+  of its event loop. An agent's `concurrency` limit holds in that process too.
+
+A decision on a human node of a queued workflow run (here or through `fim approvals` on
+any machine) queues the job that continues it, so a paused run holds no worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from starlette.responses import Response
+
+from fim.errors import RunError
+from fim.server.http import JSONResponse, error
+from fim.types import Message
+
+if TYPE_CHECKING:
+    import procrastinate
+
+    from fim.server.app import Api
+
+log = logging.getLogger("fim.server")
+
+_TASKS: set[asyncio.Task[Any]] = set()
+_LIMITS: dict[tuple[str, str, int], asyncio.Semaphore] = {}
+
+
+class Queue:
+    """The server's procrastinate app, opened on first use and closed with its services."""
+
+    def __init__(self, state_url: str) -> None:
+        self.state_url = state_url
+        self._app: procrastinate.App | None = None
+        self._lock = asyncio.Lock()
+
+    async def app(self) -> procrastinate.App:
+        async with self._lock:
+            if self._app is None:
+                from fim.workflows.durable import ensure_schema, make_app
+
+                app = make_app(self.state_url)
+                await app.open_async()
+                try:
+                    await ensure_schema(app)
+                except BaseException:
+                    await app.close_async()
+                    raise
+                self._app = app
+            return self._app
+
+    async def close(self) -> None:
+        if self._app is not None:
+            await self._app.close_async()
+            self._app = None
+
+
+def queue_of(api: Api) -> Queue | None:
+    """The queue when the store is PostgreSQL; None when runs execute in process."""
+    from fim.store import get_store
+    from fim.workflows.durable import is_postgres
+
+    url = get_store(api.services).url
+    if not is_postgres(url):
+        return None
+    queue: Queue = api.services.get("fim.queue", lambda: Queue(url), closer=Queue.close)
+    return queue
+
+
+async def _open(queue: Queue) -> procrastinate.App | Response:
+    """The queue, or a 503 saying it cannot be reached (nothing was recorded yet)."""
+    try:
+        return await queue.app()
+    except Exception as exc:
+        log.warning("cannot open the job queue: %s", exc)
+        return error(
+            503,
+            "cannot reach the job queue in the PostgreSQL state store",
+            "check `state:` in fim.yaml and that the database is up; the run was not queued",
+        )
+
+
+def accepted(run_id: str, kind: str, name: str, where: str) -> JSONResponse:
+    location = f"/v1/runs/{run_id}"
+    body = {"run_id": run_id, kind: name, "status": "queued", "executes": where, "url": location}
+    return JSONResponse(body, status_code=202, headers={"Location": location})
+
+
+def _spawn(coro: Any, name: str) -> None:
+    task = asyncio.get_running_loop().create_task(coro, name=name)
+    _TASKS.add(task)
+    task.add_done_callback(_TASKS.discard)
+
+
+async def _limited(kind: str, name: str, limit: int | None, coro: Any) -> Any:
+    """In process (SQLite), the `concurrency` limit of an agent or workflow."""
+    if not limit:
+        return await coro
+    key = (kind, name, limit)
+    semaphore = _LIMITS.setdefault(key, asyncio.Semaphore(limit))
+    async with semaphore:
+        return await coro
+
+
+async def start_agent_run(
+    api: Api, name: str, history: list[Message], session: str | None, owner: str
+) -> Response:
+    """Accept a background agent run: record it as queued, queue or start it, answer 202."""
+    from fim.run.queued import execute_agent_run, mark_queued, request_data
+
+    snapshot = api.holder.current
+    decl = snapshot.agents.get(name)
+    limit = decl.concurrency if decl is not None else None
+    run_id = uuid.uuid4().hex[:12]
+    request = request_data(history, session, owner, snapshot)
+    data: dict[str, Any] = {"session_id": session, "output": None, "events": []}
+    queue = queue_of(api)
+    app = await _open(queue) if queue is not None else None
+    if isinstance(app, Response):
+        return app
+    await mark_queued(api.services, run_id, "agent", name, data)
+    if app is not None:
+        from fim.workflows.durable import defer_agent
+
+        await defer_agent(app, run_id, name, request, limit)
+        return accepted(run_id, "agent", name, "worker")
+    work = execute_agent_run(snapshot, api.services, run_id, name, request)
+    _spawn(_limited("agent", name, limit, work), f"background-{run_id}")
+    return accepted(run_id, "agent", name, "server")
+
+
+async def start_workflow_run(api: Api, name: str, inputs: dict[str, Any]) -> Response:
+    """Accept a background workflow run; bad inputs are a 400 now, not a failed run later."""
+    from fim.run.queued import mark_queued
+    from fim.workflows.inputs import validate_inputs
+
+    snapshot = api.holder.current
+    decl = snapshot.workflows[name]
+    try:
+        values = validate_inputs(name, decl, inputs)
+    except RunError as exc:
+        return error(400, exc.message, exc.hint, param="inputs")
+    run_id = uuid.uuid4().hex[:12]
+    queue = queue_of(api)
+    app = await _open(queue) if queue is not None else None
+    if isinstance(app, Response):
+        return app
+    # shaped like a workflow run's state, so `fim workflow show` reads it while queued
+    state: dict[str, Any] = {"run_id": run_id, "workflow": name, "decl": {}, "nodes": {}}
+    state["inputs"] = values
+    state.update(status="queued", queued=queue is not None, snapshot_version=snapshot.version)
+    await mark_queued(api.services, run_id, "workflow", name, state)
+    if app is not None:
+        from fim.workflows.durable import defer_workflow
+
+        await defer_workflow(app, run_id, name, values, decl.concurrency)
+        return accepted(run_id, "workflow", name, "worker")
+    from fim.workflows.engine import WorkflowEngine
+
+    engine = WorkflowEngine(snapshot, name, api.services, run_id=run_id)
+
+    async def drive() -> None:
+        try:
+            async for _event in engine.run(values):
+                pass
+        except Exception as exc:  # before its first node (a missing key): a failed run
+            log.exception("background workflow run %s of '%s' failed", run_id, name)
+            if engine.state is None:
+                from fim.store import get_store
+
+                failed = {**state, "status": "failed", "error": str(exc)}
+                await get_store(api.services).put_run(run_id, "workflow", name, "failed", failed)
+
+    _spawn(_limited("workflow", name, decl.concurrency, drive()), f"background-{run_id}")
+    return accepted(run_id, "workflow", name, "server")
+
+
+async def requeue_decided(api: Api, run_id: str) -> bool:
+    """A human node of run `run_id` was decided: True when a worker job now continues it
+    (a queued run), False when the caller resumes it in process."""
+    queue = queue_of(api)
+    if queue is None:
+        return False
+    from fim.store import get_store
+    from fim.workflows.durable import requeue_decided as requeue
+
+    return await requeue(await queue.app(), get_store(api.services), run_id)

@@ -1,0 +1,219 @@
+"""Background runs (`"background": true`): 202 with the run id and a Location at once, the
+run itself later — in the server's process with SQLite, on a `fim worker` through
+procrastinate with PostgreSQL — and its record, events and answer in `GET /v1/runs/{id}`.
+A queued workflow paused at a human node holds no worker: the approval, given over HTTP,
+queues the job that a worker picks up to finish the run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from fim.build.compile import compile_project
+from fim.build.reload import SnapshotHolder
+from fim.server.app import create_app
+from fim.testing.server import ServerThread
+
+AGENT = "description: d\nmodel: scripted:math.yaml\ntools: [calculator]\ninstructions: Add.\n"
+SCRIPT = """\
+- tool_calls: [{name: calculator, arguments: {expression: "6*7"}}]
+- text: "The answer is 42."
+"""
+REFUND = """\
+description: Needs a human
+inputs:
+  amount: {type: number}
+nodes:
+  approve:
+    type: human
+    prompt: "Refund {{ inputs.amount }}?"
+  refund:
+    type: tool
+    tool: calculator
+    needs: [approve]
+    args: {expression: "0 - {{ inputs.amount }}"}
+outputs:
+  refunded: "{{ nodes.refund.output }}"
+"""
+
+
+def project(root: Path, state: str) -> Path:
+    (root / "agents").mkdir(parents=True)
+    (root / "workflows").mkdir()
+    (root / "fim.yaml").write_text(f'name: bg\nstate: "{state}"\n')
+    (root / "math.yaml").write_text(SCRIPT)
+    (root / "agents" / "math.yaml").write_text(AGENT)
+    (root / "workflows" / "refund.yaml").write_text(REFUND)
+    return root
+
+
+def until(check: Callable[[], object], timeout: float = 30.0) -> object:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        result = check()
+        if result:
+            return result
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+@contextmanager
+def served(root: Path) -> Iterator[str]:
+    with ServerThread(create_app(SnapshotHolder(compile_project(root)))) as srv:
+        yield srv.url
+
+
+@contextmanager
+def workers(root: Path, count: int = 1, *extra: str) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """`fim worker` processes on the project (their logs next to it)."""
+    procs = []
+    args = ["worker", "-p", str(root), "--heartbeat", "0.5", "--stalled-after", "30", *extra]
+    for i in range(count):
+        log = (root.parent / f"worker{i}.log").open("wb")
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "fim.cli", *args],
+                stdout=log,
+                stderr=log,
+                env={**os.environ, **ENV},
+            )
+        )
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+
+ENV: dict[str, str] = {}
+
+
+def finished(url: str, run_id: str, status: str = "ok") -> dict:
+    def check() -> dict | None:
+        record = httpx.get(f"{url}/v1/runs/{run_id}").json()
+        return record if record.get("status") == status else None
+
+    return until(check)  # type: ignore[return-value]
+
+
+def test_background_runs_execute_in_the_server_with_sqlite(tmp_path: Path):
+    root = project(tmp_path / "p", "sqlite:///.fim/state.db")
+    with served(root) as url:
+        answer = httpx.post(
+            f"{url}/v1/agents/math/runs", json={"input": "6*7?", "background": True}
+        )
+        assert answer.status_code == 202
+        run_id = answer.json()["run_id"]
+        assert answer.headers["location"] == f"/v1/runs/{run_id}"
+        assert answer.json()["executes"] == "server"
+        record = finished(url, run_id)
+        assert record["kind"] == "agent" and record["data"]["output"] == "The answer is 42."
+        types = [e["type"] for e in record["data"]["events"]]
+        assert "tool_call" in types and types[-1] == "run_finished"
+
+        flow = httpx.post(
+            f"{url}/v1/workflows/refund/runs", json={"inputs": {"amount": 5}, "background": True}
+        )
+        assert flow.status_code == 202
+        paused = finished(url, flow.json()["run_id"], "paused")
+        assert paused["data"]["nodes"]["approve"]["status"] == "waiting"
+
+        bad = httpx.post(
+            f"{url}/v1/workflows/refund/runs", json={"inputs": {"amount": "x"}, "background": True}
+        )
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "inputs"
+        both = httpx.post(
+            f"{url}/v1/agents/math/runs", json={"input": "x", "stream": True, "background": True}
+        )
+        assert both.status_code == 400 and "exclude" in both.json()["error"]["message"]
+        doc = httpx.get(f"{url}/openapi.json").json()
+        post = doc["paths"]["/v1/agents/{name}/runs"]["post"]
+        assert "Location" in post["responses"]["202"]["headers"]
+        assert "background" in doc["components"]["schemas"]["RunBody"]["properties"]
+
+
+def test_background_runs_execute_on_a_worker_and_approvals_resume_there(
+    tmp_path: Path, pg_database
+):
+    db = pg_database("")
+    root = project(tmp_path / "p", db.owner_url)
+    with served(root) as url, workers(root):
+        answer = httpx.post(
+            f"{url}/v1/agents/math/runs", json={"input": "6*7?", "background": True}
+        )
+        assert answer.status_code == 202 and answer.json()["executes"] == "worker"
+        flow = httpx.post(
+            f"{url}/v1/workflows/refund/runs", json={"inputs": {"amount": 5}, "background": True}
+        )
+        assert flow.status_code == 202
+        record = finished(url, answer.json()["run_id"])
+        assert record["data"]["output"] == "The answer is 42."
+        assert record["data"]["executor"] == "worker"
+        run_id = flow.json()["run_id"]
+        paused = finished(url, run_id, "paused")
+        assert paused["data"]["queued"] is True
+        approval = httpx.get(f"{url}/v1/approvals").json()["approvals"][0]
+        assert approval["data"]["run_id"] == run_id
+        # the job that paused the run has ended: the worker holds nothing for it
+        decided = httpx.post(f"{url}/v1/approvals/{approval['id']}", json={"decision": "approve"})
+        assert decided.json()["resumed_run"] == run_id
+        done = finished(url, run_id)
+        assert done["data"]["outputs"] == {"refunded": "-5"}
+        owners = {n: s.get("status") for n, s in done["data"]["nodes"].items()}
+        assert owners == {"approve": "ok", "refund": "ok"}
+
+
+def test_a_queued_run_is_recovered_only_by_a_worker_job(tmp_path: Path):
+    """fim's own host/pid recovery is off for runs `fim worker` executes: procrastinate's
+    re-delivery is the only path that recovers them (docs/scale-out.md)."""
+    import asyncio
+
+    import pytest
+
+    from fim.errors import RunError
+    from fim.run.services import Services
+    from fim.store import get_store
+    from fim.workflows.engine import WorkflowEngine
+    from fim.workflows.state import KIND, NodeState, RunState, orphaned
+
+    root = project(tmp_path / "p", "sqlite:///.fim/state.db")
+    snapshot = compile_project(root)
+    decl = snapshot.workflows["refund"].model_dump(mode="json", by_alias=True, exclude_none=True)
+    dead = {"host": __import__("socket").gethostname(), "pid": 2**22 + 7}  # no such process
+    state = RunState(
+        run_id="q1",
+        workflow="refund",
+        decl=decl,
+        inputs={"amount": 1},
+        nodes={"approve": NodeState(type="human"), "refund": NodeState(type="tool")},
+        owner=dead,
+        queued=True,
+    )
+    assert not orphaned(state) and orphaned(RunState(**{**vars(state), "queued": False}))
+
+    async def go() -> None:
+        services = Services(root=root, state_url=snapshot.project.state)
+        try:
+            await get_store(services).put_run("q1", KIND, "refund", "running", state.to_dict())
+            engine = WorkflowEngine(snapshot, "refund", services)
+            with pytest.raises(RunError, match="executed by `fim worker` jobs"):
+                async for _ in engine.resume("q1", None, force=True):
+                    pass
+        finally:
+            await services.aclose()
+
+    asyncio.run(go())
