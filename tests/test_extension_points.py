@@ -186,6 +186,54 @@ def test_every_shipped_node_type_is_in_the_schema() -> None:
     assert all(issubclass(cls, NodeType) for cls in NODE_TYPES.values())
 
 
+USES_NODE = (
+    ECHO_NODE.replace("NodeType\n", "NodeType, NodeUses\n")
+    + """
+    def uses(self) -> NodeUses:
+        return NodeUses(
+            tools=("calculator", "shop__refund"),
+            mcp=(("files", "read"),),
+            models=("remote",),
+            agents=("helper",),
+        )
+"""
+)
+
+
+def test_what_a_node_type_uses_is_read_by_every_look_ahead(
+    node_file, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`uses()` is all fim validate's hook targets, the preflight and eval's replay skip
+    learn about a node: a new node type needs no edit in any of them."""
+    from dataclasses import replace
+
+    from fim.config.schema import ModelSettings
+    from fim.eval.runner import EvalRunner
+    from fim.hooks.targets import hook_targets
+    from fim.run.preflight import workflow_problems
+
+    module = node_file(USES_NODE, "uses")
+    node = module.EchoNode(type="echo_ext", text="x")
+    snapshot = compile_project(_project(tmp_path / "p"))
+    decl = WorkflowDecl.model_construct(nodes={"n": node}, inputs={}, outputs={})
+    helper = snapshot.agents["helper"].model_copy(update={"workflows": ["w"]})
+    remote = ModelSettings(model="anthropic/claude-x")
+    snapshot = replace(
+        snapshot,
+        workflows={"w": decl},
+        agents={"helper": helper},
+        models={**snapshot.models, "remote": remote},
+    )
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+
+    targets = hook_targets(snapshot, helper)
+    assert {"calculator", "shop__refund", "files__read", "mcp__files__read"} <= set(targets.names)
+    problems = [p.message for p in workflow_problems(snapshot, decl)]
+    assert problems == ["node 'n': missing API key for anthropic/claude-x"]
+    suite = type("Suite", (), {"agent": None, "workflow": "w"})()
+    assert EvalRunner(snapshot)._live_model(suite) == "anthropic/claude-x"
+
+
 # --------------------------------------------------------------------------- builtin tools
 
 

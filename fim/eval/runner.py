@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fim.build.snapshot import Snapshot
-from fim.config.schema import AgentNode, EvalCase, EvalSuite, LlmNode, ModelSettings
+from fim.config.schema import EvalCase, EvalSuite, ModelSettings
 from fim.errors import FimError
 from fim.eval.assertions import Observed, Outcome, check, judge_model_ref, model_judge
 from fim.eval.cassettes import (
@@ -291,10 +291,10 @@ class EvalRunner:
             refs.append(self.snapshot.agents[suite.agent].model)
         workflow = self.snapshot.workflows.get(suite.workflow or "")
         for node in workflow.nodes.values() if workflow is not None else ():
-            if isinstance(node, LlmNode):
-                refs.append(node.model)
-            elif isinstance(node, AgentNode) and node.agent in self.snapshot.agents:
-                refs.append(self.snapshot.agents[node.agent].model)
+            uses = node.uses()
+            refs += uses.models
+            agents = self.snapshot.agents
+            refs += [agents[name].model for name in uses.agents if name in agents]
         for ref in refs:
             model = self.snapshot.model_settings(ref).model
             if not model.startswith("scripted:"):

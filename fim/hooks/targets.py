@@ -16,7 +16,6 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from fim.config.schema import AgentNode, ConnectorNode, DatabaseNode, McpNode, ToolNode
 from fim.hooks.base import compile_matcher
 from fim.hooks.claude import NAMES, mcp_alias
 from fim.tools import builtin
@@ -90,16 +89,14 @@ def _collect(snapshot: Snapshot, agent: AgentDecl, found: Targets, seen: set[str
     for name in agent.workflows:
         workflow = snapshot.workflows.get(name)
         for node in workflow.nodes.values() if workflow is not None else ():
-            if isinstance(node, ToolNode):
-                names += [node.tool, *NAMES.get(node.tool, ())]
-            elif isinstance(node, ConnectorNode):
-                names.append(f"{node.connector}__{node.action}")
-            elif isinstance(node, DatabaseNode):
-                names.append(f"{node.connector}__query")
-            elif isinstance(node, McpNode):
-                names += [f"{node.server}__{node.tool}", mcp_alias(node.server, node.tool)]
-            elif isinstance(node, AgentNode) and node.agent in snapshot.agents:
-                _collect(snapshot, snapshot.agents[node.agent], found, seen)
+            uses = node.uses()
+            for tool in uses.tools:
+                names += [tool, *NAMES.get(tool, ())]
+            for server, tool in uses.mcp:
+                names += [f"{server}__{tool}", mcp_alias(server, tool)]
+            for used in uses.agents:
+                if used in snapshot.agents:
+                    _collect(snapshot, snapshot.agents[used], found, seen)
 
 
 def _may_match_server(matcher: str, servers: list[str]) -> bool:

@@ -23,7 +23,7 @@ import socket
 from urllib.parse import urlsplit
 
 from fim.build.snapshot import Snapshot
-from fim.config.schema import AgentDecl, AgentNode, LlmNode, McpNode, ModelSettings, WorkflowDecl
+from fim.config.schema import AgentDecl, ModelSettings, WorkflowDecl
 from fim.errors import RunError
 
 
@@ -135,15 +135,18 @@ def workflow_problems(snapshot: Snapshot, decl: WorkflowDecl) -> list[RunError]:
     problems: list[RunError] = []
     for name, node in decl.nodes.items():
         where = f"node '{name}'"
-        if isinstance(node, LlmNode):
-            error = key_problem(snapshot.model_settings(node.model))
+        uses = node.uses()
+        for ref in uses.models:
+            error = key_problem(snapshot.model_settings(ref))
             if error is not None:
                 problems.append(RunError(f"{where}: {error.message}", hint=error.hint))
-        elif isinstance(node, AgentNode) and node.agent in snapshot.agents:
-            agent = snapshot.agents[node.agent]
-            problems += agent_problems(snapshot, agent, f"{where} (agent '{agent.name}')")
-        elif isinstance(node, McpNode) and (problem := command_problem(snapshot, node.server)):
-            problems.append(RunError(f"{where}: {problem}"))
+        for agent_name in uses.agents:
+            if agent_name in snapshot.agents:
+                agent = snapshot.agents[agent_name]
+                problems += agent_problems(snapshot, agent, f"{where} (agent '{agent.name}')")
+        for server in dict.fromkeys(server for server, _ in uses.mcp):
+            if problem := command_problem(snapshot, server):
+                problems.append(RunError(f"{where}: {problem}"))
     return problems
 
 

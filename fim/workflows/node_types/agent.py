@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 from fim.config.schema.base import JSONSchema
-from fim.workflows.node_types.base import NodeChecks, NodeRuntime, NodeType
+from fim.workflows.node_types.base import NodeChecks, NodeRuntime, NodeType, NodeUses
 
 
 class AgentNode(NodeType):
@@ -29,3 +29,6 @@ class AgentNode(NodeType):
 
     def graph_label(self) -> str:
         return f"agent {self.agent}"
+
+    def uses(self) -> NodeUses:
+        return NodeUses(agents=(self.agent,))

@@ -9,7 +9,10 @@ type with it:
   sits in the config layer and the schema can be built from it;
 - `check_refs(at)`: cross-reference checks at compile time through a `NodeChecks`
   (`fim.build.workflow_checks` hands one in);
-- `graph_label()`: the node's line in `fim graph`, and `shape`, its Mermaid bracket pair.
+- `graph_label()`: the node's line in `fim graph`, and `shape`, its Mermaid bracket pair;
+- `uses()`: the tools, MCP tools, models and agents a run of the node reaches, read by the
+  checks that look ahead of a run (`fim validate`'s hook targets, the preflight, eval's
+  replay skip), so none of them names a node type. Optional: the default is "nothing".
 
 Creating a subclass registers it in `NODE_TYPES`; a subclass without a one-value `type`
 literal, with a taken type name, or that leaves `execute`, `check_refs` or `graph_label` to
@@ -114,6 +117,20 @@ class NodeChecks(Protocol):
     def builtin_tools(self) -> frozenset[str]: ...
 
 
+@dataclass(frozen=True)
+class NodeUses:
+    """What a run of one node reaches, known from its declaration alone."""
+
+    tools: tuple[str, ...] = ()
+    """Tool names as hooks see them: a builtin or project tool, `<connector>__<action>`."""
+    mcp: tuple[tuple[str, str], ...] = ()
+    """(server, tool) pairs of MCP calls."""
+    models: tuple[Any, ...] = ()
+    """Model refs (a role name or a `ModelRef`) the node asks itself."""
+    agents: tuple[str, ...] = ()
+    """Agents the node runs (their own tools, models and servers count too)."""
+
+
 NODE_TYPES: dict[str, type[NodeType]] = {}
 """Type name -> node class, in registration order (the order of the schema's union)."""
 
@@ -175,6 +192,11 @@ class NodeType(Strict):
     def graph_label(self) -> str:
         """The second line of the node's box in `fim graph` (plain text, escaped later)."""
         raise NotImplementedError
+
+    def uses(self) -> NodeUses:
+        """What a run of this node reaches (see `NodeUses`); a node that reaches nothing
+        outside the workflow (a condition, a human approval) keeps this default."""
+        return NodeUses()
 
     def branches(self) -> list[tuple[str, str, list[str]]]:
         """Edges this node adds besides `needs`: (label, field alias, targets). A target

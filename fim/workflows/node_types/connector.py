@@ -8,7 +8,7 @@ from pydantic import Field
 
 from fim.config.problems import suggest
 from fim.config.schema.connector import HttpConnector
-from fim.workflows.node_types.base import NodeChecks, NodeRuntime, NodeType
+from fim.workflows.node_types.base import NodeChecks, NodeRuntime, NodeType, NodeUses
 
 
 def connector_kind(at: NodeChecks, node: NodeType, connector: str, wanted: str) -> Any:
@@ -51,3 +51,6 @@ class ConnectorNode(NodeType):
 
     def graph_label(self) -> str:
         return f"{self.connector}.{self.action}"
+
+    def uses(self) -> NodeUses:
+        return NodeUses(tools=(f"{self.connector}__{self.action}",))

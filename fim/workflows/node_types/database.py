@@ -6,7 +6,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from fim.workflows.node_types.base import NodeChecks, NodeRuntime, NodeType
+from fim.workflows.node_types.base import NodeChecks, NodeRuntime, NodeType, NodeUses
 from fim.workflows.node_types.connector import connector_kind
 
 
@@ -26,3 +26,6 @@ class DatabaseNode(NodeType):
 
     def graph_label(self) -> str:
         return f"sql on {self.connector}"
+
+    def uses(self) -> NodeUses:
+        return NodeUses(tools=(f"{self.connector}__query",))

@@ -6,7 +6,7 @@ from typing import Any, ClassVar, Literal
 
 from fim.config.schema.base import JSONSchema
 from fim.config.schema.project import ModelRef
-from fim.workflows.node_types.base import NodeChecks, NodeRuntime, NodeType
+from fim.workflows.node_types.base import NodeChecks, NodeRuntime, NodeType, NodeUses
 
 
 class LlmNode(NodeType):
@@ -33,3 +33,6 @@ class LlmNode(NodeType):
 
     def graph_label(self) -> str:
         return "llm"
+
+    def uses(self) -> NodeUses:
+        return NodeUses(models=(self.model,))

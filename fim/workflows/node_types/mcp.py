@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from fim.config.problems import suggest
-from fim.workflows.node_types.base import NodeChecks, NodeRuntime, NodeType
+from fim.workflows.node_types.base import NodeChecks, NodeRuntime, NodeType, NodeUses
 
 
 class McpNode(NodeType):
@@ -32,3 +32,6 @@ class McpNode(NodeType):
 
     def graph_label(self) -> str:
         return f"mcp {self.server}.{self.tool}"
+
+    def uses(self) -> NodeUses:
+        return NodeUses(mcp=((self.server, self.tool),))

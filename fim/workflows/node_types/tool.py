@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from fim.config.problems import suggest
-from fim.workflows.node_types.base import NodeChecks, NodeRuntime, NodeType
+from fim.workflows.node_types.base import NodeChecks, NodeRuntime, NodeType, NodeUses
 
 
 class ToolNode(NodeType):
@@ -31,3 +31,6 @@ class ToolNode(NodeType):
 
     def graph_label(self) -> str:
         return f"tool {self.tool}"
+
+    def uses(self) -> NodeUses:
+        return NodeUses(tools=(self.tool,))
