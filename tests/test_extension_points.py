@@ -358,3 +358,97 @@ def test_a_command_area_without_register_fails_when_the_app_is_built(
     sys.modules.pop("fim_ext_nothing", None)
     with pytest.raises(ModuleNotFoundError):  # a missing area is an error, never skipped
         build_app(["fim_ext_not_there"])
+
+
+# --------------------------------------------------------------------------- model backends
+
+BACKEND_OK = """
+from __future__ import annotations
+
+from fim.llm.backend import Backend
+from fim.llm.scripted import ScriptedModel
+from fim.llm.script import text
+
+
+class EchoBackend(Backend):
+    name = "echo_ext"
+    schemes = ("echo_ext:",)
+
+    @classmethod
+    def build(cls, settings, root):
+        return ScriptedModel([text(settings.model.removeprefix("echo_ext:"))], name=settings.model)
+"""
+
+
+@pytest.fixture
+def backend_file(tmp_path: Path) -> Iterator[object]:
+    """Write a backend module and import it; the registry is restored afterwards."""
+    from fim.llm import backends
+
+    before = dict(backends())
+    written: list[str] = []
+
+    def write(source: str, stem: str) -> ModuleType:
+        path = tmp_path / f"{stem}.py"
+        path.write_text(dedent(source))
+        written.append(f"_fim_backend_{stem}")
+        return _import_file(path, written[-1])
+
+    yield write
+    backends().clear()
+    backends().update(before)
+    for name in written:
+        sys.modules.pop(name, None)
+
+
+async def test_a_backend_file_is_chosen_for_its_scheme_or_claim(backend_file) -> None:
+    from fim.config.schema import ModelSettings
+    from fim.llm import backend_of, make_model
+    from fim.types import Message
+
+    backend_file(BACKEND_OK, "echo")
+    model = make_model(ModelSettings(model="echo_ext:hello"))
+    reply = await model.complete([Message(role="user", content="hi")])
+    assert reply.message.content == "hello"
+    assert backend_of(ModelSettings(model="openai/gpt-4o-mini")) == "openai"
+
+    claiming = BACKEND_OK.replace('schemes = ("echo_ext:",)', "").replace(
+        "    @classmethod\n    def build",
+        "    @classmethod\n    def claims(cls, settings):\n"
+        "        return settings.model.startswith('acme/')\n\n"
+        "    @classmethod\n    def build",
+    )
+    backend_file(claiming.replace("echo_ext", "acme_ext"), "acme")
+    assert backend_of(ModelSettings(model="acme/x")) == "acme_ext"
+    assert backend_of(ModelSettings(model="anthropic/claude-x")) == "litellm"
+    forced = ModelSettings(model="acme/x", extra={"backend": "litellm"})
+    assert backend_of(forced) == "litellm"
+    with pytest.raises(RunError) as info:
+        backend_of(ModelSettings(model="acme/x", extra={"backend": "nope"}))
+    assert "`acme_ext`" in (info.value.hint or "") and "`scripted`" not in (info.value.hint or "")
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda s: s.replace('name = "echo_ext"', ""), r"EchoBackend has no name"),
+        (lambda s: s.replace("def build", "def built"), r"\('echo_ext'\) has no build"),
+        (
+            lambda s: s.replace('schemes = ("echo_ext:",)', ""),
+            r"has no way to be chosen \(schemes, claims\(settings\) or fallback\)",
+        ),
+        (lambda s: s.replace('"echo_ext"', '"openai"'), "backend 'openai' is already"),
+        (
+            lambda s: s.replace('schemes = ("echo_ext:",)', "fallback = True"),
+            "'litellm' is already the fallback backend",
+        ),
+    ],
+    ids=["no-name", "no-build", "not-chosen", "taken", "second-fallback"],
+)
+def test_a_backend_missing_a_piece_fails_at_import(backend_file, edit, message: str) -> None:
+    from fim.llm import backends
+
+    with pytest.raises(TypeError, match=message):
+        backend_file(edit(BACKEND_OK), "half")
+    assert "echo_ext" not in backends()
+    assert backends()["openai"].__module__ == "fim.llm.openai_compat"

@@ -15,7 +15,8 @@ connection errors (not a refused connection) with exponential backoff (`max_retr
 user can act on — a missing key names the variable to set and never includes a key.
 `extra: {tool_calling: false}` wraps the model in the JSON-mode fallback;
 `extra: {backend: litellm | openai}` forces a backend. Other `extra` keys pass through to
-the provider.
+the provider. Each backend is one file declaring a `fim.llm.backend.Backend` (its name, how
+it is chosen, how it builds its model), listed in `BACKEND_MODULES`.
 
 `wrapping_models(wrapper)` routes every model built inside it (and in the tasks it
 starts) through `wrapper(settings, build)`: the agent's, the fast model of tool selection
@@ -31,6 +32,7 @@ takes effect (it would fail open if it only rebound a name here).
 
 from __future__ import annotations
 
+import importlib
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -42,6 +44,7 @@ from typing import TYPE_CHECKING
 from fim.config.schema import ModelSettings
 from fim.errors import RunError
 from fim.llm import switch
+from fim.llm.backend import BACKENDS, Backend
 from fim.types import Model
 
 if TYPE_CHECKING:
@@ -64,8 +67,12 @@ class _LlmModule(types.ModuleType):
 sys.modules[__name__].__class__ = _LlmModule
 
 __all__ = [
+    "BACKEND_MODULES",
+    "Backend",
     "ModelWrapper",
+    "backend_for",
     "backend_of",
+    "backends",
     "fast_model",
     "make_model",
     "models_wrapped",
@@ -73,27 +80,51 @@ __all__ = [
 ]
 
 
-def backend_of(settings: ModelSettings) -> str:
-    """`scripted`, `openai` (the fast path) or `litellm`, for a model's settings."""
-    # deferred: loading fim.llm.base costs a few ms
-    from fim.llm.base import api_base, provider_of
+BACKEND_MODULES = ("fim.llm.scripted", "fim.llm.openai_compat", "fim.llm.litellm_model")
+"""The backends, one file each (see `fim.llm.backend`): importing a file registers its
+`Backend`. Imported on the first model built, not with this package; the files are cheap
+(their heavy libraries load on a model's first request)."""
 
+
+def backends() -> dict[str, type[Backend]]:
+    """The registry, with every module of `BACKEND_MODULES` imported."""
+    for module in BACKEND_MODULES:
+        if module not in sys.modules:
+            importlib.import_module(module)
+    return BACKENDS
+
+
+def backend_for(settings: ModelSettings) -> type[Backend]:
+    """The backend serving `settings`: the one owning its scheme (`scripted:`), else the
+    one `extra.backend` names, else the first that claims it, else the fallback."""
+    registry = backends()
     model = settings.model
-    if model.startswith("scripted:"):
-        return "scripted"
+    for backend in registry.values():
+        if backend.schemes and model.startswith(backend.schemes):
+            return backend
     forced = settings.extra.get("backend")
-    if forced in ("openai", "litellm"):
-        return forced
     if forced is not None:
-        raise RunError(
-            f"{model}: unknown backend {forced!r}",
-            hint="extra.backend is `openai` (OpenAI-compatible HTTP) or `litellm`",
-        )
-    if model.startswith("openai/"):
-        return "openai"
-    if "/" not in model and (api_base(settings) or provider_of(model) == "openai"):
-        return "openai"
-    return "litellm"
+        choices = [b for b in registry.values() if not b.schemes]
+        chosen = next((b for b in choices if b.name == forced), None)
+        if chosen is None:
+            raise RunError(
+                f"{model}: unknown backend {forced!r}",
+                hint="extra.backend is one of: " + ", ".join(f"`{b.name}`" for b in choices),
+            )
+        return chosen
+    for backend in registry.values():
+        if not backend.fallback and backend.claims(settings):
+            return backend
+    fallback = next((b for b in registry.values() if b.fallback), None)
+    if fallback is None:
+        raise RunError(f"{model}: no model backend serves it", hint="check the model string")
+    return fallback
+
+
+def backend_of(settings: ModelSettings) -> str:
+    """The name of the backend for a model's settings: `scripted`, `openai` (the fast
+    path), `litellm`, or a backend added in its own file."""
+    return backend_for(settings).name
 
 
 ModelWrapper = Callable[[ModelSettings, Callable[[], Model]], Model]
@@ -140,26 +171,7 @@ def fast_model(snapshot: Snapshot, agent: AgentDecl) -> Model:
 
 
 def _build(settings: ModelSettings, root: Path | None) -> Model:
-    backend = backend_of(settings)
-    model: Model
-    if backend == "scripted":
-        # deferred: loading fim.llm.script costs a few ms
-        from fim.llm.scripted import ScriptedModel
-
-        path = Path(settings.model.removeprefix("scripted:").strip())
-        if not path.is_absolute():
-            path = (root or Path.cwd()) / path
-        model = ScriptedModel.from_file(path, name=settings.model)
-    elif backend == "openai":
-        # deferred: loading fim.llm.openai_compat costs tens of ms
-        from fim.llm.openai_compat import OpenAICompatModel
-
-        model = OpenAICompatModel(settings)
-    else:
-        # deferred: loading fim.llm.litellm_model costs tens of ms
-        from fim.llm.litellm_model import LiteLLMModel
-
-        model = LiteLLMModel(settings)
+    model = backend_for(settings).build(settings, root)
     if settings.extra.get("tool_calling") is False:
         # deferred: loading fim.llm.jsonmode costs a few ms
         from fim.llm.jsonmode import JsonModeModel

@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from fim.config.schema import ModelSettings
 from fim.errors import RunError
+from fim.llm.backend import Backend
 from fim.llm.base import (
     KEY_ENV,
     LOCAL_PROVIDERS,
@@ -36,7 +38,7 @@ from fim.llm.base import (
 )
 from fim.llm.wire import StreamAssembler, parse_response
 from fim.retries import parse_retry_after
-from fim.types import Message, ModelResponse, TextDelta, ToolSpec, Usage
+from fim.types import Message, Model, ModelResponse, TextDelta, ToolSpec, Usage
 
 _litellm: ModuleType | None = None
 
@@ -191,3 +193,15 @@ def _message(exc: Exception) -> str:
         if text.startswith(prefix) and ": " in text:
             text = text.split(": ", 1)[1]
     return text[:500]
+
+
+class LiteLLMBackend(Backend):
+    """Every other provider (`anthropic/`, `gemini/`, `ollama/`, `bedrock/`...): litellm is
+    imported on the model's first request, not here."""
+
+    name = "litellm"
+    fallback = True
+
+    @classmethod
+    def build(cls, settings: ModelSettings, root: Path | None) -> Model:
+        return LiteLLMModel(settings)

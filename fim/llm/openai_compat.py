@@ -16,6 +16,7 @@ import os
 import ssl
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import certifi
@@ -23,6 +24,7 @@ import certifi
 from fim.config.schema import ModelSettings
 from fim.errors import RunError
 from fim.llm import catalog
+from fim.llm.backend import Backend
 from fim.llm.base import (
     OPENAI_BASE,
     Transient,
@@ -31,6 +33,7 @@ from fim.llm.base import (
     chat_request,
     check_allowed,
     connection_refused,
+    provider_of,
     resolve_key,
     scrub,
     status_error,
@@ -39,7 +42,7 @@ from fim.llm.base import (
 )
 from fim.llm.wire import StreamAssembler, parse_response
 from fim.retries import parse_retry_after
-from fim.types import Message, ModelResponse, TextDelta, ToolSpec
+from fim.types import Message, Model, ModelResponse, TextDelta, ToolSpec
 
 if TYPE_CHECKING:
     import ssl
@@ -307,3 +310,21 @@ async def _sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
 def _event_data(event: bytes) -> str | None:
     lines = [line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
     return b"\n".join(lines).decode("utf-8") if lines else None
+
+
+class OpenAIBackend(Backend):
+    """The fast path: `openai/<name>`, a bare OpenAI name, or any bare name with an
+    `api_base` (a local vLLM, llama.cpp, LM Studio...)."""
+
+    name = "openai"
+
+    @classmethod
+    def claims(cls, settings: ModelSettings) -> bool:
+        model = settings.model
+        if model.startswith("openai/"):
+            return True
+        return "/" not in model and bool(api_base(settings) or provider_of(model) == "openai")
+
+    @classmethod
+    def build(cls, settings: ModelSettings, root: Path | None) -> Model:
+        return OpenAICompatModel(settings)

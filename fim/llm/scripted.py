@@ -23,10 +23,12 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from fim.config.schema import ModelSettings
 from fim.errors import RunError
 from fim.llm import switch
+from fim.llm.backend import Backend
 from fim.llm.script import Step, load_steps, resolve_step, text, tool_call, tool_calls, with_usage
-from fim.types import Message, ModelResponse, TextDelta, ToolSpec
+from fim.types import Message, Model, ModelResponse, TextDelta, ToolSpec
 
 __all__ = [
     "ScriptExhausted",
@@ -144,3 +146,17 @@ def allow_model_requests(allowed: bool = True) -> Iterator[None]:
         yield
     finally:
         switch.ALLOW_MODEL_REQUESTS = previous
+
+
+class ScriptedBackend(Backend):
+    """`scripted:<file.yaml>`: the file is resolved against the project root (default cwd)."""
+
+    name = "scripted"
+    schemes = ("scripted:",)
+
+    @classmethod
+    def build(cls, settings: ModelSettings, root: Path | None) -> Model:
+        path = Path(settings.model.removeprefix("scripted:").strip())
+        if not path.is_absolute():
+            path = (root or Path.cwd()) / path
+        return ScriptedModel.from_file(path, name=settings.model)
