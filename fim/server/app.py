@@ -9,11 +9,12 @@ to the API key that created it; another key is told it does not exist.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, is_dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,15 +24,16 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute
 
 from fim import observe
 from fim.build.reload import SnapshotHolder
 from fim.errors import FimError
 from fim.events import Event, RunFinished
 from fim.run.services import Services
+from fim.server.area import Area, Op
 from fim.server.bodies import BodyError, RunBody, read_body
-from fim.server.devpage import devpage_routes, status_payload
+from fim.server.devpage import status_payload
 from fim.server.http import (
     AccessLog,
     Guard,
@@ -41,11 +43,7 @@ from fim.server.http import (
     session_owner,
     sse,
 )
-from fim.server.interop import interop_routes
-from fim.server.live_routes import live_routes
-from fim.server.routes import approval_routes, workflow_routes
 from fim.server.sessions import UnknownSession, known_agent
-from fim.server.usage_routes import usage_routes
 from fim.types import Message
 
 if TYPE_CHECKING:
@@ -340,47 +338,53 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
     return error(500, "internal error; see the server log")
 
 
-async def metrics_endpoint(request: Any) -> Any:
-    """Prometheus exposition of fim's counters (runs, latency, tokens, cost, tools, hooks,
-    reloads, active runs)."""
+AREAS = (
+    "fim.server.areas.status",
+    "fim.server.areas.agents",
+    "fim.server.areas.runs",
+    "fim.server.areas.live",
+    "fim.server.areas.openai_compat",
+    "fim.server.areas.metrics",
+    "fim.server.areas.devpage",
+    "fim.server.areas.workflows",
+    "fim.server.areas.approvals",
+    "fim.server.areas.interop",
+    "fim.server.areas.usage",
+)
+"""The route areas the app is assembled from, one file each (`fim.server.area`), in routing
+order (also the order of the OpenAPI document's paths)."""
 
-    # deferred: loading prometheus_client costs tens of ms
-    from fim.observe.metrics import METRICS
 
-    body, content_type = METRICS.exposition()
-    return Response(body, media_type=content_type)
+def load_areas(modules: Sequence[str]) -> list[Area]:
+    """The `AREA` of each module; a module without one is an error, never skipped."""
+    areas = []
+    for name in modules:
+        area = getattr(importlib.import_module(name), "AREA", None)
+        if not isinstance(area, Area):
+            raise TypeError(f"route area module {name} has no AREA = fim.server.area.Area(...)")
+        areas.append(area)
+    return areas
 
 
-def create_app(holder: SnapshotHolder, services: Services | None = None) -> Starlette:
-    """Build the ASGI app around a snapshot holder (the reloader swaps its content)."""
-    # deferred: loading fim.server.openai_compat costs tens of ms
-    from fim.server.openai_compat import OpenAICompat
-
+def create_app(
+    holder: SnapshotHolder, services: Services | None = None, areas: Sequence[str] = AREAS
+) -> Starlette:
+    """Build the ASGI app around a snapshot holder (the reloader swaps its content), from
+    the route areas `areas` (module names)."""
     services = services or Services(
         root=holder.current.root, state_url=holder.current.project.state
     )
 
     observe.enable_metrics()
     api = Api(holder, services)
-    compat = OpenAICompat(api)
-    routes = [
-        Route("/healthz", api.healthz),
-        Route("/v1/status", api.status),
-        Route("/v1/agents", api.agents),
-        Route("/v1/agents/{name}", api.agent),
-        Route("/v1/agents/{name}/runs", api.create_run, methods=["POST"]),
-        Route("/v1/runs", api.list_runs),
-        *live_routes(api),
-        Route("/v1/models", compat.models),
-        Route("/v1/models/{model_id:path}", compat.model),
-        Route("/v1/chat/completions", compat.chat_completions, methods=["POST"]),
-        Route("/metrics", metrics_endpoint),
-        *devpage_routes(api),
-        *workflow_routes(api),
-        *approval_routes(api),
-        *interop_routes(api),
-        *usage_routes(api),
-    ]
+    routes: list[BaseRoute] = []
+    operations: dict[tuple[str, str], Op] = {}
+    for area in load_areas(areas):
+        routes += area.routes(api)
+        for key, op in area.operations().items():
+            if key in operations:
+                raise TypeError(f"route area '{area.name}': {' '.join(key)} is already served")
+            operations[key] = op
     # deferred: loading fim.observe.http costs a few ms
     from fim.observe.http import TraceContext
 
@@ -407,4 +411,5 @@ def create_app(holder: SnapshotHolder, services: Services | None = None) -> Star
         exception_handlers={Exception: _internal_error, HTTPException: http_error},
     )
     app.state.api = api
+    app.state.operations = operations  # what fim.server.openapi documents
     return app

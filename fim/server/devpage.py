@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response, StreamingResponse
-from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from fim.errors import FimError
@@ -81,9 +80,9 @@ def _page(name: str) -> Response:
     return response
 
 
-def devpage_routes(api: Api) -> list[BaseRoute]:
-    """The page, its assets, the OpenAPI document and the API routes the page needs."""
-
+def devpage_handlers(api: Api) -> dict[str, Any]:
+    """The page, its assets, the OpenAPI document and the API routes the page needs (the
+    `devpage` area, `fim.server.areas.devpage`)."""
     # deferred: loading fim.server.responses costs hundreds of ms
     from fim.server.openapi import openapi_document
 
@@ -172,18 +171,18 @@ def devpage_routes(api: Api) -> list[BaseRoute]:
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
-    return [
-        Route("/", index, include_in_schema=False),
-        Route("/docs", docs, include_in_schema=False),
-        Route("/favicon.ico", favicon, include_in_schema=False),
-        Route("/openapi.json", openapi, include_in_schema=False),
-        Mount("/static", StaticFiles(directory=STATIC), name="static"),
-        Route("/v1/status/stream", status_stream),
-        Route("/v1/agents/{name}/prompt", prompt),
-        Route("/v1/workflows/{name}/graph", graph),
-        Route("/v1/evals", list_evals),
-        Route("/v1/evals/{suite}/runs", run_eval, methods=["POST"]),
-    ]
+    return {
+        "index": index,
+        "docs": docs,
+        "favicon": favicon,
+        "openapi": openapi,
+        "static": StaticFiles(directory=STATIC),
+        "status_stream": status_stream,
+        "prompt": prompt,
+        "graph": graph,
+        "list_evals": list_evals,
+        "run_eval": run_eval,
+    }
 
 
 async def _status_events(

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from starlette.routing import Route
     from starlette.types import ASGIApp, Receive, Scope, Send
 
     from fim.server.app import Api
@@ -42,9 +41,11 @@ class _Lazy:
         await self.app(scope, receive, send)
 
 
-def interop_routes(api: Api) -> list[Route]:
-    # deferred: loading starlette costs tens of ms
-    from starlette.routing import Route
+CARD = "/.well-known/agent-card.json"
+
+
+def interop_handlers(api: Api) -> dict[str, Any]:
+    """The lazily built MCP and A2A apps of the `interop` area (`fim.server.areas.interop`)."""
 
     def mcp() -> ASGIApp:
         # deferred: loading mcp_types costs hundreds of ms
@@ -58,11 +59,4 @@ def interop_routes(api: Api) -> list[Route]:
 
         return a2a_app(api)
 
-    mcp_app, a2a_router = _Lazy(mcp, "mcp"), _Lazy(a2a, "fim[a2a]")
-    card = "/.well-known/agent-card.json"
-    return [
-        Route("/mcp", endpoint=mcp_app),
-        Route(card, endpoint=a2a_router, methods=["GET"]),
-        Route("/a2a/{agent}" + card, endpoint=a2a_router, methods=["GET"]),
-        Route("/a2a/{agent}", endpoint=a2a_router, methods=["POST"]),
-    ]
+    return {"mcp": _Lazy(mcp, "mcp"), "a2a": _Lazy(a2a, "fim[a2a]")}

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-from starlette.routing import Route
 
 from fim.server.http import JSONResponse, error
 
@@ -35,7 +34,9 @@ def _after(request: Request) -> int | Response:
     return after
 
 
-def live_routes(api: Api) -> list[Route]:
+def live_handlers(api: Api) -> dict[str, Any]:
+    """The handlers of the `live` area (`fim.server.areas.live`)."""
+
     from fim.store import get_store
 
     async def get_run(request: Request) -> Response:
@@ -80,10 +81,7 @@ def live_routes(api: Api) -> list[Route]:
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
-    return [
-        Route("/v1/runs/{run_id}", get_run),
-        Route("/v1/runs/{run_id}/events", run_events),
-    ]
+    return {"get_run": get_run, "run_events": run_events}
 
 
 async def _frames(events: AsyncIterator[tuple[int, dict[str, Any]]]) -> AsyncIterator[bytes]:

@@ -3,209 +3,28 @@
 Paths and methods come from the app's own routes, request bodies from the pydantic models
 of `fim.server.bodies` and response bodies from `fim.server.responses`, through pydantic's
 JSON Schema generator (JSON Schema 2020-12, which OpenAPI 3.1 uses as is). Nothing is
-written by hand but the table below saying which model goes with which operation; a route
-missing from it is still listed (as undocumented), so the document never hides a route.
+written by hand but each route area's `Op`s (`fim.server.areas`) saying which model goes
+with which operation; the app keeps them in `app.state.operations`. A route missing from
+them is still listed (as undocumented), so the document never hides a route.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 from starlette.routing import Route
 
-from fim.server import bodies
 from fim.server import responses as r
+from fim.server.area import ANY_METHOD, Op
 
 SSE = "text/event-stream"
 
 
-@dataclass(frozen=True)
-class Op:
-    summary: str
-    tag: str
-    ok: type[BaseModel] | None = None
-    body: type[BaseModel] | None = None
-    stream: str | None = None
-    """When the body asks for `stream: true` (or the route always streams): what the
-    events are."""
-    query: dict[str, dict[str, Any]] = field(default_factory=dict)
-    errors: tuple[int, ...] = ()
-    background: bool = False
-    """The body may ask for `background: true`: 202 with a `BackgroundAccepted`."""
-
-
-OPERATIONS: dict[tuple[str, str], Op] = {
-    ("GET", "/healthz"): Op("Liveness (no key needed)", "status", r.Health),
-    ("GET", "/v1/status"): Op("Snapshot version and the last reload error", "status", r.Status),
-    ("GET", "/v1/status/stream"): Op(
-        "The status as server-sent events, one `status` event per change",
-        "status",
-        stream="`event: status` with the body of GET /v1/status; the stream ends after a "
-        "while and clients reconnect",
-    ),
-    ("GET", "/v1/agents"): Op("The agents of the current snapshot", "agents", r.AgentList),
-    ("GET", "/v1/agents/{name}"): Op(
-        "One agent's declaration", "agents", r.AgentDeclaration, errors=(404,)
-    ),
-    ("GET", "/v1/agents/{name}/prompt"): Op(
-        "The prompt and tools as the model sees them, with token counts",
-        "agents",
-        r.PromptReport,
-        errors=(400, 404, 503),
-    ),
-    ("POST", "/v1/agents/{name}/runs"): Op(
-        "Run an agent (a session continues a conversation)",
-        "runs",
-        r.RunResult,
-        bodies.RunBody,
-        stream="with `stream: true`: one event per engine event (`event: <type>`, `data:` "
-        "the event as JSON; see fim.events), ending with `run_finished`",
-        errors=(400, 404, 499, 500, 503),
-        background=True,
-    ),
-    ("GET", "/v1/runs"): Op(
-        "Recent runs (without their traces)",
-        "runs",
-        r.RunList,
-        query={
-            "limit": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50},
-            "kind": {"type": "string", "enum": ["agent", "workflow"]},
-        },
-        errors=(400,),
-    ),
-    ("GET", "/v1/runs/{run_id}"): Op(
-        "One run with its trace (a workflow run with each node's state)",
-        "runs",
-        r.RunRecord,
-        errors=(404,),
-    ),
-    ("GET", "/v1/runs/{run_id}/events"): Op(
-        "A run's events, stored then live, from any replica, until its last event",
-        "runs",
-        stream="`id: <seq>`, `event: <type>`, `data:` the event (see fim.events); ends with "
-        "`run_finished` or `workflow_finished`; resume with `Last-Event-ID` or `?after=<seq>`",
-        query={"after": {"type": "integer", "minimum": 0, "default": 0}},
-        errors=(400, 404),
-    ),
-    ("GET", "/v1/models"): Op("OpenAI-compatible: agents as models", "openai", r.ModelList),
-    ("GET", "/v1/models/{model_id}"): Op(
-        "OpenAI-compatible: one agent as a model", "openai", r.ModelObject, errors=(404,)
-    ),
-    ("POST", "/v1/chat/completions"): Op(
-        "OpenAI-compatible chat completions",
-        "openai",
-        r.ChatCompletion,
-        bodies.ChatBody,
-        stream="with `stream: true`: OpenAI `chat.completion.chunk` events",
-        errors=(400, 404, 500, 503),
-    ),
-    ("GET", "/v1/workflows"): Op("The workflows and their inputs", "workflows", r.WorkflowList),
-    ("GET", "/v1/workflows/{name}/graph"): Op(
-        "The DAG of `fim graph` as JSON", "workflows", r.WorkflowGraph, errors=(404,)
-    ),
-    ("POST", "/v1/workflows/{name}/runs"): Op(
-        "Run a workflow (it may pause at a human node; see approvals)",
-        "workflows",
-        r.WorkflowRunResult,
-        bodies.WorkflowRunBody,
-        stream="with `stream: true`: `node_started`, `node_finished`, `node_skipped`, "
-        "`node_failed`, `notice` and a last `workflow_finished`",
-        errors=(400, 404, 503),
-        background=True,
-    ),
-    ("GET", "/v1/approvals"): Op(
-        "Approvals (pending by default)",
-        "approvals",
-        r.ApprovalList,
-        query={
-            "status": {
-                "type": "string",
-                "enum": ["pending", "approved", "denied", "expired", "all"],
-                "default": "pending",
-            }
-        },
-    ),
-    ("POST", "/v1/approvals/{approval_id}"): Op(
-        "Approve or deny a pending tool call or human workflow node",
-        "approvals",
-        r.DecisionResult,
-        bodies.DecisionBody,
-        errors=(400, 404, 409),
-    ),
-    ("GET", "/v1/evals"): Op("The eval suites", "evals", r.EvalSuiteList),
-    ("POST", "/v1/evals/{suite}/runs"): Op(
-        "Run an eval suite (replay of recorded model answers by default)",
-        "evals",
-        r.EvalReport,
-        bodies.EvalRunBody,
-        errors=(400, 404),
-    ),
-}
-
-
-class JsonRpcRequest(BaseModel):
-    """A JSON-RPC 2.0 request (MCP and A2A speak it; their SDKs validate the rest)."""
-
-    jsonrpc: Literal["2.0"]
-    method: str
-    id: int | str | None = None
-    params: dict[str, Any] | None = None
-
-
-OPERATIONS.update(
-    {
-        ("GET", "/v1/usage"): Op(
-            "Tokens and cost per UTC day and agent, from the state store",
-            "status",
-            r.UsageReport,
-            query={
-                "days": {"type": "integer", "minimum": 1, "maximum": 36500, "default": 7},
-                "agent": {"type": "string"},
-            },
-            errors=(400,),
-        ),
-        ("GET", "/metrics"): Op(
-            "Prometheus metrics (text exposition format): runs, latencies, tokens, tool "
-            "calls, hook blocks, reloads, active runs",
-            "status",
-        ),
-        ("POST", "/mcp"): Op(
-            "MCP (streamable HTTP): the project's agents and workflows as MCP tools",
-            "interop",
-            body=JsonRpcRequest,
-            stream="MCP streamable HTTP responses (JSON or an event stream)",
-            errors=(400, 404, 406, 501),
-        ),
-        ("GET", "/mcp"): Op(
-            "MCP: the server-to-client event stream of a session",
-            "interop",
-            stream="MCP server messages",
-            errors=(400, 405, 406, 501),
-        ),
-        ("DELETE", "/mcp"): Op("MCP: end a session", "interop", errors=(400, 404, 405, 501)),
-        ("GET", "/.well-known/agent-card.json"): Op(
-            "A2A: the project's agent card", "interop", errors=(404, 501)
-        ),
-        ("GET", "/a2a/{agent}/.well-known/agent-card.json"): Op(
-            "A2A: one agent's card", "interop", errors=(404, 501)
-        ),
-        ("POST", "/a2a/{agent}"): Op(
-            "A2A JSON-RPC: send a message, get or cancel a task",
-            "interop",
-            body=JsonRpcRequest,
-            stream="with `message/stream`: A2A task events",
-            errors=(404, 501),
-        ),
-    }
-)
-
-ANY_METHOD = ("GET", "POST", "DELETE")
-"""What a route that takes every method (an ASGI app such as MCP's) is listed with."""
+__all__ = ["ANY_METHOD", "Op", "openapi_document"]
 
 
 def _routes(app: Any) -> list[tuple[str, str]]:
@@ -228,22 +47,23 @@ def openapi_document(app: Any, title: str = "fim") -> dict[str, Any]:
         fim_version = version("fim")
     except PackageNotFoundError:
         fim_version = "0"
+    operations: dict[tuple[str, str], Op] = getattr(app.state, "operations", {})
     models: list[tuple[type[BaseModel], Any]] = [
         (r.ErrorResponse, "serialization"),
         (r.BackgroundAccepted, "serialization"),
     ]
-    for declared in OPERATIONS.values():
-        if declared.ok is not None:
-            models.append((declared.ok, "serialization"))
-        if declared.body is not None:
-            models.append((declared.body, "validation"))
+    for each in operations.values():
+        if each.ok is not None:
+            models.append((each.ok, "serialization"))
+        if each.body is not None:
+            models.append((each.body, "validation"))
     schemas, defs = models_json_schema(
         list(dict.fromkeys(models)), ref_template="#/components/schemas/{model}"
     )
     error = {"application/json": {"schema": schemas[(r.ErrorResponse, "serialization")]}}
     paths: dict[str, dict[str, Any]] = {}
     for method, path in _routes(app):
-        op = OPERATIONS.get((method, path))
+        op = operations.get((method, path))
         item: dict[str, Any] = {"operationId": _operation_id(method, path)}
         params = [
             {"name": p, "in": "path", "required": True, "schema": {"type": "string"}}

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from fim.errors import FimError
 from fim.server.bodies import BodyError, DecisionBody, WorkflowRunBody, read_body
@@ -22,7 +21,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("fim.server")
 
 
-def workflow_routes(api: Api) -> list[Route]:
+def workflow_handlers(api: Api) -> dict[str, Any]:
+    """The handlers of the `workflows` area (`fim.server.areas.workflows`)."""
+
     async def list_workflows(request: Request) -> Response:
         snap = api.holder.current
         return JSONResponse(
@@ -88,13 +89,12 @@ def workflow_routes(api: Api) -> list[Route]:
             }
         )
 
-    return [
-        Route("/v1/workflows", list_workflows),
-        Route("/v1/workflows/{name}/runs", run_workflow, methods=["POST"]),
-    ]
+    return {"list_workflows": list_workflows, "run_workflow": run_workflow}
 
 
-def approval_routes(api: Api) -> list[Route]:
+def approval_handlers(api: Api) -> dict[str, Any]:
+    """The handlers of the `approvals` area (`fim.server.areas.approvals`)."""
+
     async def list_approvals(request: Request) -> Response:
         # deferred: loading fim.store costs a few ms
         from fim.store import get_store
@@ -159,10 +159,7 @@ def approval_routes(api: Api) -> list[Route]:
                 resumed = _resume_workflow(api, approval, decision == "approve", data)
         return JSONResponse({"approval": approval.as_dict(), "resumed_run": resumed})
 
-    return [
-        Route("/v1/approvals", list_approvals),
-        Route("/v1/approvals/{approval_id}", resolve, methods=["POST"]),
-    ]
+    return {"list_approvals": list_approvals, "resolve": resolve}
 
 
 def _resume_workflow(api: Api, approval: Any, approved: bool, data: dict[str, Any] | None) -> str:

@@ -4,11 +4,10 @@ usage` prints), for dashboards and chargeback."""
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from fim.server.http import JSONResponse, error
 
@@ -18,7 +17,9 @@ if TYPE_CHECKING:
 MAX_DAYS = 36500
 
 
-def usage_routes(api: Api) -> list[Route]:
+def usage_handlers(api: Api) -> dict[str, Any]:
+    """The handler of the `usage` area (`fim.server.areas.usage`)."""
+
     async def usage(request: Request) -> Response:
         # deferred: loading fim.store costs a few ms
         from fim.store import get_store
@@ -37,4 +38,4 @@ def usage_routes(api: Api) -> list[Route]:
         rows = await summary(get_store(api.services), since=since, agent=agent)
         return JSONResponse({"since": since, "usage": rows})
 
-    return [Route("/v1/usage", usage)]
+    return {"usage": usage}

@@ -1,0 +1,42 @@
+"""Approvals of tool calls and human workflow nodes."""
+
+from __future__ import annotations
+
+from fim.server import bodies
+from fim.server import responses as r
+from fim.server.area import Area, Op, get, post
+from fim.server.routes import approval_handlers
+
+AREA = Area(
+    "approvals",
+    (
+        get(
+            "/v1/approvals",
+            "list_approvals",
+            Op(
+                "Approvals (pending by default)",
+                "approvals",
+                r.ApprovalList,
+                query={
+                    "status": {
+                        "type": "string",
+                        "enum": ["pending", "approved", "denied", "expired", "all"],
+                        "default": "pending",
+                    }
+                },
+            ),
+        ),
+        post(
+            "/v1/approvals/{approval_id}",
+            "resolve",
+            Op(
+                "Approve or deny a pending tool call or human workflow node",
+                "approvals",
+                r.DecisionResult,
+                bodies.DecisionBody,
+                errors=(400, 404, 409),
+            ),
+        ),
+    ),
+    approval_handlers,
+)

@@ -1,0 +1,37 @@
+"""One run and its event stream, from any replica (see `fim.server.live_routes`)."""
+
+from __future__ import annotations
+
+from fim.server import responses as r
+from fim.server.area import Area, Op, get
+from fim.server.live_routes import live_handlers
+
+AREA = Area(
+    "live",
+    (
+        get(
+            "/v1/runs/{run_id}",
+            "get_run",
+            Op(
+                "One run with its trace (a workflow run with each node's state)",
+                "runs",
+                r.RunRecord,
+                errors=(404,),
+            ),
+        ),
+        get(
+            "/v1/runs/{run_id}/events",
+            "run_events",
+            Op(
+                "A run's events, stored then live, from any replica, until its last event",
+                "runs",
+                stream="`id: <seq>`, `event: <type>`, `data:` the event (see fim.events); ends "
+                "with `run_finished` or `workflow_finished`; resume with `Last-Event-ID` or "
+                "`?after=<seq>`",
+                query={"after": {"type": "integer", "minimum": 0, "default": 0}},
+                errors=(400, 404),
+            ),
+        ),
+    ),
+    live_handlers,
+)

@@ -1,0 +1,43 @@
+"""Agent runs: start one (a session continues a conversation), list them (one run and its
+events are the `live` area)."""
+
+from __future__ import annotations
+
+from fim.server import bodies
+from fim.server import responses as r
+from fim.server.area import Area, Op, get, post
+
+AREA = Area(
+    "runs",
+    (
+        post(
+            "/v1/agents/{name}/runs",
+            "create_run",
+            Op(
+                "Run an agent (a session continues a conversation)",
+                "runs",
+                r.RunResult,
+                bodies.RunBody,
+                stream="with `stream: true`: one event per engine event (`event: <type>`, "
+                "`data:` the event as JSON; see fim.events), ending with `run_finished`",
+                errors=(400, 404, 499, 500, 503),
+                background=True,
+            ),
+        ),
+        get(
+            "/v1/runs",
+            "list_runs",
+            Op(
+                "Recent runs (without their traces)",
+                "runs",
+                r.RunList,
+                query={
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50},
+                    "kind": {"type": "string", "enum": ["agent", "workflow"]},
+                },
+                errors=(400,),
+            ),
+        ),
+    ),
+    lambda api: {"create_run": api.create_run, "list_runs": api.list_runs},
+)

@@ -1,0 +1,19 @@
+"""Liveness and the snapshot's status."""
+
+from __future__ import annotations
+
+from fim.server import responses as r
+from fim.server.area import Area, Op, get
+
+AREA = Area(
+    "status",
+    (
+        get("/healthz", "healthz", Op("Liveness (no key needed)", "status", r.Health)),
+        get(
+            "/v1/status",
+            "status",
+            Op("Snapshot version and the last reload error", "status", r.Status),
+        ),
+    ),
+    lambda api: {"healthz": api.healthz, "status": api.status},
+)
