@@ -452,3 +452,114 @@ def test_a_backend_missing_a_piece_fails_at_import(backend_file, edit, message: 
         backend_file(edit(BACKEND_OK), "half")
     assert "echo_ext" not in backends()
     assert backends()["openai"].__module__ == "fim.llm.openai_compat"
+
+
+# --------------------------------------------------------------------------- HTTP route areas
+
+AREA_OK = """
+from __future__ import annotations
+
+from pydantic import BaseModel
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from fim.server.area import Area, Op, get
+
+
+class Pong(BaseModel):
+    agents: int
+
+
+def handlers(api):
+    async def ping(request: Request) -> Response:
+        return JSONResponse({"agents": len(api.holder.current.agents)})
+
+    return {"ping": ping}
+
+
+AREA = Area(
+    "ping_ext",
+    (get("/v1/ping-ext", "ping", Op("Count the agents", "status", Pong)),),
+    handlers,
+)
+"""
+
+
+def test_a_route_area_file_is_served_and_documented(tmp_path: Path, monkeypatch) -> None:
+    from starlette.testclient import TestClient
+
+    from fim.build.reload import SnapshotHolder
+    from fim.server.app import AREAS, create_app
+
+    (tmp_path / "fim_ext_ping.py").write_text(dedent(AREA_OK))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "fim_ext_ping", raising=False)
+    snapshot = compile_project(_project(tmp_path / "p"))
+    app = create_app(SnapshotHolder(snapshot), areas=[*AREAS, "fim_ext_ping"])
+    with TestClient(app) as client:
+        assert client.get("/v1/ping-ext").json() == {"agents": 1}
+        doc = client.get("/openapi.json").json()
+    operation = doc["paths"]["/v1/ping-ext"]["get"]
+    assert operation["summary"] == "Count the agents" and operation["tags"] == ["status"]
+    schema = operation["responses"]["200"]["content"]["application/json"]["schema"]
+    assert schema == {"$ref": "#/components/schemas/Pong"}
+    assert doc["components"]["schemas"]["Pong"]["properties"]["agents"]["type"] == "integer"
+    sys.modules.pop("fim_ext_ping", None)
+
+
+@pytest.mark.parametrize(
+    ("edit", "error", "message"),
+    [
+        (
+            lambda s: s.replace('Op("Count the agents", "status", Pong)', "None"),
+            TypeError,
+            r"route area 'ping_ext': GET /v1/ping-ext has no OpenAPI operation",
+        ),
+        (
+            lambda s: s.replace(
+                'get("/v1/ping-ext", "ping", Op("Count the agents", "status", Pong))',
+                'Endpoint("/v1/ping-ext", "ping")',
+            ).replace("import Area, Op, get", "import Area, Endpoint, Op"),
+            TypeError,
+            r"GET /v1/ping-ext has no OpenAPI operation",
+        ),
+    ],
+    ids=["op-none", "no-ops"],
+)
+def test_a_route_without_its_operation_fails_at_import(
+    tmp_path: Path, edit, error: type[Exception], message: str
+) -> None:
+    path = tmp_path / "half.py"
+    path.write_text(dedent(edit(AREA_OK)))
+    with pytest.raises(error, match=message):
+        _import_file(path, "_fim_ext_half_area")
+    assert "_fim_ext_half_area" not in sys.modules
+
+
+def test_an_area_module_without_area_or_handler_fails_when_the_app_is_built(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from fim.build.reload import SnapshotHolder
+    from fim.server.app import create_app
+
+    (tmp_path / "fim_ext_noarea.py").write_text("X = 1\n")
+    (tmp_path / "fim_ext_nohandler.py").write_text(
+        dedent(AREA_OK).replace('return {"ping": ping}', "return {}")
+    )
+    (tmp_path / "fim_ext_twice.py").write_text(
+        dedent(AREA_OK).replace("/v1/ping-ext", "/v1/agents")
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    holder = SnapshotHolder(compile_project(_project(tmp_path / "p")))
+    cases = {
+        "fim_ext_noarea": "fim_ext_noarea has no AREA",
+        "fim_ext_nohandler": "route area 'ping_ext' has no handler ping",
+        "fim_ext_twice": "GET /v1/agents is already served",
+    }
+    try:
+        for module, message in cases.items():
+            with pytest.raises(TypeError, match=message):
+                create_app(holder, areas=["fim.server.areas.agents", module])
+    finally:
+        for module in cases:
+            sys.modules.pop(module, None)

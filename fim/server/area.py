@@ -96,6 +96,10 @@ class Area:
 
     def __post_init__(self) -> None:
         for endpoint in self.endpoints:
+            if not isinstance(endpoint.ops, Mapping):
+                raise TypeError(
+                    f"route area '{self.name}': {endpoint.path}: ops maps each method to its Op"
+                )
             if endpoint.hidden or endpoint.mount is not None:
                 continue
             methods = ANY_METHOD if endpoint.any_method else tuple(endpoint.ops) or ("GET",)
