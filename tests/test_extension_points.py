@@ -2,9 +2,9 @@
 when it is imported (naming the piece), not when a run first reaches it.
 
 The files are written into a temporary folder and imported the way fim imports its own:
-node types by importing their module (the class registers itself), builtin tools and hooks
-through their package's `__path__` (the folder listing is the registry), CLI command areas
-through `build_app`.
+node types and model backends by importing their module (the class registers itself),
+builtin tools and hooks through their package's `__path__` (the folder listing is the
+registry), CLI command areas through `build_app`, HTTP route areas through `create_app`.
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ def test_the_document_covers_every_route_with_generated_schemas(client: TestClie
         for op in item.values()
         if "undocumented" in op["summary"]
     ]
-    assert not undocumented, "add these routes to fim.server.openapi.OPERATIONS"
+    assert not undocumented, "give these routes an Op in their area (fim.server.areas)"
     run = doc["paths"]["/v1/agents/{name}/runs"]["post"]
     body = run["requestBody"]["content"]["application/json"]["schema"]["$ref"]
     assert body == "#/components/schemas/RunBody"
