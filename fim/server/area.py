@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
+from starlette.routing import BaseRoute, Mount, Route
 
 if TYPE_CHECKING:
-    from starlette.routing import BaseRoute
-
     from fim.server.app import Api
 
 ANY_METHOD = ("GET", "POST", "DELETE")
@@ -62,8 +61,6 @@ class Endpoint:
     """Mounted as a sub-app under this route name (static files) instead of a route."""
 
     def route(self, handler: Any) -> BaseRoute:
-        from starlette.routing import Mount, Route
-
         if self.mount is not None:
             return Mount(self.path, app=handler, name=self.mount)
         methods = None if self.any_method else list(self.ops) or None

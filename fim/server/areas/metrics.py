@@ -13,6 +13,7 @@ from fim.server.area import Area, Op, get
 async def metrics_endpoint(request: Request) -> Response:
     """Prometheus exposition of fim's counters (runs, latency, tokens, cost, tools, hooks,
     reloads, active runs)."""
+    # deferred: loading prometheus_client costs tens of ms
     from fim.observe.metrics import METRICS
 
     body, content_type = METRICS.exposition()

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 
 
 def _handlers(api: Api) -> dict[str, Any]:
+    # deferred: loading fim.server.openai_compat costs tens of ms
     from fim.server.openai_compat import OpenAICompat
 
     compat = OpenAICompat(api)
