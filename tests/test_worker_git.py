@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from tests.test_gitops import Remote
-from tests.test_worker import until
+from test_gitops import Remote
+from test_worker import until
 
 FLOW = """\
 description: one node

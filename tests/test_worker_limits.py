@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from tests.test_worker import until
+from test_worker import until
 
 LIMITED = """\
 description: At most two at once
