@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from fim.commands import ProjectOption, fail, print_problems, project_dir, run_async, user_errors
+from fim.mcp.elicitation import content_problem, describe_schema
+from fim.workflows.durable import ensure_schema, is_postgres, make_app, requeue_decided
 
 if TYPE_CHECKING:
     from fim.store import Approval, Store
@@ -144,7 +146,6 @@ def _elicitation_data(
 ) -> dict[str, Any] | str:
     """What answers an MCP elicitation (`content` to accept, `action: cancel`), or why
     the answer is not valid for the form the server asked for."""
-    from fim.mcp.elicitation import content_problem, describe_schema
 
     if not approved:
         return {"action": "cancel"} if cancel else {}
@@ -231,7 +232,6 @@ def _decide(
 async def _requeue(store: Store, run_id: str) -> bool:
     """A decided human node of a run that `fim worker` executes: queue the job that
     continues it (fim.workflows.durable). False for a run that resumes in process."""
-    from fim.workflows.durable import ensure_schema, is_postgres, make_app, requeue_decided
 
     if not is_postgres(store.url):
         return False

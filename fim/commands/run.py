@@ -11,6 +11,7 @@ import typer
 
 from fim.commands import ProjectOption, fail, load_snapshot, run_async, user_errors
 from fim.errors import RunError
+from fim.masking import mask_model
 
 if TYPE_CHECKING:
     from fim.events import Event, Token
@@ -287,7 +288,6 @@ class EventPrinter:
             ToolProgress,
             ToolResultEvent,
         )
-        from fim.masking import mask_model
 
         event = mask_model(event)
         if self.as_json:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from fim.commands import ProjectOption, load_snapshot, run_async, user_errors
+from fim.errors import RunError
 
 if TYPE_CHECKING:
     from fim.build.gitops import GitSource
@@ -62,8 +63,6 @@ def serve(
 
         with user_errors():
             if git is not None:
-                from fim.errors import RunError
-
                 raise RunError(
                     "--workers and --git do not combine: a git checkout belongs to one process",
                     hint="run several `fim serve --git` replicas (each its own --git-checkout)",

@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 from fim.config.schema import HttpAction, HttpConnector
 from fim.connectors.render import render_json, truncate_text
+from fim.idempotency import HEADER, SAFE_METHODS, current_key
 from fim.masking import Masker
 from fim.retries import Backoff, retry_async
 from fim.tools.base import FunctionTool
@@ -285,7 +286,6 @@ _NOT_JSON = object()
 def _with_idempotency_key(request: dict[str, Any], method: str) -> None:
     """A workflow node's key (fim.idempotency) on a request that may change something,
     unless the action's own headers already name one."""
-    from fim.idempotency import HEADER, SAFE_METHODS, current_key
 
     key = current_key()
     headers = request.get("headers") or {}

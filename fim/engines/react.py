@@ -29,6 +29,7 @@ from fim.events import (
     ToolCallEvent,
     ToolResultEvent,
 )
+from fim.llm.media import accepted_media, media_message
 from fim.observe import current_call
 from fim.observe.context import current_events
 from fim.tools.registry import ToolRegistry
@@ -328,7 +329,6 @@ class ReactEngine:
     def _media_message(self, found: list[tuple[str, list[Any]]]) -> Message | None:
         """Tool results' images/audio as one user message, for a model that accepts them
         (others keep the text placeholder the observation already has)."""
-        from fim.llm.media import accepted_media, media_message
 
         if self.accepts_media is None:
             self.accepts_media = accepted_media(self.model)

@@ -19,6 +19,7 @@ import binascii
 from collections.abc import Iterable
 from typing import Any
 
+from fim.llm.catalog import model_info
 from fim.types import Message
 
 IMAGE_TYPES = {
@@ -41,7 +42,6 @@ MAX_TURN_ITEMS = 8
 
 def accepted_media(model: Any) -> frozenset[str]:
     """`image` and/or `audio`: what `model` takes as input, declared or from the table."""
-    from fim.llm.catalog import model_info
 
     seen = 0
     while model is not None and seen < 5:  # through wrappers (metering, JSON mode)

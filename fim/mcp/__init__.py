@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
+from fim.mcp.caller import for_run
 from fim.mcp.manager import McpManager, check_live, get_manager
 from fim.mcp.tools import META_TOOL, McpMetaTool, effective_tool_name, legacy_tools, tool_name
 
@@ -91,7 +92,6 @@ async def provide(ctx: RunContext) -> Provision | None:
 
     if not ctx.agent.mcp:
         return None
-    from fim.mcp.caller import for_run
 
     conns = await connections_for(ctx)
     caller = for_run(ctx)

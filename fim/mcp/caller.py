@@ -15,6 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from fim.events import Notice
+from fim.observe.context import current_call, current_events
+
 log = logging.getLogger(__name__)
 
 ELICITATION_ENV = "FIM_ELICITATION"
@@ -39,7 +42,6 @@ class Caller:
 
     def bound(self, tool: str) -> Caller:
         """This caller for one tool call of the running task (its call id and event sink)."""
-        from fim.observe.context import current_call, current_events
 
         return replace(self, tool=tool, call_id=current_call.get(), sink=current_events.get())
 
@@ -54,7 +56,6 @@ class Caller:
 
     def notice(self, message: str, **data: Any) -> None:
         """A `Notice` event, also logged: the person running the agent may need to act."""
-        from fim.events import Notice
 
         text = self.mask(message)
         # the event is what the person sees; the log says it only when nobody listens

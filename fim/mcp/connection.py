@@ -24,6 +24,7 @@ from typing import Any, Literal
 import anyio
 
 from fim.config.schema import McpServer, StdioServer
+from fim.mcp.cache import cache_key, load, store
 from fim.mcp.deadline import CallDeadline, Clock
 from fim.mcp.elicitation import elicitation_callback
 from fim.mcp.errors import (
@@ -150,7 +151,6 @@ class ServerConnection:
 
     def prime_from_cache(self) -> bool:
         """Take the tool list from the cache before the server runs; True if it did."""
-        from fim.mcp.cache import cache_key, load
 
         if self.usable:
             return True
@@ -412,7 +412,6 @@ class ServerConnection:
 
     async def _remember_tools(self) -> None:
         """Write the live listing to the tool-list cache when it differs from the entry."""
-        from fim.mcp.cache import cache_key, load, store
 
         key = cache_key(self.decl, self.root)
         if key is None:

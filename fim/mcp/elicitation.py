@@ -23,6 +23,9 @@ import re
 import time
 from typing import TYPE_CHECKING, Any
 
+from fim.masking import mask_strings
+from fim.store import get_store
+
 if TYPE_CHECKING:
     from mcp.client.session import ElicitationFnT
 
@@ -141,6 +144,7 @@ def _property_problem(prop: Any) -> str | None:
 
 def content_problem(schema: dict[str, Any], content: Any) -> tuple[str, str] | None:
     """(field path, what is wrong) when `content` does not answer `schema`, else None."""
+    # deferred: a third-party package, loaded only when this path runs
     import jsonschema
 
     if not isinstance(content, dict):
@@ -190,6 +194,7 @@ def elicitation_callback(conn: ServerConnection) -> ElicitationFnT:
 
 
 def _result(action: str, content: dict[str, Any] | None = None) -> Any:
+    # deferred: a third-party package, loaded only when this path runs
     import mcp_types
 
     return mcp_types.ElicitResult(action=action, content=content)  # type: ignore[arg-type]
@@ -256,13 +261,11 @@ async def _answer(conn: ServerConnection, params: Any) -> Any:
 async def _ask(
     conn: ServerConnection, caller: Caller, jobs: list[Any], message: str, schema: dict[str, Any]
 ) -> Any:
-    from fim.store import get_store
 
     timeout = float(getattr(conn.decl, "elicitation_timeout", 300.0))
     store = get_store(caller.services)
     tools = sorted({job.tool or "request" for job in jobs})
     target = f"mcp__{conn.name}__{tools[0]}"
-    from fim.masking import mask_strings
 
     approval_id = await store.create_approval(
         run_id=caller.run_id,

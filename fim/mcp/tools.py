@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from fim.events import ToolProgress
 from fim.mcp.connection import ServerConnection
 from fim.mcp.content import render_content
 from fim.mcp.errors import McpCallTimeout, McpRequestError, McpServerLost, McpUnavailable
@@ -134,7 +135,6 @@ async def call_tool(
         if not final and now - last_emit < PROGRESS_EVENT_INTERVAL:
             return
         emitted, last_emit = emitted + 1, now
-        from fim.events import ToolProgress
 
         bound.emit(
             ToolProgress(

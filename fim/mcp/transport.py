@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import os
+import sys
 import tempfile
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
@@ -106,7 +109,6 @@ _SDK_MODULES = ("mcp", "mcp.client.stdio", "mcp_types")
 
 
 def _import_now() -> None:
-    import importlib
 
     for name in _SDK_MODULES:
         importlib.import_module(name)
@@ -120,8 +122,6 @@ async def import_sdk() -> None:
     ended without using the server (the model answered at once) exits without waiting
     for an import nobody needs any more.
     """
-    import sys
-    import threading
 
     if all(name in sys.modules for name in _SDK_MODULES):
         return

@@ -17,6 +17,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from fim.events import RunFinished
+from fim.run.agent import run_agent
+from fim.store import get_store
+from fim.store.sessions import Sessions
 from fim.types import Message
 
 if TYPE_CHECKING:
@@ -47,7 +50,6 @@ async def mark_queued(
     services: Services, run_id: str, kind: str, name: str, data: dict[str, Any]
 ) -> None:
     """The record a client polls from the moment the run is accepted."""
-    from fim.store import get_store
 
     await get_store(services).put_run(run_id, kind, name, "queued", {"background": True, **data})
 
@@ -66,8 +68,6 @@ async def execute_agent_run(
     A run already recorded as finished (a job delivered again after its worker stopped
     between the last write and acknowledging the job) is left as it is.
     """
-    from fim.run.agent import run_agent
-    from fim.store import get_store
 
     store = get_store(services)
     existing = await store.get_run(run_id)
@@ -94,8 +94,6 @@ async def execute_agent_run(
         data["usage"] = final.usage.model_dump()
     await store.put_run(run_id, KIND, agent, status, data)
     if final is not None and session and status == "ok":
-        from fim.store.sessions import Sessions
-
         turn = [*history, Message(role="assistant", content=final.output)]
         await Sessions(store).save(session, owner, turn)
     return status

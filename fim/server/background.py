@@ -25,8 +25,14 @@ from typing import TYPE_CHECKING, Any
 from starlette.responses import Response
 
 from fim.errors import RunError
+from fim.run.queued import execute_agent_run, mark_queued, request_data
 from fim.server.http import JSONResponse, error
+from fim.store import get_store
 from fim.types import Message
+from fim.workflows.durable import defer_agent, defer_workflow, ensure_schema, is_postgres, make_app
+from fim.workflows.durable import requeue_decided as requeue
+from fim.workflows.engine import WorkflowEngine
+from fim.workflows.inputs import validate_inputs
 
 if TYPE_CHECKING:
     import procrastinate
@@ -50,8 +56,6 @@ class Queue:
     async def app(self) -> procrastinate.App:
         async with self._lock:
             if self._app is None:
-                from fim.workflows.durable import ensure_schema, make_app
-
                 app = make_app(self.state_url)
                 await app.open_async()
                 try:
@@ -70,8 +74,6 @@ class Queue:
 
 def queue_of(api: Api) -> Queue | None:
     """The queue when the store is PostgreSQL; None when runs execute in process."""
-    from fim.store import get_store
-    from fim.workflows.durable import is_postgres
 
     url = get_store(api.services).url
     if not is_postgres(url):
@@ -119,7 +121,6 @@ async def start_agent_run(
     api: Api, name: str, history: list[Message], session: str | None, owner: str
 ) -> Response:
     """Accept a background agent run: record it as queued, queue or start it, answer 202."""
-    from fim.run.queued import execute_agent_run, mark_queued, request_data
 
     snapshot = api.holder.current
     decl = snapshot.agents.get(name)
@@ -133,8 +134,6 @@ async def start_agent_run(
         return app
     await mark_queued(api.services, run_id, "agent", name, data)
     if app is not None:
-        from fim.workflows.durable import defer_agent
-
         await defer_agent(app, run_id, name, request, limit)
         return accepted(run_id, "agent", name, "worker")
     work = execute_agent_run(snapshot, api.services, run_id, name, request)
@@ -144,8 +143,6 @@ async def start_agent_run(
 
 async def start_workflow_run(api: Api, name: str, inputs: dict[str, Any]) -> Response:
     """Accept a background workflow run; bad inputs are a 400 now, not a failed run later."""
-    from fim.run.queued import mark_queued
-    from fim.workflows.inputs import validate_inputs
 
     snapshot = api.holder.current
     decl = snapshot.workflows[name]
@@ -164,11 +161,8 @@ async def start_workflow_run(api: Api, name: str, inputs: dict[str, Any]) -> Res
     state.update(status="queued", queued=queue is not None, snapshot_version=snapshot.version)
     await mark_queued(api.services, run_id, "workflow", name, state)
     if app is not None:
-        from fim.workflows.durable import defer_workflow
-
         await defer_workflow(app, run_id, name, values, decl.concurrency)
         return accepted(run_id, "workflow", name, "worker")
-    from fim.workflows.engine import WorkflowEngine
 
     engine = WorkflowEngine(snapshot, name, api.services, run_id=run_id)
 
@@ -179,8 +173,6 @@ async def start_workflow_run(api: Api, name: str, inputs: dict[str, Any]) -> Res
         except Exception as exc:  # before its first node (a missing key): a failed run
             log.exception("background workflow run %s of '%s' failed", run_id, name)
             if engine.state is None:
-                from fim.store import get_store
-
                 failed = {**state, "status": "failed", "error": str(exc)}
                 await get_store(api.services).put_run(run_id, "workflow", name, "failed", failed)
 
@@ -194,7 +186,5 @@ async def requeue_decided(api: Api, run_id: str) -> bool:
     queue = queue_of(api)
     if queue is None:
         return False
-    from fim.store import get_store
-    from fim.workflows.durable import requeue_decided as requeue
 
     return await requeue(await queue.app(), get_store(api.services), run_id)

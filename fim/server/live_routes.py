@@ -17,7 +17,10 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from fim.masking import StreamMasker, known
 from fim.server.http import JSONResponse, error
+from fim.store import get_store
+from fim.store.live import read_events, running_here, tail
 
 if TYPE_CHECKING:
     from fim.server.app import Api
@@ -37,11 +40,8 @@ def _after(request: Request) -> int | Response:
 def live_handlers(api: Api) -> dict[str, Any]:
     """The handlers of the `live` area (`fim.server.areas.live`)."""
 
-    from fim.store import get_store
-
     async def get_run(request: Request) -> Response:
         """The run record; while it is still running, its events so far."""
-        from fim.store.live import read_events, running_here
 
         store = get_store(api.services)
         run_id = request.path_params["run_id"]
@@ -66,7 +66,6 @@ def live_handlers(api: Api) -> dict[str, Any]:
 
     async def run_events(request: Request) -> Response:
         """Server-sent events of one run: stored ones, then live ones, until it ends."""
-        from fim.store.live import running_here, tail
 
         store = get_store(api.services)
         run_id = request.path_params["run_id"]
@@ -87,7 +86,6 @@ def live_handlers(api: Api) -> dict[str, Any]:
 async def _frames(events: AsyncIterator[tuple[int, dict[str, Any]]]) -> AsyncIterator[bytes]:
     """`id`, `event` and `data` per stored event, masked again on the way out (tokens as a
     stream, so a secret split over two tokens is caught)."""
-    from fim.masking import StreamMasker, known
 
     mask = known()
     tokens = StreamMasker(mask)

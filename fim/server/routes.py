@@ -11,8 +11,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from fim.errors import FimError
+from fim.server.background import requeue_decided
 from fim.server.bodies import BodyError, DecisionBody, WorkflowRunBody, read_body
 from fim.server.http import JSONResponse, error, sse
+from fim.store import get_store
+from fim.store.live import recorded
+from fim.workflows.state import KIND
 
 if TYPE_CHECKING:
     from fim.server.app import Api
@@ -54,9 +58,6 @@ def workflow_handlers(api: Api) -> dict[str, Any]:
             body = await read_body(request, WorkflowRunBody)
         except BodyError as exc:
             return exc.response()
-        from fim.store import get_store
-        from fim.store.live import recorded
-        from fim.workflows.state import KIND
 
         inputs = body.inputs or {}
         if body.background:  # 202 at once; fim.server.background runs or queues it
@@ -150,8 +151,6 @@ def approval_handlers(api: Api) -> dict[str, Any]:
             return error(409, f"approval '{approval_id}' could not be resolved")
         resumed = None
         if approval.kind == "workflow":
-            from fim.server.background import requeue_decided
-
             run_id = (approval.data or {}).get("run_id") or approval.run_id
             if await requeue_decided(api, run_id):  # a worker continues it
                 resumed = run_id
@@ -172,9 +171,6 @@ def _resume_workflow(api: Api, approval: Any, approved: bool, data: dict[str, An
     engine = WorkflowEngine(api.holder.current, info.get("workflow", ""), api.services)
 
     async def drive() -> None:
-        from fim.store import get_store
-        from fim.store.live import recorded
-        from fim.workflows.state import KIND
 
         store = get_store(api.services)
         try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import sys
@@ -24,7 +25,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from fim.build.compile import compile_project
+from fim.build.reload import SnapshotHolder, watch
 from fim.errors import RunError
+from fim.events import build_validators
+from fim.observe.logs import configure
+from fim.run.services import Services
+from fim.server import _on_swap, banner, bind
+from fim.server.app import create_app
+from fim.store.schema import normalize_url
 
 ENV = "FIM_SERVE_WORKER"
 """The options of one worker, as JSON, handed from the parent to the spawned children."""
@@ -32,7 +41,6 @@ ENV = "FIM_SERVE_WORKER"
 
 def require_shared_store(state_url: str, root: Path, workers: int) -> None:
     """Refuse N > 1 on a store the workers cannot share (SQLite)."""
-    from fim.store.schema import normalize_url
 
     if workers > 1 and not normalize_url(state_url, root).startswith("postgresql"):
         raise RunError(
@@ -55,11 +63,11 @@ def serve_workers(
 ) -> None:
     """Compile once to report config errors and check the store, bind, then let uvicorn
     run `workers` children until SIGTERM/SIGINT."""
+    # deferred: a third-party package, loaded only when this path runs
     import uvicorn
-    from uvicorn.supervisors import Multiprocess
 
-    from fim.build.compile import compile_project
-    from fim.server import banner, bind
+    # deferred: a third-party package, loaded only when this path runs
+    from uvicorn.supervisors import Multiprocess
 
     snapshot = compile_project(root)
     require_shared_store(snapshot.project.state, root, workers)
@@ -92,15 +100,6 @@ def serve_workers(
 def worker_app() -> Any:
     """In a spawned child: compile the project, build the app with a lifespan that runs
     this worker's watcher and closes its services."""
-    import gc
-
-    from fim.build.compile import compile_project
-    from fim.build.reload import SnapshotHolder, watch
-    from fim.events import build_validators
-    from fim.observe.logs import configure
-    from fim.run.services import Services
-    from fim.server import _on_swap
-    from fim.server.app import create_app
 
     options = json.loads(os.environ[ENV])
     configure(options["log_level"], "json" if options["json"] else "text")

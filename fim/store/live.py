@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -98,6 +99,7 @@ class EventLog:
             wake(self._store.url, self.run_id)
 
     def _write(self, conn: Connection, batch: list[dict[str, Any]]) -> None:
+        # deferred: a third-party package, loaded only when this path runs
         from sqlalchemy import func, select, text
 
         events, runs = table("run_events"), table("runs")
@@ -106,8 +108,6 @@ class EventLog:
             self._next = int(conn.execute(last).scalar() or 0) + 1
             found = select(runs.c.id).where(runs.c.id == self.run_id)
             if self._record and conn.execute(found).first() is None:
-                import time
-
                 now = time.time()
                 conn.execute(
                     runs.insert().values(
@@ -262,6 +262,7 @@ async def subscribe(store: Store, run_id: str) -> AsyncIterator[asyncio.Event]:
 
 def libpq_dsn(url: str) -> str:
     """The psycopg DSN of a SQLAlchemy `postgresql+psycopg://` URL."""
+    # deferred: a third-party package, loaded only when this path runs
     from sqlalchemy.engine import make_url
 
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
@@ -281,6 +282,7 @@ class _Listener:
         await self._ready.wait()
 
     async def _run(self) -> None:
+        # deferred: a third-party package, loaded only when this path runs
         import psycopg
 
         delay = 0.1

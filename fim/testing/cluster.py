@@ -204,6 +204,7 @@ class Cluster:
 
     def wait_healthy(self, timeout: float = 60) -> None:
         """Every replica answers /healthz (a dead one fails at once, with its log)."""
+        # deferred: a third-party package, loaded only when this path runs
         import httpx
 
         pending = dict(self.urls)

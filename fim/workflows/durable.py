@@ -22,6 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
 from fim.idempotency import idempotency_key as idempotency_key  # part of the contract
+from fim.run.queued import execute_agent_run
+from fim.run.services import Services
+from fim.store import get_store
+from fim.workflows.engine import WorkflowEngine
+from fim.workflows.state import KIND, RunState, record_data
 
 if TYPE_CHECKING:
     import procrastinate
@@ -84,8 +89,6 @@ def make_app(
 
     @app.task(name=AGENT_TASK, queue=QUEUE)
     async def run_agent_job(run_id: str, agent: str, request: dict[str, Any]) -> str:
-        from fim.run.queued import execute_agent_run
-        from fim.run.services import Services
 
         snapshot = current()
         services = Services(root=snapshot.root, state_url=state_url)
@@ -135,6 +138,7 @@ async def defer_workflow(
     """Queue "advance run R": one queued job per run (`queueing_lock`); `lock` keeps two
     workers off one run, or, for a workflow with a `concurrency` limit, is one of its lanes
     (`lane_lock`). A job of R already queued is enough: a second defer is a no-op."""
+    # deferred: a third-party package, loaded only when this path runs
     from procrastinate.exceptions import AlreadyEnqueued
 
     lock = await lane_lock(app, "workflow", workflow, limit) if limit else run_id
@@ -194,10 +198,6 @@ async def advance(
     worker stopped heartbeating): a fresh job finding it running (a resume deferred while
     the job that paused it was still returning) leaves it to the job that holds it.
     """
-    from fim.run.services import Services
-    from fim.store import get_store
-    from fim.workflows.engine import WorkflowEngine
-    from fim.workflows.state import KIND
 
     services = Services(root=snapshot.root, state_url=state_url)
     engine = WorkflowEngine(snapshot, workflow, services, run_id=run_id, tools=tools, queued=True)
@@ -240,7 +240,6 @@ async def requeue_decided(app: procrastinate.App, store: Any, run_id: str) -> bo
     True when the run is a queued one (a worker continues it), False when it runs in
     process and the caller resumes it as before. A paused run holds no worker meanwhile.
     """
-    from fim.workflows.state import RunState, record_data
 
     record = await store.get_run(run_id)
     if record is None or record.kind != KIND_WORKFLOW:

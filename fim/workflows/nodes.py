@@ -19,6 +19,7 @@ from typing import Any
 from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl
 from fim.errors import RunError
+from fim.idempotency import idempotency_key, idempotent
 from fim.run.services import RunContext, Services
 from fim.structured import parse_json
 from fim.tools import builtin
@@ -230,7 +231,6 @@ async def call_tool(ctx: NodeContext, tool: Tool, args: dict[str, Any]) -> Any:
         raise NodeError(f"cannot tell what the call to '{tool.name}' targets ({exc})") from None
     args, view = await ctx.guarded(tool.name, args, view)
     finished = ctx.traced_call(tool.name, args)
-    from fim.idempotency import idempotency_key, idempotent
 
     # the node's one call: a re-run after a worker crash sends the same key (fim.idempotency)
     with idempotent(idempotency_key(ctx.run_id, ctx.node_id)):
