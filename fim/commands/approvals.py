@@ -17,8 +17,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from fim.commands import ProjectOption, fail, print_problems, project_dir, run_async, user_errors
-from fim.mcp.elicitation import content_problem, describe_schema
-from fim.workflows.durable import ensure_schema, is_postgres, make_app, requeue_decided
 
 if TYPE_CHECKING:
     from fim.store import Approval, Store
@@ -146,6 +144,8 @@ def _elicitation_data(
 ) -> dict[str, Any] | str:
     """What answers an MCP elicitation (`content` to accept, `action: cancel`), or why
     the answer is not valid for the form the server asked for."""
+    # deferred: `fim --help` imports every command module; fim.mcp costs ~0.1 s
+    from fim.mcp.elicitation import content_problem, describe_schema
 
     if not approved:
         return {"action": "cancel"} if cancel else {}
@@ -232,6 +232,8 @@ def _decide(
 async def _requeue(store: Store, run_id: str) -> bool:
     """A decided human node of a run that `fim worker` executes: queue the job that
     continues it (fim.workflows.durable). False for a run that resumes in process."""
+    # deferred: `fim --help` imports every command module; this loads procrastinate
+    from fim.workflows.durable import ensure_schema, is_postgres, make_app, requeue_decided
 
     if not is_postgres(store.url):
         return False

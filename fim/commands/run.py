@@ -11,7 +11,6 @@ import typer
 
 from fim.commands import ProjectOption, fail, load_snapshot, run_async, user_errors
 from fim.errors import RunError
-from fim.masking import mask_model
 
 if TYPE_CHECKING:
     from fim.events import Event, Token
@@ -288,6 +287,7 @@ class EventPrinter:
             ToolProgress,
             ToolResultEvent,
         )
+        from fim.masking import mask_model
 
         event = mask_model(event)
         if self.as_json:

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from fim.commands import ProjectOption, load_snapshot, run_async, user_errors
-from fim.errors import RunError
 
 if TYPE_CHECKING:
     from fim.build.gitops import GitSource
@@ -63,6 +62,9 @@ def serve(
 
         with user_errors():
             if git is not None:
+                # deferred: `fim --help` imports every command module
+                from fim.errors import RunError
+
                 raise RunError(
                     "--workers and --git do not combine: a git checkout belongs to one process",
                     hint="run several `fim serve --git` replicas (each its own --git-checkout)",

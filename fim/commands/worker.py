@@ -10,7 +10,6 @@ from typing import Annotated, Any
 
 import typer
 
-from fim.build.gitops import poll
 from fim.commands import ProjectOption, load_snapshot, run_async, user_errors
 from fim.commands.serve import (
     CheckoutOption,
@@ -41,6 +40,12 @@ def _warm_up() -> None:
     """Import what jobs run before taking one. An import inside the first job would block
     the event loop, where procrastinate's heartbeat runs too: on a loaded machine, seconds
     without a heartbeat make another worker take the job while this one still runs it."""
+    # deferred on purpose: loaded here, before the first job, not by `fim --help`
+    import fim.connectors.http
+    import fim.run.agent
+    import fim.run.queued
+    import fim.store.sessions
+    import fim.workflows.adapters
     import fim.workflows.engine  # noqa: F401
 
 
@@ -99,6 +104,9 @@ def worker(
         stop = asyncio.Event()
         puller = None
         if source is not None:
+            # deferred: only `--git` needs the GitOps poller
+            from fim.build.gitops import poll
+
             puller = asyncio.create_task(poll(source, holder, interval=seconds, stop=stop))
         try:
             async with app.open_async():
