@@ -428,6 +428,28 @@ async def test_a_backend_file_is_chosen_for_its_scheme_or_claim(backend_file) ->
     assert "`acme_ext`" in (info.value.hint or "") and "`scripted`" not in (info.value.hint or "")
 
 
+def test_preflight_asks_the_chosen_backend_for_its_key_and_endpoint(backend_file) -> None:
+    """Key rules and local endpoints come from the backend class (the defaults: litellm's
+    provider keys and local ports), not from a branch on a backend's name."""
+    from fim.config.schema import ModelSettings
+    from fim.run.preflight import key_problem, local_endpoint
+
+    backend_file(
+        BACKEND_OK.replace(
+            "    @classmethod\n    def build",
+            "    @classmethod\n    def endpoint(cls, settings):\n"
+            "        return 'http://127.0.0.1:7777/v1'\n\n"
+            "    @classmethod\n    def build",
+        ),
+        "echo",
+    )
+    echo = ModelSettings(model="echo_ext:hi")
+    assert key_problem(echo) is None
+    assert local_endpoint(echo) == "http://127.0.0.1:7777/v1"
+    assert local_endpoint(ModelSettings(model="ollama/qwen2.5")) == "http://localhost:11434"
+    assert local_endpoint(ModelSettings(model="scripted:x.yaml")) is None
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [

@@ -21,6 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from fim.errors import RunError
+
 if TYPE_CHECKING:
     from fim.config.schema import ModelSettings
     from fim.types import Model
@@ -69,6 +71,34 @@ class Backend:
     def build(cls, settings: ModelSettings, root: Path | None) -> Model:
         """The model for `settings`; `root` resolves project-relative files."""
         raise NotImplementedError
+
+    @classmethod
+    def key_problem(cls, settings: ModelSettings) -> RunError | None:
+        """The error the first request would raise for a missing API key. Default: the
+        provider's key (`anthropic/...` -> ANTHROPIC_API_KEY) unless an `api_base` is set."""
+        # deferred: fim.llm.base loads the config schema; this module stays import-light
+        from fim.llm.base import KEY_ENV, api_base, provider_of, resolve_key
+
+        provider = provider_of(settings.model)
+        try:
+            resolve_key(
+                settings, provider, required=api_base(settings) is None and provider in KEY_ENV
+            )
+        except RunError as exc:
+            return exc
+        return None
+
+    @classmethod
+    def endpoint(cls, settings: ModelSettings) -> str | None:
+        """The URL requests go to when fim can tell without a request (an `api_base`, a
+        local provider's default port such as Ollama's :11434), else None."""
+        # deferred: fim.llm.base loads the config schema; this module stays import-light
+        from fim.llm.base import LOCAL_PROVIDERS, api_base, provider_of
+
+        url = api_base(settings)
+        if url is None and provider_of(settings.model) in LOCAL_PROVIDERS:
+            url = f"http://localhost:{LOCAL_PROVIDERS[provider_of(settings.model)]}"
+        return url
 
 
 def _key(cls: type) -> tuple[str, str]:

@@ -328,3 +328,17 @@ class OpenAIBackend(Backend):
     @classmethod
     def build(cls, settings: ModelSettings, root: Path | None) -> Model:
         return OpenAICompatModel(settings)
+
+    @classmethod
+    def key_problem(cls, settings: ModelSettings) -> RunError | None:
+        """OpenAI's own endpoint needs OPENAI_API_KEY; any other base URL may not."""
+        base = api_base(settings) or os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE
+        try:
+            resolve_key(settings, "openai", required=base == OPENAI_BASE)
+        except RunError as exc:
+            return exc
+        return None
+
+    @classmethod
+    def endpoint(cls, settings: ModelSettings) -> str | None:
+        return api_base(settings) or os.environ.get("OPENAI_BASE_URL") or None

@@ -155,6 +155,14 @@ class ScriptedBackend(Backend):
     schemes = ("scripted:",)
 
     @classmethod
+    def key_problem(cls, settings: ModelSettings) -> RunError | None:
+        return None  # a script answers; no key, no endpoint
+
+    @classmethod
+    def endpoint(cls, settings: ModelSettings) -> str | None:
+        return None
+
+    @classmethod
     def build(cls, settings: ModelSettings, root: Path | None) -> Model:
         path = Path(settings.model.removeprefix("scripted:").strip())
         if not path.is_absolute():

@@ -36,41 +36,19 @@ def key_problem(settings: ModelSettings) -> RunError | None:
     """The error the first request of this model would raise for a missing API key (none
     while models are wrapped: a replayed cassette needs no key)."""
     # deferred: loading fim.types costs tens of ms
-    from fim.llm import backend_of, models_wrapped
-    from fim.llm.base import KEY_ENV, OPENAI_BASE, api_base, provider_of, resolve_key
+    from fim.llm import backend_for, models_wrapped
 
-    backend = backend_of(settings)
-    if backend == "scripted" or models_wrapped():
-        return None
-    base = api_base(settings)
-    if backend == "openai":
-        provider = "openai"
-        required = (base or os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE) == OPENAI_BASE
-    else:
-        provider = provider_of(settings.model)
-        required = base is None and provider in KEY_ENV
-    try:
-        resolve_key(settings, provider, required=required)
-    except RunError as exc:
-        return exc
-    return None
+    return None if models_wrapped() else backend_for(settings).key_problem(settings)
 
 
 def local_endpoint(settings: ModelSettings) -> str | None:
     """The URL of a model served on this machine (an `api_base` or OPENAI_BASE_URL on
     loopback, or a local provider's default such as Ollama's :11434), else None."""
     # deferred: loading fim.types costs tens of ms
-    from fim.llm import backend_of
-    from fim.llm.base import LOCAL_PROVIDERS, api_base, is_loopback, provider_of
+    from fim.llm import backend_for
+    from fim.llm.base import is_loopback
 
-    backend = backend_of(settings)
-    if backend == "scripted":
-        return None
-    url = api_base(settings)
-    if url is None and backend == "openai":
-        url = os.environ.get("OPENAI_BASE_URL") or None
-    if url is None and provider_of(settings.model) in LOCAL_PROVIDERS:
-        url = f"http://localhost:{LOCAL_PROVIDERS[provider_of(settings.model)]}"
+    url = backend_for(settings).endpoint(settings)
     return url if url and is_loopback(url) else None
 
 
