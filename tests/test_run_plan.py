@@ -104,6 +104,32 @@ async def test_the_plan_of_a_progressive_agent_lists_its_meta_tools(project: Pat
     assert titles == ["instructions", "connectors", "skills", "output"]
 
 
+async def test_the_model_table_is_first_read_off_the_event_loop(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """litellm's model table (context windows, prices) is a ~1 MB file: the first plan of
+    a process reads it on a worker thread, never on the loop that serves other runs."""
+    import json
+    import threading
+    import types
+
+    from fim.llm import catalog
+
+    readers: list[str] = []
+
+    def loads(text: str) -> object:
+        readers.append(threading.current_thread().name)
+        return json.loads(text)
+
+    monkeypatch.setattr(catalog, "json", types.SimpleNamespace(loads=loads))
+    catalog.table.cache_clear()
+    try:
+        await _plan(compile_project(project))
+    finally:
+        catalog.table.cache_clear()
+    assert readers and threading.main_thread().name not in readers
+
+
 async def test_the_plan_of_a_legacy_agent_has_no_meta_tools(project: Path) -> None:
     snapshot = compile_project(project)
     modes = {"skills": "inline", "connectors": "legacy", "databases": "legacy"}

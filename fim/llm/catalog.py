@@ -39,6 +39,12 @@ def table() -> dict[str, dict[str, Any]]:
     return {}
 
 
+def table_loaded() -> bool:
+    """Whether `table()` has been read: the first read is file I/O an event loop should
+    hand to a thread."""
+    return table.cache_info().currsize > 0
+
+
 def model_info(model: str) -> dict[str, Any] | None:
     """The entry for `openai/gpt-4o-mini`, `gpt-4o-mini` or `anthropic/claude-...`."""
     entries = table()

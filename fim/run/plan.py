@@ -13,6 +13,7 @@ what the engine sends.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as _dt
 import functools
 import inspect
@@ -34,7 +35,7 @@ from fim.errors import RunError
 from fim.events import Event, HookRunner, NoHooks
 from fim.hooks import build_hooks
 from fim.hooks.runner import Stacked
-from fim.llm import fast_model, make_model
+from fim.llm import catalog, fast_model, make_model
 from fim.run.context import ContextGuard, guard_for
 from fim.run.overrides import OverriddenModel, RunOverrides, output_contract
 from fim.run.request_tools import REQUEST_TOOLS
@@ -256,6 +257,8 @@ async def build_plan(
             hint="a delegation or workflow chain is recursing; raise max_depth in fim.yaml "
             "if intended",
         )
+    if not catalog.table_loaded():  # a ~1 MB JSON file: read off the event loop, once
+        await asyncio.to_thread(catalog.table)
     assembly = await assemble(ctx)
     if model is None:
         model = make_model(snapshot.model_settings(agent.model), snapshot.root)
