@@ -23,6 +23,7 @@ import re
 import time
 from typing import TYPE_CHECKING, Any
 
+from fim import schema_check
 from fim.masking import mask_strings
 from fim.store import get_store
 
@@ -144,15 +145,12 @@ def _property_problem(prop: Any) -> str | None:
 
 def content_problem(schema: dict[str, Any], content: Any) -> tuple[str, str] | None:
     """(field path, what is wrong) when `content` does not answer `schema`, else None."""
-    # deferred: a third-party package, loaded only when this path runs
-    import jsonschema
-
     if not isinstance(content, dict):
         return "content", "must be an object of the requested fields"
     closed = {**schema, "additionalProperties": False}
-    closed.pop("$schema", None)
-    validator = jsonschema.Draft202012Validator(closed)
-    for error in sorted(validator.iter_errors(content), key=lambda e: list(e.absolute_path)):
+    closed.pop("$schema", None)  # the form's fields, judged as Draft 2020-12 like every schema
+    checker = schema_check.validator(closed)
+    for error in sorted(checker.iter_errors(content), key=lambda e: list(e.absolute_path)):
         where = ".".join(str(p) for p in ("content", *error.absolute_path))
         return where, error.message[:300]
     for name, value in content.items():
