@@ -120,7 +120,10 @@ def bind(host: str, port: int) -> socket.socket:
     """The listening socket, bound here rather than by uvicorn so that a port in use is a
     RunError naming the port and the option that changes it, not uvicorn's traceback text."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted sockets only when the
+    # listener says TCP; without it every keep-alive response waited ~40 ms (Nagle +
+    # delayed ACK)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
