@@ -19,6 +19,7 @@ import httpx
 
 from fim.build.compile import compile_project
 from fim.build.reload import SnapshotHolder
+from fim.capabilities import CAPABILITIES
 from fim.server.app import create_app
 from fim.testing.server import ServerThread
 
@@ -206,7 +207,7 @@ def test_a_queued_run_is_recovered_only_by_a_worker_job(tmp_path: Path):
     assert not orphaned(state) and orphaned(RunState(**{**vars(state), "queued": False}))
 
     async def go() -> None:
-        services = Services(root=root, state_url=snapshot.project.state)
+        services = Services(providers=CAPABILITIES, root=root, state_url=snapshot.project.state)
         try:
             await get_store(services).put_run("q1", KIND, "refund", "running", state.to_dict())
             engine = WorkflowEngine(snapshot, "refund", services)

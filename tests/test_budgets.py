@@ -13,7 +13,7 @@ from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl, ModelSettings, Project
 from fim.events import ErrorEvent, LLMCall, RunFinished
 from fim.llm.scripted import ScriptedModel, text, tool_call
-from fim.run.agent import run_agent
+from fim.testing.runs import run_events
 from fim.types import ModelResponse, Usage
 
 
@@ -29,7 +29,7 @@ def snapshot(root: Path, agent: AgentDecl, **project: object) -> Snapshot:
 
 
 async def run(snap: Snapshot, model: ScriptedModel) -> list:
-    return [e async for e in run_agent(snap, "a", "add 1 and 2", model=model)]
+    return await run_events(snap, "a", "add 1 and 2", model=model)
 
 
 def steps() -> list[ModelResponse]:

@@ -13,11 +13,12 @@ import pytest
 import fim.run.agent
 import fim.run.plan
 from fim.build.snapshot import Snapshot
+from fim.capabilities import CAPABILITIES
 from fim.config.schema import AgentDecl, DatabaseConnector, HttpConnector, Project
 from fim.connectors import effective_tool_name, provide, resolve_call_metadata
 from fim.errors import RunError
 from fim.events import HookEvent, RunFinished
-from fim.run.services import PROVIDERS, RunContext, Services
+from fim.run.services import RunContext, Services
 from fim.testing.connectors import serve_test_api
 from fim.tools.registry import ToolRegistry
 
@@ -30,7 +31,7 @@ def api():
 
 @pytest.fixture
 async def services():
-    svc = Services()
+    svc = Services(providers=CAPABILITIES)
     yield svc
     await svc.aclose()
 
@@ -304,8 +305,6 @@ async def test_a_read_only_agent_is_stopped_by_its_hook_before_the_meta_call_run
     from fim.llm.scripted import ScriptedModel, text, tool_call
 
     url, _, state = api
-    if "fim.connectors:provide" not in PROVIDERS:
-        monkeypatch.setattr(fim.run.plan, "PROVIDERS", [*PROVIDERS, "fim.connectors:provide"])
     snap = snapshot(tmp_path, url, agent={"read_only": True, "hooks": [{"use": "readonly_guard"}]})
     call = {
         "subcommand": "execute",

@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from fim.build.snapshot import Snapshot
+from fim.capabilities import CAPABILITIES
 from fim.config.schema import AgentDecl, HookSpec, ModelSettings, Project
 from fim.events import ToolResultEvent
-from fim.run.agent import ask, run_agent
+from fim.run.agent import ask
 from fim.run.delegation import auto_agent, provide
 from fim.run.services import RunContext, Services
 from fim.testing.model_server import OpenAIStubServer
+from fim.testing.runs import run_events
 
 
 def write(root: Path, name: str, body: str) -> str:
@@ -27,7 +29,7 @@ def test_only_agents_that_list_delegates_get_call_agent(tmp_path: Path):
     solo = AgentDecl(name="solo")
     lead = AgentDecl(name="lead", delegates=["solo", "lead", "ghost"])
     snap = snapshot(tmp_path, [solo, lead])
-    services = Services()
+    services = Services(providers=CAPABILITIES)
     assert provide(RunContext(snapshot=snap, agent=solo, services=services)) is None
     provision = provide(RunContext(snapshot=snap, agent=lead, services=services))
     assert provision is not None
@@ -78,7 +80,7 @@ async def test_auto_delegates_to_two_agents_in_parallel(tmp_path: Path):
         # The two delegates' model calls are held until both are in flight: delegates run
         # one after the other would never meet, and each would get an HTTP 504.
         stub.gather_next(2)
-        events = [e async for e in run_agent(snap, "auto", "Invoice 7 and my internet?")]
+        events = await run_events(snap, "auto", "Invoice 7 and my internet?")
     results = [e for e in events if isinstance(e, ToolResultEvent)]
     assert sorted(r.content for r in results) == ["Invoice 7 is paid.", "Reset the router."]
     assert events[-1].output == "Invoice 7 is paid, and please reset the router."
@@ -111,7 +113,7 @@ async def test_delegated_agents_run_their_own_hooks(tmp_path: Path):
         ),
     )
     snap = snapshot(tmp_path, [worker, lead])
-    services = Services(root=tmp_path, state_url=snap.project.state)
+    services = Services(providers=CAPABILITIES, root=tmp_path, state_url=snap.project.state)
     final = await ask(snap, "lead", "what is 2+3?", services=services)
     from fim.store import get_store
 
@@ -136,6 +138,6 @@ async def test_the_depth_cap_stops_runaway_delegation(tmp_path: Path):
         ),
     )
     snap = snapshot(tmp_path, [b, c], max_depth=1)
-    events = [e async for e in run_agent(snap, "b", "go", depth=1)]
+    events = await run_events(snap, "b", "go", depth=1)
     result = next(e for e in events if isinstance(e, ToolResultEvent))
     assert result.is_error and "max_depth 1" in result.content

@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from fim.build.compile import Checker, compile_project, load_project
 from fim.build.workflow_checks import _NodeChecks
+from fim.capabilities import CAPABILITIES
 from fim.cli import build_app
 from fim.config.schema import WorkflowDecl
 from fim.config.schema.workflow import node_union
@@ -134,7 +135,7 @@ async def test_a_node_type_file_registers_schema_executor_check_and_label(
     # executor, with the real NodeContext of a compiled project
     root = _project(tmp_path / "p")
     snapshot = compile_project(root)
-    services = Services(root=root, state_url=snapshot.project.state)
+    services = Services(providers=CAPABILITIES, root=root, state_url=snapshot.project.state)
     try:
         ctx = NodeContext(snapshot, services, "w", "run-1", "greet", {"inputs": {"who": "ada"}})
         assert await node.execute(ctx) == "hi ada"

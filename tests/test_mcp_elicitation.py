@@ -19,6 +19,7 @@ import pytest_asyncio
 from mcp_servers.harness import DEMO
 from typer.testing import CliRunner
 
+from fim.capabilities import CAPABILITIES
 from fim.config.schema import StdioServer
 from fim.events import Notice
 from fim.mcp.caller import Caller
@@ -48,7 +49,9 @@ async def demo():
 
 @pytest_asyncio.fixture(loop_scope="module")
 async def services(tmp_path: Path):
-    services = Services(root=tmp_path, state_url=f"sqlite:///{tmp_path}/state.db")
+    services = Services(
+        providers=CAPABILITIES, root=tmp_path, state_url=f"sqlite:///{tmp_path}/state.db"
+    )
     yield services
     await services.aclose()
 

@@ -16,6 +16,7 @@ from mcp_servers.demo import PNG_1PX
 from mcp_servers.harness import DEMO
 
 from fim.build.compile import compile_project
+from fim.capabilities import CAPABILITIES
 from fim.llm.media import accepted_media, media_message
 from fim.llm.scripted import text, tool_call
 from fim.run.services import Services
@@ -55,7 +56,9 @@ async def test_images_reach_vision_models_and_placeholders_reach_the_others(tmp_
     steps = [tool_call("mcp", CALL), text("a pixel")] * 3
     with OpenAIStubServer(steps) as stub:
         snapshot = compile_project(write_project(tmp_path, stub.base_url))
-        services = Services(root=tmp_path, state_url=f"sqlite:///{tmp_path}/s.db")
+        services = Services(
+            providers=CAPABILITIES, root=tmp_path, state_url=f"sqlite:///{tmp_path}/s.db"
+        )
         try:
             for agent in ("seer", "blind", "local"):
                 events = [e async for e in run_agent(snapshot, agent, "look", services=services)]

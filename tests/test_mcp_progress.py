@@ -19,6 +19,7 @@ from fim.events import ToolProgress, ToolResultEvent
 from fim.mcp.deadline import CallDeadline
 from fim.mcp.manager import McpManager
 from fim.mcp.tools import call_tool
+from fim.testing.runs import run_events
 
 ROOT = Path(__file__).parent
 
@@ -99,7 +100,6 @@ async def test_progress_reaches_the_run_as_events_and_outlives_the_agents_tool_t
 ):
     from fim.commands.run import EventPrinter
     from fim.llm.scripted import ScriptedModel, text, tool_call
-    from fim.run.agent import run_agent
 
     snapshot = compile_project(write_project(tmp_path))
     call = {
@@ -109,7 +109,7 @@ async def test_progress_reaches_the_run_as_events_and_outlives_the_agents_tool_t
         "parameters": {"steps": 4, "delay": 0.15},
     }
     model = ScriptedModel([tool_call("mcp", call), text("done")])
-    events = [e async for e in run_agent(snapshot, "worker", "go", model=model)]
+    events = await run_events(snapshot, "worker", "go", model=model)
 
     result = next(e for e in events if isinstance(e, ToolResultEvent))
     # 0.6 s in all, three times the agent's 0.2 s tool_timeout: MCP calls keep their own

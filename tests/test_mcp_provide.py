@@ -23,11 +23,13 @@ from typer.testing import CliRunner
 
 from fim.build.compile import compile_project
 from fim.build.snapshot import Snapshot
+from fim.capabilities import CAPABILITIES
 from fim.config.schema import HttpServer
 from fim.mcp import check_live, effective_tool_name, get_manager, provide
 from fim.mcp.connection import ServerConnection, ToolInfo
 from fim.mcp.tools import SUBCOMMANDS, McpMetaTool, legacy_tools
 from fim.run.services import RunContext, Services
+from fim.testing.runs import run_events
 from fim.tools.registry import ToolRegistry
 
 shared_loop = pytest.mark.asyncio(loop_scope="module")
@@ -91,7 +93,7 @@ def project(tmp_path_factory: pytest.TempPathFactory, http_url: str) -> Snapshot
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def services(project: Snapshot):
-    services = Services(root=project.root)
+    services = Services(providers=CAPABILITIES, root=project.root)
     yield services
     await services.aclose()
 
@@ -256,7 +258,6 @@ async def test_an_agent_run_calls_the_published_time_server_and_hooks_see_the_re
 ):
     from fim.events import HookEvent, RunFinished, ToolResultEvent
     from fim.llm.scripted import ScriptedModel, text, tool_call
-    from fim.run.agent import run_agent
 
     def call(tool: str, parameters: dict[str, str]) -> dict[str, object]:
         return {"subcommand": "call", "server": "time", "tool": tool, "parameters": parameters}
@@ -275,7 +276,7 @@ async def test_an_agent_run_calls_the_published_time_server_and_hooks_see_the_re
         ]
     )
     before = children()
-    events = [e async for e in run_agent(project, "clock", "What time is it?", model=model)]
+    events = await run_events(project, "clock", "What time is it?", model=model)
 
     system = model.requests[0][0][0].content
     assert "- time: " in system and "get_current_time" in system

@@ -14,6 +14,7 @@ from pathlib import Path
 from mcp_servers.harness import DEMO
 
 from fim.build.compile import compile_project
+from fim.capabilities import CAPABILITIES
 from fim.config.schema import StdioServer
 from fim.mcp import provide
 from fim.mcp.cache import FOLDER, cache_key, load
@@ -34,7 +35,7 @@ def write_project(root: Path) -> Path:
 
 async def provision(root: Path):
     snapshot = compile_project(root)
-    services = Services(root=root, state_url=f"sqlite:///{root}/s.db")
+    services = Services(providers=CAPABILITIES, root=root, state_url=f"sqlite:///{root}/s.db")
     ctx = RunContext(snapshot=snapshot, agent=snapshot.agents["a"], services=services)
     return services, await provide(ctx)
 

@@ -11,6 +11,7 @@ import pytest
 
 from fim import observe
 from fim.build.compile import compile_project
+from fim.capabilities import CAPABILITIES
 from fim.run.agent import ask
 from fim.run.services import Services
 from fim.testing.otlp import otlp_receiver
@@ -66,7 +67,9 @@ async def test_span_tree_of_a_run_with_tools_a_block_a_delegation_and_a_workflow
     tmp_path, receiver
 ):
     snapshot = compile_project(project(tmp_path))
-    services = Services(root=snapshot.root, state_url=snapshot.project.state)
+    services = Services(
+        providers=CAPABILITIES, root=snapshot.root, state_url=snapshot.project.state
+    )
     try:
         final = await ask(snapshot, "lead", "compute things", services=services)
         workflow = [e async for e in WorkflowEngine(snapshot, "greet", services).run({})]
@@ -134,9 +137,9 @@ def test_tracing_off_imports_no_opentelemetry_and_creates_no_span(tmp_path):
             if key.startswith("OTEL_"):
                 del os.environ[key]
         from fim.build.compile import compile_project
-        from fim.run.agent import ask
+        from fim.testing.runs import run_once
         snapshot = compile_project({str(tmp_path)!r})
-        final = asyncio.run(ask(snapshot, "lead", "compute things"))
+        final = asyncio.run(run_once(snapshot, "lead", "compute things"))
         assert final.status == "ok", final
         loaded = [m for m in ("fim.observe.tracing", "opentelemetry.sdk") if m in sys.modules]
         print("loaded:", loaded)

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-import fim.run.plan
 from fim.build.compile import compile_project
 from fim.run.prompt_report import render_prompt_report
 from fim.run.services import Provision, RunContext, Services
@@ -31,6 +30,10 @@ def crm_provider(ctx: RunContext) -> Provision:
     return Provision(tools=tools, prompt="CRM: the customer database.")
 
 
+HUB = ("fim.run.skills:provide", f"{__name__}:crm_provider")
+"""The hub's capability areas: its skills and twenty connector-like tools."""
+
+
 @pytest.fixture
 def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A hub agent with the realistic skills and 20 connector-like tools."""
@@ -43,9 +46,6 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     )
     shutil.copytree(FIXTURES, tmp_path / "skills")
 
-    monkeypatch.setattr(
-        fim.run.plan, "PROVIDERS", ["fim.run.skills:provide", f"{__name__}:crm_provider"]
-    )
     monkeypatch.delenv("FIM_SKILL_TOOL_MODE", raising=False)
     return compile_project(tmp_path)
 
@@ -53,7 +53,7 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 def test_prompt_report_shows_sections_and_tools_with_token_counts(
     hub, monkeypatch: pytest.MonkeyPatch
 ):
-    report = render_prompt_report(hub, "hub", Services(root=hub.root))
+    report = render_prompt_report(hub, "hub", Services(providers=HUB, root=hub.root))
     assert "You run the help desk of hub." in report
     assert "=== system prompt: skills (" in report and "- refund-sop:" in report
     assert "=== tools: 21 definitions (" in report
@@ -62,7 +62,7 @@ def test_prompt_report_shows_sections_and_tools_with_token_counts(
     progressive = int(report.rsplit("total: ", 1)[1].split()[0])
 
     monkeypatch.setenv("FIM_SKILL_TOOL_MODE", "inline")
-    inline_report = render_prompt_report(hub, "hub", Services(root=hub.root))
+    inline_report = render_prompt_report(hub, "hub", Services(providers=HUB, root=hub.root))
     assert "modes: skills=inline" in inline_report
     assert "## 1. Identify the order" in inline_report
     inline = int(inline_report.rsplit("total: ", 1)[1].split()[0])
@@ -78,17 +78,16 @@ def gateway_provider(ctx: RunContext) -> Provision:
 def test_prompt_report_counts_tools_behind_meta_tools_for_selection(
     hub, monkeypatch: pytest.MonkeyPatch
 ):
-    providers = [
+    providers = (
         "fim.tools.builtin:provide",
         "fim.run.skills:provide",
         f"{__name__}:gateway_provider",
-    ]
-    monkeypatch.setattr(fim.run.plan, "PROVIDERS", providers)
+    )
 
     def report(*categories: str) -> str:
         agent = hub.agent("hub").model_copy(update={"tool_categories": list(categories)})
         snapshot = dataclasses.replace(hub, agents={"hub": agent})
-        return render_prompt_report(snapshot, "hub", Services(root=hub.root))
+        return render_prompt_report(snapshot, "hub", Services(providers=providers, root=hub.root))
 
     wide = report("compute", "data", "text")
     assert "=== tools: 7 definitions (" in wide
@@ -113,7 +112,7 @@ def test_a_request_runs_selection_and_shows_the_tools_it_would_get(hub, tmp_path
     )
     snapshot = compile_project(tmp_path)
     report = render_prompt_report(
-        snapshot, "hub", Services(root=tmp_path), request="Run action three"
+        snapshot, "hub", Services(providers=HUB, root=tmp_path), request="Run action three"
     )
     assert "=== tools: 3 definitions (" in report
     assert "# crm__action_3 (" in report and "# request_tools (" in report
@@ -132,5 +131,7 @@ def test_a_request_below_the_threshold_says_selection_does_not_run(hub):
                 update={"threshold": 50})}
         ),
     )  # fmt: skip
-    report = render_prompt_report(small, "hub", Services(root=hub.root), request="hi")
+    report = render_prompt_report(
+        small, "hub", Services(providers=HUB, root=hub.root), request="hi"
+    )
     assert "tool selection: not run (20 tools, not above the threshold of 50)" in report

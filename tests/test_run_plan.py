@@ -18,6 +18,7 @@ import pytest
 
 from fim.build.compile import compile_project
 from fim.build.snapshot import Snapshot
+from fim.capabilities import CAPABILITIES
 from fim.engines.dag import DagEngine
 from fim.engines.react import ReactEngine
 from fim.errors import RunError
@@ -81,7 +82,9 @@ def _with(snapshot: Snapshot, **agent_fields: object) -> Snapshot:
 
 
 async def _plan(snapshot: Snapshot, request: str = "", **options: object) -> RunPlan:
-    ctx = RunContext(snapshot, snapshot.agent("desk"), Services(root=snapshot.root))
+    ctx = RunContext(
+        snapshot, snapshot.agent("desk"), Services(providers=CAPABILITIES, root=snapshot.root)
+    )
     return await build_plan(ctx, request, **options)  # type: ignore[arg-type]
 
 
@@ -172,11 +175,25 @@ async def test_a_dag_agent_gets_a_dag_engine_around_the_same_plan(project: Path)
     assert engine.max_replans == plan.max_replans
 
 
+async def test_a_services_without_capability_areas_fails_the_run_rather_than_run_bare(
+    project: Path,
+) -> None:
+    """The surface hands the capability areas in (fim.capabilities); a Services built
+    without them is a wiring mistake, not an agent without tools."""
+    snapshot = compile_project(project)
+    ctx = RunContext(snapshot, snapshot.agent("desk"), Services(root=project))
+    with pytest.raises(RunError, match="no capability areas") as caught:
+        await build_plan(ctx, "hi", model=ScriptedModel([text("unused")]))
+    assert "fim.capabilities.CAPABILITIES" in (caught.value.hint or "")
+
+
 async def test_a_run_deeper_than_max_depth_is_refused_before_anything_is_built(
     project: Path,
 ) -> None:
     snapshot = compile_project(project)
-    ctx = RunContext(snapshot, snapshot.agent("desk"), Services(root=project), depth=99)
+    ctx = RunContext(
+        snapshot, snapshot.agent("desk"), Services(providers=CAPABILITIES, root=project), depth=99
+    )
     with pytest.raises(RunError, match="above max_depth"):
         await build_plan(ctx, "hi")
 
@@ -213,7 +230,7 @@ async def test_the_prompt_report_is_what_the_engine_sends_on_its_first_model_cal
         selection = snapshot.project.tool_selection.model_copy(update={"threshold": 3})
         project_decl = snapshot.project.model_copy(update={"tool_selection": selection})
         snapshot = dataclasses.replace(snapshot, project=project_decl)
-    services = Services(root=project)
+    services = Services(providers=CAPABILITIES, root=project)
     try:
         report = await prompt_report(snapshot, "desk", services, request_text)
         worker = ScriptedModel([text('{"answer": "4"}')])

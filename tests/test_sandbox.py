@@ -23,6 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fim.build.snapshot import Snapshot
+from fim.capabilities import CAPABILITIES
 from fim.cli import app
 from fim.config.schema import AgentDecl, Project, WebFetchSettings
 from fim.run.services import RunContext, Services
@@ -42,7 +43,7 @@ def make_tools(root: Path, project: Project | None = None, **agent: Any) -> Tool
     ctx = RunContext(
         snapshot=Snapshot(root=root, project=project or Project()),
         agent=AgentDecl(**agent),
-        services=Services(root=root),
+        services=Services(providers=CAPABILITIES, root=root),
     )
     return ToolRegistry(builtin.provide(ctx).tools)
 
@@ -346,7 +347,7 @@ async def test_cancelling_the_call_kills_the_tree(tools: ToolRegistry) -> None:
     call = asyncio.ensure_future(
         shell(tools, f"bash -c 'exec -a {marker} sleep 300' & wait", timeout=60)
     )
-    for _ in range(500):  # until the sandboxed process exists on the host
+    for _ in range(3000):  # until the sandboxed process exists on the host (bounded 30 s)
         if running(marker):
             break
         await asyncio.sleep(0.01)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from fim.capabilities import CAPABILITIES
 from fim.engines.react import ReactEngine
 from fim.events import Notice, RunFinished, ToolResultEvent
 from fim.llm.scripted import ScriptedModel, text, tool_call
@@ -280,7 +281,9 @@ async def _builtin_hub(tmp_path, selection: str, picks: str, agent_extra: str):
         f"instructions: Help.\ntool_categories: {categories}\n{agent_extra}\n"
     )
     snapshot = compile_project(tmp_path)
-    ctx = RunContext(snapshot, snapshot.agent("hub"), Services(root=tmp_path))
+    ctx = RunContext(
+        snapshot, snapshot.agent("hub"), Services(providers=CAPABILITIES, root=tmp_path)
+    )
     worker = ScriptedModel([text("4")])
     return build_engine(await build_plan(ctx, "What is 2+2?", model=worker)), worker
 
@@ -333,7 +336,7 @@ async def test_a_hub_with_tools_behind_meta_tools_is_trimmed_per_request(tmp_pat
         f"instructions: Help.\ntool_categories: {categories}\nmcp: [demo]\n"
     )
     snapshot = compile_project(tmp_path)
-    services = Services(root=tmp_path)
+    services = Services(providers=CAPABILITIES, root=tmp_path)
     try:
         ctx = RunContext(snapshot, snapshot.agent("hub"), services)
         worker = ScriptedModel(

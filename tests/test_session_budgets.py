@@ -20,9 +20,9 @@ from fim.config.schema import AgentDecl, Project
 from fim.config.schema.spend import Budget
 from fim.events import ErrorEvent, RunFinished
 from fim.llm.scripted import ScriptedModel, text
-from fim.run.agent import run_agent
 from fim.store import Store
 from fim.store.usage import record, session_spent
+from fim.testing.runs import run_events
 from fim.types import ModelResponse, Usage
 
 
@@ -69,7 +69,7 @@ def state(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 async def run(snap: Snapshot, model: ScriptedModel, session: str | None) -> list[Any]:
-    return [e async for e in run_agent(snap, "a", "hi", model=model, session=session)]
+    return await run_events(snap, "a", "hi", model=model, session=session)
 
 
 def one_reply() -> ScriptedModel:

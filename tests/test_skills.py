@@ -12,10 +12,12 @@ import pytest
 
 from fim.build.compile import compile_project
 from fim.build.snapshot import Skill, Snapshot
+from fim.capabilities import CAPABILITIES
 from fim.config.schema import Project, SkillMeta, ToolModes
 from fim.run.services import RunContext, Services
 from fim.run.skills import MAX_FILE_BYTES, STUB_BUDGET, provide, read_skill_tool
 from fim.run.tokens import count_tokens
+from fim.testing.runs import run_once
 from fim.tools.registry import ToolRegistry
 
 FIXTURES = Path(__file__).parent / "fixtures" / "skills"
@@ -45,7 +47,9 @@ def _ctx(snapshot: Snapshot, agent: str = "hub", **changes: object) -> RunContex
     decl = snapshot.agent(agent)
     if changes:
         decl = decl.model_copy(update=changes)
-    return RunContext(snapshot=snapshot, agent=decl, services=Services(root=snapshot.root))
+    return RunContext(
+        snapshot=snapshot, agent=decl, services=Services(providers=CAPABILITIES, root=snapshot.root)
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -223,7 +227,6 @@ async def test_skill_md_itself_is_readable_as_the_body(registry: ToolRegistry):
 
 async def test_an_agent_run_reads_a_skill_before_following_it(snapshot: Snapshot):
     from fim.llm.scripted import ScriptedModel, text, tool_call
-    from fim.run.agent import ask
 
     model = ScriptedModel(
         [
@@ -232,7 +235,7 @@ async def test_an_agent_run_reads_a_skill_before_following_it(snapshot: Snapshot
             text("Refunds up to 150 EUR are approved automatically."),
         ]
     )
-    result = await ask(snapshot, "hub", "Can I get my 90 EUR back?", model=model)
+    result = await run_once(snapshot, "hub", "Can I get my 90 EUR back?", model=model)
     assert result.status == "ok"
     [system, *_] = model.requests[0][0]
     assert "- refund-sop: Step-by-step refund handling" in system.content

@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fim.build.compile import compile_project
+from fim.capabilities import CAPABILITIES
 from fim.cli import app
 from fim.errors import RunError
 from fim.run.budget import budget_tokens
@@ -56,7 +57,9 @@ def project(tmp_path: Path) -> Path:
 def ctx(project: Path, agent: str) -> RunContext:
     snapshot = compile_project(project)
     return RunContext(
-        snapshot=snapshot, agent=snapshot.agent(agent), services=Services(root=project)
+        snapshot=snapshot,
+        agent=snapshot.agent(agent),
+        services=Services(providers=CAPABILITIES, root=project),
     )
 
 

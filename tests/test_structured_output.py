@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from fim.build.compile import compile_project
+from fim.capabilities import CAPABILITIES
 from fim.errors import ConfigError
 from fim.llm.scripted import ScriptedModel, text, tool_call
-from fim.run.agent import ask, run_agent
 from fim.run.services import Services
+from fim.testing.runs import run_events, run_once
 from fim.workflows.engine import WorkflowEngine
 
 PERSON = (
@@ -46,7 +47,7 @@ async def test_output_schema_works_with_tools_and_retries_once(tmp_path):
             text('```json\n{"name": "Ada", "age": 42}\n```'),
         ]
     )
-    events = [e async for e in run_agent(compile_project(root), "typed", "who?", model=model)]
+    events = await run_events(compile_project(root), "typed", "who?", model=model)
 
     final = events[-1]
     assert final.status == "ok"
@@ -62,7 +63,7 @@ async def test_output_schema_works_with_tools_and_retries_once(tmp_path):
 async def test_a_second_invalid_answer_fails_the_run(tmp_path):
     root = project(tmp_path, {"agents/typed.yaml": f"output_schema: {PERSON}\n"})
     model = ScriptedModel([text('{"name": "Ada"}'), text('{"name": "Ada", "age": "old"}')])
-    events = [e async for e in run_agent(compile_project(root), "typed", "who?", model=model)]
+    events = await run_events(compile_project(root), "typed", "who?", model=model)
 
     assert events[-1].status == "error"
     error = next(e for e in events if e.type == "error")
@@ -90,7 +91,7 @@ async def test_a_pydantic_model_from_hooks_validates_with_its_own_validators(tmp
         },
     )
     model = ScriptedModel([text('{"name": "Tim", "age": 9}'), text('{"name": "Ada", "age": 36}')])
-    final = await ask(compile_project(root), "typed", "who?", model=model)
+    final = await run_once(compile_project(root), "typed", "who?", model=model)
 
     assert final.status == "ok" and json.loads(final.output) == {"name": "Ada", "age": 36}
     assert "must be an adult" in model.requests[1][0][-1].content
@@ -111,7 +112,9 @@ async def test_a_workflow_agent_node_returns_the_parsed_value(tmp_path):
         },
     )
     snapshot = compile_project(root)
-    services = Services(root=snapshot.root, state_url=snapshot.project.state)
+    services = Services(
+        providers=CAPABILITIES, root=snapshot.root, state_url=snapshot.project.state
+    )
     try:
         events = [e async for e in WorkflowEngine(snapshot, "who", services).run({})]
     finally:

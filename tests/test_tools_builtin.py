@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from fim.build.snapshot import Snapshot
+from fim.capabilities import CAPABILITIES
 from fim.config.schema import AgentDecl, Project, WebFetchSettings
 from fim.errors import RunError
 from fim.run.services import RunContext, Services
@@ -36,7 +37,7 @@ def make_ctx(root: Path, project: Project | None = None, **agent: Any) -> RunCon
     return RunContext(
         snapshot=Snapshot(root=root, project=project or Project()),
         agent=AgentDecl(**agent),
-        services=Services(root=root),
+        services=Services(providers=CAPABILITIES, root=root),
     )
 
 

@@ -20,10 +20,10 @@ from fim.config.schema import AgentDecl, ModelSettings, Project
 from fim.llm import catalog
 from fim.llm.scripted import ScriptedModel, text
 from fim.llm.wire import parse_usage
-from fim.run.agent import ask
 from fim.run.spend import priced
 from fim.server.app import create_app
 from fim.store.usage import utc_day
+from fim.testing.runs import run_once
 from fim.testing.server import ServerThread
 from fim.types import Usage
 
@@ -72,10 +72,10 @@ def test_runs_are_summed_per_day_and_agent_in_the_store_cli_and_http(tmp_path: P
     snap = project(tmp_path)
 
     async def runs() -> None:
-        first = await ask(snap, "billing", "hi", model=ScriptedModel([reply(1000, 100, 400)]))
+        first = await run_once(snap, "billing", "hi", model=ScriptedModel([reply(1000, 100, 400)]))
         assert first.usage.cost == pytest.approx((600 * 1000 + 400 * 100 + 100 * 2000) / 1e6)
-        await ask(snap, "billing", "hi", model=ScriptedModel([reply(500, 50)]))
-        await ask(snap, "free", "hi", model=ScriptedModel([reply(10, 5)]))  # no price known
+        await run_once(snap, "billing", "hi", model=ScriptedModel([reply(500, 50)]))
+        await run_once(snap, "free", "hi", model=ScriptedModel([reply(10, 5)]))  # no price known
 
     asyncio.run(runs())
 

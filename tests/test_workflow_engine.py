@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from fim.build.snapshot import Snapshot
+from fim.capabilities import CAPABILITIES
 from fim.config.schema import Project, WorkflowDecl
 from fim.errors import RunError
 from fim.events import Event
@@ -33,7 +34,9 @@ def make_snapshot(tmp_path: Path, workflows: dict[str, dict[str, Any]], **projec
 
 @pytest.fixture
 async def services(tmp_path: Path) -> Any:
-    services = Services(root=tmp_path, state_url=f"sqlite:///{tmp_path}/state.db")
+    services = Services(
+        providers=CAPABILITIES, root=tmp_path, state_url=f"sqlite:///{tmp_path}/state.db"
+    )
     yield services
     await services.aclose()
 
@@ -445,7 +448,7 @@ async def test_every_run_is_persisted_with_node_status_output_and_timing(tmp_pat
     assert [r.id for r in runs] == [second.run_id, first.run_id]
     assert {r.status for r in runs} == {"ok"}
 
-    fresh = Services(root=tmp_path, state_url=services.state_url)
+    fresh = Services(providers=CAPABILITIES, root=tmp_path, state_url=services.state_url)
     try:
         state = await load_run(fresh, second.run_id)
     finally:

@@ -13,6 +13,7 @@ import pytest
 
 from fim.build.compile import compile_project
 from fim.build.snapshot import Snapshot
+from fim.capabilities import CAPABILITIES
 from fim.errors import RunError
 from fim.events import Event
 from fim.run.services import Services
@@ -55,7 +56,7 @@ def write_project(root: Path, on_error: str = "fail") -> Path:
 
 
 def services_for(snapshot: Snapshot) -> Services:
-    return Services(root=snapshot.root, state_url=snapshot.project.state)
+    return Services(providers=CAPABILITIES, root=snapshot.root, state_url=snapshot.project.state)
 
 
 def approval_of(events: list[Event]) -> str:
@@ -132,12 +133,14 @@ async def test_paused_run_survives_a_process_restart(tmp_path):
         f"""
         import asyncio, json
         from fim.build.compile import compile_project
+        from fim.capabilities import CAPABILITIES
         from fim.run.services import Services
         from fim.workflows.engine import WorkflowEngine
 
         async def main():
             snapshot = compile_project({str(root)!r})
-            services = Services(root=snapshot.root, state_url=snapshot.project.state)
+            state = snapshot.project.state
+            services = Services(providers=CAPABILITIES, root=snapshot.root, state_url=state)
             engine = WorkflowEngine(snapshot, "refund", services)
             events = [e async for e in engine.run({{"amount": "250"}})]
             await services.aclose()

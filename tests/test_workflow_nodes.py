@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fim.build.compile import compile_project
+from fim.capabilities import CAPABILITIES
 from fim.events import Event
 from fim.run.services import Services
 from fim.workflows.engine import WorkflowEngine
@@ -35,7 +36,9 @@ def project(root: Path, files: dict[str, str], fim_yaml: str = "") -> Path:
 
 async def run(root: Path, name: str, inputs: dict[str, Any] | None = None) -> list[Event]:
     snapshot = compile_project(root)
-    services = Services(root=snapshot.root, state_url=snapshot.project.state)
+    services = Services(
+        providers=CAPABILITIES, root=snapshot.root, state_url=snapshot.project.state
+    )
     try:
         engine = WorkflowEngine(snapshot, name, services)
         return [e async for e in engine.run(inputs or {})]
@@ -287,7 +290,9 @@ async def test_agent_nodes_run_the_agents_hooks_unless_hooks_are_off(tmp_path):
     )
     snapshot = compile_project(root)
     for hooks in (True, False):
-        services = Services(root=snapshot.root, state_url=snapshot.project.state)
+        services = Services(
+            providers=CAPABILITIES, root=snapshot.root, state_url=snapshot.project.state
+        )
         try:
             engine = WorkflowEngine(snapshot, "ask", services, hooks=hooks)
             events = [e async for e in engine.run({})]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from fim.build.compile import compile_project
+from fim.capabilities import CAPABILITIES
 from fim.errors import RunError
 from fim.run.services import Services
 from fim.store import get_store
@@ -83,7 +84,9 @@ async def wait_until_running(services: Services, node: str, timeout: float = 30.
 
 async def test_a_run_killed_mid_node_is_recovered_by_resume(root: Path):
     crashed = fim(root, "workflow", "run", "crashy")
-    services = Services(root=root, state_url=compile_project(root).project.state)
+    services = Services(
+        providers=CAPABILITIES, root=root, state_url=compile_project(root).project.state
+    )
     try:
         run_id = await wait_until_running(services, "slow")
         hung = root / ".fim" / "sandbox" / "scratch" / "hung-once"
@@ -117,7 +120,7 @@ async def test_a_run_killed_mid_node_is_recovered_by_resume(root: Path):
 async def _orphan(root: Path, owner: dict) -> tuple[Services, str]:
     """A run whose state says `slow` was running, owned by `owner`."""
     snapshot = compile_project(root)
-    services = Services(root=root, state_url=snapshot.project.state)
+    services = Services(providers=CAPABILITIES, root=root, state_url=snapshot.project.state)
     engine = WorkflowEngine(snapshot, "crashy", services)
     events = engine.run({})
     async for event in events:

@@ -10,6 +10,7 @@ import pytest
 from fim.build.compile import build_snapshot, compile_project, load_project
 from fim.build.snapshot import Snapshot
 from fim.build.workflow_checks import check_agent_workflows
+from fim.capabilities import CAPABILITIES
 from fim.errors import ConfigError, RunError
 from fim.run.services import RunContext, Services
 from fim.workflows.engine import WorkflowEngine
@@ -65,7 +66,9 @@ def snapshot(tmp_path: Path) -> Snapshot:
 
 
 def context(snapshot: Snapshot, **options: object) -> RunContext:
-    services = Services(root=snapshot.root, state_url=snapshot.project.state)
+    services = Services(
+        providers=CAPABILITIES, root=snapshot.root, state_url=snapshot.project.state
+    )
     return RunContext(
         snapshot=snapshot, agent=snapshot.agent("clerk"), services=services, **options
     )
@@ -147,18 +150,15 @@ async def test_recursion_through_an_agent_node_is_stopped(tmp_path, monkeypatch)
     """loop -> agent clerk -> run_workflow(loop): the clerk gets an error observation and
     answers instead; the outer run ends normally."""
     import fim.run.agent
-    import fim.run.plan
 
-    if "fim.workflows.tool:provide" not in fim.run.plan.PROVIDERS:
-        monkeypatch.setattr(
-            fim.run.plan, "PROVIDERS", [*fim.run.plan.PROVIDERS, "fim.workflows.tool:provide"]
-        )
     script = (
         "- tool_calls: [{name: run_workflow, arguments: {name: loop}}]\n"
         "- text: I cannot start loop from inside itself.\n"
     )
     snapshot = compile_project(write_project(tmp_path, script, offered="calc, loop"))
-    services = Services(root=snapshot.root, state_url=snapshot.project.state)
+    services = Services(
+        providers=CAPABILITIES, root=snapshot.root, state_url=snapshot.project.state
+    )
     try:
         events = [
             e

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from fim.capabilities import CAPABILITIES
 from fim.commands import ProjectOption, fail, load_snapshot, run_async, user_errors
 
 if TYPE_CHECKING:
@@ -149,7 +150,9 @@ async def _serve_stdio(snapshot: Snapshot, reload: bool) -> None:
     from fim.server.mcp_surface import serve_stdio
 
     holder = SnapshotHolder(snapshot)
-    services = Services(root=snapshot.root, state_url=snapshot.project.state)
+    services = Services(
+        root=snapshot.root, state_url=snapshot.project.state, providers=CAPABILITIES
+    )
     stop = asyncio.Event()
     watcher = asyncio.create_task(watch(snapshot.root, holder, stop=stop)) if reload else None
     try:

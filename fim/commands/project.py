@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from fim.capabilities import CAPABILITIES
 from fim.commands import ProjectOption, fail, load_snapshot, project_dir, run_async, user_errors
 from fim.config.export import SCHEMA_KINDS, json_schema, schema_filename
 from fim.errors import ConfigError, Problem
@@ -262,7 +263,11 @@ def show(
             report = render_prompt_report(
                 snapshot,
                 name,
-                Services(root=snapshot.root, state_url=snapshot.project.state),
+                Services(
+                    root=snapshot.root,
+                    state_url=snapshot.project.state,
+                    providers=CAPABILITIES,
+                ),
                 request,
             )
         sys.stdout.write(snapshot.mask(report) + "\n")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from fim.capabilities import CAPABILITIES
 from fim.commands import ProjectOption, fail, load_snapshot, run_async, user_errors
 from fim.errors import RunError
 
@@ -104,22 +105,32 @@ async def _run(
     from fim.events import RunFinished
     from fim.llm import make_model
     from fim.run.agent import run_agent
+    from fim.run.services import Services
 
     status, output = "error", ""
-    with user_errors():
-        override = make_model(snapshot.model_settings(model), snapshot.root) if model else None
-        async for event in run_agent(
-            snapshot,
-            agent,
-            conversation,
-            model=override,
-            stream=stream,
-            services=session.services if session else None,
-            session=session.name if session else None,
-        ):
-            view.show(event)
-            if isinstance(event, RunFinished):
-                status, output = event.status, event.output
+    services = (
+        session.services
+        if session
+        else Services(root=snapshot.root, state_url=snapshot.project.state, providers=CAPABILITIES)
+    )
+    try:
+        with user_errors():
+            override = make_model(snapshot.model_settings(model), snapshot.root) if model else None
+            async for event in run_agent(
+                snapshot,
+                agent,
+                conversation,
+                model=override,
+                stream=stream,
+                services=services,
+                session=session.name if session else None,
+            ):
+                view.show(event)
+                if isinstance(event, RunFinished):
+                    status, output = event.status, event.output
+    finally:
+        if session is None:
+            await services.aclose()
     return (0 if status == "ok" else 1), output
 
 
@@ -133,7 +144,9 @@ class CliSession:
         from fim.run.services import Services
 
         self.name = name
-        self.services = Services(root=snapshot.root, state_url=snapshot.project.state)
+        self.services = Services(
+            root=snapshot.root, state_url=snapshot.project.state, providers=CAPABILITIES
+        )
 
     def _sessions(self) -> Any:
         # deferred: loading fim.masking costs hundreds of ms

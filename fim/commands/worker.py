@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from fim.capabilities import CAPABILITIES
 from fim.commands import ProjectOption, load_snapshot, run_async, user_errors
 from fim.commands.serve import (
     CheckoutOption,
@@ -98,6 +99,7 @@ def worker(
             lambda: holder.current,
             tools=extra,
             stalled_after=stalled_after,
+            providers=CAPABILITIES,
         )
 
     async def main() -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from fim.capabilities import CAPABILITIES
 from fim.commands import ProjectOption, fail, load_snapshot, run_async, user_errors
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def _services(snapshot: Snapshot) -> Services:
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.run.services import Services
 
-    return Services(root=snapshot.root, state_url=snapshot.project.state)
+    return Services(root=snapshot.root, state_url=snapshot.project.state, providers=CAPABILITIES)
 
 
 def _short(value: Any, limit: int = 80) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fim.build.snapshot import Snapshot
+from fim.capabilities import CAPABILITIES
 from fim.config.schema import EvalCase, EvalSuite, ModelSettings
 from fim.errors import FimError
 from fim.eval.assertions import Observed, Outcome, check, judge_model_ref, model_judge
@@ -209,6 +210,7 @@ class EvalRunner:
             root=self.snapshot.root,
             state_url=self.snapshot.project.state,
             record_usage=self.mode != "replay",
+            providers=CAPABILITIES,
         )
         # `concurrency` bounds model calls in flight; cases start a little ahead of free
         # call slots so their set-up (and assertions) overlap other cases' calls instead of

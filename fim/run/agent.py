@@ -29,7 +29,7 @@ async def run_agent(
     agent_name: str | AgentDecl,
     input: str | list[Message],
     *,
-    services: Services | None = None,
+    services: Services,
     hooks: bool = True,
     depth: int = 0,
     parents: tuple[str, ...] = (),
@@ -42,13 +42,12 @@ async def run_agent(
 ) -> AsyncIterator[Event]:
     """Run one request through a declared agent and yield its events.
 
-    `services` defaults to a private one closed when the run ends; long-lived surfaces
-    (server, eval runner) pass theirs so MCP sessions and HTTP pools are shared. `session`
-    names the conversation the run continues (session budgets, `fim.run.spend`).
+    `services` is the process's (built by the surface with the capability areas,
+    `fim.capabilities.CAPABILITIES`), so MCP sessions and HTTP pools are shared between runs
+    and closed by whoever made them. `session` names the conversation the run continues
+    (session budgets, `fim.run.spend`).
     """
     agent = resolve_agent(snapshot, agent_name)
-    own = services is None
-    services = services or Services(root=snapshot.root, state_url=snapshot.project.state)
     ctx = RunContext(
         snapshot=snapshot,
         agent=agent,
@@ -61,24 +60,20 @@ async def run_agent(
     )
     if run_id:
         ctx.run_id = run_id
-    try:
-        request = (
-            input
-            if isinstance(input, str)
-            else next((m.content or "" for m in reversed(input) if m.role == "user"), "")
-        )
-        plan = await build_plan(ctx, request, model=model, stream=stream, overrides=overrides)
-        engine = build_engine(plan)
-        events = observe_run(
-            engine.run(input), agent=agent.name, run_id=ctx.run_id, snapshot=snapshot, depth=depth
-        )
-        ledger = Ledger(services, agent.name, ctx.run_id, session)
-        async for event in events:
-            await ledger.see(event)
-            yield event
-    finally:
-        if own:
-            await services.aclose()
+    request = (
+        input
+        if isinstance(input, str)
+        else next((m.content or "" for m in reversed(input) if m.role == "user"), "")
+    )
+    plan = await build_plan(ctx, request, model=model, stream=stream, overrides=overrides)
+    engine = build_engine(plan)
+    events = observe_run(
+        engine.run(input), agent=agent.name, run_id=ctx.run_id, snapshot=snapshot, depth=depth
+    )
+    ledger = Ledger(services, agent.name, ctx.run_id, session)
+    async for event in events:
+        await ledger.see(event)
+        yield event
 
 
 async def ask(

@@ -48,7 +48,7 @@ from fim.run.selection import (
     select_with,
     selection_settings,
 )
-from fim.run.services import PROVIDERS, ModeKind, Provision, RunContext, load_provider
+from fim.run.services import ModeKind, Provision, RunContext, load_provider
 from fim.run.skills import READ_SKILL
 from fim.run.spend import metered
 from fim.structured import OutputContract
@@ -117,7 +117,12 @@ async def assemble(ctx: RunContext) -> Assembly:
     sections: list[tuple[str, str]] = [("instructions", render_instructions(ctx.snapshot, ctx))]
     pinned: set[str] = set()
     provisions: list[Provision] = []
-    for path in PROVIDERS:
+    if not ctx.services.providers:
+        raise RunError(
+            "no capability areas to assemble the run from: Services.providers is empty",
+            hint="build Services with providers=fim.capabilities.CAPABILITIES",
+        )
+    for path in ctx.services.providers:
         provision = load_provider(path)(ctx)
         if inspect.isawaitable(provision):
             provision = await provision

@@ -1,7 +1,10 @@
 """Per-run assembly: which tools, prompt sections and hooks an agent gets for one request.
 
 Each capability area (builtins, connectors, databases, MCP, skills, workflows, delegation)
-exposes a `provide(ctx) -> Provision` function; `assemble` asks each in turn. Providers are
+exposes a `provide(ctx) -> Provision` function; `fim.run.plan.assemble` asks each one the
+`Services` of the process names. The surface that builds the `Services` hands the list in
+(`fim.capabilities.CAPABILITIES`): two areas, delegation and the workflow tool, run agents
+themselves, so a list kept down here would import upwards into a circle. Providers are
 imported lazily by dotted path so an agent without MCP never imports the MCP SDK.
 """
 
@@ -60,6 +63,10 @@ class Services:
     record_usage: bool = True
     """Whether finished runs write their usage to the state store; `fim eval` replaying
     cassettes spends nothing, so it records nothing (and never opens the store for it)."""
+    providers: tuple[str, ...] = ()
+    """The capability areas runs are assembled from, as `module:function` paths imported on
+    first use; the surface that composes the process hands them in
+    (`fim.capabilities.CAPABILITIES`). None at all is a wiring mistake and fails the run."""
     cache: dict[str, Any] = field(default_factory=dict)
     closers: list[Callable[[], Any]] = field(default_factory=list)
 
@@ -129,18 +136,6 @@ class Provision:
     """Tools this area keeps behind its meta-tools (MCP tools behind `mcp`, HTTP actions
     behind `connector`): the agent has them although the model is not shown them, so they
     count toward tool selection's threshold."""
-
-
-PROVIDERS: list[str] = [
-    "fim.tools.builtin:provide",
-    "fim.connectors:provide",
-    "fim.mcp:provide",
-    "fim.run.skills:provide",
-    "fim.workflows.tool:provide",
-    "fim.run.delegation:provide",
-]
-"""Dotted paths of provider functions, the one registry of them: a new area adds its line
-here (a path that fails to import fails the run, it is never skipped)."""
 
 
 def load_provider(path: str) -> Callable[[RunContext], Provision | None]:

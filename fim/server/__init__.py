@@ -40,6 +40,7 @@ async def serve(
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.build.compile import compile_project
     from fim.build.reload import SnapshotHolder, watch
+    from fim.capabilities import CAPABILITIES
     from fim.events import build_validators
     from fim.run.services import Services
     from fim.server.app import create_app
@@ -62,7 +63,7 @@ async def serve(
 
     lock = claim_sqlite(snapshot.project.state, root)  # SQLite: one server per store
     holder = SnapshotHolder(snapshot)
-    services = Services(root=root, state_url=snapshot.project.state)
+    services = Services(root=root, state_url=snapshot.project.state, providers=CAPABILITIES)
     holder.listeners.append(lambda old, new: _on_swap(services, old, new))
     app = create_app(holder, services)
     settings = snapshot.project.server

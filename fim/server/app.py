@@ -28,6 +28,7 @@ from starlette.routing import BaseRoute
 
 from fim import observe
 from fim.build.reload import SnapshotHolder
+from fim.capabilities import CAPABILITIES
 from fim.errors import FimError
 from fim.events import Event, RunFinished
 from fim.run.services import Services
@@ -372,7 +373,9 @@ def create_app(
     """Build the ASGI app around a snapshot holder (the reloader swaps its content), from
     the route areas `areas` (module names)."""
     services = services or Services(
-        root=holder.current.root, state_url=holder.current.project.state
+        root=holder.current.root,
+        state_url=holder.current.project.state,
+        providers=CAPABILITIES,
     )
 
     observe.enable_metrics()

@@ -27,6 +27,7 @@ from typing import Any
 
 from fim.build.compile import compile_project
 from fim.build.reload import SnapshotHolder, watch
+from fim.capabilities import CAPABILITIES
 from fim.errors import RunError
 from fim.events import build_validators
 from fim.observe.logs import configure
@@ -107,7 +108,7 @@ def worker_app() -> Any:
     snapshot = compile_project(root)
     build_validators()
     holder = SnapshotHolder(snapshot)
-    services = Services(root=root, state_url=snapshot.project.state)
+    services = Services(root=root, state_url=snapshot.project.state, providers=CAPABILITIES)
     holder.listeners.append(lambda old, new: _on_swap(services, old, new))
     app = create_app(holder, services)
     gc.collect()

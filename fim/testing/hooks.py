@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fim.build.snapshot import Snapshot
+from fim.capabilities import CAPABILITIES
 from fim.config.schema import AgentDecl, HookDecl, Project
 from fim.events import HookEvent, HookRunner
 from fim.run.services import RunContext, Services
@@ -44,7 +45,9 @@ def make_context(
         secrets=secrets,
         version="test",
     )
-    services = services or Services(root=Path(root), state_url=project_decl.state)
+    services = services or Services(
+        root=Path(root), state_url=project_decl.state, providers=CAPABILITIES
+    )
     return RunContext(
         snapshot=snapshot, agent=agent_decl, services=services, hooks_enabled=hooks_enabled
     )

@@ -60,12 +60,14 @@ def make_app(
     snapshot_factory: Callable[[], Snapshot] | None = None,
     tools: Iterable[Tool] = (),
     stalled_after: float = 30.0,
+    providers: tuple[str, ...] = (),
 ) -> procrastinate.App:
     """The procrastinate app over the state store's database, with the fim tasks.
 
-    `snapshot_factory` is needed only where jobs run (`fim worker`); a deferring process
-    (`fim serve`) passes none. `stalled_after` is the heartbeat age after which a job of a
-    silent worker is retried.
+    `snapshot_factory` and `providers` (the capability areas of the runs,
+    `fim.capabilities.CAPABILITIES`) are needed only where jobs run (`fim worker`); a
+    deferring process (`fim serve`) passes none. `stalled_after` is the heartbeat age after
+    which a job of a silent worker is retried.
     """
     # deferred: loading psycopg costs hundreds of ms
     import procrastinate
@@ -85,13 +87,15 @@ def make_app(
         context: procrastinate.JobContext, run_id: str, workflow: str, inputs: dict[str, Any]
     ) -> str:
         retried = bool(context.job.attempts) if context.job is not None else False
-        return await advance(current(), state_url, run_id, workflow, inputs, extra, retried)
+        return await advance(
+            current(), state_url, run_id, workflow, inputs, extra, retried, providers
+        )
 
     @app.task(name=AGENT_TASK, queue=QUEUE)
     async def run_agent_job(run_id: str, agent: str, request: dict[str, Any]) -> str:
 
         snapshot = current()
-        services = Services(root=snapshot.root, state_url=state_url)
+        services = Services(root=snapshot.root, state_url=state_url, providers=providers)
         try:
             return await execute_agent_run(
                 snapshot, services, run_id, agent, request, executor="worker"
@@ -191,6 +195,7 @@ async def advance(
     inputs: dict[str, Any],
     tools: Iterable[Tool] = (),
     retried: bool = False,
+    providers: tuple[str, ...] = (),
 ) -> str:
     """Start, recover or continue run `run_id` until it finishes or pauses; its status.
 
@@ -199,7 +204,7 @@ async def advance(
     the job that paused it was still returning) leaves it to the job that holds it.
     """
 
-    services = Services(root=snapshot.root, state_url=state_url)
+    services = Services(root=snapshot.root, state_url=state_url, providers=providers)
     engine = WorkflowEngine(snapshot, workflow, services, run_id=run_id, tools=tools, queued=True)
     try:
         record = await get_store(services).get_run(run_id)
