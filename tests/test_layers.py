@@ -249,3 +249,37 @@ def test_no_import_against_the_layers() -> None:
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_module_imports(module: str) -> None:
     importlib.import_module(module)
+
+
+def _unexplained_function_imports(path: Path) -> list[str]:
+    """Imports inside a function with no comment saying why: on the import's own line, or
+    on the nearest line above its group of imports."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    found: list[str] = []
+    for function in ast.walk(ast.parse("\n".join(lines), str(path))):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(function):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            own = "\n".join(lines[node.lineno - 1 : node.end_lineno])
+            row = node.lineno - 2
+            while row >= 0 and (
+                not lines[row].strip()
+                or lines[row].lstrip().startswith(("import ", "from ", ")"))
+                or lines[row].startswith(" " * (node.col_offset + 4))  # a wrapped name list
+            ):
+                row -= 1
+            above = lines[row] if row >= 0 else ""
+            if "#" not in own and "#" not in above:
+                found.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}")
+    return found
+
+
+def test_every_import_inside_a_function_says_why_it_is_deferred() -> None:
+    """A function-level import is a choice (a heavy library loaded on first use, a module
+    `fim --help` must not load): it carries a comment saying so, or it moves to the top."""
+    unexplained = [
+        where for path, _ in MODULES.values() for where in _unexplained_function_imports(path)
+    ]
+    assert unexplained == []

@@ -58,6 +58,7 @@ def serve(
 
     configure(log_level, log_format.value)
     if workers > 1:  # uvicorn's supervisor, one snapshot and watcher per worker
+        # deferred: `fim --help` imports every command module
         from fim.server.workers import serve_workers
 
         with user_errors():

@@ -83,6 +83,7 @@ def worker(
     source = None
     seconds = 0.0
     if git is not None:  # GitOps pull (fim.build.gitops), exactly as `fim serve --git`
+        # deferred: only `--git` needs the GitOps puller
         from fim.build.gitops import initial_snapshot
 
         with user_errors():

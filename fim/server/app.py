@@ -225,6 +225,7 @@ class Api:
         except UnknownSession as exc:
             return error(404, exc.message)
         if body.background:  # 202 at once; fim.server.background runs or queues it
+            # deferred: the queue (procrastinate) loads only for background runs
             from fim.server.background import start_agent_run
 
             return await start_agent_run(self, name, history, session, owner)

@@ -61,6 +61,7 @@ def workflow_handlers(api: Api) -> dict[str, Any]:
 
         inputs = body.inputs or {}
         if body.background:  # 202 at once; fim.server.background runs or queues it
+            # deferred: the queue (procrastinate) loads only for background runs
             from fim.server.background import start_workflow_run
 
             return await start_workflow_run(api, name, inputs)
@@ -134,7 +135,7 @@ def approval_handlers(api: Api) -> dict[str, Any]:
             return error(409, f"approval '{approval_id}' is already {current.status}")
         data = body.data
         if current.kind == "elicitation":  # an MCP server's question: validate the answer
-            from fim.mcp.elicitation import content_problem
+            from fim.mcp.elicitation import content_problem  # deferred: MCP loads on use
 
             data = dict(data or {})
             if decision == "approve":
