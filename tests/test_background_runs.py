@@ -10,8 +10,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -21,28 +20,14 @@ from fim.build.compile import compile_project
 from fim.build.reload import SnapshotHolder
 from fim.capabilities import CAPABILITIES
 from fim.server.app import create_app
+from fim.testing.cluster import until
 from fim.testing.server import ServerThread
+from fim.testing.workflows import HUMAN_REFUND
 
 AGENT = "description: d\nmodel: scripted:math.yaml\ntools: [calculator]\ninstructions: Add.\n"
 SCRIPT = """\
 - tool_calls: [{name: calculator, arguments: {expression: "6*7"}}]
 - text: "The answer is 42."
-"""
-REFUND = """\
-description: Needs a human
-inputs:
-  amount: {type: number}
-nodes:
-  approve:
-    type: human
-    prompt: "Refund {{ inputs.amount }}?"
-  refund:
-    type: tool
-    tool: calculator
-    needs: [approve]
-    args: {expression: "0 - {{ inputs.amount }}"}
-outputs:
-  refunded: "{{ nodes.refund.output }}"
 """
 
 
@@ -52,18 +37,8 @@ def project(root: Path, state: str) -> Path:
     (root / "fim.yaml").write_text(f'name: bg\nstate: "{state}"\n')
     (root / "math.yaml").write_text(SCRIPT)
     (root / "agents" / "math.yaml").write_text(AGENT)
-    (root / "workflows" / "refund.yaml").write_text(REFUND)
+    (root / "workflows" / "refund.yaml").write_text(HUMAN_REFUND)
     return root
-
-
-def until(check: Callable[[], object], timeout: float = 30.0) -> object:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.05)
-    raise AssertionError("timed out")
 
 
 @contextmanager

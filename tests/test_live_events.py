@@ -7,22 +7,18 @@ reading a finished one. Also: the same stream resumes after `Last-Event-ID`, and
 
 from __future__ import annotations
 
-import json
-import signal
-import subprocess
-import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from fim.testing.cluster import sse_frames
 from fim.testing.model_server import OpenAIStubServer, completion
-from fim.testing.server import free_port
+from fim.testing.server import serve_process
 
 AGENT = """description: Adds, slowly
 model: {{model: openai/stub, api_base: '{base}', api_key: x, max_retries: 0}}
@@ -50,64 +46,26 @@ def project(root: Path, state: str, base: str) -> Path:
     return root
 
 
-@contextmanager
-def serve(root: Path) -> Iterator[str]:
-    port = free_port()
-    args = ["serve", "-p", str(root), "--port", str(port), "--no-reload", "--log-level", "warning"]
-    log = (root / f"serve-{port}.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "fim.cli", *args], stdout=log, stderr=log)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        end = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < end, (root / log.name).read_text()
-            time.sleep(0.05)
-        yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
-
-
-def frames(lines: Iterator[str]) -> Iterator[tuple[str | None, dict[str, Any]]]:
-    """(id, event) of each SSE frame."""
-    seq: str | None = None
-    for line in lines:
-        if line.startswith("id: "):
-            seq = line[4:]
-        elif line.startswith("data: "):
-            yield seq, json.loads(line[6:])
-            seq = None
-
-
 def test_replica_b_tails_a_run_going_on_replica_a(tmp_path: Path, pg_database) -> None:
     db = pg_database("")
     release = threading.Event()
     with ExitStack() as stack:
         model = stack.enter_context(OpenAIStubServer(handler=held_model(release)))
         root = project(tmp_path / "p", db.owner_url, model.base_url)
-        a, b = (stack.enter_context(serve(root)) for _ in range(2))
+        a, b = (stack.enter_context(serve_process(root)) for _ in range(2))
         body = {"input": "2+3?", "stream": True}
         on_a: list[dict[str, Any]] = []
         with httpx.stream("POST", f"{a}/v1/agents/adder/runs", json=body, timeout=30) as resp:
-            events = frames(resp.iter_lines())
+            events = sse_frames(resp.iter_lines())
             _, first = next(events)
             on_a.append(first)
             run_id = first["run_id"]
             running = httpx.get(f"{b}/v1/runs/{run_id}").json()
             assert running["status"] == "running" and running["kind"] == "agent"
 
-            on_b: list[tuple[str | None, dict[str, Any]]] = []
+            on_b: list[tuple[int, dict[str, Any]]] = []
             with httpx.stream("GET", f"{b}/v1/runs/{run_id}/events", timeout=30) as tail:
-                for seq, event in frames(tail.iter_lines()):
+                for seq, event in sse_frames(tail.iter_lines()):
                     on_b.append((seq, event))
                     if event["type"] == "tool_result":
                         assert not release.is_set()  # the run cannot have finished yet
@@ -117,11 +75,11 @@ def test_replica_b_tails_a_run_going_on_replica_a(tmp_path: Path, pg_database) -
         assert [e["type"] for _, e in on_b] == [e["type"] for e in on_a]
         assert [e for _, e in on_b] == on_a  # the same events, in order, with the end
         assert on_b[-1][1]["type"] == "run_finished" and on_b[-1][1]["output"] == "five"
-        assert [int(s or 0) for s, _ in on_b] == list(range(1, len(on_b) + 1))
+        assert [s for s, _ in on_b] == list(range(1, len(on_b) + 1))
 
         # a client that lost its replica resumes from the last id it saw, nothing twice
         resumed = httpx.get(f"{a}/v1/runs/{run_id}/events", headers={"Last-Event-ID": "2"})
-        assert [e for _, e in frames(iter(resumed.text.splitlines()))] == on_a[2:]
+        assert [e for _, e in sse_frames(iter(resumed.text.splitlines()))] == on_a[2:]
         record = httpx.get(f"{b}/v1/runs/{run_id}").json()
         assert record["status"] == "ok"
         assert httpx.get(f"{b}/v1/runs/nope/events").status_code == 404

@@ -5,35 +5,16 @@ refused."""
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 
-from fim.testing.server import free_port
-
-WORKFLOW = """\
-description: Needs a human
-inputs:
-  amount: {type: number}
-nodes:
-  approve:
-    type: human
-    prompt: "Refund {{ inputs.amount }}?"
-  refund:
-    type: tool
-    tool: calculator
-    needs: [approve]
-    args: {expression: "0 - {{ inputs.amount }}"}
-outputs:
-  refunded: "{{ nodes.refund.output }}"
-"""
-
+from fim.testing.cluster import until
+from fim.testing.server import serve_process
+from fim.testing.workflows import HUMAN_REFUND
 
 ALICE = {"Authorization": "Bearer alice-key-0001"}
 BOB = {"Authorization": "Bearer bob-key-0002"}
@@ -45,7 +26,7 @@ def project(root: Path, state: str) -> Path:
     (root / "fim.yaml").write_text(
         f'name: replicas\nstate: "{state}"\nserver: {{api_keys: [alice-key-0001, bob-key-0002]}}\n'
     )
-    (root / "workflows" / "refund.yaml").write_text(WORKFLOW)
+    (root / "workflows" / "refund.yaml").write_text(HUMAN_REFUND)
     (root / "pong.yaml").write_text('- text: "pong"\n')
     (root / "agents" / "echo.yaml").write_text(
         "description: d\nmodel: scripted:pong.yaml\ninstructions: Say pong.\n"
@@ -53,44 +34,11 @@ def project(root: Path, state: str) -> Path:
     return root
 
 
-@contextmanager
-def serve(root: Path) -> Iterator[str]:
-    port = free_port()
-    args = ["serve", "-p", str(root), "--port", str(port), "--no-reload", "--log-level", "warning"]
-    log = (root / f"serve-{port}.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "fim.cli", *args], stdout=log, stderr=log)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        log.close()
-
-
-def until(check: Callable[[], object], timeout: float = 20.0) -> object:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            result = check()
-        except httpx.HTTPError:
-            result = None
-        if result:
-            return result
-        time.sleep(0.05)
-    raise AssertionError("condition not reached")
-
-
 def test_an_approval_on_replica_b_finishes_a_run_started_on_a(tmp_path: Path, pg_database):
     db = pg_database("")
     root = project(tmp_path / "p", db.owner_url)
     with ExitStack() as stack:
-        a, b = (stack.enter_context(serve(root)) for _ in range(2))
-        for url in (a, b):
-            until(lambda url=url: httpx.get(f"{url}/healthz").status_code == 200)
+        a, b = (stack.enter_context(serve_process(root)) for _ in range(2))
         # a session started on A continues on B, and stays its owner's on both
         turn = {"input": "hi", "session_id": "s1"}
         assert httpx.post(f"{a}/v1/agents/echo/runs", json=turn, headers=ALICE).status_code == 200
@@ -123,7 +71,7 @@ def test_an_approval_on_replica_b_finishes_a_run_started_on_a(tmp_path: Path, pg
             record = httpx.get(f"{a}/v1/runs/{run_id}", headers=ALICE).json()
             return record if record["status"] not in ("paused", "running") else None
 
-        record = until(finished)
+        record = until(finished, timeout=20, what="the approved run finished")
         assert record["status"] == "ok", record  # type: ignore[index]
         assert httpx.get(f"{b}/v1/runs/{run_id}", headers=ALICE).json()["status"] == "ok"
         assert httpx.get(f"{a}/v1/approvals", headers=ALICE).json()["approvals"] == []
@@ -131,8 +79,7 @@ def test_an_approval_on_replica_b_finishes_a_run_started_on_a(tmp_path: Path, pg
 
 def test_a_second_server_on_one_sqlite_store_exits_with_a_clear_message(tmp_path: Path):
     root = project(tmp_path / "p", "sqlite:///.fim/state.db")
-    with serve(root) as first:
-        until(lambda: httpx.get(f"{first}/healthz").status_code == 200)
+    with serve_process(root):
         second = subprocess.run(
             [sys.executable, "-m", "fim.cli", "serve", "-p", str(root), "--port", "0"],
             capture_output=True,

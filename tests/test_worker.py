@@ -10,8 +10,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from fim.testing.cluster import until
 
 WORKFLOW = """\
 description: A side effect, then a node that blocks on the first worker only
@@ -28,7 +29,10 @@ outputs:
 TOOLS = """\
 import os, time
 from pathlib import Path
+
+from fim.testing.cluster import until
 from fim.tools.base import FunctionTool
+from fim.testing.cluster import until
 
 LOG = Path(os.environ["FIM_TEST_SIDE_EFFECTS"])
 
@@ -51,16 +55,6 @@ def tools():
         FunctionTool("datetime", "block once", {"type": "object"}, block, category="testing"),
     ]
 """
-
-
-def until(check, timeout: float = 20.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.1)
-    raise AssertionError("timed out")
 
 
 def test_a_killed_workers_run_is_finished_by_another_without_rerunning_nodes(

@@ -6,9 +6,15 @@ uvicorn server, exactly as users' clients do.
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 
@@ -45,3 +51,41 @@ class ServerThread:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+
+
+@contextlib.contextmanager
+def serve_process(root: Path, *extra: str, timeout: float = 60.0) -> Iterator[str]:
+    """`fim serve` on `root` as a child process (no reload, a free port): yields its URL
+    once /healthz answers, stops it with SIGTERM (SIGKILL after 15 s) on the way out. Its
+    output goes to `root/serve-PORT.log`, shown when it dies before it is healthy."""
+    # deferred: a third-party package, loaded only when this path runs
+    import httpx
+
+    port = free_port()
+    args = ["serve", "-p", str(root), "--port", str(port), "--no-reload", "--log-level", "warning"]
+    path = root / f"serve-{port}.log"
+    with path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fim.cli", *args, *extra], stdout=log, stderr=log
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            end = time.monotonic() + timeout
+            while True:
+                if proc.poll() is not None or time.monotonic() > end:
+                    raise RuntimeError(f"fim serve did not come up:\n{path.read_text()[-3000:]}")
+                try:
+                    if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.05)
+            yield url
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()

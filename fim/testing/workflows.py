@@ -13,6 +13,25 @@ from typing import Any
 from fim.tools.base import FunctionTool
 from fim.types import ToolResult
 
+HUMAN_REFUND = """\
+description: Needs a human
+inputs:
+  amount: {type: number}
+nodes:
+  approve:
+    type: human
+    prompt: "Refund {{ inputs.amount }}?"
+  refund:
+    type: tool
+    tool: calculator
+    needs: [approve]
+    args: {expression: "0 - {{ inputs.amount }}"}
+outputs:
+  refunded: "{{ nodes.refund.output }}"
+"""
+"""A workflow that pauses on a human approval and then refunds: the shape every test of
+approvals across processes (background runs, replicas) needs."""
+
 
 def echo_tool(name: str = "echo") -> FunctionTool:
     """Returns its `value` argument (JSON-encoded when it is not text)."""
