@@ -13,8 +13,12 @@ tests and `fim --help` use) has every command.
 
 from __future__ import annotations
 
+import gc
 import importlib
+import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
@@ -119,10 +123,46 @@ def _command(argv: list[str]) -> str | None:
     return None
 
 
+@contextmanager
+def _one_shot() -> Iterator[None]:
+    """How the project commands run: short-lived processes that only read the user's files.
+
+    - The cyclic garbage collector is paused: start-up builds thousands of objects (module
+      and pydantic schema tables) and frees no cycles; its ~60 passes over that growing heap
+      were ~8 ms of a 200 ms `fim validate` (the compiler pauses it for the same reason).
+      At the end everything is frozen (`gc.freeze`), so the interpreter's collections at
+      exit do not walk that heap again either.
+    - pydantic plugins are not loaded (unless PYDANTIC_DISABLE_PLUGINS says otherwise):
+      finding them reads the metadata of every installed distribution (~6 ms, growing with
+      the environment) for plugins that would only observe the declaration models.
+    """
+    was_enabled = gc.isenabled()
+    set_plugins = "PYDANTIC_DISABLE_PLUGINS" not in os.environ
+    gc.disable()
+    if set_plugins:
+        os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
+    try:
+        yield
+    finally:
+        if set_plugins:
+            os.environ.pop("PYDANTIC_DISABLE_PLUGINS", None)
+        gc.freeze()
+        if was_enabled:
+            gc.enable()
+
+
 def main() -> None:
     """Console entry point: user mistakes that escape a command still get one line each."""
     command = _command(sys.argv[1:])
-    app = build_app(["fim.commands.project"]) if command in PROJECT_COMMANDS else build_app()
+    one_shot = command in PROJECT_COMMANDS
+    if one_shot:
+        with _one_shot():
+            _run(build_app(["fim.commands.project"]))
+    else:
+        _run(build_app())
+
+
+def _run(app: typer.Typer) -> None:
     try:
         app()
     except ConfigError as exc:
