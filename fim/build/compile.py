@@ -219,6 +219,19 @@ def _blank_unset(settings: ModelSettings) -> ModelSettings:
     return settings.model_copy(update=blank) if blank else settings
 
 
+_AGENT_CONTEXT: tuple[Any, ...] | None = None
+_AGENT_PROBLEMS: dict[str, tuple[Any, Any, list[Problem]]] = {}
+"""`Checker.check_agents` of the previous compile: its context and, by agent name, the
+(decl, doc, problems) it found."""
+
+
+def _reads_disk(agent: AgentDecl) -> bool:
+    """Whether the agent's checks look at files besides the declarations (so their result
+    can change while every declaration stays the same)."""
+    model = agent.model.model if isinstance(agent.model, ModelSettings) else agent.model
+    return model.startswith("scripted:") or any(spec.command for spec in agent.hooks)
+
+
 class Checker:
     """Cross-reference checks over loaded declarations; appends to `decls.problems`."""
 
@@ -226,6 +239,8 @@ class Checker:
         self.decls = decls
         self.templates = TemplateChecker()
         self.roles = set(decls.project.models)
+        self.tools = builtin_tool_names()
+        self.hook_names = builtin_hook_names()
 
     def names(self, kind: str) -> set[str]:
         return set(self.decls.entries[kind])
@@ -249,8 +264,7 @@ class Checker:
     def run(self) -> None:
         if self.decls.project_ok:
             self.check_project()
-        for entry in self.decls.entries["agent"].values():
-            self.check_agent(entry)
+        self.check_agents()
         for entry in self.decls.entries["hook"].values():
             self.check_hook(entry, entry.decl, ())
         self.check_hook_refs()
@@ -308,11 +322,53 @@ class Checker:
 
     # ------------------------------------------------------------------ agents
 
+    def context(self) -> tuple[Any, ...]:
+        """Everything `check_agent` reads besides the agent's own file: the names each
+        kind declares (and the names of files that failed), model roles, MCP servers,
+        hooks/*.py modules and the builtins. Contents of other files are never read."""
+        decls = self.decls
+        kinds = ("connector", "skill", "workflow", "agent", "hook")
+        return (
+            decls.root,
+            decls.project_ok,
+            frozenset(self.roles),
+            frozenset(decls.project.mcp_servers),
+            decls.folder("hook"),
+            frozenset(decls.python_hooks),
+            self.tools,
+            self.hook_names,
+            *(frozenset(decls.entries[kind]) for kind in kinds),
+            *(frozenset(decls.broken[kind]) for kind in kinds),
+        )
+
+    def check_agents(self) -> None:
+        """`check_agent` on every agent, reusing the previous compile's problems of an agent
+        whose file is unchanged (the loader hands back the same `decl` and `doc` objects)
+        when nothing it reads changed either. A reload of a 1,000-agent project re-checks
+        the one agent edited, not all of them. Agents whose checks look at the disk
+        (a `scripted:` model file, a hook command script) are always checked again."""
+        global _AGENT_CONTEXT, _AGENT_PROBLEMS
+        context = self.context()
+        previous = _AGENT_PROBLEMS if context == _AGENT_CONTEXT else {}
+        memo: dict[str, tuple[Any, Any, list[Problem]]] = {}
+        problems = self.decls.problems
+        for name, entry in self.decls.entries["agent"].items():
+            cached = previous.get(name)
+            if cached is not None and cached[0] is entry.decl and cached[1] is entry.doc:
+                problems.extend(cached[2])
+                memo[name] = cached
+                continue
+            before = len(problems)
+            self.check_agent(entry)
+            if not _reads_disk(entry.decl):
+                memo[name] = (entry.decl, entry.doc, problems[before:])
+        _AGENT_CONTEXT, _AGENT_PROBLEMS = context, memo
+
     def check_agent(self, entry: Entry) -> None:
         agent: AgentDecl = entry.decl
         doc = entry.doc
         self.check_model(entry, ("model",), agent.model)
-        tools = builtin_tool_names()
+        tools = self.tools
         for i, tool in enumerate(agent.tools):
             if tool not in tools:
                 self.add(
@@ -397,7 +453,7 @@ class Checker:
     def check_hook(self, entry: Entry, spec: HookSpec, path: Path_) -> None:
         doc = entry.doc
         if spec.use is not None:
-            hooks = builtin_hook_names()
+            hooks = self.hook_names
             if spec.use not in hooks:
                 self.add(
                     doc.problem(

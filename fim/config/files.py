@@ -94,16 +94,32 @@ def _read_bytes(decls: Declarations, path: str | Path) -> bytes:
     return raw
 
 
-def read_text(decls: Declarations, path: str | Path) -> str | None:
-    rel = decls.rel(path)
+_TEXT: dict[str, tuple[bytes, str]] = {}
+"""The text each path decoded to in the previous load, reused while its bytes are the same
+object (`_RAW` handed them back): the same `str` keeps its hash, so the loader's parse cache
+finds it without hashing the text again."""
+
+
+def read_text(decls: Declarations, path: str | Path, rel: str | None = None) -> str | None:
+    """The file's text (`rel`: its project-relative path, when the caller has it)."""
+    rel = decls.rel(path) if rel is None else rel
     try:
         raw = _read_bytes(decls, path)
     except OSError as exc:
         decls.problems.append(os_problem(decls, path, exc))
         return None
-    decls.digest.update(rel.encode() + b"\0" + raw + b"\0")
+    digest = decls.digest
+    digest.update(rel.encode())
+    digest.update(b"\0")
+    digest.update(raw)
+    digest.update(b"\0")
+    name = str(path)
+    known = _TEXT.get(name)
+    if known is not None and known[0] is raw:
+        decls.texts[name] = known
+        return known[1]
     try:
-        return raw.decode("utf-8-sig")
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         before = raw[: exc.start]
         line = before.count(b"\n") + 1
@@ -118,6 +134,8 @@ def read_text(decls: Declarations, path: str | Path) -> str | None:
             )
         )
         return None
+    decls.texts[name] = (raw, text)
+    return text
 
 
 def keep_reads(reads: dict[str, Read]) -> None:
@@ -127,4 +145,10 @@ def keep_reads(reads: dict[str, Read]) -> None:
     _RAW.update(reads)
 
 
-__all__ = ["Read", "keep_reads", "list_files", "os_problem", "read_text"]
+def keep_texts(texts: dict[str, tuple[bytes, str]]) -> None:
+    """Remember the texts a finished load decoded (see `_TEXT`); others are forgotten."""
+    _TEXT.clear()
+    _TEXT.update(texts)
+
+
+__all__ = ["Read", "keep_reads", "keep_texts", "list_files", "os_problem", "read_text"]

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from fim.config.files import Read, keep_reads, list_files, read_text
+from fim.config.files import Read, keep_reads, keep_texts, list_files, read_text
 from fim.config.interpolate import interpolate
 from fim.config.problems import validation_problems
 from fim.config.schema import (
@@ -97,6 +97,8 @@ class Declarations:
     """Bytes read by this load, with their stats (see `fim.config.files`)."""
     stats: dict[str, os.stat_result] = field(default_factory=dict)
     """Stats taken while listing folders, used once by the read that follows."""
+    texts: dict[str, tuple[bytes, str]] = field(default_factory=dict)
+    """Text decoded by this load, by path, with the bytes it came from."""
 
     def folder(self, kind: str) -> str:
         return getattr(self.project.paths, FOLDER_OF[kind])
@@ -170,6 +172,7 @@ def load(root: str | Path) -> Declarations:
     _CACHE.clear()
     _CACHE.update(decls.seen)
     keep_reads(decls.raw)
+    keep_texts(decls.texts)
     return decls
 
 
@@ -282,7 +285,7 @@ validates only the ones that changed; entries not seen in a load are dropped."""
 
 def _load_file(decls: Declarations, kind: str, path: str | Path) -> None:
     rel, stem = decls.rel(path), _stem(path)
-    text = read_text(decls, path)
+    text = read_text(decls, path, rel)
     if text is None:
         decls.broken[kind].add(stem)
         return

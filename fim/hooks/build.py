@@ -206,6 +206,8 @@ def check_hooks(snapshot: Snapshot, locate: Locate | None = None) -> list[Proble
             agent = snapshot.agents.get(owner) if kind == "agent" else None
             if agent is None or hook.points == ("SessionStart",):
                 return
+            if hook.matcher is None or hook.matcher.strip() in ("", "*"):
+                return  # matches every tool: no need to list the agent's (unmatched says None)
             hint = unmatched(hook.matcher, hook_targets(snapshot, agent))
             if hint is None:
                 return
