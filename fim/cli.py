@@ -21,10 +21,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any
 
-import typer
+# Importing typer (and its click) builds thousands of objects and frees no cycles: the
+# cyclic collector's passes over them are paused for the import (see `_one_shot`).
+_gc_was_enabled = gc.isenabled()
+gc.disable()
+try:
+    import typer
 
-from fim.commands import ProjectOption, err
-from fim.errors import ConfigError, RunError
+    from fim.commands import ProjectOption, err
+    from fim.errors import ConfigError, RunError
+finally:
+    if _gc_was_enabled:
+        gc.enable()
 
 COMMAND_MODULES: list[str] = [
     "fim.commands.project",

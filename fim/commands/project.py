@@ -17,7 +17,6 @@ import typer
 
 from fim.capabilities import CAPABILITIES
 from fim.commands import ProjectOption, fail, load_snapshot, project_dir, run_async, user_errors
-from fim.config.export import SCHEMA_KINDS, json_schema, schema_filename
 from fim.errors import ConfigError, Problem
 
 if TYPE_CHECKING:
@@ -358,6 +357,8 @@ def schema(
     ] = None,
 ) -> None:
     """JSON Schema of the declaration kinds, for editor autocompletion."""
+    # deferred: loading fim.config.export (pkgutil, inspect) costs a few ms of fim validate
+    from fim.config.export import SCHEMA_KINDS, json_schema, schema_filename
 
     if kind is not None and kind not in SCHEMA_KINDS:
         # deferred: loading pydantic_core costs tens of ms
