@@ -8,6 +8,7 @@ agent, and check the problem still appears, at the agent's own file.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -93,3 +94,19 @@ def test_a_problem_of_an_unchanged_agent_is_reported_on_every_compile(project: P
     first = problems(project)
     assert any("unknown builtin tool 'calculater'" in p for p in first), first
     assert problems(project) == first
+
+
+def test_the_racy_window_is_short_only_where_timestamps_are_fine() -> None:
+    """A file is read again if it changed this close to the last read: 2 s where the file
+    system stamps whole seconds (FAT keeps 2 s), 50 ms where it stamps sub-seconds."""
+    from fim.config.files import _racy_ns
+
+    def stat(mtime_ns: int, ctime_ns: int) -> os.stat_result:
+        return os.stat_result(
+            (0o100644, 1, 1, 1, 0, 0, 10, 0, mtime_ns // 10**9, ctime_ns // 10**9),
+            {"st_mtime_ns": mtime_ns, "st_ctime_ns": ctime_ns},
+        )
+
+    assert _racy_ns(stat(1_700_000_000 * 10**9, 1_700_000_002 * 10**9)) == 2 * 10**9
+    assert _racy_ns(stat(1_700_000_000_123_456_789, 1_700_000_000_123_456_789)) == 50 * 10**6
+    assert _racy_ns(stat(1_700_000_000 * 10**9, 1_700_000_000_000_000_001)) == 50 * 10**6

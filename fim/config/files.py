@@ -76,6 +76,18 @@ in a load are dropped."""
 _RACY_NS = 2_000_000_000
 """A file modified this close to when it was read may change again within one timestamp
 tick of a coarse file system (2 s on FAT): it is always read again (git's racy-clean rule)."""
+_RACY_FINE_NS = 50_000_000
+"""The window for a file whose timestamps have a sub-second part, so its file system keeps
+fine ones (ext4, xfs, btrfs, tmpfs, APFS, NTFS: stamped from a clock that ticks every 1-10
+ms). Without it, every reload in the 2 s after a checkout or a generator rewrote a
+1,000-agent project read all 2,000 files again."""
+
+
+def _racy_ns(st: os.stat_result) -> int:
+    """How close to its last change a file must not be read to be trusted by its stat."""
+    if st.st_mtime_ns % 1_000_000_000 or st.st_ctime_ns % 1_000_000_000:
+        return min(_RACY_NS, _RACY_FINE_NS)
+    return _RACY_NS  # whole seconds: a coarse file system (FAT, HFS+, ext3), or a 1e-9 chance
 
 
 def _read_bytes(decls: Declarations, path: str | Path) -> bytes:
@@ -84,12 +96,14 @@ def _read_bytes(decls: Declarations, path: str | Path) -> bytes:
     key = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
     changed_at = max(st.st_mtime_ns, st.st_ctime_ns)
     cached = _RAW.get(name)
-    if cached is not None and cached[0] == key and changed_at < cached[1] - _RACY_NS:
+    if cached is not None and cached[0] == key and changed_at < cached[1] - _racy_ns(st):
         decls.raw[name] = cached
         return cached[2]
     read_at = time.time_ns()
     with open(name, "rb") as fh:
         raw = fh.read()
+    if cached is not None and cached[2] == raw:
+        raw = cached[2]  # unchanged after all: the same object keeps its decoded text
     decls.raw[name] = (key, read_at, raw)
     return raw
 
