@@ -10,13 +10,19 @@ fim's ~50 modules from source on every run (~40 ms, a cost no installed fim pays
 that usually means something heavy (litellm, mcp, openai, sqlalchemy ...) crept onto the
 `fim validate` path. Not a timed test: it prints what one run measured.
 
-    python bench/startup.py [RUNS]
+With `--instructions` it also runs each command once under valgrind's callgrind and prints
+the instructions it executed: the same count run after run whatever the machine's load,
+so a change of a few percent shows where CPU medians on a busy machine cannot.
+
+    python bench/startup.py [RUNS] [--instructions]
 """
 
 from __future__ import annotations
 
 import compileall
+import re
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -53,7 +59,23 @@ def measure(commands: list[list[str]], runs: int) -> list[tuple[float, float]]:
     ]
 
 
-def main(runs: int) -> None:
+def instructions(args: list[str]) -> int | None:
+    """Instructions executed by one run of `args` under callgrind (None without valgrind)."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return None
+    done = subprocess.run(
+        [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+    return int(found.group(1).replace(",", "")) if found else None
+
+
+def main(runs: int, count: bool = False) -> None:
     rows = [
         (
             "python -c 'import pydantic, ruamel.yaml'",
@@ -78,7 +100,17 @@ def main(runs: int) -> None:
             f"{wall / base_wall:6.2f}x {cpu / base_cpu:6.2f}x"
         )
     print("target: fim validate <= 3x the baseline")
+    if count:
+        counts = [instructions(args) for _, args in rows]
+        if counts[0] is None:
+            print("instructions: valgrind not found")
+            return
+        print(f"{'instructions (callgrind, one run each)':42} {'M':>8} {'x':>7}")
+        for (label, _), n in zip(rows, counts, strict=True):
+            if n is not None:
+                print(f"{label:42} {n / 1e6:8.0f} {n / counts[0]:6.2f}x")
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 7)
+    numbers = [int(a) for a in sys.argv[1:] if a.isdigit()]
+    main(numbers[0] if numbers else 7, "--instructions" in sys.argv)
