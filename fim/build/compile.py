@@ -219,10 +219,11 @@ def _blank_unset(settings: ModelSettings) -> ModelSettings:
     return settings.model_copy(update=blank) if blank else settings
 
 
-_AGENT_CONTEXT: tuple[Any, ...] | None = None
-_AGENT_PROBLEMS: dict[str, tuple[Any, Any, list[Problem]]] = {}
+_AgentMemo = tuple[tuple[Any, ...] | None, dict[str, tuple[Any, Any, list[Problem]]]]
+_AGENT_MEMO: _AgentMemo = (None, {})
 """`Checker.check_agents` of the previous compile: its context and, by agent name, the
-(decl, doc, problems) it found."""
+(decl, doc, problems) it found. One tuple, replaced whole, so a compile in another thread
+never pairs one compile's context with another's problems."""
 
 
 def _reads_disk(agent: AgentDecl) -> bool:
@@ -347,9 +348,10 @@ class Checker:
         when nothing it reads changed either. A reload of a 1,000-agent project re-checks
         the one agent edited, not all of them. Agents whose checks look at the disk
         (a `scripted:` model file, a hook command script) are always checked again."""
-        global _AGENT_CONTEXT, _AGENT_PROBLEMS
+        global _AGENT_MEMO
         context = self.context()
-        previous = _AGENT_PROBLEMS if context == _AGENT_CONTEXT else {}
+        last_context, last_problems = _AGENT_MEMO
+        previous = last_problems if context == last_context else {}
         memo: dict[str, tuple[Any, Any, list[Problem]]] = {}
         problems = self.decls.problems
         for name, entry in self.decls.entries["agent"].items():
@@ -362,7 +364,7 @@ class Checker:
             self.check_agent(entry)
             if not _reads_disk(entry.decl):
                 memo[name] = (entry.decl, entry.doc, problems[before:])
-        _AGENT_CONTEXT, _AGENT_PROBLEMS = context, memo
+        _AGENT_MEMO = (context, memo)
 
     def check_agent(self, entry: Entry) -> None:
         agent: AgentDecl = entry.decl
