@@ -51,6 +51,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -402,6 +403,20 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def _stopped(pid: int, tries: int = 200) -> None:
+    """Wait (at most ~0.2 s, on the caller's thread: it is only ever a few scheduler ticks)
+    until `pid` is stopped or gone."""
+    for _ in range(tries):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[-1].split()[0]
+        except (OSError, IndexError):
+            return
+        if state in ("T", "t", "Z", "X"):
+            return
+        time.sleep(0.001)
+
+
 def _kill(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signal.SIGKILL)
@@ -420,13 +435,22 @@ class _Sandbox:
     processes_exceeded: bool = False
 
     def kill(self) -> None:
-        """Kill the namespace's init first (the kernel then kills every process in the
-        namespace), then bwrap's outer process; `--die-with-parent` covers the moment
-        before init exists."""
-        for pid in _children(self.process.pid):
-            _kill(pid)
+        """Kill the namespace's init (the kernel then kills every process in the namespace),
+        then bwrap's outer process.
+
+        bwrap's outer process is stopped first: a clone it is in the middle of completes and
+        no new one starts, so the list of its children is whole. Without that, a kill that
+        came while bwrap was creating the namespace's init found no child, and the init,
+        whose `--die-with-parent` was not armed yet, outlived the kill with its command and
+        no time limit (seen under load: `tests/test_sandbox.py`, a cancelled call)."""
+        pid = self.process.pid
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, signal.SIGKILL)
+            os.kill(pid, signal.SIGSTOP)
+            _stopped(pid)
+        for child in _children(pid):
+            _kill(child)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
 
     async def watch(self) -> None:
         """Sum the resident memory of the tree; kill it above the limit. With `count_processes`
@@ -529,14 +553,26 @@ async def _run(
         )
         # Our own pipes, not asyncio's: Process.wait() would otherwise also wait for
         # every process that inherited stdout.
-        process = await asyncio.create_subprocess_exec(
-            *args,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=out_w,
-            stderr=err_w,
-            start_new_session=True,
-            pass_fds=tuple(data_fds.values()),
+        spawn = asyncio.ensure_future(
+            asyncio.create_subprocess_exec(
+                *args,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=out_w,
+                stderr=err_w,
+                start_new_session=True,
+                pass_fds=tuple(data_fds.values()),
+            )
         )
+        try:
+            process = await asyncio.shield(spawn)
+        except asyncio.CancelledError:
+            # Cancelled while bwrap was starting: asyncio would kill only its outer process.
+            # Take the handle once it exists and kill the whole tree, then re-raise.
+            with contextlib.suppress(Exception):
+                started = await spawn
+                _Sandbox(started, limits).kill()
+                await started.wait()
+            raise
     except BaseException:
         for fd in (out_r, err_r):
             os.close(fd)
