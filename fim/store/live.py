@@ -64,7 +64,7 @@ class EventLog:
         self._local: list[dict[str, Any]] | None = None
         if record and not store.url.startswith("postgresql"):  # agent runs: fresh ids
             # SQLite serves one process: its tails read the run from memory while it goes,
-            # and the log is written once at the end (each SQLite commit is an fsync).
+            # and the log is written once at the end, with the run's record.
             self._local = _BUFFERS.setdefault((store.url, run_id), [])
 
     def add(self, event: dict[str, Any]) -> None:
@@ -100,14 +100,14 @@ class EventLog:
 
     def _write(self, conn: Connection, batch: list[dict[str, Any]]) -> None:
         # deferred: a third-party package, loaded only when this path runs
-        from sqlalchemy import func, select, text
+        from sqlalchemy import text
 
-        events, runs = table("run_events"), table("runs")
+        runs = table("runs")
         if self._next is None:
-            last = select(func.max(events.c.seq)).where(events.c.run_id == self.run_id)
-            self._next = int(conn.execute(last).scalar() or 0) + 1
-            found = select(runs.c.id).where(runs.c.id == self.run_id)
-            if self._record and conn.execute(found).first() is None:
+            last = conn.execute(_statement("last_seq"), {"run": self.run_id}).scalar()
+            self._next = int(last or 0) + 1
+            found = conn.execute(_statement("run_exists"), {"run": self.run_id}).first()
+            if self._record and found is None:
                 now = time.time()
                 conn.execute(
                     runs.insert().values(
@@ -120,7 +120,7 @@ class EventLog:
         for event in batch:
             rows.append({"run_id": self.run_id, "seq": self._next, "event": mask.value(event)})
             self._next += 1
-        conn.execute(events.insert(), rows)
+        conn.execute(_statement("insert"), rows)
         if conn.dialect.name == "postgresql":
             conn.execute(
                 text("SELECT pg_notify(:channel, :run)"), {"channel": CHANNEL, "run": self.run_id}
@@ -131,14 +131,42 @@ class EventLog:
         if self._local is not None:
             if self._local:
                 self._record = False  # the caller writes the record with its final status
-                self._pending = list(self._local)
-                await self._drain()  # one transaction for the whole run
+                batch = list(self._local)
+
+                def write(conn: Connection) -> None:
+                    self._write(conn, batch)
+
+                # one write for the whole run, committed with the record the caller writes
+                # next; reads of the table queue behind it (fim.store.writer)
+                await self._store._write_behind(write, f"the events of run {self.run_id}")
             if _BUFFERS.get((self._store.url, self.run_id)) is self._local:
                 del _BUFFERS[(self._store.url, self.run_id)]
             self._local = None
             wake(self._store.url, self.run_id)
             return
         await self.flush()
+
+
+_STATEMENTS: dict[str, Any] = {}
+
+
+def _statement(name: str) -> Any:
+    """The statements of `EventLog._write`, built once with bound parameters: building them
+    per write cost SQLAlchemy's construction and cache-key generation every run."""
+    found = _STATEMENTS.get(name)
+    if found is None:
+        # deferred: a third-party package, loaded only when this path runs
+        from sqlalchemy import bindparam, func, select
+
+        events, runs = table("run_events"), table("runs")
+        run: Any = bindparam("run")
+        built = {
+            "last_seq": lambda: select(func.max(events.c.seq)).where(events.c.run_id == run),
+            "run_exists": lambda: select(runs.c.id).where(runs.c.id == run),
+            "insert": events.insert,
+        }
+        found = _STATEMENTS[name] = built[name]()
+    return found
 
 
 async def recorded(

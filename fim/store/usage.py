@@ -35,7 +35,11 @@ async def record(
     session: str | None = None,
 ) -> None:
     """Append the usage of one finished run (and, for a run of a session, its row in the
-    session's account, in the same transaction)."""
+    session's account, in the same transaction).
+
+    Written behind (`Store._write_behind`): on SQLite this returns before the commit, and
+    the run's record, awaited right after, commits it in the same transaction; every later
+    read of this process (a daily or session budget) comes after it all the same."""
     ts = time.time() if ts is None else ts
     row = {
         "ts": ts,
@@ -71,7 +75,7 @@ async def record(
         for name, values in rows:
             conn.execute(_insert(name), values)
 
-    await store._tx(write)
+    await store._write_behind(write, f"the usage of run {run_id}")
 
 
 _INSERTS: dict[str, Any] = {}
