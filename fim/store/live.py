@@ -106,8 +106,8 @@ class EventLog:
         if self._next is None:
             last = conn.execute(_statement("last_seq"), {"run": self.run_id}).scalar()
             self._next = int(last or 0) + 1
-            found = conn.execute(_statement("run_exists"), {"run": self.run_id}).first()
-            if self._record and found is None:
+            found = _statement("run_exists")
+            if self._record and conn.execute(found, {"run": self.run_id}).first() is None:
                 now = time.time()
                 conn.execute(
                     runs.insert().values(
@@ -115,10 +115,9 @@ class EventLog:
                         data={}, created_at=now, updated_at=now,
                     )
                 )  # fmt: skip
-        mask = known()
         rows = []
-        for event in batch:
-            rows.append({"run_id": self.run_id, "seq": self._next, "event": mask.value(event)})
+        for event in known().value(batch):  # one pass over the batch (nearly always clean)
+            rows.append({"run_id": self.run_id, "seq": self._next, "event": event})
             self._next += 1
         conn.execute(_statement("insert"), rows)
         if conn.dialect.name == "postgresql":
