@@ -6,11 +6,13 @@ import asyncio
 import errno
 import gc
 import logging
+import os
 import signal
 import socket
 import sys
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fim.errors import RunError
 
@@ -18,6 +20,35 @@ if TYPE_CHECKING:
     from fim.build.gitops import GitSource
 
 log = logging.getLogger("fim.server")
+
+T = TypeVar("T")
+
+
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop where it is installed (a dependency on Linux and macOS), else None
+    (asyncio's own). A served run is mostly loop work (its requests to the model, the
+    client's request, the tasks between them) and uvloop's costs less CPU per run;
+    FIM_EVENT_LOOP=asyncio keeps asyncio's, e.g. to rule the loop out of a bug hunt."""
+    if os.environ.get("FIM_EVENT_LOOP", "").strip().lower() == "asyncio":
+        return None
+    try:
+        # deferred: a third-party package, loaded only when this path runs
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+def uvicorn_loop() -> str:
+    """uvicorn's `loop` setting for the worker processes of `--workers N` (their loop is
+    uvicorn's to make): the same choice as `event_loop_factory`."""
+    return "asyncio" if event_loop_factory() is None else "uvloop"
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """Run `fim serve`'s coroutine to completion on `event_loop_factory()`'s loop."""
+    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+        return runner.run(main)
 
 
 async def serve(

@@ -32,7 +32,7 @@ from fim.errors import RunError
 from fim.events import build_validators
 from fim.observe.logs import configure
 from fim.run.services import Services
-from fim.server import _on_swap, banner, bind
+from fim.server import _on_swap, banner, bind, uvicorn_loop
 from fim.server.app import create_app
 from fim.store.schema import normalize_url
 
@@ -88,6 +88,7 @@ def serve_workers(
         timeout_graceful_shutdown=30,
         access_log=False,
         lifespan="on",
+        loop=uvicorn_loop(),
         **logging,
     )
     line = banner(snapshot, host, sock.getsockname()[1], reload)
