@@ -37,3 +37,18 @@ def test_uvicorn_parses_http_with_httptools() -> None:
     config = uvicorn.Config(app=lambda *_: None, lifespan="off")  # http="auto", as fim serve
     config.load()
     assert config.http_protocol_class is HttpToolsProtocol
+
+
+def test_settle_heap_freezes_what_is_loaded_and_collects_young_objects_less_often() -> None:
+    import gc
+
+    from fim.server import GC_YOUNG_THRESHOLD, settle_heap
+
+    before = gc.get_threshold()
+    try:
+        settle_heap()
+        assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, *before[1:])
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
