@@ -158,3 +158,26 @@ def test_sqlite_store_runs_wal_with_synchronous_normal(tmp_path: Path) -> None:
         assert asyncio.run(main()) == ("wal", 1)  # 1 = NORMAL
     finally:
         store.close()
+
+
+def test_prepared_statements_write_what_sqlalchemy_writes(tmp_path: Path) -> None:
+    from fim.store.prepared import Prepared
+
+    store = _store(tmp_path)
+    events = table("run_events")
+    event = {"type": "message", "text": 'naïve "quoted" \\ text', "n": [1, 2.5, None]}
+    prepared = Prepared(events.insert, ["run_id", "seq", "event"])
+
+    def write(conn: Connection) -> list[tuple[str, int, str]]:
+        conn.execute(events.insert(), [{"run_id": "core", "seq": 1, "event": event}])
+        prepared.execute(conn, [{"run_id": "prep", "seq": 1, "event": event}])
+        prepared.execute(conn, [{"run_id": "prep", "seq": n, "event": event} for n in (2, 3)])
+        raw = "SELECT run_id, seq, event FROM fim_run_events ORDER BY run_id, seq"
+        return [(str(r[0]), int(r[1]), str(r[2])) for r in conn.exec_driver_sql(raw)]
+
+    try:
+        rows = asyncio.run(store._tx(write))
+    finally:
+        store.close()
+    assert [r[:2] for r in rows] == [("core", 1), ("prep", 1), ("prep", 2), ("prep", 3)]
+    assert {r[2] for r in rows} == {rows[0][2]}  # the same JSON text, byte for byte

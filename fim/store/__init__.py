@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from fim.masking import known, mask_value
 from fim.retries import Backoff, retry_sync
+from fim.store.prepared import Prepared
 from fim.store.records import Approval, ApprovalStatus, AuditEntry, RunRecord
 from fim.store.schema import MIGRATIONS, normalize_url, sqlite_file
 from fim.store.schema import table as _table
@@ -214,9 +215,13 @@ class Store:
 
         def work(conn: Connection) -> None:
             now = time.time()
-            upsert = self._statement(f"put_run:{conn.dialect.name}", lambda: _run_upsert(conn))
             values = {"kind": kind, "name": name, "status": status, "data": data}
-            conn.execute(upsert, {"id": run_id, "created_at": now, "updated_at": now, **values})
+            row = {"id": run_id, "created_at": now, "updated_at": now, **values}
+            upsert = self._statement(
+                f"put_run:{conn.dialect.name}",
+                lambda: Prepared(lambda: _run_upsert(conn), list(row)),
+            )
+            upsert.execute(conn, [row])
 
         await self._tx(work)
 

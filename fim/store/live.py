@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from fim.masking import known
+from fim.store.prepared import Prepared
 from fim.store.schema import table
 
 if TYPE_CHECKING:
@@ -100,14 +101,14 @@ class EventLog:
 
     def _write(self, conn: Connection, batch: list[dict[str, Any]]) -> None:
         # deferred: a third-party package, loaded only when this path runs
-        from sqlalchemy import text
+        from sqlalchemy import select, text
 
         runs = table("runs")
         if self._next is None:
-            last = conn.execute(_statement("last_seq"), {"run": self.run_id}).scalar()
+            last = _LAST_SEQ.scalar(conn, {"run": self.run_id})
             self._next = int(last or 0) + 1
-            found = _statement("run_exists")
-            if self._record and conn.execute(found, {"run": self.run_id}).first() is None:
+            found = select(runs.c.id).where(runs.c.id == self.run_id)
+            if self._record and conn.execute(found).first() is None:
                 now = time.time()
                 conn.execute(
                     runs.insert().values(
@@ -119,7 +120,7 @@ class EventLog:
         for event in known().value(batch):  # one pass over the batch (nearly always clean)
             rows.append({"run_id": self.run_id, "seq": self._next, "event": event})
             self._next += 1
-        conn.execute(_statement("insert"), rows)
+        _INSERT.execute(conn, rows)
         if conn.dialect.name == "postgresql":
             conn.execute(
                 text("SELECT pg_notify(:channel, :run)"), {"channel": CHANNEL, "run": self.run_id}
@@ -146,26 +147,18 @@ class EventLog:
         await self.flush()
 
 
-_STATEMENTS: dict[str, Any] = {}
+def _last_seq() -> Any:
+    # deferred: a third-party package, loaded only when this path runs
+    from sqlalchemy import bindparam, func, select
+
+    events = table("run_events")
+    return select(func.max(events.c.seq)).where(events.c.run_id == bindparam("run"))
 
 
-def _statement(name: str) -> Any:
-    """The statements of `EventLog._write`, built once with bound parameters: building them
-    per write cost SQLAlchemy's construction and cache-key generation every run."""
-    found = _STATEMENTS.get(name)
-    if found is None:
-        # deferred: a third-party package, loaded only when this path runs
-        from sqlalchemy import bindparam, func, select
-
-        events, runs = table("run_events"), table("runs")
-        run: Any = bindparam("run")
-        built = {
-            "last_seq": lambda: select(func.max(events.c.seq)).where(events.c.run_id == run),
-            "run_exists": lambda: select(runs.c.id).where(runs.c.id == run),
-            "insert": events.insert,
-        }
-        found = _STATEMENTS[name] = built[name]()
-    return found
+_LAST_SEQ = Prepared(_last_seq, ["run"])
+_INSERT = Prepared(lambda: table("run_events").insert(), ["run_id", "seq", "event"])
+"""The statements of `EventLog._write`, compiled once (`fim.store.prepared`): building them
+per write cost SQLAlchemy's construction and cache-key generation every run."""
 
 
 async def recorded(

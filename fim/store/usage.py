@@ -8,6 +8,7 @@ import datetime as dt
 import time
 from typing import TYPE_CHECKING, Any
 
+from fim.store.prepared import Prepared
 from fim.store.schema import table
 
 if TYPE_CHECKING:
@@ -73,21 +74,21 @@ async def record(
 
     def write(conn: Any) -> None:
         for name, values in rows:
-            conn.execute(_insert(name), values)
+            _insert(name, values).execute(conn, [values])
 
     await store._write_behind(write, f"the usage of run {run_id}")
 
 
-_INSERTS: dict[str, Any] = {}
+_INSERTS: dict[str, Prepared] = {}
 
 
-def _insert(name: str) -> Any:
-    """One INSERT statement per table, values bound at execute time: building
+def _insert(name: str, row: dict[str, Any]) -> Prepared:
+    """One INSERT per table, compiled once (`fim.store.prepared`): building
     `insert().values(**row)` anew for every run cost ~0.6 ms of CPU in SQLAlchemy's
     statement construction and cache-key generation, three times the commit itself."""
     statement = _INSERTS.get(name)
     if statement is None:
-        statement = _INSERTS[name] = table(name).insert()
+        statement = _INSERTS[name] = Prepared(table(name).insert, list(row))
     return statement
 
 
