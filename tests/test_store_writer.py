@@ -181,3 +181,15 @@ def test_prepared_statements_write_what_sqlalchemy_writes(tmp_path: Path) -> Non
         store.close()
     assert [r[:2] for r in rows] == [("core", 1), ("prep", 1), ("prep", 2), ("prep", 3)]
     assert {r[2] for r in rows} == {rows[0][2]}  # the same JSON text, byte for byte
+
+
+def test_json_columns_round_trip_what_json_does() -> None:
+    import json
+    import math
+
+    from fim.store.schema import json_text
+
+    value = {"text": "naïve ✓", "big": 2**70, "n": [1, 2.5, None, True], "nested": {"a": {}}}
+    assert json.loads(json_text(value)) == value  # 2**70: orjson declines, json writes it
+    assert json.loads(json_text({1: "int key"})) == {"1": "int key"}  # as json.dumps does
+    assert json.loads(json_text({"x": math.nan})) == {"x": None}  # NaN is not JSON

@@ -25,7 +25,7 @@ from fim.masking import known, mask_value
 from fim.retries import Backoff, retry_sync
 from fim.store.prepared import Prepared
 from fim.store.records import Approval, ApprovalStatus, AuditEntry, RunRecord
-from fim.store.schema import MIGRATIONS, normalize_url, sqlite_file
+from fim.store.schema import MIGRATIONS, json_text, normalize_url, sqlite_file
 from fim.store.schema import table as _table
 from fim.store.writer import GroupWriter
 
@@ -98,7 +98,7 @@ class Store:
         # deferred: loading sqlalchemy costs hundreds of ms
         from sqlalchemy import create_engine, event
 
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {"json_serializer": json_text}
         is_sqlite = self.url.startswith("sqlite")
         if is_sqlite:
             file = sqlite_file(self.url)
