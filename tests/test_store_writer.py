@@ -193,3 +193,29 @@ def test_json_columns_round_trip_what_json_does() -> None:
     assert json.loads(json_text(value)) == value  # 2**70: orjson declines, json writes it
     assert json.loads(json_text({1: "int key"})) == {"1": "int key"}  # as json.dumps does
     assert json.loads(json_text({"x": math.nan})) == {"x": None}  # NaN is not JSON
+
+
+def test_a_process_that_ends_without_closing_the_store_still_writes_what_it_deferred(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+
+    db = tmp_path / "state.db"
+    script = f"""
+import asyncio
+from fim.store import Store
+from fim.store.usage import record
+from fim.types import Usage
+
+store = Store("sqlite:///{db}")
+store._sqlite_writer().flush_after = 3600  # no timer: only the exit hook can write it
+asyncio.run(record(store, run_id="r", agent="a", model="m", status="ok", calls=1,
+                   usage=Usage(prompt_tokens=3, completion_tokens=4)))
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    reopened = _store(tmp_path)
+    try:
+        assert asyncio.run(spent(reopened, utc_day(time.time()))).total_tokens == 7
+    finally:
+        reopened.close()

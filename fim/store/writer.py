@@ -14,8 +14,9 @@ Two ways in:
   queued before it is in the same or an earlier transaction, so when a caller hears back,
   all the writes it queued before are durable too (to the `synchronous` level of the store).
 - `defer(work)`: queue and return at once. It is written with the next `run`, or after
-  `flush_after` seconds if none comes, and in order: a later `run` of this process (a read
-  included) sees it. Failures are logged. For writes whose caller does not need to wait:
+  `flush_after` seconds if none comes (at the latest when the store closes or the
+  interpreter exits), and in order: a later `run` of this process (a read included) sees
+  it. Failures are logged. For writes whose caller does not need to wait:
   a run's usage row, written just before the run's record, which is awaited anyway.
 
 One connection is kept for the life of the thread (no pool checkout per transaction).
@@ -24,9 +25,11 @@ One connection is kept for the life of the thread (no pool checkout per transact
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -76,6 +79,7 @@ class GroupWriter:
         self._conn: Connection | None = None
         self.batches = 0
         """Transactions committed (or tried) so far: tests see group commit happen."""
+        _WRITERS.add(self)
 
     async def run(self, work: Callable[[Connection], T]) -> T:
         loop = asyncio.get_running_loop()
@@ -188,6 +192,23 @@ class GroupWriter:
             executor.shutdown(wait=True)
         else:
             self._close_conn()
+
+
+_WRITERS: weakref.WeakSet[GroupWriter] = weakref.WeakSet()
+
+
+@atexit.register
+def _write_what_waits() -> None:
+    """At interpreter exit, write the deferred units nobody closed the store for (their
+    loop, which would have fired the flush timer, is gone): a `fim` command that ends
+    right after a run still has that run's usage row written. A batch already handed to
+    the thread was run by concurrent.futures' own exit hook, which comes first."""
+    for writer in list(_WRITERS):
+        with writer._lock:
+            waiting = bool(writer._queue) and not writer._submitted
+        if waiting:
+            writer._batch()
+        writer._close_conn()
 
 
 def _resolve(items: list[_Item[Any]]) -> None:
