@@ -70,3 +70,17 @@ def test_tool_labels_are_capped_against_hostile_names():
     labels = {m.tool_label(f"made_up_{i}") for i in range(MAX_TOOL_LABELS + 50)}
     assert len(labels) == MAX_TOOL_LABELS + 1 and "other" in labels
     assert len(m.tool_label("x" * 500)) <= 64
+
+
+def test_children_are_looked_up_once_and_still_exported():
+    from fim.observe.metrics import Metrics
+
+    m = Metrics()
+    child = m.c_runs("lead", "ok")
+    assert m.c_runs("lead", "ok") is child is m.runs.labels("lead", "ok")
+    child.inc()
+    m.c_runs("lead", "ok").inc()
+    m.c_runs("lead", "error").inc()
+    get = m.registry.get_sample_value
+    assert get("fim_runs_total", {"agent": "lead", "outcome": "ok"}) == 2
+    assert get("fim_runs_total", {"agent": "lead", "outcome": "error"}) == 1

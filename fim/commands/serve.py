@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from fim.commands import ProjectOption, load_snapshot, run_async, user_errors
+from fim.commands import ProjectOption, load_snapshot, user_errors
 
 if TYPE_CHECKING:
     from fim.build.gitops import GitSource
@@ -54,6 +54,7 @@ def serve(
     """Serve agents and workflows over HTTP (OpenAI-compatible too)."""
     # deferred: loading fim.observe costs a few ms
     from fim.observe.logs import configure
+    from fim.server import run
     from fim.server import serve as run_server
 
     configure(log_level, log_format.value)
@@ -86,7 +87,7 @@ def serve(
         with user_errors():
             source, seconds = git_source(git, ref, interval, git_checkout, git_path)
         with user_errors(), contextlib.suppress(KeyboardInterrupt):
-            run_async(
+            run(  # on uvloop where installed (fim.server.event_loop_factory)
                 run_server(
                     source.root,
                     host=host,
@@ -100,7 +101,7 @@ def serve(
         return
     snapshot = load_snapshot(ctx, project)  # reports config errors before binding a port
     with user_errors(), contextlib.suppress(KeyboardInterrupt):
-        run_async(
+        run(  # on uvloop where installed (fim.server.event_loop_factory)
             run_server(
                 snapshot.root,
                 host=host,

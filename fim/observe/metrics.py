@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -26,7 +26,24 @@ from prometheus_client import (
 from fim.events import Event
 
 MAX_TOOL_LABELS = 200
+M = TypeVar("M", Counter, Gauge, Histogram)
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class Children(Generic[M]):
+    """A labelled metric's children, remembered by their label values: prometheus_client's
+    `labels()` checks, converts and locks on every call, and a served run looks up about
+    fifteen of them. Holds no child the metric does not hold itself."""
+
+    def __init__(self, metric: M) -> None:
+        self.metric: M = metric
+        self._children: dict[tuple[str, ...], M] = {}
+
+    def __call__(self, *values: str) -> M:
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self.metric.labels(*values)
+        return child
 
 
 class Metrics:
@@ -61,6 +78,10 @@ class Metrics:
         self.active = Gauge("fim_active_runs", "Runs in progress", ["agent"], registry=r)
         self._tools: set[str] = set()
         self._lock = threading.Lock()
+        self.c_runs, self.c_run_seconds = Children(self.runs), Children(self.run_seconds)
+        self.c_model_seconds, self.c_tokens = Children(self.model_seconds), Children(self.tokens)
+        self.c_cost, self.c_tool_calls = Children(self.cost), Children(self.tool_calls)
+        self.c_hook_blocks, self.c_active = Children(self.hook_blocks), Children(self.active)
 
     def tool_label(self, name: str) -> str:
         """A tool name as a label value: the first MAX_TOOL_LABELS names, then `other`."""
@@ -78,25 +99,25 @@ class Metrics:
         if kind == "llm_call":
             e: Any = event
             model = e.request_model or e.model
-            self.model_seconds.labels(model).observe(e.duration_ms / 1000)
-            self.tokens.labels(agent, model, "input").inc(e.usage.prompt_tokens)
-            self.tokens.labels(agent, model, "output").inc(e.usage.completion_tokens)
+            self.c_model_seconds(model).observe(e.duration_ms / 1000)
+            self.c_tokens(agent, model, "input").inc(e.usage.prompt_tokens)
+            self.c_tokens(agent, model, "output").inc(e.usage.completion_tokens)
             if e.usage.cost:
-                self.cost.labels(agent, model).inc(e.usage.cost)
+                self.c_cost(agent, model).inc(e.usage.cost)
         elif kind == "hook":
             e = event
             if e.decision == "block":
-                self.hook_blocks.labels(agent, e.hook[:64], e.point).inc()
+                self.c_hook_blocks(agent, e.hook[:64], e.point).inc()
                 if e.call_id:
                     blocked.add(e.call_id)
         elif kind == "tool_result":
             e = event
             outcome = "blocked" if e.call_id in blocked else "error" if e.is_error else "ok"
-            self.tool_calls.labels(agent, self.tool_label(e.name), outcome).inc()
+            self.c_tool_calls(agent, self.tool_label(e.name), outcome).inc()
         elif kind == "run_finished":
             e = event
-            self.runs.labels(agent, e.status).inc()
-            self.run_seconds.labels(agent).observe(e.duration_ms / 1000)
+            self.c_runs(agent, e.status).inc()
+            self.c_run_seconds(agent).observe(e.duration_ms / 1000)
 
     def exposition(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
@@ -109,7 +130,7 @@ async def count_run(events: AsyncIterator[Event], agent: str) -> AsyncIterator[E
     """Pass a run's events through, counting them; a run that ends without `run_finished`
     (an exception, a cancelled client) counts as `cancelled` or `error`."""
     m = METRICS
-    m.active.labels(agent).inc()
+    m.c_active(agent).inc()
     blocked: set[str] = set()
     finished = False
     started = time.perf_counter()
@@ -130,7 +151,7 @@ async def count_run(events: AsyncIterator[Event], agent: str) -> AsyncIterator[E
         outcome = "cancelled" if isinstance(exc, asyncio.CancelledError) else "error"
         raise
     finally:
-        m.active.labels(agent).dec()
+        m.c_active(agent).dec()
         if not finished:
-            m.runs.labels(agent, outcome).inc()
-            m.run_seconds.labels(agent).observe(time.perf_counter() - started)
+            m.c_runs(agent, outcome).inc()
+            m.c_run_seconds(agent).observe(time.perf_counter() - started)

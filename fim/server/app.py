@@ -141,9 +141,11 @@ class Api:
         run_id: str,
         overrides: Any = None,
         session: str | None = None,
+        trace: list[dict[str, Any]] | None = None,
     ) -> AsyncIterator[Event]:
         """Run one request on the snapshot current *now*, persisting the run at the end.
-        `session` is the conversation it continues: its session budgets count it."""
+        `session` is the conversation it continues: its session budgets count it. `trace`,
+        when given, receives each event but tokens as JSON (dumped once, here)."""
         # deferred: loading fim.engines.dag costs hundreds of ms
         from fim.run.agent import run_agent
         from fim.store import get_store
@@ -151,7 +153,7 @@ class Api:
 
         snapshot = self.holder.current
         self.active_runs += 1
-        trace: list[dict[str, Any]] = []
+        trace = [] if trace is None else trace
         live = EventLog(get_store(self.services), run_id, "agent", agent)  # any replica tails it
         final: RunFinished | None = None
         problem = ""
@@ -299,14 +301,19 @@ class Api:
     ) -> tuple[RunFinished, list[dict[str, Any]]] | Response:
         """Run to completion and return the final event and the trace; the run is cancelled
         if the client goes away. A failure comes back as an error Response."""
-        trace: list[dict[str, Any]] = []
+        trace: list[dict[str, Any]] = []  # stream=False: no tokens, every event is in it
 
         async def consume() -> RunFinished | None:
             final = None
             async for event in self.events(
-                name, history, stream=False, run_id=run_id, overrides=overrides, session=session
+                name,
+                history,
+                stream=False,
+                run_id=run_id,
+                overrides=overrides,
+                session=session,
+                trace=trace,
             ):
-                trace.append(event.model_dump(mode="json"))
                 if isinstance(event, RunFinished):
                     final = event
             return final

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import json
 import os
 import sys
@@ -32,7 +31,7 @@ from fim.errors import RunError
 from fim.events import build_validators
 from fim.observe.logs import configure
 from fim.run.services import Services
-from fim.server import _on_swap, banner, bind
+from fim.server import _on_swap, banner, bind, settle_heap, uvicorn_loop
 from fim.server.app import create_app
 from fim.store.schema import normalize_url
 
@@ -88,6 +87,7 @@ def serve_workers(
         timeout_graceful_shutdown=30,
         access_log=False,
         lifespan="on",
+        loop=uvicorn_loop(),
         **logging,
     )
     line = banner(snapshot, host, sock.getsockname()[1], reload)
@@ -111,8 +111,7 @@ def worker_app() -> Any:
     services = Services(root=root, state_url=snapshot.project.state, providers=CAPABILITIES)
     holder.listeners.append(lambda old, new: _on_swap(services, old, new))
     app = create_app(holder, services)
-    gc.collect()
-    gc.freeze()
+    settle_heap()
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from fim.masking import known
+from fim.store.prepared import Prepared
 from fim.store.schema import table
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ class EventLog:
         self._local: list[dict[str, Any]] | None = None
         if record and not store.url.startswith("postgresql"):  # agent runs: fresh ids
             # SQLite serves one process: its tails read the run from memory while it goes,
-            # and the log is written once at the end (each SQLite commit is an fsync).
+            # and the log is written once at the end, with the run's record.
             self._local = _BUFFERS.setdefault((store.url, run_id), [])
 
     def add(self, event: dict[str, Any]) -> None:
@@ -100,12 +101,12 @@ class EventLog:
 
     def _write(self, conn: Connection, batch: list[dict[str, Any]]) -> None:
         # deferred: a third-party package, loaded only when this path runs
-        from sqlalchemy import func, select, text
+        from sqlalchemy import select, text
 
-        events, runs = table("run_events"), table("runs")
+        runs = table("runs")
         if self._next is None:
-            last = select(func.max(events.c.seq)).where(events.c.run_id == self.run_id)
-            self._next = int(conn.execute(last).scalar() or 0) + 1
+            last = _LAST_SEQ.scalar(conn, {"run": self.run_id})
+            self._next = int(last or 0) + 1
             found = select(runs.c.id).where(runs.c.id == self.run_id)
             if self._record and conn.execute(found).first() is None:
                 now = time.time()
@@ -115,12 +116,11 @@ class EventLog:
                         data={}, created_at=now, updated_at=now,
                     )
                 )  # fmt: skip
-        mask = known()
         rows = []
-        for event in batch:
-            rows.append({"run_id": self.run_id, "seq": self._next, "event": mask.value(event)})
+        for event in known().value(batch):  # one pass over the batch (nearly always clean)
+            rows.append({"run_id": self.run_id, "seq": self._next, "event": event})
             self._next += 1
-        conn.execute(events.insert(), rows)
+        _INSERT.execute(conn, rows)
         if conn.dialect.name == "postgresql":
             conn.execute(
                 text("SELECT pg_notify(:channel, :run)"), {"channel": CHANNEL, "run": self.run_id}
@@ -131,14 +131,34 @@ class EventLog:
         if self._local is not None:
             if self._local:
                 self._record = False  # the caller writes the record with its final status
-                self._pending = list(self._local)
-                await self._drain()  # one transaction for the whole run
+                batch = list(self._local)
+
+                def write(conn: Connection) -> None:
+                    self._write(conn, batch)
+
+                # one write for the whole run, committed with the record the caller writes
+                # next; reads of the table queue behind it (fim.store.writer)
+                await self._store._write_behind(write, f"the events of run {self.run_id}")
             if _BUFFERS.get((self._store.url, self.run_id)) is self._local:
                 del _BUFFERS[(self._store.url, self.run_id)]
             self._local = None
             wake(self._store.url, self.run_id)
             return
         await self.flush()
+
+
+def _last_seq() -> Any:
+    # deferred: a third-party package, loaded only when this path runs
+    from sqlalchemy import bindparam, func, select
+
+    events = table("run_events")
+    return select(func.max(events.c.seq)).where(events.c.run_id == bindparam("run"))
+
+
+_LAST_SEQ = Prepared(_last_seq, ["run"])
+_INSERT = Prepared(lambda: table("run_events").insert(), ["run_id", "seq", "event"])
+"""The statements of `EventLog._write`, compiled once (`fim.store.prepared`): building them
+per write cost SQLAlchemy's construction and cache-key generation every run."""
 
 
 async def recorded(
