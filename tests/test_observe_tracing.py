@@ -128,6 +128,27 @@ async def test_span_tree_of_a_run_with_tools_a_block_a_delegation_and_a_workflow
     assert all(s.parent_id == "" or s.parent_id in by_id for s in spans)
 
 
+async def test_a_run_the_sampler_drops_exports_nothing_and_runs_unchanged(
+    tmp_path, receiver, monkeypatch
+):
+    """The SDK's sampler (standard variables) decides; a dropped run and the run it
+    delegates to build no spans and their events are the same."""
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
+    observe.reset()
+    snapshot = compile_project(project(tmp_path))
+    services = Services(root=snapshot.root, state_url=snapshot.project.state)
+    try:
+        final = await ask(snapshot, "lead", "compute things", services=services)
+        workflow = [e async for e in WorkflowEngine(snapshot, "greet", services).run({})]
+    finally:
+        await services.aclose()
+    assert final.status == "ok" and final.output == "All done." and workflow[-1].status == "ok"
+    from fim.observe.tracing import flush
+
+    assert flush()
+    assert receiver.spans == []
+
+
 def test_the_resource_is_the_sdks_with_its_hash_made_once(receiver, monkeypatch):
     """The provider's resource is `Resource.create`'s (service name, OTEL_RESOURCE_ATTRIBUTES,
     SDK attributes); only its hash is computed once, and it equals the SDK's own."""

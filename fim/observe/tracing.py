@@ -430,6 +430,7 @@ _HANDLERS: dict[str, Callable[[_Trace, Any], None]] = {
     name[len("_on_") :]: fn for name, fn in vars(_Trace).items() if name.startswith("_on_")
 }
 """Event type -> handler, built once (tokens and other unhandled events cost one lookup)."""
+_UNSAMPLED: dict[str, Callable[[_Trace, Any], None]] = {}
 
 
 def _parent_context(agent: str) -> Any:
@@ -440,8 +441,10 @@ def _parent_context(agent: str) -> Any:
 
 
 async def _consume(events: AsyncIterator[Event], trace_: _Trace) -> AsyncGenerator[Event, None]:
-    token = _scope.set(trace_)
-    handlers = _HANDLERS
+    token = _scope.set(trace_)  # set even when not sampled: a child run joins this trace
+    # a run the sampler dropped builds no child spans: under the SDK's samplers they would
+    # be dropped too (a child of an unsampled span is unsampled), so the events just pass
+    handlers = _HANDLERS if trace_.root.is_recording() else _UNSAMPLED
     try:
         async with aclosing(events) as stream:  # type: ignore[type-var]
             async for event in stream:
