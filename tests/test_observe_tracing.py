@@ -136,7 +136,9 @@ async def test_a_run_the_sampler_drops_exports_nothing_and_runs_unchanged(
     monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
     observe.reset()
     snapshot = compile_project(project(tmp_path))
-    services = Services(root=snapshot.root, state_url=snapshot.project.state)
+    services = Services(
+        providers=CAPABILITIES, root=snapshot.root, state_url=snapshot.project.state
+    )
     try:
         final = await ask(snapshot, "lead", "compute things", services=services)
         workflow = [e async for e in WorkflowEngine(snapshot, "greet", services).run({})]
