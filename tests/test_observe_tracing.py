@@ -90,6 +90,8 @@ async def test_span_tree_of_a_run_with_tools_a_block_a_delegation_and_a_workflow
     assert lead.attributes["fim.snapshot.version"] == snapshot.version
     assert lead.attributes["fim.status"] == "ok"
     assert lead.attributes["gen_ai.input.messages"] == "compute things"  # capture is on
+    assert lead.attributes["gen_ai.output.messages"] == "All done."
+    assert lead.attributes["fim.engine"] == "react" and lead.attributes["fim.iterations"] == 3
     names = [s.name for s in children(lead)]
     assert names.count("chat scripted:s/lead.yaml") == 3, names
     chat = next(s for s in children(lead) if s.name.startswith("chat"))
@@ -124,6 +126,47 @@ async def test_span_tree_of_a_run_with_tools_a_block_a_delegation_and_a_workflow
     assert node_run.name == "invoke_agent helper" and node_run.trace_id == flow.trace_id
     assert all(s.end_ns >= s.start_ns for s in spans)
     assert all(s.parent_id == "" or s.parent_id in by_id for s in spans)
+
+
+async def test_a_run_the_sampler_drops_exports_nothing_and_runs_unchanged(
+    tmp_path, receiver, monkeypatch
+):
+    """The SDK's sampler (standard variables) decides; a dropped run and the run it
+    delegates to build no spans and their events are the same."""
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
+    observe.reset()
+    snapshot = compile_project(project(tmp_path))
+    services = Services(
+        providers=CAPABILITIES, root=snapshot.root, state_url=snapshot.project.state
+    )
+    try:
+        final = await ask(snapshot, "lead", "compute things", services=services)
+        workflow = [e async for e in WorkflowEngine(snapshot, "greet", services).run({})]
+    finally:
+        await services.aclose()
+    assert final.status == "ok" and final.output == "All done." and workflow[-1].status == "ok"
+    from fim.observe.tracing import flush
+
+    assert flush()
+    assert receiver.spans == []
+
+
+def test_the_resource_is_the_sdks_with_its_hash_made_once(receiver, monkeypatch):
+    """The provider's resource is `Resource.create`'s (service name, OTEL_RESOURCE_ATTRIBUTES,
+    SDK attributes); only its hash is computed once, and it equals the SDK's own."""
+    from opentelemetry.sdk.resources import Resource
+
+    from fim.observe import tracing
+
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=test")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "fim-test")
+    observe.reset()
+    resource = tracing.provider().resource
+    assert resource.attributes["service.name"] == "fim-test"
+    assert resource.attributes["deployment.environment"] == "test"
+    assert resource.attributes["telemetry.sdk.name"] == "opentelemetry"
+    plain = Resource(resource.attributes, resource.schema_url)
+    assert hash(resource) == hash(plain) and resource == plain
 
 
 def test_tracing_off_imports_no_opentelemetry_and_creates_no_span(tmp_path):
