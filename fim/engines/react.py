@@ -305,9 +305,14 @@ class ReactEngine:
             for task in tasks:
                 task.result()
         finally:
+            live = [task for task in tasks if not task.done()]
             for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+                if task in live:
+                    task.cancel()
+                elif not task.cancelled():
+                    task.exception()  # retrieved: no "exception was never retrieved" log
+            if live:  # a gather of done tasks alone would cost a loop iteration
+                await asyncio.gather(*live, return_exceptions=True)
         for call in calls:
             content = results[call.id]
             if self.mask_observations and (masked := self.mask(content)) != content:

@@ -229,3 +229,77 @@ class StreamAssembler:
             finish_reason=self.finish_reason,
             model=self.model or self.fallback_model,
         )
+
+
+# --------------------------------------------------------------------------- request bytes
+
+
+_MESSAGE_JSON: dict[int, tuple[Message, Any, Any, Any, str]] = {}
+"""The JSON text of each message, by identity. A run re-sends its whole conversation on
+every model call, so without this each call re-encoded every earlier message (the system
+prompt first of all). An entry holds its message, so its id cannot be reused while cached;
+the fields a change would replace (content, tool calls, tool_call_id) are compared by
+identity, and messages with media are never cached."""
+
+_TOOLS_JSON: dict[tuple[int, ...], tuple[tuple[ToolSpec, ...], str]] = {}
+"""The JSON text of a tool list, by the identities of its specs: the same specs
+(`fim.tools.registry` caches one per tool) are sent on every call of every run."""
+
+_CACHE_LIMIT = 4096
+
+
+def _message_json(message: Message) -> str:
+    cached = _MESSAGE_JSON.get(id(message))
+    if (
+        cached is not None
+        and cached[0] is message
+        and cached[1] is message.content
+        and cached[2] is message.tool_calls
+        and cached[3] is message.tool_call_id
+    ):
+        return cached[4]
+    text = json.dumps(message_to_wire(message))
+    if not (message.images or message.audio):
+        if len(_MESSAGE_JSON) > _CACHE_LIMIT:
+            _MESSAGE_JSON.clear()
+        _MESSAGE_JSON[id(message)] = (
+            message,
+            message.content,
+            message.tool_calls,
+            message.tool_call_id,
+            text,
+        )
+    return text
+
+
+def _tools_json(tools: list[ToolSpec]) -> str:
+    key = tuple(map(id, tools))
+    cached = _TOOLS_JSON.get(key)
+    if cached is not None and all(a is b for a, b in zip(cached[0], tools, strict=True)):
+        return cached[1]
+    text = json.dumps(tools_to_wire(tools))
+    if len(_TOOLS_JSON) > _CACHE_LIMIT:
+        _TOOLS_JSON.clear()
+    _TOOLS_JSON[key] = (tuple(tools), text)
+    return text
+
+
+def encode_chat_request(
+    model: str,
+    messages: list[Message],
+    tools: list[ToolSpec] | None,
+    options: dict[str, Any],
+) -> bytes:
+    """`json.dumps({"model": model, "messages": ..., "tools": ..., **options}).encode()`,
+    byte for byte, with each message's and the tool list's text reused from earlier calls.
+    `options` may not repeat `model`, `messages` or `tools` (the dict form would let them
+    override; here they are rejected by the caller's `request_options`)."""
+    parts = ['{"model": ', json.dumps(model), ', "messages": [']
+    parts.append(", ".join([_message_json(m) for m in messages]))
+    parts.append("]")
+    if tools:
+        parts += [', "tools": ', _tools_json(tools)]
+    if options:
+        parts += [", ", json.dumps(options)[1:-1]]
+    parts.append("}")
+    return "".join(parts).encode()
