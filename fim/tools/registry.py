@@ -123,10 +123,14 @@ class ToolRegistry:
         *,
         raw: str | None = None,
         timeout: float | None = None,
+        checked: bool = False,
     ) -> ToolResult:
-        problem = self.check(name, arguments, raw)
-        if problem is not None:
-            return ToolResult(content=problem, is_error=True)
+        """Run a call. `checked`: the caller has just passed these very arguments through
+        `check` (the engine does, before its hooks), so they are not validated twice."""
+        if not checked:
+            problem = self.check(name, arguments, raw)
+            if problem is not None:
+                return ToolResult(content=problem, is_error=True)
         tool = self._tools[name]
         if getattr(tool, "own_deadline", False):
             timeout = None  # e.g. MCP calls: an idle timeout that progress extends, a hard cap
