@@ -78,8 +78,12 @@ def _allowed() -> tuple[HookResult, list[Any]]:
     return _ALLOWED[0]
 
 
-def _identity(text: str) -> str:
+def no_mask(text: str) -> str:
+    """The mask of a project without secrets: the engine skips it (no copy of arguments)."""
     return text
+
+
+_identity = no_mask
 
 
 @dataclass
@@ -298,7 +302,7 @@ class ReactEngine:
             try:
                 results[call.id] = await self._run_tool(call, queue, media)
             finally:
-                await queue.put(None)
+                queue.put_nowait(None)
 
         for call in calls:
             yield ToolCallEvent(
@@ -364,7 +368,7 @@ class ReactEngine:
         arguments = call.arguments
 
         async def emit(content: str, is_error: bool) -> str:
-            await queue.put(
+            queue.put_nowait(
                 ToolResultEvent(
                     run_id=self.run_id,
                     call_id=call.id,
@@ -395,7 +399,7 @@ class ReactEngine:
             )
         )
         for event in events:
-            await queue.put(event.model_copy(update={"call_id": call.id}))
+            queue.put_nowait(event.model_copy(update={"call_id": call.id}))
         if not pre.allow:
             reason = pre.error or "blocked by a hook"
             return await emit(
@@ -446,7 +450,7 @@ class ReactEngine:
             )
         )
         for event in events:
-            await queue.put(event.model_copy(update={"call_id": call.id}))
+            queue.put_nowait(event.model_copy(update={"call_id": call.id}))
         if not post.allow:
             reason = post.error or "blocked by a hook"
             return await emit(
