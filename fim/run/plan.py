@@ -124,7 +124,7 @@ async def assemble(ctx: RunContext) -> Assembly:
         )
     for path in ctx.services.providers:
         provision = load_provider(path)(ctx)
-        if inspect.isawaitable(provision):
+        if not isinstance(provision, Provision | None) and inspect.isawaitable(provision):
             provision = await provision
         if provision is None:
             continue
