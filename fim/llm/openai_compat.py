@@ -60,17 +60,26 @@ and an httpx one ~0.7-0.95 ms, and httpcore's pool re-matches every queued reque
 every connection, so its cost grew with the calls in flight (60% of an eval's CPU at 32)."""
 
 
+_LAST: list[Any] = [None, None]
+"""The loop and session `_session` returned last. Holds the loop strongly: it is replaced
+by the next loop's first call, and `aclose_clients` clears it."""
+
+
 def _session() -> aiohttp.ClientSession:
     # deferred: loading aiohttp costs hundreds of ms
     import aiohttp
 
     loop = asyncio.get_running_loop()
+    last_loop, session = _LAST
+    if last_loop is loop and session is not None and not session.closed:
+        return session  # the loop of the previous call: no weak-dictionary lookup
     session = _SESSIONS.get(loop)
     if session is None or session.closed:
         connector = aiohttp.TCPConnector(limit=1000, limit_per_host=0, ssl=_tls_context())
         session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
         _SESSIONS[loop] = session
         _close_with_loop(loop, session)
+    _LAST[:] = [loop, session]
     return session
 
 
@@ -108,7 +117,10 @@ def _tls_context() -> ssl.SSLContext:
 async def aclose_clients() -> None:
     """Close the pooled session of the running loop (run_agent, eval and serve call this
     when their loop is done with models)."""
-    session = _SESSIONS.pop(asyncio.get_running_loop(), None)
+    loop = asyncio.get_running_loop()
+    if _LAST[0] is loop:
+        _LAST[:] = [None, None]
+    session = _SESSIONS.pop(loop, None)
     if session is not None:
         await session.close()
 
