@@ -234,12 +234,12 @@ class StreamAssembler:
 # --------------------------------------------------------------------------- request bytes
 
 
-_MESSAGE_JSON: dict[int, tuple[Message, Any, Any, Any, str]] = {}
+_MESSAGE_JSON: dict[int, tuple[Message, tuple[Any, ...], str]] = {}
 """The JSON text of each message, by identity. A run re-sends its whole conversation on
 every model call, so without this each call re-encoded every earlier message (the system
 prompt first of all). An entry holds its message, so its id cannot be reused while cached;
-the fields a change would replace (content, tool calls, tool_call_id) are compared by
-identity, and messages with media are never cached."""
+every field the text depends on is compared by identity (a replaced field misses), and a
+message with media is never taken from the cache."""
 
 _TOOLS_JSON: dict[tuple[int, ...], tuple[tuple[ToolSpec, ...], str]] = {}
 """The JSON text of a tool list, by the identities of its specs: the same specs
@@ -249,26 +249,20 @@ _CACHE_LIMIT = 4096
 
 
 def _message_json(message: Message) -> str:
+    if message.images or message.audio:
+        return json.dumps(message_to_wire(message))
+    fields = (message.role, message.content, message.tool_calls, message.tool_call_id, message.name)
     cached = _MESSAGE_JSON.get(id(message))
     if (
         cached is not None
         and cached[0] is message
-        and cached[1] is message.content
-        and cached[2] is message.tool_calls
-        and cached[3] is message.tool_call_id
+        and all(a is b for a, b in zip(cached[1], fields, strict=True))
     ):
-        return cached[4]
+        return cached[2]
     text = json.dumps(message_to_wire(message))
-    if not (message.images or message.audio):
-        if len(_MESSAGE_JSON) > _CACHE_LIMIT:
-            _MESSAGE_JSON.clear()
-        _MESSAGE_JSON[id(message)] = (
-            message,
-            message.content,
-            message.tool_calls,
-            message.tool_call_id,
-            text,
-        )
+    if len(_MESSAGE_JSON) > _CACHE_LIMIT:
+        _MESSAGE_JSON.clear()
+    _MESSAGE_JSON[id(message)] = (message, fields, text)
     return text
 
 
