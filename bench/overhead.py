@@ -131,12 +131,15 @@ async def floor_runner(
 
 async def fim_runner(base_url: str, root: Path) -> tuple[Runner, Callable[[], Awaitable[None]]]:
     from fim.build.compile import compile_project
+    from fim.capabilities import CAPABILITIES
     from fim.run.agent import ask
     from fim.run.services import Services
 
     write_project(root, base_url, {"bench": calc_agent()})
     snapshot = compile_project(root)
-    services = Services(root=snapshot.root, state_url=snapshot.project.state)
+    services = Services(
+        root=snapshot.root, state_url=snapshot.project.state, providers=CAPABILITIES
+    )
 
     async def run() -> str:
         final = await ask(snapshot, "bench", PROMPT, services=services)

@@ -162,3 +162,47 @@ def test_restrict_and_activate_control_what_the_model_sees(registry: ToolRegistr
 def test_activate_without_a_restriction_adds_nothing(registry: ToolRegistry) -> None:
     assert registry.activate(["add"]) == []
     assert registry.active_names == registry.names
+
+
+async def test_a_tool_that_suspends_is_driven_to_its_end_under_the_deadline() -> None:
+    """The first step of a call runs at once (no deadline armed for tools that never
+    suspend); one that suspends continues under the deadline and returns or raises as if
+    awaited directly."""
+
+    async def steps(**_: Any) -> str:
+        for _ in range(3):
+            await asyncio.sleep(0)
+        return "done after 3 suspensions"
+
+    async def late_boom(**_: Any) -> str:
+        await asyncio.sleep(0)
+        raise RuntimeError("after a suspension")
+
+    async def slow_then_hang(**_: Any) -> str:
+        await asyncio.sleep(0)
+        await asyncio.sleep(3600)
+        return "never"
+
+    class Ready:  # an awaitable that is not a coroutine
+        def __await__(self) -> Any:
+            yield from asyncio.sleep(0).__await__()
+            return "from __await__"
+
+    def awaitable(**_: Any) -> Any:
+        return Ready()
+
+    registry = ToolRegistry(
+        [
+            _fn("steps", steps),
+            _fn("late_boom", late_boom),
+            _fn("slow", slow_then_hang),
+            _fn("ready", awaitable),
+        ]
+    )
+    assert (await registry.call("steps", {}, timeout=5)).content == "done after 3 suspensions"
+    assert (await registry.call("late_boom", {}, timeout=5)).content == (
+        "Error: tool 'late_boom' failed: RuntimeError: after a suspension"
+    )
+    slow = await registry.call("slow", {}, timeout=0.05)
+    assert slow.content.startswith("Error: tool 'slow' timed out after 0.05s.")
+    assert (await registry.call("ready", {}, timeout=5)).content == "from __await__"

@@ -36,6 +36,7 @@ from fim.tools.registry import ToolRegistry
 from fim.types import (
     CallView,
     HookContext,
+    HookResult,
     Message,
     Model,
     ModelResponse,
@@ -66,8 +67,23 @@ _EMPTY_REPLY_NUDGE = (
 )
 
 
-def _identity(text: str) -> str:
+_ALLOWED: list[tuple[HookResult, list[Any]]] = []
+"""What `NoHooks` answers every time (built on first use), given without building a
+HookContext to ask it: the engine only reads a result and its event list."""
+
+
+def _allowed() -> tuple[HookResult, list[Any]]:
+    if not _ALLOWED:
+        _ALLOWED.append((HookResult(), []))
+    return _ALLOWED[0]
+
+
+def no_mask(text: str) -> str:
+    """The mask of a project without secrets: the engine skips it (no copy of arguments)."""
     return text
+
+
+_identity = no_mask
 
 
 @dataclass
@@ -127,14 +143,18 @@ class ReactEngine:
 
         system = self.system_prompt
         self.transcript[:] = history
-        result, events = await self.hooks.run(
-            "SessionStart",
-            HookContext(
-                point="SessionStart",
-                agent=self.agent,
-                run_id=self.run_id,
-                metadata=dict(self.metadata),
-            ),
+        result, events = (
+            _allowed()
+            if type(self.hooks) is NoHooks
+            else await self.hooks.run(
+                "SessionStart",
+                HookContext(
+                    point="SessionStart",
+                    agent=self.agent,
+                    run_id=self.run_id,
+                    metadata=dict(self.metadata),
+                ),
+            )
         )
         for hook_event in events:
             yield hook_event
@@ -282,7 +302,7 @@ class ReactEngine:
             try:
                 results[call.id] = await self._run_tool(call, queue, media)
             finally:
-                await queue.put(None)
+                queue.put_nowait(None)
 
         for call in calls:
             yield ToolCallEvent(
@@ -305,9 +325,14 @@ class ReactEngine:
             for task in tasks:
                 task.result()
         finally:
+            live = [task for task in tasks if not task.done()]
             for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+                if task in live:
+                    task.cancel()
+                elif not task.cancelled():
+                    task.exception()  # retrieved: no "exception was never retrieved" log
+            if live:  # a gather of done tasks alone would cost a loop iteration
+                await asyncio.gather(*live, return_exceptions=True)
         for call in calls:
             content = results[call.id]
             if self.mask_observations and (masked := self.mask(content)) != content:
@@ -343,7 +368,7 @@ class ReactEngine:
         arguments = call.arguments
 
         async def emit(content: str, is_error: bool) -> str:
-            await queue.put(
+            queue.put_nowait(
                 ToolResultEvent(
                     run_id=self.run_id,
                     call_id=call.id,
@@ -365,11 +390,16 @@ class ReactEngine:
             return await emit(_unviewable(call.name, exc), True)
         metadata = {**self.metadata, "call_id": call.id}
 
-        pre, events = await self.hooks.run(
-            "PreToolUse", view.context("PreToolUse", self.agent, self.run_id, metadata)
+        no_hooks = type(self.hooks) is NoHooks  # allows everything: no context to build
+        pre, events = (
+            _allowed()
+            if no_hooks
+            else await self.hooks.run(
+                "PreToolUse", view.context("PreToolUse", self.agent, self.run_id, metadata)
+            )
         )
         for event in events:
-            await queue.put(event.model_copy(update={"call_id": call.id}))
+            queue.put_nowait(event.model_copy(update={"call_id": call.id}))
         if not pre.allow:
             reason = pre.error or "blocked by a hook"
             return await emit(
@@ -403,20 +433,24 @@ class ReactEngine:
                 )
 
         result: ToolResult = await self.registry.call(
-            call.name, arguments, timeout=self.tool_timeout
+            call.name, arguments, timeout=self.tool_timeout, checked=True
         )
-        post, events = await self.hooks.run(
-            "PostToolUse",
-            view.rewritten(target_args).context(
+        post, events = (
+            _allowed()
+            if no_hooks
+            else await self.hooks.run(
                 "PostToolUse",
-                self.agent,
-                self.run_id,
-                {**metadata, "is_error": result.is_error},
-                result.content,
-            ),
+                view.rewritten(target_args).context(
+                    "PostToolUse",
+                    self.agent,
+                    self.run_id,
+                    {**metadata, "is_error": result.is_error},
+                    result.content,
+                ),
+            )
         )
         for event in events:
-            await queue.put(event.model_copy(update={"call_id": call.id}))
+            queue.put_nowait(event.model_copy(update={"call_id": call.id}))
         if not post.allow:
             reason = post.error or "blocked by a hook"
             return await emit(

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import gc
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,6 +145,28 @@ def _render(value: Any, variables: dict[str, Any]) -> Any:
     return go(value)
 
 
+_RAISED: list[Any] = [0, None]
+"""Eval runs in progress, and the GC threshold they found before the first raised it."""
+
+
+@contextmanager
+def _fewer_young_collections() -> Iterator[None]:
+    """A young-generation collection every 10,000 net allocations instead of 700 while an
+    eval runs: each case builds hundreds of short-lived objects (events, messages, a plan)
+    that reference counting frees, and collecting every 700 spent ~6% of an eval's CPU
+    scanning them. The threshold found is restored when the last concurrent run ends."""
+    if _RAISED[0] == 0:
+        _RAISED[1] = gc.get_threshold()
+        gc.set_threshold(max(_RAISED[1][0], 10_000), *_RAISED[1][1:])
+    _RAISED[0] += 1
+    try:
+        yield
+    finally:
+        _RAISED[0] -= 1
+        if _RAISED[0] == 0:
+            gc.set_threshold(*_RAISED[1])
+
+
 class Throttled:
     """A model whose calls wait for a slot: the runner's bound on calls in flight."""
 
@@ -187,6 +211,8 @@ class EvalRunner:
         self.cassette_dir = cassette_dir or evals_dir / ".cassettes"
         self.on_progress = on_progress
         self._calls = asyncio.Semaphore(self.concurrency)
+        self._problems: dict[str, list[Any]] = {}
+        """What each suite's live cases are certain to fail on (`_preflight`), per run."""
 
     def plan(self) -> list[tuple[EvalSuite, EvalCase, int]]:
         """Every (suite, case, attempt) that will run, in a stable order."""
@@ -204,8 +230,13 @@ class EvalRunner:
         return jobs
 
     async def run(self) -> EvalReport:
+        with _fewer_young_collections():
+            return await self._run()
+
+    async def _run(self) -> EvalReport:
         started = time.perf_counter()
         jobs = self.plan()
+        self._problems = {}
         services = Services(
             root=self.snapshot.root,
             state_url=self.snapshot.project.state,
@@ -312,7 +343,10 @@ class EvalRunner:
             if live is not None:  # known up front: nothing of the case runs
                 run.skipped = str(NeedsLiveModel(live, cassette.path))
                 return run
-        if self.mode != "replay" and (problems := self._preflight(suite)):
+        problems = self._problems.get(suite.name)
+        if problems is None and self.mode != "replay":  # the same for every case of a suite
+            problems = self._problems[suite.name] = self._preflight(suite)
+        if problems:
             run.error = "; ".join(str(p) for p in problems)  # in ms, before MCP servers start
             return run
         t0 = time.perf_counter()

@@ -10,6 +10,7 @@ the error a user sees, so both backends fail the same way. Timeouts are not retr
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 from collections.abc import Awaitable, Callable
@@ -144,6 +145,20 @@ class Transient(Exception):
         self.retry_after = retry_after
 
 
+@functools.lru_cache(maxsize=64)
+def _policy(attempts: int, first: float) -> Backoff:
+    """The backoff of a model call (immutable, so one per setting: every call asks)."""
+    return Backoff(attempts, first, jitter=0.25)
+
+
+def _transient(exc: BaseException) -> bool:
+    return isinstance(exc, Transient)
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    return getattr(exc, "retry_after", None)
+
+
 async def with_retries(
     settings: ModelSettings,
     attempt: Callable[[], Awaitable[T]],
@@ -157,14 +172,10 @@ async def with_retries(
     retried. The final error says what failed and how often.
     """
     attempts = max(0, settings.max_retries) + 1
-    policy = Backoff(attempts, float(settings.extra.get("retry_backoff", 0.5)), jitter=0.25)
+    policy = _policy(attempts, float(settings.extra.get("retry_backoff", 0.5)))
     try:
         return await retry_async(
-            attempt,
-            policy,
-            retry_on=lambda exc: isinstance(exc, Transient),
-            retry_after=lambda exc: getattr(exc, "retry_after", None),
-            sleep=sleep,
+            attempt, policy, retry_on=_transient, retry_after=_retry_after, sleep=sleep
         )
     except Transient as exc:
         times = "1 attempt" if attempts == 1 else f"{attempts} attempts"

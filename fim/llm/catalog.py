@@ -94,11 +94,24 @@ _FALLBACK_WINDOWS: tuple[tuple[str, int], ...] = (
 Consulted only when the table has no entry."""
 
 
+_LISTED: dict[str, tuple[object, int | None]] = {}
+"""`listed_window` per model, with the table it was read from: every run's context guard
+asks, and the answer changes only with the table."""
+
+
 def listed_window(model: str) -> int | None:
     """Input tokens litellm's table gives for `model`, or None when it has no entry."""
+    entries = table()
+    known = _LISTED.get(model)
+    if known is not None and known[0] is entries:
+        return known[1]
     info = model_info(model) or {}
     value = info.get("max_input_tokens") or info.get("max_tokens")
-    return int(value) if isinstance(value, int | float) and value > 0 else None
+    window = int(value) if isinstance(value, int | float) and value > 0 else None
+    if len(_LISTED) > 1024:
+        _LISTED.clear()
+    _LISTED[model] = (entries, window)
+    return window
 
 
 def context_window(model: str, configured: int | None = None) -> int:

@@ -34,13 +34,14 @@ from fim.llm.base import (
     check_allowed,
     connection_refused,
     provider_of,
+    request_options,
     resolve_key,
     scrub,
     status_error,
     timeout_error,
     with_retries,
 )
-from fim.llm.wire import StreamAssembler, parse_response
+from fim.llm.wire import StreamAssembler, encode_chat_request, parse_response
 from fim.retries import parse_retry_after
 from fim.types import Message, Model, ModelResponse, TextDelta, ToolSpec
 
@@ -59,17 +60,26 @@ and an httpx one ~0.7-0.95 ms, and httpcore's pool re-matches every queued reque
 every connection, so its cost grew with the calls in flight (60% of an eval's CPU at 32)."""
 
 
+_LAST: list[Any] = [None, None]
+"""The loop and session `_session` returned last. Holds the loop strongly: it is replaced
+by the next loop's first call, and `aclose_clients` clears it."""
+
+
 def _session() -> aiohttp.ClientSession:
     # deferred: loading aiohttp costs hundreds of ms
     import aiohttp
 
     loop = asyncio.get_running_loop()
+    last_loop, session = _LAST
+    if last_loop is loop and session is not None and not session.closed:
+        return session  # the loop of the previous call: no weak-dictionary lookup
     session = _SESSIONS.get(loop)
     if session is None or session.closed:
         connector = aiohttp.TCPConnector(limit=1000, limit_per_host=0, ssl=_tls_context())
         session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
         _SESSIONS[loop] = session
         _close_with_loop(loop, session)
+    _LAST[:] = [loop, session]
     return session
 
 
@@ -107,9 +117,16 @@ def _tls_context() -> ssl.SSLContext:
 async def aclose_clients() -> None:
     """Close the pooled session of the running loop (run_agent, eval and serve call this
     when their loop is done with models)."""
-    session = _SESSIONS.pop(asyncio.get_running_loop(), None)
+    loop = asyncio.get_running_loop()
+    if _LAST[0] is loop:
+        _LAST[:] = [None, None]
+    session = _SESSIONS.pop(loop, None)
     if session is not None:
         await session.close()
+
+
+_RESERVED_BODY = frozenset({"model", "messages", "tools"})
+"""Request parts an option (`extra`, a per-call option) could replace."""
 
 
 def wire_model_name(model: str) -> str:
@@ -126,6 +143,8 @@ class OpenAICompatModel:
             api_base(settings) or os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE
         ).rstrip("/")
         self._url = self.base_url + "/chat/completions"
+        self._wire_name = wire_model_name(settings.model)
+        self._client_timeout: Any = None
         self._key: str | None = None
         self._priced = self.base_url == OPENAI_BASE
         """List prices apply only at OpenAI itself, not at a local or proxied endpoint."""
@@ -140,17 +159,32 @@ class OpenAICompatModel:
             headers["authorization"] = f"Bearer {self._key}"
         return headers
 
-    def _body(
-        self, messages: list[Message], tools: list[ToolSpec] | None, options: dict[str, Any]
-    ) -> dict[str, Any]:
-        model = wire_model_name(self.settings.model)
-        return chat_request(model, messages, tools, self.settings, options)
+    def _content(
+        self,
+        messages: list[Message],
+        tools: list[ToolSpec] | None,
+        options: dict[str, Any],
+        stream: bool = False,
+    ) -> bytes:
+        """The request body: `chat_request` as JSON bytes, each earlier message's and the
+        tool list's text reused (`fim.llm.wire.encode_chat_request`)."""
+        opts = request_options(self.settings, options)
+        if stream:
+            opts["stream"] = True
+            opts.setdefault("stream_options", {"include_usage": True})
+        if not _RESERVED_BODY.isdisjoint(opts):  # an option replacing a part: the plain way
+            body = chat_request(self._wire_name, messages, tools, self.settings, options)
+            if stream:
+                body["stream"] = True
+                body.setdefault("stream_options", {"include_usage": True})
+            return json.dumps(body).encode()
+        return encode_chat_request(self._wire_name, messages, tools, opts)
 
     async def complete(
         self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
     ) -> ModelResponse:
         headers = self._prepare()
-        content = json.dumps(self._body(messages, tools, options)).encode()
+        content = self._content(messages, tools, options)
         session = _session()
 
         async def attempt() -> Any:
@@ -180,10 +214,7 @@ class OpenAICompatModel:
         import aiohttp
 
         headers = self._prepare()
-        body = self._body(messages, tools, options)
-        body["stream"] = True
-        body.setdefault("stream_options", {"include_usage": True})
-        content = json.dumps(body).encode()
+        content = self._content(messages, tools, options, stream=True)
         session = _session()
 
         async def attempt() -> aiohttp.ClientResponse:
@@ -224,10 +255,12 @@ class OpenAICompatModel:
         yield await self._with_cost(assembler.result())
 
     def _timeout(self) -> Any:
-        # deferred: loading aiohttp costs hundreds of ms
-        import aiohttp
+        if self._client_timeout is None:  # immutable, so one per model
+            # deferred: loading aiohttp costs hundreds of ms
+            import aiohttp
 
-        return aiohttp.ClientTimeout(total=self.settings.timeout)
+            self._client_timeout = aiohttp.ClientTimeout(total=self.settings.timeout)
+        return self._client_timeout
 
     async def _with_cost(self, response: ModelResponse) -> ModelResponse:
         if not self._priced or not response.usage.total_tokens:

@@ -229,3 +229,71 @@ class StreamAssembler:
             finish_reason=self.finish_reason,
             model=self.model or self.fallback_model,
         )
+
+
+# --------------------------------------------------------------------------- request bytes
+
+
+_MESSAGE_JSON: dict[int, tuple[Message, tuple[Any, ...], str]] = {}
+"""The JSON text of each message, by identity. A run re-sends its whole conversation on
+every model call, so without this each call re-encoded every earlier message (the system
+prompt first of all). An entry holds its message, so its id cannot be reused while cached;
+every field the text depends on is compared by identity (a replaced field misses), and a
+message with media is never taken from the cache."""
+
+_TOOLS_JSON: dict[tuple[int, ...], tuple[tuple[ToolSpec, ...], str]] = {}
+"""The JSON text of a tool list, by the identities of its specs: the same specs
+(`fim.tools.registry` caches one per tool) are sent on every call of every run."""
+
+_CACHE_LIMIT = 4096
+
+
+def _message_json(message: Message) -> str:
+    if message.images or message.audio:
+        return json.dumps(message_to_wire(message))
+    fields = (message.role, message.content, message.tool_calls, message.tool_call_id, message.name)
+    cached = _MESSAGE_JSON.get(id(message))
+    if (
+        cached is not None
+        and cached[0] is message
+        and all(a is b for a, b in zip(cached[1], fields, strict=True))
+    ):
+        return cached[2]
+    text = json.dumps(message_to_wire(message))
+    if len(_MESSAGE_JSON) > _CACHE_LIMIT:
+        _MESSAGE_JSON.clear()
+    _MESSAGE_JSON[id(message)] = (message, fields, text)
+    return text
+
+
+def _tools_json(tools: list[ToolSpec]) -> str:
+    key = tuple(map(id, tools))
+    cached = _TOOLS_JSON.get(key)
+    if cached is not None and all(a is b for a, b in zip(cached[0], tools, strict=True)):
+        return cached[1]
+    text = json.dumps(tools_to_wire(tools))
+    if len(_TOOLS_JSON) > _CACHE_LIMIT:
+        _TOOLS_JSON.clear()
+    _TOOLS_JSON[key] = (tuple(tools), text)
+    return text
+
+
+def encode_chat_request(
+    model: str,
+    messages: list[Message],
+    tools: list[ToolSpec] | None,
+    options: dict[str, Any],
+) -> bytes:
+    """`json.dumps({"model": model, "messages": ..., "tools": ..., **options}).encode()`,
+    byte for byte, with each message's and the tool list's text reused from earlier calls.
+    `options` may not repeat `model`, `messages` or `tools` (the dict form would let them
+    override; here they are rejected by the caller's `request_options`)."""
+    parts = ['{"model": ', json.dumps(model), ', "messages": [']
+    parts.append(", ".join([_message_json(m) for m in messages]))
+    parts.append("]")
+    if tools:
+        parts += [', "tools": ', _tools_json(tools)]
+    if options:
+        parts += [", ", json.dumps(options)[1:-1]]
+    parts.append("}")
+    return "".join(parts).encode()

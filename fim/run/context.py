@@ -85,6 +85,12 @@ def guard_for(snapshot: Snapshot, agent: AgentDecl, summarizer: Summarizer) -> C
     return ContextGuard(budget_tokens=budget, summarizer=summarizer, model=model)
 
 
+_TOOL_BYTES: dict[int, tuple[ToolSpec, int]] = {}
+"""Each tool definition's share of `ContextGuard._upper_bound`, by the identity of its spec
+(held, so the id is not reused while cached): `fim.tools.registry` keeps one spec per
+tool, so the same definitions are measured once per process instead of once per run."""
+
+
 @dataclass
 class ContextGuard:
     """Fits a conversation into `budget_tokens` before each model call."""
@@ -96,7 +102,6 @@ class ContextGuard:
     model: str | None = None
     """Model string used to pick the tokenizer."""
     _summaries: dict[str, str] = field(default_factory=dict, repr=False)
-    _tool_bytes: dict[str, int] = field(default_factory=dict, repr=False)
     _message_bytes: dict[int, tuple[Message, object, object, int]] = field(
         default_factory=dict, repr=False
     )
@@ -195,14 +200,17 @@ class ContextGuard:
     def _upper_bound(self, messages: list[Message], tools: Sequence[ToolSpec]) -> int:
         """A token count no tokenizer can exceed: every BPE token covers at least one byte
         of UTF-8, plus a generous allowance for the chat format's framing."""
-        sizes = self._tool_bytes
         total = 64
         for tool in tools:
-            size = sizes.get(tool.name)
-            if size is None:
-                size = sizes[tool.name] = len(
-                    json.dumps(tool_definition(tool), ensure_ascii=False).encode()
-                )
+            known_tool = _TOOL_BYTES.get(id(tool))
+            if known_tool is not None and known_tool[0] is tool:
+                total += known_tool[1] + 16
+                continue
+            size = len(json.dumps(tool_definition(tool), ensure_ascii=False).encode())
+            if isinstance(tool, ToolSpec):  # a plain dict may be changed in place
+                if len(_TOOL_BYTES) > 4096:
+                    _TOOL_BYTES.clear()
+                _TOOL_BYTES[id(tool)] = (tool, size)
             total += size + 16
         seen = self._message_bytes
         for m in messages:

@@ -30,7 +30,7 @@ from jinja2.sandbox import SandboxedEnvironment
 from fim.build.snapshot import Snapshot
 from fim.config.schema import ToolSelection
 from fim.engines.dag import DagEngine
-from fim.engines.react import ReactEngine
+from fim.engines.react import ReactEngine, no_mask
 from fim.errors import RunError
 from fim.events import Event, HookRunner, NoHooks
 from fim.hooks import build_hooks
@@ -124,7 +124,7 @@ async def assemble(ctx: RunContext) -> Assembly:
         )
     for path in ctx.services.providers:
         provision = load_provider(path)(ctx)
-        if inspect.isawaitable(provision):
+        if not isinstance(provision, Provision | None) and inspect.isawaitable(provision):
             provision = await provision
         if provision is None:
             continue
@@ -362,7 +362,7 @@ def build_engine(plan: RunPlan) -> ReactEngine | DagEngine:
         tool_timeout=plan.tool_timeout,
         stream=plan.stream,
         snapshot_version=snapshot.version,
-        mask=snapshot.mask,
+        mask=snapshot.mask if snapshot.masker else no_mask,  # nothing to mask: skipped
         mask_observations=plan.ctx.agent.mask_observations,
         call_view=_call_view(plan.registry),
         fit_context=plan.context_guard.bind(plan.registry.specs),

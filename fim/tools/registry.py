@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable, Iterator
-from typing import Any
+import types
+from collections.abc import Awaitable, Coroutine, Generator, Iterable, Iterator
+from typing import Any, TypeVar, cast
 
 from fim.schema_check import validator, validator_problems
 from fim.types import Tool, ToolResult, ToolSpec
+
+T = TypeVar("T")
 
 
 class ToolRegistry:
@@ -123,17 +126,21 @@ class ToolRegistry:
         *,
         raw: str | None = None,
         timeout: float | None = None,
+        checked: bool = False,
     ) -> ToolResult:
-        problem = self.check(name, arguments, raw)
-        if problem is not None:
-            return ToolResult(content=problem, is_error=True)
+        """Run a call. `checked`: the caller has just passed these very arguments through
+        `check` (the engine does, before its hooks), so they are not validated twice."""
+        if not checked:
+            problem = self.check(name, arguments, raw)
+            if problem is not None:
+                return ToolResult(content=problem, is_error=True)
         tool = self._tools[name]
         if getattr(tool, "own_deadline", False):
             timeout = None  # e.g. MCP calls: an idle timeout that progress extends, a hard cap
-        deadline = asyncio.timeout(timeout)
+        loop = asyncio.get_running_loop()
+        deadline = asyncio.timeout_at(None if timeout is None else loop.time() + timeout)
         try:
-            async with deadline:
-                result = await tool.run(**arguments)
+            result = await _under(deadline, tool.run(**arguments))
         except TimeoutError as exc:
             if not deadline.expired():  # the tool's own TimeoutError is an ordinary failure
                 return ToolResult(
@@ -164,6 +171,42 @@ class ToolRegistry:
         if checker is None:  # per name too: a tool may build its schema on every access
             checker = self._validators[tool.name] = validator(tool.parameters)
         return validator_problems(checker, arguments)
+
+
+async def _under(deadline: asyncio.Timeout, call: Awaitable[T]) -> T:
+    """`call` run to its end under `deadline`, its first step taken at once: a tool that
+    finishes without ever suspending (the calculator, most builtins) cannot be interrupted
+    by an asyncio deadline, so arming one (a timer handle, its cancellation, a Timeout
+    object: a third of such a call's cost) would change nothing. A call that suspends
+    continues under the deadline, which was fixed when the call began."""
+    if not isinstance(call, types.CoroutineType):  # another awaitable: the plain way
+        async with deadline:
+            return await call
+    try:
+        pending = call.send(None)
+    except StopIteration as done:
+        return cast(T, done.value)
+    async with deadline:
+        return cast(T, await _resume(call, pending))
+
+
+@types.coroutine
+def _resume(call: Coroutine[Any, Any, Any], pending: Any) -> Generator[Any, Any, Any]:
+    """Drive the rest of a coroutine already stepped once, as `await` would have: what it
+    yields goes to the task, what the task sends or throws (a cancellation) goes to it."""
+    while True:
+        try:
+            sent = yield pending
+        except BaseException as exc:  # thrown in by the task: the coroutine decides
+            try:
+                pending = call.throw(exc)
+            except StopIteration as done:
+                return done.value
+        else:
+            try:
+                pending = call.send(sent)
+            except StopIteration as done:
+                return done.value
 
 
 _SPECS: dict[int, tuple[Tool, str, str, dict[str, Any], ToolSpec]] = {}

@@ -15,6 +15,7 @@ first imported, naming the piece (`_check_shape`), not when a model first calls 
 from __future__ import annotations
 
 import importlib
+import sys
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -36,6 +37,10 @@ _CHECKED: set[str] = set()
 
 def _module(name: str) -> ModuleType:
     qualified = f"{__name__}.{name}"
+    if qualified in _CHECKED:  # imported and checked before: every run asks again
+        module = sys.modules.get(qualified)
+        if module is not None:
+            return module
     if name.isidentifier() and not name.startswith("_"):
         try:
             module = importlib.import_module(qualified)  # cached after the first run

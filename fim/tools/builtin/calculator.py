@@ -197,6 +197,7 @@ def observe(expression: str, tree: ast.Expression | None = None) -> str | ToolRe
 
 
 _INLINE_OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.USub, ast.UAdd)
+_INLINE_OP_TYPES = frozenset(_INLINE_OPS)
 _INLINE_CHARS = 200
 _INLINE_NODES = 64
 _INLINE_BITS = 64
@@ -220,19 +221,36 @@ def bounded_tree(expression: str) -> ast.Expression | None:
         tree = ast.parse(text, mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    nodes = list(ast.walk(tree))
-    if len(nodes) > _INLINE_NODES:
+    if _inline_nodes(tree.body, 1) > _INLINE_NODES:
         return None
-    for node in nodes:
-        if isinstance(node, ast.Constant):
-            value = node.value
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                return None
-            if isinstance(value, int) and value.bit_length() > _INLINE_BITS:
-                return None
-        elif not isinstance(node, (ast.Expression, ast.BinOp, ast.UnaryOp, *_INLINE_OPS)):
-            return None
     return tree
+
+
+def _inline_nodes(node: ast.AST, seen: int) -> int:
+    """`seen` plus the nodes under `node` (operators included, as `ast.walk` counts them),
+    or more than `_INLINE_NODES` as soon as the limit is passed or a node is not plain
+    arithmetic. A direct walk: `ast.walk`'s generic field iteration cost more than the
+    evaluation itself, on every call of the tool. Recursion stops at the node limit."""
+    seen += 1
+    if seen > _INLINE_NODES:
+        return seen
+    kind = type(node)
+    if kind is ast.Constant:
+        value = node.value  # type: ignore[attr-defined]
+        if type(value) is float or (type(value) is int and value.bit_length() <= _INLINE_BITS):
+            return seen
+        return _INLINE_NODES + 1
+    if kind is ast.BinOp:
+        assert isinstance(node, ast.BinOp)
+        if type(node.op) not in _INLINE_OP_TYPES:
+            return _INLINE_NODES + 1
+        return _inline_nodes(node.right, _inline_nodes(node.left, seen + 1))
+    if kind is ast.UnaryOp:
+        assert isinstance(node, ast.UnaryOp)
+        if type(node.op) not in _INLINE_OP_TYPES:
+            return _INLINE_NODES + 1
+        return _inline_nodes(node.operand, seen + 1)
+    return _INLINE_NODES + 1
 
 
 async def _run(expression: str) -> str | ToolResult:
