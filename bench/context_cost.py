@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fim.build.snapshot import Snapshot
+from fim.capabilities import CAPABILITIES
 from fim.config.schema import AgentDecl, DatabaseConnector, HttpConnector, Project
 from fim.run.services import Provision, RunContext, Services
 
@@ -205,7 +206,7 @@ def connectors_section() -> list[Row]:
             snapshot = Snapshot(
                 root=root, project=Project(), agents={"hub": agent}, connectors=connectors
             )
-            services = Services(root=root)
+            services = Services(providers=CAPABILITIES, root=root)
             ctx = RunContext(snapshot=snapshot, agent=agent, services=services)
             provision = asyncio.run(provide(ctx))
             counts[mode] = provision_tokens(provision)

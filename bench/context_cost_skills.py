@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fim.build.snapshot import Skill, Snapshot
+from fim.capabilities import CAPABILITIES
 from fim.config.schema import (
     AgentDecl,
     HttpAction,
@@ -318,7 +319,7 @@ class Hub:
             connectors=connectors,
             skills=make_skills(root) if skills else {},
         )
-        self.services = Services(root=root)
+        self.services = Services(providers=CAPABILITIES, root=root)
         self.ctx = RunContext(snapshot=self.snapshot, agent=agent, services=self.services)
 
 

@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from fim.build.compile import compile_project  # noqa: E402
 from fim.build.snapshot import Snapshot  # noqa: E402
+from fim.capabilities import CAPABILITIES  # noqa: E402
 from fim.config.schema import HttpConnector, ToolModes  # noqa: E402
 from fim.connectors import provide as connectors_provide  # noqa: E402
 from fim.connectors.discovery import budget_tokens, discover  # noqa: E402
@@ -103,7 +104,9 @@ async def first_request(snapshot: Snapshot, legacy: bool) -> tuple[int, int, int
     if legacy:
         modes = ToolModes(skills="inline", connectors="legacy", databases="legacy")
         agent = agent.model_copy(update={"tool_modes": modes})
-    ctx = RunContext(snapshot=snapshot, agent=agent, services=Services(root=root))
+    ctx = RunContext(
+        snapshot=snapshot, agent=agent, services=Services(providers=CAPABILITIES, root=root)
+    )
     parts = [await connectors_provide(ctx), skills_provide(ctx)]
     prompt = sum(_tokens(p.prompt or "") for p in parts if p)
     tools = sum(_tokens(definitions(p)) for p in parts if p)
@@ -131,7 +134,11 @@ async def largest_read_skill(snapshot: Snapshot) -> tuple[int, str]:
     from fim.tools.registry import ToolRegistry
 
     agent = snapshot.agent("hub")
-    ctx = RunContext(snapshot=snapshot, agent=agent, services=Services(root=snapshot.root))
+    ctx = RunContext(
+        snapshot=snapshot,
+        agent=agent,
+        services=Services(providers=CAPABILITIES, root=snapshot.root),
+    )
     provision = skills_provide(ctx)
     assert provision is not None
     tools = ToolRegistry(provision.tools)

@@ -34,6 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import machine, ms, quick_flag, table, write_project
 
+from fim.capabilities import CAPABILITIES
+
 LATENCY = 0.1
 GOAL = "Compute A = 17*23 and B = 19*29 (look each one up), then combine them into A + B."
 EXPRESSIONS = {"s1": "17*23", "s2": "19*29", "s3": "391 + 551"}
@@ -128,7 +130,9 @@ async def measure(snapshot: Any, agent: str, counter: Counter, runs: int) -> dic
     from fim.run.agent import ask
     from fim.run.services import Services
 
-    services = Services(root=snapshot.root, state_url=snapshot.project.state)
+    services = Services(
+        providers=CAPABILITIES, root=snapshot.root, state_url=snapshot.project.state
+    )
     walls, calls, tokens = [], [], []
     try:
         await ask(snapshot, agent, GOAL, services=services)  # warm-up: imports, pools

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fim.build.snapshot import Snapshot
+from fim.capabilities import CAPABILITIES
 from fim.config.schema import Project, WorkflowDecl
 from fim.run.services import Services
 from fim.tools.base import FunctionTool
@@ -66,7 +67,7 @@ async def measure(root: Path, name: str, body: dict[str, Any]) -> float:
     snapshot = Snapshot(
         root=root, project=Project(state=f"sqlite:///{root}/state.db"), workflows={name: decl}
     )
-    services = Services(root=root, state_url=snapshot.project.state)
+    services = Services(providers=CAPABILITIES, root=root, state_url=snapshot.project.state)
     best = float("inf")
     try:
         for _ in range(REPEATS):
