@@ -228,7 +228,8 @@ def main() -> None:
         ],
         rows,
         title="EvalRunner(mode='live') vs the same requests sent with raw httpx and aiohttp "
-        "(target: efficiency >= 85% at 32, without process start-up); CPU per case is this process's, the figure load does not distort",
+        "(target: efficiency >= 85% at 32, without process start-up); CPU per case is this "
+        "process's, the figure load does not distort",
     )
     concurrency, cases = plan[-1]
     ideal = math.ceil(cases / concurrency) * LATENCY
