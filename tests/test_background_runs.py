@@ -7,11 +7,9 @@ queues the job that a worker picks up to finish the run."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
@@ -21,7 +19,7 @@ from fim.build.reload import SnapshotHolder
 from fim.capabilities import CAPABILITIES
 from fim.server.app import create_app
 from fim.testing.cluster import until
-from fim.testing.server import ServerThread
+from fim.testing.server import ServerThread, fim_process
 from fim.testing.workflows import HUMAN_REFUND
 
 AGENT = "description: d\nmodel: scripted:math.yaml\ntools: [calculator]\ninstructions: Add.\n"
@@ -50,29 +48,14 @@ def served(root: Path) -> Iterator[str]:
 @contextmanager
 def workers(root: Path, count: int = 1, *extra: str) -> Iterator[list[subprocess.Popen[bytes]]]:
     """`fim worker` processes on the project (their logs next to it)."""
-    procs = []
     args = ["worker", "-p", str(root), "--heartbeat", "0.5", "--stalled-after", "30", *extra]
-    for i in range(count):
-        log = (root.parent / f"worker{i}.log").open("wb")
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "fim.cli", *args],
-                stdout=log,
-                stderr=log,
-                env={**os.environ, **ENV},
+    with ExitStack() as stack:
+        yield [
+            stack.enter_context(
+                fim_process(*args, log=root.parent / f"worker{i}.log", env={**os.environ, **ENV})
             )
-        )
-    try:
-        yield procs
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+            for i in range(count)
+        ]
 
 
 ENV: dict[str, str] = {}

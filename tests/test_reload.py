@@ -18,7 +18,7 @@ import pytest
 from fim.build.reload import SnapshotHolder, reload_once
 from fim.errors import ConfigError
 from fim.testing.model_server import OpenAIStubServer
-from fim.testing.server import free_port
+from fim.testing.server import fim_server, free_port
 
 FIM_YAML = "name: live\nstate: sqlite:///.fim/state.db\n"
 SCRIPT = '- text: "pong"\n'
@@ -52,52 +52,11 @@ async def test_a_bad_change_keeps_the_last_good_snapshot(tmp_path: Path):
     assert holder.current.agents["echo"].description == "version 2" and not holder.errors
 
 
-def _wait_for(url: str, deadline: float = 20.0) -> None:
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    raise AssertionError("fim serve did not come up")
-
-
 @pytest.fixture
-def serve_process(tmp_path: Path) -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
+def serve_process(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     root = make_project(tmp_path / "project")
-    yield from _spawn(root)
-
-
-def _spawn(root: Path) -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "fim.cli",
-            "serve",
-            "--project",
-            str(root),
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_for(url)
-        yield url, root, proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    with fim_server(root, reload=True) as (url, _proc):
+        yield url, root
 
 
 def _status(url: str) -> dict:
@@ -114,7 +73,7 @@ def _until(predicate, timeout: float = 10.0) -> None:
 
 
 def test_fifty_changes_under_load_no_failed_request_no_invalid_config(serve_process):
-    url, root, _ = serve_process
+    url, root = serve_process
     valid_versions = {_status(url)["snapshot"]}
     seen_versions: list[str] = []
     failures: list[str] = []
@@ -168,22 +127,22 @@ def test_sigterm_lets_the_run_in_flight_finish_then_exits_zero(tmp_path: Path):
             + stub.base_url
             + "', api_key: x}\n"
         )
-        spawned = _spawn(root)
-        url, _, proc = next(spawned)
-        result: dict = {}
+        with fim_server(root, reload=True) as (url, proc):
+            result: dict = {}
 
-        def call() -> None:
-            response = httpx.post(url + "/v1/agents/echo/runs", json={"input": "hi"}, timeout=10)
-            result["status"], result["body"] = response.status_code, response.json()
+            def call() -> None:
+                response = httpx.post(
+                    url + "/v1/agents/echo/runs", json={"input": "hi"}, timeout=10
+                )
+                result["status"], result["body"] = response.status_code, response.json()
 
-        caller = threading.Thread(target=call)
-        caller.start()
-        _until(lambda: len(stub.requests) >= 1)
-        proc.send_signal(signal.SIGTERM)
-        caller.join(timeout=10)
-        assert proc.wait(timeout=15) == 0
-        assert result["status"] == 200 and result["body"]["output"] == "slow answer"
-        spawned.close()
+            caller = threading.Thread(target=call)
+            caller.start()
+            _until(lambda: len(stub.requests) >= 1)
+            proc.send_signal(signal.SIGTERM)
+            caller.join(timeout=10)
+            assert proc.wait(timeout=15) == 0
+            assert result["status"] == 200 and result["body"]["output"] == "slow answer"
 
 
 def test_an_invalid_project_is_refused_at_start(tmp_path: Path):

@@ -12,7 +12,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from test_worker import until
+
+from fim.testing.server import fim_process
 
 LIMITED = """\
 description: At most two at once
@@ -79,21 +80,8 @@ def worker(root: Path, tag: str, concurrency: int = 4) -> Iterator[subprocess.Po
     }
     args = ["worker", "-p", str(root), "--tools", "limittools:tools"]
     args += ["--concurrency", str(concurrency), "--heartbeat", "0.5", "--stalled-after", "4"]
-    log = (root.parent / f"worker-{tag}.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fim.cli", *args], stdout=log, stderr=log, env=env
-    )
-    try:
+    with fim_process(*args, log=root.parent / f"worker-{tag}.log", env=env) as proc:
         yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        log.close()
 
 
 def defer(root: Path, workflow: str, run_ids: list[str], limit: int | None = None) -> None:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,33 +54,17 @@ class ServerThread:
 
 
 @contextlib.contextmanager
-def serve_process(root: Path, *extra: str, timeout: float = 60.0) -> Iterator[str]:
-    """`fim serve` on `root` as a child process (no reload, a free port): yields its URL
-    once /healthz answers, stops it with SIGTERM (SIGKILL after 15 s) on the way out. Its
-    output goes to `root/serve-PORT.log`, shown when it dies before it is healthy."""
-    # deferred: a third-party package, loaded only when this path runs
-    import httpx
-
-    port = free_port()
-    args = ["serve", "-p", str(root), "--port", str(port), "--no-reload", "--log-level", "warning"]
-    path = root / f"serve-{port}.log"
-    with path.open("wb") as log:
+def fim_process(
+    *args: str, log: Path, env: Mapping[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`python -m fim.cli ARGS` as a child process, its output in `log`; stopped with
+    SIGTERM (SIGKILL after 15 s) on the way out unless it has already exited."""
+    with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "fim.cli", *args, *extra], stdout=log, stderr=log
+            [sys.executable, "-m", "fim.cli", *args], stdout=out, stderr=out, env=env
         )
-        url = f"http://127.0.0.1:{port}"
         try:
-            end = time.monotonic() + timeout
-            while True:
-                if proc.poll() is not None or time.monotonic() > end:
-                    raise RuntimeError(f"fim serve did not come up:\n{path.read_text()[-3000:]}")
-                try:
-                    if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.05)
-            yield url
+            yield proc
         finally:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -89,3 +73,40 @@ def serve_process(root: Path, *extra: str, timeout: float = 60.0) -> Iterator[st
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+
+
+@contextlib.contextmanager
+def fim_server(
+    root: Path, *extra: str, reload: bool = False, timeout: float = 60.0
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """`fim serve` on `root` as a child process on a free port: yields its URL and the
+    process once /healthz answers. Its output goes to `root/serve-PORT.log`, shown when it
+    dies before it is healthy."""
+    # deferred: a third-party package, loaded only when this path runs
+    import httpx
+
+    port = free_port()
+    args = ["serve", "-p", str(root), "--port", str(port), "--log-level", "warning"]
+    if not reload:
+        args.append("--no-reload")
+    path = root / f"serve-{port}.log"
+    with fim_process(*args, *extra, log=path) as proc:
+        url = f"http://127.0.0.1:{port}"
+        end = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None or time.monotonic() > end:
+                raise RuntimeError(f"fim serve did not come up:\n{path.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        yield url, proc
+
+
+@contextlib.contextmanager
+def serve_process(root: Path, *extra: str, timeout: float = 60.0) -> Iterator[str]:
+    """`fim serve` on `root` (no reload, a free port) as a child process: yields its URL."""
+    with fim_server(root, *extra, timeout=timeout) as (url, _proc):
+        yield url
