@@ -10,29 +10,9 @@ import typer
 from typer.testing import CliRunner
 
 from fim.commands.workflow import register
+from fim.testing.workflows import refund_above_100
 
-WORKFLOW = """\
-description: Refund with approval above 100
-inputs:
-  amount: {type: number}
-nodes:
-  lookup: {type: tool, tool: calculator, args: {expression: "{{ inputs.amount }} + 0"}}
-  check:
-    type: condition
-    needs: [lookup]
-    if: "{{ nodes.lookup.output | float > 100 }}"
-    then: approve
-    else: refund
-  approve: {type: human, prompt: "Refund {{ nodes.lookup.output }}?"}
-  refund:
-    type: tool
-    tool: calculator
-    needs: [approve]
-    args: {expression: "0 - {{ inputs.amount }}"}
-outputs:
-  refunded: "{{ nodes.refund.output }}"
-  approval: "{{ nodes.approve.output }}"
-"""
+WORKFLOW = refund_above_100()
 
 
 @pytest.fixture
@@ -102,7 +82,7 @@ def test_pause_list_show_and_resume_a_run(fim):
 
     shown = fim("workflow", "show", run_id)
     assert shown.exit_code == 0, shown.output
-    assert "waiting" in shown.output and "Refund 250?" in shown.output
+    assert "waiting" in shown.output and "Approve a refund of 250?" in shown.output
 
     resumed = fim("workflow", "resume", run_id, "--approve", "--input", "note=ok", "--json")
     assert resumed.exit_code == 0, resumed.output

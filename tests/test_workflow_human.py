@@ -18,40 +18,18 @@ from fim.errors import RunError
 from fim.events import Event
 from fim.run.services import Services
 from fim.store import get_store
+from fim.testing.workflows import refund_above_100
 from fim.workflows.engine import WorkflowEngine, load_run
 
-REFUND = """\
-description: Refund with approval above 100
-inputs:
-  amount: {type: number}
-nodes:
-  lookup: {type: tool, tool: calculator, args: {expression: "{{ inputs.amount }} + 0"}}
-  check:
-    type: condition
-    needs: [lookup]
-    if: "{{ nodes.lookup.output | float > 100 }}"
-    then: approve
-    else: refund
-  approve:
-    type: human
-    prompt: "Approve a refund of {{ nodes.lookup.output }}?"
-    input_schema: {type: object, properties: {note: {type: string}}, additionalProperties: false}
-    on_error: %(on_error)s
-  refund:
-    type: tool
-    tool: calculator
-    needs: [approve]
-    args: {expression: "0 - {{ inputs.amount }}"}
-outputs:
-  refunded: "{{ nodes.refund.output }}"
-  approval: "{{ nodes.approve.output }}"
-"""
+SCHEMA = "{type: object, properties: {note: {type: string}}, additionalProperties: false}"
 
 
 def write_project(root: Path, on_error: str = "fail") -> Path:
     (root / "workflows").mkdir(parents=True)
     (root / "fim.yaml").write_text('name: humans\nstate: "sqlite:///.fim/state.db"\n')
-    (root / "workflows" / "refund.yaml").write_text(REFUND % {"on_error": on_error})
+    (root / "workflows" / "refund.yaml").write_text(
+        refund_above_100(f"    input_schema: {SCHEMA}\n    on_error: {on_error}\n")
+    )
     return root
 
 

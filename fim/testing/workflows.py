@@ -33,6 +33,36 @@ outputs:
 approvals across processes (background runs, replicas) needs."""
 
 
+def refund_above_100(approve_options: str = "") -> str:
+    """A workflow that refunds at once up to 100 and asks a human above it (lookup ->
+    condition -> human -> tool), outputs `refunded` and `approval`. `approve_options` are
+    extra YAML lines for the human node (indented four spaces), e.g. its input schema."""
+    return f"""\
+description: Refund with approval above 100
+inputs:
+  amount: {{type: number}}
+nodes:
+  lookup: {{type: tool, tool: calculator, args: {{expression: "{{{{ inputs.amount }}}} + 0"}}}}
+  check:
+    type: condition
+    needs: [lookup]
+    if: "{{{{ nodes.lookup.output | float > 100 }}}}"
+    then: approve
+    else: refund
+  approve:
+    type: human
+    prompt: "Approve a refund of {{{{ nodes.lookup.output }}}}?"
+{approve_options}  refund:
+    type: tool
+    tool: calculator
+    needs: [approve]
+    args: {{expression: "0 - {{{{ inputs.amount }}}}"}}
+outputs:
+  refunded: "{{{{ nodes.refund.output }}}}"
+  approval: "{{{{ nodes.approve.output }}}}"
+"""
+
+
 def echo_tool(name: str = "echo") -> FunctionTool:
     """Returns its `value` argument (JSON-encoded when it is not text)."""
 
