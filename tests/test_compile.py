@@ -12,12 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from fim.build.compile import (
-    builtin_hook_names,
-    builtin_tool_names,
-    compile_project,
-    resolve_models,
-)
+from fim.build.builtin_names import builtin_hook_names, builtin_tool_names
+from fim.build.compile import compile_project, resolve_models
 from fim.config.schema import ModelSettings
 from fim.errors import ConfigError
 

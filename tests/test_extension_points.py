@@ -20,7 +20,8 @@ import pytest
 from pydantic import TypeAdapter
 from typer.testing import CliRunner
 
-from fim.build.compile import Checker, compile_project, load_project
+from fim.build.checks import Checker
+from fim.build.compile import compile_project, load_project
 from fim.build.workflow_checks import _NodeChecks
 from fim.capabilities import CAPABILITIES
 from fim.cli import build_app
