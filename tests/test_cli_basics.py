@@ -6,6 +6,7 @@ import builtins
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -65,3 +66,24 @@ def test_list_and_show_say_where_a_model_comes_from(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("FIM_FAST_MODEL", "openai/gpt-4o")
     shown = runner.invoke(app, ["show", "model", "fast", "-p", str(REPO)])
     assert shown.stdout.startswith("model: openai/gpt-4o\nfrom: 'FIM_FAST_MODEL (fim.yaml: ")
+
+
+def test_every_command_summary_is_one_line_in_the_command_list() -> None:
+    """`fim --help` lists each command with the first paragraph of its docstring, line
+    breaks kept: a summary wrapped in the source shows up broken mid-sentence."""
+    import typer.main
+
+    wrapped = {}
+
+    def visit(group: Any, path: str) -> None:
+        ctx = group.context_class(group)
+        for name in group.list_commands(ctx):
+            command = group.get_command(ctx, name)
+            summary = (command.short_help or command.help or "").strip().split("\n\n")[0]
+            if "\n" in summary:
+                wrapped[f"{path} {name}"] = summary
+            if hasattr(command, "list_commands"):
+                visit(command, f"{path} {name}")
+
+    visit(typer.main.get_command(app), "fim")
+    assert not wrapped, f"put a one-line summary first: {wrapped}"

@@ -63,8 +63,9 @@ def eval_command(
         str, typer.Option("--format", help="Summary on stdout: text or markdown.")
     ] = "text",
 ) -> None:
-    """Run eval suites against the compiled project; `fim eval merge REPORTS...` merges the
-    JSON reports of shards.
+    """Run eval suites against the compiled project (`fim eval merge` joins shards).
+
+    `fim eval merge REPORTS...` merges the JSON reports of shards.
 
     Exits 0 when every suite meets its threshold, 1 when one does not, 2 on bad config."""
     # deferred: loading rich costs a few ms

@@ -72,10 +72,11 @@ def worker(
     git_checkout: CheckoutOption = None,
     git_path: GitPathOption = "",
 ) -> None:
-    """Run queued workflow and background agent runs (needs `state: postgresql://...`);
-    start several anywhere. With `--git`, the project comes from a git remote and is
-    pulled like `fim serve --git`: a job runs on the commit current when it starts, and
-    its run record carries that commit."""
+    """Run queued workflow and background agent runs (state in PostgreSQL).
+
+    Needs `state: postgresql://...`; start several anywhere. With `--git`, the project
+    comes from a git remote and is pulled like `fim serve --git`: a job runs on the commit
+    current when it starts, and its run record carries that commit."""
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.build.reload import SnapshotHolder
     from fim.workflows.durable import QUEUE, ensure_schema, make_app

@@ -219,8 +219,9 @@ def resume(
     as_json: JsonOption = False,
     project: ProjectOption = None,
 ) -> None:
-    """Continue a run paused at a human node (`--input k=v` approves with data), or one
-    whose process died mid-run: the nodes that were running run again."""
+    """Continue a run paused at a human node, or one whose process died mid-run.
+
+    `--input k=v` approves with data; after a crash the nodes that were running run again."""
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.workflows.engine import WorkflowEngine, load_run
 
@@ -247,8 +248,9 @@ def runs(
     as_json: JsonOption = False,
     project: ProjectOption = None,
 ) -> None:
-    """List recent workflow runs, newest first (`orphaned`: its process died mid-run;
-    `fim workflow resume RUN_ID` finishes it)."""
+    """List recent workflow runs, newest first.
+
+    `orphaned`: its process died mid-run; `fim workflow resume RUN_ID` finishes it."""
     # deferred: loading fim.masking costs hundreds of ms
     from fim.store import get_store
     from fim.workflows.state import KIND, RunState, orphaned, record_data
