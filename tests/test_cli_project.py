@@ -199,6 +199,18 @@ def test_init_creates_a_project_that_validates(tmp_path: Path) -> None:
     assert check.stdout.startswith("ok: 1 agent, 1 connector, 1 skill, 1 workflow, 1 eval suite")
 
 
+def test_init_without_a_directory_makes_this_one_a_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "here"
+    target.mkdir()
+    monkeypatch.chdir(target)
+    result = runner.invoke(app, ["init"])
+    assert result.exit_code == 0, result.output
+    assert "name: here" in (target / "fim.yaml").read_text()
+    assert result.stdout.endswith("next: fim validate && fim list\n")
+
+
 def test_init_refuses_an_existing_project(project: Path) -> None:
     result = runner.invoke(app, ["init", str(project)])
     assert result.exit_code == 1

@@ -385,7 +385,9 @@ def schema(
 
 
 def init(
-    directory: Annotated[Path, typer.Argument(help="Directory of the new project")],
+    directory: Annotated[
+        Path, typer.Argument(help="Directory of the new project (default: this one)")
+    ] = Path("."),
     name: Annotated[str | None, typer.Option(help="Project name (default: dir name)")] = None,
 ) -> None:
     """Create a new project (agent, skill, connector, workflow, eval) that validates."""
@@ -405,4 +407,5 @@ def init(
     with user_errors():
         snapshot = compile_project(target)
     sys.stdout.write(f"created {len(written)} files in {directory}: {summary(snapshot)}\n")
-    sys.stdout.write(f"next: cd {directory} && fim validate && fim list\n")
+    here = target == Path.cwd().resolve()
+    sys.stdout.write(f"next: {'' if here else f'cd {directory} && '}fim validate && fim list\n")
