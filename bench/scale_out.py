@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine, table
 
 from fim.testing.cluster import Cluster, Sink, until
+from fim.testing.workflows import defer_runs
 
 
 def create_database(admin_url: str) -> tuple[str, str]:
@@ -102,17 +103,7 @@ def rows_ok(state_url: str) -> int:
 
 
 def defer(state_url: str, keys: list[str]) -> None:
-    from fim.workflows.durable import defer_workflow, ensure_schema, make_app
-
-    app = make_app(state_url)
-
-    async def go() -> None:
-        async with app.open_async():
-            await ensure_schema(app)
-            for key in keys:
-                await defer_workflow(app, key, "effect", {"key": key})
-
-    asyncio.run(go())
+    defer_runs(state_url, "effect", {key: {"key": key} for key in keys})
 
 
 def serve_rates(admin: str, clients: int, duration: float) -> dict[str, float]:

@@ -14,7 +14,6 @@ again), the resumed stream has every stored event once, in order, up to the end.
 
 from __future__ import annotations
 
-import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import httpx
 
 from fim.testing.cluster import Cluster, Sink, sse_frames, until
+from fim.testing.workflows import defer_runs
 
 WORKFLOWS = 6
 AGENT_RUNS = 12
@@ -29,17 +29,7 @@ AGENT_RUNS = 12
 
 def defer(state_url: str, keys: list[str]) -> None:
     """Queue one durable workflow run per key, run id = key."""
-    from fim.workflows.durable import defer_workflow, ensure_schema, make_app
-
-    app = make_app(state_url)
-
-    async def go() -> None:
-        async with app.open_async():
-            await ensure_schema(app)
-            for key in keys:
-                await defer_workflow(app, key, "effect", {"key": key})
-
-    asyncio.run(go())
+    defer_runs(state_url, "effect", {key: {"key": key} for key in keys})
 
 
 def test_three_replicas_two_workers_survive_a_killed_worker_and_replica(

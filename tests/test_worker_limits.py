@@ -22,6 +22,7 @@ from pathlib import Path
 from test_worker import until
 
 from fim.testing.server import fim_process
+from fim.testing.workflows import defer_runs
 
 LIMITED = """\
 description: At most two at once
@@ -86,17 +87,8 @@ def worker(root: Path, tag: str, concurrency: int = 4) -> Iterator[subprocess.Po
 
 def defer(root: Path, workflow: str, run_ids: list[str], limit: int | None = None) -> None:
     from fim.build.compile import compile_project
-    from fim.workflows.durable import defer_workflow, ensure_schema, make_app
 
-    app = make_app(compile_project(root).project.state)
-
-    async def go() -> None:
-        async with app.open_async():
-            await ensure_schema(app)
-            for run_id in run_ids:
-                await defer_workflow(app, run_id, workflow, {}, limit)
-
-    asyncio.run(go())
+    defer_runs(compile_project(root).project.state, workflow, {key: {} for key in run_ids}, limit)
 
 
 def statuses(root: Path, run_ids: list[str]) -> dict[str, str | None]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from fim.tools.base import FunctionTool
@@ -118,3 +119,23 @@ class FlakyTool(FunctionTool):
             run,
             category="testing",
         )
+
+
+def defer_runs(
+    state_url: str, workflow: str, inputs: Mapping[str, dict[str, Any]], limit: int | None = None
+) -> None:
+    """Queue one durable run of `workflow` per run id of `inputs` (run id -> its inputs) for
+    `fim worker` processes, as `fim serve` queues them; `{}` only creates the queue's tables.
+    `limit` is the workflow's concurrency limit (None: the declared one)."""
+    # deferred: procrastinate is an optional extra, loaded only when this path runs
+    from fim.workflows.durable import defer_workflow, ensure_schema, make_app
+
+    app = make_app(state_url)
+
+    async def go() -> None:
+        async with app.open_async():
+            await ensure_schema(app)
+            for run_id, values in inputs.items():
+                await defer_workflow(app, run_id, workflow, values, limit)
+
+    asyncio.run(go())
