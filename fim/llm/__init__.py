@@ -80,7 +80,12 @@ __all__ = [
 ]
 
 
-BACKEND_MODULES = ("fim.llm.scripted", "fim.llm.openai_compat", "fim.llm.litellm_model")
+BACKEND_MODULES = (
+    "fim.llm.scripted",
+    "fim.llm.openai_compat",
+    "fim.llm.local",
+    "fim.llm.litellm_model",
+)
 """The backends, one file each (see `fim.llm.backend`): importing a file registers its
 `Backend`. Imported on the first model built, not with this package; the files are cheap
 (their heavy libraries load on a model's first request)."""
