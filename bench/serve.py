@@ -154,6 +154,14 @@ class Server:
         return None
 
 
+def machine_busy() -> float:
+    """CPU seconds every core of the machine has spent busy so far (/proc/stat): what the
+    server, the load generator, the stub model, PostgreSQL and any neighbour used."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK
+
+
 async def run_once(client: httpx.AsyncClient, url: str) -> float:
     start = time.perf_counter()
     response = await client.post(f"{url}/v1/agents/bench/runs", json={"input": PROMPT})
@@ -204,7 +212,7 @@ async def load(server: Server, clients: int, duration: float) -> dict[str, float
         await asyncio.gather(*(one() for _ in range(clients)))  # open the connections
         latencies: list[float] = []
         errors: list[str] = []
-        cpu0, own0 = server.cpu_seconds(), time.process_time()
+        cpu0, own0, busy0 = server.cpu_seconds(), time.process_time(), machine_busy()
         start = time.perf_counter()
         deadline = start + duration
 
@@ -218,6 +226,7 @@ async def load(server: Server, clients: int, duration: float) -> dict[str, float
         await asyncio.gather(*(worker() for _ in range(clients)))
         wall = time.perf_counter() - start
         cpu, own = server.cpu_seconds() - cpu0, time.process_time() - own0
+        busy = machine_busy() - busy0
     if errors:
         print(f"  {clients} clients: {len(errors)} failed runs, first: {errors[0][:200]}")
     return {
@@ -230,6 +239,9 @@ async def load(server: Server, clients: int, duration: float) -> dict[str, float
         "cpu_per_run": cpu / max(1, len(latencies)),
         "server_cpu": cpu / wall,
         "client_cpu": own / wall,
+        "machine_per_run": busy / max(1, len(latencies)),
+        "client_per_run": own / max(1, len(latencies)),
+        "machine_busy": busy / wall,
     }
 
 
@@ -295,6 +307,39 @@ def compare_workers(postgres: str, quick: bool) -> None:
         ],
         title=f"fim serve --workers 1 vs 2 (PostgreSQL state, {duration:g} s per level; "
         "target >= 1.7x)",
+    )
+    cores = os.cpu_count() or 1
+    print(
+        f"\nwhere the machine's {cores} cores went, per run (/proc/stat; 'the rest' is the stub "
+        "model, PostgreSQL and any neighbour); ceiling = cores / machine CPU per run"
+    )
+    table(
+        [
+            "clients",
+            "workers",
+            "cores busy",
+            "machine",
+            "fim",
+            "load gen.",
+            "the rest",
+            "ceiling",
+            "runs/s of ceiling",
+        ],
+        [
+            [
+                int(row["clients"]),
+                workers,
+                f"{row['machine_busy']:.2f}",
+                ms(row["machine_per_run"]),
+                ms(row["cpu_per_run"]),
+                ms(row["client_per_run"]),
+                ms(row["machine_per_run"] - row["cpu_per_run"] - row["client_per_run"]),
+                f"{cores / row['machine_per_run']:.0f}/s",
+                f"{row['rps'] * row['machine_per_run'] / cores * 100:.0f}%",
+            ]
+            for workers in (1, 2)
+            for row in rows[workers]
+        ],
     )
 
 
