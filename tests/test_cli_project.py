@@ -364,3 +364,17 @@ def test_project_commands_start_without_the_other_command_modules() -> None:
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
     )
     assert done.stdout.strip().splitlines()[-1] == "['fim.commands.project']"
+
+
+# --------------------------------------------------------------------------- run
+
+
+def test_run_with_an_empty_prompt_asks_for_one_instead_of_calling_the_model(
+    project: Path,
+) -> None:
+    agent = "scripted"
+    for args, stdin in (([agent, "  "], None), ([agent], ""), ([agent], "\n\n")):
+        result = runner.invoke(app, ["run", *args, "-p", str(project)], input=stdin)
+        assert result.exit_code == 1, result.output
+        assert result.stderr.startswith("error: no prompt:")
+        assert f'fim run {agent} "your question"' in result.stderr

@@ -85,6 +85,11 @@ def run(
         )
     else:
         text = prompt if prompt is not None else sys.stdin.read()
+        if not text.strip():
+            fail(
+                "no prompt: the argument is empty and so is standard input",
+                f'fim run {agent} "your question", or pipe it: echo "..." | fim run {agent}',
+            )
         code = run_async(
             _once(snapshot, agent, text, model, view, stream=not no_stream, session=session),
             cancel_on_sigterm=True,
