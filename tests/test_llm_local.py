@@ -92,3 +92,42 @@ def test_a_run_on_ollama_never_imports_litellm() -> None:
         )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["ok", "False"]
+
+
+def test_a_server_preloads_only_the_libraries_its_models_need(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`fim serve` imports litellm at start, on a thread, when a model needs it: its first
+    request through litellm would otherwise wait ~3 s for the import."""
+    from fim.llm import libraries_for, preload
+    from fim.llm.litellm_model import LiteLLMBackend
+
+    fast = [ModelSettings(model=m) for m in ("openai/gpt-4o-mini", "ollama/q", "scripted:x.yaml")]
+    assert libraries_for(fast) == [] and preload(fast) is None
+    claude = ModelSettings(model="anthropic/claude-sonnet-4-5")
+    assert libraries_for([*fast, claude, claude]) == ["litellm"]
+    monkeypatch.setattr(LiteLLMBackend, "libraries", ("colorsys",))  # cheap to import
+    monkeypatch.delitem(sys.modules, "colorsys", raising=False)
+    thread = preload([claude])
+    assert thread is not None
+    thread.join(timeout=30)
+    assert "colorsys" in sys.modules
+
+
+def test_the_models_in_use_are_the_roles_and_the_agents_own_models(tmp_path) -> None:
+    from fim.build.compile import compile_project
+
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "fim.yaml").write_text(
+        "name: p\nmodels: {general: openai/gpt-4o-mini, fast: general}\n"
+    )
+    for name, model in (("a", "general"), ("b", "anthropic/claude-sonnet-4-5")):
+        (tmp_path / "agents" / f"{name}.yaml").write_text(
+            f"description: {name}\nmodel: {model}\ninstructions: hi\n"
+        )
+    used = [m.model for m in compile_project(tmp_path).models_in_use()]
+    assert sorted(used) == [
+        "anthropic/claude-sonnet-4-5",
+        "openai/gpt-4o-mini",
+        "openai/gpt-4o-mini",
+    ]

@@ -104,6 +104,18 @@ class Snapshot:
             f"(roles: {', '.join(self.models) or 'none'})",
         )
 
+    def models_in_use(self) -> list[ModelSettings]:
+        """The project's model roles and every model an agent names directly."""
+        found = list(self.models.values())
+        for agent in self.agents.values():
+            ref = agent.model
+            if isinstance(ref, ModelSettings) or ref not in self.models:
+                try:
+                    found.append(self.model_settings(ref))
+                except RunError:  # `fim validate` reports it; a run of that agent fails
+                    continue
+        return found
+
     def agent(self, name: str) -> AgentDecl:
         try:
             return self.agents[name]

@@ -32,10 +32,13 @@ takes effect (it would fail open if it only rebound a name here).
 
 from __future__ import annotations
 
+import gc
 import importlib
+import logging
 import sys
+import threading
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -46,6 +49,8 @@ from fim.errors import RunError
 from fim.llm import switch
 from fim.llm.backend import BACKENDS, Backend
 from fim.types import Model
+
+log = logging.getLogger("fim.llm")
 
 if TYPE_CHECKING:
     from fim.build.snapshot import Snapshot
@@ -74,8 +79,10 @@ __all__ = [
     "backend_of",
     "backends",
     "fast_model",
+    "libraries_for",
     "make_model",
     "models_wrapped",
+    "preload",
     "wrapping_models",
 ]
 
@@ -124,6 +131,40 @@ def backend_for(settings: ModelSettings) -> type[Backend]:
     if fallback is None:
         raise RunError(f"{model}: no model backend serves it", hint="check the model string")
     return fallback
+
+
+def libraries_for(models: Iterable[ModelSettings]) -> list[str]:
+    """The heavy libraries (`Backend.libraries`) the backends of `models` import on their
+    first request, each once; a model string no backend serves is left to its run."""
+    found: dict[str, None] = {}
+    for settings in models:
+        try:
+            found.update(dict.fromkeys(backend_for(settings).libraries))
+        except RunError:
+            continue
+    return list(found)
+
+
+def preload(models: Iterable[ModelSettings]) -> threading.Thread | None:
+    """Import the heavy libraries of `models`' backends on a daemon thread, for a process
+    that serves: its first request through litellm would otherwise wait ~3 s for the import.
+    What they load then leaves the GC's generations, as the server's start-up did
+    (`fim.server.settle_heap`). None when there is nothing to import."""
+    needed = [name for name in libraries_for(models) if name not in sys.modules]
+    if not needed:
+        return None
+
+    def load() -> None:
+        for name in needed:
+            try:
+                importlib.import_module(name)
+            except Exception:  # the model's first request reports a broken install
+                log.warning("could not preload %s", name, exc_info=True)
+        gc.freeze()
+
+    thread = threading.Thread(target=load, name="fim-preload", daemon=True)
+    thread.start()
+    return thread
 
 
 def backend_of(settings: ModelSettings) -> str:

@@ -37,6 +37,9 @@ class Backend:
     name: ClassVar[str] = ""
     schemes: ClassVar[tuple[str, ...]] = ()
     fallback: ClassVar[bool] = False
+    libraries: ClassVar[tuple[str, ...]] = ()
+    """Heavy modules its models import on their first request (`litellm`); a server
+    imports them at start, on a thread (`fim.llm.preload`)."""
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)

@@ -196,11 +196,12 @@ def _message(exc: Exception) -> str:
 
 
 class LiteLLMBackend(Backend):
-    """Every other provider (`anthropic/`, `gemini/`, `ollama/`, `bedrock/`...): litellm is
-    imported on the model's first request, not here."""
+    """Every other provider (`anthropic/`, `gemini/`, `bedrock/`...): litellm is imported
+    on the model's first request, not here."""
 
     name = "litellm"
     fallback = True
+    libraries = ("litellm",)
 
     @classmethod
     def build(cls, settings: ModelSettings, root: Path | None) -> Model:

@@ -73,6 +73,7 @@ async def serve(
     from fim.build.reload import SnapshotHolder, watch
     from fim.capabilities import CAPABILITIES
     from fim.events import build_validators
+    from fim.llm import preload
     from fim.run.services import Services
     from fim.server.app import create_app
 
@@ -86,6 +87,7 @@ async def serve(
         snapshot = await asyncio.to_thread(compile_project, root)
     build_validators()
     settle_heap()
+    preload(snapshot.models_in_use())
     # deferred: loading fim.masking costs tens of ms
     from fim.store.single import claim_sqlite
 

@@ -29,6 +29,7 @@ from fim.build.reload import SnapshotHolder, watch
 from fim.capabilities import CAPABILITIES
 from fim.errors import RunError
 from fim.events import build_validators
+from fim.llm import preload
 from fim.observe.logs import configure
 from fim.run.services import Services
 from fim.server import _on_swap, banner, bind, settle_heap, uvicorn_loop
@@ -112,6 +113,7 @@ def worker_app() -> Any:
     holder.listeners.append(lambda old, new: _on_swap(services, old, new))
     app = create_app(holder, services)
     settle_heap()
+    preload(snapshot.models_in_use())
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
