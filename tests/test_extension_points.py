@@ -448,7 +448,7 @@ def test_preflight_asks_the_chosen_backend_for_its_key_and_endpoint(backend_file
     echo = ModelSettings(model="echo_ext:hi")
     assert key_problem(echo) is None
     assert local_endpoint(echo) == "http://127.0.0.1:7777/v1"
-    assert local_endpoint(ModelSettings(model="ollama/qwen2.5")) == "http://localhost:11434"
+    assert local_endpoint(ModelSettings(model="ollama/qwen2.5")) == "http://localhost:11434/v1"
     assert local_endpoint(ModelSettings(model="scripted:x.yaml")) is None
 
 

@@ -48,7 +48,7 @@ def test_a_local_endpoint_that_refuses_is_found_before_the_run(tmp_path: Path) -
     port = _closed_port()
     down = ModelSettings(model="openai/local", api_base=f"http://127.0.0.1:{port}/v1")
     assert local_endpoint(down) == f"http://127.0.0.1:{port}/v1"
-    assert local_endpoint(ModelSettings(model="ollama/qwen2.5")) == "http://localhost:11434"
+    assert local_endpoint(ModelSettings(model="ollama/qwen2.5")) == "http://localhost:11434/v1"
     assert local_endpoint(ModelSettings(model="openai/x", api_base="https://api.example")) is None
     error = unreachable_problem(down)
     assert error is not None
