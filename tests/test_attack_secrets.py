@@ -51,9 +51,7 @@ def write_project(root: Path) -> Path:
             "model": "scripted:s.yaml",
             "tools": ["calculator"],
             "connectors": ["crm"],
-            "hooks": [
-                {"event": "PreToolUse", "matcher": "*", "command": "cat >/dev/null; exit 0"}
-            ],
+            "hooks": [{"event": "PreToolUse", "matcher": "*", "command": "cat >/dev/null; exit 0"}],
         },
     }
     for name, value in files.items():
@@ -88,9 +86,7 @@ def test_a_secret_the_model_writes_into_names_and_ids_never_leaves(
             from fim.observe.tracing import flush
 
             assert flush()
-            spans = [
-                json.dumps([s.name, s.attributes, s.events], default=str) for s in rx.spans
-            ]
+            spans = [json.dumps([s.name, s.attributes, s.events], default=str) for s in rx.spans]
         finally:
             observe.reset()
     assert "calc_***" in outputs[0] and spans

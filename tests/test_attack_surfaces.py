@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from test_background_runs import finished
 
 from fim.build.compile import compile_project
 from fim.build.reload import SnapshotHolder
 from fim.server.app import create_app
 from fim.testing.server import ServerThread
-from tests.test_background_runs import finished
 
 GUARD = {
     "event": "PreToolUse",

@@ -374,7 +374,7 @@ class _Trace:
             self.root.set_status(Status(StatusCode.ERROR, e.status))
 
     def _on_step_started(self, e: Any) -> None:
-        step = self.mask(e.step)  # the planner (a model) names the steps
+        step: Any = self.mask(e.step)  # the planner (a model) names the steps
         self.steps[e.step] = self._start(f"step {step}", e.ts, self.root, **{"fim.step": step})
 
     def _on_step_finished(self, e: Any) -> None:

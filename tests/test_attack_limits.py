@@ -1,0 +1,64 @@
+"""Hostile input that is not model-written but still untrusted: a fetched page.
+
+The standard library's HTML parser is quadratic on crafted markup (50 KB of `<a <a ...`
+took 15 s, on the event loop, before web_fetch read pages in a killable worker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_limits import LIMIT, Ticker, _stopped
+from test_tools_builtin import make_ctx, registry_for
+
+from fim.config.schema import Project, WebFetchSettings
+from fim.tools import isolate
+from fim.tools.builtin import web_fetch
+
+HOSTILE = b"<html><title>x</title><body>" + b"<a " * 40_000
+
+
+class _Hostile(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(HOSTILE)))
+        self.end_headers()
+        self.wfile.write(HOSTILE)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+@pytest.fixture
+def hostile_site() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+async def ticker() -> AsyncIterator[Ticker]:
+    await isolate.pool()  # started before counting: its one-off start-up is not the test
+    counter = Ticker()
+    task = asyncio.create_task(counter.run())
+    yield counter
+    task.cancel()
+
+
+async def test_a_page_crafted_to_stall_the_html_parser_is_stopped_off_the_loop(
+    tmp_path: Path, hostile_site: str, ticker: Ticker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(web_fetch, "RENDER_TIMEOUT", LIMIT)
+    project = Project(web_fetch=WebFetchSettings(allow_hosts=["127.0.0.1"]))
+    tools = registry_for(make_ctx(tmp_path, project, tools=["web_fetch"]))
+    result = await _stopped(tools.call("web_fetch", {"url": hostile_site}), ticker)
+    assert "too costly to read" in result.content
