@@ -18,8 +18,9 @@ from test_limits import LIMIT, Ticker, _stopped
 from test_tools_builtin import make_ctx, registry_for
 
 from fim.config.schema import Project, WebFetchSettings
-from fim.tools import isolate
+from fim.tools import isolate, sandbox
 from fim.tools.builtin import web_fetch
+from fim.types import ToolResult
 
 HOSTILE = b"<html><title>x</title><body>" + b"<a " * 40_000
 
@@ -62,3 +63,21 @@ async def test_a_page_crafted_to_stall_the_html_parser_is_stopped_off_the_loop(
     tools = registry_for(make_ctx(tmp_path, project, tools=["web_fetch"]))
     result = await _stopped(tools.call("web_fetch", {"url": hostile_site}), ticker)
     assert "too costly to read" in result.content
+
+
+@pytest.mark.skipif(sandbox.unavailable() is not None, reason="bubblewrap is not installed")
+async def test_a_sandbox_cannot_fill_the_disk_with_many_files_under_the_size_limit(
+    tmp_path: Path,
+) -> None:
+    """RLIMIT_FSIZE caps one file; a loop writing many of them filled the host's disk
+    (scratch/ is a host folder, and its files outlive the call)."""
+    scratch = tmp_path / "scratch"
+    limits = sandbox.Limits(timeout=20, disk_mb=16, max_file_bytes=8 * 1024 * 1024)
+    write = "for i in $(seq 1 40); do head -c 8000000 /dev/zero > f$i; sync f$i; done; echo all"
+    outcome = await sandbox.run(["bash", "-c", write], scratch=scratch, limits=limits)
+    assert outcome.disk_exceeded and not outcome.timed_out
+    assert b"all" not in outcome.stdout.data
+    written = sum(f.stat().st_size for f in scratch.iterdir())
+    assert written < 40 * 8_000_000 // 2  # stopped early, not after the loop
+    shown = sandbox.observation(outcome, limit=20, memory_mb=512, max_output=100, fix="", empty="")
+    assert isinstance(shown, ToolResult) and "wrote more to disk" in shown.content

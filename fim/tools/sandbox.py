@@ -33,7 +33,10 @@ whole tree (a watchdog sums the resident memory of every process of the sandbox 
 and kills the tree above the limit: cgroups are not used, they need a delegated subtree that
 fim cannot assume), processes (RLIMIT_NPROC, counted per user inside the sandbox's user
 namespace; in root mode per host uid 65534, so concurrent sandboxes share it), file size
-(RLIMIT_FSIZE), no core files, a size-capped /tmp, and an output cap (only the first bytes of
+(RLIMIT_FSIZE), disk (the watchdog also reads the free space of the disk holding scratch/
+and kills the tree once one call took more than `disk_mb` of it, or left less than
+`disk_reserve_mb`: RLIMIT_FSIZE caps one file, not a loop writing many), no core files, a
+size-capped /tmp, and an output cap (only the first bytes of
 stdout/stderr are kept, the rest is read and dropped so the child never blocks).
 
 The deadline kills the whole tree: the PID namespace's init (bwrap's reaper) is killed, and
@@ -135,6 +138,12 @@ class Limits:
     """Size of the tmpfs mounted on /tmp."""
     keep_output: int = 40_000
     """Bytes of stdout and of stderr kept; the rest is read and dropped."""
+    disk_mb: int = 1024
+    """Free space of the disk holding scratch/ one call may use up (files written there
+    stay on the host after the call)."""
+    disk_reserve_mb: int = 256
+    """Free space the sandbox never takes from that disk: below it the tree is killed, so
+    calls that each stay under `disk_mb` cannot add up to a full disk."""
 
 
 def bwrap_path() -> str | None:
@@ -221,6 +230,7 @@ class Outcome:
     timed_out: bool = False
     memory_exceeded: bool = False
     processes_exceeded: bool = False
+    disk_exceeded: bool = False
     peak_memory: int = 0
     """Highest resident memory of the whole tree seen by the watchdog, in bytes."""
     setup_error: str | None = None
@@ -433,6 +443,26 @@ class _Sandbox:
     memory_exceeded: bool = False
     count_processes: bool = False
     processes_exceeded: bool = False
+    scratch: Path | None = None
+    """Where the tree writes; the free space of its disk is watched (`Limits.disk_mb`)."""
+    free_at_start: int | None = None
+    disk_exceeded: bool = False
+
+    def disk_used_up(self) -> bool:
+        """Whether the call took more than `disk_mb` of the scratch disk's free space, or
+        left less than `disk_reserve_mb` (one statvfs: the cost does not grow with the
+        number of files written)."""
+        if self.scratch is None:
+            return False
+        try:
+            free = _free_bytes(self.scratch)
+        except OSError:
+            return False
+        if self.free_at_start is None:
+            self.free_at_start = free
+        mb = 1024 * 1024
+        taken = self.free_at_start - free
+        return taken > self.limits.disk_mb * mb or free < self.limits.disk_reserve_mb * mb
 
     def kill(self) -> None:
         """Kill the namespace's init (the kernel then kills every process in the namespace),
@@ -466,7 +496,9 @@ class _Sandbox:
             # outer bwrap, its init and the command's launcher are not the program's
             if self.count_processes and len(pids) - 2 > self.limits.max_processes:
                 self.processes_exceeded = True
-            if self.memory_exceeded or self.processes_exceeded:
+            if self.disk_used_up():
+                self.disk_exceeded = True
+            if self.memory_exceeded or self.processes_exceeded or self.disk_exceeded:
                 self.kill()
                 return
             await asyncio.sleep(WATCH_INTERVAL)
@@ -479,6 +511,11 @@ class _Sandbox:
         self.seen.update(tree(self.process.pid))
         while any(_alive(p) for p in self.seen) and loop.time() < until:
             await asyncio.sleep(0.01)
+
+
+def _free_bytes(path: Path) -> int:
+    stat = os.statvfs(path)
+    return stat.f_bavail * stat.f_frsize
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
@@ -533,6 +570,10 @@ async def _run(
     read_only: Sequence[Path] = (),
 ) -> Outcome:
     data_fds: dict[str, int] = {}
+    try:
+        free_at_start: int | None = _free_bytes(scratch)
+    except OSError:
+        free_at_start = None
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
@@ -583,7 +624,13 @@ async def _run(
     out, err = Capture(limits.keep_output), Capture(limits.keep_output)
     out_pipe, err_pipe = os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0)
     pumps = asyncio.gather(out.pump(out_pipe), err.pump(err_pipe))
-    box = _Sandbox(process, limits, count_processes=os.geteuid() == 0 and not as_root)
+    box = _Sandbox(
+        process,
+        limits,
+        count_processes=os.geteuid() == 0 and not as_root,
+        scratch=scratch,
+        free_at_start=free_at_start,
+    )
     watcher = asyncio.ensure_future(box.watch())
 
     async def feed_and_wait() -> int:
@@ -626,6 +673,7 @@ async def _run(
         timed_out=timed_out,
         memory_exceeded=box.memory_exceeded,
         processes_exceeded=box.processes_exceeded,
+        disk_exceeded=box.disk_exceeded,
         peak_memory=box.peak,
         setup_error=setup_error,
     )
@@ -655,6 +703,12 @@ def observation(
         return fail(
             "the program started more processes than allowed and was killed. "
             "Use fewer processes or threads.\n" + body
+        )
+    if outcome.disk_exceeded:
+        return fail(
+            "the program wrote more to disk than one call may (or the disk is nearly "
+            "full) and was killed. Write less, and delete files in the scratch folder "
+            "you no longer need.\n" + body
         )
     if outcome.memory_exceeded:
         return fail(
