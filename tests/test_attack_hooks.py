@@ -1,0 +1,40 @@
+"""Hooks fail closed however they fail: here the ways tests/test_hooks.py does not cover."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from test_hooks import echo_tool, write_hooks
+
+from fim.hooks import build_hooks
+from fim.testing.hooks import call_tool, make_context
+
+EXITS = """
+import sys
+from fim.hooks import PreToolUseHook, HookResult
+
+class Exits(PreToolUseHook):
+    async def __call__(self, context):
+        sys.exit(2)  # how a Claude Code script blocks, ported as it was
+
+class ExitsWhenFinishing(PreToolUseHook):
+    async def __call__(self, context):
+        return HookResult()
+
+    async def finish(self, context, result):
+        sys.exit(0)
+"""
+
+
+async def test_a_python_hook_calling_sys_exit_blocks_and_the_loop_lives_on(
+    tmp_path: Path,
+) -> None:
+    """asyncio re-raises SystemExit out of the event loop from the hook's task: before, one
+    `sys.exit(2)` in a hook stopped the server's loop instead of blocking the call."""
+    write_hooks(tmp_path, "exits", EXITS)
+    for name, why in [("Exits", "sys.exit(2)"), ("ExitsWhenFinishing", "sys.exit(0)")]:
+        tool, ran = echo_tool()
+        chain = build_hooks(make_context(tmp_path, [{"python": f"exits:{name}"}]))
+        outcome = await call_tool(chain, tool, {"text": "x"})
+        assert ran == [] and outcome.blocked
+        assert why in outcome.observation and "blocked" in outcome.observation
