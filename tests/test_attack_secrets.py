@@ -8,7 +8,9 @@ the CLI (`-v` and `--json`), the run store and the OpenTelemetry spans.
 from __future__ import annotations
 
 import base64
+import io
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,8 @@ from typer.testing import CliRunner
 
 from fim import observe
 from fim.cli import app
+from fim.masking import remember
+from fim.observe.logs import JsonFormatter
 from fim.testing.otlp import otlp_receiver
 
 SECRET = "tok-model-knows-8d7c6b5a"
@@ -97,3 +101,28 @@ def test_a_secret_the_model_writes_into_names_and_ids_never_leaves(
         "store": leaks((root / ".fim" / "state.db").read_bytes().decode("utf-8", "replace")),
     }
     assert found == {"cli -v": [], "cli --json": [], "spans": [], "store": []}
+
+
+def test_json_log_lines_mask_tracebacks_and_extra_fields() -> None:
+    """`fim serve --log-format json` formatted the traceback again from the exception (the
+    masked text made with the record was ignored) and wrote `extra=` fields as given."""
+    secret = "sk-json-log-secret-5e6f"
+    remember([secret])
+    lines = io.StringIO()
+    handler = logging.StreamHandler(lines)
+    handler.setFormatter(JsonFormatter())
+    log = logging.getLogger("fim.test.attack_logs")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        try:
+            raise ConnectionError(f"could not connect with key {secret}")
+        except ConnectionError:
+            log.exception("connector failed")
+        log.warning("request", extra={"path": f"/v1/x?key={secret}", "args_seen": [secret]})
+    finally:
+        log.removeHandler(handler)
+    entries = [json.loads(line) for line in lines.getvalue().splitlines()]
+    assert "ConnectionError: could not connect with key ***" in entries[0]["exception"]
+    assert entries[1]["path"] == "/v1/x?key=***" and entries[1]["args_seen"] == ["***"]
+    assert secret not in lines.getvalue()
