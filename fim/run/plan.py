@@ -285,8 +285,8 @@ async def build_plan(
         sections.append(("output", contract.instruction()))
         stream = False
     hooks: HookRunner = NoHooks()
-    if ctx.hooks_enabled and agent.hooks:
-        hooks = build_hooks(ctx)
+    if agent.hooks or agent.read_only or snapshot.project.read_only:
+        hooks = build_hooks(ctx)  # read-only holds with hooks off (eval) too
     if ctx.hooks_enabled and ctx.guard is not None:
         hooks = Stacked(ctx.guard, hooks)
     ctx.hooks = hooks
