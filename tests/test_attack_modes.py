@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from fim.build.compile import compile_project
-from fim.testing.runs import run_events
+from fim.testing.runs import run_events, services_for
+from fim.workflows.engine import WorkflowEngine
 
 
 def write_project(root: Path, mode: str, where: str) -> Path:
@@ -61,5 +62,69 @@ async def test_read_only_holds_without_a_declared_guard_and_in_eval(
     events = await run_events(compile_project(root), "reader", "clean up", hooks=hooks)
     (result,) = [e for e in events if e.type == "tool_result"]
     assert result.is_error and "may only read" in result.content, result.content
+    with sqlite3.connect(root / "shop.db") as conn:
+        assert conn.execute("SELECT count(*) FROM orders").fetchone() == (1,)
+
+
+@pytest.mark.parametrize("hooks", [True, False], ids=["run", "eval"])
+async def test_read_only_follows_the_call_into_a_delegate_and_a_workflow(
+    tmp_path: Path, hooks: bool
+) -> None:
+    """The read-only agent hands the DELETE to a writer agent and to a workflow's sql node;
+    then the workflow runs on its own in the (read-only) project."""
+    root = write_project(tmp_path / "p", "legacy", "agent")
+    delete = {"name": "shop__query", "arguments": {"sql": "DELETE FROM orders"}}
+    boss = [
+        {
+            "tool_calls": [
+                {"name": "call_agent", "arguments": {"agent": "writer", "task": "delete"}},
+                {"name": "run_workflow", "arguments": {"name": "wipe", "inputs": {}}},
+            ]
+        },
+        {"text": "done"},
+    ]
+    files = {
+        "boss.yaml": boss,
+        "writer.yaml": [{"tool_calls": [delete]}, {"text": "deleted"}],
+        "agents/reader.yaml": {
+            "description": "Reads",
+            "model": "scripted:boss.yaml",
+            "read_only": True,
+            "delegates": ["writer"],
+            "workflows": ["wipe"],
+        },
+        "agents/writer.yaml": {
+            "description": "Writes",
+            "model": "scripted:writer.yaml",
+            "connectors": ["shop"],
+        },
+        "workflows/wipe.yaml": {
+            "description": "Deletes",
+            "nodes": {"gone": {"type": "database", "connector": "shop", "sql": "DELETE FROM orders"}},
+        },
+    }
+    for name, value in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(json.dumps(value))
+    snapshot = compile_project(root)
+    events = await run_events(snapshot, "reader", "clean up", hooks=hooks)
+    results = {e.name: e.content for e in events if e.type == "tool_result"}
+    assert results["call_agent"] == "deleted"  # the writer ran, and its DELETE was refused
+    assert "may only read" in results["run_workflow"]
+    with sqlite3.connect(root / "shop.db") as conn:
+        assert conn.execute("SELECT count(*) FROM orders").fetchone() == (1,)
+
+    project = json.loads((root / "fim.yaml").read_text())
+    (root / "fim.yaml").write_text(json.dumps({**project, "read_only": True}))
+    snapshot = compile_project(root)
+    services = services_for(snapshot)
+    try:
+        engine = WorkflowEngine(snapshot, "wipe", services, hooks=hooks)
+        flow = [e async for e in engine.run({})]
+    finally:
+        await services.aclose()
+    assert flow[-1].status == "failed" and "may only read" in json.dumps(
+        [e.model_dump() for e in flow]
+    )
     with sqlite3.connect(root / "shop.db") as conn:
         assert conn.execute("SELECT count(*) FROM orders").fetchone() == (1,)

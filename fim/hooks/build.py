@@ -181,6 +181,18 @@ def _read_only_guard(ctx: RunContext) -> BaseHook | None:
     return guard
 
 
+def read_only_chain(ctx: RunContext) -> HookRunner | None:
+    """Only the read-only guard, for a run with no hook chain of its own (a workflow run
+    on its own in a read-only project); None when nothing is read-only."""
+    guard = _read_only_guard(ctx)
+    if guard is None:
+        return None
+    # deferred: loading fim.events costs tens of ms
+    from fim.hooks.runner import HookChain
+
+    return HookChain([guard], mask=ctx.snapshot.mask)
+
+
 def build_hooks(ctx: RunContext) -> HookRunner:
     """The hook chain of one run of `ctx.agent`; with hooks off (`ctx.hooks_enabled`, the
     eval path's one switch), only the read-only guard of a read-only agent or project."""
@@ -249,4 +261,12 @@ def check_hooks(snapshot: Snapshot, locate: Locate | None = None) -> list[Proble
     return problems
 
 
-__all__ = ["BrokenHook", "build_hooks", "check_hooks", "instantiate", "resolve"]
+__all__ = [
+    "READ_ONLY_GUARD",
+    "BrokenHook",
+    "build_hooks",
+    "check_hooks",
+    "instantiate",
+    "read_only_chain",
+    "resolve",
+]

@@ -287,7 +287,8 @@ async def build_plan(
     hooks: HookRunner = NoHooks()
     if agent.hooks or agent.read_only or snapshot.project.read_only:
         hooks = build_hooks(ctx)  # read-only holds with hooks off (eval) too
-    if ctx.hooks_enabled and ctx.guard is not None:
+    if ctx.guard is not None and type(ctx.guard) is not NoHooks:
+        # a caller's chain; with hooks off (eval) that is its read-only guard, if any
         hooks = Stacked(ctx.guard, hooks)
     ctx.hooks = hooks
     fast = functools.partial(fast_model, snapshot, agent)
