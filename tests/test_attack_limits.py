@@ -81,3 +81,20 @@ async def test_a_sandbox_cannot_fill_the_disk_with_many_files_under_the_size_lim
     assert written < 40 * 8_000_000 // 2  # stopped early, not after the loop
     shown = sandbox.observation(outcome, limit=20, memory_mb=512, max_output=100, fix="", empty="")
     assert isinstance(shown, ToolResult) and "wrote more to disk" in shown.content
+
+
+@pytest.mark.skipif(sandbox.unavailable() is not None, reason="bubblewrap is not installed")
+async def test_parallel_sandbox_calls_share_a_bounded_number_of_slots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One model turn may ask for many `shell` calls at once; each tree may use its full
+    memory limit, so the process runs at most MAX_CONCURRENT of them together."""
+    monkeypatch.setattr(sandbox, "MAX_CONCURRENT", 2)
+    scratch = tmp_path / "scratch"
+    count = "d=$(mktemp -d in/XXXXXX); ls in | wc -l; sleep 0.3; rmdir $d"
+    calls = [
+        sandbox.run(["bash", "-c", f"mkdir -p in; {count}"], scratch=scratch) for _ in range(4)
+    ]
+    outcomes = await asyncio.gather(*calls)
+    seen = [int(o.stdout.text()) for o in outcomes]
+    assert all(o.returncode == 0 for o in outcomes) and max(seen) <= 2, seen

@@ -22,6 +22,8 @@ runs under `bwrap` (the sandbox Claude Code uses on Linux) with:
   writable directory: the sandbox's `scratch/`, at the same path as on the host;
 - an empty environment but PATH, HOME, TMPDIR, LANG and what the agent declares under
   `sandbox.env`;
+- at most `MAX_CONCURRENT` sandboxes at once per process (more calls wait), so the limits
+  below bound what a turn of many parallel calls takes from the host;
 - no network (the network namespace has only a loopback of its own). An agent with
   `sandbox: {network: true}` gets HTTP(S) through fim/tools/egress.py: a proxy outside the
   sandbox, reached through a Unix socket, that applies web_fetch's guard (no loopback,
@@ -55,6 +57,7 @@ import shutil
 import signal
 import sys
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -548,15 +551,35 @@ async def run(
     check_env(declared)
     as_root = os.geteuid() == 0 and await _privileged()
     await asyncio.to_thread(_prepare, scratch, as_root)
-    if network is None:
-        return await _run(argv, scratch, stdin, declared, limits, as_root, None, read_only)
-    # deferred: loading fim.config.schema costs hundreds of ms
-    from fim.tools.egress import Egress
+    async with _slot():
+        if network is None:
+            return await _run(argv, scratch, stdin, declared, limits, as_root, None, read_only)
+        # deferred: loading fim.config.schema costs hundreds of ms
+        from fim.tools.egress import Egress
 
-    async with Egress(network) as egress:
-        return await _run(
-            argv, scratch, stdin, declared, limits, as_root, egress.directory, read_only
-        )
+        async with Egress(network) as egress:
+            return await _run(
+                argv, scratch, stdin, declared, limits, as_root, egress.directory, read_only
+            )
+
+
+MAX_CONCURRENT = max(2, min(8, os.cpu_count() or 2))
+"""Sandboxed commands one process runs at once; more wait for a slot. Each tree may use
+`memory_mb` and `max_processes`: without a cap, one model turn of many parallel `shell`
+calls multiplied that by the number of calls (the memory watchdog sees one tree)."""
+
+_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _slot() -> asyncio.Semaphore:
+    """The running loop's semaphore (an asyncio primitive belongs to one loop)."""
+    loop = asyncio.get_running_loop()
+    slots = _SLOTS.get(loop)
+    if slots is None:
+        slots = _SLOTS[loop] = asyncio.Semaphore(MAX_CONCURRENT)
+    return slots
 
 
 async def _run(
