@@ -19,7 +19,8 @@ from test_tools_builtin import make_ctx, registry_for
 
 from fim.config.schema import Project, WebFetchSettings
 from fim.tools import isolate, sandbox
-from fim.tools.builtin import web_fetch
+from fim.tools.builtin import json_transform, web_fetch
+from fim.tools.registry import ToolRegistry
 from fim.types import ToolResult
 
 HOSTILE = b"<html><title>x</title><body>" + b"<a " * 40_000
@@ -98,3 +99,18 @@ async def test_parallel_sandbox_calls_share_a_bounded_number_of_slots(
     outcomes = await asyncio.gather(*calls)
     seen = [int(o.stdout.text()) for o in outcomes]
     assert all(o.returncode == 0 for o in outcomes) and max(seen) <= 2, seen
+
+
+async def test_deeply_nested_arguments_are_refused_before_anything_walks_them() -> None:
+    """A 900-level document for json_transform crashed pebble's scheduler thread while it
+    pickled the call for the worker: the call hung past its 5 s limit (until the engine's
+    tool timeout). Arguments nested deeper than the HTTP body cap are now refused."""
+    deep: Any = "x"
+    for _ in range(900):
+        deep = {"a": deep}
+    tools = ToolRegistry([json_transform.TOOL])
+    result = await tools.call("json_transform", {"data": deep})
+    assert result.is_error and "nested more than 64 levels deep" in result.content
+    shallow = {"a": {"b": [1, 2, {"c": 3}]}}
+    fine = await tools.call("json_transform", {"data": shallow, "path": "$.a.b[2].c"})
+    assert not fine.is_error and fine.content.strip() == "3", fine.content
