@@ -100,7 +100,9 @@ async def test_read_only_follows_the_call_into_a_delegate_and_a_workflow(
         },
         "workflows/wipe.yaml": {
             "description": "Deletes",
-            "nodes": {"gone": {"type": "database", "connector": "shop", "sql": "DELETE FROM orders"}},
+            "nodes": {
+                "gone": {"type": "database", "connector": "shop", "sql": "DELETE FROM orders"}
+            },
         },
     }
     for name, value in files.items():
