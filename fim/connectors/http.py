@@ -146,17 +146,28 @@ class HttpConnectorClient:
         parameter is missing."""
         remaining = dict(args)
         missing = []
+        moving: list[str] = []
 
         def fill(match: re.Match[str]) -> str:
             key = match.group(1)
             if key not in remaining or remaining[key] is None:
                 missing.append(key)
                 return match.group(0)
-            return quote(_scalar(remaining.pop(key)), safe="")
+            segment = quote(_scalar(remaining.pop(key)), safe="")
+            if segment in ("", ".", ".."):
+                # `..` survives quoting and the URL's dot segments are resolved: the call
+                # would reach another resource than the one hooks were shown
+                moving.append(f"{key}={segment!r}")
+            return segment
 
         path = _PATH_PARAM.sub(fill, action.path).lstrip("/")
         if missing:
             raise ValueError(f"missing path parameter(s): {', '.join(missing)}")
+        if moving:
+            raise ValueError(
+                f"path parameter(s) {', '.join(moving)} would change which URL is called "
+                "(an empty value, '.' or '..' is not a path segment of its own)"
+            )
         query_names = set(action.query or ())
         if action.method in _QUERY_METHODS:
             query_names |= set(remaining) - {action.body_parameter}
@@ -194,8 +205,8 @@ class HttpConnectorClient:
             request = self.build_request(action, args)
         except ValueError as exc:
             return ToolResult(
-                content=f"Error: {label}: {exc}. Required by path {action.path}; pass them "
-                "in the arguments.",
+                content=f"Error: {label}: {exc}. The path is {action.path}; pass each "
+                "parameter in the arguments, as the value the path names.",
                 is_error=True,
             )
         _with_idempotency_key(request, action.method)

@@ -166,12 +166,43 @@ def instantiate(spec: HookSpec, snapshot: Snapshot, name: str | None = None) -> 
     return hook
 
 
-def build_hooks(ctx: RunContext) -> HookRunner:
-    """The hook chain of one run of `ctx.agent`; a do-nothing runner when hooks are off.
+READ_ONLY_GUARD = "readonly_guard (read_only: true)"
+"""Name of the guard every run of a read-only agent or project gets without declaring it."""
 
-    `ctx.hooks_enabled` is the one switch: the eval path sets it to False.
-    """
+
+def _read_only_guard(ctx: RunContext) -> BaseHook | None:
+    """`readonly_guard` for a run whose agent or project says `read_only: true`. The setting
+    is a guarantee, not a hint to a hook the agent may forget to declare, and it holds in
+    `fim eval` too (which turns the agent's own hooks off)."""
+    if not (ctx.agent.read_only or ctx.snapshot.project.read_only):
+        return None
+    guard = instantiate(HookSpec(use="readonly_guard"), ctx.snapshot, READ_ONLY_GUARD)
+    guard.run_context = ctx
+    return guard
+
+
+def read_only_chain(ctx: RunContext) -> HookRunner | None:
+    """Only the read-only guard, for a run with no hook chain of its own (a workflow run
+    on its own in a read-only project); None when nothing is read-only."""
+    guard = _read_only_guard(ctx)
+    if guard is None:
+        return None
+    # deferred: loading fim.events costs tens of ms
+    from fim.hooks.runner import HookChain
+
+    return HookChain([guard], mask=ctx.snapshot.mask)
+
+
+def build_hooks(ctx: RunContext) -> HookRunner:
+    """The hook chain of one run of `ctx.agent`; with hooks off (`ctx.hooks_enabled`, the
+    eval path's one switch), only the read-only guard of a read-only agent or project."""
+    # deferred: loading fim.events costs tens of ms
+    from fim.hooks.runner import HookChain
+
+    guard = _read_only_guard(ctx)
     if not ctx.hooks_enabled:
+        if guard is not None:
+            return HookChain([guard], mask=ctx.snapshot.mask)
         # deferred: loading fim.events costs tens of ms
         from fim.events import NoHooks
 
@@ -187,9 +218,10 @@ def build_hooks(ctx: RunContext) -> HookRunner:
             hook = BrokenHook(name, f"{type(exc).__name__}: {exc}")
         hook.run_context = ctx
         hooks.append(hook)
-    # deferred: loading fim.events costs tens of ms
-    from fim.hooks.runner import HookChain
-
+    if guard is not None and not any(
+        type(h) is type(guard) and h.matcher in (None, "", "*") for h in hooks
+    ):
+        hooks.append(guard)  # unless the agent declares it for every tool already
     return HookChain(hooks, mask=ctx.snapshot.mask)
 
 
@@ -229,4 +261,12 @@ def check_hooks(snapshot: Snapshot, locate: Locate | None = None) -> list[Proble
     return problems
 
 
-__all__ = ["BrokenHook", "build_hooks", "check_hooks", "instantiate", "resolve"]
+__all__ = [
+    "READ_ONLY_GUARD",
+    "BrokenHook",
+    "build_hooks",
+    "check_hooks",
+    "instantiate",
+    "read_only_chain",
+    "resolve",
+]

@@ -25,6 +25,21 @@ def _identity(text: str) -> str:
     return text
 
 
+class HookExited(Exception):
+    """A hook called `sys.exit()` (Claude Code scripts block with `sys.exit(2)`)."""
+
+
+async def _contained(call: Callable[[], Any]) -> Any:
+    """Await a hook's coroutine with `SystemExit` turned into an ordinary failure. asyncio
+    re-raises SystemExit out of the event loop from the task it happens in, so caught any
+    later it would already have stopped the server; here it becomes a block like any other
+    exception."""
+    try:
+        return await call()
+    except SystemExit as exc:
+        raise HookExited(f"the hook called sys.exit({exc.code!r})") from None
+
+
 class HookChain:
     """Implements `fim.types.HookRunner` over hooks sorted by priority (stable)."""
 
@@ -136,7 +151,7 @@ class HookChain:
     async def _call(self, hook: BaseHook, context: HookContext) -> HookResult:
         timeout = hook.chain_timeout()
         try:
-            result: Any = await asyncio.wait_for(hook(context), timeout)
+            result: Any = await asyncio.wait_for(_contained(lambda: hook(context)), timeout)
         except TimeoutError:
             return HookResult(
                 allow=False,
@@ -162,7 +177,7 @@ class HookChain:
 
     async def _finish(self, hook: BaseHook, context: HookContext, merged: HookResult) -> str | None:
         try:
-            await asyncio.wait_for(hook.finish(context, merged), hook.timeout)
+            await asyncio.wait_for(_contained(lambda: hook.finish(context, merged)), hook.timeout)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

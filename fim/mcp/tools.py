@@ -574,6 +574,10 @@ class McpMetaTool:
         meta = {"server": args["server"], "tool": args["tool"], "category": "mcp"}
         if info is not None and info.access:
             meta["access"] = info.access
+        elif conn is None or not conn.tools:
+            # The server's tools are not known (it has not started): the call starts it and
+            # may reach a destructive tool whose hints no hook saw. Taken as a write.
+            meta["access"] = "write"
         params = args.get("parameters") or {}
         return CallView(target, dict(params), meta, to_call=lambda new: {**args, "parameters": new})
 

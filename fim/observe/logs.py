@@ -12,6 +12,7 @@ import json
 import logging
 from typing import Any
 
+from fim.masking import known
 from fim.observe import tracing_enabled
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
@@ -49,9 +50,13 @@ class JsonFormatter(logging.Formatter):
         for key, value in vars(record).items():
             if key not in _STANDARD and key not in entry:
                 entry[key] = value
-        if record.exc_info:
+        if record.exc_text:  # made (and masked) with the record
+            entry["exception"] = record.exc_text
+        elif record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str, ensure_ascii=False)
+        # The line as written, masked whole (fim.masking knows each secret's JSON-escaped
+        # forms): `extra=` values and the traceback are not masked when the record is made.
+        return known().text(json.dumps(entry, default=str, ensure_ascii=False))
 
 
 def configure(level: str, log_format: str) -> None:

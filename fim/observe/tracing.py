@@ -300,16 +300,19 @@ class _Trace:
         span.end(end_time=_ns(e.ts))
 
     def _on_tool_call(self, e: Any) -> None:
+        # The name and the id are written by the model too (an unknown tool's name is
+        # whatever it sent): masked like the arguments.
+        name = self.mask(e.name)
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": e.name,
-            "gen_ai.tool.call.id": e.call_id,
+            "gen_ai.tool.name": name,
+            "gen_ai.tool.call.id": self.mask(e.call_id),
         }
         if self.capture:
             attributes["gen_ai.tool.call.arguments"] = self.mask(
                 json.dumps(e.arguments, default=str)
             )
-        span = self._start(f"execute_tool {e.name}", e.ts, self.root, **attributes)
+        span = self._start(f"execute_tool {name}", e.ts, self.root, **attributes)
         self.tools[e.call_id] = (span, e.name, dict(e.arguments))
 
     def _on_hook(self, e: Any) -> None:
@@ -371,7 +374,8 @@ class _Trace:
             self.root.set_status(Status(StatusCode.ERROR, e.status))
 
     def _on_step_started(self, e: Any) -> None:
-        self.steps[e.step] = self._start(f"step {e.step}", e.ts, self.root, **{"fim.step": e.step})
+        step: Any = self.mask(e.step)  # the planner (a model) names the steps
+        self.steps[e.step] = self._start(f"step {step}", e.ts, self.root, **{"fim.step": step})
 
     def _on_step_finished(self, e: Any) -> None:
         span = self.steps.pop(e.step, None)
@@ -406,7 +410,9 @@ class _Trace:
 
     def _on_node_skipped(self, e: Any) -> None:
         self.root.add_event(
-            "fim.node_skipped", {"fim.node": e.node, "reason": e.reason}, timestamp=_ns(e.ts)
+            "fim.node_skipped",
+            {"fim.node": e.node, "reason": self.mask(e.reason)},
+            timestamp=_ns(e.ts),
         )
 
     def _on_workflow_finished(self, e: Any) -> None:

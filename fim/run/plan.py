@@ -285,9 +285,10 @@ async def build_plan(
         sections.append(("output", contract.instruction()))
         stream = False
     hooks: HookRunner = NoHooks()
-    if ctx.hooks_enabled and agent.hooks:
-        hooks = build_hooks(ctx)
-    if ctx.hooks_enabled and ctx.guard is not None:
+    if agent.hooks or agent.read_only or snapshot.project.read_only:
+        hooks = build_hooks(ctx)  # read-only holds with hooks off (eval) too
+    if ctx.guard is not None and type(ctx.guard) is not NoHooks:
+        # a caller's chain; with hooks off (eval) that is its read-only guard, if any
         hooks = Stacked(ctx.guard, hooks)
     ctx.hooks = hooks
     fast = functools.partial(fast_model, snapshot, agent)

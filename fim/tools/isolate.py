@@ -52,6 +52,7 @@ PRELOAD = [
     "fim.tools.builtin.json_transform",
     "fim.tools.builtin.template_render",
     "fim.tools.builtin.text_utils",
+    "fim.tools.builtin._html",
 ]
 
 _lock = threading.Lock()

@@ -167,6 +167,11 @@ class ToolRegistry:
     def _schema_errors(self, tool: Tool, arguments: dict[str, Any]) -> list[str]:
         if _plainly_valid(tool.parameters, arguments):
             return []  # certain without jsonschema; anything else it decides and words
+        if _nested_deeper(arguments, MAX_ARGUMENT_DEPTH):
+            return [
+                f"the arguments are nested more than {MAX_ARGUMENT_DEPTH} levels deep; "
+                "flatten the data or send less of it"
+            ]
         checker = self._validators.get(tool.name)
         if checker is None:  # per name too: a tool may build its schema on every access
             checker = self._validators[tool.name] = validator(tool.parameters)
@@ -207,6 +212,31 @@ def _resume(call: Coroutine[Any, Any, Any], pending: Any) -> Generator[Any, Any,
                 pending = call.send(sent)
             except StopIteration as done:
                 return done.value
+
+
+MAX_ARGUMENT_DEPTH = 64
+"""Deepest nesting of lists and objects a tool call's arguments may have (HTTP bodies have
+the same cap). Deeper values break what walks them recursively after the check: hook
+payloads, masking, the pickling that hands data to an isolated worker (a 900-level
+`json_transform` document killed pebble's scheduler thread and hung the call)."""
+
+
+def _nested_deeper(value: Any, limit: int) -> bool:
+    """Whether `value` nests lists/dicts more than `limit` levels (iterative: it must not
+    itself hit the recursion limit it guards against)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[Any] = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 _SPECS: dict[int, tuple[Tool, str, str, dict[str, Any], ToolSpec]] = {}

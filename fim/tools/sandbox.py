@@ -22,6 +22,8 @@ runs under `bwrap` (the sandbox Claude Code uses on Linux) with:
   writable directory: the sandbox's `scratch/`, at the same path as on the host;
 - an empty environment but PATH, HOME, TMPDIR, LANG and what the agent declares under
   `sandbox.env`;
+- at most `MAX_CONCURRENT` sandboxes at once per process (more calls wait), so the limits
+  below bound what a turn of many parallel calls takes from the host;
 - no network (the network namespace has only a loopback of its own). An agent with
   `sandbox: {network: true}` gets HTTP(S) through fim/tools/egress.py: a proxy outside the
   sandbox, reached through a Unix socket, that applies web_fetch's guard (no loopback,
@@ -33,7 +35,10 @@ whole tree (a watchdog sums the resident memory of every process of the sandbox 
 and kills the tree above the limit: cgroups are not used, they need a delegated subtree that
 fim cannot assume), processes (RLIMIT_NPROC, counted per user inside the sandbox's user
 namespace; in root mode per host uid 65534, so concurrent sandboxes share it), file size
-(RLIMIT_FSIZE), no core files, a size-capped /tmp, and an output cap (only the first bytes of
+(RLIMIT_FSIZE), disk (the watchdog also reads the free space of the disk holding scratch/
+and kills the tree once one call took more than `disk_mb` of it, or left less than
+`disk_reserve_mb`: RLIMIT_FSIZE caps one file, not a loop writing many), no core files, a
+size-capped /tmp, and an output cap (only the first bytes of
 stdout/stderr are kept, the rest is read and dropped so the child never blocks).
 
 The deadline kills the whole tree: the PID namespace's init (bwrap's reaper) is killed, and
@@ -52,6 +57,7 @@ import shutil
 import signal
 import sys
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,6 +141,12 @@ class Limits:
     """Size of the tmpfs mounted on /tmp."""
     keep_output: int = 40_000
     """Bytes of stdout and of stderr kept; the rest is read and dropped."""
+    disk_mb: int = 1024
+    """Free space of the disk holding scratch/ one call may use up (files written there
+    stay on the host after the call)."""
+    disk_reserve_mb: int = 256
+    """Free space the sandbox never takes from that disk: below it the tree is killed, so
+    calls that each stay under `disk_mb` cannot add up to a full disk."""
 
 
 def bwrap_path() -> str | None:
@@ -221,6 +233,7 @@ class Outcome:
     timed_out: bool = False
     memory_exceeded: bool = False
     processes_exceeded: bool = False
+    disk_exceeded: bool = False
     peak_memory: int = 0
     """Highest resident memory of the whole tree seen by the watchdog, in bytes."""
     setup_error: str | None = None
@@ -433,6 +446,26 @@ class _Sandbox:
     memory_exceeded: bool = False
     count_processes: bool = False
     processes_exceeded: bool = False
+    scratch: Path | None = None
+    """Where the tree writes; the free space of its disk is watched (`Limits.disk_mb`)."""
+    free_at_start: int | None = None
+    disk_exceeded: bool = False
+
+    def disk_used_up(self) -> bool:
+        """Whether the call took more than `disk_mb` of the scratch disk's free space, or
+        left less than `disk_reserve_mb` (one statvfs: the cost does not grow with the
+        number of files written)."""
+        if self.scratch is None:
+            return False
+        try:
+            free = _free_bytes(self.scratch)
+        except OSError:
+            return False
+        if self.free_at_start is None:
+            self.free_at_start = free
+        mb = 1024 * 1024
+        taken = self.free_at_start - free
+        return taken > self.limits.disk_mb * mb or free < self.limits.disk_reserve_mb * mb
 
     def kill(self) -> None:
         """Kill the namespace's init (the kernel then kills every process in the namespace),
@@ -466,7 +499,9 @@ class _Sandbox:
             # outer bwrap, its init and the command's launcher are not the program's
             if self.count_processes and len(pids) - 2 > self.limits.max_processes:
                 self.processes_exceeded = True
-            if self.memory_exceeded or self.processes_exceeded:
+            if self.disk_used_up():
+                self.disk_exceeded = True
+            if self.memory_exceeded or self.processes_exceeded or self.disk_exceeded:
                 self.kill()
                 return
             await asyncio.sleep(WATCH_INTERVAL)
@@ -479,6 +514,11 @@ class _Sandbox:
         self.seen.update(tree(self.process.pid))
         while any(_alive(p) for p in self.seen) and loop.time() < until:
             await asyncio.sleep(0.01)
+
+
+def _free_bytes(path: Path) -> int:
+    stat = os.statvfs(path)
+    return stat.f_bavail * stat.f_frsize
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
@@ -511,15 +551,35 @@ async def run(
     check_env(declared)
     as_root = os.geteuid() == 0 and await _privileged()
     await asyncio.to_thread(_prepare, scratch, as_root)
-    if network is None:
-        return await _run(argv, scratch, stdin, declared, limits, as_root, None, read_only)
-    # deferred: loading fim.config.schema costs hundreds of ms
-    from fim.tools.egress import Egress
+    async with _slot():
+        if network is None:
+            return await _run(argv, scratch, stdin, declared, limits, as_root, None, read_only)
+        # deferred: loading fim.config.schema costs hundreds of ms
+        from fim.tools.egress import Egress
 
-    async with Egress(network) as egress:
-        return await _run(
-            argv, scratch, stdin, declared, limits, as_root, egress.directory, read_only
-        )
+        async with Egress(network) as egress:
+            return await _run(
+                argv, scratch, stdin, declared, limits, as_root, egress.directory, read_only
+            )
+
+
+MAX_CONCURRENT = max(2, min(8, os.cpu_count() or 2))
+"""Sandboxed commands one process runs at once; more wait for a slot. Each tree may use
+`memory_mb` and `max_processes`: without a cap, one model turn of many parallel `shell`
+calls multiplied that by the number of calls (the memory watchdog sees one tree)."""
+
+_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _slot() -> asyncio.Semaphore:
+    """The running loop's semaphore (an asyncio primitive belongs to one loop)."""
+    loop = asyncio.get_running_loop()
+    slots = _SLOTS.get(loop)
+    if slots is None:
+        slots = _SLOTS[loop] = asyncio.Semaphore(MAX_CONCURRENT)
+    return slots
 
 
 async def _run(
@@ -533,6 +593,10 @@ async def _run(
     read_only: Sequence[Path] = (),
 ) -> Outcome:
     data_fds: dict[str, int] = {}
+    try:
+        free_at_start: int | None = _free_bytes(scratch)
+    except OSError:
+        free_at_start = None
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
@@ -583,7 +647,13 @@ async def _run(
     out, err = Capture(limits.keep_output), Capture(limits.keep_output)
     out_pipe, err_pipe = os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0)
     pumps = asyncio.gather(out.pump(out_pipe), err.pump(err_pipe))
-    box = _Sandbox(process, limits, count_processes=os.geteuid() == 0 and not as_root)
+    box = _Sandbox(
+        process,
+        limits,
+        count_processes=os.geteuid() == 0 and not as_root,
+        scratch=scratch,
+        free_at_start=free_at_start,
+    )
     watcher = asyncio.ensure_future(box.watch())
 
     async def feed_and_wait() -> int:
@@ -626,6 +696,7 @@ async def _run(
         timed_out=timed_out,
         memory_exceeded=box.memory_exceeded,
         processes_exceeded=box.processes_exceeded,
+        disk_exceeded=box.disk_exceeded,
         peak_memory=box.peak,
         setup_error=setup_error,
     )
@@ -655,6 +726,12 @@ def observation(
         return fail(
             "the program started more processes than allowed and was killed. "
             "Use fewer processes or threads.\n" + body
+        )
+    if outcome.disk_exceeded:
+        return fail(
+            "the program wrote more to disk than one call may (or the disk is nearly "
+            "full) and was killed. Write less, and delete files in the scratch folder "
+            "you no longer need.\n" + body
         )
     if outcome.memory_exceeded:
         return fail(

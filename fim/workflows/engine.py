@@ -63,13 +63,26 @@ async def orphaned_runs(services: Services, limit: int = 200) -> list[RunState]:
     return [s for s in states if orphaned(s)]
 
 
+def _read_only_guard(snapshot: Snapshot, name: str, services: Services) -> Any:
+    """The read-only guard of a workflow run on its own in a read-only project."""
+    # deferred: loading fim.hooks.build costs tens of ms
+    from fim.config.schema import AgentDecl
+    from fim.hooks.build import read_only_chain
+    from fim.run.services import RunContext
+
+    agent = AgentDecl(name=name, description=f"workflow {name}")
+    return read_only_chain(RunContext(snapshot=snapshot, agent=agent, services=services))
+
+
 class WorkflowEngine:
     """Runs (or resumes) one workflow of a snapshot and yields its events.
 
     `tools` adds tools that `tool` nodes may name besides the builtins (an embedding
     application's own functions, or test doubles). `hooks` is passed on to agent nodes;
     `guard` is the hook runner of the agent that started the workflow (`run_workflow`):
-    every tool-like node and agent node runs under it.
+    every tool-like node and agent node runs under it. With hooks off (eval) the caller
+    passes what still applies (its read-only guard); a workflow run on its own in a
+    read-only project gets the read-only guard.
     """
 
     def __init__(
@@ -92,7 +105,9 @@ class WorkflowEngine:
         self.depth = depth
         self.parents = tuple(parents)
         self.hooks = hooks
-        self.guard = guard if hooks else None
+        if guard is None and snapshot.project.read_only:
+            guard = _read_only_guard(snapshot, workflow_name, services)
+        self.guard = guard
         self.extra_tools = {t.name: t for t in tools}
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.state: RunState | None = None

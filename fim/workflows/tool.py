@@ -79,7 +79,7 @@ def make_tool(ctx: RunContext, offered: list[str]) -> FunctionTool:
             depth=ctx.depth + 1,
             parents=(*ctx.parents, ctx.agent.name),
             hooks=ctx.hooks_enabled,
-            guard=ctx.hooks if ctx.hooks_enabled else None,
+            guard=ctx.hooks,  # with hooks off (eval): the read-only guard, if any
         )
         try:
             async for _ in engine.run(inputs or {}):

@@ -22,7 +22,7 @@ from urllib.parse import urljoin, urlsplit
 from fim.config.schema import WebFetchSettings
 from fim.tools.base import FunctionTool
 from fim.tools.builtin._common import clip, fail
-from fim.tools.builtin._html import html_to_text
+from fim.tools.builtin._html import page_text
 from fim.types import ToolResult
 
 if TYPE_CHECKING:
@@ -34,6 +34,8 @@ DEFAULT_MAX_CHARS = 20_000
 MAX_CHARS = 100_000
 MAX_BYTES = 5 * 1024 * 1024
 TIMEOUT = 20.0
+RENDER_TIMEOUT = 5.0
+"""Seconds the worker may spend turning a page's HTML into text."""
 USER_AGENT = "fim-web-fetch/0.1 (+https://github.com/fim)"
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -109,12 +111,26 @@ class Guard:
         return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
 
 
-def _render(url: str, status: int, content_type: str, body: str, max_chars: int) -> str:
-    if "html" in content_type:
-        title, text = html_to_text(body)
-        body = (f"Title: {title}\n\n" if title else "") + text
+async def _render(
+    url: str, status: int, content_type: str, body: str, max_chars: int
+) -> str | ToolResult:
+    """The observation of a fetched page. HTML is read in a killable worker: the page is
+    hostile input, and the parser's cost on crafted markup is not linear."""
     header = f"URL: {url}\nStatus: {status}\nContent-Type: {content_type or 'unknown'}\n\n"
-    return header + clip(body, max_chars, "page")
+    if "html" not in content_type:
+        return header + clip(body, max_chars, "page")
+    # deferred: loading fim.tools.isolate costs a few ms
+    from fim.tools import isolate
+
+    text = await isolate.run(
+        page_text,
+        body,
+        max_chars,
+        timeout=RENDER_TIMEOUT,
+        hint=f"The HTML of {url} is too costly to read; fetch a plain-text or JSON "
+        "version of it, or another page.",
+    )
+    return text if isinstance(text, ToolResult) else header + text
 
 
 def make(ctx: RunContext) -> FunctionTool:
@@ -162,7 +178,9 @@ def make(ctx: RunContext) -> FunctionTool:
             return fail(f"'{current}' is not a valid URL ({exc}). Fix the URL.")
         if truncated:
             text += f"\n[... download stopped at {MAX_BYTES} bytes]"
-        page = _render(current, status, ctype, text, max_chars)
+        page = await _render(current, status, ctype, text, max_chars)
+        if isinstance(page, ToolResult):
+            return page
         if status >= 400:
             return ToolResult(
                 content=f"Error: the server answered {status}. Check the URL.\n{page}",

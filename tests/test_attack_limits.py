@@ -1,0 +1,116 @@
+"""Hostile input that is not model-written but still untrusted: a fetched page.
+
+The standard library's HTML parser is quadratic on crafted markup (50 KB of `<a <a ...`
+took 15 s, on the event loop, before web_fetch read pages in a killable worker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_limits import LIMIT, Ticker, _stopped
+from test_tools_builtin import make_ctx, registry_for
+
+from fim.config.schema import Project, WebFetchSettings
+from fim.tools import isolate, sandbox
+from fim.tools.builtin import json_transform, web_fetch
+from fim.tools.registry import ToolRegistry
+from fim.types import ToolResult
+
+HOSTILE = b"<html><title>x</title><body>" + b"<a " * 40_000
+
+
+class _Hostile(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(HOSTILE)))
+        self.end_headers()
+        self.wfile.write(HOSTILE)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+@pytest.fixture
+def hostile_site() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+async def ticker() -> AsyncIterator[Ticker]:
+    await isolate.pool()  # started before counting: its one-off start-up is not the test
+    counter = Ticker()
+    task = asyncio.create_task(counter.run())
+    yield counter
+    task.cancel()
+
+
+async def test_a_page_crafted_to_stall_the_html_parser_is_stopped_off_the_loop(
+    tmp_path: Path, hostile_site: str, ticker: Ticker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(web_fetch, "RENDER_TIMEOUT", LIMIT)
+    project = Project(web_fetch=WebFetchSettings(allow_hosts=["127.0.0.1"]))
+    tools = registry_for(make_ctx(tmp_path, project, tools=["web_fetch"]))
+    result = await _stopped(tools.call("web_fetch", {"url": hostile_site}), ticker)
+    assert "too costly to read" in result.content
+
+
+@pytest.mark.skipif(sandbox.unavailable() is not None, reason="bubblewrap is not installed")
+async def test_a_sandbox_cannot_fill_the_disk_with_many_files_under_the_size_limit(
+    tmp_path: Path,
+) -> None:
+    """RLIMIT_FSIZE caps one file; a loop writing many of them filled the host's disk
+    (scratch/ is a host folder, and its files outlive the call)."""
+    scratch = tmp_path / "scratch"
+    limits = sandbox.Limits(timeout=20, disk_mb=16, max_file_bytes=8 * 1024 * 1024)
+    write = "for i in $(seq 1 40); do head -c 8000000 /dev/zero > f$i; sync f$i; done; echo all"
+    outcome = await sandbox.run(["bash", "-c", write], scratch=scratch, limits=limits)
+    assert outcome.disk_exceeded and not outcome.timed_out
+    assert b"all" not in outcome.stdout.data
+    written = sum(f.stat().st_size for f in scratch.iterdir())
+    assert written < 40 * 8_000_000 // 2  # stopped early, not after the loop
+    shown = sandbox.observation(outcome, limit=20, memory_mb=512, max_output=100, fix="", empty="")
+    assert isinstance(shown, ToolResult) and "wrote more to disk" in shown.content
+
+
+@pytest.mark.skipif(sandbox.unavailable() is not None, reason="bubblewrap is not installed")
+async def test_parallel_sandbox_calls_share_a_bounded_number_of_slots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One model turn may ask for many `shell` calls at once; each tree may use its full
+    memory limit, so the process runs at most MAX_CONCURRENT of them together."""
+    monkeypatch.setattr(sandbox, "MAX_CONCURRENT", 2)
+    scratch = tmp_path / "scratch"
+    count = "d=$(mktemp -d in/XXXXXX); ls in | wc -l; sleep 0.3; rmdir $d"
+    calls = [
+        sandbox.run(["bash", "-c", f"mkdir -p in; {count}"], scratch=scratch) for _ in range(4)
+    ]
+    outcomes = await asyncio.gather(*calls)
+    seen = [int(o.stdout.text()) for o in outcomes]
+    assert all(o.returncode == 0 for o in outcomes) and max(seen) <= 2, seen
+
+
+async def test_deeply_nested_arguments_are_refused_before_anything_walks_them() -> None:
+    """A 900-level document for json_transform crashed pebble's scheduler thread while it
+    pickled the call for the worker: the call hung past its 5 s limit (until the engine's
+    tool timeout). Arguments nested deeper than the HTTP body cap are now refused."""
+    deep: Any = "x"
+    for _ in range(900):
+        deep = {"a": deep}
+    tools = ToolRegistry([json_transform.TOOL])
+    result = await tools.call("json_transform", {"data": deep})
+    assert result.is_error and "nested more than 64 levels deep" in result.content
+    shallow = {"a": {"b": [1, 2, {"c": 3}]}}
+    fine = await tools.call("json_transform", {"data": shallow, "path": "$.a.b[2].c"})
+    assert not fine.is_error and fine.content.strip() == "3", fine.content
