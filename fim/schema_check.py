@@ -16,6 +16,9 @@ from typing import Any
 MAX_PROBLEMS = 5
 """Problems reported at most: enough to fix a call, short enough for a tool observation."""
 
+_PATTERNS: dict[str, Any] = {}
+"""Compiled RE2 patterns by source (None: RE2 cannot run it)."""
+
 _CACHE_LIMIT = 4096
 _VALIDATORS: dict[int, tuple[Mapping[str, Any], Any]] = {}
 """Validators by schema object id, holding the schema so the id cannot be reused."""
@@ -31,12 +34,105 @@ def validator(schema: Mapping[str, Any]) -> Any:
     # deferred: loading referencing costs tens of ms
     import jsonschema
 
-    cls = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
+    cls = _bounded(jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator))
     built = cls(schema)
     if len(_VALIDATORS) >= _CACHE_LIMIT:
         _VALIDATORS.clear()
     _VALIDATORS[id(schema)] = (schema, built)
     return built
+
+
+_BOUNDED: dict[Any, Any] = {}
+
+
+def pattern_matches(pattern: str, text: str) -> bool | None:
+    """Whether `text` matches the schema `pattern` (search semantics), run by RE2 in time
+    linear in the text; None when RE2 cannot run the pattern (lookaround, backreferences).
+
+    Patterns come from schemas (connector specs, MCP servers) and values from the model:
+    Python's `re` backtracks, so `^(a|aa)+$` against 35 characters held the event loop for
+    seconds, and it cannot be interrupted (the `regex` module's timeout fired 13 s late)."""
+    compiled = _PATTERNS.get(pattern, False)
+    if compiled is False:
+        # deferred: a compiled extension, loaded with the first pattern
+        import re2
+
+        options = re2.Options()
+        options.log_errors = False
+        try:
+            compiled = re2.compile(pattern, options)
+        except re2.error:
+            compiled = None
+        if len(_PATTERNS) >= _CACHE_LIMIT:
+            _PATTERNS.clear()
+        _PATTERNS[pattern] = compiled
+    if compiled is None:
+        return None
+    return compiled.search(text) is not None
+
+
+def _bounded(cls: Any) -> Any:
+    """`cls` with `pattern`, `patternProperties` and `additionalProperties` matching by RE2
+    (`pattern_matches`); `unevaluatedProperties` still asks `re` (a schema needs it and a
+    backtracking pattern in `patternProperties` together). A pattern RE2 cannot run is not
+    checked before the call: the value reaches the tool,
+    whose own side (the API, the MCP server) checks its input; the event loop never runs a
+    backtracking match on a model-written value."""
+    extended = _BOUNDED.get(cls)
+    if extended is None:
+        # deferred: loading jsonschema costs tens of ms
+        from jsonschema import ValidationError, validators
+
+        def pattern(validator: Any, patrn: str, instance: Any, schema: Any) -> Any:
+            if validator.is_type(instance, "string") and pattern_matches(patrn, instance) is False:
+                yield ValidationError(f"{instance!r} does not match {patrn!r}")
+
+        def pattern_properties(validator: Any, props: Any, instance: Any, schema: Any) -> Any:
+            if not validator.is_type(instance, "object"):
+                return
+            for patrn, subschema in props.items():
+                for key, value in instance.items():
+                    if pattern_matches(patrn, key):
+                        yield from validator.descend(value, subschema, path=key, schema_path=patrn)
+
+        def additional_properties(validator: Any, ap: Any, instance: Any, schema: Any) -> Any:
+            # jsonschema's own finds the extras with `re.search` over the patterns
+            if not validator.is_type(instance, "object"):
+                return
+            named, patterns = schema.get("properties", {}), schema.get("patternProperties", {})
+            extras = [
+                key
+                for key in instance
+                if key not in named
+                and not any(pattern_matches(p, key) is not False for p in patterns)
+            ]
+            if validator.is_type(ap, "object"):
+                for extra in extras:
+                    yield from validator.descend(instance[extra], ap, path=extra)
+            elif not ap and extras:
+                listed = ", ".join(repr(each) for each in sorted(extras))
+                if patterns:
+                    verb = "does" if len(extras) == 1 else "do"
+                    regexes = ", ".join(repr(each) for each in sorted(patterns))
+                    yield ValidationError(
+                        f"{listed} {verb} not match any of the regexes: {regexes}"
+                    )
+                else:
+                    verb = "was" if len(extras) == 1 else "were"
+                    yield ValidationError(
+                        f"Additional properties are not allowed ({listed} {verb} unexpected)"
+                    )
+
+        extend: Any = validators.extend
+        extended = _BOUNDED[cls] = extend(
+            cls,
+            {
+                "pattern": pattern,
+                "patternProperties": pattern_properties,
+                "additionalProperties": additional_properties,
+            },
+        )
+    return extended
 
 
 def _where(path: Any) -> str:
@@ -75,4 +171,11 @@ def schema_problem(schema: Any) -> str | None:
     return None
 
 
-__all__ = ["MAX_PROBLEMS", "problems", "schema_problem", "validator", "validator_problems"]
+__all__ = [
+    "MAX_PROBLEMS",
+    "pattern_matches",
+    "problems",
+    "schema_problem",
+    "validator",
+    "validator_problems",
+]

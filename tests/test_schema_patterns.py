@@ -1,0 +1,71 @@
+"""Schema patterns meet model-written values: matched by RE2, in time linear in the value,
+so a pattern with nested quantifiers (from a connector spec or an MCP server) cannot hold
+the event loop on a hostile argument."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import pytest
+
+from fim.schema_check import pattern_matches, problems
+
+CATASTROPHIC = "^(a|aa)+$"
+"""Python's `re` needs ~2^n steps to reject 'a' * n + '!': 35 characters took seconds."""
+
+
+def test_a_catastrophic_pattern_on_a_hostile_value_is_decided_at_once() -> None:
+    schema = {"type": "object", "properties": {"id": {"type": "string", "pattern": CATASTROPHIC}}}
+    found: list[list[str]] = []
+    checker = threading.Thread(
+        target=lambda: found.append(problems({"id": "a" * 5000 + "!"}, schema))
+    )
+    checker.start()
+    checker.join(timeout=30)  # a backtracking engine would need longer than the universe
+    assert not checker.is_alive()
+    assert found == [[f"id: {'a' * 5000 + '!'!r} does not match {CATASTROPHIC!r}"]]
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [r"^[a-z0-9_-]{3,16}$", r"^\d{4}-\d{2}-\d{2}$", r"\.json$", r"^(GET|POST)$", r"[A-Z]", "^$"],
+)
+@pytest.mark.parametrize("value", ["abc", "2026-12-01", "data.json", "POST", "get", "", "A_b-9"])
+def test_ordinary_patterns_decide_as_pythons_re_does(pattern: str, value: str) -> None:
+    assert pattern_matches(pattern, value) is (re.search(pattern, value) is not None)
+
+
+def test_a_pattern_re2_cannot_run_is_left_to_the_tool_not_run_on_the_loop() -> None:
+    """Lookaround and backreferences need backtracking: such a value goes to the tool (the
+    API or MCP server checks its own input) rather than through `re` on the event loop."""
+    assert pattern_matches(r"^(?=.*\d)\w+$", "no-digits") is None
+    schema = {"type": "string", "pattern": r"(\w)\1"}
+    assert problems("ab", schema) == []
+
+
+def test_additional_properties_sort_keys_with_the_same_engine() -> None:
+    """jsonschema's own `additionalProperties` runs `re.search` over the patterns: 45
+    characters against CATASTROPHIC would take it minutes."""
+    schema = {
+        "type": "object",
+        "patternProperties": {CATASTROPHIC: {"type": "integer"}},
+        "additionalProperties": False,
+    }
+    key = "a" * 45 + "!"
+    found: list[list[str]] = []
+    checker = threading.Thread(target=lambda: found.append(problems({key: 1}, schema)))
+    checker.start()
+    checker.join(timeout=30)
+    assert not checker.is_alive()
+    assert found == [[f"{key!r} does not match any of the regexes: {CATASTROPHIC!r}"]]
+
+
+def test_pattern_properties_match_keys_with_the_same_engine() -> None:
+    schema = {
+        "type": "object",
+        "patternProperties": {CATASTROPHIC: {"type": "integer"}},
+        "additionalProperties": {"type": "string"},
+    }
+    assert problems({"aaaa": 1, "a" * 3000 + "!": "text"}, schema) == []
+    assert problems({"aa": "two"}, schema) == ["aa: 'two' is not of type 'integer'"]
