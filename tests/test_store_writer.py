@@ -31,7 +31,7 @@ def test_concurrent_writes_share_transactions_and_a_failure_stays_alone(tmp_path
 
     async def main() -> None:
         await store.put_run("first", "agent", "a", "ok", {})  # opens the engine
-        writer = store._sqlite_writer()
+        writer = store._group_writer()
         before = writer.batches
         writes = [store.put_run(f"r{i}", "agent", "a", "ok", {"i": i}) for i in range(20)]
         results = await asyncio.gather(*writes, store._tx(failing), return_exceptions=True)
@@ -85,7 +85,7 @@ def test_deferred_write_is_seen_by_the_next_read_and_flushed_alone(tmp_path: Pat
     other = _store(tmp_path)  # another connection: sees only what was committed
 
     async def main() -> None:
-        writer = store._sqlite_writer()
+        writer = store._group_writer()
         writer.flush_after = 0.01
         await _usage(store, "r1")
         # a read of this process queues behind it
@@ -109,7 +109,7 @@ def test_close_writes_what_is_deferred(tmp_path: Path) -> None:
     store = _store(tmp_path)
 
     async def main() -> None:
-        store._sqlite_writer().flush_after = 3600  # only close() can write it
+        store._group_writer().flush_after = 3600  # only close() can write it
         await _usage(store, "r1")
 
     asyncio.run(main())
@@ -209,7 +209,7 @@ from fim.store.usage import record
 from fim.types import Usage
 
 store = Store("sqlite:///{db}")
-store._sqlite_writer().flush_after = 3600  # no timer: only the exit hook can write it
+store._group_writer().flush_after = 3600  # no timer: only the exit hook can write it
 asyncio.run(record(store, run_id="r", agent="a", model="m", status="ok", calls=1,
                    usage=Usage(prompt_tokens=3, completion_tokens=4)))
 """

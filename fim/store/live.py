@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from fim.masking import known
@@ -87,58 +87,51 @@ class EventLog:
     async def _drain(self) -> None:
         while self._pending:
             batch, self._pending = self._pending, []
-
-            def write(conn: Connection, batch: list[dict[str, Any]] = batch) -> None:
-                self._write(conn, batch)
-
+            write = self._unit(batch)
             try:
-                await self._store._tx(write)
-            except Exception:  # a lost event must never fail the run itself
+                self._next = await self._store._tx(write, self.run_id, self._what)
+            except Exception:  # a lost event must never fail the run (its record says so)
                 self.failed = True
-                log.exception("could not store events of run %s", self.run_id)
                 continue
             wake(self._store.url, self.run_id)
 
-    def _write(self, conn: Connection, batch: list[dict[str, Any]]) -> None:
-        # deferred: a third-party package, loaded only when this path runs
-        from sqlalchemy import select, text
+    @property
+    def _what(self) -> str:
+        return f"the events of run {self.run_id}"
 
-        runs = table("runs")
-        if self._next is None:
-            last = _LAST_SEQ.scalar(conn, {"run": self.run_id})
-            self._next = int(last or 0) + 1
-            found = select(runs.c.id).where(runs.c.id == self.run_id)
-            if self._record and conn.execute(found).first() is None:
-                now = time.time()
-                conn.execute(
-                    runs.insert().values(
-                        id=self.run_id, kind=self._kind, name=self._name, status="running",
-                        data={}, created_at=now, updated_at=now,
-                    )
-                )  # fmt: skip
-        rows = []
-        for event in known().value(batch):  # one pass over the batch (nearly always clean)
-            rows.append({"run_id": self.run_id, "seq": self._next, "event": event})
-            self._next += 1
-        _INSERT.execute(conn, rows)
-        if conn.dialect.name == "postgresql":
-            conn.execute(
-                text("SELECT pg_notify(:channel, :run)"), {"channel": CHANNEL, "run": self.run_id}
+    def _unit(self, batch: list[dict[str, Any]]) -> Callable[[Connection], int]:
+        """The write of `batch` (masked here, in one pass: nearly always clean): a unit of
+        the store's writer, which may run it again alone after a rollback, so it changes
+        nothing but the database and returns the next sequence number."""
+        events, first, record = known().value(batch), self._next, self._record
+        kind, name, run_id = self._kind, self._name, self.run_id
+
+        def write(conn: Connection) -> int:
+            seq = first
+            if seq is None:
+                seq = int(_LAST_SEQ.scalar(conn, {"run": run_id}) or 0) + 1
+                if record:
+                    now = time.time()
+                    row = {"id": run_id, "kind": kind, "name": name, "status": "running"}
+                    row.update(data={}, created_at=now, updated_at=now)
+                    _RUNNING.execute(conn, [row])
+            _INSERT.execute(
+                conn, [{"run_id": run_id, "seq": seq + i, "event": e} for i, e in enumerate(events)]
             )
+            if conn.dialect.name == "postgresql":
+                _NOTIFY.execute(conn, [{"run": run_id}])
+            return seq + len(events)
+
+        return write
 
     async def close(self) -> None:
         """Wait until every queued event is written."""
         if self._local is not None:
             if self._local:
                 self._record = False  # the caller writes the record with its final status
-                batch = list(self._local)
-
-                def write(conn: Connection) -> None:
-                    self._write(conn, batch)
-
                 # one write for the whole run, committed with the record the caller writes
                 # next; reads of the table queue behind it (fim.store.writer)
-                await self._store._write_behind(write, f"the events of run {self.run_id}")
+                await self._store._write_behind(self._unit(self._local), self._what, self.run_id)
             if _BUFFERS.get((self._store.url, self.run_id)) is self._local:
                 del _BUFFERS[(self._store.url, self.run_id)]
             self._local = None
@@ -155,10 +148,28 @@ def _last_seq() -> Any:
     return select(func.max(events.c.seq)).where(events.c.run_id == bindparam("run"))
 
 
+def _running() -> Any:
+    """A run's `running` record, unless it has one (a queued run, a resumed one)."""
+    # deferred: a third-party package, loaded only when this path runs
+    from sqlalchemy.dialects import postgresql
+
+    return postgresql.insert(table("runs")).on_conflict_do_nothing(index_elements=["id"])
+
+
+def _notify() -> Any:
+    """`pg_notify(channel, run id)`: delivered at commit to every process's listener."""
+    # deferred: a third-party package, loaded only when this path runs
+    from sqlalchemy import String, bindparam, func, literal_column, select
+
+    return select(func.pg_notify(literal_column(f"'{CHANNEL}'"), bindparam("run", type_=String)))
+
+
 _LAST_SEQ = Prepared(_last_seq, ["run"])
+_RUNNING = Prepared(_running, ["id", "kind", "name", "status", "data", "created_at", "updated_at"])
 _INSERT = Prepared(lambda: table("run_events").insert(), ["run_id", "seq", "event"])
-"""The statements of `EventLog._write`, compiled once (`fim.store.prepared`): building them
-per write cost SQLAlchemy's construction and cache-key generation every run."""
+_NOTIFY = Prepared(_notify, ["run"])
+"""The statements of `EventLog`, compiled once per dialect (`fim.store.prepared`): building
+them per write cost SQLAlchemy's construction and cache-key generation every run."""
 
 
 async def recorded(

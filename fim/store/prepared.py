@@ -1,13 +1,13 @@
-"""Statements a served run executes on SQLite, compiled once and run on the sqlite3 cursor.
+"""The statements a served run executes, compiled once and run on the driver's cursor.
 
-Every served run writes the same three statements (its usage row, its events, its record).
-SQLAlchemy Core spends more Python per execution than SQLite spends doing the work: an
-execution context, parameter processing per row, a result object, event dispatch (~15 us
-for one row, ~30 us more for a run's 13 events, on the store's one writer thread). Here
-the statement is still written with SQLAlchemy (one schema, both dialects) and compiled
-by it once per dialect; its parameters go through the column types' own bind processors
-(JSON serialisation), so the rows written are exactly those `conn.execute` would write.
-PostgreSQL (and any non-SQLite connection) takes the ordinary `conn.execute` path.
+Every served run writes the same few statements (its events, its usage row, its record).
+SQLAlchemy Core spends more Python per execution than the database spends doing the work:
+an execution context, parameter processing per row, a result object, event dispatch.
+Here the statement is still written with SQLAlchemy (one schema, both dialects) and
+compiled by it once per dialect; its parameters go through the column types' own bind
+processors (JSON serialisation), so the rows written are exactly those `conn.execute`
+would write. It runs on the sqlite3 connection or the psycopg cursor of the SQLAlchemy
+connection, inside its transaction (psycopg prepares it server-side after a few uses).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
 
 Processors = list[tuple[str, Callable[[Any], Any] | None]]
-"""Each positional parameter's name and its type's bind processor (None: passed as is)."""
+"""Each parameter's name and its type's bind processor (None: passed as is)."""
 
 
 class Prepared:
@@ -28,49 +28,53 @@ class Prepared:
     def __init__(self, build: Callable[[], Any], keys: Sequence[str]) -> None:
         self._build = build
         self.keys = tuple(keys)
-        self._statement: Any = None
-        self._compiled: tuple[str, Processors] | None = None
+        self._compiled: dict[str, tuple[str, Processors]] = {}
+        """Per dialect: the SQL text and its parameters (SQLite: positional, in order)."""
 
-    @property
-    def statement(self) -> Any:
-        if self._statement is None:
-            self._statement = self._build()
-        return self._statement
-
-    def _sqlite(
-        self, conn: Connection
-    ) -> tuple[str, list[tuple[str, Callable[[Any], Any] | None]]]:
-        if self._compiled is None:
-            compiled: Any = self.statement.compile(dialect=conn.dialect, column_keys=self.keys)
-            order = compiled.positiontup or []
+    def _compile(self, conn: Connection) -> tuple[str, Processors]:
+        dialect = conn.dialect
+        found = self._compiled.get(dialect.name)
+        if found is None:
+            compiled: Any = self._build().compile(dialect=dialect, column_keys=self.keys)
+            names = compiled.positiontup or list(compiled.binds)
             processors = [
-                (name, compiled.binds[name].type.bind_processor(conn.dialect)) for name in order
+                (name, compiled.binds[name].type.bind_processor(dialect)) for name in names
             ]
-            self._compiled = (compiled.string, processors)
-        return self._compiled
+            found = self._compiled[dialect.name] = (compiled.string, processors)
+        return found
+
+    def _params(self, conn: Connection, row: Mapping[str, Any]) -> Any:
+        processors = self._compile(conn)[1]
+        values = (p(row[name]) if p is not None else row[name] for name, p in processors)
+        if conn.dialect.name == "sqlite":
+            return tuple(values)
+        return dict(zip((name for name, _ in processors), values, strict=True))
 
     def execute(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
         """Execute for each row (an INSERT of many rows, an upsert)."""
-        if conn.dialect.name != "sqlite":
-            conn.execute(self.statement, list(rows))
-            return
-        sql, processors = self._sqlite(conn)
-        params = [
-            tuple(p(row[name]) if p is not None else row[name] for name, p in processors)
-            for row in rows
-        ]
+        sql = self._compile(conn)[0]
+        params = [self._params(conn, row) for row in rows]
         raw: Any = conn.connection.driver_connection
-        if len(params) == 1:
-            raw.execute(sql, params[0])
-        else:
-            raw.executemany(sql, params)
+        if conn.dialect.name == "sqlite":
+            if len(params) == 1:
+                raw.execute(sql, params[0])
+            else:
+                raw.executemany(sql, params)
+            return
+        with raw.cursor() as cursor:  # psycopg: executemany pipelines the rows
+            if len(params) == 1:
+                cursor.execute(sql, params[0])
+            else:
+                cursor.executemany(sql, params)
 
     def scalar(self, conn: Connection, row: Mapping[str, Any]) -> Any:
         """The first column of the first row a query returns (None when none)."""
-        if conn.dialect.name != "sqlite":
-            return conn.execute(self.statement, dict(row)).scalar()
-        sql, processors = self._sqlite(conn)
-        params = tuple(p(row[name]) if p is not None else row[name] for name, p in processors)
+        sql = self._compile(conn)[0]
+        params = self._params(conn, row)
         raw: Any = conn.connection.driver_connection
-        found = raw.execute(sql, params).fetchone()
+        if conn.dialect.name == "sqlite":
+            found = raw.execute(sql, params).fetchone()
+        else:
+            with raw.cursor() as cursor:
+                found = cursor.execute(sql, params).fetchone()
         return None if found is None else found[0]

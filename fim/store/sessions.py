@@ -34,7 +34,7 @@ class Sessions:
         """(owner hash, conversation) of a session, None when there is none."""
         sessions = table("sessions")
         query = sessions.select().where(sessions.c.id == session_id)
-        row = await self.store._tx(lambda c: c.execute(query).mappings().first())
+        row = await self.store._read(lambda c: c.execute(query).mappings().first())
         if row is None:
             return None
         return row["owner"], [Message.model_validate(m) for m in row["messages"]]

@@ -39,8 +39,9 @@ async def record(
     session's account, in the same transaction).
 
     Written behind (`Store._write_behind`): on SQLite this returns before the commit, and
-    the run's record, awaited right after, commits it in the same transaction; every later
-    read of this process (a daily or session budget) comes after it all the same."""
+    the run's record, awaited right after, commits it in the same transaction (and raises
+    if it could not be written); every later read of this process (a daily or session
+    budget) comes after it all the same. On PostgreSQL it is committed when this returns."""
     ts = time.time() if ts is None else ts
     row = {
         "ts": ts,
@@ -76,7 +77,7 @@ async def record(
         for name, values in rows:
             _insert(name, values).execute(conn, [values])
 
-    await store._write_behind(write, f"the usage of run {run_id}")
+    await store._write_behind(write, f"the usage of run {run_id}", run_id)
 
 
 _INSERTS: dict[str, Prepared] = {}
@@ -120,7 +121,7 @@ async def summary(
         query = query.where(usage.c.day >= since)
     if agent is not None:
         query = query.where(usage.c.agent == agent)
-    rows = await store._tx(lambda conn: list(conn.execute(query).mappings()))
+    rows = await store._read(lambda conn: list(conn.execute(query).mappings()))
     out = []
     for row in rows:
         item = {k: int(row[k] or 0) for k in _COUNTS}
@@ -163,7 +164,7 @@ async def _sum(store: Store, name: str, key: str, value: str, agent: str | None)
     ).where(usage.c[key] == value)
     if agent is not None:
         query = query.where(usage.c.agent == agent)
-    row = await store._tx(lambda conn: conn.execute(query).one())
+    row = await store._read(lambda conn: conn.execute(query).one())
     return Usage(
         prompt_tokens=int(row[0] or 0),
         completion_tokens=int(row[1] or 0),

@@ -1,25 +1,30 @@
-"""SQLite's one writer thread, with group commit.
+"""The state store's writer: one thread, one connection, group commit.
 
-A SQLite file has one writer at a time, and each commit is the expensive part of a write
-(the WAL append, the lock, SQLAlchemy's transaction bookkeeping). A served run writes three
-things (its usage, its events, its record), and ten concurrent runs thirty: one
-transaction each made the writer thread the biggest CPU cost of `fim serve` after the run
-itself. So every unit of work queues here, and the thread takes *everything* queued when it
-wakes and runs it in one transaction, each unit in a SAVEPOINT of its own (one that fails
-is rolled back and reported to its caller alone; the others commit).
+Each commit is the expensive part of a write (SQLite: the WAL append and the file lock;
+PostgreSQL: a round trip, and the pool checkout, BEGIN and COMMIT bookkeeping around it).
+A served run writes several things (its events, its usage, its record) and ten concurrent
+runs ten times that, so every write of a process queues here and one thread takes
+*everything* queued when it wakes and commits it in one transaction. SQLite's reads queue
+here too: a SQLite file has one writer, and a read must see what this process queued
+before it.
+
+A unit that raises rolls the transaction back; then each unit of the batch runs again
+alone, in its own transaction, so the failure reaches its own caller and the others are
+committed. A unit must therefore be a function of the connection and of what it captured,
+with no effect outside the database. A failure at COMMIT is reported to every unit of the
+batch (nothing is retried then: whether the server committed is unknown).
 
 Two ways in:
 
-- `run(work)`: wait for the commit and get the result (or the exception). Everything
-  queued before it is in the same or an earlier transaction, so when a caller hears back,
-  all the writes it queued before are durable too (to the `synchronous` level of the store).
-- `defer(work)`: queue and return at once. It is written with the next `run`, or after
-  `flush_after` seconds if none comes (at the latest when the store closes or the
-  interpreter exits), and in order: a later `run` of this process (a read included) sees
-  it. Failures are logged. For writes whose caller does not need to wait:
-  a run's usage row, written just before the run's record, which is awaited anyway.
-
-One connection is kept for the life of the thread (no pool checkout per transaction).
+- `run(work, key)`: wait for the commit, get the result or the exception. Everything
+  queued before it is in the same or an earlier transaction, so a caller that hears back
+  knows its earlier deferred writes are durable too.
+- `defer(work, what, key)`: queue and return at once (SQLite's usage row and event log of
+  a run, written with the run's record awaited right after). Written with the next `run`,
+  or `flush_after` seconds later if none comes, at the latest when the store closes or
+  the interpreter exits. A failure is logged, and the next `run` with the same `key` (the
+  run's record) raises `WriteBehindError` once its own work is committed: a run's record
+  never hides that its usage or events were lost.
 """
 
 from __future__ import annotations
@@ -28,34 +33,40 @@ import asyncio
 import atexit
 import contextlib
 import logging
+import queue
 import threading
+import time
 import weakref
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection, Engine
+    from sqlalchemy import Connection
 
 T = TypeVar("T")
 
 log = logging.getLogger("fim.store")
 
+_LOST_KEPT = 1000
+"""Failures of deferred units kept for the `run` of their key; the oldest go first."""
+
+
+class WriteBehindError(RuntimeError):
+    """A deferred unit failed; raised by the next awaited write with its key."""
+
 
 class _Item(Generic[T]):
-    __slots__ = ("error", "future", "loop", "result", "what", "work")
+    __slots__ = ("error", "future", "key", "loop", "result", "what", "work")
 
     def __init__(
         self,
         work: Callable[[Connection], T],
-        loop: asyncio.AbstractEventLoop,
+        loop: asyncio.AbstractEventLoop | None,
         future: asyncio.Future[T] | None,
-        what: str = "",
+        what: str,
+        key: str | None,
     ) -> None:
-        self.work = work
-        self.what = what
-        self.loop = loop
-        self.future = future
+        self.work, self.loop, self.future, self.what, self.key = work, loop, future, what, key
         self.result: Any = None
         self.error: BaseException | None = None
 
@@ -64,110 +75,153 @@ class GroupWriter:
     """Runs units of work on one thread, everything queued together in one transaction."""
 
     def __init__(
-        self, engine: Callable[[], Engine], *, name: str = "fim-store", flush_after: float = 0.05
+        self,
+        connect: Callable[[], Connection],
+        *,
+        name: str = "fim-store",
+        flush_after: float = 0.05,
     ) -> None:
-        self._engine = engine
+        self._connect = connect
         self._name = name
         self.flush_after = flush_after
-        self._lock = threading.Lock()
-        self._queue: list[_Item[Any]] = []
-        self._submitted = False
-        """A batch job is on the executor and has not taken the queue yet."""
-        self._timer_loop: asyncio.AbstractEventLoop | None = None
-        """The loop whose flush timer is armed for the deferred units (None: no timer)."""
-        self._executor: ThreadPoolExecutor | None = None
+        self._queue: queue.SimpleQueue[_Item[Any] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._start = threading.Lock()
         self._conn: Connection | None = None
+        self._lost: dict[str, str] = {}
+        """Key -> what of it could not be stored, until a `run` with that key hears it."""
         self.batches = 0
-        """Transactions committed (or tried) so far: tests see group commit happen."""
+        """Transactions tried so far (retries alone not counted): tests see group commit."""
         _WRITERS.add(self)
 
-    async def run(self, work: Callable[[Connection], T]) -> T:
+    async def run(
+        self, work: Callable[[Connection], T], key: str | None = None, what: str = ""
+    ) -> T:
+        """Run `work` and return its result once committed. With `what` (a write behind
+        that its caller awaits), a failure is also kept for the next `run` with `key` and no
+        `what`, as a deferred unit's is; without, that `run` raises `WriteBehindError`
+        for what was lost (after committing its own work)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._put(_Item(work, loop, future), now=True)
+        self._put(_Item(work, loop, future, what, key))
         return await future
 
-    def defer(self, work: Callable[[Connection], Any], what: str) -> None:
-        """Queue `work` without waiting for it (call from a running event loop); a failure
-        is logged as "could not store `what`"."""
-        loop = asyncio.get_running_loop()
-        if self._put(_Item(work, loop, None, what), now=False):
-            loop.call_later(self.flush_after, self._kick, loop)
+    def defer(self, work: Callable[[Connection], Any], what: str, key: str | None = None) -> None:
+        """Queue `work` without waiting for it; a failure is logged as "could not store
+        `what`" and raised by the next `run` with `key`."""
+        self._put(_Item(work, None, None, what, key))
 
-    def _put(self, item: _Item[Any], *, now: bool) -> bool:
-        """Queue `item`; True when the caller must arm the flush timer."""
-        with self._lock:
-            self._queue.append(item)
-            if self._submitted:
-                return False
-            if now:
-                self._submit()
-                return False
-            timer = self._timer_loop
-            if timer is not None and timer is item.loop and not timer.is_closed():
-                return False
-            self._timer_loop = item.loop  # none armed, or on a loop that is gone
-            return True
+    def _put(self, item: _Item[Any]) -> None:
+        if self._thread is None:
+            with self._start:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._loop, name=self._name)
+                    self._thread.daemon = True  # stopped by close() (or at exit, below)
+                    self._thread.start()
+        self._queue.put(item)
 
-    def _kick(self, loop: asyncio.AbstractEventLoop) -> None:
-        with self._lock:
-            if self._timer_loop is loop:
-                self._timer_loop = None
-            if self._queue and not self._submitted:
-                self._submit()
-
-    def _submit(self) -> None:  # with self._lock held
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self._name)
-        self._submitted = True
-        self._executor.submit(self._batch)
+    def close(self) -> None:
+        """Write what is queued, then stop the thread and close its connection."""
+        with self._start:
+            thread, self._thread = self._thread, None
+            if thread is not None:
+                self._queue.put(None)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
 
     # ------------------------------------------------------------------ writer thread
 
-    def _batch(self) -> None:
-        with self._lock:
-            batch, self._queue = self._queue, []
-            self._submitted = False
-        # a caller that was cancelled before its turn does not want its work done
+    def _loop(self) -> None:
+        stop = False
+        while not stop:
+            first = self._queue.get()
+            if first is None:
+                break
+            batch = [first]
+            deadline: float | None = None
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    if any(i.future is not None for i in batch):
+                        break  # somebody waits: commit now
+                    # only deferred units: give an awaited write `flush_after` to join them
+                    deadline = deadline or time.monotonic() + self.flush_after
+                    try:
+                        item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                    except queue.Empty:
+                        break
+                if item is None:
+                    stop = True
+                    break
+                batch.append(item)
+            self._batch(batch)
+        self._close_conn()
+
+    def _batch(self, batch: list[_Item[Any]]) -> None:
+        # a caller cancelled before its turn does not want its work done
         items = [i for i in batch if i.future is None or not i.future.cancelled()]
-        if items:
-            self._write(items)
+        if not items:
+            return
+        self.batches += 1
+        if not self._transaction(items) and (len(items) > 1 or self._conn is None):
+            for item in items:  # rolled back: each alone (a dropped connection: once more)
+                item.error = None
+                self._transaction([item])
         self._deliver(items)
 
-    def _write(self, items: list[_Item[Any]]) -> None:
-        self.batches += 1
-        conn = self._conn
+    def _transaction(self, items: list[_Item[Any]]) -> bool:
+        """Run `items` in one transaction; False when it failed before COMMIT (nothing was
+        written, each can run again)."""
+        current = items[0]
         try:
+            conn = self._conn
             if conn is None or conn.closed or conn.invalidated:
-                conn = self._conn = self._engine().connect()
-            with conn.begin():
-                if len(items) == 1:
-                    items[0].result = items[0].work(conn)
-                else:
-                    # on the sqlite3 connection itself: SQLAlchemy's begin_nested() (or
-                    # even exec_driver_sql) costs more per SAVEPOINT than a unit's write
-                    raw: Any = conn.connection.driver_connection
-                    for item in items:
-                        raw.execute("SAVEPOINT fim_unit")
-                        try:
-                            item.result = item.work(conn)
-                        except Exception as exc:
-                            item.error = exc
-                            raw.execute("ROLLBACK TO fim_unit")
-                        raw.execute("RELEASE fim_unit")
-        except Exception as exc:  # BEGIN or COMMIT failed: nothing of the batch was written
+                conn = self._conn = self._connect()
+            transaction = conn.begin()
+            for current in items:
+                current.result = current.work(conn)
+        except Exception as exc:
+            current.error = exc
+            self._after_failure(rollback=True)
+            return False
+        try:
+            transaction.commit()
+        except Exception as exc:
             for item in items:
-                item.error = item.error or exc
-            if conn is not None and conn.invalidated:
-                self._close_conn()
+                item.error = exc
+            self._after_failure(rollback=False)
+        return True
+
+    def _after_failure(self, *, rollback: bool) -> None:
+        conn = self._conn
+        if conn is None:
+            return
+        if rollback and not conn.invalidated:
+            try:
+                conn.rollback()
+                return
+            except Exception:
+                log.debug("rolling back the state store's transaction failed", exc_info=True)
+        self._close_conn()  # a dropped connection: the next transaction opens another
 
     def _deliver(self, items: list[_Item[Any]]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list[_Item[Any]]] = {}
         for item in items:
+            if item.error is not None and item.what:
+                log.error("could not store %s", item.what, exc_info=item.error)
+                if item.key is not None:
+                    lost = self._lost.get(item.key)
+                    self._lost[item.key] = f"{lost}; {item.what}" if lost else item.what
+                    while len(self._lost) > _LOST_KEPT:
+                        del self._lost[next(iter(self._lost))]
             if item.future is None:
-                if item.error is not None:
-                    log.error("could not store %s", item.what, exc_info=item.error)
                 continue
+            if item.key in self._lost and not item.what and item.error is None:
+                item.error = WriteBehindError(
+                    f"could not store {self._lost.pop(item.key)} (the log says why)"
+                )
+            assert item.loop is not None
             by_loop.setdefault(item.loop, []).append(item)
         for loop, waiting in by_loop.items():
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
@@ -181,34 +235,16 @@ class GroupWriter:
             except Exception:
                 log.debug("closing the state store connection failed", exc_info=True)
 
-    def close(self) -> None:
-        """Write what is queued, then stop the thread and close its connection."""
-        with self._lock:
-            if self._queue and not self._submitted:
-                self._submit()
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.submit(self._close_conn)
-            executor.shutdown(wait=True)
-        else:
-            self._close_conn()
-
 
 _WRITERS: weakref.WeakSet[GroupWriter] = weakref.WeakSet()
 
 
 @atexit.register
 def _write_what_waits() -> None:
-    """At interpreter exit, write the deferred units nobody closed the store for (their
-    loop, which would have fired the flush timer, is gone): a `fim` command that ends
-    right after a run still has that run's usage row written. A batch already handed to
-    the thread was run by concurrent.futures' own exit hook, which comes first."""
+    """At interpreter exit, write the deferred units nobody closed the store for: a `fim`
+    command that ends right after a run still has that run's usage row written."""
     for writer in list(_WRITERS):
-        with writer._lock:
-            waiting = bool(writer._queue) and not writer._submitted
-        if waiting:
-            writer._batch()
-        writer._close_conn()
+        writer.close()
 
 
 def _resolve(items: list[_Item[Any]]) -> None:

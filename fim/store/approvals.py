@@ -1,0 +1,161 @@
+"""Human approvals in the state store: a `confirm` hook's or a workflow `human` node's
+request, pending until someone decides (any process, any replica) or it expires."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from fim.masking import known, mask_value
+from fim.store.engine import Database
+from fim.store.records import Approval, ApprovalStatus
+from fim.store.schema import table
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+
+def _expire(conn: Connection) -> None:
+    approvals = table("approvals")
+    conn.execute(
+        approvals.update()
+        .where(approvals.c.status == "pending")
+        .where(approvals.c.expires_at.is_not(None))
+        .where(approvals.c.expires_at <= time.time())
+        .values(status="expired", resolved_at=approvals.c.expires_at, resolved_by="timeout")
+    )
+
+
+def _approval(conn: Connection, approval_id: str) -> Approval | None:
+    approvals = table("approvals")
+    row = conn.execute(approvals.select().where(approvals.c.id == approval_id)).mappings()
+    found = row.first()
+    return Approval(**found) if found else None
+
+
+class Approvals(Database):
+    async def create_approval(
+        self,
+        run_id: str,
+        agent: str,
+        tool_name: str,
+        args: dict[str, Any],
+        reason: str,
+        expires_at: float | None,
+        kind: str = "tool",
+        data: dict[str, Any] | None = None,
+    ) -> str:
+        """Store a pending approval and return its id (short, to type in a shell)."""
+        approval_id = uuid.uuid4().hex[:12]
+        mask = known()
+        args, reason, data = mask_value(args, mask.text), mask.text(reason), mask.value(data)
+        insert = table("approvals").insert().values(
+            id=approval_id, run_id=run_id, agent=agent, tool_name=tool_name, args=args,
+            reason=reason, kind=kind, data=data or {}, status="pending",
+            created_at=time.time(), expires_at=expires_at,
+        )  # fmt: skip
+        await self._tx(lambda c: c.execute(insert))
+        return approval_id
+
+    async def get_approval(self, approval_id: str) -> Approval | None:
+        """The approval, reading as `expired` once its deadline has passed."""
+
+        def work(conn: Connection) -> Approval | None:
+            _expire(conn)
+            return _approval(conn, approval_id)
+
+        return await self._tx(work)
+
+    async def list_approvals(
+        self,
+        status: ApprovalStatus | None = "pending",
+        *,
+        agent: str | None = None,
+        tool_name: str | None = None,
+        limit: int = 200,
+    ) -> list[Approval]:
+        """Approvals with this status (None: all), newest first."""
+        approvals = table("approvals")
+        query = approvals.select().order_by(approvals.c.created_at.desc()).limit(limit)
+        for column, value in (("status", status), ("agent", agent), ("tool_name", tool_name)):
+            if value is not None:
+                query = query.where(approvals.c[column] == value)
+
+        def work(conn: Connection) -> list[Approval]:
+            _expire(conn)
+            return [Approval(**row) for row in conn.execute(query).mappings()]
+
+        return await self._tx(work)
+
+    async def resolve_approval(
+        self,
+        approval_id: str,
+        approved: bool,
+        by: str = "cli",
+        data: dict[str, Any] | None = None,
+    ) -> Approval | None:
+        """Approve or deny a *pending* approval; `data` is merged into its data.
+
+        Returns the approval as it now is (unchanged when it was no longer pending, so the
+        caller can say it had already expired or been decided), or None for an unknown id.
+        """
+        approvals = table("approvals")
+
+        def work(conn: Connection) -> Approval | None:
+            _expire(conn)
+            current = _approval(conn, approval_id)
+            if current is None or current.status != "pending":
+                return current
+            conn.execute(
+                approvals.update()
+                .where(approvals.c.id == approval_id)
+                .where(approvals.c.status == "pending")
+                .values(
+                    status="approved" if approved else "denied",
+                    resolved_at=time.time(),
+                    resolved_by=by,
+                    data=known().value({**current.data, **(data or {})}),
+                )
+            )
+            return _approval(conn, approval_id)
+
+        return await self._tx(work)
+
+    async def consume_approval(self, approval_id: str) -> bool:
+        """Mark an approved approval as used; False if it was not approved or already used.
+
+        This makes one approval allow exactly one call, even when a restarted run and the
+        original one both find it.
+        """
+        approvals = table("approvals")
+        update = (
+            approvals.update()
+            .where(approvals.c.id == approval_id)
+            .where(approvals.c.status == "approved")
+            .where(approvals.c.consumed_at.is_(None))
+            .values(consumed_at=time.time())
+        )
+        return bool(await self._tx(lambda c: c.execute(update).rowcount))
+
+    async def wait_approval(
+        self, approval_id: str, timeout: float, poll: float = 0.25
+    ) -> Approval | None:
+        """Poll until the approval is decided or expires, or `timeout` seconds pass.
+
+        Polling (not notifications) because the decision may come from another process on
+        another machine; SQLite and PostgreSQL both serve it without extra moving parts.
+        """
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            approval = await self.get_approval(approval_id)
+            if approval is None or approval.status != "pending":
+                return approval
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return approval
+            wait = poll
+            if approval.expires_at is not None:
+                wait = min(wait, max(0.0, approval.expires_at - time.time()) + 0.005)
+            await asyncio.sleep(min(wait, remaining))

@@ -1,0 +1,67 @@
+"""Run records in the state store: one row per agent or workflow run, upserted as it goes."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from fim.masking import known
+from fim.store.engine import Database
+from fim.store.records import RunRecord
+from fim.store.schema import table
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+_RUN_KEYS = ["id", "created_at", "updated_at", "kind", "name", "status", "data"]
+
+
+class Runs(Database):
+    async def put_run(
+        self, run_id: str, kind: str, name: str, status: str, data: dict[str, Any]
+    ) -> None:
+        """Insert or update a run; `created_at` is kept from the first write. Like every
+        write here, the data is masked (`fim.masking.known`): the state database is an
+        exit like any other (backups, replicas, `fim approvals list`). Raises
+        `fim.store.writer.WriteBehindError` (after writing the record) when the run's
+        usage or events, written behind, could not be stored."""
+        mask = known()
+        name, data = mask.text(name), mask.value(data)
+
+        def work(conn: Connection) -> None:
+            now = time.time()
+            row = {"id": run_id, "created_at": now, "updated_at": now, "kind": kind}
+            row.update(name=name, status=status, data=data)
+            dialect = conn.dialect.name
+            upsert = self._statement(f"put_run:{dialect}", lambda: run_upsert(dialect), _RUN_KEYS)
+            upsert.execute(conn, [row])
+
+        await self._tx(work, key=run_id)
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        runs = table("runs")
+        row = await self._read(
+            lambda c: c.execute(runs.select().where(runs.c.id == run_id)).mappings().first()
+        )
+        return RunRecord(**row) if row else None
+
+    async def list_runs(self, kind: str | None = None, limit: int = 50) -> list[RunRecord]:
+        """Newest first."""
+        runs = table("runs")
+        query = runs.select().order_by(runs.c.created_at.desc()).limit(limit)
+        if kind is not None:
+            query = query.where(runs.c.kind == kind)
+        rows = await self._read(lambda c: list(c.execute(query).mappings()))
+        return [RunRecord(**row) for row in rows]
+
+
+def run_upsert(dialect_name: str) -> Any:
+    """INSERT a run, or UPDATE it keeping `created_at`: one statement (both dialects have
+    ON CONFLICT) instead of an UPDATE and, for every new run, an INSERT after it."""
+    # deferred: loading sqlalchemy costs hundreds of ms
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    runs = table("runs")
+    statement: Any = (postgresql if dialect_name == "postgresql" else sqlite).insert(runs)
+    kept = {c: statement.excluded[c] for c in ("kind", "name", "status", "data", "updated_at")}
+    return statement.on_conflict_do_update(index_elements=[runs.c.id], set_=kept)
