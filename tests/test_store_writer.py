@@ -1,17 +1,25 @@
-"""SQLite's writer thread (fim.store.writer): group commit, a failing unit alone, deferred
-writes in order and never lost, and the store's `synchronous` level."""
+"""The store's writer thread (fim.store.writer): group commit, a failing unit reported to its
+caller alone, deferred writes in order and never lost, a lost write behind failing the run's
+record, a dropped PostgreSQL connection replaced, and SQLite's `synchronous` level.
+
+The tests taking `url` run on SQLite and on PostgreSQL (FIM_TEST_POSTGRES_URL; skipped only
+when it is unset), each PostgreSQL test in a schema of its own."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import Connection
 
-from fim.store import SQLITE_SYNCHRONOUS, Store
+from fim.store import SQLITE_SYNCHRONOUS, Store, WriteBehindError
 from fim.store.schema import table
 from fim.store.usage import record, spent, utc_day
 from fim.types import Usage
@@ -21,27 +29,107 @@ def _store(tmp_path: Path) -> Store:
     return Store(f"sqlite:///{tmp_path / 'state.db'}")
 
 
-def test_concurrent_writes_share_transactions_and_a_failure_stays_alone(tmp_path: Path) -> None:
-    store = _store(tmp_path)
+PG_URL = os.environ.get("FIM_TEST_POSTGRES_URL")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty state database URL of each backend."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'state.db'}"
+        return
+    if not PG_URL:
+        pytest.skip("FIM_TEST_POSTGRES_URL is not set")
+    import psycopg
+
+    schema = f"fim_test_{uuid.uuid4().hex[:10]}"
+    conninfo = PG_URL.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    sep = "&" if "?" in PG_URL else "?"
+    yield f"{PG_URL}{sep}options=-csearch_path%3D{schema}"
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def test_concurrent_writes_share_transactions_and_a_failure_stays_alone(url: str) -> None:
+    store = Store(url)
+    values = {"kind": "agent", "name": "a", "status": "ok", "data": {}}
 
     def failing(conn: Connection) -> None:
-        values = {"kind": "agent", "name": "a", "status": "ok", "data": {}}
         conn.execute(table("runs").insert().values(id="dup", created_at=0, updated_at=0, **values))
-        raise RuntimeError("unit fails after writing")  # its SAVEPOINT is rolled back
+        raise RuntimeError("unit fails after writing")  # rolled back, the others run again
+
+    def duplicate(conn: Connection) -> None:  # the database refuses it (PostgreSQL: the
+        # whole transaction is aborted at that point)
+        conn.execute(
+            table("runs").insert().values(id="first", created_at=0, updated_at=0, **values)
+        )
 
     async def main() -> None:
         await store.put_run("first", "agent", "a", "ok", {})  # opens the engine
         writer = store._group_writer()
         before = writer.batches
         writes = [store.put_run(f"r{i}", "agent", "a", "ok", {"i": i}) for i in range(20)]
-        results = await asyncio.gather(*writes, store._tx(failing), return_exceptions=True)
-        assert isinstance(results[-1], RuntimeError)
-        assert results[:-1] == [None] * 20
-        assert writer.batches - before < 21  # queued together, committed together
+        results = await asyncio.gather(
+            *writes[:10], store._tx(failing), store._tx(duplicate), *writes[10:],
+            return_exceptions=True,
+        )  # fmt: skip
+        assert isinstance(results[10], RuntimeError)
+        assert "first" in str(results[11])  # the IntegrityError, to its own caller
+        assert results[:10] + results[12:] == [None] * 20
+        assert writer.batches - before < 22  # queued together, committed together
         runs = await store.list_runs(limit=100)
         assert {r.id for r in runs} == {"first", *(f"r{i}" for i in range(20))}  # not "dup"
         found = await store.get_run("r7")
         assert found is not None and found.data == {"i": 7}
+
+    try:
+        asyncio.run(main())
+    finally:
+        store.close()
+
+
+def test_a_lost_write_behind_fails_the_runs_record_loudly(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run's event log that could not be stored: logged, and the run's record (written
+    all the same) raises; another run's record does not."""
+    from fim.store.live import EventLog
+
+    store = Store(url)
+
+    async def main() -> None:
+        log = EventLog(store, "lost", "agent", "a")
+        log.add({"type": "run_started"})
+        log.add({"type": "message", "text": object()})  # not JSON: the INSERT fails
+        await log.close()
+        await store.put_run("other", "agent", "a", "ok", {})
+        with pytest.raises(WriteBehindError, match="the events of run lost"):
+            await store.put_run("lost", "agent", "a", "ok", {"output": "done"})
+        record = await store.get_run("lost")
+        assert record is not None and record.status == "ok"  # the record itself is stored
+        await store.put_run("lost", "agent", "a", "ok", {})  # reported once
+
+    try:
+        with caplog.at_level(logging.ERROR, logger="fim.store"):
+            asyncio.run(main())
+    finally:
+        store.close()
+    assert "could not store the events of run lost" in caplog.text
+
+
+def test_the_writer_replaces_a_dropped_postgres_connection(url: str) -> None:
+    if url.startswith("sqlite"):
+        pytest.skip("PostgreSQL only: a server that drops the connection")
+    store = Store(url)
+
+    async def main() -> None:
+        await store.put_run("before", "agent", "a", "ok", {})
+        pid = await store._tx(lambda c: c.exec_driver_sql("SELECT pg_backend_pid()").scalar())
+        await store._read(lambda c: c.exec_driver_sql(f"SELECT pg_terminate_backend({pid})"))
+        await store.put_run("after", "agent", "a", "ok", {})  # run again on a new connection
+        assert {r.id for r in await store.list_runs()} == {"before", "after"}
 
     try:
         asyncio.run(main())
@@ -160,31 +248,33 @@ def test_sqlite_store_runs_wal_with_synchronous_normal(tmp_path: Path) -> None:
         store.close()
 
 
-def test_prepared_statements_write_what_sqlalchemy_writes(tmp_path: Path) -> None:
-    from fim.store.prepared import Prepared
+def test_prepared_statements_write_what_sqlalchemy_writes(url: str) -> None:
+    from fim.store.prepared import ROWS_PER_STATEMENT, Prepared
 
-    store = _store(tmp_path)
+    store = Store(url)
     events = table("run_events")
     event = {"type": "message", "text": 'naïve "quoted" \\ text', "n": [1, 2.5, None]}
     prepared = Prepared(events.insert, ["run_id", "seq", "event"])
+    many = ROWS_PER_STATEMENT * 2 + 3  # full multi-row statements and a shorter one
 
     def write(conn: Connection) -> list[tuple[str, int, str]]:
         conn.execute(events.insert(), [{"run_id": "core", "seq": 1, "event": event}])
         prepared.execute(conn, [{"run_id": "prep", "seq": 1, "event": event}])
-        prepared.execute(conn, [{"run_id": "prep", "seq": n, "event": event} for n in (2, 3)])
-        raw = "SELECT run_id, seq, event FROM fim_run_events ORDER BY run_id, seq"
+        rows = [{"run_id": "prep", "seq": n, "event": {**event, "seq": n}} for n in range(2, many)]
+        prepared.execute(conn, rows)
+        raw = "SELECT run_id, seq, CAST(event AS TEXT) FROM fim_run_events ORDER BY run_id, seq"
         return [(str(r[0]), int(r[1]), str(r[2])) for r in conn.exec_driver_sql(raw)]
 
     try:
         rows = asyncio.run(store._tx(write))
     finally:
         store.close()
-    assert [r[:2] for r in rows] == [("core", 1), ("prep", 1), ("prep", 2), ("prep", 3)]
-    assert {r[2] for r in rows} == {rows[0][2]}  # the same JSON text, byte for byte
+    assert [r[:2] for r in rows] == [("core", 1), *(("prep", n) for n in range(1, many))]
+    assert rows[1][2] == rows[0][2]  # the same JSON text, byte for byte
+    assert [json.loads(r[2]).get("seq") for r in rows[2:]] == list(range(2, many))
 
 
 def test_json_columns_round_trip_what_json_does() -> None:
-    import json
     import math
 
     from fim.store.schema import json_text

@@ -112,8 +112,8 @@ class EventLog:
                 seq = int(_LAST_SEQ.scalar(conn, {"run": run_id}) or 0) + 1
                 if record:
                     now = time.time()
-                    row = {"id": run_id, "kind": kind, "name": name, "status": "running"}
-                    row.update(data={}, created_at=now, updated_at=now)
+                    row: dict[str, Any] = {"id": run_id, "kind": kind, "name": name}
+                    row.update(status="running", data={}, created_at=now, updated_at=now)
                     _RUNNING.execute(conn, [row])
             _INSERT.execute(
                 conn, [{"run_id": run_id, "seq": seq + i, "event": e} for i, e in enumerate(events)]

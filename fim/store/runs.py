@@ -31,7 +31,7 @@ class Runs(Database):
         def work(conn: Connection) -> None:
             now = time.time()
             row = {"id": run_id, "created_at": now, "updated_at": now, "kind": kind}
-            row.update(name=name, status=status, data=data)
+            row |= {"name": name, "status": status, "data": data}
             dialect = conn.dialect.name
             upsert = self._statement(f"put_run:{dialect}", lambda: run_upsert(dialect), _RUN_KEYS)
             upsert.execute(conn, [row])
