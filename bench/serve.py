@@ -20,8 +20,10 @@ The task of each run: three calculator calls, then an answer.
 FIM_BENCH_SERVE_PROFILE=out.prof runs each `fim serve` under cProfile, written when it
 stops (SIGTERM) to out.<project>-<port>.prof (`example` is the load). Its figures then include
 cProfile's own overhead; use it for where the time goes, not for the CPU per run. It sees
-the event loop's thread only: the SQLite store's writer thread (fim.store.writer, 0.4-0.7
-ms a run) and the reload watcher's threads are in the CPU per run but not in the profile.
+the event loop's thread only: the store's writer thread (fim.store.writer, SQLite 0.3-0.5,
+PostgreSQL 0.55-0.65 ms a run) and the reload watcher's threads are in the CPU per run but
+not in the profile. For every thread, sample the server with py-spy instead
+(`py-spy record --gil --pid <fim serve> --format raw`: the GIL holder's stacks, i.e. CPU).
 """
 
 from __future__ import annotations
