@@ -155,7 +155,14 @@ class GroupWriter:
                     stop = True
                     break
                 batch.append(item)
-            self._batch(batch)
+            try:
+                self._batch(batch)
+            except Exception as exc:  # a bug here must not leave callers waiting forever
+                log.exception("the state store's writer failed")
+                for item in batch:
+                    if item.future is not None and item.loop is not None:
+                        with contextlib.suppress(RuntimeError):
+                            item.loop.call_soon_threadsafe(_fail, item.future, exc)
         self._close_conn()
 
     def _batch(self, batch: list[_Item[Any]]) -> None:
@@ -245,6 +252,11 @@ def _write_what_waits() -> None:
     command that ends right after a run still has that run's usage row written."""
     for writer in list(_WRITERS):
         writer.close()
+
+
+def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
 
 
 def _resolve(items: list[_Item[Any]]) -> None:
