@@ -41,7 +41,7 @@ from fim.llm.base import (
     timeout_error,
     with_retries,
 )
-from fim.llm.wire import StreamAssembler, encode_chat_request, parse_response
+from fim.llm.wire import StreamAssembler, encode_chat_request, loads, parse_response
 from fim.retries import parse_retry_after
 from fim.types import Message, Model, ModelResponse, TextDelta, ToolSpec
 
@@ -278,7 +278,7 @@ class OpenAICompatModel:
 
     def _json(self, raw: bytes | str) -> Any:
         try:
-            return json.loads(raw)
+            return loads(raw)
         except ValueError:
             text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
             raise RunError(

@@ -11,6 +11,8 @@ import json
 import uuid
 from typing import Any
 
+from pydantic_core import from_json
+
 from fim.types import Message, ModelResponse, TextDelta, ToolCall, ToolSpec, Usage
 
 
@@ -117,6 +119,20 @@ def response_to_wire(response: ModelResponse, model: str = "") -> dict[str, Any]
 # --------------------------------------------------------------------------- wire -> fim
 
 
+def loads(raw: str | bytes) -> Any:
+    """`json.loads(raw)`, the same value for every input, in about half the time.
+
+    pydantic-core's parser (a dependency already) gives what the standard library gives for
+    everything it accepts (big integers stay integers, NaN and Infinity are read, the last
+    of duplicate keys wins); what it refuses (a lone surrogate escape, a BOM, UTF-16 bytes)
+    goes to `json.loads`, which decides and raises its own error. orjson is not used here:
+    it turns integers beyond 64 bits into floats."""
+    try:
+        return from_json(raw, cache_strings="keys")
+    except ValueError:
+        return json.loads(raw)
+
+
 def parse_arguments(name: str, call_id: str, text: Any) -> ToolCall:
     """Build a ToolCall; arguments that are not a JSON object keep the raw text instead."""
     if isinstance(text, dict):
@@ -124,7 +140,7 @@ def parse_arguments(name: str, call_id: str, text: Any) -> ToolCall:
     if text is None or (isinstance(text, str) and not text.strip()):
         return ToolCall(id=call_id, name=name, arguments={})
     try:
-        value = json.loads(text)
+        value = loads(text) if isinstance(text, str) else json.loads(text)
     except (TypeError, ValueError):
         return ToolCall(id=call_id, name=name, arguments={}, raw_arguments=str(text))
     if not isinstance(value, dict):
@@ -144,6 +160,43 @@ def parse_usage(usage: Any) -> Usage:
 
 def parse_response(data: Any, model: str = "") -> ModelResponse:
     """A chat.completion (dict or SDK object) -> ModelResponse."""
+    if type(data) is dict:
+        return _parse_dict(data, model)
+    return _parse_general(data, model)
+
+
+def _parse_dict(data: dict[str, Any], model: str) -> ModelResponse:
+    """`parse_response` of a plain JSON object (the fast path's and the stub's), with the
+    same result: each `_get` of the general path is a `.get` of a dict there, and any part
+    that is not a dict where one is expected takes the general path."""
+    choices = data.get("choices") or []
+    if not choices or type(choices[0]) is not dict:
+        return _parse_general(data, model)
+    choice = choices[0]
+    wire = choice.get("message") or {}
+    if type(wire) is not dict:
+        return _parse_general(data, model)
+    calls = []
+    for c in wire.get("tool_calls") or []:
+        function = c.get("function") if type(c) is dict else None
+        if type(function) is not dict:
+            return _parse_general(data, model)
+        calls.append(
+            parse_arguments(
+                function.get("name") or "",
+                c.get("id") or new_call_id(),
+                function.get("arguments"),
+            )
+        )
+    return ModelResponse(
+        message=Message(role="assistant", content=wire.get("content"), tool_calls=calls),
+        usage=parse_usage(data.get("usage")),
+        finish_reason=choice.get("finish_reason"),
+        model=data.get("model") or model,
+    )
+
+
+def _parse_general(data: Any, model: str) -> ModelResponse:
     choices = _get(data, "choices") or []
     if not choices:
         return ModelResponse(
