@@ -37,7 +37,25 @@ def arguments_text(call: ToolCall) -> str:
     the conversation shows the model exactly what it sent."""
     if not call.arguments and call.raw_arguments is not None:
         return call.raw_arguments
-    return json.dumps(call.arguments, ensure_ascii=False)
+    return arguments_json(call)
+
+
+_ARGUMENTS_JSON: dict[int, tuple[ToolCall, dict[str, Any], str]] = {}
+"""`json.dumps(call.arguments, ensure_ascii=False)` of each call, by identity (the call
+held, its arguments compared by identity, as `_MESSAGE_JSON` does): the context guard sizes
+a call and the request encodes it, each once per run."""
+
+
+def arguments_json(call: ToolCall) -> str:
+    """`json.dumps(call.arguments, ensure_ascii=False)`, worked out once per call."""
+    known = _ARGUMENTS_JSON.get(id(call))
+    if known is not None and known[0] is call and known[1] is call.arguments:
+        return known[2]
+    text = json.dumps(call.arguments, ensure_ascii=False)
+    if len(_ARGUMENTS_JSON) > _CACHE_LIMIT:
+        _ARGUMENTS_JSON.clear()
+    _ARGUMENTS_JSON[id(call)] = (call, call.arguments, text)
+    return text
 
 
 def message_to_wire(message: Message) -> dict[str, Any]:

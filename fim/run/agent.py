@@ -72,7 +72,8 @@ async def run_agent(
     )
     ledger = Ledger(services, agent.name, ctx.run_id, session)
     async for event in events:
-        await ledger.see(event)
+        if ledger.count(event):  # the run's end: its usage is written before it is passed on
+            await ledger.finish(event)
         yield event
 
 

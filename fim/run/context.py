@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from fim.errors import RunError
 from fim.llm.catalog import context_window
+from fim.llm.wire import arguments_json
 from fim.run.tokens import count_message, count_messages, tool_definition
 from fim.types import Message, Model, ToolSpec
 
@@ -71,6 +72,23 @@ def guard_for(snapshot: Snapshot, agent: AgentDecl, summarizer: Summarizer) -> C
     the reply; `summarizer` is the `fast` role's model or a factory of it (None: older turns
     are dropped instead of summarised)."""
 
+    budget, model = guard_budget(snapshot, agent)
+    return ContextGuard(budget_tokens=budget, summarizer=summarizer, model=model)
+
+
+_BUDGETS: dict[tuple[int, int], tuple[Snapshot, AgentDecl, int, str]] = {}
+"""`guard_budget` of each (snapshot, agent), by identity (both held, so no id is reused
+while cached): a snapshot is immutable and a reload makes a new one, so the budget, which
+depends on nothing else (the catalog is read once per process), is worked out once."""
+
+
+def guard_budget(snapshot: Snapshot, agent: AgentDecl) -> tuple[int, str]:
+    """The conversation budget of `agent` and the model string its tokens are counted
+    with (`guard_for`)."""
+    key = (id(snapshot), id(agent))
+    known = _BUDGETS.get(key)
+    if known is not None and known[0] is snapshot and known[1] is agent:
+        return known[2], known[3]
     try:
         settings = snapshot.model_settings(agent.model)
     except RunError:
@@ -82,7 +100,10 @@ def guard_for(snapshot: Snapshot, agent: AgentDecl, summarizer: Summarizer) -> C
         window=settings.context_window if settings else None,
         max_output=settings.max_tokens if settings else None,
     )
-    return ContextGuard(budget_tokens=budget, summarizer=summarizer, model=model)
+    if len(_BUDGETS) > 256:
+        _BUDGETS.clear()
+    _BUDGETS[key] = (snapshot, agent, budget, model)
+    return budget, model
 
 
 _TOOL_BYTES: dict[int, tuple[ToolSpec, int]] = {}
@@ -226,13 +247,7 @@ class ContextGuard:
             size = 16 + len((m.content or "").encode())
             for call in m.tool_calls:
                 size += (
-                    16
-                    + len(call.name)
-                    + len(
-                        (
-                            call.raw_arguments or json.dumps(call.arguments, ensure_ascii=False)
-                        ).encode()
-                    )
+                    16 + len(call.name) + len((call.raw_arguments or arguments_json(call)).encode())
                 )
             if len(seen) > 4096:  # a guard kept longer than one run stays bounded
                 seen.clear()

@@ -14,7 +14,6 @@ import importlib
 import inspect
 import os
 import sys
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -100,7 +99,9 @@ class RunContext:
     snapshot: Snapshot
     agent: AgentDecl
     services: Services
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    run_id: str = field(default_factory=lambda: os.urandom(6).hex())
+    """12 random hex digits, as `uuid.uuid4().hex[:12]` gave (those digits of a version-4
+    UUID are all random) without building the UUID: one `getrandom` either way."""
     depth: int = 0
     hooks_enabled: bool = True
     """False only on the eval path (DESIGN §4): the one switch for bypassing hooks."""

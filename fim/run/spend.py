@@ -251,14 +251,25 @@ class Ledger:
         self.calls = 0
         self.model = ""
 
-    async def see(self, event: Any) -> None:
+    def count(self, event: Any) -> bool:
+        """Take in `event`; True when `finish` must be awaited for it (the run's end, whose
+        usage is written before it is passed on). Every other event is counted without a
+        coroutine: `run_agent` asks this for each of a run's events."""
         kind = getattr(event, "type", "")
         if kind == "llm_call":
             self.calls += 1
             self.model = self.model or event.model
-        elif (
-            kind == "run_finished"
-            and (self.calls or event.usage.total_tokens)
+            return False
+        return kind == "run_finished"
+
+    async def see(self, event: Any) -> None:
+        if self.count(event):
+            await self.finish(event)
+
+    async def finish(self, event: Any) -> None:
+        """Write the usage of the run `event` (its `run_finished`) ends, if it spent any."""
+        if (
+            (self.calls or event.usage.total_tokens)
             # a bare Services() (library use, tests) names no project whose store it is;
             # every fim surface passes the project root
             and getattr(self.services, "root", None) is not None
