@@ -129,14 +129,15 @@ class ReactEngine:
             input=self.mask(prompt_text),
             snapshot_version=self.snapshot_version,
         )
-        usage = Usage()
+        spent: list[Usage] = []
+        """The usage of each call, summed once when the run finishes (`_total`)."""
 
         def finish(output: str, status: str, iterations: int) -> RunFinished:
             return RunFinished(
                 run_id=self.run_id,
                 output=self.mask(output),
                 status=status,  # type: ignore[arg-type]
-                usage=usage,
+                usage=_total(spent),
                 iterations=iterations,
                 duration_ms=(time.perf_counter() - started) * 1000,
             )
@@ -198,12 +199,12 @@ class ReactEngine:
                 else:
                     response = await self.model.complete(messages, self.registry.specs() or None)
             except FimError as exc:
-                usage = usage + getattr(exc, "usage", Usage())  # a call spent, then refused
+                spent.append(getattr(exc, "usage", Usage()))  # a call spent, then refused
                 kind = getattr(exc, "kind", "model_error")  # budget_exceeded (fim.run.spend)
                 yield ErrorEvent(run_id=self.run_id, message=self.mask(str(exc)), kind=kind)
                 yield finish(f"Model error: {exc}", "error", iteration)
                 return
-            usage = usage + response.usage
+            spent.append(response.usage)
             yield LLMCall(
                 run_id=self.run_id,
                 model=response.model or getattr(self.model, "name", ""),
@@ -388,9 +389,8 @@ class ReactEngine:
             view = self._view(call.name, arguments)
         except Exception as exc:
             return await emit(_unviewable(call.name, exc), True)
-        metadata = {**self.metadata, "call_id": call.id}
-
         no_hooks = type(self.hooks) is NoHooks  # allows everything: no context to build
+        metadata = {} if no_hooks else {**self.metadata, "call_id": call.id}
         pre, events = (
             _allowed()
             if no_hooks
@@ -466,6 +466,25 @@ class ReactEngine:
         if self.call_view is None:
             return CallView(name, arguments)
         return self.call_view(name, arguments)
+
+
+def _total(spent: list[Usage]) -> Usage:
+    """`Usage() + spent[0] + spent[1] + ...`, field for field, as one object: `Usage.__add__`
+    built a new one per model call."""
+    if not spent:
+        return Usage()
+    if len(spent) == 1:
+        return Usage() + spent[0]
+    prompt = completion = cached = 0
+    cost: float | None = None
+    for usage in spent:
+        prompt += usage.prompt_tokens
+        completion += usage.completion_tokens
+        cached += usage.cached_tokens
+        cost = None if cost is None and usage.cost is None else (cost or 0) + (usage.cost or 0)
+    return Usage(
+        prompt_tokens=prompt, completion_tokens=completion, cost=cost, cached_tokens=cached
+    )
 
 
 def _unviewable(name: str, exc: Exception) -> str:

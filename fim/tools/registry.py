@@ -137,12 +137,12 @@ class ToolRegistry:
         tool = self._tools[name]
         if getattr(tool, "own_deadline", False):
             timeout = None  # e.g. MCP calls: an idle timeout that progress extends, a hard cap
-        loop = asyncio.get_running_loop()
-        deadline = asyncio.timeout_at(None if timeout is None else loop.time() + timeout)
+        when = None if timeout is None else asyncio.get_running_loop().time() + timeout
+        deadline: list[asyncio.Timeout] = []  # armed only if the call suspends
         try:
-            result = await _under(deadline, tool.run(**arguments))
+            result = await _under(when, deadline, tool.run(**arguments))
         except TimeoutError as exc:
-            if not deadline.expired():  # the tool's own TimeoutError is an ordinary failure
+            if not (deadline and deadline[0].expired()):  # the tool's own: a plain failure
                 return ToolResult(
                     content=f"Error: tool '{name}' failed: TimeoutError: {exc}", is_error=True
                 )
@@ -178,20 +178,24 @@ class ToolRegistry:
         return validator_problems(checker, arguments)
 
 
-async def _under(deadline: asyncio.Timeout, call: Awaitable[T]) -> T:
-    """`call` run to its end under `deadline`, its first step taken at once: a tool that
-    finishes without ever suspending (the calculator, most builtins) cannot be interrupted
-    by an asyncio deadline, so arming one (a timer handle, its cancellation, a Timeout
-    object: a third of such a call's cost) would change nothing. A call that suspends
-    continues under the deadline, which was fixed when the call began."""
+async def _under(when: float | None, armed: list[asyncio.Timeout], call: Awaitable[T]) -> T:
+    """`call` run to its end under a deadline at loop time `when` (None: none), its first
+    step taken at once: a tool that finishes without ever suspending (the calculator, most
+    builtins) cannot be interrupted by an asyncio deadline, so arming one (a timer handle,
+    its cancellation, a Timeout object: a third of such a call's cost) would change
+    nothing. A call that suspends continues under the deadline, which was fixed when the
+    call began; the Timeout armed is appended to `armed` (the caller asks it whether it
+    expired)."""
     if not isinstance(call, types.CoroutineType):  # another awaitable: the plain way
-        async with deadline:
+        armed.append(asyncio.timeout_at(when))
+        async with armed[0]:
             return await call
     try:
         pending = call.send(None)
     except StopIteration as done:
         return cast(T, done.value)
-    async with deadline:
+    armed.append(asyncio.timeout_at(when))
+    async with armed[0]:
         return cast(T, await _resume(call, pending))
 
 
