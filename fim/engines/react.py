@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from fim.engines.eager import start
 from fim.errors import FimError
 from fim.events import (
     ErrorEvent,
@@ -314,7 +315,7 @@ class ReactEngine:
             )
         if hasattr(self.hooks, "on_notice"):  # e.g. "approval pending" while confirm waits
             self.hooks.on_notice = queue.put_nowait
-        tasks = [asyncio.create_task(one(call)) for call in calls]
+        tasks = [start(one(call)) for call in calls]  # a call that finishes at once: no wait
         try:
             pending = len(tasks)
             while pending:
