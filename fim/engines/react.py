@@ -497,7 +497,9 @@ def _unviewable(name: str, exc: Exception) -> str:
 
 
 def _masked_args(arguments: dict[str, Any], mask: Callable[[str], str]) -> dict[str, Any]:
+    if mask is _identity:  # nothing to mask: not even the import statement
+        return arguments
     # deferred: loading fim.masking costs a few ms
     from fim.masking import mask_strings
 
-    return arguments if mask is _identity else mask_strings(arguments, mask)
+    return mask_strings(arguments, mask)

@@ -135,7 +135,10 @@ class ContextGuard:
         """The engine's `fit_context(messages)` callable, reading the current tool list."""
 
         async def fit_context(messages: list[Message]) -> tuple[list[Message], list[str]]:
-            return await self.fit(messages, list(tools()))
+            specs = list(tools())
+            if self._upper_bound(messages, specs) <= self.budget_tokens:
+                return messages, []  # `fit`'s common case, decided without its coroutine
+            return await self.fit(messages, specs)
 
         return fit_context
 
