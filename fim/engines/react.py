@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from fim.engines.eager import start
 from fim.errors import FimError
 from fim.events import (
     ErrorEvent,
@@ -315,7 +314,7 @@ class ReactEngine:
             )
         if hasattr(self.hooks, "on_notice"):  # e.g. "approval pending" while confirm waits
             self.hooks.on_notice = queue.put_nowait
-        tasks = [start(one(call)) for call in calls]  # a call that finishes at once: no wait
+        tasks = [asyncio.create_task(one(call)) for call in calls]
         try:
             pending = len(tasks)
             while pending:
