@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -399,13 +400,34 @@ def test_urls_map_to_psycopg_and_relative_sqlite_paths_to_the_project(tmp_path):
     assert normalize_url("sqlite:////abs/shop.db", tmp_path) == "sqlite:////abs/shop.db"
 
 
-def test_the_hook_view_never_parses_a_long_statement_on_the_event_loop(tmp_path: Path) -> None:
-    """The view is built on the event loop: a writable database's statement too long to
-    classify cheaply is shown to hooks as a write (fail closed), unparsed."""
-    from fim.connectors.meta import VIEW_PARSE_CHARS, database_metadata
+async def test_the_hook_view_never_parses_the_models_sql_on_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The view is built on the event loop, so a writable database's statement is
+    classified by `prepare_query` on a thread first (sqlglot took ~0.1-0.4 s on a hostile
+    4,000-character statement); a statement not classified that way, or too long to be,
+    is shown to hooks as a write (fail closed)."""
+    import threading
 
+    from fim.connectors import meta
+    from fim.connectors.meta import VIEW_PARSE_CHARS, database_metadata, prepare_query
+
+    parsed_on: list[str] = []
+    real = meta.decide
+
+    def decide(sql: str, dialect: str | None) -> Any:
+        parsed_on.append(threading.current_thread().name)
+        return real(sql, dialect)
+
+    monkeypatch.setattr(meta, "decide", decide)
     db = database(f"sqlite:///{tmp_path / 'rw.db'}", read_only=False)
-    short = database_metadata(db, "query", {"sql": "SELECT 1"})
-    assert short["access"] == "read"
-    long = "SELECT " + "+".join(["1"] * (VIEW_PARSE_CHARS // 2))
-    assert database_metadata(db, "query", {"sql": long})["access"] == "write"
+    read, write = {"sql": "SELECT 41 + 1"}, {"sql": "DELETE FROM t"}
+    assert database_metadata(db, "query", read)["access"] == "write"  # not classified yet
+    await prepare_query(db, read)
+    await prepare_query(db, write)
+    assert database_metadata(db, "query", read)["access"] == "read"
+    assert database_metadata(db, "query", write)["access"] == "write"
+    long = {"sql": "SELECT " + "+".join(["1"] * (VIEW_PARSE_CHARS // 2))}
+    await prepare_query(db, long)
+    assert database_metadata(db, "query", long)["access"] == "write"
+    assert len(parsed_on) == 2 and threading.main_thread().name not in parsed_on

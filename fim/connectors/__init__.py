@@ -12,6 +12,7 @@ Hooks see meta-tool calls as their real target: `effective_tool_name(tool, args)
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from typing import Any
 
@@ -25,6 +26,7 @@ from fim.connectors.meta import (
     ConnectorMetaTool,
     DatabaseMetaTool,
     database_metadata,
+    prepare_query,
 )
 from fim.errors import RunError
 from fim.run.services import Provision, RunContext
@@ -168,6 +170,7 @@ def database_tools(db: Database) -> list[FunctionTool]:
             static["call_view"] = lambda args: CallView(
                 f"{db.name}__query", args, database_metadata(db, "query", args)
             )
+            static["prepare_view"] = functools.partial(prepare_query, db)
         return static
 
     label = f"{db.name} ({db.decl.description})" if db.decl.description else db.name

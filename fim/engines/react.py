@@ -33,6 +33,7 @@ from fim.llm.media import accepted_media, media_message
 from fim.observe import current_call
 from fim.observe.context import current_events
 from fim.tools.registry import ToolRegistry
+from fim.tools.view import prepare_view
 from fim.types import (
     CallView,
     HookContext,
@@ -386,6 +387,7 @@ class ReactEngine:
         if problem is not None:
             return await emit(problem, True)
         try:
+            await prepare_view(self.registry.get(call.name), arguments)
             view = self._view(call.name, arguments)
         except Exception as exc:
             return await emit(_unviewable(call.name, exc), True)

@@ -7,6 +7,10 @@ that returns a `CallView` of the real target and its own arguments.
 
 A resolver that fails, or answers with anything but a `CallView`, raises `ViewError`:
 callers block the call (fail closed) rather than show hooks the wrapper.
+
+A view is built on the event loop. A tool whose view needs untrusted work (parsing the
+model's SQL) puts an async `metadata["prepare_view"]` that does it off the loop;
+`prepare_view(tool, args)` runs it first, and the resolver without it fails closed.
 """
 
 from __future__ import annotations
@@ -20,10 +24,18 @@ class ViewError(Exception):
     """The view of a call could not be built; the call must not run."""
 
 
+async def prepare_view(tool: Tool | None, args: dict[str, Any]) -> None:
+    """Do the untrusted work `view_of(tool, args)` needs off the event loop, if any."""
+    prepare = (getattr(tool, "metadata", None) or {}).get("prepare_view")
+    if prepare is not None:
+        await prepare(args)
+
+
 def view_of(tool: Tool, args: dict[str, Any]) -> CallView:
     """The target hooks see for `tool` called with `args` (raises ViewError)."""
     meta = dict(getattr(tool, "metadata", None) or {})
     resolver = meta.pop("call_view", None)
+    meta.pop("prepare_view", None)
     meta.setdefault("category", getattr(tool, "category", None))
     if resolver is None:
         return CallView(tool.name, args, meta)
@@ -36,4 +48,4 @@ def view_of(tool: Tool, args: dict[str, Any]) -> CallView:
     return CallView(view.name, view.args, {**meta, **view.metadata}, view.to_call)
 
 
-__all__ = ["ViewError", "view_of"]
+__all__ = ["ViewError", "prepare_view", "view_of"]

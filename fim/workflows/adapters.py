@@ -62,12 +62,13 @@ async def run_sql(ctx: NodeContext, connector: str, sql: str, params: dict[str, 
     """
     # deferred: loading fim.connectors.database costs tens of ms
     from fim.connectors.database import describe_error, get_database
-    from fim.connectors.meta import database_metadata
+    from fim.connectors.meta import database_metadata, prepare_query
     from fim.connectors.sql_guard import SqlRejected
 
     decl: DatabaseConnector = _connector(ctx, connector, DatabaseConnector)
     db = get_database(ctx.services, connector, decl, ctx.snapshot.root)
     asked: dict[str, Any] = {"sql": sql, "params": params}
+    await prepare_query(db, asked)
     view = CallView(f"{connector}__query", asked, database_metadata(db, "query", asked))
     asked, view = await ctx.guarded(view.name, asked, view)
     sql, params = str(asked.get("sql", "")), asked.get("params") or {}

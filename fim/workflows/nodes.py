@@ -24,7 +24,7 @@ from fim.run.services import RunContext, Services
 from fim.structured import parse_json
 from fim.tools import builtin
 from fim.tools.registry import ToolRegistry
-from fim.tools.view import ViewError, view_of
+from fim.tools.view import ViewError, prepare_view, view_of
 from fim.types import CallView, Message, Tool, ToolResult
 from fim.workflows import adapters, templates
 from fim.workflows.node_types.base import NodeError, Paused, parse_output
@@ -226,6 +226,7 @@ async def call_tool(ctx: NodeContext, tool: Tool, args: dict[str, Any]) -> Any:
 
     registry = ctx.registry if ctx.registry.get(tool.name) is tool else ToolRegistry([tool])
     try:
+        await prepare_view(tool, args)
         view = view_of(tool, args)
     except ViewError as exc:
         raise NodeError(f"cannot tell what the call to '{tool.name}' targets ({exc})") from None
