@@ -98,10 +98,14 @@ def _exporter() -> Any:
                 hint="pip install 'fim[otel]', or use http/protobuf",
             ) from exc
         return OTLPSpanExporter()
-    # deferred: loading opentelemetry costs tens of ms
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    try:
+        # deferred: loading opentelemetry costs tens of ms
+        from fim.observe.otlp_fast import FastOTLPSpanExporter
+    except ImportError:  # an SDK older than the exporter internals the subclass reuses
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    return OTLPSpanExporter()
+        return OTLPSpanExporter()
+    return FastOTLPSpanExporter.create()
 
 
 def flush(timeout_ms: int = 10_000) -> bool:
