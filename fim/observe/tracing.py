@@ -37,7 +37,8 @@ _provider: Any = None
 _tracer: Any = None
 """The provider's tracer, made once: `get_tracer` builds a new Tracer and instrumentation
 scope on every call, which was ~40% of what tracing added to a run."""
-_scope: ContextVar[_Trace | None] = ContextVar("fim_trace_scope", default=None)
+_scope: ContextVar[_Trace | _Dropped | None] = ContextVar("fim_trace_scope", default=None)
+"""The innermost traced run or workflow of the running task: a run it starts is its child."""
 
 CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
@@ -203,6 +204,21 @@ def _read_head(git: Path) -> str:
     return ""
 
 
+class _Dropped:
+    """A run or workflow the sampler dropped, and every run it starts: no span is built
+    for any of them, but each still has the root's (non-recording) span, so its trace
+    context -- trace id, the sampled flag off -- reaches delegated runs and outgoing HTTP
+    calls, and a delegated run joins the same unsampled trace without sampling again."""
+
+    __slots__ = ("root",)
+
+    def __init__(self, root: Span) -> None:
+        self.root = root
+
+    def parent_for(self, agent: str) -> Span:
+        return self.root
+
+
 class _Trace:
     """The spans of one run or workflow, opened and closed from its events."""
 
@@ -210,6 +226,8 @@ class _Trace:
         self.root = root
         self.root_context = trace.set_span_in_context(root)
         """The context of `root`, made once: most spans are its children."""
+        self.start_span = tracer().start_span
+        """Bound once: a method lookup per span is measurable at a few spans a run."""
         self.mask = mask or (lambda text: text)
         self.capture = _capture()
         self.tools: dict[str, tuple[Span, str, dict[str, Any]]] = {}
@@ -255,14 +273,15 @@ class _Trace:
         ts: float,
         parent: Span,
         kind: SpanKind = SpanKind.INTERNAL,
-        **attributes: Any,
+        attributes: dict[str, Any] | None = None,
     ) -> Span:
-        return tracer().start_span(
+        """A span started at `ts` with `attributes` (no None values: callers leave them out)."""
+        return self.start_span(
             name,
             context=self.root_context if parent is self.root else trace.set_span_in_context(parent),
             kind=kind,
-            start_time=_ns(ts),
-            attributes={k: v for k, v in attributes.items() if v is not None},
+            start_time=int(ts * 1e9),
+            attributes=attributes,
         )
 
     # -- events --------------------------------------------------------------------
@@ -282,26 +301,31 @@ class _Trace:
 
     def _on_llm_call(self, e: Any) -> None:
         request_model = getattr(e, "request_model", "") or e.model
-        span = self._start(
+        usage = e.usage
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": request_model,
+            "gen_ai.response.model": e.model,
+            "gen_ai.usage.input_tokens": usage.prompt_tokens,
+            "gen_ai.usage.output_tokens": usage.completion_tokens,
+            "fim.iteration": e.iteration,
+        }
+        system = getattr(e, "provider", "") or _provider_of(request_model)
+        if system is not None:
+            attributes["gen_ai.system"] = system
+        finish = getattr(e, "finish_reason", None)
+        if finish:
+            attributes["gen_ai.response.finish_reasons"] = [finish]
+        if usage.cost is not None:
+            attributes["fim.cost_usd"] = usage.cost
+        ts = e.ts
+        self.start_span(
             f"chat {request_model}",
-            e.ts - e.duration_ms / 1000,
-            self.root,
-            SpanKind.CLIENT,
-            **{
-                "gen_ai.operation.name": "chat",
-                "gen_ai.system": getattr(e, "provider", "") or _provider_of(request_model),
-                "gen_ai.request.model": request_model,
-                "gen_ai.response.model": e.model,
-                "gen_ai.usage.input_tokens": e.usage.prompt_tokens,
-                "gen_ai.usage.output_tokens": e.usage.completion_tokens,
-                "gen_ai.response.finish_reasons": (
-                    [e.finish_reason] if getattr(e, "finish_reason", None) else None
-                ),
-                "fim.iteration": e.iteration,
-                "fim.cost_usd": e.usage.cost,
-            },
-        )
-        span.end(end_time=_ns(e.ts))
+            context=self.root_context,
+            kind=SpanKind.CLIENT,
+            start_time=int((ts - e.duration_ms / 1000) * 1e9),
+            attributes=attributes,
+        ).end(end_time=int(ts * 1e9))
 
     def _on_tool_call(self, e: Any) -> None:
         # The name and the id are written by the model too (an unknown tool's name is
@@ -316,7 +340,7 @@ class _Trace:
             attributes["gen_ai.tool.call.arguments"] = self.mask(
                 json.dumps(e.arguments, default=str)
             )
-        span = self._start(f"execute_tool {name}", e.ts, self.root, **attributes)
+        span = self._start(f"execute_tool {name}", e.ts, self.root, attributes=attributes)
         self.tools[e.call_id] = (span, e.name, dict(e.arguments))
 
     def _on_hook(self, e: Any) -> None:
@@ -379,7 +403,9 @@ class _Trace:
 
     def _on_step_started(self, e: Any) -> None:
         step: Any = self.mask(e.step)  # the planner (a model) names the steps
-        self.steps[e.step] = self._start(f"step {step}", e.ts, self.root, **{"fim.step": step})
+        self.steps[e.step] = self._start(
+            f"step {step}", e.ts, self.root, attributes={"fim.step": step}
+        )
 
     def _on_step_finished(self, e: Any) -> None:
         span = self.steps.pop(e.step, None)
@@ -396,7 +422,10 @@ class _Trace:
             self.nodes[e.node] = (span, e.node_type)
             return
         span = self._start(
-            f"node {e.node}", e.ts, self.root, **{"fim.node": e.node, "fim.node.type": e.node_type}
+            f"node {e.node}",
+            e.ts,
+            self.root,
+            attributes={"fim.node": e.node, "fim.node.type": e.node_type},
         )
         self.nodes[e.node] = (span, e.node_type)
 
@@ -440,25 +469,20 @@ _HANDLERS: dict[str, Callable[[_Trace, Any], None]] = {
     name[len("_on_") :]: fn for name, fn in vars(_Trace).items() if name.startswith("_on_")
 }
 """Event type -> handler, built once (tokens and other unhandled events cost one lookup)."""
-_UNSAMPLED: dict[str, Callable[[_Trace, Any], None]] = {}
 
 
-def _parent_context(agent: str) -> Any:
-    parent = _scope.get()
+def _parent_context(parent: _Trace | _Dropped | None, agent: str) -> Any:
     if parent is not None:
         return trace.set_span_in_context(parent.parent_for(agent))
     return otel_context.get_current()  # e.g. the W3C context of the incoming HTTP request
 
 
 async def _consume(events: AsyncIterator[Event], trace_: _Trace) -> AsyncGenerator[Event, None]:
-    token = _scope.set(trace_)  # set even when not sampled: a child run joins this trace
-    # a run the sampler dropped builds no child spans: under the SDK's samplers they would
-    # be dropped too (a child of an unsampled span is unsampled), so the events just pass
-    handlers = _HANDLERS if trace_.root.is_recording() else _UNSAMPLED
+    token = _scope.set(trace_)
     try:
         async with aclosing(events) as stream:  # type: ignore[type-var]
             async for event in stream:
-                handler = handlers.get(event.type)  # `trace_.on`, without a call per event
+                handler = _HANDLERS.get(event.type)  # `trace_.on`, without a call per event
                 if handler is not None:
                     handler(trace_, event)
                 yield event
@@ -470,6 +494,30 @@ async def _consume(events: AsyncIterator[Event], trace_: _Trace) -> AsyncGenerat
         trace_.close()
         with contextlib.suppress(ValueError):  # closed from another context
             _scope.reset(token)
+
+
+async def _pass(events: AsyncIterator[Event], dropped: _Dropped) -> AsyncGenerator[Event, None]:
+    """The events of a dropped run, untouched: only its trace context is in scope."""
+    token = _scope.set(dropped)
+    try:
+        async with aclosing(events) as stream:  # type: ignore[type-var]
+            async for event in stream:
+                yield event
+    finally:
+        with contextlib.suppress(ValueError):  # closed from another context
+            _scope.reset(token)
+
+
+def _root(
+    name: str, agent: str, parent: _Trace | _Dropped | None, attributes: dict[str, Any]
+) -> Span:
+    """The root span of a run or workflow: the one place the sampler is asked."""
+    return tracer().start_span(
+        name,
+        context=_parent_context(parent, agent),
+        kind=SpanKind.INTERNAL,
+        attributes={k: v for k, v in attributes.items() if v is not None},
+    )
 
 
 def current_span() -> Span:
@@ -496,7 +544,11 @@ def trace_run(
     depth: int = 0,
     mask: Callable[[str], str] | None = None,
 ) -> AsyncIterator[Event]:
-    root = getattr(snapshot, "root", None)
+    parent = _scope.get()
+    if isinstance(parent, _Dropped):
+        # the sampling decision was made once, at the root: a run started by a dropped one
+        # is dropped too (as the SDK's parent-based samplers would decide) at no cost
+        return _pass(events, parent)
     attributes = {
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": agent,
@@ -504,20 +556,20 @@ def trace_run(
         "fim.depth": depth,
         "fim.project": getattr(getattr(snapshot, "project", None), "name", None),
         "fim.snapshot.version": getattr(snapshot, "version", None) or None,
-        "vcs.ref.head.revision": git_commit(root) or None,
+        "vcs.ref.head.revision": git_commit(getattr(snapshot, "root", None)) or None,
     }
-    span = tracer().start_span(
-        f"invoke_agent {agent}",
-        context=_parent_context(agent),
-        kind=SpanKind.INTERNAL,
-        attributes={k: v for k, v in attributes.items() if v is not None},
-    )
+    span = _root(f"invoke_agent {agent}", agent, parent, attributes)
+    if not span.is_recording():
+        return _pass(events, _Dropped(span))
     return _consume(events, _Trace(span, mask or getattr(snapshot, "mask", None)))
 
 
 def trace_workflow(
     events: AsyncIterator[Event], *, workflow: str, run_id: str, snapshot: Any
 ) -> AsyncGenerator[Event, None]:
+    parent = _scope.get()
+    if isinstance(parent, _Dropped):
+        return _pass(events, parent)
     attributes = {
         "fim.workflow": workflow,
         "fim.run_id": run_id,
@@ -525,10 +577,7 @@ def trace_workflow(
         "fim.snapshot.version": getattr(snapshot, "version", None) or None,
         "vcs.ref.head.revision": git_commit(getattr(snapshot, "root", None)) or None,
     }
-    span = tracer().start_span(
-        f"workflow {workflow}",
-        context=_parent_context(workflow),
-        kind=SpanKind.INTERNAL,
-        attributes={k: v for k, v in attributes.items() if v is not None},
-    )
+    span = _root(f"workflow {workflow}", workflow, parent, attributes)
+    if not span.is_recording():
+        return _pass(events, _Dropped(span))
     return _consume(events, _Trace(span, getattr(snapshot, "mask", None)))
