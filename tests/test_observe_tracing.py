@@ -309,9 +309,7 @@ def test_an_unsampled_callers_trace_context_reaches_connector_calls_of_delegated
         seen.append(request.headers.get("traceparent", ""))
         return JSONResponse({"pong": True})
 
-    ping_call = (
-        "{name: connector, arguments: {subcommand: execute, connector: api, action: ping}}"
-    )
+    ping_call = "{name: connector, arguments: {subcommand: execute, connector: api, action: ping}}"
     with serve(Starlette(routes=[Route("/ping", ping)])) as api_url:
         project(tmp_path)
         (tmp_path / "connectors").mkdir()
