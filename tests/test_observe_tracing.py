@@ -12,7 +12,7 @@ import pytest
 from fim import observe
 from fim.build.compile import compile_project
 from fim.capabilities import CAPABILITIES
-from fim.run.agent import ask
+from fim.run.agent import ask, run_agent
 from fim.run.services import Services
 from fim.testing.otlp import otlp_receiver
 from fim.workflows.engine import WorkflowEngine
@@ -181,6 +181,37 @@ async def test_the_sampler_is_asked_once_per_top_level_run(tmp_path, receiver):
         await services.aclose()
     assert final.status == "ok" and final.output == "All done." and workflow[-1].status == "ok"
     assert asked == ["invoke_agent lead", "workflow greet"]
+
+
+async def test_a_stream_closed_early_ends_every_span_with_what_it_knew(tmp_path, receiver):
+    """A run's events replayed through `trace_run`, closed after the first tool call: the
+    root still carries the run's start attributes, the open tool call ends with an error
+    status, nothing leaks."""
+    from fim.observe.tracing import flush, trace_run
+
+    snapshot = compile_project(project(tmp_path))
+    services = Services(
+        providers=CAPABILITIES, root=snapshot.root, state_url=snapshot.project.state
+    )
+    try:
+        events = [e async for e in run_agent(snapshot, "lead", "go", services=services)]
+    finally:
+        await services.aclose()
+
+    async def source():
+        for event in events:
+            yield event
+
+    stream = trace_run(source(), agent="replayed", run_id="r1", snapshot=snapshot)
+    async for event in stream:
+        if event.type == "tool_call":
+            break
+    await stream.aclose()
+    assert flush()
+    (root,) = [s for s in receiver.spans if s.name == "invoke_agent replayed"]
+    assert root.attributes["fim.engine"] == "react" and "fim.status" not in root.attributes
+    (tool,) = [s for s in receiver.spans if s.parent_id == root.span_id and "tool" in s.name]
+    assert tool.status == 2 and tool.end_ns >= tool.start_ns
 
 
 def test_the_resource_is_the_sdks_with_its_hash_made_once(receiver, monkeypatch):

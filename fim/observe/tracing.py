@@ -234,6 +234,9 @@ class _Trace:
         self.nodes: dict[str, tuple[Span, str]] = {}
         self.steps: dict[str, Span] = {}
         self.failed = False
+        self.pending: dict[str, Any] = {}
+        """Root attributes known before the end, set with the last ones in one call (the
+        SDK takes the span's lock and cleans the values per call)."""
 
     # -- children of this trace (delegations, agent nodes) -------------------------
 
@@ -292,12 +295,12 @@ class _Trace:
             handler(self, event)
 
     def _on_run_started(self, e: Any) -> None:
-        attributes = {"fim.engine": e.engine}
+        pending = self.pending
+        pending["fim.engine"] = e.engine
         if e.snapshot_version:
-            attributes["fim.snapshot.version"] = e.snapshot_version
+            pending["fim.snapshot.version"] = e.snapshot_version
         if self.capture:
-            attributes["gen_ai.input.messages"] = self.mask(e.input)
-        self.root.set_attributes(attributes)  # one call: each takes the span's lock
+            pending["gen_ai.input.messages"] = self.mask(e.input)
 
     def _on_llm_call(self, e: Any) -> None:
         request_model = getattr(e, "request_model", "") or e.model
@@ -387,17 +390,16 @@ class _Trace:
         self.root.set_status(Status(StatusCode.ERROR, self.mask(e.message)[:200]))
 
     def _on_run_finished(self, e: Any) -> None:
-        attributes: dict[str, Any] = {
-            "fim.status": e.status,
-            "fim.iterations": e.iterations,
-            "gen_ai.usage.input_tokens": e.usage.prompt_tokens,
-            "gen_ai.usage.output_tokens": e.usage.completion_tokens,
-        }
+        attributes, self.pending = self.pending, {}
+        attributes["fim.status"] = e.status
+        attributes["fim.iterations"] = e.iterations
+        attributes["gen_ai.usage.input_tokens"] = e.usage.prompt_tokens
+        attributes["gen_ai.usage.output_tokens"] = e.usage.completion_tokens
         if e.usage.cost is not None:
             attributes["fim.cost_usd"] = e.usage.cost
         if self.capture:
             attributes["gen_ai.output.messages"] = self.mask(e.output)
-        self.root.set_attributes(attributes)
+        self.root.set_attributes(attributes)  # one call: each takes the span's lock
         if e.status != "ok" and not self.failed:
             self.root.set_status(Status(StatusCode.ERROR, e.status))
 
@@ -462,6 +464,8 @@ class _Trace:
             span.end()
         for span in self.steps.values():
             span.end()
+        if self.pending:
+            self.root.set_attributes(self.pending)
         self.root.end()
 
 
