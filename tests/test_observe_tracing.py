@@ -12,7 +12,7 @@ import pytest
 from fim import observe
 from fim.build.compile import compile_project
 from fim.capabilities import CAPABILITIES
-from fim.run.agent import ask
+from fim.run.agent import ask, run_agent
 from fim.run.services import Services
 from fim.testing.otlp import otlp_receiver
 from fim.workflows.engine import WorkflowEngine
@@ -151,6 +151,69 @@ async def test_a_run_the_sampler_drops_exports_nothing_and_runs_unchanged(
     assert receiver.spans == []
 
 
+async def test_the_sampler_is_asked_once_per_top_level_run(tmp_path, receiver):
+    """A run the sampler dropped decides for the runs it starts: the delegated run and
+    the workflow's agent node join the dropped trace without sampling again."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
+
+    from fim.observe import tracing
+
+    asked: list[str] = []
+
+    class DropAll(Sampler):
+        def should_sample(self, parent_context, trace_id, name, *args, **kwargs):
+            asked.append(name)
+            return SamplingResult(Decision.DROP)
+
+        def get_description(self) -> str:
+            return "DropAll"
+
+    tracing._provider = TracerProvider(sampler=DropAll())
+    snapshot = compile_project(project(tmp_path))
+    services = Services(
+        providers=CAPABILITIES, root=snapshot.root, state_url=snapshot.project.state
+    )
+    try:
+        final = await ask(snapshot, "lead", "compute things", services=services)
+        workflow = [e async for e in WorkflowEngine(snapshot, "greet", services).run({})]
+    finally:
+        await services.aclose()
+    assert final.status == "ok" and final.output == "All done." and workflow[-1].status == "ok"
+    assert asked == ["invoke_agent lead", "workflow greet"]
+
+
+async def test_a_stream_closed_early_ends_every_span_with_what_it_knew(tmp_path, receiver):
+    """A run's events replayed through `trace_run`, closed after the first tool call: the
+    root still carries the run's start attributes, the open tool call ends with an error
+    status, nothing leaks."""
+    from fim.observe.tracing import flush, trace_run
+
+    snapshot = compile_project(project(tmp_path))
+    services = Services(
+        providers=CAPABILITIES, root=snapshot.root, state_url=snapshot.project.state
+    )
+    try:
+        events = [e async for e in run_agent(snapshot, "lead", "go", services=services)]
+    finally:
+        await services.aclose()
+
+    async def source():
+        for event in events:
+            yield event
+
+    stream = trace_run(source(), agent="replayed", run_id="r1", snapshot=snapshot)
+    async for event in stream:
+        if event.type == "tool_call":
+            break
+    await stream.aclose()
+    assert flush()
+    (root,) = [s for s in receiver.spans if s.name == "invoke_agent replayed"]
+    assert root.attributes["fim.engine"] == "react" and "fim.status" not in root.attributes
+    (tool,) = [s for s in receiver.spans if s.parent_id == root.span_id and "tool" in s.name]
+    assert tool.status == 2 and tool.end_ns >= tool.start_ns
+
+
 def test_the_resource_is_the_sdks_with_its_hash_made_once(receiver, monkeypatch):
     """The provider's resource is `Resource.create`'s (service name, OTEL_RESOURCE_ATTRIBUTES,
     SDK attributes); only its hash is computed once, and it equals the SDK's own."""
@@ -253,6 +316,69 @@ def test_trace_context_flows_from_an_http_request_into_a_connector_call(tmp_path
     tool = spans["execute_tool connector"]
     assert tool.parent_id == run.span_id
     assert seen == [f"00-{trace_id}-{tool.span_id}-01"]
+
+
+def test_an_unsampled_callers_trace_context_reaches_connector_calls_of_delegated_runs(
+    tmp_path, receiver
+):
+    """A caller's `traceparent` with the sampled flag off: no span is built (parent-based
+    sampling), yet the run's connector call and its delegated run's connector call both
+    carry the caller's trace id with the flag still off."""
+    import httpx
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from fim.build.reload import SnapshotHolder
+    from fim.server.app import create_app
+    from fim.testing.connectors import serve
+    from fim.testing.server import ServerThread
+
+    seen: list[str] = []
+
+    async def ping(request):
+        seen.append(request.headers.get("traceparent", ""))
+        return JSONResponse({"pong": True})
+
+    ping_call = "{name: connector, arguments: {subcommand: execute, connector: api, action: ping}}"
+    with serve(Starlette(routes=[Route("/ping", ping)])) as api_url:
+        project(tmp_path)
+        (tmp_path / "connectors").mkdir()
+        (tmp_path / "connectors/api.yaml").write_text(
+            f"kind: http\nbase_url: {api_url}\n"
+            "actions:\n  ping: {method: GET, path: /ping, description: Ping}\n"
+        )
+        (tmp_path / "s/caller.yaml").write_text(
+            f"- tool_calls: [{ping_call}]\n"
+            "- tool_calls: [{name: call_agent, arguments: {agent: pinger, task: ping}}]\n"
+            "- text: pong\n"
+        )
+        (tmp_path / "s/pinger.yaml").write_text(f"- tool_calls: [{ping_call}]\n- text: ok\n")
+        (tmp_path / "agents/caller.yaml").write_text(
+            "model: scripted:s/caller.yaml\nconnectors: [api]\ndelegates: [pinger]\n"
+        )
+        (tmp_path / "agents/pinger.yaml").write_text(
+            "model: scripted:s/pinger.yaml\nconnectors: [api]\n"
+        )
+        holder = SnapshotHolder(compile_project(tmp_path))
+        trace_id = "5bf92f3577b34da6a3ce929d0e0e4737"
+        with ServerThread(create_app(holder)) as srv:
+            response = httpx.post(
+                f"{srv.url}/v1/agents/caller/runs",
+                json={"input": "ping it"},
+                headers={"traceparent": f"00-{trace_id}-00f067aa0ba902b8-00"},
+                timeout=30,
+            )
+        assert response.status_code == 200, response.text
+        assert response.json()["output"] == "pong"
+    from fim.observe.tracing import flush
+
+    assert flush()
+    assert [s for s in receiver.spans if s.trace_id == trace_id] == []
+    assert len(seen) == 2, seen
+    for header in seen:
+        version, trace, span, flags = header.split("-")
+        assert (version, trace, flags) == ("00", trace_id, "00") and span != "0" * 16
 
 
 def test_json_log_lines_carry_the_request_trace_and_span_ids(tmp_path, receiver):

@@ -37,7 +37,8 @@ _provider: Any = None
 _tracer: Any = None
 """The provider's tracer, made once: `get_tracer` builds a new Tracer and instrumentation
 scope on every call, which was ~40% of what tracing added to a run."""
-_scope: ContextVar[_Trace | None] = ContextVar("fim_trace_scope", default=None)
+_scope: ContextVar[_Trace | _Dropped | None] = ContextVar("fim_trace_scope", default=None)
+"""The innermost traced run or workflow of the running task: a run it starts is its child."""
 
 CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
@@ -98,10 +99,14 @@ def _exporter() -> Any:
                 hint="pip install 'fim[otel]', or use http/protobuf",
             ) from exc
         return OTLPSpanExporter()
-    # deferred: loading opentelemetry costs tens of ms
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    try:
+        # deferred: loading opentelemetry costs tens of ms
+        from fim.observe.otlp_fast import FastOTLPSpanExporter
+    except ImportError:  # an SDK older than the exporter internals the subclass reuses
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    return OTLPSpanExporter()
+        return OTLPSpanExporter()
+    return FastOTLPSpanExporter.create()
 
 
 def flush(timeout_ms: int = 10_000) -> bool:
@@ -199,6 +204,21 @@ def _read_head(git: Path) -> str:
     return ""
 
 
+class _Dropped:
+    """A run or workflow the sampler dropped, and every run it starts: no span is built
+    for any of them, but each still has the root's (non-recording) span, so its trace
+    context -- trace id, the sampled flag off -- reaches delegated runs and outgoing HTTP
+    calls, and a delegated run joins the same unsampled trace without sampling again."""
+
+    __slots__ = ("root",)
+
+    def __init__(self, root: Span) -> None:
+        self.root = root
+
+    def parent_for(self, agent: str) -> Span:
+        return self.root
+
+
 class _Trace:
     """The spans of one run or workflow, opened and closed from its events."""
 
@@ -206,12 +226,17 @@ class _Trace:
         self.root = root
         self.root_context = trace.set_span_in_context(root)
         """The context of `root`, made once: most spans are its children."""
+        self.start_span = tracer().start_span
+        """Bound once: a method lookup per span is measurable at a few spans a run."""
         self.mask = mask or (lambda text: text)
         self.capture = _capture()
         self.tools: dict[str, tuple[Span, str, dict[str, Any]]] = {}
         self.nodes: dict[str, tuple[Span, str]] = {}
         self.steps: dict[str, Span] = {}
         self.failed = False
+        self.pending: dict[str, Any] = {}
+        """Root attributes known before the end, set with the last ones in one call (the
+        SDK takes the span's lock and cleans the values per call)."""
 
     # -- children of this trace (delegations, agent nodes) -------------------------
 
@@ -251,14 +276,15 @@ class _Trace:
         ts: float,
         parent: Span,
         kind: SpanKind = SpanKind.INTERNAL,
-        **attributes: Any,
+        attributes: dict[str, Any] | None = None,
     ) -> Span:
-        return tracer().start_span(
+        """A span started at `ts` with `attributes` (no None values: callers leave them out)."""
+        return self.start_span(
             name,
             context=self.root_context if parent is self.root else trace.set_span_in_context(parent),
             kind=kind,
-            start_time=_ns(ts),
-            attributes={k: v for k, v in attributes.items() if v is not None},
+            start_time=int(ts * 1e9),
+            attributes=attributes,
         )
 
     # -- events --------------------------------------------------------------------
@@ -269,35 +295,40 @@ class _Trace:
             handler(self, event)
 
     def _on_run_started(self, e: Any) -> None:
-        attributes = {"fim.engine": e.engine}
+        pending = self.pending
+        pending["fim.engine"] = e.engine
         if e.snapshot_version:
-            attributes["fim.snapshot.version"] = e.snapshot_version
+            pending["fim.snapshot.version"] = e.snapshot_version
         if self.capture:
-            attributes["gen_ai.input.messages"] = self.mask(e.input)
-        self.root.set_attributes(attributes)  # one call: each takes the span's lock
+            pending["gen_ai.input.messages"] = self.mask(e.input)
 
     def _on_llm_call(self, e: Any) -> None:
         request_model = getattr(e, "request_model", "") or e.model
-        span = self._start(
+        usage = e.usage
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": request_model,
+            "gen_ai.response.model": e.model,
+            "gen_ai.usage.input_tokens": usage.prompt_tokens,
+            "gen_ai.usage.output_tokens": usage.completion_tokens,
+            "fim.iteration": e.iteration,
+        }
+        system = getattr(e, "provider", "") or _provider_of(request_model)
+        if system is not None:
+            attributes["gen_ai.system"] = system
+        finish = getattr(e, "finish_reason", None)
+        if finish:
+            attributes["gen_ai.response.finish_reasons"] = [finish]
+        if usage.cost is not None:
+            attributes["fim.cost_usd"] = usage.cost
+        ts = e.ts
+        self.start_span(
             f"chat {request_model}",
-            e.ts - e.duration_ms / 1000,
-            self.root,
-            SpanKind.CLIENT,
-            **{
-                "gen_ai.operation.name": "chat",
-                "gen_ai.system": getattr(e, "provider", "") or _provider_of(request_model),
-                "gen_ai.request.model": request_model,
-                "gen_ai.response.model": e.model,
-                "gen_ai.usage.input_tokens": e.usage.prompt_tokens,
-                "gen_ai.usage.output_tokens": e.usage.completion_tokens,
-                "gen_ai.response.finish_reasons": (
-                    [e.finish_reason] if getattr(e, "finish_reason", None) else None
-                ),
-                "fim.iteration": e.iteration,
-                "fim.cost_usd": e.usage.cost,
-            },
-        )
-        span.end(end_time=_ns(e.ts))
+            context=self.root_context,
+            kind=SpanKind.CLIENT,
+            start_time=int((ts - e.duration_ms / 1000) * 1e9),
+            attributes=attributes,
+        ).end(end_time=int(ts * 1e9))
 
     def _on_tool_call(self, e: Any) -> None:
         # The name and the id are written by the model too (an unknown tool's name is
@@ -312,7 +343,7 @@ class _Trace:
             attributes["gen_ai.tool.call.arguments"] = self.mask(
                 json.dumps(e.arguments, default=str)
             )
-        span = self._start(f"execute_tool {name}", e.ts, self.root, **attributes)
+        span = self._start(f"execute_tool {name}", e.ts, self.root, attributes=attributes)
         self.tools[e.call_id] = (span, e.name, dict(e.arguments))
 
     def _on_hook(self, e: Any) -> None:
@@ -359,23 +390,24 @@ class _Trace:
         self.root.set_status(Status(StatusCode.ERROR, self.mask(e.message)[:200]))
 
     def _on_run_finished(self, e: Any) -> None:
-        attributes: dict[str, Any] = {
-            "fim.status": e.status,
-            "fim.iterations": e.iterations,
-            "gen_ai.usage.input_tokens": e.usage.prompt_tokens,
-            "gen_ai.usage.output_tokens": e.usage.completion_tokens,
-        }
+        attributes, self.pending = self.pending, {}
+        attributes["fim.status"] = e.status
+        attributes["fim.iterations"] = e.iterations
+        attributes["gen_ai.usage.input_tokens"] = e.usage.prompt_tokens
+        attributes["gen_ai.usage.output_tokens"] = e.usage.completion_tokens
         if e.usage.cost is not None:
             attributes["fim.cost_usd"] = e.usage.cost
         if self.capture:
             attributes["gen_ai.output.messages"] = self.mask(e.output)
-        self.root.set_attributes(attributes)
+        self.root.set_attributes(attributes)  # one call: each takes the span's lock
         if e.status != "ok" and not self.failed:
             self.root.set_status(Status(StatusCode.ERROR, e.status))
 
     def _on_step_started(self, e: Any) -> None:
         step: Any = self.mask(e.step)  # the planner (a model) names the steps
-        self.steps[e.step] = self._start(f"step {step}", e.ts, self.root, **{"fim.step": step})
+        self.steps[e.step] = self._start(
+            f"step {step}", e.ts, self.root, attributes={"fim.step": step}
+        )
 
     def _on_step_finished(self, e: Any) -> None:
         span = self.steps.pop(e.step, None)
@@ -392,7 +424,10 @@ class _Trace:
             self.nodes[e.node] = (span, e.node_type)
             return
         span = self._start(
-            f"node {e.node}", e.ts, self.root, **{"fim.node": e.node, "fim.node.type": e.node_type}
+            f"node {e.node}",
+            e.ts,
+            self.root,
+            attributes={"fim.node": e.node, "fim.node.type": e.node_type},
         )
         self.nodes[e.node] = (span, e.node_type)
 
@@ -429,6 +464,8 @@ class _Trace:
             span.end()
         for span in self.steps.values():
             span.end()
+        if self.pending:
+            self.root.set_attributes(self.pending)
         self.root.end()
 
 
@@ -436,25 +473,20 @@ _HANDLERS: dict[str, Callable[[_Trace, Any], None]] = {
     name[len("_on_") :]: fn for name, fn in vars(_Trace).items() if name.startswith("_on_")
 }
 """Event type -> handler, built once (tokens and other unhandled events cost one lookup)."""
-_UNSAMPLED: dict[str, Callable[[_Trace, Any], None]] = {}
 
 
-def _parent_context(agent: str) -> Any:
-    parent = _scope.get()
+def _parent_context(parent: _Trace | _Dropped | None, agent: str) -> Any:
     if parent is not None:
         return trace.set_span_in_context(parent.parent_for(agent))
     return otel_context.get_current()  # e.g. the W3C context of the incoming HTTP request
 
 
 async def _consume(events: AsyncIterator[Event], trace_: _Trace) -> AsyncGenerator[Event, None]:
-    token = _scope.set(trace_)  # set even when not sampled: a child run joins this trace
-    # a run the sampler dropped builds no child spans: under the SDK's samplers they would
-    # be dropped too (a child of an unsampled span is unsampled), so the events just pass
-    handlers = _HANDLERS if trace_.root.is_recording() else _UNSAMPLED
+    token = _scope.set(trace_)
     try:
         async with aclosing(events) as stream:  # type: ignore[type-var]
             async for event in stream:
-                handler = handlers.get(event.type)  # `trace_.on`, without a call per event
+                handler = _HANDLERS.get(event.type)  # `trace_.on`, without a call per event
                 if handler is not None:
                     handler(trace_, event)
                 yield event
@@ -466,6 +498,30 @@ async def _consume(events: AsyncIterator[Event], trace_: _Trace) -> AsyncGenerat
         trace_.close()
         with contextlib.suppress(ValueError):  # closed from another context
             _scope.reset(token)
+
+
+async def _pass(events: AsyncIterator[Event], dropped: _Dropped) -> AsyncGenerator[Event, None]:
+    """The events of a dropped run, untouched: only its trace context is in scope."""
+    token = _scope.set(dropped)
+    try:
+        async with aclosing(events) as stream:  # type: ignore[type-var]
+            async for event in stream:
+                yield event
+    finally:
+        with contextlib.suppress(ValueError):  # closed from another context
+            _scope.reset(token)
+
+
+def _root(
+    name: str, agent: str, parent: _Trace | _Dropped | None, attributes: dict[str, Any]
+) -> Span:
+    """The root span of a run or workflow: the one place the sampler is asked."""
+    return tracer().start_span(
+        name,
+        context=_parent_context(parent, agent),
+        kind=SpanKind.INTERNAL,
+        attributes={k: v for k, v in attributes.items() if v is not None},
+    )
 
 
 def current_span() -> Span:
@@ -492,7 +548,11 @@ def trace_run(
     depth: int = 0,
     mask: Callable[[str], str] | None = None,
 ) -> AsyncIterator[Event]:
-    root = getattr(snapshot, "root", None)
+    parent = _scope.get()
+    if isinstance(parent, _Dropped):
+        # the sampling decision was made once, at the root: a run started by a dropped one
+        # is dropped too (as the SDK's parent-based samplers would decide) at no cost
+        return _pass(events, parent)
     attributes = {
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": agent,
@@ -500,20 +560,20 @@ def trace_run(
         "fim.depth": depth,
         "fim.project": getattr(getattr(snapshot, "project", None), "name", None),
         "fim.snapshot.version": getattr(snapshot, "version", None) or None,
-        "vcs.ref.head.revision": git_commit(root) or None,
+        "vcs.ref.head.revision": git_commit(getattr(snapshot, "root", None)) or None,
     }
-    span = tracer().start_span(
-        f"invoke_agent {agent}",
-        context=_parent_context(agent),
-        kind=SpanKind.INTERNAL,
-        attributes={k: v for k, v in attributes.items() if v is not None},
-    )
+    span = _root(f"invoke_agent {agent}", agent, parent, attributes)
+    if not span.is_recording():
+        return _pass(events, _Dropped(span))
     return _consume(events, _Trace(span, mask or getattr(snapshot, "mask", None)))
 
 
 def trace_workflow(
     events: AsyncIterator[Event], *, workflow: str, run_id: str, snapshot: Any
 ) -> AsyncGenerator[Event, None]:
+    parent = _scope.get()
+    if isinstance(parent, _Dropped):
+        return _pass(events, parent)
     attributes = {
         "fim.workflow": workflow,
         "fim.run_id": run_id,
@@ -521,10 +581,7 @@ def trace_workflow(
         "fim.snapshot.version": getattr(snapshot, "version", None) or None,
         "vcs.ref.head.revision": git_commit(getattr(snapshot, "root", None)) or None,
     }
-    span = tracer().start_span(
-        f"workflow {workflow}",
-        context=_parent_context(workflow),
-        kind=SpanKind.INTERNAL,
-        attributes={k: v for k, v in attributes.items() if v is not None},
-    )
+    span = _root(f"workflow {workflow}", workflow, parent, attributes)
+    if not span.is_recording():
+        return _pass(events, _Dropped(span))
     return _consume(events, _Trace(span, getattr(snapshot, "mask", None)))

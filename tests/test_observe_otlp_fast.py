@@ -1,0 +1,159 @@
+"""fim's in-place OTLP span encoder makes the very request the upstream encoder makes."""
+
+from __future__ import annotations
+
+import enum
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk")
+
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import (
+    encode_spans as upstream_encode,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace.span import TraceState
+from opentelemetry.trace.status import Status, StatusCode
+
+from fim.observe.otlp_fast import encode_spans
+
+
+class Color(enum.IntEnum):
+    RED = 1
+
+
+def ctx(trace_id: int, span_id: int, remote: bool = False, state: TraceState | None = None):
+    return SpanContext(
+        trace_id, span_id, is_remote=remote, trace_flags=TraceFlags(1), trace_state=state
+    )
+
+
+VALUES = {
+    "s": "text",
+    "empty": "",
+    "b": True,
+    "f": False,
+    "i": -42,
+    "zero": 0,
+    "big": 2**63 - 1,
+    "too_big": 2**70,  # upstream logs and skips it
+    "d": 3.5,
+    "nan_free": -0.0,
+    "ss": ["a", "b"],
+    "bs": (True, False),
+    "is": [1, 2, 3],
+    "ds": (1.5, 2.5),
+    "empty_seq": [],
+    "mixed": ["a", 1],
+    "bytes": b"\x00\x01",
+    "enum": Color.RED,
+    "none_in": [None, "x"],
+    "map": {"k": "v", "n": 1},
+}
+
+
+def spans() -> list[ReadableSpan]:
+    fim = Resource({"service.name": "fim", "n": 1}, "https://schema/1")
+    other = Resource({"service.name": "other", "tags": ["a", "b"]})
+    scope = InstrumentationScope("fim", "1.0", "https://scope", {"scope.attr": 7})
+    bare = InstrumentationScope("bare")
+    state = TraceState([("vendor", "x1"), ("other", "y")])
+    return [
+        ReadableSpan(
+            "root",
+            ctx(1, 2, state=state),
+            None,
+            fim,
+            dict(VALUES),
+            events=[
+                Event("hook", {"fim.hook": "block", "n": 1}, 123),
+                Event("bare", None, 456),
+            ],
+            links=[
+                Link(ctx(9, 8, remote=True, state=state), {"l": 1.0}),
+                Link(ctx(7, 6)),
+            ],
+            kind=SpanKind.SERVER,
+            status=Status(StatusCode.ERROR, "blocked"),
+            start_time=10,
+            end_time=20,
+            instrumentation_scope=scope,
+        ),
+        ReadableSpan(
+            "chat",
+            ctx(1, 3),
+            ctx(1, 2, remote=True),
+            fim,
+            {"gen_ai.usage.input_tokens": 5, "gen_ai.response.finish_reasons": ["stop"]},
+            kind=SpanKind.CLIENT,
+            status=Status(StatusCode.OK),
+            start_time=11,
+            end_time=12,
+            instrumentation_scope=scope,
+        ),
+        ReadableSpan("no scope", ctx(1, 4), ctx(1, 2), fim, None, start_time=1, end_time=2),
+        ReadableSpan(
+            "other resource",
+            ctx(5, 6),
+            ctx(5, 1),
+            other,
+            {"x": "y"},
+            kind=SpanKind.PRODUCER,
+            instrumentation_scope=bare,
+            start_time=3,
+            end_time=4,
+        ),
+        ReadableSpan(
+            "consumer", ctx(1, 5), None, fim, {}, kind=SpanKind.CONSUMER, instrumentation_scope=bare
+        ),
+        ReadableSpan(
+            "internal", ctx(1, 6), ctx(1, 3), fim, {"k": "v"}, instrumentation_scope=scope
+        ),
+    ]
+
+
+def test_the_fast_encoder_makes_the_upstream_request_field_for_field():
+    batch = spans()
+    ours, theirs = encode_spans(batch), upstream_encode(batch)
+    assert ours == theirs
+    assert ours.SerializeToString(deterministic=True) == theirs.SerializeToString(
+        deterministic=True
+    )
+    decoded = ExportTraceServiceRequest.FromString(ours.SerializeToString())
+    assert decoded == theirs
+    # the request is not trivially equal: every group, span, event, link and value is there
+    assert [len(rs.scope_spans) for rs in decoded.resource_spans] == [3, 1]
+    root = decoded.resource_spans[0].scope_spans[0].spans[0]
+    keys = [kv.key for kv in root.attributes]
+    assert "too_big" not in keys and {"bytes", "enum", "map", "mixed", "ss"} <= set(keys)
+    assert root.trace_state == "vendor=x1,other=y" and len(root.events) == 2
+    assert root.links[0].flags == 0x300 and root.status.message == "blocked"
+    assert decoded.resource_spans[0].scope_spans[0].spans[1].flags == 0x300
+
+
+def test_an_empty_batch_and_a_batch_of_one_match_too():
+    assert encode_spans([]) == upstream_encode([])
+    (one,) = spans()[2:3]
+    assert encode_spans([one]) == upstream_encode([one])
+
+
+def test_http_protobuf_exports_with_the_fast_encoder_and_grpc_keeps_upstream(monkeypatch):
+    from fim.observe import tracing
+    from fim.observe.otlp_fast import FastOTLPSpanExporter
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    http = tracing._exporter()
+    assert type(http) is FastOTLPSpanExporter
+    http.shutdown()
+    grpc = pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc.trace_exporter")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    made = tracing._exporter()
+    assert type(made) is grpc.OTLPSpanExporter
+    made.shutdown()
