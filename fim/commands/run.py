@@ -113,7 +113,6 @@ async def _run(
     from fim.run.services import Services
 
     status, output = "error", ""
-    _prefetch("fim.store.usage")
     services = (
         session.services
         if session
@@ -138,19 +137,6 @@ async def _run(
         if session is None:
             await services.aclose()
     return (0 if status == "ok" else 1), output
-
-
-def _prefetch(module: str) -> None:
-    """Import `module` on a thread while the run waits for its model: the run's usage is
-    recorded in the state store when it ends, and SQLAlchemy's import (~120 ms of CPU) would
-    otherwise add to every `fim run` after the answer is in."""
-    # deferred: the two modules only this path needs
-    import importlib
-    import threading
-
-    threading.Thread(
-        target=importlib.import_module, args=(module,), name="fim-prefetch", daemon=True
-    ).start()
 
 
 class CliSession:
