@@ -12,6 +12,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -104,3 +105,26 @@ def pg_database() -> Iterator[Callable[[str], PgDatabase]]:
             conn.execute(f"DROP DATABASE IF EXISTS {db.name} WITH (FORCE)")
             conn.execute(f"DROP ROLE IF EXISTS {db.reader}")
             conn.execute(f"DROP ROLE IF EXISTS {db.owner}")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty state database URL of each backend (PostgreSQL: a schema of its own
+    in FIM_TEST_POSTGRES_URL, skipped without it)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/state/fim.db"
+        return
+    pg_url = os.environ.get("FIM_TEST_POSTGRES_URL")
+    if not pg_url:
+        pytest.skip("FIM_TEST_POSTGRES_URL is not set")
+    # deferred: psycopg is a dev extra, loaded only by the PostgreSQL variant
+    import psycopg
+
+    schema = f"fim_test_{uuid.uuid4().hex[:10]}"
+    conninfo = pg_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    sep = "&" if "?" in pg_url else "?"
+    yield f"{pg_url}{sep}options=-csearch_path%3D{schema}"
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")

@@ -11,8 +11,6 @@ import asyncio
 import os
 import sqlite3
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,29 +21,9 @@ from fim.store import MIGRATIONS, Store, get_store, normalize_url
 PG_URL = os.environ.get("FIM_TEST_POSTGRES_URL")
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh, empty state database URL of each backend."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/state/fim.db"
-        return
-    if not PG_URL:
-        pytest.skip("FIM_TEST_POSTGRES_URL is not set")
-    import psycopg
-
-    schema = f"fim_test_{uuid.uuid4().hex[:10]}"
-    conninfo = PG_URL.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    sep = "&" if "?" in PG_URL else "?"
-    yield f"{PG_URL}{sep}options=-csearch_path%3D{schema}"
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
-
-
 @pytest.fixture
-async def store(url: str) -> Store:
-    s = Store(url)
+async def store(store_url: str) -> Store:
+    s = Store(store_url)
     yield s
     s.close()
 
@@ -53,13 +31,13 @@ async def store(url: str) -> Store:
 # ----------------------------------------------------------------------------- schema
 
 
-async def test_a_new_database_is_migrated_to_the_latest_schema_version(url: str) -> None:
-    first = Store(url)
+async def test_a_new_database_is_migrated_to_the_latest_schema_version(store_url: str) -> None:
+    first = Store(store_url)
     assert await first.schema_version() == len(MIGRATIONS)
     await first.put_run("r1", "agent", "support", "ok", {})
     first.close()
     # Reopening applies nothing twice and keeps the data.
-    second = Store(url)
+    second = Store(store_url)
     assert await second.schema_version() == len(MIGRATIONS)
     assert (await second.get_run("r1")) is not None
     second.close()
@@ -163,9 +141,11 @@ async def test_an_approval_past_its_deadline_reads_as_expired(store: Store) -> N
     assert late is not None and late.status == "expired"
 
 
-async def test_waiting_ends_with_the_decision_made_by_another_store(store: Store, url: str) -> None:
+async def test_waiting_ends_with_the_decision_made_by_another_store(
+    store: Store, store_url: str
+) -> None:
     approval_id = await store.create_approval("r", "a", "t", {}, "why", time.time() + 30)
-    other = Store(url)  # another process's view of the same database
+    other = Store(store_url)  # another process's view of the same database
 
     async def human() -> None:
         await asyncio.sleep(0.1)

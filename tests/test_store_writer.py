@@ -2,7 +2,7 @@
 caller alone, deferred writes in order and never lost, a lost write behind failing the run's
 record, a dropped PostgreSQL connection replaced, and SQLite's `synchronous` level.
 
-The tests taking `url` run on SQLite and on PostgreSQL (FIM_TEST_POSTGRES_URL; skipped only
+The tests taking `store_url` run on SQLite and on PostgreSQL (FIM_TEST_POSTGRES_URL; skipped only
 when it is unset), each PostgreSQL test in a schema of its own."""
 
 from __future__ import annotations
@@ -10,10 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,31 +26,8 @@ def _store(tmp_path: Path) -> Store:
     return Store(f"sqlite:///{tmp_path / 'state.db'}")
 
 
-PG_URL = os.environ.get("FIM_TEST_POSTGRES_URL")
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh, empty state database URL of each backend."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'state.db'}"
-        return
-    if not PG_URL:
-        pytest.skip("FIM_TEST_POSTGRES_URL is not set")
-    import psycopg
-
-    schema = f"fim_test_{uuid.uuid4().hex[:10]}"
-    conninfo = PG_URL.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    sep = "&" if "?" in PG_URL else "?"
-    yield f"{PG_URL}{sep}options=-csearch_path%3D{schema}"
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
-
-
-def test_concurrent_writes_share_transactions_and_a_failure_stays_alone(url: str) -> None:
-    store = Store(url)
+def test_concurrent_writes_share_transactions_and_a_failure_stays_alone(store_url: str) -> None:
+    store = Store(store_url)
     values = {"kind": "agent", "name": "a", "status": "ok", "data": {}}
 
     def failing(conn: Connection) -> None:
@@ -91,13 +65,13 @@ def test_concurrent_writes_share_transactions_and_a_failure_stays_alone(url: str
 
 
 def test_a_lost_write_behind_fails_the_runs_record_loudly(
-    url: str, caplog: pytest.LogCaptureFixture
+    store_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A run's event log that could not be stored: logged, and the run's record (written
     all the same) raises; another run's record does not."""
     from fim.store.live import EventLog
 
-    store = Store(url)
+    store = Store(store_url)
 
     async def main() -> None:
         log = EventLog(store, "lost", "agent", "a")
@@ -119,10 +93,10 @@ def test_a_lost_write_behind_fails_the_runs_record_loudly(
     assert "could not store the events of run lost" in caplog.text
 
 
-def test_the_writer_replaces_a_dropped_postgres_connection(url: str) -> None:
-    if url.startswith("sqlite"):
+def test_the_writer_replaces_a_dropped_postgres_connection(store_url: str) -> None:
+    if store_url.startswith("sqlite"):
         pytest.skip("PostgreSQL only: a server that drops the connection")
-    store = Store(url)
+    store = Store(store_url)
 
     async def main() -> None:
         await store.put_run("before", "agent", "a", "ok", {})
@@ -248,10 +222,10 @@ def test_sqlite_store_runs_wal_with_synchronous_normal(tmp_path: Path) -> None:
         store.close()
 
 
-def test_prepared_statements_write_what_sqlalchemy_writes(url: str) -> None:
+def test_prepared_statements_write_what_sqlalchemy_writes(store_url: str) -> None:
     from fim.store.prepared import ROWS_PER_STATEMENT, Prepared
 
-    store = Store(url)
+    store = Store(store_url)
     events = table("run_events")
     event = {"type": "message", "text": 'naïve "quoted" \\ text', "n": [1, 2.5, None]}
     prepared = Prepared(events.insert, ["run_id", "seq", "event"])
