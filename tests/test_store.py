@@ -8,7 +8,6 @@ Each PostgreSQL test gets its own schema, so tests never see each other's rows.
 from __future__ import annotations
 
 import asyncio
-import os
 import sqlite3
 import time
 from pathlib import Path
@@ -17,8 +16,6 @@ import pytest
 
 from fim.run.services import Services
 from fim.store import MIGRATIONS, Store, get_store, normalize_url
-
-PG_URL = os.environ.get("FIM_TEST_POSTGRES_URL")
 
 
 @pytest.fixture
