@@ -21,6 +21,19 @@ for _var in ("FIM_MODEL", "FIM_FAST_MODEL"):  # a developer's own override must 
     os.environ.pop(_var, None)
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Byte-compile fim once, as installing a package does. The suite starts hundreds of
+    `python -m fim.cli` processes, and where PYTHONDONTWRITEBYTECODE is set (CI, this
+    machine) each would compile every fim module it imports from source again: ~50 ms
+    of CPU for `fim validate`, more for `fim serve`."""
+    if hasattr(session.config, "workerinput"):
+        return  # an xdist worker: the controller has done it
+    # deferred: only the session's start needs it
+    import compileall
+
+    compileall.compile_dir(str(Path(__file__).resolve().parent.parent / "fim"), quiet=1)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _no_model_requests() -> Iterator[None]:
     import fim.llm
