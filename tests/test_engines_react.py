@@ -305,3 +305,30 @@ async def test_a_call_whose_target_cannot_be_told_is_blocked_not_shown_as_the_wr
     [result] = [e for e in events if isinstance(e, ToolResultEvent)]
     assert result.is_error and "could not tell what the call to 'meta' targets" in result.content
     assert ran == []
+
+
+async def test_a_turn_runs_at_most_max_calls_per_turn_and_answers_the_rest():
+    """A model steered by injected text may ask for hundreds of calls at once: the first
+    MAX_CALLS_PER_TURN run, every other call gets an error result (each call id answered,
+    so the conversation stays valid) and the model can ask again next turn."""
+    from fim.engines.react import MAX_CALLS_PER_TURN
+
+    asked = MAX_CALLS_PER_TURN + 5
+    ran: list[float] = []
+
+    async def add(a: float, b: float) -> str:
+        ran.append(a)
+        return str(a + b)
+
+    tool = FunctionTool("add", "Add two numbers", ADD_SCHEMA, add, category="compute")
+    model = ScriptedModel(
+        [tool_calls([("add", {"a": i, "b": 1}) for i in range(asked)]), text("done")]
+    )
+    events = await collect(engine(model, tool))
+    results = [e for e in events if isinstance(e, ToolResultEvent)]
+    assert len(ran) == MAX_CALLS_PER_TURN and len(results) == asked
+    refused = [r for r in results if r.is_error]
+    assert len(refused) == 5 and all("not run" in r.content for r in refused)
+    answered = tool_messages(model, 1)
+    assert len(answered) == asked and answered[-1].content.startswith("Error: not run")
+    assert final(events).output == "done"

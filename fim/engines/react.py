@@ -62,6 +62,11 @@ class Finalizer(Protocol):
 
 ContextFitter = Callable[[list[Message]], Awaitable[tuple[list[Message], list[str]]]]
 
+MAX_CALLS_PER_TURN = 32
+"""Tool calls of one model turn that run; the rest are answered with an error to call them
+in a later turn. A model steered by injected text could otherwise ask for hundreds of
+calls at once (each a task, a hook process, a request to a paid API)."""
+
 _EMPTY_REPLY_NUDGE = (
     "Your last reply was empty. Either answer the user's request in text, "
     "or call one of the available tools."
@@ -306,6 +311,13 @@ class ReactEngine:
             finally:
                 queue.put_nowait(None)
 
+        for call in calls[MAX_CALLS_PER_TURN:]:
+            results[call.id] = (
+                f"Error: not run: this turn asked for {len(calls)} tool calls and at most "
+                f"{MAX_CALLS_PER_TURN} run at once. Call '{call.name}' again in your next turn "
+                "if you still need it."
+            )
+
         for call in calls:
             yield ToolCallEvent(
                 run_id=self.run_id,
@@ -315,7 +327,16 @@ class ReactEngine:
             )
         if hasattr(self.hooks, "on_notice"):  # e.g. "approval pending" while confirm waits
             self.hooks.on_notice = queue.put_nowait
-        tasks = [asyncio.create_task(one(call)) for call in calls]
+        tasks = [asyncio.create_task(one(call)) for call in calls[:MAX_CALLS_PER_TURN]]
+        for call in calls[MAX_CALLS_PER_TURN:]:
+            yield ToolResultEvent(
+                run_id=self.run_id,
+                call_id=call.id,
+                name=call.name,
+                content=results[call.id],
+                is_error=True,
+                duration_ms=0.0,
+            )
         try:
             pending = len(tasks)
             while pending:
