@@ -5,7 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -260,50 +263,64 @@ def test_tracing_off_imports_no_opentelemetry_and_creates_no_span(tmp_path):
     assert "loaded: []" in out.stdout
 
 
-def test_trace_context_flows_from_an_http_request_into_a_connector_call(tmp_path, receiver):
-    """A caller's `traceparent` parents the server span, the run and its tool call; the
-    connector's HTTP request carries the tool call's span as its parent."""
-    import httpx
+PING_CALL = "{name: connector, arguments: {subcommand: execute, connector: api, action: ping}}"
+
+
+@contextmanager
+def ping_api(root: Path) -> Iterator[list[str]]:
+    """A local HTTP API the project's `api` connector calls (`ping`); yields the
+    `traceparent` header of every request it receives."""
     from starlette.applications import Starlette
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    from fim.build.reload import SnapshotHolder
-    from fim.server.app import create_app
     from fim.testing.connectors import serve
-    from fim.testing.server import ServerThread
 
     seen: list[str] = []
 
-    async def ping(request):
+    async def ping(request: Any) -> JSONResponse:
         seen.append(request.headers.get("traceparent", ""))
         return JSONResponse({"pong": True})
 
     with serve(Starlette(routes=[Route("/ping", ping)])) as api_url:
-        project(tmp_path)
-        (tmp_path / "connectors").mkdir()
-        (tmp_path / "connectors/api.yaml").write_text(
+        project(root)
+        (root / "connectors").mkdir()
+        (root / "connectors/api.yaml").write_text(
             f"kind: http\nbase_url: {api_url}\n"
             "actions:\n  ping: {method: GET, path: /ping, description: Ping}\n"
         )
-        (tmp_path / "s/caller.yaml").write_text(
-            "- tool_calls: [{name: connector, arguments: "
-            "{subcommand: execute, connector: api, action: ping}}]\n- text: pong\n"
+        yield seen
+
+
+def served_run(root: Path, traceparent: str) -> str:
+    """POST a run of `caller` to a served `root` with the caller's `traceparent`; its output."""
+    import httpx
+
+    from fim.build.reload import SnapshotHolder
+    from fim.server.app import create_app
+    from fim.testing.server import ServerThread
+
+    with ServerThread(create_app(SnapshotHolder(compile_project(root)))) as srv:
+        response = httpx.post(
+            f"{srv.url}/v1/agents/caller/runs",
+            json={"input": "ping it"},
+            headers={"traceparent": traceparent},
+            timeout=30,
         )
+    assert response.status_code == 200, response.text
+    return str(response.json()["output"])
+
+
+def test_trace_context_flows_from_an_http_request_into_a_connector_call(tmp_path, receiver):
+    """A caller's `traceparent` parents the server span, the run and its tool call; the
+    connector's HTTP request carries the tool call's span as its parent."""
+    with ping_api(tmp_path) as seen:
+        (tmp_path / "s/caller.yaml").write_text(f"- tool_calls: [{PING_CALL}]\n- text: pong\n")
         (tmp_path / "agents/caller.yaml").write_text(
             "model: scripted:s/caller.yaml\nconnectors: [api]\n"
         )
-        holder = SnapshotHolder(compile_project(tmp_path))
         trace_id, caller_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
-        with ServerThread(create_app(holder)) as srv:
-            response = httpx.post(
-                f"{srv.url}/v1/agents/caller/runs",
-                json={"input": "ping it"},
-                headers={"traceparent": f"00-{trace_id}-{caller_span}-01"},
-                timeout=30,
-            )
-        assert response.status_code == 200, response.text
-        assert response.json()["output"] == "pong"
+        assert served_run(tmp_path, f"00-{trace_id}-{caller_span}-01") == "pong"
     from fim.observe.tracing import flush
 
     assert flush()
@@ -324,53 +341,21 @@ def test_an_unsampled_callers_trace_context_reaches_connector_calls_of_delegated
     """A caller's `traceparent` with the sampled flag off: no span is built (parent-based
     sampling), yet the run's connector call and its delegated run's connector call both
     carry the caller's trace id with the flag still off."""
-    import httpx
-    from starlette.applications import Starlette
-    from starlette.responses import JSONResponse
-    from starlette.routing import Route
-
-    from fim.build.reload import SnapshotHolder
-    from fim.server.app import create_app
-    from fim.testing.connectors import serve
-    from fim.testing.server import ServerThread
-
-    seen: list[str] = []
-
-    async def ping(request):
-        seen.append(request.headers.get("traceparent", ""))
-        return JSONResponse({"pong": True})
-
-    ping_call = "{name: connector, arguments: {subcommand: execute, connector: api, action: ping}}"
-    with serve(Starlette(routes=[Route("/ping", ping)])) as api_url:
-        project(tmp_path)
-        (tmp_path / "connectors").mkdir()
-        (tmp_path / "connectors/api.yaml").write_text(
-            f"kind: http\nbase_url: {api_url}\n"
-            "actions:\n  ping: {method: GET, path: /ping, description: Ping}\n"
-        )
+    with ping_api(tmp_path) as seen:
         (tmp_path / "s/caller.yaml").write_text(
-            f"- tool_calls: [{ping_call}]\n"
+            f"- tool_calls: [{PING_CALL}]\n"
             "- tool_calls: [{name: call_agent, arguments: {agent: pinger, task: ping}}]\n"
             "- text: pong\n"
         )
-        (tmp_path / "s/pinger.yaml").write_text(f"- tool_calls: [{ping_call}]\n- text: ok\n")
+        (tmp_path / "s/pinger.yaml").write_text(f"- tool_calls: [{PING_CALL}]\n- text: ok\n")
         (tmp_path / "agents/caller.yaml").write_text(
             "model: scripted:s/caller.yaml\nconnectors: [api]\ndelegates: [pinger]\n"
         )
         (tmp_path / "agents/pinger.yaml").write_text(
             "model: scripted:s/pinger.yaml\nconnectors: [api]\n"
         )
-        holder = SnapshotHolder(compile_project(tmp_path))
         trace_id = "5bf92f3577b34da6a3ce929d0e0e4737"
-        with ServerThread(create_app(holder)) as srv:
-            response = httpx.post(
-                f"{srv.url}/v1/agents/caller/runs",
-                json={"input": "ping it"},
-                headers={"traceparent": f"00-{trace_id}-00f067aa0ba902b8-00"},
-                timeout=30,
-            )
-        assert response.status_code == 200, response.text
-        assert response.json()["output"] == "pong"
+        assert served_run(tmp_path, f"00-{trace_id}-00f067aa0ba902b8-00") == "pong"
     from fim.observe.tracing import flush
 
     assert flush()
