@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from fim.testing.otlp import Receiver, otlp_receiver
+
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 for _var in ("FIM_MODEL", "FIM_FAST_MODEL"):  # a developer's own override must not leak in
     os.environ.pop(_var, None)
@@ -141,3 +143,21 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     yield f"{pg_url}{sep}options=-csearch_path%3D{schema}"
     with psycopg.connect(conninfo, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture
+def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
+    """A real OTLP/HTTP receiver (`fim.testing.otlp`) that the run's tracing exports to,
+    prompts and completions captured; the process's tracer is rebuilt around the test."""
+    from fim import observe
+
+    with otlp_receiver() as rx:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.url)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+        monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
+        observe.reset()
+        try:
+            yield rx
+        finally:
+            observe.reset()

@@ -16,11 +16,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fim import observe
 from fim.cli import app
 from fim.masking import remember
 from fim.observe.logs import JsonFormatter
-from fim.testing.otlp import otlp_receiver
+from fim.testing.otlp import Receiver
 
 SECRET = "tok-model-knows-8d7c6b5a"
 B64 = base64.b64encode(f"user:{SECRET}".encode()).decode()
@@ -69,30 +68,19 @@ def leaks(text: str) -> list[str]:
 
 
 def test_a_secret_the_model_writes_into_names_and_ids_never_leaves(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, receiver: Receiver
 ) -> None:
     monkeypatch.setenv("CRM_TOKEN", SECRET)
     root = write_project(tmp_path / "p")
-    with otlp_receiver() as rx:
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.url)
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-        monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
-        monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
-        observe.reset()
-        try:
-            outputs = []
-            for flag in ("-v", "--json"):
-                result = CliRunner().invoke(
-                    app, ["--project", str(root), "run", "leaky", "go", flag]
-                )
-                assert result.exit_code == 0, result.output
-                outputs.append(result.output)
-            from fim.observe.tracing import flush
+    outputs = []
+    for flag in ("-v", "--json"):
+        result = CliRunner().invoke(app, ["--project", str(root), "run", "leaky", "go", flag])
+        assert result.exit_code == 0, result.output
+        outputs.append(result.output)
+    from fim.observe.tracing import flush
 
-            assert flush()
-            spans = [json.dumps([s.name, s.attributes, s.events], default=str) for s in rx.spans]
-        finally:
-            observe.reset()
+    assert flush()
+    spans = [json.dumps([s.name, s.attributes, s.events], default=str) for s in receiver.spans]
     assert "calc_***" in outputs[0] and spans
     found = {
         "cli -v": leaks(outputs[0]),

@@ -10,14 +10,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from fim import observe
 from fim.build.compile import compile_project
 from fim.capabilities import CAPABILITIES
 from fim.run.agent import ask, run_agent
 from fim.run.services import Services
-from fim.testing.otlp import otlp_receiver
 from fim.workflows.engine import WorkflowEngine
 
 BLOCK_666 = "grep -q 666 && { echo 'no devil maths' >&2; exit 2; } || exit 0"
@@ -50,20 +47,6 @@ def project(root: Path) -> Path:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     return root
-
-
-@pytest.fixture
-def receiver(monkeypatch):
-    with otlp_receiver() as rx:
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.url)
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-        monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
-        monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
-        observe.reset()
-        try:
-            yield rx
-        finally:
-            observe.reset()
 
 
 async def test_span_tree_of_a_run_with_tools_a_block_a_delegation_and_a_workflow(
