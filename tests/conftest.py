@@ -8,9 +8,10 @@ downloading one.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -161,3 +162,27 @@ def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
             yield rx
         finally:
             observe.reset()
+
+
+class Ticker:
+    """Counts event-loop iterations while hostile work runs: a blocked loop counts none."""
+
+    def __init__(self) -> None:
+        self.ticks = 0
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(0.005)
+            self.ticks += 1
+
+
+@pytest.fixture
+async def ticker() -> AsyncIterator[Ticker]:
+    # deferred: the worker pool (pebble, multiprocessing) only for the tests that count
+    from fim.tools import isolate
+
+    await isolate.pool()  # started before counting: its one-off start-up is not the test
+    counter = Ticker()
+    task = asyncio.create_task(counter.run())
+    yield counter
+    task.cancel()

@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_limits import LIMIT, Ticker, _stopped
+from conftest import Ticker
+from test_limits import LIMIT, _stopped
 from test_tools_builtin import make_ctx, registry_for
 
 from fim.config.schema import Project, WebFetchSettings
-from fim.tools import isolate, sandbox
+from fim.tools import sandbox
 from fim.tools.builtin import json_transform, web_fetch
 from fim.tools.registry import ToolRegistry
 from fim.types import ToolResult
@@ -45,15 +46,6 @@ def hostile_site() -> Iterator[str]:
     yield f"http://127.0.0.1:{server.server_address[1]}/"
     server.shutdown()
     server.server_close()
-
-
-@pytest.fixture
-async def ticker() -> AsyncIterator[Ticker]:
-    await isolate.pool()  # started before counting: its one-off start-up is not the test
-    counter = Ticker()
-    task = asyncio.create_task(counter.run())
-    yield counter
-    task.cancel()
 
 
 async def test_a_page_crafted_to_stall_the_html_parser_is_stopped_off_the_loop(

@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import Ticker
 
 from fim.tools import isolate
 from fim.tools.builtin import calculator, json_transform, template_render, text_utils
@@ -71,27 +72,6 @@ async def _settled_pool(killed: set[int]) -> set[int]:
 def _ppid(pid: int) -> str:
     status = Path(f"/proc/{pid}/status").read_text()
     return next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:"))
-
-
-class Ticker:
-    """Counts event-loop iterations while hostile work runs: a blocked loop counts none."""
-
-    def __init__(self) -> None:
-        self.ticks = 0
-
-    async def run(self) -> None:
-        while True:
-            await asyncio.sleep(0.005)
-            self.ticks += 1
-
-
-@pytest.fixture
-async def ticker() -> AsyncIterator[Ticker]:
-    await isolate.pool()  # started before counting: its one-off start-up is not the test
-    counter = Ticker()
-    task = asyncio.create_task(counter.run())
-    yield counter
-    task.cancel()
 
 
 async def _stopped(call: Awaitable[str | ToolResult], ticker: Ticker) -> ToolResult:
