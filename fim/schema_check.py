@@ -10,11 +10,36 @@ it. jsonschema (~40 ms to import) loads on first use.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 MAX_PROBLEMS = 5
 """Problems reported at most: enough to fix a call, short enough for a tool observation."""
+
+MAX_NESTING = 64
+"""Deepest nesting of lists and objects a model- or client-written value may have (tool
+arguments, HTTP bodies). Deeper values break what walks them recursively after the check:
+hook payloads, masking, the pickling that hands data to an isolated worker (a 900-level
+`json_transform` document killed pebble's scheduler thread and hung the call)."""
+
+
+def nested_deeper(value: Any, limit: int = MAX_NESTING) -> bool:
+    """Whether `value` nests lists/dicts more than `limit` levels (iterative: it must not
+    itself hit the recursion limit it guards against)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[Any] = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
 
 _PATTERNS: dict[str, Any] = {}
 """Compiled RE2 patterns by source (None: RE2 cannot run it)."""
@@ -172,7 +197,9 @@ def schema_problem(schema: Any) -> str | None:
 
 
 __all__ = [
+    "MAX_NESTING",
     "MAX_PROBLEMS",
+    "nested_deeper",
     "pattern_matches",
     "problems",
     "schema_problem",

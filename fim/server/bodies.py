@@ -15,10 +15,11 @@ import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.requests import Request
 
+from fim.schema_check import MAX_NESTING, nested_deeper
 from fim.server.http import JSONResponse  # masked, like every body the API sends
 from fim.types import Message
 
-MAX_JSON_DEPTH = 64
+MAX_JSON_DEPTH = MAX_NESTING
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -240,20 +241,6 @@ class EvalRunBody(_Body):
     """Run the agent's hooks too (evals bypass them by default, as `fim eval` does)."""
 
 
-def _too_deep(value: Any, limit: int) -> bool:
-    """Whether containers nest deeper than `limit` (iterative: no recursion to exhaust)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > limit:
-            return True
-        if isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values() if isinstance(v, dict | list))
-        elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item if isinstance(v, dict | list))
-    return False
-
-
 def _path(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(part) for part in loc)
 
@@ -268,7 +255,7 @@ async def read_body(request: Request, model: type[M]) -> M:
         raise BodyError(f"request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise BodyError("request body must be a JSON object")
-    if _too_deep(data, MAX_JSON_DEPTH):
+    if nested_deeper(data, MAX_JSON_DEPTH):
         raise BodyError(f"request body is nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         return model.model_validate(data)

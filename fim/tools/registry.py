@@ -13,7 +13,7 @@ import types
 from collections.abc import Awaitable, Coroutine, Generator, Iterable, Iterator
 from typing import Any, TypeVar, cast
 
-from fim.schema_check import validator, validator_problems
+from fim.schema_check import MAX_NESTING, nested_deeper, validator, validator_problems
 from fim.types import Tool, ToolResult, ToolSpec
 
 T = TypeVar("T")
@@ -167,9 +167,9 @@ class ToolRegistry:
     def _schema_errors(self, tool: Tool, arguments: dict[str, Any]) -> list[str]:
         if _plainly_valid(tool.parameters, arguments):
             return []  # certain without jsonschema; anything else it decides and words
-        if _nested_deeper(arguments, MAX_ARGUMENT_DEPTH):
+        if nested_deeper(arguments):
             return [
-                f"the arguments are nested more than {MAX_ARGUMENT_DEPTH} levels deep; "
+                f"the arguments are nested more than {MAX_NESTING} levels deep; "
                 "flatten the data or send less of it"
             ]
         checker = self._validators.get(tool.name)
@@ -216,31 +216,6 @@ def _resume(call: Coroutine[Any, Any, Any], pending: Any) -> Generator[Any, Any,
                 pending = call.send(sent)
             except StopIteration as done:
                 return done.value
-
-
-MAX_ARGUMENT_DEPTH = 64
-"""Deepest nesting of lists and objects a tool call's arguments may have (HTTP bodies have
-the same cap). Deeper values break what walks them recursively after the check: hook
-payloads, masking, the pickling that hands data to an isolated worker (a 900-level
-`json_transform` document killed pebble's scheduler thread and hung the call)."""
-
-
-def _nested_deeper(value: Any, limit: int) -> bool:
-    """Whether `value` nests lists/dicts more than `limit` levels (iterative: it must not
-    itself hit the recursion limit it guards against)."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Iterable[Any] = item.values()
-        elif isinstance(item, list | tuple):
-            children = item
-        else:
-            continue
-        if depth >= limit:
-            return True
-        stack.extend((child, depth + 1) for child in children)
-    return False
 
 
 _SPECS: dict[int, tuple[Tool, str, str, dict[str, Any], ToolSpec]] = {}
