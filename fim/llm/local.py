@@ -23,7 +23,7 @@ from typing import ClassVar
 from fim.config.schema import ModelSettings
 from fim.errors import RunError
 from fim.llm.backend import Backend
-from fim.llm.base import LOCAL_PROVIDERS, api_base, check_allowed, provider_of
+from fim.llm.base import LOCAL_PROVIDERS, api_base, provider_of
 from fim.llm.openai_compat import OpenAICompatModel
 from fim.types import Model
 
@@ -49,13 +49,8 @@ class LocalModel(OpenAICompatModel):
         self.settings = settings
         self._wire_name = settings.model.split("/", 1)[1]
 
-    def _prepare(self) -> dict[str, str]:
-        self._key = self.settings.api_key or None
-        check_allowed(self.base_url, self.name)
-        headers = {"content-type": "application/json", "accept": "application/json"}
-        if self._key:
-            headers["authorization"] = f"Bearer {self._key}"
-        return headers
+    def _api_key(self) -> str | None:
+        return self.settings.api_key or None
 
 
 class LocalBackend(Backend):

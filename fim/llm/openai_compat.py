@@ -152,12 +152,17 @@ class OpenAICompatModel:
     def _prepare(self) -> dict[str, str]:
         """Resolve the key (it may come from the environment) and pass the request guard,
         before any byte is sent."""
-        self._key = resolve_key(self.settings, "openai", required=self.base_url == OPENAI_BASE)
+        self._key = self._api_key()
         check_allowed(self.base_url, self.name)
         headers = {"content-type": "application/json", "accept": "application/json"}
         if self._key:
             headers["authorization"] = f"Bearer {self._key}"
         return headers
+
+    def _api_key(self) -> str | None:
+        """The key the request sends: the model's own, else `OPENAI_API_KEY` (required at
+        OpenAI itself)."""
+        return resolve_key(self.settings, "openai", required=self.base_url == OPENAI_BASE)
 
     def _content(
         self,
