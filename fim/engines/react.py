@@ -333,7 +333,7 @@ class ReactEngine:
                 run_id=self.run_id,
                 call_id=call.id,
                 name=call.name,
-                content=results[call.id],
+                content=self.mask(results[call.id]),  # it names the model's tool name
                 is_error=True,
                 duration_ms=0.0,
             )
