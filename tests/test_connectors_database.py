@@ -431,3 +431,52 @@ async def test_the_hook_view_never_parses_the_models_sql_on_the_event_loop(
     await prepare_query(db, long)
     assert database_metadata(db, "query", long)["access"] == "write"
     assert len(parsed_on) == 2 and threading.main_thread().name not in parsed_on
+
+
+@pytest.mark.parametrize("route", ["legacy", "progressive"])
+async def test_hooks_see_reads_and_writes_of_a_writable_database_in_every_route(
+    tmp_path: Path, route: str
+) -> None:
+    """Through the engine, as a run calls it: `{db}__query` (legacy) and the `database`
+    meta-tool (progressive, the default) show a read as `read` and a write as `write`, the
+    statements classified off the event loop before the view."""
+    from test_engines_react import ScriptedHooks
+
+    from fim.connectors import database_tools
+    from fim.connectors.meta import DatabaseMetaTool
+    from fim.engines.react import ReactEngine
+    from fim.llm.scripted import ScriptedModel, text, tool_call
+    from fim.tools import ToolRegistry
+    from fim.tools.view import view_of
+
+    path = tmp_path / "rw.db"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(SEED)
+    conn.close()
+    db = database(f"sqlite:///{path}", read_only=False)
+    try:
+        statements = ["SELECT count(*) FROM customers", "DELETE FROM orders WHERE id = 1"]
+        if route == "legacy":
+            registry = ToolRegistry(database_tools(db))
+            calls = [tool_call("shop__query", {"sql": sql}) for sql in statements]
+        else:
+            registry = ToolRegistry([DatabaseMetaTool([db])])
+            calls = [
+                tool_call("database", {"subcommand": "query", "database": "shop", "sql": sql})
+                for sql in statements
+            ]
+        hooks = ScriptedHooks()
+        engine = ReactEngine(
+            model=ScriptedModel([*calls, text("done")]),
+            registry=registry,
+            system_prompt="",
+            agent="a",
+            run_id="r",
+            hooks=hooks,
+            call_view=lambda name, args: view_of(registry.get(name), args),
+        )
+        [event async for event in engine.run("go")]
+    finally:
+        db.dispose()
+    seen = [(c.tool_name, c.metadata["access"]) for c in hooks.seen if c.point == "PreToolUse"]
+    assert seen == [("shop__query", "read"), ("shop__query", "write")]
