@@ -114,14 +114,10 @@ async def test_span_tree_of_a_run_with_tools_a_block_a_delegation_and_a_workflow
     assert all(s.parent_id == "" or s.parent_id in by_id for s in spans)
 
 
-async def test_a_run_the_sampler_drops_exports_nothing_and_runs_unchanged(
-    tmp_path, receiver, monkeypatch
-):
-    """The SDK's sampler (standard variables) decides; a dropped run and the run it
-    delegates to build no spans and their events are the same."""
-    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
-    observe.reset()
-    snapshot = compile_project(project(tmp_path))
+async def delegate_and_workflow(root: Path) -> None:
+    """One run of `lead` (which delegates) and one of the `greet` workflow (an agent
+    node), both finishing as they would untraced."""
+    snapshot = compile_project(project(root))
     services = Services(
         providers=CAPABILITIES, root=snapshot.root, state_url=snapshot.project.state
     )
@@ -131,6 +127,16 @@ async def test_a_run_the_sampler_drops_exports_nothing_and_runs_unchanged(
     finally:
         await services.aclose()
     assert final.status == "ok" and final.output == "All done." and workflow[-1].status == "ok"
+
+
+async def test_a_run_the_sampler_drops_exports_nothing_and_runs_unchanged(
+    tmp_path, receiver, monkeypatch
+):
+    """The SDK's sampler (standard variables) decides; a dropped run and the run it
+    delegates to build no spans and their events are the same."""
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
+    observe.reset()
+    await delegate_and_workflow(tmp_path)
     from fim.observe.tracing import flush
 
     assert flush()
@@ -156,16 +162,7 @@ async def test_the_sampler_is_asked_once_per_top_level_run(tmp_path, receiver):
             return "DropAll"
 
     tracing._provider = TracerProvider(sampler=DropAll())
-    snapshot = compile_project(project(tmp_path))
-    services = Services(
-        providers=CAPABILITIES, root=snapshot.root, state_url=snapshot.project.state
-    )
-    try:
-        final = await ask(snapshot, "lead", "compute things", services=services)
-        workflow = [e async for e in WorkflowEngine(snapshot, "greet", services).run({})]
-    finally:
-        await services.aclose()
-    assert final.status == "ok" and final.output == "All done." and workflow[-1].status == "ok"
+    await delegate_and_workflow(tmp_path)
     assert asked == ["invoke_agent lead", "workflow greet"]
 
 
