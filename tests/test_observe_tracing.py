@@ -10,9 +10,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fim import observe
 from fim.build.compile import compile_project
 from fim.capabilities import CAPABILITIES
+from fim.events import RunStarted
 from fim.run.agent import ask, run_agent
 from fim.run.services import Services
 from fim.workflows.engine import WorkflowEngine
@@ -167,7 +170,7 @@ async def test_the_sampler_is_asked_once_per_top_level_run(tmp_path, receiver):
 
 
 async def test_a_stream_closed_early_ends_every_span_with_what_it_knew(tmp_path, receiver):
-    """A run's events replayed through `trace_run`, closed after the first tool call: the
+    """A run's events replayed through `trace_run`'s watch, closed after the first tool call: the
     root still carries the run's start attributes, the open tool call ends with an error
     status, nothing leaks."""
     from fim.observe.tracing import flush, trace_run
@@ -185,7 +188,7 @@ async def test_a_stream_closed_early_ends_every_span_with_what_it_knew(tmp_path,
         for event in events:
             yield event
 
-    stream = trace_run(source(), agent="replayed", run_id="r1", snapshot=snapshot)
+    stream = observe.watched(source(), trace_run(agent="replayed", run_id="r1", snapshot=snapshot))
     async for event in stream:
         if event.type == "tool_call":
             break
@@ -195,6 +198,57 @@ async def test_a_stream_closed_early_ends_every_span_with_what_it_knew(tmp_path,
     assert root.attributes["fim.engine"] == "react" and "fim.status" not in root.attributes
     (tool,) = [s for s in receiver.spans if s.parent_id == root.span_id and "tool" in s.name]
     assert tool.status == 2 and tool.end_ns >= tool.start_ns
+
+
+async def test_an_exception_that_ends_a_run_is_recorded_with_its_text_masked(receiver):
+    """What the SDK's `record_exception` records (type, message, stack), on the run's span
+    with an error status; a secret the error quotes is masked in the message and the stack."""
+    from fim.observe.tracing import flush, trace_run
+
+    async def failing():
+        yield RunStarted(run_id="r1", agent="a", engine="react", input="go")
+        raise RuntimeError("upstream said: token=s3cr3t-value")
+
+    watch = trace_run(
+        agent="a", run_id="r1", snapshot=None, mask=lambda t: t.replace("s3cr3t-value", "***")
+    )
+    with pytest.raises(RuntimeError):
+        async for _ in observe.watched(failing(), watch):
+            pass
+    assert flush()
+    (root,) = receiver.spans
+    assert root.status == 2  # ERROR
+    ((name, attributes),) = root.events
+    assert name == "exception" and attributes["exception.type"] == "RuntimeError"
+    assert attributes["exception.message"] == "upstream said: token=***"
+    assert "token=***" in attributes["exception.stacktrace"]
+    assert "s3cr3t" not in repr(receiver.spans)
+
+
+async def test_span_attributes_keep_the_standard_span_limits(tmp_path, receiver, monkeypatch):
+    """OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT and OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT apply to
+    fim's spans as the SDK applies them to its own."""
+    monkeypatch.setenv("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "5")
+    monkeypatch.setenv("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "3")
+    observe.reset()
+    await delegate_and_workflow(tmp_path)
+    from fim.observe.tracing import flush
+
+    assert flush()
+    assert receiver.spans
+    for span in receiver.spans:
+        assert len(span.attributes) <= 3
+        assert all(len(v) <= 5 for v in span.attributes.values() if isinstance(v, str))
+
+
+def test_warm_builds_the_tracer_before_the_heap_settles(receiver):
+    """`fim serve` calls `observe.warm()` before `settle_heap()`: with tracing on, the SDK
+    is loaded then, not by the first run."""
+    from fim.observe import tracing
+
+    assert tracing._provider is None
+    observe.warm()
+    assert tracing._provider is not None
 
 
 def test_the_resource_is_the_sdks_with_its_hash_made_once(receiver, monkeypatch):

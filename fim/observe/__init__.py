@@ -1,7 +1,7 @@
 """Observability: OpenTelemetry traces built from fim's event stream.
 
-Every engine already yields one ordered event stream per run; `observe_run` and
-`observe_workflow` wrap that stream where the surfaces consume it, and turn it into spans.
+Every engine already yields one ordered event stream per run; `watch_run` (read inline
+by `fim.run.agent`) and `observe_workflow` turn that stream into spans and metrics.
 Nothing here imports `opentelemetry` unless tracing is configured through the standard
 `OTEL_EXPORTER_OTLP_*` environment variables, so a run with tracing off pays one cached
 boolean check and creates no span.
@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from contextlib import aclosing
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fim.observe.context import current_call as current_call
 from fim.observe.context import current_node as current_node
@@ -41,6 +42,18 @@ def tracing_enabled() -> bool:
     return _enabled
 
 
+def warm() -> None:
+    """For a process that serves: build the tracer provider now when tracing is on, so the
+    SDK it loads settles with the rest of the start-up heap (`fim.server.settle_heap`: left
+    in the cyclic collector's generations, it made every full collection walk it) and the
+    first run does not wait for it."""
+    if tracing_enabled():
+        # deferred: loading opentelemetry costs tens of ms, only when tracing is on
+        from fim.observe.tracing import tracer
+
+        tracer()
+
+
 def enable_metrics() -> None:
     """Count every run from now on in Prometheus metrics (`fim serve` turns this on)."""
     global _metrics
@@ -66,27 +79,81 @@ def reset() -> None:
         tracing.shutdown()
 
 
-def observe_run(
-    events: AsyncIterator[Event],
+class Watch(Protocol):
+    """What observes one run: `on` for each of its events, read inline where the run's own
+    loop reads them (a generator layer per observer cost more than the spans it built);
+    entered before the first event and exited after the last one, with the exception that
+    ended the run (`GeneratorExit` for a stream its reader closed early). Never swallows it."""
+
+    def on(self, event: Event) -> None: ...
+
+    def __enter__(self) -> object: ...
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None: ...
+
+
+class _Both:
+    """Metrics and a trace, both on (`fim serve` with an OTLP endpoint)."""
+
+    def __init__(self, first: Watch, second: Watch) -> None:
+        self.first, self.second = first, second
+
+    def on(self, event: Event) -> None:
+        self.first.on(event)
+        self.second.on(event)
+
+    def __enter__(self) -> _Both:
+        self.first.__enter__()
+        self.second.__enter__()
+        return self
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        try:
+            self.second.__exit__(kind, exc, tb)
+        finally:
+            self.first.__exit__(kind, exc, tb)
+
+
+def _either(first: Watch | None, second: Watch | None) -> Watch | None:
+    if first is not None and second is not None:
+        return _Both(first, second)
+    return first or second
+
+
+def watch_run(
     *,
     agent: str,
     run_id: str,
     snapshot: Any,
     depth: int = 0,
     mask: Callable[[str], str] | None = None,
-) -> AsyncIterator[Event]:
-    """The events of one agent run, unchanged; spans and metrics on the side when on."""
+) -> Watch | None:
+    """What observes one agent run (spans, metrics), or None when nothing does."""
+    counted: Watch | None = None
     if _metrics:
         # deferred: loading prometheus_client costs hundreds of ms
-        from fim.observe.metrics import count_run
+        from fim.observe.metrics import RunCounter
 
-        events = count_run(events, agent)
+        counted = RunCounter(agent)
     if not tracing_enabled():
-        return events
+        return counted
     # deferred: loading fim.events costs hundreds of ms
     from fim.observe.tracing import trace_run
 
-    return trace_run(events, agent=agent, run_id=run_id, snapshot=snapshot, depth=depth, mask=mask)
+    return _either(
+        counted,
+        trace_run(agent=agent, run_id=run_id, snapshot=snapshot, depth=depth, mask=mask),
+    )
+
+
+async def watched(events: AsyncIterator[Event], watch: Watch) -> AsyncGenerator[Event, None]:
+    """`events` unchanged, each shown to `watch` first (a stream no loop of fim's reads
+    inline: a workflow's, a replayed one)."""
+    with watch:
+        async with aclosing(events) as stream:  # type: ignore[type-var]
+            async for event in stream:
+                watch.on(event)
+                yield event
 
 
 def observe_workflow(
@@ -98,4 +165,4 @@ def observe_workflow(
     # deferred: loading fim.events costs hundreds of ms
     from fim.observe.tracing import trace_workflow
 
-    return trace_workflow(events, workflow=workflow, run_id=run_id, snapshot=snapshot)
+    return watched(events, trace_workflow(workflow=workflow, run_id=run_id, snapshot=snapshot))

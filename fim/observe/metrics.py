@@ -8,10 +8,9 @@ count.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator
-from contextlib import aclosing
 from typing import Any, Generic, TypeVar
 
 from prometheus_client import (
@@ -126,32 +125,31 @@ class Metrics:
 METRICS = Metrics()
 
 
-async def count_run(events: AsyncIterator[Event], agent: str) -> AsyncIterator[Event]:
-    """Pass a run's events through, counting them; a run that ends without `run_finished`
-    (an exception, a cancelled client) counts as `cancelled` or `error`."""
-    m = METRICS
-    m.c_active(agent).inc()
-    blocked: set[str] = set()
-    finished = False
-    started = time.perf_counter()
-    outcome = "error"
-    try:
-        async with aclosing(events) as stream:  # type: ignore[type-var]
-            async for event in stream:
-                m.on(agent, event, blocked)
-                finished = finished or event.type == "run_finished"
-                yield event
-    except GeneratorExit:
-        outcome = "cancelled"
-        raise
-    except BaseException as exc:
-        # deferred: loading asyncio costs a few ms
-        import asyncio
+class RunCounter:
+    """Count one run's events; a run that ends without `run_finished` (an exception, a
+    cancelled client) counts as `cancelled` or `error`. A `fim.observe.Watch`."""
 
-        outcome = "cancelled" if isinstance(exc, asyncio.CancelledError) else "error"
-        raise
-    finally:
+    def __init__(self, agent: str) -> None:
+        self.agent = agent
+        self.blocked: set[str] = set()
+        self.finished = False
+        self.started = 0.0
+
+    def __enter__(self) -> RunCounter:
+        METRICS.c_active(self.agent).inc()
+        self.started = time.perf_counter()
+        return self
+
+    def on(self, event: Event) -> None:
+        METRICS.on(self.agent, event, self.blocked)
+        if event.type == "run_finished":
+            self.finished = True
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        m, agent = METRICS, self.agent
         m.c_active(agent).dec()
-        if not finished:
-            m.c_runs(agent, outcome).inc()
-            m.c_run_seconds(agent).observe(time.perf_counter() - started)
+        if self.finished:
+            return
+        cancelled = isinstance(exc, GeneratorExit | asyncio.CancelledError)
+        m.c_runs(agent, "cancelled" if cancelled else "error").inc()
+        m.c_run_seconds(agent).observe(time.perf_counter() - self.started)

@@ -18,15 +18,22 @@ import json
 import os
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from contextlib import aclosing
+import traceback
+from collections.abc import Callable
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+)
 
 from fim.errors import RunError
 from fim.events import Event
@@ -39,6 +46,8 @@ _tracer: Any = None
 scope on every call, which was ~40% of what tracing added to a run."""
 _scope: ContextVar[_Trace | _Dropped | None] = ContextVar("fim_trace_scope", default=None)
 """The innermost traced run or workflow of the running task: a run it starts is its child."""
+
+_UNSET = Status(StatusCode.UNSET)
 
 CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
@@ -204,43 +213,206 @@ def _read_head(git: Path) -> str:
     return ""
 
 
+class _Open:
+    """A span being built: what the SDK's `Span` keeps until its end, without its lock,
+    its per-value attribute cleaning, its self-metrics and the copy it makes at the end.
+
+    fim's spans are written from a finished event stream by one consumer, so none of that
+    protection is needed: ~3 us a span instead of the SDK's ~13 us. Ended, it becomes the
+    SDK's own `ReadableSpan`, handed to the provider's span processors like any other."""
+
+    __slots__ = ("attributes", "context", "events", "kind", "name", "parent", "start", "status")
+
+    def __init__(
+        self,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        kind: SpanKind,
+        start: int,
+        attributes: dict[str, Any],
+    ) -> None:
+        self.name = name
+        self.context = context
+        self.parent = parent
+        self.kind = kind
+        self.start = start
+        self.attributes = attributes
+        self.events: list[tuple[str, dict[str, Any], int]] = []
+        self.status = _UNSET
+
+    def add_event(self, name: str, attributes: dict[str, Any], ts: int) -> None:
+        self.events.append((name, attributes, ts))
+
+    def error(self, description: str) -> None:
+        self.status = Status(StatusCode.ERROR, description)
+
+
+class _Sink:
+    """What ending an `_Open` needs from the provider, looked up once per provider: its
+    resource, sampler, id generator and span processors (all public attributes of the
+    SDK's `Tracer`), and the span limits the standard variables set."""
+
+    def __init__(self, tracer_: Any) -> None:
+        # deferred: loading opentelemetry's SDK costs tens of ms
+        from opentelemetry.sdk.trace import Event as SdkEvent
+        from opentelemetry.sdk.trace import ReadableSpan, SpanLimits
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+        self.readable = ReadableSpan
+        self.event = SdkEvent
+        self.resource = tracer_.resource
+        self.sampler = tracer_.sampler
+        self.ids = tracer_.id_generator
+        self.on_end = tracer_.span_processor.on_end
+        self.scope = InstrumentationScope("fim")
+        limits = SpanLimits()
+        self.max_length: int | None = limits.max_span_attribute_length
+        self.max_attributes: int | None = limits.max_span_attributes
+        self.random_flag = int(getattr(TraceFlags, "RANDOM_TRACE_ID", 0))
+
+    def emit(self, span: _Open, end: int) -> None:
+        attributes = span.attributes
+        if self.max_length is not None or (
+            self.max_attributes is not None and len(attributes) > self.max_attributes
+        ):
+            attributes = self._limited(attributes)
+        self.on_end(
+            self.readable(
+                name=span.name,
+                context=span.context,
+                parent=span.parent,
+                resource=self.resource,
+                attributes=attributes,
+                events=tuple(self.event(*event) for event in span.events) if span.events else (),
+                kind=span.kind,
+                status=span.status,
+                start_time=span.start,
+                end_time=end,
+                instrumentation_scope=self.scope,
+            )
+        )
+
+    def _limited(self, attributes: dict[str, Any]) -> dict[str, Any]:
+        """OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT and OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT, as
+        the SDK applies them: the first attributes kept, strings cut to the length."""
+        kept = list(attributes.items())[: self.max_attributes]
+        size = self.max_length
+        if size is None:
+            return dict(kept)
+        return {
+            key: value[:size]
+            if isinstance(value, str)
+            else [v[:size] if isinstance(v, str) else v for v in value]
+            if isinstance(value, list)
+            else value
+            for key, value in kept
+        }
+
+    def root(
+        self, name: str, parent: SpanContext | None, attributes: dict[str, Any]
+    ) -> tuple[SpanContext, bool]:
+        """The context of a run's or workflow's span and whether it is recorded: the
+        sampler asked once, as the SDK's `Tracer.start_span` asks it."""
+        if parent is not None and parent.is_valid:
+            trace_id = parent.trace_id
+            random_id = parent.trace_flags & self.random_flag
+            context = trace.set_span_in_context(NonRecordingSpan(parent))
+        else:
+            parent = None
+            trace_id = self.ids.generate_trace_id()
+            random_id = self.random_flag if self.ids.is_trace_id_random() else 0
+            context = None
+        result = self.sampler.should_sample(context, trace_id, name, SpanKind.INTERNAL, attributes)
+        sampled = result.decision.is_sampled()
+        if result.attributes:
+            attributes.update(result.attributes)
+        flags = TraceFlags((TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT) | random_id)
+        made = SpanContext(trace_id, self.ids.generate_span_id(), False, flags, result.trace_state)
+        # RECORD_ONLY is recorded but never exported (span processors drop unsampled
+        # spans): built for nobody, so treated as dropped.
+        return made, sampled
+
+
+_sink_of: tuple[Any, _Sink] | None = None
+
+
+def _sink() -> _Sink:
+    """The `_Sink` of the current tracer (made again when the provider is)."""
+    global _sink_of
+    current = tracer()
+    if _sink_of is None or _sink_of[0] is not current:
+        _sink_of = (current, _Sink(current))
+    return _sink_of[1]
+
+
 class _Dropped:
     """A run or workflow the sampler dropped, and every run it starts: no span is built
-    for any of them, but each still has the root's (non-recording) span, so its trace
+    for any of them, but each still has the root's (unsampled) context, so its trace
     context -- trace id, the sampled flag off -- reaches delegated runs and outgoing HTTP
     calls, and a delegated run joins the same unsampled trace without sampling again."""
 
-    __slots__ = ("root",)
+    __slots__ = ("root", "token")
 
-    def __init__(self, root: Span) -> None:
+    def __init__(self, root: SpanContext) -> None:
         self.root = root
+        self.token: Any = None
 
-    def parent_for(self, agent: str) -> Span:
+    def context_for(self, agent: str) -> SpanContext:
         return self.root
+
+    def on(self, event: Event) -> None:
+        pass
+
+    def __enter__(self) -> _Dropped:
+        self.token = _scope.set(self)
+        return self
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        with contextlib.suppress(ValueError):  # closed from another context
+            _scope.reset(self.token)
 
 
 class _Trace:
     """The spans of one run or workflow, opened and closed from its events."""
 
-    def __init__(self, root: Span, mask: Callable[[str], str] | None) -> None:
+    def __init__(self, root: _Open, mask: Callable[[str], str] | None) -> None:
         self.root = root
-        self.root_context = trace.set_span_in_context(root)
-        """The context of `root`, made once: most spans are its children."""
-        self.start_span = tracer().start_span
-        """Bound once: a method lookup per span is measurable at a few spans a run."""
+        sink = _sink()
+        self.emit = sink.emit
+        self.span_id = sink.ids.generate_span_id
+        context = root.context
+        self.trace = (context.trace_id, context.trace_flags, context.trace_state)
+        """What every span of the run shares with its root, read once."""
         self.mask = mask or (lambda text: text)
         self.capture = _capture()
-        self.tools: dict[str, tuple[Span, str, dict[str, Any]]] = {}
-        self.nodes: dict[str, tuple[Span, str]] = {}
-        self.steps: dict[str, Span] = {}
+        self.tools: dict[str, tuple[_Open, str, dict[str, Any]]] = {}
+        self.nodes: dict[str, tuple[_Open, str]] = {}
+        self.steps: dict[str, _Open] = {}
         self.failed = False
-        self.pending: dict[str, Any] = {}
-        """Root attributes known before the end, set with the last ones in one call (the
-        SDK takes the span's lock and cleans the values per call)."""
+        self.token: Any = None
+
+    # -- the run's start and end (a `fim.observe.Watch`) -----------------------------
+
+    def __enter__(self) -> _Trace:
+        self.token = _scope.set(self)
+        return self
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        try:
+            if exc is not None:
+                self.record(exc)
+            self.close()
+        finally:
+            with contextlib.suppress(ValueError):  # closed from another context
+                _scope.reset(self.token)
 
     # -- children of this trace (delegations, agent nodes) -------------------------
 
-    def parent_for(self, agent: str) -> Span:
+    def context_for(self, agent: str) -> SpanContext:
+        return self.parent_for(agent).context
+
+    def parent_for(self, agent: str) -> _Open:
         """The span a child run started now belongs under: the open `call_agent` call
         naming this agent, else the only open tool call, else the newest open agent node,
         else this trace's root."""
@@ -251,7 +423,7 @@ class _Trace:
         node = current_node.get()
         if node is not None:
             if node not in self.nodes:  # the node's task ran before its event was read
-                self.nodes[node] = (self._start(f"node {node}", time.time(), self.root), "")
+                self.nodes[node] = (self._start(f"node {node}", time.time(), {}), "")
             return self.nodes[node][0]
         calls = [span for span, name, args in self.tools.values() if name == "call_agent"]
         named = [
@@ -274,18 +446,13 @@ class _Trace:
         self,
         name: str,
         ts: float,
-        parent: Span,
+        attributes: dict[str, Any],
         kind: SpanKind = SpanKind.INTERNAL,
-        attributes: dict[str, Any] | None = None,
-    ) -> Span:
-        """A span started at `ts` with `attributes` (no None values: callers leave them out)."""
-        return self.start_span(
-            name,
-            context=self.root_context if parent is self.root else trace.set_span_in_context(parent),
-            kind=kind,
-            start_time=int(ts * 1e9),
-            attributes=attributes,
-        )
+    ) -> _Open:
+        """A child of the root started at `ts` (no None values: callers leave them out)."""
+        trace_id, flags, state = self.trace
+        context = SpanContext(trace_id, self.span_id(), False, flags, state)
+        return _Open(name, context, self.root.context, kind, int(ts * 1e9), attributes)
 
     # -- events --------------------------------------------------------------------
 
@@ -295,15 +462,15 @@ class _Trace:
             handler(self, event)
 
     def _on_run_started(self, e: Any) -> None:
-        pending = self.pending
-        pending["fim.engine"] = e.engine
+        attributes = self.root.attributes
+        attributes["fim.engine"] = e.engine
         if e.snapshot_version:
-            pending["fim.snapshot.version"] = e.snapshot_version
+            attributes["fim.snapshot.version"] = e.snapshot_version
         if self.capture:
-            pending["gen_ai.input.messages"] = self.mask(e.input)
+            attributes["gen_ai.input.messages"] = self.mask(e.input)
 
     def _on_llm_call(self, e: Any) -> None:
-        request_model = getattr(e, "request_model", "") or e.model
+        request_model = e.request_model or e.model
         usage = e.usage
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
@@ -313,22 +480,19 @@ class _Trace:
             "gen_ai.usage.output_tokens": usage.completion_tokens,
             "fim.iteration": e.iteration,
         }
-        system = getattr(e, "provider", "") or _provider_of(request_model)
-        if system is not None:
+        system = e.provider or _provider_of(request_model)
+        if system:
             attributes["gen_ai.system"] = system
-        finish = getattr(e, "finish_reason", None)
+        finish = e.finish_reason
         if finish:
             attributes["gen_ai.response.finish_reasons"] = [finish]
         if usage.cost is not None:
             attributes["fim.cost_usd"] = usage.cost
         ts = e.ts
-        self.start_span(
-            f"chat {request_model}",
-            context=self.root_context,
-            kind=SpanKind.CLIENT,
-            start_time=int((ts - e.duration_ms / 1000) * 1e9),
-            attributes=attributes,
-        ).end(end_time=int(ts * 1e9))
+        span = self._start(
+            f"chat {request_model}", ts - e.duration_ms / 1000, attributes, SpanKind.CLIENT
+        )
+        self.emit(span, int(ts * 1e9))
 
     def _on_tool_call(self, e: Any) -> None:
         # The name and the id are written by the model too (an unknown tool's name is
@@ -343,7 +507,7 @@ class _Trace:
             attributes["gen_ai.tool.call.arguments"] = self.mask(
                 json.dumps(e.arguments, default=str)
             )
-        span = self._start(f"execute_tool {name}", e.ts, self.root, attributes=attributes)
+        span = self._start(f"execute_tool {name}", e.ts, attributes)
         self.tools[e.call_id] = (span, e.name, dict(e.arguments))
 
     def _on_hook(self, e: Any) -> None:
@@ -364,10 +528,10 @@ class _Trace:
         }
         if e.reason:
             attributes["fim.hook.reason"] = self.mask(e.reason)
-        target.add_event("fim.hook", attributes, timestamp=_ns(e.ts))
+        target.add_event("fim.hook", attributes, _ns(e.ts))
         if e.decision == "block":
-            target.set_attribute("fim.tool.blocked", True)
-            target.set_status(Status(StatusCode.ERROR, f"blocked by hook {e.hook}"))
+            target.attributes["fim.tool.blocked"] = True
+            target.error(f"blocked by hook {e.hook}")
 
     def _on_tool_result(self, e: Any) -> None:
         opened = self.tools.pop(e.call_id, None)
@@ -375,22 +539,25 @@ class _Trace:
             return
         span = opened[0]
         if self.capture:
-            span.set_attribute("gen_ai.tool.call.result", self.mask(e.content))
+            span.attributes["gen_ai.tool.call.result"] = self.mask(e.content)
         if e.is_error:
-            span.set_attribute("error.type", "tool_error")
-            span.set_status(Status(StatusCode.ERROR, self.mask(e.content)[:200]))
-        span.end(end_time=_ns(e.ts))
+            span.attributes["error.type"] = "tool_error"
+            span.error(self.mask(e.content)[:200])
+        self.emit(span, _ns(e.ts))
 
     def _on_error(self, e: Any) -> None:
         self.failed = True
-        self.root.add_event(
-            "fim.error", {"fim.error.kind": e.kind, "message": self.mask(e.message)[:1000]}
+        root = self.root
+        root.add_event(
+            "fim.error",
+            {"fim.error.kind": e.kind, "message": self.mask(e.message)[:1000]},
+            time.time_ns(),
         )
-        self.root.set_attribute("error.type", e.kind)
-        self.root.set_status(Status(StatusCode.ERROR, self.mask(e.message)[:200]))
+        root.attributes["error.type"] = e.kind
+        root.error(self.mask(e.message)[:200])
 
     def _on_run_finished(self, e: Any) -> None:
-        attributes, self.pending = self.pending, {}
+        attributes = self.root.attributes
         attributes["fim.status"] = e.status
         attributes["fim.iterations"] = e.iterations
         attributes["gen_ai.usage.input_tokens"] = e.usage.prompt_tokens
@@ -399,74 +566,81 @@ class _Trace:
             attributes["fim.cost_usd"] = e.usage.cost
         if self.capture:
             attributes["gen_ai.output.messages"] = self.mask(e.output)
-        self.root.set_attributes(attributes)  # one call: each takes the span's lock
         if e.status != "ok" and not self.failed:
-            self.root.set_status(Status(StatusCode.ERROR, e.status))
+            self.root.error(e.status)
 
     def _on_step_started(self, e: Any) -> None:
         step: Any = self.mask(e.step)  # the planner (a model) names the steps
-        self.steps[e.step] = self._start(
-            f"step {step}", e.ts, self.root, attributes={"fim.step": step}
-        )
+        self.steps[e.step] = self._start(f"step {step}", e.ts, {"fim.step": step})
 
     def _on_step_finished(self, e: Any) -> None:
         span = self.steps.pop(e.step, None)
         if span is not None:
             if e.status != "ok":
-                span.set_status(Status(StatusCode.ERROR, e.status))
-            span.end(end_time=_ns(e.ts))
+                span.error(e.status)
+            self.emit(span, _ns(e.ts))
 
     def _on_node_started(self, e: Any) -> None:
         if e.node in self.nodes:  # opened early by a run the node started
             span = self.nodes[e.node][0]
-            span.set_attribute("fim.node", e.node)
-            span.set_attribute("fim.node.type", e.node_type)
+            span.attributes["fim.node"] = e.node
+            span.attributes["fim.node.type"] = e.node_type
             self.nodes[e.node] = (span, e.node_type)
             return
         span = self._start(
-            f"node {e.node}",
-            e.ts,
-            self.root,
-            attributes={"fim.node": e.node, "fim.node.type": e.node_type},
+            f"node {e.node}", e.ts, {"fim.node": e.node, "fim.node.type": e.node_type}
         )
         self.nodes[e.node] = (span, e.node_type)
 
     def _on_node_finished(self, e: Any) -> None:
         opened = self.nodes.pop(e.node, None)
         if opened is not None:
-            opened[0].end(end_time=_ns(e.ts))
+            self.emit(opened[0], _ns(e.ts))
 
     def _on_node_failed(self, e: Any) -> None:
         opened = self.nodes.pop(e.node, None)
         if opened is not None:
-            opened[0].set_attribute("fim.node.attempt", e.attempt)
-            opened[0].set_status(Status(StatusCode.ERROR, self.mask(e.error)[:200]))
-            opened[0].end(end_time=_ns(e.ts))
+            opened[0].attributes["fim.node.attempt"] = e.attempt
+            opened[0].error(self.mask(e.error)[:200])
+            self.emit(opened[0], _ns(e.ts))
 
     def _on_node_skipped(self, e: Any) -> None:
         self.root.add_event(
-            "fim.node_skipped",
-            {"fim.node": e.node, "reason": self.mask(e.reason)},
-            timestamp=_ns(e.ts),
+            "fim.node_skipped", {"fim.node": e.node, "reason": self.mask(e.reason)}, _ns(e.ts)
         )
 
     def _on_workflow_finished(self, e: Any) -> None:
-        self.root.set_attribute("fim.status", e.status)
+        self.root.attributes["fim.status"] = e.status
         if e.status in ("failed", "cancelled"):
-            self.root.set_status(Status(StatusCode.ERROR, e.status))
+            self.root.error(e.status)
+
+    def record(self, exc: BaseException) -> None:
+        """What the SDK's `record_exception` adds, with the message and the stack masked
+        (a tool's error text may quote a secret)."""
+        stack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        self.root.add_event(
+            "exception",
+            {
+                "exception.type": type(exc).__name__,
+                "exception.message": self.mask(str(exc)),
+                "exception.stacktrace": self.mask(stack),
+                "exception.escaped": "False",
+            },
+            time.time_ns(),
+        )
+        self.root.error(type(exc).__name__)
 
     def close(self) -> None:
         """End whatever the stream left open (a cancelled run): nothing leaks."""
+        now = time.time_ns()
         for span, _, _ in self.tools.values():
-            span.set_status(Status(StatusCode.ERROR, "not finished"))
-            span.end()
+            span.error("not finished")
+            self.emit(span, now)
         for span, _ in self.nodes.values():
-            span.end()
+            self.emit(span, now)
         for span in self.steps.values():
-            span.end()
-        if self.pending:
-            self.root.set_attributes(self.pending)
-        self.root.end()
+            self.emit(span, now)
+        self.emit(self.root, now)
 
 
 _HANDLERS: dict[str, Callable[[_Trace, Any], None]] = {
@@ -475,53 +649,32 @@ _HANDLERS: dict[str, Callable[[_Trace, Any], None]] = {
 """Event type -> handler, built once (tokens and other unhandled events cost one lookup)."""
 
 
-def _parent_context(parent: _Trace | _Dropped | None, agent: str) -> Any:
+def _parent(parent: _Trace | _Dropped | None, agent: str) -> SpanContext | None:
     if parent is not None:
-        return trace.set_span_in_context(parent.parent_for(agent))
-    return otel_context.get_current()  # e.g. the W3C context of the incoming HTTP request
+        return parent.context_for(agent)
+    # e.g. the W3C context of the incoming HTTP request
+    return trace.get_current_span().get_span_context()
 
 
-async def _consume(events: AsyncIterator[Event], trace_: _Trace) -> AsyncGenerator[Event, None]:
-    token = _scope.set(trace_)
-    try:
-        async with aclosing(events) as stream:  # type: ignore[type-var]
-            async for event in stream:
-                handler = _HANDLERS.get(event.type)  # `trace_.on`, without a call per event
-                if handler is not None:
-                    handler(trace_, event)
-                yield event
-    except BaseException as exc:
-        trace_.root.record_exception(exc)
-        trace_.root.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-        raise
-    finally:
-        trace_.close()
-        with contextlib.suppress(ValueError):  # closed from another context
-            _scope.reset(token)
-
-
-async def _pass(events: AsyncIterator[Event], dropped: _Dropped) -> AsyncGenerator[Event, None]:
-    """The events of a dropped run, untouched: only its trace context is in scope."""
-    token = _scope.set(dropped)
-    try:
-        async with aclosing(events) as stream:  # type: ignore[type-var]
-            async for event in stream:
-                yield event
-    finally:
-        with contextlib.suppress(ValueError):  # closed from another context
-            _scope.reset(token)
-
-
-def _root(
-    name: str, agent: str, parent: _Trace | _Dropped | None, attributes: dict[str, Any]
-) -> Span:
-    """The root span of a run or workflow: the one place the sampler is asked."""
-    return tracer().start_span(
-        name,
-        context=_parent_context(parent, agent),
-        kind=SpanKind.INTERNAL,
-        attributes={k: v for k, v in attributes.items() if v is not None},
-    )
+def _traced(
+    name: str, agent: str, attributes: dict[str, Any], mask: Callable[[str], str] | None
+) -> _Trace | _Dropped:
+    """What builds the spans of a run or workflow: the one place the sampler is asked (a
+    run a dropped one starts is dropped too, as the SDK's parent-based samplers would
+    decide, at no cost)."""
+    scope = _scope.get()
+    if isinstance(scope, _Dropped):
+        return _Dropped(scope.root)
+    sink = _sink()
+    parent = _parent(scope, agent)
+    attributes = {k: v for k, v in attributes.items() if v is not None}
+    context, sampled = sink.root(name, parent, attributes)
+    if not sampled:
+        return _Dropped(context)
+    if parent is not None and not parent.is_valid:
+        parent = None
+    root = _Open(name, context, parent, SpanKind.INTERNAL, time.time_ns(), attributes)
+    return _Trace(root, mask)
 
 
 def current_span() -> Span:
@@ -529,7 +682,7 @@ def current_span() -> Span:
     run, else OpenTelemetry's current span (an incoming request's)."""
     scope = _scope.get()
     if scope is not None:
-        return scope.parent_for("")
+        return NonRecordingSpan(scope.context_for(""))
     return trace.get_current_span()
 
 
@@ -540,19 +693,14 @@ def inject(headers: Any) -> None:
 
 
 def trace_run(
-    events: AsyncIterator[Event],
     *,
     agent: str,
     run_id: str,
     snapshot: Any,
     depth: int = 0,
     mask: Callable[[str], str] | None = None,
-) -> AsyncIterator[Event]:
-    parent = _scope.get()
-    if isinstance(parent, _Dropped):
-        # the sampling decision was made once, at the root: a run started by a dropped one
-        # is dropped too (as the SDK's parent-based samplers would decide) at no cost
-        return _pass(events, parent)
+) -> _Trace | _Dropped:
+    """The watch (`fim.observe.Watch`) building one agent run's spans."""
     attributes = {
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": agent,
@@ -562,18 +710,16 @@ def trace_run(
         "fim.snapshot.version": getattr(snapshot, "version", None) or None,
         "vcs.ref.head.revision": git_commit(getattr(snapshot, "root", None)) or None,
     }
-    span = _root(f"invoke_agent {agent}", agent, parent, attributes)
-    if not span.is_recording():
-        return _pass(events, _Dropped(span))
-    return _consume(events, _Trace(span, mask or getattr(snapshot, "mask", None)))
+    return _traced(
+        f"invoke_agent {agent}",
+        agent,
+        attributes,
+        mask or getattr(snapshot, "mask", None),
+    )
 
 
-def trace_workflow(
-    events: AsyncIterator[Event], *, workflow: str, run_id: str, snapshot: Any
-) -> AsyncGenerator[Event, None]:
-    parent = _scope.get()
-    if isinstance(parent, _Dropped):
-        return _pass(events, parent)
+def trace_workflow(*, workflow: str, run_id: str, snapshot: Any) -> _Trace | _Dropped:
+    """The watch building one workflow run's spans."""
     attributes = {
         "fim.workflow": workflow,
         "fim.run_id": run_id,
@@ -581,7 +727,4 @@ def trace_workflow(
         "fim.snapshot.version": getattr(snapshot, "version", None) or None,
         "vcs.ref.head.revision": git_commit(getattr(snapshot, "root", None)) or None,
     }
-    span = _root(f"workflow {workflow}", workflow, parent, attributes)
-    if not span.is_recording():
-        return _pass(events, _Dropped(span))
-    return _consume(events, _Trace(span, getattr(snapshot, "mask", None)))
+    return _traced(f"workflow {workflow}", workflow, attributes, getattr(snapshot, "mask", None))

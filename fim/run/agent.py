@@ -7,13 +7,14 @@ delegation, eval), so hooks, tool modes and depth guards behave the same everywh
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import aclosing, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl
 from fim.errors import RunError
 from fim.events import Event, RunFinished
-from fim.observe import observe_run
+from fim.observe import watch_run
 from fim.run.auto import resolve_agent
 from fim.run.plan import build_engine, build_plan
 from fim.run.services import RunContext, Services
@@ -67,14 +68,19 @@ async def run_agent(
     )
     plan = await build_plan(ctx, request, model=model, stream=stream, overrides=overrides)
     engine = build_engine(plan)
-    events = observe_run(
-        engine.run(input), agent=agent.name, run_id=ctx.run_id, snapshot=snapshot, depth=depth
-    )
+    watch = watch_run(agent=agent.name, run_id=ctx.run_id, snapshot=snapshot, depth=depth)
+    on = watch.on if watch is not None else None
     ledger = Ledger(services, agent.name, ctx.run_id, session)
-    async for event in events:
-        if ledger.count(event):  # the run's end: its usage is written before it is passed on
-            await ledger.finish(event)
-        yield event
+    with watch or nullcontext():
+        async with aclosing(engine.run(input)) as events:  # type: ignore[type-var]
+            async for event in events:
+                if on is not None:  # spans and metrics, when on
+                    on(event)
+                if ledger.count(
+                    event
+                ):  # the run's end: its usage is written before it is passed on
+                    await ledger.finish(event)
+                yield event
 
 
 async def ask(

@@ -14,6 +14,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from fim import observe
 from fim.errors import RunError
 
 if TYPE_CHECKING:
@@ -86,6 +87,7 @@ async def serve(
     else:
         snapshot = await asyncio.to_thread(compile_project, root)
     build_validators()
+    observe.warm()
     settle_heap()
     preload(snapshot.models_in_use())
     # deferred: loading fim.masking costs tens of ms

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from fim import observe
 from fim.build.compile import compile_project
 from fim.build.reload import SnapshotHolder, watch
 from fim.capabilities import CAPABILITIES
@@ -112,6 +113,7 @@ def worker_app() -> Any:
     services = Services(root=root, state_url=snapshot.project.state, providers=CAPABILITIES)
     holder.listeners.append(lambda old, new: _on_swap(services, old, new))
     app = create_app(holder, services)
+    observe.warm()
     settle_heap()
     preload(snapshot.models_in_use())
 
