@@ -39,7 +39,7 @@ class McpTool:
     caller: Caller | None = None
     """The run this tool belongs to (progress events, elicitation)."""
     own_deadline: ClassVar[bool] = True
-    """See `McpMetaTool.own_deadline`."""
+    """See `McpMetaTool.own_deadline` (fim/mcp/meta.py)."""
 
     async def run(self, **arguments: Any) -> ToolResult:
         conn = self.connection
