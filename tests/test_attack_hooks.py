@@ -10,7 +10,7 @@ from fim.config.schema import StdioServer
 from fim.hooks import build_hooks
 from fim.mcp.connection import ServerConnection
 from fim.mcp.info import ToolInfo
-from fim.mcp.tools import McpMetaTool
+from fim.mcp.meta import McpMetaTool
 from fim.testing.hooks import call_tool, make_context
 from fim.tools.view import view_of
 

@@ -18,9 +18,11 @@ from mcp_servers.demo import PNG_1PX
 from mcp_servers.harness import alive, children, free_port, http_demo, stdio_decl
 
 from fim.config.schema import HttpServer, StdioServer
+from fim.mcp.calls import call_tool
 from fim.mcp.connection import McpCallTimeout, McpUnavailable, ServerConnection
+from fim.mcp.legacy import adapt
 from fim.mcp.manager import McpManager
-from fim.mcp.tools import adapt, call_tool, to_result
+from fim.mcp.results import to_result
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 ROOT = Path(__file__).parent

@@ -13,9 +13,11 @@ from mcp_servers.demo import PNG_1PX
 from mcp_servers.harness import stdio_decl
 
 from fim.config.schema import StdioServer
+from fim.mcp.calls import call_tool
 from fim.mcp.connection import ServerConnection
+from fim.mcp.legacy import legacy_tools
 from fim.mcp.manager import McpManager
-from fim.mcp.tools import McpMetaTool, call_tool, effective_tool_name, legacy_tools
+from fim.mcp.meta import McpMetaTool, effective_tool_name
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 ROOT = Path(__file__).parent

@@ -23,10 +23,10 @@ from fim.capabilities import CAPABILITIES
 from fim.config.schema import StdioServer
 from fim.events import Notice
 from fim.mcp.caller import Caller
+from fim.mcp.calls import call_tool
 from fim.mcp.connection import ServerConnection
 from fim.mcp.elicitation import content_problem, schema_problem
 from fim.mcp.manager import McpManager
-from fim.mcp.tools import call_tool
 from fim.observe.context import current_call, current_events
 from fim.run.services import Services
 from fim.store import get_store

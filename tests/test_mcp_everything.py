@@ -15,9 +15,10 @@ import pytest_asyncio
 
 from fim.config.schema import StdioServer
 from fim.llm.scripted import ScriptedModel, text
+from fim.mcp.calls import call_tool
 from fim.mcp.connection import ServerConnection
 from fim.mcp.manager import McpManager
-from fim.mcp.tools import McpMetaTool, call_tool
+from fim.mcp.meta import McpMetaTool
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 PACKAGE = "@modelcontextprotocol/server-everything"

@@ -16,9 +16,9 @@ from mcp_servers.harness import DEMO
 from fim.build.compile import compile_project
 from fim.config.schema import StdioServer
 from fim.events import ToolProgress, ToolResultEvent
+from fim.mcp.calls import call_tool
 from fim.mcp.deadline import CallDeadline
 from fim.mcp.manager import McpManager
-from fim.mcp.tools import call_tool
 from fim.testing.runs import run_events
 
 ROOT = Path(__file__).parent

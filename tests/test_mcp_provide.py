@@ -27,7 +27,8 @@ from fim.capabilities import CAPABILITIES
 from fim.config.schema import HttpServer
 from fim.mcp import check_live, effective_tool_name, get_manager, provide
 from fim.mcp.connection import ServerConnection, ToolInfo
-from fim.mcp.tools import SUBCOMMANDS, McpMetaTool, legacy_tools
+from fim.mcp.legacy import legacy_tools
+from fim.mcp.meta import SUBCOMMANDS, McpMetaTool
 from fim.run.services import RunContext, Services
 from fim.testing.runs import run_events
 from fim.tools.registry import ToolRegistry

@@ -12,7 +12,7 @@ from fim.connectors.database import Database
 from fim.connectors.meta import DatabaseMetaTool
 from fim.mcp.connection import ServerConnection
 from fim.mcp.info import ToolInfo
-from fim.mcp.tools import McpMetaTool
+from fim.mcp.meta import McpMetaTool
 from fim.run.budget import budget_tokens
 from fim.run.tokens import count_tokens
 

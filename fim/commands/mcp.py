@@ -51,7 +51,7 @@ async def server_tools(snapshot: Snapshot, name: str) -> tuple[str | None, list[
     """(error, tools) of one server; each tool as name, fim name, description, parameters."""
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.mcp.manager import McpManager
-    from fim.mcp.tools import tool_name
+    from fim.mcp.naming import tool_name
 
     manager = McpManager(snapshot.root)
     try:

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
 from fim.mcp.caller import for_run
+from fim.mcp.legacy import legacy_tools
 from fim.mcp.manager import McpManager, check_live, get_manager
-from fim.mcp.tools import META_TOOL, McpMetaTool, effective_tool_name, legacy_tools, tool_name
+from fim.mcp.meta import META_TOOL, McpMetaTool, effective_tool_name
+from fim.mcp.naming import tool_name
 
 if TYPE_CHECKING:
     from fim.mcp.connection import ServerConnection

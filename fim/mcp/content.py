@@ -1,6 +1,6 @@
 """MCP content blocks as text, for tool results and sampling requests alike.
 
-A leaf module: `fim.mcp.tools` (results) and `fim.mcp.sampling` (requests a server sends)
+A leaf module: `fim.mcp.results` (tool results) and `fim.mcp.sampling` (requests a server sends)
 both render blocks, and the connection starts sampling, so the renderer sits below all three.
 """
 

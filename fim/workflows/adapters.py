@@ -98,10 +98,10 @@ async def run_sql(ctx: NodeContext, connector: str, sql: str, params: dict[str, 
 
 async def call_mcp(ctx: NodeContext, server: str, tool: str, args: dict[str, Any]) -> Any:
     """Call a tool of a declared MCP server, validating the arguments against its schema."""
-    # deferred: loading fim.mcp.tools costs tens of ms
+    # deferred: loading fim.mcp.legacy costs tens of ms
     from fim.mcp.errors import McpUnavailable
+    from fim.mcp.legacy import adapt
     from fim.mcp.manager import get_manager
-    from fim.mcp.tools import adapt
 
     decl = ctx.snapshot.project.mcp_servers.get(server)
     if decl is None:

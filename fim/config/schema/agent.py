@@ -69,7 +69,7 @@ class HookDecl(HookSpec):
 
 
 class SandboxSettings(Strict):
-    """How `python_exec` and `shell` run for this agent (the OS sandbox, fim/tools/sandbox.py).
+    """How `python_exec` and `shell` run for this agent (the OS sandbox, fim/tools/sandbox/).
 
     Not to be confused with fim.yaml's `sandbox:`, the folder file tools are confined to."""
 

@@ -1,7 +1,7 @@
 """python_exec: run a Python snippet in the OS sandbox and return its output.
 
 The snippet runs as `python -I -` (isolated: no user site, no PYTHON* variables) on the
-Python fim runs on, inside bubblewrap (fim/tools/sandbox.py): its own PID, network, IPC and
+Python fim runs on, inside bubblewrap (fim/tools/sandbox/): its own PID, network, IPC and
 UTS namespaces, an unprivileged user, read-only system folders, no network (HTTP(S) through
 the guarded egress proxy with `sandbox: {network: true}`), an empty environment but what the
 agent declares (`sandbox.env`), and the sandbox's `scratch/` as the only writable folder.

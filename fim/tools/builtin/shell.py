@@ -1,7 +1,7 @@
 """shell: run a bash command in the OS sandbox and return its output.
 
 `bash -c COMMAND` runs inside bubblewrap with exactly python_exec's policy and limits
-(fim/tools/sandbox.py): no network unless `sandbox: {network: true}` (then HTTP(S) through
+(fim/tools/sandbox/): no network unless `sandbox: {network: true}` (then HTTP(S) through
 the guarded proxy), an unprivileged user, read-only system folders, the sandbox's
 `scratch/` as the only writable folder and working directory, an empty environment but what
 the agent declares, and the whole process tree killed at the deadline.

@@ -1,0 +1,127 @@
+"""Calling a server: `tools/call` with progress, and the wording of every failure.
+
+Its own module because the call path is shared by both modes (legacy tools and the `mcp`
+meta-tool) and by resources and prompts: a failure (server down, timeout, crash, rejected
+request) becomes an observation written for the model (what went wrong, what to do next)
+in one place, `guarded`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from fim.events import ToolProgress
+from fim.mcp.connection import ServerConnection
+from fim.mcp.errors import McpCallTimeout, McpRequestError, McpServerLost, McpUnavailable
+from fim.mcp.naming import tool_name
+from fim.mcp.results import to_result
+from fim.types import ToolResult
+
+if TYPE_CHECKING:
+    from fim.mcp.caller import Caller
+
+MAX_PROGRESS = 20
+"""Progress notifications kept per call (the last ones)."""
+MAX_PROGRESS_EVENTS = 100
+"""Progress events emitted per call: a server flooding notifications still extends the
+deadline (up to the hard maximum) but does not flood the run's event stream."""
+PROGRESS_EVENT_INTERVAL = 0.1
+MAX_PROGRESS_MESSAGE = 300
+
+
+def _finite(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+async def call_tool(
+    conn: ServerConnection, tool: str, arguments: dict[str, Any], caller: Caller | None = None
+) -> ToolResult:
+    """Call an MCP tool and turn every outcome, including failures, into an observation.
+
+    Progress notifications extend the call's deadline, become `ToolProgress` events of the
+    caller's run (throttled), and are kept, in order, in `metadata["progress"]` as
+    `{"progress", "total", "message"}`."""
+    progress: list[dict[str, Any]] = []
+    bound = caller.bound(tool_name(conn.name, tool)) if caller is not None else None
+    emitted = 0
+    last_emit = -math.inf
+
+    def on_progress(value: float, total: float | None, message: str | None) -> None:
+        nonlocal emitted, last_emit
+        value_f, total_f = _finite(value), _finite(total)
+        text = message[:MAX_PROGRESS_MESSAGE] if isinstance(message, str) else None
+        progress.append({"progress": value_f, "total": total_f, "message": text})
+        del progress[:-MAX_PROGRESS]
+        if bound is None or value_f is None or emitted >= MAX_PROGRESS_EVENTS:
+            return
+        now = conn.clock()
+        final = total_f is not None and value_f >= total_f
+        if not final and now - last_emit < PROGRESS_EVENT_INTERVAL:
+            return
+        emitted, last_emit = emitted + 1, now
+
+        bound.emit(
+            ToolProgress(
+                run_id=bound.run_id,
+                call_id=bound.call_id,
+                name=bound.tool,
+                progress=value_f,
+                total=total_f,
+                message=text,
+            )
+        )
+
+    result = await guarded(
+        conn,
+        f"MCP tool '{tool}' of server '{conn.name}'",
+        lambda: conn.call(tool, arguments, on_progress=on_progress, caller=bound),
+        {"server": conn.name, "tool": tool},
+        timeout=conn.timeout_for(tool),
+    )
+    if isinstance(result, ToolResult):
+        if progress:
+            result.metadata["progress"] = progress
+        return result
+    observation = to_result(result, conn.name, tool)
+    if progress:
+        observation.metadata["progress"] = progress
+    return observation
+
+
+async def guarded(
+    conn: ServerConnection,
+    where: str,
+    make: Any,
+    meta: dict[str, Any],
+    *,
+    timeout: float,
+) -> Any:
+    """Await `make()`; every MCP failure becomes an error observation (a `ToolResult`),
+    anything else is returned as the SDK gave it."""
+    try:
+        return await make()
+    except McpUnavailable as exc:
+        text = (
+            f"Error: MCP server '{conn.name}' is unavailable: {exc}. Its tools cannot be used "
+            "in this run; continue without them or tell the user."
+        )
+    except McpCallTimeout as exc:
+        if "hard limit" in str(exc):
+            text = f"Error: {where} {exc} and was cancelled, although it reported progress. "
+        else:
+            text = f"Error: {where} did not answer within {timeout:g}s and was cancelled. "
+        text += "Try a smaller request, or continue without it."
+    except McpServerLost as exc:
+        text = (
+            f"Error: {where} failed because the server stopped during the call ({exc}). "
+            "The server is restarted on the next call; repeat the call only if it is safe "
+            "to run twice."
+        )
+    except McpRequestError as exc:
+        text = f"Error: {where} was rejected by the server: {exc}. Check the name and arguments."
+    return ToolResult(content=conn.mask(text), is_error=True, metadata=meta)

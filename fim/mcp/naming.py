@@ -1,0 +1,30 @@
+"""How an MCP tool is named and typed as a fim tool.
+
+Its own module because the name is shared by every path (legacy tools, the meta-tool's
+hook view, progress events, `fim mcp tools`) and follows the providers' function-name rules,
+which change for reasons of their own.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from fim.types import JSONSchema
+
+_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def tool_name(server: str, tool: str) -> str:
+    """`{server}__{tool}`, made safe for every provider's function-name rules (64 chars of
+    `[a-zA-Z0-9_-]`)."""
+    return _UNSAFE.sub("_", f"{server}__{tool}")[:64]
+
+
+def input_parameters(schema: dict[str, Any]) -> JSONSchema:
+    """An MCP `inputSchema` as a fim parameters schema (always an object schema)."""
+    params = dict(schema or {})
+    params["type"] = "object"
+    params.setdefault("properties", {})
+    params.pop("$schema", None)
+    return params

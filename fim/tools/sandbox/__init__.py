@@ -1,0 +1,220 @@
+"""The OS sandbox `python_exec` and `shell` run in: bubblewrap, one package, one policy.
+
+Every command a model writes is hostile until proven otherwise (prompt injection), so it
+runs under `bwrap` (the sandbox Claude Code uses on Linux) with:
+
+- new PID, network, IPC, UTS (and cgroup, when possible) namespaces, `--new-session` (no
+  TIOCSTI into our terminal) and `--die-with-parent`;
+- a fresh `/proc` of its own PID namespace, so `/proc/<ppid>/environ` of the fim server and
+  every other host process is unreachable;
+- an unprivileged user: uid/gid 65534. When fim runs as a normal user, bwrap maps 65534 in a
+  new user namespace onto that user. When fim runs as root, a user namespace would map the
+  sandbox onto host root (and root ignores RLIMIT_NPROC), so bwrap keeps the host user
+  namespace and our launcher drops to the real host uid/gid 65534 (`nobody`) before the
+  command starts; no capability survives (`--cap-drop ALL` but setuid/setgid, then setresuid).
+  Where root may not create namespaces itself (a container without CAP_SYS_ADMIN), the
+  user-namespace mode is used as root too; RLIMIT_NPROC does not bind host root, so there the
+  watchdog also counts the processes and kills the tree above the limit;
+- read-only binds of /usr (and /bin, /lib*, /sbin as on the host), the Python fim runs on
+  (`sys.prefix`, `sys.base_prefix`), and only the /etc files a program needs to start
+  (ld.so.cache, stub passwd/group/hosts; never /etc/shadow);
+- `/dev` minimal (null, zero, random, urandom, tty), a size-capped tmpfs `/tmp`, and ONE
+  writable directory: the sandbox's `scratch/`, at the same path as on the host;
+- an empty environment but PATH, HOME, TMPDIR, LANG and what the agent declares under
+  `sandbox.env`;
+- at most `MAX_CONCURRENT` sandboxes at once per process (more calls wait), so the limits
+  below bound what a turn of many parallel calls takes from the host;
+- no network (the network namespace has only a loopback of its own). An agent with
+  `sandbox: {network: true}` gets HTTP(S) through fim/tools/egress.py: a proxy outside the
+  sandbox, reached through a Unix socket, that applies web_fetch's guard (no loopback,
+  private, link-local or reserved addresses unless fim.yaml's `web_fetch` allows them) and
+  connects to the address it checked. Nothing else leaves: no UDP, no DNS, no direct TCP.
+
+Limits (see `Limits`): CPU seconds (RLIMIT_CPU), memory per process (RLIMIT_AS) AND for the
+whole tree (a watchdog sums the resident memory of every process of the sandbox each 50 ms
+and kills the tree above the limit: cgroups are not used, they need a delegated subtree that
+fim cannot assume), processes (RLIMIT_NPROC, counted per user inside the sandbox's user
+namespace; in root mode per host uid 65534, so concurrent sandboxes share it), file size
+(RLIMIT_FSIZE), disk (the watchdog also reads the free space of the disk holding scratch/
+and kills the tree once one call took more than `disk_mb` of it, or left less than
+`disk_reserve_mb`: RLIMIT_FSIZE caps one file, not a loop writing many), no core files, a
+size-capped /tmp, and an output cap (only the first bytes of
+stdout/stderr are kept, the rest is read and dropped so the child never blocks).
+
+The deadline kills the whole tree: the PID namespace's init (bwrap's reaper) is killed, and
+the kernel kills every process of the namespace with it, `setsid` double forks included;
+the call returns only once they are gone. A normal exit does the same: when the command
+ends, its namespace ends.
+
+This module is the sandbox's interface (`run`, `Limits`, `Outcome`, `observation`,
+`unavailable`, `warnings_for`: the tools use them as `sandbox.X`) and decides what holds for
+every call of the process: whether bwrap is there, which user mode root gets, how many
+sandboxes run at once. The parts: `command` (the bwrap command line and the launcher),
+`limits`, `watchdog` (the tree seen from the host), `process` (one command from spawn to
+exit), `output` (captured output and the model's view of it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+import weakref
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fim.tools.sandbox.command import NOBODY, check_env
+from fim.tools.sandbox.limits import Limits
+from fim.tools.sandbox.output import Outcome, observation
+from fim.tools.sandbox.process import execute
+
+if TYPE_CHECKING:
+    from fim.config.schema import WebFetchSettings
+
+INSTALL_HINT = (
+    "the sandbox program bubblewrap (bwrap) is not installed; "
+    "install it with `apt-get install bubblewrap` (Debian/Ubuntu) to use python_exec and shell"
+)
+SANDBOX_TOOLS = frozenset({"python_exec", "shell"})
+
+
+def bwrap_path() -> str | None:
+    """The bubblewrap binary, or None when it is not installed."""
+    return shutil.which("bwrap") or (
+        "/usr/bin/bwrap" if os.access("/usr/bin/bwrap", os.X_OK) else None
+    )
+
+
+def unavailable() -> str | None:
+    """One line saying why sandboxed tools cannot run here, or None when they can."""
+    if sys.platform != "linux":
+        return "python_exec and shell need Linux (bubblewrap namespaces)"
+    if bwrap_path() is None:
+        return INSTALL_HINT
+    return None
+
+
+def warnings_for(tools: Sequence[str]) -> list[str]:
+    """`fim validate` warnings for an agent listing these tools (none when bwrap is there)."""
+    listed = sorted(SANDBOX_TOOLS.intersection(tools))
+    why = unavailable()
+    if not listed or why is None:
+        return []
+    return [f"{', '.join(listed)} will refuse to run on this machine: {why}"]
+
+
+async def run(
+    argv: Sequence[str],
+    *,
+    scratch: Path,
+    stdin: bytes = b"",
+    env: Mapping[str, str] | None = None,
+    limits: Limits | None = None,
+    network: WebFetchSettings | None = None,
+    read_only: Sequence[Path] = (),
+) -> Outcome:
+    """Run `argv` in the sandbox with `scratch` as its only writable folder. With `network`
+    (web_fetch's settings), HTTP(S) goes out through the guarded egress proxy; without it
+    there is no network at all.
+
+    Raises RuntimeError with `unavailable()`'s line when bubblewrap is missing. Cancelling the
+    call (the engine's tool timeout) kills the tree before re-raising.
+    """
+    why = unavailable()
+    if why is not None:
+        raise RuntimeError(why)
+    bwrap = bwrap_path() or "bwrap"
+    limits = limits or Limits()
+    declared = dict(env or {})
+    check_env(declared)
+    as_root = os.geteuid() == 0 and await _privileged()
+    await asyncio.to_thread(_prepare, scratch, as_root)
+    async with _slot():
+        if network is None:
+            return await execute(
+                argv, scratch, stdin, declared, limits, as_root, None, read_only, bwrap=bwrap
+            )
+        # deferred: loading fim.config.schema costs hundreds of ms
+        from fim.tools.egress import Egress
+
+        async with Egress(network) as egress:
+            return await execute(
+                argv,
+                scratch,
+                stdin,
+                declared,
+                limits,
+                as_root,
+                egress.directory,
+                read_only,
+                bwrap=bwrap,
+            )
+
+
+MAX_CONCURRENT = max(2, min(8, os.cpu_count() or 2))
+"""Sandboxed commands one process runs at once; more wait for a slot. Each tree may use
+`memory_mb` and `max_processes`: without a cap, one model turn of many parallel `shell`
+calls multiplied that by the number of calls (the memory watchdog sees one tree)."""
+
+_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _slot() -> asyncio.Semaphore:
+    """The running loop's semaphore (an asyncio primitive belongs to one loop)."""
+    loop = asyncio.get_running_loop()
+    slots = _SLOTS.get(loop)
+    if slots is None:
+        slots = _SLOTS[loop] = asyncio.Semaphore(MAX_CONCURRENT)
+    return slots
+
+
+_PRIVILEGED: bool | None = None
+
+
+async def _privileged() -> bool:
+    """Whether bwrap, run by root, may create namespaces itself (so the launcher can become
+    the real host user 65534). Asked once per process; a container without CAP_SYS_ADMIN
+    says no and the user-namespace mode is used instead."""
+    global _PRIVILEGED
+    if _PRIVILEGED is None:
+        probe = await asyncio.create_subprocess_exec(
+            bwrap_path() or "bwrap",
+            "--unshare-pid",
+            "--unshare-net",
+            "--ro-bind",
+            "/",
+            "/",
+            "--",
+            "true",
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        _PRIVILEGED = await probe.wait() == 0
+    return _PRIVILEGED
+
+
+def _prepare(scratch: Path, as_root: bool) -> None:
+    """Create the scratch folder; in root mode hand it to the sandbox user, the only one
+    that writes there (fim itself, as root, can still read and write it)."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    if as_root and os.stat(scratch).st_uid != NOBODY:
+        os.chown(scratch, NOBODY, NOBODY)
+
+
+__all__ = [
+    "INSTALL_HINT",
+    "MAX_CONCURRENT",
+    "SANDBOX_TOOLS",
+    "Limits",
+    "Outcome",
+    "bwrap_path",
+    "observation",
+    "run",
+    "unavailable",
+    "warnings_for",
+]

@@ -1,0 +1,190 @@
+"""The bubblewrap command line: which namespaces, which binds, which environment, and the
+launcher that sets the limits (and, as root, drops to `nobody`) before the command starts.
+
+Its own module because it is the sandbox's policy written down as bwrap arguments: a change
+to what the sandbox can see or reach is a change here and nowhere else. The package
+docstring (fim/tools/sandbox/__init__.py) says what the policy is and why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from fim.tools.sandbox.limits import Limits, rlimits
+
+NOBODY = 65534
+RESERVED_ENV = frozenset({"PATH", "HOME", "TMPDIR"})
+EGRESS_DIR = "/run/fim-egress"
+
+# Runs inside the sandbox, before the command: sets the limits and, in root mode, becomes
+# the real host user `nobody`. Kept tiny and import-light (`-I -S`: no site, no user paths).
+_LAUNCHER = """\
+import json, os, resource, sys
+cfg = json.loads(sys.argv[1])
+for name, value in cfg["rlimits"].items():
+    resource.setrlimit(getattr(resource, name), tuple(value))
+if os.getuid() == 0:
+    uid = cfg["uid"]
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+if os.getuid() == 0 or os.geteuid() == 0:
+    sys.exit("sandbox: refusing to run as root")
+if cfg.get("proxy"):
+    import socket, threading
+    listener = socket.create_server(("127.0.0.1", cfg["proxy"]["port"]))
+    if os.fork() == 0:
+        def pump(a, b):
+            try:
+                while data := a.recv(65536):
+                    b.sendall(data)
+                b.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+        while True:
+            client, _ = listener.accept()
+            upstream = socket.socket(socket.AF_UNIX)
+            try:
+                upstream.connect(cfg["proxy"]["socket"])
+            except OSError:
+                client.close()
+                continue
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=pump, args=(a, b), daemon=True).start()
+    listener.close()
+argv = cfg["argv"]
+try:
+    os.execvp(argv[0], argv)
+except OSError as exc:
+    sys.exit(f"sandbox: cannot start {argv[0]}: {exc.strerror}")
+"""
+
+
+def check_env(env: Mapping[str, str]) -> None:
+    """Agent-declared variables: names a shell accepts, nothing that replaces the policy's."""
+    for name, value in env.items():
+        if not name.isidentifier() or not name.isascii():
+            raise ValueError(f"'{name}' is not a valid environment variable name")
+        if name in RESERVED_ENV:
+            raise ValueError(f"'{name}' is set by the sandbox and cannot be declared")
+        if "\x00" in value:
+            raise ValueError(f"the value of '{name}' contains a NUL character")
+
+
+def _python_roots() -> list[Path]:
+    """Folders holding the interpreter fim runs on, bound read-only so `python_exec` (and a
+    `python3` in `shell`) use the same Python and packages the server has. /usr is bound
+    already; nested folders are covered by their parent."""
+    candidates = {
+        Path(os.path.realpath(sys.prefix)),
+        Path(os.path.realpath(sys.base_prefix)),
+        Path(os.path.realpath(sys.executable)).parent.parent,
+    }
+    roots: list[Path] = []
+    for root in sorted(candidates, key=lambda p: len(p.parts)):
+        if len(root.parts) < 2 or root.parts[1] == "usr":
+            continue
+        if not any(root == r or r in root.parents for r in roots):
+            roots.append(root)
+    return roots
+
+
+def _parents(path: Path) -> list[Path]:
+    return [p for p in reversed(path.parents) if p != Path("/")]
+
+
+def etc_files(uid: int) -> dict[str, str]:
+    """The stub /etc files bound into the sandbox (no host user names, never /etc/shadow)."""
+    return {
+        "/etc/passwd": f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
+        f"sandbox:x:{uid}:{uid}:sandbox:/tmp:/usr/sbin/nologin\n",
+        "/etc/group": f"root:x:0:\nsandbox:x:{uid}:\n",
+        "/etc/hosts": "127.0.0.1 localhost\n::1 localhost\n",
+    }
+
+
+def command_line(
+    argv: Sequence[str],
+    *,
+    scratch: Path,
+    env: Mapping[str, str],
+    limits: Limits,
+    data_fds: Mapping[str, int],
+    as_root: bool,
+    egress: Path | None = None,
+    read_only: Sequence[Path] = (),
+    bwrap: str,
+) -> list[str]:
+    """The bwrap invocation running `argv` in `scratch`; `egress` is the folder of the
+    proxy's Unix socket when the agent has `network: true` (fim/tools/egress.py);
+    `read_only` folders (the agent's skill folders) appear read-only at their host path;
+    `bwrap` is the program to run (fim/tools/sandbox/__init__.py finds it)."""
+    args = [bwrap, "--die-with-parent", "--new-session"]
+    args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
+    args += ["--unshare-cgroup-try", "--hostname", "sandbox"]
+    if as_root:  # see the package docstring: the launcher becomes host uid 65534
+        args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:
+        args += ["--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY)]
+    args += ["--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        host = Path("/") / name
+        if host.is_symlink():
+            args += ["--symlink", os.readlink(host), str(host)]
+        elif host.is_dir():
+            args += ["--ro-bind", str(host), str(host)]
+    args += ["--perms", "0755", "--dir", "/etc"]
+    for name in ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime"):
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    for dest, fd in data_fds.items():
+        args += ["--perms", "0444", "--ro-bind-data", str(fd), dest]
+    if egress is not None:  # HTTPS clients need the CA bundle; DNS stays out (the proxy resolves)
+        for name in ("ssl", "ca-certificates", "pki"):
+            args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+        args += ["--perms", "0755", "--dir", "/run", "--ro-bind", str(egress), EGRESS_DIR]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    args += ["--size", str(limits.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
+    made: set[Path] = {Path("/usr"), Path("/tmp")}
+    for root in [*_python_roots(), *read_only, scratch]:
+        for parent in _parents(root):
+            if parent not in made and not str(parent).startswith("/usr/"):
+                args += ["--perms", "0755", "--dir", str(parent)]
+                made.add(parent)
+        made.add(root)
+        kind = "--bind" if root == scratch else "--ro-bind"
+        args += [kind, str(root), str(root)]
+    args += ["--chdir", str(scratch), "--clearenv"]
+    for name, value in _environment(scratch, env, egress is not None).items():
+        args += ["--setenv", name, value]
+    config: dict[str, Any] = {"argv": list(argv), "uid": NOBODY, "rlimits": rlimits(limits)}
+    if egress is not None:
+        # deferred: loading fim.config.schema costs hundreds of ms
+        from fim.tools.egress import PORT, SOCKET_NAME
+
+        config["proxy"] = {"port": PORT, "socket": f"{EGRESS_DIR}/{SOCKET_NAME}"}
+    args += ["--", sys.executable, "-I", "-S", "-c", _LAUNCHER, json.dumps(config)]
+    return args
+
+
+def _environment(scratch: Path, declared: Mapping[str, str], proxy: bool) -> dict[str, str]:
+    python_bin = str(Path(sys.executable).parent)
+    base = {
+        "PATH": f"{python_bin}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(scratch),
+        "TMPDIR": "/tmp",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+    }
+    if proxy:
+        # deferred: loading fim.config.schema costs hundreds of ms
+        from fim.tools.egress import PORT
+
+        url = f"http://127.0.0.1:{PORT}"
+        for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+            base[name] = url
+    return {**base, **{k: v for k, v in declared.items() if k not in RESERVED_ENV}}

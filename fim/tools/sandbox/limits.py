@@ -1,0 +1,48 @@
+"""What one sandboxed command may use (`Limits`) and the kernel's share of enforcing it.
+
+Its own module because a limit is declared once and enforced in two places: the kernel's
+rlimits, set by the launcher inside the sandbox (`rlimits` here), and the watchdog outside
+it (fim/tools/sandbox/watchdog.py), which sums what rlimits cannot see (a whole tree's
+memory, the disk, processes where RLIMIT_NPROC does not bind).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one sandboxed command may use. Defaults suit a data-processing snippet."""
+
+    timeout: float = 30.0
+    """Wall-clock seconds before the whole tree is killed."""
+    memory_mb: int = 512
+    """Per process (address space) and for the whole tree (resident memory)."""
+    max_processes: int = 64
+    """Processes and threads of the sandbox user (RLIMIT_NPROC)."""
+    max_file_bytes: int = 64 * 1024 * 1024
+    """Largest file a process may write (RLIMIT_FSIZE)."""
+    tmp_mb: int = 64
+    """Size of the tmpfs mounted on /tmp."""
+    keep_output: int = 40_000
+    """Bytes of stdout and of stderr kept; the rest is read and dropped."""
+    disk_mb: int = 1024
+    """Free space of the disk holding scratch/ one call may use up (files written there
+    stay on the host after the call)."""
+    disk_reserve_mb: int = 256
+    """Free space the sandbox never takes from that disk: below it the tree is killed, so
+    calls that each stay under `disk_mb` cannot add up to a full disk."""
+
+
+def rlimits(limits: Limits) -> dict[str, tuple[int, int]]:
+    """The rlimits the launcher sets before the command starts (soft, hard)."""
+    memory = limits.memory_mb * 1024 * 1024
+    cpu = int(limits.timeout) + 1
+    return {
+        "RLIMIT_AS": (memory, memory),
+        "RLIMIT_CPU": (cpu, cpu + 1),
+        "RLIMIT_FSIZE": (limits.max_file_bytes, limits.max_file_bytes),
+        "RLIMIT_NPROC": (limits.max_processes, limits.max_processes),
+        "RLIMIT_CORE": (0, 0),
+    }

@@ -1,0 +1,137 @@
+"""What a sandboxed command left behind, and the model's view of it.
+
+Its own module because reading the output safely (a flood never fills memory, a killed run
+keeps its partial output) and wording the outcome for the model (which limit was hit, what
+to do next) change for other reasons than how the sandbox is built or watched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from fim.tools.builtin._common import clip, fail
+from fim.types import ToolResult
+
+_CHUNK = 65_536
+
+
+class Capture:
+    """One output pipe of the sandbox, read to EOF while keeping only the first `keep`
+    bytes: a flood of output cannot fill memory and the child never blocks on a full pipe.
+    What was read survives cancellation, so a killed run still shows its partial output."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.data = bytearray()
+        self.total = 0
+
+    async def pump(self, pipe: BinaryIO) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), pipe
+        )
+        try:
+            while chunk := await reader.read(_CHUNK):
+                self.total += len(chunk)
+                if len(self.data) < self.keep:
+                    self.data += chunk[: self.keep - len(self.data)]
+        finally:
+            transport.close()
+
+    def text(self) -> str:
+        return self.data.decode("utf-8", errors="replace")
+
+    def section(self, label: str, limit: int) -> str:
+        text = self.text()
+        if self.total > len(self.data) or len(text) > limit:
+            return (
+                f"--- {label} ---\n{text[:limit]}\n"
+                f"[... {label} truncated: {self.total} bytes in total]"
+            )
+        return f"--- {label} ---\n{text.rstrip()}"
+
+
+@dataclass
+class Outcome:
+    """How a sandboxed command ended. `returncode` follows the shell convention for a
+    command killed by a signal (128 + signal), as bwrap's init reports it."""
+
+    returncode: int
+    stdout: Capture
+    stderr: Capture
+    timed_out: bool = False
+    memory_exceeded: bool = False
+    processes_exceeded: bool = False
+    disk_exceeded: bool = False
+    peak_memory: int = 0
+    """Highest resident memory of the whole tree seen by the watchdog, in bytes."""
+    setup_error: str | None = None
+    """bwrap itself failed (no namespaces allowed here, a bad bind): the command never ran."""
+
+    @property
+    def signal(self) -> int | None:
+        """The signal that ended the command (bwrap reports 128 + n; -n when bwrap itself
+        was killed at the deadline)."""
+        if self.returncode < 0:
+            return -self.returncode
+        return self.returncode - 128 if self.returncode > 128 else None
+
+
+def observation(
+    outcome: Outcome,
+    *,
+    limit: float,
+    memory_mb: int,
+    max_output: int,
+    fix: str,
+    empty: str,
+    what: str = "the code",
+) -> str | ToolResult:
+    """The model's view of a sandboxed run, shared with `shell`: exit code, then stdout and
+    stderr (each cut at `max_output` characters), and what to do when it failed."""
+    if outcome.setup_error is not None:
+        return fail(f"the sandbox could not start: {outcome.setup_error}")
+    parts = []
+    if outcome.stdout.total:
+        parts.append(outcome.stdout.section("stdout", max_output))
+    if outcome.stderr.total:
+        parts.append(outcome.stderr.section("stderr", max_output))
+    body = "\n".join(parts) or empty
+    if outcome.processes_exceeded:
+        return fail(
+            "the program started more processes than allowed and was killed. "
+            "Use fewer processes or threads.\n" + body
+        )
+    if outcome.disk_exceeded:
+        return fail(
+            "the program wrote more to disk than one call may (or the disk is nearly "
+            "full) and was killed. Write less, and delete files in the scratch folder "
+            "you no longer need.\n" + body
+        )
+    if outcome.memory_exceeded:
+        return fail(
+            f"the processes used more than {memory_mb} MB of memory together and were "
+            "killed. Use less memory (process data in chunks, fewer processes).\n" + body
+        )
+    if outcome.timed_out:
+        return fail(
+            f"{what} did not finish within {limit:g}s and was killed. "
+            "Make it faster, work on less data, or pass a larger timeout.\n" + body
+        )
+    code = outcome.returncode
+    if code != 0:
+        hint = fix
+        killed = {signal.SIGKILL, signal.SIGSEGV}
+        if b"MemoryError" in outcome.stderr.data or outcome.signal in killed:
+            hint = (
+                f"The process may have hit the memory limit of {memory_mb} MB; "
+                "use less memory (process data in chunks). " + hint
+            )
+        elif outcome.signal == signal.SIGXCPU:
+            hint = "The process used up its CPU time. Make it faster. " + hint
+        return ToolResult(content=f"[exit code {code}] {hint}\n{body}", is_error=True)
+    return clip(f"[exit code 0]\n{body}", max_output * 2 + 200)

@@ -1,0 +1,151 @@
+"""One sandboxed command from spawn to exit: pipes, stdin, the deadline, cancellation.
+
+Its own module because the lifecycle is where the hard races live (a cancel while bwrap is
+still starting, output pipes inherited by processes that outlive the command, pumps nobody
+awaits): whatever happens, the call returns only once the whole tree is gone. The policy
+comes from fim/tools/sandbox/command.py, the watching from fim/tools/sandbox/watchdog.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fim.tools.sandbox.command import NOBODY, command_line, etc_files
+from fim.tools.sandbox.limits import Limits
+from fim.tools.sandbox.output import Capture, Outcome
+from fim.tools.sandbox.watchdog import Watchdog, free_bytes
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+async def execute(
+    argv: Sequence[str],
+    scratch: Path,
+    stdin: bytes,
+    declared: dict[str, str],
+    limits: Limits,
+    as_root: bool,
+    egress: Path | None,
+    read_only: Sequence[Path] = (),
+    *,
+    bwrap: str,
+) -> Outcome:
+    """Run `argv` under `bwrap` (checked, prepared and given a slot by `sandbox.run`) and
+    return how it ended. Cancelling it kills the tree before re-raising."""
+    data_fds: dict[str, int] = {}
+    try:
+        free_at_start: int | None = free_bytes(scratch)
+    except OSError:
+        free_at_start = None
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        for dest, text in etc_files(NOBODY).items():
+            read_end, write_end = os.pipe()
+            os.write(write_end, text.encode())  # a few bytes: fits the pipe buffer
+            os.close(write_end)
+            data_fds[dest] = read_end
+        args = command_line(
+            argv,
+            scratch=scratch,
+            env=declared,
+            limits=limits,
+            data_fds=data_fds,
+            as_root=as_root,
+            egress=egress,
+            read_only=[p for p in read_only if p.is_dir()],
+            bwrap=bwrap,
+        )
+        # Our own pipes, not asyncio's: Process.wait() would otherwise also wait for
+        # every process that inherited stdout.
+        spawn = asyncio.ensure_future(
+            asyncio.create_subprocess_exec(
+                *args,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=out_w,
+                stderr=err_w,
+                start_new_session=True,
+                pass_fds=tuple(data_fds.values()),
+            )
+        )
+        try:
+            process = await asyncio.shield(spawn)
+        except asyncio.CancelledError:
+            # Cancelled while bwrap was starting: asyncio would kill only its outer process.
+            # Take the handle once it exists and kill the whole tree, then re-raise.
+            with contextlib.suppress(Exception):
+                started = await spawn
+                Watchdog(started, limits).kill()
+                await started.wait()
+            raise
+    except BaseException:
+        for fd in (out_r, err_r):
+            os.close(fd)
+        raise
+    finally:
+        for fd in (out_w, err_w, *data_fds.values()):
+            os.close(fd)
+    out, err = Capture(limits.keep_output), Capture(limits.keep_output)
+    out_pipe, err_pipe = os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0)
+    pumps = asyncio.gather(out.pump(out_pipe), err.pump(err_pipe))
+    box = Watchdog(
+        process,
+        limits,
+        count_processes=os.geteuid() == 0 and not as_root,
+        scratch=scratch,
+        free_at_start=free_at_start,
+    )
+    watcher = asyncio.ensure_future(box.watch())
+
+    async def feed_and_wait() -> int:
+        assert process.stdin is not None
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            if stdin:
+                process.stdin.write(stdin)
+                await process.stdin.drain()
+            process.stdin.close()
+        return await process.wait()
+
+    timed_out = False
+    try:
+        returncode = await asyncio.wait_for(feed_and_wait(), limits.timeout)
+    except TimeoutError:
+        timed_out = True
+        box.kill()
+        returncode = await process.wait()
+    except BaseException:  # cancelled by the engine or the registry timeout
+        box.kill()
+        watcher.cancel()
+        pumps.cancel()
+        # Nobody awaits the cancelled pumps: retrieve their outcome, or asyncio logs
+        # "exception was never retrieved" whenever they are collected.
+        pumps.add_done_callback(_retrieve)
+        raise
+    finally:
+        watcher.cancel()
+    box.kill()  # normally a no-op: the namespace ended with its command
+    await box.gone()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(pumps, 2)
+    setup_error = None
+    if returncode == 1 and not out.total and err.text().startswith("bwrap: "):
+        setup_error = err.text().strip().splitlines()[0]
+    return Outcome(
+        returncode=returncode,
+        stdout=out,
+        stderr=err,
+        timed_out=timed_out,
+        memory_exceeded=box.memory_exceeded,
+        processes_exceeded=box.processes_exceeded,
+        disk_exceeded=box.disk_exceeded,
+        peak_memory=box.peak,
+        setup_error=setup_error,
+    )

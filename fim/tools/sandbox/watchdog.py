@@ -1,0 +1,168 @@
+"""The sandbox's process tree as the host sees it: what it uses, and how it is killed.
+
+Its own module because this is what the kernel's rlimits cannot do: sum the resident memory
+of the whole tree, watch the free space of the scratch disk, count processes where
+RLIMIT_NPROC does not bind (root in a user namespace), and kill the tree so that nothing of it
+survives (the PID namespace's init first, then bwrap). Everything is read from /proc and
+statvfs; cgroups are not used, they need a delegated subtree that fim cannot assume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fim.tools.sandbox.limits import Limits
+
+WATCH_INTERVAL = 0.05
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/children") as f:
+                found += [int(p) for p in f.read().split()]
+    return found
+
+
+def tree(pid: int, limit: int = 4096) -> list[int]:
+    """`pid` and its descendants. In a PID namespace every process descends from its init
+    (orphans are re-parented to it), so this is the whole sandbox."""
+    seen, todo = [pid], [pid]
+    while todo and len(seen) < limit:
+        for child in _children(todo.pop()):
+            if child not in seen:
+                seen.append(child)
+                todo.append(child)
+    return seen
+
+
+def _resident(pids: Sequence[int]) -> int:
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{pid}/statm") as f:
+            total += int(f.read().split()[1]) * _PAGE
+    return total
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            state = handle.read().rsplit(")", 1)[-1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _stopped(pid: int, tries: int = 200) -> None:
+    """Wait (at most ~0.2 s, on the caller's thread: it is only ever a few scheduler ticks)
+    until `pid` is stopped or gone."""
+    for _ in range(tries):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[-1].split()[0]
+        except (OSError, IndexError):
+            return
+        if state in ("T", "t", "Z", "X"):
+            return
+        time.sleep(0.001)
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
+
+
+@dataclass
+class Watchdog:
+    """One running bwrap and what the watchdog saw of it; `kill` ends the whole tree."""
+
+    process: asyncio.subprocess.Process
+    limits: Limits
+    seen: set[int] = field(default_factory=set)
+    peak: int = 0
+    memory_exceeded: bool = False
+    count_processes: bool = False
+    processes_exceeded: bool = False
+    scratch: Path | None = None
+    """Where the tree writes; the free space of its disk is watched (`Limits.disk_mb`)."""
+    free_at_start: int | None = None
+    disk_exceeded: bool = False
+
+    def disk_used_up(self) -> bool:
+        """Whether the call took more than `disk_mb` of the scratch disk's free space, or
+        left less than `disk_reserve_mb` (one statvfs: the cost does not grow with the
+        number of files written)."""
+        if self.scratch is None:
+            return False
+        try:
+            free = free_bytes(self.scratch)
+        except OSError:
+            return False
+        if self.free_at_start is None:
+            self.free_at_start = free
+        mb = 1024 * 1024
+        taken = self.free_at_start - free
+        return taken > self.limits.disk_mb * mb or free < self.limits.disk_reserve_mb * mb
+
+    def kill(self) -> None:
+        """Kill the namespace's init (the kernel then kills every process in the namespace),
+        then bwrap's outer process.
+
+        bwrap's outer process is stopped first: a clone it is in the middle of completes and
+        no new one starts, so the list of its children is whole. Without that, a kill that
+        came while bwrap was creating the namespace's init found no child, and the init,
+        whose `--die-with-parent` was not armed yet, outlived the kill with its command and
+        no time limit (seen under load: `tests/test_sandbox.py`, a cancelled call)."""
+        pid = self.process.pid
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGSTOP)
+            _stopped(pid)
+        for child in _children(pid):
+            _kill(child)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+
+    async def watch(self) -> None:
+        """Sum the resident memory of the tree; kill it above the limit. With `count_processes`
+        (the kernel's RLIMIT_NPROC does not bind this sandbox) count its processes too."""
+        cap = self.limits.memory_mb * 1024 * 1024
+        while self.process.returncode is None:
+            pids = tree(self.process.pid)
+            self.seen.update(pids)
+            used = _resident(pids[1:])  # bwrap's outer process is ours, not the sandbox's
+            self.peak = max(self.peak, used)
+            if used > cap:
+                self.memory_exceeded = True
+            # outer bwrap, its init and the command's launcher are not the program's
+            if self.count_processes and len(pids) - 2 > self.limits.max_processes:
+                self.processes_exceeded = True
+            if self.disk_used_up():
+                self.disk_exceeded = True
+            if self.memory_exceeded or self.processes_exceeded or self.disk_exceeded:
+                self.kill()
+                return
+            await asyncio.sleep(WATCH_INTERVAL)
+
+    async def gone(self, within: float = 5.0) -> None:
+        """Return once no process of the sandbox is left (bounded; a kernel that is slow
+        to reap is not a reason to hang the run)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + within
+        self.seen.update(tree(self.process.pid))
+        while any(_alive(p) for p in self.seen) and loop.time() < until:
+            await asyncio.sleep(0.01)
+
+
+def free_bytes(path: Path) -> int:
+    """Free space of the disk holding `path`, for an unprivileged writer."""
+    stat = os.statvfs(path)
+    return stat.f_bavail * stat.f_frsize
