@@ -1,4 +1,4 @@
-"""The OS sandbox of python_exec and shell (fim/tools/sandbox.py), attacked the way a
+"""The OS sandbox of python_exec and shell (fim/tools/sandbox/), attacked the way a
 prompt-injected model would: every test runs the real tool in real bubblewrap and checks the
 host afterwards (its process table, its files, a loopback server it started).
 
