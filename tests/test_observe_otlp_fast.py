@@ -137,6 +137,23 @@ def test_the_fast_encoder_makes_the_upstream_request_field_for_field():
     assert decoded.resource_spans[0].scope_spans[0].spans[1].flags == 0x300
 
 
+def test_attributes_encoded_from_the_cache_are_the_same_bytes():
+    """A batch encoded again (every scalar attribute now from the cache) is the same
+    request; `True` and `1`, equal as keys of a dict, stay a bool and an int."""
+    batch = spans()
+    first = encode_spans(batch).SerializeToString(deterministic=True)
+    assert encode_spans(batch).SerializeToString(deterministic=True) == first
+    flags = [
+        ReadableSpan("a", ctx(1, 7), None, None, {"x": True, "y": 1.0}),
+        ReadableSpan("b", ctx(1, 8), None, None, {"x": 1, "y": 1}),
+    ]
+    assert encode_spans(flags) == upstream_encode(flags)
+    values = [
+        s.attributes[0].value for s in encode_spans(flags).resource_spans[0].scope_spans[0].spans
+    ]
+    assert [v.WhichOneof("value") for v in values] == ["bool_value", "int_value"]
+
+
 def test_an_empty_batch_and_a_batch_of_one_match_too():
     assert encode_spans([]) == upstream_encode([])
     (one,) = spans()[2:3]

