@@ -61,10 +61,15 @@ def otlp_receiver() -> Iterator[Receiver]:
     receiver = Receiver(url="")
 
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        """Connections kept alive, as a collector keeps them: HTTP/1.0 made the exporter
+        connect (and resolve the host) again for every batch."""
+
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             if self.path != "/v1/traces":
                 self.send_response(404)
+                self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
             request = ExportTraceServiceRequest()
