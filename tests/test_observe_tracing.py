@@ -152,7 +152,7 @@ async def test_the_sampler_is_asked_once_per_top_level_run(tmp_path, receiver):
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 
-    from fim.observe import tracing
+    from fim.observe import sdk
 
     asked: list[str] = []
 
@@ -164,7 +164,7 @@ async def test_the_sampler_is_asked_once_per_top_level_run(tmp_path, receiver):
         def get_description(self) -> str:
             return "DropAll"
 
-    tracing._provider = TracerProvider(sampler=DropAll())
+    sdk._provider = TracerProvider(sampler=DropAll())
     await delegate_and_workflow(tmp_path)
     assert asked == ["invoke_agent lead", "workflow greet"]
 
@@ -244,11 +244,11 @@ async def test_span_attributes_keep_the_standard_span_limits(tmp_path, receiver,
 def test_warm_builds_the_tracer_before_the_heap_settles(receiver):
     """`fim serve` calls `observe.warm()` before `settle_heap()`: with tracing on, the SDK
     is loaded then, not by the first run."""
-    from fim.observe import tracing
+    from fim.observe import sdk
 
-    assert tracing._provider is None
+    assert sdk._provider is None
     observe.warm()
-    assert tracing._provider is not None
+    assert sdk._provider is not None
 
 
 def test_the_resource_is_the_sdks_with_its_hash_made_once(receiver, monkeypatch):

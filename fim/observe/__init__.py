@@ -74,9 +74,9 @@ def reset() -> None:
     global _enabled
     _enabled = None
 
-    tracing = sys.modules.get("fim.observe.tracing")
-    if tracing is not None:
-        tracing.shutdown()
+    sdk = sys.modules.get("fim.observe.sdk")
+    if sdk is not None:
+        sdk.shutdown()
 
 
 class Watch(Protocol):

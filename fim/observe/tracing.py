@@ -16,12 +16,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import threading
 import time
 import traceback
 from collections.abc import Callable
 from contextvars import ContextVar
-from pathlib import Path
 from typing import Any
 
 from opentelemetry import propagate, trace
@@ -30,114 +28,28 @@ from opentelemetry.trace import (
     Span,
     SpanContext,
     SpanKind,
-    Status,
-    StatusCode,
-    TraceFlags,
 )
 
-from fim.errors import RunError
 from fim.events import Event
 from fim.observe.context import current_call, current_node
+from fim.observe.sdk import OpenSpan, flush, provider, shutdown, sink, tracer
+from fim.observe.vcs import git_commit
 
-_lock = threading.Lock()
-_provider: Any = None
-_tracer: Any = None
-"""The provider's tracer, made once: `get_tracer` builds a new Tracer and instrumentation
-scope on every call, which was ~40% of what tracing added to a run."""
+__all__ = [
+    "current_span",
+    "flush",
+    "inject",
+    "provider",
+    "shutdown",
+    "trace_run",
+    "trace_workflow",
+    "tracer",
+]
+
 _scope: ContextVar[_Trace | _Dropped | None] = ContextVar("fim_trace_scope", default=None)
 """The innermost traced run or workflow of the running task: a run it starts is its child."""
 
-_UNSET = Status(StatusCode.UNSET)
-
 CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
-
-
-def provider() -> Any:
-    """The process's tracer provider, exporting with OTLP as the standard environment
-    variables say (`OTEL_EXPORTER_OTLP_PROTOCOL`: `http/protobuf`, the default, or `grpc`;
-    endpoint, headers, timeouts and `OTEL_SERVICE_NAME` are read by the SDK itself)."""
-    global _provider
-    with _lock:
-        if _provider is None:
-            # deferred: loading opentelemetry costs tens of ms
-            from opentelemetry.sdk.trace import TracerProvider
-            from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-            tp = TracerProvider(resource=_resource())
-            tp.add_span_processor(BatchSpanProcessor(_exporter()))
-            _provider = tp
-        return _provider
-
-
-def _resource() -> Any:
-    """The SDK's own `Resource.create` (service name, `OTEL_RESOURCE_ATTRIBUTES`, SDK
-    attributes), with its hash computed once.
-
-    The OTLP encoder groups every exported span by resource, and `Resource.__hash__`
-    JSON-dumps the attributes on each call: ~5 us a span, a sixth of the encoder's work.
-    A resource is immutable, so the hash never changes."""
-    # deferred: loading opentelemetry costs tens of ms
-    from opentelemetry.sdk.resources import Resource
-
-    class _HashedOnce(Resource):
-        def __init__(self, attributes: Any, schema_url: str | None = None) -> None:
-            super().__init__(attributes, schema_url)
-            self._hash = super().__hash__()
-
-        def __hash__(self) -> int:
-            return self._hash
-
-    made = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "fim")})
-    return _HashedOnce(made.attributes, made.schema_url)
-
-
-def _exporter() -> Any:
-    env = os.environ
-    protocol = (
-        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-        or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-        or "http/protobuf"
-    ).strip()
-    if protocol == "grpc":
-        try:
-            # deferred: optional dependency, absent in some installs
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise RunError(  # not ConfigError: that has no `hint` (it raised TypeError)
-                "OTEL_EXPORTER_OTLP_PROTOCOL=grpc needs opentelemetry-exporter-otlp-proto-grpc",
-                hint="pip install 'fim[otel]', or use http/protobuf",
-            ) from exc
-        return OTLPSpanExporter()
-    try:
-        # deferred: loading opentelemetry costs tens of ms
-        from fim.observe.otlp_fast import FastOTLPSpanExporter
-    except ImportError:  # an SDK older than the exporter internals the subclass reuses
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-        return OTLPSpanExporter()
-    return FastOTLPSpanExporter.create()
-
-
-def flush(timeout_ms: int = 10_000) -> bool:
-    """Export every finished span now (tests, short-lived CLI runs)."""
-    return _provider.force_flush(timeout_ms) if _provider is not None else True
-
-
-def shutdown() -> None:
-    global _provider, _tracer
-    with _lock:
-        _tracer = None
-        if _provider is not None:
-            _provider.shutdown()
-            _provider = None
-
-
-def tracer() -> trace.Tracer:
-    global _tracer
-    found = _tracer
-    if found is None:
-        found = _tracer = provider().get_tracer("fim")
-    return found
 
 
 _captures: dict[str, bool] = {}
@@ -160,190 +72,6 @@ def _provider_of(model: str) -> str | None:
 
 def _ns(ts: float) -> int:
     return int(ts * 1e9)
-
-
-_git_heads: dict[Path, str] = {}
-
-
-def git_commit(root: Path | None) -> str:
-    """The commit the project's checkout is at, read from .git without running git
-    (empty when the project is not a git checkout)."""
-    if root is None:
-        return ""
-    known = _git_heads.get(root)  # the snapshot's own Path: no new Path, no rehash
-    if known is not None:
-        return known
-    root = Path(root)
-    if root in _git_heads:
-        return _git_heads[root]
-    commit = ""
-    for folder in (root, *root.parents):
-        git = folder / ".git"
-        if git.is_file():  # a worktree: "gitdir: <path>"
-            text = git.read_text(errors="replace").strip()
-            if text.startswith("gitdir:"):
-                git = (folder / text.split(":", 1)[1].strip()).resolve()
-        if git.is_dir():
-            commit = _read_head(git)
-            break
-    _git_heads[root] = commit
-    return commit
-
-
-def _read_head(git: Path) -> str:
-    try:
-        head = (git / "HEAD").read_text().strip()
-        if not head.startswith("ref:"):
-            return head
-        ref = head.split(":", 1)[1].strip()
-        common = git
-        if (git / "commondir").is_file():
-            common = (git / (git / "commondir").read_text().strip()).resolve()
-        for base in (git, common):
-            if (base / ref).is_file():
-                return (base / ref).read_text().strip()
-        packed = common / "packed-refs"
-        if packed.is_file():
-            for line in packed.read_text().splitlines():
-                parts = line.split()
-                if len(parts) == 2 and parts[1] == ref:
-                    return parts[0]
-    except OSError:
-        return ""
-    return ""
-
-
-class _Open:
-    """A span being built: what the SDK's `Span` keeps until its end, without its lock,
-    its per-value attribute cleaning, its self-metrics and the copy it makes at the end.
-
-    fim's spans are written from a finished event stream by one consumer, so none of that
-    protection is needed: ~3 us a span instead of the SDK's ~13 us. Ended, it becomes the
-    SDK's own `ReadableSpan`, handed to the provider's span processors like any other."""
-
-    __slots__ = ("attributes", "context", "events", "kind", "name", "parent", "start", "status")
-
-    def __init__(
-        self,
-        name: str,
-        context: SpanContext,
-        parent: SpanContext | None,
-        kind: SpanKind,
-        start: int,
-        attributes: dict[str, Any],
-    ) -> None:
-        self.name = name
-        self.context = context
-        self.parent = parent
-        self.kind = kind
-        self.start = start
-        self.attributes = attributes
-        self.events: list[tuple[str, dict[str, Any], int]] = []
-        self.status = _UNSET
-
-    def add_event(self, name: str, attributes: dict[str, Any], ts: int) -> None:
-        self.events.append((name, attributes, ts))
-
-    def error(self, description: str) -> None:
-        self.status = Status(StatusCode.ERROR, description)
-
-
-class _Sink:
-    """What ending an `_Open` needs from the provider, looked up once per provider: its
-    resource, sampler, id generator and span processors (all public attributes of the
-    SDK's `Tracer`), and the span limits the standard variables set."""
-
-    def __init__(self, tracer_: Any) -> None:
-        # deferred: loading opentelemetry's SDK costs tens of ms
-        from opentelemetry.sdk.trace import Event as SdkEvent
-        from opentelemetry.sdk.trace import ReadableSpan, SpanLimits
-        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-
-        self.readable = ReadableSpan
-        self.event = SdkEvent
-        self.resource = tracer_.resource
-        self.sampler = tracer_.sampler
-        self.ids = tracer_.id_generator
-        self.on_end = tracer_.span_processor.on_end
-        self.scope = InstrumentationScope("fim")
-        limits = SpanLimits()
-        self.max_length: int | None = limits.max_span_attribute_length
-        self.max_attributes: int | None = limits.max_span_attributes
-        self.random_flag = int(getattr(TraceFlags, "RANDOM_TRACE_ID", 0))
-
-    def emit(self, span: _Open, end: int) -> None:
-        attributes = span.attributes
-        if self.max_length is not None or (
-            self.max_attributes is not None and len(attributes) > self.max_attributes
-        ):
-            attributes = self._limited(attributes)
-        self.on_end(
-            self.readable(
-                name=span.name,
-                context=span.context,
-                parent=span.parent,
-                resource=self.resource,
-                attributes=attributes,
-                events=tuple(self.event(*event) for event in span.events) if span.events else (),
-                kind=span.kind,
-                status=span.status,
-                start_time=span.start,
-                end_time=end,
-                instrumentation_scope=self.scope,
-            )
-        )
-
-    def _limited(self, attributes: dict[str, Any]) -> dict[str, Any]:
-        """OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT and OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT, as
-        the SDK applies them: the first attributes kept, strings cut to the length."""
-        kept = list(attributes.items())[: self.max_attributes]
-        size = self.max_length
-        if size is None:
-            return dict(kept)
-        return {
-            key: value[:size]
-            if isinstance(value, str)
-            else [v[:size] if isinstance(v, str) else v for v in value]
-            if isinstance(value, list)
-            else value
-            for key, value in kept
-        }
-
-    def root(
-        self, name: str, parent: SpanContext | None, attributes: dict[str, Any]
-    ) -> tuple[SpanContext, bool]:
-        """The context of a run's or workflow's span and whether it is recorded: the
-        sampler asked once, as the SDK's `Tracer.start_span` asks it."""
-        if parent is not None and parent.is_valid:
-            trace_id = parent.trace_id
-            random_id = parent.trace_flags & self.random_flag
-            context = trace.set_span_in_context(NonRecordingSpan(parent))
-        else:
-            parent = None
-            trace_id = self.ids.generate_trace_id()
-            random_id = self.random_flag if self.ids.is_trace_id_random() else 0
-            context = None
-        result = self.sampler.should_sample(context, trace_id, name, SpanKind.INTERNAL, attributes)
-        sampled = result.decision.is_sampled()
-        if result.attributes:
-            attributes.update(result.attributes)
-        flags = TraceFlags((TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT) | random_id)
-        made = SpanContext(trace_id, self.ids.generate_span_id(), False, flags, result.trace_state)
-        # RECORD_ONLY is recorded but never exported (span processors drop unsampled
-        # spans): built for nobody, so treated as dropped.
-        return made, sampled
-
-
-_sink_of: tuple[Any, _Sink] | None = None
-
-
-def _sink() -> _Sink:
-    """The `_Sink` of the current tracer (made again when the provider is)."""
-    global _sink_of
-    current = tracer()
-    if _sink_of is None or _sink_of[0] is not current:
-        _sink_of = (current, _Sink(current))
-    return _sink_of[1]
 
 
 class _Dropped:
@@ -376,19 +104,19 @@ class _Dropped:
 class _Trace:
     """The spans of one run or workflow, opened and closed from its events."""
 
-    def __init__(self, root: _Open, mask: Callable[[str], str] | None) -> None:
+    def __init__(self, root: OpenSpan, mask: Callable[[str], str] | None) -> None:
         self.root = root
-        sink = _sink()
-        self.emit = sink.emit
-        self.span_id = sink.ids.generate_span_id
+        found = sink()
+        self.emit = found.emit
+        self.span_id = found.ids.generate_span_id
         context = root.context
         self.trace = (context.trace_id, context.trace_flags, context.trace_state)
         """What every span of the run shares with its root, read once."""
         self.mask = mask or (lambda text: text)
         self.capture = _capture()
-        self.tools: dict[str, tuple[_Open, str, dict[str, Any]]] = {}
-        self.nodes: dict[str, tuple[_Open, str]] = {}
-        self.steps: dict[str, _Open] = {}
+        self.tools: dict[str, tuple[OpenSpan, str, dict[str, Any]]] = {}
+        self.nodes: dict[str, tuple[OpenSpan, str]] = {}
+        self.steps: dict[str, OpenSpan] = {}
         self.failed = False
         self.token: Any = None
 
@@ -412,7 +140,7 @@ class _Trace:
     def context_for(self, agent: str) -> SpanContext:
         return self.parent_for(agent).context
 
-    def parent_for(self, agent: str) -> _Open:
+    def parent_for(self, agent: str) -> OpenSpan:
         """The span a child run started now belongs under: the open `call_agent` call
         naming this agent, else the only open tool call, else the newest open agent node,
         else this trace's root."""
@@ -448,11 +176,11 @@ class _Trace:
         ts: float,
         attributes: dict[str, Any],
         kind: SpanKind = SpanKind.INTERNAL,
-    ) -> _Open:
+    ) -> OpenSpan:
         """A child of the root started at `ts` (no None values: callers leave them out)."""
         trace_id, flags, state = self.trace
         context = SpanContext(trace_id, self.span_id(), False, flags, state)
-        return _Open(name, context, self.root.context, kind, int(ts * 1e9), attributes)
+        return OpenSpan(name, context, self.root.context, kind, int(ts * 1e9), attributes)
 
     # -- events --------------------------------------------------------------------
 
@@ -665,15 +393,15 @@ def _traced(
     scope = _scope.get()
     if isinstance(scope, _Dropped):
         return _Dropped(scope.root)
-    sink = _sink()
+    found = sink()
     parent = _parent(scope, agent)
     attributes = {k: v for k, v in attributes.items() if v is not None}
-    context, sampled = sink.root(name, parent, attributes)
+    context, sampled = found.root(name, parent, attributes)
     if not sampled:
         return _Dropped(context)
     if parent is not None and not parent.is_valid:
         parent = None
-    root = _Open(name, context, parent, SpanKind.INTERNAL, time.time_ns(), attributes)
+    root = OpenSpan(name, context, parent, SpanKind.INTERNAL, time.time_ns(), attributes)
     return _Trace(root, mask)
 
 

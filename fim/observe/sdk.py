@@ -1,0 +1,251 @@
+"""The OpenTelemetry SDK as fim uses it: the process's tracer provider and exporter (the
+standard `OTEL_*` variables, no code), and the span record fim's spans are built in.
+
+fim writes its spans from a run's finished events, one consumer per run, so it skips the
+SDK's `Span` (a lock, per-value attribute cleaning, self-metrics and a copy at the end:
+~13 us a span) and builds the SDK's own `ReadableSpan` from an `OpenSpan` (~3 us), handed
+to the provider's span processors like any other span. Imported only when tracing is on.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+)
+
+from fim.errors import RunError
+
+_lock = threading.Lock()
+_provider: Any = None
+_tracer: Any = None
+"""The provider's tracer, made once: `get_tracer` builds a new Tracer and instrumentation
+scope on every call, which was ~40% of what tracing added to a run."""
+
+_UNSET = Status(StatusCode.UNSET)
+
+
+def provider() -> Any:
+    """The process's tracer provider, exporting with OTLP as the standard environment
+    variables say (`OTEL_EXPORTER_OTLP_PROTOCOL`: `http/protobuf`, the default, or `grpc`;
+    endpoint, headers, timeouts and `OTEL_SERVICE_NAME` are read by the SDK itself)."""
+    global _provider
+    with _lock:
+        if _provider is None:
+            # deferred: loading opentelemetry costs tens of ms
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+            tp = TracerProvider(resource=_resource())
+            tp.add_span_processor(BatchSpanProcessor(_exporter()))
+            _provider = tp
+        return _provider
+
+
+def _resource() -> Any:
+    """The SDK's own `Resource.create` (service name, `OTEL_RESOURCE_ATTRIBUTES`, SDK
+    attributes), with its hash computed once.
+
+    The OTLP encoder groups every exported span by resource, and `Resource.__hash__`
+    JSON-dumps the attributes on each call: ~5 us a span, a sixth of the encoder's work.
+    A resource is immutable, so the hash never changes."""
+    # deferred: loading opentelemetry costs tens of ms
+    from opentelemetry.sdk.resources import Resource
+
+    class _HashedOnce(Resource):
+        def __init__(self, attributes: Any, schema_url: str | None = None) -> None:
+            super().__init__(attributes, schema_url)
+            self._hash = super().__hash__()
+
+        def __hash__(self) -> int:
+            return self._hash
+
+    made = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "fim")})
+    return _HashedOnce(made.attributes, made.schema_url)
+
+
+def _exporter() -> Any:
+    env = os.environ
+    protocol = (
+        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "http/protobuf"
+    ).strip()
+    if protocol == "grpc":
+        try:
+            # deferred: optional dependency, absent in some installs
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise RunError(  # not ConfigError: that has no `hint` (it raised TypeError)
+                "OTEL_EXPORTER_OTLP_PROTOCOL=grpc needs opentelemetry-exporter-otlp-proto-grpc",
+                hint="pip install 'fim[otel]', or use http/protobuf",
+            ) from exc
+        return OTLPSpanExporter()
+    try:
+        # deferred: loading opentelemetry costs tens of ms
+        from fim.observe.otlp_fast import FastOTLPSpanExporter
+    except ImportError:  # an SDK older than the exporter internals the subclass reuses
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter()
+    return FastOTLPSpanExporter.create()
+
+
+def flush(timeout_ms: int = 10_000) -> bool:
+    """Export every finished span now (tests, short-lived CLI runs)."""
+    return _provider.force_flush(timeout_ms) if _provider is not None else True
+
+
+def shutdown() -> None:
+    global _provider, _tracer
+    with _lock:
+        _tracer = None
+        if _provider is not None:
+            _provider.shutdown()
+            _provider = None
+
+
+def tracer() -> trace.Tracer:
+    global _tracer
+    found = _tracer
+    if found is None:
+        found = _tracer = provider().get_tracer("fim")
+    return found
+
+
+class OpenSpan:
+    """A span being built: what the SDK's `Span` keeps until its end (`Sink.emit` makes it
+    a `ReadableSpan`)."""
+
+    __slots__ = ("attributes", "context", "events", "kind", "name", "parent", "start", "status")
+
+    def __init__(
+        self,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        kind: SpanKind,
+        start: int,
+        attributes: dict[str, Any],
+    ) -> None:
+        self.name = name
+        self.context = context
+        self.parent = parent
+        self.kind = kind
+        self.start = start
+        self.attributes = attributes
+        self.events: list[tuple[str, dict[str, Any], int]] = []
+        self.status = _UNSET
+
+    def add_event(self, name: str, attributes: dict[str, Any], ts: int) -> None:
+        self.events.append((name, attributes, ts))
+
+    def error(self, description: str) -> None:
+        self.status = Status(StatusCode.ERROR, description)
+
+
+class Sink:
+    """What ending an `OpenSpan` needs from the provider, looked up once per provider: its
+    resource, sampler, id generator and span processors (all public attributes of the
+    SDK's `Tracer`), and the span limits the standard variables set."""
+
+    def __init__(self, tracer_: Any) -> None:
+        # deferred: loading opentelemetry's SDK costs tens of ms
+        from opentelemetry.sdk.trace import Event as SdkEvent
+        from opentelemetry.sdk.trace import ReadableSpan, SpanLimits
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+        self.readable = ReadableSpan
+        self.event = SdkEvent
+        self.resource = tracer_.resource
+        self.sampler = tracer_.sampler
+        self.ids = tracer_.id_generator
+        self.on_end = tracer_.span_processor.on_end
+        self.scope = InstrumentationScope("fim")
+        limits = SpanLimits()
+        self.max_length: int | None = limits.max_span_attribute_length
+        self.max_attributes: int | None = limits.max_span_attributes
+        self.random_flag = int(getattr(TraceFlags, "RANDOM_TRACE_ID", 0))
+
+    def emit(self, span: OpenSpan, end: int) -> None:
+        attributes = span.attributes
+        if self.max_length is not None or (
+            self.max_attributes is not None and len(attributes) > self.max_attributes
+        ):
+            attributes = self._limited(attributes)
+        self.on_end(
+            self.readable(
+                name=span.name,
+                context=span.context,
+                parent=span.parent,
+                resource=self.resource,
+                attributes=attributes,
+                events=tuple(self.event(*event) for event in span.events) if span.events else (),
+                kind=span.kind,
+                status=span.status,
+                start_time=span.start,
+                end_time=end,
+                instrumentation_scope=self.scope,
+            )
+        )
+
+    def _limited(self, attributes: dict[str, Any]) -> dict[str, Any]:
+        """OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT and OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT, as
+        the SDK applies them: the first attributes kept, strings cut to the length."""
+        kept = list(attributes.items())[: self.max_attributes]
+        size = self.max_length
+        if size is None:
+            return dict(kept)
+        return {
+            key: value[:size]
+            if isinstance(value, str)
+            else [v[:size] if isinstance(v, str) else v for v in value]
+            if isinstance(value, list)
+            else value
+            for key, value in kept
+        }
+
+    def root(
+        self, name: str, parent: SpanContext | None, attributes: dict[str, Any]
+    ) -> tuple[SpanContext, bool]:
+        """The context of a run's or workflow's span and whether it is recorded: the
+        sampler asked once, as the SDK's `Tracer.start_span` asks it."""
+        if parent is not None and parent.is_valid:
+            trace_id = parent.trace_id
+            random_id = parent.trace_flags & self.random_flag
+            context = trace.set_span_in_context(NonRecordingSpan(parent))
+        else:
+            parent = None
+            trace_id = self.ids.generate_trace_id()
+            random_id = self.random_flag if self.ids.is_trace_id_random() else 0
+            context = None
+        result = self.sampler.should_sample(context, trace_id, name, SpanKind.INTERNAL, attributes)
+        sampled = result.decision.is_sampled()
+        if result.attributes:
+            attributes.update(result.attributes)
+        flags = TraceFlags((TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT) | random_id)
+        made = SpanContext(trace_id, self.ids.generate_span_id(), False, flags, result.trace_state)
+        # RECORD_ONLY is recorded but never exported (span processors drop unsampled
+        # spans): built for nobody, so treated as dropped.
+        return made, sampled
+
+
+_sinks: tuple[Any, Sink] | None = None
+
+
+def sink() -> Sink:
+    """The `Sink` of the current tracer (made again when the provider is)."""
+    global _sinks
+    current = tracer()
+    if _sinks is None or _sinks[0] is not current:
+        _sinks = (current, Sink(current))
+    return _sinks[1]

@@ -1,0 +1,55 @@
+"""The commit a project's checkout is at, for the `vcs.ref.head.revision` of its traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_git_heads: dict[Path, str] = {}
+
+
+def git_commit(root: Path | None) -> str:
+    """The commit the project's checkout is at, read from .git without running git
+    (empty when the project is not a git checkout)."""
+    if root is None:
+        return ""
+    known = _git_heads.get(root)  # the snapshot's own Path: no new Path, no rehash
+    if known is not None:
+        return known
+    root = Path(root)
+    if root in _git_heads:
+        return _git_heads[root]
+    commit = ""
+    for folder in (root, *root.parents):
+        git = folder / ".git"
+        if git.is_file():  # a worktree: "gitdir: <path>"
+            text = git.read_text(errors="replace").strip()
+            if text.startswith("gitdir:"):
+                git = (folder / text.split(":", 1)[1].strip()).resolve()
+        if git.is_dir():
+            commit = _read_head(git)
+            break
+    _git_heads[root] = commit
+    return commit
+
+
+def _read_head(git: Path) -> str:
+    try:
+        head = (git / "HEAD").read_text().strip()
+        if not head.startswith("ref:"):
+            return head
+        ref = head.split(":", 1)[1].strip()
+        common = git
+        if (git / "commondir").is_file():
+            common = (git / (git / "commondir").read_text().strip()).resolve()
+        for base in (git, common):
+            if (base / ref).is_file():
+                return (base / ref).read_text().strip()
+        packed = common / "packed-refs"
+        if packed.is_file():
+            for line in packed.read_text().splitlines():
+                parts = line.split()
+                if len(parts) == 2 and parts[1] == ref:
+                    return parts[0]
+    except OSError:
+        return ""
+    return ""
