@@ -84,3 +84,42 @@ def test_children_are_looked_up_once_and_still_exported():
     get = m.registry.get_sample_value
     assert get("fim_runs_total", {"agent": "lead", "outcome": "ok"}) == 2
     assert get("fim_runs_total", {"agent": "lead", "outcome": "error"}) == 1
+
+
+async def test_a_run_closed_early_with_metrics_and_tracing_on_counts_cancelled_and_ends_its_spans(
+    tmp_path, receiver, monkeypatch
+):
+    """Both watches of one run (`fim serve` with an OTLP endpoint) see its end: a reader
+    that stops after the first tool call leaves no active run, a `cancelled` count and a
+    root span ended with the error it knew."""
+    from fim import observe
+    from fim.capabilities import CAPABILITIES
+    from fim.observe import sdk
+    from fim.observe.metrics import METRICS
+    from fim.run.agent import run_agent
+    from fim.run.services import Services
+
+    monkeypatch.setattr(observe, "_metrics", True)
+    snapshot = compile_project(project(tmp_path))
+    services = Services(
+        providers=CAPABILITIES, root=snapshot.root, state_url=snapshot.project.state
+    )
+
+    def sample(name: str, **labels: str) -> float:
+        return METRICS.registry.get_sample_value(name, labels) or 0.0
+
+    before = sample("fim_runs_total", agent="lead", outcome="cancelled")
+    try:
+        stream = run_agent(snapshot, "lead", "go", services=services)
+        async for event in stream:
+            if event.type == "tool_call":
+                break
+        await stream.aclose()
+    finally:
+        await services.aclose()
+    assert sample("fim_runs_total", agent="lead", outcome="cancelled") == before + 1
+    assert sample("fim_active_runs", agent="lead") == 0
+    assert sdk.flush()
+    (root,) = [s for s in receiver.spans if s.name == "invoke_agent lead"]
+    assert root.status == 2 and ("exception", root.events[-1][1]) == root.events[-1]
+    assert root.events[-1][1]["exception.type"] == "GeneratorExit"
