@@ -71,6 +71,35 @@ def test_a_run_returns_the_answer_with_its_trace_and_is_stored(served: str):
     assert result["content"] == "42"
     stored = httpx.get(f"{served}/v1/runs/{body['run_id']}").json()
     assert stored["status"] == "ok" and stored["name"] == "math"
+    assert stored["data"]["output"] == body["output"]
+    assert stored["data"]["events"] == body["events"]
+    assert "events_in_log" not in stored["data"]
+
+
+def test_a_served_runs_events_are_stored_once_in_its_event_log(tmp_path: Path):
+    """The run's record keeps its status and output; its events are the event log's rows
+    (written, masked and encoded once), which `GET /v1/runs/{id}` reads back."""
+    import asyncio
+
+    from fim.store import Store
+    from fim.store.live import read_events
+
+    snapshot = make_snapshot(tmp_path)
+    with ServerThread(create_app(SnapshotHolder(snapshot))) as srv:
+        body = httpx.post(f"{srv.url}/v1/agents/math/runs", json={"input": "6*7?"}).json()
+
+    async def stored() -> tuple[dict, list]:
+        store = Store(snapshot.project.state)
+        try:
+            record = await store.get_run(body["run_id"])
+            assert record is not None
+            return record.data, [e for _, e in await read_events(store, body["run_id"])]
+        finally:
+            store.close()
+
+    data, logged = asyncio.run(stored())
+    assert "events" not in data and data["output"] == "The answer is 42."
+    assert [e for e in logged if e["type"] != "token"] == body["events"]
 
 
 def test_sse_stream_parsed_by_a_real_client(served: str):

@@ -145,7 +145,12 @@ class Api:
     ) -> AsyncIterator[Event]:
         """Run one request on the snapshot current *now*, persisting the run at the end.
         `session` is the conversation it continues: its session budgets count it. `trace`,
-        when given, receives each event but tokens as JSON (dumped once, here)."""
+        when given, receives each event but tokens as JSON (dumped once, here).
+
+        The events are stored once, in the run's event log (which any replica tails while
+        it runs); the run's record keeps its status and output, and `GET /v1/runs/{id}`
+        reads the events from the log (storing them in the record too wrote, masked and
+        JSON-encoded every event a second time)."""
         # deferred: loading fim.engines.dag costs hundreds of ms
         from fim.run.agent import run_agent
         from fim.store import get_store
@@ -153,7 +158,6 @@ class Api:
 
         snapshot = self.holder.current
         self.active_runs += 1
-        trace = [] if trace is None else trace
         live = EventLog(get_store(self.services), run_id, "agent", agent)  # any replica tails it
         final: RunFinished | None = None
         problem = ""
@@ -172,7 +176,7 @@ class Api:
                 live.add(dumped)
                 if event.type == "run_started":  # the record exists before anyone hears of it
                     await live.flush()
-                if event.type != "token":
+                if trace is not None and event.type != "token":
                     trace.append(dumped)
                 if event.type == "error":
                     problem = f"{event.kind}: {event.message}"
@@ -185,14 +189,13 @@ class Api:
             if status == "error":  # one line per failed run, whichever route ran it
                 log.warning("run %s of agent '%s' failed: %s", run_id, agent, problem or "error")
             await live.close()
-            await self._persist(run_id, agent, status, trace, final)
+            await self._persist(run_id, agent, status, final)
 
     async def _persist(
         self,
         run_id: str,
         agent: str,
         status: str,
-        trace: list[dict[str, Any]],
         final: RunFinished | None,
     ) -> None:
         try:
@@ -205,10 +208,7 @@ class Api:
                 "agent",
                 agent,
                 status,
-                {
-                    "output": final.output if final else None,
-                    "events": trace,
-                },
+                {"output": final.output if final else None, "events_in_log": True},
             )
         except Exception:  # persistence must never fail a run that succeeded
             logging.getLogger("fim.server").exception("could not persist run %s", run_id)

@@ -41,7 +41,7 @@ def live_handlers(api: Api) -> dict[str, Any]:
     """The handlers of the `live` area (`fim.server.areas.live`)."""
 
     async def get_run(request: Request) -> Response:
-        """The run record; while it is still running, its events so far."""
+        """The run record with its events (while it runs, those so far)."""
 
         store = get_store(api.services)
         run_id = request.path_params["run_id"]
@@ -59,7 +59,9 @@ def live_handlers(api: Api) -> dict[str, Any]:
         if record is None:
             return error(404, f"unknown run '{run_id}'")
         data = json.loads(json.dumps(asdict(record), default=str))
-        if record.status == "running" and record.kind == "agent":
+        if record.kind == "agent" and (
+            record.status == "running" or data["data"].pop("events_in_log", False)
+        ):  # a served run's events are stored once, in its event log
             events = [e for _seq, e in await read_events(store, run_id) if e["type"] != "token"]
             data["data"] = {**data["data"], "events": events}
         return JSONResponse(data)
