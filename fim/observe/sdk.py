@@ -175,6 +175,9 @@ class Sink:
         self.max_length: int | None = limits.max_span_attribute_length
         self.max_attributes: int | None = limits.max_span_attributes
         self.random_flag = int(getattr(TraceFlags, "RANDOM_TRACE_ID", 0))
+        random_ids = getattr(self.ids, "is_trace_id_random", None)  # newer SDKs only
+        self.random_root = self.random_flag if random_ids is not None and random_ids() else 0
+        """The W3C level-2 `random` flag of a new trace, as the SDK would set it."""
 
     def emit(self, span: OpenSpan, end: int) -> None:
         attributes = span.attributes
@@ -226,7 +229,7 @@ class Sink:
         else:
             parent = None
             trace_id = self.ids.generate_trace_id()
-            random_id = self.random_flag if self.ids.is_trace_id_random() else 0
+            random_id = self.random_root
             context = None
         result = self.sampler.should_sample(context, trace_id, name, SpanKind.INTERNAL, attributes)
         sampled = result.decision.is_sampled()
@@ -239,13 +242,13 @@ class Sink:
         return made, sampled
 
 
-_sinks: tuple[Any, Sink] | None = None
+_current: tuple[Any, Sink] | None = None
 
 
 def sink() -> Sink:
     """The `Sink` of the current tracer (made again when the provider is)."""
-    global _sinks
-    current = tracer()
-    if _sinks is None or _sinks[0] is not current:
-        _sinks = (current, Sink(current))
-    return _sinks[1]
+    global _current
+    made = tracer()
+    if _current is None or _current[0] is not made:
+        _current = (made, Sink(made))
+    return _current[1]
