@@ -23,6 +23,11 @@ a per-run cost) and ends with a flush, so every span of the block is encoded and
 inside it. Wall time is printed too: on a shared, loaded machine it mostly measures the
 other processes.
 
+A last table does the same for `fim serve`, where traces are usually turned on: two
+servers of the same project, one exporting to the receiver, under alternating blocks of
+load from 10 clients (bench/serve.py's harness); what counts is each server's CPU per run
+from /proc, every thread (its request span included: 9 spans a run).
+
     python bench/tracing.py [--quick]
 """
 
@@ -125,6 +130,71 @@ async def compare(
     return off, on
 
 
+class Receiver:
+    """`python -m fim.testing.otlp` in its own process: its URL, and at `close()` how many
+    spans it decoded."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "fim.testing.otlp"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=bench_env(),
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.url = self.proc.stdout.readline().strip()
+        self.received = ""
+
+    def close(self) -> str:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None and self.proc.stdout is not None
+            self.proc.stdin.close()
+            self.received = self.proc.stdout.readline().strip()
+            self.proc.wait(timeout=10)
+        return self.received
+
+
+def served(stub_url: str, quick: bool) -> list[str]:
+    """Server CPU per run of `fim serve` with tracing off and on: alternating load blocks
+    against two servers of one project, the median block of each."""
+    # deferred: bench/serve.py's harness, only for this table
+    from serve import Server, example_project, first_run, load
+
+    duration, rounds = (1.0, 3) if quick else (3.0, 5)
+    receiver = Receiver()
+    url = receiver.url
+    with tempfile.TemporaryDirectory() as tmp:
+        # two copies: a SQLite state store has one server
+        roots = [example_project(Path(tmp) / name, stub_url) for name in ("off", "on")]
+        off_env = {"OTEL_SDK_DISABLED": "true"}
+        on_env = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": url,
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        }
+        with Server(roots[0], env=off_env) as off, Server(roots[1], env=on_env) as on:
+            for server in (off, on):
+                asyncio.run(first_run(server))
+                asyncio.run(load(server, 10, 0.5))  # warmed
+            per_run: dict[str, list[float]] = {"off": [], "on": []}
+            for _ in range(rounds):
+                for name, server in (("off", off), ("on", on)):
+                    per_run[name].append(asyncio.run(load(server, 10, duration))["cpu_per_run"])
+    if not int(receiver.close() or 0):
+        sys.exit("the traced fim serve exported no span")
+    cpu_off, cpu_on = statistics.median(per_run["off"]), statistics.median(per_run["on"])
+    overhead = cpu_on / cpu_off - 1
+    return [
+        "fim serve, 10 clients, server CPU",
+        "9",
+        f"{cpu_off * 1e3:.3f} ms",
+        f"{cpu_on * 1e3:.3f} ms",
+        f"{(cpu_on - cpu_off) * 1e3:+.3f} ms",
+        f"{overhead * 100:+.1f}%",
+        "met" if overhead <= TARGET else "MISSED",
+    ]
+
+
 def median(samples: list[Sample], index: int) -> float:
     return statistics.median(s[index] for s in samples)
 
@@ -134,15 +204,8 @@ async def main(quick: bool) -> None:
     rows: list[list[str]] = []
     split: list[list[str]] = []
     expected = sample = 0
-    receiver = subprocess.Popen(
-        [sys.executable, "-m", "fim.testing.otlp"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=bench_env(),
-    )
-    assert receiver.stdin is not None and receiver.stdout is not None
-    url = receiver.stdout.readline().strip()
+    receiver = Receiver()
+    url = receiver.url
     root = Path(tempfile.mkdtemp(prefix="fim-bench-tracing-"))
     try:
         with StubProcess(tool_loop=3) as stub:
@@ -214,15 +277,21 @@ async def main(quick: bool) -> None:
                     ]
                 )
             await services.aclose()
+            received = receiver.close()
+            serving = await asyncio.to_thread(served, stub.base_url, quick)
     finally:
-        receiver.stdin.close()
-        received = receiver.stdout.readline().strip()
-        receiver.wait(timeout=10)
+        receiver.close()
     print(machine())
     table(
         ["base", "spans/run", "off", "on (OTLP/HTTP)", "added per run", "overhead", "<= 10%"],
         rows,
         title=f"per run, median of {rounds} alternating blocks of {runs} runs, every span exported",
+    )
+    print()
+    table(
+        ["surface", "spans/run", "off", "on (OTLP/HTTP)", "added per run", "overhead", "<= 10%"],
+        [serving],
+        title="fim serve: server CPU per run (all threads, /proc), median of alternating blocks",
     )
     print()
     table(
