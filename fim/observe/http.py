@@ -5,6 +5,7 @@ Both are no-ops (and import nothing) unless tracing is configured.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fim.observe import tracing_enabled
@@ -12,7 +13,8 @@ from fim.observe import tracing_enabled
 
 class TraceContext:
     """ASGI middleware: a SERVER span per request, child of the caller's `traceparent`,
-    made current so the runs the request starts are its children."""
+    made current so the runs the request starts are its children (built like fim's other
+    spans, `fim.observe.sdk`; the sampler decides here first)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -23,34 +25,42 @@ class TraceContext:
             return
         # deferred: loading opentelemetry costs a few ms
         from opentelemetry import context, propagate, trace
-        from opentelemetry.trace import SpanKind, Status, StatusCode
+        from opentelemetry.trace import NonRecordingSpan, SpanKind
 
         # deferred: loading fim.events costs hundreds of ms
-        from fim.observe.tracing import tracer
+        from fim.observe.sdk import OpenSpan, sink
 
         carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         parent = propagate.extract(carrier)
+        caller = trace.get_current_span(parent).get_span_context()
         route = scope.get("path", "")
-        span = tracer().start_span(
-            f"{scope['method']} {route}",
-            context=parent,
-            kind=SpanKind.SERVER,
-            attributes={"http.request.method": scope["method"], "url.path": route},
+        name = f"{scope['method']} {route}"
+        attributes = {"http.request.method": scope["method"], "url.path": route}
+        found = sink()
+        made, sampled = found.root(name, caller, attributes)
+        span = OpenSpan(
+            name,
+            made,
+            caller if caller.is_valid else None,
+            SpanKind.SERVER,
+            time.time_ns(),
+            attributes,
         )
-        token = context.attach(trace.set_span_in_context(span, parent))
+        token = context.attach(trace.set_span_in_context(NonRecordingSpan(made), parent))
 
         async def sending(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
-                span.set_attribute("http.response.status_code", message["status"])
+                span.attributes["http.response.status_code"] = message["status"]
                 if message["status"] >= 500:
-                    span.set_status(Status(StatusCode.ERROR))
+                    span.error("")
             await send(message)
 
         try:
             await self.app(scope, receive, sending)
         finally:
             context.detach(token)
-            span.end()
+            if sampled:
+                found.emit(span, time.time_ns())
 
 
 async def inject_trace_headers(request: Any) -> None:
