@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from fim.config.schema import DatabaseConnector
-from fim.connectors.database import Database, normalize_url
+from fim.connectors.database import Database
+from fim.connectors.database.engine import normalize_url
 
 SEED = """
 CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT NOT NULL, email TEXT);

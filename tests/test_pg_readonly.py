@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 
 from fim.config.schema import DatabaseConnector
-from fim.connectors.database import Database, Truncated
+from fim.connectors.database import Database
+from fim.connectors.database.rows import Truncated
 from fim.connectors.readonly import decide
 
 SEED = """

@@ -1,0 +1,214 @@
+"""Database connectors: list tables, describe one, run a query — through SQLAlchemy.
+
+SQLAlchemy is synchronous, so every call runs in a worker thread of a pool of its own
+(`fim-db`): other tools that fill the default thread pool never starve database access,
+and the event loop never waits on a query. What `read_only: true` means is decided in
+`fim.connectors.readonly` (statement, catalog, role and connection layers).
+
+Limits hold whatever one row costs: PostgreSQL sessions carry `statement_timeout`,
+`lock_timeout` and `idle_in_transaction_session_timeout`; SQLite has a progress handler, a
+timer that interrupts the statement at the deadline and `SQLITE_LIMIT_LENGTH`, so no single
+value (`printf('%.*c', 900000000, 'x')`) can grow past a bound inside one opcode. Rows are
+streamed (PostgreSQL single-row mode) and every value and the whole result are capped
+while fetching (`max_value_bytes`, `max_result_bytes`); PostgreSQL values over the cap are
+cut before Python copies them.
+
+Modules, by concept: `engine` (URL, engine per dialect, role check on first connect),
+`worker` (the blocking calls: list, describe, execute within the limits), `rows` (the
+result caps while reading), `sqlite` and `postgres` (each driver's own limits); this module
+is the async API the tools and workflow nodes use, the thread pool it runs on, and how a
+failure is worded for the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from fim.config.schema import DatabaseConnector
+from fim.connectors import readonly
+from fim.connectors.database.rows import FetchTimeout, QueryResult
+from fim.connectors.database.worker import Worker
+from fim.connectors.render import pipe_table
+from fim.connectors.sql_guard import SqlRejected
+from fim.types import ToolResult
+
+_MAX_OUTPUT_CHARS = 20_000
+_STUB_TABLES = 12
+_DB_THREADS = 16
+"""Worker threads for all database connectors of the process (timeouts free them)."""
+
+T = TypeVar("T")
+
+
+class Database(Worker):
+    """One database connector's live side: a lazily created engine and the three actions."""
+
+    async def in_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run `fn` on the database worker pool (never the event loop, never the shared
+        default pool that other tools may fill)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(_executor(), functools.partial(fn, *args))
+
+    async def list_tables(self) -> ToolResult:
+        try:
+            tables = await self.in_thread(self.tables_sync)
+        except Exception as exc:
+            return self._failure("could not list tables", exc)
+        if not tables:
+            return ToolResult(content=f"database '{self.name}' has no tables")
+        return ToolResult(content=f"{len(tables)} tables: " + ", ".join(tables))
+
+    async def describe(self, table: str) -> ToolResult:
+        try:
+            text = await self.in_thread(self.describe_sync, table)
+        except LookupError as exc:
+            return ToolResult(content=f"Error: {exc.args[0]}", is_error=True)
+        except Exception as exc:
+            return self._failure(f"could not describe '{table}'", exc)
+        return ToolResult(content=text)
+
+    async def run(self, sql: str, params: dict[str, Any] | None = None) -> QueryResult:
+        """Run one statement under the connector's read-only decision; raises
+        `SqlRejected` for a refused statement (workflow nodes and `query` share this)."""
+        if not self.decl.read_only:
+            return await self.in_thread(self.execute_sync, sql, params, None)
+        # Parsing model-written SQL is untrusted work too: off the event loop, like the query.
+        parsed = await self.in_thread(lambda: readonly.decide(sql, self.dialect).require())
+        return await self.in_thread(self.execute_sync, sql, params, parsed)
+
+    async def query(self, sql: str, params: dict[str, Any] | None = None) -> ToolResult:
+        try:
+            result = await self.run(sql, params)
+        except SqlRejected as exc:
+            return ToolResult(
+                content=f"Error: query refused: {exc}. Rewrite it as a single SELECT.",
+                is_error=True,
+                metadata={"refused": True},
+            )
+        except Exception as exc:
+            return self._failure("the query failed", exc)
+        if not result.columns:
+            return ToolResult(content=f"statement executed ({result.rowcount} rows affected)")
+        text = pipe_table(result.columns, result.rows, cut=result.cut, limit=_MAX_OUTPUT_CHARS)
+        notes = []
+        if result.truncated_at is not None:
+            notes.append(
+                f"result truncated at {result.truncated_at} bytes: select fewer or shorter "
+                "columns, or fewer rows"
+            )
+        if result.values_cut:
+            notes.append(
+                f"{result.values_cut} value(s) cut at {self.decl.max_value_bytes} bytes each"
+            )
+        if notes:
+            text += "\n(" + "; ".join(notes) + ")"
+        return ToolResult(
+            content=text,
+            metadata={
+                "rows": len(result.rows),
+                "cut": result.cut,
+                **({"truncated_at": result.truncated_at} if result.truncated_at else {}),
+            },
+        )
+
+    def _failure(self, what: str, exc: Exception) -> ToolResult:
+        return ToolResult(content=f"Error: {what}: {describe_error(exc, self)}", is_error=True)
+
+
+def describe_error(exc: Exception, db: Database) -> str:
+    """One line the model can act on, without the URL (which may hold a password)."""
+    orig = getattr(exc, "orig", None) or exc
+    text = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    lowered = text.lower()
+    if isinstance(orig, readonly.ReadOnlyRoleError | SqlRejected):
+        return text
+    if isinstance(orig, FetchTimeout) or "interrupted" in lowered or "statement timeout" in lowered:
+        return (
+            f"the query exceeded the statement timeout of {db.decl.statement_timeout:g}s; "
+            "make it cheaper (filter, aggregate, LIMIT)"
+        )
+    if "lock timeout" in lowered:
+        return "the query waited too long for a lock held by another session; try again later"
+    if "string or blob too big" in lowered or "user-defined function raised" in lowered:
+        return (
+            f"a value grew past the size limit of {4 * db.decl.max_result_bytes} bytes; "
+            "select less (substr, LIMIT)"
+        )
+    if "readonly" in lowered or "read-only" in lowered or "query_only" in lowered:
+        return f"{text} (this database is read-only; only SELECT queries are possible)"
+    text = text.replace(db.decl.url, "<url>").replace(db.url, "<url>")
+    # a driver may quote the offending value: never hand a huge one to the model
+    return text if len(text) <= 500 else text[:500] + "... [message cut]"
+
+
+def get_database(services: Any, name: str, decl: DatabaseConnector, root: Path) -> Database:
+    """The Database of a declaration, shared across runs until the declaration changes."""
+    digest = hashlib.sha256(decl.model_dump_json().encode()).hexdigest()[:12]
+    return services.get(
+        f"connector:database:{name}:{digest}:{root}",
+        lambda: Database(name, decl, root),
+        lambda db: db.dispose(),
+    )
+
+
+_pool_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(_DB_THREADS, thread_name_prefix="fim-db")
+        return _pool
+
+
+async def check_live(snapshot: Any) -> list[tuple[str, bool, str]]:
+    """Connect to every declared database (for `fim validate --live`): name, ok, detail.
+
+    A read-only PostgreSQL connector whose role is a superuser or could write fails here
+    with the same line its first query would give. Connections are closed before this
+    returns; the databases are checked concurrently, each within its connect timeout.
+    """
+    dbs = [
+        Database(name, decl, snapshot.root)
+        for name, decl in snapshot.connectors.items()
+        if isinstance(decl, DatabaseConnector)
+    ]
+
+    async def one(db: Database) -> tuple[str, bool, str]:
+        try:
+            await db.in_thread(db.verify)
+            mode = "read-only" if db.decl.read_only else "writable"
+            return db.name, True, f"connected ({mode})"
+        except Exception as exc:
+            return db.name, False, describe_error(exc, db)
+        finally:
+            db.dispose()
+
+    return list(await asyncio.gather(*(one(db) for db in dbs)))
+
+
+def stub_tables(tables: list[str] | None) -> str:
+    """`12 tables: a, b, ...` for the system prompt, or why they are unknown."""
+    if tables is None:
+        return "tables unknown (connection failed)"
+    head = ", ".join(tables[:_STUB_TABLES])
+    more = ", ..." if len(tables) > _STUB_TABLES else ""
+    return f"{len(tables)} tables: {head}{more}"
+
+
+__all__ = [
+    "Database",
+    "check_live",
+    "describe_error",
+    "get_database",
+    "stub_tables",
+]

@@ -1,0 +1,111 @@
+"""A query's result while it is read: every value and the whole result capped, the row
+limit and the client-side deadline checked row by row.
+
+Its own module because what a result may cost (`max_rows`, `max_value_bytes`,
+`max_result_bytes`, `statement_timeout`) is one policy, shared by the SQLAlchemy fetch
+loop, the PostgreSQL stream and the PostgreSQL loaders that cut values in libpq's buffer.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from fim.config.schema import DatabaseConnector
+
+
+class Truncated(str):
+    """A value cut at the per-value byte cap; the text says so, `size` is the original."""
+
+    size: int
+
+    @classmethod
+    def of(cls, head: str, size: int, cap: int) -> Truncated:
+        value = cls(f"{head}... [value truncated at {cap} bytes of {size}]")
+        value.size = size
+        return value
+
+
+@dataclass
+class QueryResult:
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+    cut: bool
+    rowcount: int = -1
+    truncated_at: int | None = None
+    """The result byte cap, when reading stopped there."""
+    values_cut: int = 0
+    """How many values were cut at the per-value cap."""
+
+
+class FetchTimeout(TimeoutError):
+    """The client-side deadline passed while rows were still being read."""
+
+
+class Rows:
+    """Collects rows while they are fetched, enforcing `max_rows`, the per-value and the
+    whole-result byte caps and the deadline, so reading stops as soon as one is reached."""
+
+    def __init__(self, decl: DatabaseConnector, deadline: float) -> None:
+        self.limit = decl.max_rows
+        self.value_cap = decl.max_value_bytes
+        self.total_cap = decl.max_result_bytes
+        self.deadline = deadline
+        self.rows: list[tuple[Any, ...]] = []
+        self.bytes = 0
+        self.cut = False
+        self.truncated = False
+        self.values_cut = 0
+
+    def want_more(self) -> bool:
+        return not (self.cut or self.truncated)
+
+    def add(self, row: tuple[Any, ...]) -> bool:
+        """Keep `row` (values capped); False when reading must stop."""
+        if time.monotonic() > self.deadline:
+            raise FetchTimeout("statement timeout (client deadline)")
+        if len(self.rows) >= self.limit:
+            self.cut = True
+            return False
+        capped = []
+        for value in row:
+            value, size = self._cap(value)
+            self.bytes += size
+            capped.append(value)
+        if self.bytes > self.total_cap:
+            self.truncated = True
+            return False
+        self.rows.append(tuple(capped))
+        return True
+
+    def _cap(self, value: Any) -> tuple[Any, int]:
+        if isinstance(value, Truncated):
+            self.values_cut += 1
+            return value, self.value_cap
+        if value is None or isinstance(value, bool | int | float):
+            return value, 8
+        cap = self.value_cap
+        if isinstance(value, bytes | bytearray | memoryview):
+            data = bytes(value[: cap + 1])
+            if len(data) > cap:
+                self.values_cut += 1
+                return data[:cap], cap
+            return data, len(data)
+        text = value if isinstance(value, str) else str(value)
+        if len(text) <= cap:
+            size = len(text.encode("utf-8", "surrogatepass"))
+            if size <= cap:
+                return value, size
+        self.values_cut += 1
+        head = text[:cap].encode("utf-8", "surrogatepass")[:cap].decode("utf-8", "ignore")
+        return Truncated.of(head, len(text), cap), cap
+
+    def result(self, columns: list[str]) -> QueryResult:
+        return QueryResult(
+            columns,
+            self.rows,
+            self.cut,
+            truncated_at=self.total_cap if self.truncated else None,
+            values_cut=self.values_cut,
+        )

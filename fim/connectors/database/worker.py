@@ -1,0 +1,171 @@
+"""The blocking side of a database connector: what runs on the `fim-db` threads.
+
+Listing tables, describing one, and running one statement inside a read-only transaction
+(PostgreSQL: the catalog check first, then the parsed text streamed row by row; SQLite: a
+deadline that interrupts it), its rows read within the limits of `rows.Rows`. Its own
+module because this is the security-critical executor below the statement check: the
+async API above only decides what to hand it and how to word the answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Any
+
+from fim.connectors import readonly
+from fim.connectors.database.engine import Engine
+from fim.connectors.database.rows import QueryResult, Rows
+from fim.connectors.sql_guard import Parsed, SqlRejected
+
+_FETCH_CHUNK = 50
+
+
+class Worker(Engine):
+    """The synchronous calls of a database connector (callers are worker threads)."""
+
+    def tables_sync(self) -> list[str]:
+        # deferred: loading sqlalchemy costs hundreds of ms
+        import sqlalchemy as sa
+
+        inspector = sa.inspect(self.engine())
+        names: list[str] = []
+        for schema in self.decl.schemas or (None,):
+            prefix = f"{schema}." if schema else ""
+            found = inspector.get_table_names(schema=schema)
+            found += inspector.get_view_names(schema=schema)
+            names.extend(prefix + n for n in sorted(found))
+        self.tables_cache = names
+        return names
+
+    def describe_sync(self, table: str) -> str:
+        # deferred: loading sqlalchemy costs hundreds of ms
+        import sqlalchemy as sa
+
+        tables = self.tables_sync()
+        if table not in tables:
+            listing = ", ".join(tables[:50]) + (" ..." if len(tables) > 50 else "")
+            raise LookupError(
+                f"there is no table '{table}' in database '{self.name}'. Tables: "
+                f"{listing or 'none'}. Call list_tables, then describe one of these."
+            )
+        schema, _, bare = table.rpartition(".")
+        inspector = sa.inspect(self.engine())
+        columns = inspector.get_columns(bare, schema=schema or None)
+        pk = set(
+            inspector.get_pk_constraint(bare, schema=schema or None).get("constrained_columns")
+            or []
+        )
+        fks = inspector.get_foreign_keys(bare, schema=schema or None)
+        refs: dict[str, str] = {}
+        for fk in fks:
+            target = ".".join(p for p in (fk.get("referred_schema"), fk["referred_table"]) if p)
+            for col, ref in zip(fk["constrained_columns"], fk["referred_columns"], strict=False):
+                refs[col] = f"{target}.{ref}"
+        lines = [f"table {table} ({len(columns)} columns)"]
+        for col in columns:
+            parts = [col["name"], str(col["type"])]
+            parts.append("NULL" if col.get("nullable", True) else "NOT NULL")
+            if col["name"] in pk:
+                parts.append("PRIMARY KEY")
+            if col["name"] in refs:
+                parts.append(f"-> {refs[col['name']]}")
+            if col.get("default") is not None:
+                parts.append(f"DEFAULT {col['default']}")
+            lines.append("- " + " ".join(parts))
+        return "\n".join(lines)
+
+    def execute_sync(
+        self, sql: str, params: dict[str, Any] | None = None, parsed: Parsed | None = None
+    ) -> QueryResult:
+        """Run one statement; on a read-only database its transaction is always rolled back.
+
+        Without `parsed` this is the executor *below* the statement check: it relies only
+        on the connection being read-only, which is what the guard-bypass tests exercise.
+        With it (PostgreSQL), the catalog check runs first, on the same connection, and
+        the exact text that was parsed is streamed row by row.
+        """
+        # deferred: loading sqlalchemy costs hundreds of ms
+        import sqlalchemy as sa
+
+        deadline = time.monotonic() + self.decl.statement_timeout
+        rows = Rows(self.decl, deadline)
+        with self.engine().connect() as conn:
+            raw = conn.connection.driver_connection
+            timer = self._sqlite_deadline(raw, deadline) if self.dialect == "sqlite" else None
+            try:
+                if self.dialect == "postgres" and self.decl.read_only:
+                    readonly.begin_read_only(conn)
+                if parsed is not None and self.dialect == "postgres":
+                    self.catalog.check(raw, parsed)
+                    return self._stream_pg(raw, parsed, params or {}, rows)
+                result = conn.execute(sa.text(sql), params or {})
+                if result.returns_rows:
+                    columns = list(result.keys())
+                    while rows.want_more():
+                        chunk = result.fetchmany(_FETCH_CHUNK)
+                        if not chunk or not all(rows.add(tuple(r)) for r in chunk):
+                            break
+                    result.close()
+                    outcome = rows.result(columns)
+                else:
+                    outcome = QueryResult([], [], False, result.rowcount)
+                if not self.decl.read_only:
+                    conn.commit()
+                return outcome
+            finally:
+                if timer is not None:
+                    timer.cancel()
+                    raw.set_progress_handler(None, 0)
+                conn.rollback()
+
+    def _stream_pg(
+        self, raw: Any, parsed: Parsed, params: dict[str, Any], rows: Rows
+    ) -> QueryResult:
+        # deferred: loading psycopg costs hundreds of ms
+        import psycopg
+
+        missing = [n for n in parsed.params if n not in params]
+        if missing:
+            raise SqlRejected(f"no value given for the placeholder :{missing[0]} (params)")
+        cursor = psycopg.RawCursor(raw)
+        values = [params[n] for n in parsed.params]
+        columns: list[str] = []
+        try:
+            for row in cursor.stream(parsed.sql, values or None):
+                if not columns:
+                    columns = [c.name for c in cursor.description or ()]
+                if not rows.add(tuple(row)):
+                    break
+            if not columns:
+                columns = self._pg_columns(cursor, parsed, values)
+        finally:
+            cursor.close()
+        return rows.result(columns)
+
+    @staticmethod
+    def _pg_columns(cursor: Any, parsed: Parsed, values: list[Any]) -> list[str]:
+        """Column names of a stream that returned no rows (psycopg drops the final
+        description): the checked SELECT again under `LIMIT 0`, which PostgreSQL answers
+        without running it; the wrapped text is checked like any other statement."""
+        if parsed.kind != "select":
+            return ["result"]
+        text = f"SELECT * FROM (\n{parsed.sql.rstrip().rstrip(';')}\n) AS fim_q LIMIT 0"
+        wrapped = readonly.decide(text, "postgres").require()
+        cursor.execute(wrapped.sql, values or None)
+        return [c.name for c in cursor.description or ()] or ["result"]
+
+    def _sqlite_deadline(self, raw: Any, deadline: float) -> threading.Timer:
+        """Stop a SQLite statement at the deadline: a progress handler between opcodes,
+        and a timer thread that interrupts it (for long single steps such as sorts)."""
+        raw.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)
+
+        def interrupt() -> None:
+            with contextlib.suppress(Exception):  # closed already: the query finished
+                raw.interrupt()
+
+        timer = threading.Timer(max(0.0, deadline - time.monotonic()), interrupt)
+        timer.daemon = True
+        timer.start()
+        return timer
