@@ -216,7 +216,7 @@ MCP_SERVERS = {
 
 def mcp_tool_infos(server: str) -> list[Any]:
     """30 tools per server in the shape MCP servers publish (list/get/create per resource)."""
-    from fim.mcp.connection import ToolInfo
+    from fim.mcp.info import ToolInfo
 
     _, scope, resources = MCP_SERVERS[server]
     infos = []

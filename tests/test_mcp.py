@@ -19,7 +19,8 @@ from mcp_servers.harness import alive, children, free_port, http_demo, stdio_dec
 
 from fim.config.schema import HttpServer, StdioServer
 from fim.mcp.calls import call_tool
-from fim.mcp.connection import McpCallTimeout, McpUnavailable, ServerConnection
+from fim.mcp.connection import ServerConnection
+from fim.mcp.errors import McpCallTimeout, McpUnavailable
 from fim.mcp.legacy import adapt
 from fim.mcp.manager import McpManager
 from fim.mcp.results import to_result

@@ -26,7 +26,8 @@ from fim.build.snapshot import Snapshot
 from fim.capabilities import CAPABILITIES
 from fim.config.schema import HttpServer
 from fim.mcp import check_live, effective_tool_name, get_manager, provide
-from fim.mcp.connection import ServerConnection, ToolInfo
+from fim.mcp.connection import ServerConnection
+from fim.mcp.info import ToolInfo
 from fim.mcp.legacy import legacy_tools
 from fim.mcp.meta import SUBCOMMANDS, McpMetaTool
 from fim.run.services import RunContext, Services

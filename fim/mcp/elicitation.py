@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from mcp.client.session import ElicitationFnT
 
     from fim.mcp.caller import Caller
-    from fim.mcp.connection import ServerConnection
+    from fim.mcp.jobs import Requests
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ def describe_schema(schema: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------- the callback
 
 
-def elicitation_callback(conn: ServerConnection) -> ElicitationFnT:
+def elicitation_callback(conn: Requests) -> ElicitationFnT:
     """The SDK `elicitation_callback` of one connection (declares the capability)."""
 
     async def on_elicit(context: Any, params: Any) -> Any:
@@ -198,7 +198,7 @@ def _result(action: str, content: dict[str, Any] | None = None) -> Any:
     return mcp_types.ElicitResult(action=action, content=content)  # type: ignore[arg-type]
 
 
-async def _answer(conn: ServerConnection, params: Any) -> Any:
+async def _answer(conn: Requests, params: Any) -> Any:
     jobs = [job for job in conn.inflight() if job.caller is not None]
     runs = {job.caller.run_id for job in jobs}
     strays = len(conn.inflight()) - len(jobs)
@@ -257,7 +257,7 @@ async def _answer(conn: ServerConnection, params: Any) -> Any:
 
 
 async def _ask(
-    conn: ServerConnection, caller: Caller, jobs: list[Any], message: str, schema: dict[str, Any]
+    conn: Requests, caller: Caller, jobs: list[Any], message: str, schema: dict[str, Any]
 ) -> Any:
 
     timeout = float(getattr(conn.decl, "elicitation_timeout", 300.0))

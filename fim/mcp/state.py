@@ -1,0 +1,88 @@
+"""What one MCP server connection holds: its declaration, its state, what the server told
+about itself, and the locks, queue and task handles the other layers share.
+
+`ServerConnection` is one object built in layers (see `fim.mcp.connection`); this is the
+bottom one: it creates the state and does no I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from fim.config.schema import McpServer, StdioServer
+from fim.mcp.deadline import Clock
+from fim.mcp.info import ToolInfo, declaration_key
+
+if TYPE_CHECKING:
+    from fim.mcp.jobs import Job
+
+State = Literal["stopped", "starting", "ready", "failed", "crashed", "closed"]
+
+START_TIMEOUT = 30.0
+"""Seconds a server gets to start and answer the handshake and the first tools/list."""
+
+
+class ConnectionState:
+    """The state every layer of a connection shares: created here, changed by the layers
+    above (`ServerConnection` is the whole)."""
+
+    def __init__(
+        self,
+        name: str,
+        decl: McpServer,
+        root: Path,
+        *,
+        mask: Callable[[str], str] = lambda text: text,
+    ) -> None:
+        self.name = name
+        self.decl = decl
+        self.root = root
+        self.key = declaration_key(decl, root)
+        self.mask = mask
+        self.state: State = "stopped"
+        self.error: str | None = None
+        self.tools: list[ToolInfo] = []
+        self.tools_version = 0
+        self.server_name: str | None = None
+        self.failures = 0
+        self.starts = 0
+        self.start_timeout = START_TIMEOUT
+        self._retry_at = 0.0
+        self._lock = asyncio.Lock()
+        self._tools_changed = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._jobs: Any = None
+        self._scope: Any = None
+        self._stderr: Any = None
+        self._lost = False
+        self.has_resources = False
+        self.has_prompts = False
+        self.sampling_model: Callable[[], Any] | None = None
+        """Builds the model that answers the server's sampling requests (set by the run
+        that uses the server: its project's `fast` model); None refuses them."""
+        self.server_version: str | None = None
+        self.from_cache = False
+        """`tools` came from the tool-list cache (fim/mcp/cache.py); the server has not
+        answered yet in this process."""
+        self.clock: Clock = time.monotonic
+        """The clock of call deadlines (tests inject one)."""
+        self._inflight: set[Job] = set()
+        """Requests sent and not yet answered: an elicitation is routed to their run."""
+
+    @property
+    def transport(self) -> str:
+        if isinstance(self.decl, StdioServer):
+            return "stdio"
+        return self.decl.transport
+
+    @property
+    def description(self) -> str:
+        return self.decl.description or self.server_name or self.name
+
+    def stderr_tail(self) -> str:
+        return self.mask(self._stderr.tail()) if self._stderr is not None else ""

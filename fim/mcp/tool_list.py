@@ -1,0 +1,106 @@
+"""An MCP server's tool list: fetched page by page, kept in the tool-list cache, and
+announced to waiters when the server says it changed.
+
+Its own module because what fim offers of a server's tools (which tools, from the cache
+or live, when they count as changed) changes for other reasons than how the session runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from fim.mcp.cache import cache_key, load, store
+from fim.mcp.info import ToolInfo, tool_info
+from fim.mcp.state import ConnectionState
+
+log = logging.getLogger(__name__)
+
+MAX_TOOL_PAGES = 50
+
+
+class ToolList(ConnectionState):
+    """The tool list of a connection (the server's `tools/list`, or the cache's copy)."""
+
+    @property
+    def usable(self) -> bool:
+        """Running, or about to be with its tools known from the cache: its tools can be
+        offered now; a call waits for the start."""
+        return self.state == "ready" or (self.from_cache and self.state in ("stopped", "starting"))
+
+    def prime_from_cache(self) -> bool:
+        """Take the tool list from the cache before the server runs; True if it did."""
+
+        if self.usable:
+            return True
+        if self.state != "stopped":
+            return False  # failed or crashed: the run waits for the restart, as before
+        key = cache_key(self.decl, self.root)
+        listing = load(self.root, key) if key else None
+        if listing is None:
+            return False
+        self.tools = listing["tools"]
+        self.server_name = listing["server_name"]
+        self.server_version = listing["server_version"]
+        self.has_resources = listing["has_resources"]
+        self.has_prompts = listing["has_prompts"]
+        self.from_cache = True
+        return True
+
+    async def wait_tools_changed(self, since: int, timeout: float) -> bool:
+        """Wait until the cached tool list is newer than version `since`."""
+        async with self._tools_changed:
+            try:
+                await asyncio.wait_for(
+                    self._tools_changed.wait_for(lambda: self.tools_version > since), timeout
+                )
+            except TimeoutError:
+                return False
+        return True
+
+    async def _remember_tools(self) -> None:
+        """Write the live listing to the tool-list cache when it differs from the entry."""
+
+        key = cache_key(self.decl, self.root)
+        if key is None:
+            return
+        listing = {
+            "tools": self.tools,
+            "server_name": self.server_name,
+            "server_version": self.server_version,
+            "has_resources": self.has_resources,
+            "has_prompts": self.has_prompts,
+        }
+        if await asyncio.to_thread(load, self.root, key) != listing:
+            await asyncio.to_thread(store, self.root, key, listing)
+
+    async def _fetch_tools(self, client: Any) -> None:
+        tools: list[ToolInfo] = []
+        cursor: str | None = None
+        for _page in range(MAX_TOOL_PAGES):
+            listing = await client.list_tools(cursor=cursor)
+            for tool in listing.tools:
+                execution = getattr(tool, "execution", None)
+                if getattr(execution, "task_support", None) == "required":
+                    # fim does not run MCP tasks (tasks/get, tasks/result polling); offering
+                    # the tool would only produce failing calls.
+                    log.info(
+                        "MCP server '%s': tool '%s' requires task-augmented execution, "
+                        "which fim does not support; not offered",
+                        self.name,
+                        tool.name,
+                    )
+                    continue
+                tools.append(tool_info(tool))
+            cursor = listing.next_cursor
+            if not cursor:
+                break
+        self.tools = tools
+        self.from_cache = False
+        caps = getattr(client, "server_capabilities", None)
+        self.has_resources = getattr(caps, "resources", None) is not None
+        self.has_prompts = getattr(caps, "prompts", None) is not None
+        async with self._tools_changed:
+            self.tools_version += 1
+            self._tools_changed.notify_all()
