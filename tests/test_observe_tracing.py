@@ -225,6 +225,31 @@ async def test_an_exception_that_ends_a_run_is_recorded_with_its_text_masked(rec
     assert "s3cr3t" not in repr(receiver.spans)
 
 
+async def test_a_tracing_failure_never_fails_the_run(tmp_path, receiver, monkeypatch, caplog):
+    """A span handler that raises (a bug, an exporter's surprise) is logged; the run goes
+    on to its answer and its root span ends with an error status saying tracing failed."""
+    from fim.observe import tracing
+
+    def broken(trace_: Any, event: Any) -> None:
+        raise RuntimeError("span handler bug")
+
+    monkeypatch.setitem(tracing._HANDLERS, "tool_call", broken)
+    snapshot = compile_project(project(tmp_path))
+    services = Services(
+        providers=CAPABILITIES, root=snapshot.root, state_url=snapshot.project.state
+    )
+    try:
+        final = await ask(snapshot, "lead", "compute things", services=services)
+    finally:
+        await services.aclose()
+    assert final.status == "ok" and final.output == "All done."
+    assert "tracing of span 'invoke_agent lead' failed" in caplog.text
+    assert tracing.flush()
+    (root,) = [s for s in receiver.spans if s.name == "invoke_agent lead"]
+    assert root.status == 2
+    assert not [s for s in receiver.spans if s.name.startswith("execute_tool")]
+
+
 async def test_span_attributes_keep_the_standard_span_limits(tmp_path, receiver, monkeypatch):
     """OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT and OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT apply to
     fim's spans as the SDK applies them to its own."""

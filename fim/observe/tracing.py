@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import time
 import traceback
@@ -34,6 +35,8 @@ from fim.events import Event
 from fim.observe.context import current_call, current_node
 from fim.observe.sdk import OpenSpan, flush, provider, shutdown, sink, tracer
 from fim.observe.vcs import git_commit
+
+log = logging.getLogger("fim.observe")
 
 __all__ = [
     "current_span",
@@ -119,6 +122,11 @@ class _Trace:
         self.steps: dict[str, OpenSpan] = {}
         self.failed = False
         self.token: Any = None
+        self.handlers = _HANDLERS
+        """Event type -> handler; emptied if one fails."""
+
+    def __repr__(self) -> str:
+        return f"span {self.root.name!r}"
 
     # -- the run's start and end (a `fim.observe.Watch`) -----------------------------
 
@@ -131,6 +139,8 @@ class _Trace:
             if exc is not None:
                 self.record(exc)
             self.close()
+        except Exception:  # as in `on`: the run's own outcome stands
+            log.exception("tracing of %s failed at its end", self)
         finally:
             with contextlib.suppress(ValueError):  # closed from another context
                 _scope.reset(self.token)
@@ -185,9 +195,14 @@ class _Trace:
     # -- events --------------------------------------------------------------------
 
     def on(self, event: Event) -> None:
-        handler = _HANDLERS.get(event.type)
+        handler = self.handlers.get(event.type)
         if handler is not None:
-            handler(self, event)
+            try:
+                handler(self, event)
+            except Exception:  # tracing never fails a run: this one's spans stop here
+                log.exception("tracing of %s failed; its remaining events are not traced", self)
+                self.handlers = {}
+                self.root.error("tracing failed")
 
     def _on_run_started(self, e: Any) -> None:
         attributes = self.root.attributes
