@@ -80,7 +80,7 @@ def worker(root: Path, tag: str, concurrency: int = 4) -> Iterator[subprocess.Po
         "PYTHONPATH": os.pathsep.join([str(root.parent), os.environ.get("PYTHONPATH", "")]),
     }
     args = ["worker", "-p", str(root), "--tools", "limittools:tools"]
-    args += ["--concurrency", str(concurrency), "--heartbeat", "0.5", "--stalled-after", "4"]
+    args += ["--concurrency", str(concurrency), "--heartbeat", "0.25", "--stalled-after", "2"]
     with fim_process(*args, log=root.parent / f"worker-{tag}.log", env=env) as proc:
         yield proc
 
