@@ -42,7 +42,9 @@ class _Hostile(BaseHTTPRequestHandler):
 @pytest.fixture
 def hostile_site() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     yield f"http://127.0.0.1:{server.server_address[1]}/"
     server.shutdown()
     server.server_close()

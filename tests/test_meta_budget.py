@@ -47,9 +47,11 @@ async def test_mcp_discover_of_a_huge_server_is_bounded_and_names_the_rest(tmp_p
 
 async def test_database_answers_are_bounded(tmp_path: Path):
     path = tmp_path / "wide.db"
-    with sqlite3.connect(path) as conn:
-        for i in range(1500):
-            conn.execute(f"CREATE TABLE table_with_a_rather_long_name_{i} (id INTEGER)")
+    conn = sqlite3.connect(path)
+    tables = "".join(
+        f"CREATE TABLE table_with_a_rather_long_name_{i} (id INTEGER);" for i in range(1500)
+    )
+    conn.executescript(f"BEGIN;{tables}COMMIT;")  # one commit, not 1,500 synced ones
     conn.close()
     db = Database("wide", DatabaseConnector(kind="database", url=f"sqlite:///{path}"), tmp_path)
     try:

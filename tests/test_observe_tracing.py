@@ -20,7 +20,8 @@ from fim.run.agent import ask, run_agent
 from fim.run.services import Services
 from fim.workflows.engine import WorkflowEngine
 
-BLOCK_666 = "grep -q 666 && { echo 'no devil maths' >&2; exit 2; } || exit 0"
+# The expression itself: a bare 666 also turns up in the payload's random ids and timestamps.
+BLOCK_666 = "grep -q '666 + 1' && { echo 'no devil maths' >&2; exit 2; } || exit 0"
 
 
 def project(root: Path) -> Path:

@@ -86,7 +86,7 @@ def test_a_killed_workers_run_is_finished_by_another_without_rerunning_nodes(
 
     asyncio.run(setup())
     args = ["worker", "-p", str(root), "--tools", "testtools:tools", "--concurrency", "1"]
-    args += ["--heartbeat", "0.5", "--stalled-after", "4"]  # 8 missed beats: not load
+    args += ["--heartbeat", "0.25", "--stalled-after", "2"]  # 8 missed beats: not load
     procs = []
     for i in range(2):
         log = (tmp_path / f"worker{i}.log").open("wb")

@@ -80,7 +80,7 @@ def worker(root: Path, tag: str, concurrency: int = 4) -> Iterator[subprocess.Po
         "PYTHONPATH": os.pathsep.join([str(root.parent), os.environ.get("PYTHONPATH", "")]),
     }
     args = ["worker", "-p", str(root), "--tools", "limittools:tools"]
-    args += ["--concurrency", str(concurrency), "--heartbeat", "0.5", "--stalled-after", "4"]
+    args += ["--concurrency", str(concurrency), "--heartbeat", "0.25", "--stalled-after", "2"]
     with fim_process(*args, log=root.parent / f"worker-{tag}.log", env=env) as proc:
         yield proc
 
@@ -153,7 +153,9 @@ def test_a_rerun_node_sends_the_same_idempotency_key(tmp_path: Path, pg_database
 
     _Shop.keys, _Shop.hang = [], threading.Event()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Shop)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
         root = make_project(tmp_path, pg_database("").owner_url, url)
