@@ -96,13 +96,58 @@ def pattern_matches(pattern: str, text: str) -> bool | None:
     return compiled.search(text) is not None
 
 
+def _evaluated_keys(validator: Any, instance: Any, schema: Any) -> list[Any]:
+    """jsonschema's `find_evaluated_property_keys_by_schema` (jsonschema 4.x, MIT), with
+    `patternProperties` matched by `pattern_matches` where the original calls `re.search`:
+    the keys `schema` evaluates in `instance`, for `unevaluatedProperties`. A pattern RE2
+    cannot run counts as matching (the key is left to the tool's own check)."""
+    if validator.is_type(schema, "boolean"):
+        return []
+    found: list[Any] = []
+    for keyword in ("$ref", "$dynamicRef"):
+        ref = schema.get(keyword)
+        if ref is not None:
+            resolved = validator._resolver.lookup(ref)
+            inner = validator.evolve(schema=resolved.contents, _resolver=resolved.resolver)
+            found += _evaluated_keys(inner, instance, resolved.contents)
+    properties = schema.get("properties")
+    if validator.is_type(properties, "object"):
+        found += properties.keys() & instance.keys()
+    for keyword in ("additionalProperties", "unevaluatedProperties"):
+        subschema = schema.get(keyword)
+        if subschema is not None:
+            found += (
+                key
+                for key, value in instance.items()
+                if next(validator.descend(value, subschema), None) is None
+            )
+    for key in instance if "patternProperties" in schema else ():
+        for pattern in schema["patternProperties"]:
+            if pattern_matches(pattern, key) is not False:
+                found.append(key)
+    for key, subschema in schema.get("dependentSchemas", {}).items():
+        if key in instance:
+            found += _evaluated_keys(validator, instance, subschema)
+    for keyword in ("allOf", "oneOf", "anyOf"):
+        for subschema in schema.get(keyword, []):
+            if next(validator.descend(instance, subschema), None) is None:
+                found += _evaluated_keys(validator, instance, subschema)
+    if "if" in schema:
+        if validator.evolve(schema=schema["if"]).is_valid(instance):
+            found += _evaluated_keys(validator, instance, schema["if"])
+            if "then" in schema:
+                found += _evaluated_keys(validator, instance, schema["then"])
+        elif "else" in schema:
+            found += _evaluated_keys(validator, instance, schema["else"])
+    return found
+
+
 def _bounded(cls: Any) -> Any:
-    """`cls` with `pattern`, `patternProperties` and `additionalProperties` matching by RE2
-    (`pattern_matches`); `unevaluatedProperties` still asks `re` (a schema needs it and a
-    backtracking pattern in `patternProperties` together). A pattern RE2 cannot run is not
-    checked before the call: the value reaches the tool,
-    whose own side (the API, the MCP server) checks its input; the event loop never runs a
-    backtracking match on a model-written value."""
+    """`cls` with `pattern`, `patternProperties`, `additionalProperties` and
+    `unevaluatedProperties` matching by RE2 (`pattern_matches`). A pattern RE2 cannot run
+    is not checked before the call: the value reaches the tool, whose own side (the API,
+    the MCP server) checks its input; the event loop never runs a backtracking match on a
+    model-written value."""
     extended = _BOUNDED.get(cls)
     if extended is None:
         # deferred: loading jsonschema costs tens of ms
@@ -148,15 +193,43 @@ def _bounded(cls: Any) -> Any:
                         f"Additional properties are not allowed ({listed} {verb} unexpected)"
                     )
 
+        def unevaluated_properties(validator: Any, up: Any, instance: Any, schema: Any) -> Any:
+            # jsonschema's own, over `_evaluated_keys` (its finder calls `re.search`)
+            if not validator.is_type(instance, "object"):
+                return
+            evaluated = _evaluated_keys(validator, instance, schema)
+            failing = [
+                key
+                for key in instance
+                if key not in evaluated
+                and next(validator.descend(instance[key], up, path=key, schema_path=key), None)
+                is not None
+            ]
+            if not failing:
+                return
+            if up is False:
+                extras = sorted(failing, key=str)
+                listed, verb = ", ".join(map(repr, extras)), "was" if len(extras) == 1 else "were"
+                yield ValidationError(
+                    f"Unevaluated properties are not allowed ({listed} {verb} unexpected)"
+                )
+            else:
+                listed = ", ".join(map(repr, failing))
+                verb = "was" if len(failing) == 1 else "were"
+                yield ValidationError(
+                    "Unevaluated properties are not valid under the given schema "
+                    f"({listed} {verb} unevaluated and invalid)"
+                )
+
         extend: Any = validators.extend
-        extended = _BOUNDED[cls] = extend(
-            cls,
-            {
-                "pattern": pattern,
-                "patternProperties": pattern_properties,
-                "additionalProperties": additional_properties,
-            },
-        )
+        keywords = {
+            "pattern": pattern,
+            "patternProperties": pattern_properties,
+            "additionalProperties": additional_properties,
+        }
+        if "unevaluatedProperties" in cls.VALIDATORS:  # drafts 2019-09 and 2020-12
+            keywords["unevaluatedProperties"] = unevaluated_properties
+        extended = _BOUNDED[cls] = extend(cls, keywords)
     return extended
 
 

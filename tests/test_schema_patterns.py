@@ -69,3 +69,59 @@ def test_pattern_properties_match_keys_with_the_same_engine() -> None:
     }
     assert problems({"aaaa": 1, "a" * 3000 + "!": "text"}, schema) == []
     assert problems({"aa": "two"}, schema) == ["aa: 'two' is not of type 'integer'"]
+
+
+def test_unevaluated_properties_sort_keys_with_the_same_engine() -> None:
+    """jsonschema's `unevaluatedProperties` finds the evaluated keys with `re.search` over
+    `patternProperties`, anywhere under `allOf`/`if`/`$ref`: fim's own finder uses RE2."""
+    schema = {
+        "type": "object",
+        "allOf": [{"patternProperties": {CATASTROPHIC: {"type": "integer"}}}],
+        "unevaluatedProperties": False,
+    }
+    key = "a" * 45 + "!"
+    found: list[list[str]] = []
+    checker = threading.Thread(target=lambda: found.append(problems({key: 1, "aa": 2}, schema)))
+    checker.start()
+    checker.join(timeout=30)  # `re` would need minutes on this key
+    assert not checker.is_alive()
+    assert found == [[f"Unevaluated properties are not allowed ({key!r} was unexpected)"]]
+
+
+UNEVALUATED = [
+    {"properties": {"a": {}}, "unevaluatedProperties": False},
+    {"patternProperties": {"^x-": {"type": "string"}}, "unevaluatedProperties": False},
+    {"allOf": [{"properties": {"a": {}}}], "unevaluatedProperties": {"type": "integer"}},
+    {
+        "anyOf": [{"properties": {"a": {"const": 1}}}, {"properties": {"b": {}}}],
+        "unevaluatedProperties": False,
+    },
+    {
+        "if": {"properties": {"a": {"const": 1}}},
+        "then": {"properties": {"b": {}}},
+        "else": {"patternProperties": {"^c": {}}},
+        "unevaluatedProperties": False,
+    },
+    {
+        "$defs": {"x": {"properties": {"x-1": {}}}},
+        "$ref": "#/$defs/x",
+        "unevaluatedProperties": False,
+    },
+    {"dependentSchemas": {"a": {"properties": {"b": {}}}}, "unevaluatedProperties": False},
+    {"additionalProperties": {"type": "string"}, "unevaluatedProperties": False},
+]
+INSTANCES = [{}, {"a": 1}, {"a": 2, "b": 1}, {"x-1": "s"}, {"x-1": 3}, {"c": 1, "d": 2}, {"b": "s"}]
+
+
+@pytest.mark.parametrize("schema", UNEVALUATED)
+def test_unevaluated_properties_decide_as_jsonschema_does(schema: dict) -> None:
+    """For patterns both engines run, fim's keyword finds exactly jsonschema's problems."""
+    import jsonschema
+
+    upstream = jsonschema.Draft202012Validator(schema)
+    for instance in INSTANCES:
+        theirs = sorted(
+            f"{'/'.join(map(str, e.absolute_path))}: {e.message}" if e.absolute_path else e.message
+            for e in upstream.iter_errors(instance)
+        )
+        assert sorted(problems(instance, schema)) == theirs, instance
