@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Iterator
@@ -100,6 +101,34 @@ def test_a_served_runs_events_are_stored_once_in_its_event_log(tmp_path: Path):
     data, logged = asyncio.run(stored())
     assert "events" not in data and data["output"] == "The answer is 42."
     assert [e for e in logged if e["type"] != "token"] == body["events"]
+
+
+def test_a_run_whose_event_log_lost_a_write_keeps_its_events_in_its_record(
+    tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch
+):
+    """PostgreSQL writes a run's events while it goes; a write that fails there must not
+    lose them: the run's record keeps every event instead (SQLite commits the log and
+    the record together, so they are kept or lost together)."""
+    if store_url.startswith("sqlite"):
+        pytest.skip("SQLite writes the log with the record, in one transaction")
+    from fim.store.live import EventLog
+
+    def lost(self: EventLog, batch: list) -> object:
+        def write(conn: object) -> int:
+            raise OSError("connection lost")
+
+        return write
+
+    monkeypatch.setattr(EventLog, "_unit", lost)
+    made = make_snapshot(tmp_path)
+    snapshot = dataclasses.replace(
+        made, project=made.project.model_copy(update={"state": store_url})
+    )
+    with ServerThread(create_app(SnapshotHolder(snapshot))) as srv:
+        body = httpx.post(f"{srv.url}/v1/agents/math/runs", json={"input": "6*7?"}).json()
+        stored = httpx.get(f"{srv.url}/v1/runs/{body['run_id']}").json()
+    assert body["output"] == "The answer is 42."
+    assert stored["status"] == "ok" and stored["data"]["events"] == body["events"]
 
 
 def test_sse_stream_parsed_by_a_real_client(served: str):

@@ -150,7 +150,8 @@ class Api:
         The events are stored once, in the run's event log (which any replica tails while
         it runs); the run's record keeps its status and output, and `GET /v1/runs/{id}`
         reads the events from the log (storing them in the record too wrote, masked and
-        JSON-encoded every event a second time)."""
+        JSON-encoded every event a second time). If the log lost a write, the record
+        keeps them all instead."""
         # deferred: loading fim.engines.dag costs hundreds of ms
         from fim.run.agent import run_agent
         from fim.store import get_store
@@ -158,6 +159,7 @@ class Api:
 
         snapshot = self.holder.current
         self.active_runs += 1
+        kept = [] if trace is None else trace
         live = EventLog(get_store(self.services), run_id, "agent", agent)  # any replica tails it
         final: RunFinished | None = None
         problem = ""
@@ -176,8 +178,8 @@ class Api:
                 live.add(dumped)
                 if event.type == "run_started":  # the record exists before anyone hears of it
                     await live.flush()
-                if trace is not None and event.type != "token":
-                    trace.append(dumped)
+                if event.type != "token":
+                    kept.append(dumped)
                 if event.type == "error":
                     problem = f"{event.kind}: {event.message}"
                 if isinstance(event, RunFinished):
@@ -189,7 +191,8 @@ class Api:
             if status == "error":  # one line per failed run, whichever route ran it
                 log.warning("run %s of agent '%s' failed: %s", run_id, agent, problem or "error")
             await live.close()
-            await self._persist(run_id, agent, status, final)
+            # the record holds the events only if the log lost some (a failed write)
+            await self._persist(run_id, agent, status, final, kept if live.failed else None)
 
     async def _persist(
         self,
@@ -197,6 +200,7 @@ class Api:
         agent: str,
         status: str,
         final: RunFinished | None,
+        events: list[dict[str, Any]] | None,
     ) -> None:
         try:
             # deferred: optional dependency, absent in some installs
@@ -208,7 +212,8 @@ class Api:
                 "agent",
                 agent,
                 status,
-                {"output": final.output if final else None, "events_in_log": True},
+                {"output": final.output if final else None}
+                | ({"events_in_log": True} if events is None else {"events": events}),
             )
         except Exception:  # persistence must never fail a run that succeeded
             logging.getLogger("fim.server").exception("could not persist run %s", run_id)
