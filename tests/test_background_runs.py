@@ -83,6 +83,10 @@ def test_background_runs_execute_in_the_server_with_sqlite(tmp_path: Path):
         assert record["kind"] == "agent" and record["data"]["output"] == "The answer is 42."
         types = [e["type"] for e in record["data"]["events"]]
         assert "tool_call" in types and types[-1] == "run_finished"
+        # its event log too, which `GET /v1/runs/{id}/events` follows while it runs
+        streamed = httpx.get(f"{url}/v1/runs/{run_id}/events", timeout=30).text
+        sent = [line[7:] for line in streamed.splitlines() if line.startswith("event: ")]
+        assert sent == types
 
         flow = httpx.post(
             f"{url}/v1/workflows/refund/runs", json={"inputs": {"amount": 5}, "background": True}

@@ -5,7 +5,10 @@ The request is answered at once (202, the run id); the run itself executes later
 own process with SQLite. Either way it goes through `execute_agent_run`, which keeps the
 run record current in the state store — `queued` when accepted, `running` with the
 snapshot version when it starts, then the final status with the answer and every event —
-so `GET /v1/runs/{id}` on any replica shows it.
+so `GET /v1/runs/{id}` on any replica shows it. Its events also go to the run's event log
+as they happen, so `GET /v1/runs/{id}/events` follows it live, as it follows a foreground
+run (the record keeps its own copy: a retried job starts the run again, and the record
+holds the attempt that finished).
 
 A worker killed mid-run has its job retried by procrastinate, and the agent run starts
 again from the request: agent runs, like tool calls, are at-least-once (docs/scale-out.md).
@@ -19,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from fim.events import RunFinished
 from fim.run.agent import run_agent
 from fim.store import get_store
+from fim.store.live import EventLog
 from fim.store.sessions import Sessions
 from fim.types import Message
 
@@ -79,15 +83,22 @@ async def execute_agent_run(
     await store.put_run(run_id, KIND, agent, "running", {**base, "output": None, "events": []})
     trace: list[dict[str, Any]] = []
     final: RunFinished | None = None
+    live = EventLog(store, run_id, KIND, agent, record=False)  # any replica tails it
     try:
         async for event in run_agent(snapshot, agent, history, services=services, run_id=run_id):
+            dumped = event.model_dump(mode="json")
+            live.add(dumped)
             if event.type != "token":
-                trace.append(event.model_dump(mode="json"))
+                trace.append(dumped)
             if isinstance(event, RunFinished):
                 final = event
     except Exception as exc:  # a run that crashes is a failed run, recorded as such
         log.exception("background run %s of agent '%s' failed", run_id, agent)
-        trace.append({"type": "error", "run_id": run_id, "message": str(exc), "kind": "crash"})
+        crash = {"type": "error", "run_id": run_id, "message": str(exc), "kind": "crash"}
+        trace.append(crash)
+        live.add(crash)
+    finally:
+        await live.close()
     status = final.status if final else "error"
     data = {**base, "output": final.output if final else None, "events": trace}
     if final is not None:
