@@ -104,7 +104,11 @@ class _Both:
 
     def __enter__(self) -> _Both:
         self.first.__enter__()
-        self.second.__enter__()
+        try:
+            self.second.__enter__()
+        except BaseException as exc:  # the first was entered: it sees the run end here
+            self.first.__exit__(type(exc), exc, exc.__traceback__)
+            raise
         return self
 
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:

@@ -76,9 +76,8 @@ async def run_agent(
             async for event in events:
                 if on is not None:  # spans and metrics, when on
                     on(event)
-                if ledger.count(
-                    event
-                ):  # the run's end: its usage is written before it is passed on
+                # the run's end: its usage is written before it is passed on
+                if ledger.count(event):
                     await ledger.finish(event)
                 yield event
 
