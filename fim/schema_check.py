@@ -143,8 +143,10 @@ def _evaluated_keys(validator: Any, instance: Any, schema: Any) -> list[Any]:
 
 
 def _bounded(cls: Any) -> Any:
-    """`cls` with `pattern`, `patternProperties`, `additionalProperties` and
-    `unevaluatedProperties` matching by RE2 (`pattern_matches`). A pattern RE2 cannot run
+    """`cls` with `pattern`, `patternProperties`, `additionalProperties` and (Draft 2020-12,
+    the default) `unevaluatedProperties` matching by RE2 (`pattern_matches`; a schema that
+    declares Draft 2019-09 keeps jsonschema's `unevaluatedProperties`, whose rules differ,
+    and with them `re`). A pattern RE2 cannot run
     is not checked before the call: the value reaches the tool, whose own side (the API,
     the MCP server) checks its input; the event loop never runs a backtracking match on a
     model-written value."""
@@ -227,7 +229,8 @@ def _bounded(cls: Any) -> Any:
             "patternProperties": pattern_properties,
             "additionalProperties": additional_properties,
         }
-        if "unevaluatedProperties" in cls.VALIDATORS:  # drafts 2019-09 and 2020-12
+        latest = validators.Draft202012Validator.VALIDATORS["unevaluatedProperties"]
+        if cls.VALIDATORS.get("unevaluatedProperties") is latest:  # 2019-09 keeps its own
             keywords["unevaluatedProperties"] = unevaluated_properties
         extended = _BOUNDED[cls] = extend(cls, keywords)
     return extended
