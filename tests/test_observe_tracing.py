@@ -14,6 +14,7 @@ import pytest
 
 from fim import observe
 from fim.build.compile import compile_project
+from fim.build.snapshot import Snapshot
 from fim.capabilities import CAPABILITIES
 from fim.events import RunStarted
 from fim.run.agent import ask, run_agent
@@ -56,16 +57,7 @@ def project(root: Path) -> Path:
 async def test_span_tree_of_a_run_with_tools_a_block_a_delegation_and_a_workflow(
     tmp_path, receiver
 ):
-    snapshot = compile_project(project(tmp_path))
-    services = Services(
-        providers=CAPABILITIES, root=snapshot.root, state_url=snapshot.project.state
-    )
-    try:
-        final = await ask(snapshot, "lead", "compute things", services=services)
-        workflow = [e async for e in WorkflowEngine(snapshot, "greet", services).run({})]
-    finally:
-        await services.aclose()
-    assert final.status == "ok" and workflow[-1].status == "ok"
+    snapshot = await delegate_and_workflow(tmp_path)
     from fim.observe.tracing import flush
 
     assert flush()
@@ -118,9 +110,9 @@ async def test_span_tree_of_a_run_with_tools_a_block_a_delegation_and_a_workflow
     assert all(s.parent_id == "" or s.parent_id in by_id for s in spans)
 
 
-async def delegate_and_workflow(root: Path) -> None:
+async def delegate_and_workflow(root: Path) -> Snapshot:
     """One run of `lead` (which delegates) and one of the `greet` workflow (an agent
-    node), both finishing as they would untraced."""
+    node), both finishing as they would untraced; the project's snapshot."""
     snapshot = compile_project(project(root))
     services = Services(
         providers=CAPABILITIES, root=snapshot.root, state_url=snapshot.project.state
@@ -131,6 +123,7 @@ async def delegate_and_workflow(root: Path) -> None:
     finally:
         await services.aclose()
     assert final.status == "ok" and final.output == "All done." and workflow[-1].status == "ok"
+    return snapshot
 
 
 async def test_a_run_the_sampler_drops_exports_nothing_and_runs_unchanged(
@@ -235,15 +228,7 @@ async def test_a_tracing_failure_never_fails_the_run(tmp_path, receiver, monkeyp
         raise RuntimeError("span handler bug")
 
     monkeypatch.setitem(tracing._HANDLERS, "tool_call", broken)
-    snapshot = compile_project(project(tmp_path))
-    services = Services(
-        providers=CAPABILITIES, root=snapshot.root, state_url=snapshot.project.state
-    )
-    try:
-        final = await ask(snapshot, "lead", "compute things", services=services)
-    finally:
-        await services.aclose()
-    assert final.status == "ok" and final.output == "All done."
+    await delegate_and_workflow(tmp_path)  # the runs end as they would untraced
     assert "tracing of span 'invoke_agent lead' failed" in caplog.text
     assert tracing.flush()
     (root,) = [s for s in receiver.spans if s.name == "invoke_agent lead"]

@@ -27,7 +27,7 @@ class TraceContext:
         from opentelemetry import context, propagate, trace
         from opentelemetry.trace import NonRecordingSpan, SpanKind
 
-        # deferred: loading fim.events costs hundreds of ms
+        # deferred: loading opentelemetry's SDK costs tens of ms, only when tracing is on
         from fim.observe.sdk import OpenSpan, sink
 
         carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}

@@ -33,7 +33,7 @@ from opentelemetry.trace import (
 
 from fim.events import Event
 from fim.observe.context import current_call, current_node
-from fim.observe.sdk import OpenSpan, flush, provider, shutdown, sink, tracer
+from fim.observe.sdk import OpenSpan, Sink, flush, provider, shutdown, sink, tracer
 from fim.observe.vcs import git_commit
 
 log = logging.getLogger("fim.observe")
@@ -107,9 +107,8 @@ class _Dropped:
 class _Trace:
     """The spans of one run or workflow, opened and closed from its events."""
 
-    def __init__(self, root: OpenSpan, mask: Callable[[str], str] | None) -> None:
+    def __init__(self, root: OpenSpan, mask: Callable[[str], str] | None, found: Sink) -> None:
         self.root = root
-        found = sink()
         self.emit = found.emit
         self.span_id = found.ids.generate_span_id
         context = root.context
@@ -396,7 +395,8 @@ def _parent(parent: _Trace | _Dropped | None, agent: str) -> SpanContext | None:
     if parent is not None:
         return parent.context_for(agent)
     # e.g. the W3C context of the incoming HTTP request
-    return trace.get_current_span().get_span_context()
+    context = trace.get_current_span().get_span_context()
+    return context if context.is_valid else None
 
 
 def _traced(
@@ -414,10 +414,8 @@ def _traced(
     context, sampled = found.root(name, parent, attributes)
     if not sampled:
         return _Dropped(context)
-    if parent is not None and not parent.is_valid:
-        parent = None
     root = OpenSpan(name, context, parent, SpanKind.INTERNAL, time.time_ns(), attributes)
-    return _Trace(root, mask)
+    return _Trace(root, mask, found)
 
 
 def current_span() -> Span:
