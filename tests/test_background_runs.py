@@ -69,6 +69,12 @@ def finished(url: str, run_id: str, status: str = "ok") -> dict:
     return until(check)  # type: ignore[return-value]
 
 
+def streamed(url: str, run_id: str) -> list[str]:
+    """The event types `GET /v1/runs/{id}/events` sends for a run."""
+    text = httpx.get(f"{url}/v1/runs/{run_id}/events", timeout=30).text
+    return [line[7:] for line in text.splitlines() if line.startswith("event: ")]
+
+
 def test_background_runs_execute_in_the_server_with_sqlite(tmp_path: Path):
     root = project(tmp_path / "p", "sqlite:///.fim/state.db")
     with served(root) as url:
@@ -83,10 +89,7 @@ def test_background_runs_execute_in_the_server_with_sqlite(tmp_path: Path):
         assert record["kind"] == "agent" and record["data"]["output"] == "The answer is 42."
         types = [e["type"] for e in record["data"]["events"]]
         assert "tool_call" in types and types[-1] == "run_finished"
-        # its event log too, which `GET /v1/runs/{id}/events` follows while it runs
-        streamed = httpx.get(f"{url}/v1/runs/{run_id}/events", timeout=30).text
-        sent = [line[7:] for line in streamed.splitlines() if line.startswith("event: ")]
-        assert sent == types
+        assert streamed(url, run_id) == types  # its event log, followed while it runs
 
         flow = httpx.post(
             f"{url}/v1/workflows/refund/runs", json={"inputs": {"amount": 5}, "background": True}
@@ -126,6 +129,9 @@ def test_background_runs_execute_on_a_worker_and_approvals_resume_there(
         record = finished(url, answer.json()["run_id"])
         assert record["data"]["output"] == "The answer is 42."
         assert record["data"]["executor"] == "worker"
+        # the worker's event log, streamed by the server (another process)
+        types = [e["type"] for e in record["data"]["events"]]
+        assert streamed(url, answer.json()["run_id"]) == types
         run_id = flow.json()["run_id"]
         paused = finished(url, run_id, "paused")
         assert paused["data"]["queued"] is True
