@@ -103,6 +103,16 @@ class RunFinished(_Event):
     duration_ms: float = 0.0
 
 
+class RunRestarted(_Event):
+    """A background run starting again from its request after an attempt that stopped
+    before its end (its worker was killed): the events before this one in the run's log
+    are the stopped attempt's, and the new attempt's follow, from its `run_started`."""
+
+    type: Literal["run_restarted"] = "run_restarted"
+    attempt: int = 2
+    reason: str = "the previous attempt stopped before the run finished"
+
+
 class ErrorEvent(_Event):
     type: Literal["error"] = "error"
     message: str
@@ -184,6 +194,7 @@ Event = Annotated[
     | ToolProgress
     | MessageEvent
     | RunFinished
+    | RunRestarted
     | ErrorEvent
     | Notice
     | NodeStarted

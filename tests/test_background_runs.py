@@ -186,3 +186,45 @@ def test_a_queued_run_is_recovered_only_by_a_worker_job(tmp_path: Path):
             await services.aclose()
 
     asyncio.run(go())
+
+
+async def test_a_restarted_background_run_says_so_between_its_attempts_in_the_log(tmp_path: Path):
+    """A worker killed mid-run: procrastinate delivers the job again and the run starts over
+    from its request. The log keeps what a reader may already have seen, then says the run
+    restarted (attempt 2), then the new attempt's events from `run_started`; the record
+    holds the attempt that finished."""
+    from fim.events import LLMCall, RunStarted
+    from fim.run.queued import KIND, execute_agent_run, mark_queued, request_data
+    from fim.run.services import Services
+    from fim.store import get_store
+    from fim.store.live import EventLog, read_events, tail
+    from fim.types import Message
+
+    root = project(tmp_path / "p", "sqlite:///.fim/state.db")
+    snapshot = compile_project(root)
+    services = Services(providers=CAPABILITIES, root=root, state_url=snapshot.project.state)
+    store = get_store(services)
+    request = request_data([Message(role="user", content="6*7?")], None, "", snapshot)
+    try:
+        await mark_queued(services, "bg1", KIND, "math", request)
+        # the first attempt: started, one model call logged, then its worker was killed
+        await store.put_run("bg1", KIND, "math", "running", {"background": True, "attempt": 1})
+        first = EventLog(store, "bg1", KIND, "math", record=False)
+        first.add(RunStarted(run_id="bg1", agent="math", input="6*7?").model_dump(mode="json"))
+        first.add(LLMCall(run_id="bg1", model="m", iteration=1).model_dump(mode="json"))
+        await first.close()
+
+        assert await execute_agent_run(snapshot, services, "bg1", "math", request) == "ok"
+
+        logged = [event for _, event in await read_events(store, "bg1")]
+        types = [event["type"] for event in logged]
+        assert types[:4] == ["run_started", "llm_call", "run_restarted", "run_started"]
+        assert logged[2]["attempt"] == 2 and types[-1] == "run_finished"
+        # a reader that had the first attempt's two events learns of the restart first
+        resumed = [event["type"] async for _, event in tail(store, "bg1", after=2)]
+        assert resumed == types[2:]
+        record = await store.get_run("bg1")
+        assert record is not None and record.status == "ok" and record.data["attempt"] == 2
+        assert [e["type"] for e in record.data["events"]] == types[2:]
+    finally:
+        await services.aclose()

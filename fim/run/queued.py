@@ -12,6 +12,9 @@ holds the attempt that finished).
 
 A worker killed mid-run has its job retried by procrastinate, and the agent run starts
 again from the request: agent runs, like tool calls, are at-least-once (docs/scale-out.md).
+The log keeps the stopped attempt's events (a reader may have seen them; sequence numbers
+never go back) and then says so: a `run_restarted` event with the new attempt's number,
+after which the run's events begin again at `run_started`.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from fim.events import RunFinished
+from fim.events import RunFinished, RunRestarted
 from fim.run.agent import run_agent
 from fim.store import get_store
 from fim.store.live import EventLog
@@ -79,11 +82,19 @@ async def execute_agent_run(
         return existing.status
     history = [Message.model_validate(m) for m in request.get("messages") or []]
     session, owner = request.get("session_id"), str(request.get("owner") or "")
+    attempt = 1
+    if existing is not None and existing.status == "running":  # an attempt that stopped
+        attempt = int(existing.data.get("attempt") or 1) + 1
     base = {"background": True, "snapshot": snapshot.version, "executor": executor}
+    base["attempt"] = attempt
     await store.put_run(run_id, KIND, agent, "running", {**base, "output": None, "events": []})
     trace: list[dict[str, Any]] = []
     final: RunFinished | None = None
     live = EventLog(store, run_id, KIND, agent, record=False)  # any replica tails it
+    if attempt > 1:
+        restarted = RunRestarted(run_id=run_id, attempt=attempt).model_dump(mode="json")
+        trace.append(restarted)
+        live.add(restarted)
     try:
         async for event in run_agent(snapshot, agent, history, services=services, run_id=run_id):
             dumped = event.model_dump(mode="json")
