@@ -21,7 +21,12 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.span import TraceState
 from opentelemetry.trace.status import Status, StatusCode
 
-from fim.observe.otlp_fast import encode_spans
+from fim.observe.otlp_fast import encode_request
+
+
+def encode_spans(spans: list[ReadableSpan]) -> ExportTraceServiceRequest:
+    """fim's request, as the receiver decodes it."""
+    return ExportTraceServiceRequest.FromString(encode_request(spans))
 
 
 class Color(enum.IntEnum):
