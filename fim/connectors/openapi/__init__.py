@@ -1,0 +1,119 @@
+"""OpenAPI 3 -> HTTP connector declaration (`fim connector import`).
+
+One action per operation. The result is meant to be reviewed in a pull request, so the
+choices are conservative and visible in the YAML:
+
+- action name: the operationId in snake_case, else `{method}_{path}`; made unique;
+- parameters: path + query parameters and the properties of a JSON object request body,
+  merged into one JSON Schema (local `$ref`s inlined, OpenAPI 3.0 `nullable` mapped to a
+  null type, documentation-only keywords such as `example` dropped); query parameters of
+  POST/PUT/PATCH are listed under `query:` so they stay in the query string;
+- access: GET/HEAD `read`, POST/PUT/PATCH `write`, DELETE `admin` with
+  `requires_confirmation: true` (a delete is irreversible; downgrade it in review if not);
+- auth: the first security scheme that applies, with `${NAME_TOKEN}`-style variables, so
+  the secret never lands in git; without `securitySchemes` it is inferred from an
+  `Authorization`/API-key header parameter, else a warning says none is declared;
+  base_url: `servers[0]` with its variables' defaults;
+- bodies: a JSON object's properties become parameters; a JSON array (or scalar) body, a
+  binary upload (base64) become one `body` parameter; forms and multipart keep their fields
+  (`files:` lists the file parts); vendor `x-` keys are stripped from schemas;
+- names: action names are cut so `{connector}__{action}` fits 64 characters (OpenAI,
+  Anthropic and Gemini all cap function names there), uniquely.
+
+Speed matters: GitHub's spec is 13 MB. JSON is parsed by `json`, YAML by libyaml (pyyaml's
+CSafeLoader); positions are only computed for the error message of a document that fails.
+
+Modules, by concept: `document` (read the spec, write the YAML, shape checks), `schemas`
+(`$ref`s and OpenAPI schemas as JSON Schema), `auth` (base_url and auth), `naming` (action
+names), `actions` (one operation -> one action); this module walks the paths.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fim.connectors.openapi.actions import build_action
+from fim.connectors.openapi.auth import base_url, declared_auth, inferred_auth
+from fim.connectors.openapi.document import (
+    METHODS,
+    OpenApiError,
+    as_list,
+    dump_yaml,
+    kind,
+    load_document,
+    summary,
+)
+from fim.connectors.openapi.naming import NAME_LIMIT, fit, operation_name, unique
+from fim.connectors.openapi.schemas import Resolver
+
+
+def import_openapi(
+    document: dict[str, Any], name: str, warnings: list[str] | None = None
+) -> dict[str, Any]:
+    """The connector declaration (plain data, ready to dump as YAML) of a document.
+
+    `warnings` collects what the reviewer should know (no auth declared, skipped operations).
+    Any malformed part raises `OpenApiError` naming where it is.
+    """
+    warnings = warnings if warnings is not None else []
+    version = str(document.get("openapi", ""))
+    if not version.startswith("3"):
+        found = f"swagger {document['swagger']}" if "swagger" in document else "no version"
+        raise OpenApiError(
+            f"only OpenAPI 3.x documents can be imported ({found}); convert Swagger 2 with "
+            "a converter such as swagger2openapi first"
+        )
+    paths = document.get("paths")
+    if not isinstance(paths, dict):
+        raise OpenApiError(f"'paths' must be a mapping of path to operations, not {kind(paths)}")
+    resolver = Resolver(document)
+    info = document.get("info")
+    if not isinstance(info, dict):
+        info = {}
+    decl: dict[str, Any] = {"kind": "http"}
+    title = " ".join(str(info.get("title", "")).split())
+    if title:
+        decl["description"] = title
+    decl["base_url"] = base_url(document, name)
+    auth = declared_auth(document, name) or inferred_auth(paths, resolver, name)
+    if auth:
+        decl["auth"] = auth
+    else:
+        warnings.append(
+            "the document declares no security scheme and no auth header: the connector has "
+            "no auth; add `auth:` by hand if the API needs credentials"
+        )
+    actions: dict[str, Any] = {}
+    room = max(16, NAME_LIMIT - len(name) - 2)
+    for path, item in paths.items():
+        where = f"paths.{path}"
+        try:
+            item = resolver.resolve(item)
+            shared = as_list(item.get("parameters"), f"{where}.parameters")
+            for method in METHODS:
+                operation = item.get(method)
+                if operation is None:
+                    continue
+                if not isinstance(operation, dict):
+                    raise OpenApiError(f"{where}.{method} must be a mapping, not {kind(operation)}")
+                action_name = unique(
+                    fit(operation_name(method, path, operation), room), actions, room
+                )
+                actions[action_name] = build_action(
+                    method, str(path), operation, shared, resolver, f"{where}.{method}"
+                )
+        except OpenApiError as exc:
+            raise OpenApiError(
+                str(exc) if str(exc).startswith("paths.") else f"{where}: {exc}"
+            ) from None
+        except (TypeError, AttributeError, KeyError, ValueError) as exc:
+            raise OpenApiError(
+                f"{where}: malformed operation ({type(exc).__name__}: {exc})"
+            ) from None
+    if not actions:
+        raise OpenApiError("the document has no operations under 'paths'")
+    decl["actions"] = actions
+    return decl
+
+
+__all__ = ["OpenApiError", "dump_yaml", "import_openapi", "load_document", "summary"]

@@ -1,0 +1,151 @@
+"""One OpenAPI operation -> one connector action: parameters, access, request body.
+
+Path and query parameters and the request body are merged into one JSON Schema for the
+model; the access level follows the method (a DELETE asks for confirmation); a JSON object
+body becomes parameters, anything else (array, scalar, bytes) one `body` parameter, and
+forms and multipart keep their fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fim.connectors.openapi.document import OpenApiError, as_list
+from fim.connectors.openapi.schemas import Resolver, flatten
+
+
+def build_action(
+    method: str,
+    path: str,
+    operation: dict[str, Any],
+    shared: list[Any],
+    resolver: Resolver,
+    where: str,
+) -> dict[str, Any]:
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    query: list[str] = []
+    params: dict[tuple[str, str], dict[str, Any]] = {}
+    for param in [*shared, *as_list(operation.get("parameters"), f"{where}.parameters")]:
+        param = resolver.resolve(param)
+        if not param:
+            raise OpenApiError(f"{where}.parameters: each parameter must be a mapping")
+        params[(str(param.get("name", "")), str(param.get("in", "")))] = param
+    for (pname, loc), param in params.items():
+        if loc not in ("path", "query") or not pname:
+            continue  # headers and cookies are the connector's business, not the model's
+        schema = dict(resolver.schema(param.get("schema") or {"type": "string"}))
+        if param.get("description") and "description" not in schema:
+            schema["description"] = _one_line(param["description"])
+        properties[pname] = schema
+        if loc == "path" or param.get("required"):
+            required.append(pname)
+        if loc == "query":
+            query.append(pname)
+    action: dict[str, Any] = {}
+    text = operation.get("summary") or operation.get("description") or ""
+    if text:
+        action["description"] = _one_line(text)
+    action["method"] = method.upper()
+    action["path"] = path
+    action["access"] = {"get": "read", "head": "read", "delete": "admin"}.get(method, "write")
+    if method == "delete":
+        action["requires_confirmation"] = True
+    tags = [str(t) for t in operation.get("tags") or [] if isinstance(t, str | int)]
+    if tags:
+        action["tags"] = tags
+    if method not in ("get", "head"):
+        _body(operation, resolver, properties, required, action)
+    parameters: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        parameters["required"] = required
+    action["parameters"] = parameters
+    if query and method in ("post", "put", "patch"):
+        action["query"] = query
+    return action
+
+
+_FORM = "application/x-www-form-urlencoded"
+
+
+def _body(
+    operation: dict[str, Any],
+    resolver: Resolver,
+    properties: dict[str, Any],
+    required: list[str],
+    action: dict[str, Any],
+) -> None:
+    """Fold the request body into the action: object fields as parameters, anything else
+    (array, scalar, bytes) as one `body` parameter. JSON is preferred when offered."""
+    body = resolver.resolve(operation.get("requestBody") or {})
+    content = body.get("content") if isinstance(body.get("content"), dict) else {}
+    if not content:
+        return
+    ctypes = sorted(content, key=lambda c: 0 if "json" in c else 1 if c == _FORM else 2)
+    ctype = ctypes[0]
+    media = content[ctype] if isinstance(content[ctype], dict) else {}
+    schema = dict(flatten(resolver.schema(media.get("schema") or {})))
+    if isinstance(schema.get("properties"), dict):
+        schema["properties"] = dict(schema["properties"])  # file parts are rewritten below
+    needed = bool(body.get("required"))
+    if "json" in ctype:
+        if schema.get("type", "object") == "object" and "items" not in schema:
+            _merge(schema, properties, required)
+        else:  # a top-level array (bulk endpoints) or scalar
+            _single(action, properties, required, schema, needed, None)
+        return
+    if ctype in (_FORM, "multipart/form-data"):
+        action["body"] = "form" if ctype == _FORM else "multipart"
+        files = [
+            k
+            for k, v in (schema.get("properties") or {}).items()
+            if isinstance(v, dict) and v.get("format") in ("binary", "base64")
+        ]
+        for k in files:
+            schema["properties"][k] = {
+                "type": "string",
+                "contentEncoding": "base64",
+                "description": "file content, base64-encoded",
+            }
+        if files and action["body"] == "multipart":
+            action["files"] = files
+        _merge(schema, properties, required)
+        return
+    # octet-stream, images, text/plain...: the body is the bytes of one argument
+    action["body"] = "binary"
+    action["content_type"] = ctype if "*" not in ctype else "application/octet-stream"
+    textual = ctype.startswith("text/")
+    single = (
+        {"type": "string", "description": "the body as text"}
+        if textual
+        else {"type": "string", "contentEncoding": "base64", "description": "the body, base64"}
+    )
+    _single(action, properties, required, single, needed, None)
+
+
+def _merge(schema: dict[str, Any], properties: dict[str, Any], required: list[str]) -> None:
+    for pname, sub in (schema.get("properties") or {}).items():
+        properties.setdefault(pname, sub)
+    required += [r for r in schema.get("required") or [] if r not in required]
+
+
+def _single(
+    action: dict[str, Any],
+    properties: dict[str, Any],
+    required: list[str],
+    schema: dict[str, Any],
+    needed: bool,
+    kind: str | None,
+) -> None:
+    key = "body" if "body" not in properties else "request_body"
+    properties[key] = schema or {"description": "the request body"}
+    action["body_parameter"] = key
+    if kind:
+        action["body"] = kind
+    if needed:
+        required.append(key)
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    first = " ".join(str(text).strip().split("\n\n")[0].split())
+    return first if len(first) <= limit else first[: limit - 3].rstrip() + "..."

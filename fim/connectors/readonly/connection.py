@@ -1,0 +1,89 @@
+"""Layer 4 of read-only databases: the connection itself refuses to write.
+
+Whatever the layers above miss, PostgreSQL sessions default to read-only transactions, run
+each query in a read-only transaction, carry statement/lock/idle timeouts and are
+`DISCARD ALL`-ed when returned to the pool; SQLite opens with `mode=ro`, `query_only` and an
+authorizer that allows only reads.
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+from typing import Any
+
+from fim.connectors.sql_guard import ARGUMENT_PRAGMAS, READ_PRAGMAS, is_side_effect_function
+
+
+def pg_options(statement_timeout: float, read_only: bool) -> str:
+    """Session defaults for every pooled PostgreSQL connection (libpq `options`); they
+    survive `DISCARD ALL`, which resets to these values."""
+    ms = max(1, int(statement_timeout * 1000))
+    settings = {
+        "statement_timeout": ms,
+        "lock_timeout": min(ms, 5000),
+        "idle_in_transaction_session_timeout": ms + 10_000,
+        "standard_conforming_strings": "on",
+    }
+    if read_only:
+        settings["default_transaction_read_only"] = "on"
+    return " ".join(f"-c {k}={v}" for k, v in settings.items())
+
+
+def install_pg_pool_reset(engine: Any) -> None:
+    """Reset every connection returned to the pool with `DISCARD ALL`: advisory locks,
+    prepared statements, temp tables and SET values of one query never reach the next."""
+    # deferred: loading sqlalchemy costs hundreds of ms
+    from sqlalchemy import event
+
+    def reset(dbapi_conn: Any, record: Any, state: Any) -> None:
+        dbapi_conn.rollback()
+        if getattr(state, "terminate_only", False):
+            return
+        dbapi_conn.autocommit = True
+        try:
+            dbapi_conn.execute("DISCARD ALL")
+        finally:
+            dbapi_conn.autocommit = False
+
+    event.listen(engine, "reset", reset)
+
+
+def begin_read_only(conn: Any) -> None:
+    """Start the query's transaction read-only. A snapshot is taken at once, so
+    `SET TRANSACTION READ WRITE` ("must be set before any query") can no longer undo it."""
+    conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+    conn.exec_driver_sql("SELECT 1")
+
+
+def sqlite_read_authorizer(
+    action: int, arg1: str | None, arg2: str | None, db: str | None, trigger: str | None
+) -> int:
+    """SQLite asks this for every operation a statement compiles to: only reads pass, so
+    ATTACH (which `mode=ro` alone would allow) and every write are denied at compile time."""
+
+    if action in _sqlite_read_actions():
+        return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_FUNCTION and arg2 and not is_side_effect_function(arg2):
+        return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_PRAGMA and arg1:
+        name = arg1.lower()
+        if name in ARGUMENT_PRAGMAS or (arg2 is None and name in READ_PRAGMAS):
+            return sqlite3.SQLITE_OK
+    return sqlite3.SQLITE_DENY
+
+
+@functools.cache
+def _sqlite_read_actions() -> frozenset[int]:
+    names = ("SQLITE_READ", "SQLITE_SELECT", "SQLITE_RECURSIVE", "SQLITE_TRANSACTION")
+    return frozenset(getattr(sqlite3, n) for n in names if hasattr(sqlite3, n))
+
+
+def open_sqlite_read_only(target: str) -> Any:
+    """A SQLite connection that cannot write: `mode=ro`, `query_only`, the authorizer."""
+
+    sep = "&" if "?" in target else "?"
+    conn = sqlite3.connect(f"{target}{sep}mode=ro", uri=True, check_same_thread=False)
+    conn.execute("PRAGMA query_only = ON")
+    conn.set_authorizer(sqlite_read_authorizer)
+    return conn
