@@ -180,6 +180,11 @@ def test_a_context_is_a_session_of_the_key_that_started_it(served: tuple[str, An
         assert len((await api.session_store.load("a2a:c-1"))[1]) == 4
 
     asyncio.run(asyncio.wait_for(main(), 30))
+    # the runs are alice's too: bob neither lists nor reads them (fim.store.owners)
+    runs = httpx.get(f"{url}/v1/runs", headers={"Authorization": f"Bearer {KEY}"}).json()["runs"]
+    bob = {"Authorization": f"Bearer {OTHER_KEY}"}
+    assert len(runs) == 2 and httpx.get(f"{url}/v1/runs", headers=bob).json()["runs"] == []
+    assert httpx.get(f"{url}/v1/runs/{runs[0]['id']}/events", headers=bob).status_code == 404
 
 
 def test_unknown_agent_and_missing_key(served: tuple[str, Any]):

@@ -170,6 +170,11 @@ def test_sessions_belong_to_the_key_that_made_them(served: tuple[str, Any]):
         assert len((await api.session_store.load("mcp-s1"))[1]) == 4  # bob's turn was not added
 
     asyncio.run(asyncio.wait_for(main(), 60))
+    # the runs are alice's too: bob neither lists nor reads them (fim.store.owners)
+    runs = httpx.get(f"{url}/v1/runs", headers={"Authorization": f"Bearer {KEY}"}).json()["runs"]
+    bob = {"Authorization": f"Bearer {OTHER_KEY}"}
+    assert len(runs) == 2 and httpx.get(f"{url}/v1/runs", headers=bob).json()["runs"] == []
+    assert httpx.get(f"{url}/v1/runs/{runs[0]['id']}", headers=bob).status_code == 404
 
 
 def test_approval_pending_arrives_as_progress_and_a_paused_workflow_says_how_to_go_on(

@@ -161,7 +161,7 @@ class FimExecutor(AgentExecutor):
         problems: list[str] = []
         try:
             async for event in self.api.events(
-                agent, history, stream=False, run_id=run_id, session=session
+                agent, history, stream=False, run_id=run_id, session=session, owner=owner
             ):
                 if event.type == "error":
                     problems.append(getattr(event, "message", ""))

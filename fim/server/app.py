@@ -142,10 +142,13 @@ class Api:
         overrides: Any = None,
         session: str | None = None,
         trace: list[dict[str, Any]] | None = None,
+        owner: str = "",
     ) -> AsyncIterator[Event]:
         """Run one request on the snapshot current *now*, persisting the run at the end.
         `session` is the conversation it continues: its session budgets count it. `trace`,
-        when given, receives each event but tokens as JSON (dumped once, here).
+        when given, receives each event but tokens as JSON (dumped once, here). `owner`,
+        the caller's key hash (`session_owner`), is recorded first: only that key reads
+        the run back (`fim.store.owners`).
 
         The events are stored once, in the run's event log (which any replica tails while
         it runs); the run's record keeps its status and output, and `GET /v1/runs/{id}`
@@ -156,8 +159,11 @@ class Api:
         from fim.run.agent import run_agent
         from fim.store import get_store
         from fim.store.live import EventLog
+        from fim.store.owners import claim
 
         snapshot = self.holder.current
+        if owner:
+            await claim(get_store(self.services), run_id, owner)
         self.active_runs += 1
         kept = [] if trace is None else trace
         live = EventLog(get_store(self.services), run_id, "agent", agent)  # any replica tails it
@@ -245,7 +251,7 @@ class Api:
         self, name: str, history: list[Message], session: tuple[str | None, str], run_id: str
     ) -> AsyncIterator[Event]:
         async for event in self.events(
-            name, history, stream=True, run_id=run_id, session=session[0]
+            name, history, stream=True, run_id=run_id, session=session[0], owner=session[1]
         ):
             if isinstance(event, RunFinished):
                 await self.remember(session[0], session[1], history, event.output)
@@ -292,7 +298,8 @@ class Api:
         except ValueError:
             return error(400, "limit must be an integer")
         kind = request.query_params.get("kind")
-        records = await get_store(self.services).list_runs(kind=kind, limit=limit)
+        owner = session_owner(request, self.holder) or None  # a keyed caller: its own runs
+        records = await get_store(self.services).list_runs(kind=kind, limit=limit, owner=owner)
         return JSONResponse({"runs": [_summary(r) for r in records]})
 
     async def run_to_end(
@@ -318,6 +325,7 @@ class Api:
                 overrides=overrides,
                 session=session,
                 trace=trace,
+                owner=session_owner(request, self.holder),
             ):
                 if isinstance(event, RunFinished):
                     final = event

@@ -28,6 +28,7 @@ from fim.errors import RunError
 from fim.run.queued import execute_agent_run, mark_queued, request_data
 from fim.server.http import JSONResponse, error
 from fim.store import get_store
+from fim.store.owners import claim
 from fim.types import Message
 from fim.workflows.durable import defer_agent, defer_workflow, ensure_schema, is_postgres, make_app
 from fim.workflows.durable import requeue_decided as requeue
@@ -132,6 +133,8 @@ async def start_agent_run(
     app = await _open(queue) if queue is not None else None
     if isinstance(app, Response):
         return app
+    if owner:
+        await claim(get_store(api.services), run_id, owner)
     await mark_queued(api.services, run_id, "agent", name, data)
     if app is not None:
         await defer_agent(app, run_id, name, request, limit)
@@ -141,7 +144,9 @@ async def start_agent_run(
     return accepted(run_id, "agent", name, "server")
 
 
-async def start_workflow_run(api: Api, name: str, inputs: dict[str, Any]) -> Response:
+async def start_workflow_run(
+    api: Api, name: str, inputs: dict[str, Any], owner: str = ""
+) -> Response:
     """Accept a background workflow run; bad inputs are a 400 now, not a failed run later."""
 
     snapshot = api.holder.current
@@ -159,6 +164,8 @@ async def start_workflow_run(api: Api, name: str, inputs: dict[str, Any]) -> Res
     state: dict[str, Any] = {"run_id": run_id, "workflow": name, "decl": {}, "nodes": {}}
     state["inputs"] = values
     state.update(status="queued", queued=queue is not None, snapshot_version=snapshot.version)
+    if owner:
+        await claim(get_store(api.services), run_id, owner)
     await mark_queued(api.services, run_id, "workflow", name, state)
     if app is not None:
         await defer_workflow(app, run_id, name, values, decl.concurrency)

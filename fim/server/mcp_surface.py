@@ -193,7 +193,10 @@ async def call_agent(api: Api, name: str, args: dict[str, Any], ctx: Any) -> typ
     final: RunFinished | None = None
     problems: list[str] = []
     try:
-        async for event in api.events(name, history, stream=False, run_id=run_id, session=session):
+        running = api.events(
+            name, history, stream=False, run_id=run_id, session=session, owner=owner
+        )
+        async for event in running:
             await progress(event)
             if event.type == "error":
                 problems.append(getattr(event, "message", ""))

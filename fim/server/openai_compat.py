@@ -360,6 +360,7 @@ class OpenAICompat:
                 run_id=run_id,
                 overrides=overrides,
                 session=session[0],
+                owner=session[1],
             ):
                 if event.type == "token":
                     streamed = True

@@ -13,9 +13,10 @@ from starlette.responses import Response
 from fim.errors import FimError
 from fim.server.background import requeue_decided
 from fim.server.bodies import BodyError, DecisionBody, WorkflowRunBody, read_body
-from fim.server.http import JSONResponse, error, sse
+from fim.server.http import JSONResponse, error, session_owner, sse
 from fim.store import get_store
 from fim.store.live import recorded
+from fim.store.owners import claim
 from fim.workflows.state import KIND
 
 if TYPE_CHECKING:
@@ -60,12 +61,15 @@ def workflow_handlers(api: Api) -> dict[str, Any]:
             return exc.response()
 
         inputs = body.inputs or {}
+        owner = session_owner(request, api.holder)
         if body.background:  # 202 at once; fim.server.background runs or queues it
             # deferred: the queue (procrastinate) loads only for background runs
             from fim.server.background import start_workflow_run
 
-            return await start_workflow_run(api, name, inputs)
+            return await start_workflow_run(api, name, inputs, owner)
         engine = WorkflowEngine(snap, name, api.services)
+        if owner:
+            await claim(get_store(api.services), engine.run_id, owner)
         events = recorded(get_store(api.services), engine.run_id, KIND, name, engine.run(inputs))
         if body.stream:
             return sse(events)

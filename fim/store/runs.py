@@ -45,12 +45,19 @@ class Runs(Database):
         )
         return RunRecord(**row) if row else None
 
-    async def list_runs(self, kind: str | None = None, limit: int = 50) -> list[RunRecord]:
-        """Newest first."""
+    async def list_runs(
+        self, kind: str | None = None, limit: int = 50, owner: str | None = None
+    ) -> list[RunRecord]:
+        """Newest first; with `owner`, only the runs that caller started
+        (`fim.store.owners`)."""
         runs = table("runs")
         query = runs.select().order_by(runs.c.created_at.desc()).limit(limit)
         if kind is not None:
             query = query.where(runs.c.kind == kind)
+        if owner is not None:
+            owners = table("run_owners")
+            mine = owners.select().with_only_columns(owners.c.run_id)
+            query = query.where(runs.c.id.in_(mine.where(owners.c.owner == owner)))
         rows = await self._read(lambda c: list(c.execute(query).mappings()))
         return [RunRecord(**row) for row in rows]
 

@@ -158,6 +158,12 @@ def schema() -> tuple[MetaData, dict[str, Table]]:
                 Column("messages", JSON, nullable=False),
                 Column("updated_at", Float, nullable=False, index=True),
             ),
+            "run_owners": Table(  # who started a run over HTTP (fim.store.owners)
+                "fim_run_owners",
+                meta,
+                Column("run_id", String(64), primary_key=True),
+                Column("owner", String(64), nullable=False, index=True),
+            ),
             "run_events": Table(  # every event of a run, as it goes (fim.store.live)
                 "fim_run_events",
                 meta,
@@ -200,11 +206,18 @@ def _migration_5(conn: Connection) -> None:
     table("run_events").create(conn, checkfirst=True)
 
 
+def _migration_6(conn: Connection) -> None:
+    # a table, not a column on fim_runs: the same statement on both databases, and the
+    # run record's many writers (engines, workers, the event log) stay as they are
+    table("run_owners").create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _migration_1,
     _migration_2,
     _migration_3,
     _migration_4,
     _migration_5,
+    _migration_6,
 ]
 """Applied in order; migration N brings the schema to version N. Append, never edit."""
