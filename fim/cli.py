@@ -44,6 +44,7 @@ COMMAND_MODULES: list[str] = [
     "fim.commands.mcp",
     "fim.commands.connector",
     "fim.commands.usage",
+    "fim.commands.prune",
     "fim.commands.worker",
 ]
 """Modules whose `register(app)` adds commands, in help order."""

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+from test_background_runs import project, served
 
 from fim.store.owners import claim, may_read, owner_of
-from test_background_runs import project, served
 
 A = {"Authorization": "Bearer key-a"}
 B = {"Authorization": "Bearer key-b"}
@@ -52,7 +52,9 @@ def test_a_keyed_servers_runs_are_seen_only_by_the_key_that_started_them(tmp_pat
         }
         chat = {"model": "math", "messages": [{"role": "user", "content": "6*7?"}]}
         assert httpx.post(f"{url}/v1/chat/completions", json=chat, headers=A).status_code == 200
-        streamed = httpx.post(f"{url}/v1/chat/completions", json={**chat, "stream": True}, headers=A)
+        streamed = httpx.post(
+            f"{url}/v1/chat/completions", json={**chat, "stream": True}, headers=A
+        )
         assert streamed.status_code == 200 and "[DONE]" in streamed.text
         mine = {run["id"] for run in httpx.get(f"{url}/v1/runs", headers=A).json()["runs"]}
         assert started <= mine and len(mine) == 6  # and the two OpenAI runs

@@ -19,6 +19,7 @@ import typer
 from fim.commands import ProjectOption, fail, print_problems, project_dir, run_async, user_errors
 
 if TYPE_CHECKING:
+    from fim.config.schema import Project
     from fim.store import Approval, Store
 
 StateOption = Annotated[
@@ -51,6 +52,12 @@ def open_store(ctx: typer.Context | None, project: Path | None, state: str | Non
 
     if state:
         return Store(state, root=Path.cwd())
+    root, settings = project_settings(ctx, project)
+    return Store(settings.state, root=root)
+
+
+def project_settings(ctx: typer.Context | None, project: Path | None) -> tuple[Path, Project]:
+    """The project's root and fim.yaml, read alone (the rest of the project may be broken)."""
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.config.loader import PROJECT_FILE, find_root, load
 
@@ -60,7 +67,7 @@ def open_store(ctx: typer.Context | None, project: Path | None, state: str | Non
     if not decls.project_ok:
         print_problems(p for p in decls.problems if p.path.endswith(PROJECT_FILE))
         fail(f"cannot read the state URL from {root / PROJECT_FILE}", "fix fim.yaml first")
-    return Store(decls.project.state, root=root)
+    return root, decls.project
 
 
 def _run(store: Store, work: Any) -> Any:

@@ -123,6 +123,7 @@ async def serve(
         else None
     )
     _spawn(_report_orphans(services))
+    _spawn(prune_store(services, holder, stop))
     signaller = asyncio.create_task(_signal_ready(server, ready)) if ready is not None else None
     try:
         await server.serve(sockets=[sock])
@@ -254,6 +255,17 @@ async def _report_orphans(services: Any) -> None:
             state.workflow,
             state.run_id,
         )
+
+
+async def prune_store(services: Any, holder: Any, stop: asyncio.Event) -> None:
+    """Keep the state store within fim.yaml's `retention:` while serving."""
+    # deferred: loading fim.store costs a few ms
+    from fim.store import get_store
+    from fim.store.retention import prune_periodically
+
+    await prune_periodically(
+        lambda: get_store(services), lambda: holder.current.project.retention, stop
+    )
 
 
 def _on_swap(services: Any, old: Any, new: Any) -> None:

@@ -33,7 +33,7 @@ from fim.events import build_validators
 from fim.llm import preload
 from fim.observe.logs import configure
 from fim.run.services import Services
-from fim.server import _on_swap, banner, bind, settle_heap, uvicorn_loop
+from fim.server import _on_swap, banner, bind, prune_store, settle_heap, uvicorn_loop
 from fim.server.app import create_app
 from fim.store.schema import normalize_url
 
@@ -121,10 +121,12 @@ def worker_app() -> Any:
     async def lifespan(_app: Any) -> AsyncIterator[None]:
         stop = asyncio.Event()
         watcher = asyncio.create_task(watch(root, holder, stop=stop)) if options["reload"] else None
+        pruner = asyncio.create_task(prune_store(services, holder, stop))
         try:
             yield
         finally:
             stop.set()
+            await pruner
             if watcher is not None:
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

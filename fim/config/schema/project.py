@@ -159,6 +159,22 @@ class ServerSettings(Strict):
     max_body_bytes: int = 1_048_576
 
 
+class Retention(Strict):
+    """How many days the state store keeps what it no longer needs (`fim serve` deletes
+    the rest hourly; `fim prune` on demand); `null` keeps it forever. Nothing a run still
+    waits on is deleted: runs paused, queued or running and undecided approvals stay."""
+
+    runs: float | None = Field(default=30, gt=0)
+    """Finished runs (records, event logs, owners), by their last update."""
+    approvals: float | None = Field(default=30, gt=0)
+    """Denied, expired and used approvals, by when they were decided."""
+    audit: float | None = Field(default=365, gt=0)
+    """The audit log of tool calls."""
+    usage: float | None = Field(default=400, ge=1)
+    """Token and cost rows (`fim usage`); at least a day, which daily budgets read. A
+    session budget counts only the session's runs kept."""
+
+
 class WebFetchSettings(Strict):
     allow_private: bool = False
     """Allow `web_fetch` to reach loopback and private addresses (off: SSRF guard)."""
@@ -188,6 +204,8 @@ class Project(Strict):
     server: ServerSettings = Field(default_factory=ServerSettings)
     state: str = "sqlite:///.fim/state.db"
     """State store URL: SQLite (default) or PostgreSQL."""
+    retention: Retention = Field(default_factory=Retention)
+    """Days the state store keeps finished runs, approvals, audit and usage rows."""
     paths: Paths = Field(default_factory=Paths)
     env_allowlist: list[str] = Field(default_factory=list)
     """Environment variables workflow templates may read as `env.NAME`."""

@@ -1,0 +1,52 @@
+"""`fim prune`: delete now what fim.yaml's `retention:` no longer keeps.
+
+`fim serve` prunes hourly; this is for stores no server prunes (a `fim worker` fleet, CLI
+and CI use) and for seeing what would go (`--dry-run`). Like `fim approvals`, only
+fim.yaml is read.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fim.commands import ProjectOption
+from fim.commands.approvals import StateOption, _run, project_settings
+
+
+def register(app: typer.Typer) -> None:
+    app.command("prune")(prune)
+
+
+def prune(
+    ctx: typer.Context,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", "-n", help="Count what would go; delete nothing.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    project: ProjectOption = None,
+    state: StateOption = None,
+) -> None:
+    """Delete finished runs, decided approvals, audit and usage rows past `retention:`."""
+    # deferred: loading fim.masking costs tens of ms
+    from fim.store import Store
+    from fim.store.retention import prune as prune_store
+
+    root, settings = project_settings(ctx, project)
+    store = Store(state, root=Path.cwd()) if state else Store(settings.state, root=root)
+    pruned = _run(store, prune_store(store, settings.retention, dry_run=dry_run)).as_dict()
+    if as_json:
+        typer.echo(json.dumps({"dry_run": dry_run, **pruned}))
+        return
+    verb = "would delete" if dry_run else "deleted"
+    days = {k: "forever" if v is None else f"{v:g}" for k, v in settings.retention}
+    typer.echo(
+        f"{verb} {pruned['runs']} runs ({pruned['events']} events), "
+        f"{pruned['approvals']} approvals, {pruned['audit']} audit rows, "
+        f"{pruned['usage']} usage rows (retention in days: "
+        + ", ".join(f"{k} {v}" for k, v in days.items())
+        + ")"
+    )
