@@ -311,7 +311,7 @@ async def test_a_turn_runs_at_most_max_calls_per_turn_and_answers_the_rest():
     """A model steered by injected text may ask for hundreds of calls at once: the first
     MAX_CALLS_PER_TURN run, every other call gets an error result (each call id answered,
     so the conversation stays valid) and the model can ask again next turn."""
-    from fim.engines.react import MAX_CALLS_PER_TURN
+    from fim.engines.tool_turn import MAX_CALLS_PER_TURN
 
     asked = MAX_CALLS_PER_TURN + 5
     ran: list[float] = []

@@ -1,19 +1,20 @@
 """The ReAct engine: ask the model, run the tools it picks, feed back observations, repeat.
 
-Everything a run does is yielded as an Event, in order. Tool calls of one model turn run
-concurrently; each passes PreToolUse hooks, the registry (validation, timeout, exceptions
-turned into observations) and PostToolUse hooks. Hooks run here, outside the model's
-reach: a blocked call never runs and the model only sees the hook's reason.
+Everything a run does is yielded as an Event, in order. This module is the loop: the
+SessionStart hook, the context guard, the model call (streamed or not), empty and
+rejected final answers, client tools, the iteration limit and the run's usage. One turn's
+tool calls (concurrent, each through PreToolUse hooks, the registry and PostToolUse hooks)
+are run by `fim.engines.tool_turn`, whose methods the engine inherits.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from fim.engines.tool_turn import ToolTurn, ViewFn, allowed, masked_args, no_mask
 from fim.errors import FimError
 from fim.events import (
     ErrorEvent,
@@ -27,29 +28,16 @@ from fim.events import (
     RunStarted,
     Token,
     ToolCallEvent,
-    ToolResultEvent,
 )
-from fim.llm.media import accepted_media, media_message
-from fim.observe import current_call
-from fim.observe.context import current_events
 from fim.tools.registry import ToolRegistry
-from fim.tools.view import prepare_view
 from fim.types import (
-    CallView,
     HookContext,
-    HookResult,
     Message,
     Model,
     ModelResponse,
     TextDelta,
-    ToolCall,
-    ToolResult,
     Usage,
 )
-
-ViewFn = Callable[[str, dict[str, Any]], CallView]
-"""(tool name, arguments) -> what hooks see: the real target, its arguments and metadata.
-Raises when it cannot tell; the call is then blocked."""
 
 
 class Finalizer(Protocol):
@@ -62,38 +50,14 @@ class Finalizer(Protocol):
 
 ContextFitter = Callable[[list[Message]], Awaitable[tuple[list[Message], list[str]]]]
 
-MAX_CALLS_PER_TURN = 32
-"""Tool calls of one model turn that run; the rest are answered with an error to call them
-in a later turn. A model steered by injected text could otherwise ask for hundreds of
-calls at once (each a task, a hook process, a request to a paid API)."""
-
 _EMPTY_REPLY_NUDGE = (
     "Your last reply was empty. Either answer the user's request in text, "
     "or call one of the available tools."
 )
 
 
-_ALLOWED: list[tuple[HookResult, list[Any]]] = []
-"""What `NoHooks` answers every time (built on first use), given without building a
-HookContext to ask it: the engine only reads a result and its event list."""
-
-
-def _allowed() -> tuple[HookResult, list[Any]]:
-    if not _ALLOWED:
-        _ALLOWED.append((HookResult(), []))
-    return _ALLOWED[0]
-
-
-def no_mask(text: str) -> str:
-    """The mask of a project without secrets: the engine skips it (no copy of arguments)."""
-    return text
-
-
-_identity = no_mask
-
-
 @dataclass
-class ReactEngine:
+class ReactEngine(ToolTurn):
     model: Model
     registry: ToolRegistry
     system_prompt: str
@@ -104,7 +68,7 @@ class ReactEngine:
     tool_timeout: float = 60.0
     stream: bool = False
     snapshot_version: str = ""
-    mask: Callable[[str], str] = _identity
+    mask: Callable[[str], str] = no_mask
     mask_observations: bool = True
     """Mask secrets in tool results before the model sees them (agent `mask_observations`)."""
     call_view: ViewFn | None = None
@@ -151,7 +115,7 @@ class ReactEngine:
         system = self.system_prompt
         self.transcript[:] = history
         result, events = (
-            _allowed()
+            allowed()
             if type(self.hooks) is NoHooks
             else await self.hooks.run(
                 "SessionStart",
@@ -269,7 +233,7 @@ class ReactEngine:
                             run_id=self.run_id,
                             call_id=call.id,
                             name=call.name,
-                            arguments=_masked_args(call.arguments, self.mask),
+                            arguments=masked_args(call.arguments, self.mask),
                         )
                 yield finish(reply.content or "", "ok", iteration)
                 return
@@ -292,204 +256,6 @@ class ReactEngine:
         yield MessageEvent(run_id=self.run_id, content=output)
         yield finish(output, "max_iterations", self.max_iterations)
 
-    # ------------------------------------------------------------------ tools
-
-    async def _run_tools(
-        self, calls: list[ToolCall], observations: list[Message]
-    ) -> AsyncIterator[Event]:
-        """Run one turn's tool calls concurrently, yielding events as they happen and
-        appending the observations in the order the model asked for them."""
-        queue: asyncio.Queue[Event | None] = asyncio.Queue()
-        results: dict[str, str] = {}
-        media: dict[str, list[Any]] = {}
-
-        async def one(call: ToolCall) -> None:
-            current_call.set(call.id)  # this task's own context: traces its work under it
-            current_events.set(queue.put_nowait)  # live events of the call (MCP progress)
-            try:
-                results[call.id] = await self._run_tool(call, queue, media)
-            finally:
-                queue.put_nowait(None)
-
-        for call in calls[MAX_CALLS_PER_TURN:]:
-            results[call.id] = (
-                f"Error: not run: this turn asked for {len(calls)} tool calls and at most "
-                f"{MAX_CALLS_PER_TURN} run at once. Call '{call.name}' again in your next turn "
-                "if you still need it."
-            )
-
-        for call in calls:
-            yield ToolCallEvent(
-                run_id=self.run_id,
-                call_id=call.id,
-                name=call.name,
-                arguments=_masked_args(call.arguments, self.mask),
-            )
-        if hasattr(self.hooks, "on_notice"):  # e.g. "approval pending" while confirm waits
-            self.hooks.on_notice = queue.put_nowait
-        tasks = [asyncio.create_task(one(call)) for call in calls[:MAX_CALLS_PER_TURN]]
-        for call in calls[MAX_CALLS_PER_TURN:]:
-            yield ToolResultEvent(
-                run_id=self.run_id,
-                call_id=call.id,
-                name=call.name,
-                content=self.mask(results[call.id]),  # it names the model's tool name
-                is_error=True,
-                duration_ms=0.0,
-            )
-        try:
-            pending = len(tasks)
-            while pending:
-                event = await queue.get()
-                if event is None:
-                    pending -= 1
-                else:
-                    yield event
-            for task in tasks:
-                task.result()
-        finally:
-            live = [task for task in tasks if not task.done()]
-            for task in tasks:
-                if task in live:
-                    task.cancel()
-                elif not task.cancelled():
-                    task.exception()  # retrieved: no "exception was never retrieved" log
-            if live:  # a gather of done tasks alone would cost a loop iteration
-                await asyncio.gather(*live, return_exceptions=True)
-        for call in calls:
-            content = results[call.id]
-            if self.mask_observations and (masked := self.mask(content)) != content:
-                content = masked
-                yield Notice(
-                    run_id=self.run_id,
-                    message=f"a secret in the result of '{call.name}' was masked before it "
-                    "was sent to the model",
-                    data={"masked": "observation", "call_id": call.id, "tool": call.name},
-                )
-            observations.append(
-                Message(role="tool", tool_call_id=call.id, name=call.name, content=content)
-            )
-        if media:
-            extra = self._media_message([(c.name, media[c.id]) for c in calls if c.id in media])
-            if extra is not None:
-                observations.append(extra)
-
-    def _media_message(self, found: list[tuple[str, list[Any]]]) -> Message | None:
-        """Tool results' images/audio as one user message, for a model that accepts them
-        (others keep the text placeholder the observation already has)."""
-
-        if self.accepts_media is None:
-            self.accepts_media = accepted_media(self.model)
-        if not self.accepts_media:
-            return None
-        return media_message(found, self.accepts_media)
-
-    async def _run_tool(
-        self, call: ToolCall, queue: asyncio.Queue[Event | None], media: dict[str, list[Any]]
-    ) -> str:
-        t0 = time.perf_counter()
-        arguments = call.arguments
-
-        async def emit(content: str, is_error: bool) -> str:
-            queue.put_nowait(
-                ToolResultEvent(
-                    run_id=self.run_id,
-                    call_id=call.id,
-                    name=call.name,
-                    content=self.mask(content),
-                    is_error=is_error,
-                    duration_ms=(time.perf_counter() - t0) * 1000,
-                )
-            )
-            return content
-
-        # Invalid calls are answered before hooks: there is nothing for a hook to guard.
-        problem = self.registry.check(call.name, arguments, call.raw_arguments)
-        if problem is not None:
-            return await emit(problem, True)
-        try:
-            await prepare_view(self.registry.get(call.name), arguments)
-            view = self._view(call.name, arguments)
-        except Exception as exc:
-            return await emit(_unviewable(call.name, exc), True)
-        no_hooks = type(self.hooks) is NoHooks  # allows everything: no context to build
-        metadata = {} if no_hooks else {**self.metadata, "call_id": call.id}
-        pre, events = (
-            _allowed()
-            if no_hooks
-            else await self.hooks.run(
-                "PreToolUse", view.context("PreToolUse", self.agent, self.run_id, metadata)
-            )
-        )
-        for event in events:
-            queue.put_nowait(event.model_copy(update={"call_id": call.id}))
-        if not pre.allow:
-            reason = pre.error or "blocked by a hook"
-            return await emit(
-                f"Blocked: the call to '{view.name}' was not run. Reason: {reason.rstrip('.')}."
-                + (
-                    ""
-                    if "retry" in reason
-                    else " Do not retry the same call; choose another approach or tell the user."
-                ),
-                True,
-            )
-        target_args = view.args
-        if pre.modified_args is not None:
-            # The rewrite is of the target's arguments; it applies to the call that runs.
-            try:
-                target_args = pre.modified_args
-                arguments = view.call_arguments(target_args)
-                again = self._view(call.name, arguments)
-            except Exception as exc:
-                return await emit(_unviewable(call.name, exc), True)
-            if again.name != view.name:
-                return await emit(
-                    f"Blocked: a hook rewrote the call to '{view.name}' into a call to "
-                    f"'{again.name}'; a rewrite may change arguments, not the target.",
-                    True,
-                )
-            problem = self.registry.check(call.name, arguments)
-            if problem is not None:
-                return await emit(
-                    f"A hook rewrote the arguments into an invalid call. {problem}", True
-                )
-
-        result: ToolResult = await self.registry.call(
-            call.name, arguments, timeout=self.tool_timeout, checked=True
-        )
-        post, events = (
-            _allowed()
-            if no_hooks
-            else await self.hooks.run(
-                "PostToolUse",
-                view.rewritten(target_args).context(
-                    "PostToolUse",
-                    self.agent,
-                    self.run_id,
-                    {**metadata, "is_error": result.is_error},
-                    result.content,
-                ),
-            )
-        )
-        for event in events:
-            queue.put_nowait(event.model_copy(update={"call_id": call.id}))
-        if not post.allow:
-            reason = post.error or "blocked by a hook"
-            return await emit(
-                f"Blocked: the result of '{view.name}' was withheld. Reason: {reason}.", True
-            )
-        content = post.modified_result if post.modified_result is not None else result.content
-        found = result.metadata.get("media")
-        if found and isinstance(found, list) and post.modified_result is None:
-            media[call.id] = found  # a hook that rewrote the result withholds the media too
-        return await emit(content, result.is_error)
-
-    def _view(self, name: str, arguments: dict[str, Any]) -> CallView:
-        if self.call_view is None:
-            return CallView(name, arguments)
-        return self.call_view(name, arguments)
-
 
 def _total(spent: list[Usage]) -> Usage:
     """`Usage() + spent[0] + spent[1] + ...`, field for field, as one object: `Usage.__add__`
@@ -508,20 +274,3 @@ def _total(spent: list[Usage]) -> Usage:
     return Usage(
         prompt_tokens=prompt, completion_tokens=completion, cost=cost, cached_tokens=cached
     )
-
-
-def _unviewable(name: str, exc: Exception) -> str:
-    return (
-        f"Blocked: fim could not tell what the call to '{name}' targets ({exc}), so it was "
-        "not run (hooks fail closed). Check the call's arguments against the tool's "
-        "description."
-    )
-
-
-def _masked_args(arguments: dict[str, Any], mask: Callable[[str], str]) -> dict[str, Any]:
-    if mask is _identity:  # nothing to mask: not even the import statement
-        return arguments
-    # deferred: loading fim.masking costs a few ms
-    from fim.masking import mask_strings
-
-    return mask_strings(arguments, mask)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
-from fim.eval.runner import CaseRun, EvalReport
+from fim.eval.results import CaseRun, EvalReport
 from fim.masking import known
 
 

@@ -30,7 +30,8 @@ from jinja2.sandbox import SandboxedEnvironment
 from fim.build.snapshot import Snapshot
 from fim.config.schema import ToolSelection
 from fim.engines.dag import DagEngine
-from fim.engines.react import ReactEngine, no_mask
+from fim.engines.react import ReactEngine
+from fim.engines.tool_turn import no_mask
 from fim.errors import RunError
 from fim.events import Event, HookRunner, NoHooks
 from fim.hooks import build_hooks

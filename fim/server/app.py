@@ -44,6 +44,7 @@ from fim.server.http import (
     session_owner,
     sse,
 )
+from fim.server.openai_errors import error_object, failure, http_error
 from fim.server.sessions import UnknownSession, known_agent
 from fim.types import Message
 
@@ -270,9 +271,6 @@ class Api:
             return outcome
         final, trace = outcome
         if final.status == "error":  # a failed run is an HTTP error, never a 200 "answer"
-            # deferred: loading fim.server.openai_compat costs tens of ms
-            from fim.server.openai_compat import error_object, failure
-
             status, body = error_object(failure(trace, final))
             body.update(run_id=run_id, agent=name, status=final.status, events=trace)
             return JSONResponse(body, status_code=status)
@@ -425,9 +423,6 @@ def create_app(
                 CORSMiddleware, allow_origins=cors, allow_methods=["*"], allow_headers=["*"]
             ),
         )
-
-    # deferred: loading fim.server.openai_compat costs tens of ms
-    from fim.server.openai_compat import http_error
 
     app = Starlette(
         routes=routes,

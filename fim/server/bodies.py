@@ -101,7 +101,7 @@ class ChatToolCall(_Strict):
 
 class ChatMessage(_Strict):
     """One OpenAI chat message. Content is text or a list of parts (text, image_url; an
-    assistant's refusal); what fim cannot carry is refused by `fim.server.openai_compat`.
+    assistant's refusal); what fim cannot carry is refused by `fim.server.openai_request`.
     The fields a response message has (`refusal`, `annotations`, `audio`,
     `function_call`) are accepted when empty, so a client may append the message it got."""
 
@@ -184,7 +184,7 @@ class ChatBody(_Strict):
     tools: list[ChatTool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
-    # refused unless at their default (checked in fim.server.openai_compat)
+    # refused unless at their default (checked in fim.server.openai_request)
     n: int | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None

@@ -1,0 +1,295 @@
+"""One model turn's tool calls, as the ReAct engine runs them: concurrently, each through
+PreToolUse hooks, the registry (validation, timeout, exceptions turned into observations)
+and PostToolUse hooks, with the observations handed back in the order the model asked.
+
+Its own module because this is the guard around every call a model makes: hooks run here,
+outside the model's reach, so a blocked call never runs and the model only sees the hook's
+reason. The loop in `fim.engines.react` decides when a turn happens; `ReactEngine`
+inherits these methods (no call layer is added per turn or per call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fim.events import (
+    Event,
+    HookRunner,
+    NoHooks,
+    Notice,
+    ToolCallEvent,
+    ToolResultEvent,
+)
+from fim.llm.media import accepted_media, media_message
+from fim.observe import current_call
+from fim.observe.context import current_events
+from fim.tools.registry import ToolRegistry
+from fim.tools.view import prepare_view
+from fim.types import (
+    CallView,
+    HookResult,
+    Message,
+    Model,
+    ToolCall,
+    ToolResult,
+)
+
+ViewFn = Callable[[str, dict[str, Any]], CallView]
+"""(tool name, arguments) -> what hooks see: the real target, its arguments and metadata.
+Raises when it cannot tell; the call is then blocked."""
+
+MAX_CALLS_PER_TURN = 32
+"""Tool calls of one model turn that run; the rest are answered with an error to call them
+in a later turn. A model steered by injected text could otherwise ask for hundreds of
+calls at once (each a task, a hook process, a request to a paid API)."""
+
+_ALLOWED: list[tuple[HookResult, list[Any]]] = []
+"""What `NoHooks` answers every time (built on first use), given without building a
+HookContext to ask it: the engine only reads a result and its event list."""
+
+
+def allowed() -> tuple[HookResult, list[Any]]:
+    if not _ALLOWED:
+        _ALLOWED.append((HookResult(), []))
+    return _ALLOWED[0]
+
+
+def no_mask(text: str) -> str:
+    """The mask of a project without secrets: the engine skips it (no copy of arguments)."""
+    return text
+
+
+_identity = no_mask
+
+
+class ToolTurn:
+    """The tool-running half of `fim.engines.react.ReactEngine` (its fields, declared here
+    for the methods that read them)."""
+
+    model: Model
+    registry: ToolRegistry
+    agent: str
+    run_id: str
+    hooks: HookRunner
+    tool_timeout: float
+    mask: Callable[[str], str]
+    mask_observations: bool
+    call_view: ViewFn | None
+    metadata: dict[str, Any]
+    accepts_media: frozenset[str] | None
+
+    async def _run_tools(
+        self, calls: list[ToolCall], observations: list[Message]
+    ) -> AsyncIterator[Event]:
+        """Run one turn's tool calls concurrently, yielding events as they happen and
+        appending the observations in the order the model asked for them."""
+        queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        results: dict[str, str] = {}
+        media: dict[str, list[Any]] = {}
+
+        async def one(call: ToolCall) -> None:
+            current_call.set(call.id)  # this task's own context: traces its work under it
+            current_events.set(queue.put_nowait)  # live events of the call (MCP progress)
+            try:
+                results[call.id] = await self._run_tool(call, queue, media)
+            finally:
+                queue.put_nowait(None)
+
+        for call in calls[MAX_CALLS_PER_TURN:]:
+            results[call.id] = (
+                f"Error: not run: this turn asked for {len(calls)} tool calls and at most "
+                f"{MAX_CALLS_PER_TURN} run at once. Call '{call.name}' again in your next turn "
+                "if you still need it."
+            )
+
+        for call in calls:
+            yield ToolCallEvent(
+                run_id=self.run_id,
+                call_id=call.id,
+                name=call.name,
+                arguments=masked_args(call.arguments, self.mask),
+            )
+        if hasattr(self.hooks, "on_notice"):  # e.g. "approval pending" while confirm waits
+            self.hooks.on_notice = queue.put_nowait
+        tasks = [asyncio.create_task(one(call)) for call in calls[:MAX_CALLS_PER_TURN]]
+        for call in calls[MAX_CALLS_PER_TURN:]:
+            yield ToolResultEvent(
+                run_id=self.run_id,
+                call_id=call.id,
+                name=call.name,
+                content=self.mask(results[call.id]),  # it names the model's tool name
+                is_error=True,
+                duration_ms=0.0,
+            )
+        try:
+            pending = len(tasks)
+            while pending:
+                event = await queue.get()
+                if event is None:
+                    pending -= 1
+                else:
+                    yield event
+            for task in tasks:
+                task.result()
+        finally:
+            live = [task for task in tasks if not task.done()]
+            for task in tasks:
+                if task in live:
+                    task.cancel()
+                elif not task.cancelled():
+                    task.exception()  # retrieved: no "exception was never retrieved" log
+            if live:  # a gather of done tasks alone would cost a loop iteration
+                await asyncio.gather(*live, return_exceptions=True)
+        for call in calls:
+            content = results[call.id]
+            if self.mask_observations and (masked := self.mask(content)) != content:
+                content = masked
+                yield Notice(
+                    run_id=self.run_id,
+                    message=f"a secret in the result of '{call.name}' was masked before it "
+                    "was sent to the model",
+                    data={"masked": "observation", "call_id": call.id, "tool": call.name},
+                )
+            observations.append(
+                Message(role="tool", tool_call_id=call.id, name=call.name, content=content)
+            )
+        if media:
+            extra = self._media_message([(c.name, media[c.id]) for c in calls if c.id in media])
+            if extra is not None:
+                observations.append(extra)
+
+    def _media_message(self, found: list[tuple[str, list[Any]]]) -> Message | None:
+        """Tool results' images/audio as one user message, for a model that accepts them
+        (others keep the text placeholder the observation already has)."""
+
+        if self.accepts_media is None:
+            self.accepts_media = accepted_media(self.model)
+        if not self.accepts_media:
+            return None
+        return media_message(found, self.accepts_media)
+
+    async def _run_tool(
+        self, call: ToolCall, queue: asyncio.Queue[Event | None], media: dict[str, list[Any]]
+    ) -> str:
+        t0 = time.perf_counter()
+        arguments = call.arguments
+
+        async def emit(content: str, is_error: bool) -> str:
+            queue.put_nowait(
+                ToolResultEvent(
+                    run_id=self.run_id,
+                    call_id=call.id,
+                    name=call.name,
+                    content=self.mask(content),
+                    is_error=is_error,
+                    duration_ms=(time.perf_counter() - t0) * 1000,
+                )
+            )
+            return content
+
+        # Invalid calls are answered before hooks: there is nothing for a hook to guard.
+        problem = self.registry.check(call.name, arguments, call.raw_arguments)
+        if problem is not None:
+            return await emit(problem, True)
+        try:
+            await prepare_view(self.registry.get(call.name), arguments)
+            view = self._view(call.name, arguments)
+        except Exception as exc:
+            return await emit(_unviewable(call.name, exc), True)
+        no_hooks = type(self.hooks) is NoHooks  # allows everything: no context to build
+        metadata = {} if no_hooks else {**self.metadata, "call_id": call.id}
+        pre, events = (
+            allowed()
+            if no_hooks
+            else await self.hooks.run(
+                "PreToolUse", view.context("PreToolUse", self.agent, self.run_id, metadata)
+            )
+        )
+        for event in events:
+            queue.put_nowait(event.model_copy(update={"call_id": call.id}))
+        if not pre.allow:
+            reason = pre.error or "blocked by a hook"
+            return await emit(
+                f"Blocked: the call to '{view.name}' was not run. Reason: {reason.rstrip('.')}."
+                + (
+                    ""
+                    if "retry" in reason
+                    else " Do not retry the same call; choose another approach or tell the user."
+                ),
+                True,
+            )
+        target_args = view.args
+        if pre.modified_args is not None:
+            # The rewrite is of the target's arguments; it applies to the call that runs.
+            try:
+                target_args = pre.modified_args
+                arguments = view.call_arguments(target_args)
+                again = self._view(call.name, arguments)
+            except Exception as exc:
+                return await emit(_unviewable(call.name, exc), True)
+            if again.name != view.name:
+                return await emit(
+                    f"Blocked: a hook rewrote the call to '{view.name}' into a call to "
+                    f"'{again.name}'; a rewrite may change arguments, not the target.",
+                    True,
+                )
+            problem = self.registry.check(call.name, arguments)
+            if problem is not None:
+                return await emit(
+                    f"A hook rewrote the arguments into an invalid call. {problem}", True
+                )
+
+        result: ToolResult = await self.registry.call(
+            call.name, arguments, timeout=self.tool_timeout, checked=True
+        )
+        post, events = (
+            allowed()
+            if no_hooks
+            else await self.hooks.run(
+                "PostToolUse",
+                view.rewritten(target_args).context(
+                    "PostToolUse",
+                    self.agent,
+                    self.run_id,
+                    {**metadata, "is_error": result.is_error},
+                    result.content,
+                ),
+            )
+        )
+        for event in events:
+            queue.put_nowait(event.model_copy(update={"call_id": call.id}))
+        if not post.allow:
+            reason = post.error or "blocked by a hook"
+            return await emit(
+                f"Blocked: the result of '{view.name}' was withheld. Reason: {reason}.", True
+            )
+        content = post.modified_result if post.modified_result is not None else result.content
+        found = result.metadata.get("media")
+        if found and isinstance(found, list) and post.modified_result is None:
+            media[call.id] = found  # a hook that rewrote the result withholds the media too
+        return await emit(content, result.is_error)
+
+    def _view(self, name: str, arguments: dict[str, Any]) -> CallView:
+        if self.call_view is None:
+            return CallView(name, arguments)
+        return self.call_view(name, arguments)
+
+
+def _unviewable(name: str, exc: Exception) -> str:
+    return (
+        f"Blocked: fim could not tell what the call to '{name}' targets ({exc}), so it was "
+        "not run (hooks fail closed). Check the call's arguments against the tool's "
+        "description."
+    )
+
+
+def masked_args(arguments: dict[str, Any], mask: Callable[[str], str]) -> dict[str, Any]:
+    if mask is _identity:  # nothing to mask: not even the import statement
+        return arguments
+    # deferred: loading fim.masking costs a few ms
+    from fim.masking import mask_strings
+
+    return mask_strings(arguments, mask)

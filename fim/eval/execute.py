@@ -1,0 +1,209 @@
+"""One eval case's target, run: the agent or workflow a suite names, with every model it
+builds behind the case's cassette and the runner's call slots, and what it observed
+(`Observed`) for the assertions.
+
+Its own module because this is where an eval reaches the run-time layers (models,
+preflight, `run_agent`, the workflow engine); `fim.eval.runner` schedules the cases and
+checks the assertions. `EvalRunner` inherits these methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+from fim.build.snapshot import Snapshot
+from fim.config.schema import EvalCase, EvalSuite, ModelSettings
+from fim.errors import FimError
+from fim.eval.assertions import Observed
+from fim.eval.cassettes import (
+    NEEDS_LIVE,
+    Cassette,
+    CassetteMiss,
+    CassetteModel,
+    Mode,
+    NeedsLiveModel,
+)
+from fim.eval.results import CaseRun
+from fim.events import RunFinished
+from fim.llm import ModelWrapper, make_model, wrapping_models
+from fim.run.services import Services
+from fim.types import Message, Model
+
+
+def _render(value: Any, variables: dict[str, Any]) -> Any:
+    if not variables:
+        return value
+    # deferred: loading jinja2 costs a few ms
+    from jinja2 import StrictUndefined
+    from jinja2.sandbox import SandboxedEnvironment
+
+    env = SandboxedEnvironment(undefined=StrictUndefined)
+
+    def go(v: Any) -> Any:
+        if isinstance(v, str):
+            return env.from_string(v).render(**variables)
+        if isinstance(v, list):
+            return [go(x) for x in v]
+        if isinstance(v, dict):
+            return {k: go(x) for k, x in v.items()}
+        return v
+
+    return go(value)
+
+
+class Throttled:
+    """A model whose calls wait for a slot: the runner's bound on calls in flight."""
+
+    def __init__(self, inner: Model, slots: asyncio.Semaphore) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.slots = slots
+
+    async def complete(self, messages: list[Message], tools: Any = None, **options: Any) -> Any:
+        async with self.slots:
+            return await self.inner.complete(messages, tools, **options)
+
+    async def stream(self, messages: list[Message], tools: Any = None, **options: Any) -> Any:
+        async with self.slots:
+            async for chunk in self.inner.stream(messages, tools, **options):
+                yield chunk
+
+
+class CaseExecutor:
+    """The case-running half of `fim.eval.runner.EvalRunner` (the attributes it sets,
+    declared here for the methods that read them)."""
+
+    snapshot: Snapshot
+    mode: Mode
+    with_hooks: bool
+    _calls: asyncio.Semaphore
+
+    def _wrapper(self, cassette: Cassette) -> ModelWrapper:
+        """How every model of a case is built: behind the case's cassette (scripted models
+        need none) and the `--concurrency` call slots."""
+
+        def wrap(settings: ModelSettings, make: Callable[[], Model]) -> Model:
+            if settings.model.startswith("scripted:"):
+                return make()
+
+            def build() -> Model:
+                return Throttled(make(), self._calls)
+
+            if self.mode == "live":
+                return build()
+            return CassetteModel(settings.model, build, cassette)
+
+        return wrap
+
+    def _wrap(self, ref: Any, cassette: Cassette) -> Model:
+        """The model `ref` names, built as the models of a case are."""
+        with wrapping_models(self._wrapper(cassette)):
+            return make_model(self.snapshot.model_settings(ref), self.snapshot.root)
+
+    def _preflight(self, suite: EvalSuite) -> list[Any]:
+        """What a live case of `suite` is certain to fail on (a missing key...), as RunErrors:
+        the case fails with that line instead of starting its agent."""
+        # deferred: loading fim.run.preflight costs tens of ms
+        from fim.run.preflight import agent_problems, workflow_problems
+
+        if suite.agent is not None and suite.agent in self.snapshot.agents:
+            return agent_problems(self.snapshot, self.snapshot.agents[suite.agent])
+        workflow = self.snapshot.workflows.get(suite.workflow or "")
+        return workflow_problems(self.snapshot, workflow) if workflow is not None else []
+
+    def _live_model(self, suite: EvalSuite) -> str | None:
+        """A real (not scripted) model the suite's target certainly asks: the agent's own, or
+        one of a workflow's `llm` nodes or `agent` nodes' agents. In replay without a
+        cassette such a case is skipped before it starts, so a workflow's side effects never
+        run ahead of a model call that cannot be answered."""
+        refs: list[Any] = []
+        if suite.agent is not None and suite.agent in self.snapshot.agents:
+            refs.append(self.snapshot.agents[suite.agent].model)
+        workflow = self.snapshot.workflows.get(suite.workflow or "")
+        for node in workflow.nodes.values() if workflow is not None else ():
+            uses = node.uses()
+            refs += uses.models
+            agents = self.snapshot.agents
+            refs += [agents[name].model for name in uses.agents if name in agents]
+        for ref in refs:
+            model = self.snapshot.model_settings(ref).model
+            if not model.startswith("scripted:"):
+                return model
+        return None
+
+    async def _execute(
+        self, suite: EvalSuite, case: EvalCase, services: Services, cassette: Cassette, run: CaseRun
+    ) -> tuple[Observed, str]:
+        payload = _render(case.input, case.vars)
+        if suite.workflow is not None:
+            return await self._execute_workflow(suite.workflow, payload, services, run)
+        # deferred: loading fim.engines.dag costs hundreds of ms
+        from fim.run.agent import run_agent
+
+        agent = self.snapshot.agent(suite.agent or "")
+        if isinstance(payload, str):
+            conversation: str | list[Message] = payload
+            prompt = payload
+        elif isinstance(payload, list):
+            conversation = [Message.model_validate(m) for m in payload]
+            prompt = next((m.content or "" for m in reversed(conversation) if m.role == "user"), "")
+        else:
+            raise FimError(f"case '{case.name}': an agent case needs text or a list of messages")
+        final: RunFinished | None = None
+        events = []
+        async for event in run_agent(
+            self.snapshot, agent.name, conversation, services=services, hooks=self.with_hooks
+        ):
+            events.append(event)
+            if event.type == "error" and event.kind == "model_error":
+                if NEEDS_LIVE in event.message:
+                    raise NeedsLiveModel.from_message(event.message)
+                if "cassette miss" in event.message:
+                    raise CassetteMiss(event.message)
+            if isinstance(event, RunFinished):
+                final = event
+        run.trace = events
+        if final is None:
+            raise FimError("the run ended without a result")
+        if final.status == "error":
+            raise FimError(final.output)
+        structured = None
+        try:
+            structured = json.loads(final.output)
+        except ValueError:
+            structured = None
+        return Observed(
+            output=final.output,
+            events=events,
+            iterations=final.iterations,
+            tokens=final.usage.total_tokens,
+            cost=final.usage.cost,
+            structured=structured,
+        ), prompt
+
+    async def _execute_workflow(
+        self, name: str, payload: Any, services: Services, run: CaseRun
+    ) -> tuple[Observed, str]:
+        # deferred: loading fim.workflows.engine costs tens of ms
+        from fim.workflows.engine import WorkflowEngine
+
+        if not isinstance(payload, dict):
+            raise FimError(f"a workflow case needs a mapping of inputs for '{name}'")
+        engine = WorkflowEngine(self.snapshot, name, services, hooks=self.with_hooks)
+        events = [event async for event in engine.run(payload)]
+        run.trace = events
+        finished = next((e for e in reversed(events) if e.type == "workflow_finished"), None)
+        if finished is None or finished.status != "ok":
+            raise FimError(
+                f"workflow '{name}' ended {getattr(finished, 'status', 'without a result')}"
+            )
+        outputs = finished.outputs
+        text = json.dumps(outputs, ensure_ascii=False, default=str)
+        if len(outputs) == 1:
+            only = next(iter(outputs.values()))
+            text = only if isinstance(only, str) else text
+        tool_events = [e for e in events if e.type == "tool_call"]
+        return Observed(output=text, events=tool_events, structured=outputs), json.dumps(payload)

@@ -1,0 +1,71 @@
+"""Errors in OpenAI's shape: a failed run as an HTTP status and error object (the model's
+failure is a 502, a budget a 402, fim's own a 500), and Starlette's own 404/405 as JSON.
+
+Its own module because the native run routes (`fim.server.app`) answer a failed run with the
+same object and the app installs `http_error` for every route: neither needs the chat
+completions surface loaded for it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from fim.events import RunFinished
+from fim.server.http import error
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own errors (unknown route 404, wrong method 405) as OpenAI-shaped JSON."""
+
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    if status == 404:
+        return error(
+            404,
+            f"unknown route {request.method} {request.url.path}",
+            "see GET /v1/models, /v1/agents, /v1/workflows",
+        )
+    detail = exc.detail if isinstance(exc, HTTPException) else "error"
+    return error(status, f"{detail}: {request.method} {request.url.path}")
+
+
+UPSTREAM_KINDS = frozenset({"model_error", "empty_reply", "invalid_output"})
+"""Error kinds of a run that are the model's failure (HTTP 502), not fim's (HTTP 500): an
+answer that failed its schema twice is the model's."""
+
+
+def failure(trace: list[dict[str, Any]], final: RunFinished) -> tuple[str, str]:
+    """(kind, message) of a failed run: its last error event, else its final output."""
+    for event in reversed(trace):
+        if event.get("type") == "error":
+            return str(event.get("kind") or "run_error"), str(event.get("message") or "")
+    return "run_error", final.output
+
+
+def error_object(problem: tuple[str, str]) -> tuple[int, dict[str, Any]]:
+    """HTTP status and OpenAI error object for a failed run: a model that failed upstream
+    (unreachable, rejected the key, timed out) is 502 Bad Gateway, anything else 500."""
+    kind, message = problem
+    if kind == "budget_exceeded":  # 402, not 429: the OpenAI SDKs retry 429s, re-spending
+        field = re.search(r"\bbudget\.max_[a-z_]+", message)  # the limit it passed
+        return 402, {
+            "error": {
+                "message": message,
+                "type": "insufficient_quota",
+                "param": field.group(0) if field else None,
+                "code": kind,
+            }
+        }
+    upstream = kind in UPSTREAM_KINDS
+    return (502 if upstream else 500), {
+        "error": {
+            "message": message,
+            "type": "api_error" if upstream else "server_error",
+            "param": None,
+            "code": kind,
+        }
+    }
