@@ -90,7 +90,8 @@ def _runs(conn: Connection, cutoff: float, dry_run: bool) -> dict[str, int]:
         count = conn.execute(select(func.count()).select_from(old.subquery())).scalar() or 0
         logged = select(func.count()).where(events.c.run_id.in_(old))
         return {"runs": int(count), "events": int(conn.execute(logged).scalar() or 0)}
-    ids = list(conn.execute(old.limit(BATCH)).scalars())
+    # oldest first along the created_at index: a batch stops at BATCH rows, not at the end
+    ids = list(conn.execute(old.order_by(runs.c.created_at).limit(BATCH)).scalars())
     if not ids:
         return {"runs": 0, "events": 0}
     deleted = conn.execute(events.delete().where(events.c.run_id.in_(ids))).rowcount
@@ -121,7 +122,10 @@ def _rows(conn: Connection, name: str, kind: str, cutoff: float, dry_run: bool) 
     from sqlalchemy import select
 
     rows = table(name)
-    return {kind: _delete(conn, rows, select(rows.c.id).where(rows.c.ts < cutoff), dry_run)}
+    # oldest first along the primary key (rows are appended in time order): a batch reads
+    # about BATCH rows, where `ts` has no index (usage)
+    old = select(rows.c.id).where(rows.c.ts < cutoff).order_by(rows.c.id)
+    return {kind: _delete(conn, rows, old, dry_run)}
 
 
 def _delete(conn: Connection, rows: Any, old: Any, dry_run: bool) -> int:

@@ -1,0 +1,79 @@
+"""Instructions per run, for callgrind: N runs of the calculator agent against the stub
+model (bench/overhead.py's task), tracing off, spans built but handed to no processor
+(`build`), or exported over OTLP/HTTP to a receiver (`export`). Counting instructions
+instead of CPU time makes small differences measurable on a noisy machine: run it twice,
+with 0 and with N runs, and subtract (start-up and warm-up cancel out):
+
+    python bench/_common.py --tool-loop 3 &            # prints the stub's URL
+    sleep 1d | python -m fim.testing.otlp &            # prints the receiver's URL
+    for n in 0 200; do RECV=<receiver> valgrind --tool=callgrind --separate-threads=yes \\
+        --callgrind-out-file=cg.$n.%p python bench/callgrind_runs.py export $n <stub>; done
+    # per thread: (summary of cg.200.*-0K - summary of cg.0.*-0K) / 200
+
+The heap is settled after the warm-up, as `fim serve` settles it. Used for the tracing
+and per-run figures of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import PROMPT
+
+from fim import observe
+from fim.build.snapshot import Snapshot
+from fim.capabilities import CAPABILITIES
+from fim.config.schema import AgentDecl, ModelSettings, Project
+from fim.run.agent import run_agent
+from fim.run.services import Services
+from fim.server import settle_heap
+
+MODES = ("off", "build", "export")
+
+
+async def runs(snapshot: Snapshot, services: Services, count: int) -> None:
+    for _ in range(count):
+        async for _event in run_agent(snapshot, "calc", PROMPT, services=services):
+            pass
+
+
+async def main(mode: str, count: int, base_url: str) -> None:
+    root = Path(tempfile.mkdtemp(prefix="fim-callgrind-"))
+    snapshot = Snapshot(
+        root=root,
+        project=Project(name="b", state=f"sqlite:///{root / 'state.db'}"),
+        agents={"calc": AgentDecl(name="calc", model="g", tools=["calculator"])},
+        models={
+            "g": ModelSettings(model="openai/stub", api_base=base_url, api_key="x", max_retries=0)
+        },
+    )
+    services = Services(providers=CAPABILITIES, root=root, state_url=snapshot.project.state)
+    if mode != "off":
+        os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = os.environ.get("RECV", "http://127.0.0.1:9")
+        observe.reset()
+        # deferred: only loaded when tracing is on
+        from fim.observe import sdk
+
+        if mode == "build":
+            sdk.sink().on_end = lambda span: None
+    await runs(snapshot, services, 5)
+    settle_heap()
+    await runs(snapshot, services, count)
+    if mode == "export":
+        # deferred: only loaded when tracing is on
+        from fim.observe import sdk
+
+        sdk.flush()
+    await services.aclose()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4 or sys.argv[1] not in MODES:
+        sys.exit(f"usage: callgrind_runs.py {{{'|'.join(MODES)}}} RUNS STUB_URL")
+    asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3]))
