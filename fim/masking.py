@@ -44,7 +44,8 @@ MIN_BASE64 = 6
 """Base64 bodies shorter than this are not forms of their own (too many false hits)."""
 
 SECRET_KEY = re.compile(
-    r"pass(word|wd|phrase)?|pwd|token|secret|api[_-]?keys?|authori[sz]ation|credential|"
+    r"pass(word|wd|phrase)?|pwd|token|secret|(api|operator)[_-]?keys?|authori[sz]ation|"
+    r"credential|"
     r"(private|access|secret)[_-]?key|cookie|session[_-]?id|dsn|(^|[_-])auth($|[_-])",
     re.IGNORECASE,
 )

@@ -106,6 +106,7 @@ def test_literal_credentials_under_secret_keys():
         "env": {"GITHUB_TOKEN": "ghp_literal_value", "LOG_LEVEL": "debug"},
         "url": "postgresql://app:p%40ss-w0rd@db:5432/crm",
         "api_keys": ["key-one-literal", "key-two-literal"],
+        "operator_keys": ["ops-key-literal"],
         "template": {"token": "{{ inputs.token }}"},
         "session_id": "alice-session",
         "auth": {"type": "api_key", "key": "key-literal-0042", "name": "X-Key"},
@@ -113,12 +114,13 @@ def test_literal_credentials_under_secret_keys():
     found = config_secrets(declaration)
     assert {"sk-literal-123456", "tok-literal-98765", "ghp_literal_value"} <= found
     assert {"p%40ss-w0rd", "p@ss-w0rd", "key-one-literal", "key-two-literal"} <= found
+    assert "ops-key-literal" in found
     assert not found & {"openai/gpt-4o", "text/plain", "debug", "{{ inputs.token }}"}
     assert "alice-session" not in found and "key-literal-0042" in found
     shown = Masker().value(declaration, keys=True)
     assert shown["model"] == {"model": "openai/gpt-4o", "api_key": MASK, "max_tokens": 900}
     assert shown["headers"] == {"Authorization": MASK, "Accept": "text/plain"}
-    assert shown["api_keys"] == [MASK, MASK]
+    assert shown["api_keys"] == [MASK, MASK] and shown["operator_keys"] == [MASK]
 
 
 def test_secret_looking_keys():

@@ -11,15 +11,27 @@ from pathlib import Path
 import httpx
 from test_background_runs import project, served
 
+from fim.build.snapshot import Snapshot
+from fim.capabilities import CAPABILITIES
+from fim.config.schema import AgentDecl, Project, WorkflowDecl
+from fim.run.agent import ask
+from fim.run.services import Services
+from fim.store import get_store
 from fim.store.owners import claim, may_read, owner_of
+from fim.store.schema import table
+from fim.workflows.engine import WorkflowEngine
 
 A = {"Authorization": "Bearer key-a"}
 B = {"Authorization": "Bearer key-b"}
 
 
+OPS = {"Authorization": "Bearer key-ops"}
+
+
 def keyed(root: Path) -> Path:
     (root / "fim.yaml").write_text(
-        'name: bg\nstate: "sqlite:///.fim/state.db"\nserver:\n  api_keys: [key-a, key-b]\n'
+        'name: bg\nstate: "sqlite:///.fim/state.db"\n'
+        "server: {api_keys: [key-a, key-b], operator_keys: [key-ops]}\n"
     )
     return root
 
@@ -67,6 +79,75 @@ def test_a_keyed_servers_runs_are_seen_only_by_the_key_that_started_them(tmp_pat
         b_run = httpx.post(f"{url}/v1/agents/math/runs", json={"input": "1+1?"}, headers=B)
         theirs = [run["id"] for run in httpx.get(f"{url}/v1/runs", headers=B).json()["runs"]]
         assert theirs == [b_run.json()["run_id"]]
+        # an operator key (a console) sees every run
+        every = {run["id"] for run in httpx.get(f"{url}/v1/runs", headers=OPS).json()["runs"]}
+        assert every == mine | set(theirs)
+
+
+def test_an_approval_is_decided_only_by_the_key_whose_run_waits_on_it(tmp_path: Path):
+    root = keyed(project(tmp_path / "p", "sqlite:///.fim/state.db"))
+    with served(root) as url:
+        flow = httpx.post(
+            f"{url}/v1/workflows/refund/runs", json={"inputs": {"amount": 5}}, headers=A
+        ).json()
+        assert flow["status"] == "paused"  # its human node waits for a decision
+        (pending,) = httpx.get(f"{url}/v1/approvals", headers=A).json()["approvals"]
+        assert pending["run_id"] == flow["run_id"]
+        assert httpx.get(f"{url}/v1/approvals", headers=B).json()["approvals"] == []
+        assert httpx.get(f"{url}/v1/approvals?status=all", headers=B).json()["approvals"] == []
+        stolen = httpx.post(
+            f"{url}/v1/approvals/{pending['id']}", json={"decision": "approve"}, headers=B
+        )
+        assert stolen.status_code == 404
+        ops = httpx.get(f"{url}/v1/approvals", headers=OPS).json()["approvals"]
+        assert [a["id"] for a in ops] == [pending["id"]]
+        decided = httpx.post(
+            f"{url}/v1/approvals/{pending['id']}", json={"decision": "approve"}, headers=A
+        )
+        assert decided.status_code == 200 and decided.json()["resumed_run"] == flow["run_id"]
+
+
+GREET = {"type": "agent", "agent": "solo", "input": "hi"}
+
+
+async def test_the_runs_a_run_delegates_to_belong_to_its_key(tmp_path: Path):
+    """A delegate's run (and whatever approval its hooks ask for) is the starting key's."""
+    (tmp_path / "lead.yaml").write_text(
+        "- tool_calls: [{name: call_agent, arguments: {agent: solo, task: hi}}]\n- text: done\n"
+    )
+    (tmp_path / "solo.yaml").write_text("- text: hello\n")
+    snapshot = Snapshot(
+        root=tmp_path,
+        project=Project(name="team", state=f"sqlite:///{tmp_path / 'state.db'}"),
+        agents={
+            "lead": AgentDecl(name="lead", model="scripted:lead.yaml", delegates=["solo"]),
+            "solo": AgentDecl(name="solo", model="scripted:solo.yaml"),
+        },
+        workflows={"w": WorkflowDecl.model_validate({"name": "w", "nodes": {"greet": GREET}})},
+    )
+    services = Services(providers=CAPABILITIES, root=tmp_path, state_url=snapshot.project.state)
+    try:
+        final = await ask(snapshot, "lead", "go", services=services, run_id="top", owner="h-a")
+        assert final.output == "done"
+        owners = table("run_owners")
+        rows = await get_store(services)._read(
+            lambda conn: list(conn.execute(owners.select()).mappings())
+        )
+        assert sorted(r["run_id"] == "top" for r in rows) == [False, True]  # lead and solo
+        assert {r["owner"] for r in rows} == {"h-a"}
+        # without an owner nothing is recorded (fim run, fim eval)
+        await ask(snapshot, "lead", "go", services=services, run_id="cli")
+        assert await owner_of(get_store(services), "cli") is None
+        # a workflow's agent node runs for the key that started the workflow run
+        engine = WorkflowEngine(snapshot, "w", services)
+        await claim(get_store(services), engine.run_id, "h-b")
+        assert [e.type async for e in engine.run({})][-1] == "workflow_finished"
+        rows = await get_store(services)._read(
+            lambda conn: list(conn.execute(owners.select()).mappings())
+        )
+        assert sorted(r["owner"] for r in rows).count("h-b") == 2  # the run and its node's
+    finally:
+        await services.aclose()
 
 
 def test_without_keys_anyone_reads_any_run(tmp_path: Path):
@@ -89,7 +170,7 @@ async def test_a_run_nobody_claimed_is_no_keyed_callers(store_url: str):
         await store.put_run("mine", "agent", "math", "ok", {})
         await claim(store, "mine", "hash-a")
         assert await owner_of(store, "cli") is None and await owner_of(store, "mine") == "hash-a"
-        assert not await may_read(store, "cli", "hash-a") and await may_read(store, "cli", "")
+        assert not await may_read(store, "cli", "hash-a") and await may_read(store, "cli", None)
         assert await may_read(store, "mine", "hash-a") and not await may_read(store, "mine", "b")
         assert [r.id for r in await store.list_runs(owner="hash-a")] == ["mine"]
         assert {r.id for r in await store.list_runs()} == {"cli", "mine"}

@@ -6,8 +6,8 @@ delegation, eval), so hooks, tool modes and depth guards behave the same everywh
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import aclosing, nullcontext
+from collections.abc import AsyncIterator, Iterator
+from contextlib import aclosing, contextmanager, nullcontext, suppress
 from typing import TYPE_CHECKING, Any
 
 from fim.build.snapshot import Snapshot
@@ -19,6 +19,8 @@ from fim.run.auto import resolve_agent
 from fim.run.plan import build_engine, build_plan
 from fim.run.services import RunContext, Services
 from fim.run.spend import Ledger
+from fim.store import get_store
+from fim.store.owners import claim, current_owner
 from fim.types import Message, Model
 
 if TYPE_CHECKING:
@@ -40,13 +42,17 @@ async def run_agent(
     guard: Any = None,
     overrides: RunOverrides | None = None,
     session: str | None = None,
+    owner: str = "",
 ) -> AsyncIterator[Event]:
     """Run one request through a declared agent and yield its events.
 
     `services` is the process's (built by the surface with the capability areas,
     `fim.capabilities.CAPABILITIES`), so MCP sessions and HTTP pools are shared between runs
     and closed by whoever made them. `session` names the conversation the run continues
-    (session budgets, `fim.run.spend`).
+    (session budgets, `fim.run.spend`). `owner`, the key hash of the server's caller
+    (default: the run that starts this one's, `fim.store.owners.current_owner`), is
+    recorded before the run starts, and so for every run it delegates to: only that key
+    reads them back and decides what they wait on.
     """
     agent = resolve_agent(snapshot, agent_name)
     ctx = RunContext(
@@ -61,6 +67,9 @@ async def run_agent(
     )
     if run_id:
         ctx.run_id = run_id
+    owner = owner or current_owner.get()
+    if owner:
+        await claim(get_store(services), ctx.run_id, owner)
     request = (
         input
         if isinstance(input, str)
@@ -71,7 +80,7 @@ async def run_agent(
     watch = watch_run(agent=agent.name, run_id=ctx.run_id, snapshot=snapshot, depth=depth)
     on = watch.on if watch is not None else None
     ledger = Ledger(services, agent.name, ctx.run_id, session)
-    with watch or nullcontext():
+    with watch or nullcontext(), _owned_by(owner):
         async with aclosing(engine.run(input)) as events:  # type: ignore[type-var]
             async for event in events:
                 if on is not None:  # spans and metrics, when on
@@ -80,6 +89,20 @@ async def run_agent(
                 if ledger.count(event):
                     await ledger.finish(event)
                 yield event
+
+
+@contextmanager
+def _owned_by(owner: str) -> Iterator[None]:
+    """`current_owner` set to `owner` while the run goes (the runs it starts are owner's)."""
+    if not owner:
+        yield
+        return
+    token = current_owner.set(owner)
+    try:
+        yield
+    finally:
+        with suppress(ValueError):  # closed from another context
+            current_owner.reset(token)
 
 
 async def ask(

@@ -96,7 +96,9 @@ async def execute_agent_run(
         trace.append(restarted)
         live.add(restarted)
     try:
-        async for event in run_agent(snapshot, agent, history, services=services, run_id=run_id):
+        async for event in run_agent(
+            snapshot, agent, history, services=services, run_id=run_id, owner=owner
+        ):
             dumped = event.model_dump(mode="json")
             live.add(dumped)
             if event.type != "token":

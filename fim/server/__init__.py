@@ -197,7 +197,8 @@ def banner(snapshot: Any, host: str, port: int, reload: bool) -> str:
     """The start-up line: what is served, where, and whether file changes reload it."""
     shown = f"[{host}]" if ":" in host else host
     agents, workflows = len(snapshot.agents), len(snapshot.workflows)
-    keys = "on" if any(snapshot.project.server.api_keys) else "off"
+    server = snapshot.project.server
+    keys = "on" if any(server.api_keys) or any(server.operator_keys) else "off"
     return (
         f"fim serve: project '{snapshot.project.name}' · {agents} agent{'s' * (agents != 1)}, "
         f"{workflows} workflow{'s' * (workflows != 1)} · http://{shown}:{port} "

@@ -41,6 +41,7 @@ from fim.server.http import (
     JSONResponse,
     cancel_on_disconnect,
     error,
+    run_scope,
     session_owner,
     sse,
 )
@@ -160,11 +161,8 @@ class Api:
         from fim.run.agent import run_agent
         from fim.store import get_store
         from fim.store.live import EventLog
-        from fim.store.owners import claim
 
         snapshot = self.holder.current
-        if owner:
-            await claim(get_store(self.services), run_id, owner)
         self.active_runs += 1
         kept = [] if trace is None else trace
         live = EventLog(get_store(self.services), run_id, "agent", agent)  # any replica tails it
@@ -180,6 +178,7 @@ class Api:
                 run_id=run_id,
                 overrides=overrides,
                 session=session,
+                owner=owner,
             ):
                 dumped = event.model_dump(mode="json")
                 live.add(dumped)
@@ -296,7 +295,7 @@ class Api:
         except ValueError:
             return error(400, "limit must be an integer")
         kind = request.query_params.get("kind")
-        owner = session_owner(request, self.holder) or None  # a keyed caller: its own runs
+        owner = run_scope(request, self.holder)  # a keyed caller: its own runs
         records = await get_store(self.services).list_runs(kind=kind, limit=limit, owner=owner)
         return JSONResponse({"runs": [_summary(r) for r in records]})
 

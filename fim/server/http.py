@@ -23,6 +23,7 @@ from fim.server.public import is_public
 
 if TYPE_CHECKING:
     from fim.build.reload import SnapshotHolder
+    from fim.config.schema import ServerSettings
 
 log = logging.getLogger("fim.server")
 
@@ -35,16 +36,35 @@ class JSONResponse(_JSONResponse):
         return super().render(known().value(content))
 
 
-def session_owner(request: Request, holder: SnapshotHolder) -> str:
-    """Who a session belongs to: a hash of the bearer key the request was let in with
-    (never the key itself), or "" when the server has no keys (anyone may continue any
-    session, as before)."""
+def server_keys(settings: ServerSettings) -> list[str]:
+    """Every bearer key the server accepts: `api_keys` and `operator_keys`, empty ones
+    ignored. None: the server is open."""
+    return [k for k in (*settings.api_keys, *settings.operator_keys) if k]
 
-    if not [k for k in holder.current.project.server.api_keys if k]:
-        return ""
+
+def _bearer(request: Request) -> str:
     auth = request.headers.get("authorization", "")
-    token = auth[7:] if auth.lower().startswith("bearer ") else ""
-    return hashlib.sha256(b"fim-session-owner\0" + token.encode()).hexdigest()
+    return auth[7:] if auth.lower().startswith("bearer ") else ""
+
+
+def session_owner(request: Request, holder: SnapshotHolder) -> str:
+    """Who a session (and a run) belongs to: a hash of the bearer key the request was let
+    in with (never the key itself), or "" when the server has no keys (anyone may continue
+    any session, as before)."""
+
+    if not server_keys(holder.current.project.server):
+        return ""
+    return hashlib.sha256(b"fim-session-owner\0" + _bearer(request).encode()).hexdigest()
+
+
+def run_scope(request: Request, holder: SnapshotHolder) -> str | None:
+    """Whose runs and approvals this caller sees (`fim.store.owners`): its own, by the hash
+    of its key; None, every one, on a server without keys or for an operator key."""
+    settings = holder.current.project.server
+    token = _bearer(request).encode()
+    if any(hmac.compare_digest(token, k.encode()) for k in settings.operator_keys if k):
+        return None
+    return session_owner(request, holder) or None
 
 
 _CODES = {
@@ -111,7 +131,7 @@ class Guard:
             await self.app(scope, receive, send)
             return
         settings = self.holder.current.project.server
-        keys = [k for k in settings.api_keys if k]
+        keys = server_keys(settings)
         headers = dict(scope["headers"])
         if keys:
             auth = headers.get(b"authorization", b"").decode("latin-1")

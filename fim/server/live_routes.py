@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from fim.masking import StreamMasker, known
-from fim.server.http import JSONResponse, error, session_owner
+from fim.server.http import JSONResponse, error, run_scope
 from fim.store import get_store
 from fim.store.live import read_events, running_here, tail
 from fim.store.owners import may_read
@@ -46,7 +46,7 @@ def live_handlers(api: Api) -> dict[str, Any]:
 
         store = get_store(api.services)
         run_id = request.path_params["run_id"]
-        if not await may_read(store, run_id, session_owner(request, api.holder)):
+        if not await may_read(store, run_id, run_scope(request, api.holder)):
             return error(404, f"unknown run '{run_id}'")  # another key's run: not there
         record = await store.get_run(run_id)
         if record is None and running_here(store, run_id):  # SQLite: in memory until the end
@@ -77,7 +77,7 @@ def live_handlers(api: Api) -> dict[str, Any]:
         after = _after(request)
         if isinstance(after, Response):
             return after
-        if not await may_read(store, run_id, session_owner(request, api.holder)):
+        if not await may_read(store, run_id, run_scope(request, api.holder)):
             return error(404, f"unknown run '{run_id}'")  # another key's run: not there
         if not running_here(store, run_id) and await store.get_run(run_id) is None:
             return error(404, f"unknown run '{run_id}'")

@@ -117,7 +117,8 @@ def openapi_document(app: Any, title: str = "fim") -> dict[str, Any]:
             "title": f"fim: {title}",
             "version": fim_version,
             "description": "The HTTP API of `fim serve`. When the project sets "
-            "`server.api_keys`, every route but /healthz (and the development page's own "
+            "`server.api_keys` (or `operator_keys`), every route but /healthz (and the "
+            "development page's own "
             "files: /, /static/, /docs, this document) needs `Authorization: Bearer <key>`.",
         },
         "paths": paths,

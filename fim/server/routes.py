@@ -13,10 +13,10 @@ from starlette.responses import Response
 from fim.errors import FimError
 from fim.server.background import requeue_decided
 from fim.server.bodies import BodyError, DecisionBody, WorkflowRunBody, read_body
-from fim.server.http import JSONResponse, error, session_owner, sse
+from fim.server.http import JSONResponse, error, run_scope, session_owner, sse
 from fim.store import get_store
 from fim.store.live import recorded
-from fim.store.owners import claim
+from fim.store.owners import claim, may_read
 from fim.workflows.state import KIND
 
 if TYPE_CHECKING:
@@ -113,10 +113,12 @@ def approval_handlers(api: Api) -> dict[str, Any]:
             "expired": "expired",
         }
         store = get_store(api.services)
+        owner = run_scope(request, api.holder)  # a keyed caller: its own runs' approvals
         if status == "all":
-            items = await store.list_approvals(None)
+            items = await store.list_approvals(None, owner=owner)
         else:  # an unknown status matches no approval
-            items = await store.list_approvals(known[status]) if status in known else []
+            wanted = known.get(status)
+            items = await store.list_approvals(wanted, owner=owner) if wanted else []
         return JSONResponse({"approvals": [a.as_dict() for a in items]})
 
     async def resolve(request: Request) -> Response:
@@ -133,7 +135,9 @@ def approval_handlers(api: Api) -> dict[str, Any]:
         store = get_store(api.services)
         approval_id = request.path_params["approval_id"]
         current = await store.get_approval(approval_id)
-        if current is None:
+        if current is None or not await may_read(
+            store, current.run_id, run_scope(request, api.holder)
+        ):  # another key's run waits on it: not there
             return error(404, f"unknown approval '{approval_id}'")
         if current.status != "pending":
             return error(409, f"approval '{approval_id}' is already {current.status}")

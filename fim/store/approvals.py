@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from fim.masking import known, mask_value
 from fim.store.engine import Database
+from fim.store.owners import owned_by
 from fim.store.records import Approval, ApprovalStatus
 from fim.store.schema import table
 
@@ -75,13 +76,17 @@ class Approvals(Database):
         agent: str | None = None,
         tool_name: str | None = None,
         limit: int = 200,
+        owner: str | None = None,
     ) -> list[Approval]:
-        """Approvals with this status (None: all), newest first."""
+        """Approvals with this status (None: all), newest first; with `owner`, only those
+        of runs that caller started (`fim.store.owners`)."""
         approvals = table("approvals")
         query = approvals.select().order_by(approvals.c.created_at.desc()).limit(limit)
         for column, value in (("status", status), ("agent", agent), ("tool_name", tool_name)):
             if value is not None:
                 query = query.where(approvals.c[column] == value)
+        if owner is not None:
+            query = query.where(approvals.c.run_id.in_(owned_by(owner)))
 
         def work(conn: Connection) -> list[Approval]:
             _expire(conn)

@@ -1,28 +1,48 @@
-"""Who started a run over HTTP, so that only they can read it back.
+"""Who started a run over HTTP, so that only they can read it back and decide for it.
 
 A server with `server.api_keys` gives each key its own sessions (`fim.store.sessions`);
 the runs a key starts carry that key's conversation too (the input, the answer, every tool
-call), so `GET /v1/runs`, `GET /v1/runs/{id}` and its event stream show a run only to the
-key that started it. The owner is the same hash of the key the sessions use, never the key.
-A run with no owner row (started by `fim run`, `fim eval` or a worker's own schedule) is
-shown to no keyed caller: the check fails closed. A server without keys records nothing
-and checks nothing: anyone who can reach it may read any run, as before.
+call), so `GET /v1/runs`, `GET /v1/runs/{id}`, its event stream and the approvals its tool
+calls wait on are shown only to the key that started it (and to `server.operator_keys`).
+The owner is the same hash of the key the sessions use, never the key.
+
+A run started while `current_owner` is set (the server sets it around the runs a request
+starts) is claimed by `fim.run.agent.run_agent` itself, so the runs it delegates to and
+the agent nodes of a workflow belong to the same key, and so do the approvals they ask
+for. A run with no owner row (started by `fim run`, `fim eval` or a worker's own schedule)
+is shown to no keyed caller: the check fails closed (`fim approvals` and operator keys
+still see it). A server without keys records nothing and checks nothing.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
 
 from fim.store.schema import table
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
     from fim.store import Store
+
+current_owner: ContextVar[str] = ContextVar("fim_run_owner", default="")
+"""The key hash the runs started in this context belong to ("" outside a keyed request)."""
 
 
 async def claim(store: Store, run_id: str, owner: str) -> None:
-    """Record `owner` as the caller who started `run_id`, before anyone can ask for it."""
-    rows = table("run_owners")
-    await store._tx(lambda conn: conn.execute(rows.insert().values(run_id=run_id, owner=owner)))
+    """Record `owner` as who started `run_id`, before anyone can ask for it; a run
+    already claimed keeps its owner."""
+    await store._tx(lambda conn: _claim(conn, run_id, owner))
+
+
+def _claim(conn: Connection, run_id: str, owner: str) -> None:
+    # deferred: loading sqlalchemy costs hundreds of ms
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    insert: Any = dialect.insert(table("run_owners")).values(run_id=run_id, owner=owner)
+    conn.execute(insert.on_conflict_do_nothing(index_elements=["run_id"]))
 
 
 async def owner_of(store: Store, run_id: str) -> str | None:
@@ -33,7 +53,13 @@ async def owner_of(store: Store, run_id: str) -> str | None:
     return None if row is None else str(row["owner"])
 
 
-async def may_read(store: Store, run_id: str, owner: str) -> bool:
-    """Whether a caller (`owner`: the hash of its key, "" when the server has no keys) may
-    see run `run_id`."""
-    return not owner or await owner_of(store, run_id) == owner
+async def may_read(store: Store, run_id: str, owner: str | None) -> bool:
+    """Whether a caller may see run `run_id` (and decide what it waits on): `owner` is the
+    hash of its key, or None when it sees every run (no keys, an operator key)."""
+    return owner is None or await owner_of(store, run_id) == owner
+
+
+def owned_by(owner: str) -> Any:
+    """The ids of the runs `owner` started, as a subquery (`... .in_(owned_by(owner))`)."""
+    rows = table("run_owners")
+    return rows.select().with_only_columns(rows.c.run_id).where(rows.c.owner == owner)

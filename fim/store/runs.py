@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from fim.masking import known
 from fim.store.engine import Database
+from fim.store.owners import owned_by
 from fim.store.records import RunRecord
 from fim.store.schema import table
 
@@ -55,9 +56,7 @@ class Runs(Database):
         if kind is not None:
             query = query.where(runs.c.kind == kind)
         if owner is not None:
-            owners = table("run_owners")
-            mine = owners.select().with_only_columns(owners.c.run_id)
-            query = query.where(runs.c.id.in_(mine.where(owners.c.owner == owner)))
+            query = query.where(runs.c.id.in_(owned_by(owner)))
         rows = await self._read(lambda c: list(c.execute(query).mappings()))
         return [RunRecord(**row) for row in rows]
 

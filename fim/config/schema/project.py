@@ -154,7 +154,11 @@ class ServerSettings(Strict):
     host: str = "127.0.0.1"
     port: int = 8000
     api_keys: list[str] = Field(default_factory=list)
-    """Bearer keys accepted by every route but /healthz; empty strings are ignored."""
+    """Bearer keys accepted by every route but /healthz; empty strings are ignored. Each
+    key sees only the sessions, runs and approvals of the runs it started."""
+    operator_keys: list[str] = Field(default_factory=list)
+    """Bearer keys accepted like `api_keys` that see every run and decide every approval
+    (an operations console; `fim approvals` on the store needs no key)."""
     cors_origins: list[str] = Field(default_factory=list)
     max_body_bytes: int = 1_048_576
 
