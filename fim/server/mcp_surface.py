@@ -233,9 +233,14 @@ async def call_workflow(
 ) -> types.CallToolResult:
     """Start one workflow run; a run that pauses at a human node returns that state."""
     # deferred: loading fim.workflows.engine costs tens of ms
+    from fim.store import get_store
+    from fim.store.owners import claim
     from fim.workflows.engine import WorkflowEngine
 
     engine = WorkflowEngine(api.holder.current, name, api.services)
+    owner = _owner(ctx, api)
+    if owner:  # the run, its agent nodes and its approvals are this key's
+        await claim(get_store(api.services), engine.run_id, owner)
     progress = _Progress(ctx)
     final: WorkflowFinished | None = None
     waiting: list[dict[str, Any]] = []
