@@ -67,9 +67,6 @@ async def run_agent(
     )
     if run_id:
         ctx.run_id = run_id
-    owner = owner or current_owner.get()
-    if owner:
-        await claim(get_store(services), ctx.run_id, owner)
     request = (
         input
         if isinstance(input, str)
@@ -77,6 +74,9 @@ async def run_agent(
     )
     plan = await build_plan(ctx, request, model=model, stream=stream, overrides=overrides)
     engine = build_engine(plan)
+    owner = owner or current_owner.get()
+    if owner:  # before its first event: no one else ever sees the run
+        await claim(get_store(services), ctx.run_id, owner)
     watch = watch_run(agent=agent.name, run_id=ctx.run_id, snapshot=snapshot, depth=depth)
     on = watch.on if watch is not None else None
     ledger = Ledger(services, agent.name, ctx.run_id, session)
