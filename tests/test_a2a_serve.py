@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from test_run_owners import assert_only_owner_sees, run_ids
 
 pytest.importorskip("a2a", reason="a2a-sdk is not installed (pip install 'fim[a2a]')")
 
@@ -161,8 +162,7 @@ def test_send_and_stream_with_the_a2a_sdk_client(
 
 def test_a_context_is_a_session_of_the_key_that_started_it(served: tuple[str, Any]):
     url, api = served
-    alice = {"Authorization": f"Bearer {KEY}"}
-    before = {r["id"] for r in httpx.get(f"{url}/v1/runs", headers=alice).json()["runs"]}
+    before = run_ids(url, KEY)
     agent = card(url, "/a2a/math/.well-known/agent-card.json")
 
     async def main() -> None:
@@ -183,12 +183,7 @@ def test_a_context_is_a_session_of_the_key_that_started_it(served: tuple[str, An
 
     asyncio.run(asyncio.wait_for(main(), 30))
     # the runs are alice's too: bob neither lists nor reads them (fim.store.owners)
-    runs = httpx.get(f"{url}/v1/runs", headers=alice).json()["runs"]
-    new = [r for r in runs if r["id"] not in before]
-    bob = {"Authorization": f"Bearer {OTHER_KEY}"}
-    theirs = {r["id"] for r in httpx.get(f"{url}/v1/runs", headers=bob).json()["runs"]}
-    assert len(new) == 2 and not theirs & {r["id"] for r in runs}
-    assert httpx.get(f"{url}/v1/runs/{new[0]['id']}/events", headers=bob).status_code == 404
+    assert len(assert_only_owner_sees(url, KEY, OTHER_KEY, before)) == 2
 
 
 def test_unknown_agent_and_missing_key(served: tuple[str, Any]):

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from test_run_owners import assert_only_owner_sees, run_ids
 
 from fim.testing.server import ServerThread
 
@@ -154,8 +155,7 @@ def test_bearer_keys_guard_mcp(served: tuple[str, Any]):
 
 def test_sessions_belong_to_the_key_that_made_them(served: tuple[str, Any]):
     url, api = served
-    alice = {"Authorization": f"Bearer {KEY}"}
-    before = {r["id"] for r in httpx.get(f"{url}/v1/runs", headers=alice).json()["runs"]}
+    before = run_ids(url, KEY)
 
     async def main() -> None:
         async with http_client(url, mode="legacy") as alice:
@@ -173,12 +173,7 @@ def test_sessions_belong_to_the_key_that_made_them(served: tuple[str, Any]):
 
     asyncio.run(asyncio.wait_for(main(), 60))
     # the runs are alice's too: bob neither lists nor reads them (fim.store.owners)
-    runs = httpx.get(f"{url}/v1/runs", headers=alice).json()["runs"]
-    new = [r for r in runs if r["id"] not in before]
-    bob = {"Authorization": f"Bearer {OTHER_KEY}"}
-    theirs = {r["id"] for r in httpx.get(f"{url}/v1/runs", headers=bob).json()["runs"]}
-    assert len(new) == 2 and not theirs & {r["id"] for r in runs}
-    assert httpx.get(f"{url}/v1/runs/{new[0]['id']}", headers=bob).status_code == 404
+    assert len(assert_only_owner_sees(url, KEY, OTHER_KEY, before)) == 2
 
 
 def test_approval_pending_arrives_as_progress_and_a_paused_workflow_says_how_to_go_on(

@@ -36,6 +36,24 @@ def keyed(root: Path) -> Path:
     return root
 
 
+def run_ids(url: str, key: str) -> set[str]:
+    """The ids `GET /v1/runs` lists for `key`."""
+    runs = httpx.get(f"{url}/v1/runs", headers={"Authorization": f"Bearer {key}"}).json()
+    return {run["id"] for run in runs["runs"]}
+
+
+def assert_only_owner_sees(url: str, owner: str, other: str, before: set[str]) -> set[str]:
+    """The runs `owner` started since `before` (its list then): every one is a 404 to
+    `other`, in its list, its record and its event stream. Returns them."""
+    mine = run_ids(url, owner)
+    assert not run_ids(url, other) & mine
+    for run_id in mine - before:
+        for path in (f"/v1/runs/{run_id}", f"/v1/runs/{run_id}/events"):
+            reply = httpx.get(url + path, headers={"Authorization": f"Bearer {other}"})
+            assert reply.status_code == 404
+    return mine - before
+
+
 def sse_run_id(response: httpx.Response) -> str:
     for line in response.text.splitlines():
         if line.startswith("data: ") and '"run_id"' in line:
