@@ -179,6 +179,36 @@ class Sink:
         self.random_root = self.random_flag if random_ids is not None and random_ids() else 0
         """The W3C level-2 `random` flag of a new trace, as the SDK would set it."""
 
+    def finished(
+        self,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext,
+        kind: SpanKind,
+        start: int,
+        end: int,
+        attributes: dict[str, Any],
+    ) -> None:
+        """A span whose start and end are known together (a model call, from its event):
+        made as the SDK's `ReadableSpan` at once, without an `OpenSpan` first."""
+        if self.max_length is not None or (
+            self.max_attributes is not None and len(attributes) > self.max_attributes
+        ):
+            attributes = self._limited(attributes)
+        self.on_end(
+            self.readable(
+                name=name,
+                context=context,
+                parent=parent,
+                resource=self.resource,
+                attributes=attributes,
+                kind=kind,
+                start_time=start,
+                end_time=end,
+                instrumentation_scope=self.scope,
+            )
+        )
+
     def emit(self, span: OpenSpan, end: int) -> None:
         attributes = span.attributes
         if self.max_length is not None or (

@@ -14,6 +14,7 @@ it: the parent's consumer is kept in a context variable the child's consumer rea
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -68,6 +69,7 @@ def _capture() -> bool:
     return found
 
 
+@functools.lru_cache(maxsize=256)
 def _provider_of(model: str) -> str | None:
     """`anthropic/claude-x` -> `anthropic`: litellm's provider prefix."""
     return model.split("/", 1)[0] if "/" in model else None
@@ -110,6 +112,7 @@ class _Trace:
     def __init__(self, root: OpenSpan, mask: Callable[[str], str] | None, found: Sink) -> None:
         self.root = root
         self.emit = found.emit
+        self.finished = found.finished
         self.span_id = found.ids.generate_span_id
         context = root.context
         self.trace = (context.trace_id, context.trace_flags, context.trace_state)
@@ -231,10 +234,16 @@ class _Trace:
         if usage.cost is not None:
             attributes["fim.cost_usd"] = usage.cost
         ts = e.ts
-        span = self._start(
-            f"chat {request_model}", ts - e.duration_ms / 1000, attributes, SpanKind.CLIENT
+        trace_id, flags, state = self.trace
+        self.finished(
+            f"chat {request_model}",
+            SpanContext(trace_id, self.span_id(), False, flags, state),
+            self.root.context,
+            SpanKind.CLIENT,
+            int((ts - e.duration_ms / 1000) * 1e9),
+            int(ts * 1e9),
+            attributes,
         )
-        self.emit(span, int(ts * 1e9))
 
     def _on_tool_call(self, e: Any) -> None:
         # The name and the id are written by the model too (an unknown tool's name is
