@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
+from pydantic import ValidationError
 from test_background_runs import project, served
 
 from fim.build.snapshot import Snapshot
@@ -194,3 +196,46 @@ async def test_a_run_nobody_claimed_is_no_keyed_callers(store_url: str):
         assert {r.id for r in await store.list_runs()} == {"cli", "mine"}
     finally:
         store.close()
+
+
+def test_a_tenants_keys_share_its_sessions_and_runs_so_a_key_can_be_rotated(tmp_path: Path):
+    root = project(tmp_path / "p", "sqlite:///.fim/state.db")
+    (root / "fim.yaml").write_text(
+        'name: bg\nstate: "sqlite:///.fim/state.db"\nserver:\n  api_keys:\n'
+        "    - {key: acme-old-key, tenant: acme}\n"
+        "    - {key: acme-new-key, tenant: acme}\n"
+        "    - other-key\n"
+    )
+    old, new = "acme-old-key", "acme-new-key"
+    with served(root) as url:
+        first = httpx.post(
+            f"{url}/v1/agents/math/runs",
+            json={"input": "6*7?", "session_id": "s1"},
+            headers={"Authorization": f"Bearer {old}"},
+        ).json()
+        # the new key continues the session and reads the run the old key started
+        second = httpx.post(
+            f"{url}/v1/agents/math/runs",
+            json={"input": "and again?", "session_id": "s1"},
+            headers={"Authorization": f"Bearer {new}"},
+        )
+        assert second.status_code == 200, second.text
+        assert run_ids(url, new) == {first["run_id"], second.json()["run_id"]}
+        assert_only_owner_sees(url, new, "other-key", set())
+        taken = httpx.post(
+            f"{url}/v1/agents/math/runs",
+            json={"input": "me?", "session_id": "s1"},
+            headers={"Authorization": "Bearer other-key"},
+        )
+        assert taken.status_code == 404  # another tenant's session
+        shown = httpx.get(f"{url}/v1/agents/math", headers={"Authorization": f"Bearer {new}"})
+        assert old not in shown.text and new not in shown.text
+
+
+def test_tenant_keys_are_checked_and_masked():
+    from fim.masking import config_secrets
+
+    with pytest.raises(ValidationError, match="tenant"):
+        Project.model_validate({"server": {"api_keys": [{"key": "k3y-value", "tenant": ""}]}})
+    keys = {"server": {"api_keys": ["plain-k3y", {"key": "tenant-k3y", "tenant": "acme"}]}}
+    assert config_secrets(keys) == {"plain-k3y", "tenant-k3y"}  # never the tenant's name

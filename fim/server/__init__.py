@@ -197,8 +197,10 @@ def banner(snapshot: Any, host: str, port: int, reload: bool) -> str:
     """The start-up line: what is served, where, and whether file changes reload it."""
     shown = f"[{host}]" if ":" in host else host
     agents, workflows = len(snapshot.agents), len(snapshot.workflows)
-    server = snapshot.project.server
-    keys = "on" if any(server.api_keys) or any(server.operator_keys) else "off"
+    # deferred: the server's HTTP helpers, loaded with the app anyway
+    from fim.server.http import server_keys
+
+    keys = "on" if server_keys(snapshot.project.server) else "off"
     return (
         f"fim serve: project '{snapshot.project.name}' · {agents} agent{'s' * (agents != 1)}, "
         f"{workflows} workflow{'s' * (workflows != 1)} · http://{shown}:{port} "

@@ -37,9 +37,10 @@ class JSONResponse(_JSONResponse):
 
 
 def server_keys(settings: ServerSettings) -> list[str]:
-    """Every bearer key the server accepts: `api_keys` and `operator_keys`, empty ones
-    ignored. None: the server is open."""
-    return [k for k in (*settings.api_keys, *settings.operator_keys) if k]
+    """Every bearer key the server accepts: `api_keys` (tenants' too) and `operator_keys`,
+    empty ones ignored. None: the server is open."""
+    keys = [k if isinstance(k, str) else k.key for k in settings.api_keys]
+    return [k for k in (*keys, *settings.operator_keys) if k]
 
 
 def _bearer(request: Request) -> str:
@@ -52,9 +53,17 @@ def session_owner(request: Request, holder: SnapshotHolder) -> str:
     in with (never the key itself), or "" when the server has no keys (anyone may continue
     any session, as before)."""
 
-    if not server_keys(holder.current.project.server):
+    settings = holder.current.project.server
+    if not server_keys(settings):
         return ""
-    return hashlib.sha256(b"fim-session-owner\0" + _bearer(request).encode()).hexdigest()
+    token = _bearer(request).encode()
+    tenant = ""
+    for key in settings.api_keys:  # every key compared, in constant time each
+        if not isinstance(key, str) and key.key and hmac.compare_digest(token, key.key.encode()):
+            tenant = key.tenant
+    if tenant:  # a tenant's keys share what they own
+        return hashlib.sha256(b"fim-tenant\0" + tenant.encode()).hexdigest()
+    return hashlib.sha256(b"fim-session-owner\0" + token).hexdigest()
 
 
 def run_scope(request: Request, holder: SnapshotHolder) -> str | None:

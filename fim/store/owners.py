@@ -4,7 +4,9 @@ A server with `server.api_keys` gives each key its own sessions (`fim.store.sess
 the runs a key starts carry that key's conversation too (the input, the answer, every tool
 call), so `GET /v1/runs`, `GET /v1/runs/{id}`, its event stream and the approvals its tool
 calls wait on are shown only to the key that started it (and to `server.operator_keys`).
-The owner is the same hash of the key the sessions use, never the key.
+The owner is the same hash the sessions use: of the key, or of its tenant's name when the
+key is declared `{key: ..., tenant: ...}` (a tenant's keys share what they own, so a key
+can be rotated); never the key itself.
 
 A run started while `current_owner` is set (the server sets it around the runs a request
 starts) is claimed by `fim.run.agent.run_agent` itself, so the runs it delegates to and

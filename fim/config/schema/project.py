@@ -150,12 +150,22 @@ McpServer = Annotated[
 ]
 
 
+class TenantKey(Strict):
+    """A bearer key of a named tenant: every key of one tenant sees the same sessions, runs
+    and approvals, so a key is rotated by adding the new one under the same tenant and
+    removing the old one later."""
+
+    key: str
+    tenant: str = Field(min_length=1, max_length=200)
+
+
 class ServerSettings(Strict):
     host: str = "127.0.0.1"
     port: int = 8000
-    api_keys: list[str] = Field(default_factory=list)
-    """Bearer keys accepted by every route but /healthz; empty strings are ignored. Each
-    key sees only the sessions, runs and approvals of the runs it started."""
+    api_keys: list[str | TenantKey] = Field(default_factory=list)
+    """Bearer keys accepted by every route but /healthz; empty ones are ignored. Each key
+    (or each tenant's keys, `{key: ..., tenant: ...}`) sees only the sessions, runs and
+    approvals of the runs it started."""
     operator_keys: list[str] = Field(default_factory=list)
     """Bearer keys accepted like `api_keys` that see every run and decide every approval
     (an operations console; `fim approvals` on the store needs no key)."""
