@@ -6,6 +6,7 @@ not exist, as it is told of another key's session. Without keys, anyone reads an
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import httpx
@@ -102,6 +103,16 @@ def test_a_keyed_servers_runs_are_seen_only_by_the_key_that_started_them(tmp_pat
         # an operator key (a console) sees every run
         every = {run["id"] for run in httpx.get(f"{url}/v1/runs", headers=OPS).json()["runs"]}
         assert every == mine | set(theirs)
+        # a run refused before it starts (bad inputs) leaves nothing behind
+        owned = "select count(*) from fim_run_owners"
+        with sqlite3.connect(root / ".fim" / "state.db") as db:
+            before = db.execute(owned).fetchone()[0]
+        bad = httpx.post(
+            f"{url}/v1/workflows/refund/runs", json={"inputs": {"amount": "x"}}, headers=A
+        )
+        assert bad.status_code == 400
+        with sqlite3.connect(root / ".fim" / "state.db") as db:
+            assert db.execute(owned).fetchone()[0] == before == len(every)
 
 
 def test_an_approval_is_decided_only_by_the_key_whose_run_waits_on_it(tmp_path: Path):

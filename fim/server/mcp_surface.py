@@ -234,18 +234,17 @@ async def call_workflow(
     """Start one workflow run; a run that pauses at a human node returns that state."""
     # deferred: loading fim.workflows.engine costs tens of ms
     from fim.store import get_store
-    from fim.store.owners import claim
+    from fim.store.owners import claimed
     from fim.workflows.engine import WorkflowEngine
 
     engine = WorkflowEngine(api.holder.current, name, api.services)
-    owner = _owner(ctx, api)
-    if owner:  # the run, its agent nodes and its approvals are this key's
-        await claim(get_store(api.services), engine.run_id, owner)
+    owner = _owner(ctx, api)  # the run, its agent nodes and its approvals are this key's
     progress = _Progress(ctx)
     final: WorkflowFinished | None = None
     waiting: list[dict[str, Any]] = []
     try:
-        async for event in engine.run(args):
+        store = get_store(api.services)
+        async for event in claimed(store, engine.run_id, owner, engine.run(args)):
             await progress(event)
             if isinstance(event, Notice) and event.data.get("approval_id"):
                 waiting.append(event.data)

@@ -16,7 +16,7 @@ from fim.server.bodies import BodyError, DecisionBody, WorkflowRunBody, read_bod
 from fim.server.http import JSONResponse, error, run_scope, session_owner, sse
 from fim.store import get_store
 from fim.store.live import recorded
-from fim.store.owners import claim, may_read
+from fim.store.owners import claimed, may_read
 from fim.workflows.state import KIND
 
 if TYPE_CHECKING:
@@ -68,9 +68,9 @@ def workflow_handlers(api: Api) -> dict[str, Any]:
 
             return await start_workflow_run(api, name, inputs, owner)
         engine = WorkflowEngine(snap, name, api.services)
-        if owner:
-            await claim(get_store(api.services), engine.run_id, owner)
-        events = recorded(get_store(api.services), engine.run_id, KIND, name, engine.run(inputs))
+        store = get_store(api.services)
+        started = claimed(store, engine.run_id, owner, engine.run(inputs))  # the key's run
+        events = recorded(store, engine.run_id, KIND, name, started)
         if body.stream:
             return sse(events)
         trace: list[dict[str, Any]] = []

@@ -18,8 +18,9 @@ still see it). A server without keys records nothing and checks nothing.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fim.store.schema import table
 
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
 
     from fim.store import Store
+
+T = TypeVar("T")
 
 current_owner: ContextVar[str] = ContextVar("fim_run_owner", default="")
 """The key hash the runs started in this context belong to ("" outside a keyed request)."""
@@ -45,6 +48,19 @@ def _claim(conn: Connection, run_id: str, owner: str) -> None:
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     insert: Any = dialect.insert(table("run_owners")).values(run_id=run_id, owner=owner)
     conn.execute(insert.on_conflict_do_nothing(index_elements=["run_id"]))
+
+
+async def claimed(
+    store: Store, run_id: str, owner: str, events: AsyncIterator[T]
+) -> AsyncIterator[T]:
+    """`events` unchanged, `run_id` claimed for `owner` ("": nobody) before the first one
+    (a run refused before its first event, bad inputs, leaves no owner row)."""
+    pending = bool(owner)
+    async for event in events:
+        if pending:
+            await claim(store, run_id, owner)
+            pending = False
+        yield event
 
 
 async def owner_of(store: Store, run_id: str) -> str | None:
