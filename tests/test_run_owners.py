@@ -22,6 +22,7 @@ from fim.run.services import Services
 from fim.store import get_store
 from fim.store.owners import claim, may_read, owner_of
 from fim.store.schema import table
+from fim.testing.cluster import until
 from fim.workflows.engine import WorkflowEngine
 
 A = {"Authorization": "Bearer key-a"}
@@ -103,6 +104,21 @@ def test_a_keyed_servers_runs_are_seen_only_by_the_key_that_started_them(tmp_pat
         # an operator key (a console) sees every run
         every = {run["id"] for run in httpx.get(f"{url}/v1/runs", headers=OPS).json()["runs"]}
         assert every == mine | set(theirs)
+
+        # and what they spent: each key its own runs, the operator all of them (usage rows
+        # are the agent runs': five of A's, once its background run is done)
+        def settled() -> bool:
+            records = [httpx.get(f"{url}/v1/runs/{r}", headers=A).json() for r in mine]
+            return all(record["status"] not in ("queued", "running") for record in records)
+
+        until(settled)
+        spent = {
+            name: sum(
+                row["runs"] for row in httpx.get(f"{url}/v1/usage", headers=h).json()["usage"]
+            )
+            for name, h in (("a", A), ("b", B), ("ops", OPS))
+        }
+        assert spent == {"a": 5, "b": 1, "ops": 6}
         # a run refused before it starts (bad inputs) leaves nothing behind
         owned = "select count(*) from fim_run_owners"
         with sqlite3.connect(root / ".fim" / "state.db") as db:

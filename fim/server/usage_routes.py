@@ -1,5 +1,6 @@
 """`GET /v1/usage`: tokens and cost per UTC day and agent from the state store (what `fim
-usage` prints), for dashboards and chargeback."""
+usage` prints), for dashboards and chargeback: a key of a keyed server sees what its own
+runs spent, an operator key (and `fim usage`) everything."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from fim.server.http import JSONResponse, error
+from fim.server.http import JSONResponse, error, run_scope
 
 if TYPE_CHECKING:
     from fim.server.app import Api
@@ -35,7 +36,8 @@ def usage_handlers(api: Api) -> dict[str, Any]:
         days = int(raw)
         agent = request.query_params.get("agent") or None
         since = (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=days - 1)).isoformat()
-        rows = await summary(get_store(api.services), since=since, agent=agent)
+        owner = run_scope(request, api.holder)  # a keyed caller: what its own runs spent
+        rows = await summary(get_store(api.services), since=since, agent=agent, owner=owner)
         return JSONResponse({"since": since, "usage": rows})
 
     return {"usage": usage}

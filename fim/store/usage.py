@@ -8,6 +8,7 @@ import datetime as dt
 import time
 from typing import TYPE_CHECKING, Any
 
+from fim.store.owners import owned_by
 from fim.store.prepared import Prepared
 from fim.store.schema import table
 
@@ -94,10 +95,15 @@ def _insert(name: str, row: dict[str, Any]) -> Prepared:
 
 
 async def summary(
-    store: Store, *, since: str | None = None, agent: str | None = None
+    store: Store,
+    *,
+    since: str | None = None,
+    agent: str | None = None,
+    owner: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Runs, model calls, tokens and cost per (day, agent), newest day first. `cost` is None
-    when no run of the group had a known price; `unpriced_runs` says how many lacked one."""
+    """Runs, model calls, tokens and cost per (day, agent), newest day first; with `owner`,
+    of the runs that caller started only (`fim.store.owners`). `cost` is None when no run
+    of the group had a known price; `unpriced_runs` says how many lacked one."""
     # deferred: loading sqlalchemy costs hundreds of ms
     from sqlalchemy import case, func, select
 
@@ -121,6 +127,8 @@ async def summary(
         query = query.where(usage.c.day >= since)
     if agent is not None:
         query = query.where(usage.c.agent == agent)
+    if owner is not None:
+        query = query.where(usage.c.run_id.in_(owned_by(owner)))
     rows = await store._read(lambda conn: list(conn.execute(query).mappings()))
     out = []
     for row in rows:
