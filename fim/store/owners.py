@@ -8,10 +8,10 @@ The owner is the same hash the sessions use: of the key, or of its tenant's name
 key is declared `{key: ..., tenant: ...}` (a tenant's keys share what they own, so a key
 can be rotated); never the key itself.
 
-A run started while `current_owner` is set (the server sets it around the runs a request
-starts) is claimed by `fim.run.agent.run_agent` itself, so the runs it delegates to and
-the agent nodes of a workflow belong to the same key, and so do the approvals they ask
-for. A run with no owner row (started by `fim run`, `fim eval` or a worker's own schedule)
+`fim.run.agent.run_agent` claims each run for the owner the server passes it, and sets
+`current_owner` while the run goes, so the runs it delegates to are claimed for the same
+key; a workflow's agent nodes take the workflow run's owner. The approvals all of them ask
+for are then that key's too. A run with no owner row (started by `fim run`, `fim eval` or a worker's own schedule)
 is shown to no keyed caller: the check fails closed (`fim approvals` and operator keys
 still see it). A server without keys records nothing and checks nothing.
 """
