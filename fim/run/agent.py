@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing, contextmanager, nullcontext, suppress
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from fim.build.snapshot import Snapshot
@@ -19,12 +20,14 @@ from fim.run.auto import resolve_agent
 from fim.run.plan import build_engine, build_plan
 from fim.run.services import RunContext, Services
 from fim.run.spend import Ledger
-from fim.store import get_store
-from fim.store.owners import claim, current_owner
 from fim.types import Message, Model
 
 if TYPE_CHECKING:
     from fim.run.overrides import RunOverrides
+
+current_owner: ContextVar[str] = ContextVar("fim_run_owner", default="")
+"""The key hash (`fim.store.owners`) of the run going on in this context, "" for none: the
+runs it starts (delegates) belong to it too."""
 
 
 async def run_agent(
@@ -50,7 +53,7 @@ async def run_agent(
     `fim.capabilities.CAPABILITIES`), so MCP sessions and HTTP pools are shared between runs
     and closed by whoever made them. `session` names the conversation the run continues
     (session budgets, `fim.run.spend`). `owner`, the key hash of the server's caller
-    (default: the run that starts this one's, `fim.store.owners.current_owner`), is
+    (default: the owner of the run that starts this one, `current_owner`), is
     recorded before the run starts, and so for every run it delegates to: only that key
     reads them back and decides what they wait on.
     """
@@ -76,6 +79,10 @@ async def run_agent(
     engine = build_engine(plan)
     owner = owner or current_owner.get()
     if owner:  # before its first event: no one else ever sees the run
+        # deferred: the state store loads on a keyed server's runs only (a few ms)
+        from fim.store import get_store
+        from fim.store.owners import claim
+
         await claim(get_store(services), ctx.run_id, owner)
     watch = watch_run(agent=agent.name, run_id=ctx.run_id, snapshot=snapshot, depth=depth)
     on = watch.on if watch is not None else None

@@ -8,18 +8,17 @@ The owner is the same hash the sessions use: of the key, or of its tenant's name
 key is declared `{key: ..., tenant: ...}` (a tenant's keys share what they own, so a key
 can be rotated); never the key itself.
 
-`fim.run.agent.run_agent` claims each run for the owner the server passes it, and sets
-`current_owner` while the run goes, so the runs it delegates to are claimed for the same
-key; a workflow's agent nodes take the workflow run's owner. The approvals all of them ask
-for are then that key's too. A run with no owner row (started by `fim run`, `fim eval` or a worker's own schedule)
-is shown to no keyed caller: the check fails closed (`fim approvals` and operator keys
-still see it). A server without keys records nothing and checks nothing.
+`fim.run.agent.run_agent` claims each run for the owner the server passes it, and passes
+it on (a context variable) to the runs it delegates to, claimed for the same key; a
+workflow's agent nodes take the workflow run's owner. The approvals all of them ask for are
+then that key's too. A run with no owner row (started by `fim run`, `fim eval` or a
+worker's own schedule) is shown to no keyed caller: the check fails closed (`fim approvals`
+and operator keys still see it). A server without keys records nothing and checks nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fim.store.schema import table
@@ -30,9 +29,6 @@ if TYPE_CHECKING:
     from fim.store import Store
 
 T = TypeVar("T")
-
-current_owner: ContextVar[str] = ContextVar("fim_run_owner", default="")
-"""The key hash the runs started in this context belong to ("" outside a keyed request)."""
 
 
 async def claim(store: Store, run_id: str, owner: str) -> None:
