@@ -183,14 +183,16 @@ class Sink:
         self,
         name: str,
         context: SpanContext,
-        parent: SpanContext,
+        parent: SpanContext | None,
         kind: SpanKind,
         start: int,
         end: int,
         attributes: dict[str, Any],
+        events: tuple[Any, ...] = (),
+        status: Status = _UNSET,
     ) -> None:
-        """A span whose start and end are known together (a model call, from its event):
-        made as the SDK's `ReadableSpan` at once, without an `OpenSpan` first."""
+        """A span ended: made as the SDK's `ReadableSpan` and handed to the processors. A
+        model call's span comes here at once (start and end known together, no `OpenSpan`)."""
         if self.max_length is not None or (
             self.max_attributes is not None and len(attributes) > self.max_attributes
         ):
@@ -202,7 +204,9 @@ class Sink:
                 parent=parent,
                 resource=self.resource,
                 attributes=attributes,
+                events=events,
                 kind=kind,
+                status=status,
                 start_time=start,
                 end_time=end,
                 instrumentation_scope=self.scope,
@@ -210,26 +214,11 @@ class Sink:
         )
 
     def emit(self, span: OpenSpan, end: int) -> None:
-        attributes = span.attributes
-        if self.max_length is not None or (
-            self.max_attributes is not None and len(attributes) > self.max_attributes
-        ):
-            attributes = self._limited(attributes)
-        self.on_end(
-            self.readable(
-                name=span.name,
-                context=span.context,
-                parent=span.parent,
-                resource=self.resource,
-                attributes=attributes,
-                events=tuple(self.event(*event) for event in span.events) if span.events else (),
-                kind=span.kind,
-                status=span.status,
-                start_time=span.start,
-                end_time=end,
-                instrumentation_scope=self.scope,
-            )
-        )
+        events = tuple(self.event(*event) for event in span.events) if span.events else ()
+        self.finished(
+            span.name, span.context, span.parent, span.kind, span.start, end, span.attributes,
+            events, span.status,
+        )  # fmt: skip
 
     def _limited(self, attributes: dict[str, Any]) -> dict[str, Any]:
         """OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT and OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT, as
