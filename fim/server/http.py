@@ -43,9 +43,19 @@ def server_keys(settings: ServerSettings) -> list[str]:
     return [k for k in (*keys, *settings.operator_keys) if k]
 
 
-def _bearer(request: Request) -> str:
-    auth = request.headers.get("authorization", "")
-    return auth[7:] if auth.lower().startswith("bearer ") else ""
+def bearer(authorization: str) -> bytes:
+    """The key of an `Authorization: Bearer <key>` header value (empty when it has none)."""
+    return (authorization[7:] if authorization.lower().startswith("bearer ") else "").encode()
+
+
+def one_of(token: bytes, keys: list[str]) -> bool:
+    """Whether `token` is one of `keys` (empty ones never match), each compared in
+    constant time."""
+    return any(hmac.compare_digest(token, k.encode()) for k in keys if k)
+
+
+def _bearer(request: Request) -> bytes:
+    return bearer(request.headers.get("authorization", ""))
 
 
 def session_owner(request: Request, holder: SnapshotHolder) -> str:
@@ -56,7 +66,7 @@ def session_owner(request: Request, holder: SnapshotHolder) -> str:
     settings = holder.current.project.server
     if not server_keys(settings):
         return ""
-    token = _bearer(request).encode()
+    token = _bearer(request)
     tenant = ""
     for key in settings.api_keys:  # every key compared, in constant time each
         if not isinstance(key, str) and key.key and hmac.compare_digest(token, key.key.encode()):
@@ -70,8 +80,7 @@ def run_scope(request: Request, holder: SnapshotHolder) -> str | None:
     """Whose runs and approvals this caller sees (`fim.store.owners`): its own, by the hash
     of its key; None, every one, on a server without keys or for an operator key."""
     settings = holder.current.project.server
-    token = _bearer(request).encode()
-    if any(hmac.compare_digest(token, k.encode()) for k in settings.operator_keys if k):
+    if one_of(_bearer(request), settings.operator_keys):
         return None
     return session_owner(request, holder) or None
 
@@ -143,9 +152,8 @@ class Guard:
         keys = server_keys(settings)
         headers = dict(scope["headers"])
         if keys:
-            auth = headers.get(b"authorization", b"").decode("latin-1")
-            token = auth[7:] if auth.lower().startswith("bearer ") else ""
-            if not any(hmac.compare_digest(token.encode(), k.encode()) for k in keys):
+            token = bearer(headers.get(b"authorization", b"").decode("latin-1"))
+            if not one_of(token, keys):
                 response = error(
                     401, "missing or invalid API key", "send Authorization: Bearer <key>"
                 )
