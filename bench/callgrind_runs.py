@@ -60,8 +60,11 @@ async def main(mode: str, count: int, base_url: str) -> None:
         # deferred: only loaded when tracing is on
         from fim.observe import sdk
 
-        if mode == "build":
-            sdk.sink().on_end = lambda span: None
+        if mode == "build":  # built (serialized, when that is the path) and dropped
+            found = sdk.sink()
+            found.on_end = lambda span: None
+            if found.queue is not None:
+                found.queue = lambda span: None
     await runs(snapshot, services, 5)
     settle_heap()
     await runs(snapshot, services, count)

@@ -179,3 +179,26 @@ def test_http_protobuf_exports_with_the_fast_encoder_and_grpc_keeps_upstream(mon
     made = sdk._exporter()
     assert type(made) is grpc.OTLPSpanExporter
     made.shutdown()
+
+
+def test_a_span_queued_serialized_is_the_span_the_sdk_path_sends():
+    """fim's own spans are queued as `framed_span` bytes (`fim.observe.sdk`): in the request
+    they are exactly the `ReadableSpan`s of the same fields, `(name, attributes, time)`
+    events included, grouped under the exporter's home resource and scope."""
+    from fim.observe.otlp_fast import framed_span
+
+    batch = [s for s in spans()[:2]]
+    home = (batch[0].resource, batch[0].instrumentation_scope)
+    tuples = [(e.name, e.attributes, e.timestamp) for e in batch[0].events]
+    serialized = [
+        framed_span(
+            s.name, s.context, s.parent, s.kind, s.start_time, s.end_time, s.attributes,
+            tuples if s is batch[0] else (), s.status, s.links,
+        )
+        for s in batch
+    ]  # fmt: skip
+    assert encode_spans(batch) == ExportTraceServiceRequest.FromString(
+        encode_request(serialized, home)
+    )
+    mixed = ExportTraceServiceRequest.FromString(encode_request([serialized[0], batch[1]], home))
+    assert mixed == upstream_encode(batch)  # one group: the home resource and scope

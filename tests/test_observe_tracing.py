@@ -140,6 +140,36 @@ async def test_a_run_the_sampler_drops_exports_nothing_and_runs_unchanged(
     assert receiver.spans == []
 
 
+def test_the_default_sampler_decides_inline_as_the_sdk_decides(receiver):
+    """`parentbased_always_on` (the SDK's default) is decided without calling it: the same
+    decision and trace state as the SDK's own sampler for every kind of parent."""
+    from opentelemetry.trace import SpanContext, TraceFlags
+    from opentelemetry.trace.span import TraceState
+
+    from fim.observe import sdk
+
+    found = sdk.sink()
+    assert found.default_sampler
+    state = TraceState([("vendor", "v1")])
+    parents = [None] + [
+        SpanContext(0xABC, 0xDEF, remote, TraceFlags(flags), state)
+        for remote in (True, False)
+        for flags in (TraceFlags.SAMPLED, TraceFlags.DEFAULT)
+    ]
+    decisions = []
+    for default in (True, False):
+        found.default_sampler = default
+        decisions.append(
+            [
+                (sampled, made.trace_state, made.trace_flags.sampled)
+                for made, sampled in (found.root("r", parent, {}) for parent in parents)
+            ]
+        )
+    assert decisions[0] == decisions[1]
+    assert [sampled for sampled, _, _ in decisions[0]] == [True, True, False, True, False]
+    assert decisions[0][1][1] == state and decisions[0][0][1] in (None, TraceState())
+
+
 async def test_the_sampler_is_asked_once_per_top_level_run(tmp_path, receiver):
     """A run the sampler dropped decides for the runs it starts: the delegated run and
     the workflow's agent node join the dropped trace without sampling again."""
@@ -250,6 +280,28 @@ async def test_span_attributes_keep_the_standard_span_limits(tmp_path, receiver,
     for span in receiver.spans:
         assert len(span.attributes) <= 3
         assert all(len(v) <= 5 for v in span.attributes.values() if isinstance(v, str))
+
+
+async def test_spans_go_serialized_to_the_batch_processor_and_an_added_processor_gets_them(
+    tmp_path, receiver
+):
+    """With fim's own exporter as the provider's only processor, spans are queued as bytes
+    (no `ReadableSpan`); a processor added to the provider later (a user's) gets every span
+    as the SDK's `ReadableSpan`, and the exporter still sends them all."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from fim.observe import sdk
+    from fim.observe.tracing import flush
+
+    assert sdk.sink().queue is not None
+    mine = InMemorySpanExporter()
+    sdk.provider().add_span_processor(SimpleSpanProcessor(mine))
+    assert sdk.sink().queue is None
+    await delegate_and_workflow(tmp_path)
+    assert flush()
+    seen = sorted(s.name for s in mine.get_finished_spans())
+    assert seen == sorted(s.name for s in receiver.spans) and "invoke_agent lead" in seen
 
 
 def test_warm_builds_the_tracer_before_the_heap_settles(receiver):

@@ -3,14 +3,17 @@ standard `OTEL_*` variables, no code), and the span record fim's spans are built
 
 fim writes its spans from a run's finished events, one consumer per run, so it skips the
 SDK's `Span` (a lock, per-value attribute cleaning, self-metrics and a copy at the end:
-~13 us a span) and builds the SDK's own `ReadableSpan` from an `OpenSpan` (~3 us), handed
-to the provider's span processors like any other span. Imported only when tracing is on.
+~13 us a span). A span ended goes to the SDK's batch processor serialized, when that is
+the provider's one processor and exports over OTLP/HTTP (`_serialized_queue`), else as the
+SDK's own `ReadableSpan`, made from an `OpenSpan` (~3 us), to whatever processors the
+provider has. Imported only when tracing is on.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry import trace
@@ -32,21 +35,30 @@ _tracer: Any = None
 scope on every call, which was ~40% of what tracing added to a run."""
 
 _UNSET = Status(StatusCode.UNSET)
+CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+SCOPE: Any = None
+"""fim's instrumentation scope (made with the provider: the SDK class loads with it)."""
 
 
 def provider() -> Any:
     """The process's tracer provider, exporting with OTLP as the standard environment
     variables say (`OTEL_EXPORTER_OTLP_PROTOCOL`: `http/protobuf`, the default, or `grpc`;
     endpoint, headers, timeouts and `OTEL_SERVICE_NAME` are read by the SDK itself)."""
-    global _provider
+    global _provider, SCOPE
     with _lock:
         if _provider is None:
             # deferred: loading opentelemetry costs tens of ms
             from opentelemetry.sdk.trace import TracerProvider
             from opentelemetry.sdk.trace.export import BatchSpanProcessor
+            from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+            SCOPE = SCOPE or InstrumentationScope("fim")
 
             tp = TracerProvider(resource=_resource())
-            tp.add_span_processor(BatchSpanProcessor(_exporter()))
+            exporter = _exporter()
+            if hasattr(exporter, "home"):  # fim's spans are queued serialized (`Sink`)
+                exporter.home = (tp.resource, SCOPE)
+            tp.add_span_processor(BatchSpanProcessor(exporter))
             _provider = tp
         return _provider
 
@@ -170,10 +182,27 @@ class Sink:
         self.sampler = tracer_.sampler
         self.ids = tracer_.id_generator
         self.on_end = tracer_.span_processor.on_end
-        self.scope = InstrumentationScope("fim")
+        self.scope = SCOPE or InstrumentationScope("fim")
+        self.processors = getattr(tracer_.span_processor, "_span_processors", None)
+        """The provider's processors when this was made (a processor added since makes a
+        new tuple, and `sink()` a new `Sink`)."""
+        self.queue = _serialized_queue(tracer_)
+        if self.queue is not None:
+            # deferred: loaded with the exporter, only when tracing is on
+            from fim.observe.otlp_fast import child_queue, framed_span
+
+            self.framed = framed_span
+            self.child_queue = child_queue
         limits = SpanLimits()
         self.max_length: int | None = limits.max_span_attribute_length
         self.max_attributes: int | None = limits.max_span_attributes
+        self.capture = os.environ.get(CAPTURE_ENV, "").strip().lower() in ("1", "true", "yes")
+        """Whether prompts and completions are recorded (read with the provider, as the
+        SDK reads the `OTEL_*` variables)."""
+        # deferred: loading opentelemetry's SDK costs tens of ms
+        from opentelemetry.sdk.trace.sampling import DEFAULT_ON
+
+        self.default_sampler = self.sampler is DEFAULT_ON
         self.random_flag = int(getattr(TraceFlags, "RANDOM_TRACE_ID", 0))
         random_ids = getattr(self.ids, "is_trace_id_random", None)  # newer SDKs only
         self.random_root = self.random_flag if random_ids is not None and random_ids() else 0
@@ -197,6 +226,11 @@ class Sink:
             self.max_attributes is not None and len(attributes) > self.max_attributes
         ):
             attributes = self._limited(attributes)
+        if self.queue is not None:
+            self.queue(
+                self.framed(name, context, parent, kind, start, end, attributes, events, status)
+            )
+            return
         self.on_end(
             self.readable(
                 name=name,
@@ -213,8 +247,35 @@ class Sink:
             )
         )
 
+    def children_of(self, root: SpanContext) -> Child:
+        """How a child span of `root` (a run's or workflow's span) ends: serialized with
+        what it shares with `root` written once, or made a `ReadableSpan` (`finished`)."""
+        queue, most = self.queue, self.max_attributes
+        if queue is None or self.max_length is not None:
+            trace_id, flags, state = root.trace_id, root.trace_flags, root.trace_state
+
+            def made(
+                name: str, span_id: int, kind: SpanKind, start: int, end: int,
+                attributes: dict[str, Any], events: Sequence[Any] = (), status: Status = _UNSET,
+            ) -> None:  # fmt: skip
+                context = SpanContext(trace_id, span_id, False, flags, state)
+                if events and queue is None:
+                    events = tuple(self.event(*event) for event in events)
+                self.finished(
+                    name, context, root, kind, start, end, attributes, tuple(events), status
+                )
+
+            return made
+        return self.child_queue(root, queue, _UNSET, most, self._limited)
+
     def emit(self, span: OpenSpan, end: int) -> None:
-        events = tuple(self.event(*event) for event in span.events) if span.events else ()
+        events: tuple[Any, ...] = ()
+        if span.events:
+            events = (
+                tuple(span.events)  # serialized as they are
+                if self.queue is not None
+                else tuple(self.event(*event) for event in span.events)
+            )
         self.finished(
             span.name, span.context, span.parent, span.kind, span.start, end, span.attributes,
             events, span.status,
@@ -244,30 +305,64 @@ class Sink:
         if parent is not None and parent.is_valid:
             trace_id = parent.trace_id
             random_id = parent.trace_flags & self.random_flag
-            context = trace.set_span_in_context(NonRecordingSpan(parent))
         else:
             parent = None
             trace_id = self.ids.generate_trace_id()
             random_id = self.random_root
-            context = None
-        result = self.sampler.should_sample(context, trace_id, name, SpanKind.INTERNAL, attributes)
-        sampled = result.decision.is_sampled()
-        if result.attributes:
-            attributes.update(result.attributes)
+        if self.default_sampler:
+            # the SDK's default, `parentbased_always_on`, decided as it decides: the
+            # parent's sampled flag, else sampled; the parent's trace state kept (a test
+            # holds this to the SDK's own decision)
+            sampled = parent is None or parent.trace_flags.sampled
+            state = parent.trace_state if parent is not None else None
+        else:
+            context = trace.set_span_in_context(NonRecordingSpan(parent)) if parent else None
+            result = self.sampler.should_sample(
+                context, trace_id, name, SpanKind.INTERNAL, attributes
+            )
+            sampled, state = result.decision.is_sampled(), result.trace_state
+            if result.attributes:
+                attributes.update(result.attributes)
         flags = TraceFlags((TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT) | random_id)
-        made = SpanContext(trace_id, self.ids.generate_span_id(), False, flags, result.trace_state)
+        made = SpanContext(trace_id, self.ids.generate_span_id(), False, flags, state)
         # RECORD_ONLY is recorded but never exported (span processors drop unsampled
         # spans): built for nobody, so treated as dropped.
         return made, sampled
 
 
+def _serialized_queue(tracer_: Any) -> Any:
+    """The queue of the SDK's batch processor, when the provider's one processor is the
+    batch processor `provider()` made for `FastOTLPSpanExporter`; else None (another SDK
+    version, gRPC). fim's spans then go in serialized, framed in the run's thread: no
+    `ReadableSpan` is built, the exporter's thread only joins bytes, and the spans waiting
+    for export are `bytes`, which the cyclic garbage collector never walks (512
+    `ReadableSpan`s in the queue, each a few containers, made young collections of the
+    runs' own objects ~5% of a run dearer). The SDK's batching stays: its batch size,
+    delay, queue limit (`OTEL_BSP_*`), worker thread, flush, shutdown and fork handling."""
+    processors = getattr(tracer_.span_processor, "_span_processors", None)
+    if not processors or len(processors) != 1:
+        return None
+    batch = getattr(processors[0], "_batch_processor", None)
+    if getattr(getattr(batch, "_exporter", None), "home", None) is None:
+        return None
+    return getattr(batch, "emit", None)
+
+
+Child = Callable[..., None]
+"""`Sink.children_of`: (name, span id, kind, start, end, attributes[, events, status])."""
+
 _current: tuple[Any, Sink] | None = None
 
 
 def sink() -> Sink:
-    """The `Sink` of the current tracer (made again when the provider is)."""
+    """The `Sink` of the current tracer (made again when the provider is, or when a span
+    processor was added to it: that one gets `ReadableSpan`s)."""
     global _current
     made = tracer()
-    if _current is None or _current[0] is not made:
+    if (
+        _current is None
+        or _current[0] is not made
+        or _current[1].processors is not getattr(made.span_processor, "_span_processors", None)
+    ):
         _current = (made, Sink(made))
     return _current[1]

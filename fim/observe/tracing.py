@@ -17,7 +17,6 @@ import contextlib
 import functools
 import json
 import logging
-import os
 import time
 import traceback
 from collections.abc import Callable
@@ -52,21 +51,6 @@ __all__ = [
 
 _scope: ContextVar[_Trace | _Dropped | None] = ContextVar("fim_trace_scope", default=None)
 """The innermost traced run or workflow of the running task: a run it starts is its child."""
-
-CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
-
-
-_captures: dict[str, bool] = {}
-
-
-def _capture() -> bool:
-    """Whether contents are recorded; read once per value of the variable (a run checked
-    the environment and normalized it each time)."""
-    raw = os.environ.get(CAPTURE_ENV, "")
-    found = _captures.get(raw)
-    if found is None:
-        found = _captures[raw] = raw.strip().lower() in ("1", "true", "yes")
-    return found
 
 
 @functools.lru_cache(maxsize=256)
@@ -112,14 +96,15 @@ class _Trace:
     def __init__(self, root: OpenSpan, mask: Callable[[str], str] | None, found: Sink) -> None:
         self.root = root
         self.emit = found.emit
-        self.finished = found.finished
+        self.child = found.children_of(root.context)
         self.span_id = found.ids.generate_span_id
         context = root.context
         self.trace = (context.trace_id, context.trace_flags, context.trace_state)
         """What every span of the run shares with its root, read once."""
         self.mask = mask or (lambda text: text)
-        self.capture = _capture()
-        self.tools: dict[str, tuple[OpenSpan, str, dict[str, Any]]] = {}
+        self.capture = found.capture
+        self.tools: dict[str, tuple[OpenSpan, str, Any]] = {}
+        """Open tool calls: call id -> span, tool name, the agent a `call_agent` names."""
         self.nodes: dict[str, tuple[OpenSpan, str]] = {}
         self.steps: dict[str, OpenSpan] = {}
         self.failed = False
@@ -168,8 +153,8 @@ class _Trace:
         calls = [span for span, name, args in self.tools.values() if name == "call_agent"]
         named = [
             span
-            for span, name, args in self.tools.values()
-            if name == "call_agent" and args.get("agent") == agent
+            for span, name, called in self.tools.values()
+            if name == "call_agent" and called == agent
         ]
         if named:
             return named[0]
@@ -206,6 +191,13 @@ class _Trace:
                 self.handlers = {}
                 self.root.error("tracing failed")
 
+    def _end(self, span: OpenSpan, end: int) -> None:
+        """End a child of the root (a tool call, node or step)."""
+        self.child(
+            span.name, span.context.span_id, span.kind, span.start, end, span.attributes,
+            span.events, span.status,
+        )  # fmt: skip
+
     def _on_run_started(self, e: Any) -> None:
         attributes = self.root.attributes
         attributes["fim.engine"] = e.engine
@@ -234,11 +226,9 @@ class _Trace:
         if usage.cost is not None:
             attributes["fim.cost_usd"] = usage.cost
         ts = e.ts
-        trace_id, flags, state = self.trace
-        self.finished(
+        self.child(
             f"chat {request_model}",
-            SpanContext(trace_id, self.span_id(), False, flags, state),
-            self.root.context,
+            self.span_id(),
             SpanKind.CLIENT,
             int((ts - e.duration_ms / 1000) * 1e9),
             int(ts * 1e9),
@@ -259,7 +249,8 @@ class _Trace:
                 json.dumps(e.arguments, default=str)
             )
         span = self._start(f"execute_tool {name}", e.ts, attributes)
-        self.tools[e.call_id] = (span, e.name, dict(e.arguments))
+        named = e.arguments.get("agent") if e.name == "call_agent" else None
+        self.tools[e.call_id] = (span, e.name, named)
 
     def _on_hook(self, e: Any) -> None:
         target = self.root
@@ -294,7 +285,7 @@ class _Trace:
         if e.is_error:
             span.attributes["error.type"] = "tool_error"
             span.error(self.mask(e.content)[:200])
-        self.emit(span, _ns(e.ts))
+        self._end(span, _ns(e.ts))
 
     def _on_error(self, e: Any) -> None:
         self.failed = True
@@ -329,7 +320,7 @@ class _Trace:
         if span is not None:
             if e.status != "ok":
                 span.error(e.status)
-            self.emit(span, _ns(e.ts))
+            self._end(span, _ns(e.ts))
 
     def _on_node_started(self, e: Any) -> None:
         if e.node in self.nodes:  # opened early by a run the node started
@@ -346,14 +337,14 @@ class _Trace:
     def _on_node_finished(self, e: Any) -> None:
         opened = self.nodes.pop(e.node, None)
         if opened is not None:
-            self.emit(opened[0], _ns(e.ts))
+            self._end(opened[0], _ns(e.ts))
 
     def _on_node_failed(self, e: Any) -> None:
         opened = self.nodes.pop(e.node, None)
         if opened is not None:
             opened[0].attributes["fim.node.attempt"] = e.attempt
             opened[0].error(self.mask(e.error)[:200])
-            self.emit(opened[0], _ns(e.ts))
+            self._end(opened[0], _ns(e.ts))
 
     def _on_node_skipped(self, e: Any) -> None:
         self.root.add_event(
@@ -386,11 +377,11 @@ class _Trace:
         now = time.time_ns()
         for span, _, _ in self.tools.values():
             span.error("not finished")
-            self.emit(span, now)
+            self._end(span, now)
         for span, _ in self.nodes.values():
-            self.emit(span, now)
+            self._end(span, now)
         for span in self.steps.values():
-            self.emit(span, now)
+            self._end(span, now)
         self.emit(self.root, now)
 
 
@@ -411,15 +402,14 @@ def _parent(parent: _Trace | _Dropped | None, agent: str) -> SpanContext | None:
 def _traced(
     name: str, agent: str, attributes: dict[str, Any], mask: Callable[[str], str] | None
 ) -> _Trace | _Dropped:
-    """What builds the spans of a run or workflow: the one place the sampler is asked (a
-    run a dropped one starts is dropped too, as the SDK's parent-based samplers would
-    decide, at no cost)."""
+    """What builds the spans of a run or workflow (`attributes`: no None values): the one
+    place the sampler is asked (a run a dropped one starts is dropped too, as the SDK's
+    parent-based samplers would decide, at no cost)."""
     scope = _scope.get()
     if isinstance(scope, _Dropped):
         return _Dropped(scope.root)
     found = sink()
     parent = _parent(scope, agent)
-    attributes = {k: v for k, v in attributes.items() if v is not None}
     context, sampled = found.root(name, parent, attributes)
     if not sampled:
         return _Dropped(context)
@@ -442,6 +432,27 @@ def inject(headers: Any) -> None:
     propagate.inject(headers, context=trace.set_span_in_context(current_span()))
 
 
+_last: tuple[Any, dict[str, Any]] | None = None
+
+
+def _of_snapshot(snapshot: Any) -> dict[str, Any]:
+    """The attributes every run of `snapshot` shares (project, version, commit), made
+    once per snapshot: a server runs one snapshot until it reloads."""
+    global _last
+    last = _last
+    if last is not None and last[0] is snapshot:
+        return last[1]
+    version = getattr(snapshot, "version", None) or None
+    made = {
+        "fim.project": getattr(getattr(snapshot, "project", None), "name", None),
+        "fim.snapshot.version": version,
+        "vcs.ref.head.revision": git_commit(getattr(snapshot, "root", None), version or "") or None,
+    }
+    made = {k: v for k, v in made.items() if v is not None}
+    _last = (snapshot, made)
+    return made
+
+
 def trace_run(
     *,
     agent: str,
@@ -456,9 +467,7 @@ def trace_run(
         "gen_ai.agent.name": agent,
         "fim.run_id": run_id,
         "fim.depth": depth,
-        "fim.project": getattr(getattr(snapshot, "project", None), "name", None),
-        "fim.snapshot.version": getattr(snapshot, "version", None) or None,
-        "vcs.ref.head.revision": git_commit(getattr(snapshot, "root", None)) or None,
+        **_of_snapshot(snapshot),
     }
     return _traced(
         f"invoke_agent {agent}",
@@ -470,11 +479,5 @@ def trace_run(
 
 def trace_workflow(*, workflow: str, run_id: str, snapshot: Any) -> _Trace | _Dropped:
     """The watch building one workflow run's spans."""
-    attributes = {
-        "fim.workflow": workflow,
-        "fim.run_id": run_id,
-        "fim.project": getattr(getattr(snapshot, "project", None), "name", None),
-        "fim.snapshot.version": getattr(snapshot, "version", None) or None,
-        "vcs.ref.head.revision": git_commit(getattr(snapshot, "root", None)) or None,
-    }
+    attributes = {"fim.workflow": workflow, "fim.run_id": run_id, **_of_snapshot(snapshot)}
     return _traced(f"workflow {workflow}", workflow, attributes, getattr(snapshot, "mask", None))

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-_git_heads: dict[Path, str] = {}
+_git_heads: dict[tuple[Path, str], str] = {}
 
 
-def git_commit(root: Path | None) -> str:
+def git_commit(root: Path | None, version: str = "") -> str:
     """The commit the project's checkout is at, read from .git without running git
-    (empty when the project is not a git checkout)."""
+    (empty when the project is not a git checkout), once per snapshot `version`: a
+    `git pull` that changes the project makes a new snapshot, whose runs name the new
+    commit (keyed by the root alone, a server named its first commit until it stopped)."""
     if root is None:
         return ""
-    known = _git_heads.get(root)  # the snapshot's own Path: no new Path, no rehash
+    key = (root, version)
+    known = _git_heads.get(key)  # the snapshot's own Path: no new Path, no rehash
     if known is not None:
         return known
     root = Path(root)
-    if root in _git_heads:
-        return _git_heads[root]
     commit = ""
     for folder in (root, *root.parents):
         git = folder / ".git"
@@ -28,7 +29,9 @@ def git_commit(root: Path | None) -> str:
         if git.is_dir():
             commit = _read_head(git)
             break
-    _git_heads[root] = commit
+    if len(_git_heads) >= 256:  # one entry a reload: stay bounded
+        _git_heads.clear()
+    _git_heads[key] = commit
     return commit
 
 
