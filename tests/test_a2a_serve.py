@@ -20,6 +20,8 @@ from a2a.client import ClientConfig, ClientFactory
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import TaskNotFoundError
 
+from fim.run.sessions import session_key
+from fim.server.http import key_owner
 from fim.testing.server import ServerThread
 
 KEY, OTHER_KEY = "a2a-alice-k3y-9090", "a2a-bob-k3y-8080"
@@ -174,12 +176,16 @@ def test_a_context_is_a_session_of_the_key_that_started_it(served: tuple[str, An
         with pytest.raises(TaskNotFoundError):  # tasks are the key's too
             await get_task(agent, task_id, OTHER_KEY)
         await exchange(agent, "Who am I?", streaming=False, context_id="c-1")
-        _owner, history = await api.session_store.load("a2a:c-1")
+        alices = session_key(key_owner(KEY.encode()), "a2a:c-1")
+        _owner, history = await api.session_store.load(alices)
         assert [m.content for m in history if m.role == "user"] == ["I am Ada", "Who am I?"]
+        # bob's `c-1` is a context of his own: alice's turns never reach it, nor his hers
         other = await exchange(agent, "and me?", streaming=False, key=OTHER_KEY, context_id="c-1")
         state, _text, said = outcome(other)
-        assert state == pb.TaskState.TASK_STATE_FAILED and "unknown context" in said
-        assert len((await api.session_store.load("a2a:c-1"))[1]) == 4
+        assert state == pb.TaskState.TASK_STATE_COMPLETED and "Ada" not in said
+        assert len((await api.session_store.load(alices))[1]) == 4
+        bobs = session_key(key_owner(OTHER_KEY.encode()), "a2a:c-1")
+        assert next(m.content for m in (await api.session_store.load(bobs))[1]) == "and me?"
 
     asyncio.run(asyncio.wait_for(main(), 30))
     # the runs are alice's too: bob neither lists nor reads them (fim.store.owners)

@@ -18,6 +18,8 @@ import httpx
 import pytest
 from test_run_owners import assert_only_owner_sees, run_ids
 
+from fim.run.sessions import session_key
+from fim.server.http import key_owner
 from fim.testing.server import ServerThread
 
 KEY, OTHER_KEY = "k3y-alice-s3cret-4242", "k3y-bob-s3cret-1717"
@@ -163,13 +165,17 @@ def test_sessions_belong_to_the_key_that_made_them(served: tuple[str, Any]):
             assert not first.is_error and first.structured_content["session_id"] == "mcp-s1"
             again = await alice.call_tool("math", {"input": "Who am I?", "session_id": "mcp-s1"})
             assert not again.is_error
-        _owner, history = await api.session_store.load("mcp-s1")
+        alices = session_key(key_owner(KEY.encode()), "mcp-s1")
+        _owner, history = await api.session_store.load(alices)
         assert [m.content for m in history if m.role == "user"] == ["I am Ada", "Who am I?"]
         async with http_client(url, key=OTHER_KEY, mode="legacy") as bob:
-            stolen = await bob.call_tool("math", {"input": "and me?", "session_id": "mcp-s1"})
-        assert stolen.is_error and "unknown session 'mcp-s1'" in text_of(stolen)
-        assert "I am Ada" not in text_of(stolen)
-        assert len((await api.session_store.load("mcp-s1"))[1]) == 4  # bob's turn was not added
+            bobs = await bob.call_tool("math", {"input": "and me?", "session_id": "mcp-s1"})
+        assert not bobs.is_error and "I am Ada" not in text_of(bobs)  # a session of bob's own
+        assert len((await api.session_store.load(alices))[1]) == 4  # bob's turn is not in it
+        _owner, his = await api.session_store.load(
+            session_key(key_owner(OTHER_KEY.encode()), "mcp-s1")
+        )
+        assert [m.content for m in his if m.role == "user"] == ["and me?"]
 
     asyncio.run(asyncio.wait_for(main(), 60))
     # the runs are alice's too: bob neither lists nor reads them (fim.store.owners)

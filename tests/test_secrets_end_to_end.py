@@ -317,7 +317,6 @@ def test_no_secret_leaves_in_any_encoding(
         from fim.server.app import create_app
 
         alice = {"Authorization": f"Bearer {SECRETS['FIM_API_KEY']}"}
-        bob = {"Authorization": f"Bearer {SECRETS['FIM_API_KEY_2']}"}
         holder = SnapshotHolder(compile_project(root))
         with TestClient(create_app(holder)) as client:
 
@@ -336,12 +335,10 @@ def test_no_secret_leaves_in_any_encoding(
             body = {"input": "read", "session_id": "alice-1"}
             first = call("POST", "/v1/agents/leaky/runs", json=body)
             assert first.status_code == 200 and first.json()["output"] == "done reading"
-            # Sessions belong to the key that created them.
-            assert call("POST", "/v1/agents/leaky/runs", headers=bob, json=body).status_code == 404
+            # (each key names its own sessions: tests/test_run_sessions.py)
             chat = {"model": "guarded", "messages": [{"role": "user", "content": "hi"}]}
-            stolen = {**chat, "session_id": "alice-1"}
-            assert call("POST", "/v1/chat/completions", headers=bob, json=stolen).status_code == 404
-            assert call("POST", "/v1/chat/completions", json=stolen).status_code == 200
+            continued = {**chat, "session_id": "alice-1"}
+            assert call("POST", "/v1/chat/completions", json=continued).status_code == 200
             assert call("POST", "/v1/agents/leaky/runs", json=body).status_code == 200
             streamed = call("POST", "/v1/agents/leaky/runs", json={"input": "x", "stream": True})
             assert b"event: run_finished" in streamed.content
@@ -382,12 +379,18 @@ def test_no_secret_leaves_in_any_encoding(
 
 
 def test_a_session_belongs_to_the_key_that_created_it(tmp_path: Path):
+    """Bob naming alice's session gets a conversation of his own (each key names its own
+    sessions, `fim.run.sessions`): alice's turns never reach him, his never join hers."""
+    import asyncio
+
     from fim.build.reload import SnapshotHolder
     from fim.build.snapshot import Snapshot
     from fim.config.schema import AgentDecl, Project, ServerSettings
+    from fim.run.sessions import session_key
     from fim.server.app import create_app
+    from fim.server.http import key_owner
 
-    (tmp_path / "s.yaml").write_text("- text: one\n")
+    (tmp_path / "s.yaml").write_text("- text: one\n" * 10)
     agent = AgentDecl(name="chat", model="scripted:s.yaml")
     project = Project(
         name="owned",
@@ -402,15 +405,19 @@ def test_a_session_belongs_to_the_key_that_created_it(tmp_path: Path):
     chat = {"model": "chat", "messages": [{"role": "user", "content": "hi"}], "session_id": "s1"}
     with TestClient(app) as client:
         assert client.post("/v1/agents/chat/runs", json=turn, headers=alice).status_code == 200
-        for url, body in [("/v1/agents/chat/runs", turn), ("/v1/chat/completions", chat)]:
+        for url, body in [
+            ("/v1/agents/chat/runs", {**turn, "input": "bob"}),
+            ("/v1/chat/completions", chat),
+        ]:
             for stream in (False, True):
-                denied = client.post(url, json={**body, "stream": stream}, headers=bob)
-                assert denied.status_code == 404, (url, stream)
-                assert denied.json()["error"]["message"] == "unknown session 's1'"
+                his = client.post(url, json={**body, "stream": stream}, headers=bob)
+                assert his.status_code == 200, (url, stream, his.text)
+                assert "hello" not in his.text
         again = client.post("/v1/agents/chat/runs", json=turn, headers=alice)
         assert again.status_code == 200 and again.json()["session_id"] == "s1"
-    import asyncio
-
-    owner, history = asyncio.run(app.state.api.session_store.load("s1"))  # type: ignore[misc]
+    load = app.state.api.session_store.load
+    owner, history = asyncio.run(load(session_key(key_owner(b"alice-key-0001"), "s1")))
     assert [m.content for m in history] == ["hello", "one", "hello", "one"]
     assert "alice-key-0001" not in owner and len(owner) == 64  # a hash, never the key
+    _, bobs = asyncio.run(load(session_key(key_owner(b"bob-key-0002"), "s1")))
+    assert "hello" not in [m.content for m in bobs] and len(bobs) == 8

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from fim.events import RunFinished, RunRestarted
 from fim.run.agent import run_agent
+from fim.run.sessions import session_key
 from fim.store import get_store
 from fim.store.live import EventLog
 from fim.store.sessions import Sessions
@@ -82,6 +83,7 @@ async def execute_agent_run(
         return existing.status
     history = [Message.model_validate(m) for m in request.get("messages") or []]
     session, owner = request.get("session_id"), str(request.get("owner") or "")
+    key = session_key(owner, session)  # its session budgets count it too
     attempt = 1
     if existing is not None and existing.status == "running":  # an attempt that stopped
         attempt = int(existing.data.get("attempt") or 1) + 1
@@ -97,7 +99,7 @@ async def execute_agent_run(
         live.add(restarted)
     try:
         async for event in run_agent(
-            snapshot, agent, history, services=services, run_id=run_id, owner=owner
+            snapshot, agent, history, services=services, run_id=run_id, owner=owner, session=key
         ):
             dumped = event.model_dump(mode="json")
             live.add(dumped)
@@ -117,7 +119,7 @@ async def execute_agent_run(
     if final is not None:
         data["usage"] = final.usage.model_dump()
     await store.put_run(run_id, KIND, agent, status, data)
-    if final is not None and session and status == "ok":
+    if final is not None and key and status == "ok":
         turn = [*history, Message(role="assistant", content=final.output)]
-        await Sessions(store).save(session, owner, turn)
+        await Sessions(store).save(key, owner, turn)
     return status

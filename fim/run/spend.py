@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
+from fim.run.sessions import session_label
 from fim.types import ModelResponse, Usage
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ class MeteredModel:
                 before = await self._recorded(owner, "session")
                 out.append(
                     (
-                        f"{owner} budget (session '{self.session}')",
+                        f"{owner} budget ({session_label(self.session)})",
                         "_per_session",
                         budget.max_tokens_per_session,
                         budget.max_cost_usd_per_session,

@@ -32,6 +32,7 @@ from fim.capabilities import CAPABILITIES
 from fim.errors import FimError
 from fim.events import Event, RunFinished
 from fim.run.services import Services
+from fim.run.sessions import session_key
 from fim.server.area import Area, Op
 from fim.server.bodies import BodyError, RunBody, read_body
 from fim.server.devpage import status_payload
@@ -104,9 +105,17 @@ class Api:
         return self._sessions
 
     async def history(self, session: str | None, owner: str) -> list[Message]:
-        """The conversation so far of a session this caller owns; a session another key
+        """The conversation so far of this caller's session `session` (each key names its
+        own sessions, `fim.run.sessions`); on a server without keys, a session a key
         created is reported as unknown (404), so its history never reaches this caller."""
-        found = await self.session_store.load(session) if session else None
+        if not session:
+            return []
+        key = session_key(owner, session)
+        found = await self.session_store.load(key)
+        if found is None and key != session:
+            # kept under its plain name before sessions were per key: its creator goes on
+            legacy = await self.session_store.load(session)
+            found = legacy if legacy is not None and legacy[0] == owner else None
         if found is None:
             return []
         created_by, history = found
@@ -132,7 +141,7 @@ class Api:
             return
         # taken meanwhile by another key: save() refuses, never mixing two callers' turns
         turn = [*history, Message(role="assistant", content=output)]
-        await self.session_store.save(session, owner, turn)
+        await self.session_store.save(session_key(owner, session), owner, turn)
 
     async def events(
         self,
@@ -177,7 +186,7 @@ class Api:
                 stream=stream,
                 run_id=run_id,
                 overrides=overrides,
-                session=session,
+                session=session_key(owner, session),
                 owner=owner,
             ):
                 dumped = event.model_dump(mode="json")

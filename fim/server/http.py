@@ -71,7 +71,13 @@ def session_owner(request: Request, holder: SnapshotHolder) -> str:
     for key in settings.api_keys:  # every key compared, in constant time each
         if not isinstance(key, str) and key.key and hmac.compare_digest(token, key.key.encode()):
             tenant = key.tenant
-    if tenant:  # a tenant's keys share what they own
+    return key_owner(token, tenant)
+
+
+def key_owner(token: bytes, tenant: str = "") -> str:
+    """The owner hash of a key, or of the tenant it belongs to (whose keys share what they
+    own)."""
+    if tenant:
         return hashlib.sha256(b"fim-tenant\0" + tenant.encode()).hexdigest()
     return hashlib.sha256(b"fim-session-owner\0" + token).hexdigest()
 
