@@ -39,17 +39,23 @@ def test_an_approval_on_replica_b_finishes_a_run_started_on_a(tmp_path: Path, pg
     root = project(tmp_path / "p", db.owner_url)
     with ExitStack() as stack:
         a, b = (stack.enter_context(serve_process(root)) for _ in range(2))
-        # a session started on A continues on B, and stays its owner's on both
+        # a session started on A continues on B, and stays its owner's on both (bob's `s1`
+        # is a session of his own)
         turn = {"input": "hi", "session_id": "s1"}
         assert httpx.post(f"{a}/v1/agents/echo/runs", json=turn, headers=ALICE).status_code == 200
-        assert httpx.post(f"{b}/v1/agents/echo/runs", json=turn, headers=BOB).status_code == 404
+        bobs = {**turn, "input": "bob"}
+        assert httpx.post(f"{b}/v1/agents/echo/runs", json=bobs, headers=BOB).status_code == 200
         again = httpx.post(f"{b}/v1/agents/echo/runs", json=turn, headers=ALICE)
         assert again.status_code == 200 and again.json()["session_id"] == "s1"
         import psycopg
 
+        from fim.run.sessions import session_key
+        from fim.server.http import key_owner
+
+        alices = session_key(key_owner(b"alice-key-0001"), "s1")
         with psycopg.connect(db.owner_url) as conn:
             (messages,) = conn.execute(
-                "SELECT messages FROM fim_sessions WHERE id = 's1'"
+                "SELECT messages FROM fim_sessions WHERE id = %s", (alices,)
             ).fetchone()
         assert [m["content"] for m in messages] == ["hi", "pong", "hi", "pong"]
 

@@ -72,7 +72,7 @@ def schema() -> tuple[MetaData, dict[str, Table]]:
     """MetaData and Table objects, built on first use."""
     if not _SCHEMA:
         # deferred: loading sqlalchemy costs hundreds of ms
-        from sqlalchemy import JSON, Column, Float, Integer, MetaData, String, Table, Text
+        from sqlalchemy import JSON, Column, Float, Index, Integer, MetaData, String, Table, Text
 
         meta = MetaData()
         tables = {
@@ -157,6 +157,7 @@ def schema() -> tuple[MetaData, dict[str, Table]]:
                 Column("owner", String(64), nullable=False),
                 Column("messages", JSON, nullable=False),
                 Column("updated_at", Float, nullable=False, index=True),
+                Index("ix_fim_sessions_owner_updated", "owner", "updated_at"),
             ),
             "run_owners": Table(  # who started a run over HTTP (fim.store.owners)
                 "fim_run_owners",
@@ -212,6 +213,13 @@ def _migration_6(conn: Connection) -> None:
     table("run_owners").create(conn, checkfirst=True)
 
 
+def _migration_7(conn: Connection) -> None:
+    # each owner's sessions are bounded on their own (fim.store.sessions): pruned along this
+    for index in table("sessions").indexes:
+        if index.name == "ix_fim_sessions_owner_updated":
+            index.create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _migration_1,
     _migration_2,
@@ -219,5 +227,6 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _migration_4,
     _migration_5,
     _migration_6,
+    _migration_7,
 ]
 """Applied in order; migration N brings the schema to version N. Append, never edit."""

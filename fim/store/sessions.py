@@ -20,7 +20,9 @@ if TYPE_CHECKING:
     from fim.store import Store
 
 SESSION_LIMIT = 1000
-"""Sessions kept per store; the least recently used beyond it are dropped."""
+"""Sessions kept per owner (API key or tenant; one for a server without keys and the
+CLI); each owner's least recently used beyond it are dropped. Per owner, not per store:
+one key making many sessions dropped every other key's."""
 _PRUNE_EVERY = 64
 
 
@@ -85,13 +87,15 @@ class Sessions:
                 .where(sessions.c.id == session_id)
                 .values(messages=messages, updated_at=now)
             )
-        if prune:
+        if prune:  # per owner: one key's many sessions never push out another's
+            mine = sessions.c.owner == owner
             cutoff = conn.execute(
                 select(sessions.c.updated_at)
+                .where(mine)
                 .order_by(sessions.c.updated_at.desc())
                 .offset(self.limit)
                 .limit(1)
             ).scalar()
             if cutoff is not None:
-                conn.execute(sessions.delete().where(sessions.c.updated_at <= cutoff))
+                conn.execute(sessions.delete().where(mine, sessions.c.updated_at <= cutoff))
         return True
