@@ -163,6 +163,30 @@ def test_the_page_is_public_and_the_data_behind_the_key(tmp_path: Path) -> None:
         assert keyed.status_code == 200
 
 
+def test_on_a_keyed_server_only_an_operator_key_runs_an_eval(tmp_path: Path) -> None:
+    """An eval runs the agents without their hooks, may call live models and write
+    cassettes into the project: a tenant's key is refused (403), an operator's runs it."""
+    root = write_project(tmp_path)
+    (root / "fim.yaml").write_text(
+        'name: keyed\nstate: "sqlite:///.fim/state.db"\n'
+        "server: {api_keys: [tenant-key], operator_keys: [ops-key]}\n"
+    )
+    with TestClient(create_app(SnapshotHolder(compile_project(root)))) as c:
+        for body in ({}, {"mode": "live", "hooks": False}, {"mode": "record"}):
+            refused = c.post(
+                "/v1/evals/demo/runs", json=body, headers={"Authorization": "Bearer tenant-key"}
+            )
+            assert refused.status_code == 403, refused.text
+            assert "operator key" in refused.json()["error"]["message"]
+        ran = c.post(
+            "/v1/evals/demo/runs",
+            json={"cases": ["multiplies"]},
+            headers={"Authorization": "Bearer ops-key"},
+        )
+        assert ran.status_code == 200, ran.text
+        assert [x["case"] for x in ran.json()["suites"][0]["cases"]] == ["multiplies"]
+
+
 schema = schemathesis.pytest.from_fixture("api_schema")
 
 

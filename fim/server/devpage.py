@@ -33,7 +33,7 @@ from starlette.staticfiles import StaticFiles
 from fim.errors import FimError
 from fim.masking import known
 from fim.server.bodies import BodyError, EvalRunBody, read_body
-from fim.server.http import JSONResponse, error
+from fim.server.http import JSONResponse, error, run_scope
 
 if TYPE_CHECKING:
     from fim.server.app import Api
@@ -148,6 +148,15 @@ def devpage_handlers(api: Api) -> dict[str, Any]:
         from fim.eval.runner import EvalRunner
 
         snap = api.holder.current
+        if run_scope(request, api.holder) is not None:
+            # an eval runs the project's agents without their hooks (as `fim eval` does),
+            # calls live models or writes cassettes into the project on request, and its
+            # runs belong to no key: an operator's tool, not a tenant's
+            return error(
+                403,
+                "running an eval needs an operator key on a server with keys",
+                "add the key to server.operator_keys, or run `fim eval` in the checkout",
+            )
         suite = request.path_params["suite"]
         if suite not in snap.evals:
             return error(404, f"unknown eval suite '{suite}'", f"suites: {', '.join(snap.evals)}")

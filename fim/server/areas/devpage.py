@@ -50,7 +50,7 @@ AREA = Area(
                 "evals",
                 r.EvalReport,
                 bodies.EvalRunBody,
-                errors=(400, 404),
+                errors=(400, 403, 404),
             ),
         ),
     ),
