@@ -16,7 +16,7 @@ from fim.build.reload import SnapshotHolder
 from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl, ModelSettings, Project, ServerSettings
 from fim.errors import RunError
-from fim.server import banner, bind
+from fim.server import banner, bind, refuse_open
 from fim.server.app import create_app
 from fim.testing.server import ServerThread
 
@@ -97,6 +97,33 @@ def test_the_banner_says_what_is_served_and_a_port_in_use_says_how_to_move(
         taken.close()
     assert caught.value.message == f"port {port} on 127.0.0.1 is already in use"
     assert f"fim serve --port {port + 1}" in (caught.value.hint or "")
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.1.2.3", "fim.internal"])
+def test_a_server_without_keys_refuses_to_listen_beyond_loopback(host: str) -> None:
+    """Fail closed: anyone who reaches an open server runs every agent; an empty key (an
+    unset `${VAR}`) is no key. Keys, a loopback address or `allow_open` let it start."""
+    for open_ in (ServerSettings(), ServerSettings(api_keys=[""], operator_keys=[""])):
+        with pytest.raises(RunError) as caught:
+            refuse_open(open_, host)
+        assert "has no API key" in caught.value.message
+        assert "server.allow_open" in (caught.value.hint or "")
+    refuse_open(ServerSettings(api_keys=["k"]), host)
+    refuse_open(ServerSettings(operator_keys=["ops"]), host)
+    refuse_open(ServerSettings(allow_open=True), host)
+    for loopback in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"):
+        refuse_open(ServerSettings(), loopback)
+
+
+def test_fim_serve_on_an_open_address_stops_with_the_fix_and_binds_nothing(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from fim.cli import app
+
+    (tmp_path / "fim.yaml").write_text('name: open\nstate: "sqlite:///.fim/state.db"\n')
+    result = CliRunner().invoke(app, ["serve", "-p", str(tmp_path), "--host", "0.0.0.0"])
+    assert result.exit_code != 0
+    assert "has no API key" in result.output and "Traceback" not in result.output
 
 
 def test_a_workflow_the_server_cannot_run_is_a_503_and_runs_nothing(

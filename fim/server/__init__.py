@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import gc
+import ipaddress
 import logging
 import os
 import signal
@@ -100,6 +101,7 @@ async def serve(
     app = create_app(holder, services)
     settings = snapshot.project.server
     host, port = host or settings.host, port or settings.port
+    refuse_open(settings, host)
     sock = bind(host, port)  # before anything starts: a port in use is one clear line
     config = uvicorn.Config(
         app,
@@ -166,6 +168,32 @@ async def _git_poll(git: GitSource, holder: Any, interval: float, stop: asyncio.
     from fim.build.gitops import poll
 
     await poll(git, holder, interval=interval, stop=stop)
+
+
+def refuse_open(settings: Any, host: str) -> None:
+    """Fail closed: a server without keys answers whoever reaches it, so it listens only on
+    a loopback address unless `server.allow_open` says a proxy in front authenticates (a
+    `${VAR}` key whose variable is unset is an empty key, ignored: an open server)."""
+    # deferred: the server's HTTP helpers, loaded with the app anyway
+    from fim.server.http import server_keys
+
+    if server_keys(settings) or settings.allow_open or _loopback(host):
+        return
+    raise RunError(
+        f"fim serve on {host} has no API key: anyone who reaches it could run every agent"
+        " and workflow and decide every approval",
+        hint="set server.api_keys in fim.yaml (a ${VAR} that is set), listen on 127.0.0.1,"
+        " or set server.allow_open: true when a proxy in front authenticates",
+    )
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -33,7 +33,15 @@ from fim.events import build_validators
 from fim.llm import preload
 from fim.observe.logs import configure
 from fim.run.services import Services
-from fim.server import _on_swap, banner, bind, prune_store, settle_heap, uvicorn_loop
+from fim.server import (
+    _on_swap,
+    banner,
+    bind,
+    prune_store,
+    refuse_open,
+    settle_heap,
+    uvicorn_loop,
+)
 from fim.server.app import create_app
 from fim.store.schema import normalize_url
 
@@ -75,6 +83,7 @@ def serve_workers(
     require_shared_store(snapshot.project.state, root, workers)
     settings = snapshot.project.server
     host, port = host or settings.host, port or settings.port
+    refuse_open(settings, host)
     sock = bind(host, port)
     options = {"root": str(root), "reload": reload, "log_level": log_level, "json": json_logs}
     os.environ[ENV] = json.dumps(options)

@@ -171,6 +171,10 @@ class ServerSettings(Strict):
     (an operations console; `fim approvals` on the store needs no key)."""
     cors_origins: list[str] = Field(default_factory=list)
     max_body_bytes: int = 1_048_576
+    allow_open: bool = False
+    """Serve without keys on an address other than loopback (a proxy in front
+    authenticates). Off: `fim serve` refuses to, since anyone who reaches it could run
+    every agent and workflow and decide every approval."""
 
 
 class Retention(Strict):
