@@ -185,7 +185,7 @@ def test_a_span_queued_serialized_is_the_span_the_sdk_path_sends():
     """fim's own spans are queued as `framed_span` bytes (`fim.observe.sdk`): in the request
     they are exactly the `ReadableSpan`s of the same fields, `(name, attributes, time)`
     events included, grouped under the exporter's home resource and scope."""
-    from fim.observe.otlp_fast import framed_span
+    from fim.observe.otlp_spans import framed_span
 
     batch = [s for s in spans()[:2]]
     home = (batch[0].resource, batch[0].instrumentation_scope)

@@ -189,7 +189,7 @@ class Sink:
         self.queue = _serialized_queue(tracer_)
         if self.queue is not None:
             # deferred: loaded with the exporter, only when tracing is on
-            from fim.observe.otlp_fast import child_queue, framed_span
+            from fim.observe.otlp_spans import child_queue, framed_span
 
             self.framed = framed_span
             self.child_queue = child_queue

@@ -1,0 +1,254 @@
+"""OTLP `Span` messages written as bytes: a span is serialized once (ids and times packed
+with `struct`, enums by identity, attributes from `fim.observe.otlp_attributes`) and
+framed, never built as a upb message tree to be serialized again. fim's own spans are
+serialized where they end (`child_queue`, `framed_span`); the SDK's `ReadableSpan`s by
+`encode_readable`. Field order is free on the wire: a decoder merges fields as they come.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace.span import DEFAULT_TRACE_STATE
+
+from fim.observe.otlp_attributes import add_attributes, span_attributes
+
+_KINDS = {
+    SpanKind.INTERNAL: PbSpan.SPAN_KIND_INTERNAL,
+    SpanKind.SERVER: PbSpan.SPAN_KIND_SERVER,
+    SpanKind.CLIENT: PbSpan.SPAN_KIND_CLIENT,
+    SpanKind.PRODUCER: PbSpan.SPAN_KIND_PRODUCER,
+    SpanKind.CONSUMER: PbSpan.SPAN_KIND_CONSUMER,
+}
+_HAS_IS_REMOTE = 0x100  # SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
+_IS_REMOTE = 0x200  # SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
+
+
+def _flags(context: Any) -> int:
+    return _HAS_IS_REMOTE | _IS_REMOTE if context and context.is_remote else _HAS_IS_REMOTE
+
+
+def _varint(n: int) -> bytes:
+    if n < 0x80:
+        return _BYTE[n]
+    if n < 0x4000:  # a span's length
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_BYTE = [bytes((n,)) for n in range(0x80)]
+_TIMES = struct.Struct("<BQBQ")
+"""start_time_unix_nano (field 7) and end_time_unix_nano (8), both fixed64."""
+_FLAGS = b"\x85\x01"  # field 16, fixed32
+
+
+def field(tag: bytes, payload: bytes) -> bytes:
+    """One length-delimited field: its tag, the payload's length, the payload."""
+    return tag + _varint(len(payload)) + payload
+
+
+def encode_readable(span: ReadableSpan) -> bytes:
+    """One SDK span as a `Span` message, serialized (`encode_span` with its fields)."""
+    return encode_span(
+        span.name, span.context, span.parent, span.kind, span.start_time, span.end_time,
+        span.attributes, span.events, span.status, span.links,
+        (span.dropped_attributes, span.dropped_events, span.dropped_links),
+    )  # fmt: skip
+
+
+def encode_span(
+    name: str,
+    context: SpanContext,
+    parent: SpanContext | None,
+    kind: SpanKind,
+    start: int | None,
+    end: int | None,
+    attributes: Any,
+    events: Sequence[Any] = (),
+    status: Status | None = None,
+    links: Sequence[Any] = (),
+    dropped: tuple[int, int, int] = (0, 0, 0),
+) -> bytes:
+    """One `Span` message, serialized: the fields the upstream encoder sets; the ids and
+    the times each packed in one go, attributes from `_ENCODED` as they are (no parse, no
+    copy into upb). Field order is free on the wire: a decoder merges fields as they come.
+    `events` are the SDK's `Event`s or `(name, attributes, time)` tuples (fim's own spans,
+    `fim.observe.sdk`)."""
+    trace_id = context.trace_id
+    if parent:
+        head = _IDS_PARENT.pack(
+            0x0A, 0x10, trace_id >> 64, trace_id & _LOW64, 0x12, 0x08, context.span_id,
+            0x22, 0x08, parent.span_id,
+        )  # fmt: skip
+    else:
+        head = _IDS.pack(0x0A, 0x10, trace_id >> 64, trace_id & _LOW64, 0x12, 0x08, context.span_id)
+    encoded = name.encode()
+    parts = [
+        head,
+        b"\x2a",
+        _varint(len(encoded)),
+        encoded,
+        # an enum by identity: its hash and `.value` are Python-level calls
+        b"\x30\x03"
+        if kind is SpanKind.CLIENT
+        else b"\x30\x01"
+        if kind is SpanKind.INTERNAL
+        else b"\x30" + _BYTE[_KINDS[kind]],
+    ]
+    state = context.trace_state
+    if state is not DEFAULT_TRACE_STATE and state:
+        text = ",".join(f"{k}={v}" for k, v in state.items()).encode()
+        parts.append(field(b"\x1a", text))
+    if start and end:
+        parts.append(_TIMES.pack(0x39, start, 0x41, end))
+    else:
+        if start:
+            parts.append(b"\x39" + start.to_bytes(8, "little"))
+        if end:
+            parts.append(b"\x41" + end.to_bytes(8, "little"))
+    if attributes:
+        parts += span_attributes(attributes)
+    if events or links:  # rare (hook decisions): built by upb, appended as is
+        parts.append(_events_and_links(events, links))
+    if dropped != _NONE_DROPPED:
+        for tag, count in zip((b"\x50", b"\x60", b"\x70"), dropped, strict=True):
+            if count:
+                parts += (tag, _varint(count))
+    if status is not None:
+        parts.append(_status(status))
+    parts.append(_LOCAL_FLAGS if parent is None or not parent.is_remote else _REMOTE_FLAGS)
+    return b"".join(parts)
+
+
+def _status(status: Status) -> bytes:
+    """The `status` field (the upstream encoder writes it even when unset)."""
+    code, description = status.status_code, status.description
+    if description:
+        body = field(b"\x12", description.encode())
+        if code is not StatusCode.UNSET:
+            body += b"\x18" + _BYTE[code.value]
+        return field(b"\x7a", body)
+    if code is StatusCode.UNSET:
+        return b"\x7a\x00"
+    return b"\x7a\x02\x18\x02" if code is StatusCode.ERROR else b"\x7a\x02\x18" + _BYTE[code.value]
+
+
+_NONE_DROPPED = (0, 0, 0)
+_SPAN_ID = struct.Struct(">BBQ")
+_IDS = struct.Struct(">BBQQBBQ")
+"""trace_id (field 1, 16 bytes) and span_id (2, 8 bytes): tags, lengths, big-endian ids."""
+_IDS_PARENT = struct.Struct(">BBQQBBQBBQ")
+"""The same and parent_span_id (4, 8 bytes)."""
+_LOW64 = (1 << 64) - 1
+_LOCAL_FLAGS = _FLAGS + struct.pack("<I", _HAS_IS_REMOTE)
+_REMOTE_FLAGS = _FLAGS + struct.pack("<I", _HAS_IS_REMOTE | _IS_REMOTE)
+
+
+def _events_and_links(events: Sequence[Any], links: Sequence[Any]) -> bytes:
+    out = PbSpan()
+    for event in events:
+        pb = out.events.add()
+        if type(event) is tuple:  # fim's own: (name, attributes, time)
+            pb.name, attributes, pb.time_unix_nano = event
+            add_attributes(pb.attributes, attributes)
+            continue
+        pb.name = event.name
+        pb.time_unix_nano = event.timestamp
+        add_attributes(pb.attributes, event.attributes)
+        pb.dropped_attributes_count = event.dropped_attributes
+    for link in links:
+        pb = out.links.add()
+        pb.trace_id = link.context.trace_id.to_bytes(16, "big")
+        pb.span_id = link.context.span_id.to_bytes(8, "big")
+        add_attributes(pb.attributes, link.attributes)
+        pb.dropped_attributes_count = link.dropped_attributes
+        pb.flags = _flags(link.context)
+    return out.SerializePartialToString()
+
+
+_NAMES: dict[str, bytes] = {}
+"""Span name -> its serialized `name` field (a run's names recur: its model, its tools)."""
+
+
+def child_queue(
+    parent: SpanContext,
+    queue: Callable[[bytes], None],
+    unset: Status,
+    most: int | None,
+    limited: Callable[[Any], Any],
+) -> Callable[..., None]:
+    """How a child of `parent`, a local span, ends: serialized and framed (as `framed_span`
+    would) and put in `queue`. The fields every child shares with `parent` -- trace id,
+    parent id, trace state, flags -- are written once; then per child its id, name, kind,
+    times, attributes, events (`(name, attributes, time)`) and status (`unset`: none).
+    `limited` cuts attributes beyond `most` (None: no limit)."""
+    trace_id = parent.trace_id
+    common = [
+        _IDS_PARENT.pack(
+            0x0A, 0x10, trace_id >> 64, trace_id & _LOW64, 0x12, 0x08, 0,
+            0x22, 0x08, parent.span_id,
+        )[:18],  # the trace id field only (the span id slot is cut off)
+        b"\x22\x08" + parent.span_id.to_bytes(8, "big"),
+        _LOCAL_FLAGS,
+    ]  # fmt: skip
+    state = parent.trace_state
+    if state is not DEFAULT_TRACE_STATE and state:
+        common.append(field(b"\x1a", ",".join(f"{k}={v}" for k, v in state.items()).encode()))
+    shared = b"".join(common)
+    names = _NAMES
+
+    def ended(
+        name: str,
+        span_id: int,
+        kind: SpanKind,
+        start: int,
+        end: int,
+        attributes: Any,
+        events: Sequence[Any] = (),
+        status: Status = unset,
+    ) -> None:
+        if most is not None and len(attributes) > most:
+            attributes = limited(attributes)
+        named = names.get(name)
+        if named is None:
+            encoded = name.encode()
+            named = b"\x2a" + _varint(len(encoded)) + encoded
+            if len(names) >= 1024:  # tool names are the model's: stay bounded
+                names.clear()
+            names[name] = named
+        parts = [
+            shared,
+            _SPAN_ID.pack(0x12, 0x08, span_id),
+            named,
+            b"\x30\x03"
+            if kind is SpanKind.CLIENT
+            else b"\x30\x01"
+            if kind is SpanKind.INTERNAL
+            else b"\x30" + _BYTE[_KINDS[kind]],
+            _TIMES.pack(0x39, start, 0x41, end),
+        ]
+        if attributes:
+            parts += span_attributes(attributes)
+        if events:
+            parts.append(_events_and_links(events, ()))
+        parts.append(b"\x7a\x00" if status is unset else _status(status))
+        body = b"".join(parts)
+        queue(b"\x12" + _varint(len(body)) + body)
+
+    return ended
+
+
+def framed_span(*span: Any) -> bytes:
+    """`encode_span(*span)` framed as an element of `ScopeSpans.spans`: what fim's own spans
+    are queued as (`fim.observe.sdk`), so the exporter's thread only joins them."""
+    return field(b"\x12", encode_span(*span))
