@@ -252,12 +252,12 @@ async def test_an_exception_that_ends_a_run_is_recorded_with_its_text_masked(rec
 async def test_a_tracing_failure_never_fails_the_run(tmp_path, receiver, monkeypatch, caplog):
     """A span handler that raises (a bug, an exporter's surprise) is logged; the run goes
     on to its answer and its root span ends with an error status saying tracing failed."""
-    from fim.observe import tracing
+    from fim.observe import run_spans, tracing
 
     def broken(trace_: Any, event: Any) -> None:
         raise RuntimeError("span handler bug")
 
-    monkeypatch.setitem(tracing._HANDLERS, "tool_call", broken)
+    monkeypatch.setitem(run_spans.HANDLERS, "tool_call", broken)
     await delegate_and_workflow(tmp_path)  # the runs end as they would untraced
     assert "tracing of span 'invoke_agent lead' failed" in caplog.text
     assert tracing.flush()
