@@ -378,6 +378,7 @@ AREAS = (
     "fim.server.areas.approvals",
     "fim.server.areas.interop",
     "fim.server.areas.usage",
+    "fim.server.areas.sessions",
 )
 """The route areas the app is assembled from, one file each (`fim.server.area`), in routing
 order (also the order of the OpenAPI document's paths)."""

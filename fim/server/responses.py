@@ -111,6 +111,18 @@ class RunRecord(_Out):
     updated_at: float
 
 
+class SessionRecord(_Out):
+    """A conversation: the messages of its turns, each user turn and its answer."""
+
+    session_id: str
+    messages: list[dict[str, Any]]
+
+
+class SessionDeleted(_Out):
+    session_id: str
+    deleted: bool
+
+
 class RunList(_Out):
     runs: list[RunRecord]
 

@@ -41,6 +41,12 @@ class Sessions:
             return None
         return row["owner"], [Message.model_validate(m) for m in row["messages"]]
 
+    async def delete(self, session_id: str, owner: str) -> bool:
+        """Forget a session this owner made; False when there is none of its."""
+        sessions = table("sessions")
+        query = sessions.delete().where(sessions.c.id == session_id, sessions.c.owner == owner)
+        return bool(await self.store._tx(lambda c: c.execute(query).rowcount))
+
     async def save(self, session_id: str, owner: str, messages: list[Message]) -> bool:
         """Store the conversation; False (nothing written) when another key owns the
         session, so two callers' turns never mix."""

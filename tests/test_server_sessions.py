@@ -1,0 +1,84 @@
+"""`GET` and `DELETE /v1/sessions/{session_id}`: a caller reads or forgets its own
+conversation; another key's of the same name is not there, and forgetting one never
+touches another key's."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+from test_session_budgets import write_project
+
+from fim.build.compile import compile_project
+from fim.build.reload import SnapshotHolder
+from fim.server.app import create_app
+from fim.server.http import key_owner
+from fim.store import Store
+from fim.store.sessions import Sessions
+from fim.testing.server import ServerThread
+from fim.types import Message
+
+A = {"Authorization": "Bearer key-a"}
+B = {"Authorization": "Bearer key-b"}
+
+
+def test_a_key_reads_and_forgets_its_own_session_only(tmp_path: Path):
+    write_project(tmp_path, keys=("key-a", "key-b"))
+    with ServerThread(create_app(SnapshotHolder(compile_project(tmp_path)))) as srv:
+        runs, url = f"{srv.url}/v1/agents/a/runs", f"{srv.url}/v1/sessions"
+        for headers, said in ((A, "from a"), (B, "from b")):
+            reply = httpx.post(runs, json={"input": said, "session_id": "team/s1"}, headers=headers)
+            assert reply.status_code == 200, reply.text
+        mine = httpx.get(f"{url}/team/s1", headers=A)
+        assert mine.status_code == 200, mine.text
+        assert mine.json() == {
+            "session_id": "team/s1",
+            "messages": [
+                {"role": "user", "content": "from a"},
+                {"role": "assistant", "content": "hi"},
+            ],
+        }
+        assert httpx.get(f"{url}/nobody", headers=A).status_code == 404
+        assert httpx.get(f"{url}/team/s1").status_code == 401  # no key at all
+        forgotten = httpx.delete(f"{url}/team/s1", headers=A)
+        assert forgotten.status_code == 200 and forgotten.json()["deleted"] is True
+        assert httpx.get(f"{url}/team/s1", headers=A).status_code == 404
+        assert httpx.delete(f"{url}/team/s1", headers=A).status_code == 404
+        # b's session of the same name is untouched
+        theirs = httpx.get(f"{url}/team/s1", headers=B).json()["messages"]
+        assert [m["content"] for m in theirs] == ["from b", "hi"]
+        again = httpx.post(runs, json={"input": "anew", "session_id": "team/s1"}, headers=A)
+        assert again.status_code == 200
+        restarted = httpx.get(f"{url}/team/s1", headers=A).json()["messages"]
+        assert [m["content"] for m in restarted] == ["anew", "hi"]
+        too_long = httpx.get(f"{url}/{'x' * 201}", headers=A)
+        assert too_long.status_code == 400 and too_long.json()["error"]["param"] == "session_id"
+
+
+def test_a_session_kept_under_its_plain_name_is_read_and_forgotten_by_its_creator(
+    tmp_path: Path,
+):
+    write_project(tmp_path, keys=("key-a", "key-b"))
+    store = Store("sqlite:///.fim/state.db", root=tmp_path)
+    try:
+        old = [Message(role="user", content="before"), Message(role="assistant", content="hi")]
+        asyncio.run(Sessions(store).save("legacy", key_owner(b"key-a"), old))
+    finally:
+        store.close()
+    with ServerThread(create_app(SnapshotHolder(compile_project(tmp_path)))) as srv:
+        url = f"{srv.url}/v1/sessions/legacy"
+        assert httpx.get(url, headers=B).status_code == 404
+        assert httpx.delete(url, headers=B).status_code == 404
+        read = httpx.get(url, headers=A).json()["messages"]
+        assert [m["content"] for m in read] == ["before", "hi"]
+        assert httpx.delete(url, headers=A).status_code == 200
+        assert httpx.get(url, headers=A).status_code == 404
+
+
+def test_without_keys_a_session_is_read_by_its_plain_name(tmp_path: Path):
+    write_project(tmp_path)
+    with ServerThread(create_app(SnapshotHolder(compile_project(tmp_path)))) as srv:
+        httpx.post(f"{srv.url}/v1/agents/a/runs", json={"input": "yo", "session_id": "s"})
+        read = httpx.get(f"{srv.url}/v1/sessions/s").json()
+    assert [m["content"] for m in read["messages"]] == ["yo", "hi"]
