@@ -47,6 +47,9 @@ def _varint(n: int) -> bytes:
 
 
 _BYTE = [bytes((n,)) for n in range(0x80)]
+_KIND_FIELDS = {id(kind): b"\x30" + _BYTE[value] for kind, value in _KINDS.items()}
+"""id(a `SpanKind`) -> its `kind` field: an enum by identity (its hash and `.value` are
+Python-level calls; the members are singletons)."""
 _TIMES = struct.Struct("<BQBQ")
 """start_time_unix_nano (field 7) and end_time_unix_nano (8), both fixed64."""
 _FLAGS = b"\x85\x01"  # field 16, fixed32
@@ -98,12 +101,7 @@ def encode_span(
         b"\x2a",
         _varint(len(encoded)),
         encoded,
-        # an enum by identity: its hash and `.value` are Python-level calls
-        b"\x30\x03"
-        if kind is SpanKind.CLIENT
-        else b"\x30\x01"
-        if kind is SpanKind.INTERNAL
-        else b"\x30" + _BYTE[_KINDS[kind]],
+        _KIND_FIELDS[id(kind)],
     ]
     state = context.trace_state
     if state is not DEFAULT_TRACE_STATE and state:
@@ -230,11 +228,7 @@ def child_queue(
             shared,
             _SPAN_ID.pack(0x12, 0x08, span_id),
             named,
-            b"\x30\x03"
-            if kind is SpanKind.CLIENT
-            else b"\x30\x01"
-            if kind is SpanKind.INTERNAL
-            else b"\x30" + _BYTE[_KINDS[kind]],
+            _KIND_FIELDS[id(kind)],
             _TIMES.pack(0x39, start, 0x41, end),
         ]
         if attributes:
