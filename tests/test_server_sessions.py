@@ -52,6 +52,18 @@ def test_a_key_reads_and_forgets_its_own_session_only(tmp_path: Path):
         assert again.status_code == 200
         restarted = httpx.get(f"{url}/team/s1", headers=A).json()["messages"]
         assert [m["content"] for m in restarted] == ["anew", "hi"]
+        listed = httpx.get(url, headers=A).json()["sessions"]
+        assert [s["session_id"] for s in listed] == ["team/s1"]  # a's own, by its name
+        httpx.post(runs, json={"input": "more", "session_id": "later"}, headers=A)
+        names = [s["session_id"] for s in httpx.get(url, headers=A).json()["sessions"]]
+        assert names == ["later", "team/s1"]  # the most recent first
+        assert [
+            s["session_id"] for s in httpx.get(f"{url}?limit=1", headers=A).json()["sessions"]
+        ] == ["later"]
+        assert httpx.get(f"{url}?limit=0", headers=A).status_code == 400
+        assert [s["session_id"] for s in httpx.get(url, headers=B).json()["sessions"]] == [
+            "team/s1"
+        ]
         too_long = httpx.get(f"{url}/{'x' * 201}", headers=A)
         assert too_long.status_code == 400 and too_long.json()["error"]["param"] == "session_id"
 
@@ -72,6 +84,8 @@ def test_a_session_kept_under_its_plain_name_is_read_and_forgotten_by_its_creato
         assert httpx.delete(url, headers=B).status_code == 404
         read = httpx.get(url, headers=A).json()["messages"]
         assert [m["content"] for m in read] == ["before", "hi"]
+        listed = httpx.get(f"{srv.url}/v1/sessions", headers=A).json()["sessions"]
+        assert [s["session_id"] for s in listed] == ["legacy"]
         assert httpx.delete(url, headers=A).status_code == 200
         assert httpx.get(url, headers=A).status_code == 404
 

@@ -28,3 +28,36 @@ async def test_sessions_are_owned_and_bounded(tmp_path: Path):
         assert await sessions.load("b") is not None
     finally:
         store.close()
+
+
+async def test_a_store_of_the_version_before_names_is_upgraded_and_keeps_its_sessions(
+    tmp_path: Path,
+):
+    """Migration 8 adds `fim_sessions.name` to a database made before it: its sessions are
+    still read, listed by their ids, and new ones keep their names."""
+    import sqlite3
+
+    db = tmp_path / "old.db"
+    with sqlite3.connect(db) as conn:  # the sessions table and versions as of migration 7
+        conn.executescript(
+            "CREATE TABLE fim_schema_version (version INTEGER PRIMARY KEY);"
+            "INSERT INTO fim_schema_version VALUES (1),(2),(3),(4),(5),(6),(7);"
+            "CREATE TABLE fim_sessions (id VARCHAR(200) PRIMARY KEY, owner VARCHAR(64) NOT NULL,"
+            " messages JSON NOT NULL, updated_at FLOAT NOT NULL);"
+            "INSERT INTO fim_sessions VALUES"
+            """ ('old', 'alice', '[{"role": "user", "content": "hi"}]', 1.0);"""
+        )
+    store = Store(f"sqlite:///{db}")
+    try:
+        sessions = Sessions(store)
+        assert await store.schema_version() == 8
+        owner, messages = await sessions.load("old")  # type: ignore[misc]
+        assert owner == "alice" and [m.content for m in messages] == ["hi"]
+        turn = [Message(role="user", content="yo")]
+        assert await sessions.save("s:digest", "alice", turn, name="named")
+        assert [(n, i) for n, i, _ in await sessions.owned("alice", 10)] == [
+            ("named", "s:digest"),
+            (None, "old"),
+        ]
+    finally:
+        store.close()

@@ -141,7 +141,8 @@ class Api:
             return
         # taken meanwhile by another key: save() refuses, never mixing two callers' turns
         turn = [*history, Message(role="assistant", content=output)]
-        await self.session_store.save(session_key(owner, session), owner, turn)
+        key = session_key(owner, session)
+        await self.session_store.save(key, owner, turn, name=session if key != session else None)
 
     async def events(
         self,

@@ -118,6 +118,15 @@ class SessionRecord(_Out):
     messages: list[dict[str, Any]]
 
 
+class SessionSummary(_Out):
+    session_id: str
+    updated_at: float
+
+
+class SessionList(_Out):
+    sessions: list[SessionSummary]
+
+
 class SessionDeleted(_Out):
     session_id: str
     deleted: bool

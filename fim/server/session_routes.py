@@ -1,6 +1,7 @@
-"""`GET` and `DELETE /v1/sessions/{session_id}`: read or forget one of the caller's
-conversations. A session is the caller's own by construction (each key names its own,
-`fim.run.sessions`), so another key's is simply not there (404)."""
+"""`GET /v1/sessions` (the caller's sessions by name, the most recent first) and `GET` /
+`DELETE /v1/sessions/{session_id}` (read or forget one). A session is the caller's own by
+construction (each key names its own, `fim.run.sessions`), so another key's is simply
+not there (404)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from fim.run.sessions import session_key
+from fim.run.sessions import SCOPED, session_key
 from fim.server.http import JSONResponse, error, session_owner
 from fim.server.sessions import UnknownSession, find_session
 
 if TYPE_CHECKING:
     from fim.server.app import Api
+
+MAX_LISTED = 1000
+"""At most this many sessions a page (a key keeps at most `SESSION_LIMIT`)."""
 
 
 def session_handlers(api: Api) -> dict[str, Any]:
@@ -51,9 +55,26 @@ def session_handlers(api: Api) -> dict[str, Any]:
             await api.session_store.delete(session_key(owner, name), owner)
         return JSONResponse({"session_id": name, "deleted": True})
 
+    async def list_sessions(request: Request) -> Response:
+        raw = request.query_params.get("limit", "100")
+        if not raw.isdigit() or not 1 <= int(raw) <= MAX_LISTED:
+            return error(
+                400,
+                f"limit: a whole number from 1 to {MAX_LISTED}, got {raw[:40]!r}",
+                param="limit",
+            )
+        owner = session_owner(request, api.holder)
+        rows = await api.session_store.owned(owner, int(raw))
+        listed = [
+            {"session_id": name or key, "updated_at": updated}
+            for name, key, updated in rows
+            if name or not key.startswith(SCOPED)  # a key's session stored before names
+        ]
+        return JSONResponse({"sessions": listed})
+
     async def session(request: Request) -> Response:
         if request.method == "DELETE":
             return await delete_session(request)
         return await get_session(request)
 
-    return {"session": session}
+    return {"session": session, "list_sessions": list_sessions}

@@ -157,6 +157,7 @@ def schema() -> tuple[MetaData, dict[str, Table]]:
                 Column("owner", String(64), nullable=False),
                 Column("messages", JSON, nullable=False),
                 Column("updated_at", Float, nullable=False, index=True),
+                Column("name", String(200)),  # the caller's name for it (migration 8)
                 Index("ix_fim_sessions_owner_updated", "owner", "updated_at"),
             ),
             "run_owners": Table(  # who started a run over HTTP (fim.store.owners)
@@ -220,6 +221,16 @@ def _migration_7(conn: Connection) -> None:
             index.create(conn, checkfirst=True)
 
 
+def _migration_8(conn: Connection) -> None:
+    # the name a caller gave a session, kept beside the id its key derives from it, so
+    # GET /v1/sessions can list a caller's sessions by their names
+    # deferred: loading sqlalchemy costs hundreds of ms
+    from sqlalchemy import inspect, text
+
+    if "name" not in {c["name"] for c in inspect(conn).get_columns("fim_sessions")}:
+        conn.execute(text("ALTER TABLE fim_sessions ADD COLUMN name VARCHAR(200)"))
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _migration_1,
     _migration_2,
@@ -228,5 +239,6 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _migration_5,
     _migration_6,
     _migration_7,
+    _migration_8,
 ]
 """Applied in order; migration N brings the schema to version N. Append, never edit."""

@@ -47,9 +47,25 @@ class Sessions:
         query = sessions.delete().where(sessions.c.id == session_id, sessions.c.owner == owner)
         return bool(await self.store._tx(lambda c: c.execute(query).rowcount))
 
-    async def save(self, session_id: str, owner: str, messages: list[Message]) -> bool:
-        """Store the conversation; False (nothing written) when another key owns the
-        session, so two callers' turns never mix."""
+    async def owned(self, owner: str, limit: int) -> list[tuple[str | None, str, float]]:
+        """(name, id, last update) of this owner's sessions, the most recent first."""
+        sessions = table("sessions")
+        query = (
+            sessions.select()
+            .with_only_columns(sessions.c.name, sessions.c.id, sessions.c.updated_at)
+            .where(sessions.c.owner == owner)
+            .order_by(sessions.c.updated_at.desc())
+            .limit(limit)
+        )
+        rows = await self.store._read(lambda c: c.execute(query).all())
+        return [(row[0], row[1], row[2]) for row in rows]
+
+    async def save(
+        self, session_id: str, owner: str, messages: list[Message], name: str | None = None
+    ) -> bool:
+        """Store the conversation (`name`: what the caller calls it, when that is not its
+        id); False (nothing written) when another key owns the session, so two callers'
+        turns never mix."""
         dumped = [m.model_dump(mode="json", exclude_defaults=True) for m in messages]
         self._writes += 1
         prune = self._writes % _PRUNE_EVERY == 0
@@ -57,9 +73,13 @@ class Sessions:
         from sqlalchemy.exc import IntegrityError
 
         try:
-            return await self.store._tx(lambda c: self._save(c, session_id, owner, dumped, prune))
+            return await self.store._tx(
+                lambda c: self._save(c, session_id, owner, dumped, prune, name)
+            )
         except IntegrityError:  # another replica created the session meanwhile: recheck
-            return await self.store._tx(lambda c: self._save(c, session_id, owner, dumped, False))
+            return await self.store._tx(
+                lambda c: self._save(c, session_id, owner, dumped, False, name)
+            )
 
     def _save(
         self,
@@ -68,6 +88,7 @@ class Sessions:
         owner: str,
         messages: list[dict[str, Any]],
         prune: bool,
+        name: str | None = None,
     ) -> bool:
         # deferred: loading sqlalchemy costs hundreds of ms
         from sqlalchemy import select
@@ -82,7 +103,7 @@ class Sessions:
         if current is None:
             conn.execute(
                 sessions.insert().values(
-                    id=session_id, owner=owner, messages=messages, updated_at=now
+                    id=session_id, owner=owner, messages=messages, updated_at=now, name=name
                 )
             )
         elif current != owner:
@@ -91,7 +112,7 @@ class Sessions:
             conn.execute(
                 sessions.update()
                 .where(sessions.c.id == session_id)
-                .values(messages=messages, updated_at=now)
+                .values(messages=messages, updated_at=now, **({"name": name} if name else {}))
             )
         if prune:  # per owner: one key's many sessions never push out another's
             mine = sessions.c.owner == owner

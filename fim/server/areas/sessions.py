@@ -1,14 +1,32 @@
-"""`/v1/sessions/{session_id}`: one of the caller's conversations, read or forgotten."""
+"""`/v1/sessions`: the caller's conversations, listed, read or forgotten."""
 
 from __future__ import annotations
 
 from fim.server import responses as r
-from fim.server.area import Area, Endpoint, Op
-from fim.server.session_routes import session_handlers
+from fim.server.area import Area, Endpoint, Op, get
+from fim.server.session_routes import MAX_LISTED, session_handlers
 
 AREA = Area(
     "sessions",
     (
+        get(
+            "/v1/sessions",
+            "list_sessions",
+            Op(
+                "The caller's sessions by name, the most recent first",
+                "runs",
+                r.SessionList,
+                query={
+                    "limit": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": MAX_LISTED,
+                        "default": 100,
+                    }
+                },
+                errors=(400,),
+            ),
+        ),
         Endpoint(
             "/v1/sessions/{session_id:path}",
             "session",
