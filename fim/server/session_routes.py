@@ -14,7 +14,7 @@ from fim.server.http import JSONResponse, error, session_owner
 from fim.server.sessions import UnknownSession, find_session
 
 if TYPE_CHECKING:
-    from fim.server.app import Api
+    from fim.server.api import Api
 
 
 def session_handlers(api: Api) -> dict[str, Any]:
