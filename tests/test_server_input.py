@@ -161,12 +161,12 @@ def test_an_error_keeps_the_keep_alive_connection(server: str):
 def test_an_unhandled_error_is_a_500_that_keeps_the_connection(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    from fim.server.app import Api
+    from fim.server import agent_routes
 
-    async def explode(self: Api, request: Any) -> Any:
+    def explode(api: Any) -> Any:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(Api, "status", explode)
+    monkeypatch.setattr(agent_routes, "status_payload", explode)  # `/v1/status` raises
     app = create_app(SnapshotHolder(_snapshot(tmp_path)))
     with ServerThread(app) as srv, httpx.Client(base_url=srv.url) as client:
         failed = client.get("/v1/status")

@@ -146,7 +146,7 @@ async def _serve_stdio(snapshot: Snapshot, reload: bool) -> None:
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.build.reload import SnapshotHolder, watch
     from fim.run.services import Services
-    from fim.server.app import Api
+    from fim.server.api import Api
     from fim.server.mcp_surface import serve_stdio
 
     holder = SnapshotHolder(snapshot)

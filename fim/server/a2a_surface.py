@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from starlette.routing import Router
 
     from fim.build.snapshot import Snapshot
-    from fim.server.app import Api
+    from fim.server.api import Api
 
 CARD_PATH = "/.well-known/agent-card.json"
 log = logging.getLogger("fim.server")

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from starlette.routing import BaseRoute, Mount, Route
 
 if TYPE_CHECKING:
-    from fim.server.app import Api
+    from fim.server.api import Api
 
 ANY_METHOD = ("GET", "POST", "DELETE")
 """What a route that takes every method (an ASGI app such as MCP's) is listed with."""

@@ -38,7 +38,7 @@ from fim.workflows.inputs import validate_inputs
 if TYPE_CHECKING:
     import procrastinate
 
-    from fim.server.app import Api
+    from fim.server.api import Api
 
 log = logging.getLogger("fim.server")
 

@@ -36,7 +36,7 @@ from fim.server.bodies import BodyError, EvalRunBody, read_body
 from fim.server.http import JSONResponse, error, run_scope
 
 if TYPE_CHECKING:
-    from fim.server.app import Api
+    from fim.server.api import Api
 
 STATIC = Path(__file__).parent / "static"
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
-    from fim.server.app import Api
+    from fim.server.api import Api
 
 
 class _Lazy:

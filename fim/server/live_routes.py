@@ -24,7 +24,7 @@ from fim.store.live import read_events, running_here, tail
 from fim.store.owners import may_read
 
 if TYPE_CHECKING:
-    from fim.server.app import Api
+    from fim.server.api import Api
 
 
 def _after(request: Request) -> int | Response:

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
 
     from fim.build.snapshot import Snapshot
-    from fim.server.app import Api
+    from fim.server.api import Api
 
 log = logging.getLogger("fim.server")
 

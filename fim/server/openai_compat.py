@@ -33,7 +33,7 @@ from fim.types import Message
 
 if TYPE_CHECKING:
     from fim.run.overrides import RunOverrides
-    from fim.server.app import Api
+    from fim.server.api import Api
 
 
 def _tool_calls(calls: list[ToolCallEvent]) -> list[dict[str, Any]]:

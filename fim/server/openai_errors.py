@@ -1,9 +1,9 @@
 """Errors in OpenAI's shape: a failed run as an HTTP status and error object (the model's
 failure is a 502, a budget a 402, fim's own a 500), and Starlette's own 404/405 as JSON.
 
-Its own module because the native run routes (`fim.server.app`) answer a failed run with the
-same object and the app installs `http_error` for every route: neither needs the chat
-completions surface loaded for it.
+Its own module because the native run routes (`fim.server.agent_routes`) answer a failed run
+with the same object and the app installs `http_error` for every route: neither needs the
+chat completions surface loaded for it.
 """
 
 from __future__ import annotations

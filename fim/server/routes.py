@@ -20,7 +20,7 @@ from fim.store.owners import claimed, may_read
 from fim.workflows.state import KIND
 
 if TYPE_CHECKING:
-    from fim.server.app import Api
+    from fim.server.api import Api
     from fim.store.records import ApprovalStatus
 
 log = logging.getLogger("fim.server")

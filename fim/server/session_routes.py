@@ -15,7 +15,7 @@ from fim.server.http import JSONResponse, error, session_owner
 from fim.server.sessions import UnknownSession, find_session
 
 if TYPE_CHECKING:
-    from fim.server.app import Api
+    from fim.server.api import Api
 
 MAX_LISTED = 1000
 """At most this many sessions a page (a key keeps at most `SESSION_LIMIT`)."""

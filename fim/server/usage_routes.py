@@ -13,7 +13,7 @@ from starlette.responses import Response
 from fim.server.http import JSONResponse, error, run_scope
 
 if TYPE_CHECKING:
-    from fim.server.app import Api
+    from fim.server.api import Api
 
 MAX_DAYS = 36500
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fim.server import responses as r
+from fim.server.agent_routes import agent_handlers
 from fim.server.area import Area, Op, get
 
 AREA = Area(
@@ -17,5 +18,5 @@ AREA = Area(
             Op("One agent's declaration", "agents", r.AgentDeclaration, errors=(404,)),
         ),
     ),
-    lambda api: {"agents": api.agents, "agent": api.agent},
+    agent_handlers,
 )

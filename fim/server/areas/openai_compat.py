@@ -9,7 +9,7 @@ from fim.server import responses as r
 from fim.server.area import Area, Op, get, post
 
 if TYPE_CHECKING:
-    from fim.server.app import Api
+    from fim.server.api import Api
 
 
 def _handlers(api: Api) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fim.server import bodies
 from fim.server import responses as r
+from fim.server.agent_routes import run_handlers
 from fim.server.area import Area, Op, get, post
 
 AREA = Area(
@@ -39,5 +40,5 @@ AREA = Area(
             ),
         ),
     ),
-    lambda api: {"create_run": api.create_run, "list_runs": api.list_runs},
+    run_handlers,
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fim.server import responses as r
+from fim.server.agent_routes import status_handlers
 from fim.server.area import Area, Op, get
 
 AREA = Area(
@@ -15,5 +16,5 @@ AREA = Area(
             Op("Snapshot version and the last reload error", "status", r.Status),
         ),
     ),
-    lambda api: {"healthz": api.healthz, "status": api.status},
+    status_handlers,
 )

@@ -1,0 +1,175 @@
+"""The handlers of the native API's first route areas: status (`/healthz`, `/v1/status`),
+agents (`/v1/agents`, one agent's declaration) and agent runs (start one, list them).
+
+Its own module so the route handlers sit apart from what they run through (`fim.server.api`:
+sessions, the run and its record, shared with every other surface) and from the app's
+assembly (`fim.server.app`). Every request reads `api.holder.current` once and keeps that
+snapshot for its whole run, so a hot reload never changes a request in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import asdict, is_dataclass
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from fim.events import Event, RunFinished
+from fim.server.bodies import BodyError, RunBody, read_body
+from fim.server.devpage import status_payload
+from fim.server.http import JSONResponse, error, run_scope, session_owner, sse
+from fim.server.openai_errors import error_object, failure
+from fim.server.sessions import UnknownSession, known_agent
+from fim.types import Message
+
+if TYPE_CHECKING:
+    from fim.server.api import Api
+
+
+def status_handlers(api: Api) -> dict[str, Any]:
+    """The handlers of the `status` area (`fim.server.areas.status`)."""
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"ok": True})
+
+    async def status(request: Request) -> Response:
+        return JSONResponse(status_payload(api))
+
+    return {"healthz": healthz, "status": status}
+
+
+def agent_handlers(api: Api) -> dict[str, Any]:
+    """The handlers of the `agents` area (`fim.server.areas.agents`)."""
+
+    async def agents(request: Request) -> Response:
+        snap = api.holder.current
+        return JSONResponse(
+            {
+                "agents": [
+                    {"name": a.name, "description": a.description, "engine": a.engine}
+                    for a in snap.agents.values()
+                ]
+            }
+        )
+
+    async def agent(request: Request) -> Response:
+        snap = api.holder.current
+        name = request.path_params["name"]
+        if name not in snap.agents:
+            return error(404, f"unknown agent '{name}'", f"agents: {', '.join(snap.agents)}")
+        decl = snap.agents[name].model_dump(mode="json", by_alias=True)
+        return JSONResponse(snap.masker.value(decl, keys=True))
+
+    return {"agents": agents, "agent": agent}
+
+
+def run_handlers(api: Api) -> dict[str, Any]:
+    """The handlers of the `runs` area (`fim.server.areas.runs`)."""
+
+    async def create_run(request: Request) -> Response:
+        name = request.path_params["name"]
+        snap = api.holder.current
+        if not known_agent(snap, name):
+            return error(404, f"unknown agent '{name}'", f"agents: {', '.join(snap.agents)}")
+        owner = session_owner(request, api.holder)
+        try:
+            body = await read_body(request, RunBody)
+            history, session = await _conversation(api, body, owner)
+        except BodyError as exc:
+            return exc.response()
+        except UnknownSession as exc:
+            return error(404, exc.message)
+        if body.background:  # 202 at once; fim.server.background runs or queues it
+            # deferred: the queue (procrastinate) loads only for background runs
+            from fim.server.background import start_agent_run
+
+            return await start_agent_run(api, name, history, session, owner)
+        run_id = uuid.uuid4().hex[:12]
+        if body.stream:
+            return sse(_sse_run(api, name, history, (session, owner), run_id))
+        return await _json_run(api, request, name, history, (session, owner), run_id)
+
+    async def list_runs(request: Request) -> Response:
+        # deferred: loading fim.store costs a few ms
+        from fim.store import get_store
+
+        try:
+            limit = max(1, min(500, int(request.query_params.get("limit", "50"))))
+        except ValueError:
+            return error(400, "limit must be an integer")
+        kind = request.query_params.get("kind")
+        owner = run_scope(request, api.holder)  # a keyed caller: its own runs
+        records = await get_store(api.services).list_runs(kind=kind, limit=limit, owner=owner)
+        return JSONResponse({"runs": [_summary(r) for r in records]})
+
+    return {"create_run": create_run, "list_runs": list_runs}
+
+
+async def _conversation(
+    api: Api, body: RunBody, owner: str = ""
+) -> tuple[list[Message], str | None]:
+    session = body.session_id
+    history = await api.history(session, owner)
+    if body.messages:
+        history += body.messages
+    elif body.input is not None:
+        history.append(Message(role="user", content=body.input))
+    return history, session
+
+
+async def _sse_run(
+    api: Api, name: str, history: list[Message], session: tuple[str | None, str], run_id: str
+) -> AsyncIterator[Event]:
+    async for event in api.events(
+        name, history, stream=True, run_id=run_id, session=session[0], owner=session[1]
+    ):
+        if isinstance(event, RunFinished):
+            await api.remember(session[0], session[1], history, event.output)
+        yield event
+
+
+async def _json_run(
+    api: Api,
+    request: Request,
+    name: str,
+    history: list[Message],
+    session: tuple[str | None, str],
+    run_id: str,
+) -> Response:
+    outcome = await api.run_to_end(request, name, history, run_id, session=session[0])
+    if isinstance(outcome, Response):
+        return outcome
+    final, trace = outcome
+    if final.status == "error":  # a failed run is an HTTP error, never a 200 "answer"
+        status, body = error_object(failure(trace, final))
+        body.update(run_id=run_id, agent=name, status=final.status, events=trace)
+        return JSONResponse(body, status_code=status)
+    await api.remember(session[0], session[1], history, final.output)
+    return JSONResponse(
+        {
+            "run_id": run_id,
+            "agent": name,
+            "status": final.status,
+            "output": final.output,
+            "usage": final.usage.model_dump(),
+            "session_id": session[0],
+            "events": trace,
+        }
+    )
+
+
+def _summary(record: Any) -> dict[str, Any]:
+    """A run without its trace, for listings."""
+    data = _record_dict(record)
+    data.pop("data", None)
+    return data
+
+
+def _record_dict(record: Any) -> dict[str, Any]:
+    if is_dataclass(record) and not isinstance(record, type):
+        return json.loads(json.dumps(asdict(record), default=str))
+    return dict(record)

@@ -1,0 +1,201 @@
+"""`Api`: the server's state (the snapshot holder, the services, the runs in flight) and the
+one way every API surface runs an agent: the caller's session history, the run itself with
+its record and event log, the conversation's next turn.
+
+Its own module because every surface builds on it (the native routes of
+`fim.server.agent_routes`, the OpenAI-compatible, A2A and MCP surfaces, `fim mcp` over
+stdio), while none of them needs the app assembly of `fim.server.app`. A session belongs to
+the API key that created it; another key is told it does not exist.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from fim.build.reload import SnapshotHolder
+from fim.errors import FimError
+from fim.events import Event, RunFinished
+from fim.run.services import Services
+from fim.run.sessions import session_key
+from fim.server.http import cancel_on_disconnect, error, session_owner
+from fim.server.sessions import find_session
+from fim.types import Message
+
+if TYPE_CHECKING:
+    from fim.store.sessions import Sessions
+
+log = logging.getLogger("fim.server")
+
+
+class Api:
+    """The server's state and its agent runs (see the module docstring)."""
+
+    def __init__(self, holder: SnapshotHolder, services: Services) -> None:
+        self.holder = holder
+        self.services = services
+        self._sessions: Sessions | None = None
+        self.started_at = time.time()
+        self.active_runs = 0
+
+    @property
+    def session_store(self) -> Sessions:
+        """Sessions live in the state store, so every replica on it sees them."""
+        if self._sessions is None:
+            # deferred: loading fim.store costs a few ms
+            from fim.store import get_store
+            from fim.store.sessions import Sessions
+
+            self._sessions = Sessions(get_store(self.services))
+        return self._sessions
+
+    async def history(self, session: str | None, owner: str) -> list[Message]:
+        """The conversation so far of this caller's session `session` (each key names its
+        own sessions, `fim.run.sessions`); on a server without keys, a session a key
+        created is reported as unknown (404), so its history never reaches this caller."""
+        if not session:
+            return []
+        found = await find_session(self.session_store, owner, session)
+        return found[1] if found is not None else []
+
+    async def remember(
+        self, session: str | None, owner: str, history: list[Message], output: str
+    ) -> None:
+        if not session:
+            return
+        # taken meanwhile by another key: save() refuses, never mixing two callers' turns
+        turn = [*history, Message(role="assistant", content=output)]
+        key = session_key(owner, session)
+        await self.session_store.save(key, owner, turn, name=session if key != session else None)
+
+    async def events(
+        self,
+        agent: str,
+        history: list[Message],
+        *,
+        stream: bool,
+        run_id: str,
+        overrides: Any = None,
+        session: str | None = None,
+        trace: list[dict[str, Any]] | None = None,
+        owner: str = "",
+    ) -> AsyncIterator[Event]:
+        """Run one request on the snapshot current *now*, persisting the run at the end.
+        `session` is the conversation it continues: its session budgets count it. `trace`,
+        when given, receives each event but tokens as JSON (dumped once, here). `owner`,
+        the caller's key hash (`session_owner`), is recorded first: only that key reads
+        the run back (`fim.store.owners`).
+
+        The events are stored once, in the run's event log (which any replica tails while
+        it runs); the run's record keeps its status and output, and `GET /v1/runs/{id}`
+        reads the events from the log (storing them in the record too wrote, masked and
+        JSON-encoded every event a second time). If the log lost a write, the record
+        keeps them all instead."""
+        # deferred: loading fim.engines.dag costs hundreds of ms
+        from fim.run.agent import run_agent
+        from fim.store import get_store
+        from fim.store.live import EventLog
+
+        snapshot = self.holder.current
+        self.active_runs += 1
+        kept = [] if trace is None else trace
+        live = EventLog(get_store(self.services), run_id, "agent", agent)  # any replica tails it
+        final: RunFinished | None = None
+        problem = ""
+        try:
+            async for event in run_agent(
+                snapshot,
+                agent,
+                history,
+                services=self.services,
+                stream=stream,
+                run_id=run_id,
+                overrides=overrides,
+                session=session_key(owner, session),
+                owner=owner,
+            ):
+                dumped = event.model_dump(mode="json")
+                live.add(dumped)
+                if event.type == "run_started":  # the record exists before anyone hears of it
+                    await live.flush()
+                if event.type != "token":
+                    kept.append(dumped)
+                if event.type == "error":
+                    problem = f"{event.kind}: {event.message}"
+                if isinstance(event, RunFinished):
+                    final = event
+                yield event
+        finally:
+            self.active_runs -= 1
+            status = final.status if final else "cancelled"
+            if status == "error":  # one line per failed run, whichever route ran it
+                log.warning("run %s of agent '%s' failed: %s", run_id, agent, problem or "error")
+            await live.close()
+            # the record holds the events only if the log lost some (a failed write)
+            await self._persist(run_id, agent, status, final, kept if live.failed else None)
+
+    async def _persist(
+        self,
+        run_id: str,
+        agent: str,
+        status: str,
+        final: RunFinished | None,
+        events: list[dict[str, Any]] | None,
+    ) -> None:
+        try:
+            # deferred: optional dependency, absent in some installs
+            from fim.store import get_store
+
+            store = get_store(self.services)
+            await store.put_run(
+                run_id,
+                "agent",
+                agent,
+                status,
+                {"output": final.output if final else None}
+                | ({"events_in_log": True} if events is None else {"events": events}),
+            )
+        except Exception:  # persistence must never fail a run that succeeded
+            logging.getLogger("fim.server").exception("could not persist run %s", run_id)
+
+    async def run_to_end(
+        self,
+        request: Request,
+        name: str,
+        history: list[Message],
+        run_id: str,
+        overrides: Any = None,
+        session: str | None = None,
+    ) -> tuple[RunFinished, list[dict[str, Any]]] | Response:
+        """Run to completion and return the final event and the trace; the run is cancelled
+        if the client goes away. A failure comes back as an error Response."""
+        trace: list[dict[str, Any]] = []  # stream=False: no tokens, every event is in it
+
+        async def consume() -> RunFinished | None:
+            final = None
+            async for event in self.events(
+                name,
+                history,
+                stream=False,
+                run_id=run_id,
+                overrides=overrides,
+                session=session,
+                trace=trace,
+                owner=session_owner(request, self.holder),
+            ):
+                if isinstance(event, RunFinished):
+                    final = event
+            return final
+
+        try:
+            final = await cancel_on_disconnect(request, consume())
+        except FimError as exc:
+            return error(500, str(exc))
+        if final is None:
+            return error(499, "client disconnected; run cancelled")
+        return final, trace
