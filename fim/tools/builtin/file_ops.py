@@ -1,14 +1,9 @@
 """file_ops: read, write, append and list files inside the project's sandbox directory.
 
-Immune to symlink races: no path is ever checked and then opened. Every component is opened
-relative to the directory before it (`openat`: `os.open(name, dir_fd=...)`) with
-`O_NOFOLLOW` (and `O_DIRECTORY` for folders), starting from a descriptor of the sandbox root,
-so the kernel never follows a symlink for us. A symlink met on the way is read
-(`readlinkat`) and its target re-walked from the root the same way: one that stays inside is
-followed, one that points outside (or through `..` above the root) is refused. `..` in a
-path and absolute paths elsewhere are refused before any I/O. Files are opened
-`O_NONBLOCK` and must be regular files (a FIFO cannot hang the worker thread). Blocking
-file I/O runs in a worker thread.
+Immune to symlink races: every path is opened component by component from a descriptor of
+the sandbox root, never following a symlink in the kernel (`_paths`, which says how). Files
+are opened `O_NONBLOCK` and must be regular files (a FIFO cannot hang the worker thread).
+Blocking file I/O runs in a worker thread.
 
 Quota: the whole sandbox directory may hold at most `DEFAULT_QUOTA_BYTES` (256 MB, counted
 as allocated disk blocks; `make(ctx, quota_bytes=...)` changes it). A write or append that
@@ -18,15 +13,14 @@ would pass it is refused; concurrent writers can each overshoot by at most one w
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import errno
 import os
 import stat
-from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING, Any, Literal
 
 from fim.tools.base import FunctionTool
 from fim.tools.builtin._common import clip, fail, sandbox_dir
+from fim.tools.builtin._paths import MAX_WALK, Refused, Root, show, split
 from fim.types import CallView, ToolResult
 
 if TYPE_CHECKING:
@@ -38,163 +32,9 @@ DEFAULT_READ_CHARS = 20_000
 MAX_WRITE_CHARS = 1_000_000
 MAX_FILE_BYTES = 10 * 1024 * 1024
 MAX_LIST = 500
-MAX_WALK = 100_000
-"""Entries a recursive listing or the quota count visits at most."""
-MAX_LINKS = 40
 DEFAULT_QUOTA_BYTES = 256 * 1024 * 1024
 
 Operation = Literal["read", "write", "append", "list"]
-
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW | _CLOEXEC
-
-
-class Refused(Exception):
-    """A path or request file_ops will not serve; the message is for the model."""
-
-
-class _Link(Exception):
-    """A symlink met while walking: where it is and what it points to."""
-
-    def __init__(self, before: list[str], target: str, rest: list[str]) -> None:
-        self.before, self.target, self.rest = before, target, rest
-
-
-def _outside(path: str, why: str = "is") -> Refused:
-    return Refused(
-        f"'{path}' {why} outside the sandbox; use a path relative to the sandbox root "
-        "such as 'notes/todo.txt'"
-    )
-
-
-def split(root: Path, path: str) -> list[str]:
-    """The components of `path` below `root`, checked lexically (no I/O)."""
-    if "\x00" in path:
-        raise Refused("the path contains a NUL character")
-    raw = PurePosixPath(path)
-    if ".." in raw.parts:
-        raise Refused(f"'{path}' contains '..'; paths must stay inside the sandbox")
-    if raw.is_absolute():
-        try:
-            raw = raw.relative_to(root)
-        except ValueError:
-            raise _outside(path) from None
-    return [p for p in raw.parts if p not in ("", ".")]
-
-
-def _retarget(root: Path, link: _Link, path: str) -> list[str]:
-    """The components a symlink leads to, resolved against the real folders before it."""
-    target = PurePosixPath(link.target)
-    if target.is_absolute():
-        try:
-            parts = list(target.relative_to(root).parts)
-        except ValueError:
-            raise _outside(path, "is a symlink that points") from None
-    else:
-        parts = list(link.before)
-        for part in target.parts:
-            if part == "..":
-                if not parts:
-                    raise _outside(path, "is a symlink that points")
-                parts.pop()
-            elif part not in ("", "."):
-                parts.append(part)
-    return parts + link.rest
-
-
-def _link_or_raise(
-    exc: OSError, name: str, dir_fd: int, before: list[str], rest: list[str]
-) -> NoReturn:
-    """After ELOOP/ENOTDIR from a no-follow open: a symlink becomes `_Link`, anything else
-    re-raises the original error."""
-    if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
-        try:
-            target = os.readlink(name, dir_fd=dir_fd)
-        except OSError:
-            raise exc from None
-        raise _Link(before, target, rest) from None
-    raise exc
-
-
-def _open_parts(root_fd: int, parts: list[str], flags: int, create_dirs: bool) -> int:
-    """Open `parts` below `root_fd`, one no-follow `openat` per component."""
-    if not parts:
-        return os.open(".", flags | _CLOEXEC, dir_fd=root_fd)
-    current = root_fd
-    try:
-        for i, name in enumerate(parts[:-1]):
-            try:
-                fd = os.open(name, _DIR_FLAGS, dir_fd=current)
-            except FileNotFoundError:
-                if not create_dirs:
-                    raise
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(name, 0o755, dir_fd=current)
-                try:
-                    fd = os.open(name, _DIR_FLAGS, dir_fd=current)
-                except OSError as exc:
-                    _link_or_raise(exc, name, current, parts[:i], parts[i + 1 :])
-            except OSError as exc:
-                _link_or_raise(exc, name, current, parts[:i], parts[i + 1 :])
-            if current != root_fd:
-                os.close(current)
-            current = fd
-        name = parts[-1]
-        try:
-            return os.open(name, flags | _NOFOLLOW | _CLOEXEC, 0o644, dir_fd=current)
-        except OSError as exc:
-            _link_or_raise(exc, name, current, parts[:-1], [])
-    finally:
-        if current != root_fd:
-            os.close(current)
-
-
-class _Root:
-    """The sandbox root, held open: every path is walked from this descriptor."""
-
-    def __init__(self, root: Path) -> None:
-        self.path = root
-        self.fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
-
-    def close(self) -> None:
-        os.close(self.fd)
-
-    def open(
-        self, path: str, flags: int, *, create_dirs: bool = False, missing: str = ""
-    ) -> tuple[int, list[str]]:
-        """Open `path` (symlinks inside the sandbox followed by re-walking, never by the
-        kernel) and return the descriptor with the real components it was found at."""
-        parts = split(self.path, path)
-        for _ in range(MAX_LINKS):
-            try:
-                return _open_parts(self.fd, parts, flags, create_dirs), parts
-            except _Link as link:
-                parts = _retarget(self.path, link, path)
-            except FileNotFoundError:
-                if missing:
-                    raise Refused(f"'{_show(parts)}' does not exist{missing}") from None
-                raise
-        raise Refused(f"'{path}' goes through more than {MAX_LINKS} symlinks")
-
-    def usage(self) -> int:
-        """Bytes allocated under the root (symlinks not followed), for the quota."""
-        total = seen = 0
-        for _, _, files, dir_fd in os.fwalk(".", dir_fd=self.fd, follow_symlinks=False):
-            total += os.fstat(dir_fd).st_blocks * 512
-            for name in files:
-                seen += 1
-                if seen > MAX_WALK:
-                    raise Refused(f"the sandbox holds more than {MAX_WALK} files; delete some")
-                try:
-                    total += os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_blocks * 512
-                except FileNotFoundError:
-                    continue
-        return total
-
-
-def _show(parts: list[str]) -> str:
-    return "/".join(parts) or "."
 
 
 def _read_all(fd: int, limit: int) -> bytes:
@@ -205,14 +45,14 @@ def _read_all(fd: int, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _read(root: _Root, path: str, max_chars: int) -> str:
+def _read(root: Root, path: str, max_chars: int) -> str:
     fd, parts = root.open(path, os.O_RDONLY | os.O_NONBLOCK, missing="; list the folder first")
     with os.fdopen(fd, "rb", buffering=0, closefd=True) as handle:
         info = os.fstat(handle.fileno())
         if stat.S_ISDIR(info.st_mode):
-            raise Refused(f"'{_show(parts)}' is a folder; use operation 'list'")
+            raise Refused(f"'{show(parts)}' is a folder; use operation 'list'")
         if not stat.S_ISREG(info.st_mode):
-            raise Refused(f"'{_show(parts)}' is not a regular file")
+            raise Refused(f"'{show(parts)}' is not a regular file")
         size = info.st_size
         data = _read_all(handle.fileno(), max_chars * 4)
     try:
@@ -220,7 +60,7 @@ def _read(root: _Root, path: str, max_chars: int) -> str:
     except UnicodeDecodeError as exc:
         if exc.start < len(data) - 4:  # not just a character cut at the read boundary
             raise Refused(
-                f"'{_show(parts)}' is a binary file ({size} bytes), not UTF-8 text"
+                f"'{show(parts)}' is a binary file ({size} bytes), not UTF-8 text"
             ) from None
         text = data[: exc.start].decode("utf-8")
     clipped = text[:max_chars]
@@ -229,7 +69,7 @@ def _read(root: _Root, path: str, max_chars: int) -> str:
     return clipped
 
 
-def _write(root: _Root, path: str, content: str, append: bool, quota: int) -> str:
+def _write(root: Root, path: str, content: str, append: bool, quota: int) -> str:
     data = content.encode("utf-8")
     if not split(root.path, path):
         raise Refused("give a file path to write to, not the sandbox root")
@@ -245,7 +85,7 @@ def _write(root: _Root, path: str, content: str, append: bool, quota: int) -> st
         if fd >= 0:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
-                raise Refused(f"'{_show(parts)}' is not a regular file")
+                raise Refused(f"'{show(parts)}' is not a regular file")
             existing, allocated = info.st_size, info.st_blocks * 512
         if (existing if append else 0) + len(data) > MAX_FILE_BYTES:
             raise Refused(f"the file would exceed {MAX_FILE_BYTES} bytes; write smaller files")
@@ -266,7 +106,7 @@ def _write(root: _Root, path: str, content: str, append: bool, quota: int) -> st
         if fd >= 0:
             os.close(fd)
     verb = "appended" if append else "wrote"
-    return f"{verb} {len(data)} bytes to '{_show(parts)}'"
+    return f"{verb} {len(data)} bytes to '{show(parts)}'"
 
 
 def _entries(dir_fd: int, recursive: bool) -> list[tuple[tuple[str, ...], str]]:
@@ -298,7 +138,7 @@ def _entries(dir_fd: int, recursive: bool) -> list[tuple[tuple[str, ...], str]]:
     return sorted(found)
 
 
-def _list(root: _Root, path: str, recursive: bool) -> str:
+def _list(root: Root, path: str, recursive: bool) -> str:
     try:
         fd, parts = root.open(path, os.O_RDONLY | os.O_DIRECTORY, missing="")
     except FileNotFoundError:
@@ -312,7 +152,7 @@ def _list(root: _Root, path: str, recursive: bool) -> str:
     lines = ["/".join((*parts, *rel)) + suffix for rel, suffix in entries[:MAX_LIST]]
     if len(entries) > MAX_LIST:
         lines.append(f"[... {len(entries) - MAX_LIST} more entries not shown]")
-    where = _show(parts)
+    where = show(parts)
     return f"{where}: {len(entries)} entries\n" + "\n".join(lines) if lines else f"{where}: empty"
 
 
@@ -336,7 +176,7 @@ def make(ctx: RunContext, *, quota_bytes: int = DEFAULT_QUOTA_BYTES) -> Function
             if len(content) > MAX_WRITE_CHARS:
                 raise Refused(f"content is longer than {MAX_WRITE_CHARS} characters; split it")
         root_path.mkdir(parents=True, exist_ok=True)
-        root = _Root(root_path)
+        root = Root(root_path)
         try:
             if operation == "read":
                 return _read(root, path, max_chars)
