@@ -35,6 +35,7 @@ from fim.config.schema import (
     StdioServer,
     ToolModes,
 )
+from fim.run.assembly import assemble as real_assemble
 from fim.run.services import RunContext, Services
 from fim.run.tokens import count_messages, count_tokens
 from fim.tools.registry import ToolRegistry
@@ -271,9 +272,8 @@ def mcp_connections(root: Path) -> list[Any]:
 
 
 async def assemble(ctx: RunContext, conns: list[Any]) -> Any:
-    """`fim.run.plan.assemble`, with the MCP connections injected instead of started."""
+    """`fim.run.assembly.assemble`, with the MCP connections injected instead of started."""
     import fim.mcp
-    from fim.run.plan import assemble as real_assemble
 
     async def injected(_: RunContext) -> list[Any]:
         return conns

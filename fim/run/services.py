@@ -1,7 +1,7 @@
 """Per-run assembly: which tools, prompt sections and hooks an agent gets for one request.
 
 Each capability area (builtins, connectors, databases, MCP, skills, workflows, delegation)
-exposes a `provide(ctx) -> Provision` function; `fim.run.plan.assemble` asks each one the
+exposes a `provide(ctx) -> Provision` function; `fim.run.assembly.assemble` asks each one the
 `Services` of the process names. The surface that builds the `Services` hands the list in
 (`fim.capabilities.CAPABILITIES`): two areas, delegation and the workflow tool, run agents
 themselves, so a list kept down here would import upwards into a circle. Providers are
