@@ -1,0 +1,132 @@
+"""What a command hook's process is given, and the environment file it may hand back.
+
+Kept apart from the hook because it decides what leaves fim for a user's script: the event
+as Claude Code's JSON (its tool names where fim has an equivalent), the run so far as a
+masked JSONL transcript, and an allow-listed environment, so model and connector keys stay
+in fim. A SessionStart hook's `export NAME=value` lines come back through `read_env_file`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fim.hooks.claude import to_claude
+from fim.types import HookContext
+
+if TYPE_CHECKING:
+    from fim.run.services import RunContext
+
+_PASSED_ENV = ("PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM", "USER", "SHELL")
+"""What every hook process gets from fim's environment; LC_* too. Nothing else unless
+declared: model and connector keys stay in fim."""
+
+
+def event_payload(context: HookContext, root: str, transcript_path: str | None) -> dict[str, Any]:
+    """The event as the JSON a Claude Code hook reads on stdin, plus fim's own names."""
+    data: dict[str, Any] = {
+        "session_id": context.run_id,
+        "transcript_path": transcript_path,
+        "cwd": root,
+        "permission_mode": "default",
+        "hook_event_name": context.point,
+    }
+    if context.point == "SessionStart":
+        data["source"] = "startup"
+    else:
+        claude = to_claude(context.tool_name, context.tool_args, context.metadata)
+        name, args = claude or (context.tool_name, context.tool_args or {})
+        data["tool_name"] = name
+        data["tool_input"] = args
+        if context.metadata.get("call_id"):
+            data["tool_use_id"] = context.metadata["call_id"]
+    if context.point == "PostToolUse":
+        data["tool_response"] = _as_json(context.tool_result)
+    data["fim"] = {
+        "agent": context.agent,
+        "tool_name": context.tool_name,
+        "tool_input": context.tool_args,
+        "metadata": {k: v for k, v in context.metadata.items() if _jsonable(v) and k[:1] != "_"},
+    }
+    return data
+
+
+def write_transcript(run: RunContext | None, context: HookContext) -> str | None:
+    """Write the run so far as JSONL (Claude Code's `transcript_path`), masked."""
+    if run is None:
+        return None
+
+    folder = Path(run.snapshot.root) / ".fim" / "transcripts"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{context.run_id}.jsonl"
+    mask_value = run.snapshot.masker.value
+    lines = []
+    for message in run.transcript:
+        entry = {"type": message.role, "message": message.model_dump(exclude_none=True)}
+        lines.append(json.dumps(mask_value(entry), ensure_ascii=False, default=str))
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    return str(path)
+
+
+def environment(
+    context: HookContext,
+    declared: list[str] | dict[str, str],
+    root: str,
+    env_file: str | None,
+) -> dict[str, str]:
+    """The allow-listed environment, what the declaration lists under `env:`, and the
+    protocol's CLAUDE_*/FIM_* variables."""
+    env = {k: v for k, v in os.environ.items() if k in _PASSED_ENV or k.startswith("LC_")}
+    env.setdefault("PATH", os.defpath)
+    if isinstance(declared, dict):
+        env.update({k: str(v) for k, v in declared.items()})
+    else:
+        env.update({k: os.environ[k] for k in declared if k in os.environ})
+    env["CLAUDE_PROJECT_DIR"] = root
+    env["FIM_PROJECT_DIR"] = root
+    env["FIM_AGENT"] = context.agent
+    env["FIM_RUN_ID"] = context.run_id
+    env["FIM_HOOK_EVENT"] = context.point
+    if env_file is not None:
+        env["CLAUDE_ENV_FILE"] = env_file
+    return env
+
+
+def read_env_file(path: str) -> dict[str, str]:
+    """`export NAME=value` / `NAME=value` lines a SessionStart hook wrote to CLAUDE_ENV_FILE."""
+
+    found: dict[str, str] = {}
+    try:
+        text = open(path, encoding="utf-8").read()  # noqa: SIM115 - small file, read once
+    except OSError:
+        return found
+    for line in text.splitlines():
+        match = re.match(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$", line)
+        if match is None:
+            continue
+        try:
+            parts = shlex.split(match.group(2))
+        except ValueError:
+            continue
+        found[match.group(1)] = parts[0] if parts else ""
+    return found
+
+
+def _as_json(text: str | None) -> Any:
+    """A JSON observation as its value (Claude Code scripts read `.tool_response.field`)."""
+    if text is None:
+        return None
+    stripped = text.strip()
+    if stripped.startswith(("{", "[")):
+        with contextlib.suppress(ValueError):
+            return json.loads(stripped)
+    return text
+
+
+def _jsonable(value: Any) -> bool:
+    return isinstance(value, str | int | float | bool | type(None) | list | dict)
