@@ -202,3 +202,35 @@ def test_a_span_queued_serialized_is_the_span_the_sdk_path_sends():
     )
     mixed = ExportTraceServiceRequest.FromString(encode_request([serialized[0], batch[1]], home))
     assert mixed == upstream_encode(batch)  # one group: the home resource and scope
+
+
+def test_a_models_long_text_is_encoded_but_never_kept():
+    """A hostile model's tool names and captured texts are unique and may be long: kept,
+    8,192 of them could hold gigabytes. Long strings are encoded each time (the same
+    bytes), short recurring values are kept."""
+    from fim.observe import otlp_attributes
+
+    long = "x" * (otlp_attributes.KEEP_CHARS + 1)
+    batch = [
+        ReadableSpan(
+            "execute_tool " + long,
+            ctx(1, 9),
+            None,
+            None,
+            {"gen_ai.tool.name": long, "reasons": [long], "short": "kept"},
+        )
+    ]
+    assert encode_spans(batch) == upstream_encode(batch)
+    tables = otlp_attributes._ENCODED[str]
+    assert long not in tables.get("gen_ai.tool.name", {})
+    assert "kept" in tables["short"]
+    assert not any(long in key[1] for key in otlp_attributes._ARRAYS)
+    assert not any(long in values for values in otlp_attributes._ONE_STRING.values())
+    from opentelemetry.trace import SpanKind
+
+    from fim.observe import otlp_spans
+
+    queued: list[bytes] = []
+    end = otlp_spans.child_queue(ctx(1, 2), queued.append, Status(StatusCode.UNSET), None, dict)
+    end("execute_tool " + long, 3, SpanKind.INTERNAL, 1, 2, {})
+    assert len(queued) == 1 and "execute_tool " + long not in otlp_spans._NAMES

@@ -66,6 +66,10 @@ _ARRAYS: dict[tuple[str, tuple[Any, ...], tuple[type, ...]], bytes] = {}
 """(key, items, their types) -> the same, for sequences (the model's finish reasons)."""
 
 _ENCODED_MAX = 8192
+KEEP_CHARS = 256
+"""Longer strings are encoded each time, never kept: the values that recur are short
+(names, models, operations), and a model's text (tool names, captured arguments and
+results) kept 8,192 times over could hold gigabytes."""
 _kept = 0
 """Values in `_ENCODED` and `_ARRAYS`; both are emptied at `_ENCODED_MAX` (ids and counts
 never recur: stay bounded)."""
@@ -97,8 +101,10 @@ def span_attributes(attributes: Any) -> list[bytes]:
                 part = _encoded(key, value)
             else:
                 if part is None:
-                    part = _ARRAYS[array] = _encoded(key, value)
-                    _count()
+                    part = _encoded(key, value)
+                    if sum(len(i) for i in value if type(i) is str) <= KEEP_CHARS:
+                        _ARRAYS[array] = part
+                        _count()
         else:  # a mapping, bytes, a subclass: the long way, not kept
             part = _encoded(key, value)
         append(part)
@@ -113,6 +119,8 @@ def _encoded(key: str, value: Any) -> bytes:
 
 def _keep(table: dict[str, dict[Any, bytes]], key: str, value: Any, encoded: Any = None) -> bytes:
     part = _encoded(key, value if encoded is None else encoded)
+    if type(value) is str and len(value) > KEEP_CHARS:  # a model's long text: not kept
+        return part
     _count()
     table.setdefault(key, {})[value] = part
     return part

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 
-from fim.observe.otlp_attributes import add_attributes, span_attributes
+from fim.observe.otlp_attributes import KEEP_CHARS, add_attributes, span_attributes
 
 _KINDS = {
     SpanKind.INTERNAL: PbSpan.SPAN_KIND_INTERNAL,
@@ -221,9 +221,10 @@ def child_queue(
         if named is None:
             encoded = name.encode()
             named = b"\x2a" + _varint(len(encoded)) + encoded
-            if len(names) >= 1024:  # tool names are the model's: stay bounded
-                names.clear()
-            names[name] = named
+            if len(name) <= KEEP_CHARS:  # tool names are the model's: short ones kept
+                if len(names) >= 1024:
+                    names.clear()
+                names[name] = named
         parts = [
             shared,
             _SPAN_ID.pack(0x12, 0x08, span_id),
