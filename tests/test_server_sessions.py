@@ -96,3 +96,21 @@ def test_without_keys_a_session_is_read_by_its_plain_name(tmp_path: Path):
         httpx.post(f"{srv.url}/v1/agents/a/runs", json={"input": "yo", "session_id": "s"})
         read = httpx.get(f"{srv.url}/v1/sessions/s").json()
     assert [m["content"] for m in read["messages"]] == ["yo", "hi"]
+
+
+def test_list_and_usage_query_numbers_are_checked_alike(tmp_path: Path):
+    """One rule for every whole-number query parameter: out of range or not a number is a
+    400 naming it (`GET /v1/runs?limit=` used to clamp 9999 silently and say only "must
+    be an integer")."""
+    write_project(tmp_path)
+    with ServerThread(create_app(SnapshotHolder(compile_project(tmp_path)))) as srv:
+        for path, name in (
+            ("/v1/runs?limit=", "limit"),
+            ("/v1/sessions?limit=", "limit"),
+            ("/v1/usage?days=", "days"),
+        ):
+            for bad in ("0", "x", "-1", "99999999"):
+                reply = httpx.get(f"{srv.url}{path}{bad}")
+                assert reply.status_code == 400, (path, bad)
+                assert reply.json()["error"]["param"] == name
+            assert httpx.get(f"{srv.url}{path}1").status_code == 200

@@ -21,7 +21,7 @@ from starlette.responses import Response
 from fim.events import Event, RunFinished
 from fim.server.bodies import BodyError, RunBody, read_body
 from fim.server.devpage import status_payload
-from fim.server.http import JSONResponse, error, run_scope, session_owner, sse
+from fim.server.http import JSONResponse, error, query_int, run_scope, session_owner, sse
 from fim.server.openai_errors import error_object, failure
 from fim.server.sessions import UnknownSession, known_agent
 from fim.types import Message
@@ -97,10 +97,9 @@ def run_handlers(api: Api) -> dict[str, Any]:
         # deferred: loading fim.store costs a few ms
         from fim.store import get_store
 
-        try:
-            limit = max(1, min(500, int(request.query_params.get("limit", "50"))))
-        except ValueError:
-            return error(400, "limit must be an integer")
+        limit = query_int(request, "limit", 50, 1, 500)
+        if isinstance(limit, Response):
+            return limit
         kind = request.query_params.get("kind")
         owner = run_scope(request, api.holder)  # a keyed caller: its own runs
         records = await get_store(api.services).list_runs(kind=kind, limit=limit, owner=owner)

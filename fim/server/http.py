@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse as _JSONResponse
-from starlette.responses import StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fim.errors import FimError
@@ -80,6 +80,17 @@ def key_owner(token: bytes, tenant: str = "") -> str:
     if tenant:
         return hashlib.sha256(b"fim-tenant\0" + tenant.encode()).hexdigest()
     return hashlib.sha256(b"fim-session-owner\0" + token).hexdigest()
+
+
+def query_int(request: Request, name: str, default: int, low: int, high: int) -> int | Response:
+    """The whole-number query parameter `name` from `low` to `high` (the range its route's
+    OpenAPI entry states), or the 400 naming it."""
+    raw = request.query_params.get(name, str(default))
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        return error(
+            400, f"{name}: a whole number from {low} to {high}, got {raw[:40]!r}", param=name
+        )
+    return int(raw)
 
 
 def run_scope(request: Request, holder: SnapshotHolder) -> str | None:

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from fim.run.sessions import SCOPED, session_key
-from fim.server.http import JSONResponse, error, session_owner
+from fim.server.http import JSONResponse, error, query_int, session_owner
 from fim.server.sessions import UnknownSession, find_session
 
 if TYPE_CHECKING:
@@ -56,15 +56,11 @@ def session_handlers(api: Api) -> dict[str, Any]:
         return JSONResponse({"session_id": name, "deleted": True})
 
     async def list_sessions(request: Request) -> Response:
-        raw = request.query_params.get("limit", "100")
-        if not raw.isdigit() or not 1 <= int(raw) <= MAX_LISTED:
-            return error(
-                400,
-                f"limit: a whole number from 1 to {MAX_LISTED}, got {raw[:40]!r}",
-                param="limit",
-            )
+        limit = query_int(request, "limit", 100, 1, MAX_LISTED)
+        if isinstance(limit, Response):
+            return limit
         owner = session_owner(request, api.holder)
-        rows = await api.session_store.owned(owner, int(raw))
+        rows = await api.session_store.owned(owner, limit)
         listed = [
             {"session_id": name or key, "updated_at": updated}
             for name, key, updated in rows

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from fim.server.http import JSONResponse, error, run_scope
+from fim.server.http import JSONResponse, query_int, run_scope
 
 if TYPE_CHECKING:
     from fim.server.api import Api
@@ -26,14 +26,9 @@ def usage_handlers(api: Api) -> dict[str, Any]:
         from fim.store import get_store
         from fim.store.usage import summary
 
-        raw = request.query_params.get("days", "7")
-        if not raw.isdigit() or not 1 <= int(raw) <= MAX_DAYS:
-            return error(
-                400,
-                f"days: expected a whole number from 1 to {MAX_DAYS}, got {raw[:40]!r}",
-                param="days",
-            )
-        days = int(raw)
+        days = query_int(request, "days", 7, 1, MAX_DAYS)
+        if isinstance(days, Response):
+            return days
         agent = request.query_params.get("agent") or None
         since = (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=days - 1)).isoformat()
         owner = run_scope(request, api.holder)  # a keyed caller: what its own runs spent
