@@ -234,3 +234,33 @@ def test_a_models_long_text_is_encoded_but_never_kept():
     end = otlp_spans.child_queue(ctx(1, 2), queued.append, Status(StatusCode.UNSET), None, dict)
     end("execute_tool " + long, 3, SpanKind.INTERNAL, 1, 2, {})
     assert len(queued) == 1 and "execute_tool " + long not in otlp_spans._NAMES
+
+
+def test_a_child_framed_with_its_parents_shared_fields_is_the_sdk_span():
+    """`child_queue` writes what a run's children share with it (trace id, parent id,
+    trace state, flags) once: each child is still exactly the SDK span of its fields."""
+    from opentelemetry.trace import SpanKind
+
+    from fim.observe.otlp_spans import child_queue
+
+    state = TraceState([("vendor", "x1")])
+    parent = ctx(0xABCDEF, 0x1234, state=state)
+    fim = Resource({"service.name": "fim"})
+    scope = InstrumentationScope("fim")
+    queued: list[bytes] = []
+    unset = Status(StatusCode.UNSET)
+    end = child_queue(parent, queued.append, unset, None, dict)
+    end("chat m", 0x77, SpanKind.CLIENT, 10, 20, {"gen_ai.system": "openai"})
+    end("execute_tool t", 0x78, SpanKind.INTERNAL, 11, 19, {}, [("fim.hook", {"d": "allow"}, 12)],
+        Status(StatusCode.ERROR, "blocked"))  # fmt: skip
+    sdk = [
+        ReadableSpan("chat m", ctx(0xABCDEF, 0x77, state=state), parent, fim,
+                     {"gen_ai.system": "openai"}, kind=SpanKind.CLIENT, start_time=10,
+                     end_time=20, instrumentation_scope=scope),
+        ReadableSpan("execute_tool t", ctx(0xABCDEF, 0x78, state=state), parent, fim, {},
+                     events=[Event("fim.hook", {"d": "allow"}, 12)],
+                     status=Status(StatusCode.ERROR, "blocked"), start_time=11, end_time=19,
+                     instrumentation_scope=scope),
+    ]  # fmt: skip
+    ours = ExportTraceServiceRequest.FromString(encode_request(queued, (fim, scope)))
+    assert ours == upstream_encode(sdk)

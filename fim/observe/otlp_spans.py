@@ -191,18 +191,13 @@ def child_queue(
     times, attributes, events (`(name, attributes, time)`) and status (`unset`: none).
     `limited` cuts attributes beyond `most` (None: no limit)."""
     trace_id = parent.trace_id
-    common = [
-        _IDS_PARENT.pack(
-            0x0A, 0x10, trace_id >> 64, trace_id & _LOW64, 0x12, 0x08, 0,
-            0x22, 0x08, parent.span_id,
-        )[:18],  # the trace id field only (the span id slot is cut off)
-        b"\x22\x08" + parent.span_id.to_bytes(8, "big"),
-        _LOCAL_FLAGS,
-    ]  # fmt: skip
+    # the trace id field and the parent id field (4), laid out as `_IDS` lays out a span's
+    shared = _IDS.pack(
+        0x0A, 0x10, trace_id >> 64, trace_id & _LOW64, 0x22, 0x08, parent.span_id
+    ) + _LOCAL_FLAGS  # fmt: skip
     state = parent.trace_state
     if state is not DEFAULT_TRACE_STATE and state:
-        common.append(field(b"\x1a", ",".join(f"{k}={v}" for k, v in state.items()).encode()))
-    shared = b"".join(common)
+        shared += field(b"\x1a", ",".join(f"{k}={v}" for k, v in state.items()).encode())
     names = _NAMES
 
     def ended(
