@@ -10,9 +10,10 @@
 
 A message runs through `Api.events` (the HTTP API's run entry point: hooks, persistence),
 so an A2A call is one more surface of the same runs. The A2A `contextId` is the fim session
-(`a2a:<contextId>`) and, like every session and the SDK's task store, belongs to the API key
-that created it. Each run event becomes a `working` status update (streamed by
-`message/stream`); the answer is the task's artifact. Everything sent is masked.
+(`a2a:<contextId>`), kept per API key like every session (`fim.run.sessions`); the SDK's
+task store belongs to the key that created each task. Each run event becomes a `working`
+status update (streamed by `message/stream`); the answer is the task's artifact.
+Everything sent is masked.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ its record and event log, the conversation's next turn.
 
 Its own module because every surface builds on it (the native routes of
 `fim.server.agent_routes`, the OpenAI-compatible, A2A and MCP surfaces, `fim mcp` over
-stdio), while none of them needs the app assembly of `fim.server.app`. A session belongs to
-the API key that created it; another key is told it does not exist.
+stdio), while none of them needs the app assembly of `fim.server.app`. Each API key names
+its own sessions (`fim.run.sessions`): another key's of the same name is not there.
 """
 
 from __future__ import annotations

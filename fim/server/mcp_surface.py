@@ -6,8 +6,8 @@ Cursor can use a fim project as a tool server. Calls go through the surfaces' on
 point (`Api.events` -> `fim.run.agent.run_agent`, `WorkflowEngine`), so hooks, approvals,
 persistence and masking behave as they do over HTTP:
 
-- an agent tool takes `input` and an optional `session_id`; a session belongs to the API
-  key that created it (another key is told it does not exist);
+- an agent tool takes `input` and an optional `session_id`; each API key names its own
+  sessions (`fim.run.sessions`: another key's of the same name is not there);
 - a workflow tool's input schema is the workflow's `inputs`; a workflow that pauses at a
   human node returns `status: paused` with the approval id and how to approve it;
 - each event of the run (tool calls, hook decisions, "approval pending" notices) is sent

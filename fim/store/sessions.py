@@ -2,8 +2,9 @@
 
 In the store rather than in a server's memory so that every replica on one PostgreSQL
 store continues the same conversation, whichever replica the load balancer picks, and a
-restart loses none. A session belongs to the hash of the API key that created it: another
-key reading or writing it is told the session does not exist.
+restart loses none. A session belongs to the hash of the API key that created it, kept
+under the id `fim.run.sessions` derives from that owner and the caller's name for it (so
+two keys' names never meet); a write by another owner is refused.
 """
 
 from __future__ import annotations
