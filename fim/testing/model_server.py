@@ -5,10 +5,8 @@ streaming, tool calls, parallel tool calls, `stream_options.include_usage`) and
 `GET /v1/models`. Replies come from scripted steps (see fim.llm.script) or a handler.
 
 It is a small Starlette app served by uvicorn on its own thread and event loop (the wire
-format is in `fim.testing.stub_wire`). uvicorn's own start and stop are used only in part:
-the listening socket is bound here (the port is known at once) and stopping cancels what is
-in flight instead of waiting out uvicorn's graceful-shutdown ticks, so a test pays
-milliseconds for a server. Knobs: `latency` (seconds before each reply),
+format is in `fim.testing.stub_wire`; the hosting, which starts and stops in milliseconds,
+in `fim.testing.loopback_server`). Knobs: `latency` (seconds before each reply),
 `fail_next(n, status)` (429/500 for the next n calls), `hang_next(n)` (never answer the next
 n calls), `gather_next(n)` (hold the next n calls until all n are in flight: proves
 concurrency without a clock). `tool_loop(n)` is a handler for agent benchmarks, and
@@ -23,7 +21,6 @@ import asyncio
 import contextlib
 import json
 import signal
-import socket
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -32,11 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 from fim.llm.script import Step, resolve_step
 from fim.llm.wire import response_to_wire
+from fim.testing.loopback_server import LoopbackServer
 from fim.testing.stub_wire import completion, error_body, fim_messages, fim_tools, stream_body
 from fim.types import Message, ModelResponse
 
 if TYPE_CHECKING:
-    import uvicorn
     from starlette.requests import Request
     from starlette.responses import Response
 
@@ -72,7 +69,7 @@ class _Failure:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-class OpenAIStubServer:
+class OpenAIStubServer(LoopbackServer):
     """An OpenAI-compatible endpoint on an ephemeral loopback port.
 
     `steps` are replayed in order; `handler(request_json)` computes each reply instead (a
@@ -82,6 +79,9 @@ class OpenAIStubServer:
     `record=False` keeps no `requests`: a stub serving a long benchmark would otherwise
     grow a heap whose garbage-collector pauses show up as the measured system's latency.
     """
+
+    _thread_name = "openai-stub"
+    _label = "the stub model server"
 
     def __init__(
         self,
@@ -102,10 +102,7 @@ class OpenAIStubServer:
         self._hangs = 0
         self._gather: _Gather | None = None
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._server: uvicorn.Server | None = None
-        self.port = 0
+        super().__init__()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -113,93 +110,6 @@ class OpenAIStubServer:
     def base_url(self) -> str:
         """The OpenAI-style base URL, e.g. `http://127.0.0.1:PORT/v1`."""
         return f"http://127.0.0.1:{self.port}/v1"
-
-    def start(self) -> OpenAIStubServer:
-        # deferred: loading click costs tens of ms
-        import uvicorn
-
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # Inherited by accepted connections: uvicorn writes head and body apart, and with
-        # Nagle on each reply waited ~40 ms for the client's delayed ACK.
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(1024)
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            self._app(),
-            lifespan="off",
-            log_config=None,
-            log_level="warning",
-            access_log=False,
-            timeout_keep_alive=3600,  # clients keep pooled connections between phases
-        )
-        config.load()
-        self._server = server = uvicorn.Server(config)
-        server.lifespan = config.lifespan_class(config)
-        self._loop = loop = asyncio.new_event_loop()
-        ready = threading.Event()
-        failed: list[BaseException] = []
-
-        def serve() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(server.startup(sockets=[sock]))
-            except BaseException as exc:  # reported to start() below
-                failed.append(exc)
-                ready.set()
-                return
-            ready.set()
-            loop.run_forever()
-
-        self._thread = threading.Thread(target=serve, name="openai-stub", daemon=True)
-        self._thread.start()
-        ready.wait()
-        if failed:
-            raise RuntimeError(f"the stub model server did not start: {failed[0]!r}")
-        return self
-
-    def stop(self) -> None:
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        with contextlib.suppress(RuntimeError):
-            asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout=5)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=5)
-        loop.close()
-        self._loop = self._thread = None
-
-    async def _shutdown(self) -> None:
-        """Stop at once: close the listener, cancel requests in flight (a hung one waits
-        for a client that may never leave), drop every connection."""
-        server = self._server
-        if server is None:
-            return
-        for listener in getattr(server, "servers", []):
-            listener.close()
-        state = server.server_state
-        for connection in list(state.connections):  # first, so no late 500 goes out
-            transport = getattr(connection, "transport", None)
-            if transport is not None:
-                transport.close()
-        tasks = list(state.tasks)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    def __enter__(self) -> OpenAIStubServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> OpenAIStubServer:
-        return self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await asyncio.to_thread(self.stop)
 
     # ------------------------------------------------------------------ knobs
 
