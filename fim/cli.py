@@ -7,8 +7,9 @@ never a traceback.
 
 `fim validate` is a CI merge gate, so its start-up must not depend on what the other
 command modules import: for the project commands (`init`, `validate`, `list`, `show`,
-`schema`) `main()` builds an app with only `fim.commands.project`. `fim.cli.app` (what
-tests and `fim --help` use) has every command.
+`schema`) `main()` builds an app with only the module of that command
+(`fim.commands.project` or `fim.commands.declarations`). `fim.cli.app` (what tests and
+`fim --help` use) has every command.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ finally:
 
 COMMAND_MODULES: list[str] = [
     "fim.commands.project",
+    "fim.commands.declarations",
     "fim.commands.run",
     "fim.commands.serve",
     "fim.commands.eval",
@@ -49,8 +51,14 @@ COMMAND_MODULES: list[str] = [
 ]
 """Modules whose `register(app)` adds commands, in help order."""
 
-PROJECT_COMMANDS = frozenset({"init", "validate", "list", "show", "schema"})
-"""Commands of `fim.commands.project`, which never need the other modules."""
+PROJECT_COMMANDS: dict[str, str] = {
+    "init": "fim.commands.project",
+    "validate": "fim.commands.project",
+    "list": "fim.commands.declarations",
+    "show": "fim.commands.declarations",
+    "schema": "fim.commands.declarations",
+}
+"""The project commands and the module of each, which never needs the other modules."""
 
 
 def version() -> str:
@@ -163,10 +171,10 @@ def _one_shot() -> Iterator[None]:
 def main() -> None:
     """Console entry point: user mistakes that escape a command still get one line each."""
     command = _command(sys.argv[1:])
-    one_shot = command in PROJECT_COMMANDS
-    if one_shot:
+    module = PROJECT_COMMANDS.get(command) if command is not None else None
+    if module is not None:
         with _one_shot():
-            _run(build_app(["fim.commands.project"]))
+            _run(build_app([module]))
     else:
         _run(build_app())
 

@@ -353,17 +353,18 @@ def test_project_commands_start_without_the_other_command_modules() -> None:
     assert _command(["--project", "x", "validate", "-f", "json"]) == "validate"
     assert _command(["-p", "list", "show", "agent"]) == "show"
     assert _command(["--help"]) is None
-    code = (
-        "import sys\n"
-        "sys.argv = ['fim', 'validate']\n"
-        "import fim.cli\n"
-        "try:\n    fim.cli.main()\nexcept SystemExit:\n    pass\n"
-        "print(sorted(m for m in sys.modules if m.startswith('fim.commands.')))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
-    )
-    assert done.stdout.strip().splitlines()[-1] == "['fim.commands.project']"
+    for command, module in (("validate", "project"), ("schema", "declarations")):
+        code = (
+            "import sys\n"
+            f"sys.argv = ['fim', {command!r}]\n"
+            "import fim.cli\n"
+            "try:\n    fim.cli.main()\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith('fim.commands.')))\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+        )
+        assert done.stdout.strip().splitlines()[-1] == f"['fim.commands.{module}']"
 
 
 # --------------------------------------------------------------------------- run

@@ -1,0 +1,239 @@
+"""Declaration commands: `fim list`, `fim show`, `fim schema`.
+
+They read the compiled project (or the declaration models) and print it; split from
+`fim.commands.project` (init, validate) so each file stays one concept. Like those, they
+never import the model, MCP or database libraries: `fim.cli.main` runs them as one-shot
+commands with only this module loaded.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from fim.capabilities import CAPABILITIES
+from fim.commands import ProjectOption, fail, load_snapshot, user_errors
+
+if TYPE_CHECKING:
+    from fim.build.snapshot import Snapshot
+
+KIND_ATTRS = {
+    "agent": "agents",
+    "connector": "connectors",
+    "skill": "skills",
+    "workflow": "workflows",
+    "hook": "hooks",
+    "eval": "evals",
+    "model": "models",
+}
+_PLURAL = {f"{k}s": k for k in KIND_ATTRS} | {"evals": "eval", "suites": "eval"}
+
+
+def register(app: typer.Typer) -> None:
+    app.command("list")(list_)
+    app.command("show")(show)
+    app.command("schema")(schema)
+
+
+# ---------------------------------------------------------------------------- list / show
+
+
+def _kind(value: str) -> str:
+    kind = _PLURAL.get(value.lower(), value.lower())
+    if kind not in KIND_ATTRS:
+        fail(f"unknown kind '{value}'", f"kinds: {', '.join(KIND_ATTRS)}")
+    return kind
+
+
+def _description(kind: str, item: Any) -> str:
+    if kind == "model":
+        return item.model
+    if kind == "skill":
+        return item.meta.description
+    return getattr(item, "description", "") or ""
+
+
+def list_(
+    ctx: typer.Context,
+    kind: Annotated[
+        str | None, typer.Argument(help="agent, connector, skill, workflow, hook, eval or model")
+    ] = None,
+    project: ProjectOption = None,
+) -> None:
+    """Table of the project's declarations (kind, name, description)."""
+    kinds = [_kind(kind)] if kind else list(KIND_ATTRS)
+    snapshot = load_snapshot(ctx, project)
+    # deferred: loading rich costs a few ms
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("kind", "name", "description", box=None, pad_edge=False)
+    for k in kinds:
+        for name, item in sorted(getattr(snapshot, KIND_ATTRS[k]).items()):
+            text = _description(k, item)
+            if k == "model" and snapshot.model_origins.get(name, "fim.yaml") != "fim.yaml":
+                text += f" - from {snapshot.model_origins[name]}"
+            table.add_row(k, name, snapshot.mask(text))
+    Console(soft_wrap=True).print(table)
+
+
+def show(
+    ctx: typer.Context,
+    kind: Annotated[
+        str, typer.Argument(help="agent, connector, skill, workflow, hook, eval, model or project")
+    ],
+    name: Annotated[str | None, typer.Argument(help="Name of the declaration")] = None,
+    project: ProjectOption = None,
+    prompt: Annotated[
+        bool,
+        typer.Option(
+            "--prompt",
+            help="For an agent: the system prompt and tools the model sees, with token counts.",
+        ),
+    ] = False,
+    request: Annotated[
+        str | None,
+        typer.Option(
+            "--request",
+            help="With --prompt: run tool selection for this request (one fast-model call) "
+            "and show the tools it would get.",
+        ),
+    ] = None,
+) -> None:
+    """The compiled declaration as YAML, with secrets masked as ***."""
+    snapshot = load_snapshot(ctx, project)
+    if request is not None and not prompt:
+        fail("--request goes with --prompt", 'fim show agent NAME --prompt --request "..."')
+    if prompt:
+        if _kind(kind) != "agent" or name is None:
+            fail("--prompt shows an agent's prompt", "fim show agent NAME --prompt")
+        # deferred: loading fim.config.schema costs hundreds of ms
+        from fim.run.prompt_report import render_prompt_report
+        from fim.run.services import Services
+
+        with user_errors():
+            report = render_prompt_report(
+                snapshot,
+                name,
+                Services(
+                    root=snapshot.root,
+                    state_url=snapshot.project.state,
+                    providers=CAPABILITIES,
+                ),
+                request,
+            )
+        sys.stdout.write(snapshot.mask(report) + "\n")
+        return
+    if kind.lower() == "project":
+        data: Any = snapshot.project.model_dump(mode="json", by_alias=True, exclude_none=True)
+    elif _kind(kind) == "model" and name is None:
+        data = {role: _dump("model", m, snapshot, role) for role, m in snapshot.models.items()}
+    else:
+        k = _kind(kind)
+        items = getattr(snapshot, KIND_ATTRS[k])
+        if name is None or name not in items:
+            # deferred: loading pydantic_core costs tens of ms
+            from fim.config.problems import suggest
+
+            hint = suggest(name or "", items, f"{k}s")
+            fail(f"unknown {k} '{name}'" if name else f"name the {k} to show", hint)
+        data = _dump(k, items[name], snapshot, name)
+    sys.stdout.write(to_yaml(masked(data, snapshot)))
+
+
+def _dump(kind: str, item: Any, snapshot: Snapshot, name: str) -> Any:
+    if kind == "model":
+        # the effective model (FIM_MODEL / FIM_FAST_MODEL applied) and where it came from
+        data = item.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return {"model": data.pop("model"), "from": snapshot.model_origins.get(name), **data}
+    if kind == "skill":
+        meta = item.meta.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return {
+            **meta,
+            "name": item.name,
+            **({"title": item.meta.name} if item.meta.name != item.name else {}),
+            "directory": str(Path(item.directory).relative_to(snapshot.root)),
+            "files": list(item.files),
+            "body": item.body,
+        }
+    data = item.model_dump(mode="json", by_alias=True, exclude_none=True)
+    if kind == "connector" and data.get("kind") == "http":
+        # deferred: loading fim.config.schema costs hundreds of ms
+        from fim.connectors.http import tool_name
+
+        for action, spec in data.get("actions", {}).items():
+            shown = tool_name(name, action)
+            if shown != f"{name}__{action}":  # shortened to fit provider limits (64 chars)
+                spec["tool"] = shown
+    return data
+
+
+def masked(value: Any, snapshot: Snapshot) -> Any:
+    """Mask secrets everywhere and credential fields whatever their source (`fim.masking`)."""
+    return snapshot.masker.value(value, keys=True)
+
+
+def to_yaml(data: Any) -> str:
+    """Block-style YAML with multi-line strings as `|` literals (readable instructions)."""
+
+    # deferred: loading ruamel costs tens of ms
+    from ruamel.yaml import YAML
+    from ruamel.yaml.scalarstring import LiteralScalarString
+
+    def literal(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: literal(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [literal(v) for v in value]
+        if isinstance(value, str) and "\n" in value:
+            return LiteralScalarString(value)
+        return value
+
+    yaml = YAML(typ="rt", pure=True)
+    yaml.default_flow_style = False
+    yaml.width = 100
+    buffer = io.StringIO()
+    yaml.dump(literal(data), buffer)
+    return buffer.getvalue()
+
+
+# ---------------------------------------------------------------------------- schema
+
+
+def schema(
+    kind: Annotated[
+        str | None, typer.Argument(help="project, agent, connector, skill, workflow, hook or eval")
+    ] = None,
+    write: Annotated[
+        Path | None,
+        typer.Option("--write", help="Write <kind>.schema.json files into this directory"),
+    ] = None,
+) -> None:
+    """JSON Schema of the declaration kinds, for editor autocompletion."""
+    # deferred: loading fim.config.export (pkgutil, inspect) costs a few ms of fim validate
+    from fim.config.export import SCHEMA_KINDS, json_schema, schema_filename
+
+    if kind is not None and kind not in SCHEMA_KINDS:
+        # deferred: loading pydantic_core costs tens of ms
+        from fim.config.problems import suggest
+
+        fail(f"unknown kind '{kind}'", suggest(kind, SCHEMA_KINDS, "kinds"))
+    kinds = [kind] if kind else list(SCHEMA_KINDS)
+    if write is None:
+        data = json_schema(kinds[0]) if kind else {k: json_schema(k) for k in kinds}
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        return
+    write.mkdir(parents=True, exist_ok=True)
+    for k in kinds:
+        (write / schema_filename(k)).write_text(json.dumps(json_schema(k), indent=2) + "\n")
+    sys.stdout.write(
+        f"wrote {len(kinds)} schema file(s) to {write}\n"
+        "add the matching line at the top of a YAML file, e.g.:\n"
+    )
+    for k in kinds:
+        sys.stdout.write(f"  # yaml-language-server: $schema={(write / schema_filename(k))}\n")
