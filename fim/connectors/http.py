@@ -10,18 +10,16 @@ echoed: every observation passes through a mask of the auth values and snapshot 
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 from fim.config.schema import HttpAction, HttpConnector
+from fim.connectors.http_request import build_request, with_idempotency_key
 from fim.connectors.render import render_json, truncate_text
-from fim.idempotency import HEADER, SAFE_METHODS, current_key
 from fim.masking import Masker
 from fim.retries import Backoff, retry_async
 from fim.tools.base import FunctionTool
@@ -30,8 +28,6 @@ from fim.types import ToolResult
 RETRY_BACKOFF = 0.1
 """Seconds before the first retry; doubles each attempt (module-level so tests can shrink it)."""
 _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
-_QUERY_METHODS = frozenset({"GET", "DELETE", "HEAD"})
-_PATH_PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_\-]*)\}")
 _ERROR_EXCERPT = 1000
 MAX_BODY_BYTES = 8 * 1024 * 1024
 """Bytes of a response body read at most; the observation is far smaller anyway."""
@@ -142,58 +138,9 @@ class HttpConnectorClient:
     # ------------------------------------------------------------------ calls
 
     def build_request(self, action: HttpAction, args: dict[str, Any]) -> dict[str, Any]:
-        """Split arguments into path, query and JSON body; raises ValueError when a path
-        parameter is missing."""
-        remaining = dict(args)
-        missing = []
-        moving: list[str] = []
-
-        def fill(match: re.Match[str]) -> str:
-            key = match.group(1)
-            if key not in remaining or remaining[key] is None:
-                missing.append(key)
-                return match.group(0)
-            segment = quote(_scalar(remaining.pop(key)), safe="")
-            if segment in ("", ".", ".."):
-                # `..` survives quoting and the URL's dot segments are resolved: the call
-                # would reach another resource than the one hooks were shown
-                moving.append(f"{key}={segment!r}")
-            return segment
-
-        path = _PATH_PARAM.sub(fill, action.path).lstrip("/")
-        if missing:
-            raise ValueError(f"missing path parameter(s): {', '.join(missing)}")
-        if moving:
-            raise ValueError(
-                f"path parameter(s) {', '.join(moving)} would change which URL is called "
-                "(an empty value, '.' or '..' is not a path segment of its own)"
-            )
-        query_names = set(action.query or ())
-        if action.method in _QUERY_METHODS:
-            query_names |= set(remaining) - {action.body_parameter}
-        query = {k: _query_value(v) for k, v in remaining.items() if k in query_names}
-        body = {k: v for k, v in remaining.items() if k not in query_names}
-        request: dict[str, Any] = {"method": action.method, "url": path, "params": query}
-        if action.body_parameter and action.body_parameter in body:
-            value = body.pop(action.body_parameter)
-            if action.body == "binary":
-                request["content"] = _bytes(value, action.content_type)
-                request["headers"] = {
-                    "Content-Type": action.content_type or "application/octet-stream"
-                }
-            else:
-                request["json"] = value
-        elif body and action.body == "form":
-            request["data"] = {k: _scalar(v) for k, v in body.items()}
-        elif body and action.body == "multipart":
-            files = {k: (k, _bytes(body.pop(k), None)) for k in action.files if k in body}
-            request["data"] = {k: _scalar(v) for k, v in body.items()}
-            request["files"] = files or None
-        elif body:
-            request["json"] = body
-        if action.headers:
-            request["headers"] = {**request.get("headers", {}), **action.headers}
-        return request
+        """Split arguments into path, query and JSON body (`fim.connectors.http_request`);
+        raises ValueError when a path parameter is missing or would move the URL."""
+        return build_request(action, args)
 
     async def call(self, action_name: str, args: dict[str, Any]) -> ToolResult:
         # deferred: loading click costs tens of ms
@@ -209,7 +156,7 @@ class HttpConnectorClient:
                 "parameter in the arguments, as the value the path names.",
                 is_error=True,
             )
-        _with_idempotency_key(request, action.method)
+        with_idempotency_key(request, action.method)
         retries = self.decl.retries if action.method in _IDEMPOTENT else 0
 
         def worth_retry(exc: BaseException) -> bool:
@@ -294,19 +241,6 @@ class _Fetched:
 _NOT_JSON = object()
 
 
-def _with_idempotency_key(request: dict[str, Any], method: str) -> None:
-    """A workflow node's key (fim.idempotency) on a request that may change something,
-    unless the action's own headers already name one."""
-
-    key = current_key()
-    headers = request.get("headers") or {}
-    if key is None or method.upper() in SAFE_METHODS:
-        return
-    if any(name.lower() == HEADER.lower() for name in headers):
-        return
-    request["headers"] = {**headers, HEADER: key}
-
-
 def _json_body(fetched: _Fetched) -> Any:
     if fetched.cut:
         return _NOT_JSON  # a cut document cannot be parsed; it is shown as text
@@ -335,32 +269,6 @@ def _status_hint(status: int) -> str:
         422: "The service rejected the data; fix the fields named above.",
         429: "Rate limited; wait before calling again.",
     }.get(status, "The service failed; retrying later may help." if status >= 500 else "")
-
-
-def _scalar(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dict | list):
-        return json.dumps(value, separators=(",", ":"))
-    return str(value)
-
-
-def _bytes(value: Any, content_type: str | None) -> bytes:
-    """Bytes of a model-written body: text types as UTF-8, anything else base64-decoded
-    (raises ValueError, reported to the model, when it is not base64)."""
-
-    if content_type and content_type.startswith("text/"):
-        return str(value).encode()
-    try:
-        return base64.b64decode(str(value), validate=True)
-    except binascii.Error:
-        raise ValueError("a binary body or file must be base64-encoded") from None
-
-
-def _query_value(value: Any) -> Any:
-    if isinstance(value, list):
-        return [_scalar(v) for v in value]
-    return _scalar(value)
 
 
 def get_client(
