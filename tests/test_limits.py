@@ -31,6 +31,14 @@ def short_limits(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(module, "TIMEOUT", LIMIT)
 
 
+@pytest.fixture
+def roomy_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For a test of a refusal that is not the time limit (a size computed, a parse
+    error, the memory cap): half a second on a loaded machine could stop it first."""
+    for module in (template_render, json_transform, text_utils, calculator):
+        monkeypatch.setattr(module, "TIMEOUT", 30.0)
+
+
 def _children(pid: int) -> set[int]:
     found = set()
     for entry in Path("/proc").iterdir():
@@ -104,12 +112,14 @@ async def test_json_transform_backtracking_regex_is_killed(ticker: Ticker):
     assert "(a+)+" in result.content
 
 
+@pytest.mark.usefixtures("roomy_limits")
 async def test_jsonpath_quoted_keys_do_not_backtrack():
     # `["` followed by many backslashes and no closing quote used to be exponential.
     result = await json_transform.TOOL.run(data={"a": 1}, path='["' + "\\" * 5000)
     assert isinstance(result, ToolResult) and "cannot parse path" in result.content
 
 
+@pytest.mark.usefixtures("roomy_limits")
 async def test_text_utils_replacement_blowup_is_refused_before_building():
     plain = await text_utils.TOOL.run(
         operation="find_replace", text="a" * 100_000, find="a", replace="b" * 10_000
@@ -136,6 +146,7 @@ async def test_text_utils_replacement_blowup_is_refused_before_building():
     assert fine == "b-b"
 
 
+@pytest.mark.usefixtures("roomy_limits")
 async def test_calculator_blowups_are_refused():
     for expression in ("9**9**9", "factorial(100000)", "factorial(1000)*factorial(1000)*10**9000"):
         result = await calculator.TOOL.run(expression=expression)
@@ -145,6 +156,7 @@ async def test_calculator_blowups_are_refused():
     assert await calculator.TOOL.run(expression="2**10") == "1024"
 
 
+@pytest.mark.usefixtures("roomy_limits")
 async def test_memory_is_capped_per_worker():
     result = await template_render.TOOL.run(template="{{ 'a' * 10**9 }}")
     assert isinstance(result, ToolResult) and "MB of memory" in result.content
