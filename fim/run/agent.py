@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing, contextmanager, nullcontext, suppress
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from fim.build.snapshot import Snapshot
@@ -19,15 +18,12 @@ from fim.observe import watch_run
 from fim.run.auto import resolve_agent
 from fim.run.plan import build_engine, build_plan
 from fim.run.services import RunContext, Services
+from fim.run.sessions import current_owner
 from fim.run.spend import Ledger
 from fim.types import Message, Model
 
 if TYPE_CHECKING:
     from fim.run.overrides import RunOverrides
-
-current_owner: ContextVar[str] = ContextVar("fim_run_owner", default="")
-"""The key hash (`fim.store.owners`) of the run going on in this context, "" for none: the
-runs it starts (delegates) belong to it too."""
 
 
 async def run_agent(

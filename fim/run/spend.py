@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
-from fim.run.sessions import session_label
+from fim.run.sessions import current_owner, session_label
 from fim.types import ModelResponse, Usage
 
 if TYPE_CHECKING:
@@ -53,6 +53,15 @@ def priced(usage: Usage, price: Price) -> Usage:
         + usage.completion_tokens * price.output_per_mtok
     ) / 1_000_000
     return usage.model_copy(update={"cost": cost})
+
+
+KEY = "API key"
+"""The label of `server.key_budget`: counted over the runs of the key running now."""
+
+
+def _field(label: str) -> str:
+    """Where the limit a message names is set: `server.key_budget` or a `budget:`."""
+    return "server.key_budget" if label.startswith(KEY) else "budget"
 
 
 class MeteredModel:
@@ -93,6 +102,8 @@ class MeteredModel:
         session limits what the session's finished runs spent plus this run."""
         out: list[tuple[str, str, int | None, float | None, Usage]] = []
         for owner, budget in self.budgets:
+            if owner == KEY and not current_owner.get():
+                continue  # a run no key started (the CLI, an eval): no key budget
             if budget.max_tokens is not None or budget.max_cost_usd is not None:
                 out.append(
                     (
@@ -144,12 +155,13 @@ class MeteredModel:
                 f"{owner} budget has a {what} limit but this run has no state store to count "
                 f"{place} in; the model was not called"
             )
-        agent = None if owner == "project" else self.agent
+        agent = None if owner in ("project", KEY) else self.agent
         store = get_store(self.services)
-        if group == "session":
+        if group == "session":  # a keyed caller's session is its own already
             assert self.session is not None
             return await session_spent(store, self.session, agent)
-        return await spent(store, utc_day(time.time()), agent)
+        mine = current_owner.get() if owner == KEY else None
+        return await spent(store, utc_day(time.time()), agent, mine)
 
     async def _before(self, messages: list[Message], tools: list[ToolSpec] | None) -> None:
         # deferred: loading fim.run.tokens costs a few ms
@@ -160,7 +172,7 @@ class MeteredModel:
             if max_tokens is not None and so_far.total_tokens + estimate > max_tokens:
                 raise BudgetExceeded(
                     f"{label}: {so_far.total_tokens} tokens spent and the next prompt is about "
-                    f"{estimate}, above budget.max_tokens{per} {max_tokens}; "
+                    f"{estimate}, above {_field(label)}.max_tokens{per} {max_tokens}; "
                     "the model was not called"
                 )
             if max_cost is not None:
@@ -173,7 +185,7 @@ class MeteredModel:
                 if (so_far.cost or 0.0) + cost > max_cost:
                     raise BudgetExceeded(
                         f"{label}: ${so_far.cost or 0.0:.6f} spent and the next prompt costs "
-                        f"about ${cost:.6f}, above budget.max_cost_usd{per} {max_cost}; "
+                        f"about ${cost:.6f}, above {_field(label)}.max_cost_usd{per} {max_cost}; "
                         "the model was not called"
                     )
 
@@ -187,7 +199,7 @@ class MeteredModel:
             if max_tokens is not None and so_far.total_tokens > max_tokens:
                 raise BudgetExceeded(
                     f"{label}: {so_far.total_tokens} tokens spent, "
-                    f"above budget.max_tokens{per} {max_tokens}",
+                    f"above {_field(label)}.max_tokens{per} {max_tokens}",
                     usage,
                 )
             if max_cost is not None:
@@ -200,7 +212,7 @@ class MeteredModel:
                 if (so_far.cost or 0.0) > max_cost:
                     raise BudgetExceeded(
                         f"{label}: ${so_far.cost or 0.0:.6f} spent, "
-                        f"above budget.max_cost_usd{per} {max_cost}",
+                        f"above {_field(label)}.max_cost_usd{per} {max_cost}",
                         usage,
                     )
         return response
@@ -230,6 +242,7 @@ def metered(
         for owner, budget in (
             (f"agent '{agent.name}'", agent.budget),
             ("project", snapshot.project.budget),
+            (KEY, snapshot.project.server.key_budget),
         )
         if budget is not None
     ]

@@ -51,7 +51,8 @@ def error_object(problem: tuple[str, str]) -> tuple[int, dict[str, Any]]:
     (unreachable, rejected the key, timed out) is 502 Bad Gateway, anything else 500."""
     kind, message = problem
     if kind == "budget_exceeded":  # 402, not 429: the OpenAI SDKs retry 429s, re-spending
-        field = re.search(r"\bbudget\.max_[a-z_]+", message)  # the limit it passed
+        # the limit it passed
+        field = re.search(r"\b(?:server\.key_)?budget\.max_[a-z_]+", message)
         return 402, {
             "error": {
                 "message": message,

@@ -146,9 +146,12 @@ async def summary(
     return out
 
 
-async def spent(store: Store, day: str, agent: str | None = None) -> Usage:
-    """What finished runs spent on `day` (of one agent, or of all): daily budgets."""
-    return await _sum(store, "usage", "day", day, agent)
+async def spent(
+    store: Store, day: str, agent: str | None = None, owner: str | None = None
+) -> Usage:
+    """What finished runs spent on `day` (of one agent, or of all; with `owner`, of the runs
+    that key started only): daily budgets."""
+    return await _sum(store, "usage", "day", day, agent, owner)
 
 
 async def session_spent(store: Store, session: str, agent: str | None = None) -> Usage:
@@ -156,7 +159,9 @@ async def session_spent(store: Store, session: str, agent: str | None = None) ->
     return await _sum(store, "session_usage", "session", session[:200], agent)
 
 
-async def _sum(store: Store, name: str, key: str, value: str, agent: str | None) -> Usage:
+async def _sum(
+    store: Store, name: str, key: str, value: str, agent: str | None, owner: str | None = None
+) -> Usage:
     # deferred: loading sqlalchemy costs hundreds of ms
     from sqlalchemy import func, select
 
@@ -172,6 +177,8 @@ async def _sum(store: Store, name: str, key: str, value: str, agent: str | None)
     ).where(usage.c[key] == value)
     if agent is not None:
         query = query.where(usage.c.agent == agent)
+    if owner is not None:
+        query = query.where(usage.c.run_id.in_(owned_by(owner)))
     row = await store._read(lambda conn: conn.execute(query).one())
     return Usage(
         prompt_tokens=int(row[0] or 0),

@@ -171,6 +171,10 @@ class ServerSettings(Strict):
     (an operations console; `fim approvals` on the store needs no key)."""
     cors_origins: list[str] = Field(default_factory=list)
     max_body_bytes: int = 1_048_576
+    key_budget: Budget | None = None
+    """What each API key (each tenant, for tenant keys) may spend, counted over its own runs
+    only: per run, per UTC day, per session. One tenant cannot spend the others' share of a
+    project budget; runs without a key (`fim run`, `fim eval`) have no key budget."""
     allow_open: bool = False
     """Serve without keys on an address other than loopback (a proxy in front
     authenticates). Off: `fim serve` refuses to, since anyone who reaches it could run

@@ -1,0 +1,85 @@
+"""`server.key_budget`: what each API key (each tenant) may spend, counted over its own
+runs only, so one tenant cannot spend the others' share of a project budget. Runs no key
+started (`fim run`, `fim eval`) have no key budget."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import httpx
+from test_session_budgets import write_project
+
+from fim.build.compile import compile_project
+from fim.build.reload import SnapshotHolder
+from fim.server.app import create_app
+from fim.server.http import key_owner
+from fim.store import Store
+from fim.store.owners import claim
+from fim.store.usage import record
+from fim.testing.server import ServerThread
+from fim.types import Usage
+
+A = {"Authorization": "Bearer key-a"}
+B = {"Authorization": "Bearer key-b"}
+
+
+def keyed(root: Path, budget: str) -> None:
+    write_project(root)
+    (root / "fim.yaml").write_text(
+        'name: kb\nstate: "sqlite:///.fim/state.db"\n'
+        f"server: {{api_keys: [key-a, key-b], key_budget: {budget}}}\n"
+    )
+
+
+async def spent_by(root: Path, key: bytes, tokens: int) -> None:
+    """A finished run of `key` that spent `tokens` today."""
+    store = Store("sqlite:///.fim/state.db", root=root)
+    try:
+        run_id = uuid.uuid4().hex[:12]
+        await claim(store, run_id, key_owner(key))
+        await record(
+            store, run_id=run_id, agent="a", model="m", status="ok", calls=1,
+            usage=Usage(prompt_tokens=tokens),
+        )  # fmt: skip
+    finally:
+        store.close()
+
+
+def test_a_key_that_spent_its_day_is_refused_and_another_key_is_not(tmp_path: Path):
+    keyed(tmp_path, "{max_tokens_per_day: 1000}")
+    asyncio.run(spent_by(tmp_path, b"key-a", 1000))
+    with ServerThread(create_app(SnapshotHolder(compile_project(tmp_path)))) as srv:
+        runs = f"{srv.url}/v1/agents/a/runs"
+        refused = httpx.post(runs, json={"input": "hi"}, headers=A)
+        assert refused.status_code == 402, refused.text
+        problem = refused.json()["error"]
+        assert problem["param"] == "server.key_budget.max_tokens_per_day"
+        assert problem["message"].startswith("API key budget (today, UTC): 1000 tokens spent")
+        other = httpx.post(runs, json={"input": "hi"}, headers=B)
+        assert other.status_code == 200 and other.json()["output"] == "hi"
+        from openai import APIStatusError, OpenAI
+
+        client = OpenAI(base_url=f"{srv.url}/v1", api_key="key-a", max_retries=0)
+        try:
+            client.chat.completions.create(model="a", messages=[{"role": "user", "content": "x"}])
+        except APIStatusError as caught:
+            assert caught.status_code == 402
+            assert caught.body["param"] == "server.key_budget.max_tokens_per_day"  # type: ignore[index]
+        else:
+            raise AssertionError("the OpenAI surface ran a run over the key's budget")
+
+
+def test_a_run_no_key_started_has_no_key_budget(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from fim.cli import app
+
+    keyed(tmp_path, "{max_tokens: 1}")  # no keyed run could even start
+    result = CliRunner().invoke(app, ["run", "a", "hi", "--project", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    with ServerThread(create_app(SnapshotHolder(compile_project(tmp_path)))) as srv:
+        refused = httpx.post(f"{srv.url}/v1/agents/a/runs", json={"input": "hi"}, headers=B)
+    assert refused.status_code == 402
+    assert refused.json()["error"]["param"] == "server.key_budget.max_tokens"
