@@ -264,3 +264,22 @@ def test_a_child_framed_with_its_parents_shared_fields_is_the_sdk_span():
     ]  # fmt: skip
     ours = ExportTraceServiceRequest.FromString(encode_request(queued, (fim, scope)))
     assert ours == upstream_encode(sdk)
+
+
+def test_a_scalar_seen_once_is_written_directly_as_upb_would():
+    """A value not in the cache (a run id, a model's tool call id) is written without
+    building a upb message: the same bytes as upb's, for every scalar and edge."""
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
+
+    from fim.observe.otlp_attributes import _encoded, add_attributes
+
+    cases = [
+        ("k", "text"), ("k", ""), ("", "no key"), ("ключ", "значение ✓"), ("k", True),
+        ("k", False), ("k", 0), ("k", 1), ("k", -1), ("k", 2**63 - 1), ("k", -(2**63)),
+        ("k", 0.0), ("k", -0.0), ("k", 1e308), ("k", float("inf")), ("k", float("nan")),
+        ("k", "x" * 300),
+    ]  # fmt: skip
+    for key, value in cases:
+        holder = PbSpan()
+        add_attributes(holder.attributes, {key: value})
+        assert _encoded(key, value) == holder.SerializePartialToString(), (key, value)

@@ -12,6 +12,7 @@ go through the upstream value encoder, field for field what it makes
 from __future__ import annotations
 
 import logging
+import struct
 from typing import Any
 
 from opentelemetry.exporter.otlp.proto.common._internal import _encode_key_value
@@ -112,9 +113,46 @@ def span_attributes(attributes: Any) -> list[bytes]:
 
 
 def _encoded(key: str, value: Any) -> bytes:
-    holder = PbSpan()
-    add_attributes(holder.attributes, {key: value})
-    return holder.SerializePartialToString()
+    """One attribute as a `Span` holding only it, serialized: a scalar written directly (a
+    value seen once, such as a run id or a model's tool call id, is the common miss, and
+    building it in upb cost ~3 us), anything else through upb as the upstream encoder
+    builds it."""
+    kind = type(value)
+    if kind is str:
+        data = value.encode()
+        any_value = b"\x0a" + _varint(len(data)) + data
+    elif kind is bool:
+        any_value = b"\x10\x01" if value else b"\x10\x00"
+    elif kind is int and -_INT64 <= value < _INT64:
+        any_value = b"\x18" + _varint(value & _UINT64)
+    elif kind is float:
+        any_value = _DOUBLE.pack(0x21, value)
+    else:
+        holder = PbSpan()
+        add_attributes(holder.attributes, {key: value})
+        return holder.SerializePartialToString()
+    name = key.encode()
+    pair = (
+        (b"\x0a" + _varint(len(name)) + name if name else b"")
+        + b"\x12"
+        + _varint(len(any_value))
+        + any_value
+    )
+    return b"\x4a" + _varint(len(pair)) + pair
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_INT64 = 1 << 63
+_UINT64 = (1 << 64) - 1
+_DOUBLE = struct.Struct("<Bd")
 
 
 def _keep(table: dict[str, dict[Any, bytes]], key: str, value: Any, encoded: Any = None) -> bytes:
