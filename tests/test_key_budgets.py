@@ -83,3 +83,13 @@ def test_a_run_no_key_started_has_no_key_budget(tmp_path: Path):
         refused = httpx.post(f"{srv.url}/v1/agents/a/runs", json={"input": "hi"}, headers=B)
     assert refused.status_code == 402
     assert refused.json()["error"]["param"] == "server.key_budget.max_tokens"
+
+
+def test_a_key_reads_its_budget_and_what_it_spent_today(tmp_path: Path):
+    keyed(tmp_path, "{max_tokens_per_day: 5000, max_cost_usd_per_day: 2}")
+    asyncio.run(spent_by(tmp_path, b"key-a", 1200))
+    with ServerThread(create_app(SnapshotHolder(compile_project(tmp_path)))) as srv:
+        mine = httpx.get(f"{srv.url}/v1/usage", headers=A).json()["key_budget"]
+        theirs = httpx.get(f"{srv.url}/v1/usage", headers=B).json()["key_budget"]
+    assert mine["limits"] == {"max_tokens_per_day": 5000, "max_cost_usd_per_day": 2.0}
+    assert mine["spent_today_tokens"] == 1200 and theirs["spent_today_tokens"] == 0

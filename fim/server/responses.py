@@ -186,9 +186,21 @@ class UsageRow(_Out):
     unpriced_runs: int = Field(description="runs whose model had no known price")
 
 
+class KeyBudgetStatus(_Out):
+    """`server.key_budget` as it stands for the calling key."""
+
+    limits: dict[str, float]
+    day: str = Field(description="the UTC day the daily limits count")
+    spent_today_tokens: int
+    spent_today_cost_usd: float | None = None
+
+
 class UsageReport(_Out):
     since: str = Field(description="first UTC day included")
     usage: list[UsageRow] = Field(description="newest day first")
+    key_budget: KeyBudgetStatus | None = Field(
+        default=None, description="the caller's key budget, when the server sets one"
+    )
 
 
 class ApprovalList(_Out):
