@@ -120,11 +120,11 @@ def _encoded(key: str, value: Any) -> bytes:
     kind = type(value)
     if kind is str:
         data = value.encode()
-        any_value = b"\x0a" + _varint(len(data)) + data
+        any_value = b"\x0a" + varint(len(data)) + data
     elif kind is bool:
         any_value = b"\x10\x01" if value else b"\x10\x00"
     elif kind is int and -_INT64 <= value < _INT64:
-        any_value = b"\x18" + _varint(value & _UINT64)
+        any_value = b"\x18" + varint(value & _UINT64)
     elif kind is float:
         any_value = _DOUBLE.pack(0x21, value)
     else:
@@ -133,21 +133,30 @@ def _encoded(key: str, value: Any) -> bytes:
         return holder.SerializePartialToString()
     name = key.encode()
     pair = (
-        (b"\x0a" + _varint(len(name)) + name if name else b"")
+        (b"\x0a" + varint(len(name)) + name if name else b"")
         + b"\x12"
-        + _varint(len(any_value))
+        + varint(len(any_value))
         + any_value
     )
-    return b"\x4a" + _varint(len(pair)) + pair
+    return b"\x4a" + varint(len(pair)) + pair
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
+    """A protobuf varint (`n` >= 0), the one- and two-byte cases without a loop: most
+    lengths of a span's fields fit in them."""
+    if n < 0x80:
+        return BYTE[n]
+    if n < 0x4000:
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+BYTE = [bytes((n,)) for n in range(0x80)]
 
 
 _INT64 = 1 << 63

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 
-from fim.observe.otlp_attributes import KEEP_CHARS, add_attributes, span_attributes
+from fim.observe.otlp_attributes import BYTE, KEEP_CHARS, add_attributes, span_attributes, varint
 
 _KINDS = {
     SpanKind.INTERNAL: PbSpan.SPAN_KIND_INTERNAL,
@@ -33,21 +33,7 @@ def _flags(context: Any) -> int:
     return _HAS_IS_REMOTE | _IS_REMOTE if context and context.is_remote else _HAS_IS_REMOTE
 
 
-def _varint(n: int) -> bytes:
-    if n < 0x80:
-        return _BYTE[n]
-    if n < 0x4000:  # a span's length
-        return bytes(((n & 0x7F) | 0x80, n >> 7))
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-_BYTE = [bytes((n,)) for n in range(0x80)]
-_KIND_FIELDS = {id(kind): b"\x30" + _BYTE[value] for kind, value in _KINDS.items()}
+_KIND_FIELDS = {id(kind): b"\x30" + BYTE[value] for kind, value in _KINDS.items()}
 """id(a `SpanKind`) -> its `kind` field: an enum by identity (its hash and `.value` are
 Python-level calls; the members are singletons)."""
 _TIMES = struct.Struct("<BQBQ")
@@ -57,7 +43,7 @@ _FLAGS = b"\x85\x01"  # field 16, fixed32
 
 def field(tag: bytes, payload: bytes) -> bytes:
     """One length-delimited field: its tag, the payload's length, the payload."""
-    return tag + _varint(len(payload)) + payload
+    return tag + varint(len(payload)) + payload
 
 
 def encode_readable(span: ReadableSpan) -> bytes:
@@ -99,7 +85,7 @@ def encode_span(
     parts = [
         head,
         b"\x2a",
-        _varint(len(encoded)),
+        varint(len(encoded)),
         encoded,
         _KIND_FIELDS[id(kind)],
     ]
@@ -121,7 +107,7 @@ def encode_span(
     if dropped != _NONE_DROPPED:
         for tag, count in zip((b"\x50", b"\x60", b"\x70"), dropped, strict=True):
             if count:
-                parts += (tag, _varint(count))
+                parts += (tag, varint(count))
     if status is not None:
         parts.append(_status(status))
     parts.append(_LOCAL_FLAGS if parent is None or not parent.is_remote else _REMOTE_FLAGS)
@@ -134,11 +120,11 @@ def _status(status: Status) -> bytes:
     if description:
         body = field(b"\x12", description.encode())
         if code is not StatusCode.UNSET:
-            body += b"\x18" + _BYTE[code.value]
+            body += b"\x18" + BYTE[code.value]
         return field(b"\x7a", body)
     if code is StatusCode.UNSET:
         return b"\x7a\x00"
-    return b"\x7a\x02\x18\x02" if code is StatusCode.ERROR else b"\x7a\x02\x18" + _BYTE[code.value]
+    return b"\x7a\x02\x18\x02" if code is StatusCode.ERROR else b"\x7a\x02\x18" + BYTE[code.value]
 
 
 _NONE_DROPPED = (0, 0, 0)
@@ -215,7 +201,7 @@ def child_queue(
         named = names.get(name)
         if named is None:
             encoded = name.encode()
-            named = b"\x2a" + _varint(len(encoded)) + encoded
+            named = b"\x2a" + varint(len(encoded)) + encoded
             if len(name) <= KEEP_CHARS:  # tool names are the model's: short ones kept
                 if len(names) >= 1024:
                     names.clear()
@@ -233,7 +219,7 @@ def child_queue(
             parts.append(_events_and_links(events, ()))
         parts.append(b"\x7a\x00" if status is unset else _status(status))
         body = b"".join(parts)
-        queue(b"\x12" + _varint(len(body)) + body)
+        queue(b"\x12" + varint(len(body)) + body)
 
     return ended
 
