@@ -81,18 +81,7 @@ def encode_span(
         )  # fmt: skip
     else:
         head = _IDS.pack(0x0A, 0x10, trace_id >> 64, trace_id & _LOW64, 0x12, 0x08, context.span_id)
-    encoded = name.encode()
-    parts = [
-        head,
-        b"\x2a",
-        varint(len(encoded)),
-        encoded,
-        _KIND_FIELDS[id(kind)],
-    ]
-    state = context.trace_state
-    if state is not DEFAULT_TRACE_STATE and state:
-        text = ",".join(f"{k}={v}" for k, v in state.items()).encode()
-        parts.append(field(b"\x1a", text))
+    parts = [head, _name(name), _KIND_FIELDS[id(kind)], _state(context.trace_state)]
     if start and end:
         parts.append(_TIMES.pack(0x39, start, 0x41, end))
     else:
@@ -164,6 +153,26 @@ _NAMES: dict[str, bytes] = {}
 """Span name -> its serialized `name` field (a run's names recur: its model, its tools)."""
 
 
+def _name(name: str) -> bytes:
+    """A span's `name` field, kept in `_NAMES` when short (tool names are the model's)."""
+    found = _NAMES.get(name)
+    if found is None:
+        encoded = name.encode()
+        found = b"\x2a" + varint(len(encoded)) + encoded
+        if len(name) <= KEEP_CHARS:
+            if len(_NAMES) >= 1024:
+                _NAMES.clear()
+            _NAMES[name] = found
+    return found
+
+
+def _state(state: Any) -> bytes:
+    """The `trace_state` field, or nothing for the default (empty) state."""
+    if state is DEFAULT_TRACE_STATE or not state:
+        return b""
+    return field(b"\x1a", ",".join(f"{k}={v}" for k, v in state.items()).encode())
+
+
 def child_queue(
     parent: SpanContext,
     queue: Callable[[bytes], None],
@@ -181,10 +190,7 @@ def child_queue(
     shared = _IDS.pack(
         0x0A, 0x10, trace_id >> 64, trace_id & _LOW64, 0x22, 0x08, parent.span_id
     ) + _LOCAL_FLAGS  # fmt: skip
-    state = parent.trace_state
-    if state is not DEFAULT_TRACE_STATE and state:
-        shared += field(b"\x1a", ",".join(f"{k}={v}" for k, v in state.items()).encode())
-    names = _NAMES
+    shared += _state(parent.trace_state)
 
     def ended(
         name: str,
@@ -198,18 +204,10 @@ def child_queue(
     ) -> None:
         if most is not None and len(attributes) > most:
             attributes = limited(attributes)
-        named = names.get(name)
-        if named is None:
-            encoded = name.encode()
-            named = b"\x2a" + varint(len(encoded)) + encoded
-            if len(name) <= KEEP_CHARS:  # tool names are the model's: short ones kept
-                if len(names) >= 1024:
-                    names.clear()
-                names[name] = named
         parts = [
             shared,
             _SPAN_ID.pack(0x12, 0x08, span_id),
-            named,
+            _name(name),
             _KIND_FIELDS[id(kind)],
             _TIMES.pack(0x39, start, 0x41, end),
         ]
