@@ -302,6 +302,10 @@ async def test_spans_go_serialized_to_the_batch_processor_and_an_added_processor
     assert flush()
     seen = sorted(s.name for s in mine.get_finished_spans())
     assert seen == sorted(s.name for s in receiver.spans) and "invoke_agent lead" in seen
+    from opentelemetry.sdk.trace import Event
+
+    events = [e for span in mine.get_finished_spans() for e in span.events]
+    assert events and all(isinstance(e, Event) for e in events)  # hook decisions, as the SDK's
 
 
 def test_warm_builds_the_tracer_before_the_heap_settles(receiver):

@@ -220,8 +220,9 @@ class Sink:
         events: tuple[Any, ...] = (),
         status: Status = _UNSET,
     ) -> None:
-        """A span ended: made as the SDK's `ReadableSpan` and handed to the processors. A
-        model call's span comes here at once (start and end known together, no `OpenSpan`)."""
+        """A span ended: serialized into the batch queue, or made as the SDK's
+        `ReadableSpan` (`events` as `(name, attributes, time)` become the SDK's `Event`s)
+        and handed to the processors."""
         if self.max_length is not None or (
             self.max_attributes is not None and len(attributes) > self.max_attributes
         ):
@@ -238,7 +239,7 @@ class Sink:
                 parent=parent,
                 resource=self.resource,
                 attributes=attributes,
-                events=events,
+                events=tuple(e if type(e) is not tuple else self.event(*e) for e in events),
                 kind=kind,
                 status=status,
                 start_time=start,
@@ -259,8 +260,6 @@ class Sink:
                 attributes: dict[str, Any], events: Sequence[Any] = (), status: Status = _UNSET,
             ) -> None:  # fmt: skip
                 context = SpanContext(trace_id, span_id, False, flags, state)
-                if events and queue is None:
-                    events = tuple(self.event(*event) for event in events)
                 self.finished(
                     name, context, root, kind, start, end, attributes, tuple(events), status
                 )
@@ -269,16 +268,9 @@ class Sink:
         return self.child_queue(root, queue, _UNSET, most, self._limited)
 
     def emit(self, span: OpenSpan, end: int) -> None:
-        events: tuple[Any, ...] = ()
-        if span.events:
-            events = (
-                tuple(span.events)  # serialized as they are
-                if self.queue is not None
-                else tuple(self.event(*event) for event in span.events)
-            )
         self.finished(
             span.name, span.context, span.parent, span.kind, span.start, end, span.attributes,
-            events, span.status,
+            tuple(span.events), span.status,
         )  # fmt: skip
 
     def _limited(self, attributes: dict[str, Any]) -> dict[str, Any]:
