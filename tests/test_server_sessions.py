@@ -95,7 +95,34 @@ def test_without_keys_a_session_is_read_by_its_plain_name(tmp_path: Path):
     with ServerThread(create_app(SnapshotHolder(compile_project(tmp_path)))) as srv:
         httpx.post(f"{srv.url}/v1/agents/a/runs", json={"input": "yo", "session_id": "s"})
         read = httpx.get(f"{srv.url}/v1/sessions/s").json()
+        # a name that looks like a keyed caller's derived id is still listed by its name
+        odd = "s:" + "0" * 40
+        httpx.post(f"{srv.url}/v1/agents/a/runs", json={"input": "x", "session_id": odd})
+        listed = {s["session_id"] for s in httpx.get(f"{srv.url}/v1/sessions").json()["sessions"]}
     assert [m["content"] for m in read["messages"]] == ["yo", "hi"]
+    assert listed == {"s", odd}
+
+
+def test_a_hostile_session_name_stays_the_callers(tmp_path: Path):
+    """A name made to look like another key's derived id, or long and odd, is only ever
+    the caller's own session: another key naming the same gets a session of its own."""
+    write_project(tmp_path, keys=("key-a", "key-b"))
+    from fim.run.sessions import session_key
+
+    names = [session_key(key_owner(b"key-b"), "s1"), "ü/../" + "x" * 190, "s1\u0000"]
+    with ServerThread(create_app(SnapshotHolder(compile_project(tmp_path)))) as srv:
+        runs = f"{srv.url}/v1/agents/a/runs"
+        httpx.post(runs, json={"input": "b's", "session_id": "s1"}, headers=B)
+        for name in names:
+            reply = httpx.post(runs, json={"input": "a's", "session_id": name}, headers=A)
+            assert reply.status_code == 200, (name, reply.text)
+        listed = {
+            s["session_id"]
+            for s in httpx.get(f"{srv.url}/v1/sessions", headers=A).json()["sessions"]
+        }
+        theirs = httpx.get(f"{srv.url}/v1/sessions/s1", headers=B).json()["messages"]
+    assert listed == set(names)
+    assert [m["content"] for m in theirs] == ["b's", "hi"]  # untouched by a's look-alike
 
 
 def test_list_and_usage_query_numbers_are_checked_alike(tmp_path: Path):

@@ -121,5 +121,5 @@ async def execute_agent_run(
     await store.put_run(run_id, KIND, agent, status, data)
     if final is not None and key and status == "ok":
         turn = [*history, Message(role="assistant", content=final.output)]
-        await Sessions(store).save(key, owner, turn, name=session if key != session else None)
+        await Sessions(store).save(key, owner, turn, name=session)
     return status

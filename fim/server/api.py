@@ -71,7 +71,7 @@ class Api:
         # taken meanwhile by another key: save() refuses, never mixing two callers' turns
         turn = [*history, Message(role="assistant", content=output)]
         key = session_key(owner, session)
-        await self.session_store.save(key, owner, turn, name=session if key != session else None)
+        await self.session_store.save(key, owner, turn, name=session)
 
     async def events(
         self,
