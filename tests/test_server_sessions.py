@@ -86,8 +86,12 @@ def test_a_session_kept_under_its_plain_name_is_read_and_forgotten_by_its_creato
         assert [m["content"] for m in read] == ["before", "hi"]
         listed = httpx.get(f"{srv.url}/v1/sessions", headers=A).json()["sessions"]
         assert [s["session_id"] for s in listed] == ["legacy"]
+        # continued: now kept under a's own key, the old copy still in the store
+        runs = f"{srv.url}/v1/agents/a/runs"
+        httpx.post(runs, json={"input": "on", "session_id": "legacy"}, headers=A)
+        assert len(httpx.get(url, headers=A).json()["messages"]) == 4
         assert httpx.delete(url, headers=A).status_code == 200
-        assert httpx.get(url, headers=A).status_code == 404
+        assert httpx.get(url, headers=A).status_code == 404  # neither copy comes back
 
 
 def test_without_keys_a_session_is_read_by_its_plain_name(tmp_path: Path):

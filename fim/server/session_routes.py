@@ -49,10 +49,11 @@ def session_handlers(api: Api) -> dict[str, Any]:
         session = await found(request)
         if isinstance(session, Response):
             return session
-        name, owner, (key, _messages) = session
+        name, owner, _ = session
+        key = session_key(owner, name)
         await api.session_store.delete(key, owner)
-        if key != session_key(owner, name):  # kept under its plain name: the newer one too
-            await api.session_store.delete(session_key(owner, name), owner)
+        if key != name:  # an older fim's copy under the plain name goes too, or it returns
+            await api.session_store.delete(name, owner)
         return JSONResponse({"session_id": name, "deleted": True})
 
     async def list_sessions(request: Request) -> Response:

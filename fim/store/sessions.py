@@ -64,9 +64,9 @@ class Sessions:
     async def save(
         self, session_id: str, owner: str, messages: list[Message], name: str | None = None
     ) -> bool:
-        """Store the conversation (`name`: what the caller calls it, when that is not its
-        id); False (nothing written) when another key owns the session, so two callers'
-        turns never mix."""
+        """Store the conversation (`name`: what the caller calls it, for listing by name);
+        False (nothing written) when another key owns the session, so two callers' turns
+        never mix."""
         dumped = [m.model_dump(mode="json", exclude_defaults=True) for m in messages]
         self._writes += 1
         prune = self._writes % _PRUNE_EVERY == 0
