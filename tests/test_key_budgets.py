@@ -93,3 +93,62 @@ def test_a_key_reads_its_budget_and_what_it_spent_today(tmp_path: Path):
         theirs = httpx.get(f"{srv.url}/v1/usage", headers=B).json()["key_budget"]
     assert mine["limits"] == {"max_tokens_per_day": 5000, "max_cost_usd_per_day": 2.0}
     assert mine["spent_today_tokens"] == 1200 and theirs["spent_today_tokens"] == 0
+
+
+async def test_a_keys_budget_holds_its_workflow_nodes_and_runs_started_in_process(
+    tmp_path: Path,
+):
+    """The key budget follows the key beyond HTTP: a workflow's agent node (its run's
+    owner) and a run started in process for the key are refused for a key that spent its
+    day; for a key that did not, both run, the lead's delegate included."""
+    from test_run_owners import GREET
+
+    from fim.build.snapshot import Snapshot
+    from fim.capabilities import CAPABILITIES
+    from fim.config.schema import AgentDecl, Project, ServerSettings, WorkflowDecl
+    from fim.config.schema.spend import Budget
+    from fim.run.agent import ask
+    from fim.run.services import Services
+    from fim.workflows.engine import WorkflowEngine
+
+    (tmp_path / "lead.yaml").write_text(
+        "- tool_calls: [{name: call_agent, arguments: {agent: solo, task: hi}}]\n- text: done\n"
+    )
+    (tmp_path / "solo.yaml").write_text("- text: hello\n" * 4)
+    snapshot = Snapshot(
+        root=tmp_path,
+        project=Project(
+            name="kb",
+            state="sqlite:///.fim/state.db",
+            server=ServerSettings(
+                api_keys=["key-a", "key-b"], key_budget=Budget(max_tokens_per_day=1000)
+            ),
+        ),
+        agents={
+            "lead": AgentDecl(name="lead", model="scripted:lead.yaml", delegates=["solo"]),
+            "solo": AgentDecl(name="solo", model="scripted:solo.yaml"),
+        },
+        workflows={"w": WorkflowDecl.model_validate({"name": "w", "nodes": {"greet": GREET}})},
+    )
+    await spent_by(tmp_path, b"key-a", 1000)
+    services = Services(providers=CAPABILITIES, root=tmp_path, state_url=snapshot.project.state)
+    spent_a, fresh_b = key_owner(b"key-a"), key_owner(b"key-b")
+    try:
+        from fim.store import get_store
+
+        engine = WorkflowEngine(snapshot, "w", services)
+        await claim(get_store(services), engine.run_id, spent_a)
+        events = [e async for e in engine.run({})]
+        assert events[-1].status == "failed"
+        assert "server.key_budget.max_tokens_per_day" in str([e.model_dump() for e in events])
+        engine = WorkflowEngine(snapshot, "w", services)
+        await claim(get_store(services), engine.run_id, fresh_b)
+        assert [e async for e in engine.run({})][-1].status == "ok"
+        # a delegate started for the spent key: the lead is refused before it delegates;
+        # for the other key the lead and its delegate run
+        refused = await ask(snapshot, "lead", "go", services=services, owner=spent_a)
+        assert refused.status == "error"
+        done = await ask(snapshot, "lead", "go", services=services, owner=fresh_b)
+        assert done.output == "done"
+    finally:
+        await services.aclose()
