@@ -24,6 +24,7 @@ from fim.events import Event, RunFinished
 from fim.run.services import Services
 from fim.run.sessions import session_key
 from fim.server.http import cancel_on_disconnect, error, session_owner
+from fim.server.limits import KeyLimiter, held
 from fim.server.sessions import find_session
 from fim.types import Message
 
@@ -42,6 +43,8 @@ class Api:
         self._sessions: Sessions | None = None
         self.started_at = time.time()
         self.active_runs = 0
+        self.limits = KeyLimiter(lambda: holder.current.project.server.key_limits)
+        """Each key's runs going and started this minute (`server.key_limits`)."""
 
     @property
     def session_store(self) -> Sessions:
@@ -102,11 +105,14 @@ class Api:
         from fim.store.live import EventLog
 
         snapshot = self.holder.current
-        self.active_runs += 1
         kept = [] if trace is None else trace
         live = EventLog(get_store(self.services), run_id, "agent", agent)  # any replica tails it
         final: RunFinished | None = None
         problem = ""
+        # the HTTP routes that start runs took the slot before answering (`admitting`);
+        # an MCP call or an A2A task takes it here: over a limit, `Busy` before anything
+        slot = self.limits.take(owner) if held.get() is None else None
+        self.active_runs += 1
         try:
             async for event in run_agent(
                 snapshot,
@@ -132,6 +138,8 @@ class Api:
                 yield event
         finally:
             self.active_runs -= 1
+            if slot is not None:
+                slot.release()
             status = final.status if final else "cancelled"
             if status == "error":  # one line per failed run, whichever route ran it
                 log.warning("run %s of agent '%s' failed: %s", run_id, agent, problem or "error")

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 from starlette.routing import BaseRoute, Mount, Route
 
+from fim.server.limits import admitting
+
 if TYPE_CHECKING:
     from fim.server.api import Api
 
@@ -43,6 +45,9 @@ class Op:
     errors: tuple[int, ...] = ()
     background: bool = False
     """The body may ask for `background: true`: 202 with a `BackgroundAccepted`."""
+    runs: bool = False
+    """Starts a run: counted against the caller's `server.key_limits` (`fim.server.limits`),
+    a 429 over them."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +118,14 @@ class Area:
         missing = [e.handler for e in self.endpoints if e.handler not in handlers]
         if missing:
             raise TypeError(f"route area '{self.name}' has no handler {', '.join(missing)}")
-        return [e.route(handlers[e.handler]) for e in self.endpoints]
+        return [
+            e.route(
+                admitting(api, handlers[e.handler])
+                if any(op.runs for op in e.ops.values())
+                else handlers[e.handler]
+            )
+            for e in self.endpoints
+        ]
 
     def operations(self) -> dict[tuple[str, str], Op]:
         found: dict[tuple[str, str], Op] = {}

@@ -27,6 +27,7 @@ from starlette.responses import Response
 from fim.errors import RunError
 from fim.run.queued import execute_agent_run, mark_queued, request_data
 from fim.server.http import JSONResponse, error
+from fim.server.limits import held
 from fim.store import get_store
 from fim.store.owners import claim
 from fim.types import Message
@@ -108,6 +109,23 @@ def _spawn(coro: Any, name: str) -> None:
     task.add_done_callback(_TASKS.discard)
 
 
+def _keeping_slot(coro: Any) -> Any:
+    """`coro`, holding the request's `server.key_limits` slot until the run ends in this
+    process (the request itself is answered 202 at once)."""
+    slot = held.get()
+    if slot is None:
+        return coro
+    taken = slot.hand_over()
+
+    async def run() -> Any:
+        try:
+            return await coro
+        finally:
+            taken.release()
+
+    return run()
+
+
 async def _limited(kind: str, name: str, limit: int | None, coro: Any) -> Any:
     """In process (SQLite), the `concurrency` limit of an agent or workflow."""
     if not limit:
@@ -140,7 +158,7 @@ async def start_agent_run(
         await defer_agent(app, run_id, name, request, limit)
         return accepted(run_id, "agent", name, "worker")
     work = execute_agent_run(snapshot, api.services, run_id, name, request)
-    _spawn(_limited("agent", name, limit, work), f"background-{run_id}")
+    _spawn(_keeping_slot(_limited("agent", name, limit, work)), f"background-{run_id}")
     return accepted(run_id, "agent", name, "server")
 
 
@@ -183,7 +201,8 @@ async def start_workflow_run(
                 failed = {**state, "status": "failed", "error": str(exc)}
                 await get_store(api.services).put_run(run_id, "workflow", name, "failed", failed)
 
-    _spawn(_limited("workflow", name, decl.concurrency, drive()), f"background-{run_id}")
+    limited = _limited("workflow", name, decl.concurrency, drive())
+    _spawn(_keeping_slot(limited), f"background-{run_id}")
     return accepted(run_id, "workflow", name, "server")
 
 

@@ -95,6 +95,12 @@ def openapi_document(app: Any, title: str = "fim") -> dict[str, Any]:
                 item["responses"]["401"] = {"description": "missing or invalid API key"}
             for status in op.errors:
                 item["responses"][str(status)] = {"description": "error", "content": error}
+            if op.runs:
+                item["responses"]["429"] = {
+                    "description": "the API key is at a `server.key_limits` limit",
+                    "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+                    "content": error,
+                }
             if op.body is not None:
                 item["requestBody"] = {
                     "required": True,

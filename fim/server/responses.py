@@ -195,11 +195,22 @@ class KeyBudgetStatus(_Out):
     spent_today_cost_usd: float | None = None
 
 
+class KeyLimitsStatus(_Out):
+    """`server.key_limits` as it stands for the calling key, on the server process that
+    answered."""
+
+    limits: dict[str, int]
+    going: int = Field(description="the key's runs going now on this process")
+
+
 class UsageReport(_Out):
     since: str = Field(description="first UTC day included")
     usage: list[UsageRow] = Field(description="newest day first")
     key_budget: KeyBudgetStatus | None = Field(
         default=None, description="the caller's key budget, when the server sets one"
+    )
+    key_limits: KeyLimitsStatus | None = Field(
+        default=None, description="the caller's run limits, when the server sets them"
     )
 
 

@@ -1,7 +1,8 @@
 """`GET /v1/usage`: tokens and cost per UTC day and agent from the state store (what `fim
 usage` prints), for dashboards and chargeback: a key of a keyed server sees what its own
 runs spent, an operator key (and `fim usage`) everything; with `server.key_budget`, each
-key also hears its limits and what it spent today against them."""
+key also hears its limits and what it spent today against them, and with
+`server.key_limits` its run limits and how many of its runs are going."""
 
 from __future__ import annotations
 
@@ -47,6 +48,12 @@ def usage_handlers(api: Api) -> dict[str, Any]:
                 "day": day,
                 "spent_today_tokens": used.total_tokens,
                 "spent_today_cost_usd": used.cost,
+            }
+        limits = api.holder.current.project.server.key_limits
+        if limits is not None:  # every caller: "" is everyone on a server without keys
+            body["key_limits"] = {
+                "limits": limits.model_dump(exclude_none=True),
+                "going": api.limits.going(me),
             }
         return JSONResponse(body)
 

@@ -186,7 +186,9 @@ class Cluster:
 
     def worker(self, name: str, *, sink: str = "", concurrency: int = 4) -> None:
         args = ["worker", "-p", str(self.base / "worker-tree"), "--tools", "harness_tools:tools"]
-        args += ["--concurrency", str(concurrency), "--heartbeat", "0.5", "--stalled-after", "2"]
+        # a job is stalled after 8 missed heartbeats: at 4 a loaded machine (load 11) once
+        # paused a live worker long enough for its job to run twice
+        args += ["--concurrency", str(concurrency), "--heartbeat", "0.5", "--stalled-after", "4"]
         self._spawn(name, args, FIM_HARNESS_SINK=sink)
 
     def _spawn(self, name: str, args: list[str], **env: str) -> None:

@@ -42,6 +42,7 @@ from fim.config.schema.evals import (
 )
 from fim.config.schema.project import (
     HttpServer,
+    KeyLimits,
     McpServer,
     ModelRef,
     ModelSettings,
@@ -106,6 +107,7 @@ __all__ = [
     "JSONSchema",
     "JsonPathSpec",
     "JudgeSpec",
+    "KeyLimits",
     "LlmNode",
     "McpNode",
     "McpServer",

@@ -159,6 +159,19 @@ class TenantKey(Strict):
     tenant: str = Field(min_length=1, max_length=200)
 
 
+class KeyLimits(Strict):
+    """How many runs each API key (each tenant, for tenant keys; every caller together on a
+    server without keys) may have going at once and start per minute, counted per server
+    process. Over a limit, a run is refused before it starts: 429 with `Retry-After` over
+    HTTP, a failed call or task over MCP and A2A."""
+
+    max_parallel_runs: int | None = Field(default=None, ge=1)
+    """Runs going at once (streamed, in the background in this process, MCP and A2A calls,
+    workflow runs); the runs a run starts itself count as part of it."""
+    runs_per_minute: int | None = Field(default=None, ge=1)
+    """Runs started in any 60 seconds (a moving window)."""
+
+
 class ServerSettings(Strict):
     host: str = "127.0.0.1"
     port: int = 8000
@@ -175,6 +188,8 @@ class ServerSettings(Strict):
     """What each API key (each tenant, for tenant keys) may spend, counted over its own runs
     only: per run, per UTC day, per session. One tenant cannot spend the others' share of a
     project budget; runs without a key (`fim run`, `fim eval`) have no key budget."""
+    key_limits: KeyLimits | None = None
+    """Runs each API key (each tenant) may have going at once and start per minute."""
     allow_open: bool = False
     """Serve without keys on an address other than loopback (a proxy in front
     authenticates). Off: `fim serve` refuses to, since anyone who reaches it could run

@@ -51,6 +51,7 @@ AREA = Area(
                 r.EvalReport,
                 bodies.EvalRunBody,
                 errors=(400, 403, 404),
+                runs=True,
             ),
         ),
     ),

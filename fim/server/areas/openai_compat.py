@@ -45,6 +45,7 @@ AREA = Area(
                 bodies.ChatBody,
                 stream="with `stream: true`: OpenAI `chat.completion.chunk` events",
                 errors=(400, 404, 500, 503),
+                runs=True,
             ),
         ),
     ),

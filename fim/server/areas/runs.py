@@ -23,6 +23,7 @@ AREA = Area(
                 "`data:` the event as JSON; see fim.events), ending with `run_finished`",
                 errors=(400, 404, 499, 500, 503),
                 background=True,
+                runs=True,
             ),
         ),
         get(

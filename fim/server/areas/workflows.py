@@ -27,6 +27,7 @@ AREA = Area(
                 "`node_failed`, `notice` and a last `workflow_finished`",
                 errors=(400, 404, 503),
                 background=True,
+                runs=True,
             ),
         ),
     ),

@@ -1,0 +1,192 @@
+"""Per-key run limits (`server.key_limits`): how many runs one API key (one tenant) has going
+at once and how many it starts a minute.
+
+A budget (`server.key_budget`) caps what a key spends; it does not stop a key from opening
+a thousand runs at once, each holding a model connection, a tool's sandbox process and its
+memory, and starving every other key. Here each run a key starts takes a `Slot` before it
+starts, on every surface: the HTTP routes that start runs take it before they answer
+(a 429 with `Retry-After`, which the OpenAI SDKs wait out and retry), so a streamed run is
+refused before its first byte; MCP tool calls and A2A tasks take it in `Api.events` (the
+call or task fails with the reason). A run in the background keeps its slot until it ends
+when it runs in this process; a run queued for a worker frees it when it is accepted (the
+workers' own `concurrency` limits hold there). Runs a run starts (delegation, a workflow's
+agent nodes) are part of it and take none.
+
+Counts are per server process: with `--workers N` or several replicas, a key may have N
+times the limits in all. The minute window is `limits`' moving window in memory.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from fim.errors import RunError
+from fim.server.http import JSONResponse, error, session_owner
+
+if TYPE_CHECKING:
+    from fim.config.schema import KeyLimits
+    from fim.server.api import Api
+
+held: ContextVar[Slot | None] = ContextVar("fim_run_slot", default=None)
+"""The slot the HTTP request being served took for its run (`Api.events` takes none then)."""
+
+
+class Busy(RunError):
+    """A key is at one of its limits; `retry_after` is when to try again, in seconds."""
+
+    kind = "rate_limited"
+
+    def __init__(self, message: str, hint: str, retry_after: int) -> None:
+        super().__init__(message, hint=hint)
+        self.retry_after = retry_after
+
+    def response(self) -> JSONResponse:
+        """A 429 in OpenAI's shape (`rate_limit_exceeded`), with `Retry-After`."""
+        answer = error(429, self.message, self.hint, code="rate_limit_exceeded")
+        answer.headers["Retry-After"] = str(self.retry_after)
+        return answer
+
+
+class Slot:
+    """One run of `owner` counted as going until `release()` (which is idempotent)."""
+
+    __slots__ = ("limiter", "open", "owner")
+
+    def __init__(self, limiter: KeyLimiter, owner: str) -> None:
+        self.limiter = limiter
+        self.owner = owner
+        self.open = True
+
+    def release(self) -> None:
+        if self.open:
+            self.open = False
+            self.limiter._ended(self.owner)
+
+    def hand_over(self) -> Slot:
+        """The same run's count, now released by whoever takes the returned slot (a run
+        that goes on in the background after its request has been answered)."""
+        taken = Slot(self.limiter, self.owner)
+        taken.open, self.open = self.open, False
+        return taken
+
+
+class KeyLimiter:
+    """The counts of one server process; `settings()` is read on every run, so a reload
+    that changes `server.key_limits` applies to the next run."""
+
+    def __init__(self, settings: Callable[[], KeyLimits | None]) -> None:
+        self._settings = settings
+        self._going: dict[str, int] = {}
+        self._window: Any = None
+        """`limits`' moving-window limiter, made on the first run of a per-minute limit."""
+
+    def going(self, owner: str) -> int:
+        return self._going.get(owner, 0)
+
+    def take(self, owner: str) -> Slot | None:
+        """Count a run of `owner` (a key's owner hash, "" without keys) or raise `Busy`;
+        None when no limits are set."""
+        limits = self._settings()
+        if limits is None:
+            return None
+        most = limits.max_parallel_runs
+        if most is not None and self.going(owner) >= most:
+            raise Busy(
+                f"{_who(owner)} already has {most} runs going, its limit "
+                f"(server.key_limits.max_parallel_runs)",
+                "wait for one of them to finish, or raise the limit in fim.yaml",
+                retry_after=1,
+            )
+        per_minute = limits.runs_per_minute
+        if per_minute is not None:
+            self._per_minute(owner, per_minute)
+        self._going[owner] = self.going(owner) + 1
+        return Slot(self, owner)
+
+    def _per_minute(self, owner: str, per_minute: int) -> None:
+        if self._window is None:
+            # deferred: the rate-limit library loads only where a per-minute limit is set
+            from limits.storage import MemoryStorage
+            from limits.strategies import MovingWindowRateLimiter
+
+            self._window = MovingWindowRateLimiter(MemoryStorage())
+        # deferred: see above (imported once; later imports are a dict lookup)
+        from limits import RateLimitItemPerMinute
+
+        item = RateLimitItemPerMinute(per_minute)
+        if self._window.hit(item, owner):
+            return
+        reset = self._window.get_window_stats(item, owner).reset_time
+        raise Busy(
+            f"{_who(owner)} started {per_minute} runs in the last minute, its limit "
+            "(server.key_limits.runs_per_minute)",
+            "retry after the number of seconds in Retry-After, or raise the limit in fim.yaml",
+            retry_after=max(1, math.ceil(reset - time.time())),
+        )
+
+    def _ended(self, owner: str) -> None:
+        left = self.going(owner) - 1
+        if left > 0:
+            self._going[owner] = left
+        else:
+            self._going.pop(owner, None)
+
+
+def _who(owner: str) -> str:
+    return "this API key" if owner else "this server (it has no API keys)"
+
+
+class _Held:
+    """The route's response, sent with the run's slot held (a streamed run goes on while
+    it is sent) and released once it is sent or the client has gone."""
+
+    def __init__(self, response: Response, slot: Slot) -> None:
+        self.response = response
+        self.slot = slot
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        token = held.set(self.slot)
+        try:
+            await self.response(scope, receive, send)
+        finally:
+            held.reset(token)
+            self.slot.release()
+
+
+def admitting(
+    api: Api, handler: Callable[[Request], Awaitable[Response]]
+) -> Callable[[Request], Awaitable[Any]]:
+    """`handler`, a route that starts a run on POST, answering 429 when the caller's key
+    is at a limit, and holding the run's slot until its response has been sent."""
+
+    async def admit(request: Request) -> Any:
+        if request.method != "POST":
+            return await handler(request)
+        try:
+            slot = api.limits.take(session_owner(request, api.holder))
+        except Busy as exc:
+            return exc.response()
+        if slot is None:
+            return await handler(request)
+        token = held.set(slot)
+        try:
+            response = await handler(request)
+        except BaseException:
+            slot.release()
+            raise
+        finally:
+            held.reset(token)
+        return _Held(response, slot)
+
+    return admit
+
+
+__all__ = ["Busy", "KeyLimiter", "Slot", "admitting", "held"]
