@@ -46,6 +46,10 @@ def write_project(root: Path, limits: str) -> Path:
         "careful.script.yaml": (
             '- tool_calls: [{name: calculator, arguments: {expression: "6*7"}}]\n- text: "42"\n'
         ),
+        "workflows/refund.yaml": (
+            'nodes:\n  approve: {type: human, prompt: "Refund?"}\n'
+            "  pay: {type: tool, tool: calculator, needs: [approve], args: {expression: '2+2'}}\n"
+        ),
         "workflows/sum.yaml": (
             "nodes:\n  add: {type: tool, tool: calculator, args: {expression: '1+1'}}\n"
             'outputs:\n  total: "{{ nodes.add.output }}"\n'
@@ -65,10 +69,10 @@ def one_at_a_time(tmp_path: Path) -> Iterator[tuple[str, Any]]:
         yield srv.url, app.state.api
 
 
-def pending_approval(url: str) -> str:
+def pending_approval(url: str, kind: str = "tool") -> str:
     def found() -> str | None:
         items = httpx.get(f"{url}/v1/approvals", headers=A).json()["approvals"]
-        return items[0]["id"] if items else None
+        return next((item["id"] for item in items if item["kind"] == kind), None)
 
     return str(until(found, what="the careful run's approval"))
 
@@ -87,12 +91,12 @@ def refused(response: httpx.Response) -> dict[str, Any]:
     return problem
 
 
-def mcp_call(url: str, agent: str) -> Any:
+def mcp_call(url: str, tool: str) -> Any:
     from test_mcp_serve import http_client
 
     async def main() -> Any:
         async with http_client(url, "key-a") as client:
-            return await client.call_tool(agent, {"input": "hi"})
+            return await client.call_tool(tool, {"input": "hi"} if tool == "quick" else {})
 
     return asyncio.run(main())
 
@@ -127,8 +131,9 @@ def test_a_key_at_its_parallel_limit_is_refused_on_every_surface_until_its_run_e
     client = OpenAI(base_url=f"{url}/v1", api_key="key-a", max_retries=0)
     with pytest.raises(RateLimitError):
         client.chat.completions.create(model="quick", messages=[{"role": "user", "content": "x"}])
-    over_mcp = mcp_call(url, "quick")
-    assert over_mcp.is_error and "max_parallel_runs" in over_mcp.content[0].text
+    for tool in ("quick", "sum"):  # an agent and a workflow over MCP
+        over_mcp = mcp_call(url, tool)
+        assert over_mcp.is_error and "max_parallel_runs" in over_mcp.content[0].text, tool
 
     other = httpx.post(f"{url}/v1/agents/quick/runs", json={"input": "x"}, headers=B)
     assert other.status_code == 200 and other.json()["output"] == "hi"
@@ -154,6 +159,36 @@ def test_a_background_run_keeps_its_keys_slot_until_it_ends(one_at_a_time: tuple
     approve(url, approval)
     until(lambda: api.limits.going(key_owner(b"key-a")) == 0, what="the background run's end")
     assert httpx.post(f"{url}/v1/agents/quick/runs", json={"input": "x"}, headers=A).is_success
+
+
+def test_a_decision_that_resumes_a_workflow_counts_as_a_run_of_the_decider(
+    one_at_a_time: tuple[str, Any],
+):
+    """Else a key could pause many workflows at human nodes, one at a time, and approve them
+    all at once. Deciding a tool call's approval resumes nothing (the run waiting on it is
+    going already) and is never refused: the key's own run would wait on it forever."""
+    url, api = one_at_a_time
+    paused = httpx.post(f"{url}/v1/workflows/refund/runs", json={"inputs": {}}, headers=A)
+    assert paused.json()["status"] == "paused", paused.text
+    workflow_approval = pending_approval(url, "workflow")
+    accepted = httpx.post(
+        f"{url}/v1/agents/careful/runs", json={"input": "6*7?", "background": True}, headers=A
+    )
+    assert accepted.status_code == 202
+    tool_approval = pending_approval(url)
+
+    decide = f"{url}/v1/approvals/{workflow_approval}"
+    refused(httpx.post(decide, json={"decision": "approve"}, headers=A))
+    still = httpx.get(f"{url}/v1/approvals", headers=A).json()["approvals"]
+    assert workflow_approval in {item["id"] for item in still}  # nothing was decided
+
+    approve(url, tool_approval)  # at the limit, and allowed
+    until(lambda: api.limits.going(key_owner(b"key-a")) == 0, what="the careful run's end")
+    resumed = httpx.post(decide, json={"decision": "approve"}, headers=A)
+    assert resumed.status_code == 200 and resumed.json()["resumed_run"]
+    run = f"{url}/v1/runs/{resumed.json()['resumed_run']}"
+    until(lambda: httpx.get(run, headers=A).json()["status"] == "ok", what="the resumed run")
+    assert api.limits.going(key_owner(b"key-a")) == 0
 
 
 def test_runs_per_minute_count_every_surface_of_a_key(tmp_path: Path):

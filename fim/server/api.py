@@ -24,7 +24,7 @@ from fim.events import Event, RunFinished
 from fim.run.services import Services
 from fim.run.sessions import session_key
 from fim.server.http import cancel_on_disconnect, error, session_owner
-from fim.server.limits import KeyLimiter, held
+from fim.server.limits import KeyLimiter
 from fim.server.sessions import find_session
 from fim.types import Message
 
@@ -111,7 +111,7 @@ class Api:
         problem = ""
         # the HTTP routes that start runs took the slot before answering (`admitting`);
         # an MCP call or an A2A task takes it here: over a limit, `Busy` before anything
-        slot = self.limits.take(owner) if held.get() is None else None
+        slot = self.limits.for_run(owner)
         self.active_runs += 1
         try:
             async for event in run_agent(

@@ -111,6 +111,11 @@ class KeyLimiter:
         self._going[owner] = self.going(owner) + 1
         return Slot(self, owner)
 
+    def for_run(self, owner: str) -> Slot | None:
+        """`take(owner)`, unless the HTTP request being served took the run's slot already
+        (`admitting`): the paths every surface shares (`Api.events`, MCP's workflow calls)."""
+        return self.take(owner) if held.get() is None else None
+
     def _per_minute(self, owner: str, per_minute: int) -> None:
         if self._window is None:
             # deferred: the rate-limit library loads only where a per-minute limit is set

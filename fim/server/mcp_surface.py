@@ -242,7 +242,9 @@ async def call_workflow(
     progress = _Progress(ctx)
     final: WorkflowFinished | None = None
     waiting: list[dict[str, Any]] = []
+    slot = None
     try:
+        slot = api.limits.for_run(owner)  # over `server.key_limits`: `Busy`, a failed call
         store = get_store(api.services)
         async for event in claimed(store, engine.run_id, owner, engine.run(args)):
             await progress(event)
@@ -252,6 +254,9 @@ async def call_workflow(
                 final = event
     except FimError as exc:
         return _failure(str(exc))
+    finally:
+        if slot is not None:
+            slot.release()
     if final is None:
         return _failure(f"workflow '{name}' ended without a result")
     data: dict[str, Any] = {

@@ -14,6 +14,7 @@ from fim.errors import FimError
 from fim.server.background import requeue_decided
 from fim.server.bodies import BodyError, DecisionBody, WorkflowRunBody, read_body
 from fim.server.http import JSONResponse, error, run_scope, session_owner, sse
+from fim.server.limits import Busy, Slot
 from fim.store import get_store
 from fim.store.live import recorded
 from fim.store.owners import claimed, may_read
@@ -153,25 +154,39 @@ def approval_handlers(api: Api) -> dict[str, Any]:
                     return error(400, f"data.{field} {message}", param=f"data.{field}")
             elif data.get("action") not in (None, "decline", "cancel"):
                 return error(400, "data.action must be decline or cancel", param="data.action")
-        approval = await store.resolve_approval(
-            approval_id, decision == "approve", by=body.by or "api", data=data
-        )
-        if approval is None:
-            return error(409, f"approval '{approval_id}' could not be resolved")
-        resumed = None
-        if approval.kind == "workflow":
-            run_id = (approval.data or {}).get("run_id") or approval.run_id
-            if await requeue_decided(api, run_id):  # a worker continues it
-                resumed = run_id
-            else:
-                resumed = _resume_workflow(api, approval, decision == "approve", data)
+        slot = None
+        if current.kind == "workflow":  # the decision resumes a run: the decider's to count
+            try:
+                slot = api.limits.take(session_owner(request, api.holder))
+            except Busy as exc:  # nothing decided: the approval stays pending
+                return exc.response()
+        try:
+            approval = await store.resolve_approval(
+                approval_id, decision == "approve", by=body.by or "api", data=data
+            )
+            if approval is None:
+                return error(409, f"approval '{approval_id}' could not be resolved")
+            resumed = None
+            if approval.kind == "workflow":
+                run_id = (approval.data or {}).get("run_id") or approval.run_id
+                if await requeue_decided(api, run_id):  # a worker continues it
+                    resumed = run_id
+                else:
+                    resumed = _resume_workflow(api, approval, decision == "approve", data, slot)
+                    slot = None  # the resumed run releases it when it ends
+        finally:
+            if slot is not None:
+                slot.release()
         return JSONResponse({"approval": approval.as_dict(), "resumed_run": resumed})
 
     return {"list_approvals": list_approvals, "resolve": resolve}
 
 
-def _resume_workflow(api: Api, approval: Any, approved: bool, data: dict[str, Any] | None) -> str:
-    """Resume a paused workflow in the background; its progress is in GET /v1/runs/{id}."""
+def _resume_workflow(
+    api: Api, approval: Any, approved: bool, data: dict[str, Any] | None, slot: Slot | None
+) -> str:
+    """Resume a paused workflow in the background; its progress is in GET /v1/runs/{id}.
+    `slot`, the decider's `server.key_limits` count, is held until the run stops again."""
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.workflows.engine import WorkflowEngine
 
@@ -180,14 +195,16 @@ def _resume_workflow(api: Api, approval: Any, approved: bool, data: dict[str, An
     engine = WorkflowEngine(api.holder.current, info.get("workflow", ""), api.services)
 
     async def drive() -> None:
-
-        store = get_store(api.services)
         try:
+            store = get_store(api.services)
             events = engine.resume(run_id, approved, data)
             async for _event in recorded(store, run_id, KIND, engine.name, events):
                 pass
         except Exception:
             log.exception("resuming workflow run %s failed", run_id)
+        finally:
+            if slot is not None:
+                slot.release()
 
     task = asyncio.get_running_loop().create_task(drive(), name=f"resume-{uuid.uuid4().hex[:6]}")
     _BACKGROUND.add(task)
