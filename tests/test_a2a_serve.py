@@ -192,6 +192,32 @@ def test_a_context_is_a_session_of_the_key_that_started_it(served: tuple[str, An
     assert len(assert_only_owner_sees(url, KEY, OTHER_KEY, before)) == 2
 
 
+def test_a_key_at_its_run_limit_gets_a_failed_task_and_other_keys_do_not(
+    served: tuple[str, Any],
+):
+    """`server.key_limits` over A2A: the task fails with the limit's reason (a JSON-RPC
+    client has no 429 to read), before the run starts."""
+    from fim.config.schema import KeyLimits
+    from fim.server.limits import KeyLimiter
+
+    url, api = served
+    agent = card(url, "/a2a/math/.well-known/agent-card.json")
+    before, api.limits = api.limits, KeyLimiter(lambda: KeyLimits(max_parallel_runs=1))
+    going = api.limits.take(key_owner(KEY.encode()))  # alice's one run, going
+    try:
+        refused = asyncio.run(asyncio.wait_for(exchange(agent, "6*7?", streaming=False), 30))
+        state, _text, said = outcome(refused)
+        assert state == pb.TaskState.TASK_STATE_FAILED and "max_parallel_runs" in said
+        other = exchange(agent, "6*7?", streaming=True, key=OTHER_KEY)
+        assert outcome(asyncio.run(asyncio.wait_for(other, 30)))[0] == (
+            pb.TaskState.TASK_STATE_COMPLETED
+        )
+    finally:
+        assert going is not None
+        going.release()
+        api.limits = before
+
+
 def test_unknown_agent_and_missing_key(served: tuple[str, Any]):
     url, _api = served
     body = {

@@ -18,6 +18,7 @@ times the limits in all. The minute window is `limits`' moving window in memory.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -123,10 +124,7 @@ class KeyLimiter:
             from limits.strategies import MovingWindowRateLimiter
 
             self._window = MovingWindowRateLimiter(MemoryStorage())
-        # deferred: see above (imported once; later imports are a dict lookup)
-        from limits import RateLimitItemPerMinute
-
-        item = RateLimitItemPerMinute(per_minute)
+        item = _per_minute_item(per_minute)
         if self._window.hit(item, owner):
             return
         reset = self._window.get_window_stats(item, owner).reset_time
@@ -143,6 +141,14 @@ class KeyLimiter:
             self._going[owner] = left
         else:
             self._going.pop(owner, None)
+
+
+@functools.lru_cache(maxsize=16)
+def _per_minute_item(per_minute: int) -> Any:
+    # deferred: loaded with the limiter's window (`KeyLimiter._per_minute`)
+    from limits import RateLimitItemPerMinute
+
+    return RateLimitItemPerMinute(per_minute)
 
 
 def _who(owner: str) -> str:
