@@ -46,6 +46,7 @@ COMMAND_MODULES: list[str] = [
     "fim.commands.mcp",
     "fim.commands.connector",
     "fim.commands.usage",
+    "fim.commands.sessions",
     "fim.commands.prune",
     "fim.commands.worker",
 ]

@@ -173,7 +173,7 @@ class CliSession:
         return list(history)
 
     async def save(self, history: list[Message]) -> None:
-        await self._sessions().save(self.name, "", history)
+        await self._sessions().save(self.name, "", history, name=self.name)
 
 
 async def _once(

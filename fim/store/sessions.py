@@ -50,16 +50,25 @@ class Sessions:
 
     async def owned(self, owner: str, limit: int) -> list[tuple[str | None, str, float]]:
         """(name, id, last update) of this owner's sessions, the most recent first."""
+        rows = await self.listed(limit, owner=owner)
+        return [(row["name"], row["id"], row["updated_at"]) for row in rows]
+
+    async def listed(
+        self, limit: int, *, owner: str | None = None, named: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Sessions (id, name, owner, last update), the most recent first: of one owner,
+        or every owner's (`fim sessions`, an operator's); `named`: only those whose name
+        or id it is."""
         sessions = table("sessions")
-        query = (
-            sessions.select()
-            .with_only_columns(sessions.c.name, sessions.c.id, sessions.c.updated_at)
-            .where(sessions.c.owner == owner)
-            .order_by(sessions.c.updated_at.desc())
-            .limit(limit)
-        )
-        rows = await self.store._read(lambda c: c.execute(query).all())
-        return [(row[0], row[1], row[2]) for row in rows]
+        columns = (sessions.c.id, sessions.c.name, sessions.c.owner, sessions.c.updated_at)
+        query = sessions.select().with_only_columns(*columns)
+        if owner is not None:
+            query = query.where(sessions.c.owner == owner)
+        if named is not None:
+            query = query.where((sessions.c.name == named) | (sessions.c.id == named))
+        query = query.order_by(sessions.c.updated_at.desc()).limit(limit)
+        rows = await self.store._read(lambda c: c.execute(query).mappings().all())
+        return [dict(row) for row in rows]
 
     async def save(
         self, session_id: str, owner: str, messages: list[Message], name: str | None = None
