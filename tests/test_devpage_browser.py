@@ -155,6 +155,21 @@ def walk(page: Any, url: str, root: Path) -> None:
     expect(log.locator("[data-type=llm_call]").first).to_contain_text("tokens")
     shot(page, "2-chat-demo")
 
+    # 2b. The conversation is a session (its turns, not their tool calls): pick it again
+    # after a new one, then forget it.
+    earlier = page.locator("#chat-session").input_value()
+    page.locator("#chat-new").click()
+    expect(log.locator("li")).to_have_count(0)
+    expect(page.locator(f'#chat-sessions option[value="{earlier}"]')).to_have_count(1)
+    page.locator("#chat-session").fill(earlier)
+    page.locator("#chat-session").dispatch_event("change")
+    expect(log.locator("[data-type=user]")).to_have_text("youWhat is 17 times 23?")
+    expect(log.locator("[data-type=assistant]")).to_have_text("demo17 x 23 = 391")
+    page.locator("#chat-forget").click()
+    expect(page.locator(f'#chat-sessions option[value="{earlier}"]')).to_have_count(0)
+    expect(log.locator("li")).to_have_count(0)
+    assert page.locator("#chat-session").input_value() != earlier
+
     # 3. A call waits for a human: approve it from the approvals inbox.
     page.locator("#chat-agent").select_option("careful")
     page.locator("#chat-new").click()

@@ -4,7 +4,7 @@
 
 const $ = (sel) => document.querySelector(sel);
 const KEY = "fim.apiKey";
-const state = { agents: [], workflows: [], agent: null, approvals: [], wfRun: null, graph: null };
+const state = { agents: [], workflows: [], agent: null, approvals: [], wfRun: null, graph: null, sessions: new Set() };
 
 // ------------------------------------------------------------------ DOM helpers
 
@@ -63,6 +63,7 @@ async function request(method, path, body) {
 
 const get = (path) => request("GET", path);
 const post = (path, body) => request("POST", path, body);
+const del = (path) => request("DELETE", path);
 
 /** Server-sent events of a fetch Response, one {event, data} at a time. */
 async function* events(res) {
@@ -364,6 +365,54 @@ async function sendChat(e) {
     showError(log, err);
   } finally {
     submit.disabled = false;
+    loadSessions();
+  }
+}
+
+/** The caller's earlier sessions, offered by the session box (most recent first). */
+async function loadSessions() {
+  try {
+    const { sessions } = await get("/v1/sessions?limit=50");
+    state.sessions = new Set(sessions.map((s) => s.session_id));
+    $("#chat-sessions").replaceChildren(...sessions.map((s) => el("option", { value: s.session_id }, new Date(s.updated_at * 1000).toLocaleString())));
+  } catch {
+    state.sessions = new Set(); // an older server, or no key yet: the box still takes a name
+  }
+}
+
+/** Show the conversation of the session in the box, when it is one of the caller's. */
+async function openSession() {
+  const id = $("#chat-session").value;
+  const log = $("#chat-log");
+  if (!state.sessions?.has(id)) return;
+  try {
+    const { messages } = await get(`/v1/sessions/${encodeURIComponent(id)}`);
+    const agent = $("#chat-agent").value;
+    log.replaceChildren(
+      ...messages.flatMap((m) => {
+        const head = (who) => el("div", { class: "head" }, el("span", { class: "kind" }, who));
+        if (m.role === "user") return [el("li", { class: "ev-user", "data-type": "user" }, head("you"), m.content || "")];
+        if (m.role === "tool") return [eventItem({ type: "tool_result", name: "", content: m.content || "" })];
+        const calls = (m.tool_calls || []).map((c) => eventItem({ type: "tool_call", name: c.name, call_id: c.id, arguments: c.arguments }));
+        const text = m.content ? [el("li", { class: "ev-assistant", "data-type": "assistant" }, head(agent), el("div", { class: "text" }, m.content))] : [];
+        return [...text, ...calls];
+      }),
+    );
+  } catch (err) {
+    showError(log, err);
+  }
+}
+
+async function forgetSession() {
+  const id = $("#chat-session").value;
+  const log = $("#chat-log");
+  try {
+    if (state.sessions?.has(id)) await del(`/v1/sessions/${encodeURIComponent(id)}`);
+    $("#chat-session").value = newSession();
+    log.replaceChildren();
+    await loadSessions();
+  } catch (err) {
+    showError(log, err);
   }
 }
 
@@ -624,6 +673,8 @@ function start() {
     $("#chat-session").value = newSession();
     $("#chat-log").replaceChildren();
   });
+  $("#chat-session").addEventListener("change", openSession);
+  $("#chat-forget").addEventListener("click", forgetSession);
   $("#chat-form").addEventListener("submit", (e) => e.preventDefault());
   $("#chat-session").value = newSession();
   $("#approvals-refresh").addEventListener("click", loadApprovals);
@@ -641,6 +692,7 @@ async function boot() {
     await loadCatalogue();
     await loadEvals();
     loadApprovals();
+    loadSessions();
     if (!booted && state.agents.length) showAgent(state.agents[0].name);
     booted = true;
     document.body.dataset.ready = "true";
