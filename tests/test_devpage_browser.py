@@ -304,3 +304,49 @@ def test_the_page_asks_for_the_key_and_keeps_it_in_the_tab(tmp_path: Path, brows
         finally:
             page.close()
     assert errors == []
+
+
+def test_a_page_of_another_site_cannot_start_runs_on_a_server_without_keys(
+    tmp_path: Path, browser: Any
+) -> None:
+    """The attack every no-key local server meets: a page the developer opens posts to it.
+    A form with `enctype=text/plain` and a `no-cors` fetch (simple requests, no preflight,
+    the answer unread) try to run an agent and a workflow; a CORS fetch with a JSON body is
+    preflighted. Chromium sends them all from another origin; nothing runs."""
+    from fim.build.compile import compile_project
+    from fim.build.reload import SnapshotHolder
+    from fim.server.app import create_app
+    from fim.testing.server import ServerThread
+
+    app = create_app(SnapshotHolder(compile_project(write_project(tmp_path))))
+    with ServerThread(app) as srv:
+        fim = srv.url
+        runs = f"{fim}/v1/agents/demo/runs"
+        attack = f"""<!doctype html><body>
+<form id="f" method="POST" action="{runs}" enctype="text/plain">
+<input name='{{"input": "form", "x": "' value='"}}'></form>
+<script>
+(async () => {{
+  const body = JSON.stringify({{ input: "pwned" }});
+  await fetch("{runs}", {{ method: "POST", mode: "no-cors", body }}).catch(() => null);
+  await fetch("{runs}", {{ method: "POST", mode: "no-cors", body,
+    headers: {{ "Content-Type": "text/plain" }} }}).catch(() => null);
+  await fetch("{runs}", {{ method: "POST", body,
+    headers: {{ "Content-Type": "application/json" }} }}).catch(() => null);
+  document.body.dataset.done = "yes";
+}})();
+</script></body>"""
+        page = browser.new_page()
+        try:
+            other_site = f"http://127.0.0.1:{free_port()}/attack.html"  # another origin
+            page.route(
+                other_site, lambda route: route.fulfill(body=attack, content_type="text/html")
+            )
+            page.goto(other_site)
+            page.wait_for_selector("body[data-done=yes]", timeout=WAIT_MS)
+            with page.expect_navigation():
+                page.evaluate("document.getElementById('f').submit()")
+            assert "Content-Type: application/json" in page.content()  # the 415, shown
+        finally:
+            page.close()
+        assert httpx.get(f"{fim}/v1/runs").json()["runs"] == []

@@ -520,7 +520,7 @@ def test_a_route_area_file_is_served_and_documented(tmp_path: Path, monkeypatch)
     monkeypatch.delitem(sys.modules, "fim_ext_ping", raising=False)
     snapshot = compile_project(_project(tmp_path / "p"))
     app = create_app(SnapshotHolder(snapshot), areas=[*AREAS, "fim_ext_ping"])
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://localhost") as client:
         assert client.get("/v1/ping-ext").json() == {"agents": 1}
         doc = client.get("/openapi.json").json()
     operation = doc["paths"]["/v1/ping-ext"]["get"]

@@ -34,7 +34,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 @pytest.fixture(scope="module")
 def client(app: Any) -> Iterator[TestClient]:
-    with TestClient(app) as c:
+    with TestClient(app, base_url="http://localhost") as c:
         yield c
 
 
@@ -147,7 +147,9 @@ def test_the_page_is_public_and_the_data_behind_the_key(tmp_path: Path) -> None:
     (root / "fim.yaml").write_text(
         'name: keyed\nstate: "sqlite:///.fim/state.db"\nserver: {api_keys: [sekret]}\n'
     )
-    with TestClient(create_app(SnapshotHolder(compile_project(root)))) as c:
+    with TestClient(
+        create_app(SnapshotHolder(compile_project(root))), base_url="http://localhost"
+    ) as c:
         page = c.get("/")
         assert (
             page.status_code == 200
@@ -171,7 +173,9 @@ def test_on_a_keyed_server_only_an_operator_key_runs_an_eval(tmp_path: Path) -> 
         'name: keyed\nstate: "sqlite:///.fim/state.db"\n'
         "server: {api_keys: [tenant-key], operator_keys: [ops-key]}\n"
     )
-    with TestClient(create_app(SnapshotHolder(compile_project(root)))) as c:
+    with TestClient(
+        create_app(SnapshotHolder(compile_project(root))), base_url="http://localhost"
+    ) as c:
         for body in ({}, {"mode": "live", "hooks": False}, {"mode": "record"}):
             refused = c.post(
                 "/v1/evals/demo/runs", json=body, headers={"Authorization": "Bearer tenant-key"}

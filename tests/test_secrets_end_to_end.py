@@ -318,7 +318,7 @@ def test_no_secret_leaves_in_any_encoding(
 
         alice = {"Authorization": f"Bearer {SECRETS['FIM_API_KEY']}"}
         holder = SnapshotHolder(compile_project(root))
-        with TestClient(create_app(holder)) as client:
+        with TestClient(create_app(holder), base_url="http://localhost") as client:
 
             def call(method: str, url: str, headers: dict = alice, **kw: Any) -> Any:
                 response = client.request(method, url, headers=headers, **kw)
@@ -403,7 +403,7 @@ def test_a_session_belongs_to_the_key_that_created_it(tmp_path: Path):
     bob = {"Authorization": "Bearer bob-key-0002"}
     turn = {"input": "hello", "session_id": "s1"}
     chat = {"model": "chat", "messages": [{"role": "user", "content": "hi"}], "session_id": "s1"}
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://localhost") as client:
         assert client.post("/v1/agents/chat/runs", json=turn, headers=alice).status_code == 200
         for url, body in [
             ("/v1/agents/chat/runs", {**turn, "input": "bob"}),

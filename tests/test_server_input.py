@@ -52,12 +52,15 @@ def test_chunked_body_over_the_limit_is_413(server: str):
             yield b"x" * 2000
         yield b'"}'
 
-    response = httpx.post(f"{server}/v1/agents/echo/runs", content=chunks())
+    json_body = {"Content-Type": "application/json"}
+    response = httpx.post(f"{server}/v1/agents/echo/runs", content=chunks(), headers=json_body)
     assert response.status_code == 413
     assert str(LIMIT) in response.json()["error"]["message"]
     assert response.headers["connection"] == "close"
     small = httpx.post(
-        f"{server}/v1/agents/echo/runs", content=iter([b'{"input": ', b'"hi"}'])
+        f"{server}/v1/agents/echo/runs",
+        content=iter([b'{"input": ', b'"hi"}']),
+        headers=json_body,
     )  # chunked but within the limit
     assert small.status_code == 200 and small.json()["output"] == "hello"
 
@@ -79,7 +82,8 @@ async def test_reading_stops_at_the_limit(tmp_path: Path):
         raise AssertionError("the app must not see an oversized body")
 
     holder = SnapshotHolder(_snapshot(tmp_path))
-    scope = {"type": "http", "path": "/v1/agents/echo/runs", "headers": [], "method": "POST"}
+    headers = [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")]
+    scope = {"type": "http", "path": "/v1/agents/echo/runs", "headers": headers, "method": "POST"}
     await Guard(app, holder)(scope, receive, send)
     assert sent[0]["status"] == 413
     assert received == LIMIT // 1000 + 1

@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fim.errors import FimError
 from fim.masking import StreamMasker, known
+from fim.server.cross_site import refusal
 from fim.server.public import is_public
 
 if TYPE_CHECKING:
@@ -147,7 +148,8 @@ def error(
 
 
 class Guard:
-    """Bearer API keys (constant-time compare), the request body size limit, and a last
+    """Bearer API keys (constant-time compare), requests a web page sent that this server
+    did not ask for (`fim.server.cross_site`), the request body size limit, and a last
     resort for unhandled errors, as raw ASGI middleware so streaming responses are not
     buffered.
 
@@ -176,6 +178,10 @@ class Guard:
                 )
                 await response(scope, receive, send)
                 return
+        refused = refusal(scope["method"], headers, settings, bool(keys))
+        if refused is not None:  # a web page's request this server did not ask for
+            await error(*refused)(scope, receive, send)
+            return
         limit = settings.max_body_bytes
         length = headers.get(b"content-length", b"0")
         if not length.isdigit() or int(length) > limit:

@@ -1,0 +1,94 @@
+"""Requests a web page makes a browser send: refused unless the server asked for them.
+
+A server without API keys (the default: `fim serve` on loopback, for one developer) has no
+credential a browser must add, so any web site its developer visits could use it: a form
+or a `fetch` posting a "simple" request (`text/plain`, no preflight) starts a run of an
+agent with a shell, a refund workflow, an approval decision, and the site never needs to
+read the answer. A site whose name it re-points at 127.0.0.1 (DNS rebinding) could read
+it too. So, on every route but the page's own files (`Guard` calls `refusal` first):
+
+- a POST must say its body is JSON (`Content-Type: application/json`, 415 otherwise): no
+  form or simple `fetch` can, and a script that sets it is preflighted, which fails unless
+  `server.cors_origins` lets that site in;
+- without API keys, a request a page sent (it has an `Origin`) must come from the
+  server's own origin or one of `server.cors_origins`; and the `Host` it names must be a
+  loopback name (a rebound name is not), unless `server.allow_open` says a proxy in front
+  authenticates (the Origin rule still holds there: a proxy's cookie is a browser's).
+
+A keyed server is left to its keys: a browser never sends a bearer key on its own.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fim.config.schema import ServerSettings
+
+
+Refusal = tuple[int, str, str]
+"""The status, the message and the hint of a refused request."""
+
+
+def refusal(
+    method: str, headers: dict[bytes, bytes], settings: ServerSettings, keyed: bool
+) -> Refusal | None:
+    """Why this request is refused (403 or 415), or None."""
+    if method == "POST" and not _json(headers.get(b"content-type", b"")):
+        return (
+            415,
+            "a POST body must be JSON, sent with Content-Type: application/json",
+            "add the header (curl: -H 'Content-Type: application/json')",
+        )
+    if keyed:
+        return None
+    host = headers.get(b"host", b"").decode("latin-1")
+    if not settings.allow_open and not loopback(host):
+        return (
+            403,
+            f"Host '{host[:100]}' is not a name of this loopback server (a site re-pointing "
+            "its name at 127.0.0.1 looks like this)",
+            "open it as http://127.0.0.1 or http://localhost; to serve other names, set "
+            "server.api_keys (or server.allow_open behind an authenticating proxy)",
+        )
+    origin = headers.get(b"origin")
+    if origin is not None:
+        sent = origin.decode("latin-1")
+        scheme, _, named = sent.partition("://")
+        if not (named == host and scheme in ("http", "https")) and (
+            sent not in settings.cors_origins
+        ):
+            return (
+                403,
+                f"a request from the web page of {sent[:100]!r} is refused: this server has "
+                "no API keys, so a page of any site could use it",
+                "list the page's origin in server.cors_origins, or set server.api_keys",
+            )
+    return None
+
+
+def _json(content_type: bytes) -> bool:
+    media = content_type.split(b";", 1)[0].strip().lower()
+    return media == b"application/json" or (
+        media.startswith(b"application/") and media.endswith(b"+json")
+    )
+
+
+def loopback(host: str) -> bool:
+    """Whether a `Host` header names this machine: `localhost` (and `*.localhost`, which
+    browsers keep on loopback), 127.0.0.0/8 or ::1, with any port."""
+    if host.startswith("["):
+        name = host[1:].partition("]")[0]
+    else:
+        name = host.rpartition(":")[0] if host.count(":") == 1 else host
+    name = name.lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+__all__ = ["Refusal", "loopback", "refusal"]
