@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import shutil
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -414,6 +415,69 @@ async def test_web_fetch_follows_redirects(tmp_path: Path, site: str) -> None:
         "web_fetch", {"url": f"{site}/hop"}
     )
     assert result.content.startswith(f"URL: {site}/page\nStatus: 200")
+
+
+class _Answer(BaseHTTPRequestHandler):
+    """A page whose body is the address it was reached on (which server answered)."""
+
+    def do_GET(self) -> None:
+        body = f"served by {self.server.server_address[0]}".encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+async def test_web_fetch_connects_to_the_address_it_vetted_never_a_second_dns_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DNS rebinding: `rebind.test` first answers an address the guard lets through (here
+    127.0.0.2, made "public" for the test), then 127.0.0.1, an internal service on the same
+    port. The fetch goes to the vetted address or is refused: never to the second answer."""
+    from fim.tools.builtin import web_fetch
+
+    internal = ThreadingHTTPServer(("127.0.0.1", 0), _Answer)
+    port = internal.server_address[1]
+    public = ThreadingHTTPServer(("127.0.0.2", port), _Answer)
+    for server in (internal, public):
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}).start()
+    ruling = web_fetch._why_blocked
+    monkeypatch.setattr(
+        web_fetch, "_why_blocked", lambda ip: None if str(ip) == "127.0.0.2" else ruling(ip)
+    )
+    loop = asyncio.get_running_loop()
+    real = loop.getaddrinfo
+    answers: list[str] = []
+
+    async def rebinding(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host not in ("rebind.test", b"rebind.test"):  # anyio asks in IDNA bytes
+            return await real(host, port, *args, **kwargs)
+        answers.append(answer := "127.0.0.2" if len(answers) == 0 else "127.0.0.1")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (answer, port))]
+
+    monkeypatch.setattr(loop, "getaddrinfo", rebinding)
+    try:
+        result = await web(tmp_path).call("web_fetch", {"url": f"http://rebind.test:{port}/"})
+        assert "served by 127.0.0.1" not in result.content
+        assert result.is_error and "resolves to 127.0.0.1 (loopback address)" in result.content
+        answers.clear()  # a name that keeps its answer is fetched, from the vetted address
+
+        async def steady(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+            if host not in ("rebind.test", b"rebind.test"):
+                return await real(host, port, *args, **kwargs)
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.2", port))]
+
+        monkeypatch.setattr(loop, "getaddrinfo", steady)
+        fetched = await web(tmp_path).call("web_fetch", {"url": f"http://rebind.test:{port}/"})
+        assert not fetched.is_error and "served by 127.0.0.2" in fetched.content
+    finally:
+        for server in (internal, public):
+            server.shutdown()
+            server.server_close()
 
 
 async def test_web_fetch_checks_every_redirect(tmp_path: Path, site: str) -> None:

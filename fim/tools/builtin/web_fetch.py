@@ -6,8 +6,10 @@ has its host resolved and refused when any address is loopback, private, link-lo
 multicast, reserved or otherwise not globally routable — unless fim.yaml allows it with
 `web_fetch: {allow_private: true}` or lists the host in `web_fetch.allow_hosts`.
 
-Known limit: the host is resolved again by the HTTP client, so a DNS server that answers
-differently on the second lookup (DNS rebinding) is not caught.
+The connection goes to an address the guard vetted, not to the name resolved again
+(`fim.tools.builtin._pinned`), so a DNS server answering differently on a second lookup
+(DNS rebinding) changes nothing. Through a proxy named by the environment (`HTTPS_PROXY`
+...), the proxy resolves the name: there the check of the first lookup is what holds.
 """
 
 from __future__ import annotations
@@ -133,6 +135,15 @@ async def _render(
     return text if isinstance(text, ToolResult) else header + text
 
 
+def _proxied() -> bool:
+    """Whether the environment names a proxy for HTTP(S) (httpx then sends through it)."""
+    # deferred: urllib.request loads only when a fetch is made
+    from urllib.request import getproxies
+
+    proxies = getproxies()
+    return any(proxies.get(scheme) for scheme in ("http", "https", "all"))
+
+
 def make(ctx: RunContext) -> FunctionTool:
     """Build web_fetch with the project's `web_fetch:` settings."""
     guard = Guard(ctx.snapshot.project.web_fetch)
@@ -140,10 +151,19 @@ def make(ctx: RunContext) -> FunctionTool:
     async def run(url: str, max_chars: int = DEFAULT_MAX_CHARS) -> str | ToolResult:
         import httpx  # lazy: most runs never fetch
 
+        # deferred: with httpx, only when a fetch is made
+        from fim.tools.builtin._pinned import pinned_transport
+
+        # connect only to the addresses the guard vetted; through a proxy of the
+        # environment (HTTPS_PROXY ...), the proxy resolves the name itself
+        direct = {} if _proxied() else {"transport": pinned_transport(guard.addresses)}
         current = url
         try:
             async with httpx.AsyncClient(
-                timeout=TIMEOUT, follow_redirects=False, headers={"User-Agent": USER_AGENT}
+                timeout=TIMEOUT,
+                follow_redirects=False,
+                headers={"User-Agent": USER_AGENT},
+                **direct,  # type: ignore[arg-type]
             ) as client:
                 for _ in range(MAX_REDIRECTS + 1):
                     await guard.check(current)
