@@ -91,6 +91,27 @@ def test_a_secret_the_model_writes_into_names_and_ids_never_leaves(
     assert found == {"cli -v": [], "cli --json": [], "spans": [], "store": []}
 
 
+def test_a_secret_the_model_writes_into_a_tool_name_never_reaches_the_metrics(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unknown tool's name is a label of `fim_tool_calls` (the first 200 names): the
+    exposition of `/metrics` is masked like every other exit."""
+    import httpx
+
+    from fim.build.compile import compile_project
+    from fim.build.reload import SnapshotHolder
+    from fim.server.app import create_app
+    from fim.testing.server import ServerThread
+
+    monkeypatch.setenv("CRM_TOKEN", SECRET)
+    root = write_project(tmp_path / "p")
+    with ServerThread(create_app(SnapshotHolder(compile_project(root)))) as srv:
+        ran = httpx.post(f"{srv.url}/v1/agents/leaky/runs", json={"input": "go"}, timeout=30)
+        assert ran.status_code == 200, ran.text
+        exposition = httpx.get(f"{srv.url}/metrics").text
+    assert 'tool="calc_***"' in exposition and leaks(exposition) == []
+
+
 def test_json_log_lines_mask_tracebacks_and_extra_fields() -> None:
     """`fim serve --log-format json` formatted the traceback again from the exception (the
     masked text made with the record was ignored) and wrote `extra=` fields as given."""

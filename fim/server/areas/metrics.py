@@ -14,10 +14,12 @@ async def metrics_endpoint(request: Request) -> Response:
     """Prometheus exposition of fim's counters (runs, latency, tokens, cost, tools, hooks,
     reloads, active runs)."""
     # deferred: loading prometheus_client costs tens of ms
+    from fim.masking import known
     from fim.observe.metrics import METRICS
 
     body, content_type = METRICS.exposition()
-    return Response(body, media_type=content_type)
+    # label values include names a model wrote (an unknown tool's): masked like every exit
+    return Response(known().text(body.decode()), media_type=content_type)
 
 
 def _handlers(api: Any) -> dict[str, Any]:
