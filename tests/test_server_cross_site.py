@@ -114,6 +114,20 @@ def test_listed_origins_and_allow_open_are_let_in_and_keys_decide_on_keyed_serve
         assert refused.status_code == 415
 
 
+def test_every_origin_when_the_owner_lists_star_and_validate_warns(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from fim.cli import app
+
+    root = write_project(tmp_path, "server: {cors_origins: ['*']}\n")
+    with serve(root) as srv:
+        anyone = {"Origin": EVIL}
+        assert httpx.post(f"{srv.url}/v1/agents/a/runs", json=RUN, headers=anyone).is_success
+    result = CliRunner().invoke(app, ["validate", "--project", str(root)])
+    assert result.exit_code == 0
+    assert "fim.yaml:1:1: warning: server.cors_origins lists '*'" in result.output
+
+
 @pytest.mark.parametrize(
     ("host", "expected"),
     [

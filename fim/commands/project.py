@@ -66,7 +66,7 @@ def validate(
         raise typer.Exit(1)
     if live and _live_failures(snapshot, format):
         raise typer.Exit(1)
-    _warn(_sandbox_warnings(snapshot), format)
+    _warn(_sandbox_warnings(snapshot) + _server_warnings(snapshot), format)
     if format is Format.json:
         sys.stdout.write("[]\n")
         return
@@ -91,6 +91,20 @@ def _sandbox_warnings(snapshot: Snapshot) -> list[Problem]:
             for message in warnings_for(listed)
         ]
     return problems
+
+
+def _server_warnings(snapshot: Snapshot) -> list[Problem]:
+    """Settings that open a server more than their owner may think."""
+    server = snapshot.project.server
+    keys = [key if isinstance(key, str) else key.key for key in server.api_keys]
+    keyed = any(keys) or any(server.operator_keys)  # an unset ${VAR} is no key
+    if "*" in server.cors_origins and not keyed:
+        message = (
+            "server.cors_origins lists '*' and the server has no API keys: a page of any web "
+            "site its users open can run its agents and decide its approvals"
+        )
+        return [Problem("fim.yaml", 1, 1, message)]
+    return []
 
 
 def _warn(problems: list[Problem], format: Format) -> None:
