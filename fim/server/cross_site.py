@@ -20,6 +20,7 @@ A keyed server is left to its keys: a browser never sends a bearer key on its ow
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from typing import TYPE_CHECKING
 
@@ -76,6 +77,7 @@ def _json(content_type: bytes) -> bool:
     )
 
 
+@functools.lru_cache(maxsize=256)
 def loopback(host: str) -> bool:
     """Whether a `Host` header names this machine: `localhost` (and `*.localhost`, which
     browsers keep on loopback), 127.0.0.0/8 or ::1, with any port."""
