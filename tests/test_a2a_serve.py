@@ -218,6 +218,42 @@ def test_a_key_at_its_run_limit_gets_a_failed_task_and_other_keys_do_not(
         api.limits = before
 
 
+def test_each_key_keeps_its_most_recent_tasks_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The SDK's store kept every task forever (memory grew with every message): each key
+    now keeps its `TASKS_PER_OWNER` most recent; an older one is "task not found", and
+    another key's tasks are not pushed out."""
+    from fim.build.compile import compile_project
+    from fim.build.reload import SnapshotHolder
+    from fim.server import a2a_tasks
+    from fim.server.app import create_app
+
+    monkeypatch.setattr(a2a_tasks, "TASKS_PER_OWNER", 2)
+    root = tmp_path / "p"
+    (root / "agents").mkdir(parents=True)
+    (root / "fim.yaml").write_text(
+        f'name: t\nstate: "sqlite:///.fim/state.db"\nserver: {{api_keys: [{KEY}, {OTHER_KEY}]}}\n'
+    )
+    (root / "agents" / "math.yaml").write_text("model: scripted:s.yaml\n")
+    (root / "s.yaml").write_text('- text: "42"\n')
+    with ServerThread(create_app(SnapshotHolder(compile_project(root)))) as srv:
+        agent = card(srv.url, "/a2a/math/.well-known/agent-card.json")
+
+        async def main() -> None:
+            async def task_of(key: str) -> str:
+                replies = await exchange(agent, "6*7?", streaming=False, key=key)
+                return next(r.task.id for r in replies if r.HasField("task"))
+
+            bobs = await task_of(OTHER_KEY)
+            alices = [await task_of(KEY) for _ in range(3)]
+            with pytest.raises(TaskNotFoundError):
+                await get_task(agent, alices[0], KEY)
+            for kept in alices[1:]:
+                assert (await get_task(agent, kept, KEY)).id == kept
+            assert (await get_task(agent, bobs, OTHER_KEY)).id == bobs
+
+        asyncio.run(asyncio.wait_for(main(), 30))
+
+
 def test_unknown_agent_and_missing_key(served: tuple[str, Any]):
     url, _api = served
     body = {

@@ -31,13 +31,14 @@ from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes.common import ServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
-from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.server.tasks import TaskUpdater
 from a2a.types import a2a_pb2 as pb
 from starlette.routing import Route, Router
 
 from fim.errors import FimError
 from fim.events import RunFinished
 from fim.masking import known
+from fim.server.a2a_tasks import BoundedTaskStore
 from fim.server.sessions import UnknownSession, known_agent
 from fim.types import Message
 
@@ -254,7 +255,7 @@ def a2a_app(api: Api) -> Router:
         default_output_modes=["text/plain"],
     )
     handler = DefaultRequestHandler(
-        agent_executor=FimExecutor(api), task_store=InMemoryTaskStore(), agent_card=template
+        agent_executor=FimExecutor(api), task_store=BoundedTaskStore(), agent_card=template
     )
     dispatcher = JsonRpcDispatcher(
         request_handler=handler, context_builder=_Context(api), enable_v0_3_compat=True
