@@ -296,3 +296,69 @@ def test_the_mcp_inspector_cli_lists_and_calls_tools(project: Path):
     answer = json.loads(called.stdout)
     assert answer["content"][0]["text"].startswith("The answer is 42.")
     assert SECRET_IN_ANSWER not in called.stdout
+
+
+def test_each_key_holds_a_bounded_number_of_mcp_sessions(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The SDK bounds the sessions of the whole server (10,000, kept 30 idle minutes): one
+    key could take them all. Each key now holds at most `SESSIONS_PER_OWNER`; past that a
+    new session is a 429 until one ends; another key is not affected, nor is the key's
+    sessionless (newer protocol) client."""
+    from fim.build.compile import compile_project
+    from fim.build.reload import SnapshotHolder
+    from fim.server import mcp_sessions
+    from fim.server.app import create_app
+
+    monkeypatch.setattr(mcp_sessions, "SESSIONS_PER_OWNER", 2)
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "legacy", "version": "1"},
+        },
+    }
+
+    def headers(key: str, session: str = "") -> dict[str, str]:
+        sent = {"Authorization": f"Bearer {key}", "Accept": "application/json, text/event-stream"}
+        if session:
+            sent.update({"Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-06-18"})
+        return sent
+
+    with ServerThread(create_app(SnapshotHolder(compile_project(project)))) as srv:
+        mcp = f"{srv.url}/mcp"
+        opened = [httpx.post(mcp, json=init, headers=headers(KEY)) for _ in range(2)]
+        sessions = [r.headers["mcp-session-id"] for r in opened]  # a 2025 handshake each
+        third = httpx.post(mcp, json=init, headers=headers(KEY))
+        assert third.status_code == 429, third.text
+        assert "2 MCP sessions" in third.json()["error"]["message"]
+        assert httpx.post(mcp, json=init, headers=headers(OTHER_KEY)).headers["mcp-session-id"]
+
+        async def sessionless() -> int:
+            async with http_client(srv.url) as client:  # the newer protocol: no session
+                return len((await client.list_tools()).tools)
+
+        assert asyncio.run(asyncio.wait_for(sessionless(), 30)) == 3
+        ended = httpx.delete(mcp, headers=headers(KEY, sessions[0]))
+        assert ended.status_code == 200, ended.text
+        assert httpx.post(mcp, json=init, headers=headers(KEY)).headers["mcp-session-id"]
+
+
+def test_an_idle_session_stops_counting_when_the_sdk_forgets_it():
+    from fim.server.mcp_sessions import IDLE_SECONDS, OwnerSessions
+
+    now = [0.0]
+    held = OwnerSessions(clock=lambda: now[0], limit=2)
+    held.opened("k", "s1")
+    held.opened("k", "s2")
+    assert held.full("k") and not held.full("other")
+    now[0] = IDLE_SECONDS - 1
+    held.used("k", "s2")
+    held.used("other", "s1")  # another key naming alice's session changes nothing
+    now[0] = IDLE_SECONDS + 1  # s1 idle past the SDK's timeout, s2 used a second ago
+    assert not held.full("k") and held.holds("k") == 1
+    held.ended("k", "s2")
+    assert held.holds("k") == 0

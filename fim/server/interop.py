@@ -49,7 +49,7 @@ def interop_handlers(api: Api) -> dict[str, Any]:
 
     def mcp() -> ASGIApp:
         # deferred: loading mcp_types costs hundreds of ms
-        from fim.server.mcp_surface import McpEndpoint
+        from fim.server.mcp_sessions import McpEndpoint
 
         return McpEndpoint(api)
 

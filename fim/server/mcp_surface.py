@@ -20,7 +20,6 @@ up on the next listing. The SDK is imported only when this module is.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import uuid
@@ -30,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from fim.errors import FimError
 from fim.events import Event, Notice, RunFinished, WorkflowFinished
@@ -40,8 +38,6 @@ from fim.types import Message
 from fim.workflows.inputs import required
 
 if TYPE_CHECKING:
-    from starlette.types import Receive, Scope, Send
-
     from fim.build.snapshot import Snapshot
     from fim.server.api import Api
 
@@ -322,35 +318,6 @@ def build_server(api: Api) -> Server[Any]:
         on_list_tools=on_list_tools,
         on_call_tool=on_call_tool,
     )
-
-
-class McpEndpoint:
-    """The ASGI endpoint of `/mcp`. The SDK's session manager needs a running task group;
-    `fim serve` runs uvicorn without lifespan events, so it is started by the first request
-    (on the server's loop) and lives until the loop ends."""
-
-    def __init__(self, api: Api) -> None:
-        self.manager = StreamableHTTPSessionManager(
-            app=build_server(api),
-            max_request_body_size=api.holder.current.project.server.max_body_bytes,
-        )
-        self._ready: asyncio.Event | None = None
-        self._task: asyncio.Task[None] | None = None
-
-    async def _start(self) -> None:
-        if self._ready is None:
-            self._ready = asyncio.Event()
-            self._task = asyncio.get_running_loop().create_task(self._keep(self._ready))
-        await self._ready.wait()
-
-    async def _keep(self, ready: asyncio.Event) -> None:
-        async with self.manager.run():
-            ready.set()
-            await asyncio.Event().wait()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self._start()
-        await self.manager.handle_request(scope, receive, send)
 
 
 async def serve_stdio(api: Api) -> None:

@@ -1,0 +1,142 @@
+"""The `/mcp` endpoint of `fim serve`, and each key's MCP sessions on it, bounded.
+
+The MCP SDK bounds the sessions of the whole server (10,000, each kept until it has been
+idle for 30 minutes): one key opening sessions without end took them all, and every other
+key's client was refused for half an hour. Here each owner (API key or tenant; every
+caller together on a server without keys) may hold `SESSIONS_PER_OWNER` at once: a new
+session past that is a 429 until one of its sessions ends (the client's DELETE) or has been
+idle as long as the SDK keeps it. Only clients of the handshake protocol versions (2025 and
+before) open sessions; the newer protocol is sessionless and never counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.requests import Request
+
+from fim.server.mcp_surface import build_server
+
+if TYPE_CHECKING:
+    from starlette.types import Receive, Scope, Send
+
+    from fim.server.api import Api
+
+SESSIONS_PER_OWNER = 64
+IDLE_SECONDS = 1800.0
+"""How long an idle session is kept: given to the SDK's session manager, counted here."""
+
+
+class OwnerSessions:
+    """The MCP sessions each owner holds, by id, with when each was last used."""
+
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, limit: int | None = None
+    ) -> None:
+        self._clock = clock
+        self.limit = limit or SESSIONS_PER_OWNER
+        self._held: dict[str, dict[str, float]] = {}
+
+    def full(self, owner: str) -> bool:
+        """Whether `owner` holds as many sessions as it may (idle ones forgotten first)."""
+        held = self._held.get(owner)
+        if not held:
+            return False
+        oldest = self._clock() - IDLE_SECONDS
+        for session, used in list(held.items()):
+            if used < oldest:
+                del held[session]
+        if not held:
+            del self._held[owner]
+        return len(held) >= self.limit
+
+    def opened(self, owner: str, session: str) -> None:
+        self._held.setdefault(owner, {})[session] = self._clock()
+
+    def used(self, owner: str, session: str) -> None:
+        """A request on a session this owner opened (another's id is not counted for it)."""
+        held = self._held.get(owner)
+        if held is not None and session in held:
+            held[session] = self._clock()
+
+    def ended(self, owner: str, session: str) -> None:
+        held = self._held.get(owner)
+        if held is not None:
+            held.pop(session, None)
+            if not held:
+                del self._held[owner]
+
+    def holds(self, owner: str) -> int:
+        return len(self._held.get(owner, ()))
+
+
+class McpEndpoint:
+    """The ASGI endpoint of `/mcp`. The SDK's session manager needs a running task group;
+    `fim serve` runs uvicorn without lifespan events, so it is started by the first request
+    (on the server's loop) and lives until the loop ends."""
+
+    def __init__(self, api: Api) -> None:
+        self.api = api
+        self.manager = StreamableHTTPSessionManager(
+            app=build_server(api),
+            max_request_body_size=api.holder.current.project.server.max_body_bytes,
+            session_idle_timeout=IDLE_SECONDS,
+        )
+        self.sessions = OwnerSessions()
+        """Each key's sessions, at most `SESSIONS_PER_OWNER` (`fim.server.mcp_sessions`)."""
+        self._ready: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def _start(self) -> None:
+        if self._ready is None:
+            self._ready = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._keep(self._ready))
+        await self._ready.wait()
+
+    async def _keep(self, ready: asyncio.Event) -> None:
+        async with self.manager.run():
+            ready.set()
+            await asyncio.Event().wait()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._start()
+        # deferred: loading fim.server.http costs tens of ms
+        from fim.server.http import error, session_owner
+
+        owner = session_owner(Request(scope), self.api.holder)
+        session = dict(scope["headers"]).get(b"mcp-session-id", b"").decode("latin-1")
+        if session:
+            self.sessions.used(owner, session)
+            await self.manager.handle_request(scope, receive, send)
+            if scope["method"] == "DELETE":
+                self.sessions.ended(owner, session)
+            return
+        version = dict(scope["headers"]).get(b"mcp-protocol-version", b"").decode("latin-1")
+        opens = not version or version in HANDSHAKE_PROTOCOL_VERSIONS  # else sessionless
+        if scope["method"] == "POST" and opens and self.sessions.full(owner):
+            refused = error(
+                429,
+                f"this API key holds {self.sessions.limit} MCP sessions, as many as it may",
+                "end one (the client's DELETE, or closing it), or wait until one has been "
+                f"idle {IDLE_SECONDS / 60:.0f} minutes",
+                code="rate_limit_exceeded",
+            )
+            await refused(scope, receive, send)
+            return
+
+        async def opened(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                for name, value in message.get("headers", ()):
+                    if name.lower() == b"mcp-session-id":
+                        self.sessions.opened(owner, value.decode("latin-1"))
+            await send(message)
+
+        await self.manager.handle_request(scope, receive, opened)
+
+
+__all__ = ["IDLE_SECONDS", "SESSIONS_PER_OWNER", "McpEndpoint", "OwnerSessions"]
