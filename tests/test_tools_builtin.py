@@ -480,6 +480,39 @@ async def test_web_fetch_connects_to_the_address_it_vetted_never_a_second_dns_an
             server.server_close()
 
 
+async def test_web_fetch_over_tls_names_the_host_while_connecting_to_the_vetted_address(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pinned connection goes to an address, yet TLS is the host's: the certificate is
+    checked against the URL's name (SNI too), with the CAs httpx trusts (here a test CA
+    given as SSL_CERT_FILE, which httpx reads)."""
+    import ssl
+
+    import trustme
+
+    ca = trustme.CA()
+    served = ca.issue_cert("localhost")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.configure_cert(context)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Answer)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}).start()
+    authority = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(authority))
+    monkeypatch.setenv("SSL_CERT_FILE", str(authority))
+    port = server.server_address[1]
+    try:
+        registry = web(tmp_path, allow_hosts=["localhost", "127.0.0.1"])
+        fetched = await registry.call("web_fetch", {"url": f"https://localhost:{port}/"})
+        assert not fetched.is_error, fetched.content
+        assert "served by 127.0.0.1" in fetched.content
+        by_address = await registry.call("web_fetch", {"url": f"https://127.0.0.1:{port}/"})
+        assert by_address.is_error and "certificate" in by_address.content.lower()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 async def test_web_fetch_checks_every_redirect(tmp_path: Path, site: str) -> None:
     result = await web(tmp_path, allow_hosts=["127.0.0.1"]).call(
         "web_fetch", {"url": f"{site}/to-localhost"}
