@@ -19,10 +19,11 @@ after which the run's events begin again at `run_started`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from fim.events import RunFinished, RunRestarted
+from fim.events import ErrorEvent, RunFinished, RunRestarted
 from fim.run.agent import run_agent
 from fim.run.sessions import session_key
 from fim.store import get_store
@@ -97,6 +98,7 @@ async def execute_agent_run(
         restarted = RunRestarted(run_id=run_id, attempt=attempt).model_dump(mode="json")
         trace.append(restarted)
         live.add(restarted)
+    cancelled = False
     try:
         async for event in run_agent(
             snapshot, agent, history, services=services, run_id=run_id, owner=owner, session=key
@@ -107,6 +109,15 @@ async def execute_agent_run(
                 trace.append(dumped)
             if isinstance(event, RunFinished):
                 final = event
+    except asyncio.CancelledError:  # `POST /v1/runs/{id}/cancel`: recorded, then passed on
+        cancelled = True
+        final = RunFinished(run_id=run_id, output="", status="cancelled")
+        for ended in (
+            ErrorEvent(run_id=run_id, message="the run was cancelled", kind="cancelled"),
+            final,
+        ):
+            trace.append(ended.model_dump(mode="json"))
+            live.add(trace[-1])
     except Exception as exc:  # a run that crashes is a failed run, recorded as such
         log.exception("background run %s of agent '%s' failed", run_id, agent)
         crash = {"type": "error", "run_id": run_id, "message": str(exc), "kind": "crash"}
@@ -122,4 +133,6 @@ async def execute_agent_run(
     if final is not None and key and status == "ok":
         turn = [*history, Message(role="assistant", content=final.output)]
         await Sessions(store).save(key, owner, turn, name=session)
+    if cancelled:
+        raise asyncio.CancelledError
     return status

@@ -31,7 +31,14 @@ from fim.server.limits import held
 from fim.store import get_store
 from fim.store.owners import claim
 from fim.types import Message
-from fim.workflows.durable import defer_agent, defer_workflow, ensure_schema, is_postgres, make_app
+from fim.workflows.durable import (
+    abort,
+    defer_agent,
+    defer_workflow,
+    ensure_schema,
+    is_postgres,
+    make_app,
+)
 from fim.workflows.durable import requeue_decided as requeue
 from fim.workflows.engine import WorkflowEngine
 from fim.workflows.inputs import validate_inputs
@@ -43,7 +50,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fim.server")
 
-_TASKS: set[asyncio.Task[Any]] = set()
+_RUNS: dict[str, asyncio.Task[Any]] = {}
+"""Run id -> the task of a background run going on in this process (a cancel stops it)."""
 _LIMITS: dict[tuple[str, str, int], asyncio.Semaphore] = {}
 
 
@@ -103,10 +111,39 @@ def accepted(run_id: str, kind: str, name: str, where: str) -> JSONResponse:
     return JSONResponse(body, status_code=202, headers={"Location": location})
 
 
-def _spawn(coro: Any, name: str) -> None:
-    task = asyncio.get_running_loop().create_task(coro, name=name)
-    _TASKS.add(task)
-    task.add_done_callback(_TASKS.discard)
+def spawn_run(coro: Any, run_id: str) -> None:
+    """Run `coro`, run `run_id`'s work in the background of this process (`cancel_run`)."""
+    task = asyncio.get_running_loop().create_task(coro, name=f"background-{run_id}")
+    _RUNS[run_id] = task
+    task.add_done_callback(lambda _: _RUNS.pop(run_id, None))
+
+
+async def cancel_run(api: Api, run_id: str) -> str | None:
+    """Stop background run `run_id`: `cancelling` when it runs in this process or on a
+    worker (it records itself cancelled as it stops), `cancelled` when it was queued and
+    never started (recorded here), None when no background run of that id is going."""
+    store = get_store(api.services)
+    task = _RUNS.get(run_id)
+    outcome: str | None = None
+    if task is not None:
+        task.cancel()
+        outcome = "aborting"
+    else:
+        queue = queue_of(api)
+        app = await _open(queue) if queue is not None else None
+        if app is None or isinstance(app, Response):
+            return None
+        outcome = await abort(app, run_id)
+    if outcome == "cancelled":
+        record = await store.get_run(run_id)
+        if record is not None:
+            data = {**record.data, "status": "cancelled", "error": "cancelled before it started"}
+            await store.put_run(run_id, record.kind, record.name, "cancelled", data)
+    if outcome is not None:  # what it waited on is answered: no one decides it later
+        for approval in await store.list_approvals("pending"):
+            if approval.run_id == run_id:
+                await store.resolve_approval(approval.id, False, by="cancel")
+    return "cancelling" if outcome == "aborting" else outcome
 
 
 def _keeping_slot(coro: Any) -> Any:
@@ -158,7 +195,7 @@ async def start_agent_run(
         await defer_agent(app, run_id, name, request, limit)
         return accepted(run_id, "agent", name, "worker")
     work = execute_agent_run(snapshot, api.services, run_id, name, request)
-    _spawn(_keeping_slot(_limited("agent", name, limit, work)), f"background-{run_id}")
+    spawn_run(_keeping_slot(_limited("agent", name, limit, work)), run_id)
     return accepted(run_id, "agent", name, "server")
 
 
@@ -202,7 +239,7 @@ async def start_workflow_run(
                 await get_store(api.services).put_run(run_id, "workflow", name, "failed", failed)
 
     limited = _limited("workflow", name, decl.concurrency, drive())
-    _spawn(_keeping_slot(limited), f"background-{run_id}")
+    spawn_run(_keeping_slot(limited), run_id)
     return accepted(run_id, "workflow", name, "server")
 
 

@@ -7,9 +7,9 @@ agent with a shell, a refund workflow, an approval decision, and the site never 
 read the answer. A site whose name it re-points at 127.0.0.1 (DNS rebinding) could read
 it too. So, on every route but the page's own files (`Guard` calls `refusal` first):
 
-- a POST must say its body is JSON (`Content-Type: application/json`, 415 otherwise): no
-  form or simple `fetch` can, and a script that sets it is preflighted, which fails unless
-  `server.cors_origins` lets that site in;
+- a POST with a body must say it is JSON (`Content-Type: application/json`, 415 otherwise):
+  no form or simple `fetch` can, and a script that sets it is preflighted, which fails
+  unless `server.cors_origins` lets that site in;
 - without API keys, a request a page sent (it has an `Origin`) must come from the
   server's own origin or one of `server.cors_origins`; and the `Host` it names must be a
   loopback name (a rebound name is not), unless `server.allow_open` says a proxy in front
@@ -36,7 +36,7 @@ def refusal(
     method: str, headers: dict[bytes, bytes], settings: ServerSettings, keyed: bool
 ) -> Refusal | None:
     """Why this request is refused (403 or 415), or None."""
-    if method == "POST" and not _json(headers.get(b"content-type", b"")):
+    if method == "POST" and _has_body(headers) and not _json(headers.get(b"content-type", b"")):
         return (
             415,
             "a POST body must be JSON, sent with Content-Type: application/json",
@@ -68,6 +68,12 @@ def refusal(
                 "list the page's origin in server.cors_origins, or set server.api_keys",
             )
     return None
+
+
+def _has_body(headers: dict[bytes, bytes]) -> bool:
+    """A body is sent (a POST without one, a run's cancel, has no type to give)."""
+    length = headers.get(b"content-length")
+    return b"transfer-encoding" in headers or (length is not None and length != b"0")
 
 
 def _json(content_type: bytes) -> bool:

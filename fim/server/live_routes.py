@@ -87,7 +87,32 @@ def live_handlers(api: Api) -> dict[str, Any]:
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
-    return {"get_run": get_run, "run_events": run_events}
+    async def cancel_run(request: Request) -> Response:
+        """Stop a background run: 202 while it stops, 200 if it had not started, 409 when
+        no background run of that id is going (finished, foreground, paused)."""
+        # deferred: the queue (procrastinate) loads only for background runs
+        from fim.server.background import cancel_run as cancel
+
+        store = get_store(api.services)
+        run_id = request.path_params["run_id"]
+        if not await may_read(store, run_id, run_scope(request, api.holder)):
+            return error(404, f"unknown run '{run_id}'")  # another key's run: not there
+        outcome = await cancel(api, run_id)
+        if outcome is not None:
+            body = {"run_id": run_id, "status": outcome}
+            return JSONResponse(body, status_code=202 if outcome == "cancelling" else 200)
+        record = await store.get_run(run_id)
+        if record is None and not running_here(store, run_id):
+            return error(404, f"unknown run '{run_id}'")
+        status = record.status if record is not None else "running"
+        return error(
+            409,
+            f"run '{run_id}' is {status}: only a background run still going can be cancelled",
+            "a run in the foreground stops when its request is closed; a workflow paused at a "
+            "human node stops when its approval is denied",
+        )
+
+    return {"get_run": get_run, "run_events": run_events, "cancel_run": cancel_run}
 
 
 async def _frames(events: AsyncIterator[tuple[int, dict[str, Any]]]) -> AsyncIterator[bytes]:

@@ -195,6 +195,14 @@ class KeyBudgetStatus(_Out):
     spent_today_cost_usd: float | None = None
 
 
+class RunCancelled(_Out):
+    run_id: str
+    status: Literal["cancelling", "cancelled"] = Field(
+        description="`cancelling`: it was running and records itself cancelled as it stops; "
+        "`cancelled`: it was queued and never ran"
+    )
+
+
 class KeyLimitsStatus(_Out):
     """`server.key_limits` as it stands for the calling key, on the server process that
     answered."""

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from fim.errors import FimError
-from fim.server.background import requeue_decided
+from fim.server.background import requeue_decided, spawn_run
 from fim.server.bodies import BodyError, DecisionBody, WorkflowRunBody, read_body
 from fim.server.http import JSONResponse, error, run_scope, session_owner, sse
 from fim.server.limits import Busy, Slot
@@ -206,10 +204,5 @@ def _resume_workflow(
             if slot is not None:
                 slot.release()
 
-    task = asyncio.get_running_loop().create_task(drive(), name=f"resume-{uuid.uuid4().hex[:6]}")
-    _BACKGROUND.add(task)
-    task.add_done_callback(_BACKGROUND.discard)
+    spawn_run(drive(), run_id)  # in the background: a cancel stops it
     return run_id
-
-
-_BACKGROUND: set[asyncio.Task[None]] = set()

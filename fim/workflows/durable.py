@@ -167,6 +167,22 @@ async def defer_agent(
     return await job.defer_async(run_id=run_id, agent=agent, request=request)
 
 
+async def abort(app: procrastinate.App, run_id: str) -> str | None:
+    """Stop run `run_id`'s job: `cancelled` when it had not started (it never will),
+    `aborting` when a worker runs it (procrastinate cancels the job's task there, and the
+    run records itself cancelled), None when the run has no job waiting or running."""
+    rows = await app.connector.execute_query_all_async(
+        "SELECT id, status FROM procrastinate_jobs "
+        "WHERE queueing_lock = %(run)s AND status IN ('todo', 'doing')",
+        run=run_id,
+    )
+    outcome = None
+    for row in rows:
+        await app.job_manager.cancel_job_by_id_async(row["id"], abort=True)
+        outcome = "aborting" if row["status"] == "doing" else outcome or "cancelled"
+    return outcome
+
+
 async def lane_lock(app: procrastinate.App, kind: str, name: str, limit: int) -> str:
     """The procrastinate `lock` of a new job of an agent or workflow limited to `limit`
     runs at once.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fim.server import responses as r
-from fim.server.area import Area, Op, get
+from fim.server.area import Area, Op, get, post
 from fim.server.live_routes import live_handlers
 
 AREA = Area(
@@ -30,6 +30,16 @@ AREA = Area(
                 "`?after=<seq>`",
                 query={"after": {"type": "integer", "minimum": 0, "default": 0}},
                 errors=(400, 404),
+            ),
+        ),
+        post(
+            "/v1/runs/{run_id}/cancel",
+            "cancel_run",
+            Op(
+                "Stop a background run (in this server's process or on a worker)",
+                "runs",
+                r.RunCancelled,
+                errors=(404, 409),
             ),
         ),
     ),
