@@ -350,3 +350,39 @@ def test_a_page_of_another_site_cannot_start_runs_on_a_server_without_keys(
         finally:
             page.close()
         assert httpx.get(f"{fim}/v1/runs").json()["runs"] == []
+
+
+def test_the_runs_tab_shows_a_runs_events_and_cancels_a_background_run(
+    server: tuple[str, Path], browser: Any
+) -> None:
+    """Runs: the recent runs, one run's events as the chat shows them, and a Cancel button
+    for a background run still going (here one waiting for a human)."""
+    url, _root = server
+    done = httpx.post(f"{url}/v1/agents/demo/runs", json={"input": "What is 17 times 23?"})
+    going = httpx.post(
+        f"{url}/v1/agents/careful/runs", json={"input": "6*7?", "background": True}
+    ).json()["run_id"]
+    deadline = time.monotonic() + 30
+    while not httpx.get(f"{url}/v1/approvals").json()["approvals"]:
+        assert time.monotonic() < deadline, "the background run never asked for approval"
+        time.sleep(0.05)
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    problems: list[str] = []
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    try:
+        page.goto(url + "/#runs")
+        page.wait_for_selector("body[data-ready=true]")
+        page.locator(f'[data-run="{done.json()["run_id"]}"]').click()
+        detail = page.locator("#run-detail")
+        playwright.expect(detail.locator("[data-type=tool_result]")).to_contain_text("391")
+        playwright.expect(detail.locator("#run-cancel")).to_have_count(0)  # finished
+        page.locator(f'[data-run="{going}"]').click()
+        playwright.expect(detail).to_contain_text("careful · running")
+        shot(page, "13-runs")
+        page.locator("#run-cancel").click()
+        playwright.expect(detail).to_contain_text("careful · cancelled", timeout=WAIT_MS)
+        playwright.expect(detail.locator("[data-type=run_finished]")).to_contain_text("cancelled")
+    finally:
+        page.close()
+    assert httpx.get(f"{url}/v1/runs/{going}").json()["status"] == "cancelled"
+    assert problems == []

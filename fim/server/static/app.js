@@ -127,6 +127,7 @@ function selectTab(tab, focus = true) {
   if (focus) tab.focus();
   history.replaceState(null, "", `#${tab.getAttribute("aria-controls")}`);
   if (tab.id === "tab-approvals") loadApprovals();
+  if (tab.id === "tab-runs") loadRuns();
 }
 
 function setupTabs() {
@@ -387,6 +388,7 @@ async function openSession() {
   if (!state.sessions?.has(id)) return;
   try {
     const { messages } = await get(`/v1/sessions/${encodeURIComponent(id)}`);
+    if ($("#chat-session").value !== id) return; // another session was chosen (or this one forgotten) meanwhile
     const agent = $("#chat-agent").value;
     log.replaceChildren(
       ...messages.flatMap((m) => {
@@ -445,6 +447,56 @@ async function loadApprovals() {
     );
   } catch (err) {
     list.replaceChildren(el("li", { role: "alert" }, err.message));
+  }
+}
+
+// ------------------------------------------------------------------ runs
+
+const GOING = ["queued", "running"];
+
+async function loadRuns() {
+  const list = $("#run-list");
+  try {
+    const { runs } = await get("/v1/runs?limit=50");
+    list.replaceChildren(
+      ...(runs.length
+        ? runs.map((r) =>
+            el("li", {}, el("button", { type: "button", "data-run": r.id, onclick: () => showRun(r.id) }, `${r.name} · ${r.status}`, el("small", {}, `${r.kind} ${r.id} · ${new Date(r.updated_at * 1000).toLocaleTimeString()}`))),
+          )
+        : [el("li", { class: "muted" }, "No runs yet.")]),
+    );
+  } catch (err) {
+    list.replaceChildren(el("li", { role: "alert" }, err.message));
+  }
+}
+
+async function showRun(id) {
+  for (const b of document.querySelectorAll("[data-run]")) b.setAttribute("aria-current", String(b.dataset.run === id));
+  const box = $("#run-detail");
+  try {
+    const run = await get(`/v1/runs/${encodeURIComponent(id)}`);
+    const data = run.data || {};
+    const nodes = Object.entries(data.nodes || {});
+    const cancel = async (e) => {
+      e.target.disabled = true;
+      try {
+        const done = await post(`/v1/runs/${encodeURIComponent(id)}/cancel`, null);
+        e.target.replaceWith(el("span", { role: "status" }, done.status));
+        setTimeout(() => showRun(id), 600);
+      } catch (err) {
+        e.target.replaceWith(el("span", { role: "alert" }, err.message));
+      }
+    };
+    box.replaceChildren(
+      el("h2", {}, `${run.name} · ${run.status}`),
+      el("dl", {}, el("dt", {}, "run"), el("dd", {}, run.id), el("dt", {}, "kind"), el("dd", {}, run.kind), el("dt", {}, "updated"), el("dd", {}, new Date(run.updated_at * 1000).toLocaleString())),
+      GOING.includes(run.status) ? el("div", { class: "toolbar" }, el("button", { type: "button", id: "run-cancel", onclick: cancel }, "Cancel run")) : null,
+      data.output ? el("pre", { "aria-label": "Output" }, data.output) : null,
+      nodes.length ? el("dl", { "aria-label": "Nodes" }, ...nodes.flatMap(([node, n]) => [el("dt", {}, node), el("dd", {}, n.status || "")])) : null,
+      el("ol", { class: "log", "aria-label": "Events" }, ...(data.events || []).map((ev) => eventItem(ev))),
+    );
+  } catch (err) {
+    box.replaceChildren(el("p", { role: "alert" }, err.message));
   }
 }
 
@@ -678,6 +730,7 @@ function start() {
   $("#chat-form").addEventListener("submit", (e) => e.preventDefault());
   $("#chat-session").value = newSession();
   $("#approvals-refresh").addEventListener("click", loadApprovals);
+  $("#runs-refresh").addEventListener("click", loadRuns);
   $("#wf-select").addEventListener("change", (e) => openWorkflow(e.target.value, false));
   $("#wf-form").addEventListener("submit", runWorkflow);
   $("#eval-form").addEventListener("submit", runEval);
