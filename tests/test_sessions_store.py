@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from fim.store import Store
 from fim.store.sessions import Sessions
 from fim.types import Message
@@ -61,3 +63,49 @@ async def test_a_store_of_the_version_before_names_is_upgraded_and_keeps_its_ses
         ]
     finally:
         store.close()
+
+
+async def test_a_session_keeps_its_newest_turns_within_its_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Each turn rewrote the whole conversation: a caller sending 1 MiB turns grew a
+    session (and every run that reads it) without end. The newest turns that fit in
+    `SESSION_MAX_BYTES` are kept, from a user message on."""
+    from fim.store import sessions as module
+
+    monkeypatch.setattr(module, "SESSION_MAX_BYTES", 2000)
+    store = Store(f"sqlite:///{tmp_path / 's.db'}", root=tmp_path)
+    try:
+        kept = Sessions(store)
+        turns: list[Message] = []
+        for n in range(20):
+            turns += [
+                Message(role="user", content=f"question {n} " + "x" * 100),
+                Message(role="assistant", content=f"answer {n} " + "y" * 100),
+            ]
+            assert await kept.save("s", "", turns)
+        loaded = await kept.load("s")
+        assert loaded is not None
+        history = loaded[1]
+        assert 2 < len(history) < 40 and history[0].role == "user"
+        assert history[-1].content.startswith("answer 19")
+        assert history[0].content.startswith(f"question {20 - len(history) // 2}")
+        stored = [m.model_dump_json(exclude_defaults=True) for m in history]
+        assert sum(map(len, stored)) <= 2000
+    finally:
+        store.close()
+
+
+def test_the_newest_turns_never_start_mid_turn_and_the_last_message_always_stays():
+    from fim.store.sessions import newest
+
+    big = {"role": "user", "content": "z" * 5000}
+    assert newest([big], limit=100) == [big]
+    said = [
+        {"role": "user", "content": "a" * 50},
+        {"role": "assistant", "content": "b" * 50},
+        {"role": "tool", "content": "c" * 50},
+        {"role": "assistant", "content": "d"},
+    ]
+    assert newest(said, limit=10_000) == said
+    assert newest(said, limit=150) == [said[-1]]  # the tool result's turn began earlier

@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from fim.store.schema import table
 from fim.types import Message
 
@@ -25,6 +27,11 @@ SESSION_LIMIT = 1000
 CLI); each owner's least recently used beyond it are dropped. Per owner, not per store:
 one key making many sessions dropped every other key's."""
 _PRUNE_EVERY = 64
+SESSION_MAX_BYTES = 4 * 1024 * 1024
+"""The JSON a session keeps at most: its newest turns. Each turn rewrote the whole
+conversation and each run read it whole, so one caller sending 1 MiB turns could grow a
+session, and every later run of it, without end; a model sees far less than this anyway
+(its context guard compacts what is sent)."""
 
 
 class Sessions:
@@ -76,7 +83,7 @@ class Sessions:
         """Store the conversation (`name`: what the caller calls it, for listing by name);
         False (nothing written) when another key owns the session, so two callers' turns
         never mix."""
-        dumped = [m.model_dump(mode="json", exclude_defaults=True) for m in messages]
+        dumped = newest([m.model_dump(mode="json", exclude_defaults=True) for m in messages])
         self._writes += 1
         prune = self._writes % _PRUNE_EVERY == 0
         # deferred: loading sqlalchemy costs hundreds of ms
@@ -136,3 +143,18 @@ class Sessions:
             if cutoff is not None:
                 conn.execute(sessions.delete().where(mine, sessions.c.updated_at <= cutoff))
         return True
+
+
+def newest(messages: list[dict[str, Any]], limit: int | None = None) -> list[dict[str, Any]]:
+    """The newest `messages` that fit in `limit` bytes of JSON (`SESSION_MAX_BYTES`), from
+    the start of a turn (a user message), the last one always kept."""
+    limit = SESSION_MAX_BYTES if limit is None else limit
+    size, start = 0, len(messages)
+    for index in range(len(messages) - 1, -1, -1):
+        size += len(orjson.dumps(messages[index]))
+        if size > limit and index < len(messages) - 1:
+            break
+        start = index
+    while start < len(messages) - 1 and messages[start].get("role") != "user":
+        start += 1  # not the middle of a turn
+    return messages if start == 0 else messages[start:]
