@@ -109,6 +109,10 @@ def openapi_document(app: Any, title: str = "fim") -> dict[str, Any]:
                 item["responses"].setdefault(
                     "400", {"description": "invalid body", "content": error}
                 )
+                item["responses"]["415"] = {
+                    "description": "the body is not sent as `Content-Type: application/json`",
+                    "content": error,
+                }
             item["responses"].setdefault(
                 "413", {"description": "body larger than server.max_body_bytes"}
             )
@@ -125,7 +129,10 @@ def openapi_document(app: Any, title: str = "fim") -> dict[str, Any]:
             "description": "The HTTP API of `fim serve`. When the project sets "
             "`server.api_keys` (or `operator_keys`), every route but /healthz (and the "
             "development page's own "
-            "files: /, /static/, /docs, this document) needs `Authorization: Bearer <key>`.",
+            "files: /, /static/, /docs, this document) needs `Authorization: Bearer <key>`. "
+            "Without keys the server refuses (403) a request a web page of another origin sent "
+            "(unless `server.cors_origins` lists it) and a `Host` that is not a loopback name "
+            "(unless `server.allow_open`).",
         },
         "paths": paths,
         "components": {
