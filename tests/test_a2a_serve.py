@@ -218,16 +218,20 @@ def test_a_key_at_its_run_limit_gets_a_failed_task_and_other_keys_do_not(
         api.limits = before
 
 
-def test_each_key_keeps_its_most_recent_tasks_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """The SDK's store kept every task forever (memory grew with every message): each key
-    now keeps its `TASKS_PER_OWNER` most recent; an older one is "task not found", and
-    another key's tasks are not pushed out."""
+def test_tasks_are_in_the_store_per_key_and_each_key_keeps_its_most_recent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The SDK's store kept every task in the memory of one process: memory grew with
+    every message, and another replica (or a restarted server) did not know the task.
+    Tasks are now in the state store: a second server on the same store reads them; each
+    key keeps its `TASKS_PER_OWNER` most recent, and another key's tasks are not there
+    (nor pushed out)."""
     from fim.build.compile import compile_project
     from fim.build.reload import SnapshotHolder
-    from fim.server import a2a_tasks
     from fim.server.app import create_app
+    from fim.store import tasks
 
-    monkeypatch.setattr(a2a_tasks, "TASKS_PER_OWNER", 2)
+    monkeypatch.setattr(tasks, "TASKS_PER_OWNER", 2)
     root = tmp_path / "p"
     (root / "agents").mkdir(parents=True)
     (root / "fim.yaml").write_text(
@@ -235,20 +239,28 @@ def test_each_key_keeps_its_most_recent_tasks_only(tmp_path: Path, monkeypatch: 
     )
     (root / "agents" / "math.yaml").write_text("model: scripted:s.yaml\n")
     (root / "s.yaml").write_text('- text: "42"\n')
+
+    async def task_of(agent: pb.AgentCard, key: str) -> str:
+        replies = await exchange(agent, "6*7?", streaming=False, key=key)
+        return next(r.task.id for r in replies if r.HasField("task"))
+
+    with ServerThread(create_app(SnapshotHolder(compile_project(root)))) as srv:
+        agent = card(srv.url, "/a2a/math/.well-known/agent-card.json")
+        bobs = asyncio.run(task_of(agent, OTHER_KEY))
+        alices = [asyncio.run(task_of(agent, KEY)) for _ in range(3)]
+    # the first server is gone; a new one on the same store answers for the tasks
     with ServerThread(create_app(SnapshotHolder(compile_project(root)))) as srv:
         agent = card(srv.url, "/a2a/math/.well-known/agent-card.json")
 
         async def main() -> None:
-            async def task_of(key: str) -> str:
-                replies = await exchange(agent, "6*7?", streaming=False, key=key)
-                return next(r.task.id for r in replies if r.HasField("task"))
-
-            bobs = await task_of(OTHER_KEY)
-            alices = [await task_of(KEY) for _ in range(3)]
-            with pytest.raises(TaskNotFoundError):
+            with pytest.raises(TaskNotFoundError):  # alice's oldest, beyond her two
                 await get_task(agent, alices[0], KEY)
             for kept in alices[1:]:
-                assert (await get_task(agent, kept, KEY)).id == kept
+                found = await get_task(agent, kept, KEY)
+                assert found.id == kept and found.status.state == pb.TaskState.TASK_STATE_COMPLETED
+                assert "".join(p.text for a in found.artifacts for p in a.parts) == "42"
+            with pytest.raises(TaskNotFoundError):  # bob's task is bob's
+                await get_task(agent, bobs, KEY)
             assert (await get_task(agent, bobs, OTHER_KEY)).id == bobs
 
         asyncio.run(asyncio.wait_for(main(), 30))

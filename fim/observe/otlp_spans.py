@@ -140,12 +140,12 @@ def _events_and_links(events: Sequence[Any], links: Sequence[Any]) -> bytes:
         add_attributes(pb.attributes, event.attributes)
         pb.dropped_attributes_count = event.dropped_attributes
     for link in links:
-        pb = out.links.add()
-        pb.trace_id = link.context.trace_id.to_bytes(16, "big")
-        pb.span_id = link.context.span_id.to_bytes(8, "big")
-        add_attributes(pb.attributes, link.attributes)
-        pb.dropped_attributes_count = link.dropped_attributes
-        pb.flags = _flags(link.context)
+        linked = out.links.add()
+        linked.trace_id = link.context.trace_id.to_bytes(16, "big")
+        linked.span_id = link.context.span_id.to_bytes(8, "big")
+        add_attributes(linked.attributes, link.attributes)
+        linked.dropped_attributes_count = link.dropped_attributes
+        linked.flags = _flags(link.context)
     return out.SerializePartialToString()
 
 

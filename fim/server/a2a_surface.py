@@ -38,7 +38,7 @@ from starlette.routing import Route, Router
 from fim.errors import FimError
 from fim.events import RunFinished
 from fim.masking import known
-from fim.server.a2a_tasks import BoundedTaskStore
+from fim.server.a2a_tasks import StoredTaskStore
 from fim.server.sessions import UnknownSession, known_agent
 from fim.types import Message
 
@@ -255,7 +255,7 @@ def a2a_app(api: Api) -> Router:
         default_output_modes=["text/plain"],
     )
     handler = DefaultRequestHandler(
-        agent_executor=FimExecutor(api), task_store=BoundedTaskStore(), agent_card=template
+        agent_executor=FimExecutor(api), task_store=StoredTaskStore(api), agent_card=template
     )
     dispatcher = JsonRpcDispatcher(
         request_handler=handler, context_builder=_Context(api), enable_v0_3_compat=True

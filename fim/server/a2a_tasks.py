@@ -1,55 +1,59 @@
-"""The A2A surface's task store: the SDK's in-memory store, bounded per key.
+"""The A2A surface's task store: the tasks in the state store (`fim.store.tasks`).
 
-The SDK keeps every task it was ever given, with its history (a fim run's status updates
-included), for as long as the process lives: a client sending messages without end grew
-the server's memory without end. Here each owner (API key or tenant, `fim.run.sessions`)
-keeps its `limit` most recently saved tasks; older ones are forgotten (`tasks/get` of one
-is then "task not found", as after a restart). A task still running is saved at each of
-its updates, so it is among the most recent.
+The SDK's in-memory store kept every task for the life of the process, in that process
+only: memory grew with every message, and a client asking another replica (or the same one
+after a restart) for its task heard "task not found". Here a task is saved to the state
+store as JSON at each of its updates, scoped by owner as the SDK scopes it (another key's
+task is not there), and each owner keeps its most recent `TASKS_PER_OWNER`. Listing
+(`tasks/list`) reads the owner's tasks and lets the SDK's own in-memory store filter and
+page them, so its semantics are the SDK's.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from a2a.server.owner_resolver import resolve_user_scope
 from a2a.server.tasks import InMemoryTaskStore, TaskStore
+from a2a.types import a2a_pb2 as pb
+from google.protobuf.json_format import MessageToDict, ParseDict
 
-TASKS_PER_OWNER = 256
+from fim.store import get_store
+from fim.store.tasks import Tasks
+
+if TYPE_CHECKING:
+    from fim.server.api import Api
 
 
-class BoundedTaskStore(TaskStore):
-    """`InMemoryTaskStore`, keeping each owner's `limit` most recently saved tasks."""
+class StoredTaskStore(TaskStore):
+    """The SDK's `TaskStore`, on the state store."""
 
-    def __init__(self, limit: int | None = None) -> None:
-        self.limit = limit or TASKS_PER_OWNER
-        self._tasks = InMemoryTaskStore()
-        self._recent: dict[str, OrderedDict[str, None]] = {}
-        """Owner -> its task ids, least recently saved first."""
+    def __init__(self, api: Api) -> None:
+        self.api = api
+
+    def _tasks(self) -> Tasks:
+        return Tasks(get_store(self.api.services))
 
     async def save(self, task: Any, context: Any) -> None:
-        await self._tasks.save(task, context)
-        recent = self._recent.setdefault(resolve_user_scope(context), OrderedDict())
-        recent[task.id] = None
-        recent.move_to_end(task.id)
-        while len(recent) > self.limit:
-            oldest, _ = recent.popitem(last=False)
-            await self._tasks.delete(oldest, context)  # the same owner's: the same scope
+        data = MessageToDict(task, preserving_proto_field_name=True)
+        await self._tasks().save(resolve_user_scope(context), task.id, data)
 
     async def get(self, task_id: str, context: Any) -> Any:
-        return await self._tasks.get(task_id, context)
+        data = await self._tasks().get(resolve_user_scope(context), task_id)
+        return _task(data) if data is not None else None
 
     async def list(self, params: Any, context: Any) -> Any:
-        return await self._tasks.list(params, context)
+        scratch = InMemoryTaskStore(use_copying=False)
+        for data in await self._tasks().owned(resolve_user_scope(context)):
+            await scratch.save(_task(data), context)
+        return await scratch.list(params, context)
 
     async def delete(self, task_id: str, context: Any) -> None:
-        self._recent.get(resolve_user_scope(context), OrderedDict()).pop(task_id, None)
-        await self._tasks.delete(task_id, context)
-
-    def held(self, owner: str) -> int:
-        """How many tasks `owner` has in the store."""
-        return len(self._recent.get(owner, ()))
+        await self._tasks().delete(resolve_user_scope(context), task_id)
 
 
-__all__ = ["TASKS_PER_OWNER", "BoundedTaskStore"]
+def _task(data: dict[str, Any]) -> Any:
+    return ParseDict(data, pb.Task(), ignore_unknown_fields=True)
+
+
+__all__ = ["StoredTaskStore"]

@@ -166,6 +166,15 @@ def schema() -> tuple[MetaData, dict[str, Table]]:
                 Column("run_id", String(64), primary_key=True),
                 Column("owner", String(64), nullable=False, index=True),
             ),
+            "a2a_tasks": Table(  # the A2A surface's tasks, per owner (fim.store.tasks)
+                "fim_a2a_tasks",
+                meta,
+                Column("id", String(64), primary_key=True),
+                Column("owner", String(64), nullable=False),
+                Column("task", JSON, nullable=False),
+                Column("updated_at", Float, nullable=False),
+                Index("ix_fim_a2a_tasks_owner_updated", "owner", "updated_at"),
+            ),
             "run_events": Table(  # every event of a run, as it goes (fim.store.live)
                 "fim_run_events",
                 meta,
@@ -231,6 +240,11 @@ def _migration_8(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE fim_sessions ADD COLUMN name VARCHAR(200)"))
 
 
+def _migration_9(conn: Connection) -> None:
+    # A2A tasks in the store, so any replica answers `tasks/get` and a restart loses none
+    table("a2a_tasks").create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _migration_1,
     _migration_2,
@@ -240,5 +254,6 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _migration_6,
     _migration_7,
     _migration_8,
+    _migration_9,
 ]
 """Applied in order; migration N brings the schema to version N. Append, never edit."""
