@@ -115,7 +115,7 @@ def spawn_run(coro: Any, run_id: str) -> None:
     """Run `coro`, run `run_id`'s work in the background of this process (`cancel_run`)."""
     task = asyncio.get_running_loop().create_task(coro, name=f"background-{run_id}")
     _RUNS[run_id] = task
-    task.add_done_callback(lambda _: _RUNS.pop(run_id, None))
+    task.add_done_callback(lambda done: _RUNS.pop(run_id) if _RUNS.get(run_id) is done else None)
 
 
 async def cancel_run(api: Api, run_id: str) -> str | None:
