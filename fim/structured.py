@@ -48,13 +48,22 @@ class OutputContract:
     """
 
     def __init__(
-        self, schema: dict[str, Any] | None = None, *, model: Any = None, name: str = ""
+        self,
+        schema: dict[str, Any] | None = None,
+        *,
+        model: Any = None,
+        name: str = "",
+        untrusted: bool = False,
     ) -> None:
         if model is not None and schema is None:
             schema = model.model_json_schema()
         self.schema = schema
         self.model = model
         self.name = name
+        self.untrusted = untrusted
+        """The schema came from the caller (`response_format`), not the project: checking
+        an answer against it runs in a killable worker (`judged`), never on the event loop,
+        since a few kilobytes of `anyOf` and `$ref` can take a validator hours."""
 
     @property
     def schema_text(self) -> str:
@@ -114,3 +123,13 @@ class OutputContract:
     def retry_message(self, problem: str) -> str:
         target = f"matching the schema {self.schema_text}" if self.schema is not None else "object"
         return f"Error: {problem}. Reply again with only the corrected JSON {target}."
+
+
+def judged(schema: dict[str, Any] | None, text: str) -> str:
+    """`OutputContract(schema)`'s verdict on `text`, as the JSON `[answer, problem]` (the
+    normalized answer or None, the problem or None): run in a worker process for an
+    untrusted schema (`fim.tools.isolate`, which kills it past its deadline)."""
+    contract = OutputContract(schema)
+    value, problem = contract.validate(text)
+    answer = None if problem is not None else json.dumps(value, ensure_ascii=False)
+    return json.dumps([answer, problem])

@@ -7,6 +7,7 @@ took 15 s, on the event loop, before web_fetch read pages in a killable worker).
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -108,3 +109,68 @@ async def test_deeply_nested_arguments_are_refused_before_anything_walks_them() 
     shallow = {"a": {"b": [1, 2, {"c": 3}]}}
     fine = await tools.call("json_transform", {"data": shallow, "path": "$.a.b[2].c"})
     assert not fine.is_error and fine.content.strip() == "3", fine.content
+
+
+def _costly_schema(depth: int) -> dict[str, Any]:
+    """A few kilobytes of `$ref`'d `anyOf`: three branches a level, two of which fail only
+    after checking everything below them, so checking a `depth`-deep answer does 3**depth
+    levels of work (depth 12 took a validator 11 s; depth 20 would take days)."""
+    defs: dict[str, Any] = {"L0": {"type": "object"}}
+    for i in range(1, depth + 1):
+        below = {"a": {"$ref": f"#/$defs/L{i - 1}"}}
+        defs[f"L{i}"] = {
+            "anyOf": [
+                {"properties": below, "required": ["zz"]},
+                {"properties": below, "required": ["yy"]},
+                {"properties": below},
+            ]
+        }
+    return {"$defs": defs, "$ref": f"#/$defs/L{depth}"}
+
+
+def _deep_answer(depth: int) -> str:
+    value: dict[str, Any] = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return json.dumps(value)
+
+
+async def test_a_callers_costly_response_schema_is_checked_off_the_loop(
+    ticker: Ticker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`response_format` is the caller's: checking the model's answer against it runs in
+    a killable worker with a deadline, and the run fails saying why; the loop goes on."""
+    from fim.engines import react
+    from fim.structured import OutputContract
+
+    monkeypatch.setattr(react, "CHECK_SECONDS", LIMIT)
+    contract = OutputContract(_costly_schema(13), untrusted=True)
+    engine = engine_with([_deep_answer(13)] * 2, finalizer=contract)
+    events = await _run_ticking(engine, ticker)
+    assert events[-1].status == "error"
+    assert "too costly to check" in events[-1].output
+    trusted = OutputContract({"type": "object", "required": ["a"]})
+    ok = [event async for event in engine_with([_deep_answer(3)], trusted).run("answer")]
+    assert ok[-1].status == "ok" and json.loads(ok[-1].output)["a"]
+
+
+def engine_with(answers: list[str], finalizer: Any) -> Any:
+    from fim.engines.react import ReactEngine
+    from fim.llm.script import text
+    from fim.llm.scripted import ScriptedModel
+
+    return ReactEngine(
+        model=ScriptedModel([text(a) for a in answers]),
+        registry=ToolRegistry([]),
+        system_prompt="Answer in JSON.",
+        agent="a",
+        run_id="r",
+        finalizer=finalizer,
+    )
+
+
+async def _run_ticking(engine: Any, ticker: Ticker) -> list[Any]:
+    before = ticker.ticks
+    events = [event async for event in engine.run("answer")]
+    assert ticker.ticks >= before + 3  # the loop went on while the answer was checked
+    return events

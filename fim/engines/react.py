@@ -9,6 +9,7 @@ are run by `fim.engines.tool_turn`, whose methods the engine inherits.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from fim.events import (
     Token,
     ToolCallEvent,
 )
+from fim.structured import judged
 from fim.tools.registry import ToolRegistry
 from fim.types import (
     HookContext,
@@ -36,6 +38,7 @@ from fim.types import (
     Model,
     ModelResponse,
     TextDelta,
+    ToolResult,
     Usage,
 )
 
@@ -43,9 +46,17 @@ from fim.types import (
 class Finalizer(Protocol):
     """The check of a final answer (`fim.structured.OutputContract` implements it)."""
 
+    schema: dict[str, Any] | None
+    untrusted: bool
+    """The schema came from the caller: an answer is checked in a killable worker."""
+
     def problem(self, text: str) -> str | None: ...
     def normalize(self, text: str) -> str: ...
     def retry_message(self, problem: str) -> str: ...
+
+
+CHECK_SECONDS = 2.0
+"""How long checking one answer against a caller's schema may take (in a worker)."""
 
 
 ContextFitter = Callable[[list[Message]], Awaitable[tuple[list[Message], list[str]]]]
@@ -198,7 +209,7 @@ class ReactEngine(ToolTurn):
                     messages = [*messages, Message(role="user", content=_EMPTY_REPLY_NUDGE)]
                     continue
                 if self.finalizer is not None:
-                    problem = self.finalizer.problem(text)
+                    answer, problem = await self._verdict(self.finalizer, text)
                     if problem is not None and not final_retried:
                         final_retried = True
                         yield Notice(
@@ -219,7 +230,7 @@ class ReactEngine(ToolTurn):
                         )
                         yield finish(message, "error", iteration)
                         return
-                    text = self.finalizer.normalize(text)
+                    text = answer
                 yield MessageEvent(run_id=self.run_id, content=self.mask(text))
                 yield finish(text, "ok", iteration)
                 return
@@ -255,6 +266,31 @@ class ReactEngine(ToolTurn):
         )
         yield MessageEvent(run_id=self.run_id, content=output)
         yield finish(output, "max_iterations", self.max_iterations)
+
+    @staticmethod
+    async def _verdict(contract: Finalizer, text: str) -> tuple[str, str | None]:
+        """(the answer as sent on, None), or (text, why `contract` rejects it). A schema
+        the caller sent is checked in a killable worker (`fim.structured.judged`): a few
+        kilobytes of nested `anyOf` and `$ref` can keep a validator busy for hours, and
+        on the event loop that would stop every run of the server."""
+        if not contract.untrusted:
+            problem = contract.problem(text)
+            return (text, problem) if problem is not None else (contract.normalize(text), None)
+        # deferred: the worker pool starts only for a caller's schema
+        from fim.tools import isolate
+
+        verdict = await isolate.run(
+            judged,
+            contract.schema,
+            text,
+            timeout=CHECK_SECONDS,
+            hint="The request's response_format schema is too costly to check an answer "
+            "against; simplify the schema.",
+        )
+        if isinstance(verdict, ToolResult):  # past the deadline: the worker was killed
+            return text, verdict.content
+        answer, problem = json.loads(verdict)
+        return (answer, None) if problem is None else (text, problem)
 
 
 def _total(spent: list[Usage]) -> Usage:

@@ -166,7 +166,7 @@ def plan(body: ChatBody, agent: Any) -> RunOverrides:
         problem = check_schema(schema)
         if problem is not None:
             raise BodyError(problem, "response_format.json_schema.schema")
-        output = OutputContract(schema, name=fmt.json_schema.name)
+        output = OutputContract(schema, name=fmt.json_schema.name, untrusted=True)
 
     tools = tuple(
         ToolSpec(
