@@ -206,3 +206,28 @@ async def test_a_tool_that_suspends_is_driven_to_its_end_under_the_deadline() ->
     slow = await registry.call("slow", {}, timeout=0.05)
     assert slow.content.startswith("Error: tool 'slow' timed out after 0.05s.")
     assert (await registry.call("ready", {}, timeout=5)).content == "from __await__"
+
+
+async def test_a_huge_result_is_cut_to_its_head_and_tail_before_anything_reads_it():
+    """An 8 MB database result or a server's huge reply cost every step after it on the
+    event loop (masking, token counting ~0.2 s a megabyte, events, the store)."""
+    from fim.tools.registry import MAX_OBSERVATION_CHARS
+
+    big = "HEAD" + "x" * 2_000_000 + "TAIL"
+
+    async def dump() -> str:
+        return big
+
+    async def small() -> str:
+        return "ok"
+
+    none: dict[str, Any] = {"type": "object", "properties": {}}
+    registry = ToolRegistry(
+        [FunctionTool("dump", "A huge text", none, dump), FunctionTool("small", "Ok", none, small)]
+    )
+    result = await registry.call("dump", {})
+    assert len(result.content) < MAX_OBSERVATION_CHARS + 200
+    assert result.content.startswith("HEAD") and result.content.endswith("TAIL")
+    cut = len(big) - MAX_OBSERVATION_CHARS
+    assert f"[... {cut} characters of this result were cut" in result.content
+    assert (await registry.call("small", {})).content == "ok"

@@ -159,10 +159,10 @@ class ToolRegistry:
                 is_error=True,
             )
         if isinstance(result, ToolResult):
-            return result
+            return _capped(result)
         if not isinstance(result, str):
             result = json.dumps(result, default=str, ensure_ascii=False)
-        return ToolResult(content=result)
+        return _capped(ToolResult(content=result))
 
     def _schema_errors(self, tool: Tool, arguments: dict[str, Any]) -> list[str]:
         if _plainly_valid(tool.parameters, arguments):
@@ -326,3 +326,20 @@ def _plainly_valid(schema: dict[str, Any], arguments: dict[str, Any]) -> bool:
             if rule[3] is not None and value not in rule[3]:
                 return False
     return True
+
+
+MAX_OBSERVATION_CHARS = 400_000
+"""The most of one tool result that goes on (about 100k tokens, more than one call should
+ever put before a model). Everything after a result runs on the event loop, for each run
+of the server: masking, token counting (~0.2 s a megabyte), the events and the store. A
+database result of 8 MB or a server's huge reply is cut here, head and tail kept."""
+
+
+def _capped(result: ToolResult) -> ToolResult:
+    content = result.content
+    if len(content) <= MAX_OBSERVATION_CHARS:
+        return result
+    keep = MAX_OBSERVATION_CHARS // 2
+    cut = len(content) - 2 * keep
+    note = f"\n[... {cut} characters of this result were cut; ask for less ...]\n"
+    return result.model_copy(update={"content": content[:keep] + note + content[-keep:]})

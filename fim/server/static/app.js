@@ -401,7 +401,7 @@ async function openSession() {
       }),
     );
   } catch (err) {
-    showError(log, err);
+    if ($("#chat-session").value === id) showError(log, err); // else: chosen away or forgotten meanwhile
   }
 }
 
