@@ -47,6 +47,7 @@ COMMAND_MODULES: list[str] = [
     "fim.commands.connector",
     "fim.commands.usage",
     "fim.commands.sessions",
+    "fim.commands.runs",
     "fim.commands.prune",
     "fim.commands.worker",
 ]

@@ -32,12 +32,13 @@ from fim.store import get_store
 from fim.store.owners import claim
 from fim.types import Message
 from fim.workflows.durable import (
-    abort,
     defer_agent,
     defer_workflow,
+    deny_waiting,
     ensure_schema,
     is_postgres,
     make_app,
+    stop,
 )
 from fim.workflows.durable import requeue_decided as requeue
 from fim.workflows.engine import WorkflowEngine
@@ -124,25 +125,15 @@ async def cancel_run(api: Api, run_id: str) -> str | None:
     never started (recorded here), None when no background run of that id is going."""
     store = get_store(api.services)
     task = _RUNS.get(run_id)
-    outcome: str | None = None
     if task is not None:
         task.cancel()
-        outcome = "aborting"
-    else:
-        queue = queue_of(api)
-        app = await _open(queue) if queue is not None else None
-        if app is None or isinstance(app, Response):
-            return None
-        outcome = await abort(app, run_id)
-    if outcome == "cancelled":
-        record = await store.get_run(run_id)
-        if record is not None:
-            data = {**record.data, "status": "cancelled", "error": "cancelled before it started"}
-            await store.put_run(run_id, record.kind, record.name, "cancelled", data)
-    if outcome is not None:  # what it waited on is answered: no one decides it later
-        for approval in await store.list_approvals("pending"):
-            if approval.run_id == run_id:
-                await store.resolve_approval(approval.id, False, by="cancel")
+        await deny_waiting(store, run_id)
+        return "cancelling"
+    queue = queue_of(api)
+    app = await _open(queue) if queue is not None else None
+    if app is None or isinstance(app, Response):
+        return None
+    outcome = await stop(app, store, run_id)
     return "cancelling" if outcome == "aborting" else outcome
 
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     import procrastinate
 
     from fim.build.snapshot import Snapshot
+    from fim.store import Store
     from fim.types import Tool
 
 log = logging.getLogger("fim.worker")
@@ -181,6 +182,28 @@ async def abort(app: procrastinate.App, run_id: str) -> str | None:
         await app.job_manager.cancel_job_by_id_async(row["id"], abort=True)
         outcome = "aborting" if row["status"] == "doing" else outcome or "cancelled"
     return outcome
+
+
+async def stop(app: procrastinate.App, store: Store, run_id: str) -> str | None:
+    """Cancel run `run_id`'s job (`abort`): a job that never started leaves its record
+    `cancelled` here (a running one records that itself as it stops), and what the run
+    waited on for approval is denied. None: no job waiting or running for it."""
+    outcome = await abort(app, run_id)
+    if outcome == "cancelled":
+        record = await store.get_run(run_id)
+        if record is not None:
+            data = {**record.data, "status": "cancelled", "error": "cancelled before it started"}
+            await store.put_run(run_id, record.kind, record.name, "cancelled", data)
+    if outcome is not None:
+        await deny_waiting(store, run_id)
+    return outcome
+
+
+async def deny_waiting(store: Store, run_id: str) -> None:
+    """Deny the approvals run `run_id` still waits on (it was cancelled: no one decides)."""
+    for approval in await store.list_approvals("pending"):
+        if approval.run_id == run_id:
+            await store.resolve_approval(approval.id, False, by="cancel")
 
 
 async def lane_lock(app: procrastinate.App, kind: str, name: str, limit: int) -> str:

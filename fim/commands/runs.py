@@ -1,0 +1,163 @@
+"""`fim runs list|show|cancel`: every run in the state store, for operators.
+
+What `GET /v1/runs` shows a key, from a shell on the store and across keys: the recent
+runs, one run's events (stored, or its event log while it runs), and stopping a queued or
+`fim worker` run (PostgreSQL: procrastinate cancels a job that has not started and aborts
+one that has). A background run going on inside a `fim serve` process (SQLite) is that
+process's to stop: `POST /v1/runs/{id}/cancel` on it. Like `fim approvals`, only fim.yaml
+is read, and what is printed is masked with the secrets it names.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from fim.commands import ProjectOption, fail
+from fim.commands.approvals import StateOption, _run, open_store
+
+if TYPE_CHECKING:
+    from fim.store import Store
+
+RunArgument = Annotated[str, typer.Argument(help="The run's id.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON (lines, for a list).")]
+
+
+def register(app: typer.Typer) -> None:
+    runs = typer.Typer(
+        name="runs", help="List, read and cancel the runs in the state store.", no_args_is_help=True
+    )
+    runs.command("list")(list_)
+    runs.command("show")(show)
+    runs.command("cancel")(cancel)
+    app.add_typer(runs, name="runs")
+
+
+def _when(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="seconds")
+
+
+def list_(
+    ctx: typer.Context,
+    kind: Annotated[str | None, typer.Option("--kind", help="agent or workflow.")] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=10000)] = 50,
+    as_json: JsonOption = False,
+    project: ProjectOption = None,
+    state: StateOption = None,
+) -> None:
+    """The most recent runs of every key, newest first."""
+    # deferred: loading the state store costs tens of ms
+    from fim.masking import known
+
+    if kind not in (None, "agent", "workflow"):
+        fail(f"--kind is agent or workflow, not '{kind}'")
+    store = open_store(ctx, project, state)
+    records = _run(store, store.list_runs(kind=kind, limit=limit))
+    if as_json:
+        for record in records:
+            summary = {k: v for k, v in record.as_dict().items() if k != "data"}
+            typer.echo(json.dumps(known().value(summary), ensure_ascii=False, default=str))
+        return
+    if not records:
+        typer.echo("no runs")
+        return
+    # deferred: loading rich costs a few ms
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_lines=False)
+    for column in ("id", "kind", "name", "status", "updated (UTC)"):
+        table.add_column(column, no_wrap=True)
+    for r in records:
+        table.add_row(r.id, r.kind, known().text(r.name), r.status, _when(r.updated_at))
+    Console(width=120).print(table)
+
+
+def show(
+    ctx: typer.Context,
+    run_id: RunArgument,
+    as_json: JsonOption = False,
+    project: ProjectOption = None,
+    state: StateOption = None,
+) -> None:
+    """Print one run: its status, output and events."""
+    # deferred: loading the state store costs tens of ms
+    from fim.masking import known
+
+    store = open_store(ctx, project, state)
+    found = _run(store, _read(store, run_id))
+    if found is None:
+        fail(f"no run '{run_id}'", "`fim runs list` shows the runs")
+    record, events = found
+    if as_json:
+        typer.echo(json.dumps(known().value({**record, "events": events}), default=str))
+        return
+    typer.echo(f"{record['kind']} {record['name']} · {record['status']} · run {record['id']}")
+    output = (record.get("data") or {}).get("output")
+    if output:
+        typer.echo(f"output: {known().text(str(output))}")
+    for event in events:
+        kind = event.get("type", "?")
+        detail = {k: v for k, v in event.items() if k not in ("type", "run_id", "ts")}
+        typer.echo(f"  {kind}: {known().text(json.dumps(detail, default=str))[:300]}")
+
+
+async def _read(store: Store, run_id: str) -> tuple[dict[str, Any], list[Any]] | None:
+    """The record and its events (from the run's event log when the record has none)."""
+    # deferred: loading the event log costs a few ms
+    from fim.store.live import read_events
+
+    record = await store.get_run(run_id)
+    if record is None:
+        return None
+    data = record.as_dict()
+    events = list(data["data"].get("events") or [])
+    if not events and record.kind == "agent":
+        events = [event for _seq, event in await read_events(store, run_id)]
+    return data, [e for e in events if e.get("type") != "token"]
+
+
+def cancel(
+    ctx: typer.Context,
+    run_id: RunArgument,
+    project: ProjectOption = None,
+    state: StateOption = None,
+) -> None:
+    """Stop a queued or `fim worker` run (PostgreSQL)."""
+    # deferred: procrastinate and psycopg load only for this command
+    from fim.workflows.durable import is_postgres
+
+    store = open_store(ctx, project, state)
+    if not is_postgres(store.url):
+        store.close()
+        fail(
+            "with SQLite a background run goes on inside the `fim serve` process that started it",
+            f"cancel it there: POST /v1/runs/{run_id}/cancel",
+        )
+    outcome = _run(store, _stop(store, run_id))
+    if outcome is None:
+        fail(
+            f"run '{run_id}' has no job waiting or running",
+            "a finished run cannot be cancelled; a run in the foreground stops when its "
+            f"request is closed; one inside a server: POST /v1/runs/{run_id}/cancel",
+        )
+    said = "cancelled (it had not started)" if outcome == "cancelled" else "cancelling"
+    typer.echo(f"run {run_id}: {said}")
+
+
+async def _stop(store: Store, run_id: str) -> str | None:
+    # deferred: procrastinate and psycopg load only for this command
+    from fim.workflows.durable import make_app, stop
+
+    app = make_app(store.url)
+    await app.open_async()
+    try:
+        return await stop(app, store, run_id)
+    finally:
+        await app.close_async()
+
+
+__all__ = ["register"]
