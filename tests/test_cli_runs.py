@@ -61,6 +61,8 @@ def test_a_queued_run_is_cancelled_from_a_shell(
     monkeypatch.setenv("RUNS_TEST_KEY", SECRET)
     db = pg_database("")
     root = project(tmp_path / "p", db.owner_url)
+    code, out = fim(root, "runs", "cancel", "nope")  # nothing ever queued on this store
+    assert code == 1 and "has no job" in out and "Traceback" not in out
     with served(root) as url:  # no worker: the run waits in the queue
         queued = httpx.post(
             f"{url}/v1/agents/echo/runs", json={"input": "x", "background": True}

@@ -155,6 +155,9 @@ async def _stop(store: Store, run_id: str) -> str | None:
     app = make_app(store.url)
     await app.open_async()
     try:
+        present = "SELECT to_regclass('procrastinate_jobs') IS NOT NULL AS present"
+        if not (await app.connector.execute_query_one_async(present))["present"]:
+            return None  # nothing was ever queued on this store
         return await stop(app, store, run_id)
     finally:
         await app.close_async()
