@@ -58,6 +58,7 @@ def test_a_pages_simple_post_to_a_server_without_keys_starts_nothing(open_server
         headers={"Content-Type": "text/plain", "Origin": EVIL},
     )
     assert as_form.status_code == 415 and "Content-Type: application/json" in as_form.text
+    assert as_form.json()["error"]["code"] == "unsupported_media_type"
     no_type = httpx.post(f"{url}/v1/agents/a/runs", content=b'{"input": "hi"}')
     assert no_type.status_code == 415
     from_elsewhere = httpx.post(f"{url}/v1/agents/a/runs", json=RUN, headers={"Origin": EVIL})

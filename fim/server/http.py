@@ -111,6 +111,7 @@ _CODES = {
     405: "method_not_allowed",
     409: "conflict",
     413: "request_too_large",
+    415: "unsupported_media_type",
     429: "rate_limited",
     499: "client_closed_request",
     503: "unavailable",
