@@ -123,3 +123,21 @@ async def test_a_run_closed_early_with_metrics_and_tracing_on_counts_cancelled_a
     (root,) = [s for s in receiver.spans if s.name == "invoke_agent lead"]
     assert root.status == 2 and ("exception", root.events[-1][1]) == root.events[-1]
     assert root.events[-1][1]["exception.type"] == "GeneratorExit"
+
+
+def test_on_a_keyed_server_the_metrics_are_an_operators(tmp_path):
+    """They count every key's runs together: a tenant reading them learned the others'
+    traffic and spend. A tenant's own usage is `GET /v1/usage`."""
+    from fim.build.compile import compile_project
+    from fim.build.reload import SnapshotHolder
+    from fim.server.app import create_app
+    from fim.testing.server import ServerThread
+
+    (tmp_path / "fim.yaml").write_text(
+        "name: m\nserver: {api_keys: [tenant-k3y], operator_keys: [ops-k3y]}\n"
+    )
+    with ServerThread(create_app(SnapshotHolder(compile_project(tmp_path)))) as srv:
+        tenant = httpx.get(f"{srv.url}/metrics", headers={"Authorization": "Bearer tenant-k3y"})
+        assert tenant.status_code == 403 and "operator key" in tenant.json()["error"]["message"]
+        ops = httpx.get(f"{srv.url}/metrics", headers={"Authorization": "Bearer ops-k3y"})
+        assert ops.status_code == 200 and "fim_runs" in ops.text
