@@ -6,6 +6,7 @@ prompt or the last turns and never separating a tool call from its results. Also
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +14,7 @@ import fim.run.tokens
 from fim.build.compile import compile_project
 from fim.config.schema import ModelSettings
 from fim.engines.react import ReactEngine
+from fim.errors import FimError
 from fim.events import ErrorEvent, Notice
 from fim.llm.scripted import ScriptedModel, text, tool_call
 from fim.run.context import (
@@ -296,3 +298,15 @@ async def test_the_summarizer_is_built_only_when_first_needed():
     assert built == [], "a run that fits never builds the fast model"
     fitted, _ = await guard.fit(long_run(12), TOOLS)
     assert len(built) == 1 and fitted[1].content.endswith("batches 0-7 checked")
+
+
+async def test_a_large_conversation_is_counted_while_the_event_loop_goes_on(ticker: Any):
+    """A caller's 1 MiB message costs the tokenizer ~0.2 s (worst case, one character
+    repeated): counted on a thread, which tiktoken runs without the GIL, the server's
+    other runs go on meanwhile."""
+    guard = ContextGuard(budget_tokens=100_000, summarizer=None, keep_last=4)
+    huge = [Message(role="user", content="a" * 4_000_000)]
+    before = ticker.ticks
+    with pytest.raises(FimError, match="after compaction"):
+        await guard.fit(huge, [])
+    assert ticker.ticks >= before + 3
