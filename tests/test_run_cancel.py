@@ -114,3 +114,42 @@ def test_on_workers_a_queued_run_never_starts_and_a_running_one_is_aborted(
             assert streamed(url, started["run_id"])[-1] == "run_finished"
             # the cancelled job ran nothing later: the quick run queued first stays cancelled
             assert httpx.get(f"{url}/v1/runs/{queued['run_id']}").json()["status"] == "cancelled"
+
+
+async def test_a_worker_stopping_is_not_a_cancel_the_run_starts_again(tmp_path: Path):
+    """procrastinate aborts a running job both for a user's cancel and when its worker
+    shuts down (it delivers that job again): only the first records the run cancelled."""
+    import asyncio
+    import contextlib
+
+    from fim.build.compile import compile_project
+    from fim.capabilities import CAPABILITIES
+    from fim.run.queued import execute_agent_run
+    from fim.run.services import Services
+    from fim.store import get_store
+
+    root = project(tmp_path / "p", "sqlite:///.fim/state.db")
+    snapshot = compile_project(root)
+    request = {"messages": [{"role": "user", "content": "6*7?"}]}
+    for shutting_down, left in ((True, "running"), (False, "cancelled")):
+        services = Services(providers=CAPABILITIES, root=root, state_url=snapshot.project.state)
+        store = get_store(services)
+        run_id = f"r-{left}"
+        task = asyncio.create_task(
+            execute_agent_run(
+                snapshot, services, run_id, "careful", request,
+                executor="worker", shutting_down=lambda s=shutting_down: s,
+            )
+        )  # fmt: skip
+        for _ in range(600):  # until the run waits for its approval (it is mid-call)
+            if await store.list_approvals("pending"):
+                break
+            await asyncio.sleep(0.05)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        record = await store.get_run(run_id)
+        assert record is not None and record.status == left, (shutting_down, record)
+        for approval in await store.list_approvals("pending"):
+            await store.resolve_approval(approval.id, False, by="test")
+        await services.aclose()

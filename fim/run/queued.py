@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fim.events import ErrorEvent, RunFinished, RunRestarted
@@ -71,11 +72,15 @@ async def execute_agent_run(
     request: dict[str, Any],
     *,
     executor: str = "server",
+    shutting_down: Callable[[], bool] = lambda: False,
 ) -> str:
     """Run one background agent run to its end and record it; returns its status.
 
     A run already recorded as finished (a job delivered again after its worker stopped
-    between the last write and acknowledging the job) is left as it is.
+    between the last write and acknowledging the job) is left as it is. Cancelled
+    (`POST /v1/runs/{id}/cancel`), it records itself `cancelled`, unless `shutting_down()`
+    says its worker is stopping: then the record stays `running` for the job's next
+    delivery to start it again.
     """
 
     store = get_store(services)
@@ -110,6 +115,8 @@ async def execute_agent_run(
             if isinstance(event, RunFinished):
                 final = event
     except asyncio.CancelledError:  # `POST /v1/runs/{id}/cancel`: recorded, then passed on
+        if shutting_down():  # not a cancel: the job is delivered again
+            raise
         cancelled = True
         final = RunFinished(run_id=run_id, output="", status="cancelled")
         for ended in (

@@ -92,15 +92,17 @@ def make_app(
             current(), state_url, run_id, workflow, inputs, extra, retried, providers
         )
 
-    @app.task(name=AGENT_TASK, queue=QUEUE)
-    async def run_agent_job(run_id: str, agent: str, request: dict[str, Any]) -> str:
-
+    @app.task(name=AGENT_TASK, queue=QUEUE, pass_context=True)
+    async def run_agent_job(
+        context: procrastinate.JobContext, run_id: str, agent: str, request: dict[str, Any]
+    ) -> str:
         snapshot = current()
         services = Services(root=snapshot.root, state_url=state_url, providers=providers)
         try:
             return await execute_agent_run(
-                snapshot, services, run_id, agent, request, executor="worker"
-            )
+                snapshot, services, run_id, agent, request, executor="worker",
+                shutting_down=lambda: _shutdown(context),
+            )  # fmt: skip
         finally:
             await services.aclose()
 
@@ -182,6 +184,15 @@ async def abort(app: procrastinate.App, run_id: str) -> str | None:
         await app.job_manager.cancel_job_by_id_async(row["id"], abort=True)
         outcome = "aborting" if row["status"] == "doing" else outcome or "cancelled"
     return outcome
+
+
+def _shutdown(context: procrastinate.JobContext) -> bool:
+    """Whether the job is aborted because its worker stops (it is delivered again), not
+    because a user cancelled it."""
+    # deferred: loading procrastinate costs hundreds of ms (this runs in a worker only)
+    from procrastinate.job_context import AbortReason
+
+    return context.abort_reason() is AbortReason.SHUTDOWN
 
 
 async def stop(app: procrastinate.App, store: Store, run_id: str) -> str | None:
