@@ -120,7 +120,11 @@ async def execute_agent_run(
         cancelled = True
         final = RunFinished(run_id=run_id, output="", status="cancelled")
         for ended in (
-            ErrorEvent(run_id=run_id, message="the run was cancelled", kind="cancelled"),
+            ErrorEvent(
+                run_id=run_id,
+                message="the run was stopped before its end (cancelled, or its server stopped)",
+                kind="cancelled",
+            ),
             final,
         ):
             trace.append(ended.model_dump(mode="json"))
