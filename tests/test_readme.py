@@ -236,6 +236,11 @@ def resume(tour: Tour) -> None:
     assert f"refund run {tour.paused_run}: ok" in out and "Refund R2: 129.9" in out
 
 
+def runs_list(tour: Tour) -> None:
+    out = tour.fim("runs", "list")
+    assert tour.paused_run in out and "refund" in out and "ok" in out
+
+
 def connector_import(tour: Tour) -> None:
     out = tour.fim("connector", "import", "scripts/crm.openapi.yaml", "--name", "crm", "--out", "-")
     actions = ("get_contact", "search_contacts", "create_lead", "get_order", "refund_order")
@@ -327,6 +332,7 @@ OUTCOMES: dict[str, Callable[[Tour], None] | str] = {
     "fim workflow run refund --input order_id=1001": refund_paused,
     "fim approvals list": approvals,
     "fim workflow resume RUN_ID --approve": resume,
+    "fim runs list": runs_list,
     "fim connector import scripts/crm.openapi.yaml --name crm --out -": connector_import,
     "fim serve": serve,
     "fim init my-project": init,
