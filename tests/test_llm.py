@@ -18,8 +18,8 @@ import pytest
 import fim.llm
 from fim.config.schema import ModelSettings
 from fim.errors import ConfigError, RunError
+from fim.hosts import is_loopback
 from fim.llm import backend_of, catalog, make_model
-from fim.llm.base import is_loopback
 from fim.llm.jsonmode import JsonModeModel
 from fim.llm.scripted import (
     ScriptedModel,

@@ -11,14 +11,13 @@ the error a user sees, so both backends fail the same way. Timeouts are not retr
 from __future__ import annotations
 
 import functools
-import ipaddress
 import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit
 
 from fim.config.schema import ModelSettings
 from fim.errors import RunError
+from fim.hosts import is_loopback
 from fim.llm import switch
 from fim.llm.wire import messages_to_wire, tools_to_wire
 from fim.retries import Backoff, Sleep, retry_async
@@ -91,16 +90,6 @@ def resolve_key(settings: ModelSettings, provider: str, required: bool) -> str |
             hint=f"set {names[0]}, or FIM_MODEL=ollama/qwen2.5 to use another provider",
         )
     return None
-
-
-def is_loopback(url: str) -> bool:
-    host = (urlsplit(url).hostname or "") if "//" in url else url
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_allowed(url: str, model: str) -> None:

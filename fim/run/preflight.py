@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl, ModelSettings, WorkflowDecl
 from fim.errors import RunError
+from fim.hosts import is_loopback
 
 
 class PreflightError(RunError):
@@ -46,7 +47,6 @@ def local_endpoint(settings: ModelSettings) -> str | None:
     loopback, or a local provider's default such as Ollama's :11434), else None."""
     # deferred: loading fim.types costs tens of ms
     from fim.llm import backend_for
-    from fim.llm.base import is_loopback
 
     url = backend_for(settings).endpoint(settings)
     return url if url and is_loopback(url) else None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import gc
-import ipaddress
 import logging
 import os
 import signal
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from fim import observe
 from fim.errors import RunError
+from fim.hosts import is_loopback
 
 if TYPE_CHECKING:
     from fim.build.gitops import GitSource
@@ -177,7 +177,7 @@ def refuse_open(settings: Any, host: str) -> None:
     # deferred: the server's HTTP helpers, loaded with the app anyway
     from fim.server.http import server_keys
 
-    if server_keys(settings) or settings.allow_open or _loopback(host):
+    if server_keys(settings) or settings.allow_open or is_loopback(host):
         return
     raise RunError(
         f"fim serve on {host} has no API key: anyone who reaches it could run every agent"
@@ -185,15 +185,6 @@ def refuse_open(settings: Any, host: str) -> None:
         hint="set server.api_keys in fim.yaml (a ${VAR} that is set), listen on 127.0.0.1,"
         " or set server.allow_open: true when a proxy in front authenticates",
     )
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:  # a host name: it may resolve to anything
-        return False
 
 
 def bind(host: str, port: int) -> socket.socket:

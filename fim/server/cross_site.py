@@ -21,8 +21,9 @@ A keyed server is left to its keys: a browser never sends a bearer key on its ow
 from __future__ import annotations
 
 import functools
-import ipaddress
 from typing import TYPE_CHECKING
+
+from fim.hosts import is_loopback
 
 if TYPE_CHECKING:
     from fim.config.schema import ServerSettings
@@ -85,19 +86,13 @@ def _json(content_type: bytes) -> bool:
 
 @functools.lru_cache(maxsize=256)
 def loopback(host: str) -> bool:
-    """Whether a `Host` header names this machine: `localhost` (and `*.localhost`, which
-    browsers keep on loopback), 127.0.0.0/8 or ::1, with any port."""
+    """Whether a `Host` header (a name or address, with any port) names this machine
+    (`fim.hosts`)."""
     if host.startswith("["):
         name = host[1:].partition("]")[0]
     else:
         name = host.rpartition(":")[0] if host.count(":") == 1 else host
-    name = name.lower().rstrip(".")
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
+    return bool(name) and is_loopback(name)
 
 
 __all__ = ["Refusal", "loopback", "refusal"]
