@@ -3,20 +3,20 @@
 The SDK's in-memory store kept every task for the life of the process, in that process
 only: memory grew with every message, and a client asking another replica (or the same one
 after a restart) for its task heard "task not found". Here a task is saved to the state
-store as JSON at each of its updates, scoped by owner as the SDK scopes it (another key's
-task is not there), and each owner keeps its most recent `TASKS_PER_OWNER`. Listing
+store (protobuf's own bytes) at each of its updates, scoped by owner as the SDK scopes it
+(another key's task is not there), and each owner keeps its most recent `TASKS_PER_OWNER`. Listing
 (`tasks/list`) reads the owner's tasks and lets the SDK's own in-memory store filter and
 page them, so its semantics are the SDK's.
 """
 
 from __future__ import annotations
 
+import base64
 from typing import TYPE_CHECKING, Any
 
 from a2a.server.owner_resolver import resolve_user_scope
 from a2a.server.tasks import InMemoryTaskStore, TaskStore
 from a2a.types import a2a_pb2 as pb
-from google.protobuf.json_format import MessageToDict, ParseDict
 
 from fim.store import get_store
 from fim.store.tasks import Tasks
@@ -35,7 +35,9 @@ class StoredTaskStore(TaskStore):
         return Tasks(get_store(self.api.services))
 
     async def save(self, task: Any, context: Any) -> None:
-        data = MessageToDict(task, preserving_proto_field_name=True)
+        # protobuf's own bytes (C, fast): the task is saved at every status update of its
+        # run and its history grows with each, so a Python walk of it cost the loop O(n^2)
+        data = {"pb": base64.b64encode(task.SerializeToString()).decode()}
         await self._tasks().save(resolve_user_scope(context), task.id, data)
 
     async def get(self, task_id: str, context: Any) -> Any:
@@ -53,7 +55,9 @@ class StoredTaskStore(TaskStore):
 
 
 def _task(data: dict[str, Any]) -> Any:
-    return ParseDict(data, pb.Task(), ignore_unknown_fields=True)
+    task = pb.Task()
+    task.ParseFromString(base64.b64decode(data["pb"]))
+    return task
 
 
 __all__ = ["StoredTaskStore"]
