@@ -8,6 +8,7 @@ must not stop someone from denying a pending call.
 
 from __future__ import annotations
 
+import datetime as dt
 import getpass
 import json
 import time
@@ -83,6 +84,11 @@ def _run(store: Store, work: Any) -> Any:
         if type(exc).__module__.startswith("sqlalchemy"):
             fail(f"cannot use the state store {store.display_url}: {exc}".splitlines()[0])
         raise
+
+
+def utc_time(ts: float) -> str:
+    """A stored timestamp as the commands on the store print it: UTC, to the second."""
+    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="seconds")
 
 
 def _age(seconds: float) -> str:

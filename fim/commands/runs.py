@@ -10,14 +10,13 @@ is read, and what is printed is masked with the secrets it names.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fim.commands import ProjectOption, fail
-from fim.commands.approvals import StateOption, _run, open_store
+from fim.commands.approvals import StateOption, _run, open_store, utc_time
 
 if TYPE_CHECKING:
     from fim.store import Store
@@ -34,10 +33,6 @@ def register(app: typer.Typer) -> None:
     runs.command("show")(show)
     runs.command("cancel")(cancel)
     app.add_typer(runs, name="runs")
-
-
-def _when(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="seconds")
 
 
 def list_(
@@ -72,7 +67,7 @@ def list_(
     for column in ("id", "kind", "name", "status", "updated (UTC)"):
         table.add_column(column, no_wrap=True)
     for r in records:
-        table.add_row(r.id, r.kind, known().text(r.name), r.status, _when(r.updated_at))
+        table.add_row(r.id, r.kind, known().text(r.name), r.status, utc_time(r.updated_at))
     Console(width=120).print(table)
 
 
@@ -150,13 +145,12 @@ def cancel(
 
 async def _stop(store: Store, run_id: str) -> str | None:
     # deferred: procrastinate and psycopg load only for this command
-    from fim.workflows.durable import make_app, stop
+    from fim.workflows.durable import has_schema, make_app, stop
 
     app = make_app(store.url)
     await app.open_async()
     try:
-        present = "SELECT to_regclass('procrastinate_jobs') IS NOT NULL AS present"
-        if not (await app.connector.execute_query_one_async(present))["present"]:
+        if not await has_schema(app):
             return None  # nothing was ever queued on this store
         return await stop(app, store, run_id)
     finally:

@@ -11,14 +11,13 @@ and what is printed is masked with the secrets it names.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fim.commands import ProjectOption, fail
-from fim.commands.approvals import StateOption, _run, open_store
+from fim.commands.approvals import StateOption, _run, open_store, utc_time
 
 if TYPE_CHECKING:
     from fim.store.sessions import Sessions
@@ -42,10 +41,6 @@ def register(app: typer.Typer) -> None:
 
 def _owner(owner: str) -> str:
     return owner[:12] if owner else "-"
-
-
-def _when(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="seconds")
 
 
 def list_(
@@ -78,7 +73,7 @@ def list_(
         table.add_column(column, overflow="fold")
     for row in rows:
         name = known().text(row["name"] if row["name"] is not None else row["id"])
-        table.add_row(name, _owner(row["owner"]), _when(row["updated_at"]), row["id"])
+        table.add_row(name, _owner(row["owner"]), utc_time(row["updated_at"]), row["id"])
     Console(width=120).print(table)
 
 

@@ -120,18 +120,21 @@ def make_app(
     return app
 
 
+async def has_schema(app: procrastinate.App) -> bool:
+    """Whether procrastinate's tables are in the state database (a job was ever queued)."""
+    query = "SELECT to_regclass('procrastinate_jobs') IS NOT NULL AS present"
+    return bool((await app.connector.execute_query_one_async(query))["present"])
+
+
 async def ensure_schema(app: procrastinate.App) -> None:
     """Create procrastinate's tables in the state database once (its own `procrastinate_*`
     names); a concurrent creator that wins the race is fine."""
-    query = "SELECT to_regclass('procrastinate_jobs') IS NOT NULL AS present"
-    row = await app.connector.execute_query_one_async(query)
-    if row["present"]:
+    if await has_schema(app):
         return
     try:
         await app.schema_manager.apply_schema_async()
     except Exception:
-        row = await app.connector.execute_query_one_async(query)
-        if not row["present"]:
+        if not await has_schema(app):
             raise
 
 
