@@ -109,14 +109,15 @@ class McpEndpoint:
         from fim.server.http import error, session_owner
 
         owner = session_owner(Request(scope), self.api.holder)
-        session = dict(scope["headers"]).get(b"mcp-session-id", b"").decode("latin-1")
+        headers = dict(scope["headers"])
+        session = headers.get(b"mcp-session-id", b"").decode("latin-1")
         if session:
             self.sessions.used(owner, session)
             await self.manager.handle_request(scope, receive, send)
             if scope["method"] == "DELETE":
                 self.sessions.ended(owner, session)
             return
-        version = dict(scope["headers"]).get(b"mcp-protocol-version", b"").decode("latin-1")
+        version = headers.get(b"mcp-protocol-version", b"").decode("latin-1")
         opens = not version or version in HANDSHAKE_PROTOCOL_VERSIONS  # else sessionless
         if scope["method"] == "POST" and opens and self.sessions.full(owner):
             refused = error(

@@ -192,6 +192,26 @@ def table(name: str) -> Table:
     return schema()[1][name]
 
 
+def keep_newest(conn: Connection, name: str, owner: str, limit: int) -> None:
+    """Delete `owner`'s rows of table `name` beyond its `limit` most recently updated
+    (sessions, A2A tasks: each owner bounded on its own, so one key's many rows never push
+    out another's)."""
+    # deferred: loading sqlalchemy costs hundreds of ms
+    from sqlalchemy import select
+
+    rows = table(name)
+    mine = rows.c.owner == owner
+    cutoff = conn.execute(
+        select(rows.c.updated_at)
+        .where(mine)
+        .order_by(rows.c.updated_at.desc())
+        .offset(limit)
+        .limit(1)
+    ).scalar()
+    if cutoff is not None:
+        conn.execute(rows.delete().where(mine, rows.c.updated_at <= cutoff))
+
+
 def _migration_1(conn: Connection) -> None:
     meta, tables = schema()
     meta.create_all(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fim.store.schema import table
+from fim.store.schema import keep_newest, table
 from fim.types import Message
 
 if TYPE_CHECKING:
@@ -132,16 +132,7 @@ class Sessions:
                 .values(messages=messages, updated_at=now, **({"name": name} if name else {}))
             )
         if prune:  # per owner: one key's many sessions never push out another's
-            mine = sessions.c.owner == owner
-            cutoff = conn.execute(
-                select(sessions.c.updated_at)
-                .where(mine)
-                .order_by(sessions.c.updated_at.desc())
-                .offset(self.limit)
-                .limit(1)
-            ).scalar()
-            if cutoff is not None:
-                conn.execute(sessions.delete().where(mine, sessions.c.updated_at <= cutoff))
+            keep_newest(conn, "sessions", owner, self.limit)
         return True
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from fim.store.schema import table
+from fim.store.schema import keep_newest, table
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -43,15 +43,7 @@ class Tasks:
         if conn.execute(select(tasks.c.id).where(tasks.c.id == task_id)).first() is not None:
             return  # another owner's task of that id: never written over
         conn.execute(tasks.insert().values(id=task_id, owner=owner, **values))
-        cutoff = conn.execute(
-            select(tasks.c.updated_at)
-            .where(tasks.c.owner == owner)
-            .order_by(tasks.c.updated_at.desc())
-            .offset(self.limit)
-            .limit(1)
-        ).scalar()
-        if cutoff is not None:
-            conn.execute(tasks.delete().where(tasks.c.owner == owner, tasks.c.updated_at <= cutoff))
+        keep_newest(conn, "a2a_tasks", owner, self.limit)
 
     async def get(self, owner: str, task_id: str) -> dict[str, Any] | None:
         tasks = table("a2a_tasks")
