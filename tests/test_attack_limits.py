@@ -174,3 +174,46 @@ async def _run_ticking(engine: Any, ticker: Ticker) -> list[Any]:
     events = [event async for event in engine.run("answer")]
     assert ticker.ticks >= before + 3  # the loop went on while the answer was checked
     return events
+
+
+def test_a_costly_response_format_over_the_openai_surface_fails_the_run_not_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The surface a caller's schema arrives on: `/v1/chat/completions` marks it the
+    caller's, so the answer is checked in a worker; the request fails with the reason and
+    the server answers others meanwhile."""
+    import httpx
+
+    from fim.build.compile import compile_project
+    from fim.build.reload import SnapshotHolder
+    from fim.engines import react
+    from fim.server.app import create_app
+    from fim.testing.server import ServerThread
+
+    monkeypatch.setattr(react, "CHECK_SECONDS", LIMIT)
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "fim.yaml").write_text('name: rf\nstate: "sqlite:///.fim/state.db"\n')
+    (tmp_path / "agents" / "json.yaml").write_text("model: scripted:json.yaml\n")
+    answer = json.dumps(_deep_answer(13))
+    (tmp_path / "json.yaml").write_text(f"- text: {answer}\n- text: {answer}\n")
+    body = {
+        "model": "json",
+        "messages": [{"role": "user", "content": "answer"}],
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "costly", "schema": _costly_schema(13)},
+        },
+    }
+    with ServerThread(create_app(SnapshotHolder(compile_project(tmp_path)))) as srv:
+        replies: list[httpx.Response] = []
+        thread = threading.Thread(
+            target=lambda: replies.append(
+                httpx.post(f"{srv.url}/v1/chat/completions", json=body, timeout=60)
+            )
+        )
+        thread.start()
+        while thread.is_alive():  # the loop answers while the answer is checked
+            assert httpx.get(f"{srv.url}/healthz", timeout=5).status_code == 200
+            thread.join(0.05)
+    assert replies[0].status_code >= 400
+    assert "too costly to check" in replies[0].text

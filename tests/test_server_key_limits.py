@@ -50,6 +50,13 @@ def write_project(root: Path, limits: str) -> Path:
             'nodes:\n  approve: {type: human, prompt: "Refund?"}\n'
             "  pay: {type: tool, tool: calculator, needs: [approve], args: {expression: '2+2'}}\n"
         ),
+        # a lead that delegates, and a workflow whose node is an agent: each one run
+        "agents/lead.yaml": "model: scripted:lead.script.yaml\ndelegates: [quick]\n",
+        "lead.script.yaml": (
+            "- tool_calls: [{name: call_agent, arguments: {agent: quick, task: hi}}]\n"
+            '- text: "done"\n'
+        ),
+        "workflows/greets.yaml": "nodes:\n  greet: {type: agent, agent: quick, input: hi}\n",
         "workflows/sum.yaml": (
             "nodes:\n  add: {type: tool, tool: calculator, args: {expression: '1+1'}}\n"
             'outputs:\n  total: "{{ nodes.add.output }}"\n'
@@ -145,6 +152,19 @@ def test_a_key_at_its_parallel_limit_is_refused_on_every_surface_until_its_run_e
     until(lambda: api.limits.going(key_owner(b"key-a")) == 0, what="the slot's release")
     after = httpx.post(f"{url}/v1/agents/quick/runs", json={"input": "x"}, headers=A)
     assert after.status_code == 200 and after.json()["output"] == "hi"
+
+
+def test_the_runs_a_run_starts_are_part_of_it_at_a_limit_of_one(
+    one_at_a_time: tuple[str, Any],
+):
+    """A delegate and a workflow's agent node take no slot of their own: at one run at a
+    time, a lead that delegates and a workflow of an agent node both finish."""
+    url, api = one_at_a_time
+    lead = httpx.post(f"{url}/v1/agents/lead/runs", json={"input": "go"}, headers=A)
+    assert lead.status_code == 200 and lead.json()["output"] == "done", lead.text
+    flow = httpx.post(f"{url}/v1/workflows/greets/runs", json={"inputs": {}}, headers=A)
+    assert flow.status_code == 200 and flow.json()["status"] == "ok", flow.text
+    assert api.limits.going(key_owner(b"key-a")) == 0
 
 
 def test_a_background_run_keeps_its_keys_slot_until_it_ends(one_at_a_time: tuple[str, Any]):
