@@ -43,8 +43,6 @@ held: ContextVar[Slot | None] = ContextVar("fim_run_slot", default=None)
 class Busy(RunError):
     """A key is at one of its limits; `retry_after` is when to try again, in seconds."""
 
-    kind = "rate_limited"
-
     def __init__(self, message: str, hint: str, retry_after: int) -> None:
         super().__init__(message, hint=hint)
         self.retry_after = retry_after

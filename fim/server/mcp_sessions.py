@@ -20,6 +20,8 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.requests import Request
 
+from fim.server.http import session_owner
+from fim.server.limits import Busy
 from fim.server.mcp_surface import build_server
 
 if TYPE_CHECKING:
@@ -105,9 +107,6 @@ class McpEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._start()
-        # deferred: loading fim.server.http costs tens of ms
-        from fim.server.http import error, session_owner
-
         owner = session_owner(Request(scope), self.api.holder)
         headers = dict(scope["headers"])
         session = headers.get(b"mcp-session-id", b"").decode("latin-1")
@@ -120,14 +119,13 @@ class McpEndpoint:
         version = headers.get(b"mcp-protocol-version", b"").decode("latin-1")
         opens = not version or version in HANDSHAKE_PROTOCOL_VERSIONS  # else sessionless
         if scope["method"] == "POST" and opens and self.sessions.full(owner):
-            refused = error(
-                429,
+            refused = Busy(
                 f"this API key holds {self.sessions.limit} MCP sessions, as many as it may",
                 "end one (the client's DELETE, or closing it), or wait until one has been "
                 f"idle {IDLE_SECONDS / 60:.0f} minutes",
-                code="rate_limit_exceeded",
+                retry_after=60,
             )
-            await refused(scope, receive, send)
+            await refused.response()(scope, receive, send)
             return
 
         async def opened(message: MutableMapping[str, Any]) -> None:
