@@ -311,3 +311,19 @@ def test_a_limit_below_one_is_a_config_error_with_its_path(tmp_path: Path):
     assert result.exit_code != 0
     assert "server.key_limits.max_parallel_runs" in result.output
     assert "Traceback" not in result.output
+
+
+def test_the_minute_slides_on_the_limiters_clock():
+    now = [100.0]
+    limiter = KeyLimiter(lambda: KeyLimits(runs_per_minute=2), clock=lambda: now[0])
+    for _ in range(2):
+        slot = limiter.take("k")
+        assert slot is not None
+        slot.release()
+    now[0] = 130.0
+    with pytest.raises(Busy) as caught:
+        limiter.take("k")
+    assert caught.value.retry_after == 30  # the first start leaves the minute at 160
+    assert limiter.take("other") is not None  # another key's minute is its own
+    now[0] = 160.0
+    assert limiter.take("k") is not None

@@ -13,14 +13,15 @@ workers' own `concurrency` limits hold there). Runs a run starts (delegation, a 
 agent nodes) are part of it and take none.
 
 Counts are per server process: with `--workers N` or several replicas, a key may have N
-times the limits in all. The minute window is `limits`' moving window in memory.
+times the limits in all. The minute is a sliding window (`fim.windows`, the rule the
+`rate_limit` hook counts tool calls with).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ from starlette.types import Receive, Scope, Send
 
 from fim.errors import RunError
 from fim.server.http import JSONResponse, error, session_owner
+from fim.windows import admit
 
 if TYPE_CHECKING:
     from fim.config.schema import KeyLimits
@@ -81,11 +83,16 @@ class KeyLimiter:
     """The counts of one server process; `settings()` is read on every run, so a reload
     that changes `server.key_limits` applies to the next run."""
 
-    def __init__(self, settings: Callable[[], KeyLimits | None]) -> None:
+    def __init__(
+        self,
+        settings: Callable[[], KeyLimits | None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._settings = settings
+        self._clock = clock
         self._going: dict[str, int] = {}
-        self._window: Any = None
-        """`limits`' moving-window limiter, made on the first run of a per-minute limit."""
+        self._started: dict[str, deque[float]] = {}
+        """Each key's run starts inside the last minute (`fim.windows`)."""
 
     def going(self, owner: str) -> int:
         return self._going.get(owner, 0)
@@ -116,21 +123,15 @@ class KeyLimiter:
         return self.take(owner) if held.get() is None else None
 
     def _per_minute(self, owner: str, per_minute: int) -> None:
-        if self._window is None:
-            # deferred: the rate-limit library loads only where a per-minute limit is set
-            from limits.storage import MemoryStorage
-            from limits.strategies import MovingWindowRateLimiter
-
-            self._window = MovingWindowRateLimiter(MemoryStorage())
-        item = _per_minute_item(per_minute)
-        if self._window.hit(item, owner):
+        started = self._started.setdefault(owner, deque())
+        wait = admit(started, per_minute, 60.0, self._clock())
+        if wait is None:
             return
-        reset = self._window.get_window_stats(item, owner).reset_time
         raise Busy(
             f"{_who(owner)} started {per_minute} runs in the last minute, its limit "
             "(server.key_limits.runs_per_minute)",
             "retry after the number of seconds in Retry-After, or raise the limit in fim.yaml",
-            retry_after=max(1, math.ceil(reset - time.time())),
+            retry_after=max(1, math.ceil(wait)),
         )
 
     def _ended(self, owner: str) -> None:
@@ -139,14 +140,6 @@ class KeyLimiter:
             self._going[owner] = left
         else:
             self._going.pop(owner, None)
-
-
-@functools.lru_cache(maxsize=16)
-def _per_minute_item(per_minute: int) -> Any:
-    # deferred: loaded with the limiter's window (`KeyLimiter._per_minute`)
-    from limits import RateLimitItemPerMinute
-
-    return RateLimitItemPerMinute(per_minute)
 
 
 def _who(owner: str) -> str:

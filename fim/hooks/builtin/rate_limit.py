@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fim.hooks.base import PreToolUseHook
 from fim.types import HookContext, HookResult
+from fim.windows import admit
 
 
 class RateLimitOptions(BaseModel):
@@ -50,11 +51,8 @@ class RateLimit(PreToolUseHook):
             target = str(context.metadata.get("connector") or target)
         key = (context.agent, opts.per, target, str(opts.max_calls), f"{opts.window:g}")
         calls = self._windows().setdefault(key, deque())
-        now = self.clock()
-        while calls and now - calls[0] >= opts.window:
-            calls.popleft()
-        if len(calls) >= opts.max_calls:
-            wait = opts.window - (now - calls[0])
+        wait = admit(calls, opts.max_calls, opts.window, self.clock())
+        if wait is not None:
             what = f"connector '{target}'" if opts.per == "connector" else f"'{target}'"
             return HookResult(
                 allow=False,
@@ -62,7 +60,6 @@ class RateLimit(PreToolUseHook):
                 f"{opts.max_calls} times per {opts.window:g}s. Wait about {wait:.0f}s, or "
                 "work with the results you already have",
             )
-        calls.append(now)
         return HookResult(side_effects=[f"call {len(calls)}/{opts.max_calls} in window"])
 
 
