@@ -16,7 +16,7 @@ from fim import observe
 from fim.build.compile import compile_project
 from fim.build.snapshot import Snapshot
 from fim.capabilities import CAPABILITIES
-from fim.events import RunStarted
+from fim.events import RunStarted, Token, ToolCallEvent, ToolResultEvent
 from fim.run.agent import ask, run_agent
 from fim.run.services import Services
 from fim.workflows.engine import WorkflowEngine
@@ -222,6 +222,29 @@ async def test_a_stream_closed_early_ends_every_span_with_what_it_knew(tmp_path,
     assert root.attributes["fim.engine"] == "react" and "fim.status" not in root.attributes
     (tool,) = [s for s in receiver.spans if s.parent_id == root.span_id and "tool" in s.name]
     assert tool.status == 2 and tool.end_ns >= tool.start_ns
+
+
+async def test_a_long_runs_tool_calls_are_exported_while_it_goes_on(receiver):
+    """Spans are built a few events at a time, not event by event: a run still going has
+    its finished tool calls exported (streamed tokens do not count), and the rest at its
+    end."""
+    from fim.observe.run_spans import READ_EVERY
+    from fim.observe.tracing import flush, trace_run
+
+    watch = trace_run(agent="long", run_id="r1", snapshot=None)
+    with watch:
+        watch.on(RunStarted(run_id="r1", agent="long", engine="react", input="go"))
+        for n in range(READ_EVERY):
+            watch.on(ToolCallEvent(call_id=f"c{n}", name="calculator"))
+            watch.on(Token(text="."))
+            watch.on(ToolResultEvent(call_id=f"c{n}", name="calculator", content="1"))
+        assert flush()
+        going = [s for s in receiver.spans if s.name == "execute_tool calculator"]
+        assert READ_EVERY // 2 - 1 <= len(going) < READ_EVERY  # the run's root not yet
+        assert not [s for s in receiver.spans if s.name == "invoke_agent long"]
+    assert flush()
+    assert len([s for s in receiver.spans if s.name == "execute_tool calculator"]) == READ_EVERY
+    assert [s.name for s in receiver.spans].count("invoke_agent long") == 1
 
 
 async def test_an_exception_that_ends_a_run_is_recorded_with_its_text_masked(receiver):

@@ -54,62 +54,58 @@ def add_attributes(target: Any, attributes: Any) -> None:
             _logger.exception("Failed to encode key %s: %s", key, error)
 
 
-_ENCODED: dict[type, dict[str, dict[Any, bytes]]] = {str: {}, int: {}, float: {}, bool: {}}
-"""type -> key -> value -> a `Span` holding only that attribute, serialized. Most of a
-run's attribute values recur on every span or run (operation names, models, tools, the
-system), and serialized messages concatenate into their merge, so a span's attributes are
-these bytes joined. A table per type because `True == 1 == 1.0`."""
+_KEPT: dict[tuple[str, Any], tuple[type, bytes]] = {}
+"""(key, value) -> the value's type and a `Span` holding only that attribute, serialized.
+Most of a run's attribute values recur on every span or run (operation names, models,
+tools, the system, finish reasons as a tuple), and serialized messages concatenate into
+their merge, so a span's attributes are these bytes joined. The type is checked on a hit
+because `True == 1 == 1.0`."""
 
-_ONE_STRING: dict[str, dict[Any, bytes]] = {}
-"""The same for a sequence of one string (the model's finish reasons)."""
-
-_ARRAYS: dict[tuple[str, tuple[Any, ...], tuple[type, ...]], bytes] = {}
-"""(key, items, their types) -> the same, for sequences (the model's finish reasons)."""
-
-_ENCODED_MAX = 8192
+_KEPT_MAX = 8192
 KEEP_CHARS = 256
 """Longer strings are encoded each time, never kept: the values that recur are short
 (names, models, operations), and a model's text (tool names, captured arguments and
 results) kept 8,192 times over could hold gigabytes."""
-_kept = 0
-"""Values in `_ENCODED` and `_ARRAYS`; both are emptied at `_ENCODED_MAX` (ids and counts
-never recur: stay bounded)."""
 
 
 def span_attributes(attributes: Any) -> list[bytes]:
-    """The `attributes` fields of a `Span`, serialized in order, from `_ENCODED` when the
-    value is a scalar or a sequence of hashable items."""
+    """The `attributes` fields of a `Span`, serialized in order: each `(key, value)` item
+    looked up once in `_KEPT` (a span's encoding is mostly this loop)."""
     parts: list[bytes] = []
-    append, tables = parts.append, _ENCODED
-    for key, value in attributes.items():
-        kind = type(value)
-        table = tables.get(kind)
-        if table is not None:
-            values = table.get(key)
-            part = values.get(value) if values is not None else None
-            if part is None:
-                part = _keep(table, key, value)
-        elif (kind is list or kind is tuple) and len(value) == 1 and type(value[0]) is str:
-            values = _ONE_STRING.get(key)  # finish reasons: one, mostly
-            part = values.get(value[0]) if values is not None else None
-            if part is None:
-                part = _keep(_ONE_STRING, key, value[0], value)
-        elif kind is list or kind is tuple:  # both encode as the same array
-            try:
-                array = (key, tuple(value), tuple(map(type, value)))
-                part = _ARRAYS.get(array)
-            except TypeError:  # an unhashable item: the long way, not kept
-                part = _encoded(key, value)
-            else:
-                if part is None:
-                    part = _encoded(key, value)
-                    if sum(len(i) for i in value if type(i) is str) <= KEEP_CHARS:
-                        _ARRAYS[array] = part
-                        _count()
-        else:  # a mapping, bytes, a subclass: the long way, not kept
-            part = _encoded(key, value)
-        append(part)
+    append, kept = parts.append, _KEPT
+    for item in attributes.items():
+        try:
+            found = kept.get(item)
+        except TypeError:  # a list or a mapping: encoded each time
+            append(_encoded(*item))
+            continue
+        if found is not None and found[0] is type(item[1]):
+            append(found[1])
+        else:
+            append(_keep(item))
     return parts
+
+
+def _keep(item: tuple[str, Any]) -> bytes:
+    """`item` encoded, and kept when it can recur: a scalar or a tuple of scalars, not a
+    model's long text. `_KEPT` is emptied when full (ids and counts never recur: it stays
+    bounded)."""
+    key, value = item
+    part = _encoded(key, value)
+    kind = type(value)
+    if kind is str:
+        keep = len(value) <= KEEP_CHARS
+    elif kind is tuple:
+        keep = all(type(i) in _FIELDS for i in value) and (
+            sum(len(i) for i in value if type(i) is str) <= KEEP_CHARS
+        )
+    else:
+        keep = kind in _FIELDS
+    if keep:
+        if len(_KEPT) >= _KEPT_MAX:
+            _KEPT.clear()
+        _KEPT[item] = (kind, part)
+    return part
 
 
 def _encoded(key: str, value: Any) -> bytes:
@@ -162,23 +158,3 @@ BYTE = [bytes((n,)) for n in range(0x80)]
 _INT64 = 1 << 63
 _UINT64 = (1 << 64) - 1
 _DOUBLE = struct.Struct("<Bd")
-
-
-def _keep(table: dict[str, dict[Any, bytes]], key: str, value: Any, encoded: Any = None) -> bytes:
-    part = _encoded(key, value if encoded is None else encoded)
-    if type(value) is str and len(value) > KEEP_CHARS:  # a model's long text: not kept
-        return part
-    _count()
-    table.setdefault(key, {})[value] = part
-    return part
-
-
-def _count() -> None:
-    global _kept
-    _kept += 1
-    if _kept > _ENCODED_MAX:
-        _kept = 1
-        for table in _ENCODED.values():
-            table.clear()
-        _ONE_STRING.clear()
-        _ARRAYS.clear()
