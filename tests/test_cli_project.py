@@ -379,3 +379,29 @@ def test_run_with_an_empty_prompt_asks_for_one_instead_of_calling_the_model(
         assert result.exit_code == 1, result.output
         assert result.stderr.startswith("error: no prompt:")
         assert f'fim run {agent} "your question"' in result.stderr
+
+
+def test_a_scripted_agent_says_so_to_someone_at_a_terminal(project: Path) -> None:
+    """`fim init`'s agent runs on a script: a newcomer asking their own question at a
+    terminal is told the answer is the script's; a pipe or a CI log gets the answer only."""
+    import pty  # deferred: POSIX only, for this test
+
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "fim.cli", "run", "scripted", "What is 2+2?"],
+            cwd=project,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=follower,
+            timeout=120,
+        )
+        os.close(follower)
+        shown = os.read(leader, 65536).decode()
+    finally:
+        os.close(leader)
+    assert done.returncode == 0, shown
+    script = (project / "agents" / "scripted.yaml").read_text().split("scripted:")[1].split()[0]
+    assert shown.startswith(f"note: scripted runs on a scripted model, which replays {script}")
+    piped = fim("run", "scripted", "What is 2+2?", cwd=project)
+    assert piped.returncode == 0 and "scripted model" not in piped.stderr

@@ -74,6 +74,8 @@ def run(
             from fim.run.preflight import check_agent
 
             check_agent(snapshot, snapshot.agents[agent], model)
+            if model is None and not as_json and sys.stderr.isatty():
+                _note_scripted(snapshot, agent)
     view = EventPrinter(verbose=verbose, as_json=as_json)
     if not (sys.stdin.isatty() or sys.stderr.isatty()):
         # nobody watches this run: an MCP server's question is declined (fim/mcp/caller.py)
@@ -95,6 +97,20 @@ def run(
             cancel_on_sigterm=True,
         )
     raise typer.Exit(code)
+
+
+def _note_scripted(snapshot: Any, agent: str) -> None:
+    """Say so when the agent's model is a script (the demo agents of `fim init`): someone
+    at a terminal asking their own question would otherwise get the script's answer and
+    take it for a model's."""
+    used = snapshot.model_settings(snapshot.agents[agent].model).model
+    if used.startswith("scripted:"):
+        print(
+            f"note: {agent} runs on a scripted model, which replays "
+            f"{used.removeprefix('scripted:')} whatever the prompt; `model: general` in "
+            "its file uses a language model",
+            file=sys.stderr,
+        )
 
 
 async def _run(
