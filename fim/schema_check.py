@@ -10,6 +10,7 @@ it. jsonschema (~40 ms to import) loads on first use.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -254,6 +255,104 @@ def validator_problems(checker: Any, value: Any, limit: int = MAX_PROBLEMS) -> l
         if len(found) >= limit:
             break
     return found
+
+
+def problems_json(value: Any, schema: Mapping[str, Any]) -> str:
+    """`problems(value, schema)` as a JSON list: what a killable worker returns when the
+    schema is a third party's (`fim.tools.isolate.schema_problems`). A schema that cannot
+    be used (invalid, a `$ref` that resolves nowhere) is one problem saying so."""
+    try:
+        found = problems(value, schema)
+    except Exception as exc:  # jsonschema's and referencing's errors: not all pickle
+        found = [f"the schema cannot be used: {type(exc).__name__}: {str(exc)[:300]}"]
+    return json.dumps(found)
+
+
+_PLAIN_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "boolean": (bool,),
+    "integer": (int,),
+    "number": (int, float),
+}
+_PLAIN_SCHEMA_KEYS = frozenset(
+    {"type", "properties", "required", "additionalProperties", "description", "title"}
+)
+_PLAIN_PROPERTY_KEYS = frozenset(
+    {"type", "description", "title", "default", "examples", "minLength", "maxLength", "enum"}
+)
+_Rule = tuple[tuple[type, ...], int, int | None, frozenset[str] | None]
+"""Allowed Python types, minLength, maxLength, string enum of one flat property."""
+_PLAIN: dict[int, tuple[Mapping[str, Any], dict[str, _Rule] | None]] = {}
+
+
+def _plain_rule(prop: Any) -> _Rule | None:
+    if not isinstance(prop, dict) or not set(prop) <= _PLAIN_PROPERTY_KEYS:
+        return None
+    kind = prop.get("type")
+    if not isinstance(kind, str) or kind not in _PLAIN_TYPES:
+        return None
+    low, high, enum = prop.get("minLength", 0), prop.get("maxLength"), prop.get("enum")
+    if kind != "string" and ({"minLength", "maxLength", "enum"} & set(prop)):
+        return None
+    if type(low) is not int or (high is not None and type(high) is not int):
+        return None
+    if enum is not None and not (isinstance(enum, list) and all(isinstance(v, str) for v in enum)):
+        return None
+    return _PLAIN_TYPES[kind], low, high, None if enum is None else frozenset(enum)
+
+
+def plain_shape(schema: Mapping[str, Any]) -> dict[str, _Rule] | None:
+    """For the common flat schema (an object of string/number/integer/boolean properties,
+    string lengths and enums, `required`, `additionalProperties: false`) a rule per
+    property; None for anything else, which jsonschema alone decides."""
+    if (
+        schema.get("type") != "object"
+        or not set(schema) <= _PLAIN_SCHEMA_KEYS
+        or schema.get("additionalProperties", False) is not False
+        or not isinstance(schema.get("properties", {}), dict)
+    ):
+        return None
+    shape: dict[str, _Rule] = {}
+    for name, prop in schema.get("properties", {}).items():
+        rule = _plain_rule(prop)
+        if rule is None:
+            return None
+        shape[name] = rule
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not all(r in shape for r in required):
+        return None
+    return shape
+
+
+def plainly_valid(schema: Mapping[str, Any], arguments: Any) -> bool:
+    """True only when `arguments` certainly satisfies a flat schema (see `plain_shape`):
+    the check runs on every tool call, and for these schemas a few isinstance tests give
+    jsonschema's answer. False means "not certain": jsonschema then decides and explains."""
+    cached = _PLAIN.get(id(schema))
+    if cached is None or cached[0] is not schema:
+        if len(_PLAIN) > 4096:
+            _PLAIN.clear()
+        cached = _PLAIN[id(schema)] = (schema, plain_shape(schema))
+    shape = cached[1]
+    if shape is None or not isinstance(arguments, dict):
+        return False
+    for name in schema.get("required", ()):
+        if name not in arguments:
+            return False
+    for name, value in arguments.items():
+        rule = shape.get(name)
+        if rule is None or not isinstance(value, rule[0]):
+            return False
+        if isinstance(value, bool) and rule[0] is not _PLAIN_TYPES["boolean"]:
+            return False  # JSON Schema: true is not a number
+        if isinstance(value, float) and value != value:  # NaN: leave it to jsonschema
+            return False
+        if isinstance(value, str):
+            if len(value) < rule[1] or (rule[2] is not None and len(value) > rule[2]):
+                return False
+            if rule[3] is not None and value not in rule[3]:
+                return False
+    return True
 
 
 def schema_problem(schema: Any) -> str | None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from conftest import Ticker
+from mcp_servers.costly import costly_schema, deep_value
 from test_limits import LIMIT, _stopped
 from test_tools_builtin import make_ctx, registry_for
 
@@ -111,28 +112,8 @@ async def test_deeply_nested_arguments_are_refused_before_anything_walks_them() 
     assert not fine.is_error and fine.content.strip() == "3", fine.content
 
 
-def _costly_schema(depth: int) -> dict[str, Any]:
-    """A few kilobytes of `$ref`'d `anyOf`: three branches a level, two of which fail only
-    after checking everything below them, so checking a `depth`-deep answer does 3**depth
-    levels of work (depth 12 took a validator 11 s; depth 20 would take days)."""
-    defs: dict[str, Any] = {"L0": {"type": "object"}}
-    for i in range(1, depth + 1):
-        below = {"a": {"$ref": f"#/$defs/L{i - 1}"}}
-        defs[f"L{i}"] = {
-            "anyOf": [
-                {"properties": below, "required": ["zz"]},
-                {"properties": below, "required": ["yy"]},
-                {"properties": below},
-            ]
-        }
-    return {"$defs": defs, "$ref": f"#/$defs/L{depth}"}
-
-
 def _deep_answer(depth: int) -> str:
-    value: dict[str, Any] = {}
-    for _ in range(depth):
-        value = {"a": value}
-    return json.dumps(value)
+    return json.dumps(deep_value(depth))
 
 
 async def test_a_callers_costly_response_schema_is_checked_off_the_loop(
@@ -144,7 +125,7 @@ async def test_a_callers_costly_response_schema_is_checked_off_the_loop(
     from fim.structured import OutputContract
 
     monkeypatch.setattr(react, "CHECK_SECONDS", LIMIT)
-    contract = OutputContract(_costly_schema(13), untrusted=True)
+    contract = OutputContract(costly_schema(13), untrusted=True)
     engine = engine_with([_deep_answer(13)] * 2, finalizer=contract)
     events = await _run_ticking(engine, ticker)
     assert events[-1].status == "error"
@@ -201,7 +182,7 @@ def test_a_costly_response_format_over_the_openai_surface_fails_the_run_not_the_
         "messages": [{"role": "user", "content": "answer"}],
         "response_format": {
             "type": "json_schema",
-            "json_schema": {"name": "costly", "schema": _costly_schema(13)},
+            "json_schema": {"name": "costly", "schema": costly_schema(13)},
         },
     }
     with ServerThread(create_app(SnapshotHolder(compile_project(tmp_path)))) as srv:

@@ -1,5 +1,6 @@
-"""The registry's fast argument check never accepts what jsonschema rejects: it answers only
-for flat schemas and defers to jsonschema (which also words the error) whenever unsure."""
+"""The fast argument check (`fim.schema_check.plainly_valid`, the registry's first) never
+accepts what jsonschema rejects: it answers only for flat schemas and defers to jsonschema
+(which also words the error) whenever unsure."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import itertools
 import jsonschema
 import pytest
 
+from fim.schema_check import plain_shape, plainly_valid
 from fim.tools.builtin.calculator import TOOL as CALCULATOR
-from fim.tools.registry import ToolRegistry, _plain_shape, _plainly_valid, _spec
+from fim.tools.registry import ToolRegistry, _spec
 
 FLAT = {
     "type": "object",
@@ -31,11 +33,11 @@ def test_the_fast_check_agrees_with_jsonschema_whenever_it_accepts():
     accepted = 0
     for s, other, value in itertools.product(["a", "abc", "", "abcd", 1], "einbz", VALUES):
         args = {"s": s, other: value}
-        if _plainly_valid(FLAT, args):
+        if plainly_valid(FLAT, args):
             accepted += 1
             assert checker.is_valid(args), args
     assert accepted > 10  # the fast path is taken for ordinary calls
-    assert not _plainly_valid(FLAT, {})  # missing required: jsonschema explains
+    assert not plainly_valid(FLAT, {})  # missing required: jsonschema explains
 
 
 @pytest.mark.parametrize(
@@ -50,14 +52,14 @@ def test_the_fast_check_agrees_with_jsonschema_whenever_it_accepts():
     ],
 )
 def test_anything_beyond_a_flat_schema_is_left_to_jsonschema(schema):
-    assert _plain_shape(schema) is None
+    assert plain_shape(schema) is None
 
 
-def test_errors_are_still_worded_by_jsonschema_and_specs_are_reused():
+async def test_errors_are_still_worded_by_jsonschema_and_specs_are_reused():
     registry = ToolRegistry([CALCULATOR])
-    assert registry.check("calculator", {"expression": "1+1"}) is None
-    problem = registry.check("calculator", {"expression": ""})
+    assert await registry.check("calculator", {"expression": "1+1"}) is None
+    problem = await registry.check("calculator", {"expression": ""})
     assert problem is not None and "should be non-empty" in problem
-    problem = registry.check("calculator", {"expression": "1", "extra": 1})
+    problem = await registry.check("calculator", {"expression": "1", "extra": 1})
     assert problem is not None and "Additional properties" in problem
     assert registry.specs()[0] is ToolRegistry([CALCULATOR]).specs()[0] is _spec(CALCULATOR)

@@ -191,7 +191,7 @@ class ToolTurn:
             return content
 
         # Invalid calls are answered before hooks: there is nothing for a hook to guard.
-        problem = self.registry.check(call.name, arguments, call.raw_arguments)
+        problem = await self.registry.check(call.name, arguments, call.raw_arguments)
         if problem is not None:
             return await emit(problem, True)
         try:
@@ -236,7 +236,7 @@ class ToolTurn:
                     f"'{again.name}'; a rewrite may change arguments, not the target.",
                     True,
                 )
-            problem = self.registry.check(call.name, arguments)
+            problem = await self.registry.check(call.name, arguments)
             if problem is not None:
                 return await emit(
                     f"A hook rewrote the arguments into an invalid call. {problem}", True

@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from fim.events import ToolProgress
 from fim.mcp.connection import ServerConnection
-from fim.mcp.errors import McpCallTimeout, McpRequestError, McpServerLost, McpUnavailable
+from fim.mcp.errors import (
+    McpCallTimeout,
+    McpRequestError,
+    McpResultRejected,
+    McpServerLost,
+    McpUnavailable,
+)
 from fim.mcp.naming import tool_name
 from fim.mcp.results import to_result
 from fim.types import ToolResult
@@ -124,4 +130,6 @@ async def guarded(
         )
     except McpRequestError as exc:
         text = f"Error: {where} was rejected by the server: {exc}. Check the name and arguments."
+    except McpResultRejected as exc:
+        text = f"Error: {where} answered, and its answer was not used: {exc}"
     return ToolResult(content=conn.mask(text), is_error=True, metadata=meta)

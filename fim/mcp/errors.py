@@ -19,6 +19,11 @@ class McpRequestError(Exception):
     """The server answered the request with a JSON-RPC error (unknown tool, bad params)."""
 
 
+class McpResultRejected(Exception):
+    """The server's answer does not match the tool's own output schema, or the schema is
+    too costly to check it against (`fim.mcp.checks`): fim did not use it."""
+
+
 class NotSent(Exception):
     """The connection ended before the request left; safe to retry after a restart."""
 

@@ -23,6 +23,8 @@ class ToolInfo:
     """From the tool's annotations: `read` if `readOnlyHint`, `write` if explicitly
     `destructiveHint`, else unknown. Hints from the server, used by hooks like any
     connector action's `access`."""
+    output_schema: dict[str, Any] | None = None
+    """What the tool's structured results must match (`fim.mcp.checks`)."""
 
 
 def tool_info(tool: Any) -> ToolInfo:
@@ -33,6 +35,7 @@ def tool_info(tool: Any) -> ToolInfo:
         input_schema=dict(tool.input_schema or {}),
         title=tool.title,
         access=_access(tool.annotations),
+        output_schema=dict(tool.output_schema) if tool.output_schema else None,
     )
 
 

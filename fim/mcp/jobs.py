@@ -22,6 +22,7 @@ from fim.mcp.deadline import CallDeadline
 from fim.mcp.errors import (
     McpCallTimeout,
     McpRequestError,
+    McpResultRejected,
     McpServerLost,
     McpUnavailable,
     NotSent,
@@ -149,7 +150,7 @@ class Requests(ToolList):
                 self._settle(job, self._lost_error(job))
             else:
                 self._settle(job, McpRequestError(exc.error.message or str(exc)))
-        except NotSent as exc:
+        except (NotSent, McpResultRejected) as exc:
             self._settle(job, exc)
         except Exception as exc:
             self._settle(job, McpRequestError(describe_exception(exc)))

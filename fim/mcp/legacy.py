@@ -40,6 +40,9 @@ class McpTool:
     """The run this tool belongs to (progress events, elicitation)."""
     own_deadline: ClassVar[bool] = True
     """See `McpMetaTool.own_deadline` (fim/mcp/meta.py)."""
+    untrusted_schema: ClassVar[bool] = True
+    """Its parameters are the server's: the registry checks a call against them in a
+    killable worker (`fim.tools.isolate.schema_problems`)."""
 
     async def run(self, **arguments: Any) -> ToolResult:
         conn = self.connection

@@ -18,7 +18,7 @@ from fim.mcp.errors import McpUnavailable
 from fim.mcp.info import ToolInfo
 from fim.mcp.naming import input_parameters, tool_name
 from fim.mcp.resources import get_prompt, list_prompts, list_resources, read_resource
-from fim.schema_check import problems
+from fim.tools import isolate
 from fim.types import CallView, JSONSchema, ToolResult
 
 if TYPE_CHECKING:
@@ -219,7 +219,7 @@ class McpMetaTool:
         info = next((t for t in conn.tools if t.name == tool), None)
         if info is None:
             return self._unknown(conn, tool)
-        problem = _check_arguments(info, parameters)
+        problem = await _check_arguments(conn, info, parameters)
         if problem:
             return ToolResult(
                 content=f"Error: invalid parameters for '{tool}' on server '{conn.name}': "
@@ -238,5 +238,13 @@ class McpMetaTool:
         )
 
 
-def _check_arguments(info: ToolInfo, arguments: dict[str, Any]) -> str | None:
-    return "; ".join(problems(arguments, input_parameters(info.input_schema))) or None
+async def _check_arguments(
+    conn: ServerConnection, info: ToolInfo, arguments: dict[str, Any]
+) -> str | None:
+    """The server's schema is a third party's: checked in a killable worker."""
+    found = await isolate.schema_problems(
+        arguments,
+        input_parameters(info.input_schema),
+        whose=f"the parameter schema of '{info.name}' on server '{conn.name}'",
+    )
+    return "; ".join(found) or None

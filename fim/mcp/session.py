@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 
 from fim.config.schema import StdioServer
+from fim.mcp.checks import check_results
 from fim.mcp.elicitation import elicitation_callback
 from fim.mcp.errors import McpUnavailable, describe_exception
 from fim.mcp.jobs import Job, Requests, fail
@@ -131,6 +132,7 @@ class Session(Requests):
                         sampling=sampling_callback(self.name, lambda: self.sampling_model),
                         elicitation=elicitation_callback(self),
                     )
+                    check_results(client.session, lambda: self.tools)
                     info = client.server_info
                     self.server_name = getattr(info, "title", None) or getattr(info, "name", None)
                     self.server_version = getattr(info, "version", None)

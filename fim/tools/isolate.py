@@ -26,15 +26,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import multiprocessing
 import os
 import resource
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+from fim.schema_check import MAX_NESTING, nested_deeper, plainly_valid, problems_json
 from fim.types import ToolResult
 
 # Eight workers (~6 MB private memory each): six hostile calls in flight still leave two
@@ -44,9 +46,13 @@ MEMORY_BYTES = 256 * 1024 * 1024  # address space per worker
 MAX_RESULT = 200_000
 NICE = 10
 DEFAULT_TIMEOUT = 5.0
+CHECK_SECONDS = 2.0
+"""How long checking one value against a third party's JSON Schema may take."""
 
 PRELOAD = [
     "jinja2.sandbox",
+    "jsonschema",
+    "fim.schema_check",
     "fim.tools.isolate",
     "fim.tools.builtin.calculator",
     "fim.tools.builtin.json_transform",
@@ -209,3 +215,26 @@ async def run(
     except asyncio.CancelledError:
         future.cancel()  # pebble kills the worker running a cancelled task
         raise
+
+
+async def schema_problems(value: Any, schema: Mapping[str, Any], *, whose: str) -> list[str]:
+    """`fim.schema_check.problems(value, schema)` for a schema a third party wrote (an MCP
+    server's tool: its input or its output), checked in a worker killed past
+    `CHECK_SECONDS`. A few kilobytes of `$ref`'d `anyOf` keep a validator busy for hours;
+    on the event loop that would stop every run of the server. A flat schema a value
+    plainly satisfies needs no worker (most tools' arguments)."""
+    if plainly_valid(schema, value):
+        return []
+    if nested_deeper(value):
+        return [f"the value is nested more than {MAX_NESTING} levels deep; flatten it"]
+    verdict = await run(
+        problems_json,
+        value,
+        dict(schema),
+        timeout=CHECK_SECONDS,
+        hint="The schema is too costly to check.",
+    )
+    if isinstance(verdict, ToolResult):  # killed past the deadline, or out of memory
+        return [f"{whose} could not be checked: {verdict.content.removeprefix('Error: ')}"]
+    found: list[str] = json.loads(str(verdict))
+    return found

@@ -13,7 +13,14 @@ import types
 from collections.abc import Awaitable, Coroutine, Generator, Iterable, Iterator
 from typing import Any, TypeVar, cast
 
-from fim.schema_check import MAX_NESTING, nested_deeper, validator, validator_problems
+from fim.schema_check import (
+    MAX_NESTING,
+    nested_deeper,
+    plainly_valid,
+    validator,
+    validator_problems,
+)
+from fim.tools import isolate
 from fim.types import Tool, ToolResult, ToolSpec
 
 T = TypeVar("T")
@@ -91,7 +98,9 @@ class ToolRegistry:
 
     # ------------------------------------------------------------------ execution
 
-    def check(self, name: str, arguments: dict[str, Any], raw: str | None = None) -> str | None:
+    async def check(
+        self, name: str, arguments: dict[str, Any], raw: str | None = None
+    ) -> str | None:
         """Return a message for the model if the call is invalid, else None."""
         tool = self._tools.get(name)
         if tool is None:
@@ -105,7 +114,12 @@ class ToolRegistry:
                 f"Error: the arguments for '{name}' were not valid JSON ({raw[:200]!r}). "
                 "Send the arguments as one JSON object matching the tool's parameters."
             )
-        errors = self._schema_errors(tool, arguments)
+        if getattr(tool, "untrusted_schema", False):  # a third party's (an MCP server's)
+            errors = await isolate.schema_problems(
+                arguments, tool.parameters, whose=f"the parameter schema of '{name}'"
+            )
+        else:
+            errors = self._schema_errors(tool, arguments)
         if errors:
             props = tool.parameters.get("properties", {})
             required = tool.parameters.get("required", [])
@@ -131,7 +145,7 @@ class ToolRegistry:
         """Run a call. `checked`: the caller has just passed these very arguments through
         `check` (the engine does, before its hooks), so they are not validated twice."""
         if not checked:
-            problem = self.check(name, arguments, raw)
+            problem = await self.check(name, arguments, raw)
             if problem is not None:
                 return ToolResult(content=problem, is_error=True)
         tool = self._tools[name]
@@ -165,7 +179,7 @@ class ToolRegistry:
         return _capped(ToolResult(content=result))
 
     def _schema_errors(self, tool: Tool, arguments: dict[str, Any]) -> list[str]:
-        if _plainly_valid(tool.parameters, arguments):
+        if plainly_valid(tool.parameters, arguments):
             return []  # certain without jsonschema; anything else it decides and words
         if nested_deeper(arguments):
             return [
@@ -239,93 +253,6 @@ def _spec(tool: Tool) -> ToolSpec:
         _SPECS.clear()
     _SPECS[id(tool)] = (tool, tool.name, tool.description, tool.parameters, spec)
     return spec
-
-
-_PLAIN_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "boolean": (bool,),
-    "integer": (int,),
-    "number": (int, float),
-}
-_PLAIN_SCHEMA_KEYS = frozenset(
-    {"type", "properties", "required", "additionalProperties", "description", "title"}
-)
-_PLAIN_PROPERTY_KEYS = frozenset(
-    {"type", "description", "title", "default", "examples", "minLength", "maxLength", "enum"}
-)
-_Rule = tuple[tuple[type, ...], int, int | None, frozenset[str] | None]
-"""Allowed Python types, minLength, maxLength, string enum of one flat property."""
-_PLAIN: dict[int, tuple[dict[str, Any], dict[str, _Rule] | None]] = {}
-
-
-def _plain_rule(prop: Any) -> _Rule | None:
-    if not isinstance(prop, dict) or not set(prop) <= _PLAIN_PROPERTY_KEYS:
-        return None
-    kind = prop.get("type")
-    if not isinstance(kind, str) or kind not in _PLAIN_TYPES:
-        return None
-    low, high, enum = prop.get("minLength", 0), prop.get("maxLength"), prop.get("enum")
-    if kind != "string" and ({"minLength", "maxLength", "enum"} & set(prop)):
-        return None
-    if type(low) is not int or (high is not None and type(high) is not int):
-        return None
-    if enum is not None and not (isinstance(enum, list) and all(isinstance(v, str) for v in enum)):
-        return None
-    return _PLAIN_TYPES[kind], low, high, None if enum is None else frozenset(enum)
-
-
-def _plain_shape(schema: dict[str, Any]) -> dict[str, _Rule] | None:
-    """For the common flat schema (an object of string/number/integer/boolean properties,
-    string lengths and enums, `required`, `additionalProperties: false`) a rule per
-    property; None for anything else, which jsonschema alone decides."""
-    if (
-        schema.get("type") != "object"
-        or not set(schema) <= _PLAIN_SCHEMA_KEYS
-        or schema.get("additionalProperties", False) is not False
-        or not isinstance(schema.get("properties", {}), dict)
-    ):
-        return None
-    shape: dict[str, _Rule] = {}
-    for name, prop in schema.get("properties", {}).items():
-        rule = _plain_rule(prop)
-        if rule is None:
-            return None
-        shape[name] = rule
-    required = schema.get("required", [])
-    if not isinstance(required, list) or not all(r in shape for r in required):
-        return None
-    return shape
-
-
-def _plainly_valid(schema: dict[str, Any], arguments: dict[str, Any]) -> bool:
-    """True only when `arguments` certainly satisfies a flat schema (see `_plain_shape`):
-    the check runs on every tool call, and for these schemas a few isinstance tests give
-    jsonschema's answer. False means "not certain": jsonschema then decides and explains."""
-    cached = _PLAIN.get(id(schema))
-    if cached is None or cached[0] is not schema:
-        if len(_PLAIN) > 4096:
-            _PLAIN.clear()
-        cached = _PLAIN[id(schema)] = (schema, _plain_shape(schema))
-    shape = cached[1]
-    if shape is None or not isinstance(arguments, dict):
-        return False
-    for name in schema.get("required", ()):
-        if name not in arguments:
-            return False
-    for name, value in arguments.items():
-        rule = shape.get(name)
-        if rule is None or not isinstance(value, rule[0]):
-            return False
-        if isinstance(value, bool) and rule[0] is not _PLAIN_TYPES["boolean"]:
-            return False  # JSON Schema: true is not a number
-        if isinstance(value, float) and value != value:  # NaN: leave it to jsonschema
-            return False
-        if isinstance(value, str):
-            if len(value) < rule[1] or (rule[2] is not None and len(value) > rule[2]):
-                return False
-            if rule[3] is not None and value not in rule[3]:
-                return False
-    return True
 
 
 MAX_OBSERVATION_CHARS = 400_000

@@ -1,0 +1,74 @@
+"""An MCP server's schemas are a third party's: checking a tool's arguments or its result
+against them runs in a killable worker, so a server declaring a costly schema fails its
+own calls, never the event loop every run of the server shares (fim/mcp/checks.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from mcp_servers.costly import deep_value
+
+from fim.config.schema import StdioServer
+from fim.mcp.calls import call_tool
+from fim.mcp.legacy import legacy_tools
+from fim.mcp.manager import McpManager
+from fim.mcp.meta import McpMetaTool
+from fim.tools import isolate
+from fim.tools.registry import ToolRegistry
+
+COSTLY = Path(__file__).parent / "mcp_servers" / "costly.py"
+DEPTH = 13
+"""3**13 levels of a validator's work: ~30 s; the check gives up after `LIMIT`."""
+LIMIT = 0.5
+
+
+@pytest.fixture
+async def costly(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(isolate, "CHECK_SECONDS", LIMIT)
+    manager = McpManager(COSTLY.parent)
+    decl = StdioServer(command=sys.executable, args=[str(COSTLY), str(DEPTH)])
+    conn = manager.connection("costly", decl, COSTLY.parent)
+    await conn.start()
+    yield conn
+    await manager.aclose()
+
+
+async def test_a_result_against_a_costly_output_schema_fails_the_call_not_the_loop(costly, ticker):
+    before = ticker.ticks
+    result = await call_tool(costly, "lookup", {"query": "anything"})
+    assert result.is_error
+    assert result.content == (
+        "Error: MCP tool 'lookup' of server 'costly' answered, and its answer was not used: "
+        "its structured content does not match: the output schema of 'lookup' could not be "
+        "checked: stopped after 0.5s (the time limit). The schema is too costly to check."
+    )
+    assert ticker.ticks >= before + 20  # the loop went on throughout (0.5 s at 5 ms)
+
+
+async def test_costly_parameters_fail_the_call_in_legacy_and_progressive_mode(costly, ticker):
+    before = ticker.ticks
+    registry = ToolRegistry(legacy_tools([costly]))
+    legacy = await registry.call("costly__store", {"doc": deep_value(DEPTH)})
+    assert legacy.is_error and "the parameter schema of 'costly__store' could not" in legacy.content
+    meta = McpMetaTool({"costly": costly})
+    progressive = await meta.run(
+        subcommand="call", server="costly", tool="store", parameters={"doc": deep_value(DEPTH)}
+    )
+    assert progressive.is_error
+    assert "the parameter schema of 'store' on server 'costly' could not" in progressive.content
+    assert ticker.ticks >= before + 40
+    shallow = await registry.call("costly__store", {"doc": deep_value(2)})
+    assert not shallow.is_error and shallow.content == "stored"
+
+
+async def test_an_honest_servers_schemas_are_still_checked(costly):
+    assert (await call_tool(costly, "count", {"n": 2})).content.strip().startswith("{")
+    lied = await call_tool(costly, "count", {"n": -1})
+    assert lied.is_error and "answered, and its answer was not used: its structured" in lied.content
+    assert "'negative' is not of type 'integer'" in lied.content
+    registry = ToolRegistry(legacy_tools([costly]))
+    wrong = await registry.call("costly__count", {"n": "two"})
+    assert wrong.is_error and "invalid arguments for 'costly__count'" in wrong.content
+    assert "'two' is not of type 'integer'" in wrong.content
