@@ -181,6 +181,8 @@ class Requests(ToolList):
     def _lost_error(self, job: Job) -> Exception:
         if not job.sent:
             return NotSent()
+        if self.cut is not None:
+            return McpResultRejected(f"{self.cut}; the connection is opened again")
         tail = self.stderr_tail()
         return McpServerLost(
             "the server closed the connection during the call"

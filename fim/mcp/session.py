@@ -90,6 +90,7 @@ class Session(Requests):
         self.state = "starting"
         self.starts += 1
         self._lost = False
+        self.cut = None
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._loop = asyncio.get_running_loop()
         self._task = asyncio.create_task(self._own(ready), name=f"mcp:{self.name}")
@@ -129,6 +130,7 @@ class Session(Requests):
                         stderr=self._stderr,
                         on_message=self._on_message,
                         on_end=self._on_end,
+                        on_cut=self._on_cut,
                         sampling=sampling_callback(self.name, lambda: self.sampling_model),
                         elicitation=elicitation_callback(self),
                     )
@@ -185,6 +187,9 @@ class Session(Requests):
             future.add_done_callback(lambda f: f.cancelled() or f.exception())
             with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
                 self._jobs.send_nowait(Job("refresh", future))
+
+    def _on_cut(self, reason: str) -> None:
+        self.cut = reason
 
     def _on_end(self) -> None:
         """The transport's read side ended: stop accepting jobs so the owner unwinds."""

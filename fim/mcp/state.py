@@ -60,6 +60,9 @@ class ConnectionState:
         self._scope: Any = None
         self._stderr: Any = None
         self._lost = False
+        self.cut: str | None = None
+        """Why the HTTP client stopped reading an answer (`fim.mcp.capped`): the calls the
+        connection's end fails are told that, not that the server stopped."""
         self.has_resources = False
         self.has_prompts = False
         self.sampling_model: Callable[[], Any] | None = None

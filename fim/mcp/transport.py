@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
 import os
 import sys
@@ -169,6 +170,7 @@ async def open_client(
     stderr: StderrLog | None,
     on_message: MessageHandlerFnT,
     on_end: Callable[[], None],
+    on_cut: Callable[[str], None] | None = None,
     sampling: SamplingFnT | None = None,
     elicitation: ElicitationFnT | None = None,
 ) -> Any:
@@ -193,18 +195,24 @@ async def open_client(
         # deferred: loading mcp_types costs hundreds of ms
         from mcp.client.sse import sse_client
 
-        transport = sse_client(decl.url, headers=dict(decl.headers), timeout=decl.timeout)
+        transport = sse_client(
+            decl.url,
+            headers=dict(decl.headers),
+            timeout=decl.timeout,
+            httpx_client_factory=functools.partial(_client, on_cut=on_cut),
+        )
     else:
         # deferred: loading mcp_types costs hundreds of ms
-        from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+        from mcp.client.streamable_http import streamable_http_client
 
-        # deferred: loading fim.observe.http costs a few ms
-        from fim.observe.http import traced
+        # deferred: loaded with an HTTP server's client only
+        from fim.mcp import capped
 
-        http = traced(
-            await stack.enter_async_context(create_mcp_http_client(headers=dict(decl.headers)))
+        http = await stack.enter_async_context(_client(headers=dict(decl.headers), on_cut=on_cut))
+        # the SDK's own cap on an event (1 MiB) failed a 2 MB screenshot as a lost server
+        transport = streamable_http_client(
+            decl.url, http_client=http, max_sse_event_size=2 * capped.MAX_ANSWER_BYTES
         )
-        transport = streamable_http_client(decl.url, http_client=http)
     client = Client(
         _watched(transport, on_end),
         mode="legacy",
@@ -216,6 +224,29 @@ async def open_client(
         elicitation_callback=elicitation,
     )
     return await stack.enter_async_context(client)
+
+
+def _client(
+    headers: Any = None,
+    timeout: Any = None,
+    auth: Any = None,
+    *,
+    on_cut: Callable[[str], None] | None = None,
+) -> Any:
+    """The SDK's HTTP client for an MCP server (its timeouts), passing the run's trace
+    context on and reading at most `fim.mcp.capped.MAX_ANSWER_BYTES` of one answer
+    (`on_cut` is told why when it stops reading one)."""
+    # deferred: loading mcp_types costs hundreds of ms
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    # deferred: loaded with an HTTP server's client only
+    from fim.mcp.capped import capped
+
+    # deferred: loading fim.observe.http costs a few ms
+    from fim.observe.http import traced
+
+    client = create_mcp_http_client(headers=headers, timeout=timeout, auth=auth)
+    return traced(capped(client, on_cut=on_cut))
 
 
 def _roots(root: Path) -> Any:

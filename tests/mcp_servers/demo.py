@@ -189,10 +189,10 @@ def _numbered(i: int) -> Callable[[int], str]:
     return numbered
 
 
-def serve_http(server: MCPServer, port: int) -> None:
+def serve_http(server: MCPServer, port: int, json_response: bool = False) -> None:
     import uvicorn
 
-    app = server.streamable_http_app()
+    app = server.streamable_http_app(json_response=json_response)
     app.router.routes.extend(server.sse_app().routes)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
@@ -202,13 +202,14 @@ def main() -> None:
     parser.add_argument("--http", type=int, default=0, help="serve HTTP on this port")
     parser.add_argument("--many", type=int, default=0, help="add this many numbered tools")
     parser.add_argument("--tag", default="", help="ignored; lets a test find this process")
+    parser.add_argument("--json", action="store_true", help="answer in JSON, not SSE")
     parser.add_argument(
         "--linger", type=float, default=0, help="stay alive this long after stdin closes"
     )
     opts = parser.parse_args()
     server = build(opts.many)
     if opts.http:
-        serve_http(server, opts.http)
+        serve_http(server, opts.http, opts.json)
     else:
         try:
             server.run("stdio")

@@ -1,0 +1,81 @@
+"""An MCP server over HTTP sends at most `MAX_ANSWER_BYTES` in one answer: a JSON body in
+total, an event stream per event (fim/mcp/capped.py). Past it the call fails saying so,
+and the server stays usable; below it (a screenshot over SSE, past the SDK's own 1 MiB
+event cap) the answer arrives."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from mcp_servers.harness import http_demo
+
+from fim.config.schema import HttpServer
+from fim.mcp import capped
+from fim.mcp.calls import call_tool
+from fim.mcp.manager import McpManager
+
+ROOT = Path(__file__).parent
+LIMIT = 64 * 1024
+
+
+@pytest.fixture(params=["sse", "json"])
+async def server(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(capped, "MAX_ANSWER_BYTES", LIMIT)
+    manager = McpManager(ROOT)
+    with http_demo(json=request.param == "json") as url:
+        conn = manager.connection("web", HttpServer(url=f"{url}/mcp"), ROOT)
+        yield request.param, conn
+        await manager.aclose()
+
+
+async def test_an_answer_past_the_limit_fails_its_call_and_the_server_stays_usable(server):
+    mode, conn = server
+    fits = await call_tool(conn, "echo", {"text": "x" * (LIMIT // 4)})
+    assert not fits.is_error and fits.content == "x" * (LIMIT // 4)
+    cut = await call_tool(conn, "echo", {"text": "x" * (LIMIT * 2)})
+    assert cut.is_error
+    assert "the server's answer is larger than 64 KiB, the most fim reads" in cut.content
+    if mode == "sse":  # the SDK reads an event stream until the cut ends the connection
+        assert "answered, and its answer was not used" in cut.content
+    after = await call_tool(conn, "add", {"a": 20, "b": 22})
+    assert not after.is_error and after.content == "42"
+
+
+async def test_an_answer_past_the_sdks_event_cap_arrives_whole(monkeypatch):
+    """The SDK cuts an SSE event at 1 MiB and reports it as a server that went away: a 2 MB
+    screenshot failed. fim's own cap (16 MiB) is the one that applies."""
+    manager = McpManager(ROOT)
+    with http_demo() as url:
+        conn = manager.connection("web", HttpServer(url=f"{url}/mcp"), ROOT)
+        text = "y" * 2_000_000
+        result = await call_tool(conn, "echo", {"text": text})
+        await manager.aclose()
+    assert not result.is_error and len(result.content) == len(text)
+
+
+async def _chunks(*parts: bytes) -> AsyncIterator[bytes]:
+    for part in parts:
+        yield part
+
+
+async def _read(stream: capped._Capped) -> int:
+    return sum([len(chunk) async for chunk in stream])
+
+
+async def test_an_event_stream_is_capped_per_event_however_it_is_chunked():
+    event = b"data: " + b"z" * 90 + b"\n\n"  # 98 bytes
+    many = _chunks(*[event] * 50)  # 4,900 bytes in all, each event under the limit
+    assert await _read(capped._Capped(many, 100, True, 0, None)) == 4900
+    split = _chunks(b"data: " + b"z" * 90 + b"\n", b"\ndata: " + b"z" * 90 + b"\r", b"\n\r\n")
+    assert await _read(capped._Capped(split, 100, True, 0, None)) == 198
+    reasons: list[str] = []
+    one_big = _chunks(b"data: " + b"z" * 60, b"z" * 60 + b"\n\n")  # 128 bytes in one event
+    with pytest.raises(capped.AnswerTooLarge):
+        await _read(capped._Capped(one_big, 100, True, 0, reasons.append))
+    assert len(reasons) == 1 and reasons[0].startswith("the server's answer is larger than")
+    with pytest.raises(capped.AnswerTooLarge):  # a body is counted whole, newlines or not
+        await _read(capped._Capped(_chunks(event, event), 100, False, 0, None))
+    with pytest.raises(capped.AnswerTooLarge):  # declared too large: not one byte is read
+        await _read(capped._Capped(_chunks(), 100, False, 101, None))
