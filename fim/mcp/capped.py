@@ -1,25 +1,37 @@
-"""How much one answer of an MCP server over HTTP may hold.
+"""How much one answer of an MCP server may hold.
 
-The SDK reads a JSON answer whole (`response.aread()`) and parses it on the event loop,
-and its legacy SSE transport keeps an event whole too. A server answering 200 MB of JSON
-took fim 2 GB of memory and held the loop 1.2 s to parse it (a gigabyte would take the
-process down). So each answer is cut off past `MAX_ANSWER_BYTES`: a JSON body in total,
-an event stream per event (the stream itself stays open for hours). fim passes on at most
-400,000 characters of text and 10 MB of media of one result anyway. Imported with an HTTP
-server's client only.
+Over HTTP the SDK reads a JSON answer whole (`response.aread()`) and parses it on the
+event loop, and its legacy SSE transport keeps an event whole too: a server answering
+200 MB of JSON took fim 2 GB of memory and held the loop 1.2 s to parse it (a gigabyte
+would take the process down). Over stdio it joins each chunk of a line to the part before
+it, so a 20 MB line cost 7.7 s of the loop's CPU, growing with the square of its length.
+So each answer is cut off past `MAX_ANSWER_BYTES`: a JSON body in total, an event stream
+per event (the stream itself stays open for hours), a stdio server's output per line,
+handed to the SDK a whole line at a time. fim passes on at most 400,000 characters of
+text and 10 MB of media of one result anyway. Imported with a server's client only.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 from collections.abc import AsyncIterator, Callable
+from contextvars import ContextVar
 from typing import Any
 
+import anyio
 import httpx2
 
 MAX_ANSWER_BYTES = 16 * 2**20
 _ENDS = re.compile(rb"\n\r?\n")
 """Where an event of an event stream ends: a blank line."""
+
+
+def _too_large(limit: int) -> str:
+    most = f"{limit // 2**20} MiB" if limit >= 2**20 else f"{limit // 2**10} KiB"
+    return f"the server's answer is larger than {most}, the most fim reads"
 
 
 class AnswerTooLarge(httpx2.StreamError):
@@ -67,9 +79,7 @@ class _Capped(httpx2.AsyncByteStream):
         self._declared, self._on_cut = declared, on_cut
 
     def _cut(self) -> AnswerTooLarge:
-        size = self._limit
-        most = f"{size // 2**20} MiB" if size >= 2**20 else f"{size // 2**10} KiB"
-        reason = f"the server's answer is larger than {most}, the most fim reads"
+        reason = _too_large(self._limit)
         if self._on_cut is not None:
             self._on_cut(reason)
         return AnswerTooLarge(reason)
@@ -98,3 +108,91 @@ class _Capped(httpx2.AsyncByteStream):
 
     async def aclose(self) -> None:
         await self._stream.aclose()
+
+
+class LineTooLong(ConnectionError):
+    """A stdio server wrote a line longer than `MAX_ANSWER_BYTES`: the SDK ends the
+    session on a `ConnectionError` of its server's output, and the call is told why."""
+
+
+class _Lines(anyio.abc.ByteReceiveStream):
+    """A stdio server's output handed on a whole line at a time (one `receive`: one or
+    more complete lines), each at most `limit` bytes; past it the server is stopped
+    (`stop`), `LineTooLong` raised, and the rest passes through raw for the SDK to drain
+    and drop. The connection starts the server again for its next call."""
+
+    def __init__(
+        self,
+        inner: Any,
+        limit: int,
+        on_cut: Callable[[str], None] | None,
+        stop: Callable[[], None],
+    ) -> None:
+        self._inner, self._limit, self._on_cut, self._stop = inner, limit, on_cut, stop
+        self._held: list[bytes] = []
+        self._size = 0
+        self._cut = False
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        if self._cut:
+            return bytes(await self._inner.receive(max_bytes))
+        while True:
+            try:
+                chunk = await self._inner.receive(max_bytes)
+            except anyio.EndOfStream:
+                if not self._held:
+                    raise
+                rest, self._held, self._size = b"".join(self._held), [], 0
+                return rest
+            end = chunk.rfind(b"\n")
+            first = chunk.find(b"\n")
+            if (first if first >= 0 else len(chunk)) + self._size > self._limit:
+                self._cut = True
+                reason = _too_large(self._limit)
+                if self._on_cut is not None:
+                    self._on_cut(reason)
+                self._stop()  # the SDK drains the output until the server's pipe closes
+                raise LineTooLong(reason)
+            if end < 0:
+                self._held.append(chunk)
+                self._size += len(chunk)
+                continue
+            lines = b"".join([*self._held, chunk[: end + 1]])
+            rest = chunk[end + 1 :]
+            self._held, self._size = ([rest], len(rest)) if rest else ([], 0)
+            return lines
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+stdio_cut: ContextVar[Callable[[str], None] | None] = ContextVar("fim_stdio_cut", default=None)
+"""Who `_lines_of` tells when it cuts a line: the connection that is opening its server."""
+
+
+def cap_stdio() -> None:
+    """Read every stdio server's output through `_Lines` (`MAX_ANSWER_BYTES` a line): the
+    SDK's process factory, wrapped once. Where the SDK or anyio changed the seams this
+    uses, their reading stays as it was (tests/test_mcp_capped.py fails)."""
+    # deferred: loading the SDK's stdio client costs hundreds of ms
+    from mcp.client import stdio
+
+    made = getattr(stdio, "_create_platform_compatible_process", None)
+    if made is None or getattr(made, "capped", False):
+        return
+
+    async def spawned(*args: Any, **kwargs: Any) -> Any:
+        process = await made(*args, **kwargs)
+        inner = getattr(process, "_stdout", None)
+        if inner is not None:
+            group = process.pid  # the SDK starts each server in a session of its own
+
+            def stop() -> None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(group, signal.SIGKILL)
+
+            process._stdout = _Lines(inner, MAX_ANSWER_BYTES, stdio_cut.get(), stop)
+        return process
+
+    spawned.capped = True  # type: ignore[attr-defined]
+    stdio._create_platform_compatible_process = spawned

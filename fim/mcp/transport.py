@@ -187,9 +187,14 @@ async def open_client(
         # deferred: loading mcp_types costs hundreds of ms
         from mcp.client.stdio import stdio_client
 
+        # deferred: loaded with a server's client only
+        from fim.mcp.capped import cap_stdio, stdio_cut
+
         if not (root / (decl.cwd or ".")).is_dir():
             raise FileNotFoundError(f"working directory '{decl.cwd}' does not exist")
         assert stderr is not None
+        cap_stdio()
+        stdio_cut.set(on_cut)  # this task's: the session's owner, which opens the server
         transport: Any = stdio_client(stdio_params(decl, root), errlog=stderr.file)  # type: ignore[arg-type]
     elif isinstance(decl, HttpServer) and decl.transport == "sse":
         # deferred: loading mcp_types costs hundreds of ms
