@@ -139,6 +139,32 @@ async def test_tools_list_changed_refreshes_the_cached_tool_list(stdio):
     assert (await call_tool(stdio, "shiny", {"text": "hi"})).content == "shiny: hi"
 
 
+async def test_change_notices_without_end_refresh_the_tool_list_one_at_a_time(stdio, monkeypatch):
+    """A server may say its tool list changed any number of times: a refresh waiting to run
+    reads every notice before it, and one runs at a time (200 notices were 200 concurrent
+    `tools/list` requests)."""
+    fetch, going, most = stdio._fetch_tools, [0], [0]
+
+    async def counted(client):
+        going[0] += 1
+        most[0] = max(most[0], going[0])
+        try:
+            await fetch(client)
+        finally:
+            going[0] -= 1
+
+    monkeypatch.setattr(stdio, "_fetch_tools", counted)
+    before = stdio.tools_version
+    assert (await call_tool(stdio, "churn", {"times": 200})).content == "said so 200 times"
+    assert await stdio.wait_tools_changed(before, timeout=10)
+    seen, quiet = stdio.tools_version, 0
+    while quiet < 20:  # settled: no refresh for 20 looks in a row
+        await asyncio.sleep(0.02)
+        quiet, seen = (quiet + 1, seen) if stdio.tools_version == seen else (0, stdio.tools_version)
+    assert most == [1]
+    assert 1 <= stdio.tools_version - before < 200
+
+
 # --------------------------------------------------------------------------- HTTP / SSE
 
 

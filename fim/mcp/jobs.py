@@ -133,7 +133,9 @@ class Requests(ToolList):
                 self._inflight.add(job)
                 result: Any = None
                 if job.kind == "refresh":
-                    await self._fetch_tools(client)
+                    async with self.refreshing:
+                        self.refresh_queued = False  # a notice from now on: one more
+                        await self._fetch_tools(client)
                 elif job.kind == "request":
                     assert job.request is not None
                     result = await job.request(client)

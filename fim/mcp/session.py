@@ -182,7 +182,12 @@ class Session(Requests):
         # deferred: loading mcp_types costs hundreds of ms
         import mcp_types
 
-        if isinstance(message, mcp_types.ToolListChangedNotification) and self._jobs is not None:
+        if (
+            isinstance(message, mcp_types.ToolListChangedNotification)
+            and self._jobs is not None
+            and not self.refresh_queued  # one queued refresh reads every change before it
+        ):
+            self.refresh_queued = True
             future = asyncio.get_running_loop().create_future()
             future.add_done_callback(lambda f: f.cancelled() or f.exception())
             with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):

@@ -60,6 +60,10 @@ class ConnectionState:
         self._scope: Any = None
         self._stderr: Any = None
         self._lost = False
+        self.refresh_queued = False
+        """A tool-list refresh waits to run: another change notice adds nothing to it."""
+        self.refreshing = asyncio.Lock()
+        """One refresh at a time (a server may send change notices without end)."""
         self.cut: str | None = None
         """Why the HTTP client stopped reading an answer (`fim.mcp.capped`): the calls the
         connection's end fails are told that, not that the server stopped."""

@@ -110,6 +110,12 @@ def build(many: int = 0) -> MCPServer:
         await ctx.session.send_tool_list_changed()
         return f"added {name}"
 
+    @server.tool(description="Say `times` times that the tool list changed (it did not)")
+    async def churn(times: int, ctx: Context) -> str:
+        for _ in range(times):
+            await ctx.session.send_tool_list_changed()
+        return f"said so {times} times"
+
     @server.tool(description="Report progress `steps` times, `delay` seconds apart")
     async def progress(steps: int, delay: float, ctx: Context) -> str:
         for i in range(steps):
