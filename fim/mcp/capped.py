@@ -14,6 +14,7 @@ text and 10 MB of media of one result anyway. Imported with a server's client on
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import signal
@@ -196,3 +197,20 @@ def cap_stdio() -> None:
 
     spawned.capped = True  # type: ignore[attr-defined]
     stdio._create_platform_compatible_process = spawned
+
+
+class _Reported(logging.Filter):
+    """The SDK logs a cut answer with its traceback (on a user's terminal, for `fim run`);
+    the call's observation already says why, so those records are dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        seen = record.exc_info[1] if record.exc_info else None
+        while seen is not None:
+            if isinstance(seen, AnswerTooLarge | LineTooLong):
+                return False
+            seen = seen.__cause__ or seen.__context__
+        return True
+
+
+for _name in ("mcp.client.stdio", "mcp.client.streamable_http", "mcp.client.sse"):
+    logging.getLogger(_name).addFilter(_Reported())

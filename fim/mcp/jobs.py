@@ -150,6 +150,10 @@ class Requests(ToolList):
                 self._settle(job, McpCallTimeout(f"no answer within {job.timeout:g}s"))
             elif exc.code == mcp_types.CONNECTION_CLOSED:
                 self._settle(job, self._lost_error(job))
+            elif exc.code == mcp_types.PARSE_ERROR and self.cut is not None:
+                # the SDK's word for a JSON answer fim stopped reading (fim.mcp.capped)
+                self._settle(job, McpResultRejected(self.cut))
+                self.cut = None
             else:
                 self._settle(job, McpRequestError(exc.error.message or str(exc)))
         except (NotSent, McpResultRejected) as exc:
