@@ -26,19 +26,15 @@ async def server(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(capped, "MAX_ANSWER_BYTES", LIMIT)
     manager = McpManager(ROOT)
     if request.param == "stdio":
-        conn = manager.connection("local", StdioServer(**stdio_decl()), ROOT)
-        yield request.param, conn
+        yield manager.connection("local", StdioServer(**stdio_decl()), ROOT)
     else:
         with http_demo(json=request.param == "json") as url:
-            conn = manager.connection("web", HttpServer(url=f"{url}/mcp"), ROOT)
-            yield request.param, conn
+            yield manager.connection("web", HttpServer(url=f"{url}/mcp"), ROOT)
     await manager.aclose()
 
 
-async def test_an_answer_past_the_limit_fails_its_call_and_the_server_stays_usable(
-    server, caplog
-):
-    mode, conn = server
+async def test_an_answer_past_the_limit_fails_its_call_and_the_server_stays_usable(server, caplog):
+    conn = server
     fits = await call_tool(conn, "echo", {"text": "x" * (LIMIT // 4)})
     assert not fits.is_error and fits.content == "x" * (LIMIT // 4)
     cut = await call_tool(conn, "echo", {"text": "x" * (LIMIT * 2)})
