@@ -72,3 +72,10 @@ async def test_an_honest_servers_schemas_are_still_checked(costly):
     wrong = await registry.call("costly__count", {"n": "two"})
     assert wrong.is_error and "invalid arguments for 'costly__count'" in wrong.content
     assert "'two' is not of type 'integer'" in wrong.content
+
+
+async def test_a_tool_whose_schema_would_bloat_every_prompt_is_not_offered(costly, caplog):
+    names = [tool.name for tool in costly.tools]
+    assert "bloated" not in names and {"lookup", "store", "count"} <= set(names)
+    logged = [r.getMessage() for r in caplog.get_records("setup")]  # the server's start
+    assert any("tool 'bloated' is not offered: its input schema has" in m for m in logged)

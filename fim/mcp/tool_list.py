@@ -8,6 +8,7 @@ or live, when they count as changed) changes for other reasons than how the sess
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any
 
@@ -18,6 +19,8 @@ from fim.mcp.state import ConnectionState
 log = logging.getLogger(__name__)
 
 MAX_TOOL_PAGES = 50
+MAX_SCHEMA_CHARS = 65_536
+"""The longest input schema (as JSON) a server's tool may have to be offered."""
 
 
 class ToolList(ConnectionState):
@@ -90,6 +93,19 @@ class ToolList(ConnectionState):
                         "which fim does not support; not offered",
                         self.name,
                         tool.name,
+                    )
+                    continue
+                size = len(json.dumps(tool.input_schema or {}, default=str))
+                if size > MAX_SCHEMA_CHARS:
+                    # sent with every model call in legacy mode, shown by `discover`: a
+                    # server's bloated schema would be paid for on every turn
+                    log.warning(
+                        "MCP server '%s': tool '%s' is not offered: its input schema has "
+                        "%d characters (at most %d)",
+                        self.name,
+                        tool.name,
+                        size,
+                        MAX_SCHEMA_CHARS,
                     )
                     continue
                 tools.append(tool_info(tool))

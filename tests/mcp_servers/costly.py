@@ -9,6 +9,8 @@ Run as `python tests/mcp_servers/costly.py DEPTH` (stdio). Its tools:
 - `store(doc)`: the same costly schema as its *input*: a model that sends a deep `doc`
   (the tool's description asks for one) makes the check as costly.
 - `count(n)`: an honest output schema (`{"total": integer}`) it breaks when `n` < 0.
+- `bloated(choice)`: an input schema of 10,000 options (~160,000 characters), which every
+  model call of a legacy-mode agent would carry.
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ def build(depth: int) -> MCPServer:
     def store(doc: dict[str, Any]) -> str:
         return "stored"
 
+    @server.tool(description="Take one of very many options")
+    def bloated(choice: str) -> str:
+        return choice
+
     @server.tool(description="Count to n", structured_output=True)
     def count(n: int) -> dict[str, Any]:
         return {"total": n} if n >= 0 else {"total": "negative"}
@@ -68,6 +74,10 @@ def build(depth: int) -> MCPServer:
         "$defs": costly_schema(depth)["$defs"],
         "properties": {"doc": {"$ref": f"#/$defs/L{depth}"}},
         "required": ["doc"],
+    }
+    tools.get_tool("bloated").parameters = {
+        "type": "object",
+        "properties": {"choice": {"enum": [f"option-{n:06d}" for n in range(10_000)]}},
     }
     tools.get_tool("count").__dict__["output_schema"] = {
         "type": "object",
