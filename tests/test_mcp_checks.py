@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from mcp_servers.costly import deep_value
+from test_workflow_nodes import project, run
 
 from fim.config.schema import StdioServer
 from fim.mcp.calls import call_tool
@@ -79,3 +80,28 @@ async def test_a_tool_whose_schema_would_bloat_every_prompt_is_not_offered(costl
     assert "bloated" not in names and {"lookup", "store", "count"} <= set(names)
     logged = [r.getMessage() for r in caplog.get_records("setup")]  # the server's start
     assert any("tool 'bloated' is not offered: its input schema has" in m for m in logged)
+
+
+async def test_a_workflows_mcp_node_fails_on_a_costly_answer_not_the_loop(
+    tmp_path, ticker, monkeypatch
+):
+    monkeypatch.setattr(isolate, "CHECK_SECONDS", LIMIT)
+    server = f"{{command: {sys.executable}, args: [{COSTLY}, '{DEPTH}']}}"
+    servers = f"mcp_servers:\n  costly: {server}\n"
+    root = project(
+        tmp_path,
+        {
+            "workflows/look.yaml": (
+                "nodes:\n"
+                "  look: {type: mcp, server: costly, tool: lookup, args: {query: x},"
+                " on_error: continue}\n"
+                "outputs: {error: '{{ nodes.look.output.error }}'}\n"
+            ),
+        },
+        fim_yaml=servers,
+    )
+    before = ticker.ticks
+    events = await run(root, "look")
+    assert events[-1].status == "ok", events
+    assert "the output schema of 'lookup' could not be checked" in events[-1].outputs["error"]
+    assert ticker.ticks >= before + 20
