@@ -4,6 +4,7 @@ own calls, never the event loop every run of the server shares (fim/mcp/checks.p
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 
@@ -105,3 +106,26 @@ async def test_a_workflows_mcp_node_fails_on_a_costly_answer_not_the_loop(
     assert events[-1].status == "ok", events
     assert "the output schema of 'lookup' could not be checked" in events[-1].outputs["error"]
     assert ticker.ticks >= before + 20
+
+
+async def test_one_server_holds_at_most_two_workers_for_its_checks(costly, monkeypatch):
+    """Six costly calls at once wait for each other two at a time: the other six workers
+    stay free for everyone else's templates, expressions and calculators."""
+    run, going, most = isolate.run, [0], [0]
+
+    async def counted(*args, **kwargs):
+        going[0] += 1
+        most[0] = max(most[0], going[0])
+        try:
+            return await run(*args, **kwargs)
+        finally:
+            going[0] -= 1
+
+    monkeypatch.setattr(isolate, "run", counted)
+    registry = ToolRegistry(legacy_tools([costly]))
+    results = await asyncio.gather(
+        *[registry.call("costly__store", {"doc": deep_value(DEPTH)}) for _ in range(6)]
+    )
+    assert all(r.is_error and "could not be checked" in r.content for r in results)
+    assert most == [isolate.PARTY_SLOTS] == [2]
+    assert (await registry.call("costly__count", {"n": 3})).content.strip().startswith("{")

@@ -19,9 +19,9 @@ from fim.mcp.info import ToolInfo
 from fim.tools import isolate
 
 
-def check_results(session: Any, tools: Callable[[], list[ToolInfo]]) -> None:
+def check_results(session: Any, tools: Callable[[], list[ToolInfo]], server: str) -> None:
     """Make `session` (the SDK's `ClientSession`) check structured results in a worker,
-    against the output schemas of `tools()`, the server's live tool list."""
+    against the output schemas of `tools()`, the live tool list of `server`."""
 
     async def validate_tool_result(name: str, result: Any) -> None:
         info = next((t for t in tools() if t.name == name), None)
@@ -34,7 +34,7 @@ def check_results(session: Any, tools: Callable[[], list[ToolInfo]]) -> None:
                 "the tool has an output schema but its answer has no structured content"
             )
         found = await isolate.schema_problems(
-            content, schema, whose=f"the output schema of '{name}'"
+            content, schema, whose=f"the output schema of '{name}'", party=server
         )
         if found:
             raise McpResultRejected(f"its structured content does not match: {found[0]}")

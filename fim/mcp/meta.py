@@ -246,5 +246,6 @@ async def _check_arguments(
         arguments,
         input_parameters(info.input_schema),
         whose=f"the parameter schema of '{info.name}' on server '{conn.name}'",
+        party=conn.name,
     )
     return "; ".join(found) or None

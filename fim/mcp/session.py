@@ -134,7 +134,7 @@ class Session(Requests):
                         sampling=sampling_callback(self.name, lambda: self.sampling_model),
                         elicitation=elicitation_callback(self),
                     )
-                    check_results(client.session, lambda: self.tools)
+                    check_results(client.session, lambda: self.tools, self.name)
                     info = client.server_info
                     self.server_name = getattr(info, "title", None) or getattr(info, "name", None)
                     self.server_version = getattr(info, "version", None)

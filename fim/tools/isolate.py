@@ -32,6 +32,7 @@ import os
 import resource
 import signal
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -217,24 +218,45 @@ async def run(
         raise
 
 
-async def schema_problems(value: Any, schema: Mapping[str, Any], *, whose: str) -> list[str]:
+async def schema_problems(
+    value: Any, schema: Mapping[str, Any], *, whose: str, party: str
+) -> list[str]:
     """`fim.schema_check.problems(value, schema)` for a schema a third party wrote (an MCP
     server's tool: its input or its output), checked in a worker killed past
     `CHECK_SECONDS`. A few kilobytes of `$ref`'d `anyOf` keep a validator busy for hours;
     on the event loop that would stop every run of the server. A flat schema a value
-    plainly satisfies needs no worker (most tools' arguments)."""
+    plainly satisfies needs no worker (most tools' arguments). One `party` (a server)
+    has at most `PARTY_SLOTS` of the workers at a time: a hostile server's calls wait for
+    each other, not everyone's calculator."""
     if plainly_valid(schema, value):
         return []
     if nested_deeper(value):
         return [f"the value is nested more than {MAX_NESTING} levels deep; flatten it"]
-    verdict = await run(
-        problems_json,
-        value,
-        dict(schema),
-        timeout=CHECK_SECONDS,
-        hint="The schema is too costly to check.",
-    )
+    async with _slots(party):
+        verdict = await run(
+            problems_json,
+            value,
+            dict(schema),
+            timeout=CHECK_SECONDS,
+            hint="The schema is too costly to check.",
+        )
     if isinstance(verdict, ToolResult):  # killed past the deadline, or out of memory
         return [f"{whose} could not be checked: {verdict.content.removeprefix('Error: ')}"]
     found: list[str] = json.loads(str(verdict))
+    return found
+
+
+PARTY_SLOTS = 2
+_PARTIES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _slots(party: str) -> asyncio.Semaphore:
+    """The workers one third party may hold at once (per event loop: a semaphore belongs
+    to the loop it was first used on)."""
+    parties = _PARTIES.setdefault(asyncio.get_running_loop(), {})
+    found = parties.get(party)
+    if found is None:
+        found = parties[party] = asyncio.Semaphore(PARTY_SLOTS)
     return found

@@ -116,7 +116,10 @@ class ToolRegistry:
             )
         if getattr(tool, "untrusted_schema", False):  # a third party's (an MCP server's)
             errors = await isolate.schema_problems(
-                arguments, tool.parameters, whose=f"the parameter schema of '{name}'"
+                arguments,
+                tool.parameters,
+                whose=f"the parameter schema of '{name}'",
+                party=str(tool.metadata.get("server", name)),
             )
         else:
             errors = self._schema_errors(tool, arguments)
