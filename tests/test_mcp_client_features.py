@@ -139,3 +139,32 @@ async def test_sampling_is_served_by_the_connections_model(demo: ServerConnectio
     ]
     refused = await call_tool(demo, "ask_model", {"question": "again?"})
     assert refused.is_error and "no model is configured for sampling" in refused.content
+
+
+async def test_a_server_is_served_at_most_twenty_samplings_a_minute():
+    """Sampling spends the operator's tokens on the server's behalf: a server asking in a
+    loop is refused past 20 a minute, and is served again once the minute slides."""
+    import mcp_types
+
+    from fim.llm.scripted import ScriptedModel, text
+    from fim.mcp.sampling import SAMPLING_PER_MINUTE, sampling_callback
+
+    now = [0.0]
+    model = ScriptedModel([text("ok")] * (SAMPLING_PER_MINUTE + 1), name="fast")
+    sample = sampling_callback("chatty", lambda: lambda: model, clock=lambda: now[0])
+    params = mcp_types.CreateMessageRequestParams(
+        messages=[
+            mcp_types.SamplingMessage(
+                role="user", content=mcp_types.TextContent(type="text", text="again")
+            )
+        ],
+        max_tokens=10,
+    )
+    answers = [await sample(None, params) for _ in range(SAMPLING_PER_MINUTE + 1)]
+    assert all(isinstance(a, mcp_types.CreateMessageResult) for a in answers[:-1])
+    refused = answers[-1]
+    assert isinstance(refused, mcp_types.ErrorData)
+    assert refused.message == "more than 20 sampling requests in a minute; ask again in 60s"
+    now[0] = 60.0
+    assert isinstance(await sample(None, params), mcp_types.CreateMessageResult)
+    assert len(model.requests) == SAMPLING_PER_MINUTE + 1

@@ -8,12 +8,16 @@ and any model failure becomes an MCP error rather than an exception in the sessi
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fim.mcp.content import render_content
 from fim.types import Message, Model
+from fim.windows import admit
 
 if TYPE_CHECKING:
     from mcp.client.session import SamplingFnT
@@ -23,14 +27,24 @@ log = logging.getLogger(__name__)
 MAX_SAMPLING_TOKENS = 2048
 MAX_SAMPLING_MESSAGES = 50
 MAX_SAMPLING_CHARS = 100_000
+SAMPLING_PER_MINUTE = 20
+SAMPLING_AT_ONCE = 2
 
 ModelSource = Callable[[], Model]
 """Builds the model that serves sampling (e.g. the project's `fast` model)."""
 
 
-def sampling_callback(server: str, source: Callable[[], ModelSource | None]) -> SamplingFnT:
+def sampling_callback(
+    server: str,
+    source: Callable[[], ModelSource | None],
+    clock: Callable[[], float] = time.monotonic,
+) -> SamplingFnT:
     """The SDK `sampling_callback` for one connection; `source()` is read per request so a
-    reload's new model settings apply to servers that keep running."""
+    reload's new model settings apply to servers that keep running. The server pays with
+    the operator's tokens: at most `SAMPLING_PER_MINUTE` requests a minute are served, and
+    `SAMPLING_AT_ONCE` at a time (a server asking in a loop was served without end)."""
+    served: deque[float] = deque()
+    going: list[asyncio.Semaphore] = []
 
     async def on_sample(context: Any, params: Any) -> Any:
         # deferred: loading mcp_types costs hundreds of ms
@@ -40,33 +54,52 @@ def sampling_callback(server: str, source: Callable[[], ModelSource | None]) -> 
             log.warning("MCP server '%s': sampling refused: %s", server, message)
             return mcp_types.ErrorData(code=mcp_types.INVALID_REQUEST, message=message)
 
-        make = source()
-        if make is None:
-            return refuse("no model is configured for sampling")
-        if getattr(params, "tools", None):
-            return refuse("fim does not offer tools to sampling requests")
-        messages = to_messages(params)
-        if isinstance(messages, str):
-            return refuse(messages)
-        options: dict[str, Any] = {"max_tokens": min(params.max_tokens, MAX_SAMPLING_TOKENS)}
-        if params.temperature is not None:
-            options["temperature"] = params.temperature
-        if params.stop_sequences:
-            options["stop"] = list(params.stop_sequences)[:4]
-        try:
-            model = make()
-            response = await model.complete(messages, **options)
-        except Exception as exc:  # the server gets an error, the session stays up
-            return refuse(f"the model failed: {type(exc).__name__}")
-        log.info("MCP server '%s': sampling served by %s", server, model.name)
-        return mcp_types.CreateMessageResult(
-            role="assistant",
-            content=mcp_types.TextContent(type="text", text=response.message.content or ""),
-            model=response.model or model.name,
-            stop_reason="endTurn",
-        )
+        wait = admit(served, SAMPLING_PER_MINUTE, 60.0, clock())
+        if wait is not None:
+            return refuse(
+                f"more than {SAMPLING_PER_MINUTE} sampling requests in a minute; "
+                f"ask again in {wait:.0f}s"
+            )
+        if not going:
+            going.append(asyncio.Semaphore(SAMPLING_AT_ONCE))
+        async with going[0]:
+            return await _sample(params, source, refuse, server)
 
     return on_sample
+
+
+async def _sample(
+    params: Any, source: Callable[[], ModelSource | None], refuse: Any, server: str
+) -> Any:
+    """One sampling request served by the connection's model (or refused)."""
+    # deferred: loading mcp_types costs hundreds of ms
+    import mcp_types
+
+    make = source()
+    if make is None:
+        return refuse("no model is configured for sampling")
+    if getattr(params, "tools", None):
+        return refuse("fim does not offer tools to sampling requests")
+    messages = to_messages(params)
+    if isinstance(messages, str):
+        return refuse(messages)
+    options: dict[str, Any] = {"max_tokens": min(params.max_tokens, MAX_SAMPLING_TOKENS)}
+    if params.temperature is not None:
+        options["temperature"] = params.temperature
+    if params.stop_sequences:
+        options["stop"] = list(params.stop_sequences)[:4]
+    try:
+        model = make()
+        response = await model.complete(messages, **options)
+    except Exception as exc:  # the server gets an error, the session stays up
+        return refuse(f"the model failed: {type(exc).__name__}")
+    log.info("MCP server '%s': sampling served by %s", server, model.name)
+    return mcp_types.CreateMessageResult(
+        role="assistant",
+        content=mcp_types.TextContent(type="text", text=response.message.content or ""),
+        model=response.model or model.name,
+        stop_reason="endTurn",
+    )
 
 
 def to_messages(params: Any) -> list[Message] | str:
