@@ -1,7 +1,8 @@
 """One sliding-window rule for every "at most N in T seconds" fim enforces.
 
-The `rate_limit` hook (tool calls per agent and tool) and `server.key_limits` (runs a key
-starts per minute, `fim.server.limits`) count the same way: the times of the events still
+The `rate_limit` hook (tool calls per agent and tool), `server.key_limits` (runs a key
+starts per minute, `fim.server.limits`) and MCP sampling (requests a server makes per
+minute, `fim.mcp.sampling`) count the same way: the times of the events still
 inside the window, oldest first, on a monotonic clock the caller passes in (tests slide
 it without waiting).
 """
