@@ -193,6 +193,29 @@ async def test_hostile_forms_and_url_requests_are_declined(
     assert await get_store(services).list_approvals(None) == []
 
 
+async def test_a_servers_second_question_while_one_waits_is_declined(
+    demo: ServerConnection, services: Services
+):
+    """Each question is a pending approval in someone's queue: a server asking many at once
+    has one asked and the others declined at once, saying why."""
+
+    async def answer(notice: Notice) -> None:
+        out = await asyncio.to_thread(
+            cli, "approvals", "deny", notice.data["approval_id"], "--cancel",
+            "--state", services.state_url,
+        )  # fmt: skip
+        assert out.exit_code == 0
+
+    result, events = await call_with_events(demo, caller(services), "ask_twice", {}, answer)
+    assert result.content == "cancel / decline"
+    declined = [e for e in events if e.data.get("elicitation") == "declined"]
+    assert len(declined) == 1 and "its previous question still waits" in declined[0].message
+    assert len(await get_store(services).list_approvals(None)) == 1
+    assert (await call_with_events(demo, caller(services), "ask_name", {}, answer))[0].content == (
+        "no name: cancel"
+    )  # the next question is asked
+
+
 async def test_a_question_with_no_run_to_ask_is_declined(demo: ServerConnection):
     # a call made outside any run (no caller): nobody to route the question to
     result = await call_tool(demo, "ask_name", {})

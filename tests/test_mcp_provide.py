@@ -116,10 +116,10 @@ async def progressive(project: Snapshot, services: Services):
 async def test_progressive_mode_gives_one_pinned_meta_tool_and_short_stubs(progressive):
     assert [t.name for t in progressive.tools] == ["mcp"]
     assert progressive.pinned == ["mcp"]
-    assert progressive.hidden == 19 + 119, "tools of the ready servers count for selection"
+    assert progressive.hidden == 20 + 120, "tools of the ready servers count for selection"
     lines = progressive.prompt.splitlines()
     assert (
-        "- demo: Demo server (19 tools: echo, add, fail, slow, crash, ...; "
+        "- demo: Demo server (20 tools: echo, add, fail, slow, crash, ...; "
         "also resources and prompts)" in lines
     )
     broken = next(line for line in lines if line.startswith("- broken:"))
@@ -130,7 +130,7 @@ async def test_progressive_mode_gives_one_pinned_meta_tool_and_short_stubs(progr
 @shared_loop
 async def test_a_server_with_a_hundred_tools_keeps_a_short_stub(progressive):
     big = next(line for line in progressive.prompt.splitlines() if line.startswith("- big:"))
-    assert big.startswith("- big: A server with a hundred tools (119 tools: echo, add,")
+    assert big.startswith("- big: A server with a hundred tools (120 tools: echo, add,")
     assert len(big) < 160
     assert len(progressive.prompt) < 800
 
@@ -347,7 +347,7 @@ def test_fim_mcp_list_shows_status_and_tool_counts(small_project):
     result = CliRunner().invoke(cli(), ["mcp", "list", "--project", str(small_project)])
     assert result.exit_code == 1, result.output
     big, broken = result.output.splitlines()
-    assert big.split()[:5] == ["big", "streamable_http", "ready", "119", "tools"]
+    assert big.split()[:5] == ["big", "streamable_http", "ready", "120", "tools"]
     assert broken.split()[:3] == ["broken", "stdio", "failed"]
     assert "DOCS_TOKEN is not set" in broken
 
@@ -364,7 +364,7 @@ def test_fim_mcp_tools_lists_one_servers_tools(small_project):
 @shared_loop
 async def test_validate_live_reports_servers_that_fail_to_start(small_project):
     results = await check_live(compile_project(small_project))
-    assert results[0] == ("big", True, "119 tools")
+    assert results[0] == ("big", True, "120 tools")
     name, ok, detail = results[1]
     assert (name, ok) == ("broken", False)
     assert "exited before completing the MCP handshake" in detail

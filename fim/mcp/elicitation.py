@@ -245,12 +245,22 @@ async def _answer(conn: Requests, params: Any) -> Any:
             server=conn.name,
         )
         return _result("decline")
+    if conn.asking:  # each question is a pending approval: no server floods the queue
+        caller.notice(
+            f"MCP server '{conn.name}' asked: {shown!r}; declined because its previous "
+            "question still waits for an answer",
+            elicitation="declined",
+            server=conn.name,
+        )
+        return _result("decline")
+    conn.asking = True
     for job in jobs:
         if job.deadline is not None:
             job.deadline.pause()
     try:
         return await _ask(conn, caller, jobs, message, schema)
     finally:
+        conn.asking = False
         for job in jobs:
             if job.deadline is not None:
                 job.deadline.resume()

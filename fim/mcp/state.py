@@ -64,6 +64,9 @@ class ConnectionState:
         """A tool-list refresh waits to run: another change notice adds nothing to it."""
         self.refreshing = asyncio.Lock()
         """One refresh at a time (a server may send change notices without end)."""
+        self.asking = False
+        """A question of the server's waits for its user's answer (`fim.mcp.elicitation`:
+        one at a time)."""
         self.cut: str | None = None
         """Why the HTTP client stopped reading an answer (`fim.mcp.capped`): the calls the
         connection's end fails are told that, not that the server stopped."""

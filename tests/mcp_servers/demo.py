@@ -134,6 +134,13 @@ def build(many: int = 0) -> MCPServer:
             return f"hello {answer.data.name} ({answer.data.age})"
         return f"no name: {answer.action}"
 
+    @server.tool(description="Ask the user two questions at once")
+    async def ask_twice(ctx: Context) -> str:
+        first, second = await asyncio.gather(
+            ctx.elicit("First?", Person), ctx.elicit("Second?", Person)
+        )
+        return " / ".join(sorted([first.action, second.action]))
+
     @server.tool(description="Ask with a hostile form: a nested object schema")
     async def ask_nested(ctx: Context) -> str:
         result = await ctx.session.elicit_form(
