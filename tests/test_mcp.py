@@ -175,6 +175,18 @@ async def test_streamable_http_server_with_headers(http):
     assert (await call_tool(http, "header", {"name": "X-Team"})).content == "support"
 
 
+async def test_a_server_listing_too_many_tools_offers_the_first_ones(
+    fresh, http_url, monkeypatch, caplog
+):
+    from fim.mcp import tool_list
+
+    monkeypatch.setattr(tool_list, "MAX_TOOLS", 50)
+    conn = fresh.connection("crowded", HttpServer(url=f"{http_url}/mcp"), ROOT)
+    await conn.start()
+    assert len(conn.tools) == 50 and conn.tools[0].name == "echo"
+    assert "lists more than 50 tools: only the first 50 are offered" in caplog.text
+
+
 async def test_http_timeout_comes_from_the_declaration(manager, http_url):
     conn = manager.connection("web_slow", HttpServer(url=f"{http_url}/mcp", timeout=0.3), ROOT)
     result = await call_tool(conn, "slow", {"seconds": 30})

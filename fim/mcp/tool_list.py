@@ -19,6 +19,8 @@ from fim.mcp.state import ConnectionState
 log = logging.getLogger(__name__)
 
 MAX_TOOL_PAGES = 50
+MAX_TOOLS = 2000
+"""Tools of one server fim keeps at most (the first ones listed; a warning says so)."""
 MAX_SCHEMA_CHARS = 65_536
 """The longest input schema (as JSON) a server's tool may have to be offered."""
 
@@ -110,6 +112,15 @@ class ToolList(ConnectionState):
                     continue
                 tools.append(tool_info(tool))
             cursor = listing.next_cursor
+            if len(tools) >= MAX_TOOLS:
+                log.warning(
+                    "MCP server '%s' lists more than %d tools: only the first %d are offered",
+                    self.name,
+                    MAX_TOOLS,
+                    MAX_TOOLS,
+                )
+                del tools[MAX_TOOLS:]
+                break
             if not cursor:
                 break
         self.tools = tools
