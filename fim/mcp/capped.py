@@ -168,7 +168,7 @@ class _Lines(anyio.abc.ByteReceiveStream):
 
 
 stdio_cut: ContextVar[Callable[[str], None] | None] = ContextVar("fim_stdio_cut", default=None)
-"""Who `_lines_of` tells when it cuts a line: the connection that is opening its server."""
+"""Who `_Lines` tells when it cuts a line: the connection that is opening its server."""
 
 
 def cap_stdio() -> None:
@@ -189,8 +189,11 @@ def cap_stdio() -> None:
             group = process.pid  # the SDK starts each server in a session of its own
 
             def stop() -> None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
+                try:
                     os.killpg(group, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):  # not a group of its own
+                    with contextlib.suppress(ProcessLookupError):
+                        process.kill()
 
             process._stdout = _Lines(inner, MAX_ANSWER_BYTES, stdio_cut.get(), stop)
         return process
