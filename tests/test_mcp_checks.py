@@ -5,6 +5,7 @@ own calls, never the event loop every run of the server shares (fim/mcp/checks.p
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 
@@ -129,3 +130,26 @@ async def test_one_server_holds_at_most_two_workers_for_its_checks(costly, monke
     assert all(r.is_error and "could not be checked" in r.content for r in results)
     assert most == [isolate.PARTY_SLOTS] == [2]
     assert (await registry.call("costly__count", {"n": 3})).content.strip().startswith("{")
+
+
+async def test_a_chatty_servers_stderr_is_kept_short(monkeypatch):
+    """A stdio server writes to a file fim keeps for the crash messages: trimmed to its last
+    64 KiB past 1 MiB while the server runs, so no server fills the disk."""
+    from fim.mcp import transport
+
+    monkeypatch.setattr(transport, "STDERR_TRIM_SECONDS", 0.02)
+    manager = McpManager(COSTLY.parent)
+    decl = StdioServer(command=sys.executable, args=[str(COSTLY), "2"])
+    conn = manager.connection("chatty", decl, COSTLY.parent)
+    try:
+        assert (await call_tool(conn, "noisy", {"kilobytes": 3000})).content == "written"
+        size = lambda: os.fstat(conn._stderr.file.fileno()).st_size  # noqa: E731
+        for _ in range(500):  # the trimmer's next turns (20 ms apart)
+            if size() <= transport.STDERR_KEEP:
+                break
+            await asyncio.sleep(0.01)
+        assert size() <= transport.STDERR_KEEP
+        kept = os.pread(conn._stderr.file.fileno(), transport.STDERR_KEEP, 0)
+        assert b"000002999 ....." in kept  # the newest line is kept
+    finally:
+        await manager.aclose()

@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 
 from fim.config.schema import StdioServer
+from fim.mcp import transport
 from fim.mcp.checks import check_results
 from fim.mcp.elicitation import elicitation_callback
 from fim.mcp.errors import McpUnavailable, describe_exception
@@ -147,6 +148,8 @@ class Session(Requests):
                     serving = True
                     ready.set_result(None)
                     async with anyio.create_task_group() as tg, receive:
+                        if self._stderr is not None:
+                            tg.start_soon(self._trim_stderr, self._stderr)
                         try:
                             async for job in receive:
                                 tg.start_soon(self._run_job, client, job)
@@ -167,6 +170,13 @@ class Session(Requests):
                     why = f"the connection failed: {describe_exception(failure)}"
                 tail = self.stderr_tail()
                 self._failed("crashed", self.mask(why) + (f" (stderr: {tail})" if tail else ""))
+
+    @staticmethod
+    async def _trim_stderr(log: StderrLog) -> None:
+        """While the server runs, keep its captured stderr short (ends with the session)."""
+        while True:
+            await anyio.sleep(transport.STDERR_TRIM_SECONDS)
+            log.trim()
 
     def _session_over(self) -> None:
         """No more jobs: new calls must start a new session (right away, not only once

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import functools
 import importlib
 import os
@@ -36,18 +37,25 @@ PASSED_ENV = ("LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "VIRTUAL_ENV", "PYENV_ROOT
 interpreters find their locale and environment without leaking the rest of ours."""
 
 STDERR_TAIL = 600
+STDERR_MAX = 1024 * 1024
+STDERR_KEEP = 64 * 1024
+STDERR_TRIM_SECONDS = 5.0
+"""How often a running stdio server's captured stderr is trimmed (`StderrLog.trim`)."""
 
 
 class StderrLog:
     """A stdio server's stderr, captured in an unlinked temp file.
 
     A real file (not a pipe) because the child writes to it directly: a pipe nobody reads
-    would fill up and block a chatty server. Opened in append mode, since the child shares
-    the file offset with us.
+    would fill up and block a chatty server. Its descriptor is set to `O_APPEND` (the
+    mode "a" of a temporary file only seeks to the end once), since the child shares it:
+    every write of either goes to the end, also after `trim`.
     """
 
     def __init__(self) -> None:
         self.file: IO[bytes] = tempfile.TemporaryFile(mode="a+b")  # noqa: SIM115 - closed by close()
+        fd = self.file.fileno()
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
 
     def tail(self, limit: int = STDERR_TAIL) -> str:
         """The last non-blank lines of stderr, squeezed onto one line for messages."""
@@ -58,6 +66,18 @@ class StderrLog:
         lines = [" ".join(line.split()) for line in raw.splitlines()]
         text = " | ".join(line for line in lines if line)
         return text if len(text) <= limit else "..." + text[-limit:]
+
+    def trim(self) -> None:
+        """Keep the file short: past `STDERR_MAX` bytes only the last `STDERR_KEEP` stay
+        (the child writes for as long as it runs; a chatty or hostile server would fill the
+        disk). The child appends (`O_APPEND`), so it goes on at the new end."""
+        fd = self.file.fileno()
+        size = os.fstat(fd).st_size
+        if size <= STDERR_MAX:
+            return
+        tail = os.pread(fd, STDERR_KEEP, size - STDERR_KEEP)
+        os.ftruncate(fd, 0)
+        os.write(fd, tail)
 
     def close(self) -> None:
         self.file.close()

@@ -9,6 +9,7 @@ Run as `python tests/mcp_servers/costly.py DEPTH` (stdio). Its tools:
 - `store(doc)`: the same costly schema as its *input*: a model that sends a deep `doc`
   (the tool's description asks for one) makes the check as costly.
 - `count(n)`: an honest output schema (`{"total": integer}`) it breaks when `n` < 0.
+- `noisy(kilobytes)`: writes that much to stderr, numbered lines of 1,024 bytes.
 - `bloated(choice)`: an input schema of 10,000 options (~160,000 characters), which every
   model call of a legacy-mode agent would carry.
 """
@@ -60,6 +61,13 @@ def build(depth: int) -> MCPServer:
     @server.tool(description="Take one of very many options")
     def bloated(choice: str) -> str:
         return choice
+
+    @server.tool(description="Write n kilobytes to stderr")
+    def noisy(kilobytes: int) -> str:
+        for n in range(kilobytes):
+            sys.stderr.write(f"{n:09d} " + "." * 1013 + "\n")
+        sys.stderr.flush()
+        return "written"
 
     @server.tool(description="Count to n", structured_output=True)
     def count(n: int) -> dict[str, Any]:
