@@ -32,11 +32,11 @@ import os
 import resource
 import signal
 import threading
-import weakref
 from collections.abc import Callable, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+from fim.locks import slots
 from fim.schema_check import MAX_NESTING, nested_deeper, plainly_valid, problems_json
 from fim.types import ToolResult
 
@@ -49,6 +49,8 @@ NICE = 10
 DEFAULT_TIMEOUT = 5.0
 CHECK_SECONDS = 2.0
 """How long checking one value against a third party's JSON Schema may take."""
+PARTY_SLOTS = 2
+"""Workers one third party's checks may hold at once (`schema_problems`)."""
 
 PRELOAD = [
     "jinja2.sandbox",
@@ -232,7 +234,7 @@ async def schema_problems(
         return []
     if nested_deeper(value):
         return [f"the value is nested more than {MAX_NESTING} levels deep; flatten it"]
-    async with _slots(party):
+    async with slots(("isolate", party), PARTY_SLOTS):
         verdict = await run(
             problems_json,
             value,
@@ -243,20 +245,4 @@ async def schema_problems(
     if isinstance(verdict, ToolResult):  # killed past the deadline, or out of memory
         return [f"{whose} could not be checked: {verdict.content.removeprefix('Error: ')}"]
     found: list[str] = json.loads(str(verdict))
-    return found
-
-
-PARTY_SLOTS = 2
-_PARTIES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _slots(party: str) -> asyncio.Semaphore:
-    """The workers one third party may hold at once (per event loop: a semaphore belongs
-    to the loop it was first used on)."""
-    parties = _PARTIES.setdefault(asyncio.get_running_loop(), {})
-    found = parties.get(party)
-    if found is None:
-        found = parties[party] = asyncio.Semaphore(PARTY_SLOTS)
     return found

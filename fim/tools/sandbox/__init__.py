@@ -60,11 +60,11 @@ import asyncio
 import os
 import shutil
 import sys
-import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fim.locks import slots
 from fim.tools.sandbox.command import NOBODY, check_env
 from fim.tools.sandbox.limits import Limits
 from fim.tools.sandbox.output import Outcome, observation
@@ -131,7 +131,7 @@ async def run(
     check_env(declared)
     as_root = os.geteuid() == 0 and await _privileged()
     await asyncio.to_thread(_prepare, scratch, as_root)
-    async with _slot():
+    async with slots("sandbox", MAX_CONCURRENT):
         if network is None:
             return await execute(
                 argv, scratch, stdin, declared, limits, as_root, None, read_only, bwrap=bwrap
@@ -157,20 +157,6 @@ MAX_CONCURRENT = max(2, min(8, os.cpu_count() or 2))
 """Sandboxed commands one process runs at once; more wait for a slot. Each tree may use
 `memory_mb` and `max_processes`: without a cap, one model turn of many parallel `shell`
 calls multiplied that by the number of calls (the memory watchdog sees one tree)."""
-
-_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _slot() -> asyncio.Semaphore:
-    """The running loop's semaphore (an asyncio primitive belongs to one loop)."""
-    loop = asyncio.get_running_loop()
-    slots = _SLOTS.get(loop)
-    if slots is None:
-        slots = _SLOTS[loop] = asyncio.Semaphore(MAX_CONCURRENT)
-    return slots
-
 
 _PRIVILEGED: bool | None = None
 
