@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
 from fim.config.schema import McpServer
+from fim.mcp.naming import input_parameters
+from fim.types import JSONSchema
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,12 @@ class ToolInfo:
     connector action's `access`."""
     output_schema: dict[str, Any] | None = None
     """What the tool's structured results must match (`fim.mcp.checks`)."""
+
+    @cached_property
+    def parameters(self) -> JSONSchema:
+        """`input_schema` as a fim parameters schema, made once per listed tool: a call's
+        check (and its caches, by schema object) sees the same object every time."""
+        return input_parameters(self.input_schema)
 
 
 def tool_info(tool: Any) -> ToolInfo:

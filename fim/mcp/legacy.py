@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from fim.mcp.calls import call_tool
 from fim.mcp.connection import ServerConnection
 from fim.mcp.info import ToolInfo
-from fim.mcp.naming import input_parameters, tool_name
+from fim.mcp.naming import tool_name
 from fim.mcp.resources import get_prompt, list_prompts, list_resources, read_resource
 from fim.types import JSONSchema, ToolResult
 
@@ -119,7 +119,7 @@ def adapt(conn: ServerConnection, info: ToolInfo) -> McpTool:
     return McpTool(
         name=tool_name(conn.name, info.name),
         description=description[:MAX_DESCRIPTION],
-        parameters=input_parameters(info.input_schema),
+        parameters=info.parameters,
         connection=conn,
         remote=info.name,
         metadata=_tool_metadata(conn, info),

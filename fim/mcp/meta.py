@@ -16,7 +16,7 @@ from fim.mcp.calls import call_tool
 from fim.mcp.connection import ServerConnection
 from fim.mcp.errors import McpUnavailable
 from fim.mcp.info import ToolInfo
-from fim.mcp.naming import input_parameters, tool_name
+from fim.mcp.naming import tool_name
 from fim.mcp.resources import get_prompt, list_prompts, list_resources, read_resource
 from fim.tools import isolate
 from fim.types import CallView, JSONSchema, ToolResult
@@ -244,7 +244,7 @@ async def _check_arguments(
     """The server's schema is a third party's: checked in a killable worker."""
     found = await isolate.schema_problems(
         arguments,
-        input_parameters(info.input_schema),
+        info.parameters,
         whose=f"the parameter schema of '{info.name}' on server '{conn.name}'",
         party=conn.name,
     )
