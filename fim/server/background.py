@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.responses import Response
 
 from fim.errors import RunError
+from fim.locks import slots
 from fim.run.queued import execute_agent_run, mark_queued, request_data
 from fim.server.http import JSONResponse, error
 from fim.server.limits import held
@@ -53,7 +54,6 @@ log = logging.getLogger("fim.server")
 
 _RUNS: dict[str, asyncio.Task[Any]] = {}
 """Run id -> the task of a background run going on in this process (a cancel stops it)."""
-_LIMITS: dict[tuple[str, str, int], asyncio.Semaphore] = {}
 
 
 class Queue:
@@ -158,9 +158,7 @@ async def _limited(kind: str, name: str, limit: int | None, coro: Any) -> Any:
     """In process (SQLite), the `concurrency` limit of an agent or workflow."""
     if not limit:
         return await coro
-    key = (kind, name, limit)
-    semaphore = _LIMITS.setdefault(key, asyncio.Semaphore(limit))
-    async with semaphore:
+    async with slots(("background", kind, name, limit), limit):
         return await coro
 
 
