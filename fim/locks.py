@@ -7,17 +7,29 @@ to clean up; the file names the holder's pid for the refusal message.
 `slots`: the running event loop's semaphore for a key. An asyncio primitive belongs to the
 loop it is first used on, and one process runs several loops (tests, `fim serve --workers`
 threads, a CLI run after another), so each loop gets its own.
+
+`share`: a tenant's share of a pool the whole process draws on (the worker processes of
+`fim.tools.isolate`, the sandboxes): one API key holds at most half of it at once, so the
+other keys always find the rest free of it, however many calls its runs make.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import os
 import weakref
-from collections.abc import Callable, Hashable
+from collections.abc import AsyncIterator, Callable, Hashable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import IO
+
+current_owner: ContextVar[str] = ContextVar("fim_run_owner", default="")
+"""The key hash (`fim.store.owners`) of the run going on in this context, "" for none (no
+keys, the CLI, an eval): the runs it starts (delegates) and its tool calls belong to it too,
+its key's budget (`server.key_budget`) counts it and its key's `share` bounds it. Set by
+`fim.run.agent` for a run and by the workflow scheduler for a node."""
 
 
 def hold(path: Path, refuse: Callable[[str], Exception]) -> IO[str]:
@@ -53,4 +65,17 @@ def slots(key: Hashable, size: int) -> asyncio.Semaphore:
     return found
 
 
-__all__ = ["hold", "slots"]
+@contextlib.asynccontextmanager
+async def share(pool: str, size: int) -> AsyncIterator[None]:
+    """Wait, if need be, until the current key (`current_owner`) holds fewer than half of
+    `pool`'s `size` places (at least one), and hold one for the block. Work no key started
+    is not counted: without keys every run is the same tenant's."""
+    owner = current_owner.get()
+    if not owner:
+        yield
+        return
+    async with slots((pool, "share", owner), max(1, size // 2)):
+        yield
+
+
+__all__ = ["current_owner", "hold", "share", "slots"]

@@ -279,3 +279,45 @@ def test_only_arithmetic_bounded_by_construction_skips_the_worker(
     from fim.tools.builtin.calculator import bounded
 
     assert bounded(expression) is inline
+
+
+async def test_one_keys_calls_hold_at_most_half_the_workers(monkeypatch: pytest.MonkeyPatch):
+    """A tenant whose runs fill every worker with calls that never end (a prompt-injected
+    turn of 32 parallel calls does) holds four of the eight: another key's call still finds
+    a free worker at once and answers while they run. Cancelling the stuck calls kills
+    their workers."""
+    from fim.locks import current_owner
+
+    scheduled, going, most = isolate._scheduled, [0], [0]
+
+    async def counted(*args: Any) -> Any:
+        going[0] += 1
+        most[0] = max(most[0], going[0])
+        try:
+            return await scheduled(*args)
+        finally:
+            going[0] -= 1
+
+    monkeypatch.setattr(isolate, "_scheduled", counted)
+
+    async def as_key(owner: str, work: Awaitable[Any]) -> Any:
+        current_owner.set(owner)
+        return await work
+
+    stuck = [
+        asyncio.create_task(as_key("tenant-a", isolate.run(time.sleep, 600, timeout=600)))
+        for _ in range(isolate.WORKERS)
+    ]
+    try:
+        for _ in range(200):
+            if going[0] == isolate.WORKERS // 2:
+                break
+            await asyncio.sleep(0.01)
+        answer = await asyncio.wait_for(as_key("tenant-b", isolate.run(os.getpid)), 60)
+        assert isinstance(answer, int) and answer != os.getpid()
+        assert most == [isolate.WORKERS // 2 + 1]  # a's four, then b's one beside them
+        assert not any(task.done() for task in stuck)
+    finally:
+        for task in stuck:
+            task.cancel()
+        await asyncio.gather(*stuck, return_exceptions=True)

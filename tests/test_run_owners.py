@@ -16,13 +16,15 @@ from test_background_runs import project, served
 
 from fim.build.snapshot import Snapshot
 from fim.capabilities import CAPABILITIES
-from fim.config.schema import AgentDecl, Project, WorkflowDecl
+from fim.config.schema import AgentDecl, Project, ServerSettings, WorkflowDecl
+from fim.locks import current_owner
 from fim.run.agent import ask
 from fim.run.services import Services
 from fim.store import get_store
 from fim.store.owners import claim, may_read, owner_of
 from fim.store.schema import table
 from fim.testing.cluster import until
+from fim.tools.base import FunctionTool
 from fim.workflows.engine import WorkflowEngine
 
 A = {"Authorization": "Bearer key-a"}
@@ -165,13 +167,26 @@ async def test_the_runs_a_run_delegates_to_belong_to_its_key(tmp_path: Path):
     (tmp_path / "solo.yaml").write_text("- text: hello\n")
     snapshot = Snapshot(
         root=tmp_path,
-        project=Project(name="team", state=f"sqlite:///{tmp_path / 'state.db'}"),
+        project=Project(
+            name="team",
+            state=f"sqlite:///{tmp_path / 'state.db'}",
+            server=ServerSettings(api_keys=["key-a", "key-b"]),
+        ),
         agents={
             "lead": AgentDecl(name="lead", model="scripted:lead.yaml", delegates=["solo"]),
             "solo": AgentDecl(name="solo", model="scripted:solo.yaml"),
         },
-        workflows={"w": WorkflowDecl.model_validate({"name": "w", "nodes": {"greet": GREET}})},
+        workflows={
+            "w": WorkflowDecl.model_validate(
+                {"name": "w", "nodes": {"greet": GREET, "whose": {"type": "tool", "tool": "whose"}}}
+            )
+        },
     )
+
+    async def whose() -> str:
+        return current_owner.get() or "nobody"
+
+    reporter = FunctionTool("whose", "whose work this is", {"type": "object"}, whose)
     services = Services(providers=CAPABILITIES, root=tmp_path, state_url=snapshot.project.state)
     try:
         final = await ask(snapshot, "lead", "go", services=services, run_id="top", owner="h-a")
@@ -185,10 +200,14 @@ async def test_the_runs_a_run_delegates_to_belong_to_its_key(tmp_path: Path):
         # without an owner nothing is recorded (fim run, fim eval)
         await ask(snapshot, "lead", "go", services=services, run_id="cli")
         assert await owner_of(get_store(services), "cli") is None
-        # a workflow's agent node runs for the key that started the workflow run
-        engine = WorkflowEngine(snapshot, "w", services)
+        # a workflow's nodes work for the key that started the workflow run: its agent
+        # node's run is that key's, and so is a tool node's call (its share of the pools)
+        engine = WorkflowEngine(snapshot, "w", services, tools=[reporter])
         await claim(get_store(services), engine.run_id, "h-b")
-        assert [e.type async for e in engine.run({})][-1] == "workflow_finished"
+        events = [e async for e in engine.run({})]
+        assert events[-1].type == "workflow_finished"
+        outputs = {e.node: e.output for e in events if e.type == "node_finished"}
+        assert outputs["whose"] == "h-b"
         rows = await get_store(services)._read(
             lambda conn: list(conn.execute(owners.select()).mappings())
         )

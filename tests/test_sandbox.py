@@ -364,6 +364,43 @@ async def test_cancelling_the_call_kills_the_tree(tools: ToolRegistry) -> None:
     assert running(marker) == []
 
 
+@needs_bwrap
+async def test_one_key_holds_at_most_half_the_sandboxes(tools: ToolRegistry) -> None:
+    """A tenant's runs asking for more sandboxes than the process runs at once get half of
+    them; another key's command runs beside them at once instead of waiting behind all of
+    the first key's (each waiting call of the first key starts as one of its own ends)."""
+    from fim.locks import current_owner
+
+    async def as_key(owner: str, command: str) -> ToolResult:
+        current_owner.set(owner)
+        return await shell(tools, command, timeout=60)
+
+    markers = [f"fim-share-{os.getpid()}-{i}-" for i in range(sandbox.MAX_CONCURRENT)]
+    calls = [
+        asyncio.create_task(as_key("tenant-a", f"bash -c 'exec -a {m}x sleep 300' & wait"))
+        for m in markers
+    ]
+    half = sandbox.MAX_CONCURRENT // 2
+    try:
+        for _ in range(3000):  # until the first key's half runs (bounded 30 s)
+            if sum(bool(running(m)) for m in markers) == half:
+                break
+            await asyncio.sleep(0.01)
+        answer = await asyncio.wait_for(as_key("tenant-b", "echo from-b"), 30)
+        assert "from-b" in answer.content
+        assert sum(bool(running(m)) for m in markers) == half
+        assert not any(call.done() for call in calls)
+    finally:
+        for call in calls:
+            call.cancel()
+        await asyncio.gather(*calls, return_exceptions=True)
+    for _ in range(3000):  # killed on cancel, reaped asynchronously (bounded 30 s)
+        if not any(running(m) for m in markers):
+            break
+        await asyncio.sleep(0.01)
+    assert not any(running(m) for m in markers)
+
+
 # --------------------------------------------------------------------------- the shell tool
 
 

@@ -14,11 +14,11 @@ from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl
 from fim.errors import RunError
 from fim.events import Event, RunFinished
+from fim.locks import current_owner
 from fim.observe import watch_run
 from fim.run.auto import resolve_agent
 from fim.run.plan import build_engine, build_plan
 from fim.run.services import RunContext, Services
-from fim.run.sessions import current_owner
 from fim.run.spend import Ledger
 from fim.types import Message, Model
 

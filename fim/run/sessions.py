@@ -1,5 +1,5 @@
-"""Who a run is for: the key (tenant) of the run going on (`current_owner`), and where its
-sessions are kept, each key naming its own.
+"""Where a key's (a tenant's) sessions are kept, each key naming its own (the key of the run
+going on is `fim.locks.current_owner`).
 
 A session used to be stored under the name the client sent, owned by the first key that
 used it: a key could take a name first and every other key was told it did not exist (a
@@ -12,13 +12,7 @@ stored as it is.
 from __future__ import annotations
 
 import hashlib
-from contextvars import ContextVar
 from typing import overload
-
-current_owner: ContextVar[str] = ContextVar("fim_run_owner", default="")
-"""The key hash (`fim.store.owners`) of the run going on in this context, "" for none: the
-runs it starts (delegates) belong to it too, and its key's budget (`server.key_budget`)
-counts it."""
 
 SCOPED = "s:"
 """The prefix of a keyed caller's session key (`session_key`)."""

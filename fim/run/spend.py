@@ -20,7 +20,8 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
-from fim.run.sessions import current_owner, session_label
+from fim.locks import current_owner
+from fim.run.sessions import session_label
 from fim.types import ModelResponse, Usage
 
 if TYPE_CHECKING:

@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from fim.locks import slots
+from fim.locks import share, slots
 from fim.schema_check import MAX_NESTING, nested_deeper, plainly_valid, problems_json
 from fim.types import ToolResult
 
@@ -190,8 +190,20 @@ async def run(
 ) -> str | ToolResult:
     """Run `fn(*args, **kwargs)` in a worker; a module-level function returning the tool's
     observation. Past `timeout` seconds the worker is killed and an error observation comes
-    back; cancelling the awaiting task kills the worker too."""
+    back; cancelling the awaiting task kills the worker too. One API key's calls hold at
+    most half the workers (`fim.locks.share`): its hostile calls wait for each other, not
+    the other keys' calculators."""
+    async with share("isolate", WORKERS):
+        return await _scheduled(fn, args, kwargs, timeout, hint)
 
+
+async def _scheduled(
+    fn: Callable[..., str | ToolResult],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    timeout: float,
+    hint: str,
+) -> str | ToolResult:
     # deferred: loading pebble costs a few ms
     from pebble import ProcessExpired
 

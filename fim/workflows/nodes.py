@@ -249,16 +249,12 @@ async def ask_agent(ctx: NodeContext, agent: str, task: str, output_schema: Any)
     # deferred: loading fim.engines.dag costs hundreds of ms
     from fim.run.agent import ask
     from fim.run.overrides import RunOverrides, output_contract
-    from fim.store import get_store
-    from fim.store.owners import owner_of
 
     if agent not in ctx.snapshot.agents:
         raise NodeError(
             f"unknown agent '{agent}' (agents: {', '.join(sorted(ctx.snapshot.agents))})"
         )
     decl = ctx.snapshot.agents[agent]
-    # the key that started the workflow run owns its agent runs (and their approvals)
-    owner = await owner_of(get_store(ctx.services), ctx.run_id) or ""
     try:
         contract = output_contract(ctx.snapshot, output_schema)
         finished = await ask(
@@ -271,8 +267,7 @@ async def ask_agent(ctx: NodeContext, agent: str, task: str, output_schema: Any)
             depth=ctx.depth + 1,
             parents=(*ctx.parents, ctx.workflow),
             overrides=RunOverrides(output=contract) if contract is not None else None,
-            owner=owner,
-        )
+        )  # owned by the key that started the workflow run (`current_owner`, the scheduler)
     except RunError as exc:
         raise NodeError(f"agent '{agent}': {exc}") from None
     if finished.status != "ok":

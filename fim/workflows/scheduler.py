@@ -30,6 +30,7 @@ from fim.events import (
     Notice,
     WorkflowFinished,
 )
+from fim.locks import current_owner
 from fim.observe import current_node
 from fim.retries import Backoff, retry_async
 from fim.run.services import Services
@@ -126,6 +127,7 @@ class Scheduler:
         queue: asyncio.Queue[Event | _Done] = asyncio.Queue()
         semaphore = asyncio.Semaphore(decl.max_concurrency)
         tasks: dict[str, asyncio.Task[None]] = {}
+        owner = await self._owner()
 
         def settle(node_id: str) -> None:
             ns = state.nodes[node_id]
@@ -170,7 +172,7 @@ class Scheduler:
                         emit=queue.put_nowait,
                     )
                     tasks[node_id] = asyncio.create_task(
-                        self._run_node(node_id, ctx, queue, semaphore)
+                        self._run_node(node_id, ctx, queue, semaphore, owner)
                     )
                 if not tasks:
                     break
@@ -198,6 +200,19 @@ class Scheduler:
                 await persister.flush()
         async for event in self.finish():
             yield event
+
+    async def _owner(self) -> str:
+        """The key that started this run (`fim.store.owners`, claimed before its first
+        event), "" when the project has no keys: its nodes' work is that key's (the agent
+        runs it starts, its budget, its share of the worker pools)."""
+        server = self.snapshot.project.server
+        if not (server.api_keys or server.operator_keys):
+            return ""
+        # deferred: loading fim.store costs a few ms
+        from fim.store import get_store
+        from fim.store.owners import owner_of
+
+        return await owner_of(get_store(self.services), self.state.run_id) or ""
 
     async def _cancel(self, tasks: dict[str, asyncio.Task[None]]) -> None:
         state = self.state
@@ -252,6 +267,7 @@ class Scheduler:
         ctx: NodeContext,
         queue: asyncio.Queue[Event | _Done],
         semaphore: asyncio.Semaphore,
+        owner: str,
     ) -> None:
         state, persister = self.state, self.persister
         node = self.decl.nodes[node_id]
@@ -260,6 +276,7 @@ class Scheduler:
             ns.status, ns.started_at, ns.attempts = "running", time.time(), 0
             queue.put_nowait(NodeStarted(run_id=state.run_id, node=node_id, node_type=node.type))
             current_node.set(node_id)  # runs this node starts are traced under it
+            current_owner.set(owner)  # and belong to the key that started the workflow
             persister.mark()
             attempts = 1 + node.retry.count
 

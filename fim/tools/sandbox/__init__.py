@@ -23,7 +23,9 @@ runs under `bwrap` (the sandbox Claude Code uses on Linux) with:
 - an empty environment but PATH, HOME, TMPDIR, LANG and what the agent declares under
   `sandbox.env`;
 - at most `MAX_CONCURRENT` sandboxes at once per process (more calls wait), so the limits
-  below bound what a turn of many parallel calls takes from the host;
+  below bound what a turn of many parallel calls takes from the host; one API key's runs
+  hold at most half of them (`fim.locks.share`), so another key's call never waits behind
+  all of one tenant's;
 - no network (the network namespace has only a loopback of its own). An agent with
   `sandbox: {network: true}` gets HTTP(S) through fim/tools/egress.py: a proxy outside the
   sandbox, reached through a Unix socket, that applies web_fetch's guard (no loopback,
@@ -64,7 +66,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fim.locks import slots
+from fim.locks import share, slots
 from fim.tools.sandbox.command import NOBODY, check_env
 from fim.tools.sandbox.limits import Limits
 from fim.tools.sandbox.output import Outcome, observation
@@ -131,7 +133,7 @@ async def run(
     check_env(declared)
     as_root = os.geteuid() == 0 and await _privileged()
     await asyncio.to_thread(_prepare, scratch, as_root)
-    async with slots("sandbox", MAX_CONCURRENT):
+    async with share("sandbox", MAX_CONCURRENT), slots("sandbox", MAX_CONCURRENT):
         if network is None:
             return await execute(
                 argv, scratch, stdin, declared, limits, as_root, None, read_only, bwrap=bwrap
