@@ -401,6 +401,82 @@ async def test_one_key_holds_at_most_half_the_sandboxes(tools: ToolRegistry) -> 
     assert not any(running(m) for m in markers)
 
 
+@needs_bwrap
+async def test_each_key_has_a_sandbox_folder_of_its_own(tmp_path: Path) -> None:
+    """On a keyed server the project's sandbox folder is shared by every tenant's runs: what
+    one key's `python_exec` wrote, another key's `shell` or `file_ops` read (and could
+    change, or fill the folder's quota). A keyed run gets its key's own folder; a run no
+    key started (`fim run`, `fim eval`) keeps the project's."""
+
+    def tools_of(owner: str) -> ToolRegistry:
+        ctx = RunContext(
+            snapshot=Snapshot(root=tmp_path, project=Project()),
+            agent=AgentDecl(name="ops", tools=["python_exec", "shell", "file_ops"]),
+            services=Services(providers=CAPABILITIES, root=tmp_path),
+            owner=owner,
+        )
+        return ToolRegistry(builtin.provide(ctx).tools)
+
+    a, b, nobody = tools_of("key-hash-a"), tools_of("key-hash-b"), tools_of("")
+    wrote = await python(a, "open('report.txt', 'w').write('tenant a only')")
+    assert not wrote.is_error, wrote.content
+    assert "tenant a only" in (await shell(a, "cat report.txt")).content
+    for other in (b, nobody):
+        assert "No such file" in (await shell(other, "cat report.txt")).content
+        listed = await other.call("file_ops", {"operation": "list", "path": "."}, timeout=30)
+        assert "report.txt" not in listed.content
+        read = await other.call(
+            "file_ops", {"operation": "read", "path": "scratch/report.txt"}, timeout=30
+        )
+        assert read.is_error and "tenant a only" not in read.content
+    mine = await a.call("file_ops", {"operation": "read", "path": "scratch/report.txt"}, timeout=30)
+    assert mine.content == "tenant a only"
+    escape = await b.call("file_ops", {"operation": "read", "path": "../"}, timeout=30)
+    assert escape.is_error  # a key's folder is its root: nothing above it is in reach
+    assert "tenant a only" not in (await shell(b, "cat ../*/scratch/report.txt")).content
+
+
+@needs_bwrap
+def test_over_http_a_key_never_sees_another_keys_files(tmp_path: Path) -> None:
+    """The same through a keyed `fim serve`: key A's run writes a file, key B's run of an
+    agent that reads it finds nothing; key A's own run finds it."""
+    import httpx
+
+    from fim.build.compile import compile_project
+    from fim.build.reload import SnapshotHolder
+    from fim.server.app import create_app
+    from fim.testing.server import ServerThread
+
+    (tmp_path / "fim.yaml").write_text(
+        'name: tenants\nstate: "sqlite:///.fim/state.db"\nserver: {api_keys: [key-a, key-b]}\n'
+    )
+    (tmp_path / "agents").mkdir()
+    for name, call in (
+        ("writer", "{name: python_exec, arguments: {code: \"open('mine.txt','w').write('A')\"}}"),
+        ("reader", "{name: shell, arguments: {command: 'cat mine.txt 2>/dev/null || echo none'}}"),
+    ):
+        (tmp_path / f"{name}.script.yaml").write_text(f"- tool_calls: [{call}]\n- text: done\n")
+        (tmp_path / "agents" / f"{name}.yaml").write_text(
+            f"description: {name}\nmodel: scripted:{name}.script.yaml\n"
+            "tools: [python_exec, shell]\n"
+        )
+
+    def observation(url: str, agent: str, key: str) -> str:
+        reply = httpx.post(
+            f"{url}/v1/agents/{agent}/runs",
+            json={"input": "go"},
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=60,
+        )
+        assert reply.status_code == 200, reply.text
+        return next(e["content"] for e in reply.json()["events"] if e["type"] == "tool_result")
+
+    with ServerThread(create_app(SnapshotHolder(compile_project(tmp_path)))) as srv:
+        assert "exit code 0" in observation(srv.url, "writer", "key-a")
+        assert observation(srv.url, "reader", "key-b").endswith("--- stdout ---\nnone")
+        assert observation(srv.url, "reader", "key-a").endswith("--- stdout ---\nA")
+
+
 # --------------------------------------------------------------------------- the shell tool
 
 

@@ -315,8 +315,15 @@ def test_no_secret_leaves_in_any_encoding(
         from fim.build.compile import compile_project
         from fim.build.reload import SnapshotHolder
         from fim.server.app import create_app
+        from fim.server.http import key_owner
+        from fim.tools.builtin._common import key_folder
 
         alice = {"Authorization": f"Bearer {SECRETS['FIM_API_KEY']}"}
+        # a keyed run works in its key's own sandbox folder: alice's copy of the notes
+        hers = key_folder(root / ".fim" / "sandbox", key_owner(SECRETS["FIM_API_KEY"].encode()))
+        hers.mkdir(parents=True)
+        (hers / "notes.txt").write_text(NOTES, encoding="utf-8")
+        inputs[hers / "notes.txt"] = NOTES.encode()
         holder = SnapshotHolder(compile_project(root))
         with TestClient(create_app(holder), base_url="http://localhost") as client:
 

@@ -54,6 +54,7 @@ async def run_agent(
     reads them back and decides what they wait on.
     """
     agent = resolve_agent(snapshot, agent_name)
+    owner = owner or current_owner.get()
     ctx = RunContext(
         snapshot=snapshot,
         agent=agent,
@@ -63,6 +64,7 @@ async def run_agent(
         parents=parents,
         guard=guard,
         session=session,
+        owner=owner,
     )
     if run_id:
         ctx.run_id = run_id
@@ -73,7 +75,6 @@ async def run_agent(
     )
     plan = await build_plan(ctx, request, model=model, stream=stream, overrides=overrides)
     engine = build_engine(plan)
-    owner = owner or current_owner.get()
     if owner:  # before its first event: no one else ever sees the run
         # deferred: the state store loads on a keyed server's runs only (a few ms)
         from fim.store import get_store

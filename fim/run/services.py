@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl
+from fim.locks import current_owner
 from fim.types import Tool
 
 ModeKind = Literal["skills", "connectors", "databases", "mcp"]
@@ -119,6 +120,10 @@ class RunContext:
     session: str | None = None
     """The session (conversation) this run continues, if any: its session budgets count the
     session's recorded spend, and delegates it starts count toward the same session."""
+    owner: str = field(default_factory=current_owner.get)
+    """The key (tenant) hash the run is for, "" for none: by default the owner of the work
+    going on (the run that delegates, the workflow whose node this is). A keyed run's
+    sandbox folder is its key's own (`fim.tools.builtin._common.sandbox_dir`)."""
 
     def mode(self, kind: ModeKind) -> str:
         return resolve_mode(kind, self.snapshot, self.agent)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,11 +25,21 @@ def clip(text: str, limit: int, what: str = "output") -> str:
 
 
 def sandbox_dir(ctx: RunContext) -> Path:
-    """The project's sandbox directory (`sandbox:` in fim.yaml, relative to the root).
+    """The run's sandbox directory: the project's (`sandbox:` in fim.yaml, relative to the
+    root), or for a run an API key started, its key's own folder in it (`keys/<id>`), so
+    one tenant's runs never read, change or fill up what another's wrote.
 
     Not created here: tools create it on first use, so listing tools has no side effects.
     """
     path = Path(ctx.snapshot.project.sandbox)
     if not path.is_absolute():
         path = Path(ctx.snapshot.root) / path
-    return path.resolve()
+    return key_folder(path, ctx.owner).resolve()
+
+
+def key_folder(sandbox: Path, owner: str) -> Path:
+    """The folder of the project's sandbox folder `sandbox` that the runs of key `owner` (its
+    hash, `fim.server.http.key_owner`) work in; `sandbox` itself for no key."""
+    if not owner:
+        return sandbox
+    return sandbox / "keys" / hashlib.sha256(owner.encode()).hexdigest()[:24]
