@@ -434,6 +434,9 @@ async def test_each_key_has_a_sandbox_folder_of_its_own(tmp_path: Path) -> None:
     escape = await b.call("file_ops", {"operation": "read", "path": "../"}, timeout=30)
     assert escape.is_error  # a key's folder is its root: nothing above it is in reach
     assert "tenant a only" not in (await shell(b, "cat ../*/scratch/report.txt")).content
+    # nor does a run no key started reach the keys' folders from the project's
+    listed = await nobody.call("file_ops", {"operation": "list", "recursive": True}, timeout=30)
+    assert "report.txt" not in listed.content
 
 
 @needs_bwrap

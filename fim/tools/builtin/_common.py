@@ -26,8 +26,8 @@ def clip(text: str, limit: int, what: str = "output") -> str:
 
 def sandbox_dir(ctx: RunContext) -> Path:
     """The run's sandbox directory: the project's (`sandbox:` in fim.yaml, relative to the
-    root), or for a run an API key started, its key's own folder in it (`keys/<id>`), so
-    one tenant's runs never read, change or fill up what another's wrote.
+    root), or for a run an API key started, its key's own (`key_folder`), so one tenant's
+    runs never read, change or fill up what another's wrote.
 
     Not created here: tools create it on first use, so listing tools has no side effects.
     """
@@ -38,8 +38,10 @@ def sandbox_dir(ctx: RunContext) -> Path:
 
 
 def key_folder(sandbox: Path, owner: str) -> Path:
-    """The folder of the project's sandbox folder `sandbox` that the runs of key `owner` (its
-    hash, `fim.server.http.key_owner`) work in; `sandbox` itself for no key."""
+    """The folder the runs of key `owner` (its hash, `fim.server.http.key_owner`) work in:
+    `<sandbox>-keys/<id>` beside the project's sandbox folder `sandbox` (not inside it, where
+    a run no key started, whose `file_ops` is rooted there, would reach every key's files);
+    `sandbox` itself for no key."""
     if not owner:
         return sandbox
-    return sandbox / "keys" / hashlib.sha256(owner.encode()).hexdigest()[:24]
+    return sandbox.parent / f"{sandbox.name}-keys" / hashlib.sha256(owner.encode()).hexdigest()[:24]
