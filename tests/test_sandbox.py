@@ -480,6 +480,47 @@ def test_over_http_a_key_never_sees_another_keys_files(tmp_path: Path) -> None:
         assert observation(srv.url, "reader", "key-a").endswith("--- stdout ---\nA")
 
 
+WRITE_MB_SLOWLY = (
+    "i=0; while [ $i -lt 200 ]; do head -c 1048576 /dev/zero > f$i; i=$((i+1)); sleep 0.02; done;"
+    " echo all-written"
+)
+"""200 MB, one file of 1 MB every 20 ms (4 s): far longer than the watchdog needs to see
+an 8 MB folder fill up."""
+
+
+@needs_bwrap
+async def test_files_kept_between_calls_are_capped_per_folder(tmp_path: Path) -> None:
+    """Each call may take `disk_mb` of the disk, and what it writes stays: calls added up
+    to the disk's reserve, where every key's calls failed. The sandbox folder (a key's
+    own, else the project's) holds at most `folder_mb`: a call taking it past that is
+    killed; a call finding it full may still delete, and then writing works again."""
+    folder = tmp_path / "sandbox"
+    scratch = folder / "scratch"
+    limits = sandbox.Limits(folder_mb=8, timeout=60)
+
+    async def sh(command: str) -> sandbox.Outcome:
+        return await sandbox.run(
+            ["bash", "-c", command], scratch=scratch, folder=folder, limits=limits
+        )
+
+    filled = await sh(WRITE_MB_SLOWLY)
+    assert filled.folder_full and not filled.stdout.text()
+    assert not (scratch / "f199").exists()  # killed long before the loop ended
+    message = sandbox.observation(
+        filled, limit=60, memory_mb=512, max_output=1000, fix="", empty=""
+    )
+    assert "the sandbox folder holds more than 8 MB" in message.content
+    # full at the start: reading and deleting are not stopped; writing more is
+    listed = await sh("ls | wc -l")
+    assert not listed.folder_full and int(listed.stdout.text()) > 8
+    again = await sh(WRITE_MB_SLOWLY)
+    assert again.folder_full and not (scratch / "f199").exists()
+    cleaned = await sh("rm -f f*; echo cleaned")
+    assert not cleaned.folder_full and "cleaned" in cleaned.stdout.text()
+    small = await sh("head -c 3000000 /dev/zero > kept; echo ok")
+    assert not small.folder_full and "ok" in small.stdout.text()
+
+
 # --------------------------------------------------------------------------- the shell tool
 
 

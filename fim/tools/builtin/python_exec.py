@@ -59,6 +59,7 @@ def make(
         outcome = await sandbox.run(
             [sys.executable, "-I", "-"],
             scratch=scratch,
+            folder=scratch.parent,
             stdin=code.encode("utf-8"),
             env=settings.env,
             limits=limits,

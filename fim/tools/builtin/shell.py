@@ -57,6 +57,7 @@ def make(ctx: RunContext) -> FunctionTool:
         outcome = await sandbox.run(
             ["bash", "-c", command],
             scratch=scratch,
+            folder=scratch.parent,
             # SessionStart hooks may export variables (CLAUDE_ENV_FILE); the agent's own win.
             env={**ctx.session_env, **settings.env},
             limits=limits,

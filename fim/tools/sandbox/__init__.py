@@ -39,7 +39,8 @@ fim cannot assume), processes (RLIMIT_NPROC, counted per user inside the sandbox
 namespace; in root mode per host uid 65534, so concurrent sandboxes share it), file size
 (RLIMIT_FSIZE), disk (the watchdog also reads the free space of the disk holding scratch/
 and kills the tree once one call took more than `disk_mb` of it, or left less than
-`disk_reserve_mb`: RLIMIT_FSIZE caps one file, not a loop writing many), no core files, a
+`disk_reserve_mb`: RLIMIT_FSIZE caps one file, not a loop writing many; and counts the
+sandbox folder, where files stay between calls, against `folder_mb`), no core files, a
 size-capped /tmp, and an output cap (only the first bytes of
 stdout/stderr are kept, the rest is read and dropped so the child never blocks).
 
@@ -116,10 +117,12 @@ async def run(
     limits: Limits | None = None,
     network: WebFetchSettings | None = None,
     read_only: Sequence[Path] = (),
+    folder: Path | None = None,
 ) -> Outcome:
     """Run `argv` in the sandbox with `scratch` as its only writable folder. With `network`
     (web_fetch's settings), HTTP(S) goes out through the guarded egress proxy; without it
-    there is no network at all.
+    there is no network at all. `folder` (the sandbox folder `scratch` is in, where files
+    stay between calls) may hold at most `limits.folder_mb`.
 
     Raises RuntimeError with `unavailable()`'s line when bubblewrap is missing. Cancelling the
     call (the engine's tool timeout) kills the tree before re-raising.
@@ -136,8 +139,9 @@ async def run(
     async with share("sandbox", MAX_CONCURRENT), slots("sandbox", MAX_CONCURRENT):
         if network is None:
             return await execute(
-                argv, scratch, stdin, declared, limits, as_root, None, read_only, bwrap=bwrap
-            )
+                argv, scratch, stdin, declared, limits, as_root, None, read_only,
+                bwrap=bwrap, folder=folder,
+            )  # fmt: skip
         # deferred: loading fim.config.schema costs hundreds of ms
         from fim.tools.egress import Egress
 
@@ -152,6 +156,7 @@ async def run(
                 egress.directory,
                 read_only,
                 bwrap=bwrap,
+                folder=folder,
             )
 
 

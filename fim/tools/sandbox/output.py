@@ -67,6 +67,9 @@ class Outcome:
     memory_exceeded: bool = False
     processes_exceeded: bool = False
     disk_exceeded: bool = False
+    folder_full: bool = False
+    """The sandbox folder held more than `folder_mb` (files stay between calls)."""
+    folder_mb: int = 0
     peak_memory: int = 0
     """Highest resident memory of the whole tree seen by the watchdog, in bytes."""
     setup_error: str | None = None
@@ -105,6 +108,12 @@ def observation(
         return fail(
             "the program started more processes than allowed and was killed. "
             "Use fewer processes or threads.\n" + body
+        )
+    if outcome.folder_full:
+        return fail(
+            f"the sandbox folder holds more than {outcome.folder_mb} MB (files stay there "
+            "between calls), so the program was killed once it wrote more. Delete files "
+            "you no longer need (e.g. `rm` in the shell tool), then write again.\n" + body
         )
     if outcome.disk_exceeded:
         return fail(

@@ -18,7 +18,7 @@ from typing import Any
 from fim.tools.sandbox.command import NOBODY, command_line, etc_files
 from fim.tools.sandbox.limits import Limits
 from fim.tools.sandbox.output import Capture, Outcome
-from fim.tools.sandbox.watchdog import Watchdog, free_bytes
+from fim.tools.sandbox.watchdog import Watchdog, folder_room, free_bytes
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
@@ -37,14 +37,17 @@ async def execute(
     read_only: Sequence[Path] = (),
     *,
     bwrap: str,
+    folder: Path | None = None,
 ) -> Outcome:
     """Run `argv` under `bwrap` (checked, prepared and given a slot by `sandbox.run`) and
-    return how it ended. Cancelling it kills the tree before re-raising."""
+    return how it ended; `folder`, the sandbox folder `scratch` is in, is held to
+    `limits.folder_mb`. Cancelling it kills the tree before re-raising."""
     data_fds: dict[str, int] = {}
     try:
         free_at_start: int | None = free_bytes(scratch)
     except OSError:
         free_at_start = None
+    room, full = await asyncio.to_thread(folder_room, folder, limits) if folder else (None, False)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
@@ -102,6 +105,9 @@ async def execute(
         count_processes=os.geteuid() == 0 and not as_root,
         scratch=scratch,
         free_at_start=free_at_start,
+        folder=folder,
+        room=room,
+        full_at_start=full,
     )
     watcher = asyncio.ensure_future(box.watch())
 
@@ -146,6 +152,8 @@ async def execute(
         memory_exceeded=box.memory_exceeded,
         processes_exceeded=box.processes_exceeded,
         disk_exceeded=box.disk_exceeded,
+        folder_full=box.folder_full,
+        folder_mb=limits.folder_mb,
         peak_memory=box.peak,
         setup_error=setup_error,
     )

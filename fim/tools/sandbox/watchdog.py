@@ -21,6 +21,11 @@ from pathlib import Path
 from fim.tools.sandbox.limits import Limits
 
 WATCH_INTERVAL = 0.05
+FOLDER_SLACK_MB = 1
+"""Disk a call may take before its folder is counted again when the folder was full at its
+start: reading or deleting there is never stopped for what other processes write."""
+MAX_FOLDER_FILES = 100_000
+"""Files a sandbox folder may hold (counting them is the check's cost); past it, full."""
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -96,6 +101,16 @@ class Watchdog:
     """Where the tree writes; the free space of its disk is watched (`Limits.disk_mb`)."""
     free_at_start: int | None = None
     disk_exceeded: bool = False
+    folder: Path | None = None
+    """The sandbox folder counted against `limits.folder_mb` (None: not counted)."""
+    folder_full: bool = False
+    taken: int = 0
+    """Bytes of the disk's free space the call has taken so far (statvfs)."""
+    room: int | None = None
+    """`taken` at which the folder is counted next (None: not counted, `count_folder`)."""
+    full_at_start: bool = False
+    counting: tuple[int, asyncio.Future[int | None]] | None = None
+    """A count of the folder going on in a thread, and `taken` when it began."""
 
     def disk_used_up(self) -> bool:
         """Whether the call took more than `disk_mb` of the scratch disk's free space, or
@@ -110,8 +125,34 @@ class Watchdog:
         if self.free_at_start is None:
             self.free_at_start = free
         mb = 1024 * 1024
-        taken = self.free_at_start - free
+        taken = self.taken = self.free_at_start - free
         return taken > self.limits.disk_mb * mb or free < self.limits.disk_reserve_mb * mb
+
+    def folder_past_cap(self) -> bool:
+        """Whether the call took the folder past `folder_mb`. Counted (in a thread) before
+        the call started (`room`), then again each time the call has taken from the disk
+        what the folder had left (one statvfs per tick; the walk only that often, since
+        other processes' writes count in the disk's free space too). A call that found the
+        folder full may take `FOLDER_SLACK_MB` more than it frees: reading and deleting
+        there are never stopped."""
+        if self.folder is None or self.room is None:
+            return False
+        if self.counting is not None:
+            began, count = self.counting
+            if not count.done():
+                return False
+            self.counting = None
+            held = None if count.cancelled() or count.exception() else count.result()
+            cap = self.limits.folder_mb * 1024 * 1024
+            if held is None or held > cap:
+                return True
+            self.room = began + max(cap - held, FOLDER_SLACK_MB * 1024 * 1024)
+        elif self.taken >= self.room:
+            if self.full_at_start:
+                return True
+            thread = asyncio.ensure_future(asyncio.to_thread(held_bytes, self.folder))
+            self.counting = (self.taken, thread)
+        return False
 
     def kill(self) -> None:
         """Kill the namespace's init (the kernel then kills every process in the namespace),
@@ -147,7 +188,14 @@ class Watchdog:
                 self.processes_exceeded = True
             if self.disk_used_up():
                 self.disk_exceeded = True
-            if self.memory_exceeded or self.processes_exceeded or self.disk_exceeded:
+            if self.folder_past_cap():
+                self.folder_full = True
+            if (
+                self.memory_exceeded
+                or self.processes_exceeded
+                or self.disk_exceeded
+                or self.folder_full
+            ):
                 self.kill()
                 return
             await asyncio.sleep(WATCH_INTERVAL)
@@ -160,6 +208,33 @@ class Watchdog:
         self.seen.update(tree(self.process.pid))
         while any(_alive(p) for p in self.seen) and loop.time() < until:
             await asyncio.sleep(0.01)
+
+
+def folder_room(folder: Path, limits: Limits) -> tuple[int, bool]:
+    """Before a call starts (in a thread: it walks the folder): how much of the disk it may
+    take before `folder` is counted again (`Watchdog.room`), and whether the folder is
+    past `limits.folder_mb` already."""
+    held = held_bytes(folder)
+    cap = limits.folder_mb * 1024 * 1024
+    room = 0 if held is None else cap - held
+    return max(room, FOLDER_SLACK_MB * 1024 * 1024), held is None or held > cap
+
+
+def held_bytes(folder: Path) -> int | None:
+    """Bytes allocated under `folder` (symlinks not followed; a folder that does not exist
+    yet holds nothing), or None past `MAX_FOLDER_FILES` files."""
+    total = seen = 0
+    if not folder.is_dir():
+        return 0
+    for _, dirs, files, dir_fd in os.fwalk(folder, follow_symlinks=False):
+        total += os.fstat(dir_fd).st_blocks * 512
+        seen += len(dirs) + len(files)
+        if seen > MAX_FOLDER_FILES:
+            return None
+        for name in files:
+            with contextlib.suppress(FileNotFoundError):
+                total += os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_blocks * 512
+    return total
 
 
 def free_bytes(path: Path) -> int:
