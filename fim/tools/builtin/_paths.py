@@ -157,18 +157,13 @@ class Root:
 
     def usage(self) -> int:
         """Bytes allocated under the root (symlinks not followed), for the quota."""
-        total = seen = 0
-        for _, _, files, dir_fd in os.fwalk(".", dir_fd=self.fd, follow_symlinks=False):
-            total += os.fstat(dir_fd).st_blocks * 512
-            for name in files:
-                seen += 1
-                if seen > MAX_WALK:
-                    raise Refused(f"the sandbox holds more than {MAX_WALK} files; delete some")
-                try:
-                    total += os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_blocks * 512
-                except FileNotFoundError:
-                    continue
-        return total
+        # deferred: the sandbox package costs a few ms, only once a file is written
+        from fim.tools.sandbox.limits import MAX_FOLDER_FILES, held_bytes
+
+        held = held_bytes(self.fd)
+        if held is None:
+            raise Refused(f"the sandbox holds more than {MAX_FOLDER_FILES} files; delete some")
+        return held
 
 
 def show(parts: list[str]) -> str:

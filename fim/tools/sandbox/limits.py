@@ -8,7 +8,14 @@ memory, the disk, processes where RLIMIT_NPROC does not bind).
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass
+from pathlib import Path
+
+MAX_FOLDER_FILES = 100_000
+"""Files and folders a sandbox folder may hold (counting them is what a check of its size
+costs); past it, it counts as full."""
 
 
 @dataclass(frozen=True)
@@ -52,3 +59,25 @@ def rlimits(limits: Limits) -> dict[str, tuple[int, int]]:
         "RLIMIT_NPROC": (limits.max_processes, limits.max_processes),
         "RLIMIT_CORE": (0, 0),
     }
+
+
+def held_bytes(folder: Path | int) -> int | None:
+    """Bytes allocated under `folder`, a path or a directory descriptor (symlinks not
+    followed; a folder that does not exist yet holds nothing), or None past
+    `MAX_FOLDER_FILES` entries: what `folder_mb` and `file_ops`' quota count."""
+    if isinstance(folder, int):
+        walk = os.fwalk(".", dir_fd=folder, follow_symlinks=False)
+    elif folder.is_dir():
+        walk = os.fwalk(folder, follow_symlinks=False)
+    else:
+        return 0
+    total = seen = 0
+    for _, dirs, files, dir_fd in walk:
+        total += os.fstat(dir_fd).st_blocks * 512
+        seen += len(dirs) + len(files)
+        if seen > MAX_FOLDER_FILES:
+            return None
+        for name in files:
+            with contextlib.suppress(FileNotFoundError):
+                total += os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_blocks * 512
+    return total

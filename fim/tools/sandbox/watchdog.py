@@ -18,14 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fim.tools.sandbox.limits import Limits
+from fim.tools.sandbox.limits import Limits, held_bytes
 
 WATCH_INTERVAL = 0.05
 FOLDER_SLACK_MB = 1
 """Disk a call may take before its folder is counted again when the folder was full at its
 start: reading or deleting there is never stopped for what other processes write."""
-MAX_FOLDER_FILES = 100_000
-"""Files a sandbox folder may hold (counting them is the check's cost); past it, full."""
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -218,23 +216,6 @@ def folder_room(folder: Path, limits: Limits) -> tuple[int, bool]:
     cap = limits.folder_mb * 1024 * 1024
     room = 0 if held is None else cap - held
     return max(room, FOLDER_SLACK_MB * 1024 * 1024), held is None or held > cap
-
-
-def held_bytes(folder: Path) -> int | None:
-    """Bytes allocated under `folder` (symlinks not followed; a folder that does not exist
-    yet holds nothing), or None past `MAX_FOLDER_FILES` files."""
-    total = seen = 0
-    if not folder.is_dir():
-        return 0
-    for _, dirs, files, dir_fd in os.fwalk(folder, follow_symlinks=False):
-        total += os.fstat(dir_fd).st_blocks * 512
-        seen += len(dirs) + len(files)
-        if seen > MAX_FOLDER_FILES:
-            return None
-        for name in files:
-            with contextlib.suppress(FileNotFoundError):
-                total += os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_blocks * 512
-    return total
 
 
 def free_bytes(path: Path) -> int:
