@@ -28,6 +28,7 @@ from fim.cli import app
 from fim.config.schema import AgentDecl, Project, WebFetchSettings
 from fim.run.services import RunContext, Services
 from fim.tools import ToolRegistry, builtin, sandbox
+from fim.tools.sandbox.watchdog import WATCH_INTERVAL
 from fim.types import ToolResult
 
 needs_bwrap = pytest.mark.skipif(
@@ -519,6 +520,50 @@ async def test_files_kept_between_calls_are_capped_per_folder(tmp_path: Path) ->
     assert not cleaned.folder_full and "cleaned" in cleaned.stdout.text()
     small = await sh("head -c 3000000 /dev/zero > kept; echo ok")
     assert not small.folder_full and "ok" in small.stdout.text()
+
+
+@needs_bwrap
+async def test_one_call_writes_at_most_disk_mb_and_others_writes_do_not_count(
+    tmp_path: Path,
+) -> None:
+    """`disk_mb` is what one call may write: past it the call is killed. What other
+    processes write to the same disk meanwhile is not the call's (the disk's free space
+    only tells the watchdog when to count the call's folder): another key writing a lot
+    used to stop every call running beside it."""
+    folder = tmp_path / "sandbox"
+    limits = sandbox.Limits(disk_mb=8, timeout=60)
+
+    async def sh(command: str) -> sandbox.Outcome:
+        return await sandbox.run(
+            ["bash", "-c", command], scratch=folder / "scratch", folder=folder, limits=limits
+        )
+
+    wrote = await sh(WRITE_MB_SLOWLY)
+    assert wrote.disk_exceeded and not wrote.folder_full
+    assert not (folder / "scratch" / "f199").exists()
+
+    # 32 MB written beside a call, on the same disk, outside its folder (fsynced, so the
+    # disk's free space drops while the call runs)
+    def write_elsewhere() -> None:
+        with (tmp_path / "elsewhere").open("wb") as out:
+            for _ in range(32):
+                out.write(b"\0" * 1024 * 1024)
+                out.flush()
+                os.fsync(out.fileno())
+
+    scratch = folder / "scratch"
+    call = asyncio.create_task(
+        sh("touch started; while [ ! -e go ]; do sleep 0.02; done; echo done")
+    )
+    for _ in range(3000):  # until the call runs (bounded 30 s)
+        if (scratch / "started").exists():
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.to_thread(write_elsewhere)  # the watchdog ticks meanwhile
+    await asyncio.sleep(4 * WATCH_INTERVAL)  # and a few times after
+    (scratch / "go").touch()
+    beside = await call
+    assert not beside.disk_exceeded and "done" in beside.stdout.text()
 
 
 # --------------------------------------------------------------------------- the shell tool

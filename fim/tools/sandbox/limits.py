@@ -35,8 +35,9 @@ class Limits:
     keep_output: int = 40_000
     """Bytes of stdout and of stderr kept; the rest is read and dropped."""
     disk_mb: int = 1024
-    """Free space of the disk holding scratch/ one call may use up (files written there
-    stay on the host after the call)."""
+    """What one call may write into its sandbox folder (files written there stay on the
+    host after the call); without a folder to count, the free space of the disk holding
+    scratch/ it may use up."""
     disk_reserve_mb: int = 256
     """Free space the sandbox never takes from that disk: below it the tree is killed, so
     calls that each stay under `disk_mb` cannot add up to a full disk."""

@@ -47,7 +47,9 @@ async def execute(
         free_at_start: int | None = free_bytes(scratch)
     except OSError:
         free_at_start = None
-    room, full = await asyncio.to_thread(folder_room, folder, limits) if folder else (None, False)
+    room, held, full = (
+        await asyncio.to_thread(folder_room, folder, limits) if folder else (None, 0, False)
+    )
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
@@ -107,6 +109,7 @@ async def execute(
         free_at_start=free_at_start,
         folder=folder,
         room=room,
+        held_at_start=held,
         full_at_start=full,
     )
     watcher = asyncio.ensure_future(box.watch())

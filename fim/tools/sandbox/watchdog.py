@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from fim.tools.sandbox.limits import Limits, held_bytes
 
@@ -105,15 +106,16 @@ class Watchdog:
     taken: int = 0
     """Bytes of the disk's free space the call has taken so far (statvfs)."""
     room: int | None = None
-    """`taken` at which the folder is counted next (None: not counted, `count_folder`)."""
+    """`taken` at which the folder is counted next (None: not counted, `folder_room`)."""
+    held_at_start: int = 0
     full_at_start: bool = False
     counting: tuple[int, asyncio.Future[int | None]] | None = None
     """A count of the folder going on in a thread, and `taken` when it began."""
 
     def disk_used_up(self) -> bool:
-        """Whether the call took more than `disk_mb` of the scratch disk's free space, or
-        left less than `disk_reserve_mb` (one statvfs: the cost does not grow with the
-        number of files written)."""
+        """Whether the call left less than `disk_reserve_mb` of the scratch disk free, or
+        (with no `folder` to count) took more than `disk_mb` of its free space: one
+        statvfs, whose cost does not grow with the number of files written."""
         if self.scratch is None:
             return False
         try:
@@ -124,33 +126,42 @@ class Watchdog:
             self.free_at_start = free
         mb = 1024 * 1024
         taken = self.taken = self.free_at_start - free
-        return taken > self.limits.disk_mb * mb or free < self.limits.disk_reserve_mb * mb
+        if free < self.limits.disk_reserve_mb * mb:
+            return True
+        return self.folder is None and taken > self.limits.disk_mb * mb
 
-    def folder_past_cap(self) -> bool:
-        """Whether the call took the folder past `folder_mb`. Counted (in a thread) before
-        the call started (`room`), then again each time the call has taken from the disk
-        what the folder had left (one statvfs per tick; the walk only that often, since
-        other processes' writes count in the disk's free space too). A call that found the
-        folder full may take `FOLDER_SLACK_MB` more than it frees: reading and deleting
-        there are never stopped."""
+    def folder_grown(self) -> Literal["folder", "disk"] | None:
+        """Whether the call took its folder past `folder_mb` ("folder") or wrote more than
+        `disk_mb` into it ("disk"). The folder is counted (in a thread) before the call
+        starts, then again each time the disk's free space has dropped by what the call
+        had left: a statvfs per tick, the walk only that often. The free space is only the
+        trigger, never the verdict, since every process on the disk changes it: another
+        key writing a gigabyte does not stop this call. A call that found the folder full
+        may take `FOLDER_SLACK_MB` more than it frees: reading and deleting are never
+        stopped."""
         if self.folder is None or self.room is None:
-            return False
+            return None
+        mb = 1024 * 1024
         if self.counting is not None:
             began, count = self.counting
             if not count.done():
-                return False
+                return None
             self.counting = None
             held = None if count.cancelled() or count.exception() else count.result()
-            cap = self.limits.folder_mb * 1024 * 1024
+            cap = self.limits.folder_mb * mb
             if held is None or held > cap:
-                return True
-            self.room = began + max(cap - held, FOLDER_SLACK_MB * 1024 * 1024)
+                return "folder"
+            wrote = held - self.held_at_start
+            if wrote > self.limits.disk_mb * mb:
+                return "disk"
+            left = min(cap - held, self.limits.disk_mb * mb - wrote)
+            self.room = began + max(left, FOLDER_SLACK_MB * mb)
         elif self.taken >= self.room:
             if self.full_at_start:
-                return True
+                return "folder"
             thread = asyncio.ensure_future(asyncio.to_thread(held_bytes, self.folder))
             self.counting = (self.taken, thread)
-        return False
+        return None
 
     def kill(self) -> None:
         """Kill the namespace's init (the kernel then kills every process in the namespace),
@@ -186,8 +197,9 @@ class Watchdog:
                 self.processes_exceeded = True
             if self.disk_used_up():
                 self.disk_exceeded = True
-            if self.folder_past_cap():
-                self.folder_full = True
+            grown = self.folder_grown()
+            self.folder_full = self.folder_full or grown == "folder"
+            self.disk_exceeded = self.disk_exceeded or grown == "disk"
             if (
                 self.memory_exceeded
                 or self.processes_exceeded
@@ -208,14 +220,15 @@ class Watchdog:
             await asyncio.sleep(0.01)
 
 
-def folder_room(folder: Path, limits: Limits) -> tuple[int, bool]:
+def folder_room(folder: Path, limits: Limits) -> tuple[int, int, bool]:
     """Before a call starts (in a thread: it walks the folder): how much of the disk it may
-    take before `folder` is counted again (`Watchdog.room`), and whether the folder is
-    past `limits.folder_mb` already."""
+    take before `folder` is counted again (`Watchdog.room`), what the folder holds, and
+    whether that is past `limits.folder_mb` already."""
+    mb = 1024 * 1024
     held = held_bytes(folder)
-    cap = limits.folder_mb * 1024 * 1024
-    room = 0 if held is None else cap - held
-    return max(room, FOLDER_SLACK_MB * 1024 * 1024), held is None or held > cap
+    cap = limits.folder_mb * mb
+    room = 0 if held is None else min(cap - held, limits.disk_mb * mb)
+    return max(room, FOLDER_SLACK_MB * mb), held or 0, held is None or held > cap
 
 
 def free_bytes(path: Path) -> int:
