@@ -25,6 +25,8 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import IO
 
+from fim import private
+
 current_owner: ContextVar[str] = ContextVar("fim_run_owner", default="")
 """The key hash (`fim.store.owners`) of the run going on in this context, "" for none (no
 keys, the CLI, an eval): the runs it starts (delegates) and its tool calls belong to it too,
@@ -35,7 +37,7 @@ its key's budget (`server.key_budget`) counts it and its key's `share` bounds it
 def hold(path: Path, refuse: Callable[[str], Exception]) -> IO[str]:
     """Lock `path` for this process or raise `refuse(holder)`; keep the handle open."""
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private.parents(path)
     handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held until exit
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from fim import private
 from fim.build.reload import SnapshotHolder
 from fim.build.snapshot import Snapshot
 from fim.errors import ConfigError, Problem, RunError
@@ -134,7 +135,7 @@ class GitSource:
     def fetch(self) -> str:
         """Fetch the ref; the commit SHA it points at now."""
         if not (self.tree / ".git").exists():
-            self.tree.parent.mkdir(parents=True, exist_ok=True)
+            private.parents(self.tree)
             self.git(
                 "clone",
                 "--quiet",

@@ -16,6 +16,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fim import private
 from fim.hooks.claude import to_claude
 from fim.types import HookContext
 
@@ -61,9 +62,8 @@ def write_transcript(run: RunContext | None, context: HookContext) -> str | None
     if run is None:
         return None
 
-    folder = Path(run.snapshot.root) / ".fim" / "transcripts"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{context.run_id}.jsonl"
+    path = Path(run.snapshot.root) / private.FOLDER / "transcripts" / f"{context.run_id}.jsonl"
+    private.parents(path)
     mask_value = run.snapshot.masker.value
     lines = []
     for message in run.transcript:

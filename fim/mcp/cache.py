@@ -25,6 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from fim import private
 from fim.config.schema import McpServer, StdioServer
 from fim.mcp.info import ToolInfo, declaration_key
 
@@ -98,7 +99,7 @@ def store(root: Path, key: str, listing: dict[str, Any]) -> None:
     path = _file(root, key)
     body = {**listing, "tools": [asdict(t) for t in listing["tools"]]}
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private.parents(path)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(body, ensure_ascii=False), encoding="utf-8")
         os.replace(tmp, path)

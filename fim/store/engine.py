@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from fim import private
 from fim.retries import Backoff, retry_sync
 from fim.store.prepared import Prepared
 from fim.store.schema import MIGRATIONS, json_text, normalize_url, sqlite_file, table
@@ -93,7 +94,7 @@ class Database:
         if self.is_sqlite:
             file = sqlite_file(self.url)
             if file is not None:
-                file.parent.mkdir(parents=True, exist_ok=True)
+                private.parents(file)
             else:
                 # deferred: loading sqlalchemy costs hundreds of ms
                 from sqlalchemy.pool import StaticPool

@@ -18,6 +18,7 @@ import stat
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal
 
+from fim import private
 from fim.tools.base import FunctionTool
 from fim.tools.builtin._common import clip, fail, sandbox_dir
 from fim.tools.builtin._paths import MAX_WALK, Refused, Root, show, split
@@ -175,7 +176,8 @@ def make(ctx: RunContext, *, quota_bytes: int = DEFAULT_QUOTA_BYTES) -> Function
                 raise Refused(f"operation '{operation}' needs 'content' (the text to write)")
             if len(content) > MAX_WRITE_CHARS:
                 raise Refused(f"content is longer than {MAX_WRITE_CHARS} characters; split it")
-        root_path.mkdir(parents=True, exist_ok=True)
+        private.parents(root_path)
+        root_path.mkdir(exist_ok=True)
         root = Root(root_path)
         try:
             if operation == "read":

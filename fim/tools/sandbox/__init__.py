@@ -67,6 +67,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fim import private
 from fim.locks import share, slots
 from fim.tools.sandbox.command import NOBODY, check_env
 from fim.tools.sandbox.limits import Limits
@@ -194,7 +195,8 @@ async def _privileged() -> bool:
 def _prepare(scratch: Path, as_root: bool) -> None:
     """Create the scratch folder; in root mode hand it to the sandbox user, the only one
     that writes there (fim itself, as root, can still read and write it)."""
-    scratch.mkdir(parents=True, exist_ok=True)
+    private.parents(scratch)
+    scratch.mkdir(exist_ok=True)
     if as_root and os.stat(scratch).st_uid != NOBODY:
         os.chown(scratch, NOBODY, NOBODY)
 

@@ -1,0 +1,38 @@
+"""fim's own folder of a project, `.fim/`, is its user's alone (mode 0700).
+
+It holds the SQLite state store (every run's prompts, tool results and answers, sessions,
+approvals), hook transcripts, cached MCP tool lists, locks and the sandboxes' folders.
+Made with the process's umask it was 0755 and the store 0644: every other user of the
+machine could read every conversation. Whatever fim writes in it goes through `parents`,
+which makes the folder private first (and narrows one an older fim made), so nothing in it
+is reachable by another user whatever its own mode. The sandboxes still work in root mode:
+bwrap binds their folder at the same path in a namespace of its own, where the folders
+above it are bwrap's.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+FOLDER = ".fim"
+
+
+def parents(path: Path) -> None:
+    """Make the folders `path` goes in; a `.fim` among them is made, or narrowed to, its
+    user's alone first."""
+    for folder in (path.parent, *path.parent.parents):
+        if folder.name == FOLDER:
+            _private(folder)
+            break
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+
+def _private(folder: Path) -> None:
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        found = folder.stat()
+        if found.st_mode & 0o077 and found.st_uid == os.geteuid():
+            os.chmod(folder, 0o700)  # made by an older fim, or by hand
