@@ -566,6 +566,23 @@ async def test_one_call_writes_at_most_disk_mb_and_others_writes_do_not_count(
     assert not beside.disk_exceeded and "done" in beside.stdout.text()
 
 
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a folder whatever its mode")
+def test_a_folder_made_unreadable_does_not_hide_what_it_holds(tmp_path: Path) -> None:
+    """Without root, a sandboxed program runs as fim's own user and could make a folder of
+    its files unreadable to fim: the count fails instead of leaving them out."""
+    from fim.tools.sandbox.limits import held_bytes
+
+    hidden = tmp_path / "scratch" / "hidden"
+    hidden.mkdir(parents=True)
+    (hidden / "big").write_bytes(b"x" * 1_000_000)
+    hidden.chmod(0)
+    try:
+        with pytest.raises(PermissionError):
+            held_bytes(tmp_path)
+    finally:
+        hidden.chmod(0o700)
+
+
 # --------------------------------------------------------------------------- the shell tool
 
 

@@ -65,11 +65,13 @@ def rlimits(limits: Limits) -> dict[str, tuple[int, int]]:
 def held_bytes(folder: Path | int) -> int | None:
     """Bytes allocated under `folder`, a path or a directory descriptor (symlinks not
     followed; a folder that does not exist yet holds nothing), or None past
-    `MAX_FOLDER_FILES` entries: what `folder_mb` and `file_ops`' quota count."""
+    `MAX_FOLDER_FILES` entries: what `folder_mb` and `file_ops`' quota count. A folder in it
+    that cannot be read raises (OSError): a program that made one unreadable must not hide
+    what it holds."""
     if isinstance(folder, int):
-        walk = os.fwalk(".", dir_fd=folder, follow_symlinks=False)
+        walk = os.fwalk(".", dir_fd=folder, follow_symlinks=False, onerror=_unreadable)
     elif folder.is_dir():
-        walk = os.fwalk(folder, follow_symlinks=False)
+        walk = os.fwalk(folder, follow_symlinks=False, onerror=_unreadable)
     else:
         return 0
     total = seen = 0
@@ -82,3 +84,7 @@ def held_bytes(folder: Path | int) -> int | None:
             with contextlib.suppress(FileNotFoundError):
                 total += os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_blocks * 512
     return total
+
+
+def _unreadable(error: OSError) -> None:
+    raise error

@@ -112,8 +112,9 @@ def observation(
     if outcome.folder_full:
         return fail(
             f"the sandbox folder holds more than {outcome.folder_mb} MB (files stay there "
-            "between calls), so the program was killed once it wrote more. Delete files "
-            "you no longer need (e.g. `rm` in the shell tool), then write again.\n" + body
+            "between calls; or more than 100,000 files, or a folder fim cannot read), so "
+            "the program was killed once it wrote more. Delete files you no longer need "
+            "(e.g. `rm` in the shell tool), then write again.\n" + body
         )
     if outcome.disk_exceeded:
         return fail(
