@@ -18,6 +18,12 @@ from pathlib import Path
 FOLDER = ".fim"
 
 
+def transcripts(root: Path | str) -> Path:
+    """Where the runs' hook transcripts (Claude Code's `transcript_path`) are kept, one
+    `<run id>.jsonl` each; `fim prune` deletes them with their runs."""
+    return Path(root) / FOLDER / "transcripts"
+
+
 def parents(path: Path) -> None:
     """Make the folders `path` goes in; a `.fim` among them is made, or narrowed to, its
     user's alone first."""

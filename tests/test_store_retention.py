@@ -67,10 +67,12 @@ async def test_each_kind_goes_after_its_own_days_and_nothing_waited_on_goes(stor
         kept = Retention()  # runs 30, approvals 30, audit 365, usage 400 days
 
         assert (await prune(store, kept, now=now + 29 * DAY)).as_dict() == dict.fromkeys(
-            ("runs", "events", "approvals", "audit", "usage"), 0
+            ("runs", "events", "approvals", "audit", "usage", "transcripts"), 0
         )
         month = await prune(store, kept, now=now + 31 * DAY)
-        assert month.as_dict() == {"runs": 2, "events": 3, "approvals": 2, "audit": 0, "usage": 0}
+        assert month.as_dict() == {
+            "runs": 2, "events": 3, "approvals": 2, "audit": 0, "usage": 0, "transcripts": 0
+        }  # fmt: skip
         left = {r.id for r in await store.list_runs(limit=50)}
         assert left == {"paused", "queued", "running"}
         assert await read_events(store, "done") == [] and await owner_of(store, "done") is None
@@ -93,7 +95,9 @@ async def test_null_keeps_forever_and_a_dry_run_counts_what_would_go(store_url: 
         forever = Retention(runs=None, approvals=None, audit=None, usage=None)
         assert not any((await prune(store, forever, now=later)).as_dict().values())
         counted = await prune(store, Retention(), now=later, dry_run=True)
-        assert counted.as_dict() == {"runs": 2, "events": 3, "approvals": 2, "audit": 1, "usage": 2}
+        assert counted.as_dict() == {
+            "runs": 2, "events": 3, "approvals": 2, "audit": 1, "usage": 2, "transcripts": 0
+        }  # fmt: skip
         assert len(await store.list_runs(limit=50)) == 5  # nothing deleted
         assert (await prune(store, Retention(), now=later)) == counted
     finally:
@@ -159,7 +163,33 @@ def test_fim_prune_reads_the_retention_of_fim_yaml(tmp_path: Path):
     dry = runner.invoke(app, ["-p", str(tmp_path), "prune", "--dry-run", "--json"])
     assert dry.exit_code == 0, dry.output
     assert json.loads(dry.output) == {
-        "dry_run": True, "runs": 0, "events": 0, "approvals": 0, "audit": 0, "usage": 0
+        "dry_run": True, "runs": 0, "events": 0, "approvals": 0, "audit": 0, "usage": 0,
+        "transcripts": 0,
     }  # fmt: skip
     said = runner.invoke(app, ["-p", str(tmp_path), "prune"])
     assert said.exit_code == 0 and "runs 7" in said.output and "audit forever" in said.output
+
+
+def test_hook_transcripts_go_with_their_runs(tmp_path: Path):
+    """A command hook gets the run so far as a transcript file (Claude Code's
+    `transcript_path`), one per run, each a whole conversation: they went on piling up in
+    `.fim/transcripts/` after their runs were pruned. Now they go after `retention.runs`
+    too, by when they were last written."""
+    import os
+
+    from fim import private
+
+    (tmp_path / "fim.yaml").write_text("name: p\nretention: {runs: 7}\n")
+    folder = private.transcripts(tmp_path)
+    private.parents(folder / "x.jsonl")
+    old, recent = folder / "old-run.jsonl", folder / "recent-run.jsonl"
+    for path in (old, recent):
+        path.write_text('{"type": "user"}\n')
+    week_ago = time.time() - 8 * DAY
+    os.utime(old, (week_ago, week_ago))
+    runner = CliRunner()
+    dry = runner.invoke(app, ["-p", str(tmp_path), "prune", "--dry-run", "--json"])
+    assert json.loads(dry.output)["transcripts"] == 1 and old.exists()
+    said = runner.invoke(app, ["-p", str(tmp_path), "prune"])
+    assert said.exit_code == 0 and "1 hook transcripts" in said.output, said.output
+    assert not old.exists() and recent.exists()

@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from fim import private
 from fim.commands import ProjectOption
 from fim.commands.approvals import StateOption, _run, project_settings
 
@@ -37,7 +38,12 @@ def prune(
 
     root, settings = project_settings(ctx, project)
     store = Store(state, root=Path.cwd()) if state else Store(settings.state, root=root)
-    pruned = _run(store, prune_store(store, settings.retention, dry_run=dry_run)).as_dict()
+    pruned = _run(
+        store,
+        prune_store(
+            store, settings.retention, dry_run=dry_run, transcripts=private.transcripts(root)
+        ),
+    ).as_dict()
     if as_json:
         typer.echo(json.dumps({"dry_run": dry_run, **pruned}))
         return
@@ -46,7 +52,6 @@ def prune(
     typer.echo(
         f"{verb} {pruned['runs']} runs ({pruned['events']} events), "
         f"{pruned['approvals']} approvals, {pruned['audit']} audit rows, "
-        f"{pruned['usage']} usage rows (retention in days: "
-        + ", ".join(f"{k} {v}" for k, v in days.items())
-        + ")"
+        f"{pruned['usage']} usage rows, {pruned['transcripts']} hook transcripts "
+        "(retention in days: " + ", ".join(f"{k} {v}" for k, v in days.items()) + ")"
     )

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shlex
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fim import private
@@ -62,7 +61,7 @@ def write_transcript(run: RunContext | None, context: HookContext) -> str | None
     if run is None:
         return None
 
-    path = Path(run.snapshot.root) / private.FOLDER / "transcripts" / f"{context.run_id}.jsonl"
+    path = private.transcripts(run.snapshot.root) / f"{context.run_id}.jsonl"
     private.parents(path)
     mask_value = run.snapshot.masker.value
     lines = []

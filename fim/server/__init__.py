@@ -14,7 +14,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from fim import observe
+from fim import observe, private
 from fim.errors import RunError
 from fim.hosts import is_loopback
 
@@ -286,7 +286,10 @@ async def prune_store(services: Any, holder: Any, stop: asyncio.Event) -> None:
     from fim.store.retention import prune_periodically
 
     await prune_periodically(
-        lambda: get_store(services), lambda: holder.current.project.retention, stop
+        lambda: get_store(services),
+        lambda: holder.current.project.retention,
+        stop,
+        transcripts=lambda: private.transcripts(holder.current.root),
     )
 
 

@@ -12,10 +12,12 @@ however old. `fim serve` calls it hourly and `fim prune` on demand.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fim.store.schema import table
@@ -43,15 +45,24 @@ class Pruned:
     approvals: int = 0
     audit: int = 0
     usage: int = 0
+    transcripts: int = 0
+    """Hook transcript files (`fim.private.transcripts`), kept as long as runs."""
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
 
 async def prune(
-    store: Store, retention: Retention, *, now: float | None = None, dry_run: bool = False
+    store: Store,
+    retention: Retention,
+    *,
+    now: float | None = None,
+    dry_run: bool = False,
+    transcripts: Path | None = None,
 ) -> Pruned:
-    """Delete (or with `dry_run`, count) what `retention` no longer keeps."""
+    """Delete (or with `dry_run`, count) what `retention` no longer keeps; with
+    `transcripts`, the folder of the project's hook transcripts, those last written before
+    the runs' cutoff too (each holds a whole conversation; one is written per run)."""
     now = time.time() if now is None else now
     done = Pruned()
 
@@ -68,6 +79,8 @@ async def prune(
 
     if (runs := cutoff(retention.runs)) is not None:
         await each(lambda conn: _runs(conn, runs, dry_run))
+        if transcripts is not None:
+            done.transcripts = await asyncio.to_thread(_old_files, transcripts, runs, dry_run)
     if (approvals := cutoff(retention.approvals)) is not None:
         await each(lambda conn: _approvals(conn, approvals, dry_run))
     if (audit := cutoff(retention.audit)) is not None:
@@ -98,6 +111,18 @@ def _runs(conn: Connection, cutoff: float, dry_run: bool) -> dict[str, int]:
     conn.execute(owners.delete().where(owners.c.run_id.in_(ids)))
     conn.execute(runs.delete().where(runs.c.id.in_(ids)))
     return {"runs": len(ids), "events": int(deleted or 0)}
+
+
+def _old_files(folder: Path, cutoff: float, dry_run: bool) -> int:
+    """Delete (or count) the `*.jsonl` files of `folder` last written before `cutoff`."""
+    count = 0
+    for path in folder.glob("*.jsonl") if folder.is_dir() else ():
+        with contextlib.suppress(FileNotFoundError):
+            if path.lstat().st_mtime < cutoff:
+                if not dry_run:
+                    path.unlink()
+                count += 1
+    return count
 
 
 def _approvals(conn: Connection, cutoff: float, dry_run: bool) -> dict[str, int]:
@@ -152,6 +177,7 @@ async def prune_periodically(
     *,
     first: float = FIRST_PRUNE,
     every: float = PRUNE_EVERY,
+    transcripts: Callable[[], Path] | None = None,
 ) -> None:
     """`prune` `first` seconds from now and then every `every` seconds until `stop` is
     set, with the retention of the snapshot current at each pass (a reload changes it).
@@ -166,7 +192,8 @@ async def prune_periodically(
             pass
         delay = every
         try:
-            pruned = await prune(store(), retention())
+            folder = transcripts() if transcripts is not None else None
+            pruned = await prune(store(), retention(), transcripts=folder)
         except Exception:
             log.exception("pruning the state store failed; trying again in %.0f s", every)
             continue
