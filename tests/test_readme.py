@@ -308,7 +308,7 @@ OUTCOMES: dict[str, Callable[[Tour], None] | str] = {
     "python3 -m venv .venv && . .venv/bin/activate": SETUP,
     "pip install -e '.[dev]'": SETUP,
     'fim run demo "What is 17 times 23?" -v': main_command,
-    "pytest -n 2": "(this suite itself)",
+    "pytest -n 3": "(this suite itself)",
     'FIM_MODEL=ollama/qwen2.5 fim run support "Where is order 1002?"': local_model(
         "FIM_MODEL", "ollama/qwen2.5", "cannot connect to http://localhost:11434"
     ),
