@@ -309,3 +309,42 @@ async def test_ask_waits_for_a_human_through_the_state_store(tmp_path: Path) -> 
     store.close()
     await ctx.services.aclose()
     assert not outcome.blocked and ran == [{"order": 7}]
+
+
+def test_the_transcript_is_appended_to_not_rewritten_at_every_hook_call(tmp_path: Path) -> None:
+    """Each hook call wrote the whole conversation again (masking every message) on the
+    event loop: a long run with a hook on each tool call cost time quadratic in its length.
+    Now a call writes what was added since the last one; the file is the whole transcript,
+    masked, as before; a history replaced (or a file gone) is written whole again."""
+    from fim.hooks.command_input import write_transcript
+    from fim.types import Message
+
+    run = make_context(tmp_path, secrets=frozenset({"s3cr3t-value"}))
+    masked: list[Any] = []
+    value = run.snapshot.masker.value
+
+    def counting(entry: Any) -> Any:
+        masked.append(entry)
+        return value(entry)
+
+    run.snapshot.masker.value = counting  # type: ignore[method-assign]
+    call = HookContext(point="PreToolUse", agent="tester", run_id="r1")
+    run.transcript[:] = [Message(role="user", content="deploy with s3cr3t-value")]
+    for turn in range(5):
+        run.transcript.append(Message(role="assistant", content=f"turn {turn}"))
+        path = Path(write_transcript(run, call) or "")
+    assert len(masked) == 6  # each message masked once, not 1 + 2 + ... + 6 times
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [line["message"]["content"] for line in lines] == [
+        "deploy with ***",
+        *(f"turn {t}" for t in range(5)),
+    ]
+    run.transcript[:] = [Message(role="user", content="a new history")]
+    write_transcript(run, call)
+    assert [json.loads(x)["message"]["content"] for x in path.read_text().splitlines()] == [
+        "a new history"
+    ]
+    path.unlink()
+    run.transcript.append(Message(role="assistant", content="after"))
+    write_transcript(run, call)
+    assert len(path.read_text().splitlines()) == 2

@@ -57,18 +57,29 @@ def event_payload(context: HookContext, root: str, transcript_path: str | None) 
 
 
 def write_transcript(run: RunContext | None, context: HookContext) -> str | None:
-    """Write the run so far as JSONL (Claude Code's `transcript_path`), masked."""
+    """Write the run so far as JSONL (Claude Code's `transcript_path`), masked.
+
+    Appended to: each hook call writes only the messages added since the last one
+    (`RunContext.transcript_written`). Rewriting the whole conversation at every call, on
+    the event loop, cost a long run with a hook on each tool call time quadratic in its
+    length. The file is written whole again if it went away or the history was replaced."""
     if run is None:
         return None
 
     path = private.transcripts(run.snapshot.root) / f"{context.run_id}.jsonl"
     private.parents(path)
+    messages = run.transcript
+    start = run.transcript_written
+    if start > len(messages) or (start and not path.exists()):
+        start = 0
     mask_value = run.snapshot.masker.value
     lines = []
-    for message in run.transcript:
+    for message in messages[start:]:
         entry = {"type": message.role, "message": message.model_dump(exclude_none=True)}
         lines.append(json.dumps(mask_value(entry), ensure_ascii=False, default=str))
-    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    with path.open("a" if start else "w", encoding="utf-8") as out:
+        out.write("".join(f"{line}\n" for line in lines))
+    run.transcript_written = len(messages)
     return str(path)
 
 

@@ -110,6 +110,8 @@ class RunContext:
     """Agents/workflows above this run, for reentrancy and depth guards."""
     transcript: list[Any] = field(default_factory=list)
     """The run's messages so far (kept by the engine), for hooks' `transcript_path`."""
+    transcript_written: int = 0
+    """How many of them its transcript file holds (`fim.hooks.command_input`)."""
     session_env: dict[str, str] = field(default_factory=dict)
     """Variables SessionStart hooks exported through CLAUDE_ENV_FILE, for the `shell` tool."""
     guard: Any = None
