@@ -216,6 +216,48 @@ async def test_the_runs_a_run_delegates_to_belong_to_its_key(tmp_path: Path):
         await services.aclose()
 
 
+async def test_a_workflow_a_keyed_run_starts_is_that_keys(tmp_path: Path):
+    """An agent's `run_workflow` started a run nobody owned, and the scheduler's nodes then
+    worked for no key: the workflow run is now claimed for the calling run's key, and its
+    tool nodes work in that key's sandbox folder."""
+    from fim.tools.builtin._common import key_folder
+
+    (tmp_path / "lead.yaml").write_text(
+        "- tool_calls: [{name: run_workflow, arguments: {name: note}}]\n- text: done\n"
+    )
+    write = {"operation": "write", "path": "whose.txt", "content": "written"}
+    snapshot = Snapshot(
+        root=tmp_path,
+        project=Project(
+            name="team",
+            state=f"sqlite:///{tmp_path / 'state.db'}",
+            server=ServerSettings(api_keys=["key-a"]),
+        ),
+        agents={"lead": AgentDecl(name="lead", model="scripted:lead.yaml", workflows=["note"])},
+        workflows={
+            "note": WorkflowDecl.model_validate(
+                {
+                    "name": "note",
+                    "nodes": {"w": {"type": "tool", "tool": "file_ops", "args": write}},
+                }
+            )
+        },
+    )
+    services = Services(providers=CAPABILITIES, root=tmp_path, state_url=snapshot.project.state)
+    try:
+        final = await ask(snapshot, "lead", "go", services=services, owner="h-a")
+        assert final.output == "done"
+        rows = await get_store(services)._read(
+            lambda conn: list(conn.execute(table("run_owners").select()).mappings())
+        )
+        assert len(rows) == 2 and {r["owner"] for r in rows} == {"h-a"}  # the run, its workflow
+        mine = key_folder(tmp_path / ".fim" / "sandbox", "h-a")
+        assert (mine / "whose.txt").read_text() == "written"
+        assert not (tmp_path / ".fim" / "sandbox" / "whose.txt").exists()
+    finally:
+        await services.aclose()
+
+
 def test_without_keys_anyone_reads_any_run(tmp_path: Path):
     root = project(tmp_path / "p", "sqlite:///.fim/state.db")
     with served(root) as url:

@@ -203,16 +203,18 @@ class Scheduler:
 
     async def _owner(self) -> str:
         """The key that started this run (`fim.store.owners`, claimed before its first
-        event), "" when the project has no keys: its nodes' work is that key's (the agent
-        runs it starts, its budget, its share of the worker pools)."""
+        event), else the key of the work that started it (an agent's `run_workflow`), ""
+        for none: its nodes' work is that key's (the agent runs it starts, its budget, its
+        sandbox folder, its share of the worker pools)."""
         server = self.snapshot.project.server
         if not (server.api_keys or server.operator_keys):
-            return ""
+            return current_owner.get()
         # deferred: loading fim.store costs a few ms
         from fim.store import get_store
         from fim.store.owners import owner_of
 
-        return await owner_of(get_store(self.services), self.state.run_id) or ""
+        claimed = await owner_of(get_store(self.services), self.state.run_id)
+        return claimed or current_owner.get()
 
     async def _cancel(self, tasks: dict[str, asyncio.Task[None]]) -> None:
         state = self.state

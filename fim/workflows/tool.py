@@ -9,7 +9,8 @@ workflow already running above this call, and nesting past `max_depth`.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 from fim.build.workflow_checks import human_nodes
 from fim.errors import RunError
@@ -17,6 +18,9 @@ from fim.run.services import Provision, RunContext
 from fim.tools.base import FunctionTool
 from fim.types import ToolResult
 from fim.workflows.inputs import describe
+
+if TYPE_CHECKING:
+    from fim.events import Event
 
 TOOL_NAME = "run_workflow"
 
@@ -81,8 +85,15 @@ def make_tool(ctx: RunContext, offered: list[str]) -> FunctionTool:
             hooks=ctx.hooks_enabled,
             guard=ctx.hooks,  # with hooks off (eval): the read-only guard, if any
         )
+        events: AsyncIterator[Event] = engine.run(inputs or {})
+        if ctx.owner:  # the run, its nodes and its approvals are the calling run's key's
+            # deferred: loading fim.store costs a few ms
+            from fim.store import get_store
+            from fim.store.owners import claimed
+
+            events = claimed(get_store(ctx.services), engine.run_id, ctx.owner, events)
         try:
-            async for _ in engine.run(inputs or {}):
+            async for _ in events:
                 pass
         except RunError as exc:
             return _error(f"{exc}. Fix the inputs and call run_workflow again.")
