@@ -523,6 +523,14 @@ async def test_files_kept_between_calls_are_capped_per_folder(tmp_path: Path) ->
 
 
 @needs_bwrap
+async def test_an_agent_sets_its_sandbox_folders_size(tmp_path: Path) -> None:
+    tools = make_tools(tmp_path, sandbox={"folder_mb": 16})
+    filled = await shell(tools, WRITE_MB_SLOWLY)
+    assert filled.is_error and "the sandbox folder holds more than 16 MB" in filled.content
+    assert "all-written" not in filled.content
+
+
+@needs_bwrap
 async def test_one_call_writes_at_most_disk_mb_and_others_writes_do_not_count(
     tmp_path: Path,
 ) -> None:

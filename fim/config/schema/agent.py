@@ -80,6 +80,10 @@ class SandboxSettings(Strict):
     """Memory of one process and of the whole process tree, in MB."""
     max_processes: int = Field(default=64, ge=4, le=4096)
     """Processes and threads the sandboxed programs may have at once."""
+    folder_mb: int = Field(default=2048, ge=16, le=1_048_576)
+    """What the sandbox folder may hold, in MB (the key's own on a keyed server, else the
+    project's; files stay there between calls): a call that takes it past this is
+    killed, one that finds it full may still read and delete."""
     network: bool = False
     """HTTP(S) out through fim's proxy, behind web_fetch's guard (no loopback or private
     addresses unless fim.yaml's `web_fetch` allows them); off: no network at all."""

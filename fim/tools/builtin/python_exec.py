@@ -53,6 +53,7 @@ def make(
             timeout=limit,
             memory_mb=memory_mb,
             max_processes=settings.max_processes,
+            folder_mb=settings.folder_mb,
             max_file_bytes=MAX_FILE_BYTES,
             keep_output=max_output * 4,  # bytes: enough for max_output characters of UTF-8
         )

@@ -51,6 +51,7 @@ def make(ctx: RunContext) -> FunctionTool:
             timeout=limit,
             memory_mb=settings.memory_mb,
             max_processes=settings.max_processes,
+            folder_mb=settings.folder_mb,
             max_file_bytes=MAX_FILE_BYTES,
             keep_output=MAX_OUTPUT * 4,
         )

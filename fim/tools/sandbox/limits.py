@@ -43,10 +43,11 @@ class Limits:
     calls that each stay under `disk_mb` cannot add up to a full disk."""
     folder_mb: int = 2048
     """What the sandbox folder the call works in (its key's own, else the project's) may
-    hold: files stay there between calls, and without a cap one key's calls, each under
-    `disk_mb`, added up to the disk's reserve and every other key's calls failed. A call
-    that takes the folder past it is killed; one that finds it past it may still read and
-    delete (it is stopped only once it has written `FOLDER_SLACK_MB` more)."""
+    hold (the agent's `sandbox.folder_mb`): files stay there between calls, and without a
+    cap one key's calls, each under `disk_mb`, added up to the disk's reserve and every
+    other key's calls failed. A call that takes the folder past it is killed; one that
+    finds it past it may still read and delete (it is stopped only once it has written
+    `FOLDER_SLACK_MB` more)."""
 
 
 def rlimits(limits: Limits) -> dict[str, tuple[int, int]]:
