@@ -64,11 +64,13 @@ async def connections_for(ctx: RunContext) -> list[ServerConnection]:
                 hint="declare it under mcp_servers: in fim.yaml "
                 f"(declared: {', '.join(declared) or 'none'})",
             )
-        conn = manager.connection(name, decl, ctx.snapshot.root, mask=ctx.snapshot.mask)
+        conn = manager.connection(
+            name, decl, ctx.snapshot.root, mask=ctx.snapshot.mask, owner=ctx.owner
+        )
         conn.sampling_model = _fast_model(ctx)
         conns.append(conn)
     cached = [c for c in conns if c.prime_from_cache()]
-    waiting = [c.name for c in conns if c not in cached]
+    waiting = [c for c in conns if c not in cached]
     manager.start_soon([c for c in cached if c.state != "ready"])
     if waiting:
         await manager.start_all(waiting)

@@ -34,8 +34,14 @@ class ServerStatus:
     detail: str
 
 
+MAX_KEYED = 16
+"""Connections of one `scope: key` server at once (one per key); past it the least
+recently used is stopped (its key's next call starts it again)."""
+
+
 class McpManager:
-    """Connections by server name, each bound to the declaration it was made from."""
+    """Connections by server name, each bound to the declaration it was made from; a
+    `scope: key` server has one per key (slot `name` + NUL + key hash)."""
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root
@@ -50,20 +56,33 @@ class McpManager:
         root: Path,
         *,
         mask: Callable[[str], str] = lambda text: text,
+        owner: str = "",
     ) -> ServerConnection:
-        """The connection for this exact declaration (created lazily, never started here).
+        """The connection for this exact declaration (created lazily, never started here):
+        the key `owner`'s own when the server is `scope: key`.
 
         A different declaration under the same name (a reload changed it) replaces the old
         connection, which is stopped in the background.
         """
-        current = self._connections.get(name)
+        slot = f"{name}\0{owner}" if owner and decl.scope == "key" else name
+        current = self._connections.get(slot)
         if current is not None and current.key == declaration_key(decl, root):
+            if slot != name:  # most recently used last: `_keep_keyed` stops the first
+                self._connections[slot] = self._connections.pop(slot)
             return current
         if current is not None:
-            self._retire(current)
+            self._retire(self._connections.pop(slot))
         created = ServerConnection(name, decl, root, mask=mask)
-        self._connections[name] = created
+        self._connections[slot] = created
+        if slot != name:
+            self._keep_keyed(name)
         return created
+
+    def _keep_keyed(self, name: str) -> None:
+        """Stop the least recently used keys' connections of `name` past `MAX_KEYED`."""
+        keyed = [slot for slot in self._connections if slot.startswith(f"{name}\0")]
+        for slot in keyed[: max(0, len(keyed) - MAX_KEYED)]:
+            self._retire(self._connections.pop(slot))
 
     def get(self, name: str) -> ServerConnection | None:
         return self._connections.get(name)
@@ -83,13 +102,21 @@ class McpManager:
         """
         base = root or self.root or Path.cwd()
         report: dict[str, list[str]] = {"kept": [], "restarted": [], "added": [], "stopped": []}
-        for name in list(self._connections):
-            if name not in servers:
-                self._retire(self._connections.pop(name))
-                report["stopped"].append(name)
+        for slot in list(self._connections):
+            name, _, owner = slot.partition("\0")
+            if not owner:
+                if name not in servers:
+                    self._retire(self._connections.pop(slot))
+                    report["stopped"].append(name)
+                continue
+            decl = servers.get(name)
+            if decl is None or self._connections[slot].key != declaration_key(decl, base):
+                self._retire(self._connections.pop(slot))  # a key's next call starts it again
         restart: list[ServerConnection] = []
         for name, decl in servers.items():
             old = self._connections.get(name)
+            if decl.scope == "key" and old is None:
+                continue  # started per key, on first use
             if old is not None and old.key == declaration_key(decl, base):
                 report["kept"].append(name)
                 continue
@@ -108,10 +135,10 @@ class McpManager:
                 raise result
         return report
 
-    async def start_all(self, names: list[str] | None = None) -> None:
-        """Start these servers (all known ones by default) concurrently; failures are kept
-        on each connection's `state`/`error` rather than raised."""
-        chosen = [c for n, c in self._connections.items() if names is None or n in names]
+    async def start_all(self, conns: list[ServerConnection] | None = None) -> None:
+        """Start these connections (every known one by default) concurrently; failures are
+        kept on each connection's `state`/`error` rather than raised."""
+        chosen = list(self._connections.values()) if conns is None else conns
         await asyncio.gather(*(_quiet_start(c) for c in chosen))
 
     def start_soon(self, conns: list[ServerConnection]) -> None:
@@ -125,8 +152,11 @@ class McpManager:
 
     def status(self) -> list[ServerStatus]:
         rows = []
-        for name, conn in self._connections.items():
+        for slot, conn in self._connections.items():
             detail = conn.error or (conn.description if conn.state == "ready" else "")
+            name, _, owner = slot.partition("\0")
+            if owner:
+                name = f"{name} (key {owner[:8]})"
             rows.append(ServerStatus(name, conn.transport, conn.state, len(conn.tools), detail))
         return rows
 

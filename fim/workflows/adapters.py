@@ -13,6 +13,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from fim.config.schema import DatabaseConnector, HttpConnector
+from fim.locks import current_owner
 from fim.types import CallView, Tool, ToolResult
 from fim.workflows.node_types.base import NodeError
 
@@ -110,7 +111,7 @@ async def call_mcp(ctx: NodeContext, server: str, tool: str, args: dict[str, Any
             f"{', '.join(sorted(ctx.snapshot.project.mcp_servers)) or 'none'})"
         )
     conn = get_manager(ctx.services).connection(
-        server, decl, ctx.snapshot.root, mask=ctx.snapshot.mask
+        server, decl, ctx.snapshot.root, mask=ctx.snapshot.mask, owner=current_owner.get()
     )
     try:
         await conn.start()

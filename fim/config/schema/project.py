@@ -85,6 +85,10 @@ class StdioServer(Strict):
     elicitation_timeout: float = Field(default=300.0, gt=0)
     """Seconds a human has to answer the server's question (`fim approvals`); then the
     server is answered `cancel`."""
+    scope: Literal["project", "key"] = "project"
+    """`key`: on a server with API keys, each key (tenant) has a process of its own, so a
+    stateful server never carries one tenant's state to another's (at most 16 at once per
+    server, the least recently used stopped first); `project`: one for every caller."""
 
 
 class HttpServer(Strict):
@@ -104,6 +108,10 @@ class HttpServer(Strict):
     elicitation_timeout: float = Field(default=300.0, gt=0)
     """Seconds a human has to answer the server's question (`fim approvals`); then the
     server is answered `cancel`."""
+    scope: Literal["project", "key"] = "project"
+    """`key`: on a server with API keys, each key (tenant) has a session of its own, so a
+    stateful server never carries one tenant's state to another's (at most 16 at once per
+    server, the least recently used stopped first); `project`: one for every caller."""
 
 
 def _claude_entry(value: Any) -> Any:
