@@ -10,10 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_run_owners import keyed_project
 
 from fim.build.snapshot import Snapshot
 from fim.capabilities import CAPABILITIES
-from fim.config.schema import AgentDecl, Project, ServerSettings, StdioServer, ToolModes
+from fim.config.schema import AgentDecl, StdioServer, ToolModes
 from fim.mcp import manager as manager_module
 from fim.mcp.calls import call_tool
 from fim.mcp.manager import McpManager, get_manager
@@ -88,12 +89,7 @@ async def test_keyed_runs_reach_their_own_process_in_every_mode(tmp_path: Path, 
         (tmp_path / f"{name}.yaml").write_text(f"- tool_calls: [{text}]\n- text: done\n")
     snapshot = Snapshot(
         root=tmp_path,
-        project=Project(
-            name="tenants",
-            state=f"sqlite:///{tmp_path / 'state.db'}",
-            server=ServerSettings(api_keys=["key-a", "key-b"]),
-            mcp_servers={"notes": notes()},
-        ),
+        project=keyed_project(tmp_path, mcp_servers={"notes": notes()}),
         agents={
             name: AgentDecl(
                 name=name,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -159,6 +160,16 @@ def test_an_approval_is_decided_only_by_the_key_whose_run_waits_on_it(tmp_path: 
 GREET = {"type": "agent", "agent": "solo", "input": "hi"}
 
 
+def keyed_project(root: Path, **fields: Any) -> Project:
+    """A project of a server with two keys, its state in `root`."""
+    return Project(
+        name="team",
+        state=f"sqlite:///{root / 'state.db'}",
+        server=ServerSettings(api_keys=["key-a", "key-b"]),
+        **fields,
+    )
+
+
 async def test_the_runs_a_run_delegates_to_belong_to_its_key(tmp_path: Path):
     """A delegate's run (and whatever approval its hooks ask for) is the starting key's."""
     (tmp_path / "lead.yaml").write_text(
@@ -167,11 +178,7 @@ async def test_the_runs_a_run_delegates_to_belong_to_its_key(tmp_path: Path):
     (tmp_path / "solo.yaml").write_text("- text: hello\n")
     snapshot = Snapshot(
         root=tmp_path,
-        project=Project(
-            name="team",
-            state=f"sqlite:///{tmp_path / 'state.db'}",
-            server=ServerSettings(api_keys=["key-a", "key-b"]),
-        ),
+        project=keyed_project(tmp_path),
         agents={
             "lead": AgentDecl(name="lead", model="scripted:lead.yaml", delegates=["solo"]),
             "solo": AgentDecl(name="solo", model="scripted:solo.yaml"),
