@@ -49,11 +49,20 @@ async def test_each_key_has_its_own_process_and_no_key_shares_what_another_left(
         await manager.aclose()
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0  # every reading later than the last
+        return self.now
+
+
 async def test_past_the_cap_the_least_recently_used_keys_server_is_stopped(
     monkeypatch: pytest.MonkeyPatch,
 ):
     monkeypatch.setattr(manager_module, "MAX_KEYED", 2)
-    manager = McpManager(NOTES.parent)
+    manager = McpManager(NOTES.parent, clock=Clock())
     try:
         first = manager.connection("notes", notes(), NOTES.parent, owner="k1")
         second = manager.connection("notes", notes(), NOTES.parent, owner="k2")
@@ -114,3 +123,20 @@ async def test_keyed_runs_reach_their_own_process_in_every_mode(tmp_path: Path, 
         assert len(get_manager(services).status()) == 2
     finally:
         await services.aclose()
+
+
+async def test_a_keys_server_left_idle_is_stopped_at_the_next_keys_call():
+    clock = Clock()
+    manager = McpManager(NOTES.parent, clock=clock)
+    try:
+        left = manager.connection("notes", notes(), NOTES.parent, owner="k1")
+        await manager.start_all([left])
+        clock.now += manager_module.KEYED_IDLE  # k1 goes quiet for the idle limit
+        other = manager.connection("notes", notes(), NOTES.parent, owner="k2")
+        await manager.drain()
+        assert left.state != "ready" and [row.name for row in manager.status()] == [
+            "notes (key k2)"
+        ]
+        assert manager.connection("notes", notes(), NOTES.parent, owner="k2") is other
+    finally:
+        await manager.aclose()

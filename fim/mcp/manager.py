@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,15 +38,21 @@ class ServerStatus:
 MAX_KEYED = 16
 """Connections of one `scope: key` server at once (one per key); past it the least
 recently used is stopped (its key's next call starts it again)."""
+KEYED_IDLE = 900.0
+"""Seconds a key's connection may go unused before the next key's call stops it (a
+browser a tenant left holds its memory otherwise)."""
 
 
 class McpManager:
     """Connections by server name, each bound to the declaration it was made from; a
     `scope: key` server has one per key (slot `name` + NUL + key hash)."""
 
-    def __init__(self, root: Path | None = None) -> None:
+    def __init__(self, root: Path | None = None, clock: Callable[[], float] = time.monotonic):
         self.root = root
+        self.clock = clock
         self._connections: dict[str, ServerConnection] = {}
+        self._used: dict[str, float] = {}
+        """A key's connection (its slot) -> when a run last asked for it."""
         self._retiring: set[asyncio.Task[None]] = set()
         self._starting: set[asyncio.Task[None]] = set()
 
@@ -65,24 +72,32 @@ class McpManager:
         connection, which is stopped in the background.
         """
         slot = f"{name}\0{owner}" if owner and decl.scope == "key" else name
+        if slot != name:
+            self._used[slot] = self.clock()
+            self._keep_keyed(slot)
         current = self._connections.get(slot)
         if current is not None and current.key == declaration_key(decl, root):
-            if slot != name:  # most recently used last: `_keep_keyed` stops the first
-                self._connections[slot] = self._connections.pop(slot)
             return current
         if current is not None:
             self._retire(self._connections.pop(slot))
         created = ServerConnection(name, decl, root, mask=mask)
         self._connections[slot] = created
-        if slot != name:
-            self._keep_keyed(name)
+        self._keep_keyed(slot)
         return created
 
-    def _keep_keyed(self, name: str) -> None:
-        """Stop the least recently used keys' connections of `name` past `MAX_KEYED`."""
-        keyed = [slot for slot in self._connections if slot.startswith(f"{name}\0")]
-        for slot in keyed[: max(0, len(keyed) - MAX_KEYED)]:
+    def _keep_keyed(self, asking: str) -> None:
+        """Stop the keys' connections (of every `scope: key` server) unused for
+        `KEYED_IDLE`, and the least recently used of `asking`'s server past `MAX_KEYED`."""
+        now, server = self.clock(), asking.partition("\0")[0]
+        keyed = sorted(
+            (used, slot) for slot, used in self._used.items() if slot in self._connections
+        )
+        same = [slot for _, slot in keyed if slot.startswith(f"{server}\0")]
+        stale = {slot for used, slot in keyed if now - used > KEYED_IDLE}
+        stale.update(same[: max(0, len(same) - MAX_KEYED)])
+        for slot in stale - {asking}:
             self._retire(self._connections.pop(slot))
+            del self._used[slot]
 
     def get(self, name: str) -> ServerConnection | None:
         return self._connections.get(name)
@@ -112,6 +127,7 @@ class McpManager:
             decl = servers.get(name)
             if decl is None or self._connections[slot].key != declaration_key(decl, base):
                 self._retire(self._connections.pop(slot))  # a key's next call starts it again
+                self._used.pop(slot, None)
         restart: list[ServerConnection] = []
         for name, decl in servers.items():
             old = self._connections.get(name)
@@ -169,6 +185,7 @@ class McpManager:
         """Stop every server; stdio processes are gone when this returns."""
         connections = list(self._connections.values())
         self._connections.clear()
+        self._used.clear()
         await asyncio.gather(*(c.aclose() for c in connections), return_exceptions=True)
         starting = list(self._starting)
         for task in starting:
