@@ -1003,6 +1003,26 @@ async def test_file_ops_wins_the_symlink_race(
     assert flips > 10 and outcomes["ok"] > 0 and outcomes["refused"] > 0, (flips, outcomes)
 
 
+async def test_file_ops_holds_the_folder_to_the_agents_folder_mb(
+    tmp_path: Path, sandbox: Path
+) -> None:
+    """One cap for the folder, whoever writes: what a program left there counts against
+    `file_ops` too (it had its own 256 MB beside the sandbox's 2 GB)."""
+    from fim.tools.builtin import file_ops
+
+    left = sandbox / "scratch" / "left-by-python_exec.bin"
+    left.parent.mkdir(parents=True, exist_ok=True)
+    with left.open("wb") as out:
+        os.posix_fallocate(out.fileno(), 0, 16 * 1024 * 1024)
+    tools = ToolRegistry([file_ops.make(make_ctx(tmp_path, sandbox={"folder_mb": 16}))])
+    refused = await tools.call("file_ops", {"operation": "write", "path": "n.txt", "content": "x"})
+    assert refused.is_error and f"quota of {16 * 1024 * 1024} bytes" in refused.content
+    roomy = ToolRegistry([file_ops.make(make_ctx(tmp_path, sandbox={"folder_mb": 32}))])
+    assert not (
+        await roomy.call("file_ops", {"operation": "write", "path": "n.txt", "content": "x"})
+    ).is_error
+
+
 async def test_file_ops_keeps_the_sandbox_under_its_quota(tmp_path: Path, sandbox: Path) -> None:
     from fim.tools.builtin import file_ops
 

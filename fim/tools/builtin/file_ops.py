@@ -5,7 +5,8 @@ the sandbox root, never following a symlink in the kernel (`_paths`, which says 
 are opened `O_NONBLOCK` and must be regular files (a FIFO cannot hang the worker thread).
 Blocking file I/O runs in a worker thread.
 
-Quota: the whole sandbox directory may hold at most `DEFAULT_QUOTA_BYTES` (256 MB, counted
+Quota: the whole sandbox directory may hold at most the agent's `sandbox.folder_mb` (2 GB by
+default: the one cap of the folder, which `python_exec` and `shell` are held to too; counted
 as allocated disk blocks; `make(ctx, quota_bytes=...)` changes it). A write or append that
 would pass it is refused; concurrent writers can each overshoot by at most one write.
 """
@@ -33,7 +34,6 @@ DEFAULT_READ_CHARS = 20_000
 MAX_WRITE_CHARS = 1_000_000
 MAX_FILE_BYTES = 10 * 1024 * 1024
 MAX_LIST = 500
-DEFAULT_QUOTA_BYTES = 256 * 1024 * 1024
 
 Operation = Literal["read", "write", "append", "list"]
 
@@ -164,9 +164,11 @@ def _call_view(args: dict[str, Any]) -> CallView:
     return CallView("file_ops", args, {"access": access, "operation": args.get("operation")})
 
 
-def make(ctx: RunContext, *, quota_bytes: int = DEFAULT_QUOTA_BYTES) -> FunctionTool:
-    """Build file_ops confined to the project's sandbox (`sandbox:` in fim.yaml)."""
+def make(ctx: RunContext, *, quota_bytes: int | None = None) -> FunctionTool:
+    """Build file_ops confined to the run's sandbox folder (`sandbox_dir`), holding it to
+    the agent's `sandbox.folder_mb` unless `quota_bytes` says otherwise."""
     root_path = sandbox_dir(ctx)
+    quota = quota_bytes or ctx.agent.sandbox.folder_mb * 1024 * 1024
 
     def execute(
         operation: Operation, path: str, content: str | None, recursive: bool, max_chars: int
@@ -185,7 +187,7 @@ def make(ctx: RunContext, *, quota_bytes: int = DEFAULT_QUOTA_BYTES) -> Function
             if operation == "list":
                 return _list(root, path, recursive)
             assert content is not None
-            return _write(root, path, content, operation == "append", quota_bytes)
+            return _write(root, path, content, operation == "append", quota)
         finally:
             root.close()
 
