@@ -72,18 +72,15 @@ class McpManager:
         connection, which is stopped in the background.
         """
         slot = f"{name}\0{owner}" if owner and decl.scope == "key" else name
+        current = self._connections.get(slot)
+        if current is None or current.key != declaration_key(decl, root):
+            if current is not None:
+                self._retire(self._connections.pop(slot))
+            current = self._connections[slot] = ServerConnection(name, decl, root, mask=mask)
         if slot != name:
             self._used[slot] = self.clock()
             self._keep_keyed(slot)
-        current = self._connections.get(slot)
-        if current is not None and current.key == declaration_key(decl, root):
-            return current
-        if current is not None:
-            self._retire(self._connections.pop(slot))
-        created = ServerConnection(name, decl, root, mask=mask)
-        self._connections[slot] = created
-        self._keep_keyed(slot)
-        return created
+        return current
 
     def _keep_keyed(self, asking: str) -> None:
         """Stop the keys' connections (of every `scope: key` server) unused for
