@@ -140,3 +140,33 @@ async def test_a_keys_server_left_idle_is_stopped_at_the_next_keys_call():
         assert manager.connection("notes", notes(), NOTES.parent, owner="k2") is other
     finally:
         await manager.aclose()
+
+
+async def test_a_workflows_mcp_node_reaches_the_process_of_the_key_that_started_it(
+    tmp_path: Path,
+):
+    from fim.config.schema import WorkflowDecl
+    from fim.store import get_store
+    from fim.store.owners import claim
+    from fim.workflows.engine import WorkflowEngine
+
+    node = {"type": "mcp", "server": "notes", "tool": "remember", "args": {"text": "from wf"}}
+    snapshot = Snapshot(
+        root=tmp_path,
+        project=keyed_project(tmp_path, mcp_servers={"notes": notes()}),
+        workflows={"w": WorkflowDecl.model_validate({"name": "w", "nodes": {"keep": node}})},
+    )
+    services = Services(providers=CAPABILITIES, root=tmp_path, state_url=snapshot.project.state)
+    try:
+        engine = WorkflowEngine(snapshot, "w", services)
+        await claim(get_store(services), engine.run_id, "h-a")
+        assert [e async for e in engine.run({})][-1].status == "ok"
+        manager = get_manager(services)
+        mine, theirs = (
+            manager.connection("notes", notes(), tmp_path, owner=owner) for owner in ("h-a", "h-b")
+        )
+        await manager.start_all([theirs])
+        assert (await call_tool(mine, "recall", {})).content == "from wf"
+        assert (await call_tool(theirs, "recall", {})).content == "(no notes)"
+    finally:
+        await services.aclose()
