@@ -250,6 +250,32 @@ async def test_it_writes_only_in_scratch(
     assert (scratch / "inside.txt").read_text() == "ok\n"
 
 
+@needs_bwrap
+async def test_a_link_made_in_the_sandbox_does_not_lead_file_ops_out(
+    tmp_path: Path, scratch: Path
+) -> None:
+    """file_ops runs outside the sandbox, on the folder the sandbox's programs write in
+    (at the same path in both). A program's link named `<folder>/../..` looks like a path
+    inside the folder and leads to the project: followed, a model reads `fim.yaml` and
+    `.env` and writes hooks fim loads."""
+    (tmp_path / ".env").write_text(f"OPENAI_API_KEY={SECRET}\n")
+    tools = make_tools(tmp_path, tools=["shell", "file_ops"])
+    up = f"{scratch}/../../.."  # scratch -> sandbox -> .fim -> the project
+    made = await shell(tools, f"ln -s {up}/.env env; ln -s {up} project; echo made")
+    assert made.content.splitlines()[-1] == "made"
+
+    read = await tools.call("file_ops", {"operation": "read", "path": "scratch/env"})
+    write = await tools.call(
+        "file_ops",
+        {"operation": "write", "path": "scratch/project/hooks/evil.py", "content": "x"},
+    )
+    for result in (read, write):
+        assert result.is_error
+        assert "is a symlink that points outside the sandbox" in result.content
+    assert SECRET not in read.content
+    assert not (tmp_path / "hooks").exists()
+
+
 # --------------------------------------------------------------------------- processes
 
 

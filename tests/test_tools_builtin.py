@@ -27,6 +27,7 @@ from fim.config.schema import AgentDecl, Project, WebFetchSettings
 from fim.errors import RunError
 from fim.run.services import RunContext, Services
 from fim.tools import ToolRegistry, builtin
+from fim.tools.builtin import _paths
 from fim.types import ToolResult
 
 BUILTIN_DIR = Path(builtin.__file__).parent
@@ -612,6 +613,59 @@ async def test_file_ops_refuses_symlinks_that_escape(
         assert "is a symlink that points outside the sandbox" in result.content
     assert (tmp_path / "secret.txt").read_text() == "s3cret"
     assert not (outside / "x.txt").exists()
+
+
+@pytest.mark.parametrize("up", ["..", "../..", "sub/../..", "./../."])
+async def test_file_ops_refuses_absolute_symlinks_that_climb_out_through_dotdot(
+    tools: ToolRegistry, sandbox: Path, tmp_path: Path, up: str
+) -> None:
+    """`<sandbox>/../secret.txt` starts with the sandbox's own path: read as text it is
+    "inside", but its `..` leaves. A program in the sandbox can make such a link (the
+    folder has the same path there), so file_ops would read and write anything fim can."""
+    (tmp_path / "secret.txt").write_text("s3cret")
+    sandbox.mkdir(parents=True)
+    (sandbox / "sub").mkdir()
+    depth = len(sandbox.relative_to(tmp_path).parts)
+    climb = "/".join([".."] * depth) if up == ".." else up
+    (sandbox / "leak.txt").symlink_to(f"{sandbox}/{climb}/secret.txt")
+    (sandbox / "door").symlink_to(f"{sandbox}/{climb}")
+
+    read = await tools.call("file_ops", {"operation": "read", "path": "leak.txt"})
+    write = await tools.call(
+        "file_ops", {"operation": "write", "path": "door/planted.txt", "content": "x"}
+    )
+    listing = await tools.call("file_ops", {"operation": "list", "path": "door"})
+    for result in (read, write, listing):
+        assert result.is_error, result.content
+        assert "is a symlink that points outside the sandbox" in result.content
+    assert "s3cret" not in read.content
+    assert not list(tmp_path.rglob("planted.txt"))
+
+
+@pytest.mark.parametrize("parts", [[".."], ["a", "..", ".."], ["a/../.."], [""]])
+def test_file_ops_walk_never_opens_a_component_that_leaves(
+    tmp_path: Path, parts: list[str]
+) -> None:
+    """The walk's own guarantee, below whatever parsed the path: a component that would
+    leave the directory it is opened in is refused before any open."""
+    (tmp_path / "a").mkdir()
+    root = _paths.Root(tmp_path / "a")
+    try:
+        with pytest.raises(_paths.Refused, match="is not a path inside the sandbox"):
+            _paths._open_parts(root.fd, parts, os.O_RDONLY, create_dirs=False)
+    finally:
+        root.close()
+
+
+async def test_file_ops_follows_absolute_symlinks_whose_dotdot_stays_inside(
+    tools: ToolRegistry, sandbox: Path
+) -> None:
+    sandbox.mkdir(parents=True)
+    (sandbox / "sub").mkdir()
+    (sandbox / "real.txt").write_text("inside")
+    (sandbox / "alias.txt").symlink_to(f"{sandbox}/sub/../real.txt")
+    result = await tools.call("file_ops", {"operation": "read", "path": "alias.txt"})
+    assert result.content == "inside"
 
 
 async def test_file_ops_follows_symlinks_that_stay_inside(

@@ -66,18 +66,20 @@ def _retarget(root: Path, link: _Link, path: str) -> list[str]:
     target = PurePosixPath(link.target)
     if target.is_absolute():
         try:
-            parts = list(target.relative_to(root).parts)
+            # textual: `<root>/../x` is "below" the root here, its `..` kept for the loop
+            steps = target.relative_to(root).parts
         except ValueError:
             raise _outside(path, "is a symlink that points") from None
+        parts: list[str] = []
     else:
-        parts = list(link.before)
-        for part in target.parts:
-            if part == "..":
-                if not parts:
-                    raise _outside(path, "is a symlink that points")
-                parts.pop()
-            elif part not in ("", "."):
-                parts.append(part)
+        steps, parts = target.parts, list(link.before)
+    for part in steps:
+        if part == "..":
+            if not parts:
+                raise _outside(path, "is a symlink that points")
+            parts.pop()
+        elif part not in ("", "."):
+            parts.append(part)
     return parts + link.rest
 
 
@@ -96,7 +98,13 @@ def _link_or_raise(
 
 
 def _open_parts(root_fd: int, parts: list[str], flags: int, create_dirs: bool) -> int:
-    """Open `parts` below `root_fd`, one no-follow `openat` per component."""
+    """Open `parts` below `root_fd`, one no-follow `openat` per component.
+
+    The walk's own guarantee, whatever a caller's parsing let through: a component that
+    is `..`, empty or holds a `/` would leave the directory it is opened in, so none is
+    ever opened."""
+    if any(name in ("", ".", "..") or "/" in name for name in parts):
+        raise Refused(f"'{show(parts)}' is not a path inside the sandbox")
     if not parts:
         return os.open(".", flags | _CLOEXEC, dir_fd=root_fd)
     current = root_fd
