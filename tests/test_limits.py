@@ -243,6 +243,70 @@ def test_workflow_templates_refuse_data_driven_blowups():
     assert render("{{ inputs.a ** inputs.b }}", {"inputs": {"a": 2, "b": 10}}) == 1024
 
 
+WIDE = 4 * 10**8
+"""A model-chosen number that, as a width or count, would build 400 MB on the event loop."""
+
+
+@pytest.mark.parametrize(
+    ("template", "inputs"),
+    [
+        ('{{ "-" | center(inputs.n) }}', {"n": WIDE}),
+        ('{{ "-".ljust(inputs.n) }}', {"n": WIDE}),
+        ('{{ "-".rjust(inputs.n) }}', {"n": WIDE}),
+        ('{{ "7".zfill(inputs.n) }}', {"n": WIDE}),
+        ('{{ "%0*d" | format(inputs.n, 1) }}', {"n": WIDE}),
+        ('{{ "%0*d" % (inputs.n, 1) }}', {"n": WIDE}),
+        ("{{ inputs.fmt % 1 }}", {"fmt": f"%0{WIDE}d"}),
+        ("{{ inputs.fmt | format(1) }}", {"fmt": f"%.{WIDE}f"}),
+        ('{{ "{:>{}}".format(1, inputs.n) }}', {"n": WIDE}),
+        ("{{ inputs.fmt.format(1) }}", {"fmt": "{:>" + str(WIDE) + "}"}),
+        ("{{ inputs.t.expandtabs(inputs.n) }}", {"t": "\t" * 1000, "n": 10**6}),
+        ('{{ inputs.t.replace("", inputs.u) }}', {"t": "x" * 10**5, "u": "y" * 10**3}),
+        ('{{ inputs.t | replace("", inputs.u) }}', {"t": "x" * 10**5, "u": "y" * 10**3}),
+        ("{{ inputs.t | indent(inputs.n) }}", {"t": "a", "n": WIDE}),
+        ("{{ inputs.t | indent(inputs.pad) }}", {"t": "\n" * 10**5, "pad": " " * 10**3}),
+        (
+            "{{ inputs.t | wordwrap(5, wrapstring=inputs.w) }}",
+            {"t": "a b " * 10**5, "w": "-" * 10**3},
+        ),
+        ("{{ [1] | batch(inputs.n, 0) | list }}", {"n": WIDE}),
+        ("{{ [1] | slice(inputs.n) | list }}", {"n": WIDE}),
+        ("{{ lipsum(inputs.n) }}", {"n": WIDE}),
+    ],
+)
+def test_workflow_templates_refuse_widths_and_counts_that_build_too_much(
+    template: str, inputs: dict[str, Any]
+) -> None:
+    """Every builtin that takes a size builds it in one go on the event loop: the width
+    of `center`/`ljust`/`zfill`/`%`/`format`, a `replace` of the empty string, the count
+    of `batch`/`slice`/`lipsum`. Each is checked for what it would build before it runs."""
+    from fim.workflows.templates import TemplateError, render
+
+    with pytest.raises(TemplateError, match="SecurityError"):
+        render(template, {"inputs": inputs})
+
+
+def test_workflow_templates_keep_ordinary_formatting() -> None:
+    from fim.workflows.templates import render
+
+    inputs = {"n": 12, "amount": 24.5, "t": "a\tb\nc", "fmt": "%s:%05.1f"}
+    assert render('{{ "ab" | center(6) }}', {"inputs": inputs}) == "  ab  "
+    assert render('{{ "%05.2f" % inputs.amount }}', {"inputs": inputs}) == "24.50"
+    assert render("{{ inputs.fmt | format('x', 1.25) }}", {"inputs": inputs}) == "x:001.2"
+    assert render('{{ "{:>4}|{:,}".format(inputs.n, 1234567) }}', {"inputs": inputs}) == (
+        "  12|1,234,567"
+    )
+    assert render('{{ "order 10000000: %s" % inputs.n }}', {"inputs": inputs}) == (
+        "order 10000000: 12"
+    )
+    assert render("{{ inputs.t | indent(2, first=true) }}", {"inputs": inputs}) == ("  a\tb\n  c")
+    assert render('{{ inputs.t.replace("\t", " ") }}', {"inputs": inputs}) == "a b\nc"
+    assert render("{{ [1, 2, 3] | batch(2, 0) | list }}", {"inputs": inputs}) == [
+        [1, 2],
+        [3, 0],
+    ]
+
+
 async def test_a_broken_pool_is_replaced():
     from pebble.pool.base_pool import PoolStatus
 
