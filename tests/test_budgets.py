@@ -7,11 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl, ModelSettings, Project
-from fim.events import ErrorEvent, LLMCall, RunFinished
+from fim.config.schema.spend import Budget
+from fim.events import ErrorEvent, LLMCall, RunFinished, ToolResultEvent
 from fim.llm.scripted import ScriptedModel, text, tool_call
 from fim.testing.runs import run_events
 from fim.types import ModelResponse, Usage
@@ -178,3 +180,108 @@ async def test_a_daily_budget_counts_the_runs_already_recorded_today(tmp_path: P
     events = await run(fresh, ScriptedModel([spent(text("ok"), 600, 5)]))
     (error,) = [e for e in events if isinstance(e, ErrorEvent)]
     assert error.message.startswith("project budget (today, UTC) sets a cost limit")
+
+
+# --------------------------------------------------------------------------- run trees
+
+
+WORKER_PROMPT = "Answer in one word. " + "Context line. " * 280  # ~1,000 tokens a call
+
+
+def delegating(root: Path, turns: list[list[str]], **project: object) -> Snapshot:
+    """`lead` delegates to `worker` as `turns` say (one turn: the agents it calls at once),
+    then answers; every worker's prompt is ~1,000 tokens."""
+    script = [
+        {
+            "tool_calls": [
+                {"name": "call_agent", "arguments": {"agent": a, "task": "go"}, "id": f"c{i}"}
+                for i, a in enumerate(turn)
+            ]
+        }
+        for turn in turns
+    ]
+    (root / "lead.yaml").write_text(yaml.safe_dump([*script, {"text": "all done"}]))
+    (root / "worker.yaml").write_text("- text: done\n" * 50)
+    settings = Project(name="t", state=f"sqlite:///{root / 'state.db'}", **project)
+    agents = {
+        "lead": AgentDecl(name="lead", model="scripted:lead.yaml", delegates=["worker"]),
+        "worker": AgentDecl(
+            name="worker", model="scripted:worker.yaml", instructions=WORKER_PROMPT
+        ),
+    }
+    return Snapshot(root=root, project=settings, agents=agents)
+
+
+def results(events: list) -> list[str]:
+    return [e.content for e in events if isinstance(e, ToolResultEvent)]
+
+
+async def test_a_runs_budget_holds_what_its_delegates_spend(tmp_path: Path):
+    """A delegate is a run of its own, but it works for the run that started it: the lead's
+    `max_tokens` counts the workers' calls, so five ~1,000-token delegations under a 2,500
+    token budget stop at the third, refused before its model is called."""
+    snap = delegating(tmp_path, [["worker"]] * 5)
+    lead = snap.agents["lead"].model_copy(update={"budget": Budget(max_tokens=2_500)})
+    snap = Snapshot(root=snap.root, project=snap.project, agents={**snap.agents, "lead": lead})
+    events = await run_events(snap, "lead", "go")
+    answers = results(events)
+    assert answers[:2] == ["done", "done"]
+    refused = answers[2]
+    assert "did not finish (error)" in refused
+    assert "agent 'lead' budget (the run of 'lead' this one works for" in refused
+    assert "the model was not called" in refused
+    final = events[-1]
+    assert isinstance(final, RunFinished) and final.status == "error"  # the lead stops too
+    (error,) = [e for e in events if isinstance(e, ErrorEvent)]
+    assert error.kind == "budget_exceeded" and "agent 'lead' budget (this run)" in error.message
+
+
+async def test_one_request_starts_at_most_max_runs_runs(tmp_path: Path):
+    """A model fanning out (here four delegates at once) cannot multiply runs past the
+    project's `max_runs`: the lead and two workers run, the others are refused with the
+    setting to raise."""
+    snap = delegating(tmp_path, [["worker"] * 4], max_runs=3)
+    events = await run_events(snap, "lead", "go")
+    answers = results(events)
+    refused = [a for a in answers if a != "done"]
+    assert answers.count("done") == 2 and len(refused) == 2
+    for message in refused:
+        assert "could not run" in message and "above max_runs 3" in message
+        assert "raise max_runs in fim.yaml" in message
+    assert events[-1].status == "ok" and events[-1].output == "all done"
+    # the count is per request: the next one starts from one again
+    again = await run_events(snap, "lead", "go")
+    assert results(again).count("done") == 2
+
+
+def test_max_runs_is_at_least_one():
+    with pytest.raises(ValidationError, match="max_runs"):
+        Project(name="t", max_runs=0)
+    assert Project(name="t").max_runs == 100
+
+
+async def test_a_workflows_agent_nodes_count_toward_the_run_that_started_it(tmp_path: Path):
+    """`run_workflow` inside a run: its agent nodes are runs under that run, held to the
+    same `max_runs` (and its per-run budget) as a delegate."""
+    from fim.config.schema import WorkflowDecl
+
+    snap = delegating(tmp_path, [], max_runs=2)
+    (tmp_path / "lead.yaml").write_text(
+        "- tool_calls: [{name: run_workflow, arguments: {name: pair, inputs: {}}}]\n"
+        "- text: all done\n"
+    )
+    node = {"type": "agent", "agent": "worker", "input": "go"}
+    pair = WorkflowDecl.model_validate(
+        {"name": "pair", "nodes": {"one": node, "two": {**node, "needs": ["one"]}}}
+    )
+    lead = snap.agents["lead"].model_copy(update={"workflows": ["pair"]})
+    snap = Snapshot(
+        root=snap.root,
+        project=snap.project,
+        agents={**snap.agents, "lead": lead},
+        workflows={"pair": pair},
+    )
+    events = await run_events(snap, "lead", "go")
+    (answer,) = results(events)
+    assert "above max_runs 2" in answer  # node `one` ran (run 2); node `two` was refused
+    assert events[-1].output == "all done"

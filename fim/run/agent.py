@@ -19,7 +19,7 @@ from fim.observe import watch_run
 from fim.run.auto import resolve_agent
 from fim.run.plan import build_engine, build_plan
 from fim.run.services import RunContext, Services
-from fim.run.spend import Ledger
+from fim.run.spend import Ledger, spending
 from fim.types import Message, Model
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ async def run_agent(
     watch = watch_run(agent=agent.name, run_id=ctx.run_id, snapshot=snapshot, depth=depth)
     on = watch.on if watch is not None else None
     ledger = Ledger(services, agent.name, ctx.run_id, session)
-    with watch or nullcontext(), _owned_by(owner):
+    with watch or nullcontext(), _owned_by(owner), spending(ctx.spend):
         async with aclosing(engine.run(input)) as events:  # type: ignore[type-var]
             async for event in events:
                 if on is not None:  # spans and metrics, when on

@@ -43,7 +43,7 @@ from fim.run.selection import (
     selection_settings,
 )
 from fim.run.services import ModeKind, RunContext
-from fim.run.spend import metered
+from fim.run.spend import metered, run_budgets, start_spend
 from fim.structured import OutputContract
 from fim.tools.registry import ToolRegistry
 from fim.tools.view import view_of
@@ -177,7 +177,8 @@ async def build_plan(
         model = make_model(snapshot.model_settings(agent.model), snapshot.root)
     if overrides is not None and overrides.wraps_model():
         model = OverriddenModel(model, overrides)
-    model = metered(model, snapshot, agent, ctx.services, session=ctx.session)
+    ctx.spend = start_spend(agent, run_budgets(snapshot, agent), snapshot.project.max_runs)
+    model = metered(model, snapshot, agent, ctx.services, session=ctx.session, spend=ctx.spend)
     contract = (overrides.output if overrides else None) or output_contract(
         snapshot, agent.output_schema
     )

@@ -261,5 +261,10 @@ class Project(Strict):
     """Project-wide read-only: `readonly_guard` blocks writes for every agent."""
     max_depth: int = 5
     """Cap on nested agent/workflow calls."""
+    max_runs: int = Field(default=100, ge=1)
+    """Cap on the agent runs one request starts in all: the first run, its delegates and
+    theirs, the agent nodes of workflows they run. A model told to fan out (32 calls a
+    turn, each a delegate that fans out again) would otherwise multiply runs, and spend,
+    by the width of the tree at every level."""
     budget: Budget | None = None
     """Spend limit of every run of every agent (an agent's own `budget` applies too)."""
