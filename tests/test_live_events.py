@@ -117,4 +117,36 @@ async def test_on_sqlite_the_tail_follows_a_run_in_the_same_process(tmp_path: Pa
     await store.put_run("r1", "agent", "adder", "ok", {})  # as fim serve does after close()
     assert [seq for seq, _ in await read_events(store, "r1")] == [1, 2, 3]
     assert [seq async for seq, _ in tail(store, "r1", after=1)] == [2, 3]
+    assert await read_events(store, "r1", after=2**63 - 1) == []  # the largest id there is
     store.close()
+
+
+def test_an_event_id_no_stored_event_can_have_is_a_400_before_the_stream_starts(
+    tmp_path: Path,
+) -> None:
+    """Else the query fails after the 200 was sent: the client sees a cut stream, the
+    server logs a traceback."""
+    from fim.build.compile import compile_project
+    from fim.build.reload import SnapshotHolder
+    from fim.server.app import create_app
+    from fim.testing.server import ServerThread
+
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "fim.yaml").write_text('name: live\nstate: "sqlite:///.fim/state.db"\n')
+    (tmp_path / "agents" / "quick.yaml").write_text("model: scripted:quick.script.yaml\n")
+    (tmp_path / "quick.script.yaml").write_text('- text: "hi"\n')
+    with ServerThread(create_app(SnapshotHolder(compile_project(tmp_path)))) as srv:
+        run = httpx.post(f"{srv.url}/v1/agents/quick/runs", json={"input": "x"}).json()
+        events = f"{srv.url}/v1/runs/{run['run_id']}/events"
+        for sent in (
+            {"headers": {"Last-Event-ID": "9" * 23}},  # past the store's 64-bit ids
+            {"params": {"after": str(2**63)}},
+            {"params": {"after": "-1"}},
+            {"params": {"after": "\u00b2"}},  # a digit to str.isdigit(), not to int()
+            {"params": {"after": "9" * 5000}},  # past int()'s 4300 digits
+        ):
+            refused = httpx.get(events, **sent)
+            assert refused.status_code == 400, (sent, refused.text)
+            assert refused.json()["error"]["param"] == "after"
+        replayed = httpx.get(events, params={"after": "0"})
+        assert replayed.status_code == 200 and "event: run_finished" in replayed.text

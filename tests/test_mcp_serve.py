@@ -298,6 +298,26 @@ def test_the_mcp_inspector_cli_lists_and_calls_tools(project: Path):
     assert SECRET_IN_ANSWER not in called.stdout
 
 
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "legacy", "version": "1"},
+    },
+}
+
+
+def legacy_headers(key: str, session: str = "") -> dict[str, str]:
+    """What a 2025 (session) client sends: its key, and its session once it has one."""
+    sent = {"Authorization": f"Bearer {key}", "Accept": "application/json, text/event-stream"}
+    if session:
+        sent.update({"Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-06-18"})
+    return sent
+
+
 def test_each_key_holds_a_bounded_number_of_mcp_sessions(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ):
@@ -311,40 +331,99 @@ def test_each_key_holds_a_bounded_number_of_mcp_sessions(
     from fim.server.app import create_app
 
     monkeypatch.setattr(mcp_sessions, "SESSIONS_PER_OWNER", 2)
-    init = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "legacy", "version": "1"},
-        },
-    }
-
-    def headers(key: str, session: str = "") -> dict[str, str]:
-        sent = {"Authorization": f"Bearer {key}", "Accept": "application/json, text/event-stream"}
-        if session:
-            sent.update({"Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-06-18"})
-        return sent
-
     with ServerThread(create_app(SnapshotHolder(compile_project(project)))) as srv:
         mcp = f"{srv.url}/mcp"
-        opened = [httpx.post(mcp, json=init, headers=headers(KEY)) for _ in range(2)]
+        opened = [httpx.post(mcp, json=INIT, headers=legacy_headers(KEY)) for _ in range(2)]
         sessions = [r.headers["mcp-session-id"] for r in opened]  # a 2025 handshake each
-        third = httpx.post(mcp, json=init, headers=headers(KEY))
+        third = httpx.post(mcp, json=INIT, headers=legacy_headers(KEY))
         assert third.status_code == 429, third.text
         assert "2 MCP sessions" in third.json()["error"]["message"]
-        assert httpx.post(mcp, json=init, headers=headers(OTHER_KEY)).headers["mcp-session-id"]
+        assert httpx.post(mcp, json=INIT, headers=legacy_headers(OTHER_KEY)).headers[
+            "mcp-session-id"
+        ]
 
         async def sessionless() -> int:
             async with http_client(srv.url) as client:  # the newer protocol: no session
                 return len((await client.list_tools()).tools)
 
         assert asyncio.run(asyncio.wait_for(sessionless(), 30)) == 3
-        ended = httpx.delete(mcp, headers=headers(KEY, sessions[0]))
+        ended = httpx.delete(mcp, headers=legacy_headers(KEY, sessions[0]))
         assert ended.status_code == 200, ended.text
-        assert httpx.post(mcp, json=init, headers=headers(KEY)).headers["mcp-session-id"]
+        assert httpx.post(mcp, json=INIT, headers=legacy_headers(KEY)).headers["mcp-session-id"]
+
+
+def test_a_session_is_served_only_to_the_key_that_opened_it(served: tuple[str, Any]):
+    """A session id is no credential: another key that learns it (a log, a proxy) is told
+    the session does not exist, whether it posts to it, reads its stream or ends it, and
+    the session goes on for its own key."""
+    url, _api = served
+    mcp = f"{url}/mcp"
+    opened = httpx.post(mcp, json=INIT, headers=legacy_headers(KEY))
+    session = opened.headers["mcp-session-id"]
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+    theirs = legacy_headers(OTHER_KEY, session)
+    assert httpx.post(mcp, json=listing, headers=theirs).status_code == 404
+    with httpx.stream("GET", mcp, headers=theirs, timeout=5) as stream:
+        assert stream.status_code == 404
+    assert httpx.delete(mcp, headers=theirs).status_code == 404
+    mine = httpx.post(mcp, json=listing, headers=legacy_headers(KEY, session))
+    assert mine.status_code == 200 and '"math"' in mine.text
+    assert httpx.delete(mcp, headers=legacy_headers(KEY, session)).status_code == 200
+
+
+def test_two_mcp_headers_of_one_name_are_a_400_so_no_session_escapes_the_bound(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The SDK reads its own copy of `MCP-Protocol-Version` and `Mcp-Session-Id`: with two
+    of one, the session count here could read a sessionless version while the SDK read a
+    handshake one and opened a session past the key's bound."""
+    from fim.build.compile import compile_project
+    from fim.build.reload import SnapshotHolder
+    from fim.server import mcp_sessions
+    from fim.server.app import create_app
+
+    monkeypatch.setattr(mcp_sessions, "SESSIONS_PER_OWNER", 1)
+    with ServerThread(create_app(SnapshotHolder(compile_project(project)))) as srv:
+        mcp = f"{srv.url}/mcp"
+        assert httpx.post(mcp, json=INIT, headers=legacy_headers(KEY)).headers["mcp-session-id"]
+        for name, values in (
+            ("MCP-Protocol-Version", ("2025-06-18", "2099-01-01")),
+            ("Mcp-Session-Id", ("", "s1")),
+        ):
+            sent = [*legacy_headers(KEY).items(), *((name, value) for value in values)]
+            twice = httpx.post(mcp, json=INIT, headers=sent)
+            assert twice.status_code == 400, twice.text
+            assert name.lower() in twice.json()["error"]["message"].lower()
+            assert "mcp-session-id" not in twice.headers
+        assert httpx.post(mcp, json=INIT, headers=legacy_headers(KEY)).status_code == 429
+
+
+def test_a_delete_the_sdk_refused_ends_no_session_in_the_tenants_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Two keys of one tenant share its session bound, but a session is its key's own: the
+    other key's DELETE of it is refused (404), and must not free a place in the count
+    while the session lives on."""
+    from fim.build.compile import compile_project
+    from fim.build.reload import SnapshotHolder
+    from fim.server import mcp_sessions
+    from fim.server.app import create_app
+
+    root = write_project(tmp_path)
+    (root / "fim.yaml").write_text(
+        'name: mcpdemo\nstate: "sqlite:///.fim/state.db"\n'
+        "server: {api_keys: [{key: t-one, tenant: acme}, {key: t-two, tenant: acme}]}\n"
+    )
+    monkeypatch.setattr(mcp_sessions, "SESSIONS_PER_OWNER", 1)
+    with ServerThread(create_app(SnapshotHolder(compile_project(root)))) as srv:
+        mcp = f"{srv.url}/mcp"
+        session = httpx.post(mcp, json=INIT, headers=legacy_headers("t-one")).headers[
+            "mcp-session-id"
+        ]
+        assert httpx.delete(mcp, headers=legacy_headers("t-two", session)).status_code == 404
+        assert httpx.post(mcp, json=INIT, headers=legacy_headers("t-two")).status_code == 429
+        assert httpx.delete(mcp, headers=legacy_headers("t-one", session)).status_code == 200
+        assert httpx.post(mcp, json=INIT, headers=legacy_headers("t-two")).status_code == 200
 
 
 def test_an_idle_session_stops_counting_when_the_sdk_forgets_it():

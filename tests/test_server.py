@@ -163,6 +163,52 @@ def test_bad_requests_get_clear_errors(served: str):
     assert unknown.status_code == 404
 
 
+@pytest.mark.parametrize(
+    ("path", "param"),
+    [
+        ("/v1/runs?limit=%C2%B2", "limit"),  # "²": a digit to str.isdigit(), not to int()
+        ("/v1/sessions?limit=%E2%91%A0", "limit"),  # "①"
+        ("/v1/usage?days=%D9%A3", "days"),  # Arabic-Indic 3: int() takes it, no client means it
+        ("/v1/runs?limit=" + "9" * 5000, "limit"),  # past int()'s 4300 digits
+        ("/v1/runs?limit=%2B5", "limit"),  # "+5"
+        ("/v1/runs?limit=0", "limit"),
+        ("/v1/runs?limit=501", "limit"),
+    ],
+)
+def test_a_number_in_the_query_is_ascii_digits_in_its_range_or_a_400_naming_it(
+    served: str, path: str, param: str
+):
+    answer = httpx.get(served + path)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["param"] == param
+    assert httpx.get(f"{served}/v1/runs?limit=500").status_code == 200
+
+
+def test_a_content_length_no_number_can_hold_is_a_413_not_a_crash(tmp_path: Path):
+    """uvicorn's parsers refuse such a length; the Guard must not rely on it (another
+    server, or an ASGI client in process, passes it on)."""
+    import asyncio
+
+    app = create_app(SnapshotHolder(make_snapshot(tmp_path)))
+    sent: list[dict[str, object]] = []
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    for length in (b"9" * 5000, b"99999999999999999999", "\u0663".encode()):
+        sent.clear()
+        scope = {
+            "type": "http", "method": "POST", "path": "/v1/agents/math/runs", "query_string": b"",
+            "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"),
+                        (b"content-length", length)],
+        }  # fmt: skip
+        asyncio.run(app(scope, receive, send))
+        assert sent[0]["status"] == 413, length[:20]
+
+
 def test_sessions_carry_the_conversation(tmp_path: Path):
     script = tmp_path / "chat.script.yaml"
     script.write_text('- text: "Nice to meet you."\n')
@@ -192,6 +238,77 @@ def test_api_keys_protect_everything_but_healthz(tmp_path: Path):
         assert wrong.status_code == 401
         ok = httpx.get(f"{srv.url}/v1/agents", headers={"Authorization": "Bearer k3y-s3cret"})
         assert ok.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/v1/agents", None),
+        ("POST", "/v1/agents/math/runs", {"input": "6*7?"}),
+        ("POST", "/v1/chat/completions", {"model": "math", "messages": []}),
+        ("GET", "/v1/runs/r1/events", None),
+        ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        ("POST", "/a2a/math", {"jsonrpc": "2.0", "id": 1, "method": "message/send"}),
+    ],
+)
+def test_two_authorization_headers_are_refused_whichever_comes_first(
+    tmp_path: Path, method: str, path: str, body: dict[str, object] | None
+):
+    """The key checked must be the key that owns the request: with two headers, the check
+    and a route could each read a different one (a decoy owner for a real key's request,
+    out of its limits, budget and listings). So two are a 400 on every route, in either
+    order, even twice the same valid key."""
+    holder = SnapshotHolder(make_snapshot(tmp_path, api_keys=["k3y-s3cret", "k3y-other"]))
+    real, decoy = ("authorization", "Bearer k3y-s3cret"), ("authorization", "Bearer decoy")
+    with ServerThread(create_app(holder)) as srv:
+        for pair in ([decoy, real], [real, decoy], [real, real], [real, ("Authorization", "")]):
+            sent = httpx.request(method, srv.url + path, json=body, headers=pair)
+            assert sent.status_code == 400, (pair, sent.text)
+            problem = sent.json()["error"]
+            assert "Authorization headers" in problem["message"] and problem["hint"]
+            assert "k3y" not in sent.text
+
+
+async def test_a_websocket_is_closed_before_any_route_sees_it(tmp_path: Path):
+    """No route takes a websocket; one added later would pass no key check, so the Guard
+    closes every websocket (policy violation) instead of passing it on."""
+    from fim.server.http import Guard
+
+    reached: list[str] = []
+
+    async def app(scope: dict[str, object], receive: object, send: object) -> None:
+        reached.append(str(scope["path"]))
+
+    guard = Guard(app, SnapshotHolder(make_snapshot(tmp_path, api_keys=["k3y-s3cret"])))
+    sent: list[dict[str, object]] = []
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, object]:
+        return {"type": "websocket.connect"}
+
+    scope = {"type": "websocket", "path": "/v1/runs", "headers": []}
+    await guard(scope, receive, send)
+    assert sent == [{"type": "websocket.close", "code": 1008}] and reached == []
+
+
+def test_the_owner_is_the_caller_the_guard_recorded_never_a_header():
+    """Every owner decision reads the `Caller` the Guard put in the scope: a header a route
+    could read again is not consulted, and a route no Guard passed has no owner at all
+    (an error, never a guessed or empty owner)."""
+    from starlette.requests import Request
+
+    from fim.server.http import CALLER, Caller, key_owner, run_scope, session_owner
+
+    headers = [(b"authorization", b"Bearer key-b")]
+    alice = Caller(owner=key_owner(b"key-a"), key=key_owner(b"key-a"))
+    scope = {"type": "http", "path": "/v1/runs", "headers": headers, CALLER: alice}
+    assert session_owner(Request(scope)) == run_scope(Request(scope)) == key_owner(b"key-a")
+    ops = {**scope, CALLER: Caller(owner=key_owner(b"ops"), key=key_owner(b"ops"), operator=True)}
+    assert run_scope(Request(ops)) is None  # an operator sees every run
+    with pytest.raises(RuntimeError, match="not behind the Guard"):
+        session_owner(Request({"type": "http", "path": "/v1/runs", "headers": headers}))
 
 
 def test_request_body_limit(tmp_path: Path):

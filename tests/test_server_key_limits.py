@@ -233,6 +233,31 @@ def test_runs_per_minute_count_every_surface_of_a_key(tmp_path: Path):
         assert httpx.get(f"{srv.url}/v1/runs", headers=A).status_code == 200
 
 
+def test_a_decoy_authorization_header_lends_a_key_no_fresh_limits_nor_another_owner(
+    tmp_path: Path,
+):
+    """A key at its limit that sends a made-up key first and its own last is still itself:
+    refused (two headers are a 400), not let in as an owner with an empty minute whose runs
+    it would then not even list."""
+    root = write_project(tmp_path, "{runs_per_minute: 1}")
+    app = create_app(SnapshotHolder(compile_project(root)))
+    with ServerThread(app) as srv:
+        runs = f"{srv.url}/v1/agents/quick/runs"
+        assert httpx.post(runs, json={"input": "x"}, headers=A).status_code == 200
+        for decoy in range(3):
+            posed = httpx.post(
+                runs,
+                json={"input": "x"},
+                headers=[
+                    ("Authorization", f"Bearer decoy-{decoy}"),
+                    ("Authorization", A["Authorization"]),
+                ],
+            )
+            assert posed.status_code == 400, posed.text
+        refused(httpx.post(runs, json={"input": "x"}, headers=A))
+        assert len(httpx.get(f"{srv.url}/v1/runs", headers=A).json()["runs"]) == 1
+
+
 def test_the_document_lists_the_429_of_every_route_that_starts_a_run(tmp_path: Path):
     app = create_app(SnapshotHolder(compile_project(write_project(tmp_path, "{}"))))
     with ServerThread(app) as srv:

@@ -73,16 +73,14 @@ class _Owner(User):
 class _Context(ServerCallContextBuilder):
     """Carries the agent named in the path and the session owner to the executor, and the
     request headers the SDK reads (its protocol version check) without the credentials: the
-    SDK's default builder would copy the bearer key into the call state."""
-
-    def __init__(self, api: Api) -> None:
-        self.api = api
+    SDK's default builder would copy the bearer key into the call state. The owner is the
+    caller the Guard recorded (`fim.server.http.Caller`), not a header read again."""
 
     def build(self, request: Request) -> ServerCallContext:
         # deferred: loading fim.server.http costs tens of ms
         from fim.server.http import session_owner
 
-        owner = session_owner(request, self.api.holder)
+        owner = session_owner(request)
         return ServerCallContext(
             user=_Owner(owner),
             state={
@@ -258,7 +256,7 @@ def a2a_app(api: Api) -> Router:
         agent_executor=FimExecutor(api), task_store=StoredTaskStore(api), agent_card=template
     )
     dispatcher = JsonRpcDispatcher(
-        request_handler=handler, context_builder=_Context(api), enable_v0_3_compat=True
+        request_handler=handler, context_builder=_Context(), enable_v0_3_compat=True
     )
 
     def base(request: Request) -> str:

@@ -75,7 +75,7 @@ def run_handlers(api: Api) -> dict[str, Any]:
         snap = api.holder.current
         if not known_agent(snap, name):
             return error(404, f"unknown agent '{name}'", f"agents: {', '.join(snap.agents)}")
-        owner = session_owner(request, api.holder)
+        owner = session_owner(request)
         try:
             body = await read_body(request, RunBody)
             history, session = await _conversation(api, body, owner)
@@ -101,7 +101,7 @@ def run_handlers(api: Api) -> dict[str, Any]:
         if isinstance(limit, Response):
             return limit
         kind = request.query_params.get("kind")
-        owner = run_scope(request, api.holder)  # a keyed caller: its own runs
+        owner = run_scope(request)  # a keyed caller: its own runs
         records = await get_store(api.services).list_runs(kind=kind, limit=limit, owner=owner)
         return JSONResponse({"runs": [_summary(r) for r in records]})
 

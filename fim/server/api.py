@@ -194,7 +194,7 @@ class Api:
                 overrides=overrides,
                 session=session,
                 trace=trace,
-                owner=session_owner(request, self.holder),
+                owner=session_owner(request),
             ):
                 if isinstance(event, RunFinished):
                     final = event

@@ -148,7 +148,7 @@ def devpage_handlers(api: Api) -> dict[str, Any]:
         from fim.eval.runner import EvalRunner
 
         snap = api.holder.current
-        if run_scope(request, api.holder) is not None:
+        if run_scope(request) is not None:
             # an eval runs the project's agents without their hooks (as `fim eval` does),
             # calls live models or writes cassettes into the project on request, and its
             # runs belong to no key: an operator's tool, not a tenant's

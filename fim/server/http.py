@@ -10,6 +10,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -55,24 +56,64 @@ def one_of(token: bytes, keys: list[str]) -> bool:
     return any(hmac.compare_digest(token, k.encode()) for k in keys if k)
 
 
-def _bearer(request: Request) -> bytes:
-    return bearer(request.headers.get("authorization", ""))
+CALLER = "fim.caller"
+"""The ASGI scope key under which `Guard` records the `Caller` it let in."""
+
+MAX_INT64 = 2**63 - 1
+"""The largest number a whole-number header or query parameter may name: the largest
+integer SQLite and PostgreSQL take as a query's parameter (past it the query fails), and a
+longer digit string costs `int()` quadratic time."""
 
 
-def session_owner(request: Request, holder: SnapshotHolder) -> str:
+@dataclass(frozen=True)
+class Caller:
+    """Who `Guard` let a request in as, decided once from the one `Authorization` header it
+    verified and kept in the ASGI scope (`CALLER`). Every owner decision (sessions, runs,
+    limits, budgets, MCP sessions, A2A tasks) reads this, never the request's headers
+    again: a second header the check did not look at cannot choose the owner."""
+
+    owner: str
+    """A hash of the key, or of its tenant (whose keys share what they own); "" on a
+    server without keys, where every caller is one."""
+    key: str
+    """A hash of the key alone, tenant or not: what an MCP session is bound to (the SDK
+    serves a session only to the credential that opened it); "" without keys."""
+    operator: bool = False
+    """An `operator_keys` key: it sees every run and decides every approval."""
+
+
+OPEN = Caller(owner="", key="")
+"""Every caller of a server without keys."""
+
+
+def identify(token: bytes, settings: ServerSettings) -> Caller:
+    """The caller a verified key `token` is: its owner (its tenant's, when it has one),
+    whether it is an operator key. Every key is compared, in constant time each."""
+    tenant = ""
+    for key in settings.api_keys:
+        if not isinstance(key, str) and key.key and hmac.compare_digest(token, key.key.encode()):
+            tenant = key.tenant
+    return Caller(
+        owner=key_owner(token, tenant),
+        key=key_owner(token),
+        operator=one_of(token, settings.operator_keys),
+    )
+
+
+def caller(scope: Scope) -> Caller:
+    """The caller `Guard` recorded for this request. A route reached without passing the
+    Guard has none, and deciding an owner there is a bug: it fails instead of guessing."""
+    found = scope.get(CALLER)
+    if not isinstance(found, Caller):
+        raise RuntimeError(f"no verified caller for {scope.get('path')!r}: not behind the Guard")
+    return found
+
+
+def session_owner(request: Request) -> str:
     """Who a session (and a run) belongs to: a hash of the bearer key the request was let
     in with (never the key itself), or "" when the server has no keys (anyone may continue
     any session, as before)."""
-
-    settings = holder.current.project.server
-    if not server_keys(settings):
-        return ""
-    token = _bearer(request)
-    tenant = ""
-    for key in settings.api_keys:  # every key compared, in constant time each
-        if not isinstance(key, str) and key.key and hmac.compare_digest(token, key.key.encode()):
-            tenant = key.tenant
-    return key_owner(token, tenant)
+    return caller(request.scope).owner
 
 
 def key_owner(token: bytes, tenant: str = "") -> str:
@@ -83,24 +124,34 @@ def key_owner(token: bytes, tenant: str = "") -> str:
     return hashlib.sha256(b"fim-session-owner\0" + token).hexdigest()
 
 
+def whole_number(raw: str | bytes) -> int | None:
+    """`raw` as a number from 0 to `MAX_INT64`, or None. Only ASCII digits count:
+    `str.isdigit()` also takes `²` and `①`, which `int()` refuses, and `int()` takes `+1`,
+    ` 1`, `1_0` and other scripts' digits, none of which a client means as a number."""
+    text = raw.decode("latin-1") if isinstance(raw, bytes) else raw
+    if not (text.isascii() and text.isdigit()) or len(text) > len(str(MAX_INT64)):
+        return None
+    value = int(text)
+    return value if value <= MAX_INT64 else None
+
+
 def query_int(request: Request, name: str, default: int, low: int, high: int) -> int | Response:
     """The whole-number query parameter `name` from `low` to `high` (the range its route's
     OpenAPI entry states), or the 400 naming it."""
     raw = request.query_params.get(name, str(default))
-    if not raw.isdigit() or not low <= int(raw) <= high:
+    value = whole_number(raw)
+    if value is None or not low <= value <= high:
         return error(
             400, f"{name}: a whole number from {low} to {high}, got {raw[:40]!r}", param=name
         )
-    return int(raw)
+    return value
 
 
-def run_scope(request: Request, holder: SnapshotHolder) -> str | None:
+def run_scope(request: Request) -> str | None:
     """Whose runs and approvals this caller sees (`fim.store.owners`): its own, by the hash
     of its key; None, every one, on a server without keys or for an operator key."""
-    settings = holder.current.project.server
-    if one_of(_bearer(request), settings.operator_keys):
-        return None
-    return session_owner(request, holder) or None
+    me = caller(request.scope)
+    return None if me.operator else me.owner or None
 
 
 _CODES = {
@@ -154,6 +205,11 @@ class Guard:
     resort for unhandled errors, as raw ASGI middleware so streaming responses are not
     buffered.
 
+    The key checked is the one every later decision uses: a request with more than one
+    `Authorization` header is a 400 (the check and a route could each read another one),
+    and the caller the key makes (`Caller`: its owner, whether it is an operator's) is
+    recorded in the scope under `CALLER` for the routes, which never read the header.
+
     The body is read here, up to `max_body_bytes`, whether or not a Content-Length was sent
     (a chunked body has none): past the limit reading stops and the answer is 413 with
     `Connection: close`. The route then reads the buffered body. An unhandled error becomes
@@ -165,27 +221,42 @@ class Guard:
         self.holder = holder
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":  # no route takes one: a new one would be unguarded
+            await send({"type": "websocket.close", "code": 1008})
+            return
         if scope["type"] != "http" or scope["path"] == "/healthz" or is_public(scope["path"]):
             await self.app(scope, receive, send)
             return
         settings = self.holder.current.project.server
         keys = server_keys(settings)
         headers = dict(scope["headers"])
+        me = OPEN
         if keys:
-            token = bearer(headers.get(b"authorization", b"").decode("latin-1"))
+            sent = [v for k, v in scope["headers"] if k.lower() == b"authorization"]
+            if len(sent) > 1:  # which one counts would be each reader's choice: none does
+                response = error(
+                    400,
+                    f"{len(sent)} Authorization headers; a request carries one key",
+                    "send a single Authorization: Bearer <key>",
+                )
+                await response(scope, receive, send)
+                return
+            token = bearer(sent[0].decode("latin-1") if sent else "")
             if not one_of(token, keys):
                 response = error(
                     401, "missing or invalid API key", "send Authorization: Bearer <key>"
                 )
                 await response(scope, receive, send)
                 return
+            me = identify(token, settings)
+        scope[CALLER] = me  # the routes' only source of who is asking
         refused = refusal(scope["method"], headers, settings, bool(keys))
         if refused is not None:  # a web page's request this server did not ask for
             await error(*refused)(scope, receive, send)
             return
         limit = settings.max_body_bytes
-        length = headers.get(b"content-length", b"0")
-        if not length.isdigit() or int(length) > limit:
+        length = whole_number(headers.get(b"content-length", b"0"))
+        if length is None or length > limit:
             await _too_large(limit)(scope, receive, send)
             return
         body = await _read_body(receive, limit)

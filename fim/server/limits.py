@@ -173,7 +173,7 @@ def admitting(
         if request.method != "POST":
             return await handler(request)
         try:
-            slot = api.limits.take(session_owner(request, api.holder))
+            slot = api.limits.take(session_owner(request))
         except Busy as exc:
             return exc.response()
         if slot is None:

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from fim.masking import StreamMasker, known
-from fim.server.http import JSONResponse, error, run_scope
+from fim.server.http import MAX_INT64, JSONResponse, error, run_scope, whole_number
 from fim.store import get_store
 from fim.store.live import read_events, running_here, tail
 from fim.store.owners import may_read
@@ -28,13 +28,19 @@ if TYPE_CHECKING:
 
 
 def _after(request: Request) -> int | Response:
+    """The last event id the client saw (`Last-Event-ID`, else `?after=`), or the 400
+    naming it. Checked before the stream starts: a number past `MAX_INT64` would fail in
+    the query, after the 200 was sent, and cut the stream."""
     raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
-    try:
-        after = int(raw)
-    except ValueError:
-        return error(400, "after: must be an integer (the last event id seen)")
-    if after < 0:
-        return error(400, "after: must be 0 or more")
+    after = whole_number(raw)
+    if after is None:
+        return error(
+            400,
+            f"after: the last event id seen, a whole number from 0 to {MAX_INT64}; "
+            f"got {raw[:40]!r}",
+            "send the id of the last event received (Last-Event-ID or ?after=)",
+            param="after",
+        )
     return after
 
 
@@ -46,7 +52,7 @@ def live_handlers(api: Api) -> dict[str, Any]:
 
         store = get_store(api.services)
         run_id = request.path_params["run_id"]
-        if not await may_read(store, run_id, run_scope(request, api.holder)):
+        if not await may_read(store, run_id, run_scope(request)):
             return error(404, f"unknown run '{run_id}'")  # another key's run: not there
         record = await store.get_run(run_id)
         if record is None and running_here(store, run_id):  # SQLite: in memory until the end
@@ -77,7 +83,7 @@ def live_handlers(api: Api) -> dict[str, Any]:
         after = _after(request)
         if isinstance(after, Response):
             return after
-        if not await may_read(store, run_id, run_scope(request, api.holder)):
+        if not await may_read(store, run_id, run_scope(request)):
             return error(404, f"unknown run '{run_id}'")  # another key's run: not there
         if not running_here(store, run_id) and await store.get_run(run_id) is None:
             return error(404, f"unknown run '{run_id}'")
@@ -95,7 +101,7 @@ def live_handlers(api: Api) -> dict[str, Any]:
 
         store = get_store(api.services)
         run_id = request.path_params["run_id"]
-        if not await may_read(store, run_id, run_scope(request, api.holder)):
+        if not await may_read(store, run_id, run_scope(request)):
             return error(404, f"unknown run '{run_id}'")  # another key's run: not there
         outcome = await cancel(api, run_id)
         if outcome is not None:

@@ -7,6 +7,10 @@ caller together on a server without keys) may hold `SESSIONS_PER_OWNER` at once:
 session past that is a 429 until one of its sessions ends (the client's DELETE) or has been
 idle as long as the SDK keeps it. Only clients of the handshake protocol versions (2025 and
 before) open sessions; the newer protocol is sessionless and never counted.
+
+A session is its key's alone: the SDK serves a session only to the `scope["user"]` that
+opened it, which is the key the Guard verified (`fim.server.http.Caller`), so another key
+that learns a session's id can neither read its stream, post to it nor end it (404).
 """
 
 from __future__ import annotations
@@ -16,11 +20,12 @@ import time
 from collections.abc import Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
-from starlette.requests import Request
 
-from fim.server.http import session_owner
+from fim.server.http import caller, error
 from fim.server.limits import Busy
 from fim.server.mcp_surface import build_server
 
@@ -107,16 +112,26 @@ class McpEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._start()
-        owner = session_owner(Request(scope), self.api.holder)
-        headers = dict(scope["headers"])
-        session = headers.get(b"mcp-session-id", b"").decode("latin-1")
+        me = caller(scope)
+        owner = me.owner
+        if me.key:  # the SDK serves a session only to the credential that opened it
+            scope["user"] = AuthenticatedUser(
+                AccessToken(token=me.key, client_id=me.key, scopes=[])
+            )
+        sent = _once(scope, (b"mcp-session-id", b"mcp-protocol-version"))
+        if isinstance(sent, str):
+            await error(400, f"more than one {sent} header", f"send one {sent}")(
+                scope, receive, send
+            )
+            return
+        session = sent.get(b"mcp-session-id", "")
         if session:
             self.sessions.used(owner, session)
-            await self.manager.handle_request(scope, receive, send)
-            if scope["method"] == "DELETE":
+            status = await _answered(self.manager.handle_request, scope, receive, send)
+            if scope["method"] == "DELETE" and status is not None and status < 400:
                 self.sessions.ended(owner, session)
             return
-        version = headers.get(b"mcp-protocol-version", b"").decode("latin-1")
+        version = sent.get(b"mcp-protocol-version", "")
         opens = not version or version in HANDSHAKE_PROTOCOL_VERSIONS  # else sessionless
         if scope["method"] == "POST" and opens and self.sessions.full(owner):
             refused = Busy(
@@ -136,6 +151,38 @@ class McpEndpoint:
             await send(message)
 
         await self.manager.handle_request(scope, receive, opened)
+
+
+def _once(scope: Scope, names: tuple[bytes, ...]) -> dict[bytes, str] | str:
+    """The value of each header of `names` the request sent, or the name of one it sent
+    twice. The SDK reads its own copy of these headers: with two of one, it and the
+    session count here could each take another (a handshake version to the SDK, a
+    sessionless one here, opened sessions past the key's bound)."""
+    found: dict[bytes, str] = {}
+    for raw, value in scope["headers"]:
+        name = raw.lower()
+        if name in names:
+            if name in found:
+                return str(name.decode("latin-1").title())
+            found[name] = value.decode("latin-1")
+    return found
+
+
+async def _answered(
+    app: Callable[[Scope, Receive, Send], Any], scope: Scope, receive: Receive, send: Send
+) -> int | None:
+    """The status `app` answered with (None if it sent none): a DELETE the SDK refused
+    (another key's session, an unknown one) ends no session of the caller's."""
+    status: int | None = None
+
+    async def watched(message: MutableMapping[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        await send(message)
+
+    await app(scope, receive, watched)
+    return status
 
 
 __all__ = ["IDLE_SECONDS", "SESSIONS_PER_OWNER", "McpEndpoint", "OwnerSessions"]

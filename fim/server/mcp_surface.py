@@ -115,16 +115,17 @@ def list_tools(snapshot: Snapshot) -> list[types.Tool]:
     return tools
 
 
-def _owner(ctx: Any, api: Api) -> str:
-    """The session owner of this call: the hash of the bearer key of the HTTP request the
-    call came in (the Guard already let that key in), or "" on stdio (one local user)."""
+def _owner(ctx: Any) -> str:
+    """The session owner of this call: the one the Guard recorded for the HTTP request the
+    call came in (the hash of the key it let in, never a header read again), or "" on
+    stdio (one local user)."""
     # deferred: loading fim.server.http costs tens of ms
     from fim.server.http import session_owner
 
     request = getattr(ctx, "request", None)
-    if request is None or not hasattr(request, "headers"):
+    if request is None or not hasattr(request, "scope"):
         return ""
-    return session_owner(request, api.holder)
+    return session_owner(request)
 
 
 def _event_message(event: Event) -> str:
@@ -178,7 +179,7 @@ async def call_agent(api: Api, name: str, args: dict[str, Any], ctx: Any) -> typ
         return _failure("session_id: a string of 1 to 200 characters is expected")
     if extra:
         return _failure(f"unknown argument(s): {', '.join(extra)} (expected input, session_id)")
-    owner = _owner(ctx, api)
+    owner = _owner(ctx)
     try:
         history = await api.history(session, owner)
     except UnknownSession as exc:
@@ -234,7 +235,7 @@ async def call_workflow(
     from fim.workflows.engine import WorkflowEngine
 
     engine = WorkflowEngine(api.holder.current, name, api.services)
-    owner = _owner(ctx, api)  # the run, its agent nodes and its approvals are this key's
+    owner = _owner(ctx)  # the run, its agent nodes and its approvals are this key's
     progress = _Progress(ctx)
     final: WorkflowFinished | None = None
     waiting: list[dict[str, Any]] = []

@@ -69,7 +69,7 @@ class OpenAICompat:
         return JSONResponse(_model_object(snap, name))
 
     async def chat_completions(self, request: Request) -> Response:
-        owner = session_owner(request, self.api.holder)
+        owner = session_owner(request)
         snap = self.api.holder.current
         try:
             body = await read_body(request, ChatBody)

@@ -60,7 +60,7 @@ def workflow_handlers(api: Api) -> dict[str, Any]:
             return exc.response()
 
         inputs = body.inputs or {}
-        owner = session_owner(request, api.holder)
+        owner = session_owner(request)
         if body.background:  # 202 at once; fim.server.background runs or queues it
             # deferred: the queue (procrastinate) loads only for background runs
             from fim.server.background import start_workflow_run
@@ -112,7 +112,7 @@ def approval_handlers(api: Api) -> dict[str, Any]:
             "expired": "expired",
         }
         store = get_store(api.services)
-        owner = run_scope(request, api.holder)  # a keyed caller: its own runs' approvals
+        owner = run_scope(request)  # a keyed caller: its own runs' approvals
         if status == "all":
             items = await store.list_approvals(None, owner=owner)
         else:  # an unknown status matches no approval
@@ -135,7 +135,7 @@ def approval_handlers(api: Api) -> dict[str, Any]:
         approval_id = request.path_params["approval_id"]
         current = await store.get_approval(approval_id)
         if current is None or not await may_read(
-            store, current.run_id, run_scope(request, api.holder)
+            store, current.run_id, run_scope(request)
         ):  # another key's run waits on it: not there
             return error(404, f"unknown approval '{approval_id}'")
         if current.status != "pending":
@@ -155,7 +155,7 @@ def approval_handlers(api: Api) -> dict[str, Any]:
         slot = None
         if current.kind == "workflow":  # the decision resumes a run: the decider's to count
             try:
-                slot = api.limits.take(session_owner(request, api.holder))
+                slot = api.limits.take(session_owner(request))
             except Busy as exc:  # nothing decided: the approval stays pending
                 return exc.response()
         try:

@@ -28,7 +28,7 @@ def session_handlers(api: Api) -> dict[str, Any]:
         name = request.path_params["session_id"]
         if len(name) > 200:
             return error(400, "session_id: at most 200 characters", param="session_id")
-        owner = session_owner(request, api.holder)
+        owner = session_owner(request)
         try:
             session = await find_session(api.session_store, owner, name)
         except UnknownSession as exc:
@@ -60,7 +60,7 @@ def session_handlers(api: Api) -> dict[str, Any]:
         limit = query_int(request, "limit", 100, 1, MAX_LISTED)
         if isinstance(limit, Response):
             return limit
-        owner = session_owner(request, api.holder)
+        owner = session_owner(request)
         rows = await api.session_store.owned(owner, limit)
         listed = [
             {"session_id": name or key, "updated_at": updated}

@@ -34,12 +34,12 @@ def usage_handlers(api: Api) -> dict[str, Any]:
             return days
         agent = request.query_params.get("agent") or None
         since = (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=days - 1)).isoformat()
-        owner = run_scope(request, api.holder)  # a keyed caller: what its own runs spent
+        owner = run_scope(request)  # a keyed caller: what its own runs spent
         store = get_store(api.services)
         rows = await summary(store, since=since, agent=agent, owner=owner)
         body: dict[str, Any] = {"since": since, "usage": rows}
         budget = api.holder.current.project.server.key_budget
-        me = session_owner(request, api.holder)
+        me = session_owner(request)
         if budget is not None and me:  # what this key may still spend today
             day = utc_day(time.time())
             used = await spent(store, day, None, me)

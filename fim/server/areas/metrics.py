@@ -16,7 +16,7 @@ def _handlers(api: Any) -> dict[str, Any]:
         """Prometheus exposition of fim's counters (runs, latency, tokens, cost, tools,
         hooks, reloads, active runs). They count every key's runs together, so on a server
         with keys they are an operator's (a tenant's usage is `GET /v1/usage`)."""
-        if run_scope(request, api.holder) is not None:
+        if run_scope(request) is not None:
             return error(
                 403,
                 "the metrics count every key's runs: reading them needs an operator key",
