@@ -287,3 +287,26 @@ def test_unknown_agent_and_missing_key(served: tuple[str, Any]):
     ).json()
     assert ghost["result"]["status"]["state"] == "failed"
     assert "unknown agent 'ghost'" in str(ghost["result"]["status"])
+
+
+def test_a_body_nested_past_the_cap_is_a_400_before_the_sdk_parses_it(
+    served: tuple[str, Any], caplog: pytest.LogCaptureFixture
+):
+    """Every body meets the 64-level nesting cap; the SDK's own parse recursed on a deep
+    one (a RecursionError, its traceback logged per request)."""
+    url, _api = served
+    for depth, code in ((100, -32600), (10_000, -32700)):  # past the cap; past any parser's
+        deep = '{"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": ' + (
+            '{"a": ' * depth + "1" + "}" * depth + "}"
+        )
+        sent = httpx.post(
+            f"{url}/a2a/math",
+            content=deep,
+            headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
+        )
+        assert sent.status_code == 400
+        problem = sent.json()["error"]
+        assert problem["code"] == code, problem
+        said = "nests deeper than 64 levels" if code == -32600 else "is not JSON"
+        assert said in problem["message"]
+    assert "Traceback" not in caplog.text and "RecursionError" not in caplog.text

@@ -23,6 +23,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
+import pydantic_core
 from a2a.auth.user import User
 from a2a.helpers.proto_helpers import new_task
 from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -38,6 +39,7 @@ from starlette.routing import Route, Router
 from fim.errors import FimError
 from fim.events import RunFinished
 from fim.masking import known
+from fim.schema_check import MAX_NESTING, nested_deeper
 from fim.server.a2a_tasks import StoredTaskStore
 from fim.server.sessions import UnknownSession, known_agent
 from fim.types import Message
@@ -262,6 +264,23 @@ def a2a_app(api: Api) -> Router:
     def base(request: Request) -> str:
         return str(request.base_url)
 
+    async def jsonrpc(request: Request) -> Response:
+        """The SDK's dispatcher, behind the parse and nesting cap every other body meets:
+        the SDK's own parse (`json.loads`) recursed on a deep body (a RecursionError and
+        its traceback per request)."""
+
+        def refused(code: int, message: str) -> Response:
+            answer = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+            return JSONResponse(answer, status_code=400)
+
+        try:
+            body = pydantic_core.from_json(await request.body())
+        except ValueError as exc:  # its parser's own recursion limit included
+            return refused(-32700, f"the request is not JSON: {exc}")
+        if nested_deeper(body):
+            return refused(-32600, f"the request nests deeper than {MAX_NESTING} levels")
+        return await dispatcher.handle_requests(request)
+
     async def project_card(request: Request) -> Response:
         snapshot = api.holder.current
         if not snapshot.agents:
@@ -278,6 +297,6 @@ def a2a_app(api: Api) -> Router:
         [
             Route(CARD_PATH, project_card, methods=["GET"]),
             Route("/a2a/{agent}" + CARD_PATH, one_card, methods=["GET"]),
-            Route("/a2a/{agent}", dispatcher.handle_requests, methods=["POST"]),
+            Route("/a2a/{agent}", jsonrpc, methods=["POST"]),
         ]
     )
