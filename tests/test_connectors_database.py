@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fim.config.schema import DatabaseConnector
-from fim.connectors.database import Database
+from fim.connectors.database import Database, describe_error
 from fim.connectors.database.engine import normalize_url
 
 SEED = """
@@ -372,6 +373,42 @@ async def test_a_writable_database_commits_writes(tmp_path):
     db.dispose()
 
 
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "ATTACH DATABASE '{state}' AS fim",
+        "ATTACH DATABASE '{beside}' AS planted",
+        "PRAGMA hard_heap_limit = 1",
+        "PRAGMA temp_store = FILE",
+        "PRAGMA journal_mode = OFF",
+        "SELECT load_extension('/tmp/evil.so')",
+    ],
+)
+async def test_a_writable_database_changes_itself_and_nothing_else(tmp_path, statement):
+    """Writes are what the author allowed, on this database: ATTACH would reach any file
+    fim's user can write (the project's `.fim/state.db`, where approvals are decided), and a
+    PRAGMA with a value would change SQLite for the whole process (`hard_heap_limit = 1`
+    fails every SQLite connection fim has, its own store included)."""
+    path = tmp_path / "rw.db"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(SEED)
+    conn.close()
+    state = tmp_path / ".fim" / "state.db"
+    state.parent.mkdir()
+    sqlite3.connect(state).close()
+    beside = tmp_path / "planted.db"
+    db = database(f"sqlite:///{path}", read_only=False)
+    sql = statement.format(state=state, beside=beside)
+    result = await db.query(sql)
+    assert result.is_error, result.content
+    assert "not authorized" in result.content or "prohibited" in result.content
+    assert not beside.exists()
+    still = await db.query("PRAGMA table_info(customers)")  # reading the schema stays open
+    assert not still.is_error and "name" in still.content
+    assert "Anna" not in (await db.query("SELECT name FROM customers")).content
+    db.dispose()
+
+
 # ------------------------------------------------------------------ connection problems
 
 
@@ -382,6 +419,22 @@ async def test_an_unreachable_database_is_an_observation_without_the_password():
     assert result.is_error
     assert result.content.startswith("Error: could not list tables:")
     assert "s3cret-pw" not in result.content
+
+
+def test_a_driver_message_quoting_a_huge_value_is_worded_from_its_head():
+    """PostgreSQL quotes the value that failed (`repeat('x', 900000000)::int`): the model
+    gets a short line, and wording it copies nothing past its head (tracemalloc)."""
+    db = database("sqlite:///unused.db")
+    exc = ValueError('invalid input syntax for type integer: "' + "x" * 50_000_000 + '"\n')
+    tracemalloc.start()
+    try:
+        text = describe_error(exc, db)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert text.startswith('invalid input syntax for type integer: "xxx')
+    assert text.endswith("... [message cut]") and len(text) < 600
+    assert peak < 100_000
 
 
 async def test_a_missing_sqlite_file_is_not_created(tmp_path):

@@ -15,12 +15,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
+import os
 import sqlite3
+import subprocess
+import sys
 import tempfile
 import threading
 import tracemalloc
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -396,6 +401,46 @@ async def test_postgres_stops_reading_at_the_result_cap(pg):
     assert "(1 row)" in after.content  # the cancelled stream left the pool usable
 
 
+async def test_postgres_withholds_a_row_too_big_to_send(pg):
+    """libpq reads a whole row before any loader can cut a value (two 400 MB values were
+    1.6 GB in fim): PostgreSQL itself measures each row of a SELECT and sends one over 4 x
+    max_result_bytes as NULLs, so none of its bytes reach fim. The loader never saw the
+    value (nothing was cut); the rows before it are kept and the model is told why."""
+    db = connector(pg.reader_url, max_value_bytes=1000, max_result_bytes=250_000)
+    sql = (
+        "SELECT id, CASE WHEN id = 3 THEN repeat('x', 600000) || repeat('y', 600000) "
+        "ELSE note END AS note FROM shop.orders ORDER BY id"
+    )
+    result = await db.run(sql)
+    shown = await db.query(sql)
+    db.dispose()
+    assert result.rows == [(1, "order 1"), (2, "order 2")]
+    assert result.row_too_large is not None and result.row_too_large > 1_200_000
+    assert result.values_cut == 0
+    assert "stopped at a row of" in shown.content
+    assert "over the 1000000 bytes one row may have" in shown.content
+    assert shown.metadata["row_too_large"] == result.row_too_large
+
+
+async def test_postgres_selects_keep_their_columns_order_and_types(pg):
+    """The row check runs the statement inside fim's own query; what the model asked for
+    comes back unchanged: duplicate and quoted names, its order, Python types, and a `;`
+    with a comment after it (also when no row comes back and the names are looked up)."""
+    db = connector(pg.reader_url)
+    result = await db.run(
+        'SELECT id AS "N", id * 2 AS "N", note, ARRAY[id] AS a, 1.5::numeric AS x '
+        "FROM shop.orders ORDER BY id DESC LIMIT 2; -- newest first"
+    )
+    empty = await db.query("SELECT id FROM shop.orders WHERE id > 99; -- none")
+    db.dispose()
+    assert result.columns == ["N", "N", "note", "a", "x"]
+    assert result.rows == [
+        (5, 10, "order 5", [5], Decimal("1.5")),
+        (4, 8, "order 4", [4], Decimal("1.5")),
+    ]
+    assert empty.content == "id\n(0 rows)"
+
+
 @pytest.fixture
 def sqlite_db(tmp_path):
     path = tmp_path / "limits.db"
@@ -427,6 +472,68 @@ async def test_sqlite_caps_each_value_and_the_whole_result(sqlite_db):
     assert cut.values_cut == 3 and all(v.size == 5000 for v, _ in cut.rows)
     assert "result truncated at 50000 bytes" in stopped.content
     assert stopped.metadata["rows"] < 100
+
+
+async def test_sqlite_rows_are_fetched_and_cut_one_at_a_time(sqlite_db):
+    """The driver copies a whole row, every value at full size, before it can be cut: 40
+    rows of a 2 MB value read 50 at a time were 80 MB of Python objects at once. Read one
+    at a time, Python never holds more than a row or two of them (tracemalloc sees every
+    Python allocation, the driver's copies included)."""
+    db = connector(sqlite_db, max_value_bytes=1000, max_result_bytes=1_000_000)
+    tracemalloc.start()
+    try:
+        result = await db.run("SELECT zeroblob(2000000) AS v FROM t LIMIT 40")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    db.dispose()
+    assert len(result.rows) == 40 and result.values_cut == 40
+    assert peak < 3 * 2_000_000
+
+
+SQLITE_HEAP_CHILD = """
+import asyncio, json, sys
+from pathlib import Path
+from fim.config.schema import DatabaseConnector
+from fim.connectors.database import Database, sqlite
+
+sqlite.HEAP_LIMIT = 64 * 2**20
+decl = DatabaseConnector(kind="database", url=sys.argv[1])
+db = Database("shop", decl, Path("."))
+for sql in sys.argv[2:]:
+    result = asyncio.run(db.query(sql))
+    print(json.dumps([result.is_error, result.content]))
+db.dispose()
+"""
+
+
+def test_sqlite_holds_at_most_its_heap_whatever_the_statement(sqlite_db, tmp_path):
+    """A value limit does not bound a statement: it holds every column of a row (each
+    zeroblob expanded when read), every argument of a call, every row of a sort (which
+    spilled GBs to temporary files in seconds). Each needs 120 MB here, and SQLite's own
+    heap limit ends it with SQLite's out-of-memory error; the next query runs as usual.
+    The heap limit is one per process, so this runs in a child with a 64 MiB one."""
+    blob_columns = ", ".join(f"zeroblob(4000000) AS c{i}" for i in range(30))
+    blob_arguments = ", ".join(["randomblob(4000000)"] * 30)
+    statements = [
+        f"SELECT {blob_columns} FROM t LIMIT 1",
+        f"SELECT length(max({blob_arguments}))",
+        "SELECT randomblob(12000) AS r FROM t a, t b ORDER BY r",
+        "SELECT count(*) FROM t",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-c", SQLITE_HEAP_CHILD, sqlite_db, *statements],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "SQLITE_TMPDIR": str(tmp_path)},
+    )
+    assert done.returncode == 0, done.stderr
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    for is_error, content in answers[:3]:
+        assert is_error
+        assert "needed more than the 64 MiB SQLite may use" in content
+    assert answers[3] == [False, "count(*)\n100\n(1 row)"]
 
 
 async def test_database_work_has_its_own_threads(sqlite_db):

@@ -107,3 +107,20 @@ def test_refusals_tell_the_model_what_is_accepted():
 )
 def test_the_dialect_comes_from_the_url(url, dialect):
     assert dialect_for(url) == dialect
+
+
+@pytest.mark.parametrize(
+    ("sql", "statement"),
+    [
+        ("SELECT 1", "SELECT 1"),
+        ("SELECT 1; -- trailing", "SELECT 1"),
+        ("-- why\nSELECT 'é;', 2 ;  /* done */ ", "SELECT 'é;', 2"),
+        ("SELECT 1 -- no newline", "SELECT 1 -- no newline"),
+        ("SELECT :a", "SELECT $1"),
+    ],
+)
+def test_postgres_reports_the_statement_alone_so_it_can_be_nested(sql, statement):
+    """fim nests a checked SELECT in its own query (`FROM (statement)`): a `;` or a
+    comment after it must not come along, and what is nested is what was parsed."""
+    parsed = check_read_only(sql, "postgres")
+    assert (parsed.statement or parsed.sql) == statement

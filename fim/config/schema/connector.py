@@ -89,7 +89,8 @@ class DatabaseConnector(Strict):
     """Bytes one value may have; longer values are cut while fetching (and say so)."""
     max_result_bytes: int = Field(default=8_000_000, gt=0)
     """Bytes one result may have; reading stops there (SQLite also refuses to build a
-    single value larger than 4x this)."""
+    single value larger than 4x this, and read-only PostgreSQL withholds a row whose text
+    is longer than 4x this)."""
     schemas: list[str] | None = None
     """Schemas to expose (default: the connection's default schema)."""
 

@@ -8,10 +8,15 @@ and the event loop never waits on a query. What `read_only: true` means is decid
 Limits hold whatever one row costs: PostgreSQL sessions carry `statement_timeout`,
 `lock_timeout` and `idle_in_transaction_session_timeout`; SQLite has a progress handler, a
 timer that interrupts the statement at the deadline and `SQLITE_LIMIT_LENGTH`, so no single
-value (`printf('%.*c', 900000000, 'x')`) can grow past a bound inside one opcode. Rows are
-streamed (PostgreSQL single-row mode) and every value and the whole result are capped
-while fetching (`max_value_bytes`, `max_result_bytes`); PostgreSQL values over the cap are
-cut before Python copies them.
+value (`printf('%.*c', 900000000, 'x')`) can grow past a bound inside one opcode, and one
+heap for the process (`sqlite.HEAP_LIMIT`) that its sorts and temporary tables use too.
+Rows are read one at a time (SQLite step by step, read-only PostgreSQL in single-row
+mode; a writable PostgreSQL connector, like other drivers, gets the whole result from its
+driver at once) and every value and the whole result are capped while fetching
+(`max_value_bytes`, `max_result_bytes`). Read-only PostgreSQL withholds a SELECT's row
+whose text is over 4 x `max_result_bytes` (it is never sent) and cuts values over the cap
+in libpq's buffer, before Python copies them; what it may still send whole (an EXPLAIN
+line, an error message: up to 1 GB) is said in `postgres`.
 
 Modules, by concept: `engine` (URL, engine per dialect, role check on first connect),
 `worker` (the blocking calls: list, describe, execute within the limits), `rows` (the
@@ -33,13 +38,15 @@ from typing import Any, TypeVar
 
 from fim.config.schema import DatabaseConnector
 from fim.connectors import readonly
-from fim.connectors.database.rows import FetchTimeout, QueryResult
+from fim.connectors.database import sqlite
+from fim.connectors.database.rows import FetchTimeout, QueryResult, size_limit
 from fim.connectors.database.worker import Worker
 from fim.connectors.render import pipe_table
 from fim.connectors.sql_guard import SqlRejected
 from fim.types import ToolResult
 
 _MAX_OUTPUT_CHARS = 20_000
+_ERROR_CHARS = 500
 _STUB_TABLES = 12
 _DB_THREADS = 16
 """Worker threads for all database connectors of the process (timeouts free them)."""
@@ -107,6 +114,12 @@ class Database(Worker):
             notes.append(
                 f"{result.values_cut} value(s) cut at {self.decl.max_value_bytes} bytes each"
             )
+        if result.row_too_large is not None:
+            notes.append(
+                f"stopped at a row of {result.row_too_large} bytes, over the "
+                f"{size_limit(self.decl)} bytes one row may have: select fewer or shorter "
+                "columns (e.g. left(col, 1000))"
+            )
         if notes:
             text += "\n(" + "; ".join(notes) + ")"
         return ToolResult(
@@ -115,6 +128,11 @@ class Database(Worker):
                 "rows": len(result.rows),
                 "cut": result.cut,
                 **({"truncated_at": result.truncated_at} if result.truncated_at else {}),
+                **(
+                    {"row_too_large": result.row_too_large}
+                    if result.row_too_large is not None
+                    else {}
+                ),
             },
         )
 
@@ -123,12 +141,18 @@ class Database(Worker):
 
 
 def describe_error(exc: Exception, db: Database) -> str:
-    """One line the model can act on, without the URL (which may hold a password)."""
+    """One line the model can act on, without the URL (which may hold a password).
+
+    A driver's message may quote a value the model built (PostgreSQL's `invalid input
+    syntax for type integer: "xxx..."` can be 1 GB), so only its head is ever looked at:
+    stripping, splitting or lowering the whole of it would copy it again."""
     orig = getattr(exc, "orig", None) or exc
-    text = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    if isinstance(orig, readonly.ReadOnlyRoleError | SqlRejected):  # fim's own words
+        return (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    # long enough that a URL starting in the part shown is whole, so it is replaced below
+    head = str(orig)[: 2 * _ERROR_CHARS + len(db.decl.url) + len(db.url)].strip()
+    text = (head.splitlines() or [type(orig).__name__])[0]
     lowered = text.lower()
-    if isinstance(orig, readonly.ReadOnlyRoleError | SqlRejected):
-        return text
     if isinstance(orig, FetchTimeout) or "interrupted" in lowered or "statement timeout" in lowered:
         return (
             f"the query exceeded the statement timeout of {db.decl.statement_timeout:g}s; "
@@ -138,14 +162,20 @@ def describe_error(exc: Exception, db: Database) -> str:
         return "the query waited too long for a lock held by another session; try again later"
     if "string or blob too big" in lowered or "user-defined function raised" in lowered:
         return (
-            f"a value grew past the size limit of {4 * db.decl.max_result_bytes} bytes; "
+            f"a value grew past the size limit of {size_limit(db.decl)} bytes; "
             "select less (substr, LIMIT)"
+        )
+    if db.dialect == "sqlite" and (isinstance(orig, MemoryError) or "out of memory" in lowered):
+        return (
+            f"the query needed more than the {sqlite.HEAP_LIMIT // 2**20} MiB SQLite may use (for "
+            "all queries at once); select fewer or shorter values, sort fewer rows (LIMIT), "
+            "or try again later"
         )
     if "readonly" in lowered or "read-only" in lowered or "query_only" in lowered:
         return f"{text} (this database is read-only; only SELECT queries are possible)"
     text = text.replace(db.decl.url, "<url>").replace(db.url, "<url>")
     # a driver may quote the offending value: never hand a huge one to the model
-    return text if len(text) <= 500 else text[:500] + "... [message cut]"
+    return text if len(text) <= _ERROR_CHARS else text[:_ERROR_CHARS] + "... [message cut]"
 
 
 def get_database(services: Any, name: str, decl: DatabaseConnector, root: Path) -> Database:

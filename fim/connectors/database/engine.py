@@ -21,6 +21,7 @@ from fim.connectors.database.postgres import (
     execute_prepared,
     execute_prepared_no_params,
 )
+from fim.connectors.database.rows import size_limit
 from fim.connectors.database.sqlite import sqlite_limits
 from fim.connectors.sql_guard import dialect_for
 
@@ -116,18 +117,24 @@ class Engine:
         from sqlalchemy.pool import NullPool
 
         database = sa.engine.make_url(self.url).database or ""
-        limit = 4 * self.decl.max_result_bytes
+        limit = size_limit(self.decl)
         if not self.decl.read_only:
             engine = sa.create_engine(self.url, poolclass=NullPool)
-            event.listen(engine, "connect", lambda conn, _rec: sqlite_limits(conn, limit))
+
+            def confine(conn: sqlite3.Connection, _record: Any) -> None:
+                sqlite_limits(conn, limit, read_only=False)
+                conn.set_authorizer(readonly.sqlite_write_authorizer)  # after its PRAGMAs
+
+            event.listen(engine, "connect", confine)
             return engine
         if database in ("", ":memory:"):
             raise ValueError("a read-only SQLite connector needs a database file")
         target = database if database.startswith("file:") else f"file:{quote(database)}"
 
         def connect() -> sqlite3.Connection:
-            conn = readonly.open_sqlite_read_only(target)
-            sqlite_limits(conn, limit)
+            conn: sqlite3.Connection = readonly.open_sqlite_read_only(
+                target, lambda raw: sqlite_limits(raw, limit)
+            )
             return conn
 
         return sa.create_engine("sqlite://", creator=connect, poolclass=NullPool)

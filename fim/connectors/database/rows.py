@@ -2,8 +2,9 @@
 limit and the client-side deadline checked row by row.
 
 Its own module because what a result may cost (`max_rows`, `max_value_bytes`,
-`max_result_bytes`, `statement_timeout`) is one policy, shared by the SQLAlchemy fetch
-loop, the PostgreSQL stream and the PostgreSQL loaders that cut values in libpq's buffer.
+`max_result_bytes`, `statement_timeout`, and `size_limit`, what the database itself may
+build or send) is one policy, shared by the SQLAlchemy fetch loop, the PostgreSQL stream,
+the PostgreSQL loaders that cut values in libpq's buffer and SQLite's value limit.
 """
 
 from __future__ import annotations
@@ -13,6 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from fim.config.schema import DatabaseConnector
+
+
+def size_limit(decl: DatabaseConnector) -> int:
+    """The most bytes the database itself may build into one value (SQLite's
+    `SQLITE_LIMIT_LENGTH`) or send in one row of a SELECT (PostgreSQL, see
+    `postgres.bounded_select`): 4 x `max_result_bytes`, so a value or a row somewhat over
+    the result cap is still read and shown cut rather than failing the query."""
+    return 4 * decl.max_result_bytes
 
 
 class Truncated(str):
@@ -37,6 +46,9 @@ class QueryResult:
     """The result byte cap, when reading stopped there."""
     values_cut: int = 0
     """How many values were cut at the per-value cap."""
+    row_too_large: int | None = None
+    """The size in bytes of a row the database did not send (over `size_limit`), where
+    reading stopped."""
 
 
 class FetchTimeout(TimeoutError):
@@ -57,9 +69,15 @@ class Rows:
         self.cut = False
         self.truncated = False
         self.values_cut = 0
+        self.row_too_large: int | None = None
 
     def want_more(self) -> bool:
-        return not (self.cut or self.truncated)
+        return not (self.cut or self.truncated or self.row_too_large is not None)
+
+    def refuse(self, size: int) -> None:
+        """The database withheld a row of `size` bytes: reading stops, and the result says
+        why (the rows before it are kept)."""
+        self.row_too_large = size
 
     def add(self, row: tuple[Any, ...]) -> bool:
         """Keep `row` (values capped); False when reading must stop."""
@@ -108,4 +126,5 @@ class Rows:
             self.cut,
             truncated_at=self.total_cap if self.truncated else None,
             values_cut=self.values_cut,
+            row_too_large=self.row_too_large,
         )

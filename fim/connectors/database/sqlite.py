@@ -1,10 +1,14 @@
-"""SQLite's limits inside one statement: no string, blob or row grows past a bound, and
-printf()/format() refuse widths and precisions past it.
+"""SQLite's limits inside one statement: no string, blob or row grows past a bound,
+printf()/format() refuse widths and precisions past it, and everything SQLite allocates
+(values, the row being built, sorts, temporary tables) comes out of one bounded heap.
 
-Its own module because these are SQLite's own mechanisms (`SQLITE_LIMIT_LENGTH`, SQL
-functions replaced on every connection the engine opens): a value's cost must be bounded
-inside a single opcode, where neither the row caps (`rows`) nor the statement's deadline
-(`worker`) can stop it.
+Its own module because these are SQLite's own mechanisms (`SQLITE_LIMIT_LENGTH`,
+`PRAGMA hard_heap_limit` and `temp_store`, SQL functions replaced on every connection the
+engine opens): a value's cost must be bounded inside a single opcode, where neither the row
+caps (`rows`) nor the statement's deadline (`worker`) can stop it, and what one statement
+holds at once is not a row's worth: `max(randomblob(N), randomblob(N), ...)` keeps every
+argument, a SELECT of 40 `zeroblob(N)` columns expands each one when the row is read, and
+`ORDER BY` over a cross join spills GBs to temporary files in seconds.
 """
 
 from __future__ import annotations
@@ -15,13 +19,35 @@ import re
 import sqlite3
 from typing import Any
 
+HEAP_LIMIT = 512 * 1024 * 1024
+"""Bytes SQLite may hold at once in this process, all its connections together (the
+library's heap is one per process; fim's own SQLite state store shares it). Past it an
+allocation fails and the statement ends with "out of memory"; fim's copy of a row is never
+larger than what SQLite holds (rows are fetched one at a time), so this bounds both."""
 
-def sqlite_limits(conn: Any, max_length: int) -> None:
-    """No string or blob (nor row) may exceed `max_length` bytes, LIKE/GLOB patterns stay
-    short, and printf()/format() refuse widths and precisions past `max_length`: SQLite's
-    `%.*c` keeps looping after the value is too big (0.5 s per 100M, inside one opcode
-    that neither the progress handler nor an interrupt can stop)."""
 
+def sqlite_limits(conn: Any, max_length: int, read_only: bool = True) -> None:
+    """Bound what one statement on `conn` may cost, before the model's SQL can run (read-only
+    connections call this before their authorizer, which would refuse these PRAGMAs).
+
+    No string or blob (nor a row SQLite stores) may exceed `max_length` bytes, LIKE/GLOB
+    patterns stay short, and printf()/format() refuse widths and precisions past
+    `max_length`: SQLite's `%.*c` keeps looping after the value is too big (0.5 s per 100M,
+    inside one opcode that neither the progress handler nor an interrupt can stop).
+
+    A value limit alone does not bound a statement: it can hold any number of values at
+    once (function arguments, result columns, accumulators). So SQLite's heap is capped
+    (`HEAP_LIMIT`; the PRAGMA only ever lowers the process's limit, never raises one an
+    embedding application set). On a `read_only` connection temporary tables and sorts are
+    kept in that heap (`temp_store = MEMORY`) instead of temporary files, which nothing
+    bounds: a sort too big for the heap fails at once instead of writing GBs to the disk.
+    A writable connection keeps its files: its statements may write the database itself
+    without bound (and set `temp_store` back), and `CREATE INDEX` on a large table needs a
+    sort bigger than the heap."""
+
+    conn.execute(f"PRAGMA hard_heap_limit = {HEAP_LIMIT}")
+    if read_only:
+        conn.execute("PRAGMA temp_store = MEMORY")
     if hasattr(conn, "setlimit"):  # Python 3.11+
         conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_length)
         conn.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, 1000)

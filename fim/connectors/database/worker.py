@@ -1,10 +1,12 @@
 """The blocking side of a database connector: what runs on the `fim-db` threads.
 
 Listing tables, describing one, and running one statement inside a read-only transaction
-(PostgreSQL: the catalog check first, then the parsed text streamed row by row; SQLite: a
-deadline that interrupts it), its rows read within the limits of `rows.Rows`. Its own
-module because this is the security-critical executor below the statement check: the
-async API above only decides what to hand it and how to word the answer.
+(PostgreSQL: the catalog check first, then the parsed text streamed row by row, a SELECT
+inside `postgres.bounded_select` so the server withholds a row too big to send; SQLite: a
+deadline that interrupts it), its rows read one at a time within the limits of
+`rows.Rows`. Its own module because this is the security-critical executor below the
+statement check: the async API above only decides what to hand it and how to word the
+answer.
 """
 
 from __future__ import annotations
@@ -16,10 +18,9 @@ from typing import Any
 
 from fim.connectors import readonly
 from fim.connectors.database.engine import Engine
-from fim.connectors.database.rows import QueryResult, Rows
-from fim.connectors.sql_guard import Parsed, SqlRejected
-
-_FETCH_CHUNK = 50
+from fim.connectors.database.postgres import bounded_select
+from fim.connectors.database.rows import QueryResult, Rows, size_limit
+from fim.connectors.sql_guard import Parsed, SqlRejected, check_read_only
 
 
 class Worker(Engine):
@@ -103,10 +104,7 @@ class Worker(Engine):
                 result = conn.execute(sa.text(sql), params or {})
                 if result.returns_rows:
                     columns = list(result.keys())
-                    while rows.want_more():
-                        chunk = result.fetchmany(_FETCH_CHUNK)
-                        if not chunk or not all(rows.add(tuple(r)) for r in chunk):
-                            break
+                    _read_one_by_one(result, rows)
                     result.close()
                     outcome = rows.result(columns)
                 else:
@@ -131,12 +129,21 @@ class Worker(Engine):
             raise SqlRejected(f"no value given for the placeholder :{missing[0]} (params)")
         cursor = psycopg.RawCursor(raw)
         values = [params[n] for n in parsed.params]
+        sql, bounded, limit = parsed.sql, parsed.kind == "select", size_limit(self.decl)
+        if bounded:  # EXPLAIN and SHOW cannot be selected from
+            # fim's own query around the checked text is checked like any statement
+            sql = check_read_only(bounded_select(_statement(parsed), limit), "postgres").sql
         columns: list[str] = []
         try:
-            for row in cursor.stream(parsed.sql, values or None):
+            for row in cursor.stream(sql, values or None):
                 if not columns:
                     columns = [c.name for c in cursor.description or ()]
-                if not rows.add(tuple(row)):
+                    if bounded:
+                        columns.pop()
+                if bounded and row[-1] > limit:
+                    rows.refuse(row[-1])
+                    break
+                if not rows.add(tuple(row[:-1] if bounded else row)):
                     break
             if not columns:
                 columns = self._pg_columns(cursor, parsed, values)
@@ -151,7 +158,7 @@ class Worker(Engine):
         without running it; the wrapped text is checked like any other statement."""
         if parsed.kind != "select":
             return ["result"]
-        text = f"SELECT * FROM (\n{parsed.sql.rstrip().rstrip(';')}\n) AS fim_q LIMIT 0"
+        text = f"SELECT * FROM (\n{_statement(parsed)}\n) AS fim_q LIMIT 0"
         wrapped = readonly.decide(text, "postgres").require()
         cursor.execute(wrapped.sql, values or None)
         return [c.name for c in cursor.description or ()] or ["result"]
@@ -169,3 +176,19 @@ class Worker(Engine):
         timer.daemon = True
         timer.start()
         return timer
+
+
+def _statement(parsed: Parsed) -> str:
+    """The checked statement without a trailing `;` or comment, to nest in fim's own query."""
+    return parsed.statement or parsed.sql
+
+
+def _read_one_by_one(result: Any, rows: Rows) -> None:
+    """Fetch and cap one row at a time: the driver copies a whole row (every value at full
+    size, up to SQLite's value limit each) before `rows` can cut it, so a batch of rows
+    would be held uncut at once; the uncut row is dropped before the next is fetched."""
+    while rows.want_more():
+        row = result.fetchone()
+        if row is None or not rows.add(tuple(row)):
+            return
+        del row

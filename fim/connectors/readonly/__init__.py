@@ -36,6 +36,7 @@ from fim.connectors.readonly.connection import (
     open_sqlite_read_only,
     pg_options,
     sqlite_read_authorizer,
+    sqlite_write_authorizer,
 )
 from fim.connectors.readonly.role import (
     ROLE_HINT,
@@ -119,4 +120,5 @@ __all__ = [
     "role_error",
     "role_problems",
     "sqlite_read_authorizer",
+    "sqlite_write_authorizer",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 from fim.connectors.sql_guard import ARGUMENT_PRAGMAS, READ_PRAGMAS, is_side_effect_function
@@ -73,17 +74,56 @@ def sqlite_read_authorizer(
     return sqlite3.SQLITE_DENY
 
 
+def sqlite_write_authorizer(
+    action: int, arg1: str | None, arg2: str | None, db: str | None, trigger: str | None
+) -> int:
+    """A writable connector's statements may change its database, nothing else: ATTACH
+    (any file fim's user can write, the project's own `.fim/state.db` with its approvals
+    included), DETACH, a PRAGMA that sets something (`hard_heap_limit = 1` would fail every
+    SQLite connection of the process; `temp_store`, `journal_mode`...) and functions with
+    side effects are denied; reads of the schema (`table_info`...) pass."""
+
+    if action in _sqlite_confined_actions():
+        return sqlite3.SQLITE_DENY
+    if action == sqlite3.SQLITE_FUNCTION and arg2 and is_side_effect_function(arg2):
+        return sqlite3.SQLITE_DENY
+    if action == sqlite3.SQLITE_PRAGMA:
+        name = (arg1 or "").lower()
+        if name in ARGUMENT_PRAGMAS or (arg2 is None and name in READ_PRAGMAS):
+            return sqlite3.SQLITE_OK
+        return sqlite3.SQLITE_DENY
+    return sqlite3.SQLITE_OK
+
+
+@functools.cache
+def _sqlite_confined_actions() -> frozenset[int]:
+    names = ("SQLITE_ATTACH", "SQLITE_DETACH")
+    return frozenset(getattr(sqlite3, n) for n in names if hasattr(sqlite3, n))
+
+
 @functools.cache
 def _sqlite_read_actions() -> frozenset[int]:
     names = ("SQLITE_READ", "SQLITE_SELECT", "SQLITE_RECURSIVE", "SQLITE_TRANSACTION")
     return frozenset(getattr(sqlite3, n) for n in names if hasattr(sqlite3, n))
 
 
-def open_sqlite_read_only(target: str) -> Any:
-    """A SQLite connection that cannot write: `mode=ro`, `query_only`, the authorizer."""
+def open_sqlite_read_only(
+    target: str, prepare: Callable[[sqlite3.Connection], None] | None = None
+) -> Any:
+    """A SQLite connection that cannot write: `mode=ro`, `query_only`, the authorizer.
+
+    `prepare` runs before the authorizer is installed: the connector's own limits are
+    PRAGMAs with a value (`temp_store`, `hard_heap_limit`), which the authorizer refuses to
+    anyone, so that the model's SQL cannot change them back."""
 
     sep = "&" if "?" in target else "?"
     conn = sqlite3.connect(f"{target}{sep}mode=ro", uri=True, check_same_thread=False)
-    conn.execute("PRAGMA query_only = ON")
-    conn.set_authorizer(sqlite_read_authorizer)
+    try:
+        conn.execute("PRAGMA query_only = ON")
+        if prepare is not None:
+            prepare(conn)
+        conn.set_authorizer(sqlite_read_authorizer)
+    except BaseException:
+        conn.close()
+        raise
     return conn

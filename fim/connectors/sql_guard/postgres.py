@@ -138,7 +138,26 @@ def check_postgres(sql: str) -> Parsed:
             method = _pg_name(node.method)
             if len(method) != 1 or method[0] not in _PG_SAMPLE_METHODS:
                 raise SqlRejected("TABLESAMPLE accepts only the SYSTEM and BERNOULLI methods")
-    return Parsed(text, params, kind, frozenset(functions), frozenset(operators), frozenset(types))
+    return Parsed(
+        text,
+        params,
+        kind,
+        frozenset(functions),
+        frozenset(operators),
+        frozenset(types),
+        _statement_text(text, statements[0]),
+    )
+
+
+def _statement_text(text: str, raw: Any) -> str:
+    """The statement's own text, or "" when it is all of `text`: PostgreSQL reports where
+    it starts and how long it is, in bytes of the UTF-8 text (a length of 0: to the end)."""
+    start = raw.stmt_location or 0
+    if not start and not raw.stmt_len:
+        return ""
+    data = text.encode("utf-8")
+    end = start + raw.stmt_len if raw.stmt_len else len(data)
+    return data[start:end].decode("utf-8")
 
 
 def _pg_placeholders(sql: str) -> tuple[str, tuple[str, ...]]:

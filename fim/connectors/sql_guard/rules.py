@@ -160,6 +160,11 @@ class Parsed:
     functions: frozenset[Name] = frozenset()
     operators: frozenset[Name] = frozenset()
     types: frozenset[Name] = frozenset()
+    statement: str = ""
+    """PostgreSQL: the statement alone, as far as the parser found it (no trailing `;` nor
+    a comment after one), so fim can nest it in a query of its own (`SELECT ... FROM
+    (statement)`) without a `;` breaking the syntax. Empty when that is all of `sql` (and
+    for other dialects), so a memoised decision does not hold the text twice."""
 
 
 def is_side_effect_function(name: str) -> bool:
