@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fim.build.compile import compile_project
 from fim.capabilities import CAPABILITIES
 from fim.events import Event
@@ -240,6 +242,40 @@ async def test_database_node_returns_rows_as_dicts(tmp_path):
     assert {c.arguments["params"].get("c") for c in calls} == {7, None}
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM orders").fetchone()[0] == 3
+
+
+@pytest.mark.parametrize(
+    ("limits", "sql", "said"),
+    [
+        ("max_rows: 2", "SELECT id FROM orders", "more than max_rows 2 rows"),
+        ("max_value_bytes: 5", "SELECT note FROM orders", "3 value(s) cut at 5 bytes each"),
+        ("max_result_bytes: 20", "SELECT note FROM orders", "result truncated at 20 bytes"),
+    ],
+)
+async def test_a_database_node_with_a_partial_result_fails_instead_of_passing_it_on(
+    tmp_path, limits, sql, said
+):
+    """The model is told when rows are missing or cut; a workflow has no one to tell, and
+    `sum(attribute="amount")` over the first 200 rows decides a refund as surely as over
+    all of them. So a cut result fails the node, saying what to change."""
+    db = tmp_path / "shop.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE orders (id INTEGER, note TEXT)")
+        conn.executemany("INSERT INTO orders VALUES (?, ?)", [(i, "long note") for i in (1, 2, 3)])
+    root = project(
+        tmp_path,
+        {
+            "connectors/shop.yaml": f"kind: database\nurl: sqlite:///shop.db\n{limits}\n",
+            "workflows/orders.yaml": (
+                f"nodes:\n  q: {{type: database, connector: shop, sql: {sql}}}\n"
+            ),
+        },
+    )
+    events = await run(root, "orders")
+    problem = failure(events)
+    assert "gave a partial result" in problem and said in problem
+    assert "a workflow node gets every row or fails" in problem
+    assert events[-1].status == "failed"
 
 
 async def test_mcp_node_calls_a_tool_of_a_stdio_server(tmp_path):

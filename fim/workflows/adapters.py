@@ -81,6 +81,18 @@ async def run_sql(ctx: NodeContext, connector: str, sql: str, params: dict[str, 
         problem = f"query refused on read-only '{connector}': {exc}"
     except Exception as exc:
         problem = f"query on '{connector}' failed: {describe_error(exc, db)}"
+    else:
+        # a node's decisions are only as good as its rows: a cut result fails the node
+        # instead of passing on as if it were whole
+        missing = result.notes(decl)
+        if result.cut:
+            missing.insert(0, f"more than max_rows {decl.max_rows} rows")
+        if missing:
+            problem = (
+                f"query on '{connector}' gave a partial result ({'; '.join(missing)}); a "
+                "workflow node gets every row or fails: select fewer rows (LIMIT) or shorter "
+                "values, or raise the connector's limits"
+            )
     if problem is not None:
         finished(ToolResult(content=problem, is_error=True))
         raise NodeError(problem)

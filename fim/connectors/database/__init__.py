@@ -104,22 +104,7 @@ class Database(Worker):
         if not result.columns:
             return ToolResult(content=f"statement executed ({result.rowcount} rows affected)")
         text = pipe_table(result.columns, result.rows, cut=result.cut, limit=_MAX_OUTPUT_CHARS)
-        notes = []
-        if result.truncated_at is not None:
-            notes.append(
-                f"result truncated at {result.truncated_at} bytes: select fewer or shorter "
-                "columns, or fewer rows"
-            )
-        if result.values_cut:
-            notes.append(
-                f"{result.values_cut} value(s) cut at {self.decl.max_value_bytes} bytes each"
-            )
-        if result.row_too_large is not None:
-            notes.append(
-                f"stopped at a row of {result.row_too_large} bytes, over the "
-                f"{size_limit(self.decl)} bytes one row may have: select fewer or shorter "
-                "columns (e.g. left(col, 1000))"
-            )
+        notes = result.notes(self.decl)
         if notes:
             text += "\n(" + "; ".join(notes) + ")"
         return ToolResult(

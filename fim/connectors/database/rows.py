@@ -50,6 +50,25 @@ class QueryResult:
     """The size in bytes of a row the database did not send (over `size_limit`), where
     reading stopped."""
 
+    def notes(self, decl: DatabaseConnector) -> list[str]:
+        """What of the result is missing or cut, one note each (the model's observation
+        and a workflow's refusal say the same); the rows cap (`cut`) is not among them."""
+        notes = []
+        if self.truncated_at is not None:
+            notes.append(
+                f"result truncated at {self.truncated_at} bytes: select fewer or shorter "
+                "columns, or fewer rows"
+            )
+        if self.values_cut:
+            notes.append(f"{self.values_cut} value(s) cut at {decl.max_value_bytes} bytes each")
+        if self.row_too_large is not None:
+            notes.append(
+                f"stopped at a row of {self.row_too_large} bytes, over the "
+                f"{size_limit(decl)} bytes one row may have: select fewer or shorter "
+                "columns (e.g. left(col, 1000))"
+            )
+        return notes
+
 
 class FetchTimeout(TimeoutError):
     """The client-side deadline passed while rows were still being read."""
