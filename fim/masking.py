@@ -17,6 +17,13 @@ Why values, not text: masking serialised JSON misses a secret whose escaped form
 from the raw one and can cut a document in half. `Masker.value` walks dicts, lists and
 strings and masks each string, then the caller serialises.
 
+Why mask before cutting: a text cut first and masked after keeps the part of a secret the
+cut left, which no form matches any more. A model that pads what a service echoes slides the
+cut along a key and reads all but its last characters. So a text that is shown in part is
+masked whole, then cut (`Masker.head`, `Masker.tail`), and a piece at the cut that could be
+part of a secret is masked too (`Masker.edge`): the text may have been cut before fim saw it
+(a body read up to a byte cap, a program's output kept up to its first 10,000 bytes).
+
 Every exit of the process (store writes, HTTP responses, logs) masks with `known()`: the
 union of the secrets of every snapshot this process has loaded, so a run still holding an
 older snapshot, or a log line written outside any run, is covered too.
@@ -32,7 +39,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import quote, quote_plus, unquote, urlsplit
 
 M = TypeVar("M")
@@ -120,6 +127,7 @@ class Masker:
         forms.discard(MASK)
         self._forms = sorted(forms, key=lambda f: (-len(f), f))
         """Longest first, so a secret that contains another is masked whole."""
+        self._longest = len(self._forms[0]) if self._forms else 0
         self._json_forms = sorted({json.dumps(f)[1:-1] for f in self._forms}, key=len)
         """Each form as `json.dumps` writes it inside a string: JSON escapes character by
         character, so a string holding a form dumps to text holding the form's escape."""
@@ -138,6 +146,47 @@ class Masker:
             if form in text:
                 text = text.replace(form, MASK)
         return text
+
+    def head(self, text: str, limit: int) -> tuple[str, int]:
+        """The first `limit` characters of `text` as they may be shown, and how many
+        characters were left out (0: all of it is shown). Masked, then cut, then a piece at
+        the cut that could begin a secret masked too (`edge`). Only the part that can reach
+        the head is masked (with room for the longest form), so cutting a megabyte costs
+        what its head does; the count is of `text` as given. A text that needs no cut
+        comes back as it is: the exits mask it, and the engine tells that it did."""
+        if len(text) <= limit:
+            return text, 0
+        window = text[: limit + self._longest]
+        masked = self.text(window)
+        if len(window) == len(text) and len(masked) <= limit:
+            return masked, 0  # nothing cut after all: the masks made it fit
+        return self.edge(masked[:limit]), len(text) - limit
+
+    def tail(self, text: str, limit: int) -> tuple[str, int]:
+        """`head` from the end: the last `limit` characters, a piece at the cut that could
+        end a secret masked."""
+        if len(text) <= limit:
+            return text, 0
+        window = text[-(limit + self._longest) :]
+        masked = self.text(window)
+        if len(window) == len(text) and len(masked) <= limit:
+            return masked, 0
+        return self.edge(masked[-limit:], at="start"), len(text) - limit
+
+    def edge(self, text: str, *, at: Literal["end", "start"] = "end") -> str:
+        """`text`, cut from a longer text after its end (or before its start), with the
+        longest piece at the cut that could be part of a form masked: at least MIN_SECRET
+        characters that begin (or end) one. A cut the model can slide along a secret then
+        shows at most MIN_SECRET - 1 of its characters, as `StreamMasker` holds back what
+        could start one."""
+        if not text or not self._forms:
+            return text
+        found = 0
+        for form in self._forms:
+            found = max(found, _overlap(text, form, at))
+        if found == 0:
+            return text
+        return text[:-found] + MASK if at == "end" else MASK + text[found:]
 
     def contains(self, text: str) -> bool:
         """Whether any form of a secret occurs in `text`."""
@@ -181,6 +230,30 @@ class Masker:
     def union(self, other: Masker | Iterable[str]) -> Masker:
         extra = other.secrets if isinstance(other, Masker) else other
         return Masker(self.secrets | frozenset(extra))
+
+
+def _overlap(text: str, form: str, at: Literal["end", "start"]) -> int:
+    """Length of the longest end of `text` that begins `form` (`at="end"`), or of the longest
+    start of `text` that ends it (`at="start"`): at least MIN_SECRET and shorter than `form`
+    (a whole form is `Masker.text`'s); 0 when there is none."""
+    reach = len(form) - 1
+    if at == "end":
+        window = text[-reach:]
+        seed = form[:MIN_SECRET]
+        i = window.find(seed)
+        while i != -1:  # the first hit is the longest piece
+            if form.startswith(window[i:]):
+                return len(window) - i
+            i = window.find(seed, i + 1)
+        return 0
+    window = text[:reach]
+    seed = form[-MIN_SECRET:]
+    j = window.rfind(seed)
+    while j != -1:  # the last hit is the longest piece
+        if form.endswith(window[: j + MIN_SECRET]):
+            return j + MIN_SECRET
+        j = window.rfind(seed, 0, j + MIN_SECRET - 1)
+    return 0
 
 
 class StreamMasker:

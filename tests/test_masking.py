@@ -223,3 +223,60 @@ async def test_sse_masks_a_secret_split_over_tokens():
         if line.startswith("data: ") and '"token"' in line
     ]
     assert "".join(tokens) == "your key: ***." and secret[:12] not in body
+
+
+# --------------------------------------------------------------------------- cuts
+
+CUT_SECRET = "sk-live-9f8e7d6c5b4a3210"
+
+
+def _pieces_of(secret: str, text: str) -> list[str]:
+    """Every part of `secret` of MIN_SECRET (4) characters or more that `text` holds."""
+    return [
+        secret[i:j]
+        for i in range(len(secret))
+        for j in range(i + 4, len(secret) + 1)
+        if secret[i:j] in text
+    ]
+
+
+def test_a_cut_shows_no_part_of_a_secret_wherever_it_falls():
+    """Cut first and masked after, a text kept the part of a key before the cut, which no
+    form matches: padding slid the cut along the key and showed all but its last
+    character. Masked first, then cut, the key is gone wherever the cut falls."""
+    masker = Masker([CUT_SECRET])
+    for pad in range(40):
+        text = "a" * pad + f'{{"key": "{CUT_SECRET}", "json": {json.dumps(CUT_SECRET)}}}'
+        for limit in range(1, len(text)):
+            head, cut = masker.head(text, limit)
+            tail, _ = masker.tail(text, limit)
+            assert len(head) <= limit and len(tail) <= limit
+            assert _pieces_of(CUT_SECRET, head) == [], (pad, limit, head)
+            assert _pieces_of(CUT_SECRET, tail) == [], (pad, limit, tail)
+            assert cut in (0, len(text) - limit)
+
+
+def test_a_piece_of_a_secret_an_earlier_cut_left_at_the_edge_is_masked():
+    """A text may reach fim already cut (a body read up to a byte cap, a program's output
+    kept up to its first bytes): the piece at its end that begins a secret, or at its start
+    that ends one, is masked, at least MIN_SECRET characters of it, in any form."""
+    masker = Masker([CUT_SECRET])
+    b64 = base64.b64encode(f"u:{CUT_SECRET}".encode()).decode()
+    assert masker.edge("echo: " + CUT_SECRET[:-1]) == "echo: ***"
+    assert masker.edge("echo: " + CUT_SECRET[:4]) == "echo: ***"
+    assert masker.edge("echo: " + CUT_SECRET[:3]) == "echo: sk-"  # too short to tell
+    assert masker.edge("echo: " + quote(CUT_SECRET)[:12]) == "echo: ***"
+    assert masker.edge(b64[:20]) == b64[:3] + "***"  # `u:` shares the first characters
+    assert masker.edge(CUT_SECRET[5:] + " rest", at="start") == "*** rest"
+    assert masker.edge("the end: sk-") == "the end: sk-"
+
+
+def test_a_text_that_needs_no_cut_is_left_to_the_exits():
+    """Only a cut is masked here: a whole result reaches the engine as it is, which masks
+    it and tells the run that it did (a Notice)."""
+    masker = Masker([CUT_SECRET])
+    text = f"key {CUT_SECRET}"
+    assert masker.head(text, 100) == (text, 0)
+    assert masker.tail(text, 100) == (text, 0)
+    # longer than the limit, but not once masked: shown whole, nothing cut
+    assert masker.head(text, len(text) - 5) == ("key ***", 0)

@@ -428,3 +428,74 @@ def test_a_session_belongs_to_the_key_that_created_it(tmp_path: Path):
     assert "alice-key-0001" not in owner and len(owner) == 64  # a hash, never the key
     _, bobs = asyncio.run(load(session_key(key_owner(b"bob-key-0002"), "s1")))
     assert "hello" not in [m.content for m in bobs] and len(bobs) == 8
+
+
+async def test_a_model_cannot_slide_a_cut_onto_the_connectors_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """End to end, as the model sees it: the service echoes the query and then the key the
+    connector sent (`${SVC_KEY}`). The model learns where the masked key sits, then pads
+    the query so `max_response_chars` cuts one character before the key's end. Cut before
+    it was masked, the observation held 23 of its 24 characters; now it holds none."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import parse_qs, urlsplit
+
+    from fim.build.compile import compile_project
+    from fim.llm.script import text, tool_call
+    from fim.llm.scripted import ScriptedModel
+    from fim.testing.runs import run_events
+
+    key = "sk-live-9f8e7d6c5b4a3210"
+    monkeypatch.setenv("SVC_KEY", key)
+
+    class Echo(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            pad = parse_qs(urlsplit(self.path).query).get("pad", [""])[0]
+            echoed = {"pad": pad, "key": self.headers.get("X-API-Key"), "more": "z" * 100}
+            body = json.dumps(echoed).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}).start()
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "connectors").mkdir()
+    (tmp_path / "fim.yaml").write_text("name: slide\n")
+    (tmp_path / "connectors/svc.yaml").write_text(
+        f"kind: http\nbase_url: http://127.0.0.1:{server.server_address[1]}\n"
+        'auth: {type: api_key, key: "${SVC_KEY}"}\nmax_response_chars: 2000\n'
+        "actions:\n  echo:\n    method: GET\n    path: /echo\n"
+        "    parameters: {type: object, properties: {pad: {type: string}}}\n"
+    )
+    (tmp_path / "agents/a.yaml").write_text(
+        "description: a\nmodel: openai/gpt-4o-mini\ninstructions: hi\nconnectors: [svc]\n"
+        "tool_modes: {connectors: legacy}\n"
+    )
+    seen: list[str] = []
+
+    def slide(messages: list[Any], tools: Any) -> Any:
+        seen.append(first := messages[-1].content)
+        at = first.index('"key": "***"') + len('"key": "')
+        return tool_call("svc__echo", {"pad": "a" * (2000 - at - (len(key) - 1))})
+
+    def done(messages: list[Any], tools: Any) -> Any:
+        seen.append(messages[-1].content)
+        return text("done")
+
+    try:
+        model = ScriptedModel([tool_call("svc__echo", {"pad": ""}), slide, done])
+        events = await run_events(compile_project(tmp_path), "a", "go", model=model)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert events[-1].type == "run_finished"
+    assert len(seen) == 2 and "more characters cut" in seen[1]
+    for observation in seen:
+        assert key[:4] not in observation, observation[-80:]

@@ -8,12 +8,15 @@ web_fetch, real files and symlinks in tmp_path for file_ops.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import os
 import shutil
 import socket
 import sys
 import threading
+import tracemalloc
+import zlib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -25,6 +28,7 @@ from fim.build.snapshot import Snapshot
 from fim.capabilities import CAPABILITIES
 from fim.config.schema import AgentDecl, Project, WebFetchSettings
 from fim.errors import RunError
+from fim.masking import remember
 from fim.run.services import RunContext, Services
 from fim.tools import ToolRegistry, builtin
 from fim.tools.builtin import _paths
@@ -543,6 +547,99 @@ async def test_web_fetch_cuts_long_pages_and_flags_http_errors(tmp_path: Path, s
     missing = await registry.call("web_fetch", {"url": f"{site}/nothing"})
     assert missing.is_error
     assert missing.content.startswith("Error: the server answered 404.")
+
+
+class _Hostile(BaseHTTPRequestHandler):
+    """Pages that attack the reader: stacked codings, a gzip bomb, a remembered secret
+    after `?pad=` characters (plain text or HTML)."""
+
+    def do_GET(self) -> None:
+        path, _, query = self.path.partition("?")
+        pad = "a" * int(query.removeprefix("pad=") or 0)
+        headers = {"Content-Type": "text/plain"}
+        if path == "/double":
+            headers["Content-Encoding"] = "gzip, gzip"
+            body = gzip.compress(gzip.compress(b"hello"))
+        elif path == "/bomb":
+            headers["Content-Encoding"] = "gzip"
+            squeeze = zlib.compressobj(9, zlib.DEFLATED, 31)
+            zeros = b"0" * 2**20
+            body = b"".join([*(squeeze.compress(zeros) for _ in range(64)), squeeze.flush()])
+        elif path == "/secret.html":
+            headers["Content-Type"] = "text/html"
+            page = f"<html><body><p>{pad}{PAGE_SECRET}{' and more' * 30}</p></body></html>"
+            body = page.encode()
+        else:
+            body = f"{pad}{PAGE_SECRET}{' and more' * 30}".encode()
+        self.send_response(200)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+PAGE_SECRET = "pg-secret-5e6f7a8b9c0d"
+
+
+@pytest.fixture(scope="module")
+def hostile_site() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+async def test_web_fetch_refuses_stacked_content_codings(tmp_path: Path, hostile_site: str) -> None:
+    result = await web(tmp_path, allow_private=True).call(
+        "web_fetch", {"url": f"{hostile_site}/double"}
+    )
+    assert result.is_error
+    assert "compressed 2 times over (Content-Encoding: gzip, gzip)" in result.content
+
+
+async def test_web_fetch_inflates_a_compressed_page_no_further_than_its_cap(
+    tmp_path: Path, hostile_site: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """64 MiB in 64 KB of gzip: httpx inflated a whole network chunk before MAX_BYTES was
+    checked (1.8 KB of `gzip, gzip` made a gigabyte); no step makes more than the cap."""
+    from fim.tools.builtin import web_fetch
+
+    monkeypatch.setattr(web_fetch, "MAX_BYTES", 2**20)
+    tracemalloc.start()
+    try:
+        result = await web(tmp_path, allow_private=True).call(
+            "web_fetch", {"url": f"{hostile_site}/bomb", "max_chars": 100}
+        )
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert not result.is_error
+    assert "0" * 100 + "\n[... page truncated: showing 100 of" in result.content
+    assert peak < 8 * 2**20, f"{peak / 2**20:.0f} MiB"
+
+
+@pytest.mark.parametrize("page", ["secret.txt", "secret.html"])
+async def test_web_fetch_masks_a_page_before_cutting_it(
+    tmp_path: Path, hostile_site: str, page: str
+) -> None:
+    """A page that shows a secret fim knows, padded so `max_chars` cuts inside it: the cut
+    shows none of it (cut first and masked after, it showed all but the last characters).
+    HTML is read in a worker, which is handed the masker."""
+    remember([PAGE_SECRET])
+    registry = web(tmp_path, allow_private=True)
+    for inside in (4, 12, len(PAGE_SECRET) - 1):
+        url = f"{hostile_site}/{page}?pad={100 - inside}"
+        result = await registry.call("web_fetch", {"url": url, "max_chars": 100})
+        assert "page truncated" in result.content
+        shown = result.content.split("\n\n", 1)[1]
+        assert PAGE_SECRET[:4] not in shown, (inside, shown)
 
 
 # --------------------------------------------------------------------------- file_ops

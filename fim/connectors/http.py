@@ -4,26 +4,51 @@ One pooled `httpx.AsyncClient` per connector declaration lives in `Services`, so
 connections and a changed declaration (new token, new base_url) gets a fresh client. The
 tool's arguments are split into path, query and JSON body from the action's declaration;
 auth comes from the declaration (secrets already interpolated by the loader) and is never
-echoed: every observation passes through a mask of the auth values and snapshot secrets.
+echoed: every observation passes through a mask of the auth values and snapshot secrets,
+applied before the observation is cut to `max_response_chars` (a cut that kept all but the
+last characters of an echoed key would show them: the model pads a query value to slide it).
+
+Redirects are followed by hand, at most `MAX_REDIRECTS` hops, and the credentials (the
+`auth:`, every `headers:` entry and the action's own headers) go only to the connector's own
+origin, the scheme, host and port of `base_url` (or its https upgrade). A hop to another
+origin is sent without them, as a browser does: an API that redirects a download to a
+presigned URL (S3, GCS, a CDN) expects exactly that, since the URL carries its own signature
+and S3 refuses a request that carries an Authorization header too. httpx strips only
+`Authorization`, so an `X-API-Key` went to whatever host a redirect named. A hop to another
+host also passes web_fetch's guard: no loopback, private or link-local address unless the
+connector's own host is one (an API on 127.0.0.1 or in the office network may send callers
+to its neighbours), and the connection goes to the address the guard vetted.
+
+The body is read up to `MAX_BYTES` decoded bytes, decompressed a bounded step at a time
+(`fim.tools.builtin._body`); a JSON document nested deeper than the parser follows is an
+error observation.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fim.config.schema import HttpAction, HttpConnector
+import pydantic_core
+
+from fim.config.schema import HttpAction, HttpConnector, WebFetchSettings
 from fim.connectors.http_request import build_request, with_idempotency_key
 from fim.connectors.render import render_json, truncate_text
-from fim.masking import Masker
+from fim.masking import Masker, known
 from fim.retries import Backoff, retry_async
 from fim.tools.base import FunctionTool
+from fim.tools.builtin._body import ACCEPT_ENCODING, BodyRefused, read_body
+from fim.tools.builtin.web_fetch import MAX_REDIRECTS, Blocked, Guard, proxied
 from fim.types import ToolResult
+
+if TYPE_CHECKING:
+    import httpx
 
 RETRY_BACKOFF = 0.1
 """Seconds before the first retry; doubles each attempt (module-level so tests can shrink it)."""
@@ -31,6 +56,9 @@ _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
 _ERROR_EXCERPT = 1000
 MAX_BODY_BYTES = 8 * 1024 * 1024
 """Bytes of a response body read at most; the observation is far smaller anyway."""
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_NEVER_ACROSS = ("authorization", "proxy-authorization", "cookie")
+"""Headers no hop to another origin carries, whoever set them."""
 
 
 NAME_LIMIT = 64
@@ -88,11 +116,45 @@ class HttpConnectorClient:
         self.decl = decl
         self._snapshot_mask = mask or (lambda text: text)
         self._masker = Masker(secrets_of(decl))
+        self._cutting: tuple[Masker, Masker] | None = None
         self._client: Any = None
+        self._basic: Any = None
+        self._guard: Guard | None = None
+        self._headers = dict(decl.headers)
+        """Headers of the connector's own origin: `headers:` and the api key or token."""
+        self._params: dict[str, str] = {}
+        spec = decl.auth
+        if spec is not None and spec.type == "bearer":
+            self._headers["Authorization"] = f"Bearer {spec.token}"
+        elif spec is not None and spec.type == "api_key":
+            if spec.location == "header":
+                self._headers[spec.name] = spec.key
+            else:
+                self._params[spec.name] = spec.key
 
     def mask(self, text: str) -> str:
         """The connector's own credentials (in every encoding), then the snapshot's secrets."""
         return self._snapshot_mask(self._masker.text(text))
+
+    @functools.cached_property
+    def _origin(self) -> tuple[str, str, int, str]:
+        """`base_url`'s scheme, host and port as httpx reads every other URL (so they
+        compare), and the host as a connection names it (IDNA, for `_vet`)."""
+        # deferred: loading httpx costs tens of ms
+        import httpx
+
+        base = httpx.URL(self.decl.base_url)
+        port = base.port or _port(base.scheme)
+        return base.scheme, base.host.lower(), port, base.raw_host.decode("ascii").lower()
+
+    def _cut_masker(self) -> Masker:
+        """The masker a cut is made with: the connector's credentials and every secret the
+        process has loaded (`known()`, which holds every snapshot's, so the snapshot's mask
+        handed in is covered too), rebuilt only when `known()` grew."""
+        current = known()
+        if self._cutting is None or self._cutting[0] is not current:
+            self._cutting = (current, self._masker.union(current))
+        return self._cutting[1]
 
     @property
     def client(self) -> Any:
@@ -101,33 +163,29 @@ class HttpConnectorClient:
         return self._client
 
     def _build_client(self) -> Any:
+        """An httpx client holding no credential: `_sign` adds them per request, to the
+        connector's own origin only. It connects through the pinned transport (`_vet`),
+        unless the environment names a proxy, which then resolves the names."""
         # deferred: loading click costs tens of ms
         import httpx
 
-        headers = dict(self.decl.headers)
-        params: dict[str, str] = {}
-        auth: Any = None
-        spec = self.decl.auth
-        if spec is not None and spec.type == "bearer":
-            headers["Authorization"] = f"Bearer {spec.token}"
-        elif spec is not None and spec.type == "api_key":
-            if spec.location == "header":
-                headers[spec.name] = spec.key
-            else:
-                params[spec.name] = spec.key
-        elif spec is not None and spec.type == "basic":
-            auth = httpx.BasicAuth(spec.username, spec.password)
         # deferred: loading fim.observe.http costs a few ms
         from fim.observe.http import inject_trace_headers
 
+        # deferred: with httpx, only when a connector is called
+        from fim.tools.builtin._pinned import pinned_transport
+
+        spec = self.decl.auth
+        if spec is not None and spec.type == "basic":
+            self._basic = httpx.BasicAuth(spec.username, spec.password)
+        direct = {} if proxied() else {"transport": pinned_transport(self._vet)}
         return httpx.AsyncClient(
             base_url=self.decl.base_url.rstrip("/") + "/",
-            headers=headers,
-            params=params,
-            auth=auth,
+            headers={"Accept-Encoding": ACCEPT_ENCODING},
             timeout=self.decl.timeout,
-            follow_redirects=True,
+            follow_redirects=False,
             event_hooks={"request": [inject_trace_headers]},
+            **direct,  # type: ignore[arg-type]
         )
 
     async def aclose(self) -> None:
@@ -167,7 +225,7 @@ class HttpConnectorClient:
 
         try:
             fetched = await retry_async(
-                lambda: self._fetch(request),
+                lambda: self._fetch(action, request),
                 Backoff(1 + retries, RETRY_BACKOFF),
                 retry_on=worth_retry,
                 retry_result=lambda got: got.status >= 500,
@@ -186,47 +244,168 @@ class HttpConnectorClient:
                 ),
                 is_error=True,
             )
+        except (Blocked, BodyRefused, _Refused) as exc:
+            return ToolResult(
+                content=self.mask(f"Error: {label}: {exc}. Do not retry the same call."),
+                is_error=True,
+            )
+        except httpx.InvalidURL as exc:
+            return ToolResult(
+                content=self.mask(f"Error: {label}: the service redirected to a bad URL ({exc})."),
+                is_error=True,
+            )
         return self._observation(fetched)
 
-    async def _fetch(self, request: dict[str, Any]) -> _Fetched:
-        """Send and read at most MAX_BODY_BYTES, so a huge response cannot exhaust memory."""
-        async with self.client.stream(**request) as response:
-            chunks: list[bytes] = []
-            size = 0
-            cut = False
-            async for chunk in response.aiter_bytes():
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > MAX_BODY_BYTES:
-                    cut = True
-                    break
-            body = b"".join(chunks)[:MAX_BODY_BYTES]
-            return _Fetched(
-                status=response.status_code,
-                reason=response.reason_phrase,
-                content_type=response.headers.get("content-type", ""),
-                text=body.decode(response.encoding or "utf-8", errors="replace"),
-                cut=cut,
-            )
+    async def _fetch(self, action: HttpAction, request: dict[str, Any]) -> _Fetched:
+        """Send, following redirects by hand (`_hop`), and read at most MAX_BODY_BYTES of
+        the decoded body, so a huge or compressed response cannot exhaust memory."""
+        client = self.client
+        sending = client.build_request(**request)
+        self._sign(sending)
+        for _ in range(MAX_REDIRECTS + 1):
+            auth = self._basic if self._own(sending.url) else None
+            response = await client.send(sending, auth=auth, stream=True)
+            try:
+                if not response.has_redirect_location:
+                    body, cut = await read_body(response, MAX_BODY_BYTES)
+                    return _Fetched(
+                        status=response.status_code,
+                        reason=response.reason_phrase,
+                        content_type=response.headers.get("content-type", ""),
+                        text=body.decode(response.encoding or "utf-8", errors="replace"),
+                        cut=cut,
+                    )
+                sending = await self._hop(action, sending, response)
+            finally:
+                await response.aclose()
+        raise _Refused(
+            f"the service redirected more than {MAX_REDIRECTS} times; call the final URL's "
+            "action directly"
+        )
+
+    async def _hop(
+        self, action: HttpAction, previous: httpx.Request, response: httpx.Response
+    ) -> httpx.Request:
+        """The request a redirect asks for, as httpx would build it (303, and 301/302 after
+        a POST, become a GET without the body), then: to the connector's own origin with its
+        credentials, to any other without them, and to another host only past the guard."""
+        # deferred: loading httpx costs tens of ms
+        import httpx
+
+        url = previous.url.join(response.headers["location"])
+        if url.scheme not in _DEFAULT_PORTS:
+            raise Blocked(f"the service redirected to a '{url.scheme}' URL, which is not http")
+        if url.host.lower() != self._origin[1]:
+            try:
+                await (await self._hop_guard()).check(str(url))
+            except Blocked as exc:
+                raise Blocked(f"the service redirected to another host, and {exc}") from None
+        method, status = previous.method, response.status_code
+        if (status in (302, 303) and method != "HEAD") or (status == 301 and method == "POST"):
+            method = "GET"
+        headers = httpx.Headers(previous.headers)
+        headers["Host"] = url.netloc.decode("ascii")
+        stream: Any = previous.stream
+        if method != previous.method:
+            stream = None
+            for name in ("Content-Length", "Content-Type", "Transfer-Encoding"):
+                headers.pop(name, None)
+        if not self._own(url):
+            declared = {*self._headers, *(action.headers or {}), *_NEVER_ACROSS}
+            for name in declared:
+                headers.pop(name, None)
+            for name, value in self._params.items():
+                if url.params.get(name) == value:
+                    url = url.copy_remove_param(name)
+        nxt = httpx.Request(method, url, headers=headers, stream=stream)
+        self._sign(nxt)
+        return nxt
+
+    def _sign(self, request: httpx.Request) -> None:
+        """Add the connector's credentials and headers to a request for its own origin; an
+        action's own headers or query parameters of the same name win, as before."""
+        if not self._own(request.url):
+            return
+        for name, value in self._headers.items():
+            if name not in request.headers:
+                request.headers[name] = value
+        missing = {k: v for k, v in self._params.items() if k not in request.url.params}
+        if missing:
+            request.url = request.url.copy_merge_params(missing)
+
+    def _own(self, url: httpx.URL) -> bool:
+        """Whether `url` is the connector's own origin, or its upgrade to https."""
+        scheme, host, port, _ = self._origin
+        there = (url.scheme, url.host.lower(), url.port or _port(url.scheme))
+        upgrade = (scheme, port, there[0], there[2]) == ("http", 80, "https", 443)
+        return there == (scheme, host, port) or (upgrade and there[1] == host)
+
+    async def _hop_guard(self) -> Guard:
+        """web_fetch's guard for hosts other than the connector's own: private addresses
+        pass only when the connector's own host is one (decided once, on the first hop)."""
+        if self._guard is None:
+            _, _, port, host = self._origin
+            internal = await Guard.internal(host, port)
+            hint = "A connector on a public host is not redirected to an internal one"
+            self._guard = Guard(WebFetchSettings(allow_private=internal), hint)
+        return self._guard
+
+    async def _vet(self, host: str, port: int) -> Sequence[Any]:
+        """The addresses a new connection may go to (the pinned transport asks): the
+        connector's own host as it resolves, any other host only past the guard."""
+        if host.lower() != self._origin[3]:
+            return await (await self._hop_guard()).addresses(host, port)
+        try:
+            return await Guard.resolve(host, port)
+        except Blocked as exc:  # the service is unreachable (retried), not a blocked hop
+            # deferred: httpcore loads with httpx
+            import httpcore
+
+            raise httpcore.ConnectError(str(exc)) from None
 
     def _observation(self, fetched: _Fetched) -> ToolResult:
+        """The observation of a response, masked before anything of it is cut."""
         limit = self.decl.max_response_chars
+        masker = self._cut_masker()
         status = fetched.status
         meta = {"status": status}
         if status >= 400:
-            excerpt = truncate_text(_body_text(fetched), _ERROR_EXCERPT)
+            excerpt = _shown(_body_text(fetched), _ERROR_EXCERPT, masker, fetched.cut)
             hint = _status_hint(status)
             content = f"[HTTP {status}] {excerpt}".rstrip() + (f"\n{hint}" if hint else "")
             return ToolResult(content=self.mask(content), is_error=True, metadata=meta)
         if not fetched.text:
             return ToolResult(content=f"[HTTP {status}] (empty response)", metadata=meta)
         data = _json_body(fetched)
+        if data is _TOO_DEEP:
+            return ToolResult(
+                content=f"Error: [HTTP {status}] the response is JSON nested too deeply to "
+                "read (its nesting is past the JSON parser's limit). Ask for less data or a "
+                "flatter representation.",
+                is_error=True,
+                metadata=meta,
+            )
         if data is not _NOT_JSON:
-            return ToolResult(content=self.mask(render_json(data, limit)), metadata=meta)
-        text = truncate_text(fetched.text, limit)
+            return ToolResult(content=self.mask(render_json(data, limit, masker)), metadata=meta)
+        text = _shown(fetched.text, limit, masker, fetched.cut)
         if fetched.cut and len(fetched.text) <= limit:
             text += f"\n... [response larger than {MAX_BODY_BYTES} bytes; the rest was not read]"
         return ToolResult(content=self.mask(text), metadata=meta)
+
+
+class _Refused(Exception):
+    """A response the connector does not follow or read; the message says why."""
+
+
+def _port(scheme: str) -> int:
+    return _DEFAULT_PORTS.get(scheme.lower(), 0)
+
+
+def _shown(text: str, limit: int, masker: Masker, cut: bool) -> str:
+    """`text` masked and cut to `limit` (`truncate_text`); a body the byte cap cut ends in
+    a cut of its own, whose edge is masked too when it is shown."""
+    shown = truncate_text(text, limit, masker)
+    return masker.edge(shown) if cut and len(text) <= limit else shown
 
 
 @dataclass
@@ -239,22 +418,26 @@ class _Fetched:
 
 
 _NOT_JSON = object()
+_TOO_DEEP = object()
 
 
 def _json_body(fetched: _Fetched) -> Any:
+    """The parsed body, `_NOT_JSON`, or `_TOO_DEEP`: pydantic-core's parser (as for the
+    server's request bodies) stops at its own nesting limit without Python recursion,
+    where `json.loads` raised RecursionError out of the call on 100,000 nested arrays."""
     if fetched.cut:
         return _NOT_JSON  # a cut document cannot be parsed; it is shown as text
     if "json" not in fetched.content_type and not fetched.text.lstrip().startswith(("{", "[")):
         return _NOT_JSON
     try:
-        return json.loads(fetched.text)
-    except ValueError:
-        return _NOT_JSON
+        return pydantic_core.from_json(fetched.text)
+    except ValueError as exc:
+        return _TOO_DEEP if "recursion limit" in str(exc) else _NOT_JSON
 
 
 def _body_text(fetched: _Fetched) -> str:
     data = _json_body(fetched)
-    if data is not _NOT_JSON:
+    if data is not _NOT_JSON and data is not _TOO_DEEP:
         return json.dumps(data, ensure_ascii=False, separators=(", ", ": "))
     return fetched.text.strip() or fetched.reason
 

@@ -12,6 +12,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from fim.events import ToolProgress
+from fim.masking import known
 from fim.mcp.connection import ServerConnection
 from fim.mcp.errors import (
     McpCallTimeout,
@@ -60,7 +61,8 @@ async def call_tool(
     def on_progress(value: float, total: float | None, message: str | None) -> None:
         nonlocal emitted, last_emit
         value_f, total_f = _finite(value), _finite(total)
-        text = message[:MAX_PROGRESS_MESSAGE] if isinstance(message, str) else None
+        # masked before it is cut: the mask of the events would miss part of a secret
+        text = known().head(message, MAX_PROGRESS_MESSAGE)[0] if isinstance(message, str) else None
         progress.append({"progress": value_f, "total": total_f, "message": text})
         del progress[:-MAX_PROGRESS]
         if bound is None or value_f is None or emitted >= MAX_PROGRESS_EVENTS:

@@ -28,6 +28,7 @@ from typing import IO, TYPE_CHECKING, Any
 import anyio
 
 from fim.config.schema import HttpServer, McpServer, StdioServer
+from fim.masking import known
 
 if TYPE_CHECKING:
     from mcp.client.session import ElicitationFnT, MessageHandlerFnT, SamplingFnT
@@ -58,14 +59,19 @@ class StderrLog:
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
 
     def tail(self, limit: int = STDERR_TAIL) -> str:
-        """The last non-blank lines of stderr, squeezed onto one line for messages."""
+        """The last non-blank lines of stderr, squeezed onto one line for messages; masked
+        before it is cut (`Masker.tail`: a server may print its token, and the cut must not
+        leave the part no mask matches), the start of a read from the middle of the file
+        being a cut too."""
         fd = self.file.fileno()
         size = os.fstat(fd).st_size
         start = max(0, size - limit * 4)
         raw = os.pread(fd, size - start, start).decode("utf-8", "replace")
         lines = [" ".join(line.split()) for line in raw.splitlines()]
         text = " | ".join(line for line in lines if line)
-        return text if len(text) <= limit else "..." + text[-limit:]
+        masker = known()
+        shown, cut = masker.tail(masker.edge(text, at="start") if start else text, limit)
+        return "..." + shown if cut else shown
 
     def trim(self) -> None:
         """Keep the file short: past `STDERR_MAX` bytes only the last `STDERR_KEEP` stay

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import re
 
+from fim.masking import known
+
 DEFAULT_BUDGET_TOKENS = 4000
 BYTES_PER_TOKEN = 3
 _MIN_TOKENS = 500
@@ -62,11 +64,14 @@ def _pieces(text: str, limit: int) -> list[str]:
 
 def bounded(text: str, hint: str, tokens: int | None = None) -> str:
     """`text` if it fits the budget, else its first part (cut at a paragraph or line) and a
-    note saying how much was left out and how to ask for less."""
+    note saying how much was left out and how to ask for less. The part is masked before it
+    is cut (`Masker.head`; no more than `limit` characters can fit in `limit` bytes), and
+    the cut's edge again after `parts` chose where to cut."""
     limit = budget_bytes(tokens)
     if len(text.encode()) <= limit:
         return text
-    head = parts(text, limit - 300)[0]
+    masker = known()
+    head = masker.edge(parts(masker.head(text, limit)[0], limit - 300)[0])
     shown = f"{len(head)} of {len(text)} characters shown"
     return f"{head}\n[... cut at the observation budget: {shown}; {hint}]"
 

@@ -13,6 +13,7 @@ import types
 from collections.abc import Awaitable, Coroutine, Generator, Iterable, Iterator
 from typing import Any, TypeVar, cast
 
+from fim.masking import known
 from fim.schema_check import (
     MAX_NESTING,
     nested_deeper,
@@ -262,7 +263,8 @@ MAX_OBSERVATION_CHARS = 400_000
 """The most of one tool result that goes on (about 100k tokens, more than one call should
 ever put before a model). Everything after a result runs on the event loop, for each run
 of the server: masking, token counting (~0.2 s a megabyte), the events and the store. A
-database result of 8 MB or a server's huge reply is cut here, head and tail kept."""
+database result of 8 MB or a server's huge reply is cut here, head and tail kept, each
+masked before it is cut (`Masker.head`, `Masker.tail`: only the kept parts are masked)."""
 
 
 def _capped(result: ToolResult) -> ToolResult:
@@ -271,5 +273,7 @@ def _capped(result: ToolResult) -> ToolResult:
         return result
     keep = MAX_OBSERVATION_CHARS // 2
     cut = len(content) - 2 * keep
+    masker = known()
+    head, tail = masker.head(content, keep)[0], masker.tail(content, keep)[0]
     note = f"\n[... {cut} characters of this result were cut; ask for less ...]\n"
-    return result.model_copy(update={"content": content[:keep] + note + content[-keep:]})
+    return result.model_copy(update={"content": head + note + tail})

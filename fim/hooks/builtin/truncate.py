@@ -12,6 +12,7 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from fim.hooks.base import PostToolUseHook
+from fim.masking import known
 from fim.types import HookContext, HookResult
 
 
@@ -23,7 +24,10 @@ class TruncateOptions(BaseModel):
 
 
 def truncate_text(text: str, max_chars: int) -> str:
-    """`text` cut to at most `max_chars` characters with a `[... N characters cut ...]` mark."""
+    """`text` cut to at most `max_chars` characters with a `[... N characters cut ...]` mark.
+    The hook sees the raw result, so head and tail are masked before they are cut
+    (`Masker.head`, `Masker.tail`): the engine's mask afterwards no longer matches part of a
+    secret a cut left at either edge."""
     if len(text) <= max_chars:
         return text
     # The marker's own length depends on N; size it for the worst case first.
@@ -31,7 +35,9 @@ def truncate_text(text: str, max_chars: int) -> str:
     head = budget * 2 // 3
     tail = budget - head
     cut = len(text) - head - tail
-    return f"{text[:head]}\n[... {cut} characters cut ...]\n{text[len(text) - tail :]}"
+    masker = known()
+    first, last = masker.head(text, head)[0], masker.tail(text, tail)[0]
+    return f"{first}\n[... {cut} characters cut ...]\n{last}"
 
 
 class Truncate(PostToolUseHook):

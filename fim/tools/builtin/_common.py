@@ -6,6 +6,7 @@ import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fim.masking import Masker, known
 from fim.types import ToolResult
 
 if TYPE_CHECKING:
@@ -17,11 +18,15 @@ def fail(message: str) -> ToolResult:
     return ToolResult(content=f"Error: {message}", is_error=True)
 
 
-def clip(text: str, limit: int, what: str = "output") -> str:
-    """Cut `text` to `limit` characters and say so, so the model knows it saw a part."""
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f"\n[... {what} truncated: showing {limit} of {len(text)} characters]"
+def clip(text: str, limit: int, what: str = "output", masker: Masker | None = None) -> str:
+    """Cut `text` to `limit` characters and say so, so the model knows it saw a part. What
+    is cut is masked first (`Masker.head`, with `known()` unless a masker is given: a
+    worker process is handed the parent's), or the cut could keep part of a secret that no
+    mask matches afterwards."""
+    shown, cut = (known() if masker is None else masker).head(text, limit)
+    if not cut:
+        return shown
+    return shown + f"\n[... {what} truncated: showing {limit} of {len(text)} characters]"
 
 
 def sandbox_dir(ctx: RunContext) -> Path:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
+from fim.masking import Masker
 from fim.tools.builtin._common import clip
 
 _SKIP = {"script", "style", "noscript", "template", "svg", "head", "iframe", "object"}
@@ -66,8 +67,9 @@ def html_to_text(html: str) -> tuple[str, str]:
     return " ".join(parser.title.split()), text
 
 
-def page_text(html: str, limit: int) -> str:
-    """The page as the model reads it (title, then text), cut to `limit` characters; runs
-    inside the isolated worker."""
+def page_text(html: str, limit: int, masker: Masker | None = None) -> str:
+    """The page as the model reads it (title, then text), masked and cut to `limit`
+    characters; runs inside the isolated worker, so the parent hands it its `masker` (the
+    worker's own `known()` may predate a secret)."""
     title, text = html_to_text(html)
-    return clip((f"Title: {title}\n\n" if title else "") + text, limit, "page")
+    return clip((f"Title: {title}\n\n" if title else "") + text, limit, "page", masker)

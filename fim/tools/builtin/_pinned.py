@@ -58,10 +58,17 @@ class PinnedBackend(httpcore.AsyncNetworkBackend):
 def pinned_transport(vet: Vet) -> httpx.AsyncHTTPTransport:
     """httpx's own transport (request and response mapping, errors), its connection pool
     made with `PinnedBackend`: httpx has no public argument for a network backend, so the
-    pool it built is replaced by one built the same way (a test fails if that changes)."""
+    pool it built is replaced by one built the same way, with its limits (100 connections,
+    20 kept alive: an HTTP connector's client is shared by every run; a test fails if that
+    changes)."""
     transport = httpx.AsyncHTTPTransport()
+    built = transport._pool
     transport._pool = httpcore.AsyncConnectionPool(
-        ssl_context=httpx.create_ssl_context(), network_backend=PinnedBackend(vet)
+        ssl_context=httpx.create_ssl_context(),
+        max_connections=built._max_connections,
+        max_keepalive_connections=built._max_keepalive_connections,
+        keepalive_expiry=built._keepalive_expiry,
+        network_backend=PinnedBackend(vet),
     )
     return transport
 

@@ -20,6 +20,7 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal
 
 from fim import private
+from fim.masking import known
 from fim.tools.base import FunctionTool
 from fim.tools.builtin._common import clip, fail, sandbox_dir
 from fim.tools.builtin._paths import MAX_WALK, Refused, Root, show, split
@@ -64,8 +65,12 @@ def _read(root: Root, path: str, max_chars: int) -> str:
                 f"'{show(parts)}' is a binary file ({size} bytes), not UTF-8 text"
             ) from None
         text = data[: exc.start].decode("utf-8")
-    clipped = text[:max_chars]
-    if len(clipped) < len(text) or len(data) < size:
+    # masked before the cut (a file a program wrote may hold a secret of the sandbox's env)
+    masker = known()
+    clipped, cut = masker.head(text, max_chars)
+    if not cut and len(data) < size:
+        clipped = masker.edge(clipped)  # the read stopped inside the file: a cut too
+    if cut or len(data) < size:
         clipped += f"\n[... file truncated: showing {len(clipped)} characters of {size} bytes]"
     return clipped
 

@@ -10,6 +10,10 @@ The connection goes to an address the guard vetted, not to the name resolved aga
 (`fim.tools.builtin._pinned`), so a DNS server answering differently on a second lookup
 (DNS rebinding) changes nothing. Through a proxy named by the environment (`HTTPS_PROXY`
 ...), the proxy resolves the name: there the check of the first lookup is what holds.
+
+The body is read up to `MAX_BYTES` decoded bytes, decompressed a bounded step at a time
+(`fim.tools.builtin._body`: a few KB of stacked gzip are not a gigabyte in memory), and
+masked before it is cut (`clip`): a page that echoes a secret shows none of it.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
 from fim.config.schema import WebFetchSettings
+from fim.masking import Masker, known
 from fim.tools.base import FunctionTool
+from fim.tools.builtin._body import ACCEPT_ENCODING, BodyRefused, read_body
 from fim.tools.builtin._common import clip, fail
 from fim.tools.builtin._html import page_text
 from fim.types import ToolResult
@@ -56,12 +62,20 @@ def _why_blocked(ip: IPAddress) -> str | None:
     return None if ip.is_global else "non-public"
 
 
-class Guard:
-    """Decides, per hop, whether a URL may be fetched."""
+_HINT = (
+    "Fetch a public URL instead (a project owner can allow this host with "
+    "web_fetch.allow_hosts in fim.yaml)"
+)
 
-    def __init__(self, settings: WebFetchSettings) -> None:
+
+class Guard:
+    """Decides, per hop, whether a URL may be fetched. `hint` ends a refusal: what the
+    caller can do (web_fetch's names its settings; an HTTP connector's has none)."""
+
+    def __init__(self, settings: WebFetchSettings, hint: str = _HINT) -> None:
         self.allow_private = settings.allow_private
         self.allow_hosts = [h.lower().strip("[]") for h in settings.allow_hosts]
+        self.hint = hint
 
     def host_allowed(self, host: str) -> bool:
         """Matches the host as written in the URL (glob patterns allowed), never the
@@ -84,7 +98,7 @@ class Guard:
         """`host` resolved once and checked (raises Blocked). The sandbox's egress proxy
         connects to one of these addresses, not to the name, so no second DNS answer can
         differ (the rebinding gap of `check`)."""
-        ips = await self._resolve(host, port)
+        ips = await self.resolve(host, port)
         if self.allow_private or self.host_allowed(host):
             return ips
         for ip in ips:
@@ -92,13 +106,24 @@ class Guard:
             if reason is not None:
                 raise Blocked(
                     f"'{host}' resolves to {ip} ({reason} address); fetching internal "
-                    "addresses is blocked. Fetch a public URL instead (a project owner can "
-                    "allow this host with web_fetch.allow_hosts in fim.yaml)"
+                    f"addresses is blocked. {self.hint}"
                 )
         return ips
 
+    @classmethod
+    async def internal(cls, host: str, port: int) -> bool:
+        """Whether `host` resolves to an address the guard refuses by default. An HTTP
+        connector whose own host is internal may be redirected to internal hosts (its
+        neighbours); one on a public host may not. A host that does not resolve is not."""
+        try:
+            return any(_why_blocked(ip) is not None for ip in await cls.resolve(host, port))
+        except Blocked:
+            return False
+
     @staticmethod
-    async def _resolve(host: str, port: int) -> list[IPAddress]:
+    async def resolve(host: str, port: int) -> list[IPAddress]:
+        """`host`'s addresses (itself when it is one); raises Blocked when it does not
+        resolve."""
         try:
             return [ipaddress.ip_address(host)]
         except ValueError:
@@ -114,13 +139,14 @@ class Guard:
 
 
 async def _render(
-    url: str, status: int, content_type: str, body: str, max_chars: int
+    url: str, status: int, content_type: str, body: str, max_chars: int, masker: Masker
 ) -> str | ToolResult:
-    """The observation of a fetched page. HTML is read in a killable worker: the page is
-    hostile input, and the parser's cost on crafted markup is not linear."""
+    """The observation of a fetched page, masked before it is cut. HTML is read in a
+    killable worker (handed the masker): the page is hostile input, and the parser's cost
+    on crafted markup is not linear."""
     header = f"URL: {url}\nStatus: {status}\nContent-Type: {content_type or 'unknown'}\n\n"
     if "html" not in content_type:
-        return header + clip(body, max_chars, "page")
+        return header + clip(body, max_chars, "page", masker)
     # deferred: loading fim.tools.isolate costs a few ms
     from fim.tools import isolate
 
@@ -128,6 +154,7 @@ async def _render(
         page_text,
         body,
         max_chars,
+        masker,
         timeout=RENDER_TIMEOUT,
         hint=f"The HTML of {url} is too costly to read; fetch a plain-text or JSON "
         "version of it, or another page.",
@@ -135,8 +162,9 @@ async def _render(
     return text if isinstance(text, ToolResult) else header + text
 
 
-def _proxied() -> bool:
-    """Whether the environment names a proxy for HTTP(S) (httpx then sends through it)."""
+def proxied() -> bool:
+    """Whether the environment names a proxy for HTTP(S) (httpx then sends through it, and
+    a pinned transport would bypass it)."""
     # deferred: urllib.request loads only when a fetch is made
     from urllib.request import getproxies
 
@@ -156,13 +184,13 @@ def make(ctx: RunContext) -> FunctionTool:
 
         # connect only to the addresses the guard vetted; through a proxy of the
         # environment (HTTPS_PROXY ...), the proxy resolves the name itself
-        direct = {} if _proxied() else {"transport": pinned_transport(guard.addresses)}
+        direct = {} if proxied() else {"transport": pinned_transport(guard.addresses)}
         current = url
         try:
             async with httpx.AsyncClient(
                 timeout=TIMEOUT,
                 follow_redirects=False,
-                headers={"User-Agent": USER_AGENT},
+                headers={"User-Agent": USER_AGENT, "Accept-Encoding": ACCEPT_ENCODING},
                 **direct,  # type: ignore[arg-type]
             ) as client:
                 for _ in range(MAX_REDIRECTS + 1):
@@ -171,15 +199,8 @@ def make(ctx: RunContext) -> FunctionTool:
                         if response.is_redirect and "location" in response.headers:
                             current = urljoin(current, response.headers["location"])
                             continue
-                        data = bytearray()
-                        async for chunk in response.aiter_bytes():
-                            data += chunk
-                            if len(data) > MAX_BYTES:
-                                break
-                        truncated = len(data) > MAX_BYTES
-                        text = bytes(data[:MAX_BYTES]).decode(
-                            response.encoding or "utf-8", errors="replace"
-                        )
+                        data, truncated = await read_body(response, MAX_BYTES)
+                        text = data.decode(response.encoding or "utf-8", errors="replace")
                         status = response.status_code
                         ctype = response.headers.get("content-type", "").split(";")[0].strip()
                         break
@@ -190,15 +211,18 @@ def make(ctx: RunContext) -> FunctionTool:
                     )
         except Blocked as exc:
             return fail(f"{exc}.")
+        except BodyRefused as exc:
+            return fail(f"fetching {current}: {exc}. Fetch another URL.")
         except httpx.TimeoutException:
             return fail(f"fetching {current} timed out after {TIMEOUT:g}s. Try again later.")
         except httpx.HTTPError as exc:
             return fail(f"fetching {current} failed: {type(exc).__name__}: {exc}.")
         except (httpx.InvalidURL, ValueError) as exc:
             return fail(f"'{current}' is not a valid URL ({exc}). Fix the URL.")
-        if truncated:
-            text += f"\n[... download stopped at {MAX_BYTES} bytes]"
-        page = await _render(current, status, ctype, text, max_chars)
+        masker = known()
+        if truncated:  # the download's end is a cut too: a secret may straddle it
+            text = masker.edge(text) + f"\n[... download stopped at {MAX_BYTES} bytes]"
+        page = await _render(current, status, ctype, text, max_chars, masker)
         if isinstance(page, ToolResult):
             return page
         if status >= 400:

@@ -12,6 +12,7 @@ import signal
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from fim.masking import known
 from fim.tools.builtin._common import clip, fail
 from fim.types import ToolResult
 
@@ -46,13 +47,16 @@ class Capture:
         return self.data.decode("utf-8", errors="replace")
 
     def section(self, label: str, limit: int) -> str:
-        text = self.text()
-        if self.total > len(self.data) or len(text) > limit:
-            return (
-                f"--- {label} ---\n{text[:limit]}\n"
-                f"[... {label} truncated: {self.total} bytes in total]"
-            )
-        return f"--- {label} ---\n{text.rstrip()}"
+        """The pipe's text, at most `limit` characters, masked before it is cut: the
+        program may print a secret of its environment, padded so a cut lands inside it.
+        What was read past `keep` is a cut too, whose edge is masked (`Masker.edge`)."""
+        masker = known()
+        dropped = self.total > len(self.data)
+        text = masker.edge(self.text()) if dropped else self.text()
+        shown, cut = masker.head(text, limit)
+        if dropped or cut:
+            return f"--- {label} ---\n{shown}\n[... {label} truncated: {self.total} bytes in total]"
+        return f"--- {label} ---\n{shown.rstrip()}"
 
 
 @dataclass
