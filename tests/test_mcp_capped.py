@@ -120,3 +120,34 @@ async def test_a_stdio_servers_output_reaches_the_sdk_a_whole_line_at_a_time():
         await long.receive()
     assert stopped == [True] and reasons[0].startswith("the server's answer is larger than")
     assert await long.receive() == b"after"  # the rest passes raw, for the SDK to drop
+
+
+async def test_a_compressed_answer_is_refused_before_it_is_inflated():
+    """The cap counts the bytes that arrive; an answer compressed on the wire would be
+    inflated past it (`gzip, gzip`: a few KB of body, gigabytes decoded). fim asks for
+    `identity`, and an answer encoded anyway is refused unread."""
+    import gzip
+
+    import httpx2
+
+    bomb = gzip.compress(gzip.compress(b"0" * 50_000_000))  # ~50 KB on the wire
+    asked: list[str] = []
+
+    class Wire(httpx2.AsyncByteStream):  # as the network hands a body over: unread
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            yield bomb
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        asked.append(request.headers.get("accept-encoding", ""))
+        headers = {"content-encoding": "gzip, gzip", "content-type": "application/json"}
+        return httpx2.Response(200, headers=headers, stream=Wire())
+
+    reasons: list[str] = []
+    client = capped.capped(
+        httpx2.AsyncClient(transport=httpx2.MockTransport(answer)), on_cut=reasons.append
+    )
+    async with client:
+        with pytest.raises(capped.AnswerTooLarge, match="'gzip, gzip'-encoded answer"):
+            await client.post("http://mcp.test/mcp", json={})
+    assert asked == ["identity"]
+    assert reasons and "does not read" in reasons[0]

@@ -52,6 +52,15 @@ def capped(
     most = limit or MAX_ANSWER_BYTES
 
     async def cap(response: httpx2.Response) -> None:
+        coding = response.headers.get("content-encoding", "").strip().lower()
+        if coding not in ("", "identity"):  # decoded, a few KB could be gigabytes
+            response.stream = _Refused(
+                f"the server sent a '{coding}'-encoded answer, which fim does not read "
+                "(it asks for identity)",
+                response.stream,
+                on_cut,
+            )
+            return
         events = response.headers.get("content-type", "").startswith("text/event-stream")
         length = response.headers.get("content-length", "")
         declared = int(length) if length.isdigit() and not events else 0
@@ -59,7 +68,27 @@ def capped(
 
     hooks = client.event_hooks
     client.event_hooks = {**hooks, "response": [*hooks.get("response", []), cap]}
+    # the cap counts the bytes that arrive: an answer compressed on the wire would be
+    # decoded past it, so none is asked for (and one sent anyway is refused, `_Refused`)
+    client.headers["Accept-Encoding"] = "identity"
     return client
+
+
+class _Refused(httpx2.AsyncByteStream):
+    """A response body fim does not read: raises `AnswerTooLarge` (why) when it is read,
+    where the SDK makes a stream error the request's error."""
+
+    def __init__(self, reason: str, stream: Any, on_cut: Callable[[str], None] | None) -> None:
+        self._reason, self._stream, self._on_cut = reason, stream, on_cut
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._on_cut is not None:
+            self._on_cut(self._reason)
+        raise AnswerTooLarge(self._reason)
+        yield b""  # pragma: no cover - makes this an async generator
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
 
 
 class _Capped(httpx2.AsyncByteStream):
