@@ -375,3 +375,48 @@ async def test_a_hop_connects_to_the_address_the_guard_vetted(
     assert result.is_error
     assert "resolves to 127.0.0.3 (loopback address)" in result.content
     assert answers == ["127.0.0.2", "127.0.0.3"]
+
+
+async def test_a_cookie_one_run_got_never_goes_out_with_another_runs_call(
+    services: Services,
+) -> None:
+    """One client serves every run and key of a declaration: a cookie the service set for
+    one run (its session, a CSRF token) would go out with the next run's calls, another
+    tenant's included. The client keeps none; credentials are declared."""
+    sent: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            sent.append(self.headers.get("Cookie", ""))
+            body = b"{}"
+            self.send_response(200)
+            if self.path.startswith("/api/login"):
+                self.send_header("Set-Cookie", "session=tenant-a-session; Path=/")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
+    try:
+        decl = HttpConnector.model_validate(
+            {
+                "kind": "http",
+                "base_url": f"http://127.0.0.1:{server.server_address[1]}/api",
+                "actions": {"login": {"path": "/login"}, "whoami": {"path": "/whoami"}},
+            }
+        )
+        client = get_client(services, "svc", decl)
+        tools = ToolRegistry([action_tool(client, a) for a in ("login", "whoami")])
+        assert not (await tools.call("svc__login", {})).is_error  # run A
+        assert not (await tools.call("svc__whoami", {})).is_error  # run B, same client
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert sent == ["", ""]

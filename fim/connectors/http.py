@@ -106,6 +106,18 @@ def secrets_of(decl: HttpConnector) -> list[str]:
     return [v for v in found if v]
 
 
+def _no_cookies() -> Any:
+    """A cookie jar that keeps nothing: one client serves every run and key of the
+    declaration, so a cookie a service set for one run (a session, a CSRF token) would go
+    out with the next run's calls, another tenant's included. A connector's credentials
+    are declared (`auth:`, `headers:`), never picked up."""
+    # deferred: http.cookiejar only with a connector's client
+    from http.cookiejar import CookieJar, DefaultCookiePolicy
+
+    # a jar, not `httpx.Cookies`: httpx copies a `Cookies` into a jar of its own, policy lost
+    return CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+
+
 class HttpConnectorClient:
     """The live side of one HTTP connector declaration."""
 
@@ -182,6 +194,7 @@ class HttpConnectorClient:
         return httpx.AsyncClient(
             base_url=self.decl.base_url.rstrip("/") + "/",
             headers={"Accept-Encoding": ACCEPT_ENCODING},
+            cookies=_no_cookies(),
             timeout=self.decl.timeout,
             follow_redirects=False,
             event_hooks={"request": [inject_trace_headers]},
