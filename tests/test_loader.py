@@ -261,6 +261,27 @@ def test_symlinked_file_is_followed(project: Path, tmp_path: Path) -> None:
     assert load(project).entries["agent"]["linked"].decl.description == "shared agent"
 
 
+def test_a_skill_md_that_is_no_regular_file_is_a_problem_not_a_read(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A skill from the wild is a folder someone else made: its SKILL.md linked to
+    `/dev/zero` was read until memory ran out, and a FIFO blocked the load (a server's
+    reload with it) for good. Each is one problem; a file past the size cap too."""
+    import fim.config.files as files
+
+    (project / "skills" / "zero").mkdir()
+    os.symlink("/dev/zero", project / "skills" / "zero" / "SKILL.md")
+    (project / "skills" / "fifo").mkdir()
+    os.mkfifo(project / "skills" / "fifo" / "SKILL.md")
+    monkeypatch.setattr(files, "MAX_FILE_BYTES", 2**20)
+    write(project, "skills/huge/SKILL.md", "---\nname: huge\ndescription: d\n---\n" + "x" * 2**20)
+    assert problems(project) == [
+        "skills/fifo/SKILL.md:1:1: cannot read: not a regular file (a FIFO, device or socket)",
+        "skills/huge/SKILL.md:1:1: cannot read: larger than 1 MiB, the most fim reads",
+        "skills/zero/SKILL.md:1:1: cannot read: not a regular file (a FIFO, device or socket)",
+    ]
+
+
 def test_skill_without_front_matter_or_file(project: Path) -> None:
     write(project, "skills/plain/SKILL.md", "# Just markdown\n")
     write(project, "skills/named/SKILL.md", "---\nname: other\ndescription: d\n---\nbody\n")

@@ -90,9 +90,29 @@ def _racy_ns(st: os.stat_result) -> int:
     return _RACY_NS  # whole seconds: a coarse file system (FAT, HFS+, ext3), or a 1e-9 chance
 
 
+MAX_FILE_BYTES = 64 * 2**20
+"""The most fim reads of one project file (a generated connector of GitHub's whole API is a
+few MB): past it the file is a problem, not a read that grows with whatever it holds."""
+
+
+def _regular(st: os.stat_result) -> None:
+    """A project file must be a regular file of a bounded size: a SKILL.md linked to
+    `/dev/zero` was read until memory ran out, and a FIFO blocked the load (and a server's
+    reload) for good. Raised as `OSError`, which the caller records as the file's problem."""
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(errno.EINVAL, "not a regular file (a FIFO, device or socket)")
+    if st.st_size > MAX_FILE_BYTES:
+        raise OSError(errno.EFBIG, f"larger than {MAX_FILE_BYTES // 2**20} MiB, the most fim reads")
+
+
+def _nonblocking(name: str, flags: int) -> int:
+    return os.open(name, flags | os.O_NONBLOCK)
+
+
 def _read_bytes(decls: Declarations, path: str | Path) -> bytes:
     name = str(path)
     st = decls.stats.pop(name, None) or os.stat(name)
+    _regular(st)
     key = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
     changed_at = max(st.st_mtime_ns, st.st_ctime_ns)
     cached = _RAW.get(name)
@@ -100,8 +120,13 @@ def _read_bytes(decls: Declarations, path: str | Path) -> bytes:
         decls.raw[name] = cached
         return cached[2]
     read_at = time.time_ns()
-    with open(name, "rb") as fh:
-        raw = fh.read()
+    # non-blocking: a FIFO put there since the stat must not hold the load; checked again
+    # on the descriptor, which is what is read
+    with open(name, "rb", opener=_nonblocking) as fh:
+        _regular(os.fstat(fh.fileno()))
+        raw = fh.read(MAX_FILE_BYTES + 1)
+    if len(raw) > MAX_FILE_BYTES:  # grew since the stat
+        raise OSError(errno.EFBIG, f"larger than {MAX_FILE_BYTES // 2**20} MiB, the most fim reads")
     if cached is not None and cached[2] == raw:
         raw = cached[2]  # unchanged after all: the same object keeps its decoded text
     decls.raw[name] = (key, read_at, raw)
