@@ -26,6 +26,7 @@ from fim.mcp.errors import (
     McpServerLost,
     McpUnavailable,
     NotSent,
+    bounded,
     describe_exception,
 )
 from fim.mcp.tool_list import ToolList
@@ -155,7 +156,7 @@ class Requests(ToolList):
                 self._settle(job, McpResultRejected(self.cut))
                 self.cut = None
             else:
-                self._settle(job, McpRequestError(exc.error.message or str(exc)))
+                self._settle(job, McpRequestError(bounded(exc.error.message or str(exc))))
         except (NotSent, McpResultRejected) as exc:
             self._settle(job, exc)
         except Exception as exc:

@@ -246,7 +246,8 @@ class Session(Requests):
             task.exception()  # reported through the ready future already
 
     def _start_failure(self, exc: BaseException) -> str:
-        reason = describe_exception(exc)
+        # an answer fim refused (`fim.mcp.capped`) ends the start as a lost connection would
+        reason = self.cut or describe_exception(exc)
         if isinstance(self.decl, StdioServer):
             command = " ".join([self.decl.command, *self.decl.args])
             tail = self.stderr_tail()

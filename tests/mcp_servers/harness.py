@@ -21,12 +21,15 @@ def free_port() -> int:
 
 
 @contextmanager
-def http_demo(many: int = 0, port: int | None = None, json: bool = False) -> Iterator[str]:
-    """Run the demo server over HTTP on loopback (a free port by default); yields its URL.
-    `json`: it answers requests in JSON bodies, not SSE streams."""
+def http_demo(
+    many: int = 0, port: int | None = None, json: bool = False, script: Path = DEMO
+) -> Iterator[str]:
+    """Run the demo server (or another `script` taking its options) over HTTP on loopback
+    (a free port by default); yields its URL. `json`: it answers requests in JSON bodies,
+    not SSE streams."""
     port = port or free_port()
     proc = subprocess.Popen(
-        [sys.executable, str(DEMO), "--http", str(port), "--many", str(many)]
+        [sys.executable, str(script), "--http", str(port), "--many", str(many)]
         + (["--json"] if json else []),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
