@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from fim.config.loader import find_root, load
+from fim.config.yamlio import parse
 from fim.errors import ConfigError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "projects" / "minimal"
@@ -335,9 +339,113 @@ def test_alias_bomb_is_stopped(project: Path, parser: str) -> None:
     assert any("document expands to more than 200000 values" in line for line in found)
 
 
+def test_a_big_file_of_plain_values_is_no_alias_bomb() -> None:
+    """The alias guard counts what aliases add: a connector imported from a spec of 9,000
+    operations holds a million plain values and must still load."""
+    doc = parse("[" + "1, " * 250_000 + "1]\n", "connectors/big.yaml")
+    assert doc.problems == [] and len(doc.data) == 250_001
+
+
 def test_recursive_alias_is_a_problem(project: Path) -> None:
     write(project, "agents/rec.yaml", "tools: &t [calculator, *t]\n")
     assert problems(project)[0].startswith("agents/rec.yaml:1:8: recursive YAML alias")
+
+
+# Files come from third parties too (skills, imported connectors): no file may crash the
+# load or cost more than its size, and each says what is wrong at `file:line:col`.
+
+DEEP_HINT = "(flatten the data; an alias (*name) brings the levels of its anchor along)"
+
+
+def test_nesting_past_200_levels_is_one_problem_where_it_goes_too_deep(
+    project: Path, parser: str
+) -> None:
+    write(project, "agents/deep.yaml", "tools: " + "[" * 1000 + "]" * 1000 + "\n")
+    assert problems(project) == [
+        "agents/deep.yaml:1:207: nesting too deep: lists and mappings more than 200 levels "
+        f"deep {DEEP_HINT}"
+    ]
+
+
+def test_a_skill_nested_40000_deep_is_a_problem_not_a_segfault(project: Path) -> None:
+    """libyaml's composer recurses in C: 40,000 levels (80 KB) overflowed the stack and
+    killed the process, a server's reload included. Run apart so a crash is a failure."""
+    write(project, "skills/evil/SKILL.md", f"---\nmetadata: {'[' * 40_000}{']' * 40_000}\n---\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "fim.cli", "validate", "--project", str(project)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "skills/evil/SKILL.md:2:210: nesting too deep" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_aliases_stacking_anchors_past_200_levels_are_stopped_once(
+    project: Path, parser: str
+) -> None:
+    """Each line is shallow; the data they build is 600 levels deep."""
+    lines = ["a0: &a0 [x]", *(f"a{i}: &a{i} [*a{i - 1}]" for i in range(1, 600))]
+    write(project, "agents/stack.yaml", "\n".join(lines) + "\n")
+    deep = [line for line in problems(project) if "nesting too deep" in line]
+    assert deep == [
+        "agents/stack.yaml:1:5: nesting too deep: lists and mappings more than 200 levels "
+        f"deep {DEEP_HINT}"
+    ]
+
+
+def test_a_key_written_after_a_merge_is_where_its_problem_points(
+    project: Path, parser: str
+) -> None:
+    """The key written in the mapping wins over the merged one, in the data and in the
+    position of its problem."""
+    write(project, "agents/m.yaml", "description: x\n<<: {max_iterations: 3}\nmax_iterations: a\n")
+    [line] = problems(project)
+    assert line.startswith("agents/m.yaml:3:17: max_iterations: expected an integer, got 'a'")
+
+
+def test_a_chain_of_merges_does_not_make_a_problem_cost_more_than_the_file(
+    project: Path,
+) -> None:
+    """Ten anchors, each merging the one before ten times: 700 bytes and 10^9 ways through
+    the merges, which the position of a problem after them walked one by one (for hours)."""
+    lines = ["defs:", "  a0: &a0 {x: 1}"]
+    lines += [f"  a{i}: &a{i} {{<<: [{', '.join([f'*a{i - 1}'] * 10)}]}}" for i in range(1, 10)]
+    write(project, "agents/merge.yaml", "\n".join([*lines, "<<: *a9", "max_iteration: 3"]) + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "fim.cli", "validate", "--project", str(project)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (
+        "agents/merge.yaml:13:1: unknown key 'max_iteration' (did you mean 'max_iterations'?)"
+        in done.stdout
+    )
+
+
+def test_positions_in_a_mapping_of_20000_keys_take_linear_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A problem per key of a big mapping (an imported connector's actions) looked each key
+    up from the first: 20,000 problems took 14 s. Each mapping's keys are indexed once,
+    however many problems point into it."""
+    from fim.config import yamlio
+
+    text = "actions:\n" + "".join(f"  a{i}: 1\n" for i in range(20_000))
+    doc = parse(text, "connectors/big.yaml")
+    indexed: list[int] = []
+    original = yamlio.Document._index_mapping
+
+    def counting(self: yamlio.Document, node: object) -> object:
+        indexed.append(id(node))
+        return original(self, node)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(yamlio.Document, "_index_mapping", counting)
+    found = [doc.position(("actions", f"a{i}")) for i in range(20_000)]
+    assert found[0] == (2, 7) and found[-1] == (20_001, 11)
+    assert len(indexed) == len(set(indexed)) <= 2  # the file's mapping and `actions`, once each
 
 
 def test_keys_are_names_as_written(project: Path, parser: str) -> None:
@@ -406,7 +514,6 @@ def test_a_file_copied_over_with_its_old_mtime_is_read_again(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`cp -p` keeps an old mtime (and here the size); the change of ctime gives it away."""
-    import time
 
     import fim.config.files as files
 

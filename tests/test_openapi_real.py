@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
@@ -18,7 +21,8 @@ from fim.config.schema import HttpConnector
 from fim.connectors import _actions
 from fim.connectors.discovery import BYTES_PER_TOKEN, discover
 from fim.connectors.http import HttpConnectorClient, tool_name
-from fim.connectors.openapi import OpenApiError, import_openapi, load_document
+from fim.connectors.openapi import OpenApiError, dump_yaml, import_openapi, load_document
+from fim.connectors.openapi.schemas import MAX_IMPORT_NODES, MAX_SCHEMA_NODES
 from fim.run.tokens import count_tokens
 from fim.testing.openapi_specs import generated_spec
 
@@ -166,6 +170,186 @@ def test_malformed_input_is_one_line(tmp_path: Path, content: str | bytes, expec
     assert len(result.output.strip().splitlines()) == 1, result.output
     with pytest.raises(OpenApiError):
         import_openapi(load_document(path), "bad")
+
+
+# --------------------------------------------------------------------------- hostile specs
+# A spec is a third party's file: whatever it holds, the import takes time and memory in
+# proportion to its size and fails, if it must, with one line per problem.
+
+
+def _refs(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _fan_out(levels: int, width: int) -> dict[str, Any]:
+    """S0..S{levels-1}, each with `width` properties pointing at the next: 13 KB of JSON
+    for 60^5 schemas inlined."""
+    schemas: dict[str, Any] = {f"S{levels}": {"type": "string"}}
+    for i in range(levels):
+        props = {f"p{j}": _refs(f"S{i + 1}") for j in range(width)}
+        schemas[f"S{i}"] = {"type": "object", "properties": props}
+    body = {"content": {"application/json": {"schema": _refs("S0")}}}
+    return {
+        "openapi": "3.0.0",
+        "components": {"schemas": schemas},
+        "paths": {"/a": {"post": {"operationId": "a", "requestBody": body}}},
+    }
+
+
+def _inlined(value: object, seen: dict[int, int] | None = None) -> int:
+    """Nodes `value` is once written out, counted over its shared parts without writing."""
+    seen = {} if seen is None else seen
+    if not isinstance(value, dict | list):
+        return 1
+    if id(value) not in seen:
+        items = value.values() if isinstance(value, dict) else value
+        keys = len(value) if isinstance(value, dict) else 0
+        seen[id(value)] = 1 + keys + sum(_inlined(v, seen) for v in items)
+    return seen[id(value)]
+
+
+def _cli(spec: Path) -> subprocess.CompletedProcess[str]:
+    """`fim connector import` in a process of its own: a crash is a failed test, not a
+    crashed test run."""
+    return subprocess.run(
+        [sys.executable, "-m", "fim.cli", "connector", "import", str(spec), "-n", "x", "-o", "-"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_ref_fan_out_is_written_as_placeholders_within_the_budget() -> None:
+    warnings: list[str] = []
+    decl = import_openapi(_fan_out(5, 60), "bomb", warnings)
+    assert _inlined(decl["actions"]) < MAX_SCHEMA_NODES
+    properties = decl["actions"]["a"]["parameters"]["properties"]
+    assert len(properties) == 60, "what fits is kept: S0's own properties"
+    assert properties["p0"] == {
+        "type": "object",
+        "description": "S1 (not expanded: the schema is too large)",
+    }
+    assert any("placeholders (not expanded): S1;" in w for w in warnings)
+    assert len(dump_yaml(decl, "bomb.json")) < 20_000
+
+
+def test_a_request_body_too_big_to_inline_keeps_its_own_fields() -> None:
+    """S0 inlines ~90,000 nodes: it is written one level deep, its properties inlined
+    while the action's budget lasts and placeholders after."""
+    decl = import_openapi(_fan_out(3, 30), "wide")
+    properties = decl["actions"]["a"]["parameters"]["properties"]
+    assert len(properties) == 30
+    inlined = [p for p in properties.values() if "properties" in p]
+    assert 10 < len(inlined) < 30 and _inlined(decl["actions"]) <= MAX_SCHEMA_NODES + 1000
+    assert properties["p29"]["description"] == "S1 (not expanded: the schema is too large)"
+
+
+def test_an_import_inlines_a_bounded_number_of_nodes_in_all() -> None:
+    """Each action fits its own budget; together they stop at the import's."""
+    spec = _fan_out(3, 22)  # S0 inlines some 32,000 nodes
+    body = spec["paths"]["/a"]["post"]["requestBody"]
+    spec["paths"] = {
+        f"/a{i}": {"post": {"operationId": f"a{i}", "requestBody": body}} for i in range(100)
+    }
+    decl = import_openapi(spec, "wide")
+    assert MAX_IMPORT_NODES * 0.9 < _inlined(decl["actions"]) <= MAX_IMPORT_NODES + 100 * 1000
+    assert "not expanded" not in json.dumps(decl["actions"]["a0"])
+    assert decl["actions"]["a99"]["parameters"]["properties"] == {}, "S0 is a placeholder"
+
+
+def test_the_public_specs_inline_every_schema(discord: HttpConnector) -> None:
+    """The budgets are far above real specs: nothing of theirs becomes a placeholder."""
+    for spec in ("petstore/petstore-expanded.yaml", "crm.yaml"):
+        warnings: list[str] = []
+        decl = import_openapi(load_document(FIXTURES / spec, warnings), "x", warnings)
+        assert "not expanded" not in json.dumps(decl) and not warnings[1:]
+    assert "not expanded" not in json.dumps([a.parameters for a in discord.actions.values()])
+
+
+LAUGHS = "openapi: 3.0.0\nx-defs:\n  l0: &l0 [a, a, a, a, a, a, a, a, a, a]\n" + "".join(
+    f"  l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]\n" for i in range(1, 6)
+)
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (
+            LAUGHS + "paths: {/a: {get: {operationId: a}}}\n",
+            "spec.yaml:3:12: document expands to more than",
+        ),
+        (
+            "openapi: 3.0.0\npaths:\n  /a:\n    get:\n      parameters:\n"
+            "        - {name: q, in: query, schema: &s {type: object, default: *s}}\n",
+            "spec.yaml:6:40: recursive YAML alias (an anchor that contains itself)",
+        ),
+        (
+            "openapi: 3.0.0\npaths: {/a: {get: {x: " + "[" * 300 + "]" * 300 + "}}}\n",
+            "spec.yaml:2:219: nesting too deep: lists and mappings more than 200 levels deep",
+        ),
+    ],
+    ids=["nested-aliases", "recursive-anchor", "too-deep"],
+)
+def test_a_hostile_yaml_spec_is_one_error_line(tmp_path: Path, content: str, expected: str) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text(content)
+    result = run(path, "-n", "bad", "-o", "-")
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
+    assert result.output.startswith(f"error: {path}") and expected.split(":", 1)[1] in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_a_spec_nested_30000_deep_is_one_error_line_not_a_segfault(tmp_path: Path) -> None:
+    path = tmp_path / "deep.yaml"
+    path.write_text(
+        "openapi: 3.0.0\npaths: {/a: {get: {x: " + "[" * 30_000 + "]" * 30_000 + "}}}\n"
+    )
+    done = _cli(path)
+    assert done.returncode == 1, done.stderr[-500:]
+    assert done.stderr.startswith(f"error: {path}:2:219: nesting too deep")
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_json_spec_too_deep_to_write_is_one_error_line(tmp_path: Path) -> None:
+    """`json` reads ~1,000 levels; a `default` that deep is copied into the connector."""
+    deep: object = 0
+    for _ in range(600):
+        deep = [deep]
+    param = {"name": "q", "in": "query", "schema": {"type": "array", "default": deep}}
+    spec = {"openapi": "3.0.0", "paths": {"/a": {"get": {"parameters": [param]}}}}
+    path = tmp_path / "deep.json"
+    path.write_text(json.dumps(spec))
+    result = run(path, "-n", "deep", "-o", "-")
+    assert result.exit_code == 1 and not isinstance(result.exception, RecursionError)
+    assert f"error: {path}: the document nests too deeply to import" in result.output
+
+
+def test_yaml_specs_read_scalars_as_json_has_them(tmp_path: Path) -> None:
+    """YAML 1.2, as OpenAPI asks: `yes` and `on` are strings and a date is its text (PyYAML
+    made them booleans and a `date` the YAML writer could not write)."""
+    path = tmp_path / "spec.yaml"
+    path.write_text(
+        "openapi: 3.0.0\npaths:\n  /a:\n    get:\n      parameters:\n"
+        "        - {name: q, in: query, schema: {enum: [yes, no, on], default: 2024-01-31}}\n"
+    )
+    decl = import_openapi(load_document(path), "x")
+    schema = decl["actions"]["get_a"]["parameters"]["properties"]["q"]
+    assert schema == {"enum": ["yes", "no", "on"], "default": "2024-01-31"}
+
+
+def test_a_duplicate_key_in_a_yaml_spec_is_a_warning_and_the_first_stays(tmp_path: Path) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text(
+        "openapi: 3.0.0\npaths:\n  /a:\n    get: {operationId: first}\n"
+        "    get: {operationId: second}\n"
+    )
+    result = run(path, "-n", "dup", "-o", "-")
+    assert result.exit_code == 0, result.output
+    assert (
+        f"warning: {path}:5:5: duplicate key 'get' (first defined on line 4; keep only one)"
+        in result.output
+    )
+    assert "  first:" in result.output and "second" not in result.output.split("kind:")[1]
 
 
 # --------------------------------------------------------------------------- discovery

@@ -52,6 +52,35 @@ async def test_a_bad_change_keeps_the_last_good_snapshot(tmp_path: Path):
     assert holder.current.agents["echo"].description == "version 2" and not holder.errors
 
 
+RELOAD_AFTER_A_DEEP_SKILL = """
+import asyncio, pathlib, sys
+from fim.build.compile import compile_project
+from fim.build.reload import SnapshotHolder, reload_once
+root = pathlib.Path(sys.argv[1])
+holder = SnapshotHolder(compile_project(root))
+skill = root / "skills" / "evil" / "SKILL.md"
+skill.parent.mkdir(parents=True)
+skill.write_text("---\\nmetadata: " + "[" * 40_000 + "]" * 40_000 + "\\n---\\nBody.\\n")
+asyncio.run(reload_once(root, holder))
+print("still serving", sorted(holder.current.agents), holder.current.broken_skills)
+"""
+
+
+def test_a_reload_that_meets_a_skill_nested_40000_deep_keeps_serving(tmp_path: Path) -> None:
+    """A third-party skill landing in a served project is compiled by the reload thread:
+    libyaml's recursive composer ran off that thread's stack (a segfault killed the
+    server). In a process of its own, so a crash fails the test, not the test run."""
+    root = make_project(tmp_path / "project")
+    done = subprocess.run(
+        [sys.executable, "-c", RELOAD_AFTER_A_DEEP_SKILL, str(root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("still serving ['echo']") and "evil" in done.stdout
+
+
 @pytest.fixture
 def serve_process(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     root = make_project(tmp_path / "project")

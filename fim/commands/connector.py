@@ -11,11 +11,11 @@ import contextlib
 import gc
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
-from fim.commands import ProjectOption, fail, project_dir
+from fim.commands import ProjectOption, err, fail, project_dir
 from fim.errors import ConfigError
 
 
@@ -60,11 +60,11 @@ def import_(
     warnings: list[str] = []
     gc.disable()  # millions of short-lived nodes and no cycles: collections only cost time
     try:
-        decl = import_openapi(load_document(spec), name, warnings)
+        decl = import_openapi(load_document(spec, warnings), name, warnings)
     except OpenApiError as exc:
-        fail(str(exc))
+        _fail_lines(str(exc))
     except RecursionError:
-        fail(f"{spec}: the document nests too deeply to import")
+        fail(f"{spec}: {_TOO_DEEP}")
     finally:
         gc.enable()
     for warning in warnings:
@@ -78,6 +78,8 @@ def import_(
     gc.disable()
     try:
         text = dump_yaml(decl, spec.name)
+    except RecursionError:  # a `default` or `enum` value copied as deep as `json` reads
+        fail(f"{spec}: {_TOO_DEEP}")
     finally:
         gc.enable()
     if out is not None and str(out) == "-":
@@ -89,6 +91,18 @@ def import_(
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text, encoding="utf-8")
     typer.echo(f"wrote {target}: {summary(decl)}")
+
+
+_TOO_DEEP = "the document nests too deeply to import (flatten its deepest values)"
+
+
+def _fail_lines(message: str) -> NoReturn:
+    """Stop with an `error:` line per line of `message`: a YAML spec's problems are all
+    reported at once, each as `file:line:col: message (hint)`."""
+    *before, last = message.splitlines() or [message]
+    for line in before:
+        err(f"error: {line}")
+    fail(last)
 
 
 def _default_target(ctx: typer.Context, project: Path | None, name: str) -> Path:

@@ -30,7 +30,7 @@ from fim.config.schema import (
     WorkflowDecl,
 )
 from fim.config.skill_files import load_skills
-from fim.config.yamlio import Document, YamlSyntaxError, parse
+from fim.config.yamlio import Document, YamlSyntaxError, parse, too_deep
 from fim.errors import ConfigError, Problem
 from fim.masking import Masker, config_secrets
 
@@ -211,17 +211,24 @@ def _parse(
     expand: bool = True,
 ) -> Document | None:
     """Parse one YAML document; `expand=False` leaves `${...}` as text (skill front matter,
-    written for other tools too, has no field declared to take interpolation)."""
+    written for other tools too, has no field declared to take interpolation).
+
+    A RecursionError is a problem of the file like a syntax error: the parse is capped at
+    `MAX_DEPTH` levels, but it and the walks after it recurse, so a caller already deep in
+    its own stack could still hit the limit, and a traceback would stop the whole load."""
+    found = decls.secrets if secrets is None else secrets
     try:
         doc = parse(text, rel, line_offset=line_offset)
-    except YamlSyntaxError as exc:
-        decls.problems.append(Problem(rel, exc.line + line_offset, exc.column, exc.message))
+        # A value holds `${` only if the text does or spells it with a double-quoted escape.
+        if expand and ("${" in text or "\\" in text):
+            interpolate(doc, found)
+        found |= config_secrets(doc.data)  # literal credentials and DSN passwords
+    except (YamlSyntaxError, RecursionError) as raised:
+        exc = raised if isinstance(raised, YamlSyntaxError) else too_deep()
+        decls.problems.append(
+            Problem(rel, exc.line + line_offset, exc.column, exc.message, exc.hint)
+        )
         return None
-    found = decls.secrets if secrets is None else secrets
-    # A value holds `${` only if the text does or spells it with a double-quoted escape.
-    if expand and ("${" in text or "\\" in text):
-        interpolate(doc, found)
-    found |= config_secrets(doc.data)  # literal credentials and DSN passwords
     decls.problems.extend(doc.problems)
     doc.problems = []
     return doc

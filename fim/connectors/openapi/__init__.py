@@ -20,8 +20,9 @@ choices are conservative and visible in the YAML:
 - names: action names are cut so `{connector}__{action}` fits 64 characters (OpenAI,
   Anthropic and Gemini all cap function names there), uniquely.
 
-Speed matters: GitHub's spec is 13 MB. JSON is parsed by `json`, YAML by libyaml (pyyaml's
-CSafeLoader); positions are only computed for the error message of a document that fails.
+Speed matters: GitHub's spec is 13 MB. JSON is parsed by `json`, YAML by `fim.config.yamlio`
+(libyaml's C parser); positions are only computed for the error message of a document that
+fails. Hostile specs are bounded: aliases, nesting and `$ref` inlining all have budgets.
 
 Modules, by concept: `document` (read the spec, write the YAML, shape checks), `schemas`
 (`$ref`s and OpenAPI schemas as JSON Schema), `auth` (base_url and auth), `naming` (action
@@ -112,6 +113,13 @@ def import_openapi(
             ) from None
     if not actions:
         raise OpenApiError("the document has no operations under 'paths'")
+    if resolver.placeholders:
+        names = list(resolver.placeholders)
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        warnings.append(
+            f"schemas too large to inline were written as placeholders (not expanded): "
+            f"{shown}; describe what the model needs of them by hand"
+        )
     decl["actions"] = actions
     return decl
 

@@ -22,6 +22,7 @@ def build_action(
     resolver: Resolver,
     where: str,
 ) -> dict[str, Any]:
+    resolver.start_action()
     properties: dict[str, Any] = {}
     required: list[str] = []
     query: list[str] = []

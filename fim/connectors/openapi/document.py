@@ -1,8 +1,9 @@
 """The OpenAPI document in, the connector YAML out, and the shape checks on its parts.
 
-Speed matters: GitHub's spec is 13 MB. JSON is parsed by `json`, YAML by libyaml (pyyaml's
-CSafeLoader) and the declaration is written by libyaml's emitter; positions are only computed
-for the error message of a document that fails. Every failure is one `OpenApiError` line.
+Speed matters: GitHub's spec is 13 MB. JSON is parsed by `json`, YAML by fim's own reader
+(`fim.config.yamlio`: libyaml's C parser, with the guards every project file gets) and the
+declaration is written by libyaml's emitter; positions are only computed for the error
+message of a document that fails. Every failure is one `OpenApiError` line per problem.
 """
 
 from __future__ import annotations
@@ -11,17 +12,25 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fim.config.yamlio import DUPLICATE_KEY, YamlSyntaxError, parse
+
 METHODS = ("get", "post", "put", "patch", "delete", "head")
+
+_TOO_DEEP_TO_READ = (
+    "nesting too deep: lists and mappings deeper than the parser reads (flatten them)"
+)
 
 
 class OpenApiError(ValueError):
     """The document cannot be imported; the message says why and what to do."""
 
 
-def load_document(path: Path) -> dict[str, Any]:
-    """Read an OpenAPI document: JSON with `json`, YAML with libyaml (both C-speed).
+def load_document(path: Path, warnings: list[str] | None = None) -> dict[str, Any]:
+    """Read an OpenAPI document: JSON with `json`, YAML with `fim.config.yamlio` (both parse
+    in C). `warnings` gets what is wrong but importable (a duplicate key).
 
-    Every failure is one `OpenApiError` line with the position when the parser knows it.
+    Every failure is an `OpenApiError`: one line, with the position when the parser knows
+    it (a YAML document's problems all at once, a line each).
     """
     try:
         raw = path.read_bytes()
@@ -42,26 +51,37 @@ def load_document(path: Path) -> dict[str, Any]:
             raise OpenApiError(
                 f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}"
             ) from None
+        except RecursionError:  # `json` parses in C but counts its levels against Python's
+            raise OpenApiError(f"{path}: {_TOO_DEEP_TO_READ}") from None
     else:
-        data = _load_yaml(path, text)
+        data = _load_yaml(path, text, warnings if warnings is not None else [])
     if not isinstance(data, dict):
         raise OpenApiError(f"{path} is not an OpenAPI document (expected a mapping)")
     return data
 
 
-def _load_yaml(path: Path, text: str) -> Any:
-    # deferred: loading yaml costs tens of ms
-    import yaml
+def _load_yaml(path: Path, text: str, warnings: list[str]) -> Any:
+    """YAML as fim reads its own files (YAML 1.2 scalars, as JSON has: `on`, `yes` and dates
+    stay text), with the guards a third party's file needs: PyYAML's loader expanded a
+    614-byte nest of aliases to gigabytes, composed a 60 KB `[[[...` until libyaml's C
+    stack overflowed (a segfault) and built a self-containing anchor into a cyclic value.
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    A duplicate key is a warning (the first is kept; PyYAML kept the last silently); the
+    other problems are errors.
+    """
     try:
-        return yaml.load(text, Loader=loader)  # a safe loader: plain data only
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise OpenApiError(f"{where}: invalid YAML: {exc.problem or exc.context}") from None
-    except (yaml.YAMLError, RecursionError, ValueError) as exc:
-        raise OpenApiError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from None
+        doc = parse(text, str(path))
+    except YamlSyntaxError as exc:
+        message = exc.message.replace("YAML syntax error:", "invalid YAML:", 1)
+        hint = f" ({exc.hint})" if exc.hint else ""
+        raise OpenApiError(f"{path}:{exc.line}:{exc.column}: {message}{hint}") from None
+    except RecursionError:  # the parse is depth-capped; only a caller deep in its own stack
+        raise OpenApiError(f"{path}: {_TOO_DEEP_TO_READ}") from None
+    errors = [p for p in doc.problems if not p.message.startswith(DUPLICATE_KEY)]
+    if errors:
+        raise OpenApiError("\n".join(str(p) for p in errors))
+    warnings += [str(p) for p in doc.problems]
+    return doc.data
 
 
 def kind(value: Any) -> str:

@@ -4,6 +4,13 @@ The registry validates a call's arguments with JSON Schema, so OpenAPI 3.0's dia
 turned into it here: `nullable` becomes a null type, documentation-only and vendor `x-` keys
 are dropped, a recursive schema stops expanding at a fixed depth, and each `$ref` target is
 converted once per depth (big specs reference the same schemas thousands of times).
+
+Inlining is bounded by what it writes, not only by depth: five schemas of 60 properties
+each pointing at the next are 13 KB of JSON and 60^5 nodes inlined (gigabytes, a
+MemoryError). Every converted schema knows its inlined size, and a `$ref` that would
+write more than `MAX_SCHEMA_NODES` (in one place, or in one action all told), or more
+than `MAX_IMPORT_NODES` in the whole import, is written as a placeholder naming the schema.
+Real specs are far below: Stripe's largest action is ~2,600 nodes, its whole import ~77,000.
 """
 
 from __future__ import annotations
@@ -16,6 +23,16 @@ _DOC_ONLY = {"example", "examples", "xml", "externalDocs", "discriminator", "x-e
 
 
 _MAX_REF_DEPTH = 8
+
+MAX_SCHEMA_NODES = 50_000
+"""Nodes (mapping entries, list items, values) a `$ref` may inline where it is used, and
+all of one action's parameters together: some 20 times Stripe's largest action."""
+
+MAX_IMPORT_NODES = 1_000_000
+"""Nodes all `$ref`s of one import may inline (some 13 times Stripe's whole spec): what is
+left over becomes placeholders, so the YAML written stays tens of megabytes at most."""
+
+_Sized = tuple[dict[str, Any], int]
 
 
 def flatten(schema: dict[str, Any]) -> dict[str, Any]:
@@ -32,14 +49,29 @@ def flatten(schema: dict[str, Any]) -> dict[str, Any]:
 
 class Resolver:
     """Inlines local `$ref`s (`#/components/...`) and turns OpenAPI schema dialect into
-    JSON Schema the registry's validator understands."""
+    JSON Schema the registry's validator understands, within the node budgets."""
 
     def __init__(self, document: dict[str, Any]) -> None:
         self.document = document
-        self._memo: dict[tuple[str, int], dict[str, Any]] = {}
-        """Converted `$ref` targets by (ref, depth): big specs reference the same schemas
-        thousands of times, so each is converted once per depth and shared (read-only:
-        callers copy before changing one)."""
+        self._memo: dict[tuple[str, int], _Sized] = {}
+        """Converted `$ref` targets and their inlined sizes by (ref, depth): big specs
+        reference the same schemas thousands of times, so each is converted once per depth
+        and shared (read-only: callers copy before changing one). A memoised conversion
+        depends on nothing but the document: inside it, a `$ref` over `MAX_SCHEMA_NODES`
+        is a placeholder wherever it is used."""
+        self._converting = 0
+        """How many `$ref` targets are being converted for the memo (0: an action's own
+        schema, where the action's and the import's budgets apply as well)."""
+        self._room = MAX_SCHEMA_NODES
+        self._left = MAX_IMPORT_NODES
+        self._one_level = False
+        """Writing a `$ref` one level deep: the `$ref`s in it fit or are placeholders."""
+        self.placeholders: dict[str, None] = {}
+        """Names of the schemas written as placeholders, in the order met."""
+
+    def start_action(self) -> None:
+        """Give the next action its own budget (out of what the import has left)."""
+        self._room = min(MAX_SCHEMA_NODES, self._left)
 
     def resolve(self, node: Any, depth: int = 0) -> Any:
         while isinstance(node, dict) and "$ref" in node and depth < _MAX_REF_DEPTH:
@@ -59,28 +91,97 @@ class Resolver:
         return node
 
     def schema(self, node: Any, depth: int = 0) -> dict[str, Any]:
+        return self._convert(node, depth)[0]
+
+    def _convert(self, node: Any, depth: int) -> _Sized:
+        """The JSON Schema of `node` and how many nodes it inlines."""
         if depth > _MAX_REF_DEPTH:
-            return {"type": "object"}  # a recursive schema: stop expanding
+            return {"type": "object"}, 2  # a recursive schema: stop expanding
         if isinstance(node, dict) and "$ref" in node:
-            key = (str(node["$ref"]), depth)
-            found = self._memo.get(key)
-            if found is None:
-                found = self._memo[key] = self.schema(self._lookup(key[0]), depth + 1)
-            return found
+            return self._ref(str(node["$ref"]), depth)
         if not isinstance(node, dict):
-            return {}
+            return {}, 1
         out: dict[str, Any] = {}
+        size = 1
         for key, value in node.items():
             if key in _DOC_ONLY or key == "nullable" or str(key).startswith("x-"):
                 continue
             if key == "properties" and isinstance(value, dict):
-                out[key] = {k: self.schema(v, depth + 1) for k, v in value.items()}
+                properties: dict[str, Any] = {}
+                inner = 1
+                for name, sub in value.items():
+                    properties[name], n = self._convert(sub, depth + 1)
+                    inner += 1 + n
+                out[key], n = properties, inner
             elif key in ("items", "additionalProperties", "not") and isinstance(value, dict):
-                out[key] = self.schema(value, depth + 1)
+                out[key], n = self._convert(value, depth + 1)
             elif key in ("allOf", "anyOf", "oneOf") and isinstance(value, list):
-                out[key] = [self.schema(v, depth + 1) for v in value]
+                parts = [self._convert(v, depth + 1) for v in value]
+                out[key], n = [p[0] for p in parts], 1 + sum(p[1] for p in parts)
             else:
-                out[key] = value
+                out[key], n = value, _plain_size(value)
+            size += 1 + n
         if node.get("nullable") and isinstance(out.get("type"), str):
             out["type"] = [out["type"], "null"]
-        return out
+        return out, size
+
+    def _ref(self, ref: str, depth: int) -> _Sized:
+        """A `$ref` where it is used: its memoised conversion if the budgets have room for
+        it, else a placeholder. In an action's own schema, a `$ref` too big for the room
+        left is written one level deep instead (its properties, those that fit inlined,
+        the others placeholders), so a large request body keeps its fields."""
+        key = (ref, depth)
+        found = self._memo.get(key)
+        if found is None:
+            self._converting += 1
+            try:
+                found = self._memo[key] = self._convert(self._lookup(ref), depth + 1)
+            finally:
+                self._converting -= 1
+        size = found[1]
+        if self._converting:
+            return found if size <= MAX_SCHEMA_NODES else self._placeholder(ref)
+        if size <= self._room:
+            self._spend(size)
+            return found
+        if self._one_level or self._room <= 0:
+            return self._placeholder(ref)
+        room, self._one_level = self._room, True
+        try:
+            out, size = self._convert(self._lookup(ref), depth + 1)
+        finally:
+            self._one_level = False
+        self._spend(size - (room - self._room))  # what its inlined parts did not spend
+        return out, size
+
+    def _spend(self, nodes: int) -> None:
+        self._room -= nodes
+        self._left -= nodes
+
+    def _placeholder(self, ref: str) -> _Sized:
+        name = ref.rsplit("/", 1)[-1].replace("~1", "/").replace("~0", "~")
+        self.placeholders.setdefault(name)
+        out: dict[str, Any] = {}
+        target = self._lookup(ref)
+        kind = target.get("type") if isinstance(target, dict) else None
+        if isinstance(kind, str):
+            out["type"] = [kind, "null"] if target.get("nullable") else kind
+        out["description"] = f"{name} (not expanded: the schema is too large)"
+        return out, 5
+
+
+def _plain_size(value: Any) -> int:
+    """Nodes in a value copied as it is (`enum`, `default`, ...), counted without recursion
+    (`json` reads documents nested hundreds deep)."""
+    if not isinstance(value, dict | list):
+        return 1
+    count, pending = 0, [value]
+    while pending:
+        item = pending.pop()
+        count += 1
+        if isinstance(item, dict):
+            count += len(item)
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return count
