@@ -167,16 +167,22 @@ def _parse_steps(path: Path, source: str) -> list[ModelResponse]:
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
 
+    too_deep = "the file nests too deep to read (ruamel's reader recurses)"
     try:
         data = YAML(typ="rt").load(source)
     except YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
         raise ConfigError.at(path, f"invalid YAML: {exc}", line, column) from None
+    except RecursionError:
+        raise ConfigError.at(path, too_deep, 1, 1) from None
     if isinstance(data, dict) and "steps" in data:
         data = data["steps"]
     if not isinstance(data, list):
         raise ConfigError.at(
             path, "a scripted model file must be a list of steps", hint="start with `- text: Hi`"
         )
-    return [_step_from_yaml(item, path, *_where(data, i)) for i, item in enumerate(data)]
+    try:
+        return [_step_from_yaml(item, path, *_where(data, i)) for i, item in enumerate(data)]
+    except RecursionError:
+        raise ConfigError.at(path, too_deep, 1, 1) from None
