@@ -47,7 +47,7 @@ def http_demo(
                 time.sleep(0.05)
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.terminate()
+        proc.kill()  # a test server keeps nothing: no graceful shutdown to wait for
         proc.wait(10)
         proc.stderr.close()  # type: ignore[union-attr]
 
