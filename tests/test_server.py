@@ -240,33 +240,31 @@ def test_api_keys_protect_everything_but_healthz(tmp_path: Path):
         assert ok.status_code == 200
 
 
-@pytest.mark.parametrize(
-    ("method", "path", "body"),
-    [
-        ("GET", "/v1/agents", None),
-        ("POST", "/v1/agents/math/runs", {"input": "6*7?"}),
-        ("POST", "/v1/chat/completions", {"model": "math", "messages": []}),
-        ("GET", "/v1/runs/r1/events", None),
-        ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
-        ("POST", "/a2a/math", {"jsonrpc": "2.0", "id": 1, "method": "message/send"}),
-    ],
-)
-def test_two_authorization_headers_are_refused_whichever_comes_first(
-    tmp_path: Path, method: str, path: str, body: dict[str, object] | None
-):
+SURFACES: list[tuple[str, str, dict[str, object] | None]] = [
+    ("GET", "/v1/agents", None),
+    ("POST", "/v1/agents/math/runs", {"input": "6*7?"}),
+    ("POST", "/v1/chat/completions", {"model": "math", "messages": []}),
+    ("GET", "/v1/runs/r1/events", None),
+    ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+    ("POST", "/a2a/math", {"jsonrpc": "2.0", "id": 1, "method": "message/send"}),
+]
+
+
+def test_two_authorization_headers_are_refused_whichever_comes_first(tmp_path: Path):
     """The key checked must be the key that owns the request: with two headers, the check
     and a route could each read a different one (a decoy owner for a real key's request,
-    out of its limits, budget and listings). So two are a 400 on every route, in either
+    out of its limits, budget and listings). So two are a 400 on every surface, in either
     order, even twice the same valid key."""
     holder = SnapshotHolder(make_snapshot(tmp_path, api_keys=["k3y-s3cret", "k3y-other"]))
     real, decoy = ("authorization", "Bearer k3y-s3cret"), ("authorization", "Bearer decoy")
     with ServerThread(create_app(holder)) as srv:
-        for pair in ([decoy, real], [real, decoy], [real, real], [real, ("Authorization", "")]):
-            sent = httpx.request(method, srv.url + path, json=body, headers=pair)
-            assert sent.status_code == 400, (pair, sent.text)
-            problem = sent.json()["error"]
-            assert "Authorization headers" in problem["message"] and problem["hint"]
-            assert "k3y" not in sent.text
+        for method, path, body in SURFACES:
+            for pair in ([decoy, real], [real, decoy], [real, real], [real, ("Authorization", "")]):
+                sent = httpx.request(method, srv.url + path, json=body, headers=pair)
+                assert sent.status_code == 400, (path, pair, sent.text)
+                problem = sent.json()["error"]
+                assert "Authorization headers" in problem["message"] and problem["hint"]
+                assert "k3y" not in sent.text
 
 
 async def test_a_websocket_is_closed_before_any_route_sees_it(tmp_path: Path):
