@@ -7,6 +7,7 @@ values, `MAX_DEPTH` levels."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sys
@@ -21,7 +22,8 @@ from mcp_servers.harness import http_demo, stdio_decl
 from fim.config.schema import HttpServer, StdioServer
 from fim.mcp import capped
 from fim.mcp.calls import call_tool
-from fim.mcp.errors import McpUnavailable
+from fim.mcp.errors import McpResultRejected, McpUnavailable
+from fim.mcp.jobs import Job
 from fim.mcp.manager import McpManager
 
 ROOT = Path(__file__).parent
@@ -196,6 +198,10 @@ async def test_an_answer_past_the_object_or_depth_cap_fails_its_call_and_the_ser
     )
     after = await call_tool(bulky, "echo", {"text": "still here"})
     assert not after.is_error and after.content == "still here"
+    # a call sent after the refusal that the connection's end fails later is not told the
+    # refusal's reason (an SSE stream resumed after it set the reason again)
+    later = Job("call", asyncio.get_running_loop().create_future(), sent=True)
+    assert not isinstance(bulky._lost_error(later), McpResultRejected)
 
     # a structured result past 64 levels fails fim's own check of it (fim/mcp/checks.py)
     deep = await call_tool(bulky, "nested", {"depth": 50})

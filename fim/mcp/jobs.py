@@ -151,9 +151,9 @@ class Requests(ToolList):
                 self._settle(job, McpCallTimeout(f"no answer within {job.timeout:g}s"))
             elif exc.code == mcp_types.CONNECTION_CLOSED:
                 self._settle(job, self._lost_error(job))
-            elif exc.code == mcp_types.PARSE_ERROR and self.cut is not None:
+            elif exc.code == mcp_types.PARSE_ERROR and self._cut_for(job) is not None:
                 # the SDK's word for a JSON answer fim stopped reading (fim.mcp.capped)
-                self._settle(job, McpResultRejected(self.cut))
+                self._settle(job, McpResultRejected(self._cut_for(job) or ""))
                 self.cut = None
             else:
                 self._settle(job, McpRequestError(bounded(exc.error.message or str(exc))))
@@ -185,11 +185,16 @@ class Requests(ToolList):
     def _settle(self, job: Job, exc: Exception) -> None:
         fail(job.future, exc)
 
+    def _cut_for(self, job: Job) -> str | None:
+        """Why fim stopped reading an answer, if `job` was in flight then."""
+        return self.cut if self.cut is not None and job.seq <= self.cut_upto else None
+
     def _lost_error(self, job: Job) -> Exception:
         if not job.sent:
             return NotSent()
-        if self.cut is not None:
-            return McpResultRejected(f"{self.cut}; the connection is opened again")
+        cut = self._cut_for(job)
+        if cut is not None:
+            return McpResultRejected(f"{cut}; the connection is opened again")
         tail = self.stderr_tail()
         return McpServerLost(
             "the server closed the connection during the call"

@@ -205,6 +205,7 @@ class Session(Requests):
 
     def _on_cut(self, reason: str) -> None:
         self.cut = reason
+        self.cut_upto = max((job.seq for job in self._inflight), default=0)
 
     def _on_end(self) -> None:
         """The transport's read side ended: stop accepting jobs so the owner unwinds."""

@@ -70,6 +70,9 @@ class ConnectionState:
         self.cut: str | None = None
         """Why the HTTP client stopped reading an answer (`fim.mcp.capped`): the calls the
         connection's end fails are told that, not that the server stopped."""
+        self.cut_upto = 0
+        """The newest request in flight when `cut` was set: a request sent after it failing
+        is not told that old reason (an SSE stream resumed after a refusal sets it again)."""
         self.has_resources = False
         self.has_prompts = False
         self.sampling_model: Callable[[], Any] | None = None
