@@ -73,6 +73,19 @@ def test_a_pages_simple_post_to_a_server_without_keys_starts_nothing(open_server
     assert runs(url) == 0
 
 
+def test_the_check_reads_the_header_a_route_reads(open_server: str):
+    """A header sent twice: the check read the last, Starlette's routes the first. A client
+    that is no browser can send both; the check now judges the one the route uses."""
+    url = open_server
+    two_origins = [("Origin", EVIL), ("Origin", url), ("Content-Type", "application/json")]
+    sent = httpx.post(f"{url}/v1/agents/a/runs", content=b'{"input": "hi"}', headers=two_origins)
+    assert sent.status_code == 403
+    two_types = [("Content-Type", "text/plain"), ("Content-Type", "application/json")]
+    sent = httpx.post(f"{url}/v1/agents/a/runs", content=b'{"input": "hi"}', headers=two_types)
+    assert sent.status_code == 415
+    assert runs(url) == 0
+
+
 def test_a_name_re_pointed_at_loopback_is_refused(open_server: str):
     rebound = httpx.get(f"{open_server}/v1/status", headers={"Host": "evil.example:8000"})
     assert rebound.status_code == 403 and "re-pointing" in rebound.json()["error"]["message"]

@@ -229,7 +229,9 @@ class Guard:
             return
         settings = self.holder.current.project.server
         keys = server_keys(settings)
-        headers = dict(scope["headers"])
+        headers: dict[bytes, bytes] = {}
+        for name, value in scope["headers"]:  # the first of a name, as Starlette reads it
+            headers.setdefault(name, value)
         me = OPEN
         if keys:
             sent = [v for k, v in scope["headers"] if k.lower() == b"authorization"]
