@@ -130,3 +130,58 @@ async def test_read_only_follows_the_call_into_a_delegate_and_a_workflow(
     )
     with sqlite3.connect(root / "shop.db") as conn:
         assert conn.execute("SELECT count(*) FROM orders").fetchone() == (1,)
+
+
+async def test_a_rate_limit_counts_what_delegates_and_workflows_call(tmp_path: Path) -> None:
+    """The caller's `rate_limit` holds in its delegates and workflows, as its read-only
+    does: a limit of one write a minute allowed one more through every delegate and every
+    workflow the agent could start, each counted in a window of its own."""
+    root = tmp_path / "p"
+    write = {"name": "file_ops", "arguments": {"operation": "write", "path": "f.txt"}}
+    files = {
+        "fim.yaml": {"name": "rl", "state": "sqlite:///.fim/state.db"},
+        "boss.yaml": [
+            {"tool_calls": [{**write, "arguments": {**write["arguments"], "content": "boss"}}]},
+            {"tool_calls": [{"name": "call_agent", "arguments": {"agent": "helper", "task": "w"}}]},
+            {"tool_calls": [{"name": "run_workflow", "arguments": {"name": "more", "inputs": {}}}]},
+            {"text": "done"},
+        ],
+        "helper.yaml": [
+            {"tool_calls": [{**write, "arguments": {**write["arguments"], "content": "helper"}}]},
+            {"text": "helped"},
+        ],
+        "agents/boss.yaml": {
+            "description": "Writes once a minute",
+            "model": "scripted:boss.yaml",
+            "tools": ["file_ops"],
+            "delegates": ["helper"],
+            "workflows": ["more"],
+            "hooks": [
+                {"use": "rate_limit", "matcher": "file_ops", "with": {"max_calls": 1}},
+            ],
+        },
+        "agents/helper.yaml": {
+            "description": "Writes",
+            "model": "scripted:helper.yaml",
+            "tools": ["file_ops"],
+        },
+        "workflows/more.yaml": {
+            "description": "Writes",
+            "nodes": {
+                "w": {
+                    "type": "tool",
+                    "tool": "file_ops",
+                    "args": {"operation": "write", "path": "f.txt", "content": "workflow"},
+                }
+            },
+        },
+    }
+    for name, value in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(json.dumps(value))
+    events = await run_events(compile_project(root), "boss", "write")
+    results = {e.name: e.content for e in events if e.type == "tool_result"}
+    assert results["file_ops"].startswith("wrote")  # the boss's own write, the one allowed
+    assert "rate limit reached: agent 'boss'" in results["run_workflow"]
+    assert results["call_agent"] == "helped"  # the helper answered; its write was refused
+    assert (root / ".fim" / "sandbox" / "f.txt").read_text() == "boss"  # the only write

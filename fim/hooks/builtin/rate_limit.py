@@ -1,4 +1,6 @@
 """`rate_limit`: at most `max_calls` per `window` seconds, per agent and tool (or connector).
+The agent is the one whose file declares the hook: what its delegates and the workflows it
+starts call counts too, so the limit cannot be multiplied by delegating.
 
 A model stuck in a loop can hammer a paid API or a fragile internal service hundreds of
 times a minute; the limit is a sliding window kept in the process's `Services`, so it
@@ -49,14 +51,18 @@ class RateLimit(PreToolUseHook):
         target = context.tool_name or ""
         if opts.per == "connector":
             target = str(context.metadata.get("connector") or target)
-        key = (context.agent, opts.per, target, str(opts.max_calls), f"{opts.window:g}")
+        # the agent whose file declares the hook, not the one making the call: the
+        # caller's hooks hold in its delegates and workflows (`Stacked`), where the call's
+        # agent is the delegate's or the workflow's name, a new window each
+        owner = self.run_context.agent.name if self.run_context is not None else context.agent
+        key = (owner, opts.per, target, str(opts.max_calls), f"{opts.window:g}")
         calls = self._windows().setdefault(key, deque())
         wait = admit(calls, opts.max_calls, opts.window, self.clock())
         if wait is not None:
             what = f"connector '{target}'" if opts.per == "connector" else f"'{target}'"
             return HookResult(
                 allow=False,
-                error=f"rate limit reached: agent '{context.agent}' may call {what} at most "
+                error=f"rate limit reached: agent '{owner}' may call {what} at most "
                 f"{opts.max_calls} times per {opts.window:g}s. Wait about {wait:.0f}s, or "
                 "work with the results you already have",
             )
