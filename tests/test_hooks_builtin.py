@@ -171,8 +171,18 @@ async def test_rate_limit_allows_n_calls_per_window_per_agent(tmp_path: Path) ->
     results = [await call_tool(runner, tool, {}) for _ in range(3)]
     assert [r.blocked for r in results] == [False, False, True]
     assert "may call 'crm__search' at most 2 times per 60s" in results[2].observation
-    # Another agent has its own budget; another tool too.
-    assert not (await call_tool(runner, tool, {}, agent="other")).blocked
+    # The budget is the declaring agent's: a call it guards for a delegate counts in it.
+    assert (await call_tool(runner, tool, {}, agent="delegate")).blocked
+    # Another agent declaring the same limit has its own budget; another tool too.
+    theirs = build_hooks(
+        make_context(
+            tmp_path,
+            [{"use": "rate_limit", "with": {"max_calls": 2, "window": 60}}],
+            agent={"name": "other"},
+            services=ctx.services,
+        )
+    )
+    assert not (await call_tool(theirs, tool, {}, agent="other")).blocked
     other_tool, _ = recorder("crm__get")
     assert not (await call_tool(runner, other_tool, {})).blocked
     # The window lives in Services: the next run of the same process still counts.
