@@ -145,11 +145,13 @@ async def test_a_chatty_servers_stderr_is_kept_short(monkeypatch):
         assert (await call_tool(conn, "noisy", {"kilobytes": 3000})).content == "written"
         size = lambda: os.fstat(conn._stderr.file.fileno()).st_size  # noqa: E731
         for _ in range(500):  # the trimmer's next turns (20 ms apart)
-            if size() <= transport.STDERR_KEEP:
+            if size() <= transport.STDERR_MAX:
                 break
             await asyncio.sleep(0.01)
-        assert size() <= transport.STDERR_KEEP
-        kept = os.pread(conn._stderr.file.fileno(), transport.STDERR_KEEP, 0)
-        assert b"000002999 ....." in kept  # the newest line is kept
+        # 3,000 KB written: trimmed to its last 64 KiB each time it passed 1 MiB, so what
+        # is left is at most 1 MiB (what came after the last trim), never the whole
+        assert size() <= transport.STDERR_MAX
+        kept = os.pread(conn._stderr.file.fileno(), size(), 0)
+        assert kept[-1024:].startswith(b"000002999 .....")  # the newest line is the last
     finally:
         await manager.aclose()
