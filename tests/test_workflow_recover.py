@@ -183,3 +183,56 @@ async def test_orphaned_runs_lists_runs_whose_process_is_gone(root: Path):
         assert [s.run_id for s in await orphaned_runs(services)] == [run_id]
     finally:
         await services.aclose()
+
+
+async def test_a_run_an_agent_started_is_recovered_under_that_agents_hooks(tmp_path: Path):
+    """`run_workflow` runs a workflow under its agent's hooks, held in memory. If the
+    process dies mid-run, `fim workflow resume` in another process ran the rest without
+    them; they are built again from the agents in the run's chain."""
+    (tmp_path / "workflows").mkdir()
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "fim.yaml").write_text("name: recover\n")
+    (tmp_path / "workflows" / "two.yaml").write_text(
+        "nodes:\n"
+        "  first: {type: tool, tool: calculator, args: {expression: '1+1'}}\n"
+        "  second: {type: tool, tool: file_ops, needs: [first],"
+        " args: {operation: write, path: planted.txt, content: x}}\n"
+    )
+    (tmp_path / "unused.yaml").write_text("- text: unused\n")
+    (tmp_path / "agents" / "boss.yaml").write_text(
+        "model: scripted:unused.yaml\ntools: [calculator]\nworkflows: [two]\n"
+        "hooks:\n  - event: PreToolUse\n    matcher: file_ops\n"
+        "    command: echo 'boss never writes files' >&2; exit 2\n"
+    )
+    snapshot = compile_project(tmp_path)
+    services = Services(providers=CAPABILITIES, root=tmp_path, state_url=snapshot.project.state)
+    try:
+        engine = WorkflowEngine(snapshot, "two", services, depth=1, parents=("boss",))
+        events = engine.run({})
+        async for event in events:
+            if event.type == "node_finished" and event.node == "first":
+                break
+        await events.aclose()
+        state = engine.state
+        assert state is not None and state.parents == ["boss"]
+        # the process "died" with `second` in flight (as `_orphan` above records it)
+        state.nodes["second"].status = "running"
+        for planted in tmp_path.rglob("planted.txt"):
+            planted.unlink()
+        gone = subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+        )
+        state.status, state.owner = (
+            "running",
+            {"host": os.uname().nodename, "pid": int(gone.stdout)},
+        )
+        await get_store(services).put_run(state.run_id, KIND, "two", state.status, state.to_dict())
+
+        again = WorkflowEngine(compile_project(tmp_path), "two", services)
+        recovered = [e async for e in again.resume(state.run_id, None)]
+    finally:
+        await services.aclose()
+    failed = [e for e in recovered if e.type == "node_failed"]
+    assert failed and failed[0].node == "second"
+    assert "boss never writes files" in failed[0].error  # boss's hook, built again
+    assert not list(tmp_path.rglob("planted.txt"))

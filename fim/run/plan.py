@@ -151,6 +151,19 @@ class RunPlan:
         return self.ctx.snapshot
 
 
+def hooks_of(ctx: RunContext) -> HookRunner:
+    """The hooks a run of `ctx.agent` holds to: its own (read-only holds with hooks off, in
+    eval, too), after the chain of the run that started it (`ctx.guard`)."""
+    snapshot, agent = ctx.snapshot, ctx.agent
+    hooks: HookRunner = NoHooks()
+    if agent.hooks or agent.read_only or snapshot.project.read_only:
+        hooks = build_hooks(ctx)
+    if ctx.guard is not None and type(ctx.guard) is not NoHooks:
+        # a caller's chain; with hooks off (eval) that is its read-only guard, if any
+        hooks = Stacked(ctx.guard, hooks)
+    return hooks
+
+
 async def build_plan(
     ctx: RunContext,
     request: str = "",
@@ -193,13 +206,7 @@ async def build_plan(
         # the answer is checked whole before anyone sees it, so it is not streamed
         sections.append(("output", contract.instruction()))
         stream = False
-    hooks: HookRunner = NoHooks()
-    if agent.hooks or agent.read_only or snapshot.project.read_only:
-        hooks = build_hooks(ctx)  # read-only holds with hooks off (eval) too
-    if ctx.guard is not None and type(ctx.guard) is not NoHooks:
-        # a caller's chain; with hooks off (eval) that is its read-only guard, if any
-        hooks = Stacked(ctx.guard, hooks)
-    ctx.hooks = hooks
+    ctx.hooks = hooks = hooks_of(ctx)
     fast = functools.partial(fast_model, snapshot, agent)
     selection = SelectionPlan(
         settings=selection_settings(snapshot.project.tool_selection, agent.tool_selection),

@@ -21,7 +21,7 @@ from fim.events import Event, NodeFailed, NodeFinished, Notice
 from fim.masking import known
 from fim.observe import observe_workflow
 from fim.run.preflight import check_workflow
-from fim.run.services import Services
+from fim.run.services import RunContext, Services
 from fim.schema_check import problems as schema_problems
 from fim.tools.registry import ToolRegistry
 from fim.types import Tool
@@ -328,10 +328,16 @@ class WorkflowEngine:
 
     def _adopt(self, state: RunState) -> list[str]:
         """Take over a persisted run: nodes that were in flight when its process stopped
-        run again (a node's effects are only recorded once it finishes)."""
+        run again (a node's effects are only recorded once it finishes). A run an agent
+        started (`run_workflow`) held to that agent's hooks in memory: they are built again
+        from the agents of its chain, so recovering it in another process does not run its
+        remaining nodes past them."""
         self.run_id = state.run_id
         self.depth = state.depth
         self.parents = tuple(state.parents)
+        callers = self._callers_guard(self.parents)
+        if callers is not None:
+            self.guard = callers
         self.state = state
         in_flight = [n for n, s in state.nodes.items() if s.status == "running"]
         for node_id in in_flight:
@@ -339,6 +345,29 @@ class WorkflowEngine:
         state.status = "running"
         state.owner = current_owner()
         return in_flight
+
+    def _callers_guard(self, parents: tuple[str, ...]) -> Any:
+        """The hooks of the agents in `parents` (the chain above this run), stacked as
+        their runs stacked them; None when no agent is in the chain."""
+        # deferred: run assembly loads hooks and tools, only for a run an agent started
+        from fim.run.plan import hooks_of
+
+        guard: Any = None
+        for depth, name in enumerate(parents):
+            decl = self.snapshot.agents.get(name)
+            if decl is None:  # a workflow of the chain: its own hooks are its nodes'
+                continue
+            context = RunContext(
+                snapshot=self.snapshot,
+                agent=decl,
+                services=self.services,
+                depth=depth,
+                parents=parents[:depth],
+                guard=guard,
+                hooks_enabled=self.hooks,
+            )
+            guard = hooks_of(context)
+        return guard
 
     async def _recover(self, state: RunState, force: bool) -> AsyncGenerator[Event, None]:
         """Continue a run recorded as running whose process is gone.
