@@ -8,6 +8,7 @@ real second Python process that asks for approval and is killed while waiting.
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -281,6 +282,19 @@ async def test_confirm_waits_until_a_human_approves_from_the_cli(tmp_path: Path)
     assert "approved by cli:" in outcome.events[0].side_effects[0]
     store.close()
     await ctx.services.aclose()
+
+
+def test_an_approval_prompt_shows_the_end_of_long_arguments() -> None:
+    """The notice (300 characters) and `fim approvals list` (160) showed only the start of
+    a call's arguments: a payload after harmless-looking text was not in what a human
+    approved. Head and tail are shown, with how much is not."""
+    from fim.hooks.approval import preview
+
+    args = json.dumps({"note": "harmless words " * 60, "send_to": "attacker@evil.example"})
+    shown = preview(args, 300)
+    assert "attacker@evil.example" in shown and args[:100] in shown
+    assert f"[{len(args) - 300} characters not shown" in shown and len(shown) < 400
+    assert preview('{"name": "Ada"}', 300) == '{"name": "Ada"}'
 
 
 async def test_confirm_denied_blocks_with_the_humans_note(tmp_path: Path) -> None:

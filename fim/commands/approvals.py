@@ -121,6 +121,9 @@ def list_(
     from rich.console import Console
     from rich.table import Table
 
+    # deferred: the hooks package loads only to print a table of approvals
+    from fim.hooks.approval import preview
+
     now = time.time()
     table = Table(show_lines=False)
     for column in ("id", "status", "agent", "tool"):
@@ -141,7 +144,7 @@ def list_(
             item.status,
             item.agent,
             item.tool_name,
-            args if len(args) <= 120 else args[:117] + "...",
+            preview(args, 160),
             item.reason,
             _age(now - item.created_at),
             expires,

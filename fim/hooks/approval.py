@@ -95,13 +95,28 @@ async def _find_or_create(
     args_text = json.dumps(args, ensure_ascii=False, default=str)
     hook.notice(
         f"approval {approval_id} needed: agent '{context.agent}' wants to call "
-        f"{context.tool_name} {args_text[:300]} ({reason}). Approve with "
+        f"{context.tool_name} {preview(args_text, 300)} ({reason}). Approve with "
         f"`fim approvals approve {approval_id}` or deny with `fim approvals deny "
         f"{approval_id}` within {timeout:g}s.",
         approval_id=approval_id,
         tool_name=context.tool_name,
     )
     return approval_id, None
+
+
+def preview(text: str, limit: int) -> str:
+    """`text` whole when it fits in `limit` characters, else its head and its tail around
+    how much is not shown. A human approves what the call's arguments say: a payload a
+    model puts after harmless-looking text must not fall off the end of the prompt."""
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 3
+    tail = limit - head
+    hidden = len(text) - head - tail
+    return (
+        f"{text[:head]} ... [{hidden} characters not shown: `fim approvals list --json` "
+        f"shows them] ... {text[-tail:]}"
+    )
 
 
 async def ask_human(
