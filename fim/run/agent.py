@@ -19,7 +19,8 @@ from fim.observe import watch_run
 from fim.run.auto import resolve_agent
 from fim.run.plan import build_engine, build_plan
 from fim.run.services import RunContext, Services
-from fim.run.spend import Ledger, spending
+from fim.run.spend import Ledger
+from fim.run.tree import spending
 from fim.types import Message, Model
 
 if TYPE_CHECKING:

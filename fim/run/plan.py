@@ -43,7 +43,8 @@ from fim.run.selection import (
     selection_settings,
 )
 from fim.run.services import ModeKind, RunContext
-from fim.run.spend import metered, run_budgets, start_spend
+from fim.run.spend import metered, run_budgets
+from fim.run.tree import start_spend
 from fim.structured import OutputContract
 from fim.tools.registry import ToolRegistry
 from fim.tools.view import view_of

@@ -123,7 +123,7 @@ class RunContext:
     """The session (conversation) this run continues, if any: its session budgets count the
     session's recorded spend, and delegates it starts count toward the same session."""
     spend: Any = None
-    """This run's `fim.run.spend.RunSpend` (set when its plan is built): its place in the
+    """This run's `fim.run.tree.RunSpend` (set when its plan is built): its place in the
     tree of runs one request started."""
     owner: str = field(default_factory=current_owner.get)
     """The key (tenant) hash the run is for, "" for none: by default the owner of the work

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import contextmanager, suppress
-from contextvars import ContextVar
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
 from fim.locks import current_owner
 from fim.run.sessions import session_label
+from fim.run.tree import RunSpend, per_run
 from fim.types import ModelResponse, Usage
 
 if TYPE_CHECKING:
@@ -63,89 +61,6 @@ KEY = "API key"
 """The label of `server.key_budget`: counted over the runs of the key running now."""
 
 
-@dataclass(eq=False)
-class RunSpend:
-    """What one run and every run under it (its delegates, the agent nodes of a workflow it
-    started) spent so far, and its per-run limits.
-
-    A delegate is its own run with its own budget, but it works for the run that started
-    it: that run's `max_tokens` and `max_cost_usd` hold for what its delegates spend too,
-    or a model told to fan out (32 calls a turn, each a delegate that fans out again)
-    would multiply a per-run limit by the width of the tree. The root also counts the
-    runs the tree started, held to the project's `max_runs`."""
-
-    agent: str
-    budgets: tuple[tuple[str, Budget], ...]
-    """This run's own (owner label, budget) pairs with a per-run limit."""
-    parent: RunSpend | None = None
-    usage: Usage = field(default_factory=Usage)
-    runs: int = 1
-    """Runs started under the root so far, the root included (read on the root only)."""
-    done: bool = False
-    """The run ended: a context its `current_spend` leaked into (a stream closed from
-    elsewhere) starts new trees, not runs under it."""
-
-    @property
-    def root(self) -> RunSpend:
-        node = self
-        while node.parent is not None:
-            node = node.parent
-        return node
-
-    def ancestors(self) -> Iterator[RunSpend]:
-        node = self.parent
-        while node is not None:
-            yield node
-            node = node.parent
-
-    def add(self, usage: Usage) -> None:
-        """A model call of this run finished: it counts for this run and every run above."""
-        node: RunSpend | None = self
-        while node is not None:
-            node.usage = node.usage + usage
-            node = node.parent
-
-
-current_spend: ContextVar[RunSpend | None] = ContextVar("fim_run_spend", default=None)
-"""The run whose work is going on: a run started now (a delegate, a workflow's agent node)
-is counted under it."""
-
-
-def start_spend(agent: Any, budgets: Sequence[tuple[str, Budget]], max_runs: int) -> RunSpend:
-    """The spend record of a run starting now, under the run going on (if any); refused
-    when the tree already started `max_runs` runs."""
-    parent = current_spend.get()
-    if parent is not None and parent.done:
-        parent = None
-    own = tuple(
-        (owner, b) for owner, b in budgets if b.max_tokens is not None or b.max_cost_usd is not None
-    )
-    node = RunSpend(agent.name, own, parent)
-    if parent is not None:
-        root = parent.root
-        if root.runs >= max_runs:
-            raise RunError(
-                f"agent '{agent.name}' would be run number {root.runs + 1} started by one "
-                f"request (the run of '{root.agent}'), above max_runs {max_runs}",
-                hint="a model is fanning out delegations or workflows; raise max_runs in "
-                "fim.yaml if this is intended",
-            )
-        root.runs += 1
-    return node
-
-
-@contextmanager
-def spending(node: RunSpend) -> Iterator[None]:
-    """`current_spend` set to `node` while its run goes (the runs it starts are under it)."""
-    token = current_spend.set(node)
-    try:
-        yield
-    finally:
-        node.done = True
-        with suppress(ValueError):  # closed from another context
-            current_spend.reset(token)
-
-
 def _field(label: str) -> str:
     """Where the limit a message names is set: `server.key_budget` or a `budget:`."""
     return "server.key_budget" if label.startswith(KEY) else "budget"
@@ -167,7 +82,7 @@ class MeteredModel:
     ) -> None:
         self.inner = inner
         self.services, self.agent, self.session = services, agent, session
-        self.node = spend or RunSpend(agent, ())
+        self.node = spend or RunSpend(agent, per_run(budgets))
         """This run's place in its tree: its per-run limits count its delegates' spend, and
         the limits of the runs above it hold here too."""
         self.name = getattr(inner, "name", "")
@@ -193,32 +108,26 @@ class MeteredModel:
         session limits what the session's finished runs spent plus this run."""
         out: list[tuple[str, str, int | None, float | None, Usage]] = []
         keyed = bool(current_owner.get())  # a run no key started (the CLI, an eval): no key budget
-        for above in self.node.ancestors():
-            for owner, budget in above.budgets:
+        for node in (*self.node.ancestors(), self.node):  # per-run limits, delegates included
+            scope = (
+                "this run"
+                if node is self.node
+                else f"the run of '{node.agent}' this one works for, its delegates included"
+            )
+            for owner, budget in node.budgets:
                 if owner != KEY or keyed:
                     out.append(
                         (
-                            f"{owner} budget (the run of '{above.agent}' this one works for, "
-                            "its delegates included)",
+                            f"{owner} budget ({scope})",
                             "",
                             budget.max_tokens,
                             budget.max_cost_usd,
-                            above.usage,
+                            node.usage,
                         )
                     )
         for owner, budget in self.budgets:
             if owner == KEY and not keyed:
                 continue
-            if budget.max_tokens is not None or budget.max_cost_usd is not None:
-                out.append(
-                    (
-                        f"{owner} budget (this run)",
-                        "",
-                        budget.max_tokens,
-                        budget.max_cost_usd,
-                        self.node.usage,
-                    )
-                )
             if budget.daily:
                 today = await self._today(owner)
                 out.append(

@@ -1,0 +1,110 @@
+"""The tree of runs one request starts: the first run, its delegates and theirs, the agent
+nodes of the workflows they run. Each run's place in it (`RunSpend`) is kept in
+`current_spend` while it goes, like its owner (`fim.locks.current_owner`), so a run started
+inside it -- in a tool call's task, a workflow node's -- finds the run it works for.
+
+What the tree is for: a run's per-run budget counts what the runs under it spend
+(`fim.run.spend.MeteredModel` checks every limit of the chain before each call), and the
+tree is held to the project's `max_runs`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from fim.errors import RunError
+from fim.types import Usage
+
+if TYPE_CHECKING:
+    from fim.config.schema.spend import Budget
+
+
+def per_run(budgets: Sequence[tuple[str, Budget]]) -> tuple[tuple[str, Budget], ...]:
+    """The (owner label, budget) pairs that limit one run (`max_tokens`, `max_cost_usd`)."""
+    return tuple(
+        (owner, b) for owner, b in budgets if b.max_tokens is not None or b.max_cost_usd is not None
+    )
+
+
+@dataclass(eq=False)
+class RunSpend:
+    """What one run and every run under it (its delegates, the agent nodes of a workflow it
+    started) spent so far, and its per-run limits.
+
+    A delegate is its own run with its own budget, but it works for the run that started
+    it: that run's `max_tokens` and `max_cost_usd` hold for what its delegates spend too,
+    or a model told to fan out (32 calls a turn, each a delegate that fans out again)
+    would multiply a per-run limit by the width of the tree. The root also counts the
+    runs the tree started, held to the project's `max_runs`."""
+
+    agent: str
+    budgets: tuple[tuple[str, Budget], ...]
+    """This run's own (owner label, budget) pairs with a per-run limit."""
+    parent: RunSpend | None = None
+    usage: Usage = field(default_factory=Usage)
+    runs: int = 1
+    """Runs started under the root so far, the root included (read on the root only)."""
+    done: bool = False
+    """The run ended: a context its `current_spend` leaked into (a stream closed from
+    elsewhere) starts new trees, not runs under it."""
+
+    @property
+    def root(self) -> RunSpend:
+        node = self
+        while node.parent is not None:
+            node = node.parent
+        return node
+
+    def ancestors(self) -> Iterator[RunSpend]:
+        node = self.parent
+        while node is not None:
+            yield node
+            node = node.parent
+
+    def add(self, usage: Usage) -> None:
+        """A model call of this run finished: it counts for this run and every run above."""
+        node: RunSpend | None = self
+        while node is not None:
+            node.usage = node.usage + usage
+            node = node.parent
+
+
+current_spend: ContextVar[RunSpend | None] = ContextVar("fim_run_spend", default=None)
+"""The run whose work is going on: a run started now (a delegate, a workflow's agent node)
+is counted under it."""
+
+
+def start_spend(agent: Any, budgets: Sequence[tuple[str, Budget]], max_runs: int) -> RunSpend:
+    """The spend record of a run starting now, under the run going on (if any); refused
+    when the tree already started `max_runs` runs."""
+    parent = current_spend.get()
+    if parent is not None and parent.done:
+        parent = None
+    node = RunSpend(agent.name, per_run(budgets), parent)
+    if parent is not None:
+        root = parent.root
+        if root.runs >= max_runs:
+            raise RunError(
+                f"agent '{agent.name}' would be run number {root.runs + 1} started by one "
+                f"request (the run of '{root.agent}'), above max_runs {max_runs}",
+                hint="a model is fanning out delegations or workflows; raise max_runs in "
+                "fim.yaml if this is intended",
+            )
+        root.runs += 1
+    return node
+
+
+@contextmanager
+def spending(node: RunSpend) -> Iterator[None]:
+    """`current_spend` set to `node` while its run goes (the runs it starts are under it)."""
+    token = current_spend.set(node)
+    try:
+        yield
+    finally:
+        node.done = True
+        with suppress(ValueError):  # closed from another context
+            current_spend.reset(token)
