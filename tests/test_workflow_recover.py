@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -117,11 +118,14 @@ async def test_a_run_killed_mid_node_is_recovered_by_resume(root: Path):
     assert (scratch / "first-runs").read_text() == "x", "finished nodes do not run again"
 
 
-async def _orphan(root: Path, owner: dict) -> tuple[Services, str]:
-    """A run whose state says `slow` was running, owned by `owner`."""
+async def _orphan(
+    root: Path, owner: dict, workflow: str = "crashy", in_flight: str = "slow", **options: Any
+) -> tuple[Services, str]:
+    """A run of `workflow` (its engine made with `options`) whose state says `in_flight`
+    was running after `first` finished, owned by `owner`."""
     snapshot = compile_project(root)
     services = Services(providers=CAPABILITIES, root=root, state_url=snapshot.project.state)
-    engine = WorkflowEngine(snapshot, "crashy", services)
+    engine = WorkflowEngine(snapshot, workflow, services, **options)
     events = engine.run({})
     async for event in events:
         if event.type == "node_finished" and event.node == "first":
@@ -130,7 +134,7 @@ async def _orphan(root: Path, owner: dict) -> tuple[Services, str]:
     state = engine.state
     assert state is not None
     state.status, state.owner = "running", owner
-    state.nodes["slow"].status = "running"
+    state.nodes[in_flight].status = "running"
     await get_store(services).put_run(
         state.run_id, KIND, state.workflow, state.status, state.to_dict()
     )
@@ -204,32 +208,17 @@ async def test_a_run_an_agent_started_is_recovered_under_that_agents_hooks(tmp_p
         "hooks:\n  - event: PreToolUse\n    matcher: file_ops\n"
         "    command: echo 'boss never writes files' >&2; exit 2\n"
     )
-    snapshot = compile_project(tmp_path)
-    services = Services(providers=CAPABILITIES, root=tmp_path, state_url=snapshot.project.state)
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead = {"host": os.uname().nodename, "pid": int(gone.stdout)}
+    # the process "died" with `second` in flight, started by `boss` (`run_workflow`)
+    services, run_id = await _orphan(tmp_path, dead, "two", "second", depth=1, parents=("boss",))
+    for planted in tmp_path.rglob("planted.txt"):  # in case it ran before the "death"
+        planted.unlink()
     try:
-        engine = WorkflowEngine(snapshot, "two", services, depth=1, parents=("boss",))
-        events = engine.run({})
-        async for event in events:
-            if event.type == "node_finished" and event.node == "first":
-                break
-        await events.aclose()
-        state = engine.state
-        assert state is not None and state.parents == ["boss"]
-        # the process "died" with `second` in flight (as `_orphan` above records it)
-        state.nodes["second"].status = "running"
-        for planted in tmp_path.rglob("planted.txt"):
-            planted.unlink()
-        gone = subprocess.run(
-            [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
-        )
-        state.status, state.owner = (
-            "running",
-            {"host": os.uname().nodename, "pid": int(gone.stdout)},
-        )
-        await get_store(services).put_run(state.run_id, KIND, "two", state.status, state.to_dict())
-
         again = WorkflowEngine(compile_project(tmp_path), "two", services)
-        recovered = [e async for e in again.resume(state.run_id, None)]
+        recovered = [e async for e in again.resume(run_id, None)]
     finally:
         await services.aclose()
     failed = [e for e in recovered if e.type == "node_failed"]
