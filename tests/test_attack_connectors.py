@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from http_stubs import Quiet, answer, serving
 
 from fim.config.schema import HttpConnector
 from fim.connectors import http as http_mod
@@ -385,26 +386,14 @@ async def test_a_cookie_one_run_got_never_goes_out_with_another_runs_call(
     tenant's included. The client keeps none; credentials are declared."""
     sent: list[str] = []
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(Quiet):
         def do_GET(self) -> None:
             sent.append(self.headers.get("Cookie", ""))
-            body = b"{}"
-            self.send_response(200)
-            if self.path.startswith("/api/login"):
-                self.send_header("Set-Cookie", "session=tenant-a-session; Path=/")
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            login = self.path.startswith("/api/login")
+            cookie = {"Set-Cookie": "session=tenant-a-session; Path=/"} if login else {}
+            answer(self, b"{}", headers={"Content-Type": "application/json", **cookie})
 
-        def log_message(self, format: str, *args: Any) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    ).start()
-    try:
+    with serving(Handler) as server:
         decl = HttpConnector.model_validate(
             {
                 "kind": "http",
@@ -416,7 +405,4 @@ async def test_a_cookie_one_run_got_never_goes_out_with_another_runs_call(
         tools = ToolRegistry([action_tool(client, a) for a in ("login", "whoami")])
         assert not (await tools.call("svc__login", {})).is_error  # run A
         assert not (await tools.call("svc__whoami", {})).is_error  # run B, same client
-    finally:
-        server.shutdown()
-        server.server_close()
     assert sent == ["", ""]

@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import quote, quote_plus
 
 import pytest
+from http_stubs import Quiet, answer, serving
 from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
@@ -430,15 +431,14 @@ def test_a_session_belongs_to_the_key_that_created_it(tmp_path: Path):
     assert "hello" not in [m.content for m in bobs] and len(bobs) == 8
 
 
+@pytest.mark.parametrize("mode", ["progressive", "legacy"])
 async def test_a_model_cannot_slide_a_cut_onto_the_connectors_key(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     """End to end, as the model sees it: the service echoes the query and then the key the
     connector sent (`${SVC_KEY}`). The model learns where the masked key sits, then pads
     the query so `max_response_chars` cuts one character before the key's end. Cut before
     it was masked, the observation held 23 of its 24 characters; now it holds none."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     from urllib.parse import parse_qs, urlsplit
 
     from fim.build.compile import compile_project
@@ -449,52 +449,45 @@ async def test_a_model_cannot_slide_a_cut_onto_the_connectors_key(
     key = "sk-live-9f8e7d6c5b4a3210"
     monkeypatch.setenv("SVC_KEY", key)
 
-    class Echo(BaseHTTPRequestHandler):
+    class Echo(Quiet):
         def do_GET(self) -> None:
             pad = parse_qs(urlsplit(self.path).query).get("pad", [""])[0]
             echoed = {"pad": pad, "key": self.headers.get("X-API-Key"), "more": "z" * 100}
-            body = json.dumps(echoed).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            answer(self, json.dumps(echoed).encode())
 
-        def log_message(self, format: str, *args: Any) -> None:
-            return
+    with serving(Echo) as server:
+        (tmp_path / "agents").mkdir()
+        (tmp_path / "connectors").mkdir()
+        (tmp_path / "fim.yaml").write_text("name: slide\n")
+        (tmp_path / "connectors/svc.yaml").write_text(
+            f"kind: http\nbase_url: http://127.0.0.1:{server.server_address[1]}\n"
+            'auth: {type: api_key, key: "${SVC_KEY}"}\nmax_response_chars: 2000\n'
+            "actions:\n  echo:\n    method: GET\n    path: /echo\n"
+            "    parameters: {type: object, properties: {pad: {type: string}}}\n"
+        )
+        (tmp_path / "agents/a.yaml").write_text(
+            "description: a\nmodel: openai/gpt-4o-mini\ninstructions: hi\nconnectors: [svc]\n"
+            f"tool_modes: {{connectors: {mode}}}\n"
+        )
+        seen: list[str] = []
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}).start()
-    (tmp_path / "agents").mkdir()
-    (tmp_path / "connectors").mkdir()
-    (tmp_path / "fim.yaml").write_text("name: slide\n")
-    (tmp_path / "connectors/svc.yaml").write_text(
-        f"kind: http\nbase_url: http://127.0.0.1:{server.server_address[1]}\n"
-        'auth: {type: api_key, key: "${SVC_KEY}"}\nmax_response_chars: 2000\n'
-        "actions:\n  echo:\n    method: GET\n    path: /echo\n"
-        "    parameters: {type: object, properties: {pad: {type: string}}}\n"
-    )
-    (tmp_path / "agents/a.yaml").write_text(
-        "description: a\nmodel: openai/gpt-4o-mini\ninstructions: hi\nconnectors: [svc]\n"
-        "tool_modes: {connectors: legacy}\n"
-    )
-    seen: list[str] = []
+        def echo(pad: str) -> Any:
+            if mode == "legacy":
+                return tool_call("svc__echo", {"pad": pad})
+            call = {"subcommand": "execute", "connector": "svc", "action": "echo"}
+            return tool_call("connector", {**call, "parameters": {"pad": pad}})
 
-    def slide(messages: list[Any], tools: Any) -> Any:
-        seen.append(first := messages[-1].content)
-        at = first.index('"key": "***"') + len('"key": "')
-        return tool_call("svc__echo", {"pad": "a" * (2000 - at - (len(key) - 1))})
+        def slide(messages: list[Any], tools: Any) -> Any:
+            seen.append(first := messages[-1].content)
+            at = first.index('"key": "***"') + len('"key": "')
+            return echo("a" * (2000 - at - (len(key) - 1)))
 
-    def done(messages: list[Any], tools: Any) -> Any:
-        seen.append(messages[-1].content)
-        return text("done")
+        def done(messages: list[Any], tools: Any) -> Any:
+            seen.append(messages[-1].content)
+            return text("done")
 
-    try:
-        model = ScriptedModel([tool_call("svc__echo", {"pad": ""}), slide, done])
+        model = ScriptedModel([echo(""), slide, done])
         events = await run_events(compile_project(tmp_path), "a", "go", model=model)
-    finally:
-        server.shutdown()
-        server.server_close()
     assert events[-1].type == "run_finished"
     assert len(seen) == 2 and "more characters cut" in seen[1]
     for observation in seen:
