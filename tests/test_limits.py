@@ -222,7 +222,7 @@ async def test_workers_run_with_limits():
 
     memory = await isolate.run(resource.getrlimit, resource.RLIMIT_AS, timeout=5)
     nice = await isolate.run(os.getpriority, os.PRIO_PROCESS, 0, timeout=5)
-    assert tuple(memory) == (isolate.MEMORY_BYTES, isolate.MEMORY_BYTES)
+    assert tuple(memory) == (isolate.MEMORY_BYTES, isolate.MEMORY_CEILING)
     assert int(nice) >= isolate.NICE
     assert resource.getrlimit(resource.RLIMIT_AS)[0] != isolate.MEMORY_BYTES
     assert await isolate.run(os.getenv, "PATH", timeout=5) is None  # empty environment

@@ -8,7 +8,9 @@ killed and replaced). Each worker runs with:
 
 - a wall-clock deadline per call (the caller's `timeout`), enforced by killing the worker;
 - `RLIMIT_CPU` per call (deadline + 1 s) as a backstop should the deadline not fire;
-- `RLIMIT_AS` (address space) so a huge allocation is a MemoryError, not a host OOM;
+- `RLIMIT_AS` (address space) so a huge allocation is a MemoryError, not a host OOM
+  (`MEMORY_BYTES` for a call, unless it asks for more, up to `MEMORY_CEILING`: a
+  database connector's SQLite statement needs SQLite's heap on top);
 - a cap on the size of what it returns (`MAX_RESULT` characters);
 - a lower CPU priority (nice 10), so spinning workers cannot slow the server's event loop;
 - an empty environment (no API keys within reach of the evaluated text).
@@ -34,7 +36,7 @@ import signal
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from typing import Any, TypeVar
 
 from fim.locks import share, slots
 from fim.schema_check import MAX_NESTING, nested_deeper, plainly_valid, problems_json
@@ -43,7 +45,9 @@ from fim.types import ToolResult
 # Eight workers (~6 MB private memory each): six hostile calls in flight still leave two
 # for everyone else; they are niced, so more workers than cores costs the server little.
 WORKERS = 8
-MEMORY_BYTES = 256 * 1024 * 1024  # address space per worker
+MEMORY_BYTES = 256 * 1024 * 1024  # address space per worker, per call unless it asks more
+MEMORY_CEILING = 1024 * 1024 * 1024
+"""The most address space any call may ask for (`call(memory=...)`): the hard limit."""
 MAX_RESULT = 200_000
 NICE = 10
 DEFAULT_TIMEOUT = 5.0
@@ -64,18 +68,23 @@ PRELOAD = [
     "fim.tools.builtin._html",
 ]
 
+T = TypeVar("T")
+
 _lock = threading.Lock()
 _pool: Any = None
 
 
-def _init_worker(memory_bytes: int, nice: int) -> None:
-    """Worker start-up: limits, priority, and a SIGTERM that kills even inside C code."""
+def _init_worker(memory_bytes: int, nice: int, ceiling: int = MEMORY_CEILING) -> None:
+    """Worker start-up: limits, priority, and a SIGTERM that kills even inside C code.
+
+    The address-space limit is `memory_bytes`; a call may raise it for itself up to
+    `ceiling` (the hard limit, which nothing in the worker can raise)."""
 
     # pebble's worker turns SIGTERM into a Python handler, which cannot run while C code
     # (a big-int power, a regex match) holds the interpreter: die at once instead.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.environ.clear()  # templates and patterns need no API keys; keep them out of reach
-    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, max(memory_bytes, ceiling)))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     with contextlib.suppress(OSError):
         os.nice(nice)
@@ -87,15 +96,25 @@ def _cpu_used() -> float:
 
 
 def _execute(
-    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], cpu: int
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    cpu: int,
+    memory: int = MEMORY_BYTES,
+    raw: bool = False,
 ) -> Any:
-    """Inside the worker: cap CPU time for this call, run `fn`, cap what comes back."""
+    """Inside the worker: cap CPU time and memory for this call, run `fn`, cap what comes
+    back (`raw`: what `fn` returns or raises, as it is)."""
 
     # RLIMIT_CPU counts the process's whole life and workers are reused: allow `cpu`
     # more seconds from now (SIGXCPU kills the worker past it).
     soft = int(_cpu_used()) + 1 + cpu
     _, hard = resource.getrlimit(resource.RLIMIT_CPU)
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    _, ceiling = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (min(memory, ceiling), ceiling))
+    if raw:
+        return fn(*args, **kwargs)
     try:
         result = fn(*args, **kwargs)
     except MemoryError:
@@ -197,6 +216,28 @@ async def run(
         return await _scheduled(fn, args, kwargs, timeout, hint)
 
 
+async def call(
+    fn: Callable[..., T], *args: Any, timeout: float, memory: int = MEMORY_BYTES, **kwargs: Any
+) -> T:
+    """`fn(*args, **kwargs)` in a worker, with `memory` bytes of address space (at most
+    `MEMORY_CEILING`): what it returns comes back and what it raises is raised here, as they
+    are (both must pickle). A worker that had to be killed (past `timeout`, or by a resource
+    limit) raises `Stopped`; cancelling the awaiting task kills the worker too. Shares the
+    workers with `run`, under the same per-key half."""
+    async with share("isolate", WORKERS):
+        result: T = await _submit(fn, args, kwargs, timeout, memory, raw=True)
+        return result
+
+
+class Stopped(Exception):
+    """The worker running a call was killed: past its time limit (`timed_out`), or by a
+    resource limit (CPU time; memory past what a MemoryError could report)."""
+
+    def __init__(self, message: str, timed_out: bool) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
 async def _scheduled(
     fn: Callable[..., str | ToolResult],
     args: tuple[Any, ...],
@@ -204,29 +245,43 @@ async def _scheduled(
     timeout: float,
     hint: str,
 ) -> str | ToolResult:
+    try:
+        result: str | ToolResult = await _submit(fn, args, kwargs, timeout, MEMORY_BYTES, raw=False)
+    except Stopped as exc:
+        return ToolResult(content=f"Error: {exc}. {hint}", is_error=True)
+    return result
+
+
+async def _submit(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    timeout: float,
+    memory: int,
+    raw: bool,
+) -> Any:
     # deferred: loading pebble costs a few ms
     from pebble import ProcessExpired
 
-    cpu = int(timeout) + 1
+    job = (fn, args, kwargs, int(timeout) + 1, memory, raw)
     workers = await pool()
     try:
-        future = workers.schedule(_execute, args=(fn, args, kwargs, cpu), timeout=timeout)
+        future = workers.schedule(_execute, args=job, timeout=timeout)
     except RuntimeError:  # the pool broke between the check and the call: replace it
         workers = await asyncio.to_thread(_ensure_pool)
-        future = workers.schedule(_execute, args=(fn, args, kwargs, cpu), timeout=timeout)
+        future = workers.schedule(_execute, args=job, timeout=timeout)
     try:
         return await asyncio.wrap_future(future)
-    except FutureTimeout:
-        return ToolResult(
-            content=f"Error: stopped after {timeout:g}s (the time limit). {hint}",
-            is_error=True,
-        )
+    except FutureTimeout as exc:
+        if type(exc) is not FutureTimeout:  # the work's own (a subclass): not the deadline
+            raise
+        raise Stopped(f"stopped after {timeout:g}s (the time limit)", True) from None
     except ProcessExpired as exc:
-        return ToolResult(
-            content=f"Error: the work was stopped by a resource limit (CPU time or memory; "
-            f"exit code {exc.exitcode}). {hint}",
-            is_error=True,
-        )
+        raise Stopped(
+            "the work was stopped by a resource limit (CPU time or memory; "
+            f"exit code {exc.exitcode})",
+            False,
+        ) from None
     except asyncio.CancelledError:
         future.cancel()  # pebble kills the worker running a cancelled task
         raise

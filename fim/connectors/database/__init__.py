@@ -2,14 +2,18 @@
 
 SQLAlchemy is synchronous, so every call runs in a worker thread of a pool of its own
 (`fim-db`): other tools that fill the default thread pool never starve database access,
-and the event loop never waits on a query. What `read_only: true` means is decided in
+and the event loop never waits on a query. A SQLite statement (model-written SQL run by
+the SQLite library inside the process that runs it) goes further, to a killable worker
+process (`fim.tools.isolate`): its address space is capped by the OS, it is killed past
+its deadline, and its heap limit is its own. What `read_only: true` means is decided in
 `fim.connectors.readonly` (statement, catalog, role and connection layers).
 
 Limits hold whatever one row costs: PostgreSQL sessions carry `statement_timeout`,
 `lock_timeout` and `idle_in_transaction_session_timeout`; SQLite has a progress handler, a
 timer that interrupts the statement at the deadline and `SQLITE_LIMIT_LENGTH`, so no single
-value (`printf('%.*c', 900000000, 'x')`) can grow past a bound inside one opcode, and one
-heap for the process (`sqlite.HEAP_LIMIT`) that its sorts and temporary tables use too.
+value (`printf('%.*c', 900000000, 'x')`) can grow past a bound inside one opcode, and a
+heap limit for the statement (`sqlite.HEAP_LIMIT`) that its sorts and temporary tables use
+too.
 Rows are read one at a time (SQLite step by step, read-only PostgreSQL in single-row
 mode; a writable PostgreSQL connector, like other drivers, gets the whole result from its
 driver at once) and every value and the whole result are capped while fetching
@@ -20,7 +24,8 @@ line, an error message: up to 1 GB) is said in `postgres`.
 
 Modules, by concept: `engine` (URL, engine per dialect, role check on first connect),
 `worker` (the blocking calls: list, describe, execute within the limits), `rows` (the
-result caps while reading), `sqlite` and `postgres` (each driver's own limits); this module
+result caps while reading), `sqlite` and `postgres` (each driver's own limits),
+`sqlite_statement` (one SQLite statement, what the worker process runs); this module
 is the async API the tools and workflow nodes use, the thread pool it runs on, and how a
 failure is worded for the model.
 """
@@ -40,15 +45,20 @@ from fim.config.schema import DatabaseConnector
 from fim.connectors import readonly
 from fim.connectors.database import sqlite
 from fim.connectors.database.rows import FetchTimeout, QueryResult, size_limit
+from fim.connectors.database.sqlite_statement import run_statement
 from fim.connectors.database.worker import Worker
 from fim.connectors.render import pipe_table
 from fim.connectors.sql_guard import SqlRejected
+from fim.tools import isolate
 from fim.types import ToolResult
 
 _MAX_OUTPUT_CHARS = 20_000
 _ERROR_CHARS = 500
 _STUB_TABLES = 12
 _DB_THREADS = 16
+_KILL_AFTER = 2.0
+"""Seconds past a SQLite statement's timeout before its worker is killed (SQLite's own
+interrupt normally ends it at the timeout, with a clearer error)."""
 """Worker threads for all database connectors of the process (timeouts free them)."""
 
 T = TypeVar("T")
@@ -84,11 +94,34 @@ class Database(Worker):
     async def run(self, sql: str, params: dict[str, Any] | None = None) -> QueryResult:
         """Run one statement under the connector's read-only decision; raises
         `SqlRejected` for a refused statement (workflow nodes and `query` share this)."""
-        if not self.decl.read_only:
-            return await self.in_thread(self.execute_sync, sql, params, None)
-        # Parsing model-written SQL is untrusted work too: off the event loop, like the query.
-        parsed = await self.in_thread(lambda: readonly.decide(sql, self.dialect).require())
+        parsed = None
+        if self.decl.read_only:
+            # Parsing model-written SQL is untrusted work too: off the event loop.
+            parsed = await self.in_thread(lambda: readonly.decide(sql, self.dialect).require())
+        if self.dialect == "sqlite":
+            return await self.in_worker(sql, params)
         return await self.in_thread(self.execute_sync, sql, params, parsed)
+
+    async def in_worker(self, sql: str, params: dict[str, Any] | None) -> QueryResult:
+        """Run a SQLite statement in a killable worker process (`fim.tools.isolate`): its
+        memory is capped by the OS as well as by SQLite's heap limit (the worker's own), and
+        past its deadline the worker is killed, whatever SQLite is doing."""
+        target = await self.in_thread(self.sqlite_target)
+        try:
+            return await isolate.call(
+                run_statement,
+                target,
+                self.decl,
+                sql,
+                params or {},
+                sqlite.HEAP_LIMIT,
+                timeout=self.decl.statement_timeout + _KILL_AFTER,
+                memory=isolate.MEMORY_BYTES + sqlite.HEAP_LIMIT,
+            )
+        except isolate.Stopped as exc:
+            if exc.timed_out:
+                raise FetchTimeout("statement timeout (the worker was stopped)") from None
+            raise RuntimeError(str(exc)) from None
 
     async def query(self, sql: str, params: dict[str, Any] | None = None) -> ToolResult:
         try:
@@ -152,9 +185,8 @@ def describe_error(exc: Exception, db: Database) -> str:
         )
     if db.dialect == "sqlite" and (isinstance(orig, MemoryError) or "out of memory" in lowered):
         return (
-            f"the query needed more than the {sqlite.HEAP_LIMIT // 2**20} MiB SQLite may use (for "
-            "all queries at once); select fewer or shorter values, sort fewer rows (LIMIT), "
-            "or try again later"
+            f"the query needed more than the {sqlite.HEAP_LIMIT // 2**20} MiB SQLite may use "
+            "for one query; select fewer or shorter values, or sort fewer rows (LIMIT)"
         )
     if "readonly" in lowered or "read-only" in lowered or "query_only" in lowered:
         return f"{text} (this database is read-only; only SELECT queries are possible)"

@@ -23,6 +23,7 @@ from fim.connectors.database.postgres import (
 )
 from fim.connectors.database.rows import size_limit
 from fim.connectors.database.sqlite import sqlite_limits
+from fim.connectors.database.sqlite_statement import SqliteTarget
 from fim.connectors.sql_guard import dialect_for
 
 _CONNECT_TIMEOUT = 5
@@ -138,6 +139,16 @@ class Engine:
             return conn
 
         return sa.create_engine("sqlite://", creator=connect, poolclass=NullPool)
+
+    def sqlite_target(self) -> SqliteTarget:
+        """The database a SQLite statement opens (a worker process opens it itself)."""
+        # deferred: loading sqlalchemy costs hundreds of ms
+        import sqlalchemy as sa
+
+        database = sa.engine.make_url(self.url).database or ""
+        if self.decl.read_only and database in ("", ":memory:"):
+            raise ValueError("a read-only SQLite connector needs a database file")
+        return SqliteTarget(database or ":memory:", self.decl.read_only)
 
     def dispose(self) -> None:
         with self._lock:

@@ -10,6 +10,7 @@ the PostgreSQL loaders that cut values in libpq's buffer and SQLite's value limi
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,3 +148,14 @@ class Rows:
             values_cut=self.values_cut,
             row_too_large=self.row_too_large,
         )
+
+
+def read_one_by_one(fetchone: Callable[[], Any], rows: Rows) -> None:
+    """Fetch and cap one row at a time: the driver copies a whole row (every value at full
+    size, up to the database's value limit each) before `rows` can cut it, so a batch of
+    rows would be held uncut at once; the uncut row is dropped before the next is fetched."""
+    while rows.want_more():
+        row = fetchone()
+        if row is None or not rows.add(tuple(row)):
+            return
+        del row

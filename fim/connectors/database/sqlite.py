@@ -20,13 +20,16 @@ import sqlite3
 from typing import Any
 
 HEAP_LIMIT = 512 * 1024 * 1024
-"""Bytes SQLite may hold at once in this process, all its connections together (the
-library's heap is one per process; fim's own SQLite state store shares it). Past it an
-allocation fails and the statement ends with "out of memory"; fim's copy of a row is never
-larger than what SQLite holds (rows are fetched one at a time), so this bounds both."""
+"""Bytes SQLite may hold at once for one statement of a connector (the library's heap is
+one per process, so the limit is set in the worker process that runs the statement, one
+at a time, never in fim's own). Past it an allocation fails and the statement ends with
+"out of memory"; fim's copy of a row is never larger than what SQLite holds (rows are
+fetched one at a time), so this bounds both."""
 
 
-def sqlite_limits(conn: Any, max_length: int, read_only: bool = True) -> None:
+def sqlite_limits(
+    conn: Any, max_length: int, read_only: bool = True, heap: int | None = None
+) -> None:
     """Bound what one statement on `conn` may cost, before the model's SQL can run (read-only
     connections call this before their authorizer, which would refuse these PRAGMAs).
 
@@ -37,15 +40,17 @@ def sqlite_limits(conn: Any, max_length: int, read_only: bool = True) -> None:
 
     A value limit alone does not bound a statement: it can hold any number of values at
     once (function arguments, result columns, accumulators). So SQLite's heap is capped
-    (`HEAP_LIMIT`; the PRAGMA only ever lowers the process's limit, never raises one an
-    embedding application set). On a `read_only` connection temporary tables and sorts are
-    kept in that heap (`temp_store = MEMORY`) instead of temporary files, which nothing
-    bounds: a sort too big for the heap fails at once instead of writing GBs to the disk.
+    at `heap` bytes when given (the PRAGMA holds for the whole process and only ever lowers
+    its limit: given only in a worker that runs nothing else). On a `read_only`
+    connection temporary tables and sorts are kept in memory (`temp_store = MEMORY`)
+    instead of temporary files, which nothing bounds: a sort too big for the heap fails
+    at once instead of writing GBs to the disk.
     A writable connection keeps its files: its statements may write the database itself
     without bound (and set `temp_store` back), and `CREATE INDEX` on a large table needs a
     sort bigger than the heap."""
 
-    conn.execute(f"PRAGMA hard_heap_limit = {HEAP_LIMIT}")
+    if heap is not None:
+        conn.execute(f"PRAGMA hard_heap_limit = {int(heap)}")
     if read_only:
         conn.execute("PRAGMA temp_store = MEMORY")
     if hasattr(conn, "setlimit"):  # Python 3.11+

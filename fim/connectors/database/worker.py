@@ -2,24 +2,23 @@
 
 Listing tables, describing one, and running one statement inside a read-only transaction
 (PostgreSQL: the catalog check first, then the parsed text streamed row by row, a SELECT
-inside `postgres.bounded_select` so the server withholds a row too big to send; SQLite: a
-deadline that interrupts it), its rows read one at a time within the limits of
-`rows.Rows`. Its own module because this is the security-critical executor below the
-statement check: the async API above only decides what to hand it and how to word the
-answer.
+inside `postgres.bounded_select` so the server withholds a row too big to send; SQLite:
+`sqlite_statement`, which the async API runs in a killable worker process instead), its
+rows read one at a time within the limits of `rows.Rows`. Its own module because this is
+the security-critical executor below the statement check: the async API above only decides
+what to hand it and how to word the answer.
 """
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import time
 from typing import Any
 
 from fim.connectors import readonly
 from fim.connectors.database.engine import Engine
 from fim.connectors.database.postgres import bounded_select
-from fim.connectors.database.rows import QueryResult, Rows, size_limit
+from fim.connectors.database.rows import QueryResult, Rows, read_one_by_one, size_limit
+from fim.connectors.database.sqlite_statement import run_statement
 from fim.connectors.sql_guard import Parsed, SqlRejected, check_read_only
 
 
@@ -87,6 +86,8 @@ class Worker(Engine):
         With it (PostgreSQL), the catalog check runs first, on the same connection, and
         the exact text that was parsed is streamed row by row.
         """
+        if self.dialect == "sqlite":  # in this process: `Database.run` uses a worker
+            return run_statement(self.sqlite_target(), self.decl, sql, params)
         # deferred: loading sqlalchemy costs hundreds of ms
         import sqlalchemy as sa
 
@@ -94,7 +95,6 @@ class Worker(Engine):
         rows = Rows(self.decl, deadline)
         with self.engine().connect() as conn:
             raw = conn.connection.driver_connection
-            timer = self._sqlite_deadline(raw, deadline) if self.dialect == "sqlite" else None
             try:
                 if self.dialect == "postgres" and self.decl.read_only:
                     readonly.begin_read_only(conn)
@@ -104,7 +104,7 @@ class Worker(Engine):
                 result = conn.execute(sa.text(sql), params or {})
                 if result.returns_rows:
                     columns = list(result.keys())
-                    _read_one_by_one(result, rows)
+                    read_one_by_one(result.fetchone, rows)
                     result.close()
                     outcome = rows.result(columns)
                 else:
@@ -113,9 +113,6 @@ class Worker(Engine):
                     conn.commit()
                 return outcome
             finally:
-                if timer is not None:
-                    timer.cancel()
-                    raw.set_progress_handler(None, 0)
                 conn.rollback()
 
     def _stream_pg(
@@ -163,32 +160,7 @@ class Worker(Engine):
         cursor.execute(wrapped.sql, values or None)
         return [c.name for c in cursor.description or ()] or ["result"]
 
-    def _sqlite_deadline(self, raw: Any, deadline: float) -> threading.Timer:
-        """Stop a SQLite statement at the deadline: a progress handler between opcodes,
-        and a timer thread that interrupts it (for long single steps such as sorts)."""
-        raw.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)
-
-        def interrupt() -> None:
-            with contextlib.suppress(Exception):  # closed already: the query finished
-                raw.interrupt()
-
-        timer = threading.Timer(max(0.0, deadline - time.monotonic()), interrupt)
-        timer.daemon = True
-        timer.start()
-        return timer
-
 
 def _statement(parsed: Parsed) -> str:
     """The checked statement without a trailing `;` or comment, to nest in fim's own query."""
     return parsed.statement or parsed.sql
-
-
-def _read_one_by_one(result: Any, rows: Rows) -> None:
-    """Fetch and cap one row at a time: the driver copies a whole row (every value at full
-    size, up to SQLite's value limit each) before `rows` can cut it, so a batch of rows
-    would be held uncut at once; the uncut row is dropped before the next is fetched."""
-    while rows.want_more():
-        row = result.fetchone()
-        if row is None or not rows.add(tuple(row)):
-            return
-        del row

@@ -108,16 +108,21 @@ def _sqlite_read_actions() -> frozenset[int]:
 
 
 def open_sqlite_read_only(
-    target: str, prepare: Callable[[sqlite3.Connection], None] | None = None
+    target: str,
+    prepare: Callable[[sqlite3.Connection], None] | None = None,
+    busy_timeout: float = 5.0,
 ) -> Any:
     """A SQLite connection that cannot write: `mode=ro`, `query_only`, the authorizer.
 
     `prepare` runs before the authorizer is installed: the connector's own limits are
     PRAGMAs with a value (`temp_store`, `hard_heap_limit`), which the authorizer refuses to
-    anyone, so that the model's SQL cannot change them back."""
+    anyone, so that the model's SQL cannot change them back. `busy_timeout`: how long a
+    statement waits for a writer's lock on the file before failing."""
 
     sep = "&" if "?" in target else "?"
-    conn = sqlite3.connect(f"{target}{sep}mode=ro", uri=True, check_same_thread=False)
+    conn = sqlite3.connect(
+        f"{target}{sep}mode=ro", uri=True, check_same_thread=False, timeout=busy_timeout
+    )
     try:
         conn.execute("PRAGMA query_only = ON")
         if prepare is not None:
