@@ -422,6 +422,24 @@ async def test_postgres_withholds_a_row_too_big_to_send(pg):
     assert shown.metadata["row_too_large"] == result.row_too_large
 
 
+async def test_what_postgres_sends_whole_is_read_by_a_worker_not_by_fim(pg):
+    """What PostgreSQL sends whole, libpq reads whole: an error message quoting a 300 MB
+    value the model built (`repeat(...)::int`) took fim's process to 2.3 GB. The statement
+    runs in a worker process whose address space is capped, so fim's own memory does not
+    move, only the head of the message comes back, and the next statement runs."""
+    import resource
+
+    db = connector(pg.reader_url)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    bomb = await db.query("SELECT repeat('x', 300000000)::int AS n")
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    after = await db.query("SELECT count(*) AS n FROM shop.orders")
+    db.dispose()
+    assert bomb.is_error and len(bomb.content) < 1_000, bomb.content[:300]
+    assert grown < 100 * 1024  # KiB
+    assert after.content == "n\n5\n(1 row)"
+
+
 async def test_postgres_selects_keep_their_columns_order_and_types(pg):
     """The row check runs the statement inside fim's own query; what the model asked for
     comes back unchanged: duplicate and quoted names, its order, Python types, and a `;`

@@ -1,16 +1,18 @@
 """Database connectors: list tables, describe one, run a query — through SQLAlchemy.
 
-SQLAlchemy is synchronous, so every call runs in a worker thread of a pool of its own
-(`fim-db`): other tools that fill the default thread pool never starve database access,
-and the event loop never waits on a query. A SQLite statement (model-written SQL run by
-the SQLite library inside the process that runs it) goes further, to a killable worker
-process (`fim.tools.isolate`): its address space is capped by the OS, it is killed past
-its deadline, and its heap limit is its own. What `read_only: true` means is decided in
-`fim.connectors.readonly` (statement, catalog, role and connection layers).
+A statement (model-written SQL) is parsed, checked and run in a killable worker process
+(`fim.tools.isolate`), never in fim's: a driver reads what the database sends whole (a
+PostgreSQL error message quoting a model-built value can be 1 GB) and SQLite builds what
+the statement asks for inside the process that runs it, so the worker's address space is
+capped by the OS, it is killed past the deadline whatever the driver is doing, and SQLite's
+heap limit is its own. fim's own calls (list tables, describe one, `--live` checks) run in
+a thread pool of their own (`fim-db`): other tools that fill the default thread pool never
+starve them, and the event loop never waits on them. What `read_only: true` means is
+decided in `fim.connectors.readonly` (statement, catalog, role and connection layers).
 
 Limits hold whatever one row costs: PostgreSQL sessions carry `statement_timeout`,
-`lock_timeout` and `idle_in_transaction_session_timeout`; SQLite has a progress handler, a
-timer that interrupts the statement at the deadline and `SQLITE_LIMIT_LENGTH`, so no single
+`lock_timeout` and `idle_in_transaction_session_timeout`; SQLite has a progress handler
+that ends the statement at the deadline and `SQLITE_LIMIT_LENGTH`, so no single
 value (`printf('%.*c', 900000000, 'x')`) can grow past a bound inside one opcode, and a
 heap limit for the statement (`sqlite.HEAP_LIMIT`) that its sorts and temporary tables use
 too.
@@ -20,12 +22,13 @@ driver at once) and every value and the whole result are capped while fetching
 (`max_value_bytes`, `max_result_bytes`). Read-only PostgreSQL withholds a SELECT's row
 whose text is over 4 x `max_result_bytes` (it is never sent) and cuts values over the cap
 in libpq's buffer, before Python copies them; what it may still send whole (an EXPLAIN
-line, an error message: up to 1 GB) is said in `postgres`.
+line, an error message: up to 1 GB) is said in `postgres`: it is bounded by the worker.
 
 Modules, by concept: `engine` (URL, engine per dialect, role check on first connect),
-`worker` (the blocking calls: list, describe, execute within the limits), `rows` (the
+`worker` (the blocking calls: list, describe, execute within the limits; what a worker
+process runs, `execute_isolated`), `rows` (the
 result caps while reading), `sqlite` and `postgres` (each driver's own limits),
-`sqlite_statement` (one SQLite statement, what the worker process runs); this module
+`sqlite_statement` (one SQLite statement from open to last row); this module
 is the async API the tools and workflow nodes use, the thread pool it runs on, and how a
 failure is worded for the model.
 """
@@ -44,9 +47,9 @@ from typing import Any, TypeVar
 from fim.config.schema import DatabaseConnector
 from fim.connectors import readonly
 from fim.connectors.database import sqlite
+from fim.connectors.database.engine import CONNECT_TIMEOUT
 from fim.connectors.database.rows import FetchTimeout, QueryResult, size_limit
-from fim.connectors.database.sqlite_statement import run_statement
-from fim.connectors.database.worker import Worker
+from fim.connectors.database.worker import Worker, execute_isolated
 from fim.connectors.render import pipe_table
 from fim.connectors.sql_guard import SqlRejected
 from fim.tools import isolate
@@ -57,8 +60,11 @@ _ERROR_CHARS = 500
 _STUB_TABLES = 12
 _DB_THREADS = 16
 _KILL_AFTER = 2.0
-"""Seconds past a SQLite statement's timeout before its worker is killed (SQLite's own
-interrupt normally ends it at the timeout, with a clearer error)."""
+"""Seconds past a statement's timeout (and connecting) before its worker is killed: the
+database's own deadline normally ends it first, with a clearer error."""
+STATEMENT_MEMORY = isolate.MEMORY_BYTES + sqlite.HEAP_LIMIT
+"""Address space of the worker process running a statement (768 MiB): SQLite's heap and
+what a driver holds of a result, on top of what any worker call may use."""
 """Worker threads for all database connectors of the process (timeouts free them)."""
 
 T = TypeVar("T")
@@ -93,30 +99,26 @@ class Database(Worker):
 
     async def run(self, sql: str, params: dict[str, Any] | None = None) -> QueryResult:
         """Run one statement under the connector's read-only decision; raises
-        `SqlRejected` for a refused statement (workflow nodes and `query` share this)."""
-        parsed = None
-        if self.decl.read_only:
-            # Parsing model-written SQL is untrusted work too: off the event loop.
-            parsed = await self.in_thread(lambda: readonly.decide(sql, self.dialect).require())
-        if self.dialect == "sqlite":
-            return await self.in_worker(sql, params)
-        return await self.in_thread(self.execute_sync, sql, params, parsed)
+        `SqlRejected` for a refused statement (workflow nodes and `query` share this).
 
-    async def in_worker(self, sql: str, params: dict[str, Any] | None) -> QueryResult:
-        """Run a SQLite statement in a killable worker process (`fim.tools.isolate`): its
-        memory is capped by the OS as well as by SQLite's heap limit (the worker's own), and
-        past its deadline the worker is killed, whatever SQLite is doing."""
-        target = await self.in_thread(self.sqlite_target)
+        The statement is parsed, checked and run in a killable worker process
+        (`fim.tools.isolate`), never in fim's: what a driver reads or SQLite builds is
+        bounded by the worker's address space (an error message quoting a model-built
+        value of 1 GB, an EXPLAIN line, a SQLite sort), the worker is killed past the
+        deadline whatever the driver is doing, and SQLite's heap limit is the worker's."""
+        sqlite_heap = sqlite.HEAP_LIMIT if self.dialect == "sqlite" else None
+        connecting = 0.0 if self.dialect == "sqlite" else CONNECT_TIMEOUT
         try:
             return await isolate.call(
-                run_statement,
-                target,
+                execute_isolated,
+                self.name,
                 self.decl,
+                self.root,
                 sql,
                 params or {},
-                sqlite.HEAP_LIMIT,
-                timeout=self.decl.statement_timeout + _KILL_AFTER,
-                memory=isolate.MEMORY_BYTES + sqlite.HEAP_LIMIT,
+                sqlite_heap,
+                timeout=self.decl.statement_timeout + connecting + _KILL_AFTER,
+                memory=STATEMENT_MEMORY,
             )
         except isolate.Stopped as exc:
             if exc.timed_out:

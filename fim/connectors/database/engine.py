@@ -26,7 +26,7 @@ from fim.connectors.database.sqlite import sqlite_limits
 from fim.connectors.database.sqlite_statement import SqliteTarget
 from fim.connectors.sql_guard import dialect_for
 
-_CONNECT_TIMEOUT = 5
+CONNECT_TIMEOUT = 5
 
 
 class Engine:
@@ -98,7 +98,7 @@ class Engine:
             # the URL's own options (e.g. a search_path) come first; ours win
             options = " ".join(filter(None, [url.query.get("options"), own]))
             url = url.difference_update_query(["options"])
-            connect_args = {"options": options, "connect_timeout": _CONNECT_TIMEOUT}
+            connect_args = {"options": options, "connect_timeout": CONNECT_TIMEOUT}
         engine = sa.create_engine(url, connect_args=connect_args, pool_pre_ping=True)
         if self.dialect == "postgres":
             readonly.install_pg_pool_reset(engine)

@@ -11,8 +11,10 @@ What this does not bound: libpq reads every protocol message whole before anythi
 sees it, and PostgreSQL sends up to 1 GB in one. A SELECT's rows are checked by the server
 (`bounded_select`), but an EXPLAIN line (it shows folded constants: `WHERE x =
 repeat('a', 900000000)`) and an error message (`repeat('x', 900000000)::int` quotes the
-value) are not: such a message costs fim its size a few times over while it is read
-(measured: 2x for a row, 8x for an error), whatever the caps below say.
+value) are not: such a message costs its size a few times over while it is read
+(measured: 2x for a row, 8x for an error), whatever the caps below say. That is why
+statements run in a killable worker process whose address space is capped
+(`Database.run`): there, such a message fails the statement, not fim.
 """
 
 from __future__ import annotations

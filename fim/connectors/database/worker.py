@@ -1,29 +1,46 @@
-"""The blocking side of a database connector: what runs on the `fim-db` threads.
+"""The blocking side of a database connector: what runs on the `fim-db` threads (list,
+describe) and in a killable worker process (a statement: `execute_isolated`).
 
-Listing tables, describing one, and running one statement inside a read-only transaction
-(PostgreSQL: the catalog check first, then the parsed text streamed row by row, a SELECT
-inside `postgres.bounded_select` so the server withholds a row too big to send; SQLite:
-`sqlite_statement`, which the async API runs in a killable worker process instead), its
-rows read one at a time within the limits of `rows.Rows`. Its own module because this is
-the security-critical executor below the statement check: the async API above only decides
-what to hand it and how to word the answer.
+Running one statement inside a read-only transaction (PostgreSQL: the catalog check first,
+then the parsed text streamed row by row, a SELECT inside `postgres.bounded_select` so the
+server withholds a row too big to send; SQLite: `sqlite_statement`), its rows read one at a
+time within the limits of `rows.Rows`. Its own module because this is the security-critical
+executor below the statement check: the async API above only decides what to hand it and
+how to word the answer.
 """
 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
+from pathlib import Path
 from typing import Any
 
+from fim.config.schema import DatabaseConnector
 from fim.connectors import readonly
 from fim.connectors.database.engine import Engine
 from fim.connectors.database.postgres import bounded_select
-from fim.connectors.database.rows import QueryResult, Rows, read_one_by_one, size_limit
+from fim.connectors.database.rows import (
+    FetchTimeout,
+    QueryResult,
+    Rows,
+    read_one_by_one,
+    size_limit,
+)
 from fim.connectors.database.sqlite_statement import run_statement
 from fim.connectors.sql_guard import Parsed, SqlRejected, check_read_only
 
+KEPT_ENGINES = 8
+"""Connectors whose engines (and pooled connections) one worker process keeps; the least
+recently used is disposed past it."""
+_ERROR_HEAD = 4_000
+"""Characters of a driver's message that cross back from the worker (plus twice the URL's
+length, so a URL in the part kept is whole and can be replaced)."""
+
 
 class Worker(Engine):
-    """The synchronous calls of a database connector (callers are worker threads)."""
+    """The synchronous calls of a database connector (callers are worker threads, and for
+    statements a worker process: `execute_isolated`)."""
 
     def tables_sync(self) -> list[str]:
         # deferred: loading sqlalchemy costs hundreds of ms
@@ -77,17 +94,22 @@ class Worker(Engine):
         return "\n".join(lines)
 
     def execute_sync(
-        self, sql: str, params: dict[str, Any] | None = None, parsed: Parsed | None = None
+        self,
+        sql: str,
+        params: dict[str, Any] | None = None,
+        parsed: Parsed | None = None,
+        heap: int | None = None,
     ) -> QueryResult:
         """Run one statement; on a read-only database its transaction is always rolled back.
 
         Without `parsed` this is the executor *below* the statement check: it relies only
         on the connection being read-only, which is what the guard-bypass tests exercise.
         With it (PostgreSQL), the catalog check runs first, on the same connection, and
-        the exact text that was parsed is streamed row by row.
+        the exact text that was parsed is streamed row by row. `heap`: SQLite's heap limit
+        for the whole process (only in a worker process, `execute_isolated`).
         """
-        if self.dialect == "sqlite":  # in this process: `Database.run` uses a worker
-            return run_statement(self.sqlite_target(), self.decl, sql, params)
+        if self.dialect == "sqlite":
+            return run_statement(self.sqlite_target(), self.decl, sql, params, heap)
         # deferred: loading sqlalchemy costs hundreds of ms
         import sqlalchemy as sa
 
@@ -159,6 +181,50 @@ class Worker(Engine):
         wrapped = readonly.decide(text, "postgres").require()
         cursor.execute(wrapped.sql, values or None)
         return [c.name for c in cursor.description or ()] or ["result"]
+
+
+class StatementFailed(Exception):
+    """A statement's failure as it crosses back from a worker process: the driver's message
+    cut to its head (a PostgreSQL error quoting a model-built value can be 1 GB, and the
+    whole of it would be pickled back into fim's process)."""
+
+
+_engines: OrderedDict[tuple[str, str, str], Worker] = OrderedDict()
+
+
+def execute_isolated(
+    name: str,
+    decl: DatabaseConnector,
+    root: Path,
+    sql: str,
+    params: dict[str, Any],
+    heap: int | None,
+) -> QueryResult:
+    """One statement, in a killable worker process (`Database.run`): parsed and checked
+    here as well, since parsing model-written SQL is untrusted work too. The connector's
+    engine stays for the worker's next statements. What fails comes back as fim's own
+    error (short already) or as `StatementFailed`."""
+    try:
+        worker = _engine_of(name, decl, root)
+        parsed = readonly.decide(sql, worker.dialect).require() if decl.read_only else None
+        return worker.execute_sync(sql, params, parsed, heap)
+    except (SqlRejected, readonly.ReadOnlyRoleError, FetchTimeout, MemoryError):
+        raise
+    except Exception as exc:
+        orig = getattr(exc, "orig", None) or exc
+        head = str(orig)[: _ERROR_HEAD + 2 * len(decl.url)]  # str() of the message: no copy
+        unread = f"{type(orig).__name__} (the database's message was empty or too big to read)"
+        raise StatementFailed(head or unread) from None
+
+
+def _engine_of(name: str, decl: DatabaseConnector, root: Path) -> Worker:
+    key = (name, decl.model_dump_json(), str(root))
+    worker = _engines.pop(key, None) or Worker(name, decl, root)
+    _engines[key] = worker
+    while len(_engines) > KEPT_ENGINES:
+        _, old = _engines.popitem(last=False)
+        old.dispose()
+    return worker
 
 
 def _statement(parsed: Parsed) -> str:
