@@ -66,8 +66,9 @@ async def test_the_os_bounds_a_statement_below_sqlites_own_limits(shop: Path):
     sql = "SELECT length(randomblob(300000000)) AS n"
     with pytest.raises((MemoryError, sqlite3.Error)):
         await isolate.call(run_statement, target, decl, sql, {}, None, timeout=60)
+    ceiling = isolate.MEMORY_CEILING
     built = await isolate.call(
-        run_statement, target, decl, sql, {}, None, timeout=60, memory=isolate.MEMORY_CEILING
+        run_statement, target, decl, sql, {}, None, timeout=60, memory=ceiling
     )
     assert built.rows == [(300_000_000,)]
 
@@ -82,8 +83,9 @@ async def test_a_statement_sqlite_does_not_stop_is_killed(
     holder.execute("BEGIN EXCLUSIVE")
     monkeypatch.setattr(database_module, "_KILL_AFTER", -9.5)  # killed at 0.5 s of 10
     db = connector(shop, statement_timeout=10)
-    await isolate.pool()
-    before = set(isolate.worker_pids())
+    pool = isolate.DATABASE
+    await pool.started()
+    before = set(pool.pids())
     try:
         killed = await db.query("SELECT count(*) FROM t")
     finally:
@@ -91,10 +93,10 @@ async def test_a_statement_sqlite_does_not_stop_is_killed(
         holder.close()
     assert killed.is_error and "exceeded the statement timeout of 10s" in killed.content
     for _ in range(500):
-        if len(isolate.worker_pids()) == isolate.WORKERS and before - set(isolate.worker_pids()):
+        if len(pool.pids()) == pool.size and before - set(pool.pids()):
             break
         await asyncio.sleep(0.01)
-    assert len(before - set(isolate.worker_pids())) == 1
+    assert len(before - set(pool.pids())) == 1
     monkeypatch.undo()
     assert "100" in (await db.query("SELECT count(*) FROM t")).content
     db.dispose()

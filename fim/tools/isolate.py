@@ -15,13 +15,16 @@ killed and replaced). Each worker runs with:
 - a lower CPU priority (nice 10), so spinning workers cannot slow the server's event loop;
 - an empty environment (no API keys within reach of the evaluated text).
 
-The pool is created on first use (agents that never call these tools pay nothing), from a
-`forkserver` that pre-imports the tool modules (no fork of the multi-threaded server;
-a replacement worker is one cheap fork of a small process). Like every multiprocessing
-child, a worker imports the main module (`fim`'s console script: cheap); scripts that
-call these tools need the usual `if __name__ == "__main__":` guard. Calls beyond the pool size
-queue; nothing here uses the event loop's thread pool after the pool has started, so a
-hostile call cannot starve database access, the reload watcher or other runs.
+Database connectors' statements run in a pool of their own (`DATABASE`, `call(...,
+workers=DATABASE)`): they mostly wait on a database, and must not hold the workers the
+tools need. Each pool is created on first use (agents that never call these tools pay
+nothing), from one `forkserver` that pre-imports the tool modules (no fork of the
+multi-threaded server; a replacement worker is one cheap fork of a small process). Like
+every multiprocessing child, a worker imports the main module (`fim`'s console script:
+cheap); scripts that call these tools need the usual `if __name__ == "__main__":` guard.
+Calls beyond the pool size queue; nothing here uses the event loop's thread pool after the
+pool has started, so a hostile call cannot starve database access, the reload watcher or
+other runs.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ from fim.types import ToolResult
 # Eight workers (~6 MB private memory each): six hostile calls in flight still leave two
 # for everyone else; they are niced, so more workers than cores costs the server little.
 WORKERS = 8
+DATABASE_WORKERS = 4
+"""Workers for database statements (~25 MB private memory each once a driver is loaded);
+statements past them queue."""
 MEMORY_BYTES = 256 * 1024 * 1024  # address space per worker, per call unless it asks more
 MEMORY_CEILING = 1024 * 1024 * 1024
 """The most address space any call may ask for (`call(memory=...)`): the hard limit."""
@@ -69,9 +75,6 @@ PRELOAD = [
 ]
 
 T = TypeVar("T")
-
-_lock = threading.Lock()
-_pool: Any = None
 
 
 def _init_worker(memory_bytes: int, nice: int, ceiling: int = MEMORY_CEILING) -> None:
@@ -142,62 +145,87 @@ def _warm() -> None:
     """A no-op task: scheduling it starts the pool (forkserver, workers) in this thread."""
 
 
-def _new_pool() -> Any:
-    # deferred: loading pebble costs a few ms
-    from pebble import ProcessPool
+class Workers:
+    """One pool of killable workers, started on first use; a broken one (a manager thread
+    died) is stopped and replaced. Two exist: the tools' (`TOOLS`) and the database
+    statements' (`DATABASE`), so statements waiting on a database never hold the workers a
+    calculator needs, and only the database's workers load its drivers."""
 
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
-    pool = ProcessPool(
-        max_workers=WORKERS,
-        initializer=_init_worker,
-        initargs=(MEMORY_BYTES, NICE),
-        context=context,
-    )
-    # Starting the pool spawns the forkserver and the workers; do it here, off the event
-    # loop, rather than inside the first schedule() call.
-    pool.schedule(_warm).result(timeout=60)
-    return pool
+    def __init__(self, name: str, size: int) -> None:
+        self.name = name
+        self.size = size
+        self._lock = threading.Lock()
+        self._pool: Any = None
+
+    def _new_pool(self) -> Any:
+        # deferred: loading pebble costs a few ms
+        from pebble import ProcessPool
+
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(PRELOAD)  # one forkserver for both pools
+        pool = ProcessPool(
+            max_workers=self.size,
+            initializer=_init_worker,
+            initargs=(MEMORY_BYTES, NICE),
+            context=context,
+        )
+        # Starting the pool spawns the forkserver and the workers; do it here, off the
+        # event loop, rather than inside the first schedule() call.
+        pool.schedule(_warm).result(timeout=60)
+        return pool
+
+    def ensure(self) -> Any:
+        """The running pool (blocking: it may start it)."""
+        with self._lock:
+            if self._pool is not None and not self._pool.active:
+                broken, self._pool = self._pool, None
+                broken.stop()
+                with contextlib.suppress(Exception):
+                    broken.join(timeout=10)
+            if self._pool is None:
+                self._pool = self._new_pool()
+            return self._pool
+
+    async def started(self) -> Any:
+        """The running pool, started in a thread on first use (a one-off 0.2-0.5 s)."""
+        current = self._pool
+        if current is not None and current.active:
+            return current
+        return await asyncio.to_thread(self.ensure)
+
+    def pids(self) -> list[int]:
+        """Process ids of the live workers (for tests and diagnostics)."""
+        current = self._pool
+        if current is None:
+            return []
+        return sorted(current._pool_manager.worker_manager.workers)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._pool is not None:
+                self._pool.stop()
+                self._pool.join(timeout=10)
+                self._pool = None
 
 
-def _ensure_pool() -> Any:
-    """The running pool; a broken one (a manager thread died) is stopped and replaced."""
-    global _pool
-    with _lock:
-        if _pool is not None and not _pool.active:
-            broken, _pool = _pool, None
-            broken.stop()
-            with contextlib.suppress(Exception):
-                broken.join(timeout=10)
-        if _pool is None:
-            _pool = _new_pool()
-        return _pool
+TOOLS = Workers("isolate", WORKERS)
+DATABASE = Workers("isolate-db", DATABASE_WORKERS)
 
 
 async def pool() -> Any:
-    """The shared pool, started on first use in a worker thread (a one-off 0.2-0.5 s)."""
-    current = _pool
-    if current is not None and current.active:
-        return current
-    return await asyncio.to_thread(_ensure_pool)
+    """The tools' pool, started on first use in a worker thread (a one-off 0.2-0.5 s)."""
+    return await TOOLS.started()
 
 
 def worker_pids() -> list[int]:
-    """Process ids of the live workers (for tests and diagnostics)."""
-    current = _pool
-    if current is None:
-        return []
-    return sorted(current._pool_manager.worker_manager.workers)
+    """Process ids of the tools' live workers (for tests and diagnostics)."""
+    return TOOLS.pids()
 
 
 def shutdown() -> None:
-    """Stop the pool and its workers (they are also stopped at interpreter exit)."""
-    global _pool
-    with _lock:
-        if _pool is not None:
-            _pool.stop()
-            _pool.join(timeout=10)
-            _pool = None
+    """Stop both pools and their workers (they are also stopped at interpreter exit)."""
+    TOOLS.shutdown()
+    DATABASE.shutdown()
 
 
 async def run(
@@ -217,15 +245,21 @@ async def run(
 
 
 async def call(
-    fn: Callable[..., T], *args: Any, timeout: float, memory: int = MEMORY_BYTES, **kwargs: Any
+    fn: Callable[..., T],
+    *args: Any,
+    timeout: float,
+    memory: int = MEMORY_BYTES,
+    workers: Workers | None = None,
+    **kwargs: Any,
 ) -> T:
-    """`fn(*args, **kwargs)` in a worker, with `memory` bytes of address space (at most
-    `MEMORY_CEILING`): what it returns comes back and what it raises is raised here, as they
-    are (both must pickle). A worker that had to be killed (past `timeout`, or by a resource
-    limit) raises `Stopped`; cancelling the awaiting task kills the worker too. Shares the
-    workers with `run`, under the same per-key half."""
-    async with share("isolate", WORKERS):
-        result: T = await _submit(fn, args, kwargs, timeout, memory, raw=True)
+    """`fn(*args, **kwargs)` in a worker of `workers` (the tools' by default), with `memory`
+    bytes of address space (at most `MEMORY_CEILING`): what it returns comes back and what
+    it raises is raised here, as they are (both must pickle). A worker that had to be killed
+    (past `timeout`, or by a resource limit) raises `Stopped`; cancelling the awaiting task
+    kills the worker too. One API key holds at most half of a pool's workers."""
+    chosen = workers or TOOLS
+    async with share(chosen.name, chosen.size):
+        result: T = await _submit(fn, args, kwargs, timeout, memory, True, chosen)
         return result
 
 
@@ -246,7 +280,9 @@ async def _scheduled(
     hint: str,
 ) -> str | ToolResult:
     try:
-        result: str | ToolResult = await _submit(fn, args, kwargs, timeout, MEMORY_BYTES, raw=False)
+        result: str | ToolResult = await _submit(
+            fn, args, kwargs, timeout, MEMORY_BYTES, False, TOOLS
+        )
     except Stopped as exc:
         return ToolResult(content=f"Error: {exc}. {hint}", is_error=True)
     return result
@@ -259,17 +295,18 @@ async def _submit(
     timeout: float,
     memory: int,
     raw: bool,
+    workers: Workers,
 ) -> Any:
     # deferred: loading pebble costs a few ms
     from pebble import ProcessExpired
 
     job = (fn, args, kwargs, int(timeout) + 1, memory, raw)
-    workers = await pool()
+    pool = await workers.started()
     try:
-        future = workers.schedule(_execute, args=job, timeout=timeout)
+        future = pool.schedule(_execute, args=job, timeout=timeout)
     except RuntimeError:  # the pool broke between the check and the call: replace it
-        workers = await asyncio.to_thread(_ensure_pool)
-        future = workers.schedule(_execute, args=job, timeout=timeout)
+        pool = await asyncio.to_thread(workers.ensure)
+        future = pool.schedule(_execute, args=job, timeout=timeout)
     try:
         return await asyncio.wrap_future(future)
     except FutureTimeout as exc:

@@ -119,6 +119,7 @@ class Database(Worker):
                 sqlite_heap,
                 timeout=self.decl.statement_timeout + connecting + _KILL_AFTER,
                 memory=STATEMENT_MEMORY,
+                workers=isolate.DATABASE,
             )
         except isolate.Stopped as exc:
             if exc.timed_out:
