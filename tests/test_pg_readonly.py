@@ -269,6 +269,19 @@ async def test_the_pool_is_clean_after_a_connection_is_returned(pg):
     assert advisory_locks(pg.admin_url) == 0
 
 
+@pytest.mark.parametrize("mode", ["read-only", "writable"])
+async def test_one_pooled_connection_runs_the_same_statement_again_and_again(pg, mode):
+    """psycopg prepares a statement it has run five times; `DISCARD ALL` on return drops
+    it on the server, and psycopg must forget it too: a writable connector's sixth
+    identical query failed with "prepared statement _pg3_0 does not exist". Twelve run on
+    one connection (the same backend), each answering."""
+    url, read_only = (pg.reader_url, True) if mode == "read-only" else (pg.owner_url, False)
+    db = connector(url, read_only=read_only)
+    pids = {db.execute_sync("SELECT pg_backend_pid()").rows[0][0] for _ in range(12)}
+    db.dispose()
+    assert len(pids) == 1
+
+
 async def test_ordinary_reads_pass_the_catalog(pg):
     db = connector(pg.reader_url)
     reads = [

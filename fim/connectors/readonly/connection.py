@@ -43,11 +43,25 @@ def install_pg_pool_reset(engine: Any) -> None:
             return
         dbapi_conn.autocommit = True
         try:
-            dbapi_conn.execute("DISCARD ALL")
+            dbapi_conn.execute("DISCARD ALL", prepare=False)
+            _forget_prepared(dbapi_conn)
         finally:
             dbapi_conn.autocommit = False
 
     event.listen(engine, "reset", reset)
+
+
+def _forget_prepared(dbapi_conn: Any) -> None:
+    """`DISCARD ALL` dropped the session's prepared statements; psycopg forgets its own only
+    when it meets `DISCARD ALL` as a query it has not counted yet while holding some, so
+    after a few checkins it executed statements the server no longer had ("prepared
+    statement _pg3_0 does not exist": a writable connector's fifth identical query failed).
+    Its cache is cleared here instead (no public call does it), without the `DEALLOCATE
+    ALL` it would queue: the server holds none any more."""
+    prepared = getattr(dbapi_conn, "_prepared", None)
+    if prepared is not None:
+        prepared.clear()
+        getattr(prepared, "_to_flush", []).clear()
 
 
 def begin_read_only(conn: Any) -> None:
