@@ -453,6 +453,20 @@ async def test_what_postgres_sends_whole_is_read_by_a_worker_not_by_fim(pg):
     assert after.content == "n\n5\n(1 row)"
 
 
+async def test_the_worker_connects_with_libpqs_environment(pg, monkeypatch):
+    """A statement's worker process starts with an empty environment (no API keys within
+    its reach), but libpq's own variables are fim's: a deployment's `PGPASSWORD`,
+    `PGSSLMODE` or, here, `PGAPPNAME` reach the connection, and a changed one is used."""
+    db = connector(pg.reader_url)
+    sql = "SELECT current_setting('application_name') AS app"
+    monkeypatch.setenv("PGAPPNAME", "fim-env-one")
+    first = await db.run(sql)
+    monkeypatch.setenv("PGAPPNAME", "fim-env-two")
+    second = await db.run(sql)
+    db.dispose()
+    assert (first.rows, second.rows) == ([("fim-env-one",)], [("fim-env-two",)])
+
+
 async def test_postgres_selects_keep_their_columns_order_and_types(pg):
     """The row check runs the statement inside fim's own query; what the model asked for
     comes back unchanged: duplicate and quoted names, its order, Python types, and a `;`

@@ -49,7 +49,7 @@ from fim.connectors import readonly
 from fim.connectors.database import sqlite
 from fim.connectors.database.engine import CONNECT_TIMEOUT
 from fim.connectors.database.rows import FetchTimeout, QueryResult, size_limit
-from fim.connectors.database.worker import Worker, execute_isolated
+from fim.connectors.database.worker import Worker, driver_env, execute_isolated
 from fim.connectors.render import pipe_table
 from fim.connectors.sql_guard import SqlRejected
 from fim.tools import isolate
@@ -117,6 +117,7 @@ class Database(Worker):
                 sql,
                 params or {},
                 sqlite_heap,
+                driver_env(),
                 timeout=self.decl.statement_timeout + connecting + _KILL_AFTER,
                 memory=STATEMENT_MEMORY,
                 workers=isolate.DATABASE,

@@ -11,6 +11,7 @@ how to word the answer.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -189,7 +190,7 @@ class StatementFailed(Exception):
     whole of it would be pickled back into fim's process)."""
 
 
-_engines: OrderedDict[tuple[str, str, str], Worker] = OrderedDict()
+_engines: OrderedDict[tuple[str, str, str, str], Worker] = OrderedDict()
 
 
 def execute_isolated(
@@ -199,13 +200,16 @@ def execute_isolated(
     sql: str,
     params: dict[str, Any],
     heap: int | None,
+    env: dict[str, str] | None = None,
 ) -> QueryResult:
     """One statement, in a killable worker process (`Database.run`): parsed and checked
     here as well, since parsing model-written SQL is untrusted work too. The connector's
-    engine stays for the worker's next statements. What fails comes back as fim's own
-    error (short already) or as `StatementFailed`."""
+    engine stays for the worker's next statements. `env`: fim's own variables a driver
+    reads (`driver_env`), since a worker starts with an empty environment. What fails comes
+    back as fim's own error (short already) or as `StatementFailed`."""
     try:
-        worker = _engine_of(name, decl, root)
+        _use_env(env or {})
+        worker = _engine_of(name, decl, root, env or {})
         parsed = readonly.decide(sql, worker.dialect).require() if decl.read_only else None
         return worker.execute_sync(sql, params, parsed, heap)
     except (SqlRejected, readonly.ReadOnlyRoleError, FetchTimeout, MemoryError):
@@ -217,8 +221,23 @@ def execute_isolated(
         raise StatementFailed(head or unread) from None
 
 
-def _engine_of(name: str, decl: DatabaseConnector, root: Path) -> Worker:
-    key = (name, decl.model_dump_json(), str(root))
+def driver_env() -> dict[str, str]:
+    """What a driver reads from fim's environment: libpq's `PG*` variables (a password,
+    TLS files, the host) and `HOME` (where `~/.pgpass` is)."""
+    return {k: v for k, v in os.environ.items() if k.startswith("PG") or k == "HOME"}
+
+
+def _use_env(env: dict[str, str]) -> None:
+    for key in [k for k in os.environ if k.startswith("PG") or k == "HOME"]:
+        if key not in env:
+            del os.environ[key]
+    os.environ.update(env)
+
+
+def _engine_of(name: str, decl: DatabaseConnector, root: Path, env: dict[str, str]) -> Worker:
+    """The connector's engine in this worker, made anew when the declaration or the
+    driver's environment changed (a pooled connection keeps what it connected with)."""
+    key = (name, decl.model_dump_json(), str(root), repr(sorted(env.items())))
     worker = _engines.pop(key, None) or Worker(name, decl, root)
     _engines[key] = worker
     while len(_engines) > KEPT_ENGINES:
