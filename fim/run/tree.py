@@ -1,5 +1,6 @@
 """The tree of runs one request starts: the first run, its delegates and theirs, the agent
-nodes of the workflows they run. Each run's place in it (`RunSpend`) is kept in
+and `llm` nodes of the workflows they run (an `llm` node is a run with no engine:
+`fim.run.spend.model_run`). Each run's place in it (`RunSpend`) is kept in
 `current_spend` while it goes, like its owner (`fim.locks.current_owner`), so a run started
 inside it -- in a tool call's task, a workflow node's -- finds the run it works for.
 
@@ -32,8 +33,8 @@ def per_run(budgets: Sequence[tuple[str, Budget]]) -> tuple[tuple[str, Budget], 
 
 @dataclass(eq=False)
 class RunSpend:
-    """What one run and every run under it (its delegates, the agent nodes of a workflow it
-    started) spent so far, and its per-run limits.
+    """What one run and every run under it (its delegates, the agent and `llm` nodes of a
+    workflow it started) spent so far, and its per-run limits.
 
     A delegate is its own run with its own budget, but it works for the run that started
     it: that run's `max_tokens` and `max_cost_usd` hold for what its delegates spend too,

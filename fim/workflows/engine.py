@@ -82,7 +82,10 @@ class WorkflowEngine:
     `guard` is the hook runner of the agent that started the workflow (`run_workflow`):
     every tool-like node and agent node runs under it. With hooks off (eval) the caller
     passes what still applies (its read-only guard); a workflow run on its own in a
-    read-only project gets the read-only guard.
+    read-only project gets the read-only guard. `session` is that agent run's session:
+    the runs the nodes start (agent and `llm` nodes) count toward its session budgets, as
+    the run's delegates do. It is kept in memory only: a run an agent started has no human
+    node, so it is never resumed elsewhere but to recover it.
     """
 
     def __init__(
@@ -98,6 +101,7 @@ class WorkflowEngine:
         run_id: str | None = None,
         guard: Any = None,
         queued: bool = False,
+        session: str | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.name = workflow_name
@@ -108,6 +112,7 @@ class WorkflowEngine:
         if guard is None and snapshot.project.read_only:
             guard = _read_only_guard(snapshot, workflow_name, services)
         self.guard = guard
+        self.session = session
         self.extra_tools = {t.name: t for t in tools}
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.state: RunState | None = None
@@ -130,6 +135,7 @@ class WorkflowEngine:
             parents=self.parents,
             hooks=self.hooks,
             guard=self.guard,
+            session=self.session,
             registry=self._registry,
             extra_tools=self.extra_tools,
         )

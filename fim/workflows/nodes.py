@@ -21,11 +21,11 @@ from fim.config.schema import AgentDecl
 from fim.errors import RunError
 from fim.idempotency import idempotency_key, idempotent
 from fim.run.services import RunContext, Services
-from fim.structured import parse_json
+from fim.structured import OutputContract, parse_json
 from fim.tools import builtin
 from fim.tools.registry import ToolRegistry
 from fim.tools.view import ViewError, prepare_view, view_of
-from fim.types import CallView, Message, Tool, ToolResult
+from fim.types import CallView, Message, Model, Tool, ToolResult
 from fim.workflows import adapters, templates
 from fim.workflows.node_types.base import NodeError, Paused, parse_output
 
@@ -48,6 +48,10 @@ class NodeContext:
     hooks: bool = True
     guard: Any = None
     """The hook runner of the agent that started this workflow, if one did."""
+    session: str | None = None
+    """The session of the agent run that started this workflow, if one did: the runs its
+    nodes start (agent nodes, `llm` nodes) count toward that session's budgets, as the
+    delegates of that run do."""
     registry: ToolRegistry = field(default_factory=ToolRegistry)
     extra_tools: Mapping[str, Tool] = field(default_factory=dict)
     emit: Callable[[Any], None] = lambda _event: None
@@ -267,6 +271,7 @@ async def ask_agent(ctx: NodeContext, agent: str, task: str, output_schema: Any)
             depth=ctx.depth + 1,
             parents=(*ctx.parents, ctx.workflow),
             overrides=RunOverrides(output=contract) if contract is not None else None,
+            session=ctx.session,
         )  # owned by the key that started the workflow run (`current_owner`, the scheduler)
     except RunError as exc:
         raise NodeError(f"agent '{agent}': {exc}") from None
@@ -279,14 +284,27 @@ async def ask_agent(ctx: NodeContext, agent: str, task: str, output_schema: Any)
     return finished.output
 
 
+USAGE_PREFIX = "workflow:"
+"""The usage table's agent column for a workflow's `llm` nodes: `workflow:<name>` (an
+agent's name never has a colon), so `fim usage` shows a workflow's own model calls on a row
+of their own."""
+
+
 async def complete(
     ctx: NodeContext, model_ref: Any, system: str | None, prompt: str, output_schema: Any
 ) -> Any:
     """One model call (`system` and `prompt` already rendered); with an output schema the
-    reply is validated, and a rejected reply is retried once with the problem named."""
+    reply is validated, and a rejected reply is retried once with the problem named.
+
+    The node is a run of its own, as an agent node is (`fim.run.spend.model_run`): one
+    more run of the tree that started the workflow (`max_runs`), held to that tree's
+    per-run limits and to the project's, the key's and the session's budgets, and written
+    to the usage table as agent `workflow:<name>` under the workflow's run id (which the
+    workflow's key owns, so the key's daily budget counts it)."""
     # deferred: loading fim.llm costs a few ms
     from fim.llm import make_model
     from fim.run.overrides import output_contract
+    from fim.run.spend import model_run
 
     try:
         model = make_model(ctx.snapshot.model_settings(model_ref), ctx.snapshot.root)
@@ -299,6 +317,30 @@ async def complete(
         contract = output_contract(ctx.snapshot, output_schema)
     except RunError as exc:
         raise NodeError(str(exc)) from None
+    runner = AgentDecl(
+        name=f"{USAGE_PREFIX}{ctx.workflow}",
+        description=f"the llm nodes of workflow {ctx.workflow}",
+        model=model_ref,  # its price in fim.yaml prices the calls
+    )
+    try:
+        async with model_run(
+            ctx.snapshot,
+            runner,
+            model,
+            services=ctx.services,
+            run_id=ctx.run_id,
+            session=ctx.session,
+        ) as model:
+            return await _reply(model, messages, prompt, contract)
+    except RunError as exc:  # a budget, the tree's max_runs, the provider
+        raise NodeError(str(exc)) from None
+
+
+async def _reply(
+    model: Model, messages: list[Message], prompt: str, contract: OutputContract | None
+) -> Any:
+    """The node's output: the reply's text, or with a contract its value, the reply retried
+    once with the problem named when it is rejected."""
     if contract is None:
         messages.append(Message(role="user", content=prompt))
         response = await model.complete(messages)

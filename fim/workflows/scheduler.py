@@ -74,6 +74,8 @@ class Scheduler:
     parents: tuple[str, ...] = ()
     hooks: bool = True
     guard: Any = None
+    session: str | None = None
+    """The session of the agent run that started the workflow (`NodeContext.session`)."""
     registry: ToolRegistry = field(default_factory=ToolRegistry)
     extra_tools: Mapping[str, Tool] = field(default_factory=dict)
 
@@ -167,6 +169,7 @@ class Scheduler:
                         parents=self.parents,
                         hooks=self.hooks,
                         guard=self.guard,
+                        session=self.session,
                         registry=self.registry,
                         extra_tools=self.extra_tools,
                         emit=queue.put_nowait,

@@ -84,6 +84,7 @@ def make_tool(ctx: RunContext, offered: list[str]) -> FunctionTool:
             parents=(*ctx.parents, ctx.agent.name),
             hooks=ctx.hooks_enabled,
             guard=ctx.hooks,  # with hooks off (eval): the read-only guard, if any
+            session=ctx.session,  # its nodes' runs count toward the caller's session
         )
         events: AsyncIterator[Event] = engine.run(inputs or {})
         if ctx.owner:  # the run, its nodes and its approvals are the calling run's key's
