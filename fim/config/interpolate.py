@@ -2,13 +2,15 @@
 
 Values that came from the environment are remembered as secrets, so the Snapshot can mask
 them wherever text leaves fim. Defaults are written in git and are therefore not secret.
+The values a command hook's `env: [NAME]` list passes through by name are secrets too
+(`passed_through`): read from the same environment, they are secrets on the same terms.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from fim.config.yamlio import Document, Path_
@@ -16,6 +18,12 @@ from fim.config.yamlio import Document, Path_
 _VAR = re.compile(r"\$(\$?)\{([^}]*)\}")
 RUNTIME_VARS = frozenset({"CLAUDE_PROJECT_DIR", "CLAUDE_ENV_FILE", "FIM_PROJECT_DIR"})
 """Set by fim for each hook process; in a hook's `command` the shell expands them then."""
+HOOK_BASE_ENV = frozenset(
+    {"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM", "USER", "SHELL"}
+)
+"""What every command hook process gets from fim's environment, declared or not (`LC_*`
+too; `fim.hooks.command_input`). Listing one under `env:` passes nothing more, so its value
+is not made a secret: masking `/root` or `en_US.UTF-8` would only deface ordinary text."""
 _NAME = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)(.*))?$", re.DOTALL)
 
 
@@ -81,3 +89,26 @@ def _substitute(
         return ""
 
     return _VAR.sub(replace, text)
+
+
+def base_env(name: str) -> bool:
+    """Whether fim hands `name` to every hook process anyway (`HOOK_BASE_ENV`, `LC_*`)."""
+    return name in HOOK_BASE_ENV or name.startswith("LC_")
+
+
+def passed_through(
+    names: Iterable[str], secrets: set[str], env: Mapping[str, str] | None = None
+) -> None:
+    """Record as secrets the values of the variables a hook's `env:` list passes through
+    from fim's environment (`env: [GH_TOKEN]`).
+
+    They come from where `${GH_TOKEN}` would, so they are secrets on the same terms; left
+    out, whatever the hook prints about them (a block reason on exit 2, a `systemMessage`)
+    went out raw to the CLI, HTTP responses, the state store, spans and the model. Recorded
+    when the project loads, so the Snapshot's masker knows them, not only `known()`.
+    """
+    environ = os.environ if env is None else env
+    for name in names:
+        value = environ.get(name)
+        if value and not base_env(name):
+            secrets.add(value)

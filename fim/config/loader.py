@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from fim.config.files import Read, keep_reads, keep_texts, list_files, read_text
-from fim.config.interpolate import interpolate
+from fim.config.interpolate import interpolate, passed_through
 from fim.config.problems import validation_problems
 from fim.config.schema import (
     AgentDecl,
@@ -304,6 +304,8 @@ def _load_file(decls: Declarations, kind: str, path: str | Path) -> None:
         if doc is not None and isinstance(doc.data, dict):
             doc.data.setdefault("name", stem)
         decl = _validate(decls, doc, kind, KIND_MODELS[kind]) if doc is not None else None
+        if decl is not None:
+            passed_through(_passed_names(kind, decl), secrets)
         parsed = (doc, decl, decls.problems[problems_before:], secrets)
     else:
         doc, decl, problems, secrets = parsed
@@ -315,6 +317,14 @@ def _load_file(decls: Declarations, kind: str, path: str | Path) -> None:
         decls.broken[kind].add(name if isinstance(name, str) else stem)
         return
     _register(decls, Entry(kind, decl.name, decl, doc))
+
+
+def _passed_names(kind: str, decl: Any) -> list[str]:
+    """The variables the hooks of a declaration pass through from fim's environment by name
+    (`env: [GH_TOKEN]`): an agent's own hooks, or a reusable hook of hooks/*.yaml. Their
+    values are secrets like `${VAR}` values (`fim.config.interpolate.passed_through`)."""
+    specs = decl.hooks if kind == "agent" else [decl] if kind == "hook" else []
+    return [name for spec in specs if isinstance(spec.env, list) for name in spec.env]
 
 
 def _register(decls: Declarations, entry: Entry) -> None:

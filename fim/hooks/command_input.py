@@ -4,6 +4,12 @@ Kept apart from the hook because it decides what leaves fim for a user's script:
 as Claude Code's JSON (its tool names where fim has an equivalent), the run so far as a
 masked JSONL transcript, and an allow-listed environment, so model and connector keys stay
 in fim. A SessionStart hook's `export NAME=value` lines come back through `read_env_file`.
+
+Values that cross here are secrets when they would be anywhere else (`fim.masking`): what an
+`env: [NAME]` list passes through is read from fim's environment like a `${NAME}` (the
+loader records it; `environment` remembers it again for hooks built without a load), and
+what a SessionStart hook exports is a secret by the rule for literals in YAML: under a
+credential-looking name, or a URL's password.
 """
 
 from __future__ import annotations
@@ -16,15 +22,13 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 from fim import private
+from fim.config.interpolate import base_env
 from fim.hooks.claude import to_claude
+from fim.masking import config_secrets, remember
 from fim.types import HookContext
 
 if TYPE_CHECKING:
     from fim.run.services import RunContext
-
-_PASSED_ENV = ("PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM", "USER", "SHELL")
-"""What every hook process gets from fim's environment; LC_* too. Nothing else unless
-declared: model and connector keys stay in fim."""
 
 
 def event_payload(context: HookContext, root: str, transcript_path: str | None) -> dict[str, Any]:
@@ -89,14 +93,19 @@ def environment(
     root: str,
     env_file: str | None,
 ) -> dict[str, str]:
-    """The allow-listed environment, what the declaration lists under `env:`, and the
-    protocol's CLAUDE_*/FIM_* variables."""
-    env = {k: v for k, v in os.environ.items() if k in _PASSED_ENV or k.startswith("LC_")}
+    """The allow-listed environment (`HOOK_BASE_ENV`: PATH, HOME, LANG, LC_* ...), what the
+    declaration lists under `env:`, and the protocol's CLAUDE_*/FIM_* variables. Nothing
+    else: model and connector keys stay in fim."""
+    env = {k: v for k, v in os.environ.items() if base_env(k)}
     env.setdefault("PATH", os.defpath)
     if isinstance(declared, dict):
         env.update({k: str(v) for k, v in declared.items()})
     else:
-        env.update({k: os.environ[k] for k in declared if k in os.environ})
+        passed = {k: os.environ[k] for k in declared if k in os.environ}
+        # The loader recorded these; a hook built without a load (fim.testing, a library
+        # caller's Snapshot) or a value changed since would otherwise go out raw.
+        remember(v for k, v in passed.items() if not base_env(k))
+        env.update(passed)
     env["CLAUDE_PROJECT_DIR"] = root
     env["FIM_PROJECT_DIR"] = root
     env["FIM_AGENT"] = context.agent
@@ -108,7 +117,13 @@ def environment(
 
 
 def read_env_file(path: str) -> dict[str, str]:
-    """`export NAME=value` / `NAME=value` lines a SessionStart hook wrote to CLAUDE_ENV_FILE."""
+    """`export NAME=value` / `NAME=value` lines a SessionStart hook wrote to CLAUDE_ENV_FILE.
+
+    The values that are credentials (`GH_TOKEN=...`, a `DATABASE_URL`'s password) are
+    remembered as secrets: they reach the `shell` tool, whose output goes to every exit.
+    The script wrote them as literals, so the rule is the one for literals in YAML
+    (`fim.masking.config_secrets`), not the one for `${VAR}`: `NODE_ENV=production` stays
+    readable, as it would in a declaration."""
 
     found: dict[str, str] = {}
     try:
@@ -124,6 +139,7 @@ def read_env_file(path: str) -> dict[str, str]:
         except ValueError:
             continue
         found[match.group(1)] = parts[0] if parts else ""
+    remember(config_secrets(found))
     return found
 
 

@@ -72,18 +72,37 @@ def api_base(settings: ModelSettings) -> str | None:
     return (settings.api_base or "").strip() or None
 
 
+PLACEHOLDER_KEY_CHARS = 20
+"""Hosted providers' keys are 32-160 characters; anything shorter is not remembered as a
+secret (`resolve_key`)."""
+
+
 def resolve_key(settings: ModelSettings, provider: str, required: bool) -> str | None:
     """The API key from settings or the provider's environment variable.
 
     Raises before any request when a hosted provider needs a key and none is set; the
     message names the variable and never contains a key.
+
+    The key found is remembered as a secret (`fim.masking.remember`), so every exit masks
+    it as it masks a `${VAR}`: a key taken implicitly from `OPENAI_API_KEY` is written in
+    no declaration, and a provider or gateway that quotes it (an error message, an HTML
+    page) would otherwise carry it into responses, the store, logs and eval reports.
+    A run's preflight resolves its model's key, so this happens before the run starts.
+    A key shorter than `PLACEHOLDER_KEY_CHARS` is a local server's placeholder
+    (`OPENAI_API_KEY=ollama`, `EMPTY`): masking it would deface every model name and
+    message that contains the word.
     """
-    if settings.api_key:
-        return settings.api_key
+    key = settings.api_key
     names = KEY_ENV.get(provider, ())
-    for name in names:
-        if os.environ.get(name):
-            return os.environ[name]
+    if not key:
+        key = next((os.environ[name] for name in names if os.environ.get(name)), None)
+    if key:
+        if len(key) >= PLACEHOLDER_KEY_CHARS:
+            # deferred: loading fim.masking costs a few ms
+            from fim.masking import remember
+
+            remember([key])
+        return key
     if required and names:
         raise RunError(
             f"missing API key for {settings.model}",
@@ -110,6 +129,29 @@ def scrub(text: str, secret: str | None) -> str:
     from fim.masking import Masker, known
 
     return known().text(Masker([secret] if secret else []).text(text))
+
+
+MAX_ERROR_DETAIL = 500
+"""The most of a provider's error message an error quotes (`quoted`)."""
+
+
+def quoted(text: str, secret: str | None, limit: int) -> str:
+    """At most `limit` characters of `text` (a provider's error message, the start of a
+    body that is not JSON) to quote in an error, with every secret the process knows and
+    `secret` (the key the request sent) masked.
+
+    Masked whole, then cut (`Masker.head`, which also masks a piece at the cut that could
+    begin a secret): a text cut first keeps the part of a key before the cut, which no form
+    of the key matches any more, and an endpoint decides where in its message the key is.
+    """
+    # deferred: loading fim.masking costs a few ms
+    from fim.masking import known
+
+    masker = known()
+    if secret and secret not in masker.secrets:
+        masker = masker.union([secret])
+    shown, _ = masker.head(text, limit)
+    return masker.text(shown)  # `head` leaves a text that needs no cut as it is
 
 
 def request_options(settings: ModelSettings, options: dict[str, Any]) -> dict[str, Any]:

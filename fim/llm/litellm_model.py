@@ -23,6 +23,7 @@ from fim.llm.backend import Backend
 from fim.llm.base import (
     KEY_ENV,
     LOCAL_PROVIDERS,
+    MAX_ERROR_DETAIL,
     Transient,
     api_base,
     cannot_connect,
@@ -30,6 +31,7 @@ from fim.llm.base import (
     check_allowed,
     connection_refused,
     provider_of,
+    quoted,
     resolve_key,
     scrub,
     status_error,
@@ -164,7 +166,7 @@ class LiteLLMModel:
         """litellm's exception zoo -> Transient (retry) or a final RunError."""
         if isinstance(exc, RunError | Transient):
             return exc
-        detail = scrub(_message(exc), self._key)
+        detail = quoted(_message(exc), self._key, MAX_ERROR_DETAIL)
         if isinstance(exc, litellm.Timeout):
             return timeout_error(self.settings, self.endpoint)
         if connection_refused(exc):  # litellm labels it HTTP 500: it is not worth a retry
@@ -187,12 +189,13 @@ class LiteLLMModel:
 
 
 def _message(exc: Exception) -> str:
-    """litellm prefixes messages with its class path; keep the provider's words."""
+    """litellm prefixes messages with its class path; keep the provider's words, whole: the
+    caller masks them, then cuts them (`quoted`)."""
     text = str(getattr(exc, "message", None) or exc)
     for prefix in ("litellm.", "Litellm."):
         if text.startswith(prefix) and ": " in text:
             text = text.split(": ", 1)[1]
-    return text[:500]
+    return text
 
 
 class LiteLLMBackend(Backend):

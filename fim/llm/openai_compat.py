@@ -26,6 +26,7 @@ from fim.errors import RunError
 from fim.llm import catalog
 from fim.llm.backend import Backend
 from fim.llm.base import (
+    MAX_ERROR_DETAIL,
     OPENAI_BASE,
     Transient,
     api_base,
@@ -34,9 +35,9 @@ from fim.llm.base import (
     check_allowed,
     connection_refused,
     provider_of,
+    quoted,
     request_options,
     resolve_key,
-    scrub,
     status_error,
     timeout_error,
     with_retries,
@@ -124,6 +125,9 @@ async def aclose_clients() -> None:
     if session is not None:
         await session.close()
 
+
+MAX_QUOTED_BODY = 120
+"""The most of a body that is not JSON an error quotes."""
 
 _RESERVED_BODY = frozenset({"model", "messages", "tools"})
 """Request parts an option (`extra`, a per-call option) could replace."""
@@ -282,22 +286,25 @@ class OpenAICompatModel:
     # ------------------------------------------------------------------ errors
 
     def _json(self, raw: bytes | str) -> Any:
+        """The parsed body; one that is not JSON fails the call quoting its start, masked
+        before it is cut (`quoted`): a gateway's HTML page may echo the request's headers,
+        the key among them, and this error reaches every exit."""
         try:
             return loads(raw)
         except ValueError:
             text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
             raise RunError(
                 f"{self.name}: {self.base_url} answered with something that is not JSON: "
-                f"{text[:120]!r}",
+                f"{quoted(text, self._key, MAX_QUOTED_BODY)!r}",
                 hint="api_base must be an OpenAI-compatible endpoint, usually ending in /v1",
             ) from None
 
     def _http_error(self, status: int, raw: bytes, headers: Any) -> Exception:
-        detail = _error_detail(raw)
+        detail = quoted(_error_detail(raw), self._key, MAX_ERROR_DETAIL)
         if status == 429 or status >= 500:
             return Transient(
                 f"model endpoint returned HTTP {status}",
-                scrub(detail, self._key),
+                detail,
                 parse_retry_after(headers.get("retry-after")),
             )
         return status_error(self.settings, status, detail, self._key)
@@ -315,16 +322,17 @@ class OpenAICompatModel:
 
 
 def _error_detail(raw: bytes) -> str:
-    """The provider's error message, or the start of the body."""
+    """The provider's error message, or the body; whole: the caller masks it, then cuts it
+    to `MAX_ERROR_DETAIL` (`quoted`)."""
     try:
         data = json.loads(raw)
         error = data.get("error", data) if isinstance(data, dict) else data
         message = error.get("message") if isinstance(error, dict) else error
         if message:
-            return str(message)[:500]
+            return str(message)
     except ValueError:
         pass
-    return raw.decode("utf-8", "replace")[:500] or "(empty body)"
+    return raw.decode("utf-8", "replace") or "(empty body)"
 
 
 async def _sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:

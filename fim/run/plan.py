@@ -30,6 +30,7 @@ from fim.events import Event, HookRunner, NoHooks
 from fim.hooks import build_hooks
 from fim.hooks.runner import Stacked
 from fim.llm import catalog, fast_model, make_model
+from fim.masking import known
 from fim.run.assembly import assemble, meta_tools
 from fim.run.context import ContextGuard, guard_for
 from fim.run.overrides import OverriddenModel, RunOverrides, output_contract
@@ -269,7 +270,7 @@ def build_engine(plan: RunPlan) -> ReactEngine | DagEngine:
         tool_timeout=plan.tool_timeout,
         stream=plan.stream,
         snapshot_version=snapshot.version,
-        mask=snapshot.mask if snapshot.masker else no_mask,  # nothing to mask: skipped
+        mask=_observation_mask(snapshot, plan.hooks),
         mask_observations=plan.ctx.agent.mask_observations,
         call_view=_call_view(plan.registry),
         fit_context=plan.context_guard.bind(plan.registry.specs),
@@ -312,6 +313,27 @@ def _call_view(registry: ToolRegistry) -> Callable[[str, dict[str, Any]], CallVi
         return view_of(tool, args)
 
     return view
+
+
+def _observation_mask(snapshot: Snapshot, hooks: Any) -> Callable[[str], str]:
+    """How tool results are masked before the model sees them: with every secret the
+    process knows when the text is masked (`fim.masking.known`: the snapshot's, the
+    provider keys fim resolved, and credentials a SessionStart hook exports during this
+    very run, which reach the `shell` tool's environment), or not at all when there is
+    nothing to mask and no SessionStart hook could add something (the engine then skips
+    the work)."""
+    if not known() and not _may_export(hooks):
+        return no_mask
+    return _mask_known
+
+
+def _mask_known(text: str) -> str:
+    return known().text(text)
+
+
+def _may_export(hooks: Any) -> bool:
+    for_point = getattr(hooks, "for_point", None)
+    return for_point is None or bool(for_point("SessionStart"))
 
 
 __all__ = [
