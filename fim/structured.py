@@ -14,10 +14,13 @@ This module imports only the standard library at import time: it sits below the 
 from __future__ import annotations
 
 import json
+import math
 import re
-from typing import Any
+from typing import Any, TypeVar
 
 from fim.schema_check import problems as schema_problems
+
+T = TypeVar("T")
 
 _FENCE = re.compile(r"^```(?:json)?\s*(?P<body>.*?)\s*```$", re.DOTALL)
 
@@ -28,13 +31,65 @@ class SchemaError(ValueError):
     """A declared schema that is not a valid JSON Schema (reported by `fim validate`)."""
 
 
+class NonFinite(ValueError):
+    """A NaN or an Infinity where JSON has only numbers; `path` names where (`inputs.amount`,
+    "" for the value itself)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        where = f"'{path}' is" if path else "the value is"
+        super().__init__(f"{where} NaN or Infinity, which is not a JSON number")
+
+
+def non_finite(value: Any) -> str | None:
+    """The dotted path (`items.0.price`) of the first NaN or Infinity in a JSON-shaped value,
+    "" when it is the value itself; None when every number is finite.
+
+    Python's JSON parsers (json, pydantic-core, orjson) read `NaN`, `Infinity` and
+    overflowing numbers such as `1e400`, none of which JSON has; every comparison with NaN
+    is false, so a NaN amount slips past `{{ inputs.amount > 100 }}` into the branch meant
+    for small ones. So every value from a client or a model is checked once, where it is
+    parsed (an HTTP body, a tool call's arguments, a structured answer) or first typed (a
+    workflow input): this is the one check. Iterative, like `nested_deeper`: a deep value
+    must not hit the recursion limit here."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else ""
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(value, ())]
+    while stack:
+        item, path = stack.pop()
+        pairs: Any
+        if isinstance(item, dict):
+            pairs = item.items()
+        elif isinstance(item, list | tuple):
+            pairs = enumerate(item)
+        else:
+            continue
+        for key, child in pairs:
+            if isinstance(child, float):
+                if not math.isfinite(child):
+                    return ".".join(str(part) for part in (*path, key))
+            elif isinstance(child, dict | list | tuple):
+                stack.append((child, (*path, key)))
+    return None
+
+
+def finite(value: T) -> T:
+    """`value` itself when every number in it is finite, else NonFinite naming where."""
+    where = non_finite(value)
+    if where is not None:
+        raise NonFinite(where)
+    return value
+
+
 def parse_json(text: str) -> Any:
-    """The JSON value of a reply; a ```json fence around it (a common habit) is accepted."""
+    """The JSON value of a reply; a ```json fence around it (a common habit) is accepted.
+    NaN and Infinity are refused (`finite`): a structured answer is sent on as JSON and
+    may steer a workflow's conditions."""
     stripped = text.strip()
     fenced = _FENCE.match(stripped)
     if fenced:
         stripped = fenced.group("body")
-    return json.loads(stripped)
+    return finite(json.loads(stripped))
 
 
 class OutputContract:

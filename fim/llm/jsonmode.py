@@ -15,7 +15,7 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fim.llm.wire import new_call_id
+from fim.llm.wire import new_call_id, parse_arguments
 from fim.types import Message, Model, ModelResponse, TextDelta, ToolCall, ToolSpec
 
 _INSTRUCTIONS = """\
@@ -86,8 +86,8 @@ def _call(item: Any) -> ToolCall | None:
     if not isinstance(item, dict) or not isinstance(item.get("tool"), str):
         return None
     arguments = item.get("arguments", {})
-    if isinstance(arguments, dict):
-        return ToolCall(id=new_call_id(), name=item["tool"], arguments=arguments)
+    if isinstance(arguments, dict):  # checked as native calls' arguments are (NaN, Infinity)
+        return parse_arguments(item["tool"], new_call_id(), arguments)
     return ToolCall(
         id=new_call_id(), name=item["tool"], arguments={}, raw_arguments=json.dumps(arguments)
     )

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic_core import from_json
 
+from fim.structured import finite, non_finite
 from fim.types import Message, ModelResponse, TextDelta, ToolCall, ToolSpec, Usage
 
 
@@ -144,7 +145,8 @@ def loads(raw: str | bytes) -> Any:
     everything it accepts (big integers stay integers, NaN and Infinity are read, the last
     of duplicate keys wins); what it refuses (a lone surrogate escape, a BOM, UTF-16 bytes)
     goes to `json.loads`, which decides and raises its own error. orjson is not used here:
-    it turns integers beyond 64 bits into floats."""
+    it turns integers beyond 64 bits into floats. A tool call's arguments are then held to
+    JSON's numbers (`parse_arguments`)."""
     try:
         return from_json(raw, cache_strings="keys")
     except ValueError:
@@ -152,13 +154,21 @@ def loads(raw: str | bytes) -> Any:
 
 
 def parse_arguments(name: str, call_id: str, text: Any) -> ToolCall:
-    """Build a ToolCall; arguments that are not a JSON object keep the raw text instead."""
+    """Build a ToolCall; arguments that are not a JSON object keep the raw text instead.
+
+    NaN and Infinity (which the parsers read) are not JSON either (`finite`): such a call
+    keeps its raw text too, so the model is told its arguments were not valid JSON and no
+    tool sees a number every comparison is false for. Arguments handed over already parsed
+    (a dict, from an SDK or a JSON-mode reply) are held to the same rule."""
     if isinstance(text, dict):
+        if non_finite(text) is not None:
+            raw = json.dumps(text, ensure_ascii=False, default=str)
+            return ToolCall(id=call_id, name=name, arguments={}, raw_arguments=raw)
         return ToolCall(id=call_id, name=name, arguments=text)
     if text is None or (isinstance(text, str) and not text.strip()):
         return ToolCall(id=call_id, name=name, arguments={})
     try:
-        value = loads(text) if isinstance(text, str) else json.loads(text)
+        value = finite(loads(text) if isinstance(text, str) else json.loads(text))
     except (TypeError, ValueError):
         return ToolCall(id=call_id, name=name, arguments={}, raw_arguments=str(text))
     if not isinstance(value, dict):

@@ -3,8 +3,9 @@
 Every body comes from the network, so it is parsed and validated before a route looks at
 it: a wrong type (`"session_id": [1]`, `"model": {}`) is a 400 naming the field's path,
 never a 500 deep inside a run. Parsing is pydantic-core's JSON parser (its own recursion
-limit, no Python recursion), then an explicit nesting cap, then the route's model. The
-size of the body is capped before this, by `Guard` in `fim.server.http`.
+limit, no Python recursion), then an explicit nesting cap, then a refusal of NaN and
+Infinity (which that parser reads but JSON has not: `fim.structured.non_finite`), then the
+route's model. The size of the body is capped before this, by `Guard` in `fim.server.http`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from starlette.requests import Request
 
 from fim.schema_check import MAX_NESTING, nested_deeper
 from fim.server.http import JSONResponse  # masked, like every body the API sends
+from fim.structured import NonFinite, non_finite
 from fim.types import Message
 
 MAX_JSON_DEPTH = MAX_NESTING
@@ -257,6 +259,9 @@ async def read_body(request: Request, model: type[M]) -> M:
         raise BodyError("request body must be a JSON object")
     if nested_deeper(data, MAX_JSON_DEPTH):
         raise BodyError(f"request body is nested deeper than {MAX_JSON_DEPTH} levels")
+    where = non_finite(data)  # after the depth cap: the walk is then bounded too
+    if where is not None:
+        raise BodyError(str(NonFinite(where)), field=where or None)
     try:
         return model.model_validate(data)
     except ValidationError as exc:

@@ -11,16 +11,17 @@ from starlette.responses import Response
 from fim.errors import FimError
 from fim.server.background import requeue_decided, spawn_run
 from fim.server.bodies import BodyError, DecisionBody, WorkflowRunBody, read_body
-from fim.server.http import JSONResponse, error, run_scope, session_owner, sse
+from fim.server.http import Caller, JSONResponse, caller, error, run_scope, session_owner, sse
 from fim.server.limits import Busy, Slot
 from fim.store import get_store
+from fim.store.approvals import ReservedData
 from fim.store.live import recorded
 from fim.store.owners import claimed, may_read
 from fim.workflows.state import KIND
 
 if TYPE_CHECKING:
     from fim.server.api import Api
-    from fim.store.records import ApprovalStatus
+    from fim.store.records import Approval, ApprovalStatus
 
 log = logging.getLogger("fim.server")
 
@@ -158,19 +159,25 @@ def approval_handlers(api: Api) -> dict[str, Any]:
                 slot = api.limits.take(session_owner(request))
             except Busy as exc:  # nothing decided: the approval stays pending
                 return exc.response()
+        by = decider(caller(request.scope), body.by)
         try:
-            approval = await store.resolve_approval(
-                approval_id, decision == "approve", by=body.by or "api", data=data
-            )
+            try:
+                approval = await store.resolve_approval(
+                    approval_id, decision == "approve", by=by, data=data
+                )
+            except ReservedData as exc:  # nothing decided
+                return error(400, exc.message, exc.hint, param=f"data.{exc.field}")
             if approval is None:
                 return error(409, f"approval '{approval_id}' could not be resolved")
             resumed = None
-            if approval.kind == "workflow":
-                run_id = (approval.data or {}).get("run_id") or approval.run_id
+            if current.kind == "workflow":
+                # the run `may_read` allowed, as the approval was stored: never the data
+                run_id = current.run_id
                 if await requeue_decided(api, run_id):  # a worker continues it
                     resumed = run_id
                 else:
-                    resumed = _resume_workflow(api, approval, decision == "approve", data, slot)
+                    approve = decision == "approve"
+                    resumed = _resume_workflow(api, current, approve, data, slot, by)
                     slot = None  # the resumed run releases it when it ends
         finally:
             if slot is not None:
@@ -180,22 +187,41 @@ def approval_handlers(api: Api) -> dict[str, Any]:
     return {"list_approvals": list_approvals, "resolve": resolve}
 
 
+def decider(who: Caller, note: str | None) -> str:
+    """Who decided an approval, as `resolved_by` records it: the key the Guard verified,
+    `api:key:<hash>` or `api:operator:<hash>` (the first 12 hex digits of the key's hash,
+    never the key), or `api` on a server without keys. The body's free-text `by` is the
+    decider's own note, kept after that in parentheses: it was once recorded alone, and
+    any key could sign its decisions as someone else."""
+    name = f"api:{'operator' if who.operator else 'key'}:{who.key[:12]}" if who.key else "api"
+    text = " ".join((note or "").split())  # one line: no forged second entry in a listing
+    return f"{name} ({text})"[:200] if text else name
+
+
 def _resume_workflow(
-    api: Api, approval: Any, approved: bool, data: dict[str, Any] | None, slot: Slot | None
+    api: Api,
+    approval: Approval,
+    approved: bool,
+    data: dict[str, Any] | None,
+    slot: Slot | None,
+    by: str,
 ) -> str:
     """Resume a paused workflow in the background; its progress is in GET /v1/runs/{id}.
-    `slot`, the decider's `server.key_limits` count, is held until the run stops again."""
+    `approval` is as it was stored before the decision: its run, workflow and node are the
+    ones continued (a decision's `data` is the node's input, never where it goes). `slot`,
+    the decider's `server.key_limits` count, is held until the run stops again."""
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.workflows.engine import WorkflowEngine
 
     info = approval.data or {}
-    run_id = info.get("run_id") or approval.run_id
-    engine = WorkflowEngine(api.holder.current, info.get("workflow", ""), api.services)
+    run_id = approval.run_id
+    workflow, node = info.get("workflow") or approval.agent, info.get("node")
+    engine = WorkflowEngine(api.holder.current, str(workflow), api.services)
 
     async def drive() -> None:
         try:
             store = get_store(api.services)
-            events = engine.resume(run_id, approved, data)
+            events = engine.resume(run_id, approved, data, node=str(node) if node else None, by=by)
             async for _event in recorded(store, run_id, KIND, engine.name, events):
                 pass
         except Exception:

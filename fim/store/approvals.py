@@ -8,6 +8,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from fim.errors import RunError
 from fim.masking import known, mask_value
 from fim.store.engine import Database
 from fim.store.owners import owned_by
@@ -16,6 +17,35 @@ from fim.store.schema import table
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
+
+
+RESERVED = frozenset({"run_id", "workflow", "node", "call_id", "args_hmac", "hook"})
+"""Data keys that say what an approval decides on: the run, workflow and node a human
+node's decision continues, the call a hook's approval allows (`fim.hooks.approval`). They
+are written when the approval is created; a decision never sets them."""
+
+
+class ReservedData(RunError):
+    """A decision's `data` names a key the approval was created with (`RESERVED`, or any
+    key already in its data): refused, not merged, so a decision can only ever act on
+    what its approval is about. `field` is the key."""
+
+    def __init__(self, approval_id: str, field: str) -> None:
+        self.field = field
+        super().__init__(
+            f"data.{field} cannot be set by a decision: it is part of what approval "
+            f"'{approval_id}' decides on",
+            hint=f"leave '{field}' out: data is the answer, never what is asked (always "
+            f"refused: {', '.join(sorted(RESERVED))}, and every key the approval holds)",
+        )
+
+
+def reserved_key(current: Approval, data: dict[str, Any] | None) -> str | None:
+    """The first key of a decision's `data` that would change what `current` is about."""
+    for key in data or {}:
+        if key in RESERVED or key in current.data:
+            return key
+    return None
 
 
 def _expire(conn: Connection) -> None:
@@ -101,18 +131,24 @@ class Approvals(Database):
         by: str = "cli",
         data: dict[str, Any] | None = None,
     ) -> Approval | None:
-        """Approve or deny a *pending* approval; `data` is merged into its data.
+        """Approve or deny a *pending* approval; `data` is added to its data.
 
         Returns the approval as it now is (unchanged when it was no longer pending, so the
         caller can say it had already expired or been decided), or None for an unknown id.
+        ReservedData, with nothing decided, when `data` would replace a key the approval
+        was created with: the caller's data was once merged over it, and a tenant named
+        another tenant's run as the `run_id` its own decision went on to resume.
         """
         approvals = table("approvals")
 
-        def work(conn: Connection) -> Approval | None:
+        def work(conn: Connection) -> tuple[Approval | None, str | None]:
             _expire(conn)
             current = _approval(conn, approval_id)
             if current is None or current.status != "pending":
-                return current
+                return current, None
+            field = reserved_key(current, data)
+            if field is not None:  # returned, not raised: a raise rolls back the whole batch
+                return current, field
             conn.execute(
                 approvals.update()
                 .where(approvals.c.id == approval_id)
@@ -120,13 +156,16 @@ class Approvals(Database):
                 .values(
                     status="approved" if approved else "denied",
                     resolved_at=time.time(),
-                    resolved_by=by,
+                    resolved_by=by[:200],
                     data=known().value({**current.data, **(data or {})}),
                 )
             )
-            return _approval(conn, approval_id)
+            return _approval(conn, approval_id), None
 
-        return await self._tx(work)
+        approval, refused = await self._tx(work)
+        if refused is not None:
+            raise ReservedData(approval_id, refused)
+        return approval
 
     async def consume_approval(self, approval_id: str) -> bool:
         """Mark an approved approval as used; False if it was not approved or already used.

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from fim.build.snapshot import Snapshot
     from fim.store import Store
+    from fim.store.records import RunRecord
     from fim.types import Tool
 
 log = logging.getLogger("fim.worker")
@@ -259,8 +260,11 @@ async def advance(
 
     services = Services(root=snapshot.root, state_url=state_url, providers=providers)
     engine = WorkflowEngine(snapshot, workflow, services, run_id=run_id, tools=tools, queued=True)
+    record: RunRecord | None = None
+    looked = False  # whether `record` is what the store holds (None: no record at all)
     try:
         record = await get_store(services).get_run(run_id)
+        looked = True
         if record is None or record.status == "queued":
             events = engine.run(inputs)
         elif record.kind != KIND or record.status in {"ok", "failed", "cancelled", "error"}:
@@ -277,11 +281,17 @@ async def advance(
             pass  # every event is in the store: any replica streams the run (fim.store.live)
         return engine.state.status if engine.state is not None else "unknown"
     except RunError as exc:  # bad inputs, a workflow gone from the snapshot: a failed run
-        if engine.state is None:
+        log.warning("workflow run %s (%s): %s", run_id, workflow, exc.message)
+        if engine.state is not None:  # the run had started: its record is the engine's
+            return "failed"
+        if looked and (record is None or record.status == "queued"):  # it never started
             data = {"run_id": run_id, "workflow": workflow, "error": exc.message, "queued": True}
             await get_store(services).put_run(run_id, KIND, workflow, "failed", data)
-        log.warning("workflow run %s (%s): %s", run_id, workflow, exc.message)
-        return "failed"
+            return "failed"
+        # A run with a record of its own (paused at a human node still undecided, say) is
+        # left as it is: a bare failed record would destroy its nodes and declaration, and
+        # a job queued for it by mistake could end a run it was never meant to touch.
+        return record.status if record is not None else "unknown"
     finally:
         await services.aclose()
 

@@ -3,6 +3,8 @@
 A workflow started with a missing or mistyped input should fail at once with every
 problem listed, not three nodes later inside a connector call. Values typed on a command
 line (`--input amount=120`) arrive as text, so text is converted to the declared type.
+Numbers are JSON's: NaN and Infinity (`nan`, `1e400`), which Python's parsers read, are
+refused wherever they sit in an input (`fim.structured.non_finite`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 
 from fim.config.schema import WorkflowDecl, WorkflowInput
 from fim.errors import RunError
+from fim.structured import finite
 
 _BOOLEANS = {
     "true": True,
@@ -38,11 +41,13 @@ def _coerce(spec: WorkflowInput, value: Any) -> Any:
             if kind == "integer":
                 return int(text)
             if kind == "number":
-                return float(text) if any(c in text for c in ".eE") else int(text)
+                number = float(text) if any(c in text for c in ".eE") else int(text)
         except ValueError:
             raise ValueError(
                 f"expected {'an integer' if kind == 'integer' else 'a number'}"
             ) from None
+        if kind == "number":  # `1e400` reads as inf
+            return finite(number)
         if kind == "boolean":
             if text.lower() in _BOOLEANS:
                 return _BOOLEANS[text.lower()]
@@ -60,6 +65,7 @@ def _coerce(spec: WorkflowInput, value: Any) -> Any:
     }
     if not checks[kind](value):
         raise ValueError(f"expected {kind}, got {type(value).__name__}")
+    finite(value)  # NonFinite, a ValueError: NaN would pass an `amount > 100` guard's else
     return value
 
 
