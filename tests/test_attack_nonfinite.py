@@ -202,3 +202,16 @@ def test_a_structured_answer_with_nan_gets_the_retry() -> None:
     assert value is None and problem is not None
     assert problem.startswith("the reply was not valid JSON") and "'risk'" in problem
     assert contract.validate('{"risk": 0.5}') == ({"risk": 0.5}, None)
+
+
+def test_a_tool_nodes_output_with_nan_or_nested_past_the_limit_stays_text():
+    """A tool node's output feeds later conditions: a document with NaN or Infinity in it
+    is not data (every comparison with NaN is false), nor is one nested past the parser's
+    limit (`json.loads` raised RecursionError out of the node); both stay text."""
+    from fim.workflows.node_types.base import parse_output
+
+    assert parse_output('{"amount": 5}') == {"amount": 5}
+    assert parse_output('{"amount": NaN}') == '{"amount": NaN}'
+    assert parse_output('{"amount": 1e400}') == '{"amount": 1e400}'
+    deep = "[" * 100_000 + "]" * 100_000
+    assert parse_output(deep) == deep

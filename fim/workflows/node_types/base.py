@@ -22,14 +22,15 @@ this base is a
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, get_args, get_origin
 
 from pydantic import Field
+from pydantic_core import from_json
 
 from fim.config.schema.base import Strict
+from fim.structured import finite
 
 if TYPE_CHECKING:
     from fim.types import Tool
@@ -55,11 +56,14 @@ class Paused:
 
 def parse_output(content: str) -> Any:
     """Tool text -> the node's output: JSON objects/arrays become data (so templates can
-    say `nodes.lookup.output.amount`), anything else stays text."""
+    say `nodes.lookup.output.amount`), anything else stays text. So does a document with
+    NaN or Infinity in it (`fim.structured.finite`: a NaN amount would make every condition
+    on it false) or one nested past the parser's limit (pydantic-core's parser stops there
+    without Python recursion, where `json.loads` raised RecursionError out of the node)."""
     stripped = content.strip()
     if stripped[:1] in ("{", "["):
         try:
-            return json.loads(stripped)
+            return finite(from_json(stripped))
         except ValueError:
             return content
     return content
