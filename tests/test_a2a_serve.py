@@ -310,3 +310,20 @@ def test_a_body_nested_past_the_cap_is_a_400_before_the_sdk_parses_it(
         said = "nests deeper than 64 levels" if code == -32600 else "is not JSON"
         assert said in problem["message"]
     assert "Traceback" not in caplog.text and "RecursionError" not in caplog.text
+
+
+def test_a_body_with_nan_is_a_400_before_the_sdk_reads_it(served: tuple[str, Any]):
+    """JSON numbers only, as every body: NaN in a message's metadata is refused."""
+    url, _api = served
+    body = (
+        '{"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": '
+        '{"role": "user", "parts": [{"text": "hi"}], "messageId": "m1", '
+        '"metadata": {"amount": NaN}}}}'
+    )
+    sent = httpx.post(
+        f"{url}/a2a/math",
+        content=body,
+        headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
+    )
+    assert sent.status_code == 400
+    assert "NaN or Infinity" in sent.json()["error"]["message"]

@@ -12,8 +12,9 @@ A message runs through `Api.events` (the HTTP API's run entry point: hooks, pers
 so an A2A call is one more surface of the same runs. The A2A `contextId` is the fim session
 (`a2a:<contextId>`), kept per API key like every session (`fim.run.sessions`); the SDK's
 task store belongs to the key that created each task. Each run event becomes a `working`
-status update (streamed by `message/stream`); the answer is the task's artifact.
-Everything sent is masked.
+status update (streamed by `message/stream`) whose metadata, not message, carries it; the
+answer is the task's artifact, and the final status' metadata the run's end. Everything
+sent is masked.
 """
 
 from __future__ import annotations
@@ -37,11 +38,12 @@ from a2a.types import a2a_pb2 as pb
 from starlette.routing import Route, Router
 
 from fim.errors import FimError
-from fim.events import RunFinished
+from fim.events import Event, RunFinished
 from fim.masking import known
 from fim.schema_check import MAX_NESTING, nested_deeper
 from fim.server.a2a_tasks import StoredTaskStore
 from fim.server.sessions import UnknownSession, known_agent
+from fim.structured import NonFinite, non_finite
 from fim.types import Message
 
 if TYPE_CHECKING:
@@ -53,6 +55,9 @@ if TYPE_CHECKING:
     from fim.server.api import Api
 
 CARD_PATH = "/.well-known/agent-card.json"
+EVENT_TEXT_MAX = 2000
+"""Characters of an event's JSON a status update carries (`fim_event_json`): a tool result
+or a model's reply can be megabytes; its whole is in the run's event log."""
 log = logging.getLogger("fim.server")
 
 
@@ -109,6 +114,18 @@ def _masked(message: pb.Message) -> pb.Message:
         if part.HasField("text"):
             part.text = _text(part.text)
     return copy
+
+
+def _progress(event: Event, run_id: str, **dump: Any) -> dict[str, Any]:
+    """A run event as a status update's metadata: its type, its run and its JSON (masked,
+    its first `EVENT_TEXT_MAX` characters). Not as the update's message: the SDK moves each
+    status message into the task's history and saved the whole task at each update, so a
+    run of N events made a task of N messages and wrote O(N^2) bytes (3,234 events: a
+    3.2 MB task, 5 GB written). The SDK merges an update's metadata into the task's key by
+    key, so the task keeps the last event's alone."""
+    data = known().value(event.model_dump(mode="json", exclude_none=True, **dump))
+    text = json.dumps(data, ensure_ascii=False, default=str)[:EVENT_TEXT_MAX]
+    return {"fim_event": event.type, "run_id": run_id, "fim_event_json": text}
 
 
 class FimExecutor(AgentExecutor):
@@ -170,11 +187,8 @@ class FimExecutor(AgentExecutor):
                 if isinstance(event, RunFinished):
                     final = event
                     continue
-                data = known().value(event.model_dump(mode="json", exclude_none=True))
                 await updater.update_status(
-                    pb.TaskState.TASK_STATE_WORKING,
-                    say(json.dumps(data, ensure_ascii=False, default=str)[:2000]),
-                    metadata={"fim_event": event.type, "run_id": run_id},
+                    pb.TaskState.TASK_STATE_WORKING, metadata=_progress(event, run_id)
                 )
         except FimError as exc:
             await updater.failed(say(str(exc)))
@@ -189,7 +203,11 @@ class FimExecutor(AgentExecutor):
             name="answer",
             metadata={"run_id": run_id, "status": final.status},
         )
-        await updater.complete()
+        # the answer is the artifact; the end's metadata replaces the last progress event's
+        await updater.update_status(
+            pb.TaskState.TASK_STATE_COMPLETED,
+            metadata=_progress(final, run_id, exclude={"output"}),
+        )
 
     async def cancel(self, context: RequestContext, event_queue: Any) -> None:
         """The SDK cancels the task running `execute`; the run stops and is recorded
@@ -279,6 +297,8 @@ def a2a_app(api: Api) -> Router:
             return refused(-32700, f"the request is not JSON: {exc}")
         if nested_deeper(body):
             return refused(-32600, f"the request nests deeper than {MAX_NESTING} levels")
+        if (where := non_finite(body)) is not None:  # JSON numbers only, as every body
+            return refused(-32600, str(NonFinite(where)))
         return await dispatcher.handle_requests(request)
 
     async def project_card(request: Request) -> Response:

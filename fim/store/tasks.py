@@ -3,7 +3,8 @@
 A task (its status, its history, its artifacts) is what an A2A client reads back with
 `tasks/get`; kept in the store, every replica on one PostgreSQL store answers for it and a
 restart loses none. Each owner (API key or tenant) keeps its `limit` most recently saved
-tasks: a client sending messages without end does not grow the store without end. The
+tasks: a client sending messages without end does not grow the store without end, and
+each task is at most `TASK_MAX_BYTES` (`fim.server.a2a_tasks` fits it before saving). The
 store keeps the task as JSON it does not read; `fim.server.a2a_tasks` converts.
 """
 
@@ -20,15 +21,29 @@ if TYPE_CHECKING:
     from fim.store import Store
 
 TASKS_PER_OWNER = 256
+TASK_MAX_BYTES = 1024 * 1024
+"""The protobuf bytes a stored task holds at most (base64 in the row: about 1.4 MB). A task
+is what an A2A client reads back: the turn it sent, the answer and the final status; the
+run itself (every event, the whole output) is the run's record (`GET /v1/runs/{id}`). The
+task is rewritten at each of its saves and read whole by `tasks/get`, and `tasks/list`
+reads up to `TASKS_PER_OWNER` of them at once, so this is what each costs at most, and an
+owner's tasks are at most 256 of it. 1 MiB is the default request body
+(`server.max_body_bytes`): a turn of any default-sized request is kept whole, and so is a
+long answer. A task of one run's every event as a status message reached 3.2 MB (3,234
+events) and grew with each further one."""
 
 
 class Tasks:
-    def __init__(self, store: Store, limit: int | None = None) -> None:
+    def __init__(
+        self, store: Store, limit: int | None = None, max_bytes: int | None = None
+    ) -> None:
         self.store = store
         self.limit = limit or TASKS_PER_OWNER
+        self.max_bytes = max_bytes or TASK_MAX_BYTES
 
     async def save(self, owner: str, task_id: str, task: dict[str, Any]) -> None:
-        """Store the task as it is now; the owner's oldest beyond `limit` go."""
+        """Store the task as it is now; the owner's oldest beyond `limit` go. The caller
+        has fitted it to `max_bytes` (the store does not read what a task holds)."""
         await self.store._tx(lambda conn: self._save(conn, owner, task_id, task))
 
     def _save(self, conn: Connection, owner: str, task_id: str, task: dict[str, Any]) -> None:
@@ -69,4 +84,4 @@ class Tasks:
         await self.store._tx(lambda c: c.execute(statement))
 
 
-__all__ = ["TASKS_PER_OWNER", "Tasks"]
+__all__ = ["TASKS_PER_OWNER", "TASK_MAX_BYTES", "Tasks"]
