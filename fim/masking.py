@@ -9,9 +9,22 @@ Why every encoding: a secret reaches an exit in the shape some code gave it. A m
 it into a JSON string (`\\"` and `\\\\` escaped), a connector puts it in a query string
 (`%2B`, `+` for a space), a tool base64-encodes a `user:password` pair for a Basic header.
 The masker knows each secret's raw, JSON-escaped (once or twice, `\\/` too), HTML- and
-XML-escaped, URL-encoded (`quote`, `quote_plus`, either hex case) and base64 forms
-(standard and URL-safe, padded or not); a substring of a base64 stream depends on where it
-starts, so the body of each of the three alignments is a form of its own.
+XML-escaped, URL-encoded (`quote`, `quote_plus`, either hex case), Python-quoted (`repr`,
+`ascii`: `\\'` and `\\x..` escapes, as `f"{value!r}"` writes them), hex (either case) and
+base64 forms (standard and URL-safe, padded or not); a substring of a base64 stream depends
+on where it starts, so the body of each of the three alignments is a form of its own.
+Base64 is also found wrapped over lines (`\\n` or `\\r\\n` every 76 characters in MIME and
+the `base64` CLI, every 64 in PEM): a text is searched for it with its line breaks taken
+out, and a secret found across breaks is masked with the breaks it spans. Hex is found on
+one line only (in either case).
+
+Why fast: every text that leaves fim is masked, nearly all of it holds no secret, and each
+form is a scan of the text. So a form is looked for only in a text that holds three of its
+characters, its rarest ones of different kinds (ranked on fim's own code, docs and JSON):
+each such test is one `memchr`, shared by the forms that have that character, and a text
+that lacks one skips the form. Only a text that holds those of a base64 form has its line
+breaks taken out. A short text with none of the forms' rarest characters returns after one
+C loop.
 
 Why values, not text: masking serialised JSON misses a secret whose escaped form differs
 from the raw one and can cut a document in half. `Masker.value` walks dicts, lists and
@@ -32,6 +45,7 @@ older snapshot, or a log line written outside any run, is covered too.
 from __future__ import annotations
 
 import base64
+import bisect
 import functools
 import html
 import json
@@ -48,7 +62,26 @@ MASK = "***"
 MIN_SECRET = 4
 """Shorter values are not masked: `yes` or `1` would turn ordinary text into noise."""
 MIN_BASE64 = 6
-"""Base64 bodies shorter than this are not forms of their own (too many false hits)."""
+"""Base64 bodies shorter than this are not forms of their own (too many false hits); nor is a
+shorter form looked for across a line break."""
+
+_RARITY = (
+    "\t\r^Z&~!?%@XQ$J8V9<76zYKG+5W\\B3U4;HF|#D2q>MLjI*O1PC'R/NA0SET}{][x`kvbw=-yg:)(_.,fhumpcd"
+    '\n"lianroste '
+)
+"""ASCII characters from the rarest to the most common in fim's own code, docs and JSON: a
+form is looked for only in a text holding its rarest character (any other character, say
+non-ASCII, counts as rarer still). The order only changes speed, never what is masked."""
+
+_B64 = "A-Za-z0-9+/_-"
+_WRAPPABLE = re.compile(f"[{_B64}]{{{MIN_BASE64},}}")
+_HEX = re.compile("[0-9a-f]+|[0-9A-F]+")
+_WRAP_MIN = 16
+"""Shortest line a window (`StreamMasker`, `Masker.head`) is sure to see a wrapped form
+across: MIME wraps at 76, PEM at 64. A whole text is searched across breaks of any width."""
+_GATES = 3
+"""Characters of a form a text must hold before the form is looked for."""
+_BREAKS = re.compile(r"[\r\n]")
 
 SECRET_KEY = re.compile(
     r"pass(word|wd|phrase)?|pwd|token|secret|(api|operator)[_-]?keys?|authori[sz]ation|"
@@ -108,11 +141,97 @@ def encodings(secret: str) -> set[str]:
     forms |= {html.escape(secret), text_escaped, text_escaped.replace('"', "&quot;")}
     for encoded in (quote(secret, safe=""), quote(secret), quote_plus(secret)):
         forms |= {encoded, _hex_lower(encoded)}
-    forms |= _base64_bodies(secret.encode("utf-8"))
+    for python in (repr, ascii):  # `'` escaped only when the quoted text holds a `"` too
+        forms |= {python(secret)[1:-1], python(secret + '"')[1:-2]}
+    data = secret.encode("utf-8")
+    forms |= {data.hex(), data.hex().upper()}
+    forms |= _base64_bodies(data)
     return {f for f in forms if len(f) >= MIN_SECRET}
 
 
 # --------------------------------------------------------------------------- masker
+
+
+class _Forms:
+    """Forms to find in a text, grouped by their rarest character (`_RARITY`): a group is
+    looked at only when the text holds that character, which one `memchr` tells, and a form
+    in it only when the text holds its other gates too (`_gates`)."""
+
+    __slots__ = ("forms", "groups")
+
+    def __init__(self, forms: Iterable[str]) -> None:
+        self.forms = sorted(set(forms), key=lambda f: (-len(f), f))
+        """Longest first, so a secret that contains another is masked whole."""
+        groups: dict[str, list[tuple[int, str, bool]]] = {}
+        for i, form in enumerate(self.forms):
+            gate, *more = _gates(form)
+            groups.setdefault(gate, []).append((i, "".join(more), _wrappable(form)))
+        self.groups = [(gate, tuple(entries)) for gate, entries in groups.items()]
+        """(rarest character, its forms: (index, their other gates, whether the form may be
+        wrapped over lines))."""
+
+    def find(self, text: str) -> tuple[list[int], list[int]]:
+        """The forms that cannot be wrapped found in `text`, and the ones that can whose
+        gates the text holds: the caller looks for those in the text with its line breaks
+        taken out, which finds them on one line and wrapped alike (indexes, in no order)."""
+        found: list[int] = []
+        wrappable: list[int] = []
+        held: dict[str, bool] = {}
+        for gate, entries in self.groups:
+            if gate not in text:
+                continue
+            forms = self.forms
+            for i, more, wraps in entries:
+                for char in more:
+                    there = held.get(char)
+                    if there is None:
+                        there = held[char] = char in text
+                    if not there:
+                        break
+                else:
+                    if wraps:
+                        wrappable.append(i)
+                    elif forms[i] in text:
+                        found.append(i)
+        return found, wrappable
+
+
+def _gates(form: str) -> list[str]:
+    """`_GATES` characters of `form`: its rarest, then the rarest of each other kind it holds
+    (upper-case letter, digit, lower-case letter, other), then the next rarest. A text that
+    lacks a kind (a log without capitals, prose without digits) then skips the form."""
+    chars = sorted(set(form), key=_RARITY.find)
+    kinds: set[int] = set()
+    gates: list[str] = []
+    for char in chars:
+        kind = char.isupper() + 2 * char.isdigit() + 4 * char.islower()
+        if kind not in kinds:
+            kinds.add(kind)
+            gates.append(char)
+    gates += [char for char in chars if char not in gates]
+    return gates[:_GATES]
+
+
+def _wrappable(form: str) -> bool:
+    """A form a program may wrap over lines: base64 (a secret's bodies, and a secret made of
+    base64 characters, say a JWT). Hex is looked for on one line only: its characters are in
+    most texts, so the lines of nearly every text would be joined to look for it."""
+    return _WRAPPABLE.fullmatch(form) is not None and _HEX.fullmatch(form) is None
+
+
+def _unbroken(text: str) -> str:
+    """`text` without its line breaks: a form wrapped over lines is whole in it. An ASCII
+    text goes through bytes: deleting bytes costs half what deleting characters does, and
+    the copies to bytes and back are `memcpy`s."""
+    lf, cr = "\n" in text, "\r" in text
+    if not (lf or cr):
+        return text
+    if not text.isascii():
+        text = text.replace("\r", "") if cr else text
+        return text.replace("\n", "") if lf else text
+    data = text.encode("ascii")
+    data = data.replace(b"\r", b"") if cr else data
+    return (data.replace(b"\n", b"") if lf else data).decode("ascii")
 
 
 class Masker:
@@ -125,12 +244,27 @@ class Masker:
         for secret in self.secrets:
             forms |= encodings(secret)
         forms.discard(MASK)
-        self._forms = sorted(forms, key=lambda f: (-len(f), f))
-        """Longest first, so a secret that contains another is masked whole."""
+        self._text = _Forms(forms)
+        self._forms = self._text.forms
+        self._starred = [i for i, form in enumerate(self._forms) if "*" in form]
+        """Forms a mask put in the text can complete: looked for again after one is."""
         self._longest = len(self._forms[0]) if self._forms else 0
-        self._json_forms = sorted({json.dumps(f)[1:-1] for f in self._forms}, key=len)
+        self._shortest = len(self._forms[-1]) if self._forms else 2**63
+        """A text shorter than every form (most streamed tokens) holds none."""
+        self._rarest = frozenset(gate for gate, _ in self._text.groups)
+        """The rarest character of every form: a text with none of them holds no form."""
+        self._reach = max(
+            [self._longest]
+            + [len(f) + 2 * (len(f) // _WRAP_MIN + 1) for f in self._forms if _wrappable(f)]
+        )
+        """The most characters one masked occurrence spans, a wrapped form with its line
+        breaks (lines of `_WRAP_MIN` or more): a window this much wider than what it shows
+        sees every secret that reaches into it."""
+        self._json = _Forms(json.dumps(f)[1:-1] for f in self._forms)
         """Each form as `json.dumps` writes it inside a string: JSON escapes character by
         character, so a string holding a form dumps to text holding the form's escape."""
+        self._spaced = any(" " in f for f in self._forms)
+        """Whether a form holds a space: if none does, no secret continues past one."""
 
     def __bool__(self) -> bool:
         return bool(self.secrets)
@@ -139,13 +273,46 @@ class Masker:
         return self.text(text)
 
     def text(self, text: str) -> str:
-        """`text` with every form of every secret replaced by `***`."""
-        if not text or not self._forms:
-            return text
-        for form in self._forms:
-            if form in text:
-                text = text.replace(form, MASK)
+        """`text` with every form of every secret replaced by `***`, a base64 form wrapped
+        over lines too (with the line breaks it spans)."""
+        if len(text) < self._shortest or (len(text) <= 64 and self._rarest.isdisjoint(text)):
+            return text  # a short text (a token, a name) goes in one C loop, no group
+        found, wrappable = self._text.find(text)
+        wrapped: list[int] = []
+        if wrappable:
+            unbroken = _unbroken(text)
+            wrapped = [i for i in wrappable if self._forms[i] in unbroken]
+        if found or wrapped:
+            for i in sorted({*found, *wrapped, *self._starred}):
+                text = text.replace(self._forms[i], MASK)
+        if wrapped and ("\n" in text or "\r" in text):
+            text = self._unwrap(text, [self._forms[i] for i in wrapped])
         return text
+
+    def _unwrap(self, text: str, forms: list[str]) -> str:
+        """`text` with what is left of `forms` masked: the occurrences a line break cuts,
+        found in the text without its breaks and masked with the breaks they span."""
+        unbroken = _unbroken(text)
+        spans: list[tuple[int, int]] = []
+        for form in forms:
+            at = unbroken.find(form)
+            while at != -1:
+                spans.append((at, at + len(form)))
+                at = unbroken.find(form, at + len(form))
+        if not spans:
+            return text
+        # the k-th break of `text` falls before character `gone[k]` of `unbroken`
+        gone = [brk.start() - k for k, brk in enumerate(_BREAKS.finditer(text))]
+
+        def in_text(j: int) -> int:
+            return j + bisect.bisect_right(gone, j)
+
+        pieces: list[str] = []
+        done = 0
+        for first, end in _merged(spans):
+            pieces += [text[done : in_text(first)], MASK]
+            done = in_text(end - 1) + 1
+        return "".join([*pieces, text[done:]])
 
     def head(self, text: str, limit: int) -> tuple[str, int]:
         """The first `limit` characters of `text` as they may be shown, and how many
@@ -156,7 +323,7 @@ class Masker:
         comes back as it is: the exits mask it, and the engine tells that it did."""
         if len(text) <= limit:
             return text, 0
-        window = text[: limit + self._longest]
+        window = text[: limit + self._reach]
         masked = self.text(window)
         if len(window) == len(text) and len(masked) <= limit:
             return masked, 0  # nothing cut after all: the masks made it fit
@@ -167,7 +334,7 @@ class Masker:
         end a secret masked."""
         if len(text) <= limit:
             return text, 0
-        window = text[-(limit + self._longest) :]
+        window = text[-(limit + self._reach) :]
         masked = self.text(window)
         if len(window) == len(text) and len(masked) <= limit:
             return masked, 0
@@ -189,8 +356,8 @@ class Masker:
         return text[:-found] + MASK if at == "end" else MASK + text[found:]
 
     def contains(self, text: str) -> bool:
-        """Whether any form of a secret occurs in `text`."""
-        return bool(text) and any(form in text for form in self._forms)
+        """Whether any form of a secret occurs in `text` (wrapped over lines too)."""
+        return bool(text) and self.text(text) != text
 
     def value(self, value: Any, *, keys: bool = False) -> Any:
         """A copy of a JSON-like `value` with secrets masked in every string (dict keys
@@ -211,7 +378,12 @@ class Masker:
             dumped = json.dumps(value)
         except (TypeError, ValueError, RecursionError):
             return True
-        return any(form in dumped for form in self._json_forms)
+        found, wrappable = self._json.find(dumped)
+        if found:
+            return True
+        if wrappable and ("\\n" in dumped or "\\r" in dumped):
+            dumped = dumped.replace("\\r", "").replace("\\n", "")  # the breaks, escaped
+        return any(self._json.forms[i] in dumped for i in wrappable)
 
     def _walk(self, value: Any, keys: bool, key: object) -> Any:
         if isinstance(value, str):
@@ -230,6 +402,17 @@ class Masker:
     def union(self, other: Masker | Iterable[str]) -> Masker:
         extra = other.secrets if isinstance(other, Masker) else other
         return Masker(self.secrets | frozenset(extra))
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """`spans` (start, end) in order, overlapping ones joined."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def _overlap(text: str, form: str, at: Literal["end", "start"]) -> int:
@@ -259,26 +442,39 @@ def _overlap(text: str, form: str, at: Literal["end", "start"]) -> int:
 class StreamMasker:
     """Masks a text that arrives in pieces (streamed tokens): a secret split across two
     pieces is still caught, because the tail that could start a secret is held back until
-    the next piece (or `flush`)."""
+    the next piece (or `flush`). That tail is what follows the last space when no form of
+    a secret holds one (a secret does not continue past it), else the last `_reach` - 1
+    characters: streamed prose comes out word by word, base64 waits for its block."""
 
     def __init__(self, masker: Masker) -> None:
         self.masker = masker
         self._held = ""
-        self._hold = max((len(f) for f in masker._forms), default=1) - 1
+        self._hold = max(masker._reach - 1, 0)
 
     def feed(self, piece: str) -> str:
         if not self.masker:
             return piece
         text = self.masker.text(self._held + piece)
-        if self._hold <= 0 or len(text) <= self._hold:
-            self._held = text
-            return ""
-        self._held = text[-self._hold :]
-        return text[: -self._hold]
+        keep = min(len(text), self._hold)
+        if not self.masker._spaced and keep:
+            space = text.rfind(" ", len(text) - keep)
+            if space != -1:
+                keep = len(text) - space - 1
+        cut = len(text) - keep
+        self._held = text[cut:]
+        return text[:cut]
 
     def flush(self) -> str:
         text, self._held = self.masker.text(self._held), ""
         return text
+
+    def using(self, masker: Masker) -> StreamMasker:
+        """This stream, masked from now on with `masker`, what it holds included: a process
+        that learns a secret mid-stream (`remember`, so `known()` is a new masker) must not
+        let out the part of it this stream held back before it knew."""
+        stream = StreamMasker(masker)
+        stream._held = self._held
+        return stream
 
 
 def mask_model(model: M, masker: Masker | None = None) -> M:

@@ -4,6 +4,14 @@ Pydantic reports a `loc` such as `('nodes', 'lookup', 'connector', 'action')` wh
 elements are union tags (`connector` is the node type here, not a key). We walk the loc
 alongside the model's type structure, so we know which elements are keys of the user's
 data, which model a key belonged to (for did-you-mean), and where in the file it is.
+
+A problem quotes the value it got, and a value can be a secret: `timeout: ${API_KEY}`, two
+variable names swapped. So a value that `${VAR}` interpolation gave is shown as `***`,
+followed by where it came from as written (`got '***' (the value of ${API_KEY})`): the
+variable's name is what the user needs to fix it, and no part of the secret is shown. Any
+other value is masked before it is quoted and cut (`_Quoter.show`), with the document's
+literal credentials and every secret the process knows: cut first, a secret kept a piece
+no mask matched, and quoted first, a quote in it was escaped (`\\'`).
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from pydantic import BaseModel, ValidationError
 
 from fim.config.yamlio import Document, Path_
 from fim.errors import Problem
+from fim.masking import MASK, Masker, config_secrets, known
 
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
@@ -153,13 +162,81 @@ def _field_names(model: Any) -> list[str]:
     return [info.alias or name for name, info in model.model_fields.items()]
 
 
-def _show(value: Any) -> str:
-    text = repr(value)
+class _Quoter:
+    """Quotes the values a document's problems got (`show`): masked with the document's
+    literal credentials (a masker made once, and only if a problem quotes a value) and with
+    every secret the process knows (`known()`, at a reload the running snapshot's)."""
+
+    def __init__(self, doc: Document) -> None:
+        self.doc = doc
+        self._masker: Masker | None = None
+
+    def mask(self, value: Any) -> Any:
+        if self._masker is None:
+            self._masker = Masker(config_secrets(self.doc.data))
+        return known().value(self._masker.value(value))
+
+    def show(self, value: Any, path: Path_) -> str:
+        """`value`, found at `path`, quoted for a message in at most 60 characters: what
+        interpolation gave as `***` and the text it came from, the rest masked, then quoted,
+        then cut."""
+        sources: list[str] = []
+        masked = self.mask(_from_environment(self.doc, value, _node_at(self.doc, path), sources))
+        text = _cut(repr(masked))
+        if sources:
+            named = ", ".join(_cut(self.mask(source)) for source in dict.fromkeys(sources))
+            text += f" (the value of {named})"
+        return text
+
+
+def _cut(text: str) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _node_at(doc: Document, path: Path_) -> Any:
+    """The YAML node at `path` of `doc`, or None (a value a default filled in)."""
+    node = doc.node
+    for step in path:
+        if node is None:
+            return None
+        if node.id == "mapping":
+            pair = doc._find_pair(node, step)
+            node = pair[1] if pair is not None else None
+        elif node.id == "sequence" and isinstance(step, int) and 0 <= step < len(node.value):
+            node = node.value[step]
+        else:
+            return None
+    return node
+
+
+def _from_environment(doc: Document, value: Any, node: Any, sources: list[str]) -> Any:
+    """`value` with each string that `${VAR}` interpolation changed replaced by `***`, and
+    the text each came from in the file (`node`, the value's YAML node) added to `sources`."""
+    if node is None:
+        return value
+    if isinstance(value, str):
+        written = node.value if node.id == "scalar" else None
+        if isinstance(written, str) and "${" in written and written != value:
+            sources.append(written)
+            return MASK
+        return value
+    if isinstance(value, dict) and node.id == "mapping":
+        shown: dict[Any, Any] = {}
+        for key, item in value.items():
+            pair = doc._find_pair(node, key)
+            shown[key] = _from_environment(doc, item, pair[1] if pair else None, sources)
+        return shown
+    if isinstance(value, list) and node.id == "sequence" and len(node.value) == len(value):
+        return [
+            _from_environment(doc, item, each, sources)
+            for item, each in zip(value, node.value, strict=True)
+        ]
+    return value
 
 
 def validation_problems(exc: ValidationError, root: Any, doc: Document) -> list[Problem]:
     """Map every error of `exc` (validating `doc.data` as `root`) to a Problem."""
+    quote = _Quoter(doc)
     collected: list[tuple[Path_, bool, Problem]] = []
     for err in exc.errors(include_url=False):
         loc, kind = tuple(err["loc"]), err["type"]
@@ -181,22 +258,24 @@ def validation_problems(exc: ValidationError, root: Any, doc: Document) -> list[
             )
         elif kind in ("union_tag_invalid", "union_tag_not_found"):
             path, tp, skipped = resolve_loc(root, loc)
-            problem = _tag_problem(doc, path, err, union_tags(tp))
+            problem = _tag_problem(doc, path, err, union_tags(tp), quote)
         else:
             path, _, skipped = resolve_loc(root, loc)
             label = ".".join(str(p) for p in path)
-            message = f"{label}: {_message(err)}" if label else _message(err)
+            said = _message(err, path, quote)
+            message = f"{label}: {said}" if label else said
             problem = doc.problem(path, message, _hint(err))
         collected.append((path, skipped, problem))
     return _prune(collected)
 
 
-def _message(err: ErrorDetails) -> str:
+def _message(err: ErrorDetails, path: Path_, quote: _Quoter) -> str:
     kind, ctx = err["type"], err.get("ctx") or {}
     if kind in _TYPE_WORDS:
-        return f"{_TYPE_WORDS[kind]}, got {_show(err['input'])}"
+        return f"{_TYPE_WORDS[kind]}, got {quote.show(err['input'], path)}"
     if kind == "literal_error":
-        return f"expected one of {ctx.get('expected', '')}, got {_show(err['input'])}"
+        expected = ctx.get("expected", "")
+        return f"expected one of {expected}, got {quote.show(err['input'], path)}"
     msg = err["msg"]
     return msg.removeprefix("Value error, ")
 
@@ -212,7 +291,9 @@ def _hint(err: ErrorDetails) -> str | None:
     return None
 
 
-def _tag_problem(doc: Document, path: Path_, err: ErrorDetails, tags: list[str]) -> Problem:
+def _tag_problem(
+    doc: Document, path: Path_, err: ErrorDetails, tags: list[str], quote: _Quoter
+) -> Problem:
     """`type: foo` / `kind: ftp` / no type at all, on a discriminated union."""
     ctx = err.get("ctx") or {}
     field = str(ctx.get("discriminator", "type")).strip("'")
@@ -222,7 +303,7 @@ def _tag_problem(doc: Document, path: Path_, err: ErrorDetails, tags: list[str])
         tag = str(ctx.get("tag", ""))
         return doc.problem(
             (*path, field),
-            f"{where}: unknown {field} '{tag}'",
+            f"{where}: unknown {field} {quote.show(tag, (*path, field))}",
             suggest(tag, tags, f"{field}s") if tags else None,
         )
     return doc.problem(

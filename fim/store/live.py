@@ -4,6 +4,10 @@ A run's events are appended to `fim_run_events` as the run goes, so `GET /v1/run
 and `GET /v1/runs/{id}/events` answer from any replica on the same database, while the run
 is still going on another one (or on a `fim worker`).
 
+Stored events are masked like every exit, and streamed tokens as a stream (`StreamMasker`):
+a secret the model streams in two tokens, masked one row at a time, would be stored in two
+rows that no form matches, and joining a run's tokens would give it back.
+
 Writing never makes the run wait: `EventLog.add` queues the event and one background task
 per run writes whatever has queued in one transaction, in order (a burst of events costs a
 handful of writes). On PostgreSQL the transaction ends with `pg_notify('fim_run_events',
@@ -22,7 +26,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
-from fim.masking import known
+from fim.masking import StreamMasker, known
 from fim.store.prepared import Prepared
 from fim.store.schema import table
 
@@ -67,9 +71,37 @@ class EventLog:
             # SQLite serves one process: its tails read the run from memory while it goes,
             # and the log is written once at the end, with the run's record.
             self._local = _BUFFERS.setdefault((store.url, run_id), [])
+        self._tokens = StreamMasker(known())
+        self._last_token: dict[str, Any] | None = None
 
     def add(self, event: dict[str, Any]) -> None:
-        """Queue one event (JSON-ready); written soon, in order, by one task."""
+        """Queue one event (JSON-ready); written soon, in order, by one task.
+
+        A token's text is masked as a stream: what could begin a secret is held back and
+        goes out with the next token, or, before the next other event, as a token of its
+        own (the last token's fields, the held text), as the SSE of a run does
+        (`fim.server.http.sse`). A token left with no text is not stored. So no row holds
+        a piece of a secret, and the stored tokens still join to the run's (masked) text,
+        for whoever replays or tails them (`/v1/runs/{id}/events`, from any replica)."""
+        if event.get("type") == "token":
+            masker = known()
+            if masker is not self._tokens.masker:  # the process learnt a secret meanwhile
+                self._tokens = self._tokens.using(masker)
+            self._last_token = event
+            text = self._tokens.feed(str(event.get("text", "")))
+            if text:
+                self._queue({**event, "text": text})
+            return
+        self._release()
+        self._queue(event)
+
+    def _release(self) -> None:
+        """Queue what the token stream holds back, as a token of its own."""
+        held = self._tokens.flush()
+        if held and self._last_token is not None:
+            self._queue({**self._last_token, "text": held})
+
+    def _queue(self, event: dict[str, Any]) -> None:
         if self._local is not None:
             self._local.append(event)
             wake(self._store.url, self.run_id)
@@ -125,7 +157,9 @@ class EventLog:
         return write
 
     async def close(self) -> None:
-        """Wait until every queued event is written."""
+        """Wait until every queued event is written (what the token stream held back too:
+        a run that ends on a token, or is cut off, still has all of its text)."""
+        self._release()
         if self._local is not None:
             if self._local:
                 self._record = False  # the caller writes the record with its final status
