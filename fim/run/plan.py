@@ -332,6 +332,8 @@ def _mask_known(text: str) -> str:
 
 
 def _may_export(hooks: Any) -> bool:
+    if isinstance(hooks, NoHooks):
+        return False
     for_point = getattr(hooks, "for_point", None)
     return for_point is None or bool(for_point("SessionStart"))
 
