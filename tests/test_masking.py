@@ -1,4 +1,4 @@
-"""The one masking policy (fim/masking.py): every encoding, values not text, literal keys."""
+"""The one masking policy (fim/masking/): every encoding, values not text, literal keys."""
 
 from __future__ import annotations
 
