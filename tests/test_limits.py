@@ -229,6 +229,14 @@ async def test_workers_run_with_limits():
     assert await isolate.run(os.getenv, "PATH", timeout=5) is None  # empty environment
 
 
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="Linux /proc")
+async def test_a_workers_starting_environment_is_erased_not_only_unset():
+    """Emptying `os.environ` unsets the variables, but the block the process started with
+    (fim's API keys included) stayed readable at /proc/<pid>/environ; it is zeroed."""
+    pid = await isolate.run(os.getpid, timeout=5)
+    assert set(Path(f"/proc/{pid}/environ").read_bytes()) <= {0}
+
+
 def test_workflow_templates_refuse_data_driven_blowups():
     """Workflow templates are the author's, but operands can be model output."""
     from fim.workflows.templates import TemplateError, render

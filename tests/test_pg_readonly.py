@@ -467,6 +467,61 @@ async def test_the_worker_connects_with_libpqs_environment(pg, monkeypatch):
     assert (first.rows, second.rows) == ([("fim-env-one",)], [("fim-env-two",)])
 
 
+async def test_a_cancelled_statement_does_not_run_on_in_the_database(pg):
+    """Cancelling a run kills the statement's worker at once; PostgreSQL notices its client
+    is gone within a second (`client_connection_check_interval`) instead of running the
+    query on until `statement_timeout`, so a tenant cancelling and restarting cannot pile up
+    backends up to the server's `max_connections`."""
+    import psycopg
+
+    db = connector(pg.reader_url, statement_timeout=120)
+    marker = "fim_cancel_probe"
+    sql = f"SELECT count(*) AS {marker} FROM generate_series(1, 30000000000)"
+
+    def running() -> int:
+        with psycopg.connect(pg.admin_url, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
+                "AND query LIKE %s AND pid <> pg_backend_pid()",
+                (f"%{marker}%",),
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    task = asyncio.create_task(db.run(sql))
+    for _ in range(600):
+        if running():
+            break
+        await asyncio.sleep(0.05)
+    assert running() == 1
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    for _ in range(600):
+        if not running():
+            break
+        await asyncio.sleep(0.05)
+    db.dispose()
+    assert running() == 0
+
+
+async def test_a_nested_value_too_big_to_rebuild_comes_back_as_its_text(pg):
+    """A statement's result is pickled back from its worker and rebuilt object by object in
+    fim's process: seven JSON values of 249,000 empty lists (1 MB of text) were 1.75M lists
+    and held the event loop half a second. A JSON or array value comes back as data within
+    10,000 items and 32 levels, as its JSON text past them."""
+    db = connector(pg.reader_url)
+    result = await db.run(
+        "SELECT '{\"a\": [1, 2]}'::json AS small, ARRAY[1, 2] AS arr, "
+        "('[' || repeat('[],', 20000) || '[]]')::json AS wide, "
+        "(repeat('[', 900) || repeat(']', 900))::jsonb AS deep"
+    )
+    db.dispose()
+    small, arr, wide, deep = result.rows[0]
+    assert (small, arr) == ({"a": [1, 2]}, [1, 2])
+    assert isinstance(wide, str) and wide.startswith("[[], [], ")
+    assert isinstance(deep, str) and deep.startswith("[[[[")
+
+
 async def test_postgres_selects_keep_their_columns_order_and_types(pg):
     """The row check runs the statement inside fim's own query; what the model asked for
     comes back unchanged: duplicate and quoted names, its order, Python types, and a `;`

@@ -54,15 +54,37 @@ class Engine:
         with self._lock:
             if self._engine is None:
                 engine = self._create_engine()
-                if self.dialect == "postgres" and self.decl.read_only:
-                    try:
-                        self._check_role(engine)
-                    except BaseException:
-                        engine.dispose()
-                        raise
+                if self.dialect == "postgres":
+                    engine = self._first_connect(engine)
                 self._engine = engine
                 self.catalog = readonly.PgCatalog()
             return self._engine
+
+    def _first_connect(self, engine: Any) -> Any:
+        """Connect once (a read-only connector's role is checked then); a server older than
+        PostgreSQL 14 refuses `client_connection_check_interval` at connect, so the engine is
+        made again without it."""
+        try:
+            self._connect_once(engine)
+            return engine
+        except BaseException as exc:
+            engine.dispose()
+            if readonly.CHECK_INTERVAL not in str(exc):
+                raise
+        engine = self._create_engine(check_client=False)
+        try:
+            self._connect_once(engine)
+        except BaseException:
+            engine.dispose()
+            raise
+        return engine
+
+    def _connect_once(self, engine: Any) -> None:
+        if self.decl.read_only:
+            self._check_role(engine)
+            return
+        with engine.connect() as conn:
+            conn.rollback()
 
     def _check_role(self, engine: Any) -> None:
         with engine.connect() as conn:
@@ -83,7 +105,7 @@ class Engine:
             conn.execute(sa.text("SELECT 1"))
             conn.rollback()
 
-    def _create_engine(self) -> Any:
+    def _create_engine(self, check_client: bool = True) -> Any:
         # deferred: loading sqlalchemy costs hundreds of ms
         import sqlalchemy as sa
         from sqlalchemy import event
@@ -94,7 +116,9 @@ class Engine:
         url: Any = self.url
         if self.dialect == "postgres":
             url = sa.engine.make_url(self.url)
-            own = readonly.pg_options(self.decl.statement_timeout, self.decl.read_only)
+            own = readonly.pg_options(
+                self.decl.statement_timeout, self.decl.read_only, check_client
+            )
             # the URL's own options (e.g. a search_path) come first; ours win
             options = " ".join(filter(None, [url.query.get("options"), own]))
             url = url.difference_update_query(["options"])

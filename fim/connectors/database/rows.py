@@ -9,6 +9,7 @@ the PostgreSQL loaders that cut values in libpq's buffer and SQLite's value limi
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -90,6 +91,8 @@ class Rows:
         self.truncated = False
         self.values_cut = 0
         self.row_too_large: int | None = None
+        self.items = 0
+        """Items of the nested values kept as data so far (`_keeps`)."""
 
     def want_more(self) -> bool:
         return not (self.cut or self.truncated or self.row_too_large is not None)
@@ -130,6 +133,8 @@ class Rows:
                 self.values_cut += 1
                 return data[:cap], cap
             return data, len(data)
+        if isinstance(value, list | tuple | dict) and not self._keeps(value):
+            value = _as_text(value)
         text = value if isinstance(value, str) else str(value)
         if len(text) <= cap:
             size = len(text.encode("utf-8", "surrogatepass"))
@@ -138,6 +143,16 @@ class Rows:
         self.values_cut += 1
         head = text[:cap].encode("utf-8", "surrogatepass")[:cap].decode("utf-8", "ignore")
         return Truncated.of(head, len(text), cap), cap
+
+    def _keeps(self, value: list[Any] | tuple[Any, ...] | dict[Any, Any]) -> bool:
+        """Whether a nested value (a JSON or an array column) comes back as data: within
+        `MAX_ITEMS` items and `MAX_DEPTH` levels, and within the result's `MAX_RESULT_ITEMS`
+        with the ones kept before it. Otherwise it comes back as its text."""
+        items = _items(value, min(MAX_ITEMS, MAX_RESULT_ITEMS - self.items))
+        if items is None:
+            return False
+        self.items += items
+        return True
 
     def result(self, columns: list[str]) -> QueryResult:
         return QueryResult(
@@ -148,6 +163,43 @@ class Rows:
             values_cut=self.values_cut,
             row_too_large=self.row_too_large,
         )
+
+
+MAX_ITEMS = 10_000
+"""Items (at every level) a nested value may hold and still come back as data. A statement
+runs in a worker process that pickles its result back, and fim rebuilds every object of it
+on the thread that serves the event loop: seven JSON values of 249,000 empty lists each,
+1 MB of text in all, were 1.75M lists and held the loop half a second. Past the bound a
+value comes back as its text (cut like any value)."""
+MAX_RESULT_ITEMS = 100_000
+"""Items the nested values of one result may hold in all."""
+MAX_DEPTH = 32
+"""Levels a nested value may have and still come back as data (pickling a 900-level one
+back from the worker exhausted its recursion)."""
+
+
+def _items(value: Any, most: int) -> int | None:
+    """How many items `value` holds at every level, or None past `most` items or
+    `MAX_DEPTH` levels (counted without recursion)."""
+    count = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        count += len(children)
+        if count > most or depth > MAX_DEPTH:
+            return None
+        stack.extend((c, depth + 1) for c in children if isinstance(c, list | tuple | dict))
+    return count
+
+
+def _as_text(value: Any) -> str:
+    """A nested value too big to come back as data, as JSON text (the model and a workflow
+    template see what the database holds; a value JSON cannot write is shown by `str`)."""
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (RecursionError, ValueError):
+        return f"[a nested value of more than {MAX_ITEMS} items or {MAX_DEPTH} levels]"
 
 
 def read_one_by_one(fetchone: Callable[[], Any], rows: Rows) -> None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from fim.connectors.readonly.catalog import HARMLESS_VOLATILE, TRUSTED_SCHEMAS, PgCatalog
 from fim.connectors.readonly.connection import (
+    CHECK_INTERVAL,
     begin_read_only,
     install_pg_pool_reset,
     open_sqlite_read_only,
@@ -104,6 +105,7 @@ _memo = functools.lru_cache(maxsize=512)(_decide)
 
 
 __all__ = [
+    "CHECK_INTERVAL",
     "HARMLESS_VOLATILE",
     "MAX_SQL_CHARS",
     "ROLE_HINT",

@@ -15,17 +15,27 @@ from typing import Any
 
 from fim.connectors.sql_guard import ARGUMENT_PRAGMAS, READ_PRAGMAS, is_side_effect_function
 
+CHECK_INTERVAL = "client_connection_check_interval"
+"""PostgreSQL 14+: how often (ms) a backend running a query checks that its client is
+still there. A statement's worker is killed when its run is cancelled; without the check
+its query ran on until `statement_timeout`, so a tenant cancelling and restarting could
+pile up backends up to the server's `max_connections`."""
 
-def pg_options(statement_timeout: float, read_only: bool) -> str:
+
+def pg_options(statement_timeout: float, read_only: bool, check_client: bool = True) -> str:
     """Session defaults for every pooled PostgreSQL connection (libpq `options`); they
-    survive `DISCARD ALL`, which resets to these values."""
+    survive `DISCARD ALL`, which resets to these values. `check_client`: end a query whose
+    client went away within a second (`CHECK_INTERVAL`; a server older than 14 refuses the
+    setting, and the engine connects again without it)."""
     ms = max(1, int(statement_timeout * 1000))
-    settings = {
+    settings: dict[str, object] = {
         "statement_timeout": ms,
         "lock_timeout": min(ms, 5000),
         "idle_in_transaction_session_timeout": ms + 10_000,
         "standard_conforming_strings": "on",
     }
+    if check_client:
+        settings[CHECK_INTERVAL] = 1000
     if read_only:
         settings["default_transaction_read_only"] = "on"
     return " ".join(f"-c {k}={v}" for k, v in settings.items())
