@@ -75,8 +75,9 @@ def test_validate_reports_every_problem_one_line_each(project: Path) -> None:
     assert result.exit_code == 1
     assert result.stdout.splitlines() == [
         "agents/typo.yaml:1:1: unknown key 'descripton' (did you mean 'description'?)",
+        "agents/typo.yaml:2:9: unknown builtin tool 'calculater' (did you mean 'calculator'?)",
         "connectors/api.yaml:1:1: missing required field 'base_url'",
-        "2 problems in 2 files",
+        "3 problems in 2 files",
     ]
 
 
@@ -106,9 +107,11 @@ def test_validate_outside_a_project(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 def test_github_annotations(project: Path) -> None:
     result = runner.invoke(app, ["validate", "-p", str(broken(project)), "--format", "github"])
     assert result.exit_code == 1
-    assert result.stdout.splitlines()[:2] == [
+    assert result.stdout.splitlines()[:3] == [
         "::error file=agents/typo.yaml,line=1,col=1::unknown key 'descripton' "
         "(did you mean 'description'?)",
+        "::error file=agents/typo.yaml,line=2,col=9::unknown builtin tool 'calculater' "
+        "(did you mean 'calculator'?)",
         "::error file=connectors/api.yaml,line=1,col=1::missing required field 'base_url'",
     ]
 
@@ -134,7 +137,7 @@ BAD_INPUTS = {
     "unknown key": ("agents/u.yaml", "toolz: []\n"),
     "wrong type": ("agents/w.yaml", "max_iterations: [1]\n"),
     "missing field": ("connectors/m.yaml", "kind: database\n"),
-    "missing env var": ("connectors/e.yaml", "kind: database\nurl: ${NO_SUCH_VAR_FIM}\n"),
+    "missing env var": ("agents/e.yaml", "instructions: ${NO_SUCH_VAR_FIM}\n"),
     "cycle": ("workflows/c.yaml", "nodes:\n  a: {type: tool, tool: calculator, needs: [a]}\n"),
     "empty file": ("agents/empty.yaml", ""),
     "non-utf8": ("agents/bin.yaml", b"description: \xff\xfe\n"),

@@ -46,7 +46,7 @@ def test_writes_one_validated_action_per_operation_into_the_project(project):
     result = run(SPEC, "--name", "crm", "--project", project)
     target = project / "connectors" / "crm.yaml"
     assert result.exit_code == 0, result.output
-    assert result.output.strip() == f"wrote {target}: 8 actions (1 admin, 4 read, 3 write)"
+    assert result.output.splitlines()[0] == f"wrote {target}: 8 actions (1 admin, 4 read, 3 write)"
     decl = load(target)
     assert decl.description == "Acme CRM API"
     assert decl.base_url == "https://eu.crm.acme.example/api/v2"  # server variable default

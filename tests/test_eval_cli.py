@@ -64,4 +64,4 @@ def test_configuration_errors_exit_2(project: Path):
 
 def test_filter_selects_cases_by_glob(project: Path):
     code, output = run("eval", "--filter", "demo/multiplies*", "--project", str(project))
-    assert code == 0 and "1 runs" in output
+    assert code == 0 and "1 run in" in output

@@ -81,11 +81,11 @@ def test_the_banner_says_what_is_served_and_a_port_in_use_says_how_to_move(
     line = banner(snapshot, "127.0.0.1", 8000, reload=True)
     assert line == (
         "fim serve: project 'broken' · 1 agent, 0 workflows · http://127.0.0.1:8000 "
-        "(OpenAI-compatible: /v1) · reload on · API keys off"
+        "(OpenAI-compatible: /v1) · reload on · auth off (no server.api_keys)"
     )
     keyed = Project(name="k", server=ServerSettings(api_keys=["s3cret-key"]))
     shown = banner(Snapshot(root=tmp_path, project=keyed), "::1", 9000, reload=False)
-    assert "http://[::1]:9000" in shown and "reload off · API keys on" in shown
+    assert "http://[::1]:9000" in shown and "reload off · auth on" in shown
     assert "s3cret" not in shown
 
     taken = bind("127.0.0.1", 0)

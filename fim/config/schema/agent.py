@@ -62,7 +62,9 @@ class HookDecl(HookSpec):
     """A reusable hook in hooks/<name>.yaml, referenced from agents with `ref: <name>`."""
 
     name: str = ""
+    """Name agents use in `ref:` (default: the file name)."""
     description: str = ""
+    """What the hook is for; shown by `fim list`."""
 
 
 # --------------------------------------------------------------------------- agents
@@ -100,24 +102,32 @@ class AgentDecl(Strict):
     """An agent in agents/<name>.yaml."""
 
     name: str = ""
+    """Agent name (default: the file name); letters, digits, `_` and `-`."""
     description: str = ""
+    """What the agent does; shown to callers, delegating agents and MCP clients."""
     model: ModelRef = "general"
     """A model role from fim.yaml, a litellm model string, or `scripted:<file>`."""
     engine: Literal["react", "dag"] = "react"
+    """`react` (think, call tools, repeat) or `dag` (plan, parallel steps, check, re-plan)."""
     instructions: str = ""
     """System prompt, a sandboxed Jinja2 template (`project`, `agent`, `env`, `now`)."""
     tools: list[str] = Field(default_factory=list)
-    """Builtin tool names; these are pinned (never dropped by tool selection)."""
+    """Builtin tool names, or `module:function` for a function of the project's hooks/
+    folder (`mytools:add`: tool `add`); these are pinned (never dropped by tool selection)."""
     tool_categories: list[str] = Field(default_factory=list)
     """Add every builtin tool of these categories."""
     connectors: list[str] = Field(default_factory=list)
+    """Connectors (connectors/<name>.yaml) whose actions or queries this agent may use."""
     mcp: list[str] = Field(default_factory=list)
+    """MCP servers (fim.yaml's `mcp_servers`) whose tools this agent may call."""
     skills: Literal["all"] | list[str] = Field(default_factory=list)
+    """Skills (skills/<name>/SKILL.md) this agent may read, or `all`."""
     workflows: list[str] = Field(default_factory=list)
     """Workflows this agent may start through `run_workflow`."""
     delegates: list[str] = Field(default_factory=list)
     """Agents this agent may hand tasks to through `call_agent`."""
     max_iterations: int = Field(default=50, ge=1)
+    """Model calls one run may make; past it the run stops without a final answer."""
     concurrency: int | None = Field(default=None, ge=1)
     """Background runs of this agent that `fim worker` processes execute at once, across
     all of them (procrastinate locks). None: no limit."""
@@ -126,11 +136,14 @@ class AgentDecl(Strict):
     tool_timeout: float = Field(default=60.0, gt=0)
     """Seconds one tool call may take before it becomes an error observation."""
     tool_modes: ToolModes = Field(default_factory=ToolModes)
+    """Overrides fim.yaml's `tool_modes` for this agent (`legacy`, `inline`...)."""
     tool_selection: ToolSelection | None = None
     """Overrides the fields of fim.yaml's `tool_selection` it names, e.g. `{enabled: false}`
     for an agent whose every tool matters, or `{max: 3}`."""
     hooks: list[HookSpec] = Field(default_factory=list)
+    """Hooks on this agent's session and tool calls: `use`, `command`, `python` or `ref` each."""
     read_only: bool = False
+    """Always add `readonly_guard`: no write/admin actions, SQL that only reads."""
     mask_observations: bool = True
     """Mask known secrets (`${VAR}` values, literal credentials) in tool results before
     they are sent to the model provider; a `notice` event says when it happened."""

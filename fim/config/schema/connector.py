@@ -11,21 +11,29 @@ from fim.config.schema.base import JSONSchema, Strict
 
 class BearerAuth(Strict):
     type: Literal["bearer"]
+    """`bearer`: an `Authorization: Bearer <token>` header."""
     token: str
+    """The token; use `${VAR}` so it stays out of git."""
 
 
 class ApiKeyAuth(Strict):
     type: Literal["api_key"]
+    """`api_key`: the key in a header or a query parameter."""
     key: str
+    """The key; use `${VAR}` so it stays out of git."""
     name: str = "X-API-Key"
     """Header or query parameter name."""
     location: Literal["header", "query"] = "header"
+    """Send the key as a `header` or as a `query` parameter."""
 
 
 class BasicAuth(Strict):
     type: Literal["basic"]
+    """`basic`: HTTP basic authentication."""
     username: str
+    """User name; `${VAR}` works."""
     password: str
+    """Password; use `${VAR}` so it stays out of git."""
 
 
 Auth = Annotated[BearerAuth | ApiKeyAuth | BasicAuth, Field(discriminator="type")]
@@ -33,17 +41,22 @@ Auth = Annotated[BearerAuth | ApiKeyAuth | BasicAuth, Field(discriminator="type"
 
 class HttpAction(Strict):
     description: str = ""
+    """What the action does; the model reads it to choose the action."""
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"] = "GET"
+    """HTTP method."""
     path: str
     """Path below base_url; `{name}` segments are filled from parameters."""
     access: Literal["read", "write", "admin"] = "read"
+    """`read`, `write` or `admin`; `readonly_guard` blocks write and admin actions."""
     requires_confirmation: bool = False
+    """The `confirm` hook asks a human before each call of this action."""
     parameters: JSONSchema = Field(default_factory=lambda: {"type": "object", "properties": {}})
     """JSON Schema of the arguments; path params fill `{...}`, the rest go to the query
     (GET/DELETE/HEAD) or the JSON body."""
     query: list[str] | None = None
     """Parameters sent as query string even on POST/PUT/PATCH."""
     headers: dict[str, str] = Field(default_factory=dict)
+    """Headers sent with this action's requests (besides the connector's)."""
     tags: list[str] = Field(default_factory=list)
     """Groups (OpenAPI tags): the prompt stub lists actions by tag, `discover` filters on them."""
     body: Literal["json", "form", "multipart", "binary"] = "json"
@@ -62,27 +75,42 @@ class HttpConnector(Strict):
     """An HTTP API in connectors/<name>.yaml whose actions become tools."""
 
     kind: Literal["http"]
+    """`http`: a web API whose actions become tools."""
     name: str = ""
+    """Connector name (default: the file name); tools are `<name>__<action>`."""
     description: str = ""
+    """What the API is; shown to the model in the connector's stub."""
     base_url: str
+    """URL the actions' paths are joined to; credentials go to this origin only."""
     auth: Auth | None = None
+    """Credentials, by `type`: `bearer` (token), `api_key` (key, name, location) or `basic`."""
     headers: dict[str, str] = Field(default_factory=dict)
+    """Headers sent with every request to `base_url`'s origin."""
     timeout: float = 10.0
+    """Seconds one request may take."""
     retries: int = 2
     """Retries for idempotent methods (GET, HEAD, PUT, DELETE) on 5xx and connect errors."""
     max_response_chars: int = 20_000
+    """Characters of a response the model sees; the rest is cut, saying so."""
     actions: dict[str, HttpAction] = Field(default_factory=dict)
+    """Actions by name: each one tool (method, path, parameters)."""
 
 
 class DatabaseConnector(Strict):
     """A SQL database in connectors/<name>.yaml (any SQLAlchemy URL)."""
 
     kind: Literal["database"]
+    """`database`: a SQL database the model queries."""
     name: str = ""
+    """Connector name (default: the file name); hooks see its queries as `<name>__query`."""
     description: str = ""
+    """What the database holds; shown to the model in the connector's stub."""
     url: str
+    """SQLAlchemy URL (`sqlite:///data/shop.db`, `postgresql://...`); `${VAR}` works."""
     read_only: bool = True
+    """Only single read statements run (checked, and a PostgreSQL role that cannot write)."""
     max_rows: int = 200
+    """Rows one query returns; the rest are cut, saying so (a workflow node fails)."""
     statement_timeout: float = 10.0
     """Seconds one query may run."""
     max_value_bytes: int = Field(default=1_000_000, gt=0)
@@ -108,6 +136,8 @@ class SkillMeta(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
 
     name: str = ""
+    """Display title; the skill's id is its folder name."""
     description: str
     """When the skill applies; shown as the stub in progressive mode."""
     allowed_tools: list[str] | str | None = Field(default=None, alias="allowed-tools")
+    """Tools loaded when `read_skill` opens the skill; Claude's `Bash(git:*), Read` work too."""

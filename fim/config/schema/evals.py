@@ -12,44 +12,67 @@ from fim.config.schema.project import ModelRef
 
 class ToolCalledSpec(Strict):
     name: str
+    """Name of the called tool, as `fim run -v` shows it (`calculator`)."""
     args: dict[str, Any] = Field(default_factory=dict)
     """Subset of arguments that must match."""
     times: int | None = None
+    """Exact number of matching calls; unset: at least one."""
 
 
 class ToolSequenceSpec(Strict):
     tools: list[str]
+    """Tool names in the order they must be called."""
     mode: Literal["exact", "in_order"] = "in_order"
+    """`in_order`: these calls in this order, others between allowed; `exact`: only these."""
 
 
 class JsonPathSpec(Strict):
     path: str
+    """JSONPath into the output parsed as JSON (workflow outputs as they are), e.g. `$.result`."""
     equals: Any
+    """Expected value there (a mapping: these keys at least)."""
 
 
 class JudgeSpec(Strict):
     rubric: str
+    """What a passing answer does; the judge model answers pass or fail with a reason."""
     model: ModelRef = "fast"
+    """Model role or settings of the judge."""
 
 
 class Assertion(Strict):
     """One expectation; set exactly one key."""
 
     equals: str | None = None
+    """The output equals this text, surrounding whitespace ignored."""
     contains: str | None = None
+    """The output contains this text."""
     not_contains: str | None = None
+    """The output does not contain this text."""
     icontains: str | None = None
+    """The output contains this text, in any case."""
     regex: str | None = None
+    """A Python regex that matches somewhere in the output."""
     json_schema: JSONSchema | None = None
+    """The output parsed as JSON is valid against this JSON Schema."""
     json_path: JsonPathSpec | None = None
+    """A value at a JSONPath of the JSON output: `{path, equals}`."""
     tool_called: ToolCalledSpec | None = None
+    """A call to a tool, with these arguments at least: `{name, args, times}`."""
     tool_not_called: str | None = None
+    """No call to this tool."""
     tool_sequence: ToolSequenceSpec | None = None
+    """Tool calls in this order: `{tools, mode}`."""
     max_iterations: int | None = None
+    """At most this many model calls."""
     max_tokens: int | None = None
+    """At most this many tokens in all."""
     max_cost: float | None = None
+    """At most this many dollars (0 when the price is unknown)."""
     latency_ms: float | None = None
+    """The run took at most this many milliseconds."""
     judge: str | JudgeSpec | None = None
+    """LLM-as-judge: a rubric, or `{rubric, model}` (default model: the `fast` role)."""
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Assertion:
@@ -68,25 +91,34 @@ class Assertion(Strict):
 
 class EvalCase(Strict):
     name: str
+    """Case name, unique in the suite (`-k suite/case` selects it)."""
     input: str | list[dict[str, Any]] | dict[str, Any]
     """Prompt text, a list of chat messages, or workflow inputs."""
     vars: dict[str, Any] = Field(default_factory=dict)
     """Values substituted into `input` as `{{ name }}`."""
     expect: list[Assertion] = Field(default_factory=list)
+    """Assertions that must all hold; each sets exactly one key."""
     repeat: int = Field(default=1, ge=1)
+    """Runs of this case (the suite's `repeat` if larger); each counts toward the pass rate."""
 
 
 class EvalSuite(Strict):
     """An eval suite in evals/<name>.yaml, targeting an agent or a workflow."""
 
     name: str = ""
+    """Suite name (default: the file name)."""
     description: str = ""
+    """What the suite checks."""
     agent: str | None = None
+    """Agent the cases run (or set `workflow`)."""
     workflow: str | None = None
+    """Workflow the cases run, `input` being its inputs (or set `agent`)."""
     threshold: float = Field(default=1.0, ge=0, le=1)
     """Pass rate the suite needs for `fim eval` to exit 0."""
     repeat: int = Field(default=1, ge=1)
+    """Runs of every case (a case's own `repeat` if larger)."""
     cases: list[EvalCase]
+    """The cases: `name`, `input`, `expect`."""
 
     @model_validator(mode="after")
     def _one_target(self) -> EvalSuite:

@@ -22,7 +22,9 @@ class ModelSettings(Strict):
     api_key: str | None = None
     """API key; use `${VAR}` so the secret stays out of git."""
     temperature: float | None = None
+    """Sampling temperature sent with every call; unset: the provider's default."""
     max_tokens: int | None = None
+    """Most completion tokens one call may produce; unset: the provider's default."""
     timeout: float = 60.0
     """Seconds before one model request is abandoned."""
     max_retries: int = 2
@@ -49,9 +51,13 @@ class ToolModes(Strict):
     and details behind meta-tools; `legacy` registers every tool (skills: `inline`)."""
 
     skills: Literal["progressive", "inline"] | None = None
+    """`progressive`: stubs, bodies through `read_skill`; `inline`: whole SKILL.md in the prompt."""
     connectors: ToolMode | None = None
+    """HTTP connectors: `progressive` (the `connector` meta-tool) or `legacy` (a tool an action)."""
     databases: ToolMode | None = None
+    """Databases: `progressive` (the `database` meta-tool) or `legacy` (`<db>__query` etc.)."""
     mcp: ToolMode | None = None
+    """MCP servers: `progressive` (the `mcp` meta-tool) or `legacy` (a tool per server tool)."""
 
 
 class ToolSelection(Strict):
@@ -60,6 +66,7 @@ class ToolSelection(Strict):
     fields it names."""
 
     enabled: bool = True
+    """Whether the `fast` model picks tools per request once `threshold` is passed."""
     threshold: int = Field(default=12, ge=0)
     """Above this many tools, the `fast` model picks the ones a request needs. Tools kept
     behind meta-tools (MCP tools, connector actions, database actions) count too."""
@@ -71,10 +78,15 @@ class StdioServer(Strict):
     """An MCP server started as a subprocess speaking stdio."""
 
     command: str
+    """Program to start (`uvx`, `npx`, `python`...), looked up on PATH."""
     args: list[str] = Field(default_factory=list)
+    """Its command-line arguments."""
     env: dict[str, str] = Field(default_factory=dict)
+    """Variables it gets on top of a minimal inherited set (PATH, HOME, locale); `${VAR}` works."""
     cwd: str | None = None
+    """Working directory, relative to the project root (default: the root)."""
     description: str | None = None
+    """What the server offers; shown to the model in the server's stub."""
     timeout: float = Field(default=120.0, gt=0)
     """Seconds a tool call may go without an answer or a progress notification."""
     tool_timeouts: dict[str, float] = Field(default_factory=dict)
@@ -95,9 +107,13 @@ class HttpServer(Strict):
     """An MCP server reached over streamable HTTP (or legacy SSE)."""
 
     url: str
+    """Endpoint of the server, e.g. `https://docs.example/mcp`."""
     headers: dict[str, str] = Field(default_factory=dict)
+    """Headers sent with every request (`Authorization: Bearer ${TOKEN}`)."""
     transport: Literal["streamable_http", "sse"] = "streamable_http"
+    """`streamable_http` (the current protocol) or `sse` (the legacy one)."""
     description: str | None = None
+    """What the server offers; shown to the model in the server's stub."""
     timeout: float = Field(default=120.0, gt=0)
     """Seconds a tool call may go without an answer or a progress notification."""
     tool_timeouts: dict[str, float] = Field(default_factory=dict)
@@ -164,7 +180,9 @@ class TenantKey(Strict):
     removing the old one later."""
 
     key: str
+    """The bearer key; use `${VAR}` so it stays out of git."""
     tenant: str = Field(min_length=1, max_length=200)
+    """Name of the tenant: its keys share sessions, runs and approvals."""
 
 
 class KeyLimits(Strict):
@@ -182,7 +200,9 @@ class KeyLimits(Strict):
 
 class ServerSettings(Strict):
     host: str = "127.0.0.1"
+    """Address `fim serve` listens on; one past loopback needs `api_keys` (or `allow_open`)."""
     port: int = 8000
+    """Port `fim serve` listens on (`--port` overrides it)."""
     api_keys: list[str | TenantKey] = Field(default_factory=list)
     """Bearer keys accepted by every route but /healthz; empty ones are ignored. Each key
     (or each tenant's keys, `{key: ..., tenant: ...}`) sees only the sessions, runs and
@@ -191,7 +211,9 @@ class ServerSettings(Strict):
     """Bearer keys accepted like `api_keys` that see every run and decide every approval
     (an operations console; `fim approvals` on the store needs no key)."""
     cors_origins: list[str] = Field(default_factory=list)
+    """Web origins (besides the server's own) whose pages may call a server without keys."""
     max_body_bytes: int = 1_048_576
+    """Largest request body accepted, chunked or not (413 past it)."""
     key_budget: Budget | None = None
     """What each API key (each tenant, for tenant keys) may spend, counted over its own runs
     only: per run, per UTC day, per session. One tenant cannot spend the others' share of a
@@ -229,32 +251,46 @@ class WebFetchSettings(Strict):
 
 class Paths(Strict):
     agents: str = "agents"
+    """Folder of the agent files, relative to the project root."""
     skills: str = "skills"
+    """Folder of the skill folders (each with a SKILL.md)."""
     workflows: str = "workflows"
+    """Folder of the workflow files."""
     connectors: str = "connectors"
+    """Folder of the connector files."""
     hooks: str = "hooks"
+    """Folder of reusable hook files, hook scripts and Python hook modules."""
     evals: str = "evals"
+    """Folder of the eval suites (and their cassettes in `.cassettes/`)."""
 
 
 class Project(Strict):
     """The project file `fim.yaml` at the root of a fim repository."""
 
     name: str = "fim"
+    """Project name (default: the folder's); templates read it as `project.name`."""
     description: str = ""
+    """What the project is for; templates read `project.description`, MCP and A2A clients see it."""
     models: dict[str, ModelRef] = Field(default_factory=dict)
     """Model roles (`general`, `fast`, ...) -> litellm strings or full settings."""
     tool_modes: ToolModes = Field(default_factory=ToolModes)
+    """How capabilities are shown to models by default (an agent's own `tool_modes` wins)."""
     tool_selection: ToolSelection = Field(default_factory=ToolSelection)
+    """Per-request tool selection by the `fast` model, for agents with many tools."""
     mcp_servers: dict[str, McpServer] = Field(default_factory=dict)
+    """MCP servers by name (stdio `command` or HTTP `url`); agents list them in `mcp:`."""
     server: ServerSettings = Field(default_factory=ServerSettings)
+    """`fim serve`: address, API keys, CORS, body size, per-key limits and budgets."""
     state: str = "sqlite:///.fim/state.db"
     """State store URL: SQLite (default) or PostgreSQL."""
     retention: Retention = Field(default_factory=Retention)
     """Days the state store keeps finished runs, approvals, audit and usage rows."""
     paths: Paths = Field(default_factory=Paths)
+    """Where each kind of file lives, if not in the default folders."""
     env_allowlist: list[str] = Field(default_factory=list)
     """Environment variables workflow templates may read as `env.NAME`."""
     web_fetch: WebFetchSettings = Field(default_factory=WebFetchSettings)
+    """Which private hosts `web_fetch` (and a sandbox with network) may reach."""
     sandbox: str = ".fim/sandbox"
     """Directory `file_ops` and `python_exec` are confined to."""
     read_only: bool = False

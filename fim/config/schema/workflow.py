@@ -61,8 +61,11 @@ else:
 
 class WorkflowInput(Strict):
     type: Literal["string", "integer", "number", "boolean", "object", "array"] = "string"
+    """JSON type; text from `--input k=v` is converted to it."""
     description: str = ""
+    """What the input is; shown to agents that start the workflow."""
     default: Any = None
+    """Value when the input is not given (an input with one is optional)."""
     required: bool | None = None
     """Defaults to true when no default is given."""
 
@@ -71,11 +74,17 @@ class WorkflowDecl(Strict):
     """A deterministic DAG in workflows/<name>.yaml."""
 
     name: str = ""
+    """Workflow name (default: the file name)."""
     description: str = ""
+    """What the workflow does; shown to agents that may start it."""
     inputs: dict[str, WorkflowInput] = Field(default_factory=dict)
+    """Typed inputs, checked before any node runs; templates read `inputs.NAME`."""
     nodes: dict[str, Node]
+    """Nodes by id, each with a `type`; `needs` and `then`/`else` make the graph."""
     outputs: dict[str, str] = Field(default_factory=dict)
+    """The run's outputs: templates over `inputs`, `nodes.ID.output`, `env`."""
     max_concurrency: int = Field(default=8, ge=1)
+    """Nodes of one run that run at once."""
     concurrency: int | None = Field(default=None, ge=1)
     """Runs of this workflow that `fim worker` processes execute at once, across all of
     them (procrastinate locks: fim.workflows.durable.lane_lock). None: no limit."""

@@ -10,7 +10,9 @@ from fim.workflows.node_types.base import NodeChecks, NodeRuntime, NodeType, Nod
 
 class AgentNode(NodeType):
     type: Literal["agent"]
+    """`agent`: run an agent on a task; its final answer is the output."""
     agent: str
+    """The agent (agents/<name>.yaml)."""
     input: str
     """Template of the task given to the agent."""
     output_schema: JSONSchema | str | None = None

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 class Retry(Strict):
     count: int = Field(default=0, ge=0)
+    """Extra attempts after a failed one (0: none)."""
     backoff: float = Field(default=0.5, ge=0)
     """Seconds before the first retry; doubles each attempt."""
 
@@ -147,9 +148,13 @@ class NodeType(Strict):
     needs: list[str] = Field(default_factory=list)
     """Nodes that must finish before this one starts."""
     timeout: float | None = None
+    """Seconds one attempt may take; past it the attempt fails."""
     retry: Retry = Field(default_factory=Retry)
+    """Attempts again after a failure: `{count, backoff}`."""
     on_error: Literal["fail", "continue"] = "fail"
+    """`fail`: the run fails; `continue`: output `{error: ...}`, the nodes after it run."""
     description: str = ""
+    """What the node is for (for readers of the file)."""
 
     if TYPE_CHECKING:  # each node type declares it as a one-value Literal (its name)
         type: str

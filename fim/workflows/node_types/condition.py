@@ -11,9 +11,13 @@ from fim.workflows.node_types.base import NodeChecks, NodeRuntime, NodeType, tar
 
 class ConditionNode(NodeType):
     type: Literal["condition"]
+    """`condition`: choose a branch; the other branch's nodes are skipped."""
     if_: str = Field(alias="if")
+    """`{{ expr }}` or a bare expression; false, 0, empty, 'no', 'off', 'null'... are false."""
     then: str | list[str] | None = None
+    """Node(s) that run only when `if` is true."""
     else_: str | list[str] | None = Field(default=None, alias="else")
+    """Node(s) that run only when `if` is false."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

@@ -30,9 +30,13 @@ def connector_kind(at: NodeChecks, node: NodeType, connector: str, wanted: str) 
 
 class ConnectorNode(NodeType):
     type: Literal["connector"]
+    """`connector`: call one action of an HTTP connector."""
     connector: str
+    """An HTTP connector (connectors/<name>.yaml, `kind: http`)."""
     action: str
+    """One of its actions."""
     args: dict[str, Any] = Field(default_factory=dict)
+    """The action's parameters; strings are templates (`{{ expr }}` alone keeps its type)."""
 
     template_fields: ClassVar[tuple[str, ...]] = ("args",)
 

@@ -12,9 +12,13 @@ from fim.workflows.node_types.connector import connector_kind
 
 class DatabaseNode(NodeType):
     type: Literal["database"]
+    """`database`: one SQL statement; the output is the rows, a list of objects."""
     connector: str
+    """A database connector (connectors/<name>.yaml, `kind: database`)."""
     sql: str
+    """One statement with `:name` placeholders (never templated into the SQL)."""
     params: dict[str, Any] = Field(default_factory=dict)
+    """Values of the placeholders; strings are templates."""
 
     template_fields: ClassVar[tuple[str, ...]] = ("params",)
 

@@ -10,7 +10,9 @@ from fim.workflows.node_types.base import NodeChecks, NodeRuntime, NodeType, Pau
 
 class HumanNode(NodeType):
     type: Literal["human"]
+    """`human`: pause until a person approves or denies (`fim approvals`)."""
     prompt: str
+    """The question the approver sees, a template."""
     input_schema: JSONSchema | None = None
     """Fields a human may supply on resume (`--input k=v`)."""
 

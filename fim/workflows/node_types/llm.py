@@ -11,9 +11,13 @@ from fim.workflows.node_types.base import NodeChecks, NodeRuntime, NodeType, Nod
 
 class LlmNode(NodeType):
     type: Literal["llm"]
+    """`llm`: one model call, no tools."""
     prompt: str
+    """The user message, a template."""
     model: ModelRef = "general"
+    """A model role of fim.yaml (default `general`), a litellm string or settings."""
     system: str | None = None
+    """System message, a template (none by default)."""
     output_schema: JSONSchema | str | None = None
     """When set, the output is JSON validated against this schema (inline JSON Schema, or
     `module:Class` naming a pydantic model in the project's hooks/ folder)."""

@@ -12,9 +12,13 @@ from fim.workflows.node_types.base import NodeChecks, NodeRuntime, NodeType, Nod
 
 class McpNode(NodeType):
     type: Literal["mcp"]
+    """`mcp`: call one tool of an MCP server."""
     server: str
+    """A server of fim.yaml's `mcp_servers`."""
     tool: str
+    """The server's tool name."""
     args: dict[str, Any] = Field(default_factory=dict)
+    """Its arguments; strings are templates (`{{ expr }}` alone keeps its type)."""
 
     template_fields: ClassVar[tuple[str, ...]] = ("args",)
 

@@ -12,8 +12,11 @@ from fim.workflows.node_types.base import NodeChecks, NodeRuntime, NodeType, Nod
 
 class ToolNode(NodeType):
     type: Literal["tool"]
+    """`tool`: call a builtin tool."""
     tool: str
+    """Builtin tool name (or one `fim worker --tools` adds)."""
     args: dict[str, Any] = Field(default_factory=dict)
+    """Its arguments; strings are templates (`{{ expr }}` alone keeps the value's type)."""
 
     template_fields: ClassVar[tuple[str, ...]] = ("args",)
 

@@ -1,0 +1,404 @@
+"""An agent's `instructions` as a Jinja2 template: one environment for `fim validate` and runs.
+
+Both render with the same sandboxed environment, the same context (`project`, `agent`,
+`env`, `now`) and the same strict rules, so whatever `fim validate` accepts renders at run
+time, and a mistake is a `file:line:col` problem, not a traceback halfway through a run:
+
+- an undefined name *or attribute* is an error (`{{ project.nam }}` does not render
+  empty), worded with a did-you-mean: `'projct' is undefined (did you mean 'project'?)`;
+- `env` holds only the variables of fim.yaml's `env_allowlist` (unset ones are "");
+- `{% include %}`, `{% import %}` and `{% extends %}` read files of the project
+  (`prompts/system.md`), so long prompts can live in files. The loader is the one way a
+  template reaches the disk, and it refuses what a prompt must never carry: a path
+  outside the project (`..`, or a symlink out of it), a hidden file or folder (`.env`,
+  `.git`, `.fim` with the state store), the agents' own sandbox folder (a file an agent
+  wrote must not become the next run's instructions), anything but a regular file (a
+  FIFO would block the run), a file over `MAX_PROMPT_BYTES`, and text that is not UTF-8.
+  Prompt files are read when a run starts (an edit applies to the next run) and checked
+  by `fim validate`; they are not part of the snapshot's version.
+
+Instructions made only of `{{ a.b }}` expressions (most projects) are checked from the
+names they read (`fim.config.templates.PlainRefs`), without importing Jinja.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import functools
+import os
+import stat
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from fim.config.problems import suggest
+from fim.config.templates import PlainRefs
+
+if TYPE_CHECKING:
+    from fim.config.loader import Entry
+    from fim.config.schema import AgentDecl, Project
+
+CONTEXT_NAMES = ("project", "agent", "env", "now")
+"""What instructions may read."""
+_FIELDS = {"project": ("name", "description"), "agent": ("name", "description")}
+MAX_PROMPT_BYTES = 256 * 1024
+"""The most of one included prompt file fim reads (about 60,000 tokens, past any prompt)."""
+_SEP = "\x00"
+"""Separates a message from its hint inside one Jinja error message."""
+
+
+class InstructionsError(Exception):
+    """Instructions that cannot render: `message`, a `hint`, and where in the template."""
+
+    def __init__(self, message: str, hint: str | None = None, where: str = "") -> None:
+        self.message = message
+        self.hint = hint
+        self.where = where
+        super().__init__(message + (f" ({hint})" if hint else ""))
+
+    @property
+    def text(self) -> str:
+        """`instructions: <message>[ at <where>]`, the problem's message."""
+        return f"instructions: {self.message}" + (f" at {self.where}" if self.where else "")
+
+
+@dataclass(frozen=True)
+class Known:
+    """What the context offers besides its values: the allowlisted variables."""
+
+    env: tuple[str, ...]
+
+
+def _missing(name: str, owner: str | None, known: Known) -> tuple[str, str | None]:
+    """(message, hint) for `owner.name` (or `name` alone) not being defined."""
+    if owner is None:
+        hint = suggest(name, CONTEXT_NAMES) or ""
+        if not hint.startswith("did you mean"):
+            hint = f"instructions can read {', '.join(CONTEXT_NAMES)}"
+        return f"'{name}' is undefined", hint
+    if owner == "env":
+        close = (suggest(name, known.env) if known.env else None) or ""
+        if close.startswith("did you mean"):
+            return f"'env' has no variable '{name}'", close
+        listed = ", ".join(known.env) or "none yet"
+        return f"'env' has no variable '{name}'", (
+            f"add {name} to env_allowlist in fim.yaml; instructions see only the variables "
+            f"listed there: {listed}"
+        )
+    fields = _FIELDS.get(owner, ())
+    return f"'{owner}' has no attribute '{name}'", suggest(name, fields, f"{owner} fields")
+
+
+def check_plain(refs: PlainRefs, known: Known) -> InstructionsError | Literal[True] | None:
+    """The first undefined name among `{{ a.b }}` references, found without Jinja; None
+    when all are defined; True when one reads deeper than the context's own names
+    (`now.year`, `project.name.upper`), which only rendering decides."""
+    for name in refs.names:
+        head = name[0]
+        if head not in CONTEXT_NAMES:
+            return InstructionsError(*_missing(head, None, known))
+        if len(name) < 2:
+            continue
+        if head == "env" and name[1] not in known.env:
+            return InstructionsError(*_missing(name[1], "env", known))
+        if head in _FIELDS and name[1] not in _FIELDS[head]:
+            return InstructionsError(*_missing(name[1], head, known))
+        if head == "now" or len(name) > 2:
+            return True
+    return None
+
+
+# ---------------------------------------------------------------------- the environment
+
+
+@functools.cache
+def _jinja() -> tuple[type[Any], type[Any], type[Exception], type[Any]]:
+    """(Undefined, loader, missing-value error, namespace) classes, built on first use:
+    `fim validate` of plain instructions never imports Jinja."""
+    # deferred: loading jinja2 costs tens of ms
+    from jinja2 import BaseLoader, StrictUndefined, TemplateNotFound
+    from jinja2.exceptions import SecurityError, TemplateRuntimeError, UndefinedError
+    from jinja2.loaders import split_template_path
+    from jinja2.utils import missing
+
+    class Namespace(dict[str, Any]):
+        """`project`, `agent` or `env`: a dict that knows its name, for the wording."""
+
+        def __init__(self, label: str, values: Mapping[str, Any], known: Known) -> None:
+            super().__init__(values)
+            self._fim_label = label  # underscored: the sandbox never shows it to a template
+            self._fim_known = known
+
+    class Missing(UndefinedError):
+        """An undefined value was used; carries the did-you-mean hint apart."""
+
+        def __init__(self, message: str | None = None) -> None:
+            text, _, hint = (message or "").partition(_SEP)
+            super().__init__(text)
+            self.hint = hint or None
+
+    class Undefined(StrictUndefined):
+        """StrictUndefined that words the miss with the names the context has."""
+
+        __slots__ = ()
+
+        def __init__(
+            self,
+            hint: str | None = None,
+            obj: Any = missing,
+            name: str | None = None,
+            exc: type[TemplateRuntimeError] = Missing,
+        ) -> None:
+            super().__init__(hint, obj, name, exc)
+
+        @property
+        def _undefined_message(self) -> str:
+            obj, name = self._undefined_obj, self._undefined_name
+            if self._undefined_hint or not isinstance(name, str):
+                return str(super()._undefined_message)
+            if obj is missing:
+                message, hint = _missing(name, None, Known(()))
+            elif isinstance(obj, Namespace):
+                message, hint = _missing(name, obj._fim_label, obj._fim_known)
+            else:
+                return str(super()._undefined_message)
+            return message + _SEP + (hint or "")
+
+    class ProjectLoader(BaseLoader):
+        """Templates are files of the project, read under the rules of the module doc."""
+
+        def __init__(self, root: Path, refused: tuple[Path, ...]) -> None:
+            self.root = root.resolve()
+            self.refused = refused
+
+        def get_source(
+            self, environment: Any, template: str
+        ) -> tuple[str, str, Callable[[], bool]]:
+            def refuse(why: str) -> SecurityError:
+                return SecurityError(f"cannot include '{template}': {why}")
+
+            if ".." in template.replace("\\", "/").split("/"):
+                raise refuse("'..' may not lead out of the project")
+            pieces = split_template_path(template)
+            if not pieces:
+                raise TemplateNotFound(template)
+            if any(piece.startswith(".") for piece in pieces):
+                raise refuse("hidden files and folders (.env, .git, .fim) are never read")
+            path = self.root.joinpath(*pieces)
+            try:
+                real = path.resolve(strict=True)
+            except FileNotFoundError:
+                raise TemplateNotFound(template, f"no file '{template}' in the project") from None
+            except OSError as exc:
+                raise refuse(exc.strerror or str(exc)) from None
+            if not real.is_relative_to(self.root):
+                raise refuse("it is outside the project")
+            if any(part.startswith(".") for part in real.relative_to(self.root).parts):
+                raise refuse("it links to a hidden file or folder (.env, .git, .fim)")
+            if any(real.is_relative_to(folder) for folder in self.refused):
+                raise refuse("it is in the agents' sandbox folder, which agents write")
+            source, mtime = _read(real, refuse)
+
+            def uptodate() -> bool:
+                try:
+                    return os.stat(real).st_mtime_ns == mtime
+                except OSError:
+                    return False
+
+            return source, str(path.relative_to(self.root)), uptodate
+
+    return Undefined, ProjectLoader, Missing, Namespace
+
+
+_OPEN_FLAGS = os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+
+
+def _read(path: Path, refuse: Callable[[str], Exception]) -> tuple[str, int]:
+    """A regular file's text, under `MAX_PROMPT_BYTES`, opened without blocking (a FIFO
+    put there must not hold the run) nor following a link (`path` is resolved already: a
+    link there now was put since), checked again on the descriptor that is read."""
+    try:
+        with open(path, "rb", opener=lambda p, f: os.open(p, f | _OPEN_FLAGS)) as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise refuse("not a regular file (a FIFO, device or socket)")
+            raw = fh.read(MAX_PROMPT_BYTES + 1)
+    except OSError as exc:
+        if exc.errno == errno.EISDIR:
+            raise refuse("it is a folder") from None
+        raise refuse(exc.strerror or str(exc)) from None
+    if len(raw) > MAX_PROMPT_BYTES:
+        raise refuse(f"larger than {MAX_PROMPT_BYTES // 1024} KiB, the most fim reads")
+    try:
+        return raw.decode("utf-8"), st.st_mtime_ns
+    except UnicodeDecodeError as exc:
+        raise refuse(f"not UTF-8 text (byte {exc.start})") from None
+
+
+_ENVIRONMENTS: dict[tuple[str, str], Any] = {}
+_TEMPLATES: dict[tuple[int, str], tuple[Any, Any]] = {}
+
+
+def _sandbox(root: Path, project: Project) -> Path:
+    folder = Path(project.sandbox)
+    return (folder if folder.is_absolute() else root / folder).resolve()
+
+
+def environment(root: Path, project: Project) -> Any:
+    """The sandboxed environment for instructions of the project at `root` (one per root
+    and sandbox folder; its loader re-reads a prompt file when its mtime changes)."""
+    key = (str(root), project.sandbox)
+    env = _ENVIRONMENTS.get(key)
+    if env is None:
+        # deferred: loading jinja2 costs tens of ms
+        from jinja2.sandbox import SandboxedEnvironment
+
+        undefined, loader, _, _ = _jinja()
+        env = SandboxedEnvironment(
+            undefined=undefined,
+            autoescape=False,
+            loader=loader(root, (_sandbox(root, project),)),
+            auto_reload=True,
+        )
+        if len(_ENVIRONMENTS) > 64:
+            _ENVIRONMENTS.clear()
+        _ENVIRONMENTS[key] = env
+    return env
+
+
+def _where(exc: BaseException, text: str) -> str:
+    """`template line N` (instructions of more than one line) or `prompts/x.md line N`:
+    the last template frame of the error (Jinja rewrites tracebacks to point into the
+    templates); "" for a one-line template."""
+    found: tuple[str, int] | None = None
+    lineno = getattr(exc, "lineno", None)
+    if isinstance(lineno, int) and hasattr(exc, "filename"):  # a syntax error knows where
+        found = (getattr(exc, "filename", None) or "<template>", lineno)
+    else:
+        tb = exc.__traceback__
+        while tb is not None:  # the last (innermost) template frame wins
+            name = tb.tb_frame.f_code.co_filename
+            if name == "<template>" or not (
+                os.path.isabs(name) or name.endswith(".py") or name.startswith("<")
+            ):
+                found = (name, tb.tb_lineno)
+            tb = tb.tb_next
+    if found is None:
+        return ""
+    if found[0] == "<template>":
+        return f"template line {found[1]}" if "\n" in text.strip() else ""
+    return f"{found[0]} line {found[1]}"
+
+
+def render(
+    root: Path,
+    project: Project,
+    agent: AgentDecl,
+    env: Mapping[str, str],
+    now: str,
+) -> str:
+    """The agent's instructions rendered (raises InstructionsError, never a traceback)."""
+    text = agent.instructions
+    if "{" not in text:
+        return text.strip()
+    jinja = environment(root, project)
+    _, _, missing_error, namespace = _jinja()
+    known = Known(tuple(project.env_allowlist))
+    context = {
+        "project": namespace(
+            "project", {"name": project.name, "description": project.description}, known
+        ),
+        "agent": namespace("agent", {"name": agent.name, "description": agent.description}, known),
+        "env": namespace("env", env, known),
+        "now": now,
+    }
+    # deferred: loading jinja2 costs tens of ms
+    from jinja2 import TemplateError, TemplateNotFound, TemplateSyntaxError
+
+    try:
+        key = (id(jinja), text)
+        cached = _TEMPLATES.get(key)
+        if cached is not None and cached[0] is jinja:
+            template = cached[1]
+        else:  # compiled once per text: every run of the agent renders it
+            template = jinja.from_string(text)
+            if len(_TEMPLATES) > 1024:
+                _TEMPLATES.clear()
+            _TEMPLATES[key] = (jinja, template)
+        return str(template.render(context)).strip()
+    except missing_error as exc:
+        raise InstructionsError(str(exc), getattr(exc, "hint", None), _where(exc, text)) from None
+    except TemplateNotFound as exc:
+        raise InstructionsError(
+            exc.message or f"no file '{exc.name}' in the project",
+            "paths are relative to the project root, e.g. prompts/system.md",
+            _where(exc, text),
+        ) from None
+    except TemplateSyntaxError as exc:
+        raise InstructionsError(
+            f"invalid Jinja2 template: {exc.message}",
+            "check {{ }} / {% %} pairs and filter names",
+            _where(exc, text),
+        ) from None
+    except TemplateError as exc:  # the sandbox or the loader refused something
+        raise InstructionsError(str(exc.message or exc), None, _where(exc, text)) from None
+    except RecursionError:
+        raise InstructionsError(
+            "templates include each other without end", "does a prompt file include itself?"
+        ) from None
+    except Exception as exc:  # `{{ 1 / 0 }}`, a filter given the wrong type
+        raise InstructionsError(f"{type(exc).__name__}: {exc}", None, _where(exc, text)) from None
+
+
+def render_for_run(root: Path, project: Project, agent: AgentDecl) -> str:
+    """`render` with this process's allowlisted variables and the current time."""
+    allowed = {k: os.environ.get(k, "") for k in project.env_allowlist}
+    now = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    return render(root, project, agent, allowed, now)
+
+
+# ---------------------------------------------------------------------- fim validate
+
+
+def check_instructions(checker: Any, entry: Entry) -> None:
+    """Report the agent's instructions that would not render, at their value in the
+    file: a syntax error (the checker's template parse), an undefined name or attribute,
+    a prompt file that cannot be included. `checker` is `fim.build.checks.Checker`."""
+    agent: AgentDecl = entry.decl
+    ast = checker.templates.check(checker, entry, ("instructions",), agent.instructions)
+    if ast is None:  # no template, or a syntax error the parse reported
+        return
+    decls = checker.decls
+    project = decls.project
+    found = (
+        check_plain(ast, Known(tuple(project.env_allowlist)))
+        if isinstance(ast, PlainRefs)
+        else True
+    )
+    if found is True:  # not plain: render it, includes and all
+        try:
+            render_for_run(decls.root, project, agent)
+            found = None
+        except InstructionsError as exc:
+            found = exc
+    if isinstance(found, InstructionsError):
+        checker.add(entry.doc.problem(("instructions",), found.text, found.hint))
+
+
+def reads_files(agent: AgentDecl) -> bool:
+    """Whether the instructions may include files (their check reads the disk)."""
+    return "{%" in agent.instructions
+
+
+__all__ = [
+    "CONTEXT_NAMES",
+    "MAX_PROMPT_BYTES",
+    "InstructionsError",
+    "check_instructions",
+    "environment",
+    "reads_files",
+    "render",
+    "render_for_run",
+]
