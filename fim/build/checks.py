@@ -9,7 +9,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fim.build.builtin_names import builtin_hook_names, builtin_tool_names
+from fim.build.builtin_names import builtin_hook_names, builtin_tool_names, tool_problems
+from fim.build.instructions import check_instructions, reads_files
 from fim.build.workflow_checks import check_workflow
 from fim.config.loader import Declarations, Entry
 from fim.config.problems import suggest
@@ -50,7 +51,11 @@ def _reads_disk(agent: AgentDecl) -> bool:
     """Whether the agent's checks look at files besides the declarations (so their result
     can change while every declaration stays the same)."""
     model = agent.model.model if isinstance(agent.model, ModelSettings) else agent.model
-    return model.startswith("scripted:") or any(spec.command for spec in agent.hooks)
+    return (
+        model.startswith("scripted:")
+        or any(spec.command for spec in agent.hooks)
+        or reads_files(agent)  # `{% include 'prompts/x.md' %}`
+    )
 
 
 class Checker:
@@ -92,6 +97,21 @@ class Checker:
         for entry in self.decls.entries["workflow"].values():
             check_workflow(self, entry)
         for entry in self.decls.entries["eval"].values():
+            self.check_eval(entry)
+        self.check_partial()
+
+    def check_partial(self) -> None:
+        """The reference checks of files that failed validation, on the keys that did not
+        fail (`Declarations.partial`): their unknown tools, skills, connectors, hooks and
+        models show next to their schema problems, not in the next run."""
+        partial = self.decls.partial
+        for entry in partial["agent"].values():
+            self.check_agent(entry)
+        for entry in partial["hook"].values():
+            self.check_hook(entry, entry.decl, ())
+        for entry in partial["workflow"].values():
+            check_workflow(self, entry)
+        for entry in partial["eval"].values():
             self.check_eval(entry)
 
     # ------------------------------------------------------------------ project
@@ -152,6 +172,7 @@ class Checker:
         return (
             decls.root,
             decls.project_ok,
+            tuple(decls.project.env_allowlist),  # `{{ env.X }}` in instructions
             frozenset(self.roles),
             frozenset(decls.project.mcp_servers),
             decls.folder("hook"),
@@ -190,16 +211,9 @@ class Checker:
         agent: AgentDecl = entry.decl
         doc = entry.doc
         self.check_model(entry, ("model",), agent.model)
-        tools = self.tools
-        for i, tool in enumerate(agent.tools):
-            if tool not in tools:
-                self.add(
-                    doc.problem(
-                        ("tools", i),
-                        f"unknown builtin tool '{tool}'",
-                        suggest(tool, tools, "tools"),
-                    )
-                )
+        modules, folder = self.decls.python_hooks, self.decls.folder("hook")
+        for i, message, hint in tool_problems(agent.tools, self.tools, modules, folder):
+            self.add(doc.problem(("tools", i), message, hint))
         for i, name in enumerate(agent.connectors):
             self.ref(entry, ("connectors", i), "connector", name)
         if self.decls.project_ok:
@@ -222,7 +236,7 @@ class Checker:
             self.ref(entry, ("delegates", i), "agent", name)
         for i, spec in enumerate(agent.hooks):
             self.check_hook(entry, spec, ("hooks", i))
-        self.templates.check(self, entry, ("instructions",), agent.instructions)
+        check_instructions(self, entry)
         self.check_output_schema(entry, ("output_schema",), agent.output_schema)
         if agent.output_schema is not None and agent.engine == "dag":
             self.add(

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from fim.build.builtin_names import is_python_tool
 from fim.build.checks import ROLE_ENV, Checker
 from fim.build.snapshot import Locate, Snapshot, Source
 from fim.build.workflow_checks import check_agent_workflows
@@ -36,7 +37,34 @@ def _check_hooks(snapshot: Snapshot, locate: Locate) -> list[Problem]:
     return check_hooks(snapshot, locate)
 
 
-SNAPSHOT_CHECKS: tuple[SnapshotCheck, ...] = (check_agent_workflows, _check_hooks)
+def _check_eval_tools(snapshot: Snapshot, locate: Locate) -> list[Problem]:
+    """The tools eval assertions name, against what their agent can call
+    (`fim.build.eval_checks`), seen as hooks see them (`fim.hooks.targets`, a layer up)."""
+    # deferred: loading fim.hooks costs tens of ms
+    from fim.build.eval_checks import check_eval_tools
+    from fim.hooks.targets import hook_targets
+
+    return check_eval_tools(snapshot, locate, hook_targets)
+
+
+def _check_python_tools(snapshot: Snapshot, locate: Locate) -> list[Problem]:
+    """Import and build every `tools: [module:function]` once (`fim.tools.python_tools`),
+    with the module loader of python hooks (`fim.hooks.python_hooks`, a layer up)."""
+    if not any(is_python_tool(t) for agent in snapshot.agents.values() for t in agent.tools):
+        return []  # most projects: nothing to import
+    # deferred: the project's python is imported only when the declarations are clean
+    from fim.hooks.python_hooks import load_module
+    from fim.tools.python_tools import check_tools
+
+    return check_tools(snapshot, locate, load_module)
+
+
+SNAPSHOT_CHECKS: tuple[SnapshotCheck, ...] = (
+    check_agent_workflows,
+    _check_hooks,
+    _check_eval_tools,
+    _check_python_tools,
+)
 """Checks that need the whole compiled project (e.g. building every hook once); `locate`
 points into the files. They run only when the checks here found nothing, so a problem is
 never reported twice. Each is imported explicitly: one that cannot be imported fails the
@@ -121,11 +149,25 @@ def build_snapshot(decls: Declarations) -> Snapshot:
         agents[name] = agent
 
     models, origins = resolve_models(decls.project.models, os.environ)
+    unavailable = decls.unavailable
+    project = decls.project
+    if unavailable["mcp"]:  # validated and checked whole; never started with "" for a secret
+        kept = {k: v for k, v in project.mcp_servers.items() if k not in unavailable["mcp"]}
+        project = project.model_copy(update={"mcp_servers": kept})
+    connectors = {
+        k: v for k, v in decls_of("connector").items() if k not in unavailable["connector"]
+    }
+
+    def frozen(found: dict[str, list[Problem]]) -> MappingProxyType[str, tuple[Problem, ...]]:
+        return MappingProxyType(
+            {name: tuple(mask_problems(ps, decls.secrets)) for name, ps in found.items()}
+        )
+
     return Snapshot(
         root=decls.root,
-        project=decls.project,
+        project=project,
         agents=MappingProxyType(agents),
-        connectors=decls_of("connector"),
+        connectors=MappingProxyType(connectors),
         skills=decls_of("skill"),
         workflows=decls_of("workflow"),
         hooks=decls_of("hook"),
@@ -139,6 +181,8 @@ def build_snapshot(decls: Declarations) -> Snapshot:
                 for name, found in decls.skill_problems.items()
             }
         ),
+        unavailable_connectors=frozen(unavailable["connector"]),
+        unavailable_mcp=frozen(unavailable["mcp"]),
         secrets=frozenset(decls.secrets),
         version=decls.digest.hexdigest()[:12],
         loaded_at=time.time(),

@@ -76,6 +76,12 @@ class Snapshot:
     broken_skills: Mapping[str, tuple[Problem, ...]] = field(default_factory=_frozen)
     """Skill folders that failed to load, with their problems: an agent that uses one fails
     at run time, `fim validate` reports them, other agents run."""
+    unavailable_connectors: Mapping[str, tuple[Problem, ...]] = field(default_factory=_frozen)
+    """Connectors left out of `connectors` because they name an unset `${VAR}` (a secret not
+    exported here), with one problem per variable: an agent or workflow that uses one fails
+    at preflight, `fim validate` warns, everything else runs."""
+    unavailable_mcp: Mapping[str, tuple[Problem, ...]] = field(default_factory=_frozen)
+    """MCP servers left out of `project.mcp_servers` for the same reason."""
     loaded_at: float = 0.0
 
     def __post_init__(self) -> None:
@@ -125,6 +131,23 @@ class Snapshot:
                 hint=f"agents: {', '.join(sorted(self.agents)) or 'none'}",
             ) from None
 
+    def unavailable(self, kind: str, name: str) -> RunError | None:
+        """Why the connector (`kind="connector"`) or MCP server (`"mcp"`) `name` cannot be
+        used on this machine (an unset `${VAR}`), or None."""
+        found = self.unavailable_connectors if kind == "connector" else self.unavailable_mcp
+        problems = found.get(name)
+        if not problems:
+            return None
+        what = "connector" if kind == "connector" else "MCP server"
+        names = list(dict.fromkeys(_variable(p.message) for p in problems))
+        first = problems[0]
+        return RunError(
+            f"{what} '{name}' is unavailable: {', '.join(names)} not set "
+            f"({first.path}:{first.line}:{first.column})",
+            hint=f"export {names[0]}=... before starting fim, or write ${{{names[0]}:-}} "
+            "while developing",
+        )
+
     def source(self, kind: str, name: str, path: tuple[str | int, ...] = ()) -> Source:
         """Where a declaration starts (a snapshot keeps no YAML, so `path` is ignored: this
         is the fallback `Locate` for checks run outside a compile)."""
@@ -133,6 +156,12 @@ class Snapshot:
     def mask(self, text: str) -> str:
         """Replace every secret in `text`, in any encoding, with `***`."""
         return self.masker.text(text)
+
+
+def _variable(message: str) -> str:
+    """`TODO_API_KEY` of "environment variable 'TODO_API_KEY' is not set"."""
+    parts = message.split("'")
+    return parts[1] if len(parts) > 2 else message
 
 
 __all__ = ["ConfigError", "Locate", "Skill", "Snapshot", "Source"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -57,12 +58,19 @@ def import_(
 
     if not name.replace("_", "").replace("-", "").isalnum():
         fail(f"invalid connector name '{name}'", "use letters, digits, '_' or '-'")
+    if _URL.match(str(spec)):  # a Path argument already made `https://` into `https:/`
+        url = _URL.sub(lambda m: m.group(1) + "://", str(spec), count=1)
+        fail(
+            f"cannot import from a URL ({url}): fim reads a local file",
+            f"download it first: curl -fsSL -o {name}.openapi.json '{url}', then "
+            f"fim connector import {name}.openapi.json --name {name}",
+        )
     warnings: list[str] = []
     gc.disable()  # millions of short-lived nodes and no cycles: collections only cost time
     try:
         decl = import_openapi(load_document(spec, warnings), name, warnings)
     except OpenApiError as exc:
-        _fail_lines(str(exc))
+        _fail_lines(_positioned(spec, str(exc)))
     except RecursionError:
         fail(f"{spec}: {_TOO_DEEP}")
     finally:
@@ -84,6 +92,7 @@ def import_(
         gc.enable()
     if out is not None and str(out) == "-":
         sys.stdout.write(text)
+        _next_steps(text, name, err=True)
         return
     target = out or _default_target(ctx, project, name)
     if target.exists() and not force:
@@ -91,9 +100,44 @@ def import_(
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text, encoding="utf-8")
     typer.echo(f"wrote {target}: {summary(decl)}")
+    _next_steps(text, name)
+
+
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/+")
+"""`https://...` as typed, or as `Path` left it (`https:/...`); two letters or more, so a
+Windows drive (`C:/`) is a path."""
+
+_NEEDED = re.compile(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+"""A `${VAR}` without default: the connector is unavailable until VAR is exported."""
+
+
+def _next_steps(text: str, name: str, err: bool = False) -> None:
+    """What the user must do before an agent can use the connector: the variables it needs
+    (unset, the connector is unavailable: agents that use it fail, `fim validate` warns),
+    and how to give it to an agent."""
+    for var in dict.fromkeys(_NEEDED.findall(text)):
+        typer.echo(f"needs {var}: export it, or write ${{{var}:-}} while developing", err=err)
+    typer.echo(f"next: add 'connectors: [{name}]' to an agent, then `fim validate`", err=err)
 
 
 _TOO_DEEP = "the document nests too deeply to import (flatten its deepest values)"
+
+
+def _positioned(spec: Path, message: str) -> str:
+    """`spec:line:col: message` for an import error found while walking the document's
+    data (which has no positions), when the text shows where; the message unchanged
+    otherwise (a parse error already has its position)."""
+    # deferred: loading fim.config.schema costs hundreds of ms
+    from fim.connectors.openapi.document import locate
+
+    if message.startswith(str(spec)):
+        return message
+    try:
+        found = locate(spec.read_text(encoding="utf-8-sig"), message)
+    except (OSError, UnicodeDecodeError):
+        found = None
+    where = f"{spec}:{found[0]}:{found[1]}" if found else str(spec)
+    return f"{where}: {message}"
 
 
 def _fail_lines(message: str) -> NoReturn:

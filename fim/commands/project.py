@@ -8,6 +8,7 @@ libraries; `fim validate` is the merge gate of a GitOps repository and must star
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -50,8 +51,18 @@ def validate(
             "failures (a read-only PostgreSQL connector whose role can write fails).",
         ),
     ] = False,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help="Fail on warnings too (a connector or MCP server unavailable because a "
+            "${VAR} is unset, a missing sandbox, an open CORS setting).",
+        ),
+    ] = False,
 ) -> None:
-    """Check every file of the project; exit 1 with one line per problem."""
+    """Check every file of the project; exit 1 with one line per problem.
+
+    Warnings go to stderr and do not fail the check unless --strict."""
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.build.compile import compile_project
 
@@ -66,11 +77,31 @@ def validate(
         raise typer.Exit(1)
     if live and _live_failures(snapshot, format):
         raise typer.Exit(1)
-    _warn(_sandbox_warnings(snapshot) + _server_warnings(snapshot), format)
+    warnings = _unavailable_warnings(snapshot) + _sandbox_warnings(snapshot)
+    warnings += _server_warnings(snapshot)
+    if strict and warnings:
+        _report(warnings, format)
+        raise typer.Exit(1)
+    _warn(warnings, format)
     if format is Format.json:
         sys.stdout.write("[]\n")
         return
     sys.stdout.write(f"ok: {summary(snapshot)} (snapshot {snapshot.version})\n")
+
+
+def _unavailable_warnings(snapshot: Snapshot) -> list[Problem]:
+    """Connectors and MCP servers whose `${VAR}` is unset here: a warning, since the secret
+    is often exported only where fim serves (and CI replays need none); the agents and
+    workflows that use one fail when they start."""
+    problems = []
+    for what, found in (
+        ("connector", snapshot.unavailable_connectors),
+        ("MCP server", snapshot.unavailable_mcp),
+    ):
+        for name, p in ((name, p) for name, unset in found.items() for p in unset):
+            message = f"{what} '{name}' is unavailable: {p.message}"
+            problems.append(Problem(p.path, p.line, p.column, message, p.hint))
+    return sorted(problems, key=lambda p: (p.path, p.line, p.column))
 
 
 def _sandbox_warnings(snapshot: Snapshot) -> list[Problem]:
@@ -115,7 +146,8 @@ def _warn(problems: list[Problem], format: Format) -> None:
             message = _gh_escape(p.message)
             sys.stderr.write(f"::warning file={file},line={p.line},col={p.column}::{message}\n")
         else:
-            sys.stderr.write(f"{p.path}:{p.line}:{p.column}: warning: {p.message}\n")
+            hint = f" ({p.hint})" if p.hint else ""
+            sys.stderr.write(f"{p.path}:{p.line}:{p.column}: warning: {p.message}{hint}\n")
 
 
 def _live_failures(snapshot: Snapshot, format: Format) -> bool:
@@ -178,7 +210,11 @@ def summary(snapshot: Snapshot) -> str:
         (len(snapshot.evals), "eval suite"),
     ]
     parts = [_count(len(snapshot.agents), "agent")]
-    return ", ".join(parts + [_count(n, word) for n, word in counts if n])
+    parts += [_count(n, word) for n, word in counts if n]
+    unavailable = len(snapshot.unavailable_connectors) + len(snapshot.unavailable_mcp)
+    if unavailable:  # left out of the counts: they cannot run here
+        parts.append(f"{unavailable} unavailable")
+    return ", ".join(parts)
 
 
 # ---------------------------------------------------------------------------- init
@@ -208,4 +244,6 @@ def init(
         snapshot = compile_project(target)
     sys.stdout.write(f"created {len(written)} files in {directory}: {summary(snapshot)}\n")
     here = target == Path.cwd().resolve()
-    sys.stdout.write(f"next: {'' if here else f'cd {directory} && '}fim validate && fim list\n")
+    # quoted: `fim init "my agents"` must print a line that pastes into a shell as it is
+    cd = "" if here else f"cd {shlex.quote(str(directory))} && "
+    sys.stdout.write(f"next: {cd}fim validate && fim list\n")

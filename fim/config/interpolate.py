@@ -31,7 +31,9 @@ def interpolate(doc: Document, secrets: set[str], env: Mapping[str, str] | None 
     """Replace variables in every string value of `doc.data` in place.
 
     `${VAR:-x}` uses x when VAR is unset or empty, `${VAR-x}` only when unset, and `$${...}`
-    is a literal `${...}`. A missing variable without default is a problem at its string.
+    is a literal `${...}`. A missing variable without default becomes "" (never a default
+    the user did not write) and a problem at its string in `doc.unset`: the loader decides
+    whether it breaks the project or only the connector that holds it.
     """
     environ = os.environ if env is None else env
     doc.data = _walk(doc, doc.data, (), secrets, environ)
@@ -79,11 +81,14 @@ def _substitute(
             return value
         if op is not None:
             return default
-        doc.problems.append(
-            doc.problem(
+        doc.unset.append(
+            (
                 path,
-                f"environment variable '{name}' is not set",
-                f"export {name}=... or give a default: ${{{name}:-value}}",
+                doc.problem(
+                    path,
+                    f"environment variable '{name}' is not set",
+                    f"export {name}=... or give a default: ${{{name}:-value}}",
+                ),
             )
         )
         return ""

@@ -82,11 +82,23 @@ class Declarations:
     )
     broken: dict[str, set[str]] = field(default_factory=lambda: {k: set() for k in FOLDER_OF})
     """Names of files that exist but failed to validate (no 'unknown X' noise for them)."""
+    partial: dict[str, dict[str, Entry]] = field(
+        default_factory=lambda: {kind: {} for kind in FOLDER_OF}
+    )
+    """Broken files, validated again without their failing top-level keys: the checker
+    reports what the rest names that does not exist (an unknown tool next to a typo'd key)
+    in the same run, so one `fim validate` shows every problem. Never part of a snapshot."""
     python_hooks: set[str] = field(default_factory=set)
     """Module names of hooks/*.py."""
     skill_problems: dict[str, list[Problem]] = field(default_factory=dict)
     """Problems of skill folders, by folder: they fail only the agents that use the skill
     (at run time) and `fim validate`, not the whole project."""
+    unavailable: dict[str, dict[str, list[Problem]]] = field(
+        default_factory=lambda: {"connector": {}, "mcp": {}}
+    )
+    """Connectors and MCP servers (by name) that name an unset `${VAR}` without default:
+    a secret not exported on this machine is not a broken project. Only the agents and
+    workflows that use one fail (preflight); `fim validate` warns (`--strict`: fails)."""
     problems: list[Problem] = field(default_factory=list)
     secrets: set[str] = field(default_factory=set)
     digest: Any = field(default_factory=hashlib.sha256)
@@ -209,9 +221,12 @@ def _parse(
     line_offset: int = 0,
     secrets: set[str] | None = None,
     expand: bool = True,
+    keep_unset: bool = False,
 ) -> Document | None:
     """Parse one YAML document; `expand=False` leaves `${...}` as text (skill front matter,
     written for other tools too, has no field declared to take interpolation).
+    `keep_unset=True` leaves unset variables in `doc.unset` for the caller to place (a
+    connector's make it unavailable); otherwise they are problems.
 
     A RecursionError is a problem of the file like a syntax error: the parse is capped at
     `MAX_DEPTH` levels, but it and the walks after it recurse, so a caller already deep in
@@ -231,6 +246,9 @@ def _parse(
         return None
     decls.problems.extend(doc.problems)
     doc.problems = []
+    if not keep_unset:
+        decls.problems.extend(problem for _, problem in doc.unset)
+        doc.unset = []
     return doc
 
 
@@ -263,11 +281,12 @@ def _validate(decls: Declarations, doc: Document, kind: str, model: Any) -> Any:
 def _load_project(decls: Declarations) -> None:
     path = decls.root / PROJECT_FILE
     text = read_text(decls, path)
-    doc = _parse(decls, text, PROJECT_FILE) if text is not None else None
+    doc = _parse(decls, text, PROJECT_FILE, keep_unset=True) if text is not None else None
     decls.project_doc = doc
     if doc is None:
         decls.project_ok = False
         return
+    _unset_servers(decls, doc)
     if doc.data is None:
         doc.data = {}
     if isinstance(doc.data, dict):
@@ -283,7 +302,19 @@ def _load_project(decls: Declarations) -> None:
     decls.project = project
 
 
-_Parsed = tuple[Any, Any, list[Problem], set[str]]
+def _unset_servers(decls: Declarations, doc: Document) -> None:
+    """Place fim.yaml's unset variables: one under `mcp_servers.<name>` makes that server
+    unavailable (recorded in `decls.unavailable`; the snapshot leaves it out, so nothing
+    starts it with "" for a secret); any other is a problem of the project."""
+    for path, problem in doc.unset:
+        if len(path) > 2 and path[0] == "mcp_servers" and isinstance(path[1], str):
+            decls.unavailable["mcp"].setdefault(path[1], []).append(problem)
+        else:
+            decls.problems.append(problem)
+    doc.unset = []
+
+
+_Parsed = tuple[Any, Any, list[Problem], set[str], Any]
 _CACHE: dict[tuple[Any, ...], _Parsed] = {}
 """Parsed and validated declaration files of the previous load, by (environment, kind,
 path, text). A reload of a 1,000-agent project re-reads every file but parses and
@@ -300,23 +331,67 @@ def _load_file(decls: Declarations, kind: str, path: str | Path) -> None:
     parsed = _CACHE.get(key)
     if parsed is None:
         problems_before, secrets = len(decls.problems), set[str]()
-        doc = _parse(decls, text, rel, secrets=secrets)
+        doc = _parse(decls, text, rel, secrets=secrets, keep_unset=kind == "connector")
         if doc is not None and isinstance(doc.data, dict):
             doc.data.setdefault("name", stem)
         decl = _validate(decls, doc, kind, KIND_MODELS[kind]) if doc is not None else None
         if decl is not None:
             passed_through(_passed_names(kind, decl), secrets)
-        parsed = (doc, decl, decls.problems[problems_before:], secrets)
+        if doc is not None and doc.unset:
+            _drop_unset_echoes(decls, doc, problems_before)
+        partial = _partial(doc, kind) if decl is None and doc is not None else None
+        parsed = (doc, decl, decls.problems[problems_before:], secrets, partial)
     else:
-        doc, decl, problems, secrets = parsed
+        doc, decl, problems, secrets, partial = parsed
         decls.problems.extend(problems)
     decls.secrets |= parsed[3]
     decls.seen[key] = parsed
     if decl is None or doc is None:  # no document, no declaration
         name = doc.data.get("name") if doc is not None and isinstance(doc.data, dict) else None
         decls.broken[kind].add(name if isinstance(name, str) else stem)
+        if partial is not None and doc is not None:
+            decls.partial[kind][partial.name] = Entry(kind, partial.name, partial, doc)
+        if doc is not None and doc.unset:  # the variables too: every problem at once
+            decls.problems.extend(problem for _, problem in doc.unset)
         return
+    if doc.unset:
+        decls.unavailable[kind][decl.name] = [problem for _, problem in doc.unset]
     _register(decls, Entry(kind, decl.name, decl, doc))
+
+
+_PARTIAL_KINDS = ("agent", "workflow", "hook", "eval")
+"""Kinds whose failing files are checked for references too (`Declarations.partial`); a
+connector's top level is a tagged union, whose errors do not name one key to leave out."""
+
+
+def _partial(doc: Document, kind: str) -> Any:
+    """The declaration of a file that failed validation, without the top-level keys that
+    failed (defaults in their place), or None when that does not validate either (a
+    required key failed). Paths stay the file's, so positions stay right."""
+    model = KIND_MODELS[kind]
+    if kind not in _PARTIAL_KINDS or not isinstance(doc.data, dict):
+        return None
+    data = dict(doc.data)
+    for _ in range(3):
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            failed = {err["loc"][0] for err in exc.errors() if err["loc"]}
+            if not failed & set(data) or "name" in failed:
+                return None
+            data = {k: v for k, v in data.items() if k not in failed}
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def _drop_unset_echoes(decls: Declarations, doc: Document, start: int) -> None:
+    """Drop the schema problems at a value an unset variable emptied (`base_url: ${URL}`
+    gives "" and a "not a URL" problem): the unset variable is the one to report."""
+    at = {(p.path, p.line, p.column) for _, p in doc.unset}
+    decls.problems[start:] = [
+        p for p in decls.problems[start:] if (p.path, p.line, p.column) not in at
+    ]
 
 
 def _passed_names(kind: str, decl: Any) -> list[str]:

@@ -238,13 +238,17 @@ def validation_problems(exc: ValidationError, root: Any, doc: Document) -> list[
     """Map every error of `exc` (validating `doc.data` as `root`) to a Problem."""
     quote = _Quoter(doc)
     collected: list[tuple[Path_, bool, Problem]] = []
-    for err in exc.errors(include_url=False):
+    errors = exc.errors(include_url=False)
+    extra = {tuple(e["loc"]) for e in errors if e["type"] == "extra_forbidden"}
+    for err in errors:
         loc, kind = tuple(err["loc"]), err["type"]
         if kind == "missing":
             parent, _, skipped = resolve_loc(root, loc[:-1])
             label = ".".join(str(p) for p in parent)
             problem = doc.problem(
-                parent, f"{label + ': ' if label else ''}missing required field '{loc[-1]}'"
+                parent,
+                f"{label + ': ' if label else ''}missing required field '{loc[-1]}'",
+                _misspelt(str(loc[-1]), err["input"], loc[:-1], extra),
             )
             path = (*parent, loc[-1])
         elif kind == "extra_forbidden":
@@ -260,13 +264,54 @@ def validation_problems(exc: ValidationError, root: Any, doc: Document) -> list[
             path, tp, skipped = resolve_loc(root, loc)
             problem = _tag_problem(doc, path, err, union_tags(tp), quote)
         else:
-            path, _, skipped = resolve_loc(root, loc)
+            path, tp, skipped = resolve_loc(root, loc)
             label = ".".join(str(p) for p in path)
+            typo = _key_typo(err["input"], tp)
+            if typo is not None:  # `{comand: npx}`: the misspelt key is why no shape fits
+                key, hint = typo
+                problem = doc.problem((*path, key), f"unknown key '{key}'", hint, key=True)
+                collected.append(((*path, key), skipped, problem))
+                continue
             said = _message(err, path, quote)
             message = f"{label}: {said}" if label else said
             problem = doc.problem(path, message, _hint(err))
+            claude = _claude_hooks(err, path, label)
+            if claude is not None:
+                problem = doc.problem(path, *claude)
         collected.append((path, skipped, problem))
     return _prune(collected)
+
+
+def _misspelt(
+    name: str, given: Any, parent: tuple[Any, ...], extra: set[tuple[Any, ...]]
+) -> str | None:
+    """`the file has 'descripton': did you mean 'description'?` when a key of the mapping
+    that lacks required `name` is a misspelling of it, and no "unknown key" problem says so
+    already (a model that takes any key, as a skill's front matter does)."""
+    if not isinstance(given, dict):
+        return None
+    keys = [str(k) for k in given if isinstance(k, str) and (*parent, k) not in extra]
+    close = difflib.get_close_matches(name, keys, n=1, cutoff=0.75)
+    return f"the file has '{close[0]}': did you mean '{name}'?" if close else None
+
+
+def _key_typo(given: Any, tp: Any) -> tuple[str, str] | None:
+    """A key of `given` that no member of the union `tp` has and that is a misspelling of
+    a key one has: (key, did-you-mean). None for anything else."""
+    if not isinstance(given, dict):
+        return None
+    tp = _unwrap(tp)
+    if not _is_union(tp):
+        return None
+    fields = {name for member in typing.get_args(tp) for name in _field_names(member)}
+    if not fields:
+        return None
+    for key in given:
+        if isinstance(key, str) and key not in fields and key != "type":
+            close = difflib.get_close_matches(key, sorted(fields), n=1, cutoff=0.75)
+            if close:
+                return key, f"did you mean '{close[0]}'?"
+    return None
 
 
 def _message(err: ErrorDetails, path: Path_, quote: _Quoter) -> str:
@@ -278,6 +323,57 @@ def _message(err: ErrorDetails, path: Path_, quote: _Quoter) -> str:
         return f"expected one of {expected}, got {quote.show(err['input'], path)}"
     msg = err["msg"]
     return msg.removeprefix("Value error, ")
+
+
+CLAUDE_ONLY_EVENTS = (
+    "UserPromptSubmit",
+    "Stop",
+    "SubagentStop",
+    "Notification",
+    "PreCompact",
+    "SessionEnd",
+)
+"""Claude Code hook events fim has no equivalent of (fim runs SessionStart, PreToolUse and
+PostToolUse): pasted from a settings.json they deserve a plain "not supported"."""
+_FIM_EVENTS = ("SessionStart", "PreToolUse", "PostToolUse")
+
+
+def _claude_hooks(err: ErrorDetails, path: Path_, label: str) -> tuple[str, str | None] | None:
+    """(message, hint) for what a Claude Code user pastes: a settings.json `hooks:` block
+    (`{PreToolUse: [{matcher, hooks: [{type: command, command}]}]}`), answered with the
+    same hooks in fim's list form, or one of Claude's events fim does not have."""
+    value = err["input"]
+    if err["type"] == "literal_error" and path[-1:] == ("event",) and value in CLAUDE_ONLY_EVENTS:
+        return (
+            f"{label}: '{value}' is a Claude Code event not supported by fim "
+            f"(supported: {', '.join(_FIM_EVENTS)})",
+            None,
+        )
+    if err["type"] != "list_type" or path[-1:] != ("hooks",) or not isinstance(value, dict):
+        return None
+    events = [str(k) for k in value]
+    if not any(e in _FIM_EVENTS or e in CLAUDE_ONLY_EVENTS for e in events):
+        return None
+    items, unsupported = [], [e for e in events if e not in _FIM_EVENTS]
+    for event, groups in value.items():
+        if event not in _FIM_EVENTS:
+            continue
+        for group in groups if isinstance(groups, list) else []:
+            group = group if isinstance(group, dict) else {}
+            matcher = group.get("matcher")
+            for hook in group.get("hooks") or []:
+                command = hook.get("command") if isinstance(hook, dict) else None
+                if isinstance(command, str):
+                    item = f"event: {event}" + (f", matcher: '{matcher}'" if matcher else "")
+                    items.append("{" + item + f", command: '{command}'" + "}")
+    form = f"hooks: [{', '.join(items[:3])}{', ...' if len(items) > 3 else ''}]"
+    hint = "one item per hook, each with its event: " + (form if items else "- event: ...")
+    if unsupported:
+        hint += (
+            f"; {', '.join(unsupported)}: not supported by fim "
+            f"(supported: {', '.join(_FIM_EVENTS)})"
+        )
+    return (f"{label}: this is Claude Code's settings.json shape; fim expects a list", hint)
 
 
 def _hint(err: ErrorDetails) -> str | None:

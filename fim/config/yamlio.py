@@ -325,7 +325,47 @@ def _syntax_error(exc: Any, text: str) -> YamlSyntaxError:
         )
     if exc.context and exc.problem:
         problem = f"{exc.context.strip()}: {problem}"
-    return YamlSyntaxError(f"YAML syntax error: {problem}", line, col)
+    hint = _syntax_hint(problem, lines, line)
+    return YamlSyntaxError(f"YAML syntax error: {problem}", line, col, hint)
+
+
+_ITEM = re.compile(r"^(\s*-\s+)([^\s:#][^:#]*?)\s*:(\s|$)")
+_KEY = re.compile(r"^(\s*)([^\s:#-][^:#]*?)\s*:(\s|$)")
+
+
+def _syntax_hint(problem: str, lines: list[str], line: int) -> str | None:
+    """What PyYAML's wording means for the usual mistakes (a newcomer cannot act on "did
+    not find expected '-' indicator"): mostly one key indented differently from its
+    neighbours, named with the key it must line up with."""
+    here = lines[line - 1] if 0 < line <= len(lines) else ""
+    own = _KEY.match(here)
+    key = f"'{own.group(2)}'" if own else "this line"
+    if "expected '-' indicator" in problem:
+        for above in reversed(lines[: line - 1]):
+            item = _ITEM.match(above)
+            if item:
+                return (
+                    f"check indentation: {key} must line up with '{item.group(2)}' of the "
+                    f"item above (column {len(item.group(1)) + 1}), or start a new item with '- '"
+                )
+        return "check indentation: each list item starts with '- ' in the same column"
+    if "did not find expected key" in problem:
+        return (
+            f"check indentation: {key} must start in the same column as the other keys of "
+            "its mapping"
+        )
+    if "mapping values are not allowed" in problem:
+        return (
+            "a 'key:' inside a value: put the key on its own line, indented like its "
+            "neighbours, or quote the value if the ': ' belongs to it (\"a: b\")"
+        )
+    if "cannot start any token" in problem:
+        return "quote the value: YAML reserves @ and ` at the start of a plain value"
+    if "expected ',' or ']'" in problem:
+        return "a '[' list lacks its ']', or a ',' between two items"
+    if "expected ',' or '}'" in problem:
+        return "a '{' mapping lacks its '}', or a ',' between two pairs"
+    return None
 
 
 _UNSET: Any = object()
@@ -347,6 +387,10 @@ class Document:
     line_offset: int = 0
     """Lines before the YAML starts (front matter of SKILL.md)."""
     problems: list[Problem] = field(default_factory=list)
+    unset: list[tuple[Path_, Problem]] = field(default_factory=list)
+    """Where `${VAR}`s without default whose variable is not set, kept apart from `problems`: in a
+    connector (or an MCP server) they make only that declaration unavailable
+    (`fim.config.loader`), elsewhere they are problems like any other."""
     root: tuple[int, int] = (1, 1)
     """1-based position of the top-level node (the declaration itself)."""
     _node: Any = field(default=_UNSET, repr=False)

@@ -88,6 +88,8 @@ def _declared(
     databases: list[tuple[str, DatabaseConnector]] = []
     for name in ctx.agent.connectors:
         decl = ctx.snapshot.connectors.get(name)
+        if decl is None and (unset := ctx.snapshot.unavailable("connector", name)):
+            raise unset  # declared, but a `${VAR}` it needs is not set here
         if decl is None:
             known = ", ".join(sorted(ctx.snapshot.connectors)) or "none"
             raise RunError(

@@ -58,6 +58,8 @@ async def connections_for(ctx: RunContext) -> list[ServerConnection]:
     conns = []
     for name in dict.fromkeys(ctx.agent.mcp):
         decl = declared.get(name)
+        if decl is None and (unset := ctx.snapshot.unavailable("mcp", name)):
+            raise unset  # declared, but a `${VAR}` it needs is not set here
         if decl is None:
             raise RunError(
                 f"agent '{ctx.agent.name}' uses MCP server '{name}', which is not declared",

@@ -6,8 +6,9 @@ variable changes while a run is in flight. `workflow_problems` lists, for every 
 and every agent an `agent` node runs, a model whose key is missing, and for every MCP server
 a node or such an agent uses, a stdio command that is not installed. Every node is checked,
 taken branch or not: a key missing anywhere is a misconfiguration to fix before anything
-runs. Connector environment variables are already checked when the project compiles
-(`${VAR}` without default). `agent_problems` does the same for one agent run, so `fim run`
+runs. A connector or MCP server whose `${VAR}` (without default) is unset is left out of the
+snapshot as unavailable: a run that uses one is refused here, naming the variable.
+`agent_problems` does the same for one agent run, so `fim run`
 and `fim eval --live` fail in milliseconds instead of after starting MCP servers.
 
 These are checks over the snapshot and the environment: no request, no subprocess, no
@@ -91,6 +92,12 @@ def command_problem(snapshot: Snapshot, server: str) -> str | None:
     return f"MCP server '{server}': command '{command}' not found"
 
 
+def _unavailable(snapshot: Snapshot, kind: str, name: str) -> RunError | None:
+    """`Snapshot.unavailable`, tolerating a snapshot built before it existed (tests' fakes)."""
+    check = getattr(snapshot, "unavailable", None)
+    return check(kind, name) if check is not None else None
+
+
 def agent_problems(
     snapshot: Snapshot, agent: AgentDecl, where: str = "", model: str | None = None
 ) -> list[RunError]:
@@ -100,6 +107,10 @@ def agent_problems(
     problems = []
     if (error := key_problem(snapshot.model_settings(model or agent.model))) is not None:
         problems.append(RunError(f"{prefix}: {error.message}", hint=error.hint))
+    for kind, names in (("connector", agent.connectors), ("mcp", agent.mcp)):
+        for name in names:  # an unset ${VAR} in its declaration (`Snapshot.unavailable`)
+            if (error := _unavailable(snapshot, kind, name)) is not None:
+                problems.append(RunError(f"{prefix}: {error.message}", hint=error.hint))
     for server in agent.mcp:
         if (problem := command_problem(snapshot, server)) is not None:
             problems.append(
@@ -122,6 +133,10 @@ def workflow_problems(snapshot: Snapshot, decl: WorkflowDecl) -> list[RunError]:
             if agent_name in snapshot.agents:
                 agent = snapshot.agents[agent_name]
                 problems += agent_problems(snapshot, agent, f"{where} (agent '{agent.name}')")
+        used = [("connector", tool.split("__")[0]) for tool in uses.tools if "__" in tool]
+        for kind, used_name in [*used, *(("mcp", server) for server, _ in uses.mcp)]:
+            if (error := _unavailable(snapshot, kind, used_name)) is not None:
+                problems.append(RunError(f"{where}: {error.message}", hint=error.hint))
         for server in dict.fromkeys(server for server, _ in uses.mcp):
             if problem := command_problem(snapshot, server):
                 problems.append(RunError(f"{where}: {problem}"))

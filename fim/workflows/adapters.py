@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 def _connector(ctx: NodeContext, name: str, kind: type) -> Any:
     decl = ctx.snapshot.connectors.get(name)
+    if decl is None and (unset := ctx.snapshot.unavailable("connector", name)):
+        raise NodeError(str(unset)) from None
     if decl is None:
         raise NodeError(
             f"unknown connector '{name}' (connectors: "

@@ -9,6 +9,7 @@ message of a document that fails. Every failure is one `OpenApiError` line per p
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,43 @@ def _load_yaml(path: Path, text: str, warnings: list[str]) -> Any:
         raise OpenApiError("\n".join(str(p) for p in errors))
     warnings += [str(p) for p in doc.problems]
     return doc.data
+
+
+_QUOTED = re.compile(r"'([^']+)'")
+
+
+def locate(text: str, message: str) -> tuple[int, int] | None:
+    """1-based (line, col) in the document `text` that an import error `message` is about,
+    found in the text (the import walks plain data, without positions): the key of the path
+    it names (`paths./todos: ...` -> the `/todos` key), then the first value it quotes at or
+    after it (`$ref '#/components/schemas/Todo' points nowhere` -> that `$ref`). None when
+    the message names nothing found."""
+    start, found = 0, None
+    if message.startswith("paths."):
+        key = message[len("paths.") :].split(": ", 1)[0]
+        for method in ("get", "post", "put", "patch", "delete", "head"):  # `paths./x.get`
+            key = key.removesuffix(f".{method}")
+        at = _key_offset(text, key)
+        if at is not None:
+            start = found = at
+    for quoted in _QUOTED.findall(message.split(": ", 1)[-1]):
+        at = text.find(quoted, start)
+        if at >= 0:
+            found = at
+            break
+    if found is None:
+        return None
+    line = text.count("\n", 0, found) + 1
+    return line, found - (text.rfind("\n", 0, found) + 1) + 1
+
+
+def _key_offset(text: str, key: str) -> int | None:
+    """Offset of `key` written as a mapping key (`key:`, `"key":` or `'key':`)."""
+    for form in (f"{key}:", f'"{key}":', f"'{key}':", f'"{key}" :'):
+        at = text.find(form)
+        if at >= 0:
+            return at + (1 if form[0] in "\"'" else 0)
+    return None
 
 
 def kind(value: Any) -> str:
