@@ -12,6 +12,7 @@ from __future__ import annotations
 
 CAPABILITIES: tuple[str, ...] = (
     "fim.tools.builtin:provide",
+    "fim.run.project_tools:provide",
     "fim.connectors:provide",
     "fim.mcp:provide",
     "fim.run.skills:provide",

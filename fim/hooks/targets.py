@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from fim.build.builtin_names import tool_name
 from fim.hooks.base import compile_matcher
 from fim.hooks.claude import NAMES, mcp_alias
 from fim.tools import builtin
@@ -62,7 +63,7 @@ def _collect(snapshot: Snapshot, agent: AgentDecl, found: Targets, seen: set[str
         tools += [n for n in builtin.names() if n not in tools and builtin.category(n) in chosen]
     names = found.names
     for tool in tools:
-        names += [tool, *NAMES.get(tool, ())]
+        names += [tool_name(tool), *NAMES.get(tool, ())]  # `mytools:add` is called `add`
     for name in agent.connectors:
         decl = snapshot.connectors.get(name)
         if decl is None:

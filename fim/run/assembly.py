@@ -10,16 +10,12 @@ consumes the `Assembly`.
 
 from __future__ import annotations
 
-import datetime as _dt
 import inspect
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from jinja2 import StrictUndefined
-from jinja2.exceptions import TemplateError
-from jinja2.sandbox import SandboxedEnvironment
-
+from fim.build.instructions import InstructionsError, render_for_run
 from fim.build.snapshot import Snapshot
 from fim.errors import RunError
 from fim.run.request_tools import REQUEST_TOOLS
@@ -51,29 +47,18 @@ class Assembly:
 
 
 def render_instructions(snapshot: Snapshot, ctx: RunContext) -> str:
-    """Render the agent's instructions as a sandboxed Jinja2 template."""
+    """Render the agent's instructions as a sandboxed Jinja2 template
+    (`fim.build.instructions`, the environment `fim validate` checked them with); a
+    template that cannot render fails the run with a RunError naming the file, never a
+    traceback."""
     agent = ctx.agent
     if "{" not in agent.instructions:
         return agent.instructions.strip()
-    env = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False)
-    allowed = {k: os.environ.get(k, "") for k in snapshot.project.env_allowlist}
     try:
-        return (
-            env.from_string(agent.instructions)
-            .render(
-                project={
-                    "name": snapshot.project.name,
-                    "description": snapshot.project.description,
-                },
-                agent={"name": agent.name, "description": agent.description},
-                env=allowed,
-                now=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-            )
-            .strip()
-        )
-    except TemplateError as exc:
+        return render_for_run(Path(snapshot.root), snapshot.project, agent)
+    except InstructionsError as exc:
         src = snapshot.source("agent", agent.name)
-        raise RunError(f"{src.path}: cannot render instructions: {exc}") from None
+        raise RunError(f"{src.path}: {exc.text}", hint=exc.hint) from None
 
 
 async def assemble(ctx: RunContext) -> Assembly:

@@ -11,14 +11,16 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fim.tools.base import FunctionTool, tool
+    from fim.tools.python_tools import read_only
     from fim.tools.registry import ToolRegistry
 
-__all__ = ["FunctionTool", "ToolRegistry", "tool"]
+__all__ = ["FunctionTool", "ToolRegistry", "read_only", "tool"]
 
 _LAZY = {
     "FunctionTool": "fim.tools.base",
     "tool": "fim.tools.base",
     "ToolRegistry": "fim.tools.registry",
+    "read_only": "fim.tools.python_tools",
 }
 
 

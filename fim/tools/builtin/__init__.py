@@ -19,6 +19,7 @@ import sys
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from fim.build.builtin_names import is_python_tool
 from fim.errors import RunError
 from fim.run.discovery import module_names
 
@@ -126,11 +127,13 @@ def load(name: str, ctx: RunContext | None = None) -> Tool:
 
 def provide(ctx: RunContext) -> Provision:
     """The builtins of one run: those in `tools:` (pinned) plus every builtin whose
-    category is in `tool_categories:`."""
+    category is in `tool_categories:`. `module:function` entries of `tools:` are the
+    project's own functions, provided by `fim.run.project_tools`."""
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.run.services import Provision
 
-    wanted = list(dict.fromkeys(ctx.agent.tools))
+    named = [t for t in dict.fromkeys(ctx.agent.tools) if not is_python_tool(t)]
+    wanted = list(named)
     if ctx.agent.tool_categories:
         chosen = set(ctx.agent.tool_categories)
         wanted += [
@@ -142,7 +145,7 @@ def provide(ctx: RunContext) -> Provision:
         ]
     return Provision(
         tools=[load(n, ctx) for n in wanted],
-        pinned=list(dict.fromkeys(ctx.agent.tools)),
+        pinned=named,
     )
 
 
