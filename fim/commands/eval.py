@@ -62,12 +62,22 @@ def eval_command(
     format_: Annotated[
         str, typer.Option("--format", help="Summary on stdout: text or markdown.")
     ] = "text",
+    models: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help="Run each agent suite's agent on this model (a role or litellm string) "
+            "instead of its own; repeatable: every case runs once per model.",
+        ),
+    ] = None,
 ) -> None:
     """Run eval suites against the compiled project (`fim eval merge` joins shards).
 
     `fim eval merge REPORTS...` merges the JSON reports of shards.
 
-    Exits 0 when every suite meets its threshold, 1 when one does not, 2 on bad config."""
+    Exits 0 when every suite meets its threshold, 1 when one does not, 2 on bad config,
+    including cases that could not run (ERROR: a missing provider key, an MCP command)."""
     # deferred: loading rich costs a few ms
     from rich.console import Console
 
@@ -79,7 +89,7 @@ def eval_command(
 
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.eval.report import print_summary, write_reports
-    from fim.eval.runner import EvalRunner
+    from fim.eval.runner import EvalRunner, run_models
 
     console = Console(stderr=True, highlight=False)
     if record and live:
@@ -98,19 +108,28 @@ def eval_command(
         )
         raise typer.Exit(2)
 
+    _check_models(snapshot, models or [], suites or sorted(snapshot.evals), console)
+
     gc.collect()
     gc.freeze()  # the compiled project lives until exit: keep it out of the GC's scans
     mode: Literal["record", "replay", "live"] = "record" if record else "live" if live else "replay"
-    runner = EvalRunner(
-        snapshot,
-        concurrency=concurrency,
-        mode=mode,
-        with_hooks=with_hooks,
-        patterns=filter_ or [],
-        suites=suites or None,
-        shard=_shard(shard, console),
-    )
-    total = len(runner.plan())
+    parts = _shard(shard, console)
+    # a model named twice runs once; none: each agent on its own model
+    chosen: list[str | None] = [*dict.fromkeys(models or [])] or [None]
+    runners = [
+        EvalRunner(
+            snapshot,
+            concurrency=concurrency,
+            mode=mode,
+            with_hooks=with_hooks,
+            patterns=filter_ or [],
+            suites=suites or None,
+            shard=parts,
+            model=model,
+        )
+        for model in chosen
+    ]
+    total = sum(len(runner.plan()) for runner in runners)
     if total == 0 and shard is None:  # an empty shard is fine: more shards than cases
         console.print("error: no eval cases selected", markup=False)
         raise typer.Exit(2)
@@ -134,8 +153,9 @@ def eval_command(
             failed += 0 if ok else 1
             progress.update(task, advance=1, failed=failed)
 
-        runner.on_progress = advance
-        report = run_async(runner.run())
+        for runner in runners:
+            runner.on_progress = advance
+        report = run_async(run_models(runners))
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.eval.report import json_report
 
@@ -154,9 +174,37 @@ def eval_command(
 
             sys.stdout.write(text(comparison))
     write_reports(report, junit, json_out)
+    if report.errored:  # a shard too: no merge can make a case that could not run pass
+        raise typer.Exit(2)
     if shard is not None:
         raise typer.Exit(0)
     raise typer.Exit(0 if report.ok and (comparison is None or comparison.ok) else 1)
+
+
+def _check_models(snapshot: Any, models: list[str], suites: list[str], console: Any) -> None:
+    """`--model`: each must name a role of fim.yaml or a litellm model, and it replaces the
+    model of an agent, so a workflow suite (whose models are its nodes') cannot take it.
+    Every problem at once, exit 2, before any case runs."""
+    if not models:
+        return
+    problems = []
+    for model in dict.fromkeys(models):
+        try:
+            snapshot.model_settings(model)
+        except RunError as exc:
+            problems.append(f"--model {model}: {exc}")
+    flows = [name for name in suites if snapshot.evals[name].workflow is not None]
+    if flows:
+        agents = sorted(n for n in snapshot.evals if snapshot.evals[n].workflow is None)
+        problems.append(
+            f"--model applies to agent suites; {', '.join(flows)} "
+            f"{'runs a workflow' if len(flows) == 1 else 'run workflows'} "
+            f"(name the agent suites: fim eval {' '.join(agents) or 'SUITE'} --model ...)"
+        )
+    for problem in problems:
+        console.print(f"error: {problem}", markup=False, soft_wrap=True)
+    if problems:
+        raise typer.Exit(2)
 
 
 def _shard(text: str | None, console: Any) -> tuple[int, int] | None:
@@ -196,8 +244,8 @@ def merge_reports(
     """`fim eval merge`: one JUnit file and one summary from the JSON reports of shards."""
 
     # deferred: loading fim.eval.ci costs tens of ms
+    from fim.eval.ci import exit_code, label, load, markdown, merge, rate, verdict
     from fim.eval.ci import junit as junit_xml
-    from fim.eval.ci import load, markdown, merge
 
     try:
         merged = merge([load(p) for p in paths])
@@ -209,10 +257,9 @@ def merge_reports(
         sys.stdout.write(markdown(merged, comparison))
     else:
         for suite in merged["suites"]:
-            verdict = "SKIP" if suite["skipped"] else "PASS" if suite["passed"] else "FAIL"
             sys.stdout.write(
-                f"{suite['name']}: {len(suite['cases'])} cases, {suite['pass_rate']:.0%} "
-                f"(threshold {suite['threshold']:.0%}) {verdict}\n"
+                f"{label(suite)}: {len(suite['cases'])} cases, {rate(suite['pass_rate'])} "
+                f"(threshold {suite['threshold']:.0%}) {verdict(suite)}\n"
             )
         if comparison is not None:
             # deferred: loading fim.eval.ci costs tens of ms
@@ -225,4 +272,5 @@ def merge_reports(
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(merged, indent=2, default=str), "utf-8")
-    raise typer.Exit(0 if merged["ok"] and (comparison is None or comparison.ok) else 1)
+    code = exit_code(merged)
+    raise typer.Exit(code if code or comparison is None or comparison.ok else 1)

@@ -57,17 +57,45 @@ def load(path: Path) -> Report:
 
 
 def _ran(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [c for c in cases if c.get("skipped") is None]
+    """The cases that ran: not skipped, not stopped by the configuration (ERROR)."""
+    return [c for c in cases if c.get("skipped") is None and not c.get("config_error")]
+
+
+def label(suite: dict[str, Any]) -> str:
+    """A suite's name, with its model when `fim eval --model` chose one."""
+    model = suite.get("model")
+    return suite["name"] if model is None else f"{suite['name']} [{model}]"
+
+
+def verdict(suite: dict[str, Any]) -> str:
+    if suite.get("errored"):
+        return "ERROR"
+    return "SKIP" if suite.get("skipped") else "PASS" if suite["passed"] else "FAIL"
+
+
+def rate(value: float | None) -> str:
+    """`-` when no case ran, as in the terminal table (`fim.eval.report`)."""
+    return "-" if value is None else f"{value:.0%}"
+
+
+def exit_code(report: Report) -> int:
+    """2 when a case could not run for the configuration, 1 when a suite failed, else 0."""
+    return 2 if report.get("errored") else 0 if report["ok"] else 1
 
 
 def finish(report: Report) -> Report:
     """Recompute every suite's pass rate and verdict, and the report's, from its cases."""
     for suite in report["suites"]:
-        ran = _ran(suite["cases"])
-        suite["pass_rate"] = sum(bool(c["passed"]) for c in ran) / len(ran) if ran else 1.0
-        suite["passed"] = suite["pass_rate"] >= suite["threshold"]
-        suite["skipped"] = bool(suite["cases"]) and not ran
+        cases = suite["cases"]
+        ran = _ran(cases)
+        suite["pass_rate"] = sum(bool(c["passed"]) for c in ran) / len(ran) if ran else None
+        suite["errored"] = any(c.get("config_error") for c in cases)
+        suite["passed"] = not suite["errored"] and (
+            suite["pass_rate"] is None or suite["pass_rate"] >= suite["threshold"]
+        )
+        suite["skipped"] = bool(cases) and all(c.get("skipped") is not None for c in cases)
     report["ok"] = all(s["passed"] for s in report["suites"])
+    report["errored"] = any(s["errored"] for s in report["suites"])
     return report
 
 
@@ -80,9 +108,9 @@ def merge(reports: list[Report]) -> Report:
     seen: set[tuple[str, str, int]] = set()
     for report in reports:
         for suite in report["suites"]:
-            into = suites.setdefault(suite["name"], {**suite, "cases": []})
+            into = suites.setdefault(label(suite), {**suite, "cases": []})
             for case in suite["cases"]:
-                key = (suite["name"], case["case"], int(case.get("attempt", 1)))
+                key = (label(suite), case["case"], int(case.get("attempt", 1)))
                 if key in seen:
                     raise RunError(
                         f"case {key[0]}/{key[1]} (attempt {key[2]}) is in two reports",
@@ -128,7 +156,7 @@ def junit(report: Report) -> str:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
     for suite in report["suites"]:
         cases = suite["cases"]
-        ran = _ran(cases)
+        ran = [c for c in cases if c.get("skipped") is None]
         errors = sum(1 for c in ran if c.get("error") or c.get("cassette_miss"))
         failures = sum(1 for c in ran if not c["passed"]) - errors
         counts = {
@@ -141,22 +169,28 @@ def junit(report: Report) -> str:
             root,
             "testsuite",
             {
-                "name": suite["name"],
+                "name": label(suite),
                 **{k: str(v) for k, v in counts.items()},
                 "timestamp": stamp,
                 "time": f"{sum(c.get('latency_ms', 0) for c in cases) / 1000:.3f}",
             },
         )
         props = ET.SubElement(element, "properties")
-        for key in ("threshold", "pass_rate", "hooks"):
-            ET.SubElement(props, "property", name=key, value=str(suite.get(key)))
-        ET.SubElement(props, "property", name="mode", value=str(report.get("mode")))
+        pass_rate = suite.get("pass_rate")
+        for key, value in (
+            ("threshold", suite.get("threshold")),
+            ("pass_rate", "-" if pass_rate is None else pass_rate),
+            ("hooks", suite.get("hooks")),
+            ("mode", report.get("mode")),
+            *((("model", suite["model"]),) if suite.get("model") is not None else ()),
+        ):
+            ET.SubElement(props, "property", name=key, value=str(value))
         for case in cases:
             node = ET.SubElement(
                 element,
                 "testcase",
                 {
-                    "classname": f"fim.eval.{suite['name']}",
+                    "classname": f"fim.eval.{label(suite)}",
                     "name": _case_name(case),
                     "time": f"{case.get('latency_ms', 0) / 1000:.3f}",
                 },
@@ -166,6 +200,7 @@ def junit(report: Report) -> str:
                 ET.SubElement(node, "skipped", message=lines[0][:200])
             elif case.get("error") or case.get("cassette_miss"):
                 kind = "cassette_miss" if case.get("cassette_miss") else "run_error"
+                kind = "config_error" if case.get("config_error") else kind
                 ET.SubElement(node, "error", message=lines[0][:200], type=kind).text = "\n".join(
                     lines
                 )
@@ -211,7 +246,7 @@ def _stats(report: Report) -> dict[str, CaseStats]:
     grouped: dict[str, list[dict[str, Any]]] = {}
     for suite in report["suites"]:
         for case in suite["cases"]:
-            grouped.setdefault(f"{suite['name']}/{case['case']}", []).append(case)
+            grouped.setdefault(f"{label(suite)}/{case['case']}", []).append(case)
     out = {}
     for key, cases in grouped.items():
         ran = _ran(cases)
@@ -309,24 +344,27 @@ def _cell(text: str) -> str:
 
 def markdown(report: Report, comparison: Comparison | None = None) -> str:
     """A job summary / PR comment: suites table, failing cases, baseline changes."""
-    verdict = "✅ passed" if report["ok"] else "❌ failed"
-    if comparison is not None and not comparison.ok:
-        verdict = "❌ regressed"
-    lines = [f"## fim eval: {verdict}", ""]
+    headline = "✅ passed" if report["ok"] else "❌ failed"
+    if report.get("errored"):
+        headline = "❌ could not run (configuration)"
+    if comparison is not None and not comparison.ok and not report.get("errored"):
+        headline = "❌ regressed"
+    lines = [f"## fim eval: {headline}", ""]
     lines += [
         "| suite | cases | passed | rate | threshold | result |",
         "|---|---:|---:|---:|---:|---|",
     ]
     for s in report["suites"]:
         ran = _ran(s["cases"])
-        result = "SKIP" if s.get("skipped") else "PASS" if s["passed"] else "FAIL"
-        rate = "-" if s.get("skipped") else f"{s['pass_rate']:.0%}"
         lines.append(
-            f"| {_cell(s['name'])} | {len(s['cases'])} | {sum(c['passed'] for c in ran)} "
-            f"| {rate} | {s['threshold']:.0%} | {result} |"
+            f"| {_cell(label(s))} | {len(s['cases'])} | {sum(c['passed'] for c in ran)} "
+            f"| {rate(s['pass_rate'])} | {s['threshold']:.0%} | {verdict(s)} |"
         )
     failing = [
-        (s["name"], c) for s in report["suites"] for c in _ran(s["cases"]) if not c["passed"]
+        (label(s), c)
+        for s in report["suites"]
+        for c in s["cases"]
+        if c.get("skipped") is None and not c["passed"]
     ]
     if failing:
         lines += ["", "### Failing cases", ""]

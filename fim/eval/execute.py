@@ -79,6 +79,7 @@ class CaseExecutor:
     snapshot: Snapshot
     mode: Mode
     with_hooks: bool
+    model: str | None
     _calls: asyncio.Semaphore
 
     def _wrapper(self, cassette: Cassette) -> ModelWrapper:
@@ -110,7 +111,8 @@ class CaseExecutor:
         from fim.run.preflight import agent_problems, workflow_problems
 
         if suite.agent is not None and suite.agent in self.snapshot.agents:
-            return agent_problems(self.snapshot, self.snapshot.agents[suite.agent])
+            agent = self.snapshot.agents[suite.agent]
+            return agent_problems(self.snapshot, agent, model=self.model)
         workflow = self.snapshot.workflows.get(suite.workflow or "")
         return workflow_problems(self.snapshot, workflow) if workflow is not None else []
 
@@ -121,7 +123,7 @@ class CaseExecutor:
         run ahead of a model call that cannot be answered."""
         refs: list[Any] = []
         if suite.agent is not None and suite.agent in self.snapshot.agents:
-            refs.append(self.snapshot.agents[suite.agent].model)
+            refs.append(self.model or self.snapshot.agents[suite.agent].model)
         workflow = self.snapshot.workflows.get(suite.workflow or "")
         for node in workflow.nodes.values() if workflow is not None else ():
             uses = node.uses()
@@ -154,8 +156,14 @@ class CaseExecutor:
             raise FimError(f"case '{case.name}': an agent case needs text or a list of messages")
         final: RunFinished | None = None
         events = []
+        chosen = None if self.model is None else self._wrap(self.model, cassette)
         async for event in run_agent(
-            self.snapshot, agent.name, conversation, services=services, hooks=self.with_hooks
+            self.snapshot,
+            agent.name,
+            conversation,
+            services=services,
+            hooks=self.with_hooks,
+            model=chosen,
         ):
             events.append(event)
             if event.type == "error" and event.kind == "model_error":

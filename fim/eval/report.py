@@ -30,37 +30,54 @@ def failure_lines(run: CaseRun) -> list[str]:
     return [known().text(line) for line in lines]
 
 
+def _rate(rate: float | None) -> str:
+    """A pass rate as every report shows it: `-` when no case ran (all skipped, or none
+    could run), never a 100% that nothing measured."""
+    return "-" if rate is None else f"{rate:.0%}"
+
+
+def plural(count: int, one: str, many: str | None = None) -> str:
+    """`1 run`, `2 runs`: summaries are read by people, not parsed."""
+    return f"{count} {one if count == 1 else many or one + 's'}"
+
+
+_STYLE = {"PASS": "green", "FAIL": "red", "SKIP": "yellow", "ERROR": "red"}
+
+
 def print_summary(report: EvalReport, console: Any) -> None:
     # deferred: loading rich costs a few ms
+    from rich.markup import escape
     from rich.table import Table
 
+    models = any(s.model is not None for s in report.suites)
     table = Table(title=None, show_lines=False, expand=False)
-    for column in ("suite", "target", "cases", "passed", "rate", "threshold", "result"):
+    columns = ("suite", *(("model",) if models else ()), "target", "cases", "passed", "rate")
+    for column in (*columns, "threshold", "result"):
         table.add_column(column, justify="right" if column in {"cases", "passed"} else "left")
     for suite in report.suites:
         target = suite.suite.agent or f"workflow:{suite.suite.workflow}"
-        result = "[green]PASS[/green]" if suite.passed else "[red]FAIL[/red]"
-        if suite.skipped:
-            result = "[yellow]SKIP[/yellow]"
+        verdict = suite.verdict
         table.add_row(
-            suite.suite.name,
-            target,
+            escape(suite.suite.name),
+            *((escape(suite.model or "-"),) if models else ()),
+            escape(target),
             str(len(suite.runs)),
             str(sum(r.passed for r in suite.runs)),
-            "-" if suite.skipped else f"{suite.pass_rate:.0%}",
+            _rate(suite.pass_rate),
             f"{suite.suite.threshold:.0%}",
-            result,
+            f"[{_STYLE[verdict]}]{verdict}[/{_STYLE[verdict]}]",
         )
     console.print(table)
     for suite in report.suites:
         for run in suite.runs:
             if run.skipped:
-                console.print(f"[yellow]-[/yellow] {suite.suite.name} / {_case_id(run)}")
+                console.print(f"[yellow]-[/yellow] {escape(suite.label)} / {escape(_case_id(run))}")
                 console.print(
                     f"    skipped: {run.skipped}", markup=False, highlight=False, soft_wrap=True
                 )
             elif not run.passed:
-                console.print(f"[red]✗[/red] {suite.suite.name} / {_case_id(run)}")
+                mark = "[red]![/red] ERROR" if run.config_error else "[red]✗[/red]"
+                console.print(f"{mark} {escape(suite.label)} / {escape(_case_id(run))}")
                 for line in failure_lines(run):
                     console.print(f"    {line}", markup=False, highlight=False, soft_wrap=True)
     hooks = (
@@ -68,13 +85,17 @@ def print_summary(report: EvalReport, console: Any) -> None:
         if any(s.hooks for s in report.suites)
         else ("hooks bypassed (eval runs agents without hooks; --with-hooks to include them)")
     )
-    total = sum(len(s.runs) for s in report.suites)
-    misses = sum(r.cassette_miss for s in report.suites for r in s.runs)
-    skipped = sum(r.skipped is not None for s in report.suites for r in s.runs)
+    runs = [r for s in report.suites for r in s.runs]
+    misses = sum(r.cassette_miss for r in runs)
+    skipped = sum(r.skipped is not None for r in runs)
+    errors = sum(r.config_error for r in runs)
+    ran = len(runs) - skipped - errors
+    missed = plural(misses, "cassette miss", "cassette misses")
     console.print(
-        f"{total - skipped} runs in {report.duration_s:.2f}s · mode {report.mode} · {hooks}"
-        + (f" · [yellow]{misses} cassette misses[/yellow]" if misses else "")
-        + (f" · [yellow]{skipped} skipped (need a live model: --live)[/yellow]" if skipped else ""),
+        f"{plural(ran, 'run')} in {report.duration_s:.2f}s · mode {report.mode} · {hooks}"
+        + (f" · [yellow]{missed}[/yellow]" if misses else "")
+        + (f" · [yellow]{skipped} skipped (need a live model: --live)[/yellow]" if skipped else "")
+        + (f" · [red]{errors} could not run (configuration: exit 2)[/red]" if errors else ""),
         highlight=False,
         soft_wrap=True,
     )
@@ -86,7 +107,7 @@ def junit_xml(report: EvalReport) -> str:
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
     for suite in report.suites:
-        ran = suite.ran
+        ran = [r for r in suite.runs if r.skipped is None]
         failures = sum(1 for r in ran if not r.passed and not (r.error or r.cassette_miss))
         errors = sum(1 for r in ran if r.error or r.cassette_miss)
         skipped = len(suite.runs) - len(ran)
@@ -94,7 +115,7 @@ def junit_xml(report: EvalReport) -> str:
             root,
             "testsuite",
             {
-                "name": suite.suite.name,
+                "name": suite.label,
                 "tests": str(len(suite.runs)),
                 "failures": str(failures),
                 "errors": str(errors),
@@ -106,9 +127,10 @@ def junit_xml(report: EvalReport) -> str:
         props = ET.SubElement(element, "properties")
         for key, value in (
             ("threshold", suite.suite.threshold),
-            ("pass_rate", suite.pass_rate),
+            ("pass_rate", "-" if suite.pass_rate is None else suite.pass_rate),
             ("hooks", "on" if suite.hooks else "bypassed"),
             ("mode", report.mode),
+            *((("model", suite.model),) if suite.model is not None else ()),
         ):
             ET.SubElement(props, "property", name=key, value=str(value))
         for run in suite.runs:
@@ -116,7 +138,7 @@ def junit_xml(report: EvalReport) -> str:
                 element,
                 "testcase",
                 {
-                    "classname": f"fim.eval.{suite.suite.name}",
+                    "classname": f"fim.eval.{suite.label}",
                     "name": _case_id(run),
                     "time": f"{run.latency_ms / 1000:.3f}",
                 },
@@ -129,7 +151,7 @@ def junit_xml(report: EvalReport) -> str:
                     case,
                     "error",
                     message=lines[0][:200],
-                    type="cassette_miss" if run.cassette_miss else "run_error",
+                    type=_error_type(run),
                 )
                 node.text = "\n".join(lines)
             elif not run.passed:
@@ -150,6 +172,12 @@ def junit_xml(report: EvalReport) -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode")
 
 
+def _error_type(run: CaseRun) -> str:
+    if run.config_error:
+        return "config_error"
+    return "cassette_miss" if run.cassette_miss else "run_error"
+
+
 def json_report(report: EvalReport) -> dict[str, Any]:
     return known().value(_json_report(report))
 
@@ -157,6 +185,7 @@ def json_report(report: EvalReport) -> dict[str, Any]:
 def _json_report(report: EvalReport) -> dict[str, Any]:
     return {
         "ok": report.ok,
+        "errored": report.errored,
         "duration_s": round(report.duration_s, 3),
         "mode": report.mode,
         "suites": [
@@ -164,10 +193,12 @@ def _json_report(report: EvalReport) -> dict[str, Any]:
                 "name": s.suite.name,
                 "agent": s.suite.agent,
                 "workflow": s.suite.workflow,
+                "model": s.model,
                 "threshold": s.suite.threshold,
                 "pass_rate": s.pass_rate,
                 "passed": s.passed,
                 "skipped": s.skipped,
+                "errored": s.errored,
                 "hooks": "on" if s.hooks else "bypassed",
                 "cases": [r.as_dict() for r in s.runs],
             }

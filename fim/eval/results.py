@@ -27,11 +27,24 @@ class CaseRun:
     cassette_miss: bool = False
     skipped: str | None = None
     """Why the case did not run (replay, no cassette, a live model needed); not a failure."""
+    config_error: bool = False
+    """The case could not run because the configuration lacks something no run can supply
+    (a provider key, an MCP command): `error` says what. Status ERROR, exit 2, not a FAIL:
+    the agent was never asked, so its pass rate says nothing."""
     latency_ms: float = 0.0
     tokens: int = 0
     iterations: int = 0
     trace: list[Any] = field(default_factory=list, repr=False)
     """The run's events; serialised only when a report asks (most cases pass unread)."""
+
+    @property
+    def status(self) -> str:
+        """pass, fail, error (could not run: configuration) or skip."""
+        if self.skipped is not None:
+            return "skip"
+        if self.config_error:
+            return "error"
+        return "pass" if self.passed else "fail"
 
     @property
     def events(self) -> list[dict[str, Any]]:
@@ -43,7 +56,9 @@ class CaseRun:
             "case": self.case,
             "attempt": self.attempt,
             "passed": self.passed,
+            "status": self.status,
             "error": self.error,
+            "config_error": self.config_error,
             "cassette_miss": self.cassette_miss,
             "skipped": self.skipped,
             "output": self.output,
@@ -60,25 +75,48 @@ class SuiteResult:
     suite: EvalSuite
     runs: list[CaseRun]
     hooks: bool
+    model: str | None = None
+    """The model `fim eval --model` ran the suite's agent on (None: the agent's own)."""
+
+    @property
+    def label(self) -> str:
+        """The suite's name, with the model when `--model` chose one (`support [gpt-4o]`)."""
+        return self.suite.name if self.model is None else f"{self.suite.name} [{self.model}]"
 
     @property
     def ran(self) -> list[CaseRun]:
-        """The runs that were not skipped: the pass rate is over these."""
-        return [r for r in self.runs if r.skipped is None]
+        """The runs that ran (not skipped, not stopped by the configuration): the pass rate
+        is over these."""
+        return [r for r in self.runs if r.status in ("pass", "fail")]
 
     @property
     def skipped(self) -> bool:
         """Every case was skipped: the suite says nothing, neither pass nor fail."""
-        return bool(self.runs) and not self.ran
+        return bool(self.runs) and all(r.skipped is not None for r in self.runs)
 
     @property
-    def pass_rate(self) -> float:
+    def errored(self) -> bool:
+        """A case could not run for the configuration (a missing key...): exit 2."""
+        return any(r.config_error for r in self.runs)
+
+    @property
+    def pass_rate(self) -> float | None:
+        """None when no case ran: shown as `-` in every report, never as 100%."""
         ran = self.ran
-        return sum(r.passed for r in ran) / len(ran) if ran else 1.0
+        return sum(r.passed for r in ran) / len(ran) if ran else None
 
     @property
     def passed(self) -> bool:
-        return self.pass_rate >= self.suite.threshold
+        rate = self.pass_rate
+        return not self.errored and (rate is None or rate >= self.suite.threshold)
+
+    @property
+    def verdict(self) -> str:
+        if self.errored:
+            return "ERROR"
+        if self.skipped:
+            return "SKIP"
+        return "PASS" if self.passed else "FAIL"
 
 
 @dataclass
@@ -90,3 +128,13 @@ class EvalReport:
     @property
     def ok(self) -> bool:
         return all(s.passed for s in self.suites)
+
+    @property
+    def errored(self) -> bool:
+        return any(s.errored for s in self.suites)
+
+    @property
+    def exit_code(self) -> int:
+        """2 when a case could not run for the configuration (as for any bad config), else
+        1 when a suite is below its threshold, else 0."""
+        return 2 if self.errored else 0 if self.ok else 1

@@ -82,8 +82,12 @@ class EvalRunner(CaseExecutor):
         cassette_dir: Path | None = None,
         on_progress: Callable[[CaseRun], None] | None = None,
         shard: tuple[int, int] | None = None,
+        model: str | None = None,
     ) -> None:
         self.snapshot = snapshot
+        self.model = model
+        """`fim eval --model`: the model (a role or litellm string) every agent suite's agent
+        runs on instead of its own, as `fim run -m` does; judges keep theirs."""
         self.shard = shard
         """(I, N): run only the cases of shard I of N (`fim.eval.ci.in_shard`)."""
         self.concurrency = max(1, concurrency)
@@ -93,6 +97,8 @@ class EvalRunner(CaseExecutor):
         self.suite_names = suites
         evals_dir = snapshot.root / snapshot.project.paths.evals
         self.cassette_dir = cassette_dir or evals_dir / ".cassettes"
+        if model is not None and cassette_dir is None:  # one model's recording keeps the other's
+            self.cassette_dir = self.cassette_dir / f"@{slug(model)}"
         self.on_progress = on_progress
         self._calls = asyncio.Semaphore(self.concurrency)
         self._problems: dict[str, list[Any]] = {}
@@ -158,7 +164,7 @@ class EvalRunner(CaseExecutor):
         for run in runs:
             by_suite.setdefault(run.suite, []).append(run)
         results = [
-            SuiteResult(self.snapshot.evals[name], by_suite[name], self.with_hooks)
+            SuiteResult(self.snapshot.evals[name], by_suite[name], self.with_hooks, self.model)
             for name in sorted(by_suite)
         ]
         return EvalReport(results, time.perf_counter() - started, self.mode)
@@ -175,8 +181,9 @@ class EvalRunner(CaseExecutor):
         problems = self._problems.get(suite.name)
         if problems is None and self.mode != "replay":  # the same for every case of a suite
             problems = self._problems[suite.name] = self._preflight(suite)
-        if problems:
-            run.error = "; ".join(str(p) for p in problems)  # in ms, before MCP servers start
+        if problems:  # in ms, before MCP servers start; ERROR, not FAIL: the agent never ran
+            run.error = "; ".join(str(p) for p in problems)
+            run.config_error = True
             return run
         t0 = time.perf_counter()
         try:
@@ -211,3 +218,14 @@ class EvalRunner(CaseExecutor):
                 run.outcomes.append(Outcome(assertion.kind, False, f"could not check: {exc}"))
         run.passed = all(o.passed for o in run.outcomes) and run.error is None
         return run
+
+
+async def run_models(runners: list[EvalRunner]) -> EvalReport:
+    """One report over several runners (`fim eval --model A --model B`: one per model),
+    run one after the other so `--concurrency` still bounds the calls in flight."""
+    started = time.perf_counter()
+    suites: list[SuiteResult] = []
+    for runner in runners:
+        suites += (await runner.run()).suites
+    mode = runners[0].mode if runners else "replay"
+    return EvalReport(suites, time.perf_counter() - started, mode)
