@@ -100,8 +100,32 @@ def _root(
     ctx.obj = {"project": project}
 
 
+def _hide_flag_types() -> None:
+    """Show no type for on/off flags in `--help`.
+
+    typer's rich help prints a type column for every option, `<bool>` for a flag too, which
+    reads as if the flag took a value: `fim run demo --verbose true` then runs the prompt
+    "true". A flag's metavar stays whatever the option sets explicitly."""
+    # deferred: typer.core is loaded by `import typer`; this only reaches into it
+    from typer.core import TyperOption
+
+    original = getattr(TyperOption, "display_type_rich", None)
+    if original is None or getattr(original, "fim_hides_flags", False):
+        return  # another typer, or already done by an earlier build_app
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        if self.is_flag and self.metavar is None:
+            return None
+        result: str | None = original(self, ctx)
+        return result
+
+    display_type_rich.fim_hides_flags = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
 def build_app(modules: list[str] | None = None) -> typer.Typer:
     """A typer app with the commands of `modules` (default: all of COMMAND_MODULES)."""
+    _hide_flag_types()
     app = typer.Typer(
         name="fim",
         help="Run LLM agents declared in version-controlled YAML.",

@@ -71,6 +71,12 @@ def project_settings(ctx: typer.Context | None, project: Path | None) -> tuple[P
     return root, decls.project
 
 
+def cli_user() -> str:
+    """Who decided an approval from this shell, as the approval records it (`fim approvals
+    approve|deny` and `fim run`'s own y/N prompt)."""
+    return f"cli:{getpass.getuser()}"
+
+
 def _run(store: Store, work: Any) -> Any:
     async def go() -> Any:
         try:
@@ -207,7 +213,7 @@ def _decide(
         elif content is not None or cancel:
             invalid.append("--content and --cancel answer MCP elicitations only")
             return before, None
-        by = f"cli:{getpass.getuser()}"
+        by = cli_user()
         after = await store.resolve_approval(approval_id, approved, by=by, data=data)
         if after is not None and after.kind == "workflow" and after.status == verb:
             queued = await _requeue(store, after.data.get("run_id", after.run_id))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -231,9 +232,46 @@ def schema(
     write.mkdir(parents=True, exist_ok=True)
     for k in kinds:
         (write / schema_filename(k)).write_text(json.dumps(json_schema(k), indent=2) + "\n")
-    sys.stdout.write(
-        f"wrote {len(kinds)} schema file(s) to {write}\n"
-        "add the matching line at the top of a YAML file, e.g.:\n"
-    )
+    sys.stdout.write(f"wrote {len(kinds)} schema file(s) to {write}\n")
+    sys.stdout.write(editor_setup(write.resolve(), kinds))
+
+
+SCHEMA_FILES = {
+    "project": "fim.yaml",
+    "agent": "agents/*.yaml",
+    "connector": "connectors/*.yaml",
+    "workflow": "workflows/*.yaml",
+    "hook": "hooks/*.yaml",
+    "eval": "evals/*.yaml",
+}
+"""Where each kind's files live in a project (a skill is SKILL.md front matter, which a
+YAML schema cannot be attached to)."""
+
+
+def editor_setup(schemas: Path, kinds: list[str]) -> str:
+    """How to attach the written schemas in an editor, for the project around the current
+    directory: the modeline of each kind, whose path yaml-language-server resolves against
+    the YAML file's own folder (so `../.schemas/agent.schema.json` in agents/), and the
+    same as VS Code's `yaml.schemas` setting, relative to the project root."""
+    root = next((d for d in (Path.cwd(), *Path.cwd().parents) if (d / "fim.yaml").is_file()), None)
+    base = (root or Path.cwd()).resolve()
+    # deferred: loading fim.config.export (pkgutil, inspect) costs a few ms of fim validate
+    from fim.config.export import schema_filename
+
+    lines = ["add the line of its kind at the top of a YAML file:\n"]
+    settings: dict[str, str] = {}
     for k in kinds:
-        sys.stdout.write(f"  # yaml-language-server: $schema={(write / schema_filename(k))}\n")
+        if k not in SCHEMA_FILES:
+            continue
+        files = SCHEMA_FILES[k]
+        folder = (base / files).parent
+        target = schemas / schema_filename(k)
+        relative = os.path.relpath(target, folder)
+        lines.append(f"  {files:<18} # yaml-language-server: $schema={relative}\n")
+        settings[os.path.relpath(target, base)] = files
+    lines.append(
+        "or, for VS Code (Red Hat YAML extension), in .vscode/settings.json:\n"
+        + json.dumps({"yaml.schemas": settings}, indent=2)
+        + "\n"
+    )
+    return "".join(lines)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from typing import TYPE_CHECKING, Annotated, Any
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from fim.capabilities import CAPABILITIES
-from fim.commands import ProjectOption, fail, load_snapshot, run_async, user_errors
+from fim.commands import ProjectOption, err, fail, load_snapshot, run_async, user_errors
 from fim.errors import RunError
 
 if TYPE_CHECKING:
@@ -54,9 +55,19 @@ def run(
             show_default=False,
         ),
     ] = None,
+    wait_approvals: Annotated[
+        bool,
+        typer.Option(
+            "--wait-approvals",
+            help="Without a terminal, wait for `fim approvals approve ID` when a `confirm` "
+            "hook asks (default: deny such a call at once). At a terminal fim asks y/N.",
+        ),
+    ] = False,
     project: ProjectOption = None,
 ) -> None:
-    """Run an agent on a prompt and stream its answer (`fim run --auto PROMPT` delegates)."""
+    """Run an agent on a prompt and stream its answer (`fim run --auto PROMPT` delegates).
+
+    The run is recorded in the state store: `fim runs show RUN_ID` prints it afterwards."""
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.run.delegation import AUTO, resolve_agent
 
@@ -68,6 +79,9 @@ def run(
         fail("--session: a name of 1 to 200 characters is expected")
     snapshot = load_snapshot(ctx, project)
     with user_errors():
+        known_agent(snapshot, agent)
+        if model is not None:
+            check_model(snapshot, model)
         resolve_agent(snapshot, agent)
         if agent in snapshot.agents:  # a missing key fails now, not after MCP servers start
             # deferred: loading fim.config.schema costs hundreds of ms
@@ -77,6 +91,7 @@ def run(
             if model is None and not as_json and sys.stderr.isatty():
                 _note_scripted(snapshot, agent)
     view = EventPrinter(verbose=verbose, as_json=as_json)
+    view.approvals = Approvals(ask=interactive(), wait=wait_approvals)
     if not (sys.stdin.isatty() or sys.stderr.isatty()):
         # nobody watches this run: an MCP server's question is declined (fim/mcp/caller.py)
         os.environ.setdefault("FIM_ELICITATION", "decline")
@@ -123,7 +138,7 @@ async def _run(
     session: CliSession | None = None,
 ) -> tuple[int, str]:
     # deferred: loading fim.config.schema costs hundreds of ms
-    from fim.events import RunFinished
+    from fim.events import Notice, RunFinished
     from fim.llm import make_model
     from fim.run.agent import run_agent
     from fim.run.services import Services
@@ -134,6 +149,10 @@ async def _run(
         if session
         else Services(root=snapshot.root, state_url=snapshot.project.state, providers=CAPABILITIES)
     )
+    record = RunRecorder(agent)
+    quiet = _ApprovalLogFilter()
+    hooks_log = logging.getLogger("fim.hooks")
+    hooks_log.addFilter(quiet)  # this command prints each approval request itself, once
     try:
         with user_errors():
             override = make_model(snapshot.model_settings(model), snapshot.root) if model else None
@@ -146,13 +165,177 @@ async def _run(
                 services=services,
                 session=session.name if session else None,
             ):
-                view.show(event)
+                record.add(event)
+                answered = isinstance(event, Notice) and await view.approvals.answer(
+                    event, services
+                )
+                if not answered or view.as_json:
+                    view.show(event)
                 if isinstance(event, RunFinished):
                     status, output = event.status, event.output
+        await record.save(services, status, output)
     finally:
+        hooks_log.removeFilter(quiet)
         if session is None:
             await services.aclose()
     return (0 if status == "ok" else 1), output
+
+
+class _ApprovalLogFilter(logging.Filter):
+    """Drops the hooks' log line of a new approval request while `fim run` shows it (the
+    same text as the run's notice: it was printed twice)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith("approval "))
+
+
+def interactive() -> bool:
+    """Someone at a terminal can answer a question: stdin and stderr are both a TTY."""
+    return sys.stdin.isatty() and sys.stderr.isatty()
+
+
+def read_answer(prompt: str) -> str:
+    """One line typed at the terminal (a test replaces it)."""
+    sys.stderr.write(prompt)
+    sys.stderr.flush()
+    return sys.stdin.readline()
+
+
+NO_TERMINAL = "fim run (no terminal)"
+"""Who denied a call that nobody could be asked about, as the approval records it."""
+
+
+class Approvals:
+    """How `fim run` answers a `confirm` hook's request (a pending approval in the state
+    store, announced by a notice while the hook waits on it).
+
+    - At a terminal (`ask`): `Allow <tool> <args>? [y/N]`, typed right here.
+    - Without one and without `--wait-approvals`: denied at once (fail closed, as MCP
+      elicitation is declined): nobody would see the request before it expires, and the run
+      would hang for the hook's whole timeout.
+    - With `--wait-approvals`: the request is printed once and the hook waits for
+      `fim approvals approve|deny ID` from another shell.
+
+    A decision is recorded the way `fim approvals approve|deny` records it
+    (`Store.resolve_approval`, by `cli:<user>`), so the hook that waits, the audit trail and
+    `fim approvals list --all` see the same thing whichever way it was decided."""
+
+    def __init__(self, *, ask: bool = False, wait: bool = False) -> None:
+        self.ask = ask
+        self.wait = wait
+
+    async def answer(self, notice: Any, services: Any) -> bool:
+        """Decide (or announce) the tool approval `notice` names; False for any other
+        notice, which the printer shows as before."""
+        approval_id = notice.data.get("approval_id")
+        if not approval_id or "elicitation" in notice.data or "tool_name" not in notice.data:
+            return False
+        # deferred: loading the state store costs tens of ms
+        from fim.commands.approvals import cli_user
+        from fim.hooks.approval import preview
+        from fim.store import get_store
+
+        store = get_store(services)
+        pending = await store.get_approval(approval_id)
+        if pending is None or pending.kind != "tool" or pending.status != "pending":
+            return False
+        if self.wait:
+            err(notice.message)
+            return True
+        if self.ask:
+            # deferred: loading asyncio costs a few ms (the run loaded it long ago)
+            import asyncio
+
+            args = preview(json.dumps(pending.args, ensure_ascii=False, default=str), 300)
+            reply = await asyncio.to_thread(
+                read_answer, f"Allow {pending.tool_name} {args}? [y/N] "
+            )
+            approved = reply.strip().lower() in ("y", "yes")
+            note = None if approved else "denied at the terminal"
+            await store.resolve_approval(
+                approval_id, approved, by=cli_user(), data={"note": note} if note else None
+            )
+            return True
+        await store.resolve_approval(
+            approval_id,
+            False,
+            by=NO_TERMINAL,
+            data={"note": "nobody could be asked: fim run had no terminal"},
+        )
+        err(
+            f"denied {pending.tool_name} (approval {approval_id}): a `confirm` hook asks a "
+            "human and this run has no terminal (rerun with --wait-approvals to wait for "
+            f"`fim approvals approve ID`)"
+        )
+        return True
+
+
+class RunRecorder:
+    """Keeps a `fim run` run in the state store, as `fim serve` keeps the runs it serves
+    (record `agent` with the status, output and non-token events), so `fim runs list` and
+    `fim runs show RUN_ID` find it. A failed write is a warning: it never fails the run."""
+
+    def __init__(self, agent: str) -> None:
+        self.agent = agent
+        self.run_id = ""
+        self.events: list[dict[str, Any]] = []
+
+    def add(self, event: Any) -> None:
+        if not self.run_id:
+            self.run_id = event.run_id
+        if event.type != "token" and event.run_id == self.run_id:
+            self.events.append(event.model_dump(mode="json"))
+
+    async def save(self, services: Any, status: str, output: str) -> None:
+        if not self.run_id:
+            return
+        # deferred: loading the state store costs tens of ms
+        from fim.store import get_store
+
+        data = {"output": output, "events": self.events, "surface": "cli"}
+        try:
+            await get_store(services).put_run(self.run_id, "agent", self.agent, status, data)
+        except Exception as exc:  # recording is a convenience; the answer was given
+            err(f"warning: run {self.run_id} was not recorded in the state store: {exc}")
+
+
+def known_agent(snapshot: Any, agent: str) -> None:
+    """`fim run asistant`: an unknown agent, with validate's did-you-mean."""
+    # deferred: loading fim.config.schema costs hundreds of ms
+    from fim.config.problems import suggest
+    from fim.run.delegation import AUTO
+
+    if agent == AUTO or agent in snapshot.agents:
+        return
+    raise RunError(
+        f"unknown agent '{agent}'",
+        hint=suggest(agent, snapshot.agents, "agents") or "no agents in agents/",
+    )
+
+
+def check_model(snapshot: Any, model: str) -> None:
+    """`fim run -m MODEL`: a role of fim.yaml, or a litellm string whose provider exists,
+    checked as `fim validate` checks them, before any model library loads."""
+    # deferred: loading fim.config.schema costs hundreds of ms
+    from fim.config.problems import suggest
+    from fim.config.providers import provider_problem
+
+    if model in snapshot.models or model.startswith("scripted:"):
+        return
+    if "/" in model:
+        problem = provider_problem(model)
+        if problem is not None:
+            raise RunError(f"-m {problem[0]}", hint=problem[1])
+        return
+    roles = ", ".join(snapshot.models) or "none"
+    close = suggest(model, snapshot.models, "roles")
+    if close and close.startswith("did you mean"):
+        hint = close
+    elif model.startswith(("gpt-", "o1", "o3", "o4", "chatgpt-")):
+        hint = f"a model string names its provider: -m openai/{model} (roles: {roles})"
+    else:
+        hint = f"a role of fim.yaml (roles: {roles}) or provider/name, e.g. openai/gpt-4o-mini"
+    raise RunError(f"-m: unknown model role '{model}'", hint=hint)
 
 
 class CliSession:
@@ -296,6 +479,8 @@ class EventPrinter:
     def __init__(self, *, verbose: bool = False, as_json: bool = False) -> None:
         self.verbose = verbose
         self.as_json = as_json
+        self.approvals = Approvals()
+        """What answers a `confirm` hook's request (`fim run` sets it from the terminal)."""
         self._streamed = False
         # deferred: loading rich costs a few ms
         from rich.console import Console

@@ -87,6 +87,13 @@ def show(
     if found is None:
         fail(f"no run '{run_id}'", "`fim runs list` shows the runs")
     record, events = found
+    if record["kind"] == "workflow":  # its nodes are in its state, not in events
+        # deferred: `fim --help` imports every command module; this loads the workflow state
+        from fim.commands.workflow import render_run
+        from fim.workflows.state import RunState
+
+        render_run(RunState.from_dict(known().value(record.get("data") or {})), as_json)
+        return
     if as_json:
         typer.echo(json.dumps(known().value({**record, "events": events}), default=str))
         return

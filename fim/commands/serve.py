@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from fim.commands import ProjectOption, load_snapshot, user_errors
+from fim.commands import ProjectOption, err, load_snapshot, user_errors
 
 if TYPE_CHECKING:
     from fim.build.gitops import GitSource
+    from fim.build.snapshot import Snapshot
 
 
 class LogFormat(StrEnum):
@@ -72,6 +73,8 @@ def serve(
                     hint="run several `fim serve --git` replicas (each its own --git-checkout)",
                 )
         snapshot = load_snapshot(ctx, project)
+        for line in keyless_agents(snapshot):
+            err(line)
         with user_errors(), contextlib.suppress(KeyboardInterrupt):
             serve_workers(
                 snapshot.root,
@@ -100,6 +103,8 @@ def serve(
             )
         return
     snapshot = load_snapshot(ctx, project)  # reports config errors before binding a port
+    for line in keyless_agents(snapshot):
+        err(line)
     with user_errors(), contextlib.suppress(KeyboardInterrupt):
         run(  # on uvloop where installed (fim.server.event_loop_factory)
             run_server(
@@ -111,6 +116,33 @@ def serve(
                 json_logs=log_format is LogFormat.json,
             )
         )
+
+
+def keyless_agents(snapshot: Snapshot) -> list[str]:
+    """Warnings for the agents whose model's API key is not set, one line per missing
+    variable: the server starts (other agents work, and the key may come later), but a
+    client of those agents would only learn it from a failed request."""
+    # deferred: loading the model backends costs tens of ms
+    from fim.errors import RunError
+    from fim.llm.base import KEY_ENV, provider_of
+    from fim.run.preflight import key_problem
+
+    missing: dict[str, list[str]] = {}
+    for name, agent in snapshot.agents.items():
+        try:
+            settings = snapshot.model_settings(agent.model)
+        except RunError:  # an unknown role: `fim validate` reports it
+            continue
+        if key_problem(settings) is None:
+            continue
+        names = KEY_ENV.get(provider_of(settings.model), ())
+        missing.setdefault(" or ".join(names) or f"a key for {settings.model}", []).append(name)
+    return [
+        f"warning: {'agent' if len(agents) == 1 else 'agents'} {', '.join(agents)} "
+        f"{'needs' if len(agents) == 1 else 'need'} {variable} (unset); their runs fail "
+        "until it is set (or FIM_MODEL=ollama/qwen2.5 for a local model)"
+        for variable, agents in missing.items()
+    ]
 
 
 GitOption = Annotated[

@@ -7,6 +7,7 @@ Progress is printed per node as events arrive; `--json` prints one JSON document
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -177,7 +178,7 @@ def _drive(
     _finish(state, as_json)
 
 
-@workflow_app.command("run")
+@workflow_app.command("run", context_settings={"allow_extra_args": True})
 def run(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Workflow name (a file in workflows/).")],
@@ -189,6 +190,13 @@ def run(
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.workflows.engine import WorkflowEngine
 
+    extra = list(ctx.args)  # positional words after the name (allow_extra_args)
+    if extra:  # `fim workflow run report customer_id=42`: inputs are options
+        fail(
+            f"unexpected argument '{extra[0]}'",
+            "give inputs as options: fim workflow run "
+            f"{name} {' '.join('--input ' + shlex.quote(x) for x in extra)}",
+        )
     snapshot = load_snapshot(ctx, project)
     values = parse_pairs(inputs, json_values=False)
 
@@ -326,6 +334,12 @@ def show(
 
     with user_errors():
         state = run_async(go())
+    render_run(state, as_json)
+
+
+def render_run(state: RunState, as_json: bool) -> None:
+    """One workflow run as `fim workflow show` prints it (`fim runs show` of a workflow run
+    too): inputs, a table of the nodes, the outputs and the error."""
     if as_json:
         typer.echo(json.dumps(state.to_dict(), default=str, ensure_ascii=False, indent=2))
         return

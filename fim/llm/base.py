@@ -210,11 +210,24 @@ async def with_retries(
         )
     except Transient as exc:
         times = "1 attempt" if attempts == 1 else f"{attempts} attempts"
+        unreachable = exc.summary.startswith(UNREACHABLE)
         raise RunError(
             scrub(f"{settings.model}: {exc.summary} after {times}: {exc.detail}", secret),
-            hint="the endpoint is failing or rate-limiting; retry later, "
+            hint=NETWORK_HINT
+            if unreachable
+            else "the endpoint is failing or rate-limiting; retry later, "
             "or raise max_retries in the model settings",
         ) from None
+
+
+UNREACHABLE = "cannot reach model endpoint"
+"""How both backends' `Transient` for a failed connection begins (DNS, reset, TLS): no
+HTTP answer came, so the endpoint is not rate-limiting; the network or the URL is wrong."""
+
+NETWORK_HINT = (
+    "no answer from the endpoint: check the network, DNS and proxy (HTTPS_PROXY), "
+    "or api_base / OPENAI_BASE_URL"
+)
 
 
 def connection_refused(exc: BaseException) -> bool:
@@ -240,7 +253,8 @@ def cannot_connect(settings: ModelSettings, url: str) -> RunError:
         f"{settings.model}: cannot connect to {url} (connection refused)",
         hint="start the local model server (e.g. `ollama serve`), or fix api_base / OPENAI_BASE_URL"
         if local
-        else "check api_base and that the endpoint is up",
+        else "check api_base and that the endpoint is up; a proxy (HTTPS_PROXY) or "
+        "firewall may refuse it",
     )
 
 

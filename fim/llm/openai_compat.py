@@ -28,6 +28,7 @@ from fim.llm.backend import Backend
 from fim.llm.base import (
     MAX_ERROR_DETAIL,
     OPENAI_BASE,
+    UNREACHABLE,
     Transient,
     api_base,
     cannot_connect,
@@ -318,7 +319,7 @@ class OpenAICompatModel:
                 f"{self.name}: connection to {self.base_url} lost mid-stream: {detail}",
                 hint="the endpoint closed the stream early; retry, or use a non-streaming run",
             )
-        return Transient(f"cannot reach model endpoint {self.base_url}", detail)
+        return Transient(f"{UNREACHABLE} {self.base_url}", detail)
 
 
 def _error_detail(raw: bytes) -> str:

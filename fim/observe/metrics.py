@@ -13,19 +13,26 @@ import threading
 import time
 from typing import Any, Generic, TypeVar
 
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
-
 from fim.events import Event
 
+try:
+    from prometheus_client import (
+        CONTENT_TYPE_LATEST,
+        CollectorRegistry,
+        Counter,
+        Gauge,
+        Histogram,
+        generate_latest,
+    )
+
+    INSTALLED = True
+except ModuleNotFoundError:  # a base install: prometheus-client comes with the [otel] extra
+    INSTALLED = False
+
+MISSING = "metrics need the prometheus-client package (pip install 'fim[otel]')"
+
 MAX_TOOL_LABELS = 200
-M = TypeVar("M", Counter, Gauge, Histogram)
+M = TypeVar("M", "Counter", "Gauge", "Histogram")  # names: they may not be installed
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
@@ -122,7 +129,38 @@ class Metrics:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
-METRICS = Metrics()
+class MetricsUnavailable(RuntimeError):
+    """Reading the metrics on an install without prometheus-client, outside a server."""
+
+
+class _Nothing:
+    """Stands in for the metrics without prometheus-client: every counter, child and
+    observation is this object and does nothing, so runs under `fim serve` still work;
+    only reading the metrics fails, with what to install."""
+
+    def __getattr__(self, name: str) -> _Nothing:
+        return self
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _Nothing:
+        return self
+
+    def exposition(self) -> tuple[bytes, str]:
+        raise _unavailable()
+
+
+def _unavailable() -> Exception:
+    """Starlette's HTTPException 501, which `fim serve` answers as an error of OpenAI's
+    shape naming what to install (fim.server.openai_errors.http_error) instead of a 500
+    with a traceback in its log; the plain error where starlette is missing."""
+    try:
+        # deferred: starlette is the server's; this module is also used without one
+        from starlette.exceptions import HTTPException
+    except ModuleNotFoundError:  # pragma: no cover - starlette is a base dependency
+        return MetricsUnavailable(MISSING)
+    return HTTPException(501, MISSING)
+
+
+METRICS: Metrics = Metrics() if INSTALLED else _Nothing()  # type: ignore[assignment]
 
 
 class RunCounter:

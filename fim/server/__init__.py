@@ -219,11 +219,11 @@ def banner(snapshot: Any, host: str, port: int, reload: bool) -> str:
     # deferred: the server's HTTP helpers, loaded with the app anyway
     from fim.server.http import server_keys
 
-    keys = "on" if server_keys(snapshot.project.server) else "off"
+    keys = "on" if server_keys(snapshot.project.server) else "off (no server.api_keys)"
     return (
         f"fim serve: project '{snapshot.project.name}' · {agents} agent{'s' * (agents != 1)}, "
         f"{workflows} workflow{'s' * (workflows != 1)} · http://{shown}:{port} "
-        f"(OpenAI-compatible: /v1) · reload {'on' if reload else 'off'} · API keys {keys}"
+        f"(OpenAI-compatible: /v1) · reload {'on' if reload else 'off'} · auth {keys}"
     )
 
 

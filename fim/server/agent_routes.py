@@ -75,6 +75,8 @@ def run_handlers(api: Api) -> dict[str, Any]:
         snap = api.holder.current
         if not known_agent(snap, name):
             return error(404, f"unknown agent '{name}'", f"agents: {', '.join(snap.agents)}")
+        if (refused := not_configured(snap, name)) is not None:
+            return refused
         owner = session_owner(request)
         try:
             body = await read_body(request, RunBody)
@@ -106,6 +108,39 @@ def run_handlers(api: Api) -> dict[str, Any]:
         return JSONResponse({"runs": [_summary(r) for r in records]})
 
     return {"create_run": create_run, "list_runs": list_runs}
+
+
+NO_RETRY = {"x-should-retry": "false"}
+"""Tells the OpenAI SDKs (python and node read it before the status) not to retry: the
+same request fails the same way until the server is configured."""
+
+
+def not_configured(snapshot: Any, name: str) -> Response | None:
+    """A 503 for a run certain to fail because the server lacks the agent's model API key
+    (fim serve warns at start which agents do), before anything runs or is recorded: the
+    server's configuration, not the client's request nor a failing model (502), and marked
+    not to be retried, so a client does not record three failed runs of one request."""
+    agent = snapshot.agents.get(name)
+    if agent is None:  # `auto`: the agent it picks is checked when it runs
+        return None
+    # deferred: loading fim.run costs hundreds of ms on the first request only
+    from fim.errors import RunError
+    from fim.run.preflight import key_problem
+
+    try:
+        problem = key_problem(snapshot.model_settings(agent.model))
+    except RunError:  # an unknown role: the run reports it
+        return None
+    if problem is None:
+        return None
+    response = error(
+        503,
+        f"agent '{name}' cannot run on this server: {problem.message}; nothing ran",
+        problem.hint,
+        code="model_not_configured",
+    )
+    response.headers.update(NO_RETRY)
+    return response
 
 
 async def _conversation(

@@ -54,10 +54,25 @@ class BodyError(Exception):
         return JSONResponse({"error": error}, status_code=400)
 
 
+class FieldProblem(ValueError):
+    """A validator's error about one top-level field: the 400's `param` names it."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 class _Body(BaseModel):
     """Unknown fields are ignored (clients send more than we use); known ones are typed."""
 
     model_config = ConfigDict(extra="ignore")
+
+    @classmethod
+    def unknown_fields(cls, data: Any) -> list[str]:
+        """The top-level keys of a raw body that are not fields of this body."""
+        if not isinstance(data, dict):
+            return []
+        return [str(k) for k in data if k not in cls.model_fields]
 
 
 class RunBody(_Body):
@@ -73,6 +88,25 @@ class RunBody(_Body):
         "`fim worker` with a PostgreSQL store, in the server with SQLite). "
         "Poll GET /v1/runs/{run_id}.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _misspelt_input(cls, data: Any) -> Any:
+        """`{"inptu": "hi"}`: no input, and the field that was meant to be it is named."""
+        if isinstance(data, dict) and data.get("input") is None and not data.get("messages"):
+            unknown = cls.unknown_fields(data)
+            if unknown:
+                # deferred: difflib loads only for a body that is wrong
+                from difflib import get_close_matches
+
+                close = get_close_matches(unknown[0], ["input", "messages"], n=1, cutoff=0.5)
+                meant = f" (did you mean '{close[0]}'?)" if close else ""
+                raise FieldProblem(
+                    f"unknown field '{unknown[0]}'{meant}: send 'input' (a string) or "
+                    "'messages' (a list of chat messages)",
+                    unknown[0],
+                )
+        return data
 
     @model_validator(mode="after")
     def _has_input(self) -> RunBody:
@@ -218,6 +252,22 @@ class WorkflowRunBody(_Body):
         "Poll GET /v1/runs/{run_id}.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _inputs_at_top(cls, data: Any) -> Any:
+        """`{"expression": "6*7"}`: a workflow's inputs posted beside `inputs`, not in it,
+        would run the workflow without them."""
+        if isinstance(data, dict) and "inputs" not in data:
+            unknown = cls.unknown_fields(data)
+            if unknown:
+                sample = ", ".join(f'"{k}": ...' for k in unknown[:3])
+                raise FieldProblem(
+                    f"unknown field '{unknown[0]}': a workflow's inputs go under 'inputs' "
+                    f'({{"inputs": {{{sample}}}}})',
+                    unknown[0],
+                )
+        return data
+
     @model_validator(mode="after")
     def _one_mode(self) -> WorkflowRunBody:
         if self.stream and self.background:
@@ -269,11 +319,23 @@ async def read_body(request: Request, model: type[M]) -> M:
         parts = [
             f"unrecognized request argument '{_path(p['loc'])}'"
             if p["type"] == "extra_forbidden"
-            else f"{_path(p['loc'])}: {p['msg']}"
+            else f"{_path(p['loc'])}: {_message(p)}"
             if p["loc"]
-            else str(p["msg"])
+            else _message(p)
             for p in problems[:5]
         ]
         more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
         first = _path(problems[0]["loc"]) if problems else ""
+        if not first and problems:
+            cause = (problems[0].get("ctx") or {}).get("error")
+            first = cause.field if isinstance(cause, FieldProblem) else ""
         raise BodyError("; ".join(parts) + more, field=first or None) from None
+
+
+def _message(problem: Any) -> str:
+    """A validation error's text without pydantic's "Value error, " prefix: the client
+    reads a sentence about its body, not the name of a Python exception."""
+    cause = (problem.get("ctx") or {}).get("error")
+    if problem["type"] == "value_error" and isinstance(cause, ValueError):
+        return str(cause)
+    return str(problem["msg"])

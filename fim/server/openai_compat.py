@@ -24,6 +24,7 @@ from starlette.responses import Response, StreamingResponse
 from fim.errors import FimError
 from fim.events import RunFinished, ToolCallEvent
 from fim.masking import StreamMasker, known
+from fim.server.agent_routes import not_configured
 from fim.server.bodies import BodyError, ChatBody, read_body
 from fim.server.http import JSONResponse, error, session_owner
 from fim.server.openai_errors import error_object, failure
@@ -75,6 +76,8 @@ class OpenAICompat:
             body = await read_body(request, ChatBody)
             if not known_agent(snap, body.model):
                 return _model_not_found(snap, body.model)
+            if (refused := not_configured(snap, body.model)) is not None:
+                return refused
             overrides = plan(body, snap.agents.get(body.model))
             incoming = to_messages(body.messages)
         except BodyError as exc:

@@ -17,6 +17,7 @@ from fim.store import get_store
 from fim.store.approvals import ReservedData
 from fim.store.live import recorded
 from fim.store.owners import claimed, may_read
+from fim.workflows.inputs import required
 from fim.workflows.state import KIND
 
 if TYPE_CHECKING:
@@ -30,6 +31,8 @@ def workflow_handlers(api: Api) -> dict[str, Any]:
     """The handlers of the `workflows` area (`fim.server.areas.workflows`)."""
 
     async def list_workflows(request: Request) -> Response:
+        """Every workflow and its inputs; `required` is resolved (an input without a
+        default is required), never the declaration's unset null."""
         snap = api.holder.current
         return JSONResponse(
             {
@@ -37,7 +40,10 @@ def workflow_handlers(api: Api) -> dict[str, Any]:
                     {
                         "name": w.name,
                         "description": w.description,
-                        "inputs": {k: v.model_dump() for k, v in w.inputs.items()},
+                        "inputs": {
+                            k: {**v.model_dump(), "required": required(v)}
+                            for k, v in w.inputs.items()
+                        },
                     }
                     for w in snap.workflows.values()
                 ]

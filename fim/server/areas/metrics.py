@@ -49,7 +49,7 @@ AREA = Area(
                 "calls, hook blocks, reloads, active runs (an operator key's, on a server "
                 "with keys)",
                 "status",
-                errors=(403,),
+                errors=(403, 501),
             ),
         ),
     ),
