@@ -17,6 +17,7 @@ from types import ModuleType
 from pydantic import BaseModel
 
 from fim.config import schema as schema_package
+from fim.config.export import attribute_docs, json_schema
 from fim.workflows import node_types
 
 
@@ -33,17 +34,7 @@ def documented(cls: type) -> set[str]:
     """Names of the fields `cls` itself declares with a docstring right under them."""
     tree = ast.parse(inspect.getsource(cls)).body[0]
     assert isinstance(tree, ast.ClassDef)
-    names = set()
-    for stmt, after in zip(tree.body, [*tree.body[1:], None], strict=True):
-        if (
-            isinstance(stmt, ast.AnnAssign)
-            and isinstance(stmt.target, ast.Name)
-            and isinstance(after, ast.Expr)
-            and isinstance(after.value, ast.Constant)
-            and isinstance(after.value.value, str)
-        ):
-            names.add(stmt.target.id)
-    return names
+    return set(attribute_docs(tree))
 
 
 def test_every_schema_field_has_a_docstring() -> None:
@@ -61,3 +52,11 @@ def test_every_schema_field_has_a_docstring() -> None:
             missing += [f"{cls.__module__}.{cls.__name__}.{n}" for n in own if n not in written]
     assert len(seen) > 30, "the schema models were not found"
     assert not missing, "fields without a docstring: " + ", ".join(missing)
+
+
+def test_fim_schema_shows_the_descriptions_of_models_reached_through_a_field() -> None:
+    """`fim schema` read descriptions only of the models the schema package re-exports:
+    a `SandboxSettings` or a `Budget` reached through an agent's field showed none."""
+    defs = json_schema("agent")["$defs"]
+    assert defs["SandboxSettings"]["properties"]["memory_mb"].get("description")
+    assert defs["Budget"]["properties"]["max_tokens"].get("description")

@@ -70,24 +70,17 @@ def field_docs() -> dict[str, dict[str, str]]:
         importlib.import_module(name)
         for name in sorted({cls.__module__ for cls in bases if cls.__module__.startswith("fim.")})
     ]
-    sources = [inspect.getsource(module) for module in dict.fromkeys(modules)]
+    modules = list(dict.fromkeys(modules))
+    sources = [inspect.getsource(module) for module in modules]
     own: dict[str, dict[str, str]] = {}
     for node in (n for source in sources for n in ast.parse(source).body):
-        if not isinstance(node, ast.ClassDef):
-            continue
-        fields: dict[str, str] = {}
-        for stmt, after in zip(node.body, [*node.body[1:], None], strict=True):
-            if (
-                isinstance(stmt, ast.AnnAssign)
-                and isinstance(stmt.target, ast.Name)
-                and isinstance(after, ast.Expr)
-                and isinstance(after.value, ast.Constant)
-                and isinstance(after.value.value, str)
-            ):
-                fields[stmt.target.id] = inspect.cleandoc(after.value.value)
-        own[node.name] = fields
+        if isinstance(node, ast.ClassDef):
+            own[node.name] = attribute_docs(node)
     result: dict[str, dict[str, str]] = {}
-    models = {**vars(package), **{cls.__name__: cls for cls in NODE_TYPES.values()}}
+    # every model of the scanned modules, not only those the package re-exports (a
+    # `Budget` or `SandboxSettings` reached only through a field lost its descriptions)
+    models = {name: cls for module in modules for name, cls in vars(module).items()}
+    models.update({cls.__name__: cls for cls in NODE_TYPES.values()})
     for name, cls in models.items():
         if not (isinstance(cls, type) and issubclass(cls, BaseModel)) or name not in own:
             continue
@@ -101,6 +94,21 @@ def field_docs() -> dict[str, dict[str, str]]:
             if field in merged
         }
     return result
+
+
+def attribute_docs(node: ast.ClassDef) -> dict[str, str]:
+    """Field name -> the docstring right under it, for the fields `node` itself declares."""
+    fields: dict[str, str] = {}
+    for stmt, after in zip(node.body, [*node.body[1:], None], strict=True):
+        if (
+            isinstance(stmt, ast.AnnAssign)
+            and isinstance(stmt.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            fields[stmt.target.id] = inspect.cleandoc(after.value.value)
+    return fields
 
 
 def schema_filename(kind: str) -> str:
