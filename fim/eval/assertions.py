@@ -14,7 +14,7 @@ from typing import Any
 
 from fim.config.schema import Assertion, JudgeSpec
 from fim.events import ToolCallEvent
-from fim.schema_check import problems
+from fim.schema_check import pattern_matches
 from fim.types import Message, Model
 
 
@@ -100,13 +100,12 @@ async def check(assertion: Assertion, seen: Observed, judge: JudgeFn, prompt: st
     if kind == "not_contains":
         return Outcome(kind, value not in out, f"expected no {value!r} in {_clip(out)!r}")
     if kind == "regex":
-        return Outcome(
-            kind,
-            re.search(value, out) is not None,
-            f"expected a match for /{value}/ in {_clip(out)!r}",
-        )
+        found = await _searched(value, out)
+        if isinstance(found, str):
+            return Outcome(kind, False, f"/{value}/ could not be checked: {found}")
+        return Outcome(kind, found, f"expected a match for /{value}/ in {_clip(out)!r}")
     if kind == "json_schema":
-        return _check_schema(value, seen)
+        return await _check_schema(value, seen)
     if kind == "json_path":
         try:
             actual = json_path(seen.as_json(), value.path)
@@ -175,12 +174,48 @@ def _args(args: dict[str, Any]) -> str:
     return f" with {json.dumps(args, ensure_ascii=False)}" if args else ""
 
 
-def _check_schema(schema: dict[str, Any], seen: Observed) -> Outcome:
+REGEX_SECONDS = 2.0
+"""How long a `regex` assertion RE2 cannot run may take in a worker (`_searched`)."""
+
+
+async def _searched(pattern: str, text: str) -> bool | str:
+    """Whether `pattern` matches somewhere in `text`, or why that could not be told.
+
+    The text is the model's output, so an ordinary-looking pattern (`^(\\w+\\s?)*$`) can
+    backtrack for hours on an output a prompt injection shaped: RE2 runs it in time linear
+    in the text, and a pattern RE2 cannot run (lookaround, backreferences) goes to a
+    killable worker (`fim.tools.isolate`), never the event loop `fim serve` shares."""
+    found = pattern_matches(pattern, text)
+    if found is not None:
+        return found
+    # deferred: the worker pool is loaded with the first pattern RE2 cannot run
+    from fim.tools import isolate
+
+    try:
+        return await isolate.call(_python_search, pattern, text, timeout=REGEX_SECONDS)
+    except isolate.Stopped as exc:
+        return f"{exc}; simplify the pattern"
+    except (re.error, MemoryError, RecursionError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _python_search(pattern: str, text: str) -> bool:
+    """In a worker: Python's `re` for a pattern RE2 cannot run."""
+    return re.search(pattern, text) is not None
+
+
+async def _check_schema(schema: dict[str, Any], seen: Observed) -> Outcome:
+    """The output against the case's schema, checked in a killable worker unless the value
+    plainly satisfies a flat schema (`isolate.schema_problems`): a few kilobytes of `$ref`'d
+    `anyOf` against a model-shaped output kept a validator busy for seconds."""
     try:
         document = seen.as_json()
     except ValueError:
         return Outcome("json_schema", False, f"output is not JSON: {_clip(seen.output)!r}")
-    errors = problems(document, schema, limit=3)
+    # deferred: the worker pool is loaded with the first schema that needs it
+    from fim.tools import isolate
+
+    errors = await isolate.schema_problems(document, schema, whose="the output", party="fim-eval")
     return Outcome(
         "json_schema", not errors, "; ".join(errors[:3]) if errors else "output matches the schema"
     )
