@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -150,6 +151,7 @@ async def _run(
         else Services(root=snapshot.root, state_url=snapshot.project.state, providers=CAPABILITIES)
     )
     record = RunRecorder(agent)
+    record.open(services)
     quiet = _ApprovalLogFilter()
     hooks_log = logging.getLogger("fim.hooks")
     hooks_log.addFilter(quiet)  # this command prints each approval request itself, once
@@ -279,6 +281,15 @@ class RunRecorder:
         self.agent = agent
         self.run_id = ""
         self.events: list[dict[str, Any]] = []
+        self._opening: asyncio.Future[None] | None = None
+
+    def open(self, services: Any) -> None:
+        """Start setting up the state store in a thread while the run goes on (~0.1-0.2 s,
+        hidden behind the model's answer), so recording adds next to nothing at the end."""
+        # deferred: loading the state store costs tens of ms
+        from fim.store import get_store
+
+        self._opening = asyncio.ensure_future(asyncio.to_thread(get_store(services).open))
 
     def add(self, event: Any) -> None:
         if not self.run_id:
@@ -294,6 +305,8 @@ class RunRecorder:
 
         data = {"output": output, "events": self.events, "surface": "cli"}
         try:
+            if self._opening is not None:
+                await self._opening
             await get_store(services).put_run(self.run_id, "agent", self.agent, status, data)
         except Exception as exc:  # recording is a convenience; the answer was given
             err(f"warning: run {self.run_id} was not recorded in the state store: {exc}")

@@ -78,6 +78,12 @@ class Database:
 
     # ------------------------------------------------------------------ engine
 
+    def open(self) -> None:
+        """Set up the engine (and the schema) now, blocking: it is otherwise set up by the
+        first read or write. A caller that will write soon runs this in a thread to overlap
+        the set-up (~0.1 s) with other work (`fim run` with the model's answer)."""
+        self._connect()
+
     def _connect(self) -> Engine:
         if self._engine is not None:
             return self._engine
