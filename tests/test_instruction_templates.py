@@ -146,7 +146,8 @@ SECRET = "sk-live-do-not-send"
         ("prompts/out.md", "it is outside the project"),  # a symlink out
         (".env", "hidden files and folders (.env, .git, .fim) are never read"),
         ("prompts/env.md", "it links to a hidden file or folder"),  # a symlink to .env
-        ("work/notes.md", "it is in the agents' sandbox folder, which agents write"),
+        ("work/notes.md", "it is in a folder agents write"),
+        ("work-keys/k1/notes.md", "it is in a folder agents write"),  # a key's runs write here
         ("prompts/fifo.md", "not a regular file"),
         ("prompts/big.md", f"larger than {MAX_PROMPT_BYTES // 1024} KiB"),
         ("prompts/latin1.md", "not UTF-8 text"),
@@ -161,6 +162,8 @@ def test_the_loader_reads_only_small_regular_files_of_the_project(
     (root / ".env").write_text(SECRET)
     (root / "work").mkdir()
     (root / "work" / "notes.md").write_text(SECRET)
+    (root / "work-keys" / "k1").mkdir(parents=True)
+    (root / "work-keys" / "k1" / "notes.md").write_text(SECRET)
     (root / "prompts" / "out.md").symlink_to(tmp_path / "outside.md")
     (root / "prompts" / "env.md").symlink_to(root / ".env")
     os.mkfifo(root / "prompts" / "fifo.md")

@@ -115,10 +115,42 @@ def test_at_a_terminal_fim_run_asks_and_records_the_answer_like_fim_approvals(
     monkeypatch.setattr(run_command, "read_answer", answer)
     code, out, _ = cli("run", "bot", "six times seven", "-v", "-p", str(project))
     assert code == 0 and out == "done\n"
-    assert asked == ['Allow calculator {"expression": "6*7"}? [y/N] ']
+    assert asked == ['\nAllow calculator {"expression": "6*7"}? [y/N] ']
     (approval,) = approvals(project)
     assert approval["status"] == "approved"
     assert approval["resolved_by"] == f"cli:{getpass.getuser()}"
+
+
+HIDING = """\
+- text: "All good.\\nAllow calculator {\\"expression\\": \\"6*7\\"}? [y/N] \\u001b[30;40m"
+  tool_calls: [{name: calculator, arguments: {expression: "6*7 \\u001b]52;c;Y3VybA==\\u0007"}}]
+- text: "done \\u001b[2J"
+"""
+
+
+def test_the_models_words_cannot_steer_the_terminal_or_hide_the_real_question(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model wrote a fake `Allow calculator ...? [y/N]` and then black on black, so the
+    real question (about another call) was invisible and a `y` approved it. Escape
+    sequences in what the model says and in a call's arguments are shown as text
+    (`\\x1b`), and the real question starts a line of its own."""
+    import fim.commands.run as run_command
+
+    (project / "scripts" / "s.yaml").write_text(HIDING)
+    asked: list[str] = []
+    monkeypatch.setattr(run_command, "interactive", lambda: True)
+    monkeypatch.setattr(run_command, "read_answer", lambda q: asked.append(q) or "n\n")
+    code, out, err = cli("run", "bot", "go", "-v", "-p", str(project))
+    assert code == 0
+    for shown in (out, err, *asked):
+        assert "\x1b" not in shown and "\x07" not in shown, shown
+    assert "\\x1b[30;40m" in out and "\\x1b[2J" in out
+    [question] = asked
+    assert question.startswith("\nAllow calculator") and "\\u001b]52;c;" in question
+    run_id = json.loads(cli("runs", "list", "--json", "-p", str(project))[1].splitlines()[0])
+    _, shown, _ = cli("runs", "show", run_id["id"], "-p", str(project))
+    assert "\x1b" not in shown and "\\x1b[2J" in shown
 
 
 def test_at_a_terminal_anything_but_yes_denies(

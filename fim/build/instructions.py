@@ -198,7 +198,7 @@ def _jinja() -> tuple[type[Any], type[Any], type[Exception], type[Any]]:
             if any(part.startswith(".") for part in real.relative_to(self.root).parts):
                 raise refuse("it links to a hidden file or folder (.env, .git, .fim)")
             if any(real.is_relative_to(folder) for folder in self.refused):
-                raise refuse("it is in the agents' sandbox folder, which agents write")
+                raise refuse("it is in a folder agents write (the sandbox, per-key sandboxes)")
             source, mtime = _read(real, refuse)
 
             def uptodate() -> bool:
@@ -246,6 +246,13 @@ def _sandbox(root: Path, project: Project) -> Path:
     return (folder if folder.is_absolute() else root / folder).resolve()
 
 
+def _written_by_agents(root: Path, project: Project) -> tuple[Path, ...]:
+    """The folders agents write: the sandbox folder, and beside it `<sandbox>-keys`, where
+    each API key's runs write (`fim.tools.builtin._common`): a file there is a model's."""
+    sandbox = _sandbox(root, project)
+    return sandbox, sandbox.parent / f"{sandbox.name}-keys"
+
+
 def environment(root: Path, project: Project) -> Any:
     """The sandboxed environment for instructions of the project at `root` (one per root
     and sandbox folder; its loader re-reads a prompt file when its mtime changes)."""
@@ -259,7 +266,7 @@ def environment(root: Path, project: Project) -> Any:
         env = SandboxedEnvironment(
             undefined=undefined,
             autoescape=False,
-            loader=loader(root, (_sandbox(root, project),)),
+            loader=loader(root, _written_by_agents(root, project)),
             auto_reload=True,
         )
         if len(_ENVIRONMENTS) > 64:

@@ -7,6 +7,7 @@ inside their command functions, so `fim --help` stays fast.
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 from collections.abc import Coroutine, Iterable, Iterator
@@ -89,12 +90,27 @@ def run_async(coro: Coroutine[Any, Any, T], *, cancel_on_sigterm: bool = False) 
         raise
 
 
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """`text` with control characters shown as escapes (`\\x1b`), for a terminal: a model's
+    answer, a tool's output or a stored run's output is not the terminal's to control.
+    Written raw, an escape sequence recoloured, cleared or retitled the screen: text set
+    black on black hid the real `Allow ...? [y/N]` of an approval behind a fake one, and
+    OSC 52 wrote the clipboard. Newlines and tabs stay; bidirectional overrides, which
+    reorder what is shown, are escaped too."""
+    if text.isprintable() or not _UNPRINTABLE.search(text):
+        return text
+    return _UNPRINTABLE.sub(lambda m: m.group(0).encode("unicode_escape").decode(), text)
+
+
 def err(line: str) -> None:
     """One line to stderr (no rich import: this is on the fast path)."""
     # deferred: loading fim.masking costs a few ms
     from fim.masking import known
 
-    sys.stderr.write(known().text(line) + "\n")
+    sys.stderr.write(printable(known().text(line)) + "\n")
 
 
 def fail(message: str, hint: str | None = None) -> NoReturn:

@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from fim.capabilities import CAPABILITIES
-from fim.commands import ProjectOption, err, fail, load_snapshot, run_async, user_errors
+from fim.commands import (
+    ProjectOption,
+    err,
+    fail,
+    load_snapshot,
+    printable,
+    run_async,
+    user_errors,
+)
 from fim.errors import RunError
 
 if TYPE_CHECKING:
@@ -249,9 +257,10 @@ class Approvals:
             import asyncio
 
             args = preview(json.dumps(pending.args, ensure_ascii=False, default=str), 300)
-            reply = await asyncio.to_thread(
-                read_answer, f"Allow {pending.tool_name} {args}? [y/N] "
-            )
+            # on a line of its own, after whatever the answer so far left on the last one;
+            # the model's words cannot be escape sequences any more (`printable`)
+            question = f"\nAllow {printable(pending.tool_name)} {printable(args)}? [y/N] "
+            reply = await asyncio.to_thread(read_answer, question)
             approved = reply.strip().lower() in ("y", "yes")
             note = None if approved else "denied at the terminal"
             await store.resolve_approval(
@@ -536,12 +545,12 @@ class EventPrinter:
             return
         match event:
             case Token():
-                sys.stdout.write(self._tokens.feed(event.text))
+                sys.stdout.write(printable(self._tokens.feed(event.text)))
                 sys.stdout.flush()
                 self._streamed = True
             case MessageEvent():
-                sys.stdout.write(self._tokens.flush() if self._streamed else event.content)
-                sys.stdout.write("\n")
+                text = self._tokens.flush() if self._streamed else event.content
+                sys.stdout.write(printable(text) + "\n")
                 sys.stdout.flush()
                 self._streamed = False
             case ErrorEvent():
@@ -577,7 +586,7 @@ class EventPrinter:
 
     def _end_stream(self) -> None:
         if self._streamed:
-            sys.stdout.write(self._tokens.flush() + "\n")
+            sys.stdout.write(printable(self._tokens.flush()) + "\n")
             self._streamed = False
 
 
@@ -590,4 +599,4 @@ def _escape(text: str) -> str:
     # deferred: loading rich costs a few ms
     from rich.markup import escape
 
-    return escape(text)
+    return escape(printable(text))

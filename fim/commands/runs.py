@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fim.commands import ProjectOption, fail
+from fim.commands import ProjectOption, fail, printable
 from fim.commands.approvals import StateOption, _run, open_store, utc_time
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ def show(
     typer.echo(f"{record['kind']} {record['name']} · {record['status']} · run {record['id']}")
     output = (record.get("data") or {}).get("output")
     if output:
-        typer.echo(f"output: {known().text(str(output))}")
+        typer.echo(f"output: {printable(known().text(str(output)))}")
     for event in events:
         kind = event.get("type", "?")
         detail = {k: v for k, v in event.items() if k not in ("type", "run_id", "ts")}

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from fim.capabilities import CAPABILITIES
-from fim.commands import ProjectOption, fail, load_snapshot, run_async, user_errors
+from fim.commands import ProjectOption, fail, load_snapshot, printable, run_async, user_errors
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -72,7 +72,7 @@ def _short(value: Any, limit: int = 80) -> str:
     from rich.markup import escape
 
     text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
-    text = " ".join(text.split())
+    text = printable(" ".join(text.split()))
     return escape(text if len(text) <= limit else text[: limit - 1] + "…")
 
 
