@@ -54,6 +54,11 @@ class ToolCallEvent(_Event):
     call_id: str
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
+    target: str | None = None
+    """The tool the call really runs when it is not `name` (a meta-tool call: `connector`
+    runs `crm__get_order`), as hooks see it; eval assertions match either."""
+    target_arguments: dict[str, Any] | None = None
+    """The target's own arguments (the action's parameters), when `target` is set."""
 
 
 class HookEvent(_Event):

@@ -106,11 +106,15 @@ class ToolTurn:
             )
 
         for call in calls:
+            view = self._view(call.name, call.arguments) if self.call_view else None
+            real = view is not None and view.name != call.name
             yield ToolCallEvent(
                 run_id=self.run_id,
                 call_id=call.id,
                 name=call.name,
                 arguments=masked_args(call.arguments, self.mask),
+                target=view.name if real and view else None,
+                target_arguments=masked_args(view.args, self.mask) if real and view else None,
             )
         if hasattr(self.hooks, "on_notice"):  # e.g. "approval pending" while confirm waits
             self.hooks.on_notice = queue.put_nowait

@@ -117,10 +117,8 @@ async def check(assertion: Assertion, seen: Observed, judge: JudgeFn, prompt: st
             f"expected {value.path} == {value.equals!r}, got {actual!r}",
         )
     if kind == "tool_called":
-        matching = [
-            c for c in seen.tool_calls if c.name == value.name and _subset(value.args, c.arguments)
-        ]
-        names = [c.name for c in seen.tool_calls] or ["no tools"]
+        matching = [c for c in seen.tool_calls if _is_call(c, value.name, value.args)]
+        names = [_shown(c) for c in seen.tool_calls] or ["no tools"]
         if value.times is not None:
             return Outcome(
                 kind,
@@ -134,15 +132,18 @@ async def check(assertion: Assertion, seen: Observed, judge: JudgeFn, prompt: st
             f"expected a call to {value.name}{_args(value.args)}; calls: {', '.join(names)}",
         )
     if kind == "tool_not_called":
-        count = sum(1 for c in seen.tool_calls if c.name == value)
+        count = sum(1 for c in seen.tool_calls if _is_call(c, value, {}))
         return Outcome(kind, count == 0, f"expected no call to {value}, called {count}x")
     if kind == "tool_sequence":
-        names = [c.name for c in seen.tool_calls]
+        calls = seen.tool_calls
         if value.mode == "exact":
-            ok = names == value.tools
+            ok = len(calls) == len(value.tools) and all(
+                _is_call(c, want, {}) for c, want in zip(calls, value.tools, strict=False)
+            )
         else:
-            it = iter(names)
-            ok = all(any(n == want for n in it) for want in value.tools)
+            it = iter(calls)
+            ok = all(any(_is_call(c, want, {}) for c in it) for want in value.tools)
+        names = [_shown(c) for c in calls]
         return Outcome(kind, ok, f"expected {value.mode} sequence {value.tools}, got {names}")
     if kind == "max_iterations":
         return Outcome(
@@ -168,6 +169,19 @@ async def check(assertion: Assertion, seen: Observed, judge: JudgeFn, prompt: st
         passed, reason = await judge(rubric, prompt, out)
         return Outcome(kind, passed, f"judge: {reason}")
     raise ValueError(f"unknown assertion kind {kind!r}")
+
+
+def _is_call(call: ToolCallEvent, name: str, args: dict[str, Any]) -> bool:
+    """Whether `call` is a call of `name` with at least `args`: the tool the model called
+    (`connector`, with its own arguments) or the one it really ran (`crm__get_order`, with
+    the action's parameters), so an assertion reads the same in both tool modes."""
+    if call.name == name and _subset(args, call.arguments):
+        return True
+    return call.target == name and _subset(args, call.target_arguments or {})
+
+
+def _shown(call: ToolCallEvent) -> str:
+    return f"{call.name} ({call.target})" if call.target else call.name
 
 
 def _args(args: dict[str, Any]) -> str:
