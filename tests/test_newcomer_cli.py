@@ -352,7 +352,7 @@ def test_metrics_without_prometheus_client_is_a_501_naming_the_extra(
     with ServerThread(create_app(SnapshotHolder(keyless_snapshot(tmp_path)))) as srv:
         reply = httpx.get(f"{srv.url}/metrics")
     assert reply.status_code == 501
-    assert "pip install 'fim[otel]'" in reply.json()["error"]["message"]
+    assert "pip install -e '.[otel]'" in reply.json()["error"]["message"]
 
 
 # ------------------------------------------------------------------ model errors

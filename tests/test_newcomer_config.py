@@ -319,3 +319,21 @@ def test_a_misspelt_mcp_server_key_gets_a_did_you_mean(project: Path) -> None:
     code, out, _ = cli("validate")
     assert code == 1
     assert "fim.yaml:11:7: unknown key 'comand' (did you mean 'command'?)" in out
+
+
+def test_a_node_or_input_named_like_a_mapping_method_is_refused(project: Path) -> None:
+    """`nodes.get.output` named the dict's `get` method ('builtin_function_or_method' has no
+    attribute 'output') and `inputs.items` rendered as `<built-in method items ...>`, while
+    `fim validate` said ok."""
+    (project / "workflows" / "clash.yaml").write_text(
+        "description: names that clash\n"
+        "inputs:\n  items: {type: string}\n"
+        "nodes:\n"
+        "  get: {type: tool, tool: calculator, args: {expression: '{{ inputs.items }}'}}\n"
+        "outputs:\n  result: '{{ nodes.get.output }}'\n"
+    )
+    with pytest.raises(ConfigError) as raised:
+        compile_project(project)
+    said = [p.message for p in raised.value.problems]
+    assert any("'get' cannot be a node id" in m for m in said), said
+    assert any("'items' cannot be an input name" in m for m in said), said

@@ -56,6 +56,11 @@ class _NodeChecks:
         return builtin_tool_names()
 
 
+MAPPING_METHODS = frozenset(n for n in dir(dict) if not n.startswith("_"))
+"""`nodes.get.output` and `inputs.items` are the dict's methods in Jinja (an attribute
+before an item), so a node or input with such a name could never be read in a template."""
+
+
 def _alias(node: NodeType, field: str) -> str:
     return type(node).model_fields[field].alias or field
 
@@ -67,6 +72,20 @@ def check_workflow(checker: Any, entry: Any) -> None:
     names = set(wf.nodes)
     deps: dict[str, list[str]] = {name: [] for name in wf.nodes}
     uses: list[tuple[str, Where, str]] = []
+    for kind, section, declared in (
+        ("a node id", "nodes", wf.nodes),
+        ("an input name", "inputs", wf.inputs),
+    ):
+        for name in declared:
+            if name in MAPPING_METHODS:
+                checker.add(
+                    doc.problem(
+                        (section, name),
+                        f"'{name}' cannot be {kind}: in a template `.{name}` names the "
+                        "mapping's own method, not it",
+                        f"rename it, e.g. '{name}_{'step' if section == 'nodes' else 'value'}'",
+                    )
+                )
     for name, node in wf.nodes.items():
         base = ("nodes", name)
         for i, dep in enumerate(node.needs):

@@ -29,7 +29,7 @@ try:
 except ModuleNotFoundError:  # a base install: prometheus-client comes with the [otel] extra
     INSTALLED = False
 
-MISSING = "metrics need the prometheus-client package (pip install 'fim[otel]')"
+MISSING = "metrics need the prometheus-client package (pip install -e '.[otel]' in fim's checkout)"
 
 MAX_TOOL_LABELS = 200
 M = TypeVar("M", "Counter", "Gauge", "Histogram")  # names: they may not be installed

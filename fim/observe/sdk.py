@@ -99,7 +99,7 @@ def _exporter() -> Any:
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise RunError(  # not ConfigError: that has no `hint` (it raised TypeError)
                 "OTEL_EXPORTER_OTLP_PROTOCOL=grpc needs opentelemetry-exporter-otlp-proto-grpc",
-                hint="pip install 'fim[otel]', or use http/protobuf",
+                hint="pip install -e '.[otel]' in fim's checkout, or use http/protobuf",
             ) from exc
         return OTLPSpanExporter()
     try:
