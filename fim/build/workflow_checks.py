@@ -72,20 +72,6 @@ def check_workflow(checker: Any, entry: Any) -> None:
     names = set(wf.nodes)
     deps: dict[str, list[str]] = {name: [] for name in wf.nodes}
     uses: list[tuple[str, Where, str]] = []
-    for kind, section, declared in (
-        ("a node id", "nodes", wf.nodes),
-        ("an input name", "inputs", wf.inputs),
-    ):
-        for name in declared:
-            if name in MAPPING_METHODS:
-                checker.add(
-                    doc.problem(
-                        (section, name),
-                        f"'{name}' cannot be {kind}: in a template `.{name}` names the "
-                        "mapping's own method, not it",
-                        f"rename it, e.g. '{name}_{'step' if section == 'nodes' else 'value'}'",
-                    )
-                )
     for name, node in wf.nodes.items():
         base = ("nodes", name)
         for i, dep in enumerate(node.needs):
@@ -174,6 +160,16 @@ def _check_refs(
 ) -> list[str]:
     """Report unknown nodes/inputs; returns the other nodes the template reads."""
     found: list[str] = []
+    for variable, declared in (("nodes", wf.nodes), ("inputs", wf.inputs)):
+        for ref in sorted(references(ast, variable) & MAPPING_METHODS & set(declared)):
+            checker.add(
+                entry.doc.problem(
+                    path,
+                    f"`{variable}.{ref}` names the mapping's own method `{ref}`, not "
+                    f"{'node' if variable == 'nodes' else 'input'} '{ref}'",
+                    f"rename '{ref}' (e.g. '{ref}_{'step' if variable == 'nodes' else 'value'}')",
+                )
+            )
     for ref in sorted(references(ast, "nodes")):
         if ref not in wf.nodes:
             checker.add(
