@@ -27,7 +27,7 @@ from fim.llm.media import accepted_media, media_message
 from fim.observe import current_call
 from fim.observe.context import current_events
 from fim.tools.registry import ToolRegistry
-from fim.tools.view import prepare_view
+from fim.tools.view import ViewError, prepare_view
 from fim.types import (
     CallView,
     HookResult,
@@ -106,7 +106,7 @@ class ToolTurn:
             )
 
         for call in calls:
-            view = self._view(call.name, call.arguments) if self.call_view else None
+            view = self._target(call)
             real = view is not None and view.name != call.name
             yield ToolCallEvent(
                 run_id=self.run_id,
@@ -275,6 +275,16 @@ class ToolTurn:
         if found and isinstance(found, list) and post.modified_result is None:
             media[call.id] = found  # a hook that rewrote the result withholds the media too
         return await emit(content, result.is_error)
+
+    def _target(self, call: ToolCall) -> CallView | None:
+        """The target of `call` for its event, or None when there is no view or the target
+        cannot be told (the call itself is then blocked, saying why: `_unviewable`)."""
+        if self.call_view is None:
+            return None
+        try:
+            return self.call_view(call.name, call.arguments)
+        except ViewError:
+            return None
 
     def _view(self, name: str, arguments: dict[str, Any]) -> CallView:
         if self.call_view is None:
