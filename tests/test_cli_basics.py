@@ -49,7 +49,8 @@ def test_chat_help_reset_and_exit(
     /command is not sent to the model, /exit leaves with 0."""
     from fim.build.compile import compile_project
     from fim.commands import run_async
-    from fim.commands.run import EventPrinter, _chat
+    from fim.commands.run import _chat
+    from fim.commands.run_view import EventPrinter
 
     lines: Iterator[str] = iter(["/help", "/nope", "What is 17 times 23?", "/reset", "/exit"])
     monkeypatch.setattr(builtins, "input", lambda prompt="": next(lines))

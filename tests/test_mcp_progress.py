@@ -98,7 +98,7 @@ def write_project(root: Path) -> Path:
 async def test_progress_reaches_the_run_as_events_and_outlives_the_agents_tool_timeout(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
-    from fim.commands.run import EventPrinter
+    from fim.commands.run_view import EventPrinter
     from fim.llm.scripted import ScriptedModel, text, tool_call
 
     snapshot = compile_project(write_project(tmp_path))

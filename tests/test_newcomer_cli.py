@@ -103,7 +103,7 @@ def test_at_a_terminal_fim_run_asks_and_records_the_answer_like_fim_approvals(
 ) -> None:
     import getpass
 
-    import fim.commands.run as run_command
+    import fim.commands.run_view as run_command
 
     asked: list[str] = []
 
@@ -135,7 +135,7 @@ def test_the_models_words_cannot_steer_the_terminal_or_hide_the_real_question(
     real question (about another call) was invisible and a `y` approved it. Escape
     sequences in what the model says and in a call's arguments are shown as text
     (`\\x1b`), and the real question starts a line of its own."""
-    import fim.commands.run as run_command
+    import fim.commands.run_view as run_command
 
     (project / "scripts" / "s.yaml").write_text(HIDING)
     asked: list[str] = []
@@ -156,7 +156,7 @@ def test_the_models_words_cannot_steer_the_terminal_or_hide_the_real_question(
 def test_at_a_terminal_anything_but_yes_denies(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import fim.commands.run as run_command
+    import fim.commands.run_view as run_command
 
     monkeypatch.setattr(run_command, "interactive", lambda: True)
     monkeypatch.setattr(run_command, "read_answer", lambda prompt: "\n")

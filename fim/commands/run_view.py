@@ -1,0 +1,256 @@
+"""What `fim run` shows and asks at the terminal: the events as they come (the answer on
+stdout, the trace on stderr), a `confirm` hook's question, and the run's record in the
+state store. Its own module because it decides what reaches a human's terminal (every
+model-written text through `printable`) and how a human's answer is recorded, apart from
+how a run is started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from typing import TYPE_CHECKING, Any
+
+from fim.commands import err, printable
+
+if TYPE_CHECKING:
+    from fim.events import Event, Token
+
+
+class ApprovalLogFilter(logging.Filter):
+    """Drops the hooks' log line of a new approval request while `fim run` shows it (the
+    same text as the run's notice: it was printed twice)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith("approval "))
+
+
+def interactive() -> bool:
+    """Someone at a terminal can answer a question: stdin and stderr are both a TTY."""
+    return sys.stdin.isatty() and sys.stderr.isatty()
+
+
+def read_answer(prompt: str) -> str:
+    """One line typed at the terminal (a test replaces it)."""
+    sys.stderr.write(prompt)
+    sys.stderr.flush()
+    return sys.stdin.readline()
+
+
+NO_TERMINAL = "fim run (no terminal)"
+"""Who denied a call that nobody could be asked about, as the approval records it."""
+
+
+class Approvals:
+    """How `fim run` answers a `confirm` hook's request (a pending approval in the state
+    store, announced by a notice while the hook waits on it).
+
+    - At a terminal (`ask`): `Allow <tool> <args>? [y/N]`, typed right here.
+    - Without one and without `--wait-approvals`: denied at once (fail closed, as MCP
+      elicitation is declined): nobody would see the request before it expires, and the run
+      would hang for the hook's whole timeout.
+    - With `--wait-approvals`: the request is printed once and the hook waits for
+      `fim approvals approve|deny ID` from another shell.
+
+    A decision is recorded the way `fim approvals approve|deny` records it
+    (`Store.resolve_approval`, by `cli:<user>`), so the hook that waits, the audit trail and
+    `fim approvals list --all` see the same thing whichever way it was decided."""
+
+    def __init__(self, *, ask: bool = False, wait: bool = False) -> None:
+        self.ask = ask
+        self.wait = wait
+
+    async def answer(self, notice: Any, services: Any) -> bool:
+        """Decide (or announce) the tool approval `notice` names; False for any other
+        notice, which the printer shows as before."""
+        approval_id = notice.data.get("approval_id")
+        if not approval_id or "elicitation" in notice.data or "tool_name" not in notice.data:
+            return False
+        # deferred: loading the state store costs tens of ms
+        from fim.commands.approvals import cli_user
+        from fim.hooks.approval import preview
+        from fim.store import get_store
+
+        store = get_store(services)
+        pending = await store.get_approval(approval_id)
+        if pending is None or pending.kind != "tool" or pending.status != "pending":
+            return False
+        if self.wait:
+            err(notice.message)
+            return True
+        if self.ask:
+            # deferred: loading asyncio costs a few ms (the run loaded it long ago)
+            import asyncio
+
+            args = preview(json.dumps(pending.args, ensure_ascii=False, default=str), 300)
+            # on a line of its own, after whatever the answer so far left on the last one;
+            # the model's words cannot be escape sequences any more (`printable`)
+            question = f"\nAllow {printable(pending.tool_name)} {printable(args)}? [y/N] "
+            reply = await asyncio.to_thread(read_answer, question)
+            approved = reply.strip().lower() in ("y", "yes")
+            note = None if approved else "denied at the terminal"
+            await store.resolve_approval(
+                approval_id, approved, by=cli_user(), data={"note": note} if note else None
+            )
+            return True
+        await store.resolve_approval(
+            approval_id,
+            False,
+            by=NO_TERMINAL,
+            data={"note": "nobody could be asked: fim run had no terminal"},
+        )
+        err(
+            f"denied {pending.tool_name} (approval {approval_id}): a `confirm` hook asks a "
+            "human and this run has no terminal (rerun with --wait-approvals to wait for "
+            f"`fim approvals approve ID`)"
+        )
+        return True
+
+
+class RunRecorder:
+    """Keeps a `fim run` run in the state store, as `fim serve` keeps the runs it serves
+    (record `agent` with the status, output and non-token events), so `fim runs list` and
+    `fim runs show RUN_ID` find it. A failed write is a warning: it never fails the run."""
+
+    def __init__(self, agent: str) -> None:
+        self.agent = agent
+        self.run_id = ""
+        self.events: list[dict[str, Any]] = []
+        self._opening: asyncio.Future[None] | None = None
+
+    def open(self, services: Any) -> None:
+        """Start setting up the state store in a thread while the run goes on (~0.1-0.2 s,
+        hidden behind the model's answer), so recording adds next to nothing at the end."""
+        # deferred: loading the state store costs tens of ms
+        from fim.store import get_store
+
+        self._opening = asyncio.ensure_future(asyncio.to_thread(get_store(services).open))
+
+    def add(self, event: Any) -> None:
+        if not self.run_id:
+            self.run_id = event.run_id
+        if event.type != "token" and event.run_id == self.run_id:
+            self.events.append(event.model_dump(mode="json"))
+
+    async def save(self, services: Any, status: str, output: str) -> None:
+        if not self.run_id:
+            return
+        # deferred: loading the state store costs tens of ms
+        from fim.store import get_store
+
+        data = {"output": output, "events": self.events, "surface": "cli"}
+        try:
+            if self._opening is not None:
+                await self._opening
+            await get_store(services).put_run(self.run_id, "agent", self.agent, status, data)
+        except Exception as exc:  # recording is a convenience; the answer was given
+            err(f"warning: run {self.run_id} was not recorded in the state store: {exc}")
+
+
+class EventPrinter:
+    """Renders events for a terminal: the answer on stdout, the trace on stderr."""
+
+    def __init__(self, *, verbose: bool = False, as_json: bool = False) -> None:
+        self.verbose = verbose
+        self.as_json = as_json
+        self.approvals = Approvals()
+        """What answers a `confirm` hook's request (`fim run` sets it from the terminal)."""
+        self._streamed = False
+        # deferred: loading rich costs a few ms
+        from rich.console import Console
+
+        # deferred: loading fim.masking costs a few ms
+        from fim.masking import StreamMasker, known
+
+        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
+        self._tokens = StreamMasker(known())
+        self._last_token: Token | None = None
+        """Tokens are masked as a stream: a secret split over two tokens is still caught."""
+
+    def show(self, event: Event) -> None:
+        # deferred: loading fim.masking costs a few ms (fim.events is loaded by now)
+        from fim.events import (
+            ErrorEvent,
+            HookEvent,
+            MessageEvent,
+            Notice,
+            RunFinished,
+            Token,
+            ToolCallEvent,
+            ToolProgress,
+            ToolResultEvent,
+        )
+        from fim.masking import mask_model
+
+        event = mask_model(event)
+        if self.as_json:
+            if isinstance(event, Token):
+                event = event.model_copy(update={"text": self._tokens.feed(event.text)})
+                self._last_token = event
+                if not event.text:
+                    return
+            elif (held := self._tokens.flush()) and self._last_token is not None:
+                held_token = self._last_token.model_copy(update={"text": held})
+                sys.stdout.write(held_token.model_dump_json() + "\n")
+            sys.stdout.write(event.model_dump_json() + "\n")
+            sys.stdout.flush()
+            return
+        match event:
+            case Token():
+                sys.stdout.write(printable(self._tokens.feed(event.text)))
+                sys.stdout.flush()
+                self._streamed = True
+            case MessageEvent():
+                text = self._tokens.flush() if self._streamed else event.content
+                sys.stdout.write(printable(text) + "\n")
+                sys.stdout.flush()
+                self._streamed = False
+            case ErrorEvent():
+                self.err.print(f"[red]error:[/red] {_escape(event.message)}")
+            case ToolCallEvent() if self.verbose:
+                self._end_stream()
+                args = json.dumps(event.arguments, ensure_ascii=False)
+                self.err.print(f"[cyan]→ {event.name}[/cyan] {_escape(_clip(args, 300))}")
+            case ToolResultEvent() if self.verbose:
+                style = "red" if event.is_error else "green"
+                self.err.print(
+                    f"[{style}]← {event.name}[/{style}] [dim]({event.duration_ms:.0f} ms)[/dim] "
+                    f"{_escape(_clip(event.content, 500))}"
+                )
+            case HookEvent() if self.verbose:
+                reason = f": {_escape(event.reason)}" if event.reason else ""
+                self.err.print(
+                    f"[magenta]⚑ {event.point} {event.hook} {event.decision}[/magenta]{reason}"
+                )
+            case ToolProgress():
+                total = f"/{event.total:g}" if event.total is not None else ""
+                text = f" {_escape(_clip(event.message, 200))}" if event.message else ""
+                self.err.print(f"[dim]… {event.name} {event.progress:g}{total}{text}[/dim]")
+            case Notice() if self.verbose or "elicitation" in event.data:
+                self.err.print(f"[yellow]• {_escape(event.message)}[/yellow]")
+            case RunFinished() if self.verbose:
+                usage = event.usage
+                self.err.print(
+                    f"[dim]{event.status} · {event.iterations} model calls · "
+                    f"{usage.prompt_tokens}+{usage.completion_tokens} tokens · "
+                    f"{event.duration_ms:.0f} ms[/dim]"
+                )
+
+    def _end_stream(self) -> None:
+        if self._streamed:
+            sys.stdout.write(printable(self._tokens.flush()) + "\n")
+            self._streamed = False
+
+
+def _clip(text: str, limit: int) -> str:
+    text = text.replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _escape(text: str) -> str:
+    # deferred: loading rich costs a few ms
+    from rich.markup import escape
+
+    return escape(printable(text))
