@@ -496,7 +496,12 @@ def test_a_bad_script_file_is_a_config_error_with_its_line(tmp_path: Path):
     with pytest.raises(ConfigError) as caught:
         make_model(ModelSettings(model="scripted:bad.yaml"), root=tmp_path)
     assert str(caught.value).startswith(f"{tmp_path / 'bad.yaml'}:2:")
-    assert "unknown step keys: say" in str(caught.value)
+    assert "unknown step key 'say'" in str(caught.value)
+    (tmp_path / "typo.yaml").write_text("- {text: ok, tool_cal: {name: x}}\n")
+    with pytest.raises(ConfigError) as caught:
+        make_model(ModelSettings(model="scripted:typo.yaml"), root=tmp_path)
+    assert "unknown step key 'tool_cal'" in str(caught.value)  # not the valid `text`
+    assert "did you mean 'tool_call'?" in str(caught.value)
     with pytest.raises(ConfigError, match="cannot read scripted model file"):
         make_model(ModelSettings(model="scripted:missing.yaml"), root=tmp_path)
     deep = "- tool_calls: [{name: x, arguments: " + "[" * 400 + "]" * 400 + "}]\n"

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from fim.config.problems import suggest
 from fim.errors import ConfigError
 from fim.llm.wire import new_call_id, parse_arguments
 from fim.types import Message, ModelResponse, ToolCall, ToolSpec, Usage
@@ -126,7 +127,13 @@ def _step_from_yaml(item: Any, path: Path, line: int, column: int) -> ModelRespo
                 )
             calls.append((str(call["name"]), _plain(args), call.get("id")))
         return tool_calls(calls, content=item.get("text"))
-    raise ConfigError.at(path, f"unknown step keys: {', '.join(sorted(keys))}", line, column, hint)
+    unknown = sorted(keys - STEP_KEYS) or sorted(keys)
+    guess = suggest(unknown[0], STEP_KEYS, "step keys") if len(unknown) == 1 else None
+    listed = ", ".join(f"'{k}'" for k in unknown)
+    raise ConfigError.at(path, f"unknown step key {listed}", line, column, guess or hint)
+
+
+STEP_KEYS = frozenset({"text", "tool_calls", "tool_call"})
 
 
 def _plain(value: Any) -> Any:
