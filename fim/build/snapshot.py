@@ -159,7 +159,8 @@ class Snapshot:
 
 
 def _variable(message: str) -> str:
-    """`TODO_API_KEY` of "environment variable 'TODO_API_KEY' is not set"."""
+    """`CRM_TOKEN` of "environment variable 'CRM_TOKEN' is not set" (the words of
+    `fim.config.interpolate`, the only writer of an unset variable's problem)."""
     parts = message.split("'")
     return parts[1] if len(parts) > 2 else message
 

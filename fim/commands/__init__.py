@@ -7,7 +7,6 @@ inside their command functions, so `fim --help` stays fast.
 
 from __future__ import annotations
 
-import re
 import signal
 import sys
 from collections.abc import Coroutine, Iterable, Iterator
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 import typer
 
 from fim.errors import ConfigError, Problem, RunError
+from fim.terminal import printable
 
 T = TypeVar("T")
 
@@ -88,21 +88,6 @@ def run_async(coro: Coroutine[Any, Any, T], *, cancel_on_sigterm: bool = False) 
         if terminated:
             raise SystemExit(128 + signal.SIGTERM) from None
         raise
-
-
-_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def printable(text: str) -> str:
-    """`text` with control characters shown as escapes (`\\x1b`), for a terminal: a model's
-    answer, a tool's output or a stored run's output is not the terminal's to control.
-    Written raw, an escape sequence recoloured, cleared or retitled the screen: text set
-    black on black hid the real `Allow ...? [y/N]` of an approval behind a fake one, and
-    OSC 52 wrote the clipboard. Newlines and tabs stay; bidirectional overrides, which
-    reorder what is shown, are escaped too."""
-    if text.isprintable() or not _UNPRINTABLE.search(text):
-        return text
-    return _UNPRINTABLE.sub(lambda m: m.group(0).encode("unicode_escape").decode(), text)
 
 
 def err(line: str) -> None:

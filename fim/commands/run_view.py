@@ -13,7 +13,8 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
-from fim.commands import err, printable
+from fim.commands import err
+from fim.terminal import markup, printable
 
 if TYPE_CHECKING:
     from fim.events import Event, Token
@@ -208,28 +209,28 @@ class EventPrinter:
                 sys.stdout.flush()
                 self._streamed = False
             case ErrorEvent():
-                self.err.print(f"[red]error:[/red] {_escape(event.message)}")
+                self.err.print(f"[red]error:[/red] {markup(event.message)}")
             case ToolCallEvent() if self.verbose:
                 self._end_stream()
                 args = json.dumps(event.arguments, ensure_ascii=False)
-                self.err.print(f"[cyan]→ {event.name}[/cyan] {_escape(_clip(args, 300))}")
+                self.err.print(f"[cyan]→ {event.name}[/cyan] {markup(_clip(args, 300))}")
             case ToolResultEvent() if self.verbose:
                 style = "red" if event.is_error else "green"
                 self.err.print(
                     f"[{style}]← {event.name}[/{style}] [dim]({event.duration_ms:.0f} ms)[/dim] "
-                    f"{_escape(_clip(event.content, 500))}"
+                    f"{markup(_clip(event.content, 500))}"
                 )
             case HookEvent() if self.verbose:
-                reason = f": {_escape(event.reason)}" if event.reason else ""
+                reason = f": {markup(event.reason)}" if event.reason else ""
                 self.err.print(
                     f"[magenta]⚑ {event.point} {event.hook} {event.decision}[/magenta]{reason}"
                 )
             case ToolProgress():
                 total = f"/{event.total:g}" if event.total is not None else ""
-                text = f" {_escape(_clip(event.message, 200))}" if event.message else ""
+                text = f" {markup(_clip(event.message, 200))}" if event.message else ""
                 self.err.print(f"[dim]… {event.name} {event.progress:g}{total}{text}[/dim]")
             case Notice() if self.verbose or "elicitation" in event.data:
-                self.err.print(f"[yellow]• {_escape(event.message)}[/yellow]")
+                self.err.print(f"[yellow]• {markup(event.message)}[/yellow]")
             case RunFinished() if self.verbose:
                 usage = event.usage
                 self.err.print(
@@ -247,10 +248,3 @@ class EventPrinter:
 def _clip(text: str, limit: int) -> str:
     text = text.replace("\n", " ")
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _escape(text: str) -> str:
-    # deferred: loading rich costs a few ms
-    from rich.markup import escape
-
-    return escape(printable(text))

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fim.commands import ProjectOption, fail, printable
+from fim.commands import ProjectOption, fail
 from fim.commands.approvals import StateOption, _run, open_store, utc_time
+from fim.terminal import printable
 
 if TYPE_CHECKING:
     from fim.store import Store

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from fim.capabilities import CAPABILITIES
-from fim.commands import ProjectOption, fail, load_snapshot, printable, run_async, user_errors
+from fim.commands import ProjectOption, fail, load_snapshot, run_async, user_errors
+from fim.terminal import markup
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -68,12 +69,9 @@ def _services(snapshot: Snapshot) -> Services:
 
 def _short(value: Any, limit: int = 80) -> str:
     """One line of a value for a terminal, with rich markup escaped (outputs are data)."""
-    # deferred: loading rich costs a few ms
-    from rich.markup import escape
-
     text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
-    text = printable(" ".join(text.split()))
-    return escape(text if len(text) <= limit else text[: limit - 1] + "…")
+    text = " ".join(text.split())
+    return markup(text if len(text) <= limit else text[: limit - 1] + "…")
 
 
 class Progress:

@@ -12,6 +12,7 @@ from xml.etree import ElementTree as ET
 
 from fim.eval.results import CaseRun, EvalReport
 from fim.masking import known
+from fim.terminal import markup, printable
 
 
 def _case_id(run: CaseRun) -> str:
@@ -46,7 +47,6 @@ _STYLE = {"PASS": "green", "FAIL": "red", "SKIP": "yellow", "ERROR": "red"}
 
 def print_summary(report: EvalReport, console: Any) -> None:
     # deferred: loading rich costs a few ms
-    from rich.markup import escape
     from rich.table import Table
 
     models = any(s.model is not None for s in report.suites)
@@ -58,9 +58,9 @@ def print_summary(report: EvalReport, console: Any) -> None:
         target = suite.suite.agent or f"workflow:{suite.suite.workflow}"
         verdict = suite.verdict
         table.add_row(
-            escape(suite.suite.name),
-            *((escape(suite.model or "-"),) if models else ()),
-            escape(target),
+            markup(suite.suite.name),
+            *((markup(suite.model or "-"),) if models else ()),
+            markup(target),
             str(len(suite.runs)),
             str(sum(r.passed for r in suite.runs)),
             _rate(suite.pass_rate),
@@ -71,15 +71,17 @@ def print_summary(report: EvalReport, console: Any) -> None:
     for suite in report.suites:
         for run in suite.runs:
             if run.skipped:
-                console.print(f"[yellow]-[/yellow] {escape(suite.label)} / {escape(_case_id(run))}")
+                console.print(f"[yellow]-[/yellow] {markup(suite.label)} / {markup(_case_id(run))}")
                 console.print(
                     f"    skipped: {run.skipped}", markup=False, highlight=False, soft_wrap=True
                 )
             elif not run.passed:
                 mark = "[red]![/red] ERROR" if run.config_error else "[red]✗[/red]"
-                console.print(f"{mark} {escape(suite.label)} / {escape(_case_id(run))}")
+                console.print(f"{mark} {markup(suite.label)} / {markup(_case_id(run))}")
                 for line in failure_lines(run):
-                    console.print(f"    {line}", markup=False, highlight=False, soft_wrap=True)
+                    console.print(
+                        f"    {printable(line)}", markup=False, highlight=False, soft_wrap=True
+                    )
     hooks = (
         "hooks ON (--with-hooks)"
         if any(s.hooks for s in report.suites)
