@@ -17,13 +17,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from fim.errors import FimError, RunError
+from fim.errors import RunError
 from fim.locks import current_owner
 from fim.run.sessions import session_label
-from fim.run.tree import RunSpend, per_run, start_spend
+from fim.run.tree import RunSpend, per_run
 from fim.types import ModelResponse, Usage
 
 if TYPE_CHECKING:
@@ -307,7 +306,7 @@ class Ledger:
 
     def called(self, model: str) -> None:
         """One model call of the run was made (an `llm_call` event, or a call of a run with
-        no engine: `model_run`)."""
+        no engine: `fim.run.model_run`)."""
         self.calls += 1
         self.model = self.model or model
 
@@ -347,80 +346,3 @@ class Ledger:
                 logging.getLogger("fim.usage").exception(
                     "could not record the usage of run %s", self.run_id
                 )
-
-
-class _Counted:
-    """The model of a run with no engine, counting its calls and what they spent for the
-    run's `Ledger` (an engine's run is counted from its `llm_call` and `run_finished`
-    events instead)."""
-
-    def __init__(self, inner: Model, ledger: Ledger) -> None:
-        self.inner, self.ledger = inner, ledger
-        self.name = getattr(inner, "name", "")
-        self.usage = Usage()
-
-    def __getattr__(self, name: str) -> Any:  # settings, context_window ... of the inner model
-        return getattr(self.inner, name)
-
-    def _took(self, response: ModelResponse) -> ModelResponse:
-        self.usage = self.usage + response.usage
-        self.ledger.called(response.model or self.name)
-        return response
-
-    def _refused(self, exc: FimError) -> None:
-        """A call that spent, then was refused (a budget passed on the real count), counts
-        in the run's usage as the engines count it."""
-        self.usage = self.usage + getattr(exc, "usage", Usage())
-
-    async def complete(
-        self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
-    ) -> ModelResponse:
-        try:
-            return self._took(await self.inner.complete(messages, tools, **options))
-        except FimError as exc:
-            self._refused(exc)
-            raise
-
-    async def stream(
-        self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
-    ) -> AsyncIterator[TextDelta | ModelResponse]:
-        try:
-            async for item in self.inner.stream(messages, tools, **options):
-                yield self._took(item) if isinstance(item, ModelResponse) else item
-        except FimError as exc:
-            self._refused(exc)
-            raise
-
-
-@asynccontextmanager
-async def model_run(
-    snapshot: Any,
-    agent: Any,
-    model: Model,
-    *,
-    services: Any,
-    run_id: str,
-    session: str | None = None,
-) -> AsyncIterator[Model]:
-    """`model` made one run of `agent`, for model calls no engine makes (a workflow's `llm`
-    node), held to the same rules as an agent's run by the same three steps
-    `fim.run.plan.build_plan` and `fim.run.agent.run_agent` take:
-
-    - the run joins the tree going on (`start_spend`): it counts toward the tree's
-      `max_runs`, and its spend toward the per-run limits of every run above it;
-    - its calls are metered (`metered`) against every budget of `agent`: per run, per day,
-      per `session`, and the key's;
-    - what they spent is written to the usage table under `agent.name` and `run_id` when
-      the block ends (`Ledger`): "ok", or "error" when the block raised. A cancelled block
-      writes nothing, as a cancelled agent run does not.
-
-    Raises RunError before any call when the tree already started `max_runs` runs."""
-    spend = start_spend(agent, run_budgets(snapshot, agent), snapshot.project.max_runs)
-    ledger = Ledger(services, agent.name, run_id, session)
-    counted = _Counted(metered(model, snapshot, agent, services, session, spend), ledger)
-    try:
-        yield counted
-    except Exception:
-        await ledger.write("error", counted.usage)
-        raise
-    await ledger.write("ok", counted.usage)

@@ -1,6 +1,6 @@
 """The tree of runs one request starts: the first run, its delegates and theirs, the agent
 and `llm` nodes of the workflows they run (an `llm` node is a run with no engine:
-`fim.run.spend.model_run`). Each run's place in it (`RunSpend`) is kept in
+`fim.run.model_run`). Each run's place in it (`RunSpend`) is kept in
 `current_spend` while it goes, like its owner (`fim.locks.current_owner`), so a run started
 inside it -- in a tool call's task, a workflow node's -- finds the run it works for.
 

@@ -296,15 +296,15 @@ async def complete(
     """One model call (`system` and `prompt` already rendered); with an output schema the
     reply is validated, and a rejected reply is retried once with the problem named.
 
-    The node is a run of its own, as an agent node is (`fim.run.spend.model_run`): one
+    The node is a run of its own, as an agent node is (`fim.run.model_run`): one
     more run of the tree that started the workflow (`max_runs`), held to that tree's
     per-run limits and to the project's, the key's and the session's budgets, and written
     to the usage table as agent `workflow:<name>` under the workflow's run id (which the
     workflow's key owns, so the key's daily budget counts it)."""
     # deferred: loading fim.llm costs a few ms
     from fim.llm import make_model
+    from fim.run.model_run import model_run
     from fim.run.overrides import output_contract
-    from fim.run.spend import model_run
 
     try:
         model = make_model(ctx.snapshot.model_settings(model_ref), ctx.snapshot.root)
