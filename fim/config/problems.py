@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
+from fim.config.claude_hooks import pasted_claude_hooks
 from fim.config.yamlio import Document, Path_
 from fim.errors import Problem
 from fim.masking import MASK, Masker, config_secrets, known
@@ -275,7 +276,7 @@ def validation_problems(exc: ValidationError, root: Any, doc: Document) -> list[
             said = _message(err, path, quote)
             message = f"{label}: {said}" if label else said
             problem = doc.problem(path, message, _hint(err))
-            claude = _claude_hooks(err, path, label)
+            claude = pasted_claude_hooks(err, path, label)
             if claude is not None:
                 problem = doc.problem(path, *claude)
         collected.append((path, skipped, problem))
@@ -323,57 +324,6 @@ def _message(err: ErrorDetails, path: Path_, quote: _Quoter) -> str:
         return f"expected one of {expected}, got {quote.show(err['input'], path)}"
     msg = err["msg"]
     return msg.removeprefix("Value error, ")
-
-
-CLAUDE_ONLY_EVENTS = (
-    "UserPromptSubmit",
-    "Stop",
-    "SubagentStop",
-    "Notification",
-    "PreCompact",
-    "SessionEnd",
-)
-"""Claude Code hook events fim has no equivalent of (fim runs SessionStart, PreToolUse and
-PostToolUse): pasted from a settings.json they deserve a plain "not supported"."""
-_FIM_EVENTS = ("SessionStart", "PreToolUse", "PostToolUse")
-
-
-def _claude_hooks(err: ErrorDetails, path: Path_, label: str) -> tuple[str, str | None] | None:
-    """(message, hint) for what a Claude Code user pastes: a settings.json `hooks:` block
-    (`{PreToolUse: [{matcher, hooks: [{type: command, command}]}]}`), answered with the
-    same hooks in fim's list form, or one of Claude's events fim does not have."""
-    value = err["input"]
-    if err["type"] == "literal_error" and path[-1:] == ("event",) and value in CLAUDE_ONLY_EVENTS:
-        return (
-            f"{label}: '{value}' is a Claude Code event not supported by fim "
-            f"(supported: {', '.join(_FIM_EVENTS)})",
-            None,
-        )
-    if err["type"] != "list_type" or path[-1:] != ("hooks",) or not isinstance(value, dict):
-        return None
-    events = [str(k) for k in value]
-    if not any(e in _FIM_EVENTS or e in CLAUDE_ONLY_EVENTS for e in events):
-        return None
-    items, unsupported = [], [e for e in events if e not in _FIM_EVENTS]
-    for event, groups in value.items():
-        if event not in _FIM_EVENTS:
-            continue
-        for group in groups if isinstance(groups, list) else []:
-            group = group if isinstance(group, dict) else {}
-            matcher = group.get("matcher")
-            for hook in group.get("hooks") or []:
-                command = hook.get("command") if isinstance(hook, dict) else None
-                if isinstance(command, str):
-                    item = f"event: {event}" + (f", matcher: '{matcher}'" if matcher else "")
-                    items.append("{" + item + f", command: '{command}'" + "}")
-    form = f"hooks: [{', '.join(items[:3])}{', ...' if len(items) > 3 else ''}]"
-    hint = "one item per hook, each with its event: " + (form if items else "- event: ...")
-    if unsupported:
-        hint += (
-            f"; {', '.join(unsupported)}: not supported by fim "
-            f"(supported: {', '.join(_FIM_EVENTS)})"
-        )
-    return (f"{label}: this is Claude Code's settings.json shape; fim expects a list", hint)
 
 
 def _hint(err: ErrorDetails) -> str | None:

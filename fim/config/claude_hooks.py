@@ -1,0 +1,66 @@
+"""What a Claude Code user pastes into a project, answered in fim's words: a settings.json
+`hooks:` block becomes the same hooks in fim's list form, and an event fim has no
+equivalent of is named as such. Its own module because it knows Claude Code's shapes, which
+change for other reasons than how a validation problem is worded (`fim.config.problems`).
+"""
+
+from __future__ import annotations
+
+from typing import get_args
+
+from pydantic_core import ErrorDetails
+
+from fim.config.yamlio import Path_
+from fim.types import HookPoint
+
+CLAUDE_ONLY_EVENTS = (
+    "UserPromptSubmit",
+    "Stop",
+    "SubagentStop",
+    "Notification",
+    "PreCompact",
+    "SessionEnd",
+)
+"""Claude Code hook events fim has no equivalent of (fim runs SessionStart, PreToolUse and
+PostToolUse): pasted from a settings.json they deserve a plain "not supported"."""
+_FIM_EVENTS: tuple[str, ...] = get_args(HookPoint)
+
+
+def pasted_claude_hooks(
+    err: ErrorDetails, path: Path_, label: str
+) -> tuple[str, str | None] | None:
+    """(message, hint) for what a Claude Code user pastes: a settings.json `hooks:` block
+    (`{PreToolUse: [{matcher, hooks: [{type: command, command}]}]}`), answered with the
+    same hooks in fim's list form, or one of Claude's events fim does not have."""
+    value = err["input"]
+    if err["type"] == "literal_error" and path[-1:] == ("event",) and value in CLAUDE_ONLY_EVENTS:
+        return (
+            f"{label}: '{value}' is a Claude Code event not supported by fim "
+            f"(supported: {', '.join(_FIM_EVENTS)})",
+            None,
+        )
+    if err["type"] != "list_type" or path[-1:] != ("hooks",) or not isinstance(value, dict):
+        return None
+    events = [str(k) for k in value]
+    if not any(e in _FIM_EVENTS or e in CLAUDE_ONLY_EVENTS for e in events):
+        return None
+    items, unsupported = [], [e for e in events if e not in _FIM_EVENTS]
+    for event, groups in value.items():
+        if event not in _FIM_EVENTS:
+            continue
+        for group in groups if isinstance(groups, list) else []:
+            group = group if isinstance(group, dict) else {}
+            matcher = group.get("matcher")
+            for hook in group.get("hooks") or []:
+                command = hook.get("command") if isinstance(hook, dict) else None
+                if isinstance(command, str):
+                    item = f"event: {event}" + (f", matcher: '{matcher}'" if matcher else "")
+                    items.append("{" + item + f", command: '{command}'" + "}")
+    form = f"hooks: [{', '.join(items[:3])}{', ...' if len(items) > 3 else ''}]"
+    hint = "one item per hook, each with its event: " + (form if items else "- event: ...")
+    if unsupported:
+        hint += (
+            f"; {', '.join(unsupported)}: not supported by fim "
+            f"(supported: {', '.join(_FIM_EVENTS)})"
+        )
+    return (f"{label}: this is Claude Code's settings.json shape; fim expects a list", hint)
