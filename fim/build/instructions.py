@@ -27,12 +27,12 @@ import datetime as _dt
 import errno
 import functools
 import os
-import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from fim.config.files import read_regular
 from fim.config.problems import suggest
 from fim.config.templates import PlainRefs
 
@@ -212,25 +212,16 @@ def _jinja() -> tuple[type[Any], type[Any], type[Exception], type[Any]]:
     return Undefined, ProjectLoader, Missing, Namespace
 
 
-_OPEN_FLAGS = os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
-
-
 def _read(path: Path, refuse: Callable[[str], Exception]) -> tuple[str, int]:
-    """A regular file's text, under `MAX_PROMPT_BYTES`, opened without blocking (a FIFO
-    put there must not hold the run) nor following a link (`path` is resolved already: a
-    link there now was put since), checked again on the descriptor that is read."""
+    """A regular file's text, under `MAX_PROMPT_BYTES`, read without blocking nor following
+    a link (`path` is resolved already: a link there now was put since), by the one reader
+    of project files (`fim.config.files.read_regular`)."""
     try:
-        with open(path, "rb", opener=lambda p, f: os.open(p, f | _OPEN_FLAGS)) as fh:
-            st = os.fstat(fh.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                raise refuse("not a regular file (a FIFO, device or socket)")
-            raw = fh.read(MAX_PROMPT_BYTES + 1)
+        raw, st = read_regular(path, MAX_PROMPT_BYTES, follow_links=False)
     except OSError as exc:
         if exc.errno == errno.EISDIR:
             raise refuse("it is a folder") from None
         raise refuse(exc.strerror or str(exc)) from None
-    if len(raw) > MAX_PROMPT_BYTES:
-        raise refuse(f"larger than {MAX_PROMPT_BYTES // 1024} KiB, the most fim reads")
     try:
         return raw.decode("utf-8"), st.st_mtime_ns
     except UnicodeDecodeError as exc:

@@ -95,18 +95,38 @@ MAX_FILE_BYTES = 64 * 2**20
 few MB): past it the file is a problem, not a read that grows with whatever it holds."""
 
 
-def _regular(st: os.stat_result) -> None:
+def _regular(st: os.stat_result, limit: int | None = None) -> None:
     """A project file must be a regular file of a bounded size: a SKILL.md linked to
     `/dev/zero` was read until memory ran out, and a FIFO blocked the load (and a server's
     reload) for good. Raised as `OSError`, which the caller records as the file's problem."""
+    limit = MAX_FILE_BYTES if limit is None else limit
     if not stat.S_ISREG(st.st_mode):
         raise OSError(errno.EINVAL, "not a regular file (a FIFO, device or socket)")
-    if st.st_size > MAX_FILE_BYTES:
-        raise OSError(errno.EFBIG, f"larger than {MAX_FILE_BYTES // 2**20} MiB, the most fim reads")
+    if st.st_size > limit:
+        raise _too_big(limit)
 
 
-def _nonblocking(name: str, flags: int) -> int:
-    return os.open(name, flags | os.O_NONBLOCK)
+def _too_big(limit: int) -> OSError:
+    size = f"{limit // 2**20} MiB" if limit >= 2**20 else f"{limit // 1024} KiB"
+    return OSError(errno.EFBIG, f"larger than {size}, the most fim reads")
+
+
+def read_regular(
+    name: str | Path, limit: int | None = None, *, follow_links: bool = True
+) -> tuple[bytes, os.stat_result]:
+    """The bytes of a regular file of at most `limit` bytes, and its stat: opened without
+    blocking (a FIFO put there must not hold the caller) and, with `follow_links=False`,
+    without following a link; checked on the descriptor that is read. `OSError` otherwise
+    (`EINVAL`: not a regular file; `EFBIG`: larger than `limit`, `MAX_FILE_BYTES` if None)."""
+    limit = MAX_FILE_BYTES if limit is None else limit
+    extra = os.O_NONBLOCK | (0 if follow_links else getattr(os, "O_NOFOLLOW", 0))
+    with open(name, "rb", opener=lambda path, flags: os.open(path, flags | extra)) as fh:
+        st = os.fstat(fh.fileno())
+        _regular(st, limit)
+        raw = fh.read(limit + 1)
+    if len(raw) > limit:  # grew since the stat
+        raise _too_big(limit)
+    return raw, st
 
 
 def _read_bytes(decls: Declarations, path: str | Path) -> bytes:
@@ -120,13 +140,7 @@ def _read_bytes(decls: Declarations, path: str | Path) -> bytes:
         decls.raw[name] = cached
         return cached[2]
     read_at = time.time_ns()
-    # non-blocking: a FIFO put there since the stat must not hold the load; checked again
-    # on the descriptor, which is what is read
-    with open(name, "rb", opener=_nonblocking) as fh:
-        _regular(os.fstat(fh.fileno()))
-        raw = fh.read(MAX_FILE_BYTES + 1)
-    if len(raw) > MAX_FILE_BYTES:  # grew since the stat
-        raise OSError(errno.EFBIG, f"larger than {MAX_FILE_BYTES // 2**20} MiB, the most fim reads")
+    raw, _ = read_regular(name)  # a FIFO put there since the stat must not hold the load
     if cached is not None and cached[2] == raw:
         raw = cached[2]  # unchanged after all: the same object keeps its decoded text
     decls.raw[name] = (key, read_at, raw)
