@@ -24,9 +24,10 @@ def answer(
     status: int = 200,
     headers: Mapping[str, str] | None = None,
 ) -> None:
-    """Send `status`, `headers` (JSON by default) and `body` with its length."""
+    """Send `status`, `headers` (JSON when None; `{}` sends none) and `body` with its length."""
     handler.send_response(status)
-    for name, value in (headers or {"Content-Type": "application/json"}).items():
+    chosen = {"Content-Type": "application/json"} if headers is None else headers
+    for name, value in chosen.items():
         handler.send_header(name, value)
     handler.send_header("Content-Length", str(len(body)))
     handler.end_headers()

@@ -125,7 +125,7 @@ def _bomb(mib: int) -> bytes:
 BOMB = _bomb(64)
 
 
-class _Hostile(BaseHTTPRequestHandler):
+class _Hostile(Quiet):
     """Echoes what it was sent, redirects where it is told, and answers with bombs."""
 
     seen: list[tuple[str, str, dict[str, str]]]
@@ -159,15 +159,7 @@ class _Hostile(BaseHTTPRequestHandler):
             body = b"[" * 100_000 + b"]" * 100_000
         else:
             body = json.dumps({"served_by": self.server.server_address[0]}).encode()
-        self.send_response(status)
-        for name, value in extra.items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
+        answer(self, body, status, extra)
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from http_stubs import Quiet, answer
 
 from fim.build.snapshot import Snapshot
 from fim.capabilities import CAPABILITIES
@@ -325,7 +326,7 @@ async def test_python_exec_timeout_is_bounded_by_the_schema(tools: ToolRegistry)
 # --------------------------------------------------------------------------- web_fetch
 
 
-class _Site(BaseHTTPRequestHandler):
+class _Site(Quiet):
     def do_GET(self) -> None:
         port = self.server.server_address[1]
         routes: dict[str, tuple[int, dict[str, str], bytes]] = {
@@ -343,15 +344,7 @@ class _Site(BaseHTTPRequestHandler):
             "/big": (200, {"Content-Type": "text/plain"}, b"y" * 50_000),
         }
         status, headers, body = routes.get(self.path, (404, {"Content-Type": "text/plain"}, b"no"))
-        self.send_response(status)
-        for key, value in headers.items():
-            self.send_header(key, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
+        answer(self, body, status, headers)
 
 
 @pytest.fixture(scope="module")
@@ -549,7 +542,7 @@ async def test_web_fetch_cuts_long_pages_and_flags_http_errors(tmp_path: Path, s
     assert missing.content.startswith("Error: the server answered 404.")
 
 
-class _Hostile(BaseHTTPRequestHandler):
+class _Hostile(Quiet):
     """Pages that attack the reader: stacked codings, a gzip bomb, a remembered secret
     after `?pad=` characters (plain text or HTML)."""
 
@@ -571,15 +564,7 @@ class _Hostile(BaseHTTPRequestHandler):
             body = page.encode()
         else:
             body = f"{pad}{PAGE_SECRET}{' and more' * 30}".encode()
-        self.send_response(200)
-        for key, value in headers.items():
-            self.send_header(key, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
+        answer(self, body, 200, headers)
 
 
 PAGE_SECRET = "pg-secret-5e6f7a8b9c0d"
