@@ -28,7 +28,7 @@ from fim.cli import app
 from fim.config.schema import AgentDecl, Project, WebFetchSettings
 from fim.run.services import RunContext, Services
 from fim.tools import ToolRegistry, builtin, sandbox
-from fim.tools.sandbox.watchdog import WATCH_INTERVAL
+from fim.tools.sandbox.watchdog import FOLDER_SLACK_MB, WATCH_INTERVAL, Watchdog, folder_room
 from fim.types import ToolResult
 
 needs_bwrap = pytest.mark.skipif(
@@ -546,6 +546,38 @@ async def test_files_kept_between_calls_are_capped_per_folder(tmp_path: Path) ->
     assert not cleaned.folder_full and "cleaned" in cleaned.stdout.text()
     small = await sh("head -c 3000000 /dev/zero > kept; echo ok")
     assert not small.folder_full and "ok" in small.stdout.text()
+
+
+async def test_a_call_finding_its_folder_full_is_judged_by_the_folder_not_the_disk(
+    tmp_path: Path,
+) -> None:
+    """The disk's free space only says when to count the folder again: another process
+    taking 50 MB of the disk while a call that found its folder full runs `rm` does not
+    stop it (seen on CI, other test workers writing to /tmp); the folder growing past
+    `FOLDER_SLACK_MB` does."""
+    folder = tmp_path / "sandbox"
+    folder.mkdir()
+    (folder / "big").write_bytes(b"x" * 3 * 1024 * 1024)
+    limits = sandbox.Limits(folder_mb=2)
+    room, held, full = folder_room(folder, limits)
+    assert full and room == FOLDER_SLACK_MB * 1024 * 1024
+
+    async def verdict(box: Watchdog) -> str | None:
+        box.taken = 50 * 1024 * 1024  # the disk dropped by 50 MB: someone else's writes
+        assert box.folder_grown() is None  # counting started, in a thread
+        assert box.counting is not None
+        await box.counting[1]
+        return box.folder_grown()
+
+    def watchdog() -> Watchdog:
+        process: Any = None  # never touched by folder_grown
+        return Watchdog(
+            process, limits, folder=folder, room=room, held_at_start=held, full_at_start=full
+        )
+
+    assert await verdict(watchdog()) is None
+    (folder / "more").write_bytes(b"x" * 2 * 1024 * 1024)
+    assert await verdict(watchdog()) == "folder"
 
 
 @needs_bwrap

@@ -137,7 +137,8 @@ class Watchdog:
         had left: a statvfs per tick, the walk only that often. The free space is only the
         trigger, never the verdict, since every process on the disk changes it: another
         key writing a gigabyte does not stop this call. A call that found the folder full
-        may take `FOLDER_SLACK_MB` more than it frees: reading and deleting are never
+        may take `FOLDER_SLACK_MB` more than it frees, counted like any other (another
+        process filling the disk does not stop its `rm`): reading and deleting are never
         stopped."""
         if self.folder is None or self.room is None:
             return None
@@ -149,16 +150,19 @@ class Watchdog:
             self.counting = None
             held = None if count.cancelled() or count.exception() else count.result()
             cap = self.limits.folder_mb * mb
+            wrote = 0 if held is None else held - self.held_at_start
+            if self.full_at_start:
+                if held is None or wrote > FOLDER_SLACK_MB * mb:
+                    return "folder"
+                self.room = began + FOLDER_SLACK_MB * mb
+                return None
             if held is None or held > cap:
                 return "folder"
-            wrote = held - self.held_at_start
             if wrote > self.limits.disk_mb * mb:
                 return "disk"
             left = min(cap - held, self.limits.disk_mb * mb - wrote)
             self.room = began + max(left, FOLDER_SLACK_MB * mb)
         elif self.taken >= self.room:
-            if self.full_at_start:
-                return "folder"
             thread = asyncio.ensure_future(asyncio.to_thread(held_bytes, self.folder))
             self.counting = (self.taken, thread)
         return None
