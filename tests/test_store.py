@@ -16,6 +16,7 @@ import pytest
 
 from fim.run.services import Services
 from fim.store import MIGRATIONS, Store, get_store, normalize_url
+from fim.store.approvals import this_process
 
 
 @pytest.fixture
@@ -111,7 +112,7 @@ async def test_an_approval_is_pending_until_a_human_decides(store: Store) -> Non
     decided = await store.resolve_approval(approval_id, True, by="cli:ops", data={"note": "ok"})
     assert decided is not None
     assert (decided.status, decided.resolved_by) == ("approved", "cli:ops")
-    assert decided.data == {"hook": "confirm", "note": "ok"}
+    assert decided.data == {"hook": "confirm", "note": "ok", "waiter": this_process()}
     assert await store.list_approvals() == []
     assert [a.id for a in await store.list_approvals(None)] == [approval_id]
 

@@ -14,7 +14,7 @@ from fim.server.bodies import BodyError, DecisionBody, WorkflowRunBody, read_bod
 from fim.server.http import Caller, JSONResponse, caller, error, run_scope, session_owner, sse
 from fim.server.limits import Busy, Slot
 from fim.store import get_store
-from fim.store.approvals import ReservedData
+from fim.store.approvals import ABANDONED, ReservedData
 from fim.store.live import recorded
 from fim.store.owners import claimed, may_read
 from fim.workflows.inputs import required
@@ -146,7 +146,7 @@ def approval_handlers(api: Api) -> dict[str, Any]:
         ):  # another key's run waits on it: not there
             return error(404, f"unknown approval '{approval_id}'")
         if current.status != "pending":
-            return error(409, f"approval '{approval_id}' is already {current.status}")
+            return undecidable(approval_id, current)
         data = body.data
         if current.kind == "elicitation":  # an MCP server's question: validate the answer
             from fim.mcp.elicitation import content_problem  # deferred: MCP loads on use
@@ -175,6 +175,8 @@ def approval_handlers(api: Api) -> dict[str, Any]:
                 return error(400, exc.message, exc.hint, param=f"data.{exc.field}")
             if approval is None:
                 return error(409, f"approval '{approval_id}' could not be resolved")
+            if approval.status != ("approved" if decision == "approve" else "denied"):
+                return undecidable(approval_id, approval)  # expired or decided meanwhile
             resumed = None
             if current.kind == "workflow":
                 # the run `may_read` allowed, as the approval was stored: never the data
@@ -191,6 +193,19 @@ def approval_handlers(api: Api) -> dict[str, Any]:
         return JSONResponse({"approval": approval.as_dict(), "resumed_run": resumed})
 
     return {"list_approvals": list_approvals, "resolve": resolve}
+
+
+def undecidable(approval_id: str, current: Approval) -> JSONResponse:
+    """409 for an approval that is no longer pending; an abandoned one says why."""
+    if current.resolved_by == ABANDONED:
+        return error(
+            409,
+            f"approval '{approval_id}' expired: the run that asked for it stopped waiting "
+            "(it was cancelled or its process ended), so nobody would act on a decision",
+            "run the agent again: it asks for a new approval",
+            code="approval_abandoned",
+        )
+    return error(409, f"approval '{approval_id}' is already {current.status}")
 
 
 def decider(who: Caller, note: str | None) -> str:

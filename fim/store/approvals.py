@@ -4,8 +4,12 @@ request, pending until someone decides (any process, any replica) or it expires.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import socket
 import time
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
@@ -19,7 +23,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
 
 
-RESERVED = frozenset({"run_id", "workflow", "node", "call_id", "args_hmac", "hook"})
+RESERVED = frozenset({"run_id", "workflow", "node", "call_id", "args_hmac", "hook", "waiter"})
 """Data keys that say what an approval decides on: the run, workflow and node a human
 node's decision continues, the call a hook's approval allows (`fim.hooks.approval`). They
 are written when the approval is created; a decision never sets them."""
@@ -46,6 +50,63 @@ def reserved_key(current: Approval, data: dict[str, Any] | None) -> str | None:
         if key in RESERVED or key in current.data:
             return key
     return None
+
+
+WAITED = frozenset({"tool", "elicitation"})
+"""Kinds of approval a process waits on in memory (a hook, an MCP server's question): when
+that process is gone nobody acts on a decision. A workflow's approval is durable instead:
+whoever decides it resumes the run."""
+
+
+def _started(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks since boot (Linux: `/proc/<pid>/stat`),
+    so a pid reused by a newer process is not taken for the waiter; None where unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(b")") + 2 :].split()  # the name, in parentheses, may hold spaces
+    return int(fields[19])
+
+
+def this_process() -> dict[str, Any]:
+    """Who waits on an approval: host, pid and start tick, stored as its `waiter`."""
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": pid, "started": _started(pid)}
+
+
+def orphaned(approval: Approval) -> bool:
+    """Whether `approval` is pending for a process of this host that has ended: nobody will
+    act on a decision. A waiter on another host cannot be checked from here; its approval
+    expires at its deadline (and its process withdraws it when it stops waiting)."""
+    waiter = approval.data.get("waiter")
+    if approval.status != "pending" or not isinstance(waiter, dict):
+        return False
+    pid = waiter.get("pid")
+    if waiter.get("host") != socket.gethostname() or not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, someone else's
+        return False
+    started = waiter.get("started")
+    return started is not None and _started(pid) not in (None, started)
+
+
+ABANDONED = "nobody: the run that asked stopped waiting"
+"""`resolved_by` of an approval whose waiter stopped waiting or ended (`orphaned`)."""
+
+
+def _withdraw(conn: Connection, approval_id: str) -> None:
+    approvals = table("approvals")
+    conn.execute(
+        approvals.update()
+        .where(approvals.c.id == approval_id)
+        .where(approvals.c.status == "pending")
+        .values(status="expired", resolved_at=time.time(), resolved_by=ABANDONED)
+    )
 
 
 def _expire(conn: Connection) -> None:
@@ -80,6 +141,8 @@ class Approvals(Database):
     ) -> str:
         """Store a pending approval and return its id (short, to type in a shell)."""
         approval_id = uuid.uuid4().hex[:12]
+        if kind in WAITED:
+            data = {**(data or {}), "waiter": this_process()}
         mask = known()
         args, reason, data = mask_value(args, mask.text), mask.text(reason), mask.value(data)
         insert = table("approvals").insert().values(
@@ -95,9 +158,18 @@ class Approvals(Database):
 
         def work(conn: Connection) -> Approval | None:
             _expire(conn)
-            return _approval(conn, approval_id)
+            found = _approval(conn, approval_id)
+            if found is not None and orphaned(found):
+                _withdraw(conn, approval_id)
+                found = _approval(conn, approval_id)
+            return found
 
         return await self._tx(work)
+
+    async def withdraw_approval(self, approval_id: str) -> None:
+        """The waiter stops waiting (its run was cancelled, or it failed): a pending
+        approval expires now, so nobody decides a call that can no longer happen."""
+        await self._tx(lambda conn: _withdraw(conn, approval_id))
 
     async def list_approvals(
         self,
@@ -120,6 +192,12 @@ class Approvals(Database):
 
         def work(conn: Connection) -> list[Approval]:
             _expire(conn)
+            found = [Approval(**row) for row in conn.execute(query).mappings()]
+            gone = [approval.id for approval in found if orphaned(approval)]
+            if not gone:
+                return found
+            for approval_id in gone:
+                _withdraw(conn, approval_id)
             return [Approval(**row) for row in conn.execute(query).mappings()]
 
         return await self._tx(work)
@@ -144,6 +222,9 @@ class Approvals(Database):
         def work(conn: Connection) -> tuple[Approval | None, str | None]:
             _expire(conn)
             current = _approval(conn, approval_id)
+            if current is not None and orphaned(current):
+                _withdraw(conn, approval_id)
+                return _approval(conn, approval_id), None
             if current is None or current.status != "pending":
                 return current, None
             field = reserved_key(current, data)
@@ -190,16 +271,26 @@ class Approvals(Database):
 
         Polling (not notifications) because the decision may come from another process on
         another machine; SQLite and PostgreSQL both serve it without extra moving parts.
+        Whatever ends the wait before a decision (the timeout, the run cancelled, an
+        error) withdraws the approval: a human is never asked to decide a call nobody will
+        make (its waiter's process dying is caught by `orphaned` instead).
         """
         deadline = time.monotonic() + max(0.0, timeout)
-        while True:
-            approval = await self.get_approval(approval_id)
-            if approval is None or approval.status != "pending":
-                return approval
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return approval
-            wait = poll
-            if approval.expires_at is not None:
-                wait = min(wait, max(0.0, approval.expires_at - time.time()) + 0.005)
-            await asyncio.sleep(min(wait, remaining))
+        decided = False
+        try:
+            while True:
+                approval = await self.get_approval(approval_id)
+                if approval is None or approval.status != "pending":
+                    decided = True
+                    return approval
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return approval
+                wait = poll
+                if approval.expires_at is not None:
+                    wait = min(wait, max(0.0, approval.expires_at - time.time()) + 0.005)
+                await asyncio.sleep(min(wait, remaining))
+        finally:
+            if not decided:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self.withdraw_approval(approval_id))
