@@ -230,6 +230,28 @@ def test_validate_names_entries_that_cannot_be_tools_at_their_line(tmp_path: Pat
     ]
 
 
+def test_validate_reports_every_tool_problem_in_one_run(tmp_path: Path) -> None:
+    """A missing module once hid the problems importing the other functions would find,
+    and a function without a docstring hid its unannotated parameters: fixing one showed
+    the next. A newcomer gets them all at once."""
+    root = project(tmp_path / "p", {}, turn())
+    (root / "hooks" / "more.py").write_text("def bare(x):\n    return x\n")
+    (root / "hooks" / "broken.py").write_text("import not_a_module_anywhere\n")
+    refs = ["nomodule:f", "more:bare", "broken:f", "more:missing"]
+    (root / "agents" / "calc.yaml").write_text(
+        "description: calc\nmodel: scripted:calc.script.yaml\ninstructions: Go.\ntools:\n"
+        + "".join(f"  - {t}\n" for t in refs)
+    )
+    found = problems(root)
+    assert [line.split(" (")[0] for line in found] == [
+        "agents/calc.yaml:5:5: tools: cannot import 'nomodule:f'",
+        "agents/calc.yaml:6:5: tools: 'more:bare' has no docstring, and has parameters "
+        "without a type annotation: x",
+        "agents/calc.yaml:7:5: tools: cannot import 'broken:f'",
+        "agents/calc.yaml:8:5: tools: cannot import 'more:missing'",
+    ]
+
+
 def test_validate_imports_each_function_and_checks_its_signature(tmp_path: Path) -> None:
     root = project(tmp_path / "p", {}, turn())
     (root / "hooks" / "more.py").write_text(

@@ -82,9 +82,17 @@ def _locator(decls: Declarations) -> Locate:
     return locate
 
 
-def _snapshot_problems(snapshot: Snapshot, locate: Locate) -> list[Problem]:
+EVEN_WHEN_BROKEN: tuple[SnapshotCheck, ...] = (_check_python_tools,)
+"""Snapshot checks that also run on a project with problems, for the entries not reported
+already: importing the project's Python tools found their problems only once everything
+else was fixed, so `fim validate` reported a project in stages."""
+
+
+def _snapshot_problems(
+    snapshot: Snapshot, locate: Locate, checks: tuple[SnapshotCheck, ...] = SNAPSHOT_CHECKS
+) -> list[Problem]:
     problems: list[Problem] = []
-    for check in SNAPSHOT_CHECKS:
+    for check in checks:
         try:
             problems.extend(check(snapshot, locate))
         except ImportError:
@@ -123,6 +131,10 @@ def compile_project(root: str | Path | None = None) -> Snapshot:
         snapshot = build_snapshot(decls)
     if not decls.problems:
         decls.problems.extend(_snapshot_problems(snapshot, _locator(decls)))
+    else:
+        flagged = {(p.path, p.line, p.column) for p in decls.problems}
+        more = _snapshot_problems(snapshot, _locator(decls), EVEN_WHEN_BROKEN)
+        decls.problems += [p for p in more if (p.path, p.line, p.column) not in flagged]
     if decls.problems:  # the project is broken anyway: report the skills' problems too
         decls.problems += [p for found in decls.skill_problems.values() for p in found]
         problems = mask_problems(decls.problems, decls.secrets)

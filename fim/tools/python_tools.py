@@ -176,12 +176,22 @@ def build_tool(fn: Any, ref: str) -> FunctionTool:
             f"'{ref}' is a generator", "return the whole result instead of yielding parts"
         )
     description = _first_paragraph(inspect.getdoc(fn))
+    try:
+        model, names = _arguments_model(fn, ref)
+    except PythonToolError as unannotated:
+        if description:
+            raise
+        also = unannotated.message.removeprefix(f"'{ref}' ")
+        raise PythonToolError(  # both at once: the user fixes them in one edit
+            f"'{ref}' has no docstring, and {also}",
+            "its docstring's first paragraph is the tool's description, which the model "
+            f"picks tools by; {unannotated.hint or 'annotate each parameter'}",
+        ) from None
     if not description:
         raise PythonToolError(
             f"'{ref}' has no docstring",
             "its first paragraph is the tool's description, which the model picks tools by",
         )
-    model, names = _arguments_model(fn, ref)
     parameters = _schema(model, ref)
     name = tool_name(ref)
     is_async = inspect.iscoroutinefunction(fn)
