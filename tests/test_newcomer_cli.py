@@ -115,7 +115,10 @@ def test_at_a_terminal_fim_run_asks_and_records_the_answer_like_fim_approvals(
     monkeypatch.setattr(run_command, "read_answer", answer)
     code, out, _ = cli("run", "bot", "six times seven", "-v", "-p", str(project))
     assert code == 0 and out == "done\n"
-    assert asked == ['\nAllow calculator {"expression": "6*7"}? [y/N] ']
+    assert asked == [
+        '\nAllow calculator {"expression": "6*7"}? [y/N/a] (a: every call to calculator in '
+        "this run) "
+    ]
     (approval,) = approvals(project)
     assert approval["status"] == "approved"
     assert approval["resolved_by"] == f"cli:{getpass.getuser()}"
@@ -151,6 +154,34 @@ def test_the_models_words_cannot_steer_the_terminal_or_hide_the_real_question(
     run_id = json.loads(cli("runs", "list", "--json", "-p", str(project))[1].splitlines()[0])
     _, shown, _ = cli("runs", "show", run_id["id"], "-p", str(project))
     assert "\x1b" not in shown and "\\x1b[2J" in shown
+
+
+ALWAYS = """\
+- tool_calls: [{name: calculator, arguments: {expression: "6*7"}}]
+- tool_calls: [{name: calculator, arguments: {expression: "1+1"}}]
+- tool_calls: [{name: calculator, arguments: {expression: "2+2"}}]
+- text: "done"
+"""
+
+
+def test_answering_always_allows_the_tools_later_calls_in_this_run(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claude Code's "don't ask again": `a` approves the call and every later call of the
+    agent to that tool in this `fim run`; each is still its own recorded approval."""
+    import fim.commands.run_view as run_command
+
+    (project / "scripts" / "s.yaml").write_text(ALWAYS)
+    asked: list[str] = []
+    monkeypatch.setattr(run_command, "interactive", lambda: True)
+    monkeypatch.setattr(run_command, "read_answer", lambda q: asked.append(q) or "a\n")
+    code, out, err = cli("run", "bot", "go", "-p", str(project))
+    assert code == 0 and out == "done\n"
+    assert len(asked) == 1 and "calculator" in asked[0]
+    found = approvals(project)
+    assert [a["status"] for a in found] == ["approved"] * 3
+    assert {a["data"]["note"] for a in found} == {"always, at the terminal"}  # type: ignore[index]
+    assert err.count("you answered `a` for it") == 2
 
 
 def test_at_a_terminal_anything_but_yes_denies(

@@ -48,7 +48,9 @@ class Approvals:
     """How `fim run` answers a `confirm` hook's request (a pending approval in the state
     store, announced by a notice while the hook waits on it).
 
-    - At a terminal (`ask`): `Allow <tool> <args>? [y/N]`, typed right here.
+    - At a terminal (`ask`): `Allow <tool> <args>? [y/N/a]`, typed right here; `a`
+      allows this call and every later call of the same agent to the same tool in this
+      `fim run` (Claude Code's "don't ask again"), each still recorded as its own approval.
     - Without one and without `--wait-approvals`: denied at once (fail closed, as MCP
       elicitation is declined): nobody would see the request before it expires, and the run
       would hang for the hook's whole timeout.
@@ -62,6 +64,8 @@ class Approvals:
     def __init__(self, *, ask: bool = False, wait: bool = False) -> None:
         self.ask = ask
         self.wait = wait
+        self.always: set[tuple[str, str]] = set()
+        """(agent, tool) the human answered `a` for: allowed without asking again."""
 
     async def answer(self, notice: Any, services: Any) -> bool:
         """Decide (or announce) the tool approval `notice` names; False for any other
@@ -82,16 +86,25 @@ class Approvals:
             err(notice.message)
             return True
         if self.ask:
-            # deferred: loading asyncio costs a few ms (the run loaded it long ago)
-            import asyncio
-
+            tool = printable(pending.tool_name)
+            if (pending.agent, pending.tool_name) in self.always:
+                await store.resolve_approval(
+                    approval_id, True, by=cli_user(), data={"note": "always, at the terminal"}
+                )
+                err(f"allowed {tool} (approval {approval_id}): you answered `a` for it")
+                return True
             args = preview(json.dumps(pending.args, ensure_ascii=False, default=str), 300)
             # on a line of its own, after whatever the answer so far left on the last one;
             # the model's words cannot be escape sequences any more (`printable`)
-            question = f"\nAllow {printable(pending.tool_name)} {printable(args)}? [y/N] "
-            reply = await asyncio.to_thread(read_answer, question)
-            approved = reply.strip().lower() in ("y", "yes")
+            question = (
+                f"\nAllow {tool} {printable(args)}? [y/N/a] (a: every call to {tool} in this run) "
+            )
+            reply = (await asyncio.to_thread(read_answer, question)).strip().lower()
+            approved = reply in ("y", "yes", "a", "always")
             note = None if approved else "denied at the terminal"
+            if reply in ("a", "always"):
+                self.always.add((pending.agent, pending.tool_name))
+                note = "always, at the terminal"
             await store.resolve_approval(
                 approval_id, approved, by=cli_user(), data={"note": note} if note else None
             )
