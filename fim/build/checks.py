@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from fim.build.builtin_names import builtin_hook_names, builtin_tool_names, tool_problems
 from fim.build.instructions import check_instructions, reads_files
 from fim.build.workflow_checks import check_workflow
-from fim.config.loader import Declarations, Entry
+from fim.config.declarations import Declarations, Entry
 from fim.config.problems import suggest
 from fim.config.providers import provider_problem
 from fim.config.schema import AgentDecl, EvalSuite, HookSpec, JudgeSpec, ModelSettings

@@ -14,6 +14,9 @@ time, and a mistake is a `file:line:col` problem, not a traceback halfway throug
   `.git`, `.fim` with the state store), the agents' own sandbox folder (a file an agent
   wrote must not become the next run's instructions), anything but a regular file (a
   FIFO would block the run), a file over `MAX_PROMPT_BYTES`, and text that is not UTF-8.
+- they render on the event loop, so with the guarded environment workflow templates use
+  (`fim.config.template_guards`): bounded in what they build, write, loop over and take
+  time for; a template past a limit fails the run (and `fim validate`) naming the limit.
   Prompt files are read when a run starts (an edit applies to the next run) and checked
   by `fim validate`; they are not part of the snapshot's version.
 
@@ -24,27 +27,26 @@ names they read (`fim.config.templates.PlainRefs`), without importing Jinja.
 from __future__ import annotations
 
 import datetime as _dt
-import errno
 import functools
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from fim.config.files import read_regular
+from fim.build.prompt_files import MAX_PROMPT_BYTES, project_loader
+from fim.config import template_guards
 from fim.config.problems import suggest
+from fim.config.template_guards import guarded_environment
 from fim.config.templates import PlainRefs
 
 if TYPE_CHECKING:
-    from fim.config.loader import Entry
+    from fim.config.declarations import Entry
     from fim.config.schema import AgentDecl, Project
 
 CONTEXT_NAMES = ("project", "agent", "env", "now")
 """What instructions may read."""
 _FIELDS = {"project": ("name", "description"), "agent": ("name", "description")}
-MAX_PROMPT_BYTES = 256 * 1024
-"""The most of one included prompt file fim reads (about 60,000 tokens, past any prompt)."""
 _SEP = "\x00"
 """Separates a message from its hint inside one Jinja error message."""
 
@@ -118,9 +120,8 @@ def _jinja() -> tuple[type[Any], type[Any], type[Exception], type[Any]]:
     """(Undefined, loader, missing-value error, namespace) classes, built on first use:
     `fim validate` of plain instructions never imports Jinja."""
     # deferred: loading jinja2 costs tens of ms
-    from jinja2 import BaseLoader, StrictUndefined, TemplateNotFound
-    from jinja2.exceptions import SecurityError, TemplateRuntimeError, UndefinedError
-    from jinja2.loaders import split_template_path
+    from jinja2 import StrictUndefined
+    from jinja2.exceptions import TemplateRuntimeError, UndefinedError
     from jinja2.utils import missing
 
     class Namespace(dict[str, Any]):
@@ -166,66 +167,7 @@ def _jinja() -> tuple[type[Any], type[Any], type[Exception], type[Any]]:
                 return str(super()._undefined_message)
             return message + _SEP + (hint or "")
 
-    class ProjectLoader(BaseLoader):
-        """Templates are files of the project, read under the rules of the module doc."""
-
-        def __init__(self, root: Path, refused: tuple[Path, ...]) -> None:
-            self.root = root.resolve()
-            self.refused = refused
-
-        def get_source(
-            self, environment: Any, template: str
-        ) -> tuple[str, str, Callable[[], bool]]:
-            def refuse(why: str) -> SecurityError:
-                return SecurityError(f"cannot include '{template}': {why}")
-
-            if ".." in template.replace("\\", "/").split("/"):
-                raise refuse("'..' may not lead out of the project")
-            pieces = split_template_path(template)
-            if not pieces:
-                raise TemplateNotFound(template)
-            if any(piece.startswith(".") for piece in pieces):
-                raise refuse("hidden files and folders (.env, .git, .fim) are never read")
-            path = self.root.joinpath(*pieces)
-            try:
-                real = path.resolve(strict=True)
-            except FileNotFoundError:
-                raise TemplateNotFound(template, f"no file '{template}' in the project") from None
-            except OSError as exc:
-                raise refuse(exc.strerror or str(exc)) from None
-            if not real.is_relative_to(self.root):
-                raise refuse("it is outside the project")
-            if any(part.startswith(".") for part in real.relative_to(self.root).parts):
-                raise refuse("it links to a hidden file or folder (.env, .git, .fim)")
-            if any(real.is_relative_to(folder) for folder in self.refused):
-                raise refuse("it is in a folder agents write (the sandbox, per-key sandboxes)")
-            source, mtime = _read(real, refuse)
-
-            def uptodate() -> bool:
-                try:
-                    return os.stat(real).st_mtime_ns == mtime
-                except OSError:
-                    return False
-
-            return source, str(path.relative_to(self.root)), uptodate
-
-    return Undefined, ProjectLoader, Missing, Namespace
-
-
-def _read(path: Path, refuse: Callable[[str], Exception]) -> tuple[str, int]:
-    """A regular file's text, under `MAX_PROMPT_BYTES`, read without blocking nor following
-    a link (`path` is resolved already: a link there now was put since), by the one reader
-    of project files (`fim.config.files.read_regular`)."""
-    try:
-        raw, st = read_regular(path, MAX_PROMPT_BYTES, follow_links=False)
-    except OSError as exc:
-        if exc.errno == errno.EISDIR:
-            raise refuse("it is a folder") from None
-        raise refuse(exc.strerror or str(exc)) from None
-    try:
-        return raw.decode("utf-8"), st.st_mtime_ns
-    except UnicodeDecodeError as exc:
-        raise refuse(f"not UTF-8 text (byte {exc.start})") from None
+    return Undefined, project_loader(), Missing, Namespace
 
 
 _ENVIRONMENTS: dict[tuple[str, str], Any] = {}
@@ -245,16 +187,13 @@ def _written_by_agents(root: Path, project: Project) -> tuple[Path, ...]:
 
 
 def environment(root: Path, project: Project) -> Any:
-    """The sandboxed environment for instructions of the project at `root` (one per root
+    """The guarded sandboxed environment for instructions of the project at `root` (one per root
     and sandbox folder; its loader re-reads a prompt file when its mtime changes)."""
     key = (str(root), project.sandbox)
     env = _ENVIRONMENTS.get(key)
     if env is None:
-        # deferred: loading jinja2 costs tens of ms
-        from jinja2.sandbox import SandboxedEnvironment
-
         undefined, loader, _, _ = _jinja()
-        env = SandboxedEnvironment(
+        env = guarded_environment(
             undefined=undefined,
             autoescape=False,
             loader=loader(root, _written_by_agents(root, project)),
@@ -325,7 +264,7 @@ def render(
             if len(_TEMPLATES) > 1024:
                 _TEMPLATES.clear()
             _TEMPLATES[key] = (jinja, template)
-        return str(template.render(context)).strip()
+        return template_guards.render(template, context).strip()
     except missing_error as exc:
         raise InstructionsError(str(exc), getattr(exc, "hint", None), _where(exc, text)) from None
     except TemplateNotFound as exc:
@@ -344,7 +283,8 @@ def render(
         raise InstructionsError(str(exc.message or exc), None, _where(exc, text)) from None
     except RecursionError:
         raise InstructionsError(
-            "templates include each other without end", "does a prompt file include itself?"
+            "templates include each other without end",
+            "does a prompt file include itself, or a macro call itself?",
         ) from None
     except Exception as exc:  # `{{ 1 / 0 }}`, a filter given the wrong type
         raise InstructionsError(f"{type(exc).__name__}: {exc}", None, _where(exc, text)) from None

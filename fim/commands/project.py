@@ -243,6 +243,22 @@ def init(
     with user_errors():
         snapshot = compile_project(target)
     sys.stdout.write(f"created {len(written)} files in {directory}: {summary(snapshot)}\n")
+    # deferred: the editor set-up exports the schemas, which only init needs
+    from fim.scaffold.editor import SCHEMA_DIR, schema_setting, vscode_settings, write_schemas
+
+    try:  # a convenience: an unwritable .vscode must not fail a project that was made
+        schemas = write_schemas(target)
+        said, ok = vscode_settings(target)
+    except OSError as exc:
+        schemas, said, ok = [], f"editor set-up skipped: {exc.strerror or exc}", False
+    if schemas:
+        again = f"fim schema --write {SCHEMA_DIR}"
+        sys.stdout.write(f"editor: {len(schemas)} JSON Schemas in {SCHEMA_DIR}/ ({again} in ")
+        sys.stdout.write(f"a fresh clone or after upgrading fim); {said}\n")
+    if not ok:
+        setting = json.dumps({"yaml.schemas": schema_setting()}, indent=2)
+        said = "" if schemas else f"{said}\n"
+        sys.stdout.write(f"{said}for VS Code, add to .vscode/settings.json:\n{setting}\n")
     here = target == Path.cwd().resolve()
     # quoted: `fim init "my agents"` must print a line that pastes into a shell as it is
     cd = "" if here else f"cd {shlex.quote(str(directory))} && "

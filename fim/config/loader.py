@@ -4,139 +4,40 @@ The loader never stops at the first problem: each file is read, parsed, interpol
 validated on its own, and every problem (with `path:line:col`) is collected so one
 `fim validate` run shows the user everything that is wrong. Cross-references between
 files are the compiler's job (`fim.build.compile`); this module only knows single files.
+What one file goes through (parse, validate, register) and `Declarations` itself are in
+`fim.config.declarations`; this module walks the folders and keeps the previous load's
+parsed files.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
-import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import ValidationError
 
-from fim.config.files import Read, keep_reads, keep_texts, list_files, read_text
-from fim.config.interpolate import interpolate, passed_through
-from fim.config.problems import validation_problems
-from fim.config.schema import (
-    AgentDecl,
-    Connector,
-    EvalSuite,
-    HookDecl,
-    Project,
-    WorkflowDecl,
+from fim.config.case_files import read_case_files, reads_case_files
+from fim.config.declarations import (
+    FOLDER_OF,
+    KIND_MODELS,
+    NAME_RE,
+    PROJECT_FILE,
+    YAML_SUFFIXES,
+    Declarations,
+    Entry,
+    parse_doc,
+    register_entry,
+    validate_doc,
 )
+from fim.config.files import keep_reads, keep_texts, list_files, read_text
+from fim.config.interpolate import passed_through
+from fim.config.schema import Project
 from fim.config.skill_files import load_skills
-from fim.config.yamlio import Document, YamlSyntaxError, parse, too_deep
+from fim.config.yamlio import Document
 from fim.errors import ConfigError, Problem
-from fim.masking import Masker, config_secrets
-
-PROJECT_FILE = "fim.yaml"
-YAML_SUFFIXES = (".yaml", ".yml")
-NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,63}$")
-
-KIND_MODELS: dict[str, Any] = {
-    "agent": AgentDecl,
-    "connector": Connector,
-    "workflow": WorkflowDecl,
-    "hook": HookDecl,
-    "eval": EvalSuite,
-}
-"""Kinds declared one per YAML file, with the type each file validates against."""
-
-FOLDER_OF = {
-    "agent": "agents",
-    "connector": "connectors",
-    "skill": "skills",
-    "workflow": "workflows",
-    "hook": "hooks",
-    "eval": "evals",
-}
-
-_adapters: dict[str, TypeAdapter[Any]] = {}
-
-
-@dataclass
-class Entry:
-    """One declaration that validated, with the document it came from (for positions)."""
-
-    kind: str
-    name: str
-    decl: Any
-    doc: Document
-
-
-@dataclass
-class Declarations:
-    """Everything in the project's files, validated one file at a time, not yet linked."""
-
-    root: Path
-    project: Project
-    project_doc: Document | None = None
-    project_ok: bool = True
-    entries: dict[str, dict[str, Entry]] = field(
-        default_factory=lambda: {kind: {} for kind in FOLDER_OF}
-    )
-    broken: dict[str, set[str]] = field(default_factory=lambda: {k: set() for k in FOLDER_OF})
-    """Names of files that exist but failed to validate (no 'unknown X' noise for them)."""
-    partial: dict[str, dict[str, Entry]] = field(
-        default_factory=lambda: {kind: {} for kind in FOLDER_OF}
-    )
-    """Broken files, validated again without their failing top-level keys: the checker
-    reports what the rest names that does not exist (an unknown tool next to a typo'd key)
-    in the same run, so one `fim validate` shows every problem. Never part of a snapshot."""
-    python_hooks: set[str] = field(default_factory=set)
-    """Module names of hooks/*.py."""
-    skill_problems: dict[str, list[Problem]] = field(default_factory=dict)
-    """Problems of skill folders, by folder: they fail only the agents that use the skill
-    (at run time) and `fim validate`, not the whole project."""
-    unavailable: dict[str, dict[str, list[Problem]]] = field(
-        default_factory=lambda: {"connector": {}, "mcp": {}}
-    )
-    """Connectors and MCP servers (by name) that name an unset `${VAR}` without default:
-    a secret not exported on this machine is not a broken project. Only the agents and
-    workflows that use one fail (preflight); `fim validate` warns (`--strict`: fails)."""
-    problems: list[Problem] = field(default_factory=list)
-    secrets: set[str] = field(default_factory=set)
-    digest: Any = field(default_factory=hashlib.sha256)
-    env_key: int = field(default_factory=lambda: hash(frozenset(os.environ.items())))
-    """Interpolation reads the environment, so cached files are only valid under the same."""
-    seen: dict[tuple[Any, ...], Any] = field(default_factory=dict)
-    raw: dict[str, Read] = field(default_factory=dict)
-    """Bytes read by this load, with their stats (see `fim.config.files`)."""
-    stats: dict[str, os.stat_result] = field(default_factory=dict)
-    """Stats taken while listing folders, used once by the read that follows."""
-    texts: dict[str, tuple[bytes, str]] = field(default_factory=dict)
-    """Text decoded by this load, by path, with the bytes it came from."""
-
-    def folder(self, kind: str) -> str:
-        return getattr(self.project.paths, FOLDER_OF[kind])
-
-    def rel(self, path: str | Path) -> str:
-        text, root = str(path), str(self.root)
-        if text.startswith(root + os.sep):
-            return text[len(root) + 1 :].replace(os.sep, "/")
-        return Path(path).as_posix()
-
-    # The public entry for a loader of another file format (skills/<name>/SKILL.md): the
-    # same parsing, validation and registration a YAML file gets, one document at a time.
-    def parse(
-        self, text: str, rel: str, line_offset: int = 0, expand: bool = True
-    ) -> Document | None:
-        """Parse YAML text read from `rel`; a syntax error is recorded and None returned
-        (`expand=False` leaves `${...}` as text)."""
-        return _parse(self, text, rel, line_offset=line_offset, expand=expand)
-
-    def validate(self, doc: Document, kind: str, model: Any) -> Any:
-        """Validate `doc.data` as `model`; problems are recorded and None returned."""
-        return _validate(self, doc, kind, model)
-
-    def register(self, kind: str, name: str, decl: Any, doc: Document) -> None:
-        """Add a validated declaration (a duplicate or bad name is recorded, not raised)."""
-        _register(self, Entry(kind, name, decl, doc))
+from fim.masking import Masker
 
 
 def find_root(start: str | Path | None = None) -> Path:
@@ -214,74 +115,10 @@ def _stem(path: str | Path) -> str:
     return name
 
 
-def _parse(
-    decls: Declarations,
-    text: str,
-    rel: str,
-    line_offset: int = 0,
-    secrets: set[str] | None = None,
-    expand: bool = True,
-    keep_unset: bool = False,
-) -> Document | None:
-    """Parse one YAML document; `expand=False` leaves `${...}` as text (skill front matter,
-    written for other tools too, has no field declared to take interpolation).
-    `keep_unset=True` leaves unset variables in `doc.unset` for the caller to place (a
-    connector's make it unavailable); otherwise they are problems.
-
-    A RecursionError is a problem of the file like a syntax error: the parse is capped at
-    `MAX_DEPTH` levels, but it and the walks after it recurse, so a caller already deep in
-    its own stack could still hit the limit, and a traceback would stop the whole load."""
-    found = decls.secrets if secrets is None else secrets
-    try:
-        doc = parse(text, rel, line_offset=line_offset)
-        # A value holds `${` only if the text does or spells it with a double-quoted escape.
-        if expand and ("${" in text or "\\" in text):
-            interpolate(doc, found)
-        found |= config_secrets(doc.data)  # literal credentials and DSN passwords
-    except (YamlSyntaxError, RecursionError) as raised:
-        exc = raised if isinstance(raised, YamlSyntaxError) else too_deep()
-        decls.problems.append(
-            Problem(rel, exc.line + line_offset, exc.column, exc.message, exc.hint)
-        )
-        return None
-    decls.problems.extend(doc.problems)
-    doc.problems = []
-    if not keep_unset:
-        decls.problems.extend(problem for _, problem in doc.unset)
-        doc.unset = []
-    return doc
-
-
-def _validate(decls: Declarations, doc: Document, kind: str, model: Any) -> Any:
-    """Validate `doc.data`; problems are recorded and None returned on failure."""
-    what = "the project" if kind == "project" else f"{kind} fields"
-    if doc.data is None:
-        decls.problems.append(doc.problem((), f"empty file (expected a mapping of {what})"))
-        return None
-    if not isinstance(doc.data, dict):
-        got = type(doc.data).__name__.replace("str", "a string").replace("list", "a list")
-        decls.problems.append(
-            doc.problem(
-                (),
-                f"expected a mapping of {what}, got {got}",
-                "write `key: value` lines at the top level",
-            )
-        )
-        return None
-    try:
-        if isinstance(model, type) and issubclass(model, BaseModel):
-            return model.model_validate(doc.data)
-        adapter = _adapters.get(kind) or _adapters.setdefault(kind, TypeAdapter(model))
-        return adapter.validate_python(doc.data)
-    except ValidationError as exc:
-        decls.problems.extend(validation_problems(exc, model, doc))
-        return None
-
-
 def _load_project(decls: Declarations) -> None:
     path = decls.root / PROJECT_FILE
     text = read_text(decls, path)
-    doc = _parse(decls, text, PROJECT_FILE, keep_unset=True) if text is not None else None
+    doc = parse_doc(decls, text, PROJECT_FILE, keep_unset=True) if text is not None else None
     decls.project_doc = doc
     if doc is None:
         decls.project_ok = False
@@ -291,7 +128,7 @@ def _load_project(decls: Declarations) -> None:
         doc.data = {}
     if isinstance(doc.data, dict):
         doc.data.setdefault("name", decls.root.name)
-    project = _validate(decls, doc, "project", Project)
+    project = validate_doc(decls, doc, "project", Project)
     if project is None:
         decls.project_ok = False
         paths = doc.data.get("paths") if isinstance(doc.data, dict) else None
@@ -329,12 +166,16 @@ def _load_file(decls: Declarations, kind: str, path: str | Path) -> None:
         return
     key = (decls.env_key, kind, rel, text)
     parsed = _CACHE.get(key)
+    if parsed is not None and reads_case_files(parsed[0]):
+        parsed = None  # its CSV/JSONL files may have changed under the same YAML: read again
     if parsed is None:
         problems_before, secrets = len(decls.problems), set[str]()
-        doc = _parse(decls, text, rel, secrets=secrets, keep_unset=kind == "connector")
+        doc = parse_doc(decls, text, rel, secrets=secrets, keep_unset=kind == "connector")
         if doc is not None and isinstance(doc.data, dict):
             doc.data.setdefault("name", stem)
-        decl = _validate(decls, doc, kind, KIND_MODELS[kind]) if doc is not None else None
+        if kind == "eval" and doc is not None:  # `cases: cases.csv`
+            doc = read_case_files(decls, doc)
+        decl = validate_doc(decls, doc, kind, KIND_MODELS[kind]) if doc is not None else None
         if decl is not None:
             passed_through(_passed_names(kind, decl), secrets)
         if doc is not None and doc.unset:
@@ -356,7 +197,7 @@ def _load_file(decls: Declarations, kind: str, path: str | Path) -> None:
         return
     if doc.unset:
         decls.unavailable[kind][decl.name] = [problem for _, problem in doc.unset]
-    _register(decls, Entry(kind, decl.name, decl, doc))
+    register_entry(decls, Entry(kind, decl.name, decl, doc))
 
 
 _PARTIAL_KINDS = ("agent", "workflow", "hook", "eval")
@@ -402,27 +243,15 @@ def _passed_names(kind: str, decl: Any) -> list[str]:
     return [name for spec in specs if isinstance(spec.env, list) for name in spec.env]
 
 
-def _register(decls: Declarations, entry: Entry) -> None:
-    kind, name, doc = entry.kind, entry.name, entry.doc
-    if not NAME_RE.match(name):
-        decls.problems.append(
-            doc.problem(
-                ("name",),
-                f"invalid {kind} name '{name}'",
-                "use letters, digits, '_' and '-' (at most 64 characters)",
-            )
-        )
-        decls.broken[kind].add(name)
-        return
-    existing = decls.entries[kind].get(name)
-    if existing is not None:
-        line, col = existing.doc.position(("name",))
-        decls.problems.append(
-            doc.problem(
-                ("name",),
-                f"duplicate {kind} name '{name}'",
-                f"also declared at {existing.doc.path}:{line}:{col}; rename one",
-            )
-        )
-        return
-    decls.entries[kind][name] = entry
+__all__ = [
+    "FOLDER_OF",
+    "KIND_MODELS",
+    "NAME_RE",
+    "PROJECT_FILE",
+    "YAML_SUFFIXES",
+    "Declarations",
+    "Entry",
+    "find_root",
+    "load",
+    "mask_problems",
+]

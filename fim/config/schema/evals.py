@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from fim.config.schema.base import JSONSchema, Strict
 from fim.config.schema.project import ModelRef
@@ -102,6 +102,37 @@ class EvalCase(Strict):
     """Runs of this case (the suite's `repeat` if larger); each counts toward the pass rate."""
 
 
+CASE_FILE_SUFFIXES = (".csv", ".jsonl")
+"""What a case file may be: a spreadsheet export, or one case object per line."""
+
+CaseFile = Annotated[
+    str,
+    Field(
+        pattern=r"\.(csv|jsonl)$",
+        description=(
+            "A file of cases in the suite's folder: CSV (a row per case; an `input` column, "
+            "`name`, `__expected`/`__expected1..N` assertions such as `contains: Paris`, "
+            "other columns are vars) or JSONL (a case object per line). `file://` may lead."
+        ),
+    ),
+]
+"""A case file named in `cases` (`fim.config.case_files` reads it)."""
+
+
+def _files_read(value: Any) -> Any:
+    """Case files are read by the loader, which knows the project and reports each row's
+    problems at `file:line:col`; a suite validated without it must not take a file name
+    for a case, or silently run none."""
+    named = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+    files = [item for item in named if isinstance(item, str)]
+    if files:
+        raise ValueError(
+            f"case file '{files[0]}' is read when fim loads the project "
+            "(fim.config.case_files), not by the model alone"
+        )
+    return value
+
+
 class EvalSuite(Strict):
     """An eval suite in evals/<name>.yaml, targeting an agent or a workflow."""
 
@@ -117,8 +148,12 @@ class EvalSuite(Strict):
     """Pass rate the suite needs for `fim eval` to exit 0."""
     repeat: int = Field(default=1, ge=1)
     """Runs of every case (a case's own `repeat` if larger)."""
-    cases: list[EvalCase]
-    """The cases: `name`, `input`, `expect`."""
+    cases: Annotated[
+        list[EvalCase],
+        BeforeValidator(_files_read, json_schema_input_type=CaseFile | list[EvalCase | CaseFile]),
+    ]
+    """The cases: a list of `{name, input, expect}`, a CSV or JSONL file of them next to the
+    suite (`cases: cases.csv`), or a list mixing both."""
 
     @model_validator(mode="after")
     def _one_target(self) -> EvalSuite:

@@ -1,0 +1,92 @@
+"""Prompt files: the one way an agent's instructions reach the disk (`{% include %}`,
+`{% import %}`, `{% extends %}` of `prompts/system.md`).
+
+Apart from the rendering (`fim.build.instructions`) because it is the file-access policy
+a reviewer reads on its own: what a prompt file may be (inside the project, not hidden,
+not in a folder agents write, a small regular UTF-8 file), read by the one reader of
+project files (`fim.config.files.read_regular`).
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fim.config.files import read_regular
+
+MAX_PROMPT_BYTES = 256 * 1024
+"""The most of one included prompt file fim reads (about 60,000 tokens, past any prompt)."""
+
+
+@functools.cache
+def project_loader() -> type[Any]:
+    """The Jinja loader class of prompt files, built on first use (Jinja loads lazily)."""
+    # deferred: loading jinja2 costs tens of ms
+    from jinja2 import BaseLoader, TemplateNotFound
+    from jinja2.exceptions import SecurityError
+    from jinja2.loaders import split_template_path
+
+    class ProjectLoader(BaseLoader):
+        """Templates are files of the project, read under the rules of the module doc."""
+
+        def __init__(self, root: Path, refused: tuple[Path, ...]) -> None:
+            self.root = root.resolve()
+            self.refused = refused
+
+        def get_source(
+            self, environment: Any, template: str
+        ) -> tuple[str, str, Callable[[], bool]]:
+            def refuse(why: str) -> SecurityError:
+                return SecurityError(f"cannot include '{template}': {why}")
+
+            if ".." in template.replace("\\", "/").split("/"):
+                raise refuse("'..' may not lead out of the project")
+            pieces = split_template_path(template)
+            if not pieces:
+                raise TemplateNotFound(template)
+            if any(piece.startswith(".") for piece in pieces):
+                raise refuse("hidden files and folders (.env, .git, .fim) are never read")
+            path = self.root.joinpath(*pieces)
+            try:
+                real = path.resolve(strict=True)
+            except FileNotFoundError:
+                raise TemplateNotFound(template, f"no file '{template}' in the project") from None
+            except OSError as exc:
+                raise refuse(exc.strerror or str(exc)) from None
+            if not real.is_relative_to(self.root):
+                raise refuse("it is outside the project")
+            if any(part.startswith(".") for part in real.relative_to(self.root).parts):
+                raise refuse("it links to a hidden file or folder (.env, .git, .fim)")
+            if any(real.is_relative_to(folder) for folder in self.refused):
+                raise refuse("it is in a folder agents write (the sandbox, per-key sandboxes)")
+            source, mtime = _read(real, refuse)
+
+            def uptodate() -> bool:
+                try:
+                    return os.stat(real).st_mtime_ns == mtime
+                except OSError:
+                    return False
+
+            return source, str(path.relative_to(self.root)), uptodate
+
+    return ProjectLoader
+
+
+def _read(path: Path, refuse: Callable[[str], Exception]) -> tuple[str, int]:
+    """A regular file's text, under `MAX_PROMPT_BYTES`, read without blocking nor following
+    a link (`path` is resolved already: a link there now was put since), by the one reader
+    of project files (`fim.config.files.read_regular`)."""
+    try:
+        raw, st = read_regular(path, MAX_PROMPT_BYTES, follow_links=False)
+    except OSError as exc:
+        if exc.errno == errno.EISDIR:
+            raise refuse("it is a folder") from None
+        raise refuse(exc.strerror or str(exc)) from None
+    try:
+        return raw.decode("utf-8"), st.st_mtime_ns
+    except UnicodeDecodeError as exc:
+        raise refuse(f"not UTF-8 text (byte {exc.start})") from None
