@@ -205,3 +205,14 @@ def test_the_exported_schema_takes_a_file_or_a_list_mixing_files_and_cases() -> 
     assert file_ref["type"] == "string" and file_ref["pattern"] == r"\.(csv|jsonl)$"
     assert {"$ref": "#/$defs/EvalCase"} in listed["items"]["anyOf"]
     assert "CSV or JSONL" in cases["description"]
+
+
+def test_a_tool_a_csv_cell_names_is_checked_at_that_cell(project: Path) -> None:
+    """`fim validate` checks the tools assertions name against the suite's agent; for a
+    case read from a CSV row the problem points at its cell, not at `cases: cases.csv`."""
+    (project / "evals" / "cases.csv").write_text(
+        "input,__expected1\nWhat is 2 + 2?,tool_called: calculater\n"
+    )
+    (found,) = problems(project)
+    assert found.startswith("evals/cases.csv:2:16: ") and "calculater" in found, found
+    assert "did you mean 'calculator'?" in found

@@ -76,8 +76,8 @@ def _locator(decls: Declarations) -> Locate:
         entry = decls.entries.get(kind, {}).get(name)
         if entry is None:
             return Source("fim.yaml")
-        line, col = entry.doc.position(path)
-        return Source(entry.doc.path, line, col)
+        where = entry.doc.problem(path, "")  # a case read from a CSV row: that row's file
+        return Source(where.path, where.line, where.column)
 
     return locate
 
