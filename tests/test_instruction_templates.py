@@ -19,7 +19,7 @@ from fim.build.compile import compile_project
 from fim.build.instructions import MAX_PROMPT_BYTES
 from fim.build.snapshot import Snapshot
 from fim.capabilities import CAPABILITIES
-from fim.errors import ConfigError, RunError
+from fim.errors import ConfigError
 from fim.run.assembly import assemble
 from fim.run.services import RunContext, Services
 
@@ -115,25 +115,30 @@ def test_a_mistake_inside_a_prompt_file_is_found_with_its_line(tmp_path: Path) -
     ]
 
 
-def test_a_prompt_file_broken_after_validate_fails_the_run_without_a_traceback(
-    tmp_path: Path,
-) -> None:
+def test_a_snapshots_runs_keep_the_prompt_files_it_was_compiled_with(tmp_path: Path) -> None:
+    """Prompt files are pinned in the snapshot like every other declaration: an edit made
+    after the compile (broken, or the file deleted) never reaches the snapshot's runs; the
+    next compile (a reload) checks it, and refuses it, or makes a new version with it."""
     root = project(tmp_path / "p", "{% include 'prompts/main.md' %}")
     (root / "prompts" / "main.md").write_text("You help {{ project.name }}.")
     snapshot = compile_project(root)
+    assert dict(snapshot.prompt_files) == {"prompts/main.md": "You help {{ project.name }}."}
     assert prompt(snapshot) == "You help shop."
+
     (root / "prompts" / "main.md").write_text("You help {{ project.nme }}.\n")
-    os.utime(root / "prompts" / "main.md", ns=(0, 1))  # another mtime: read again
-    with pytest.raises(RunError) as info:
-        prompt(snapshot)
-    assert info.value.message == (
-        "agents/a.yaml: instructions: 'project' has no attribute 'nme' at prompts/main.md line 1"
-    )
-    assert info.value.hint == "did you mean 'name'?"
+    os.utime(root / "prompts" / "main.md", ns=(0, 1))  # another mtime: a reader would re-read
+    assert prompt(snapshot) == "You help shop."
+    assert problems(root) == [
+        f"{AT} instructions: 'project' has no attribute 'nme' at prompts/main.md line 1 "
+        "(did you mean 'name'?)"
+    ]
     (root / "prompts" / "main.md").unlink()
-    with pytest.raises(RunError) as info:
-        prompt(snapshot)
-    assert "no file 'prompts/main.md' in the project" in info.value.message
+    assert prompt(snapshot) == "You help shop."
+
+    (root / "prompts" / "main.md").write_text("You sell for {{ project.name }}.")
+    edited = compile_project(root)
+    assert edited.version != snapshot.version
+    assert prompt(edited) == "You sell for shop." and prompt(snapshot) == "You help shop."
 
 
 SECRET = "sk-live-do-not-send"

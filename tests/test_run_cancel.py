@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 from test_background_runs import finished, served, streamed, workers
 
+from fim.store.approvals import ABANDONED
 from fim.testing.cluster import until
 
 WAITS = (
@@ -63,7 +64,8 @@ def test_a_background_run_in_the_server_stops_and_records_itself_cancelled(tmp_p
             )
         )
         decided = httpx.get(f"{url}/v1/approvals?status=all", headers=A).json()["approvals"]
-        assert [(a["status"], a["resolved_by"]) for a in decided] == [("denied", "cancel")]
+        # the cancelled run withdrew its approval as it stopped waiting: nobody decides it
+        assert [(a["status"], a["resolved_by"]) for a in decided] == [("expired", ABANDONED)]
         last = record["data"]["events"][-2:]
         assert [e["type"] for e in last] == ["error", "run_finished"]
         assert last[0]["kind"] == "cancelled" and last[1]["status"] == "cancelled"

@@ -197,6 +197,7 @@ def build_snapshot(decls: Declarations) -> Snapshot:
         unavailable_mcp=frozen(unavailable["mcp"]),
         secrets=frozenset(decls.secrets),
         version=decls.digest.hexdigest()[:12],
+        prompt_files=MappingProxyType(dict(decls.prompt_files)),
         loaded_at=time.time(),
     )
 

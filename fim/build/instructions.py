@@ -170,7 +170,7 @@ def _jinja() -> tuple[type[Any], type[Any], type[Exception], type[Any]]:
     return Undefined, project_loader(), Missing, Namespace
 
 
-_ENVIRONMENTS: dict[tuple[str, str], Any] = {}
+_ENVIRONMENTS: dict[tuple[str, str, str | None], Any] = {}
 _TEMPLATES: dict[tuple[int, str], tuple[Any, Any]] = {}
 
 
@@ -186,23 +186,38 @@ def _written_by_agents(root: Path, project: Project) -> tuple[Path, ...]:
     return sandbox, sandbox.parent / f"{sandbox.name}-keys"
 
 
-def environment(root: Path, project: Project) -> Any:
-    """The guarded sandboxed environment for instructions of the project at `root` (one per root
-    and sandbox folder; its loader re-reads a prompt file when its mtime changes)."""
-    key = (str(root), project.sandbox)
+def environment(
+    root: Path, project: Project, pinned: Mapping[str, str] | None = None, version: str = ""
+) -> Any:
+    """The guarded sandboxed environment for instructions of the project at `root`: one per
+    root, sandbox folder and snapshot `version`, whose loader serves the snapshot's `pinned`
+    prompt files (a file it does not hold is read from the disk under the same rules)."""
+    key = (str(root), project.sandbox, version if pinned is not None else None)
     env = _ENVIRONMENTS.get(key)
     if env is None:
         undefined, loader, _, _ = _jinja()
         env = guarded_environment(
             undefined=undefined,
             autoescape=False,
-            loader=loader(root, _written_by_agents(root, project)),
+            loader=loader(root, _written_by_agents(root, project), pinned),
             auto_reload=True,
         )
         if len(_ENVIRONMENTS) > 64:
             _ENVIRONMENTS.clear()
         _ENVIRONMENTS[key] = env
     return env
+
+
+def reading_environment(root: Path, project: Project, read: dict[str, str]) -> Any:
+    """A fresh environment that reads every prompt file from the disk and records it in
+    `read` (the compile's check, which pins them): no template cache to skip a read."""
+    undefined, loader, _, _ = _jinja()
+    return guarded_environment(
+        undefined=undefined,
+        autoescape=False,
+        loader=loader(root, _written_by_agents(root, project), None, read),
+        cache_size=0,
+    )
 
 
 def _where(exc: BaseException, text: str) -> str:
@@ -235,12 +250,14 @@ def render(
     agent: AgentDecl,
     env: Mapping[str, str],
     now: str,
+    jinja: Any = None,
 ) -> str:
-    """The agent's instructions rendered (raises InstructionsError, never a traceback)."""
+    """The agent's instructions rendered in `jinja` (default: the environment reading the
+    disk), raising InstructionsError, never a traceback."""
     text = agent.instructions
     if "{" not in text:
         return text.strip()
-    jinja = environment(root, project)
+    jinja = jinja or environment(root, project)
     _, _, missing_error, namespace = _jinja()
     known = Known(tuple(project.env_allowlist))
     context = {
@@ -290,11 +307,21 @@ def render(
         raise InstructionsError(f"{type(exc).__name__}: {exc}", None, _where(exc, text)) from None
 
 
-def render_for_run(root: Path, project: Project, agent: AgentDecl) -> str:
-    """`render` with this process's allowlisted variables and the current time."""
+def render_for_run(
+    root: Path,
+    project: Project,
+    agent: AgentDecl,
+    pinned: Mapping[str, str] | None = None,
+    version: str = "",
+    jinja: Any = None,
+) -> str:
+    """`render` with this process's allowlisted variables and the current time, from the
+    snapshot's `pinned` prompt files when given (a run), else from the disk."""
     allowed = {k: os.environ.get(k, "") for k in project.env_allowlist}
     now = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-    return render(root, project, agent, allowed, now)
+    if jinja is None and pinned is not None:
+        jinja = environment(root, project, pinned, version)
+    return render(root, project, agent, allowed, now, jinja)
 
 
 # ---------------------------------------------------------------------- fim validate
@@ -315,12 +342,18 @@ def check_instructions(checker: Any, entry: Entry) -> None:
         if isinstance(ast, PlainRefs)
         else True
     )
-    if found is True:  # not plain: render it, includes and all
+    if found is True:  # not plain: render it, includes and all, pinning what it read
+        read: dict[str, str] = {}
         try:
-            render_for_run(decls.root, project, agent)
+            render_for_run(
+                decls.root, project, agent, jinja=reading_environment(decls.root, project, read)
+            )
             found = None
         except InstructionsError as exc:
             found = exc
+        for name in sorted(read):
+            if decls.prompt_files.setdefault(name, read[name]) is read[name]:
+                decls.digest.update(f"prompt:{name}\0{read[name]}\0".encode())
     if isinstance(found, InstructionsError):
         checker.add(entry.doc.problem(("instructions",), found.text, found.hint))
 

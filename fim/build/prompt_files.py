@@ -5,6 +5,11 @@ Apart from the rendering (`fim.build.instructions`) because it is the file-acces
 a reviewer reads on its own: what a prompt file may be (inside the project, not hidden,
 not in a folder agents write, a small regular UTF-8 file), read by the one reader of
 project files (`fim.config.files.read_regular`).
+
+The compile reads them (checking the instructions renders them) and pins what it read in
+the snapshot (`Snapshot.prompt_files`, part of its version): a run renders from those,
+as every other declaration comes from the snapshot, so an edit reaches runs through a
+reload that checked it, and a broken edit leaves runs on the last good prompt.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +38,19 @@ def project_loader() -> type[Any]:
     class ProjectLoader(BaseLoader):
         """Templates are files of the project, read under the rules of the module doc."""
 
-        def __init__(self, root: Path, refused: tuple[Path, ...]) -> None:
+        def __init__(
+            self,
+            root: Path,
+            refused: tuple[Path, ...],
+            pinned: Mapping[str, str] | None = None,
+            read: dict[str, str] | None = None,
+        ) -> None:
             self.root = root.resolve()
             self.refused = refused
+            self.pinned = pinned
+            """The prompt files of a snapshot, as compiled: a run reads these, not the disk."""
+            self.read = read
+            """Filled with every file read from the disk (the compile pins them)."""
 
         def get_source(
             self, environment: Any, template: str
@@ -51,6 +66,9 @@ def project_loader() -> type[Any]:
             if any(piece.startswith(".") for piece in pieces):
                 raise refuse("hidden files and folders (.env, .git, .fim) are never read")
             path = self.root.joinpath(*pieces)
+            name = "/".join(pieces)
+            if self.pinned is not None and name in self.pinned:
+                return self.pinned[name], name, _unchanged
             try:
                 real = path.resolve(strict=True)
             except FileNotFoundError:
@@ -64,6 +82,8 @@ def project_loader() -> type[Any]:
             if any(real.is_relative_to(folder) for folder in self.refused):
                 raise refuse("it is in a folder agents write (the sandbox, per-key sandboxes)")
             source, mtime = _read(real, refuse)
+            if self.read is not None:
+                self.read[name] = source
 
             def uptodate() -> bool:
                 try:
@@ -71,9 +91,14 @@ def project_loader() -> type[Any]:
                 except OSError:
                     return False
 
-            return source, str(path.relative_to(self.root)), uptodate
+            return source, name, uptodate
 
     return ProjectLoader
+
+
+def _unchanged() -> bool:
+    """A pinned file never changes: the snapshot that holds it is immutable."""
+    return True
 
 
 def _read(path: Path, refuse: Callable[[str], Exception]) -> tuple[str, int]:

@@ -82,6 +82,9 @@ class Snapshot:
     at preflight, `fim validate` warns, everything else runs."""
     unavailable_mcp: Mapping[str, tuple[Problem, ...]] = field(default_factory=_frozen)
     """MCP servers left out of `project.mcp_servers` for the same reason."""
+    prompt_files: Mapping[str, str] = field(default_factory=_frozen)
+    """Prompt files the instructions include (`prompts/system.md` -> its text), as the
+    compile read and checked them: runs render from these, never from the disk."""
     loaded_at: float = 0.0
 
     def __post_init__(self) -> None:

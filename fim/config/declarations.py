@@ -109,6 +109,9 @@ class Declarations:
     """Stats taken while listing folders, used once by the read that follows."""
     texts: dict[str, tuple[bytes, str]] = field(default_factory=dict)
     """Text decoded by this load, by path, with the bytes it came from."""
+    prompt_files: dict[str, str] = field(default_factory=dict)
+    """Prompt files the agents' instructions include, as checked (`fim.build.prompt_files`):
+    pinned in the snapshot, part of its version."""
 
     def folder(self, kind: str) -> str:
         return getattr(self.project.paths, FOLDER_OF[kind])

@@ -55,7 +55,9 @@ def render_instructions(snapshot: Snapshot, ctx: RunContext) -> str:
     if "{" not in agent.instructions:
         return agent.instructions.strip()
     try:
-        return render_for_run(Path(snapshot.root), snapshot.project, agent)
+        return render_for_run(
+            Path(snapshot.root), snapshot.project, agent, snapshot.prompt_files, snapshot.version
+        )
     except InstructionsError as exc:
         src = snapshot.source("agent", agent.name)
         raise RunError(f"{src.path}: {exc.text}", hint=exc.hint) from None
