@@ -229,6 +229,50 @@ async def test_record_then_replay_offline_then_a_changed_prompt_misses(tmp_path:
     assert "re-record with `fim eval --record`" in (missed.error or "")
 
 
+async def test_a_recording_replaces_a_committed_link_and_a_broken_one_fails_its_case(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cassette is written to a new file renamed over the old one: a link committed in
+    its place is replaced, never written through to where it points. Cassettes are read
+    in a worker thread, bounded like every project file; one that is not a recording
+    fails its case with the reason, and the other cases run."""
+    import threading
+
+    from fim.config import files
+
+    adds = {"name": "adds", "input": "What is 2+2?", "expect": [{"contains": "4"}]}
+    other = {"name": "other", "input": "And 3+3?", "expect": [{"contains": "6"}]}
+    folder = tmp_path / "evals" / ".cassettes" / "math"
+    folder.mkdir(parents=True)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not a cassette\n")
+    (folder / "adds.json").symlink_to(outside)
+    with OpenAIStubServer([text("It is 4"), text("It is 6")]) as stub:
+        agent, general = _stub_agent(stub)
+        snapshot = project_with(
+            tmp_path, {"helper": agent}, [suite("math", "helper", adds, other)], general=general
+        )
+        assert (await EvalRunner(snapshot, mode="record", concurrency=1).run()).ok
+    assert outside.read_text() == "not a cassette\n"
+    assert not (folder / "adds.json").is_symlink()
+    assert json.loads((folder / "adds.json").read_text())["exchanges"]
+
+    (folder / "adds.json").write_text("{not json")
+    readers: list[str] = []
+    read_regular = files.read_regular
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        readers.append(threading.current_thread().name)
+        return read_regular(*args, **kwargs)
+
+    monkeypatch.setattr("fim.eval.cassettes.read_regular", watched)
+    replayed = await EvalRunner(snapshot).run()
+    broken, fine = sorted(replayed.suites[0].runs, key=lambda run: run.case)
+    assert not broken.passed and "cassette adds.json is not a recording" in (broken.error or "")
+    assert fine.passed and fine.output == "It is 6"
+    assert len(readers) == 2 and threading.main_thread().name not in readers
+
+
 async def test_replayed_cases_spend_nothing_so_they_record_no_usage(tmp_path: Path):
     """Recording calls a real endpoint and its usage lands in the state store like any
     run's; a replay answers from cassettes, so it writes no usage (and opens no store)."""

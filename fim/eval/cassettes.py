@@ -19,18 +19,25 @@ money or needs a key), `live` (ignore cassettes).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
+import os
 import re
-from collections.abc import AsyncIterator, Callable
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
 
+from fim.config.files import read_regular
 from fim.errors import RunError
 from fim.masking import Masker
 from fim.types import Message, Model, ModelResponse, TextDelta, ToolSpec
 
 Mode = Literal["record", "replay", "live"]
+
+MAX_CASSETTE_BYTES = 64 * 1024 * 1024
+"""The largest cassette replayed (one case's exchanges; far past any real recording)."""
 
 
 class CassetteMiss(RunError):
@@ -89,16 +96,46 @@ class Cassette:
         self.mode = mode
         self.masker = masker or Masker()
         self.entries: dict[str, dict[str, Any]] = {}
-        self.recorded = False
-        if mode == "replay" and path.is_file():
-            data = json.loads(path.read_text(encoding="utf-8"))
-            self.entries = {e["key"]: e for e in data.get("exchanges", [])}
-            self.recorded = True
+        self._recorded = False
+        self._loaded = False
+        self.broken: str | None = None
+        """Why the recorded file could not be read (the case fails with it, not the eval)."""
         self.hits = 0
         self.misses = 0
         self._lock = asyncio.Lock()
 
+    def load(self) -> None:
+        """Read the recorded exchanges (replay): blocking, so the runner reads every
+        cassette in a worker thread, never on the event loop; bounded like any project
+        file (`fim.config.files.read_regular`)."""
+        if self.mode != "replay" or self._loaded:
+            return
+        self._loaded = True
+        try:
+            raw, _ = read_regular(self.path, MAX_CASSETTE_BYTES)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            self.broken = f"cannot read cassette {self.path.name}: {exc.strerror or exc}"
+            self._recorded = True
+            return
+        try:
+            data = json.loads(raw)
+            self.entries = {e["key"]: e for e in data.get("exchanges", [])}
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            self.broken = f"cassette {self.path.name} is not a recording: {exc}"
+        self._recorded = True
+
+    @property
+    def recorded(self) -> bool:
+        """Whether a recording exists (read now if `load` was not called first)."""
+        self.load()
+        return self._recorded
+
     def lookup(self, key: str) -> ModelResponse | None:
+        self.load()
+        if self.broken is not None:
+            raise RunError(self.broken, hint="`fim eval --record` records the case again")
         entry = self.entries.get(key)
         return None if entry is None else ModelResponse.model_validate(entry["response"])
 
@@ -111,11 +148,35 @@ class Cassette:
             }
 
     def save(self) -> None:
+        """Write the recording (blocking: the runner saves in a worker thread) to a new file
+        renamed over the old one: a reader never sees half a file, and a link committed in
+        its place is replaced, never written through to wherever it points."""
         if self.mode != "record" or not self.entries:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         body = {"version": 1, "exchanges": sorted(self.entries.values(), key=lambda e: e["key"])}
-        self.path.write_text(json.dumps(body, indent=1, ensure_ascii=False) + "\n", "utf-8")
+        text = json.dumps(body, indent=1, ensure_ascii=False) + "\n"
+        fd, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(temporary, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+
+
+def load_all(cassettes: Iterable[Cassette]) -> None:
+    """`Cassette.load` each one (the runner calls it in a worker thread)."""
+    for cassette in cassettes:
+        cassette.load()
+
+
+def save_all(cassettes: Iterable[Cassette]) -> None:
+    """`Cassette.save` each one (the runner calls it in a worker thread)."""
+    for cassette in cassettes:
+        cassette.save()
 
 
 class CassetteModel:

@@ -29,6 +29,8 @@ from fim.eval.cassettes import (
     CassetteMiss,
     Mode,
     NeedsLiveModel,
+    load_all,
+    save_all,
     slug,
 )
 from fim.eval.ci import in_shard
@@ -144,6 +146,7 @@ class EvalRunner(CaseExecutor):
             if key not in cassettes:
                 path = self.cassette_dir / slug(suite.name) / f"{slug(case.name)}.json"
                 cassettes[key] = Cassette(path, self.mode, self.snapshot.masker)
+        await asyncio.to_thread(load_all, list(cassettes.values()))
 
         async def one(suite: EvalSuite, case: EvalCase, attempt: int) -> CaseRun:
             async with semaphore:
@@ -158,8 +161,7 @@ class EvalRunner(CaseExecutor):
             runs = await asyncio.gather(*(one(*job) for job in jobs))
         finally:
             await services.aclose()
-        for cassette in cassettes.values():
-            cassette.save()
+        await asyncio.to_thread(save_all, list(cassettes.values()))
         by_suite: dict[str, list[CaseRun]] = {}
         for run in runs:
             by_suite.setdefault(run.suite, []).append(run)
