@@ -20,7 +20,7 @@ import pytest
 from mcp_servers.harness import http_demo, stdio_decl
 
 from fim.config.schema import HttpServer, StdioServer
-from fim.mcp import capped
+from fim.mcp import answer_shape, capped
 from fim.mcp.calls import call_tool
 from fim.mcp.errors import McpResultRejected, McpUnavailable
 from fim.mcp.jobs import Job
@@ -187,7 +187,7 @@ async def test_an_answer_past_the_object_or_depth_cap_fails_its_call_and_the_ser
     """500,000 empty text blocks (15 MB, under the byte cap) held the event loop 5 s while
     the SDK parsed and validated them; they are counted, and refused, before it does. So is
     an answer nested past 128 levels. Each fails its own call; the server serves the next."""
-    monkeypatch.setattr(capped, "MAX_OBJECTS", 1_000)
+    monkeypatch.setattr(answer_shape, "MAX_OBJECTS", 1_000)
     fits = await call_tool(bulky, "blocks", {"count": 900})
     assert not fits.is_error
     refused = await call_tool(bulky, "blocks", {"count": 1_001})
@@ -206,7 +206,7 @@ async def test_an_answer_past_the_object_or_depth_cap_fails_its_call_and_the_ser
     # a structured result past 64 levels fails fim's own check of it (fim/mcp/checks.py)
     deep = await call_tool(bulky, "nested", {"depth": 50})
     assert not deep.is_error
-    refused = await call_tool(bulky, "nested", {"depth": capped.MAX_DEPTH + 1})
+    refused = await call_tool(bulky, "nested", {"depth": answer_shape.MAX_DEPTH + 1})
     assert refused.is_error
     assert "the server's answer is nested deeper than 128 levels, the most fim reads" in (
         refused.content
@@ -250,12 +250,12 @@ async def test_a_tool_list_past_the_sdks_depth_limit_fails_the_start_at_once():
 def test_the_depth_cap_is_below_the_sdks_own_parser_limit():
     """Whatever passes the cap, the SDK parses: a line it dropped would leave its request
     waiting (this fails if a new SDK parses less deep)."""
-    levels = capped.MAX_DEPTH - 2  # the message and its result are the other two
+    levels = answer_shape.MAX_DEPTH - 2  # the message and its result are the other two
     value = "[" * levels + "]" * levels
     line = f'{{"jsonrpc":"2.0","id":1,"result":{{"content":[],"structuredContent":{value}}}}}'
-    assert capped.shape_problem(line.encode()) is None
+    assert answer_shape.shape_problem(line.encode()) is None
     assert mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False).id == 1
-    assert capped.shape_problem(f"[{line}]".encode()) is not None
+    assert answer_shape.shape_problem(f"[{line}]".encode()) is not None
 
 
 def test_what_strings_hold_is_not_counted():
@@ -263,10 +263,10 @@ def test_what_strings_hold_is_not_counted():
     brackets, commas and escaped quotes; only the answer's own structure counts."""
     code = 'if (a) { b[1, "2"]; } \\ ' * 200_000 + "{" * 300
     answer = json.dumps({"content": [{"type": "text", "text": code}]}).encode()
-    assert capped.shape_problem(answer) is None
+    assert answer_shape.shape_problem(answer) is None
     # a string that ends in an escaped backslash ends there: what follows it is counted
     after = b'["\\\\",' + b"[" * 200 + b"]" * 200 + b"]"
-    assert capped.shape_problem(after) == (
+    assert answer_shape.shape_problem(after) == (
         "the server's answer is nested deeper than 128 levels, the most fim reads"
     )
 
@@ -286,24 +286,24 @@ def _levels(count: int) -> bytes:
 @pytest.mark.parametrize(
     ("made", "cap", "reason"),
     [
-        (_objects, capped.MAX_OBJECTS, "holds more than 50,000 objects and arrays"),
-        (_values, capped.MAX_VALUES, "holds more than 1,000,000 values"),
-        (_levels, capped.MAX_DEPTH, "is nested deeper than 128 levels"),
+        (_objects, answer_shape.MAX_OBJECTS, "holds more than 50,000 objects and arrays"),
+        (_values, answer_shape.MAX_VALUES, "holds more than 1,000,000 values"),
+        (_levels, answer_shape.MAX_DEPTH, "is nested deeper than 128 levels"),
     ],
 )
 def test_an_answer_at_a_cap_is_read_and_one_past_it_refused_naming_it(made, cap, reason):
-    assert capped.shape_problem(made(cap)) is None
-    assert capped.shape_problem(made(cap + 1)) == (
+    assert answer_shape.shape_problem(made(cap)) is None
+    assert answer_shape.shape_problem(made(cap + 1)) == (
         f"the server's answer {reason}, the most fim reads"
     )
 
 
 def test_strings_count_as_values_and_an_unclosed_answer_as_deep_as_it_opens():
     strings = b"[" + b'"",' * 1_000_000 + b'""]'
-    assert capped.shape_problem(strings) == (
+    assert answer_shape.shape_problem(strings) == (
         "the server's answer holds more than 1,000,000 values, the most fim reads"
     )
-    assert capped.shape_problem(b'{"a":' * 129) == (
+    assert answer_shape.shape_problem(b'{"a":' * 129) == (
         "the server's answer is nested deeper than 128 levels, the most fim reads"
     )
 
@@ -311,7 +311,7 @@ def test_strings_count_as_values_and_an_unclosed_answer_as_deep_as_it_opens():
 async def test_each_stdio_line_is_counted_on_its_own(monkeypatch):
     """A stdio server's lines are parsed one by one: a quote one line leaves open must not
     make the next line's structure look like a string."""
-    monkeypatch.setattr(capped, "MAX_OBJECTS", 100)
+    monkeypatch.setattr(answer_shape, "MAX_OBJECTS", 100)
     stopped: list[bool] = []
     reasons: list[str] = []
     many = b"[" + b"[]," * 100 + b"[]]\n"
@@ -363,7 +363,7 @@ async def test_an_event_reaches_the_sdk_whole_once_its_data_is_counted():
     assert reasons == ["the server's answer is nested deeper than 128 levels, the most fim reads"]
     assert capped.body_of("Text/Event-Stream; charset=utf-8") == "events"
     # the SDK's reader handles each line of an event in Python, empty ones too
-    assert capped._event_problem(b"data:\n" * 50_001 + b"\n") == (
+    assert answer_shape.event_problem(b"data:\n" * 50_001 + b"\n") == (
         "the server's answer holds more than 50,000 lines in one event, the most fim reads"
     )
 

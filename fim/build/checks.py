@@ -1,21 +1,23 @@
 """Cross-reference checks over loaded declarations: what one file names must exist in
 another (tools, connectors, MCP servers, skills, workflows, model roles, hooks, agents),
 every template parses, every schema is a schema. The Checker appends to
-`decls.problems`; `fim.build.compile` runs it before building the snapshot."""
+`decls.problems`; `fim.build.compile` runs it before building the snapshot. The checks
+of a model reference (`model_checks`), a hook spec (`hook_checks`), a workflow
+(`workflow_checks`) and an agent's instructions (`instructions`) have modules of their
+own; agents and evals are checked here."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fim.build.builtin_names import builtin_hook_names, builtin_tool_names, tool_problems
+from fim.build.hook_checks import check_hook, check_hook_refs
 from fim.build.instructions import check_instructions, reads_files
+from fim.build.model_checks import ROLE_ENV, check_model, check_project
 from fim.build.workflow_checks import check_workflow
 from fim.config.declarations import Declarations, Entry
 from fim.config.problems import suggest
-from fim.config.providers import provider_problem
-from fim.config.schema import AgentDecl, EvalSuite, HookSpec, JudgeSpec, ModelSettings
+from fim.config.schema import AgentDecl, EvalSuite, JudgeSpec, ModelSettings
 from fim.config.templates import TemplateChecker
 from fim.errors import Problem
 from fim.schema_check import schema_problem as check_schema
@@ -23,21 +25,8 @@ from fim.schema_check import schema_problem as check_schema
 if TYPE_CHECKING:
     from fim.config.yamlio import Path_
 
-
-def command_program(command: str, root: Path) -> str:
-    """The program a hook command runs, with the protocol's project-dir variables expanded
-    as the hook's shell will (`"$CLAUDE_PROJECT_DIR"/hooks/x.sh`)."""
-    words = command.split()
-    program = words[0] if words else ""
-    for var in ("CLAUDE_PROJECT_DIR", "FIM_PROJECT_DIR"):
-        for form in (f"${{{var}}}", f"${var}"):
-            program = program.replace(form, str(root))
-    return program.replace('"', "").replace("'", "")
-
-
-ROLE_ENV: dict[str, str] = {"general": "FIM_MODEL", "fast": "FIM_FAST_MODEL"}
-"""Environment variables that override a declared role's model, so a user switches provider
-(`FIM_MODEL=ollama/qwen2.5`) without editing files that are in git."""
+__all__ = ["ROLE_ENV", "Checker"]
+"""`ROLE_ENV` lives in `fim.build.model_checks`; imported from here too."""
 
 
 _AgentMemo = tuple[tuple[Any, ...] | None, dict[str, tuple[Any, Any, list[Problem]]]]
@@ -89,11 +78,11 @@ class Checker:
 
     def run(self) -> None:
         if self.decls.project_ok:
-            self.check_project()
+            check_project(self)
         self.check_agents()
         for entry in self.decls.entries["hook"].values():
-            self.check_hook(entry, entry.decl, ())
-        self.check_hook_refs()
+            check_hook(self, entry, entry.decl, ())
+        check_hook_refs(self)
         for entry in self.decls.entries["workflow"].values():
             check_workflow(self, entry)
         for entry in self.decls.entries["eval"].values():
@@ -108,58 +97,17 @@ class Checker:
         for entry in partial["agent"].values():
             self.check_agent(entry)
         for entry in partial["hook"].values():
-            self.check_hook(entry, entry.decl, ())
+            check_hook(self, entry, entry.decl, ())
         for entry in partial["workflow"].values():
             check_workflow(self, entry)
         for entry in partial["eval"].values():
             self.check_eval(entry)
 
-    # ------------------------------------------------------------------ project
-
-    def check_project(self) -> None:
-        doc = self.decls.project_doc
-        assert doc is not None
-        env = os.environ
-        for role, ref in self.decls.project.models.items():
-            model = ref.model if isinstance(ref, ModelSettings) else ref
-            path = ("models", role, "model") if isinstance(ref, ModelSettings) else ("models", role)
-            if model.startswith("scripted:"):
-                self.check_scripted(doc, path, model)
-            self.check_provider(doc, path, model)
-            var = ROLE_ENV.get(role)
-            if var and env.get(var, "").strip():  # the override replaces what is checked above
-                problem = provider_problem(env[var].strip())
-                if problem is not None:
-                    self.add(doc.problem(path, f"{var}: {problem[0]}", problem[1]))
-
-    def check_provider(self, doc: Any, path: Path_, model: str) -> None:
-        problem = provider_problem(model)
-        if problem is not None:
-            self.add(doc.problem(path, *problem))
-
-    def check_scripted(self, doc: Any, path: Path_, model: str) -> None:
-        file = model.removeprefix("scripted:")
-        if not file or not (self.decls.root / file).is_file():
-            self.add(
-                doc.problem(
-                    path,
-                    f"scripted model file '{file}' not found",
-                    "give a path relative to the project root",
-                )
-            )
+    # ------------------------------------------------------------------ models
 
     def check_model(self, entry: Entry, path: Path_, ref: str | ModelSettings) -> None:
-        if isinstance(ref, ModelSettings):
-            ref, path = ref.model, (*path, "model")
-        if ref.startswith("scripted:"):
-            self.check_scripted(entry.doc, path, ref)
-        elif "/" in ref:
-            self.check_provider(entry.doc, path, ref)
-        elif "/" not in ref and ref not in self.roles and self.decls.project_ok:
-            hint = suggest(ref, self.roles, "model roles") or ""
-            if not hint.startswith("did you mean"):
-                hint += "; or use a litellm string such as openai/gpt-4o-mini"
-            self.add(entry.doc.problem(path, f"unknown model role '{ref}'", hint))
+        """A model a file names: a role, a provider string or a `scripted:` file."""
+        check_model(self, entry, path, ref)
 
     # ------------------------------------------------------------------ agents
 
@@ -235,7 +183,7 @@ class Checker:
         for i, name in enumerate(agent.delegates):
             self.ref(entry, ("delegates", i), "agent", name)
         for i, spec in enumerate(agent.hooks):
-            self.check_hook(entry, spec, ("hooks", i))
+            check_hook(self, entry, spec, ("hooks", i))
         check_instructions(self, entry)
         self.check_output_schema(entry, ("output_schema",), agent.output_schema)
         if agent.output_schema is not None and agent.engine == "dag":
@@ -283,89 +231,6 @@ class Checker:
                     suggest(module, self.decls.python_hooks, "modules"),
                 )
             )
-
-    # ------------------------------------------------------------------ hooks
-
-    def check_hook(self, entry: Entry, spec: HookSpec, path: Path_) -> None:
-        doc = entry.doc
-        if spec.use is not None:
-            hooks = self.hook_names
-            if spec.use not in hooks:
-                self.add(
-                    doc.problem(
-                        (*path, "use"),
-                        f"unknown builtin hook '{spec.use}'",
-                        suggest(spec.use, hooks, "hooks"),
-                    )
-                )
-        elif spec.ref is not None:
-            self.ref(entry, (*path, "ref"), "hook", spec.ref, "hook ref")
-        elif spec.python is not None:
-            module, _, cls = spec.python.partition(":")
-            if not module or not cls:
-                self.add(
-                    doc.problem(
-                        (*path, "python"),
-                        f"invalid python hook '{spec.python}'",
-                        "write module:Class, e.g. redact:RedactEmails",
-                    )
-                )
-            elif module not in self.decls.python_hooks:
-                folder = self.decls.folder("hook")
-                self.add(
-                    doc.problem(
-                        (*path, "python"),
-                        f"python hook module '{folder}/{module}.py' not found",
-                        suggest(module, self.decls.python_hooks, "modules"),
-                    )
-                )
-        elif spec.command is not None:
-            program = command_program(spec.command, self.decls.root)
-            script = self.decls.root / program
-            if "/" in program and not script.exists():
-                self.add(
-                    doc.problem(
-                        (*path, "command"),
-                        f"hook command '{program}' not found",
-                        "paths are relative to the project root",
-                    )
-                )
-            elif "/" in program and not os.access(script, os.X_OK):
-                # the shell refuses it on every call (exit 126): the hook would block them all
-                self.add(
-                    doc.problem(
-                        (*path, "command"),
-                        f"hook script '{program}' is not executable",
-                        f"chmod +x {program}; commit the mode with "
-                        f"git update-index --chmod=+x {program}",
-                    )
-                )
-        if spec.event is None and spec.command is not None:
-            self.add(
-                doc.problem(
-                    path,
-                    "a command hook needs 'event'",
-                    "set event: PreToolUse, PostToolUse or SessionStart",
-                )
-            )
-
-    def check_hook_refs(self) -> None:
-        hooks = self.decls.entries["hook"]
-        for name, entry in hooks.items():
-            seen = [name]
-            current = entry.decl.ref
-            while current is not None and current in hooks:
-                if current in seen:
-                    self.add(
-                        entry.doc.problem(
-                            ("ref",),
-                            "hook ref cycle: " + " -> ".join([*seen, current]),
-                            "a hook ref must end at a use/command/python hook",
-                        )
-                    )
-                    break
-                seen.append(current)
-                current = hooks[current].decl.ref
 
     # ------------------------------------------------------------------ evals
 

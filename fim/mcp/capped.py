@@ -1,4 +1,5 @@
-"""How much one answer of an MCP server may hold.
+"""How many bytes of one answer of an MCP server fim reads, and the readers that hand the
+SDK each message whole.
 
 Over HTTP the SDK reads a JSON answer whole (`response.aread()`) and parses it on the
 event loop, and its legacy SSE transport keeps an event whole too: a server answering
@@ -10,19 +11,15 @@ per event (the stream itself stays open for hours), a stdio server's output per 
 handed to the SDK a whole line at a time. fim passes on at most 400,000 characters of
 text and 10 MB of media of one result anyway.
 
-Bytes are not the whole cost: the SDK parses and validates an answer on the event loop,
-at a cost that grows with what it holds. 500,000 empty text blocks (15 MB) held the loop
-5 s, and an answer nested past the parser's depth limit was dropped unanswered, its call
-waiting out its timeout. So before the SDK sees an answer, `shape_problem` counts its
-values, objects and levels with C-level scans of the bytes, and one past `MAX_VALUES`,
-`MAX_OBJECTS` or `MAX_DEPTH` is refused like one past the byte cap. Imported with a
-server's client only.
+Bytes are not the whole cost: each message a reader hands on whole (a JSON body, an
+event, a stdio line) is first checked by `fim.mcp.answer_shape.shape_problem`, which counts
+its values, objects and levels, and one past them is refused like one past the byte cap.
+Imported with a server's client only.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import os
 import re
@@ -34,105 +31,19 @@ from typing import Any, Literal
 import anyio
 import httpx2
 
+from fim.mcp.answer_shape import event_problem, lines_problem, shape_problem
+
 MAX_ANSWER_BYTES = 16 * 2**20
-MAX_OBJECTS = 50_000
-"""Objects and arrays one answer may hold: validating 500,000 text blocks took the SDK
-2.5 s of the event loop, 50,000 a tenth of that (and a `tools/list` of 2,000 tools, the
-most fim offers, with 20 objects in each schema, still fits)."""
-MAX_VALUES = 1_000_000
-"""Keys and values one answer may hold (strings, numbers): parsing 5 million empty
-strings took the SDK 0.5 s of the loop."""
-MAX_DEPTH = 128
-"""Levels one answer may nest. The SDK's parser gives up at 200 and drops the message
-(logging a traceback), so the request it answered waited out its whole timeout; what is
-refused here is refused at once, and below the parser's limit with room to spare."""
-MAX_EVENT_LINES = 50_000
-"""Lines of one event of an event stream: an event reaches the SDK whole (`_Capped`), and
-its reader handles each line in Python."""
 
 _ENDS = re.compile(rb"(?>\r\n|\n|\r)(?>\r\n|\n|\r)")
 """Where an event of an event stream ends: a blank line, lines ending in CRLF, LF or CR as
 the SDK's reader splits them (a CRLF whole: the SDK dispatches an event only once it has
 seen its blank line's end, and a CR alone could still be the start of a CRLF)."""
-_DATA = re.compile(rb"^data: ?(.*)$", re.MULTILINE)
-"""An event's data lines (the JSON the SDK parses), in an event whose line ends are LF."""
-_BRACKETS = bytes.maketrans(b"[]", b"{}")
-_NOT_BRACKETS = bytes(set(range(256)) - set(b"{}[]"))
 
 
 def _too_large(limit: int) -> str:
     most = f"{limit // 2**20} MiB" if limit >= 2**20 else f"{limit // 2**10} KiB"
     return f"the server's answer is larger than {most}, the most fim reads"
-
-
-def _too_many(limit: int, what: str) -> str:
-    return f"the server's answer holds more than {limit:,} {what}, the most fim reads"
-
-
-def _too_deep(limit: int) -> str:
-    return f"the server's answer is nested deeper than {limit} levels, the most fim reads"
-
-
-def _fits(text: bytes) -> bool:
-    """Whether `text` is within every cap counting what strings hold too: so at least what
-    is outside them, whichever quotes open a string (a few `bytes.count`, no copy)."""
-    opened = text.count(b"{") + text.count(b"[")
-    if opened > min(MAX_DEPTH, MAX_OBJECTS):  # else none can nest deeper or be too many
-        return False
-    return opened + text.count(b",") + text.count(b'"') // 2 <= MAX_VALUES
-
-
-def shape_problem(text: bytes) -> str | None:
-    """Why one JSON text (a message) holds more than fim reads of an answer, or None.
-
-    Counted, not parsed: parsing is the cost being bounded. C-level scans of the bytes
-    (`count`, `replace`, `split`, `translate`) take a 16 MB answer 10 to 80 ms. Brackets
-    and commas inside strings are not counted (a text block of source code holds any
-    number): with every escaped backslash and quote removed, each quote left opens or
-    closes a string. In a text that is not valid JSON the strings counted are a parser's up
-    to where it would stop, so what the parser would read is counted in any case. "Values"
-    are strings, commas and objects, about one for each key and value."""
-    if _fits(text):
-        return None
-    plain = text.replace(b"\\\\", b"").replace(b'\\"', b"")
-    strings = plain.count(b'"') // 2
-    if strings > MAX_VALUES:  # before the split below, whose cost grows with them
-        return _too_many(MAX_VALUES, "values")
-    outside = b"".join(plain.split(b'"')[::2])
-    brackets = outside.translate(_BRACKETS, _NOT_BRACKETS)  # `[` and `]` become `{` `}`
-    if len(brackets) > 2 * MAX_OBJECTS:
-        return _too_many(MAX_OBJECTS, "objects and arrays")
-    if strings + outside.count(b",") + len(brackets) // 2 > MAX_VALUES:
-        return _too_many(MAX_VALUES, "values")
-    if brackets.count(b"{") > MAX_DEPTH:  # else it cannot nest deeper
-        opening = ord("{")
-        steps = (1 if byte == opening else -1 for byte in brackets)
-        if max(itertools.accumulate(steps)) > MAX_DEPTH:
-            return _too_deep(MAX_DEPTH)
-    return None
-
-
-def _lines_problem(lines: bytes) -> str | None:
-    """`shape_problem` of each line of a stdio server's output: each line is a message of
-    its own, and a quote one leaves open must not hide the structure of the next."""
-    if _fits(lines):
-        return None
-    for line in lines.split(b"\n"):
-        why = shape_problem(line)
-        if why is not None:
-            return why
-    return None
-
-
-def _event_problem(event: bytes) -> str | None:
-    """`shape_problem` of an event's data, the JSON the SDK parses of it: the other fields
-    (`id: "`) must not open a string that hides the data's structure."""
-    if _fits(event) and event.count(b"\n") + event.count(b"\r") <= MAX_EVENT_LINES:
-        return None
-    plain = event.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-    if plain.count(b"\n") > MAX_EVENT_LINES:
-        return _too_many(MAX_EVENT_LINES, "lines in one event")
-    return shape_problem(b"\n".join(_DATA.findall(plain)))
 
 
 class AnswerTooLarge(httpx2.StreamError):
@@ -268,7 +179,7 @@ class _Capped(httpx2.AsyncByteStream):
                 if size + stop - start > self._limit:
                     raise self._cut()
                 event = b"".join([*held, chunk[start:stop]])
-                why = _event_problem(event)
+                why = event_problem(event)
                 if why is not None:
                     raise self._cut(why)
                 ended.append(event)
@@ -336,7 +247,7 @@ class _Lines(anyio.abc.ByteReceiveStream):
             lines = b"".join([*self._held, chunk[: end + 1]])
             rest = chunk[end + 1 :]
             self._held, self._size = ([rest], len(rest)) if rest else ([], 0)
-            why = _lines_problem(lines)
+            why = lines_problem(lines)
             if why is not None:
                 raise self._refuse(why)
             return lines

@@ -1,127 +1,73 @@
-"""HTTP plumbing shared by the routes: JSON errors, the key/size guard, SSE, and
-cancelling work whose client went away."""
+"""The request side of the HTTP API: the middleware every request passes (`Guard`: the key,
+cross-site requests, the body size limit; `AccessLog`) and the whole numbers a request
+names in a header or query parameter.
+
+Who a request is from is `fim.server.callers`, what a route answers with
+`fim.server.replies`, event streams and disconnects `fim.server.streams`; their names are
+imported from here too, where the routes have always found them.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import hmac
-import json
 import logging
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse as _JSONResponse
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from fim.errors import FimError
-from fim.masking import StreamMasker, known
+from fim.server.callers import (
+    CALLER,
+    OPEN,
+    Caller,
+    bearer,
+    caller,
+    identify,
+    key_owner,
+    one_of,
+    run_scope,
+    server_keys,
+    session_owner,
+)
 from fim.server.cross_site import refusal
 from fim.server.public import is_public
+from fim.server.replies import JSONResponse, error
+from fim.server.streams import cancel_on_disconnect, sse
 
 if TYPE_CHECKING:
     from fim.build.reload import SnapshotHolder
-    from fim.config.schema import ServerSettings
+
+__all__ = [
+    "CALLER",
+    "MAX_INT64",
+    "OPEN",
+    "AccessLog",
+    "Caller",
+    "Guard",
+    "JSONResponse",
+    "bearer",
+    "caller",
+    "cancel_on_disconnect",
+    "error",
+    "identify",
+    "key_owner",
+    "one_of",
+    "query_int",
+    "run_scope",
+    "server_keys",
+    "session_owner",
+    "sse",
+    "whole_number",
+]
 
 log = logging.getLogger("fim.server")
 
-
-class JSONResponse(_JSONResponse):
-    """Every JSON body of the API, masked as values (`fim.masking.known`) before it is
-    serialised: a secret never leaves in any encoding, whichever route built the body."""
-
-    def render(self, content: Any) -> bytes:
-        return super().render(known().value(content))
-
-
-def server_keys(settings: ServerSettings) -> list[str]:
-    """Every bearer key the server accepts: `api_keys` (tenants' too) and `operator_keys`,
-    empty ones ignored. None: the server is open."""
-    keys = [k if isinstance(k, str) else k.key for k in settings.api_keys]
-    return [k for k in (*keys, *settings.operator_keys) if k]
-
-
-def bearer(authorization: str) -> bytes:
-    """The key of an `Authorization: Bearer <key>` header value (empty when it has none)."""
-    return (authorization[7:] if authorization.lower().startswith("bearer ") else "").encode()
-
-
-def one_of(token: bytes, keys: list[str]) -> bool:
-    """Whether `token` is one of `keys` (empty ones never match), each compared in
-    constant time."""
-    return any(hmac.compare_digest(token, k.encode()) for k in keys if k)
-
-
-CALLER = "fim.caller"
-"""The ASGI scope key under which `Guard` records the `Caller` it let in."""
 
 MAX_INT64 = 2**63 - 1
 """The largest number a whole-number header or query parameter may name: the largest
 integer SQLite and PostgreSQL take as a query's parameter (past it the query fails), and a
 longer digit string costs `int()` quadratic time."""
-
-
-@dataclass(frozen=True)
-class Caller:
-    """Who `Guard` let a request in as, decided once from the one `Authorization` header it
-    verified and kept in the ASGI scope (`CALLER`). Every owner decision (sessions, runs,
-    limits, budgets, MCP sessions, A2A tasks) reads this, never the request's headers
-    again: a second header the check did not look at cannot choose the owner."""
-
-    owner: str
-    """A hash of the key, or of its tenant (whose keys share what they own); "" on a
-    server without keys, where every caller is one."""
-    key: str
-    """A hash of the key alone, tenant or not: what an MCP session is bound to (the SDK
-    serves a session only to the credential that opened it); "" without keys."""
-    operator: bool = False
-    """An `operator_keys` key: it sees every run and decides every approval."""
-
-
-OPEN = Caller(owner="", key="")
-"""Every caller of a server without keys."""
-
-
-def identify(token: bytes, settings: ServerSettings) -> Caller:
-    """The caller a verified key `token` is: its owner (its tenant's, when it has one),
-    whether it is an operator key. Every key is compared, in constant time each."""
-    tenant = ""
-    for key in settings.api_keys:
-        if not isinstance(key, str) and key.key and hmac.compare_digest(token, key.key.encode()):
-            tenant = key.tenant
-    return Caller(
-        owner=key_owner(token, tenant),
-        key=key_owner(token),
-        operator=one_of(token, settings.operator_keys),
-    )
-
-
-def caller(scope: Scope) -> Caller:
-    """The caller `Guard` recorded for this request. A route reached without passing the
-    Guard has none, and deciding an owner there is a bug: it fails instead of guessing."""
-    found = scope.get(CALLER)
-    if not isinstance(found, Caller):
-        raise RuntimeError(f"no verified caller for {scope.get('path')!r}: not behind the Guard")
-    return found
-
-
-def session_owner(request: Request) -> str:
-    """Who a session (and a run) belongs to: a hash of the bearer key the request was let
-    in with (never the key itself), or "" when the server has no keys (anyone may continue
-    any session, as before)."""
-    return caller(request.scope).owner
-
-
-def key_owner(token: bytes, tenant: str = "") -> str:
-    """The owner hash of a key, or of the tenant it belongs to (whose keys share what they
-    own)."""
-    if tenant:
-        return hashlib.sha256(b"fim-tenant\0" + tenant.encode()).hexdigest()
-    return hashlib.sha256(b"fim-session-owner\0" + token).hexdigest()
 
 
 def whole_number(raw: str | bytes) -> int | None:
@@ -145,58 +91,6 @@ def query_int(request: Request, name: str, default: int, low: int, high: int) ->
             400, f"{name}: a whole number from {low} to {high}, got {raw[:40]!r}", param=name
         )
     return value
-
-
-def run_scope(request: Request) -> str | None:
-    """Whose runs and approvals this caller sees (`fim.store.owners`): its own, by the hash
-    of its key; None, every one, on a server without keys or for an operator key."""
-    me = caller(request.scope)
-    return None if me.operator else me.owner or None
-
-
-_CODES = {
-    400: "invalid_request",
-    401: "invalid_api_key",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    409: "conflict",
-    413: "request_too_large",
-    415: "unsupported_media_type",
-    429: "rate_limited",
-    499: "client_closed_request",
-    503: "unavailable",
-}
-
-
-def error(
-    status: int,
-    message: str,
-    hint: str | None = None,
-    *,
-    param: str | None = None,
-    code: str | None = None,
-) -> JSONResponse:
-    """An error in OpenAI's shape (`message`, `type`, `param`, `code`) on every route, so
-    one client-side handler reads them all; `hint` is fim's own addition."""
-    kind = (
-        "server_error"
-        if status >= 500
-        else "authentication_error"
-        if status == 401
-        else "invalid_request_error"
-    )
-    body: dict[str, Any] = {
-        "error": {
-            "message": message,
-            "type": kind,
-            "param": param,
-            "code": code or _CODES.get(status, "server_error" if status >= 500 else "error"),
-        }
-    }
-    if hint:
-        body["error"]["hint"] = hint
-    return JSONResponse(body, status_code=status)
 
 
 class Guard:
@@ -361,59 +255,3 @@ class AccessLog:
                 (time.perf_counter() - started) * 1000,
                 size,
             )
-
-
-async def cancel_on_disconnect(request: Request, work: Any) -> Any:
-    """Run `work`, cancelling it if the client goes away (a run nobody waits for is waste)."""
-    task = asyncio.ensure_future(work)
-
-    async def watch() -> None:
-        while not task.done():
-            message = await request.receive()
-            if message["type"] == "http.disconnect":
-                task.cancel()
-                return
-
-    watcher = asyncio.ensure_future(watch())
-    try:
-        return await task
-    except asyncio.CancelledError:
-        if watcher.done():
-            return None
-        raise
-    finally:
-        watcher.cancel()
-
-
-def sse(events: AsyncIterator[Any]) -> StreamingResponse:
-    """Server-sent events: `event: <type>` and `data: <json>` per event, each masked as
-    values; tokens are masked as a stream, so a secret split over two tokens is caught."""
-    mask = known()
-    tokens = StreamMasker(mask)
-
-    def frame(kind: str, payload: dict[str, Any]) -> bytes:
-        data = json.dumps(mask.value(payload), ensure_ascii=False)
-        return f"event: {kind}\ndata: {data}\n\n".encode()
-
-    async def body() -> AsyncIterator[bytes]:
-        last_token: dict[str, Any] | None = None
-        try:
-            async for event in events:
-                payload = event.model_dump(mode="json")
-                if event.type == "token":
-                    last_token, payload["text"] = payload, tokens.feed(payload.get("text", ""))
-                    if payload["text"]:
-                        yield frame("token", payload)
-                    continue
-                held = tokens.flush()
-                if held and last_token is not None:
-                    yield frame("token", {**last_token, "text": held})
-                yield frame(event.type, payload)
-        except FimError as exc:
-            yield frame("error", {"type": "error", "message": str(exc)})
-
-    return StreamingResponse(
-        body(),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )

@@ -1,9 +1,11 @@
 """The workflow engine: starts a declared DAG or resumes a paused one.
 
-This module is the front door (inputs, guards against recursion, the human decision on
-resume, the persisted record); `fim.workflows.scheduler` runs the nodes. Every surface
-(CLI, HTTP, the `run_workflow` tool, eval) goes through `WorkflowEngine`, so a run looks
-the same in the store whoever started it.
+This module is the front door (inputs, guards against recursion, the persisted record,
+resuming and recovering); `fim.workflows.scheduler` runs the nodes, `decision` checks the
+human decision a paused run resumes with, `recovery` finds runs and decides whether one
+may be taken over, `guards` builds the hooks a run gets when no agent hands its own in.
+Every surface (CLI, HTTP, the `run_workflow` tool, eval) goes through `WorkflowEngine`, so
+a run looks the same in the store whoever started it.
 """
 
 from __future__ import annotations
@@ -21,57 +23,18 @@ from fim.events import Event, NodeFailed, NodeFinished, Notice
 from fim.masking import known
 from fim.observe import observe_workflow
 from fim.run.preflight import check_workflow
-from fim.run.services import RunContext, Services
-from fim.schema_check import problems as schema_problems
+from fim.run.services import Services
 from fim.tools.registry import ToolRegistry
 from fim.types import Tool
+from fim.workflows.decision import decide
+from fim.workflows.guards import callers_guard, read_only_guard
 from fim.workflows.inputs import validate_inputs
+from fim.workflows.recovery import check_takeover, load_run, orphaned_runs
 from fim.workflows.scheduler import Scheduler
-from fim.workflows.state import (
-    KIND,
-    NodeState,
-    Persister,
-    RunState,
-    current_owner,
-    orphaned,
-    owner_alive,
-    record_data,
-)
+from fim.workflows.state import NodeState, Persister, RunState, current_owner
 
-
-async def load_run(services: Services, run_id: str) -> RunState:
-    """The persisted state of a workflow run, or a RunError naming what exists."""
-    # deferred: loading fim.store costs a few ms
-    from fim.store import get_store
-
-    record = await get_store(services).get_run(run_id)
-    if record is None or record.kind != KIND:
-        raise RunError(
-            f"no workflow run '{run_id}'", hint="`fim workflow runs` lists the recent runs"
-        )
-    return RunState.from_dict(record_data(record))
-
-
-async def orphaned_runs(services: Services, limit: int = 200) -> list[RunState]:
-    """Recent workflow runs recorded as running whose process is gone (on this host):
-    `fim workflow resume RUN_ID` finishes them."""
-    # deferred: loading fim.store costs a few ms
-    from fim.store import get_store
-
-    records = await get_store(services).list_runs(kind=KIND, limit=limit)
-    states = [RunState.from_dict(record_data(r)) for r in records if r.status == "running"]
-    return [s for s in states if orphaned(s)]
-
-
-def _read_only_guard(snapshot: Snapshot, name: str, services: Services) -> Any:
-    """The read-only guard of a workflow run on its own in a read-only project."""
-    # deferred: loading fim.hooks.build costs tens of ms
-    from fim.config.schema import AgentDecl
-    from fim.hooks.build import read_only_chain
-    from fim.run.services import RunContext
-
-    agent = AgentDecl(name=name, description=f"workflow {name}")
-    return read_only_chain(RunContext(snapshot=snapshot, agent=agent, services=services))
+__all__ = ["WorkflowEngine", "load_run", "orphaned_runs", "run_workflow"]
+"""`load_run` and `orphaned_runs` live in `fim.workflows.recovery`; imported from here too."""
 
 
 class WorkflowEngine:
@@ -110,7 +73,7 @@ class WorkflowEngine:
         self.parents = tuple(parents)
         self.hooks = hooks
         if guard is None and snapshot.project.read_only:
-            guard = _read_only_guard(snapshot, workflow_name, services)
+            guard = read_only_guard(snapshot, workflow_name, services)
         self.guard = guard
         self.session = session
         self.extra_tools = {t.name: t for t in tools}
@@ -260,42 +223,9 @@ class WorkflowEngine:
         if approved is not False:  # the nodes after an approval must not fail on a missing key
             check_workflow(self.snapshot, decl, self.name)
         ns = state.nodes[node_id]
-        store = get_store(self.services)
-        approval = await store.get_approval(ns.approval_id or "")
-        if approval is None:
-            raise RunError(f"the approval of node '{node_id}' is missing from the state store")
-        given = dict(data or {})
-        if approval.status == "pending":
-            if approved is None:
-                raise RunError(
-                    f"node '{node_id}' is still waiting for a decision",
-                    hint="pass --approve or --deny (and --input k=v for data)",
-                )
-            schema = getattr(decl.nodes[node_id], "input_schema", None)
-            if approved and schema:
-                problems = schema_problems(given, schema)
-                if problems:
-                    raise RunError(
-                        f"invalid input for node '{node_id}': {'; '.join(problems)}",
-                        hint=f"the node accepts: {schema}",
-                    )
-            resolved = await store.resolve_approval(approval.id, approved, by=by, data=given)
-            if resolved is None:  # deleted between the read above and this write
-                raise RunError(f"the approval of node '{node_id}' vanished from the state store")
-            approval = resolved
-        elif approved is not None and (approval.status == "approved") != approved:
-            raise RunError(
-                f"node '{node_id}' was already {approval.status} by {approval.resolved_by}",
-                hint="resume without --approve/--deny to continue with that decision",
-            )
-        if approval.status == "approved" and not await store.consume_approval(approval.id):
-            raise RunError(
-                f"run '{run_id}' was already resumed at '{node_id}' by another process",
-                hint=f"`fim workflow show {run_id}` shows where it is now",
-            )
-        base = {"workflow", "run_id", "node"}
-        if not given:
-            given = {k: v for k, v in (approval.data or {}).items() if k not in base}
+        approval, given = await decide(
+            get_store(self.services), decl, run_id, node_id, ns.approval_id, approved, data, by
+        )
         self._adopt(state)
         yield Notice(
             run_id=run_id,
@@ -341,7 +271,7 @@ class WorkflowEngine:
         self.run_id = state.run_id
         self.depth = state.depth
         self.parents = tuple(state.parents)
-        callers = self._callers_guard(self.parents)
+        callers = callers_guard(self.snapshot, self.services, self.parents, self.hooks)
         if callers is not None:
             self.guard = callers
         self.state = state
@@ -352,58 +282,10 @@ class WorkflowEngine:
         state.owner = current_owner()
         return in_flight
 
-    def _callers_guard(self, parents: tuple[str, ...]) -> Any:
-        """The hooks of the agents in `parents` (the chain above this run), stacked as
-        their runs stacked them; None when no agent is in the chain."""
-        # deferred: run assembly loads hooks and tools, only for a run an agent started
-        from fim.run.plan import hooks_of
-
-        guard: Any = None
-        for depth, name in enumerate(parents):
-            decl = self.snapshot.agents.get(name)
-            if decl is None:  # a workflow of the chain: its own hooks are its nodes'
-                continue
-            context = RunContext(
-                snapshot=self.snapshot,
-                agent=decl,
-                services=self.services,
-                depth=depth,
-                parents=parents[:depth],
-                guard=guard,
-                hooks_enabled=self.hooks,
-            )
-            guard = hooks_of(context)
-        return guard
-
     async def _recover(self, state: RunState, force: bool) -> AsyncGenerator[Event, None]:
-        """Continue a run recorded as running whose process is gone.
-
-        A queued run (`fim worker`) is never recovered here by host/pid liveness: its
-        worker's heartbeat is procrastinate's, which re-delivers the job to another worker
-        (fim.workflows.durable.advance) — the only path that recovers it.
-        """
-        if state.queued or self.queued:
-            if not (state.queued and self.queued):
-                raise RunError(
-                    f"run '{state.run_id}' is executed by `fim worker` jobs; procrastinate "
-                    "hands it to another worker when its worker stops",
-                    hint="keep a `fim worker` running; `fim workflow show` follows it",
-                )
-            alive: bool | None = False
-        else:
-            alive = owner_alive(state.owner)
-        if alive:
-            raise RunError(
-                f"run '{state.run_id}' is still running (process {state.owner.get('pid')})",
-                hint="wait for it to finish, or stop that process and resume again",
-            )
-        if alive is None and not force:
-            host = state.owner.get("host") or "an unrecorded host"
-            raise RunError(
-                f"run '{state.run_id}' is recorded as running on {host}, where this process "
-                "cannot check that it is still alive",
-                hint="if that process is gone, resume with --force",
-            )
+        """Continue a run recorded as running whose process is gone (once
+        `fim.workflows.recovery.check_takeover` lets this process take it over)."""
+        check_takeover(state, self.queued, force)
         decl = self._recorded_decl(state)
         again = self._adopt(state)
         yield Notice(

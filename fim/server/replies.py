@@ -1,0 +1,68 @@
+"""What every route answers with: the masked JSON body and errors in one shape.
+
+`JSONResponse` masks every body as values before it is serialised, whichever route built
+it; `error` gives every failure OpenAI's error shape, so one client-side handler reads
+them all (`fim.server.openai_errors` builds on it). Kept apart from the middleware, which
+answers with them too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import JSONResponse as _JSONResponse
+
+from fim.masking import known
+
+
+class JSONResponse(_JSONResponse):
+    """Every JSON body of the API, masked as values (`fim.masking.known`) before it is
+    serialised: a secret never leaves in any encoding, whichever route built the body."""
+
+    def render(self, content: Any) -> bytes:
+        return super().render(known().value(content))
+
+
+_CODES = {
+    400: "invalid_request",
+    401: "invalid_api_key",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "request_too_large",
+    415: "unsupported_media_type",
+    429: "rate_limited",
+    499: "client_closed_request",
+    503: "unavailable",
+}
+
+
+def error(
+    status: int,
+    message: str,
+    hint: str | None = None,
+    *,
+    param: str | None = None,
+    code: str | None = None,
+) -> JSONResponse:
+    """An error in OpenAI's shape (`message`, `type`, `param`, `code`) on every route, so
+    one client-side handler reads them all; `hint` is fim's own addition."""
+    kind = (
+        "server_error"
+        if status >= 500
+        else "authentication_error"
+        if status == 401
+        else "invalid_request_error"
+    )
+    body: dict[str, Any] = {
+        "error": {
+            "message": message,
+            "type": kind,
+            "param": param,
+            "code": code or _CODES.get(status, "server_error" if status >= 500 else "error"),
+        }
+    }
+    if hint:
+        body["error"]["hint"] = hint
+    return JSONResponse(body, status_code=status)

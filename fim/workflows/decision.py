@@ -1,0 +1,73 @@
+"""The human decision a workflow paused at a human node resumes with.
+
+The decision lives on the node's approval in the state store: given with the resume
+(`--approve`/`--deny`, its input checked against the node's `input_schema`) or already
+recorded (`fim approvals`, the HTTP API). Either way the approval is consumed once, so two
+processes resuming the same run cannot both continue it. Kept apart from
+`fim.workflows.engine`, which continues the run once the decision is known.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fim.config.schema import WorkflowDecl
+from fim.errors import RunError
+from fim.schema_check import problems as schema_problems
+
+if TYPE_CHECKING:
+    from fim.store import Store
+    from fim.store.records import Approval
+
+
+async def decide(
+    store: Store,
+    decl: WorkflowDecl,
+    run_id: str,
+    node_id: str,
+    approval_id: str | None,
+    approved: bool | None,
+    data: dict[str, Any] | None,
+    by: str,
+) -> tuple[Approval, dict[str, Any]]:
+    """The approval of `node_id`, resolved and consumed, and the data it resumes with.
+
+    `approved=None` takes the decision already recorded on the approval; a decision given
+    that contradicts the recorded one, a pending approval without one, or input the node's
+    schema refuses is a RunError, as is an approval another process already consumed."""
+    approval = await store.get_approval(approval_id or "")
+    if approval is None:
+        raise RunError(f"the approval of node '{node_id}' is missing from the state store")
+    given = dict(data or {})
+    if approval.status == "pending":
+        if approved is None:
+            raise RunError(
+                f"node '{node_id}' is still waiting for a decision",
+                hint="pass --approve or --deny (and --input k=v for data)",
+            )
+        schema = getattr(decl.nodes[node_id], "input_schema", None)
+        if approved and schema:
+            problems = schema_problems(given, schema)
+            if problems:
+                raise RunError(
+                    f"invalid input for node '{node_id}': {'; '.join(problems)}",
+                    hint=f"the node accepts: {schema}",
+                )
+        resolved = await store.resolve_approval(approval.id, approved, by=by, data=given)
+        if resolved is None:  # deleted between the read above and this write
+            raise RunError(f"the approval of node '{node_id}' vanished from the state store")
+        approval = resolved
+    elif approved is not None and (approval.status == "approved") != approved:
+        raise RunError(
+            f"node '{node_id}' was already {approval.status} by {approval.resolved_by}",
+            hint="resume without --approve/--deny to continue with that decision",
+        )
+    if approval.status == "approved" and not await store.consume_approval(approval.id):
+        raise RunError(
+            f"run '{run_id}' was already resumed at '{node_id}' by another process",
+            hint=f"`fim workflow show {run_id}` shows where it is now",
+        )
+    base = {"workflow", "run_id", "node"}
+    if not given:
+        given = {k: v for k, v in (approval.data or {}).items() if k not in base}
+    return approval, given
