@@ -112,4 +112,8 @@ async def test_waiting_for_a_writers_lock_ends_at_the_statement_timeout(shop: Pa
         holder.rollback()
         holder.close()
         db.dispose()
-    assert result.is_error and "database is locked" in result.content
+    # SQLite's busy wait gives up at the deadline ("database is locked"); on a loaded
+    # machine the worker may reach the deadline before the statement even waits (its first
+    # statement imports its drivers), and the deadline ends it instead: never a hang
+    assert result.is_error
+    assert "database is locked" in result.content or "statement timeout of 0.3s" in result.content
