@@ -2,13 +2,17 @@
 
 The holder only ever points at a snapshot that compiled. A bad change leaves the last good
 one serving and records the problems for `/v1/status` and the log; a run keeps the
-snapshot object it started with, so a swap never changes a run in flight.
+snapshot object it started with, so a swap never changes a run in flight. The watcher
+itself failing is recorded the same way, and it starts again: an operator who removes a
+connector must not be told reload is on while edits go nowhere.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -89,6 +93,46 @@ async def reload_once(root: Path, holder: SnapshotHolder) -> bool:
     return True
 
 
+def watched_folders(root: Path) -> list[Path]:
+    """The project's own folders, each watched on its own (not recursively).
+
+    A recursive watch (notify's) follows symlinked directories, and watchfiles cannot turn
+    that off: a skill folder copied with `link -> /usr` put 15,721 inotify watches on /usr,
+    and `link -> /` ended the watcher on a PermissionError under /proc. Walking the tree
+    here without following links watches only what is inside the project; a link to a
+    folder inside it is watched under the folder's own path. Ignored folders (.git, .fim,
+    .venv ...) get no watches at all."""
+    folders: list[Path] = []
+    for base, dirnames, _files in os.walk(root, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if d not in _IGNORED_DIRS)
+        folders.append(Path(base))
+    return folders
+
+
+def _watcher_problem(root: Path, exc: Exception, retry_s: float) -> Problem:
+    """The failure as a problem for `/v1/status`, at the file it names when there is one."""
+    where = "."
+    filename = getattr(exc, "filename", None)
+    if isinstance(filename, str) and filename:
+        path = Path(filename)
+        where = path.relative_to(root).as_posix() if path.is_relative_to(root) else filename
+    return Problem(
+        where,
+        1,
+        1,
+        f"hot reload stopped: {type(exc).__name__}: {exc}",
+        f"edits are not applied until the watcher restarts, in {retry_s:g} s",
+    )
+
+
+async def _pause(seconds: float, stop: asyncio.Event | None) -> None:
+    if stop is None:
+        await asyncio.sleep(seconds)
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
 async def watch(
     root: Path,
     holder: SnapshotHolder,
@@ -96,22 +140,62 @@ async def watch(
     debounce_ms: int = 20,
     step_ms: int = 5,
     stop: asyncio.Event | None = None,
+    retry_s: float = 1.0,
+    max_retry_s: float = 60.0,
 ) -> None:
     """Reload on every (debounced) batch of file changes until `stop` is set.
 
     watchfiles yields a batch once `step_ms` passes without a new change (at most
     `debounce_ms` after the first), so a save is seen 1-2 steps after it lands: 5 ms
     steps answer a save in ~8 ms where 10 ms steps took ~17, for ~1 ms of CPU a second
-    more while idle."""
+    more while idle.
+
+    The watcher never ends on its own: an exception (an unreadable folder, the inotify
+    limit) is logged and recorded on the holder (`/v1/status`' `last_reload_error`, the dev
+    page), and the watcher starts again after `retry_s`, doubling up to `max_retry_s`. A
+    folder created or removed starts it again at once on the new set of folders
+    (`watched_folders`). After any restart the project is recompiled once the new watches
+    stand (the first yield, a change or the 1 s timeout), so an edit made while no watch
+    was there is not lost."""
     # deferred: loading watchfiles costs a few ms
     from watchfiles import awatch
 
-    async for _changes in awatch(
-        root,
-        watch_filter=_watch_filter,
-        debounce=debounce_ms,
-        step=step_ms,
-        stop_event=stop,
-        recursive=True,
-    ):
-        await reload_once(root, holder)
+    delay = retry_s
+    catch_up = False
+    while stop is None or not stop.is_set():
+        folders = await asyncio.to_thread(watched_folders, root)
+        try:
+            batches = awatch(
+                *folders,
+                watch_filter=_watch_filter,
+                debounce=debounce_ms,
+                step=step_ms,
+                stop_event=stop,
+                recursive=False,
+                ignore_permission_denied=True,
+                rust_timeout=1000,
+                yield_on_timeout=True,
+            )
+            async with contextlib.aclosing(batches):  # a restart drops the old watches now
+                async for changes in batches:
+                    delay = retry_s  # it runs: the next failure starts the backoff over
+                    if changes or catch_up:
+                        catch_up = False
+                        await reload_once(root, holder)
+                    if changes and await asyncio.to_thread(watched_folders, root) != folders:
+                        catch_up = True
+                        break
+                else:
+                    return  # `stop` was set
+        except Exception as exc:
+            holder.fail([_watcher_problem(root, exc, delay)])
+            log.error(
+                "hot reload stopped, restarting in %g s: %s: %s",
+                delay,
+                type(exc).__name__,
+                exc,
+                exc_info=not isinstance(exc, OSError),
+            )
+            await _pause(delay, stop)
+            delay = min(delay * 2, max_retry_s)
+            catch_up = True

@@ -4,6 +4,11 @@ They read the compiled project (or the declaration models) and print it; split f
 `fim.commands.project` (init, validate) so each file stays one concept. Like those, they
 never import the model, MCP or database libraries: `fim.cli.main` runs them as one-shot
 commands with only this module loaded.
+
+What they print is someone else's text (a copied skill, an imported OpenAPI spec), so it
+goes out through `fim.terminal` like a model's answer: an escape sequence in a skill is
+shown, not obeyed (OSC 52 wrote the clipboard; `ESC [8m` hid from the reviewer reading
+`fim show skill` the sentences the model reads).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import typer
 
 from fim.capabilities import CAPABILITIES
 from fim.commands import ProjectOption, fail, load_snapshot, user_errors
+from fim.terminal import markup, printable
 
 if TYPE_CHECKING:
     from fim.build.snapshot import Snapshot
@@ -79,7 +85,7 @@ def list_(
             text = _description(k, item)
             if k == "model" and snapshot.model_origins.get(name, "fim.yaml") != "fim.yaml":
                 text += f" - from {snapshot.model_origins[name]}"
-            table.add_row(k, name, snapshot.mask(text))
+            table.add_row(k, markup(name), markup(snapshot.mask(text)))
     Console(soft_wrap=True).print(table)
 
 
@@ -128,7 +134,7 @@ def show(
                 ),
                 request,
             )
-        sys.stdout.write(snapshot.mask(report) + "\n")
+        sys.stdout.write(printable(snapshot.mask(report)) + "\n")
         return
     if kind.lower() == "project":
         data: Any = snapshot.project.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -144,7 +150,7 @@ def show(
             hint = suggest(name or "", items, f"{k}s")
             fail(f"unknown {k} '{name}'" if name else f"name the {k} to show", hint)
         data = _dump(k, items[name], snapshot, name)
-    sys.stdout.write(to_yaml(masked(data, snapshot)))
+    sys.stdout.write(printable(to_yaml(masked(data, snapshot))))
 
 
 def _dump(kind: str, item: Any, snapshot: Snapshot, name: str) -> Any:
@@ -180,7 +186,10 @@ def masked(value: Any, snapshot: Snapshot) -> Any:
 
 
 def to_yaml(data: Any) -> str:
-    """Block-style YAML with multi-line strings as `|` literals (readable instructions)."""
+    """Block-style YAML with multi-line strings as `|` literals (readable instructions).
+
+    A string with control characters is not made a literal: a `|` block holds them raw,
+    double quotes write them as YAML escapes (`\\e`), which read back as the same text."""
 
     # deferred: loading ruamel costs tens of ms
     from ruamel.yaml import YAML
@@ -191,7 +200,7 @@ def to_yaml(data: Any) -> str:
             return {k: literal(v) for k, v in value.items()}
         if isinstance(value, list):
             return [literal(v) for v in value]
-        if isinstance(value, str) and "\n" in value:
+        if isinstance(value, str) and "\n" in value and printable(value) == value:
             return LiteralScalarString(value)
         return value
 

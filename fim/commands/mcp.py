@@ -17,6 +17,7 @@ import typer
 
 from fim.capabilities import CAPABILITIES
 from fim.commands import ProjectOption, fail, load_snapshot, run_async, user_errors
+from fim.terminal import printable
 
 if TYPE_CHECKING:
     from fim.build.snapshot import Snapshot
@@ -91,7 +92,7 @@ def list_servers(
         width = max(len(r.name) for r in rows)
         for r in rows:
             row = f"{r.name:<{width}}  {r.transport:<15}  {r.state:<7}  {r.tools:>3} tools"
-            typer.echo(mask.text(f"{row}  {r.detail}"))
+            typer.echo(printable(mask.text(f"{row}  {r.detail}")))  # the server's own words
     if any(r.state != "ready" for r in rows):
         raise typer.Exit(1)
 
@@ -118,7 +119,7 @@ def list_tools(
         return
     for t in tools:
         summary = str(t["description"]).splitlines()[0] if t["description"] else ""
-        typer.echo(f"{t['fim_name']}  {summary}")
+        typer.echo(printable(f"{t['fim_name']}  {summary}"))  # the server's own words
 
 
 def serve(
