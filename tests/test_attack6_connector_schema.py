@@ -8,16 +8,22 @@ connector's should be too."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
+from fim.build.compile import compile_project
+from fim.capabilities import CAPABILITIES
 from fim.config.schema import HttpConnector
 from fim.connectors.http import HttpConnectorClient, action_tool
 from fim.connectors.meta import ConnectorMetaTool
+from fim.connectors.openapi import import_openapi
+from fim.run.services import Services
 from fim.tools import isolate
 from fim.tools.registry import ToolRegistry
 from fim.types import ToolResult
+from fim.workflows.engine import WorkflowEngine
 
 BRANCHES = [{"type": "object", "required": [f"k{i}"]} for i in range(50)]
 DECL = HttpConnector.model_validate(
@@ -50,9 +56,6 @@ def _recording(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     return seen
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attack-6 #2: connector schemas are checked on the event loop"
-)
 async def test_legacy_action_arguments_are_checked_in_the_worker_pool(monkeypatch) -> None:
     seen = _recording(monkeypatch)
     client = HttpConnectorClient("evil", DECL)
@@ -66,9 +69,6 @@ async def test_legacy_action_arguments_are_checked_in_the_worker_pool(monkeypatc
     assert seen == [ARGS]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attack-6 #2: connector schemas are checked on the event loop"
-)
 async def test_progressive_execute_parameters_are_checked_in_the_worker_pool(monkeypatch) -> None:
     seen = _recording(monkeypatch)
     client = HttpConnectorClient("evil", DECL)
@@ -80,3 +80,68 @@ async def test_progressive_execute_parameters_are_checked_in_the_worker_pool(mon
     meta = ConnectorMetaTool([client])
     await meta.run(subcommand="execute", connector="evil", action="add", parameters=ARGS)
     assert ARGS in seen
+
+
+async def test_workflow_connector_node_arguments_are_checked_in_the_worker_pool(
+    monkeypatch, tmp_path
+) -> None:
+    """A workflow's `connector` node calls the same action tool, so its arguments take the
+    same way; the pool's verdict is what the node fails with."""
+    seen: list[Any] = []
+
+    async def schema_problems(value: Any, schema: Any, *, whose: str, party: str) -> list[str]:
+        seen.append((value, schema))
+        return ["list/0: matches no branch"]
+
+    monkeypatch.setattr(isolate, "schema_problems", schema_problems)
+    (tmp_path / "fim.yaml").write_text('name: wf\nstate: "sqlite:///.fim/state.db"\n')
+    (tmp_path / "connectors").mkdir()
+    (tmp_path / "workflows").mkdir()
+    connector = {**DECL.model_dump(include={"kind", "base_url", "actions"})}
+    (tmp_path / "connectors" / "evil.yaml").write_text(json.dumps(connector))
+    node = {"type": "connector", "connector": "evil", "action": "add", "args": ARGS}
+    (tmp_path / "workflows" / "send.yaml").write_text(json.dumps({"nodes": {"send": node}}))
+    snapshot = compile_project(tmp_path)
+    services = Services(
+        providers=CAPABILITIES, root=snapshot.root, state_url=snapshot.project.state
+    )
+    try:
+        events = [e async for e in WorkflowEngine(snapshot, "send", services).run({})]
+    finally:
+        await services.aclose()
+
+    failed = next(e.error for e in events if e.type == "node_failed")
+    assert "invalid arguments for 'evil__add': list/0: matches no branch" in failed
+    assert seen == [(ARGS, DECL.actions["add"].parameters)]
+
+
+def _spec(branches: int) -> dict[str, Any]:
+    choice = [{"type": "object", "required": [f"k{i}"]} for i in range(branches)]
+    body = {"type": "object", "properties": {"list": {"type": "array", "items": {"anyOf": choice}}}}
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "evil", "version": "1"},
+        "servers": [{"url": "http://127.0.0.1:9/api"}],
+        "paths": {
+            "/items": {
+                "post": {
+                    "operationId": "add_items",
+                    "requestBody": {"content": {"application/json": {"schema": body}}},
+                    "responses": {"200": {"description": "ok"}},
+                }
+            }
+        },
+    }
+
+
+def test_import_warns_of_a_parameter_schema_with_thousands_of_branches() -> None:
+    """What the reviewer hears before the spec is committed: the check of such a schema is
+    cut off in the worker pool, so the action's calls can fail."""
+    warned: list[str] = []
+    import_openapi(_spec(2000), "evil", warned)
+    assert [w for w in warned if w.startswith("add_items: a parameter schema has an anyOf")]
+    assert "write `type: object`" in warned[-1]
+
+    usual: list[str] = []
+    import_openapi(_spec(12), "fine", usual)
+    assert not [w for w in usual if "anyOf" in w]

@@ -19,13 +19,18 @@ host also passes web_fetch's guard: no loopback, private or link-local address u
 connector's own host is one (an API on 127.0.0.1 or in the office network may send callers
 to its neighbours), and the connection goes to the address the guard vetted.
 
-The body is read up to `MAX_BYTES` decoded bytes, decompressed a bounded step at a time
-(`fim.tools.builtin._body`); a JSON document nested deeper than the parser follows is an
-error observation.
+The body is read up to `MAX_BODY_BYTES` decoded bytes, decompressed a bounded step at a time
+(`fim.tools.builtin._body`), as text in a web encoding only; a JSON document nested deeper
+than the parser follows is an error observation. The connector's `timeout` bounds each
+network operation and one attempt as a whole, so a server sending a byte a second cannot
+hold a workflow node for ever. A body over `IN_LOOP_BYTES` is decoded, parsed and rendered
+in a killable worker (`fim.tools.isolate`): 8 MiB of tiny JSON arrays took 3 s of the
+event loop, every run of the server waiting.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import functools
 import hashlib
@@ -40,10 +45,11 @@ import pydantic_core
 from fim.config.schema import HttpAction, HttpConnector, WebFetchSettings
 from fim.connectors.http_request import build_request, with_idempotency_key
 from fim.connectors.render import render_json, truncate_text
-from fim.masking import Masker, known
+from fim.locks import slots
+from fim.masking import Masker, header_secrets, known
 from fim.retries import Backoff, retry_async
 from fim.tools.base import FunctionTool
-from fim.tools.builtin._body import ACCEPT_ENCODING, BodyRefused, read_body
+from fim.tools.builtin._body import ACCEPT_ENCODING, BodyRefused, codec_of, read_body, text_of
 from fim.tools.builtin.web_fetch import MAX_REDIRECTS, Blocked, Guard, proxied
 from fim.types import ToolResult
 
@@ -56,6 +62,16 @@ _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
 _ERROR_EXCERPT = 1000
 MAX_BODY_BYTES = 8 * 1024 * 1024
 """Bytes of a response body read at most; the observation is far smaller anyway."""
+IN_LOOP_BYTES = 256 * 1024
+"""A body up to this size is rendered on the event loop (a few ms at most; a worker's round
+trip costs more than that); a larger one in a worker, killed past `RENDER_SECONDS`."""
+RENDER_SECONDS = 10.0
+"""How long the worker may take to read a large body (8 MiB of JSON: about 3 s)."""
+RENDER_MEMORY = 512 * 1024 * 1024
+"""Address space of the worker reading a large body: 8 MiB of tiny JSON values are
+Python objects of about 250 MB. Past it the body is shown as text."""
+PARTY_SLOTS = 2
+"""Workers one connector's large bodies may hold at once: the rest wait for each other."""
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _NEVER_ACROSS = ("authorization", "proxy-authorization", "cookie")
 """Headers no hop to another origin carries, whoever set them."""
@@ -95,11 +111,18 @@ def action_metadata(connector: str, action_name: str, action: HttpAction) -> dic
 
 
 def secrets_of(decl: HttpConnector) -> list[str]:
+    """What the connector's masker hides: every `auth:` value (and basic's encoded pair),
+    and every value of its and its actions' `headers:` that could be a credential
+    (`fim.masking.header_secret`): a service echoing request headers showed the model an
+    `X-Custom-Key` written as a literal or a `${VAR:-default}`, whose name no rule knows."""
+    found = sorted(header_secrets(decl.headers))
+    for action in decl.actions.values():
+        found += sorted(header_secrets(action.headers))
     auth = decl.auth
     if auth is None:
-        return []
+        return found
     values = {"bearer": ["token"], "api_key": ["key"], "basic": ["username", "password"]}
-    found = [getattr(auth, field) for field in values[auth.type]]
+    found += [getattr(auth, field) for field in values[auth.type]]
     if auth.type == "basic":
         raw = f"{auth.username}:{auth.password}".encode()
         found.append(base64.b64encode(raw).decode())
@@ -238,7 +261,7 @@ class HttpConnectorClient:
 
         try:
             fetched = await retry_async(
-                lambda: self._fetch(action, request),
+                lambda: self._attempt(action, request),
                 Backoff(1 + retries, RETRY_BACKOFF),
                 retry_on=worth_retry,
                 retry_result=lambda got: got.status >= 500,
@@ -247,6 +270,13 @@ class HttpConnectorClient:
             return ToolResult(
                 content=f"Error: {label} timed out after {self.decl.timeout:g}s. The "
                 "service is slow or down; try again later or ask for less data.",
+                is_error=True,
+            )
+        except _Overdue:
+            return ToolResult(
+                content=f"Error: {label} timed out after {self.decl.timeout:g}s, the "
+                f"connector's timeout for a whole request: {self.name} was still sending "
+                "its response. Try again later or ask for less data.",
                 is_error=True,
             )
         except httpx.TransportError as exc:
@@ -267,7 +297,17 @@ class HttpConnectorClient:
                 content=self.mask(f"Error: {label}: the service redirected to a bad URL ({exc})."),
                 is_error=True,
             )
-        return self._observation(fetched)
+        return await self._observation(fetched)
+
+    async def _attempt(self, action: HttpAction, request: dict[str, Any]) -> _Fetched:
+        """One try of the request, bounded as a whole by the connector's `timeout`: httpx's
+        timeout bounds each network operation, which a server sending a byte a second never
+        trips (8 MiB would take 97 days)."""
+        try:
+            async with asyncio.timeout(self.decl.timeout):
+                return await self._fetch(action, request)
+        except TimeoutError:
+            raise _Overdue from None
 
     async def _fetch(self, action: HttpAction, request: dict[str, Any]) -> _Fetched:
         """Send, following redirects by hand (`_hop`), and read at most MAX_BODY_BYTES of
@@ -285,7 +325,8 @@ class HttpConnectorClient:
                         status=response.status_code,
                         reason=response.reason_phrase,
                         content_type=response.headers.get("content-type", ""),
-                        text=body.decode(response.encoding or "utf-8", errors="replace"),
+                        body=body,
+                        codec=codec_of(response),
                         cut=cut,
                     )
                 sending = await self._hop(action, sending, response)
@@ -376,38 +417,70 @@ class HttpConnectorClient:
 
             raise httpcore.ConnectError(str(exc)) from None
 
-    def _observation(self, fetched: _Fetched) -> ToolResult:
-        """The observation of a response, masked before anything of it is cut."""
-        limit = self.decl.max_response_chars
+    async def _observation(self, fetched: _Fetched) -> ToolResult:
+        """The observation of a response, masked before anything of it is cut (`_observed`):
+        on the event loop for a small body, in a killable worker for a large one."""
         masker = self._cut_masker()
-        status = fetched.status
-        meta = {"status": status}
-        if status >= 400:
-            excerpt = _shown(_body_text(fetched), _ERROR_EXCERPT, masker, fetched.cut)
-            hint = _status_hint(status)
-            content = f"[HTTP {status}] {excerpt}".rstrip() + (f"\n{hint}" if hint else "")
-            return ToolResult(content=self.mask(content), is_error=True, metadata=meta)
-        if not fetched.text:
-            return ToolResult(content=f"[HTTP {status}] (empty response)", metadata=meta)
-        data = _json_body(fetched)
-        if data is _TOO_DEEP:
+        limit = self.decl.max_response_chars
+        meta = {"status": fetched.status}
+        if len(fetched.body) <= IN_LOOP_BYTES:
+            content, is_error = _observed(fetched, limit, masker)
+            return ToolResult(content=self.mask(content), is_error=is_error, metadata=meta)
+        # deferred: loading fim.tools.isolate costs a few ms
+        from fim.tools import isolate
+
+        try:
+            async with slots(("isolate", "connector", self.name), PARTY_SLOTS):
+                content, is_error = await isolate.call(
+                    _observed,
+                    fetched,
+                    limit,
+                    masker,
+                    timeout=RENDER_SECONDS,
+                    memory=RENDER_MEMORY,
+                )
+        except isolate.Stopped as exc:
             return ToolResult(
-                content=f"Error: [HTTP {status}] the response is JSON nested too deeply to "
-                "read (its nesting is past the JSON parser's limit). Ask for less data or a "
-                "flatter representation.",
+                content=f"Error: [HTTP {fetched.status}] the response ({len(fetched.body)} "
+                f"bytes) is too costly to read: {exc}. Ask for less data.",
                 is_error=True,
                 metadata=meta,
             )
-        if data is not _NOT_JSON:
-            return ToolResult(content=self.mask(render_json(data, limit, masker)), metadata=meta)
-        text = _shown(fetched.text, limit, masker, fetched.cut)
-        if fetched.cut and len(fetched.text) <= limit:
-            text += f"\n... [response larger than {MAX_BODY_BYTES} bytes; the rest was not read]"
-        return ToolResult(content=self.mask(text), metadata=meta)
+        return ToolResult(content=self.mask(content), is_error=is_error, metadata=meta)
+
+
+def _observed(fetched: _Fetched, limit: int, masker: Masker) -> tuple[str, bool]:
+    """The text of a response's observation and whether it is an error, masked by `masker`
+    before anything is cut. Module-level: a large body is read in a worker process."""
+    status = fetched.status
+    if status >= 400:
+        excerpt = _shown(_body_text(fetched), _ERROR_EXCERPT, masker, fetched.cut)
+        hint = _status_hint(status)
+        return f"[HTTP {status}] {excerpt}".rstrip() + (f"\n{hint}" if hint else ""), True
+    if not fetched.text:
+        return f"[HTTP {status}] (empty response)", False
+    data = _json_body(fetched)
+    if data is _TOO_DEEP:
+        return (
+            f"Error: [HTTP {status}] the response is JSON nested too deeply to read (its "
+            "nesting is past the JSON parser's limit). Ask for less data or a flatter "
+            "representation.",
+            True,
+        )
+    if data is not _NOT_JSON:
+        return render_json(data, limit, masker), False
+    text = _shown(fetched.text, limit, masker, fetched.cut)
+    if fetched.cut and len(fetched.text) <= limit:
+        text += f"\n... [response larger than {MAX_BODY_BYTES} bytes; the rest was not read]"
+    return text, False
 
 
 class _Refused(Exception):
     """A response the connector does not follow or read; the message says why."""
+
+
+class _Overdue(Exception):
+    """One attempt took longer than the connector's `timeout` as a whole."""
 
 
 def _port(scheme: str) -> int:
@@ -423,11 +496,19 @@ def _shown(text: str, limit: int, masker: Masker, cut: bool) -> str:
 
 @dataclass
 class _Fetched:
+    """A response as read: its body's bytes, decoded only where it is rendered."""
+
     status: int
     reason: str
     content_type: str
-    text: str
+    body: bytes
+    codec: str
+    """What the body is read with (`fim.tools.builtin._body.codec_of`)."""
     cut: bool
+
+    @functools.cached_property
+    def text(self) -> str:
+        return text_of(self.body, self.codec)
 
 
 _NOT_JSON = object()
@@ -446,6 +527,8 @@ def _json_body(fetched: _Fetched) -> Any:
         return pydantic_core.from_json(fetched.text)
     except ValueError as exc:
         return _TOO_DEEP if "recursion limit" in str(exc) else _NOT_JSON
+    except MemoryError:  # past the worker's address space: shown as text
+        return _NOT_JSON
 
 
 def _body_text(fetched: _Fetched) -> str:
@@ -479,6 +562,14 @@ def get_client(
     )
 
 
+class _ActionTool(FunctionTool):
+    """An action's tool. Its schema may be a third party's (an imported OpenAPI spec), so
+    the registry checks arguments against it in the killable worker pool, as an MCP
+    server's (`fim.tools.isolate.schema_problems`): legacy calls and workflow nodes alike."""
+
+    untrusted_schema = True
+
+
 def action_tool(client: HttpConnectorClient, action_name: str) -> FunctionTool:
     """A legacy-mode tool for one action: its own name, schema and metadata."""
     action = client.decl.actions[action_name]
@@ -487,7 +578,7 @@ def action_tool(client: HttpConnectorClient, action_name: str) -> FunctionTool:
         return await client.call(action_name, arguments)
 
     description = action.description or f"{action.method} {action.path}"
-    return FunctionTool(
+    return _ActionTool(
         name=tool_name(client.name, action_name),
         description=f"{client.name}: {description}",
         parameters=action.parameters,

@@ -18,7 +18,7 @@ from fim.connectors.http import HttpConnectorClient, action_metadata, tool_name
 from fim.connectors.readonly import decide
 from fim.connectors.render import compact_json, truncate_text
 from fim.run.budget import bounded
-from fim.schema_check import problems
+from fim.tools import isolate
 from fim.types import CallView, JSONSchema, ToolResult
 
 CONNECTOR_TOOL = "connector"
@@ -108,7 +108,15 @@ class ConnectorMetaTool:
             )
         params = args.get("parameters") or {}
         schema = client.decl.actions[action].parameters
-        errors = schema_errors(schema, params)
+        # The schema may be a third party's (an imported OpenAPI spec): checked as a legacy
+        # call's are (an `untrusted_schema` tool), in the killable worker pool. An `anyOf`
+        # of 2,000 object branches and 4 KB of arguments held the event loop for 6-8 s.
+        errors = await isolate.schema_problems(
+            params,
+            schema,
+            whose=f"the parameter schema of {client.name}.{action}",
+            party=client.name,
+        )
         if errors:
             expected = truncate_text(compact_json(schema), self.budget * BYTES_PER_TOKEN // 2)
             return ToolResult(
@@ -249,10 +257,6 @@ def database_metadata(db: Database, action: Any, args: dict[str, Any]) -> dict[s
         if not db.decl.read_only and not _VIEWED.get((sql, db.dialect), False):
             meta["access"] = "write"  # not decided off the loop, or not a read: fail closed
     return meta
-
-
-def schema_errors(schema: JSONSchema, value: Any) -> list[str]:
-    return problems(value, schema)
 
 
 __all__ = [

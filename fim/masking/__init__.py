@@ -1,7 +1,8 @@
 """The one masking policy: secret values never leave fim, in any encoding.
 
 A secret is the value of a `${VAR}` read from the environment, a literal written under a
-credential-looking key (`api_key: sk-...`, `password:`, an `Authorization` header) and the
+credential-looking key (`api_key: sk-...`, `password:`, an `Authorization` header), every
+value of a declared `headers:` mapping that could be a credential (`header_secret`) and the
 password inside a DSN (`postgresql://user:pw@host/db`). The loader records them
 (`config_secrets`), the Snapshot holds them, and `Masker` replaces them with `***`.
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
@@ -86,12 +88,64 @@ def mask_value(value: Any, mask: Callable[[str], str] | None = None) -> Any:
 
 def config_secrets(data: Any, key: object = "") -> set[str]:
     """Secrets written into a parsed declaration: literals under credential-looking keys
-    (`api_key: sk-...`, `headers: {Authorization: Bearer ...}`, `env: {GH_TOKEN: ...}`)
+    (`api_key: sk-...`, `headers: {Authorization: Bearer ...}`, `env: {GH_TOKEN: ...}`),
+    the values of every `headers:` mapping that could be credentials (`header_secret`),
     and DSN passwords (`postgresql://app:pw@db/x`, raw and URL-decoded). Templates
     (`{{ ... }}`) are not secrets."""
     found: set[str] = set()
     _collect_secrets(data, key, found)
     return {s for s in found if len(s) >= MIN_SECRET}
+
+
+_MEDIA_TYPE = re.compile(
+    r"(application|audio|font|image|message|model|multipart|text|video|\*)/[\w.+*-]+"
+    r"(\s*;[^,]*)?",
+    re.IGNORECASE,
+)
+"""One media type with its parameters (`application/vnd.github+json`, `text/*;q=0.5`)."""
+_VERSION = re.compile(r"v?\d+([.-]\d+)*", re.IGNORECASE)
+"""An API version or date (`X-GitHub-Api-Version: 2022-11-28`, `anthropic-version: 2023-06-01`,
+`v2`)."""
+_PLAIN_HEADER_VALUES = frozenset(
+    {"true", "false", "none", "null", "close", "keep-alive", "no-cache", "no-store", "gzip"}
+    | {"deflate", "identity", "chunked", "same-origin", "cors", "navigate"}
+)
+"""Header values HTTP itself spells (`Connection: keep-alive`, `Cache-Control: no-cache`)."""
+
+
+def header_secret(value: str) -> bool:
+    """Whether a value declared in a `headers:` mapping (a connector's, an action's, an MCP
+    server's) is masked as a secret, whatever the header's name. A header the author set
+    for a service is sent to it on every request, and a service may echo request headers
+    back (a debugging endpoint, an error page): `X-Custom-Key` or Azure's
+    `Ocp-Apim-Subscription-Key` escape the key-name heuristics (`secret_key`), yet their
+    values are credentials. So every value is one, except those that plainly are not:
+    shorter than `MIN_SECRET` (empty, `1`, `yes`), a template, a list of media types
+    (`Accept: application/json`), a version or date (`2022-11-28`), or a word HTTP itself
+    spells (`no-cache`, `true`). Those would otherwise turn every `true`, date and media
+    type in what the model reads into `***`; none of them is a credential."""
+    text = value.strip()
+    if len(text) < MIN_SECRET or "{{" in text or text.lower() in _PLAIN_HEADER_VALUES:
+        return False
+    if _VERSION.fullmatch(text):
+        return False
+    return not all(_MEDIA_TYPE.fullmatch(part.strip()) for part in text.split(","))
+
+
+def header_secrets(headers: Mapping[str, Any]) -> set[str]:
+    """The secrets among a `headers:` mapping's values (`header_secret`), each with its
+    credential alone when it has a scheme (`Token abc...` also gives `abc...`)."""
+    found: set[str] = set()
+    for value in headers.values():
+        if isinstance(value, str) and header_secret(value):
+            _add_credential(value, found)
+    return {s for s in found if len(s) >= MIN_SECRET}
+
+
+def _add_credential(value: str, found: set[str]) -> None:
+    found.add(value)
+    if " " in value:  # `Bearer sk-...`, `Basic dXNl...`: the credential alone too
+        found.add(value.split(" ", 1)[1].strip())
 
 
 @functools.lru_cache(maxsize=4096)
@@ -104,9 +158,7 @@ def _collect_secrets(data: Any, key: object, found: set[str]) -> None:
     if isinstance(data, str):
         credential = isinstance(key, str) and _credential_key(key)
         if credential and "{{" not in data and len(data) >= MIN_SECRET:
-            found.add(data)
-            if " " in data:  # `Bearer sk-...`, `Basic dXNl...`: the credential alone too
-                found.add(data.split(" ", 1)[1].strip())
+            _add_credential(data, found)
         if "@" not in data or "://" not in data:
             return
         for match in URL_PASSWORD.finditer(data):
@@ -118,6 +170,8 @@ def _collect_secrets(data: Any, key: object, found: set[str]) -> None:
         if password:
             found |= {password, unquote(password)}
     elif isinstance(data, Mapping):
+        if key == "headers":  # sent to a service, which may echo it: see `header_secret`
+            found |= header_secrets(data)
         for k, v in data.items():
             _collect_secrets(v, k, found)
     elif isinstance(data, list | tuple):
@@ -184,6 +238,8 @@ __all__ = [
     "StreamMasker",
     "config_secrets",
     "encodings",
+    "header_secret",
+    "header_secrets",
     "known",
     "mask_model",
     "mask_strings",

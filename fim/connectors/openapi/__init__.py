@@ -46,6 +46,7 @@ from fim.connectors.openapi.document import (
 )
 from fim.connectors.openapi.naming import NAME_LIMIT, fit, operation_name, unique
 from fim.connectors.openapi.schemas import Resolver
+from fim.schema_check import WIDE_CHOICE, widest_choice
 
 
 def import_openapi(
@@ -121,6 +122,15 @@ def import_openapi(
             f"{shown}; describe what the model needs of them by hand"
         )
     decl["actions"] = actions
+    wide = [a for a, spec in actions.items() if widest_choice(spec["parameters"]) > WIDE_CHOICE]
+    if wide:
+        shown = ", ".join(wide[:5]) + (f" and {len(wide) - 5} more" if len(wide) > 5 else "")
+        warnings.append(
+            f"{shown}: a parameter schema has an anyOf/oneOf of more than {WIDE_CHOICE} "
+            "branches; checking the model's arguments against it is slow and such a call "
+            "can fail (the check is stopped after a few seconds); keep the branches the "
+            "model needs, or write `type: object`"
+        )
     return decl
 
 

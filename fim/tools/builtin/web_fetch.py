@@ -12,8 +12,11 @@ The connection goes to an address the guard vetted, not to the name resolved aga
 ...), the proxy resolves the name: there the check of the first lookup is what holds.
 
 The body is read up to `MAX_BYTES` decoded bytes, decompressed a bounded step at a time
-(`fim.tools.builtin._body`: a few KB of stacked gzip are not a gigabyte in memory), and
-masked before it is cut (`clip`): a page that echoes a secret shows none of it.
+(`fim.tools.builtin._body`: a few KB of stacked gzip are not a gigabyte in memory), read as
+text in a web encoding only (`_body.codec_of`), and masked before it is cut (`clip`): a
+page that echoes a secret shows none of it. HTML, and any body over `IN_LOOP_BYTES`, is
+read in a killable worker. `TIMEOUT` bounds each network operation and the whole fetch
+(every hop and the body): a server sending a byte a second is not waited on for ever.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from urllib.parse import urljoin, urlsplit
 from fim.config.schema import WebFetchSettings
 from fim.masking import Masker, known
 from fim.tools.base import FunctionTool
-from fim.tools.builtin._body import ACCEPT_ENCODING, BodyRefused, read_body
+from fim.tools.builtin._body import ACCEPT_ENCODING, BodyRefused, codec_of, read_body, text_of
 from fim.tools.builtin._common import clip, fail
 from fim.tools.builtin._html import page_text
 from fim.types import ToolResult
@@ -42,6 +45,10 @@ DEFAULT_MAX_CHARS = 20_000
 MAX_CHARS = 100_000
 MAX_BYTES = 5 * 1024 * 1024
 TIMEOUT = 20.0
+"""Seconds for each network operation, and for the whole fetch: redirects, headers, body."""
+IN_LOOP_BYTES = 256 * 1024
+"""A plain-text body up to this size is read on the event loop; a larger one (decoding 5 MB
+of broken UTF-16 takes most of a second) in the worker, as HTML always is."""
 RENDER_TIMEOUT = 5.0
 """Seconds the worker may spend turning a page's HTML into text."""
 USER_AGENT = "fim-web-fetch/0.1 (+https://github.com/fim)"
@@ -138,25 +145,45 @@ class Guard:
         return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
 
 
+def _page(
+    data: bytes, codec: str, truncated: bool, html: bool, max_chars: int, masker: Masker
+) -> str:
+    """A fetched body's readable text: decoded, masked before it is cut (the end of a
+    download stopped at `MAX_BYTES` is a cut too: a secret may straddle it), HTML reduced
+    to text. Module-level: the worker runs it."""
+    text = text_of(data, codec)
+    if truncated:
+        text = masker.edge(text) + f"\n[... download stopped at {MAX_BYTES} bytes]"
+    return page_text(text, max_chars, masker) if html else clip(text, max_chars, "page", masker)
+
+
 async def _render(
-    url: str, status: int, content_type: str, body: str, max_chars: int, masker: Masker
+    url: str,
+    status: int,
+    content_type: str,
+    body: tuple[bytes, str, bool],
+    max_chars: int,
+    masker: Masker,
 ) -> str | ToolResult:
-    """The observation of a fetched page, masked before it is cut. HTML is read in a
-    killable worker (handed the masker): the page is hostile input, and the parser's cost
-    on crafted markup is not linear."""
+    """The observation of a fetched page (`body`: its bytes, codec and whether the download
+    was stopped), masked before it is cut. HTML is read in a killable worker (handed the
+    masker): the page is hostile input, and the parser's cost on crafted markup is not
+    linear; so is a large body of any type."""
     header = f"URL: {url}\nStatus: {status}\nContent-Type: {content_type or 'unknown'}\n\n"
-    if "html" not in content_type:
-        return header + clip(body, max_chars, "page", masker)
+    html = "html" in content_type
+    if not html and len(body[0]) <= IN_LOOP_BYTES:
+        return header + _page(*body, False, max_chars, masker)
     # deferred: loading fim.tools.isolate costs a few ms
     from fim.tools import isolate
 
     text = await isolate.run(
-        page_text,
-        body,
+        _page,
+        *body,
+        html,
         max_chars,
         masker,
         timeout=RENDER_TIMEOUT,
-        hint=f"The HTML of {url} is too costly to read; fetch a plain-text or JSON "
+        hint=f"The page at {url} is too costly to read; fetch a plain-text or JSON "
         "version of it, or another page.",
     )
     return text if isinstance(text, ToolResult) else header + text
@@ -187,12 +214,15 @@ def make(ctx: RunContext) -> FunctionTool:
         direct = {} if proxied() else {"transport": pinned_transport(guard.addresses)}
         current = url
         try:
-            async with httpx.AsyncClient(
-                timeout=TIMEOUT,
-                follow_redirects=False,
-                headers={"User-Agent": USER_AGENT, "Accept-Encoding": ACCEPT_ENCODING},
-                **direct,  # type: ignore[arg-type]
-            ) as client:
+            async with (
+                asyncio.timeout(TIMEOUT),
+                httpx.AsyncClient(
+                    timeout=TIMEOUT,
+                    follow_redirects=False,
+                    headers={"User-Agent": USER_AGENT, "Accept-Encoding": ACCEPT_ENCODING},
+                    **direct,  # type: ignore[arg-type]
+                ) as client,
+            ):
                 for _ in range(MAX_REDIRECTS + 1):
                     await guard.check(current)
                     async with client.stream("GET", current) as response:
@@ -200,7 +230,7 @@ def make(ctx: RunContext) -> FunctionTool:
                             current = urljoin(current, response.headers["location"])
                             continue
                         data, truncated = await read_body(response, MAX_BYTES)
-                        text = data.decode(response.encoding or "utf-8", errors="replace")
+                        body = (data, codec_of(response), truncated)
                         status = response.status_code
                         ctype = response.headers.get("content-type", "").split(";")[0].strip()
                         break
@@ -215,14 +245,17 @@ def make(ctx: RunContext) -> FunctionTool:
             return fail(f"fetching {current}: {exc}. Fetch another URL.")
         except httpx.TimeoutException:
             return fail(f"fetching {current} timed out after {TIMEOUT:g}s. Try again later.")
+        except TimeoutError:
+            return fail(
+                f"fetching {current} timed out after {TIMEOUT:g}s, the limit for a whole "
+                "fetch: the server was still sending its answer. Try again later or fetch "
+                "a smaller page."
+            )
         except httpx.HTTPError as exc:
             return fail(f"fetching {current} failed: {type(exc).__name__}: {exc}.")
         except (httpx.InvalidURL, ValueError) as exc:
             return fail(f"'{current}' is not a valid URL ({exc}). Fix the URL.")
-        masker = known()
-        if truncated:  # the download's end is a cut too: a secret may straddle it
-            text = masker.edge(text) + f"\n[... download stopped at {MAX_BYTES} bytes]"
-        page = await _render(current, status, ctype, text, max_chars, masker)
+        page = await _render(current, status, ctype, body, max_chars, known())
         if isinstance(page, ToolResult):
             return page
         if status >= 400:
