@@ -188,6 +188,32 @@ async def test_read_skill_refuses_a_symlink_that_leaves_the_folder(tmp_path: Pat
     assert "outside the skill folder" in result.content
 
 
+def test_a_skill_linked_out_of_the_project_is_not_read(
+    project: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A skill is often a third party's folder copied in, links and all: a SKILL.md linked
+    to a file of the machine, or the whole folder linked elsewhere, is not read (its text
+    would reach the model); only the agents that use it fail, saying why."""
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    (elsewhere / "SKILL.md").write_text("---\ndescription: private notes\n---\nTOP SECRET\n")
+    (project / "skills" / "linked-file").mkdir()
+    os.symlink(elsewhere / "SKILL.md", project / "skills" / "linked-file" / "SKILL.md")
+    os.symlink(elsewhere, project / "skills" / "linked-folder")
+    (project / "agents" / "hub.yaml").write_text("description: hub\ninstructions: Go.\n")
+    snap = compile_project(project)
+    assert "linked-file" not in snap.skills and "linked-folder" not in snap.skills
+    problems = {name: [str(p) for p in found] for name, found in snap.broken_skills.items()}
+    assert problems["linked-file"] == [
+        "skills/linked-file/SKILL.md:1:1: SKILL.md links outside its skill folder (copy the "
+        "skill into the project instead of linking it: a skill's files are read and shown to "
+        "the model, and nothing outside the project is)"
+    ]
+    assert problems["linked-folder"][0].startswith(
+        "skills/linked-folder/SKILL.md:1:1: skill folder 'linked-folder' links outside the project"
+    )
+    assert "TOP SECRET" not in repr(snap)
+
+
 async def test_unknown_skill_and_unknown_file_list_what_is_valid(registry: ToolRegistry):
     result = await registry.call("read_skill", {"name": "refunds"})
     assert result.is_error

@@ -64,6 +64,19 @@ def _load_skill(decls: Declarations, directory: Path) -> None:
     skill_md = directory / "SKILL.md"
     rel = decls.rel(skill_md)
     decls.broken["skill"].add(directory.name)
+    outside = _links_out(decls.root, directory, skill_md)
+    if outside is not None:
+        decls.problems.append(
+            Problem(
+                rel,
+                1,
+                1,
+                outside,
+                "copy the skill into the project instead of linking it: a skill's files are "
+                "read and shown to the model, and nothing outside the project is",
+            )
+        )
+        return
     if not skill_md.exists() and not skill_md.is_symlink():
         decls.problems.append(
             Problem(
@@ -106,6 +119,19 @@ def _load_skill(decls: Declarations, directory: Path) -> None:
     # `hook-development/`); `meta.name` stays the display name.
     skill = Skill(directory.name, meta, body, directory, files)
     decls.register("skill", directory.name, skill, doc)
+
+
+def _links_out(root: Path, directory: Path, skill_md: Path) -> str | None:
+    """Why a skill folder, or its SKILL.md, is a link out of the project (None: it is not).
+    A skill is often a third party's folder copied in, links and all: a SKILL.md linked to
+    a file of the machine would have its text read and given to the model."""
+    project = root.resolve()
+    folder = directory.resolve()
+    if not folder.is_relative_to(project):
+        return f"skill folder '{directory.name}' links outside the project"
+    if skill_md.is_symlink() and not skill_md.resolve().is_relative_to(folder):
+        return "SKILL.md links outside its skill folder"
+    return None
 
 
 def _skill_files(directory: Path) -> list[str]:
