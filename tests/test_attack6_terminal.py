@@ -109,3 +109,35 @@ def test_what_an_mcp_server_says_about_itself_is_shown_not_obeyed(
     assert described.exit_code == 0, described.output
     assert described.output == "evil__t  Reads\\x1b]52;c;cm0gLXJmIH4=\\x07\n"
     assert json.loads(as_json.output)[0]["description"] == f"Reads{OSC52}", "JSON stays JSON"
+
+
+def test_fim_validate_shows_a_problems_quoted_text_escaped(tmp_path: Path) -> None:
+    """A problem quotes what the file says (an unknown tool's name): written raw, a name
+    holding OSC 52 wrote the clipboard of whoever ran `fim validate`."""
+    root = _project(tmp_path / "p")
+    (root / "agents" / "b.yaml").write_text(f'description: b\ntools: ["calc{OSC52_YAML}"]\n')
+    result = CliRunner().invoke(app, ["validate", "--project", str(root)])
+    assert result.exit_code == 1
+    assert "\x1b" not in result.output and "\\x1b]52;c;" in result.output
+
+
+def test_fim_sessions_show_escapes_what_was_said(tmp_path: Path) -> None:
+    """A stored conversation is what a model and its tools said: shown, never obeyed."""
+    import asyncio
+
+    from fim.server.http import key_owner
+    from fim.store import Store
+    from fim.store.sessions import Sessions
+    from fim.types import Message
+
+    root = _project(tmp_path / "p")
+    (root / "fim.yaml").write_text('name: p\nstate: "sqlite:///.fim/state.db"\n')
+    store = Store("sqlite:///.fim/state.db", root=root)
+    said = [Message(role="user", content="hi"), Message(role="assistant", content=OSC52)]
+    try:
+        asyncio.run(Sessions(store).save("s1", key_owner(b"key-a"), said, name="s1"))
+    finally:
+        store.close()
+    result = CliRunner().invoke(app, ["sessions", "show", "s1", "--project", str(root)])
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output and "assistant: \\x1b]52;c;" in result.output

@@ -109,8 +109,8 @@ def print_problems(problems: Iterable[Problem], stream: str = "stderr") -> None:
     # deferred: loading fim.masking costs a few ms
     from fim.masking import known
 
-    for problem in problems:
-        out.write(known().text(f"{problem}") + "\n")
+    for problem in problems:  # a message may quote the project's text: no escape sequence
+        out.write(printable(known().text(f"{problem}")) + "\n")
 
 
 @contextmanager

@@ -18,6 +18,7 @@ import typer
 
 from fim.commands import ProjectOption, fail, project_dir, run_async, user_errors
 from fim.errors import ConfigError, Problem
+from fim.terminal import printable
 
 if TYPE_CHECKING:
     from fim.build.snapshot import Snapshot
@@ -143,11 +144,12 @@ def _warn(problems: list[Problem], format: Format) -> None:
     for p in problems:
         if format is Format.github:
             file = _gh_escape(p.path, prop=True)
-            message = _gh_escape(p.message)
+            message = _gh_escape(printable(p.message))
             sys.stderr.write(f"::warning file={file},line={p.line},col={p.column}::{message}\n")
         else:
             hint = f" ({p.hint})" if p.hint else ""
-            sys.stderr.write(f"{p.path}:{p.line}:{p.column}: warning: {p.message}{hint}\n")
+            line = f"{p.path}:{p.line}:{p.column}: warning: {p.message}{hint}"
+            sys.stderr.write(printable(line) + "\n")
 
 
 def _live_failures(snapshot: Snapshot, format: Format) -> bool:
@@ -181,11 +183,11 @@ def _report(problems: list[Problem], format: Format) -> None:
         return
     for p in problems:
         if format is Format.github:
-            message = _gh_escape(p.message + (f" ({p.hint})" if p.hint else ""))
+            message = _gh_escape(printable(p.message + (f" ({p.hint})" if p.hint else "")))
             file = _gh_escape(p.path, prop=True)
             out.write(f"::error file={file},line={p.line},col={p.column}::{message}\n")
-        else:
-            out.write(f"{p}\n")
+        else:  # a message quotes the project's text: shown, never a terminal command
+            out.write(printable(f"{p}") + "\n")
     files = len({p.path for p in problems})
     n = len(problems)
     out.write(f"{n} problem{'s' if n != 1 else ''} in {files} file{'s' if files != 1 else ''}\n")

@@ -18,6 +18,7 @@ import typer
 
 from fim.commands import ProjectOption, fail
 from fim.commands.approvals import StateOption, _run, open_store, utc_time
+from fim.terminal import printable
 
 if TYPE_CHECKING:
     from fim.store.sessions import Sessions
@@ -123,13 +124,13 @@ def show(
         dumped = [m.model_dump(mode="json", exclude_defaults=True) for m in messages]
         typer.echo(json.dumps(known().value({**row, "messages": dumped}), ensure_ascii=False))
         return
-    name = known().text(row["name"] or row["id"])
+    name = printable(known().text(row["name"] or row["id"]))
     typer.echo(f"session {name} (owner {_owner(row['owner'])}, id {row['id']})")
-    for message in messages:
+    for message in messages:  # what a model and its tools said: never terminal commands
         text = message.content or ""
         if message.tool_calls:
             text += " ".join(f"[calls {call.name}]" for call in message.tool_calls)
-        typer.echo(f"{message.role}: {known().text(text)}")
+        typer.echo(f"{message.role}: {printable(known().text(text))}")
 
 
 def forget(
