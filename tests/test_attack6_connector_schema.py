@@ -16,7 +16,8 @@ import pytest
 from fim.build.compile import compile_project
 from fim.capabilities import CAPABILITIES
 from fim.config.schema import HttpConnector
-from fim.connectors.http import HttpConnectorClient, action_tool
+from fim.connectors.http import HttpConnectorClient
+from fim.connectors.http_tool import action_tool
 from fim.connectors.meta import ConnectorMetaTool
 from fim.connectors.openapi import import_openapi
 from fim.run.services import Services
@@ -67,6 +68,31 @@ async def test_legacy_action_arguments_are_checked_in_the_worker_pool(monkeypatc
     registry = ToolRegistry([action_tool(client, "add")])
     await registry.call("evil__add", ARGS)
     assert seen == [ARGS]
+
+
+async def test_a_connectors_actions_share_its_worker_slots(monkeypatch) -> None:
+    """The worker pool bounds each third party to a few workers at once: a connector is one
+    party whichever of its actions the model calls (the meta-tool counted it so already)."""
+    parties: list[str] = []
+
+    async def schema_problems(value: Any, schema: Any, *, whose: str, party: str) -> list[str]:
+        parties.append(party)
+        return []
+
+    monkeypatch.setattr(isolate, "schema_problems", schema_problems)
+    decl = DECL.model_copy(
+        update={"actions": {**DECL.actions, "put": DECL.actions["add"].model_copy()}}
+    )
+    client = HttpConnectorClient("evil", decl)
+
+    async def sent(action: str, args: dict[str, Any]) -> ToolResult:
+        return ToolResult(content="sent")
+
+    monkeypatch.setattr(client, "call", sent)
+    registry = ToolRegistry([action_tool(client, "add"), action_tool(client, "put")])
+    await registry.call("evil__add", ARGS)
+    await registry.call("evil__put", ARGS)
+    assert parties == ["evil", "evil"]
 
 
 async def test_progressive_execute_parameters_are_checked_in_the_worker_pool(monkeypatch) -> None:

@@ -23,7 +23,7 @@ import pytest
 from http_stubs import Quiet, answer, serving
 
 from fim.config.schema import HttpConnector, WebFetchSettings
-from fim.connectors import http as http_connector
+from fim.connectors import http_observation
 from fim.connectors.http import HttpConnectorClient
 from fim.tools import isolate
 from fim.tools.base import FunctionTool
@@ -146,7 +146,7 @@ async def test_a_large_json_response_is_parsed_and_rendered_in_a_worker(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     handed = _recording(monkeypatch, "call")
-    items = http_connector.IN_LOOP_BYTES // 3 + 1
+    items = http_observation.IN_LOOP_BYTES // 3 + 1
     body = b"[" + b",".join([b"[7]"] * items) + b"]"
     with serving(_serving_body(body, "application/json")) as server:
         content = await _call(server.server_address[1], max_response_chars=200)

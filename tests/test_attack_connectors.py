@@ -31,8 +31,9 @@ import pytest
 from http_stubs import Quiet, answer, serving
 
 from fim.config.schema import HttpConnector
-from fim.connectors import http as http_mod
-from fim.connectors.http import action_tool, get_client
+from fim.connectors import http_fetch as http_mod
+from fim.connectors.http import get_client
+from fim.connectors.http_tool import action_tool
 from fim.run.services import Services
 from fim.tools.builtin import web_fetch
 from fim.tools.registry import ToolRegistry

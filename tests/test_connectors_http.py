@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from fim.config.schema import HttpConnector
-from fim.connectors import http as http_mod
-from fim.connectors.http import action_tool, get_client
+from fim.connectors import http_fetch as http_mod
+from fim.connectors.http import get_client
+from fim.connectors.http_tool import action_tool
 from fim.run.services import Services
 from fim.testing.connectors import serve_test_api
 from fim.tools.registry import ToolRegistry

@@ -171,7 +171,7 @@ def _dump(kind: str, item: Any, snapshot: Snapshot, name: str) -> Any:
     data = item.model_dump(mode="json", by_alias=True, exclude_none=True)
     if kind == "connector" and data.get("kind") == "http":
         # deferred: loading fim.config.schema costs hundreds of ms
-        from fim.connectors.http import tool_name
+        from fim.connectors.http_tool import tool_name
 
         for action, spec in data.get("actions", {}).items():
             shown = tool_name(name, action)

@@ -19,7 +19,8 @@ from typing import Any
 from fim.config.schema import DatabaseConnector, HttpConnector
 from fim.connectors.database import Database, get_database, stub_tables
 from fim.connectors.discovery import tag_counts
-from fim.connectors.http import action_tool, get_client
+from fim.connectors.http import get_client
+from fim.connectors.http_tool import action_tool
 from fim.connectors.meta import (
     CONNECTOR_TOOL,
     DATABASE_TOOL,

@@ -3,8 +3,9 @@
 Every argument is model-written and hostile, and this is where it meets the URL: path
 parameters are quoted into one segment each (an empty value, `.` or `..` is refused, since it
 would call another resource than the one hooks were shown), the rest is split into query and
-body by the action's declaration. Kept apart from `fim.connectors.http` (sending, retries,
-reading the response) so this security-sensitive step can be read and reviewed on its own.
+body by the action's declaration. Kept apart from `fim.connectors.http_fetch` (sending,
+retries, redirects) and `fim.connectors.http_observation` (reading the response) so this
+security-sensitive step can be read and reviewed on its own.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ from typing import Any
 
 from fim.connectors.database import Database
 from fim.connectors.discovery import BYTES_PER_TOKEN, budget_tokens, discover, unknown_actions
-from fim.connectors.http import HttpConnectorClient, action_metadata, tool_name
+from fim.connectors.http import HttpConnectorClient
+from fim.connectors.http_tool import action_metadata, tool_name
 from fim.connectors.readonly import decide
 from fim.connectors.render import compact_json, truncate_text
 from fim.run.budget import bounded

@@ -115,12 +115,13 @@ class ToolRegistry:
                 f"Error: the arguments for '{name}' were not valid JSON ({raw[:200]!r}). "
                 "Send the arguments as one JSON object matching the tool's parameters."
             )
-        if getattr(tool, "untrusted_schema", False):  # a third party's (an MCP server's)
+        if getattr(tool, "untrusted_schema", False):  # a third party's (MCP, an OpenAPI spec)
+            meta = tool.metadata  # one party per server or connector, whichever action
             errors = await isolate.schema_problems(
                 arguments,
                 tool.parameters,
                 whose=f"the parameter schema of '{name}'",
-                party=str(tool.metadata.get("server", name)),
+                party=str(meta.get("server") or meta.get("connector") or name),
             )
         else:
             errors = self._schema_errors(tool, arguments)

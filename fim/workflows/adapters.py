@@ -39,7 +39,8 @@ def _connector(ctx: NodeContext, name: str, kind: type) -> Any:
 def connector_action(ctx: NodeContext, connector: str, action: str) -> Tool:
     """The tool of one HTTP action, registered once per run under `{connector}__{action}`."""
     # deferred: loading fim.connectors.database costs tens of ms
-    from fim.connectors.http import action_tool, get_client, tool_name
+    from fim.connectors.http import get_client
+    from fim.connectors.http_tool import action_tool, tool_name
 
     name = tool_name(connector, action)
     existing = ctx.registry.get(name)
