@@ -355,33 +355,6 @@ def plainly_valid(schema: Mapping[str, Any], arguments: Any) -> bool:
     return True
 
 
-WIDE_CHOICE = 200
-"""Branches of one `anyOf`/`oneOf` past which `fim connector import` warns (`widest_choice`)."""
-
-
-def widest_choice(schema: Any) -> int:
-    """The most branches any one `anyOf` or `oneOf` in `schema` has. Checking a value tries
-    every branch for every array item it applies to, so a hostile spec's 2,000 branches
-    made 4 KB of arguments cost seconds of CPU: the check runs in a killable worker (see
-    `fim.tools.isolate.schema_problems`) and such a call fails, which a reviewer importing
-    the spec should hear about first. Linear: each node (shared ones too) is visited once,
-    without recursion."""
-    widest, seen, stack = 0, set(), [schema]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, dict):
-            for key in ("anyOf", "oneOf"):
-                if isinstance(node.get(key), list):
-                    widest = max(widest, len(node[key]))
-            stack.extend(v for v in node.values() if isinstance(v, dict | list))
-        elif isinstance(node, list):
-            stack.extend(v for v in node if isinstance(v, dict | list))
-    return widest
-
-
 def schema_problem(schema: Any) -> str | None:
     """Why `schema` is not a usable JSON Schema (with the path inside it), or None."""
     # deferred: loading referencing costs tens of ms
@@ -401,12 +374,10 @@ def schema_problem(schema: Any) -> str | None:
 __all__ = [
     "MAX_NESTING",
     "MAX_PROBLEMS",
-    "WIDE_CHOICE",
     "nested_deeper",
     "pattern_matches",
     "problems",
     "schema_problem",
     "validator",
     "validator_problems",
-    "widest_choice",
 ]

@@ -45,8 +45,7 @@ from fim.connectors.openapi.document import (
     summary,
 )
 from fim.connectors.openapi.naming import NAME_LIMIT, fit, operation_name, unique
-from fim.connectors.openapi.schemas import Resolver
-from fim.schema_check import WIDE_CHOICE, widest_choice
+from fim.connectors.openapi.schemas import WIDE_CHOICE, Resolver, widest_choice
 
 
 def import_openapi(
