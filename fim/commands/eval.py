@@ -169,8 +169,8 @@ def eval_command(
     else:
         print_summary(report, Console(highlight=False))
         if comparison is not None:
-            # deferred: loading fim.eval.ci costs tens of ms
-            from fim.eval.ci import text
+            # deferred: loading fim.eval.baseline costs tens of ms
+            from fim.eval.baseline import text
 
             sys.stdout.write(text(comparison))
     write_reports(report, junit, json_out)
@@ -221,8 +221,9 @@ def _shard(text: str | None, console: Any) -> tuple[int, int] | None:
 
 
 def _compare(data: dict[str, Any], baseline: Path | None, threshold: float) -> Any:
-    # deferred: loading fim.eval.ci costs tens of ms
-    from fim.eval.ci import compare, load
+    # deferred: loading fim.eval.ci and fim.eval.baseline costs tens of ms
+    from fim.eval.baseline import compare
+    from fim.eval.ci import load
 
     if baseline is None:
         return None
@@ -262,8 +263,8 @@ def merge_reports(
                 f"(threshold {suite['threshold']:.0%}) {verdict(suite)}\n"
             )
         if comparison is not None:
-            # deferred: loading fim.eval.ci costs tens of ms
-            from fim.eval.ci import text
+            # deferred: loading fim.eval.baseline costs tens of ms
+            from fim.eval.baseline import text
 
             sys.stdout.write(text(comparison))
     if junit is not None:

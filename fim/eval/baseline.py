@@ -1,0 +1,143 @@
+"""A pull request's eval report against a baseline (`fim eval --baseline main.json`): which
+cases regressed, improved, appeared or disappeared, and whose latency, tokens or cost moved
+past a threshold.
+
+Apart from `fim.eval.ci` (shards, merged reports, JUnit and the Markdown summary, which
+shows a comparison) because it is its own question with its own noise floors; like
+everything there it works on JSON reports, so `main`'s report can come from another job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fim.eval.ci import Report, label, ran_cases
+
+
+def _cost(case: dict[str, Any]) -> float | None:
+    """The run's model cost in USD when the provider reported one (run_finished usage)."""
+    for event in reversed(case.get("trace") or []):
+        if event.get("type") == "run_finished":
+            cost = (event.get("usage") or {}).get("cost")
+            return float(cost) if cost is not None else None
+    return None
+
+
+@dataclass
+class CaseStats:
+    passed: bool
+    ran: bool
+    latency_ms: float
+    tokens: float
+    cost: float | None
+
+
+def _stats(report: Report) -> dict[str, CaseStats]:
+    """Per `suite/case`, over its attempts: passed = every attempt that ran passed."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for suite in report["suites"]:
+        for case in suite["cases"]:
+            grouped.setdefault(f"{label(suite)}/{case['case']}", []).append(case)
+    out = {}
+    for key, cases in grouped.items():
+        ran = ran_cases(cases)
+        costs = [c for c in (_cost(x) for x in ran) if c is not None]
+        n = len(ran) or 1
+        out[key] = CaseStats(
+            passed=bool(ran) and all(c["passed"] for c in ran),
+            ran=bool(ran),
+            latency_ms=sum(c.get("latency_ms", 0.0) for c in ran) / n,
+            tokens=sum(c.get("tokens", 0) for c in ran) / n,
+            cost=sum(costs) / len(costs) if costs else None,
+        )
+    return out
+
+
+@dataclass
+class Change:
+    case: str
+    metric: str
+    before: float
+    after: float
+
+    @property
+    def ratio(self) -> float:
+        return (self.after - self.before) / self.before if self.before else float("inf")
+
+
+@dataclass
+class Comparison:
+    """What changed between a baseline report and this one."""
+
+    threshold: float
+    regressed: list[str] = field(default_factory=list)
+    improved: list[str] = field(default_factory=list)
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.regressed
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "threshold": self.threshold,
+            "regressed": self.regressed,
+            "improved": self.improved,
+            "added": self.added,
+            "removed": self.removed,
+            "changes": [
+                {"case": c.case, "metric": c.metric, "before": c.before, "after": c.after}
+                for c in self.changes
+            ],
+        }
+
+
+# Below these, a relative change is noise (a 2 ms case that takes 3 ms is not +50%).
+_FLOORS = {"latency_ms": 50.0, "tokens": 20.0, "cost": 0.0001}
+
+
+def compare(current: Report, baseline: Report, threshold: float = 0.2) -> Comparison:
+    """Cases that regressed (passed before, fail now), improved, appeared, disappeared, and
+    whose latency, tokens or cost moved by more than `threshold` (a fraction)."""
+    now, before = _stats(current), _stats(baseline)
+    result = Comparison(threshold)
+    for key in sorted(now.keys() | before.keys()):
+        if key not in before:
+            result.added.append(key)
+            continue
+        if key not in now:
+            result.removed.append(key)
+            continue
+        a, b = before[key], now[key]
+        if not (a.ran and b.ran):  # a skipped case says nothing either way
+            continue
+        if a.passed and not b.passed:
+            result.regressed.append(key)
+        elif b.passed and not a.passed:
+            result.improved.append(key)
+        for metric in ("latency_ms", "tokens", "cost"):
+            x, y = getattr(a, metric), getattr(b, metric)
+            if x is None or y is None or max(x, y) < _FLOORS[metric]:
+                continue
+            if x == 0 or abs(y - x) / x > threshold:
+                result.changes.append(Change(key, metric, x, y))
+    return result
+
+
+def text(comparison: Comparison) -> str:
+    """The comparison as plain lines for a terminal."""
+    out = [f"baseline: {len(comparison.regressed)} regressed, {len(comparison.improved)} improved"]
+    out += [f"  regressed: {k}" for k in comparison.regressed]
+    out += [f"  improved: {k}" for k in comparison.improved]
+    out += [f"  new: {k}" for k in comparison.added]
+    out += [f"  removed: {k}" for k in comparison.removed]
+    for c in comparison.changes:
+        change = "new" if c.before == 0 else f"{c.ratio:+.0%}"
+        out.append(f"  {c.metric} {c.case}: {c.before:g} -> {c.after:g} ({change})")
+    return "\n".join(out) + "\n"
+
+
+__all__ = ["CaseStats", "Change", "Comparison", "compare", "text"]
