@@ -81,7 +81,7 @@ class _Context(ServerCallContextBuilder):
     """Carries the agent named in the path and the session owner to the executor, and the
     request headers the SDK reads (its protocol version check) without the credentials: the
     SDK's default builder would copy the bearer key into the call state. The owner is the
-    caller the Guard recorded (`fim.server.http.Caller`), not a header read again."""
+    caller the Guard recorded (`fim.server.callers.Caller`), not a header read again."""
 
     def build(self, request: Request) -> ServerCallContext:
         # deferred: loading fim.server.http costs tens of ms

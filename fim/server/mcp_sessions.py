@@ -9,7 +9,7 @@ idle as long as the SDK keeps it. Only clients of the handshake protocol version
 before) open sessions; the newer protocol is sessionless and never counted.
 
 A session is its key's alone: the SDK serves a session only to the `scope["user"]` that
-opened it, which is the key the Guard verified (`fim.server.http.Caller`), so another key
+opened it, which is the key the Guard verified (`fim.server.callers.Caller`), so another key
 that learns a session's id can neither read its stream, post to it nor end it (404).
 """
 

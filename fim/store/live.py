@@ -80,7 +80,7 @@ class EventLog:
         A token's text is masked as a stream: what could begin a secret is held back and
         goes out with the next token, or, before the next other event, as a token of its
         own (the last token's fields, the held text), as the SSE of a run does
-        (`fim.server.http.sse`). A token left with no text is not stored. So no row holds
+        (`fim.server.streams.sse`). A token left with no text is not stored. So no row holds
         a piece of a secret, and the stored tokens still join to the run's (masked) text,
         for whoever replays or tails them (`/v1/runs/{id}/events`, from any replica)."""
         if event.get("type") == "token":

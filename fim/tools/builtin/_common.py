@@ -43,7 +43,7 @@ def sandbox_dir(ctx: RunContext) -> Path:
 
 
 def key_folder(sandbox: Path, owner: str) -> Path:
-    """The folder the runs of key `owner` (its hash, `fim.server.http.key_owner`) work in:
+    """The folder the runs of key `owner` (its hash, `fim.server.callers.key_owner`) work in:
     `<sandbox>-keys/<id>` beside the project's sandbox folder `sandbox` (not inside it, where
     a run no key started, whose `file_ops` is rooted there, would reach every key's files);
     `sandbox` itself for no key."""
