@@ -15,6 +15,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,7 +36,43 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     # deferred: only the session's start needs it
     import compileall
 
-    compileall.compile_dir(str(Path(__file__).resolve().parent.parent / "fim"), quiet=1)
+    here = Path(__file__).resolve().parent
+    compileall.compile_dir(str(here.parent / "fim"), quiet=1)
+    for helper in [*here.glob("*.py"), *here.glob("mcp_servers/*.py")]:  # imported plainly
+        if not helper.name.startswith("test_") and helper.name != "conftest.py":
+            compileall.compile_file(str(helper), quiet=1)
+    _rewrite_tests_once(session.config, here)
+
+
+def _rewrite_tests_once(config: pytest.Config, here: Path) -> None:
+    """Write the assertion-rewritten bytecode of every test module, as pytest itself does
+    where PYTHONDONTWRITEBYTECODE is unset. Where it is set, each xdist worker parsed,
+    rewrote and compiled all ~150 test modules again: ~5 s of CPU a worker. Uses pytest's
+    own (private) rewriting, so what the workers load is what they would have made; with a
+    pytest that lacks it, each worker compiles as before."""
+    try:
+        # deferred: pytest internals, only the controller's start needs them
+        from _pytest.assertion import rewrite
+    except ImportError:
+        return
+    needed = ("_rewrite_test", "_write_pyc", "_read_pyc", "get_cache_dir", "PYC_TAIL")
+    needed += ("assertstate_key",)
+    if not all(hasattr(rewrite, name) for name in needed):
+        return
+    state = config.stash.get(rewrite.assertstate_key, None)
+    if state is None:  # --assert=plain: nothing is rewritten
+        return
+    for path in sorted([*here.glob("test_*.py"), here / "conftest.py"]):
+        cache = rewrite.get_cache_dir(path)
+        pyc = cache / (path.name[:-3] + rewrite.PYC_TAIL)
+        if rewrite._read_pyc(path, pyc, state.trace) is not None:
+            continue  # already current
+        cache.mkdir(exist_ok=True)
+        try:
+            stat, code = rewrite._rewrite_test(path, config)
+        except SyntaxError:
+            continue  # the worker reports it, as a collection error
+        rewrite._write_pyc(state, code, stat, pyc)
 
 
 @pytest.hookimpl(trylast=True)
@@ -48,6 +85,79 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     here and a finalizer's exception still reaches pytest's unraisable hook."""
     gc.collect()
     gc.freeze()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _warm_mcp_servers() -> Iterator[None]:
+    """The zygote of tests/mcp_servers/launch.py for this test process: each stdio test
+    server that fim starts from here is forked from a process that imported the MCP SDK
+    once, instead of importing it itself (~0.7 s of CPU each, dozens of servers). fim
+    still starts, talks to and stops a process of its own; see launch.py."""
+    import subprocess
+    import sys
+
+    launch = Path(__file__).resolve().parent / "mcp_servers" / "launch.py"
+    # what fim passes a stdio server (the SDK's set and fim.mcp.transport.PASSED_ENV): the
+    # interpreter starts as a server's would (no PYTHONUNBUFFERED), and a server reading
+    # /proc/self/environ finds no secret of the test process's
+    kept = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "LC_CTYPE")
+    kept += ("TMPDIR", "VIRTUAL_ENV", "PYENV_ROOT", "PYENV_VERSION")
+    env = {k: v for k, v in os.environ.items() if k in kept}
+    zygote = subprocess.Popen(
+        [sys.executable, str(launch), "--serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,  # a test's signal to its own group never reaches it
+    )
+    yield
+    assert zygote.stdin is not None
+    zygote.stdin.close()  # it ends; servers it started end with their relays
+    try:
+        zygote.wait(10)
+    except subprocess.TimeoutExpired:
+        zygote.kill()
+        zygote.wait()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_default_tls_context() -> Iterator[None]:
+    """Every httpx client builds a TLS context, even for `http://127.0.0.1`: reading the CA
+    bundle costs ~25 ms of CPU, and the tests' `httpx.get(...)`/`httpx.post(...)` (each a
+    client of its own; some in polling loops) made thousands of them. Here a context with
+    verification on (certifi's CAs, or SSL_CERT_FILE's or SSL_CERT_DIR's, which httpx
+    reads) is built once for the same CA file (path, size, time, inode) and shared, as
+    fim.llm.openai_compat shares its own; any other (`verify=False`, a context, a client
+    certificate) is built as before. httpx only ever sets the same ALPN protocol list on
+    it (no client here enables HTTP/2)."""
+    import ssl
+
+    import httpx
+    from httpx._transports import default as transports
+
+    made = transports.create_ssl_context
+    shared: dict[tuple[Any, ...], ssl.SSLContext] = {}
+
+    def create(verify: Any = True, cert: Any = None, trust_env: bool = True) -> ssl.SSLContext:
+        if verify is not True or cert:
+            return made(verify, cert, trust_env)
+        cafile = os.environ.get("SSL_CERT_FILE", "") if trust_env else ""
+        capath = os.environ.get("SSL_CERT_DIR", "") if trust_env else ""
+        try:
+            seen = os.stat(cafile) if cafile else None
+        except OSError:
+            return made(verify, cert, trust_env)  # httpx reports it
+        key = (cafile, capath, seen and (seen.st_ino, seen.st_size, seen.st_mtime_ns))
+        if key not in shared:
+            shared[key] = made(True, None, trust_env)
+        return shared[key]
+
+    transports.create_ssl_context = create
+    httpx.create_ssl_context = create  # fim.tools.builtin._pinned calls it by this name
+    yield
+    transports.create_ssl_context = made
+    httpx.create_ssl_context = made
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -284,7 +284,9 @@ def test_a_skill_md_that_is_no_regular_file_is_a_problem_not_a_read(
     assert problems(project) == [
         "skills/fifo/SKILL.md:1:1: cannot read: not a regular file (a FIFO, device or socket)",
         "skills/huge/SKILL.md:1:1: cannot read: larger than 1 MiB, the most fim reads",
-        "skills/zero/SKILL.md:1:1: cannot read: not a regular file (a FIFO, device or socket)",
+        "skills/zero/SKILL.md:1:1: SKILL.md links outside its skill folder (copy the skill "
+        "into the project instead of linking it: a skill's files are read and shown to the "
+        "model, and nothing outside the project is)",
     ]
 
 

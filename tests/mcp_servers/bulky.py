@@ -14,6 +14,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+if __name__ == "__main__":  # first: under a test process, a warm process runs this server
+    try:
+        import launch
+    except ImportError:  # a copy of this script elsewhere runs as it is
+        pass
+    else:
+        launch.relay(__file__)
+
 import mcp_types as types
 from demo import serve_http
 from mcp.server.mcpserver import MCPServer

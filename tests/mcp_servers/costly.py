@@ -19,6 +19,14 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+if __name__ == "__main__":  # first: under a test process, a warm process runs this server
+    try:
+        import launch
+    except ImportError:  # a copy of this script elsewhere runs as it is
+        pass
+    else:
+        launch.relay(__file__)
+
 from mcp.server.mcpserver import MCPServer
 
 

@@ -50,6 +50,21 @@ def http_demo(
         proc.kill()  # a test server keeps nothing: no graceful shutdown to wait for
         proc.wait(10)
         proc.stderr.close()  # type: ignore[union-attr]
+        _released(port)
+
+
+def _released(port: int) -> None:
+    """Wait until nothing listens on `port`. The server's process (launch.py's relay) ends
+    at once; the forked process that served ends a moment later, and a test may start the
+    next server on the same port."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        except OSError:
+            return
+        time.sleep(0.01)
+    raise RuntimeError(f"port {port} is still served after its server was stopped")
 
 
 def stdio_decl(*args: str, **fields: object) -> dict[str, object]:

@@ -9,6 +9,14 @@ from __future__ import annotations
 
 import os
 
+if __name__ == "__main__":  # first: under a test process, a warm process runs this server
+    try:
+        import launch
+    except ImportError:  # a copy of this script elsewhere runs as it is
+        pass
+    else:
+        launch.relay(__file__)
+
 from mcp.server.mcpserver import MCPServer
 
 server = MCPServer("notes", log_level="WARNING")
