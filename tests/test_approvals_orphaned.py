@@ -166,9 +166,10 @@ async def test_a_cancelled_run_withdraws_its_approval_at_once(tmp_path: Path) ->
 async def test_a_waiter_on_another_host_or_alive_here_is_not_taken_for_gone(
     tmp_path: Path,
 ) -> None:
-    """Only a process of this host that has ended makes an approval orphaned: a waiter
-    elsewhere cannot be checked from here (its deadline still expires it), a live one
-    waits, and a pid reused by a newer process is not the waiter."""
+    """Only an ended process of this process table (boot and pid namespace) makes an
+    approval orphaned: a waiter elsewhere, a container on the host's network included,
+    cannot be checked from here (its deadline still expires it), a live one waits, and a
+    pid reused by a newer process is not the waiter."""
     store = Store("sqlite:///.fim/state.db", root=project(tmp_path))
     approval_id = await store.create_approval(
         "run-1", "tester", "crm__create_lead", {}, "confirm", expires_at=None
@@ -180,7 +181,10 @@ async def test_a_waiter_on_another_host_or_alive_here_is_not_taken_for_gone(
     def with_waiter(**changed: Any) -> Any:
         return type(mine)(**{**mine.as_dict(), "data": {"waiter": {**waiter, **changed}}})
 
-    assert not orphaned(with_waiter(host="another-host", pid=2**22 + 1))
+    assert not orphaned(with_waiter(table="another-host", pid=2**22 + 1))
+    # a container sharing this host's name (host networking) has pids of its own
+    namespace = waiter["table"].rsplit(":", 1)[0] + ":1"
+    assert not orphaned(with_waiter(table=namespace, pid=2**22 + 1))
     assert orphaned(with_waiter(pid=2**22 + 1))  # above any pid the kernel hands out here
     if waiter["started"] is not None:  # Linux: the pid is alive but started later
         assert orphaned(with_waiter(started=waiter["started"] - 1))

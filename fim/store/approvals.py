@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import socket
 import time
@@ -69,21 +70,35 @@ def _started(pid: int) -> int | None:
     return int(fields[19])
 
 
+@functools.cache
+def _process_table() -> str:
+    """Which process table this process's pids belong to: the kernel's boot and the pid
+    namespace on Linux (two containers sharing the host's network share its hostname, not
+    its pids), the hostname elsewhere."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return f"host:{socket.gethostname()}"
+    return f"linux:{boot}:{namespace}"
+
+
 def this_process() -> dict[str, Any]:
-    """Who waits on an approval: host, pid and start tick, stored as its `waiter`."""
+    """Who waits on an approval: its process table, pid and start tick (`waiter`)."""
     pid = os.getpid()
-    return {"host": socket.gethostname(), "pid": pid, "started": _started(pid)}
+    return {"table": _process_table(), "pid": pid, "started": _started(pid)}
 
 
 def orphaned(approval: Approval) -> bool:
-    """Whether `approval` is pending for a process of this host that has ended: nobody will
-    act on a decision. A waiter on another host cannot be checked from here; its approval
+    """Whether `approval` is pending for a process that has ended, among the processes this
+    one can see (`_process_table`): nobody will act on a decision. A waiter elsewhere (a
+    replica, a container with its own pids) cannot be checked from here; its approval
     expires at its deadline (and its process withdraws it when it stops waiting)."""
     waiter = approval.data.get("waiter")
     if approval.status != "pending" or not isinstance(waiter, dict):
         return False
     pid = waiter.get("pid")
-    if waiter.get("host") != socket.gethostname() or not isinstance(pid, int):
+    if waiter.get("table") != _process_table() or not isinstance(pid, int):
         return False
     try:
         os.kill(pid, 0)
