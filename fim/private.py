@@ -13,6 +13,7 @@ above it are bwrap's.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 FOLDER = ".fim"
@@ -39,6 +40,6 @@ def _private(folder: Path) -> None:
     try:
         folder.mkdir(mode=0o700)
     except FileExistsError:
-        found = folder.stat()
-        if found.st_mode & 0o077 and found.st_uid == os.geteuid():
+        found = folder.lstat()  # a link's target is not ours to narrow (a prepared checkout)
+        if stat.S_ISDIR(found.st_mode) and found.st_mode & 0o077 and found.st_uid == os.geteuid():
             os.chmod(folder, 0o700)  # made by an older fim, or by hand

@@ -191,7 +191,8 @@ def environment(
 ) -> Any:
     """The guarded sandboxed environment for instructions of the project at `root`: one per
     root, sandbox folder and snapshot `version`, whose loader serves the snapshot's `pinned`
-    prompt files (a file it does not hold is read from the disk under the same rules)."""
+    prompt files and no other (a name the compile did not read is not found: runs never read
+    the disk)."""
     key = (str(root), project.sandbox, version if pinned is not None else None)
     env = _ENVIRONMENTS.get(key)
     if env is None:

@@ -67,8 +67,10 @@ def project_loader() -> type[Any]:
                 raise refuse("hidden files and folders (.env, .git, .fim) are never read")
             path = self.root.joinpath(*pieces)
             name = "/".join(pieces)
-            if self.pinned is not None and name in self.pinned:
-                return self.pinned[name], name, _unchanged
+            if self.pinned is not None:  # a run: the snapshot's files, never the disk
+                if name in self.pinned:
+                    return self.pinned[name], name, _unchanged
+                raise TemplateNotFound(template, f"no file '{template}' in this snapshot")
             try:
                 real = path.resolve(strict=True)
             except FileNotFoundError:

@@ -238,9 +238,22 @@ def schema(
         data = json_schema(kinds[0]) if kind else {k: json_schema(k) for k in kinds}
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return
-    write.mkdir(parents=True, exist_ok=True)
-    for k in kinds:
-        (write / schema_filename(k)).write_text(json.dumps(json_schema(k), indent=2) + "\n")
+    # deferred: loading fim.config.files is only for --write
+    from fim.config.files import write_inside
+
+    here = Path.cwd()
+    target = here / write  # an absolute `write` stays itself
+    # never through a link under the folder it was run in (a checkout's `.fim` link); a
+    # folder named elsewhere is taken as named, its files replaced rather than written through
+    base = here if target.is_relative_to(here) else target
+    try:
+        if base is target:
+            target.mkdir(parents=True, exist_ok=True)
+        for k in kinds:
+            path = target / schema_filename(k)
+            write_inside(base, path, json.dumps(json_schema(k), indent=2) + "\n")
+    except OSError as exc:
+        fail(f"cannot write the schemas: {exc.strerror or exc}", "write to a folder, not a link")
     sys.stdout.write(f"wrote {len(kinds)} schema file(s) to {write}\n")
     sys.stdout.write(editor_setup(write.resolve(), kinds))
 

@@ -7,9 +7,11 @@ the snapshot digest.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -204,4 +206,45 @@ def keep_texts(texts: dict[str, tuple[bytes, str]]) -> None:
     _TEXT.update(texts)
 
 
-__all__ = ["Read", "keep_reads", "keep_texts", "list_files", "os_problem", "read_text"]
+class LinkRefused(OSError):
+    """A folder on the way to a file fim writes, under the folder it was asked to write
+    in, is a link: a prepared checkout (a committed `.fim` or `.vscode` link) would have
+    fim write, or narrow the mode of, whatever it points to."""
+
+    def __init__(self, link: Path) -> None:
+        super().__init__(errno.ELOOP, f"{link} is a link; fim does not write through links")
+        self.filename = str(link)
+
+
+def write_inside(base: Path, path: Path, text: str) -> None:
+    """Write `text` to `path`, a file under `base`, without following a link: each folder
+    from `base` down must be a real folder (made if missing), and the file is written to
+    a new file renamed over the old one, so a link in its place is replaced, never written
+    through. `LinkRefused` (an OSError) otherwise."""
+    folder = base
+    for part in path.relative_to(base).parts[:-1]:
+        folder = folder / part
+        if folder.is_symlink():
+            raise LinkRefused(folder)
+        folder.mkdir(exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+__all__ = [
+    "LinkRefused",
+    "Read",
+    "keep_reads",
+    "keep_texts",
+    "list_files",
+    "os_problem",
+    "read_text",
+    "write_inside",
+]

@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fim.config.files import LinkRefused, write_inside
 from fim.private import FOLDER, parents
 
 SCHEMA_DIR = f"{FOLDER}/schema"
@@ -47,13 +48,15 @@ def write_schemas(root: Path) -> list[Path]:
     # deferred: fim.config.export loads the schema models (hundreds of ms); only init needs it
     from fim.config.export import SCHEMA_KINDS, json_schema, schema_filename
 
+    if (root / FOLDER).is_symlink():  # nothing made or narrowed where a checkout's link points
+        raise LinkRefused(root / FOLDER)
     written = []
     for kind in SCHEMA_KINDS:
         if kind not in SCHEMA_GLOBS:
             continue
         path = root / SCHEMA_DIR / schema_filename(kind)
         parents(path)
-        path.write_text(json.dumps(json_schema(kind), indent=2) + "\n", encoding="utf-8")
+        write_inside(root, path, json.dumps(json_schema(kind), indent=2) + "\n")
         written.append(path)
     return written
 
@@ -71,8 +74,9 @@ def vscode_settings(root: Path) -> tuple[str, bool]:
     setting is now there; False: the file was left alone, the message says why)."""
     path = root / SETTINGS
     wanted = schema_setting()
-    if path.is_symlink():
-        return f"{SETTINGS} is a symlink; left as it is", False
+    if path.is_symlink() or path.parent.is_symlink():
+        link = SETTINGS if path.is_symlink() else SETTINGS.parent
+        return f"{link} is a symlink; left as it is", False
     if path.exists():
         try:
             current: Any = json.loads(path.read_text(encoding="utf-8"))
@@ -86,10 +90,9 @@ def vscode_settings(root: Path) -> tuple[str, bool]:
         if not added:
             return f"{SETTINGS} already maps fim's schemas", True
         current["yaml.schemas"] = {**schemas, **added}
-        path.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
+        write_inside(root, path, json.dumps(current, indent=2) + "\n")
         return f"added fim's schemas to yaml.schemas in {SETTINGS}", True
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"yaml.schemas": wanted}, indent=2) + "\n", encoding="utf-8")
+    write_inside(root, path, json.dumps({"yaml.schemas": wanted}, indent=2) + "\n")
     return f"wrote {SETTINGS}", True
 
 
