@@ -216,3 +216,32 @@ def test_a_tool_a_csv_cell_names_is_checked_at_that_cell(project: Path) -> None:
     (found,) = problems(project)
     assert found.startswith("evals/cases.csv:2:16: ") and "calculater" in found, found
     assert "did you mean 'calculator'?" in found
+
+
+def test_a_case_file_past_its_budget_is_one_problem_not_gigabytes(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 4 MB CSV of a million one-cell rows took 23 s and 2.6 GB to load (a 60 MB one was
+    killed for memory): a case file holds at most `MAX_CASES` cases and `MAX_CELLS` cells,
+    and is read up to 4 MiB; past that it is one problem and nothing is built."""
+    from fim.config import case_csv, case_files
+
+    monkeypatch.setattr(case_csv, "MAX_CASES", 3)
+    monkeypatch.setattr(case_files, "MAX_CASES", 3)
+    monkeypatch.setattr(case_csv, "MAX_CELLS", 20)
+    (project / "evals" / "cases.csv").write_text("input\n" + "".join(f"q{i}\n" for i in range(5)))
+    assert problems(project) == [
+        "evals/cases.csv:5:1: case file holds more than 3 cases (split it over suites)"
+    ]
+    (project / "evals" / "cases.csv").write_text("input" + ",x" * 30 + "\n")
+    assert problems(project) == [
+        "evals/cases.csv:1:45: case file holds more than 20 cells (split it over suites)"
+    ]
+    (project / "evals" / "math.yaml").write_text("agent: demo\ncases: more.jsonl\n")
+    (project / "evals" / "more.jsonl").write_text('{"input": "q"}\n' * 5)
+    assert problems(project) == [
+        "evals/more.jsonl:4:1: case file holds more than 3 cases (split it over suites)"
+    ]
+    monkeypatch.setattr(case_files, "MAX_CASE_FILE_BYTES", 10)
+    (found,) = problems(project)
+    assert found.startswith("evals/math.yaml:2:8: cannot read case file 'more.jsonl': ")

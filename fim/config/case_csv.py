@@ -80,14 +80,34 @@ Cell = tuple[str, int, int]
 """A CSV cell's text and the (line, column) where it starts."""
 
 
+MAX_CASES = 10_000
+"""Cases one case file may hold (a suite's cases are runs: more is a load test, not an eval)."""
+MAX_CELLS = 200_000
+"""Cells one CSV file may hold, as a YAML file holds at most `yamlio.MAX_VALUES` values: a
+4 MB file of a million one-cell rows took 2.6 GB to load."""
+
+
 def _csv_records(rel: str, text: str, problems: list[Problem]) -> list[list[Cell]]:
     """RFC 4180 records with where each cell starts (Python's `csv` says neither where a
-    cell starts nor where a quote was left open). Blank lines are skipped."""
+    cell starts nor where a quote was left open). Blank lines are skipped. Past
+    `MAX_CELLS` or `MAX_CASES` records, one problem and nothing read."""
     records: list[list[Cell]] = []
     record: list[Cell] = []
+    cells = 0
     i, line, col, n = 0, 1, 1, len(text)
     while i <= n:
         start_line, start_col = line, col
+        cells += 1
+        if cells > MAX_CELLS or len(records) > MAX_CASES:
+            too_many = (
+                f"more than {MAX_CELLS} cells"
+                if cells > MAX_CELLS
+                else (f"more than {MAX_CASES} cases")
+            )
+            problems.append(
+                Problem(rel, line, col, f"case file holds {too_many}", "split it over suites")
+            )
+            return []
         value: list[str] = []
         if i < n and text[i] == '"':
             i, col = i + 1, col + 1
@@ -317,4 +337,4 @@ def _assertion(
     return {key: value}
 
 
-__all__ = ["Cell", "csv_rows"]
+__all__ = ["MAX_CASES", "MAX_CELLS", "Cell", "csv_rows"]

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from fim.config.case_csv import csv_rows
+from fim.config.case_csv import MAX_CASES, csv_rows
 from fim.config.files import read_regular
 from fim.config.problems import suggest, validation_problems
 from fim.config.schema import EvalCase
@@ -33,6 +33,9 @@ from fim.errors import Problem
 
 if TYPE_CHECKING:
     from fim.config.declarations import Declarations
+
+MAX_CASE_FILE_BYTES = 4 * 1024 * 1024
+"""The largest case file read (about 10,000 cases of 400 bytes)."""
 
 Origin = tuple[Path_, Document | None]
 """Where case `i` of a suite came from: (its path in the YAML, None) for an inline case,
@@ -217,7 +220,7 @@ def _read(
         )
         return None
     try:
-        raw, _ = read_regular(target, follow_links=False)
+        raw, _ = read_regular(target, MAX_CASE_FILE_BYTES, follow_links=False)
     except OSError as exc:
         if exc.errno == errno.ENOENT:
             near = [
@@ -254,10 +257,21 @@ def _jsonl_rows(
 ) -> list[tuple[dict[str, Any], Document]]:
     """Each line as case data, with a document over that line (JSON is YAML, so a
     problem's column is found the way a YAML file's is)."""
-    out = []
+    out: list[tuple[dict[str, Any], Document]] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
+        if len(out) >= MAX_CASES:
+            decls.problems.append(
+                Problem(
+                    rel,
+                    number,
+                    1,
+                    f"case file holds more than {MAX_CASES} cases",
+                    "split it over suites",
+                )
+            )
+            return []
         try:
             data = json.loads(line)
         except ValueError as exc:
