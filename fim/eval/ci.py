@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -219,7 +220,25 @@ def junit(report: Report) -> str:
         root.set(key, str(value))
     root.set("time", f"{report.get('duration_s', 0):.3f}")
     ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode")
+    return xml_document(root)
+
+
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+"""Characters XML 1.0 cannot hold, even escaped."""
+
+
+def xml_document(root: ET.Element) -> str:
+    """`root` as an XML document; a character XML cannot hold (a model's output may: ESC,
+    NUL, a lone surrogate) is written as its escape (`\\x1b`), so the JUnit file a CI
+    reporter reads always parses. Such a character can only be in text or a value."""
+    text = ET.tostring(root, encoding="unicode")
+    shown = _NOT_XML.sub(
+        lambda m: (
+            f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256 else f"\\u{ord(m.group()):04x}"
+        ),
+        text,
+    )
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + shown
 
 
 # ---------------------------------------------------------------------------- baseline
@@ -228,8 +247,21 @@ def junit(report: Report) -> str:
 # ---------------------------------------------------------------------------- markdown
 
 
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()<>#+!|~])")
+
+
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")[:300]
+    """Plain text of a report (a suite's label, a failure's message quoting the model) as
+    inert Markdown in a PR comment: one line, every character Markdown acts on escaped,
+    and `@` kept from mentioning anyone. A case name is a contributor's CSV cell and an
+    output the model's: a link, an image or `@org/team` there would render as one."""
+    line = " ".join(text.split())[:300]
+    return _MARKDOWN.sub(r"\\\1", line).replace("@", "@\u200b")
+
+
+def _code(text: str) -> str:
+    """Text inside a code span (a case's name): one line, no backtick to end the span."""
+    return " ".join(text.split())[:300].replace("`", "'")
 
 
 def markdown(report: Report, comparison: Comparison | None = None) -> str:
@@ -260,7 +292,7 @@ def markdown(report: Report, comparison: Comparison | None = None) -> str:
         lines += ["", "### Failing cases", ""]
         for suite, case in failing:
             detail = "; ".join(failure_lines(case)) or "failed"
-            lines.append(f"- `{_cell(suite)}/{_cell(_case_name(case))}`: {_cell(detail)}")
+            lines.append(f"- `{_code(suite)}/{_code(_case_name(case))}`: {_cell(detail)}")
     if comparison is not None:
         lines += ["", f"### Against the baseline (changes beyond {comparison.threshold:.0%})", ""]
         for title, keys in (
@@ -270,13 +302,14 @@ def markdown(report: Report, comparison: Comparison | None = None) -> str:
             ("Removed", comparison.removed),
         ):
             if keys:
-                lines.append(f"- **{title}** ({len(keys)}): " + ", ".join(f"`{k}`" for k in keys))
+                named = ", ".join(f"`{_code(k)}`" for k in keys)
+                lines.append(f"- **{title}** ({len(keys)}): {named}")
         if comparison.changes:
             lines += ["", "| case | metric | baseline | now | change |", "|---|---|---:|---:|---:|"]
             for c in comparison.changes:
                 change = "new" if c.before == 0 else f"{c.ratio:+.0%}"
                 lines.append(
-                    f"| `{_cell(c.case)}` | {c.metric} | {c.before:g} | {c.after:g} | {change} |"
+                    f"| `{_code(c.case)}` | {c.metric} | {c.before:g} | {c.after:g} | {change} |"
                 )
         if not (
             comparison.regressed

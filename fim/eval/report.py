@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
+from fim.eval.ci import xml_document
 from fim.eval.results import CaseRun, EvalReport
 from fim.masking import known
 from fim.terminal import markup, printable
@@ -171,7 +172,7 @@ def junit_xml(report: EvalReport) -> str:
         root.set(key, str(value))
     root.set("time", f"{report.duration_s:.3f}")
     ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode")
+    return xml_document(root)
 
 
 def _error_type(run: CaseRun) -> str:
