@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from fim.config.case_csv import MAX_CASES, csv_rows
-from fim.config.files import read_regular
+from fim.config.files import not_utf8, read_regular
 from fim.config.problems import suggest, validation_problems
 from fim.config.schema import EvalCase
 from fim.config.schema.evals import CASE_FILE_SUFFIXES
@@ -237,18 +237,8 @@ def _read(
     try:
         return rel, raw.decode("utf-8-sig"), name
     except UnicodeDecodeError as exc:
-        before = raw[: exc.start]
-        line = before.count(b"\n") + 1
-        col = exc.start - (before.rfind(b"\n") + 1) + 1
-        decls.problems.append(
-            Problem(
-                rel,
-                line,
-                col,
-                f"file is not valid UTF-8 (byte 0x{raw[exc.start]:02x})",
-                "save the file as UTF-8 (a spreadsheet's 'CSV UTF-8' export)",
-            )
-        )
+        hint = "save the file as UTF-8 (a spreadsheet's 'CSV UTF-8' export)"
+        decls.problems.append(not_utf8(rel, raw, exc, hint))
         return None
 
 

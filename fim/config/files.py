@@ -176,21 +176,18 @@ def read_text(decls: Declarations, path: str | Path, rel: str | None = None) -> 
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        before = raw[: exc.start]
-        line = before.count(b"\n") + 1
-        col = exc.start - (before.rfind(b"\n") + 1) + 1
-        decls.problems.append(
-            Problem(
-                rel,
-                line,
-                col,
-                f"file is not valid UTF-8 (byte 0x{raw[exc.start]:02x})",
-                "save the file as UTF-8",
-            )
-        )
+        decls.problems.append(not_utf8(rel, raw, exc, "save the file as UTF-8"))
         return None
     decls.texts[name] = (raw, text)
     return text
+
+
+def not_utf8(rel: str, raw: bytes, exc: UnicodeDecodeError, hint: str) -> Problem:
+    """The problem of a file that is not UTF-8, at the line and column of its first bad byte."""
+    before = raw[: exc.start]
+    line = before.count(b"\n") + 1
+    col = exc.start - (before.rfind(b"\n") + 1) + 1
+    return Problem(rel, line, col, f"file is not valid UTF-8 (byte 0x{raw[exc.start]:02x})", hint)
 
 
 def keep_reads(reads: dict[str, Read]) -> None:
@@ -244,6 +241,7 @@ __all__ = [
     "keep_reads",
     "keep_texts",
     "list_files",
+    "not_utf8",
     "os_problem",
     "read_text",
     "write_inside",
