@@ -14,6 +14,10 @@ Modes: `record` (call the model, store every exchange), `replay` (the default: a
 case is played back and a request it lacks is a *cassette miss*, reported as such; a case
 never recorded that asks a real model is *skipped*, `NeedsLiveModel`: replay never spends
 money or needs a key), `live` (ignore cassettes).
+
+A cassette also holds the case's tool results (`tool_calls`, version 2), keyed by
+`tool_key`: a replayed reply asks for tool calls, and a committed file must not make CI
+send them (`fim.eval.tool_replay` decides what runs).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from typing import Any, Literal
 from fim.config.files import read_regular
 from fim.errors import RunError
 from fim.masking import Masker
-from fim.types import Message, Model, ModelResponse, TextDelta, ToolSpec
+from fim.types import Message, Model, ModelResponse, TextDelta, ToolResult, ToolSpec
 
 Mode = Literal["record", "replay", "live"]
 
@@ -84,6 +88,15 @@ def request_key(
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
+def tool_key(name: str, arguments: dict[str, Any], occurrence: int, masker: Masker) -> str:
+    """The key of a tool call's result: its target's name and masked arguments (canonical
+    JSON), and which occurrence of that same call in the case run it is (0, 1, ...), so
+    repeated identical calls replay their results in order."""
+    payload = {"tool": name, "arguments": masker.value(arguments), "occurrence": occurrence}
+    text = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str)
+    return "tool:" + hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
 def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-").lower() or "case"
 
@@ -96,6 +109,8 @@ class Cassette:
         self.mode = mode
         self.masker = masker or Masker()
         self.entries: dict[str, dict[str, Any]] = {}
+        self.tools: dict[str, dict[str, Any]] = {}
+        """Recorded tool results by `tool_key`."""
         self._recorded = False
         self._loaded = False
         self.broken: str | None = None
@@ -122,6 +137,7 @@ class Cassette:
         try:
             data = json.loads(raw)
             self.entries = {e["key"]: e for e in data.get("exchanges", [])}
+            self.tools = {e["key"]: e for e in data.get("tool_calls", [])}
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             self.broken = f"cassette {self.path.name} is not a recording: {exc}"
         self._recorded = True
@@ -139,6 +155,31 @@ class Cassette:
         entry = self.entries.get(key)
         return None if entry is None else ModelResponse.model_validate(entry["response"])
 
+    def tool_result(self, key: str) -> ToolResult | None:
+        """The recorded result of the tool call `key`, or None (not recorded)."""
+        self.load()
+        if self.broken is not None:
+            raise RunError(self.broken, hint="`fim eval --record` records the case again")
+        entry = self.tools.get(key)
+        if entry is None:
+            return None
+        try:
+            return ToolResult.model_validate(entry["result"])
+        except (ValueError, TypeError, KeyError) as exc:
+            raise RunError(
+                f"cassette {self.path.name} holds a broken tool result: {exc}",
+                hint="`fim eval --record` records the case again",
+            ) from None
+
+    async def store_tool(self, key: str, name: str, result: ToolResult) -> None:
+        """Keep a tool call's result, masked like the model's replies."""
+        async with self._lock:
+            self.tools[key] = {
+                "key": key,
+                "tool": self.masker.text(name),
+                "result": self.masker.value(result.model_dump(mode="json")),
+            }
+
     async def store(self, key: str, model: str, response: ModelResponse) -> None:
         async with self._lock:
             self.entries[key] = {
@@ -151,10 +192,14 @@ class Cassette:
         """Write the recording (blocking: the runner saves in a worker thread) to a new file
         renamed over the old one: a reader never sees half a file, and a link committed in
         its place is replaced, never written through to wherever it points."""
-        if self.mode != "record" or not self.entries:
+        if self.mode != "record" or not (self.entries or self.tools):
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        body = {"version": 1, "exchanges": sorted(self.entries.values(), key=lambda e: e["key"])}
+        body = {
+            "version": 2,
+            "exchanges": sorted(self.entries.values(), key=lambda e: e["key"]),
+            "tool_calls": sorted(self.tools.values(), key=lambda e: e["key"]),
+        }
         text = json.dumps(body, indent=1, ensure_ascii=False) + "\n"
         fd, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=".", suffix=".tmp")
         try:

@@ -27,6 +27,7 @@ from fim.eval.cassettes import (
     NeedsLiveModel,
 )
 from fim.eval.results import CaseRun
+from fim.eval.tool_replay import ToolTape
 from fim.events import RunFinished
 from fim.llm import ModelWrapper, make_model, wrapping_models
 from fim.run.services import Services
@@ -99,6 +100,14 @@ class CaseExecutor:
 
         return wrap
 
+    def _tape(self, cassette: Cassette) -> ToolTape:
+        """How a case's tool calls run (`fim.eval.tool_replay`): recorded with `--record`,
+        replayed from a recorded cassette (effects never run), for real with `--live`. A
+        case with no cassette in replay runs only if its models are scripted (a real one
+        is skipped): the script is reviewed like the agent, so its calls run as before."""
+        active = self.mode == "record" or (self.mode == "replay" and cassette.recorded)
+        return ToolTape(cassette, active=active)
+
     def _wrap(self, ref: Any, cassette: Cassette) -> Model:
         """The model `ref` names, built as the models of a case are."""
         with wrapping_models(self._wrapper(cassette)):
@@ -155,7 +164,8 @@ class CaseExecutor:
         else:
             raise FimError(f"case '{case.name}': an agent case needs text or a list of messages")
         final: RunFinished | None = None
-        events = []
+        events: list[Any] = []
+        run.trace = events  # kept as it grows: a case that misses shows what ran before
         chosen = None if self.model is None else self._wrap(self.model, cassette)
         async for event in run_agent(
             self.snapshot,
@@ -173,7 +183,6 @@ class CaseExecutor:
                     raise CassetteMiss(event.message)
             if isinstance(event, RunFinished):
                 final = event
-        run.trace = events
         if final is None:
             raise FimError("the run ended without a result")
         if final.status == "error":

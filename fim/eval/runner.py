@@ -188,9 +188,15 @@ class EvalRunner(CaseExecutor):
             run.config_error = True
             return run
         t0 = time.perf_counter()
+        tape = self._tape(cassette)
         try:
-            with wrapping_models(self._wrapper(cassette)):  # this case's task only
-                seen, prompt = await self._execute(suite, case, services, cassette, run)
+            with wrapping_models(self._wrapper(cassette)), tape.installed():  # this case only
+                try:
+                    seen, prompt = await self._execute(suite, case, services, cassette, run)
+                except FimError:
+                    tape.raise_miss()  # the tool that was not run is why, not what followed
+                    raise
+                tape.raise_miss()
         except NeedsLiveModel as exc:
             run.skipped = str(exc)
             return run

@@ -3,6 +3,13 @@
 The registry is the single place where a tool call is checked and executed: unknown names,
 malformed JSON, schema violations, exceptions and timeouts all become observations written
 for the model (what was wrong, what is valid, what to do next), never crashes.
+
+`wrapping_tools(wrapper)` is the seam every call that reaches outside the process passes
+(like `fim.llm.wrapping_models` for models): within it, and in the tasks it starts, each
+call is `wrapper(name, arguments, tool, run)`, where `run()` runs it for real. `fim eval`
+puts a case's cassette there, so replay returns recorded tool results instead of sending
+what a committed file asks. A caller that runs a capability without a registry (a workflow
+`database` node) goes through `through_seam` itself.
 """
 
 from __future__ import annotations
@@ -10,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import json
 import types
-from collections.abc import Awaitable, Coroutine, Generator, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, TypeVar, cast
 
 from fim.masking import known
@@ -25,6 +34,34 @@ from fim.tools import isolate
 from fim.types import Tool, ToolResult, ToolSpec
 
 T = TypeVar("T")
+
+Run = Callable[[], Awaitable[ToolResult]]
+ToolWrapper = Callable[[str, dict[str, Any], "Tool | None", Run], Awaitable[ToolResult]]
+"""`(name, arguments, tool, run)`: `tool` is None for a call with no Tool object (a
+workflow's `database` node); `run()` makes the call for real."""
+
+_TOOL_WRAPPER: ContextVar[ToolWrapper | None] = ContextVar("fim_tool_wrapper", default=None)
+
+
+@contextmanager
+def wrapping_tools(wrapper: ToolWrapper) -> Iterator[None]:
+    """Within this block (and the tasks started in it), every tool call goes through
+    `wrapper` instead of running directly."""
+    token = _TOOL_WRAPPER.set(wrapper)
+    try:
+        yield
+    finally:
+        _TOOL_WRAPPER.reset(token)
+
+
+async def through_seam(
+    name: str, arguments: dict[str, Any], tool: Tool | None, run: Run
+) -> ToolResult:
+    """`run()`, or what the installed `wrapping_tools` wrapper makes of it."""
+    wrapper = _TOOL_WRAPPER.get()
+    if wrapper is None:
+        return await run()
+    return await wrapper(name, arguments, tool, run)
 
 
 class ToolRegistry:
@@ -154,6 +191,16 @@ class ToolRegistry:
             if problem is not None:
                 return ToolResult(content=problem, is_error=True)
         tool = self._tools[name]
+        if _TOOL_WRAPPER.get() is not None:
+            return await through_seam(
+                name, arguments, tool, lambda: self._run(name, tool, arguments, timeout)
+            )
+        return await self._run(name, tool, arguments, timeout)
+
+    async def _run(
+        self, name: str, tool: Tool, arguments: dict[str, Any], timeout: float | None
+    ) -> ToolResult:
+        """Run a checked call for real: a failure or a timeout is an observation."""
         if getattr(tool, "own_deadline", False):
             timeout = None  # e.g. MCP calls: an idle timeout that progress extends, a hard cap
         when = None if timeout is None else asyncio.get_running_loop().time() + timeout

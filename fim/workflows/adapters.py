@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from fim.config.schema import DatabaseConnector, HttpConnector
 from fim.locks import current_owner
+from fim.tools.registry import through_seam
 from fim.types import CallView, Tool, ToolResult
 from fim.workflows.node_types.base import NodeError
 
@@ -77,34 +78,41 @@ async def run_sql(ctx: NodeContext, connector: str, sql: str, params: dict[str, 
     asked, view = await ctx.guarded(view.name, asked, view)
     sql, params = str(asked.get("sql", "")), asked.get("params") or {}
     finished = ctx.traced_call(f"{connector}__query", {"sql": sql, "params": params})
-    problem: str | None = None
-    try:
-        result = await db.run(sql, params)
-    except SqlRejected as exc:
-        problem = f"query refused on read-only '{connector}': {exc}"
-    except Exception as exc:
-        problem = f"query on '{connector}' failed: {describe_error(exc, db)}"
-    else:
+
+    async def query() -> ToolResult:
+        """The statement run, its rows (or what went wrong) as a tool result."""
+        try:
+            result = await db.run(sql, params)
+        except SqlRejected as exc:
+            refused = f"query refused on read-only '{connector}': {exc}"
+            return ToolResult(content=refused, is_error=True)
+        except Exception as exc:
+            problem = f"query on '{connector}' failed: {describe_error(exc, db)}"
+            return ToolResult(content=problem, is_error=True)
         # a node's decisions are only as good as its rows: a cut result fails the node
         # instead of passing on as if it were whole
         missing = result.notes(decl)
         if result.cut:
             missing.insert(0, f"more than max_rows {decl.max_rows} rows")
         if missing:
-            problem = (
-                f"query on '{connector}' gave a partial result ({'; '.join(missing)}); a "
-                "workflow node gets every row or fails: select fewer rows (LIMIT) or shorter "
-                "values, or raise the connector's limits"
+            return ToolResult(
+                content=f"query on '{connector}' gave a partial result ({'; '.join(missing)}); "
+                "a workflow node gets every row or fails: select fewer rows (LIMIT) or shorter "
+                "values, or raise the connector's limits",
+                is_error=True,
             )
-    if problem is not None:
-        finished(ToolResult(content=problem, is_error=True))
-        raise NodeError(problem)
-    if not result.columns:
-        output: Any = {"rowcount": result.rowcount}
-    else:
+        if not result.columns:
+            return ToolResult(content=json.dumps({"rowcount": result.rowcount}))
         rows = [dict(zip(result.columns, row, strict=False)) for row in result.rows]
         # Dates and decimals become text so the output can be stored as JSON.
-        output = json.loads(json.dumps(rows, default=str))
+        return ToolResult(content=json.dumps(rows, default=str, ensure_ascii=False))
+
+    # no registry here: the seam the registry's calls pass (`fim eval` replays through it)
+    ran = await through_seam(f"{connector}__query", {"sql": sql, "params": params}, None, query)
+    if ran.is_error:
+        finished(ran)
+        raise NodeError(ran.content)
+    output: Any = json.loads(ran.content)
     shown = await ctx.guarded_result(
         view, ToolResult(content=json.dumps(output, ensure_ascii=False)[:20_000])
     )

@@ -282,5 +282,7 @@ TOOL = FunctionTool(
     },
     fn=_run,
     category="compute",
-    metadata={"builtin": True, "access": "read"},
+    # pure: no network, files, processes or other effects, so `fim eval` replay runs it
+    # without a recorded result (fim.eval.tool_replay)
+    metadata={"builtin": True, "access": "read", "pure": True},
 )

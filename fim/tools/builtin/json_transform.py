@@ -271,5 +271,7 @@ TOOL = FunctionTool(
     },
     fn=_run,
     category="data",
-    metadata={"builtin": True, "access": "read"},
+    # pure: no network, files, processes or other effects, so `fim eval` replay runs it
+    # without a recorded result (fim.eval.tool_replay)
+    metadata={"builtin": True, "access": "read", "pure": True},
 )

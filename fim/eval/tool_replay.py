@@ -1,0 +1,125 @@
+"""The tool calls of one eval case run, against its cassette: replay is hermetic.
+
+A replayed model reply asks for tool calls, and a cassette is a committed file nobody
+reads, so in replay the calls it asks for must not reach anything outside the process
+(hooks are bypassed in eval: `readonly_guard` or `confirm` would not stop them). Every call
+a case run makes through the tool registry (`fim.tools.registry.wrapping_tools`: builtins,
+connector actions and the `connector`/`database`/`mcp` fronts, MCP and Python tools, a
+delegate's calls, a workflow's tool, connector, database and MCP nodes) passes here:
+
+- `record`: the call runs and its result is stored in the cassette, masked, under
+  `tool_key(target, target arguments, occurrence)` (the target: what a meta-tool runs).
+- `replay`: a recorded result is returned and nothing runs. A call with no recorded result
+  runs only when the tool is pure (`metadata["pure"]`, set on the builtins that touch no
+  network, file, process or state); otherwise it is not run, the model is told so, and
+  the case ends as a cassette miss (`ToolTape.miss`) even if the rest of the run went on.
+- `live` installs no tape: everything runs, as the user asked.
+
+The tools that only steer the run itself (`ORCHESTRATING`) always run: what they start
+(a delegate's run, a workflow's nodes) makes its calls through this tape again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from fim.errors import RunError
+from fim.eval.cassettes import Cassette, CassetteMiss, tool_key
+from fim.tools.registry import Run, wrapping_tools
+from fim.tools.view import prepare_view, view_of
+from fim.types import Tool, ToolResult
+
+ORCHESTRATING = frozenset({"request_tools", "read_skill", "call_agent", "run_workflow"})
+"""fim's own meta-tools that act only inside the run: loading tools or a skill's text
+from the project, running a delegate or a workflow (whose calls come through here)."""
+
+RECORD_HINT = (
+    "`fim eval --record` records it; a cassette recorded before fim stored tool results "
+    "holds model replies only, so a case calling a tool with effects misses until "
+    "re-recorded"
+)
+
+
+class ToolTape:
+    """One case run's tool calls (a repeat has its own tape over the shared cassette)."""
+
+    def __init__(self, cassette: Cassette, *, active: bool = True) -> None:
+        self.cassette = cassette
+        self.active = active
+        """False: the case's calls run for real (`--live`; replay of a case with no
+        cassette, where only scripted models, reviewed like the agent, can ask for calls)."""
+        self.seen: dict[str, int] = {}
+        """How many times each (target, masked arguments) was called so far."""
+        self.miss: str | None = None
+        """The first call that could not be replayed, in words (the case's cassette miss)."""
+
+    async def __call__(
+        self, name: str, arguments: dict[str, Any], tool: Tool | None, run: Run
+    ) -> ToolResult:
+        if tool is not None and tool.name in ORCHESTRATING:
+            return await run()
+        target, target_args = await _target(name, arguments, tool)
+        masker = self.cassette.masker
+        same = json.dumps(
+            [target, masker.value(target_args)], sort_keys=True, ensure_ascii=False, default=str
+        )
+        occurrence = self.seen.get(same, 0)
+        self.seen[same] = occurrence + 1
+        key = tool_key(target, target_args, occurrence, masker)
+        if self.cassette.mode == "record":
+            result = await run()
+            await self.cassette.store_tool(key, target, result)
+            return result
+        try:
+            recorded = self.cassette.tool_result(key)
+        except RunError as exc:  # a broken cassette: nothing runs, the case says why
+            self.miss = self.miss or str(exc)
+            return ToolResult(content=f"Error: {exc}", is_error=True)
+        if recorded is not None:
+            self.cassette.hits += 1
+            return recorded
+        if tool is not None and (getattr(tool, "metadata", None) or {}).get("pure") is True:
+            return await run()
+        self.cassette.misses += 1
+        shown = masker.text(target)
+        problem = f"tool call {shown} was not recorded in {self.cassette.path.name}"
+        self.miss = self.miss or f"cassette miss: {problem} ({RECORD_HINT})"
+        return ToolResult(
+            content=f"Error: {problem}; replay does not run it. Stop and answer.",
+            is_error=True,
+        )
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        """Route the tool calls of this block (and the tasks it starts) through the tape."""
+        if not self.active:
+            yield
+            return
+        with wrapping_tools(self):
+            yield
+
+    def raise_miss(self) -> None:
+        """Raise the case's cassette miss if a call could not be replayed."""
+        if self.miss is not None:
+            raise CassetteMiss(self.miss)
+
+
+async def _target(
+    name: str, arguments: dict[str, Any], tool: Tool | None
+) -> tuple[str, dict[str, Any]]:
+    """The call's real target and its own arguments, as hooks see it (`crm__delete_order`
+    for the `connector` front); the call as made when the target cannot be told."""
+    if tool is None:
+        return name, arguments
+    try:
+        await prepare_view(tool, arguments)
+        view = view_of(tool, arguments)
+    except Exception:  # ViewError, or the view's own failure: the call keys as made
+        return name, arguments
+    return view.name, view.args
+
+
+__all__ = ["ORCHESTRATING", "ToolTape"]
