@@ -23,17 +23,14 @@ send them (`fim.eval.tool_replay` decides what runs).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
-import os
 import re
-import tempfile
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from fim.config.files import read_regular
+from fim.config.files import read_regular, write_inside
 from fim.errors import RunError
 from fim.masking import Masker
 from fim.types import Message, Model, ModelResponse, TextDelta, ToolResult, ToolSpec
@@ -201,15 +198,7 @@ class Cassette:
             "tool_calls": sorted(self.tools.values(), key=lambda e: e["key"]),
         }
         text = json.dumps(body, indent=1, ensure_ascii=False) + "\n"
-        fd, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=".", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(temporary, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
+        write_inside(self.path.parent, self.path, text)
 
 
 def load_all(cassettes: Iterable[Cassette]) -> None:
