@@ -10,16 +10,12 @@ retries, errors and SSE parsing are a few lines we need to own anyway for unifor
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import os
-import ssl
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import certifi
 
 from fim.config.schema import ModelSettings
 from fim.errors import RunError
@@ -45,11 +41,10 @@ from fim.llm.base import (
 )
 from fim.llm.wire import StreamAssembler, encode_chat_request, loads, parse_response
 from fim.retries import parse_retry_after
+from fim.tls import client_context
 from fim.types import Message, Model, ModelResponse, TextDelta, ToolSpec
 
 if TYPE_CHECKING:
-    import ssl
-
     import aiohttp
 
 _SESSIONS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = (
@@ -77,7 +72,7 @@ def _session() -> aiohttp.ClientSession:
         return session  # the loop of the previous call: no weak-dictionary lookup
     session = _SESSIONS.get(loop)
     if session is None or session.closed:
-        connector = aiohttp.TCPConnector(limit=1000, limit_per_host=0, ssl=_tls_context())
+        connector = aiohttp.TCPConnector(limit=1000, limit_per_host=0, ssl=client_context())
         session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
         _SESSIONS[loop] = session
         _close_with_loop(loop, session)
@@ -107,13 +102,6 @@ def _close_with_loop(loop: asyncio.AbstractEventLoop, session: aiohttp.ClientSes
     parked = guard()
     _GUARDS[loop] = parked  # a strong reference: collecting it would close the session now
     loop.create_task(parked.__anext__())
-
-
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    """One TLS context for the process: building one reads the CA bundle (~10 ms)."""
-
-    return ssl.create_default_context(cafile=certifi.where())
 
 
 async def aclose_clients() -> None:
