@@ -262,7 +262,12 @@ def test_schema_write_prints_modelines_relative_to_each_files_folder(
     assert "agents/*.yaml      # yaml-language-server: $schema=../.schemas/agent.schema.json" in out
     assert "fim.yaml           # yaml-language-server: $schema=.schemas/project.schema.json" in out
     settings = json.loads(out[out.index("{") :])
-    assert settings["yaml.schemas"][".schemas/agent.schema.json"] == "agents/*.yaml"
+    assert settings["yaml.schemas"][".schemas/agent.schema.json"] == [
+        "agents/*.yaml",
+        "agents/*.yml",
+    ]
+    # what `fim init` maps: a scripted model's replies (evals/x.script.yaml) are no suite
+    assert "!evals/*.*.yaml" in settings["yaml.schemas"][".schemas/eval.schema.json"]
 
 
 def test_init_quotes_the_directory_in_the_next_line(

@@ -178,9 +178,10 @@ def show_model(tour: Tour) -> None:
 
 
 def schema_write(tour: Tour) -> None:
-    out = tour.fim("schema", "--write", ".schemas")
-    assert out.startswith("wrote 7 schema file(s) to .schemas")
-    assert json.loads((tour.root / ".schemas" / "agent.schema.json").read_text())["properties"]
+    out = tour.fim("schema", "--write", ".fim/schema")
+    assert out.startswith("wrote 6 schema file(s) to .fim/schema")
+    written = tour.root / ".fim" / "schema" / "agent.schema.json"
+    assert json.loads(written.read_text())["properties"]
 
 
 def chat(tour: Tour) -> None:
@@ -322,7 +323,7 @@ OUTCOMES: dict[str, Callable[[Tour], None] | str] = {
     "fim show agent support": show_support,
     "fim show agent support --prompt": show_prompt,
     "fim show model": show_model,
-    "fim schema --write .schemas": schema_write,
+    "fim schema --write .fim/schema": schema_write,
     "fim run demo": chat,
     "fim eval --junit report.xml": eval_junit,
     "fim graph refund": graph,

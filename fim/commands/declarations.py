@@ -240,6 +240,10 @@ def schema(
         return
     # deferred: loading fim.config.files is only for --write
     from fim.config.files import write_inside
+    from fim.scaffold.editor import SCHEMA_GLOBS
+
+    if kind is None:  # what `fim init` writes: the kinds an editor attaches to YAML files
+        kinds = [k for k in kinds if k in SCHEMA_GLOBS]
 
     here = Path.cwd()
     target = here / write  # an absolute `write` stays itself
@@ -258,18 +262,6 @@ def schema(
     sys.stdout.write(editor_setup(write.resolve(), kinds))
 
 
-SCHEMA_FILES = {
-    "project": "fim.yaml",
-    "agent": "agents/*.yaml",
-    "connector": "connectors/*.yaml",
-    "workflow": "workflows/*.yaml",
-    "hook": "hooks/*.yaml",
-    "eval": "evals/*.yaml",
-}
-"""Where each kind's files live in a project (a skill is SKILL.md front matter, which a
-YAML schema cannot be attached to)."""
-
-
 def editor_setup(schemas: Path, kinds: list[str]) -> str:
     """How to attach the written schemas in an editor, for the project around the current
     directory: the modeline of each kind, whose path yaml-language-server resolves against
@@ -280,17 +272,20 @@ def editor_setup(schemas: Path, kinds: list[str]) -> str:
     # deferred: loading fim.config.export (pkgutil, inspect) costs a few ms of fim validate
     from fim.config.export import schema_filename
 
+    # deferred: the editor set-up of `fim init` (the same globs), only for --write
+    from fim.scaffold.editor import SCHEMA_GLOBS
+
     lines = ["add the line of its kind at the top of a YAML file:\n"]
-    settings: dict[str, str] = {}
+    settings: dict[str, list[str]] = {}
     for k in kinds:
-        if k not in SCHEMA_FILES:
+        if k not in SCHEMA_GLOBS:  # a skill is SKILL.md front matter: no YAML file to attach
             continue
-        files = SCHEMA_FILES[k]
+        files = SCHEMA_GLOBS[k][0]
         folder = (base / files).parent
         target = schemas / schema_filename(k)
         relative = os.path.relpath(target, folder)
         lines.append(f"  {files:<18} # yaml-language-server: $schema={relative}\n")
-        settings[os.path.relpath(target, base)] = files
+        settings[os.path.relpath(target, base)] = SCHEMA_GLOBS[k]
     lines.append(
         "or, for VS Code (Red Hat YAML extension), in .vscode/settings.json:\n"
         + json.dumps({"yaml.schemas": settings}, indent=2)
