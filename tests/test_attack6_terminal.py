@@ -141,3 +141,25 @@ def test_fim_sessions_show_escapes_what_was_said(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["sessions", "show", "s1", "--project", str(root)])
     assert result.exit_code == 0, result.output
     assert "\x1b" not in result.output and "assistant: \\x1b]52;c;" in result.output
+
+
+def test_fim_approvals_list_shows_a_models_arguments_as_text(tmp_path: Path) -> None:
+    """A pending approval's arguments are what the model sent: in the table they are text,
+    never rich markup (`[white on white]`) nor terminal commands."""
+    import asyncio
+
+    from fim.store import Store
+
+    root = tmp_path / "p"
+    root.mkdir()
+    (root / "fim.yaml").write_text('name: p\nstate: "sqlite:///.fim/state.db"\n')
+    store = Store("sqlite:///.fim/state.db", root=root)
+    args = {"note": f"[white on white]hidden[/] {OSC52}"}
+    try:
+        asyncio.run(store.create_approval("r1", "a", "save_note", args, "confirm", None))
+    finally:
+        store.close()
+    result = CliRunner().invoke(app, ["approvals", "list", "--project", str(root)])
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output and "[white on white]hidden" in result.output
+    assert "expires / decided" in result.output

@@ -129,6 +129,7 @@ def list_(
 
     # deferred: the hooks package loads only to print a table of approvals
     from fim.hooks.approval import preview
+    from fim.terminal import markup
 
     now = time.time()
     table = Table(show_lines=False)
@@ -136,7 +137,7 @@ def list_(
         table.add_column(column, no_wrap=True)
     for column in ("arguments", "reason"):
         table.add_column(column, overflow="fold", ratio=1)
-    for column in ("age", "expires"):
+    for column in ("age", "expires / decided"):
         table.add_column(column, no_wrap=True)
     for item in items:
         args = json.dumps(item.args, ensure_ascii=False, default=str)
@@ -145,16 +146,14 @@ def list_(
             expires = f"in {_age(item.expires_at - now)}"
         elif item.resolved_by:
             expires = f"by {item.resolved_by}"
+        shown = (item.agent, item.tool_name, preview(args, 160), item.reason, expires)
+        agent, tool, arguments, reason, expires = (markup(text) for text in shown)
+        # a model wrote the arguments (and may name the tool): shown, never rich markup
+        # or terminal commands
         table.add_row(
-            item.id,
-            item.status,
-            item.agent,
-            item.tool_name,
-            preview(args, 160),
-            item.reason,
-            _age(now - item.created_at),
+            item.id, item.status, agent, tool, arguments, reason, _age(now - item.created_at),
             expires,
-        )
+        )  # fmt: skip
     console = Console()
     if not console.is_terminal:  # piped or captured: do not squeeze ids into 80 columns
         console = Console(width=160)
