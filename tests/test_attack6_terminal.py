@@ -141,6 +141,17 @@ def test_fim_sessions_show_escapes_what_was_said(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["sessions", "show", "s1", "--project", str(root)])
     assert result.exit_code == 0, result.output
     assert "\x1b" not in result.output and "assistant: \\x1b]52;c;" in result.output
+    # a session's name is what an HTTP client sent: in the list it is text, not markup
+    named = [Message(role="user", content="hi")]
+    store = Store("sqlite:///.fim/state.db", root=root)
+    try:
+        asyncio.run(
+            Sessions(store).save("s2", key_owner(b"key-a"), named, name="[red]x[/] " + OSC52)
+        )
+    finally:
+        store.close()
+    listed = CliRunner().invoke(app, ["sessions", "list", "--project", str(root)])
+    assert "\x1b" not in listed.output and "[red]x[/]" in listed.output
 
 
 def test_fim_approvals_list_shows_a_models_arguments_as_text(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ import typer
 
 from fim.commands import ProjectOption, fail
 from fim.commands.approvals import StateOption, _run, open_store, utc_time
-from fim.terminal import printable
+from fim.terminal import markup, printable
 
 if TYPE_CHECKING:
     from fim.store import Store
@@ -68,7 +68,7 @@ def list_(
     for column in ("id", "kind", "name", "status", "updated (UTC)"):
         table.add_column(column, no_wrap=True)
     for r in records:
-        table.add_row(r.id, r.kind, known().text(r.name), r.status, utc_time(r.updated_at))
+        table.add_row(r.id, r.kind, markup(known().text(r.name)), r.status, utc_time(r.updated_at))
     Console(width=120).print(table)
 
 

@@ -18,7 +18,7 @@ import typer
 
 from fim.commands import ProjectOption, fail
 from fim.commands.approvals import StateOption, _run, open_store, utc_time
-from fim.terminal import printable
+from fim.terminal import markup, printable
 
 if TYPE_CHECKING:
     from fim.store.sessions import Sessions
@@ -73,7 +73,8 @@ def list_(
     for column in ("name", "owner", "updated (UTC)", "id"):
         table.add_column(column, overflow="fold")
     for row in rows:
-        name = known().text(row["name"] if row["name"] is not None else row["id"])
+        # a session's name is what an HTTP client sent: text, never markup or escapes
+        name = markup(known().text(row["name"] if row["name"] is not None else row["id"]))
         table.add_row(name, _owner(row["owner"]), utc_time(row["updated_at"]), row["id"])
     Console(width=120).print(table)
 
