@@ -46,6 +46,18 @@ def test_a_passing_suite_exits_0_and_writes_junit_and_json(project: Path, tmp_pa
     assert data["ok"] and data["suites"][0]["cases"][0]["trace"][0]["type"] == "run_started"
 
 
+def test_json_dash_is_the_report_on_stdout_and_the_table_on_stderr(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """promptfoo's `-o -`: `--json -` pipes the report (`fim eval --json - | jq`); it once
+    wrote a file named `-`."""
+    monkeypatch.chdir(project)
+    result = CliRunner().invoke(app, ["eval", "--json", "-"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["ok"] and "PASS" in result.stderr
+    assert not (project / "-").exists()
+
+
 def test_a_suite_below_its_threshold_exits_1_and_names_the_failed_assertion(project: Path):
     suite = project / "evals" / "demo.yaml"
     suite.write_text(suite.read_text().replace('contains: "391"', 'contains: "392"'))

@@ -42,7 +42,7 @@ def eval_command(
     ] = False,
     junit: Annotated[Path | None, typer.Option(help="Write JUnit XML here.")] = None,
     json_out: Annotated[
-        Path | None, typer.Option("--json", help="Write a JSON report here.")
+        Path | None, typer.Option("--json", help="Write a JSON report here (- : to stdout).")
     ] = None,
     project: ProjectOption = None,
     shard: Annotated[
@@ -161,19 +161,23 @@ def eval_command(
 
     data = json_report(report)
     comparison = _compare(data, baseline, threshold)
+    piped = json_out is not None and str(json_out) == "-"  # promptfoo's `-o -`: the report
+    shown = sys.stderr if piped else sys.stdout  # on stdout, what a person reads on stderr
     if format_ == "markdown":
         # deferred: loading fim.eval.ci costs tens of ms
         from fim.eval.ci import markdown
 
-        sys.stdout.write(markdown(data, comparison))
+        shown.write(markdown(data, comparison))
     else:
-        print_summary(report, Console(highlight=False))
+        print_summary(report, Console(highlight=False, stderr=piped))
         if comparison is not None:
             # deferred: loading fim.eval.baseline costs tens of ms
             from fim.eval.baseline import text
 
-            sys.stdout.write(text(comparison))
-    write_reports(report, junit, json_out)
+            shown.write(text(comparison))
+    if piped:
+        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    write_reports(report, junit, None if piped else json_out)
     if report.errored:  # a shard too: no merge can make a case that could not run pass
         raise typer.Exit(2)
     if shard is not None:
