@@ -10,7 +10,14 @@ tools a connector or a delegate brings), so it runs with the snapshot checks.
 The names an agent can call are the hook view's (`fim.hooks.targets.hook_targets`, handed
 in by `fim.build.compile`, which sits above the hooks): builtins, `<connector>__<action>`,
 the meta-tools, its delegates' and workflows' tools; any name under an MCP server's
-`<server>__` prefix counts, as its tools are known only once it runs.
+`<server>__` prefix counts, as its tools are known only once it runs. The tools a case
+approves (`approvals: {approve: [save_note]}`) are checked the same way.
+
+A case's `input` is a template over its `vars` (a CSV row's columns): `case_input_problems`
+finds a name the input reads that no var defines (`{{ pcnt }}` after the column became
+`pct`) with the compile-time parse of `fim.config.templates`, so `fim validate` reports it
+at the input (for a CSV row, at its cell), and `fim eval` makes the same message the case's
+ERROR instead of a traceback halfway through the run.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ from typing import Any
 
 from fim.build.snapshot import Locate, Snapshot
 from fim.config.problems import suggest
-from fim.config.schema import AgentDecl, EvalSuite
+from fim.config.schema import AgentDecl, EvalCase, EvalSuite
+from fim.config.schema.evals import ApprovalAnswers
+from fim.config.templates import PlainRefs, TemplateChecker
 from fim.errors import Problem
 
 TargetsOf = Callable[[Snapshot, AgentDecl], Any]
@@ -41,6 +50,9 @@ def _named_tools(suite: EvalSuite) -> Iterator[tuple[Where, str]]:
             if assertion.tool_sequence is not None:
                 for k, name in enumerate(assertion.tool_sequence.tools):
                     yield (*base, "tool_sequence", "tools", k), name
+        if isinstance(case.approvals, ApprovalAnswers):
+            for k, name in enumerate(case.approvals.approve):
+                yield ("cases", i, "approvals", "approve", k), name
 
 
 def _callable(
@@ -77,7 +89,9 @@ def _callable(
 
 
 def check_eval_tools(snapshot: Snapshot, locate: Locate, targets: TargetsOf) -> list[Problem]:
-    """Every tool an eval assertion names that its suite's target cannot call."""
+    """Every tool an eval assertion (or a case's `approvals`) names that its suite's
+    target cannot call, and every case input that cannot render (`check_case_inputs`):
+    the one snapshot check of eval suites (`fim.build.compile` runs it)."""
     problems: list[Problem] = []
     for suite in snapshot.evals.values():
         expected = list(_named_tools(suite))
@@ -96,5 +110,86 @@ def check_eval_tools(snapshot: Snapshot, locate: Locate, targets: TargetsOf) -> 
             message = f"{what} has no tool '{name}': this assertion could never be met"
             if where[-1] == "tool_not_called":
                 message = f"{what} has no tool '{name}': this assertion could never fail"
+            if "approvals" in where:
+                message = f"{what} has no tool '{name}': no call to it will ask for approval"
             problems.append(Problem(src.path, src.line, src.column, message, hint))
+    return problems + check_case_inputs(snapshot, locate)
+
+
+# ---------------------------------------------------------------------- case inputs
+
+_TEMPLATES = TemplateChecker()
+_BUILTIN_NAMES = frozenset(
+    {"range", "dict", "lipsum", "cycler", "joiner", "namespace"}  # the environment's globals
+    | {"true", "false", "none", "True", "False", "None"}  # constants (`PlainRefs` reads names)
+)
+
+
+def _strings(value: Any, where: Where = ()) -> Iterator[tuple[Where, str]]:
+    """Every string of an input (text, chat messages, workflow inputs), with its path:
+    what the eval renders with the case's vars."""
+    if isinstance(value, str):
+        yield where, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(item, (*where, key))
+    elif isinstance(value, list):
+        for k, item in enumerate(value):
+            yield from _strings(item, (*where, k))
+
+
+def _read_names(ast: Any, text: str) -> list[str]:
+    """The top-level names a parsed template reads, in the order the text first uses them."""
+    if isinstance(ast, PlainRefs):
+        names = {name[0] for name in ast.names}
+    else:  # memoised on the AST the parse cache shares: 10,000 CSV rows, one template
+        found = ast.__dict__.get("_fim_read_names")
+        if found is None:
+            # deferred: only an input that is not plain `{{ a.b }}` needs Jinja's analysis
+            from jinja2 import meta
+
+            found = ast.__dict__["_fim_read_names"] = frozenset(meta.find_undeclared_variables(ast))
+        names = set(found)
+    return sorted(names - _BUILTIN_NAMES, key=lambda n: (text.find(n) % (len(text) + 1), n))
+
+
+def vars_hint(case: EvalCase, name: str | None = None) -> str:
+    """The hint of a case input's problem: a did-you-mean over its vars, and what they are."""
+    listed = ", ".join(sorted(case.vars))
+    close = suggest(name, case.vars) if name is not None else None
+    if close is not None and close.startswith("did you mean"):
+        return f"{close} the case's vars: {listed}"
+    return f"the case's vars: {listed}"
+
+
+def case_input_problems(case: EvalCase) -> list[tuple[Where, str, str]]:
+    """(path under the case, message, hint) of each template in the case's input that
+    cannot render with its vars: a syntax error, or a name no var defines. An input is
+    rendered only when the case has vars (`fim.eval.execute`), so one without any is text
+    as written (`{{ }}` and all) and has no problem."""
+    if not case.vars:
+        return []
+    found: list[tuple[Where, str, str]] = []
+    for where, text in _strings(case.input, ("input",)):
+        ast, error = _TEMPLATES.parse(text)
+        if error is not None:
+            found.append((where, f"input: {error}", "check {{ }} / {% %} pairs and filter names"))
+            continue
+        if ast is None:
+            continue
+        for name in _read_names(ast, text):
+            if name not in case.vars:
+                found.append((where, f"input: '{name}' is undefined", vars_hint(case, name)))
+    return found
+
+
+def check_case_inputs(snapshot: Snapshot, locate: Locate) -> list[Problem]:
+    """Every case input that reads a var its case does not have, at the input (a CSV
+    row's `input` cell)."""
+    problems: list[Problem] = []
+    for suite in snapshot.evals.values():
+        for i, case in enumerate(suite.cases):
+            for where, message, hint in case_input_problems(case):
+                src = locate("eval", suite.name, ("cases", i, *where))
+                problems.append(Problem(src.path, src.line, src.column, message, hint))
     return problems

@@ -2,7 +2,8 @@
 
 Its own module because it is a reader a reviewer checks on its own: RFC 4180 records with
 the line and column each cell starts at (Python's `csv` says neither), the columns fim
-reads (`input`, `name`/`__description`, `__expected`/`__expected1..N`, the rest vars) and
+reads (`input`, `name`/`__description`, `__expected`/`__expected1..N`, `__approvals`, the
+rest vars) and
 a cell written `contains: Paris` turned into one assertion, promptfoo's spellings included.
 """
 
@@ -201,6 +202,10 @@ def csv_rows(
             if kind == "var":
                 data["vars"][column] = value
                 row.cells[("vars", column)] = (at_line, at_col)
+            elif kind == "approvals":
+                if value.strip():
+                    data["approvals"] = _approvals(value)
+                    row.cells["approvals"] = (at_line, at_col)
             elif kind == "expect":
                 if not value.strip():
                     continue
@@ -246,6 +251,8 @@ def _columns(
             found.append(("name", name))
         elif _EXPECTED.match(name):
             found.append(("expect", name))
+        elif name == "__approvals":
+            found.append(("approvals", name))
         elif name.startswith("__"):
             problems.append(
                 Problem(
@@ -279,6 +286,16 @@ def _columns(
         )
     decls.problems.extend(problems)
     return found
+
+
+def _approvals(cell: str) -> Any:
+    """An `__approvals` cell as the case's `approvals`: `approve`, `deny`, or
+    `approve: save_note, send_mail` (those tools approved, every other call denied)."""
+    text = cell.strip()
+    head, colon, names = text.partition(":")
+    if colon and head.strip().lower() == "approve":
+        return {"approve": [name.strip() for name in names.split(",") if name.strip()]}
+    return text.lower() if text.lower() in ("approve", "deny") else text
 
 
 def _assertion(

@@ -14,8 +14,10 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from fim.build.eval_checks import case_input_problems, vars_hint
 from fim.build.snapshot import Snapshot
 from fim.config.schema import EvalCase, EvalSuite, ModelSettings
+from fim.config.schema.evals import ApprovalAnswers, ElicitationAnswer
 from fim.errors import FimError
 from fim.eval.assertions import Observed
 from fim.eval.cassettes import (
@@ -53,6 +55,80 @@ def _render(value: Any, variables: dict[str, Any]) -> Any:
         return v
 
     return go(value)
+
+
+class CaseInputError(FimError):
+    """A case's input that cannot render with its vars: the case's ERROR (a configuration
+    problem, exit 2, as `fim validate` reports it), never a traceback that stops the eval."""
+
+
+_NODE_HINT = " (check the name; nodes are only visible once they finished)"
+"""The workflow renderer's hint, which means nothing in a case."""
+
+
+def case_payload(case: EvalCase) -> Any:
+    """The case's input with its vars filled in, or CaseInputError with the message `fim
+    validate` gives (`fim.build.eval_checks.case_input_problems`); what only rendering
+    finds (`{{ total.cents }}` on a text var) is said with the case's vars too."""
+    problems = case_input_problems(case)
+    if problems:
+        raise CaseInputError("; ".join(f"{message} ({hint})" for _, message, hint in problems))
+    # deferred: loading jinja2 costs a few ms
+    from fim.workflows.templates import TemplateError
+
+    try:
+        return _render(case.input, case.vars)
+    except TemplateError as exc:
+        text = str(exc).replace(_NODE_HINT, "")
+        raise CaseInputError(f"input: {text} ({vars_hint(case)})") from None
+
+
+EVAL_ANSWERER = "fim eval"
+"""Who decided an approval an eval answered, as the state store records it."""
+
+
+def approval_answer(case: EvalCase, tool: str) -> tuple[bool, str]:
+    """(approved, note) for a `confirm` request to call `tool` in `case` (`approvals`)."""
+    answers = case.approvals
+    if answers == "approve":
+        return True, "the eval case says approvals: approve"
+    if isinstance(answers, ApprovalAnswers) and tool in answers.approve:
+        return True, f"the eval case approves {tool} (approvals: {{approve: [...]}})"
+    return False, (
+        "nobody can answer in an eval, and the case says to deny "
+        "(`approvals: approve` on the case approves)"
+    )
+
+
+async def answer_requests(event: Any, case: EvalCase, services: Services) -> None:
+    """Answer at once a request for a human the run just announced (a `Notice` naming a
+    pending approval): a `confirm` hook's by the case's `approvals`, an MCP server's
+    question by its `elicitation`. Nobody can answer in an eval; left pending, each would
+    hold the case for the hook's or server's whole timeout (300 s by default). Recorded as
+    `fim approvals approve|deny` records a decision, by `fim eval`."""
+    approval_id = event.data.get("approval_id") if event.type == "notice" else None
+    if not approval_id:
+        return
+    # deferred: loading the state store costs tens of ms
+    from fim.store import get_store
+
+    store = get_store(services)
+    pending = await store.get_approval(approval_id)
+    if pending is None or pending.status != "pending":
+        return
+    if pending.kind == "tool":
+        approved, note = approval_answer(case, pending.tool_name)
+        await store.resolve_approval(approval_id, approved, by=EVAL_ANSWERER, data={"note": note})
+    elif pending.kind == "elicitation":  # fim.mcp.elicitation.KIND
+        answer = case.elicitation
+        if isinstance(answer, ElicitationAnswer):
+            data: dict[str, Any] = {"content": answer.accept, "note": "the eval case accepts"}
+            await store.resolve_approval(approval_id, True, by=EVAL_ANSWERER, data=data)
+        else:
+            data = {"note": f"the eval case says elicitation: {answer}"}
+            if answer == "cancel":
+                data["action"] = "cancel"
+            await store.resolve_approval(approval_id, False, by=EVAL_ANSWERER, data=data)
 
 
 class Throttled:
@@ -146,11 +222,17 @@ class CaseExecutor:
         return None
 
     async def _execute(
-        self, suite: EvalSuite, case: EvalCase, services: Services, cassette: Cassette, run: CaseRun
+        self,
+        suite: EvalSuite,
+        case: EvalCase,
+        payload: Any,
+        services: Services,
+        cassette: Cassette,
+        run: CaseRun,
     ) -> tuple[Observed, str]:
-        payload = _render(case.input, case.vars)
+        """Run the case's target on `payload` (`case_payload`: its input, vars filled in)."""
         if suite.workflow is not None:
-            return await self._execute_workflow(suite.workflow, payload, services, run)
+            return await self._execute_workflow(suite.workflow, case, payload, services, run)
         # deferred: loading fim.engines.dag costs hundreds of ms
         from fim.run.agent import run_agent
 
@@ -176,6 +258,7 @@ class CaseExecutor:
             model=chosen,
         ):
             events.append(event)
+            await answer_requests(event, case, services)
             if event.type == "error" and event.kind == "model_error":
                 if NEEDS_LIVE in event.message:
                     raise NeedsLiveModel.from_message(event.message)
@@ -202,7 +285,7 @@ class CaseExecutor:
         ), prompt
 
     async def _execute_workflow(
-        self, name: str, payload: Any, services: Services, run: CaseRun
+        self, name: str, case: EvalCase, payload: Any, services: Services, run: CaseRun
     ) -> tuple[Observed, str]:
         # deferred: loading fim.workflows.engine costs tens of ms
         from fim.workflows.engine import WorkflowEngine
@@ -210,8 +293,11 @@ class CaseExecutor:
         if not isinstance(payload, dict):
             raise FimError(f"a workflow case needs a mapping of inputs for '{name}'")
         engine = WorkflowEngine(self.snapshot, name, services, hooks=self.with_hooks)
-        events = [event async for event in engine.run(payload)]
+        events: list[Any] = []
         run.trace = events
+        async for event in engine.run(payload):
+            events.append(event)
+            await answer_requests(event, case, services)
         finished = next((e for e in reversed(events) if e.type == "workflow_finished"), None)
         if finished is None or finished.status != "ok":
             raise FimError(

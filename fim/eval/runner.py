@@ -2,6 +2,9 @@
 
 Hooks are off on purpose (DESIGN §4): automated evaluation must not wait on a human
 approval or a rate limit. `with_hooks=True` opts back in; the report always says which.
+Even then nothing waits on a human: a `confirm` hook's request and an MCP server's question
+are answered at once, as the case's `approvals` and `elicitation` say (default: deny and
+decline; `fim.eval.execute.answer_requests`).
 
 This module picks the cases (patterns, suites, shard), schedules them within the call
 slots, and checks each case's assertions; running a case's agent or workflow is
@@ -13,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import gc
+import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,7 +38,7 @@ from fim.eval.cassettes import (
     slug,
 )
 from fim.eval.ci import in_shard
-from fim.eval.execute import CaseExecutor
+from fim.eval.execute import CaseExecutor, CaseInputError, case_payload
 from fim.eval.results import CaseRun, EvalReport, SuiteResult
 from fim.llm import wrapping_models
 from fim.run.services import Services
@@ -69,6 +73,25 @@ def _fewer_young_collections() -> Iterator[None]:
         _RAISED[0] -= 1
         if _RAISED[0] == 0:
             gc.set_threshold(*_RAISED[1])
+
+
+class _AnsweredHere(logging.Filter):
+    """Drops the hooks' log line of a new approval request during an eval, which answers it
+    at once (`fim.eval.execute.answer_requests`): its `approve ... within 300s` would send
+    a reader to answer a request that is already decided."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith("approval "))
+
+
+@contextmanager
+def _requests_answered_here() -> Iterator[None]:
+    quiet, hooks_log = _AnsweredHere(), logging.getLogger("fim.hooks")
+    hooks_log.addFilter(quiet)
+    try:
+        yield
+    finally:
+        hooks_log.removeFilter(quiet)
 
 
 class EvalRunner(CaseExecutor):
@@ -122,7 +145,7 @@ class EvalRunner(CaseExecutor):
         return jobs
 
     async def run(self) -> EvalReport:
-        with _fewer_young_collections():
+        with _fewer_young_collections(), _requests_answered_here():
             return await self._run()
 
     async def _run(self) -> EvalReport:
@@ -187,12 +210,19 @@ class EvalRunner(CaseExecutor):
             run.error = "; ".join(str(p) for p in problems)
             run.config_error = True
             return run
+        try:
+            payload = case_payload(case)
+        except CaseInputError as exc:  # as `fim validate` says it; the other cases run
+            run.error, run.config_error = str(exc), True
+            return run
         t0 = time.perf_counter()
         tape = self._tape(cassette)
         try:
             with wrapping_models(self._wrapper(cassette)), tape.installed():  # this case only
                 try:
-                    seen, prompt = await self._execute(suite, case, services, cassette, run)
+                    seen, prompt = await self._execute(
+                        suite, case, payload, services, cassette, run
+                    )
                 except FimError:
                     tape.raise_miss()  # the tool that was not run is why, not what followed
                     raise

@@ -89,6 +89,20 @@ class Assertion(Strict):
         return next(k for k in type(self).model_fields if getattr(self, k) is not None)
 
 
+class ApprovalAnswers(Strict):
+    """Approve the calls to these tools, deny every other: `{approve: [save_note]}`."""
+
+    approve: list[str] = Field(default_factory=list)
+    """Tools whose calls are approved, named as `fim run -v` shows them."""
+
+
+class ElicitationAnswer(Strict):
+    """Accept an MCP server's question with this content: `{accept: {confirm: true}}`."""
+
+    accept: dict[str, Any]
+    """The answer's fields, checked against the schema the server sent."""
+
+
 class EvalCase(Strict):
     name: str
     """Case name, unique in the suite (`-k suite/case` selects it)."""
@@ -100,6 +114,15 @@ class EvalCase(Strict):
     """Assertions that must all hold; each sets exactly one key."""
     repeat: int = Field(default=1, ge=1)
     """Runs of this case (the suite's `repeat` if larger); each counts toward the pass rate."""
+    approvals: Literal["approve", "deny"] | ApprovalAnswers = "deny"
+    """How a `confirm` hook's request is answered under `fim eval --with-hooks`, at once:
+    nobody can answer in an eval, and waiting would hang it for the hook's timeout.
+    `deny` (default: the call is blocked, the reason in the trace), `approve`, or
+    `{approve: [save_note]}` (those tools approved, every other call denied)."""
+    elicitation: Literal["decline", "cancel"] | ElicitationAnswer = "decline"
+    """How an MCP server's question to the user is answered under `fim eval --with-hooks`,
+    at once: `decline` (default), `cancel`, or `{accept: {field: value}}`. Without
+    `--with-hooks` fim declines every question itself."""
 
 
 CASE_FILE_SUFFIXES = (".csv", ".jsonl")
@@ -112,7 +135,8 @@ CaseFile = Annotated[
         description=(
             "A file of cases in the suite's folder: CSV (a row per case; an `input` column, "
             "`name`, `__expected`/`__expected1..N` assertions such as `contains: Paris`, "
-            "other columns are vars) or JSONL (a case object per line). `file://` may lead."
+            "`__approvals` (approve, deny, or approve: tool, tool), other columns are vars) "
+            "or JSONL (a case object per line). `file://` may lead."
         ),
     ),
 ]
