@@ -53,6 +53,19 @@ def test_validate_reports_an_undefined_var_of_a_csv_row_at_its_input_cell(projec
     assert problems(project) == [f"evals/cases.csv:2:9: {PCNT}"]
 
 
+def test_an_undefined_var_comes_with_the_projects_other_problems_in_one_run(project: Path):
+    """Checked with the declarations, not after them: a newcomer fixing a typo elsewhere
+    does not find the var's problem only on the next `fim validate`."""
+    (project / "evals" / "tips.yaml").write_text("agent: demo\ncases: cases.csv\n")
+    (project / "evals" / "cases.csv").write_text(
+        "name,input,pct,total\nrenamed,What is {{ pcnt }}% of {{ total }}?,15,48\n"
+    )
+    (project / "agents" / "broken.yaml").write_text("description: b\nmodel: generl\n")
+    found = problems(project)
+    assert f"evals/cases.csv:2:9: {PCNT}" in found
+    assert any(line.startswith("agents/broken.yaml:2:8: ") for line in found), found
+
+
 def test_validate_reports_every_undefined_name_of_a_yaml_case_at_its_input(project: Path):
     (project / "evals" / "tips.yaml").write_text(
         "agent: demo\n"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fim.build.builtin_names import builtin_hook_names, builtin_tool_names, tool_problems
+from fim.build.eval_checks import case_input_problems
 from fim.build.hook_checks import check_hook, check_hook_refs
 from fim.build.instructions import check_instructions, reads_files
 from fim.build.model_checks import ROLE_ENV, check_model, check_project
@@ -241,6 +242,8 @@ class Checker:
         if suite.workflow is not None:
             self.ref(entry, ("workflow",), "workflow", suite.workflow)
         for i, case in enumerate(suite.cases):
+            for where, message, hint in case_input_problems(case):  # at a CSV row's cell too
+                self.add(entry.doc.problem(("cases", i, *where), message, hint))
             for j, assertion in enumerate(case.expect):
                 if isinstance(assertion.judge, JudgeSpec):
                     path = ("cases", i, "expect", j, "judge", "model")

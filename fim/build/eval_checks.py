@@ -90,8 +90,8 @@ def _callable(
 
 def check_eval_tools(snapshot: Snapshot, locate: Locate, targets: TargetsOf) -> list[Problem]:
     """Every tool an eval assertion (or a case's `approvals`) names that its suite's
-    target cannot call, and every case input that cannot render (`check_case_inputs`):
-    the one snapshot check of eval suites (`fim.build.compile` runs it)."""
+    target cannot call: the snapshot check of eval suites (`fim.build.compile` runs it;
+    case inputs are checked with the declarations, `Checker.check_eval`)."""
     problems: list[Problem] = []
     for suite in snapshot.evals.values():
         expected = list(_named_tools(suite))
@@ -113,7 +113,7 @@ def check_eval_tools(snapshot: Snapshot, locate: Locate, targets: TargetsOf) -> 
             if "approvals" in where:
                 message = f"{what} has no tool '{name}': no call to it will ask for approval"
             problems.append(Problem(src.path, src.line, src.column, message, hint))
-    return problems + check_case_inputs(snapshot, locate)
+    return problems
 
 
 # ---------------------------------------------------------------------- case inputs
@@ -181,15 +181,3 @@ def case_input_problems(case: EvalCase) -> list[tuple[Where, str, str]]:
             if name not in case.vars:
                 found.append((where, f"input: '{name}' is undefined", vars_hint(case, name)))
     return found
-
-
-def check_case_inputs(snapshot: Snapshot, locate: Locate) -> list[Problem]:
-    """Every case input that reads a var its case does not have, at the input (a CSV
-    row's `input` cell)."""
-    problems: list[Problem] = []
-    for suite in snapshot.evals.values():
-        for i, case in enumerate(suite.cases):
-            for where, message, hint in case_input_problems(case):
-                src = locate("eval", suite.name, ("cases", i, *where))
-                problems.append(Problem(src.path, src.line, src.column, message, hint))
-    return problems
