@@ -311,10 +311,11 @@ def test_schema_write_files_for_editors(tmp_path: Path) -> None:
     result = runner.invoke(app, ["schema", "--write", str(tmp_path / "schemas")])
     assert result.exit_code == 0
     written = sorted(p.name for p in (tmp_path / "schemas").iterdir())
-    assert written == sorted(
-        f"{k}.schema.json"
-        for k in ("project", "agent", "connector", "skill", "workflow", "hook", "eval")
+    assert written == sorted(  # what `fim init` writes: a skill is SKILL.md, no YAML file
+        f"{k}.schema.json" for k in ("project", "agent", "connector", "workflow", "hook", "eval")
     )
+    skill = runner.invoke(app, ["schema", "skill", "--write", str(tmp_path / "schemas")])
+    assert skill.exit_code == 0 and (tmp_path / "schemas" / "skill.schema.json").is_file()
     assert "# yaml-language-server: $schema=" in result.stdout
     schema = json.loads((tmp_path / "schemas" / "workflow.schema.json").read_text())
     assert "nodes" in schema["required"]

@@ -107,18 +107,21 @@ def test_at_a_terminal_fim_run_asks_and_records_the_answer_like_fim_approvals(
 
     asked: list[str] = []
 
-    def answer(prompt: str) -> str:
+    def answer(prompt: str, timeout: float | None = None) -> str:
         asked.append(prompt)
+        assert timeout is not None and 0 < timeout <= 2  # the hook's `timeout: 2`
         return "y\n"
 
     monkeypatch.setattr(run_command, "interactive", lambda: True)
     monkeypatch.setattr(run_command, "read_answer", answer)
     code, out, _ = cli("run", "bot", "six times seven", "-v", "-p", str(project))
     assert code == 0 and out == "done\n"
-    assert asked == [
-        '\nAllow calculator {"expression": "6*7"}? [y/N/a] (a: every call to calculator in '
-        "this run) "
-    ]
+    [question] = asked
+    assert re.fullmatch(
+        r'\nAllow calculator \{"expression": "6\*7"\}\? \[y/N/a\] \(expires in [12]s; '
+        r"a: every call to calculator in this run\) ",
+        question,
+    ), question
     (approval,) = approvals(project)
     assert approval["status"] == "approved"
     assert approval["resolved_by"] == f"cli:{getpass.getuser()}"
@@ -143,7 +146,7 @@ def test_the_models_words_cannot_steer_the_terminal_or_hide_the_real_question(
     (project / "scripts" / "s.yaml").write_text(HIDING)
     asked: list[str] = []
     monkeypatch.setattr(run_command, "interactive", lambda: True)
-    monkeypatch.setattr(run_command, "read_answer", lambda q: asked.append(q) or "n\n")
+    monkeypatch.setattr(run_command, "read_answer", lambda q, t=None: asked.append(q) or "n\n")
     code, out, err = cli("run", "bot", "go", "-v", "-p", str(project))
     assert code == 0
     for shown in (out, err, *asked):
@@ -174,7 +177,7 @@ def test_answering_always_allows_the_tools_later_calls_in_this_run(
     (project / "scripts" / "s.yaml").write_text(ALWAYS)
     asked: list[str] = []
     monkeypatch.setattr(run_command, "interactive", lambda: True)
-    monkeypatch.setattr(run_command, "read_answer", lambda q: asked.append(q) or "a\n")
+    monkeypatch.setattr(run_command, "read_answer", lambda q, t=None: asked.append(q) or "a\n")
     code, out, err = cli("run", "bot", "go", "-p", str(project))
     assert code == 0 and out == "done\n"
     assert len(asked) == 1 and "calculator" in asked[0]
@@ -190,10 +193,113 @@ def test_at_a_terminal_anything_but_yes_denies(
     import fim.commands.run_view as run_command
 
     monkeypatch.setattr(run_command, "interactive", lambda: True)
-    monkeypatch.setattr(run_command, "read_answer", lambda prompt: "\n")
+    monkeypatch.setattr(run_command, "read_answer", lambda prompt, timeout=None: "\n")
     code, _, _ = cli("run", "bot", "six times seven", "-p", str(project))
     (approval,) = approvals(project)
     assert code == 0 and approval["status"] == "denied"
+
+
+def test_the_question_says_how_long_is_left_in_minutes_and_seconds() -> None:
+    from fim.commands.run_view import expires_in
+
+    assert expires_in(300) == "5m"
+    assert expires_in(299.2) == "5m"  # asked at once: not "4m 59s"
+    assert expires_in(270) == "4m 30s"
+    assert expires_in(45) == "45s"
+    assert expires_in(0.2) == "1s"
+
+
+def test_an_approval_that_expires_at_the_prompt_stops_the_wait_and_says_so(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The prompt waited for a key long after the approval had expired, and a `y` typed
+    then was silently ignored. Now the wait ends with the approval (`read_answer` gets the
+    time left and returns `expired`) and says the call was not run; no decision is
+    recorded in its name."""
+    import fim.commands.run_view as run_command
+
+    waits: list[float | None] = []
+    monkeypatch.setattr(run_command, "interactive", lambda: True)
+    monkeypatch.setattr(
+        run_command, "read_answer", lambda q, timeout=None: waits.append(timeout) or "expired"
+    )
+    code, out, err = cli("run", "bot", "six times seven", "-p", str(project))
+    assert code == 0 and out == "done\n"
+    (approval,) = approvals(project)
+    assert approval["status"] == "expired" and approval["resolved_by"] == "timeout"
+    assert f"approval {approval['id']} expired; the call to calculator was not run" in err
+    [wait] = waits
+    assert wait is not None and 0 < wait <= 2  # the hook's `timeout: 2`
+
+
+def test_an_approval_that_expired_before_its_question_is_not_asked_about(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The question's clock (only `fim run`'s: the store keeps its own) is past the
+    deadline: nobody is asked a question that can no longer be answered."""
+    import types
+
+    import fim.commands.run_view as run_command
+
+    asked: list[str] = []
+    monkeypatch.setattr(run_command, "interactive", lambda: True)
+    monkeypatch.setattr(run_command, "time", types.SimpleNamespace(time=lambda: float("inf")))
+    monkeypatch.setattr(run_command, "read_answer", lambda q, t=None: asked.append(q) or "y\n")
+    code, out, err = cli("run", "bot", "six times seven", "-p", str(project))
+    assert code == 0 and out == "done\n" and asked == []
+    (approval,) = approvals(project)
+    assert approval["status"] == "expired"
+    assert f"approval {approval['id']} expired; the call to calculator was not run" in err
+
+
+def test_an_answer_that_comes_after_the_approval_expired_is_told_it_was_too_late(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where stdin cannot be waited on with a deadline, the `y` can arrive after the
+    approval expired: it is not recorded, and the human is told so."""
+    import sqlite3
+
+    import fim.commands.run_view as run_command
+
+    def late(prompt: str, timeout: float | None = None) -> str:
+        db = sqlite3.connect(project / ".fim" / "state.db")
+        with db:  # time passes...
+            db.execute("UPDATE fim_approvals SET expires_at = 1 WHERE status = 'pending'")
+        db.close()
+        return "y\n"
+
+    monkeypatch.setattr(run_command, "interactive", lambda: True)
+    monkeypatch.setattr(run_command, "read_answer", late)
+    code, out, err = cli("run", "bot", "six times seven", "-p", str(project))
+    assert code == 0 and out == "done\n"
+    (approval,) = approvals(project)
+    assert approval["status"] == "expired"
+    assert (
+        f"too late: approval {approval['id']} had expired before your answer; the call to "
+        "calculator was not run"
+    ) in err
+
+
+def test_read_answer_returns_expired_when_no_line_comes_in_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The real seam, on a pipe: nothing typed within the time left is `expired`; a line
+    typed is the answer; a stream that cannot be waited on is read without a deadline."""
+    import io
+    import os
+
+    from fim.commands.run_view import EXPIRED, read_answer
+
+    monkeypatch.setattr("sys.stderr", io.StringIO())
+    readable, writable = os.pipe()
+    with os.fdopen(readable) as stdin, os.fdopen(writable, "w") as typing:
+        monkeypatch.setattr("sys.stdin", stdin)
+        assert read_answer("Allow? ", 0) == EXPIRED
+        typing.write("y\n")
+        typing.flush()
+        assert read_answer("Allow? ", 0) == "y\n"
+    monkeypatch.setattr("sys.stdin", io.StringIO("n\n"))  # no file descriptor
+    assert read_answer("Allow? ", 0) == "n\n"
 
 
 # ------------------------------------------------------------------ fim run: names

@@ -79,7 +79,7 @@ def validate(
     if live and _live_failures(snapshot, format):
         raise typer.Exit(1)
     warnings = _unavailable_warnings(snapshot) + _sandbox_warnings(snapshot)
-    warnings += _server_warnings(snapshot)
+    warnings += _server_warnings(snapshot) + _confirm_warnings(snapshot)
     if strict and warnings:
         _report(warnings, format)
         raise typer.Exit(1)
@@ -122,6 +122,31 @@ def _sandbox_warnings(snapshot: Snapshot) -> list[Problem]:
             Problem(source.path, source.line, source.column, message)
             for message in warnings_for(listed)
         ]
+    return problems
+
+
+def _confirm_warnings(snapshot: Snapshot) -> list[Problem]:
+    """`confirm` hooks that can ask about no call of their agent: they look like protection
+    and never fire (`fim.hooks.builtin.confirm.asks_about_nothing`)."""
+    problems = []
+    for name, agent in snapshot.agents.items():
+        if not agent.hooks:
+            continue
+        # deferred: only for agents with hooks; loads the hooks and the tools
+        from fim.hooks.build import resolve
+        from fim.hooks.builtin.confirm import asks_about_nothing
+
+        for spec in agent.hooks:
+            try:
+                hook = resolve(spec, snapshot)
+            except Exception:  # a broken ref is reported as an error by the compile
+                continue
+            if hook.use != "confirm":
+                continue
+            found = asks_about_nothing(snapshot, agent, hook.with_, hook.matcher)
+            if found is not None:
+                source = snapshot.source("agent", name)
+                problems.append(Problem(source.path, source.line, source.column, *found))
     return problems
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 from fim.commands import err
@@ -33,11 +35,70 @@ def interactive() -> bool:
     return sys.stdin.isatty() and sys.stderr.isatty()
 
 
-def read_answer(prompt: str) -> str:
-    """One line typed at the terminal (a test replaces it)."""
+EXPIRED = "expired"
+"""What `read_answer` returns when its time ran out before a line came (a typed line ends
+with a newline, or is empty at the end of input: it is never this)."""
+
+
+def read_answer(prompt: str, timeout: float | None = None) -> str:
+    """One line typed at the terminal, or `EXPIRED` once `timeout` seconds pass without one
+    (a test replaces it). Runs in a worker thread: it may block that long.
+
+    Keys typed before the question are dropped first: an answer half-typed to a question
+    that expired must not answer the next one. The wait is a `select()` on stdin (POSIX);
+    where that is not possible it reads without a deadline, and the caller finds out
+    afterwards that the approval had expired."""
+    if _drop_typed_ahead():
+        sys.stderr.write(
+            "\ntoo late: what you typed after an earlier question had expired was ignored"
+        )
     sys.stderr.write(prompt)
     sys.stderr.flush()
+    if timeout is not None and _line_ready(timeout) is False:
+        _drop_typed_ahead()  # a half-typed line must not answer the next question
+        return EXPIRED
     return sys.stdin.readline()
+
+
+def _line_ready(timeout: float) -> bool | None:
+    """Whether a line can be read from stdin within `timeout` seconds; None where stdin
+    cannot be waited on (no file descriptor, Windows): the read then has no deadline."""
+    # deferred: only a terminal's question waits with a deadline
+    import select
+
+    try:
+        ready, _, _ = select.select([sys.stdin], [], [], max(0.0, timeout))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+    return bool(ready)
+
+
+def _drop_typed_ahead() -> bool:
+    """Discard what was typed at the terminal and not read yet (POSIX; nothing elsewhere);
+    True when a whole line had been typed (a late answer to an earlier question)."""
+    if not sys.stdin.isatty():
+        return False  # a pipe or a test's stream: nothing was typed ahead
+    try:
+        # deferred: termios exists on POSIX only
+        import termios
+    except ImportError:
+        return False
+    late = _line_ready(0.0) is True
+    try:
+        termios.tcflush(sys.stdin.fileno(), termios.TCIFLUSH)
+    except (termios.error, OSError, ValueError):
+        return False
+    return late
+
+
+def expires_in(seconds: float) -> str:
+    """A deadline as a human reads it in a question: `5m`, `4m 30s`, `45s`. Whole seconds,
+    rounded up: a question asked at once about a 300 s approval says `5m`, not `4m 59s`."""
+    whole = max(0, math.ceil(seconds - 1e-6))
+    minutes, rest = divmod(whole, 60)
+    if not minutes:
+        return f"{rest}s"
+    return f"{minutes}m" + (f" {rest}s" if rest else "")
 
 
 NO_TERMINAL = "fim run (no terminal)"
@@ -48,9 +109,11 @@ class Approvals:
     """How `fim run` answers a `confirm` hook's request (a pending approval in the state
     store, announced by a notice while the hook waits on it).
 
-    - At a terminal (`ask`): `Allow <tool> <args>? [y/N/a]`, typed right here; `a`
-      allows this call and every later call of the same agent to the same tool in this
-      `fim run` (Claude Code's "don't ask again"), each still recorded as its own approval.
+    - At a terminal (`ask`): `Allow <tool> <args>? [y/N/a] (expires in 5m; ...)`, typed
+      right here; `a` allows this call and every later call of the same agent to the same
+      tool in this `fim run` (Claude Code's "don't ask again"), each still recorded as its
+      own approval. The question stops waiting when the approval expires and says the call
+      was not run; an answer that comes too late is told so, never silently dropped.
     - Without one and without `--wait-approvals`: denied at once (fail closed, as MCP
       elicitation is declined): nobody would see the request before it expires, and the run
       would hang for the hook's whole timeout.
@@ -94,20 +157,42 @@ class Approvals:
                 err(f"allowed {tool} (approval {approval_id}): you answered `a` for it")
                 return True
             args = preview(json.dumps(pending.args, ensure_ascii=False, default=str), 300)
+            left = None if pending.expires_at is None else pending.expires_at - time.time()
+            if left is not None and left <= 0:
+                err(f"approval {approval_id} expired; the call to {tool} was not run")
+                return True
+            deadline = "" if left is None else f"expires in {expires_in(left)}; "
             # on a line of its own, after whatever the answer so far left on the last one;
             # the model's words cannot be escape sequences any more (`printable`)
             question = (
-                f"\nAllow {tool} {printable(args)}? [y/N/a] (a: every call to {tool} in this run) "
+                f"\nAllow {tool} {printable(args)}? [y/N/a] ({deadline}a: every call to "
+                f"{tool} in this run) "
             )
-            reply = (await asyncio.to_thread(read_answer, question)).strip().lower()
+            typed = await asyncio.to_thread(read_answer, question, left)
+            if typed == EXPIRED:  # the hook blocks the call on its own once it expires
+                err(f"\napproval {approval_id} expired; the call to {tool} was not run")
+                return True
+            reply = typed.strip().lower()
             approved = reply in ("y", "yes", "a", "always")
-            note = None if approved else "denied at the terminal"
-            if reply in ("a", "always"):
-                self.always.add((pending.agent, pending.tool_name))
-                note = "always, at the terminal"
-            await store.resolve_approval(
+            always = reply in ("a", "always")
+            note = "always, at the terminal" if always else None
+            if not approved:
+                note = "denied at the terminal"
+            decided = await store.resolve_approval(
                 approval_id, approved, by=cli_user(), data={"note": note} if note else None
             )
+            if decided is not None and decided.resolved_by == cli_user() and always:
+                self.always.add((pending.agent, pending.tool_name))
+            if decided is not None and decided.status == "expired":
+                err(
+                    f"too late: approval {approval_id} had expired before your answer; the "
+                    f"call to {tool} was not run"
+                )
+            elif decided is not None and decided.resolved_by != cli_user():
+                err(
+                    f"too late: approval {approval_id} was already {decided.status} by "
+                    f"{printable(str(decided.resolved_by))}; your answer was not recorded"
+                )
             return True
         await store.resolve_approval(
             approval_id,
