@@ -129,10 +129,11 @@ def _confirm_warnings(snapshot: Snapshot) -> list[Problem]:
     """`confirm` hooks that can ask about no call of their agent: they look like protection
     and never fire (`fim.hooks.builtin.confirm.asks_about_nothing`)."""
     problems = []
+    confirms = any(decl.use == "confirm" for decl in snapshot.hooks.values())
     for name, agent in snapshot.agents.items():
-        if not agent.hooks:
-            continue
-        # deferred: only for agents with hooks; loads the hooks and the tools
+        if not any(spec.use == "confirm" or (confirms and spec.ref) for spec in agent.hooks):
+            continue  # most agents: no confirm, nothing to load
+        # deferred: only for agents with a confirm hook; loads the hooks and the tools
         from fim.hooks.build import resolve
         from fim.hooks.builtin.confirm import asks_about_nothing
 

@@ -87,7 +87,8 @@ def asks_about_nothing(
     opts = ConfirmOptions.model_validate(options)
     if opts.all_:
         return None  # asks for every matched call: `fim validate` checks the matcher
-    asked = _asked(snapshot, agent, opts.writes, set())
+    plain = matcher is None or matcher.strip() in ("", "*")
+    asked = _asked(snapshot, agent, opts.writes, set(), enough=plain)
     if asked is None:
         return None
     what = "calls that write" if opts.writes else "actions declared requires_confirmation"
@@ -119,9 +120,32 @@ def asks_about_nothing(
     return message, "add with: {all: true} to ask before every call; a matcher narrows it"
 
 
-def _asked(snapshot: Snapshot, agent: AgentDecl, writes: bool, seen: set[str]) -> list[str] | None:
+def _asked(
+    snapshot: Snapshot, agent: AgentDecl, writes: bool, seen: set[str], enough: bool = False
+) -> list[str] | None:
     """The names of `agent`'s calls (and its delegates') confirm may ask about; None when
-    that is only known at run time."""
+    that is only known at run time. With `enough`, the first names found are enough (no
+    matcher to test them against): connectors are read before the tools, whose modules
+    `fim validate` then never loads for an agent with a write action."""
+    if agent.name in seen:
+        return []
+    seen.add(agent.name)
+    if agent.workflows or (writes and agent.mcp):
+        return None  # a workflow's calls, an MCP tool's hints: known once they run
+    asked: list[str] = []
+    for name in agent.connectors:
+        decl = snapshot.connectors.get(name)
+        if decl is None:
+            continue
+        if decl.kind == "database":
+            if writes and not decl.read_only:
+                asked.append(f"{name}__query")
+            continue
+        for action_name, action in decl.actions.items():
+            if action.requires_confirmation or (writes and action.access != "read"):
+                asked.append(f"{name}__{action_name}")
+    if enough and asked:
+        return asked
     # deferred: the tools are only needed by `fim validate`'s warning, never by a run
     from fim.build.builtin_names import is_python_tool, tool_name
     from fim.errors import RunError
@@ -130,12 +154,6 @@ def _asked(snapshot: Snapshot, agent: AgentDecl, writes: bool, seen: set[str]) -
     from fim.tools import builtin
     from fim.tools.python_tools import PythonToolError, resolve
 
-    if agent.name in seen:
-        return []
-    seen.add(agent.name)
-    if agent.workflows or (writes and agent.mcp):
-        return None  # a workflow's calls, an MCP tool's hints: known once they run
-    asked: list[str] = []
     tools = list(agent.tools)
     if agent.tool_categories:
         chosen = set(agent.tool_categories)
@@ -152,17 +170,6 @@ def _asked(snapshot: Snapshot, agent: AgentDecl, writes: bool, seen: set[str]) -
             continue
         if access in ("write", "admin"):
             asked += [tool_name(entry), *NAMES.get(entry, ())]
-    for name in agent.connectors:
-        decl = snapshot.connectors.get(name)
-        if decl is None:
-            continue
-        if decl.kind == "database":
-            if writes and not decl.read_only:
-                asked.append(f"{name}__query")
-            continue
-        for action_name, action in decl.actions.items():
-            if action.requires_confirmation or (writes and action.access != "read"):
-                asked.append(f"{name}__{action_name}")
     for name in agent.delegates:
         if name in snapshot.agents:
             more = _asked(snapshot, snapshot.agents[name], writes, seen)
