@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from eval_projects import eval_project
 from mcp_servers.harness import DEMO
 
 from fim.build.compile import compile_project
@@ -45,10 +46,7 @@ hooks:
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """An agent whose every tool call a `confirm` hook asks a human about."""
-    root = tmp_path / "p"
-    (root / "agents").mkdir(parents=True)
-    (root / "evals").mkdir()
-    (root / "fim.yaml").write_text("name: p\nstate: sqlite:///.fim/state.db\n")
+    root = eval_project(tmp_path / "p", demo=False)
     (root / "agents" / "clerk.yaml").write_text(CLERK)
     (root / "evals" / "clerk.script.yaml").write_text(SCRIPT)
     return root

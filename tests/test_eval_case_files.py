@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
+from eval_projects import eval_project
 from typer.testing import CliRunner
 
 from fim.build.compile import compile_project
@@ -30,12 +30,7 @@ CSV = (
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """The offline demo agent (scripted model) and a suite reading cases.csv."""
-    root = tmp_path / "p"
-    (root / "agents").mkdir(parents=True)
-    (root / "evals").mkdir()
-    (root / "fim.yaml").write_text("name: p\nstate: sqlite:///.fim/state.db\n")
-    shutil.copy(REPO / "agents" / "demo.yaml", root / "agents" / "demo.yaml")
-    shutil.copy(REPO / "evals" / "demo.script.yaml", root / "evals" / "demo.script.yaml")
+    root = eval_project(tmp_path / "p")
     (root / "evals" / "math.yaml").write_text("agent: demo\ncases: cases.csv\n")
     (root / "evals" / "cases.csv").write_text(CSV)
     return root

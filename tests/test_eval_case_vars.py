@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from eval_projects import eval_project
 from typer.testing import CliRunner
 
 from fim.build.compile import compile_project
@@ -27,13 +28,7 @@ PCNT = "input: 'pcnt' is undefined (did you mean 'pct'? the case's vars: pct, to
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """The offline demo agent (scripted model, calculator) with room for eval suites."""
-    root = tmp_path / "p"
-    (root / "agents").mkdir(parents=True)
-    (root / "evals").mkdir()
-    (root / "fim.yaml").write_text("name: p\nstate: sqlite:///.fim/state.db\n")
-    shutil.copy(REPO / "agents" / "demo.yaml", root / "agents" / "demo.yaml")
-    shutil.copy(REPO / "evals" / "demo.script.yaml", root / "evals" / "demo.script.yaml")
-    return root
+    return eval_project(tmp_path / "p")
 
 
 def problems(root: Path) -> list[str]:

@@ -1,0 +1,20 @@
+"""Small projects the eval tests run: a folder with fim.yaml (a SQLite state store),
+`agents/` and `evals/`, and, asked for, the repository's offline demo agent (a scripted
+model with the calculator)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def eval_project(root: Path, *, demo: bool = True) -> Path:
+    (root / "agents").mkdir(parents=True)
+    (root / "evals").mkdir()
+    (root / "fim.yaml").write_text("name: p\nstate: sqlite:///.fim/state.db\n")
+    if demo:
+        shutil.copy(REPO / "agents" / "demo.yaml", root / "agents" / "demo.yaml")
+        shutil.copy(REPO / "evals" / "demo.script.yaml", root / "evals" / "demo.script.yaml")
+    return root
