@@ -106,12 +106,14 @@ def test_prompts_live_in_files_with_include_import_and_extends(tmp_path: Path) -
     assert prompt(compile_project(root)) == "You are a.\nSell shop.\nBe brief, helps."
 
 
-def test_a_mistake_inside_a_prompt_file_is_found_with_its_line(tmp_path: Path) -> None:
+def test_a_mistake_inside_a_prompt_file_is_reported_there(tmp_path: Path) -> None:
+    """At the mistake (an editor's marker, a GitHub annotation), naming what included it:
+    it was reported at the agent's `instructions:` line."""
     root = project(tmp_path / "p", "{% include 'prompts/main.md' %}")
     (root / "prompts" / "main.md").write_text("You help.\nYou work for {{ projct.name }}.\n")
     assert problems(root) == [
-        f"{AT} instructions: 'projct' is undefined at prompts/main.md line 2 "
-        "(did you mean 'project'?)"
+        "prompts/main.md:2:17: instructions: 'projct' is undefined "
+        "(did you mean 'project'?; included from agents/a.yaml:1)"
     ]
 
 
@@ -129,8 +131,8 @@ def test_a_snapshots_runs_keep_the_prompt_files_it_was_compiled_with(tmp_path: P
     os.utime(root / "prompts" / "main.md", ns=(0, 1))  # another mtime: a reader would re-read
     assert prompt(snapshot) == "You help shop."
     assert problems(root) == [
-        f"{AT} instructions: 'project' has no attribute 'nme' at prompts/main.md line 1 "
-        "(did you mean 'name'?)"
+        "prompts/main.md:1:21: instructions: 'project' has no attribute 'nme' "
+        "(did you mean 'name'?; included from agents/a.yaml:1)"
     ]
     (root / "prompts" / "main.md").unlink()
     assert prompt(snapshot) == "You help shop."
