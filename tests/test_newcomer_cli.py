@@ -302,6 +302,43 @@ def test_read_answer_returns_expired_when_no_line_comes_in_time(
     assert read_answer("Allow? ", 0) == "n\n"
 
 
+def test_a_fim_run_killed_mid_run_is_listed_as_interrupted(project: Path) -> None:
+    """A `fim run` is recorded as it starts: killed while it waited for an approval, it is
+    in `fim runs list` as interrupted, and `fim runs show` knows the run the approval
+    names (it was absent: only finished runs were stored)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (project / "agents" / "waits.yaml").write_text(
+        "description: waits\nmodel: general\ntools: [calculator]\n"
+        "hooks:\n  - use: confirm\n    with: {all: true, timeout: 600, poll: 0.05}\n"
+    )
+    running = subprocess.Popen(
+        [sys.executable, "-m", "fim.cli", "run", "waits", "go", "--wait-approvals"],
+        cwd=project,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(1200):  # until it waits for a human (60 s at most)
+            found = approvals(project)
+            if found or running.poll() is not None:
+                break
+            time.sleep(0.05)
+    finally:
+        os.kill(running.pid, signal.SIGKILL)
+        running.wait()
+    (approval,) = found
+    code, out, _ = cli("runs", "list", "-p", str(project))
+    assert code == 0 and "interrupted" in out
+    code, out, _ = cli("runs", "show", str(approval["run_id"]), "-p", str(project))
+    assert code == 0 and "agent waits · interrupted (its process ended)" in out
+
+
 # ------------------------------------------------------------------ fim run: names
 
 

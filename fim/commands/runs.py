@@ -17,6 +17,7 @@ import typer
 
 from fim.commands import ProjectOption, fail
 from fim.commands.approvals import StateOption, _run, open_store, utc_time
+from fim.processes import alive
 from fim.terminal import markup, printable
 
 if TYPE_CHECKING:
@@ -68,8 +69,17 @@ def list_(
     for column in ("id", "kind", "name", "status", "updated (UTC)"):
         table.add_column(column, no_wrap=True)
     for r in records:
-        table.add_row(r.id, r.kind, markup(known().text(r.name)), r.status, utc_time(r.updated_at))
+        name = markup(known().text(r.name))
+        table.add_row(r.id, r.kind, name, shown_status(r.status, r.data), utc_time(r.updated_at))
     Console(width=120).print(table)
+
+
+def shown_status(status: str, data: dict[str, Any]) -> str:
+    """A run's status for a person: `running` whose recorded process has ended (a `fim run`
+    killed mid-run) is `interrupted`, which the store itself cannot know."""
+    if status == "running" and alive(data.get("process")) is False:
+        return "interrupted (its process ended)"
+    return status
 
 
 def show(
@@ -98,7 +108,8 @@ def show(
     if as_json:
         typer.echo(json.dumps(known().value({**record, "events": events}), default=str))
         return
-    typer.echo(f"{record['kind']} {record['name']} · {record['status']} · run {record['id']}")
+    status = shown_status(record["status"], record.get("data") or {})
+    typer.echo(f"{record['kind']} {record['name']} · {status} · run {record['id']}")
     output = (record.get("data") or {}).get("output")
     if output:
         typer.echo(f"output: {printable(known().text(str(output)))}")

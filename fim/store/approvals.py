@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import os
-import socket
 import time
 import uuid
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
 from fim.masking import known, mask_value
+from fim.processes import alive, this_process
 from fim.store.engine import Database
 from fim.store.owners import owned_by
 from fim.store.records import Approval, ApprovalStatus
@@ -59,55 +56,13 @@ that process is gone nobody acts on a decision. A workflow's approval is durable
 whoever decides it resumes the run."""
 
 
-def _started(pid: int) -> int | None:
-    """When process `pid` started, in clock ticks since boot (Linux: `/proc/<pid>/stat`),
-    so a pid reused by a newer process is not taken for the waiter; None where unknown."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(b")") + 2 :].split()  # the name, in parentheses, may hold spaces
-    return int(fields[19])
-
-
-@functools.cache
-def _process_table() -> str:
-    """Which process table this process's pids belong to: the kernel's boot and the pid
-    namespace on Linux (two containers sharing the host's network share its hostname, not
-    its pids), the hostname elsewhere."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        namespace = os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return f"host:{socket.gethostname()}"
-    return f"linux:{boot}:{namespace}"
-
-
-def this_process() -> dict[str, Any]:
-    """Who waits on an approval: its process table, pid and start tick (`waiter`)."""
-    pid = os.getpid()
-    return {"table": _process_table(), "pid": pid, "started": _started(pid)}
-
-
 def orphaned(approval: Approval) -> bool:
-    """Whether `approval` is pending for a process that has ended, among the processes this
-    one can see (`_process_table`): nobody will act on a decision. A waiter elsewhere (a
-    replica, a container with its own pids) cannot be checked from here; its approval
-    expires at its deadline (and its process withdraws it when it stops waiting)."""
+    """Whether `approval` is pending for a process that has ended (`fim.processes.alive`):
+    nobody will act on a decision. A waiter elsewhere (a replica, a container with its own
+    pids) cannot be checked from here; its approval expires at its deadline (and its
+    process withdraws it when it stops waiting)."""
     waiter = approval.data.get("waiter")
-    if approval.status != "pending" or not isinstance(waiter, dict):
-        return False
-    pid = waiter.get("pid")
-    if waiter.get("table") != _process_table() or not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # alive, someone else's
-        return False
-    started = waiter.get("started")
-    return started is not None and _started(pid) not in (None, started)
+    return approval.status == "pending" and isinstance(waiter, dict) and alive(waiter) is False
 
 
 ABANDONED = "nobody: the run that asked stopped waiting"

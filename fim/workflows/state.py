@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from fim.processes import alive, this_process
 
 NodeStatus = Literal["pending", "running", "ok", "failed", "skipped", "waiting", "cancelled"]
 RunStatus = Literal["running", "paused", "ok", "failed", "cancelled"]
@@ -55,8 +55,8 @@ class RunState:
     parents: list[str] = field(default_factory=list)
     snapshot_version: str = ""
     owner: dict[str, Any] = field(default_factory=dict)
-    """The process driving the run (`host`, `pid`): a `running` run whose owner is gone
-    died mid-node and can be recovered."""
+    """The process driving the run (`fim.processes.this_process`): a `running` run whose
+    owner is gone died mid-node and can be recovered."""
     queued: bool = False
     """Executed by `fim worker` jobs (fim.workflows.durable): procrastinate re-delivers it
     after a crash, and a decision on its human node queues a job instead of resuming in
@@ -83,25 +83,14 @@ class RunState:
 
 
 def current_owner() -> dict[str, Any]:
-    return {"host": socket.gethostname(), "pid": os.getpid()}
+    """The process driving a run, as its record keeps it (`fim.processes.this_process`)."""
+    return this_process()
 
 
 def owner_alive(owner: dict[str, Any]) -> bool | None:
-    """Whether the process that drives a run still exists: None when it is on another host
-    (or unrecorded), where this process cannot tell."""
-    me = current_owner()
-    if not owner or owner.get("host") != me["host"]:
-        return None
-    pid = int(owner.get("pid") or 0)
-    if pid == me["pid"]:
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by another user
-        return True
-    return True
+    """Whether the process that drives a run still exists: None where this process cannot
+    tell (another host or container, or unrecorded) (`fim.processes.alive`)."""
+    return alive(owner)
 
 
 def orphaned(state: RunState) -> bool:
