@@ -23,7 +23,9 @@ def eval_command(
     suites: Annotated[list[str] | None, typer.Argument(help="Suite names (default: all).")] = None,
     filter_: Annotated[
         list[str] | None,
-        typer.Option("--filter", "-k", help="Glob or substring on 'suite/case'; repeatable."),
+        typer.Option(
+            "--filter", "-k", help="Glob or substring on 'suite/case' (any case); repeatable."
+        ),
     ] = None,
     concurrency: Annotated[int, typer.Option(help="Cases run at once.")] = 8,
     record: Annotated[
@@ -131,7 +133,8 @@ def eval_command(
     ]
     total = sum(len(runner.plan()) for runner in runners)
     if total == 0 and shard is None:  # an empty shard is fine: more shards than cases
-        console.print("error: no eval cases selected", markup=False)
+        message = _nothing_selected(snapshot, suites, filter_)
+        console.print(f"error: {message}", markup=False, soft_wrap=True)
         raise typer.Exit(2)
     # deferred: loading rich costs a few ms
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -183,6 +186,23 @@ def eval_command(
     if shard is not None:
         raise typer.Exit(0)
     raise typer.Exit(0 if report.ok and (comparison is None or comparison.ok) else 1)
+
+
+def _nothing_selected(snapshot: Any, suites: list[str] | None, patterns: list[str] | None) -> str:
+    """Why no case runs, with what `-k` could have meant (as `fim eval nosuchsuite` lists
+    the suites): the closest `suite/case` names, then every suite."""
+    # deferred: fim.eval.runner loads fim.config.schema (hundreds of ms); only on this error
+    from fim.eval.runner import near_misses
+
+    if not patterns:
+        return "no eval cases selected"
+    evals = {n: s for n, s in snapshot.evals.items() if not suites or n in suites}
+    close = near_misses(evals, patterns)
+    meant = f"did you mean {' or '.join(repr(n) for n in close)}? " if close else ""
+    return (
+        f"no eval cases match -k {' -k '.join(repr(p) for p in patterns)} "
+        f"({meant}suites: {', '.join(sorted(evals)) or 'none'})"
+    )
 
 
 def _check_models(snapshot: Any, models: list[str], suites: list[str], console: Any) -> None:

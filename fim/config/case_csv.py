@@ -26,9 +26,6 @@ _PROMPTFOO_ONLY = {
     "python": "code in a cell",
     "fn": "code in a cell",
     "similar": "embedding similarity",
-    "contains_any": "contains-any",
-    "contains_all": "contains-all",
-    "starts_with": "starts-with",
     "levenshtein": "levenshtein",
     "moderation": "moderation",
 }
@@ -40,6 +37,13 @@ _ALIASES = {"llm_rubric": "judge", "is_json": "json_schema"}
 
 _STRUCTURED = {"json_schema", "json_path"}
 """Assertions whose value is a mapping: written in the cell as YAML flow, `{path: $.a}`."""
+
+_LISTS = {"contains_any", "contains_all", "icontains_any", "icontains_all"}
+"""Assertions whose value is a list of texts: in a cell, comma-separated as promptfoo reads
+them (`contains-any: Paris, Lyon`; `"Paris, France"` in double quotes keeps its comma)."""
+
+_ITEM = re.compile(r'\s*(?:"([^"]*)"|([^,]*?))\s*(?:,|\Z)')
+"""One text of such a cell: double-quoted, or up to the next comma."""
 
 _PREFIX = re.compile(r"([A-Za-z][A-Za-z0-9_-]*)\s*:(.*)\Z", re.S)
 _EXPECTED = re.compile(r"__expected\d*\Z")
@@ -345,13 +349,40 @@ def _assertion(
         except YamlSyntaxError as exc:
             decls.problems.append(Problem(rel, line, col, f"{key}: {exc.message}", exc.hint))
             return None
-    if key == "tool_called" and isinstance(value, str):
+    if key in _LISTS and isinstance(value, str):
+        value = _items(value)
+        if not value:
+            decls.problems.append(
+                Problem(
+                    rel,
+                    line,
+                    col,
+                    f"'{match[1]}' names no text to look for",
+                    f"separate them with commas: '{match[1]}: Paris, Lyon'",
+                )
+            )
+            return None
+    elif key == "tool_called" and isinstance(value, str):
         value = {"name": value}
     elif key == "tool_sequence" and isinstance(value, str):
         value = {"tools": [name.strip() for name in value.split(",") if name.strip()]}
     elif key == "tool_sequence" and isinstance(value, list):
         value = {"tools": value}
     return {key: value}
+
+
+def _items(text: str) -> list[str]:
+    """`Paris, "Lyon, Rhône", Nice` as its texts, each trimmed: a comma separates them
+    outside double quotes (promptfoo's reading of a `contains-any` cell); an empty item is
+    none, so `a, b,` is two texts."""
+    items = []
+    for match in _ITEM.finditer(text):
+        if match.end() == match.start():  # the empty match after the last item
+            break
+        item = match[1] if match[1] is not None else match[2]
+        if item:
+            items.append(item)
+    return items
 
 
 __all__ = ["MAX_CASES", "MAX_CELLS", "Cell", "csv_rows"]

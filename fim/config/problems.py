@@ -334,7 +334,14 @@ def _hint(err: ErrorDetails) -> str | None:
             for o in str(ctx.get("expected", "")).replace(" or ", ", ").split(",")
         ]
         return suggest(err["input"], options) if options else None
+    if kind == "less_than_equal" and ctx.get("le") == 1 and _percent(err["input"]):
+        return "a fraction: 1.0 is 100%"  # `threshold: 100`, a pass rate written in percent
     return None
+
+
+def _percent(value: Any) -> bool:
+    """Whether a number over a fraction's bound of 1 reads as a percentage (90, 100)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 1 < value <= 100
 
 
 def _tag_problem(

@@ -97,6 +97,14 @@ async def check(assertion: Assertion, seen: Observed, judge: JudgeFn, prompt: st
         return Outcome(
             kind, value.lower() in out.lower(), f"expected {value!r} (any case) in {_clip(out)!r}"
         )
+    if kind in _LISTED:
+        return _listed(kind, value, out)
+    if kind == "starts_with":
+        return Outcome(
+            kind,
+            out.lstrip().startswith(value),
+            f"expected the output to start with {_clip(value)!r}, got {_clip(out.lstrip())!r}",
+        )
     if kind == "not_contains":
         return Outcome(kind, value not in out, f"expected no {value!r} in {_clip(out)!r}")
     if kind == "regex":
@@ -169,6 +177,41 @@ async def check(assertion: Assertion, seen: Observed, judge: JudgeFn, prompt: st
         passed, reason = await judge(rubric, prompt, out)
         return Outcome(kind, passed, f"judge: {reason}")
     raise ValueError(f"unknown assertion kind {kind!r}")
+
+
+_LISTED = {
+    "contains_any": (False, False),
+    "contains_all": (True, False),
+    "icontains_any": (False, True),
+    "icontains_all": (True, True),
+}
+"""The assertions on a list of texts: (whether every text must be found, not just one;
+whether case is ignored)."""
+
+
+def _listed(kind: str, texts: list[str], out: str) -> Outcome:
+    """`contains_any`/`contains_all` and their any-case forms; a failure names the texts
+    that were missing (all of them, for `_any`), not just the list that was asked for."""
+    every, any_case = _LISTED[kind]
+    haystack = out.lower() if any_case else out
+    missing = [t for t in texts if (t.lower() if any_case else t) not in haystack]
+    found = [t for t in texts if t not in missing]
+    passed = not missing if every else bool(found)
+    case = " (any case)" if any_case else ""
+    if not every and not passed:
+        said = f"none of {_listing(texts)}{case} in"
+    elif not every:
+        said = f"{_listing(found[:1])}{case} in"
+    elif missing:
+        said = f"{_listing(missing)} missing{case} from"
+    else:
+        said = f"all of {_listing(texts)}{case} in"
+    return Outcome(kind, passed, f"{said} {_clip(out)!r}")
+
+
+def _listing(texts: list[str]) -> str:
+    """Texts as a failure names them, each cut to a line's part: the output follows."""
+    return ", ".join(repr(_clip(t, 60)) for t in texts)
 
 
 def _is_call(call: ToolCallEvent, name: str, args: dict[str, Any]) -> bool:

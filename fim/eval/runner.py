@@ -14,11 +14,12 @@ slots, and checks each case's assertions; running a case's agent or workflow is
 from __future__ import annotations
 
 import asyncio
+import difflib
 import fnmatch
 import gc
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -45,12 +46,30 @@ from fim.run.services import Services
 
 
 def _selected(suite: EvalSuite, case: EvalCase, patterns: list[str]) -> bool:
+    """Whether `-k` picks the case: a glob on `suite/case` or the suite's name, or a
+    substring of `suite/case`, in any case, as pytest's `-k` matches (`-k TIPS` finds the
+    `tips` suite)."""
     if not patterns:
         return True
-    full = f"{suite.name}/{case.name}"
+    full, name = f"{suite.name}/{case.name}".casefold(), suite.name.casefold()
     return any(
-        fnmatch.fnmatch(full, p) or fnmatch.fnmatch(suite.name, p) or p in full for p in patterns
+        fnmatch.fnmatchcase(full, p) or fnmatch.fnmatchcase(name, p) or p in full
+        for p in (pattern.casefold() for pattern in patterns)
     )
+
+
+def near_misses(evals: Mapping[str, EvalSuite], patterns: list[str], limit: int = 3) -> list[str]:
+    """The `suite/case` names (or suite names) closest to `-k` patterns that selected
+    nothing, best first: `fim eval -k tps` says what it could have meant."""
+    names = {suite: suite.casefold() for suite in evals}
+    names |= {f"{s}/{c.name}": f"{s}/{c.name}".casefold() for s in evals for c in evals[s].cases}
+    by_folded = {folded: name for name, folded in names.items()}
+    found: list[str] = []
+    for pattern in patterns:
+        for folded in difflib.get_close_matches(pattern.casefold(), by_folded, limit, 0.6):
+            if by_folded[folded] not in found:
+                found.append(by_folded[folded])
+    return found[:limit]
 
 
 _RAISED: list[Any] = [0, None]

@@ -51,6 +51,17 @@ class Assertion(Strict):
     """The output does not contain this text."""
     icontains: str | None = None
     """The output contains this text, in any case."""
+    contains_any: list[str] | None = Field(default=None, min_length=1)
+    """The output contains at least one of these texts (promptfoo's `contains-any`)."""
+    contains_all: list[str] | None = Field(default=None, min_length=1)
+    """The output contains every one of these texts (promptfoo's `contains-all`)."""
+    icontains_any: list[str] | None = Field(default=None, min_length=1)
+    """The output contains at least one of these texts, in any case."""
+    icontains_all: list[str] | None = Field(default=None, min_length=1)
+    """The output contains every one of these texts, in any case."""
+    starts_with: str | None = None
+    """The output starts with this text, leading whitespace of the output ignored (as
+    `equals` ignores it: a model's reply often opens with a newline)."""
     regex: str | None = None
     """A Python regex that matches somewhere in the output."""
     json_schema: JSONSchema | None = None
@@ -172,6 +183,12 @@ class EvalSuite(Strict):
     """Pass rate the suite needs for `fim eval` to exit 0."""
     repeat: int = Field(default=1, ge=1)
     """Runs of every case (a case's own `repeat` if larger)."""
+    default_expect: list[Assertion] = Field(default_factory=list)
+    """Assertions every case must also meet, added after its own `expect` (CSV and JSONL
+    cases too), as promptfoo's `defaultTest` adds its `assert` to each test's: the
+    `not_contains: sorry` a suite wants of every row, written once. Named after
+    `defaultTest` (so that key's did-you-mean finds it); a case's own `expect` adds to these,
+    never replaces them."""
     cases: Annotated[
         list[EvalCase],
         BeforeValidator(_files_read, json_schema_input_type=CaseFile | list[EvalCase | CaseFile]),
@@ -183,4 +200,18 @@ class EvalSuite(Strict):
     def _one_target(self) -> EvalSuite:
         if (self.agent is None) == (self.workflow is None):
             raise ValueError("an eval suite targets exactly one of 'agent' or 'workflow'")
+        return self
+
+    @model_validator(mode="after")
+    def _shared_expectations(self) -> EvalSuite:
+        """`default_expect` appended to each case's `expect` once, here: the runner, the
+        reports, `-k` and the tool checks then see one list per case, the shared
+        assertions after the case's own. Copies, not edits: a case read from a file is an
+        already validated `EvalCase`, kept by the object the loader read it into."""
+        if self.default_expect:
+            cases = [
+                case.model_copy(update={"expect": [*case.expect, *self.default_expect]})
+                for case in self.cases
+            ]
+            object.__setattr__(self, "cases", cases)  # frozen: set once, while validating
         return self
