@@ -215,3 +215,20 @@ def test_k_that_selects_nothing_names_what_it_could_have_meant(tips: Path) -> No
     code, output = run("eval", "--project", str(tips), "-k", "zzz")
     assert code == 2
     assert "error: no eval cases match -k 'zzz' (suites: math, tips)" in output
+
+
+def test_a_tool_default_expect_names_is_checked_once_where_the_suite_writes_it(
+    project: Path,
+) -> None:
+    """Every case holds a copy of `default_expect`: a misspelt tool there was reported once
+    per case, each at the case."""
+    (project / "evals" / "math.yaml").write_text(
+        "agent: demo\n"
+        "default_expect:\n"
+        "  - tool_called: {name: calculater}\n"
+        "cases:\n"
+        "  - {name: a, input: hi}\n"
+        "  - {name: b, input: ho}\n"
+    )
+    (found,) = problems(project)
+    assert found.startswith("evals/math.yaml:3:25: agent 'demo' has no tool 'calculater'"), found

@@ -39,20 +39,29 @@ Where = tuple[str | int, ...]
 
 
 def _named_tools(suite: EvalSuite) -> Iterator[tuple[Where, str]]:
-    """Every tool name the suite's assertions expect, with where it is written."""
+    """Every tool name the suite's assertions expect, with where it is written: a case's
+    own assertions at the case, `default_expect`'s once, where the suite writes them (each
+    case holds a copy of them after its own)."""
+    shared = len(suite.default_expect)
+    for j, assertion in enumerate(suite.default_expect):
+        yield from _assertion_tools(("default_expect", j), assertion)
     for i, case in enumerate(suite.cases):
-        for j, assertion in enumerate(case.expect):
-            base: Where = ("cases", i, "expect", j)
-            if assertion.tool_called is not None:
-                yield (*base, "tool_called", "name"), assertion.tool_called.name
-            if assertion.tool_not_called is not None:
-                yield (*base, "tool_not_called"), assertion.tool_not_called
-            if assertion.tool_sequence is not None:
-                for k, name in enumerate(assertion.tool_sequence.tools):
-                    yield (*base, "tool_sequence", "tools", k), name
+        own = case.expect[: len(case.expect) - shared] if shared else case.expect
+        for j, assertion in enumerate(own):
+            yield from _assertion_tools(("cases", i, "expect", j), assertion)
         if isinstance(case.approvals, ApprovalAnswers):
             for k, name in enumerate(case.approvals.approve):
                 yield ("cases", i, "approvals", "approve", k), name
+
+
+def _assertion_tools(base: Where, assertion: Any) -> Iterator[tuple[Where, str]]:
+    if assertion.tool_called is not None:
+        yield (*base, "tool_called", "name"), assertion.tool_called.name
+    if assertion.tool_not_called is not None:
+        yield (*base, "tool_not_called"), assertion.tool_not_called
+    if assertion.tool_sequence is not None:
+        for k, name in enumerate(assertion.tool_sequence.tools):
+            yield (*base, "tool_sequence", "tools", k), name
 
 
 def _callable(
