@@ -7,6 +7,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
+from fim.build.compile import compile_project
+from fim.errors import ConfigError
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -18,3 +23,10 @@ def eval_project(root: Path, *, demo: bool = True) -> Path:
         shutil.copy(REPO / "agents" / "demo.yaml", root / "agents" / "demo.yaml")
         shutil.copy(REPO / "evals" / "demo.script.yaml", root / "evals" / "demo.script.yaml")
     return root
+
+
+def problems(root: Path) -> list[str]:
+    """The problems compiling the project at `root` reports, one line each."""
+    with pytest.raises(ConfigError) as caught:
+        compile_project(root)
+    return [str(p) for p in caught.value.problems]

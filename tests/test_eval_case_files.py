@@ -9,14 +9,13 @@ import os
 from pathlib import Path
 
 import pytest
-from eval_projects import eval_project
+from eval_projects import eval_project, problems
 from typer.testing import CliRunner
 
 from fim.build.compile import compile_project
 from fim.cli import app
 from fim.config.export import json_schema
 from fim.config.loader import load
-from fim.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -34,12 +33,6 @@ def project(tmp_path: Path) -> Path:
     (root / "evals" / "math.yaml").write_text("agent: demo\ncases: cases.csv\n")
     (root / "evals" / "cases.csv").write_text(CSV)
     return root
-
-
-def problems(root: Path) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        compile_project(root)
-    return [str(p) for p in caught.value.problems]
 
 
 def run(*args: str) -> tuple[int, str]:

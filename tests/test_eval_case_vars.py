@@ -10,15 +10,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from eval_projects import eval_project
+from eval_projects import eval_project, problems
 from typer.testing import CliRunner
 
-from fim.build.compile import compile_project
 from fim.build.eval_checks import case_input_problems
 from fim.build.snapshot import Snapshot
 from fim.cli import app
 from fim.config.schema import AgentDecl, EvalCase, EvalSuite, Project
-from fim.errors import ConfigError
 from fim.eval.runner import EvalRunner
 
 REPO = Path(__file__).resolve().parent.parent
@@ -29,12 +27,6 @@ PCNT = "input: 'pcnt' is undefined (did you mean 'pct'? the case's vars: pct, to
 def project(tmp_path: Path) -> Path:
     """The offline demo agent (scripted model, calculator) with room for eval suites."""
     return eval_project(tmp_path / "p")
-
-
-def problems(root: Path) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        compile_project(root)
-    return [str(p) for p in caught.value.problems]
 
 
 def test_validate_reports_an_undefined_var_of_a_csv_row_at_its_input_cell(project: Path):

@@ -10,13 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from eval_projects import eval_project
+from eval_projects import eval_project, problems
 from typer.testing import CliRunner
 
 from fim.build.compile import compile_project
 from fim.cli import app
 from fim.config.schema import Assertion
-from fim.errors import ConfigError
 from fim.eval.assertions import Observed, check
 
 SEEN = Observed(output="\n  The capital of France is Paris.")
@@ -77,12 +76,6 @@ CSV = (
 def project(tmp_path: Path) -> Path:
     """The offline demo agent (a scripted model: a calculator call, then the answer 391)."""
     return eval_project(tmp_path / "p")
-
-
-def problems(root: Path) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        compile_project(root)
-    return [str(p) for p in caught.value.problems]
 
 
 def test_promptfoo_spellings_in_csv_cells_are_these_assertions(project: Path) -> None:
