@@ -90,3 +90,26 @@ def test_a_settings_file_that_is_not_plain_json_is_left_and_the_setting_printed(
     printed = out.split("for VS Code, add to .vscode/settings.json:\n", 1)[1]
     setting = json.loads(printed[: printed.index("\nnext:")])
     assert ".fim/schema/project.schema.json" in setting["yaml.schemas"]
+
+
+def test_validate_in_a_fresh_clone_says_how_to_write_the_editors_schemas(tmp_path: Path) -> None:
+    """`.vscode/settings.json` is committed, `.fim/` is not: in a clone every YAML file
+    showed "Unable to load schema" and nothing said why. A note (not a warning: `--strict`
+    in CI passes), until the schemas are written."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from fim.cli import app
+
+    made = tmp_path / "made"
+    assert CliRunner().invoke(app, ["init", str(made)]).exit_code == 0
+    shutil.rmtree(made / ".fim")  # what a clone has
+    result = CliRunner().invoke(app, ["validate", "--strict", "--project", str(made)])
+    assert result.exit_code == 0, result.output
+    assert "`fim schema --write .fim/schema` writes it" in result.stderr
+    assert (
+        CliRunner().invoke(app, ["schema", "--write", str(made / ".fim" / "schema")]).exit_code == 0
+    )
+    again = CliRunner().invoke(app, ["validate", "--project", str(made)])
+    assert "fim schema --write" not in again.stderr

@@ -88,6 +88,23 @@ def validate(
         sys.stdout.write("[]\n")
         return
     sys.stdout.write(f"ok: {summary(snapshot)} (snapshot {snapshot.version})\n")
+    _editor_note(snapshot.root)
+
+
+def _editor_note(root: Path) -> None:
+    """A fresh clone has the committed `.vscode/settings.json` that `fim init` wrote but not
+    the schemas it points at (`.fim/` is not in git): every YAML file shows "Unable to load
+    schema" in the editor. A note, not a warning: `--strict` in CI must not fail on it."""
+    settings = root / ".vscode" / "settings.json"
+    try:
+        points = ".fim/schema/" in settings.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return
+    if points and not (root / ".fim" / "schema" / "agent.schema.json").is_file():
+        sys.stderr.write(
+            "note: .vscode/settings.json points at .fim/schema/, which is missing here "
+            "(.fim/ is not in git): `fim schema --write .fim/schema` writes it\n"
+        )
 
 
 def _unavailable_warnings(snapshot: Snapshot) -> list[Problem]:
