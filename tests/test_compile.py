@@ -377,7 +377,10 @@ def test_problems_across_files_come_back_together_sorted(project: Path) -> None:
         "agents/two.yaml",
         "evals/e.yaml",
     ]
-    assert found[2] == ("evals/e.yaml:3:12: threshold: Input should be less than or equal to 1")
+    assert found[2] == (
+        "evals/e.yaml:3:12: threshold: Input should be less than or equal to 1 "
+        "(a fraction: 1.0 is 100%)"
+    )
 
 
 def test_blank_api_base_from_an_unset_variable_means_unset(
