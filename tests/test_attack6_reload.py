@@ -168,3 +168,20 @@ async def test_a_folder_created_while_serving_is_watched_and_its_files_loaded(
     assert [new in paths for paths, _ in fake.calls] == [False, True]
     assert "new" in holder.current.skills
     assert pauses == [], "a new folder is not a failure"
+
+
+async def test_an_edit_made_before_the_first_watches_stand_is_applied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server answers requests before its watcher's watches stand: an edit in that
+    window was never applied. The first batch (a change or the 1 s timeout) recompiles."""
+    root = _project(tmp_path)
+    holder = SnapshotHolder(compile_project(root))
+    before = holder.current.version
+    (root / "agents" / "a.yaml").write_text("description: edited\nmodel: general\n")
+    stop = asyncio.Event()
+    fake = FakeWatcher(stop, lambda: [set()])  # the 1 s timeout: no change seen
+    monkeypatch.setattr(watchfiles, "awatch", fake)
+    await watch(root, holder, stop=stop)
+    assert holder.current.version != before
+    assert holder.current.agents["a"].description == "edited"

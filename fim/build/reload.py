@@ -154,14 +154,15 @@ async def watch(
     limit) is logged and recorded on the holder (`/v1/status`' `last_reload_error`, the dev
     page), and the watcher starts again after `retry_s`, doubling up to `max_retry_s`. A
     folder created or removed starts it again at once on the new set of folders
-    (`watched_folders`). After any restart the project is recompiled once the new watches
-    stand (the first yield, a change or the 1 s timeout), so an edit made while no watch
-    was there is not lost."""
+    (`watched_folders`). After the start and any restart the project is recompiled once the
+    watches stand (the first yield, a change or the 1 s timeout), so an edit made while no
+    watch was there is not lost: a `fim serve` worker answered requests before its watches
+    stood, and an edit in that window was never applied (seen with `--workers 2`)."""
     # deferred: loading watchfiles costs a few ms
     from watchfiles import awatch
 
     delay = retry_s
-    catch_up = False
+    catch_up = True  # the first watches too: a server answers before they stand
     while stop is None or not stop.is_set():
         folders = await asyncio.to_thread(watched_folders, root)
         try:
