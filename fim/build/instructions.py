@@ -29,13 +29,17 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from fim.build.prompt_files import MAX_PROMPT_BYTES, project_loader
+from fim.build.prompt_files import (
+    MAX_PROMPT_BYTES,
+    PROMPT_LINE,
+    mistake_column,
+    project_loader,
+)
 from fim.config import template_guards
 from fim.config.problems import suggest
 from fim.config.template_guards import guarded_environment
@@ -359,32 +363,20 @@ def check_instructions(checker: Any, entry: Entry) -> None:
                 decls.digest.update(f"prompt:{name}\0{read[name]}\0".encode())
     if isinstance(found, InstructionsError):
         at = entry.doc.problem(("instructions",), found.text, found.hint)
-        in_file = _PROMPT_LINE.fullmatch(found.where)
+        in_file = PROMPT_LINE.fullmatch(found.where)
         if in_file is not None and in_file["file"] != "template":  # at the mistake, not the include
             included = f"included from {at.path}:{at.line}"
             hint = f"{found.hint}; {included}" if found.hint else included
             message = f"instructions: {found.message}"
             line = int(in_file["line"])
             at = Problem(
-                in_file["file"], line, _column(read, in_file["file"], line, found), message, hint
+                in_file["file"],
+                line,
+                mistake_column(read.get(in_file["file"], ""), line, found.message),
+                message,
+                hint,
             )
         checker.add(at)
-
-
-def _column(read: dict[str, str], name: str, line: int, error: InstructionsError) -> int:
-    """Where on `line` of prompt file `name` the name the error quotes first appears (1 if
-    it cannot be told): an editor's marker on the mistake, not on the line's start."""
-    lines = read.get(name, "").splitlines()
-    if not 0 < line <= len(lines):
-        return 1
-    for quoted in reversed(re.findall(r"'([^']+)'", error.message)):  # 'project' ... 'nme'
-        if quoted in lines[line - 1]:
-            return lines[line - 1].find(quoted) + 1
-    return 1
-
-
-_PROMPT_LINE = re.compile(r"(?P<file>.+) line (?P<line>\d+)")
-"""`_where`'s `prompts/x.md line N`: a problem inside an included prompt file."""
 
 
 def reads_files(agent: AgentDecl) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -117,3 +118,20 @@ def _read(path: Path, refuse: Callable[[str], Exception]) -> tuple[str, int]:
         return raw.decode("utf-8"), st.st_mtime_ns
     except UnicodeDecodeError as exc:
         raise refuse(f"not UTF-8 text (byte {exc.start})") from None
+
+
+PROMPT_LINE = re.compile(r"(?P<file>.+) line (?P<line>\d+)")
+"""Where an instructions error says it is, `prompts/x.md line N`: inside a prompt file."""
+
+
+def mistake_column(text: str, line: int, message: str) -> int:
+    """Where on `line` of a prompt file's `text` the name an error message quotes last
+    appears ('project' has no attribute 'nme': `nme`), so an editor's marker lands on the
+    mistake; 1 when it cannot be told."""
+    lines = text.splitlines()
+    if not 0 < line <= len(lines):
+        return 1
+    for quoted in reversed(re.findall(r"'([^']+)'", message)):
+        if quoted in lines[line - 1]:
+            return lines[line - 1].find(quoted) + 1
+    return 1
