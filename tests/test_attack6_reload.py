@@ -185,3 +185,31 @@ async def test_an_edit_made_before_the_first_watches_stand_is_applied(
     await watch(root, holder, stop=stop)
     assert holder.current.version != before
     assert holder.current.agents["a"].description == "edited"
+
+
+async def test_a_files_edit_reloads_without_walking_the_project_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tree is walked again only when a batch adds or deletes a folder: an edit of a
+    file (the usual save) costs no walk of a large project."""
+    root = _project(tmp_path)
+    holder = SnapshotHolder(compile_project(root))
+    walks: list[Path] = []
+    walk = reload.watched_folders
+
+    def counted(where: Path) -> list[Path]:
+        walks.append(where)
+        return walk(where)
+
+    monkeypatch.setattr(reload, "watched_folders", counted)
+    edited = root / "agents" / "a.yaml"
+
+    def saved() -> list[set[Any]]:
+        edited.write_text("description: saved\nmodel: general\n")
+        return [{(watchfiles.Change.modified, str(edited))}]
+
+    stop = asyncio.Event()
+    monkeypatch.setattr(watchfiles, "awatch", FakeWatcher(stop, saved))
+    await watch(root, holder, stop=stop)
+    assert holder.current.agents["a"].description == "saved"
+    assert len(walks) == 1  # the watcher's start only

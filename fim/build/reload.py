@@ -14,13 +14,14 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fim.build.snapshot import Snapshot
 from fim.errors import ConfigError, Problem
 from fim.observe import record_reload
+from fim.retries import Backoff
 
 log = logging.getLogger("fim.build.reload")
 
@@ -109,6 +110,21 @@ def watched_folders(root: Path) -> list[Path]:
     return folders
 
 
+def _folders_changed(changes: Iterable[tuple[int, str]], folders: list[Path]) -> bool:
+    """Whether a batch added a folder or deleted a watched one (a rename is both): only then
+    is the tree walked again and the watches restarted (`watched_folders`); a file's edit
+    costs no walk of the project."""
+    watched = {str(folder) for folder in folders}
+    for kind, path in changes:
+        if (kind == _DELETED and path in watched) or (kind == _ADDED and os.path.isdir(path)):
+            return True
+    return False
+
+
+_ADDED, _DELETED = 1, 3
+"""watchfiles' `Change.added` and `Change.deleted` (its enum is an int)."""
+
+
 def _watcher_problem(root: Path, exc: Exception, retry_s: float) -> Problem:
     """The failure as a problem for `/v1/status`, at the file it names when there is one."""
     where = "."
@@ -161,7 +177,8 @@ async def watch(
     # deferred: loading watchfiles costs a few ms
     from watchfiles import awatch
 
-    delay = retry_s
+    backoff = Backoff(attempts=0, first=retry_s, cap=max_retry_s)  # `attempts`: unbounded
+    failed = 0
     catch_up = True  # the first watches too: a server answers before they stand
     while stop is None or not stop.is_set():
         folders = await asyncio.to_thread(watched_folders, root)
@@ -179,16 +196,18 @@ async def watch(
             )
             async with contextlib.aclosing(batches):  # a restart drops the old watches now
                 async for changes in batches:
-                    delay = retry_s  # it runs: the next failure starts the backoff over
+                    failed = 0  # it runs: the next failure starts the backoff over
                     if changes or catch_up:
                         catch_up = False
                         await reload_once(root, holder)
-                    if changes and await asyncio.to_thread(watched_folders, root) != folders:
+                    if _folders_changed(changes, folders):
                         catch_up = True
                         break
                 else:
                     return  # `stop` was set
         except Exception as exc:
+            failed += 1
+            delay = backoff.delay(failed)
             holder.fail([_watcher_problem(root, exc, delay)])
             log.error(
                 "hot reload stopped, restarting in %g s: %s: %s",
@@ -198,5 +217,4 @@ async def watch(
                 exc_info=not isinstance(exc, OSError),
             )
             await _pause(delay, stop)
-            delay = min(delay * 2, max_retry_s)
             catch_up = True
