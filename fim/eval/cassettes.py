@@ -85,13 +85,18 @@ def request_key(
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def tool_key(name: str, arguments: dict[str, Any], occurrence: int, masker: Masker) -> str:
-    """The key of a tool call's result: its target's name and masked arguments (canonical
-    JSON), and which occurrence of that same call in the case run it is (0, 1, ...), so
-    repeated identical calls replay their results in order."""
-    payload = {"tool": name, "arguments": masker.value(arguments), "occurrence": occurrence}
-    text = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str)
-    return "tool:" + hashlib.sha256(text.encode()).hexdigest()[:24]
+def tool_call(name: str, arguments: dict[str, Any], masker: Masker) -> str:
+    """A tool call as canonical JSON: its target's name and masked arguments (the same
+    call, whatever secret it carries, is the same text: CI replays with its own keys)."""
+    return json.dumps(
+        [name, masker.value(arguments)], sort_keys=True, ensure_ascii=False, default=str
+    )
+
+
+def tool_key(call: str, occurrence: int) -> str:
+    """The key of a tool call's result: the call (`tool_call`) and which occurrence of it
+    in the case run it is (0, 1, ...), so repeated identical calls replay in order."""
+    return "tool:" + hashlib.sha256(f"{occurrence}:{call}".encode()).hexdigest()[:24]
 
 
 def slug(name: str) -> str:

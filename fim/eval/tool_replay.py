@@ -8,7 +8,8 @@ connector actions and the `connector`/`database`/`mcp` fronts, MCP and Python to
 delegate's calls, a workflow's tool, connector, database and MCP nodes) passes here:
 
 - `record`: the call runs and its result is stored in the cassette, masked, under
-  `tool_key(target, target arguments, occurrence)` (the target: what a meta-tool runs).
+  `tool_key(tool_call(target, target arguments), occurrence)` (the target: what a
+  meta-tool runs).
 - `replay`: a recorded result is returned and nothing runs. A call with no recorded result
   runs only when the tool is pure (`metadata["pure"]`, set on the builtins that touch no
   network, file, process or state); otherwise it is not run, the model is told so, and
@@ -21,13 +22,12 @@ The tools that only steer the run itself (`ORCHESTRATING`) always run: what they
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from fim.errors import RunError
-from fim.eval.cassettes import Cassette, CassetteMiss, tool_key
+from fim.eval.cassettes import Cassette, CassetteMiss, tool_call, tool_key
 from fim.tools.registry import Run, wrapping_tools
 from fim.tools.view import prepare_view, view_of
 from fim.types import Tool, ToolResult
@@ -63,12 +63,10 @@ class ToolTape:
             return await run()
         target, target_args = await _target(name, arguments, tool)
         masker = self.cassette.masker
-        same = json.dumps(
-            [target, masker.value(target_args)], sort_keys=True, ensure_ascii=False, default=str
-        )
-        occurrence = self.seen.get(same, 0)
-        self.seen[same] = occurrence + 1
-        key = tool_key(target, target_args, occurrence, masker)
+        call = tool_call(target, target_args, masker)
+        occurrence = self.seen.get(call, 0)
+        self.seen[call] = occurrence + 1
+        key = tool_key(call, occurrence)
         if self.cassette.mode == "record":
             result = await run()
             await self.cassette.store_tool(key, target, result)
