@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fim import private
+from fim.config.files import write_inside
 from fim.config.schema import McpServer, StdioServer
 from fim.mcp.info import ToolInfo, declaration_key
 
@@ -100,8 +101,6 @@ def store(root: Path, key: str, listing: dict[str, Any]) -> None:
     body = {**listing, "tools": [asdict(t) for t in listing["tools"]]}
     try:
         private.parents(path)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(body, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, path)
+        write_inside(root, path, json.dumps(body, ensure_ascii=False))
     except OSError as exc:  # a read-only checkout still runs, only slower
         log.debug("cannot cache the tools of an MCP server in %s: %s", path, exc)
