@@ -226,15 +226,11 @@ def _decide(
     if after is None or after.status != verb:
         current = after or before
         # deferred: fim.store loads SQLAlchemy (`open_store` above has loaded it by now)
-        from fim.store.approvals import ABANDONED
+        from fim.store.approvals import abandoned
 
-        if current.resolved_by == ABANDONED:
-            fail(
-                f"approval {approval_id} expired: the run that asked for it stopped waiting "
-                "(it was cancelled or its process ended), so nobody would act on a "
-                "decision; nothing was changed",
-                "run the agent again: it asks for a new approval",
-            )
+        gone = abandoned(current)
+        if gone is not None:
+            fail(f"{gone[0]}; nothing was changed", gone[1])
         by = f" by {current.resolved_by}" if current.resolved_by else ""
         fail(f"approval {approval_id} is already {current.status}{by}; nothing was changed")
     if after.kind == "workflow" and queued:

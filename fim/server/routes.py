@@ -14,7 +14,7 @@ from fim.server.bodies import BodyError, DecisionBody, WorkflowRunBody, read_bod
 from fim.server.http import Caller, JSONResponse, caller, error, run_scope, session_owner, sse
 from fim.server.limits import Busy, Slot
 from fim.store import get_store
-from fim.store.approvals import ABANDONED, ReservedData
+from fim.store.approvals import ReservedData, abandoned
 from fim.store.live import recorded
 from fim.store.owners import claimed, may_read
 from fim.workflows.inputs import required
@@ -197,14 +197,9 @@ def approval_handlers(api: Api) -> dict[str, Any]:
 
 def undecidable(approval_id: str, current: Approval) -> JSONResponse:
     """409 for an approval that is no longer pending; an abandoned one says why."""
-    if current.resolved_by == ABANDONED:
-        return error(
-            409,
-            f"approval '{approval_id}' expired: the run that asked for it stopped waiting "
-            "(it was cancelled or its process ended), so nobody would act on a decision",
-            "run the agent again: it asks for a new approval",
-            code="approval_abandoned",
-        )
+    gone = abandoned(current)
+    if gone is not None:
+        return error(409, *gone, code="approval_abandoned")
     return error(409, f"approval '{approval_id}' is already {current.status}")
 
 

@@ -69,6 +69,18 @@ ABANDONED = "nobody: the run that asked stopped waiting"
 """`resolved_by` of an approval whose waiter stopped waiting or ended (`orphaned`)."""
 
 
+def abandoned(approval: Approval) -> tuple[str, str] | None:
+    """(message, hint) for deciding an approval nobody waits for any more (every surface
+    words it so); None for any other approval."""
+    if approval.resolved_by != ABANDONED:
+        return None
+    return (
+        f"approval '{approval.id}' expired: the run that asked for it stopped waiting (it "
+        "was cancelled or its process ended), so nobody would act on a decision",
+        "run the agent again: it asks for a new approval",
+    )
+
+
 def _withdraw(conn: Connection, approval_id: str) -> None:
     approvals = table("approvals")
     conn.execute(
