@@ -12,15 +12,12 @@ Run as `python tests/mcp_servers/bulky.py [--http PORT] [--json]`, as the demo s
 from __future__ import annotations
 
 import argparse
+import contextlib
 from typing import Any
 
 if __name__ == "__main__":  # first: under a test process, a warm process runs this server
-    try:
-        import launch
-    except ImportError:  # a copy of this script elsewhere runs as it is
-        pass
-    else:
-        launch.relay(__file__)
+    with contextlib.suppress(ImportError):  # a copy of this script elsewhere runs as it is
+        __import__("launch").relay(__file__)
 
 import mcp_types as types
 from demo import serve_http

@@ -16,16 +16,13 @@ Run as `python tests/mcp_servers/costly.py DEPTH` (stdio). Its tools:
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Any
 
 if __name__ == "__main__":  # first: under a test process, a warm process runs this server
-    try:
-        import launch
-    except ImportError:  # a copy of this script elsewhere runs as it is
-        pass
-    else:
-        launch.relay(__file__)
+    with contextlib.suppress(ImportError):  # a copy of this script elsewhere runs as it is
+        __import__("launch").relay(__file__)
 
 from mcp.server.mcpserver import MCPServer
 

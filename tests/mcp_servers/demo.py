@@ -12,17 +12,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import os
 import sys
 from collections.abc import Callable
 
 if __name__ == "__main__":  # first: under a test process, a warm process runs this server
-    try:
-        import launch
-    except ImportError:  # a copy of this script elsewhere runs as it is
-        pass
-    else:
-        launch.relay(__file__)
+    with contextlib.suppress(ImportError):  # a copy of this script elsewhere runs as it is
+        __import__("launch").relay(__file__)
 
 import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer

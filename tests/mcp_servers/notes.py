@@ -7,15 +7,12 @@ note, `recall()` answers every note kept so far, one a line, and `pid()` its pro
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 if __name__ == "__main__":  # first: under a test process, a warm process runs this server
-    try:
-        import launch
-    except ImportError:  # a copy of this script elsewhere runs as it is
-        pass
-    else:
-        launch.relay(__file__)
+    with contextlib.suppress(ImportError):  # a copy of this script elsewhere runs as it is
+        __import__("launch").relay(__file__)
 
 from mcp.server.mcpserver import MCPServer
 

@@ -3,15 +3,12 @@ PreToolUse guard must hold against, whatever route the call takes."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 
 if __name__ == "__main__":  # first: under a test process, a warm process runs this server
-    try:
-        import launch
-    except ImportError:  # a copy of this script elsewhere runs as it is
-        pass
-    else:
-        launch.relay(__file__)
+    with contextlib.suppress(ImportError):  # a copy of this script elsewhere runs as it is
+        __import__("launch").relay(__file__)
 
 from mcp.server.mcpserver import MCPServer
 
