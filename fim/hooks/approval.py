@@ -133,12 +133,9 @@ async def ask_human(
     args = mask_value(context.tool_args or {}, run.snapshot.mask)
     tool = context.tool_name
     approval_id, approval = await _find_or_create(store, hook, context, args, reason, timeout)
-    if approval is None:
-        current = await store.get_approval(approval_id)
-        remaining = timeout
-        if current is not None and current.expires_at is not None:
-            remaining = max(0.0, current.expires_at - time.time()) + 0.05
-        approval = await store.wait_approval(approval_id, remaining, poll=poll)
+    if approval is None:  # waits until decided or expired (its deadline ends the wait), and
+        # withdraws it if the run stops waiting first: nothing awaited between the two
+        approval = await store.wait_approval(approval_id, timeout + 0.05, poll=poll)
 
     if approval is not None and approval.status == "approved":
         if not _bound(approval, call_binding(context)):
