@@ -177,12 +177,15 @@ def parse_arguments(name: str, call_id: str, text: Any) -> ToolCall:
 
 
 def parse_usage(usage: Any) -> Usage:
+    """The provider's token counts; a negative count (a broken or hostile gateway) is read
+    as 0, which budgets then estimate (`fim.run.spend`), so it can never lower a day's or a
+    key's spend."""
     if usage is None:
         return Usage()
     return Usage(
-        prompt_tokens=int(_get(usage, "prompt_tokens") or 0),
-        completion_tokens=int(_get(usage, "completion_tokens") or 0),
-        cached_tokens=int(_get(_get(usage, "prompt_tokens_details"), "cached_tokens") or 0),
+        prompt_tokens=max(0, int(_get(usage, "prompt_tokens") or 0)),
+        completion_tokens=max(0, int(_get(usage, "completion_tokens") or 0)),
+        cached_tokens=max(0, int(_get(_get(usage, "prompt_tokens_details"), "cached_tokens") or 0)),
     )
 
 

@@ -17,9 +17,9 @@ from fim.events import Event, RunFinished
 from fim.locks import current_owner
 from fim.observe import watch_run
 from fim.run.auto import resolve_agent
+from fim.run.ledger import Ledger
 from fim.run.plan import build_engine, build_plan
 from fim.run.services import RunContext, Services
-from fim.run.spend import Ledger
 from fim.run.tree import spending
 from fim.types import Message, Model
 
@@ -85,15 +85,23 @@ async def run_agent(
     watch = watch_run(agent=agent.name, run_id=ctx.run_id, snapshot=snapshot, depth=depth)
     on = watch.on if watch is not None else None
     ledger = Ledger(services, agent.name, ctx.run_id, session)
-    with watch or nullcontext(), _owned_by(owner), spending(ctx.spend):
-        async with aclosing(engine.run(input)) as events:  # type: ignore[type-var]
-            async for event in events:
-                if on is not None:  # spans and metrics, when on
-                    on(event)
-                # the run's end: its usage is written before it is passed on
-                if ledger.count(event):
-                    await ledger.finish(event)
-                yield event
+    spend = ctx.spend
+    with watch or nullcontext(), _owned_by(owner), spending(spend):
+        try:
+            async with aclosing(engine.run(input)) as events:  # type: ignore[type-var]
+                async for event in events:
+                    if on is not None:  # spans and metrics, when on
+                        on(event)
+                    # the run's end: its usage is written before it is passed on
+                    if ledger.count(event):
+                        await ledger.finish(event, spend.cut)
+                    yield event
+        except BaseException as exc:  # closed early: what its calls spent still counts
+            status = "error" if isinstance(exc, Exception) else "cancelled"
+            await ledger.closed(status, spend.cut)
+            raise
+        if not ledger.written:  # an engine that ended without `run_finished`
+            await ledger.closed("error", spend.cut)
 
 
 @contextmanager

@@ -11,7 +11,8 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import FimError
-from fim.run.spend import Ledger, metered, run_budgets
+from fim.run.ledger import Ledger
+from fim.run.spend import metered, run_budgets
 from fim.run.tree import start_spend
 from fim.types import ModelResponse, Usage
 
@@ -81,16 +82,20 @@ async def model_run(
     - its calls are metered (`metered`) against every budget of `agent`: per run, per day,
       per `session`, and the key's;
     - what they spent is written to the usage table under `agent.name` and `run_id` when
-      the block ends (`Ledger`): "ok", or "error" when the block raised. A cancelled block
-      writes nothing, as a cancelled agent run does not.
+      the block ends (`Ledger`): "ok", "error" when the block raised, "cancelled" when it
+      was cancelled (what its calls spent counts however the block ends).
 
     Raises RunError before any call when the tree already started `max_runs` runs."""
     spend = start_spend(agent, run_budgets(snapshot, agent), snapshot.project.max_runs)
     ledger = Ledger(services, agent.name, run_id, session)
     counted = _Counted(metered(model, snapshot, agent, services, session, spend), ledger)
     try:
-        yield counted
-    except Exception:
-        await ledger.write("error", counted.usage)
-        raise
-    await ledger.write("ok", counted.usage)
+        try:
+            yield counted
+        except BaseException as exc:
+            status = "error" if isinstance(exc, Exception) else "cancelled"
+            await ledger.write(status, counted.usage + spend.cut if spend.cut else counted.usage)
+            raise
+        await ledger.write("ok", counted.usage)
+    finally:
+        spend.end()

@@ -3,17 +3,22 @@
 about budgets.
 
 Before each call it estimates the prompt with `fim.run.tokens` and refuses the call when
-what the run already spent plus that estimate would pass a limit; after the call it adds the
-provider's count and stops the run when a limit is passed. Both raise `BudgetExceeded`,
-which the engines report as an error event of kind `budget_exceeded` (over HTTP a 402, so
-the OpenAI SDKs do not retry it the way they retry 429s). Daily and session limits add
-what the state store recorded (`fim.store.usage`, written by `Ledger` when a run finishes).
-A cost limit on a model whose price is unknown fails closed: the call is refused, never
-made unmetered.
+what was already spent plus that estimate would pass a limit; it then holds the prompt and
+the most the completion may take in each limit's pool (`fim.run.in_flight`), so calls going
+on at the same time -- parallel requests, the delegates of one turn -- count each other,
+and near a limit sends the call with `max_tokens` cut to the room left. After the call it
+adds the provider's count (fim's own estimate when the provider reports none) and stops the
+run when a limit is passed. Both raise `BudgetExceeded` (`fim.run.limits`), which the
+engines report as an error event of kind `budget_exceeded` (over HTTP a 402, so the OpenAI
+SDKs do not retry it the way they retry 429s). Daily and session limits add what the state
+store recorded (`fim.store.usage`, written by `fim.run.ledger.Ledger` when a run ends,
+however it ends). A cost limit on a model whose price is unknown fails closed: the call is
+refused, never made unmetered.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -21,6 +26,16 @@ from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
 from fim.locks import current_owner
+from fim.run.in_flight import Pool, forget, pool
+from fim.run.limits import (
+    DEFAULT_ALLOWANCE,
+    KEY,
+    WAIT_FOR_ROOM,
+    BudgetExceeded,
+    Limit,
+    Ticket,
+    priced,
+)
 from fim.run.sessions import session_label
 from fim.run.tree import RunSpend, per_run
 from fim.types import ModelResponse, Usage
@@ -28,42 +43,6 @@ from fim.types import ModelResponse, Usage
 if TYPE_CHECKING:
     from fim.config.schema.spend import Budget, Price
     from fim.types import Message, Model, ModelResponse, TextDelta, ToolSpec
-
-
-class BudgetExceeded(RunError):
-    """A run passed one of its spend limits; `usage` is what the refused call spent (zero
-    when it was refused before being made)."""
-
-    kind = "budget_exceeded"
-
-    def __init__(self, message: str, usage: Usage | None = None) -> None:
-        super().__init__(
-            message, hint="raise `budget:` in the agent file or fim.yaml if this is expected"
-        )
-        self.usage = usage or Usage()
-
-
-def priced(usage: Usage, price: Price) -> Usage:
-    """`usage` with its cost recomputed from a fim.yaml price (dollars per million tokens)."""
-    cached = min(usage.cached_tokens, usage.prompt_tokens)
-    cached_price = (
-        price.input_per_mtok if price.cached_input_per_mtok is None else price.cached_input_per_mtok
-    )
-    cost = (
-        (usage.prompt_tokens - cached) * price.input_per_mtok
-        + cached * cached_price
-        + usage.completion_tokens * price.output_per_mtok
-    ) / 1_000_000
-    return usage.model_copy(update={"cost": cost})
-
-
-KEY = "API key"
-"""The label of `server.key_budget`: counted over the runs of the key running now."""
-
-
-def _field(label: str) -> str:
-    """Where the limit a message names is set: `server.key_budget` or a `budget:`."""
-    return "server.key_budget" if label.startswith(KEY) else "budget"
 
 
 class MeteredModel:
@@ -90,23 +69,27 @@ class MeteredModel:
         self.budgets = list(budgets)
         self.price = price
         self.spent = Usage()
+        self.unrecorded: dict[tuple[Any, ...], tuple[Any, Pool, Usage]] = {}
+        """Pools of recorded scopes this run's spend is counted in until its usage row is
+        written (scope -> store, pool, amount): `settle` takes it out then."""
+        self.node.ends.append(self.settle)
 
     def __getattr__(self, name: str) -> Any:  # settings, context_window ... of the inner model
         return getattr(self.inner, name)
 
-    def _estimate_cost(self, tokens: int) -> float | None:
+    def _cost(self, usage: Usage) -> float | None:
         if self.price is not None:
-            return tokens * self.price.input_per_mtok / 1_000_000
+            return priced(usage, self.price).cost
         # deferred: loading fim.config.schema costs hundreds of ms
         from fim.llm import catalog
 
-        return catalog.cost(self.name, Usage(prompt_tokens=tokens))
+        return catalog.cost(self.name, usage)
 
-    async def _limits(self) -> list[tuple[str, str, int | None, float | None, Usage]]:
-        """(label, max tokens, max dollars, spent so far) of every limit: the run's own
-        spend, for daily limits what finished runs spent today plus this run, and for
-        session limits what the session's finished runs spent plus this run."""
-        out: list[tuple[str, str, int | None, float | None, Usage]] = []
+    async def _limits(self) -> list[Limit]:
+        """Every limit a call of this run is held to: the per-run limits of this run and of
+        the runs above it (their trees' spend), and the daily, session and key limits (what
+        the store recorded plus the runs in flight in this process)."""
+        out: list[Limit] = []
         keyed = bool(current_owner.get())  # a run no key started (the CLI, an eval): no key budget
         for node in (*self.node.ancestors(), self.node):  # per-run limits, delegates included
             scope = (
@@ -117,47 +100,48 @@ class MeteredModel:
             for owner, budget in node.budgets:
                 if owner != KEY or keyed:
                     out.append(
-                        (
+                        Limit(
                             f"{owner} budget ({scope})",
                             "",
                             budget.max_tokens,
                             budget.max_cost_usd,
                             node.usage,
+                            node.pool,
                         )
                     )
         for owner, budget in self.budgets:
             if owner == KEY and not keyed:
                 continue
             if budget.daily:
-                today = await self._today(owner)
+                spent, found = await self._recorded(owner, "day")
                 out.append(
-                    (
+                    Limit(
                         f"{owner} budget (today, UTC)",
                         "_per_day",
                         budget.max_tokens_per_day,
                         budget.max_cost_usd_per_day,
-                        today + self.spent,
+                        spent,
+                        found,
                     )
                 )
             if budget.per_session and self.session:
-                before = await self._recorded(owner, "session")
+                spent, found = await self._recorded(owner, "session")
                 out.append(
-                    (
+                    Limit(
                         f"{owner} budget ({session_label(self.session)})",
                         "_per_session",
                         budget.max_tokens_per_session,
                         budget.max_cost_usd_per_session,
-                        before + self.spent,
+                        spent,
+                        found,
                     )
                 )
         return out
 
-    async def _today(self, owner: str) -> Usage:
-        return await self._recorded(owner, "day")
-
-    async def _recorded(self, owner: str, group: str) -> Usage:
+    async def _recorded(self, owner: str, group: str) -> tuple[Usage, Pool]:
         """What the state store recorded for this UTC day or this session, of this agent
-        or (for the project's budget) of every agent. No store fails closed."""
+        or (for the project's budget) of every agent, plus what this process's runs in
+        flight spent there; and that scope's pool. No store fails closed."""
         # deferred: loading fim.masking costs tens of ms
         from fim.store import get_store
         from fim.store.usage import session_spent, spent, utc_day
@@ -171,79 +155,164 @@ class MeteredModel:
             )
         agent = None if owner in ("project", KEY) else self.agent
         store = get_store(self.services)
+        scope: tuple[Any, ...]
         if group == "session":  # a keyed caller's session is its own already
             assert self.session is not None
-            return await session_spent(store, self.session, agent)
-        mine = current_owner.get() if owner == KEY else None
-        return await spent(store, utc_day(time.time()), agent, mine)
+            scope = ("session", self.session[:200], agent)
+        else:
+            mine = current_owner.get() if owner == KEY else None
+            scope = ("day", utc_day(time.time()), agent, mine)
+        if scope in self.unrecorded:
+            found = self.unrecorded[scope][1]
+        else:
+            found = pool(store, *scope)
+            found.users += 1
+            self.unrecorded[scope] = (store, found, Usage())
+        tokens, cost = found.settled_tokens, found.settled_cost
+        if group == "session":
+            assert self.session is not None
+            recorded = await session_spent(store, self.session, agent)
+        else:
+            recorded = await spent(store, scope[1], agent, mine)
+        return recorded + found.since(tokens, cost), found
 
-    async def _before(self, messages: list[Message], tools: list[ToolSpec] | None) -> None:
+    async def _admit(self, messages: list[Message], tools: list[ToolSpec] | None) -> Ticket:
+        """Refuse the call if what was spent plus its prompt would pass a limit; wait while
+        calls in flight hold the room it needs; else hold its prompt and the most its
+        completion may take in every limit's pool, and cap that completion near a limit."""
         # deferred: loading fim.run.tokens costs a few ms
         from fim.run.tokens import count_messages
 
         estimate = count_messages(messages, tools, self.name)
-        for label, per, max_tokens, max_cost, so_far in await self._limits():
-            if max_tokens is not None and so_far.total_tokens + estimate > max_tokens:
+        settings = getattr(self.inner, "settings", None)
+        allowance = getattr(settings, "max_tokens", None) or DEFAULT_ALLOWANCE
+        per_1k = self._cost(Usage(completion_tokens=1000))
+        prompt_cost: float | None = None
+        while True:
+            limits = await self._limits()
+            if prompt_cost is None and any(limit.max_cost is not None for limit in limits):
+                prompt_cost = self._cost(Usage(prompt_tokens=estimate))
+            room, busy = allowance, None
+            for limit in limits:
+                spent_room, left = limit.room(estimate, prompt_cost, per_1k)
+                if spent_room < 1:  # what was spent leaves no room: refused, not waited for
+                    raise BudgetExceeded(limit.refusal(self.name, estimate, prompt_cost))
+                if left < 1:  # the room is held by calls in flight
+                    busy = busy or limit.pool
+                room = min(room, left)
+            if busy is None:
+                break
+            try:  # a call in flight answers (or fails), then the room is counted again
+                await asyncio.wait_for(busy.released(), WAIT_FOR_ROOM)
+            except TimeoutError:
                 raise BudgetExceeded(
-                    f"{label}: {so_far.total_tokens} tokens spent and the next prompt is about "
-                    f"{estimate}, above {_field(label)}.max_tokens{per} {max_tokens}; "
-                    "the model was not called"
-                )
-            if max_cost is not None:
-                cost = self._estimate_cost(estimate)
-                if cost is None:
-                    raise BudgetExceeded(
-                        f"{label} sets a cost limit but the price of model '{self.name}' is "
-                        "unknown; the model was not called (set `price:` on the model in fim.yaml)"
-                    )
-                if (so_far.cost or 0.0) + cost > max_cost:
-                    raise BudgetExceeded(
-                        f"{label}: ${so_far.cost or 0.0:.6f} spent and the next prompt costs "
-                        f"about ${cost:.6f}, above {_field(label)}.max_cost_usd{per} {max_cost}; "
-                        "the model was not called"
-                    )
+                    f"the budget's room for this call is held by {busy.calls} model call(s) in "
+                    f"flight that did not answer within {WAIT_FOR_ROOM:.0f} s; the model was "
+                    "not called"
+                ) from None
+        tokens = estimate + room
+        cost = (prompt_cost or 0.0) + (room * per_1k / 1000 if per_1k else 0.0)
+        pools = list({id(limit.pool): limit.pool for limit in limits}.values())
+        for found in pools:
+            found.hold(tokens, cost)
+        return Ticket(estimate, pools, tokens, cost, room if room < allowance else None)
 
-    async def _after(self, response: ModelResponse) -> ModelResponse:
-        usage = response.usage
-        if self.price is not None:
-            usage = priced(usage, self.price)
-            response = response.model_copy(update={"usage": usage})
+    def _count(self, usage: Usage) -> None:
+        """`usage` was spent by this run: it counts for the run, the runs above it, and
+        (until its usage row is written) for its daily and session limits in flight."""
         self.spent = self.spent + usage
         self.node.add(usage)
-        for label, per, max_tokens, max_cost, so_far in await self._limits():
-            if max_tokens is not None and so_far.total_tokens > max_tokens:
-                raise BudgetExceeded(
-                    f"{label}: {so_far.total_tokens} tokens spent, "
-                    f"above {_field(label)}.max_tokens{per} {max_tokens}",
-                    usage,
-                )
-            if max_cost is not None:
-                if usage.total_tokens and usage.cost is None:
-                    raise BudgetExceeded(
-                        f"{label} sets a cost limit but model '{self.name}' reported no price "
-                        "for its call (set `price:` on the model in fim.yaml)",
-                        usage,
-                    )
-                if (so_far.cost or 0.0) > max_cost:
-                    raise BudgetExceeded(
-                        f"{label}: ${so_far.cost or 0.0:.6f} spent, "
-                        f"above {_field(label)}.max_cost_usd{per} {max_cost}",
-                        usage,
-                    )
+        for scope, (store, found, amount) in self.unrecorded.items():
+            found.usage = found.usage + usage
+            self.unrecorded[scope] = (store, found, amount + usage)
+
+    def _cut(self, ticket: Ticket) -> None:
+        """A call that ended without its count (the caller left, a cancel, an error): the
+        room it held is free, and it counts at its prompt estimate, which the provider may
+        well have charged."""
+        ticket.release()
+        usage = Usage(prompt_tokens=ticket.estimate)
+        usage = usage.model_copy(update={"cost": self._cost(usage)})
+        self._count(usage)
+        self.node.cut = usage if self.node.cut is None else self.node.cut + usage
+
+    def settle(self) -> None:
+        """The run's usage row is written: its spend leaves the in-flight pools."""
+        unrecorded, self.unrecorded = self.unrecorded, {}
+        for scope, (store, found, amount) in unrecorded.items():
+            found.settle(amount)
+            forget(store, scope, found)
+
+    async def _after(self, ticket: Ticket, response: ModelResponse) -> ModelResponse:
+        ticket.release()
+        usage = response.usage
+        if not usage.prompt_tokens and not usage.completion_tokens:
+            usage = self._estimated(ticket, response)
+        elif self.price is not None:
+            usage = priced(usage, self.price)
+        if usage is not response.usage:
+            response = response.model_copy(update={"usage": usage})
+        self._count(usage)
+        for limit in await self._limits():
+            passed = limit.passed(self.name, usage)
+            if passed is not None:
+                raise passed
         return response
+
+    def _estimated(self, ticket: Ticket, response: ModelResponse) -> Usage:
+        """The usage of a call whose endpoint reported none (some self-hosted servers and
+        gateways; a stream whose last chunk never came): fim's own count of the prompt and
+        of the answer, priced, so that a budget never takes such a call for free."""
+        # deferred: loading fim.run.tokens costs a few ms
+        from fim.run.tokens import count_message
+
+        if self.name not in _UNREPORTED:
+            _UNREPORTED.add(self.name)
+            log.warning(
+                "model '%s' reported no token usage; its budgets count fim's estimate", self.name
+            )
+        usage = Usage(
+            prompt_tokens=ticket.estimate,
+            completion_tokens=count_message(response.message, self.name),
+        )
+        return usage.model_copy(update={"cost": self._cost(usage)})
 
     async def complete(
         self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
     ) -> ModelResponse:
-        await self._before(messages, tools)
-        return await self._after(await self.inner.complete(messages, tools, **options))
+        ticket = await self._admit(messages, tools)
+        if ticket.max_tokens is not None:
+            options = {**options, "max_tokens": ticket.max_tokens}
+        try:
+            response = await self.inner.complete(messages, tools, **options)
+        except BaseException:
+            self._cut(ticket)
+            raise
+        return await self._after(ticket, response)
 
     async def stream(
         self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
     ) -> AsyncIterator[TextDelta | ModelResponse]:
-        await self._before(messages, tools)
-        async for item in self.inner.stream(messages, tools, **options):
-            yield await self._after(item) if isinstance(item, ModelResponse) else item
+        ticket = await self._admit(messages, tools)
+        if ticket.max_tokens is not None:
+            options = {**options, "max_tokens": ticket.max_tokens}
+        answered = False
+        try:
+            async for item in self.inner.stream(messages, tools, **options):
+                if isinstance(item, ModelResponse):
+                    answered = True
+                    yield await self._after(ticket, item)
+                else:
+                    yield item
+        finally:
+            if not answered:
+                self._cut(ticket)
+
+
+_UNREPORTED: set[str] = set()
+"""Models already logged as reporting no usage (once each per process)."""
+
+log = logging.getLogger("fim.spend")
 
 
 def metered(
@@ -282,67 +351,3 @@ def run_budgets(snapshot: Any, agent: Any) -> list[tuple[str, Budget]]:
         )
         if budget is not None
     ]
-
-
-class Ledger:
-    """Watches a run's events and writes its usage to the state store when it finishes
-    (before `run_finished` is passed on, so a caller that stops reading there loses
-    nothing). A store that cannot be written is logged, never fails the run."""
-
-    def __init__(self, services: Any, agent: str, run_id: str, session: str | None = None) -> None:
-        self.services, self.agent, self.run_id, self.session = services, agent, run_id, session
-        self.calls = 0
-        self.model = ""
-
-    def count(self, event: Any) -> bool:
-        """Take in `event`; True when `finish` must be awaited for it (the run's end, whose
-        usage is written before it is passed on). Every other event is counted without a
-        coroutine: `run_agent` asks this for each of a run's events."""
-        kind = getattr(event, "type", "")
-        if kind == "llm_call":
-            self.called(event.model)
-            return False
-        return kind == "run_finished"
-
-    def called(self, model: str) -> None:
-        """One model call of the run was made (an `llm_call` event, or a call of a run with
-        no engine: `fim.run.model_run`)."""
-        self.calls += 1
-        self.model = self.model or model
-
-    async def see(self, event: Any) -> None:
-        if self.count(event):
-            await self.finish(event)
-
-    async def finish(self, event: Any) -> None:
-        """Write the usage of the run `event` (its `run_finished`) ends, if it spent any."""
-        await self.write(event.status, event.usage)
-
-    async def write(self, status: str, usage: Usage) -> None:
-        """Write the usage of the run, ended with `status`, if it spent any."""
-        if (
-            (self.calls or usage.total_tokens)
-            # a bare Services() (library use, tests) names no project whose store it is;
-            # every fim surface passes the project root
-            and getattr(self.services, "root", None) is not None
-            and getattr(self.services, "record_usage", True)
-        ):
-            # deferred: loading fim.masking costs tens of ms
-            from fim.store import get_store
-            from fim.store.usage import record
-
-            try:
-                await record(
-                    get_store(self.services),
-                    run_id=self.run_id,
-                    agent=self.agent,
-                    model=self.model,
-                    status=status,
-                    calls=self.calls,
-                    usage=usage,
-                    session=self.session,
-                )
-            except Exception:  # accounting must not fail a run whose model calls are done
-                logging.getLogger("fim.usage").exception(
-                    "could not record the usage of run %s", self.run_id
-                )

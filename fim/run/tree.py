@@ -11,13 +11,14 @@ tree is held to the project's `max_runs`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
+from fim.run.in_flight import Pool
 from fim.types import Usage
 
 if TYPE_CHECKING:
@@ -52,6 +53,14 @@ class RunSpend:
     done: bool = False
     """The run ended: a context its `current_spend` leaked into (a stream closed from
     elsewhere) starts new trees, not runs under it."""
+    pool: Pool = field(default_factory=Pool)
+    """What the calls in flight under this run's per-run limits hold reserved (theirs and
+    its delegates'): `fim.run.in_flight`."""
+    cut: Usage | None = None
+    """This run's own calls cut off before the provider's count came (the caller left, a
+    cancel, a failed stream), at their prompt estimate: the run's usage row counts them."""
+    ends: list[Callable[[], None]] = field(default_factory=list)
+    """Called once when the run ends, after its usage is written (`end`)."""
 
     @property
     def root(self) -> RunSpend:
@@ -72,6 +81,14 @@ class RunSpend:
         while node is not None:
             node.usage = node.usage + usage
             node = node.parent
+
+    def end(self) -> None:
+        """The run ended and its usage row is written: what it counted in flight leaves
+        the pools of the limits the store counts (`fim.run.spend.MeteredModel.settle`)."""
+        self.done = True
+        ends, self.ends = self.ends, []
+        for settle in ends:
+            settle()
 
 
 current_spend: ContextVar[RunSpend | None] = ContextVar("fim_run_spend", default=None)
@@ -106,6 +123,6 @@ def spending(node: RunSpend) -> Iterator[None]:
     try:
         yield
     finally:
-        node.done = True
+        node.end()
         with suppress(ValueError):  # closed from another context
             current_spend.reset(token)

@@ -1,0 +1,129 @@
+"""Spend in flight: what the runs going on in this process spent and hold reserved under
+each spend limit, before the state store has recorded it.
+
+A daily, session or key limit compares what the store recorded with the limit; the runs in
+flight are not in the store until they end (`fim.run.spend.Ledger`). Without this, ten
+parallel requests, or ten delegates one turn starts, each checked the limit against the
+finished runs plus their own spend, and together spent ten runs' worth past it. So every
+call a limit holds first reserves, in the limit's `Pool`, its prompt estimate and the most
+its completion may take (`fim.run.spend.MeteredModel`); the call's real count replaces the
+reservation when it answers, and a run's spend leaves the pools when the store has it. A
+call that finds the room held by calls in flight waits for them, instead of failing on what
+they might spend.
+
+The pools are per process: replicas of one project sharing a PostgreSQL store see each
+other's runs when they end, so across replicas a limit can still be passed by what the
+other replicas' calls in flight spend (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+from fim.types import Usage
+
+
+@dataclass(eq=False)
+class Pool:
+    """One limit's scope in this process: spend not yet in the store (`usage`; for a run's
+    own per-run limits, `fim.run.tree.RunSpend.usage` counts instead) and what the calls in
+    flight hold reserved."""
+
+    usage: Usage = field(default_factory=Usage)
+    held_tokens: int = 0
+    held_cost: float = 0.0
+    calls: int = 0
+    """Calls in flight holding a reservation here."""
+    waiting: int = 0
+    """Calls waiting for room held here."""
+    users: int = 0
+    """Runs counting their spend here (`use`, `settle`): the pool is kept while any does."""
+    settled_tokens: int = 0
+    settled_cost: float = 0.0
+    """What runs moved from here to the store so far (`Since` reads what moved while the
+    store was being read)."""
+    _released: asyncio.Event | None = None
+
+    def hold(self, tokens: int, cost: float) -> None:
+        self.held_tokens += tokens
+        self.held_cost += cost
+        self.calls += 1
+
+    def release(self, tokens: int, cost: float) -> None:
+        self.held_tokens -= tokens
+        self.held_cost -= cost
+        self.calls -= 1
+        if self.calls <= 0:  # float sums never come back to exactly zero
+            self.held_tokens, self.held_cost, self.calls = 0, 0.0, 0
+        if self._released is not None:
+            self._released.set()
+            self._released = None
+
+    async def released(self) -> None:
+        """Wait until a call holding room here answers (or fails)."""
+        if self._released is None:
+            self._released = asyncio.Event()
+        self.waiting += 1
+        try:
+            await self._released.wait()
+        finally:
+            self.waiting -= 1
+
+    def settle(self, amount: Usage) -> None:
+        """A run's usage row holding `amount` is written: it leaves the pool."""
+        left = self.usage
+        self.usage = Usage(
+            prompt_tokens=left.prompt_tokens - amount.prompt_tokens,
+            completion_tokens=left.completion_tokens - amount.completion_tokens,
+            cached_tokens=left.cached_tokens - amount.cached_tokens,
+            cost=None if left.cost is None else left.cost - (amount.cost or 0.0),
+        )
+        self.settled_tokens += amount.total_tokens
+        self.settled_cost += amount.cost or 0.0
+        self.users -= 1
+
+    def since(self, tokens: int, cost: float) -> Usage:
+        """What is unrecorded now plus what was settled since `settled_tokens` and
+        `settled_cost` read `tokens` and `cost`: a store read begun then may have missed
+        those rows (counted twice at worst, never missed)."""
+        moved = Usage(prompt_tokens=self.settled_tokens - tokens)
+        if self.settled_cost != cost:
+            moved = moved.model_copy(update={"cost": self.settled_cost - cost})
+        return self.usage + moved
+
+
+_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Any, ...], Pool]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per event loop (a pool's waiters wake on its loop), the pools of the daily and session
+limits of each state store (by its URL: every `Services` of the process shares them)."""
+
+
+def pool(store: Any, *scope: Any) -> Pool:
+    """The pool of one recorded scope of `store`: ("day", day, agent, owner) or ("session",
+    session, agent), with None for "every agent" or "every key"."""
+    loop = asyncio.get_running_loop()
+    pools = _pools.get(loop)
+    if pools is None:
+        pools = _pools[loop] = {}
+    key = (store.url, *scope)
+    found = pools.get(key)
+    if found is None:
+        found = pools[key] = Pool()
+    return found
+
+
+def forget(store: Any, scope: tuple[Any, ...], found: Pool) -> None:
+    """Drop an idle pool (no run counting in it, nothing held, nobody waiting), so a
+    long-lived server does not keep one per session and day forever."""
+    if found.calls == 0 and found.waiting == 0 and found.users <= 0:
+        try:
+            pools = _pools.get(asyncio.get_running_loop())
+        except RuntimeError:  # ended outside a loop (a run finalized by the collector)
+            return
+        key = (store.url, *scope)
+        if pools is not None and pools.get(key) is found:
+            del pools[key]

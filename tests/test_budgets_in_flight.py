@@ -1,0 +1,237 @@
+"""Budgets count the model calls in flight: parallel runs and the delegates of one turn
+hold room under a limit while their calls go, a call near a limit is sent with `max_tokens`
+cut to the room left, a call that finds the room held waits instead of failing, and a run
+that ends any way (cancelled, closed by its caller, failed) leaves its spend in the usage
+table and nothing in the pools."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from fim.build.compile import compile_project
+from fim.events import LLMCall
+from fim.run import in_flight
+from fim.run.agent import run_agent
+from fim.store import Store, get_store
+from fim.store.usage import spent, utc_day
+from fim.testing.model_server import OpenAIStubServer
+from fim.testing.runs import services_for
+from fim.types import Message, ModelResponse, Usage
+
+
+def project(root: Path, fim_yaml: str, agent: str = "model: general\n", script: str = "") -> Any:
+    (root / "agents").mkdir(parents=True, exist_ok=True)
+    (root / "fim.yaml").write_text('name: b\nstate: "sqlite:///.fim/state.db"\n' + fim_yaml)
+    (root / "agents" / "a.yaml").write_text("description: d\n" + agent)
+    if script:
+        (root / "s.yaml").write_text(script)
+    return compile_project(root)
+
+
+async def until(condition: Any) -> None:
+    """Let the loop run until `condition()` holds (a test fails by its own timeout)."""
+    while not condition():
+        await asyncio.sleep(0.001)
+
+
+def usage_rows(root: Path) -> list[dict[str, Any]]:
+    with sqlite3.connect(root / ".fim" / "state.db") as db:
+        db.row_factory = sqlite3.Row
+        return [dict(row) for row in db.execute("SELECT * FROM fim_usage")]
+
+
+def honouring_max_tokens(log: list[dict[str, Any]]) -> Any:
+    """An endpoint that answers 1,000 completion tokens unless `max_tokens` asks fewer, as
+    providers do."""
+
+    def handler(request: dict[str, Any]) -> dict[str, Any]:
+        log.append(request)
+        completion = min(1000, request.get("max_tokens") or 1000)
+        return {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "stub",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "length" if completion < 1000 else "stop",
+                    "message": {"role": "assistant", "content": "y"},
+                }
+            ],
+            "usage": {"prompt_tokens": 20, "completion_tokens": completion},
+        }
+
+    return handler
+
+
+def test_ten_parallel_runs_spend_no_more_than_the_daily_limit(tmp_path: Path) -> None:
+    """Ten runs at once under a 3,000-token day, each answer 1,000 tokens unless capped:
+    before, each checked the day against the finished runs and spent 10,200 tokens in
+    all; now the calls hold room for each other and the last ones are capped or refused,
+    so the day ends at its limit, give or take how far each prompt's estimate was off (the
+    endpoint counts 20 prompt tokens where fim estimates a few less)."""
+    requests: list[dict[str, Any]] = []
+    with OpenAIStubServer(handler=honouring_max_tokens(requests)) as stub:
+        snapshot = project(
+            tmp_path,
+            f"models: {{general: {{model: openai/stub, api_base: '{stub.base_url}'}}}}\n"
+            "budget: {max_tokens_per_day: 3000}\n",
+        )
+
+        async def go() -> list[str]:
+            services = services_for(snapshot)
+            try:
+
+                async def one() -> str:
+                    status = ""
+                    async for event in run_agent(snapshot, "a", "hi", services=services):
+                        status = getattr(event, "status", status)
+                    return status
+
+                return await asyncio.gather(*(one() for _ in range(10)))
+            finally:
+                await services.aclose()
+
+        statuses = asyncio.run(go())
+    day = asyncio.run(_spent_today(tmp_path))
+    assert day <= 3000 + 10 * 20, day
+    assert statuses.count("ok") >= 2
+    assert "error" in statuses  # the day is spent: the rest are refused, not made
+    capped = [r["max_tokens"] for r in requests if "max_tokens" in r]
+    assert capped and all(cap < 3000 for cap in capped)
+
+
+def test_far_from_a_limit_no_max_tokens_is_sent(tmp_path: Path) -> None:
+    requests: list[dict[str, Any]] = []
+    with OpenAIStubServer(handler=honouring_max_tokens(requests)) as stub:
+        snapshot = project(
+            tmp_path,
+            f"models: {{general: {{model: openai/stub, api_base: '{stub.base_url}'}}}}\n"
+            "budget: {max_tokens_per_day: 1000000}\n",
+        )
+
+        async def go() -> None:
+            services = services_for(snapshot)
+            try:
+                async for _ in run_agent(snapshot, "a", "hi", services=services):
+                    pass
+            finally:
+                await services.aclose()
+
+        asyncio.run(go())
+    assert len(requests) == 1 and "max_tokens" not in requests[0]
+
+
+class Gated:
+    """A model whose calls answer when the test lets them, 100 tokens each."""
+
+    name = "gated"
+
+    def __init__(self) -> None:
+        self.started: list[int] = []
+        self.options: list[dict[str, Any]] = []
+        self.gates: list[asyncio.Event] = []
+
+    async def complete(
+        self, messages: list[Message], tools: Any = None, **options: Any
+    ) -> ModelResponse:
+        gate = asyncio.Event()
+        self.gates.append(gate)
+        self.started.append(len(self.started))
+        self.options.append(options)
+        await gate.wait()
+        return ModelResponse(
+            message=Message(role="assistant", content="done"),
+            usage=Usage(prompt_tokens=20, completion_tokens=80),
+        )
+
+    def stream(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - not streamed
+        raise NotImplementedError
+
+
+def test_a_call_whose_room_is_held_waits_for_the_call_in_flight_then_goes(
+    tmp_path: Path,
+) -> None:
+    """The first call holds all of a 3,000-token day (it could answer that much); the
+    second run's call waits for it instead of failing, and goes once the first answered
+    100 tokens, capped to what the day has left."""
+    snapshot = project(
+        tmp_path,
+        "budget: {max_tokens_per_day: 3000}\n",
+        agent="model: scripted:s.yaml\n",
+        script="- text: unused\n",
+    )
+    model = Gated()
+
+    async def go() -> list[str]:
+        services = services_for(snapshot)
+        try:
+
+            async def one() -> str:
+                status = ""
+                async for event in run_agent(snapshot, "a", "hi", services=services, model=model):
+                    status = getattr(event, "status", status)
+                return status
+
+            first = asyncio.create_task(one())
+            await until(lambda: len(model.started) == 1)
+            second = asyncio.create_task(one())
+            store = get_store(services)
+            day = in_flight.pool(store, "day", utc_day(time.time()), None, None)
+            await until(lambda: day.waiting == 1)
+            assert len(model.started) == 1  # waiting, not called and not refused
+            model.gates[0].set()
+            await until(lambda: len(model.started) == 2)
+            model.gates[1].set()
+            return [await first, await second]
+        finally:
+            await services.aclose()
+
+    assert asyncio.run(go()) == ["ok", "ok"]
+    first_cap, second_cap = (o.get("max_tokens") for o in model.options)
+    assert first_cap is not None and 2900 < first_cap < 3000
+    assert second_cap is not None and 2800 < second_cap < 3000 - 100
+
+
+def test_a_run_its_caller_leaves_is_recorded_cancelled_and_leaves_no_pool(tmp_path: Path):
+    snapshot = project(
+        tmp_path,
+        "budget: {max_tokens_per_day: 100000}\n",
+        agent="model: scripted:s.yaml\ntools: [calculator]\n",
+        script="- tool_calls: [{name: calculator, arguments: {expression: '1+1'}}]\n- text: two\n",
+    )
+
+    async def go() -> int:
+        services = services_for(snapshot)
+        paid = 0
+        try:
+            events = run_agent(snapshot, "a", "hi", services=services)
+            async for event in events:
+                if isinstance(event, LLMCall):
+                    paid = event.usage.total_tokens
+                    break
+            await events.aclose()
+            pools = in_flight._pools.get(asyncio.get_running_loop(), {})
+            assert not pools, pools  # the run's spend left the pools with its usage row
+        finally:
+            await services.aclose()
+        return paid
+
+    paid = asyncio.run(go())
+    rows = usage_rows(tmp_path)
+    assert [(r["status"], r["prompt_tokens"] + r["completion_tokens"]) for r in rows] == [
+        ("cancelled", paid)
+    ]
+
+
+async def _spent_today(root: Path) -> int:
+    store = Store("sqlite:///.fim/state.db", root=root)
+    try:
+        return (await spent(store, utc_day(time.time()))).total_tokens
+    finally:
+        store.close()
