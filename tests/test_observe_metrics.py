@@ -3,14 +3,19 @@ own exposition parser."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import AsyncIterator
+
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from test_observe_tracing import project
 
 from fim.build.compile import compile_project
 from fim.build.reload import SnapshotHolder, reload_once
+from fim.events import Event, LLMCall, RunFinished, RunStarted
 from fim.server.app import create_app
 from fim.testing.server import ServerThread
+from fim.types import Usage
 
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -141,3 +146,87 @@ def test_on_a_keyed_server_the_metrics_are_an_operators(tmp_path):
         assert tenant.status_code == 403 and "operator key" in tenant.json()["error"]["message"]
         ops = httpx.get(f"{srv.url}/metrics", headers={"Authorization": "Bearer ops-k3y"})
         assert ops.status_code == 200 and "fim_runs" in ops.text
+
+
+async def counted(agent: str, *events: Event) -> list[Event]:
+    """`events` as one run's stream, read through that run's metrics watch (`RunCounter`),
+    as `fim serve` reads a run's events; what the reader got."""
+    from fim.observe import watched
+    from fim.observe.metrics import RunCounter
+
+    async def stream() -> AsyncIterator[Event]:
+        for event in events:
+            yield event
+
+    return [event async for event in watched(stream(), RunCounter(agent))]
+
+
+async def test_a_negative_token_count_from_an_endpoint_counts_nothing_and_fails_no_run():
+    """Prometheus counters raise on a negative amount: an endpoint answering
+    `prompt_tokens: -100000` made the served run a 500. The count is the endpoint's own
+    number, so a negative one counts nothing; the rest of the run is counted as usual."""
+    from fim.observe.metrics import METRICS
+
+    get = METRICS.registry.get_sample_value
+    tokens = {"agent": "neg", "model": "gw"}
+    before = get("fim_tokens_total", {**tokens, "direction": "input"}) or 0.0
+    call = LLMCall(
+        model="gw", iteration=1, usage=Usage(prompt_tokens=-100000, completion_tokens=5, cost=-1)
+    )
+    events = (RunStarted(agent="neg", input="hi"), call, RunFinished(output="hi"))
+    assert await counted("neg", *events) == list(events)
+    assert get("fim_tokens_total", {**tokens, "direction": "input"}) == before
+    assert get("fim_tokens_total", {**tokens, "direction": "output"}) == 5
+    assert not get("fim_cost_usd_total", tokens)
+    assert get("fim_runs_total", {"agent": "neg", "outcome": "ok"}) == 1
+
+
+async def test_an_observer_that_fails_never_fails_the_run_and_is_logged_once(monkeypatch, caplog):
+    """A bug in counting (here every event raises) is the metrics' loss, not the run's:
+    every event still reaches the reader, and one traceback is logged, not one per event
+    or per run."""
+    from fim.observe import metrics
+
+    def broken(*args: object) -> None:
+        raise ValueError("counting is broken")
+
+    monkeypatch.setattr(metrics.METRICS, "on", broken)
+    monkeypatch.setattr(metrics, "_logged", False)
+    events = (RunStarted(agent="b", input="hi"), RunFinished(output="hi"))
+    with caplog.at_level(logging.ERROR, logger="fim.observe"):
+        assert await counted("b", *events) == list(events)
+        assert await counted("b", *events) == list(events)
+    failures = [r for r in caplog.records if "counting" in r.getMessage()]
+    assert len(failures) == 1 and failures[0].exc_info is not None
+
+
+async def test_made_up_tool_names_share_one_label_and_real_tools_keep_theirs(tmp_path):
+    """A tool the agent does not have is counted as `unknown` (and takes no label slot),
+    also past a turn's call limit, where the engine refuses calls by count; a real tool
+    the model calls keeps its name, even when the slots are all taken by then."""
+    from fim.observe.metrics import MAX_TOOL_LABELS, Metrics
+    from fim.testing.runs import run_events
+
+    made_up = ", ".join(f"{{name: made_up_{i}, arguments: {{}}}}" for i in range(40))
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "fim.yaml").write_text('name: t\nstate: "sqlite:///.fim/state.db"\n')
+    (tmp_path / "agents/a.yaml").write_text(
+        "description: d\nmodel: scripted:s.yaml\ntools: [calculator]\n"
+    )
+    (tmp_path / "s.yaml").write_text(
+        f"- tool_calls: [{made_up}]\n"
+        "- tool_calls: [{name: calculator, arguments: {expression: '1+1'}}]\n- text: ok\n"
+    )
+    events = await run_events(compile_project(tmp_path), "a", "hi")
+    m = Metrics()
+    blocked: set[str] = set()
+    for event in events:
+        m.on("a", event, blocked)
+    get = m.registry.get_sample_value
+    assert get("fim_tool_calls_total", {"agent": "a", "tool": "unknown", "outcome": "error"}) == 40
+    assert get("fim_tool_calls_total", {"agent": "a", "tool": "calculator", "outcome": "ok"}) == 1
+    full = Metrics()
+    for i in range(MAX_TOOL_LABELS):
+        full.tool_label(f"real_{i}")
+    assert full.tool_label("made_up", real=False) == "unknown"
+    assert full.tool_label("real_7", real=False) == "real_7"  # a real tool's, whoever calls it

@@ -391,9 +391,9 @@ PING_CALL = "{name: connector, arguments: {subcommand: execute, connector: api, 
 
 
 @contextmanager
-def ping_api(root: Path) -> Iterator[list[str]]:
+def ping_api(root: Path, headers: list[dict[str, str]] | None = None) -> Iterator[list[str]]:
     """A local HTTP API the project's `api` connector calls (`ping`); yields the
-    `traceparent` header of every request it receives."""
+    `traceparent` header of every request it receives (all of them into `headers`)."""
     from starlette.applications import Starlette
     from starlette.responses import JSONResponse
     from starlette.routing import Route
@@ -404,6 +404,8 @@ def ping_api(root: Path) -> Iterator[list[str]]:
 
     async def ping(request: Any) -> JSONResponse:
         seen.append(request.headers.get("traceparent", ""))
+        if headers is not None:
+            headers.append(dict(request.headers))
         return JSONResponse({"pong": True})
 
     with serve(Starlette(routes=[Route("/ping", ping)])) as api_url:
@@ -490,6 +492,78 @@ def test_an_unsampled_callers_trace_context_reaches_connector_calls_of_delegated
         assert (version, trace, flags) == ("00", trace_id, "00") and span != "0" * 16
 
 
+def test_a_callers_trace_goes_on_without_its_tracestate_or_baggage(tmp_path, receiver):
+    """A caller with a key continues its trace into a connector's call, and that is all
+    that goes on: its `baggage` (claims about itself: a tenant, a user) and `tracestate`
+    (vendor data) are not fim's to vouch for to the services behind connectors."""
+    import httpx
+
+    from fim.build.reload import SnapshotHolder
+    from fim.server.app import create_app
+    from fim.testing.server import ServerThread
+
+    received: list[dict[str, str]] = []
+    trace_id = "6bf92f3577b34da6a3ce929d0e0e4738"
+    with ping_api(tmp_path, received):
+        (tmp_path / "fim.yaml").write_text(
+            (tmp_path / "fim.yaml").read_text() + "server: {api_keys: [key-a]}\n"
+        )
+        (tmp_path / "s/caller.yaml").write_text(f"- tool_calls: [{PING_CALL}]\n- text: pong\n")
+        (tmp_path / "agents/caller.yaml").write_text(
+            "model: scripted:s/caller.yaml\nconnectors: [api]\n"
+        )
+        app = create_app(SnapshotHolder(compile_project(tmp_path)))
+        with ServerThread(app) as srv:
+            response = httpx.post(
+                f"{srv.url}/v1/agents/caller/runs",
+                json={"input": "ping it"},
+                headers={
+                    "Authorization": "Bearer key-a",
+                    "traceparent": f"00-{trace_id}-00f067aa0ba902b7-01",
+                    "tracestate": "vendor=injected,evil=1",
+                    "baggage": "tenant=other-tenant,user.id=admin",
+                },
+                timeout=30,
+            )
+    assert response.status_code == 200, response.text
+    (sent,) = received
+    assert sent["traceparent"].split("-")[1] == trace_id
+    assert "tracestate" not in sent and "baggage" not in sent
+
+
+def test_only_a_request_whose_key_checks_out_continues_the_callers_trace(tmp_path, receiver):
+    """On a keyed server a caller's `traceparent` is honoured once its key is checked: a
+    request with no key or a wrong one, or to a path anyone may read, is a new trace of
+    fim's own (its SERVER span kept, as the sampler decides), never the one it named."""
+    import httpx
+
+    from fim.build.reload import SnapshotHolder
+    from fim.server.app import create_app
+    from fim.testing.server import ServerThread
+
+    project(tmp_path)
+    (tmp_path / "fim.yaml").write_text(
+        (tmp_path / "fim.yaml").read_text() + "server: {api_keys: [key-a]}\n"
+    )
+    trace_id = "7bf92f3577b34da6a3ce929d0e0e4739"
+    parent = {"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"}
+    with ServerThread(create_app(SnapshotHolder(compile_project(tmp_path)))) as srv:
+        assert httpx.get(f"{srv.url}/v1/runs", headers=parent).status_code == 401
+        wrong = {**parent, "Authorization": "Bearer key-b"}
+        assert httpx.get(f"{srv.url}/v1/agents", headers=wrong).status_code == 401
+        assert httpx.get(f"{srv.url}/healthz", headers=parent).status_code == 200
+        right = {**parent, "Authorization": "Bearer key-a"}
+        assert httpx.get(f"{srv.url}/v1/sessions", headers=right).status_code == 200
+    from fim.observe.tracing import flush
+
+    assert flush()
+    spans = {s.name: s for s in receiver.spans}
+    for name in ("GET /v1/runs", "GET /v1/agents", "GET /healthz"):
+        assert spans[name].trace_id != trace_id and spans[name].parent_id == "", name
+    assert spans["GET /v1/runs"].attributes["http.response.status_code"] == 401
+    assert spans["GET /v1/sessions"].trace_id == trace_id
+
+
 def test_json_log_lines_carry_the_request_trace_and_span_ids(tmp_path, receiver):
     """`--log-format json`: the access line of a traced request is one JSON object whose
     trace_id is the caller's and whose span_id is the server span's."""
@@ -531,6 +605,28 @@ def test_json_log_lines_carry_the_request_trace_and_span_ids(tmp_path, receiver)
     assert "GET /v1/agents" in line["message"]
     (server,) = [s for s in receiver.spans if s.name == "GET /v1/agents"]
     assert line["trace_id"] == trace_id and line["span_id"] == server.span_id
+
+
+def test_a_text_log_line_is_one_line_whatever_its_message_holds():
+    """`fim serve`'s default text log: a message quoting someone else's text (a path, a
+    provider's error) cannot write a second line nor reach the terminal's escape parser;
+    a traceback keeps its lines, its escapes shown."""
+    import logging
+
+    from fim.observe.logs import TextFormatter
+
+    formatter = TextFormatter("%(levelname)s %(name)s: %(message)s")
+    forged = 'GET /x\nINFO fim.access: 10.0.0.9 "POST /v1/a" 200\x1b]0;pwned\x07\r\u2028'
+    record = logging.makeLogRecord({"name": "fim.access", "levelname": "INFO", "msg": forged})
+    line = formatter.format(record)
+    assert line.startswith("INFO fim.access: GET /x\\nINFO fim.access: ")
+    assert not any(ch in line for ch in "\n\r\x1b\x07\u2028")
+    try:
+        raise ValueError("bad\x1b[2J")
+    except ValueError:
+        failed = logging.makeLogRecord({"msg": "failed", "exc_info": sys.exc_info()})
+    text = formatter.format(failed)
+    assert "Traceback" in text and "\n" in text and "\x1b" not in text and "\\x1b[2J" in text
 
 
 def test_serve_log_format_accepts_text_and_json_only():

@@ -83,7 +83,10 @@ class Watch(Protocol):
     """What observes one run: `on` for each of its events, read inline where the run's own
     loop reads them (a generator layer per observer cost more than the spans it built);
     entered before the first event and exited after the last one, with the exception that
-    ended the run (`GeneratorExit` for a stream its reader closed early). Never swallows it."""
+    ended the run (`GeneratorExit` for a stream its reader closed early). Never swallows it,
+    and never raises one of its own: a bug in an observer, or a number it cannot take (an
+    endpoint's negative token count), must not fail the run it watches, so each guards
+    its own work and logs its first failure (`RunSpans.read`, `RunCounter.on`)."""
 
     def on(self, event: Event) -> None: ...
 

@@ -6,33 +6,41 @@ Both are no-ops (and import nothing) unless tracing is configured.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fim.observe import tracing_enabled
 
 
 class TraceContext:
-    """ASGI middleware: a SERVER span per request, child of the caller's `traceparent`,
-    made current so the runs the request starts are its children (built like fim's other
-    spans, `fim.observe.sdk`; the sampler decides here first)."""
+    """ASGI middleware: a SERVER span per request, made current so the runs the request
+    starts are its children (built like fim's other spans, `fim.observe.sdk`; the sampler
+    decides here first).
 
-    def __init__(self, app: Any) -> None:
+    The span continues the caller's W3C `traceparent` only when `trusted(scope)` says the
+    caller is who it claims (`fim serve`: its key checks out): a caller with no key would
+    otherwise choose the trace its span lands in and force it sampled. Anyone else's
+    request is a new trace of fim's, which the sampler decides. What else a caller sends
+    is not fim's to pass on: `baggage` is not read at all (it names a tenant or a user as
+    the caller pleases, and services behind connectors and MCP servers may act on it) and
+    the caller's `tracestate` is dropped (vendor data fim cannot vouch for)."""
+
+    def __init__(self, app: Any, *, trusted: Callable[[Any], bool]) -> None:
         self.app = app
+        self.trusted = trusted
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or not tracing_enabled():
             await self.app(scope, receive, send)
             return
         # deferred: loading opentelemetry costs a few ms
-        from opentelemetry import context, propagate, trace
+        from opentelemetry import context, trace
         from opentelemetry.trace import NonRecordingSpan, SpanKind
 
         # deferred: loading opentelemetry's SDK costs tens of ms, only when tracing is on
         from fim.observe.sdk import OpenSpan, sink
 
-        carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        parent = propagate.extract(carrier)
-        caller = trace.get_current_span(parent).get_span_context()
+        caller = self._caller(scope)
         route = scope.get("path", "")
         name = f"{scope['method']} {route}"
         attributes = {"http.request.method": scope["method"], "url.path": route}
@@ -46,7 +54,8 @@ class TraceContext:
             time.time_ns(),
             attributes,
         )
-        token = context.attach(trace.set_span_in_context(NonRecordingSpan(made), parent))
+        # a context of the span alone: nothing else the caller sent goes on from here
+        token = context.attach(trace.set_span_in_context(NonRecordingSpan(made), context.Context()))
 
         async def sending(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
@@ -61,6 +70,23 @@ class TraceContext:
             context.detach(token)
             if sampled:
                 found.emit(span, time.time_ns())
+
+    def _caller(self, scope: Any) -> Any:
+        """The caller's span context, without its `tracestate`, when it sent a valid
+        `traceparent` and is `trusted`; else the invalid context (a new trace)."""
+        # deferred: loading opentelemetry costs a few ms
+        from opentelemetry.trace import INVALID_SPAN_CONTEXT, SpanContext, get_current_span
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        sent = next((v for k, v in scope["headers"] if k == b"traceparent"), None)
+        if sent is None:  # ASGI header names are lower case
+            return INVALID_SPAN_CONTEXT
+        carrier = {"traceparent": sent.decode("latin-1")}
+        extracted = TraceContextTextMapPropagator().extract(carrier)
+        found = get_current_span(extracted).get_span_context()
+        if not found.is_valid or not self.trusted(scope):
+            return INVALID_SPAN_CONTEXT
+        return SpanContext(found.trace_id, found.span_id, True, found.trace_flags)
 
 
 async def inject_trace_headers(request: Any) -> None:

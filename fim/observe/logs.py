@@ -1,8 +1,13 @@
-"""`fim serve --log-format json`: one JSON object per line, with trace and span ids.
+"""The log lines of `fim serve`: text (the default) or, with `--log-format json`, one JSON
+object per line, with trace and span ids.
 
-Log pipelines (Loki, Elasticsearch, Cloud Logging) join these lines to traces by
+Log pipelines (Loki, Elasticsearch, Cloud Logging) join JSON lines to traces by
 `trace_id`/`span_id`, which come from the span current where the line was logged (the
 request's server span, or the tool call of the run logging it) when tracing is on.
+
+Either way one record is one line: a message quotes what others wrote (a request's path,
+a model's or provider's error text), and a newline in it would write a second, forged
+line, an escape sequence would reach the terminal of whoever watches the log.
 """
 
 from __future__ import annotations
@@ -10,12 +15,40 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
+import re
 from typing import Any
 
 from fim.masking import known
 from fim.observe import tracing_enabled
+from fim.terminal import printable
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+_BREAKS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+"""What a one-line message may not hold: control characters (newlines and tabs too), line
+and paragraph separators, and the bidirectional overrides that reorder what is shown."""
+
+
+def one_line(text: str) -> str:
+    """`text` with every character `_BREAKS` names written as its escape (`\\n`,
+    `\\x1b`): one line, which a terminal shows and never obeys."""
+    if text.isprintable() or not _BREAKS.search(text):
+        return text
+    return _BREAKS.sub(lambda m: m.group(0).encode("unicode_escape").decode(), text)
+
+
+class TextFormatter(logging.Formatter):
+    """The text log line (`%(levelname)s %(name)s: %(message)s`), one line per record
+    whatever its message holds; a traceback keeps its lines, its escapes shown, not
+    obeyed (`fim.terminal.printable`)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return one_line(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:
+        return printable(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:
+        return printable(super().formatStack(stack_info))
 
 
 def trace_ids() -> tuple[str, str] | None:
@@ -66,4 +99,6 @@ def configure(level: str, log_format: str) -> None:
         handler.setFormatter(JsonFormatter())
         logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     else:
-        logging.basicConfig(level=level.upper(), format="%(levelname)s %(name)s: %(message)s")
+        handler = logging.StreamHandler()
+        handler.setFormatter(TextFormatter("%(levelname)s %(name)s: %(message)s"))
+        logging.basicConfig(level=level.upper(), handlers=[handler])

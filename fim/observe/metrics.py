@@ -3,12 +3,13 @@
 The same events the traces come from feed counters and histograms in a registry of fim's
 own (not the global one, so tests and several apps in one process do not collide). Label
 values a model writes (tool names) are capped: a hostile model cannot blow up the series
-count.
+count. Counting never fails a run (`RunCounter`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from typing import Any, Generic, TypeVar
@@ -32,6 +33,14 @@ except ModuleNotFoundError:  # a base install: prometheus-client comes with the 
 MISSING = "metrics need the prometheus-client package (pip install -e '.[otel]' in fim's checkout)"
 
 MAX_TOOL_LABELS = 200
+UNKNOWN_TOOL = "unknown"
+"""The one label of every tool name the run's agent does not have."""
+_REFUSED = ("Error: there is no tool named '", "Error: not run: ")
+"""How the result of a call the engine refused by its name begins: a name the model made
+up (`fim.tools.registry.ToolRegistry.check`) or a call past a turn's limit
+(`fim.engines.tool_turn`), whose name may be made up too. Neither takes a label slot."""
+
+log = logging.getLogger("fim.observe")
 M = TypeVar("M", "Counter", "Gauge", "Histogram")  # names: they may not be installed
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -89,12 +98,18 @@ class Metrics:
         self.c_cost, self.c_tool_calls = Children(self.cost), Children(self.tool_calls)
         self.c_hook_blocks, self.c_active = Children(self.hook_blocks), Children(self.active)
 
-    def tool_label(self, name: str) -> str:
-        """A tool name as a label value: the first MAX_TOOL_LABELS names, then `other`."""
+    def tool_label(self, name: str, real: bool = True) -> str:
+        """A tool name as a label value: the first MAX_TOOL_LABELS names of real tools,
+        then `other`. A name that is not `real` (no tool of the run's agent: a model made
+        it up) is `unknown` unless a real tool already holds it: made-up names, which a
+        model writes as many as it likes, would otherwise fill the slots for good and
+        every real tool after them would be `other`."""
         name = name[:64]
         with self._lock:
             if name in self._tools:
                 return name
+            if not real:
+                return UNKNOWN_TOOL
             if len(self._tools) < MAX_TOOL_LABELS:
                 self._tools.add(name)
                 return name
@@ -106,10 +121,13 @@ class Metrics:
             e: Any = event
             model = e.request_model or e.model
             self.c_model_seconds(model).observe(e.duration_ms / 1000)
-            self.c_tokens(agent, model, "input").inc(e.usage.prompt_tokens)
-            self.c_tokens(agent, model, "output").inc(e.usage.completion_tokens)
-            if e.usage.cost:
-                self.c_cost(agent, model).inc(e.usage.cost)
+            usage = e.usage
+            # an endpoint's own numbers: a negative one (which a counter refuses with an
+            # exception) counts nothing
+            self.c_tokens(agent, model, "input").inc(max(usage.prompt_tokens, 0))
+            self.c_tokens(agent, model, "output").inc(max(usage.completion_tokens, 0))
+            if usage.cost and usage.cost > 0:
+                self.c_cost(agent, model).inc(usage.cost)
         elif kind == "hook":
             e = event
             if e.decision == "block":
@@ -119,7 +137,8 @@ class Metrics:
         elif kind == "tool_result":
             e = event
             outcome = "blocked" if e.call_id in blocked else "error" if e.is_error else "ok"
-            self.c_tool_calls(agent, self.tool_label(e.name), outcome).inc()
+            real = not (e.is_error and e.content.startswith(_REFUSED))
+            self.c_tool_calls(agent, self.tool_label(e.name, real), outcome).inc()
         elif kind == "run_finished":
             e = event
             self.c_runs(agent, e.status).inc()
@@ -163,6 +182,18 @@ def _unavailable() -> Exception:
 METRICS: Metrics = Metrics() if INSTALLED else _Nothing()  # type: ignore[assignment]
 
 
+_logged = False
+
+
+def _failed() -> None:
+    """Log the first failure to count an event, with its traceback; later ones are not
+    logged (a failing event kind would otherwise write a traceback per run)."""
+    global _logged
+    if not _logged:
+        _logged = True
+        log.exception("counting a run's event in the metrics failed; later failures not logged")
+
+
 class RunCounter:
     """Count one run's events; a run that ends without `run_finished` (an exception, a
     cancelled client) counts as `cancelled` or `error`. A `fim.observe.Watch`."""
@@ -179,15 +210,21 @@ class RunCounter:
         return self
 
     def on(self, event: Event) -> None:
-        METRICS.on(self.agent, event, self.blocked)
+        try:
+            METRICS.on(self.agent, event, self.blocked)
+        except Exception:  # counting never fails a run: this event goes uncounted
+            _failed()
         if event.type == "run_finished":
             self.finished = True
 
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
         m, agent = METRICS, self.agent
-        m.c_active(agent).dec()
-        if self.finished:
-            return
-        cancelled = isinstance(exc, GeneratorExit | asyncio.CancelledError)
-        m.c_runs(agent, "cancelled" if cancelled else "error").inc()
-        m.c_run_seconds(agent).observe(time.perf_counter() - self.started)
+        try:
+            m.c_active(agent).dec()
+            if self.finished:
+                return
+            cancelled = isinstance(exc, GeneratorExit | asyncio.CancelledError)
+            m.c_runs(agent, "cancelled" if cancelled else "error").inc()
+            m.c_run_seconds(agent).observe(time.perf_counter() - self.started)
+        except Exception:  # as in `on`: the run's own outcome stands
+            _failed()

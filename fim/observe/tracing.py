@@ -16,13 +16,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from opentelemetry import propagate, trace
+from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.trace import (
     NonRecordingSpan,
     Span,
     SpanContext,
     SpanKind,
 )
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from fim.observe.run_spans import Dropped, RunSpans, trace_scope
 from fim.observe.sdk import OpenSpan, flush, provider, shutdown, sink, tracer
@@ -77,10 +79,16 @@ def current_span() -> Span:
     return trace.get_current_span()
 
 
-def inject(headers: Any) -> None:
-    """Write the W3C `traceparent` (and baggage) of `current_span()` into `headers`."""
+_W3C = TraceContextTextMapPropagator()
 
-    propagate.inject(headers, context=trace.set_span_in_context(current_span()))
+
+def inject(headers: Any) -> None:
+    """Write the W3C `traceparent` of `current_span()` into `headers` (and a `tracestate`
+    only fim's own sampler set: a caller's is dropped where it comes in,
+    `fim.observe.http`). Never baggage, nor what other propagators `OTEL_PROPAGATORS`
+    names: connectors and MCP servers are told which trace a call belongs to, nothing a
+    caller claimed about itself."""
+    _W3C.inject(headers, context=trace.set_span_in_context(current_span(), Context()))
 
 
 _last: tuple[Any, dict[str, Any]] | None = None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -24,6 +24,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
+from starlette.types import Scope
 
 from fim import observe
 from fim.build.reload import SnapshotHolder
@@ -31,7 +32,15 @@ from fim.capabilities import CAPABILITIES
 from fim.run.services import Services
 from fim.server.api import Api
 from fim.server.area import Area, Op
-from fim.server.http import AccessLog, Guard, error
+from fim.server.http import (
+    SEVERAL_KEYS,
+    AccessLog,
+    Guard,
+    checked_key,
+    error,
+    server_keys,
+    unguarded,
+)
 from fim.server.openai_errors import http_error
 
 __all__ = ["AREAS", "Api", "create_app", "load_areas"]
@@ -60,6 +69,22 @@ AREAS = (
 )
 """The route areas the app is assembled from, one file each (`fim.server.area`), in routing
 order (also the order of the OpenAPI document's paths)."""
+
+
+def _key_checks_out(holder: SnapshotHolder) -> Callable[[Scope], bool]:
+    """Whether a request passes `Guard`'s key check, for `TraceContext`: the trace span
+    starts outside `Guard` (the access line of every request, refused ones too, carries
+    its ids), and a caller's `traceparent` is only honoured once its key is checked (paid
+    only by a request that sends one while tracing is on). A public path is nobody's, so
+    never continues a caller's trace."""
+
+    def checks_out(scope: Scope) -> bool:
+        if unguarded(scope["path"]):
+            return False
+        keys = server_keys(holder.current.project.server)
+        return not keys or checked_key(scope, keys) not in (None, SEVERAL_KEYS)
+
+    return checks_out
 
 
 def load_areas(modules: Sequence[str]) -> list[Area]:
@@ -98,7 +123,7 @@ def create_app(
     from fim.observe.http import TraceContext
 
     middleware = [
-        Middleware(TraceContext),
+        Middleware(TraceContext, trusted=_key_checks_out(holder)),
         Middleware(AccessLog),
         Middleware(Guard, holder=holder),
     ]

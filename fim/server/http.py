@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from fim.observe.logs import one_line
 from fim.server.callers import (
     CALLER,
     OPEN,
@@ -93,6 +94,27 @@ def query_int(request: Request, name: str, default: int, low: int, high: int) ->
     return value
 
 
+SEVERAL_KEYS = b"\0several"
+"""`checked_key` of a request with more than one `Authorization` header."""
+
+
+def unguarded(path: str) -> bool:
+    """A path anyone may ask for, key or not: `/healthz` and the page's assets."""
+    return path == "/healthz" or is_public(path)
+
+
+def checked_key(scope: Scope, keys: Any) -> bytes | None:
+    """The key a request presents when it is one of the server's `keys`; `SEVERAL_KEYS`
+    when it sends more than one `Authorization` header; None for none or a wrong one.
+    `Guard` refuses all but the first; the trace middleware asks it too (a caller's trace
+    is continued only once its key checks out)."""
+    sent = [v for k, v in scope["headers"] if k.lower() == b"authorization"]
+    if len(sent) > 1:
+        return SEVERAL_KEYS
+    token = bearer(sent[0].decode("latin-1") if sent else "")
+    return token if one_of(token, keys) else None
+
+
 class Guard:
     """Bearer API keys (constant-time compare), requests a web page sent that this server
     did not ask for (`fim.server.cross_site`), the request body size limit, and a last
@@ -118,7 +140,7 @@ class Guard:
         if scope["type"] == "websocket":  # no route takes one: a new one would be unguarded
             await send({"type": "websocket.close", "code": 1008})
             return
-        if scope["type"] != "http" or scope["path"] == "/healthz" or is_public(scope["path"]):
+        if scope["type"] != "http" or unguarded(scope["path"]):
             await self.app(scope, receive, send)
             return
         settings = self.holder.current.project.server
@@ -128,17 +150,16 @@ class Guard:
             headers.setdefault(name, value)
         me = OPEN
         if keys:
-            sent = [v for k, v in scope["headers"] if k.lower() == b"authorization"]
-            if len(sent) > 1:  # which one counts would be each reader's choice: none does
+            token = checked_key(scope, keys)
+            if token == SEVERAL_KEYS:  # which one counts would be each reader's choice
                 response = error(
                     400,
-                    f"{len(sent)} Authorization headers; a request carries one key",
+                    "several Authorization headers; a request carries one key",
                     "send a single Authorization: Bearer <key>",
                 )
                 await response(scope, receive, send)
                 return
-            token = bearer(sent[0].decode("latin-1") if sent else "")
-            if not one_of(token, keys):
+            if token is None:
                 response = error(
                     401, "missing or invalid API key", "send Authorization: Bearer <key>"
                 )
@@ -218,9 +239,20 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
+def _logged_path(scope: Scope) -> str:
+    """The path as the client sent it (`raw_path`, still percent-encoded), any control
+    character left in it escaped: the decoded path turns `%0A` into a newline, which
+    wrote a second, forged line into the log, and `%1B` into an escape sequence for the
+    terminal of whoever watches it."""
+    raw = scope.get("raw_path")
+    path = raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else scope["path"]
+    return one_line(path)
+
+
 class AccessLog:
     """One line per request on the `fim.access` logger, written when the response ends
-    (a stream's line comes when it closes): method, path, status, duration, bytes."""
+    (a stream's line comes when it closes): method, path as sent, status, duration,
+    bytes."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -250,7 +282,7 @@ class AccessLog:
                 '%s "%s %s" %d %.1f ms %d B',
                 client[0],
                 scope["method"],
-                scope["path"],
+                _logged_path(scope),
                 status,
                 (time.perf_counter() - started) * 1000,
                 size,
