@@ -213,3 +213,24 @@ async def test_a_files_edit_reloads_without_walking_the_project_again(
     await watch(root, holder, stop=stop)
     assert holder.current.agents["a"].description == "saved"
     assert len(walks) == 1  # the watcher's start only
+
+
+async def test_a_log_file_written_inside_the_project_does_not_feed_the_watcher(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`fim serve 2> serve.log` in the project folder: watchfiles logged "1 change
+    detected" at INFO for every batch, and each such line changed the log file again,
+    about 80 lines a second, forever (attack round 8). A log file is never project input,
+    and watchfiles' own chatter stays below the server's INFO."""
+    import logging
+
+    root = _project(tmp_path)
+    holder = SnapshotHolder(compile_project(root))
+    stop = asyncio.Event()
+    fake = FakeWatcher(stop, lambda: [])
+    monkeypatch.setattr(watchfiles, "awatch", fake)
+    await watch(root, holder, stop=stop)
+    keep = fake.calls[0][1]["watch_filter"]
+    assert not keep(watchfiles.Change.modified, str(root / "serve.log"))
+    assert keep(watchfiles.Change.modified, str(root / "agents" / "a.yaml"))
+    assert not logging.getLogger("watchfiles.main").isEnabledFor(logging.INFO)

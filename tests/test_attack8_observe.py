@@ -154,3 +154,40 @@ async def test_tool_names_a_model_invents_do_not_displace_real_tools_in_metrics(
     text = metrics.exposition()[0].decode()
     series = [line for line in text.splitlines() if line.startswith("fim_tool_calls_total")]
     assert any('tool="calculator"' in line for line in series), series
+
+
+def test_a_tenant_sees_its_own_runs_in_the_status_and_not_why_a_reload_failed(tmp_path):
+    """`GET /v1/status` counted every key's runs for any key (a side channel on other
+    tenants' activity) and quoted the project's reload problems (its files) to tenants:
+    a tenant's count is its own and a failed reload is said without its problems; an
+    operator key sees everything."""
+    from fim.errors import Problem
+    from fim.server.callers import key_owner
+
+    write(
+        tmp_path,
+        {
+            "fim.yaml": "name: b\nserver: {api_keys: [key-a, key-b], operator_keys: [op]}\n",
+            "agents/a.yaml": "description: d\nmodel: scripted:a.yaml\n",
+            "a.yaml": "- text: hi\n",
+        },
+    )
+    holder = SnapshotHolder(compile_project(tmp_path))
+    app = create_app(holder)
+    api = app.state.api
+    api.active_runs += 2
+    api.active_by_owner[key_owner(b"key-a")] += 2  # two of key A's runs going on
+    holder.errors = [Problem("agents/a.yaml", 3, 1, "secret-ish detail of the project")]
+    holder.error_at = 1.0
+    with ServerThread(app) as srv:
+
+        def status(key: str) -> dict[str, Any]:
+            got = httpx.get(f"{srv.url}/v1/status", headers={"Authorization": f"Bearer {key}"})
+            assert got.status_code == 200, got.text
+            return got.json()
+
+        a, b, op = status("key-a"), status("key-b"), status("op")
+    assert (a["active_runs"], b["active_runs"], op["active_runs"]) == (2, 0, 2)
+    assert "secret-ish" not in str(a) and "secret-ish" not in str(b)
+    assert a["last_reload_error"]["problems"] == []
+    assert "secret-ish" in op["last_reload_error"]["text"]

@@ -62,9 +62,11 @@ def fim(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
 # --------------------------------------------------------------------------- validate
 
 
-def test_validate_accepts_the_repository_example() -> None:
-    done = fim("validate")
-    assert done.returncode == 0, done.stdout + done.stderr
+def test_validate_accepts_the_repository_example(monkeypatch: pytest.MonkeyPatch) -> None:
+    # in-process (the real command line's validate: the *_through_the_real_cli test below)
+    monkeypatch.chdir(REPO)
+    done = runner.invoke(app, ["validate"])
+    assert done.exit_code == 0, done.output
     [line] = done.stdout.splitlines()
     assert line.startswith("ok: 4 agents, 2 connectors, 2 skills, 2 workflows, 1 hook, ")
     assert "(snapshot " in line
@@ -407,5 +409,6 @@ def test_a_scripted_agent_says_so_to_someone_at_a_terminal(project: Path) -> Non
     assert done.returncode == 0, shown
     script = (project / "agents" / "scripted.yaml").read_text().split("scripted:")[1].split()[0]
     assert shown.startswith(f"note: scripted runs on a scripted model, which replays {script}")
-    piped = fim("run", "scripted", "What is 2+2?", cwd=project)
-    assert piped.returncode == 0 and "scripted model" not in piped.stderr
+    # a pipe (CliRunner's stderr is no terminal either): the answer only, no note
+    piped = runner.invoke(app, ["run", "scripted", "What is 2+2?", "-p", str(project)])
+    assert piped.exit_code == 0 and "scripted model" not in piped.stderr

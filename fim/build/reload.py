@@ -61,11 +61,14 @@ class SnapshotHolder:
 
 
 def _watch_filter(change: object, path: str) -> bool:
+    """Whether a change can matter to the snapshot: not in an ignored folder, not an
+    editor's swap or backup file, not a log file (`fim serve 2> serve.log` inside the
+    project fed the watcher one change per line it wrote)."""
     parts = Path(path).parts
     if any(part in _IGNORED_DIRS for part in parts):
         return False
     name = parts[-1] if parts else ""
-    return not (name.endswith(("~", ".swp", ".tmp", ".pyc")) or name.startswith(".#"))
+    return not (name.endswith(("~", ".swp", ".tmp", ".pyc", ".log")) or name.startswith(".#"))
 
 
 async def reload_once(root: Path, holder: SnapshotHolder) -> bool:
@@ -177,6 +180,9 @@ async def watch(
     # deferred: loading watchfiles costs a few ms
     from watchfiles import awatch
 
+    # watchfiles logs "N changes detected" at INFO for every batch: with the server's log
+    # written to a file inside the project, each such line was a change, forever
+    logging.getLogger("watchfiles").setLevel(logging.WARNING)
     backoff = Backoff(attempts=0, first=retry_s, cap=max_retry_s)  # `attempts`: unbounded
     failed = 0
     catch_up = True  # the first watches too: a server answers before they stand

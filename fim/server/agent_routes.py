@@ -37,7 +37,7 @@ def status_handlers(api: Api) -> dict[str, Any]:
         return JSONResponse({"ok": True})
 
     async def status(request: Request) -> Response:
-        return JSONResponse(status_payload(api))
+        return JSONResponse(status_payload(api, run_scope(request)))
 
     return {"healthz": healthz, "status": status}
 

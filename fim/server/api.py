@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,8 @@ class Api:
         self._sessions: Sessions | None = None
         self.started_at = time.time()
         self.active_runs = 0
+        self.active_by_owner: Counter[str] = Counter()
+        """Runs going on per owner (key hash): what `GET /v1/status` tells a tenant."""
         self.limits = KeyLimiter(lambda: holder.current.project.server.key_limits)
         """Each key's runs going and started this minute (`server.key_limits`)."""
 
@@ -113,6 +116,7 @@ class Api:
         # an MCP call or an A2A task takes it here: over a limit, `Busy` before anything
         slot = self.limits.for_run(owner)
         self.active_runs += 1
+        self.active_by_owner[owner] += 1
         try:
             async for event in run_agent(
                 snapshot,
@@ -138,6 +142,9 @@ class Api:
                 yield event
         finally:
             self.active_runs -= 1
+            self.active_by_owner[owner] -= 1
+            if not self.active_by_owner[owner]:
+                del self.active_by_owner[owner]
             if slot is not None:
                 slot.release()
             status = final.status if final else "cancelled"

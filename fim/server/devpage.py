@@ -51,26 +51,30 @@ CSP = (
 """The page runs only its own script: model output rendered into it cannot run code."""
 
 
-def status_payload(api: Api) -> dict[str, Any]:
-    """The body of `GET /v1/status` and of each event of its stream."""
+def status_payload(api: Api, owner: str | None = None) -> dict[str, Any]:
+    """The body of `GET /v1/status` and of each event of its stream. For a tenant (`owner`,
+    its key's hash: `fim.server.http.run_scope`) the runs going on are its own, and a
+    failed reload is said without its problems: they quote the project's files, an
+    operator's business."""
     h = api.holder
+    failed: dict[str, Any] | None = None
+    if h.errors:
+        failed = {"at": h.error_at, "problems": [], "text": _FAILED_FOR_TENANTS}
+        if owner is None:
+            failed["problems"] = [p.as_dict() for p in h.errors]
+            failed["text"] = "\n".join(str(p) for p in h.errors)
     return {
         "project": h.current.project.name,
         "snapshot": h.current.version,
         "loaded_at": h.current.loaded_at,
         "reloads": h.reloads,
-        "active_runs": api.active_runs,
+        "active_runs": api.active_runs if owner is None else api.active_by_owner[owner],
         "pid": os.getpid(),  # which worker of `fim serve --workers N` answered
-        "last_reload_error": (
-            {
-                "at": h.error_at,
-                "problems": [p.as_dict() for p in h.errors],
-                "text": "\n".join(str(p) for p in h.errors),
-            }
-            if h.errors
-            else None
-        ),
+        "last_reload_error": failed,
     }
+
+
+_FAILED_FOR_TENANTS = "the project's last change failed to load; an operator key sees why"
 
 
 def _page(name: str) -> Response:
@@ -175,7 +179,7 @@ def devpage_handlers(api: Api) -> dict[str, Any]:
 
     async def status_stream(request: Request) -> Response:
         return StreamingResponse(
-            _status_events(api),
+            _status_events(api, run_scope(request)),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -195,7 +199,11 @@ def devpage_handlers(api: Api) -> dict[str, Any]:
 
 
 async def _status_events(
-    api: Api, *, interval: float = 0.25, lifetime: float = STATUS_STREAM_SECONDS
+    api: Api,
+    owner: str | None = None,
+    *,
+    interval: float = 0.25,
+    lifetime: float = STATUS_STREAM_SECONDS,
 ) -> AsyncIterator[bytes]:
     """`event: status` now and whenever the status changes; a comment line every few
     seconds keeps proxies from closing an idle stream."""
@@ -205,7 +213,7 @@ async def _status_events(
     last = ""
     quiet = 0.0
     while loop.time() < end:
-        payload = status_payload(api)
+        payload = status_payload(api, owner)
         text = json.dumps(known().value(payload), ensure_ascii=False)
         if text != last:
             last, quiet = text, 0.0
