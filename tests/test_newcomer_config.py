@@ -215,6 +215,29 @@ def test_an_import_error_found_in_the_data_points_at_its_line_and_column(project
 # ------------------------------------------------------------- every problem in one run
 
 
+def test_a_key_typo_in_one_hook_does_not_hide_a_misspelt_builtin_in_another(
+    project: Path,
+) -> None:
+    """A failed item used to drop the whole `hooks:` list from the checks, so `use:
+    confrim` showed only once `comand:` was fixed: a second round of `fim validate`."""
+    (project / "agents" / "helper.yaml").write_text(
+        "model: general\n"
+        "hooks:\n"
+        "  - use: confrim\n"
+        "  - {event: PreToolUse, matcher: calculator, comand: ./x.sh}\n"
+        "  - {event: PreToolUse, command: ./missing.sh}\n"
+    )
+    code, out, _ = cli("validate")
+    assert code == 1
+    assert out.splitlines() == [
+        "agents/helper.yaml:3:10: unknown builtin hook 'confrim' (did you mean 'confirm'?)",
+        "agents/helper.yaml:4:46: unknown key 'comand' (did you mean 'command'?)",
+        "agents/helper.yaml:5:34: hook command './missing.sh' not found "
+        "(paths are relative to the project root)",
+        "3 problems in 1 file",
+    ]
+
+
 def test_validate_reports_reference_problems_next_to_schema_problems(project: Path) -> None:
     (project / "agents" / "helper.yaml").write_text(
         "model: opneai/gpt-4o\n"

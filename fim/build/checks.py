@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from fim.build.builtin_names import builtin_hook_names, builtin_tool_names, tool_problems
 from fim.build.eval_checks import case_input_problems
 from fim.build.hook_checks import check_hook, check_hook_refs
@@ -18,7 +20,7 @@ from fim.build.model_checks import ROLE_ENV, check_model, check_project
 from fim.build.workflow_checks import check_workflow
 from fim.config.declarations import Declarations, Entry
 from fim.config.problems import suggest
-from fim.config.schema import AgentDecl, EvalSuite, JudgeSpec, ModelSettings
+from fim.config.schema import AgentDecl, EvalSuite, HookSpec, JudgeSpec, ModelSettings
 from fim.config.templates import TemplateChecker
 from fim.errors import Problem
 from fim.schema_check import schema_problem as check_schema
@@ -97,12 +99,27 @@ class Checker:
         partial = self.decls.partial
         for entry in partial["agent"].values():
             self.check_agent(entry)
+            self.check_hook_items(entry)
         for entry in partial["hook"].values():
             check_hook(self, entry, entry.decl, ())
         for entry in partial["workflow"].values():
             check_workflow(self, entry)
         for entry in partial["eval"].values():
             self.check_eval(entry)
+
+    def check_hook_items(self, entry: Entry) -> None:
+        """An agent's `hooks:` list dropped from its partial declaration because one item
+        failed: the items that validate alone are checked all the same, at their own
+        index, so a key typo in one hook does not hide an unknown builtin in another."""
+        items = entry.doc.data.get("hooks") if isinstance(entry.doc.data, dict) else None
+        if not isinstance(items, list) or len(entry.decl.hooks) == len(items):
+            return
+        for i, item in enumerate(items):
+            try:
+                spec = HookSpec.model_validate(item)
+            except (ValidationError, TypeError, ValueError):
+                continue  # its own problem is reported already
+            check_hook(self, entry, spec, ("hooks", i))
 
     # ------------------------------------------------------------------ models
 
