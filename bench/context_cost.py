@@ -191,7 +191,7 @@ def make_databases(root: Path, count: int = 3, tables: int = 30) -> dict[str, Da
 
 def connectors_section() -> list[Row]:
     """5 HTTP connectors x 20 actions and 3 SQLite databases x 30 tables."""
-    from fim.connectors import provide
+    from fim.connectors.provider import provide
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

@@ -273,12 +273,12 @@ def mcp_connections(root: Path) -> list[Any]:
 
 async def assemble(ctx: RunContext, conns: list[Any]) -> Any:
     """`fim.run.assembly.assemble`, with the MCP connections injected instead of started."""
-    import fim.mcp
+    import fim.mcp.provider
 
     async def injected(_: RunContext) -> list[Any]:
         return conns
 
-    fim.mcp.connections_for = injected  # servers are described in-process, not started
+    fim.mcp.provider.connections_for = injected  # servers are described in-process, not started
     return await real_assemble(ctx)
 
 

@@ -32,9 +32,9 @@ from fim.build.compile import compile_project  # noqa: E402
 from fim.build.snapshot import Snapshot  # noqa: E402
 from fim.capabilities import CAPABILITIES  # noqa: E402
 from fim.config.schema import HttpConnector, ToolModes  # noqa: E402
-from fim.connectors import provide as connectors_provide  # noqa: E402
 from fim.connectors.discovery import budget_tokens, discover  # noqa: E402
 from fim.connectors.openapi import import_openapi, load_document  # noqa: E402
+from fim.connectors.provider import provide as connectors_provide  # noqa: E402
 from fim.run.services import Provision, RunContext, Services  # noqa: E402
 from fim.run.skills import provide as skills_provide  # noqa: E402
 from fim.run.tokens import count_tokens  # noqa: E402

@@ -15,7 +15,7 @@ import fim.run.plan
 from fim.build.snapshot import Snapshot
 from fim.capabilities import CAPABILITIES
 from fim.config.schema import AgentDecl, DatabaseConnector, HttpConnector, Project
-from fim.connectors import effective_tool_name, provide, resolve_call_metadata
+from fim.connectors.provider import effective_tool_name, provide, resolve_call_metadata
 from fim.errors import RunError
 from fim.events import HookEvent, RunFinished
 from fim.run.services import RunContext, Services

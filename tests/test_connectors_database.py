@@ -496,8 +496,8 @@ async def test_hooks_see_reads_and_writes_of_a_writable_database_in_every_route(
     statements classified off the event loop before the view."""
     from test_engines_react import ScriptedHooks
 
-    from fim.connectors import database_tools
     from fim.connectors.meta import DatabaseMetaTool
+    from fim.connectors.provider import database_tools
     from fim.engines.react import ReactEngine
     from fim.llm.scripted import ScriptedModel, text, tool_call
     from fim.tools import ToolRegistry

@@ -587,3 +587,26 @@ def test_an_area_module_without_area_or_handler_fails_when_the_app_is_built(
     finally:
         for module in cases:
             sys.modules.pop(module, None)
+
+
+async def test_an_agent_without_connectors_or_servers_loads_neither_area(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every run asks every capability area; the connector and MCP areas answer an agent
+    that declares none without importing their machinery (HTTP clients, database
+    workers, the MCP client), which every `fim run` and `fim eval` paid at start-up."""
+    import fim.connectors
+    import fim.mcp
+    from fim.build.snapshot import Snapshot
+    from fim.config.schema import AgentDecl, Project
+    from fim.run.services import RunContext, Services
+
+    for name in ("fim.connectors.provider", "fim.mcp.provider"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    agent = AgentDecl(name="plain", model="general")
+    snapshot = Snapshot(root=tmp_path, project=Project(name="p"), agents={"plain": agent})
+    ctx = RunContext(snapshot=snapshot, agent=agent, services=Services(root=tmp_path))
+    assert await fim.connectors.provide(ctx) is None
+    assert await fim.mcp.provide(ctx) is None
+    assert "fim.connectors.provider" not in sys.modules
+    assert "fim.mcp.provider" not in sys.modules

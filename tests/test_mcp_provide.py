@@ -25,11 +25,11 @@ from fim.build.compile import compile_project
 from fim.build.snapshot import Snapshot
 from fim.capabilities import CAPABILITIES
 from fim.config.schema import HttpServer
-from fim.mcp import check_live, effective_tool_name, get_manager, provide
 from fim.mcp.connection import ServerConnection
 from fim.mcp.info import ToolInfo
 from fim.mcp.legacy import legacy_tools
 from fim.mcp.meta import SUBCOMMANDS, McpMetaTool
+from fim.mcp.provider import check_live, effective_tool_name, get_manager, provide
 from fim.run.services import RunContext, Services
 from fim.testing.runs import run_events
 from fim.tools.registry import ToolRegistry

@@ -16,9 +16,9 @@ from mcp_servers.harness import DEMO
 from fim.build.compile import compile_project
 from fim.capabilities import CAPABILITIES
 from fim.config.schema import StdioServer
-from fim.mcp import provide
 from fim.mcp.cache import FOLDER, cache_key, load
 from fim.mcp.manager import McpManager
+from fim.mcp.provider import provide
 from fim.run.services import RunContext, Services
 
 

@@ -18,12 +18,12 @@ from typer.testing import CliRunner
 
 from fim.commands.connector import register
 from fim.config.schema import HttpConnector
-from fim.connectors import _actions
 from fim.connectors.discovery import BYTES_PER_TOKEN, discover
 from fim.connectors.http import HttpConnectorClient
 from fim.connectors.http_tool import tool_name
 from fim.connectors.openapi import OpenApiError, dump_yaml, import_openapi, load_document
 from fim.connectors.openapi.schemas import MAX_IMPORT_NODES, MAX_SCHEMA_NODES
+from fim.connectors.provider import _actions
 from fim.run.tokens import count_tokens
 from fim.testing.openapi_specs import generated_spec
 

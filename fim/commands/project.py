@@ -200,7 +200,7 @@ def _live_failures(snapshot: Snapshot, format: Format) -> bool:
     the server's stderr, or why a read-only database's role is refused)."""
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.connectors.database import check_live as check_databases
-    from fim.mcp import check_live
+    from fim.mcp.manager import check_live
 
     results = run_async(check_live(snapshot))
     problems = [

@@ -4,7 +4,7 @@ With many connectors, per-action tool definitions dominate the prompt. The `conn
 `database` meta-tools keep one small definition each; the model discovers details on demand.
 Hooks must still see the *real* target, so each meta-tool offers `call_view(args)` ->
 (`{connector}__{action}`, that action's metadata), which the engine uses for matchers and
-`HookContext.metadata` (and `fim.connectors.resolve_call_metadata` wraps).
+`HookContext.metadata` (and `fim.connectors.provider.resolve_call_metadata` wraps).
 """
 
 from __future__ import annotations

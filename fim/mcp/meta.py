@@ -33,7 +33,7 @@ FULL_SCHEMAS_UP_TO = 20
 def effective_tool_name(tool: Any, args: dict[str, Any] | None) -> str:
     """The tool a call really targets, for hook matchers: `mcp` with `subcommand: call`
     targets `{server}__{tool}`; everything else is itself. `tool` is a name or a Tool
-    (like `fim.connectors.effective_tool_name`)."""
+    (like `fim.connectors.provider.effective_tool_name`)."""
     args = args or {}
     if not isinstance(tool, str):
         resolver = (getattr(tool, "metadata", None) or {}).get("call_view")
