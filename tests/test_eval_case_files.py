@@ -124,8 +124,9 @@ def test_an_agent_suite_needs_an_input_column_and_case_names_stay_unique(project
     assert problems(project) == [
         "evals/cases.csv:1:1: no 'input' column: an agent's case needs its prompt (add an "
         "'input' column; it may use the other columns as {{ column }})",
-        "evals/math.yaml:4:12: duplicate case name 'times' (also at evals/cases.csv:2:1; give "
-        "the rows a 'name' column, or rename one)",
+        # the file has a 'name' column: the hint does not say to add one
+        "evals/math.yaml:4:12: duplicate case name 'times' (also at evals/cases.csv:2:1; "
+        "rename one)",
     ]
 
 

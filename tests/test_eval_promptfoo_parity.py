@@ -203,11 +203,11 @@ def test_k_that_selects_nothing_names_what_it_could_have_meant(tips: Path) -> No
     assert code == 2
     assert (
         "error: no eval cases match -k 'tips/tmes' "
-        "(did you mean 'tips/Times' or 'tips'? suites: math, tips)"
+        "(did you mean 'tips/Times' or 'tips'? suites: math (1 case), tips (1 case))"
     ) in output
     code, output = run("eval", "--project", str(tips), "-k", "zzz")
     assert code == 2
-    assert "error: no eval cases match -k 'zzz' (suites: math, tips)" in output
+    assert "error: no eval cases match -k 'zzz' (suites: math (1 case), tips (1 case))" in output
 
 
 def test_a_tool_default_expect_names_is_checked_once_where_the_suite_writes_it(

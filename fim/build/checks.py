@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from fim.build.builtin_names import builtin_hook_names, builtin_tool_names, tool_problems
-from fim.build.eval_checks import case_input_problems
+from fim.build.eval_checks import case_input_problems, regex_problem, suite_assertions
 from fim.build.hook_checks import check_hook, check_hook_refs
 from fim.build.instructions import check_instructions, reads_files
 from fim.build.model_checks import ROLE_ENV, check_model, check_project
@@ -261,16 +261,16 @@ class Checker:
         for i, case in enumerate(suite.cases):
             for where, message, hint in case_input_problems(case):  # at a CSV row's cell too
                 self.add(entry.doc.problem(("cases", i, *where), message, hint))
-            for j, assertion in enumerate(case.expect):
-                if isinstance(assertion.judge, JudgeSpec):
-                    path = ("cases", i, "expect", j, "judge", "model")
-                    self.check_model(entry, path, assertion.judge.model)
-                if assertion.json_path is not None:
-                    self.check_json_path(
-                        entry,
-                        ("cases", i, "expect", j, "json_path", "path"),
-                        assertion.json_path.path,
-                    )
+        for at, assertion in suite_assertions(suite):  # `default_expect`'s once, not per case
+            if isinstance(assertion.judge, JudgeSpec):
+                self.check_model(entry, (*at, "judge", "model"), assertion.judge.model)
+            if assertion.json_path is not None:
+                path = (*at, "json_path", "path")
+                self.check_json_path(entry, path, assertion.json_path.path)
+            bad = regex_problem(assertion.regex) if assertion.regex is not None else None
+            if bad is not None:
+                hint = "a Python regex: write \\( \\[ \\. \\* \\+ \\? for the character itself"
+                self.add(entry.doc.problem((*at, "regex"), bad, hint))
 
     def check_json_path(self, entry: Entry, path: Path_, text: str) -> None:
         """A JSONPath must parse (`fim.json_paths`: RFC 9535; python-jsonpath loads only

@@ -19,8 +19,9 @@ from typing import Any
 
 from fim.build.builtin_names import is_python_tool
 from fim.build.checks import ROLE_ENV, Checker
-from fim.build.snapshot import Locate, Snapshot, Source
+from fim.build.snapshot import CASE_SOURCE, Locate, Snapshot, Source
 from fim.build.workflow_checks import check_agent_workflows
+from fim.config.case_files import case_lines
 from fim.config.loader import Declarations, find_root, load, mask_problems
 from fim.config.schema import ModelSettings
 from fim.errors import ConfigError, Problem
@@ -59,11 +60,29 @@ def _check_python_tools(snapshot: Snapshot, locate: Locate) -> list[Problem]:
     return check_tools(snapshot, locate, load_module)
 
 
+def _check_eval_python(snapshot: Snapshot, locate: Locate) -> list[Problem]:
+    """Import every `python: module:function` eval assertion's function once
+    (`fim.build.eval_python`), with the module loader of python hooks (a layer up)."""
+    if not any(
+        a.python is not None
+        for suite in snapshot.evals.values()
+        for c in suite.cases
+        for a in c.expect
+    ):
+        return []  # most projects: nothing to import
+    # deferred: the project's python is imported only when the declarations are clean
+    from fim.build.eval_python import check_python_assertions
+    from fim.hooks.python_hooks import load_module
+
+    return check_python_assertions(snapshot, locate, load_module)
+
+
 SNAPSHOT_CHECKS: tuple[SnapshotCheck, ...] = (
     check_agent_workflows,
     _check_hooks,
     _check_eval_tools,
     _check_python_tools,
+    _check_eval_python,
 )
 """Checks that need the whole compiled project (e.g. building every hook once); `locate`
 points into the files. They run only when the checks here found nothing, so a problem is
@@ -149,6 +168,10 @@ def build_snapshot(decls: Declarations) -> Snapshot:
         for name, entry in by_name.items():
             line, col = entry.doc.position(())
             sources[(kind, name)] = Source(entry.doc.path, line, col)
+            if kind == "eval":  # each case's row or entry, for the reports (JUnit file/line)
+                names = [case.name for case in entry.decl.cases]
+                for case, (path, at) in case_lines(entry.doc, names).items():
+                    sources[(CASE_SOURCE, f"{name}/{case}")] = Source(path, at)
 
     def decls_of(kind: str) -> MappingProxyType[str, Any]:
         return MappingProxyType({name: e.decl for name, e in entries[kind].items()})

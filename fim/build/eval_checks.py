@@ -22,15 +22,17 @@ ERROR instead of a traceback halfway through the run.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from fim.build.snapshot import Locate, Snapshot
 from fim.config.problems import suggest
-from fim.config.schema import AgentDecl, EvalCase, EvalSuite
+from fim.config.schema import AgentDecl, Assertion, EvalCase, EvalSuite
 from fim.config.schema.evals import ApprovalAnswers
 from fim.config.templates import PlainRefs, TemplateChecker
 from fim.errors import Problem
+from fim.schema_check import pattern_matches
 
 TargetsOf = Callable[[Snapshot, AgentDecl], Any]
 """`fim.hooks.targets.hook_targets`: (names, servers, behind) of what an agent can call."""
@@ -42,16 +44,41 @@ def _named_tools(suite: EvalSuite) -> Iterator[tuple[Where, str]]:
     """Every tool name the suite's assertions expect, with where it is written: a case's
     own assertions at the case, `default_expect`'s once, where the suite writes them (each
     case holds a copy of them after its own)."""
-    shared = len(suite.default_expect)
-    for j, assertion in enumerate(suite.default_expect):
-        yield from _assertion_tools(("default_expect", j), assertion)
+    for where, assertion in suite_assertions(suite):
+        yield from _assertion_tools(where, assertion)
     for i, case in enumerate(suite.cases):
-        own = case.expect[: len(case.expect) - shared] if shared else case.expect
-        for j, assertion in enumerate(own):
-            yield from _assertion_tools(("cases", i, "expect", j), assertion)
         if isinstance(case.approvals, ApprovalAnswers):
             for k, name in enumerate(case.approvals.approve):
                 yield ("cases", i, "approvals", "approve", k), name
+
+
+def suite_assertions(suite: EvalSuite) -> Iterator[tuple[Where, Assertion]]:
+    """Every assertion of a suite with where it is written: a case's own at the case,
+    `default_expect`'s once, where the suite writes them (each case holds a copy of them
+    after its own, which would report one mistake once per case, at the wrong place)."""
+    shared = len(suite.default_expect)
+    for j, assertion in enumerate(suite.default_expect):
+        yield ("default_expect", j), assertion
+    for i, case in enumerate(suite.cases):
+        own = case.expect[: len(case.expect) - shared] if shared else case.expect
+        for j, assertion in enumerate(own):
+            yield ("cases", i, "expect", j), assertion
+
+
+def regex_problem(pattern: str) -> str | None:
+    """Why a `regex` assertion's pattern cannot run, or None: it runs as the assertion
+    runs it (`fim.eval.assertions`), RE2 first and Python's `re` for what RE2 cannot
+    (lookaround, backreferences), so only a pattern both refuse is a mistake. Found by
+    `fim validate`, not as a failing case after the model was paid for."""
+    if pattern_matches(pattern, "") is not None:
+        return None
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        return f"regex: /{pattern}/ does not compile: {exc}"
+    except (OverflowError, RecursionError, MemoryError) as exc:
+        return f"regex: /{pattern}/ does not compile: {type(exc).__name__}: {exc}"
+    return None
 
 
 def _assertion_tools(base: Where, assertion: Any) -> Iterator[tuple[Where, str]]:

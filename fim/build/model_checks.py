@@ -16,6 +16,7 @@ from fim.config.declarations import Entry
 from fim.config.problems import suggest
 from fim.config.providers import provider_problem
 from fim.config.schema import ModelSettings
+from fim.config.script_files import read_script
 
 if TYPE_CHECKING:
     from fim.build.checks import Checker
@@ -52,7 +53,9 @@ def check_provider(checker: Checker, doc: Any, path: Path_, model: str) -> None:
 
 
 def check_scripted(checker: Checker, doc: Any, path: Path_, model: str) -> None:
-    """A `scripted:` model names a file of the project."""
+    """A `scripted:` model names a file of the project; a file of `replies:` is checked
+    against its schema (`fim.config.script_files`), each problem once however many files
+    name it."""
     file = model.removeprefix("scripted:")
     if not file or not (checker.decls.root / file).is_file():
         checker.add(
@@ -62,6 +65,14 @@ def check_scripted(checker: Checker, doc: Any, path: Path_, model: str) -> None:
                 "give a path relative to the project root",
             )
         )
+        return
+    try:
+        text = (checker.decls.root / file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return  # reported when a run reads it
+    for problem in read_script(text, file.strip().replace("\\", "/"))[1]:
+        if problem not in checker.decls.problems:
+            checker.add(problem)
 
 
 def check_model(checker: Checker, entry: Entry, path: Path_, ref: str | ModelSettings) -> None:

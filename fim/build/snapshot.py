@@ -39,6 +39,10 @@ class Source:
     column: int = 1
 
 
+CASE_SOURCE = "eval_case"
+"""The kind of an eval case's entry in `Snapshot.sources`, named `suite/case` (a suite's
+name is a file's stem: the first `/` ends it)."""
+
 Locate = Callable[[str, str, tuple[str | int, ...]], Source]
 """`locate(kind, name, path)`: where the value at `path` inside a declaration is written
 (`locate("agent", "support", ("hooks", 1))`), for checks that run on a whole snapshot."""
@@ -156,6 +160,10 @@ class Snapshot:
         is the fallback `Locate` for checks run outside a compile)."""
         return self.sources.get((kind, name), Source(path="fim.yaml"))
 
+    def case_source(self, suite: str, case: str) -> Source | None:
+        """Where an eval case is written: its YAML entry, CSV row or JSONL line."""
+        return self.sources.get((CASE_SOURCE, f"{suite}/{case}"))
+
     def mask(self, text: str) -> str:
         """Replace every secret in `text`, in any encoding, with `***`."""
         return self.masker.text(text)
@@ -168,4 +176,4 @@ def _variable(message: str) -> str:
     return parts[1] if len(parts) > 2 else message
 
 
-__all__ = ["ConfigError", "Locate", "Skill", "Snapshot", "Source"]
+__all__ = ["CASE_SOURCE", "ConfigError", "Locate", "Skill", "Snapshot", "Source"]

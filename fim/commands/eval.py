@@ -105,8 +105,9 @@ def eval_command(
     if unknown:
         console.print(
             f"error: unknown eval suite(s): {', '.join(unknown)} "
-            f"(suites: {', '.join(sorted(snapshot.evals)) or 'none'})",
+            f"(suites: {_suites_listed(snapshot.evals)})",
             markup=False,
+            soft_wrap=True,
         )
         raise typer.Exit(2)
 
@@ -201,8 +202,18 @@ def _nothing_selected(snapshot: Any, suites: list[str] | None, patterns: list[st
     meant = f"did you mean {' or '.join(repr(n) for n in close)}? " if close else ""
     return (
         f"no eval cases match -k {' -k '.join(repr(p) for p in patterns)} "
-        f"({meant}suites: {', '.join(sorted(evals)) or 'none'})"
+        f"({meant}suites: {_suites_listed(evals)})"
     )
+
+
+def _suites_listed(evals: Any) -> str:
+    """The suites with how many cases each holds (`math (2 cases), tips (1 case)`): what
+    a `-k` or a suite name could have picked, and how much of it."""
+    listed = []
+    for name in sorted(evals):
+        count = len(evals[name].cases)
+        listed.append(f"{name} ({count} case{'' if count == 1 else 's'})")
+    return ", ".join(listed) or "none"
 
 
 def _check_models(snapshot: Any, models: list[str], suites: list[str], console: Any) -> None:

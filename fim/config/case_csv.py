@@ -13,51 +13,28 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fim.config.problems import suggest
-from fim.config.schema import Assertion
-from fim.config.yamlio import Document, Path_, YamlSyntaxError, parse
+from fim.config.case_cells import approvals, assertion_of
+from fim.config.yamlio import Document, Path_
 from fim.errors import Problem
 
 if TYPE_CHECKING:
     from fim.config.declarations import Declarations
 
-_PROMPTFOO_ONLY = {
-    "javascript": "code in a cell",
-    "python": "code in a cell",
-    "fn": "code in a cell",
-    "similar": "embedding similarity",
-    "levenshtein": "levenshtein",
-    "moderation": "moderation",
-}
-"""promptfoo assertion types fim has no counterpart for: named, rather than read as an
-`equals` of the whole cell."""
-
-_ALIASES = {"llm_rubric": "judge", "is_json": "json_schema"}
-"""promptfoo's spelling of a fim assertion (`-` is read as `_` first)."""
-
-_STRUCTURED = {"json_schema", "json_path"}
-"""Assertions whose value is a mapping: written in the cell as YAML flow, `{path: $.a}`."""
-
-_LISTS = {"contains_any", "contains_all", "icontains_any", "icontains_all"}
-"""Assertions whose value is a list of texts: in a cell, comma-separated as promptfoo reads
-them (`contains-any: Paris, Lyon`; `"Paris, France"` in double quotes keeps its comma)."""
-
-_ITEM = re.compile(r'\s*(?:"([^"]*)"|([^,]*?))\s*(?:,|\Z)')
-"""One text of such a cell: double-quoted, or up to the next comma."""
-
-_PREFIX = re.compile(r"([A-Za-z][A-Za-z0-9_-]*)\s*:(.*)\Z", re.S)
 _EXPECTED = re.compile(r"__expected\d*\Z")
 _NAME_COLUMNS = ("name", "__description")
 
 
 @dataclass
-class _CsvRow(Document):
+class CsvRow(Document):
     """One CSV row as a document: a case's field points at the cell it came from."""
 
     cells: dict[Any, tuple[int, int]] = field(default_factory=dict)
     """`name`, `input`, ("vars", column), ("expect", j) -> (line, column) of the cell."""
     columns: dict[int, str] = field(default_factory=dict)
     """The column of each assertion (`expect` index -> `__expected2`)."""
+    name_column: str | None = None
+    """The file's column that names cases (`name`, `__description`), if it has one: a
+    duplicate name's hint says to fill that cell in, not to add the column."""
 
     def problem(
         self, path: Path_, message: str, hint: str | None = None, key: bool = False
@@ -184,6 +161,7 @@ def csv_rows(
         return []
     header, *rows = records
     columns = _columns(decls, rel, header, workflow)
+    name_column = next((column for kind, column in columns if kind == "name"), None)
     out: list[tuple[dict[str, Any], Document]] = []
     for record in rows:
         line, col = record[0][1], record[0][2]
@@ -198,7 +176,7 @@ def csv_rows(
                 )
             )
             continue
-        row = _CsvRow(path=rel, data=None, root=(line, col))
+        row = CsvRow(path=rel, data=None, root=(line, col), name_column=name_column)
         data: dict[str, Any] = {"name": f"{prefix}row {line}", "vars": {}, "expect": []}
         for (kind, column), (value, at_line, at_col) in zip(columns, record, strict=True):
             if kind == "skip":
@@ -208,12 +186,12 @@ def csv_rows(
                 row.cells[("vars", column)] = (at_line, at_col)
             elif kind == "approvals":
                 if value.strip():
-                    data["approvals"] = _approvals(value)
+                    data["approvals"] = approvals(value)
                     row.cells["approvals"] = (at_line, at_col)
             elif kind == "expect":
                 if not value.strip():
                     continue
-                assertion = _assertion(decls, rel, value, at_line, at_col)
+                assertion = assertion_of(decls, rel, value, at_line, at_col)
                 if assertion is not None:
                     row.cells[("expect", len(data["expect"]))] = (at_line, at_col)
                     row.columns[len(data["expect"])] = column
@@ -221,11 +199,25 @@ def csv_rows(
             elif value.strip() or kind == "input":
                 data[kind] = value.strip() if kind == "name" else value
                 row.cells[kind] = (at_line, at_col)
+                if kind == "input" and not value.strip() and not workflow:
+                    decls.problems.append(empty_input(rel, at_line, at_col))
         if "input" not in data:  # a workflow's inputs are the row's columns
             data["input"] = dict(data["vars"]) if workflow else ""
         row.data = data
         out.append((data, row))
     return out
+
+
+def empty_input(rel: str, line: int, col: int, what: str = "'input' cell") -> Problem:
+    """An agent's case with no prompt: the row would run the model on nothing, and its
+    assertions would judge whatever that gave (a spreadsheet's half-filled row)."""
+    return Problem(
+        rel,
+        line,
+        col,
+        f"empty {what}: the case would run the agent on an empty prompt",
+        "write the prompt (it may use the other columns as {{ column }}), or delete the row",
+    )
 
 
 def _columns(
@@ -292,97 +284,4 @@ def _columns(
     return found
 
 
-def _approvals(cell: str) -> Any:
-    """An `__approvals` cell as the case's `approvals`: `approve`, `deny`, or
-    `approve: save_note, send_mail` (those tools approved, every other call denied)."""
-    text = cell.strip()
-    head, colon, names = text.partition(":")
-    if colon and head.strip().lower() == "approve":
-        return {"approve": [name.strip() for name in names.split(",") if name.strip()]}
-    return text.lower() if text.lower() in ("approve", "deny") else text
-
-
-def _assertion(
-    decls: Declarations, rel: str, cell: str, line: int, col: int
-) -> dict[str, Any] | None:
-    """One `__expected` cell as assertion data: `contains: Paris`, `tool_called: search`,
-    `not-contains: sorry` (promptfoo's spelling), `is-json`; a cell with no known
-    `type:` in front is the exact answer (`equals`), as in promptfoo."""
-    text = cell.strip()
-    fields = list(Assertion.model_fields)
-    if text.replace("-", "_") == "is_json":
-        return {"json_schema": {}}
-    match = _PREFIX.match(text)
-    if match is None:
-        return {"equals": text}
-    key = match[1].lower().replace("-", "_")
-    key = _ALIASES.get(key, key)
-    value = match[2].strip()
-    if key in _PROMPTFOO_ONLY:
-        decls.problems.append(
-            Problem(
-                rel,
-                line,
-                col,
-                f"'{match[1]}' assertions are not supported by fim",
-                "use contains, regex, json_path, tool_called or judge: <rubric>",
-            )
-        )
-        return None
-    if key not in fields:
-        hint = suggest(key, fields)
-        if hint is None or not hint.startswith("did you mean"):
-            return {"equals": text}  # "Answer: 42" is an answer, not an assertion type
-        decls.problems.append(
-            Problem(
-                rel,
-                line,
-                col,
-                f"unknown assertion '{match[1]}'",
-                f"{hint} An exact answer that holds a colon is written 'equals: {text}'",
-            )
-        )
-        return None
-    if key in _STRUCTURED or value.startswith(("{", "[")):
-        try:
-            value = parse(value, rel).data
-        except YamlSyntaxError as exc:
-            decls.problems.append(Problem(rel, line, col, f"{key}: {exc.message}", exc.hint))
-            return None
-    if key in _LISTS and isinstance(value, str):
-        value = _items(value)
-        if not value:
-            decls.problems.append(
-                Problem(
-                    rel,
-                    line,
-                    col,
-                    f"'{match[1]}' names no text to look for",
-                    f"separate them with commas: '{match[1]}: Paris, Lyon'",
-                )
-            )
-            return None
-    elif key == "tool_called" and isinstance(value, str):
-        value = {"name": value}
-    elif key == "tool_sequence" and isinstance(value, str):
-        value = {"tools": [name.strip() for name in value.split(",") if name.strip()]}
-    elif key == "tool_sequence" and isinstance(value, list):
-        value = {"tools": value}
-    return {key: value}
-
-
-def _items(text: str) -> list[str]:
-    """`Paris, "Lyon, Rhône", Nice` as its texts, each trimmed: a comma separates them
-    outside double quotes (promptfoo's reading of a `contains-any` cell); an empty item is
-    none, so `a, b,` is two texts."""
-    items = []
-    for match in _ITEM.finditer(text):
-        if match.end() == match.start():  # the empty match after the last item
-            break
-        item = match[1] if match[1] is not None else match[2]
-        if item:
-            items.append(item)
-    return items
-
-
-__all__ = ["MAX_CASES", "MAX_CELLS", "Cell", "csv_rows"]
+__all__ = ["MAX_CASES", "MAX_CELLS", "Cell", "CsvRow", "csv_rows", "empty_input"]

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from fim.config.case_csv import MAX_CASES, csv_rows
+from fim.config.case_csv import MAX_CASES, CsvRow, csv_rows
 from fim.config.files import not_utf8, read_regular
 from fim.config.problems import suggest, validation_problems
 from fim.config.schema import EvalCase
@@ -84,6 +84,33 @@ class SuiteDocument(Document):
             message = ".".join(map(str, origin[0])) + message[len(f"cases.{path[1]}") :]
         line, col = self.position(path, key)
         return Problem(self.path, line, col, message, hint)
+
+
+@dataclass
+class _JsonlRow(Document):
+    """One JSONL line as a document (JSON is YAML: a problem's column is found the way a
+    YAML file's is)."""
+
+    unnamed: bool = False
+    """The line has no `name`: the case is called `line N`."""
+
+
+def case_lines(doc: Document, names: list[str]) -> dict[str, tuple[str, int]]:
+    """Case name -> (file, line) where the case is written, for each case of a suite that
+    validated (`names`, in order): its entry in the YAML, or its CSV row or JSONL line. A
+    report points a CI annotation there (`fim.eval.report`'s JUnit `file` and `line`)."""
+    found: dict[str, tuple[str, int]] = {}
+    if isinstance(doc, SuiteDocument):
+        assert doc.yaml is not None
+        for name, (where, row) in zip(names, doc.origins, strict=False):
+            if row is None:
+                found[name] = (doc.path, doc.yaml.position(where)[0])
+            else:
+                found[name] = (row.path, row.position(())[0])
+        return found
+    for i, name in enumerate(names):
+        found[name] = (doc.path, doc.position(("cases", i))[0])
+    return found
 
 
 def reads_case_files(doc: Any) -> bool:
@@ -150,14 +177,29 @@ def _check_unique(decls: Declarations, suite: SuiteDocument) -> None:
             first[name] = i
             continue
         before = suite.problem(("cases", first[name], "name"), "")
+        unnamed = [_unnamed(suite.origins[k]) for k in (i, first[name])]
+        how = next((fix for fix in unnamed if fix is not None), "rename one")
         decls.problems.append(
             suite.problem(
                 ("cases", i, "name"),
                 f"duplicate case name '{name}'",
-                f"also at {before.path}:{before.line}:{before.column}; "
-                "give the rows a 'name' column, or rename one",
+                f"also at {before.path}:{before.line}:{before.column}; {how}",
             )
         )
+
+
+def _unnamed(origin: Origin) -> str | None:
+    """How to name a case read from a file that gave it no name (so it is `row 7` or
+    `line 3`, which clashed), or None for a case whose name is written: a file with a
+    `name` column needs that cell filled in, not a column it already has."""
+    row = origin[1]
+    if isinstance(row, _JsonlRow) and row.unnamed:
+        return 'give the line a "name", or rename one'
+    if not isinstance(row, CsvRow) or "name" in row.cells:
+        return None
+    if row.name_column is None:
+        return "give the rows a 'name' column, or rename one"
+    return f"fill in the row's '{row.name_column}' cell, or rename one"
 
 
 def _file_cases(
@@ -176,7 +218,7 @@ def _file_cases(
     if rel.endswith(".csv"):
         rows = csv_rows(decls, rel, text, workflow, prefix)
     else:
-        rows = _jsonl_rows(decls, rel, text, prefix)
+        rows = _jsonl_rows(decls, rel, text, workflow, prefix)
     cases = []
     for data, row in rows:
         try:
@@ -243,7 +285,7 @@ def _read(
 
 
 def _jsonl_rows(
-    decls: Declarations, rel: str, text: str, prefix: str
+    decls: Declarations, rel: str, text: str, workflow: bool, prefix: str
 ) -> list[tuple[dict[str, Any], Document]]:
     """Each line as case data, with a document over that line (JSON is YAML, so a
     problem's column is found the way a YAML file's is)."""
@@ -272,7 +314,7 @@ def _jsonl_rows(
             )
             continue
         indent = len(line) - len(line.lstrip())
-        row = Document(path=rel, data=data, text=line, line_offset=number - 1)
+        row = _JsonlRow(path=rel, data=data, text=line, line_offset=number - 1)
         row.root = (number, indent + 1)
         if not isinstance(data, dict):
             decls.problems.append(
@@ -281,9 +323,21 @@ def _jsonl_rows(
                 )
             )
             continue
-        data.setdefault("name", f"{prefix}line {number}")
+        written = data.get("input")
+        if isinstance(written, str) and not written.strip() and not workflow:
+            decls.problems.append(
+                row.problem(
+                    ("input",),
+                    'empty "input": the case would run the agent on an empty prompt',
+                    "write the prompt (it may use the case's vars as {{ name }}), "
+                    "or delete the line",
+                )
+            )
+        if "name" not in data:
+            data["name"] = f"{prefix}line {number}"
+            row.unnamed = True
         out.append((data, row))
     return out
 
 
-__all__ = ["SuiteDocument", "read_case_files", "reads_case_files"]
+__all__ = ["SuiteDocument", "case_lines", "read_case_files", "reads_case_files"]

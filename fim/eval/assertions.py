@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fim.config.schema import Assertion, JudgeSpec
+from fim.config.schema.evals import PythonSpec
 from fim.events import ToolCallEvent
 from fim.schema_check import pattern_matches
 from fim.types import Message, Model
@@ -53,6 +54,10 @@ class Outcome:
 
 JudgeFn = Callable[[str, str, str], Awaitable[tuple[bool, str]]]
 
+PythonFn = Callable[[PythonSpec, str], Awaitable["Outcome"]]
+"""Runs a `python:` assertion's function on the output (`fim.eval.python_assertion`): the
+runner hands it in, as it hands in the judge, since finding the function needs the project."""
+
 
 def _clip(text: str, limit: int = 120) -> str:
     text = text.replace("\n", " ")
@@ -81,7 +86,13 @@ def json_path(document: Any, path: str) -> Any:
         raise KeyError(str(exc)) from None
 
 
-async def check(assertion: Assertion, seen: Observed, judge: JudgeFn, prompt: str) -> Outcome:
+async def check(
+    assertion: Assertion,
+    seen: Observed,
+    judge: JudgeFn,
+    prompt: str,
+    python: PythonFn | None = None,
+) -> Outcome:
     kind = assertion.kind
     value = getattr(assertion, kind)
     out = seen.output
@@ -126,7 +137,8 @@ async def check(assertion: Assertion, seen: Observed, judge: JudgeFn, prompt: st
         )
     if kind == "tool_called":
         matching = [c for c in seen.tool_calls if _is_call(c, value.name, value.args)]
-        names = [_shown(c) for c in seen.tool_calls] or ["no tools"]
+        shown = _shown_with_args if value.args else _shown  # what to compare with the args
+        names = [shown(c) for c in seen.tool_calls] or ["no tools"]
         if value.times is not None:
             return Outcome(
                 kind,
@@ -176,6 +188,10 @@ async def check(assertion: Assertion, seen: Observed, judge: JudgeFn, prompt: st
         rubric = value if isinstance(value, str) else value.rubric
         passed, reason = await judge(rubric, prompt, out)
         return Outcome(kind, passed, f"judge: {reason}")
+    if kind == "python":
+        if python is None:
+            return Outcome(kind, False, "a python assertion needs the project (run fim eval)")
+        return await python(value, out)
     raise ValueError(f"unknown assertion kind {kind!r}")
 
 
@@ -227,6 +243,20 @@ def _shown(call: ToolCallEvent) -> str:
     return f"{call.name} ({call.target})" if call.target else call.name
 
 
+def _shown_with_args(call: ToolCallEvent) -> str:
+    """A call with the arguments it had (`calculator {"expression": "48 * 0.15"}`), for a
+    `tool_called` that asks for arguments: which of them differ is the first thing a reader
+    compares. Masked with the rest of the failure (`fim.eval.report`)."""
+    shown = f"{call.name} {_clip(_json(call.arguments), 200)}"
+    if call.target:
+        shown += f" ({call.target} {_clip(_json(call.target_arguments or {}), 200)})"
+    return shown
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
 def _args(args: dict[str, Any]) -> str:
     return f" with {json.dumps(args, ensure_ascii=False)}" if args else ""
 
@@ -264,17 +294,19 @@ def _python_search(pattern: str, text: str) -> bool:
 async def _check_schema(schema: dict[str, Any], seen: Observed) -> Outcome:
     """The output against the case's schema, checked in a killable worker unless the value
     plainly satisfies a flat schema (`isolate.schema_problems`): a few kilobytes of `$ref`'d
-    `anyOf` against a model-shaped output kept a validator busy for seconds."""
+    `anyOf` against a model-shaped output kept a validator busy for seconds. An empty
+    schema asks only for JSON (a CSV cell's `is-json`), and is named so in a failure."""
+    kind = "is_json" if schema == {} else "json_schema"
     try:
         document = seen.as_json()
     except ValueError:
-        return Outcome("json_schema", False, f"output is not JSON: {_clip(seen.output)!r}")
+        return Outcome(kind, False, f"output is not JSON: {_clip(seen.output)!r}")
     # deferred: the worker pool is loaded with the first schema that needs it
     from fim.tools import isolate
 
     errors = await isolate.schema_problems(document, schema, whose="the output", party="fim-eval")
     return Outcome(
-        "json_schema", not errors, "; ".join(errors[:3]) if errors else "output matches the schema"
+        kind, not errors, "; ".join(errors[:3]) if errors else "output matches the schema"
     )
 
 

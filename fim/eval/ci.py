@@ -147,6 +147,19 @@ def failure_lines(case: dict[str, Any]) -> list[str]:
     return [f"{a['kind']}: {a['message']}" for a in case.get("assertions", []) if not a["passed"]]
 
 
+def location(file: Any, line: Any) -> dict[str, str]:
+    """A `<testcase>`'s `file` and `line` attributes: where the case is written, which
+    mikepenz/action-junit-report and GitLab read to annotate a failure (dorny/test-reporter
+    reads locations from stack traces only). A merged report's values are checked, not
+    trusted: a project-relative path on one line, a positive line number; else none."""
+    if not isinstance(file, str) or not file or len(file) > 1000 or not file.isprintable():
+        return {}
+    found = {"file": file}
+    if isinstance(line, int) and not isinstance(line, bool) and line >= 1:
+        found["line"] = str(line)
+    return found
+
+
 def _case_name(case: dict[str, Any]) -> str:
     attempt = int(case.get("attempt", 1))
     return case["case"] if attempt == 1 else f"{case['case']} [#{attempt}]"
@@ -196,6 +209,7 @@ def junit(report: Report) -> str:
                     "classname": f"fim.eval.{label(suite)}",
                     "name": _case_name(case),
                     "time": f"{case.get('latency_ms', 0) / 1000:.3f}",
+                    **location(case.get("file"), case.get("line")),
                 },
             )
             lines = failure_lines(case)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
-from fim.eval.ci import xml_document
+from fim.eval.ci import location, xml_document
 from fim.eval.results import CaseRun, EvalReport
 from fim.masking import known
 from fim.terminal import markup, printable
@@ -144,6 +144,7 @@ def junit_xml(report: EvalReport) -> str:
                     "classname": f"fim.eval.{suite.label}",
                     "name": _case_id(run),
                     "time": f"{run.latency_ms / 1000:.3f}",
+                    **location(run.file and known().text(run.file), run.line),
                 },
             )
             lines = failure_lines(run)

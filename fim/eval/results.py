@@ -36,6 +36,11 @@ class CaseRun:
     iterations: int = 0
     trace: list[Any] = field(default_factory=list, repr=False)
     """The run's events; serialised only when a report asks (most cases pass unread)."""
+    file: str | None = None
+    """The project file the case is written in (the suite's YAML, or its CSV/JSONL file)."""
+    line: int | None = None
+    """The case's line there (its YAML entry, CSV row or JSONL line): where a CI reporter
+    annotates a failure (JUnit `file` and `line`)."""
 
     @property
     def status(self) -> str:
@@ -66,6 +71,8 @@ class CaseRun:
             "tokens": self.tokens,
             "iterations": self.iterations,
             "assertions": [o.as_dict() for o in self.outcomes],
+            "file": self.file,
+            "line": self.line,
             "trace": self.events,
         }
 

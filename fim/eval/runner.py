@@ -27,6 +27,7 @@ from typing import Any
 from fim.build.snapshot import Snapshot
 from fim.capabilities import CAPABILITIES
 from fim.config.schema import EvalCase, EvalSuite
+from fim.config.schema.evals import PythonSpec
 from fim.errors import FimError
 from fim.eval.assertions import Outcome, check, judge_model_ref, model_judge
 from fim.eval.cassettes import (
@@ -40,6 +41,7 @@ from fim.eval.cassettes import (
 )
 from fim.eval.ci import in_shard
 from fim.eval.execute import CaseExecutor, CaseInputError, case_payload
+from fim.eval.python_assertion import case_context, check_python
 from fim.eval.results import CaseRun, EvalReport, SuiteResult
 from fim.llm import wrapping_models
 from fim.run.services import Services
@@ -217,6 +219,9 @@ class EvalRunner(CaseExecutor):
         self, suite: EvalSuite, case: EvalCase, attempt: int, services: Services, cassette: Cassette
     ) -> CaseRun:
         run = CaseRun(suite=suite.name, case=case.name, attempt=attempt, passed=False)
+        source = self.snapshot.case_source(suite.name, case.name)
+        if source is not None:
+            run.file, run.line = source.path, source.line
         if self.mode == "replay" and not cassette.recorded:
             live = self._live_model(suite)
             if live is not None:  # known up front: nothing of the case runs
@@ -258,13 +263,17 @@ class EvalRunner(CaseExecutor):
         seen.latency_ms = run.latency_ms = (time.perf_counter() - t0) * 1000
         run.output, run.tokens, run.iterations = seen.output, seen.tokens, seen.iterations
 
+        async def python(spec: PythonSpec, output: str) -> Outcome:
+            context = case_context(seen, prompt, case.vars, suite.name, case.name)
+            return await check_python(self.snapshot, spec, output, context)
+
         async def judge(rubric: str, prompt: str, output: str) -> tuple[bool, str]:
             model = self._wrap(judge_model_ref(assertion), cassette)
             return await model_judge(model, rubric, prompt, output)
 
         for assertion in case.expect:
             try:
-                run.outcomes.append(await check(assertion, seen, judge, prompt))
+                run.outcomes.append(await check(assertion, seen, judge, prompt, python))
             except NeedsLiveModel as exc:  # e.g. a judge on a real model, never recorded
                 run.skipped = str(exc)
                 return run

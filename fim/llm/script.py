@@ -4,18 +4,27 @@ A step is a `ModelResponse`, a plain string (a text reply), or a callable that c
 reply from the request, as pydantic-ai's FunctionModel does. `text`, `tool_call` and
 `tool_calls` build the common ones; `load_steps` reads them from a YAML file so a project
 can run offline with `model: scripted:<file>`.
+
+A file may instead pick its steps by the conversation (`replies:`, each a `when` and its
+`steps`, and a `default`): `load_script` reads it into `Replies`, so an eval of several
+prompts against a scripted agent gets a different answer for each, with no Python.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fim.config.problems import suggest
+from fim.config.schema.script import REGEX_PREFIX, ScriptFile, ScriptStep, Steps
+from fim.config.script_files import is_branching, read_script
 from fim.errors import ConfigError
 from fim.llm.wire import new_call_id, parse_arguments
+from fim.schema_check import pattern_matches
 from fim.types import Message, ModelResponse, ToolCall, ToolSpec, Usage
 
 StepFunction = Callable[[list[Message], list[ToolSpec] | None], "ModelResponse | str"]
@@ -145,13 +154,99 @@ def _plain(value: Any) -> Any:
     return value
 
 
-_STEPS: dict[tuple[Path, str], list[ModelResponse]] = {}
+@dataclass(frozen=True)
+class Reply:
+    """One `when` of a `replies` script and its steps."""
+
+    when: str
+    """The `when` as written, for messages."""
+    user: str | None
+    tool_result: str | None
+    steps: tuple[ModelResponse, ...]
+
+    def matches(self, user: str | None, tool_result: str | None) -> bool:
+        """Whether every pattern of this `when` matches (a missing text matches none)."""
+        return all(
+            pattern is None or (value is not None and _found(pattern, value))
+            for pattern, value in ((self.user, user), (self.tool_result, tool_result))
+        )
+
+
+@dataclass(frozen=True)
+class Replies:
+    """A script whose steps are chosen by the conversation: the first reply whose `when`
+    matches the latest user message (and tool result) serves its next step; `default`
+    serves when none matches."""
+
+    replies: tuple[Reply, ...]
+    default: tuple[ModelResponse, ...]
+
+    def pick(self, messages: list[Message]) -> int | None:
+        """The index of the reply for this request (`len(replies)` for `default`), or None
+        when nothing matches and there is no default. Deterministic: the same messages
+        always pick the same reply."""
+        user, tool_result = latest_texts(messages)
+        for i, reply in enumerate(self.replies):
+            if reply.matches(user, tool_result):
+                return i
+        return len(self.replies) if self.default else None
+
+    def steps_of(self, index: int) -> tuple[ModelResponse, ...]:
+        return self.replies[index].steps if index < len(self.replies) else self.default
+
+    def label(self, index: int) -> str:
+        return f"when {self.replies[index].when!r}" if index < len(self.replies) else "default"
+
+
+def latest_texts(messages: list[Message]) -> tuple[str | None, str | None]:
+    """(the latest user message, the latest tool result after it): what a `when` reads.
+    A tool result of an earlier turn is not this turn's, so it is never matched."""
+    tool_result: str | None = None
+    for message in reversed(messages):
+        if message.role == "user":
+            return message.content or "", tool_result
+        if message.role == "tool" and tool_result is None:
+            tool_result = message.content or ""
+    return None, tool_result
+
+
+def user_turns(messages: list[Message]) -> int:
+    """How many user messages a request holds: a new one starts the replies over."""
+    return sum(1 for m in messages if m.role == "user")
+
+
+def _found(pattern: str, value: str) -> bool:
+    """A `when` pattern against a text: `regex:` searched (RE2 when it can run the
+    pattern, in time linear in the text a user may have typed), else a substring."""
+    if not pattern.startswith(REGEX_PREFIX):
+        return pattern in value
+    source = pattern.removeprefix(REGEX_PREFIX)
+    found = pattern_matches(source, value)
+    return found if found is not None else re.search(source, value) is not None
+
+
+Script = list[ModelResponse] | Replies
+"""What a scripted model file holds: steps in order, or replies chosen by the prompt."""
+
+_STEPS: dict[tuple[Path, str], Script] = {}
 """Parsed scripts by (path, text): every run builds a fresh ScriptedModel, and parsing the
 YAML again each time was most of a scripted eval case's CPU. Responses are immutable."""
 
 
 def load_steps(path: Path) -> list[ModelResponse]:
     """Read a YAML script: a list of steps, or a mapping with a `steps:` list."""
+    script = load_script(path)
+    if isinstance(script, Replies):
+        raise ConfigError.at(
+            path,
+            "this script picks its steps by the prompt (`replies:`), not a list of steps",
+            hint="read it with load_script, or ScriptedModel.from_file",
+        )
+    return script
+
+
+def load_script(path: Path) -> Script:
+    """Read a YAML script: a list of steps, `{steps: [...]}`, or `{replies, default}`."""
     try:
         source = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -162,14 +257,14 @@ def load_steps(path: Path) -> list[ModelResponse]:
         ) from None
     cached = _STEPS.get((path, source))
     if cached is None:
-        cached = _parse_steps(path, source)
+        cached = _parse_script(path, source)
         if len(_STEPS) > 256:
             _STEPS.clear()
         _STEPS[(path, source)] = cached
-    return list(cached)
+    return list(cached) if isinstance(cached, list) else cached
 
 
-def _parse_steps(path: Path, source: str) -> list[ModelResponse]:
+def _parse_script(path: Path, source: str) -> Script:
     # deferred: loading ruamel costs tens of ms
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
@@ -183,6 +278,8 @@ def _parse_steps(path: Path, source: str) -> list[ModelResponse]:
         raise ConfigError.at(path, f"invalid YAML: {exc}", line, column) from None
     except RecursionError:
         raise ConfigError.at(path, too_deep, 1, 1) from None
+    if is_branching(data):
+        return _replies(path, source)
     if isinstance(data, dict) and "steps" in data:
         data = data["steps"]
     if not isinstance(data, list):
@@ -193,3 +290,38 @@ def _parse_steps(path: Path, source: str) -> list[ModelResponse]:
         return [_step_from_yaml(item, path, *_where(data, i)) for i, item in enumerate(data)]
     except RecursionError:
         raise ConfigError.at(path, too_deep, 1, 1) from None
+
+
+def _replies(path: Path, source: str) -> Replies:
+    """The `replies` form, validated by its schema (`fim.config.script_files`, which
+    `fim validate` uses too): every problem at once, at its line and column."""
+    script, problems = read_script(source, str(path))
+    if script is None:
+        raise ConfigError(problems)
+    return _built(script, path)
+
+
+def _built(script: ScriptFile, path: Path) -> Replies:
+    replies = []
+    for reply in script.replies:
+        when = reply.when
+        user, tool_result = (when, None) if isinstance(when, str) else (when.user, when.tool_result)
+        label = (
+            when
+            if isinstance(when, str)
+            else ", ".join(
+                f"{k}: {v}" for k, v in (("user", user), ("tool_result", tool_result)) if v
+            )
+        )
+        replies.append(Reply(label, user, tool_result, _responses(reply.steps, path)))
+    return Replies(tuple(replies), _responses(script.default, path))
+
+
+def _responses(steps: Steps, path: Path) -> tuple[ModelResponse, ...]:
+    """Validated steps as responses, built by the same code as the plain form's."""
+    return tuple(
+        text(step)
+        if not isinstance(step, ScriptStep)
+        else _step_from_yaml(step.model_dump(exclude_none=True), path, 1, 1)
+        for step in steps
+    )

@@ -6,7 +6,9 @@ offline example) uses the same ones instead of ad-hoc fakes.
 loudly when the script and the agent disagree — an unexpected extra call raises
 `ScriptExhausted`, and `assert_consumed()` fails when steps were left over. An agent selects
 it with `model: scripted:<file.yaml>`; its replies are whatever the file says, never the
-output of a language model.
+output of a language model. A file of `replies:` (`fim.llm.script.Replies`) picks the steps
+by the conversation instead: each reply keeps its own place, started over by a new user
+message, so every prompt of an eval gets the answer written for it.
 
 The HTTP counterpart, `fim.testing.model_server.OpenAIStubServer` (a real OpenAI-compatible
 server on 127.0.0.1), lives with the other test doubles: this backend does not need it.
@@ -27,7 +29,17 @@ from fim.config.schema import ModelSettings
 from fim.errors import RunError
 from fim.llm import switch
 from fim.llm.backend import Backend
-from fim.llm.script import Step, load_steps, resolve_step, text, tool_call, tool_calls, with_usage
+from fim.llm.script import (
+    Replies,
+    Step,
+    load_script,
+    resolve_step,
+    text,
+    tool_call,
+    tool_calls,
+    user_turns,
+    with_usage,
+)
 from fim.types import Message, Model, ModelResponse, TextDelta, ToolSpec
 
 __all__ = [
@@ -51,17 +63,21 @@ class ScriptedModel:
     the engine sent. Usage is estimated (4 characters a token) so usage events are non-zero.
     """
 
-    def __init__(self, steps: Iterable[Step] = (), name: str = "scripted") -> None:
+    def __init__(self, steps: Iterable[Step] | Replies = (), name: str = "scripted") -> None:
         self.name = name
-        self._steps: deque[Step] = deque(steps)
+        self._replies = steps if isinstance(steps, Replies) else None
+        self._steps: deque[Step] = deque(() if isinstance(steps, Replies) else steps)
         self._total = len(self._steps)
+        self._served: dict[int, int] = {}
+        """Steps each reply served in this user turn (`Replies` only)."""
+        self._turn = 0
         self.requests: list[tuple[list[Message], list[ToolSpec] | None]] = []
 
     @classmethod
     def from_file(cls, path: str | Path, name: str | None = None) -> ScriptedModel:
         """A fresh model (fresh queue) from a YAML script, each time it is called."""
         path = Path(path)
-        return cls(load_steps(path), name=name or f"scripted:{path.name}")
+        return cls(load_script(path), name=name or f"scripted:{path.name}")
 
     @property
     def remaining(self) -> int:
@@ -76,6 +92,8 @@ class ScriptedModel:
         self.requests.append(
             ([m.model_copy() for m in messages], list(tools) if tools is not None else None)
         )
+        if self._replies is not None:
+            return self._reply(self._replies, messages, tools)
         if not self._steps:
             last = messages[-1].content if messages else None
             raise ScriptExhausted(
@@ -85,6 +103,35 @@ class ScriptedModel:
             )
         step = self._steps.popleft()
         response = with_usage(resolve_step(step, messages, tools), messages)
+        return response.model_copy(update={"model": self.name})
+
+    def _reply(
+        self, replies: Replies, messages: list[Message], tools: list[ToolSpec] | None
+    ) -> ModelResponse:
+        """The next step of the reply this request picks; a new user message starts every
+        reply over, so a chat turn that matches the same `when` gets the same steps."""
+        turn = user_turns(messages)
+        if turn != self._turn:
+            self._turn, self._served = turn, {}
+        index = replies.pick(messages)
+        user = next((m.content for m in reversed(messages) if m.role == "user"), None)
+        if index is None:
+            raise ScriptExhausted(
+                f"{self.name}: no reply's `when` matches the latest user message "
+                f"{_preview(user)} and the script has no `default`",
+                hint="add a reply for it, or `default:` steps for every other prompt",
+            )
+        steps = replies.steps_of(index)
+        served = self._served.get(index, 0)
+        if served >= len(steps):
+            raise ScriptExhausted(
+                f"{self.name}: the reply {replies.label(index)} has no step left for call "
+                f"#{len(self.requests)} (it has {len(steps)}); latest user message: "
+                f"{_preview(user)}",
+                hint="add a step to that reply, or check why the agent asked the model again",
+            )
+        self._served[index] = served + 1
+        response = with_usage(steps[served], messages)
         return response.model_copy(update={"model": self.name})
 
     async def complete(
@@ -101,7 +148,18 @@ class ScriptedModel:
         yield response
 
     def assert_consumed(self) -> None:
-        """Fail if scripted steps were never asked for: the agent stopped early."""
+        """Fail if scripted steps were never asked for: the agent stopped early. With
+        `replies`, only the replies this turn started count: the others were for other
+        prompts."""
+        if self._replies is not None:
+            for index, served in self._served.items():
+                steps = self._replies.steps_of(index)
+                if served < len(steps):
+                    raise AssertionError(
+                        f"{self.name}: the reply {self._replies.label(index)} served {served} "
+                        f"of its {len(steps)} steps; next unused step: {_describe(steps[served])}"
+                    )
+            return
         if self._steps:
             raise AssertionError(
                 f"{self.name}: {len(self._steps)} of {self._total} scripted steps were not "

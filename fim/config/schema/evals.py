@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from fim.config.schema.base import JSONSchema, Strict
 from fim.config.schema.project import ModelRef
@@ -40,6 +41,42 @@ class JudgeSpec(Strict):
     """Model role or settings of the judge."""
 
 
+PYTHON_REF = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
+"""`module:function`: a function of a file in the project's hooks folder."""
+
+
+class PythonSpec(Strict):
+    """A project function that checks the output: `{function: checks:polite, threshold}`."""
+
+    function: Annotated[str, Field(json_schema_extra={"pattern": PYTHON_REF})]
+    """`module:function` in the hooks folder (`checks:polite` is `polite` in
+    hooks/checks.py), called as `function(output, context)`; it returns a bool, a score,
+    or `(bool, reason)`."""
+    threshold: float = 0.5
+    """The score at or above which a returned number passes."""
+
+    @field_validator("function")
+    @classmethod
+    def _a_ref(cls, ref: str) -> str:
+        if re.match(PYTHON_REF, ref) is None:
+            raise ValueError(
+                f"'{ref}' is not module:function (`checks:polite` is the function polite "
+                "in hooks/checks.py)"
+            )
+        return ref
+
+
+def _python_ref(value: Any) -> Any:
+    """`python: checks:polite` is `{function: checks:polite}` (and a CSV cell's form)."""
+    return {"function": value} if isinstance(value, str) else value
+
+
+def _named_call(value: Any) -> Any:
+    """`tool_called: save_note` is `{name: save_note}`: the CSV cell's form, and what a
+    reader of `tool_not_called: shell` writes next to it."""
+    return {"name": value} if isinstance(value, str) else value
+
+
 class Assertion(Strict):
     """One expectation; set exactly one key."""
 
@@ -68,8 +105,12 @@ class Assertion(Strict):
     """The output parsed as JSON is valid against this JSON Schema."""
     json_path: JsonPathSpec | None = None
     """A value at a JSONPath of the JSON output: `{path, equals}`."""
-    tool_called: ToolCalledSpec | None = None
-    """A call to a tool, with these arguments at least: `{name, args, times}`."""
+    tool_called: Annotated[
+        ToolCalledSpec | None,
+        BeforeValidator(_named_call, json_schema_input_type=str | ToolCalledSpec | None),
+    ] = None
+    """A call to a tool, with these arguments at least: `{name, args, times}`, or just its
+    name (`tool_called: save_note`, as a CSV cell writes it)."""
     tool_not_called: str | None = None
     """No call to this tool."""
     tool_sequence: ToolSequenceSpec | None = None
@@ -84,6 +125,13 @@ class Assertion(Strict):
     """The run took at most this many milliseconds."""
     judge: str | JudgeSpec | None = None
     """LLM-as-judge: a rubric, or `{rubric, model}` (default model: the `fast` role)."""
+    python: Annotated[
+        PythonSpec | None,
+        BeforeValidator(_python_ref, json_schema_input_type=str | PythonSpec | None),
+    ] = None
+    """A project function decides (promptfoo's `python:`): `module:function` in the hooks
+    folder, called with the output and the case's context (`prompt`, `vars`, `tool_calls`,
+    ...); a bool, a score (passing at `threshold`, default 0.5) or `(bool, reason)`."""
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Assertion:

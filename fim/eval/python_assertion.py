@@ -1,0 +1,92 @@
+"""Running a `python: module:function` eval assertion (promptfoo's `python:`).
+
+The function is found as `fim validate` found it (`fim.build.eval_python.resolve`, with the
+hooks' module loader) and called as `function(output, context)`, off the event loop as a
+project's python tool is: a sync function in a worker thread, an async one awaited, both
+under `PYTHON_SECONDS` (a thread cannot be killed: a function past its time keeps its
+thread, but the eval goes on and the assertion fails). What it returns decides:
+`True`/`False`; a number, a score that passes at the assertion's `threshold`; or
+`(passed, reason)` (`(score, reason)` too), the reason shown in the report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import Any
+
+from fim.build.eval_python import PythonAssertionError, resolve
+from fim.build.snapshot import Snapshot
+from fim.config.schema.evals import PythonSpec
+from fim.eval.assertions import Observed, Outcome
+from fim.eval.assertions import _clip as clip
+from fim.hooks.python_hooks import load_module
+
+PYTHON_SECONDS = 30.0
+"""How long a `python:` assertion's function may take (a hook's default timeout)."""
+
+KIND = "python"
+
+
+def case_context(
+    seen: Observed, prompt: str, vars: dict[str, Any], suite: str, case: str
+) -> dict[str, Any]:
+    """What the function gets besides the output: plain data (as promptfoo's `context`
+    with its `vars` and `prompt`), plus the run's tool calls and counts."""
+    return {
+        "prompt": prompt,
+        "vars": dict(vars),
+        "suite": suite,
+        "case": case,
+        "tool_calls": [
+            {"name": c.name, "arguments": dict(c.arguments or {})} for c in seen.tool_calls
+        ],
+        "iterations": seen.iterations,
+        "tokens": seen.tokens,
+        "cost": seen.cost,
+        "latency_ms": seen.latency_ms,
+        "structured": seen.structured,
+    }
+
+
+async def check_python(
+    snapshot: Snapshot, spec: PythonSpec, output: str, context: dict[str, Any]
+) -> Outcome:
+    """The outcome of calling `spec.function(output, context)`; a failure to call it, an
+    exception or a timeout is a failed assertion that says so, never a crashed eval."""
+    ref = spec.function
+    try:
+        fn = resolve(snapshot, ref, load_module)
+    except PythonAssertionError as exc:
+        return Outcome(KIND, False, exc.message + (f" ({exc.hint})" if exc.hint else ""))
+    try:
+        if inspect.iscoroutinefunction(fn):
+            result = await asyncio.wait_for(fn(output, context), PYTHON_SECONDS)
+        else:
+            result = await asyncio.wait_for(asyncio.to_thread(fn, output, context), PYTHON_SECONDS)
+            if inspect.isawaitable(result):
+                result = await asyncio.wait_for(result, PYTHON_SECONDS)
+    except TimeoutError:
+        return Outcome(KIND, False, f"{ref} did not return within {PYTHON_SECONDS:g}s")
+    except Exception as exc:  # the project's code: its failure is this assertion's
+        return Outcome(KIND, False, f"{ref} raised {type(exc).__name__}: {clip(str(exc))}")
+    return verdict(ref, result, spec.threshold)
+
+
+def verdict(ref: str, result: Any, threshold: float) -> Outcome:
+    """A function's return value as an outcome: a bool, a score, or (either, reason)."""
+    reason = ""
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], str):
+        result, reason = result
+    if isinstance(result, bool):
+        said = reason or ("passed" if result else "failed")
+        return Outcome(KIND, result, f"{ref}: {clip(said)}")
+    if isinstance(result, int | float):
+        passed = result >= threshold
+        said = f"score {result:g} {'>=' if passed else '<'} threshold {threshold:g}"
+        return Outcome(KIND, passed, f"{ref}: {said}" + (f"; {clip(reason)}" if reason else ""))
+    return Outcome(
+        KIND,
+        False,
+        f"{ref} returned {type(result).__name__}: return a bool, a score, or (bool, reason)",
+    )
