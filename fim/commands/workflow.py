@@ -126,7 +126,10 @@ def _finish(state: RunState, as_json: bool) -> None:
             "workflow": state.workflow,
             "status": state.status,
             "outputs": state.outputs,
+            "snapshot_version": state.snapshot_version,
         }
+        if state.resumed_on:
+            doc["resumed_on"] = state.resumed_on
         if state.error:
             doc["error"] = state.error
         waiting = {n: s.approval_id for n, s in state.nodes.items() if s.status == "waiting"}
@@ -136,6 +139,11 @@ def _finish(state: RunState, as_json: bool) -> None:
     else:
         console = Console(highlight=False)
         console.print(f"[bold]{state.workflow}[/] run {state.run_id}: {state.status}")
+        if state.resumed_on:  # a reload came between its legs: say what ran where
+            console.print(
+                f"[dim]started on snapshot {state.snapshot_version}, "
+                f"resumed on {', '.join(state.resumed_on)}[/]"
+            )
         if state.status == "paused":
             console.print(
                 f"resume with: fim workflow resume {state.run_id} --approve|--deny [--input k=v]"

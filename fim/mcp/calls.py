@@ -12,6 +12,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from fim.events import ToolProgress
+from fim.idempotency import current_key
 from fim.masking import known
 from fim.mcp.connection import ServerConnection
 from fim.mcp.errors import (
@@ -35,6 +36,18 @@ MAX_PROGRESS_EVENTS = 100
 deadline (up to the hard maximum) but does not flood the run's event stream."""
 PROGRESS_EVENT_INTERVAL = 0.1
 MAX_PROGRESS_MESSAGE = 300
+IDEMPOTENCY_META = "io.fim/idempotency-key"
+"""The `_meta` field of a `tools/call` request that carries the idempotency key of the
+workflow node making it (`fim.idempotency`): the same on a re-run after a worker crash, so
+the server can tell the repeat (MCP has no header for it; `_meta` is the protocol's place
+for what travels beside the arguments)."""
+
+
+def request_meta() -> dict[str, Any] | None:
+    """The `_meta` fim adds to a `tools/call` request: the idempotency key of the workflow
+    node whose call this is; None outside a node (an agent's own calls have no key)."""
+    key = current_key()
+    return {IDEMPOTENCY_META: key} if key else None
 
 
 def _finite(value: Any) -> float | None:
@@ -55,6 +68,7 @@ async def call_tool(
     `{"progress", "total", "message"}`."""
     progress: list[dict[str, Any]] = []
     bound = caller.bound(tool_name(conn.name, tool)) if caller is not None else None
+    meta = request_meta()  # read here: the session's own task does not see the node's key
     emitted = 0
     last_emit = -math.inf
 
@@ -87,7 +101,7 @@ async def call_tool(
     result = await guarded(
         conn,
         f"MCP tool '{tool}' of server '{conn.name}'",
-        lambda: conn.call(tool, arguments, on_progress=on_progress, caller=bound),
+        lambda: conn.call(tool, arguments, on_progress=on_progress, caller=bound, meta=meta),
         {"server": conn.name, "tool": tool},
         timeout=conn.timeout_for(tool),
     )

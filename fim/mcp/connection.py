@@ -30,8 +30,10 @@ class ServerConnection(Session):
         *,
         on_progress: ProgressFn | None = None,
         caller: Any = None,
+        meta: dict[str, Any] | None = None,
     ) -> Any:
-        """Call a tool and return the SDK's `CallToolResult`.
+        """Call a tool and return the SDK's `CallToolResult`; `meta` goes in the request's
+        `_meta` (next to the SDK's progress token).
 
         Raises `McpUnavailable`, `McpCallTimeout`, `McpServerLost` or `McpRequestError`.
         A request that never left (the connection died while idle) is retried once after a
@@ -43,7 +45,14 @@ class ServerConnection(Session):
             await self.start()
             future = asyncio.get_running_loop().create_future()
             job = Job(
-                "call", future, tool, arguments, limit, on_progress=on_progress, caller=caller
+                "call",
+                future,
+                tool,
+                arguments,
+                limit,
+                on_progress=on_progress,
+                caller=caller,
+                meta=meta,
             )
             try:
                 result = await self._submit(job, limit)

@@ -60,6 +60,8 @@ class Job:
     caller: Any = None
     """The run this request works for (`fim.mcp.caller.Caller`): where its events go and
     whether a human can answer the server's questions. None for fim's own requests."""
+    meta: dict[str, Any] | None = None
+    """For `call` jobs: the request's `_meta` (fim.mcp.calls.request_meta)."""
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -142,7 +144,10 @@ class Requests(ToolList):
                     result = await job.request(client)
                 else:
                     result = await client.call_tool(
-                        job.tool, job.arguments, progress_callback=self._progress_of(job)
+                        job.tool,
+                        job.arguments,
+                        progress_callback=self._progress_of(job),
+                        meta=job.meta,
                     )
             if not job.future.done():
                 job.future.set_result(result)

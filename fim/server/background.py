@@ -7,7 +7,10 @@ record is written as `queued` before the answer, so the client can poll it from 
 Where it runs depends on the state store:
 
 - PostgreSQL: the run is a procrastinate job (`fim.workflows.durable`) that a `fim worker`
-  claims. The server only queues it; with no worker running, it stays `queued`.
+  claims. The server only queues it; with no worker running, it stays `queued`. The key's
+  `server.key_limits.max_parallel_runs` holds there as lanes of the queue (`job_lock`):
+  the request's own slot is freed at 202, and at most that many of the key's queued runs
+  run at once, on all workers.
 - SQLite (one process by design): the run executes in the server's own process, as a task
   of its event loop. An agent's `concurrency` limit holds in that process too.
 
@@ -26,7 +29,7 @@ from starlette.responses import Response
 
 from fim.errors import RunError
 from fim.locks import slots
-from fim.run.queued import execute_agent_run, mark_queued, request_data
+from fim.run.queued import mark_queued, request_data
 from fim.server.http import JSONResponse, error
 from fim.server.limits import held
 from fim.store import get_store
@@ -39,6 +42,8 @@ from fim.workflows.durable import (
     ensure_schema,
     is_postgres,
     make_app,
+    revoked,
+    run_queued_agent,
     stop,
 )
 from fim.workflows.durable import requeue_decided as requeue
@@ -162,10 +167,18 @@ async def _limited(kind: str, name: str, limit: int | None, coro: Any) -> Any:
         return await coro
 
 
+def key_limit(api: Api) -> int | None:
+    """`server.key_limits.max_parallel_runs` now (None: no limit): the lanes of a key's
+    queued runs."""
+    limits = api.holder.current.project.server.key_limits
+    return limits.max_parallel_runs if limits is not None else None
+
+
 async def start_agent_run(
     api: Api, name: str, history: list[Message], session: str | None, owner: str
 ) -> Response:
-    """Accept a background agent run: record it as queued, queue or start it, answer 202."""
+    """Accept a background agent run: record it as queued, queue or start it, answer 202.
+    In process, it starts only if its key is still in fim.yaml when its turn comes."""
 
     snapshot = api.holder.current
     decl = snapshot.agents.get(name)
@@ -181,9 +194,12 @@ async def start_agent_run(
         await claim(get_store(api.services), run_id, owner)
     await mark_queued(api.services, run_id, "agent", name, data)
     if app is not None:
-        await defer_agent(app, run_id, name, request, limit)
+        await defer_agent(app, run_id, name, request, limit, key_limit(api))
         return accepted(run_id, "agent", name, "worker")
-    work = execute_agent_run(snapshot, api.services, run_id, name, request)
+    work = run_queued_agent(
+        snapshot, api.services, run_id, name, request,
+        executor="server", settings=lambda: api.holder.current.project.server,
+    )  # fmt: skip
     spawn_run(_keeping_slot(_limited("agent", name, limit, work)), run_id)
     return accepted(run_id, "agent", name, "server")
 
@@ -212,12 +228,17 @@ async def start_workflow_run(
         await claim(get_store(api.services), run_id, owner)
     await mark_queued(api.services, run_id, "workflow", name, state)
     if app is not None:
-        await defer_workflow(app, run_id, name, values, decl.concurrency)
+        await defer_workflow(
+            app, run_id, name, values, decl.concurrency, owner=owner, key_limit=key_limit(api)
+        )
         return accepted(run_id, "workflow", name, "worker")
 
     engine = WorkflowEngine(snapshot, name, api.services, run_id=run_id)
 
     async def drive() -> None:
+        keys = api.holder.current.project.server  # fim.yaml when its turn comes
+        if await revoked(get_store(api.services), keys, run_id, owner) is not None:
+            return
         try:
             async for _event in engine.run(values):
                 pass

@@ -9,13 +9,14 @@ key is whose, what an operator key sees) are read in one place.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 from starlette.types import Scope
+
+from fim.store.owners import key_owner as key_owner  # the owner hash lives below the server
 
 if TYPE_CHECKING:
     from fim.config.schema import ServerSettings
@@ -92,14 +93,6 @@ def session_owner(request: Request) -> str:
     in with (never the key itself), or "" when the server has no keys (anyone may continue
     any session, as before)."""
     return caller(request.scope).owner
-
-
-def key_owner(token: bytes, tenant: str = "") -> str:
-    """The owner hash of a key, or of the tenant it belongs to (whose keys share what they
-    own)."""
-    if tenant:
-        return hashlib.sha256(b"fim-tenant\0" + tenant.encode()).hexdigest()
-    return hashlib.sha256(b"fim-session-owner\0" + token).hexdigest()
 
 
 def run_scope(request: Request) -> str | None:

@@ -8,9 +8,9 @@ starts, on every surface: the HTTP routes that start runs take it before they an
 (a 429 with `Retry-After`, which the OpenAI SDKs wait out and retry), so a streamed run is
 refused before its first byte; MCP tool calls and A2A tasks take it in `Api.events` (the
 call or task fails with the reason). A run in the background keeps its slot until it ends
-when it runs in this process; a run queued for a worker frees it when it is accepted (the
-workers' own `concurrency` limits hold there). Runs a run starts (delegation, a workflow's
-agent nodes) are part of it and take none.
+when it runs in this process; a run queued for a worker frees it when it is accepted (its
+key's lanes in the queue hold the limit there: `fim.workflows.lanes.job_lock`). Runs a run
+starts (delegation, a workflow's agent nodes) are part of it and take none.
 
 Counts are per server process: with `--workers N` or several replicas, a key may have N
 times the limits in all. The minute is a sliding window (`fim.windows`, the rule the

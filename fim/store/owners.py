@@ -18,6 +18,7 @@ and operator keys still see it). A server without keys records nothing and check
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,9 +27,38 @@ from fim.store.schema import table
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
+    from fim.config.schema import ServerSettings
     from fim.store import Store
 
 T = TypeVar("T")
+
+REVOKED = "its API key was removed from server.api_keys before it ran"
+"""Why a queued run of a key that is no longer configured ends `cancelled`."""
+
+
+def key_owner(token: bytes, tenant: str = "") -> str:
+    """The owner hash of a key, or of the tenant it belongs to (whose keys share what they
+    own). Here, below the server, because a worker checks a queued run's owner too."""
+    if tenant:
+        return hashlib.sha256(b"fim-tenant\0" + tenant.encode()).hexdigest()
+    return hashlib.sha256(b"fim-session-owner\0" + token).hexdigest()
+
+
+def still_configured(settings: ServerSettings, owner: str) -> bool:
+    """Whether a run claimed for `owner` may still run under `settings`: its key (or a key
+    of its tenant, or its operator key) is still in fim.yaml. A run queued before the key
+    was revoked must not spend for it later. "" (a run of a server without keys, `fim
+    run`) is nobody's key and always may."""
+    if not owner:
+        return True
+    owners = {key_owner(k.encode()) for k in settings.operator_keys if k}
+    for key in settings.api_keys:
+        if isinstance(key, str):
+            if key:
+                owners.add(key_owner(key.encode()))
+        elif key.key:
+            owners.add(key_owner(key.key.encode(), key.tenant))
+    return owner in owners
 
 
 async def claim(store: Store, run_id: str, owner: str) -> None:

@@ -9,6 +9,13 @@ procrastinate's: workers heartbeat, and a periodic task retries the jobs of work
 heartbeat stopped (`retry_stalled`). fim writes no lease: `lock=R` keeps two workers off one
 run and `queueing_lock=R` keeps one run from being queued twice.
 
+Limits are procrastinate locks too (`job_lock`): the jobs of an agent or workflow with a
+`concurrency` limit, and the jobs of one API key when `server.key_limits.max_parallel_runs`
+is set, share a few lanes, so at most that many run at once on all workers, and one key's
+backlog never queues ahead of another key's runs. A job checks, before it starts, that the
+key that queued it is still in fim.yaml (`revoked`): revoking a leaked key ends the runs it
+queued.
+
 Tools therefore run at least once: a node interrupted after its side effect but before its
 result was recorded runs again on the next worker. Side-effecting nodes get an idempotency
 key (`idempotency_key`) so the far side can deduplicate.
@@ -25,13 +32,16 @@ from fim.idempotency import idempotency_key as idempotency_key  # part of the co
 from fim.run.queued import execute_agent_run
 from fim.run.services import Services
 from fim.store import get_store
+from fim.store.owners import REVOKED, owner_of, still_configured
 from fim.workflows.engine import WorkflowEngine
+from fim.workflows.lanes import job_lock, last_lane
 from fim.workflows.state import KIND, RunState, record_data
 
 if TYPE_CHECKING:
     import procrastinate
 
     from fim.build.snapshot import Snapshot
+    from fim.config.schema import ServerSettings
     from fim.store import Store
     from fim.store.records import RunRecord
     from fim.types import Tool
@@ -100,8 +110,8 @@ def make_app(
         snapshot = current()
         services = Services(root=snapshot.root, state_url=state_url, providers=providers)
         try:
-            return await execute_agent_run(
-                snapshot, services, run_id, agent, request, executor="worker",
+            return await run_queued_agent(
+                snapshot, services, run_id, agent, request,
                 shutting_down=lambda: _shutdown(context),
             )  # fmt: skip
         finally:
@@ -145,14 +155,20 @@ async def defer_workflow(
     workflow: str,
     inputs: dict[str, Any] | None = None,
     limit: int | None = None,
+    *,
+    owner: str = "",
+    key_limit: int | None = None,
+    lock: str | None = None,
 ) -> int:
     """Queue "advance run R": one queued job per run (`queueing_lock`); `lock` keeps two
-    workers off one run, or, for a workflow with a `concurrency` limit, is one of its lanes
-    (`lane_lock`). A job of R already queued is enough: a second defer is a no-op."""
+    workers off one run, or is one of the lanes of the workflow's `concurrency` limit or of
+    its key's `max_parallel_runs` (`job_lock`; a given `lock` is used as it is). A job of R
+    already queued is enough: a second defer is a no-op."""
     # deferred: a third-party package, loaded only when this path runs
     from procrastinate.exceptions import AlreadyEnqueued
 
-    lock = await lane_lock(app, "workflow", workflow, limit) if limit else run_id
+    if lock is None:
+        lock = await job_lock(app, run_id, "workflow", workflow, limit, owner, key_limit)
     job = app.configure_task(TASK, lock=lock, queueing_lock=run_id)
     try:
         return await job.defer_async(run_id=run_id, workflow=workflow, inputs=dict(inputs or {}))
@@ -166,10 +182,12 @@ async def defer_agent(
     agent: str,
     request: dict[str, Any],
     limit: int | None = None,
+    key_limit: int | None = None,
 ) -> int:
     """Queue one background agent run (`fim.run.queued`), in a lane of the agent's
-    `concurrency` limit when it has one."""
-    lock = await lane_lock(app, "agent", agent, limit) if limit else run_id
+    `concurrency` limit or of its key's `max_parallel_runs` (`job_lock`)."""
+    owner = str(request.get("owner") or "")
+    lock = await job_lock(app, run_id, "agent", agent, limit, owner, key_limit)
     job = app.configure_task(AGENT_TASK, lock=lock, queueing_lock=run_id)
     return await job.defer_async(run_id=run_id, agent=agent, request=request)
 
@@ -221,26 +239,6 @@ async def deny_waiting(store: Store, run_id: str) -> None:
             await store.resolve_approval(approval.id, False, by="cancel")
 
 
-async def lane_lock(app: procrastinate.App, kind: str, name: str, limit: int) -> str:
-    """The procrastinate `lock` of a new job of an agent or workflow limited to `limit`
-    runs at once.
-
-    procrastinate runs the jobs sharing a lock one after another, in the order they were
-    queued, whichever worker takes them. A limit of N is N such lanes
-    (`fim:<kind>:<name>:<i>`): at most N jobs of the name run at once, anywhere. The new
-    job joins the lane with the fewest unfinished jobs; a race between two deferrers only
-    makes lanes uneven, never exceeds the limit (that is procrastinate's lock).
-    """
-    lanes = [f"fim:{kind}:{name}:{i}" for i in range(limit)]
-    rows = await app.connector.execute_query_all_async(
-        "SELECT lock, count(*) AS n FROM procrastinate_jobs "
-        "WHERE lock = ANY(%(lanes)s) AND status IN ('todo', 'doing') GROUP BY lock",
-        lanes=lanes,
-    )
-    load = {row["lock"]: row["n"] for row in rows}
-    return min(lanes, key=lambda lane: (load.get(lane, 0), lanes.index(lane)))
-
-
 async def advance(
     snapshot: Snapshot,
     state_url: str,
@@ -275,6 +273,11 @@ async def advance(
             return record.status
         else:  # recorded as running: the worker that held it died (procrastinate retried it)
             events = engine.resume(run_id, None, by="worker")
+        owner = await owner_of(get_store(services), run_id) or ""
+        gone = await revoked(get_store(services), snapshot.project.server, run_id, owner)
+        if gone is not None:
+            await events.aclose()
+            return gone
         from fim.store.live import recorded  # deferred: only where jobs run
 
         async for _ in recorded(get_store(services), run_id, KIND, workflow, events):
@@ -296,6 +299,51 @@ async def advance(
         await services.aclose()
 
 
+async def revoked(store: Store, settings: ServerSettings, run_id: str, owner: str) -> str | None:
+    """None when run `run_id`, claimed for `owner`, may run under the current `settings`.
+    Otherwise its key was removed from fim.yaml since it was queued (or paused): the run
+    is recorded `cancelled` with the reason, before any model call or tool, and what it
+    waited on is denied; returns its status."""
+    if still_configured(settings, owner):
+        return None
+    record = await store.get_run(run_id)
+    if record is None:
+        return "cancelled"
+    if record.status in {"ok", "failed", "cancelled", "error", "max_iterations"}:
+        return record.status
+    log.warning("run %s (%s '%s') not run: %s", run_id, record.kind, record.name, REVOKED)
+    data = {**record.data, "status": "cancelled", "error": REVOKED}
+    await store.put_run(run_id, record.kind, record.name, "cancelled", data)
+    await deny_waiting(store, run_id)
+    return "cancelled"
+
+
+async def run_queued_agent(
+    snapshot: Snapshot,
+    services: Services,
+    run_id: str,
+    agent: str,
+    request: dict[str, Any],
+    *,
+    executor: str = "worker",
+    settings: Callable[[], ServerSettings] | None = None,
+    shutting_down: Callable[[], bool] = lambda: False,
+) -> str:
+    """A queued background agent run (`execute_agent_run`), unless the key that queued it
+    was revoked meanwhile (`revoked`, checked against `settings()`, the `server:` of
+    fim.yaml as it is when the run starts; by default the snapshot's, a worker's current
+    one)."""
+    owner = str(request.get("owner") or "")
+    keys = settings() if settings is not None else snapshot.project.server
+    gone = await revoked(get_store(services), keys, run_id, owner)
+    if gone is not None:
+        return gone
+    return await execute_agent_run(
+        snapshot, services, run_id, agent, request, executor=executor,
+        shutting_down=shutting_down,
+    )  # fmt: skip
+
+
 def recorded_limit(decl: dict[str, Any] | None) -> int | None:
     """The `concurrency` limit a run's recorded declaration carries (None: unlimited)."""
     value = (decl or {}).get("concurrency")
@@ -315,7 +363,8 @@ async def requeue_decided(app: procrastinate.App, store: Any, run_id: str) -> bo
     state = RunState.from_dict(record_data(record))
     if not state.queued:
         return False
-    await defer_workflow(app, run_id, state.workflow, {}, recorded_limit(state.decl))
+    lane = await last_lane(app, run_id)
+    await defer_workflow(app, run_id, state.workflow, {}, recorded_limit(state.decl), lock=lane)
     return True
 
 

@@ -229,13 +229,15 @@ class WorkflowEngine:
         self._adopt(state)
         yield Notice(
             run_id=run_id,
-            message=f"workflow '{self.name}' resumed at '{node_id}' ({approval.status})",
+            message=f"workflow '{self.name}' resumed at '{node_id}' ({approval.status})"
+            + self._version_note(state),
             data={
                 "workflow": self.name,
                 "run_id": run_id,
                 "node": node_id,
                 "decision": approval.status,
                 "by": approval.resolved_by,
+                "snapshot_version": self.snapshot.version,
             },
         )
         scheduler = self._scheduler(decl, state)
@@ -267,7 +269,9 @@ class WorkflowEngine:
         run again (a node's effects are only recorded once it finishes). A run an agent
         started (`run_workflow`) held to that agent's hooks in memory: they are built again
         from the agents of its chain, so recovering it in another process does not run its
-        remaining nodes past them."""
+        remaining nodes past them. The snapshot they run on is recorded (`resumed_on`)
+        when a reload changed it since the run's last leg: which version ran them is the
+        question an audit of the run asks."""
         self.run_id = state.run_id
         self.depth = state.depth
         self.parents = tuple(state.parents)
@@ -280,7 +284,16 @@ class WorkflowEngine:
             state.nodes[node_id].status = "pending"
         state.status = "running"
         state.owner = current_owner()
+        last = state.resumed_on[-1] if state.resumed_on else state.snapshot_version
+        if self.snapshot.version != last:
+            state.resumed_on.append(self.snapshot.version)
         return in_flight
+
+    def _version_note(self, state: RunState) -> str:
+        """What a resumed run's notice says of its snapshot ("" when it never changed)."""
+        if not state.resumed_on or state.resumed_on[-1] != self.snapshot.version:
+            return ""
+        return f" on snapshot {self.snapshot.version} (started on {state.snapshot_version})"
 
     async def _recover(self, state: RunState, force: bool) -> AsyncGenerator[Event, None]:
         """Continue a run recorded as running whose process is gone (once
@@ -291,8 +304,14 @@ class WorkflowEngine:
         yield Notice(
             run_id=state.run_id,
             message=f"workflow '{self.name}' recovered"
-            + (f": running {', '.join(again)} again" if again else ""),
-            data={"workflow": self.name, "run_id": state.run_id, "rerun": again},
+            + (f": running {', '.join(again)} again" if again else "")
+            + self._version_note(state),
+            data={
+                "workflow": self.name,
+                "run_id": state.run_id,
+                "rerun": again,
+                "snapshot_version": self.snapshot.version,
+            },
         )
         async with aclosing(self._scheduler(decl, state).drive()) as events:
             async for event in events:

@@ -54,6 +54,11 @@ class RunState:
     depth: int = 0
     parents: list[str] = field(default_factory=list)
     snapshot_version: str = ""
+    """The snapshot the run started on (its declaration stays that one's)."""
+    resumed_on: list[str] = field(default_factory=list)
+    """The snapshots it was resumed or recovered on after a reload, in order, each one
+    that differs from the one before: the nodes after that point ran on it (their agents,
+    models, hooks, connectors). Empty: every node ran on `snapshot_version`."""
     owner: dict[str, Any] = field(default_factory=dict)
     """The process driving the run (`fim.processes.this_process`): a `running` run whose
     owner is gone died mid-node and can be recovered."""
@@ -73,6 +78,7 @@ class RunState:
         data = dict(vars(self))
         data["nodes"] = {node_id: dict(vars(ns)) for node_id, ns in self.nodes.items()}
         data["parents"] = list(self.parents)
+        data["resumed_on"] = list(self.resumed_on)
         return data
 
     @classmethod

@@ -188,8 +188,9 @@ class TenantKey(Strict):
 class KeyLimits(Strict):
     """How many runs each API key (each tenant, for tenant keys; every caller together on a
     server without keys) may have going at once and start per minute, counted per server
-    process. Over a limit, a run is refused before it starts: 429 with `Retry-After` over
-    HTTP, a failed call or task over MCP and A2A."""
+    process (runs queued for `fim worker` are held to `max_parallel_runs` across all
+    workers, by the queue's lanes). Over a limit, a run is refused before it starts: 429
+    with `Retry-After` over HTTP, a failed call or task over MCP and A2A."""
 
     max_parallel_runs: int | None = Field(default=None, ge=1)
     """Runs going at once (streamed, in the background in this process, MCP and A2A calls,

@@ -87,4 +87,4 @@ class WorkflowDecl(Strict):
     """Nodes of one run that run at once."""
     concurrency: int | None = Field(default=None, ge=1)
     """Runs of this workflow that `fim worker` processes execute at once, across all of
-    them (procrastinate locks: fim.workflows.durable.lane_lock). None: no limit."""
+    them (procrastinate locks: fim.workflows.lanes.lane_lock). None: no limit."""
