@@ -140,7 +140,9 @@ async def test_an_mcp_progress_message_is_masked_before_it_is_cut() -> None:
     """Progress messages are kept in the result's metadata and the run's events."""
     message = "a" * 290 + SECRET
 
-    async def call(tool: str, arguments: Any, *, on_progress: Any, caller: Any) -> Any:
+    async def call(
+        tool: str, arguments: Any, *, on_progress: Any, caller: Any, meta: Any = None
+    ) -> Any:
         on_progress(1.0, 2.0, message)
         return SimpleNamespace(content=[], structured_content={"ok": True}, is_error=False)
 
