@@ -14,6 +14,7 @@ single module can sit on another floor than its package (``fim.run.services``).
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 from pathlib import Path
 
@@ -166,7 +167,11 @@ def _imports(module: str, path: Path, package: bool) -> set[str]:
     return found
 
 
-GRAPH = {name: _imports(name, path, package) for name, (path, package) in MODULES.items()}
+@functools.cache
+def graph() -> dict[str, set[str]]:
+    """Every module's fim imports, parsed once per process and only by a process that runs
+    a test of this file (at import time every xdist worker parsed all of fim to collect)."""
+    return {name: _imports(name, path, package) for name, (path, package) in MODULES.items()}
 
 
 def layer_of(module: str) -> int:
@@ -187,10 +192,10 @@ def _cycles() -> list[set[str]]:
     on_stack: set[str] = set()
     found: list[set[str]] = []
     counter = 0
-    for start in GRAPH:
+    for start in graph():
         if start in index:
             continue
-        work = [(start, iter(sorted(GRAPH[start])))]
+        work = [(start, iter(sorted(graph()[start])))]
         index[start] = low[start] = counter
         counter += 1
         stack.append(start)
@@ -204,7 +209,7 @@ def _cycles() -> list[set[str]]:
                     counter += 1
                     stack.append(child)
                     on_stack.add(child)
-                    work.append((child, iter(sorted(GRAPH[child]))))
+                    work.append((child, iter(sorted(graph()[child]))))
                 elif child in on_stack:
                     low[node] = min(low[node], index[child])
                 continue
@@ -239,7 +244,7 @@ def test_no_import_cycles() -> None:
 def test_no_import_against_the_layers() -> None:
     back = {
         (importer, imported)
-        for importer, imported_set in GRAPH.items()
+        for importer, imported_set in graph().items()
         for imported in imported_set
         if layer_of(imported) > layer_of(importer)
     }
