@@ -506,7 +506,7 @@ def test_a_bad_script_file_is_a_config_error_with_its_line(tmp_path: Path):
         make_model(ModelSettings(model="scripted:missing.yaml"), root=tmp_path)
     deep = "- tool_calls: [{name: x, arguments: " + "[" * 400 + "]" * 400 + "}]\n"
     (tmp_path / "deep.yaml").write_text(deep)
-    with pytest.raises(ConfigError, match="nests too deep to read"):
+    with pytest.raises(ConfigError, match="nesting too deep"):
         make_model(ModelSettings(model="scripted:deep.yaml"), root=tmp_path)
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from fim.config.problems import suggest
 from fim.config.schema.script import REGEX_PREFIX, ScriptFile, ScriptStep, Steps
 from fim.config.script_files import is_branching, read_script
+from fim.config.yamlio import YamlSyntaxError, parse
 from fim.errors import ConfigError
 from fim.llm.wire import new_call_id, parse_arguments
 from fim.schema_check import pattern_matches
@@ -105,15 +106,6 @@ def resolve_step(
 # --------------------------------------------------------------------------- YAML scripts
 
 
-def _where(node: Any, index: int) -> tuple[int, int]:
-    """1-based line/column of item `index` of a ruamel sequence (1, 1 when unknown)."""
-    try:
-        line, column = node.lc.item(index)
-        return line + 1, column + 1
-    except Exception:
-        return 1, 1
-
-
 def _step_from_yaml(item: Any, path: Path, line: int, column: int) -> ModelResponse:
     hint = "each step is `- text: ...` or `- tool_calls: [{name: ..., arguments: {...}}]`"
     if isinstance(item, str):
@@ -146,7 +138,7 @@ STEP_KEYS = frozenset({"text", "tool_calls", "tool_call"})
 
 
 def _plain(value: Any) -> Any:
-    """ruamel's commented containers -> plain dicts/lists (they serialise identically)."""
+    """A step's arguments as plain dicts and lists (whatever container the reader made)."""
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -265,31 +257,28 @@ def load_script(path: Path) -> Script:
 
 
 def _parse_script(path: Path, source: str) -> Script:
-    # deferred: loading ruamel costs tens of ms
-    from ruamel.yaml import YAML
-    from ruamel.yaml.error import YAMLError
-
-    too_deep = "the file nests too deep to read (ruamel's reader recurses)"
+    """The steps of a script file (or its `replies`), read with the project's YAML reader
+    (`fim.config.yamlio`: libyaml's parser, positions kept; ruamel's pure-Python reader
+    cost every `fim eval` of a scripted agent ~25 ms of start-up)."""
     try:
-        data = YAML(typ="rt").load(source)
-    except YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-        raise ConfigError.at(path, f"invalid YAML: {exc}", line, column) from None
-    except RecursionError:
-        raise ConfigError.at(path, too_deep, 1, 1) from None
+        doc = parse(source, str(path))
+    except YamlSyntaxError as exc:
+        raise ConfigError.at(
+            path, f"invalid YAML: {exc.message}", exc.line, exc.column, exc.hint
+        ) from None
+    if doc.problems:
+        raise ConfigError(list(doc.problems))
+    data = doc.data
     if is_branching(data):
         return _replies(path, source)
+    at: tuple[str, ...] = ()
     if isinstance(data, dict) and "steps" in data:
-        data = data["steps"]
+        data, at = data["steps"], ("steps",)
     if not isinstance(data, list):
         raise ConfigError.at(
             path, "a scripted model file must be a list of steps", hint="start with `- text: Hi`"
         )
-    try:
-        return [_step_from_yaml(item, path, *_where(data, i)) for i, item in enumerate(data)]
-    except RecursionError:
-        raise ConfigError.at(path, too_deep, 1, 1) from None
+    return [_step_from_yaml(item, path, *doc.position((*at, i))) for i, item in enumerate(data)]
 
 
 def _replies(path: Path, source: str) -> Replies:
