@@ -12,7 +12,9 @@ all along.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -385,4 +387,155 @@ def test_the_runs_tab_shows_a_runs_events_and_cancels_a_background_run(
     finally:
         page.close()
     assert httpx.get(f"{url}/v1/runs/{going}").json()["status"] == "cancelled"
+    assert problems == []
+
+
+PRICED = """\
+models:
+  priced:
+    model: "scripted:evals/demo.script.yaml"
+    price: {input_per_mtok: 1000, output_per_mtok: 2000}
+"""
+AGENTS = {
+    "pricey.yaml": "description: The demo agent on a priced model\nmodel: priced\n"
+    "instructions: You are the demo agent.\ntools: [calculator]\nmax_iterations: 4\n",
+    "tight.yaml": "description: A budget too small for one call\nmodel: priced\n"
+    "instructions: You are the demo agent.\ntools: [calculator]\nbudget: {max_tokens: 5}\n",
+}
+
+
+@pytest.fixture(scope="module")
+def priced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A server (in this process) on the test project plus two agents on a priced scripted
+    model: `pricey` answers, `tight` has a budget too small for its first call."""
+    from fim.build.compile import compile_project
+    from fim.build.reload import SnapshotHolder
+    from fim.server.app import create_app
+    from fim.testing.server import ServerThread
+
+    root = write_project(tmp_path_factory.mktemp("priced"))
+    (root / "fim.yaml").write_text((root / "fim.yaml").read_text() + PRICED)
+    for name, text in AGENTS.items():
+        (root / "agents" / name).write_text(text)
+    with ServerThread(create_app(SnapshotHolder(compile_project(root)))) as srv:
+        yield srv.url
+
+
+def _dollars(cost: float) -> str:
+    """A cost as the page writes it under $1: three significant digits."""
+    return f"${float(f'{cost:.3g}')}"
+
+
+def test_the_runs_tab_shows_usage_the_answer_as_text_and_why_a_run_failed(
+    priced: str, browser: Any
+) -> None:
+    """Each run in the list says its tokens, cost and duration, and a failed one its error
+    kind; a run's detail has its usage, its answer as text (not the event's JSON), the
+    reason it failed (the error event's kind and message), and no stray "null"."""
+    ok = httpx.post(f"{priced}/v1/agents/pricey/runs", json={"input": "What is 17 times 23?"})
+    usage = ok.json()["usage"]
+    spent = f"{usage['prompt_tokens'] + usage['completion_tokens']} tokens"
+    failed = httpx.post(f"{priced}/v1/agents/tight/runs", json={"input": "What is 17*23?"})
+    assert failed.status_code == 402
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    problems: list[str] = []
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    expect = playwright.expect
+    try:
+        page.set_default_timeout(WAIT_MS)
+        page.goto(priced + "/#runs")
+        page.wait_for_selector("body[data-ready=true]")
+        ok_item = page.locator(f'[data-run="{ok.json()["run_id"]}"]')
+        expect(ok_item.locator(".facts")).to_contain_text(f"{spent} · {_dollars(usage['cost'])}")
+        failed_item = page.locator(f'[data-run="{failed.json()["run_id"]}"]')
+        expect(failed_item.locator(".facts")).to_contain_text("budget_exceeded")
+
+        ok_item.click()
+        detail = page.locator("#run-detail")
+        expect(detail.locator("[data-type=message]")).to_have_text("answer17 x 23 = 391")
+        expect(detail).to_contain_text(f"{spent} (")
+        expect(detail).to_contain_text(_dollars(usage["cost"]))
+        expect(detail).to_contain_text("2 model calls · 1 tool call")
+        expect(detail.locator("[data-type=llm_call]").first).to_contain_text("$")
+        expect(detail.locator("[data-type=run_finished]")).to_contain_text(_dollars(usage["cost"]))
+        nulls = "[...document.querySelectorAll('#run-detail, #run-detail *')].flatMap(n => "
+        nulls += "[...n.childNodes]).filter(t => t.nodeType === 3 && t.data.trim() === 'null')"
+        assert page.evaluate(f"{nulls}.length") == 0
+        shot(page, "14-run-usage")
+
+        failed_item.click()
+        expect(detail.locator(".run-error")).to_contain_text("budget_exceeded")
+        expect(detail.locator(".run-error")).to_contain_text("above budget.max_tokens 5")
+        expect(detail.get_by_label("Output")).to_have_count(0)  # the same text as the error
+        shot(page, "15-run-failed")
+    finally:
+        page.close()
+    assert problems == []
+
+
+def test_a_runs_trace_id_and_hostile_text_in_a_run_record(priced: str, browser: Any) -> None:
+    """A run record (here served by a stand-in for `GET /v1/runs`) whose output, answer,
+    tool result, error and session hold HTML shows them as text; its trace id is shown with
+    a Copy button, linked only when its URL is http(s)."""
+    html = '<img src=x onerror="window.pwned=1"><b>bold</b>'
+    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+    def record(run_id: str, status: str, trace_url: str, extra: list[dict[str, Any]]) -> Any:
+        started = {"type": "run_started", "agent": "demo", "input": html, "ts": 1.7e9}
+        started |= {"trace_id": trace, "trace_url": trace_url}
+        events = [started, *extra]
+        data = {"output": html, "session_id": html, "events": events}
+        base = {"id": run_id, "kind": "agent", "name": "demo", "status": status}
+        return base | {"data": data, "created_at": 1.7e9, "updated_at": 1.7e9}
+
+    usage = {"prompt_tokens": 10, "completion_tokens": 2, "cached_tokens": 0, "cost": None}
+    bad = record(
+        "hostile00001",
+        "error",
+        "javascript:window.pwned=1",
+        [
+            {"type": "tool_result", "name": "t", "call_id": "c", "content": html},
+            {"type": "message", "role": "assistant", "content": html},
+            {"type": "error", "kind": html, "message": html},
+            {"type": "run_finished", "status": "error", "usage": usage, "iterations": 1},
+        ],
+    )
+    good = record("traced000001", "ok", "http://localhost:16686/trace/" + trace, [])
+    records = {r["id"]: r for r in (bad, good)}
+
+    def fulfil(route: Any) -> None:
+        path = route.request.url.split("/v1/runs", 1)[1]
+        if path.startswith("?"):
+            summaries = [{k: v for k, v in r.items() if k != "data"} for r in records.values()]
+            body: Any = {"runs": summaries}
+        else:
+            body = records[path.strip("/")]
+        route.fulfill(body=json.dumps(body), content_type="application/json")
+
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    problems: list[str] = []
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    expect = playwright.expect
+    try:
+        page.set_default_timeout(WAIT_MS)
+        page.route(re.compile(r"/v1/runs(\?|/)"), fulfil)
+        page.goto(priced + "/#runs")
+        page.wait_for_selector("body[data-ready=true]")
+        page.locator("[data-run=hostile00001]").click()
+        detail = page.locator("#run-detail")
+        expect(detail.locator(".run-error")).to_contain_text(html)
+        expect(detail.locator("[data-type=message] .text")).to_have_text(html)
+        expect(detail.locator("[data-type=tool_result] pre")).to_have_text(html)
+        expect(detail.get_by_label("Input")).to_have_text(html)
+        expect(detail).to_contain_text(trace)
+        expect(detail.locator("dd", has_text=html)).to_have_count(1)  # the session
+        assert detail.locator("img, b").count() == 0
+        assert detail.locator("a").count() == 0  # a javascript: URL is no link
+        page.locator("[data-run=traced000001]").click()
+        link = detail.get_by_role("link", name=trace)
+        expect(link).to_have_attribute("href", "http://localhost:16686/trace/" + trace)
+        expect(detail.get_by_role("button", name="Copy trace id")).to_be_visible()
+        assert page.evaluate("window.pwned") is None
+    finally:
+        page.close()
     assert problems == []

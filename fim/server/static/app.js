@@ -31,6 +31,20 @@ const svg = (tag, attrs = {}) => {
 
 const json = (value) => JSON.stringify(value, null, 2);
 const ms = (v) => (v === undefined || v === null ? "" : `${Math.round(v)} ms`);
+/** Dollars, to three significant digits under $1 ("$0.000394"), cents above; "" when unknown. */
+const money = (c) => {
+  if (c === null || c === undefined) return "";
+  if (c === 0) return "$0";
+  if (c < 1e-6) return "<$0.000001";
+  return c >= 1 ? `$${c.toFixed(2)}` : `$${Number(c.toPrecision(3))}`;
+};
+const duration = (v) => {
+  if (v === undefined || v === null) return "";
+  if (v < 1000) return `${Math.round(v)} ms`;
+  if (v < 60000) return `${(v / 1000).toFixed(1)} s`;
+  return `${Math.floor(v / 60000)} min ${Math.round((v % 60000) / 1000)} s`;
+};
+const tokens = (u) => (u ? (u.prompt_tokens || 0) + (u.completion_tokens || 0) : null);
 
 // ------------------------------------------------------------------ API
 
@@ -284,7 +298,7 @@ function eventItem(ev, onResume) {
       return item("", head("run", `${ev.agent} · run ${ev.run_id} · snapshot ${(ev.snapshot_version || "").slice(0, 12)}`));
     case "llm_call": {
       const u = ev.usage || {};
-      return item("", head("model call", `#${ev.iteration} · ${ev.model} · ${u.prompt_tokens} in / ${u.completion_tokens} out tokens · ${ms(ev.duration_ms)}`));
+      return item("", head("model call", `#${ev.iteration} · ${ev.model} · ${u.prompt_tokens} in / ${u.completion_tokens} out tokens${u.cost != null ? ` · ${money(u.cost)}` : ""} · ${ms(ev.duration_ms)}`));
     }
     case "tool_call":
       return item("", head("tool call", el("strong", {}, ev.name), `id ${ev.call_id}`), el("pre", {}, json(ev.arguments)));
@@ -302,9 +316,11 @@ function eventItem(ev, onResume) {
     }
     case "error":
       return item("", head("error", ev.kind || ""), el("div", { role: "alert" }, ev.message));
+    case "message": // the run's answer, as text (as the chat shows it), not its JSON
+      return item("", head(ev.role === "assistant" ? "answer" : ev.role || "message"), el("div", { class: "text" }, ev.content ?? ""));
     case "run_finished": {
       const u = ev.usage || {};
-      return item(ev.status === "ok" ? "" : "fail", head("finished", `${ev.status} · ${ev.iterations} iteration(s) · ${u.prompt_tokens + u.completion_tokens} tokens · ${ms(ev.duration_ms)}`));
+      return item(ev.status === "ok" ? "" : "fail", head("finished", `${ev.status} · ${ev.iterations} iteration(s) · ${tokens(u)} tokens${u.cost != null ? ` · ${money(u.cost)}` : ""} · ${duration(ev.duration_ms)}`));
     }
     case "node_started":
       return item("", head("node", el("strong", {}, ev.node), `${ev.node_type} started`));
@@ -453,6 +469,70 @@ async function loadApprovals() {
 // ------------------------------------------------------------------ runs
 
 const GOING = ["queued", "running"];
+const FAILED = ["error", "failed", "max_iterations"];
+
+const httpUrl = (v) => (typeof v === "string" && /^https?:\/\//i.test(v) ? v : null);
+
+/** What a run record says about the run, from its events (agent runs) or its state
+ * (workflow runs): the fields a runs page shows. Fields the record lacks stay undefined
+ * (a session or a trace id is shown when the record carries one). */
+function runFacts(run) {
+  const data = run.data || {};
+  const evs = data.events || [];
+  const started = evs.find((e) => e.type === "run_started") || {};
+  const finished = evs.findLast((e) => e.type === "run_finished");
+  const failure = evs.findLast((e) => e.type === "error");
+  const failedNode = Object.entries(data.nodes || {}).find(([, n]) => n.status === "failed" && n.error);
+  let error = null;
+  if (failure) error = { kind: failure.kind || "error", message: failure.message || "" };
+  else if (data.error) error = { kind: failedNode ? `node ${failedNode[0]}` : "workflow", message: String(data.error) };
+  else if (failedNode) error = { kind: `node ${failedNode[0]}`, message: String(failedNode[1].error) };
+  const traced = evs.find((e) => e.trace_id) || {};
+  return {
+    usage: finished?.usage || data.usage || null,
+    calls: evs.filter((e) => e.type === "llm_call").length,
+    tools: evs.filter((e) => e.type === "tool_call").length,
+    duration: finished?.duration_ms ?? data.duration_ms ?? null,
+    started: started.ts ?? data.started_at ?? run.created_at,
+    input: started.input ?? (data.inputs && Object.keys(data.inputs).length ? json(data.inputs) : null),
+    snapshot: started.snapshot_version || data.snapshot_version || data.snapshot || "",
+    session: data.session_id ?? data.session ?? started.session_id ?? started.session ?? null,
+    traceId: started.trace_id ?? data.trace_id ?? traced.trace_id ?? null,
+    traceUrl: httpUrl(started.trace_url ?? data.trace_url ?? traced.trace_url),
+    error: FAILED.includes(run.status) || error?.kind === "cancelled" ? error : null,
+  };
+}
+
+/** One line for the runs list: the failure's kind, tokens, cost, duration. */
+function factsLine(run, f) {
+  if (GOING.includes(run.status)) return `${run.status}…`;
+  const u = f.usage;
+  return [f.error && f.error.kind, u && `${tokens(u)} tokens`, u && money(u.cost), duration(f.duration)].filter(Boolean).join(" · ");
+}
+
+const factsCache = new Map(); // run id → facts of a run that ended (they no longer change)
+
+/** Fill in each listed run's facts from its record, a few requests at a time. */
+async function fillFacts(list, runs) {
+  const queue = [...runs];
+  const worker = async () => {
+    for (let r; (r = queue.shift()); ) {
+      const slot = list.querySelector(`[data-run="${CSS.escape(r.id)}"] .facts`);
+      if (!slot) continue;
+      let facts = factsCache.get(`${r.id} ${r.updated_at}`);
+      if (!facts) {
+        try {
+          facts = runFacts(await get(`/v1/runs/${encodeURIComponent(r.id)}`));
+        } catch {
+          continue; // the run is gone (or not readable): the line stays empty
+        }
+        if (!GOING.includes(r.status)) factsCache.set(`${r.id} ${r.updated_at}`, facts);
+      }
+      slot.textContent = factsLine(r, facts);
+    }
+  };
+  await Promise.all([worker(), worker(), worker(), worker()]);
+}
 
 async function loadRuns() {
   const list = $("#run-list");
@@ -461,13 +541,38 @@ async function loadRuns() {
     list.replaceChildren(
       ...(runs.length
         ? runs.map((r) =>
-            el("li", {}, el("button", { type: "button", "data-run": r.id, onclick: () => showRun(r.id) }, `${r.name} · ${r.status}`, el("small", {}, `${r.kind} ${r.id} · ${new Date(r.updated_at * 1000).toLocaleTimeString()}`))),
+            el(
+              "li",
+              {},
+              el(
+                "button",
+                { type: "button", "data-run": r.id, "data-status": r.status, onclick: () => showRun(r.id) },
+                `${r.name} · `,
+                el("span", { class: FAILED.includes(r.status) ? "failtxt" : "" }, r.status),
+                el("small", {}, `${r.kind} ${r.id} · ${new Date(r.updated_at * 1000).toLocaleTimeString()}`),
+                el("small", { class: "facts" }),
+              ),
+            ),
           )
         : [el("li", { class: "muted" }, "No runs yet.")]),
     );
+    fillFacts(list, runs);
   } catch (err) {
     list.replaceChildren(el("li", { role: "alert" }, err.message));
   }
+}
+
+function copyButton(value, label) {
+  const button = el("button", { type: "button", class: "small copy", "aria-label": `Copy ${label}` }, "Copy");
+  button.addEventListener("click", async () => {
+    try {
+      await navigator.clipboard.writeText(value);
+      button.textContent = "Copied";
+    } catch {
+      button.textContent = "Select and copy";
+    }
+  });
+  return button;
 }
 
 async function showRun(id) {
@@ -476,6 +581,7 @@ async function showRun(id) {
   try {
     const run = await get(`/v1/runs/${encodeURIComponent(id)}`);
     const data = run.data || {};
+    const f = runFacts(run);
     const nodes = Object.entries(data.nodes || {});
     const cancel = async (e) => {
       e.target.disabled = true;
@@ -487,13 +593,46 @@ async function showRun(id) {
         e.target.replaceWith(el("span", { role: "alert" }, err.message));
       }
     };
+    const u = f.usage;
+    const row = (term, ...value) => [el("dt", {}, term), el("dd", {}, ...value)];
+    const usage = u
+      ? [
+          `${tokens(u)} tokens (${u.prompt_tokens || 0} in / ${u.completion_tokens || 0} out${u.cached_tokens ? ` / ${u.cached_tokens} cached` : ""})`,
+          ` · ${f.calls} model call${f.calls === 1 ? "" : "s"} · ${f.tools} tool call${f.tools === 1 ? "" : "s"}`,
+        ].join("")
+      : null;
+    const trace = f.traceId
+      ? [f.traceUrl ? el("a", { href: f.traceUrl, target: "_blank", rel: "noopener noreferrer", class: "mono" }, f.traceId) : el("span", { class: "mono" }, f.traceId), " ", copyButton(String(f.traceId), "trace id")]
+      : null;
+    const output = data.output && !(f.error && String(data.output).includes(f.error.message)) ? data.output : null;
     box.replaceChildren(
-      el("h2", {}, `${run.name} · ${run.status}`),
-      el("dl", {}, el("dt", {}, "run"), el("dd", {}, run.id), el("dt", {}, "kind"), el("dd", {}, run.kind), el("dt", {}, "updated"), el("dd", {}, new Date(run.updated_at * 1000).toLocaleString())),
-      GOING.includes(run.status) ? el("div", { class: "toolbar" }, el("button", { type: "button", id: "run-cancel", onclick: cancel }, "Cancel run")) : null,
-      data.output ? el("pre", { "aria-label": "Output" }, data.output) : null,
-      nodes.length ? el("dl", { "aria-label": "Nodes" }, ...nodes.flatMap(([node, n]) => [el("dt", {}, node), el("dd", {}, n.status || "")])) : null,
-      el("ol", { class: "log", "aria-label": "Events" }, ...(data.events || []).map((ev) => eventItem(ev))),
+      ...[
+        el("h2", {}, `${run.name} · ${run.status}`),
+        f.error ? el("div", { class: "run-error", role: "alert" }, el("strong", { class: "kind" }, f.error.kind), " ", el("span", {}, f.error.message)) : null,
+        el(
+          "dl",
+          { "aria-label": "Run" },
+          ...row("run", el("span", { class: "mono" }, run.id), " ", copyButton(run.id, "run id")),
+          ...row("kind", run.kind),
+          ...row("started", new Date(f.started * 1000).toLocaleString()),
+          ...(f.duration !== null ? row("duration", duration(f.duration)) : []),
+          ...(usage ? row("usage", usage) : []),
+          ...(u && (tokens(u) || u.cost) ? row("cost", u.cost === null || u.cost === undefined ? el("span", { class: "muted" }, "unknown (the model has no price)") : money(u.cost)) : []),
+          ...(f.session ? row("session", el("span", { class: "mono" }, String(f.session))) : []),
+          ...(trace ? row("trace", ...trace) : []),
+          ...(f.snapshot ? row("snapshot", el("span", { class: "mono" }, String(f.snapshot).slice(0, 12))) : []),
+        ),
+        GOING.includes(run.status) ? el("div", { class: "toolbar" }, el("button", { type: "button", id: "run-cancel", onclick: cancel }, "Cancel run")) : null,
+        f.input ? el("h3", {}, "Input") : null,
+        f.input ? el("pre", { "aria-label": "Input" }, f.input) : null,
+        output ? el("h3", {}, "Output") : null,
+        output ? el("pre", { "aria-label": "Output" }, output) : null,
+        data.outputs && Object.keys(data.outputs).length ? el("h3", {}, "Outputs") : null,
+        data.outputs && Object.keys(data.outputs).length ? el("pre", { "aria-label": "Outputs" }, json(data.outputs)) : null,
+        nodes.length ? el("h3", {}, "Nodes") : null,
+        nodes.length ? el("dl", { "aria-label": "Nodes" }, ...nodes.flatMap(([node, n]) => row(node, [n.status || "", n.duration_ms ? ` · ${duration(n.duration_ms)}` : "", n.error ? ` · ${n.error}` : ""].join("")))) : null,
+        el("ol", { class: "log", "aria-label": "Events" }, ...(data.events || []).map((ev) => eventItem(ev))),
+      ].filter(Boolean),
     );
   } catch (err) {
     box.replaceChildren(el("p", { role: "alert" }, err.message));
