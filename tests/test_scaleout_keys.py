@@ -276,3 +276,45 @@ async def test_a_run_resumed_on_its_own_snapshot_records_no_other_version(
     _finish(state, as_json=True)
     shown = json.loads(capsys.readouterr().out)
     assert shown["snapshot_version"] == v1.version and "resumed_on" not in shown
+
+
+async def test_a_revoked_keys_paused_run_is_cancelled_not_resumed_when_its_approval_is_decided(
+    tmp_path: Path,
+) -> None:
+    """On SQLite (no queue) a decision resumes a paused workflow in the server's process,
+    not through a worker's `advance`: the route checks the run's key as `advance` does, so
+    an operator approving a revoked key's run cannot make it spend (attack-10 #8)."""
+    keys = 'name: r\nstate: "sqlite:///s.db"\nserver: {{api_keys: [{}], operator_keys: [ops]}}\n'
+    gated = (
+        "nodes:\n  ok: {type: human, prompt: go?}\n"
+        "  work: {type: agent, agent: a, input: go, needs: [ok]}\n"
+    )
+    root = _write(
+        tmp_path, {**REVOKED_PROJECT, "workflows/g.yaml": gated, "fim.yaml": keys.format("key-a")}
+    )
+    holder = SnapshotHolder(compile_project(root))
+    ops = {"Authorization": "Bearer ops"}
+    with ServerThread(create_app(holder)) as srv:
+        started = httpx.post(
+            f"{srv.url}/v1/workflows/g/runs",
+            json={"inputs": {}},
+            headers={"Authorization": "Bearer key-a"},
+            timeout=30,
+        ).json()
+        assert started["status"] == "paused"
+        _write(root, {"fim.yaml": keys.format("key-b")})  # key-a revoked
+        holder.swap(compile_project(root))
+        [approval] = httpx.get(f"{srv.url}/v1/approvals", headers=ops).json()["approvals"]
+        answer = httpx.post(
+            f"{srv.url}/v1/approvals/{approval['id']}",
+            json={"decision": "approve"},
+            headers=ops,
+            timeout=30,
+        )
+        listed = httpx.get(f"{srv.url}/v1/approvals?status=all", headers=ops)
+        [after] = listed.json()["approvals"]
+        run = httpx.get(f"{srv.url}/v1/runs/{started['run_id']}", headers=ops).json()
+    assert answer.status_code == 409 and answer.json()["error"]["code"] == "revoked"
+    assert after["status"] == "denied"
+    assert run["status"] == "cancelled" and run["data"]["error"] == REVOKED
+    assert run["data"]["nodes"]["work"]["status"] == "pending"  # the agent never ran

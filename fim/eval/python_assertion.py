@@ -1,18 +1,29 @@
 """Running a `python: module:function` eval assertion (promptfoo's `python:`).
 
 The function is found as `fim validate` found it (`fim.build.eval_python.resolve`, with the
-hooks' module loader) and called as `function(output, context)`, off the event loop as a
-project's python tool is: a sync function in a worker thread, an async one awaited, both
-under `PYTHON_SECONDS` (a thread cannot be killed: a function past its time keeps its
-thread, but the eval goes on and the assertion fails). What it returns decides:
-`True`/`False`; a number, a score that passes at the assertion's `threshold`; or
+hooks' module loader) and called as `function(output, context)`: a sync function in a daemon
+thread of its own, an async one awaited on the loop, both under `PYTHON_SECONDS`. A thread
+cannot be killed, so a function past its time keeps running; in a thread of its own it holds
+nothing else: not a thread of the loop's default executor (six on two cores: six stuck
+functions there starved every later `asyncio.to_thread`, fim's own off-loop work included,
+and `asyncio.run` waited for them at its end), nor the process at exit (a daemon thread is
+not joined). The case fails, the eval goes on and ends. (A killable worker process, as
+`fim.tools.isolate`, would also stop a function that spins, but it would run the project's
+code in another process, with an emptied environment and pickled arguments: not what a
+hooks module is promised.) An async function that blocks without awaiting holds the loop
+itself: nothing here can stop it. What it returns decides: `True`/`False`; a number, a
+score that passes at the assertion's `threshold`; or
 `(passed, reason)` (`(score, reason)` too), the reason shown in the report.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import inspect
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from fim.build.eval_python import PythonAssertionError, resolve
@@ -63,7 +74,7 @@ async def check_python(
         if inspect.iscoroutinefunction(fn):
             result = await asyncio.wait_for(fn(output, context), PYTHON_SECONDS)
         else:
-            result = await asyncio.wait_for(asyncio.to_thread(fn, output, context), PYTHON_SECONDS)
+            result = await asyncio.wait_for(in_own_thread(fn, output, context), PYTHON_SECONDS)
             if inspect.isawaitable(result):
                 result = await asyncio.wait_for(result, PYTHON_SECONDS)
     except TimeoutError:
@@ -71,6 +82,38 @@ async def check_python(
     except Exception as exc:  # the project's code: its failure is this assertion's
         return Outcome(KIND, False, f"{ref} raised {type(exc).__name__}: {clip(str(exc))}")
     return verdict(ref, result, spec.threshold)
+
+
+async def in_own_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(*args)` in a new daemon thread, awaited through a future: cancelling the wait
+    (a timeout) abandons the thread without it holding an executor's thread or the exit.
+    Run in a copy of the caller's context, as `asyncio.to_thread` runs it."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if done.done():  # the wait timed out (cancelled) before the function returned
+            return
+        if error is None:
+            done.set_result(result)
+        else:
+            done.set_exception(error)
+
+    def work() -> None:
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            result = context.run(fn, *args)
+        except Exception as exc:  # the project's code: handed to the awaiting assertion
+            error = exc
+        except BaseException as exc:  # SystemExit and the like: its failure, not fim's exit
+            error = RuntimeError(f"{type(exc).__name__}: {exc}")
+        with contextlib.suppress(RuntimeError):  # the loop closed while it ran: no one waits
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=work, name="fim-python-assertion", daemon=True).start()
+    return await done
 
 
 def verdict(ref: str, result: Any, threshold: float) -> Outcome:

@@ -13,7 +13,6 @@ prompts against a scripted agent gets a different answer for each, with no Pytho
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,13 +207,13 @@ def user_turns(messages: list[Message]) -> int:
 
 
 def _found(pattern: str, value: str) -> bool:
-    """A `when` pattern against a text: `regex:` searched (RE2 when it can run the
-    pattern, in time linear in the text a user may have typed), else a substring."""
+    """A `when` pattern against a text: `regex:` searched by RE2 (in time linear in the
+    text a user may have typed, on the event loop), else a substring. A pattern RE2 cannot
+    run never gets here: the script's schema refuses it (`fim validate`, and `read_script`
+    when the agent runs); should one, it matches nothing rather than backtrack in `re`."""
     if not pattern.startswith(REGEX_PREFIX):
         return pattern in value
-    source = pattern.removeprefix(REGEX_PREFIX)
-    found = pattern_matches(source, value)
-    return found if found is not None else re.search(source, value) is not None
+    return pattern_matches(pattern.removeprefix(REGEX_PREFIX), value) is True
 
 
 Script = list[ModelResponse] | Replies

@@ -16,7 +16,8 @@ from fim.server.limits import Busy, Slot
 from fim.store import get_store
 from fim.store.approvals import ReservedData, abandoned
 from fim.store.live import recorded
-from fim.store.owners import claimed, may_read
+from fim.store.owners import REVOKED, claimed, may_read, owner_of
+from fim.workflows.durable import revoked
 from fim.workflows.inputs import required
 from fim.workflows.state import KIND
 
@@ -159,6 +160,8 @@ def approval_handlers(api: Api) -> dict[str, Any]:
                     return error(400, f"data.{field} {message}", param=f"data.{field}")
             elif data.get("action") not in (None, "decline", "cancel"):
                 return error(400, "data.action must be decline or cancel", param="data.action")
+        if current.kind == "workflow" and await _revoked(api, current.run_id):
+            return error(409, f"run '{current.run_id}' was cancelled: {REVOKED}", code="revoked")
         slot = None
         if current.kind == "workflow":  # the decision resumes a run: the decider's to count
             try:
@@ -193,6 +196,17 @@ def approval_handlers(api: Api) -> dict[str, Any]:
         return JSONResponse({"approval": approval.as_dict(), "resumed_run": resumed})
 
     return {"list_approvals": list_approvals, "resolve": resolve}
+
+
+async def _revoked(api: Api, run_id: str) -> bool:
+    """Whether paused run `run_id` was claimed by a key since removed from fim.yaml. It is
+    then recorded `cancelled` and what it waits on denied (`revoked`), before a decision
+    resumes it: a revoked key must not spend when someone else (an operator, on SQLite
+    where the run continues in this process) decides its approval. A queued run's worker
+    checks the same (`advance`); checking here answers the decider the same on both."""
+    store = get_store(api.services)
+    owner = await owner_of(store, run_id) or ""
+    return await revoked(store, api.holder.current.project.server, run_id, owner) is not None
 
 
 def undecidable(approval_id: str, current: Approval) -> JSONResponse:
