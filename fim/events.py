@@ -31,6 +31,10 @@ class RunStarted(_Event):
     input: str
     snapshot_version: str = ""
     engine: str = "react"
+    trace_id: str | None = None
+    """The run's OpenTelemetry trace (32 hex digits) when it is traced and sampled, set as
+    the event is first read (`fim.observe.run_spans.RunSpans.on`): what finds the run in a
+    trace backend; None when tracing is off."""
 
 
 class LLMCall(_Event):

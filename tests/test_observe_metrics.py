@@ -59,7 +59,8 @@ async def test_metrics_count_runs_tools_blocks_tokens_and_reloads(tmp_path):
     blocks = [k for k in after if k[0] == "fim_hook_blocks_total" and ("agent", "lead") in k[1]]
     assert blocks and sum(delta(before, after, k[0], **dict(k[1])) for k in blocks) == 1
     model = "scripted:s/lead.yaml"
-    assert delta(before, after, "fim_model_call_duration_seconds_count", model=model) == 3
+    seconds = "fim_model_call_duration_seconds_count"
+    assert delta(before, after, seconds, agent="lead", model=model) == 3
     assert delta(before, after, "fim_run_duration_seconds_count", agent="lead") == 1
     assert (
         delta(before, after, "fim_tokens_total", agent="lead", model=model, direction="input") > 0

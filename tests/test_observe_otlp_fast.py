@@ -166,17 +166,17 @@ def test_an_empty_batch_and_a_batch_of_one_match_too():
 
 
 def test_http_protobuf_exports_with_the_fast_encoder_and_grpc_keeps_upstream(monkeypatch):
-    from fim.observe import sdk
+    from fim.observe import exporters
     from fim.observe.otlp_fast import FastOTLPSpanExporter
 
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-    http = sdk._exporter()
+    http = exporters.otlp_exporter()
     assert type(http) is FastOTLPSpanExporter
     http.shutdown()
     grpc = pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc.trace_exporter")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-    made = sdk._exporter()
+    made = exporters.otlp_exporter()
     assert type(made) is grpc.OTLPSpanExporter
     made.shutdown()
 

@@ -15,8 +15,10 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, Protocol
 
+from fim.observe import context
 from fim.observe.context import current_call as current_call
 from fim.observe.context import current_node as current_node
+from fim.observe.context import name_service as name_service
 
 if TYPE_CHECKING:
     from fim.events import Event
@@ -26,24 +28,41 @@ _metrics = False
 
 
 def tracing_enabled() -> bool:
-    """Whether spans are exported: an OTLP endpoint is set, the SDK is not disabled and
-    the traces exporter is not `none`. Read once per process (`reset()` re-reads)."""
+    """Whether spans are exported: the SDK is not disabled and `OTEL_TRACES_EXPORTER`
+    names an exporter, `console` (spans printed on stderr, nothing else needed) or `otlp`
+    (the default) with an OTLP endpoint set. Read once per process (`reset()` re-reads)."""
     global _enabled
     if _enabled is None:
         env = os.environ
         endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get(
             "OTEL_EXPORTER_OTLP_ENDPOINT"
         )
+        raw = env.get("OTEL_TRACES_EXPORTER", "") or "otlp"
+        names = {part.strip().lower() for part in raw.split(",") if part.strip()}
+        unknown = sorted(names - {"otlp", "console", "none"})
+        if unknown:  # one line, not a silent "off": the standard names fim knows
+            _log().warning(
+                "OTEL_TRACES_EXPORTER=%s: fim exports to otlp, console or none; tracing is off",
+                raw,
+            )
         _enabled = bool(
-            endpoint
+            not unknown
             and env.get("OTEL_SDK_DISABLED", "").strip().lower() != "true"
-            and env.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() != "none"
+            and ("console" in names or ("otlp" in names and endpoint))
         )
     return _enabled
 
 
-def warm() -> None:
-    """For a process that serves: build the tracer provider now when tracing is on, so the
+def _log() -> Any:
+    # deferred: logging is loaded by the time anything logs; this module stays light
+    import logging
+
+    return logging.getLogger("fim.observe")
+
+
+def warm(service: str | None = None) -> None:
+    """For a process that serves `service` (the project's name, the default `service.name`):
+    build the tracer provider now when tracing is on, so the
     SDK it loads settles with the rest of the start-up heap (`fim.server.settle_heap`: left
     in the cyclic collector's generations, it made every full collection walk it) and the
     first run does not wait for it."""
@@ -70,9 +89,11 @@ def record_reload(ok: bool) -> None:
 
 
 def reset() -> None:
-    """Forget the cached decision and shut the exporter down (tests, benchmarks)."""
+    """Forget the cached decision and the service name, and shut the exporter down (tests,
+    benchmarks)."""
     global _enabled
     _enabled = None
+    context.service_name = None
 
     sdk = sys.modules.get("fim.observe.sdk")
     if sdk is not None:
@@ -134,8 +155,11 @@ def watch_run(
     snapshot: Any,
     depth: int = 0,
     mask: Callable[[str], str] | None = None,
+    session: str | None = None,
+    owner: str = "",
 ) -> Watch | None:
-    """What observes one agent run (spans, metrics), or None when nothing does."""
+    """What observes one agent run (spans, metrics), or None when nothing does; `session`
+    and `owner` (the caller's key hash) go on its span."""
     counted: Watch | None = None
     if _metrics:
         # deferred: loading prometheus_client costs hundreds of ms
@@ -149,7 +173,15 @@ def watch_run(
 
     return _either(
         counted,
-        trace_run(agent=agent, run_id=run_id, snapshot=snapshot, depth=depth, mask=mask),
+        trace_run(
+            agent=agent,
+            run_id=run_id,
+            snapshot=snapshot,
+            depth=depth,
+            mask=mask,
+            session=session,
+            owner=owner,
+        ),
     )
 
 

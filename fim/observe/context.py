@@ -1,4 +1,5 @@
-"""Where the running task sits in a trace: the workflow node and the tool call it works for.
+"""Where the running task sits in a trace (the workflow node and the tool call it works for),
+and the service name its traces go under.
 
 Apart from `fim.observe` so the tracing module reads them without importing its package."""
 
@@ -17,3 +18,16 @@ current_events: ContextVar[Callable[[Any], None] | None] = ContextVar(
 )
 """Where the running tool call's task may send events while it runs (MCP progress, an
 elicitation waiting for a human): the engine's event queue of that turn."""
+
+
+service_name: str | None = None
+"""The default `service.name` of the traces (`name_service`); `fim` when no project named
+one (`fim.observe.exporters.resource`)."""
+
+
+def name_service(name: str | None) -> None:
+    """The project's name as the default `service.name` of the traces: the first one
+    named before the provider is made (its resource is fixed then) counts;
+    `OTEL_SERVICE_NAME` still wins."""
+    global service_name
+    service_name = service_name or name

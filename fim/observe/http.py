@@ -5,11 +5,56 @@ Both are no-ops (and import nothing) unless tracing is configured.
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from collections.abc import Callable
 from typing import Any
 
 from fim.observe import tracing_enabled
+
+EXCLUDED_ENV = "OTEL_PYTHON_EXCLUDED_URLS"
+DEFAULT_EXCLUDED = r"^/healthz$,^/metrics$"
+"""Requests not traced unless `OTEL_PYTHON_EXCLUDED_URLS` says otherwise: a probe every
+10 s and a scrape every 15 s filled the trace list with one-span traces."""
+
+
+def excluded_paths() -> list[re.Pattern[str]]:
+    """`OTEL_PYTHON_EXCLUDED_URLS` (comma-separated regular expressions, searched in the
+    path as the Python instrumentations search the URL), else `DEFAULT_EXCLUDED`; an empty
+    value traces every request."""
+    raw = os.environ.get(EXCLUDED_ENV)
+    raw = DEFAULT_EXCLUDED if raw is None else raw
+    return [re.compile(part.strip()) for part in raw.split(",") if part.strip()]
+
+
+def route_of(scope: Any, routes: dict[Any, list[Any]]) -> str | None:
+    """The route template a request was routed to (`/v1/runs/{run_id}`), from the endpoint
+    the router wrote into the request's scope, or for a request answered before routing
+    (a 401) the route it would have reached; None when no route matches. `routes` maps an
+    endpoint to its routes (filled here, once per endpoint)."""
+    app = scope.get("app")
+    if app is None:
+        return None
+    endpoint = scope.get("endpoint")
+    found: list[Any] | None
+    if endpoint is None:
+        found = list(getattr(app, "routes", ()))
+    else:
+        found = routes.get(endpoint)
+        if found is None:
+            found = routes[endpoint] = [
+                r for r in getattr(app, "routes", ()) if getattr(r, "endpoint", None) is endpoint
+            ]
+        if len(found) == 1:
+            return str(found[0].path)
+    # deferred: starlette is loaded by the app this middleware wraps
+    from starlette.routing import Match
+
+    for route in found:  # an endpoint serving several paths: the one that matches
+        if hasattr(route, "endpoint") and route.matches(scope)[0] is Match.FULL:
+            return str(route.path)
+    return None
 
 
 class TraceContext:
@@ -28,9 +73,15 @@ class TraceContext:
     def __init__(self, app: Any, *, trusted: Callable[[Any], bool]) -> None:
         self.app = app
         self.trusted = trusted
+        self.excluded = excluded_paths()
+        self.routes: dict[Any, list[Any]] = {}
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or not tracing_enabled():
+        if (
+            scope["type"] != "http"
+            or not tracing_enabled()
+            or any(p.search(scope.get("path", "")) for p in self.excluded)
+        ):
             await self.app(scope, receive, send)
             return
         # deferred: loading opentelemetry costs a few ms
@@ -57,11 +108,16 @@ class TraceContext:
         # a context of the span alone: nothing else the caller sent goes on from here
         token = context.attach(trace.set_span_in_context(NonRecordingSpan(made), context.Context()))
 
+        # W3C Trace Context level 2: which trace the request became, for the caller
+        answer = (b"traceresponse", f"00-{made.trace_id:032x}-{made.span_id:016x}-"
+                  f"{int(made.trace_flags) & 0xFF:02x}".encode())  # fmt: skip
+
         async def sending(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 span.attributes["http.response.status_code"] = message["status"]
                 if message["status"] >= 500:
                     span.error("")
+                message = {**message, "headers": [*message.get("headers", ()), answer]}
             await send(message)
 
         try:
@@ -69,6 +125,12 @@ class TraceContext:
         finally:
             context.detach(token)
             if sampled:
+                # named after the route template, known once routed: a raw path named
+                # every run id as an operation of its own
+                template = route_of(scope, self.routes)
+                span.name = f"{scope['method']} {template}" if template else scope["method"]
+                if template:
+                    span.attributes["http.route"] = template
                 found.emit(span, time.time_ns())
 
     def _caller(self, scope: Any) -> Any:

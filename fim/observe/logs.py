@@ -16,6 +16,7 @@ import datetime as _dt
 import json
 import logging
 import re
+import sys
 from typing import Any
 
 from fim.masking import known
@@ -23,6 +24,9 @@ from fim.observe import tracing_enabled
 from fim.terminal import printable
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+_DROPPED = {"color_message"}
+"""`extra=` fields never written: uvicorn's `color_message`, the message again with ANSI
+colour escapes."""
 _BREAKS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 """What a one-line message may not hold: control characters (newlines and tabs too), line
 and paragraph separators, and the bidirectional overrides that reorder what is shown."""
@@ -81,7 +85,7 @@ class JsonFormatter(logging.Formatter):
         if ids is not None:
             entry["trace_id"], entry["span_id"] = ids
         for key, value in vars(record).items():
-            if key not in _STANDARD and key not in entry:
+            if key not in _STANDARD and key not in entry and key not in _DROPPED:
                 entry[key] = value
         if record.exc_text:  # made (and masked) with the record
             entry["exception"] = record.exc_text
@@ -90,6 +94,25 @@ class JsonFormatter(logging.Formatter):
         # The line as written, masked whole (fim.masking knows each secret's JSON-escaped
         # forms): `extra=` values and the traceback are not masked when the record is made.
         return known().text(json.dumps(entry, default=str, ensure_ascii=False))
+
+
+def json_configured() -> bool:
+    """Whether the root logger writes JSON lines (`configure(..., "json")`)."""
+    return any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)
+
+
+def announce(line: str, **fields: Any) -> None:
+    """A start-up line for whoever watches the process: printed on stderr as it is, or,
+    when the log is JSON, written as a record of the `fim.serve` logger with `fields`, so
+    every line a log pipeline reads is JSON (a plain banner was rejected by its parser)."""
+    if json_configured():
+        logger = logging.getLogger("fim.serve")
+        # handled whatever the log level: `--log-level warning` keeps the start-up line,
+        # as it keeps the plain one
+        logger.handle(logger.makeRecord(logger.name, logging.INFO, "", 0, line, (), None,
+                                        extra=fields))  # fmt: skip
+    else:
+        print(line, file=sys.stderr, flush=True)
 
 
 def configure(level: str, log_format: str) -> None:

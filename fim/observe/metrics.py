@@ -41,6 +41,9 @@ up (`fim.tools.registry.ToolRegistry.check`) or a call past a turn's limit
 (`fim.engines.tool_turn`), whose name may be made up too. Neither takes a label slot."""
 
 log = logging.getLogger("fim.observe")
+BUDGET_EXCEEDED = "budget_exceeded"
+"""The outcome of a run a budget stopped (its status is `error`): an alert on budgets is
+not one on failures."""
 M = TypeVar("M", "Counter", "Gauge", "Histogram")  # names: they may not be installed
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -72,7 +75,7 @@ class Metrics:
         self.model_seconds = Histogram(
             "fim_model_call_duration_seconds",
             "Model call latency",
-            ["model"],
+            ["agent", "model"],
             buckets=_LATENCY,
             registry=r,
         )
@@ -82,6 +85,13 @@ class Metrics:
         self.cost = Counter("fim_cost_usd", "Model cost in USD", ["agent", "model"], registry=r)
         self.tool_calls = Counter(
             "fim_tool_calls", "Tool calls", ["agent", "tool", "outcome"], registry=r
+        )
+        self.tool_seconds = Histogram(
+            "fim_tool_call_duration_seconds",
+            "Tool call latency",
+            ["agent", "tool"],
+            buckets=_LATENCY,
+            registry=r,
         )
         self.hook_blocks = Counter(
             "fim_hook_blocks",
@@ -97,6 +107,7 @@ class Metrics:
         self.c_model_seconds, self.c_tokens = Children(self.model_seconds), Children(self.tokens)
         self.c_cost, self.c_tool_calls = Children(self.cost), Children(self.tool_calls)
         self.c_hook_blocks, self.c_active = Children(self.hook_blocks), Children(self.active)
+        self.c_tool_seconds = Children(self.tool_seconds)
 
     def tool_label(self, name: str, real: bool = True) -> str:
         """A tool name as a label value: the first MAX_TOOL_LABELS names of real tools,
@@ -115,12 +126,16 @@ class Metrics:
                 return name
         return "other"
 
-    def on(self, agent: str, event: Event, blocked: set[str]) -> None:
+    def on(
+        self, agent: str, event: Event, blocked: set[str], run: RunCounter | None = None
+    ) -> None:
+        """Count one event of a run: `blocked` keeps the calls a hook blocked, `run`
+        whether a budget stopped it (a later event's label depends on both)."""
         kind = event.type
         if kind == "llm_call":
             e: Any = event
             model = e.request_model or e.model
-            self.c_model_seconds(model).observe(e.duration_ms / 1000)
+            self.c_model_seconds(agent, model).observe(e.duration_ms / 1000)
             usage = e.usage
             # an endpoint's own numbers: a negative one (which a counter refuses with an
             # exception) counts nothing
@@ -138,10 +153,19 @@ class Metrics:
             e = event
             outcome = "blocked" if e.call_id in blocked else "error" if e.is_error else "ok"
             real = not (e.is_error and e.content.startswith(_REFUSED))
-            self.c_tool_calls(agent, self.tool_label(e.name, real), outcome).inc()
+            tool = self.tool_label(e.name, real)
+            self.c_tool_calls(agent, tool, outcome).inc()
+            if outcome != "blocked":  # a blocked call never ran: no latency of the tool's
+                self.c_tool_seconds(agent, tool).observe(max(e.duration_ms, 0.0) / 1000)
+        elif kind == "error":
+            e = event
+            if run is not None and e.kind == BUDGET_EXCEEDED:
+                run.budget = True
         elif kind == "run_finished":
             e = event
-            self.c_runs(agent, e.status).inc()
+            stopped = run is not None and run.budget and e.status == "error"
+            status = BUDGET_EXCEEDED if stopped else e.status
+            self.c_runs(agent, status).inc()
             self.c_run_seconds(agent).observe(e.duration_ms / 1000)
 
     def exposition(self) -> tuple[bytes, str]:
@@ -201,6 +225,9 @@ class RunCounter:
     def __init__(self, agent: str) -> None:
         self.agent = agent
         self.blocked: set[str] = set()
+        """The tool calls a hook blocked."""
+        self.budget = False
+        """A budget stopped the run (its `error` event's kind)."""
         self.finished = False
         self.started = 0.0
 
@@ -211,7 +238,7 @@ class RunCounter:
 
     def on(self, event: Event) -> None:
         try:
-            METRICS.on(self.agent, event, self.blocked)
+            METRICS.on(self.agent, event, self.blocked, self)
         except Exception:  # counting never fails a run: this event goes uncounted
             _failed()
         if event.type == "run_finished":
@@ -224,7 +251,8 @@ class RunCounter:
             if self.finished:
                 return
             cancelled = isinstance(exc, GeneratorExit | asyncio.CancelledError)
-            m.c_runs(agent, "cancelled" if cancelled else "error").inc()
+            outcome = "cancelled" if cancelled else BUDGET_EXCEEDED if self.budget else "error"
+            m.c_runs(agent, outcome).inc()
             m.c_run_seconds(agent).observe(time.perf_counter() - self.started)
         except Exception:  # as in `on`: the run's own outcome stands
             _failed()

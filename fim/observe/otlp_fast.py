@@ -26,6 +26,24 @@ from fim.observe.otlp_attributes import add_attributes
 from fim.observe.otlp_spans import encode_readable, field
 
 _logger = logging.getLogger(__name__)
+_said = logging.getLogger("fim.observe")
+_UPSTREAM = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+"""The logger the upstream exporter's HTTP client writes its retries and failures to."""
+
+
+class _NoRetryLines(logging.Filter):
+    """Drops the upstream client's lines about one export (`Transient error ... retrying
+    in 0.88s`, `Failed to export span batch ...`, `Shutdown in progress`): a collector
+    that is not there wrote four lines of urllib3 text per batch.
+    `FastOTLPSpanExporter.export` says it in one line instead."""
+
+    PREFIXES = ("Transient error", "Failed to export", "Shutdown in progress")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith(self.PREFIXES))
+
+
+_QUIET = _NoRetryLines()
 
 
 _HEADS: dict[tuple[str, int], tuple[Any, bytes]] = {}
@@ -119,6 +137,10 @@ class FastOTLPSpanExporter(OTLPSpanExporter):
 
     home: Home | None = None
     """Where the spans queued as bytes belong (set by `fim.observe.sdk.provider`)."""
+    failing = False
+    """The last export failed (its line is written once, until one succeeds again)."""
+    final = False
+    """The process is ending (`finishing`): after a failure, later batches are dropped."""
 
     @classmethod
     def create(cls) -> OTLPSpanExporter:
@@ -126,11 +148,38 @@ class FastOTLPSpanExporter(OTLPSpanExporter):
         not there (another SDK version): the fast path is never a broken one."""
         made = cls()
         if all(hasattr(made, name) for name in cls._REUSED):
+            logging.getLogger(_UPSTREAM).addFilter(_QUIET)  # once: a filter is a set member
             return made
         made.shutdown()  # type: ignore[no-untyped-call]
         return OTLPSpanExporter()
 
+    def finishing(self, timeout: float | None) -> None:
+        """The process is exiting: the last export is tried once (no retry waits), within
+        `timeout` seconds (None: the configured export timeout), and a failure drops the
+        batches after it (`fim.observe.sdk._at_exit`)."""
+        self.final = True
+        client = self._client
+        event = getattr(client, "_shutdown_event", None)
+        if event is not None:
+            event.set()  # the upstream client stops retrying when it is set
+        if timeout is not None and getattr(client, "_timeout", 0) > timeout:
+            client._timeout = timeout
+
+    def _failed(self, count: int, reason: object) -> None:
+        """One line per outage, naming the endpoint (no retry lines: `_NoRetryLines`)."""
+        if not self.failing:
+            self.failing = True
+            _said.warning(
+                "traces: could not export %d span(s) to %s (%s); is the collector running?"
+                " (later failures are not logged until an export succeeds)",
+                count,
+                self._endpoint,
+                _short(reason),
+            )
+
     def export(self, spans: Sequence[ReadableSpan | bytes]) -> SpanExportResult:
+        if self.final and self.failing:  # exiting, the collector unreachable: not again
+            return SpanExportResult.FAILURE
         if self._shutdown:
             _logger.warning("Exporter already shutdown, ignoring batch")
             return SpanExportResult.FAILURE
@@ -150,5 +199,21 @@ class FastOTLPSpanExporter(OTLPSpanExporter):
                 result.error = sent.error
                 if sent.status_code is not None:
                     result.error_attrs = {"http.response.status_code": sent.status_code}
+                self._failed(
+                    len(spans),
+                    f"HTTP {sent.status_code}" if sent.status_code else sent.error or "no answer",
+                )
                 return SpanExportResult.FAILURE
+        self.failing = False
         return SpanExportResult.SUCCESS
+
+
+def _short(reason: object) -> str:
+    """An export error in a few words: urllib3's text of a refused connection is three
+    nested exceptions on one line."""
+    text = str(reason)
+    if "Connection refused" in text or "NewConnectionError" in text:
+        return "connection refused"
+    if "timed out" in text.lower() or "Timeout" in text:
+        return "timed out"
+    return text[:120]

@@ -17,56 +17,31 @@ import logging
 import time
 import traceback
 from collections.abc import Callable
-from contextvars import ContextVar
 from typing import Any
 
 from opentelemetry.trace import SpanContext, SpanKind
 
 from fim.events import Event
 from fim.observe.context import current_call, current_node
+from fim.observe.scope import trace_scope
 from fim.observe.sdk import OpenSpan, Sink
 
 log = logging.getLogger("fim.observe")
 
-trace_scope: ContextVar[RunSpans | Dropped | None] = ContextVar("fim_trace_scope", default=None)
-"""The innermost traced run or workflow of the running task: a run it starts is its child."""
-
 
 @functools.lru_cache(maxsize=256)
 def _provider_of(model: str) -> str | None:
-    """`anthropic/claude-x` -> `anthropic`: litellm's provider prefix."""
-    return model.split("/", 1)[0] if "/" in model else None
+    """`anthropic/claude-x` -> `anthropic`: litellm's provider prefix; a model named by a
+    scheme (`scripted:evals/demo.script.yaml`) -> the scheme, `scripted`, not the path."""
+    head, slash, _ = model.partition("/")
+    scheme, colon, _ = head.partition(":")
+    if colon:
+        return scheme
+    return head if slash else None
 
 
 def _ns(ts: float) -> int:
     return int(ts * 1e9)
-
-
-class Dropped:
-    """A run or workflow the sampler dropped, and every run it starts: no span is built
-    for any of them, but each still has the root's (unsampled) context, so its trace
-    context -- trace id, the sampled flag off -- reaches delegated runs and outgoing HTTP
-    calls, and a delegated run joins the same unsampled trace without sampling again."""
-
-    __slots__ = ("root", "token")
-
-    def __init__(self, root: SpanContext) -> None:
-        self.root = root
-        self.token: Any = None
-
-    def context_for(self, agent: str) -> SpanContext:
-        return self.root
-
-    def on(self, event: Event) -> None:
-        pass
-
-    def __enter__(self) -> Dropped:
-        self.token = trace_scope.set(self)
-        return self
-
-    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
-        with contextlib.suppress(ValueError):  # closed from another context
-            trace_scope.reset(self.token)
 
 
 class RunSpans:
@@ -165,11 +140,22 @@ class RunSpans:
     # -- events --------------------------------------------------------------------
 
     def on(self, event: Event) -> None:
-        if event.type in self.handlers:  # not the streamed tokens
+        kind = event.type
+        if kind in self.handlers:  # not the streamed tokens
+            if kind == "run_started":
+                self._stamp(event)
             pending = self.pending
             pending.append(event)
             if len(pending) >= READ_EVERY:  # a long run's spans go out as it goes
                 self.read()
+
+    def _stamp(self, event: Event) -> None:
+        """Write the run's trace id into its `run_started` before anyone else reads the
+        event (the run's loop shows it to its watch first, `fim.run.agent`): the CLI, the
+        store, the HTTP answers and the dev page all carry it, and a run is found in the
+        trace backend from any of them. Events are frozen; this one is not yet shared."""
+        if getattr(event, "trace_id", "") is None:
+            object.__setattr__(event, "trace_id", f"{self.trace[0]:032x}")
 
     def read(self) -> None:
         """Build the spans of the events seen so far.

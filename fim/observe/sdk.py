@@ -26,7 +26,7 @@ from opentelemetry.trace import (
     TraceFlags,
 )
 
-from fim.errors import RunError
+from fim.observe.exporters import exit_timeout, exporters, resource
 
 _lock = threading.Lock()
 _provider: Any = None
@@ -41,9 +41,11 @@ SCOPE: Any = None
 
 
 def provider() -> Any:
-    """The process's tracer provider, exporting with OTLP as the standard environment
-    variables say (`OTEL_EXPORTER_OTLP_PROTOCOL`: `http/protobuf`, the default, or `grpc`;
-    endpoint, headers, timeouts and `OTEL_SERVICE_NAME` are read by the SDK itself)."""
+    """The process's tracer provider, exporting as the standard environment variables
+    say: `OTEL_TRACES_EXPORTER` (`otlp`, the default, `console`, or both, comma-separated)
+    and, for OTLP, `OTEL_EXPORTER_OTLP_PROTOCOL` (`http/protobuf`, the default, or `grpc`;
+    endpoint, headers and timeouts are read by the SDK itself). Its spans are flushed when
+    the process exits, within a bound (`_at_exit`)."""
     global _provider, SCOPE
     with _lock:
         if _provider is None:
@@ -54,62 +56,43 @@ def provider() -> Any:
 
             SCOPE = SCOPE or InstrumentationScope("fim")
 
-            tp = TracerProvider(resource=_resource())
-            exporter = _exporter()
-            if hasattr(exporter, "home"):  # fim's spans are queued serialized (`Sink`)
-                exporter.home = (tp.resource, SCOPE)
-            tp.add_span_processor(BatchSpanProcessor(exporter))
+            # not the SDK's own exit hook: it waited out every retry of an unreachable
+            # collector (7 s after a one-shot `fim run`), `_at_exit` is bounded
+            tp = TracerProvider(resource=resource(), shutdown_on_exit=False)
+            for exporter in exporters():
+                if hasattr(exporter, "home"):  # fim's spans are queued serialized (`Sink`)
+                    exporter.home = (tp.resource, SCOPE)
+                _made.append(exporter)
+                tp.add_span_processor(BatchSpanProcessor(exporter))
             _provider = tp
+            if not _exit_hooked:
+                _hook_exit()
         return _provider
 
 
-def _resource() -> Any:
-    """The SDK's own `Resource.create` (service name, `OTEL_RESOURCE_ATTRIBUTES`, SDK
-    attributes), with its hash computed once.
-
-    The OTLP encoder groups every exported span by resource, and `Resource.__hash__`
-    JSON-dumps the attributes on each call: ~5 us a span, a sixth of the encoder's work.
-    A resource is immutable, so the hash never changes."""
-    # deferred: loading opentelemetry costs tens of ms
-    from opentelemetry.sdk.resources import Resource
-
-    class _HashedOnce(Resource):
-        def __init__(self, attributes: Any, schema_url: str | None = None) -> None:
-            super().__init__(attributes, schema_url)
-            self._hash = super().__hash__()
-
-        def __hash__(self) -> int:
-            return self._hash
-
-    made = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "fim")})
-    return _HashedOnce(made.attributes, made.schema_url)
+_made: list[Any] = []
+"""The exporters of the current provider (`_at_exit` tells them the process is ending)."""
+_exit_hooked = False
 
 
-def _exporter() -> Any:
-    env = os.environ
-    protocol = (
-        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-        or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-        or "http/protobuf"
-    ).strip()
-    if protocol == "grpc":
-        try:
-            # deferred: optional dependency, absent in some installs
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise RunError(  # not ConfigError: that has no `hint` (it raised TypeError)
-                "OTEL_EXPORTER_OTLP_PROTOCOL=grpc needs opentelemetry-exporter-otlp-proto-grpc",
-                hint="pip install -e '.[otel]' in fim's checkout, or use http/protobuf",
-            ) from exc
-        return OTLPSpanExporter()
-    try:
-        # deferred: loading opentelemetry costs tens of ms
-        from fim.observe.otlp_fast import FastOTLPSpanExporter
-    except ImportError:  # an SDK older than the exporter internals the subclass reuses
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+def _hook_exit() -> None:
+    global _exit_hooked
+    # deferred: only a process that traces registers the hook
+    import atexit
 
-        return OTLPSpanExporter()
-    return FastOTLPSpanExporter.create()
+    atexit.register(_at_exit)
+    _exit_hooked = True
+
+
+def _at_exit() -> None:
+    """Export what is left, bounded: each exporter is told the process is ending (fim's
+    OTLP/HTTP one then tries once, no retries, within `EXIT_TIMEOUT_S`, and gives up on
+    later batches after a failure), then the provider shuts down."""
+    for exporter in _made:
+        finishing = getattr(exporter, "finishing", None)
+        if finishing is not None:
+            finishing(exit_timeout())
+    shutdown()
 
 
 def flush(timeout_ms: int = 10_000) -> bool:
@@ -121,6 +104,7 @@ def shutdown() -> None:
     global _provider, _tracer
     with _lock:
         _tracer = None
+        _made.clear()
         if _provider is not None:
             _provider.shutdown()
             _provider = None

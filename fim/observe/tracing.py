@@ -26,7 +26,9 @@ from opentelemetry.trace import (
 )
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from fim.observe.run_spans import Dropped, RunSpans, trace_scope
+from fim.observe.context import name_service
+from fim.observe.run_spans import RunSpans
+from fim.observe.scope import Dropped, trace_scope
 from fim.observe.sdk import OpenSpan, flush, provider, shutdown, sink, tracer
 from fim.observe.vcs import git_commit
 
@@ -101,9 +103,11 @@ def _of_snapshot(snapshot: Any) -> dict[str, Any]:
     last = _last
     if last is not None and last[0] is snapshot:
         return last[1]
+    project = getattr(getattr(snapshot, "project", None), "name", None)
+    name_service(project)  # a one-shot command's provider is made after this
     version = getattr(snapshot, "version", None) or None
     made = {
-        "fim.project": getattr(getattr(snapshot, "project", None), "name", None),
+        "fim.project": project,
         "fim.snapshot.version": version,
         "vcs.ref.head.revision": git_commit(getattr(snapshot, "root", None), version or "") or None,
     }
@@ -119,15 +123,23 @@ def trace_run(
     snapshot: Any,
     depth: int = 0,
     mask: Callable[[str], str] | None = None,
+    session: str | None = None,
+    owner: str = "",
 ) -> RunSpans | Dropped:
-    """The watch (`fim.observe.Watch`) building one agent run's spans."""
-    attributes = {
+    """The watch (`fim.observe.Watch`) building one agent run's spans: the session it
+    continues as `gen_ai.conversation.id` and the caller's key hash as `fim.tenant`, so
+    a backend finds the runs of the session or tenant that hit its budget."""
+    attributes: dict[str, Any] = {
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": agent,
         "fim.run_id": run_id,
         "fim.depth": depth,
         **_of_snapshot(snapshot),
     }
+    if session:
+        attributes["gen_ai.conversation.id"] = session[:200]
+    if owner:
+        attributes["fim.tenant"] = owner
     return _traced(
         f"invoke_agent {agent}",
         agent,

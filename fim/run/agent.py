@@ -82,7 +82,14 @@ async def run_agent(
         from fim.store.owners import claim
 
         await claim(get_store(services), ctx.run_id, owner)
-    watch = watch_run(agent=agent.name, run_id=ctx.run_id, snapshot=snapshot, depth=depth)
+    watch = watch_run(
+        agent=agent.name,
+        run_id=ctx.run_id,
+        snapshot=snapshot,
+        depth=depth,
+        session=session,
+        owner=owner,
+    )
     on = watch.on if watch is not None else None
     ledger = Ledger(services, agent.name, ctx.run_id, session)
     spend = ctx.spend

@@ -9,7 +9,6 @@ import logging
 import os
 import signal
 import socket
-import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -88,7 +87,7 @@ async def serve(
     else:
         snapshot = await asyncio.to_thread(compile_project, root)
     build_validators()
-    observe.warm()
+    observe.warm(snapshot.project.name)
     settle_heap()
     preload(snapshot.models_in_use())
     # deferred: loading fim.masking costs tens of ms
@@ -115,7 +114,11 @@ async def serve(
         log_config=None if json_logs else uvicorn.config.LOGGING_CONFIG,
     )
     server = _server_class()(config)
-    print(banner(snapshot, host, sock.getsockname()[1], reload), file=sys.stderr, flush=True)
+    # deferred: loading fim.masking costs tens of ms
+    from fim.observe.logs import announce
+
+    line, fields = banner_fields(snapshot, host, sock.getsockname()[1], reload)
+    announce(line, **fields)
     stop = asyncio.Event()
     watcher = (
         asyncio.create_task(_git_poll(git, holder, git_interval, stop))
@@ -214,17 +217,34 @@ def bind(host: str, port: int) -> socket.socket:
 
 def banner(snapshot: Any, host: str, port: int, reload: bool) -> str:
     """The start-up line: what is served, where, and whether file changes reload it."""
+    return banner_fields(snapshot, host, port, reload)[0]
+
+
+def banner_fields(snapshot: Any, host: str, port: int, reload: bool) -> tuple[str, dict[str, Any]]:
+    """The start-up line and its fields (`project`, `url`, `auth`, ...), which a JSON log
+    writes as a record of their own (`fim.observe.logs.announce`)."""
     shown = f"[{host}]" if ":" in host else host
     agents, workflows = len(snapshot.agents), len(snapshot.workflows)
     # deferred: the server's HTTP helpers, loaded with the app anyway
     from fim.server.http import server_keys
 
-    keys = "on" if server_keys(snapshot.project.server) else "off (no server.api_keys)"
-    return (
+    auth = bool(server_keys(snapshot.project.server))
+    keys = "on" if auth else "off (no server.api_keys)"
+    url = f"http://{shown}:{port}"
+    line = (
         f"fim serve: project '{snapshot.project.name}' · {agents} agent{'s' * (agents != 1)}, "
-        f"{workflows} workflow{'s' * (workflows != 1)} · http://{shown}:{port} "
+        f"{workflows} workflow{'s' * (workflows != 1)} · {url} "
         f"(OpenAI-compatible: /v1) · reload {'on' if reload else 'off'} · auth {keys}"
     )
+    fields = {
+        "project": snapshot.project.name,
+        "url": url,
+        "agents": agents,
+        "workflows": workflows,
+        "reload": reload,
+        "auth": auth,
+    }
+    return line, fields
 
 
 def _server_class() -> type:

@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import json
 import os
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -31,11 +30,11 @@ from fim.capabilities import CAPABILITIES
 from fim.errors import RunError
 from fim.events import build_validators
 from fim.llm import preload
-from fim.observe.logs import configure
+from fim.observe.logs import announce, configure
 from fim.run.services import Services
 from fim.server import (
     _on_swap,
-    banner,
+    banner_fields,
     bind,
     prune_store,
     refuse_open,
@@ -101,8 +100,8 @@ def serve_workers(
         loop=uvicorn_loop(),
         **logging,
     )
-    line = banner(snapshot, host, sock.getsockname()[1], reload)
-    print(f"{line} · {workers} workers", file=sys.stderr, flush=True)
+    line, fields = banner_fields(snapshot, host, sock.getsockname()[1], reload)
+    announce(f"{line} · {workers} workers", **fields, workers=workers)
     try:
         Multiprocess(config, sockets=[sock]).run()
     finally:
@@ -122,7 +121,7 @@ def worker_app() -> Any:
     services = Services(root=root, state_url=snapshot.project.state, providers=CAPABILITIES)
     holder.listeners.append(lambda old, new: _on_swap(services, old, new))
     app = create_app(holder, services)
-    observe.warm()
+    observe.warm(snapshot.project.name)
     settle_heap()
     preload(snapshot.models_in_use())
 
