@@ -106,7 +106,10 @@ def test_ten_parallel_runs_spend_no_more_than_the_daily_limit(tmp_path: Path) ->
     assert capped and all(cap < 3000 for cap in capped)
 
 
-def test_far_from_a_limit_no_max_tokens_is_sent(tmp_path: Path) -> None:
+def test_far_from_a_limit_a_call_is_capped_at_the_room_it_holds(tmp_path: Path) -> None:
+    """Under any budget a call is sent with `max_tokens` at most what it holds (the
+    model's own `max_tokens`, else 4,096): calls far from a limit, in flight together,
+    could otherwise each answer past what they reserved (attack round 10)."""
     requests: list[dict[str, Any]] = []
     with OpenAIStubServer(handler=honouring_max_tokens(requests)) as stub:
         snapshot = project(
@@ -124,7 +127,7 @@ def test_far_from_a_limit_no_max_tokens_is_sent(tmp_path: Path) -> None:
                 await services.aclose()
 
         asyncio.run(go())
-    assert len(requests) == 1 and "max_tokens" not in requests[0]
+    assert len(requests) == 1 and requests[0]["max_tokens"] == 4096
 
 
 class Gated:

@@ -26,11 +26,16 @@ B = {"Authorization": "Bearer key-b"}
 
 
 def keyed(root: Path, budget: str) -> None:
+    """A project whose keys have `budget`; its agent's scripted model has a price, so a
+    cost limit is one `fim validate` accepts."""
     write_project(root)
     (root / "fim.yaml").write_text(
         'name: kb\nstate: "sqlite:///.fim/state.db"\n'
+        "models: {general: {model: 'scripted:a.script.yaml',"
+        " price: {input_per_mtok: 1, output_per_mtok: 2}}}\n"
         f"server: {{api_keys: [key-a, key-b], key_budget: {budget}}}\n"
     )
+    (root / "agents" / "a.yaml").write_text("description: says hi\nmodel: general\n")
 
 
 async def spent_by(root: Path, key: bytes, tokens: int) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from fim.build.builtin_names import is_python_tool
 from fim.build.checks import ROLE_ENV, Checker
+from fim.build.model_checks import check_cost_limits
 from fim.build.snapshot import CASE_SOURCE, Locate, Snapshot, Source
 from fim.build.workflow_checks import check_agent_workflows
 from fim.config.case_files import case_lines
@@ -77,12 +78,29 @@ def _check_eval_python(snapshot: Snapshot, locate: Locate) -> list[Problem]:
     return check_python_assertions(snapshot, locate, load_module)
 
 
+def _check_cost_limits(snapshot: Snapshot, locate: Locate) -> list[Problem]:
+    """Cost limits on models with no known price (`fim.build.model_checks`), asking
+    litellm's price table (`fim.llm.catalog`, a layer up) only when one is declared."""
+
+    def price_known(model: str) -> bool | None:
+        # deferred: the price table is read only for a cost limit (~20 ms)
+        from fim.llm import catalog
+        from fim.types import Usage
+
+        if not catalog.table():
+            return None  # no table to ask: a price may well be known at run time
+        return catalog.cost(model, Usage(prompt_tokens=1, completion_tokens=1)) is not None
+
+    return check_cost_limits(snapshot, locate, price_known)
+
+
 SNAPSHOT_CHECKS: tuple[SnapshotCheck, ...] = (
     check_agent_workflows,
     _check_hooks,
     _check_eval_tools,
     _check_python_tools,
     _check_eval_python,
+    _check_cost_limits,
 )
 """Checks that need the whole compiled project (e.g. building every hook once); `locate`
 points into the files. They run only when the checks here found nothing, so a problem is
@@ -93,6 +111,9 @@ compile with its ImportError, it is never skipped."""
 def _locator(decls: Declarations) -> Locate:
     def locate(kind: str, name: str, path: tuple[str | int, ...] = ()) -> Source:
         entry = decls.entries.get(kind, {}).get(name)
+        if kind == "project" and decls.project_doc is not None:  # a value of fim.yaml
+            where = decls.project_doc.problem(path, "")
+            return Source(where.path, where.line, where.column)
         if entry is None:
             return Source("fim.yaml")
         where = entry.doc.problem(path, "")  # a case read from a CSV row: that row's file

@@ -10,6 +10,7 @@ file for existing; a role must be declared. Kept apart from `fim.build.checks`, 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fim.config.declarations import Entry
@@ -17,6 +18,7 @@ from fim.config.problems import suggest
 from fim.config.providers import provider_problem
 from fim.config.schema import ModelSettings
 from fim.config.script_files import read_script
+from fim.errors import Problem, RunError
 
 if TYPE_CHECKING:
     from fim.build.checks import Checker
@@ -88,3 +90,79 @@ def check_model(checker: Checker, entry: Entry, path: Path_, ref: str | ModelSet
         if not hint.startswith("did you mean"):
             hint += "; or use a litellm string such as openai/gpt-4o-mini"
         checker.add(entry.doc.problem(path, f"unknown model role '{ref}'", hint))
+
+
+_COST_LIMITS = ("max_cost_usd", "max_cost_usd_per_day", "max_cost_usd_per_session")
+
+
+def check_cost_limits(
+    snapshot: Any, locate: Any, price_known: Callable[[str], bool | None]
+) -> list[Problem]:
+    """A cost limit (`max_cost_usd*`) that holds for an agent whose model has no known
+    price refuses every run of that agent before its first call (costs fail closed:
+    `fim.run.spend`), so it is a problem here, at the limit, not a surprise at run time.
+    `price_known(model)` asks the price table (None: there is none to ask; nothing is
+    reported then). The project's and the key's limits hold for every agent: each is
+    reported once per unpriced model, naming the agents it stops."""
+    problems: list[Problem] = []
+    unpriced: dict[str, list[str]] = {}  # model -> agents running on it
+    known: dict[str, bool | None] = {}
+    for name, agent in snapshot.agents.items():
+        try:
+            settings = snapshot.model_settings(agent.model)
+        except RunError:  # an unknown role is reported by the declaration checks
+            continue
+        if settings.price is not None:
+            continue
+        model = settings.model
+        if model not in known:
+            known[model] = False if model.startswith("scripted:") else price_known(model)
+        if known[model] is not False:
+            continue
+        unpriced.setdefault(model, []).append(name)
+        if agent.budget is None:
+            continue
+        for key in _COST_LIMITS:
+            if getattr(agent.budget, key) is not None:
+                source = locate("agent", name, ("budget", key))
+                problems.append(
+                    Problem(
+                        source.path,
+                        source.line,
+                        source.column,
+                        f"budget.{key}: the price of model '{model}' is unknown, so every "
+                        "run of this agent would be refused before its first call",
+                        _price_hint(snapshot, agent.model),
+                    )
+                )
+    project = snapshot.project
+    for where, budget in (
+        ("budget", project.budget),
+        ("server.key_budget", project.server.key_budget),
+    ):
+        if budget is None:
+            continue
+        for key in _COST_LIMITS:
+            if getattr(budget, key) is None:
+                continue
+            for model, agents in unpriced.items():
+                source = locate("project", "", (*where.split("."), key))
+                problems.append(
+                    Problem(
+                        source.path,
+                        source.line,
+                        source.column,
+                        f"{where}.{key}: the price of model '{model}' is unknown, so every "
+                        f"{'run' if where == 'budget' else 'run an API key starts'} of "
+                        f"{', '.join(sorted(agents))} would be refused before its first call",
+                        _price_hint(snapshot, snapshot.agents[agents[0]].model),
+                    )
+                )
+    return problems
+
+
+def _price_hint(snapshot: Any, ref: str | ModelSettings) -> str:
+    fix = "add price: {input_per_mtok: ..., output_per_mtok: ...}"
+    if isinstance(ref, str) and ref in snapshot.models:
+        return f"{fix} to models.{ref} in fim.yaml"
+    return f"{fix} to the model, declared as a role under models: in fim.yaml"

@@ -173,13 +173,36 @@ def _server_warnings(snapshot: Snapshot) -> list[Problem]:
     server = snapshot.project.server
     keys = [key if isinstance(key, str) else key.key for key in server.api_keys]
     keyed = any(keys) or any(server.operator_keys)  # an unset ${VAR} is no key
+    found: list[Problem] = []
     if "*" in server.cors_origins and not keyed:
         message = (
             "server.cors_origins lists '*' and the server has no API keys: a page of any web "
             "site its users open can run its agents and decide its approvals"
         )
-        return [Problem("fim.yaml", 1, 1, message)]
-    return []
+        found.append(Problem("fim.yaml", 1, 1, message))
+    if server.key_budget is not None and not keyed:
+        found.append(
+            _at_project(
+                snapshot,
+                ("server", "key_budget"),
+                "server.key_budget has no effect: the server has no server.api_keys or "
+                "server.operator_keys, and it limits what each key spends",
+                "add api_keys, or use `budget:` in fim.yaml to limit every run",
+            )
+        )
+    return found
+
+
+def _at_project(snapshot: Snapshot, path: tuple[str, ...], message: str, hint: str) -> Problem:
+    """A warning at the value at `path` in fim.yaml (line 1 when it cannot be read)."""
+    # deferred: only for a warning, which reads fim.yaml's text again for its position
+    from fim.config.yamlio import parse
+
+    try:
+        doc = parse((snapshot.root / "fim.yaml").read_text(encoding="utf-8"), "fim.yaml")
+    except Exception:  # the snapshot compiled from it: unreadable now is a race, not a problem
+        return Problem("fim.yaml", 1, 1, message, hint)
+    return doc.problem(path, message, hint, key=True)
 
 
 def _warn(problems: list[Problem], format: Format) -> None:

@@ -287,15 +287,22 @@ class EventPrinter:
         self._tokens = StreamMasker(known())
         self._last_token: Token | None = None
         """Tokens are masked as a stream: a secret split over two tokens is still caught."""
+        self._calls: dict[str, int] = {}
+        """Model calls made per run id (`llm_call` events): a call a budget refused before
+        sending it is none, though the run's `iterations` counts its turn."""
+        self._traces: dict[str, str] = {}
+        """Trace ids per run id (`run_started`), shown on `-v`'s last line."""
 
     def show(self, event: Event) -> None:
         # deferred: loading fim.masking costs a few ms (fim.events is loaded by now)
         from fim.events import (
             ErrorEvent,
             HookEvent,
+            LLMCall,
             MessageEvent,
             Notice,
             RunFinished,
+            RunStarted,
             Token,
             ToolCallEvent,
             ToolProgress,
@@ -317,6 +324,8 @@ class EventPrinter:
             sys.stdout.flush()
             return
         match event:
+            case LLMCall():
+                self._calls[event.run_id] = self._calls.get(event.run_id, 0) + 1
             case Token():
                 sys.stdout.write(printable(self._tokens.feed(event.text)))
                 sys.stdout.flush()
@@ -349,18 +358,35 @@ class EventPrinter:
                 self.err.print(f"[dim]… {event.name} {event.progress:g}{total}{text}[/dim]")
             case Notice() if self.verbose or "elicitation" in event.data:
                 self.err.print(f"[yellow]• {markup(event.message)}[/yellow]")
+            case RunStarted() if event.trace_id:
+                self._traces[event.run_id] = event.trace_id
             case RunFinished() if self.verbose:
-                usage = event.usage
-                self.err.print(
-                    f"[dim]{event.status} · {event.iterations} model calls · "
-                    f"{usage.prompt_tokens}+{usage.completion_tokens} tokens · "
-                    f"{event.duration_ms:.0f} ms[/dim]"
-                )
+                calls = self._calls.get(event.run_id, 0)
+                trace = self._traces.get(event.run_id)
+                traced = f" · trace {trace}" if trace else ""  # what a trace backend finds
+                self.err.print(f"[dim]{summary_line(event, calls)}{traced}[/dim]")
 
     def _end_stream(self) -> None:
         if self._streamed:
             sys.stdout.write(printable(self._tokens.flush()) + "\n")
             self._streamed = False
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 model call`, `2 model calls`."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def summary_line(event: Any, calls: int) -> str:
+    """The last line of `fim run -v`: status, model calls made, tokens, cost when the
+    price is known, duration."""
+    usage = event.usage
+    cost = "" if usage.cost is None else f" · ${usage.cost:.4f}"
+    return (
+        f"{event.status} · {plural(calls, 'model call')} · "
+        f"{usage.prompt_tokens}+{usage.completion_tokens} tokens{cost} · "
+        f"{event.duration_ms:.0f} ms"
+    )
 
 
 def _clip(text: str, limit: int) -> str:

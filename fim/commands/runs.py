@@ -45,17 +45,22 @@ def list_(
     project: ProjectOption = None,
     state: StateOption = None,
 ) -> None:
-    """The most recent runs of every key, newest first."""
+    """The most recent runs of every key, newest first, with what each spent."""
     # deferred: loading the state store costs tens of ms
     from fim.masking import known
+    from fim.store.usage import run_totals
 
     if kind not in (None, "agent", "workflow"):
         fail(f"--kind is agent or workflow, not '{kind}'")
     store = open_store(ctx, project, state)
     records = _run(store, store.list_runs(kind=kind, limit=limit))
+    spent = _run(store, run_totals(store, [r.id for r in records]))  # the usage table's rows
     if as_json:
         for record in records:
             summary = {k: v for k, v in record.as_dict().items() if k != "data"}
+            usage = spent.get(record.id)
+            summary["tokens"] = usage.total_tokens if usage else 0
+            summary["cost"] = usage.cost if usage else None
             typer.echo(json.dumps(known().value(summary), ensure_ascii=False, default=str))
         return
     if not records:
@@ -66,11 +71,16 @@ def list_(
     from rich.table import Table
 
     table = Table(show_lines=False)
-    for column in ("id", "kind", "name", "status", "updated (UTC)"):
-        table.add_column(column, no_wrap=True)
+    for column in ("id", "kind", "name", "status", "tokens", "cost $", "updated (UTC)"):
+        right = column in ("tokens", "cost $")
+        table.add_column(column, no_wrap=True, justify="right" if right else "left")
     for r in records:
         name = markup(known().text(r.name))
-        table.add_row(r.id, r.kind, name, shown_status(r.status, r.data), utc_time(r.updated_at))
+        usage = spent.get(r.id)
+        tokens = str(usage.total_tokens) if usage else "0"
+        cost = "-" if usage is None or usage.cost is None else f"{usage.cost:.4f}"
+        status = shown_status(r.status, r.data)
+        table.add_row(r.id, r.kind, name, status, tokens, cost, utc_time(r.updated_at))
     Console(width=120).print(table)
 
 
@@ -109,7 +119,9 @@ def show(
         typer.echo(json.dumps(known().value({**record, "events": events}), default=str))
         return
     status = shown_status(record["status"], record.get("data") or {})
-    typer.echo(f"{record['kind']} {record['name']} · {status} · run {record['id']}")
+    trace = next((e.get("trace_id") for e in events if e.get("type") == "run_started"), None)
+    traced = f" · trace {trace}" if trace else ""  # what finds the run in a trace backend
+    typer.echo(f"{record['kind']} {record['name']} · {status} · run {record['id']}{traced}")
     output = (record.get("data") or {}).get("output")
     if output:
         typer.echo(f"output: {printable(known().text(str(output)))}")

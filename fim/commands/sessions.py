@@ -51,13 +51,19 @@ def list_(
     project: ProjectOption = None,
     state: StateOption = None,
 ) -> None:
-    """The most recently used sessions of every key, newest first."""
+    """The most recently used sessions of every key, newest first, with what each spent."""
     # deferred: loading the state store costs tens of ms
     from fim.masking import known
     from fim.store.sessions import Sessions
+    from fim.store.usage import session_totals
 
     store = open_store(ctx, project, state)
     rows = _run(store, Sessions(store).listed(limit))
+    spent = _run(store, session_totals(store, [row["id"] for row in rows]))
+    for row in rows:  # what its runs spent: session budgets count the same rows
+        usage = spent.get(row["id"])
+        row["tokens"] = usage.total_tokens if usage else 0
+        row["cost"] = usage.cost if usage else None
     if as_json:
         for row in rows:
             typer.echo(json.dumps(known().value(row), ensure_ascii=False))
@@ -70,12 +76,20 @@ def list_(
     from rich.table import Table
 
     table = Table(show_lines=False)
-    for column in ("name", "owner", "updated (UTC)", "id"):
+    for column in ("name", "owner", "updated (UTC)", "tokens", "cost $", "id"):
         table.add_column(column, overflow="fold")
     for row in rows:
         # a session's name is what an HTTP client sent: text, never markup or escapes
         name = markup(known().text(row["name"] if row["name"] is not None else row["id"]))
-        table.add_row(name, _owner(row["owner"]), utc_time(row["updated_at"]), row["id"])
+        cost = "-" if row["cost"] is None else f"{row['cost']:.4f}"
+        table.add_row(
+            name,
+            _owner(row["owner"]),
+            utc_time(row["updated_at"]),
+            str(row["tokens"]),
+            cost,
+            row["id"],
+        )
     Console(width=120).print(table)
 
 

@@ -10,15 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
-import re
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import ValidationError
 
+from fim.engines.dag_plan import (
+    ANALYZER,
+    PLANNER,
+    SYNTHESIS,
+    Plan,
+    PlanStep,
+    Verdict,
+    json_object,
+    results_text,
+)
 from fim.engines.react import ReactEngine
 from fim.errors import FimError
 from fim.events import (
@@ -36,80 +45,6 @@ from fim.events import (
     Token,
 )
 from fim.types import Message, ModelResponse, TextDelta, Usage
-
-
-class PlanStep(BaseModel):
-    id: str = Field(min_length=1, max_length=40)
-    task: str = Field(min_length=1)
-    depends_on: list[str] = Field(default_factory=list)
-
-
-class Plan(BaseModel):
-    """A plan as the model must write it; validation errors are fed back to the model."""
-
-    steps: list[PlanStep] = Field(min_length=2, max_length=6)
-
-    @field_validator("steps")
-    @classmethod
-    def _unique(cls, steps: list[PlanStep]) -> list[PlanStep]:
-        ids = [s.id for s in steps]
-        if len(set(ids)) != len(ids):
-            raise ValueError("step ids must be unique")
-        return steps
-
-    @model_validator(mode="after")
-    def _acyclic(self) -> Plan:
-        known = {s.id for s in self.steps}
-        for step in self.steps:
-            unknown = [d for d in step.depends_on if d not in known]
-            if unknown:
-                raise ValueError(f"step {step.id} depends on unknown steps {unknown}")
-        done: set[str] = set()
-        remaining = list(self.steps)
-        while remaining:
-            ready = [s for s in remaining if set(s.depends_on) <= done]
-            if not ready:
-                raise ValueError("the dependencies form a cycle")
-            done |= {s.id for s in ready}
-            remaining = [s for s in remaining if s.id not in done]
-        return self
-
-
-class Verdict(BaseModel):
-    done: bool = True
-    reason: str = ""
-    missing: str = ""
-
-
-PLANNER = """You are the planner of an agent. Break the user's goal into 2 to 6 steps.
-Each step is a self-contained task another worker can do with these tools:
-{tools}
-Steps that do not depend on each other run in parallel, so only add a dependency when a
-step needs another step's result.
-Reply with JSON only, no prose:
-{{"steps": [{{"id": "s1", "task": "...", "depends_on": []}}, ...]}}"""
-
-ANALYZER = """You check whether the results of a plan achieve the user's goal.
-Reply with JSON only: {"done": true or false, "reason": "<one sentence>",
-"missing": "<what is still needed, if not done>"}"""
-
-SYNTHESIS = """Goal: {goal}
-
-Results of the steps that were carried out:
-{results}
-
-Write the final answer to the goal for the user, using these results."""
-
-
-def _json_object(text: str) -> Any:
-    match = re.search(r"\{.*\}", text or "", re.S)
-    if match is None:
-        raise ValueError("no JSON object in the reply")
-    return json.loads(match.group(0))
-
-
-def _results_text(results: dict[str, tuple[str, str]]) -> str:
-    return "\n".join(f"- {sid} ({task}): {out}" for sid, (task, out) in results.items()) or "none"
 
 
 @dataclass
@@ -179,9 +114,14 @@ class DagEngine:
                 else:
                     yield piece
         except FimError as exc:
+            made: ModelResponse | None = getattr(exc, "response", None)
+            if made is not None:  # made and paid for, then over a budget: it is reported
+                self._took(made)
+                yield self._llm_event(self._calls)
             kind = getattr(exc, "kind", "model_error")  # budget_exceeded (fim.run.spend)
             yield ErrorEvent(run_id=base.run_id, message=base.mask(str(exc)), kind=kind)
-            yield self._finish(f"Model error: {exc}", "error", started)
+            output = str(exc) if kind == "budget_exceeded" else f"Model error: {exc}"
+            yield self._finish(output, "error", started)
             return
         yield MessageEvent(run_id=base.run_id, content=base.mask(answer))
         yield self._finish(answer, "ok", started)
@@ -190,7 +130,10 @@ class DagEngine:
 
     async def _complete(self, messages: list[Message]) -> ModelResponse:
         self._t0 = time.perf_counter()
-        response = await self.base.model.complete(messages, None)
+        return self._took(await self.base.model.complete(messages, None))
+
+    def _took(self, response: ModelResponse) -> ModelResponse:
+        """A call of the planner, analyzer or synthesis answered: it counts in the run."""
         self._usage = self._usage + response.usage
         self._calls += 1
         self._last = response
@@ -213,7 +156,7 @@ class DagEngine:
         )
         user = f"Goal: {goal}"
         if results:
-            user += f"\n\nAlready done:\n{_results_text(results)}\n\nWhat is missing: {feedback}"
+            user += f"\n\nAlready done:\n{results_text(results)}\n\nWhat is missing: {feedback}"
             user += "\nPlan only the remaining work."
         messages = [
             Message(role="system", content=PLANNER.format(tools=tools)),
@@ -224,7 +167,7 @@ class DagEngine:
             yield self._llm_event(round_no)
             text = response.message.content or ""
             try:
-                plan = Plan.model_validate(_json_object(text))
+                plan = Plan.model_validate(json_object(text))
             except (ValueError, ValidationError) as exc:
                 if attempt == 2:
                     return
@@ -307,7 +250,7 @@ class DagEngine:
         context = (
             f"\n\nYou are carrying out one step of a plan.\nOverall goal: {goal}\n"
             f"Your step ({sid}): {step.task}\n"
-            f"Results of earlier steps:\n{_results_text(deps)}\n"
+            f"Results of earlier steps:\n{results_text(deps)}\n"
             "Do only this step and reply with its result."
         )
         engine = dataclasses.replace(
@@ -339,11 +282,11 @@ class DagEngine:
         response = await self._complete(
             [
                 Message(role="system", content=ANALYZER),
-                Message(role="user", content=f"Goal: {goal}\n\nResults:\n{_results_text(results)}"),
+                Message(role="user", content=f"Goal: {goal}\n\nResults:\n{results_text(results)}"),
             ]
         )
         try:
-            return Verdict.model_validate(_json_object(response.message.content or ""))
+            return Verdict.model_validate(json_object(response.message.content or ""))
         except (ValueError, ValidationError):
             return Verdict(done=True, reason="the analyzer's reply was not JSON; stopping")
 
@@ -354,22 +297,22 @@ class DagEngine:
         messages = [
             Message(role="system", content=base.system_prompt or "You are helpful."),
             Message(
-                role="user", content=SYNTHESIS.format(goal=goal, results=_results_text(results))
+                role="user", content=SYNTHESIS.format(goal=goal, results=results_text(results))
             ),
         ]
         self._t0 = time.perf_counter()
         if base.stream:
             response = None
-            async for chunk in base.model.stream(messages, None):
-                if isinstance(chunk, TextDelta):
-                    yield Token(run_id=base.run_id, text=base.mask(chunk.text))
-                else:
-                    response = chunk
+            # closed with the run: a budget counts a stream cut off when it is
+            async with aclosing(base.model.stream(messages, None)) as stream:  # type: ignore[type-var]
+                async for chunk in stream:
+                    if isinstance(chunk, TextDelta):
+                        yield Token(run_id=base.run_id, text=base.mask(chunk.text))
+                    else:
+                        response = chunk
             if response is None:
                 raise FimError("the model stream ended without a final response")
-            self._usage = self._usage + response.usage
-            self._calls += 1
-            self._last = response
+            self._took(response)
         else:
             response = await self._complete(messages)
         yield self._llm_event(self._calls)

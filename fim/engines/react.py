@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -170,32 +171,32 @@ class ReactEngine(ToolTurn):
             response: ModelResponse | None = None
             try:
                 if self.stream:
-                    async for chunk in self.model.stream(messages, self.registry.specs() or None):
-                        if isinstance(chunk, TextDelta):
-                            yield Token(run_id=self.run_id, text=self.mask(chunk.text))
-                        else:
-                            response = chunk
+                    # closed with the run: a budget counts a stream cut off when it is
+                    chunks = self.model.stream(messages, self.registry.specs() or None)
+                    async with aclosing(chunks) as stream:  # type: ignore[type-var]
+                        async for chunk in stream:
+                            if isinstance(chunk, TextDelta):
+                                yield Token(run_id=self.run_id, text=self.mask(chunk.text))
+                            else:
+                                response = chunk
                     if response is None:
                         raise FimError("the model stream ended without a final response")
                 else:
                     response = await self.model.complete(messages, self.registry.specs() or None)
             except FimError as exc:
-                spent.append(getattr(exc, "usage", Usage()))  # a call spent, then refused
+                made: ModelResponse | None = getattr(exc, "response", None)
+                if made is not None:  # made and paid for, then over a budget: it is reported
+                    spent.append(made.usage)
+                    yield self._llm_call(made, iteration, t0)
+                else:
+                    spent.append(getattr(exc, "usage", Usage()))
                 kind = getattr(exc, "kind", "model_error")  # budget_exceeded (fim.run.spend)
                 yield ErrorEvent(run_id=self.run_id, message=self.mask(str(exc)), kind=kind)
-                yield finish(f"Model error: {exc}", "error", iteration)
+                output = str(exc) if kind == "budget_exceeded" else f"Model error: {exc}"
+                yield finish(output, "error", iteration)
                 return
             spent.append(response.usage)
-            yield LLMCall(
-                run_id=self.run_id,
-                model=response.model or getattr(self.model, "name", ""),
-                iteration=iteration,
-                usage=response.usage,
-                duration_ms=(time.perf_counter() - t0) * 1000,
-                request_model=getattr(self.model, "name", ""),
-                provider=getattr(self.model, "provider", "") or "",
-                finish_reason=response.finish_reason,
-            )
+            yield self._llm_call(response, iteration, t0)
             reply = response.message
             if not reply.tool_calls:
                 text = (reply.content or "").strip()
@@ -266,6 +267,19 @@ class ReactEngine(ToolTurn):
         )
         yield MessageEvent(run_id=self.run_id, content=output)
         yield finish(output, "max_iterations", self.max_iterations)
+
+    def _llm_call(self, response: ModelResponse, iteration: int, t0: float) -> LLMCall:
+        """The event of one model call made (answered, or answered past a budget)."""
+        return LLMCall(
+            run_id=self.run_id,
+            model=response.model or getattr(self.model, "name", ""),
+            iteration=iteration,
+            usage=response.usage,
+            duration_ms=(time.perf_counter() - t0) * 1000,
+            request_model=getattr(self.model, "name", ""),
+            provider=getattr(self.model, "provider", "") or "",
+            finish_reason=response.finish_reason,
+        )
 
     @staticmethod
     async def _verdict(contract: Finalizer, text: str) -> tuple[str, str | None]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic_core import from_json
 
+from fim.llm.counts import count
 from fim.structured import finite, non_finite
 from fim.types import Message, ModelResponse, TextDelta, ToolCall, ToolSpec, Usage
 
@@ -177,15 +178,15 @@ def parse_arguments(name: str, call_id: str, text: Any) -> ToolCall:
 
 
 def parse_usage(usage: Any) -> Usage:
-    """The provider's token counts; a negative count (a broken or hostile gateway) is read
-    as 0, which budgets then estimate (`fim.run.spend`), so it can never lower a day's or a
-    key's spend."""
+    """The provider's token counts; a negative or unreadable count (a broken or hostile
+    gateway) is read as 0, which budgets then estimate (`fim.run.spend`), so it can never
+    lower a day's or a key's spend, and a huge one as `fim.llm.counts.MAX_COUNT`."""
     if usage is None:
         return Usage()
     return Usage(
-        prompt_tokens=max(0, int(_get(usage, "prompt_tokens") or 0)),
-        completion_tokens=max(0, int(_get(usage, "completion_tokens") or 0)),
-        cached_tokens=max(0, int(_get(_get(usage, "prompt_tokens_details"), "cached_tokens") or 0)),
+        prompt_tokens=count(_get(usage, "prompt_tokens")),
+        completion_tokens=count(_get(usage, "completion_tokens")),
+        cached_tokens=count(_get(_get(usage, "prompt_tokens_details"), "cached_tokens")),
     )
 
 

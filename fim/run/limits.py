@@ -5,6 +5,7 @@ place."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -14,19 +15,28 @@ from fim.types import Usage
 
 if TYPE_CHECKING:
     from fim.config.schema.spend import Price
+    from fim.types import ModelResponse
 
 
 class BudgetExceeded(RunError):
     """A run passed one of its spend limits; `usage` is what the refused call spent (zero
-    when it was refused before being made)."""
+    when it was refused before being made) and `response` that call's answer: the call was
+    made and paid for, so the engines report it (`llm_call`) before the error. `hint`
+    says what the caller can do about this limit (`Limit.hint`)."""
 
     kind = "budget_exceeded"
 
-    def __init__(self, message: str, usage: Usage | None = None) -> None:
-        super().__init__(
-            message, hint="raise `budget:` in the agent file or fim.yaml if this is expected"
-        )
+    def __init__(
+        self,
+        message: str,
+        usage: Usage | None = None,
+        *,
+        hint: str | None = None,
+        response: ModelResponse | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint)
         self.usage = usage or Usage()
+        self.response = response
 
 
 def priced(usage: Usage, price: Price) -> Usage:
@@ -62,6 +72,13 @@ def setting(label: str) -> str:
     return "server.key_budget" if label.startswith(KEY) else "budget"
 
 
+def until_midnight(now: float | None = None) -> str:
+    """How long until the UTC day ends (when daily limits start again), as `5h12m`."""
+    now = time.time() if now is None else now
+    left = int(86400 - now % 86400)
+    return f"{left // 3600}h{left % 3600 // 60:02d}m"
+
+
 @dataclass
 class Limit:
     """One limit that holds for a call, and what counts against it."""
@@ -76,6 +93,31 @@ class Limit:
     process's runs in flight (daily, session)."""
     pool: Pool
     """Where the calls in flight under this limit hold room (`fim.run.in_flight`)."""
+    declared_in: str = "fim.yaml"
+    """The file whose `budget:` (or `server.key_budget`) sets this limit, for the hint."""
+
+    def hint(self, key: str) -> str:
+        """What whoever hit the limit `key` (`max_tokens`, `max_cost_usd`) can do: a key's
+        budget is the operator's, which a tenant cannot edit; a session's limit is left
+        by starting a new session; a daily one ends at 00:00 UTC."""
+        name = f"{setting(self.label)}.{key}{self.per}"
+        if self.label.startswith(KEY):
+            text = (
+                f"{name} is this API key's limit, set by the server's operator in "
+                f"{self.declared_in}: ask the operator to raise it"
+            )
+        else:
+            text = f"raise {name} in {self.declared_in} if this is expected"
+            if self.per == "_per_session":
+                text = f"start a new session, or {text}"
+        if self.per == "_per_day":
+            text += f"; the day resets at 00:00 UTC (in {until_midnight()})"
+        return text
+
+    def unpriced(self, model: str) -> str:
+        """The hint for a cost limit on a model with no known price (the only fix)."""
+        fix = f"set `price:` on model '{model}' in fim.yaml's `models:`"
+        return f"ask the server's operator to {fix}" if self.label.startswith(KEY) else fix
 
     def room(
         self, estimate: int, prompt_cost: float | None, per_1k: float | None
@@ -97,49 +139,58 @@ class Limit:
             held_room = min(held_room, _tokens(held, per_1k))
         return spent_room, held_room
 
-    def refusal(self, model: str, estimate: int, prompt_cost: float | None) -> str:
+    def refusal(self, model: str, estimate: int, prompt_cost: float | None) -> BudgetExceeded:
         """Why a call was refused before it was made (`room` left it none)."""
         where, so_far = setting(self.label), self.spent
         if self.max_cost is not None and prompt_cost is None:
-            return (
-                f"{self.label} sets a cost limit but the price of model '{model}' is unknown; "
-                "the model was not called (set `price:` on the model in fim.yaml)"
+            return BudgetExceeded(
+                f"{self.label} sets a cost limit ({where}.max_cost_usd{self.per}) but the "
+                f"price of model '{model}' is unknown; the model was not called",
+                hint=self.unpriced(model),
             )
         if self.max_tokens is not None and so_far.total_tokens + estimate >= self.max_tokens:
-            return (
+            return BudgetExceeded(
                 f"{self.label}: {so_far.total_tokens} tokens spent and the next prompt is "
                 f"about {estimate}, above {where}.max_tokens{self.per} {self.max_tokens}; "
-                "the model was not called"
+                "the model was not called",
+                hint=self.hint("max_tokens"),
             )
-        return (
+        return BudgetExceeded(
             f"{self.label}: ${so_far.cost or 0.0:.6f} spent and the next prompt costs about "
             f"${prompt_cost or 0.0:.6f}, above {where}.max_cost_usd{self.per} "
-            f"{self.max_cost}; the model was not called"
+            f"{self.max_cost}; the model was not called",
+            hint=self.hint("max_cost_usd"),
         )
 
-    def passed(self, model: str, usage: Usage) -> BudgetExceeded | None:
-        """The error when what was spent, the call that just answered (`usage`) included,
-        is past this limit; None while it holds."""
-        where, so_far = setting(self.label), self.spent
+    def passed(self, model: str, response: ModelResponse) -> BudgetExceeded | None:
+        """The error when what was spent, the call that just answered (`response`, its
+        usage priced) included, is past this limit; None while it holds."""
+        where, so_far, usage = setting(self.label), self.spent, response.usage
         if self.max_tokens is not None and so_far.total_tokens > self.max_tokens:
             return BudgetExceeded(
                 f"{self.label}: {so_far.total_tokens} tokens spent, "
                 f"above {where}.max_tokens{self.per} {self.max_tokens}",
                 usage,
+                hint=self.hint("max_tokens"),
+                response=response,
             )
         if self.max_cost is None:
             return None
         if usage.total_tokens and usage.cost is None:
             return BudgetExceeded(
-                f"{self.label} sets a cost limit but model '{model}' reported no price for "
-                "its call (set `price:` on the model in fim.yaml)",
+                f"{self.label} sets a cost limit ({where}.max_cost_usd{self.per}) but model "
+                f"'{model}' reported no price for its call",
                 usage,
+                hint=self.unpriced(model),
+                response=response,
             )
         if (so_far.cost or 0.0) > self.max_cost:
             return BudgetExceeded(
                 f"{self.label}: ${so_far.cost or 0.0:.6f} spent, "
                 f"above {where}.max_cost_usd{self.per} {self.max_cost}",
                 usage,
+                hint=self.hint("max_cost_usd"),
+                response=response,
             )
         return None
 

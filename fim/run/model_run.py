@@ -7,7 +7,7 @@ the engines; the policy itself stays in `fim.run.spend` and `fim.run.tree`.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import FimError
@@ -40,8 +40,13 @@ class _Counted:
 
     def _refused(self, exc: FimError) -> None:
         """A call that spent, then was refused (a budget passed on the real count), counts
-        in the run's usage as the engines count it."""
-        self.usage = self.usage + getattr(exc, "usage", Usage())
+        in the run's usage and its calls as the engines count it (they report it with an
+        `llm_call` before the error)."""
+        made: ModelResponse | None = getattr(exc, "response", None)
+        if made is not None:
+            self._took(made)
+        else:
+            self.usage = self.usage + getattr(exc, "usage", Usage())
 
     async def complete(
         self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
@@ -56,8 +61,9 @@ class _Counted:
         self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
     ) -> AsyncIterator[TextDelta | ModelResponse]:
         try:
-            async for item in self.inner.stream(messages, tools, **options):
-                yield self._took(item) if isinstance(item, ModelResponse) else item
+            async with aclosing(self.inner.stream(messages, tools, **options)) as items:  # type: ignore[type-var]
+                async for item in items:
+                    yield self._took(item) if isinstance(item, ModelResponse) else item
         except FimError as exc:
             self._refused(exc)
             raise

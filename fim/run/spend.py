@@ -22,6 +22,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
@@ -58,8 +59,12 @@ class MeteredModel:
         agent: str = "",
         session: str | None = None,
         spend: RunSpend | None = None,
+        declared_in: dict[str, str] | None = None,
     ) -> None:
         self.inner = inner
+        self.declared_in = declared_in or {}
+        """Owner label (`agent 'x'`) -> the file its budget is declared in, for the hints
+        of its limits (fim.yaml for the project's and the key's)."""
         self.services, self.agent, self.session = services, agent, session
         self.node = spend or RunSpend(agent, per_run(budgets))
         """This run's place in its tree: its per-run limits count its delegates' spend, and
@@ -72,6 +77,8 @@ class MeteredModel:
         self.unrecorded: dict[tuple[Any, ...], tuple[Any, Pool, Usage]] = {}
         """Pools of recorded scopes this run's spend is counted in until its usage row is
         written (scope -> store, pool, amount): `settle` takes it out then."""
+        self.settled = False
+        """The run ended and `settle` ran: a late call's spend goes in no pool."""
         self.node.ends.append(self.settle)
 
     def __getattr__(self, name: str) -> Any:  # settings, context_window ... of the inner model
@@ -107,6 +114,7 @@ class MeteredModel:
                             budget.max_cost_usd,
                             node.usage,
                             node.pool,
+                            self.declared_in.get(owner, "fim.yaml"),
                         )
                     )
         for owner, budget in self.budgets:
@@ -122,6 +130,7 @@ class MeteredModel:
                         budget.max_cost_usd_per_day,
                         spent,
                         found,
+                        self.declared_in.get(owner, "fim.yaml"),
                     )
                 )
             if budget.per_session and self.session:
@@ -134,6 +143,7 @@ class MeteredModel:
                         budget.max_cost_usd_per_session,
                         spent,
                         found,
+                        self.declared_in.get(owner, "fim.yaml"),
                     )
                 )
         return out
@@ -151,7 +161,8 @@ class MeteredModel:
             place = "the day" if group == "day" else "the session"
             raise BudgetExceeded(
                 f"{owner} budget has a {what} limit but this run has no state store to count "
-                f"{place} in; the model was not called"
+                f"{place} in; the model was not called",
+                hint="run it in a project whose fim.yaml `state:` names a store",
             )
         agent = None if owner in ("project", KEY) else self.agent
         store = get_store(self.services)
@@ -166,8 +177,9 @@ class MeteredModel:
             found = self.unrecorded[scope][1]
         else:
             found = pool(store, *scope)
-            found.users += 1
-            self.unrecorded[scope] = (store, found, Usage())
+            if not self.settled:  # a call answering after its run ended counts in no pool
+                found.users += 1
+                self.unrecorded[scope] = (store, found, Usage())
         tokens, cost = found.settled_tokens, found.settled_cost
         if group == "session":
             assert self.session is not None
@@ -188,6 +200,7 @@ class MeteredModel:
         allowance = getattr(settings, "max_tokens", None) or DEFAULT_ALLOWANCE
         per_1k = self._cost(Usage(completion_tokens=1000))
         prompt_cost: float | None = None
+        deadline = time.monotonic() + WAIT_FOR_ROOM  # however often others answer meanwhile
         while True:
             limits = await self._limits()
             if prompt_cost is None and any(limit.max_cost is not None for limit in limits):
@@ -196,26 +209,29 @@ class MeteredModel:
             for limit in limits:
                 spent_room, left = limit.room(estimate, prompt_cost, per_1k)
                 if spent_room < 1:  # what was spent leaves no room: refused, not waited for
-                    raise BudgetExceeded(limit.refusal(self.name, estimate, prompt_cost))
+                    raise limit.refusal(self.name, estimate, prompt_cost)
                 if left < 1:  # the room is held by calls in flight
                     busy = busy or limit.pool
                 room = min(room, left)
             if busy is None:
                 break
             try:  # a call in flight answers (or fails), then the room is counted again
-                await asyncio.wait_for(busy.released(), WAIT_FOR_ROOM)
+                await asyncio.wait_for(busy.released(), max(0.0, deadline - time.monotonic()))
             except TimeoutError:
                 raise BudgetExceeded(
                     f"the budget's room for this call is held by {busy.calls} model call(s) in "
                     f"flight that did not answer within {WAIT_FOR_ROOM:.0f} s; the model was "
-                    "not called"
+                    "not called",
+                    hint="try again when they have answered",
                 ) from None
         tokens = estimate + room
         cost = (prompt_cost or 0.0) + (room * per_1k / 1000 if per_1k else 0.0)
         pools = list({id(limit.pool): limit.pool for limit in limits}.values())
         for found in pools:
             found.hold(tokens, cost)
-        return Ticket(estimate, pools, tokens, cost, room if room < allowance else None)
+        # the answer is capped at the room it holds: calls far from a limit, all in flight
+        # at once, could otherwise each answer past what they reserved
+        return Ticket(estimate, pools, tokens, cost, room if limits else None)
 
     def _count(self, usage: Usage) -> None:
         """`usage` was spent by this run: it counts for the run, the runs above it, and
@@ -226,18 +242,27 @@ class MeteredModel:
             found.usage = found.usage + usage
             self.unrecorded[scope] = (store, found, amount + usage)
 
-    def _cut(self, ticket: Ticket) -> None:
+    def _cut(self, ticket: Ticket, streamed: list[str] | None = None) -> None:
         """A call that ended without its count (the caller left, a cancel, an error): the
-        room it held is free, and it counts at its prompt estimate, which the provider may
-        well have charged."""
+        room it held is free, and it counts at its prompt estimate plus what it streamed,
+        which the provider charged."""
         ticket.release()
         usage = Usage(prompt_tokens=ticket.estimate)
+        if streamed:
+            # deferred: loading fim.run.tokens costs a few ms
+            from fim.run.tokens import count_tokens
+
+            usage = Usage(
+                prompt_tokens=ticket.estimate,
+                completion_tokens=count_tokens("".join(streamed), self.name),
+            )
         usage = usage.model_copy(update={"cost": self._cost(usage)})
         self._count(usage)
         self.node.cut = usage if self.node.cut is None else self.node.cut + usage
 
     def settle(self) -> None:
         """The run's usage row is written: its spend leaves the in-flight pools."""
+        self.settled = True
         unrecorded, self.unrecorded = self.unrecorded, {}
         for scope, (store, found, amount) in unrecorded.items():
             found.settle(amount)
@@ -253,8 +278,8 @@ class MeteredModel:
         if usage is not response.usage:
             response = response.model_copy(update={"usage": usage})
         self._count(usage)
-        for limit in await self._limits():
-            passed = limit.passed(self.name, usage)
+        for limit in await self._limits():  # over: the call was made, the error carries it
+            passed = limit.passed(self.name, response)
             if passed is not None:
                 raise passed
         return response
@@ -297,16 +322,19 @@ class MeteredModel:
         if ticket.max_tokens is not None:
             options = {**options, "max_tokens": ticket.max_tokens}
         answered = False
+        streamed: list[str] = []
         try:
-            async for item in self.inner.stream(messages, tools, **options):
-                if isinstance(item, ModelResponse):
-                    answered = True
-                    yield await self._after(ticket, item)
-                else:
-                    yield item
+            async with aclosing(self.inner.stream(messages, tools, **options)) as items:  # type: ignore[type-var]
+                async for item in items:
+                    if isinstance(item, ModelResponse):
+                        answered = True
+                        yield await self._after(ticket, item)
+                    else:
+                        streamed.append(item.text)
+                        yield item
         finally:
             if not answered:
-                self._cut(ticket)
+                self._cut(ticket, streamed)
 
 
 _UNREPORTED: set[str] = set()
@@ -335,9 +363,24 @@ def metered(
     above = spend is not None and any(node.budgets for node in spend.ancestors())
     if not budgets and price is None and not above:
         return model
+    agents = [agent.name, *(node.agent for node in spend.ancestors())] if spend else [agent.name]
+    declared_in = {f"agent '{name}'": _file_of(snapshot, name) for name in agents}
     return MeteredModel(
-        model, budgets, price, services=services, agent=agent.name, session=session, spend=spend
+        model,
+        budgets,
+        price,
+        services=services,
+        agent=agent.name,
+        session=session,
+        spend=spend,
+        declared_in=declared_in,
     )
+
+
+def _file_of(snapshot: Any, agent: str) -> str:
+    """The file agent `agent` is declared in (`agents/bot.yaml`), for budget hints."""
+    source = getattr(snapshot, "source", None)
+    return source("agent", agent).path if source is not None else "fim.yaml"
 
 
 def run_budgets(snapshot: Any, agent: Any) -> list[tuple[str, Budget]]:

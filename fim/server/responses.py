@@ -174,8 +174,15 @@ class WorkflowRunResult(_Out):
 
 
 class UsageRow(_Out):
-    day: str = Field(description="UTC date, YYYY-MM-DD")
-    agent: str
+    day: str | None = Field(
+        default=None, description="UTC date, YYYY-MM-DD (by=session: the last day it spent)"
+    )
+    agent: str | None = Field(default=None, description="by=agent (the default)")
+    session: str | None = Field(default=None, description="by=session: the session's id")
+    name: str | None = Field(default=None, description="by=session: the caller's name for it")
+    key: str | None = Field(
+        default=None, description="by=key: `tenant NAME`, `server.api_keys[i]` or `(no key)`"
+    )
     runs: int
     calls: int = Field(description="model calls")
     prompt_tokens: int
@@ -193,6 +200,20 @@ class KeyBudgetStatus(_Out):
     day: str = Field(description="the UTC day the daily limits count")
     spent_today_tokens: int
     spent_today_cost_usd: float | None = None
+    declared_in: str | None = Field(default=None, description="the file that declares it")
+    left_today_tokens: int | None = Field(
+        default=None, description="what max_tokens_per_day leaves today (resets 00:00 UTC)"
+    )
+    left_today_cost_usd: float | None = Field(
+        default=None, description="what max_cost_usd_per_day leaves today (resets 00:00 UTC)"
+    )
+
+
+class BudgetStatus(KeyBudgetStatus):
+    """The project's or an agent's `budget:` as it stands today."""
+
+    scope: Literal["project", "agent"]
+    agent: str | None = None
 
 
 class RunCancelled(_Out):
@@ -214,6 +235,9 @@ class KeyLimitsStatus(_Out):
 class UsageReport(_Out):
     since: str = Field(description="first UTC day included")
     usage: list[UsageRow] = Field(description="newest day first")
+    budgets: list[BudgetStatus] = Field(
+        default_factory=list, description="the project's and the agents' budgets"
+    )
     key_budget: KeyBudgetStatus | None = Field(
         default=None, description="the caller's key budget, when the server sets one"
     )

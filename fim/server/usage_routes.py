@@ -1,8 +1,11 @@
-"""`GET /v1/usage`: tokens and cost per UTC day and agent from the state store (what `fim
-usage` prints), for dashboards and chargeback: a key of a keyed server sees what its own
-runs spent, an operator key (and `fim usage`) everything; with `server.key_budget`, each
-key also hears its limits and what it spent today against them, and with
-`server.key_limits` its run limits and how many of its runs are going."""
+"""`GET /v1/usage`: tokens and cost per UTC day and agent (`?by=session`, per session;
+`?by=key`, per key or tenant) from the state store (what `fim usage` prints), for
+dashboards and chargeback: a key of a keyed server sees what its own runs spent, an
+operator key (and `fim usage`) everything. Every caller hears the project's and the
+agents' budgets (`budgets`: where each is declared, spent and left today, since those
+limits stop its runs too); with `server.key_budget`, each key also hears its limits and
+what it spent today against them, and with `server.key_limits` its run limits and how many
+of its runs are going."""
 
 from __future__ import annotations
 
@@ -13,12 +16,16 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from fim.server.http import JSONResponse, query_int, run_scope, session_owner
+from fim.server.http import JSONResponse, error, query_int, run_scope, session_owner
 
 if TYPE_CHECKING:
     from fim.server.api import Api
 
 MAX_DAYS = 36500
+
+QUERY = frozenset({"days", "agent", "by"})
+"""The query parameters `GET /v1/usage` reads: any other is a 400 (a misspelt `by` must not
+silently answer the default grouping)."""
 
 
 def usage_handlers(api: Api) -> dict[str, Any]:
@@ -27,29 +34,39 @@ def usage_handlers(api: Api) -> dict[str, Any]:
     async def usage(request: Request) -> Response:
         # deferred: loading fim.store costs a few ms
         from fim.store import get_store
-        from fim.store.usage import spent, summary, utc_day
+        from fim.store.usage import GROUPS, key_labels, summary
 
+        unknown = sorted(set(request.query_params) - QUERY)
+        if unknown:
+            return error(
+                400,
+                f"unknown query parameter(s): {', '.join(unknown)[:200]}",
+                f"GET /v1/usage takes {', '.join(sorted(QUERY))}",
+                param=unknown[0][:100],
+            )
         days = query_int(request, "days", 7, 1, MAX_DAYS)
         if isinstance(days, Response):
             return days
+        by = request.query_params.get("by") or "agent"
+        if by not in GROUPS:
+            return error(400, f"by: one of {', '.join(GROUPS)}, got {by[:40]!r}", param="by")
         agent = request.query_params.get("agent") or None
         since = (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=days - 1)).isoformat()
         owner = run_scope(request)  # a keyed caller: what its own runs spent
         store = get_store(api.services)
-        rows = await summary(store, since=since, agent=agent, owner=owner)
+        snapshot = api.holder.current
+        rows = await summary(store, since=since, agent=agent, owner=owner, by=by)
+        if by == "key":  # a tenant by its name, a key by its place in fim.yaml
+            labels = key_labels(snapshot.project.server)
+            for row in rows:
+                row["key"] = labels.get(row["key"]) or str(row["key"])[:12]
         body: dict[str, Any] = {"since": since, "usage": rows}
-        budget = api.holder.current.project.server.key_budget
         me = session_owner(request)
+        body["budgets"] = await budgets_left(snapshot, store, agent)
+        budget = snapshot.project.server.key_budget
         if budget is not None and me:  # what this key may still spend today
-            day = utc_day(time.time())
-            used = await spent(store, day, None, me)
-            body["key_budget"] = {
-                "limits": budget.model_dump(exclude_none=True),
-                "day": day,
-                "spent_today_tokens": used.total_tokens,
-                "spent_today_cost_usd": used.cost,
-            }
-        limits = api.holder.current.project.server.key_limits
+            body["key_budget"] = await _status(store, budget, "fim.yaml", me=me)
+        limits = snapshot.project.server.key_limits
         if limits is not None:  # every caller: "" is everyone on a server without keys
             body["key_limits"] = {
                 "limits": limits.model_dump(exclude_none=True),
@@ -58,3 +75,46 @@ def usage_handlers(api: Api) -> dict[str, Any]:
         return JSONResponse(body)
 
     return {"usage": usage}
+
+
+async def budgets_left(snapshot: Any, store: Any, agent: str | None) -> list[dict[str, Any]]:
+    """The project's `budget:` and each agent's (only `agent`'s when named): their limits,
+    where they are declared, and for the daily ones what was spent today and what is left
+    (as recorded: runs going now count when they end)."""
+    out = []
+    if snapshot.project.budget is not None:
+        status = await _status(store, snapshot.project.budget, "fim.yaml")
+        out.append({"scope": "project", **status})
+    for name, decl in sorted(snapshot.agents.items()):
+        if decl.budget is None or (agent is not None and name != agent):
+            continue
+        where = snapshot.source("agent", name).path
+        status = await _status(store, decl.budget, where, agent=name)
+        out.append({"scope": "agent", "agent": name, **status})
+    return out
+
+
+async def _status(
+    store: Any, budget: Any, declared_in: str, *, agent: str | None = None, me: str | None = None
+) -> dict[str, Any]:
+    """One budget as it stands today (UTC): its limits, where it is declared, what the runs
+    it counts (of `agent`, of key `me`, or all) spent today and, per daily limit, what is
+    left (never below zero)."""
+    # deferred: loading fim.store costs a few ms
+    from fim.store.usage import spent, utc_day
+
+    day = utc_day(time.time())
+    used = await spent(store, day, agent, me)
+    status: dict[str, Any] = {
+        "limits": budget.model_dump(exclude_none=True),
+        "declared_in": declared_in,
+        "day": day,
+        "spent_today_tokens": used.total_tokens,
+        "spent_today_cost_usd": used.cost,
+    }
+    if budget.max_tokens_per_day is not None:
+        status["left_today_tokens"] = max(0, budget.max_tokens_per_day - used.total_tokens)
+    if budget.max_cost_usd_per_day is not None:
+        left = budget.max_cost_usd_per_day - (used.cost or 0.0)
+        status["left_today_cost_usd"] = max(0.0, left)
+    return status

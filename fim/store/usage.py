@@ -8,7 +8,7 @@ import datetime as dt
 import time
 from typing import TYPE_CHECKING, Any
 
-from fim.store.owners import owned_by
+from fim.store.owners import key_owner, owned_by
 from fim.store.prepared import Prepared
 from fim.store.schema import table
 
@@ -94,35 +94,80 @@ def _insert(name: str, row: dict[str, Any]) -> Prepared:
     return statement
 
 
+GROUPS = ("agent", "session", "key")
+"""What `summary` sums by: (day, agent), session, or the key (tenant) that started the runs."""
+
+
 async def summary(
     store: Store,
     *,
     since: str | None = None,
     agent: str | None = None,
     owner: str | None = None,
+    by: str = "agent",
 ) -> list[dict[str, Any]]:
     """Runs, model calls, tokens and cost per (day, agent), newest day first; with `owner`,
     of the runs that caller started only (`fim.store.owners`). `cost` is None when no run
-    of the group had a known price; `unpriced_runs` says how many lacked one."""
-    # deferred: loading sqlalchemy costs hundreds of ms
-    from sqlalchemy import case, func, select
+    of the group had a known price; `unpriced_runs` says how many lacked one.
 
+    `by="session"` sums per session instead (the runs that continued one; `name` is the
+    caller's name for it, `day` the last day it spent), most expensive first; `by="key"`
+    per owner hash of the key (or tenant) that started the runs, None for runs no key
+    started (the CLI, a server without keys): the surfaces name them."""
+    # deferred: loading sqlalchemy costs hundreds of ms
+    from sqlalchemy import and_, case, func, select
+
+    if by not in GROUPS:
+        raise ValueError(f"by: one of {', '.join(GROUPS)}, got {by!r}")
     usage = table("usage")
-    query = (
-        select(
-            usage.c.day,
-            usage.c.agent,
-            func.count().label("runs"),
-            func.sum(usage.c.calls).label("calls"),
-            func.sum(usage.c.prompt_tokens).label("prompt_tokens"),
-            func.sum(usage.c.completion_tokens).label("completion_tokens"),
-            func.sum(usage.c.cached_tokens).label("cached_tokens"),
-            func.sum(usage.c.cost).label("cost"),
-            func.sum(case((usage.c.cost.is_(None), 1), else_=0)).label("unpriced_runs"),
-        )
-        .group_by(usage.c.day, usage.c.agent)
-        .order_by(usage.c.day.desc(), usage.c.agent)
+    sums = (
+        func.count().label("runs"),
+        func.sum(usage.c.calls).label("calls"),
+        func.sum(usage.c.prompt_tokens).label("prompt_tokens"),
+        func.sum(usage.c.completion_tokens).label("completion_tokens"),
+        func.sum(usage.c.cached_tokens).label("cached_tokens"),
+        func.sum(usage.c.cost).label("cost"),
+        func.sum(case((usage.c.cost.is_(None), 1), else_=0)).label("unpriced_runs"),
     )
+    keys: tuple[str, ...]
+    if by == "session":
+        in_session, sessions = table("session_usage"), table("sessions")
+        query = (
+            select(
+                in_session.c.session,
+                func.max(sessions.c.name).label("name"),
+                func.max(usage.c.day).label("day"),
+                *sums,
+            )
+            .select_from(
+                usage.join(
+                    in_session,
+                    and_(
+                        in_session.c.run_id == usage.c.run_id,
+                        in_session.c.agent == usage.c.agent,
+                    ),
+                ).outerjoin(sessions, sessions.c.id == in_session.c.session)
+            )
+            .group_by(in_session.c.session)
+            .order_by(func.sum(usage.c.prompt_tokens + usage.c.completion_tokens).desc())
+        )
+        keys = ("session", "name", "day")
+    elif by == "key":
+        owners = table("run_owners")
+        query = (
+            select(owners.c.owner.label("key"), *sums)
+            .select_from(usage.outerjoin(owners, owners.c.run_id == usage.c.run_id))
+            .group_by(owners.c.owner)
+            .order_by(func.sum(usage.c.prompt_tokens + usage.c.completion_tokens).desc())
+        )
+        keys = ("key",)
+    else:
+        query = (
+            select(usage.c.day, usage.c.agent, *sums)
+            .group_by(usage.c.day, usage.c.agent)
+            .order_by(usage.c.day.desc(), usage.c.agent)
+        )
+        keys = ("day", "agent")
     if since is not None:
         query = query.where(usage.c.day >= since)
     if agent is not None:
@@ -137,13 +182,57 @@ async def summary(
         cost = row["cost"]
         out.append(
             {
-                "day": row["day"],
-                "agent": row["agent"],
+                **{k: row[k] for k in keys},
                 **item,
                 "cost": None if cost is None else float(cost),
             }
         )
     return out
+
+
+async def session_totals(store: Store, sessions: list[str]) -> dict[str, Usage]:
+    """What the runs of each of `sessions` spent (`fim sessions list`); a session that
+    spent nothing is absent."""
+    return await _totals(store, "session_usage", "session", [s[:200] for s in sessions])
+
+
+async def run_totals(store: Store, run_ids: list[str]) -> dict[str, Usage]:
+    """What each of `run_ids` spent (`fim runs list`): its own row, and a workflow run's
+    `llm` nodes' rows (its delegates and agent nodes are runs of their own)."""
+    return await _totals(store, "usage", "run_id", [r[:64] for r in run_ids])
+
+
+async def _totals(store: Store, name: str, key: str, values: list[str]) -> dict[str, Usage]:
+    # deferred: loading sqlalchemy costs hundreds of ms
+    from sqlalchemy import func, select
+
+    # deferred: loading pydantic_core costs tens of ms
+    from fim.types import Usage
+
+    if not values:
+        return {}
+    usage = table(name)
+    query = (
+        select(
+            usage.c[key],
+            func.sum(usage.c.prompt_tokens),
+            func.sum(usage.c.completion_tokens),
+            func.sum(usage.c.cached_tokens),
+            func.sum(usage.c.cost),
+        )
+        .where(usage.c[key].in_(values))
+        .group_by(usage.c[key])
+    )
+    rows = await store._read(lambda conn: list(conn.execute(query)))
+    return {
+        row[0]: Usage(
+            prompt_tokens=int(row[1] or 0),
+            completion_tokens=int(row[2] or 0),
+            cached_tokens=int(row[3] or 0),
+            cost=None if row[4] is None else float(row[4]),
+        )
+        for row in rows
+    }
 
 
 async def spent(
@@ -186,3 +275,19 @@ async def _sum(
         cached_tokens=int(row[2] or 0),
         cost=None if row[3] is None else float(row[3]),
     )
+
+
+def key_labels(settings: Any) -> dict[str | None, str]:
+    """How `summary(by="key")` names each owner hash of the server settings `settings`:
+    a tenant by its name, a key by its place in fim.yaml (never the key), and None as the
+    runs no key started. A hash not here is a key removed since (shown shortened)."""
+    labels: dict[str | None, str] = {None: "(no key)"}
+    for i, key in enumerate(settings.api_keys):
+        token, tenant = (key, "") if isinstance(key, str) else (key.key, key.tenant)
+        if token:
+            label = f"tenant {tenant}" if tenant else f"server.api_keys[{i}]"
+            labels[key_owner(token.encode(), tenant)] = label
+    for i, key in enumerate(settings.operator_keys):
+        if key:
+            labels[key_owner(key.encode())] = f"server.operator_keys[{i}]"
+    return labels

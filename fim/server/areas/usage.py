@@ -19,6 +19,7 @@ AREA = Area(
                 query={
                     "days": {"type": "integer", "minimum": 1, "maximum": MAX_DAYS, "default": 7},
                     "agent": {"type": "string"},
+                    "by": {"type": "string", "enum": ["agent", "session", "key"]},
                 },
                 errors=(400,),
             ),
