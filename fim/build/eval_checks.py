@@ -70,15 +70,15 @@ def regex_problem(pattern: str) -> str | None:
     runs it (`fim.eval.assertions`), RE2 first and Python's `re` for what RE2 cannot
     (lookaround, backreferences), so only a pattern both refuse is a mistake. Found by
     `fim validate`, not as a failing case after the model was paid for."""
-    if pattern_matches(pattern, "") is not None:
-        return None
-    try:
+    try:  # Python's first: compiling with it loads nothing (RE2's module costs a few ms)
         re.compile(pattern)
     except re.error as exc:
-        return f"regex: /{pattern}/ does not compile: {exc}"
+        problem = f"regex: /{pattern}/ does not compile: {exc}"
     except (OverflowError, RecursionError, MemoryError) as exc:
-        return f"regex: /{pattern}/ does not compile: {type(exc).__name__}: {exc}"
-    return None
+        problem = f"regex: /{pattern}/ does not compile: {type(exc).__name__}: {exc}"
+    else:
+        return None
+    return None if pattern_matches(pattern, "") is not None else problem
 
 
 def _assertion_tools(base: Where, assertion: Any) -> Iterator[tuple[Where, str]]:

@@ -105,6 +105,10 @@ def check_cost_limits(
     reported then). The project's and the key's limits hold for every agent: each is
     reported once per unpriced model, naming the agents it stops."""
     problems: list[Problem] = []
+    budgets = [agent.budget for agent in snapshot.agents.values()]
+    budgets += [snapshot.project.budget, snapshot.project.server.key_budget]
+    if not any(getattr(b, key) is not None for b in budgets if b for key in _COST_LIMITS):
+        return problems  # no cost limit: the price table is not read (most projects)
     unpriced: dict[str, list[str]] = {}  # model -> agents running on it
     known: dict[str, bool | None] = {}
     for name, agent in snapshot.agents.items():

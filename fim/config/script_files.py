@@ -10,14 +10,16 @@ is left to `fim.llm.script`, which has always read it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from fim.config.problems import validation_problems
-from fim.config.schema.script import ScriptFile
 from fim.config.yamlio import YamlSyntaxError, parse
 from fim.errors import Problem
+
+if TYPE_CHECKING:
+    from fim.config.schema.script import ScriptFile
 
 
 def is_branching(data: Any) -> bool:
@@ -45,6 +47,9 @@ def read_script(text: str, path: str) -> tuple[ScriptFile | None, list[Problem]]
             key=True,
         )
         return None, [problem]
+    # deferred: the `replies` models are built only for a file that uses them
+    from fim.config.schema.script import ScriptFile
+
     try:
         return ScriptFile.model_validate(doc.data), []
     except ValidationError as exc:
