@@ -84,6 +84,8 @@ def _fast_model(ctx: RunContext) -> Any:
     snapshot, agent = ctx.snapshot, ctx.agent
 
     def make() -> Any:
+        if ctx.fast is not None:  # the run's, held to its budgets (`fim.run.plan`)
+            return ctx.fast()
         from fim.llm import fast_model  # the model backends load on first use
 
         return fast_model(snapshot, agent)

@@ -101,14 +101,14 @@ async def run_agent(
                         on(event)
                     # the run's end: its usage is written before it is passed on
                     if ledger.count(event):
-                        await ledger.finish(event, spend.cut)
+                        await ledger.finish(event, spend.unreported)
                     yield event
         except BaseException as exc:  # closed early: what its calls spent still counts
             status = "error" if isinstance(exc, Exception) else "cancelled"
-            await ledger.closed(status, spend.cut)
+            await ledger.closed(status, spend.unreported)
             raise
         if not ledger.written:  # an engine that ended without `run_finished`
-            await ledger.closed("error", spend.cut)
+            await ledger.closed("error", spend.unreported)
 
 
 @contextmanager

@@ -5,7 +5,8 @@ The table is what daily, session and key budgets count (`fim.run.spend`) and wha
 usage` and `GET /v1/usage` report, so a run that does not finish must be in it too: a
 client that disconnects after each model call, or cancels, spent what its calls cost. The
 run's end writes what its `llm_call` events said it spent, plus the estimate of a call cut
-off before its count came (`fim.run.tree.RunSpend.cut`).
+off before its count came and the calls of the run's `fast` model, which no `llm_call` event
+reports (`fim.run.tree.RunSpend.unreported`).
 """
 
 from __future__ import annotations

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
 from fim.run.in_flight import Pool
 from fim.types import Usage
 
 if TYPE_CHECKING:
-    from fim.config.schema.spend import Price
+    from fim.config.schema.spend import Budget, Price
     from fim.types import ModelResponse
 
 
@@ -217,3 +217,22 @@ class Ticket:
         """The call answered or failed: the room it held is free again."""
         for found in self.pools:
             found.release(self.tokens, self.cost)
+
+
+def file_of(snapshot: Any, agent: str) -> str:
+    """The file agent `agent` is declared in (`agents/bot.yaml`), for budget hints."""
+    source = getattr(snapshot, "source", None)
+    return source("agent", agent).path if source is not None else "fim.yaml"
+
+
+def run_budgets(snapshot: Any, agent: Any) -> list[tuple[str, Budget]]:
+    """The budgets that hold for a run of `agent`: its own, the project's, the key's."""
+    return [
+        (owner, budget)
+        for owner, budget in (
+            (f"agent '{agent.name}'", agent.budget),
+            ("project", snapshot.project.budget),
+            (KEY, snapshot.project.server.key_budget),
+        )
+        if budget is not None
+    ]

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from fim.errors import FimError
 from fim.run.ledger import Ledger
-from fim.run.spend import metered, run_budgets
+from fim.run.limits import run_budgets
+from fim.run.spend import metered
 from fim.run.tree import start_spend
 from fim.types import ModelResponse, Usage
 
@@ -100,8 +101,13 @@ async def model_run(
             yield counted
         except BaseException as exc:
             status = "error" if isinstance(exc, Exception) else "cancelled"
-            await ledger.write(status, counted.usage + spend.cut if spend.cut else counted.usage)
+            await ledger.write(status, _with(counted.usage, spend.unreported))
             raise
-        await ledger.write("ok", counted.usage)
+        await ledger.write("ok", _with(counted.usage, spend.unreported))
     finally:
         spend.end()
+
+
+def _with(usage: Usage, unreported: Usage | None) -> Usage:
+    """`usage` and what the block's calls spent that it did not see (a call cut off)."""
+    return usage + unreported if unreported is not None else usage

@@ -14,7 +14,6 @@ these two functions; `fim show agent NAME --prompt` renders the same plan
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -33,6 +32,7 @@ from fim.llm import catalog, fast_model, make_model
 from fim.masking import known
 from fim.run.assembly import assemble, meta_tools
 from fim.run.context import ContextGuard, guard_for
+from fim.run.limits import run_budgets
 from fim.run.overrides import OverriddenModel, RunOverrides, output_contract
 from fim.run.selection import (
     ALWAYS_KEPT,
@@ -44,7 +44,7 @@ from fim.run.selection import (
     selection_settings,
 )
 from fim.run.services import ModeKind, RunContext
-from fim.run.spend import metered, run_budgets
+from fim.run.spend import metered
 from fim.run.tree import start_spend
 from fim.structured import OutputContract
 from fim.tools.registry import ToolRegistry
@@ -209,7 +209,13 @@ async def build_plan(
         sections.append(("output", contract.instruction()))
         stream = False
     ctx.hooks = hooks = hooks_of(ctx)
-    fast = functools.partial(fast_model, snapshot, agent)
+
+    def fast() -> Model:
+        """The run's `fast` model, held to the run's budgets like its own model."""
+        made = fast_model(snapshot, agent)
+        return metered(made, snapshot, agent, ctx.services, ctx.session, ctx.spend, fast=True)
+
+    ctx.fast = fast
     selection = SelectionPlan(
         settings=selection_settings(snapshot.project.tool_selection, agent.tool_selection),
         pinned=frozenset(assembly.pinned),

@@ -125,6 +125,9 @@ class RunContext:
     spend: Any = None
     """This run's `fim.run.tree.RunSpend` (set when its plan is built): its place in the
     tree of runs one request started."""
+    fast: Callable[[], Any] | None = None
+    """Makes the run's `fast` model, held to its budgets (set when its plan is built; MCP
+    sampling asks it)."""
     owner: str = field(default_factory=current_owner.get)
     """The key (tenant) hash the run is for, "" for none: by default the owner of the work
     going on (the run that delegates, the workflow whose node this is). A keyed run's

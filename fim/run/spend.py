@@ -35,7 +35,9 @@ from fim.run.limits import (
     BudgetExceeded,
     Limit,
     Ticket,
+    file_of,
     priced,
+    run_budgets,
 )
 from fim.run.sessions import session_label
 from fim.run.tree import RunSpend, per_run
@@ -60,8 +62,12 @@ class MeteredModel:
         session: str | None = None,
         spend: RunSpend | None = None,
         declared_in: dict[str, str] | None = None,
+        side: bool = False,
     ) -> None:
         self.inner = inner
+        self.side = side
+        """The run's `fast` model: no `llm_call` event reports its calls, so the run's
+        usage row adds them (`RunSpend.unreported`)."""
         self.declared_in = declared_in or {}
         """Owner label (`agent 'x'`) -> the file its budget is declared in, for the hints
         of its limits (fim.yaml for the project's and the key's)."""
@@ -243,22 +249,27 @@ class MeteredModel:
             self.unrecorded[scope] = (store, found, amount + usage)
 
     def _cut(self, ticket: Ticket, streamed: list[str] | None = None) -> None:
-        """A call that ended without its count (the caller left, a cancel, an error): the
-        room it held is free, and it counts at its prompt estimate plus what it streamed,
-        which the provider charged."""
+        """A call that ended without its count (the caller left, a cancel, an error, a
+        stream broken in its tool calls' arguments): the room it held is free, and it
+        counts as the most it may have cost, its prompt and the completion it was allowed
+        (`max_tokens`), or what it streamed if that was more: a client that leaves early
+        can never be charged less than the provider charged."""
         ticket.release()
-        usage = Usage(prompt_tokens=ticket.estimate)
+        completion = ticket.max_tokens or 0
         if streamed:
             # deferred: loading fim.run.tokens costs a few ms
             from fim.run.tokens import count_tokens
 
-            usage = Usage(
-                prompt_tokens=ticket.estimate,
-                completion_tokens=count_tokens("".join(streamed), self.name),
-            )
+            completion = max(completion, count_tokens("".join(streamed), self.name))
+        usage = Usage(prompt_tokens=ticket.estimate, completion_tokens=completion)
         usage = usage.model_copy(update={"cost": self._cost(usage)})
         self._count(usage)
-        self.node.cut = usage if self.node.cut is None else self.node.cut + usage
+        self._unreported(usage)
+
+    def _unreported(self, usage: Usage) -> None:
+        """`usage` no `llm_call` event of the run reports: its usage row adds it."""
+        node = self.node
+        node.unreported = usage if node.unreported is None else node.unreported + usage
 
     def settle(self) -> None:
         """The run's usage row is written: its spend leaves the in-flight pools."""
@@ -278,6 +289,8 @@ class MeteredModel:
         if usage is not response.usage:
             response = response.model_copy(update={"usage": usage})
         self._count(usage)
+        if self.side:
+            self._unreported(usage)
         for limit in await self._limits():  # over: the call was made, the error carries it
             passed = limit.passed(self.name, response)
             if passed is not None:
@@ -350,21 +363,27 @@ def metered(
     services: Any = None,
     session: str | None = None,
     spend: RunSpend | None = None,
+    fast: bool = False,
 ) -> Model:
     """`model` wrapped when a price override or a budget applies to this agent's runs, or a
     per-run limit of a run above it (`spend`, the run's place in its tree); unchanged (no
     cost per call) otherwise. `session` is the conversation the run continues (its session
-    budgets count the session's recorded runs)."""
+    budgets count the session's recorded runs). `fast`: `model` is the run's `fast` model
+    (context summaries, tool selection, MCP sampling), priced as the `fast` role, its
+    calls counted in the run's usage row though no event reports them."""
     budgets = run_budgets(snapshot, agent)
-    try:
-        price = snapshot.model_settings(agent.model).price
-    except RunError:  # a model handed in by the caller for a role fim.yaml lacks
-        price = None
+    price = None
+    for role in ("fast", agent.model) if fast else (agent.model,):
+        try:
+            price = snapshot.model_settings(role).price
+            break
+        except RunError:  # a model handed in by the caller for a role fim.yaml lacks
+            continue
     above = spend is not None and any(node.budgets for node in spend.ancestors())
     if not budgets and price is None and not above:
         return model
     agents = [agent.name, *(node.agent for node in spend.ancestors())] if spend else [agent.name]
-    declared_in = {f"agent '{name}'": _file_of(snapshot, name) for name in agents}
+    declared_in = {f"agent '{name}'": file_of(snapshot, name) for name in agents}
     return MeteredModel(
         model,
         budgets,
@@ -374,23 +393,5 @@ def metered(
         session=session,
         spend=spend,
         declared_in=declared_in,
+        side=fast,
     )
-
-
-def _file_of(snapshot: Any, agent: str) -> str:
-    """The file agent `agent` is declared in (`agents/bot.yaml`), for budget hints."""
-    source = getattr(snapshot, "source", None)
-    return source("agent", agent).path if source is not None else "fim.yaml"
-
-
-def run_budgets(snapshot: Any, agent: Any) -> list[tuple[str, Budget]]:
-    """The budgets that hold for a run of `agent`: its own, the project's, the key's."""
-    return [
-        (owner, budget)
-        for owner, budget in (
-            (f"agent '{agent.name}'", agent.budget),
-            ("project", snapshot.project.budget),
-            (KEY, snapshot.project.server.key_budget),
-        )
-        if budget is not None
-    ]

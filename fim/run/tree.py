@@ -56,9 +56,11 @@ class RunSpend:
     pool: Pool = field(default_factory=Pool)
     """What the calls in flight under this run's per-run limits hold reserved (theirs and
     its delegates'): `fim.run.in_flight`."""
-    cut: Usage | None = None
-    """This run's own calls cut off before the provider's count came (the caller left, a
-    cancel, a failed stream), at their prompt estimate: the run's usage row counts them."""
+    unreported: Usage | None = None
+    """What this run's own calls spent that no `llm_call` event reports: calls cut off
+    before the provider's count came (the caller left, a cancel, a failed stream), at the
+    most they may have cost, and the calls of its `fast` model (context summaries, tool
+    selection, MCP sampling). The run's usage row counts them."""
     ends: list[Callable[[], None]] = field(default_factory=list)
     """Called once when the run ends, after its usage is written (`end`)."""
 
