@@ -19,6 +19,7 @@ from fim.run.agent import run_agent
 from fim.run.tokens import count_tokens
 from fim.testing.model_server import OpenAIStubServer
 from fim.testing.runs import services_for
+from fim.testing.stub_wire import completion
 from fim.types import Message, ModelResponse, TextDelta, Usage
 
 PIECE = "word " * 20  # about 25 tokens a streamed delta
@@ -114,21 +115,8 @@ def long_answers(log: list[dict[str, Any]]) -> Any:
 
     def handler(request: dict[str, Any]) -> dict[str, Any]:
         log.append(request)
-        completion = min(10000, request.get("max_tokens") or 10000)
-        return {
-            "id": "c",
-            "object": "chat.completion",
-            "created": 0,
-            "model": "stub",
-            "choices": [
-                {
-                    "index": 0,
-                    "finish_reason": "stop",
-                    "message": {"role": "assistant", "content": "y"},
-                }
-            ],
-            "usage": {"prompt_tokens": 20, "completion_tokens": completion},
-        }
+        tokens = min(10000, request.get("max_tokens") or 10000)
+        return completion("y", None, "stub", {"prompt_tokens": 20, "completion_tokens": tokens})
 
     return handler
 
@@ -173,20 +161,7 @@ def test_a_huge_usage_count_from_an_endpoint_still_reaches_the_day(tmp_path: Pat
     refused as a malformed reply) so the row is written and the day is spent."""
 
     def handler(request: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "id": "c",
-            "object": "chat.completion",
-            "created": 0,
-            "model": "stub",
-            "choices": [
-                {
-                    "index": 0,
-                    "finish_reason": "stop",
-                    "message": {"role": "assistant", "content": "y"},
-                }
-            ],
-            "usage": {"prompt_tokens": 10**20, "completion_tokens": 10**20},
-        }
+        return completion("y", None, "stub", {"prompt_tokens": 10**20, "completion_tokens": 10**20})
 
     with OpenAIStubServer(handler=handler) as stub:
         snapshot = project(

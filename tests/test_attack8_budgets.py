@@ -15,6 +15,7 @@ from fim.run.agent import run_agent
 from fim.store import Store
 from fim.store.usage import spent, utc_day
 from fim.testing.runs import run_events, services_for
+from fim.testing.stub_wire import completion
 
 PAD = "x" * 4000  # about 1,000 completion tokens of arguments a call (4 characters a token)
 
@@ -96,21 +97,7 @@ def test_a_model_that_reports_no_usage_is_still_held_to_its_budget(tmp_path: Pat
     from fim.testing.runs import run_once
 
     def handler(request: dict) -> bytes:
-        return json.dumps(
-            {
-                "id": "c1",
-                "object": "chat.completion",
-                "created": 0,
-                "model": "stub",
-                "choices": [
-                    {
-                        "index": 0,
-                        "finish_reason": "stop",
-                        "message": {"role": "assistant", "content": "y" * 20000},
-                    }
-                ],
-            }
-        ).encode()
+        return json.dumps(completion("y" * 20000, None, "stub")).encode()
 
     with OpenAIStubServer(handler=handler) as stub:
         write(
@@ -139,20 +126,7 @@ def test_negative_usage_from_an_endpoint_is_refused_not_a_crash(tmp_path: Path):
     from fim.testing.server import ServerThread
 
     def handler(request: dict) -> dict:
-        return {
-            "id": "c1",
-            "object": "chat.completion",
-            "created": 0,
-            "model": "stub",
-            "choices": [
-                {
-                    "index": 0,
-                    "finish_reason": "stop",
-                    "message": {"role": "assistant", "content": "hi"},
-                }
-            ],
-            "usage": {"prompt_tokens": -100000, "completion_tokens": 5},
-        }
+        return completion("hi", None, "stub", {"prompt_tokens": -100000, "completion_tokens": 5})
 
     with OpenAIStubServer(handler=handler) as stub:
         write(

@@ -12,14 +12,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+from test_attack8_budgets import spent_today
+
 from fim.build.compile import compile_project
 from fim.events import LLMCall
 from fim.run import in_flight
 from fim.run.agent import run_agent
-from fim.store import Store, get_store
-from fim.store.usage import spent, utc_day
+from fim.store import get_store
+from fim.store.usage import utc_day
 from fim.testing.model_server import OpenAIStubServer
 from fim.testing.runs import services_for
+from fim.testing.stub_wire import completion
 from fim.types import Message, ModelResponse, Usage
 
 
@@ -50,21 +53,8 @@ def honouring_max_tokens(log: list[dict[str, Any]]) -> Any:
 
     def handler(request: dict[str, Any]) -> dict[str, Any]:
         log.append(request)
-        completion = min(1000, request.get("max_tokens") or 1000)
-        return {
-            "id": "c",
-            "object": "chat.completion",
-            "created": 0,
-            "model": "stub",
-            "choices": [
-                {
-                    "index": 0,
-                    "finish_reason": "length" if completion < 1000 else "stop",
-                    "message": {"role": "assistant", "content": "y"},
-                }
-            ],
-            "usage": {"prompt_tokens": 20, "completion_tokens": completion},
-        }
+        tokens = min(1000, request.get("max_tokens") or 1000)
+        return completion("y", None, "stub", {"prompt_tokens": 20, "completion_tokens": tokens})
 
     return handler
 
@@ -98,7 +88,7 @@ def test_ten_parallel_runs_spend_no_more_than_the_daily_limit(tmp_path: Path) ->
                 await services.aclose()
 
         statuses = asyncio.run(go())
-    day = asyncio.run(_spent_today(tmp_path))
+    day = asyncio.run(spent_today(tmp_path))
     assert day <= 3000 + 10 * 20, day
     assert statuses.count("ok") >= 2
     assert "error" in statuses  # the day is spent: the rest are refused, not made
@@ -230,11 +220,3 @@ def test_a_run_its_caller_leaves_is_recorded_cancelled_and_leaves_no_pool(tmp_pa
     assert [(r["status"], r["prompt_tokens"] + r["completion_tokens"]) for r in rows] == [
         ("cancelled", paid)
     ]
-
-
-async def _spent_today(root: Path) -> int:
-    store = Store("sqlite:///.fim/state.db", root=root)
-    try:
-        return (await spent(store, utc_day(time.time()))).total_tokens
-    finally:
-        store.close()
