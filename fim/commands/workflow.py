@@ -361,14 +361,8 @@ def render_run(state: RunState, as_json: bool) -> None:
         detail = _short(ns.error or ns.reason or ("" if ns.output is None else ns.output), 200)
         if ns.status == "waiting":
             detail = _short(f"approval {ns.approval_id}: {ns.prompt}", 200)
-        table.add_row(
-            node_id,
-            ns.type,
-            ns.status,
-            str(ns.attempts or ""),
-            "" if ns.duration_ms is None else f"{ns.duration_ms:.0f} ms",
-            detail,
-        )
+        took = "" if ns.duration_ms is None else f"{ns.duration_ms:.0f} ms"
+        table.add_row(node_id, ns.type, ns.status, str(ns.attempts or ""), took, detail)
     console.print(table)
     if state.outputs:
         console.print("outputs:")

@@ -4,9 +4,8 @@ about budgets.
 
 Before each call it estimates the prompt with `fim.run.tokens` and refuses the call when
 what was already spent plus that estimate would pass a limit; it then holds the prompt and
-the most the completion may take in each limit's pool (`fim.run.in_flight`), so calls going
-on at the same time -- parallel requests, the delegates of one turn -- count each other,
-and near a limit sends the call with `max_tokens` cut to the room left. After the call it
+the most the completion may take in each limit's pool (`fim.run.in_flight`; parallel calls
+count each other) and sends the call with `max_tokens` at that room. After the call it
 adds the provider's count (fim's own estimate when the provider reports none) and stops the
 run when a limit is passed. Both raise `BudgetExceeded` (`fim.run.limits`), which the
 engines report as an error event of kind `budget_exceeded` (over HTTP a 402, so the OpenAI
@@ -235,8 +234,7 @@ class MeteredModel:
         pools = list({id(limit.pool): limit.pool for limit in limits}.values())
         for found in pools:
             found.hold(tokens, cost)
-        # the answer is capped at the room it holds: calls far from a limit, all in flight
-        # at once, could otherwise each answer past what they reserved
+        # capped at the room it holds, or parallel calls could answer past what they held
         return Ticket(estimate, pools, tokens, cost, room if limits else None)
 
     def _count(self, usage: Usage) -> None:
@@ -248,14 +246,15 @@ class MeteredModel:
             found.usage = found.usage + usage
             self.unrecorded[scope] = (store, found, amount + usage)
 
-    def _cut(self, ticket: Ticket, streamed: list[str] | None = None) -> None:
-        """A call that ended without its count (the caller left, a cancel, an error, a
-        stream broken in its tool calls' arguments): the room it held is free, and it
-        counts as the most it may have cost, its prompt and the completion it was allowed
-        (`max_tokens`), or what it streamed if that was more: a client that leaves early
-        can never be charged less than the provider charged."""
+    def _cut(
+        self, ticket: Ticket, streamed: list[str] | None = None, cancelled: bool = True
+    ) -> None:
+        """A call that ended without its count frees its room and counts its prompt and
+        what it streamed; one `cancelled` while the provider worked (the caller left, a
+        stream that ended without its count) counts its `max_tokens` if that is more: a
+        client that leaves early is never charged less than the provider charged."""
         ticket.release()
-        completion = ticket.max_tokens or 0
+        completion = (ticket.max_tokens or 0) if cancelled else 0
         if streamed:
             # deferred: loading fim.run.tokens costs a few ms
             from fim.run.tokens import count_tokens
@@ -323,8 +322,8 @@ class MeteredModel:
             options = {**options, "max_tokens": ticket.max_tokens}
         try:
             response = await self.inner.complete(messages, tools, **options)
-        except BaseException:
-            self._cut(ticket)
+        except BaseException as exc:
+            self._cut(ticket, cancelled=not isinstance(exc, Exception))
             raise
         return await self._after(ticket, response)
 
@@ -336,6 +335,7 @@ class MeteredModel:
             options = {**options, "max_tokens": ticket.max_tokens}
         answered = False
         streamed: list[str] = []
+        cancelled = True  # closed, cancelled, or ended without its count, unless it failed
         try:
             async with aclosing(self.inner.stream(messages, tools, **options)) as items:  # type: ignore[type-var]
                 async for item in items:
@@ -345,13 +345,15 @@ class MeteredModel:
                     else:
                         streamed.append(item.text)
                         yield item
+        except Exception:
+            cancelled = False
+            raise
         finally:
             if not answered:
-                self._cut(ticket, streamed)
+                self._cut(ticket, streamed, cancelled)
 
 
-_UNREPORTED: set[str] = set()
-"""Models already logged as reporting no usage (once each per process)."""
+_UNREPORTED: set[str] = set()  # models logged as reporting no usage, once each
 
 log = logging.getLogger("fim.spend")
 
