@@ -52,6 +52,8 @@ class DagEngine:
     base: ReactEngine
     """A configured ReAct engine: its model, tools, hooks and prompt serve every step."""
     max_replans: int = 3
+    trace_id: str | None = None
+    """The run's trace id when it is traced (see `ReactEngine.trace_id`)."""
 
     async def run(self, input: str | list[Message]) -> AsyncIterator[Event]:
         base = self.base
@@ -67,6 +69,7 @@ class DagEngine:
             input=base.mask(goal),
             snapshot_version=base.snapshot_version,
             engine="dag",
+            trace_id=self.trace_id,
         )
         self._usage = Usage()
         self._calls = 0

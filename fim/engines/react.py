@@ -80,6 +80,9 @@ class ReactEngine(ToolTurn):
     tool_timeout: float = 60.0
     stream: bool = False
     snapshot_version: str = ""
+    trace_id: str | None = None
+    """The run's trace id when it is traced (`fim.run.agent` sets it from the run's watch):
+    `run_started` carries it, so a run is found in the trace backend from its events."""
     mask: Callable[[str], str] = no_mask
     mask_observations: bool = True
     """Mask secrets in tool results before the model sees them (agent `mask_observations`)."""
@@ -110,6 +113,7 @@ class ReactEngine(ToolTurn):
             agent=self.agent,
             input=self.mask(prompt_text),
             snapshot_version=self.snapshot_version,
+            trace_id=self.trace_id,
         )
         spent: list[Usage] = []
         """The usage of each call, summed once when the run finishes (`_total`)."""

@@ -109,6 +109,10 @@ class Watch(Protocol):
     endpoint's negative token count), must not fail the run it watches, so each guards
     its own work and logs its first failure (`RunSpans.read`, `RunCounter.on`)."""
 
+    @property
+    def trace_id(self) -> str | None:
+        """The run's trace id when its spans are exported, else None."""
+
     def on(self, event: Event) -> None: ...
 
     def __enter__(self) -> object: ...
@@ -121,6 +125,10 @@ class _Both:
 
     def __init__(self, first: Watch, second: Watch) -> None:
         self.first, self.second = first, second
+
+    @property
+    def trace_id(self) -> str | None:
+        return self.first.trace_id or self.second.trace_id
 
     def on(self, event: Event) -> None:
         self.first.on(event)

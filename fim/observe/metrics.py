@@ -222,6 +222,8 @@ class RunCounter:
     """Count one run's events; a run that ends without `run_finished` (an exception, a
     cancelled client) counts as `cancelled` or `error`. A `fim.observe.Watch`."""
 
+    trace_id: str | None = None  # metrics name no trace
+
     def __init__(self, agent: str) -> None:
         self.agent = agent
         self.blocked: set[str] = set()

@@ -142,20 +142,16 @@ class RunSpans:
     def on(self, event: Event) -> None:
         kind = event.type
         if kind in self.handlers:  # not the streamed tokens
-            if kind == "run_started":
-                self._stamp(event)
             pending = self.pending
             pending.append(event)
             if len(pending) >= READ_EVERY:  # a long run's spans go out as it goes
                 self.read()
 
-    def _stamp(self, event: Event) -> None:
-        """Write the run's trace id into its `run_started` before anyone else reads the
-        event (the run's loop shows it to its watch first, `fim.run.agent`): the CLI, the
-        store, the HTTP answers and the dev page all carry it, and a run is found in the
-        trace backend from any of them. Events are frozen; this one is not yet shared."""
-        if getattr(event, "trace_id", "") is None:
-            object.__setattr__(event, "trace_id", f"{self.trace[0]:032x}")
+    @property
+    def trace_id(self) -> str:
+        """The run's trace id as trace backends show it (the engine puts it in the run's
+        `run_started`: the CLI, the store, the HTTP answers and the dev page carry it)."""
+        return f"{self.trace[0]:032x}"
 
     def read(self) -> None:
         """Build the spans of the events seen so far.

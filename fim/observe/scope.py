@@ -27,6 +27,7 @@ class Dropped:
     calls, and a delegated run joins the same unsampled trace without sampling again."""
 
     __slots__ = ("root", "token")
+    trace_id: str | None = None  # its spans are not exported: no trace to find it in
 
     def __init__(self, root: SpanContext) -> None:
         self.root = root

@@ -91,6 +91,8 @@ async def run_agent(
         owner=owner,
     )
     on = watch.on if watch is not None else None
+    if watch is not None:  # its `run_started` names the run's trace
+        engine.trace_id = watch.trace_id
     ledger = Ledger(services, agent.name, ctx.run_id, session)
     spend = ctx.spend
     with watch or nullcontext(), _owned_by(owner), spending(spend):
