@@ -55,6 +55,13 @@ class Message(_Model):
     (a tool's audio result for a model that accepts audio); sent as `input_audio` parts."""
 
 
+NO_SUCH_TOOL = "Error: there is no tool named "
+"""How the result of a call to a name the run has no tool by begins (the registry's
+refusal); metrics read it to keep made-up names out of their labels."""
+NOT_RUN = "Error: not run: "
+"""How the result of a call the engine did not run begins (past a turn's limit)."""
+
+
 class Usage(_Model):
     prompt_tokens: int = 0
     completion_tokens: int = 0

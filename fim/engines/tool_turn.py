@@ -29,6 +29,7 @@ from fim.observe.context import current_events
 from fim.tools.registry import ToolRegistry
 from fim.tools.view import ViewError, prepare_view
 from fim.types import (
+    NOT_RUN,
     CallView,
     HookResult,
     Message,
@@ -100,7 +101,7 @@ class ToolTurn:
 
         for call in calls[MAX_CALLS_PER_TURN:]:
             results[call.id] = (
-                f"Error: not run: this turn asked for {len(calls)} tool calls and at most "
+                f"{NOT_RUN}this turn asked for {len(calls)} tool calls and at most "
                 f"{MAX_CALLS_PER_TURN} run at once. Call '{call.name}' again in your next turn "
                 "if you still need it."
             )

@@ -15,6 +15,7 @@ import time
 from typing import Any, Generic, TypeVar
 
 from fim.events import Event
+from fim.types import NO_SUCH_TOOL, NOT_RUN
 
 try:
     from prometheus_client import (
@@ -35,7 +36,7 @@ MISSING = "metrics need the prometheus-client package (pip install -e '.[otel]' 
 MAX_TOOL_LABELS = 200
 UNKNOWN_TOOL = "unknown"
 """The one label of every tool name the run's agent does not have."""
-_REFUSED = ("Error: there is no tool named '", "Error: not run: ")
+_REFUSED = (NO_SUCH_TOOL, NOT_RUN)
 """How the result of a call the engine refused by its name begins: a name the model made
 up (`fim.tools.registry.ToolRegistry.check`) or a call past a turn's limit
 (`fim.engines.tool_turn`), whose name may be made up too. Neither takes a label slot."""

@@ -31,7 +31,7 @@ from fim.schema_check import (
     validator_problems,
 )
 from fim.tools import isolate
-from fim.types import Tool, ToolResult, ToolSpec
+from fim.types import NO_SUCH_TOOL, Tool, ToolResult, ToolSpec
 
 T = TypeVar("T")
 
@@ -144,7 +144,7 @@ class ToolRegistry:
         if tool is None:
             visible = ", ".join(self.active_names) or "none"
             return (
-                f"Error: there is no tool named '{name}'. Available tools: {visible}. "
+                f"{NO_SUCH_TOOL}'{name}'. Available tools: {visible}. "
                 "Call one of these by its exact name."
             )
         if raw is not None:
