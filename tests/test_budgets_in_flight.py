@@ -220,3 +220,20 @@ def test_a_run_its_caller_leaves_is_recorded_cancelled_and_leaves_no_pool(tmp_pa
     assert [(r["status"], r["prompt_tokens"] + r["completion_tokens"]) for r in rows] == [
         ("cancelled", paid)
     ]
+
+
+async def test_a_large_conversation_is_tokenized_off_the_event_loop() -> None:
+    """A budget estimates every prompt before its call: a conversation past 64 KiB (a
+    pasted document, a tool's long result) is counted on a thread, as the context guard
+    counts it, so the loop serves every other run meanwhile; a small one is counted
+    inline (no thread hop per call)."""
+    import threading
+
+    def where(messages: list[Message]) -> int:
+        return threading.get_ident()
+
+    loop_thread = threading.get_ident()
+    small = [Message(role="user", content="hi")]
+    large = [Message(role="user", content="x" * (in_flight.LARGE + 1))]
+    assert await in_flight.off_loop(where, small) == loop_thread
+    assert await in_flight.off_loop(where, large) != loop_thread

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from fim.types import Usage
 
@@ -40,10 +41,11 @@ class Pool:
     waiting: int = 0
     """Calls waiting for room held here."""
     users: int = 0
-    """Runs counting their spend here (`use`, `settle`): the pool is kept while any does."""
+    """Runs counting their spend here (registered by `fim.run.spend`, released by `settle`):
+    the pool is kept while any does."""
     settled_tokens: int = 0
     settled_cost: float = 0.0
-    """What runs moved from here to the store so far (`Since` reads what moved while the
+    """What runs moved from here to the store so far (`since` adds what moved while the
     store was being read)."""
     _released: asyncio.Event | None = None
 
@@ -127,3 +129,26 @@ def forget(store: Any, scope: tuple[Any, ...], found: Pool) -> None:
         key = (store.url, *scope)
         if pools is not None and pools.get(key) is found:
             del pools[key]
+
+
+LARGE = 65_536
+"""Characters past which a text is tokenized on a thread (a 1 MiB message is ~0.2 s of
+tiktoken, which runs without the GIL): the event loop serves every other run meanwhile."""
+
+T = TypeVar("T")
+
+
+async def off_loop(count: Callable[..., T], *args: Any) -> T:
+    """`count(*args)` (a token count of messages), on a thread when they are large."""
+    size = sum(len(getattr(a, "content", None) or "") for a in _texts(args))
+    if size <= LARGE:
+        return count(*args)
+    return await asyncio.to_thread(count, *args)
+
+
+def _texts(args: tuple[Any, ...]) -> list[Any]:
+    """The messages among `args`: a list of them or one."""
+    out: list[Any] = []
+    for arg in args:
+        out.extend(arg if isinstance(arg, list) else [arg])
+    return out

@@ -25,8 +25,9 @@ from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
+from fim.llm import catalog
 from fim.locks import current_owner
-from fim.run.in_flight import Pool, forget, pool
+from fim.run.in_flight import LARGE, Pool, forget, off_loop, pool
 from fim.run.limits import (
     DEFAULT_ALLOWANCE,
     KEY,
@@ -39,6 +40,7 @@ from fim.run.limits import (
     run_budgets,
 )
 from fim.run.sessions import session_label
+from fim.run.tokens import count_message, count_messages, count_tokens
 from fim.run.tree import RunSpend, per_run
 from fim.types import ModelResponse, Usage
 
@@ -92,9 +94,6 @@ class MeteredModel:
     def _cost(self, usage: Usage) -> float | None:
         if self.price is not None:
             return priced(usage, self.price).cost
-        # deferred: loading fim.config.schema costs hundreds of ms
-        from fim.llm import catalog
-
         return catalog.cost(self.name, usage)
 
     async def _limits(self) -> list[Limit]:
@@ -157,7 +156,7 @@ class MeteredModel:
         """What the state store recorded for this UTC day or this session, of this agent
         or (for the project's budget) of every agent, plus what this process's runs in
         flight spent there; and that scope's pool. No store fails closed."""
-        # deferred: loading fim.masking costs tens of ms
+        # deferred: the state store loads only for a daily or session limit
         from fim.store import get_store
         from fim.store.usage import session_spent, spent, utc_day
 
@@ -197,10 +196,8 @@ class MeteredModel:
         """Refuse the call if what was spent plus its prompt would pass a limit; wait while
         calls in flight hold the room it needs; else hold its prompt and the most its
         completion may take in every limit's pool, and cap that completion near a limit."""
-        # deferred: loading fim.run.tokens costs a few ms
-        from fim.run.tokens import count_messages
-
-        estimate = count_messages(messages, tools, self.name)
+        # a large conversation is tokenized on a thread, as the context guard does it
+        estimate = await off_loop(count_messages, messages, tools, self.name)
         settings = getattr(self.inner, "settings", None)
         allowance = getattr(settings, "max_tokens", None) or DEFAULT_ALLOWANCE
         per_1k = self._cost(Usage(completion_tokens=1000))
@@ -256,10 +253,9 @@ class MeteredModel:
         ticket.release()
         completion = (ticket.max_tokens or 0) if cancelled else 0
         if streamed:
-            # deferred: loading fim.run.tokens costs a few ms
-            from fim.run.tokens import count_tokens
-
-            completion = max(completion, count_tokens("".join(streamed), self.name))
+            text = "".join(streamed)  # a large one by length: no tokenizing on the loop
+            big = len(text) > LARGE
+            completion = max(completion, len(text) // 3 if big else count_tokens(text, self.name))
         usage = Usage(prompt_tokens=ticket.estimate, completion_tokens=completion)
         usage = usage.model_copy(update={"cost": self._cost(usage)})
         self._count(usage)
@@ -282,7 +278,7 @@ class MeteredModel:
         ticket.release()
         usage = response.usage
         if not usage.prompt_tokens and not usage.completion_tokens:
-            usage = self._estimated(ticket, response)
+            usage = await self._estimated(ticket, response)
         elif self.price is not None:
             usage = priced(usage, self.price)
         if usage is not response.usage:
@@ -296,13 +292,10 @@ class MeteredModel:
                 raise passed
         return response
 
-    def _estimated(self, ticket: Ticket, response: ModelResponse) -> Usage:
+    async def _estimated(self, ticket: Ticket, response: ModelResponse) -> Usage:
         """The usage of a call whose endpoint reported none (some self-hosted servers and
         gateways; a stream whose last chunk never came): fim's own count of the prompt and
         of the answer, priced, so that a budget never takes such a call for free."""
-        # deferred: loading fim.run.tokens costs a few ms
-        from fim.run.tokens import count_message
-
         if self.name not in _UNREPORTED:
             _UNREPORTED.add(self.name)
             log.warning(
@@ -310,7 +303,7 @@ class MeteredModel:
             )
         usage = Usage(
             prompt_tokens=ticket.estimate,
-            completion_tokens=count_message(response.message, self.name),
+            completion_tokens=await off_loop(count_message, response.message, self.name),
         )
         return usage.model_copy(update={"cost": self._cost(usage)})
 
