@@ -19,11 +19,7 @@ score that passes at the assertion's `threshold`; or
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
 import inspect
-import threading
-from collections.abc import Callable
 from typing import Any
 
 from fim.build.eval_python import PythonAssertionError, resolve
@@ -32,6 +28,7 @@ from fim.config.schema.evals import PythonSpec
 from fim.eval.assertions import Observed, Outcome
 from fim.eval.assertions import _clip as clip
 from fim.hooks.python_hooks import load_module
+from fim.threads import own_thread
 
 PYTHON_SECONDS = 30.0
 """How long a `python:` assertion's function may take (a hook's default timeout)."""
@@ -74,7 +71,7 @@ async def check_python(
         if inspect.iscoroutinefunction(fn):
             result = await asyncio.wait_for(fn(output, context), PYTHON_SECONDS)
         else:
-            result = await asyncio.wait_for(in_own_thread(fn, output, context), PYTHON_SECONDS)
+            result = await asyncio.wait_for(own_thread(fn, output, context), PYTHON_SECONDS)
             if inspect.isawaitable(result):
                 result = await asyncio.wait_for(result, PYTHON_SECONDS)
     except TimeoutError:
@@ -82,38 +79,6 @@ async def check_python(
     except Exception as exc:  # the project's code: its failure is this assertion's
         return Outcome(KIND, False, f"{ref} raised {type(exc).__name__}: {clip(str(exc))}")
     return verdict(ref, result, spec.threshold)
-
-
-async def in_own_thread(fn: Callable[..., Any], *args: Any) -> Any:
-    """`fn(*args)` in a new daemon thread, awaited through a future: cancelling the wait
-    (a timeout) abandons the thread without it holding an executor's thread or the exit.
-    Run in a copy of the caller's context, as `asyncio.to_thread` runs it."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[Any] = loop.create_future()
-    context = contextvars.copy_context()
-
-    def settle(result: Any, error: BaseException | None) -> None:
-        if done.done():  # the wait timed out (cancelled) before the function returned
-            return
-        if error is None:
-            done.set_result(result)
-        else:
-            done.set_exception(error)
-
-    def work() -> None:
-        result: Any = None
-        error: BaseException | None = None
-        try:
-            result = context.run(fn, *args)
-        except Exception as exc:  # the project's code: handed to the awaiting assertion
-            error = exc
-        except BaseException as exc:  # SystemExit and the like: its failure, not fim's exit
-            error = RuntimeError(f"{type(exc).__name__}: {exc}")
-        with contextlib.suppress(RuntimeError):  # the loop closed while it ran: no one waits
-            loop.call_soon_threadsafe(settle, result, error)
-
-    threading.Thread(target=work, name="fim-python-assertion", daemon=True).start()
-    return await done
 
 
 def verdict(ref: str, result: Any, threshold: float) -> Outcome:

@@ -25,7 +25,6 @@ What a function becomes, so that nothing about it is written twice:
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import typing
 from collections.abc import Callable
@@ -37,6 +36,7 @@ from pydantic_core import to_json
 
 from fim.build.builtin_names import is_python_tool, tool_name
 from fim.errors import Problem, RunError
+from fim.threads import own_thread
 from fim.tools.base import FunctionTool
 from fim.types import ToolResult
 
@@ -210,8 +210,8 @@ def build_tool(fn: Any, ref: str) -> FunctionTool:
         try:
             if is_async:
                 result = await fn(**bind(arguments))
-            else:  # the function and its argument validators may block: a worker thread
-                result = await asyncio.to_thread(call_sync, arguments)
+            else:  # the function and its argument validators may block: a thread of its own
+                result = await own_thread(call_sync, arguments)
                 if inspect.isawaitable(result):
                     result = await result
         except _BadArguments as bad:
