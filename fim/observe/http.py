@@ -138,13 +138,14 @@ class TraceContext:
         `traceparent` and is `trusted`; else the invalid context (a new trace)."""
         # deferred: loading opentelemetry costs a few ms
         from opentelemetry.trace import INVALID_SPAN_CONTEXT, SpanContext, get_current_span
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        from fim.observe.tracing import W3C
 
         sent = next((v for k, v in scope["headers"] if k == b"traceparent"), None)
         if sent is None:  # ASGI header names are lower case
             return INVALID_SPAN_CONTEXT
         carrier = {"traceparent": sent.decode("latin-1")}
-        extracted = TraceContextTextMapPropagator().extract(carrier)
+        extracted = W3C.extract(carrier)
         found = get_current_span(extracted).get_span_context()
         if not found.is_valid or not self.trusted(scope):
             return INVALID_SPAN_CONTEXT

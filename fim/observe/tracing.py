@@ -81,7 +81,9 @@ def current_span() -> Span:
     return trace.get_current_span()
 
 
-_W3C = TraceContextTextMapPropagator()
+W3C = TraceContextTextMapPropagator()
+"""The one propagator of trace context in and out: W3C `traceparent` (and fim's own
+`tracestate`), never baggage (`fim.observe.http` reads callers' with it too)."""
 
 
 def inject(headers: Any) -> None:
@@ -90,7 +92,7 @@ def inject(headers: Any) -> None:
     `fim.observe.http`). Never baggage, nor what other propagators `OTEL_PROPAGATORS`
     names: connectors and MCP servers are told which trace a call belongs to, nothing a
     caller claimed about itself."""
-    _W3C.inject(headers, context=trace.set_span_in_context(current_span(), Context()))
+    W3C.inject(headers, context=trace.set_span_in_context(current_span(), Context()))
 
 
 _last: tuple[Any, dict[str, Any]] | None = None
