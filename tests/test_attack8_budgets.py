@@ -141,3 +141,48 @@ def test_negative_usage_from_an_endpoint_is_refused_not_a_crash(tmp_path: Path):
             response = httpx.post(f"{srv.url}/v1/agents/a/runs", json={"input": "hi"}, timeout=30)
     assert response.status_code != 500, response.text
     assert asyncio.run(spent_today(tmp_path)) >= 0
+
+
+def test_a_served_run_whose_client_leaves_mid_stream_is_recorded(tmp_path: Path) -> None:
+    """The same over HTTP, on both streaming surfaces (the REST SSE stream and the
+    OpenAI-compatible one): the client reads the first model call, then disconnects while
+    a hook holds the tool call; the server cancels the run, and its usage row holds the
+    call that was made."""
+    import httpx
+
+    from fim.build.reload import SnapshotHolder
+    from fim.server.app import create_app
+    from fim.testing.server import ServerThread
+
+    write(
+        tmp_path,
+        {
+            "fim.yaml": 'name: b\nstate: "sqlite:///.fim/state.db"\n'
+            "budget: {max_tokens_per_day: 100000}\n",
+            "agents/a.yaml": "description: d\nmodel: scripted:a.yaml\ntools: [calculator]\n"
+            "hooks:\n  - {event: PreToolUse, matcher: calculator, command: sleep 30}\n",
+            "a.yaml": "- tool_calls: [{name: calculator, arguments: "
+            f'{{expression: "1+1", pad: "{PAD}"}}}}]\n- text: done\n' * 2,
+        },
+    )
+    routes = [
+        ("/v1/agents/a/runs", {"input": "hi", "stream": True}, "llm_call"),
+        (
+            "/v1/chat/completions",
+            {"model": "a", "messages": [{"role": "user", "content": "hi"}], "stream": True},
+            "tool_calls",
+        ),
+    ]
+    with ServerThread(create_app(SnapshotHolder(compile_project(tmp_path)))) as srv:
+        for path, body, seen in routes:
+            with httpx.stream("POST", srv.url + path, json=body, timeout=30) as response:
+                for line in response.iter_lines():
+                    if seen in line:
+                        break  # the client leaves with the tool call held by the hook
+        recorded = 0
+        for _ in range(300):  # the server notices the disconnects and cancels both runs
+            recorded = asyncio.run(spent_today(tmp_path))
+            if recorded >= 2 * 1000:
+                break
+            time.sleep(0.05)
+    assert recorded >= 2 * 1000
