@@ -80,7 +80,6 @@ class MeteredModel:
         self.provider = getattr(inner, "provider", "")
         self.budgets = list(budgets)
         self.price = price
-        self.spent = Usage()
         self.unrecorded: dict[tuple[Any, ...], tuple[Any, Pool, Usage]] = {}
         """Pools of recorded scopes this run's spend is counted in until its usage row is
         written (scope -> store, pool, amount): `settle` takes it out then."""
@@ -237,7 +236,6 @@ class MeteredModel:
     def _count(self, usage: Usage) -> None:
         """`usage` was spent by this run: it counts for the run, the runs above it, and
         (until its usage row is written) for its daily and session limits in flight."""
-        self.spent = self.spent + usage
         self.node.add(usage)
         for scope, (store, found, amount) in self.unrecorded.items():
             found.usage = found.usage + usage
