@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from fim.build.compile import compile_project
+from fim.events import Token
 from fim.run.agent import run_agent
 from fim.run.tokens import count_tokens
 from fim.testing.model_server import OpenAIStubServer
@@ -92,33 +93,15 @@ def test_the_summarizer_is_held_to_the_budgets_and_recorded(tmp_path: Path) -> N
     assert recorded_tokens(tmp_path) >= 3600 * len(calls)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-11 #2, open: an endpoint that ignores max_tokens and breaks mid-stream "
-    "in tool-call arguments is counted at its max_tokens, not at what it streamed",
-)
 def test_a_cut_stream_counts_the_tool_call_arguments_it_streamed(tmp_path: Path) -> None:
-    """A streamed call cut after its tool-call arguments came (the endpoint breaks, times
-    out, the caller leaves) counts its prompt estimate plus the streamed *text* only: the
-    arguments (here about 15,000 tokens the provider billed) never reach `streamed`, because
-    the assembler folds them without yielding a `TextDelta`. Today the row holds 8 tokens."""
+    """A streamed call cut after its tool-call arguments came (here the endpoint breaks; it
+    ignored `max_tokens`) counts its prompt estimate plus everything it streamed, the
+    arguments (about 15,000 tokens the provider billed) included, though the assembler folds
+    them without yielding a `TextDelta` (before attack-11 #2 the row held 8 tokens)."""
     piece = "lorem ipsum dolor sit amet " * 10
 
-    def chunk(delta: dict[str, Any]) -> str:
-        return json.dumps(
-            {
-                "id": "c",
-                "object": "chat.completion.chunk",
-                "created": 0,
-                "model": "m",
-                "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
-            }
-        )
-
     def handler(request: dict[str, Any]) -> bytes:
-        first = {"index": 0, "id": "t1", "type": "function"}
-        parts = [chunk({"tool_calls": [{**first, "function": {"name": "w", "arguments": "{"}}]})]
-        parts += [chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})] * 300
+        parts = tool_call_chunks("w", ["{", *[piece] * 300])
         return ("\n\ndata: ".join(parts) + "\n\ndata: {broken").encode()  # the stream breaks
 
     with OpenAIStubServer(handler=handler) as stub:
@@ -173,3 +156,94 @@ def test_a_call_cancelled_after_it_was_sent_counts_the_most_it_may_have_cost(
         asyncio.run(go())
         sent = [r.json.get("max_tokens") or 0 for r in stub.requests]
     assert len(sent) == 1 and recorded_tokens(tmp_path) >= sent[0]
+
+
+def chunk(delta: dict[str, Any]) -> str:
+    """One chat.completion.chunk of a stream, as its SSE data."""
+    body = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+    return json.dumps({**body, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+
+
+def tool_call_chunks(name: str, arguments: list[str]) -> list[str]:
+    first = {"index": 0, "id": "t1", "type": "function", "function": {"name": name}}
+    parts = [chunk({"tool_calls": [first]})]
+    return parts + [
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
+        for piece in arguments
+    ]
+
+
+@pytest.mark.parametrize("model", ["openai/gen", "hosted_vllm/gen"])
+def test_a_cut_stream_counts_its_text_tool_names_and_arguments_through_each_backend(
+    tmp_path: Path, model: str
+) -> None:
+    """Both streaming backends (the OpenAI-compatible fast path, and litellm for
+    `hosted_vllm/`) fold their chunks in the same assembler, so a stream the endpoint breaks
+    counts everything it streamed before the break: its text, the tool's name and its
+    arguments (a small stream: tokenized exactly, once, when it is cut)."""
+    text, name = "Let me write that file.", "write_file"
+    arguments = ['{"path": "a.txt", ', '"text": "', *["hello world " * 20] * 10, '"}']
+
+    def handler(request: dict[str, Any]) -> bytes:
+        parts = [chunk({"role": "assistant", "content": text})]
+        parts += tool_call_chunks(name, arguments)
+        return ("\n\ndata: ".join(parts) + "\n\ndata: {broken").encode()  # the stream breaks
+
+    with OpenAIStubServer(handler=handler) as stub:
+        snapshot = project(
+            tmp_path,
+            f"models: {{general: {{model: {model}, api_base: '{stub.base_url}',"
+            " max_retries: 0}}\n"
+            "budget: {max_tokens_per_day: 100000}\n",
+            "model: general\n",
+        )
+
+        async def go() -> None:
+            services = services_for(snapshot)
+            try:
+                await run(snapshot, services, "hi", stream=True)
+            finally:
+                await services.aclose()
+
+        asyncio.run(go())
+    streamed = count_tokens(text + name + "".join(arguments), model)
+    assert recorded_tokens(tmp_path) >= streamed > count_tokens(text, model) + 100
+
+
+def test_a_stream_its_caller_leaves_during_a_tool_call_counts_the_arguments(
+    tmp_path: Path,
+) -> None:
+    """A client that leaves while the model writes a tool call (here: once the text after
+    it arrives) is charged the most of the `max_tokens` its call held and what the endpoint
+    streamed: one that ignores `max_tokens` (about 15,000 tokens of arguments here, under a
+    2,000-token day) is counted at what it streamed, so the day refuses what comes next."""
+    piece = "lorem ipsum dolor sit amet " * 10
+
+    def handler(request: dict[str, Any]) -> bytes:
+        parts = tool_call_chunks("w", ["{", *[piece] * 300])
+        parts += [chunk({"content": "and now the rest"})] * 2
+        return ("\n\ndata: ".join(parts) + "\n\ndata: [DONE]").encode()
+
+    with OpenAIStubServer(handler=handler) as stub:
+        snapshot = project(
+            tmp_path,
+            f"models: {{general: {{model: openai/gen, api_base: '{stub.base_url}'}}}}\n"
+            "budget: {max_tokens_per_day: 2000}\n",
+            "model: general\n",
+        )
+
+        async def go() -> None:
+            services = services_for(snapshot)
+            try:
+                events = run_agent(snapshot, "a", "hi", services=services, stream=True)
+                async for event in events:
+                    if isinstance(event, Token):
+                        break  # the client leaves: the tool call's arguments came already
+                await events.aclose()
+            finally:
+                await services.aclose()
+
+        asyncio.run(go())
+        sent = [r.json.get("max_tokens") or 0 for r in stub.requests]
+    assert len(sent) == 1 and sent[0] < 2000
+    assert recorded_tokens(tmp_path) >= count_tokens(piece * 300, "gen")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from contextvars import ContextVar
 from typing import Any
 
 from pydantic_core import from_json
@@ -255,11 +256,16 @@ def _parse_general(data: Any, model: str) -> ModelResponse:
     )
 
 
+ASSEMBLERS: ContextVar[list[StreamAssembler] | None] = ContextVar("assemblers", default=None)
+"""Each `StreamAssembler` made while this is set joins it: the budget meter (`fim.run.spend`)
+so counts what a cut stream streamed, tool calls included, which no `TextDelta` shows."""
+
+
 class StreamAssembler:
     """Folds chat.completion.chunk objects into text deltas and one final ModelResponse.
 
     Tool-call fragments arrive keyed by `index`: the first fragment carries id and name,
-    later ones append to the arguments text.
+    later ones append to the arguments text. `streamed`: characters of all three fed so far.
     """
 
     def __init__(self, model: str = "") -> None:
@@ -269,6 +275,9 @@ class StreamAssembler:
         self.calls: dict[int, dict[str, Any]] = {}
         self.usage: Usage = Usage()
         self.finish_reason: str | None = None
+        self.streamed = 0
+        if (watching := ASSEMBLERS.get()) is not None:  # a budget counts this stream
+            watching.append(self)
 
     def feed(self, chunk: Any) -> TextDelta | None:
         """Take one chunk; return the text it adds, if any."""
@@ -279,28 +288,33 @@ class StreamAssembler:
             self.model = _get(chunk, "model") or ""
         delta_text: str | None = None
         for choice in _get(chunk, "choices") or []:
-            if _get(choice, "finish_reason"):
-                self.finish_reason = _get(choice, "finish_reason")
+            self.finish_reason = _get(choice, "finish_reason") or self.finish_reason
             delta = _get(choice, "delta")
             if delta is None:
                 continue
             content = _get(delta, "content")
             if content:
                 self.text.append(content)
+                self.streamed += len(content)
                 delta_text = content if delta_text is None else delta_text + content
             for fragment in _get(delta, "tool_calls") or []:
                 index = _get(fragment, "index")
                 if index is None:
                     index = len(self.calls)
                 slot = self.calls.setdefault(index, {"id": None, "name": "", "arguments": ""})
-                if _get(fragment, "id"):
-                    slot["id"] = _get(fragment, "id")
+                slot["id"] = _get(fragment, "id") or slot["id"]
                 function = _get(fragment, "function")
-                if _get(function, "name"):
-                    slot["name"] += _get(function, "name")
-                if _get(function, "arguments"):
-                    slot["arguments"] += _get(function, "arguments")
+                for key in ("name", "arguments"):
+                    piece = _get(function, key)
+                    if piece:
+                        slot[key] += piece
+                        self.streamed += len(piece)
         return TextDelta(text=delta_text) if delta_text else None
+
+    def streamed_text(self) -> str:
+        """The text, tool names and arguments fed so far, as one string."""
+        calls = [slot["name"] + slot["arguments"] for _, slot in sorted(self.calls.items())]
+        return "".join(self.text) + "".join(calls)
 
     def result(self) -> ModelResponse:
         calls = [

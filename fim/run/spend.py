@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
 from fim.llm import catalog
+from fim.llm.wire import ASSEMBLERS, StreamAssembler
 from fim.locks import current_owner
 from fim.run.in_flight import LARGE, Pool, forget, off_loop, pool
 from fim.run.limits import (
@@ -242,18 +243,18 @@ class MeteredModel:
             self.unrecorded[scope] = (store, found, amount + usage)
 
     def _cut(
-        self, ticket: Ticket, streamed: list[str] | None = None, cancelled: bool = True
+        self, ticket: Ticket, streamed: Sequence[str | StreamAssembler] = (), cancelled: bool = True
     ) -> None:
-        """A call that ended without its count frees its room and counts its prompt and
-        what it streamed; one `cancelled` while the provider worked (the caller left, a
-        stream that ended without its count) counts its `max_tokens` if that is more: a
-        client that leaves early is never charged less than the provider charged."""
+        """A call that ended without its count frees its room and counts its prompt and what
+        it streamed (text, tool names and arguments); one `cancelled` while the provider worked
+        (the caller left, a stream ended without its count) counts its `max_tokens` if more."""
         ticket.release()
         completion = (ticket.max_tokens or 0) if cancelled else 0
-        if streamed:
-            text = "".join(streamed)  # a large one by length: no tokenizing on the loop
-            big = len(text) > LARGE
-            completion = max(completion, len(text) // 3 if big else count_tokens(text, self.name))
+        size = sum(len(part) if isinstance(part, str) else part.streamed for part in streamed)
+        if size:  # counted once, when cut; a large one by its length: no tokenizing on the loop
+            parts = (part if isinstance(part, str) else part.streamed_text() for part in streamed)
+            tokens = size // 3 if size > LARGE else count_tokens("".join(parts), self.name)
+            completion = max(completion, tokens)
         usage = Usage(prompt_tokens=ticket.estimate, completion_tokens=completion)
         usage = usage.model_copy(update={"cost": self._cost(usage)})
         self._count(usage)
@@ -325,23 +326,31 @@ class MeteredModel:
         if ticket.max_tokens is not None:
             options = {**options, "max_tokens": ticket.max_tokens}
         answered = False
-        streamed: list[str] = []
+        deltas: list[str] = []
+        seen: list[StreamAssembler] = []  # the backend's, counting its tool calls too
         cancelled = True  # closed, cancelled, or ended without its count, unless it failed
         try:
             async with aclosing(self.inner.stream(messages, tools, **options)) as items:  # type: ignore[type-var]
-                async for item in items:
+                while True:
+                    watching = ASSEMBLERS.set(seen)
+                    try:
+                        item = await anext(items)
+                    except StopAsyncIteration:
+                        break
+                    finally:
+                        ASSEMBLERS.reset(watching)
                     if isinstance(item, ModelResponse):
                         answered = True
                         yield await self._after(ticket, item)
                     else:
-                        streamed.append(item.text)
+                        deltas.append(item.text)
                         yield item
         except Exception:
             cancelled = False
             raise
         finally:
             if not answered:
-                self._cut(ticket, streamed, cancelled)
+                self._cut(ticket, seen or deltas, cancelled)
 
 
 _UNREPORTED: set[str] = set()  # models logged as reporting no usage, once each
