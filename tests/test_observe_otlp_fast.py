@@ -289,3 +289,45 @@ def test_equal_values_of_different_types_keep_their_own_encoding():
     for value in (1, True, 1.0, 1, ("stop",), ("stop",), ["stop"]):
         batch = [ReadableSpan("a", ctx(1, 7), None, None, {"x": value})]
         assert encode_spans(batch) == upstream_encode(batch), value
+
+
+def _transport_of(exporter):
+    return type(exporter._client._transport).__name__
+
+
+def test_spans_are_posted_with_urllib3_and_the_ca_bundle_requests_would_use(monkeypatch):
+    import certifi
+
+    from fim.observe import exporters
+
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector.example:4318")
+    made = exporters.otlp_exporter()
+    assert _transport_of(made) == "Urllib3HTTPTransport"
+    assert made._client._transport._pool.connection_pool_kw["ca_certs"] == certifi.where()
+    made.shutdown()
+
+
+def test_a_configured_certificate_reaches_the_urllib3_transport(monkeypatch, tmp_path):
+    from fim.observe import exporters
+
+    ca = tmp_path / "ca.pem"
+    ca.write_text("not read until a connection is made")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector.example:4318")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", str(ca))
+    made = exporters.otlp_exporter()
+    assert made._client._transport._pool.connection_pool_kw["ca_certs"] == str(ca)
+    made.shutdown()
+
+
+@pytest.mark.parametrize(
+    "variable", ["HTTPS_PROXY", "http_proxy", "OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER"]
+)
+def test_a_proxy_or_credential_provider_keeps_the_requests_transport(monkeypatch, variable):
+    """Only requests reads proxies from the environment and credential providers' sessions:
+    with one configured, spans go the upstream default way."""
+    from fim.observe import otlp_fast
+
+    monkeypatch.setenv(variable, "http://proxy.example:3128")
+    assert otlp_fast.light_transport() is None

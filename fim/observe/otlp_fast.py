@@ -10,6 +10,7 @@ limit, the exporter's own metrics -- is the upstream exporter's.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -146,7 +147,8 @@ class FastOTLPSpanExporter(OTLPSpanExporter):
     def create(cls) -> OTLPSpanExporter:
         """This exporter, or the upstream one when its internals that `export` reuses are
         not there (another SDK version): the fast path is never a broken one."""
-        made = cls()
+        transport = light_transport()
+        made = cls() if transport is None else cls(_transport=transport)
         if all(hasattr(made, name) for name in cls._REUSED):
             logging.getLogger(_UPSTREAM).addFilter(_QUIET)  # once: a filter is a set member
             return made
@@ -206,6 +208,51 @@ class FastOTLPSpanExporter(OTLPSpanExporter):
                 return SpanExportResult.FAILURE
         self.failing = False
         return SpanExportResult.SUCCESS
+
+
+_REQUESTS_ONLY = (
+    "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy",
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER",
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER",
+)  # fmt: skip
+"""What only the upstream default transport (requests) honours: proxies from the
+environment and a credential provider's session."""
+
+
+def light_transport() -> Any:
+    """The upstream urllib3 transport in place of its default, requests, unless something
+    only requests does is configured (`_REQUESTS_ONLY`): requests merges proxy, netrc and
+    environment settings into every POST, which more than doubled an export's CPU (a batch
+    every few runs under load). The certificates are the ones the upstream reads from the
+    `OTEL_EXPORTER_OTLP_*CERTIFICATE`/`*CLIENT_KEY` variables (its own reader, asked here),
+    and with none set the CA bundle requests would use (certifi's). None, and the upstream
+    default, when this SDK has no urllib3 transport."""
+    if any(os.environ.get(name) for name in _REQUESTS_ONLY):
+        return None
+    try:
+        # deferred: loaded with the exporter; absent from SDKs before 1.45
+        from opentelemetry.exporter.http.transport._urllib3 import Urllib3HTTPTransport
+        from opentelemetry.exporter.otlp.proto.http import _common as upstream
+        from opentelemetry.sdk import environment_variables as names
+
+        configured = upstream._build_transport(
+            None, None, None,
+            names.OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE,
+            names.OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY,
+            names.OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE,
+            session=None,
+        )  # fmt: skip
+        session = configured._session  # type: ignore[attr-defined]
+        verify, cert = session.verify, session.cert
+        configured.close()
+        if verify is True:
+            # deferred: requests' own CA bundle, loaded with it
+            import certifi
+
+            verify = certifi.where()
+        return Urllib3HTTPTransport(verify=verify, cert=cert)
+    except (ImportError, AttributeError, TypeError):
+        return None
 
 
 def _short(reason: object) -> str:
