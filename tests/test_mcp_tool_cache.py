@@ -1,7 +1,9 @@
 """The tool-list cache of stdio servers: a run whose server's tools are cached builds its
 prompt from the cache and starts the server in the background; a changed server (its
 script edited) misses the cache and is listed again. With a real stdio server: a copy of
-the demo server whose script the test edits."""
+the demo server whose script the test edits, next to a copy of `mcp_servers/launch.py` so
+that, like the other test servers, it is forked from the test process's warm zygote
+instead of importing the MCP SDK itself (~1 s of CPU for each of the three starts)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from fim.run.services import RunContext, Services
 
 def write_project(root: Path) -> Path:
     shutil.copy(DEMO, root / "server.py")
+    shutil.copy(DEMO.parent / "launch.py", root / "launch.py")  # the script's `import launch`
     servers = {"demo": {"command": sys.executable, "args": ["server.py"]}}
     (root / "fim.yaml").write_text(json.dumps({"name": "p", "mcp_servers": servers}))
     (root / "agents").mkdir()

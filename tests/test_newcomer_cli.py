@@ -57,6 +57,13 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
+def expiring_soon(root: Path, seconds: float) -> None:
+    """`bot`'s approvals expire after `seconds`: a test of expiry waits that long for the
+    store to expire one, not the 2 s the other tests leave a mocked answer to arrive."""
+    bot = root / "agents" / "bot.yaml"
+    bot.write_text(bot.read_text().replace("timeout: 2,", f"timeout: {seconds},"))
+
+
 def cli(*args: str) -> tuple[int, str, str]:
     # deferred: fim.cli.app builds every command module on first access
     from fim.cli import app
@@ -218,6 +225,7 @@ def test_an_approval_that_expires_at_the_prompt_stops_the_wait_and_says_so(
     recorded in its name."""
     import fim.commands.run_view as run_command
 
+    expiring_soon(project, 0.3)
     waits: list[float | None] = []
     monkeypatch.setattr(run_command, "interactive", lambda: True)
     monkeypatch.setattr(
@@ -229,7 +237,7 @@ def test_an_approval_that_expires_at_the_prompt_stops_the_wait_and_says_so(
     assert approval["status"] == "expired" and approval["resolved_by"] == "timeout"
     assert f"approval {approval['id']} expired; the call to calculator was not run" in err
     [wait] = waits
-    assert wait is not None and 0 < wait <= 2  # the hook's `timeout: 2`
+    assert wait is not None and 0 < wait <= 0.3  # the hook's `timeout: 0.3`
 
 
 def test_an_approval_that_expired_before_its_question_is_not_asked_about(
@@ -241,6 +249,7 @@ def test_an_approval_that_expired_before_its_question_is_not_asked_about(
 
     import fim.commands.run_view as run_command
 
+    expiring_soon(project, 0.3)
     asked: list[str] = []
     monkeypatch.setattr(run_command, "interactive", lambda: True)
     monkeypatch.setattr(run_command, "time", types.SimpleNamespace(time=lambda: float("inf")))
