@@ -1,21 +1,25 @@
 """Spend limits as numbers: the error a passed limit raises, a fim.yaml price applied, and
 how much room a limit leaves a model call. `fim.run.spend.MeteredModel` applies them
 before and after each call; kept apart so the arithmetic and its messages read in one
-place."""
+place. Also the completion cap a call is sent with (`with_cap`) and fim's count of a call
+whose endpoint reported no usage (`estimated`)."""
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
-from fim.run.in_flight import Pool
+from fim.run.in_flight import Pool, off_loop
+from fim.run.tokens import count_message
 from fim.types import Usage
 
 if TYPE_CHECKING:
     from fim.config.schema.spend import Budget, Price
-    from fim.types import ModelResponse
+    from fim.types import Message, ModelResponse
 
 
 class BudgetExceeded(RunError):
@@ -65,6 +69,45 @@ holds reserved under a limit while it is in flight. Near a limit a call is sent 
 `max_tokens` cut to the room left, so that it cannot pass the limit whatever it answers."""
 
 _UNLIMITED = 1 << 62
+
+CAP_FIELDS = (
+    "max_tokens",
+    "max_completion_tokens",
+    "max_output_tokens",
+    "max_new_tokens",
+    "num_predict",
+)
+"""The spellings of a completion cap that reach a provider: `max_tokens` (fim's, and a
+model's setting), `max_completion_tokens` (OpenAI's newer name; an OpenAI-endpoint caller
+may send either under `client_sampling`), and the provider-native names a model's `extra:`
+passes through litellm (Gemini's `max_output_tokens`, Hugging Face's `max_new_tokens`,
+Ollama's `num_predict`)."""
+
+
+def asked_cap(settings: Any, options: dict[str, Any]) -> int | None:
+    """The smallest completion cap a call asks for, in any spelling: the model's
+    `max_tokens` and `extra:`, and the call's options (an OpenAI-endpoint caller's
+    `max_tokens`, an MCP sampling request's). None when nothing sets one. Under a limit the
+    call holds at most this much room, so a caller's lower value is not over-reserved."""
+    extra = getattr(settings, "extra", None) or {}
+    asked = [getattr(settings, "max_tokens", None)]
+    asked += [source.get(name) for source in (extra, options) for name in CAP_FIELDS]
+    return min((v for v in asked if type(v) is int and v >= 1), default=None)
+
+
+def with_cap(options: dict[str, Any], settings: Any, cap: int | None) -> dict[str, Any]:
+    """`options` sending `cap` (the room the call holds) as its one completion cap,
+    `max_tokens`: a caller's own cap in any spelling is dropped, since it is counted in
+    `cap` already (`asked_cap`) and two fields that disagree leave the provider to pick
+    either. A spelling the model's `extra:` sends cannot be dropped here (the backend adds
+    it), so it is set to `cap` too. `cap` None (no limit): `options` go as they are."""
+    if cap is None:
+        return options
+    extra = getattr(settings, "extra", None) or {}
+    out = {name: value for name, value in options.items() if name not in CAP_FIELDS}
+    out.update({name: cap for name in CAP_FIELDS if name in extra})
+    out["max_tokens"] = cap
+    return out
 
 
 def setting(label: str) -> str:
@@ -211,7 +254,8 @@ class Ticket:
     tokens: int
     cost: float
     max_tokens: int | None
-    """The completion cap sent with the call (None: the model's own setting holds)."""
+    """The completion cap sent with the call, the room it holds (None: no limit, the
+    model's and the caller's own settings hold)."""
 
     def release(self) -> None:
         """The call answered or failed: the room it held is free again."""
@@ -236,3 +280,24 @@ def run_budgets(snapshot: Any, agent: Any) -> list[tuple[str, Budget]]:
         )
         if budget is not None
     ]
+
+
+async def estimated(
+    model: str, prompt: int, answer: Message, cost: Callable[[Usage], float | None]
+) -> Usage:
+    """The usage of a call whose endpoint reported none (some self-hosted servers and
+    gateways; a stream whose last chunk never came): fim's own count of the prompt (the
+    admission's estimate) and of the answer, priced, so that a budget never takes such a
+    call for free."""
+    if model not in _UNREPORTED:
+        _UNREPORTED.add(model)
+        log.warning("model '%s' reported no token usage; its budgets count fim's estimate", model)
+    usage = Usage(
+        prompt_tokens=prompt, completion_tokens=await off_loop(count_message, answer, model)
+    )
+    return usage.model_copy(update={"cost": cost(usage)})
+
+
+_UNREPORTED: set[str] = set()  # models logged as reporting no usage, once each
+
+log = logging.getLogger("fim.spend")

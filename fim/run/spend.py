@@ -5,7 +5,8 @@ about budgets.
 Before each call it estimates the prompt with `fim.run.tokens` and refuses the call when
 what was already spent plus that estimate would pass a limit; it then holds the prompt and
 the most the completion may take in each limit's pool (`fim.run.in_flight`; parallel calls
-count each other) and sends the call with `max_tokens` at that room. After the call it
+count each other) and sends the call with `max_tokens` at that room (`fim.run.limits.with_cap`:
+a caller's own cap, in any spelling, only lowers it). After the call it
 adds the provider's count (fim's own estimate when the provider reports none) and stops the
 run when a limit is passed. Both raise `BudgetExceeded` (`fim.run.limits`), which the
 engines report as an error event of kind `budget_exceeded` (over HTTP a 402, so the OpenAI
@@ -18,7 +19,6 @@ refused, never made unmetered.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
@@ -36,12 +36,16 @@ from fim.run.limits import (
     BudgetExceeded,
     Limit,
     Ticket,
+    asked_cap,
+    estimated,
     file_of,
     priced,
     run_budgets,
+    with_cap,
 )
+from fim.run.overrides import OverriddenModel
 from fim.run.sessions import session_label
-from fim.run.tokens import count_message, count_messages, count_tokens
+from fim.run.tokens import count_messages, count_tokens
 from fim.run.tree import RunSpend, per_run
 from fim.types import ModelResponse, Usage
 
@@ -192,14 +196,17 @@ class MeteredModel:
             recorded = await spent(store, scope[1], agent, mine)
         return recorded + found.since(tokens, cost), found
 
-    async def _admit(self, messages: list[Message], tools: list[ToolSpec] | None) -> Ticket:
+    async def _admit(
+        self, messages: list[Message], tools: list[ToolSpec] | None, options: dict[str, Any]
+    ) -> Ticket:
         """Refuse the call if what was spent plus its prompt would pass a limit; wait while
         calls in flight hold the room it needs; else hold its prompt and the most its
-        completion may take in every limit's pool, and cap that completion near a limit."""
+        completion may take (the smallest cap the model or the call's `options` set) in
+        every limit's pool, and cap that completion near a limit."""
         # a large conversation is tokenized on a thread, as the context guard does it
         estimate = await off_loop(count_messages, messages, tools, self.name)
         settings = getattr(self.inner, "settings", None)
-        allowance = getattr(settings, "max_tokens", None) or DEFAULT_ALLOWANCE
+        allowance = asked_cap(settings, options) or DEFAULT_ALLOWANCE
         per_1k = self._cost(Usage(completion_tokens=1000))
         prompt_cost: float | None = None
         deadline = time.monotonic() + WAIT_FOR_ROOM  # however often others answer meanwhile
@@ -277,7 +284,7 @@ class MeteredModel:
         ticket.release()
         usage = response.usage
         if not usage.prompt_tokens and not usage.completion_tokens:
-            usage = await self._estimated(ticket, response)
+            usage = await estimated(self.name, ticket.estimate, response.message, self._cost)
         elif self.price is not None:
             usage = priced(usage, self.price)
         if usage is not response.usage:
@@ -291,27 +298,11 @@ class MeteredModel:
                 raise passed
         return response
 
-    async def _estimated(self, ticket: Ticket, response: ModelResponse) -> Usage:
-        """The usage of a call whose endpoint reported none (some self-hosted servers and
-        gateways; a stream whose last chunk never came): fim's own count of the prompt and
-        of the answer, priced, so that a budget never takes such a call for free."""
-        if self.name not in _UNREPORTED:
-            _UNREPORTED.add(self.name)
-            log.warning(
-                "model '%s' reported no token usage; its budgets count fim's estimate", self.name
-            )
-        usage = Usage(
-            prompt_tokens=ticket.estimate,
-            completion_tokens=await off_loop(count_message, response.message, self.name),
-        )
-        return usage.model_copy(update={"cost": self._cost(usage)})
-
     async def complete(
         self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
     ) -> ModelResponse:
-        ticket = await self._admit(messages, tools)
-        if ticket.max_tokens is not None:
-            options = {**options, "max_tokens": ticket.max_tokens}
+        ticket = await self._admit(messages, tools, options)
+        options = with_cap(options, getattr(self.inner, "settings", None), ticket.max_tokens)
         try:
             response = await self.inner.complete(messages, tools, **options)
         except BaseException as exc:
@@ -322,9 +313,8 @@ class MeteredModel:
     async def stream(
         self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
     ) -> AsyncIterator[TextDelta | ModelResponse]:
-        ticket = await self._admit(messages, tools)
-        if ticket.max_tokens is not None:
-            options = {**options, "max_tokens": ticket.max_tokens}
+        ticket = await self._admit(messages, tools, options)
+        options = with_cap(options, getattr(self.inner, "settings", None), ticket.max_tokens)
         answered = False
         deltas: list[str] = []
         seen: list[StreamAssembler] = []  # the backend's, counting its tool calls too
@@ -353,11 +343,6 @@ class MeteredModel:
                 self._cut(ticket, seen or deltas, cancelled)
 
 
-_UNREPORTED: set[str] = set()  # models logged as reporting no usage, once each
-
-log = logging.getLogger("fim.spend")
-
-
 def metered(
     model: Model,
     snapshot: Any,
@@ -372,7 +357,12 @@ def metered(
     cost per call) otherwise. `session` is the conversation the run continues (its session
     budgets count the session's recorded runs). `fast`: `model` is the run's `fast` model
     (context summaries, tool selection, MCP sampling), priced as the `fast` role, its
-    calls counted in the run's usage row though no event reports them."""
+    calls counted in the run's usage row though no event reports them. A model carrying a
+    caller's overrides (`OverriddenModel`) is metered inside them, so the cap each call is
+    sent with is the smaller of the caller's and the room it holds (`with_cap`)."""
+    if isinstance(model, OverriddenModel):  # inside it, the cap sees the caller's options
+        inner = metered(model.inner, snapshot, agent, services, session, spend, fast)
+        return model if inner is model.inner else OverriddenModel(inner, model.overrides)
     budgets = run_budgets(snapshot, agent)
     price = None
     for role in ("fast", agent.model) if fast else (agent.model,):
