@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fim.config.schema.base import JSONSchema, Strict
 
@@ -38,16 +38,42 @@ class BasicAuth(Strict):
 
 Auth = Annotated[BearerAuth | ApiKeyAuth | BasicAuth, Field(discriminator="type")]
 
+Access = Literal["read", "write", "admin"]
+
+
+def access_for_method(method: str) -> Access:
+    """The access level an HTTP method implies: GET, HEAD and OPTIONS read, DELETE is
+    admin (irreversible), anything else writes. The one rule for an action that does not
+    say `access:` and for `fim connector import`, so a hand-written DELETE is never a read
+    that `readonly_guard` lets through; unknown methods fail closed as writes."""
+    verb = method.upper()
+    if verb in ("GET", "HEAD", "OPTIONS"):
+        return "read"
+    return "admin" if verb == "DELETE" else "write"
+
+
+def _access_may_be_omitted(schema: dict[str, Any]) -> None:
+    """JSON Schema: `access` is filled from `method` when absent, so it is not required."""
+    required = schema.get("required")
+    if isinstance(required, list) and "access" in required:
+        required.remove("access")
+        if not required:
+            del schema["required"]
+
 
 class HttpAction(Strict):
+    model_config = ConfigDict(json_schema_extra=_access_may_be_omitted)
+
     description: str = ""
     """What the action does; the model reads it to choose the action."""
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"] = "GET"
     """HTTP method."""
     path: str
     """Path below base_url; `{name}` segments are filled from parameters."""
-    access: Literal["read", "write", "admin"] = "read"
-    """`read`, `write` or `admin`; `readonly_guard` blocks write and admin actions."""
+    access: Access
+    """`read`, `write` or `admin`; `readonly_guard` blocks write and admin actions, `confirm`
+    asks before them. Default by method: `read` for GET and HEAD, `admin` for DELETE,
+    `write` for POST, PUT and PATCH; say `access: read` for a POST that only reads."""
     requires_confirmation: bool = False
     """The `confirm` hook asks a human before each call of this action."""
     parameters: JSONSchema = Field(default_factory=lambda: {"type": "object", "properties": {}})
@@ -69,6 +95,16 @@ class HttpAction(Strict):
     """Multipart parts sent as files (base64 content in the argument)."""
     content_type: str | None = None
     """Content-Type of a binary body."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _access_follows_method(cls, data: Any) -> Any:
+        """An action without `access:` gets the level its method implies (before field
+        validation, so the field stays a plain `read|write|admin` for every reader)."""
+        if isinstance(data, dict) and "access" not in data:
+            method = data.get("method", "GET")
+            return {**data, "access": access_for_method(method if isinstance(method, str) else "")}
+        return data
 
 
 class HttpConnector(Strict):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fim.config.schema.connector import access_for_method
 from fim.connectors.openapi.document import OpenApiError, as_list
 from fim.connectors.openapi.schemas import Resolver, flatten
 
@@ -49,7 +50,8 @@ def build_action(
         action["description"] = _one_line(text)
     action["method"] = method.upper()
     action["path"] = path
-    action["access"] = {"get": "read", "head": "read", "delete": "admin"}.get(method, "write")
+    # written out although it is the default by method: the imported YAML is reviewed
+    action["access"] = access_for_method(method)
     if method == "delete":
         action["requires_confirmation"] = True
     tags = [str(t) for t in operation.get("tags") or [] if isinstance(t, str | int)]
