@@ -331,3 +331,41 @@ def test_a_proxy_or_credential_provider_keeps_the_requests_transport(monkeypatch
 
     monkeypatch.setenv(variable, "http://proxy.example:3128")
     assert otlp_fast.light_transport() is None
+
+
+@pytest.mark.parametrize("cost", [None, 0.0125])
+def test_a_chat_span_serialized_ahead_is_the_span_its_attributes_make(cost):
+    """A chat span's recurring attributes (operation, models, system, finish reason) are
+    serialized once and joined with its counts (`Sink.direct`): the span queued is byte
+    for byte the one its attribute dict makes, whatever the cache holds."""
+    from types import SimpleNamespace
+
+    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+    from opentelemetry.trace import SpanKind
+
+    from fim.events import LLMCall, Usage
+    from fim.observe.otlp_attributes import joined, kept_block
+    from fim.observe.otlp_spans import child_queue
+    from fim.observe.run_spans import RunSpans
+    from fim.observe.sdk import OpenSpan
+
+    def made(direct: bool) -> bytes:
+        queued: list[bytes] = []
+        found = SimpleNamespace(
+            emit=None, ids=RandomIdGenerator(), bits=lambda n: 0x42, capture=False,
+            direct=direct, kept_block=kept_block, joined=joined,
+            children_of=lambda root: child_queue(
+                root, queued.append, Status(StatusCode.UNSET), None, dict
+            ),
+        )  # fmt: skip
+        root = OpenSpan("invoke_agent a", ctx(0xABC, 0x1), None, SpanKind.INTERNAL, 1, {})
+        spans = RunSpans(root, None, found)  # type: ignore[arg-type]
+        usage = Usage(prompt_tokens=120, completion_tokens=7, cost=cost)
+        call = LLMCall(model="gpt-x-2025", request_model="openai/gpt-x", iteration=2,
+                       usage=usage, duration_ms=3.5, finish_reason="tool_calls", ts=5.0)  # fmt: skip
+        for _ in range(2):  # the second from the cache
+            spans._on_llm_call(call)
+        assert queued[0] == queued[1]
+        return queued[0]
+
+    assert made(direct=True) == made(direct=False)

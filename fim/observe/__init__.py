@@ -150,12 +150,6 @@ class _Both:
             self.first.__exit__(kind, exc, tb)
 
 
-def _either(first: Watch | None, second: Watch | None) -> Watch | None:
-    if first is not None and second is not None:
-        return _Both(first, second)
-    return first or second
-
-
 def watch_run(
     *,
     agent: str,
@@ -176,21 +170,23 @@ def watch_run(
         counted = RunCounter(agent)
     if not tracing_enabled():
         return counted
-    # deferred: loading fim.events costs hundreds of ms
-    from fim.observe.tracing import trace_run
+    traced = _tracer_of_runs()(agent, run_id, snapshot, depth, mask, session, owner)
+    return traced if counted is None else _Both(counted, traced)
 
-    return _either(
-        counted,
-        trace_run(
-            agent=agent,
-            run_id=run_id,
-            snapshot=snapshot,
-            depth=depth,
-            mask=mask,
-            session=session,
-            owner=owner,
-        ),
-    )
+
+_trace_run: Callable[..., Watch] | None = None
+
+
+def _tracer_of_runs() -> Callable[..., Watch]:
+    """`fim.observe.tracing.trace_run`, imported by the first traced run (an import
+    statement run per run cost more than a span attribute)."""
+    global _trace_run
+    if _trace_run is None:
+        # deferred: loading opentelemetry costs tens of ms, only when tracing is on
+        from fim.observe.tracing import trace_run
+
+        _trace_run = trace_run
+    return _trace_run
 
 
 async def watched(events: AsyncIterator[Event], watch: Watch) -> AsyncGenerator[Event, None]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry.exporter.otlp.proto.common._internal import _encode_key_value
@@ -84,6 +85,27 @@ def span_attributes(attributes: Any) -> list[bytes]:
         else:
             append(_keep(item))
     return parts
+
+
+def joined(attributes: Any) -> bytes:
+    """`span_attributes`, as one `bytes`."""
+    return b"".join(span_attributes(attributes))
+
+
+_BLOCKS: dict[Any, bytes] = {}
+
+
+def kept_block(key: Any, make: Callable[[Any], dict[str, Any]]) -> bytes:
+    """Attributes that recur together, serialized once per distinct `key` (`make(key)`
+    gives them): a chat span's operation, models, system and finish reason are one lookup
+    instead of five. Bounded as `_KEPT` is (a model's names are short but unbounded)."""
+    found = _BLOCKS.get(key)
+    if found is None:
+        found = joined(make(key))
+        if len(_BLOCKS) >= 1024:
+            _BLOCKS.clear()
+        _BLOCKS[key] = found
+    return found
 
 
 def _keep(item: tuple[str, Any]) -> bytes:

@@ -185,12 +185,13 @@ def child_queue(
     parent id, trace state, flags -- are written once; then per child its id, name, kind,
     times, attributes, events (`(name, attributes, time)`) and status (`unset`: none).
     `limited` cuts attributes beyond `most` (None: no limit)."""
-    trace_id = parent.trace_id
+    trace_id, span_id, _, _, state, _ = parent  # a tuple: no property calls
     # the trace id field and the parent id field (4), laid out as `_IDS` lays out a span's
     shared = _IDS.pack(
-        0x0A, 0x10, trace_id >> 64, trace_id & _LOW64, 0x22, 0x08, parent.span_id
+        0x0A, 0x10, trace_id >> 64, trace_id & _LOW64, 0x22, 0x08, span_id
     ) + _LOCAL_FLAGS  # fmt: skip
-    shared += _state(parent.trace_state)
+    if state is not DEFAULT_TRACE_STATE:
+        shared += _state(state)
 
     def ended(
         name: str,
@@ -202,8 +203,6 @@ def child_queue(
         events: Sequence[Any] = (),
         status: Status = unset,
     ) -> None:
-        if most is not None and len(attributes) > most:
-            attributes = limited(attributes)
         parts = [
             shared,
             _SPAN_ID.pack(0x12, 0x08, span_id),
@@ -211,7 +210,11 @@ def child_queue(
             _KIND_FIELDS[id(kind)],
             _TIMES.pack(0x39, start, 0x41, end),
         ]
-        if attributes:
+        if type(attributes) is bytes:  # serialized by the caller (`Sink.direct`)
+            parts.append(attributes)
+        elif attributes:
+            if most is not None and len(attributes) > most:
+                attributes = limited(attributes)
             parts += span_attributes(attributes)
         if events:
             parts.append(_events_and_links(events, ()))

@@ -10,7 +10,6 @@ it: the parent's `RunSpans` is kept in `trace_scope`, which the child's reads.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
@@ -24,7 +23,7 @@ from opentelemetry.trace import SpanContext, SpanKind
 from fim.events import Event
 from fim.observe.context import current_call, current_node
 from fim.observe.scope import trace_scope
-from fim.observe.sdk import OpenSpan, Sink
+from fim.observe.sdk import ChildSpan, OpenSpan, Sink
 
 log = logging.getLogger("fim.observe")
 
@@ -40,6 +39,22 @@ def _provider_of(model: str) -> str | None:
     return head if slash else None
 
 
+def _chat_head(head: tuple[str, str, str | None, str | None]) -> dict[str, Any]:
+    """The attributes of a chat span that recur call after call, from (request model,
+    response model, system, finish reason)."""
+    request_model, model, system, finish = head
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": request_model,
+        "gen_ai.response.model": model,
+    }
+    if system:
+        attributes["gen_ai.system"] = system
+    if finish:
+        attributes["gen_ai.response.finish_reasons"] = (finish,)  # kept encoded: a tuple
+    return attributes
+
+
 def _ns(ts: float) -> int:
     return int(ts * 1e9)
 
@@ -52,15 +67,18 @@ class RunSpans:
         self.emit = found.emit
         self.child = found.children_of(root.context)
         self.span_id = found.ids.generate_span_id
-        context = root.context
-        self.trace = (context.trace_id, context.trace_flags, context.trace_state)
+        self.bits = found.bits
+        self.found = found
+        self.direct = found.direct
+        trace_id, _, _, flags, state, _ = root.context  # a tuple: no property calls
+        self.trace = (trace_id, flags, state)
         """What every span of the run shares with its root, read once."""
         self.mask = mask or (lambda text: text)
         self.capture = found.capture
-        self.tools: dict[str, tuple[OpenSpan, str, Any]] = {}
+        self.tools: dict[str, tuple[ChildSpan, str, Any]] = {}
         """Open tool calls: call id -> span, tool name, the agent a `call_agent` names."""
-        self.nodes: dict[str, tuple[OpenSpan, str]] = {}
-        self.steps: dict[str, OpenSpan] = {}
+        self.nodes: dict[str, tuple[ChildSpan, str]] = {}
+        self.steps: dict[str, ChildSpan] = {}
         self.failed = False
         self.token: Any = None
         self.handlers = HANDLERS
@@ -86,16 +104,22 @@ class RunSpans:
         except Exception:  # as in `on`: the run's own outcome stands
             log.exception("tracing of %s failed at its end", self)
         finally:
-            with contextlib.suppress(ValueError):  # closed from another context
+            try:  # noqa: SIM105 -- `suppress` builds a context manager on every run
                 trace_scope.reset(self.token)
+            except ValueError:  # closed from another context
+                pass
 
     # -- children of this trace (delegations, agent nodes) -------------------------
 
     def context_for(self, agent: str) -> SpanContext:
         self.read()
-        return self.parent_for(agent).context
+        span = self.parent_for(agent)
+        if span is self.root:
+            return self.root.context
+        trace_id, flags, state = self.trace
+        return SpanContext(trace_id, span.span_id, False, flags, state)
 
-    def parent_for(self, agent: str) -> OpenSpan:
+    def parent_for(self, agent: str) -> ChildSpan:
         """The span a child run started now belongs under: the open `call_agent` call
         naming this agent, else the only open tool call, else the newest open agent node,
         else this trace's root."""
@@ -131,11 +155,9 @@ class RunSpans:
         ts: float,
         attributes: dict[str, Any],
         kind: SpanKind = SpanKind.INTERNAL,
-    ) -> OpenSpan:
+    ) -> ChildSpan:
         """A child of the root started at `ts` (no None values: callers leave them out)."""
-        trace_id, flags, state = self.trace
-        context = SpanContext(trace_id, self.span_id(), False, flags, state)
-        return OpenSpan(name, context, self.root.context, kind, int(ts * 1e9), attributes)
+        return ChildSpan(name, self.bits(64) or self.span_id(), kind, int(ts * 1e9), attributes)
 
     # -- events --------------------------------------------------------------------
 
@@ -172,10 +194,10 @@ class RunSpans:
                     self.handlers = handlers = {}
                     self.root.error("tracing failed")
 
-    def _end(self, span: OpenSpan, end: int) -> None:
+    def _end(self, span: ChildSpan, end: int) -> None:
         """End a child of the root (a tool call, node or step)."""
         self.child(
-            span.name, span.context.span_id, span.kind, span.start, end, span.attributes,
+            span.name, span.span_id, span.kind, span.start, end, span.attributes,
             span.events, span.status,
         )  # fmt: skip
 
@@ -190,26 +212,23 @@ class RunSpans:
     def _on_llm_call(self, e: Any) -> None:
         request_model = e.request_model or e.model
         usage = e.usage
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.request.model": request_model,
-            "gen_ai.response.model": e.model,
+        head = (request_model, e.model, e.provider or _provider_of(request_model), e.finish_reason)
+        counts: dict[str, Any] = {
             "gen_ai.usage.input_tokens": usage.prompt_tokens,
             "gen_ai.usage.output_tokens": usage.completion_tokens,
             "fim.iteration": e.iteration,
         }
-        system = e.provider or _provider_of(request_model)
-        if system:
-            attributes["gen_ai.system"] = system
-        finish = e.finish_reason
-        if finish:
-            attributes["gen_ai.response.finish_reasons"] = (finish,)  # kept encoded: a tuple
         if usage.cost is not None:
-            attributes["fim.cost_usd"] = usage.cost
+            counts["fim.cost_usd"] = usage.cost
+        attributes: dict[str, Any] | bytes
+        if self.direct:  # what recurs serialized once (`Sink.direct`), the counts each time
+            attributes = self.found.kept_block(head, _chat_head) + self.found.joined(counts)
+        else:
+            attributes = {**_chat_head(head), **counts}
         ts = e.ts
         self.child(
             f"chat {request_model}",
-            self.span_id(),
+            self.bits(64) or self.span_id(),
             SpanKind.CLIENT,
             int((ts - e.duration_ms / 1000) * 1e9),
             int(ts * 1e9),
@@ -234,7 +253,7 @@ class RunSpans:
         self.tools[e.call_id] = (span, e.name, named)
 
     def _on_hook(self, e: Any) -> None:
-        target = self.root
+        target: ChildSpan = self.root
         if getattr(e, "call_id", None) in self.tools:
             target = self.tools[e.call_id][0]
         elif e.tool_name is not None:

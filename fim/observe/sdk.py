@@ -12,6 +12,7 @@ provider has. Imported only when tracing is on.
 from __future__ import annotations
 
 import os
+import random
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -118,24 +119,18 @@ def tracer() -> trace.Tracer:
     return found
 
 
-class OpenSpan:
-    """A span being built: what the SDK's `Span` keeps until its end (`Sink.emit` makes it
-    a `ReadableSpan`)."""
+class ChildSpan:
+    """A span of a run below its root, being built: what ending it needs
+    (`Sink.children_of`). Its context is made only when work starts under it
+    (`RunSpans.context_for`): most tool calls start none."""
 
-    __slots__ = ("attributes", "context", "events", "kind", "name", "parent", "start", "status")
+    __slots__ = ("attributes", "events", "kind", "name", "span_id", "start", "status")
 
     def __init__(
-        self,
-        name: str,
-        context: SpanContext,
-        parent: SpanContext | None,
-        kind: SpanKind,
-        start: int,
-        attributes: dict[str, Any],
+        self, name: str, span_id: int, kind: SpanKind, start: int, attributes: dict[str, Any]
     ) -> None:
         self.name = name
-        self.context = context
-        self.parent = parent
+        self.span_id = span_id
         self.kind = kind
         self.start = start
         self.attributes = attributes
@@ -147,6 +142,32 @@ class OpenSpan:
 
     def error(self, description: str) -> None:
         self.status = Status(StatusCode.ERROR, description)
+
+
+class OpenSpan(ChildSpan):
+    """A root span being built (a run's, a workflow's, a request's): a `ChildSpan` with its
+    context and its parent's (`Sink.emit` ends it)."""
+
+    __slots__ = ("context", "parent")
+
+    def __init__(
+        self,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        kind: SpanKind,
+        start: int,
+        attributes: dict[str, Any],
+    ) -> None:
+        self.name = name  # not `super().__init__`: one frame less on every run
+        self.span_id = context[1]  # `SpanContext` is a tuple: its properties are calls
+        self.kind = kind
+        self.start = start
+        self.attributes = attributes
+        self.events = []
+        self.status = _UNSET
+        self.context = context
+        self.parent = parent
 
 
 class Sink:
@@ -171,22 +192,37 @@ class Sink:
         """The provider's processors when this was made (a processor added since makes a
         new tuple, and `sink()` a new `Sink`)."""
         self.queue = _serialized_queue(tracer_)
+        limits = SpanLimits()
+        self.max_length: int | None = limits.max_span_attribute_length
+        self.max_attributes: int | None = limits.max_span_attributes
+        self.direct = False
+        """Whether a child's attributes may be handed to `children_of`'s callable as
+        serialized bytes: its spans are queued serialized, with no length limit and room
+        for the attributes fim's spans carry (`DIRECT_ATTRIBUTES`)."""
         if self.queue is not None:
             # deferred: loaded with the exporter, only when tracing is on
+            from fim.observe.otlp_attributes import joined, kept_block
             from fim.observe.otlp_spans import child_queue, framed_span
 
             self.framed = framed_span
             self.child_queue = child_queue
-        limits = SpanLimits()
-        self.max_length: int | None = limits.max_span_attribute_length
-        self.max_attributes: int | None = limits.max_span_attributes
+            self.joined = joined
+            self.kept_block = kept_block
+            most = self.max_attributes
+            self.direct = self.max_length is None and (most is None or most >= DIRECT_ATTRIBUTES)
         self.capture = os.environ.get(CAPTURE_ENV, "").strip().lower() in ("1", "true", "yes")
         """Whether prompts and completions are recorded (read with the provider, as the
         SDK reads the `OTEL_*` variables)."""
         # deferred: loading opentelemetry's SDK costs tens of ms
+        from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
         from opentelemetry.sdk.trace.sampling import DEFAULT_ON
 
         self.default_sampler = self.sampler is DEFAULT_ON
+        self.bits: Callable[[int], int] = (
+            random.getrandbits if type(self.ids) is RandomIdGenerator else _no_bits
+        )
+        """The SDK's default id generator's source, called inline for a span id (`0`, never
+        a valid id, asks `ids.generate_span_id`: always, for any other generator)."""
         self.random_flag = int(getattr(TraceFlags, "RANDOM_TRACE_ID", 0))
         random_ids = getattr(self.ids, "is_trace_id_random", None)  # newer SDKs only
         self.random_root = self.random_flag if random_ids is not None and random_ids() else 0
@@ -283,7 +319,7 @@ class Sink:
             random_id = parent.trace_flags & self.random_flag
         else:
             parent = None
-            trace_id = self.ids.generate_trace_id()
+            trace_id = self.bits(128) or self.ids.generate_trace_id()
             random_id = self.random_root
         if self.default_sampler:
             # the SDK's default, `parentbased_always_on`, decided as it decides: the
@@ -300,7 +336,8 @@ class Sink:
             if result.attributes:
                 attributes.update(result.attributes)
         flags = TraceFlags((TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT) | random_id)
-        made = SpanContext(trace_id, self.ids.generate_span_id(), False, flags, state)
+        span_id = self.bits(64) or self.ids.generate_span_id()
+        made = SpanContext(trace_id, span_id, False, flags, state)
         # RECORD_ONLY is recorded but never exported (span processors drop unsampled
         # spans): built for nobody, so treated as dropped.
         return made, sampled
@@ -322,6 +359,14 @@ def _serialized_queue(tracer_: Any) -> Any:
     if getattr(getattr(batch, "_exporter", None), "home", None) is None:
         return None
     return getattr(batch, "emit", None)
+
+
+DIRECT_ATTRIBUTES = 16
+"""More than the attributes any span fim builds directly carries (a chat span: 9)."""
+
+
+def _no_bits(size: int) -> int:
+    return 0
 
 
 Child = Callable[..., None]

@@ -95,6 +95,13 @@ def inject(headers: Any) -> None:
     W3C.inject(headers, context=trace.set_span_in_context(current_span(), Context()))
 
 
+def _mask_of(snapshot: Any) -> Callable[[str], str] | None:
+    """The snapshot's masking (`Snapshot.mask`), as its masker's own method: called for
+    every model-written name and id a span records, one call less each time."""
+    masker = getattr(snapshot, "masker", None)
+    return getattr(masker, "text", None) or getattr(snapshot, "mask", None)
+
+
 _last: tuple[Any, dict[str, Any]] | None = None
 
 
@@ -119,7 +126,6 @@ def _of_snapshot(snapshot: Any) -> dict[str, Any]:
 
 
 def trace_run(
-    *,
     agent: str,
     run_id: str,
     snapshot: Any,
@@ -146,11 +152,11 @@ def trace_run(
         f"invoke_agent {agent}",
         agent,
         attributes,
-        mask or getattr(snapshot, "mask", None),
+        mask or _mask_of(snapshot),
     )
 
 
 def trace_workflow(*, workflow: str, run_id: str, snapshot: Any) -> RunSpans | Dropped:
     """The watch building one workflow run's spans."""
     attributes = {"fim.workflow": workflow, "fim.run_id": run_id, **_of_snapshot(snapshot)}
-    return _traced(f"workflow {workflow}", workflow, attributes, getattr(snapshot, "mask", None))
+    return _traced(f"workflow {workflow}", workflow, attributes, _mask_of(snapshot))
