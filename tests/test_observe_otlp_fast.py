@@ -275,7 +275,8 @@ def test_a_scalar_seen_once_is_written_directly_as_upb_would():
         ("k", "text"), ("k", ""), ("", "no key"), ("ключ", "значение ✓"), ("k", True),
         ("k", False), ("k", 0), ("k", 1), ("k", -1), ("k", 2**63 - 1), ("k", -(2**63)),
         ("k", 0.0), ("k", -0.0), ("k", 1e308), ("k", float("inf")), ("k", float("nan")),
-        ("k", "x" * 300),
+        ("k", "x" * 300), ("k", "x" * 95), ("k", "x" * 96), ("k" * 23, "v"), ("k" * 24, "v"),
+        ("k" * 23, "é" * 47), ("ключ" * 3, "x" * 95), ("call", "call_" + "a" * 90),
     ]  # fmt: skip
     for key, value in cases:
         holder = PbSpan()

@@ -115,7 +115,9 @@ def _keep(item: tuple[str, Any]) -> bytes:
     key, value = item
     part = _encoded(key, value)
     kind = type(value)
-    if kind is str:
+    if key in NEVER_RECUR:
+        keep = False
+    elif kind is str:
         keep = len(value) <= KEEP_CHARS
     elif kind is tuple:
         keep = all(type(i) in _FIELDS for i in value) and (
@@ -130,6 +132,11 @@ def _keep(item: tuple[str, Any]) -> bytes:
     return part
 
 
+NEVER_RECUR = frozenset({"fim.run_id", "gen_ai.tool.call.id"})
+"""Keys whose every value is new (ids): encoded, never kept (they would only fill `_KEPT`
+towards its next clearing)."""
+
+
 def _encoded(key: str, value: Any) -> bytes:
     """One attribute as a `Span` holding only it, serialized: a scalar written directly (a
     value seen once, such as a run id or a model's tool call id, is the common miss, and
@@ -138,7 +145,14 @@ def _encoded(key: str, value: Any) -> bytes:
     kind = type(value)
     if kind is str:
         data = value.encode()
-        any_value = b"\x0a" + varint(len(data)) + data
+        size = len(data)
+        head = _SHORT_KEYS.get(key)
+        if head is None and key and len(name := key.encode()) < 24:
+            head = _SHORT_KEYS[key] = b"\x0a" + BYTE[len(name)] + name
+        if head is not None and size < 96:  # every length fits one byte: an id, a name
+            pair = head + b"\x12" + BYTE[size + 2] + b"\x0a" + BYTE[size] + data
+            return b"\x4a" + BYTE[len(pair)] + pair
+        any_value = b"\x0a" + varint(size) + data
     elif kind is bool:
         any_value = b"\x10\x01" if value else b"\x10\x00"
     elif kind is int and -_INT64 <= value < _INT64:
@@ -157,6 +171,10 @@ def _encoded(key: str, value: Any) -> bytes:
         + any_value
     )
     return b"\x4a" + varint(len(pair)) + pair
+
+
+_SHORT_KEYS: dict[str, bytes] = {}
+"""A key of under 24 bytes -> its serialized `key` field (attribute names: a small set)."""
 
 
 def varint(n: int) -> bytes:

@@ -103,8 +103,15 @@ def encode_span(
     return b"".join(parts)
 
 
+_UNSET_SEEN: list[Status] = []
+"""The unset `Status` objects seen (fim's one, the SDK's): their field is `\x7a\x00`."""
+
+
 def _status(status: Status) -> bytes:
     """The `status` field (the upstream encoder writes it even when unset)."""
+    for unset in _UNSET_SEEN:
+        if status is unset:
+            return b"\x7a\x00"
     code, description = status.status_code, status.description
     if description:
         body = field(b"\x12", description.encode())
@@ -112,6 +119,8 @@ def _status(status: Status) -> bytes:
             body += b"\x18" + BYTE[code.value]
         return field(b"\x7a", body)
     if code is StatusCode.UNSET:
+        if len(_UNSET_SEEN) < 4:
+            _UNSET_SEEN.append(status)
         return b"\x7a\x00"
     return b"\x7a\x02\x18\x02" if code is StatusCode.ERROR else b"\x7a\x02\x18" + BYTE[code.value]
 
