@@ -362,8 +362,10 @@ def test_a_chat_span_serialized_ahead_is_the_span_its_attributes_make(cost):
         root = OpenSpan("invoke_agent a", ctx(0xABC, 0x1), None, SpanKind.INTERNAL, 1, {})
         spans = RunSpans(root, None, found)  # type: ignore[arg-type]
         usage = Usage(prompt_tokens=120, completion_tokens=7, cost=cost)
-        call = LLMCall(model="gpt-x-2025", request_model="openai/gpt-x", iteration=2,
-                       usage=usage, duration_ms=3.5, finish_reason="tool_calls", ts=5.0)  # fmt: skip
+        call = LLMCall(
+            model="gpt-x-2025", request_model="openai/gpt-x", iteration=2, usage=usage,
+            duration_ms=3.5, finish_reason="tool_calls", ts=5.0,
+        )  # fmt: skip
         for _ in range(2):  # the second from the cache
             spans._on_llm_call(call)
         assert queued[0] == queued[1]
