@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -122,36 +123,39 @@ async def test_timeouts_are_per_tool(demo: ServerConnection):
     assert (await call_tool(demo, "echo", {"text": "ok"})).content == "ok"
 
 
-async def test_sampling_is_served_by_the_connections_model(demo: ServerConnection):
+async def test_sampling_is_served_by_the_model_of_the_run_that_called(demo: ServerConnection):
     from fim.llm.scripted import ScriptedModel, text
+    from fim.mcp.caller import Caller
 
     model = ScriptedModel([text("forty-two")], name="fast-double")
-    demo.sampling_model = lambda: model
-    try:
-        result = await call_tool(demo, "ask_model", {"question": "meaning of life?"})
-    finally:
-        demo.sampling_model = None
+    run = Caller(run_id="r1", agent="a", services=None, mask=str, sampling=lambda: model)
+    result = await call_tool(demo, "ask_model", {"question": "meaning of life?"}, run)
     assert result.content == "fast-double said: forty-two", result.content
     [(messages, _tools)] = model.requests
     assert [(m.role, m.content) for m in messages] == [
         ("system", "Answer briefly."),
         ("user", "meaning of life?"),
     ]
-    refused = await call_tool(demo, "ask_model", {"question": "again?"})
-    assert refused.is_error and "no model is configured for sampling" in refused.content
+    refused = await call_tool(demo, "ask_model", {"question": "again?"})  # outside any run
+    assert refused.is_error and "no tool call of a run is in flight" in refused.content
 
 
 async def test_a_server_is_served_at_most_twenty_samplings_a_minute():
     """Sampling spends the operator's tokens on the server's behalf: a server asking in a
     loop is refused past 20 a minute, and is served again once the minute slides."""
+    from types import SimpleNamespace
+
     import mcp_types
 
     from fim.llm.scripted import ScriptedModel, text
+    from fim.mcp.caller import Caller
     from fim.mcp.sampling import SAMPLING_PER_MINUTE, sampling_callback
 
     now = [0.0]
     model = ScriptedModel([text("ok")] * (SAMPLING_PER_MINUTE + 1), name="fast")
-    sample = sampling_callback("chatty", lambda: lambda: model, clock=lambda: now[0])
+    run = Caller(run_id="r1", agent="a", services=None, mask=str, sampling=lambda: model)
+    chatty: Any = SimpleNamespace(name="chatty", inflight=lambda: [SimpleNamespace(caller=run)])
+    sample = sampling_callback(chatty, clock=lambda: now[0])
     params = mcp_types.CreateMessageRequestParams(
         messages=[
             mcp_types.SamplingMessage(

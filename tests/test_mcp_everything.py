@@ -15,6 +15,7 @@ import pytest_asyncio
 
 from fim.config.schema import StdioServer
 from fim.llm.scripted import ScriptedModel, text
+from fim.mcp.caller import Caller
 from fim.mcp.calls import call_tool
 from fim.mcp.connection import ServerConnection
 from fim.mcp.manager import McpManager
@@ -97,9 +98,7 @@ async def test_images_reach_the_metadata(everything: ServerConnection):
 async def test_roots_and_sampling_are_served(everything: ServerConnection):
     roots = await call_tool(everything, "get-roots-list", {})
     assert everything.root.resolve().as_uri() in roots.content, roots.content
-    everything.sampling_model = lambda: ScriptedModel([text("hello from fast")], name="fast")
-    try:
-        sampled = await call_tool(everything, "trigger-sampling-request", {"prompt": "hi"})
-    finally:
-        everything.sampling_model = None
+    model = ScriptedModel([text("hello from fast")], name="fast")
+    run = Caller(run_id="r1", agent="a", services=None, mask=str, sampling=lambda: model)
+    sampled = await call_tool(everything, "trigger-sampling-request", {"prompt": "hi"}, run)
     assert "hello from fast" in sampled.content, sampled.content

@@ -2,9 +2,10 @@
 can be asked.
 
 A server connection is shared by every run of the process, so what the server sends in
-the middle of a call (progress, an elicitation) must be routed back to the run that made
-the call. Each call carries a `Caller`; the engine's event sink and call id are read from
-context variables the engine sets for each tool task.
+the middle of a call (progress, an elicitation, a sampling request) must be routed back to
+the run that made the call. Each call carries a `Caller`; the engine's event sink and call
+id are read from context variables the engine sets for each tool task. A server's own
+request names no call, so `asking_run` takes the one run whose requests are in flight.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from fim.events import Notice
 from fim.observe.context import current_call, current_events
+
+if TYPE_CHECKING:
+    from fim.mcp.jobs import Job, Requests
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +43,11 @@ class Caller:
     call_id: str | None = None
     tool: str = ""
     sink: Callable[[Any], None] | None = None
+    owner: str = ""
+    """The key (tenant) hash the run is for: a server's sampling is held to its key budget."""
+    sampling: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
+    """Builds the run's metered `fast` model for its servers' sampling requests (None from
+    it, or no builder at all, declines them: sampling is never served unmetered)."""
 
     def bound(self, tool: str) -> Caller:
         """This caller for one tool call of the running task (its call id and event sink)."""
@@ -79,11 +88,42 @@ def no_human_reason(hooks_enabled: bool) -> str | None:
 
 
 def for_run(ctx: Any) -> Caller:
-    """The caller of a run being assembled (`fim.run.services.RunContext`)."""
+    """The caller of a run being assembled (`fim.run.services.RunContext`). Its sampling
+    model is read when a server asks: `ctx.fast` (held to the run's budgets) is set once the
+    run's plan is built, after its tools are."""
     return Caller(
         run_id=ctx.run_id,
         agent=ctx.agent.name,
         services=ctx.services,
         mask=ctx.snapshot.mask,
         no_human=no_human_reason(ctx.hooks_enabled),
+        owner=ctx.owner,
+        sampling=lambda: ctx.fast() if ctx.fast is not None else None,
     )
+
+
+def asking_run(conn: Requests, asked: str, **data: Any) -> tuple[Caller, list[Job]] | str:
+    """The run a server's request in the middle of a call is for, with its requests in
+    flight on `conn`; or why fim cannot tell. The request names no call, and a connection
+    serves every run and key, so only one run's requests in flight (and no request made
+    outside a run) identify it; anything else is declined, never served for a bystander:
+    each run in flight is told that the server `asked` (not what), and the log says why."""
+    inflight = conn.inflight()
+    jobs = [job for job in inflight if job.caller is not None]
+    runs = {job.caller.run_id for job in jobs}
+    if len(runs) == 1 and len(jobs) == len(inflight):
+        return jobs[0].caller, jobs
+    if not runs:
+        why = "no tool call of a run is in flight"
+    elif len(runs) > 1:
+        why = "requests of several runs are in flight, so fim cannot tell which run it is for"
+    else:
+        why = "requests made outside the run are in flight too, so fim cannot tell who asks"
+    log.warning("MCP server '%s' %s; declined: %s", conn.name, asked, why)
+    for job in jobs:
+        job.caller.notice(
+            f"MCP server '{conn.name}' {asked} during the call; declined because {why}",
+            server=conn.name,
+            **data,
+        )
+    return why

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from fim import schema_check
 from fim.masking import mask_strings
+from fim.mcp.caller import asking_run
 from fim.store import get_store
 
 if TYPE_CHECKING:
@@ -199,25 +200,10 @@ def _result(action: str, content: dict[str, Any] | None = None) -> Any:
 
 
 async def _answer(conn: Requests, params: Any) -> Any:
-    jobs = [job for job in conn.inflight() if job.caller is not None]
-    runs = {job.caller.run_id for job in jobs}
-    strays = len(conn.inflight()) - len(jobs)
-    if len(runs) != 1 or strays:
-        why = (
-            "no tool call of a run is in flight"
-            if not runs and not strays
-            else "requests of several runs are in flight, so fim cannot tell which run it is for"
-        )
-        log.warning("MCP server '%s' asked for user input; declined: %s", conn.name, conn.mask(why))
-        for job in jobs:  # each run learns that a question was turned down, not its text
-            job.caller.notice(
-                f"MCP server '{conn.name}' asked for user input during the call; declined "
-                f"because {why}",
-                elicitation="declined",
-                server=conn.name,
-            )
+    asking = asking_run(conn, "asked for user input", elicitation="declined")
+    if isinstance(asking, str):
         return _result("decline")
-    caller: Caller = jobs[0].caller
+    caller, jobs = asking
     message = conn.mask(str(getattr(params, "message", "") or ""))[:MAX_MESSAGE]
     shown = message if len(message) <= 300 else message[:297] + "..."
     if getattr(params, "mode", "form") != "form":

@@ -10,7 +10,7 @@ The `mcp` SDK loads only when a server starts.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fim.errors import RunError
 from fim.mcp.caller import for_run
@@ -69,7 +69,6 @@ async def connections_for(ctx: RunContext) -> list[ServerConnection]:
         conn = manager.connection(
             name, decl, ctx.snapshot.root, mask=ctx.snapshot.mask, owner=ctx.owner
         )
-        conn.sampling_model = _fast_model(ctx)
         conns.append(conn)
     cached = [c for c in conns if c.prime_from_cache()]
     waiting = [c for c in conns if c not in cached]
@@ -77,20 +76,6 @@ async def connections_for(ctx: RunContext) -> list[ServerConnection]:
     if waiting:
         await manager.start_all(waiting)
     return conns
-
-
-def _fast_model(ctx: RunContext) -> Any:
-    """Sampling requests are served by the `fast` model (built per request, lazily)."""
-    snapshot, agent = ctx.snapshot, ctx.agent
-
-    def make() -> Any:
-        if ctx.fast is not None:  # the run's, held to its budgets (`fim.run.plan`)
-            return ctx.fast()
-        from fim.llm import fast_model  # the model backends load on first use
-
-        return fast_model(snapshot, agent)
-
-    return make
 
 
 async def provide(ctx: RunContext) -> Provision | None:

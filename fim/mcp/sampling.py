@@ -1,9 +1,13 @@
 """MCP sampling: a server asks the client's model for a completion (`sampling/createMessage`).
 
-fim answers with the project's `fast` model (the agent's own when no `fast` is declared),
-set on the connection by the run that uses the server. The request is server-written and
-so untrusted: the conversation is size-capped, tools are refused, `max_tokens` is capped,
-and any model failure becomes an MCP error rather than an exception in the session.
+fim answers with the `fast` model (the agent's own when no `fast` is declared) of the run
+whose tool call asked: the one run whose requests are in flight on the connection
+(`fim.mcp.caller.asking_run`, as for elicitation), held to that run's budgets and its key's.
+A connection serves every run and key, so with no run or several runs in flight the
+request is declined: never billed to a bystander, never served unmetered. The request is
+server-written and so untrusted: the conversation is size-capped, tools are refused,
+`max_tokens` is capped, and any model failure becomes an MCP error rather than an
+exception in the session.
 """
 
 from __future__ import annotations
@@ -15,12 +19,16 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from fim.locks import current_owner
+from fim.mcp.caller import asking_run
 from fim.mcp.content import render_content
-from fim.types import Message, Model
+from fim.types import Message
 from fim.windows import admit
 
 if TYPE_CHECKING:
     from mcp.client.session import SamplingFnT
+
+    from fim.mcp.jobs import Requests
 
 log = logging.getLogger(__name__)
 
@@ -30,19 +38,13 @@ MAX_SAMPLING_CHARS = 100_000
 SAMPLING_PER_MINUTE = 20
 SAMPLING_AT_ONCE = 2
 
-ModelSource = Callable[[], Model]
-"""Builds the model that serves sampling (e.g. the project's `fast` model)."""
 
-
-def sampling_callback(
-    server: str,
-    source: Callable[[], ModelSource | None],
-    clock: Callable[[], float] = time.monotonic,
-) -> SamplingFnT:
-    """The SDK `sampling_callback` for one connection; `source()` is read per request so a
-    reload's new model settings apply to servers that keep running. The server pays with
-    the operator's tokens: at most `SAMPLING_PER_MINUTE` requests a minute are served, and
-    `SAMPLING_AT_ONCE` at a time (a server asking in a loop was served without end)."""
+def sampling_callback(conn: Requests, clock: Callable[[], float] = time.monotonic) -> SamplingFnT:
+    """The SDK `sampling_callback` for one connection; the model is the asking run's, found
+    per request. The server pays with the operator's tokens: at most `SAMPLING_PER_MINUTE`
+    requests a minute are served, and `SAMPLING_AT_ONCE` at a time (a server asking in a
+    loop was served without end)."""
+    server = conn.name
     served: deque[float] = deque()
     going: list[asyncio.Semaphore] = []
 
@@ -63,21 +65,20 @@ def sampling_callback(
         if not going:
             going.append(asyncio.Semaphore(SAMPLING_AT_ONCE))
         async with going[0]:
-            return await _sample(params, source, refuse, server)
+            return await _sample(conn, params, refuse)
 
     return on_sample
 
 
-async def _sample(
-    params: Any, source: Callable[[], ModelSource | None], refuse: Any, server: str
-) -> Any:
-    """One sampling request served by the connection's model (or refused)."""
+async def _sample(conn: Requests, params: Any, refuse: Any) -> Any:
+    """One sampling request served by the asking run's model (or refused)."""
     # deferred: loading mcp_types costs hundreds of ms
     import mcp_types
 
-    make = source()
-    if make is None:
-        return refuse("no model is configured for sampling")
+    asking = asking_run(conn, "asked for a model completion (sampling)", sampling="declined")
+    if isinstance(asking, str):
+        return refuse(f"fim cannot tell which run this sampling request is for: {asking}")
+    caller = asking[0]
     if getattr(params, "tools", None):
         return refuse("fim does not offer tools to sampling requests")
     messages = to_messages(params)
@@ -88,12 +89,21 @@ async def _sample(
         options["temperature"] = params.temperature
     if params.stop_sequences:
         options["stop"] = list(params.stop_sequences)[:4]
+    # the SDK's task runs this, in the context of whoever started the connection: the key
+    # budget is the asking run's key's
+    owner = current_owner.set(caller.owner)
     try:
-        model = make()
+        model = caller.sampling() if caller.sampling is not None else None
+        if model is None:
+            return refuse(f"run {caller.run_id} has no metered model to serve sampling")
         response = await model.complete(messages, **options)
     except Exception as exc:  # the server gets an error, the session stays up
         return refuse(f"the model failed: {type(exc).__name__}")
-    log.info("MCP server '%s': sampling served by %s", server, model.name)
+    finally:
+        current_owner.reset(owner)
+    log.info(
+        "MCP server '%s': sampling served by %s for run %s", conn.name, model.name, caller.run_id
+    )
     return mcp_types.CreateMessageResult(
         role="assistant",
         content=mcp_types.TextContent(type="text", text=response.message.content or ""),

@@ -132,7 +132,7 @@ class Session(Requests):
                         on_message=self._on_message,
                         on_end=self._on_end,
                         on_cut=self._on_cut,
-                        sampling=sampling_callback(self.name, lambda: self.sampling_model),
+                        sampling=sampling_callback(self),
                         elicitation=elicitation_callback(self),
                     )
                     check_results(client.session, lambda: self.tools, self.name)

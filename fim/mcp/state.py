@@ -75,9 +75,6 @@ class ConnectionState:
         is not told that old reason (an SSE stream resumed after a refusal sets it again)."""
         self.has_resources = False
         self.has_prompts = False
-        self.sampling_model: Callable[[], Any] | None = None
-        """Builds the model that answers the server's sampling requests (set by the run
-        that uses the server: its project's `fast` model); None refuses them."""
         self.server_version: str | None = None
         self.from_cache = False
         """`tools` came from the tool-list cache (fim/mcp/cache.py); the server has not
@@ -85,7 +82,8 @@ class ConnectionState:
         self.clock: Clock = time.monotonic
         """The clock of call deadlines (tests inject one)."""
         self._inflight: set[Job] = set()
-        """Requests sent and not yet answered: an elicitation is routed to their run."""
+        """Requests sent and not yet answered: a server's elicitation or sampling request
+        is its run's (`fim.mcp.caller.asking_run`)."""
 
     @property
     def transport(self) -> str:
