@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
 from mcp_servers.harness import stdio_decl
 
 from fim.build.compile import compile_project
@@ -63,15 +62,10 @@ def _fast_endpoint(request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-13 #1: MCP sampling is metered to the run that last connected the shared "
-    "server, not the run whose tool call asked for it",
-)
 def test_mcp_sampling_is_counted_in_the_run_whose_tool_call_asked_for_it(tmp_path: Path) -> None:
     """A server of `scope: project` (the default) is one connection for every run and key.
-    Each run that uses it sets `conn.sampling_model` to its own metered `fast` model, so a
-    sampling request made during run A's tool call is billed to whichever run connected
+    Each run that used it set `conn.sampling_model` to its own metered `fast` model, so a
+    sampling request made during run A's tool call was billed to whichever run connected
     last: here run B, which had already finished and written its usage row, so the 7,000
     tokens are in no row, no day, session or key budget (or, with B still going, in
     another tenant's). Sampling is the run's whose tool call is in flight, as elicitation
@@ -127,14 +121,10 @@ def test_mcp_sampling_is_counted_in_the_run_whose_tool_call_asked_for_it(tmp_pat
                 await services.aclose()
 
         totals = asyncio.run(scenario())
-    # today: run-a 5 prompt tokens (its scripted turns), run-b 1: the 5,000 are in no row
+    # before the fix: run-a 5 prompt tokens (its scripted turns), run-b 1: the 5,000 in no row
     assert totals["run-a"].prompt_tokens >= 5000, totals
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-13 #2: a model argument named like the connector's query credential replaces it",
-)
 def test_a_model_argument_never_replaces_the_connectors_query_credential(tmp_path: Path) -> None:
     """`auth: {type: api_key, location: query}` is added by `HttpFetcher._sign` only when
     the URL does not already carry that parameter, and a GET action sends every argument
@@ -184,5 +174,5 @@ def test_a_model_argument_never_replaces_the_connectors_query_credential(tmp_pat
                 await services.aclose()
 
         asyncio.run(go())
-    # today: [["attacker-key"]]; safe: the operator's key, or no request at all
+    # before the fix: [["attacker-key"]]; safe: the operator's key, or no request at all
     assert seen in ([["operator-key"]], []), seen

@@ -17,7 +17,8 @@ The body is read up to `MAX_BODY_BYTES` decoded bytes, decompressed a bounded st
 (`fim.connectors.http_observation`). The connector's `timeout` bounds each network
 operation and one attempt as a whole, so a server sending a byte a second cannot hold a
 workflow node for ever. Kept apart from the client's call so what leaves the process, and
-to which host, can be reviewed on its own.
+to which host, can be reviewed on its own. A call whose arguments name one of the
+connector's credentials is refused before anything is sent (`http_secrets.credential_names`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from fim.config.schema import HttpAction, HttpConnector, WebFetchSettings
 from fim.connectors.http_observation import Fetched
-from fim.connectors.http_secrets import own_credentials
+from fim.connectors.http_secrets import clashes, credential_names, own_credentials, spelling
 from fim.retries import Backoff, retry_async
 from fim.tools.builtin._body import ACCEPT_ENCODING, codec_of, read_body
 from fim.tools.builtin.web_fetch import MAX_REDIRECTS, Blocked, Guard, proxied
@@ -136,6 +137,7 @@ class Fetcher:
         # deferred: loading httpx costs tens of ms
         import httpx
 
+        self._refuse_credentials(action, request)
         retries = self.decl.retries if action.method in _IDEMPOTENT else 0
 
         def worth_retry(exc: BaseException) -> bool:
@@ -150,6 +152,30 @@ class Fetcher:
             retry_on=worth_retry,
             retry_result=lambda got: got.status >= 500,
         )
+
+    def _refuse_credentials(self, action: HttpAction, request: dict[str, Any]) -> None:
+        """Raise `Refused` when the model's arguments name one of the connector's
+        credentials (`credential_names`): sent beside the connector's own, or in its place,
+        the model's key would make the call as another account (a prompt-injected model
+        pointing the connector at the attacker's). Refused rather than dropped: a model
+        that sends it is confused or hostile, and the caller should know."""
+        in_query, in_body = credential_names(self.decl, action)
+        found = clashes(request.get("params") or {}, in_query)
+        for part in ("json", "data", "files"):
+            fields = request.get(part)
+            if isinstance(fields, dict):
+                found += [n for n in clashes(fields, in_body) if n not in found]
+        if len(found) == 1:
+            raise Refused(
+                f"argument {found[0]} is the connector's own credential, which it adds to "
+                "every request itself; a call may not set or replace it (call again without it)"
+            )
+        if found:
+            raise Refused(
+                f"arguments {', '.join(found)} are the connector's own credentials, which it "
+                "adds to every request itself; a call may not set or replace them (call "
+                "again without them)"
+            )
 
     async def _attempt(self, action: HttpAction, request: dict[str, Any]) -> Fetched:
         """One try of the request, bounded as a whole by the connector's `timeout`: httpx's
@@ -230,16 +256,23 @@ class Fetcher:
         return nxt
 
     def _sign(self, request: httpx.Request) -> None:
-        """Add the connector's credentials and headers to a request for its own origin; an
-        action's own headers or query parameters of the same name win, as before."""
+        """Add the connector's credentials and headers to a request for its own origin. An
+        action's own headers of the same name win (the author declared both; no call sets
+        a header), but the query credential always replaces any parameter spelled like it
+        (`spelling`): a redirect back to the own origin (`?api_key=<another>`, an open
+        redirect the model steered) would otherwise make the call as another account."""
         if not self._own(request.url):
             return
         for name, value in self._headers.items():
             if name not in request.headers:
                 request.headers[name] = value
-        missing = {k: v for k, v in self._params.items() if k not in request.url.params}
-        if missing:
-            request.url = request.url.copy_merge_params(missing)
+        if not self._params:
+            return
+        url, ours = request.url, {spelling(name) for name in self._params}
+        if any(spelling(name) in ours for name in url.params):
+            kept = tuple((k, v) for k, v in url.params.multi_items() if spelling(k) not in ours)
+            url = url.copy_with(query=None).copy_merge_params(kept)
+        request.url = url.copy_merge_params(self._params)
 
     def _own(self, url: httpx.URL) -> bool:
         """Whether `url` is the connector's own origin, or its upgrade to https."""

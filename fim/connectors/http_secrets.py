@@ -1,5 +1,5 @@
-"""The secrets of an HTTP connector: what its observations are masked with, and the
-credentials that go out only to its own origin.
+"""The secrets of an HTTP connector: what its observations are masked with, the
+credentials that go out only to its own origin, and the names no model argument may take.
 
 Kept apart from sending and rendering so a reviewer can see in one place every value the
 connector treats as a credential: a value missed here is echoed to the model by a service
@@ -9,9 +9,14 @@ that reflects request headers, or sent to whatever host a redirect names.
 from __future__ import annotations
 
 import base64
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping
 
-from fim.config.schema import HttpConnector
-from fim.masking import header_secrets
+from fim.config.schema import HttpAction, HttpConnector
+from fim.masking import header_secret, header_secrets
+
+_NOT_NAME = re.compile(r"[^0-9a-z]")
 
 
 def secrets_of(decl: HttpConnector) -> list[str]:
@@ -48,3 +53,59 @@ def own_credentials(decl: HttpConnector) -> tuple[dict[str, str], dict[str, str]
         else:
             params[spec.name] = spec.key
     return headers, params
+
+
+def spelling(name: str) -> str:
+    """A parameter or header name as servers may read it: NFKC, case-folded, without
+    separators or brackets. `API_KEY`, `api-key`, `apiKey`, `api.key` (PHP reads it as
+    `api_key`), `api_key[]` and `"api_key "` are all `apikey`: whichever of two look-alikes a
+    server takes is its own business, so the connector compares them as one."""
+    folded = unicodedata.normalize("NFKC", name).casefold()
+    return _NOT_NAME.sub("", folded) or folded.strip()
+
+
+def credential_names(
+    decl: HttpConnector, action: HttpAction
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The names a model argument may not take, by `spelling`, each with its declared
+    spelling: those the query may not carry, and those a body (JSON, form or multipart
+    fields) may not carry.
+
+    The query may carry none of the connector's credentials: the api key's name (in the
+    header or the query: many APIs read either), `Authorization` for bearer and basic,
+    `access_token` for bearer (RFC 6750 lets a server take the token from the query or a
+    form body), and every `headers:` entry of the connector or the action whose value is a
+    credential (`fim.masking.header_secret`; GitLab reads `PRIVATE-TOKEN` as a header and
+    `private_token` as a parameter). A body may not carry the names a server reads from
+    the query too (Rails' `params` and PHP's `$_REQUEST` merge the body over the query):
+    the api key `in: query` and `access_token`. A credential sent twice is answered by
+    whichever the server prefers, the model's for some, so a call naming one is refused,
+    declared parameter or not: an imported spec may list the key as a parameter."""
+    query: dict[str, str] = {}
+    body: dict[str, str] = {}
+    spec = decl.auth
+    if spec is not None and spec.type == "api_key":
+        query[spelling(spec.name)] = spec.name
+        if spec.location == "query":
+            body[spelling(spec.name)] = spec.name
+    elif spec is not None:
+        query[spelling("Authorization")] = "Authorization"
+        if spec.type == "bearer":
+            for where in (query, body):
+                where[spelling("access_token")] = "access_token"
+    for headers in (decl.headers, action.headers):
+        for name, value in headers.items():
+            if header_secret(value):
+                query.setdefault(spelling(name), name)
+    return query, body
+
+
+def clashes(names: Iterable[str], reserved: Mapping[str, str]) -> list[str]:
+    """The `names` that are, by `spelling`, one of `reserved`, each said with the
+    credential it stands for when spelled otherwise."""
+    found = []
+    for name in names:
+        credential = reserved.get(spelling(name))
+        if credential is not None:
+            found.append(repr(name) if name == credential else f"{name!r} (as {credential!r})")
+    return found
