@@ -296,18 +296,41 @@ def _transport_of(exporter):
     return type(exporter._client._transport).__name__
 
 
-def test_spans_are_posted_with_urllib3_and_the_ca_bundle_requests_would_use(monkeypatch):
+def test_spans_are_posted_with_urllib3_and_the_ca_bundle_requests_uses(monkeypatch, tmp_path):
     import certifi
 
     from fim.observe import exporters
 
-    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY"):
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY",
+                 "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NETRC"):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector.example:4318")
     made = exporters.otlp_exporter()
     assert _transport_of(made) == "Urllib3HTTPTransport"
     assert made._client._transport._pool.connection_pool_kw["ca_certs"] == certifi.where()
     made.shutdown()
+    # requests' own variables for its CA bundle hold as they did
+    monkeypatch.setenv("CURL_CA_BUNDLE", "/etc/curl-ca.pem")
+    made = exporters.otlp_exporter()
+    assert made._client._transport._pool.connection_pool_kw["ca_certs"] == "/etc/curl-ca.pem"
+    made.shutdown()
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/etc/corporate-ca.pem")
+    made = exporters.otlp_exporter()
+    assert made._client._transport._pool.connection_pool_kw["ca_certs"] == "/etc/corporate-ca.pem"
+    made.shutdown()
+
+
+def test_a_netrc_file_keeps_the_requests_transport(monkeypatch, tmp_path):
+    """requests reads a collector's credentials from netrc: with one, spans go its way."""
+    from fim.observe import otlp_fast
+
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "NETRC"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert otlp_fast.light_transport() is not None
+    (tmp_path / ".netrc").write_text("machine collector.example login a password b\n")
+    assert otlp_fast.light_transport() is None
 
 
 def test_a_configured_certificate_reaches_the_urllib3_transport(monkeypatch, tmp_path):
@@ -315,6 +338,7 @@ def test_a_configured_certificate_reaches_the_urllib3_transport(monkeypatch, tmp
 
     ca = tmp_path / "ca.pem"
     ca.write_text("not read until a connection is made")
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector.example:4318")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", str(ca))
     made = exporters.otlp_exporter()

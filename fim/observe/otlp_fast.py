@@ -221,13 +221,14 @@ environment and a credential provider's session."""
 
 def light_transport() -> Any:
     """The upstream urllib3 transport in place of its default, requests, unless something
-    only requests does is configured (`_REQUESTS_ONLY`): requests merges proxy, netrc and
-    environment settings into every POST, which more than doubled an export's CPU (a batch
-    every few runs under load). The certificates are the ones the upstream reads from the
-    `OTEL_EXPORTER_OTLP_*CERTIFICATE`/`*CLIENT_KEY` variables (its own reader, asked here),
-    and with none set the CA bundle requests would use (certifi's). None, and the upstream
-    default, when this SDK has no urllib3 transport."""
-    if any(os.environ.get(name) for name in _REQUESTS_ONLY):
+    only requests does is configured (`_REQUESTS_ONLY`, a netrc file): requests merges
+    proxy, netrc and environment settings into every POST, which more than doubled an
+    export's CPU (a batch every few runs under load). The certificates are the ones the
+    upstream reads from the `OTEL_EXPORTER_OTLP_*CERTIFICATE`/`*CLIENT_KEY` variables (its
+    own reader, asked here), and with none set the CA bundle requests would use:
+    `REQUESTS_CA_BUNDLE`, `CURL_CA_BUNDLE`, else certifi's. None, and the upstream default,
+    when this SDK has no urllib3 transport."""
+    if any(os.environ.get(name) for name in _REQUESTS_ONLY) or _netrc():
         return None
     try:
         # deferred: loaded with the exporter; absent from SDKs before 1.45
@@ -249,10 +250,20 @@ def light_transport() -> Any:
             # deferred: requests' own CA bundle, loaded with it
             import certifi
 
-            verify = certifi.where()
+            env = os.environ
+            verify = env.get("REQUESTS_CA_BUNDLE") or env.get("CURL_CA_BUNDLE") or certifi.where()
         return Urllib3HTTPTransport(verify=verify, cert=cert)
     except (ImportError, AttributeError, TypeError):
         return None
+
+
+def _netrc() -> bool:
+    """Whether requests would read a netrc file for the collector's credentials."""
+    named = os.environ.get("NETRC")
+    if named:
+        return os.path.exists(named)
+    home = os.path.expanduser("~")
+    return any(os.path.exists(os.path.join(home, name)) for name in (".netrc", "_netrc"))
 
 
 def _short(reason: object) -> str:
