@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -233,3 +235,21 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def instructions(args: list[str], env: dict[str, str] | None = None) -> int | None:
+    """Instructions executed by one run of `args` under callgrind, every thread (None
+    without valgrind): the same count run after run whatever the machine's load."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return None
+    done = subprocess.run(
+        [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+    return int(found.group(1).replace(",", "")) if found else None

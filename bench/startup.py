@@ -20,14 +20,16 @@ so a change of a few percent shows where CPU medians on a busy machine cannot.
 from __future__ import annotations
 
 import compileall
-import re
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import instructions
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,22 +59,6 @@ def measure(commands: list[list[str]], runs: int) -> list[tuple[float, float]]:
         (statistics.median(w for w, _ in out), statistics.median(c for _, c in out))
         for out in samples
     ]
-
-
-def instructions(args: list[str]) -> int | None:
-    """Instructions executed by one run of `args` under callgrind (None without valgrind)."""
-    valgrind = shutil.which("valgrind")
-    if valgrind is None:
-        return None
-    done = subprocess.run(
-        [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
-    return int(found.group(1).replace(",", "")) if found else None
 
 
 def main(runs: int, count: bool = False) -> None:

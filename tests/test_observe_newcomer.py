@@ -371,7 +371,7 @@ async def test_the_service_is_named_after_the_project_unless_otel_service_name_s
 
 
 def test_a_scripted_models_system_is_scripted():
-    from fim.observe.run_spans import _provider_of
+    from fim.observe.gen_ai import provider_of as _provider_of
 
     assert _provider_of("scripted:evals/demo.script.yaml") == "scripted"
     assert _provider_of("scripted:s.yaml") == "scripted"

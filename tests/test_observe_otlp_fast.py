@@ -396,3 +396,51 @@ def test_a_chat_span_serialized_ahead_is_the_span_its_attributes_make(cost):
         return queued[0]
 
     assert made(direct=True) == made(direct=False)
+
+
+@pytest.mark.parametrize("capture", [False, True])
+@pytest.mark.parametrize("blocked", [False, True])
+def test_a_tool_span_serialized_ahead_is_the_span_its_attributes_make(capture, blocked):
+    """A tool span, what the call adds later included (captured arguments and result, a
+    hook's block), is the same span whether the run's chat spans are serialized ahead or
+    not: byte for byte the span its attribute dict makes."""
+    from types import SimpleNamespace
+
+    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+    from opentelemetry.trace import SpanKind
+
+    from fim.events import HookEvent, ToolCallEvent, ToolResultEvent
+    from fim.observe.otlp_attributes import joined, kept_block
+    from fim.observe.otlp_spans import child_queue
+    from fim.observe.run_spans import RunSpans
+    from fim.observe.sdk import OpenSpan
+
+    def made(direct: bool) -> list[bytes]:
+        queued: list[bytes] = []
+        found = SimpleNamespace(
+            emit=None, ids=RandomIdGenerator(), bits=lambda n: 0x42, capture=capture,
+            direct=direct, kept_block=kept_block, joined=joined,
+            children_of=lambda root: child_queue(
+                root, queued.append, Status(StatusCode.UNSET), None, dict
+            ),
+        )  # fmt: skip
+        root = OpenSpan("invoke_agent a", ctx(0xABC, 0x1), None, SpanKind.INTERNAL, 1, {})
+        spans = RunSpans(root, None, found)  # type: ignore[arg-type]
+        for n in range(2):  # the second from the cache
+            call_id = f"call_{n}"
+            spans._on_tool_call(
+                ToolCallEvent(call_id=call_id, name="write_file", arguments={"p": "x"}, ts=5.0)
+            )
+            if blocked:
+                hook = HookEvent(
+                    hook="guard", point="PreToolUse", decision="block", reason="no",
+                    tool_name="write_file", call_id=call_id, ts=5.5,
+                )  # fmt: skip
+                spans._on_hook(hook)
+            result = ToolResultEvent(
+                call_id=call_id, name="write_file", content="done", is_error=blocked, ts=6.0
+            )
+            spans._on_tool_result(result)
+        return queued
+
+    assert made(direct=True) == made(direct=False)

@@ -102,6 +102,8 @@ def kept_block(key: Any, make: Callable[[Any], dict[str, Any]]) -> bytes:
     found = _BLOCKS.get(key)
     if found is None:
         found = joined(make(key))
+        if sum(len(part) for part in key if type(part) is str) > KEEP_CHARS:
+            return found  # a model's long tool name: encoded, never kept
         if len(_BLOCKS) >= 1024:
             _BLOCKS.clear()
         _BLOCKS[key] = found

@@ -10,7 +10,6 @@ it: the parent's `RunSpans` is kept in `trace_scope`, which the child's reads.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import time
@@ -22,37 +21,11 @@ from opentelemetry.trace import SpanContext, SpanKind
 
 from fim.events import Event
 from fim.observe.context import current_call, current_node
+from fim.observe.gen_ai import chat_head, provider_of
 from fim.observe.scope import trace_scope
 from fim.observe.sdk import ChildSpan, OpenSpan, Sink
 
 log = logging.getLogger("fim.observe")
-
-
-@functools.lru_cache(maxsize=256)
-def _provider_of(model: str) -> str | None:
-    """`anthropic/claude-x` -> `anthropic`: litellm's provider prefix; a model named by a
-    scheme (`scripted:evals/demo.script.yaml`) -> the scheme, `scripted`, not the path."""
-    head, slash, _ = model.partition("/")
-    scheme, colon, _ = head.partition(":")
-    if colon:
-        return scheme
-    return head if slash else None
-
-
-def _chat_head(head: tuple[str, str, str | None, str | None]) -> dict[str, Any]:
-    """The attributes of a chat span that recur call after call, from (request model,
-    response model, system, finish reason)."""
-    request_model, model, system, finish = head
-    attributes: dict[str, Any] = {
-        "gen_ai.operation.name": "chat",
-        "gen_ai.request.model": request_model,
-        "gen_ai.response.model": model,
-    }
-    if system:
-        attributes["gen_ai.system"] = system
-    if finish:
-        attributes["gen_ai.response.finish_reasons"] = (finish,)  # kept encoded: a tuple
-    return attributes
 
 
 def _ns(ts: float) -> int:
@@ -212,7 +185,7 @@ class RunSpans:
     def _on_llm_call(self, e: Any) -> None:
         request_model = e.request_model or e.model
         usage = e.usage
-        head = (request_model, e.model, e.provider or _provider_of(request_model), e.finish_reason)
+        head = (request_model, e.model, e.provider or provider_of(request_model), e.finish_reason)
         counts: dict[str, Any] = {
             "gen_ai.usage.input_tokens": usage.prompt_tokens,
             "gen_ai.usage.output_tokens": usage.completion_tokens,
@@ -222,9 +195,9 @@ class RunSpans:
             counts["fim.cost_usd"] = usage.cost
         attributes: dict[str, Any] | bytes
         if self.direct:  # what recurs serialized once (`Sink.direct`), the counts each time
-            attributes = self.found.kept_block(head, _chat_head) + self.found.joined(counts)
+            attributes = self.found.kept_block(head, chat_head) + self.found.joined(counts)
         else:
-            attributes = {**_chat_head(head), **counts}
+            attributes = {**chat_head(head), **counts}
         ts = e.ts
         self.child(
             f"chat {request_model}",

@@ -361,8 +361,8 @@ def _serialized_queue(tracer_: Any) -> Any:
     return getattr(batch, "emit", None)
 
 
-DIRECT_ATTRIBUTES = 16
-"""More than the attributes any span fim builds directly carries (a chat span: 9)."""
+DIRECT_ATTRIBUTES = 32
+"""More than the attributes any span of fim's carries (a chat span 9, a run's at most 20)."""
 
 
 def _no_bits(size: int) -> int:
