@@ -28,11 +28,18 @@ servers of the same project, one exporting to the receiver, under alternating bl
 load from 10 clients (bench/serve.py's harness); what counts is each server's CPU per run
 from /proc, every thread (its request span included: 9 spans a run).
 
-    python bench/tracing.py [--quick]
+With `--instructions` a last row counts instructions instead of CPU time, where valgrind
+is installed: bench/callgrind_runs.py under callgrind (every thread), N runs minus none,
+tracing off and exporting -- the same count run after run whatever the machine's load, so
+the 10% is judged on a figure that does not move by ten points between two runs on a
+shared machine (the CPU rows above do).
+
+    python bench/tracing.py [--quick] [--instructions]
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import statistics
@@ -44,7 +51,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import PROMPT, StubProcess, bench_env, machine, quick_flag, table
+from _common import PROMPT, StubProcess, bench_env, instructions, machine, table
 
 from fim import observe
 from fim.build.snapshot import Snapshot
@@ -195,11 +202,37 @@ def served(stub_url: str, quick: bool) -> list[str]:
     ]
 
 
+def counted(stub_url: str, receiver_url: str, runs: int) -> list[str] | None:
+    """The instructions row: per run, tracing off and exporting to the receiver (None
+    without valgrind)."""
+    script = str(Path(__file__).with_name("callgrind_runs.py"))
+    env = {**os.environ, "RECV": receiver_url, "PYTHONHASHSEED": "1"}
+    per: dict[str, float] = {}
+    for mode in ("off", "export"):
+        counts = [
+            instructions([sys.executable, script, mode, str(n), stub_url], env) for n in (0, runs)
+        ]
+        if counts[0] is None or counts[1] is None:
+            return None
+        per[mode] = (counts[1] - counts[0]) / runs
+    off, on = per["off"], per["export"]
+    overhead = on / off - 1
+    return [
+        f"model over HTTP, instructions ({runs} runs)",
+        "8",
+        f"{off / 1e6:.3f} M",
+        f"{on / 1e6:.3f} M",
+        f"{(on - off) / 1e3:+.0f} k",
+        f"{overhead * 100:+.1f}%",
+        "met" if overhead <= TARGET else "MISSED",
+    ]
+
+
 def median(samples: list[Sample], index: int) -> float:
     return statistics.median(s[index] for s in samples)
 
 
-async def main(quick: bool) -> None:
+async def main(quick: bool, count: bool) -> None:
     runs, rounds = (40, 5) if quick else (150, 9)
     rows: list[list[str]] = []
     split: list[list[str]] = []
@@ -277,6 +310,15 @@ async def main(quick: bool) -> None:
                     ]
                 )
             await services.aclose()
+            if count:  # a receiver of its own: the count of spans below stays the rows'
+                own = Receiver()
+                try:
+                    found = await asyncio.to_thread(
+                        counted, stub.base_url, own.url, 50 if quick else 150
+                    )
+                finally:
+                    own.close()
+                rows.append(found or ["instructions: valgrind not found", "", "", "", "", "", ""])
             received = receiver.close()
             serving = await asyncio.to_thread(served, stub.base_url, quick)
     finally:
@@ -308,4 +350,10 @@ async def main(quick: bool) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(quick_flag(__doc__ or "")))
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="a short run (~15 s)")
+    parser.add_argument(
+        "--instructions", action="store_true", help="a last row in instructions (valgrind)"
+    )
+    options = parser.parse_args()
+    asyncio.run(main(options.quick, options.instructions))
