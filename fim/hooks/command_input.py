@@ -127,7 +127,8 @@ def read_env_file(path: str) -> dict[str, str]:
 
     found: dict[str, str] = {}
     try:
-        text = open(path, encoding="utf-8").read()  # noqa: SIM115 - small file, read once
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
     except OSError:
         return found
     for line in text.splitlines():

@@ -132,13 +132,15 @@ async def kill_group(process: asyncio.subprocess.Process) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
     with contextlib.suppress(Exception):
-        await asyncio.wait_for(process.wait(), 5)
+        await asyncio.wait_for(_ended(process), 5)
+
+
+async def _ended(process: asyncio.subprocess.Process) -> None:
+    """The pipes read to their end, then the exit: asyncio's `wait()` returns only once
+    every pipe is closed, and a pipe whose reading stopped at the cap is closed by reading
+    it (waiting first made every overflowing hook take the whole 5 s)."""
     for stream in (process.stdout, process.stderr):
         if stream is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(_discard(stream), 5)
-
-
-async def _discard(stream: asyncio.StreamReader) -> None:
-    while await stream.read(_CHUNK):
-        pass
+            while await stream.read(_CHUNK):
+                pass
+    await process.wait()
