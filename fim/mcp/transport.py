@@ -82,6 +82,17 @@ class StderrLog:
         if size <= STDERR_MAX:
             return
         tail = os.pread(fd, STDERR_KEEP, size - STDERR_KEEP)
+        # what the child wrote while this read, read too, right before the truncation: the
+        # lines it loses are only those written between the last two calls (the newest
+        # lines, a crash's message, were lost whenever the trimmer waited for a core)
+        for _ in range(4):  # a server writing without pause is not followed for ever
+            end = os.fstat(fd).st_size
+            if end <= size:
+                break
+            start = max(size, end - STDERR_KEEP)
+            chunk = os.pread(fd, end - start, start)
+            tail = (tail + chunk)[-STDERR_KEEP:] if start == size else chunk
+            size = end
         os.ftruncate(fd, 0)
         os.write(fd, tail)
 
