@@ -1,7 +1,7 @@
 """Attack round 14: the OS sandbox of python_exec and shell against a hostile model, in the
-default configuration. Each test states the safe behaviour; they are strict xfails until
-fim holds it (/work/notes/attack-14.md). They run the real tools in real bubblewrap and are
-skipped only where bubblewrap is missing."""
+default configuration. Each test states the safe behaviour; one fim does not hold yet is a
+strict xfail saying why (/work/notes/attack-14.md). They run the real tools in real
+bubblewrap and are skipped only where bubblewrap is missing."""
 
 from __future__ import annotations
 
@@ -68,7 +68,12 @@ print('held 288 MB')
 @needs_bwrap
 @pytest.mark.xfail(
     strict=True,
-    reason="attack-14 #1: memory the tree holds in memfds or detached SysV shm is not counted",
+    reason=(
+        "attack-14 #1: memfd and detached SysV shm pages are kernel memory no /proc view of"
+        " the tree bounds (a memfd sent over SCM_RIGHTS and closed is in no fd table; SysV"
+        " segments show only in the namespace's own /proc/sysvipc): needs a memory cgroup"
+        " or a libseccomp filter (bwrap --seccomp), neither available to fim today"
+    ),
 )
 def test_memory_held_outside_any_mapping_counts_toward_the_trees_limit(tmp_path: Path) -> None:
     """`memory_mb` caps the whole tree: the watchdog sums the resident memory of every
@@ -90,10 +95,6 @@ def test_memory_held_outside_any_mapping_counts_toward_the_trees_limit(tmp_path:
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-14 #2: a call creating empty files is never held to MAX_FOLDER_FILES",
-)
 def test_one_call_cannot_fill_its_folder_with_files_past_the_folders_file_cap(
     tmp_path: Path,
 ) -> None:
@@ -102,7 +103,8 @@ def test_one_call_cannot_fill_its_folder_with_files_past_the_folders_file_cap(
     room the call had (up to `disk_mb`, 1 GB); empty files take inodes, not bytes, so one
     call creates 160,000 of them (about 36,000 a second here: a 300 s call can use up the
     16M inodes of the host's disk), and they stay on the host after the call. The safe
-    behaviour: the call is killed once the folder is past the file cap."""
+    behaviour: the call is killed once the folder is past the file cap: the watchdog
+    counts the folder again each time the disk lost `MAX_FOLDER_FILES / 4` inodes."""
     tools = make_tools(tmp_path, tools=["python_exec"])
     count = MAX_FOLDER_FILES + 60_000
     code = f"""
@@ -117,23 +119,20 @@ print('created {count}')
     left = tmp_path / ".fim" / "sandbox" / "scratch" / "many"
     created = sum(1 for _ in os.scandir(left)) if left.is_dir() else 0
     shutil.rmtree(left, ignore_errors=True)  # not left for pytest's tmp_path retention
-    # today: "[exit code 0] ... created 160000", and 160,000 files stay
+    # before the fix: "[exit code 0] ... created 160000", and 160,000 files stayed
     assert result.is_error, result.content
+    assert f"more than {MAX_FOLDER_FILES:,} files" in result.content  # the cap, named
     assert created < count
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-14 #3: sandbox.env values are on bwrap's command line (world-readable)",
-)
 def test_a_sandbox_env_secret_is_not_on_any_host_command_line(tmp_path: Path) -> None:
     """`sandbox.env` values (`GH_TOKEN: ${GH_TOKEN}`) are secrets: masked at every exit. They
-    are handed to bwrap as `--setenv NAME VALUE`, so while a call runs they are in
+    were handed to bwrap as `--setenv NAME VALUE`, so while a call ran they were in
     /proc/<pid>/cmdline of bwrap's two processes, which every local user of the host (and
     process accounting, audit logs, crash reports) reads: `ps aux` shows the token. The
-    safe behaviour: no host process's command line holds the value (pass the environment
-    through a descriptor, e.g. bwrap's `--args FD` or the launcher's stdin/data fd)."""
+    safe behaviour: no host process's command line holds the value (bwrap's options,
+    `--setenv` included, are given on a descriptor: `--args FD`)."""
     secret = "ghp_attack14PlantedToken0123456789"
     tools = make_tools(
         tmp_path, secrets=frozenset({secret}), tools=["shell"], sandbox={"env": {"T": secret}}
@@ -164,4 +163,4 @@ def test_a_sandbox_env_secret_is_not_on_any_host_command_line(tmp_path: Path) ->
         assert "done" in result.content
         return seen
 
-    assert asyncio.run(scenario()) == []  # today: bwrap's outer process and its init
+    assert asyncio.run(scenario()) == []  # before the fix: bwrap's outer process and its init

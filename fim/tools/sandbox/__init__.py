@@ -21,7 +21,9 @@ runs under `bwrap` (the sandbox Claude Code uses on Linux) with:
 - `/dev` minimal (null, zero, random, urandom, tty), a size-capped tmpfs `/tmp`, and ONE
   writable directory: the sandbox's `scratch/`, at the same path as on the host;
 - an empty environment but PATH, HOME, TMPDIR, LANG and what the agent declares under
-  `sandbox.env`;
+  `sandbox.env`. bwrap's options, these values included, reach it on a descriptor
+  (`--args FD`), never on a command line: /proc/<pid>/cmdline is readable by every local
+  user;
 - at most `MAX_CONCURRENT` sandboxes at once per process (more calls wait), so the limits
   below bound what a turn of many parallel calls takes from the host; one API key's runs
   hold at most half of them (`fim.locks.share`), so another key's call never waits behind
@@ -39,10 +41,18 @@ fim cannot assume), processes (RLIMIT_NPROC, counted per user inside the sandbox
 namespace; in root mode per host uid 65534, so concurrent sandboxes share it), file size
 (RLIMIT_FSIZE), disk (the watchdog also reads the free space of the disk holding scratch/
 and kills the tree once one call took more than `disk_mb` of it, or left less than
-`disk_reserve_mb`: RLIMIT_FSIZE caps one file, not a loop writing many; and counts the
-sandbox folder, where files stay between calls, against `folder_mb`), no core files, a
-size-capped /tmp, and an output cap (only the first bytes of
-stdout/stderr are kept, the rest is read and dropped so the child never blocks).
+`disk_reserve_mb`, or fewer than `inode_reserve_percent` of its inodes: RLIMIT_FSIZE caps
+one file, not a loop writing many; and counts the sandbox folder, where files stay between
+calls, against `folder_mb` and `MAX_FOLDER_FILES` entries, again each time the disk lost
+that much space or a quarter of that many inodes: empty files take no bytes), no core
+files, a size-capped /tmp, and an output cap (only the first bytes of stdout/stderr are
+kept, the rest is read and dropped so the child never blocks).
+
+Not bounded yet: memory the kernel holds for the tree outside every process's resident
+set, above all memfd files filled with write() and detached SysV shared memory (attack-14
+#1; the IPC namespace is the sandbox's own, so it ends with the call). Counting it from
+/proc cannot be complete (a memfd sent over a Unix socket and closed is in no process's
+fd table); a memory cgroup or a seccomp filter would bound it.
 
 The deadline kills the whole tree: the PID namespace's init (bwrap's reaper) is killed, and
 the kernel kills every process of the namespace with it, `setsid` double forks included;

@@ -171,6 +171,19 @@ def command_line(
     return args
 
 
+def options_by_descriptor(args: Sequence[str], fd: int) -> tuple[list[str], bytes]:
+    """`args` (from `command_line`) with bwrap's options moved to the descriptor `fd`:
+    the short command line to start and the NUL-separated bytes to give bwrap on `fd`
+    (`--args FD`). A process's command line is world-readable (/proc/<pid>/cmdline, `ps`)
+    and the options hold the `--setenv` values, i.e. the agent's `sandbox.env` secrets;
+    the descriptor is read by bwrap alone. The program and its arguments stay on the
+    command line: bwrap reads them only from there, and the program's own command line
+    shows them anyway once it starts."""
+    end = list(args).index("--")
+    options = b"".join(os.fsencode(arg) + b"\0" for arg in args[1:end])
+    return [args[0], "--args", str(fd), *args[end:]], options
+
+
 def _environment(scratch: Path, declared: Mapping[str, str], proxy: bool) -> dict[str, str]:
     python_bin = str(Path(sys.executable).parent)
     base = {

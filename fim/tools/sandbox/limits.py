@@ -41,6 +41,10 @@ class Limits:
     disk_reserve_mb: int = 256
     """Free space the sandbox never takes from that disk: below it the tree is killed, so
     calls that each stay under `disk_mb` cannot add up to a full disk."""
+    inode_reserve_percent: int = 5
+    """Share of that disk's inodes the sandbox never takes: below it the tree is killed.
+    Empty files take inodes, not bytes, and a disk out of inodes fails every write on it
+    (the state store, logs) as a full one does."""
     folder_mb: int = 2048
     """What the sandbox folder the call works in (its key's own, else the project's) may
     hold (the agent's `sandbox.folder_mb`): files stay there between calls, and without a

@@ -14,6 +14,7 @@ from typing import BinaryIO
 
 from fim.masking import known
 from fim.tools.builtin._common import clip, fail
+from fim.tools.sandbox.limits import MAX_FOLDER_FILES
 from fim.types import ToolResult
 
 _CHUNK = 65_536
@@ -73,6 +74,11 @@ class Outcome:
     disk_exceeded: bool = False
     folder_full: bool = False
     """The sandbox folder held more than `folder_mb` (files stay between calls)."""
+    too_many_files: bool = False
+    """With `folder_full`: the folder held more than `MAX_FOLDER_FILES` entries (or one fim
+    cannot read), whatever their size."""
+    inodes_low: bool = False
+    """With `disk_exceeded`: the disk was left with too few free inodes (files)."""
     folder_mb: int = 0
     peak_memory: int = 0
     """Highest resident memory of the whole tree seen by the watchdog, in bytes."""
@@ -113,12 +119,24 @@ def observation(
             "the program started more processes than allowed and was killed. "
             "Use fewer processes or threads.\n" + body
         )
+    if outcome.folder_full and outcome.too_many_files:
+        return fail(
+            f"the sandbox folder holds more than {MAX_FOLDER_FILES:,} files and folders "
+            "(the cap on one sandbox folder; files stay there between calls), or a folder "
+            "fim cannot read, so the program was killed. Write fewer, larger files and "
+            "delete the ones you no longer need (e.g. `rm -r` in the shell tool).\n" + body
+        )
     if outcome.folder_full:
         return fail(
             f"the sandbox folder holds more than {outcome.folder_mb} MB (files stay there "
-            "between calls; or more than 100,000 files, or a folder fim cannot read), so "
-            "the program was killed once it wrote more. Delete files you no longer need "
-            "(e.g. `rm` in the shell tool), then write again.\n" + body
+            "between calls), so the program was killed once it wrote more. Delete files "
+            "you no longer need (e.g. `rm` in the shell tool), then write again.\n" + body
+        )
+    if outcome.disk_exceeded and outcome.inodes_low:
+        return fail(
+            "the disk holding the sandbox folder is nearly out of inodes (room for new "
+            "files, whatever their size), so the program was killed. Create fewer files, "
+            "and delete files in the scratch folder you no longer need.\n" + body
         )
     if outcome.disk_exceeded:
         return fail(

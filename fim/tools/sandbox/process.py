@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fim.tools.sandbox.command import NOBODY, command_line, etc_files
+from fim.tools.sandbox.command import NOBODY, command_line, etc_files, options_by_descriptor
 from fim.tools.sandbox.limits import Limits
 from fim.tools.sandbox.output import Capture, Outcome
-from fim.tools.sandbox.watchdog import Watchdog, folder_room, free_bytes
+from fim.tools.sandbox.watchdog import Watchdog, folder_room, free_space
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
@@ -43,10 +43,11 @@ async def execute(
     return how it ended; `folder`, the sandbox folder `scratch` is in, is held to
     `limits.folder_mb`. Cancelling it kills the tree before re-raising."""
     data_fds: dict[str, int] = {}
-    try:
-        free_at_start: int | None = free_bytes(scratch)
-    except OSError:
-        free_at_start = None
+    passed: list[int] = []
+    free_at_start: int | None = None
+    inodes_at_start: int | None = None
+    with contextlib.suppress(OSError):
+        free_at_start, inodes_at_start, _ = free_space(scratch)
     room, held, full = (
         await asyncio.to_thread(folder_room, folder, limits) if folder else (None, 0, False)
     )
@@ -58,7 +59,8 @@ async def execute(
             os.write(write_end, text.encode())  # a few bytes: fits the pipe buffer
             os.close(write_end)
             data_fds[dest] = read_end
-        args = command_line(
+            passed.append(read_end)
+        policy = command_line(
             argv,
             scratch=scratch,
             env=declared,
@@ -69,6 +71,11 @@ async def execute(
             read_only=[p for p in read_only if p.is_dir()],
             bwrap=bwrap,
         )
+        options = os.memfd_create("fim-bwrap-options", os.MFD_CLOEXEC)
+        passed.append(options)
+        args, data = options_by_descriptor(policy, options)
+        os.write(options, data)  # a file, not a pipe: no capacity to block on
+        os.lseek(options, 0, os.SEEK_SET)
         # Our own pipes, not asyncio's: Process.wait() would otherwise also wait for
         # every process that inherited stdout.
         spawn = asyncio.ensure_future(
@@ -78,7 +85,7 @@ async def execute(
                 stdout=out_w,
                 stderr=err_w,
                 start_new_session=True,
-                pass_fds=tuple(data_fds.values()),
+                pass_fds=tuple(passed),
             )
         )
         try:
@@ -96,7 +103,7 @@ async def execute(
             os.close(fd)
         raise
     finally:
-        for fd in (out_w, err_w, *data_fds.values()):
+        for fd in (out_w, err_w, *passed):
             os.close(fd)
     out, err = Capture(limits.keep_output), Capture(limits.keep_output)
     out_pipe, err_pipe = os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0)
@@ -107,6 +114,7 @@ async def execute(
         count_processes=os.geteuid() == 0 and not as_root,
         scratch=scratch,
         free_at_start=free_at_start,
+        inodes_at_start=inodes_at_start,
         folder=folder,
         room=room,
         held_at_start=held,
@@ -156,6 +164,8 @@ async def execute(
         processes_exceeded=box.processes_exceeded,
         disk_exceeded=box.disk_exceeded,
         folder_full=box.folder_full,
+        too_many_files=box.too_many_files,
+        inodes_low=box.inodes_low,
         folder_mb=limits.folder_mb,
         peak_memory=box.peak,
         setup_error=setup_error,

@@ -19,12 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from fim.tools.sandbox.limits import Limits, held_bytes
+from fim.tools.sandbox.limits import MAX_FOLDER_FILES, Limits, held_bytes
 
 WATCH_INTERVAL = 0.05
 FOLDER_SLACK_MB = 1
 """Disk a call may take before its folder is counted again when the folder was full at its
 start: reading or deleting there is never stopped for what other processes write."""
+FILES_STEP = MAX_FOLDER_FILES // 4
+"""Inodes (files, folders, links) the disk may lose before the folder is counted again:
+empty files take no bytes, so the free space alone never triggered a count, and one call
+created millions of them (attack-14 #2)."""
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -111,35 +115,57 @@ class Watchdog:
     full_at_start: bool = False
     counting: tuple[int, asyncio.Future[int | None]] | None = None
     """A count of the folder going on in a thread, and `taken` when it began."""
+    counting_from: int = 0
+    """`inodes_taken` when that count began."""
+    inodes_at_start: int | None = None
+    inodes_taken: int = 0
+    """Free inodes of the disk the call has taken so far (the same statvfs)."""
+    count_at: int = FILES_STEP
+    """`inodes_taken` at which the folder is counted next."""
+    inodes_low: bool = False
+    """The disk had fewer free inodes than `limits.inode_reserve_percent` of all."""
+    too_many_files: bool = False
+    """The folder held more than `MAX_FOLDER_FILES` entries (or one fim cannot read)."""
 
     def disk_used_up(self) -> bool:
-        """Whether the call left less than `disk_reserve_mb` of the scratch disk free, or
-        (with no `folder` to count) took more than `disk_mb` of its free space: one
+        """Whether the call left less than `disk_reserve_mb` of the scratch disk free or
+        fewer than `inode_reserve_percent` of its inodes, or (with no `folder` to count)
+        took more than `disk_mb` of its free space or `MAX_FOLDER_FILES` of its inodes: one
         statvfs, whose cost does not grow with the number of files written."""
         if self.scratch is None:
             return False
         try:
-            free = free_bytes(self.scratch)
+            free, inodes, all_inodes = free_space(self.scratch)
         except OSError:
             return False
         if self.free_at_start is None:
             self.free_at_start = free
+        if self.inodes_at_start is None:
+            self.inodes_at_start = inodes
         mb = 1024 * 1024
         taken = self.taken = self.free_at_start - free
+        self.inodes_taken = self.inodes_at_start - inodes
+        # all_inodes is 0 where the filesystem has no fixed inode table (btrfs): no reserve
+        if inodes * 100 < all_inodes * self.limits.inode_reserve_percent:
+            self.inodes_low = True
+            return True
         if free < self.limits.disk_reserve_mb * mb:
             return True
-        return self.folder is None and taken > self.limits.disk_mb * mb
+        return self.folder is None and (
+            taken > self.limits.disk_mb * mb or self.inodes_taken > MAX_FOLDER_FILES
+        )
 
     def folder_grown(self) -> Literal["folder", "disk"] | None:
         """Whether the call took its folder past `folder_mb` ("folder") or wrote more than
         `disk_mb` into it ("disk"). The folder is counted (in a thread) before the call
         starts, then again each time the disk's free space has dropped by what the call
-        had left: a statvfs per tick, the walk only that often. The free space is only the
-        trigger, never the verdict, since every process on the disk changes it: another
-        key writing a gigabyte does not stop this call. A call that found the folder full
-        may take `FOLDER_SLACK_MB` more than it frees, counted like any other (another
-        process filling the disk does not stop its `rm`): reading and deleting are never
-        stopped."""
+        had left or its free inodes by `FILES_STEP`: a statvfs per tick, the walk only
+        that often (a folder past `MAX_FOLDER_FILES` entries is "folder": full). The free
+        space is only the trigger, never the verdict, since every process on the disk
+        changes it: another key writing a gigabyte (or a million files) does not stop this
+        call. A call that found the folder full may take `FOLDER_SLACK_MB` more than it
+        frees, counted like any other (another process filling the disk does not stop its
+        `rm`): reading and deleting are never stopped."""
         if self.folder is None or self.room is None:
             return None
         mb = 1024 * 1024
@@ -149,6 +175,8 @@ class Watchdog:
                 return None
             self.counting = None
             held = None if count.cancelled() or count.exception() else count.result()
+            self.too_many_files = held is None
+            self.count_at = self.counting_from + FILES_STEP
             cap = self.limits.folder_mb * mb
             wrote = 0 if held is None else held - self.held_at_start
             if self.full_at_start:
@@ -162,9 +190,9 @@ class Watchdog:
                 return "disk"
             left = min(cap - held, self.limits.disk_mb * mb - wrote)
             self.room = began + max(left, FOLDER_SLACK_MB * mb)
-        elif self.taken >= self.room:
+        elif self.taken >= self.room or self.inodes_taken >= self.count_at:
             thread = asyncio.ensure_future(asyncio.to_thread(held_bytes, self.folder))
-            self.counting = (self.taken, thread)
+            self.counting, self.counting_from = (self.taken, thread), self.inodes_taken
         return None
 
     def kill(self) -> None:
@@ -235,7 +263,8 @@ def folder_room(folder: Path, limits: Limits) -> tuple[int, int, bool]:
     return max(room, FOLDER_SLACK_MB * mb), held or 0, held is None or held > cap
 
 
-def free_bytes(path: Path) -> int:
-    """Free space of the disk holding `path`, for an unprivileged writer."""
+def free_space(path: Path) -> tuple[int, int, int]:
+    """Free bytes and free inodes of the disk holding `path`, for an unprivileged writer,
+    and its number of inodes (0 where the filesystem has no fixed number)."""
     stat = os.statvfs(path)
-    return stat.f_bavail * stat.f_frsize
+    return stat.f_bavail * stat.f_frsize, stat.f_favail, stat.f_files
