@@ -19,6 +19,7 @@ from fim.run.overrides import RunOverrides
 from fim.testing.connectors import serve
 from fim.testing.model_server import OpenAIStubServer
 from fim.testing.runs import services_for
+from fim.testing.stub_wire import completion
 
 
 def write(root: Path, files: dict[str, str]) -> None:
@@ -45,20 +46,9 @@ def test_a_callers_max_tokens_never_raises_a_budgeted_calls_cap(tmp_path: Path) 
 
     def handler(request: dict[str, Any]) -> dict[str, Any]:
         sent.append((request.get("max_tokens"), request.get("max_completion_tokens")))
-        return {
-            "id": "c",
-            "object": "chat.completion",
-            "created": 0,
-            "model": request["model"],
-            "choices": [
-                {
-                    "index": 0,
-                    "finish_reason": "stop",
-                    "message": {"role": "assistant", "content": "ok"},
-                }
-            ],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5},
-        }
+        return completion(
+            "ok", None, request["model"], {"prompt_tokens": 10, "completion_tokens": 5}
+        )
 
     with OpenAIStubServer(handler=handler) as stub:
         write(
@@ -154,20 +144,9 @@ def _caps_sent(root: Path, budget: str, asked: list[dict[str, Any]]) -> list[tup
 
     def handler(request: dict[str, Any]) -> dict[str, Any]:
         sent.append((request.get("max_tokens"), request.get("max_completion_tokens")))
-        return {
-            "id": "c",
-            "object": "chat.completion",
-            "created": 0,
-            "model": request["model"],
-            "choices": [
-                {
-                    "index": 0,
-                    "finish_reason": "stop",
-                    "message": {"role": "assistant", "content": "ok"},
-                }
-            ],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5},
-        }
+        return completion(
+            "ok", None, request["model"], {"prompt_tokens": 10, "completion_tokens": 5}
+        )
 
     with OpenAIStubServer(handler=handler) as stub:
         snapshot = _budgeted_project(root, stub.base_url, budget)

@@ -19,6 +19,7 @@ from fim.store import get_store
 from fim.store.usage import run_totals
 from fim.testing.model_server import OpenAIStubServer
 from fim.testing.runs import services_for
+from fim.testing.stub_wire import completion
 from fim.types import Message, ModelResponse, ToolSpec
 
 
@@ -50,16 +51,9 @@ class _Gated:
 
 def _fast_endpoint(request: dict[str, Any]) -> dict[str, Any]:
     """The `fast` model: every call bills 5,000 + 2,000 tokens."""
-    return {
-        "id": "c",
-        "object": "chat.completion",
-        "created": 0,
-        "model": request["model"],
-        "choices": [
-            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "42"}}
-        ],
-        "usage": {"prompt_tokens": 5000, "completion_tokens": 2000},
-    }
+    return completion(
+        "42", None, request["model"], {"prompt_tokens": 5000, "completion_tokens": 2000}
+    )
 
 
 def test_mcp_sampling_is_counted_in_the_run_whose_tool_call_asked_for_it(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 import pytest
 
@@ -358,33 +359,40 @@ def test_a_proxy_or_credential_provider_keeps_the_requests_transport(monkeypatch
     assert otlp_fast.light_transport() is None
 
 
-@pytest.mark.parametrize("cost", [None, 0.0125])
-def test_a_chat_span_serialized_ahead_is_the_span_its_attributes_make(cost):
-    """A chat span's recurring attributes (operation, models, system, finish reason) are
-    serialized once and joined with its counts (`Sink.direct`): the span queued is byte
-    for byte the one its attribute dict makes, whatever the cache holds."""
+def _run_spans(direct: bool, capture: bool = False) -> tuple[Any, list[bytes]]:
+    """A `RunSpans` whose children are queued serialized (as `Sink.children_of` queues them)
+    into the list returned, its chat spans serialized ahead or not (`direct`)."""
     from types import SimpleNamespace
 
     from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
     from opentelemetry.trace import SpanKind
 
-    from fim.events import LLMCall, Usage
     from fim.observe.otlp_attributes import joined, kept_block
     from fim.observe.otlp_spans import child_queue
     from fim.observe.run_spans import RunSpans
     from fim.observe.sdk import OpenSpan
 
+    queued: list[bytes] = []
+    found = SimpleNamespace(
+        emit=None, ids=RandomIdGenerator(), bits=lambda n: 0x42, capture=capture,
+        direct=direct, kept_block=kept_block, joined=joined,
+        children_of=lambda root: child_queue(
+            root, queued.append, Status(StatusCode.UNSET), None, dict
+        ),
+    )  # fmt: skip
+    root = OpenSpan("invoke_agent a", ctx(0xABC, 0x1), None, SpanKind.INTERNAL, 1, {})
+    return RunSpans(root, None, found), queued  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("cost", [None, 0.0125])
+def test_a_chat_span_serialized_ahead_is_the_span_its_attributes_make(cost):
+    """A chat span's recurring attributes (operation, models, system, finish reason) are
+    serialized once and joined with its counts (`Sink.direct`): the span queued is byte
+    for byte the one its attribute dict makes, whatever the cache holds."""
+    from fim.events import LLMCall, Usage
+
     def made(direct: bool) -> bytes:
-        queued: list[bytes] = []
-        found = SimpleNamespace(
-            emit=None, ids=RandomIdGenerator(), bits=lambda n: 0x42, capture=False,
-            direct=direct, kept_block=kept_block, joined=joined,
-            children_of=lambda root: child_queue(
-                root, queued.append, Status(StatusCode.UNSET), None, dict
-            ),
-        )  # fmt: skip
-        root = OpenSpan("invoke_agent a", ctx(0xABC, 0x1), None, SpanKind.INTERNAL, 1, {})
-        spans = RunSpans(root, None, found)  # type: ignore[arg-type]
+        spans, queued = _run_spans(direct)
         usage = Usage(prompt_tokens=120, completion_tokens=7, cost=cost)
         call = LLMCall(
             model="gpt-x-2025", request_model="openai/gpt-x", iteration=2, usage=usage,
@@ -404,28 +412,10 @@ def test_a_tool_span_serialized_ahead_is_the_span_its_attributes_make(capture, b
     """A tool span, what the call adds later included (captured arguments and result, a
     hook's block), is the same span whether the run's chat spans are serialized ahead or
     not: byte for byte the span its attribute dict makes."""
-    from types import SimpleNamespace
-
-    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
-    from opentelemetry.trace import SpanKind
-
     from fim.events import HookEvent, ToolCallEvent, ToolResultEvent
-    from fim.observe.otlp_attributes import joined, kept_block
-    from fim.observe.otlp_spans import child_queue
-    from fim.observe.run_spans import RunSpans
-    from fim.observe.sdk import OpenSpan
 
     def made(direct: bool) -> list[bytes]:
-        queued: list[bytes] = []
-        found = SimpleNamespace(
-            emit=None, ids=RandomIdGenerator(), bits=lambda n: 0x42, capture=capture,
-            direct=direct, kept_block=kept_block, joined=joined,
-            children_of=lambda root: child_queue(
-                root, queued.append, Status(StatusCode.UNSET), None, dict
-            ),
-        )  # fmt: skip
-        root = OpenSpan("invoke_agent a", ctx(0xABC, 0x1), None, SpanKind.INTERNAL, 1, {})
-        spans = RunSpans(root, None, found)  # type: ignore[arg-type]
+        spans, queued = _run_spans(direct, capture)
         for n in range(2):  # the second from the cache
             call_id = f"call_{n}"
             spans._on_tool_call(
