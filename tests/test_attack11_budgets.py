@@ -39,6 +39,15 @@ async def run(snapshot: Any, services: Any, input: Any, stream: bool = False) ->
         pass
 
 
+async def streamed_run(snapshot: Any) -> None:
+    """One streamed run of `snapshot`'s agent, its services closed after."""
+    services = services_for(snapshot)
+    try:
+        await run(snapshot, services, "hi", stream=True)
+    finally:
+        await services.aclose()
+
+
 def test_the_summarizer_is_held_to_the_budgets_and_recorded(tmp_path: Path) -> None:
     """The context guard's summarizer (like the tool selector and MCP sampling) calls the
     `fast` model, built outside `MeteredModel`: once the day's budget is spent every run a
@@ -112,14 +121,7 @@ def test_a_cut_stream_counts_the_tool_call_arguments_it_streamed(tmp_path: Path)
             "model: general\n",
         )
 
-        async def go() -> None:
-            services = services_for(snapshot)
-            try:
-                await run(snapshot, services, "hi", stream=True)
-            finally:
-                await services.aclose()
-
-        asyncio.run(go())
+        asyncio.run(streamed_run(snapshot))
     assert recorded_tokens(tmp_path) >= count_tokens(piece * 300, "gen")
 
 
@@ -198,14 +200,7 @@ def test_a_cut_stream_counts_its_text_tool_names_and_arguments_through_each_back
             "model: general\n",
         )
 
-        async def go() -> None:
-            services = services_for(snapshot)
-            try:
-                await run(snapshot, services, "hi", stream=True)
-            finally:
-                await services.aclose()
-
-        asyncio.run(go())
+        asyncio.run(streamed_run(snapshot))
     streamed = count_tokens(text + name + "".join(arguments), model)
     assert recorded_tokens(tmp_path) >= streamed > count_tokens(text, model) + 100
 
