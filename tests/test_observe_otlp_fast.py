@@ -434,3 +434,27 @@ def test_a_tool_span_serialized_ahead_is_the_span_its_attributes_make(capture, b
         return queued
 
     assert made(direct=True) == made(direct=False)
+
+
+@pytest.mark.parametrize("size", [0, 40, 100, 16_250, 16_400, 70_000])
+def test_a_child_of_any_length_is_framed_as_the_sdk_frames_it(size):
+    """A child's frame holds its length as a varint (one, two or more bytes): whatever its
+    size, the request decodes to the SDK's span."""
+    from opentelemetry.trace import SpanKind
+
+    from fim.observe.otlp_spans import child_queue
+
+    parent = ctx(0xABCDEF, 0x1234)
+    fim = Resource({"service.name": "fim"})
+    scope = InstrumentationScope("fim")
+    queued: list[bytes] = []
+    end = child_queue(parent, queued.append, Status(StatusCode.UNSET), None, dict)
+    attributes = {"k": "x" * size} if size else {}
+    end("t", 0x77, SpanKind.INTERNAL, 10, 20, attributes)
+    sdk = [
+        ReadableSpan("t", ctx(0xABCDEF, 0x77), parent, fim, attributes, start_time=10,
+                     end_time=20, instrumentation_scope=scope),
+    ]  # fmt: skip
+    assert ExportTraceServiceRequest.FromString(encode_request(queued, (fim, scope))) == (
+        upstream_encode(sdk)
+    )

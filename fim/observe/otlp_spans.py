@@ -215,7 +215,7 @@ def child_queue(
         parts = [
             shared,
             _SPAN_ID.pack(0x12, 0x08, span_id),
-            _name(name),
+            names.get(name) or _name(name),  # a lookup, not a call: a run's names recur
             _KIND_FIELDS[id(kind)],
             _TIMES.pack(0x39, start, 0x41, end),
         ]
@@ -229,8 +229,12 @@ def child_queue(
             parts.append(_events_and_links(events, ()))
         parts.append(b"\x7a\x00" if status is unset else _status(status))
         body = b"".join(parts)
-        queue(b"\x12" + varint(len(body)) + body)
+        size = len(body)
+        # a span's length is most often two varint bytes: written here, not by a call
+        head = bytes((0x12, size & 0x7F | 0x80, size >> 7)) if 0x80 <= size < 0x4000 else None
+        queue((head or b"\x12" + varint(size)) + body)
 
+    names = _NAMES
     return ended
 
 
