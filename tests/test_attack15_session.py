@@ -258,11 +258,6 @@ def test_a_credential_spelled_with_a_dotless_i_is_refused(tmp_path: Path) -> Non
     assert not any("attacker-key" in query for query in seen), seen
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-15 #5: a proxy variable requests honours in any case (Https_Proxy) does "
-    "not keep requests: spans go straight to the collector, past the proxy",
-)
 def test_a_proxy_variable_in_any_case_keeps_the_requests_transport(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

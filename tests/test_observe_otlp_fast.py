@@ -458,3 +458,16 @@ def test_a_child_of_any_length_is_framed_as_the_sdk_frames_it(size):
     assert ExportTraceServiceRequest.FromString(encode_request(queued, (fim, scope))) == (
         upstream_encode(sdk)
     )
+
+
+def test_a_folder_of_cas_keeps_the_requests_transport(monkeypatch, tmp_path):
+    """requests reads a `REQUESTS_CA_BUNDLE` folder as a folder of CAs; the urllib3
+    transport would load it as one file and every export would fail."""
+    from fim.observe import otlp_fast
+
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "NETRC"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector.example:4318")
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tmp_path))
+    assert otlp_fast.light_transport() is None

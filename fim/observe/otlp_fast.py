@@ -211,24 +211,34 @@ class FastOTLPSpanExporter(OTLPSpanExporter):
 
 
 _REQUESTS_ONLY = (
-    "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy",
     "OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER",
     "OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER",
-)  # fmt: skip
-"""What only the upstream default transport (requests) honours: proxies from the
-environment and a credential provider's session."""
+)
+"""A credential provider's session: only the upstream default transport (requests)
+takes one."""
+
+
+def _proxied() -> bool:
+    """Whether requests would use a proxy: it reads them with urllib's own `getproxies()`
+    (any `*_proxy` variable, whatever its case; the OS settings on macOS and Windows), so
+    this asks the same function rather than a list of names."""
+    # deferred: urllib.request is loaded with requests, only when tracing is on
+    from urllib.request import getproxies
+
+    return any(scheme != "no" and url for scheme, url in getproxies().items())
 
 
 def light_transport() -> Any:
     """The upstream urllib3 transport in place of its default, requests, unless something
-    only requests does is configured (`_REQUESTS_ONLY`, a netrc file): requests merges
+    only requests does is configured (a proxy, a credential provider, a netrc file, a CA
+    folder): requests merges
     proxy, netrc and environment settings into every POST, which more than doubled an
     export's CPU (a batch every few runs under load). The certificates are the ones the
     upstream reads from the `OTEL_EXPORTER_OTLP_*CERTIFICATE`/`*CLIENT_KEY` variables (its
     own reader, asked here), and with none set the CA bundle requests would use:
     `REQUESTS_CA_BUNDLE`, `CURL_CA_BUNDLE`, else certifi's. None, and the upstream default,
     when this SDK has no urllib3 transport."""
-    if any(os.environ.get(name) for name in _REQUESTS_ONLY) or _netrc():
+    if any(os.environ.get(name) for name in _REQUESTS_ONLY) or _netrc() or _proxied():
         return None
     try:
         # deferred: loaded with the exporter; absent from SDKs before 1.45
@@ -252,6 +262,8 @@ def light_transport() -> Any:
 
             env = os.environ
             verify = env.get("REQUESTS_CA_BUNDLE") or env.get("CURL_CA_BUNDLE") or certifi.where()
+        if isinstance(verify, str) and os.path.isdir(verify):
+            return None  # a folder of CAs: requests reads it as one, the transport would not
         return Urllib3HTTPTransport(verify=verify, cert=cert)
     except (ImportError, AttributeError, TypeError):
         return None
