@@ -67,11 +67,6 @@ if __name__ == "__main__":
 '''
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-15 #1: a sampling request served for a run whose call then returned is "
-    "answered after the run's usage row is written and counted in no row or budget",
-)
 def test_a_sampling_answered_after_its_run_ended_is_still_counted(tmp_path: Path) -> None:
     """A server asks for a sampling while run A's tool call is in flight (so `asking_run`
     picks A) and answers the call without waiting for it. The run goes on, ends and writes
@@ -130,11 +125,6 @@ def test_a_sampling_answered_after_its_run_ended_is_still_counted(tmp_path: Path
     assert not heard.startswith("answered") or recorded_tokens(tmp_path) >= 7000, heard
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-15 #2: a model call fim's own timeout cuts counts only its prompt "
-    "estimate, not the max_tokens it held, so a budget admits call after call",
-)
 def test_a_call_cut_by_the_models_timeout_counts_the_most_it_may_have_cost(
     tmp_path: Path,
 ) -> None:
@@ -223,11 +213,6 @@ def _query_sent(root: Path, argument: str) -> list[str]:
     return seen
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-15 #3: `api_key[0]` (an indexed bracket) is not `apikey` by spelling(), "
-    "so the call goes out with the model's key beside the connector's",
-)
 def test_an_indexed_credential_parameter_is_refused(tmp_path: Path) -> None:
     """`spelling()` strips `[]` but keeps what is between brackets: `api_key[0]` is
     `apikey0`, not the credential's `apikey`. Express (qs) reads `api_key[0]=A&api_key=B`
@@ -239,11 +224,6 @@ def test_an_indexed_credential_parameter_is_refused(tmp_path: Path) -> None:
     assert not any("attacker-key" in query for query in seen), seen
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-15 #4: spelling() deletes non-ASCII letters instead of folding them: "
-    "`ap\\u0131_key` (dotless i) is `apkey`, though str.upper() and .NET read it as API_KEY",
-)
 def test_a_credential_spelled_with_a_dotless_i_is_refused(tmp_path: Path) -> None:
     """`spelling()` is NFKC then casefold, then drops everything but [0-9a-z]; U+0131
     (dotless i) survives NFKC and casefold unchanged, so it is dropped: `ap\\u0131_key` becomes
@@ -282,3 +262,182 @@ def test_a_proxy_variable_in_any_case_keeps_the_requests_transport(
     monkeypatch.setenv("Https_Proxy", "http://proxy.invalid:3128")
     assert requests.utils.get_environ_proxies("https://collector.example:4318/v1/traces")
     assert light_transport() is None
+
+
+# --- attack-15 #1 and #2 fixed: late calls get a row of their own, fim's timeout counts --
+
+
+def usage_rows(root: Path) -> list[tuple[str, str, int, int]]:
+    with sqlite3.connect(root / ".fim" / "state.db") as db:
+        rows = db.execute(
+            "SELECT run_id, status, prompt_tokens, completion_tokens FROM fim_usage ORDER BY id"
+        ).fetchall()
+    return [(str(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in rows]
+
+
+def test_a_sampling_still_going_when_its_run_ends_is_cancelled_and_counted_at_its_cap(
+    tmp_path: Path,
+) -> None:
+    """The late server's sampling is being generated when run A ends: fim cancels it (the
+    server hears a refusal, never an answer A's budgets did not see) and writes what it
+    may have cost, its prompt and the 2,000 `max_tokens` it held, as a row of its own
+    under A's run id (status `late`), which the day, session and key budgets count."""
+    release = threading.Event()
+
+    def fast(request: dict[str, Any]) -> dict[str, Any]:
+        release.wait(20)
+        usage = {"prompt_tokens": 9, "completion_tokens": 1}
+        return completion("42", None, request["model"], usage)
+
+    mark = tmp_path / "answered.txt"
+    (tmp_path / "late_server.py").write_text(LATE_SERVER)
+    decl = {"command": sys.executable, "args": [str(tmp_path / "late_server.py"), str(mark)]}
+    with OpenAIStubServer(handler=fast) as stub:
+        write(
+            tmp_path,
+            {
+                "fim.yaml": 'name: s\nstate: "sqlite:///.fim/state.db"\n'
+                f"models: {{general: scripted, fast: {{model: openai/fast, api_base: "
+                f"'{stub.base_url}'}}}}\n"
+                "budget: {max_tokens_per_day: 1000000}\n"
+                "tool_selection: {enabled: false}\n"
+                f"mcp_servers: {{late: {json.dumps(decl)}}}\n",
+                "agents/a.yaml": "description: d\nmodel: general\nmcp: [late]\n"
+                "tool_modes: {mcp: legacy}\n",
+            },
+        )
+        snapshot = compile_project(tmp_path)
+
+        async def scenario() -> str:
+            services = services_for(snapshot)
+            try:
+                script = [tool_call("late__ask_later", {"question": "q"}), text("done")]
+                async for _ in run_agent(
+                    snapshot, "a", "go", services=services, model=ScriptedModel(script)
+                ):
+                    pass
+                for _ in range(400):  # the server hears the refusal
+                    if mark.exists() and mark.read_text():
+                        break
+                    await asyncio.sleep(0.05)
+                for _ in range(100):  # the late row is written in a task of its own
+                    if any(row[1] == "late" for row in usage_rows(tmp_path)):
+                        break
+                    await asyncio.sleep(0.05)
+                return mark.read_text() if mark.exists() else ""
+            finally:
+                release.set()
+                await services.aclose()
+
+        heard = asyncio.run(scenario())
+    rows = usage_rows(tmp_path)
+    assert heard.startswith("refused"), heard
+    (run_id, *_), late = rows[0], [row for row in rows if row[1] == "late"]
+    assert len(late) == 1 and late[0][0] == run_id, rows
+    assert late[0][3] >= 2000 and late[0][2] > 0, rows
+
+
+def test_a_model_call_answering_after_its_runs_row_is_written_gets_a_row_of_its_own(
+    tmp_path: Path,
+) -> None:
+    """Any metered call that answers after the run's usage row was written (not only
+    sampling) is written as a `late` row under the run's id, agent and session: the
+    day's budget then refuses what it would have let through."""
+    from fim.config.schema.spend import Budget
+    from fim.run.ledger import Ledger
+    from fim.run.limits import BudgetExceeded
+    from fim.run.spend import MeteredModel
+    from fim.run.tree import RunSpend, spending
+    from fim.types import Message, ModelResponse, Usage
+
+    class Billed:
+        name, provider = "billed", "test"
+
+        async def complete(self, messages: Any, tools: Any = None, **options: Any) -> Any:
+            usage = Usage(prompt_tokens=600, completion_tokens=400)
+            return ModelResponse(message=Message(role="assistant", content="x"), usage=usage)
+
+    write(
+        tmp_path,
+        {
+            "fim.yaml": 'name: l\nstate: "sqlite:///.fim/state.db"\nmodels: {general: scripted}\n',
+            "agents/a.yaml": "description: d\n",
+        },
+    )
+    snapshot = compile_project(tmp_path)
+
+    async def go() -> None:
+        services = services_for(snapshot)
+        try:
+            node = RunSpend("a", ())
+            ledger = Ledger(services, "a", "run-late", "s1")
+            budget = Budget(max_tokens_per_day=1500)
+            model = MeteredModel(Billed(), [("project", budget)], services=services,
+                                 agent="a", session="s1", spend=node)  # fmt: skip
+            with spending(node):
+                ledger.count(type("Started", (), {"type": "run_started"})())
+                await ledger.write("ok", Usage(prompt_tokens=1, completion_tokens=1))
+                hi = [Message(role="user", content="hi")]
+                await model.complete(hi)  # answers after the row: a row of its own
+            for _ in range(100):
+                if len(usage_rows(tmp_path)) == 2:
+                    break
+                await asyncio.sleep(0.02)
+            fresh = MeteredModel(Billed(), [("project", budget)], services=services, agent="a")
+            with pytest.raises(BudgetExceeded):  # 1,002 spent: no room for another 1,000
+                await fresh.complete(hi)
+        finally:
+            await services.aclose()
+
+    asyncio.run(go())
+    assert usage_rows(tmp_path) == [("run-late", "ok", 1, 1), ("run-late", "late", 600, 400)]
+    with sqlite3.connect(tmp_path / ".fim" / "state.db") as db:
+        sessions = db.execute("SELECT run_id, completion_tokens FROM fim_session_usage").fetchall()
+    assert ("run-late", 400) in sessions
+
+
+@pytest.mark.parametrize("backend", ["openai", "litellm"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_timed_out_call_counts_its_max_tokens_on_both_backends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str, stream: bool
+) -> None:
+    """Both backends, streaming or not: a call fim's `timeout` cut counts the `max_tokens`
+    it was sent with; a call the endpoint refused with an HTTP error (no completion)
+    still counts its prompt only."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # litellm wants one; the stub ignores it
+    with OpenAIStubServer() as stub:
+        write(
+            tmp_path,
+            {
+                "fim.yaml": 'name: b\nstate: "sqlite:///.fim/state.db"\n'
+                f"models: {{general: {{model: openai/gen, api_base: '{stub.base_url}', "
+                f"timeout: 0.5, max_retries: 0, extra: {{backend: {backend}}}}}}}\n"
+                "budget: {max_tokens_per_day: 100000}\n",
+                "agents/a.yaml": "description: d\nmodel: general\n",
+            },
+        )
+        snapshot = compile_project(tmp_path)
+
+        async def go() -> list[str]:
+            services = services_for(snapshot)
+            try:
+                errors = []
+                for fail in (stub.hang_next, lambda: stub.fail_next(1, status=400)):
+                    fail()
+                    errors += [
+                        getattr(e, "message", "")
+                        async for e in run_agent(
+                            snapshot, "a", "hi", services=services, stream=stream
+                        )
+                        if e.type == "error"
+                    ]
+                return errors
+            finally:
+                await services.aclose()
+
+        errors = asyncio.run(go())
+        sent = [r.json.get("max_tokens") or 0 for r in stub.requests]
+    assert len(errors) == 2 and "timed out" in errors[0], errors
+    (_, _, prompt, cut), (_, _, _, refused) = usage_rows(tmp_path)
+    assert cut == sent[0] and prompt > 0, usage_rows(tmp_path)
+    assert refused == 0, usage_rows(tmp_path)

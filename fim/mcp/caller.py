@@ -48,6 +48,10 @@ class Caller:
     sampling: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
     """Builds the run's metered `fast` model for its servers' sampling requests (None from
     it, or no builder at all, declines them: sampling is never served unmetered)."""
+    spend: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
+    """The run's spend record (`fim.run.tree.RunSpend`), once its plan is built: a sampling
+    request is refused once the run is over, and one still going is cancelled when it ends,
+    so what it spent is in the run's usage rows."""
 
     def bound(self, tool: str) -> Caller:
         """This caller for one tool call of the running task (its call id and event sink)."""
@@ -99,6 +103,7 @@ def for_run(ctx: Any) -> Caller:
         no_human=no_human_reason(ctx.hooks_enabled),
         owner=ctx.owner,
         sampling=lambda: ctx.fast() if ctx.fast is not None else None,
+        spend=lambda: ctx.spend,
     )
 
 

@@ -7,7 +7,10 @@ A connection serves every run and key, so with no run or several runs in flight 
 request is declined: never billed to a bystander, never served unmetered. The request is
 server-written and so untrusted: the conversation is size-capped, tools are refused,
 `max_tokens` is capped, and any model failure becomes an MCP error rather than an
-exception in the session.
+exception in the session. The request is refused once the asking run is over, and a
+completion still going when it ends is cancelled (counted at its `max_tokens` in a usage
+row of the run's own: `fim.run.ledger.spent_late`): a server that answers its tool call
+without waiting for the sampling gets nothing the run's budgets did not count.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from fim.locks import current_owner
@@ -96,7 +99,12 @@ async def _sample(conn: Requests, params: Any, refuse: Any) -> Any:
         model = caller.sampling() if caller.sampling is not None else None
         if model is None:
             return refuse(f"run {caller.run_id} has no metered model to serve sampling")
-        response = await model.complete(messages, **options)
+        run = caller.spend() if caller.spend is not None else None
+        if run is not None and run.over:  # its tool call returned and the run ended since
+            return refuse(f"run {caller.run_id} has ended")
+        response = await _for_run(run, model.complete(messages, **options))
+        if response is None:
+            return refuse(f"run {caller.run_id} ended before the model answered")
     except Exception as exc:  # the server gets an error, the session stays up
         return refuse(f"the model failed: {type(exc).__name__}")
     finally:
@@ -110,6 +118,36 @@ async def _sample(conn: Requests, params: Any, refuse: Any) -> Any:
         model=response.model or model.name,
         stop_reason="endTurn",
     )
+
+
+async def _for_run(run: Any, call: Coroutine[Any, Any, Any]) -> Any:
+    """`call`'s answer, or None when `run` (its `fim.run.tree.RunSpend`) ended first: the
+    call goes in a task of its own that the run's end cancels (`RunSpend.ends`), so a
+    completion never outlives the run whose budgets hold it."""
+    task = asyncio.ensure_future(call)
+    if run is None:
+        return await task
+
+    def cancel() -> None:
+        task.cancel()
+
+    run.ends.append(cancel)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        if not task.cancelled() or _cancelling():
+            task.cancel()  # the SDK's request itself was cancelled: the call goes with it
+            raise
+        return None
+    finally:
+        if cancel in run.ends:
+            run.ends.remove(cancel)
+
+
+def _cancelling() -> bool:
+    """Whether the running task itself is being cancelled (not only a task it awaits)."""
+    current = asyncio.current_task()
+    return current is not None and current.cancelling() > 0
 
 
 def to_messages(params: Any) -> list[Message] | str:

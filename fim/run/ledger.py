@@ -6,14 +6,21 @@ usage` and `GET /v1/usage` report, so a run that does not finish must be in it t
 client that disconnects after each model call, or cancels, spent what its calls cost. The
 run's end writes what its `llm_call` events said it spent, plus the estimate of a call cut
 off before its count came and the calls of the run's `fast` model, which no `llm_call` event
-reports (`fim.run.tree.RunSpend.unreported`).
+reports (`fim.run.tree.RunSpend.unreported`). A call that answers after that row is written
+(an MCP server's sampling request served for the run, answered late) is written as a row
+of its own under the same run id, agent and session (`late`), which the day, session and
+key budgets count like any other.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 from typing import Any
 
+from fim.locks import current_owner
+from fim.run.tree import RunSpend, current_spend
 from fim.types import Usage
 
 
@@ -32,11 +39,23 @@ class Ledger:
         """Prompt, completion and cached tokens of the `llm_call` events seen (plain ints:
         the count is kept on every model call of every run)."""
         self._cost: float | None = None
+        self.bound = False
+
+    def bind(self) -> None:
+        """Tie this ledger to the run whose events it counts (`fim.run.tree.RunSpend.ledger`):
+        the run's first event is produced where `spending` has just made it the current
+        run, so the spend record found there is this run's."""
+        self.bound = True
+        node = current_spend.get()
+        if node is not None and node.ledger is None and node.agent == self.agent:
+            node.ledger = self
 
     def count(self, event: Any) -> bool:
         """Take in `event`; True when `finish` must be awaited for it (the run's end, whose
         usage is written before it is passed on). Every other event is counted without a
         coroutine: `run_agent` asks this for each of a run's events."""
+        if not self.bound:
+            self.bind()
         kind = getattr(event, "type", "")
         if kind == "llm_call":
             self.called(event.model)
@@ -80,14 +99,24 @@ class Ledger:
             seen = self.seen()
             await self.write(status, seen + cut if cut else seen)
 
+    async def late(self, usage: Usage, model: str) -> None:
+        """A model call of the run answered after its row was written: a row of its own,
+        status `late`, under the same run id (so its key's budget counts it), agent and
+        session."""
+        if usage.total_tokens:
+            await self._record("late", 1, usage, model)
+
     async def write(self, status: str, usage: Usage) -> None:
         """Write the usage of the run, ended with `status`, if it spent any."""
         self.written = True
+        if self.calls or usage.total_tokens:
+            await self._record(status, self.calls, usage, self.model)
+
+    async def _record(self, status: str, calls: int, usage: Usage, model: str) -> None:
         if (
-            (self.calls or usage.total_tokens)
             # a bare Services() (library use, tests) names no project whose store it is;
             # every fim surface passes the project root
-            and getattr(self.services, "root", None) is not None
+            getattr(self.services, "root", None) is not None
             and getattr(self.services, "record_usage", True)
         ):
             # deferred: loading fim.masking costs tens of ms
@@ -99,9 +128,9 @@ class Ledger:
                     get_store(self.services),
                     run_id=self.run_id,
                     agent=self.agent,
-                    model=self.model,
+                    model=model,
                     status=status,
-                    calls=self.calls,
+                    calls=calls,
                     usage=usage,
                     session=self.session,
                 )
@@ -109,3 +138,33 @@ class Ledger:
                 logging.getLogger("fim.usage").exception(
                     "could not record the usage of run %s", self.run_id
                 )
+
+
+_LATE: set[asyncio.Task[None]] = set()
+"""Late rows being written (a task is kept until it ends, or the loop could drop it)."""
+
+
+def spent_late(
+    node: RunSpend, usage: Usage, model: str, services: Any, session: str | None
+) -> None:
+    """`usage` was spent by a call of `node`'s run after its usage row was written: a row
+    of its own (`Ledger.late`), written in a task (the call may be being cancelled). A run
+    no ledger is bound to (a workflow's `llm` node) gets a row under an id of its own,
+    claimed for the run's key, so its day, session and key budgets count it all the same."""
+    ledger = node.ledger
+    if ledger is None:
+        ledger = Ledger(services, node.agent, f"late-{os.urandom(6).hex()}", session)
+    owner = current_owner.get() if node.ledger is None else ""
+
+    async def write() -> None:
+        if owner and getattr(services, "root", None) is not None:
+            # deferred: the state store loads only for a late call of a keyed run
+            from fim.store import get_store
+            from fim.store.owners import claim
+
+            await claim(get_store(services), ledger.run_id, owner)
+        await ledger.late(usage, model)
+
+    task = asyncio.get_running_loop().create_task(write())
+    _LATE.add(task)
+    task.add_done_callback(_LATE.discard)

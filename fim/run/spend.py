@@ -29,6 +29,7 @@ from fim.llm import catalog
 from fim.llm.wire import ASSEMBLERS, StreamAssembler
 from fim.locks import current_owner
 from fim.run.in_flight import LARGE, Pool, forget, off_loop, pool
+from fim.run.ledger import spent_late
 from fim.run.limits import (
     DEFAULT_ALLOWANCE,
     KEY,
@@ -36,6 +37,7 @@ from fim.run.limits import (
     BudgetExceeded,
     Limit,
     Ticket,
+    abandoned,
     asked_cap,
     estimated,
     file_of,
@@ -89,7 +91,8 @@ class MeteredModel:
         """Pools of recorded scopes this run's spend is counted in until its usage row is
         written (scope -> store, pool, amount): `settle` takes it out then."""
         self.settled = False
-        """The run ended and `settle` ran: a late call's spend goes in no pool."""
+        """The run ended and `settle` ran: a late call's spend goes in no pool (its own
+        usage row counts it: `fim.run.ledger.spent_late`)."""
         self.node.ends.append(self.settle)
 
     def __getattr__(self, name: str) -> Any:  # settings, context_window ... of the inner model
@@ -263,14 +266,17 @@ class MeteredModel:
             tokens = size // 3 if size > LARGE else count_tokens("".join(parts), self.name)
             completion = max(completion, tokens)
         usage = Usage(prompt_tokens=ticket.estimate, completion_tokens=completion)
-        usage = usage.model_copy(update={"cost": self._cost(usage)})
-        self._count(usage)
-        self._unreported(usage)
+        self._spent(usage.model_copy(update={"cost": self._cost(usage)}), reported=False)
 
-    def _unreported(self, usage: Usage) -> None:
-        """`usage` no `llm_call` event of the run reports: its usage row adds it."""
+    def _spent(self, usage: Usage, reported: bool) -> None:
+        """`usage` was spent: counted (`_count`), and unless an `llm_call` event reports it,
+        added to the run's usage row; once that row is written, in a row of its own."""
+        self._count(usage)
         node = self.node
-        node.unreported = usage if node.unreported is None else node.unreported + usage
+        if node.over:  # answered after the run's row was written
+            spent_late(node, usage, self.name, self.services, self.session)
+        elif not reported:
+            node.unreported = usage if node.unreported is None else node.unreported + usage
 
     def settle(self) -> None:
         """The run's usage row is written: its spend leaves the in-flight pools."""
@@ -289,9 +295,7 @@ class MeteredModel:
             usage = priced(usage, self.price)
         if usage is not response.usage:
             response = response.model_copy(update={"usage": usage})
-        self._count(usage)
-        if self.side:
-            self._unreported(usage)
+        self._spent(usage, reported=not self.side)
         for limit in await self._limits():  # over: the call was made, the error carries it
             passed = limit.passed(self.name, response)
             if passed is not None:
@@ -306,7 +310,8 @@ class MeteredModel:
         try:
             response = await self.inner.complete(messages, tools, **options)
         except BaseException as exc:
-            self._cut(ticket, cancelled=not isinstance(exc, Exception))
+            # cancelled, or abandoned by fim's own timeout: the endpoint may have generated
+            self._cut(ticket, cancelled=not isinstance(exc, Exception) or abandoned(exc))
             raise
         return await self._after(ticket, response)
 
@@ -335,8 +340,8 @@ class MeteredModel:
                     else:
                         deltas.append(item.text)
                         yield item
-        except Exception:
-            cancelled = False
+        except Exception as exc:  # after a 2xx (an assembler was made) it was generating
+            cancelled = bool(seen) or abandoned(exc)
             raise
         finally:
             if not answered:

@@ -62,7 +62,17 @@ class RunSpend:
     most they may have cost, and the calls of its `fast` model (context summaries, tool
     selection, MCP sampling). The run's usage row counts them."""
     ends: list[Callable[[], None]] = field(default_factory=list)
-    """Called once when the run ends, after its usage is written (`end`)."""
+    """Called once when the run ends, after its usage is written (`end`): the metered
+    models settle their pools, MCP sampling calls still going for the run are cancelled."""
+    ledger: Any = None
+    """The `fim.run.ledger.Ledger` writing this run's usage row (it binds itself when it
+    sees the run's first event): a call that answers after the row is written gets a row
+    of its own under the run's id (`Ledger.late`), so no budget misses it."""
+
+    @property
+    def over(self) -> bool:
+        """The run ended, or its usage row is written: what it spends now is late."""
+        return self.done or (self.ledger is not None and self.ledger.written)
 
     @property
     def root(self) -> RunSpend:
