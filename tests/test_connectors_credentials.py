@@ -276,3 +276,69 @@ async def test_an_openapi_parameter_named_like_the_key_is_never_the_models(
     assert not (await call(services, decl, {"q": "x"})).is_error
     sent = dict(seen[0]["query"]) if location == "query" else seen[0]["headers"]
     assert sent[name.lower() if location == "header" else name] == KEY
+
+
+@pytest.mark.parametrize(
+    "name", ["api_key[0]", "api_key[x]", "api_key[x][y]", "auth[api_key]", "api_key.0", "a.api_key"]
+)
+async def test_a_bracketed_or_dotted_form_of_the_key_is_refused(
+    api: Any, services: Services, name: str
+) -> None:
+    """PHP, Rack and qs file `api_key[0]=A&api_key=B` under `api_key` (qs as the list
+    `["A", "B"]`, PHP's last wins), qs with `allowDots` reads `api_key.0` as `api_key[0]`,
+    and a nested `auth[api_key]` is the key to a framework reading the inner name: none is
+    sent beside the real key."""
+    url, seen = api
+    result = await call(services, connector(url, QUERY_KEY), {"q": "x", name: "attacker-key"})
+    assert result.is_error, result.content
+    assert f"{name!r} (as 'api_key')" in result.content
+    assert seen == []
+
+
+@pytest.mark.parametrize(
+    ("name", "credential", "auth"),
+    [
+        ("ap\u0131_key", "api_key", QUERY_KEY),  # dotless i: "ap\u0131_key".upper() == "API_KEY"
+        ("api_\u212aey", "api_key", QUERY_KEY),  # Kelvin sign: NFKC makes it K
+        ("\uff41\uff50\uff49\uff3f\uff4b\uff45\uff59", "api_key", QUERY_KEY),  # fullwidth
+        ("acce\u017fs_token", "access_token", BEARER),  # long s: casefold makes it s
+        ("\u0430pi_key", "api_key", QUERY_KEY),  # Cyrillic a: no table, fails closed
+        ("\u0430\u0440\u0456_\u043a\u0435\u0443", "api_key", QUERY_KEY),  # all Cyrillic
+        ("\u00e1pi_key", "api_key", QUERY_KEY),  # accented a
+    ],
+)
+async def test_a_look_alike_letter_of_the_key_is_refused(
+    api: Any, services: Services, name: str, credential: str, auth: dict[str, Any]
+) -> None:
+    """A letter outside ASCII is folded to the ASCII one a server's case folding reads
+    it as, and a letter that folds to none is taken for any ASCII letter: a name that
+    could be the credential's spelling is refused rather than sent beside it."""
+    url, seen = api
+    result = await call(services, connector(url, auth), {"q": "x", name: "attacker"})
+    assert result.is_error, result.content
+    assert f"{name!r} (as {credential!r})" in result.content
+    assert seen == []
+
+
+@pytest.mark.parametrize(
+    "name", ["page[0]", "filter[name]", "api", "key", "sort.key", "\u540d\u524d", "\u00e1pi"]
+)
+async def test_a_bracketed_or_non_ascii_name_of_no_credential_is_sent(
+    api: Any, services: Services, name: str
+) -> None:
+    url, seen = api
+    result = await call(services, connector(url, QUERY_KEY), {name: "v"})
+    assert not result.is_error, result.content
+    assert seen[0]["query"] == [(name, "v"), ("api_key", KEY)]
+
+
+async def test_a_redirect_naming_an_indexed_key_gets_the_operators_key(
+    api: Any, services: Services
+) -> None:
+    """A redirect back to the own origin with `api_key[0]=<another>`: the connector's key
+    replaces it, as it replaces `api_key` (qs would read both as one list)."""
+    url, seen = api
+    to = "/items?q=x&api_key[0]=attacker&ap%C4%B1_key=attacker2"
+    result = await call(services, connector(url, QUERY_KEY, path="/bounce"), {"to": to})
+    assert not result.is_error, result.content
+    assert seen[0]["query"] == [("q", "x"), ("api_key", KEY)]

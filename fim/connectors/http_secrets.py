@@ -55,13 +55,73 @@ def own_credentials(decl: HttpConnector) -> tuple[dict[str, str], dict[str, str]
     return headers, params
 
 
-def spelling(name: str) -> str:
-    """A parameter or header name as servers may read it: NFKC, case-folded, without
-    separators or brackets. `API_KEY`, `api-key`, `apiKey`, `api.key` (PHP reads it as
-    `api_key`), `api_key[]` and `"api_key "` are all `apikey`: whichever of two look-alikes a
-    server takes is its own business, so the connector compares them as one."""
-    folded = unicodedata.normalize("NFKC", name).casefold()
+def _fold(text: str) -> str:
+    """`text` NFKC-normalised and case-folded, each letter still outside ASCII then replaced
+    by its upper or lower case when that is ASCII: casefold leaves the dotless i (U+0131) as
+    it is, though `str.upper()` and .NET's OrdinalIgnoreCase read `ap\\u0131_key` as
+    `API_KEY` (the long s U+017F and the Kelvin sign are folded by casefold and NFKC)."""
+    out = []
+    for char in unicodedata.normalize("NFKC", text).casefold():
+        if not char.isascii():
+            for other in (char.upper(), char.lower()):
+                if (cased := unicodedata.normalize("NFKC", other).casefold()).isascii():
+                    char = cased
+                    break
+        out.append(char)
+    return "".join(out)
+
+
+def _squeeze(folded: str) -> str:
+    """A folded name without separators, brackets or any other character but [0-9a-z]."""
     return _NOT_NAME.sub("", folded) or folded.strip()
+
+
+def _before_brackets(folded: str) -> str:
+    """The name PHP, Rack and qs file `a[...]` under: what precedes the first `[` that a
+    `]` closes (`api_key[0]`, `api_key[]`, `api_key[x][y]` are `api_key`); a `[` left open
+    is a character of the name (PHP reads `api[key` as `api_key`)."""
+    start = folded.find("[")
+    return folded[:start] if start > 0 and "]" in folded[start:] else folded
+
+
+def spelling(name: str) -> str:
+    """A parameter or header name as servers may read it: NFKC, case-folded (`_fold`),
+    cut before a bracketed suffix, without separators. `API_KEY`, `api-key`, `apiKey`,
+    `api.key` (PHP reads it as `api_key`), `api_key[]`, `api_key[0]` (qs reads it and
+    `api_key` as one list), `ap\\u0131_key` and `"api_key "` are all `apikey`: whichever of two
+    look-alikes a server takes is its own business, so the connector compares them as one.
+    `spellings` adds the other names a server may file it under."""
+    return _squeeze(_before_brackets(_fold(name)))
+
+
+def _parts(name: str) -> set[str]:
+    """Every name, folded but not yet squeezed, a server may read `name` as: the name
+    before its brackets, the whole name, each bracketed or dotted part (`auth[api_key]`;
+    qs with `allowDots` reads `api_key.0` as `api_key[0]` and `auth.api_key` as
+    `auth[api_key]`) and each dotted prefix (`api_key.0`)."""
+    folded = _fold(name)
+    base = _before_brackets(folded)
+    dotted = base.split(".")
+    parts = [base, folded, *re.split(r"[\[\].]", folded)]
+    parts += [".".join(dotted[:n]) for n in range(1, len(dotted))]
+    return {part for part in parts if part.strip()}
+
+
+def spellings(name: str) -> set[str]:
+    """Every `spelling` a server may read `name` as (`_parts`)."""
+    return {_squeeze(part) for part in _parts(name)}
+
+
+def _skeleton(part: str) -> re.Pattern[str] | None:
+    """For a name that still holds letters or digits outside ASCII after `_fold` (a
+    Cyrillic a U+0430, an accented a), a pattern of its spelling taking each of them for any
+    ASCII letter or digit: fim keeps no table of look-alikes, so such a name is refused
+    when it could be a credential's spelling with those read as look-alikes (fail
+    closed). None for a name without them."""
+    kept = [char for char in part if char.isalnum()]
+    if all(char.isascii() for char in kept):
+        return None
+    return re.compile("".join(char if char.isascii() else "[0-9a-z]" for char in kept))
 
 
 def credential_names(
@@ -101,11 +161,25 @@ def credential_names(
 
 
 def clashes(names: Iterable[str], reserved: Mapping[str, str]) -> list[str]:
-    """The `names` that are, by `spelling`, one of `reserved`, each said with the
+    """The `names` that are, by any of their `spellings`, one of `reserved` (or, spelled
+    with letters outside ASCII, may stand for one: `_skeleton`), each said with the
     credential it stands for when spelled otherwise."""
     found = []
     for name in names:
-        credential = reserved.get(spelling(name))
+        credential = _reserved_as(name, reserved)
         if credential is not None:
             found.append(repr(name) if name == credential else f"{name!r} (as {credential!r})")
     return found
+
+
+def _reserved_as(name: str, reserved: Mapping[str, str]) -> str | None:
+    """The credential of `reserved` that `name` may be read as (`clashes`), if any."""
+    for part in sorted(_parts(name)):
+        credential = reserved.get(_squeeze(part))
+        if credential is not None:
+            return credential
+        pattern = _skeleton(part)
+        alike = [k for k in sorted(reserved) if pattern and pattern.fullmatch(k)]
+        if alike:
+            return reserved[alike[0]]
+    return None
