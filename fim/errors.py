@@ -70,3 +70,9 @@ class RunError(FimError):
         self.message = message
         self.hint = hint
         super().__init__(message + (f" ({hint})" if hint else ""))
+
+
+class Abandoned(RunError):
+    """fim stopped waiting for a model request the endpoint had (its `timeout` passed): the
+    provider may have generated, and billed, up to the request's `max_tokens` (budgets
+    count it so, `fim.run.limits.abandoned`)."""

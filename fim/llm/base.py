@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fim.config.schema import ModelSettings
-from fim.errors import RunError
+from fim.errors import Abandoned, RunError
 from fim.hosts import is_loopback
 from fim.llm import switch
 from fim.llm.wire import messages_to_wire, tools_to_wire
@@ -259,7 +259,7 @@ def cannot_connect(settings: ModelSettings, url: str) -> RunError:
 
 
 def timeout_error(settings: ModelSettings, where: str) -> RunError:
-    return RunError(
+    return Abandoned(
         f"{settings.model}: model request timed out after {settings.timeout:g}s ({where})",
         hint="raise `timeout` in the model settings, or check that the endpoint is responsive",
     )

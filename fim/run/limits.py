@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fim.errors import RunError
+from fim.errors import Abandoned, RunError
 from fim.run.in_flight import Pool, off_loop
 from fim.run.tokens import count_message
 from fim.types import Usage
@@ -303,23 +303,11 @@ _UNREPORTED: set[str] = set()  # models logged as reporting no usage, once each
 log = logging.getLogger("fim.spend")
 
 
-_TIMEOUTS = frozenset({"TimeoutError", "APITimeoutError", "TimeoutException", "Timeout"})
-"""Exception classes that mean fim stopped waiting for an endpoint (asyncio/aiohttp,
-openai and litellm, httpx): the backends turn them into `RunError`, chained."""
-
-
 def abandoned(exc: BaseException) -> bool:
     """Whether `exc` says fim gave up on a call the endpoint may have been generating: its
-    own `timeout` passed (fim.llm.base.timeout_error, raised while handling the backend's
-    timeout, which stays its `__context__`). The provider bills what it generated, so the
-    call counts the `max_tokens` it held, as a cancelled one does; a refused connection or
-    an HTTP error answer counts its prompt only. A connect timeout counts as abandoned too:
+    own `timeout` passed (`fim.errors.Abandoned`, which both backends raise for it; a bare
+    `TimeoutError` from elsewhere too). The provider bills what it generated, so the call
+    counts the `max_tokens` it held, as a cancelled one does; a refused connection or an
+    HTTP error answer counts its prompt only. A connect timeout counts as abandoned too:
     the backends do not tell it apart, and counting more fails closed."""
-    seen: BaseException | None = exc
-    for _ in range(8):  # the chain the backends build is two or three long
-        if seen is None:
-            return False
-        if any(cls.__name__ in _TIMEOUTS for cls in type(seen).__mro__):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
+    return isinstance(exc, Abandoned | TimeoutError)
