@@ -112,16 +112,17 @@ def spellings(name: str) -> set[str]:
     return {_squeeze(part) for part in _parts(name)}
 
 
-def _skeleton(part: str) -> re.Pattern[str] | None:
-    """For a name that still holds letters or digits outside ASCII after `_fold` (a
-    Cyrillic a U+0430, an accented a), a pattern of its spelling taking each of them for any
-    ASCII letter or digit: fim keeps no table of look-alikes, so such a name is refused
-    when it could be a credential's spelling with those read as look-alikes (fail
-    closed). None for a name without them."""
+def _alike(part: str, spelled: str) -> bool:
+    """Whether `part`, a name that still holds letters or digits outside ASCII after `_fold`
+    (a Cyrillic a U+0430, an accented a), may be the credential `spelled` with each of them
+    read as a look-alike of the ASCII letter or digit in its place: fim keeps no table of
+    look-alikes, so such a name is refused when it could be one (fail closed). Compared
+    character by character: no pattern is built from a model's text."""
     kept = [char for char in part if char.isalnum()]
-    if all(char.isascii() for char in kept):
-        return None
-    return re.compile("".join(char if char.isascii() else "[0-9a-z]" for char in kept))
+    if len(kept) != len(spelled) or all(char.isascii() for char in kept):
+        return False
+    pairs = zip(kept, spelled, strict=True)
+    return all(char == want if char.isascii() else want.isalnum() for char, want in pairs)
 
 
 def credential_names(
@@ -162,7 +163,7 @@ def credential_names(
 
 def clashes(names: Iterable[str], reserved: Mapping[str, str]) -> list[str]:
     """The `names` that are, by any of their `spellings`, one of `reserved` (or, spelled
-    with letters outside ASCII, may stand for one: `_skeleton`), each said with the
+    with letters outside ASCII, may stand for one: `_alike`), each said with the
     credential it stands for when spelled otherwise."""
     found = []
     for name in names:
@@ -178,8 +179,7 @@ def _reserved_as(name: str, reserved: Mapping[str, str]) -> str | None:
         credential = reserved.get(_squeeze(part))
         if credential is not None:
             return credential
-        pattern = _skeleton(part)
-        alike = [k for k in sorted(reserved) if pattern and pattern.fullmatch(k)]
+        alike = [k for k in sorted(reserved) if _alike(part, k)]
         if alike:
             return reserved[alike[0]]
     return None
