@@ -14,11 +14,10 @@ from fim.build.compile import compile_project
 from fim.hooks.command_process import HookOutputTooLarge, run_command
 from fim.llm.script import text, tool_call
 from fim.llm.scripted import ScriptedModel
-from fim.run.agent import run_agent
 from fim.run.overrides import RunOverrides
 from fim.testing.connectors import serve
 from fim.testing.model_server import OpenAIStubServer
-from fim.testing.runs import services_for
+from fim.testing.runs import run_events
 from fim.testing.stub_wire import completion
 
 
@@ -26,14 +25,6 @@ def write(root: Path, files: dict[str, str]) -> None:
     for name, body in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(body)
-
-
-async def drain(snapshot: Any, agent: str, **options: Any) -> list[Any]:
-    services = services_for(snapshot)
-    try:
-        return [e async for e in run_agent(snapshot, agent, "go", services=services, **options)]
-    finally:
-        await services.aclose()
 
 
 def test_a_callers_max_tokens_never_raises_a_budgeted_calls_cap(tmp_path: Path) -> None:
@@ -62,7 +53,7 @@ def test_a_callers_max_tokens_never_raises_a_budgeted_calls_cap(tmp_path: Path) 
         )
         snapshot = compile_project(tmp_path)
         for sampling in ({"max_tokens": 200_000}, {"max_completion_tokens": 200_000}):
-            asyncio.run(drain(snapshot, "a", overrides=RunOverrides(sampling=sampling)))
+            asyncio.run(run_events(snapshot, "a", "go", overrides=RunOverrides(sampling=sampling)))
     assert len(sent) == 2
     # today: [(200000, None), (2962, 200000)]
     for max_tokens, max_completion in sent:
@@ -104,7 +95,7 @@ def test_a_read_only_agent_never_sends_a_delete_through_a_connector(tmp_path: Pa
         )
         snapshot = compile_project(tmp_path)
         model = ScriptedModel([tool_call("shop__delete_order", {"id": "42"}), text("done")])
-        asyncio.run(drain(snapshot, "a", model=model))
+        asyncio.run(run_events(snapshot, "a", "go", model=model))
     assert seen == []  # today: ["DELETE"]
 
 
@@ -151,7 +142,7 @@ def _caps_sent(root: Path, budget: str, asked: list[dict[str, Any]]) -> list[tup
     with OpenAIStubServer(handler=handler) as stub:
         snapshot = _budgeted_project(root, stub.base_url, budget)
         for sampling in asked:
-            asyncio.run(drain(snapshot, "a", overrides=RunOverrides(sampling=sampling)))
+            asyncio.run(run_events(snapshot, "a", "go", overrides=RunOverrides(sampling=sampling)))
     return sent
 
 

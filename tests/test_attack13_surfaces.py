@@ -18,7 +18,7 @@ from fim.run.agent import run_agent
 from fim.store import get_store
 from fim.store.usage import run_totals
 from fim.testing.model_server import OpenAIStubServer
-from fim.testing.runs import services_for
+from fim.testing.runs import run_events, services_for
 from fim.testing.stub_wire import completion
 from fim.types import Message, ModelResponse, ToolSpec
 
@@ -159,14 +159,6 @@ def test_a_model_argument_never_replaces_the_connectors_query_credential(tmp_pat
         args = {"q": "x", "api_key": "attacker-key"}
         model = ScriptedModel([tool_call("shop__list_items", args), text("done")])
 
-        async def go() -> None:
-            services = services_for(snapshot)
-            try:
-                async for _ in run_agent(snapshot, "a", "go", services=services, model=model):
-                    pass
-            finally:
-                await services.aclose()
-
-        asyncio.run(go())
+        asyncio.run(run_events(snapshot, "a", "go", model=model))
     # before the fix: [["attacker-key"]]; safe: the operator's key, or no request at all
     assert seen in ([["operator-key"]], []), seen

@@ -20,7 +20,7 @@ from fim.llm.script import text, tool_call
 from fim.llm.scripted import ScriptedModel
 from fim.run.agent import run_agent
 from fim.testing.model_server import OpenAIStubServer
-from fim.testing.runs import services_for
+from fim.testing.runs import run_events, services_for
 from fim.testing.stub_wire import completion
 
 
@@ -201,15 +201,7 @@ def _query_sent(root: Path, argument: str) -> list[str]:
         args = {"q": "x", argument: "attacker-key"}
         model = ScriptedModel([tool_call("shop__list_items", args), text("done")])
 
-        async def go() -> None:
-            services = services_for(snapshot)
-            try:
-                async for _ in run_agent(snapshot, "a", "go", services=services, model=model):
-                    pass
-            finally:
-                await services.aclose()
-
-        asyncio.run(go())
+        asyncio.run(run_events(snapshot, "a", "go", model=model))
     return seen
 
 
