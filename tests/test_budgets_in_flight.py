@@ -237,3 +237,29 @@ async def test_a_large_conversation_is_tokenized_off_the_event_loop() -> None:
     large = [Message(role="user", content="x" * (in_flight.LARGE + 1))]
     assert await in_flight.off_loop(where, small) == loop_thread
     assert await in_flight.off_loop(where, large) != loop_thread
+
+
+def test_a_release_between_reading_the_room_and_waiting_for_it_is_not_slept_through() -> None:
+    """A call that finds the room held reads the pool, then waits for a release; a call in
+    flight that answers while the waiting task is being scheduled must end the wait at
+    once. Before, the release fell between the two and the waiter slept until another one
+    came, or its 600 s deadline (ten parallel runs under a day's budget hung in CI)."""
+    from fim.run.in_flight import Pool
+
+    async def go() -> tuple[bool, bool]:
+        pool = Pool()
+        pool.hold(100, 0.0)
+        read_at = pool.releases  # the waiter read the room here
+        pool.release(100, 0.0)  # the call in flight answered before the wait began
+        late = asyncio.ensure_future(pool.released(read_at))
+        await asyncio.sleep(0)
+        ended_at_once = late.done()
+        pool.hold(100, 0.0)  # a wait begun after the last release still waits for the next
+        current = asyncio.ensure_future(pool.released(pool.releases))
+        await asyncio.sleep(0)
+        waiting = not current.done()
+        pool.release(100, 0.0)
+        await asyncio.sleep(0)
+        return ended_at_once, waiting and current.done()
+
+    assert asyncio.run(go()) == (True, True)

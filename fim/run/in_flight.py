@@ -47,6 +47,9 @@ class Pool:
     settled_cost: float = 0.0
     """What runs moved from here to the store so far (`since` adds what moved while the
     store was being read)."""
+    releases: int = 0
+    """How many calls released their room here so far: a waiter that read the room at one
+    count waits only if it is still the count (`released`)."""
     _released: asyncio.Event | None = None
 
     def hold(self, tokens: int, cost: float) -> None:
@@ -60,12 +63,18 @@ class Pool:
         self.calls -= 1
         if self.calls <= 0:  # float sums never come back to exactly zero
             self.held_tokens, self.held_cost, self.calls = 0, 0.0, 0
+        self.releases += 1
         if self._released is not None:
             self._released.set()
             self._released = None
 
-    async def released(self) -> None:
-        """Wait until a call holding room here answers (or fails)."""
+    async def released(self, since: int) -> None:
+        """Wait until a call holding room here answers (or fails) after the room was read
+        with `releases` at `since`: one that answered in between (while the waiting task
+        was being scheduled) ends the wait at once, or the waiter would sleep through it
+        until its deadline."""
+        if self.releases != since:
+            return
         if self._released is None:
             self._released = asyncio.Event()
         self.waiting += 1

@@ -215,6 +215,7 @@ class MeteredModel:
         deadline = time.monotonic() + WAIT_FOR_ROOM  # however often others answer meanwhile
         while True:
             limits = await self._limits()
+            seen = {id(limit.pool): limit.pool.releases for limit in limits}  # no await below
             if prompt_cost is None and any(limit.max_cost is not None for limit in limits):
                 prompt_cost = self._cost(Usage(prompt_tokens=estimate))
             room, busy = allowance, None
@@ -228,7 +229,8 @@ class MeteredModel:
             if busy is None:
                 break
             try:  # a call in flight answers (or fails), then the room is counted again
-                await asyncio.wait_for(busy.released(), max(0.0, deadline - time.monotonic()))
+                waited = busy.released(seen[id(busy)])
+                await asyncio.wait_for(waited, max(0.0, deadline - time.monotonic()))
             except TimeoutError:
                 raise BudgetExceeded(
                     f"the budget's room for this call is held by {busy.calls} model call(s) in "
