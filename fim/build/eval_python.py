@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterator
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from fim.build.project_modules import LoadModule, ModuleLoadError, functions_of, project_module
 from fim.config.problems import suggest
 from fim.config.schema.evals import PythonSpec
 from fim.errors import Problem
@@ -24,8 +24,6 @@ if TYPE_CHECKING:
     from fim.build.snapshot import Locate, Snapshot
     from fim.config.schema import EvalSuite
 
-LoadModule = Callable[["Snapshot", str], ModuleType]
-"""`load_module(snapshot, "checks")`: the module `hooks/checks.py` of that snapshot."""
 
 Where = tuple[str | int, ...]
 
@@ -45,18 +43,12 @@ def resolve(snapshot: Snapshot, ref: str, load_module: LoadModule) -> Callable[.
     module_name, _, name = ref.partition(":")
     folder = snapshot.project.paths.hooks
     try:
-        module = load_module(snapshot, module_name)
-    except Exception as exc:  # the loader's HookBuildError, worded for a python hook
-        detail = str(getattr(exc, "message", None) or exc).replace("python hook module", "module")
-        hint = getattr(exc, "hint", None)
-        raise PythonAssertionError(f"cannot import '{ref}': {detail}", hint) from None
+        module = project_module(snapshot, module_name, load_module)
+    except ModuleLoadError as exc:
+        raise PythonAssertionError(f"cannot import '{ref}': {exc.detail}", exc.hint) from None
     fn = getattr(module, name, None)
     if not callable(fn):
-        found = sorted(
-            n
-            for n, v in vars(module).items()
-            if inspect.isfunction(v) and v.__module__ == module.__name__ and not n.startswith("_")
-        )
+        found = functions_of(module)
         raise PythonAssertionError(
             f"cannot import '{ref}': {folder}/{module_name}.py has no function '{name}'",
             suggest(name, found, f"functions in {module_name}.py") or "it has no functions",

@@ -28,13 +28,13 @@ from __future__ import annotations
 import inspect
 import typing
 from collections.abc import Callable
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import to_json
 
 from fim.build.builtin_names import is_python_tool, tool_name
+from fim.build.project_modules import LoadModule, ModuleLoadError, functions_of, project_module
 from fim.errors import Problem, RunError
 from fim.threads import own_thread
 from fim.tools.base import FunctionTool
@@ -42,9 +42,6 @@ from fim.types import ToolResult
 
 if TYPE_CHECKING:
     from fim.build.snapshot import Locate, Snapshot
-
-LoadModule = Callable[["Snapshot", str], ModuleType]
-"""`load_module(snapshot, "mytools")`: the module `hooks/mytools.py` of that snapshot."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -246,20 +243,13 @@ def resolve(snapshot: Snapshot, ref: str, load_module: LoadModule) -> FunctionTo
     module_name, function = split_ref(ref)
     folder = snapshot.project.paths.hooks
     try:
-        module = load_module(snapshot, module_name)
-    except Exception as exc:  # the loader's HookBuildError, worded for a python hook
-        detail = str(getattr(exc, "message", None) or exc).replace("python hook module", "module")
-        hint = getattr(exc, "hint", None)
-        raise PythonToolError(
-            f"cannot import '{ref}'", detail + (f"; {hint}" if hint else "")
-        ) from None
+        module = project_module(snapshot, module_name, load_module)
+    except ModuleLoadError as exc:
+        hint = f"; {exc.hint}" if exc.hint else ""
+        raise PythonToolError(f"cannot import '{ref}'", exc.detail + hint) from None
     fn = getattr(module, function, None)
     if fn is None:
-        found = sorted(
-            n
-            for n, v in vars(module).items()
-            if inspect.isfunction(v) and v.__module__ == module.__name__ and not n.startswith("_")
-        )
+        found = functions_of(module)
         raise PythonToolError(
             f"cannot import '{ref}'",
             f"{folder}/{module_name}.py has no function '{function}'; functions in it: "
