@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp_servers.harness import stdio_decl
 
 from fim.build.compile import compile_project
@@ -119,7 +120,10 @@ def test_mcp_sampling_is_counted_in_the_run_whose_tool_call_asked_for_it(tmp_pat
     assert totals["run-a"].prompt_tokens >= 5000, totals
 
 
-def test_a_model_argument_never_replaces_the_connectors_query_credential(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["progressive", "legacy"])
+def test_a_model_argument_never_replaces_the_connectors_query_credential(
+    tmp_path: Path, mode: str
+) -> None:
     """`auth: {type: api_key, location: query}` is added by `HttpFetcher._sign` only when
     the URL does not already carry that parameter, and a GET action sends every argument
     the model adds (the parameters schema is open) as a query parameter. So a model that
@@ -152,13 +156,24 @@ def test_a_model_argument_never_replaces_the_connectors_query_credential(tmp_pat
                 "actions:\n  list_items:\n    method: GET\n    path: /items\n"
                 "    parameters: {type: object, properties: {q: {type: string}}}\n",
                 "agents/a.yaml": "description: d\nmodel: general\nconnectors: [shop]\n"
-                "tool_modes: {connectors: legacy}\n",
+                + ("tool_modes: {connectors: legacy}\n" if mode == "legacy" else ""),
             },
         )
         snapshot = compile_project(tmp_path)
         args = {"q": "x", "api_key": "attacker-key"}
-        model = ScriptedModel([tool_call("shop__list_items", args), text("done")])
+        call = (
+            tool_call("shop__list_items", args)
+            if mode == "legacy"  # the default, progressive: through the `connector` meta-tool
+            else tool_call(
+                "connector",
+                {"subcommand": "execute", "connector": "shop", "action": "list_items",
+                 "parameters": args},
+            )
+        )  # fmt: skip
+        model = ScriptedModel([call, text("done")])
 
-        asyncio.run(run_events(snapshot, "a", "go", model=model))
+        events = asyncio.run(run_events(snapshot, "a", "go", model=model))
     # before the fix: [["attacker-key"]]; safe: the operator's key, or no request at all
     assert seen in ([["operator-key"]], []), seen
+    results = [e.content for e in events if e.type == "tool_result"]
+    assert any("the connector's own credential" in r for r in results), results
