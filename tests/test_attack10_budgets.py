@@ -18,7 +18,7 @@ from fim.run import in_flight
 from fim.run.agent import run_agent
 from fim.run.tokens import count_tokens
 from fim.testing.model_server import OpenAIStubServer
-from fim.testing.runs import services_for
+from fim.testing.runs import run_events, services_for
 from fim.testing.stub_wire import completion
 from fim.types import Message, ModelResponse, TextDelta, Usage
 
@@ -171,13 +171,5 @@ def test_a_huge_usage_count_from_an_endpoint_still_reaches_the_day(tmp_path: Pat
             agent="model: general\n",
         )
 
-        async def go() -> None:
-            services = services_for(snapshot)
-            try:
-                async for _ in run_agent(snapshot, "a", "hi", services=services):
-                    pass
-            finally:
-                await services.aclose()
-
-        asyncio.run(go())
+        asyncio.run(run_events(snapshot, "a", "hi"))
     assert recorded_tokens(tmp_path) > 3000

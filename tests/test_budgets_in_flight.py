@@ -21,7 +21,7 @@ from fim.run.agent import run_agent
 from fim.store import get_store
 from fim.store.usage import utc_day
 from fim.testing.model_server import OpenAIStubServer
-from fim.testing.runs import services_for
+from fim.testing.runs import run_events, services_for
 from fim.testing.stub_wire import completion
 from fim.types import Message, ModelResponse, Usage
 
@@ -108,15 +108,7 @@ def test_far_from_a_limit_a_call_is_capped_at_the_room_it_holds(tmp_path: Path) 
             "budget: {max_tokens_per_day: 1000000}\n",
         )
 
-        async def go() -> None:
-            services = services_for(snapshot)
-            try:
-                async for _ in run_agent(snapshot, "a", "hi", services=services):
-                    pass
-            finally:
-                await services.aclose()
-
-        asyncio.run(go())
+        asyncio.run(run_events(snapshot, "a", "hi"))
     assert len(requests) == 1 and requests[0]["max_tokens"] == 4096
 
 
