@@ -36,8 +36,9 @@ runs under `bwrap` (the sandbox Claude Code uses on Linux) with:
 
 Limits (see `Limits`): CPU seconds (RLIMIT_CPU), memory per process (RLIMIT_AS) AND for the
 whole tree (a watchdog sums the resident memory of every process of the sandbox each 50 ms
-and kills the tree above the limit: cgroups are not used, they need a delegated subtree that
-fim cannot assume), processes (RLIMIT_NPROC, counted per user inside the sandbox's user
+and kills the tree above the limit; under it, where the host gives fim a writable memory
+cgroup, the kernel caps the tree at `memory_mb` plus a small slack in a cgroup of the call's
+own: see below), processes (RLIMIT_NPROC, counted per user inside the sandbox's user
 namespace; in root mode per host uid 65534, so concurrent sandboxes share it), file size
 (RLIMIT_FSIZE), disk (the watchdog also reads the free space of the disk holding scratch/
 and kills the tree once one call took more than `disk_mb` of it, or left less than
@@ -48,11 +49,16 @@ that much space or a quarter of that many inodes: empty files take no bytes), no
 files, a size-capped /tmp, and an output cap (only the first bytes of stdout/stderr are
 kept, the rest is read and dropped so the child never blocks).
 
-Not bounded yet: memory the kernel holds for the tree outside every process's resident
-set, above all memfd files filled with write() and detached SysV shared memory (attack-14
-#1; the IPC namespace is the sandbox's own, so it ends with the call). Counting it from
-/proc cannot be complete (a memfd sent over a Unix socket and closed is in no process's
-fd table); a memory cgroup or a seccomp filter would bound it.
+Memory the kernel holds for the tree outside every process's resident set (memfd files
+filled with write(), even one sent over a socket and closed; detached SysV shared memory)
+is in no /proc view (attack-14 #1). The kernel charges it to the memory cgroup of the
+process that faulted it in, so each call runs in a memory cgroup of its own
+(fim/tools/sandbox/cgroup.py: v1, or a delegated v2 subtree), entered before bwrap starts
+and deleted, with anything left in it, before the call returns; a kernel OOM kill there
+ends the whole tree and reads as the watchdog's memory limit. Where the host has no
+writable memory cgroup (not root, no delegation), the watchdog is the only layer and fim
+logs that once: such memory is then bounded only by the call's deadline (the IPC namespace
+is the sandbox's own, so it ends with the call).
 
 The deadline kills the whole tree: the PID namespace's init (bwrap's reaper) is killed, and
 the kernel kills every process of the namespace with it, `setsid` double forks included;

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fim.tools.sandbox import cgroup
 from fim.tools.sandbox.command import NOBODY, command_line, etc_files, options_by_descriptor
 from fim.tools.sandbox.limits import Limits
 from fim.tools.sandbox.output import Capture, Outcome
@@ -24,6 +25,24 @@ from fim.tools.sandbox.watchdog import Watchdog, folder_room, free_space
 def _retrieve(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()
+
+
+CGROUP_SLACK_MB = 16
+"""Memory the call's cgroup allows above `memory_mb`: bwrap's own two processes and the
+kernel's share (page tables, sockets) are charged there too, and the watchdog, which
+counts the program's resident memory only, stays the layer that stops a program mapping
+too much (with its message); the cgroup stops what the watchdog cannot see."""
+
+
+def _memory_cgroup(limits: Limits) -> tuple[cgroup.MemoryCgroup | None, bool]:
+    """The call's own memory cgroup (blocking: a few cgroupfs writes), or None where this
+    host gives fim none (the watchdog alone then, logged once: fim/tools/sandbox/cgroup.py);
+    and whether the host has cgroups but refused this call's (the call must not run)."""
+    found = cgroup.base()
+    if found is None:
+        return None, False
+    made = cgroup.create(found, (limits.memory_mb + CGROUP_SLACK_MB) * 1024 * 1024)
+    return made, made is None
 
 
 async def execute(
@@ -41,7 +60,41 @@ async def execute(
 ) -> Outcome:
     """Run `argv` under `bwrap` (checked, prepared and given a slot by `sandbox.run`) and
     return how it ended; `folder`, the sandbox folder `scratch` is in, is held to
-    `limits.folder_mb`. Cancelling it kills the tree before re-raising."""
+    `limits.folder_mb`. Cancelling it kills the tree before re-raising. The whole tree runs
+    in a memory cgroup of its own where the host has one, deleted (with anything left in
+    it) before this returns or re-raises."""
+    group, refused = await asyncio.to_thread(_memory_cgroup, limits)
+    if refused:  # fail closed: where fim has cgroups, no call runs without its own
+        return Outcome(
+            returncode=1,
+            stdout=Capture(0),
+            stderr=Capture(0),
+            setup_error="cannot create the call's memory cgroup (fim's log says why)",
+        )
+    try:
+        return await _execute(
+            argv, scratch, stdin, declared, limits, as_root, egress, read_only,
+            bwrap=bwrap, folder=folder, group=group,
+        )  # fmt: skip
+    finally:
+        if group is not None:
+            await asyncio.to_thread(group.remove)
+
+
+async def _execute(
+    argv: Sequence[str],
+    scratch: Path,
+    stdin: bytes,
+    declared: dict[str, str],
+    limits: Limits,
+    as_root: bool,
+    egress: Path | None,
+    read_only: Sequence[Path],
+    *,
+    bwrap: str,
+    folder: Path | None,
+    group: cgroup.MemoryCgroup | None,
+) -> Outcome:
     data_fds: dict[str, int] = {}
     passed: list[int] = []
     free_at_start: int | None = None
@@ -74,6 +127,8 @@ async def execute(
         options = os.memfd_create("fim-bwrap-options", os.MFD_CLOEXEC)
         passed.append(options)
         args, data = options_by_descriptor(policy, options)
+        if group is not None:  # bwrap starts inside the cgroup: nothing of it runs outside
+            args = cgroup.join_argv(group, args)
         os.write(options, data)  # a file, not a pipe: no capacity to block on
         os.lseek(options, 0, os.SEEK_SET)
         # Our own pipes, not asyncio's: Process.wait() would otherwise also wait for
@@ -119,6 +174,7 @@ async def execute(
         room=room,
         held_at_start=held,
         full_at_start=full,
+        cgroup=group,
     )
     watcher = asyncio.ensure_future(box.watch())
 
@@ -153,14 +209,16 @@ async def execute(
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(pumps, 2)
     setup_error = None
-    if returncode == 1 and not out.total and err.text().startswith("bwrap: "):
+    if returncode == 1 and not out.total and err.text().startswith(("bwrap: ", cgroup.JOIN_ERROR)):
         setup_error = err.text().strip().splitlines()[0]
+    # the kernel killed in the cgroup: memory the watchdog could not see (memfd, SysV shm)
+    oom_killed = group is not None and group.oom_kills() > 0
     return Outcome(
         returncode=returncode,
         stdout=out,
         stderr=err,
         timed_out=timed_out,
-        memory_exceeded=box.memory_exceeded,
+        memory_exceeded=box.memory_exceeded or oom_killed,
         processes_exceeded=box.processes_exceeded,
         disk_exceeded=box.disk_exceeded,
         folder_full=box.folder_full,

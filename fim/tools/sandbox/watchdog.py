@@ -4,7 +4,9 @@ Its own module because this is what the kernel's rlimits cannot do: sum the resi
 of the whole tree, watch the free space of the scratch disk, count processes where
 RLIMIT_NPROC does not bind (root in a user namespace), and kill the tree so that nothing of it
 survives (the PID namespace's init first, then bwrap). Everything is read from /proc and
-statvfs; cgroups are not used, they need a delegated subtree that fim cannot assume.
+statvfs. Under it, where the host allows one, the kernel caps the tree's memory in a
+cgroup of the call's own (fim/tools/sandbox/cgroup.py): the watchdog kills the whole tree
+once the kernel killed in it for memory.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from fim.tools.sandbox.cgroup import MemoryCgroup
 from fim.tools.sandbox.limits import MAX_FOLDER_FILES, Limits, held_bytes
 
 WATCH_INTERVAL = 0.05
@@ -126,6 +129,9 @@ class Watchdog:
     """The disk had fewer free inodes than `limits.inode_reserve_percent` of all."""
     too_many_files: bool = False
     """The folder held more than `MAX_FOLDER_FILES` entries (or one fim cannot read)."""
+    cgroup: MemoryCgroup | None = None
+    """The tree's memory cgroup: the kernel OOM-killing there is the tree's memory limit
+    too (memory no resident set shows: memfd, SysV shared memory)."""
 
     def disk_used_up(self) -> bool:
         """Whether the call left less than `disk_reserve_mb` of the scratch disk free or
@@ -222,7 +228,7 @@ class Watchdog:
             self.seen.update(pids)
             used = _resident(pids[1:])  # bwrap's outer process is ours, not the sandbox's
             self.peak = max(self.peak, used)
-            if used > cap:
+            if used > cap or (self.cgroup is not None and self.cgroup.oom_kills() > 0):
                 self.memory_exceeded = True
             # outer bwrap, its init and the command's launcher are not the program's
             if self.count_processes and len(pids) - 2 > self.limits.max_processes:
