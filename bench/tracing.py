@@ -167,11 +167,13 @@ class Receiver:
 
 def served(stub_url: str, quick: bool) -> list[str]:
     """Server CPU per run of `fim serve` with tracing off and on: alternating load blocks
-    against two servers of one project, the median block of each."""
+    against two servers of one project, the median block of each; the overhead is the
+    median of each on block's against the off block just before it (a pair shares the
+    machine's load of its moment, which drifts over a minute)."""
     # deferred: bench/serve.py's harness, only for this table
     from serve import Server, example_project, first_run, load
 
-    duration, rounds = (1.0, 3) if quick else (3.0, 5)
+    duration, rounds = (1.0, 3) if quick else (3.0, 9)
     receiver = Receiver()
     url = receiver.url
     with tempfile.TemporaryDirectory() as tmp:
@@ -193,7 +195,7 @@ def served(stub_url: str, quick: bool) -> list[str]:
     if not int(receiver.close() or 0):
         sys.exit("the traced fim serve exported no span")
     cpu_off, cpu_on = statistics.median(per_run["off"]), statistics.median(per_run["on"])
-    overhead = cpu_on / cpu_off - 1
+    overhead = statistics.median(b / a - 1 for a, b in zip(per_run["off"], per_run["on"]))
     return [
         "fim serve, 10 clients, server CPU",
         "9",
@@ -336,7 +338,7 @@ async def main(quick: bool, count: bool) -> None:
     table(
         ["surface", "spans/run", "off", "on (OTLP/HTTP)", "added per run", "overhead", "<= 10%"],
         [serving],
-        title="fim serve: server CPU per run (all threads, /proc), median of alternating blocks",
+        title="fim serve: server CPU per run (all threads, /proc), median of alternating blocks (overhead: of paired blocks)",
     )
     print()
     table(
