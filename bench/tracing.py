@@ -19,8 +19,9 @@ The OTLP receiver (`python -m fim.testing.otlp`) runs in its own process, decode
 export and counts its spans, keeping none: it shares the two cores with what is measured,
 and when it kept every span its heap and its collections grew for as long as the traced
 side ran, which the untraced side never had beside it (the `fim serve` row read +14% to
-+27% with that receiver, -4% to +8% without, the same code alternated). What counts is this process's CPU per run, every thread: the run's own (spans
-built in the run's thread) and the batch exporter's (protobuf encoding and the POST, on
++27% with that receiver, -4% to +8% without, the same code alternated). What counts is
+this process's CPU per run, every thread: the run's own (spans built in the run's thread)
+and the batch exporter's (protobuf encoding and the POST, on
 its own thread). An "on" block starts from a built provider (the one-time set-up is not
 a per-run cost) and ends with a flush, so every span of the block is encoded and sent
 inside it. Wall time is printed too: on a shared, loaded machine it mostly measures the
@@ -195,7 +196,8 @@ def served(stub_url: str, quick: bool) -> list[str]:
     if not int(receiver.close() or 0):
         sys.exit("the traced fim serve exported no span")
     cpu_off, cpu_on = statistics.median(per_run["off"]), statistics.median(per_run["on"])
-    overhead = statistics.median(b / a - 1 for a, b in zip(per_run["off"], per_run["on"]))
+    pairs = zip(per_run["off"], per_run["on"], strict=True)
+    overhead = statistics.median(on / off - 1 for off, on in pairs)
     return [
         "fim serve, 10 clients, server CPU",
         "9",
@@ -338,7 +340,8 @@ async def main(quick: bool, count: bool) -> None:
     table(
         ["surface", "spans/run", "off", "on (OTLP/HTTP)", "added per run", "overhead", "<= 10%"],
         [serving],
-        title="fim serve: server CPU per run (all threads, /proc), median of alternating blocks (overhead: of paired blocks)",
+        title="fim serve: server CPU per run (all threads, /proc), median of alternating blocks"
+        " (overhead: of paired blocks)",
     )
     print()
     table(
