@@ -9,6 +9,7 @@ entry at its line in the agent file."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sys
 import textwrap
@@ -299,13 +300,18 @@ def test_a_hook_matcher_on_the_function_name_is_a_valid_target(tmp_path: Path) -
     compile_project(project(tmp_path / "p", agent, turn()))  # no "matches no tool"
 
 
-def test_a_module_broken_after_validate_fails_the_run_with_a_clear_error(
+def test_a_module_broken_after_validate_leaves_the_run_on_the_compiled_tool(
     tmp_path: Path,
 ) -> None:
+    """The tool's code is pinned in the snapshot (`Snapshot.modules`): an edit after the
+    compile reaches runs only through a reload, so the snapshot's run calls `add` as it
+    was validated. A snapshot without the module fails the run with a clear error."""
     root = project(tmp_path / "p", {"tools": ["mytools:add"]}, turn(("add", {"a": 1})))
     snapshot = compile_project(root)
     (root / "hooks" / "mytools.py").write_text("def add(:\n")
+    events = asyncio.run(run_events(snapshot, "calc", "go"))
+    assert [e.content for e in events if isinstance(e, ToolResultEvent)] == ["2"]
     with pytest.raises(RunError) as info:  # what every surface shows as one line
-        asyncio.run(run_events(snapshot, "calc", "go"))
+        asyncio.run(run_events(dataclasses.replace(snapshot, modules={}), "calc", "go"))
     assert info.value.message == "agents/calc.yaml: tools: cannot import 'mytools:add'"
-    assert "SyntaxError: invalid syntax" in str(info.value.hint)
+    assert "hooks/mytools.py was written after it was compiled" in str(info.value.hint)

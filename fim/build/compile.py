@@ -19,7 +19,9 @@ from typing import Any
 
 from fim.build.builtin_names import is_python_tool
 from fim.build.checks import ROLE_ENV, Checker
+from fim.build.hook_checks import pin_commands
 from fim.build.model_checks import check_cost_limits
+from fim.build.project_modules import pin_modules
 from fim.build.snapshot import CASE_SOURCE, Locate, Snapshot, Source
 from fim.build.workflow_checks import check_agent_workflows
 from fim.config.case_files import case_lines
@@ -168,7 +170,9 @@ def compile_project(root: str | Path | None = None) -> Snapshot:
     with _gc_paused():
         decls = load_project(root)
         Checker(decls).run()
-        snapshot = build_snapshot(decls)
+        modules = pin_modules(decls)  # before the snapshot: part of its version
+        commands = pin_commands(decls)
+        snapshot = build_snapshot(decls, modules, commands)
     if not decls.problems:
         decls.problems.extend(_snapshot_problems(snapshot, _locator(decls)))
     else:
@@ -182,7 +186,14 @@ def compile_project(root: str | Path | None = None) -> Snapshot:
     return snapshot
 
 
-def build_snapshot(decls: Declarations) -> Snapshot:
+def build_snapshot(
+    decls: Declarations,
+    modules: Mapping[str, bytes] | None = None,
+    commands: Mapping[str, tuple[tuple[str, str], ...]] | None = None,
+) -> Snapshot:
+    """The snapshot of `decls`, with the hooks folder's Python files and the hook scripts'
+    digests the compile pinned (`pin_modules`, `pin_commands`: read into `decls.digest`
+    first, so the version covers them)."""
     entries = decls.entries
     sources: dict[tuple[str, str], Source] = {("project", decls.project.name): Source("fim.yaml")}
     for kind, by_name in entries.items():
@@ -242,6 +253,8 @@ def build_snapshot(decls: Declarations) -> Snapshot:
         secrets=frozenset(decls.secrets),
         version=decls.digest.hexdigest()[:12],
         prompt_files=MappingProxyType(dict(decls.prompt_files)),
+        modules=MappingProxyType(dict(modules or {})),
+        command_files=MappingProxyType(dict(commands or {})),
         loaded_at=time.time(),
     )
 

@@ -9,11 +9,14 @@ for every agent and hook file.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fim.config.declarations import Entry
+from fim.config.declarations import Declarations, Entry
+from fim.config.files import read_regular
 from fim.config.problems import suggest
 from fim.config.schema import HookSpec
 
@@ -31,6 +34,63 @@ def command_program(command: str, root: Path) -> str:
         for form in (f"${{{var}}}", f"${var}"):
             program = program.replace(form, str(root))
     return program.replace('"', "").replace("'", "")
+
+
+MAX_SCRIPT_BYTES = 8 * 2**20
+"""The most of one hook script fim pins by digest (8 MiB)."""
+
+
+def command_files(command: str, root: Path) -> list[str]:
+    """The project files a hook command names, relative to `root`: its program
+    (`hooks/x.sh`, `"$CLAUDE_PROJECT_DIR"/hooks/x.sh`) and any other word that is a file of
+    the project (`python3 hooks/check.py`), not hidden (`.fim/`). What `pin_commands` pins;
+    files those scripts read or source themselves are not seen."""
+    try:
+        words = shlex.split(command)
+    except ValueError:  # an unbalanced quote: the shell will say so
+        words = command.split()
+    base = os.path.normpath(root)
+    found: list[str] = []
+    for word in words:
+        for var in ("CLAUDE_PROJECT_DIR", "FIM_PROJECT_DIR"):
+            for form in (f"${{{var}}}", f"${var}"):
+                word = word.replace(form, base)
+        if not word or word.startswith("-") or "=" in word:
+            continue
+        path = os.path.normpath(os.path.join(base, word))
+        if not path.startswith(base + os.sep):
+            continue
+        rel = path[len(base) + 1 :].replace(os.sep, "/")
+        if any(part.startswith(".") for part in rel.split("/")) or rel in found:
+            continue
+        if os.path.isfile(path):
+            found.append(rel)
+    return found
+
+
+def pin_commands(decls: Declarations) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Hook command -> the project files it names with the sha256 of their bytes now
+    (`Snapshot.command_files`, part of the version through `decls.digest`): a command hook
+    refuses to run a script that changed since its snapshot was compiled
+    (`fim.hooks.command_pins`), so an edit reaches runs through a reload, as every other
+    change does. A file that cannot be read is left to `check_hook` and the run."""
+    commands = [e.decl.command for e in decls.entries.get("hook", {}).values()]
+    for entry in decls.entries.get("agent", {}).values():
+        commands += [spec.command for spec in entry.decl.hooks]
+    pinned: dict[str, tuple[tuple[str, str], ...]] = {}
+    for command in sorted({c for c in commands if c}):
+        files = []
+        for rel in command_files(command, decls.root):
+            try:
+                raw, _ = read_regular(decls.root / rel, MAX_SCRIPT_BYTES)
+            except OSError:
+                continue
+            sha = hashlib.sha256(raw).hexdigest()
+            files.append((rel, sha))
+            decls.digest.update(f"command:{rel}\0{sha}\0".encode())
+        if files:
+            pinned[command] = tuple(files)
+    return pinned
 
 
 def check_hook(checker: Checker, entry: Entry, spec: HookSpec, path: Path_) -> None:

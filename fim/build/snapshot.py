@@ -8,6 +8,7 @@ live in `fim.run.services.Services`, keyed by the declarations they came from.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -89,10 +90,30 @@ class Snapshot:
     prompt_files: Mapping[str, str] = field(default_factory=_frozen)
     """Prompt files the instructions include (`prompts/system.md` -> its text), as the
     compile read and checked them: runs render from these, never from the disk."""
+    modules: Mapping[str, bytes] = field(default_factory=_frozen)
+    """Python files of the hooks folder (`hooks/guard.py` -> its bytes), as the compile read
+    them (`fim.build.project_modules.pin_modules`, part of `version`): `python:` hooks,
+    `module:function` tools and `output_schema: module:Class` are executed from these
+    (`fim.hooks.python_hooks`), never from the disk, so a run holds the code its snapshot
+    checked and an edit reaches runs only through a reload that checked it."""
+    command_files: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=_frozen)
+    """Hook command -> the project files it names (`hooks/x.sh`), each with the sha256 of
+    its bytes at compile (part of `version`): a command hook refuses to run one that has
+    changed since (`fim.hooks.command`)."""
     loaded_at: float = 0.0
 
     def __post_init__(self) -> None:
         remember(self.secrets)  # every exit of the process masks what any snapshot knows
+
+    @cached_property
+    def modules_digest(self) -> str:
+        """One name for this snapshot's Python files and where they live: the key of the
+        module objects executed from them (`fim.hooks.python_hooks`), computed once."""
+        digest = hashlib.sha256(f"{self.root}\0{self.project.paths.hooks}\0".encode())
+        for rel in sorted(self.modules):
+            digest.update(f"{rel}\0{len(self.modules[rel])}\0".encode())
+            digest.update(self.modules[rel])
+        return digest.hexdigest()[:16]
 
     @cached_property
     def masker(self) -> Masker:

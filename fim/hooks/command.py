@@ -24,6 +24,9 @@ declaration lists under `env:`), and gets `transcript_path`, a JSONL file of the
 At SessionStart, lines `export NAME=value` it writes to `$CLAUDE_ENV_FILE` become
 environment of the run's `shell` tool.
 
+A script of the project the command names (`hooks/x.sh`) runs only as its snapshot compiled
+it: one changed since blocks the call until a reload picks it up (`fim.hooks.command_pins`).
+
 This file is the hook kind: its options, its events and what an exit code means. What the
 command is given is in `fim.hooks.command_input`, how its JSON answer is decided in
 `fim.hooks.command_output`, and the process it runs as (killed with its whole group on a
@@ -43,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fim.hooks.base import BaseHook
 from fim.hooks.command_input import environment, event_payload, read_env_file, write_transcript
 from fim.hooks.command_output import interpret
+from fim.hooks.command_pins import changed_script
 from fim.hooks.command_process import run_command
 from fim.types import HookContext, HookPoint, HookResult
 
@@ -92,6 +96,12 @@ class CommandHook(BaseHook):
         return os.getcwd()
 
     async def __call__(self, context: HookContext) -> HookResult:
+        if self.run_context is not None:  # its scripts as its snapshot compiled them, or not
+            snapshot = self.run_context.snapshot
+            pins = snapshot.command_files.get(self.command)
+            refused = changed_script(snapshot.root, pins, snapshot.version) if pins else None
+            if refused is not None:
+                return HookResult(allow=False, error=refused)
         env_file = None
         if context.point == "SessionStart":
             handle, env_file = tempfile.mkstemp(prefix="fim-env-", suffix=".sh")

@@ -1,29 +1,178 @@
-"""Loading `python: module:Class` hooks from the project's hooks/ folder.
+"""Loading `python: module:Class` hooks (and `module:function` tools, `output_schema:
+module:Class`, `python:` eval assertions) from the project's hooks/ folder.
 
-Modules are loaded by file path (hooks/redact.py, hooks/pkg/mod.py), not through
-sys.path, so a project's `redact.py` can never shadow or be shadowed by an installed
-package. Each snapshot gets a fresh module object (keyed by the file's content), so an
-edited hook file takes effect on the next reload while runs in flight keep the old class.
+The code that runs is the code the snapshot pinned: the compile read every `*.py` of the
+hooks folder into `Snapshot.modules` (`fim.build.project_modules.pin_modules`), and a module
+is executed from those bytes (`compile(source, path, "exec")`), never read from the disk
+here. So an edited hook file reaches runs only through a reload that checked it: a rejected
+edit never runs, runs of a snapshot keep its code until they end, and the
+`snapshot_version` a run records names the code that ran. A module the snapshot does not
+hold is a HookBuildError (hooks fail closed).
+
+Modules live in a package of their own per set of pinned files
+(`fim_project_hooks_<digest>`), not on sys.path, so a project's `redact.py` can never
+shadow or be shadowed by an installed package. A module imports its neighbours relatively
+(`from . import helpers`, `from .pkg.mod import x`), served from the same snapshot by
+`_PinnedFinder`. An absolute import of a file of the hooks folder (`import helpers` with
+the folder put on PYTHONPATH) would read the disk: executing a module that does is refused
+with a hint to import relatively. Code outside the hooks folder is imported as any
+installed library is (Python reads it once per process; it is not part of the snapshot).
+
+Module objects are cached by (module, digest of the pinned set): a run builds its chain
+from the cache (no file read, no hash, no exec); a reload that changes no Python file
+keeps the same module objects, one that changes any gets fresh ones.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import itertools
+import importlib
+import importlib.abc
+import importlib.machinery
+import os
 import sys
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from fim.build.project_modules import module_key
 from fim.hooks.base import BaseHook, HookBuildError
 
 if TYPE_CHECKING:
     from fim.build.snapshot import Snapshot
 
-_MODULES: dict[tuple[str, str, str], ModuleType] = {}
-_MAX_CACHED = 256
-_COUNTER = itertools.count(1)
+PACKAGE_PREFIX = "fim_project_hooks_"
+_MAX_SETS = 16
+"""Sets of pinned modules kept imported (a set per distinct hooks folder content); the
+oldest is dropped from sys.modules past this, and imported again if a run still asks."""
+
+
+@dataclass(frozen=True)
+class _Pinned:
+    """The pinned Python files of one snapshot, as the import system is served them."""
+
+    package: str
+    folder: str
+    """The hooks folder relative to the root, normalized (`hooks`)."""
+    base: Path
+    """The hooks folder's absolute path: what `__file__` and tracebacks name."""
+    modules: Mapping[str, bytes]
+
+    def spec(self, fullname: str) -> importlib.machinery.ModuleSpec | None:
+        dotted = fullname[len(self.package) + 1 :] if fullname != self.package else ""
+        if not dotted:
+            return self._package(fullname)
+        parts = dotted.split(".")
+        stem = f"{self.folder}/{'/'.join(parts)}"
+        path = self.base.joinpath(*parts)
+        if f"{stem}.py" in self.modules:
+            return self._spec(fullname, f"{stem}.py", path.with_suffix(".py"), False)
+        if f"{stem}/__init__.py" in self.modules:
+            return self._spec(fullname, f"{stem}/__init__.py", path / "__init__.py", True)
+        if any(key.startswith(f"{stem}/") for key in self.modules):
+            return self._package(fullname)  # a folder without __init__.py
+        return None
+
+    def _spec(
+        self, fullname: str, key: str, path: Path, package: bool
+    ) -> importlib.machinery.ModuleSpec:
+        spec = importlib.machinery.ModuleSpec(
+            fullname, _PinnedLoader(self, key), origin=str(path), is_package=package
+        )
+        spec.has_location = True  # __file__ names the file, for tracebacks
+        return spec
+
+    def _package(self, fullname: str) -> importlib.machinery.ModuleSpec:
+        """A folder without `__init__.py` (or the set's own package): an empty package.
+        Its `__path__` is empty, as every package here has: no finder of the disk
+        (PathFinder) may look for a submodule of it in a folder."""
+        spec = importlib.machinery.ModuleSpec(
+            fullname, _PinnedLoader(self, None), origin=None, is_package=True
+        )
+        return spec
+
+
+class _PinnedLoader(importlib.abc.Loader):
+    """Executes a pinned file's bytes into the module; a folder's package is empty."""
+
+    def __init__(self, pinned: _Pinned, key: str | None) -> None:
+        self.pinned = pinned
+        self.key = key
+
+    def exec_module(self, module: ModuleType) -> None:
+        if self.key is None:
+            return
+        source = self.pinned.modules[self.key]
+        origin = module.__spec__.origin if module.__spec__ else None
+        code = compile(source, origin or self.key, "exec", dont_inherit=True)
+        exec(code, module.__dict__)
+        _refuse_disk_imports(self.pinned, self.key, module)
+
+
+class _PinnedFinder(importlib.abc.MetaPathFinder):
+    """Finds `fim_project_hooks_<digest>.*` in the snapshot's pinned files, and only there:
+    a name of a set not registered, or a file the snapshot does not hold, is not found."""
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None = None,
+        target: ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        if not fullname.startswith(PACKAGE_PREFIX):
+            return None
+        pinned = _SETS.get(fullname.partition(".")[0])
+        return pinned.spec(fullname) if pinned is not None else None
+
+
+_SETS: OrderedDict[str, _Pinned] = OrderedDict()
+_FINDER = _PinnedFinder()
+
+
+def _refuse_disk_imports(pinned: _Pinned, key: str, module: ModuleType) -> None:
+    """A module that took a file of the snapshot through sys.path (`import helpers`,
+    `from hooks.helpers import x`, with the folder on PYTHONPATH) runs code Python read
+    from the disk, not the snapshot's: refused, naming the relative import that is pinned.
+    Run once per execution of a module, never per run."""
+    inside = str(pinned.base) + os.sep
+    for value in list(vars(module).values()):
+        source = value if isinstance(value, ModuleType) else None
+        if source is None:
+            owner = getattr(value, "__module__", None)
+            source = sys.modules.get(owner) if isinstance(owner, str) else None
+        if source is None or source.__name__.startswith(PACKAGE_PREFIX):
+            continue
+        file = getattr(source, "__file__", None)
+        if not isinstance(file, str) or not os.path.abspath(file).startswith(inside):
+            continue
+        rel = os.path.relpath(file, pinned.base).replace(os.sep, "/")
+        if f"{pinned.folder}/{rel}" not in pinned.modules:
+            continue  # not a file of the snapshot (a virtualenv inside the folder)
+        name = rel.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+        raise ImportError(
+            f"{key} imports {pinned.folder}/{rel} as '{source.__name__}' through "
+            "sys.path, which reads it from the disk, not from the snapshot; import it "
+            f"relatively: from . import {name.rpartition('.')[2]}, or from .{name} "
+            "import ..."
+        )
+
+
+def _package_of(snapshot: Snapshot) -> str:
+    """The package the snapshot's modules are imported under, registered with the finder."""
+    package = PACKAGE_PREFIX + snapshot.modules_digest
+    if package in _SETS:
+        _SETS.move_to_end(package)
+        return package
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)  # first: these names are answered from snapshots
+    _SETS[package] = _Pinned(package, _folder(snapshot), hooks_dir(snapshot), snapshot.modules)
+    while len(_SETS) > _MAX_SETS:
+        old, _ = _SETS.popitem(last=False)
+        for name in [n for n in sys.modules if n == old or n.startswith(old + ".")]:
+            sys.modules.pop(name, None)
+    return package
 
 
 def hooks_dir(snapshot: Snapshot) -> Path:
@@ -41,40 +190,73 @@ def split_ref(ref: str) -> tuple[str, str]:
     return module, cls.strip()
 
 
-def load_module(snapshot: Snapshot, module: str) -> ModuleType:
-    """Import hooks/<module>.py (dots are folders); one module per snapshot and content."""
-    folder = hooks_dir(snapshot)
-    path = folder.joinpath(*module.split(".")).with_suffix(".py")
-    if not path.is_file():
-        available = sorted(p.stem for p in folder.glob("*.py")) if folder.is_dir() else []
-        raise HookBuildError(
-            f"python hook module '{module}' not found: there is no "
-            f"{path.relative_to(snapshot.root) if path.is_relative_to(snapshot.root) else path}",
-            hint=f"modules in {snapshot.project.paths.hooks}/: {', '.join(available) or 'none'}",
+def _folder(snapshot: Snapshot) -> str:
+    """The hooks folder as the keys of `Snapshot.modules` spell it (`hooks`)."""
+    return module_key(snapshot.project.paths.hooks, "x").removesuffix("/x.py")
+
+
+def _not_found(snapshot: Snapshot, module: str, key: str) -> HookBuildError:
+    prefix = _folder(snapshot) + "/"
+    available = sorted(
+        k[len(prefix) :].removesuffix(".py")
+        for k in snapshot.modules
+        if k.startswith(prefix) and "/" not in k[len(prefix) :]
+    )
+    if (Path(snapshot.root) / key).is_file():  # an error path: the disk only explains
+        return HookBuildError(
+            f"python hook module '{module}' is not in this snapshot: {key} was written "
+            "after it was compiled",
+            hint="the next reload checks and loads it; runs never read a module from the disk",
         )
-    source = path.read_bytes()
-    digest = hashlib.sha256(source).hexdigest()[:16]
-    key = (str(path), digest, snapshot.version)
-    if key in _MODULES:
-        return _MODULES[key]
-    name = f"fim_project_hooks_{next(_COUNTER)}_{digest}.{module}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise HookBuildError(f"cannot load python hook module {path}")
-    loaded = importlib.util.module_from_spec(spec)
-    sys.modules[name] = loaded  # dataclasses and pickling look the module up by name
+    return HookBuildError(
+        f"python hook module '{module}' not found: there is no {key}",
+        hint=f"modules in {prefix}: {', '.join(available) or 'none'}",
+    )
+
+
+def load_module(snapshot: Snapshot, module: str) -> ModuleType:
+    """The module hooks/<module>.py (dots are folders) as `snapshot` pinned it: executed
+    from its pinned bytes once per set of pinned files, then served from the cache."""
+    package = _package_of(snapshot)
+    name = f"{package}.{module}"
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        return loaded
+    key = module_key(snapshot.project.paths.hooks, module)
+    if key not in snapshot.modules or any(not p.isidentifier() for p in module.split(".")):
+        raise _not_found(snapshot, module, key)
     try:
-        spec.loader.exec_module(loaded)
+        return importlib.import_module(name)
     except Exception as exc:
-        sys.modules.pop(name, None)
         raise HookBuildError(
-            f"python hook module {path.name} failed to import: {type(exc).__name__}: {exc}"
+            f"python hook module {Path(key).name} failed to import: "
+            f"{type(exc).__name__}: {_unprefixed(str(exc), package)}",
+            hint=_import_hint(snapshot, exc),
         ) from exc
-    if len(_MODULES) >= _MAX_CACHED:
-        old = next(iter(_MODULES))
-        sys.modules.pop(_MODULES.pop(old).__name__, None)
-    _MODULES[key] = loaded
-    return loaded
+
+
+def _unprefixed(text: str, package: str) -> str:
+    """A message about a pinned module without fim's private package name in it."""
+    return text.replace(package + ".", "").replace(package, "the hooks folder")
+
+
+def _import_hint(snapshot: Snapshot, exc: Exception) -> str | None:
+    """For `import helpers` (or `from hooks import helpers`) of a file the snapshot holds:
+    how to import it so it is found, from the snapshot."""
+    missing = getattr(exc, "name", None)
+    if not isinstance(exc, ModuleNotFoundError) or not isinstance(missing, str):
+        return None
+    folder = _folder(snapshot).replace("/", ".")
+    if missing == folder:  # `from hooks import helpers`: the folder is no package
+        return "a module of the hooks folder is imported relatively: from . import <module>"
+    name = missing.removeprefix(folder + ".") if missing.startswith(folder + ".") else missing
+    if module_key(snapshot.project.paths.hooks, name) in snapshot.modules:
+        last = name.rpartition(".")[2]
+        return (
+            f"a module of the hooks folder is imported relatively: from . import {last}, "
+            f"or from .{name} import ..."
+        )
+    return None
 
 
 def load_class(snapshot: Snapshot, ref: str) -> type[BaseHook]:

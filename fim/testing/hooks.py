@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fim.build.project_modules import read_modules
 from fim.build.snapshot import Snapshot
 from fim.capabilities import CAPABILITIES
 from fim.config.schema import AgentDecl, HookDecl, Project
@@ -44,6 +45,7 @@ def make_context(
         hooks=decls,
         secrets=secrets,
         version="test",
+        modules=read_modules(Path(root), project_decl.paths.hooks)[0],  # as a compile pins
     )
     services = services or Services(
         root=Path(root), state_url=project_decl.state, providers=CAPABILITIES

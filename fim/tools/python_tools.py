@@ -1,8 +1,9 @@
 """A project's own Python functions as tools: `tools: [mytools:add]` in an agent file.
 
 `mytools` is a file of the project's hooks folder (`hooks/mytools.py`), loaded the way
-`python:` hooks and `output_schema: module:Class` are: by path, one module object per
-snapshot and file content (`fim.hooks.python_hooks.load_module`). That loader sits one
+`python:` hooks and `output_schema: module:Class` are: from the bytes the snapshot pinned at
+compile, never from the disk, one module object per pinned content
+(`fim.hooks.python_hooks.load_module`). That loader sits one
 layer above the tools, so its callers hand it in: the compile's check (`check_tools`, run
 by `fim validate`) and the run's provider (`fim.run.project_tools`).
 
@@ -234,7 +235,7 @@ def build_tool(fn: Any, ref: str) -> FunctionTool:
 
 _BUILT: dict[tuple[int, str], tuple[Any, FunctionTool]] = {}
 """The tool of each (function object, ref): the loader hands back the same module object
-for the same snapshot and file content, so a run reuses the tool `fim validate` (or the
+for the same pinned files, so a run reuses the tool `fim validate` (or the
 previous run) built instead of deriving its schema again."""
 
 
