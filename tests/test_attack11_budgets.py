@@ -175,7 +175,9 @@ def tool_call_chunks(name: str, arguments: list[str]) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("model", ["openai/gen", "hosted_vllm/gen"])
+@pytest.mark.parametrize(
+    "model", ["openai/gen", pytest.param("hosted_vllm/gen", marks=pytest.mark.litellm)]
+)
 def test_a_cut_stream_counts_its_text_tool_names_and_arguments_through_each_backend(
     tmp_path: Path, model: str
 ) -> None:

@@ -388,7 +388,7 @@ def test_a_model_call_answering_after_its_runs_row_is_written_gets_a_row_of_its_
     assert ("run-late", 400) in sessions
 
 
-@pytest.mark.parametrize("backend", ["openai", "litellm"])
+@pytest.mark.parametrize("backend", ["openai", pytest.param("litellm", marks=pytest.mark.litellm)])
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_timed_out_call_counts_its_max_tokens_on_both_backends(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str, stream: bool

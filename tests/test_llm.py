@@ -327,6 +327,7 @@ def test_loopback_detection(url: str, loopback: bool):
 # --------------------------------------------------------------------------- litellm
 
 
+@pytest.mark.litellm
 async def test_litellm_path_over_real_http(server: OpenAIStubServer):
     """The one test that pays litellm's import (~3 s): hosted_vllm/ goes through
     litellm.acompletion to the stub — tool calls, streaming, and a clear final error."""

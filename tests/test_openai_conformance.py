@@ -308,6 +308,7 @@ def test_unknown_routes_and_methods_are_json(served: Served):
 # --------------------------------------------------------------------------- litellm
 
 
+@pytest.mark.litellm
 def test_litellm(served: Served):
     import litellm
 

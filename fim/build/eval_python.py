@@ -3,10 +3,11 @@ for the eval that calls it.
 
 The function lives in a file of the project's hooks folder, loaded the way python tools and
 `python:` hooks are (`fim.hooks.python_hooks.load_module`: from the bytes the snapshot
-pinned, one module object per pinned content). That loader sits a layer above, so it is handed in, as
-`fim.tools.python_tools` is handed it. `fim validate` imports each module once and checks
-that the function exists and can be called as `function(output, context)`: a misspelt name
-found only after the model was paid for is the failure this check exists to prevent.
+pinned, one module object per pinned content). That loader sits a layer above, so it is
+handed in, as `fim.tools.python_tools` is handed it. `fim validate` imports each module once
+and checks that the function exists and can be called as `function(output, context)`: a
+misspelt name found only after the model was paid for is the failure this check exists to
+prevent.
 """
 
 from __future__ import annotations
