@@ -55,11 +55,6 @@ def _write(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-17 #1: a denied approval is never consumed, so two processes deciding it "
-    "at once both resume the workflow and the nodes after it run twice",
-)
 async def test_a_denied_human_node_is_resumed_by_one_process_only(tmp_path: Path) -> None:
     root = _write(
         tmp_path / "p",

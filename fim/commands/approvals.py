@@ -194,7 +194,7 @@ def _decide(
     store = open_store(ctx, project, state)
     verb = "approved" if approved else "denied"
     invalid: list[str] = []
-
+    decided: list[Approval] = []  # as another decider left it, when this one lost the race
     queued = False
 
     async def work() -> tuple[Approval | None, Approval | None]:
@@ -213,8 +213,12 @@ def _decide(
             invalid.append("--content and --cancel answer MCP elicitations only")
             return before, None
         by = cli_user()
-        after = await store.resolve_approval(approval_id, approved, by=by, data=data)
-        if after is not None and after.kind == "workflow" and after.status == verb:
+        resolution = await store.decide_approval(approval_id, approved, by=by, data=data)
+        after = resolution.approval
+        if not resolution.changed:  # expired, or another shell or replica decided it first
+            decided.append(after or before)  # (even the same way): it queues the run, not us
+            return before, None
+        if after is not None and after.kind == "workflow":
             queued = await _requeue(store, after.data.get("run_id", after.run_id))
         return before, after
 
@@ -223,8 +227,8 @@ def _decide(
         fail(f"no approval '{approval_id}'", "see `fim approvals list --all` for the ids")
     if invalid:
         fail(f"approval {approval_id}: {invalid[0]}; nothing was changed")
-    if after is None or after.status != verb:
-        current = after or before
+    if after is None:
+        current = decided[0] if decided else before
         # deferred: fim.store loads SQLAlchemy (`open_store` above has loaded it by now)
         from fim.store.approvals import abandoned
 

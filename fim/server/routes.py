@@ -14,7 +14,7 @@ from fim.server.bodies import BodyError, DecisionBody, WorkflowRunBody, read_bod
 from fim.server.http import Caller, JSONResponse, caller, error, run_scope, session_owner, sse
 from fim.server.limits import Busy, Slot
 from fim.store import get_store
-from fim.store.approvals import ReservedData, abandoned
+from fim.store.approvals import ReservedData, abandoned, already_decided
 from fim.store.live import recorded
 from fim.store.owners import REVOKED, claimed, may_read, owner_of
 from fim.workflows.durable import revoked
@@ -171,15 +171,17 @@ def approval_handlers(api: Api) -> dict[str, Any]:
         by = decider(caller(request.scope), body.by)
         try:
             try:
-                approval = await store.resolve_approval(
+                resolution = await store.decide_approval(
                     approval_id, decision == "approve", by=by, data=data
                 )
             except ReservedData as exc:  # nothing decided
                 return error(400, exc.message, exc.hint, param=f"data.{exc.field}")
+            approval = resolution.approval
             if approval is None:
                 return error(409, f"approval '{approval_id}' could not be resolved")
-            if approval.status != ("approved" if decision == "approve" else "denied"):
-                return undecidable(approval_id, approval)  # expired or decided meanwhile
+            if not resolution.changed:  # expired, or decided by another request meanwhile
+                # (the same decision too): only the request that decided it resumes the run
+                return undecidable(approval_id, approval)
             resumed = None
             if current.kind == "workflow":
                 # the run `may_read` allowed, as the approval was stored: never the data
@@ -210,11 +212,19 @@ async def _revoked(api: Api, run_id: str) -> bool:
 
 
 def undecidable(approval_id: str, current: Approval) -> JSONResponse:
-    """409 for an approval that is no longer pending; an abandoned one says why."""
+    """409 for an approval that is no longer pending, or that another request decided
+    while this one was deciding it: what it is and who made it so (an abandoned one says
+    why). Never a 200 for the decider that lost, even when both asked the same: a 200
+    once also resumed the run, and two replicas ran the nodes after one denial twice."""
     gone = abandoned(current)
     if gone is not None:
         return error(409, *gone, code="approval_abandoned")
-    return error(409, f"approval '{approval_id}' is already {current.status}")
+    return error(
+        409,
+        already_decided(current),
+        f"approval '{approval_id}' was decided once; `GET /v1/approvals?status=all` shows it",
+        code="already_decided",
+    )
 
 
 def decider(who: Caller, note: str | None) -> str:

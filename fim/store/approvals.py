@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
@@ -79,6 +80,24 @@ def abandoned(approval: Approval) -> tuple[str, str] | None:
         "was cancelled or its process ended), so nobody would act on a decision",
         "run the agent again: it asks for a new approval",
     )
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What one decision did. `approval` is the approval as it now is (None: unknown id);
+    `changed` says whether *this* call decided it. Only the caller that changed it acts on
+    the decision (answers 200, resumes the workflow, queues its job): two deciders that
+    both saw it pending (a double click, a load balancer retrying on another replica) read
+    the same status back afterwards, so the status alone cannot tell them apart."""
+
+    approval: Approval | None
+    changed: bool
+
+
+def already_decided(approval: Approval) -> str:
+    """How every surface words a decision that lost: what the approval already is, and
+    who made it so (`approval already decided: denied by api:key:1a2b...`)."""
+    return f"approval already decided: {approval.status} by {approval.resolved_by or 'unknown'}"
 
 
 def _withdraw(conn: Connection, approval_id: str) -> None:
@@ -191,28 +210,42 @@ class Approvals(Database):
         by: str = "cli",
         data: dict[str, Any] | None = None,
     ) -> Approval | None:
+        """`decide_approval`'s approval alone, for a caller that waits on its own approval
+        (an eval's answerer, `fim run`'s prompt) and so has nobody to race with."""
+        return (await self.decide_approval(approval_id, approved, by, data)).approval
+
+    async def decide_approval(
+        self,
+        approval_id: str,
+        approved: bool,
+        by: str = "cli",
+        data: dict[str, Any] | None = None,
+    ) -> Resolution:
         """Approve or deny a *pending* approval; `data` is added to its data.
 
-        Returns the approval as it now is (unchanged when it was no longer pending, so the
-        caller can say it had already expired or been decided), or None for an unknown id.
+        The approval as it now is (unchanged when it was no longer pending, so the caller
+        can say it had already expired or been decided; None for an unknown id), and
+        whether this call decided it: one conditional `UPDATE ... WHERE status = 'pending'
+        RETURNING`, so of two deciders racing on one approval (two replicas, two shells)
+        exactly one changes it, in SQLite as in PostgreSQL, whatever each read before.
         ReservedData, with nothing decided, when `data` would replace a key the approval
         was created with: the caller's data was once merged over it, and a tenant named
         another tenant's run as the `run_id` its own decision went on to resume.
         """
         approvals = table("approvals")
 
-        def work(conn: Connection) -> tuple[Approval | None, str | None]:
+        def work(conn: Connection) -> tuple[Resolution, str | None]:
             _expire(conn)
             current = _approval(conn, approval_id)
             if current is not None and orphaned(current):
                 _withdraw(conn, approval_id)
-                return _approval(conn, approval_id), None
+                return Resolution(_approval(conn, approval_id), False), None
             if current is None or current.status != "pending":
-                return current, None
+                return Resolution(current, False), None
             field = reserved_key(current, data)
             if field is not None:  # returned, not raised: a raise rolls back the whole batch
-                return current, field
-            conn.execute(
+                return Resolution(current, False), field
+            update = (
                 approvals.update()
                 .where(approvals.c.id == approval_id)
                 .where(approvals.c.status == "pending")
@@ -222,13 +255,17 @@ class Approvals(Database):
                     resolved_by=by[:200],
                     data=known().value({**current.data, **(data or {})}),
                 )
+                .returning(*approvals.c)
             )
-            return _approval(conn, approval_id), None
+            row = conn.execute(update).mappings().first()
+            if row is None:  # decided (or expired) by another process since the read above
+                return Resolution(_approval(conn, approval_id), False), None
+            return Resolution(Approval(**row), True), None
 
-        approval, refused = await self._tx(work)
+        resolution, refused = await self._tx(work)
         if refused is not None:
             raise ReservedData(approval_id, refused)
-        return approval
+        return resolution
 
     async def consume_approval(self, approval_id: str) -> bool:
         """Mark an approved approval as used; False if it was not approved or already used.
@@ -236,11 +273,25 @@ class Approvals(Database):
         This makes one approval allow exactly one call, even when a restarted run and the
         original one both find it.
         """
+        return await self._consume(approval_id, ("approved",))
+
+    async def claim_decision(self, approval_id: str) -> bool:
+        """Mark a decided human node's approval (approved, denied or expired) as acted on;
+        False if it is still pending or another process already acted on it.
+
+        A workflow continues past its human node whatever the decision (a denial fails the
+        node, and `on_error: continue` runs the nodes after it), so exactly one resume may
+        act on each decision, not only on an approval: two processes resuming the same run
+        on one denial both ran the nodes after it (attack-17 #1).
+        """
+        return await self._consume(approval_id, ("approved", "denied", "expired"))
+
+    async def _consume(self, approval_id: str, statuses: tuple[str, ...]) -> bool:
         approvals = table("approvals")
         update = (
             approvals.update()
             .where(approvals.c.id == approval_id)
-            .where(approvals.c.status == "approved")
+            .where(approvals.c.status.in_(statuses))
             .where(approvals.c.consumed_at.is_(None))
             .values(consumed_at=time.time())
         )

@@ -2,9 +2,10 @@
 
 The decision lives on the node's approval in the state store: given with the resume
 (`--approve`/`--deny`, its input checked against the node's `input_schema`) or already
-recorded (`fim approvals`, the HTTP API). Either way the approval is consumed once, so two
-processes resuming the same run cannot both continue it. Kept apart from
-`fim.workflows.engine`, which continues the run once the decision is known.
+recorded (`fim approvals`, the HTTP API). Either way the decision is claimed once, whatever
+it is (approved, denied, expired), so two processes resuming the same run cannot both
+continue it: a denied node with `on_error: continue` runs the nodes after it too. Kept
+apart from `fim.workflows.engine`, which continues the run once the decision is known.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from fim.config.schema import WorkflowDecl
 from fim.errors import RunError
 from fim.schema_check import problems as schema_problems
+from fim.store.approvals import already_decided
 
 if TYPE_CHECKING:
     from fim.store import Store
@@ -34,7 +36,8 @@ async def decide(
 
     `approved=None` takes the decision already recorded on the approval; a decision given
     that contradicts the recorded one, a pending approval without one, or input the node's
-    schema refuses is a RunError, as is an approval another process already consumed."""
+    schema refuses is a RunError, as is a decision another process made first (this
+    call's own then changed nothing) or a run another process already resumed on it."""
     approval = await store.get_approval(approval_id or "")
     if approval is None:
         raise RunError(f"the approval of node '{node_id}' is missing from the state store")
@@ -53,16 +56,22 @@ async def decide(
                     f"invalid input for node '{node_id}': {'; '.join(problems)}",
                     hint=f"the node accepts: {schema}",
                 )
-        resolved = await store.resolve_approval(approval.id, approved, by=by, data=given)
-        if resolved is None:  # deleted between the read above and this write
+        resolution = await store.decide_approval(approval.id, approved, by=by, data=given)
+        if resolution.approval is None:  # deleted between the read above and this write
             raise RunError(f"the approval of node '{node_id}' vanished from the state store")
-        approval = resolved
+        if not resolution.changed:  # another decider got there between our read and write:
+            # its decision is not ours to carry out (it resumes the run itself)
+            raise RunError(
+                already_decided(resolution.approval),
+                hint=f"`fim workflow show {run_id}` shows where the run is now",
+            )
+        approval = resolution.approval
     elif approved is not None and (approval.status == "approved") != approved:
         raise RunError(
             f"node '{node_id}' was already {approval.status} by {approval.resolved_by}",
             hint="resume without --approve/--deny to continue with that decision",
         )
-    if approval.status == "approved" and not await store.consume_approval(approval.id):
+    if not await store.claim_decision(approval.id):
         raise RunError(
             f"run '{run_id}' was already resumed at '{node_id}' by another process",
             hint=f"`fim workflow show {run_id}` shows where it is now",
