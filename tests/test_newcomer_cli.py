@@ -289,6 +289,42 @@ def test_an_answer_that_comes_after_the_approval_expired_is_told_it_was_too_late
     ) in err
 
 
+def test_an_answer_another_shell_of_the_same_user_beat_is_told_it_was_not_recorded(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another shell of the same user denies the approval while the prompt waits: the
+    `a` typed here is not recorded and the human is told who decided (the same user name
+    no longer passes for "my answer won": the store says which decision changed it)."""
+    import sqlite3
+
+    import fim.commands.run_view as run_command
+    from fim.commands.approvals import cli_user
+
+    asked: list[str] = []
+
+    def beaten(prompt: str, timeout: float | None = None) -> str:
+        asked.append(prompt)
+        if len(asked) == 1:
+            db = sqlite3.connect(project / ".fim" / "state.db")
+            with db:  # `fim approvals deny ID` in a second shell of the same user
+                db.execute(
+                    "UPDATE fim_approvals SET status = 'denied', resolved_by = ?"
+                    " WHERE status = 'pending'",
+                    (cli_user(),),
+                )
+            db.close()
+        return "a\n"
+
+    monkeypatch.setattr(run_command, "interactive", lambda: True)
+    monkeypatch.setattr(run_command, "read_answer", beaten)
+    code, out, err = cli("run", "bot", "six times seven", "-p", str(project))
+    assert code == 0 and out == "done\n"  # the call was denied; the run went on
+    first = approvals(project)[0]
+    assert first["status"] == "denied"
+    assert f"too late: approval {first['id']} was already denied by" in err
+    assert "your answer was not recorded" in err
+
+
 def test_read_answer_returns_expired_when_no_line_comes_in_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -178,17 +178,18 @@ class Approvals:
             note = "always, at the terminal" if always else None
             if not approved:
                 note = "denied at the terminal"
-            decided = await store.resolve_approval(
+            resolution = await store.decide_approval(
                 approval_id, approved, by=cli_user(), data={"note": note} if note else None
             )
-            if decided is not None and decided.resolved_by == cli_user() and always:
+            decided = resolution.approval
+            if resolution.changed and always:
                 self.always.add((pending.agent, pending.tool_name))
             if decided is not None and decided.status == "expired":
                 err(
                     f"too late: approval {approval_id} had expired before your answer; the "
                     f"call to {tool} was not run"
                 )
-            elif decided is not None and decided.resolved_by != cli_user():
+            elif decided is not None and not resolution.changed:
                 err(
                     f"too late: approval {approval_id} was already {decided.status} by "
                     f"{printable(str(decided.resolved_by))}; your answer was not recorded"
