@@ -24,8 +24,8 @@ from fim.server.callers import key_owner
 from fim.store import get_store
 from fim.testing.server import ServerThread
 from fim.types import Message
+from fim.workflows.admission import run_queued_agent
 from fim.workflows.decision import decide
-from fim.workflows.durable import run_queued_agent
 from fim.workflows.engine import WorkflowEngine, load_run
 
 DENIED_NOTIFIES = """\
@@ -90,11 +90,6 @@ async def test_a_denied_human_node_is_resumed_by_one_process_only(tmp_path: Path
     assert second is not None and "already resumed" in second.message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-17 #2: `fim worker -p` never reloads: a job a reloaded server accepted "
-    "(read_only: true, a hook, a revoked key) runs on the worker's older snapshot",
-)
 async def test_a_queued_run_never_runs_on_a_snapshot_older_than_the_one_that_accepted_it(
     tmp_path: Path,
 ) -> None:
@@ -133,11 +128,6 @@ async def test_a_queued_run_never_runs_on_a_snapshot_older_than_the_one_that_acc
     assert not written and not any(r.startswith("wrote") for r in results), (results, written)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-17 #3: a background run's job arguments hold the caller's messages "
-    "unmasked in procrastinate_jobs, which retention never prunes",
-)
 def test_a_background_runs_queued_job_holds_no_secret(
     tmp_path: Path, pg_database: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

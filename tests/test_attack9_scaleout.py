@@ -25,7 +25,7 @@ from fim.server.callers import key_owner
 from fim.store import get_store
 from fim.testing.server import ServerThread
 from fim.types import Message
-from fim.workflows.durable import run_queued_agent
+from fim.workflows.admission import run_queued_agent
 from fim.workflows.engine import WorkflowEngine, load_run
 
 

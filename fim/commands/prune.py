@@ -31,17 +31,23 @@ def prune(
     project: ProjectOption = None,
     state: StateOption = None,
 ) -> None:
-    """Delete finished runs, decided approvals, audit and usage rows past `retention:`."""
+    """Delete finished runs, decided approvals, audit and usage rows (and, on PostgreSQL,
+    finished queue jobs) past `retention:`."""
     # deferred: loading fim.masking costs tens of ms
     from fim.store import Store
     from fim.store.retention import prune as prune_store
+    from fim.workflows.durable import queue_pruner
 
     root, settings = project_settings(ctx, project)
     store = Store(state, root=Path.cwd()) if state else Store(settings.state, root=root)
     pruned = _run(
         store,
         prune_store(
-            store, settings.retention, dry_run=dry_run, transcripts=private.transcripts(root)
+            store,
+            settings.retention,
+            dry_run=dry_run,
+            transcripts=private.transcripts(root),
+            jobs=queue_pruner(store.url),
         ),
     ).as_dict()
     if as_json:
@@ -52,6 +58,9 @@ def prune(
     typer.echo(
         f"{verb} {pruned['runs']} runs ({pruned['events']} events), "
         f"{pruned['approvals']} approvals, {pruned['audit']} audit rows, "
-        f"{pruned['usage']} usage rows, {pruned['transcripts']} hook transcripts "
-        "(retention in days: " + ", ".join(f"{k} {v}" for k, v in days.items()) + ")"
+        f"{pruned['usage']} usage rows, {pruned['transcripts']} hook transcripts"
+        + (f", {pruned['jobs']} finished queue jobs " if "jobs" in pruned else " ")
+        + "(retention in days: "
+        + ", ".join(f"{k} {v}" for k, v in days.items())
+        + ")"
     )

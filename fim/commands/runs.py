@@ -176,7 +176,8 @@ def cancel(
 
 async def _stop(store: Store, run_id: str) -> str | None:
     # deferred: procrastinate and psycopg load only for this command
-    from fim.workflows.durable import has_schema, make_app, stop
+    from fim.workflows.durable import make_app, stop
+    from fim.workflows.queue_rows import has_schema
 
     app = make_app(store.url)
     await app.open_async()

@@ -1,4 +1,10 @@
-"""`fim worker`: a process that claims durable workflow jobs through procrastinate."""
+"""`fim worker`: a process that claims durable workflow jobs through procrastinate.
+
+Its snapshot follows the project as `fim serve`'s does: `-p DIR` runs the same file watcher
+(`fim.build.reload.watch`; `--no-reload` turns it off), `--git` the same poller. A job runs
+on no snapshot older than the one that accepted it (`fim.workflows.skew`): a worker behind
+reloads first, waits up to `--skew-wait` seconds, then fails the run with `snapshot skew`.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,7 @@ import asyncio
 import contextlib
 import importlib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -21,6 +27,9 @@ from fim.commands.serve import (
     git_source,
 )
 from fim.errors import RunError
+
+if TYPE_CHECKING:
+    from fim.workflows.skew import WorkerSnapshots
 
 
 def register(app: typer.Typer) -> None:
@@ -50,6 +59,53 @@ def _warm_up() -> None:
     import fim.workflows.engine  # noqa: F401
 
 
+def check_stalled(stalled_after: float, heartbeat: float) -> None:
+    """Refuse a stalled bound shorter than three heartbeats: a worker would look dead to
+    the others between two beats, and its live jobs would run twice."""
+    if heartbeat <= 0 or stalled_after < 3 * heartbeat:
+        raise RunError(
+            f"--stalled-after {stalled_after:g} is less than 3 heartbeats "
+            f"(--heartbeat {heartbeat:g})",
+            hint=f"use --stalled-after {max(3 * heartbeat, 0.1):g} or more, or a shorter "
+            "--heartbeat",
+        )
+
+
+def worker_snapshots(holder: Any, source: Any, *, reload: bool, wait: float) -> WorkerSnapshots:
+    """How this worker tells whether it may run a job on its snapshot
+    (`fim.workflows.skew`): `-p` recompiles the folder (unless `--no-reload`: then only
+    the job's own version runs), `--git` fetches and compares commits."""
+    # deferred: loading fim.config.schema costs hundreds of ms
+    from fim.build.reload import reload_once
+    from fim.workflows.skew import WorkerSnapshots, origin_of
+
+    root = holder.current.root
+    if source is not None:
+        # deferred: only `--git` needs the GitOps puller
+        from fim.build.gitops import pull_once
+
+        async def fetch() -> bool:
+            await pull_once(source, holder)
+            return not holder.errors
+
+        async def descends(older: str, newer: str) -> bool:
+            try:
+                await asyncio.to_thread(source.git, "merge-base", "--is-ancestor", older, newer)
+            except RunError:  # not an ancestor, or a commit this checkout has not seen
+                return False
+            return True
+
+        return WorkerSnapshots(holder, fetch, descends, origin_of(root), wait)
+    if not reload:
+        return WorkerSnapshots(holder, origin=origin_of(root), wait=0.0)
+
+    async def recompile() -> bool:
+        await reload_once(root, holder)
+        return not holder.errors
+
+    return WorkerSnapshots(holder, recompile, origin=origin_of(root), wait=wait)
+
+
 def worker(
     ctx: typer.Context,
     concurrency: Annotated[
@@ -57,11 +113,26 @@ def worker(
     ] = 4,
     stalled_after: Annotated[
         float,
-        typer.Option(help="Seconds without a worker heartbeat before its jobs are retried."),
+        typer.Option(
+            help="Seconds without a heartbeat of this worker before its jobs are retried "
+            "(at least 3 heartbeats)."
+        ),
     ] = 30.0,
     heartbeat: Annotated[float, typer.Option(help="Seconds between this worker's heartbeats.")] = (
         10.0
     ),
+    reload: Annotated[
+        bool,
+        typer.Option("--reload/--no-reload", help="Recompile and swap on file changes (-p)."),
+    ] = True,
+    skew_wait: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Seconds a job accepted on a snapshot this worker has not reached waits "
+            "for it before the run fails (snapshot skew).",
+        ),
+    ] = 60.0,
     tools: Annotated[
         str | None, typer.Option(help="module:function returning extra tools for tool nodes.")
     ] = None,
@@ -79,8 +150,11 @@ def worker(
     current when it starts, and its run record carries that commit."""
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.build.reload import SnapshotHolder
-    from fim.workflows.durable import QUEUE, ensure_schema, make_app
+    from fim.workflows.durable import ensure_schema, make_app
+    from fim.workflows.queue_rows import QUEUE, prune_bound
 
+    with user_errors():
+        check_stalled(stalled_after, heartbeat)
     source = None
     seconds = 0.0
     if git is not None:  # GitOps pull (fim.build.gitops), exactly as `fim serve --git`
@@ -94,6 +168,7 @@ def worker(
         snapshot = load_snapshot(ctx, project)
     holder = SnapshotHolder(snapshot)
     root: Path = snapshot.root
+    snapshots = worker_snapshots(holder, source, reload=reload, wait=skew_wait)
     with user_errors():
         extra = _tools(tools)
         app = make_app(
@@ -102,16 +177,20 @@ def worker(
             tools=extra,
             stalled_after=stalled_after,
             providers=CAPABILITIES,
+            resolve=snapshots.for_job,
         )
 
     async def main() -> None:
+        # deferred: loading watchfiles and the GitOps code only where they run
+        from fim.build.gitops import poll
+        from fim.build.reload import watch
+
         stop = asyncio.Event()
         puller = None
         if source is not None:
-            # deferred: only `--git` needs the GitOps poller
-            from fim.build.gitops import poll
-
             puller = asyncio.create_task(poll(source, holder, interval=seconds, stop=stop))
+        elif reload:  # exactly `fim serve`'s watcher: a job never waits for a stale snapshot
+            puller = asyncio.create_task(watch(root, holder, stop=stop))
         try:
             async with app.open_async():
                 await ensure_schema(app)
@@ -122,7 +201,9 @@ def worker(
                     queues=[QUEUE],
                     concurrency=concurrency,
                     update_heartbeat_interval=heartbeat,
-                    stalled_worker_timeout=stalled_after,
+                    # procrastinate deletes, at start, workers silent for longer: never a
+                    # live one whose own bound is longer than ours (its jobs would look stalled)
+                    stalled_worker_timeout=await prune_bound(app, stalled_after),
                     install_signal_handlers=True,
                 )
         finally:

@@ -304,12 +304,14 @@ async def prune_store(services: Any, holder: Any, stop: asyncio.Event) -> None:
     # deferred: loading fim.store costs a few ms
     from fim.store import get_store
     from fim.store.retention import prune_periodically
+    from fim.workflows.durable import queue_pruner
 
     await prune_periodically(
         lambda: get_store(services),
         lambda: holder.current.project.retention,
         stop,
         transcripts=lambda: private.transcripts(holder.current.root),
+        jobs=queue_pruner(get_store(services).url),  # the queue's finished jobs too
     )
 
 

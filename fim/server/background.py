@@ -35,20 +35,19 @@ from fim.server.limits import held
 from fim.store import get_store
 from fim.store.owners import claim
 from fim.types import Message
+from fim.workflows.admission import deny_waiting, revoked, run_queued_agent
 from fim.workflows.durable import (
     defer_agent,
     defer_workflow,
-    deny_waiting,
     ensure_schema,
     is_postgres,
     make_app,
-    revoked,
-    run_queued_agent,
     stop,
 )
 from fim.workflows.durable import requeue_decided as requeue
 from fim.workflows.engine import WorkflowEngine
 from fim.workflows.inputs import validate_inputs
+from fim.workflows.skew import accepted_under
 
 if TYPE_CHECKING:
     import procrastinate
@@ -184,7 +183,7 @@ async def start_agent_run(
     decl = snapshot.agents.get(name)
     limit = decl.concurrency if decl is not None else None
     run_id = uuid.uuid4().hex[:12]
-    request = request_data(history, session, owner, snapshot)
+    request = {**request_data(history, session, owner, snapshot), **accepted_under(snapshot)}
     data: dict[str, Any] = {"session_id": session, "output": None, "events": []}
     queue = queue_of(api)
     app = await _open(queue) if queue is not None else None
@@ -229,8 +228,9 @@ async def start_workflow_run(
     await mark_queued(api.services, run_id, "workflow", name, state)
     if app is not None:
         await defer_workflow(
-            app, run_id, name, values, decl.concurrency, owner=owner, key_limit=key_limit(api)
-        )
+            app, run_id, name, values, decl.concurrency, owner=owner, key_limit=key_limit(api),
+            accepted=accepted_under(snapshot),
+        )  # fmt: skip
         return accepted(run_id, "workflow", name, "worker")
 
     engine = WorkflowEngine(snapshot, name, api.services, run_id=run_id)
@@ -260,4 +260,5 @@ async def requeue_decided(api: Api, run_id: str) -> bool:
     if queue is None:
         return False
 
-    return await requeue(await queue.app(), get_store(api.services), run_id)
+    accepted = accepted_under(api.holder.current)  # no worker continues it on an older one
+    return await requeue(await queue.app(), get_store(api.services), run_id, accepted)

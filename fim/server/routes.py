@@ -17,7 +17,7 @@ from fim.store import get_store
 from fim.store.approvals import ReservedData, abandoned, already_decided
 from fim.store.live import recorded
 from fim.store.owners import REVOKED, claimed, may_read, owner_of
-from fim.workflows.durable import revoked
+from fim.workflows.admission import revoked
 from fim.workflows.inputs import required
 from fim.workflows.state import KIND
 

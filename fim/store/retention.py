@@ -7,6 +7,10 @@ PostgreSQL), what is older than each kind's retention: finished runs with their 
 logs and owners, decided approvals no run still waits on, audit and usage rows. A run
 that is paused, queued or running, and an approval still pending, are never deleted,
 however old. `fim serve` calls it hourly and `fim prune` on demand.
+
+On PostgreSQL the job queue's finished jobs go after `retention.runs` too (`jobs`, handed
+in by the caller that has the queue: `fim.workflows.queue_rows.prune_jobs`); procrastinate
+alone keeps every job row forever.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,9 +51,11 @@ class Pruned:
     usage: int = 0
     transcripts: int = 0
     """Hook transcript files (`fim.private.transcripts`), kept as long as runs."""
+    jobs: int | None = None
+    """Finished job-queue rows (PostgreSQL), kept as long as runs; None: no queue here."""
 
     def as_dict(self) -> dict[str, int]:
-        return asdict(self)
+        return {name: value for name, value in asdict(self).items() if value is not None}
 
 
 async def prune(
@@ -59,10 +65,13 @@ async def prune(
     now: float | None = None,
     dry_run: bool = False,
     transcripts: Path | None = None,
+    jobs: Callable[[float, bool], Awaitable[int]] | None = None,
 ) -> Pruned:
     """Delete (or with `dry_run`, count) what `retention` no longer keeps; with
     `transcripts`, the folder of the project's hook transcripts, those last written before
-    the runs' cutoff too (each holds a whole conversation; one is written per run)."""
+    the runs' cutoff too (each holds a whole conversation; one is written per run); with
+    `jobs` (days, dry run -> count), the job queue's finished jobs older than the runs'
+    retention (by the database's clock: `now` does not move it)."""
     now = time.time() if now is None else now
     done = Pruned()
 
@@ -81,6 +90,8 @@ async def prune(
         await each(lambda conn: _runs(conn, runs, dry_run))
         if transcripts is not None:
             done.transcripts = await asyncio.to_thread(_old_files, transcripts, runs, dry_run)
+        if jobs is not None and retention.runs is not None:
+            done.jobs = await jobs(retention.runs, dry_run)
     if (approvals := cutoff(retention.approvals)) is not None:
         await each(lambda conn: _approvals(conn, approvals, dry_run))
     if (audit := cutoff(retention.audit)) is not None:
@@ -178,6 +189,7 @@ async def prune_periodically(
     first: float = FIRST_PRUNE,
     every: float = PRUNE_EVERY,
     transcripts: Callable[[], Path] | None = None,
+    jobs: Callable[[float, bool], Awaitable[int]] | None = None,
 ) -> None:
     """`prune` `first` seconds from now and then every `every` seconds until `stop` is
     set, with the retention of the snapshot current at each pass (a reload changes it).
@@ -193,7 +205,7 @@ async def prune_periodically(
         delay = every
         try:
             folder = transcripts() if transcripts is not None else None
-            pruned = await prune(store(), retention(), transcripts=folder)
+            pruned = await prune(store(), retention(), transcripts=folder, jobs=jobs)
         except Exception:
             log.exception("pruning the state store failed; trying again in %.0f s", every)
             continue

@@ -19,29 +19,54 @@ queued.
 Tools therefore run at least once: a node interrupted after its side effect but before its
 result was recorded runs again on the next worker. Side-effecting nodes get an idempotency
 key (`idempotency_key`) so the far side can deduplicate.
+
+A job carries the snapshot that accepted it (`fim.workflows.skew`): a worker never runs it
+on an older one. A background agent run's request (the caller's messages) is not in the
+job's arguments, which procrastinate keeps as long as the job row: it waits in
+`fim_run_requests` until the run ends, and the job holds only ids (attack-17 #3). A stalled
+job is one whose worker's heartbeat is older than *that worker's* `--stalled-after`
+(`fim_workers`), not the retrying worker's (attack-17 #4).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
 from fim.idempotency import idempotency_key as idempotency_key  # part of the contract
-from fim.run.queued import execute_agent_run
 from fim.run.services import Services
 from fim.store import get_store
-from fim.store.owners import REVOKED, owner_of, still_configured
+from fim.store.owners import owner_of
+from fim.workflows.admission import (
+    deny_waiting,
+    request_gone,
+    revoked,
+    run_queued_agent,
+    skewed,
+)
 from fim.workflows.engine import WorkflowEngine
 from fim.workflows.lanes import job_lock, last_lane
+from fim.workflows.queue_rows import (
+    QUEUE,
+    TABLES,
+    drop_request,
+    has_schema,
+    load_request,
+    prune_jobs,
+    record_worker,
+    retry_stalled_jobs,
+    store_request,
+)
+from fim.workflows.skew import check
 from fim.workflows.state import KIND, RunState, record_data
 
 if TYPE_CHECKING:
     import procrastinate
 
     from fim.build.snapshot import Snapshot
-    from fim.config.schema import ServerSettings
     from fim.store import Store
     from fim.store.records import RunRecord
     from fim.types import Tool
@@ -50,9 +75,7 @@ log = logging.getLogger("fim.worker")
 
 TASK = "fim.advance_workflow"
 AGENT_TASK = "fim.run_agent"
-QUEUE = "fim-workflows"
 KIND_WORKFLOW = "workflow"
-"""One queue for every fim job: workers take workflow steps and agent runs alike."""
 
 
 def postgres_dsn(state_url: str) -> str:
@@ -73,13 +96,16 @@ def make_app(
     tools: Iterable[Tool] = (),
     stalled_after: float = 30.0,
     providers: tuple[str, ...] = (),
+    resolve: Callable[[dict[str, Any] | None], Awaitable[Snapshot]] | None = None,
 ) -> procrastinate.App:
     """The procrastinate app over the state store's database, with the fim tasks.
 
     `snapshot_factory` and `providers` (the capability areas of the runs,
     `fim.capabilities.CAPABILITIES`) are needed only where jobs run (`fim worker`); a
-    deferring process (`fim serve`) passes none. `stalled_after` is the heartbeat age after
-    which a job of a silent worker is retried.
+    deferring process (`fim serve`) passes none. `resolve` gives the snapshot a job runs
+    on (`fim.workflows.skew.WorkerSnapshots.for_job`; without it, only a job of the
+    factory's own version runs). `stalled_after` is the heartbeat age after which this
+    worker's jobs are retried if it goes silent (recorded per worker: `fim_workers`).
     """
     # deferred: loading psycopg costs hundreds of ms
     import procrastinate
@@ -94,58 +120,105 @@ def make_app(
             raise RuntimeError("this process defers jobs but does not run them")
         return snapshot_factory()
 
+    async def register(context: procrastinate.JobContext) -> None:
+        worker = context.job.worker_id if context.job is not None else None
+        if worker is not None:
+            await record_worker(app, worker, stalled_after)
+
     @app.task(name=TASK, queue=QUEUE, pass_context=True)
     async def advance_workflow(
-        context: procrastinate.JobContext, run_id: str, workflow: str, inputs: dict[str, Any]
+        context: procrastinate.JobContext,
+        run_id: str,
+        workflow: str,
+        inputs: dict[str, Any],
+        accepted: dict[str, Any] | None = None,
+        stored: bool = False,
     ) -> str:
+        await register(context)
         retried = bool(context.job.attempts) if context.job is not None else False
-        return await advance(
-            current(), state_url, run_id, workflow, inputs, extra, retried, providers
-        )
+        ended = True
+        try:
+            if stored:  # the inputs wait beside the job, not in its arguments
+                inputs = dict((await load_request(app, run_id) or {}).get("inputs") or {})
+            return await advance(
+                current(), state_url, run_id, workflow, inputs, extra, retried, providers,
+                accepted=accepted, resolve=resolve,
+            )  # fmt: skip
+        except asyncio.CancelledError:
+            ended = not _shutdown(context)
+            raise
+        finally:
+            if stored and ended:  # it ran, paused or failed: a resume reads its record
+                await drop_request(app, run_id)
 
     @app.task(name=AGENT_TASK, queue=QUEUE, pass_context=True)
     async def run_agent_job(
         context: procrastinate.JobContext, run_id: str, agent: str, request: dict[str, Any]
     ) -> str:
+        await register(context)
         snapshot = current()
         services = Services(root=snapshot.root, state_url=state_url, providers=providers)
+        ended = True
         try:
+            if "messages" not in request:  # the job holds ids only: the request waits here
+                stored = await load_request(app, run_id)
+                if stored is None:
+                    return await request_gone(services, run_id, agent)
+                request = {**stored, **request}
             return await run_queued_agent(
                 snapshot, services, run_id, agent, request,
-                shutting_down=lambda: _shutdown(context),
+                shutting_down=lambda: _shutdown(context), resolve=resolve,
             )  # fmt: skip
+        except asyncio.CancelledError:
+            ended = not _shutdown(context)  # a stopping worker's run is delivered again
+            raise
         finally:
+            if ended:
+                await drop_request(app, run_id)
             await services.aclose()
 
     @app.periodic(cron="* * * * * *")  # every second: procrastinate's cron has seconds
     @app.task(name="fim.retry_stalled", queue=QUEUE, queueing_lock="fim.retry_stalled")
     async def retry_stalled(timestamp: int) -> int:
         """Re-queue the jobs of workers whose heartbeat stopped (a SIGKILLed worker)."""
-        stalled = await app.job_manager.get_stalled_jobs(seconds_since_heartbeat=stalled_after)
-        count = 0
-        for job in stalled:
-            await app.job_manager.retry_job(job)
-            count += 1
-        return count
+        return await retry_stalled_jobs(app, stalled_after)
 
     return app
 
 
-async def has_schema(app: procrastinate.App) -> bool:
-    """Whether procrastinate's tables are in the state database (a job was ever queued)."""
-    query = "SELECT to_regclass('procrastinate_jobs') IS NOT NULL AS present"
-    return bool((await app.connector.execute_query_one_async(query))["present"])
+def queue_pruner(state_url: str) -> Callable[[float, bool], Awaitable[int]] | None:
+    """On PostgreSQL, what deletes the job queue's finished jobs for `fim prune` and the
+    server's hourly prune (`prune_jobs`, `fim.store.retention.prune`'s `jobs`); None on
+    SQLite, which has no queue."""
+    if not is_postgres(state_url):
+        return None
+
+    async def jobs(days: float, dry_run: bool) -> int:
+        app = make_app(state_url)
+        async with app.open_async():
+            return await prune_jobs(app, days, dry_run)
+
+    return jobs
 
 
 async def ensure_schema(app: procrastinate.App) -> None:
     """Create procrastinate's tables in the state database once (its own `procrastinate_*`
-    names); a concurrent creator that wins the race is fine."""
-    if await has_schema(app):
+    names), and fim's two beside them (`TABLES`); a concurrent creator that wins the race
+    is fine."""
+    if not await has_schema(app):
+        try:
+            await app.schema_manager.apply_schema_async()
+        except Exception:
+            if not await has_schema(app):
+                raise
+    present = "SELECT to_regclass('fim_workers') IS NOT NULL AS present"
+    if (await app.connector.execute_query_one_async(present))["present"]:
         return
     try:
-        await app.schema_manager.apply_schema_async()
+        for statement in TABLES:
+            await app.connector.execute_query_async(statement)
     except Exception:
-        if not await has_schema(app):
+        if not (await app.connector.execute_query_one_async(present))["present"]:
             raise
 
 
@@ -159,11 +232,14 @@ async def defer_workflow(
     owner: str = "",
     key_limit: int | None = None,
     lock: str | None = None,
+    accepted: dict[str, Any] | None = None,
 ) -> int:
     """Queue "advance run R": one queued job per run (`queueing_lock`); `lock` keeps two
     workers off one run, or is one of the lanes of the workflow's `concurrency` limit or of
     its key's `max_parallel_runs` (`job_lock`; a given `lock` is used as it is). A job of R
-    already queued is enough: a second defer is a no-op."""
+    already queued is enough: a second defer is a no-op. `accepted`: the snapshot the run
+    was accepted (or decided) under (`fim.workflows.skew.accepted_under`), which no worker
+    runs it below."""
     # deferred: a third-party package, loaded only when this path runs
     from procrastinate.exceptions import AlreadyEnqueued
 
@@ -171,7 +247,11 @@ async def defer_workflow(
         lock = await job_lock(app, run_id, "workflow", workflow, limit, owner, key_limit)
     job = app.configure_task(TASK, lock=lock, queueing_lock=run_id)
     try:
-        return await job.defer_async(run_id=run_id, workflow=workflow, inputs=dict(inputs or {}))
+        extra: dict[str, Any] = {"accepted": dict(accepted)} if accepted else {}
+        if inputs:  # a caller's inputs may hold secrets: kept beside the job, not in it
+            await store_request(app, run_id, {"inputs": dict(inputs)})
+            extra["stored"] = True
+        return await job.defer_async(run_id=run_id, workflow=workflow, inputs={}, **extra)
     except AlreadyEnqueued:
         return 0
 
@@ -185,11 +265,16 @@ async def defer_agent(
     key_limit: int | None = None,
 ) -> int:
     """Queue one background agent run (`fim.run.queued`), in a lane of the agent's
-    `concurrency` limit or of its key's `max_parallel_runs` (`job_lock`)."""
+    `concurrency` limit or of its key's `max_parallel_runs` (`job_lock`). The request
+    waits in `fim_run_requests` (deleted when the run ends); the job's arguments, which
+    procrastinate keeps with the job, hold ids (the run, the key's hash) and the accepting
+    snapshot only."""
     owner = str(request.get("owner") or "")
     lock = await job_lock(app, run_id, "agent", agent, limit, owner, key_limit)
+    await store_request(app, run_id, request)
+    ids: dict[str, Any] = {k: request[k] for k in ("snapshot", "origin", "owner") if k in request}
     job = app.configure_task(AGENT_TASK, lock=lock, queueing_lock=run_id)
-    return await job.defer_async(run_id=run_id, agent=agent, request=request)
+    return await job.defer_async(run_id=run_id, agent=agent, request=ids)
 
 
 async def abort(app: procrastinate.App, run_id: str) -> str | None:
@@ -223,6 +308,7 @@ async def stop(app: procrastinate.App, store: Store, run_id: str) -> str | None:
     waited on for approval is denied. None: no job waiting or running for it."""
     outcome = await abort(app, run_id)
     if outcome == "cancelled":
+        await drop_request(app, run_id)
         record = await store.get_run(run_id)
         if record is not None:
             data = {**record.data, "status": "cancelled", "error": "cancelled before it started"}
@@ -230,13 +316,6 @@ async def stop(app: procrastinate.App, store: Store, run_id: str) -> str | None:
     if outcome is not None:
         await deny_waiting(store, run_id)
     return outcome
-
-
-async def deny_waiting(store: Store, run_id: str) -> None:
-    """Deny the approvals run `run_id` still waits on (it was cancelled: no one decides)."""
-    for approval in await store.list_approvals("pending"):
-        if approval.run_id == run_id:
-            await store.resolve_approval(approval.id, False, by="cancel")
 
 
 async def advance(
@@ -248,14 +327,25 @@ async def advance(
     tools: Iterable[Tool] = (),
     retried: bool = False,
     providers: tuple[str, ...] = (),
+    *,
+    accepted: dict[str, Any] | None = None,
+    resolve: Callable[[dict[str, Any] | None], Awaitable[Snapshot]] | None = None,
 ) -> str:
     """Start, recover or continue run `run_id` until it finishes or pauses; its status.
 
     A run recorded as `running` is recovered only by a job procrastinate *retried* (its
     worker stopped heartbeating): a fresh job finding it running (a resume deferred while
     the job that paused it was still returning) leaves it to the job that holds it.
+
+    A job `accepted` under another snapshot runs on the one `resolve` gives (never an
+    older one: `fim.workflows.skew`); when there is none, the run ends `failed` with the
+    snapshot skew, before any node.
     """
 
+    try:
+        snapshot = await check(snapshot, accepted, resolve)
+    except RunError as exc:
+        return await skewed(snapshot, state_url, providers, run_id, KIND, workflow, exc)
     services = Services(root=snapshot.root, state_url=state_url, providers=providers)
     engine = WorkflowEngine(snapshot, workflow, services, run_id=run_id, tools=tools, queued=True)
     record: RunRecord | None = None
@@ -299,59 +389,17 @@ async def advance(
         await services.aclose()
 
 
-async def revoked(store: Store, settings: ServerSettings, run_id: str, owner: str) -> str | None:
-    """None when run `run_id`, claimed for `owner`, may run under the current `settings`.
-    Otherwise its key was removed from fim.yaml since it was queued (or paused): the run
-    is recorded `cancelled` with the reason, before any model call or tool, and what it
-    waited on is denied; returns its status."""
-    if still_configured(settings, owner):
-        return None
-    record = await store.get_run(run_id)
-    if record is None:
-        return "cancelled"
-    if record.status in {"ok", "failed", "cancelled", "error", "max_iterations"}:
-        return record.status
-    log.warning("run %s (%s '%s') not run: %s", run_id, record.kind, record.name, REVOKED)
-    data = {**record.data, "status": "cancelled", "error": REVOKED}
-    await store.put_run(run_id, record.kind, record.name, "cancelled", data)
-    await deny_waiting(store, run_id)
-    return "cancelled"
-
-
-async def run_queued_agent(
-    snapshot: Snapshot,
-    services: Services,
-    run_id: str,
-    agent: str,
-    request: dict[str, Any],
-    *,
-    executor: str = "worker",
-    settings: Callable[[], ServerSettings] | None = None,
-    shutting_down: Callable[[], bool] = lambda: False,
-) -> str:
-    """A queued background agent run (`execute_agent_run`), unless the key that queued it
-    was revoked meanwhile (`revoked`, checked against `settings()`, the `server:` of
-    fim.yaml as it is when the run starts; by default the snapshot's, a worker's current
-    one)."""
-    owner = str(request.get("owner") or "")
-    keys = settings() if settings is not None else snapshot.project.server
-    gone = await revoked(get_store(services), keys, run_id, owner)
-    if gone is not None:
-        return gone
-    return await execute_agent_run(
-        snapshot, services, run_id, agent, request, executor=executor,
-        shutting_down=shutting_down,
-    )  # fmt: skip
-
-
 def recorded_limit(decl: dict[str, Any] | None) -> int | None:
     """The `concurrency` limit a run's recorded declaration carries (None: unlimited)."""
     value = (decl or {}).get("concurrency")
     return int(value) if isinstance(value, int) and value > 0 else None
 
 
-async def requeue_decided(app: procrastinate.App, store: Any, run_id: str) -> bool:
-    """After a decision on a human node of a queued run: queue the job that continues it.
+async def requeue_decided(
+    app: procrastinate.App, store: Any, run_id: str, accepted: dict[str, Any] | None = None
+) -> bool:
+    """After a decision on a human node of a queued run: queue the job that continues it,
+    on no snapshot older than `accepted` (the deciding server's; the CLI has none).
 
     True when the run is a queued one (a worker continues it), False when it runs in
     process and the caller resumes it as before. A paused run holds no worker meanwhile.
@@ -364,7 +412,8 @@ async def requeue_decided(app: procrastinate.App, store: Any, run_id: str) -> bo
     if not state.queued:
         return False
     lane = await last_lane(app, run_id)
-    await defer_workflow(app, run_id, state.workflow, {}, recorded_limit(state.decl), lock=lane)
+    limit = recorded_limit(state.decl)
+    await defer_workflow(app, run_id, state.workflow, {}, limit, lock=lane, accepted=accepted)
     return True
 
 

@@ -1,0 +1,158 @@
+"""fim's own rows beside procrastinate's, for the durable runs of `fim.workflows.durable`:
+which worker waits how long before its jobs count as stalled (`fim_workers`, attack-17 #4),
+the requests of queued agent runs kept out of the job's arguments until the run ends
+(`fim_run_requests`, attack-17 #3), and the pruning of finished jobs with the runs'
+retention. Plain SQL on procrastinate's own connector: every statement runs where the
+queue's do.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import procrastinate
+
+QUEUE = "fim-workflows"
+"""One queue for every fim job: workers take workflow steps and agent runs alike."""
+
+TABLES = (
+    # a queued agent run's request, raw (the run needs the caller's words), until it ends
+    "CREATE TABLE IF NOT EXISTS fim_run_requests (run_id varchar(64) PRIMARY KEY, "
+    "request jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now())",
+    # each live worker's own stalled bound, gone with its procrastinate row
+    "CREATE TABLE IF NOT EXISTS fim_workers (id bigint PRIMARY KEY "
+    "REFERENCES procrastinate_workers(id) ON DELETE CASCADE, "
+    "stalled_after double precision NOT NULL)",
+)
+"""fim's own tables beside procrastinate's, created with them
+(`fim.workflows.durable.ensure_schema`)."""
+
+
+async def record_worker(app: procrastinate.App, worker_id: int, stalled_after: float) -> None:
+    """Record this worker's own stalled bound beside its procrastinate row (`fim_workers`):
+    another worker retries its jobs only past that bound (`retry_stalled_jobs`)."""
+    await app.connector.execute_query_async(
+        "INSERT INTO fim_workers (id, stalled_after) SELECT %(id)s, %(after)s "
+        "WHERE EXISTS (SELECT 1 FROM procrastinate_workers WHERE id = %(id)s) "
+        "ON CONFLICT (id) DO UPDATE SET stalled_after = EXCLUDED.stalled_after",
+        id=worker_id,
+        after=float(stalled_after),
+    )
+
+
+async def retry_stalled_jobs(app: procrastinate.App, stalled_after: float) -> int:
+    """Re-queue fim's stalled jobs (procrastinate's `get_stalled_jobs` and `retry_job`),
+    except those whose worker still beat within its *own* recorded `--stalled-after`: one
+    worker started with a short bound must not re-queue the live jobs of a worker whose
+    heartbeat is slower (two workers on one run). The number re-queued."""
+    stalled = list(
+        await app.job_manager.get_stalled_jobs(seconds_since_heartbeat=stalled_after, queue=QUEUE)
+    )
+    if not stalled:
+        return 0
+    alive = await app.connector.execute_query_all_async(
+        "SELECT job.id FROM procrastinate_jobs job "
+        "JOIN procrastinate_workers w ON w.id = job.worker_id "
+        "JOIN fim_workers f ON f.id = job.worker_id "
+        "WHERE job.id = ANY(%(ids)s) "
+        "AND w.last_heartbeat >= NOW() - make_interval(secs => f.stalled_after)",
+        ids=[job.id for job in stalled],
+    )
+    fresh = {row["id"] for row in alive}
+    count = 0
+    for job in stalled:
+        if job.id in fresh:
+            continue
+        await app.job_manager.retry_job(job)
+        count += 1
+    return count
+
+
+async def prune_bound(app: procrastinate.App, stalled_after: float) -> float:
+    """The heartbeat age past which this worker, at its start, lets procrastinate delete
+    other workers' rows (`stalled_worker_timeout`): never less than a live worker's own
+    bound, or its jobs would lose their worker and look stalled to everyone."""
+    row = await app.connector.execute_query_one_async(
+        "SELECT max(stalled_after) AS bound FROM fim_workers"
+    )
+    return max(float(stalled_after), float(row["bound"] or 0.0))
+
+
+async def store_request(app: procrastinate.App, run_id: str, request: dict[str, Any]) -> None:
+    """Keep a queued agent run's request (`fim.run.queued.request_data`) until it ends."""
+    await app.connector.execute_query_async(
+        "INSERT INTO fim_run_requests (run_id, request) VALUES (%(run)s, %(request)s) "
+        "ON CONFLICT (run_id) DO UPDATE SET request = EXCLUDED.request",
+        run=run_id,
+        request=request,
+    )
+
+
+async def load_request(app: procrastinate.App, run_id: str) -> dict[str, Any] | None:
+    rows = await app.connector.execute_query_all_async(
+        "SELECT request FROM fim_run_requests WHERE run_id = %(run)s", run=run_id
+    )
+    return dict(rows[0]["request"]) if rows else None
+
+
+async def drop_request(app: procrastinate.App, run_id: str) -> None:
+    """Forget a run's request: it ended (or will never start)."""
+    await app.connector.execute_query_async(
+        "DELETE FROM fim_run_requests WHERE run_id = %(run)s", run=run_id
+    )
+
+
+_OLD_JOBS = """
+FROM procrastinate_jobs job
+WHERE job.queue_name = %(queue)s
+  AND job.status IN ('succeeded', 'failed', 'cancelled', 'aborted')
+  AND NOT EXISTS (
+    SELECT 1 FROM procrastinate_events e WHERE e.job_id = job.id AND e.at >= NOW() - (
+      CASE WHEN job.task_name = 'fim.retry_stalled' THEN 1 ELSE %(hours)s END || ' HOUR'
+    )::INTERVAL)
+  AND NOT EXISTS (SELECT 1 FROM procrastinate_periodic_defers d WHERE d.job_id = job.id)
+  AND NOT EXISTS (
+    SELECT 1 FROM fim_runs run WHERE run.id = job.queueing_lock
+    AND run.status NOT IN ('ok', 'failed', 'cancelled', 'error', 'max_iterations'))
+"""
+"""fim's jobs that ended `hours` ago (procrastinate's `delete_old_jobs` rule: the last
+event of the job), but never the last job of a run still paused or queued (its lane is
+read back when the run continues: `last_lane`) nor the one procrastinate's periodic
+bookkeeping points at; the every-second `retry_stalled` jobs, which hold nothing, after
+an hour."""
+
+
+async def prune_jobs(app: procrastinate.App, days: float, dry_run: bool = False) -> int:
+    """Delete (or count) fim's procrastinate jobs that ended more than `days` ago
+    (`_OLD_JOBS`; whole hours, rounded up: never earlier than `retention.runs` says), and
+    the stored requests older than that of runs no longer waiting (`fim_run_requests`:
+    a crashed run's). procrastinate's own `delete_old_jobs` cannot spare a paused run's
+    job, hence the query. The number of jobs."""
+    if not await has_schema(app):
+        return 0
+    hours = max(0, math.ceil(days * 24))
+    if dry_run:
+        row = await app.connector.execute_query_one_async(
+            "SELECT count(*) AS n " + _OLD_JOBS, queue=QUEUE, hours=hours
+        )
+        return int(row["n"])
+    rows = await app.connector.execute_query_all_async(
+        "DELETE FROM procrastinate_jobs WHERE id IN (SELECT job.id " + _OLD_JOBS + ") RETURNING id",
+        queue=QUEUE,
+        hours=hours,
+    )
+    await app.connector.execute_query_async(
+        "DELETE FROM fim_run_requests r WHERE created_at < NOW() - (%(hours)s || ' HOUR')"
+        "::INTERVAL AND NOT EXISTS (SELECT 1 FROM fim_runs run WHERE run.id = r.run_id "
+        "AND run.status NOT IN ('ok', 'failed', 'cancelled', 'error', 'max_iterations'))",
+        hours=hours,
+    )
+    return len(rows)
+
+
+async def has_schema(app: procrastinate.App) -> bool:
+    """Whether procrastinate's tables are in the state database (a job was ever queued)."""
+    query = "SELECT to_regclass('procrastinate_jobs') IS NOT NULL AS present"
+    return bool((await app.connector.execute_query_one_async(query))["present"])
