@@ -54,6 +54,13 @@ def non_finite(value: Any) -> str | None:
     must not hit the recursion limit here."""
     if isinstance(value, float):
         return None if math.isfinite(value) else ""
+    if type(value) is dict:  # the usual tool call: flat, no float and nothing nested
+        for child in value.values():
+            kind = type(child)
+            if kind is not str and kind is not int and kind is not bool and child is not None:
+                break
+        else:
+            return None
     stack: list[tuple[Any, tuple[Any, ...]]] = [(value, ())]
     while stack:
         item, path = stack.pop()

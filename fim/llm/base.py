@@ -161,8 +161,10 @@ def request_options(settings: ModelSettings, options: dict[str, Any]) -> dict[st
         out["temperature"] = settings.temperature
     if settings.max_tokens is not None:
         out["max_tokens"] = settings.max_tokens
-    out.update({k: v for k, v in settings.extra.items() if k not in RESERVED_EXTRA})
-    out.update(options)
+    if settings.extra:  # most models have none: no comprehension per call
+        out.update({k: v for k, v in settings.extra.items() if k not in RESERVED_EXTRA})
+    if options:
+        out.update(options)
     return out
 
 

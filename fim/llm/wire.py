@@ -344,20 +344,28 @@ _TOOLS_JSON: dict[tuple[int, ...], tuple[tuple[ToolSpec, ...], str]] = {}
 """The JSON text of a tool list, by the identities of its specs: the same specs
 (`fim.tools.registry` caches one per tool) are sent on every call of every run."""
 
+_REQUEST_HEAD: dict[str, str] = {}
+"""The start of a request body up to its messages, per model name (the same on every call)."""
+
 _CACHE_LIMIT = 4096
 
 
 def _message_json(message: Message) -> str:
     if message.images or message.audio:
         return json.dumps(message_to_wire(message))
-    fields = (message.role, message.content, message.tool_calls, message.tool_call_id, message.name)
     cached = _MESSAGE_JSON.get(id(message))
-    if (
-        cached is not None
-        and cached[0] is message
-        and all(a is b for a, b in zip(cached[1], fields, strict=True))
-    ):
-        return cached[2]
+    if cached is not None and cached[0] is message:
+        # each field compared by identity in place (a generator per message cost more)
+        role, content, tool_calls, tool_call_id, name = cached[1]
+        if (
+            role is message.role
+            and content is message.content
+            and tool_calls is message.tool_calls
+            and tool_call_id is message.tool_call_id
+            and name is message.name
+        ):
+            return cached[2]
+    fields = (message.role, message.content, message.tool_calls, message.tool_call_id, message.name)
     text = json.dumps(message_to_wire(message))
     if len(_MESSAGE_JSON) > _CACHE_LIMIT:
         _MESSAGE_JSON.clear()
@@ -368,7 +376,7 @@ def _message_json(message: Message) -> str:
 def _tools_json(tools: list[ToolSpec]) -> str:
     key = tuple(map(id, tools))
     cached = _TOOLS_JSON.get(key)
-    if cached is not None and all(a is b for a, b in zip(cached[0], tools, strict=True)):
+    if cached is not None:  # the entry holds the specs: ids in its key are theirs alone
         return cached[1]
     text = json.dumps(tools_to_wire(tools))
     if len(_TOOLS_JSON) > _CACHE_LIMIT:
@@ -387,9 +395,12 @@ def encode_chat_request(
     byte for byte, with each message's and the tool list's text reused from earlier calls.
     `options` may not repeat `model`, `messages` or `tools` (the dict form would let them
     override; here they are rejected by the caller's `request_options`)."""
-    parts = ['{"model": ', json.dumps(model), ', "messages": [']
-    parts.append(", ".join([_message_json(m) for m in messages]))
-    parts.append("]")
+    head = _REQUEST_HEAD.get(model)
+    if head is None:
+        if len(_REQUEST_HEAD) > _CACHE_LIMIT:
+            _REQUEST_HEAD.clear()
+        head = _REQUEST_HEAD[model] = '{"model": ' + json.dumps(model) + ', "messages": ['
+    parts = [head, ", ".join([_message_json(m) for m in messages]), "]"]
     if tools:
         parts += [', "tools": ', _tools_json(tools)]
     if options:

@@ -245,16 +245,14 @@ class ContextGuard:
                 _TOOL_BYTES[id(tool)] = (tool, size)
             total += size + 16
         seen = self._message_bytes
+        get = seen.get
         for m in messages:
-            known = seen.get(id(m))
-            if (
-                known is not None
-                and known[0] is m
-                and known[1] is m.content
-                and known[2] is m.tool_calls
-            ):
-                total += known[3]
-                continue
+            known = get(id(m))
+            if known is not None:
+                held, content, calls, size = known
+                if held is m and content is m.content and calls is m.tool_calls:
+                    total += size
+                    continue
             size = 16 + len((m.content or "").encode())
             for call in m.tool_calls:
                 size += (

@@ -292,14 +292,15 @@ call of every run. Keyed by identity and rebuilt when the tool's fields are repl
 
 def _spec(tool: Tool) -> ToolSpec:
     cached = _SPECS.get(id(tool))
-    if (
-        cached is not None
-        and cached[0] is tool
-        and cached[1] == tool.name
-        and cached[2] == tool.description
-        and cached[3] is tool.parameters
-    ):
-        return cached[4]
+    if cached is not None:
+        held, name, description, parameters, spec = cached
+        if (
+            held is tool
+            and name == tool.name
+            and description == tool.description
+            and parameters is tool.parameters
+        ):
+            return spec
     spec = ToolSpec(name=tool.name, description=tool.description, parameters=tool.parameters)
     if len(_SPECS) > 4096:
         _SPECS.clear()
