@@ -135,11 +135,6 @@ def test_importing_a_hooks_file_as_hooks_dot_module_is_refused(
 # ------------------------------------------------------------ #3 worker stalled bound
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-18 #3: check_stalled compares with <, so NaN (and inf) pass: "
-    "--heartbeat nan never beats and its live jobs are re-queued as stalled",
-)
 @pytest.mark.parametrize(
     ("stalled_after", "heartbeat"),
     [(30.0, float("nan")), (float("nan"), 10.0), (float("inf"), 10.0)],
@@ -155,11 +150,6 @@ def test_a_worker_refuses_a_stalled_bound_or_heartbeat_that_is_not_finite(
 # ------------------------------------------------------------ #4 snapshot skew ABA
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-18 #4: skew rule 2 trusts a version the worker held before, so a "
-    "lock-down re-applied after a revert (A, B, A, then B again) runs on the reverted A",
-)
 async def test_a_version_held_before_a_revert_is_not_taken_as_older(tmp_path: Path) -> None:
     root = write(tmp_path / "p", {})
     unlocked = compile_project(root)
@@ -187,11 +177,6 @@ _NO_CGROUP = sandbox.unavailable() or cgroup.why_not()
 
 
 @pytest.mark.skipif(_NO_CGROUP is not None, reason=f"no sandbox memory cgroup: {_NO_CGROUP}")
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-18 #5: a call cancelled while its cgroup is being created (the "
-    "to_thread before execute's try/finally) leaves the cgroup behind until fim restarts",
-)
 async def test_a_call_cancelled_while_its_cgroup_is_made_leaves_no_cgroup(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -14,13 +14,14 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from fim.tools import sandbox
 from fim.tools.sandbox import cgroup
-from fim.tools.sandbox.process import CGROUP_SLACK_MB
+from fim.tools.sandbox.process import CGROUP_SLACK_MB, execute
 
 _WHY = sandbox.unavailable() or cgroup.why_not()
 needs_cgroup = pytest.mark.skipif(
@@ -202,3 +203,40 @@ def test_a_v2_cgroup_fim_already_left_for_its_leaf_is_the_base(tmp_path: Path) -
     (parent / cgroup.LEAF).mkdir(parents=True)
     (parent / "cgroup.subtree_control").write_text("memory pids\n")
     assert cgroup._delegated(parent / cgroup.LEAF) == (cgroup.Base(parent, 2), "")
+
+
+async def test_a_call_cancelled_twice_while_its_cgroup_is_made_still_leaves_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The thread making a call's cgroup cannot be stopped: a call cancelled meanwhile (the
+    engine's tool timeout, a cancelled run) waits for it and removes what it made, and a
+    second cancel during that wait stops the waiting, not the removal (attack-18 #5). Any
+    host: the cgroup is a folder of tmp_path here."""
+    made, release = threading.Event(), threading.Event()
+    folder = tmp_path / f"{cgroup.PREFIX}{os.getpid()}-1"
+
+    def slow(base: cgroup.Base, limit_bytes: int) -> cgroup.MemoryCgroup | None:
+        folder.mkdir()
+        made.set()
+        release.wait(30)  # until the test has cancelled the call twice
+        return cgroup.MemoryCgroup(folder, base.version)
+
+    monkeypatch.setattr(cgroup, "base", lambda: cgroup.Base(tmp_path, 2))
+    monkeypatch.setattr(cgroup, "create", slow)
+    call = asyncio.ensure_future(
+        execute(["true"], tmp_path / "s", b"", {}, sandbox.Limits(), False, None, bwrap="bwrap")
+    )
+    while not made.is_set():
+        await asyncio.sleep(0.01)
+    call.cancel()
+    for _ in range(3):  # the call takes the cancel and waits for the thread
+        await asyncio.sleep(0)
+    call.cancel()
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    for _ in range(500):  # the removal runs on in a task of its own (bounded: 5 s)
+        if not folder.exists():
+            break
+        await asyncio.sleep(0.01)
+    assert not folder.exists()

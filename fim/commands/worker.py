@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -59,15 +60,49 @@ def _warm_up() -> None:
     import fim.workflows.engine  # noqa: F401
 
 
-def check_stalled(stalled_after: float, heartbeat: float) -> None:
-    """Refuse a stalled bound shorter than three heartbeats: a worker would look dead to
-    the others between two beats, and its live jobs would run twice."""
-    if heartbeat <= 0 or stalled_after < 3 * heartbeat:
+HEARTBEAT_RANGE = (0.1, 300.0)
+"""`--heartbeat` seconds: a shorter beat is a write to PostgreSQL many times a second, a
+longer one makes a dead worker's jobs wait long for nothing."""
+
+SKEW_WAIT_MAX = 86400.0
+"""The longest `--skew-wait` (a day): a job waiting longer holds a worker slot for nothing."""
+
+
+def _seconds(flag: str, value: float, low: float, high: float, low_open: bool = False) -> str:
+    """The problem with a flag's seconds, or "": click's FLOAT takes `nan` and `inf`, and
+    every comparison with NaN is False, so the range is checked as "inside", not "outside"."""
+    inside = low < value <= high if low_open else low <= value <= high
+    if math.isfinite(value) and inside:
+        return ""
+    above = "more than" if low_open else "from"
+    return f"{flag}: {value:g} is not a number of seconds {above} {low:g} up to {high:g}"
+
+
+def check_stalled(stalled_after: float, heartbeat: float, skew_wait: float = 60.0) -> None:
+    """Refuse seconds that are not finite or out of range (`--heartbeat nan` never beats:
+    its live jobs would be re-queued and run twice; `--stalled-after 1e11` would keep every
+    worker from pruning dead ones), and a stalled bound shorter than three heartbeats: a
+    worker would look dead to the others between two beats, and its live jobs would run
+    twice. Every problem at once."""
+    # deferred: fim.workflows loads the config schema (hundreds of ms); `fim --help` must not
+    from fim.workflows.queue_rows import STALLED_AFTER_MAX
+
+    problems = [
+        _seconds("--heartbeat", heartbeat, *HEARTBEAT_RANGE),
+        _seconds("--stalled-after", stalled_after, 0.0, STALLED_AFTER_MAX, low_open=True),
+        _seconds("--skew-wait", skew_wait, 0.0, SKEW_WAIT_MAX),
+    ]
+    if any(problems):
+        raise RunError(
+            "; ".join(p for p in problems if p),
+            hint="the defaults are --heartbeat 10 --stalled-after 30 --skew-wait 60; "
+            f"--stalled-after is 3 heartbeats or more, up to {STALLED_AFTER_MAX:g} (a day)",
+        )
+    if stalled_after < 3 * heartbeat:
         raise RunError(
             f"--stalled-after {stalled_after:g} is less than 3 heartbeats "
             f"(--heartbeat {heartbeat:g})",
-            hint=f"use --stalled-after {max(3 * heartbeat, 0.1):g} or more, or a shorter "
-            "--heartbeat",
+            hint=f"use --stalled-after {3 * heartbeat:g} or more, or a shorter --heartbeat",
         )
 
 
@@ -115,12 +150,12 @@ def worker(
         float,
         typer.Option(
             help="Seconds without a heartbeat of this worker before its jobs are retried "
-            "(at least 3 heartbeats)."
+            "(at least 3 heartbeats, at most 86400: a day)."
         ),
     ] = 30.0,
-    heartbeat: Annotated[float, typer.Option(help="Seconds between this worker's heartbeats.")] = (
-        10.0
-    ),
+    heartbeat: Annotated[
+        float, typer.Option(help="Seconds between this worker's heartbeats (0.1 to 300).")
+    ] = 10.0,
     reload: Annotated[
         bool,
         typer.Option("--reload/--no-reload", help="Recompile and swap on file changes (-p)."),
@@ -130,7 +165,7 @@ def worker(
         typer.Option(
             min=0,
             help="Seconds a job accepted on a snapshot this worker has not reached waits "
-            "for it before the run fails (snapshot skew).",
+            "for it before the run fails (snapshot skew; at most 86400).",
         ),
     ] = 60.0,
     tools: Annotated[
@@ -154,7 +189,7 @@ def worker(
     from fim.workflows.queue_rows import QUEUE, prune_bound
 
     with user_errors():
-        check_stalled(stalled_after, heartbeat)
+        check_stalled(stalled_after, heartbeat, skew_wait)
     source = None
     seconds = 0.0
     if git is not None:  # GitOps pull (fim.build.gitops), exactly as `fim serve --git`

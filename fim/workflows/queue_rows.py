@@ -17,6 +17,25 @@ if TYPE_CHECKING:
 QUEUE = "fim-workflows"
 """One queue for every fim job: workers take workflow steps and agent runs alike."""
 
+STALLED_AFTER_MAX = 86400.0
+"""The longest stalled bound (a day): `fim worker --stalled-after` refuses more, and a
+`fim_workers` row (written by an older fim, or anything with the database's password) counts
+for no more. Without a cap one row of `1e11` would keep every worker from pruning dead
+workers, and `NaN` or `Infinity` would make procrastinate's interval arithmetic fail."""
+
+
+def bounded(seconds: float) -> float:
+    """A stalled bound as fim uses it: within 0 to `STALLED_AFTER_MAX`; NaN counts as the
+    cap (the direction that re-queues and prunes nothing early)."""
+    if math.isnan(seconds):
+        return STALLED_AFTER_MAX
+    return min(max(float(seconds), 0.0), STALLED_AFTER_MAX)
+
+
+_ROW_BOUND = "LEAST(GREATEST(f.stalled_after, 0), %(cap)s)"
+"""A `fim_workers` row's bound, capped in SQL as `bounded` does (PostgreSQL sorts NaN above
+every number, so LEAST gives the cap for NaN and Infinity alike)."""
+
 TABLES = (
     # a queued agent run's request, raw (the run needs the caller's words), until it ends
     "CREATE TABLE IF NOT EXISTS fim_run_requests (run_id varchar(64) PRIMARY KEY, "
@@ -38,7 +57,7 @@ async def record_worker(app: procrastinate.App, worker_id: int, stalled_after: f
         "WHERE EXISTS (SELECT 1 FROM procrastinate_workers WHERE id = %(id)s) "
         "ON CONFLICT (id) DO UPDATE SET stalled_after = EXCLUDED.stalled_after",
         id=worker_id,
-        after=float(stalled_after),
+        after=bounded(stalled_after),
     )
 
 
@@ -46,9 +65,13 @@ async def retry_stalled_jobs(app: procrastinate.App, stalled_after: float) -> in
     """Re-queue fim's stalled jobs (procrastinate's `get_stalled_jobs` and `retry_job`),
     except those whose worker still beat within its *own* recorded `--stalled-after`: one
     worker started with a short bound must not re-queue the live jobs of a worker whose
-    heartbeat is slower (two workers on one run). The number re-queued."""
+    heartbeat is slower (two workers on one run); a row's bound counts up to
+    `STALLED_AFTER_MAX` (one hostile row must not break the check for everyone). The number
+    re-queued."""
     stalled = list(
-        await app.job_manager.get_stalled_jobs(seconds_since_heartbeat=stalled_after, queue=QUEUE)
+        await app.job_manager.get_stalled_jobs(
+            seconds_since_heartbeat=bounded(stalled_after), queue=QUEUE
+        )
     )
     if not stalled:
         return 0
@@ -57,8 +80,9 @@ async def retry_stalled_jobs(app: procrastinate.App, stalled_after: float) -> in
         "JOIN procrastinate_workers w ON w.id = job.worker_id "
         "JOIN fim_workers f ON f.id = job.worker_id "
         "WHERE job.id = ANY(%(ids)s) "
-        "AND w.last_heartbeat >= NOW() - make_interval(secs => f.stalled_after)",
+        f"AND w.last_heartbeat >= NOW() - make_interval(secs => {_ROW_BOUND})",
         ids=[job.id for job in stalled],
+        cap=STALLED_AFTER_MAX,
     )
     fresh = {row["id"] for row in alive}
     count = 0
@@ -73,11 +97,13 @@ async def retry_stalled_jobs(app: procrastinate.App, stalled_after: float) -> in
 async def prune_bound(app: procrastinate.App, stalled_after: float) -> float:
     """The heartbeat age past which this worker, at its start, lets procrastinate delete
     other workers' rows (`stalled_worker_timeout`): never less than a live worker's own
-    bound, or its jobs would lose their worker and look stalled to everyone."""
+    bound, or its jobs would lose their worker and look stalled to everyone. Each row counts
+    up to `STALLED_AFTER_MAX`: a row of `1e11` (an older fim, a hostile writer) would
+    otherwise keep every worker from pruning a dead one for as long as it exists."""
     row = await app.connector.execute_query_one_async(
-        "SELECT max(stalled_after) AS bound FROM fim_workers"
+        f"SELECT max({_ROW_BOUND}) AS bound FROM fim_workers f", cap=STALLED_AFTER_MAX
     )
-    return max(float(stalled_after), float(row["bound"] or 0.0))
+    return bounded(max(bounded(stalled_after), float(row["bound"] or 0.0)))
 
 
 async def store_request(app: procrastinate.App, run_id: str, request: dict[str, Any]) -> None:

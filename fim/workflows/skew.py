@@ -7,14 +7,20 @@ an older one must not run them, or what the operator locked down holds only in t
 foreground (attack-17 #2).
 
 A worker runs a job on its current snapshot when that snapshot is not older than the
-job's, which it knows in one of four ways:
+job's, which it knows in one of three ways:
 
 1. it is the job's version;
-2. this worker held the job's version before and has moved on since (its reloads are in
-   order, so its current one is newer);
-3. `--git`: the job's commit is an ancestor of the worker's;
-4. `-p`: the worker just compiled the very folder the job was accepted from (same host,
+2. `--git`: the job's commit is an ancestor of the worker's;
+3. `-p`: the worker just compiled the very folder the job was accepted from (same host,
    same path) without a problem: the files as they are now, read after the job existed.
+
+"This worker held the job's version before and has moved on since" is not one of them
+(attack-18 #4): a version is a digest of content, and content comes back. A lock-down that
+is reverted and re-applied (A, B, A, B) makes the server accept under B while a worker whose
+watcher has not fired yet is on A, having held B before; a force-push back and forth does
+the same under `--git`. Nor does "held before" order versions the worker did not see: the
+server may have gone A, B, A while the worker went A, B only. Rule 3 already covers the
+same-folder worker that moved on (at the cost of a recompile), rule 2 the `--git` one.
 
 Otherwise it brings its snapshot up to date (`refresh`: a recompile of `-p DIR`, a `git
 fetch` with `--git`) and asks again, with backoff, for up to `wait` seconds; then the run
@@ -30,7 +36,7 @@ import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -78,17 +84,10 @@ class WorkerSnapshots:
     origin: str = ""
     wait: float = 60.0
     first_step: float = 0.25
-    held: set[str] = field(default_factory=set)
-    """Versions this worker held before its current one (rule 2)."""
-
-    def __post_init__(self) -> None:
-        self.holder.listeners.append(lambda old, _new: self.held.add(old.version))
 
     async def _may_run(self, version: str, origin: str | None, fresh: bool) -> bool:
         current = self.holder.current.version
         if current == version:
-            return True
-        if version in self.held:
             return True
         if await self.descends(version, current):
             return True

@@ -63,15 +63,16 @@ async def execute(
     `limits.folder_mb`. Cancelling it kills the tree before re-raising. The whole tree runs
     in a memory cgroup of its own where the host has one, deleted (with anything left in
     it) before this returns or re-raises."""
-    group, refused = await asyncio.to_thread(_memory_cgroup, limits)
-    if refused:  # fail closed: where fim has cgroups, no call runs without its own
-        return Outcome(
-            returncode=1,
-            stdout=Capture(0),
-            stderr=Capture(0),
-            setup_error="cannot create the call's memory cgroup (fim's log says why)",
-        )
+    group: cgroup.MemoryCgroup | None = None
     try:
+        group, refused = await _made_cgroup(limits)
+        if refused:  # fail closed: where fim has cgroups, no call runs without its own
+            return Outcome(
+                returncode=1,
+                stdout=Capture(0),
+                stderr=Capture(0),
+                setup_error="cannot create the call's memory cgroup (fim's log says why)",
+            )
         return await _execute(
             argv, scratch, stdin, declared, limits, as_root, egress, read_only,
             bwrap=bwrap, folder=folder, group=group,
@@ -79,6 +80,39 @@ async def execute(
     finally:
         if group is not None:
             await asyncio.to_thread(group.remove)
+
+
+_DISCARDING: set[asyncio.Task[None]] = set()
+"""Removals of cancelled calls' cgroups still under way (asyncio keeps weak references to
+tasks only)."""
+
+
+async def _made_cgroup(limits: Limits) -> tuple[cgroup.MemoryCgroup | None, bool]:
+    """`_memory_cgroup` in a thread, with no window where a cgroup it makes is left behind
+    (attack-18 #5): a thread cannot be stopped, so a call cancelled while it runs (the
+    engine's tool timeout, a cancelled run; the first call also runs discovery and the
+    sweep there) would otherwise return while the thread goes on to make a cgroup nobody
+    removes, and the startup sweep removes only dead processes' ones. On cancellation a
+    task of its own takes what the thread makes and removes it; the call waits for that
+    (shielded: a second cancel stops only the waiting) and re-raises."""
+    making = asyncio.ensure_future(asyncio.to_thread(_memory_cgroup, limits))
+    try:
+        return await asyncio.shield(making)
+    except asyncio.CancelledError:
+        discard = asyncio.ensure_future(_discard(making))
+        _DISCARDING.add(discard)
+        discard.add_done_callback(_DISCARDING.discard)
+        discard.add_done_callback(_retrieve)
+        with contextlib.suppress(Exception):
+            await asyncio.shield(discard)
+        raise
+
+
+async def _discard(making: asyncio.Future[tuple[cgroup.MemoryCgroup | None, bool]]) -> None:
+    """Remove the cgroup the thread of a cancelled call makes, once it has made it."""
+    made, _ = await making
+    if made is not None:
+        await asyncio.to_thread(made.remove)
 
 
 async def _execute(
