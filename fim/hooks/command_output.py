@@ -22,7 +22,10 @@ if TYPE_CHECKING:
 
 
 class _Exact(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    """Validators are built on the first answer a hook prints as JSON, not at import:
+    `fim validate` builds every command hook but never reads one's output."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
 
 
 class _Specific(_Exact):
@@ -176,3 +179,10 @@ async def _decide(
             return asked
         changes["side_effects"] = [*effects, *asked.side_effects]
     return HookResult(**changes)
+
+
+def build_validators() -> None:
+    """Build the output models' validators now (they are deferred for `fim validate`):
+    `fim serve` calls this at start-up, so the first hook answer of a request does not pay."""
+    for model in (_Specific, HookOutput):
+        model.model_rebuild()

@@ -74,6 +74,7 @@ async def serve(
     from fim.build.reload import SnapshotHolder, watch
     from fim.capabilities import CAPABILITIES
     from fim.events import build_validators
+    from fim.hooks.command_output import build_validators as build_hook_validators
     from fim.llm import preload
     from fim.run.services import Services
     from fim.server.app import create_app
@@ -87,6 +88,7 @@ async def serve(
     else:
         snapshot = await asyncio.to_thread(compile_project, root)
     build_validators()
+    build_hook_validators()
     observe.warm(snapshot.project.name)
     settle_heap()
     preload(snapshot.models_in_use())

@@ -29,6 +29,7 @@ from fim.build.reload import SnapshotHolder, watch
 from fim.capabilities import CAPABILITIES
 from fim.errors import RunError
 from fim.events import build_validators
+from fim.hooks.command_output import build_validators as build_hook_validators
 from fim.llm import preload
 from fim.observe.logs import announce, configure
 from fim.run.services import Services
@@ -117,6 +118,7 @@ def worker_app() -> Any:
     root = Path(options["root"])
     snapshot = compile_project(root)
     build_validators()
+    build_hook_validators()
     holder = SnapshotHolder(snapshot)
     services = Services(root=root, state_url=snapshot.project.state, providers=CAPABILITIES)
     holder.listeners.append(lambda old, new: _on_swap(services, old, new))

@@ -33,7 +33,6 @@ import asyncio
 import contextlib
 import ctypes
 import json
-import multiprocessing
 import os
 import resource
 import signal
@@ -175,7 +174,9 @@ class Workers:
         self._pool: Any = None
 
     def _new_pool(self) -> Any:
-        # deferred: loading pebble costs a few ms
+        # deferred: loading multiprocessing and pebble costs every start-up a few ms
+        import multiprocessing
+
         from pebble import ProcessPool
 
         context = multiprocessing.get_context("forkserver")

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from fim.config.schema.base import Strict
+from fim.config.schema.base import Strict, empty_list
 from fim.config.schema.project import ModelRef, ToolModes, ToolSelection
 from fim.config.schema.spend import Budget
 
@@ -33,7 +33,7 @@ class HookSpec(Strict):
     """Lower runs first."""
     timeout: float = 30.0
     """Seconds a command or Python hook may take before it blocks (fail closed)."""
-    env: list[str] | dict[str, str] = Field(default_factory=list)
+    env: list[str] | dict[str, str] = Field(default_factory=empty_list)
     """Variables a command hook gets besides the protocol's (PATH, HOME, LANG, CLAUDE_*,
     FIM_*): names passed through from fim's environment, or a mapping of name to value."""
     optional: bool = False
@@ -111,20 +111,20 @@ class AgentDecl(Strict):
     """`react` (think, call tools, repeat) or `dag` (plan, parallel steps, check, re-plan)."""
     instructions: str = ""
     """System prompt, a sandboxed Jinja2 template (`project`, `agent`, `env`, `now`)."""
-    tools: list[str] = Field(default_factory=list)
+    tools: list[str] = Field(default_factory=empty_list)
     """Builtin tool names, or `module:function` for a function of the project's hooks/
     folder (`mytools:add`: tool `add`); these are pinned (never dropped by tool selection)."""
-    tool_categories: list[str] = Field(default_factory=list)
+    tool_categories: list[str] = Field(default_factory=empty_list)
     """Add every builtin tool of these categories."""
-    connectors: list[str] = Field(default_factory=list)
+    connectors: list[str] = Field(default_factory=empty_list)
     """Connectors (connectors/<name>.yaml) whose actions or queries this agent may use."""
-    mcp: list[str] = Field(default_factory=list)
+    mcp: list[str] = Field(default_factory=empty_list)
     """MCP servers (fim.yaml's `mcp_servers`) whose tools this agent may call."""
-    skills: Literal["all"] | list[str] = Field(default_factory=list)
+    skills: Literal["all"] | list[str] = Field(default_factory=empty_list)
     """Skills (skills/<name>/SKILL.md) this agent may read, or `all`."""
-    workflows: list[str] = Field(default_factory=list)
+    workflows: list[str] = Field(default_factory=empty_list)
     """Workflows this agent may start through `run_workflow`."""
-    delegates: list[str] = Field(default_factory=list)
+    delegates: list[str] = Field(default_factory=empty_list)
     """Agents this agent may hand tasks to through `call_agent`."""
     max_iterations: int = Field(default=50, ge=1)
     """Model calls one run may make; past it the run stops without a final answer."""
@@ -140,7 +140,7 @@ class AgentDecl(Strict):
     tool_selection: ToolSelection | None = None
     """Overrides the fields of fim.yaml's `tool_selection` it names, e.g. `{enabled: false}`
     for an agent whose every tool matters, or `{max: 3}`."""
-    hooks: list[HookSpec] = Field(default_factory=list)
+    hooks: list[HookSpec] = Field(default_factory=empty_list)
     """Hooks on this agent's session and tool calls: `use`, `command`, `python` or `ref` each."""
     read_only: bool = False
     """Always add `readonly_guard`: no write/admin actions, SQL that only reads."""

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fim.config.schema.base import JSONSchema, Strict
+from fim.config.schema.base import JSONSchema, Strict, empty_list
 
 
 class BearerAuth(Strict):
@@ -83,7 +83,7 @@ class HttpAction(Strict):
     """Parameters sent as query string even on POST/PUT/PATCH."""
     headers: dict[str, str] = Field(default_factory=dict)
     """Headers sent with this action's requests (besides the connector's)."""
-    tags: list[str] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=empty_list)
     """Groups (OpenAPI tags): the prompt stub lists actions by tag, `discover` filters on them."""
     body: Literal["json", "form", "multipart", "binary"] = "json"
     """How the non-path, non-query arguments travel: a JSON object, a urlencoded form, a
@@ -91,7 +91,7 @@ class HttpAction(Strict):
     body_parameter: str | None = None
     """The one argument that *is* the body (a JSON array body, or base64 bytes of a binary
     upload) instead of the remaining arguments as an object."""
-    files: list[str] = Field(default_factory=list)
+    files: list[str] = Field(default_factory=empty_list)
     """Multipart parts sent as files (base64 content in the argument)."""
     content_type: str | None = None
     """Content-Type of a binary body."""

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from fim.config.schema.base import JSONSchema, Strict
+from fim.config.schema.base import JSONSchema, Strict, empty_list
 from fim.config.schema.project import ModelRef
 
 
@@ -151,7 +151,7 @@ class Assertion(Strict):
 class ApprovalAnswers(Strict):
     """Approve the calls to these tools, deny every other: `{approve: [save_note]}`."""
 
-    approve: list[str] = Field(default_factory=list)
+    approve: list[str] = Field(default_factory=empty_list)
     """Tools whose calls are approved, named as `fim run -v` shows them."""
 
 
@@ -169,7 +169,7 @@ class EvalCase(Strict):
     """Prompt text, a list of chat messages, or workflow inputs."""
     vars: dict[str, Any] = Field(default_factory=dict)
     """Values substituted into `input` as `{{ name }}`."""
-    expect: list[Assertion] = Field(default_factory=list)
+    expect: list[Assertion] = Field(default_factory=empty_list)
     """Assertions that must all hold; each sets exactly one key."""
     repeat: int = Field(default=1, ge=1)
     """Runs of this case (the suite's `repeat` if larger); each counts toward the pass rate."""
@@ -231,7 +231,7 @@ class EvalSuite(Strict):
     """Pass rate the suite needs for `fim eval` to exit 0."""
     repeat: int = Field(default=1, ge=1)
     """Runs of every case (a case's own `repeat` if larger)."""
-    default_expect: list[Assertion] = Field(default_factory=list)
+    default_expect: list[Assertion] = Field(default_factory=empty_list)
     """Assertions every case must also meet, added after its own `expect` (CSV and JSONL
     cases too), as promptfoo's `defaultTest` adds its `assert` to each test's: the
     `not_contains: sorry` a suite wants of every row, written once. Named after

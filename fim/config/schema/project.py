@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Discriminator, Field, Tag
 
-from fim.config.schema.base import Strict
+from fim.config.schema.base import Strict, empty_list
 from fim.config.schema.spend import Budget, Price
 
 
@@ -79,7 +79,7 @@ class StdioServer(Strict):
 
     command: str
     """Program to start (`uvx`, `npx`, `python`...), looked up on PATH."""
-    args: list[str] = Field(default_factory=list)
+    args: list[str] = Field(default_factory=empty_list)
     """Its command-line arguments."""
     env: dict[str, str] = Field(default_factory=dict)
     """Variables it gets on top of a minimal inherited set (PATH, HOME, locale); `${VAR}` works."""
@@ -204,14 +204,14 @@ class ServerSettings(Strict):
     """Address `fim serve` listens on; one past loopback needs `api_keys` (or `allow_open`)."""
     port: int = 8000
     """Port `fim serve` listens on (`--port` overrides it)."""
-    api_keys: list[str | TenantKey] = Field(default_factory=list)
+    api_keys: list[str | TenantKey] = Field(default_factory=empty_list)
     """Bearer keys accepted by every route but /healthz; empty ones are ignored. Each key
     (or each tenant's keys, `{key: ..., tenant: ...}`) sees only the sessions, runs and
     approvals of the runs it started."""
-    operator_keys: list[str] = Field(default_factory=list)
+    operator_keys: list[str] = Field(default_factory=empty_list)
     """Bearer keys accepted like `api_keys` that see every run and decide every approval
     (an operations console; `fim approvals` on the store needs no key)."""
-    cors_origins: list[str] = Field(default_factory=list)
+    cors_origins: list[str] = Field(default_factory=empty_list)
     """Web origins (besides the server's own) whose pages may call a server without keys."""
     max_body_bytes: int = 1_048_576
     """Largest request body accepted, chunked or not (413 past it)."""
@@ -246,7 +246,7 @@ class Retention(Strict):
 class WebFetchSettings(Strict):
     allow_private: bool = False
     """Allow `web_fetch` to reach loopback and private addresses (off: SSRF guard)."""
-    allow_hosts: list[str] = Field(default_factory=list)
+    allow_hosts: list[str] = Field(default_factory=empty_list)
     """Hosts reachable even when private (e.g. `127.0.0.1`)."""
 
 
@@ -288,7 +288,7 @@ class Project(Strict):
     """Days the state store keeps finished runs, approvals, audit and usage rows."""
     paths: Paths = Field(default_factory=Paths)
     """Where each kind of file lives, if not in the default folders."""
-    env_allowlist: list[str] = Field(default_factory=list)
+    env_allowlist: list[str] = Field(default_factory=empty_list)
     """Environment variables workflow templates may read as `env.NAME`."""
     web_fetch: WebFetchSettings = Field(default_factory=WebFetchSettings)
     """Which private hosts `web_fetch` (and a sandbox with network) may reach."""

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import Field, TypeAdapter, field_validator
 
-from fim.config.schema.base import Strict
+from fim.config.schema.base import Strict, empty_list
 from fim.schema_check import pattern_matches
 
 REGEX_PREFIX = "regex:"
@@ -137,7 +137,7 @@ class ScriptFile(Strict):
     replies: list[ScriptReply] = Field(min_length=1)
     """Replies in order; on each model call the first whose `when` matches serves its next
     step."""
-    default: Steps = Field(default_factory=list)
+    default: Steps = Field(default_factory=empty_list)
     """Steps served when no reply matches (none: such a call is an error)."""
 
     @field_validator("default")

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, get_args, ge
 from pydantic import Field
 from pydantic_core import from_json
 
-from fim.config.schema.base import Strict
+from fim.config.schema.base import Strict, empty_list
 from fim.structured import finite
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ _REQUIRED = ("execute", "check_refs", "graph_label")
 class NodeType(Strict):
     """The fields every node has, and the pieces every node type must supply."""
 
-    needs: list[str] = Field(default_factory=list)
+    needs: list[str] = Field(default_factory=empty_list)
     """Nodes that must finish before this one starts."""
     timeout: float | None = None
     """Seconds one attempt may take; past it the attempt fails."""
