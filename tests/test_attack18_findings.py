@@ -78,12 +78,6 @@ def command_hooked(root: Path, command: str, script: str) -> Path:
 # ------------------------------------------------------------ #1 command hook pins
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-18 #1: a command hook's script under a hidden folder (.claude/hooks, "
-    "Claude Code's layout) or named through the shell (cd hooks && ./x) is never pinned; "
-    "an edit since the compile runs under the old snapshot",
-)
 @pytest.mark.parametrize(
     ("command", "script"),
     [
@@ -104,12 +98,6 @@ def test_an_edited_command_hook_script_never_runs_under_the_old_snapshot(
 # ------------------------------------------------------------ #2 python hook disk imports
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-18 #2: `import hooks.words` (the project root on sys.path) binds a "
-    "namespace package without __file__, so the compile's sys.path check does not see it "
-    "and the hook reads words.py from the disk",
-)
 def test_importing_a_hooks_file_as_hooks_dot_module_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from fim.build.builtin_names import is_python_tool
 from fim.build.checks import ROLE_ENV, Checker
-from fim.build.hook_checks import pin_commands
+from fim.build.hook_checks import pin_commands, pin_folders
 from fim.build.model_checks import check_cost_limits
 from fim.build.project_modules import pin_modules
 from fim.build.snapshot import CASE_SOURCE, Locate, Snapshot, Source
@@ -172,7 +172,8 @@ def compile_project(root: str | Path | None = None) -> Snapshot:
         Checker(decls).run()
         modules = pin_modules(decls)  # before the snapshot: part of its version
         commands = pin_commands(decls)
-        snapshot = build_snapshot(decls, modules, commands)
+        folders = pin_folders(decls)
+        snapshot = build_snapshot(decls, modules, commands, folders)
     if not decls.problems:
         decls.problems.extend(_snapshot_problems(snapshot, _locator(decls)))
     else:
@@ -190,10 +191,11 @@ def build_snapshot(
     decls: Declarations,
     modules: Mapping[str, bytes] | None = None,
     commands: Mapping[str, tuple[tuple[str, str], ...]] | None = None,
+    folders: tuple[Mapping[str, tuple[str, ...] | None], Mapping[str, str]] | None = None,
 ) -> Snapshot:
     """The snapshot of `decls`, with the hooks folder's Python files and the hook scripts'
-    digests the compile pinned (`pin_modules`, `pin_commands`: read into `decls.digest`
-    first, so the version covers them)."""
+    and hook folders' digests the compile pinned (`pin_modules`, `pin_commands`,
+    `pin_folders`: read into `decls.digest` first, so the version covers them)."""
     entries = decls.entries
     sources: dict[tuple[str, str], Source] = {("project", decls.project.name): Source("fim.yaml")}
     for kind, by_name in entries.items():
@@ -255,6 +257,8 @@ def build_snapshot(
         prompt_files=MappingProxyType(dict(decls.prompt_files)),
         modules=MappingProxyType(dict(modules or {})),
         command_files=MappingProxyType(dict(commands or {})),
+        hook_folders=MappingProxyType(dict(folders[0] if folders else {})),
+        hook_folder_files=MappingProxyType(dict(folders[1] if folders else {})),
         loaded_at=time.time(),
     )
 

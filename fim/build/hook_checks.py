@@ -9,8 +9,10 @@ for every agent and hook file.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import posixpath
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,6 +21,7 @@ from fim.config.declarations import Declarations, Entry
 from fim.config.files import read_regular
 from fim.config.problems import suggest
 from fim.config.schema import HookSpec
+from fim.errors import Problem
 
 if TYPE_CHECKING:
     from fim.build.checks import Checker
@@ -39,12 +42,62 @@ def command_program(command: str, root: Path) -> str:
 MAX_SCRIPT_BYTES = 8 * 2**20
 """The most of one hook script fim pins by digest (8 MiB)."""
 
+MAX_PINNED_FILES = 1000
+"""The most files of the hook folders fim pins for command hooks: every call stats each
+one (about 3 us a file, 3 ms at the cap, a command's own start), so a folder holding far
+more than scripts (a virtualenv not named `.venv`) is a compile error, not a slow hook."""
+
+CLAUDE_FOLDER = ".claude/hooks"
+"""Where Claude Code keeps a project's hook scripts (run as
+`"$CLAUDE_PROJECT_DIR"/.claude/hooks/x.sh`): pinned beside the hooks folder. Not the whole
+`.claude/`: Claude Code rewrites its own settings there (`settings.local.json`) and keeps
+commands, agents and skills, none of which a hook runs; a script elsewhere in it that a
+command names is pinned by name (`command_files`)."""
+
+ABSENT = "-"
+"""The pin of a path that is no readable regular file (missing, a link to a folder, a
+FIFO): it must stay so."""
+
+_UNPINNED_DIRS = frozenset(
+    {".git", ".fim", "__pycache__", ".pytest_cache", ".ruff_cache", "node_modules", ".venv"}
+    | {".cassettes"}
+)
+"""Folders the reload watcher ignores (`fim.build.reload`): a change there starts no
+reload, so pinning one would block command hooks until a restart (`__pycache__` is what a
+Python hook script's own imports write)."""
+
+
+_SHELL_SYNTAX = frozenset("$;|&<>()`*?[{")
+"""Characters that make a command's first word something the shell resolves, not a path."""
+
+
+def _unpinned_file(name: str) -> bool:
+    """Names the reload watcher ignores too: editors' swap and backup files, logs, .pyc."""
+    return name.endswith(("~", ".swp", ".tmp", ".pyc", ".log")) or name.startswith(".#")
+
+
+def folder_entries(path: str) -> tuple[str, ...]:
+    """The entries of a pinned hook folder as the compile and the check before each call
+    both see them: sorted names, a real (not linked) subfolder's with a trailing `/`, what
+    the watcher ignores left out. OSError when it cannot be listed."""
+    names: list[str] = []
+    with os.scandir(path) as found:
+        for entry in found:
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name not in _UNPINNED_DIRS:
+                    names.append(entry.name + "/")
+            elif not _unpinned_file(entry.name):
+                names.append(entry.name)
+    return tuple(sorted(names))
+
 
 def command_files(command: str, root: Path) -> list[str]:
-    """The project files a hook command names, relative to `root`: its program
-    (`hooks/x.sh`, `"$CLAUDE_PROJECT_DIR"/hooks/x.sh`) and any other word that is a file of
-    the project (`python3 hooks/check.py`), not hidden (`.fim/`). What `pin_commands` pins;
-    files those scripts read or source themselves are not seen."""
+    """The project paths a hook command names, relative to `root`: its program
+    (`hooks/x.sh`, `"$CLAUDE_PROJECT_DIR"/hooks/x.sh`) and any other word that is a path
+    of the project (`python3 scripts/check.py`), even one not written yet. What
+    `pin_commands` pins beside the hook folders (`pin_folders`); a word the shell builds
+    (`cd scripts && ./x`, `$PWD/scripts/x`) is not seen, nor files scripts read
+    themselves."""
     try:
         words = shlex.split(command)
     except ValueError:  # an unbalanced quote: the shell will say so
@@ -61,36 +114,125 @@ def command_files(command: str, root: Path) -> list[str]:
         if not path.startswith(base + os.sep):
             continue
         rel = path[len(base) + 1 :].replace(os.sep, "/")
-        if any(part.startswith(".") for part in rel.split("/")) or rel in found:
+        if any(part in _UNPINNED_DIRS for part in rel.split("/")) or rel in found:
             continue
-        if os.path.isfile(path):
+        if "/" in word or os.path.isfile(path):  # `jq` alone is a program, not a path
             found.append(rel)
     return found
 
 
-def pin_commands(decls: Declarations) -> dict[str, tuple[tuple[str, str], ...]]:
-    """Hook command -> the project files it names with the sha256 of their bytes now
-    (`Snapshot.command_files`, part of the version through `decls.digest`): a command hook
-    refuses to run a script that changed since its snapshot was compiled
-    (`fim.hooks.command_pins`), so an edit reaches runs through a reload, as every other
-    change does. A file that cannot be read is left to `check_hook` and the run."""
+def _commands(decls: Declarations) -> list[str]:
+    """Every hook command of the project: hooks/ files' and agents' own."""
     commands = [e.decl.command for e in decls.entries.get("hook", {}).values()]
     for entry in decls.entries.get("agent", {}).values():
         commands += [spec.command for spec in entry.decl.hooks]
+    return sorted({c for c in commands if c})
+
+
+def _pin(path: Path) -> str:
+    """The sha256 of a file's bytes, or `ABSENT` for no readable regular file; OSError
+    (EFBIG) for one past `MAX_SCRIPT_BYTES`."""
+    try:
+        raw, _ = read_regular(path, MAX_SCRIPT_BYTES)
+    except OSError as exc:
+        if exc.errno == errno.EFBIG:
+            raise
+        return ABSENT
+    return hashlib.sha256(raw).hexdigest()
+
+
+def pin_commands(decls: Declarations) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Hook command -> the project paths its words name with the sha256 of their bytes now
+    (`ABSENT` for one not there: it must not appear either) (`Snapshot.command_files`, part
+    of the version through `decls.digest`): a command hook refuses to run a script that
+    changed since its snapshot was compiled (`fim.hooks.command_pins`), so an edit reaches
+    runs through a reload, as every other change does. A file past the size cap is left to
+    `pin_folders`' problem or, outside the folders, pinned as unreadable."""
     pinned: dict[str, tuple[tuple[str, str], ...]] = {}
-    for command in sorted({c for c in commands if c}):
+    for command in _commands(decls):
         files = []
         for rel in command_files(command, decls.root):
             try:
-                raw, _ = read_regular(decls.root / rel, MAX_SCRIPT_BYTES)
+                sha = _pin(decls.root / rel)
             except OSError:
-                continue
-            sha = hashlib.sha256(raw).hexdigest()
+                sha = ABSENT
             files.append((rel, sha))
             decls.digest.update(f"command:{rel}\0{sha}\0".encode())
         if files:
             pinned[command] = tuple(files)
     return pinned
+
+
+def hook_folders(decls: Declarations) -> list[str]:
+    """The folders every file of which a command hook's call checks: the hooks folder and
+    `.claude/hooks/`, relative to the root, one inside the other counted once."""
+    tops = sorted({posixpath.normpath(decls.folder("hook")), CLAUDE_FOLDER})
+    return [t for t in tops if not any(t.startswith(o + "/") or o == "." for o in tops if o != t)]
+
+
+def pin_folders(
+    decls: Declarations,
+) -> tuple[dict[str, tuple[str, ...] | None], dict[str, str]]:
+    """(folder -> its entries, file -> sha256) of every file under the hook folders
+    (`hook_folders`, recursively, linked folders not followed), when the project has a
+    command hook (`Snapshot.hook_folders`, `Snapshot.hook_folder_files`, part of the
+    version). A command may name its script in any shell spelling (`cd hooks && ./x`,
+    `"$CLAUDE_PROJECT_DIR"/.claude/hooks/x.sh`, `hooks/x;`): whatever it runs from these
+    folders is checked before each call, and a file added or removed there counts as a
+    change. A file past 8 MiB, or more than `MAX_PINNED_FILES`, is a problem of the
+    compile."""
+    folders: dict[str, tuple[str, ...] | None] = {}
+    files: dict[str, str] = {}
+    if not _commands(decls):
+        return folders, files
+    for top in hook_folders(decls):
+        pending = [top]
+        while pending:
+            rel = pending.pop()
+            try:
+                entries: tuple[str, ...] | None = folder_entries(str(decls.root / rel))
+            except OSError:  # not there (yet): it must not appear either
+                entries = None
+            folders[rel] = entries
+            decls.digest.update(f"hookfolder:{rel}\0{'/'.join(entries or ('-',))}\0".encode())
+            for name in entries or ():
+                path = posixpath.join(rel, name.rstrip("/")) if rel != "." else name.rstrip("/")
+                if name.endswith("/"):
+                    pending.append(path)
+                    continue
+                if len(files) == MAX_PINNED_FILES:
+                    decls.problems.append(_too_many(top))
+                    return {}, {}
+                try:
+                    files[path] = _pin(decls.root / path)
+                except OSError:
+                    if any(p.path == path for p in decls.problems):
+                        continue  # pin_modules' "cannot read this python module"
+                    decls.problems.append(
+                        Problem(
+                            path,
+                            1,
+                            1,
+                            "larger than 8 MiB, the most fim pins of a file of a hook folder",
+                            "every file of the hooks folder and .claude/hooks/ is part of the "
+                            "snapshot when the project has a command hook; move it out",
+                        )
+                    )
+                    continue
+                decls.digest.update(f"hookfile:{path}\0{files[path]}\0".encode())
+    return folders, files
+
+
+def _too_many(top: str) -> Problem:
+    return Problem(
+        top,
+        1,
+        1,
+        f"more than {MAX_PINNED_FILES} files under {top}/, the most fim pins for command "
+        "hooks (each call checks every file of the hook folders)",
+        f"keep only hook scripts and what they read in {top}/; move the rest out "
+        "(node_modules/, .venv/ and __pycache__/ are not pinned)",
+    )
 
 
 def check_hook(checker: Checker, entry: Entry, spec: HookSpec, path: Path_) -> None:
@@ -130,7 +272,9 @@ def check_hook(checker: Checker, entry: Entry, spec: HookSpec, path: Path_) -> N
     elif spec.command is not None:
         program = command_program(spec.command, checker.decls.root)
         script = checker.decls.root / program
-        if "/" in program and not script.exists():
+        if any(c in program for c in _SHELL_SYNTAX):
+            pass  # `hooks/x;`, `$PWD/hooks/x`: the shell's to resolve (pinned by folder)
+        elif "/" in program and not script.exists():
             checker.add(
                 doc.problem(
                     (*path, "command"),

@@ -100,6 +100,15 @@ class Snapshot:
     """Hook command -> the project files it names (`hooks/x.sh`), each with the sha256 of
     its bytes at compile (part of `version`): a command hook refuses to run one that has
     changed since (`fim.hooks.command`)."""
+    hook_folders: Mapping[str, tuple[str, ...] | None] = field(default_factory=_frozen)
+    """When the project has a command hook: every folder under the hooks folder and
+    `.claude/` (`hooks`, `.claude/hooks`) -> its entries at compile (None: not there),
+    part of `version` (`fim.build.hook_checks.pin_folders`). A command hook refuses to run
+    when a file was added to or removed from one since (`fim.hooks.command_pins`)."""
+    hook_folder_files: Mapping[str, str] = field(default_factory=_frozen)
+    """Every file of `hook_folders` -> the sha256 of its bytes at compile (part of
+    `version`): a command hook refuses to run when one changed since, however its command
+    names the script (`cd hooks && ./x`, `"$CLAUDE_PROJECT_DIR"/.claude/hooks/x`)."""
     loaded_at: float = 0.0
 
     def __post_init__(self) -> None:

@@ -24,8 +24,10 @@ declaration lists under `env:`), and gets `transcript_path`, a JSONL file of the
 At SessionStart, lines `export NAME=value` it writes to `$CLAUDE_ENV_FILE` become
 environment of the run's `shell` tool.
 
-A script of the project the command names (`hooks/x.sh`) runs only as its snapshot compiled
-it: one changed since blocks the call until a reload picks it up (`fim.hooks.command_pins`).
+A script of the hooks folder or `.claude/hooks/` (however the command reaches it), or one of the
+project the command names (`scripts/x.sh`), runs only as its snapshot compiled it: one
+changed, added or removed since blocks the call until a reload picks it up
+(`fim.hooks.command_pins`).
 
 This file is the hook kind: its options, its events and what an exit code means. What the
 command is given is in `fim.hooks.command_input`, how its JSON answer is decided in
@@ -98,8 +100,13 @@ class CommandHook(BaseHook):
     async def __call__(self, context: HookContext) -> HookResult:
         if self.run_context is not None:  # its scripts as its snapshot compiled them, or not
             snapshot = self.run_context.snapshot
-            pins = snapshot.command_files.get(self.command)
-            refused = changed_script(snapshot.root, pins, snapshot.version) if pins else None
+            refused = changed_script(
+                snapshot.root,
+                snapshot.command_files.get(self.command, ()),
+                snapshot.version,
+                snapshot.hook_folders,
+                snapshot.hook_folder_files,
+            )
             if refused is not None:
                 return HookResult(allow=False, error=refused)
         env_file = None

@@ -34,7 +34,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import TYPE_CHECKING
 
 from fim.build.project_modules import module_key
@@ -127,8 +127,87 @@ class _PinnedFinder(importlib.abc.MetaPathFinder):
         return pinned.spec(fullname) if pinned is not None else None
 
 
+class _DiskGuard(importlib.abc.MetaPathFinder):
+    """First on sys.meta_path once a set is registered: refuses any module the other finders
+    would load from a file inside a registered hooks folder (`import words` with the folder
+    on sys.path, `import hooks.words` with the root on it, `hooks` itself as a namespace
+    package), however the name is spelled and wherever the import sits (a function's body
+    runs it per call, after the module executed). Only the pinned finder serves those
+    files; the check costs one search per module never imported before, none for one
+    in `sys.modules`."""
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None = None,
+        target: ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname.startswith(PACKAGE_PREFIX) or not _SETS:
+            return None
+        finders = sys.meta_path
+        after = finders[finders.index(self) + 1 :] if self in finders else []
+        for finder in after:
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find is not None else None
+            if spec is None:
+                continue
+            _refuse_spec(fullname, spec)
+            return spec
+        return None
+
+
+def _inside(location: str | None) -> _Pinned | None:
+    """The registered set whose hooks folder holds `location` (a file, or a package's
+    folder), seen through links too."""
+    if not location:
+        return None
+    forms = {os.path.abspath(location), os.path.realpath(location)}
+    for pinned in reversed(_SETS.values()):
+        for base in {str(pinned.base), os.path.realpath(pinned.base)}:
+            if any(f == base or f.startswith(base + os.sep) for f in forms):
+                return pinned
+    return None
+
+
+def _refuse_spec(fullname: str, spec: importlib.machinery.ModuleSpec) -> None:
+    """ImportError when `spec` would read a file of a hooks folder from the disk."""
+    locations = [spec.origin if spec.has_location else None]
+    locations += list(spec.submodule_search_locations or ())
+    for location in locations:
+        pinned = _inside(location)
+        if pinned is None or location is None:
+            continue
+        rel = os.path.relpath(os.path.realpath(location), os.path.realpath(pinned.base))
+        rel = "" if rel == "." else rel.replace(os.sep, "/")
+        importer, line = _importer()
+        what = f"{pinned.folder}/{rel}" if rel else f"the folder {pinned.folder}"
+        name = rel.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+        last = name.rpartition(".")[2] or "<module>"
+        raise ImportError(
+            f"{importer} imports {what} as '{fullname}' through sys.path{line}, which reads "
+            "it from the disk, not from the snapshot; import it relatively: "
+            f"from . import {last}, or from .{name or '<module>'} import ...",
+            name=fullname,
+        )
+
+
+def _importer() -> tuple[str, str]:
+    """The pinned module whose code asks for the import, as the project spells it
+    (`hooks/guard.py`), with its line (` at line 3`); or words for code elsewhere."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_globals.get("__name__")
+        if isinstance(name, str) and name.startswith(PACKAGE_PREFIX):
+            key = getattr(getattr(frame.f_globals.get("__spec__"), "loader", None), "key", None)
+            if isinstance(key, str):
+                return key, f" at line {frame.f_lineno}"
+        frame = frame.f_back
+    return "code outside the hooks folder", ""
+
+
 _SETS: OrderedDict[str, _Pinned] = OrderedDict()
 _FINDER = _PinnedFinder()
+_GUARD = _DiskGuard()
 
 
 def _refuse_disk_imports(pinned: _Pinned, key: str, module: ModuleType) -> None:
@@ -145,6 +224,15 @@ def _refuse_disk_imports(pinned: _Pinned, key: str, module: ModuleType) -> None:
         if source is None or source.__name__.startswith(PACKAGE_PREFIX):
             continue
         file = getattr(source, "__file__", None)
+        if file is None:  # a namespace package (`hooks` of `import hooks.words`), if it
+            # was imported before the guard (`_DiskGuard`) was in place
+            for folder in getattr(source, "__path__", None) or ():
+                if os.path.join(os.path.abspath(folder), "").startswith(inside):
+                    raise ImportError(
+                        f"{key} imports the folder {pinned.folder} as '{source.__name__}' "
+                        "through sys.path, which reads its files from the disk, not from "
+                        "the snapshot; import them relatively: from . import <module>"
+                    )
         if not isinstance(file, str) or not os.path.abspath(file).startswith(inside):
             continue
         rel = os.path.relpath(file, pinned.base).replace(os.sep, "/")
@@ -167,6 +255,10 @@ def _package_of(snapshot: Snapshot) -> str:
         return package
     if _FINDER not in sys.meta_path:
         sys.meta_path.insert(0, _FINDER)  # first: these names are answered from snapshots
+    if not sys.meta_path or sys.meta_path[0] is not _GUARD:
+        if _GUARD in sys.meta_path:
+            sys.meta_path.remove(_GUARD)
+        sys.meta_path.insert(0, _GUARD)  # before any finder of the disk
     _SETS[package] = _Pinned(package, _folder(snapshot), hooks_dir(snapshot), snapshot.modules)
     while len(_SETS) > _MAX_SETS:
         old, _ = _SETS.popitem(last=False)
