@@ -127,7 +127,8 @@ def test_idempotency_keys_are_stable_per_node_and_sqlite_is_refused():
     import pytest
 
     from fim.errors import RunError
-    from fim.workflows.durable import idempotency_key, postgres_dsn
+    from fim.workflows.durable import idempotency_key
+    from fim.workflows.queue_rows import postgres_dsn
 
     assert idempotency_key("r1", "n1") == idempotency_key("r1", "n1")
     assert (

@@ -264,7 +264,8 @@ async def _requeue(store: Store, run_id: str) -> bool:
     """A decided human node of a run that `fim worker` executes: queue the job that
     continues it (fim.workflows.durable). False for a run that resumes in process."""
     # deferred: `fim --help` imports every command module; this loads procrastinate
-    from fim.workflows.durable import ensure_schema, is_postgres, make_app, requeue_decided
+    from fim.workflows.durable import ensure_schema, make_app, requeue_decided
+    from fim.workflows.queue_rows import is_postgres
 
     if not is_postgres(store.url):
         return False

@@ -154,7 +154,7 @@ def cancel(
 ) -> None:
     """Stop a queued or `fim worker` run (PostgreSQL)."""
     # deferred: procrastinate and psycopg load only for this command
-    from fim.workflows.durable import is_postgres
+    from fim.workflows.queue_rows import is_postgres
 
     store = open_store(ctx, project, state)
     if not is_postgres(store.url):

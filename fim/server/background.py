@@ -40,13 +40,13 @@ from fim.workflows.durable import (
     defer_agent,
     defer_workflow,
     ensure_schema,
-    is_postgres,
     make_app,
     stop,
 )
 from fim.workflows.durable import requeue_decided as requeue
 from fim.workflows.engine import WorkflowEngine
 from fim.workflows.inputs import validate_inputs
+from fim.workflows.queue_rows import is_postgres
 from fim.workflows.skew import accepted_under
 
 if TYPE_CHECKING:

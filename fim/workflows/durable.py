@@ -20,12 +20,9 @@ Tools therefore run at least once: a node interrupted after its side effect but 
 result was recorded runs again on the next worker. Side-effecting nodes get an idempotency
 key (`idempotency_key`) so the far side can deduplicate.
 
-A job carries the snapshot that accepted it (`fim.workflows.skew`): a worker never runs it
-on an older one. A background agent run's request (the caller's messages) is not in the
-job's arguments, which procrastinate keeps as long as the job row: it waits in
-`fim_run_requests` until the run ends, and the job holds only ids (attack-17 #3). A stalled
-job is one whose worker's heartbeat is older than *that worker's* `--stalled-after`
-(`fim_workers`), not the retrying worker's (attack-17 #4).
+A job carries the snapshot that accepted it and never runs on an older one
+(`fim.workflows.admission`); its arguments hold ids only, the request waiting beside it
+(`fim.workflows.queue_rows`, with the per-worker stalled bounds).
 """
 
 from __future__ import annotations
@@ -54,9 +51,12 @@ from fim.workflows.queue_rows import (
     TABLES,
     drop_request,
     has_schema,
+    is_postgres,
     load_request,
+    postgres_dsn,
     prune_jobs,
     record_worker,
+    recorded_limit,
     retry_stalled_jobs,
     store_request,
 )
@@ -76,18 +76,6 @@ log = logging.getLogger("fim.worker")
 TASK = "fim.advance_workflow"
 AGENT_TASK = "fim.run_agent"
 KIND_WORKFLOW = "workflow"
-
-
-def postgres_dsn(state_url: str) -> str:
-    """The libpq DSN of a `postgresql://` state store; anything else is refused (SQLite
-    runs in process: a queue needs the shared database)."""
-    state_url = state_url.replace("postgresql+psycopg://", "postgresql://", 1)
-    if not state_url.startswith(("postgresql://", "postgres://")):
-        raise RunError(
-            f"durable runs need a PostgreSQL state store, not '{state_url.split(':', 1)[0]}'",
-            hint="set `state: postgresql://...` in fim.yaml (SQLite runs workflows in process)",
-        )
-    return state_url
 
 
 def make_app(
@@ -389,12 +377,6 @@ async def advance(
         await services.aclose()
 
 
-def recorded_limit(decl: dict[str, Any] | None) -> int | None:
-    """The `concurrency` limit a run's recorded declaration carries (None: unlimited)."""
-    value = (decl or {}).get("concurrency")
-    return int(value) if isinstance(value, int) and value > 0 else None
-
-
 async def requeue_decided(
     app: procrastinate.App, store: Any, run_id: str, accepted: dict[str, Any] | None = None
 ) -> bool:
@@ -415,8 +397,3 @@ async def requeue_decided(
     limit = recorded_limit(state.decl)
     await defer_workflow(app, run_id, state.workflow, {}, limit, lock=lane, accepted=accepted)
     return True
-
-
-def is_postgres(state_url: str) -> bool:
-    """Whether runs can be queued for workers (the queue lives in PostgreSQL)."""
-    return state_url.startswith(("postgresql", "postgres://"))

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from fim.errors import RunError
+
 if TYPE_CHECKING:
     import procrastinate
 
@@ -182,3 +184,26 @@ async def has_schema(app: procrastinate.App) -> bool:
     """Whether procrastinate's tables are in the state database (a job was ever queued)."""
     query = "SELECT to_regclass('procrastinate_jobs') IS NOT NULL AS present"
     return bool((await app.connector.execute_query_one_async(query))["present"])
+
+
+def postgres_dsn(state_url: str) -> str:
+    """The libpq DSN of a `postgresql://` state store; anything else is refused (SQLite
+    runs in process: a queue needs the shared database)."""
+    state_url = state_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    if not state_url.startswith(("postgresql://", "postgres://")):
+        raise RunError(
+            f"durable runs need a PostgreSQL state store, not '{state_url.split(':', 1)[0]}'",
+            hint="set `state: postgresql://...` in fim.yaml (SQLite runs workflows in process)",
+        )
+    return state_url
+
+
+def is_postgres(state_url: str) -> bool:
+    """Whether runs can be queued for workers (the queue lives in PostgreSQL)."""
+    return state_url.startswith(("postgresql", "postgres://"))
+
+
+def recorded_limit(decl: dict[str, Any] | None) -> int | None:
+    """The `concurrency` limit a run's recorded declaration carries (None: unlimited)."""
+    value = (decl or {}).get("concurrency")
+    return int(value) if isinstance(value, int) and value > 0 else None
