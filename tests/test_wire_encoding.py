@@ -10,7 +10,7 @@ from typing import Any
 from fim.config.schema import ModelSettings
 from fim.llm.base import chat_request
 from fim.llm.openai_compat import OpenAICompatModel
-from fim.llm.wire import encode_chat_request
+from fim.llm.wire_request import encode_chat_request
 from fim.types import Message, ToolCall, ToolSpec
 
 TOOLS = [

@@ -39,7 +39,8 @@ from fim.llm.base import (
     timeout_error,
     with_retries,
 )
-from fim.llm.wire import StreamAssembler, encode_chat_request, loads, parse_response
+from fim.llm.wire import StreamAssembler, loads, parse_response
+from fim.llm.wire_request import encode_chat_request
 from fim.retries import parse_retry_after
 from fim.tls import client_context
 from fim.types import Message, Model, ModelResponse, TextDelta, ToolSpec
@@ -165,7 +166,7 @@ class OpenAICompatModel:
         stream: bool = False,
     ) -> bytes:
         """The request body: `chat_request` as JSON bytes, each earlier message's and the
-        tool list's text reused (`fim.llm.wire.encode_chat_request`)."""
+        tool list's text reused (`fim.llm.wire_request.encode_chat_request`)."""
         opts = request_options(self.settings, options)
         if stream:
             opts["stream"] = True
