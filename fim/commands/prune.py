@@ -31,8 +31,9 @@ def prune(
     project: ProjectOption = None,
     state: StateOption = None,
 ) -> None:
-    """Delete finished runs, decided approvals, audit and usage rows (and, on PostgreSQL,
-    finished queue jobs) past `retention:`."""
+    """Delete finished runs, approvals, audit, usage rows and queue jobs past `retention:`.
+
+    Queue jobs: PostgreSQL's finished ones (SQLite has no queue)."""
     # deferred: loading fim.masking costs tens of ms
     from fim.store import Store
     from fim.store.retention import prune as prune_store
