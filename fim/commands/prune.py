@@ -31,7 +31,7 @@ def prune(
     project: ProjectOption = None,
     state: StateOption = None,
 ) -> None:
-    """Delete finished runs, approvals, audit, usage rows and queue jobs past `retention:`.
+    """Delete finished runs, decided approvals, audit, usage and queue jobs past `retention:`.
 
     Queue jobs: PostgreSQL's finished ones (SQLite has no queue)."""
     # deferred: loading fim.masking costs tens of ms
