@@ -18,6 +18,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from fim.masking import known
+
 if TYPE_CHECKING:
     from jsonpath import JSONPath, JSONPathEnvironment
 
@@ -80,7 +82,8 @@ def _describe(value: Any) -> str:
         return f"an object with keys {shown}" if keys else "an empty object"
     if isinstance(value, list):
         return f"a list of {len(value)} items"
-    return f"a {type(value).__name__} ({str(value)[:40]!r})"
+    # masked whole, then cut: a value cut first keeps the piece of a secret before the cut
+    return f"a {type(value).__name__} ({known().head(str(value), 40)[0]!r})"
 
 
 def _explain(value: Any, compiled: JSONPath) -> str:

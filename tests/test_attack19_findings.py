@@ -1,6 +1,6 @@
 """Attack round 19 (secrets at the exits added or changed lately): each confirmed leak is
-pinned here as a strict xfail that asserts the secret does not come out. A fix turns its
-test into a pass (and the strict xfail into a failure that asks for the marker to go).
+pinned here as a test that asserts the secret does not come out (strict xfails until the
+fix: each text is now masked before it is reshaped or cut, `tests/test_masking_cuts.py`).
 `/work/notes/attack-19.md` has the reproduction and the fix location of each.
 
 All three are text fim reshapes or cuts *before* it is masked, so what reaches the exits
@@ -65,12 +65,6 @@ PEM = (
 WRAPPED_TOKEN = "sk-live-a19-wrapped-0123456789abcdefghijklmnopqrstuvwxyz"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-19 #1: StderrLog.tail squeezes whitespace and joins lines with ' | ' "
-    "before it masks, so a multi-line secret (a PEM key) or a base64 secret wrapped over "
-    "lines in an MCP server's stderr matches no form",
-)
 @pytest.mark.parametrize("case", ["pem", "wrapped-base64"])
 def test_an_mcp_servers_stderr_tail_masks_a_multi_line_secret(
     case: str, monkeypatch: pytest.MonkeyPatch
@@ -105,12 +99,6 @@ def test_an_mcp_servers_stderr_tail_masks_a_multi_line_secret(
 HOOK_TOKEN = "tok-a19-Audit-Secret-0123456789abcdef"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-19 #2: fim.hooks.build.display_name cuts a command hook's command at 57 "
-    "characters before anything masks it, so a ${VAR} the cut falls inside shows its first "
-    "characters in every hook event (CLI, SSE, store, spans) and the fim_hook_blocks label",
-)
 def test_a_command_hooks_name_shows_no_piece_of_a_secret_in_its_command(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -139,12 +127,6 @@ print(f"audited {data['tool_input']['expression']} with {os.environ['A19_HOOK_KE
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-19 #3: fim.hooks.command_output.interpret keeps a hook's plain stdout as "
-    "'output: {text[:200]}' before the runner masks it, so a model that pads the tool input "
-    "a hook echoes slides the cut along an env: secret the hook prints and reads it in pieces",
-)
 def test_a_command_hooks_plain_output_is_masked_before_it_is_cut(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

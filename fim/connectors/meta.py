@@ -18,6 +18,7 @@ from fim.connectors.http import HttpConnectorClient
 from fim.connectors.http_tool import action_metadata, tool_name
 from fim.connectors.readonly import decide
 from fim.connectors.render import compact_json, truncate_text
+from fim.masking import known
 from fim.run.budget import bounded
 from fim.tools import isolate
 from fim.types import CallView, JSONSchema, ToolResult
@@ -120,9 +121,11 @@ class ConnectorMetaTool:
         )
         if errors:
             expected = truncate_text(compact_json(schema), self.budget * BYTES_PER_TOKEN // 2)
+            masker = known()  # each problem masked whole, then cut: it quotes the value
             return ToolResult(
                 content=f"Error: invalid parameters for {client.name}.{action}: "
-                f"{'; '.join(e[:300] for e in errors)}. Expected schema: {expected}. Fix the "
+                f"{'; '.join(masker.head(e, 300)[0] for e in errors)}. Expected schema: "
+                f"{expected}. Fix the "
                 "parameters and execute again.",
                 is_error=True,
             )

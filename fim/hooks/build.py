@@ -19,6 +19,7 @@ from fim.errors import Problem
 from fim.hooks import builtin
 from fim.hooks.base import POINTS, BaseHook, HookBuildError, compile_matcher
 from fim.hooks.targets import hook_targets, unmatched
+from fim.masking import known
 from fim.types import HookContext, HookPoint, HookResult
 
 if TYPE_CHECKING:
@@ -53,14 +54,21 @@ class BrokenHook(BaseHook):
 
 
 def display_name(spec: HookSpec) -> str:
+    """A hook's name in events, messages and the `fim_hook_blocks` label. A command hook's
+    is its command, interpolated at load (the text as written is not kept): masked whole
+    before it is squeezed onto one line and cut (`Masker.head`), since a cut falling
+    inside a `${VAR}` value leaves a piece of it that no mask matches any more."""
     if spec.ref:
         return spec.ref
     if spec.use:
         return spec.use
     if spec.python:
         return spec.python
-    command = " ".join((spec.command or "").split())
-    return "command: " + (command if len(command) <= 60 else command[:57] + "...")
+    masker = known()
+    command = " ".join(masker.text(spec.command or "").split())
+    if len(command) <= 60:
+        return "command: " + command
+    return "command: " + masker.head(command, 57)[0] + "..."
 
 
 def resolve(spec: HookSpec, snapshot: Snapshot, depth: int = 0) -> HookSpec:

@@ -50,7 +50,11 @@ from fim.hooks.command_input import environment, event_payload, read_env_file, w
 from fim.hooks.command_output import interpret
 from fim.hooks.command_pins import changed_script
 from fim.hooks.command_process import run_command
+from fim.masking import known
 from fim.types import HookContext, HookPoint, HookResult
+
+MAX_STDERR_TAIL = 500
+"""The most of a failed hook command's stderr (its last characters) the block quotes."""
 
 
 class CommandOptions(BaseModel):
@@ -137,7 +141,10 @@ class CommandHook(BaseHook):
             reason = stderr.strip() or "the hook command exited with code 2 without a reason"
             return HookResult(allow=False, error=reason)
         if code != 0:
-            tail = stderr.strip()[-500:]
+            # masked whole, then cut (`Masker.tail`): cut first, the end of a secret the
+            # hook printed (its `env:` token, after the tool input it echoes) went out
+            tail, cut = known().tail(stderr.strip(), MAX_STDERR_TAIL)
+            tail = "..." + tail if cut else tail
             return HookResult(
                 allow=False,
                 error=f"hook command failed with exit code {code}"

@@ -15,10 +15,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
 
 from fim.hooks.claude import from_claude, to_claude
+from fim.masking import known
 from fim.types import HookContext, HookResult
 
 if TYPE_CHECKING:
     from fim.hooks.base import BaseHook
+
+MAX_PLAIN_OUTPUT = 200
+"""The most of a hook's plain (non-JSON) output a hook event reports."""
 
 
 class _Exact(BaseModel):
@@ -79,7 +83,10 @@ async def interpret(
     if not text.startswith(("{", "[")):
         if context.point == "SessionStart":
             return HookResult(additional_context=text)
-        return HookResult(side_effects=[f"output: {text[:200]}"])
+        # masked whole, then cut: a hook that echoes the tool input before a secret puts
+        # the secret where the model's padding says, and a cut there left a piece of it
+        shown, cut = known().head(text, MAX_PLAIN_OUTPUT)
+        return HookResult(side_effects=[f"output: {shown}" + ("..." if cut else "")])
     try:
         data = json.loads(text, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as exc:

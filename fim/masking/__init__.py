@@ -6,6 +6,12 @@ value of a declared `headers:` mapping that could be a credential (`header_secre
 password inside a DSN (`postgresql://user:pw@host/db`). The loader records them
 (`config_secrets`), the Snapshot holds them, and `Masker` replaces them with `***`.
 
+Not secrets, on purpose: a value shorter than `MIN_SECRET` (4) characters, whatever its
+source (masking `1`, `yes` or `abc` everywhere would turn ordinary text into noise, and a
+value that short is guessed, not leaked); and a literal under `env:` whose name does not
+look like a credential (`env: {SLACK_BOT: xoxb-...}`): write `${VAR}` or a credential-like
+name (`SLACK_BOT_TOKEN`) for a value that must not be shown.
+
 The forms of a secret, and how they are found fast, are in `forms`; the masker over a set
 of secrets (text, JSON-like values, cuts, streams) in `masker`.
 
@@ -16,9 +22,12 @@ strings and masks each string, then the caller serialises.
 Why mask before cutting: a text cut first and masked after keeps the part of a secret the
 cut left, which no form matches any more. A model that pads what a service echoes slides the
 cut along a key and reads all but its last characters. So a text that is shown in part is
-masked whole, then cut (`Masker.head`, `Masker.tail`), and a piece at the cut that could be
-part of a secret is masked too (`Masker.edge`): the text may have been cut before fim saw it
-(a body read up to a byte cap, a program's output kept up to its first 10,000 bytes).
+masked whole, then cut (`Masker.head`, `Masker.tail`, never leaving part of a `***`), and
+a piece at the cut that could be part of a secret is masked too (`Masker.edge`): the text
+may have been cut before fim saw it (a body read up to a byte cap, a program's output kept
+up to its first 10,000 bytes). Squeezing whitespace, joining lines or taking a first line
+reshapes a text like a cut: a key or base64 wrapped over lines is found only in the text as
+it was, so it is masked before that too.
 
 Every exit of the process (store writes, HTTP responses, logs) masks with `known()`: the
 union of the secrets of every snapshot this process has loaded, so a run still holding an

@@ -107,17 +107,25 @@ class Masker:
     def head(self, text: str, limit: int) -> tuple[str, int]:
         """The first `limit` characters of `text` as they may be shown, and how many
         characters were left out (0: all of it is shown). Masked, then cut, then a piece at
-        the cut that could begin a secret masked too (`edge`). Only the part that can reach
-        the head is masked (with room for the longest form), so cutting a megabyte costs
-        what its head does; the count is of `text` as given. A text that needs no cut
-        comes back as it is: the exits mask it, and the engine tells that it did."""
+        the cut that could begin a secret masked too (`edge`); a cut that falls inside a
+        `***` drops the whole mask, so a shown text never ends in part of one. The one
+        helper for every exit that shows a text in part: cut first and masked after, a
+        text keeps the piece of a secret the cut left, which no form matches. Only the part
+        that can reach the head is masked (with room for the longest form), so cutting a
+        megabyte costs what its head does; the count is of `text` as given. A text that
+        needs no cut comes back as it is: the exits mask it, and the engine tells that it
+        did."""
         if len(text) <= limit:
             return text, 0
         window = text[: limit + self._reach]
         masked = self.text(window)
         if len(window) == len(text) and len(masked) <= limit:
             return masked, 0  # nothing cut after all: the masks made it fit
-        return self.edge(masked[:limit]), len(text) - limit
+        end = limit
+        spans = masked.find(MASK, max(limit - len(MASK) + 1, 0), limit + len(MASK) - 1)
+        if -1 < spans < limit:
+            end = spans  # the cut falls inside a mask: the whole mask goes, not a `*`
+        return self.edge(masked[:end]), len(text) - limit
 
     def tail(self, text: str, limit: int) -> tuple[str, int]:
         """`head` from the end: the last `limit` characters, a piece at the cut that could
@@ -128,7 +136,11 @@ class Masker:
         masked = self.text(window)
         if len(window) == len(text) and len(masked) <= limit:
             return masked, 0
-        return self.edge(masked[-limit:], at="start"), len(text) - limit
+        start = len(masked) - limit
+        spans = masked.find(MASK, max(start - len(MASK) + 1, 0), start + len(MASK) - 1)
+        if -1 < spans < start:
+            start = spans + len(MASK)  # the cut falls inside a mask: the whole mask goes
+        return self.edge(masked[start:], at="start"), len(text) - limit
 
     def edge(self, text: str, *, at: Literal["end", "start"] = "end") -> str:
         """`text`, cut from a longer text after its end (or before its start), with the

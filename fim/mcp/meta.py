@@ -17,7 +17,7 @@ from fim.mcp.connection import ServerConnection
 from fim.mcp.errors import McpUnavailable
 from fim.mcp.info import ToolInfo
 from fim.mcp.naming import tool_name
-from fim.mcp.resources import get_prompt, list_prompts, list_resources, read_resource
+from fim.mcp.resources import about, get_prompt, list_prompts, list_resources, read_resource
 from fim.tools import isolate
 from fim.types import CallView, JSONSchema, ToolResult
 
@@ -196,7 +196,7 @@ class McpMetaTool:
         lines = [f"Server '{conn.name}': {conn.description} ({len(conn.tools)} tools)"]
         full = len(conn.tools) <= FULL_SCHEMAS_UP_TO
         for info in conn.tools:
-            lines.append(f"- {_signature(info)}: {info.description[:200]}")
+            lines.append(f"- {_signature(info)}: {about(info.description)}")
             if full and info.input_schema.get("properties"):
                 lines.append(f"  parameters: {json.dumps(info.input_schema, ensure_ascii=False)}")
         if not full:

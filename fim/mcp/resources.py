@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from fim.masking import known
 from fim.mcp.calls import guarded
 from fim.mcp.connection import ServerConnection
 from fim.mcp.content import render_content
@@ -17,6 +18,17 @@ from fim.mcp.results import media_of
 from fim.types import ToolResult
 
 MAX_LISTED = 100
+MAX_ABOUT = 200
+"""The most of one description a listing shows."""
+
+
+def about(description: str) -> str:
+    """The first `MAX_ABOUT` characters of a description the server wrote, for a listing.
+    Masked whole, then cut (`Masker.head`): a server may describe itself with what its
+    `env:` gave it (a database URL with its password), and a cut falling inside a secret
+    left a piece of it that the listing's mask no longer matches."""
+    shown, cut = known().head(description, MAX_ABOUT)
+    return shown + "..." if cut else shown
 
 
 async def list_resources(conn: ServerConnection) -> ToolResult:
@@ -35,15 +47,15 @@ async def list_resources(conn: ServerConnection) -> ToolResult:
     lines = [f"Server '{conn.name}': {len(resources)} resources"]
     for res in resources[:MAX_LISTED]:
         mime = f" ({res.mime_type})" if res.mime_type else ""
-        about = f": {res.description[:200]}" if res.description else ""
-        lines.append(f"- {res.uri} {res.name}{mime}{about}")
+        said = f": {about(res.description)}" if res.description else ""
+        lines.append(f"- {res.uri} {res.name}{mime}{said}")
     if len(resources) > MAX_LISTED:
         lines.append(f"... and {len(resources) - MAX_LISTED} more")
     if templates:
         lines.append("Templates (fill in the {placeholders} to make a URI):")
         for tpl in templates[:MAX_LISTED]:
-            about = f": {tpl.description[:200]}" if tpl.description else ""
-            lines.append(f"- {tpl.uri_template} {tpl.name}{about}")
+            said = f": {about(tpl.description)}" if tpl.description else ""
+            lines.append(f"- {tpl.uri_template} {tpl.name}{said}")
     return ToolResult(content=conn.mask("\n".join(lines)), metadata=meta)
 
 
@@ -115,8 +127,8 @@ async def list_prompts(conn: ServerConnection) -> ToolResult:
     lines = [f"Server '{conn.name}': {len(listing.prompts)} prompts"]
     for prompt in listing.prompts[:MAX_LISTED]:
         args = ", ".join(f"{a.name}{'' if a.required else '?'}" for a in (prompt.arguments or []))
-        about = f": {prompt.description[:200]}" if prompt.description else ""
-        lines.append(f"- {prompt.name}({args}){about}")
+        said = f": {about(prompt.description)}" if prompt.description else ""
+        lines.append(f"- {prompt.name}({args}){said}")
     return ToolResult(content=conn.mask("\n".join(lines)), metadata=meta)
 
 

@@ -59,18 +59,23 @@ class StderrLog:
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
 
     def tail(self, limit: int = STDERR_TAIL) -> str:
-        """The last non-blank lines of stderr, squeezed onto one line for messages; masked
-        before it is cut (`Masker.tail`: a server may print its token, and the cut must not
+        """The last non-blank lines of stderr, squeezed onto one line for messages. Masked
+        as read, before anything reshapes it: squeezed and joined with ` | ` first, a PEM
+        key, base64 wrapped over lines or a secret holding a tab is no form the masker
+        knows. Then cut (`Masker.tail`: a server may print its token, and the cut must not
         leave the part no mask matches), the start of a read from the middle of the file
         being a cut too."""
         fd = self.file.fileno()
         size = os.fstat(fd).st_size
         start = max(0, size - limit * 4)
         raw = os.pread(fd, size - start, start).decode("utf-8", "replace")
+        masker = known()
+        raw = masker.text(raw)
+        if start:
+            raw = masker.edge(raw, at="start")
         lines = [" ".join(line.split()) for line in raw.splitlines()]
         text = " | ".join(line for line in lines if line)
-        masker = known()
-        shown, cut = masker.tail(masker.edge(text, at="start") if start else text, limit)
+        shown, cut = masker.tail(text, limit)
         return "..." + shown if cut else shown
 
     def trim(self) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from fim import masking
 from fim.errors import RunError
 from fim.llm.catalog import context_window
 from fim.llm.wire import arguments_json
@@ -284,7 +285,8 @@ class ContextGuard:
                 summary = (response.message.content or "").strip() or None
                 failure = "" if summary else " (the summarizer returned nothing)"
             except Exception as exc:  # the run goes on with the turns dropped instead
-                failure = f" (summarisation failed: {type(exc).__name__}: {str(exc)[:200]})"
+                said = masking.known().head(str(exc), 200)[0]  # masked whole, then cut
+                failure = f" (summarisation failed: {type(exc).__name__}: {said})"
         if summary is None:
             why = failure or " (no summarizer model)"
             text = (

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from fim.events import Event, Notice
 from fim.llm import fast_model  # MCP sampling uses it too: it lives with the models
+from fim.masking import known
 from fim.run.request_tools import (
     REQUEST_TOOLS,
     SkillToolLoader,
@@ -90,7 +91,8 @@ def parse_choice(text: str) -> list[str]:
             value = value.get("tools")
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             return value
-    raise ValueError(f'no {{"tools": [...]}} list in the reply {text[:200]!r}')
+    shown = known().head(text, 200)[0]  # masked whole, then cut: no piece of a secret
+    raise ValueError(f'no {{"tools": [...]}} list in the reply {shown!r}')
 
 
 async def select_tools(
@@ -126,7 +128,8 @@ async def select_tools(
     except Exception as exc:  # selection is best-effort; the run goes on with every tool
         return SelectionOutcome(
             applied=False,
-            reason=f"the selector failed ({type(exc).__name__}: {str(exc)[:200]})",
+            reason=f"the selector failed ({type(exc).__name__}: "
+            f"{known().head(str(exc), 200)[0]})",  # masked whole, then cut
             active=registry.active_names,
         )
     offered_names = {t.name for t in offered}

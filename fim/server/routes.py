@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from fim import masking
 from fim.errors import FimError
 from fim.server.background import requeue_decided, spawn_run
 from fim.server.bodies import BodyError, DecisionBody, WorkflowRunBody, read_body
@@ -234,8 +235,9 @@ def decider(who: Caller, note: str | None) -> str:
     decider's own note, kept after that in parentheses: it was once recorded alone, and
     any key could sign its decisions as someone else."""
     name = f"api:{'operator' if who.operator else 'key'}:{who.key[:12]}" if who.key else "api"
-    text = " ".join((note or "").split())  # one line: no forged second entry in a listing
-    return f"{name} ({text})"[:200] if text else name
+    masker = masking.known()  # masked whole before it is squeezed and cut (`Masker.head`)
+    text = " ".join(masker.text(note or "").split())  # one line: no forged second entry
+    return masker.head(f"{name} ({text})", 200)[0] if text else name
 
 
 def _resume_workflow(

@@ -149,7 +149,8 @@ class ToolRegistry:
             )
         if raw is not None:
             return (
-                f"Error: the arguments for '{name}' were not valid JSON ({raw[:200]!r}). "
+                f"Error: the arguments for '{name}' were not valid JSON "
+                f"({known().head(raw, 200)[0]!r}). "  # masked whole, then cut
                 "Send the arguments as one JSON object matching the tool's parameters."
             )
         if getattr(tool, "untrusted_schema", False):  # a third party's (MCP, an OpenAPI spec)

@@ -14,6 +14,7 @@ from typing import Any
 
 from fim.config.schema import WorkflowDecl, WorkflowInput
 from fim.errors import RunError
+from fim.masking import known
 from fim.structured import finite
 
 _BOOLEANS = {
@@ -102,9 +103,11 @@ def validate_inputs(name: str, decl: WorkflowDecl, given: dict[str, Any] | None)
         try:
             values[key] = _coerce(spec, given[key])
         except (ValueError, TypeError) as exc:
+            # masked whole, then cut: a value cut first keeps the piece of a secret before
+            # the cut, which no form matches (`Masker.head`)
             shown = repr(given[key])
             if len(shown) > 60:
-                shown = shown[:57] + "..."
+                shown = known().head(shown, 57)[0] + "..."
             problems.append(f"input '{key}' = {shown}: {exc}")
     if problems:
         raise RunError(

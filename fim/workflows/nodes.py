@@ -20,6 +20,7 @@ from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl
 from fim.errors import RunError
 from fim.idempotency import idempotency_key, idempotent
+from fim.masking import known
 from fim.run.services import RunContext, Services
 from fim.structured import OutputContract, parse_json
 from fim.tools import builtin
@@ -30,6 +31,9 @@ from fim.workflows import adapters, templates
 from fim.workflows.node_types.base import NodeError, Paused, parse_output
 
 __all__ = ["NodeContext", "NodeError", "Paused", "call_tool", "parse_output", "resolve_tool"]
+
+MAX_FAILED_OUTPUT = 500
+"""The most of a failed agent's output an agent node's error quotes."""
 
 
 @dataclass
@@ -276,8 +280,11 @@ async def ask_agent(ctx: NodeContext, agent: str, task: str, output_schema: Any)
     except RunError as exc:
         raise NodeError(f"agent '{agent}': {exc}") from None
     if finished.status != "ok":
+        # masked whole, then cut: the output may quote a secret (a tool's error, a hook's
+        # reason), and a cut inside it left a piece no mask matches in the node's error
+        shown, cut = known().head(finished.output, MAX_FAILED_OUTPUT)
         raise NodeError(
-            f"agent '{agent}' ended with status {finished.status}: {finished.output[:500]}"
+            f"agent '{agent}' ended with status {finished.status}: {shown}" + ("..." if cut else "")
         )
     if contract is not None or decl.output_schema is not None:
         return parse_json(finished.output)  # validated by the engine already

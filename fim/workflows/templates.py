@@ -20,6 +20,7 @@ from typing import Any
 
 from fim.config import template_guards
 from fim.config.template_guards import guarded_environment
+from fim.masking import known
 
 _SINGLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\}\}).)*)\}\}\s*$", re.DOTALL)
 _FALSE_WORDS = frozenset({"", "false", "no", "off", "0", "none", "null"})
@@ -54,7 +55,9 @@ def _compiled_template(text: str) -> Any:
 
 
 def _short(text: str) -> str:
-    return text if len(text) <= 80 else text[:77] + "..."
+    """A template quoted in an error. Its text may hold a `${VAR}` value (interpolated at
+    load): masked whole, then cut (`Masker.head`), or the cut leaves a piece of it."""
+    return text if len(text) <= 80 else known().head(text, 77)[0] + "..."
 
 
 def _wrap(exc: Exception, text: str) -> TemplateError:

@@ -52,6 +52,7 @@ from fim.connectors.database.rows import FetchTimeout, QueryResult, size_limit
 from fim.connectors.database.worker import Worker, driver_env, execute_isolated
 from fim.connectors.render import pipe_table
 from fim.connectors.sql_guard import SqlRejected
+from fim.masking import known
 from fim.tools import isolate
 from fim.types import ToolResult
 
@@ -173,6 +174,9 @@ def describe_error(exc: Exception, db: Database) -> str:
         return (str(orig).strip().splitlines() or [type(orig).__name__])[0]
     # long enough that a URL starting in the part shown is whole, so it is replaced below
     head = str(orig)[: 2 * _ERROR_CHARS + len(db.decl.url) + len(db.url)].strip()
+    # masked before its first line is taken: a key or base64 wrapped over lines, cut at
+    # its first line break, is a piece of a secret that no form matches
+    head = known().text(head)
     text = (head.splitlines() or [type(orig).__name__])[0]
     lowered = text.lower()
     if isinstance(orig, FetchTimeout) or "interrupted" in lowered or "statement timeout" in lowered:
@@ -195,8 +199,10 @@ def describe_error(exc: Exception, db: Database) -> str:
     if "readonly" in lowered or "read-only" in lowered or "query_only" in lowered:
         return f"{text} (this database is read-only; only SELECT queries are possible)"
     text = text.replace(db.decl.url, "<url>").replace(db.url, "<url>")
-    # a driver may quote the offending value: never hand a huge one to the model
-    return text if len(text) <= _ERROR_CHARS else text[:_ERROR_CHARS] + "... [message cut]"
+    # a driver may quote the offending value: never hand a huge one to the model, and
+    # mask it whole before the cut (`Masker.head`), which leaves no piece of a secret
+    shown, cut = known().head(text, _ERROR_CHARS)
+    return shown + "... [message cut]" if cut else shown
 
 
 def get_database(services: Any, name: str, decl: DatabaseConnector, root: Path) -> Database:
