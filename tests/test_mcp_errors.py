@@ -99,3 +99,21 @@ def test_a_validation_error_quotes_no_input():
     assert described == (
         "ValidationError: 1 validation error for TextContent: text: Input should be a valid string"
     )
+
+
+async def test_what_a_server_writes_in_its_tool_list_reaches_the_model_masked(manager):
+    """A server started with a secret in its `env:` can print it in its name, a tool's
+    description, title or schema: every tool list of every model call carries those, so
+    they are masked where they are read, as a tool result is (attack-19, gap left)."""
+    secret = "sk-live-listing-0123456789abcdef"
+    decl = StdioServer(
+        command=sys.executable, args=[str(HOSTILE), "leaky", "0"], env={"LEAK": secret}
+    )
+    mask = masking.Masker([secret]).text
+    conn = manager.connection("leaky", decl, ROOT, mask=mask)
+    await conn.start()
+    (info,) = conn.tools
+    shown = repr((conn.server_name, info.description, info.title, info.input_schema))
+    assert secret not in shown and shown.count("***") == 4
+    assert info.input_schema["properties"]["text"]["description"] == "like ***"
+    assert "text" in info.parameters["properties"]  # a property's name is left as it is

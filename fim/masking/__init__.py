@@ -60,17 +60,19 @@ def mask_model(model: M, masker: Masker | None = None) -> M:
     return type(model).model_validate(masker.value(model.model_dump()))  # type: ignore[attr-defined]
 
 
-def mask_strings(value: Any, mask: Callable[[str], str]) -> Any:
-    """A copy of a JSON-like `value` with `mask` applied to every string and dict key (for
-    callers that hold a mask function rather than a Masker)."""
+def mask_strings(value: Any, mask: Callable[[str], str], keys: bool = True) -> Any:
+    """A copy of a JSON-like `value` with `mask` applied to every string and (unless `keys`
+    is false: a schema's property names, which calls are matched by) dict key, for callers
+    that hold a mask function rather than a Masker."""
     if isinstance(value, str):
         return mask(value)
     if isinstance(value, Mapping):
         return {
-            (mask(k) if isinstance(k, str) else k): mask_strings(v, mask) for k, v in value.items()
+            (mask(k) if keys and isinstance(k, str) else k): mask_strings(v, mask, keys)
+            for k, v in value.items()
         }
     if isinstance(value, list | tuple):
-        return [mask_strings(v, mask) for v in value]
+        return [mask_strings(v, mask, keys) for v in value]
     return value
 
 

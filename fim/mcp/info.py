@@ -4,12 +4,14 @@ and the parts of a listed tool it keeps."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
 from fim.config.schema import McpServer
+from fim.masking import mask_strings
 from fim.mcp.naming import input_parameters
 from fim.types import JSONSchema
 
@@ -45,6 +47,22 @@ def tool_info(tool: Any) -> ToolInfo:
         title=tool.title,
         access=_access(tool.annotations),
         output_schema=dict(tool.output_schema) if tool.output_schema else None,
+    )
+
+
+def masked(info: ToolInfo, mask: Callable[[str], str]) -> ToolInfo:
+    """`info` with the text a server wrote masked: its description, title and the strings
+    of its schemas (not their property names, which calls are matched by). They reach the
+    model provider in every tool list, and a server started with a secret in its `env:`
+    could print it there, as it could in a tool result (masked too)."""
+    return replace(
+        info,
+        description=mask(info.description),
+        title=mask(info.title) if info.title else info.title,
+        input_schema=mask_strings(info.input_schema, mask, keys=False),
+        output_schema=mask_strings(info.output_schema, mask, keys=False)
+        if info.output_schema
+        else info.output_schema,
     )
 
 

@@ -137,7 +137,8 @@ class Session(Requests):
                     )
                     check_results(client.session, lambda: self.tools, self.name)
                     info = client.server_info
-                    self.server_name = getattr(info, "title", None) or getattr(info, "name", None)
+                    named = getattr(info, "title", None) or getattr(info, "name", None)
+                    self.server_name = self.mask(named) if named else None
                     self.server_version = getattr(info, "version", None)
                     await self._fetch_tools(client)
                     await self._remember_tools()

@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from fim.mcp.cache import cache_key, load, store
-from fim.mcp.info import ToolInfo, tool_info
+from fim.mcp.info import ToolInfo, masked, tool_info
 from fim.mcp.state import ConnectionState
 
 log = logging.getLogger(__name__)
@@ -45,8 +45,8 @@ class ToolList(ConnectionState):
         listing = load(self.root, key) if key else None
         if listing is None:
             return False
-        self.tools = listing["tools"]
-        self.server_name = listing["server_name"]
+        self.tools = [masked(t, self.mask) for t in listing["tools"]]  # a cache of an older fim
+        self.server_name = self.mask(listing["server_name"]) if listing["server_name"] else None
         self.server_version = listing["server_version"]
         self.has_resources = listing["has_resources"]
         self.has_prompts = listing["has_prompts"]
@@ -110,7 +110,7 @@ class ToolList(ConnectionState):
                         MAX_SCHEMA_CHARS,
                     )
                     continue
-                tools.append(tool_info(tool))
+                tools.append(masked(tool_info(tool), self.mask))
             cursor = listing.next_cursor
             if len(tools) >= MAX_TOOLS:
                 log.warning(

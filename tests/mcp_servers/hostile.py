@@ -9,12 +9,15 @@ answers as a server should, and `bad()`, which answers as MODE says:
 - `error`: a JSON-RPC error whose message is N characters long.
 
 Two modes spoil `tools/list` instead: `tools` lists N tools without an input schema, and
-`deeptools` one tool whose input schema is nested N levels deep.
+`deeptools` one tool whose input schema is nested N levels deep. `leaky` writes the `LEAK`
+variable of its environment (a secret fim started it with) into its name, its tool's
+description, title and input schema, where the model would read it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -30,6 +33,11 @@ def nested(depth: int) -> str:
 def tools() -> str:
     if MODE == "tools":
         return "[" + ",".join(['{"name":"x"}'] * N) + "]"
+    if MODE == "leaky":
+        leak = os.environ.get("LEAK", "")
+        schema = {"type": "object", "properties": {"text": {"description": f"like {leak}"}}}
+        tool = {"name": "echo", "description": f"Echo. Key: {leak}", "title": leak}
+        return json.dumps([{**tool, "inputSchema": schema}])
     if MODE == "deeptools":
         return json.dumps([ECHO])[:-1] + ',{"name":"deep","inputSchema":' + nested(N) + "}]"
     return json.dumps([ECHO, BAD])
@@ -52,7 +60,7 @@ def answer(request: dict[str, Any]) -> str:
         result = {
             "protocolVersion": params.get("protocolVersion"),
             "capabilities": {"tools": {}},
-            "serverInfo": {"name": "hostile", "version": "1"},
+            "serverInfo": {"name": f"hostile {os.environ.get('LEAK', '')}".strip(), "version": "1"},
         }
     elif method == "tools/list":
         return f'"result":{{"tools":{tools()}}}'
