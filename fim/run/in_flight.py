@@ -11,9 +11,12 @@ reservation when it answers, and a run's spend leaves the pools when the store h
 call that finds the room held by calls in flight waits for them, instead of failing on what
 they might spend.
 
-The pools are per process: replicas of one project sharing a PostgreSQL store see each
-other's runs when they end, so across replicas a limit can still be passed by what the
-other replicas' calls in flight spend (docs/security.md).
+The pools are per process. Replicas of one project sharing a PostgreSQL store (`fim
+serve` replicas, `--workers`, `fim worker`) see each other's runs only when they end, so
+there a call under a daily, session or key limit also holds its room in the store
+(`fim.store.holds`), checked against every process's holds and the recorded usage in one
+transaction, and waits, polling, while other processes' calls hold it. SQLite (one
+process) and per-run limits (one run, one process) are served by the pools alone.
 """
 
 from __future__ import annotations
@@ -139,6 +142,12 @@ def forget(store: Any, scope: tuple[Any, ...], found: Pool) -> None:
         if pools is not None and pools.get(key) is found:
             del pools[key]
 
+
+POLL_FIRST = 0.05
+POLL_MAX = 1.0
+"""Seconds between two looks at a store other processes share (PostgreSQL) while their
+calls in flight hold a limit's room (`fim.store.holds`): from the first, doubling up to
+the second. A call of this process that answers ends the wait at once (its pool)."""
 
 LARGE = 65_536
 """Characters past which a text is tokenized on a thread (a 1 MiB message is ~0.2 s of

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from fim.errors import FimError
 from fim.run.ledger import Ledger
 from fim.run.limits import run_budgets
-from fim.run.spend import metered
+from fim.run.metering import metered
 from fim.run.tree import start_spend
 from fim.types import ModelResponse, Usage
 

@@ -33,6 +33,7 @@ from fim.masking import known
 from fim.run.assembly import assemble, meta_tools
 from fim.run.context import ContextGuard, guard_for
 from fim.run.limits import run_budgets
+from fim.run.metering import metered
 from fim.run.overrides import OverriddenModel, RunOverrides, output_contract
 from fim.run.selection import (
     ALWAYS_KEPT,
@@ -44,7 +45,6 @@ from fim.run.selection import (
     selection_settings,
 )
 from fim.run.services import ModeKind, RunContext
-from fim.run.spend import metered
 from fim.run.tree import start_spend
 from fim.structured import OutputContract
 from fim.tools.registry import ToolRegistry

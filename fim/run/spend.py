@@ -24,11 +24,10 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
-from fim.errors import RunError
 from fim.llm import catalog
 from fim.llm.wire import ASSEMBLERS, StreamAssembler
 from fim.locks import current_owner
-from fim.run.in_flight import LARGE, Pool, forget, off_loop, pool
+from fim.run.in_flight import LARGE, POLL_FIRST, POLL_MAX, Pool, forget, off_loop, pool
 from fim.run.ledger import spent_late
 from fim.run.limits import (
     DEFAULT_ALLOWANCE,
@@ -40,13 +39,11 @@ from fim.run.limits import (
     abandoned,
     asked_cap,
     estimated,
-    file_of,
     priced,
-    run_budgets,
     with_cap,
 )
-from fim.run.overrides import OverriddenModel
 from fim.run.sessions import session_label
+from fim.run.shared_room import SharedRoom
 from fim.run.tokens import count_messages, count_tokens
 from fim.run.tree import RunSpend, per_run
 from fim.types import ModelResponse, Usage
@@ -93,6 +90,8 @@ class MeteredModel:
         self.settled = False
         """The run ended and `settle` ran: a late call's spend goes in no pool (its own
         usage row counts it: `fim.run.ledger.spent_late`)."""
+        self.shared = SharedRoom()
+        """The calls' holds in a store other processes share (PostgreSQL only)."""
         self.node.ends.append(self.settle)
 
     def __getattr__(self, name: str) -> Any:  # settings, context_window ... of the inner model
@@ -103,11 +102,16 @@ class MeteredModel:
             return priced(usage, self.price).cost
         return catalog.cost(self.name, usage)
 
-    async def _limits(self) -> list[Limit]:
+    async def _limits(
+        self, shared: list[tuple[Limit, Any, tuple[Any, ...]]] | None = None
+    ) -> list[Limit]:
         """Every limit a call of this run is held to: the per-run limits of this run and of
         the runs above it (their trees' spend), and the daily, session and key limits (what
-        the store recorded plus the runs in flight in this process)."""
+        the store recorded plus the runs in flight in this process). `shared` gets those
+        of the last kind whose store other processes share (PostgreSQL), with the store
+        and the scope: their calls take holds there too (`fim.store.holds`)."""
         out: list[Limit] = []
+        places: list[tuple[Any, tuple[Any, ...]]] = []
         keyed = bool(current_owner.get())  # a run no key started (the CLI, an eval): no key budget
         for node in (*self.node.ancestors(), self.node):  # per-run limits, delegates included
             scope = (
@@ -132,7 +136,7 @@ class MeteredModel:
             if owner == KEY and not keyed:
                 continue
             if budget.daily:
-                spent, found = await self._recorded(owner, "day")
+                spent, found = await self._recorded(owner, "day", places)
                 out.append(
                     Limit(
                         f"{owner} budget (today, UTC)",
@@ -145,7 +149,7 @@ class MeteredModel:
                     )
                 )
             if budget.per_session and self.session:
-                spent, found = await self._recorded(owner, "session")
+                spent, found = await self._recorded(owner, "session", places)
                 out.append(
                     Limit(
                         f"{owner} budget ({session_label(self.session)})",
@@ -157,12 +161,20 @@ class MeteredModel:
                         self.declared_in.get(owner, "fim.yaml"),
                     )
                 )
+        if shared is not None and places:  # the recorded limits, in the order they were read
+            recorded = [limit for limit in out if limit.per]
+            for limit, (store, where) in zip(recorded, places, strict=True):
+                if not store.is_sqlite:
+                    shared.append((limit, store, where))
         return out
 
-    async def _recorded(self, owner: str, group: str) -> tuple[Usage, Pool]:
+    async def _recorded(
+        self, owner: str, group: str, places: list[tuple[Any, tuple[Any, ...]]]
+    ) -> tuple[Usage, Pool]:
         """What the state store recorded for this UTC day or this session, of this agent
         or (for the project's budget) of every agent, plus what this process's runs in
-        flight spent there; and that scope's pool. No store fails closed."""
+        flight spent there; and that scope's pool (`places` gets the store and the
+        scope). No store fails closed."""
         # deferred: the state store loads only for a daily or session limit
         from fim.store import get_store
         from fim.store.usage import session_spent, spent, utc_day
@@ -184,6 +196,7 @@ class MeteredModel:
         else:
             mine = current_owner.get() if owner == KEY else None
             scope = ("day", utc_day(time.time()), agent, mine)
+        places.append((store, scope))
         if scope in self.unrecorded:
             found = self.unrecorded[scope][1]
         else:
@@ -213,8 +226,10 @@ class MeteredModel:
         per_1k = self._cost(Usage(completion_tokens=1000))
         prompt_cost: float | None = None
         deadline = time.monotonic() + WAIT_FOR_ROOM  # however often others answer meanwhile
+        call, poll = None, POLL_FIRST
         while True:
-            limits = await self._limits()
+            shared: list[tuple[Limit, Any, tuple[Any, ...]]] = []
+            limits = await self._limits(shared)
             seen = {id(limit.pool): limit.pool.releases for limit in limits}  # no await below
             if prompt_cost is None and any(limit.max_cost is not None for limit in limits):
                 prompt_cost = self._cost(Usage(prompt_tokens=estimate))
@@ -226,14 +241,25 @@ class MeteredModel:
                 if left < 1:  # the room is held by calls in flight
                     busy = busy or limit.pool
                 room = min(room, left)
+            held_by = busy.calls if busy is not None else 0
+            elsewhere = busy is None and bool(shared)
+            if elsewhere:  # other processes' calls hold room too: ask the shared store
+                timeout = getattr(getattr(self.inner, "settings", None), "timeout", None)
+                room, call, busy, held_by = await self.shared.take(
+                    shared, estimate, prompt_cost, per_1k, room, self.name, timeout
+                )
             if busy is None:
                 break
+            left_s = deadline - time.monotonic()
             try:  # a call in flight answers (or fails), then the room is counted again
-                waited = busy.released(seen[id(busy)])
-                await asyncio.wait_for(waited, max(0.0, deadline - time.monotonic()))
+                waited = busy.released(seen[id(busy)])  # another process's: polled too
+                await asyncio.wait_for(waited, max(0.0, min(left_s, poll) if elsewhere else left_s))
             except TimeoutError:
+                if elsewhere and time.monotonic() < deadline:
+                    poll = min(poll * 2, POLL_MAX)
+                    continue
                 raise BudgetExceeded(
-                    f"the budget's room for this call is held by {busy.calls} model call(s) in "
+                    f"the budget's room for this call is held by {held_by} model call(s) in "
                     f"flight that did not answer within {WAIT_FOR_ROOM:.0f} s; the model was "
                     "not called",
                     hint="try again when they have answered",
@@ -244,7 +270,10 @@ class MeteredModel:
         for found in pools:
             found.hold(tokens, cost)
         # capped at the room it holds, or parallel calls could answer past what they held
-        return Ticket(estimate, pools, tokens, cost, room if limits else None)
+        ticket = Ticket(estimate, pools, tokens, cost, room if limits else None)
+        if call is not None:
+            self.shared.holds[id(ticket)] = call
+        return ticket
 
     def _count(self, usage: Usage) -> None:
         """`usage` was spent by this run: it counts for the run, the runs above it, and
@@ -268,7 +297,9 @@ class MeteredModel:
             tokens = size // 3 if size > LARGE else count_tokens("".join(parts), self.name)
             completion = max(completion, tokens)
         usage = Usage(prompt_tokens=ticket.estimate, completion_tokens=completion)
-        self._spent(usage.model_copy(update={"cost": self._cost(usage)}), reported=False)
+        usage = usage.model_copy(update={"cost": self._cost(usage)})
+        self.shared.answer(ticket, usage, self.settled or self.node.over)
+        self._spent(usage, reported=False)
 
     def _spent(self, usage: Usage, reported: bool) -> None:
         """`usage` was spent: counted (`_count`), and unless an `llm_call` event reports it,
@@ -287,6 +318,7 @@ class MeteredModel:
         for scope, (store, found, amount) in unrecorded.items():
             found.settle(amount)
             forget(store, scope, found)
+        self.shared.release()  # and their holds leave the shared store
 
     async def _after(self, ticket: Ticket, response: ModelResponse) -> ModelResponse:
         ticket.release()
@@ -297,6 +329,7 @@ class MeteredModel:
             usage = priced(usage, self.price)
         if usage is not response.usage:
             response = response.model_copy(update={"usage": usage})
+        self.shared.answer(ticket, usage, self.settled or self.node.over)
         self._spent(usage, reported=not self.side)
         for limit in await self._limits():  # over: the call was made, the error carries it
             passed = limit.passed(self.name, response)
@@ -348,49 +381,3 @@ class MeteredModel:
         finally:
             if not answered:
                 self._cut(ticket, seen or deltas, cancelled)
-
-
-def metered(
-    model: Model,
-    snapshot: Any,
-    agent: Any,
-    services: Any = None,
-    session: str | None = None,
-    spend: RunSpend | None = None,
-    fast: bool = False,
-) -> Model:
-    """`model` wrapped when a price override or a budget applies to this agent's runs, or a
-    per-run limit of a run above it (`spend`, the run's place in its tree); unchanged (no
-    cost per call) otherwise. `session` is the conversation the run continues (its session
-    budgets count the session's recorded runs). `fast`: `model` is the run's `fast` model
-    (context summaries, tool selection, MCP sampling), priced as the `fast` role, its
-    calls counted in the run's usage row though no event reports them. A model carrying a
-    caller's overrides (`OverriddenModel`) is metered inside them, so the cap each call is
-    sent with is the smaller of the caller's and the room it holds (`with_cap`)."""
-    if isinstance(model, OverriddenModel):  # inside it, the cap sees the caller's options
-        inner = metered(model.inner, snapshot, agent, services, session, spend, fast)
-        return model if inner is model.inner else OverriddenModel(inner, model.overrides)
-    budgets = run_budgets(snapshot, agent)
-    price = None
-    for role in ("fast", agent.model) if fast else (agent.model,):
-        try:
-            price = snapshot.model_settings(role).price
-            break
-        except RunError:  # a model handed in by the caller for a role fim.yaml lacks
-            continue
-    above = spend is not None and any(node.budgets for node in spend.ancestors())
-    if not budgets and price is None and not above:
-        return model
-    agents = [agent.name, *(node.agent for node in spend.ancestors())] if spend else [agent.name]
-    declared_in = {f"agent '{name}'": file_of(snapshot, name) for name in agents}
-    return MeteredModel(
-        model,
-        budgets,
-        price,
-        services=services,
-        agent=agent.name,
-        session=session,
-        spend=spend,
-        declared_in=declared_in,
-        side=fast,
-    )
