@@ -169,11 +169,6 @@ def mcp_call(mode: str, tool: str) -> Any:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-20 #2: an MCP tool hinted readOnlyHint: false (without destructiveHint) "
-    "counts as a read, so a read-only agent calls it",
-)
 @pytest.mark.parametrize("mode", ["progressive", "legacy"])
 def test_an_mcp_tool_that_says_it_is_not_read_only_never_runs_for_a_read_only_agent(
     tmp_path: Path, mode: str
@@ -189,11 +184,6 @@ def test_an_mcp_tool_that_says_it_is_not_read_only_never_runs_for_a_read_only_ag
     assert not log.exists(), log.read_text()  # today: close_ticket, comment
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-20 #2: an MCP tool without annotations counts as a read, so a read-only "
-    "agent calls it",
-)
 def test_an_mcp_tool_without_annotations_never_runs_for_a_read_only_agent(
     tmp_path: Path,
 ) -> None:

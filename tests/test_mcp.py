@@ -96,7 +96,9 @@ async def test_tools_become_fim_tools_named_server__tool(stdio):
     assert tool.name == "demo__add"
     assert tool.category == "mcp"
     assert tool.parameters["properties"]["a"]["type"] == "integer"
-    assert tool.metadata == {"server": "demo", "tool": "add", "transport": "stdio"}
+    # no readOnlyHint on `add`: a write (the MCP spec's default for a tool without hints)
+    meta = {"server": "demo", "tool": "add", "transport": "stdio", "access": "write"}
+    assert tool.metadata == meta
     result = await tool.run(a=2, b=3)
     assert (result.content, result.is_error) == ("5", False)
 

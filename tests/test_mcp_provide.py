@@ -198,7 +198,8 @@ async def test_hooks_see_a_meta_call_as_the_real_tool(progressive):
     assert effective_tool_name(meta, args) == "demo__add"
     view = meta.metadata["call_view"](args)
     assert (view.name, view.args) == ("demo__add", {"a": 1})  # the tool's own arguments
-    assert view.metadata == {"server": "demo", "tool": "add", "category": "mcp"}
+    # the demo's `add` has no readOnlyHint: a write, as the MCP spec's defaults say
+    assert view.metadata == {"server": "demo", "tool": "add", "category": "mcp", "access": "write"}
     assert view.call_arguments({"a": 2}) == {**args, "parameters": {"a": 2}}
     echo = {"subcommand": "call", "server": "demo", "tool": "echo", "parameters": {}}
     assert meta.metadata["call_view"](echo).metadata["access"] == "read"  # readOnlyHint

@@ -4,7 +4,7 @@ share, so that "a write" can never mean two things.
 
 A call writes when its metadata says `access: write|admin` (connector actions, builtins
 such as shell, python_exec and file_ops' write operations, project functions not marked
-`@fim.tools.read_only`, MCP tools hinted destructive or not yet known, a database query not
+`@fim.tools.read_only`, MCP tools not hinted read-only or not yet known, a database query not
 found to be a read), or when it carries SQL that is not exactly one plain read statement.
 The SQL rules are the database connector's own read-only decision
 (`fim.connectors.readonly.decide`, memoised), parsed off the event loop: model-written SQL

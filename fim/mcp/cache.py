@@ -79,7 +79,7 @@ def load(root: Path, key: str) -> dict[str, Any] | None:
                 description=str(t.get("description") or ""),
                 input_schema=dict(t.get("input_schema") or {}),
                 title=t.get("title") if isinstance(t.get("title"), str) else None,
-                access=t.get("access") if t.get("access") in ("read", "write") else None,
+                access="read" if t.get("access") == "read" else "write",
                 output_schema=dict(t["output_schema"]) if t.get("output_schema") else None,
             )
             for t in data["tools"]

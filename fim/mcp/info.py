@@ -25,9 +25,9 @@ class ToolInfo:
     input_schema: dict[str, Any]
     title: str | None = None
     access: Literal["read", "write"] | None = None
-    """From the tool's annotations: `read` if `readOnlyHint`, `write` if explicitly
-    `destructiveHint`, else unknown. Hints from the server, used by hooks like any
-    connector action's `access`."""
+    """From the tool's annotations: `read` if `readOnlyHint: true`, else `write` (None, from
+    an older cache, is taken as `write`). A hint of the server's, which fim cannot check,
+    used by hooks like any connector action's `access`."""
     output_schema: dict[str, Any] | None = None
     """What the tool's structured results must match (`fim.mcp.checks`)."""
 
@@ -72,9 +72,10 @@ def declaration_key(decl: McpServer, root: Path) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _access(annotations: Any) -> Literal["read", "write"] | None:
-    if annotations is None:
-        return None
-    if annotations.read_only_hint:
+def _access(annotations: Any) -> Literal["read", "write"]:
+    """A read only when the server hints `readOnlyHint: true`; anything else may change
+    something (the MCP spec's own default for a tool without hints is destructive), so
+    `read_only` and `confirm` treat it as a write (attack-20 #2)."""
+    if annotations is not None and annotations.read_only_hint is True:
         return "read"
-    return "write" if annotations.destructive_hint else None
+    return "write"

@@ -128,8 +128,7 @@ def adapt(conn: ServerConnection, info: ToolInfo) -> McpTool:
 
 def _tool_metadata(conn: ServerConnection, info: ToolInfo) -> dict[str, Any]:
     meta: dict[str, Any] = {"server": conn.name, "tool": info.name, "transport": conn.transport}
-    if info.access:
-        meta["access"] = info.access
+    meta["access"] = info.access or "write"  # no hint of a read: a write
     return meta
 
 

@@ -127,12 +127,10 @@ class McpMetaTool:
         conn = self.connections.get(args["server"])
         info = next((t for t in conn.tools if t.name == args["tool"]), None) if conn else None
         meta = {"server": args["server"], "tool": args["tool"], "category": "mcp"}
-        if info is not None and info.access:
-            meta["access"] = info.access
-        elif conn is None or not conn.tools:
-            # The server's tools are not known (it has not started): the call starts it and
-            # may reach a destructive tool whose hints no hook saw. Taken as a write.
-            meta["access"] = "write"
+        # A read only when the server hinted the listed tool read-only. Not listed (the
+        # server has not started, or the model names a tool it did not list): the call may
+        # reach a tool whose hints no hook saw. Taken as a write.
+        meta["access"] = (info.access if info is not None else None) or "write"
         params = args.get("parameters") or {}
         return CallView(target, dict(params), meta, to_call=lambda new: {**args, "parameters": new})
 
