@@ -62,12 +62,6 @@ CREATE FUNCTION shop.cancel_order(i integer) RETURNS text LANGUAGE sql
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-20 #1: a read-only agent's SELECT of a function that writes runs on a "
-    "writable PostgreSQL connector (statement layer only; no catalog check, no read-only "
-    "transaction)",
-)
 @pytest.mark.parametrize("mode", ["progressive", "legacy"])
 def test_a_read_only_agent_never_writes_through_a_function_on_a_writable_database(
     tmp_path: Path, pg_database: Any, mode: str

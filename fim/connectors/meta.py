@@ -142,8 +142,11 @@ class DatabaseMetaTool:
 
     category = "database"
 
-    def __init__(self, databases: list[Database]) -> None:
+    def __init__(self, databases: list[Database], read_only_run: bool = False) -> None:
         self.databases = {d.name: d for d in databases}
+        self.read_only_run = read_only_run
+        """The run may only read: its statements run as on a read-only connector
+        (`fim.connectors.readonly.run_reads_only`), whatever each connector says."""
         self.name = DATABASE_TOOL
         self.description = (
             "Query a SQL database listed in the system prompt: list_tables, discover a "
@@ -218,7 +221,7 @@ class DatabaseMetaTool:
                 "a table's columns first.",
                 is_error=True,
             )
-        return await db.query(args["sql"], args.get("params"))
+        return await db.query(args["sql"], args.get("params"), read_only_run=self.read_only_run)
 
 
 VIEW_PARSE_CHARS = 4_000

@@ -30,6 +30,7 @@ from fim.connectors.meta import (
     database_metadata,
     prepare_query,
 )
+from fim.connectors.readonly import run_reads_only
 from fim.errors import RunError
 from fim.run.services import Provision, RunContext
 from fim.tools.base import FunctionTool
@@ -65,11 +66,13 @@ async def provide(ctx: RunContext) -> Provision | None:
             lines += [f"- {c.name}: {_describe(c.decl)}{_actions(c.decl)}" for c in clients]
     if databases:
         dbs = [get_database(ctx.services, n, d, ctx.snapshot.root) for n, d in databases]
+        # what readonly_guard cannot see in SQL text (a function, a view) the database stops
+        reads_only = run_reads_only(ctx.snapshot, ctx.agent, ctx.parents)
         if ctx.mode("databases") == "legacy":
             for db in dbs:
-                provision.tools += database_tools(db)
+                provision.tools += database_tools(db, reads_only)
         else:
-            provision.tools.append(DatabaseMetaTool(dbs))
+            provision.tools.append(DatabaseMetaTool(dbs, reads_only))
             provision.pinned.append(DATABASE_TOOL)
             provision.hidden += len(DATABASE_ACTIONS) * len(dbs)
             lines.append(f"Databases (through the `{DATABASE_TOOL}` tool):")
@@ -155,8 +158,9 @@ DATABASE_ACTIONS = ("list_tables", "describe", "query")
 """What a database offers; legacy mode registers one tool each."""
 
 
-def database_tools(db: Database) -> list[FunctionTool]:
-    """Legacy mode: `{db}__list_tables`, `{db}__describe`, `{db}__query`."""
+def database_tools(db: Database, read_only_run: bool = False) -> list[FunctionTool]:
+    """Legacy mode: `{db}__list_tables`, `{db}__describe`, `{db}__query`. `read_only_run`:
+    the run may only read, so its queries run as on a read-only connector."""
 
     async def list_tables() -> ToolResult:
         return await db.list_tables()
@@ -165,7 +169,7 @@ def database_tools(db: Database) -> list[FunctionTool]:
         return await db.describe(table)
 
     async def query(sql: str, params: dict[str, Any] | None = None) -> ToolResult:
-        return await db.query(sql, params)
+        return await db.query(sql, params, read_only_run=read_only_run)
 
     def meta(action: str) -> dict[str, Any]:
         static = database_metadata(db, action, {})

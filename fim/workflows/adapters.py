@@ -68,10 +68,13 @@ async def run_sql(ctx: NodeContext, connector: str, sql: str, params: dict[str, 
     # deferred: loading fim.connectors.database costs tens of ms
     from fim.connectors.database import describe_error, get_database
     from fim.connectors.meta import database_metadata, prepare_query
+    from fim.connectors.readonly import run_reads_only
     from fim.connectors.sql_guard import SqlRejected
 
     decl: DatabaseConnector = _connector(ctx, connector, DatabaseConnector)
     db = get_database(ctx.services, connector, decl, ctx.snapshot.root)
+    # started by a read-only agent (or in a read-only project): run as on a read-only connector
+    reads_only = run_reads_only(ctx.snapshot, None, ctx.parents)
     asked: dict[str, Any] = {"sql": sql, "params": params}
     await prepare_query(db, asked)
     view = CallView(f"{connector}__query", asked, database_metadata(db, "query", asked))
@@ -82,12 +85,14 @@ async def run_sql(ctx: NodeContext, connector: str, sql: str, params: dict[str, 
     async def query() -> ToolResult:
         """The statement run, its rows (or what went wrong) as a tool result."""
         try:
-            result = await db.run(sql, params)
+            result = await db.run(sql, params, read_only_run=reads_only)
         except SqlRejected as exc:
-            refused = f"query refused on read-only '{connector}': {exc}"
+            ran = "read-only run"
+            where = f"read-only '{connector}'" if decl.read_only else f"'{connector}' ({ran})"
+            refused = f"query refused on {where}: {exc}"
             return ToolResult(content=refused, is_error=True)
         except Exception as exc:
-            problem = f"query on '{connector}' failed: {describe_error(exc, db)}"
+            problem = f"query on '{connector}' failed: {describe_error(exc, db, reads_only)}"
             return ToolResult(content=problem, is_error=True)
         # a node's decisions are only as good as its rows: a cut result fails the node
         # instead of passing on as if it were whole

@@ -98,9 +98,13 @@ class Database(Worker):
             return self._failure(f"could not describe '{table}'", exc)
         return ToolResult(content=text)
 
-    async def run(self, sql: str, params: dict[str, Any] | None = None) -> QueryResult:
+    async def run(
+        self, sql: str, params: dict[str, Any] | None = None, *, read_only_run: bool = False
+    ) -> QueryResult:
         """Run one statement under the connector's read-only decision; raises
         `SqlRejected` for a refused statement (workflow nodes and `query` share this).
+        `read_only_run`: the calling run may only read (`readonly.run_reads_only`); its
+        statement is then checked and run as a read-only connector's, on this one too.
 
         The statement is parsed, checked and run in a killable worker process
         (`fim.tools.isolate`), never in fim's: what a driver reads or SQLite builds is
@@ -119,6 +123,7 @@ class Database(Worker):
                 params or {},
                 sqlite_heap,
                 driver_env(),
+                read_only_run,
                 timeout=self.decl.statement_timeout + connecting + _KILL_AFTER,
                 memory=STATEMENT_MEMORY,
                 workers=isolate.DATABASE,
@@ -128,17 +133,21 @@ class Database(Worker):
                 raise FetchTimeout("statement timeout (the worker was stopped)") from None
             raise RuntimeError(str(exc)) from None
 
-    async def query(self, sql: str, params: dict[str, Any] | None = None) -> ToolResult:
+    async def query(
+        self, sql: str, params: dict[str, Any] | None = None, *, read_only_run: bool = False
+    ) -> ToolResult:
+        """The statement's rows as a table for the model (`run`, worded)."""
         try:
-            result = await self.run(sql, params)
+            result = await self.run(sql, params, read_only_run=read_only_run)
         except SqlRejected as exc:
+            why = READ_ONLY_RUN if read_only_run and not self.decl.read_only else ""
             return ToolResult(
-                content=f"Error: query refused: {exc}. Rewrite it as a single SELECT.",
+                content=f"Error: query refused: {exc}{why}. Rewrite it as a single SELECT.",
                 is_error=True,
                 metadata={"refused": True},
             )
         except Exception as exc:
-            return self._failure("the query failed", exc)
+            return self._failure("the query failed", exc, read_only_run)
         if not result.columns:
             return ToolResult(content=f"statement executed ({result.rowcount} rows affected)")
         text = pipe_table(result.columns, result.rows, cut=result.cut, limit=_MAX_OUTPUT_CHARS)
@@ -159,11 +168,19 @@ class Database(Worker):
             },
         )
 
-    def _failure(self, what: str, exc: Exception) -> ToolResult:
-        return ToolResult(content=f"Error: {what}: {describe_error(exc, self)}", is_error=True)
+    def _failure(self, what: str, exc: Exception, read_only_run: bool = False) -> ToolResult:
+        text = describe_error(exc, self, read_only_run)
+        return ToolResult(content=f"Error: {what}: {text}", is_error=True)
 
 
-def describe_error(exc: Exception, db: Database) -> str:
+READ_ONLY_RUN = (
+    " (this run is read-only, so its statements run as on a read-only database: "
+    "built-in functions only, in a read-only transaction)"
+)
+"""Why a read-only run's statement was refused on a writable connector."""
+
+
+def describe_error(exc: Exception, db: Database, read_only_run: bool = False) -> str:
     """One line the model can act on, without the URL (which may hold a password).
 
     A driver's message may quote a value the model built (PostgreSQL's `invalid input
@@ -197,6 +214,8 @@ def describe_error(exc: Exception, db: Database) -> str:
             "for one query; select fewer or shorter values, or sort fewer rows (LIMIT)"
         )
     if "readonly" in lowered or "read-only" in lowered or "query_only" in lowered:
+        if read_only_run and not db.decl.read_only:
+            return f"{text} (this run is read-only; only SELECT queries are possible)"
         return f"{text} (this database is read-only; only SELECT queries are possible)"
     text = text.replace(db.decl.url, "<url>").replace(db.url, "<url>")
     # a driver may quote the offending value: never hand a huge one to the model, and

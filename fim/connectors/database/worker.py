@@ -28,7 +28,7 @@ from fim.connectors.database.rows import (
     read_one_by_one,
     size_limit,
 )
-from fim.connectors.database.sqlite_statement import run_statement
+from fim.connectors.database.sqlite_statement import SqliteTarget, run_statement
 from fim.connectors.sql_guard import Parsed, SqlRejected, check_read_only
 
 KEPT_ENGINES = 8
@@ -100,6 +100,7 @@ class Worker(Engine):
         params: dict[str, Any] | None = None,
         parsed: Parsed | None = None,
         heap: int | None = None,
+        read_only_run: bool = False,
     ) -> QueryResult:
         """Run one statement; on a read-only database its transaction is always rolled back.
 
@@ -108,9 +109,16 @@ class Worker(Engine):
         With it (PostgreSQL), the catalog check runs first, on the same connection, and
         the exact text that was parsed is streamed row by row. `heap`: SQLite's heap limit
         for the whole process (only in a worker process, `execute_isolated`).
+        `read_only_run`: the calling run may only read (`readonly.run_reads_only`), so on a
+        writable connector too the statement runs as on a read-only one: in a read-only
+        transaction (PostgreSQL) or on a read-only connection (SQLite), never committed.
         """
+        reads_only = self.decl.read_only or read_only_run
         if self.dialect == "sqlite":
-            return run_statement(self.sqlite_target(), self.decl, sql, params, heap)
+            target = self.sqlite_target()
+            if reads_only and not target.read_only:
+                target = SqliteTarget(target.database, read_only=True)
+            return run_statement(target, self.decl, sql, params, heap)
         # deferred: loading sqlalchemy costs hundreds of ms
         import sqlalchemy as sa
 
@@ -119,7 +127,7 @@ class Worker(Engine):
         with self.engine().connect() as conn:
             raw = conn.connection.driver_connection
             try:
-                if self.dialect == "postgres" and self.decl.read_only:
+                if self.dialect == "postgres" and reads_only:
                     readonly.begin_read_only(conn)
                 if parsed is not None and self.dialect == "postgres":
                     self.catalog.check(raw, parsed)
@@ -132,7 +140,7 @@ class Worker(Engine):
                     outcome = rows.result(columns)
                 else:
                     outcome = QueryResult([], [], False, result.rowcount)
-                if not self.decl.read_only:
+                if not reads_only:
                     conn.commit()
                 return outcome
             finally:
@@ -201,17 +209,21 @@ def execute_isolated(
     params: dict[str, Any],
     heap: int | None,
     env: dict[str, str] | None = None,
+    read_only_run: bool = False,
 ) -> QueryResult:
     """One statement, in a killable worker process (`Database.run`): parsed and checked
     here as well, since parsing model-written SQL is untrusted work too. The connector's
     engine stays for the worker's next statements. `env`: fim's own variables a driver
     reads (`driver_env`), since a worker starts with an empty environment. What fails comes
-    back as fim's own error (short already) or as `StatementFailed`."""
+    back as fim's own error (short already) or as `StatementFailed`. `read_only_run`: the
+    calling run may only read, so the statement is checked and run as on a read-only
+    connector (`Worker.execute_sync`), whatever the connector's own `read_only`."""
     try:
         _use_env(env or {})
         worker = _engine_of(name, decl, root, env or {})
-        parsed = readonly.decide(sql, worker.dialect).require() if decl.read_only else None
-        return worker.execute_sync(sql, params, parsed, heap)
+        reads_only = decl.read_only or read_only_run
+        parsed = readonly.decide(sql, worker.dialect).require() if reads_only else None
+        return worker.execute_sync(sql, params, parsed, heap, read_only_run)
     except (SqlRejected, readonly.ReadOnlyRoleError, FetchTimeout, MemoryError):
         raise
     except Exception as exc:

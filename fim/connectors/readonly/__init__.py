@@ -20,8 +20,13 @@ this package, and the answer is parsed once per SQL text (`decide` is memoised).
    statements and settings); SQLite opens with `mode=ro`, `query_only` and an authorizer
    that allows only reads.
 
-Modules, by layer: `catalog` (2), `role` (3), `connection` (4); this module is the
-statement layer (1) every site calls, and what the database connectors import.
+A *run* that may only read (its agent, the project or an agent above it says `read_only:
+true`: `run_reads_only`) gets layers 1, 2 and 4 on a writable connector too: its statement
+is checked and run exactly as a read-only connector's, but with the connector's own role.
+
+Modules, by layer: `catalog` (2), `role` (3), `connection` (4), `runs` (which runs only
+read); this module is the statement layer (1) every site calls, and what the database
+connectors import.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from fim.connectors.readonly.role import (
     role_error,
     role_problems,
 )
+from fim.connectors.readonly.runs import run_reads_only
 from fim.connectors.sql_guard import Parsed, SqlRejected, check_read_only
 
 
@@ -121,6 +127,7 @@ __all__ = [
     "pg_options",
     "role_error",
     "role_problems",
+    "run_reads_only",
     "sqlite_read_authorizer",
     "sqlite_write_authorizer",
 ]
