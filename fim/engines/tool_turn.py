@@ -238,13 +238,7 @@ class ToolTurn:
             return await emit(_unviewable(call.name, exc), True)
         no_hooks = type(self.hooks) is NoHooks  # allows everything: no context to build
         metadata = {} if no_hooks else {**self.metadata, "call_id": call.id}
-        pre, events = (
-            allowed()
-            if no_hooks
-            else await self.hooks.run(
-                "PreToolUse", view.context("PreToolUse", self.agent, self.run_id, metadata)
-            )
-        )
+        pre, events = allowed() if no_hooks else await self._pre_tool_use(call.name, view, metadata)
         for event in events:
             queue.put_nowait(event.model_copy(update={"call_id": call.id}))
         if not pre.allow:
@@ -264,15 +258,13 @@ class ToolTurn:
             try:
                 target_args = pre.modified_args
                 arguments = view.call_arguments(target_args)
+                await prepare_view(self.registry.get(call.name), arguments)
                 again = self._view(call.name, arguments)
             except Exception as exc:
                 return await emit(_unviewable(call.name, exc), True)
             if again.name != view.name:
-                return await emit(
-                    f"Blocked: a hook rewrote the call to '{view.name}' into a call to "
-                    f"'{again.name}'; a rewrite may change arguments, not the target.",
-                    True,
-                )
+                return await emit(f"Blocked: {_retargeted(view.name, again.name)}.", True)
+            view = again  # PostToolUse sees the call that ran
             problem = await self.registry.check(call.name, arguments)
             if problem is not None:
                 return await emit(
@@ -309,6 +301,30 @@ class ToolTurn:
             media[call.id] = found  # a hook that rewrote the result withholds the media too
         return await emit(content, result.is_error)
 
+    async def _pre_tool_use(
+        self, name: str, view: CallView, metadata: dict[str, Any]
+    ) -> tuple[HookResult, list[Any]]:
+        """The PreToolUse answer about the call that will run. A hook may rewrite the
+        arguments; a chain that takes `review` then has the hooks that judged the old ones
+        judge the rewritten call, whose view (target, `access`, SQL) this computes again
+        from the rewritten arguments, so a rewrite cannot turn an allowed read into a write
+        no guard saw."""
+        context = view.context("PreToolUse", self.agent, self.run_id, metadata)
+        if not getattr(self.hooks, "reviews", False):
+            return await self.hooks.run("PreToolUse", context)
+
+        async def review(target_args: dict[str, Any]) -> dict[str, Any]:
+            arguments = view.call_arguments(target_args)
+            await prepare_view(self.registry.get(name), arguments)
+            again = self._view(name, arguments)
+            if again.name != view.name:
+                raise ViewError(_retargeted(view.name, again.name))
+            return {**again.metadata, **metadata}
+
+        run: Any = self.hooks.run  # a HookChain or Stacked: `fim.hooks.runner`
+        result: tuple[HookResult, list[Any]] = await run("PreToolUse", context, review)
+        return result
+
     def _target(self, call: ToolCall) -> CallView | None:
         """The target of `call` for its event, or None when there is no view or the target
         cannot be told (the call itself is then blocked, saying why: `_unviewable`)."""
@@ -323,6 +339,13 @@ class ToolTurn:
         if self.call_view is None:
             return CallView(name, arguments)
         return self.call_view(name, arguments)
+
+
+def _retargeted(name: str, other: str) -> str:
+    return (
+        f"a hook rewrote the call to '{name}' into a call to '{other}'; a rewrite may change "
+        "arguments, not the target"
+    )
 
 
 def _unviewable(name: str, exc: Exception) -> str:

@@ -9,7 +9,7 @@ reason in the event: a guard that silently stops guarding is worse than none.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fim.events import HookEvent
@@ -25,6 +25,18 @@ def _identity(text: str) -> str:
     return text
 
 
+Review = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+"""What a call is once a hook rewrote its arguments: given the rewritten target arguments,
+the metadata of the call they make (`access`, `sql`, the connector...), computed again by
+the engine from those arguments (`view_of`). Raises when the rewritten call cannot be told
+or targets something else; the call is then blocked."""
+
+MAX_REWRITES = 8
+"""Rewrites of one call's arguments accepted. A rewrite sends the call back to the hooks
+that judged the old arguments; a caller's chain and a delegate's that undo each other's
+rewrite would loop forever, so past this many the call is blocked (fail closed)."""
+
+
 class HookExited(Exception):
     """A hook called `sys.exit()` (Claude Code scripts block with `sys.exit(2)`)."""
 
@@ -38,6 +50,37 @@ async def _contained(call: Callable[[], Any]) -> Any:
         return await call()
     except SystemExit as exc:
         raise HookExited(f"the hook called sys.exit({exc.code!r})") from None
+
+
+async def _review(
+    review: Review | None, args: dict[str, Any], tool: str | None
+) -> dict[str, Any] | str | None:
+    """The metadata of the call `args` make, or why it cannot be told (a block reason).
+    None without a `review` (a runner driven by hand, a workflow node): the metadata is
+    kept, and the hooks judge the rewritten arguments with it."""
+    if review is None:
+        return None
+    try:
+        return await review(args)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        return (
+            f"a hook rewrote the arguments of '{tool}' and fim could not tell what the "
+            f"rewritten call does ({exc}), so it was blocked (hooks fail closed)"
+        )
+
+
+def _rewritten_by(rewriters: list[str]) -> str:
+    return f"judged again: hook '{rewriters[-1]}' rewrote the arguments"
+
+
+def _endless(tool: str | None, who: str) -> str:
+    return (
+        f"{who} kept rewriting the arguments of '{tool}' (more than {MAX_REWRITES} rewrites), "
+        "so the call was blocked (hooks fail closed): each rewrite is judged again by the "
+        "hooks before it, and no arguments were reached that every hook leaves as they are"
+    )
 
 
 class HookChain:
@@ -64,10 +107,21 @@ class HookChain:
     def for_point(self, point: HookPoint) -> list[BaseHook]:
         return [h for h in self.hooks if point in h.points]
 
+    reviews = True
+    """`run` takes `review=`: the engine hands it the view of a rewritten call."""
+
     async def run(
-        self, point: HookPoint, context: HookContext
+        self, point: HookPoint, context: HookContext, review: Review | None = None
     ) -> tuple[HookResult, list[HookEvent]]:
+        """The chain's merged answer at `point`. At PreToolUse the answer holds for the
+        arguments that will run: when a hook rewrites them, every hook before it that
+        allowed the old arguments as they were (a guard: `readonly_guard`, `confirm`, a
+        policy script) runs again on the rewritten call, with its metadata computed afresh
+        by `review` (a rewrite may turn a read into a write). A hook that rewrote the call
+        has had its say (its output is what it asks to run) and is not run again, so a
+        chain of rewriting hooks that are not idempotent still ends."""
         args = dict(context.tool_args) if context.tool_args is not None else None
+        meta = context.metadata
         result_text = context.tool_result
         args_changed = result_changed = False
         contexts: list[str] = []
@@ -80,20 +134,33 @@ class HookChain:
             for h in self.for_point(point)
             if (not names and h.matches(None)) or any(h.matches(n) for n in names)
         ]
+        judged: list[dict[str, Any] | None] = [None] * len(matching)
+        """The arguments each hook last allowed as they were (None: not run yet)."""
+        rewrote: set[int] = set()
+        """The hooks that rewrote this call: not run again."""
+        rewriters: list[str] = []
+        """The hooks that rewrote the arguments, in order (for the trace and a block)."""
 
-        for hook in matching:
+        index = 0
+        while index < len(matching):
+            hook = matching[index]
+            again = judged[index] is not None
+            if index in rewrote or (again and judged[index] == args):
+                index += 1  # allowed these very arguments already, or wrote them
+                continue
             current = context.model_copy(
                 update={
                     "point": point,
                     "tool_args": dict(args) if args is not None else None,
                     "tool_result": result_text,
-                    "metadata": dict(context.metadata),
+                    "metadata": dict(meta),
                 }
             )
             result = await self._call(hook, current)
             if not result.allow and point == "SessionStart" and hook.optional:
                 skipped = f"optional hook failed, the session starts without it: {result.error}"
                 events.append(self._event(hook, point, context, "allow", skipped, result))
+                index += 1
                 continue
             if (
                 not result.allow
@@ -108,23 +175,46 @@ class HookChain:
                 )
             if not result.allow:
                 blocked = result.error or f"hook '{hook.name}' blocked without giving a reason"
+                if again:
+                    blocked = f"{blocked.rstrip('.')} ({_rewritten_by(rewriters)})"
                 events.append(self._event(hook, point, context, "block", blocked, result))
                 side_effects.extend(result.side_effects)
                 break
             decision = "allow"
-            reason: str | None = None
+            reason: str | None = _rewritten_by(rewriters) if again else None
+            restart = False
             if point == "PreToolUse" and result.modified_args is not None:
-                args, args_changed = dict(result.modified_args), True
+                new = dict(result.modified_args)
                 decision, reason = "modify", "rewrote the arguments"
+                if new != args:
+                    args, args_changed = new, True
+                    rewriters.append(hook.name)
+                    rewrote.add(index)
+                    if len(rewriters) > MAX_REWRITES:
+                        who = "', '".join(dict.fromkeys(rewriters[-4:]))
+                        blocked = _endless(context.tool_name, f"hooks '{who}'")
+                        events.append(self._event(hook, point, context, "block", blocked, None))
+                        break
+                    fresh = await _review(review, new, context.tool_name)
+                    if isinstance(fresh, str):
+                        blocked = fresh
+                        events.append(self._event(hook, point, context, "block", blocked, None))
+                        break
+                    meta = fresh if fresh is not None else meta
+                    restart = any(judged[j] is not None for j in range(index))
+                else:
+                    args_changed = True
             if point == "PostToolUse" and result.modified_result is not None:
                 result_text, result_changed = result.modified_result, True
                 decision, reason = "modify", "rewrote the result"
             if result.additional_context:
                 contexts.append(result.additional_context)
-                if decision == "allow":
+                if decision == "allow" and not again:
                     decision, reason = "context", "added context"
             side_effects.extend(result.side_effects)
             events.append(self._event(hook, point, context, decision, reason, result))
+            judged[index] = args if args is not None else {}
+            index = 0 if restart else index + 1
 
         merged = HookResult(
             allow=blocked is None,
@@ -135,7 +225,7 @@ class HookChain:
             side_effects=side_effects,
         )
         final = context.model_copy(
-            update={"point": point, "tool_args": args, "tool_result": result_text}
+            update={"point": point, "tool_args": args, "tool_result": result_text, "metadata": meta}
         )
         # Every matching hook hears the outcome, also those the chain never reached, so an
         # audit hook records calls another hook blocked before it.
@@ -226,31 +316,79 @@ class Stacked:
             if hasattr(chain, "on_notice"):
                 chain.on_notice = value
 
+    reviews = True
+    """`run` takes `review=` (see `HookChain.run`)."""
+
     async def run(
-        self, point: HookPoint, context: HookContext
+        self, point: HookPoint, context: HookContext, review: Review | None = None
     ) -> tuple[HookResult, list[HookEvent]]:
-        first, events = await self.outer.run(point, context)
-        if not first.allow:
-            return first, events
-        update: dict[str, Any] = {}
-        if first.modified_args is not None:
-            update["tool_args"] = first.modified_args
-        if first.modified_result is not None:
-            update["tool_result"] = first.modified_result
-        second, more = await self.inner.run(point, context.model_copy(update=update))
-        if not second.allow:
-            return second, events + more
-        merged = HookResult(
-            modified_args=second.modified_args
-            if second.modified_args is not None
-            else first.modified_args,
-            modified_result=second.modified_result
-            if second.modified_result is not None
-            else first.modified_result,
-            additional_context="\n\n".join(
-                c for c in (first.additional_context, second.additional_context) if c
+        """The caller's chain, then the run's own, each on what the other let through. A
+        rewrite by either goes to the other to judge: the caller's `readonly_guard` decides
+        about the arguments the delegate's hooks leave, not about the model's."""
+        args, meta, text = context.tool_args, context.metadata, context.tool_result
+        args_changed = text_changed = False
+        contexts: list[str] = []
+        side_effects: list[str] = []
+        events: list[HookEvent] = []
+        layers = (self.outer, self.inner)
+        settled = [False, False]
+        """Whether each chain allowed `args` as they are now."""
+        rewrites = 0
+        turn = 0
+        while not all(settled):
+            current = (
+                context
+                if args is context.tool_args and text is context.tool_result
+                else context.model_copy(
+                    update={"tool_args": args, "metadata": meta, "tool_result": text}
+                )
             )
-            or None,
-            side_effects=[*first.side_effects, *second.side_effects],
+            result, more = await _run_chain(layers[turn], point, current, review)
+            events += more
+            if not result.allow:
+                if rewrites:
+                    note = "judged again: a chain of hooks rewrote the arguments"
+                    error = f"{(result.error or 'blocked').rstrip('.')} ({note})"
+                    result = result.model_copy(update={"error": error})
+                return result, events
+            side_effects += result.side_effects
+            if result.additional_context:
+                contexts.append(result.additional_context)
+            if result.modified_result is not None:
+                text, text_changed = result.modified_result, True
+            new = result.modified_args
+            if new is not None and point == "PreToolUse":
+                args_changed = True
+                if new != args:
+                    rewrites += 1
+                    fresh = (
+                        _endless(context.tool_name, "the caller's hooks and the run's own")
+                        if rewrites > MAX_REWRITES
+                        else await _review(review, new, context.tool_name)
+                    )
+                    if isinstance(fresh, str):
+                        return HookResult(allow=False, error=fresh, side_effects=side_effects), (
+                            events
+                        )
+                    args, meta = dict(new), fresh if fresh is not None else meta
+                    settled = [False, False]
+            settled[turn] = True
+            turn = 1 - turn
+        merged = HookResult(
+            modified_args=args if args_changed else None,
+            modified_result=text if text_changed else None,
+            additional_context="\n\n".join(contexts) or None,
+            side_effects=side_effects,
         )
-        return merged, events + more
+        return merged, events
+
+
+async def _run_chain(
+    runner: Any, point: HookPoint, context: HookContext, review: Review | None
+) -> tuple[HookResult, list[HookEvent]]:
+    """`runner.run`, handing it `review` when it takes one (a `HookChain`, a `Stacked`)."""
+    if review is not None and getattr(runner, "reviews", False):
+        result: tuple[HookResult, list[HookEvent]] = await runner.run(point, context, review)
+        return result
+    plain: tuple[HookResult, list[HookEvent]] = await runner.run(point, context)
+    return plain
