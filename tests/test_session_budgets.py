@@ -285,3 +285,24 @@ def test_fim_run_session_keeps_the_conversation_and_its_budget(tmp_path: Path):
     finally:
         store.close()
     assert owner == "" and [m.content for m in history] == ["hi", "hi"]  # the refused turn: no
+
+
+async def test_a_run_is_counted_once_while_its_holds_are_still_being_deleted(
+    tmp_path: Path, state: str, monkeypatch: pytest.MonkeyPatch
+):
+    """On a shared store a call's real count is held until its run's usage row is there;
+    the holds are deleted a moment later. In that moment the next run of the session must
+    see the run once (it was refused, counted twice: the row and the hold), not twice and
+    not zero times. Deletion is kept from happening at all here, so the window never
+    closes."""
+    from fim.store import holds
+
+    monkeypatch.setattr(holds, "release", lambda store, calls: None)
+    agent = AgentDecl(name="a", budget={"max_tokens_per_session": 1215})
+    snap = Snapshot(root=tmp_path, project=Project(name="t", state=state), agents={"a": agent})
+    for _ in range(2):  # 605 each: the second fits only if the first counts once
+        events = await run(snap, one_reply(), "s1")
+        assert events[-1].status == "ok", events[-1]
+    events = await run(snap, one_reply(), "s1")
+    (error,) = [e for e in events if isinstance(e, ErrorEvent)]
+    assert "1210 tokens spent" in error.message

@@ -24,6 +24,7 @@ def metered(
     session: str | None = None,
     spend: RunSpend | None = None,
     fast: bool = False,
+    run_id: str | None = None,
 ) -> Model:
     """`model` wrapped when a price override or a budget applies to this agent's runs, or a
     per-run limit of a run above it (`spend`, the run's place in its tree); unchanged (no
@@ -34,7 +35,7 @@ def metered(
     caller's overrides (`OverriddenModel`) is metered inside them, so the cap each call is
     sent with is the smaller of the caller's and the room it holds (`with_cap`)."""
     if isinstance(model, OverriddenModel):  # inside it, the cap sees the caller's options
-        inner = metered(model.inner, snapshot, agent, services, session, spend, fast)
+        inner = metered(model.inner, snapshot, agent, services, session, spend, fast, run_id)
         return model if inner is model.inner else OverriddenModel(inner, model.overrides)
     budgets = run_budgets(snapshot, agent)
     price = None
@@ -59,4 +60,5 @@ def metered(
         spend=spend,
         declared_in=declared_in,
         side=fast,
+        run_id=run_id,
     )

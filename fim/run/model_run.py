@@ -95,7 +95,9 @@ async def model_run(
     Raises RunError before any call when the tree already started `max_runs` runs."""
     spend = start_spend(agent, run_budgets(snapshot, agent), snapshot.project.max_runs)
     ledger = Ledger(services, agent.name, run_id, session)
-    counted = _Counted(metered(model, snapshot, agent, services, session, spend), ledger)
+    counted = _Counted(
+        metered(model, snapshot, agent, services, session, spend, run_id=ledger.run_id), ledger
+    )
     try:
         try:
             yield counted

@@ -193,7 +193,7 @@ async def build_plan(
     if overrides is not None and overrides.wraps_model():
         model = OverriddenModel(model, overrides)
     ctx.spend = start_spend(agent, run_budgets(snapshot, agent), snapshot.project.max_runs)
-    model = metered(model, snapshot, agent, ctx.services, session=ctx.session, spend=ctx.spend)
+    model = metered(model, snapshot, agent, ctx.services, ctx.session, ctx.spend, run_id=ctx.run_id)
     contract = (overrides.output if overrides else None) or output_contract(
         snapshot, agent.output_schema
     )
@@ -213,7 +213,9 @@ async def build_plan(
     def fast() -> Model:
         """The run's `fast` model, held to the run's budgets like its own model."""
         made = fast_model(snapshot, agent)
-        return metered(made, snapshot, agent, ctx.services, ctx.session, ctx.spend, fast=True)
+        return metered(
+            made, snapshot, agent, ctx.services, ctx.session, ctx.spend, True, ctx.run_id
+        )
 
     ctx.fast = fast
     selection = SelectionPlan(

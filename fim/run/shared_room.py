@@ -41,6 +41,7 @@ class SharedRoom:
         room: int,
         model: str,
         timeout: float | None,
+        run_id: str | None = None,
     ) -> tuple[int, tuple[Any, str] | None, Pool | None, int]:
         """Hold a call's room in the shared store: the same arithmetic as the pools', over
         what the store recorded and every process's holds, checked and taken in one
@@ -78,7 +79,8 @@ class SharedRoom:
         store = shared[0][1]
         call = os.urandom(8).hex()
         ttl = (timeout or WAIT_FOR_ROOM) + holds.MARGIN
-        answer = await holds.take(store, call, [scope for _, _, scope in shared], decide, ttl)
+        scopes = [scope for _, _, scope in shared]
+        answer = await holds.take(store, call, scopes, decide, ttl, run_id)
         if isinstance(answer, BudgetExceeded):
             raise answer
         if isinstance(answer, tuple):
@@ -95,7 +97,7 @@ class SharedRoom:
             from fim.store import holds
 
             keep = holds.KEEP_LATE if late else holds.KEEP_ANSWERED
-            holds.answered(call[0], call[1], usage.total_tokens, usage.cost or 0.0, keep)
+            holds.answered(call[0], call[1], usage.total_tokens, usage.cost or 0.0, keep, late)
             if not late:
                 self.answered.append(call)
 

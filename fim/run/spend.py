@@ -68,8 +68,12 @@ class MeteredModel:
         spend: RunSpend | None = None,
         declared_in: dict[str, str] | None = None,
         side: bool = False,
+        run_id: str | None = None,
     ) -> None:
         self.inner = inner
+        self.run_id = run_id
+        """The run's id: a call's hold in a shared store counts until this run's usage row
+        is there (`fim.store.holds`)."""
         self.side = side
         """The run's `fast` model: no `llm_call` event reports its calls, so the run's
         usage row adds them (`RunSpend.unreported`)."""
@@ -246,7 +250,7 @@ class MeteredModel:
             if elsewhere:  # other processes' calls hold room too: ask the shared store
                 timeout = getattr(getattr(self.inner, "settings", None), "timeout", None)
                 room, call, busy, held_by = await self.shared.take(
-                    shared, estimate, prompt_cost, per_1k, room, self.name, timeout
+                    shared, estimate, prompt_cost, per_1k, room, self.name, timeout, self.run_id
                 )
             if busy is None:
                 break

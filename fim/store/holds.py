@@ -104,6 +104,7 @@ def table() -> Table:
             Column("cost", Float, nullable=False),
             Column("final", Boolean, nullable=False),
             Column("expires_at", Float, nullable=False),
+            Column("run_id", String(64), nullable=True),
         )
     return _TABLE["t"]
 
@@ -140,18 +141,26 @@ FROM (
     SELECT coalesce(sum(prompt_tokens + completion_tokens), 0) AS tokens, sum(cost) AS cost
     FROM {usage} WHERE {where}
 ) AS u, (
-    SELECT coalesce(sum(tokens) FILTER (WHERE final), 0) AS final_tokens,
-           coalesce(sum(cost) FILTER (WHERE final), 0) AS final_cost,
+    SELECT coalesce(sum(tokens) FILTER (WHERE final AND NOT recorded), 0) AS final_tokens,
+           coalesce(sum(cost) FILTER (WHERE final AND NOT recorded), 0) AS final_cost,
            coalesce(sum(tokens) FILTER (WHERE NOT final), 0) AS held_tokens,
            coalesce(sum(cost) FILTER (WHERE NOT final), 0) AS held_cost,
            count(*) FILTER (WHERE NOT final) AS calls
-    FROM fim_budget_holds WHERE scope = %(scope)s AND expires_at >= {now}
+    FROM (
+        SELECT tokens, cost, final,
+               run_id IS NOT NULL AND run_id IN (SELECT run_id FROM {usage} WHERE {where})
+               AS recorded
+        FROM fim_budget_holds WHERE scope = %(scope)s AND expires_at >= {now}
+    ) AS live
 ) AS h
 """
 """One scope's sums in one statement, so the usage rows and the holds are read in one
-snapshot: a run's holds are deleted after its usage row commits, so a snapshot sees the
-row, the holds or both (counted twice for a moment: fails closed), never neither. The
-scope's expired holds are deleted on the way (the scope is locked: no two deleters)."""
+snapshot: an answered call's real count counts until its run's usage row is there, then
+the row does (a snapshot sees one or the other, never neither, and never both: the next
+run of a session was refused for the run before it, counted twice while its holds were
+being deleted). A late answer's count (no run id: its run's row was written before it)
+counts until its hold goes. The scope's expired holds are deleted on the way (the scope
+is locked: no two deleters)."""
 
 _SQL: dict[tuple[str, bool, bool], str] = {}
 
@@ -174,13 +183,14 @@ def _sums_sql(kind: str, agent: bool, owner: bool) -> str:
 
 
 _INSERT = (
-    "INSERT INTO fim_budget_holds (scope, call, tokens, cost, final, expires_at) "
-    f"SELECT scope, %(call)s, %(tokens)s, %(cost)s, false, {_NOW} + %(ttl)s "
+    "INSERT INTO fim_budget_holds (scope, call, tokens, cost, final, expires_at, run_id) "
+    f"SELECT scope, %(call)s, %(tokens)s, %(cost)s, false, {_NOW} + %(ttl)s, %(run)s "
     "FROM unnest(%(scopes)s::varchar[]) AS scope"
 )
 _ANSWER = (
     "UPDATE fim_budget_holds SET tokens = %(tokens)s, cost = %(cost)s, final = true, "
-    f"expires_at = {_NOW} + %(keep)s WHERE call = %(call)s"
+    f"expires_at = {_NOW} + %(keep)s, run_id = CASE WHEN %(late)s THEN NULL ELSE run_id END "
+    "WHERE call = %(call)s"
 )
 _DELETE = "DELETE FROM fim_budget_holds WHERE call = ANY(%(calls)s)"
 
@@ -201,6 +211,7 @@ async def take(
     scopes: Sequence[Sequence[Any]],
     decide: Callable[[list[Sums]], tuple[T, tuple[int, float] | None]],
     ttl: float,
+    run_id: str | None = None,
 ) -> T:
     """Lock `scopes`, read their `Sums` and let `decide` (pure arithmetic, run on the
     worker thread inside the transaction) answer and say what to hold: (tokens, cost)
@@ -243,6 +254,7 @@ async def take(
                         "tokens": tokens,
                         "cost": cost,
                         "ttl": ttl,
+                        "run": run_id,
                         "scopes": [key for (key, _), _ in keyed],
                     },
                 )
@@ -263,12 +275,15 @@ def _drop_if_held(store: Store, call: str, done: asyncio.Future[tuple[Any, bool]
         release(store, [call])
 
 
-def answered(store: Store, call: str, tokens: int, cost: float, keep: float) -> None:
+def answered(
+    store: Store, call: str, tokens: int, cost: float, keep: float, late: bool = False
+) -> None:
     """`call` answered, spending `tokens` and `cost`: its holds become that real count,
-    kept `keep` seconds unless `release` deletes them first. Written in the background
-    (the call may be being cancelled); a failure is logged and the hold lapses at its
-    expiry (counting the room it held until then: fails closed)."""
-    params = {"call": call, "tokens": tokens, "cost": cost, "keep": keep}
+    kept `keep` seconds unless `release` deletes them first (counted until its run's
+    usage row is there, or, `late`, after its run's row was written, until it goes).
+    Written in the background (the call may be being cancelled); a failure is logged and
+    the hold lapses at its expiry (counting the room it held until then: fails closed)."""
+    params = {"call": call, "tokens": tokens, "cost": cost, "keep": keep, "late": late}
     _background(store, _ANSWER, params, "a budget hold")
 
 
