@@ -103,10 +103,14 @@ class Gated:
         raise NotImplementedError
 
 
-async def until(condition: Any) -> None:
-    """Let the loop run until `condition()` holds (a test fails by its own timeout)."""
-    while not condition():
+async def until(condition: Any, turns: int = 20_000) -> None:
+    """Let the loop run until `condition()` holds, for at most `turns` turns of ~1 ms (a
+    hang guard, not a timing assertion: the suite has no per-test timeout)."""
+    for _ in range(turns):
+        if condition():
+            return
         await asyncio.sleep(0.001)
+    raise AssertionError(f"never held: {condition}")
 
 
 async def one(snapshot: Any, services: Services, model: Gated, **options: Any) -> tuple[str, str]:
