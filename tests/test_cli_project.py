@@ -1,7 +1,8 @@
 """The project commands as a user runs them: `fim validate`, `init`, `list`, `show`, `schema`.
 
-Most tests drive the typer app in-process (CliRunner); the ones about start-up and
-tracebacks run the real `python -m fim.cli` in a subprocess.
+Most tests drive the typer app in-process (CliRunner), or the entry point `fim.cli.main()`
+(tests/inprocess_cli.py); the ones about start-up and a terminal run the real
+`python -m fim.cli` in a subprocess.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from inprocess_cli import run_fim
 from typer.testing import CliRunner
 
 from fim.cli import COMMAND_MODULES, app
@@ -46,17 +48,6 @@ def broken(project: Path) -> Path:
     (project / "agents" / "typo.yaml").write_text("descripton: x\ntools: [calculater]\n")
     (project / "connectors" / "api.yaml").write_text("kind: http\n")
     return project
-
-
-def fim(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    """The real command line in a subprocess (start-up, tracebacks, exit codes)."""
-    return subprocess.run(
-        [sys.executable, "-m", "fim.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 # --------------------------------------------------------------------------- validate
@@ -174,7 +165,7 @@ def test_bad_input_is_one_line_and_exit_1(project: Path, case: str) -> None:
 def test_all_bad_inputs_at_once_through_the_real_cli(project: Path) -> None:
     for case in BAD_INPUTS:
         add_bad_input(project, case)
-    done = fim("validate", "-p", str(project))
+    done = run_fim("validate", "-p", str(project), cwd=REPO, timeout=120)  # main()
     assert done.returncode == 1
     assert "Traceback" not in done.stdout + done.stderr
     assert done.stdout.splitlines()[-1] == f"{len(BAD_INPUTS)} problems in {len(BAD_INPUTS)} files"

@@ -9,7 +9,6 @@ streamable HTTP, `python -m mcp_server_time`, and a command that dies at startup
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import textwrap
 import uuid
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 import typer
+from inprocess_cli import run_fim
 from mcp_servers.harness import DEMO, children, http_demo, processes_with
 from typer.testing import CliRunner
 
@@ -306,12 +306,8 @@ def test_fim_run_leaves_no_server_processes_behind(tmp_path):
     call = {"subcommand": "call", "server": "demo", "tool": "pid", "parameters": {}}
     script = [{"tool_call": {"name": "mcp", "arguments": call}}, {"text": "done"}]
     (root / "echo.yaml").write_text(json.dumps(script))
-    run = subprocess.run(
-        [sys.executable, "-m", "fim.cli", "--project", str(root), "run", "echo", "hi", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    # in this process: a server the run did not stop would still be alive (not orphaned)
+    run = run_fim("--project", str(root), "run", "echo", "hi", "--json", timeout=120)
     assert run.returncode == 0, run.stderr
     results = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     pid = int(next(e for e in results if e["type"] == "tool_result")["content"])

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from inprocess_cli import run_fim
 
 from fim import observe
 from fim.build.compile import compile_project
@@ -50,14 +51,19 @@ def project(root: Path) -> Path:
     return root
 
 
-def fim(root: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """`fim ARGS` in `root`, this checkout's fim, the OTEL variables only those given."""
+def _env(**env: str) -> dict[str, str]:
+    """This environment with the OTEL variables only those given, this checkout's fim."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     clean.update(env, PYTHONPATH=str(MAIN), NO_COLOR="1")
+    return clean
+
+
+def fim(root: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`fim ARGS` in `root` as a process of its own: its spans are exported at its exit."""
     return subprocess.run(
         [sys.executable, "-m", "fim.cli", *args],
         cwd=root,
-        env=clean,
+        env=_env(**env),
         capture_output=True,
         text=True,
         timeout=120,
@@ -168,9 +174,10 @@ def test_fim_run_v_and_fim_runs_show_print_the_runs_trace_id(tmp_path):
     summary = next(line for line in done.stderr.splitlines() if line.startswith("ok · "))
     trace = summary.rsplit("· trace ", 1)[1].strip()
     assert HEX32.fullmatch(trace) and f'"trace_id": "0x{trace}"' in done.stderr
-    listed = fim(root, "runs", "list", "--json")
+    # reading the store back needs no process of its own (the run's exit wrote it)
+    listed = run_fim("runs", "list", "--json", cwd=root, env=_env(), timeout=120)
     run_id = json.loads(listed.stdout.splitlines()[0])["id"]
-    shown = fim(root, "runs", "show", run_id)
+    shown = run_fim("runs", "show", run_id, cwd=root, env=_env(), timeout=120)
     assert shown.stdout.splitlines()[0].endswith(f"run {run_id} · trace {trace}")
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from inprocess_cli import run_fim
 
 from fim.build.reload import SnapshotHolder, reload_once
 from fim.errors import ConfigError
@@ -177,22 +178,8 @@ def test_sigterm_lets_the_run_in_flight_finish_then_exits_zero(tmp_path: Path):
 def test_an_invalid_project_is_refused_at_start(tmp_path: Path):
     root = make_project(tmp_path / "project")
     (root / "agents" / "echo.yaml").write_text("description: [unclosed\n")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "fim.cli",
-            "serve",
-            "--project",
-            str(root),
-            "--port",
-            str(free_port()),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env={**os.environ, "NO_COLOR": "1"},
-    )
+    serve = ("serve", "--project", str(root), "--port", str(free_port()))
+    proc = run_fim(*serve, env={**os.environ, "NO_COLOR": "1"}, timeout=30)  # never binds
     assert proc.returncode == 1
     assert "agents/echo.yaml:2:1: YAML syntax error" in proc.stderr
     assert "Traceback" not in proc.stderr

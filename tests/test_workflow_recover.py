@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from inprocess_cli import run_fim
 
 from fim.build.compile import compile_project
 from fim.capabilities import CAPABILITIES
@@ -102,13 +103,16 @@ async def test_a_run_killed_mid_node_is_recovered_by_resume(root: Path):
     finally:
         await services.aclose()
 
-    listing = fim(root, "workflow", "runs", "--json")
-    out, _ = listing.communicate(timeout=60)
-    [row] = json.loads(out)
+    # the commands that list and recover it, in this process (the run's process is gone)
+    listing = await asyncio.to_thread(
+        run_fim, "workflow", "runs", "--json", "--project", str(root), timeout=60
+    )
+    [row] = json.loads(listing.stdout)
     assert (row["run_id"], row["status"], row["orphaned"]) == (run_id, "running", True)
 
-    resumed = fim(root, "workflow", "resume", run_id, "--json")
-    out, err = resumed.communicate(timeout=60)
+    resume = ("workflow", "resume", run_id, "--json", "--project", str(root))
+    resumed = await asyncio.to_thread(run_fim, *resume, timeout=60)
+    out, err = resumed.stdout, resumed.stderr
     assert resumed.returncode == 0, err + out
     doc = json.loads(out)
     assert doc["status"] == "ok"
