@@ -136,11 +136,6 @@ class ToWrite(PreToolUseHook):
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-21 #3: a workflow node's rewritten call is judged with the old view "
-    "(NodeContext.guarded passes no review): a file_ops list rewritten into a write runs",
-)
 def test_a_workflow_tool_node_rewritten_into_a_write_never_runs_for_a_read_only_agent(
     tmp_path: Path,
 ) -> None:
@@ -215,11 +210,6 @@ for line in sys.stdin:
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-21 #4: MCP tool names and schema property names are not masked "
-    "(fim/mcp/info.py masked): a secret a server prints there reaches the model provider",
-)
 @pytest.mark.parametrize("mode", ["legacy", "progressive"])
 def test_a_secret_an_mcp_server_prints_in_a_tool_name_never_reaches_the_model(
     tmp_path: Path, mode: str

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import mcp_types
 import pytest
@@ -16,9 +17,11 @@ from pydantic import ValidationError
 
 from fim import masking
 from fim.config.schema import StdioServer
+from fim.mcp.cache import FOLDER, cache_key, store
 from fim.mcp.calls import call_tool
 from fim.mcp.connection import ServerConnection
 from fim.mcp.errors import McpUnavailable, describe_exception
+from fim.mcp.info import ToolInfo
 from fim.mcp.manager import McpManager
 
 ROOT = Path(__file__).parent
@@ -117,3 +120,75 @@ async def test_what_a_server_writes_in_its_tool_list_reaches_the_model_masked(ma
     assert secret not in shown and shown.count("***") == 4
     assert info.input_schema["properties"]["text"]["description"] == "like ***"
     assert "text" in info.parameters["properties"]  # a property's name is left as it is
+
+
+def leaky_names(secret: str) -> StdioServer:
+    """The hostile server writing `secret` into a tool's name and a property's name."""
+    return StdioServer(
+        command=sys.executable, args=[str(HOSTILE), "leakynames", "0"], env={"LEAK": secret}
+    )
+
+
+async def test_a_tool_whose_name_or_property_name_holds_a_secret_is_not_offered(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A name cannot be masked (a call is matched by it), and every tool list of every
+    model call would carry it: such a tool is dropped with a warning, the others offered
+    (attack-21 #4). The server's version is masked like its name."""
+    secret = "sk-live-named-0123456789abcdef"
+    decl = leaky_names(secret)
+    manager = McpManager(tmp_path)
+    try:
+        conn = manager.connection("leaky", decl, tmp_path, mask=masking.Masker([secret]).text)
+        await conn.start()
+        assert [t.name for t in conn.tools] == ["echo"]
+        assert conn.server_version == "1 ***"
+    finally:
+        await manager.aclose()
+
+    dropped = [r.getMessage() for r in caplog.records if "is not offered" in r.getMessage()]
+    assert dropped == [
+        f"MCP server 'leaky': tool '{name}' is not offered: its name or a property name of "
+        "its schema holds a secret (masked here), which would reach the model provider in "
+        "every tool list"
+        for name in ("get_***", "find")
+    ]
+    (entry,) = (tmp_path / FOLDER).glob("*.json")  # the tool-list cache's copy
+    assert secret not in entry.read_text() and "echo" in entry.read_text()
+
+
+async def test_a_cached_tool_whose_name_holds_a_secret_is_not_offered(tmp_path: Path) -> None:
+    """An entry of the tool-list cache written by an older fim (or before the secret was
+    one) holds such tools and the version as they were: the cache's copy is judged as a
+    live listing is."""
+    secret = "sk-live-cached-0123456789abcdef"
+    decl = leaky_names(secret)
+    key = cache_key(decl, tmp_path)
+    assert key is not None
+    schema: dict[str, Any] = {"type": "object", "properties": {secret: {}}}
+    listing = {
+        "tools": [
+            ToolInfo(name="echo", description="echo", input_schema={"type": "object"}),
+            ToolInfo(name=f"get_{secret}", description="get", input_schema={"type": "object"}),
+            ToolInfo(name="find", description="find", input_schema=schema),
+            ToolInfo(
+                name="report",
+                description="report",
+                input_schema={"type": "object"},
+                output_schema=schema,
+            ),
+        ],
+        "server_name": "hostile",
+        "server_version": f"1 {secret}",
+        "has_resources": False,
+        "has_prompts": False,
+    }
+    store(tmp_path, key, listing)
+    manager = McpManager(tmp_path)
+    try:
+        conn = manager.connection("leaky", decl, tmp_path, mask=masking.Masker([secret]).text)
+        assert conn.prime_from_cache()
+        assert [t.name for t in conn.tools] == ["echo"]
+        assert conn.server_version == "1 ***"
+    finally:
+        await manager.aclose()

@@ -66,6 +66,34 @@ def masked(info: ToolInfo, mask: Callable[[str], str]) -> ToolInfo:
     )
 
 
+def leaks(info: ToolInfo, mask: Callable[[str], str]) -> bool:
+    """Whether the tool's name, or a property name of its schemas, changes under `mask`: a
+    server started with a secret in its `env:` printed it there. Those cannot be masked
+    (a call is matched by them) and reach the model provider in every tool list, so such a
+    tool is not offered (attack-21 #4)."""
+    if mask(info.name) != info.name:
+        return True
+    return any(
+        mask(key) != key
+        for schema in (info.input_schema, info.output_schema or {})
+        for key in _keys(schema)
+    )
+
+
+def _keys(value: Any) -> list[str]:
+    """Every string key of a JSON-like `value`, at any depth."""
+    found: list[str] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            found.extend(k for k in item if isinstance(k, str))
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return found
+
+
 def declaration_key(decl: McpServer, root: Path) -> str:
     """Identity of a declaration: a reload keeps a server whose key did not change."""
     text = f"{type(decl).__name__}|{root}|{decl.model_dump_json()}"

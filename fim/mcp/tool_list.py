@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from fim.mcp.cache import cache_key, load, store
-from fim.mcp.info import ToolInfo, masked, tool_info
+from fim.mcp.info import ToolInfo, leaks, masked, tool_info
 from fim.mcp.state import ConnectionState
 
 log = logging.getLogger(__name__)
@@ -45,13 +45,33 @@ class ToolList(ConnectionState):
         listing = load(self.root, key) if key else None
         if listing is None:
             return False
-        self.tools = [masked(t, self.mask) for t in listing["tools"]]  # a cache of an older fim
+        # masked again: an entry of an older fim, or one written before a secret was added
+        self.tools = [masked(t, self.mask) for t in self._offered(listing["tools"])]
         self.server_name = self.mask(listing["server_name"]) if listing["server_name"] else None
-        self.server_version = listing["server_version"]
+        version = listing["server_version"]
+        self.server_version = self.mask(str(version)) if version else None
         self.has_resources = listing["has_resources"]
         self.has_prompts = listing["has_prompts"]
         self.from_cache = True
         return True
+
+    def _offered(self, tools: list[ToolInfo]) -> list[ToolInfo]:
+        """`tools` but those whose name or a schema property name holds a secret: neither
+        can be masked (calls are matched by them), and the model provider would read the
+        secret with every tool list. The warning names the tool masked."""
+        kept: list[ToolInfo] = []
+        for info in tools:
+            if leaks(info, self.mask):
+                log.warning(
+                    "MCP server '%s': tool '%s' is not offered: its name or a property name "
+                    "of its schema holds a secret (masked here), which would reach the model "
+                    "provider in every tool list",
+                    self.name,
+                    self.mask(info.name),
+                )
+                continue
+            kept.append(info)
+        return kept
 
     async def wait_tools_changed(self, since: int, timeout: float) -> bool:
         """Wait until the cached tool list is newer than version `since`."""
@@ -110,7 +130,7 @@ class ToolList(ConnectionState):
                         MAX_SCHEMA_CHARS,
                     )
                     continue
-                tools.append(masked(tool_info(tool), self.mask))
+                tools.extend(masked(t, self.mask) for t in self._offered([tool_info(tool)]))
             cursor = listing.next_cursor
             if len(tools) >= MAX_TOOLS:
                 log.warning(
@@ -125,6 +145,8 @@ class ToolList(ConnectionState):
                 break
         self.tools = tools
         self.from_cache = False
+        if self.server_version:  # the session has just set it from the server's serverInfo
+            self.server_version = self.mask(str(self.server_version))
         caps = getattr(client, "server_capabilities", None)
         self.has_resources = getattr(caps, "resources", None) is not None
         self.has_prompts = getattr(caps, "prompts", None) is not None

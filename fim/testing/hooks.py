@@ -17,7 +17,8 @@ from fim.capabilities import CAPABILITIES
 from fim.config.schema import AgentDecl, HookDecl, Project
 from fim.events import HookEvent, HookRunner
 from fim.run.services import RunContext, Services
-from fim.types import HookContext, Tool, ToolResult
+from fim.tools.view import ViewError, prepare_view, view_of
+from fim.types import CallView, Tool, ToolResult
 
 
 def make_context(
@@ -75,23 +76,47 @@ async def call_tool(
     run_id: str = "run-1",
     metadata: dict[str, Any] | None = None,
 ) -> CallOutcome:
-    """Run `tool` with `args` through the PreToolUse and PostToolUse chains of `runner`."""
-    meta = {**tool.metadata, **(metadata or {})}
-    pre, events = await runner.run(
-        "PreToolUse",
-        HookContext(
-            point="PreToolUse",
-            agent=agent,
-            run_id=run_id,
-            tool_name=tool.name,
-            tool_args=args,
-            metadata=meta,
-        ),
-    )
+    """Run `tool` with `args` through the PreToolUse and PostToolUse chains of `runner`.
+
+    As in the engine, hooks see the call's view (`fim.tools.view.view_of`: a meta-tool's
+    real target), and a rewritten call is judged again with its view built afresh from
+    the rewritten arguments (`review`), a rewrite to another target refused; so a test of
+    a guard exercises the path a run takes."""
+    extra = metadata or {}
+    try:
+        await prepare_view(tool, args)
+        view = view_of(tool, args)
+    except ViewError as exc:
+        return CallOutcome(False, f"Blocked: cannot tell what the call targets ({exc})", True)
+
+    async def again(target_args: dict[str, Any]) -> CallView:
+        arguments = view.call_arguments(target_args)
+        await prepare_view(tool, arguments)
+        fresh = view_of(tool, arguments)
+        if fresh.name != view.name:
+            raise ViewError(
+                f"a hook rewrote the call to '{view.name}' into a call to '{fresh.name}'; "
+                "a rewrite may change arguments, not the target"
+            )
+        return fresh
+
+    async def review(target_args: dict[str, Any]) -> dict[str, Any]:
+        return {**(await again(target_args)).metadata, **extra}
+
+    context = view.context("PreToolUse", agent, run_id, extra)
+    if getattr(runner, "reviews", False):  # a HookChain or Stacked (fim.hooks.runner)
+        run: Any = runner.run
+        pre, events = await run("PreToolUse", context, review)
+    else:
+        pre, events = await runner.run("PreToolUse", context)
     if not pre.allow:
         return CallOutcome(False, f"Blocked: {pre.error}", True, args, events)
     if pre.modified_args is not None:
-        args = pre.modified_args
+        try:
+            rewritten = await again(pre.modified_args)
+        except ViewError as exc:
+            return CallOutcome(False, f"Blocked: {exc}", True, args, events)
+        args, view = view.call_arguments(pre.modified_args), rewritten
     try:
         raw = await tool.run(**args)
         result = raw if isinstance(raw, ToolResult) else ToolResult(content=str(raw))
@@ -99,14 +124,8 @@ async def call_tool(
         result = ToolResult(content=f"Error: {type(exc).__name__}: {exc}", is_error=True)
     post, more = await runner.run(
         "PostToolUse",
-        HookContext(
-            point="PostToolUse",
-            agent=agent,
-            run_id=run_id,
-            tool_name=tool.name,
-            tool_args=args,
-            tool_result=result.content,
-            metadata={**meta, "is_error": result.is_error},
+        view.context(
+            "PostToolUse", agent, run_id, {**extra, "is_error": result.is_error}, result.content
         ),
     )
     events += more

@@ -78,7 +78,13 @@ async def run_sql(ctx: NodeContext, connector: str, sql: str, params: dict[str, 
     asked: dict[str, Any] = {"sql": sql, "params": params}
     await prepare_query(db, asked)
     view = CallView(f"{connector}__query", asked, database_metadata(db, "query", asked))
-    asked, view = await ctx.guarded(view.name, asked, view)
+
+    async def rebuild(arguments: dict[str, Any]) -> CallView:
+        """The view of a statement a hook rewrote: its SQL judged again, as the first's."""
+        await prepare_query(db, arguments)
+        return CallView(f"{connector}__query", arguments, database_metadata(db, "query", arguments))
+
+    asked, view = await ctx.guarded(view.name, asked, view, rebuild)
     sql, params = str(asked.get("sql", "")), asked.get("params") or {}
     finished = ctx.traced_call(f"{connector}__query", {"sql": sql, "params": params})
 
