@@ -93,11 +93,6 @@ def pg_run(root: Path, pg_database: Any, hooks: list[dict[str, Any]]) -> tuple[l
     return results(events), str(db.owner_url)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-21 #1: a declared readonly_guard (always: true) gets the statement check "
-    "only; run_reads_only follows read_only: true, so a function that writes runs",
-)
 def test_a_declared_readonly_guard_never_lets_a_select_write_through_a_function(
     tmp_path: Path, pg_database: Any
 ) -> None:
@@ -107,11 +102,6 @@ def test_a_declared_readonly_guard_never_lets_a_select_write_through_a_function(
     assert pg_orders(url) == 5, shown
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-21 #2: confirm takes SELECT of a function that writes for a read and "
-    "never asks; it runs in a read-write transaction",
-)
 def test_confirm_asks_before_a_select_that_writes_through_a_function(
     tmp_path: Path, pg_database: Any
 ) -> None:

@@ -140,12 +140,15 @@ def pg_project(root: Path, pg_database: Any, files: dict[str, Any] | None = None
 def test_a_read_only_run_cannot_write_through_what_a_select_names_on_postgres(
     tmp_path: Path, pg_database: Any, kind: str, mode: str
 ) -> None:
-    """The guard lets the SELECT through (the text reads); the database refuses it: a
-    function it names is not a built-in one (the catalog check), and what a view hides
-    meets the read-only transaction."""
+    """A function the SELECT names is not a built-in one: the guard blocks it already (the
+    hook view puts the statement to the catalog check, attack-21 #2); what a view hides
+    the text cannot show, and it meets the read-only transaction."""
     db = pg_project(tmp_path, pg_database)
     (shown,) = results(tmp_path, "viewer", query(mode, PG_WRITES_A_SELECT_HIDES[kind]), mode)
-    assert shown.startswith("Error:") and "this run is read-only" in shown, shown
+    if kind in ("function", "cte", "trigger-backed view"):
+        assert shown.startswith("Blocked:") and "not allowed on a read-only database" in shown
+    else:
+        assert shown.startswith("Error:") and "this run is read-only" in shown, shown
     assert pg_state(db.owner_url) == (5, False)
 
 
@@ -165,9 +168,10 @@ def test_a_writable_run_on_the_same_postgres_connector_still_writes(
 def test_a_workflow_database_node_a_read_only_agent_starts_cannot_write_on_postgres(
     tmp_path: Path, pg_database: Any
 ) -> None:
-    db = pg_project(tmp_path, pg_database, purge("SELECT shop.cancel_order(1)"))
+    """A view that writes (which no hook can see) meets the node's read-only transaction."""
+    db = pg_project(tmp_path, pg_database, purge("SELECT * FROM shop.cancelled"))
     (shown,) = results(tmp_path, "viewer", tool_call("run_workflow", {"name": "purge"}))
-    assert "failed" in shown and "query refused on 'shop' (read-only run)" in shown, shown
+    assert "failed" in shown and "read-only transaction" in shown, shown
     assert pg_state(db.owner_url) == (5, False)
 
 
@@ -323,3 +327,33 @@ def test_a_read_only_agent_reads_and_a_writable_agent_writes_on_one_sqlite_conne
     (shown,) = results(root, "admin", query(mode, "DELETE FROM open_orders WHERE id = 1"), mode)
     assert shown.startswith("statement executed"), shown
     assert sqlite_state(path) == (4, "b,c,d,e")
+
+
+@pytest.mark.parametrize(("always", "read_only"), [(True, True), (False, False)])
+def test_a_workflow_node_judged_by_a_declared_readonly_guard_runs_read_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, always: bool, read_only: bool
+) -> None:
+    """A workflow started by a writable agent whose declared `readonly_guard` (`always`)
+    judges the node's query: the statement runs as on a read-only connector, as the
+    agent's own queries do, so a view or function that writes cannot write through it."""
+    from fim.hooks.builtin.readonly_guard import ReadonlyGuard
+    from fim.hooks.runner import HookChain
+
+    path = sqlite_db(tmp_path)
+    root = project(tmp_path / "p", f"sqlite:///{path}", purge("SELECT count(*) FROM orders"))
+    snapshot = compile_project(root)
+    services = services_for(snapshot)
+    seen: list[bool] = []
+    original = Database.run
+
+    async def spied(self: Database, sql: str, params: Any = None, **kw: Any) -> Any:
+        seen.append(bool(kw.get("read_only_run")))
+        return await original(self, sql, params, **kw)
+
+    monkeypatch.setattr(Database, "run", spied)
+    guard = HookChain([ReadonlyGuard(always=always)])
+    state = asyncio.run(
+        run_workflow(snapshot, "purge", {}, services, parents=("admin",), guard=guard)
+    )
+    assert state.status == "ok", state.error
+    assert seen == [read_only]

@@ -10,6 +10,7 @@ Hooks must still see the *real* target, so each meta-tool offers `call_view(args
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from fim.connectors.database import Database
@@ -22,6 +23,16 @@ from fim.masking import known
 from fim.run.budget import bounded
 from fim.tools import isolate
 from fim.types import CallView, JSONSchema, ToolResult
+
+ReadOnlyOf = bool | Callable[[CallView], bool]
+"""Whether a database query may only read: fixed for the run, or decided per call from the
+query's hook view (what a `readonly_guard` with a matcher judges)."""
+
+
+def read_only_for(reads_only: ReadOnlyOf, view: CallView) -> bool:
+    """`reads_only` for the query `view` (`ReadOnlyOf`)."""
+    return reads_only if isinstance(reads_only, bool) else reads_only(view)
+
 
 CONNECTOR_TOOL = "connector"
 DATABASE_TOOL = "database"
@@ -142,11 +153,13 @@ class DatabaseMetaTool:
 
     category = "database"
 
-    def __init__(self, databases: list[Database], read_only_run: bool = False) -> None:
+    def __init__(self, databases: list[Database], read_only_run: ReadOnlyOf = False) -> None:
         self.databases = {d.name: d for d in databases}
         self.read_only_run = read_only_run
-        """The run may only read: its statements run as on a read-only connector
-        (`fim.connectors.readonly.run_reads_only`), whatever each connector says."""
+        """Whether a query may only read: its statement then runs as on a read-only
+        connector, whatever each connector says. True for a read-only run
+        (`fim.connectors.readonly.run_reads_only`); a function of the query's view when a
+        `readonly_guard` decides per call (`fim.connectors.provider`)."""
         self.name = DATABASE_TOOL
         self.description = (
             "Query a SQL database listed in the system prompt: list_tables, discover a "
@@ -221,7 +234,9 @@ class DatabaseMetaTool:
                 "a table's columns first.",
                 is_error=True,
             )
-        return await db.query(args["sql"], args.get("params"), read_only_run=self.read_only_run)
+        # the view the hooks judged (`call_view`): a guard's matcher is tried on it again
+        reads_only = read_only_for(self.read_only_run, self.call_view(args))
+        return await db.query(args["sql"], args.get("params"), read_only_run=reads_only)
 
 
 VIEW_PARSE_CHARS = 4_000
@@ -229,26 +244,55 @@ VIEW_PARSE_CHARS = 4_000
 
 _VIEWED: dict[tuple[str, str | None], bool] = {}
 """Whether a statement reads, by (SQL, dialect), decided off the loop by `prepare_query`."""
+_VERDICTS_KEPT = 1024
+"""Statements whose catalog verdict one database keeps (`Engine.catalog_verdicts`)."""
+UNCHECKED = (
+    "fim could not look up the functions it names in the database's catalog, so it counts "
+    "as a write"
+)
+"""Why a statement on a writable PostgreSQL connector whose catalog check could not run
+(the database was unreachable) is shown to hooks as a write: hooks fail closed."""
 
 
 async def prepare_query(db: Database, args: dict[str, Any]) -> None:
     """Decide, on a thread, whether the statement of a query on a writable database reads,
     for `database_metadata` to show hooks. sqlglot took ~0.1-0.4 s on a hostile 4,000-
-    character statement: on the event loop that stalls every run of the process."""
+    character statement: on the event loop that stalls every run of the process.
+
+    On PostgreSQL a statement that reads by its text is also put to the catalog layer of a
+    read-only connector (`Worker.catalog_refusal_sync`), on the database's own threads:
+    `SELECT shop.cancel_order(2)` reads by its text and deletes, and a function outside
+    `pg_catalog`/`information_schema`, or a VOLATILE one, makes it a write for `confirm`
+    and `readonly_guard`. Both verdicts are memoised (the catalog's per database), so a
+    plain statement costs one parse and, once its names are known, no connection. A view
+    that writes is invisible to any check of the text: it stays a read here."""
     sql = str(args.get("sql") or "")
     key = (sql, db.dialect)
-    if db.decl.read_only or len(sql) > VIEW_PARSE_CHARS or key in _VIEWED:
+    if db.decl.read_only or len(sql) > VIEW_PARSE_CHARS:
         return
-    decision = await asyncio.to_thread(decide, sql, db.dialect)
-    if len(_VIEWED) >= 1024:
-        _VIEWED.clear()
-    _VIEWED[key] = decision.allowed
+    reads = _VIEWED.get(key)
+    if reads is None:
+        reads = (await asyncio.to_thread(decide, sql, db.dialect)).allowed
+        if len(_VIEWED) >= 1024:
+            _VIEWED.clear()
+        _VIEWED[key] = reads
+    if db.dialect != "postgres" or not reads or sql in db.catalog_verdicts:
+        return
+    try:
+        refusal = await db.in_thread(_catalog_refusal, db, sql)
+    except Exception:
+        return  # not kept: unchecked is a write (`database_metadata`), and tried again
+    verdicts = db.catalog_verdicts
+    if len(verdicts) >= _VERDICTS_KEPT:
+        verdicts.clear()
+    verdicts[sql] = refusal
 
 
 def database_metadata(db: Database, action: Any, args: dict[str, Any]) -> dict[str, Any]:
     """Hook metadata of a database call; `access` is `write` for a statement on a writable
     database unless `prepare_query` found, off the loop, that it only reads (the same
-    memoised decision the connector and `readonly_guard` use)."""
+    memoised decision the connector and `readonly_guard` use, and on PostgreSQL the
+    catalog layer's). `write_reason`: why a statement that reads by its text is a write."""
     meta: dict[str, Any] = {
         "kind": "database",
         "connector": db.name,
@@ -261,9 +305,24 @@ def database_metadata(db: Database, action: Any, args: dict[str, Any]) -> dict[s
     if action == "query":
         sql = str(args.get("sql") or "")
         meta["sql"] = sql
-        if not db.decl.read_only and not _VIEWED.get((sql, db.dialect), False):
+        if db.decl.read_only:
+            return meta
+        if not _VIEWED.get((sql, db.dialect), False):
             meta["access"] = "write"  # not decided off the loop, or not a read: fail closed
+        elif db.dialect == "postgres" and (refusal := _catalog(db, sql)) is not None:
+            meta["access"], meta["write_reason"] = "write", refusal
     return meta
+
+
+def _catalog_refusal(db: Database, sql: str) -> str | None:
+    """On a database thread: the statement (parsed once already: `decide` is memoised) put
+    to the catalog layer."""
+    return db.catalog_refusal_sync(decide(sql, db.dialect).require())
+
+
+def _catalog(db: Database, sql: str) -> str | None:
+    """Why the catalog makes `sql` a write (None: it reads), `UNCHECKED` when not known."""
+    return db.catalog_verdicts.get(sql, UNCHECKED)
 
 
 __all__ = [

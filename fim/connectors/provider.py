@@ -27,11 +27,14 @@ from fim.connectors.meta import (
     DATABASE_TOOL,
     ConnectorMetaTool,
     DatabaseMetaTool,
+    ReadOnlyOf,
     database_metadata,
     prepare_query,
+    read_only_for,
 )
 from fim.connectors.readonly import run_reads_only
 from fim.errors import RunError
+from fim.hooks.builtin.readonly_guard import holds_over
 from fim.run.services import Provision, RunContext
 from fim.tools.base import FunctionTool
 from fim.tools.view import view_of
@@ -67,7 +70,7 @@ async def provide(ctx: RunContext) -> Provision | None:
     if databases:
         dbs = [get_database(ctx.services, n, d, ctx.snapshot.root) for n, d in databases]
         # what readonly_guard cannot see in SQL text (a function, a view) the database stops
-        reads_only = run_reads_only(ctx.snapshot, ctx.agent, ctx.parents)
+        reads_only = read_only_of(ctx)
         if ctx.mode("databases") == "legacy":
             for db in dbs:
                 provision.tools += database_tools(db, reads_only)
@@ -158,9 +161,28 @@ DATABASE_ACTIONS = ("list_tables", "describe", "query")
 """What a database offers; legacy mode registers one tool each."""
 
 
-def database_tools(db: Database, read_only_run: bool = False) -> list[FunctionTool]:
+def read_only_of(ctx: RunContext) -> ReadOnlyOf:
+    """Which of the run's queries may only read, and so run as on a read-only connector:
+    all of them in a read-only run (`run_reads_only`), else those a `readonly_guard` of the
+    run's hooks (or of a caller's) judges, asked as each statement runs with the call's
+    hook view (`readonly_guard.holds_over`): the guard's own decision, so a guard declared
+    with `always: true` and the database's read-only transaction cannot disagree."""
+    if run_reads_only(ctx.snapshot, ctx.agent, ctx.parents):
+        return True
+    agent, project = ctx.agent, ctx.snapshot.project
+    run = {"agent_read_only": agent.read_only, "project_read_only": project.read_only}
+
+    def judged(view: CallView) -> bool:
+        # ctx.hooks is set once the run's plan is built, before any call
+        context = view.context("PreToolUse", agent.name, ctx.run_id, run)
+        return holds_over(ctx.hooks, context)
+
+    return judged
+
+
+def database_tools(db: Database, read_only_run: ReadOnlyOf = False) -> list[FunctionTool]:
     """Legacy mode: `{db}__list_tables`, `{db}__describe`, `{db}__query`. `read_only_run`:
-    the run may only read, so its queries run as on a read-only connector."""
+    which queries may only read (`read_only_of`); they run as on a read-only connector."""
 
     async def list_tables() -> ToolResult:
         return await db.list_tables()
@@ -169,7 +191,10 @@ def database_tools(db: Database, read_only_run: bool = False) -> list[FunctionTo
         return await db.describe(table)
 
     async def query(sql: str, params: dict[str, Any] | None = None) -> ToolResult:
-        return await db.query(sql, params, read_only_run=read_only_run)
+        args: dict[str, Any] = {"sql": sql} if params is None else {"sql": sql, "params": params}
+        view = CallView(f"{db.name}__query", args, database_metadata(db, "query", args))
+        reads_only = read_only_for(read_only_run, view)
+        return await db.query(sql, params, read_only_run=reads_only)
 
     def meta(action: str) -> dict[str, Any]:
         static = database_metadata(db, action, {})
@@ -239,5 +264,6 @@ __all__ = [
     "database_tools",
     "effective_tool_name",
     "provide",
+    "read_only_of",
     "resolve_call_metadata",
 ]

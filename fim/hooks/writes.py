@@ -5,7 +5,9 @@ share, so that "a write" can never mean two things.
 A call writes when its metadata says `access: write|admin` (connector actions, builtins
 such as shell, python_exec and file_ops' write operations, project functions not marked
 `@fim.tools.read_only`, MCP tools not hinted read-only or not yet known, a database query not
-found to be a read), or when it carries SQL that is not exactly one plain read statement.
+found to be a read: on PostgreSQL also one naming a function the read-only catalog check
+refuses, `fim.connectors.meta.prepare_query`), or when it carries SQL that is not exactly
+one plain read statement.
 The SQL rules are the database connector's own read-only decision
 (`fim.connectors.readonly.decide`, memoised), parsed off the event loop: model-written SQL
 is untrusted work, and sqlglot can take a tenth of a second on a hostile statement.
@@ -29,11 +31,15 @@ class Write:
     """`write` or `admin` when the call's metadata declares it."""
     refusal: str | None = None
     """Why its SQL is not one plain read statement (the database connector's words)."""
+    why: str | None = None
+    """Why a call declared a write is one, when its metadata says (`write_reason`: a
+    PostgreSQL statement naming a function the read-only catalog check refuses)."""
 
     def describe(self, tool: str | None) -> str:
         """For a human or a model: `'save_note' is a write action`, or the SQL's refusal."""
         if self.access is not None:
-            return f"'{tool}' is a {self.access} action"
+            because = f" ({self.why})" if self.why else ""
+            return f"'{tool}' is a {self.access} action{because}"
         return f"its SQL is not one plain read statement: {self.refusal}"
 
 
@@ -54,7 +60,8 @@ async def write_of(context: HookContext) -> Write | None:
     """How the call `context` writes, or None when it only reads (see the module)."""
     access = context.metadata.get("access")
     if access in ("write", "admin"):
-        return Write(access=access)
+        why = context.metadata.get("write_reason")
+        return Write(access=access, why=why if isinstance(why, str) else None)
     sql = sql_of(context)
     if sql is None:
         return None

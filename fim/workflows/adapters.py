@@ -85,6 +85,12 @@ async def run_sql(ctx: NodeContext, connector: str, sql: str, params: dict[str, 
         return CallView(f"{connector}__query", arguments, database_metadata(db, "query", arguments))
 
     asked, view = await ctx.guarded(view.name, asked, view, rebuild)
+    if not reads_only and ctx.guard is not None:  # a declared readonly_guard judging it
+        # deferred: the builtin hooks load only for a guarded workflow's database node
+        from fim.hooks.builtin.readonly_guard import holds_over
+
+        judged = view.context("PreToolUse", ctx.workflow, ctx.run_id, {})
+        reads_only = holds_over(ctx.guard, judged)
     sql, params = str(asked.get("sql", "")), asked.get("params") or {}
     finished = ctx.traced_call(f"{connector}__query", {"sql": sql, "params": params})
 

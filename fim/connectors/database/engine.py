@@ -43,6 +43,10 @@ class Engine:
         self._lock = threading.Lock()
         self.tables_cache: list[str] | None = None
         self.catalog = readonly.PgCatalog()
+        self.catalog_verdicts: dict[str, str | None] = {}
+        """PostgreSQL, per statement text: the catalog layer's refusal, or None when every
+        function, operator and type it names is safe (`Worker.catalog_refusal_sync`), for
+        the hook view (`fim.connectors.meta.prepare_query`). Cleared with the catalog."""
 
     def engine(self) -> Any:
         """The SQLAlchemy engine, created on first use (thread-safe: callers are threads).
@@ -58,6 +62,7 @@ class Engine:
                     engine = self._first_connect(engine)
                 self._engine = engine
                 self.catalog = readonly.PgCatalog()
+                self.catalog_verdicts = {}
             return self._engine
 
     def _first_connect(self, engine: Any) -> Any:

@@ -94,6 +94,30 @@ class Worker(Engine):
             lines.append("- " + " ".join(parts))
         return "\n".join(lines)
 
+    def catalog_refusal_sync(self, parsed: Parsed) -> str | None:
+        """PostgreSQL: why the catalog layer would refuse the checked statement `parsed`
+        on a read-only connector (a function outside `pg_catalog`/`information_schema`, a
+        VOLATILE one...), None when it would not: for a writable connector's hook view,
+        so `confirm` asks about `SELECT shop.cancel_order(2)`. A statement that names
+        nothing, or only names already looked up, needs no connection; the lookups are
+        fim's own queries of the catalog, rolled back. Raises when the database cannot be
+        reached (the caller fails closed)."""
+        if not (parsed.functions or parsed.operators or parsed.types):
+            return None
+        try:
+            if self.catalog.knows(parsed):
+                self.catalog.check(None, parsed)
+                return None
+            engine = self.engine()  # first: creating the engine starts a fresh catalog
+            with engine.connect() as conn:
+                try:
+                    self.catalog.check(conn.connection.driver_connection, parsed)
+                finally:
+                    conn.rollback()
+        except SqlRejected as exc:
+            return str(exc)
+        return None
+
     def execute_sync(
         self,
         sql: str,

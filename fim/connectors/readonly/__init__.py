@@ -23,6 +23,10 @@ this package, and the answer is parsed once per SQL text (`decide` is memoised).
 A *run* that may only read (its agent, the project or an agent above it says `read_only:
 true`: `run_reads_only`) gets layers 1, 2 and 4 on a writable connector too: its statement
 is checked and run exactly as a read-only connector's, but with the connector's own role.
+So does each query a declared `readonly_guard` judges (`with: {always: true}`, within its
+matcher: `fim.connectors.provider.read_only_of`). On a writable PostgreSQL connector the
+hook view puts a statement to layer 2 as well (`fim.connectors.meta.prepare_query`), so
+`confirm` asks about a SELECT of a function that writes.
 
 Modules, by layer: `catalog` (2), `role` (3), `connection` (4), `runs` (which runs only
 read); this module is the statement layer (1) every site calls, and what the database

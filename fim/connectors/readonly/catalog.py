@@ -72,8 +72,21 @@ class PgCatalog:
         self._operators: dict[str, list[tuple[Any, ...]]] = {}
         self._types: dict[str, list[tuple[Any, ...]]] = {}
 
+    def knows(self, parsed: Parsed) -> bool:
+        """Whether every name `parsed` uses is cached: `check` then needs no connection."""
+        with self._lock:
+            return all(
+                {n[-1] for n in names} <= cache.keys()
+                for cache, names in (
+                    (self._functions, parsed.functions),
+                    (self._operators, parsed.operators),
+                    (self._types, parsed.types),
+                )
+            )
+
     def check(self, conn: Any, parsed: Parsed) -> None:
-        """Raise `SqlRejected` unless every name in `parsed` is safe (`conn`: psycopg)."""
+        """Raise `SqlRejected` unless every name in `parsed` is safe (`conn`: psycopg; may
+        be None when `knows(parsed)`)."""
         self._load(conn, self._functions, _FUNCTIONS_SQL, parsed.functions)
         self._load(conn, self._operators, _OPERATORS_SQL, parsed.operators)
         self._load(conn, self._types, _TYPES_SQL, parsed.types)

@@ -8,7 +8,9 @@ database enforces too (the catalog check and a read-only transaction on PostgreS
 read-only connection on SQLite, never a commit anywhere); the role layer stays the
 connector's own (a writable connector's role may write, by declaration). Every route of a
 statement asks this: the `database` meta-tool and the legacy `{db}__query` tools (per run,
-`fim.connectors.provider`) and workflow `database` nodes (`fim.workflows.adapters`).
+`fim.connectors.provider`) and workflow `database` nodes (`fim.workflows.adapters`). A
+`readonly_guard` declared on a run that is not read-only (`always: true`) decides per
+call instead (`fim.connectors.provider.read_only_of`).
 """
 
 from __future__ import annotations

@@ -4,8 +4,11 @@ By default it asks before every call that writes, as Claude Code's default permi
 asks before edits and commands: the calls `readonly_guard` would block on a read-only agent
 (`fim.hooks.writes`, one decision for both: `access: write|admin` metadata, which shell,
 python_exec, file_ops' writes and project functions not marked `@fim.tools.read_only`
-carry, and SQL that is not exactly one plain read), and connector actions declared
-`requires_confirmation: true`. `with: {all: true}` asks for every call the hook's
+carry, and SQL that is not exactly one plain read; on PostgreSQL also a statement naming a
+function the read-only catalog check refuses, such as `SELECT shop.cancel_order(2)`:
+`fim.connectors.meta.prepare_query`), and connector actions declared
+`requires_confirmation: true`. SQL is judged by what it names: a view that writes is a
+read to it. `with: {all: true}` asks for every call the hook's
 `matcher` matches, reads too; `with: {writes: false}` asks only for actions declared
 `requires_confirmation` (the default before writes were asked about). The call waits on
 a pending approval in the state store (so it survives a restart and can be decided from

@@ -10,15 +10,21 @@ about too; its SQL rules are the database connector's own read-only decision
 (`fim.connectors.readonly.decide`, memoised), so the hook and the connector can never
 disagree about what "read-only" means, and the statement is parsed once per call, off
 the event loop.
+
+The text of a statement cannot show what a function or a view it names does, so a call
+this guard allows also runs read-only in the database (`holds_over`, which the database
+tools ask when the statement runs): the guard's own decision (on, and its matcher matching
+the call) on the call that runs, whichever way the guard was turned on.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
 from fim.hooks.base import PreToolUseHook
+from fim.hooks.claude import names_of
 from fim.hooks.writes import write_of
 from fim.types import HookContext, HookResult
 
@@ -45,6 +51,17 @@ class ReadonlyGuard(PreToolUseHook):
             return "the project is read-only"
         return None
 
+    def judges(self, context: HookContext) -> bool:
+        """Whether this guard judges the call `context` and is on for it: its matcher
+        matches the call as the chain matches it (`fim.hooks.runner.HookChain.run`) and
+        `_why_active` gives a reason. A call it judges and allows may only read."""
+        if "PreToolUse" not in self.points:
+            return False
+        names = names_of(context.tool_name, context.tool_args, context.metadata)
+        if not ((not names and self.matches(None)) or any(self.matches(n) for n in names)):
+            return False
+        return self._why_active(context) is not None
+
     async def __call__(self, context: HookContext) -> HookResult:
         why = self._why_active(context)
         if why is None:
@@ -61,6 +78,22 @@ class ReadonlyGuard(PreToolUseHook):
         return HookResult(
             allow=False, error=f"{why}, so only one plain read statement may run: {write.refusal}"
         )
+
+
+def holds_over(runner: Any, context: HookContext) -> bool:
+    """Whether a `readonly_guard` of `runner` (a run's hook runner: its own chain and, for a
+    delegate or a workflow's run, its callers' chains, `fim.hooks.runner.Stacked`) judges
+    the call `context`: the call then runs read-only in the database too (the database
+    tools ask this as the statement runs), so what the guard allows and what the database
+    lets the statement do cannot disagree. False for no runner or one without hooks."""
+    # deferred: fim.hooks.runner loads fim.events (tens of ms); `fim validate` loads this
+    from fim.hooks.runner import HookChain, Stacked
+
+    if isinstance(runner, Stacked):
+        return holds_over(runner.outer, context) or holds_over(runner.inner, context)
+    if isinstance(runner, HookChain):
+        return any(isinstance(h, ReadonlyGuard) and h.judges(context) for h in runner.hooks)
+    return False
 
 
 HOOK = ReadonlyGuard
