@@ -1,9 +1,10 @@
-"""Attack round 22 (where fim reaches the network): what should hold and does not yet.
+"""Attack round 22 (where fim reaches the network): what must hold.
 
-Each test states the safe behaviour and is a strict xfail until the finding is fixed
-(`/work/notes/attack-22.md`). All are offline: "public" is 127.0.0.2 (the guard's ruling
-patched for it), "internal" is a service on 127.0.0.1, and DNS answers come from a patched
-`getaddrinfo`; no connection ever goes to an address off this machine.
+Each test states the safe behaviour of a finding of `/work/notes/attack-22.md` (fixed:
+pinning whatever the proxy variables, a connector's own host judged once). All are
+offline: "public" is 127.0.0.2 (the guard's ruling patched for it), "internal" is a
+service on 127.0.0.1, and DNS answers come from a patched `getaddrinfo`; no connection
+ever goes to an address off this machine.
 """
 
 from __future__ import annotations
@@ -86,11 +87,6 @@ def _rebinding(monkeypatch: pytest.MonkeyPatch, name: str) -> list[str]:
     return answers
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-22 #1: a proxy variable that does not cover the URL (HTTPS_PROXY only, "
-    "or NO_PROXY) turns off pinning: the fetch goes direct to a second DNS answer",
-)
 @pytest.mark.parametrize(
     "environment",
     [
@@ -126,11 +122,6 @@ async def test_a_fetch_the_environments_proxy_does_not_carry_connects_to_the_vet
     assert '"served_by": "127.0.0.1"' not in result.content
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-22 #2: a connector's own host is never vetted: a public API whose name "
-    "later answers a loopback/private address gets the call, credentials included",
-)
 async def test_a_connector_on_a_public_host_never_connects_to_an_internal_address(
     monkeypatch: pytest.MonkeyPatch, two_servers: int
 ) -> None:

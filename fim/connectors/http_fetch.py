@@ -10,7 +10,12 @@ and S3 refuses a request that carries an Authorization header too. httpx strips 
 `Authorization`, so an `X-API-Key` went to whatever host a redirect named. A hop to another
 host also passes web_fetch's guard: no loopback, private or link-local address unless the
 connector's own host is one (an API on 127.0.0.1 or in the office network may send callers
-to its neighbours), and the connection goes to the address the guard vetted.
+to its neighbours), and the connection goes to the address the guard vetted. Which of the
+two the own host is, internal or public, is decided once, at its first resolution (`_inside`):
+a connector on a public host never connects to an internal address afterwards, so a vendor's
+DNS (or a rebinding attacker's) cannot send a call and its credentials where a redirect may
+not. Through a proxy of the environment (`HTTPS_PROXY` ...) the proxy resolves the names;
+every request it does not carry connects to a vetted address (`_pinned.proxy_mounts`).
 
 The body is read up to `MAX_BODY_BYTES` decoded bytes, decompressed a bounded step at a time
 (`fim.tools.builtin._body`); it is decoded (in a web encoding only) where it is rendered
@@ -33,7 +38,7 @@ from fim.connectors.http_observation import Fetched
 from fim.connectors.http_secrets import clashes, credential_names, own_credentials, spelling
 from fim.retries import Backoff, retry_async
 from fim.tools.builtin._body import ACCEPT_ENCODING, codec_of, read_body
-from fim.tools.builtin.web_fetch import MAX_REDIRECTS, Blocked, Guard, proxied
+from fim.tools.builtin.web_fetch import MAX_REDIRECTS, Blocked, Guard
 
 if TYPE_CHECKING:
     import httpx
@@ -77,6 +82,8 @@ class Fetcher:
         self._client: Any = None
         self._basic: Any = None
         self._guard: Guard | None = None
+        self._internal: bool | None = None
+        """Whether `base_url`'s host is internal, decided at its first resolution."""
         self._headers, self._params = own_credentials(decl)
         """Headers and query parameters of the connector's own origin."""
 
@@ -99,8 +106,9 @@ class Fetcher:
 
     def _build_client(self) -> Any:
         """An httpx client holding no credential: `_sign` adds them per request, to the
-        connector's own origin only. It connects through the pinned transport (`_vet`),
-        unless the environment names a proxy, which then resolves the names."""
+        connector's own origin only. A request a proxy of the environment carries goes to
+        it (the proxy resolves the name); any other connects through the pinned transport
+        (`_vet`)."""
         # deferred: loading click costs tens of ms
         import httpx
 
@@ -108,12 +116,11 @@ class Fetcher:
         from fim.observe.http import inject_trace_headers
 
         # deferred: with httpx, only when a connector is called
-        from fim.tools.builtin._pinned import pinned_transport
+        from fim.tools.builtin._pinned import pinned_transport, proxy_mounts
 
         spec = self.decl.auth
         if spec is not None and spec.type == "basic":
             self._basic = httpx.BasicAuth(spec.username, spec.password)
-        direct = {} if proxied() else {"transport": pinned_transport(self._vet)}
         return httpx.AsyncClient(
             base_url=self.decl.base_url.rstrip("/") + "/",
             headers={"Accept-Encoding": ACCEPT_ENCODING},
@@ -121,7 +128,8 @@ class Fetcher:
             timeout=self.decl.timeout,
             follow_redirects=False,
             event_hooks={"request": [inject_trace_headers]},
-            **direct,  # type: ignore[arg-type]
+            transport=pinned_transport(self._vet),
+            mounts=proxy_mounts(),
         )
 
     async def aclose(self) -> None:
@@ -281,28 +289,58 @@ class Fetcher:
         upgrade = (scheme, port, there[0], there[2]) == ("http", 80, "https", 443)
         return there == (scheme, host, port) or (upgrade and there[1] == host)
 
+    async def _inside(self, ips: list[Any] | None = None) -> bool:
+        """Whether the connector's own host is internal (resolves to an address web_fetch's
+        guard refuses: a developer's API on localhost, a service in the office network),
+        decided once from its first resolution (`ips`, when the caller has it) and kept
+        for the connector's life: a host judged public stays public, whatever its DNS
+        answers next. A host that does not resolve yet is decided later."""
+        if self._internal is None:
+            _, _, port, host = self._origin
+            if ips is not None:
+                internal = Guard.inside(ips)
+            else:
+                try:
+                    internal = Guard.inside(await Guard.resolve(host, port))
+                except Blocked:
+                    return False  # undecided: public for this call
+            if self._internal is None:  # a concurrent first call may have decided
+                self._internal = internal
+        return self._internal
+
     async def _hop_guard(self) -> Guard:
         """web_fetch's guard for hosts other than the connector's own: private addresses
-        pass only when the connector's own host is one (decided once, on the first hop)."""
+        pass only when the connector's own host is internal (`_inside`)."""
         if self._guard is None:
-            _, _, port, host = self._origin
-            internal = await Guard.internal(host, port)
+            internal = await self._inside()
             hint = "A connector on a public host is not redirected to an internal one"
             self._guard = Guard(WebFetchSettings(allow_private=internal), hint)
         return self._guard
 
     async def _vet(self, host: str, port: int) -> Sequence[Any]:
-        """The addresses a new connection may go to (the pinned transport asks): the
-        connector's own host as it resolves, any other host only past the guard."""
+        """The addresses a new connection may go to (the pinned transport asks): any other
+        host only past the guard; the connector's own host as it resolves when it is
+        internal, and only to public addresses when it was public at first (raises
+        Blocked: the call is refused, its credentials never sent)."""
         if host.lower() != self._origin[3]:
             return await (await self._hop_guard()).addresses(host, port)
         try:
-            return await Guard.resolve(host, port)
+            ips = await Guard.resolve(host, port)
         except Blocked as exc:  # the service is unreachable (retried), not a blocked hop
             # deferred: httpcore loads with httpx
             import httpcore
 
             raise httpcore.ConnectError(str(exc)) from None
+        if await self._inside(ips):
+            return ips
+        hint = (
+            "A connector whose host first resolved to a public address never connects to "
+            "an internal one; if the service really moved, restart fim"
+        )
+        try:
+            return Guard(WebFetchSettings(), hint).vetted(host, ips)
+        except Blocked as exc:
+            raise Blocked(f"the connector's own host changed address: {exc}") from None
 
 
 def _port(scheme: str) -> int:

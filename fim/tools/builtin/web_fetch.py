@@ -9,7 +9,9 @@ multicast, reserved or otherwise not globally routable — unless fim.yaml allow
 The connection goes to an address the guard vetted, not to the name resolved again
 (`fim.tools.builtin._pinned`), so a DNS server answering differently on a second lookup
 (DNS rebinding) changes nothing. Through a proxy named by the environment (`HTTPS_PROXY`
-...), the proxy resolves the name: there the check of the first lookup is what holds.
+...), the proxy resolves the name: there the check of the first lookup is what holds. A
+request the environment's proxies do not carry (an http:// URL when only `HTTPS_PROXY` is
+set, a `NO_PROXY` match) is direct, and pinned (`_pinned.proxy_mounts`).
 
 The body is read up to `MAX_BYTES` decoded bytes, decompressed a bounded step at a time
 (`fim.tools.builtin._body`: a few KB of stacked gzip are not a gigabyte in memory), read as
@@ -105,7 +107,11 @@ class Guard:
         """`host` resolved once and checked (raises Blocked). The sandbox's egress proxy
         connects to one of these addresses, not to the name, so no second DNS answer can
         differ (the rebinding gap of `check`)."""
-        ips = await self.resolve(host, port)
+        return self.vetted(host, await self.resolve(host, port))
+
+    def vetted(self, host: str, ips: list[IPAddress]) -> list[IPAddress]:
+        """`ips`, the addresses `host` resolved to, when this guard lets them be connected
+        to; raises Blocked naming the first it refuses."""
         if self.allow_private or self.host_allowed(host):
             return ips
         for ip in ips:
@@ -123,9 +129,14 @@ class Guard:
         connector whose own host is internal may be redirected to internal hosts (its
         neighbours); one on a public host may not. A host that does not resolve is not."""
         try:
-            return any(_why_blocked(ip) is not None for ip in await cls.resolve(host, port))
+            return cls.inside(await cls.resolve(host, port))
         except Blocked:
             return False
+
+    @staticmethod
+    def inside(ips: list[IPAddress]) -> bool:
+        """Whether any of `ips` is an address the guard refuses by default."""
+        return any(_why_blocked(ip) is not None for ip in ips)
 
     @staticmethod
     async def resolve(host: str, port: int) -> list[IPAddress]:
@@ -189,16 +200,6 @@ async def _render(
     return text if isinstance(text, ToolResult) else header + text
 
 
-def proxied() -> bool:
-    """Whether the environment names a proxy for HTTP(S) (httpx then sends through it, and
-    a pinned transport would bypass it)."""
-    # deferred: urllib.request loads only when a fetch is made
-    from urllib.request import getproxies
-
-    proxies = getproxies()
-    return any(proxies.get(scheme) for scheme in ("http", "https", "all"))
-
-
 def make(ctx: RunContext) -> FunctionTool:
     """Build web_fetch with the project's `web_fetch:` settings."""
     guard = Guard(ctx.snapshot.project.web_fetch)
@@ -207,11 +208,8 @@ def make(ctx: RunContext) -> FunctionTool:
         import httpx  # lazy: most runs never fetch
 
         # deferred: with httpx, only when a fetch is made
-        from fim.tools.builtin._pinned import pinned_transport
+        from fim.tools.builtin._pinned import pinned_transport, proxy_mounts
 
-        # connect only to the addresses the guard vetted; through a proxy of the
-        # environment (HTTPS_PROXY ...), the proxy resolves the name itself
-        direct = {} if proxied() else {"transport": pinned_transport(guard.addresses)}
         current = url
         try:
             async with (
@@ -220,7 +218,10 @@ def make(ctx: RunContext) -> FunctionTool:
                     timeout=TIMEOUT,
                     follow_redirects=False,
                     headers={"User-Agent": USER_AGENT, "Accept-Encoding": ACCEPT_ENCODING},
-                    **direct,  # type: ignore[arg-type]
+                    # a request no proxy of the environment carries connects only to the
+                    # addresses the guard vetted; a proxy resolves the name itself
+                    transport=pinned_transport(guard.addresses),
+                    mounts=proxy_mounts(),
                 ) as client,
             ):
                 for _ in range(MAX_REDIRECTS + 1):
