@@ -28,7 +28,7 @@ from fim.llm.media import accepted_media, media_message
 from fim.observe import current_call
 from fim.observe.context import current_events
 from fim.tools.registry import ToolRegistry
-from fim.tools.view import ViewError, prepare_view
+from fim.tools.view import ViewError, prepare_view, retargeted
 from fim.types import (
     NOT_RUN,
     CallView,
@@ -263,7 +263,7 @@ class ToolTurn:
             except Exception as exc:
                 return await emit(_unviewable(call.name, exc), True)
             if again.name != view.name:
-                return await emit(f"Blocked: {_retargeted(view.name, again.name)}.", True)
+                return await emit(f"Blocked: {retargeted(view.name, again.name)}.", True)
             view = again  # PostToolUse sees the call that ran
             problem = await self.registry.check(call.name, arguments)
             if problem is not None:
@@ -318,7 +318,7 @@ class ToolTurn:
             await prepare_view(self.registry.get(name), arguments)
             again = self._view(name, arguments)
             if again.name != view.name:
-                raise ViewError(_retargeted(view.name, again.name))
+                raise ViewError(retargeted(view.name, again.name))
             return {**again.metadata, **metadata}
 
         run: Any = self.hooks.run  # a HookChain or Stacked: `fim.hooks.runner`
@@ -339,13 +339,6 @@ class ToolTurn:
         if self.call_view is None:
             return CallView(name, arguments)
         return self.call_view(name, arguments)
-
-
-def _retargeted(name: str, other: str) -> str:
-    return (
-        f"a hook rewrote the call to '{name}' into a call to '{other}'; a rewrite may change "
-        "arguments, not the target"
-    )
 
 
 def _unviewable(name: str, exc: Exception) -> str:

@@ -17,7 +17,7 @@ from fim.capabilities import CAPABILITIES
 from fim.config.schema import AgentDecl, HookDecl, Project
 from fim.events import HookEvent, HookRunner
 from fim.run.services import RunContext, Services
-from fim.tools.view import ViewError, prepare_view, view_of
+from fim.tools.view import ViewError, prepare_view, retargeted, view_of
 from fim.types import CallView, Tool, ToolResult
 
 
@@ -94,10 +94,7 @@ async def call_tool(
         await prepare_view(tool, arguments)
         fresh = view_of(tool, arguments)
         if fresh.name != view.name:
-            raise ViewError(
-                f"a hook rewrote the call to '{view.name}' into a call to '{fresh.name}'; "
-                "a rewrite may change arguments, not the target"
-            )
+            raise ViewError(retargeted(view.name, fresh.name))
         return fresh
 
     async def review(target_args: dict[str, Any]) -> dict[str, Any]:

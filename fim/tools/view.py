@@ -24,6 +24,15 @@ class ViewError(Exception):
     """The view of a call could not be built; the call must not run."""
 
 
+def retargeted(name: str, other: str) -> str:
+    """Why a call a hook rewrote into a call of another target is refused (the engine's
+    calls and a workflow node's say the same)."""
+    return (
+        f"a hook rewrote the call to '{name}' into a call to '{other}'; a rewrite may change "
+        "arguments, not the target"
+    )
+
+
 async def prepare_view(tool: Tool | None, args: dict[str, Any]) -> None:
     """Do the untrusted work `view_of(tool, args)` needs off the event loop, if any."""
     prepare = (getattr(tool, "metadata", None) or {}).get("prepare_view")

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
-from fim.run.queued import execute_agent_run
+from fim.run.queued import FINAL, execute_agent_run
 from fim.run.services import Services
 from fim.store import get_store
 from fim.store.owners import REVOKED, still_configured
@@ -30,15 +30,12 @@ async def request_gone(services: Services, run_id: str, agent: str) -> str:
     """A job whose request is gone: finished already (delivered again), or pruned."""
     store = get_store(services)
     record = await store.get_run(run_id)
-    if record is not None and record.status in FINISHED:
+    if record is not None and record.status in FINAL:
         return record.status
     data = {**(record.data if record is not None else {}), "status": "failed"}
     data["error"] = "the request of this queued run is gone (pruned, or the run ended)"
     await store.put_run(run_id, "agent", agent, "failed", data)
     return "failed"
-
-
-FINISHED = frozenset({"ok", "failed", "cancelled", "error", "max_iterations"})
 
 
 async def deny_waiting(store: Store, run_id: str) -> None:
@@ -58,7 +55,7 @@ async def revoked(store: Store, settings: ServerSettings, run_id: str, owner: st
     record = await store.get_run(run_id)
     if record is None:
         return "cancelled"
-    if record.status in {"ok", "failed", "cancelled", "error", "max_iterations"}:
+    if record.status in FINAL:
         return record.status
     log.warning("run %s (%s '%s') not run: %s", run_id, record.kind, record.name, REVOKED)
     data = {**record.data, "status": "cancelled", "error": REVOKED}
@@ -95,7 +92,7 @@ async def run_queued_agent(
     except RunError as exc:
         store = get_store(services)
         record = await store.get_run(run_id)
-        if record is not None and record.status in FINISHED:
+        if record is not None and record.status in FINAL:
             return record.status
         log.warning("agent run %s (%s) not run: %s", run_id, agent, exc.message)
         data = {**(record.data if record is not None else {}), "status": "failed"}
@@ -129,7 +126,7 @@ async def skewed(
     try:
         store = get_store(services)
         record = await store.get_run(run_id)
-        if record is not None and record.status in FINISHED:
+        if record is not None and record.status in FINAL:
             return record.status
         data: dict[str, Any] = {"run_id": run_id, "workflow": name, "queued": True}
         if record is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,14 +27,11 @@ from fim.tools import builtin
 from fim.tools.registry import ToolRegistry
 from fim.tools.view import ViewError, prepare_view, view_of
 from fim.types import CallView, Message, Model, Tool, ToolResult
-from fim.workflows import adapters, templates
+from fim.workflows import adapters, node_hooks, templates
+from fim.workflows.node_hooks import Rebuild
 from fim.workflows.node_types.base import NodeError, Paused, parse_output
 
 __all__ = ["NodeContext", "NodeError", "Paused", "call_tool", "parse_output", "resolve_tool"]
-
-Rebuild = Callable[[dict[str, Any]], Awaitable[CallView]]
-"""The view of a node's call made with the given (call) arguments: how `NodeContext.guarded`
-judges a call a hook rewrote."""
 
 MAX_FAILED_OUTPUT = 500
 """The most of a failed agent's output an agent node's error quotes."""
@@ -105,80 +102,13 @@ class NodeContext:
         view: Any = None,
         rebuild: Rebuild | None = None,
     ) -> tuple[dict[str, Any], Any]:
-        """PreToolUse of the starting agent's hooks for a node's call. Returns the
-        arguments to run with (a rewrite applied) and the view, or raises NodeError when a
-        hook blocks. No guard (a workflow run on its own): the arguments unchanged.
-
-        A hook may rewrite the arguments. The hooks that allowed the old ones then judge
-        the rewritten call with its view (target, `access`, SQL) built again by `rebuild`
-        from the rewritten arguments, as an agent's call is (`ToolTurn._pre_tool_use`): on
-        the old view a `file_ops list` rewritten into a write ran for a read-only agent
-        (attack-21 #3). A rewrite to another target is refused, and without `rebuild`
-        (a call whose view cannot be built again) a rewrite is blocked: fail closed."""
-
-        view = view or CallView(name, args)
-        if self.guard is None:
-            return args, view
-        first: CallView = view
-        meta = {"call_id": self.next_call_id(), "node": self.node_id}
-
-        async def again(target_args: dict[str, Any]) -> CallView:
-            """The view of the call the rewritten `target_args` make (raises ViewError)."""
-            if rebuild is None:
-                raise ViewError("this node's call cannot have its view built again")
-            try:
-                fresh = await rebuild(first.call_arguments(target_args))
-            except ViewError:
-                raise
-            except Exception as exc:
-                raise ViewError(f"{type(exc).__name__}: {exc}") from None
-            if fresh.name != first.name:
-                raise ViewError(
-                    f"a hook rewrote the call to '{first.name}' into a call to "
-                    f"'{fresh.name}'; a rewrite may change arguments, not the target"
-                )
-            return fresh
-
-        async def review(target_args: dict[str, Any]) -> dict[str, Any]:
-            return {**(await again(target_args)).metadata, **meta}
-
-        context = first.context("PreToolUse", self.workflow, self.run_id, meta)
-        if getattr(self.guard, "reviews", False):  # a HookChain or Stacked: fim.hooks.runner
-            pre, events = await self.guard.run("PreToolUse", context, review)
-        else:
-            pre, events = await self.guard.run("PreToolUse", context)
-        for event in events:
-            self.emit(event)
-        if not pre.allow:
-            raise NodeError(f"the call to '{first.name}' was blocked by a hook: {pre.error}")
-        if pre.modified_args is not None and pre.modified_args != first.args:
-            try:
-                view = await again(pre.modified_args)
-            except ViewError as exc:
-                raise NodeError(
-                    f"the call to '{first.name}' was blocked: a hook rewrote its arguments and "
-                    f"fim could not tell what the rewritten call does ({exc}) (hooks fail "
-                    "closed)"
-                ) from None
-            args = first.call_arguments(pre.modified_args)
-        return args, view
+        """PreToolUse of the starting agent's hooks for a node's call
+        (`fim.workflows.node_hooks.guarded`)."""
+        return await node_hooks.guarded(self, name, args, view, rebuild)
 
     async def guarded_result(self, view: Any, result: ToolResult) -> ToolResult:
         """PostToolUse of the starting agent's hooks for a node's result."""
-        if self.guard is None:
-            return result
-        meta = {"call_id": self._call_id, "node": self.node_id, "is_error": result.is_error}
-        post, events = await self.guard.run(
-            "PostToolUse",
-            view.context("PostToolUse", self.workflow, self.run_id, meta, result.content),
-        )
-        for event in events:
-            self.emit(event)
-        if not post.allow:
-            raise NodeError(f"the result of '{view.name}' was withheld by a hook: {post.error}")
-        if post.modified_result is not None:
-            return ToolResult(content=post.modified_result, is_error=result.is_error)
-        return result
+        return await node_hooks.guarded_result(self, view, result)
 
     def render(self, value: Any) -> Any:
         try:

@@ -12,6 +12,10 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
+from fim.store.retention import FINISHED
+
+FINAL = list(FINISHED)
+"""The statuses of a run that ended (`fim.store.retention.FINISHED`), as the queries' array."""
 
 if TYPE_CHECKING:
     import procrastinate
@@ -143,7 +147,7 @@ WHERE job.queue_name = %(queue)s
   AND NOT EXISTS (SELECT 1 FROM procrastinate_periodic_defers d WHERE d.job_id = job.id)
   AND NOT EXISTS (
     SELECT 1 FROM fim_runs run WHERE run.id = job.queueing_lock
-    AND run.status NOT IN ('ok', 'failed', 'cancelled', 'error', 'max_iterations'))
+    AND run.status <> ALL(%(final)s))
 """
 """fim's jobs that ended `hours` ago (procrastinate's `delete_old_jobs` rule: the last
 event of the job), but never the last job of a run still paused or queued (its lane is
@@ -163,19 +167,21 @@ async def prune_jobs(app: procrastinate.App, days: float, dry_run: bool = False)
     hours = max(0, math.ceil(days * 24))
     if dry_run:
         row = await app.connector.execute_query_one_async(
-            "SELECT count(*) AS n " + _OLD_JOBS, queue=QUEUE, hours=hours
+            "SELECT count(*) AS n " + _OLD_JOBS, queue=QUEUE, hours=hours, final=FINAL
         )
         return int(row["n"])
     rows = await app.connector.execute_query_all_async(
         "DELETE FROM procrastinate_jobs WHERE id IN (SELECT job.id " + _OLD_JOBS + ") RETURNING id",
         queue=QUEUE,
         hours=hours,
+        final=FINAL,
     )
     await app.connector.execute_query_async(
         "DELETE FROM fim_run_requests r WHERE created_at < NOW() - (%(hours)s || ' HOUR')"
         "::INTERVAL AND NOT EXISTS (SELECT 1 FROM fim_runs run WHERE run.id = r.run_id "
-        "AND run.status NOT IN ('ok', 'failed', 'cancelled', 'error', 'max_iterations'))",
+        "AND run.status <> ALL(%(final)s))",
         hours=hours,
+        final=FINAL,
     )
     return len(rows)
 
