@@ -37,6 +37,7 @@ timeout) in `fim.hooks.command_process`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -104,7 +105,10 @@ class CommandHook(BaseHook):
     async def __call__(self, context: HookContext) -> HookResult:
         if self.run_context is not None:  # its scripts as its snapshot compiled them, or not
             snapshot = self.run_context.snapshot
-            refused = changed_script(
+            # in a thread: a stat per pinned file (up to 1,000) and a hash of one that
+            # changed (up to 8 MiB) would hold the event loop
+            refused = await asyncio.to_thread(
+                changed_script,
                 snapshot.root,
                 snapshot.command_files.get(self.command, ()),
                 snapshot.version,
