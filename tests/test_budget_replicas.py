@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from fim import tasks
 from fim.build.compile import compile_project
 from fim.capabilities import CAPABILITIES
 from fim.events import ErrorEvent
@@ -327,8 +328,8 @@ def test_only_a_shared_store_with_a_daily_or_session_limit_takes_holds(
             if model.calls:
                 model.calls[0][1].set()
             assert await run == ("ok", "")
-            while holds._TASKS:  # the run's end released its holds in a task
-                await asyncio.gather(*holds._TASKS)
+            while tasks.RUNNING:  # the run's end released its holds in a task
+                await asyncio.gather(*tasks.RUNNING)
             store = get_store(services)
             made = await asyncio.to_thread(holds_table, store)
             left = 0

@@ -14,13 +14,13 @@ key budgets count like any other.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from typing import Any
 
 from fim.locks import current_owner
 from fim.run.tree import RunSpend, current_spend
+from fim.tasks import spawn
 from fim.types import Usage
 
 
@@ -140,10 +140,6 @@ class Ledger:
                 )
 
 
-_LATE: set[asyncio.Task[None]] = set()
-"""Late rows being written (a task is kept until it ends, or the loop could drop it)."""
-
-
 def spent_late(
     node: RunSpend, usage: Usage, model: str, services: Any, session: str | None
 ) -> None:
@@ -165,6 +161,4 @@ def spent_late(
             await claim(get_store(services), ledger.run_id, owner)
         await ledger.late(usage, model)
 
-    task = asyncio.get_running_loop().create_task(write())
-    _LATE.add(task)
-    task.add_done_callback(_LATE.discard)
+    spawn(write())

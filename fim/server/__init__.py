@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from fim import observe, private
 from fim.errors import RunError
 from fim.hosts import is_loopback
+from fim.tasks import spawn
 
 if TYPE_CHECKING:
     from fim.build.gitops import GitSource
@@ -129,8 +130,8 @@ async def serve(
         if reload
         else None
     )
-    _spawn(_report_orphans(services))
-    _spawn(prune_store(services, holder, stop))
+    spawn(_report_orphans(services))
+    spawn(prune_store(services, holder, stop))
     signaller = asyncio.create_task(_signal_ready(server, ready)) if ready is not None else None
     try:
         await server.serve(sockets=[sock])
@@ -271,15 +272,6 @@ async def _signal_ready(server: Any, ready: asyncio.Event) -> None:
     ready.set()
 
 
-_BACKGROUND: set[asyncio.Task[Any]] = set()
-
-
-def _spawn(coro: Any) -> None:
-    task = asyncio.get_running_loop().create_task(coro)
-    _BACKGROUND.add(task)
-    task.add_done_callback(_BACKGROUND.discard)
-
-
 async def _report_orphans(services: Any) -> None:
     """Warn about workflow runs a previous process left mid-node: they are not resumed
     automatically (a node may have had effects), but an operator should know."""
@@ -324,4 +316,4 @@ def _on_swap(services: Any, old: Any, new: Any) -> None:
 
     manager = services.cache.get(SERVICE_KEY)
     if manager is not None and old.project.mcp_servers != new.project.mcp_servers:
-        _spawn(manager.sync(dict(new.project.mcp_servers), new.root, mask=new.mask))
+        spawn(manager.sync(dict(new.project.mcp_servers), new.root, mask=new.mask))

@@ -33,6 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from fim.tasks import spawn
+
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Table
 
@@ -292,11 +294,6 @@ def release(store: Store, calls: list[str]) -> None:
     _background(store, _DELETE, {"calls": calls}, "budget holds")
 
 
-_TASKS: set[asyncio.Task[None]] = set()
-"""Writes going on in the background (a task is kept until it ends, or the loop could
-drop it)."""
-
-
 def _background(store: Store, sql: str, params: dict[str, Any], what: str) -> None:
     """`sql` through the store's writer, in a task; outside an event loop (a run
     finalized by the garbage collector) on a thread of its own."""
@@ -312,7 +309,7 @@ def _background(store: Store, sql: str, params: dict[str, Any], what: str) -> No
             log.exception("could not update %s", what)
 
     try:
-        loop = asyncio.get_running_loop()
+        asyncio.get_running_loop()  # outside a loop: written on a thread below
     except RuntimeError:
 
         def alone() -> None:
@@ -324,6 +321,4 @@ def _background(store: Store, sql: str, params: dict[str, Any], what: str) -> No
 
         threading.Thread(target=alone, name="fim-holds", daemon=True).start()
         return
-    task = loop.create_task(write())
-    _TASKS.add(task)
-    task.add_done_callback(_TASKS.discard)
+    spawn(write())
