@@ -255,3 +255,32 @@ def test_a_release_between_reading_the_room_and_waiting_for_it_is_not_slept_thro
         return ended_at_once, waiting and current.done()
 
     assert asyncio.run(go()) == (True, True)
+
+
+def test_a_run_whose_row_is_written_while_the_store_is_read_counts_once() -> None:
+    """A daily limit's count is the store's rows plus what the runs in flight spent (their
+    pool). A run's row written while the store was read could be found there while the
+    pool still held its spend: the day read 3,003 tokens when 2,990 were spent, and a run
+    whose call fit failed `budget_exceeded` after it (CI, two replicas on PostgreSQL). Now
+    a read that a row's writing overlapped is read again once the row is settled."""
+    from fim.run.in_flight import Pool, counted
+
+    async def go() -> tuple[int, int]:
+        pool, rows = Pool(), [0]
+        pool.usage = Usage(prompt_tokens=1000)  # a run in flight spent 1,000
+
+        async def read_while_the_row_is_written() -> Usage:
+            found = Usage(prompt_tokens=rows[0])
+            if not rows[0]:  # the run's row begins, commits (this read sees it) ...
+                pool.writes()
+                rows[0] = 1000
+                found = Usage(prompt_tokens=rows[0])
+                # ... and the run leaves the pool after this read returned
+                asyncio.get_running_loop().call_soon(pool.settle, Usage(prompt_tokens=1000), True)
+            await asyncio.sleep(0)
+            return found
+
+        total = await counted(pool, read_while_the_row_is_written)
+        return total.total_tokens, pool.writing
+
+    assert asyncio.run(go()) == (1000, 0)

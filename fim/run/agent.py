@@ -93,8 +93,8 @@ async def run_agent(
     on = watch.on if watch is not None else None
     if watch is not None:  # its `run_started` names the run's trace
         engine.trace_id = watch.trace_id
-    ledger = Ledger(services, agent.name, ctx.run_id, session)
     spend = ctx.spend
+    ledger = Ledger(services, agent.name, ctx.run_id, session, spend)
     with watch or nullcontext(), _owned_by(owner), spending(spend):
         try:
             async with aclosing(engine.run(input)) as events:  # type: ignore[type-var]

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -50,10 +51,18 @@ class Pool:
     settled_cost: float = 0.0
     """What runs moved from here to the store so far (`since` adds what moved while the
     store was being read)."""
+    writing: int = 0
+    """Usage rows of runs counted here being written now: a store read meanwhile may find
+    a row whose amount `usage` still holds."""
+    moves: int = 0
+    """How many times a run's usage row began to be written or its spend left the pool: a
+    store read during which this count did not change, with no row being written, counted
+    every run once (`fim.run.spend.MeteredModel._recorded`)."""
     releases: int = 0
     """How many calls released their room here so far: a waiter that read the room at one
     count waits only if it is still the count (`released`)."""
     _released: asyncio.Event | None = None
+    _moved: asyncio.Event | None = None
 
     def hold(self, tokens: int, cost: float) -> None:
         self.held_tokens += tokens
@@ -86,8 +95,23 @@ class Pool:
         finally:
             self.waiting -= 1
 
-    def settle(self, amount: Usage) -> None:
-        """A run's usage row holding `amount` is written: it leaves the pool."""
+    def writes(self) -> None:
+        """A usage row holding a run's spend counted here begins to be written."""
+        self.writing += 1
+        self.moves += 1
+
+    async def moved(self, since: int, timeout: float) -> None:
+        """Wait, at most `timeout` seconds, until `moves` is past `since`."""
+        if self.moves != since:
+            return
+        if self._moved is None:
+            self._moved = asyncio.Event()
+        with suppress(TimeoutError):
+            await asyncio.wait_for(self._moved.wait(), timeout)
+
+    def settle(self, amount: Usage, wrote: bool = False) -> None:
+        """A run's usage row holding `amount` is written (`wrote`: `writes` announced it):
+        it leaves the pool."""
         left = self.usage
         self.usage = Usage(
             prompt_tokens=left.prompt_tokens - amount.prompt_tokens,
@@ -98,6 +122,11 @@ class Pool:
         self.settled_tokens += amount.total_tokens
         self.settled_cost += amount.cost or 0.0
         self.users -= 1
+        self.writing -= wrote
+        self.moves += 1
+        if self._moved is not None:
+            self._moved.set()
+            self._moved = None
 
     def since(self, tokens: int, cost: float) -> Usage:
         """What is unrecorded now plus what was settled since `settled_tokens` and
@@ -148,6 +177,28 @@ POLL_MAX = 1.0
 """Seconds between two looks at a store other processes share (PostgreSQL) while their
 calls in flight hold a limit's room (`fim.store.holds`): from the first, doubling up to
 the second. A call of this process that answers ends the wait at once (its pool)."""
+
+READS = 4
+"""Store reads a daily or session limit's count tries (`counted`) before it takes
+one that may count a run whose row was being written twice (never one that misses it)."""
+
+
+async def counted(found: Pool, read: Callable[[], Awaitable[Usage]]) -> Usage:
+    """What the store recorded (`read`) plus what the runs counted in `found` spent, each
+    run once: a read during which a run's usage row began or ended being written may have
+    found the row while the pool still held its spend, so it is read again after."""
+    for _ in range(READS):
+        moves = found.moves
+        if found.writing:  # a run's row is being written: read when it is
+            await found.moved(moves, POLL_MAX)
+            continue
+        recorded = await read()
+        if found.moves == moves:  # no row began or ended meanwhile
+            return recorded + found.usage
+    # rows kept being written: counted twice at worst, never missed
+    tokens, cost = found.settled_tokens, found.settled_cost
+    return await read() + found.since(tokens, cost)
+
 
 LARGE = 65_536
 """Characters past which a text is tokenized on a thread (a 1 MiB message is ~0.2 s of

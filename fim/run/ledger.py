@@ -30,8 +30,17 @@ class Ledger:
     nothing), or, for a run closed before that, when it is closed (`closed`). A store that
     cannot be written is logged, never fails the run."""
 
-    def __init__(self, services: Any, agent: str, run_id: str, session: str | None = None) -> None:
+    def __init__(
+        self,
+        services: Any,
+        agent: str,
+        run_id: str,
+        session: str | None = None,
+        spend: RunSpend | None = None,
+    ) -> None:
         self.services, self.agent, self.run_id, self.session = services, agent, run_id, session
+        self.spend = spend
+        """The run whose row this is: told when the row begins to be written."""
         self.calls = 0
         self.model = ""
         self.written = False
@@ -110,6 +119,8 @@ class Ledger:
         """Write the usage of the run, ended with `status`, if it spent any."""
         self.written = True
         if self.calls or usage.total_tokens:
+            if self.spend is not None:
+                self.spend.writing()
             await self._record(status, self.calls, usage, self.model)
 
     async def _record(self, status: str, calls: int, usage: Usage, model: str) -> None:

@@ -94,7 +94,7 @@ async def model_run(
 
     Raises RunError before any call when the tree already started `max_runs` runs."""
     spend = start_spend(agent, run_budgets(snapshot, agent), snapshot.project.max_runs)
-    ledger = Ledger(services, agent.name, run_id, session)
+    ledger = Ledger(services, agent.name, run_id, session, spend)
     counted = _Counted(
         metered(model, snapshot, agent, services, session, spend, run_id=ledger.run_id), ledger
     )

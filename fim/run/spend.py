@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from fim.llm import catalog
 from fim.llm.wire import ASSEMBLERS, StreamAssembler
 from fim.locks import current_owner
-from fim.run.in_flight import LARGE, POLL_FIRST, POLL_MAX, Pool, forget, off_loop, pool
+from fim.run.in_flight import LARGE, POLL_FIRST, POLL_MAX, Pool, counted, forget, off_loop, pool
 from fim.run.ledger import spent_late
 from fim.run.limits import (
     DEFAULT_ALLOWANCE,
@@ -96,6 +96,9 @@ class MeteredModel:
         usage row counts it: `fim.run.ledger.spent_late`)."""
         self.shared = SharedRoom()
         """The calls' holds in a store other processes share (PostgreSQL only)."""
+        self.writing: list[Pool] = []
+        """The pools told that the run's usage row is being written (`settle` ends it)."""
+        self.node.writes.append(self._writing)
         self.node.ends.append(self.settle)
 
     def __getattr__(self, name: str) -> Any:  # settings, context_window ... of the inner model
@@ -208,13 +211,14 @@ class MeteredModel:
             if not self.settled:  # a call answering after its run ended counts in no pool
                 found.users += 1
                 self.unrecorded[scope] = (store, found, Usage())
-        tokens, cost = found.settled_tokens, found.settled_cost
-        if group == "session":
-            assert self.session is not None
-            recorded = await session_spent(store, self.session, agent)
-        else:
-            recorded = await spent(store, scope[1], agent, mine)
-        return recorded + found.since(tokens, cost), found
+
+        async def read() -> Usage:
+            if group == "session":
+                assert self.session is not None
+                return await session_spent(store, self.session, agent)
+            return await spent(store, scope[1], agent, mine)
+
+        return await counted(found, read), found
 
     async def _admit(
         self, messages: list[Message], tools: list[ToolSpec] | None, options: dict[str, Any]
@@ -287,6 +291,14 @@ class MeteredModel:
             found.usage = found.usage + usage
             self.unrecorded[scope] = (store, found, amount + usage)
 
+    def _writing(self) -> None:
+        """The run's usage row begins to be written: a store read until `settle` may find
+        it while the pools still count this run's spend."""
+        if not self.settled:
+            self.writing = [found for _, found, _ in self.unrecorded.values()]
+            for found in self.writing:
+                found.writes()
+
     def _cut(
         self, ticket: Ticket, streamed: Sequence[str | StreamAssembler] = (), cancelled: bool = True
     ) -> None:
@@ -319,8 +331,9 @@ class MeteredModel:
         """The run's usage row is written: its spend leaves the in-flight pools."""
         self.settled = True
         unrecorded, self.unrecorded = self.unrecorded, {}
+        writing, self.writing = self.writing, []
         for scope, (store, found, amount) in unrecorded.items():
-            found.settle(amount)
+            found.settle(amount, wrote=any(found is told for told in writing))
             forget(store, scope, found)
         self.shared.release()  # and their holds leave the shared store
 
