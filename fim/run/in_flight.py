@@ -122,6 +122,11 @@ class Pool:
         self.settled_tokens += amount.total_tokens
         self.settled_cost += amount.cost or 0.0
         self.users -= 1
+        self.kept(wrote)
+
+    def kept(self, wrote: bool = True) -> None:
+        """A usage row announced by `writes` is written (`settle`) or refused (the pool
+        keeps counting its spend)."""
         self.writing -= wrote
         self.moves += 1
         if self._moved is not None:
@@ -136,6 +141,59 @@ class Pool:
         if self.settled_cost != cost:
             moved = moved.model_copy(update={"cost": self.settled_cost - cost})
         return self.usage + moved
+
+
+class RunPools:
+    """One run's spend counted in the pools of the recorded scopes (day, session) its
+    limits read, until its usage row is written: then it leaves them (the store has it)."""
+
+    def __init__(self) -> None:
+        self.scopes: dict[tuple[Any, ...], tuple[Any, Pool, Usage]] = {}
+        """Scope -> store, pool, what this run counted there."""
+        self.settled = False
+        """The row is written or refused: a late call's spend goes in no pool (its own
+        usage row counts it: `fim.run.ledger.spent_late`)."""
+        self.writing: list[Pool] = []
+        """The pools told the row is being written."""
+
+    def join(self, store: Any, scope: tuple[Any, ...]) -> Pool:
+        """The pool of `scope`, this run counting in it unless its row is written already."""
+        if scope in self.scopes:
+            return self.scopes[scope][1]
+        found = pool(store, *scope)
+        if not self.settled:
+            found.users += 1
+            self.scopes[scope] = (store, found, Usage())
+        return found
+
+    def add(self, usage: Usage) -> None:
+        for scope, (store, found, amount) in self.scopes.items():
+            found.usage = found.usage + usage
+            self.scopes[scope] = (store, found, amount + usage)
+
+    def row(self, state: str) -> bool:
+        """The run's usage row begins to be written ("writing": a store read until it is
+        may find it while the pools still count the spend), is "written" (the spend leaves
+        the pools), or was "refused": the spend stays in the pools, which keep this run as
+        a user so they are never forgotten. True when the spend left the pools now."""
+        if self.settled:
+            return False
+        if state == "writing":
+            self.writing = [found for _, found, _ in self.scopes.values()]
+            for found in self.writing:
+                found.writes()
+            return False
+        self.settled = True
+        scopes, self.scopes = self.scopes, {}
+        writing, self.writing = self.writing, []
+        if state != "written":
+            for found in writing:
+                found.kept()
+            return False
+        for scope, (store, found, amount) in scopes.items():
+            found.settle(amount, wrote=any(found is told for told in writing))
+            forget(store, scope, found)
+        return True
 
 
 _pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Any, ...], Pool]] = (

@@ -119,11 +119,15 @@ class Ledger:
         """Write the usage of the run, ended with `status`, if it spent any."""
         self.written = True
         if self.calls or usage.total_tokens:
-            if self.spend is not None:
-                self.spend.writing()
-            await self._record(status, self.calls, usage, self.model)
+            spend = self.spend
+            if spend is not None:
+                spend.row("writing")
+            recorded = await self._record(status, self.calls, usage, self.model)
+            if spend is not None:  # settled now, not when the caller reads past the run's end
+                spend.row("written" if recorded else "refused")
 
-    async def _record(self, status: str, calls: int, usage: Usage, model: str) -> None:
+    async def _record(self, status: str, calls: int, usage: Usage, model: str) -> bool:
+        """Write a row; False when the store refused it."""
         if (
             # a bare Services() (library use, tests) names no project whose store it is;
             # every fim surface passes the project root
@@ -147,8 +151,12 @@ class Ledger:
                 )
             except Exception:  # accounting must not fail a run whose model calls are done
                 logging.getLogger("fim.usage").exception(
-                    "could not record the usage of run %s", self.run_id
+                    "could not record the usage of run %s; this process keeps counting it "
+                    "toward its daily and session limits",
+                    self.run_id,
                 )
+                return False
+        return True
 
 
 def spent_late(

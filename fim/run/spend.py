@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from fim.llm import catalog
 from fim.llm.wire import ASSEMBLERS, StreamAssembler
 from fim.locks import current_owner
-from fim.run.in_flight import LARGE, POLL_FIRST, POLL_MAX, Pool, counted, forget, off_loop, pool
+from fim.run.in_flight import LARGE, POLL_FIRST, POLL_MAX, Pool, RunPools, counted, off_loop
 from fim.run.ledger import spent_late
 from fim.run.limits import (
     DEFAULT_ALLOWANCE,
@@ -88,17 +88,11 @@ class MeteredModel:
         self.provider = getattr(inner, "provider", "")
         self.budgets = list(budgets)
         self.price = price
-        self.unrecorded: dict[tuple[Any, ...], tuple[Any, Pool, Usage]] = {}
-        """Pools of recorded scopes this run's spend is counted in until its usage row is
-        written (scope -> store, pool, amount): `settle` takes it out then."""
-        self.settled = False
-        """The run ended and `settle` ran: a late call's spend goes in no pool (its own
-        usage row counts it: `fim.run.ledger.spent_late`)."""
+        self.pools = RunPools()
+        """The pools of the recorded scopes this run's spend counts in until its row is."""
         self.shared = SharedRoom()
         """The calls' holds in a store other processes share (PostgreSQL only)."""
-        self.writing: list[Pool] = []
-        """The pools told that the run's usage row is being written (`settle` ends it)."""
-        self.node.writes.append(self._writing)
+        self.node.rows.append(self._row)
         self.node.ends.append(self.settle)
 
     def __getattr__(self, name: str) -> Any:  # settings, context_window ... of the inner model
@@ -204,13 +198,7 @@ class MeteredModel:
             mine = current_owner.get() if owner == KEY else None
             scope = ("day", utc_day(time.time()), agent, mine)
         places.append((store, scope))
-        if scope in self.unrecorded:
-            found = self.unrecorded[scope][1]
-        else:
-            found = pool(store, *scope)
-            if not self.settled:  # a call answering after its run ended counts in no pool
-                found.users += 1
-                self.unrecorded[scope] = (store, found, Usage())
+        found = self.pools.join(store, scope)
 
         async def read() -> Usage:
             if group == "session":
@@ -287,17 +275,13 @@ class MeteredModel:
         """`usage` was spent by this run: it counts for the run, the runs above it, and
         (until its usage row is written) for its daily and session limits in flight."""
         self.node.add(usage)
-        for scope, (store, found, amount) in self.unrecorded.items():
-            found.usage = found.usage + usage
-            self.unrecorded[scope] = (store, found, amount + usage)
+        self.pools.add(usage)
 
-    def _writing(self) -> None:
-        """The run's usage row begins to be written: a store read until `settle` may find
-        it while the pools still count this run's spend."""
-        if not self.settled:
-            self.writing = [found for _, found, _ in self.unrecorded.values()]
-            for found in self.writing:
-                found.writes()
+    def _row(self, state: str) -> None:
+        """The run's usage row is "writing", "written" or "refused" (`RunPools.row`);
+        written, its calls' holds leave the shared store too (refused, they lapse)."""
+        if self.pools.row(state):
+            self.shared.release()
 
     def _cut(
         self, ticket: Ticket, streamed: Sequence[str | StreamAssembler] = (), cancelled: bool = True
@@ -314,7 +298,7 @@ class MeteredModel:
             completion = max(completion, tokens)
         usage = Usage(prompt_tokens=ticket.estimate, completion_tokens=completion)
         usage = usage.model_copy(update={"cost": self._cost(usage)})
-        self.shared.answer(ticket, usage, self.settled or self.node.over)
+        self.shared.answer(ticket, usage, self.pools.settled or self.node.over)
         self._spent(usage, reported=False)
 
     def _spent(self, usage: Usage, reported: bool) -> None:
@@ -328,14 +312,9 @@ class MeteredModel:
             node.unreported = usage if node.unreported is None else node.unreported + usage
 
     def settle(self) -> None:
-        """The run's usage row is written: its spend leaves the in-flight pools."""
-        self.settled = True
-        unrecorded, self.unrecorded = self.unrecorded, {}
-        writing, self.writing = self.writing, []
-        for scope, (store, found, amount) in unrecorded.items():
-            found.settle(amount, wrote=any(found is told for told in writing))
-            forget(store, scope, found)
-        self.shared.release()  # and their holds leave the shared store
+        """The run ended (its usage row written or refused before): its spend leaves the
+        in-flight pools and its holds the shared store, unless the row was refused."""
+        self._row("written")
 
     async def _after(self, ticket: Ticket, response: ModelResponse) -> ModelResponse:
         ticket.release()
@@ -346,7 +325,7 @@ class MeteredModel:
             usage = priced(usage, self.price)
         if usage is not response.usage:
             response = response.model_copy(update={"usage": usage})
-        self.shared.answer(ticket, usage, self.settled or self.node.over)
+        self.shared.answer(ticket, usage, self.pools.settled or self.node.over)
         self._spent(usage, reported=not self.side)
         for limit in await self._limits():  # over: the call was made, the error carries it
             passed = limit.passed(self.name, response)

@@ -64,9 +64,10 @@ class RunSpend:
     ends: list[Callable[[], None]] = field(default_factory=list)
     """Called once when the run ends, after its usage is written (`end`): the metered
     models settle their pools, MCP sampling calls still going for the run are cancelled."""
-    writes: list[Callable[[], None]] = field(default_factory=list)
-    """Called once when the run's usage row begins to be written (`writing`): until `end`,
-    a store read may find the row while the pools still count its spend."""
+    rows: list[Callable[[str], None]] = field(default_factory=list)
+    """Told about the run's usage row (`row`): "writing" when it begins to be written (a
+    store read may find it while the pools still count its spend), then "written" or
+    "refused" (the store did not take it: the spend stays counted in the pools)."""
     ledger: Any = None
     """The `fim.run.ledger.Ledger` writing this run's usage row (it binds itself when it
     sees the run's first event): a call that answers after the row is written gets a row
@@ -97,11 +98,10 @@ class RunSpend:
             node.usage = node.usage + usage
             node = node.parent
 
-    def writing(self) -> None:
-        """The run's usage row begins to be written."""
-        writes, self.writes = self.writes, []
-        for announce in writes:
-            announce()
+    def row(self, state: str) -> None:
+        """The run's usage row is "writing", "written" or "refused" (`rows`)."""
+        for told in self.rows:
+            told(state)
 
     def end(self) -> None:
         """The run ended and its usage row is written: what it counted in flight leaves
