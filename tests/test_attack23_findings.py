@@ -55,7 +55,6 @@ def shell_tools(root: Path) -> ToolRegistry:
 
 
 @needs_bwrap
-@pytest.mark.xfail(strict=True, reason="attack-23 #1: /proc/1/environ is bwrap's, fim's env")
 async def test_a_sandboxed_call_never_reads_the_servers_environment_from_bwraps_init(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -95,7 +94,6 @@ print("{}")
 """
 
 
-@pytest.mark.xfail(strict=True, reason="attack-23 #2: /proc/<fim>/environ is readable")
 def test_a_command_hook_never_reads_fims_environment_from_its_parent(tmp_path: Path) -> None:
     """Hook processes get an allow-listed environment: "model and connector keys are never
     passed unless" declared. The hook (like a stdio MCP server, whose environment is
@@ -135,7 +133,6 @@ def test_a_command_hook_never_reads_fims_environment_from_its_parent(tmp_path: P
 # ------------------------------------------ #3 a hook's background process outlives it
 
 
-@pytest.mark.xfail(strict=True, reason="attack-23 #3: a hook's `cmd &` outlives the call")
 async def test_a_command_hooks_background_process_ends_with_the_hook_call(
     tmp_path: Path,
 ) -> None:

@@ -65,6 +65,7 @@ async def run_command(
     except BaseException:
         await kill_group(process)
         raise
+    await _end_group(process.pid)
     return (
         process.returncode if process.returncode is not None else -1,
         out.decode(errors="replace"),
@@ -133,6 +134,50 @@ async def kill_group(process: asyncio.subprocess.Process) -> None:
             os.killpg(process.pid, signal.SIGKILL)
     with contextlib.suppress(Exception):
         await asyncio.wait_for(_ended(process), 5)
+
+
+async def _end_group(group: int) -> None:
+    """What the command left running (`scanner "$file" &`) ends with the call, as on a
+    timeout: its group is killed, and waited for briefly (a killed process takes a moment
+    to exit; one nobody reaps stays a zombie, which runs nothing)."""
+    # deferred: loading asyncio costs a few ms
+    import asyncio
+
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # nothing left: the usual case
+        return
+    for _ in range(GROUP_WAITS):
+        await asyncio.sleep(0.005)
+        if not _running(group):
+            return
+
+
+GROUP_WAITS = 20
+"""Looks, 5 ms apart, for a killed group's processes to exit before the call returns."""
+
+
+def _running(group: int) -> bool:
+    """Whether a process of `group` is alive and not a zombie (Linux `/proc`; elsewhere,
+    whether the group exists)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        try:
+            os.killpg(group, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+    for entry in entries:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as stat:
+                    fields = stat.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == group and fields[0] not in (b"Z", b"X"):
+                return True
+    return False
 
 
 async def _ended(process: asyncio.subprocess.Process) -> None:

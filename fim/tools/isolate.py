@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import os
 import resource
@@ -39,9 +38,9 @@ import signal
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
-from pathlib import Path
 from typing import Any, TypeVar
 
+from fim.environ import hide_initial_environment
 from fim.locks import share, slots
 from fim.schema_check import MAX_NESTING, nested_deeper, plainly_valid, problems_json
 from fim.types import ToolResult
@@ -88,25 +87,11 @@ def _init_worker(memory_bytes: int, nice: int, ceiling: int = MEMORY_CEILING) ->
     # (a big-int power, a regex match) holds the interpreter: die at once instead.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.environ.clear()  # templates and patterns need no API keys; keep them out of reach
-    _erase_initial_environment()
+    hide_initial_environment(keep=False)
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, max(memory_bytes, ceiling)))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     with contextlib.suppress(OSError):
         os.nice(nice)
-
-
-def _erase_initial_environment() -> None:
-    """Zero the block the process started with (what `/proc/self/environ` shows): emptying
-    `os.environ` unsets the variables, but their text, fim's API keys included, stays in
-    the worker's memory where the kernel reads it. Linux only; nothing refers to the block
-    once every variable is unset."""
-    try:
-        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-        start, end = int(fields[47]), int(fields[48])  # env_start, env_end (fields 50, 51)
-    except (OSError, IndexError, ValueError):
-        return
-    if 0 < start < end:
-        ctypes.memset(start, 0, end - start)
 
 
 def _cpu_used() -> float:

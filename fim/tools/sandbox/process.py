@@ -175,6 +175,9 @@ async def _execute(
                 stderr=err_w,
                 start_new_session=True,
                 pass_fds=tuple(passed),
+                # bwrap's own process is the sandbox's PID 1, its environ readable in a user
+                # namespace: it gets nothing (--clearenv only empties the program's)
+                env={},
             )
         )
         try:

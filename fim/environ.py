@@ -1,0 +1,33 @@
+"""The environment block a process started with, out of its children's reach.
+
+`/proc/<pid>/environ` shows the block the kernel wrote at `execve`, whatever the process
+did with its variables since. fim's children get environments of their own (a command
+hook and a stdio MCP server an allow-list, the sandbox nothing), but they run as fim's
+user, so they could read fim's block -- every API key and password it started with -- from
+their parent's `/proc` entry (attack-23 #2). `hide_initial_environment` moves the variables
+to the heap (the C library's `environ`, which `os.environ` and every child's environment
+are built from, keeps them) and zeroes the block.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+
+def hide_initial_environment(keep: bool = True) -> None:
+    """Zero the block the process started with; with `keep`, first copy each variable to
+    the heap (`os.putenv`) so the process and its children still have them. Linux only;
+    elsewhere nothing (no `/proc/<pid>/environ` to read)."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        start, end = int(fields[47]), int(fields[48])  # env_start, env_end (fields 50, 51)
+    except (OSError, IndexError, ValueError):
+        return
+    if not 0 < start < end:
+        return
+    if keep:  # setenv copies the text: nothing points into the block afterwards
+        for name, value in os.environ.items():
+            os.putenv(name, value)
+    ctypes.memset(start, 0, end - start)
