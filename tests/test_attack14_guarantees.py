@@ -18,7 +18,7 @@ from fim.capabilities import CAPABILITIES
 from fim.config.schema import AgentDecl, Project
 from fim.run.services import RunContext, Services
 from fim.tools import ToolRegistry, builtin, sandbox
-from fim.tools.sandbox import cgroup
+from fim.tools.sandbox import cgroup, limits, output, watchdog
 from fim.tools.sandbox.limits import MAX_FOLDER_FILES
 
 needs_bwrap = pytest.mark.skipif(
@@ -95,7 +95,7 @@ def test_memory_held_outside_any_mapping_counts_toward_the_trees_limit(tmp_path:
 
 @needs_bwrap
 def test_one_call_cannot_fill_its_folder_with_files_past_the_folders_file_cap(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A sandbox folder may hold at most `MAX_FOLDER_FILES` entries (past it, it counts as
     full). The watchdog counts the folder only after the disk's free *bytes* dropped by the
@@ -103,25 +103,33 @@ def test_one_call_cannot_fill_its_folder_with_files_past_the_folders_file_cap(
     call creates 160,000 of them (about 36,000 a second here: a 300 s call can use up the
     16M inodes of the host's disk), and they stay on the host after the call. The safe
     behaviour: the call is killed once the folder is past the file cap: the watchdog
-    counts the folder again each time the disk lost `MAX_FOLDER_FILES / 4` inodes."""
+    counts the folder again each time the disk lost `MAX_FOLDER_FILES / 4` inodes. (The
+    cap is lowered to 10,000 here, and the call waits once past the first count: the same
+    arithmetic, a fifth of the files.)"""
+    cap = MAX_FOLDER_FILES // 10
+    for module in (limits, watchdog, output):
+        monkeypatch.setattr(module, "MAX_FOLDER_FILES", cap)
     tools = make_tools(tmp_path, tools=["python_exec"])
-    count = MAX_FOLDER_FILES + 60_000
+    count = watchdog.FILES_STEP + 5_000  # the first count comes after FILES_STEP inodes
     code = f"""
 import os
 os.makedirs('many', exist_ok=True)
 fd = os.open('many', os.O_RDONLY)
 for i in range({count}):
     os.close(os.open(str(i), os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=fd))
-print('created {count}')
+print('created {count}', flush=True)
+import time
+time.sleep(60)  # killed meanwhile: the folder is past its cap
+print('never killed')
 """
     result = asyncio.run(tools.call("python_exec", {"code": code, "timeout": 120}, timeout=150))
     left = tmp_path / ".fim" / "sandbox" / "scratch" / "many"
     created = sum(1 for _ in os.scandir(left)) if left.is_dir() else 0
     shutil.rmtree(left, ignore_errors=True)  # not left for pytest's tmp_path retention
-    # before the fix: "[exit code 0] ... created 160000", and 160,000 files stayed
+    # before the fix: "[exit code 0] ... created 160000" (at the real cap), and they stayed
     assert result.is_error, result.content
-    assert f"more than {MAX_FOLDER_FILES:,} files" in result.content  # the cap, named
-    assert created < count
+    assert f"more than {cap:,} files" in result.content  # the cap, named
+    assert "never killed" not in result.content and created <= count
 
 
 @needs_bwrap

@@ -598,7 +598,7 @@ from pathlib import Path
 from fim.config.schema import DatabaseConnector
 from fim.connectors.database import Database, sqlite
 
-sqlite.HEAP_LIMIT = 64 * 2**20
+sqlite.HEAP_LIMIT = 16 * 2**20
 decl = DatabaseConnector(kind="database", url=sys.argv[1])
 db = Database("shop", decl, Path("."))
 for sql in sys.argv[2:]:
@@ -611,15 +611,15 @@ db.dispose()
 def test_sqlite_holds_at_most_its_heap_whatever_the_statement(sqlite_db, tmp_path):
     """A value limit does not bound a statement: it holds every column of a row (each
     zeroblob expanded when read), every argument of a call, every row of a sort (which
-    spilled GBs to temporary files in seconds). Each needs 120 MB here, and SQLite's own
+    spilled GBs to temporary files in seconds). Each needs 30 MB here, and SQLite's own
     heap limit ends it with SQLite's out-of-memory error; the next query runs as usual.
-    The heap limit is one per process, so this runs in a child with a 64 MiB one."""
-    blob_columns = ", ".join(f"zeroblob(4000000) AS c{i}" for i in range(30))
-    blob_arguments = ", ".join(["randomblob(4000000)"] * 30)
+    The heap limit is one per process, so this runs in a child with a 16 MiB one."""
+    blob_columns = ", ".join(f"zeroblob(1000000) AS c{i}" for i in range(30))
+    blob_arguments = ", ".join(["randomblob(1000000)"] * 30)
     statements = [
         f"SELECT {blob_columns} FROM t LIMIT 1",
         f"SELECT length(max({blob_arguments}))",
-        "SELECT randomblob(12000) AS r FROM t a, t b ORDER BY r",
+        "SELECT randomblob(3000) AS r FROM t a, t b ORDER BY r",
         "SELECT count(*) FROM t",
     ]
     done = subprocess.run(
@@ -633,7 +633,7 @@ def test_sqlite_holds_at_most_its_heap_whatever_the_statement(sqlite_db, tmp_pat
     answers = [json.loads(line) for line in done.stdout.splitlines()]
     for is_error, content in answers[:3]:
         assert is_error
-        assert "needed more than the 64 MiB SQLite may use" in content
+        assert "needed more than the 16 MiB SQLite may use" in content
     assert answers[3] == [False, "count(*)\n100\n(1 row)"]
 
 
