@@ -140,7 +140,6 @@ def pg_state() -> Iterator[str]:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
-@pytest.mark.xfail(strict=True, reason="attack-24 #2: a NUL in the model name drops the row")
 async def test_a_providers_model_name_cannot_keep_a_run_out_of_the_daily_count(
     tmp_path: Path, pg_state: str
 ) -> None:
@@ -180,7 +179,6 @@ HELPER = "def decision():\n    return {}\n"
 UNPINNED = "def decision():\n    return {'decision': 'block', 'reason': 'unpinned bytecode ran'}\n"
 
 
-@pytest.mark.xfail(strict=True, reason="attack-24 #3: __pycache__ is neither pinned nor avoided")
 async def test_a_command_hook_never_runs_bytecode_its_snapshot_did_not_pin(tmp_path: Path) -> None:
     """`python3 hooks/check.py` imports its sibling `hooks/helper.py`; both are pinned. The
     interpreter loads `hooks/__pycache__/helper.cpython-3X.pyc` instead of the source when

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,10 +22,12 @@ import pytest
 
 from fim.build import hook_checks
 from fim.build.compile import compile_project
+from fim.build.reload import _watch_filter
 from fim.build.snapshot import Snapshot
 from fim.config import files as config_files
 from fim.errors import ConfigError
 from fim.hooks import command_pins
+from fim.hooks.command_input import bytecode_folder
 from fim.hooks.command_pins import changed_script
 from fim.llm.script import text, tool_call
 from fim.llm.scripted import ScriptedModel
@@ -162,15 +165,46 @@ def test_a_script_named_by_the_command_but_written_after_the_compile_blocks_the_
 
 
 def test_a_script_unchanged_since_the_compile_runs(tmp_path: Path) -> None:
-    """And what a Python hook script's own imports write (`hooks/__pycache__/`) is no
-    change: the second call runs the script too."""
+    """A Python hook script's own imports write no bytecode into the hooks folder (its
+    interpreter keeps it in a folder of fim's, `PYTHONPYCACHEPREFIX`), and a `__pycache__`
+    there (a test run's, an editor's) is no change: the second call runs the script too."""
     check = SCRIPT.replace("import sys\n", "import sys\nimport words\n")
     snapshot = compile_project(
         hooked(tmp_path, "python3 hooks/check.py", {"hooks/check.py": check, "hooks/words.py": ""})
     )
     assert "forbidden by the script (v1)" in first_tool_result(snapshot)
-    assert (tmp_path / "hooks/__pycache__").is_dir()
+    assert not (tmp_path / "hooks/__pycache__").exists()
+    write(tmp_path, {"hooks/__pycache__/words.cpython-311.pyc": "not bytecode"})
     assert "forbidden by the script (v1)" in first_tool_result(snapshot)
+
+
+def test_a_sourceless_pyc_added_to_a_hook_folder_blocks_the_call(tmp_path: Path) -> None:
+    """Python imports `hooks/words.pyc` as `words` when no `words.py` is there, so outside
+    `__pycache__/` a `.pyc` is a file of the folder like any other; and the reload watcher
+    sees it, so a reload pins it rather than every call staying blocked until a restart."""
+    snapshot = compile_project(
+        hooked(tmp_path, "python3 hooks/check.py", {"hooks/check.py": SCRIPT})
+    )
+    (tmp_path / "hooks/words.pyc").write_bytes(b"bytecode the snapshot never saw")
+    result = first_tool_result(snapshot)
+    assert "hook file hooks/words.pyc was added" in result
+    assert blocked_as_changed(result, snapshot)
+    assert _watch_filter(None, str(tmp_path / "hooks/words.pyc"))
+    assert not _watch_filter(None, str(tmp_path / "hooks/__pycache__/words.cpython-311.pyc"))
+    assert "hooks/words.pyc" in compile_project(tmp_path).hook_folder_files
+
+
+def test_a_hooks_bytecode_folder_is_fims_alone_and_made_again_when_gone() -> None:
+    """`PYTHONPYCACHEPREFIX` of every command hook: a folder of this process (0700, this
+    user's), made again when a tmp cleaner removed it, never a path another user could
+    have made first."""
+    first = bytecode_folder()
+    found = os.lstat(first)
+    assert (found.st_uid, found.st_mode & 0o777) == (os.geteuid(), 0o700)
+    assert bytecode_folder() == first
+    shutil.rmtree(first)
+    again = bytecode_folder()
+    assert again != first and os.lstat(again).st_mode & 0o777 == 0o700
 
 
 def test_the_version_changes_when_a_file_of_claude_hooks_changes(tmp_path: Path) -> None:

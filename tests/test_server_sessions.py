@@ -113,7 +113,8 @@ def test_a_hostile_session_name_stays_the_callers(tmp_path: Path):
     write_project(tmp_path, keys=("key-a", "key-b"))
     from fim.run.sessions import session_key
 
-    names = [session_key(key_owner(b"key-b"), "s1"), "ü/../" + "x" * 190, "s1\u0000"]
+    # (a NUL is a 400 naming session_id: tests/test_store_text.py)
+    names = [session_key(key_owner(b"key-b"), "s1"), "ü/../" + "x" * 190, "s1\u200b\ufffd"]
     with ServerThread(create_app(SnapshotHolder(compile_project(tmp_path)))) as srv:
         runs = f"{srv.url}/v1/agents/a/runs"
         httpx.post(runs, json={"input": "b's", "session_id": "s1"}, headers=B)

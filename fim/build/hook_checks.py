@@ -64,7 +64,8 @@ _UNPINNED_DIRS = frozenset(
 )
 """Folders the reload watcher ignores (`fim.build.reload`): a change there starts no
 reload, so pinning one would block command hooks until a restart (`__pycache__` is what a
-Python hook script's own imports write)."""
+Python hook script's own imports wrote; a command hook's Python now keeps its bytecode in a
+folder of fim's own and never reads the project's)."""
 
 
 _SHELL_SYNTAX = frozenset("$;|&<>()`*?[{")
@@ -72,8 +73,12 @@ _SHELL_SYNTAX = frozenset("$;|&<>()`*?[{")
 
 
 def _unpinned_file(name: str) -> bool:
-    """Names the reload watcher ignores too: editors' swap and backup files, logs, .pyc."""
-    return name.endswith(("~", ".swp", ".tmp", ".pyc", ".log")) or name.startswith(".#")
+    """Names the reload watcher ignores too: editors' swap and backup files, logs. Not a
+    `.pyc` outside `__pycache__`: Python imports a sourceless `x.pyc` as module `x` (Python 3
+    writes none there, so pinning one blocks nothing legitimate); the bytecode in
+    `__pycache__` a command hook's Python never reads (`PYTHONPYCACHEPREFIX`,
+    `fim.hooks.command_input.bytecode_folder`)."""
+    return name.endswith(("~", ".swp", ".tmp", ".log")) or name.startswith(".#")
 
 
 def folder_entries(path: str) -> tuple[str, ...]:

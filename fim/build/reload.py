@@ -63,12 +63,13 @@ class SnapshotHolder:
 def _watch_filter(change: object, path: str) -> bool:
     """Whether a change can matter to the snapshot: not in an ignored folder, not an
     editor's swap or backup file, not a log file (`fim serve 2> serve.log` inside the
-    project fed the watcher one change per line it wrote)."""
+    project fed the watcher one change per line it wrote). A `.pyc` outside `__pycache__`
+    is a change: a command hook's folders pin it (Python imports it as a module)."""
     parts = Path(path).parts
     if any(part in _IGNORED_DIRS for part in parts):
         return False
     name = parts[-1] if parts else ""
-    return not (name.endswith(("~", ".swp", ".tmp", ".pyc", ".log")) or name.startswith(".#"))
+    return not (name.endswith(("~", ".swp", ".tmp", ".log")) or name.startswith(".#"))
 
 
 async def reload_once(root: Path, holder: SnapshotHolder) -> bool:

@@ -14,11 +14,16 @@ credential-looking name, or a URL's password.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
 import re
 import shlex
+import shutil
+import stat
+import tempfile
+import threading
 from typing import TYPE_CHECKING, Any
 
 from fim import private
@@ -111,9 +116,52 @@ def environment(
     env["FIM_AGENT"] = context.agent
     env["FIM_RUN_ID"] = context.run_id
     env["FIM_HOOK_EVENT"] = context.point
+    # Last, over a declared value too: the pins' promise is fim's (see `bytecode_folder`).
+    env["PYTHONPYCACHEPREFIX"] = bytecode_folder()
     if env_file is not None:
         env["CLAUDE_ENV_FILE"] = env_file
     return env
+
+
+_bytecode: tuple[int, str] | None = None
+_bytecode_lock = threading.Lock()
+
+
+def bytecode_folder() -> str:
+    """Where a command hook's Python keeps its bytecode (`PYTHONPYCACHEPREFIX`): a folder of
+    this process's own (0700, made once, removed at exit), never the hook folders'
+    `__pycache__`.
+
+    The pins cover a hook's sources, not `hooks/__pycache__/` (the interpreter writes
+    there on every import): a `.pyc` rewritten there with the source's mtime and size in
+    its header ran code the snapshot never saw, and the check before the call passed
+    (attack-24). With the prefix set, Python neither reads nor writes a `__pycache__` of
+    the project. Made again if it went away or is no longer this user's alone (a tmp
+    cleaner), so the hook never writes to a path another user could make first."""
+    global _bytecode
+    with _bytecode_lock:
+        if _bytecode is not None and _bytecode[0] == os.getpid() and _ours(_bytecode[1]):
+            return _bytecode[1]
+        folder = tempfile.mkdtemp(prefix="fim-pycache-")  # 0700
+        atexit.register(_remove, os.getpid(), folder)
+        _bytecode = (os.getpid(), folder)
+        return folder
+
+
+def _ours(folder: str) -> bool:
+    try:
+        found = os.lstat(folder)
+    except OSError:
+        return False
+    return (
+        stat.S_ISDIR(found.st_mode) and found.st_uid == os.geteuid() and not found.st_mode & 0o077
+    )
+
+
+def _remove(pid: int, folder: str) -> None:
+    """At exit, in the process that made it (a forked child inherits the handler)."""
+    if os.getpid() == pid:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def read_env_file(path: str) -> dict[str, str]:

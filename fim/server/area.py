@@ -13,15 +13,18 @@ server; only a `hidden` route (the development page and its files) needs none.
 
 from __future__ import annotations
 
+import inspect
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
+from starlette.requests import Request
 from starlette.routing import BaseRoute, Mount, Route
 
 from fim.server.limits import admitting
+from fim.server.replies import error
 
 if TYPE_CHECKING:
     from fim.server.api import Api
@@ -76,6 +79,27 @@ class Endpoint:
         return {(method, path): op for method, op in self.ops.items()}
 
 
+NUL_REFUSED = "a NUL character (%00) is not allowed"
+
+
+def storable_params(
+    handler: Callable[[Request], Awaitable[Any]],
+) -> Callable[[Request], Awaitable[Any]]:
+    """`handler`, answering 400 naming the path or query parameter that holds a NUL
+    (`/v1/sessions/s%00`, `?agent=a%00`). Such a value reaches the store as text (a run's,
+    an approval's, a session's id; a usage filter): PostgreSQL refused it and the lookup
+    was a 500 (attack-24); the store now keeps it as U+FFFD (`fim.store.schema.storable`),
+    which names another row than the one asked for. Checked once here for every route."""
+
+    async def checked(request: Request) -> Any:
+        for name, value in (*request.path_params.items(), *request.query_params.multi_items()):
+            if isinstance(value, str) and "\x00" in value:
+                return error(400, f"{name}: {NUL_REFUSED}", param=name)
+        return await handler(request)
+
+    return checked
+
+
 def get(path: str, handler: str, op: Op) -> Endpoint:
     return Endpoint(path, handler, {"GET": op})
 
@@ -118,14 +142,15 @@ class Area:
         missing = [e.handler for e in self.endpoints if e.handler not in handlers]
         if missing:
             raise TypeError(f"route area '{self.name}' has no handler {', '.join(missing)}")
-        return [
-            e.route(
-                admitting(api, handlers[e.handler])
-                if any(op.runs for op in e.ops.values())
-                else handlers[e.handler]
-            )
-            for e in self.endpoints
-        ]
+        routes = []
+        for e in self.endpoints:
+            handler = handlers[e.handler]
+            if any(op.runs for op in e.ops.values()):
+                handler = admitting(api, handler)
+            if inspect.isfunction(handler) and not e.any_method and e.mount is None:
+                handler = storable_params(handler)  # an ASGI app (MCP's) reads its own
+            routes.append(e.route(handler))
+        return routes
 
     def operations(self) -> dict[tuple[str, str], Op]:
         found: dict[tuple[str, str], Op] = {}
@@ -134,4 +159,4 @@ class Area:
         return found
 
 
-__all__ = ["ANY_METHOD", "Area", "Endpoint", "Op", "get", "hidden", "post"]
+__all__ = ["ANY_METHOD", "Area", "Endpoint", "Op", "get", "hidden", "post", "storable_params"]

@@ -13,7 +13,14 @@ from __future__ import annotations
 from typing import Any, Literal, TypeVar
 
 import pydantic_core
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from starlette.requests import Request
 
 from fim.schema_check import MAX_NESTING, nested_deeper
@@ -62,6 +69,20 @@ class FieldProblem(ValueError):
         self.field = field
 
 
+NUL_IN_ID = "a NUL character (\\u0000) cannot be part of an id"
+"""Why a session id naming NUL is refused: the store would keep it as U+FFFD
+(`fim.store.schema.storable`), another id than the one the caller sent (a path or query
+parameter's: `fim.server.area.storable_params`)."""
+
+
+def no_nul(value: str | None) -> str | None:
+    """A session id as the store can keep it: one naming NUL was a 500 from the session
+    lookup on PostgreSQL (attack-24); now a 400 naming the field."""
+    if value is not None and "\x00" in value:
+        raise ValueError(NUL_IN_ID)
+    return value
+
+
 class _Body(BaseModel):
     """Unknown fields are ignored (clients send more than we use); known ones are typed."""
 
@@ -88,6 +109,11 @@ class RunBody(_Body):
         "`fim worker` with a PostgreSQL store, in the server with SQLite). "
         "Poll GET /v1/runs/{run_id}.",
     )
+
+    @field_validator("session_id")
+    @classmethod
+    def _storable_session(cls, value: str | None) -> str | None:
+        return no_nul(value)
 
     @model_validator(mode="before")
     @classmethod
@@ -238,6 +264,11 @@ class ChatBody(_Strict):
     prompt_cache_key: str | None = None
     metadata: dict[str, str] | None = None
     service_tier: str | None = None
+
+    @field_validator("session_id")
+    @classmethod
+    def _storable_session(cls, value: str | None) -> str | None:
+        return no_nul(value)
 
 
 class WorkflowRunBody(_Body):

@@ -177,6 +177,8 @@ async def call_agent(api: Api, name: str, args: dict[str, Any], ctx: Any) -> typ
         return _failure("input: a non-empty string is required")
     if session is not None and (not isinstance(session, str) or not 0 < len(session) <= 200):
         return _failure("session_id: a string of 1 to 200 characters is expected")
+    if session is not None and "\x00" in session:  # the store would keep another id
+        return _failure("session_id: a NUL character (\\u0000) is not allowed")
     if extra:
         return _failure(f"unknown argument(s): {', '.join(extra)} (expected input, session_id)")
     owner = _owner(ctx)

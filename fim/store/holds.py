@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from fim.store.schema import storable
 from fim.tasks import spawn
 
 if TYPE_CHECKING:
@@ -233,6 +234,8 @@ async def take(
             for (key, _), scope in keyed:
                 kind, value, agent = scope[0], scope[1], scope[2]
                 owner = scope[3] if kind == "day" else None
+                # the usage rows' text as it was written (a session `s\x00`: `s\ufffd`)
+                value, agent = (None if v is None else storable(v) for v in (value, agent))
                 params = {"scope": key, "value": value, "agent": agent, "owner": owner}
                 row = cursor.execute(
                     _sums_sql(kind, agent is not None, owner is not None), params

@@ -63,17 +63,57 @@ def json_text(value: Any) -> str:
         return json.dumps(value)
 
 
+# --------------------------------------------------------------------------- text
+
+
+def storable(value: str) -> str:
+    """`value` as every store's text column can hold it: each NUL (U+0000) replaced by
+    U+FFFD. PostgreSQL refuses NUL in text ("text fields cannot contain NUL (0x00)
+    bytes"), and much of what fim stores as text comes from a model, a provider or a
+    caller: a provider naming its model `gpt\\u0000` made every usage row fail, so the
+    daily limits never counted those runs (attack-24). Applied to every bound value of
+    the tables' text columns (`_text_types`), lookups too, so a library caller's session
+    `s\\x00` is written and found again as the same row, on SQLite as on PostgreSQL. JSON
+    columns keep NUL (escaped as `\\u0000`, which PostgreSQL's `json` type accepts)."""
+    return value.replace("\x00", "\ufffd") if "\x00" in value else value
+
+
+def _text_types() -> tuple[Any, Any]:
+    """(short, long): `String(n)` and `Text` whose bound values go through `storable`."""
+    # deferred: loading sqlalchemy costs hundreds of ms
+    from sqlalchemy import String, Text
+    from sqlalchemy.types import TypeDecorator
+
+    class Short(TypeDecorator[str]):
+        impl = String
+        cache_ok = True
+
+        def process_bind_param(self, value: str | None, dialect: Any) -> str | None:
+            return storable(value) if isinstance(value, str) else value
+
+    class Long(TypeDecorator[str]):
+        impl = Text
+        cache_ok = True
+
+        def process_bind_param(self, value: str | None, dialect: Any) -> str | None:
+            return storable(value) if isinstance(value, str) else value
+
+    return Short, Long
+
+
 # --------------------------------------------------------------------------- schema
 
 _SCHEMA: dict[str, Any] = {}
 
 
 def schema() -> tuple[MetaData, dict[str, Table]]:
-    """MetaData and Table objects, built on first use."""
+    """MetaData and Table objects, built on first use. Every text column is of a type
+    that makes what it is given storable (`storable`)."""
     if not _SCHEMA:
         # deferred: loading sqlalchemy costs hundreds of ms
-        from sqlalchemy import JSON, Column, Float, Index, Integer, MetaData, String, Table, Text
+        from sqlalchemy import JSON, Column, Float, Index, Integer, MetaData, Table
 
+        String, Text = _text_types()
         meta = MetaData()
         tables = {
             "schema_version": Table(
