@@ -30,7 +30,7 @@ try:
     import typer
 
     from fim.commands import ProjectOption, err
-    from fim.environ import hide_initial_environment
+    from fim.environ import hide_from_children
     from fim.errors import ConfigError, RunError
 finally:
     if _gc_was_enabled:
@@ -197,7 +197,7 @@ def _one_shot() -> Iterator[None]:
 
 def main() -> None:
     """Console entry point: user mistakes that escape a command still get one line each."""
-    hide_initial_environment()  # before any child starts: its /proc/<ppid>/environ is empty
+    hide_from_children()  # before any child starts: its /proc/<ppid>/environ is empty
     command = _command(sys.argv[1:])
     module = PROJECT_COMMANDS.get(command) if command is not None else None
     if module is not None:

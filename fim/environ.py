@@ -1,4 +1,5 @@
-"""The environment block a process started with, out of its children's reach.
+"""fim's secrets, out of its children's reach: the environment block it started with, and
+its memory.
 
 `/proc/<pid>/environ` shows the block the kernel wrote at `execve`, whatever the process
 did with its variables since. fim's children get environments of their own (a command
@@ -6,13 +7,17 @@ hook and a stdio MCP server an allow-list, the sandbox nothing), but they run as
 user, so they could read fim's block -- every API key and password it started with -- from
 their parent's `/proc` entry (attack-23 #2). `hide_initial_environment` moves the variables
 to the heap (the C library's `environ`, which `os.environ` and every child's environment
-are built from, keeps them) and zeroes the block.
+are built from, keeps them) and zeroes the block. The values still live in fim's heap, and
+where Yama does not restrict ptrace (Debian, RHEL and most containers), a process of the
+same user reads `/proc/<fim>/mem` (attack-25 #1): `not_dumpable` keeps every process but
+root out of it (no core dumps of fim; `gdb -p`/`py-spy` on it need root).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import sys
 from pathlib import Path
 
 
@@ -31,3 +36,26 @@ def hide_initial_environment(keep: bool = True) -> None:
         for name, value in os.environ.items():
             os.putenv(name, value)
     ctypes.memset(start, 0, end - start)
+
+
+PR_SET_DUMPABLE = 4
+
+
+def not_dumpable() -> None:
+    """Mark this process not dumpable (`prctl(PR_SET_DUMPABLE, 0)`): the kernel then lets
+    no process of the same user read its memory, its `/proc` entries' secrets or ptrace it.
+    Each `execve` of a child resets it for the child. Linux only; elsewhere nothing."""
+    if sys.platform != "linux":
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl: nothing to do
+        return
+
+
+def hide_from_children() -> None:
+    """Both, at the start of a process that will start children (`fim` itself, a `--workers`
+    child): the start-up block zeroed, the memory closed to the same user."""
+    hide_initial_environment()
+    not_dumpable()

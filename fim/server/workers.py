@@ -27,7 +27,7 @@ from fim import observe
 from fim.build.compile import compile_project
 from fim.build.reload import SnapshotHolder, watch
 from fim.capabilities import CAPABILITIES
-from fim.environ import hide_initial_environment
+from fim.environ import hide_from_children
 from fim.errors import RunError
 from fim.events import build_validators
 from fim.hooks.command_output import build_validators as build_hook_validators
@@ -113,7 +113,7 @@ def serve_workers(
 def worker_app() -> Any:
     """In a spawned child: compile the project, build the app with a lifespan that runs
     this worker's watcher and closes its services."""
-    hide_initial_environment()  # spawned: its block holds the parent's variables again
+    hide_from_children()  # spawned: its block holds the parent's variables again
     options = json.loads(os.environ[ENV])
     configure(options["log_level"], "json" if options["json"] else "text")
     root = Path(options["root"])

@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
-from fim.environ import hide_initial_environment
+from fim.environ import hide_initial_environment, not_dumpable
 from fim.locks import share, slots
 from fim.schema_check import MAX_NESTING, nested_deeper, plainly_valid, problems_json
 from fim.types import ToolResult
@@ -88,6 +88,7 @@ def _init_worker(memory_bytes: int, nice: int, ceiling: int = MEMORY_CEILING) ->
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.environ.clear()  # templates and patterns need no API keys; keep them out of reach
     hide_initial_environment(keep=False)
+    not_dumpable()  # a fresh process: dumpable again, and it holds connection passwords
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, max(memory_bytes, ceiling)))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     with contextlib.suppress(OSError):
