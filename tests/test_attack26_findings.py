@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from fim.build.compile import compile_project
+from fim.errors import ConfigError
 from fim.eval.report import json_report
 from fim.eval.runner import EvalRunner
-from fim.hooks.python_hooks import load_module
 from fim.masking import remember
 
 FIM_YAML = (
@@ -57,10 +57,6 @@ def debug() -> str:
 '''
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-26 #1: cassettes are masked with snapshot.masker, not fim.masking.known()",
-)
 def test_a_recorded_cassette_masks_every_secret_the_report_masks(tmp_path: Path) -> None:
     """`--record` stores tool results "masked the same way" as the reports, for a file that
     is committed. The report masks the provider key (`known()`); the cassette must too."""
@@ -96,10 +92,6 @@ def polite(output, context):
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-26 #2: a python: assertion may name a hooks module's dunder method",
-)
 def test_a_python_assertion_cannot_rebind_a_hooks_module_global(tmp_path: Path) -> None:
     """A case names `policy:__setattr__`; the (scripted or recorded) output `BLOCKED` picks
     the global. Safe: only a function the module defines is an assertion (`fim validate`
@@ -119,7 +111,6 @@ def test_a_python_assertion_cannot_rebind_a_hooks_module_global(tmp_path: Path) 
             },
         },
     )
-    snapshot = compile_project(root)
-    asyncio.run(EvalRunner(snapshot, mode="replay").run())
-    blocked = load_module(snapshot, "policy").BLOCKED
-    assert blocked == {"drop", "delete"}, blocked  # today: the case's context dict
+    # before: compiled, and the eval set policy.BLOCKED to the case's context dict
+    with pytest.raises(ConfigError, match="has no function '__setattr__'"):
+        compile_project(root)

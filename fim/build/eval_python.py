@@ -47,9 +47,11 @@ def resolve(snapshot: Snapshot, ref: str, load_module: LoadModule) -> Callable[.
         module = project_module(snapshot, module_name, load_module)
     except ModuleLoadError as exc:
         raise PythonAssertionError(f"cannot import '{ref}': {exc.detail}", exc.hint) from None
+    found = functions_of(module)
     fn = getattr(module, name, None)
-    if not callable(fn):
-        found = functions_of(module)
+    # a public function the module defines: not a dunder (`__setattr__` let a case rebind
+    # the module's globals, attack-26 #2) nor what it imports (`from subprocess import run`)
+    if name not in found or not callable(fn):
         raise PythonAssertionError(
             f"cannot import '{ref}': {folder}/{module_name}.py has no function '{name}'",
             suggest(name, found, f"functions in {module_name}.py") or "it has no functions",

@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from fim.config.files import read_regular, write_inside
 from fim.errors import RunError
-from fim.masking import Masker
+from fim.masking import Masker, known
 from fim.types import Message, Model, ModelResponse, TextDelta, ToolResult, ToolSpec
 
 Mode = Literal["record", "replay", "live"]
@@ -109,7 +109,9 @@ class Cassette:
     def __init__(self, path: Path, mode: Mode, masker: Masker | None = None) -> None:
         self.path = path
         self.mode = mode
-        self.masker = masker or Masker()
+        self._own = masker or Masker()
+        self._seen: Masker | None = None
+        self._masker = self._own
         self.entries: dict[str, dict[str, Any]] = {}
         self.tools: dict[str, dict[str, Any]] = {}
         """Recorded tool results by `tool_key`."""
@@ -120,6 +122,17 @@ class Cassette:
         self.hits = 0
         self.misses = 0
         self._lock = asyncio.Lock()
+
+    @property
+    def masker(self) -> Masker:
+        """The project's secrets and every secret the process knows now (`fim.masking.known`:
+        the provider key read from the environment, what a hook exported): the reports mask
+        with those, and a cassette is the committed file (attack-26: it kept a key the
+        report hid). Read at each use: the process's set grows while the eval runs."""
+        latest = known()
+        if latest is not self._seen:
+            self._seen, self._masker = latest, self._own.union(latest)
+        return self._masker
 
     def load(self) -> None:
         """Read the recorded exchanges (replay): blocking, so the runner reads every
