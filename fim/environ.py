@@ -33,8 +33,11 @@ def hide_initial_environment(keep: bool = True) -> None:
     if not 0 < start < end:
         return
     if keep:  # setenv copies the text: nothing points into the block afterwards
-        for name, value in os.environ.items():
-            os.putenv(name, value)
+        try:
+            for name, value in os.environ.items():
+                os.putenv(name, value)
+        except (ValueError, OSError):  # a name setenv refuses ("=x"): its entry stays there
+            return
     ctypes.memset(start, 0, end - start)
 
 

@@ -41,3 +41,23 @@ def test_the_starting_block_reads_empty_and_every_variable_is_kept() -> None:
         "getenv_in_c": "planted-value",
         "child": "planted-value",
     }
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="Linux /proc only")
+def test_a_variable_the_c_library_cannot_set_again_leaves_the_block_alone() -> None:
+    """An environment entry with no name (`=x`, which `env` can pass) cannot be copied to
+    the heap: the block is left as it is rather than zeroed under it, and fim starts."""
+    script = (
+        "import os; from fim.environ import hide_initial_environment\n"
+        "hide_initial_environment()\n"
+        "print(b'planted-value' in open('/proc/self/environ', 'rb').read())\n"
+    )
+    out = subprocess.run(
+        ["env", "=nameless", "FIM_PLANTED=planted-value", sys.executable, "-c", script],
+        env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() in ("True", "False")  # started; zeroed only if every entry moved
