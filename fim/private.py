@@ -8,6 +8,11 @@ which makes the folder private first (and narrows one an older fim made), so not
 is reachable by another user whatever its own mode. The sandboxes still work in root mode:
 bwrap binds their folder at the same path in a namespace of its own, where the folders
 above it are bwrap's.
+
+A sandbox folder (fim.yaml `sandbox:`) may lie outside `.fim/`: `folder` makes it its user's
+alone wherever it is (attack-25 #2). A sandboxed program owns its `scratch/` (in a user
+namespace its uid is fim's user on the host) and can leave a setuid copy of a shell there;
+behind a private folder no other user reaches it.
 """
 
 from __future__ import annotations
@@ -33,6 +38,27 @@ def parents(path: Path) -> None:
             _private(folder)
             break
     path.parent.mkdir(parents=True, exist_ok=True)
+
+
+def folder(path: Path) -> None:
+    """Make `path` (and the folders it goes in: a `.fim` among them private first) with
+    `path` itself its user's alone, narrowing an existing one that is ours to 0700."""
+    parents(path)
+    _private(path)
+
+
+def sandbox_folder(path: Path) -> None:
+    """A sandbox folder (fim.yaml `sandbox:`, wherever it is), made or narrowed to its
+    user's alone, and for a key's own (`<sandbox>-keys/<24 hex digits>`,
+    fim/tools/builtin/_common.py `key_folder`) `<sandbox>-keys` too: a sandboxed program's
+    files there belong to fim's user on the host, a setuid one included (attack-25 #2)."""
+    name = path.name
+    if path.parent.name.endswith("-keys") and len(name) == 24 and set(name) <= _HEX:
+        _private(path.parent)
+    folder(path)
+
+
+_HEX = frozenset("0123456789abcdef")
 
 
 def _private(folder: Path) -> None:

@@ -224,9 +224,6 @@ def _reachable_by_others(path: Path, top: Path) -> bool:
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True, reason="attack-25 #2: a sandbox folder outside .fim is 0755 and keeps setuid files"
-)
 async def test_a_sandboxed_call_never_leaves_a_setuid_file_other_users_can_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -255,9 +252,6 @@ ALLOCATE = (
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True, reason="attack-25 #3: folder_mb is polled; instant allocations are never counted"
-)
 async def test_a_call_that_finds_its_folder_full_cannot_fill_it_further(tmp_path: Path) -> None:
     """docs/security.md: the tree is killed when it takes its sandbox folder past
     `folder_mb`, and "a call that finds it full may still read and delete, and write 1 MB
@@ -279,7 +273,6 @@ async def test_a_call_that_finds_its_folder_full_cannot_fill_it_further(tmp_path
 # ------------------------------------------ #4 the egress socket is every user's to use
 
 
-@pytest.mark.xfail(strict=True, reason="attack-25 #4: the egress socket is 0666 in a 0755 folder")
 async def test_the_egress_proxy_is_not_reachable_by_other_users(tmp_path: Path) -> None:
     """While a `network: true` call runs, its proxy listens on `/tmp/fim-egress-*/
     egress.sock`, the folder 0755 and the socket 0666: any local user connects and has fim
@@ -301,10 +294,6 @@ async def test_the_egress_proxy_is_not_reachable_by_other_users(tmp_path: Path) 
 
 
 @needs_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-25 #5: /dev and /dev/shm are writable uncapped tmpfs in a user namespace",
-)
 async def test_the_sandbox_has_no_writable_tmpfs_beyond_its_capped_tmp(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -346,7 +335,6 @@ KEYCTL = (
 
 
 @needs_bwrap
-@pytest.mark.xfail(strict=True, reason="attack-25 #6: root mode shares host nobody's keyring")
 async def test_a_sandboxed_call_never_reads_what_another_tenants_call_left_in_a_keyring(
     tmp_path: Path,
 ) -> None:

@@ -38,9 +38,12 @@ _HOP_HEADERS = (b"proxy-connection", b"proxy-authorization", b"connection", b"ke
 class Egress:
     """One proxy for one sandboxed call; `async with` starts and stops it."""
 
-    def __init__(self, settings: WebFetchSettings) -> None:
+    def __init__(self, settings: WebFetchSettings, owner: int | None = None) -> None:
+        """`owner`: the host uid the sandbox runs as when it is not fim's own (root mode:
+        65534), given the socket's folder; None: fim's user, whom the sandbox is mapped to."""
         self.guard = Guard(settings)
-        self.directory = Path(tempfile.mkdtemp(prefix="fim-egress-"))
+        self.owner = owner
+        self.directory = Path(tempfile.mkdtemp(prefix="fim-egress-"))  # 0700
         self.socket = self.directory / SOCKET_NAME
         self.server: asyncio.AbstractServer | None = None
         self.tasks: set[asyncio.Task[None]] = set()
@@ -50,9 +53,14 @@ class Egress:
         self.server = await asyncio.start_unix_server(
             self._serve, path=str(self.socket), limit=MAX_HEAD
         )
-        # The sandbox user (uid 65534, or fim's own user mapped) must reach the socket.
-        os.chmod(self.directory, 0o755)
-        os.chmod(self.socket, 0o666)
+        # Only the sandbox's user may connect (attack-25 #4: a 0755 folder and a 0666
+        # socket let every local user have fim fetch for it): the folder stays 0700, and in
+        # root mode it and the socket belong to uid 65534, the user the sandbox runs as.
+        os.chmod(self.socket, 0o600)
+        if self.owner is not None:
+            os.chown(self.socket, self.owner, self.owner)
+            os.chown(self.directory, self.owner, self.owner)
+        os.chmod(self.directory, 0o700)
         return self
 
     async def __aexit__(self, *_: object) -> None:

@@ -183,8 +183,7 @@ def make(ctx: RunContext, *, quota_bytes: int | None = None) -> FunctionTool:
                 raise Refused(f"operation '{operation}' needs 'content' (the text to write)")
             if len(content) > MAX_WRITE_CHARS:
                 raise Refused(f"content is longer than {MAX_WRITE_CHARS} characters; split it")
-        private.parents(root_path)
-        root_path.mkdir(exist_ok=True)
+        private.sandbox_folder(root_path)
         root = Root(root_path)
         try:
             if operation == "read":

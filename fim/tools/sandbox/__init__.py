@@ -18,8 +18,12 @@ runs under `bwrap` (the sandbox Claude Code uses on Linux) with:
 - read-only binds of /usr (and /bin, /lib*, /sbin as on the host), the Python fim runs on
   (`sys.prefix`, `sys.base_prefix`), and only the /etc files a program needs to start
   (ld.so.cache, stub passwd/group/hosts; never /etc/shadow);
-- `/dev` minimal (null, zero, random, urandom, tty), a size-capped tmpfs `/tmp`, and ONE
-  writable directory: the sandbox's `scratch/`, at the same path as on the host;
+- `/dev` minimal (null, zero, random, urandom, tty) and read-only, `/dev/shm` and `/tmp`
+  tmpfs capped at `tmp_mb` each, and ONE writable directory: the sandbox's `scratch/`, at
+  the same path as on the host (mounted nosuid), in a sandbox folder that is fim's user's
+  alone (0700) wherever fim.yaml puts it;
+- a seccomp filter refusing the kernel keyring calls (fim/tools/sandbox/seccomp.py: in root
+  mode the keyring of host `nobody` outlives every call);
 - an empty environment but PATH, HOME, TMPDIR, LANG and what the agent declares under
   `sandbox.env`. bwrap's options, these values included, reach it on a descriptor
   (`--args FD`), never on a command line: /proc/<pid>/cmdline is readable by every local
@@ -162,7 +166,7 @@ async def run(
         # deferred: loading fim.config.schema costs hundreds of ms
         from fim.tools.egress import Egress
 
-        async with Egress(network) as egress:
+        async with Egress(network, owner=NOBODY if as_root else None) as egress:
             return await execute(
                 argv,
                 scratch,
@@ -210,8 +214,15 @@ async def _privileged() -> bool:
 
 def _prepare(scratch: Path, as_root: bool) -> None:
     """Create the scratch folder; in root mode hand it to the sandbox user, the only one
-    that writes there (fim itself, as root, can still read and write it)."""
-    private.parents(scratch)
+    that writes there (fim itself, as root, can still read and write it).
+
+    The sandbox folder it is in (and, for a key's folder, `<sandbox>-keys`) is made, or
+    narrowed to, fim's user's alone wherever fim.yaml puts it (attack-25 #2): the program
+    owns `scratch/` and may leave a setuid file there (in a user namespace its uid is fim's
+    user on the host, as root in that mode host root), so no other user may reach it. bwrap
+    binds `scratch` alone, at the same path, under folders of its own: the host folders'
+    modes do not matter to the sandbox, and it cannot widen them."""
+    private.sandbox_folder(scratch.parent)
     scratch.mkdir(exist_ok=True)
     if as_root and os.stat(scratch).st_uid != NOBODY:
         os.chown(scratch, NOBODY, NOBODY)

@@ -119,12 +119,16 @@ def command_line(
     egress: Path | None = None,
     read_only: Sequence[Path] = (),
     bwrap: str,
+    seccomp_fd: int | None = None,
 ) -> list[str]:
     """The bwrap invocation running `argv` in `scratch`; `egress` is the folder of the
     proxy's Unix socket when the agent has `network: true` (fim/tools/egress.py);
     `read_only` folders (the agent's skill folders) appear read-only at their host path;
-    `bwrap` is the program to run (fim/tools/sandbox/__init__.py finds it)."""
+    `bwrap` is the program to run (fim/tools/sandbox/__init__.py finds it); `seccomp_fd`
+    holds the filter (fim/tools/sandbox/seccomp.py) bwrap loads before the command."""
     args = [bwrap, "--die-with-parent", "--new-session"]
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
     args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
     args += ["--unshare-cgroup-try", "--hostname", "sandbox"]
     if as_root:  # see the package docstring: the launcher becomes host uid 65534
@@ -147,8 +151,14 @@ def command_line(
         for name in ("ssl", "ca-certificates", "pki"):
             args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
         args += ["--perms", "0755", "--dir", "/run", "--ro-bind", str(egress), EGRESS_DIR]
+    # bwrap's /dev is a tmpfs of half the host's memory, the sandbox user's own in a user
+    # namespace (attack-25 #5): /dev/shm gets /tmp's cap and the rest of /dev is read-only
+    # (its device nodes stay usable: a read-only mount does not stop writing to a device)
+    tmp_size = str(limits.tmp_mb * 1024 * 1024)
     args += ["--proc", "/proc", "--dev", "/dev"]
-    args += ["--size", str(limits.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
+    args += ["--perms", "01777", "--size", tmp_size, "--tmpfs", "/dev/shm"]
+    args += ["--remount-ro", "/dev"]
+    args += ["--size", tmp_size, "--tmpfs", "/tmp"]
     made: set[Path] = {Path("/usr"), Path("/tmp")}
     for root in [*_python_roots(), *read_only, scratch]:
         for parent in _parents(root):

@@ -49,9 +49,10 @@ class Limits:
     """What the sandbox folder the call works in (its key's own, else the project's) may
     hold (the agent's `sandbox.folder_mb`): files stay there between calls, and without a
     cap one key's calls, each under `disk_mb`, added up to the disk's reserve and every
-    other key's calls failed. A call that takes the folder past it is killed; one that
-    finds it past it may still read and delete (it is stopped only once it has written
-    `FOLDER_SLACK_MB` more)."""
+    other key's calls failed. A call that takes the folder past it is killed, or told so
+    when it ended (the folder is counted once more then); one that finds it past it may
+    still read and delete, writes files of at most `FOLDER_SLACK_MB` (RLIMIT_FSIZE), and
+    is stopped once it has written that much more than it freed."""
 
 
 def rlimits(limits: Limits) -> dict[str, tuple[int, int]]:

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fim.tools.sandbox import cgroup
+from fim.tools.sandbox import cgroup, seccomp
 from fim.tools.sandbox.command import NOBODY, command_line, etc_files, options_by_descriptor
 from fim.tools.sandbox.limits import Limits
 from fim.tools.sandbox.output import Capture, Outcome
-from fim.tools.sandbox.watchdog import Watchdog, folder_room, free_space
+from fim.tools.sandbox.watchdog import Watchdog, file_cap, folder_room, free_space
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
@@ -147,16 +148,22 @@ async def _execute(
             os.close(write_end)
             data_fds[dest] = read_end
             passed.append(read_end)
+        # a file, not a pipe: no capacity to block on (bwrap reads it to its end)
+        seccomp_fd = os.memfd_create("fim-seccomp", os.MFD_CLOEXEC)
+        passed.append(seccomp_fd)
+        os.write(seccomp_fd, seccomp.program())
+        os.lseek(seccomp_fd, 0, os.SEEK_SET)
         policy = command_line(
             argv,
             scratch=scratch,
             env=declared,
-            limits=limits,
+            limits=dataclasses.replace(limits, max_file_bytes=file_cap(limits, full)),
             data_fds=data_fds,
             as_root=as_root,
             egress=egress,
             read_only=[p for p in read_only if p.is_dir()],
             bwrap=bwrap,
+            seccomp_fd=seccomp_fd,
         )
         options = os.memfd_create("fim-bwrap-options", os.MFD_CLOEXEC)
         passed.append(options)
@@ -243,6 +250,7 @@ async def _execute(
         watcher.cancel()
     box.kill()  # normally a no-op: the namespace ended with its command
     await box.gone()
+    await box.settle()
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(pumps, 2)
     setup_error = None

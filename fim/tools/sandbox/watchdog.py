@@ -181,25 +181,52 @@ class Watchdog:
                 return None
             self.counting = None
             held = None if count.cancelled() or count.exception() else count.result()
-            self.too_many_files = held is None
             self.count_at = self.counting_from + FILES_STEP
-            cap = self.limits.folder_mb * mb
-            wrote = 0 if held is None else held - self.held_at_start
+            verdict = self.judge(held)
+            if verdict is not None:
+                return verdict
+            assert held is not None
             if self.full_at_start:
-                if held is None or wrote > FOLDER_SLACK_MB * mb:
-                    return "folder"
                 self.room = began + FOLDER_SLACK_MB * mb
                 return None
-            if held is None or held > cap:
-                return "folder"
-            if wrote > self.limits.disk_mb * mb:
-                return "disk"
-            left = min(cap - held, self.limits.disk_mb * mb - wrote)
+            wrote = held - self.held_at_start
+            left = min(self.limits.folder_mb * mb - held, self.limits.disk_mb * mb - wrote)
             self.room = began + max(left, FOLDER_SLACK_MB * mb)
         elif self.taken >= self.room or self.inodes_taken >= self.count_at:
             thread = asyncio.ensure_future(asyncio.to_thread(held_bytes, self.folder))
             self.counting, self.counting_from = (self.taken, thread), self.inodes_taken
         return None
+
+    def judge(self, held: int | None) -> Literal["folder", "disk"] | None:
+        """What a count of the folder (`held`: None past `MAX_FOLDER_FILES` entries or
+        unreadable) says of the call: past `folder_mb` ("folder"; for a call that found it
+        full, `FOLDER_SLACK_MB` more than at its start), more than `disk_mb` written into
+        it ("disk"), or neither. Counted while the call runs and once more after it ended
+        (`settle`)."""
+        mb = 1024 * 1024
+        self.too_many_files = held is None
+        if held is None:
+            return "folder"
+        wrote = held - self.held_at_start
+        if self.full_at_start:
+            return "folder" if wrote > FOLDER_SLACK_MB * mb else None
+        if held > self.limits.folder_mb * mb:
+            return "folder"
+        return "disk" if wrote > self.limits.disk_mb * mb else None
+
+    async def settle(self) -> None:
+        """Count the folder once more after the tree is gone (attack-25 #3): the counts
+        while it runs are polls, and a call that allocated its files at once and exited
+        before the next one was never counted. Going past the cap reads as on a kill."""
+        if self.folder is None or self.room is None or self.folder_full:
+            return
+        try:
+            held = await asyncio.to_thread(held_bytes, self.folder)
+        except OSError:
+            held = None
+        grown = self.judge(held)
+        self.folder_full = grown == "folder"
+        self.disk_exceeded = self.disk_exceeded or grown == "disk"
 
     def kill(self) -> None:
         """Kill the namespace's init (the kernel then kills every process in the namespace),
@@ -256,6 +283,18 @@ class Watchdog:
         self.seen.update(tree(self.process.pid))
         while any(_alive(p) for p in self.seen) and loop.time() < until:
             await asyncio.sleep(0.01)
+
+
+def file_cap(limits: Limits, full: bool) -> int:
+    """RLIMIT_FSIZE for a call (attack-25 #3): `max_file_bytes` and `disk_mb`, and for a
+    call that finds its folder full, `FOLDER_SLACK_MB`: the watchdog's counts are polls, and
+    a file allocated at once (`fallocate`, `head -c`) was on disk before the next one. Such a
+    call still reads and deletes; writing more fails (EFBIG, or SIGXFSZ for a program that
+    does not ignore it). A call with room left keeps `max_file_bytes`: one file may take it
+    past the cap, which the count after it ends reports."""
+    mb = 1024 * 1024
+    cap = min(limits.max_file_bytes, limits.disk_mb * mb)
+    return min(cap, FOLDER_SLACK_MB * mb) if full else cap
 
 
 def folder_room(folder: Path, limits: Limits) -> tuple[int, int, bool]:
