@@ -154,7 +154,8 @@ class ContextGuard:
         # a large conversation (a caller's 1 MiB message: ~0.2 s of tokenizing) is counted
         # on a thread, which tiktoken runs without the GIL: the event loop goes on
         fixed, counts = await asyncio.to_thread(self._counts, messages, tools)
-        if fixed + sum(counts) <= self.budget_tokens:
+        total = fixed + sum(counts)  # kept as counts change: one sum, not one per message
+        if total <= self.budget_tokens:
             return messages, []
         messages = list(messages)
         head = 1 if messages and messages[0].role == "system" else 0
@@ -163,7 +164,7 @@ class ContextGuard:
 
         cut_chars = truncated = 0
         for i in range(head, tail):
-            if fixed + sum(counts) <= self.budget_tokens:
+            if total <= self.budget_tokens:
                 break
             msg = messages[i]
             content = msg.content or ""
@@ -175,7 +176,9 @@ class ContextGuard:
                 f"were cut to fit the context budget ...]\n{content[-_KEEP_TAIL:]}"
             )
             messages[i] = msg.model_copy(update={"content": short})
-            counts[i] = count_message(messages[i], self.model)
+            new_count = count_message(messages[i], self.model)
+            total += new_count - counts[i]
+            counts[i] = new_count
             cut_chars += removed
             truncated += 1
         if truncated:
@@ -183,17 +186,18 @@ class ContextGuard:
                 f"context guard: shortened {truncated} old tool result(s), "
                 f"cutting {cut_chars} characters"
             )
-        if fixed + sum(counts) <= self.budget_tokens:
+        if total <= self.budget_tokens:
             return messages, notes
 
-        end = _summary_end(messages, counts, head, tail, fixed, self.budget_tokens)
+        end = _summary_end(messages, counts, head, tail, total, self.budget_tokens)
         if end > head:
             older = messages[head:end]
             replacement, note = await self._condense(older)
             messages[head:end] = [replacement]
             counts[head:end] = [count_message(replacement, self.model)]
+            total = fixed + sum(counts)
             notes.append(note)
-        if fixed + sum(counts) > self.budget_tokens:
+        if total > self.budget_tokens:
             # Last resort before failing: the recent tool results too (one huge observation
             # in the last turn is the usual culprit), head and tail kept.
             cut_recent = 0
@@ -208,11 +212,12 @@ class ContextGuard:
                     f"cut to fit the context budget; ask for less ...]\n{content[-keep_tail:]}"
                 )
                 messages[i] = messages[i].model_copy(update={"content": short})
-                counts[i] = count_message(messages[i], self.model)
+                new_count = count_message(messages[i], self.model)
+                total += new_count - counts[i]
+                counts[i] = new_count
                 cut_recent += 1
             if cut_recent:
                 notes.append(f"context guard: shortened {cut_recent} recent tool result(s)")
-        total = fixed + sum(counts)
         if total > self.budget_tokens:
             raise ContextOverBudget(
                 f"context guard: the conversation still needs {total} tokens, above the "
@@ -317,12 +322,12 @@ def _summary_end(
     counts: list[int],
     head: int,
     tail: int,
-    fixed: int,
+    total: int,
     budget: int,
 ) -> int:
     """The shortest run of older messages, from `head`, whose replacement by a summary fits
-    the budget; it ends where a new exchange begins so tool pairs stay together."""
-    total = fixed + sum(counts)
+    the budget (`total`: the conversation's tokens now, tool definitions included); it ends
+    where a new exchange begins so tool pairs stay together."""
     removed = 0
     for end in range(head + 1, tail + 1):
         removed += counts[end - 1]
