@@ -149,7 +149,7 @@ async def _end_group(group: int) -> None:
         return
     for _ in range(GROUP_WAITS):
         await asyncio.sleep(0.005)
-        if not _running(group):
+        if not await asyncio.to_thread(_running, group):  # a /proc walk: ms, off the loop
             return
 
 
