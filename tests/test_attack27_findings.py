@@ -81,7 +81,6 @@ async def test_fitting_a_long_conversation_costs_time_linear_in_its_length(
 # --------------------------------------------------------------------------- finding 2
 
 
-@pytest.mark.xfail(strict=True, reason="attack-27 #2: paused workflows per key are unbounded")
 def test_a_key_limited_to_one_run_cannot_park_workflows_without_end(tmp_path: Path) -> None:
     """Each paused workflow (human node) keeps its inputs (up to 1 MiB) in the store and a
     pending approval that never expires; retention never prunes either, and a paused run
@@ -108,7 +107,6 @@ class _JumpingLoop(asyncio.SelectorEventLoop):
         return super().time() + self.offset
 
 
-@pytest.mark.xfail(strict=True, reason="attack-27 #3: a body that never arrives is waited for")
 def test_a_keyed_request_whose_body_never_arrives_is_given_up(tmp_path: Path) -> None:
     """`Guard` reads the body with no deadline (`_read_body`), after the key check: a key
     holding many connections that each sent headers and 4 bytes of a 100-byte body keeps

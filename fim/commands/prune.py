@@ -33,11 +33,13 @@ def prune(
 ) -> None:
     """Delete finished runs, decided approvals, audit, usage and queue jobs past `retention:`.
 
-    Queue jobs: PostgreSQL's finished ones (SQLite has no queue)."""
+    Queue jobs: PostgreSQL's finished ones (SQLite has no queue). First, workflow runs
+    paused at a human node whose approval expired are ended (cancelled)."""
     # deferred: loading fim.masking costs tens of ms
     from fim.store import Store
     from fim.store.retention import prune as prune_store
     from fim.workflows.durable import queue_pruner
+    from fim.workflows.expiry import expirer
 
     root, settings = project_settings(ctx, project)
     store = Store(state, root=Path.cwd()) if state else Store(settings.state, root=root)
@@ -49,12 +51,21 @@ def prune(
             dry_run=dry_run,
             transcripts=private.transcripts(root),
             jobs=queue_pruner(store.url),
+            expire=expirer(store),
         ),
     ).as_dict()
+    if not pruned.get("expired"):  # the key is there when runs were ended (scripts: .get)
+        pruned.pop("expired", None)
     if as_json:
         typer.echo(json.dumps({"dry_run": dry_run, **pruned}))
         return
     verb = "would delete" if dry_run else "deleted"
+    ended = pruned.get("expired", 0)
+    if ended:
+        typer.echo(
+            f"{'would end' if dry_run else 'ended'} {ended} workflow runs whose human "
+            "approval expired (cancelled)"
+        )
     days = {k: "forever" if v is None else f"{v:g}" for k, v in settings.retention}
     typer.echo(
         f"{verb} {pruned['runs']} runs ({pruned['events']} events), "

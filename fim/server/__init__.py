@@ -294,11 +294,13 @@ async def _report_orphans(services: Any) -> None:
 
 
 async def prune_store(services: Any, holder: Any, stop: asyncio.Event) -> None:
-    """Keep the state store within fim.yaml's `retention:` while serving."""
+    """Keep the state store within fim.yaml's `retention:` while serving, ending the
+    workflow runs whose human approval expired first (`fim.workflows.expiry`)."""
     # deferred: loading fim.store costs a few ms
     from fim.store import get_store
     from fim.store.retention import prune_periodically
     from fim.workflows.durable import queue_pruner
+    from fim.workflows.expiry import expirer
 
     await prune_periodically(
         lambda: get_store(services),
@@ -306,6 +308,7 @@ async def prune_store(services: Any, holder: Any, stop: asyncio.Event) -> None:
         stop,
         transcripts=lambda: private.transcripts(holder.current.root),
         jobs=queue_pruner(get_store(services).url),  # the queue's finished jobs too
+        expire=expirer(get_store(services)),  # runs whose human approval expired: ended
     )
 
 

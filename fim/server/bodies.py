@@ -30,6 +30,11 @@ from fim.types import Message
 
 MAX_JSON_DEPTH = MAX_NESTING
 
+MAX_INPUTS_BYTES = 262_144
+"""Largest workflow `inputs` (as JSON) a run over HTTP takes: a run paused at a human node
+keeps them in the state store (its record and its first event) until it ends, so each of
+a key's paused runs (`fim.server.limits.MAX_PAUSED_RUNS`) may hold this much twice."""
+
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -282,6 +287,17 @@ class WorkflowRunBody(_Body):
         "`fim worker` with a PostgreSQL store, in the server with SQLite). "
         "Poll GET /v1/runs/{run_id}.",
     )
+
+    @field_validator("inputs")
+    @classmethod
+    def _inputs_size(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        size = len(pydantic_core.to_json(value)) if value else 0
+        if size > MAX_INPUTS_BYTES:
+            raise ValueError(
+                f"{size} bytes as JSON, over the {MAX_INPUTS_BYTES} a workflow run takes; pass "
+                "large documents by reference (a URL, a file or record id) instead"
+            )
+        return value
 
     @model_validator(mode="before")
     @classmethod

@@ -9,6 +9,7 @@ imported from here too, where the routes have always found them.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -64,6 +65,15 @@ __all__ = [
 
 log = logging.getLogger("fim.server")
 
+
+BODY_SECONDS = 30.0
+"""How long `Guard` waits for a request's whole body, from when it starts reading it (the
+headers are in). A key's client that sends `Content-Length: 100` and 4 bytes would
+otherwise hold its connection and task forever (uvicorn's `timeout_keep_alive` covers only
+idle connections between requests); past this the answer is 408 with `Connection: close`.
+A body of `max_body_bytes` (1 MiB by default) arrives well within it on any working link.
+Slow *headers* are uvicorn's (it has no header timeout): a proxy's request timeouts cover
+those."""
 
 MAX_INT64 = 2**63 - 1
 """The largest number a whole-number header or query parameter may name: the largest
@@ -128,9 +138,10 @@ class Guard:
 
     The body is read here, up to `max_body_bytes`, whether or not a Content-Length was sent
     (a chunked body has none): past the limit reading stops and the answer is 413 with
-    `Connection: close`. The route then reads the buffered body. An unhandled error becomes
-    a 500 here instead of propagating to uvicorn, which would drop the keep-alive
-    connection (and the client's next request on it)."""
+    `Connection: close`; a body not complete within `BODY_SECONDS` is a 408, also closing.
+    The route then reads the buffered body. An unhandled error becomes a 500 here instead
+    of propagating to uvicorn, which would drop the keep-alive connection (and the
+    client's next request on it)."""
 
     def __init__(self, app: ASGIApp, holder: SnapshotHolder) -> None:
         self.app = app
@@ -176,7 +187,12 @@ class Guard:
         if length is None or length > limit:
             await _too_large(limit)(scope, receive, send)
             return
-        body = await _read_body(receive, limit)
+        try:
+            async with asyncio.timeout(BODY_SECONDS):
+                body = await _read_body(receive, limit)
+        except TimeoutError:
+            await _too_slow()(scope, receive, send)
+            return
         if body is None:
             await _too_large(limit)(scope, receive, send)
             return
@@ -204,6 +220,16 @@ class Guard:
 def _too_large(limit: int) -> JSONResponse:
     response = error(413, f"request body larger than {limit} bytes", "send a smaller body")
     response.headers["Connection"] = "close"  # do not read (or wait for) the rest of it
+    return response
+
+
+def _too_slow() -> JSONResponse:
+    response = error(
+        408,
+        f"request body not complete within {BODY_SECONDS:g} seconds",
+        "send the whole body at once; the connection is closed",
+    )
+    response.headers["Connection"] = "close"  # the rest of the body is not waited for
     return response
 
 

@@ -32,11 +32,13 @@ from starlette.types import Receive, Scope, Send
 
 from fim.errors import RunError
 from fim.server.http import JSONResponse, error, session_owner
+from fim.store.owners import paused_runs
 from fim.windows import admit
 
 if TYPE_CHECKING:
     from fim.config.schema import KeyLimits
     from fim.server.api import Api
+    from fim.store import Store
 
 held: ContextVar[Slot | None] = ContextVar("fim_run_slot", default=None)
 """The slot the HTTP request being served took for its run (`Api.events` takes none then)."""
@@ -142,6 +144,48 @@ class KeyLimiter:
             self._going.pop(owner, None)
 
 
+MAX_PAUSED_RUNS = 100
+"""Workflow runs one API key (one tenant) may have paused at a human node at once. A paused
+run holds no `max_parallel_runs` slot (it may wait days for a person), but its record and
+inputs stay in the state store until it is decided or its approval expires: without a cap
+one key parked runs without end on the disk every tenant shares."""
+
+PAUSED_PER_PARALLEL_RUN = 10
+"""With `server.key_limits.max_parallel_runs` set, a key may have this many paused runs
+per run it may have going (when fewer than `MAX_PAUSED_RUNS`): a key held to one run at a
+time parks ten, not a hundred."""
+
+
+def paused_cap(limits: KeyLimits | None) -> int | None:
+    """How many paused workflow runs a key may have (None: no cap):
+    `server.key_limits.max_paused_runs` when fim.yaml sets it (read only once the schema
+    declares that field), else `MAX_PAUSED_RUNS`, or `PAUSED_PER_PARALLEL_RUN` per
+    `max_parallel_runs` when that is fewer."""
+    if limits is not None and "max_paused_runs" in limits.model_fields_set:  # set in fim.yaml
+        declared = getattr(limits, "max_paused_runs")  # noqa: B009 (not in every schema)
+        return None if declared is None else int(declared)
+    if limits is None or limits.max_parallel_runs is None:
+        return MAX_PAUSED_RUNS
+    return min(MAX_PAUSED_RUNS, PAUSED_PER_PARALLEL_RUN * limits.max_parallel_runs)
+
+
+async def check_parked(store: Store, limits: KeyLimits | None, owner: str) -> None:
+    """Raise `Busy` when `owner` (a key's owner hash) has as many workflow runs paused at
+    a human node as `paused_cap` allows: a new workflow run may pause too. Runs of no key
+    (`fim workflow run`, a server without keys) are not counted, nor capped."""
+    cap = paused_cap(limits)
+    if not owner or cap is None:
+        return
+    if await paused_runs(store, owner) >= cap:
+        raise Busy(
+            f"this API key has {cap} workflow runs paused at a human node, its limit "
+            "(server.key_limits.max_paused_runs)",
+            "decide or deny their approvals (GET /v1/approvals), or wait for them to "
+            "expire; then start more",
+            retry_after=60,
+        )
+
+
 def _who(owner: str) -> str:
     return "this API key" if owner else "this server (it has no API keys)"
 
@@ -191,4 +235,13 @@ def admitting(
     return admit
 
 
-__all__ = ["Busy", "KeyLimiter", "Slot", "admitting", "held"]
+__all__ = [
+    "MAX_PAUSED_RUNS",
+    "Busy",
+    "KeyLimiter",
+    "Slot",
+    "admitting",
+    "check_parked",
+    "held",
+    "paused_cap",
+]

@@ -231,7 +231,8 @@ async def call_workflow(
     api: Api, name: str, args: dict[str, Any], ctx: Any
 ) -> types.CallToolResult:
     """Start one workflow run; a run that pauses at a human node returns that state."""
-    # deferred: loading fim.workflows.engine costs tens of ms
+    # deferred: loading fim.workflows.engine costs tens of ms (and starlette, the limits)
+    from fim.server.limits import check_parked
     from fim.store import get_store
     from fim.store.owners import claimed
     from fim.workflows.engine import WorkflowEngine
@@ -243,8 +244,10 @@ async def call_workflow(
     waiting: list[dict[str, Any]] = []
     slot = None
     try:
-        slot = api.limits.for_run(owner)  # over `server.key_limits`: `Busy`, a failed call
         store = get_store(api.services)
+        limits = api.holder.current.project.server.key_limits
+        await check_parked(store, limits, owner)  # its paused runs capped: `Busy`, a failure
+        slot = api.limits.for_run(owner)  # over `server.key_limits`: `Busy`, a failed call
         async for event in claimed(store, engine.run_id, owner, engine.run(args)):
             await progress(event)
             if isinstance(event, Notice) and event.data.get("approval_id"):

@@ -13,7 +13,7 @@ from fim.errors import FimError
 from fim.server.background import requeue_decided, spawn_run
 from fim.server.bodies import BodyError, DecisionBody, WorkflowRunBody, read_body
 from fim.server.http import Caller, JSONResponse, caller, error, run_scope, session_owner, sse
-from fim.server.limits import Busy, Slot
+from fim.server.limits import Busy, Slot, check_parked
 from fim.store import get_store
 from fim.store.approvals import ReservedData, abandoned, already_decided
 from fim.store.live import recorded
@@ -70,6 +70,10 @@ def workflow_handlers(api: Api) -> dict[str, Any]:
 
         inputs = body.inputs or {}
         owner = session_owner(request)
+        try:  # each run may pause at a human node: a key's paused runs are capped
+            await check_parked(get_store(api.services), snap.project.server.key_limits, owner)
+        except Busy as exc:
+            return exc.response()
         if body.background:  # 202 at once; fim.server.background runs or queues it
             # deferred: the queue (procrastinate) loads only for background runs
             from fim.server.background import start_workflow_run

@@ -107,3 +107,16 @@ def owned_by(owner: str) -> Any:
     """The ids of the runs `owner` started, as a subquery (`... .in_(owned_by(owner))`)."""
     rows = table("run_owners")
     return rows.select().with_only_columns(rows.c.run_id).where(rows.c.owner == owner)
+
+
+async def paused_runs(store: Store, owner: str) -> int:
+    """How many workflow runs `owner` started are paused at a human node (the per-key cap
+    of `fim.server.limits.check_parked`)."""
+    # deferred: loading sqlalchemy costs hundreds of ms
+    from sqlalchemy import func, select
+
+    runs = table("runs")
+    query = select(func.count()).where(
+        runs.c.status == "paused", runs.c.kind == "workflow", runs.c.id.in_(owned_by(owner))
+    )
+    return int(await store._read(lambda conn: conn.execute(query).scalar() or 0))

@@ -8,6 +8,10 @@ logs and owners, decided approvals no run still waits on, audit and usage rows. 
 that is paused, queued or running, and an approval still pending, are never deleted,
 however old. `fim serve` calls it hourly and `fim prune` on demand.
 
+First, with `expire` (handed in from above: `fim.workflows.expiry.expirer`), the workflow
+runs paused at a human node whose approval expired undecided are ended `cancelled`; they
+are then finished runs like any other, deleted after `retention.runs`.
+
 On PostgreSQL the job queue's finished jobs go after `retention.runs` too (`jobs`, handed
 in by the caller that has the queue: `fim.workflows.queue_rows.prune_jobs`); procrastinate
 alone keeps every job row forever.
@@ -53,6 +57,9 @@ class Pruned:
     """Hook transcript files (`fim.private.transcripts`), kept as long as runs."""
     jobs: int | None = None
     """Finished job-queue rows (PostgreSQL), kept as long as runs; None: no queue here."""
+    expired: int | None = None
+    """Paused workflow runs ended because their approval expired (not deleted: ended);
+    None: not asked to (no `expire`)."""
 
     def as_dict(self) -> dict[str, int]:
         return {name: value for name, value in asdict(self).items() if value is not None}
@@ -66,14 +73,18 @@ async def prune(
     dry_run: bool = False,
     transcripts: Path | None = None,
     jobs: Callable[[float, bool], Awaitable[int]] | None = None,
+    expire: Callable[[float, bool], Awaitable[int]] | None = None,
 ) -> Pruned:
     """Delete (or with `dry_run`, count) what `retention` no longer keeps; with
     `transcripts`, the folder of the project's hook transcripts, those last written before
     the runs' cutoff too (each holds a whole conversation; one is written per run); with
     `jobs` (days, dry run -> count), the job queue's finished jobs older than the runs'
-    retention (by the database's clock: `now` does not move it)."""
+    retention (by the database's clock: `now` does not move it); with `expire` (now, dry
+    run -> count), first the paused runs whose approval expired by `now` are ended."""
     now = time.time() if now is None else now
     done = Pruned()
+    if expire is not None:
+        done.expired = await expire(now, dry_run)
 
     def cutoff(days: float | None) -> float | None:
         return None if days is None else now - days * DAY
@@ -190,6 +201,7 @@ async def prune_periodically(
     every: float = PRUNE_EVERY,
     transcripts: Callable[[], Path] | None = None,
     jobs: Callable[[float, bool], Awaitable[int]] | None = None,
+    expire: Callable[[float, bool], Awaitable[int]] | None = None,
 ) -> None:
     """`prune` `first` seconds from now and then every `every` seconds until `stop` is
     set, with the retention of the snapshot current at each pass (a reload changes it).
@@ -205,7 +217,7 @@ async def prune_periodically(
         delay = every
         try:
             folder = transcripts() if transcripts is not None else None
-            pruned = await prune(store(), retention(), transcripts=folder, jobs=jobs)
+            pruned = await prune(store(), retention(), transcripts=folder, jobs=jobs, expire=expire)
         except Exception:
             log.exception("pruning the state store failed; trying again in %.0f s", every)
             continue

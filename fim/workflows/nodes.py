@@ -166,8 +166,9 @@ class NodeContext:
     async def complete(self, model: Any, system: str | None, prompt: str, schema: Any) -> Any:
         return await complete(self, model, system, prompt, schema)
 
-    async def pause(self, prompt: str) -> Paused:
-        """Open an approval for this node; the run pauses until it is resolved."""
+    async def pause(self, prompt: str, expires_in: float | None = None) -> Paused:
+        """Open an approval for this node; the run pauses until it is resolved, or until
+        it expires `expires_in` seconds from now (`fim.workflows.expiry` then ends it)."""
         # deferred: loading fim.store costs a few ms
         from fim.store import get_store
 
@@ -178,7 +179,7 @@ class NodeContext:
             tool_name=f"workflow:{self.workflow}:{self.node_id}",
             args={},
             reason=prompt,
-            expires_at=None,
+            expires_at=None if expires_in is None else time.time() + expires_in,
             kind="workflow",
             data={"workflow": self.workflow, "run_id": self.run_id, "node": self.node_id},
         )

@@ -1,0 +1,229 @@
+"""Workflow runs paused at a human node are bounded (attack-27 #2): a key's paused runs are
+capped (`fim.server.limits.check_parked`), a human approval expires after the node's
+`timeout` (a week by default) and its run then ends `cancelled`, which retention deletes
+like any finished run (`fim.workflows.expiry`), and a run's inputs over HTTP are capped
+(`fim.server.bodies.MAX_INPUTS_BYTES`).
+
+No wall clock: expiry and retention are asked about a `now` the test picks, relative to
+the deadline the approval recorded."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+from typer.testing import CliRunner
+
+import fim.server.limits
+from fim.build.compile import compile_project
+from fim.build.reload import SnapshotHolder
+from fim.capabilities import CAPABILITIES
+from fim.cli import app as cli
+from fim.config.schema import KeyLimits, Retention
+from fim.errors import RunError
+from fim.run.services import Services
+from fim.server.app import create_app
+from fim.server.bodies import MAX_INPUTS_BYTES
+from fim.server.limits import MAX_PAUSED_RUNS, check_parked, paused_cap
+from fim.store import Store, get_store
+from fim.store import retention as retention_module
+from fim.store.live import read_events
+from fim.store.retention import DAY, prune
+from fim.workflows.engine import WorkflowEngine
+from fim.workflows.expiry import expirer
+
+A = {"Authorization": "Bearer key-a"}
+B = {"Authorization": "Bearer key-b"}
+
+
+def project(root: Path, state: str, human: str = "", server: str = "{}") -> Path:
+    (root / "workflows").mkdir(parents=True, exist_ok=True)
+    (root / "fim.yaml").write_text(f'name: parking\nstate: "{state}"\nserver: {server}\n')
+    (root / "workflows" / "refund.yaml").write_text(
+        "inputs:\n  note: {type: string}\n"
+        f'nodes:\n  approve: {{type: human, prompt: "Refund?"{human}}}\n'
+        "  pay: {type: tool, tool: calculator, needs: [approve], args: {expression: '2+2'}}\n"
+    )
+    return root
+
+
+async def park(root: Path) -> tuple[Services, str, str]:
+    """Start `refund` once (no key: `fim workflow run`); its services, run and approval."""
+    snapshot = compile_project(root)
+    services = Services(providers=CAPABILITIES, root=root, state_url=snapshot.project.state)
+    engine = WorkflowEngine(snapshot, "refund", services)
+    events = [e async for e in engine.run({"note": "n"})]
+    assert events[-1].status == "paused"
+    waiting = next(e for e in events if "approval_id" in getattr(e, "data", {}))
+    return services, engine.run_id, waiting.data["approval_id"]
+
+
+# --------------------------------------------------------------------------- expiry
+
+
+async def test_a_human_approval_expires_a_week_after_it_is_asked_unless_the_node_says(
+    tmp_path: Path,
+) -> None:
+    """The deadline is the node's `timeout` in seconds: a week by default, any other in
+    the workflow file, `null` for none (the approval then waits forever, as before)."""
+    deadlines: dict[str, float | None] = {}
+    for name, human in (("default", ""), ("hour", ", timeout: 3600"), ("never", ", timeout: null")):
+        root = project(tmp_path / name, "sqlite:///.fim/state.db", human)
+        services, _, approval_id = await park(root)
+        try:
+            approval = await get_store(services).get_approval(approval_id)
+        finally:
+            await services.aclose()
+        assert approval is not None
+        expires = approval.expires_at
+        deadlines[name] = None if expires is None else round(expires - approval.created_at)
+    assert deadlines == {"default": 7 * 86_400, "hour": 3600, "never": None}
+
+
+async def test_an_expired_approval_ends_its_run_cancelled_and_retention_then_deletes_it(
+    tmp_path: Path, store_url: str
+) -> None:
+    services, run_id, approval_id = await park(project(tmp_path, store_url))
+    store = get_store(services)
+    try:
+        approval = await store.get_approval(approval_id)
+        assert approval is not None and approval.expires_at is not None
+        deadline = approval.expires_at
+        keep = Retention()  # runs and approvals: 30 days
+        expire = expirer(store)
+
+        before = await prune(store, keep, now=deadline - 1, expire=expire)
+        dry = await prune(store, keep, now=deadline + 1, expire=expire, dry_run=True)
+        assert (before.expired, dry.expired) == (0, 1)
+        record = await store.get_run(run_id)
+        assert record is not None and record.status == "paused"  # a dry run changes nothing
+
+        ended = await prune(store, keep, now=deadline + 1, expire=expire)
+        again = await prune(store, keep, now=deadline + 2, expire=expire)
+        assert (ended.expired, again.expired, ended.runs) == (1, 0, 0)  # ended once, kept
+
+        record = await store.get_run(run_id)
+        assert record is not None and record.status == "cancelled"
+        reason = record.data["error"]
+        assert f"approval '{approval_id}'" in reason and "expired undecided after 7 days" in reason
+        assert record.data["nodes"]["approve"]["status"] == "cancelled"
+        events = [event for _, event in await read_events(store, run_id)]
+        assert events[-2] == {**events[-2], "type": "error", "kind": "approval_expired"}
+        assert events[-2]["message"] == reason
+        assert events[-1] == {**events[-1], "type": "workflow_finished", "status": "cancelled"}
+        approval = await store.get_approval(approval_id)
+        assert approval is not None
+        assert (approval.status, approval.resolved_by) == ("expired", "timeout")
+
+        with pytest.raises(RunError, match="cancelled, not paused"):
+            snapshot = compile_project(tmp_path)
+            async for _ in WorkflowEngine(snapshot, "refund", services).resume(run_id, True):
+                pass
+
+        gone = await prune(store, keep, now=deadline + 31 * DAY, expire=expire)
+        assert (gone.runs, gone.approvals) == (1, 1)
+        assert await store.get_run(run_id) is None
+    finally:
+        await services.aclose()
+
+
+def test_fim_prune_ends_the_runs_whose_approval_expired(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    root = project(tmp_path, "sqlite:///.fim/state.db")
+    services, run_id, _ = asyncio.run(park(root))
+    asyncio.run(services.aclose())
+
+    class Later:
+        """`time` as `fim prune` reads it, eight days on."""
+
+        @staticmethod
+        def time() -> float:
+            return time.time() + 8 * DAY
+
+    monkeypatch.setattr(retention_module, "time", Later)
+    said = CliRunner().invoke(cli, ["-p", str(root), "prune", "--json"])
+    assert said.exit_code == 0, said.output
+    assert json.loads(said.output)["expired"] == 1
+
+    async def status() -> str | None:
+        store = Store("sqlite:///.fim/state.db", root=root)
+        try:
+            record = await store.get_run(run_id)
+            return None if record is None else record.status
+        finally:
+            store.close()
+
+    assert asyncio.run(status()) == "cancelled"
+
+
+# --------------------------------------------------------------------------- the cap
+
+
+def test_the_paused_cap_is_a_hundred_or_ten_per_parallel_run() -> None:
+    assert paused_cap(None) == MAX_PAUSED_RUNS == 100
+    assert paused_cap(KeyLimits(runs_per_minute=60)) == 100
+    assert paused_cap(KeyLimits(max_parallel_runs=1)) == 10
+    assert paused_cap(KeyLimits(max_parallel_runs=50)) == 100
+
+
+async def test_runs_of_no_key_are_not_capped(tmp_path: Path) -> None:
+    """`fim workflow run` (and a server without keys) claims no owner: nothing to count."""
+    services, _, _ = await park(project(tmp_path, "sqlite:///.fim/state.db"))
+    try:
+        await check_parked(get_store(services), KeyLimits(max_parallel_runs=1), "")
+    finally:
+        await services.aclose()
+
+
+def served(root: Path) -> Any:
+    project(root, "sqlite:///.fim/state.db", server="{api_keys: [key-a, key-b]}")
+    return create_app(SnapshotHolder(compile_project(root)))
+
+
+def test_a_key_at_its_paused_runs_is_refused_429_naming_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fim.server.limits, "MAX_PAUSED_RUNS", 3)
+    app = served(tmp_path)
+    body = {"inputs": {"note": "x"}}
+    with TestClient(app) as client:
+        statuses = [
+            client.post("/v1/workflows/refund/runs", json=body, headers=A).json().get("status")
+            for _ in range(3)
+        ]
+        assert statuses == ["paused"] * 3
+        for background in (False, True):
+            refused = client.post(
+                "/v1/workflows/refund/runs", json={**body, "background": background}, headers=A
+            )
+            assert refused.status_code == 429
+            assert "server.key_limits.max_paused_runs" in refused.json()["error"]["message"]
+            assert refused.headers["Retry-After"] == "60"
+        other = client.post("/v1/workflows/refund/runs", json=body, headers=B)
+        assert other.json()["status"] == "paused"  # another key's count is its own
+
+
+def test_a_workflow_runs_inputs_over_the_cap_are_a_400_naming_inputs(tmp_path: Path) -> None:
+    app = served(tmp_path)
+    with TestClient(app) as client:
+        big = client.post(
+            "/v1/workflows/refund/runs",
+            json={"inputs": {"note": "x" * MAX_INPUTS_BYTES}},
+            headers=A,
+        )
+        assert big.status_code == 400
+        assert big.json()["error"]["param"] == "inputs"
+        assert str(MAX_INPUTS_BYTES) in big.json()["error"]["message"]
+        fits = client.post(
+            "/v1/workflows/refund/runs",
+            json={"inputs": {"note": "x" * (MAX_INPUTS_BYTES - 100)}},
+            headers=A,
+        )
+        assert fits.status_code == 200 and fits.json()["status"] == "paused"
