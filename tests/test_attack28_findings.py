@@ -79,7 +79,6 @@ if __name__ == "__main__":
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="/proc/<pid>/environ is Linux's")
-@pytest.mark.xfail(strict=True, reason="attack-28 #1: forkserver and resource tracker")
 def test_the_isolate_pools_helper_processes_never_hold_fims_environment(tmp_path: Path) -> None:
     """fim hides its start-up block and is not dumpable (attack-23 #2, attack-25 #1), but
     the first calculator, json_transform, template or regex call starts the isolate pool:
@@ -113,7 +112,6 @@ def _surrogate_model(request: dict[str, Any]) -> dict[str, Any]:
     return completion("y", None, "gpt\ud800", {"prompt_tokens": 20, "completion_tokens": 1000})
 
 
-@pytest.mark.xfail(strict=True, reason="attack-28 #2: a lone surrogate is not made storable")
 def test_a_providers_model_name_cannot_keep_a_run_out_of_the_next_processes_count(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

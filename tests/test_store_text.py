@@ -234,3 +234,41 @@ def test_an_id_without_nul_is_looked_up_as_before(server: str) -> None:
         assert httpx.get(f"{server}{path}", timeout=30).status_code == 404
     decided = httpx.post(f"{server}/v1/approvals/x", json={"decision": "deny"}, timeout=30)
     assert decided.status_code == 404
+
+
+# --------------------------------------------------------------------------- lone surrogates
+
+
+def test_storable_replaces_each_lone_surrogate_too() -> None:
+    """A lone surrogate (JSON `\\ud800`, which Python's json reads as it is) cannot be
+    encoded by SQLite or psycopg; a surrogate pair's character is ordinary text."""
+    assert storable("gpt\ud800-\udfff\x00é") == "gpt\ufffd-\ufffd\ufffdé"
+    assert storable("é\x00") == "é\ufffd"
+    plain = "日本語 🙂 é"
+    assert storable(plain) is plain
+
+
+async def test_every_table_keeps_text_naming_a_lone_surrogate(tmp_path: Path, state: str) -> None:
+    """A provider's model name `gpt\\ud800` or a library caller's session `s\\ud800` made the
+    usage row fail to encode (attack-28 #2): the row is now written and found again by the
+    name it was given; a JSON column keeps the surrogate (escaped), on both stores."""
+    store = Store(state, root=tmp_path)
+    try:
+        spend = Usage(prompt_tokens=20, completion_tokens=1000)
+        await record(
+            store, run_id="r1", agent="a", model="gpt\ud800", status="ok", calls=1,
+            usage=spend, session="s\ud800",
+        )  # fmt: skip
+        assert (await spent(store, utc_day(time.time()))).total_tokens == 1020
+        assert (await session_spent(store, "s\ud800")).total_tokens == 1020
+        assert [row["session"] for row in await summary(store, by="session")] == ["s\ufffd"]
+
+        await store.put_run("r1", "agent", "name\udfff", "ok", {"output": "out\ud800"})
+        run = await store.get_run("r1")
+        assert run is not None and (run.name, run.data["output"]) == ("name\ufffd", "out\ud800")
+
+        sessions = Sessions(store)
+        assert await sessions.save("s\ud800", "owner", [Message(role="user", content="hi")])
+        assert await sessions.load("s\ud800") is not None
+    finally:
+        store.close()

@@ -45,6 +45,7 @@ from fim.server import (
 )
 from fim.server.app import create_app
 from fim.store.schema import normalize_url
+from fim.tools.isolate_helpers import start_tracker_clean
 
 ENV = "FIM_SERVE_WORKER"
 """The options of one worker, as JSON, handed from the parent to the spawned children."""
@@ -104,6 +105,9 @@ def serve_workers(
     )
     line, fields = banner_fields(snapshot, host, sock.getsockname()[1], reload)
     announce(f"{line} · {workers} workers", **fields, workers=workers)
+    # The children are spawned with this process's whole environment (they need it, and
+    # hide it at once: `worker_app`); the resource tracker spawning starts must not hold it.
+    start_tracker_clean()
     try:
         Multiprocess(config, sockets=[sock]).run()
     finally:

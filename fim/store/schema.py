@@ -6,6 +6,7 @@ Tables are built on first use so importing fim.store never imports SQLAlchemy.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -67,15 +68,32 @@ def json_text(value: Any) -> str:
 
 
 def storable(value: str) -> str:
-    """`value` as every store's text column can hold it: each NUL (U+0000) replaced by
-    U+FFFD. PostgreSQL refuses NUL in text ("text fields cannot contain NUL (0x00)
-    bytes"), and much of what fim stores as text comes from a model, a provider or a
-    caller: a provider naming its model `gpt\\u0000` made every usage row fail, so the
-    daily limits never counted those runs (attack-24). Applied to every bound value of
+    """`value` as every store's text column can hold it: each NUL (U+0000) and each lone
+    surrogate (U+D800..U+DFFF) replaced by U+FFFD. PostgreSQL refuses NUL in text ("text
+    fields cannot contain NUL (0x00) bytes"), and neither SQLite nor psycopg can encode a
+    lone surrogate ("surrogates not allowed"); much of what fim stores as text comes from a
+    model, a provider or a caller: a provider naming its model `gpt\\u0000` (attack-24) or
+    `gpt\\ud800` (attack-28, valid JSON that Python's json reads as it is) made every usage
+    row fail, so the daily limits never counted those runs. Applied to every bound value of
     the tables' text columns (`_text_types`), lookups too, so a library caller's session
     `s\\x00` is written and found again as the same row, on SQLite as on PostgreSQL. JSON
-    columns keep NUL (escaped as `\\u0000`, which PostgreSQL's `json` type accepts)."""
+    columns keep both, escaped (`\\u0000`, `\\ud800`: `json_text`), which SQLite and
+    PostgreSQL's `json` type accept.
+
+    It runs on every bound text value: ASCII text (ids, names) costs what the NUL check
+    alone cost (`isascii` is O(1)); other text one UTF-8 encode, which fails only on a
+    surrogate."""
+    if value.isascii():
+        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+    try:
+        value.encode()
+    except UnicodeEncodeError:  # a lone surrogate (the only thing UTF-8 refuses)
+        return _UNSTORABLE.sub("\ufffd", value)
     return value.replace("\x00", "\ufffd") if "\x00" in value else value
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+"""What no store's text column holds: NUL (PostgreSQL) and lone surrogates (any encoder)."""
 
 
 def _text_types() -> tuple[Any, Any]:

@@ -63,6 +63,7 @@ PARTY_SLOTS = 2
 """Workers one third party's checks may hold at once (`schema_problems`)."""
 
 PRELOAD = [
+    "fim.tools.isolate_helpers",  # first: not dumpable where its sitecustomize did not run
     "jinja2.sandbox",
     "jsonschema",
     "fim.schema_check",
@@ -165,6 +166,10 @@ class Workers:
 
         from pebble import ProcessPool
 
+        # deferred: only a pool needs the launcher (and its module loads with the pool)
+        from fim.tools.isolate_helpers import use_launcher
+
+        use_launcher()  # the forkserver and the resource tracker: without fim's environment
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(PRELOAD)  # one forkserver for both pools
         pool = ProcessPool(
