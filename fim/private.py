@@ -69,3 +69,37 @@ def _private(folder: Path) -> None:
         found = folder.lstat()  # a link's target is not ours to narrow (a prepared checkout)
         if stat.S_ISDIR(found.st_mode) and found.st_mode & 0o077 and found.st_uid == os.geteuid():
             os.chmod(folder, 0o700)  # made by an older fim, or by hand
+
+
+def process_folder(prefix: str, parent: str | None = None) -> str:
+    """A new folder of this process's own (0700) in the temp folder (or `parent`), removed
+    at exit by the process that made it: for files fim hands to its children (hooks'
+    bytecode, the isolate helpers' launcher), where nobody else may put one first."""
+    # deferred: atexit and tempfile are needed only when a child needs such a folder
+    import atexit
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    atexit.register(_remove, os.getpid(), folder)
+    return folder
+
+
+def still_ours(folder: str) -> bool:
+    """Whether `folder` is still a folder of this user's alone (a tmp cleaner may have
+    removed it, and another user made one at the same path)."""
+    try:
+        found = os.lstat(folder)
+    except OSError:
+        return False
+    return (
+        stat.S_ISDIR(found.st_mode) and found.st_uid == os.geteuid() and not found.st_mode & 0o077
+    )
+
+
+def _remove(pid: int, folder: str) -> None:
+    """At exit, in the process that made it (a forked child inherits the handler)."""
+    if os.getpid() == pid:
+        # deferred: shutil is needed only at exit
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)

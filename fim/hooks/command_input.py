@@ -14,15 +14,11 @@ credential-looking name, or a URL's password.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
 import re
 import shlex
-import shutil
-import stat
-import tempfile
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -140,28 +136,15 @@ def bytecode_folder() -> str:
     cleaner), so the hook never writes to a path another user could make first."""
     global _bytecode
     with _bytecode_lock:
-        if _bytecode is not None and _bytecode[0] == os.getpid() and _ours(_bytecode[1]):
+        if (
+            _bytecode is not None
+            and _bytecode[0] == os.getpid()
+            and private.still_ours(_bytecode[1])
+        ):
             return _bytecode[1]
-        folder = tempfile.mkdtemp(prefix="fim-pycache-")  # 0700
-        atexit.register(_remove, os.getpid(), folder)
+        folder = private.process_folder("fim-pycache-")
         _bytecode = (os.getpid(), folder)
         return folder
-
-
-def _ours(folder: str) -> bool:
-    try:
-        found = os.lstat(folder)
-    except OSError:
-        return False
-    return (
-        stat.S_ISDIR(found.st_mode) and found.st_uid == os.geteuid() and not found.st_mode & 0o077
-    )
-
-
-def _remove(pid: int, folder: str) -> None:
-    """At exit, in the process that made it (a forked child inherits the handler)."""
-    if os.getpid() == pid:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def read_env_file(path: str) -> dict[str, str]:

@@ -31,6 +31,8 @@ import os
 import sys
 import threading
 
+from fim import private
+
 MARKER = "FIM_ISOLATE_HELPER"
 """Set (to "1") only in the helpers' environment: the guards act only where it is."""
 
@@ -137,7 +139,7 @@ def _launcher(current: str) -> str | None:
     global _made
     if _made is not None and _made[0] == os.getpid():
         script = os.path.join(_made[1], "python")
-        if _ours(_made[1]) and os.access(script, os.X_OK):
+        if private.still_ours(_made[1]) and os.access(script, os.X_OK):
             return script
         current = _made[2]
     elif _made is not None:  # a forked child: the real Python is the parent's
@@ -151,7 +153,6 @@ def _launcher(current: str) -> str | None:
 
 def _make(python: str) -> str | None:
     # deferred: tempfile, shutil, shlex and the hooks' allow-list are needed only here
-    import atexit
     import logging
     import shlex
     import shutil
@@ -169,7 +170,7 @@ def _make(python: str) -> str | None:
     for base in (runtime, tempfile.gettempdir()):
         if not base or not os.path.isdir(base):
             continue
-        folder = tempfile.mkdtemp(prefix="fim-helpers-", dir=base)  # 0700
+        folder = private.process_folder("fim-helpers-", base)
         site = os.path.join(folder, "site")
         os.mkdir(site, 0o700)
         with open(os.path.join(site, "sitecustomize.py"), "w") as out:
@@ -189,7 +190,6 @@ def _make(python: str) -> str | None:
                 f'exec {shlex.quote(env_binary)} -i {assignments} {shlex.quote(python)} "$@"\n'
             )
         os.chmod(script, 0o700)
-        atexit.register(_remove, os.getpid(), folder)
         if os.access(script, os.X_OK):  # false on a noexec mount
             return folder
         shutil.rmtree(folder, ignore_errors=True)
@@ -198,28 +198,6 @@ def _make(python: str) -> str | None:
         "fim's environment"
     )
     return None
-
-
-def _ours(folder: str) -> bool:
-    # deferred: stat is needed only when a launcher exists
-    import stat
-
-    try:
-        found = os.lstat(folder)
-    except OSError:
-        return False
-    return (
-        stat.S_ISDIR(found.st_mode) and found.st_uid == os.geteuid() and not found.st_mode & 0o077
-    )
-
-
-def _remove(pid: int, folder: str) -> None:
-    """At exit, in the process that made it (a forked child inherits the handler)."""
-    if os.getpid() == pid:
-        # deferred: shutil is needed only at exit
-        import shutil
-
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 guard()
