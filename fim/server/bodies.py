@@ -35,6 +35,19 @@ MAX_INPUTS_BYTES = 262_144
 keeps them in the state store (its record and its first event) until it ends, so each of
 a key's paused runs (`fim.server.limits.MAX_PAUSED_RUNS`) may hold this much twice."""
 
+
+def inputs_too_large(value: Any) -> str | None:
+    """Why a workflow run's `inputs` are refused for their size, or None: one cap for every
+    way a key starts a workflow (the HTTP routes, MCP's tools: attack-29 #2)."""
+    size = len(pydantic_core.to_json(value)) if value else 0
+    if size > MAX_INPUTS_BYTES:
+        return (
+            f"{size} bytes as JSON, over the {MAX_INPUTS_BYTES} a workflow run takes; pass "
+            "large documents by reference (a URL, a file or record id) instead"
+        )
+    return None
+
+
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -291,12 +304,9 @@ class WorkflowRunBody(_Body):
     @field_validator("inputs")
     @classmethod
     def _inputs_size(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        size = len(pydantic_core.to_json(value)) if value else 0
-        if size > MAX_INPUTS_BYTES:
-            raise ValueError(
-                f"{size} bytes as JSON, over the {MAX_INPUTS_BYTES} a workflow run takes; pass "
-                "large documents by reference (a URL, a file or record id) instead"
-            )
+        problem = inputs_too_large(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
     @model_validator(mode="before")

@@ -232,11 +232,15 @@ async def call_workflow(
 ) -> types.CallToolResult:
     """Start one workflow run; a run that pauses at a human node returns that state."""
     # deferred: loading fim.workflows.engine costs tens of ms (and starlette, the limits)
+    from fim.server.bodies import inputs_too_large
     from fim.server.limits import check_parked
     from fim.store import get_store
     from fim.store.owners import claimed
     from fim.workflows.engine import WorkflowEngine
 
+    too_large = inputs_too_large(args)
+    if too_large:
+        return _failure(f"inputs: {too_large}")
     engine = WorkflowEngine(api.holder.current, name, api.services)
     owner = _owner(ctx)  # the run, its agent nodes and its approvals are this key's
     progress = _Progress(ctx)

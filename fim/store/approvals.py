@@ -286,6 +286,13 @@ class Approvals(Database):
         """
         return await self._consume(approval_id, ("approved", "denied", "expired"))
 
+    async def claim_expiry(self, approval_id: str) -> bool:
+        """`claim_decision` for the expirer (`fim.workflows.expiry`): only an approval
+        that expired. One a human decided between the expirer's read and its claim is the
+        resume's to act on (attack-29 #3: the expirer took an approval and cancelled the
+        run the approver had just resumed)."""
+        return await self._consume(approval_id, ("expired",))
+
     async def _consume(self, approval_id: str, statuses: tuple[str, ...]) -> bool:
         approvals = table("approvals")
         update = (

@@ -59,12 +59,17 @@ def _expired(now: float) -> Any:
     )
 
 
-def _expire(conn: Connection, approval_id: str) -> None:
-    """Mark the approval expired at its deadline (as reading it past the deadline does)."""
+def _expire(conn: Connection, approval_id: str, now: float) -> None:
+    """Mark the approval expired at its deadline (as reading it past the deadline does),
+    if it is still pending and past it at `now`."""
     approvals = table("approvals")
     conn.execute(
         approvals.update()
-        .where(approvals.c.id == approval_id, approvals.c.status == "pending")
+        .where(
+            approvals.c.id == approval_id,
+            approvals.c.status == "pending",
+            approvals.c.expires_at <= now,
+        )
         .values(status="expired", resolved_at=approvals.c.expires_at, resolved_by="timeout")
     )
 
@@ -96,10 +101,10 @@ async def end_expired(store: Store, now: float | None = None, dry_run: bool = Fa
         approval_id = str(approval["id"])
 
         def expire(conn: Connection, approval_id: str = approval_id) -> None:
-            _expire(conn, approval_id)
+            _expire(conn, approval_id, now)
 
         await store._tx(expire)
-        if not await store.claim_decision(approval_id):  # a resume acted on it first
+        if not await store.claim_expiry(approval_id):  # decided meanwhile, or a resume acted
             continue
         record = await store.get_run(approval["run_id"])
         if record is None or record.status != "paused":
