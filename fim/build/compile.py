@@ -139,6 +139,16 @@ def _snapshot_problems(
             problems.extend(check(snapshot, locate))
         except ImportError:
             raise  # a broken install is not a problem of the user's project: never hide it
+        except SystemExit as exc:  # the project's Python called sys.exit() on import
+            problems.append(
+                Problem(
+                    "fim.yaml",
+                    1,
+                    1,
+                    f"a Python module of the project raised SystemExit({exc.code!r}) when imported",
+                    "hook, tool and eval modules must not call sys.exit() or exit() at import",
+                )
+            )
         except Exception as exc:  # a bug in a check must not hide the user's other problems
             name = getattr(check, "__qualname__", repr(check))
             problems.append(

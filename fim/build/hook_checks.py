@@ -143,7 +143,18 @@ def _pin(path: Path) -> str:
         if exc.errno == errno.EFBIG:
             raise
         return ABSENT
+    except ValueError:  # a NUL in the command: no such file, and open() raised
+        return ABSENT
     return hashlib.sha256(raw).hexdigest()
+
+
+def _exists(path: Path) -> bool:
+    """`Path.exists`, False for a name the system refuses too: past NAME_MAX
+    (ENAMETOOLONG) or with a NUL (ValueError), which `exists` raised, a traceback."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def pin_commands(decls: Declarations) -> dict[str, tuple[tuple[str, str], ...]]:
@@ -162,7 +173,7 @@ def pin_commands(decls: Declarations) -> dict[str, tuple[tuple[str, str], ...]]:
             except OSError:
                 sha = ABSENT
             files.append((rel, sha))
-            decls.digest.update(f"command:{rel}\0{sha}\0".encode())
+            decls.digest.update(f"command:{rel}\0{sha}\0".encode(errors="surrogateescape"))
         if files:
             pinned[command] = tuple(files)
     return pinned
@@ -199,7 +210,8 @@ def pin_folders(
             except OSError:  # not there (yet): it must not appear either
                 entries = None
             folders[rel] = entries
-            decls.digest.update(f"hookfolder:{rel}\0{'/'.join(entries or ('-',))}\0".encode())
+            listed = "/".join(entries or ("-",))
+            decls.digest.update(f"hookfolder:{rel}\0{listed}\0".encode(errors="surrogateescape"))
             for name in entries or ():
                 path = posixpath.join(rel, name.rstrip("/")) if rel != "." else name.rstrip("/")
                 if name.endswith("/"):
@@ -224,7 +236,9 @@ def pin_folders(
                         )
                     )
                     continue
-                decls.digest.update(f"hookfile:{path}\0{files[path]}\0".encode())
+                decls.digest.update(
+                    f"hookfile:{path}\0{files[path]}\0".encode(errors="surrogateescape")
+                )
     return folders, files
 
 
@@ -279,7 +293,7 @@ def check_hook(checker: Checker, entry: Entry, spec: HookSpec, path: Path_) -> N
         script = checker.decls.root / program
         if any(c in program for c in _SHELL_SYNTAX):
             pass  # `hooks/x;`, `$PWD/hooks/x`: the shell's to resolve (pinned by folder)
-        elif "/" in program and not script.exists():
+        elif "/" in program and not _exists(script):
             checker.add(
                 doc.problem(
                     (*path, "command"),

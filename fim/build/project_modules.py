@@ -105,7 +105,7 @@ def pin_modules(decls: Declarations) -> dict[str, bytes]:
     reported = {p.path for p in decls.problems}  # the loader's (a broken link): not twice
     decls.problems += [p for p in problems if p.path not in reported]
     for rel, raw in modules.items():
-        decls.digest.update(f"module:{rel}\0{len(raw)}\0".encode())
+        decls.digest.update(f"module:{rel}\0{len(raw)}\0".encode(errors="surrogateescape"))
         decls.digest.update(raw)
     return modules
 

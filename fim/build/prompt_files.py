@@ -78,6 +78,10 @@ def project_loader() -> type[Any]:
                 raise TemplateNotFound(template, f"no file '{template}' in the project") from None
             except OSError as exc:
                 raise refuse(exc.strerror or str(exc)) from None
+            except RuntimeError:  # Python 3.11's resolve on a link to itself
+                raise refuse("symlink loop (the link points back to itself)") from None
+            except ValueError:  # open() and stat() refuse a NUL
+                raise refuse("the name contains a NUL character") from None
             if not real.is_relative_to(self.root):
                 raise refuse("it is outside the project")
             if any(part.startswith(".") for part in real.relative_to(self.root).parts):

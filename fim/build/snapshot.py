@@ -118,9 +118,11 @@ class Snapshot:
     def modules_digest(self) -> str:
         """One name for this snapshot's Python files and where they live: the key of the
         module objects executed from them (`fim.hooks.python_hooks`), computed once."""
-        digest = hashlib.sha256(f"{self.root}\0{self.project.paths.hooks}\0".encode())
+        digest = hashlib.sha256(
+            f"{self.root}\0{self.project.paths.hooks}\0".encode(errors="surrogateescape")
+        )
         for rel in sorted(self.modules):
-            digest.update(f"{rel}\0{len(self.modules[rel])}\0".encode())
+            digest.update(f"{rel}\0{len(self.modules[rel])}\0".encode(errors="surrogateescape"))
             digest.update(self.modules[rel])
         return digest.hexdigest()[:16]
 

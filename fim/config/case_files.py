@@ -248,6 +248,11 @@ def _read(
             )
         )
         return None
+    if "\0" in name:  # os.path.realpath raised ValueError: a traceback, not a problem
+        decls.problems.append(
+            doc.problem(where, "case file name contains a NUL character", "remove it")
+        )
+        return None
     evals = decls.root / folder
     base = os.path.realpath(evals)
     target = os.path.realpath(evals / name)
@@ -275,7 +280,8 @@ def _read(
             decls.problems.append(doc.problem(where, f"cannot read case file '{name}': {message}"))
         return None
     rel = decls.rel(target)
-    decls.digest.update(rel.encode() + b"\0" + raw + b"\0")  # a changed CSV is a new snapshot
+    # a changed CSV is a new snapshot
+    decls.digest.update(rel.encode(errors="surrogateescape") + b"\0" + raw + b"\0")
     try:
         return rel, raw.decode("utf-8-sig"), name
     except UnicodeDecodeError as exc:
@@ -306,6 +312,13 @@ def _jsonl_rows(
             return []
         try:
             data = json.loads(line)
+        except RecursionError:  # `[[[...` thousands deep: the decoder recursed out, a traceback
+            decls.problems.append(
+                Problem(
+                    rel, number, 1, "invalid JSON: nested too deeply", "one case object per line"
+                )
+            )
+            continue
         except ValueError as exc:
             col = exc.colno if isinstance(exc, json.JSONDecodeError) else 1
             msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)

@@ -40,6 +40,9 @@ def list_files(
         if entry.name.startswith(".") or not entry.name.endswith(suffixes):
             continue
         path = entry.path
+        if (bad_name := not_utf8_name(decls, path)) is not None:
+            out.append((path, bad_name))
+            continue
         try:
             st = entry.stat()
         except OSError as exc:
@@ -49,6 +52,19 @@ def list_files(
             decls.stats[path] = st
             out.append((path, None))
     return out
+
+
+def not_utf8_name(decls: Declarations, path: str | Path) -> Problem | None:
+    """The problem of a file name that is not UTF-8 (Python holds its bytes as surrogates),
+    or None: hashing or printing that name raised UnicodeEncodeError, a traceback. The
+    name is shown with its bad bytes escaped (`\\xff`)."""
+    rel = decls.rel(path)
+    try:
+        rel.encode()
+    except UnicodeEncodeError:
+        shown = os.fsencode(rel).decode("utf-8", "backslashreplace")
+        return Problem(shown, 1, 1, "file name is not valid UTF-8", "rename it")
+    return None
 
 
 def os_problem(decls: Declarations, path: str | Path, exc: OSError) -> Problem:
@@ -164,7 +180,7 @@ def read_text(decls: Declarations, path: str | Path, rel: str | None = None) -> 
         decls.problems.append(os_problem(decls, path, exc))
         return None
     digest = decls.digest
-    digest.update(rel.encode())
+    digest.update(rel.encode(errors="surrogateescape"))
     digest.update(b"\0")
     digest.update(raw)
     digest.update(b"\0")
@@ -242,6 +258,7 @@ __all__ = [
     "keep_texts",
     "list_files",
     "not_utf8",
+    "not_utf8_name",
     "os_problem",
     "read_text",
     "write_inside",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -91,20 +92,32 @@ def load(root: str | Path) -> Declarations:
 
 def mask_problems(problems: list[Problem], secrets: set[str]) -> list[Problem]:
     """Problems with every secret masked (`fim.masking`): values from `${VAR}` may end up
-    in messages, e.g. "expected an integer, got '...'"."""
-    if not secrets:
+    in messages, e.g. "expected an integer, got '...'". And each on one line: a control
+    character a message quotes (a key named "\\n", a file name) is escaped."""
+    if not secrets and not any(_CONTROL.search(str(p)) for p in problems):
         return problems
-    masker = Masker(secrets)
+    show = Masker(secrets).text if secrets else str
     return [
         Problem(
-            p.path,
+            one_line(p.path),
             p.line,
             p.column,
-            masker.text(p.message),
-            masker.text(p.hint) if p.hint is not None else None,
+            one_line(show(p.message)),
+            one_line(show(p.hint)) if p.hint is not None else None,
         )
         for p in problems
     ]
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+"""What breaks a problem's line, or the terminal showing it (tabs are fine)."""
+
+
+def one_line(text: str) -> str:
+    """`text` with its control characters written as Python escapes (`\\n`, `\\x1b`):
+    `fim validate` prints one `path:line:col: message` line per problem, and a key named
+    "\\n" in a file made its "unknown key" problem two lines."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def _stem(path: str | Path) -> str:

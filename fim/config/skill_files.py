@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fim.config.files import os_problem, read_text
+from fim.config.files import not_utf8_name, os_problem, read_text
 from fim.config.schema import SkillMeta
 from fim.errors import Problem
 
@@ -46,6 +46,9 @@ def load_skills(decls: Declarations) -> None:
         if entry.name.startswith("."):
             continue
         path = Path(entry.path)
+        if (bad_name := not_utf8_name(decls, path)) is not None:
+            decls.problems.append(bad_name)
+            continue
         try:
             os.stat(path)
         except OSError as exc:
@@ -125,11 +128,13 @@ def _links_out(root: Path, directory: Path, skill_md: Path) -> str | None:
     """Why a skill folder, or its SKILL.md, is a link out of the project (None: it is not).
     A skill is often a third party's folder copied in, links and all: a SKILL.md linked to
     a file of the machine would have its text read and given to the model."""
-    project = root.resolve()
-    folder = directory.resolve()
+    # os.path.realpath, not Path.resolve: a SKILL.md linked to itself made resolve raise
+    # RuntimeError (Python 3.11), a traceback; realpath leaves the loop for the read to report
+    project = Path(os.path.realpath(root))
+    folder = Path(os.path.realpath(directory))
     if not folder.is_relative_to(project):
         return f"skill folder '{directory.name}' links outside the project"
-    if skill_md.is_symlink() and not skill_md.resolve().is_relative_to(folder):
+    if skill_md.is_symlink() and not Path(os.path.realpath(skill_md)).is_relative_to(folder):
         return "SKILL.md links outside its skill folder"
     return None
 

@@ -53,6 +53,25 @@ def has_template(text: str) -> bool:
     return any(marker in text for marker in _MARKERS)
 
 
+MAX_TEMPLATE_DEPTH = 100
+"""The deepest a template's syntax tree may be. Everything that walks it recurses (the
+reference checks' `find_all`, Jinja's code generator when it renders): `{{ a + a + ... }}`
+2,000 terms long parses fine into a tree 2,000 deep, and the walk raised RecursionError, a
+traceback from `fim validate`. Hand-written templates are a few levels deep."""
+TOO_DEEP = f"invalid Jinja2 template: nested more than {MAX_TEMPLATE_DEPTH} deep"
+
+
+def _too_deep(ast: Any) -> bool:
+    """Whether the tree is deeper than `MAX_TEMPLATE_DEPTH`, found without recursing."""
+    stack = [(ast, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_TEMPLATE_DEPTH:
+            return True
+        stack.extend((child, depth + 1) for child in node.iter_child_nodes())
+    return False
+
+
 class TemplateChecker:
     """Parses templates once each and reports syntax errors at the string's position."""
 
@@ -87,6 +106,10 @@ class TemplateChecker:
         except TemplateSyntaxError as exc:
             where = f" (template line {exc.lineno})" if "\n" in text.strip() else ""
             result = (None, f"invalid Jinja2 template: {exc.message}{where}")
+        except RecursionError:  # the parser recurses: `{{ ((((...1)))) }}` ~100 deep
+            result = (None, TOO_DEEP)
+        if result[0] is not None and _too_deep(result[0]):
+            result = (None, TOO_DEEP)
         if len(_PARSED) > 50_000:
             _PARSED.clear()
         _PARSED[text] = result

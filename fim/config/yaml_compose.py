@@ -135,7 +135,7 @@ def compose(text: str) -> Any:
             except yaml.MarkedYAMLError as exc:
                 raise _syntax_error(exc, text) from None
             except yaml.YAMLError as exc:
-                raise YamlSyntaxError(f"YAML error: {exc}", 1, 1) from None
+                raise _unmarked_error(exc, text) from None
             finally:
                 loader.dispose()
     # deferred: loading ruamel costs tens of ms
@@ -155,7 +155,7 @@ def compose(text: str) -> Any:
     except MarkedYAMLError as exc:
         raise _syntax_error(exc, text) from None
     except YAMLError as exc:
-        raise YamlSyntaxError(f"YAML error: {exc}", 1, 1) from None
+        raise _unmarked_error(exc, text) from None
     except RecursionError:  # the pure composer recurses in Python: called from deep down
         raise too_deep() from None
 
@@ -285,6 +285,30 @@ def _refuse_deep(events: Iterable[Any], kinds: Any) -> None:
             depth -= 1
         elif cls is end:
             return
+
+
+def _unmarked_error(exc: Any, text: str) -> YamlSyntaxError:
+    """A YAML error without a mark: the reader's refusal of a character (a control
+    character) gives its index in the text instead. Quoted whole, its text took two lines
+    (`...not allowed\n  in "<unicode string>", position 82`) and its place was 1:1."""
+    position, reason, char = (getattr(exc, a, None) for a in ("position", "reason", "character"))
+    if isinstance(char, int) and isinstance(position, int):  # libyaml: a UTF-8 byte offset
+        position = len(text.encode()[:position].decode(errors="ignore"))
+    if not (isinstance(position, int) and isinstance(reason, str) and 0 <= position <= len(text)):
+        return YamlSyntaxError("YAML error: " + " ".join(str(exc).split()), 1, 1)
+    line = text.count("\n", 0, position) + 1
+    col = position - (text.rfind("\n", 0, position) + 1) + 1
+    # libyaml gives the character's code, the pure parsers the character
+    code = char if isinstance(char, int) else ord(char) if isinstance(char, str) else None
+    if code is None or not 0 <= code <= 0x10FFFF:
+        return YamlSyntaxError(f"YAML error: unacceptable character: {reason}", line, col)
+    escape = f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return YamlSyntaxError(
+        f"YAML error: unacceptable character #x{code:04x}: {reason}",
+        line,
+        col,
+        f'remove it, or write it as "{escape}" inside a double-quoted string',
+    )
 
 
 def _syntax_error(exc: Any, text: str) -> YamlSyntaxError:

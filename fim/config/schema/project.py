@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Discriminator, Field, Tag
+from pydantic import BeforeValidator, Discriminator, Field, Tag, field_validator
 
 from fim.config.schema.base import Strict, empty_list
 from fim.config.schema.spend import Budget, Price
@@ -263,6 +263,15 @@ class Paths(Strict):
     """Folder of reusable hook files, hook scripts and Python hook modules."""
     evals: str = "evals"
     """Folder of the eval suites (and their cassettes in `.cassettes/`)."""
+
+    @field_validator("*")
+    @classmethod
+    def _no_nul(cls, value: str) -> str:
+        """A NUL cannot be in a file name: the folder listing raised ValueError (a
+        traceback from `fim validate`) instead of pointing at the value."""
+        if "\0" in value:
+            raise ValueError("a folder name cannot contain a NUL character")
+        return value
 
 
 class Project(Strict):
