@@ -1,6 +1,7 @@
-"""Attack round 27: one tenant (one API key) taking `fim serve`, or the other tenants, down;
-and what a hostile `--git` remote's tree makes fim read. Each test is a strict xfail that
-fails on its assertion today (`pytest --runxfail`); notes in /work/notes/attack-27.md.
+"""Attack round 27: one tenant (one API key) taking `fim serve`, or the other tenants, down.
+Each test states the safe behaviour of a finding (each was a strict xfail until fixed);
+notes in /work/notes/attack-27.md. Its #4 (a `--git` tree's agent file linked out of the
+project is read) is by design: docs/security.md, "GitOps".
 
 All offline and in process: scripted models, SQLite, Starlette's TestClient or the ASGI app
 called directly. No wall-clock assertions: work is counted, loop time is moved by hand."""
@@ -19,7 +20,6 @@ from starlette.testclient import TestClient
 import fim.run.context
 from fim.build.compile import compile_project
 from fim.build.reload import SnapshotHolder
-from fim.errors import ConfigError
 from fim.llm.scripted import ScriptedModel, text
 from fim.run.context import ContextGuard
 from fim.server.app import create_app
@@ -165,23 +165,3 @@ def test_a_keyed_request_whose_body_never_arrives_is_given_up(tmp_path: Path) ->
         _JumpingLoop.offset = 0.0
         loop.close()
     assert finished, "the request still waits for its body an hour later"
-
-
-# --------------------------------------------------------------------------- finding 4
-
-
-@pytest.mark.xfail(strict=True, reason="attack-27 #4: an agent file linked out is read")
-def test_an_agent_file_linked_out_of_the_project_is_not_read(tmp_path: Path) -> None:
-    """A `--git` remote's tree is checked out with its symlinks: `agents/x.yaml ->
-    ../../outside/a.yaml` (or `/etc/...`) made fim read a file of the server's disk into
-    the snapshot (its description served at `/v1/agents` to every key). Skills and prompt
-    files linked out of the project are refused; agent files are not."""
-    write(tmp_path / "outside", {"a.yaml": 'description: "HOST-FILE"\nmodel: scripted:s.yaml\n'})
-    project = write(tmp_path / "proj", {"fim.yaml": "name: g\n", "s.yaml": "- text: hi\n"})
-    (project / "agents").mkdir()
-    (project / "agents" / "x.yaml").symlink_to(tmp_path / "outside" / "a.yaml")
-    try:
-        snapshot = compile_project(project)
-    except ConfigError:
-        return  # refused, naming the link
-    assert "x" not in snapshot.agents, "an agent file outside the project was compiled"

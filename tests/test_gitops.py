@@ -120,3 +120,31 @@ def test_a_bad_first_commit_and_bad_options_fail_clearly(remote: Remote, tmp_pat
     assert parse_interval("30s") == 30 and parse_interval("2m") == 120
     with pytest.raises(RunError):
         parse_interval("soon")
+
+
+def test_git_gets_what_it_needs_of_fims_environment_and_not_its_keys(
+    remote: Remote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`git` is dumpable while it runs: a same-user process could read its environment. It
+    gets PATH, HOME, git's and ssh's variables, a credential helper's token, proxies and CA
+    bundles, never the model and connector keys fim holds (attack-28)."""
+    remote.commit({"fim.yaml": FIM_YAML}, "first")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-not-for-git")
+    monkeypatch.setenv("SHOP_DB_PASSWORD", "not-for-git-either")
+    monkeypatch.setenv("GH_TOKEN", "for-the-credential-helper")
+    monkeypatch.setenv("HTTPS_PROXY", "")
+    seen: list[dict[str, str]] = []
+    real = subprocess.run
+
+    def spy(args: list[str], **kwargs: object) -> object:
+        if args[:1] == ["git"]:
+            seen.append(dict(kwargs["env"]))  # type: ignore[call-overload]
+        return real(args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(subprocess, "run", spy)
+    GitSource(str(remote.bare), "main", tmp_path / "checkout").fetch()
+    assert seen
+    for env in seen:
+        assert "OPENAI_API_KEY" not in env and "SHOP_DB_PASSWORD" not in env
+        assert env["GH_TOKEN"] == "for-the-credential-helper" and "PATH" in env
+        assert "HTTPS_PROXY" in env and env["GIT_TERMINAL_PROMPT"] == "0"

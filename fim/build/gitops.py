@@ -31,6 +31,7 @@ from typing import IO
 from fim import private
 from fim.build.reload import SnapshotHolder
 from fim.build.snapshot import Snapshot
+from fim.config.interpolate import base_env
 from fim.errors import ConfigError, Problem, RunError
 from fim.locks import hold
 
@@ -59,6 +60,26 @@ def default_checkout(url: str) -> Path:
 
     base = os.environ.get("FIM_GIT_CHECKOUTS") or Path.home() / ".cache" / "fim" / "git"
     return Path(base) / hashlib.sha256(url.encode()).hexdigest()[:16]
+
+
+GIT_PREFIXES = ("GIT_", "SSH_", "XDG_", "GH_", "GITHUB_", "GITLAB_")
+GIT_NAMES = frozenset(
+    {"SSL_CERT_FILE", "SSL_CERT_DIR", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE"}
+    | {f"{scheme}_proxy" for scheme in ("http", "https", "all", "no")}
+    | {f"{scheme}_PROXY" for scheme in ("HTTP", "HTTPS", "ALL", "NO")}
+)
+
+
+def git_env(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:
+    """What `git` gets of fim's environment: what a hook gets (PATH, HOME, LANG ...), git's
+    and ssh's own variables, the tokens a credential helper reads (`GH_TOKEN`), proxies and
+    CA bundles, not the model and connector keys: a short-lived `git` is dumpable, and a
+    same-user process could read them from its `/proc/<pid>/environ` (attack-28)."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if base_env(name) or name.startswith(GIT_PREFIXES) or name in GIT_NAMES
+    }
 
 
 @dataclass
@@ -105,7 +126,7 @@ class GitSource:
 
     def git(self, *args: str, cwd: Path | None = None) -> str:
         env = {
-            **os.environ,
+            **git_env(os.environ),
             "GIT_TERMINAL_PROMPT": "0",  # a missing credential is an error, never a hang
             "GIT_ASKPASS": "true",
             "LC_ALL": "C",
