@@ -445,14 +445,14 @@ def test_instructions_including_a_prompt_linked_to_itself_say_symlink_loop(proje
 
 def test_a_hook_module_that_calls_sys_exit_is_a_problem(project: Path) -> None:
     """Was: SystemExit out of the compile: `fim validate` exited 3 saying nothing, and a
-    server's hot reload ended the server."""
+    server's hot reload ended the server. Now a problem at the hook that imports it."""
     (project / "hooks" / "redact.py").write_text("raise SystemExit(3)\n")
     assert only(project) == [
-        "fim.yaml:1:1: a Python module of the project raised SystemExit(3) when imported "
-        "(hook, tool and eval modules must not call sys.exit() or exit() at import)"
+        "agents/support.yaml:24:5: agent 'support' hooks[3]: python hook module redact.py "
+        "failed to import: SystemExit: 3"
     ]
     result = run_fim("validate", "--project", str(project))
-    assert result.returncode == 1 and "raised SystemExit(3)" in result.stdout
+    assert result.returncode == 1 and "failed to import: SystemExit: 3" in result.stdout
 
 
 def test_a_control_character_is_one_line_at_its_place(project: Path) -> None:

@@ -319,7 +319,7 @@ def load_module(snapshot: Snapshot, module: str) -> ModuleType:
         raise _not_found(snapshot, module, key)
     try:
         return importlib.import_module(name)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() at import: the hook's problem, not fim's
         raise HookBuildError(
             f"python hook module {Path(key).name} failed to import: "
             f"{type(exc).__name__}: {_unprefixed(str(exc), package)}",
@@ -332,7 +332,7 @@ def _unprefixed(text: str, package: str) -> str:
     return text.replace(package + ".", "").replace(package, "the hooks folder")
 
 
-def _import_hint(snapshot: Snapshot, exc: Exception) -> str | None:
+def _import_hint(snapshot: Snapshot, exc: BaseException) -> str | None:
     """For `import helpers` (or `from hooks import helpers`) of a file the snapshot holds:
     how to import it so it is found, from the snapshot."""
     missing = getattr(exc, "name", None)
