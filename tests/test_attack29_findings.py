@@ -55,11 +55,6 @@ def project(root: Path, server: str = "{api_keys: [key-a, key-b]}") -> Path:
 # --------------------------------------------------------------------------- finding 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack-29 #1: check_parked counts only runs already paused; concurrent starts "
-    "of one key all pass it before any pauses (30 parked under a cap of 3)",
-)
 def test_concurrent_starts_of_one_key_park_no_more_runs_than_its_cap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -9,6 +9,7 @@ the deadline the approval recorded."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -28,10 +29,11 @@ from fim.errors import RunError
 from fim.run.services import Services
 from fim.server.app import create_app
 from fim.server.bodies import MAX_INPUTS_BYTES
-from fim.server.limits import MAX_PAUSED_RUNS, check_parked, paused_cap
+from fim.server.limits import MAX_PAUSED_RUNS, Busy, Parked, check_parked, paused_cap
 from fim.store import Store, get_store
 from fim.store import retention as retention_module
 from fim.store.live import read_events
+from fim.store.owners import paused_runs
 from fim.store.retention import DAY, prune
 from fim.workflows.engine import WorkflowEngine
 from fim.workflows.expiry import expirer
@@ -80,8 +82,9 @@ async def test_a_human_approval_expires_a_week_after_it_is_asked_unless_the_node
             await services.aclose()
         assert approval is not None
         expires = approval.expires_at
-        deadlines[name] = None if expires is None else round(expires - approval.created_at)
-    assert deadlines == {"default": 7 * 86_400, "hour": 3600, "never": None}
+        # the deadline and the creation time are two readings of the clock: within a minute
+        deadlines[name] = None if expires is None else round((expires - approval.created_at) / 60)
+    assert deadlines == {"default": 7 * 24 * 60, "hour": 60, "never": None}
 
 
 async def test_an_expired_approval_ends_its_run_cancelled_and_retention_then_deletes_it(
@@ -171,6 +174,9 @@ def test_the_paused_cap_is_a_hundred_or_ten_per_parallel_run() -> None:
     assert paused_cap(KeyLimits(runs_per_minute=60)) == 100
     assert paused_cap(KeyLimits(max_parallel_runs=1)) == 10
     assert paused_cap(KeyLimits(max_parallel_runs=50)) == 100
+    # fim.yaml's `server.key_limits.max_paused_runs` wins, `null` meaning no cap
+    assert paused_cap(KeyLimits(max_parallel_runs=1, max_paused_runs=40)) == 40
+    assert paused_cap(KeyLimits.model_validate({"max_paused_runs": None})) is None
 
 
 async def test_runs_of_no_key_are_not_capped(tmp_path: Path) -> None:
@@ -227,3 +233,106 @@ def test_a_workflow_runs_inputs_over_the_cap_are_a_400_naming_inputs(tmp_path: P
             headers=A,
         )
         assert fits.status_code == 200 and fits.json()["status"] == "paused"
+
+
+# --------------------------------------------------------------------------- concurrent starts
+
+
+async def _burst(stores: list[Store], owner: str, starts: int) -> tuple[list[str], int]:
+    """`starts` starts of `owner`'s `refund` at once, spread over `stores`: the run ids that
+    took a place, and how many were refused 429."""
+    results = await asyncio.gather(
+        *(
+            check_parked(stores[i % len(stores)], None, owner, f"run-{i}", "refund")
+            for i in range(starts)
+        ),
+        return_exceptions=True,
+    )
+    taken = [r.run_id for r in results if isinstance(r, Parked)]
+    refused = [r for r in results if isinstance(r, Busy)]
+    assert len(taken) + len(refused) == starts, results
+    return taken, len(refused)
+
+
+async def _places(store: Store, owner: str) -> tuple[int, set[str]]:
+    """What the cap counts for `owner`, and the ids of its runs on record."""
+    return await paused_runs(store, owner), {r.id for r in await store.list_runs(owner=owner)}
+
+
+async def test_a_burst_of_one_keys_starts_takes_exactly_its_cap_of_places(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack-29 #1: 30 starts of one key at once under a cap of 3 all counted the same
+    paused runs (none yet) and all parked. Each start now takes its place before it counts,
+    and in one process one key's starts do so one at a time: 3 take a place, 27 are
+    refused and leave no record behind; another key's places are its own."""
+    monkeypatch.setattr(fim.server.limits, "MAX_PAUSED_RUNS", 3)
+    store = Store(store_url)
+    try:
+        taken, refused = await _burst([store], "hash-a", 30)
+        assert (len(taken), refused) == (3, 27)
+        assert await _places(store, "hash-a") == (3, set(taken))
+        assert await check_parked(store, None, "hash-b", "run-b", "refund") is not None
+    finally:
+        store.close()
+
+
+async def test_starts_on_replicas_sharing_a_store_never_take_more_places_than_the_cap(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No lock shared by the starts (each as on a replica of its own; on PostgreSQL two
+    stores, two replicas' connections): the place each takes before counting makes racing
+    starts see each other, so at most the cap take one (racing for the last place, both may
+    be refused), the refused leave nothing behind, and starts one after another then fill
+    the cap exactly."""
+    monkeypatch.setattr(fim.server.limits, "MAX_PAUSED_RUNS", 3)
+    monkeypatch.setattr(fim.server.limits, "slots", lambda _key, size: asyncio.Semaphore(size))
+    stores = [Store(store_url)] + ([Store(store_url)] if store_url.startswith("postgres") else [])
+    try:
+        taken, _ = await _burst(stores, "hash-a", 30)
+        assert len(taken) <= 3
+        assert await _places(stores[0], "hash-a") == (len(taken), set(taken))
+        after: list[str] = []
+        with pytest.raises(Busy):
+            for i in range(4):
+                parked = await check_parked(
+                    stores[i % len(stores)], None, "hash-a", f"then-{i}", "refund"
+                )
+                after.append(parked.run_id if parked is not None else "")
+        assert len(taken) + len(after) == 3
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_a_start_that_fails_or_a_run_that_ends_gives_its_place_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a cap of one: runs refused for their inputs (in the foreground by the engine,
+    in the background before it is queued) took no place for good; a run that parked holds
+    the place until its approval is decided and the run ends; then the key parks again."""
+    monkeypatch.setattr(fim.server.limits, "MAX_PAUSED_RUNS", 1)
+    app = served(tmp_path)
+    url = "/v1/workflows/refund/runs"
+    with TestClient(app) as client:
+        for background in (False, True):  # `note` is required
+            bad = client.post(url, json={"inputs": {}, "background": background}, headers=A)
+            assert bad.status_code == 400, bad.text
+        first = client.post(url, json={"inputs": {"note": "x"}}, headers=A).json()
+        assert first["status"] == "paused"
+        refused = client.post(url, json={"inputs": {"note": "x"}, "background": True}, headers=A)
+        assert refused.status_code == 429
+        approval = client.get("/v1/approvals", headers=A).json()["approvals"][0]["id"]
+        denied = client.post(f"/v1/approvals/{approval}", json={"decision": "deny"}, headers=A)
+        assert denied.status_code == 200, denied.text
+        again = client.post(url, json={"inputs": {"note": "x"}}, headers=A).json()
+        assert again["status"] == "paused"
+        runs = client.get("/v1/runs", headers=A).json()["runs"]
+        assert sorted(r["status"] for r in runs) == sorted(["paused", first_end(runs, first)])
+
+
+def first_end(runs: list[dict[str, Any]], first: dict[str, Any]) -> str:
+    """The status the first run ended with (denied: failed or cancelled), never queued."""
+    status = next(r["status"] for r in runs if r["id"] == first["run_id"])
+    assert status not in ("queued", "running", "paused"), status
+    return str(status)

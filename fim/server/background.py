@@ -204,9 +204,10 @@ async def start_agent_run(
 
 
 async def start_workflow_run(
-    api: Api, name: str, inputs: dict[str, Any], owner: str = ""
+    api: Api, name: str, inputs: dict[str, Any], owner: str = "", run_id: str = ""
 ) -> Response:
-    """Accept a background workflow run; bad inputs are a 400 now, not a failed run later."""
+    """Accept a background workflow run; bad inputs are a 400 now, not a failed run later.
+    `run_id`: the id its key's place among its paused runs was taken for (`check_parked`)."""
 
     snapshot = api.holder.current
     decl = snapshot.workflows[name]
@@ -214,7 +215,7 @@ async def start_workflow_run(
         values = validate_inputs(name, decl, inputs)
     except RunError as exc:
         return error(400, exc.message, exc.hint, param="inputs")
-    run_id = uuid.uuid4().hex[:12]
+    run_id = run_id or uuid.uuid4().hex[:12]
     queue = queue_of(api)
     app = await _open(queue) if queue is not None else None
     if isinstance(app, Response):

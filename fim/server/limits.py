@@ -22,23 +22,26 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fim.errors import RunError
+from fim.locks import slots
 from fim.server.http import JSONResponse, error, session_owner
-from fim.store.owners import paused_runs
+from fim.store.owners import park, paused_runs, unpark
 from fim.windows import admit
 
 if TYPE_CHECKING:
     from fim.config.schema import KeyLimits
     from fim.server.api import Api
     from fim.store import Store
+
+T = TypeVar("T")
 
 held: ContextVar[Slot | None] = ContextVar("fim_run_slot", default=None)
 """The slot the HTTP request being served took for its run (`Api.events` takes none then)."""
@@ -158,32 +161,92 @@ time parks ten, not a hundred."""
 
 def paused_cap(limits: KeyLimits | None) -> int | None:
     """How many paused workflow runs a key may have (None: no cap):
-    `server.key_limits.max_paused_runs` when fim.yaml sets it (read only once the schema
-    declares that field), else `MAX_PAUSED_RUNS`, or `PAUSED_PER_PARALLEL_RUN` per
-    `max_parallel_runs` when that is fewer."""
+    `server.key_limits.max_paused_runs` when fim.yaml sets it (`null`: none), else
+    `MAX_PAUSED_RUNS`, or `PAUSED_PER_PARALLEL_RUN` per `max_parallel_runs` when that is
+    fewer."""
     if limits is not None and "max_paused_runs" in limits.model_fields_set:  # set in fim.yaml
-        declared = getattr(limits, "max_paused_runs")  # noqa: B009 (not in every schema)
-        return None if declared is None else int(declared)
+        return limits.max_paused_runs
     if limits is None or limits.max_parallel_runs is None:
         return MAX_PAUSED_RUNS
     return min(MAX_PAUSED_RUNS, PAUSED_PER_PARALLEL_RUN * limits.max_parallel_runs)
 
 
-async def check_parked(store: Store, limits: KeyLimits | None, owner: str) -> None:
-    """Raise `Busy` when `owner` (a key's owner hash) has as many workflow runs paused at
-    a human node as `paused_cap` allows: a new workflow run may pause too. Runs of no key
-    (`fim workflow run`, a server without keys) are not counted, nor capped."""
+async def check_parked(
+    store: Store, limits: KeyLimits | None, owner: str, run_id: str = "", workflow: str = ""
+) -> Parked | None:
+    """Take a place for workflow run `run_id` (of `workflow`) among the runs of `owner` (a
+    key's owner hash) that are paused at a human node or may still pause there, or raise
+    `Busy` when `paused_cap` places are taken. The place is taken (`park`) before the runs
+    are counted, so two starts that race see each other (the loser gives its place back):
+    a burst of one key's starts, on one replica or several, never parks more runs than
+    the cap; in this process the starts of one key take their place one at a time, so a
+    burst is refused exactly past the cap (racing replicas may both refuse at the last
+    place). The caller gives the place back with `Parked.release` if the run never
+    starts. Runs of no key (`fim workflow run`, a server without keys) are not counted,
+    nor capped; without `run_id`, nothing is taken (None)."""
     cap = paused_cap(limits)
     if not owner or cap is None:
-        return
-    if await paused_runs(store, owner) >= cap:
-        raise Busy(
-            f"this API key has {cap} workflow runs paused at a human node, its limit "
-            "(server.key_limits.max_paused_runs)",
-            "decide or deny their approvals (GET /v1/approvals), or wait for them to "
-            "expire; then start more",
-            retry_after=60,
-        )
+        return None
+    async with slots(("paused runs", owner), 1):
+        if run_id:
+            await park(store, run_id, owner, workflow)
+        try:
+            counted = await paused_runs(store, owner)  # with its own place when it took one
+        except BaseException:  # the request was cancelled, the store failed: none taken
+            if run_id:
+                await unpark(store, run_id)
+            raise
+        if counted > cap or (counted == cap and not run_id):
+            if run_id:
+                await unpark(store, run_id)
+            raise Busy(
+                f"this API key has {cap} workflow runs paused at a human node, its limit "
+                "(server.key_limits.max_paused_runs)",
+                "decide or deny their approvals (GET /v1/approvals), or wait for them to "
+                "expire; then start more",
+                retry_after=60,
+            )
+    return Parked(store, run_id) if run_id else None
+
+
+class Parked:
+    """The place `check_parked` took for one workflow run. `release` gives it back unless
+    the run took it over (its record is no longer `queued`); every way a start can end
+    calls it: refused, failed before its first event, or a client gone before it began."""
+
+    __slots__ = ("released", "run_id", "store")
+
+    def __init__(self, store: Store, run_id: str) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.released = False
+
+    async def release(self, began: bool = False) -> None:
+        """Idempotent. `began`: the run's engine started (it may still write its record,
+        which then keeps its owner)."""
+        if not self.released:
+            self.released = True
+            await unpark(self.store, self.run_id, keep_owner=began)
+
+    async def events(self, events: AsyncIterator[T], began: Callable[[], bool]) -> AsyncIterator[T]:
+        """`events` unchanged; the place released once they end, however they end."""
+        try:
+            async for event in events:
+                yield event
+        finally:
+            await self.release(began())
+
+    def sending(self, response: Response, began: Callable[[], bool]) -> ASGIApp:
+        """`response` (a streamed run), releasing the place once sent: a client gone before
+        the stream began never started the run."""
+
+        async def send_it(scope: Scope, receive: Receive, send: Send) -> None:
+            try:
+                await response(scope, receive, send)
+            finally:
+                await self.release(began())
+
+        return send_it
 
 
 def _who(owner: str) -> str:
@@ -239,6 +302,7 @@ __all__ = [
     "MAX_PAUSED_RUNS",
     "Busy",
     "KeyLimiter",
+    "Parked",
     "Slot",
     "admitting",
     "check_parked",

@@ -246,11 +246,12 @@ async def call_workflow(
     progress = _Progress(ctx)
     final: WorkflowFinished | None = None
     waiting: list[dict[str, Any]] = []
-    slot = None
+    slot = parked = None
     try:
         store = get_store(api.services)
         limits = api.holder.current.project.server.key_limits
-        await check_parked(store, limits, owner)  # its paused runs capped: `Busy`, a failure
+        # a place among its key's runs that may pause (capped): `Busy`, a failed call
+        parked = await check_parked(store, limits, owner, engine.run_id, name)
         slot = api.limits.for_run(owner)  # over `server.key_limits`: `Busy`, a failed call
         async for event in claimed(store, engine.run_id, owner, engine.run(args)):
             await progress(event)
@@ -263,6 +264,8 @@ async def call_workflow(
     finally:
         if slot is not None:
             slot.release()
+        if parked is not None:  # a run that never began gives its place back
+            await parked.release(engine.state is not None)
     if final is None:
         return _failure(f"workflow '{name}' ended without a result")
     data: dict[str, Any] = {

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import ASGIApp
 
 from fim import masking
 from fim.errors import FimError
@@ -52,7 +54,7 @@ def workflow_handlers(api: Api) -> dict[str, Any]:
             }
         )
 
-    async def run_workflow(request: Request) -> Response:
+    async def run_workflow(request: Request) -> ASGIApp:
         # deferred: loading fim.config.schema costs hundreds of ms
         from fim.run.preflight import PreflightError
         from fim.workflows.engine import WorkflowEngine
@@ -70,21 +72,37 @@ def workflow_handlers(api: Api) -> dict[str, Any]:
 
         inputs = body.inputs or {}
         owner = session_owner(request)
-        try:  # each run may pause at a human node: a key's paused runs are capped
-            await check_parked(get_store(api.services), snap.project.server.key_limits, owner)
+        store = get_store(api.services)
+        run_id = uuid.uuid4().hex[:12]
+        try:  # each run may pause at a human node: a place among the key's capped ones
+            limits = snap.project.server.key_limits
+            parked = await check_parked(store, limits, owner, run_id, name)
         except Busy as exc:
             return exc.response()
         if body.background:  # 202 at once; fim.server.background runs or queues it
             # deferred: the queue (procrastinate) loads only for background runs
             from fim.server.background import start_workflow_run
 
-            return await start_workflow_run(api, name, inputs, owner)
-        engine = WorkflowEngine(snap, name, api.services)
-        store = get_store(api.services)
-        started = claimed(store, engine.run_id, owner, engine.run(inputs))  # the key's run
-        events = recorded(store, engine.run_id, KIND, name, started)
+            accepted = False
+            try:
+                answer = await start_workflow_run(api, name, inputs, owner, run_id=run_id)
+                accepted = answer.status_code == 202
+            finally:  # refused (bad inputs, no queue): its place is given back
+                if parked is not None and not accepted:
+                    await parked.release()
+            return answer
+        engine = WorkflowEngine(snap, name, api.services, run_id=run_id)
+        started = claimed(store, run_id, owner, engine.run(inputs))  # the key's run
+
+        def began() -> bool:
+            return engine.state is not None
+
+        if parked is not None:  # a run that never began gives its place back
+            started = parked.events(started, began)
+        events = recorded(store, run_id, KIND, name, started)
         if body.stream:
-            return sse(events)
+            streamed = sse(events)
+            return streamed if parked is None else parked.sending(streamed, began)
         trace: list[dict[str, Any]] = []
         try:
             async for event in events:
@@ -93,6 +111,9 @@ def workflow_handlers(api: Api) -> dict[str, Any]:
             return error(503, exc.message, exc.hint)
         except FimError as exc:
             return error(400, str(exc))
+        finally:
+            if parked is not None:
+                await parked.release(began())
         last = trace[-1] if trace else {}
         if last.get("status") == "failed":
             failed = [e.get("node") for e in trace if e.get("type") == "node_failed"]

@@ -109,14 +109,52 @@ def owned_by(owner: str) -> Any:
     return rows.select().with_only_columns(rows.c.run_id).where(rows.c.owner == owner)
 
 
+PARKING = ("queued", "running", "paused")
+"""The statuses of a workflow run that is paused at a human node or may still pause there:
+what the per-key cap of paused runs counts (`paused_runs`)."""
+
+
+async def park(store: Store, run_id: str, owner: str, workflow: str) -> None:
+    """Take a place for workflow run `run_id` of `owner` among its runs that may pause,
+    before it is counted (`paused_runs`): its owner row and a `queued` record, so a start
+    of the same key racing it (another request, another replica) counts it too. The run's
+    engine, or a background start, writes over the record; `unpark` takes both back for a
+    run that never started."""
+    state: dict[str, Any] = {"run_id": run_id, "workflow": workflow, "decl": {}, "nodes": {}}
+    state.update(inputs={}, status="queued", queued=False)
+    await claim(store, run_id, owner)
+    await store.put_run(run_id, "workflow", workflow, "queued", state)
+
+
+async def unpark(store: Store, run_id: str, *, keep_owner: bool = False) -> None:
+    """Give back the place `park` took when run `run_id` is still only `queued`: it was
+    refused, its start failed or its client left before it began, and must not count
+    against its key. With `keep_owner` (its engine began, and may yet write its record)
+    the owner row stays, so whatever the engine writes is still its key's."""
+    runs = table("runs")
+    waiting = runs.delete().where(
+        runs.c.id == run_id, runs.c.kind == "workflow", runs.c.status == "queued"
+    )
+    rows = table("run_owners")
+    unclaim = rows.delete().where(rows.c.run_id == run_id)
+
+    def work(conn: Connection) -> None:
+        if conn.execute(waiting).rowcount and not keep_owner:
+            conn.execute(unclaim)
+
+    await store._tx(work)
+
+
 async def paused_runs(store: Store, owner: str) -> int:
-    """How many workflow runs `owner` started are paused at a human node (the per-key cap
-    of `fim.server.limits.check_parked`)."""
+    """How many workflow runs `owner` started are paused at a human node or may still
+    pause there (`PARKING`: queued, running or paused, and the places `park` took): the
+    per-key cap of `fim.server.limits.check_parked`. Counting only the paused ones let a
+    burst of starts all pass before any of them paused."""
     # deferred: loading sqlalchemy costs hundreds of ms
     from sqlalchemy import func, select
 
     runs = table("runs")
     query = select(func.count()).where(
-        runs.c.status == "paused", runs.c.kind == "workflow", runs.c.id.in_(owned_by(owner))
+        runs.c.status.in_(PARKING), runs.c.kind == "workflow", runs.c.id.in_(owned_by(owner))
     )
     return int(await store._read(lambda conn: conn.execute(query).scalar() or 0))

@@ -197,7 +197,7 @@ class KeyLimits(Strict):
     workflow runs); the runs a run starts itself count as part of it."""
     runs_per_minute: int | None = Field(default=None, ge=1)
     """Runs started in any 60 seconds (a moving window)."""
-    max_paused_runs: int | None = Field(default=100, ge=1)
+    max_paused_runs: int | None = Field(default=None, ge=1)
     """Workflow runs paused at a human node at once (each keeps its record and inputs in
     the state store until decided or expired); unset: 100, or 10 per `max_parallel_runs`
     when that is fewer; `null`: no cap. Past it a new workflow run is a 429."""
