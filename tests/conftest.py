@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pg_schemas import pg_schema
 
 from fim.testing.otlp import Receiver, otlp_receiver
 
@@ -264,20 +265,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path}/state/fim.db"
         return
-    pg_url = os.environ.get("FIM_TEST_POSTGRES_URL")
-    if not pg_url:
-        pytest.skip("FIM_TEST_POSTGRES_URL is not set")
-    # deferred: psycopg is a dev extra, loaded only by the PostgreSQL variant
-    import psycopg
-
-    schema = f"fim_test_{uuid.uuid4().hex[:10]}"
-    conninfo = pg_url.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    sep = "&" if "?" in pg_url else "?"
-    yield f"{pg_url}{sep}options=-csearch_path%3D{schema}"
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    with pg_schema() as url:
+        yield url
 
 
 @pytest.fixture

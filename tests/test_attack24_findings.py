@@ -13,12 +13,12 @@ import importlib.util
 import marshal
 import os
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pg_schemas import pg_schema
 
 from fim.build.compile import compile_project
 from fim.events import LLMCall, RunFinished, ToolResultEvent
@@ -123,21 +123,8 @@ async def test_a_run_whose_usage_row_cannot_be_written_still_counts_toward_the_d
 @pytest.fixture
 def pg_state() -> Iterator[str]:
     """A state URL on a schema of its own in FIM_TEST_POSTGRES_URL (dropped after)."""
-    server = os.environ.get("FIM_TEST_POSTGRES_URL")
-    if not server:
-        pytest.skip("FIM_TEST_POSTGRES_URL is not set")
-    import psycopg
-
-    conninfo = server.replace("postgresql+psycopg://", "postgresql://")
-    schema = f"att24_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    sep = "&" if "?" in server else "?"
-    try:
-        yield f"{server}{sep}options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    with pg_schema("att24") as url:
+        yield url
 
 
 async def test_a_providers_model_name_cannot_keep_a_run_out_of_the_daily_count(

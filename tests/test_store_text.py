@@ -13,15 +13,14 @@ FIM_TEST_POSTGRES_URL set, on PostgreSQL in a schema of its own.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from pg_schemas import pg_schema
 
 from fim.build.compile import compile_project
 from fim.build.reload import SnapshotHolder
@@ -47,21 +46,8 @@ def state(request: pytest.FixtureRequest) -> Iterator[str]:
     if request.param == "sqlite":
         yield SQLITE
         return
-    server = os.environ.get("FIM_TEST_POSTGRES_URL")
-    if not server:
-        pytest.skip("FIM_TEST_POSTGRES_URL is not set")
-    import psycopg
-
-    conninfo = server.replace("postgresql+psycopg://", "postgresql://")
-    schema = f"storetext_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    sep = "&" if "?" in server else "?"
-    try:
-        yield f"{server}{sep}options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    with pg_schema("storetext") as url:
+        yield url
 
 
 # --------------------------------------------------------------------------- the helper
