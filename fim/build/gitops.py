@@ -62,9 +62,10 @@ def default_checkout(url: str) -> Path:
     return Path(base) / hashlib.sha256(url.encode()).hexdigest()[:16]
 
 
-GIT_PREFIXES = ("GIT_", "SSH_", "XDG_", "GH_", "GITHUB_", "GITLAB_")
+GIT_PREFIXES = ("GIT_", "SSH_", "XDG_", "GH_", "GITHUB_", "GITLAB_", "GCM_", "KRB5", "AWS_")
 GIT_NAMES = frozenset(
     {"SSL_CERT_FILE", "SSL_CERT_DIR", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE"}
+    | {"DBUS_SESSION_BUS_ADDRESS", "CLOUDSDK_CONFIG", "LD_LIBRARY_PATH", "FIM_GIT_ENV"}
     | {f"{scheme}_proxy" for scheme in ("http", "https", "all", "no")}
     | {f"{scheme}_PROXY" for scheme in ("HTTP", "HTTPS", "ALL", "NO")}
 )
@@ -72,13 +73,16 @@ GIT_NAMES = frozenset(
 
 def git_env(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:
     """What `git` gets of fim's environment: what a hook gets (PATH, HOME, LANG ...), git's
-    and ssh's own variables, the tokens a credential helper reads (`GH_TOKEN`), proxies and
-    CA bundles, not the model and connector keys: a short-lived `git` is dumpable, and a
-    same-user process could read them from its `/proc/<pid>/environ` (attack-28)."""
+    and ssh's own variables, what credential helpers read (`GH_TOKEN`, Git Credential
+    Manager's `GCM_*`, Kerberos, AWS CodeCommit's profile, the D-Bus session of libsecret),
+    proxies and CA bundles, and the names `FIM_GIT_ENV` lists (comma-separated), not the
+    model and connector keys: a short-lived `git` is dumpable, and a same-user process could
+    read them from its `/proc/<pid>/environ` (attack-28)."""
+    extra = {n.strip() for n in environ.get("FIM_GIT_ENV", "").split(",") if n.strip()}
     return {
         name: value
         for name, value in environ.items()
-        if base_env(name) or name.startswith(GIT_PREFIXES) or name in GIT_NAMES
+        if base_env(name) or name.startswith(GIT_PREFIXES) or name in GIT_NAMES or name in extra
     }
 
 

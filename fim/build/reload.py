@@ -85,7 +85,9 @@ async def reload_once(root: Path, holder: SnapshotHolder) -> bool:
         for problem in exc.problems:
             log.warning("reload rejected, still serving %s: %s", holder.current.version, problem)
         return False
-    except Exception as exc:  # a compiler bug must not take the server down either
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        raise
+    except BaseException as exc:  # a compiler bug (or a project module's) must not end the server
         holder.fail([Problem("fim.yaml", 1, 1, f"reload failed: {type(exc).__name__}: {exc}")])
         log.exception("reload failed, still serving %s", holder.current.version)
         return False

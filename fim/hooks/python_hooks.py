@@ -319,7 +319,9 @@ def load_module(snapshot: Snapshot, module: str) -> ModuleType:
         raise _not_found(snapshot, module, key)
     try:
         return importlib.import_module(name)
-    except (Exception, SystemExit) as exc:  # sys.exit() at import: the hook's problem, not fim's
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # sys.exit(), GeneratorExit ... at import: the hook's problem
         raise HookBuildError(
             f"python hook module {Path(key).name} failed to import: "
             f"{type(exc).__name__}: {_unprefixed(str(exc), package)}",
