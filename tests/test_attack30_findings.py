@@ -72,7 +72,6 @@ def silent_model(monkeypatch: pytest.MonkeyPatch) -> None:
 # --------------------------------------------------------------------------- finding 1
 
 
-@pytest.mark.xfail(strict=True, reason="attack-30 #1: a client gone mid-stream keeps its place")
 @pytest.mark.usefixtures("silent_model")
 def test_a_streamed_run_whose_client_leaves_gives_its_place_back(tmp_path: Path) -> None:
     """The request is made as uvicorn makes it (ASGI spec 2.3: Starlette cancels the stream
@@ -129,7 +128,6 @@ def test_a_streamed_run_whose_client_leaves_gives_its_place_back(tmp_path: Path)
 # --------------------------------------------------------------------------- finding 2
 
 
-@pytest.mark.xfail(strict=True, reason="attack-30 #2: a restart's stale runs hold places forever")
 @pytest.mark.usefixtures("silent_model")
 def test_background_runs_a_server_stop_left_behind_do_not_lock_their_key_out(
     tmp_path: Path,

@@ -11,14 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+from sqlalchemy import text
 from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
+import fim.server.background
 import fim.server.limits
 from fim.build.compile import compile_project
 from fim.build.reload import SnapshotHolder
@@ -26,6 +31,8 @@ from fim.capabilities import CAPABILITIES
 from fim.cli import app as cli
 from fim.config.schema import KeyLimits, Retention
 from fim.errors import RunError
+from fim.llm.scripted import ScriptedModel
+from fim.processes import this_process
 from fim.run.services import Services
 from fim.server.app import create_app
 from fim.server.bodies import MAX_INPUTS_BYTES
@@ -33,7 +40,7 @@ from fim.server.limits import MAX_PAUSED_RUNS, Busy, Parked, check_parked, pause
 from fim.store import Store, get_store
 from fim.store import retention as retention_module
 from fim.store.live import read_events
-from fim.store.owners import paused_runs
+from fim.store.owners import STALE_AFTER, claim, paused_runs
 from fim.store.retention import DAY, prune
 from fim.workflows.engine import WorkflowEngine
 from fim.workflows.expiry import expirer
@@ -325,10 +332,20 @@ def test_a_start_that_fails_or_a_run_that_ends_gives_its_place_back(
         approval = client.get("/v1/approvals", headers=A).json()["approvals"][0]["id"]
         denied = client.post(f"/v1/approvals/{approval}", json={"decision": "deny"}, headers=A)
         assert denied.status_code == 200, denied.text
+        ended(client, denied.json()["resumed_run"])  # resumed in the background: it ends
         again = client.post(url, json={"inputs": {"note": "x"}}, headers=A).json()
         assert again["status"] == "paused"
         runs = client.get("/v1/runs", headers=A).json()["runs"]
         assert sorted(r["status"] for r in runs) == sorted(["paused", first_end(runs, first)])
+
+
+def ended(client: TestClient, run_id: str) -> None:
+    """Wait for run `run_id`, driven in the background of the server's process, to end
+    (a decision is answered before the run it resumes goes on)."""
+    task = fim.server.background._RUNS.get(run_id)
+    if task is not None:
+        assert client.portal is not None
+        client.portal.call(asyncio.wait, {task})
 
 
 def first_end(runs: list[dict[str, Any]], first: dict[str, Any]) -> str:
@@ -336,3 +353,185 @@ def first_end(runs: list[dict[str, Any]], first: dict[str, Any]) -> str:
     status = next(r["status"] for r in runs if r["id"] == first["run_id"])
     assert status not in ("queued", "running", "paused"), status
     return str(status)
+
+
+# --------------------------------------------------------------------------- leftovers (attack-30)
+
+
+def _gone() -> dict[str, Any]:
+    """A process that ran and ended, as a run's `owner` records it."""
+    proc = subprocess.Popen([sys.executable, "-c", ""])
+    proc.wait()
+    return {**this_process(), "pid": proc.pid, "started": None}
+
+
+async def _record(store: Store, run_id: str, status: str, **data: Any) -> float:
+    """A workflow run of `hash-a` recorded `status`; when it was written."""
+    await claim(store, run_id, "hash-a")
+    await store.put_run(run_id, "workflow", "refund", status, {"run_id": run_id, **data})
+    record = await store.get_run(run_id)
+    assert record is not None
+    return record.updated_at
+
+
+async def test_runs_a_dead_process_left_queued_or_running_hold_no_place(store_url: str) -> None:
+    """Attack-30 #2: a place (`park`'s queued record) or a running run whose process is
+    gone held its key's place for good. Paused runs always count; queued or running ones
+    while their process lives; one whose process cannot be checked from here (another
+    host or container) until it was last written `STALE_AFTER` ago; a run queued for `fim
+    worker` while its job waits (PostgreSQL)."""
+    store = Store(store_url)
+    try:
+        dead, elsewhere = _gone(), {**this_process(), "table": "linux:another-host"}
+        await _record(store, "placeholder", "queued", queued=False, owner=dead)
+        await _record(store, "crashed", "running", queued=False, owner=dead)
+        await _record(store, "parked", "paused", owner=dead)
+        await _record(store, "mine", "running", queued=False, owner=this_process())
+        written = await _record(store, "replica", "running", queued=False, owner=elsewhere)
+        soon, late = written + 60, written + STALE_AFTER + 1
+        assert await paused_runs(store, "hash-a", now=soon) == 3  # parked, mine, replica
+        assert await paused_runs(store, "hash-a", now=late) == 2  # parked, mine
+        assert await check_parked(store, KeyLimits(max_paused_runs=4), "hash-a", "new", "w")
+        if store_url.startswith("postgres"):  # a run waiting for a worker: while its job does
+            await _record(store, "waiting", "queued", queued=True)
+            await _record(store, "dropped", "queued", queued=True)
+            jobs = "CREATE TABLE procrastinate_jobs (queueing_lock text, status text)"
+            job = "INSERT INTO procrastinate_jobs VALUES ('waiting', 'todo'), ('dropped', 'failed')"
+            await store._tx(lambda conn: [conn.execute(text(q)) for q in (jobs, job)])
+            assert await paused_runs(store, "hash-a", now=late) == 4  # + new, waiting
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def silent_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scripted model never answers: a run stays in its `think` node."""
+
+    async def complete(self: ScriptedModel, *_: Any, **__: Any) -> Any:
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(ScriptedModel, "complete", complete)
+
+
+def thinking(root: Path, concurrency: str = "") -> Any:
+    """`slow` thinks (a model that never answers) before it asks a human; two keys."""
+    project(root, "sqlite:///.fim/state.db", server="{api_keys: [key-a, key-b]}")
+    (root / "workflows" / "slow.yaml").write_text(
+        f"{concurrency}nodes:\n"
+        "  think: {type: llm, prompt: hi, model: 'scripted:s.yaml'}\n"
+        '  approve: {type: human, prompt: "ok?", needs: [think]}\n'
+    )
+    (root / "s.yaml").write_text("- text: thought\n")
+    return create_app(SnapshotHolder(compile_project(root)))
+
+
+@pytest.mark.usefixtures("silent_model")
+def test_a_streamed_run_whose_client_leaves_ends_cancelled(tmp_path: Path) -> None:
+    """Attack-30 #1: Starlette cancels the stream of a client that left (a cancel scope
+    cancelling every await of the task again), which cut the engine's last write and the
+    place's release short: the run stayed `running` for good. It ends `cancelled`, its
+    node too, and holds no place."""
+    app = thinking(tmp_path)
+    body = json.dumps({"stream": True}).encode()
+    path = "/v1/workflows/slow/runs"
+    scope = {
+        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1", "method": "POST", "scheme": "http", "path": path,
+        "raw_path": path.encode(), "query_string": b"", "root_path": "",
+        "server": ("127.0.0.1", 8000), "client": ("127.0.0.1", 5555),
+        "headers": [
+            (b"host", b"127.0.0.1:8000"), (b"authorization", b"Bearer key-a"),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ],
+    }  # fmt: skip
+    sent: list[bytes] = []
+
+    async def leave_mid_run() -> None:
+        first = asyncio.Event()
+
+        async def receive() -> dict[str, Any]:
+            if not sent:
+                sent.append(b"")
+                return {"type": "http.request", "body": body, "more_body": False}
+            await first.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: Any) -> None:
+            if message["type"] == "http.response.body" and message.get("body"):
+                sent.append(message["body"])
+                if b"node_started" in message["body"]:  # it thinks: mid-run
+                    first.set()
+
+        await app(scope, receive, send)
+
+    with TestClient(app) as client:
+        assert client.portal is not None
+        client.portal.call(leave_mid_run)
+        data = sent[1].split(b"data: ", 1)[1]
+        run_id = json.loads(data)["run_id"]
+        run = client.get(f"/v1/runs/{run_id}", headers=A).json()
+    assert run["status"] == "cancelled", run
+    assert run["data"]["nodes"]["think"]["status"] == "cancelled"
+
+
+@pytest.mark.usefixtures("silent_model")
+def test_background_runs_going_when_the_server_stops_end_cancelled(tmp_path: Path) -> None:
+    """Attack-30 #2: SQLite runs a background run in the server's process; a stop left it
+    (and one still waiting for its turn behind `concurrency: 1`) `running` and `queued`
+    with nothing to drive them. At shutdown both end `cancelled`, as `fim serve` (which
+    closes its services) and an app's lifespan stop them."""
+    app = thinking(tmp_path, "concurrency: 1\n")
+    store = Store(f"sqlite:///{tmp_path}/.fim/state.db")
+    try:
+        with TestClient(app) as client:
+            started = [
+                client.post("/v1/workflows/slow/runs", json={"background": True}, headers=A)
+                for _ in range(2)
+            ]
+        for answer in started:
+            assert answer.status_code == 202
+            record = asyncio.run(store.get_run(answer.json()["run_id"]))
+            assert record is not None and record.status == "cancelled", record
+        assert record.data["error"] == "the server stopped before it ended"  # it waited
+        with TestClient(create_app(SnapshotHolder(compile_project(tmp_path)))) as client:
+            services = client.app.state.api.services  # type: ignore[attr-defined]
+            more = client.post("/v1/workflows/slow/runs", json={"background": True}, headers=A)
+            assert client.portal is not None
+            client.portal.call(services.aclose)  # how `fim serve` stops (no lifespan events)
+            assert client.get(more.json()["url"], headers=A).json()["status"] == "cancelled"
+    finally:
+        store.close()
+
+
+def test_resuming_a_queued_run_is_one_line(tmp_path: Path) -> None:
+    """A background run's queued record (`background: true`) was a TypeError traceback."""
+    root = project(tmp_path, "sqlite:///.fim/state.db")
+    store = Store(f"sqlite:///{root}/.fim/state.db")
+    try:
+        data = {"background": True, "run_id": "q1", "workflow": "refund", "nodes": {}}
+        data.update(status="queued", queued=False)
+        asyncio.run(store.put_run("q1", "workflow", "refund", "queued", data))
+    finally:
+        store.close()
+    result = CliRunner().invoke(cli, ["workflow", "resume", "q1", "-p", str(root)])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.exception
+    assert "run 'q1' is queued, not paused at a human node" in result.output
+    assert "Traceback" not in result.output
+
+
+async def test_a_place_is_given_back_even_when_its_release_is_cancelled(store_url: str) -> None:
+    """Attack-30 #1: the release in a cancelled stream's `finally` runs under Starlette's
+    cancel scope, which cancels its every await: the place was marked given back and
+    never was. It is given back (then marked), the caller still cancelled."""
+    store = Store(store_url)
+    try:
+        parked = await check_parked(store, KeyLimits(max_paused_runs=1), "hash-a", "r", "w")
+        assert parked is not None
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await parked.release()
+        assert parked.released and await paused_runs(store, "hash-a") == 0
+        assert await store.get_run("r") is None
+    finally:
+        store.close()

@@ -137,7 +137,8 @@ async def _orphan(
     await events.aclose()
     state = engine.state
     assert state is not None
-    state.status, state.owner = "running", owner
+    # closing the run recorded it cancelled; a crash runs no `finally`: undone here
+    state.status, state.owner, state.error = "running", owner, None
     state.nodes[in_flight].status = "running"
     await get_store(services).put_run(
         state.run_id, KIND, state.workflow, state.status, state.to_dict()

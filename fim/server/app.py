@@ -13,9 +13,10 @@ name (`fim.server.agent_routes` for status, agents and runs).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -136,10 +137,24 @@ def create_app(
             ),
         )
 
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        """At shutdown, the background runs going in this process end `cancelled`
+        (`fim.server.background.Going`; `fim serve` runs without lifespan events and
+        stops them as it closes its services)."""
+        try:
+            yield
+        finally:
+            # deferred: the route modules loaded it already; app.py itself stays light
+            from fim.server.background import stop_background
+
+            await stop_background(api)
+
     app = Starlette(
         routes=routes,
         middleware=middleware,
         exception_handlers={Exception: _internal_error, HTTPException: http_error},
+        lifespan=lifespan,
     )
     app.state.api = api
     app.state.operations = operations  # what fim.server.openapi documents

@@ -29,6 +29,7 @@ from starlette.responses import Response
 
 from fim.errors import RunError
 from fim.locks import slots
+from fim.processes import this_process
 from fim.run.queued import mark_queued, request_data
 from fim.server.http import JSONResponse, error
 from fim.server.limits import held
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     import procrastinate
 
     from fim.server.api import Api
+    from fim.store import Store
 
 log = logging.getLogger("fim.server")
 
@@ -116,11 +118,63 @@ def accepted(run_id: str, kind: str, name: str, where: str) -> JSONResponse:
     return JSONResponse(body, status_code=202, headers={"Location": location})
 
 
-def spawn_run(coro: Any, run_id: str) -> None:
-    """Run `coro`, run `run_id`'s work in the background of this process (`cancel_run`)."""
+STOPPED = "the server stopped before it ended"
+"""Why a background run still going in the server's process when it stops ends `cancelled`."""
+
+
+class Going:
+    """The background runs one server drives in its own process (`spawn_run`), stopped
+    with it (`stop_background`, and `Services.aclose`): each is cancelled, and its record
+    ends `cancelled` if it did not record that itself (one still waiting for its turn). No
+    process drives them after the stop: left `queued` or `running` they looked alive, and
+    held their key's places among its paused runs (attack-30 #2)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.tasks: dict[str, asyncio.Task[Any]] = {}
+
+    async def stop(self) -> None:
+        tasks = dict(self.tasks)  # each leaves `self.tasks` as it ends
+        for task in tasks.values():
+            task.cancel()
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
+        for run_id in tasks:
+            record = await self.store.get_run(run_id)
+            if record is not None and record.status in ("queued", "running"):
+                data = {**record.data, "status": "cancelled", "error": STOPPED}
+                await self.store.put_run(run_id, record.kind, record.name, "cancelled", data)
+                log.info("background run %s: %s, recorded cancelled", run_id, STOPPED)
+
+
+def _going(api: Api) -> Going:
+    going: Going = api.services.get(
+        "fim.background", lambda: Going(get_store(api.services)), closer=Going.stop
+    )
+    return going
+
+
+async def stop_background(api: Api) -> None:
+    """Stop the background runs this server drives in its process (at its shutdown)."""
+    going = api.services.cache.get("fim.background")
+    if isinstance(going, Going):
+        await going.stop()
+
+
+def spawn_run(coro: Any, run_id: str, api: Api) -> None:
+    """Run `coro`, run `run_id`'s work in the background of this process (`cancel_run`;
+    stopped with the server: `Going`)."""
     task = asyncio.get_running_loop().create_task(coro, name=f"background-{run_id}")
     _RUNS[run_id] = task
-    task.add_done_callback(lambda done: _RUNS.pop(run_id) if _RUNS.get(run_id) is done else None)
+    going = _going(api).tasks
+    going[run_id] = task
+
+    def ended(done: asyncio.Task[Any]) -> None:
+        if _RUNS.get(run_id) is done:
+            del _RUNS[run_id]
+        if going.get(run_id) is done:
+            del going[run_id]
+
+    task.add_done_callback(ended)
 
 
 async def cancel_run(api: Api, run_id: str) -> str | None:
@@ -199,7 +253,7 @@ async def start_agent_run(
         snapshot, api.services, run_id, name, request,
         executor="server", settings=lambda: api.holder.current.project.server,
     )  # fmt: skip
-    spawn_run(_keeping_slot(_limited("agent", name, limit, work)), run_id)
+    spawn_run(_keeping_slot(_limited("agent", name, limit, work)), run_id, api)
     return accepted(run_id, "agent", name, "server")
 
 
@@ -224,6 +278,8 @@ async def start_workflow_run(
     state: dict[str, Any] = {"run_id": run_id, "workflow": name, "decl": {}, "nodes": {}}
     state["inputs"] = values
     state.update(status="queued", queued=queue is not None, snapshot_version=snapshot.version)
+    if queue is None:  # driven by this process: counted while it lives (`paused_runs`)
+        state["owner"] = this_process()
     if owner:
         await claim(get_store(api.services), run_id, owner)
     await mark_queued(api.services, run_id, "workflow", name, state)
@@ -250,7 +306,7 @@ async def start_workflow_run(
                 await get_store(api.services).put_run(run_id, "workflow", name, "failed", failed)
 
     limited = _limited("workflow", name, decl.concurrency, drive())
-    spawn_run(_keeping_slot(limited), run_id)
+    spawn_run(_keeping_slot(limited), run_id, api)
     return accepted(run_id, "workflow", name, "server")
 
 

@@ -19,6 +19,7 @@ times the limits in all. The minute is a sliding window (`fim.windows`, the rule
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections import deque
@@ -34,6 +35,7 @@ from fim.errors import RunError
 from fim.locks import slots
 from fim.server.http import JSONResponse, error, session_owner
 from fim.store.owners import park, paused_runs, unpark
+from fim.tasks import shielded, spawn
 from fim.windows import admit
 
 if TYPE_CHECKING:
@@ -188,13 +190,13 @@ async def check_parked(
     if not owner or cap is None:
         return None
     async with slots(("paused runs", owner), 1):
-        if run_id:
-            await park(store, run_id, owner, workflow)
         try:
+            if run_id:
+                await park(store, run_id, owner, workflow)
             counted = await paused_runs(store, owner)  # with its own place when it took one
         except BaseException:  # the request was cancelled, the store failed: none taken
             if run_id:
-                await unpark(store, run_id)
+                await shielded(unpark(store, run_id))
             raise
         if counted > cap or (counted == cap and not run_id):
             if run_id:
@@ -214,19 +216,24 @@ class Parked:
     the run took it over (its record is no longer `queued`); every way a start can end
     calls it: refused, failed before its first event, or a client gone before it began."""
 
-    __slots__ = ("released", "run_id", "store")
+    __slots__ = ("_giving", "released", "run_id", "store")
 
     def __init__(self, store: Store, run_id: str) -> None:
         self.store = store
         self.run_id = run_id
         self.released = False
+        """Set once the place is given back (not when that was only asked for)."""
+        self._giving: asyncio.Task[None] | None = None
 
     async def release(self, began: bool = False) -> None:
         """Idempotent. `began`: the run's engine started (it may still write its record,
-        which then keeps its owner)."""
-        if not self.released:
-            self.released = True
-            await unpark(self.store, self.run_id, keep_owner=began)
+        which then keeps its owner). Runs to its end even when the caller is cancelled
+        (`shielded`: a client that left a stream cancels the `finally` calling this): a
+        place given back halfway was kept forever (attack-30 #1)."""
+        if self._giving is None:
+            self._giving = spawn(unpark(self.store, self.run_id, keep_owner=began))
+        await shielded(self._giving)
+        self.released = True
 
     async def events(self, events: AsyncIterator[T], began: Callable[[], bool]) -> AsyncIterator[T]:
         """`events` unchanged; the place released once they end, however they end."""

@@ -297,5 +297,5 @@ def _resume_workflow(
             if slot is not None:
                 slot.release()
 
-    spawn_run(drive(), run_id)  # in the background: a cancel stops it
+    spawn_run(drive(), run_id, api)  # in the background: a cancel stops it
     return run_id

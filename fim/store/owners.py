@@ -19,9 +19,12 @@ and operator keys still see it). A server without keys records nothing and check
 from __future__ import annotations
 
 import hashlib
+import json
+import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from fim.processes import alive, this_process
 from fim.store.schema import table
 
 if TYPE_CHECKING:
@@ -113,15 +116,21 @@ PARKING = ("queued", "running", "paused")
 """The statuses of a workflow run that is paused at a human node or may still pause there:
 what the per-key cap of paused runs counts (`paused_runs`)."""
 
+STALE_AFTER = 3600.0
+"""Seconds after its last write when a `queued` or `running` run whose driver cannot be
+checked from here (another host or container, or none recorded) stops counting toward
+its key's cap: a replica that died must not hold its key's places for good."""
+
 
 async def park(store: Store, run_id: str, owner: str, workflow: str) -> None:
     """Take a place for workflow run `run_id` of `owner` among its runs that may pause,
     before it is counted (`paused_runs`): its owner row and a `queued` record, so a start
     of the same key racing it (another request, another replica) counts it too. The run's
     engine, or a background start, writes over the record; `unpark` takes both back for a
-    run that never started."""
+    run that never started. The record names this process as its driver (`owner`, as a
+    run's state does): a place left by a process that died counts no more."""
     state: dict[str, Any] = {"run_id": run_id, "workflow": workflow, "decl": {}, "nodes": {}}
-    state.update(inputs={}, status="queued", queued=False)
+    state.update(inputs={}, status="queued", queued=False, owner=this_process())
     await claim(store, run_id, owner)
     await store.put_run(run_id, "workflow", workflow, "queued", state)
 
@@ -145,16 +154,61 @@ async def unpark(store: Store, run_id: str, *, keep_owner: bool = False) -> None
     await store._tx(work)
 
 
-async def paused_runs(store: Store, owner: str) -> int:
+async def paused_runs(store: Store, owner: str, now: float | None = None) -> int:
     """How many workflow runs `owner` started are paused at a human node or may still
-    pause there (`PARKING`: queued, running or paused, and the places `park` took): the
-    per-key cap of `fim.server.limits.check_parked`. Counting only the paused ones let a
-    burst of starts all pass before any of them paused."""
+    pause there (`PARKING`, and the places `park` took): the per-key cap of
+    `fim.server.limits.check_parked`. Counting only the paused ones let a burst of starts
+    all pass before any of them paused.
+
+    Paused runs always count. A queued or running one counts only while something may
+    still drive it (`driven`): what a stopped or crashed server left behind must not lock
+    its key out. `now`: the time to judge staleness at (tests pass their own)."""
     # deferred: loading sqlalchemy costs hundreds of ms
-    from sqlalchemy import func, select
+    from sqlalchemy import func, select, text
 
     runs = table("runs")
-    query = select(func.count()).where(
-        runs.c.status.in_(PARKING), runs.c.kind == "workflow", runs.c.id.in_(owned_by(owner))
+    mine = (runs.c.kind == "workflow", runs.c.id.in_(owned_by(owner)))
+    paused = select(func.count()).where(runs.c.status == "paused", *mine)
+    going = select(runs.c.id, runs.c.data, runs.c.updated_at).where(
+        runs.c.status.in_(("queued", "running")), *mine
     )
-    return int(await store._read(lambda conn: conn.execute(query).scalar() or 0))
+
+    def read(conn: Connection) -> tuple[int, list[Any], set[str]]:
+        rows = [{**row, "data": _data(row["data"])} for row in conn.execute(going).mappings()]
+        jobs: set[str] = set()
+        queued = [str(r["id"]) for r in rows if r["data"].get("queued")]
+        if queued and conn.dialect.name == "postgresql":
+            present = "SELECT to_regclass('procrastinate_jobs') IS NOT NULL"
+            if conn.execute(text(present)).scalar():
+                pending = text(
+                    "SELECT queueing_lock FROM procrastinate_jobs WHERE status IN "
+                    "('todo', 'doing') AND queueing_lock = ANY(:ids)"
+                )
+                jobs = {str(row[0]) for row in conn.execute(pending, {"ids": queued})}
+        return int(conn.execute(paused).scalar() or 0), rows, jobs
+
+    counted, rows, jobs = await store._read(read)
+    at = time.time() if now is None else now
+    return counted + sum(1 for r in rows if driven(r, r["id"] in jobs, at))
+
+
+def _data(data: Any) -> dict[str, Any]:
+    """A record's `data`, a dict whatever the driver returned."""
+    value = json.loads(data) if isinstance(data, str) else data
+    return value if isinstance(value, dict) else {}
+
+
+def driven(row: Any, job_pending: bool, now: float) -> bool:
+    """Whether a `queued` or `running` workflow run (`row`: its `data` and `updated_at`)
+    may still be driven, so holds its key's place: its `fim worker` job waits or runs
+    (`job_pending`), or the process recorded as driving it (`owner`, written by `park`
+    and the engine) is alive; when that cannot be told from here (another host, nothing
+    recorded), while it was written less than `STALE_AFTER` ago."""
+    data = row["data"]
+    if job_pending:
+        return True
+    if not data.get("queued"):
+        living = alive(data.get("owner"))
+        if living is not None:
+            return living
+    return now - float(row["updated_at"]) < STALE_AFTER

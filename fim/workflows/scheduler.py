@@ -34,6 +34,7 @@ from fim.locks import current_owner
 from fim.observe import current_node
 from fim.retries import Backoff, retry_async
 from fim.run.services import Services
+from fim.tasks import shielded
 from fim.tools.registry import ToolRegistry
 from fim.types import Tool
 from fim.workflows import (
@@ -129,7 +130,6 @@ class Scheduler:
         queue: asyncio.Queue[Event | _Done] = asyncio.Queue()
         semaphore = asyncio.Semaphore(decl.max_concurrency)
         tasks: dict[str, asyncio.Task[None]] = {}
-        owner = await self._owner()
 
         def settle(node_id: str) -> None:
             ns = state.nodes[node_id]
@@ -139,8 +139,10 @@ class Scheduler:
                 if not remaining[edge.target] and state.nodes[edge.target].status == "pending":
                     ready.append(edge.target)
 
-        persister.mark()
+        ended = False  # the loop ran out of nodes: `finish` decides how the run ended
         try:
+            persister.mark()
+            owner = await self._owner()
             while True:
                 while ready and state.error is None:
                     node_id = ready.popleft()
@@ -195,12 +197,10 @@ class Scheduler:
                     persister.mark()
                 if state.error is not None and tasks:
                     await self._cancel(tasks)
+            ended = True
         finally:
-            if tasks:
-                await self._cancel(tasks)
-                state.status = "cancelled"
-                state.error = state.error or "cancelled"
-                await persister.flush()
+            if not ended:  # cancelled, closed or failed mid-run: nothing drives it on
+                await shielded(self._stopped(tasks))
         async for event in self.finish():
             yield event
 
@@ -218,6 +218,19 @@ class Scheduler:
 
         claimed = await owner_of(get_store(self.services), self.state.run_id)
         return claimed or current_owner.get()
+
+    async def _stopped(self, tasks: dict[str, asyncio.Task[None]]) -> None:
+        """End a run whose driving stopped before its end (its caller was cancelled, a
+        client left its stream, its consumer closed it): its nodes cancelled, its record
+        `cancelled`. Run `shielded`: under Starlette's cancellation every await of the
+        cancelled task is cancelled again, and a record left `running` held its key's
+        place among its paused runs for good (attack-30 #1)."""
+        state = self.state
+        if tasks:
+            await self._cancel(tasks)
+        state.status = "cancelled"
+        state.error = state.error or "cancelled"
+        await self.persister.flush()
 
     async def _cancel(self, tasks: dict[str, asyncio.Task[None]]) -> None:
         state = self.state
@@ -347,7 +360,7 @@ class Scheduler:
         if state.status != "paused":
             state.finished_at = now
         state.duration_ms = (now - state.started_at) * 1000
-        await self.persister.flush()
+        await shielded(self.persister.flush())  # its end is written, even if cancelled now
         if state.status == "failed" and state.error and not state.error.startswith("node '"):
             yield ErrorEvent(run_id=state.run_id, message=state.error, kind="workflow_error")
         yield WorkflowFinished(

@@ -83,7 +83,12 @@ class RunState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunState:
-        values = dict(data)
+        """The state a record holds; keys that are not fields are left out (a background
+        run's `queued` record carries `background: true`: reading it was a TypeError), and
+        a record of a run that never started (no declaration, no inputs) reads as one."""
+        values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        values.setdefault("decl", {})
+        values.setdefault("inputs", {})
         values["nodes"] = {k: NodeState(**v) for k, v in data.get("nodes", {}).items()}
         return cls(**values)
 
