@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from fim.masking import StreamMasker, known
 from fim.store.prepared import Prepared
 from fim.store.schema import table
+from fim.tasks import spawn
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -217,7 +218,11 @@ async def recorded(
             log.add(event.model_dump(mode="json"))
             yield event
     finally:
-        await log.close()
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():  # a client gone: the log is still closed
+            spawn(log.close())
+        else:
+            await log.close()
 
 
 # --------------------------------------------------------------------------- reading
