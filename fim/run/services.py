@@ -82,15 +82,23 @@ class Services:
         return self.cache[key]
 
     async def aclose(self) -> None:
+        """Run every closer, last registered first: one that fails does not keep the
+        others from closing (the first failure is raised once all have run)."""
+        failed: Exception | None = None
         for close in reversed(self.closers):
-            result = close()
-            if inspect.isawaitable(result):
-                await result
+            try:
+                result = close()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as exc:
+                failed = failed or exc
         self.closers.clear()
         self.cache.clear()
         compat = sys.modules.get("fim.llm.openai_compat")
         if compat is not None:  # the pooled model session of this event loop
             await compat.aclose_clients()
+        if failed is not None:
+            raise failed
 
 
 @dataclass

@@ -138,12 +138,15 @@ class Going:
         for task in tasks.values():
             task.cancel()
         await asyncio.gather(*tasks.values(), return_exceptions=True)
-        for run_id in tasks:
-            record = await self.store.get_run(run_id)
-            if record is not None and record.status in ("queued", "running"):
-                data = {**record.data, "status": "cancelled", "error": STOPPED}
-                await self.store.put_run(run_id, record.kind, record.name, "cancelled", data)
-                log.info("background run %s: %s, recorded cancelled", run_id, STOPPED)
+        for run_id in tasks:  # each on its own: one the store refuses leaves the others'
+            try:
+                record = await self.store.get_run(run_id)
+                if record is not None and record.status in ("queued", "running"):
+                    data = {**record.data, "status": "cancelled", "error": STOPPED}
+                    await self.store.put_run(run_id, record.kind, record.name, "cancelled", data)
+                    log.info("background run %s: %s, recorded cancelled", run_id, STOPPED)
+            except Exception:
+                log.exception("background run %s: could not record it cancelled", run_id)
 
 
 def _going(api: Api) -> Going:

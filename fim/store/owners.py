@@ -169,12 +169,20 @@ async def paused_runs(store: Store, owner: str, now: float | None = None) -> int
     runs = table("runs")
     mine = (runs.c.kind == "workflow", runs.c.id.in_(owned_by(owner)))
     paused = select(func.count()).where(runs.c.status == "paused", *mine)
-    going = select(runs.c.id, runs.c.data, runs.c.updated_at).where(
-        runs.c.status.in_(("queued", "running")), *mine
-    )
+    # the two fields `driven` reads, not the whole state (inputs, node outputs: attack-31
+    # #2, each refused start of a key at its cap parsed all of its runs)
+    going = select(
+        runs.c.id,
+        runs.c.data["queued"].label("queued"),
+        runs.c.data["owner"].label("owner"),
+        runs.c.updated_at,
+    ).where(runs.c.status.in_(("queued", "running")), *mine)
 
     def read(conn: Connection) -> tuple[int, list[Any], set[str]]:
-        rows = [{**row, "data": _data(row["data"])} for row in conn.execute(going).mappings()]
+        rows = [
+            {**row, "data": {"queued": _value(row["queued"]), "owner": _value(row["owner"])}}
+            for row in conn.execute(going).mappings()
+        ]
         jobs: set[str] = set()
         queued = [str(r["id"]) for r in rows if r["data"].get("queued")]
         if queued and conn.dialect.name == "postgresql":
@@ -192,10 +200,15 @@ async def paused_runs(store: Store, owner: str, now: float | None = None) -> int
     return counted + sum(1 for r in rows if driven(r, r["id"] in jobs, at))
 
 
-def _data(data: Any) -> dict[str, Any]:
-    """A record's `data`, a dict whatever the driver returned."""
-    value = json.loads(data) if isinstance(data, str) else data
-    return value if isinstance(value, dict) else {}
+def _value(value: Any) -> Any:
+    """One field of a record's `data` as the driver returned it, decoded if it came as
+    JSON text."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
 
 
 def driven(row: Any, job_pending: bool, now: float) -> bool:
