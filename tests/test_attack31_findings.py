@@ -74,7 +74,6 @@ def _scope(body: bytes) -> dict[str, Any]:
     }  # fmt: skip
 
 
-@pytest.mark.xfail(strict=True, reason="attack-31 #1: an abandoned stream's run waits for GC")
 @pytest.mark.usefixtures("silent_model")
 # the generators the collector finalises at the loop's end may fail in `shielded` ("no
 # running event loop", the run's last write lost): part of the finding, after the assertion

@@ -251,7 +251,14 @@ class Parked:
             try:
                 await response(scope, receive, send)
             finally:
-                await self.release(began())
+                # Starlette never closes a streaming body: a client gone mid-send left the
+                # run's generators paused until the collector freed them (attack-31 #1)
+                body = getattr(response, "body_iterator", None)
+                try:
+                    if body is not None and hasattr(body, "aclose"):
+                        await shielded(body.aclose())
+                finally:
+                    await self.release(began())
 
         return send_it
 
