@@ -48,3 +48,28 @@ def serving(
     finally:
         server.shutdown()
         server.server_close()
+
+
+def post_scope(path: str, length: int, key: str = "key-a") -> dict[str, Any]:
+    """The ASGI scope uvicorn hands an app for `POST path` with a JSON body of `length`
+    bytes and `key` as bearer (ASGI 3.0, spec 2.3: Starlette cancels a stream whose client
+    sent `http.disconnect`), for tests that drive `receive` and `send` themselves."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "server": ("127.0.0.1", 8000),
+        "client": ("127.0.0.1", 5555),
+        "headers": [
+            (b"host", b"127.0.0.1:8000"),
+            (b"authorization", f"Bearer {key}".encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(length).encode()),
+        ],
+    }

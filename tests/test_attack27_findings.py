@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from http_stubs import post_scope
 from starlette.testclient import TestClient
 
 import fim.run.context
@@ -127,25 +128,7 @@ def test_a_keyed_request_whose_body_never_arrives_is_given_up(tmp_path: Path) ->
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/agents/quick/runs",
-        "raw_path": b"/v1/agents/quick/runs",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [
-            (b"host", b"127.0.0.1"),
-            (b"authorization", b"Bearer key-a"),
-            (b"content-type", b"application/json"),
-            (b"content-length", b"100"),
-        ],
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 8000),
-    }
+    scope = post_scope("/v1/agents/quick/runs", 100)
     loop = _JumpingLoop()
 
     async def main() -> bool:

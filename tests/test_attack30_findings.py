@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from http_stubs import post_scope
 from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
@@ -79,27 +80,7 @@ def test_a_streamed_run_whose_client_leaves_gives_its_place_back(tmp_path: Path)
     of one, the key can start a run again."""
     app = create_app(SnapshotHolder(compile_project(project(tmp_path))))
     body = json.dumps({"stream": True}).encode()
-    headers = [
-        (b"host", b"127.0.0.1:8000"),
-        (b"authorization", b"Bearer key-a"),
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-    ]
-    path = "/v1/workflows/slow/runs"
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "server": ("127.0.0.1", 8000),
-        "client": ("127.0.0.1", 5555),
-        "headers": headers,
-    }
+    scope = post_scope("/v1/workflows/slow/runs", len(body))
 
     async def leave_after_the_first_event() -> None:
         first = asyncio.Event()

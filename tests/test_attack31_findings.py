@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from http_stubs import post_scope
 from starlette.testclient import TestClient
 
 import fim.store.owners as owners
@@ -60,18 +61,7 @@ def thinking(root: Path) -> Any:
 
 
 def _scope(body: bytes) -> dict[str, Any]:
-    path = "/v1/workflows/slow/runs"
-    return {
-        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1", "method": "POST", "scheme": "http", "path": path,
-        "raw_path": path.encode(), "query_string": b"", "root_path": "",
-        "server": ("127.0.0.1", 8000), "client": ("127.0.0.1", 5555),
-        "headers": [
-            (b"host", b"127.0.0.1:8000"), (b"authorization", b"Bearer key-a"),
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-        ],
-    }  # fmt: skip
+    return post_scope("/v1/workflows/slow/runs", len(body))
 
 
 @pytest.mark.usefixtures("silent_model")

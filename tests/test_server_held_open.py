@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from http_stubs import post_scope
+
 from fim.build.compile import compile_project
 from fim.build.reload import SnapshotHolder
 from fim.server.app import create_app
@@ -40,25 +42,7 @@ def _app(root: Path) -> Any:
 
 
 def _scope(length: int) -> dict[str, Any]:
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/agents/quick/runs",
-        "raw_path": b"/v1/agents/quick/runs",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [
-            (b"host", b"127.0.0.1"),
-            (b"authorization", b"Bearer key-a"),
-            (b"content-type", b"application/json"),
-            (b"content-length", str(length).encode()),
-        ],
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 8000),
-    }
+    return post_scope("/v1/agents/quick/runs", length)
 
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]

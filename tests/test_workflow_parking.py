@@ -19,6 +19,7 @@ from typing import Any
 
 import anyio
 import pytest
+from http_stubs import post_scope
 from sqlalchemy import text
 from starlette.testclient import TestClient
 from typer.testing import CliRunner
@@ -433,18 +434,7 @@ def test_a_streamed_run_whose_client_leaves_ends_cancelled(tmp_path: Path) -> No
     node too, and holds no place."""
     app = thinking(tmp_path)
     body = json.dumps({"stream": True}).encode()
-    path = "/v1/workflows/slow/runs"
-    scope = {
-        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1", "method": "POST", "scheme": "http", "path": path,
-        "raw_path": path.encode(), "query_string": b"", "root_path": "",
-        "server": ("127.0.0.1", 8000), "client": ("127.0.0.1", 5555),
-        "headers": [
-            (b"host", b"127.0.0.1:8000"), (b"authorization", b"Bearer key-a"),
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-        ],
-    }  # fmt: skip
+    scope = post_scope("/v1/workflows/slow/runs", len(body))
     sent: list[bytes] = []
 
     async def leave_mid_run() -> None:
