@@ -163,6 +163,9 @@ class _Unreachable:
     async def put_run(self, run_id: str, kind: str, name: str, status: str, data: Any) -> None:
         self.written[run_id] = status
 
+    async def record_cancelled(self, record: RunRecord, reason: str, **data: Any) -> None:
+        await self.put_run(record.id, record.kind, record.name, "cancelled", {})
+
 
 async def test_a_stop_that_cannot_record_one_run_still_ends_the_others(tmp_path: Path) -> None:
     """`Going.stop` reads and writes each run in turn, unguarded: the first that fails

@@ -142,8 +142,7 @@ class Going:
             try:
                 record = await self.store.get_run(run_id)
                 if record is not None and record.status in ("queued", "running"):
-                    data = {**record.data, "status": "cancelled", "error": STOPPED}
-                    await self.store.put_run(run_id, record.kind, record.name, "cancelled", data)
+                    await self.store.record_cancelled(record, STOPPED)
                     log.info("background run %s: %s, recorded cancelled", run_id, STOPPED)
             except Exception:
                 log.exception("background run %s: could not record it cancelled", run_id)

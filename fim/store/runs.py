@@ -18,6 +18,14 @@ _RUN_KEYS = ["id", "created_at", "updated_at", "kind", "name", "status", "data"]
 
 
 class Runs(Database):
+    async def record_cancelled(self, record: RunRecord, reason: str, **data: Any) -> None:
+        """Write `record` (a run record as `get_run` returns it) ended `cancelled` with
+        `reason` as its error, `data` over its state: the one way a run is ended from
+        outside its engine (a revoked key, a job dropped, an expired approval, the server
+        stopping)."""
+        state = {**record.data, "status": "cancelled", "error": reason, **data}
+        await self.put_run(record.id, record.kind, record.name, "cancelled", state)
+
     async def put_run(
         self, run_id: str, kind: str, name: str, status: str, data: dict[str, Any]
     ) -> None:

@@ -58,8 +58,7 @@ async def revoked(store: Store, settings: ServerSettings, run_id: str, owner: st
     if record.status in FINAL:
         return record.status
     log.warning("run %s (%s '%s') not run: %s", run_id, record.kind, record.name, REVOKED)
-    data = {**record.data, "status": "cancelled", "error": REVOKED}
-    await store.put_run(run_id, record.kind, record.name, "cancelled", data)
+    await store.record_cancelled(record, REVOKED)
     await deny_waiting(store, run_id)
     return "cancelled"
 

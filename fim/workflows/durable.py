@@ -299,8 +299,7 @@ async def stop(app: procrastinate.App, store: Store, run_id: str) -> str | None:
         await drop_request(app, run_id)
         record = await store.get_run(run_id)
         if record is not None:
-            data = {**record.data, "status": "cancelled", "error": "cancelled before it started"}
-            await store.put_run(run_id, record.kind, record.name, "cancelled", data)
+            await store.record_cancelled(record, "cancelled before it started")
     if outcome is not None:
         await deny_waiting(store, run_id)
     return outcome

@@ -110,13 +110,13 @@ async def end_expired(store: Store, now: float | None = None, dry_run: bool = Fa
         if record is None or record.status != "paused":
             continue
         reason = why(approval)
-        data = {**record.data, "status": "cancelled", "error": reason, "finished_at": now}
+        extra: dict[str, Any] = {"finished_at": now}
         node = (approval.get("data") or {}).get("node")
-        nodes = data.get("nodes")
+        nodes = record.data.get("nodes")
         if isinstance(nodes, dict) and isinstance(nodes.get(node), dict):
             nodes = {**nodes, node: {**nodes[node], "status": "cancelled", "error": reason}}
-            data["nodes"] = nodes
-        await store.put_run(record.id, record.kind, record.name, "cancelled", data)
+            extra["nodes"] = nodes
+        await store.record_cancelled(record, reason, **extra)
         log = EventLog(store, record.id, KIND, record.name, record=False)
         said = ErrorEvent(run_id=record.id, message=reason, kind="approval_expired")
         log.add(said.model_dump(mode="json"))
