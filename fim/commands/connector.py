@@ -75,8 +75,8 @@ def import_(
         fail(f"{spec}: {_TOO_DEEP}")
     finally:
         gc.enable()
-    for warning in warnings:
-        typer.echo(f"warning: {warning}", err=True)
+    for warning in warnings:  # they quote the document: escaped, as every line of fim's
+        err(f"warning: {warning}")
     try:
         HttpConnector.model_validate(decl)
     except ValidationError as exc:

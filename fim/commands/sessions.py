@@ -139,8 +139,8 @@ def show(
         dumped = [m.model_dump(mode="json", exclude_defaults=True) for m in messages]
         typer.echo(json.dumps(known().value({**row, "messages": dumped}), ensure_ascii=False))
         return
-    name = printable(known().text(row["name"] or row["id"]))
-    typer.echo(f"session {name} (owner {_owner(row['owner'])}, id {row['id']})")
+    name = known().text(row["name"] or row["id"])  # callers name sessions: shown escaped
+    typer.echo(printable(f"session {name} (owner {_owner(row['owner'])}, id {row['id']})"))
     for message in messages:  # what a model and its tools said: never terminal commands
         text = message.content or ""
         if message.tool_calls:
@@ -173,4 +173,5 @@ def forget(
     done = _run(store, delete())
     if isinstance(done, str):
         fail(done, "`fim sessions list` shows the sessions")
-    typer.echo(f"forgot session {known().text(done['name'] or done['id'])} (id {done['id']})")
+    name = known().text(done["name"] or done["id"])
+    typer.echo(printable(f"forgot session {name} (id {done['id']})"))
