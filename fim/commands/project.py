@@ -57,7 +57,8 @@ def validate(
         typer.Option(
             "--strict",
             help="Fail on warnings too (a connector or MCP server unavailable because a "
-            "${VAR} is unset, a missing sandbox, an open CORS setting).",
+            "${VAR} is unset or its command is not installed, a missing sandbox, an open "
+            "CORS setting).",
         ),
     ] = False,
 ) -> None:
@@ -80,6 +81,7 @@ def validate(
         raise typer.Exit(1)
     warnings = _unavailable_warnings(snapshot) + _sandbox_warnings(snapshot)
     warnings += _server_warnings(snapshot) + _confirm_warnings(snapshot)
+    warnings += _mcp_command_warnings(snapshot)
     if strict and warnings:
         _report(warnings, format)
         raise typer.Exit(1)
@@ -120,6 +122,24 @@ def _unavailable_warnings(snapshot: Snapshot) -> list[Problem]:
             message = f"{what} '{name}' is unavailable: {p.message}"
             problems.append(Problem(p.path, p.line, p.column, message, p.hint))
     return sorted(problems, key=lambda p: (p.path, p.line, p.column))
+
+
+def _mcp_command_warnings(snapshot: Snapshot) -> list[Problem]:
+    """Stdio MCP servers whose `command` is not installed here (`pythn`): the check every
+    run of an agent that uses one makes first (`fim.run.preflight.command_problem`), at the
+    `command:` line. A warning, as an unset variable is: the machine that validates is
+    often not the one that serves; `--strict` fails on it. No process is started."""
+    if not snapshot.project.mcp_servers:
+        return []
+    # deferred: only a project with MCP servers needs the run-time checks
+    from fim.run.preflight import command_hint, command_problem
+
+    problems = []
+    for name in snapshot.project.mcp_servers:
+        if (problem := command_problem(snapshot, name)) is not None:
+            path = ("mcp_servers", name, "command")
+            problems.append(_at_project(snapshot, path, problem, command_hint(snapshot, name)))
+    return problems
 
 
 def _sandbox_warnings(snapshot: Snapshot) -> list[Problem]:

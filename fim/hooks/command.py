@@ -41,12 +41,14 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import tempfile
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fim.hooks.base import BaseHook
+from fim.hooks.base import BaseHook, log
 from fim.hooks.command_input import environment, event_payload, read_env_file, write_transcript
 from fim.hooks.command_output import interpret
 from fim.hooks.command_pins import changed_script
@@ -122,10 +124,11 @@ class CommandHook(BaseHook):
             handle, env_file = tempfile.mkstemp(prefix="fim-env-", suffix=".sh")
             os.close(handle)
         try:
+            given = environment(context, self.env, self._root(), env_file)
             code, stdout, stderr = await run_command(
                 self.command,
                 json.dumps(self.payload(context), default=str),
-                environment(context, self.env, self._root(), env_file),
+                given,
                 cwd=self._root(),
                 timeout=self.timeout,
             )
@@ -153,6 +156,47 @@ class CommandHook(BaseHook):
                 allow=False,
                 error=f"hook command failed with exit code {code}"
                 + (f": {tail}" if tail else "")
-                + "; the call was blocked because hooks fail closed",
+                + f"; the call was blocked because hooks fail closed ({env_hint(stderr, given)})",
             )
+        if stderr.strip():
+            self._show_stderr(context, stderr.strip())
         return await interpret(self, context, stdout, ask_timeout=self.options.ask_timeout)
+
+    def _show_stderr(self, context: HookContext, stderr: str) -> None:
+        """What a hook that succeeded wrote on stderr, for the person running the agent: a
+        notice (`fim run -v` shows it, as Claude Code's verbose mode does) and a `fim.hooks`
+        log line at INFO (`fim serve --log-level info`). Masked, then cut to its end."""
+        tail, cut = known().tail(stderr, MAX_STDERR_TAIL)
+        message = f"hook '{self.name}' stderr: {'...' if cut else ''}{known().text(tail)}"
+        log.info("%s", message)
+        if self._notify is not None:
+            # deferred: loading fim.events costs tens of ms
+            from fim.events import Notice
+
+            self._notify(Notice(run_id=context.run_id, message=message, data={"hook": self.name}))
+
+
+def env_hint(stderr: str, given: Mapping[str, str]) -> str:
+    """Why a hook that works in a terminal can fail under fim: it gets an allow-listed
+    environment (`fim.hooks.command_input.environment`), not fim's. When its stderr names
+    a variable fim has and the hook was not given (`GITHUB_TOKEN is not set`), the hint
+    names it; otherwise it names the mechanism. Names only, never a value."""
+    missing = [
+        name
+        for name in dict.fromkeys(_VARIABLE.findall(stderr))
+        if name in os.environ and name not in given
+    ][:3]
+    if missing:
+        listed = ", ".join(missing)
+        return (
+            f"{listed} {'is' if len(missing) == 1 else 'are'} set for fim but not passed to "
+            f"hooks, which get an allow-listed environment: add `env: [{listed}]` to the hook"
+        )
+    return (
+        "a hook gets an allow-listed environment (PATH, HOME, LANG, ...): a variable it "
+        "needs from fim's is passed with `env: [NAME]` on the hook"
+    )
+
+
+_VARIABLE = re.compile(r"\b[A-Z][A-Z0-9_]+\b")
+"""An environment variable's name as a hook's message would write it (upper case)."""

@@ -18,10 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fim.config.problems import suggest
 from fim.config.schema.script import REGEX_PREFIX, ScriptFile, ScriptStep, Steps
-from fim.config.script_files import is_branching, read_script
-from fim.config.yamlio import YamlSyntaxError, parse
+from fim.config.script_files import read_script
 from fim.errors import ConfigError
 from fim.llm.wire import new_call_id, parse_arguments
 from fim.schema_check import pattern_matches
@@ -105,35 +103,16 @@ def resolve_step(
 # --------------------------------------------------------------------------- YAML scripts
 
 
-def _step_from_yaml(item: Any, path: Path, line: int, column: int) -> ModelResponse:
-    hint = "each step is `- text: ...` or `- tool_calls: [{name: ..., arguments: {...}}]`"
+def _step(item: Any) -> ModelResponse:
+    """One step of a script file, as `fim.config.script_files.read_script` checked it (a
+    string, or a mapping of `text` and `tool_calls`/`tool_call`)."""
     if isinstance(item, str):
         return text(item)
-    if not isinstance(item, dict):
-        raise ConfigError.at(path, "a script step must be a mapping", line, column, hint)
-    keys = set(item)
-    if keys == {"text"}:
+    if set(item) == {"text"}:
         return text(str(item["text"]))
-    if keys <= {"tool_calls", "tool_call", "text"} and keys & {"tool_calls", "tool_call"}:
-        raw = item.get("tool_calls") or [item.get("tool_call")]
-        calls = []
-        for call in raw:
-            if not isinstance(call, dict) or "name" not in call:
-                raise ConfigError.at(path, "a tool call needs a `name`", line, column, hint)
-            args = call.get("arguments", {})
-            if args is not None and not isinstance(args, dict | str):
-                raise ConfigError.at(
-                    path, "tool call `arguments` must be a mapping", line, column, hint
-                )
-            calls.append((str(call["name"]), _plain(args), call.get("id")))
-        return tool_calls(calls, content=item.get("text"))
-    unknown = sorted(keys - STEP_KEYS) or sorted(keys)
-    guess = suggest(unknown[0], STEP_KEYS, "step keys") if len(unknown) == 1 else None
-    listed = ", ".join(f"'{k}'" for k in unknown)
-    raise ConfigError.at(path, f"unknown step key {listed}", line, column, guess or hint)
-
-
-STEP_KEYS = frozenset({"text", "tool_calls", "tool_call"})
+    raw = item.get("tool_calls") or [item.get("tool_call")]
+    calls = [(str(call["name"]), _plain(call.get("arguments", {})), call.get("id")) for call in raw]
+    return tool_calls(calls, content=item.get("text"))
 
 
 def _plain(value: Any) -> Any:
@@ -256,40 +235,18 @@ def load_script(path: Path) -> Script:
 
 
 def _parse_script(path: Path, source: str) -> Script:
-    """The steps of a script file (or its `replies`), read with the project's YAML reader
-    (`fim.config.yamlio`: libyaml's parser, positions kept; ruamel's pure-Python reader
-    cost every `fim eval` of a scripted agent ~25 ms of start-up)."""
-    try:
-        doc = parse(source, str(path))
-    except YamlSyntaxError as exc:
-        raise ConfigError.at(
-            path, f"invalid YAML: {exc.message}", exc.line, exc.column, exc.hint
-        ) from None
-    if doc.problems:
-        raise ConfigError(list(doc.problems))
-    data = doc.data
-    if is_branching(data):
-        return _replies(path, source)
-    at: tuple[str, ...] = ()
-    if isinstance(data, dict) and "steps" in data:
-        data, at = data["steps"], ("steps",)
-    if not isinstance(data, list):
-        raise ConfigError.at(
-            path, "a scripted model file must be a list of steps", hint="start with `- text: Hi`"
-        )
-    return [_step_from_yaml(item, path, *doc.position((*at, i))) for i, item in enumerate(data)]
-
-
-def _replies(path: Path, source: str) -> Replies:
-    """The `replies` form, validated by its schema (`fim.config.script_files`, which
-    `fim validate` uses too): every problem at once, at its line and column."""
+    """The steps of a script file (or its `replies`), read and checked by
+    `fim.config.script_files` (the project's YAML reader, positions kept), which
+    `fim validate` uses too: every problem at once, at its line and column."""
     script, problems = read_script(source, str(path))
     if script is None:
         raise ConfigError(problems)
-    return _built(script, path)
+    if isinstance(script, ScriptFile):
+        return _built(script)
+    return [_step(item) for item in script]
 
 
-def _built(script: ScriptFile, path: Path) -> Replies:
+def _built(script: ScriptFile) -> Replies:
     replies = []
     for reply in script.replies:
         when = reply.when
@@ -301,15 +258,15 @@ def _built(script: ScriptFile, path: Path) -> Replies:
                 f"{k}: {v}" for k, v in (("user", user), ("tool_result", tool_result)) if v
             )
         )
-        replies.append(Reply(label, user, tool_result, _responses(reply.steps, path)))
-    return Replies(tuple(replies), _responses(script.default, path))
+        replies.append(Reply(label, user, tool_result, _responses(reply.steps)))
+    return Replies(tuple(replies), _responses(script.default))
 
 
-def _responses(steps: Steps, path: Path) -> tuple[ModelResponse, ...]:
+def _responses(steps: Steps) -> tuple[ModelResponse, ...]:
     """Validated steps as responses, built by the same code as the plain form's."""
     return tuple(
         text(step)
         if not isinstance(step, ScriptStep)
-        else _step_from_yaml(step.model_dump(exclude_none=True), path, 1, 1)
+        else _step(step.model_dump(exclude_none=True))
         for step in steps
     )

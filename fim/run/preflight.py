@@ -18,6 +18,7 @@ to a model endpoint on loopback; `fim run` calls it before its event loop starts
 
 from __future__ import annotations
 
+import difflib
 import os
 import shutil
 import socket
@@ -92,6 +93,22 @@ def command_problem(snapshot: Snapshot, server: str) -> str | None:
     return f"MCP server '{server}': command '{command}' not found"
 
 
+LAUNCHERS = ("python", "python3", "node", "npx", "uv", "uvx", "docker", "deno", "bunx", "pipx")
+"""The commands stdio MCP servers are usually started with: a close misspelling of one that
+is installed here (`pythn`) is named in the hint."""
+
+
+def command_hint(snapshot: Snapshot, server: str) -> str:
+    """The fix for a `command_problem` (`fim run` and `fim validate` say the same)."""
+    command = str(getattr(snapshot.project.mcp_servers.get(server), "command", None) or "")
+    fix = "install it, or fix mcp_servers in fim.yaml"
+    if not command or os.sep in command:
+        return fix
+    installed = [name for name in LAUNCHERS if shutil.which(name) is not None]
+    close = difflib.get_close_matches(command, installed, n=1, cutoff=0.7)
+    return f"did you mean '{close[0]}'? or {fix}" if close else fix
+
+
 def _unavailable(snapshot: Snapshot, kind: str, name: str) -> RunError | None:
     """`Snapshot.unavailable`, tolerating a snapshot built before it existed (tests' fakes)."""
     check = getattr(snapshot, "unavailable", None)
@@ -113,9 +130,7 @@ def agent_problems(
                 problems.append(RunError(f"{prefix}: {error.message}", hint=error.hint))
     for server in agent.mcp:
         if (problem := command_problem(snapshot, server)) is not None:
-            problems.append(
-                RunError(f"{prefix}: {problem}", hint="install it, or fix mcp_servers in fim.yaml")
-            )
+            problems.append(RunError(f"{prefix}: {problem}", hint=command_hint(snapshot, server)))
     return problems
 
 
@@ -139,7 +154,9 @@ def workflow_problems(snapshot: Snapshot, decl: WorkflowDecl) -> list[RunError]:
                 problems.append(RunError(f"{where}: {error.message}", hint=error.hint))
         for server in dict.fromkeys(server for server, _ in uses.mcp):
             if problem := command_problem(snapshot, server):
-                problems.append(RunError(f"{where}: {problem}"))
+                problems.append(
+                    RunError(f"{where}: {problem}", hint=command_hint(snapshot, server))
+                )
     return problems
 
 
@@ -170,6 +187,7 @@ __all__ = [
     "agent_problems",
     "check_agent",
     "check_workflow",
+    "command_hint",
     "command_problem",
     "key_problem",
     "local_endpoint",

@@ -24,7 +24,7 @@ from pydantic import (
 from starlette.requests import Request
 
 from fim.schema_check import MAX_NESTING, nested_deeper
-from fim.server.http import JSONResponse  # masked, like every body the API sends
+from fim.server.http import JSONResponse, error  # masked, like every body the API sends
 from fim.structured import NonFinite, non_finite
 from fim.types import Message
 
@@ -68,15 +68,9 @@ class BodyError(Exception):
         self.code = code
 
     def response(self) -> JSONResponse:
-        error: dict[str, Any] = {
-            "message": self.message,
-            "type": "invalid_request_error",
-            "param": self.field,
-            "code": self.code,
-        }
-        if self.hint:
-            error["hint"] = self.hint
-        return JSONResponse({"error": error}, status_code=400)
+        """A 400 in the shape of every error (`fim.server.replies.error`: the hint is in
+        `message` too, for the OpenAI SDKs, which show only that)."""
+        return error(400, self.message, self.hint, param=self.field, code=self.code)
 
 
 class FieldProblem(ValueError):

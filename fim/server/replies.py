@@ -47,7 +47,8 @@ def error(
     code: str | None = None,
 ) -> JSONResponse:
     """An error in OpenAI's shape (`message`, `type`, `param`, `code`) on every route, so
-    one client-side handler reads them all; `hint` is fim's own addition."""
+    one client-side handler reads them all; `hint` is fim's own addition, also at the end
+    of `message` (`with_hint`)."""
     kind = (
         "server_error"
         if status >= 500
@@ -57,7 +58,7 @@ def error(
     )
     body: dict[str, Any] = {
         "error": {
-            "message": message,
+            "message": with_hint(message, hint),
             "type": kind,
             "param": param,
             "code": code or _CODES.get(status, "server_error" if status >= 500 else "error"),
@@ -66,3 +67,12 @@ def error(
     if hint:
         body["error"]["hint"] = hint
     return JSONResponse(body, status_code=status)
+
+
+def with_hint(message: str, hint: str | None) -> str:
+    """`message (hint)`: the OpenAI SDKs show only an error's `message` (`str(exc)` of
+    `openai.APIStatusError`), so the fix fim knows (`set OPENAI_API_KEY, ...`) would never
+    reach their users from the `hint` field alone, which stays for clients that read it."""
+    if not hint or hint in message:
+        return message
+    return f"{message} ({hint})"

@@ -51,7 +51,8 @@ const tokens = (u) => (u ? (u.prompt_tokens || 0) + (u.completion_tokens || 0) :
 class ApiError extends Error {
   constructor(status, body) {
     const e = (body && body.error) || {};
-    super(`${status}: ${e.message || "request failed"}${e.hint ? ` (${e.hint})` : ""}`);
+    const said = e.message || "request failed";  // the server puts the hint at its end
+    super(`${status}: ${said}${e.hint && !said.includes(e.hint) ? ` (${e.hint})` : ""}`);
     this.status = status;
   }
 }
