@@ -233,3 +233,11 @@ def test_a_hint_is_not_repeated_when_the_message_has_it() -> None:
     assert with_hint("no key", "set X") == "no key (set X)"
     assert with_hint("no key (set X)", "set X") == "no key (set X)"
     assert with_hint("no key", None) == "no key"
+
+
+def test_an_empty_tool_calls_list_is_named_as_such(tmp_path: Path) -> None:
+    """`tool_calls: []` is not a call missing its name: the problem says what it is."""
+    from fim.config.script_files import read_script
+
+    _, problems = read_script("- tool_calls: []\n- text: done\n", "s.yaml")
+    assert [p.message for p in problems] == ["`tool_calls` is empty"]

@@ -92,6 +92,8 @@ def project(root: Path, agent: dict[str, Any], script: list[dict[str, Any]], **f
 
 def turn(*calls: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """A script: one model turn with these tool calls, then a final answer."""
+    if not calls:
+        return [{"text": "done"}]
     tool_calls = [{"id": f"c{i}", "name": n, "arguments": a} for i, (n, a) in enumerate(calls)]
     return [{"tool_calls": tool_calls}, {"text": "done"}]
 

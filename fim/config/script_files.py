@@ -105,6 +105,9 @@ def _step_problems(doc: Document, at: Path_, item: Any) -> list[Problem]:
         return [doc.problem(at, "a step says nothing", _STEP_HINT)]
     if not keys & {"tool_calls", "tool_call"}:
         return []
+    if item.get("tool_calls") == [] and "tool_call" not in keys:
+        where = (*at, "tool_calls")
+        return [doc.problem(where, "`tool_calls` is empty", "list the calls, or write `text:`")]
     if item.get("tool_calls"):  # as the run reads it: `tool_calls`, else `tool_call`
         raw, where = item["tool_calls"], (*at, "tool_calls")
         if not isinstance(raw, list):
