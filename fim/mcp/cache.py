@@ -34,7 +34,11 @@ log = logging.getLogger(__name__)
 
 FOLDER = Path(".fim") / "cache" / "mcp-tools"
 MAX_BYTES = 4_000_000
-VERSION = 1
+"""The largest entry `load` reads; `store` writes none larger (one it would not read back
+was rewritten, whole, on every start)."""
+VERSION = 2
+"""2: entries hold only tools of fim's listing rules (`fim.mcp.tool_list`); those of
+version 1 were written before them."""
 
 
 def _stat(path: Path) -> str | None:
@@ -99,8 +103,13 @@ def store(root: Path, key: str, listing: dict[str, Any]) -> None:
     """Write the entry (atomically: a concurrent reader sees the old or the new file)."""
     path = _file(root, key)
     body = {**listing, "tools": [asdict(t) for t in listing["tools"]]}
+    text = json.dumps(body, ensure_ascii=False)
     try:
+        if len(text.encode()) > MAX_BYTES:  # rare: `tool_list.MAX_LIST_CHARS` is below it
+            log.info("the tool list of an MCP server is too large to cache: %s not written", path)
+            path.unlink(missing_ok=True)  # an older entry would be read in its place
+            return
         private.parents(path)
-        write_inside(root, path, json.dumps(body, ensure_ascii=False))
+        write_inside(root, path, text)
     except OSError as exc:  # a read-only checkout still runs, only slower
         log.debug("cannot cache the tools of an MCP server in %s: %s", path, exc)

@@ -132,17 +132,25 @@ class Requests(ToolList):
                     return
                 if self._lost:
                     raise NotSent()
-                job.sent = True
-                self._inflight.add(job)
                 result: Any = None
                 if job.kind == "refresh":
                     async with self.refreshing:
+                        await self.refresh_turn()  # paced: at most one each REFRESH_SECONDS
+                        job.sent = True
+                        self._inflight.add(job)
                         self.refresh_queued = False  # a notice from now on: one more
-                        await self._fetch_tools(client)
+                        try:
+                            await self._fetch_tools(client)
+                        finally:
+                            self.refresh_over()
                 elif job.kind == "request":
                     assert job.request is not None
+                    job.sent = True
+                    self._inflight.add(job)
                     result = await job.request(client)
                 else:
+                    job.sent = True
+                    self._inflight.add(job)
                     result = await client.call_tool(
                         job.tool,
                         job.arguments,

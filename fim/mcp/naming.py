@@ -13,6 +13,15 @@ from typing import Any
 from fim.types import JSONSchema
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
+_MCP_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+
+
+def conforming(name: str) -> bool:
+    """Whether `name` follows MCP's rule for tool names (spec 2025-11-25: 1 to 128 of
+    `A-Z a-z 0-9 _ - .`). fim offers no other: a server's name goes whole into places the
+    model trusts more than a tool result (the system prompt's stub, `discover`), and one of
+    400 KB or with new lines and markdown in it is no tool name (attack-32 #2, #3)."""
+    return _MCP_NAME.fullmatch(name) is not None
 
 
 def tool_name(server: str, tool: str) -> str:

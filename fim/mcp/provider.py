@@ -17,7 +17,7 @@ from fim.mcp.caller import for_run
 from fim.mcp.legacy import legacy_tools
 from fim.mcp.manager import McpManager, check_live, get_manager
 from fim.mcp.meta import META_TOOL, McpMetaTool, effective_tool_name
-from fim.mcp.naming import tool_name
+from fim.mcp.naming import conforming, tool_name
 
 if TYPE_CHECKING:
     from fim.mcp.connection import ServerConnection
@@ -36,8 +36,11 @@ def stub(conn: ServerConnection) -> str:
     description = " ".join(conn.description.split())
     if len(description) > STUB_DESCRIPTION_CHARS:
         description = description[: STUB_DESCRIPTION_CHARS - 3] + "..."
-    names = [t.name[:STUB_NAME_CHARS] for t in conn.tools[:STUB_TOOL_NAMES]]
-    more = ", ..." if len(conn.tools) > STUB_TOOL_NAMES else ""
+    # names of MCP's rule only (fim offers no other): a server's name here is read as the
+    # operator's words, so no new lines, markdown or escapes of a third party's (attack-32 #3)
+    shown = [t.name for t in conn.tools if conforming(t.name)]
+    names = [name[:STUB_NAME_CHARS] for name in shown[:STUB_TOOL_NAMES]]
+    more = ", ..." if len(shown) > STUB_TOOL_NAMES else ""
     count = len(conn.tools)
     listing = f"{count} tool{'s' if count != 1 else ''}" + (
         f": {', '.join(names)}{more}" if names else ""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -80,7 +80,20 @@ class ConnectionState:
         """`tools` came from the tool-list cache (fim/mcp/cache.py); the server has not
         answered yet in this process."""
         self.clock: Clock = time.monotonic
-        """The clock of call deadlines (tests inject one)."""
+        """The clock of call deadlines and of the pause between tool-list refreshes (tests
+        inject one)."""
+        self.pause: Callable[[float], Awaitable[None]] = asyncio.sleep
+        """How a refresh waits out its pause (`fim.mcp.tool_list.REFRESH_SECONDS`; tests
+        inject one that moves their clock instead of sleeping)."""
+        self.refresh_credit = 0.0
+        """Refreshes that may run now (`ToolList.refresh_wait`); set at the first."""
+        self.refreshed_at: float | None = None
+        """When the last refresh started, then ended, on `clock` (None: none ran yet)."""
+        self.refresh_took = 0.0
+        """Seconds the last refresh took, on `clock`."""
+        self._checked: dict[str, str | None] = {}
+        """What `fim.schema_check.schema_problem` said of each input schema listed (by its
+        JSON): a refresh checks only what changed."""
         self._inflight: set[Job] = set()
         """Requests sent and not yet answered: a server's elicitation or sampling request
         is its run's (`fim.mcp.caller.asking_run`)."""

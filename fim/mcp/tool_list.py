@@ -3,6 +3,14 @@ announced to waiters when the server says it changed.
 
 Its own module because what fim offers of a server's tools (which tools, from the cache
 or live, when they count as changed) changes for other reasons than how the session runs.
+
+A server's tool list is a third party's text, read into every tool list fim sends and kept
+for the connection's life. So fim keeps only what it can bound: names of MCP's rule, cut
+descriptions and titles, schemas of at most `MAX_SCHEMA_CHARS` that are JSON Schemas, and
+at most `MAX_LIST_CHARS` in all; and it re-lists at most once every `REFRESH_SECONDS` (or
+longer, after a slow listing) however often the server says its list changed (attack-32
+#1, #2). A listing is checked and masked in a thread: thousands of tools took the event
+loop seconds.
 """
 
 from __future__ import annotations
@@ -10,11 +18,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fim.mcp.cache import cache_key, load, store
 from fim.mcp.info import ToolInfo, leaks, masked, tool_info
+from fim.mcp.naming import conforming
 from fim.mcp.state import ConnectionState
+from fim.schema_check import schema_problem
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +33,45 @@ MAX_TOOL_PAGES = 50
 MAX_TOOLS = 2000
 """Tools of one server fim keeps at most (the first ones listed; a warning says so)."""
 MAX_SCHEMA_CHARS = 65_536
-"""The longest input schema (as JSON) a server's tool may have to be offered."""
+"""The longest input or output schema (as JSON) a server's tool may have to be offered."""
+MAX_DESCRIPTION_CHARS = 8192
+"""A tool's description is cut to this (legacy mode sends 1,024 characters of it; `discover`
+shows it whole)."""
+MAX_TITLE_CHARS = 256
+MAX_LIST_CHARS = 3_000_000
+"""The most one server's kept tools may hold in all (names, descriptions, titles and
+schemas, as JSON with non-ASCII escaped: never more bytes than that); the tools past it
+are not offered, with a warning. Below the tool-list cache's `MAX_BYTES`, so a listing kept
+is one the cache reads back, and a few seconds of work at most."""
+REFRESH_SECONDS = 5.0
+"""After a refresh, the next waits at least this long (a change notice in between leaves
+one refresh waiting, never more): a server announcing changes without end had fim re-list
+back to back and held its event loop for good."""
+REFRESH_COST = 10
+"""...and at least this many times as long as the last refresh took (up to
+`MAX_REFRESH_SECONDS`): the SDK reads a listing on the event loop, a second for a few
+megabytes, so a big listing is re-read less often."""
+MAX_REFRESH_SECONDS = 60.0
+REFRESH_BURST = 2
+"""Refreshes that may run back to back before the pause applies: a server that changes its
+list twice in a row (two toolsets enabled) is seen at once."""
+MAX_CHECKED = 4096
+"""Schemas whose check is remembered per connection (see `ConnectionState._checked`)."""
+
+
+@dataclass
+class _Page:
+    """What fim keeps of one page of a listing (`ToolList._keep`)."""
+
+    kept: list[ToolInfo] = field(default_factory=list)
+    size: int = 0
+    misnamed: list[str] = field(default_factory=list)
+    full: bool = False
+    """`MAX_LIST_CHARS` was reached: the rest of the listing is not offered."""
+
+
+def _cut(text: str, most: int) -> str:
+    return text if len(text) <= most else text[: most - 3] + "..."
 
 
 class ToolList(ConnectionState):
@@ -58,9 +107,14 @@ class ToolList(ConnectionState):
     def _offered(self, tools: list[ToolInfo]) -> list[ToolInfo]:
         """`tools` but those whose name or a schema property name holds a secret: neither
         can be masked (calls are matched by them), and the model provider would read the
-        secret with every tool list. The warning names the tool masked."""
+        secret with every tool list. The warning names the tool masked. Nor one whose name
+        breaks MCP's rule (an entry of an older fim's cache)."""
         kept: list[ToolInfo] = []
+        misnamed = [info.name for info in tools if not conforming(info.name)]
+        self._warn_misnamed(misnamed)
         for info in tools:
+            if not conforming(info.name):
+                continue
             if leaks(info, self.mask):
                 log.warning(
                     "MCP server '%s': tool '%s' is not offered: its name or a property name "
@@ -100,39 +154,156 @@ class ToolList(ConnectionState):
         if await asyncio.to_thread(load, self.root, key) != listing:
             await asyncio.to_thread(store, self.root, key, listing)
 
-    async def _fetch_tools(self, client: Any) -> None:
-        tools: list[ToolInfo] = []
-        cursor: str | None = None
-        for _page in range(MAX_TOOL_PAGES):
-            listing = await client.list_tools(cursor=cursor)
-            for tool in listing.tools:
-                execution = getattr(tool, "execution", None)
-                if getattr(execution, "task_support", None) == "required":
-                    # fim does not run MCP tasks (tasks/get, tasks/result polling); offering
-                    # the tool would only produce failing calls.
-                    log.info(
-                        "MCP server '%s': tool '%s' requires task-augmented execution, "
-                        "which fim does not support; not offered",
-                        self.name,
-                        tool.name,
-                    )
-                    continue
-                size = len(json.dumps(tool.input_schema or {}, default=str))
+    def _warn_misnamed(self, names: list[str]) -> None:
+        """One warning for the tools not offered for their names: how many, and the first
+        three (masked, escaped and cut: they are what no name should be)."""
+        if not names:
+            return
+        shown = ", ".join(
+            repr(self.mask(name[:40])) + ("..." if len(name) > 40 else "") for name in names[:3]
+        )
+        log.warning(
+            "MCP server '%s': %d tool%s not offered: a tool name must be 1 to 128 characters "
+            "of A-Z a-z 0-9 _ - . (MCP's rule): %s%s",
+            self.name,
+            len(names),
+            "s are" if len(names) != 1 else " is",
+            shown,
+            ", ..." if len(names) > 3 else "",
+        )
+
+    def refresh_wait(self) -> float:
+        """Seconds until a refresh may run: `REFRESH_BURST` back to back, then one each
+        `refresh_pause()`, counted from the end of the last (on `clock`)."""
+        credit = self._credit()
+        return 0.0 if credit >= 1 else (1 - credit) * self.refresh_pause()
+
+    def refresh_pause(self) -> float:
+        """The pause between refreshes: longer after a slow one (`REFRESH_COST`)."""
+        return min(MAX_REFRESH_SECONDS, max(REFRESH_SECONDS, REFRESH_COST * self.refresh_took))
+
+    def _credit(self) -> float:
+        if self.refreshed_at is None:
+            return float(REFRESH_BURST)
+        earned = max(0.0, self.clock() - self.refreshed_at) / self.refresh_pause()
+        return min(float(REFRESH_BURST), self.refresh_credit + earned)
+
+    async def refresh_turn(self) -> None:
+        """Wait until a refresh may run, then take its turn (the caller holds `refreshing`;
+        `refresh_queued` stays set meanwhile, so the notices of the pause add nothing)."""
+        while (wait := self.refresh_wait()) > 0:
+            await self.pause(wait)
+        self.refresh_credit = self._credit() - 1
+        self.refreshed_at = self.clock()
+
+    def refresh_over(self) -> None:
+        """A refresh ended: the pause before the next counts from now."""
+        now = self.clock()
+        self.refresh_took = 0.0 if self.refreshed_at is None else now - self.refreshed_at
+        self.refreshed_at = now
+
+    def _keep(self, tools: list[Any], room: int) -> _Page:
+        """What fim offers of one page of a listing (SDK `Tool`s), at most `room`
+        characters. Runs in a thread: dumping, checking and masking a listing of thousands
+        of tools took the event loop seconds."""
+        page = _Page()
+        infos: list[ToolInfo] = []
+        for tool in tools:
+            execution = getattr(tool, "execution", None)
+            if getattr(execution, "task_support", None) == "required":
+                # fim does not run MCP tasks (tasks/get, tasks/result polling); offering
+                # the tool would only produce failing calls.
+                log.info(
+                    "MCP server '%s': tool '%s' requires task-augmented execution, "
+                    "which fim does not support; not offered",
+                    self.name,
+                    tool.name if conforming(tool.name) else repr(tool.name[:40]),
+                )
+                continue
+            if not conforming(tool.name):
+                page.misnamed.append(tool.name)
+                continue
+            # sent with every model call in legacy mode, shown by `discover`: a server's
+            # bloated schema would be paid for on every turn, and kept for the connection
+            for which, schema in (("input", tool.input_schema), ("output", tool.output_schema)):
+                size = len(json.dumps(schema or {}, default=str))
                 if size > MAX_SCHEMA_CHARS:
-                    # sent with every model call in legacy mode, shown by `discover`: a
-                    # server's bloated schema would be paid for on every turn
                     log.warning(
-                        "MCP server '%s': tool '%s' is not offered: its input schema has "
+                        "MCP server '%s': tool '%s' is not offered: its %s schema has "
                         "%d characters (at most %d)",
                         self.name,
                         tool.name,
+                        which,
                         size,
                         MAX_SCHEMA_CHARS,
                     )
-                    continue
-                tools.extend(masked(t, self.mask) for t in self._offered([tool_info(tool)]))
+                    break
+            else:
+                infos.append(tool_info(tool))
+        for info in self._offered(infos):
+            info = masked(info, self.mask)  # masked, then cut: no secret is cut in two
+            info = replace(
+                info,
+                description=_cut(info.description, MAX_DESCRIPTION_CHARS),
+                title=_cut(info.title, MAX_TITLE_CHARS) if info.title else info.title,
+            )
+            schema = json.dumps(info.input_schema, default=str)
+            problem = self._schema_problem(schema, info)
+            if problem is not None:
+                # legacy mode sends every schema with every model call, and providers
+                # refuse a request with one that is not a JSON Schema: every run would fail
+                log.warning(
+                    "MCP server '%s': tool '%s' is not offered: its input schema cannot be "
+                    "used: %s",
+                    self.name,
+                    info.name,
+                    problem[:300],
+                )
+                continue
+            size = len(schema) + len(
+                json.dumps([info.name, info.description, info.title, info.output_schema])
+            )
+            if page.size + size > room:
+                page.full = True
+                break
+            page.size += size
+            page.kept.append(info)
+        return page
+
+    def _schema_problem(self, text: str, info: ToolInfo) -> str | None:
+        """`schema_problem` of the schema a model is given (`info.parameters`), remembered
+        by the schema's JSON: a refresh checks only the schemas that changed."""
+        if text not in self._checked:
+            if len(self._checked) >= MAX_CHECKED:
+                self._checked.clear()
+            try:
+                self._checked[text] = schema_problem(info.parameters)
+            except RecursionError:  # jsonschema recurses: ~50 levels of `properties`
+                self._checked[text] = "it is nested too deeply to be checked"
+        return self._checked[text]
+
+    async def _fetch_tools(self, client: Any) -> None:
+        tools: list[ToolInfo] = []
+        misnamed: list[str] = []
+        room = MAX_LIST_CHARS
+        cursor: str | None = None
+        for _page in range(MAX_TOOL_PAGES):
+            listing = await client.list_tools(cursor=cursor)
+            page = await asyncio.to_thread(self._keep, listing.tools, room)
+            tools += page.kept
+            misnamed += page.misnamed
+            room -= page.size
             cursor = listing.next_cursor
-            if len(tools) >= MAX_TOOLS:
+            if page.full:
+                log.warning(
+                    "MCP server '%s': its tools hold more than %d characters in all: only the "
+                    "first %d are offered",
+                    self.name,
+                    MAX_LIST_CHARS,
+                    len(tools),
+                )
+                break
+            if len(tools) > MAX_TOOLS or (len(tools) == MAX_TOOLS and cursor):
                 log.warning(
                     "MCP server '%s' lists more than %d tools: only the first %d are offered",
                     self.name,
@@ -143,6 +314,7 @@ class ToolList(ConnectionState):
                 break
             if not cursor:
                 break
+        self._warn_misnamed(misnamed)
         self.tools = tools
         self.from_cache = False
         if self.server_version:  # the session has just set it from the server's serverInfo
