@@ -89,6 +89,11 @@ class SandboxSettings(Strict):
     network: bool = False
     """HTTP(S) out through fim's proxy, behind web_fetch's guard (no loopback or private
     addresses unless fim.yaml's `web_fetch` allows them); off: no network at all."""
+    project: Literal["none", "read"] = "none"
+    """`read`: the project folder is visible read-only at `/project` (the working
+    directory), without fim's state (`.fim/`, the sandbox folders, a SQLite store), so
+    `git log` or `grep` work on the repository; files are written to `$HOME` (the scratch
+    folder). Never writable: hooks and agent files there run outside the sandbox."""
 
     @model_validator(mode="after")
     def _env_names(self) -> SandboxSettings:

@@ -13,6 +13,7 @@ refuses to run (one line saying how to install it).
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fim.tools.base import FunctionTool
@@ -45,7 +46,7 @@ def make(
     memory_mb = settings.memory_mb
 
     async def run(code: str, timeout: float | None = None) -> str | ToolResult:
-        why = sandbox.unavailable()
+        why = await sandbox.refused()
         if why is not None:
             return fail(why + ".")
         limit = min(float(timeout or default_timeout), MAX_TIMEOUT)
@@ -66,6 +67,15 @@ def make(
             limits=limits,
             read_only=skill_dirs(ctx),
             network=ctx.snapshot.project.web_fetch if settings.network else None,
+            project=(
+                await sandbox.project_of_run(
+                    Path(ctx.snapshot.root),
+                    sandbox=ctx.snapshot.project.sandbox,
+                    state_url=ctx.snapshot.project.state,
+                )
+                if settings.project == "read"
+                else None
+            ),
         )
         return sandbox.observation(
             outcome,
@@ -77,13 +87,20 @@ def make(
         )
 
     reach = "HTTP(S) to public hosts only" if settings.network else "no network"
+    where = (
+        f"The project is at {sandbox.PROJECT_MOUNT}, read-only, the working directory (fim's "
+        "own .fim/ is hidden); write files in $HOME, the sandbox's `scratch/` folder (files "
+        "persist there)"
+        if settings.project == "read"
+        else "It runs in the sandbox's `scratch/` folder (files persist there)"
+    )
     return FunctionTool(
         name="python_exec",
         description=(
             "Run a Python 3 program in a fresh, isolated sandbox. Only what it prints comes "
-            "back (stdout and stderr). For data processing or parsing easier in code. It runs "
-            f"in the sandbox's `scratch/` folder (files persist there), with {memory_mb} MB "
-            f"of memory, a {default_timeout:g}s default timeout and {reach}."
+            "back (stdout and stderr). For data processing or parsing easier in code. "
+            f"{where}, with {memory_mb} MB of memory, a {default_timeout:g}s default timeout "
+            f"and {reach}."
         ),
         parameters={
             "type": "object",

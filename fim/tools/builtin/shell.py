@@ -13,6 +13,7 @@ Claude Code's Bash tool (`tool_input.command`), so hooks written for Claude Code
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fim.tools.base import FunctionTool
@@ -41,7 +42,7 @@ def make(ctx: RunContext) -> FunctionTool:
     settings = ctx.agent.sandbox
 
     async def run(command: str, timeout: float | None = None) -> str | ToolResult:
-        why = sandbox.unavailable()
+        why = await sandbox.refused()
         if why is not None:
             return fail(why + ".")
         if "\x00" in command:
@@ -64,6 +65,15 @@ def make(ctx: RunContext) -> FunctionTool:
             limits=limits,
             read_only=skill_dirs(ctx),
             network=ctx.snapshot.project.web_fetch if settings.network else None,
+            project=(
+                await sandbox.project_of_run(
+                    Path(ctx.snapshot.root),
+                    sandbox=ctx.snapshot.project.sandbox,
+                    state_url=ctx.snapshot.project.state,
+                )
+                if settings.project == "read"
+                else None
+            ),
         )
         return sandbox.observation(
             outcome,
@@ -76,12 +86,19 @@ def make(ctx: RunContext) -> FunctionTool:
         )
 
     reach = "HTTP(S) to public hosts only" if settings.network else "no network"
+    where = (
+        f"The project is at {sandbox.PROJECT_MOUNT}, read-only, the working directory (fim's "
+        "own .fim/ is hidden); write files in $HOME, the sandbox's `scratch/` folder (files "
+        "persist there, shared with python_exec)"
+        if settings.project == "read"
+        else "It works in the sandbox's `scratch/` folder (files persist there, shared with "
+        "python_exec)"
+    )
     return FunctionTool(
         name="shell",
         description=(
             "Run a bash command in an isolated sandbox, for file processing and command-line "
-            "tools (grep, sed, sort, python3). It works in the sandbox's `scratch/` folder "
-            f"(files persist there, shared with python_exec), with {settings.memory_mb} MB of "
+            f"tools (grep, sed, awk, sort, python3). {where}, with {settings.memory_mb} MB of "
             f"memory, a {DEFAULT_TIMEOUT:g}s default timeout and {reach}. Returns the exit "
             "code, stdout and stderr."
         ),

@@ -17,7 +17,10 @@ runs under `bwrap` (the sandbox Claude Code uses on Linux) with:
   watchdog also counts the processes and kills the tree above the limit;
 - read-only binds of /usr (and /bin, /lib*, /sbin as on the host), the Python fim runs on
   (`sys.prefix`, `sys.base_prefix`), and only the /etc files a program needs to start
-  (ld.so.cache, stub passwd/group/hosts; never /etc/shadow);
+  (ld.so.cache, stub passwd/group/hosts, Debian's /etc/alternatives links that `awk` or
+  `which` go through; never /etc/shadow);
+- the project only where the agent opts in (`sandbox: {project: read}`): read-only at
+  /project, the working directory, with fim's state in it hidden (fim/tools/sandbox/project.py);
 - `/dev` minimal (null, zero, random, urandom, tty) and read-only, `/dev/shm` and `/tmp`
   tmpfs capped at `tmp_mb` each, and ONE writable directory: the sandbox's `scratch/`, at
   the same path as on the host (mounted nosuid), in a sandbox folder that is fim's user's
@@ -71,8 +74,10 @@ ends, its namespace ends.
 
 This module is the sandbox's interface (`run`, `Limits`, `Outcome`, `observation`,
 `unavailable`, `warnings_for`: the tools use them as `sandbox.X`) and decides what holds for
-every call of the process: whether bwrap is there, which user mode root gets, how many
-sandboxes run at once. The parts: `command` (the bwrap command line and the launcher),
+every call of the process: whether bwrap is there and can start (probed once per process:
+a bwrap refused user namespaces, as on Ubuntu 24.04, is `unavailable()` like a missing one,
+so `fim validate` warns and no call runs), which user mode root gets, how many sandboxes
+run at once. The parts: `command` (the bwrap command line and the launcher),
 `limits`, `watchdog` (the tree seen from the host), `process` (one command from spawn to
 exit), `output` (captured output and the model's view of it).
 """
@@ -80,9 +85,12 @@ exit), `output` (captured output and the model's view of it).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
+import subprocess
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -91,8 +99,12 @@ from fim import private
 from fim.locks import share, slots
 from fim.tools.sandbox.command import NOBODY, check_env
 from fim.tools.sandbox.limits import Limits
-from fim.tools.sandbox.output import Outcome, observation
+from fim.tools.sandbox.output import Outcome, observation, setup_hint
 from fim.tools.sandbox.process import execute
+from fim.tools.sandbox.project import MOUNT as PROJECT_MOUNT
+from fim.tools.sandbox.project import ProjectView
+from fim.tools.sandbox.project import of_run as project_of_run
+from fim.tools.sandbox.project import view as project_view
 
 if TYPE_CHECKING:
     from fim.config.schema import WebFetchSettings
@@ -102,6 +114,7 @@ INSTALL_HINT = (
     "install it with `apt-get install bubblewrap` (Debian/Ubuntu) to use python_exec and shell"
 )
 SANDBOX_TOOLS = frozenset({"python_exec", "shell"})
+log = logging.getLogger("fim.sandbox")
 
 
 def bwrap_path() -> str | None:
@@ -112,19 +125,58 @@ def bwrap_path() -> str | None:
 
 
 def unavailable() -> str | None:
-    """One line saying why sandboxed tools cannot run here, or None when they can."""
+    """One line saying why sandboxed tools cannot run here, or None when they can.
+
+    Blocking on its first call for a bwrap (it starts bwrap once, `_probe`): from async code
+    use `refused()`. A bwrap that is installed but cannot start (user namespaces refused:
+    Ubuntu 24.04's AppArmor, Docker's seccomp profile) is caught here, so `fim validate`
+    warns about it as about a missing bwrap, and a run says what to do, not only the model.
+    """
     if sys.platform != "linux":
         return "python_exec and shell need Linux (bubblewrap namespaces)"
-    if bwrap_path() is None:
+    bwrap = bwrap_path()
+    if bwrap is None:
         return INSTALL_HINT
-    return None
+    _, error = _probe(bwrap)
+    if error is None:
+        return None
+    return f"the sandbox could not start: {error} ({setup_hint(error)})"
+
+
+async def refused() -> str | None:
+    """`unavailable()` for the tools, off the event loop (its first call starts bwrap).
+    A refusal is also logged, once per reason and process, for the operator: the tool's
+    error reaches only the model, and a run that only the model knows failed ends `ok`."""
+    why = await asyncio.to_thread(unavailable)
+    if why is not None and why not in _TOLD:
+        _TOLD.add(why)
+        log.warning("python_exec and shell cannot run here: %s", why)
+    return why
+
+
+_TOLD: set[str] = set()
+
+
+def notes() -> list[str]:
+    """Facts about this host's sandbox an operator may want (`fim validate -v`), which are
+    not problems: where calls get no memory cgroup, the watchdog alone caps memory."""
+    # deferred: cgroup discovery reads /proc and cgroupfs, only when asked
+    from fim.tools.sandbox.cgroup import NO_CGROUP_ACTION, why_not
+
+    why = why_not()
+    if why is None:
+        return []
+    return [f"sandbox memory_mb is enforced by the watchdog alone: {why} ({NO_CGROUP_ACTION})"]
 
 
 def warnings_for(tools: Sequence[str]) -> list[str]:
-    """`fim validate` warnings for an agent listing these tools (none when bwrap is there)."""
+    """`fim validate` warnings for an agent listing these tools (none when the sandbox can
+    start here)."""
     listed = sorted(SANDBOX_TOOLS.intersection(tools))
+    if not listed:
+        return []
     why = unavailable()
-    if not listed or why is None:
+    if why is None:
         return []
     return [f"{', '.join(listed)} will refuse to run on this machine: {why}"]
 
@@ -139,17 +191,19 @@ async def run(
     network: WebFetchSettings | None = None,
     read_only: Sequence[Path] = (),
     folder: Path | None = None,
+    project: ProjectView | None = None,
 ) -> Outcome:
     """Run `argv` in the sandbox with `scratch` as its only writable folder. With `network`
     (web_fetch's settings), HTTP(S) goes out through the guarded egress proxy; without it
     there is no network at all. `folder` (the sandbox folder `scratch` is in, where files
-    stay between calls) may hold at most `limits.folder_mb`.
+    stay between calls) may hold at most `limits.folder_mb`. `project` (`project_view`) is
+    bound read-only at /project, fim's state in it hidden, and is the working directory.
 
     Raises RuntimeError with `unavailable()`'s line when bubblewrap is missing. Cancelling the
     call (the engine's tool timeout) kills the tree before re-raising.
     """
-    why = unavailable()
-    if why is not None:
+    why = await asyncio.to_thread(unavailable)
+    if why is not None:  # fail closed: nothing runs outside a sandbox that cannot start
         raise RuntimeError(why)
     bwrap = bwrap_path() or "bwrap"
     limits = limits or Limits()
@@ -161,7 +215,7 @@ async def run(
         if network is None:
             return await execute(
                 argv, scratch, stdin, declared, limits, as_root, None, read_only,
-                bwrap=bwrap, folder=folder,
+                bwrap=bwrap, folder=folder, project=project,
             )  # fmt: skip
         # deferred: loading fim.config.schema costs hundreds of ms
         from fim.tools.egress import Egress
@@ -178,6 +232,7 @@ async def run(
                 read_only,
                 bwrap=bwrap,
                 folder=folder,
+                project=project,
             )
 
 
@@ -187,29 +242,66 @@ MAX_CONCURRENT = max(2, min(8, os.cpu_count() or 2))
 calls multiplied that by the number of calls (the memory watchdog sees one tree)."""
 
 _PRIVILEGED: bool | None = None
+"""Overrides the probe's mode when set (tests force the user-namespace mode as root)."""
+
+_PROBED: dict[str, tuple[bool, str | None]] = {}
+"""Per bwrap program: whether root may run it privileged, and why it cannot start at all
+(None: it can). One probe per program and process."""
+_PROBING = threading.Lock()
+PROBE_TIMEOUT = 30.0
 
 
 async def _privileged() -> bool:
     """Whether bwrap, run by root, may create namespaces itself (so the launcher can become
     the real host user 65534). Asked once per process; a container without CAP_SYS_ADMIN
     says no and the user-namespace mode is used instead."""
-    global _PRIVILEGED
-    if _PRIVILEGED is None:
-        probe = await asyncio.create_subprocess_exec(
-            bwrap_path() or "bwrap",
-            "--unshare-pid",
-            "--unshare-net",
-            "--ro-bind",
-            "/",
-            "/",
-            "--",
-            "true",
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
+    if _PRIVILEGED is not None:
+        return _PRIVILEGED
+    privileged, _ = await asyncio.to_thread(_probe, bwrap_path() or "bwrap")
+    return privileged
+
+
+def _probe(bwrap: str) -> tuple[bool, str | None]:
+    """Start `bwrap` the way calls will (blocking; once per program and process): as root
+    first privileged, then, as every other user and where root may not, in a user
+    namespace with the namespaces every call gets. Whether the privileged mode works, and
+    the first line bwrap printed when no mode does."""
+    with _PROBING:
+        if bwrap not in _PROBED:
+            privileged = os.geteuid() == 0 and _starts(bwrap, _PRIVILEGED_PROBE) is None
+            error = None if privileged else _starts(bwrap, _USER_PROBE)
+            _PROBED[bwrap] = (privileged, error)
+        return _PROBED[bwrap]
+
+
+_PRIVILEGED_PROBE = ("--unshare-pid", "--unshare-net", "--ro-bind", "/", "/")
+_USER_PROBE = (
+    "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY),
+    "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+    "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
+)  # fmt: skip
+
+
+def _starts(bwrap: str, options: Sequence[str]) -> str | None:
+    """None when `bwrap OPTIONS -- true` succeeds, else what went wrong, in one line."""
+    try:
+        done = subprocess.run(
+            [bwrap, *options, "--", "true"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env={"PATH": "/usr/bin:/bin"},
+            timeout=PROBE_TIMEOUT,
+            check=False,
         )
-        _PRIVILEGED = await probe.wait() == 0
-    return _PRIVILEGED
+    except subprocess.TimeoutExpired:
+        return f"bwrap did not start a sandbox within {PROBE_TIMEOUT:g}s"
+    except OSError as exc:
+        return f"cannot run {bwrap}: {exc.strerror}"
+    if done.returncode == 0:
+        return None
+    said = done.stderr.decode("utf-8", errors="replace").strip().splitlines()
+    return said[0] if said else f"bwrap exited with code {done.returncode}"
 
 
 def _prepare(scratch: Path, as_root: bool) -> None:
@@ -231,11 +323,17 @@ def _prepare(scratch: Path, as_root: bool) -> None:
 __all__ = [
     "INSTALL_HINT",
     "MAX_CONCURRENT",
+    "PROJECT_MOUNT",
     "SANDBOX_TOOLS",
     "Limits",
     "Outcome",
+    "ProjectView",
     "bwrap_path",
+    "notes",
     "observation",
+    "project_of_run",
+    "project_view",
+    "refused",
     "run",
     "unavailable",
     "warnings_for",

@@ -44,6 +44,12 @@ log = logging.getLogger("fim.sandbox")
 
 PREFIX = "fim-sandbox-"
 LEAF = "fim-supervisor"
+NO_CGROUP_ACTION = (
+    "memory is still capped per process and per call by the watchdog; for the kernel's cap "
+    "give fim a delegated cgroup: a systemd service with `Delegate=yes`, or "
+    "`systemd-run --user -p Delegate=yes fim ...`; see docs/security.md"
+)
+"""What an operator can do about it (the info line and `fim validate -v` say it)."""
 JOIN_ERROR = "fim sandbox: cannot join the memory cgroup"
 """What the shell prints (and the call reports as a setup error) when it cannot enter the
 cgroup: it then never starts bwrap, so no command runs unbounded."""
@@ -164,11 +170,15 @@ def base() -> Base | None:
                 _FOUND = (None, f"cannot read the process's cgroup ({exc})")
             found, why = _FOUND
             if found is None:
-                log.warning(
+                # info, not a warning: nearly every laptop (cgroup v2, no delegation) is
+                # here, and a line on every `fim run` looked like a failure; `fim serve`
+                # logs it at its default level, `fim validate -v` shows it (`notes()`)
+                log.info(
                     "sandbox memory_mb is enforced by the watchdog alone (memory the kernel "
                     "holds outside the processes, memfd and SysV shared memory, is not "
-                    "capped): %s",
+                    "capped): %s (%s)",
                     why,
+                    NO_CGROUP_ACTION,
                 )
             else:
                 _sweep(found)

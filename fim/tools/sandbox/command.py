@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fim.tools.sandbox.limits import Limits, rlimits
+from fim.tools.sandbox.project import MOUNT, ProjectView
 
 NOBODY = 65534
 RESERVED_ENV = frozenset({"PATH", "HOME", "TMPDIR"})
@@ -120,12 +121,16 @@ def command_line(
     read_only: Sequence[Path] = (),
     bwrap: str,
     seccomp_fd: int | None = None,
+    project: ProjectView | None = None,
 ) -> list[str]:
     """The bwrap invocation running `argv` in `scratch`; `egress` is the folder of the
     proxy's Unix socket when the agent has `network: true` (fim/tools/egress.py);
     `read_only` folders (the agent's skill folders) appear read-only at their host path;
     `bwrap` is the program to run (fim/tools/sandbox/__init__.py finds it); `seccomp_fd`
-    holds the filter (fim/tools/sandbox/seccomp.py) bwrap loads before the command."""
+    holds the filter (fim/tools/sandbox/seccomp.py) bwrap loads before the command;
+    `project` (`sandbox: {project: read}`) is bound read-only at /project, fim's state in
+    it hidden (fim/tools/sandbox/project.py), and is the working directory; `scratch`
+    stays the one writable folder (HOME)."""
     args = [bwrap, "--die-with-parent", "--new-session"]
     if seccomp_fd is not None:
         args += ["--seccomp", str(seccomp_fd)]
@@ -143,7 +148,9 @@ def command_line(
         elif host.is_dir():
             args += ["--ro-bind", str(host), str(host)]
     args += ["--perms", "0755", "--dir", "/etc"]
-    for name in ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime"):
+    # alternatives: symlinks only (/usr/bin/awk -> /etc/alternatives/awk -> /usr/bin/mawk),
+    # without it awk, which, editor... are dangling links (newcomer5 #3)
+    for name in ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives"):
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     for dest, fd in data_fds.items():
         args += ["--perms", "0444", "--ro-bind-data", str(fd), dest]
@@ -160,6 +167,9 @@ def command_line(
     args += ["--remount-ro", "/dev"]
     args += ["--size", tmp_size, "--tmpfs", "/tmp"]
     made: set[Path] = {Path("/usr"), Path("/tmp")}
+    if project is not None:  # before the host paths: one of them may lie under /project
+        args += _project_mounts(project)
+        made.add(Path(MOUNT))
     for root in [*_python_roots(), *read_only, scratch]:
         for parent in _parents(root):
             if parent not in made and not str(parent).startswith("/usr/"):
@@ -168,8 +178,18 @@ def command_line(
         made.add(root)
         kind = "--bind" if root == scratch else "--ro-bind"
         args += [kind, str(root), str(root)]
-    args += ["--chdir", str(scratch), "--clearenv"]
-    for name, value in _environment(scratch, env, egress is not None).items():
+    if project is not None:  # the masks were writable for the binds above; no longer
+        for relative, is_folder in project.hidden:
+            if is_folder:
+                args += ["--remount-ro", _inside(relative)]
+    workdir = MOUNT if project is not None else str(scratch)
+    args += ["--chdir", workdir, "--clearenv"]
+    environment = _environment(scratch, env, egress is not None)
+    if project is not None:  # git refuses a repository another uid owns (root mode)
+        git = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory"}
+        for name, value in {**git, "GIT_CONFIG_VALUE_0": MOUNT}.items():
+            environment.setdefault(name, value)  # the agent's own sandbox.env wins
+    for name, value in environment.items():
         args += ["--setenv", name, value]
     config: dict[str, Any] = {"argv": list(argv), "uid": NOBODY, "rlimits": rlimits(limits)}
     if egress is not None:
@@ -178,6 +198,25 @@ def command_line(
 
         config["proxy"] = {"port": PORT, "socket": f"{EGRESS_DIR}/{SOCKET_NAME}"}
     args += ["--", sys.executable, "-I", "-S", "-c", _LAUNCHER, json.dumps(config)]
+    return args
+
+
+def _inside(relative: str) -> str:
+    return f"{MOUNT}/{relative}" if relative else MOUNT
+
+
+def _project_mounts(project: ProjectView) -> list[str]:
+    """The project read-only at /project, each hidden folder an empty tmpfs (made read-only
+    once the host paths are bound: `scratch` may lie in one) and each hidden file an
+    unreadable node; wholly hidden, /project is an empty read-only tmpfs."""
+    if ("", True) in project.hidden:
+        return ["--perms", "0755", "--tmpfs", MOUNT]
+    args = ["--ro-bind", str(project.root), MOUNT]
+    for relative, is_folder in project.hidden:
+        if is_folder:
+            args += ["--perms", "0755", "--tmpfs", _inside(relative)]
+        else:
+            args += ["--ro-bind", "/dev/null", _inside(relative)]
     return args
 
 

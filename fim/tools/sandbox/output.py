@@ -8,6 +8,7 @@ to do next) change for other reasons than how the sandbox is built or watched.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -18,6 +19,30 @@ from fim.tools.sandbox.limits import MAX_FOLDER_FILES
 from fim.types import ToolResult
 
 _CHUNK = 65_536
+
+NAMESPACE_HINT = (
+    "this host does not let this user create the sandbox's namespaces: on Ubuntu 23.10+ "
+    "`sudo sysctl kernel.apparmor_restrict_unprivileged_userns=0` or an AppArmor profile "
+    "for bwrap, in Docker `--security-opt seccomp=unconfined`{root}; see docs/security.md"
+)
+_REFUSALS = (
+    "uid map",
+    "gid map",
+    "namespace",
+    "No permissions to create",
+    "Operation not permitted",
+    "No space left on device",
+)
+"""What bwrap says when the kernel (a sysctl, AppArmor, seccomp, `max_user_namespaces=0`:
+ENOSPC) refuses it a user namespace or a mount in one."""
+
+
+def setup_hint(error: str) -> str:
+    """What the operator can do about bwrap's `error` (the sandbox did not start)."""
+    if any(word in error for word in _REFUSALS):
+        # root needs no user namespace (unless it lacks CAP_SYS_ADMIN, as in Docker)
+        return NAMESPACE_HINT.format(root="" if os.geteuid() == 0 else ", or run fim as root")
+    return "see docs/security.md"
 
 
 class Capture:
@@ -107,7 +132,10 @@ def observation(
     """The model's view of a sandboxed run, shared with `shell`: exit code, then stdout and
     stderr (each cut at `max_output` characters), and what to do when it failed."""
     if outcome.setup_error is not None:
-        return fail(f"the sandbox could not start: {outcome.setup_error}")
+        error = outcome.setup_error
+        if error.startswith("bwrap: "):
+            error = f"{error} ({setup_hint(error)})"
+        return fail(f"the sandbox could not start: {error}")
     parts = []
     if outcome.stdout.total:
         parts.append(outcome.stdout.section("stdout", max_output))

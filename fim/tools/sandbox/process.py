@@ -20,6 +20,7 @@ from fim.tools.sandbox import cgroup, seccomp
 from fim.tools.sandbox.command import NOBODY, command_line, etc_files, options_by_descriptor
 from fim.tools.sandbox.limits import Limits
 from fim.tools.sandbox.output import Capture, Outcome
+from fim.tools.sandbox.project import ProjectView
 from fim.tools.sandbox.watchdog import Watchdog, file_cap, folder_room, free_space
 
 
@@ -58,10 +59,12 @@ async def execute(
     *,
     bwrap: str,
     folder: Path | None = None,
+    project: ProjectView | None = None,
 ) -> Outcome:
     """Run `argv` under `bwrap` (checked, prepared and given a slot by `sandbox.run`) and
     return how it ended; `folder`, the sandbox folder `scratch` is in, is held to
-    `limits.folder_mb`. Cancelling it kills the tree before re-raising. The whole tree runs
+    `limits.folder_mb`; `project` is the read-only project view, if the agent has one.
+    Cancelling it kills the tree before re-raising. The whole tree runs
     in a memory cgroup of its own where the host has one, deleted (with anything left in
     it) before this returns or re-raises."""
     group: cgroup.MemoryCgroup | None = None
@@ -76,7 +79,7 @@ async def execute(
             )
         return await _execute(
             argv, scratch, stdin, declared, limits, as_root, egress, read_only,
-            bwrap=bwrap, folder=folder, group=group,
+            bwrap=bwrap, folder=folder, group=group, project=project,
         )  # fmt: skip
     finally:
         if group is not None:
@@ -129,6 +132,7 @@ async def _execute(
     bwrap: str,
     folder: Path | None,
     group: cgroup.MemoryCgroup | None,
+    project: ProjectView | None = None,
 ) -> Outcome:
     data_fds: dict[str, int] = {}
     passed: list[int] = []
@@ -164,6 +168,7 @@ async def _execute(
             read_only=[p for p in read_only if p.is_dir()],
             bwrap=bwrap,
             seccomp_fd=seccomp_fd,
+            project=project,
         )
         options = os.memfd_create("fim-bwrap-options", os.MFD_CLOEXEC)
         passed.append(options)
