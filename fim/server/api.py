@@ -27,6 +27,7 @@ from fim.run.sessions import session_key
 from fim.server.http import cancel_on_disconnect, error, session_owner
 from fim.server.limits import KeyLimiter
 from fim.server.sessions import find_session
+from fim.tasks import shielded
 from fim.types import Message
 
 if TYPE_CHECKING:
@@ -77,7 +78,8 @@ class Api:
         # taken meanwhile by another key: save() refuses, never mixing two callers' turns
         turn = [*history, Message(role="assistant", content=output)]
         key = session_key(owner, session)
-        await self.session_store.save(key, owner, turn, name=session)
+        # the run is over and recorded: a client leaving now must not lose its turn
+        await shielded(self.session_store.save(key, owner, turn, name=session))
 
     async def events(
         self,
@@ -150,9 +152,14 @@ class Api:
             status = final.status if final else "cancelled"
             if status == "error":  # one line per failed run, whichever route ran it
                 log.warning("run %s of agent '%s' failed: %s", run_id, agent, problem or "error")
-            await live.close()
+            # shielded: a client that left a stream (Starlette), an MCP call cancelled by
+            # `notifications/cancelled` or a stdio client gone cancel through an anyio
+            # scope, which cancels every await of this `finally` again; unshielded, the
+            # run kept its events but never got its record (attack-33 #1)
+            await shielded(live.close())
             # the record holds the events only if the log lost some (a failed write)
-            await self._persist(run_id, agent, status, final, kept if live.failed else None)
+            events = kept if live.failed else None
+            await shielded(self._persist(run_id, agent, status, final, events))
 
     async def _persist(
         self,

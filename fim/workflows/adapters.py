@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from fim.config.schema import DatabaseConnector, HttpConnector
 from fim.locks import current_owner
+from fim.structured import non_finite
 from fim.tools.registry import through_seam
 from fim.types import CallView, Tool, ToolResult
 from fim.workflows.node_types.base import NodeError
@@ -120,7 +121,21 @@ async def run_sql(ctx: NodeContext, connector: str, sql: str, params: dict[str, 
             )
         if not result.columns:
             return ToolResult(content=json.dumps({"rowcount": result.rowcount}))
+        if (twice := _duplicate_column(result.columns)) is not None:
+            return ToolResult(
+                content=f"query on '{connector}' returned more than one column named "
+                f"'{twice}': a node's row is a dict, one value per name; give each column "
+                "its own name with AS (e.g. SELECT a.id AS a_id, b.id AS b_id)",
+                is_error=True,
+            )
         rows = [dict(zip(result.columns, row, strict=False)) for row in result.rows]
+        if (column := _non_finite_column(rows)) is not None:
+            return ToolResult(
+                content=f"query on '{connector}' returned NaN or Infinity in column "
+                f"'{column}', which is not a JSON number (every condition on it would be "
+                "false); filter those rows out or map them, e.g. NULLIF(col, 'NaN')",
+                is_error=True,
+            )
         # Dates and decimals become text so the output can be stored as JSON.
         return ToolResult(content=json.dumps(rows, default=str, ensure_ascii=False))
 
@@ -135,6 +150,30 @@ async def run_sql(ctx: NodeContext, connector: str, sql: str, params: dict[str, 
     )
     finished(shown)
     return output
+
+
+def _duplicate_column(columns: list[str]) -> str | None:
+    """The first name two columns share, None when each is unique: a node's rows are dicts,
+    where the last of two `id`s silently replaced the first (`SELECT 1 AS a, 2 AS a` gave
+    `{"a": 2}`, attack-33 #3). The agents' SQL tool shows a table, where both stay."""
+    seen: set[str] = set()
+    for name in columns:
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
+
+
+def _non_finite_column(rows: list[dict[str, Any]]) -> str | None:
+    """The column of the first NaN or Infinity in `rows`, None when every number is
+    finite: a database node refuses them as every other node output does
+    (`fim.structured.finite`), since a NaN amount makes `amount > 100` false and skipped
+    the approval it guarded (attack-33 #2)."""
+    where = non_finite(rows)
+    if where is None:
+        return None
+    row = rows[int(where.split(".", 1)[0])]
+    return next(name for name, value in row.items() if non_finite(value) is not None)
 
 
 async def call_mcp(ctx: NodeContext, server: str, tool: str, args: dict[str, Any]) -> Any:

@@ -54,18 +54,26 @@ def cap_pg_loaders(conn: Any, cap: int) -> None:
     """Load every PostgreSQL value longer than `cap` bytes as its cut text: the value is
     sliced in libpq's buffer, so a 100 MB `repeat()` never becomes a 100 MB Python object
     (unknown types fall back to oid 0, which is wrapped too). libpq itself has read the
-    whole row by then: `bounded_select` is what bounds that."""
+    whole row by then: `bounded_select` is what bounds that.
+
+    A value its Python type cannot hold comes back as PostgreSQL's text of it (`infinity`,
+    `2000-01-01 BC`) instead of failing every query that reads its row; an interval always
+    does (`5 years 3 mons`: a timedelta would say `1915 days`)."""
     # deferred: loading psycopg costs hundreds of ms
     from psycopg.pq import Format
+    from psycopg.types.string import TextLoader
 
     adapters = conn.adapters
     oids = {0}
+    interval = None
     for info in adapters.types:
         oids.add(info.oid)
         if info.array_oid:
             oids.add(info.array_oid)
+        if info.name == "interval":
+            interval = info.oid
     for oid in oids:
-        inner = adapters.get_loader(oid, Format.TEXT)
+        inner = TextLoader if oid == interval else adapters.get_loader(oid, Format.TEXT)
         if inner is not None and not getattr(inner, "fim_capped", False):
             adapters.register_loader(oid, _capped_loader(inner, cap))
 
@@ -73,6 +81,7 @@ def cap_pg_loaders(conn: Any, cap: int) -> None:
 @functools.cache
 def _capped_loader(inner: type, cap: int) -> type:
     # deferred: loading psycopg costs hundreds of ms
+    from psycopg import DataError
     from psycopg.adapt import Loader
 
     class CappedLoader(Loader):
@@ -86,7 +95,10 @@ def _capped_loader(inner: type, cap: int) -> type:
             if len(data) > cap:
                 head = bytes(data[:cap]).decode("utf-8", "ignore")
                 return Truncated.of(head, len(data), cap)
-            return self._inner.load(data)
+            try:
+                return self._inner.load(data)
+            except DataError:  # out of the Python type's range (`infinity`, a BC date)
+                return bytes(data).decode("utf-8", "replace")
 
     return CappedLoader
 

@@ -45,6 +45,7 @@ def run_statement(
     read-only database nothing is ever committed; a writable one commits what it changed."""
     deadline = time.monotonic() + decl.statement_timeout
     conn = _open(target, decl, heap)
+    conn.text_factory = _text
     _deadline(conn, deadline)
     try:
         cursor = conn.execute(sql, params or {})
@@ -83,6 +84,13 @@ def _open(target: SqliteTarget, decl: DatabaseConnector, heap: int | None) -> sq
         conn.close()
         raise
     return conn
+
+
+def _text(data: bytes) -> str:
+    """A TEXT value, bytes that are not UTF-8 shown as U+FFFD: SQLite stores whatever bytes
+    it was given, and one such value failed every query reading its row (`Could not decode
+    to UTF-8 column`)."""
+    return data.decode("utf-8", "replace")
 
 
 def _deadline(conn: sqlite3.Connection, deadline: float) -> None:
