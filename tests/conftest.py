@@ -173,6 +173,42 @@ def _one_default_tls_context() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True, scope="session")
+def _typer_reads_each_signature_once() -> Iterator[None]:
+    """typer builds its click command from the app on every invocation, and for each
+    command reads its function's signature with `get_type_hints` (evaluating every string
+    annotation): ~50 ms of CPU each time the tests run `fim` in-process (`run_fim`, a
+    CliRunner), most of what a quick command costs. Here that reading is done once per
+    function object and shared; typer only reads the result. A function replaced by a
+    test (monkeypatch) is a new object, so it is read afresh; click's commands and
+    parameters are still built anew for each invocation, as before."""
+    import weakref
+
+    import typer.completion
+    import typer.main
+    import typer.utils
+
+    read = typer.utils.get_params_from_function
+    seen: weakref.WeakKeyDictionary[Callable[..., Any], dict[str, Any]]
+    seen = weakref.WeakKeyDictionary()
+
+    def once(func: Callable[..., Any]) -> dict[str, Any]:
+        try:
+            params = seen.get(func)
+        except TypeError:  # not weakly referenceable (a builtin): read each time
+            return read(func)
+        if params is None:
+            params = seen[func] = read(func)
+        return dict(params)  # typer never changes it; a caller gets a dict of its own
+
+    patched = (typer.main, typer.completion)
+    for module in patched:
+        module.get_params_from_function = once  # type: ignore[attr-defined]
+    yield
+    for module in patched:
+        module.get_params_from_function = read  # type: ignore[attr-defined]
+
+
+@pytest.fixture(autouse=True, scope="session")
 def _no_model_requests() -> Iterator[None]:
     import fim.llm
 

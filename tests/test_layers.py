@@ -163,8 +163,16 @@ def _imports(module: str, path: Path, package: bool) -> set[str]:
         for child in ast.iter_child_nodes(node):
             visit(child)
 
-    visit(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+    visit(_parsed(path)[1])
     return found
+
+
+@functools.cache
+def _parsed(path: Path) -> tuple[str, ast.Module]:
+    """A module's text and syntax tree, read once per process: the import graph and the
+    check of function-level imports walk the same ~300 files (~0.6 s of CPU to parse)."""
+    text = path.read_text(encoding="utf-8")
+    return text, ast.parse(text, str(path))
 
 
 @functools.cache
@@ -260,9 +268,10 @@ def test_module_imports(module: str) -> None:
 def _unexplained_function_imports(path: Path) -> list[str]:
     """Imports inside a function with no comment saying why: on the import's own line, or
     on the nearest line above its group of imports."""
-    lines = path.read_text(encoding="utf-8").split("\n")
+    text, tree = _parsed(path)
+    lines = text.split("\n")
     found: list[str] = []
-    for function in ast.walk(ast.parse("\n".join(lines), str(path))):
+    for function in ast.walk(tree):
         if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         for node in ast.walk(function):
