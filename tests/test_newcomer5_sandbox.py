@@ -215,3 +215,24 @@ def test_notes_say_the_watchdog_alone_caps_memory_and_what_to_do(
     assert "Delegate=yes" in note
     monkeypatch.setattr(cgroup, "_FOUND", (object(), ""))
     assert sandbox.notes() == []
+
+
+def test_fim_run_verbose_shows_the_sandboxs_info_lines_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`fim run -v` shows what the sandbox logs at info (no memory cgroup here), once per
+    line however often it is asked; a plain `fim run` does not (Python's last-resort
+    handler prints warnings only)."""
+    from fim.commands import run as run_command
+
+    told = logging.getLogger("fim.sandbox")
+    before = (list(told.handlers), told.level)
+    try:
+        run_command._sandbox_notes()
+        run_command._sandbox_notes()
+        told.info("sandbox memory_mb is enforced by the watchdog alone: \x1b]0;x\x07")
+        assert capsys.readouterr().err == (
+            "fim: sandbox memory_mb is enforced by the watchdog alone: \\x1b]0;x\\x07\n"
+        )
+    finally:
+        told.handlers[:], told.level = before

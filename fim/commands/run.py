@@ -20,6 +20,7 @@ from fim.commands import (
     user_errors,
 )
 from fim.errors import RunError
+from fim.terminal import printable
 
 if TYPE_CHECKING:
     from fim.types import Message
@@ -98,6 +99,8 @@ def run(
                 _note_scripted(snapshot, agent)
     view = run_view.EventPrinter(verbose=verbose, as_json=as_json)
     view.approvals = run_view.Approvals(ask=run_view.interactive(), wait=wait_approvals)
+    if verbose and not as_json:
+        _sandbox_notes()
     if not (sys.stdin.isatty() or sys.stderr.isatty()):
         # nobody watches this run: an MCP server's question is declined (fim/mcp/caller.py)
         os.environ.setdefault("FIM_ELICITATION", "decline")
@@ -118,6 +121,22 @@ def run(
             cancel_on_sigterm=True,
         )
     raise typer.Exit(code)
+
+
+def _sandbox_notes() -> None:
+    """With -v, the sandbox's facts about this host (no memory cgroup: the watchdog alone
+    caps memory), which it logs once at info, go to stderr."""
+    told = logging.getLogger("fim.sandbox")
+    if not any(isinstance(handler, _ToStderr) for handler in told.handlers):
+        told.addHandler(_ToStderr())
+    told.setLevel(logging.INFO)
+
+
+class _ToStderr(logging.Handler):
+    """One line per record on the stderr of the moment (a test's runner swaps it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        sys.stderr.write(printable(f"fim: {record.getMessage()}") + "\n")
 
 
 def _note_scripted(snapshot: Any, agent: str) -> None:
