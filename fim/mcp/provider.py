@@ -31,8 +31,8 @@ STUB_DESCRIPTION_CHARS = 100
 def stub(conn: ServerConnection) -> str:
     """One prompt line per server, short however many tools it has:
     `- github: GitHub (35 tools: create_issue, list_repos, ...)`."""
-    if not conn.usable:
-        return f"- {conn.name}: unavailable: {(conn.error or conn.state)[:300]}"
+    if not conn.usable:  # why (a third party's stderr, host paths) is in the call's answer
+        return f"- {conn.name}: unavailable ({conn.state}: a call to it says why)"
     description = " ".join(conn.description.split())
     if len(description) > STUB_DESCRIPTION_CHARS:
         description = description[: STUB_DESCRIPTION_CHARS - 3] + "..."
