@@ -92,3 +92,21 @@ def test_every_command_summary_is_one_line_in_the_command_list() -> None:
 
     visit(typer.main.get_command(app), "fim")
     assert not wrapped, f"put a one-line summary first: {wrapped}"
+
+
+def test_verbose_keeps_the_end_of_a_long_error_where_the_fix_is_said(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`fim run -v` shows a tool result on one line of at most 500 characters: an error's
+    middle is cut, not its end ("... This is mcp 2.x: use MCPServer" was cut before
+    the fix), an answer's end as before."""
+    from fim.commands.run_view import EventPrinter
+    from fim.events import ToolResultEvent
+
+    printer = EventPrinter(verbose=True)
+    said = "Traceback " + "x" * 800 + " FIX: import MCPServer"
+    printer.show(ToolResultEvent(call_id="c", name="mcp", content=said, is_error=True))
+    printer.show(ToolResultEvent(call_id="d", name="calc", content="y" * 800 + " END"))
+    err = capsys.readouterr().err.replace("\n", "")
+    assert "Traceback" in err and "FIX: import MCPServer" in err and " … " in err
+    assert "END" not in err

@@ -346,7 +346,7 @@ class EventPrinter:
                 style = "red" if event.is_error else "green"
                 self.err.print(
                     f"[{style}]← {event.name}[/{style}] [dim]({event.duration_ms:.0f} ms)[/dim] "
-                    f"{markup(_clip(event.content, 500))}"
+                    f"{markup(_clip(event.content, 500, middle=event.is_error))}"
                 )
             case HookEvent() if self.verbose:
                 reason = f": {markup(event.reason)}" if event.reason else ""
@@ -390,6 +390,13 @@ def summary_line(event: Any, calls: int) -> str:
     )
 
 
-def _clip(text: str, limit: int) -> str:
+def _clip(text: str, limit: int, middle: bool = False) -> str:
+    """`text` on one line, at most `limit` characters: cut at the end, or, for an error
+    (`middle`), in the middle, since what to do is usually said last."""
     text = text.replace("\n", " ")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    if len(text) <= limit:
+        return text
+    if not middle:
+        return text[: limit - 1] + "…"
+    head = limit // 3
+    return text[:head] + " … " + text[len(text) - (limit - head - 3) :]
