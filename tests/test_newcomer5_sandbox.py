@@ -236,3 +236,25 @@ def test_fim_run_verbose_shows_the_sandboxs_info_lines_once(
         )
     finally:
         told.handlers[:], told.level = before
+
+
+def test_a_failed_probe_is_tried_again_after_a_minute_and_a_success_is_kept(
+    refusing_bwrap: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bwrap refused for a moment (a process limit reached) must not leave a server
+    without its sandbox tools until it restarts: a failure is probed again after
+    `RETRY_AFTER` seconds; once bwrap starts, it is not probed again."""
+    now = [1000.0]
+    monkeypatch.setattr(sandbox, "_clock", lambda: now[0])
+    per_probe = 2 if os.geteuid() == 0 else 1
+    assert sandbox.unavailable() is not None
+    now[0] += sandbox.RETRY_AFTER - 1
+    assert sandbox.unavailable() is not None
+    assert len(refusing_bwrap.read_text().splitlines()) == per_probe  # cached meanwhile
+    fake = Path(next(p for p in os.environ["PATH"].split(":") if p.endswith("fakebin")))
+    (fake / "bwrap").write_text(f"#!/bin/sh\necho x >> {refusing_bwrap}\nexit 0\n")
+    now[0] += 1
+    assert sandbox.unavailable() is None  # probed again: it starts now
+    now[0] += 10 * sandbox.RETRY_AFTER
+    assert sandbox.unavailable() is None
+    assert len(refusing_bwrap.read_text().splitlines()) == 2 * per_probe - (per_probe - 1)

@@ -91,6 +91,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -244,11 +245,15 @@ calls multiplied that by the number of calls (the memory watchdog sees one tree)
 _PRIVILEGED: bool | None = None
 """Overrides the probe's mode when set (tests force the user-namespace mode as root)."""
 
-_PROBED: dict[str, tuple[bool, str | None]] = {}
-"""Per bwrap program: whether root may run it privileged, and why it cannot start at all
-(None: it can). One probe per program and process."""
+_PROBED: dict[str, tuple[bool, str | None, float]] = {}
+"""Per bwrap program: whether root may run it privileged, why it cannot start at all (None:
+it can), and when that was found. One probe per program and process while bwrap starts; a
+failure is probed again after `RETRY_AFTER` seconds (a process limit reached for a moment
+must not leave a long-running server without its sandbox tools)."""
 _PROBING = threading.Lock()
 PROBE_TIMEOUT = 30.0
+RETRY_AFTER = 60.0
+_clock = time.monotonic
 
 
 async def _privileged() -> bool:
@@ -262,16 +267,17 @@ async def _privileged() -> bool:
 
 
 def _probe(bwrap: str) -> tuple[bool, str | None]:
-    """Start `bwrap` the way calls will (blocking; once per program and process): as root
-    first privileged, then, as every other user and where root may not, in a user
-    namespace with the namespaces every call gets. Whether the privileged mode works, and
-    the first line bwrap printed when no mode does."""
+    """Start `bwrap` the way calls will (blocking; once per program and process, a failure
+    again after `RETRY_AFTER`): as root first privileged, then, as every other user and
+    where root may not, in a user namespace with the namespaces every call gets. Whether
+    the privileged mode works, and the first line bwrap printed when no mode does."""
     with _PROBING:
-        if bwrap not in _PROBED:
+        found = _PROBED.get(bwrap)
+        if found is None or (found[1] is not None and _clock() - found[2] >= RETRY_AFTER):
             privileged = os.geteuid() == 0 and _starts(bwrap, _PRIVILEGED_PROBE) is None
             error = None if privileged else _starts(bwrap, _USER_PROBE)
-            _PROBED[bwrap] = (privileged, error)
-        return _PROBED[bwrap]
+            found = _PROBED[bwrap] = (privileged, error, _clock())
+        return found[0], found[1]
 
 
 _PRIVILEGED_PROBE = ("--unshare-pid", "--unshare-net", "--ro-bind", "/", "/")
