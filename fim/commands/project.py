@@ -7,9 +7,11 @@ libraries; `fim validate` is the merge gate of a GitOps repository and must star
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import sys
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -82,6 +84,9 @@ def validate(
     warnings = _unavailable_warnings(snapshot) + _sandbox_warnings(snapshot)
     warnings += _server_warnings(snapshot) + _confirm_warnings(snapshot)
     warnings += _mcp_command_warnings(snapshot)
+    # a warning may quote a declaration's interpolated value (an MCP `command: ${VAR}`):
+    # masked as every other exit masks it (attack-34: validate runs in CI on PR branches)
+    warnings = [_masked(p, snapshot.mask) for p in warnings]
     if strict and warnings:
         _report(warnings, format)
         raise typer.Exit(1)
@@ -91,6 +96,11 @@ def validate(
         return
     sys.stdout.write(f"ok: {summary(snapshot)} (snapshot {snapshot.version})\n")
     _editor_note(snapshot.root)
+
+
+def _masked(problem: Problem, mask: Callable[[str], str]) -> Problem:
+    hint = mask(problem.hint) if problem.hint else problem.hint
+    return dataclasses.replace(problem, message=mask(problem.message), hint=hint)
 
 
 def _editor_note(root: Path) -> None:
