@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from decimal import Decimal
 from typing import Any, TypeVar
 
 from fim.schema_check import problems as schema_problems
@@ -54,6 +55,8 @@ def non_finite(value: Any) -> str | None:
     must not hit the recursion limit here."""
     if isinstance(value, float):
         return None if math.isfinite(value) else ""
+    if isinstance(value, Decimal):  # a database's `numeric` (money): NaN and Infinity too
+        return None if value.is_finite() else ""
     if type(value) is dict:  # the usual tool call: flat, no float and nothing nested
         for child in value.values():
             kind = type(child)
@@ -74,6 +77,9 @@ def non_finite(value: Any) -> str | None:
         for key, child in pairs:
             if isinstance(child, float):
                 if not math.isfinite(child):
+                    return ".".join(str(part) for part in (*path, key))
+            elif isinstance(child, Decimal):
+                if not child.is_finite():
                     return ".".join(str(part) for part in (*path, key))
             elif isinstance(child, dict | list | tuple):
                 stack.append((child, (*path, key)))

@@ -91,6 +91,15 @@ def check_workflow(checker: Any, entry: Any) -> None:
                 path = (*base, alias) if single else (*base, alias, i)
                 if target in names:
                     deps[target].append(name)
+                    if name in wf.nodes[target].needs:  # a live edge whichever branch
+                        checker.add(
+                            doc.problem(
+                                ("nodes", target, "needs", wf.nodes[target].needs.index(name)),
+                                f"'{target}' needs '{name}', whose '{alias}' names it: it "
+                                "would run whichever branch is taken",
+                                f"drop '{name}' from its needs: the {alias} edge already orders it",
+                            )
+                        )
                 else:
                     checker.add(
                         doc.problem(
