@@ -5,6 +5,7 @@ server say when a newcomer's first project goes wrong, stated as the behaviour f
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -117,17 +118,24 @@ NEEDS_TOKEN = (
 
 
 def test_a_hook_failing_on_a_variable_fim_did_not_pass_names_the_fix(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The variable is set in the user's shell; the hook's environment is allow-listed.
-    The block says which variable and how to pass it, not only the script's message."""
+    The operator's log says which variable and how to pass it; the block message, which
+    the model and an API caller read, names the mechanism only (which secrets fim holds is
+    not theirs to learn, attack-34 #7)."""
     monkeypatch.setenv("NEWCOMER5_TOKEN", "tok-4f9a8b7c6d5e")
-    result, _ = call(CommandHook(command=NEEDS_TOKEN, event="PreToolUse"))
+    hook = CommandHook(command=NEEDS_TOKEN, event="PreToolUse")
+    with caplog.at_level(logging.WARNING, logger="fim.hooks"):
+        result, _ = call(hook)
     assert not result.allow
-    assert (
-        "(NEWCOMER5_TOKEN is set for fim but not passed to hooks, which get an allow-listed "
-        "environment: add `env: [NEWCOMER5_TOKEN]` to the hook)" in result.error
-    )
+    assert "NEWCOMER5_TOKEN is set for fim" not in result.error
+    assert "`env: [NAME]` on the hook" in result.error
+    assert [r.getMessage() for r in caplog.records if r.name == "fim.hooks"] == [
+        f"hook '{hook.name}' failed; NEWCOMER5_TOKEN is set for fim but not "
+        "passed to hooks, which get an allow-listed environment: add `env: [NEWCOMER5_TOKEN]` "
+        "to the hook"
+    ]
     passed, _ = call(CommandHook(command=NEEDS_TOKEN, event="PreToolUse", env=["NEWCOMER5_TOKEN"]))
     assert passed.allow
 
@@ -143,16 +151,21 @@ def test_any_failing_hook_names_the_environment_allow_list() -> None:
     )
 
 
-def test_a_hooks_stderr_on_success_is_a_masked_notice(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`fim run -v` prints notices; a hook that allows but wrote on stderr was silent."""
+def test_a_hooks_stderr_on_success_is_an_operators_log_line_not_an_event(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`fim run -v` prints it (fim.hooks at info); no event carries it to an API caller or
+    the stored trace (a hook's own debug output may hold a secret fim does not know)."""
     monkeypatch.setenv("NEWCOMER5_TOKEN", "tok-4f9a8b7c6d5e")
     hook = CommandHook(
         command='echo "using $NEWCOMER5_TOKEN" >&2', event="PreToolUse", env=["NEWCOMER5_TOKEN"]
     )
-    result, notices = call(hook)
-    assert result.allow
-    assert [n.message for n in notices] == [f"hook '{hook.name}' stderr: using ***"]
-    quiet, none = call(CommandHook(command="true", event="PreToolUse"))
+    with caplog.at_level(logging.INFO, logger="fim.hooks"):
+        result, notices = call(hook)
+        quiet, none = call(CommandHook(command="true", event="PreToolUse"))
+    assert result.allow and notices == []
+    said = [r.getMessage() for r in caplog.records if r.name == "fim.hooks"]
+    assert said == [f"hook '{hook.name}' stderr: using ***"]
     assert quiet.allow and none == []
 
 

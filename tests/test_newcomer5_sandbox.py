@@ -217,44 +217,25 @@ def test_notes_say_the_watchdog_alone_caps_memory_and_what_to_do(
     assert sandbox.notes() == []
 
 
-def test_fim_run_verbose_shows_the_sandboxs_info_lines_once(
+def test_fim_run_verbose_shows_the_operators_info_lines_while_it_runs(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """`fim run -v` shows what the sandbox logs at info (no memory cgroup here), once per
-    line however often it is asked; a plain `fim run` does not (Python's last-resort
-    handler prints warnings only)."""
+    """`fim run -v` shows what the sandbox and hooks log at info (no memory cgroup here, a
+    hook's stderr), escaped, while the run goes; afterwards the loggers are as before (a
+    plain `fim run` prints warnings only: Python's last-resort handler)."""
     from fim.commands import run as run_command
 
     told = logging.getLogger("fim.sandbox")
-    before = (list(told.handlers), told.level)
-    try:
-        run_command._sandbox_notes()
-        run_command._sandbox_notes()
+    hooks = logging.getLogger("fim.hooks")
+    before = (list(told.handlers), told.level, list(hooks.handlers), hooks.level)
+    with run_command._operator_lines(True):
         told.info("sandbox memory_mb is enforced by the watchdog alone: \x1b]0;x\x07")
-        assert capsys.readouterr().err == (
-            "fim: sandbox memory_mb is enforced by the watchdog alone: \\x1b]0;x\\x07\n"
-        )
-    finally:
-        told.handlers[:], told.level = before
-
-
-def test_a_failed_probe_is_tried_again_after_a_minute_and_a_success_is_kept(
-    refusing_bwrap: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A bwrap refused for a moment (a process limit reached) must not leave a server
-    without its sandbox tools until it restarts: a failure is probed again after
-    `RETRY_AFTER` seconds; once bwrap starts, it is not probed again."""
-    now = [1000.0]
-    monkeypatch.setattr(sandbox, "_clock", lambda: now[0])
-    per_probe = 2 if os.geteuid() == 0 else 1
-    assert sandbox.unavailable() is not None
-    now[0] += sandbox.RETRY_AFTER - 1
-    assert sandbox.unavailable() is not None
-    assert len(refusing_bwrap.read_text().splitlines()) == per_probe  # cached meanwhile
-    fake = Path(next(p for p in os.environ["PATH"].split(":") if p.endswith("fakebin")))
-    (fake / "bwrap").write_text(f"#!/bin/sh\necho x >> {refusing_bwrap}\nexit 0\n")
-    now[0] += 1
-    assert sandbox.unavailable() is None  # probed again: it starts now
-    now[0] += 10 * sandbox.RETRY_AFTER
-    assert sandbox.unavailable() is None
-    assert len(refusing_bwrap.read_text().splitlines()) == 2 * per_probe - (per_probe - 1)
+        hooks.info("hook 'h' stderr: checking")
+    told.info("not shown")
+    with run_command._operator_lines(False):
+        hooks.info("not shown either")
+    assert capsys.readouterr().err == (
+        "fim: sandbox memory_mb is enforced by the watchdog alone: \\x1b]0;x\\x07\n"
+        "fim: hook 'h' stderr: checking\n"
+    )
+    assert (list(told.handlers), told.level, list(hooks.handlers), hooks.level) == before

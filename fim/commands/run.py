@@ -6,6 +6,8 @@ import asyncio
 import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -99,37 +101,50 @@ def run(
                 _note_scripted(snapshot, agent)
     view = run_view.EventPrinter(verbose=verbose, as_json=as_json)
     view.approvals = run_view.Approvals(ask=run_view.interactive(), wait=wait_approvals)
-    if verbose and not as_json:
-        _sandbox_notes()
     if not (sys.stdin.isatty() or sys.stderr.isatty()):
         # nobody watches this run: an MCP server's question is declined (fim/mcp/caller.py)
         os.environ.setdefault("FIM_ELICITATION", "decline")
-    if prompt is None and sys.stdin.isatty() and not as_json:
-        code = run_async(
-            _chat(snapshot, agent, model, view, stream=not no_stream, session=session),
-            cancel_on_sigterm=True,
-        )
-    else:
-        text = prompt if prompt is not None else sys.stdin.read()
-        if not text.strip():
-            fail(
-                "no prompt: the argument is empty and so is standard input",
-                f'fim run {agent} "your question", or pipe it: echo "..." | fim run {agent}',
+    with _operator_lines(verbose and not as_json):
+        if prompt is None and sys.stdin.isatty() and not as_json:
+            code = run_async(
+                _chat(snapshot, agent, model, view, stream=not no_stream, session=session),
+                cancel_on_sigterm=True,
             )
-        code = run_async(
-            _once(snapshot, agent, text, model, view, stream=not no_stream, session=session),
-            cancel_on_sigterm=True,
-        )
+        else:
+            text = prompt if prompt is not None else sys.stdin.read()
+            if not text.strip():
+                fail(
+                    "no prompt: the argument is empty and so is standard input",
+                    f'fim run {agent} "your question", or pipe it: echo "..." | fim run {agent}',
+                )
+            code = run_async(
+                _once(snapshot, agent, text, model, view, stream=not no_stream, session=session),
+                cancel_on_sigterm=True,
+            )
     raise typer.Exit(code)
 
 
-def _sandbox_notes() -> None:
-    """With -v, the sandbox's facts about this host (no memory cgroup: the watchdog alone
-    caps memory), which it logs once at info, go to stderr."""
-    told = logging.getLogger("fim.sandbox")
-    if not any(isinstance(handler, _ToStderr) for handler in told.handlers):
-        told.addHandler(_ToStderr())
-    told.setLevel(logging.INFO)
+@contextmanager
+def _operator_lines(shown: bool) -> Iterator[None]:
+    """While the run goes, with -v (`shown`), what fim logs at info for the person running
+    the agent goes to stderr: the sandbox's facts about this host (no memory cgroup: the
+    watchdog alone caps memory) and what a hook that allowed wrote on stderr (never an
+    event: not the model's or an API caller's to read)."""
+    if not shown:
+        yield
+        return
+    loggers = [logging.getLogger(name) for name in ("fim.sandbox", "fim.hooks")]
+    before = [logger.level for logger in loggers]
+    handler = _ToStderr()
+    for logger in loggers:
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, before, strict=True):
+            logger.removeHandler(handler)
+            logger.setLevel(level)
 
 
 class _ToStderr(logging.Handler):

@@ -152,50 +152,50 @@ class CommandHook(BaseHook):
             # hook printed (its `env:` token, after the tool input it echoes) went out
             tail, cut = known().tail(stderr.strip(), MAX_STDERR_TAIL)
             tail = "..." + tail if cut else tail
+            if missing := not_passed(stderr, given):
+                listed = ", ".join(missing)
+                log.warning(
+                    "hook '%s' failed; %s %s set for fim but not passed to hooks, which get "
+                    "an allow-listed environment: add `env: [%s]` to the hook",
+                    self.name, listed, "is" if len(missing) == 1 else "are", listed,
+                )  # fmt: skip
             return HookResult(
                 allow=False,
                 error=f"hook command failed with exit code {code}"
                 + (f": {tail}" if tail else "")
-                + f"; the call was blocked because hooks fail closed ({env_hint(stderr, given)})",
+                + f"; the call was blocked because hooks fail closed ({ENV_HINT})",
             )
         if stderr.strip():
-            self._show_stderr(context, stderr.strip())
+            self._show_stderr(stderr.strip())
         return await interpret(self, context, stdout, ask_timeout=self.options.ask_timeout)
 
-    def _show_stderr(self, context: HookContext, stderr: str) -> None:
-        """What a hook that succeeded wrote on stderr, for the person running the agent: a
-        notice (`fim run -v` shows it, as Claude Code's verbose mode does) and a `fim.hooks`
-        log line at INFO (`fim serve --log-level info`). Masked, then cut to its end."""
+    def _show_stderr(self, stderr: str) -> None:
+        """What a hook that succeeded wrote on stderr, for the operator only: a `fim.hooks`
+        log line at INFO (`fim run -v` prints it, as Claude Code's verbose mode does;
+        `fim serve --log-level info`), masked, then cut to its end. Not an event: a hook's
+        own debug output (a URL with a password fim does not know) is not the API
+        caller's or the model's to read (attack-34 #3)."""
         tail, cut = known().tail(stderr, MAX_STDERR_TAIL)
-        message = f"hook '{self.name}' stderr: {'...' if cut else ''}{known().text(tail)}"
-        log.info("%s", message)
-        if self._notify is not None:
-            # deferred: loading fim.events costs tens of ms
-            from fim.events import Notice
-
-            self._notify(Notice(run_id=context.run_id, message=message, data={"hook": self.name}))
+        log.info("hook '%s' stderr: %s%s", self.name, "..." if cut else "", known().text(tail))
 
 
-def env_hint(stderr: str, given: Mapping[str, str]) -> str:
-    """Why a hook that works in a terminal can fail under fim: it gets an allow-listed
-    environment (`fim.hooks.command_input.environment`), not fim's. When its stderr names
-    a variable fim has and the hook was not given (`GITHUB_TOKEN is not set`), the hint
-    names it; otherwise it names the mechanism. Names only, never a value."""
-    missing = [
+ENV_HINT = (
+    "a hook gets an allow-listed environment (PATH, HOME, LANG, ...): a variable it "
+    "needs from fim's is passed with `env: [NAME]` on the hook"
+)
+"""Why a hook that works in a terminal can fail under fim (`fim.hooks.command_input.
+environment`), in the block message the model and the caller read."""
+
+
+def not_passed(stderr: str, given: Mapping[str, str]) -> list[str]:
+    """The variables a failing hook's stderr names (`GITHUB_TOKEN is not set`) that fim has
+    and the hook was not given: told to the operator's log, never to the model or an API
+    caller, who would learn which secrets fim holds (attack-34 #7). Names only."""
+    return [
         name
         for name in dict.fromkeys(_VARIABLE.findall(stderr))
         if name in os.environ and name not in given
     ][:3]
-    if missing:
-        listed = ", ".join(missing)
-        return (
-            f"{listed} {'is' if len(missing) == 1 else 'are'} set for fim but not passed to "
-            f"hooks, which get an allow-listed environment: add `env: [{listed}]` to the hook"
-        )
-    return (
-        "a hook gets an allow-listed environment (PATH, HOME, LANG, ...): a variable it "
-        "needs from fim's is passed with `env: [NAME]` on the hook"
-    )
 
 
 _VARIABLE = re.compile(r"\b[A-Z][A-Z0-9_]+\b")
