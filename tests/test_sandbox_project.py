@@ -237,21 +237,6 @@ async def test_a_sandbox_folder_in_the_project_root_is_hidden_with_its_keys(
 
 
 @needs_bwrap
-async def test_a_sqlite_store_in_the_project_root_is_unreadable(tmp_path: Path, mode: str) -> None:
-    root = make_project(tmp_path / "p", "name: p\nstate: sqlite:///runs.db\n")
-    (root / "runs.db").write_text(STATE)
-    (root / "runs.db-wal").write_text(STATE)
-    tools = make_tools(root)
-    result = await shell(tools, "cat runs.db runs.db-wal; echo done")
-    out, err = streams(result)
-    assert STATE not in result.content
-    assert out == ["done"] and err == [
-        "cat: runs.db: Permission denied",
-        "cat: runs.db-wal: Permission denied",
-    ], result.content
-
-
-@needs_bwrap
 async def test_a_sandbox_folder_that_is_the_project_hides_the_whole_project(
     tmp_path: Path, mode: str
 ) -> None:

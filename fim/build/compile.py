@@ -96,6 +96,27 @@ def _check_cost_limits(snapshot: Snapshot, locate: Locate) -> list[Problem]:
     return check_cost_limits(snapshot, locate, price_known)
 
 
+def _check_project_views(snapshot: Snapshot, locate: Locate) -> list[Problem]:
+    """Agents with `sandbox: {project: read}` whose sandboxed programs would see the SQLite
+    state store (`fim.tools.sandbox.project.store_shown`, a layer up): their calls would
+    refuse, so the project is refused here first (attack-34 #4)."""
+    readers = [name for name, a in snapshot.agents.items() if a.sandbox.project == "read"]
+    if not readers:
+        return []  # most projects: the sandbox never sees the project
+    # deferred: loading fim.tools costs tens of ms, only for a project-reading agent
+    from fim.tools.sandbox.project import store_shown
+
+    project = snapshot.project
+    shown = store_shown(snapshot.root, sandbox=project.sandbox, state_url=project.state)
+    if shown is None:
+        return []
+    problems = []
+    for name in readers:
+        where = locate("agent", name, ("sandbox", "project"))
+        problems.append(Problem(where.path, where.line, where.column, *shown))
+    return problems
+
+
 SNAPSHOT_CHECKS: tuple[SnapshotCheck, ...] = (
     check_agent_workflows,
     _check_hooks,
@@ -103,6 +124,7 @@ SNAPSHOT_CHECKS: tuple[SnapshotCheck, ...] = (
     _check_python_tools,
     _check_eval_python,
     _check_cost_limits,
+    _check_project_views,
 )
 """Checks that need the whole compiled project (e.g. building every hook once); `locate`
 points into the files. They run only when the checks here found nothing, so a problem is
@@ -124,10 +146,11 @@ def _locator(decls: Declarations) -> Locate:
     return locate
 
 
-EVEN_WHEN_BROKEN: tuple[SnapshotCheck, ...] = (_check_python_tools,)
+EVEN_WHEN_BROKEN: tuple[SnapshotCheck, ...] = (_check_python_tools, _check_project_views)
 """Snapshot checks that also run on a project with problems, for the entries not reported
 already: importing the project's Python tools found their problems only once everything
-else was fixed, so `fim validate` reported a project in stages."""
+else was fixed, so `fim validate` reported a project in stages. The store check reads
+no project file and costs nothing."""
 
 
 def _snapshot_problems(

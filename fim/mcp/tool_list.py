@@ -159,9 +159,7 @@ class ToolList(ConnectionState):
         three (masked, escaped and cut: they are what no name should be)."""
         if not names:
             return
-        shown = ", ".join(
-            repr(self.mask(name[:40])) + ("..." if len(name) > 40 else "") for name in names[:3]
-        )
+        shown = ", ".join(self._shown(name) for name in names[:3])
         log.warning(
             "MCP server '%s': %d tool%s not offered: a tool name must be 1 to 128 characters "
             "of A-Z a-z 0-9 _ - . (MCP's rule): %s%s",
@@ -171,6 +169,12 @@ class ToolList(ConnectionState):
             shown,
             ", ..." if len(names) > 3 else "",
         )
+
+    def _shown(self, name: str) -> str:
+        """A name no tool should have, for a log line: masked whole, then cut to 40
+        characters and escaped (cut first, a secret crossing the cut showed in part)."""
+        text = self.mask(name)
+        return repr(text[:40]) + ("..." if len(text) > 40 else "")
 
     def refresh_wait(self) -> float:
         """Seconds until a refresh may run: `REFRESH_BURST` back to back, then one each
@@ -214,10 +218,10 @@ class ToolList(ConnectionState):
                 # fim does not run MCP tasks (tasks/get, tasks/result polling); offering
                 # the tool would only produce failing calls.
                 log.info(
-                    "MCP server '%s': tool '%s' requires task-augmented execution, "
+                    "MCP server '%s': tool %s requires task-augmented execution, "
                     "which fim does not support; not offered",
                     self.name,
-                    tool.name if conforming(tool.name) else repr(tool.name[:40]),
+                    self._shown(tool.name),
                 )
                 continue
             if not conforming(tool.name):
@@ -232,7 +236,7 @@ class ToolList(ConnectionState):
                         "MCP server '%s': tool '%s' is not offered: its %s schema has "
                         "%d characters (at most %d)",
                         self.name,
-                        tool.name,
+                        self.mask(tool.name),  # a server's text: a secret in its env may be in it
                         which,
                         size,
                         MAX_SCHEMA_CHARS,

@@ -58,6 +58,17 @@ def make(
             max_file_bytes=MAX_FILE_BYTES,
             keep_output=max_output * 4,  # bytes: enough for max_output characters of UTF-8
         )
+        project = (
+            await sandbox.project_of_run(
+                Path(ctx.snapshot.root),
+                sandbox=ctx.snapshot.project.sandbox,
+                state_url=ctx.snapshot.project.state,
+            )
+            if settings.project == "read"
+            else None
+        )
+        if project is not None and project.refused:  # fim validate reports it too
+            return fail(project.refused + ".")
         outcome = await sandbox.run(
             [sys.executable, "-I", "-"],
             scratch=scratch,
@@ -67,15 +78,7 @@ def make(
             limits=limits,
             read_only=skill_dirs(ctx),
             network=ctx.snapshot.project.web_fetch if settings.network else None,
-            project=(
-                await sandbox.project_of_run(
-                    Path(ctx.snapshot.root),
-                    sandbox=ctx.snapshot.project.sandbox,
-                    state_url=ctx.snapshot.project.state,
-                )
-                if settings.project == "read"
-                else None
-            ),
+            project=project,
         )
         return sandbox.observation(
             outcome,

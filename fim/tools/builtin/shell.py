@@ -56,6 +56,17 @@ def make(ctx: RunContext) -> FunctionTool:
             max_file_bytes=MAX_FILE_BYTES,
             keep_output=MAX_OUTPUT * 4,
         )
+        project = (
+            await sandbox.project_of_run(
+                Path(ctx.snapshot.root),
+                sandbox=ctx.snapshot.project.sandbox,
+                state_url=ctx.snapshot.project.state,
+            )
+            if settings.project == "read"
+            else None
+        )
+        if project is not None and project.refused:  # fim validate reports it too
+            return fail(project.refused + ".")
         outcome = await sandbox.run(
             ["bash", "-c", command],
             scratch=scratch,
@@ -65,15 +76,7 @@ def make(ctx: RunContext) -> FunctionTool:
             limits=limits,
             read_only=skill_dirs(ctx),
             network=ctx.snapshot.project.web_fetch if settings.network else None,
-            project=(
-                await sandbox.project_of_run(
-                    Path(ctx.snapshot.root),
-                    sandbox=ctx.snapshot.project.sandbox,
-                    state_url=ctx.snapshot.project.state,
-                )
-                if settings.project == "read"
-                else None
-            ),
+            project=project,
         )
         return sandbox.observation(
             outcome,
