@@ -13,7 +13,6 @@ refuses to run (one line saying how to install it).
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fim.tools.base import FunctionTool
@@ -58,15 +57,7 @@ def make(
             max_file_bytes=MAX_FILE_BYTES,
             keep_output=max_output * 4,  # bytes: enough for max_output characters of UTF-8
         )
-        project = (
-            await sandbox.project_of_run(
-                Path(ctx.snapshot.root),
-                sandbox=ctx.snapshot.project.sandbox,
-                state_url=ctx.snapshot.project.state,
-            )
-            if settings.project == "read"
-            else None
-        )
+        project = await sandbox.project_for(ctx.snapshot, settings.project)
         if project is not None and project.refused:  # fim validate reports it too
             return fail(project.refused + ".")
         outcome = await sandbox.run(

@@ -13,7 +13,6 @@ Claude Code's Bash tool (`tool_input.command`), so hooks written for Claude Code
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fim.tools.base import FunctionTool
@@ -56,15 +55,7 @@ def make(ctx: RunContext) -> FunctionTool:
             max_file_bytes=MAX_FILE_BYTES,
             keep_output=MAX_OUTPUT * 4,
         )
-        project = (
-            await sandbox.project_of_run(
-                Path(ctx.snapshot.root),
-                sandbox=ctx.snapshot.project.sandbox,
-                state_url=ctx.snapshot.project.state,
-            )
-            if settings.project == "read"
-            else None
-        )
+        project = await sandbox.project_for(ctx.snapshot, settings.project)
         if project is not None and project.refused:  # fim validate reports it too
             return fail(project.refused + ".")
         outcome = await sandbox.run(

@@ -104,6 +104,7 @@ from fim.tools.sandbox.output import Outcome, observation, setup_hint
 from fim.tools.sandbox.process import execute
 from fim.tools.sandbox.project import MOUNT as PROJECT_MOUNT
 from fim.tools.sandbox.project import ProjectView
+from fim.tools.sandbox.project import for_call as project_for
 from fim.tools.sandbox.project import of_run as project_of_run
 from fim.tools.sandbox.project import view as project_view
 
@@ -337,6 +338,7 @@ __all__ = [
     "bwrap_path",
     "notes",
     "observation",
+    "project_for",
     "project_of_run",
     "project_view",
     "refused",

@@ -32,6 +32,7 @@ import asyncio
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fim import private
 from fim.store.schema import normalize_url, sqlite_file
@@ -92,6 +93,15 @@ def view(root: Path, *, sandbox: str | Path, state_url: str = "") -> ProjectView
 async def of_run(root: Path, *, sandbox: str | Path, state_url: str) -> ProjectView:
     """`view`, off the event loop (the tools call it for each call: the project may change)."""
     return await asyncio.to_thread(view, root, sandbox=sandbox, state_url=state_url)
+
+
+async def for_call(snapshot: Any, setting: str) -> ProjectView | None:
+    """What one `shell`/`python_exec` call of an agent sees of `snapshot`'s project: None
+    unless the agent's `sandbox.project` (`setting`) is `read`."""
+    if setting != "read":
+        return None
+    project = snapshot.project
+    return await of_run(Path(snapshot.root), sandbox=project.sandbox, state_url=project.state)
 
 
 def store_shown(root: Path, *, sandbox: str | Path, state_url: str) -> tuple[str, str] | None:
