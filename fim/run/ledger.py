@@ -20,7 +20,7 @@ from typing import Any
 
 from fim.locks import current_owner
 from fim.run.tree import RunSpend, current_spend
-from fim.tasks import spawn
+from fim.tasks import shielded, spawn
 from fim.types import Usage
 
 
@@ -122,9 +122,15 @@ class Ledger:
             spend = self.spend
             if spend is not None:
                 spend.row("writing")
-            recorded = await self._record(status, self.calls, usage, self.model)
-            if spend is not None:  # settled now, not when the caller reads past the run's end
-                spend.row("written" if recorded else "refused")
+            # to its end even when the run is being cancelled: a client leaving a stream
+            # cancelled the write on PostgreSQL (awaited there), and the run's spending
+            # never reached the daily, session and key budgets (attack-35)
+            await shielded(self._settle(status, usage, spend))
+
+    async def _settle(self, status: str, usage: Usage, spend: RunSpend | None) -> None:
+        recorded = await self._record(status, self.calls, usage, self.model)
+        if spend is not None:  # settled now, not when the caller reads past the run's end
+            spend.row("written" if recorded else "refused")
 
     async def _record(self, status: str, calls: int, usage: Usage, model: str) -> bool:
         """Write a row; False when the store refused it."""
