@@ -28,3 +28,15 @@ def markup(text: str) -> str:
     from rich.markup import escape
 
     return escape(printable(text))
+
+
+def clipped(text: str, limit: int, middle: bool = False) -> str:
+    """`text` on one line, at most `limit` characters: cut at the end, or, for an error
+    (`middle`), in the middle, since what to do is usually said last."""
+    text = text.replace("\n", " ")
+    if len(text) <= limit:
+        return text
+    if not middle:
+        return text[: limit - 1] + "…"
+    head = limit // 3
+    return text[:head] + " … " + text[len(text) - (limit - head - 3) :]

@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from fim.commands import err
-from fim.terminal import markup, printable
+from fim.terminal import clipped, markup, printable
 
 if TYPE_CHECKING:
     from fim.events import Event, Token
@@ -341,12 +341,12 @@ class EventPrinter:
             case ToolCallEvent() if self.verbose:
                 self._end_stream()
                 args = json.dumps(event.arguments, ensure_ascii=False)
-                self.err.print(f"[cyan]→ {event.name}[/cyan] {markup(_clip(args, 300))}")
+                self.err.print(f"[cyan]→ {event.name}[/cyan] {markup(clipped(args, 300))}")
             case ToolResultEvent() if self.verbose:
                 style = "red" if event.is_error else "green"
                 self.err.print(
                     f"[{style}]← {event.name}[/{style}] [dim]({event.duration_ms:.0f} ms)[/dim] "
-                    f"{markup(_clip(event.content, 500, middle=event.is_error))}"
+                    f"{markup(clipped(event.content, 500, middle=event.is_error))}"
                 )
             case HookEvent() if self.verbose:
                 reason = f": {markup(event.reason)}" if event.reason else ""
@@ -355,7 +355,7 @@ class EventPrinter:
                 )
             case ToolProgress():
                 total = f"/{event.total:g}" if event.total is not None else ""
-                text = f" {markup(_clip(event.message, 200))}" if event.message else ""
+                text = f" {markup(clipped(event.message, 200))}" if event.message else ""
                 self.err.print(f"[dim]… {event.name} {event.progress:g}{total}{text}[/dim]")
             case Notice() if self.verbose or "elicitation" in event.data:
                 self.err.print(f"[yellow]• {markup(event.message)}[/yellow]")
@@ -388,15 +388,3 @@ def summary_line(event: Any, calls: int) -> str:
         f"{usage.prompt_tokens}+{usage.completion_tokens} tokens{cost} · "
         f"{event.duration_ms:.0f} ms"
     )
-
-
-def _clip(text: str, limit: int, middle: bool = False) -> str:
-    """`text` on one line, at most `limit` characters: cut at the end, or, for an error
-    (`middle`), in the middle, since what to do is usually said last."""
-    text = text.replace("\n", " ")
-    if len(text) <= limit:
-        return text
-    if not middle:
-        return text[: limit - 1] + "…"
-    head = limit // 3
-    return text[:head] + " … " + text[len(text) - (limit - head - 3) :]
