@@ -156,10 +156,21 @@ class Api:
             # `notifications/cancelled` or a stdio client gone cancel through an anyio
             # scope, which cancels every await of this `finally` again; unshielded, the
             # run kept its events but never got its record (attack-33 #1)
-            await shielded(live.close())
-            # the record holds the events only if the log lost some (a failed write)
-            events = kept if live.failed else None
-            await shielded(self._persist(run_id, agent, status, final, events))
+            await shielded(self._close(live, run_id, agent, status, final, kept))
+
+    async def _close(
+        self,
+        live: Any,
+        run_id: str,
+        agent: str,
+        status: str,
+        final: RunFinished | None,
+        kept: list[dict[str, Any]],
+    ) -> None:
+        """The run's event log flushed, then its record written (one shielded task)."""
+        await live.close()
+        # the record holds the events only if the log lost some (a failed write)
+        await self._persist(run_id, agent, status, final, kept if live.failed else None)
 
     async def _persist(
         self,
