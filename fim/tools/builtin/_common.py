@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fim.masking import Masker, known
+from fim.tools.sandbox.project import keys_folder, sandbox_folder
 from fim.types import ToolResult
 
 if TYPE_CHECKING:
@@ -36,9 +37,7 @@ def sandbox_dir(ctx: RunContext) -> Path:
 
     Not created here: tools create it on first use, so listing tools has no side effects.
     """
-    path = Path(ctx.snapshot.project.sandbox)
-    if not path.is_absolute():
-        path = Path(ctx.snapshot.root) / path
+    path = sandbox_folder(Path(ctx.snapshot.root), ctx.snapshot.project.sandbox)
     return key_folder(path, ctx.owner).resolve()
 
 
@@ -49,4 +48,4 @@ def key_folder(sandbox: Path, owner: str) -> Path:
     `sandbox` itself for no key."""
     if not owner:
         return sandbox
-    return sandbox.parent / f"{sandbox.name}-keys" / hashlib.sha256(owner.encode()).hexdigest()[:24]
+    return keys_folder(sandbox) / hashlib.sha256(owner.encode()).hexdigest()[:24]
