@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fim.masking import Masker, known
-from fim.tools.sandbox.project import keys_folder, sandbox_folder
 from fim.types import ToolResult
 
 if TYPE_CHECKING:
@@ -37,7 +36,9 @@ def sandbox_dir(ctx: RunContext) -> Path:
 
     Not created here: tools create it on first use, so listing tools has no side effects.
     """
-    path = sandbox_folder(Path(ctx.snapshot.root), ctx.snapshot.project.sandbox)
+    path = Path(ctx.snapshot.project.sandbox)
+    if not path.is_absolute():
+        path = Path(ctx.snapshot.root) / path
     return key_folder(path, ctx.owner).resolve()
 
 
@@ -48,4 +49,4 @@ def key_folder(sandbox: Path, owner: str) -> Path:
     `sandbox` itself for no key."""
     if not owner:
         return sandbox
-    return keys_folder(sandbox) / hashlib.sha256(owner.encode()).hexdigest()[:24]
+    return sandbox.parent / f"{sandbox.name}-keys" / hashlib.sha256(owner.encode()).hexdigest()[:24]

@@ -105,6 +105,7 @@ from fim.tools.sandbox.process import execute
 from fim.tools.sandbox.project import MOUNT as PROJECT_MOUNT
 from fim.tools.sandbox.project import ProjectView
 from fim.tools.sandbox.project import for_call as project_for
+from fim.tools.sandbox.project import of_run as project_of_run
 from fim.tools.sandbox.project import view as project_view
 
 if TYPE_CHECKING:
@@ -338,6 +339,7 @@ __all__ = [
     "notes",
     "observation",
     "project_for",
+    "project_of_run",
     "project_view",
     "refused",
     "run",

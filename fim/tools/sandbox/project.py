@@ -90,14 +90,18 @@ def view(root: Path, *, sandbox: str | Path, state_url: str = "") -> ProjectView
     return ProjectView(real_root, tuple(kept))
 
 
+async def of_run(root: Path, *, sandbox: str | Path, state_url: str) -> ProjectView:
+    """`view`, off the event loop (the tools call it for each call: the project may change)."""
+    return await asyncio.to_thread(view, root, sandbox=sandbox, state_url=state_url)
+
+
 async def for_call(snapshot: Any, setting: str) -> ProjectView | None:
     """What one `shell`/`python_exec` call of an agent sees of `snapshot`'s project: None
-    unless the agent's `sandbox.project` (`setting`) is `read`; `view`, off the event loop
-    (asked for each call: the project may change)."""
+    unless the agent's `sandbox.project` (`setting`) is `read`."""
     if setting != "read":
         return None
-    root, project = Path(snapshot.root), snapshot.project
-    return await asyncio.to_thread(view, root, sandbox=project.sandbox, state_url=project.state)
+    project = snapshot.project
+    return await of_run(Path(snapshot.root), sandbox=project.sandbox, state_url=project.state)
 
 
 def store_shown(root: Path, *, sandbox: str | Path, state_url: str) -> tuple[str, str] | None:
@@ -136,21 +140,11 @@ def store_shown(root: Path, *, sandbox: str | Path, state_url: str) -> tuple[str
     )
 
 
-def sandbox_folder(root: Path, sandbox: str | Path) -> Path:
-    """The project's sandbox folder (fim.yaml `sandbox:`, relative to `root`), unresolved."""
-    return Path(sandbox) if Path(sandbox).is_absolute() else root / sandbox
-
-
-def keys_folder(sandbox: Path) -> Path:
-    """`<sandbox>-keys`, beside the sandbox folder: where each API key's own folder is."""
-    return sandbox.parent / f"{sandbox.name}-keys"
-
-
 def _hidden_folders(root: Path, sandbox: str | Path) -> list[Path]:
     """The folders `view` hides when they are in the project: `.fim/`, the sandbox folder
     and `<sandbox>-keys` (unresolved)."""
-    folder = sandbox_folder(root, sandbox)
-    return [root / FIM_FOLDER, folder, keys_folder(folder)]
+    folder = Path(sandbox) if Path(sandbox).is_absolute() else root / sandbox
+    return [root / FIM_FOLDER, folder, folder.parent / f"{folder.name}-keys"]
 
 
 _IN_MEMORY = ("sqlite://", "sqlite:///:memory:")
