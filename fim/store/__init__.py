@@ -19,6 +19,7 @@ Modules, by concept:
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from fim.store.approvals import Approvals
@@ -40,7 +41,10 @@ class Store(Runs, Approvals, Audit):
 def get_store(services: Services) -> Store:
     """The process-wide Store for `services.state_url`, created on first use."""
     url = store_url(services.state_url, services.root)
-    return services.get(f"store:{url}", lambda: Store(url), closer=Store.close)
+    # closed in a thread: closing writes what is queued, up to `writer.CLOSE_WITHIN`
+    return services.get(
+        f"store:{url}", lambda: Store(url), closer=lambda store: asyncio.to_thread(store.close)
+    )
 
 
 __all__ = [

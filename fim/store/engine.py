@@ -42,6 +42,12 @@ nothing when the process crashes or is killed; only a power loss or an OS crash 
 the last commits before it (the database is never corrupted). PostgreSQL is the store for
 state that must survive that."""
 
+WAIT_FOR_LOCKS_MS = 10_000
+"""How long a statement waits for a lock another session holds before it fails: SQLite's
+`busy_timeout`, PostgreSQL's `lock_timeout`. Without the latter, a table another session
+kept locked (an idle transaction, a long migration) held every write, and a server's
+shutdown with them, for as long as it lasted (attack-35 #2)."""
+
 
 def _enable_wal(cursor: Any) -> None:
     """Switch the file to WAL (persistent once set). The switch needs a moment alone with
@@ -106,7 +112,10 @@ class Database:
                 from sqlalchemy.pool import StaticPool
 
                 kwargs["poolclass"] = StaticPool
-            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 10}
+            kwargs["connect_args"] = {
+                "check_same_thread": False,
+                "timeout": WAIT_FOR_LOCKS_MS / 1000,
+            }
         else:
             # the pool serves reads; the writer keeps one connection and, when it drops,
             # runs its units again on a new one (fim.store.writer)
@@ -120,7 +129,7 @@ class Database:
                 # otherwise start deferred and fail to upgrade under concurrent writers.
                 dbapi_conn.isolation_level = None
                 cursor = dbapi_conn.cursor()
-                cursor.execute("PRAGMA busy_timeout=10000")
+                cursor.execute(f"PRAGMA busy_timeout={WAIT_FOR_LOCKS_MS}")
                 cursor.execute(f"PRAGMA synchronous={SQLITE_SYNCHRONOUS}")
                 _enable_wal(cursor)
                 cursor.close()
@@ -128,6 +137,14 @@ class Database:
             @event.listens_for(engine, "begin")
             def _on_begin(conn: Any) -> None:
                 conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        else:
+
+            @event.listens_for(engine, "connect")
+            def _on_pg_connect(dbapi_conn: Any, _record: Any) -> None:
+                # committed: a SET in a transaction the pool rolls back would not last
+                dbapi_conn.execute(f"SET lock_timeout = {WAIT_FOR_LOCKS_MS}")
+                dbapi_conn.commit()
 
         _migrate(engine)
         return engine

@@ -49,6 +49,13 @@ log = logging.getLogger("fim.store")
 
 _LOST_KEPT = 1000
 """Failures of deferred units kept for the `run` of their key; the oldest go first."""
+CLOSE_WITHIN = 30.0
+"""Seconds `close` gives what is queued to be written (uvicorn's graceful shutdown is as
+long); what is left then is reported lost, not waited for. A database another session kept
+locked held a server's SIGTERM as long as the lock lasted (attack-35 #2)."""
+LAST_STATEMENT = 15.0
+"""...plus this, for the statement in progress at that moment (a lock is waited for 10 s:
+`fim.store.engine.WAIT_FOR_LOCKS_MS`)."""
 
 
 class WriteBehindError(RuntimeError):
@@ -80,8 +87,12 @@ class GroupWriter:
         *,
         name: str = "fim-store",
         flush_after: float = 0.05,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._connect = connect
+        self._clock = clock
+        self._give_up_at: float | None = None
+        """Set by `close`: work not begun by then is reported lost instead."""
         self._name = name
         self.flush_after = flush_after
         self._queue: queue.SimpleQueue[_Item[Any] | None] = queue.SimpleQueue()
@@ -120,14 +131,22 @@ class GroupWriter:
                     self._thread.start()
         self._queue.put(item)
 
-    def close(self) -> None:
-        """Write what is queued, then stop the thread and close its connection."""
+    def close(self, within: float = CLOSE_WITHIN) -> None:
+        """Write what is queued, then stop the thread and close its connection. Work not
+        begun `within` seconds from now is logged as not stored (`CLOSE_WITHIN`)."""
         with self._start:
             thread, self._thread = self._thread, None
             if thread is not None:
+                self._give_up_at = self._clock() + within
                 self._queue.put(None)
         if thread is not None and thread is not threading.current_thread():
-            thread.join()
+            thread.join(within + LAST_STATEMENT)
+            if thread.is_alive():
+                log.error(
+                    "the state store did not finish writing within %.0f s of closing; what "
+                    "it still holds is not stored",
+                    within + LAST_STATEMENT,
+                )
 
     # ------------------------------------------------------------------ writer thread
 
@@ -171,11 +190,26 @@ class GroupWriter:
         if not items:
             return
         self.batches += 1
-        if not self._transaction(items) and (len(items) > 1 or self._conn is None):
+        if self._late(items) or (
+            not self._transaction(items) and (len(items) > 1 or self._conn is None)
+        ):
             for item in items:  # rolled back: each alone (a dropped connection: once more)
-                item.error = None
-                self._transaction([item])
+                if not self._late([item]):
+                    item.error = None
+                    self._transaction([item])
         self._deliver(items)
+
+    def _late(self, items: list[_Item[Any]]) -> bool:
+        """Past `close`'s deadline: `items` are failed, not tried (each try may wait for a
+        lock as long again)."""
+        if self._give_up_at is None or self._clock() < self._give_up_at:
+            return False
+        for item in items:
+            item.error = item.error or RuntimeError(
+                "not stored: the state store was closing, and its database did not take "
+                "the write in time (locked or unreachable)"
+            )
+        return True
 
     def _transaction(self, items: list[_Item[Any]]) -> bool:
         """Run `items` in one transaction; False when it failed before COMMIT (nothing was
