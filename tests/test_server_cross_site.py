@@ -2,9 +2,11 @@
 
 Without API keys nothing a browser must add protects the server, so: a POST must say its
 body is JSON (no form or simple `fetch` can); a request a page sent must come from the
-server's own origin or `server.cors_origins`; and the Host must be a loopback name (a site
-re-pointed at 127.0.0.1 is not) unless `server.allow_open`. A keyed server is left to its
-keys, but still takes only JSON. Every refused request starts nothing."""
+server's own origin or `server.cors_origins`; one another site's page made without an
+Origin (`Sec-Fetch-Site`) only opens a page; and the Host must be a loopback name or one of
+`server.allowed_hosts` (a site re-pointed at the server is not), `server.allow_open` or not.
+A keyed server is left to its keys, but still takes only JSON. Every refused request starts
+nothing."""
 
 from __future__ import annotations
 
@@ -105,17 +107,22 @@ def test_the_servers_own_page_and_plain_clients_go_on(open_server: str):
     assert runs(url) == 3
 
 
-def test_listed_origins_and_allow_open_are_let_in_and_keys_decide_on_keyed_servers(
+def test_listed_origins_and_allowed_hosts_are_let_in_and_keys_decide_on_keyed_servers(
     tmp_path: Path,
 ):
     root = write_project(tmp_path / "cors", "server: {cors_origins: ['https://app.example']}\n")
     with serve(root) as srv:
         listed = {"Origin": "https://app.example"}
         assert httpx.post(f"{srv.url}/v1/agents/a/runs", json=RUN, headers=listed).is_success
-    root = write_project(tmp_path / "proxy", "server: {allow_open: true}\n")
+    root = write_project(
+        tmp_path / "proxy",
+        "server: {allow_open: true, allowed_hosts: [fim.internal.example]}\n",
+    )
     with serve(root) as srv:
         proxied = {"Host": "fim.internal.example"}
         assert httpx.get(f"{srv.url}/v1/status", headers=proxied).status_code == 200
+        with_port = {"Host": "FIM.internal.example:8443"}
+        assert httpx.get(f"{srv.url}/v1/status", headers=with_port).status_code == 200
         # a proxy's cookie is a browser's: another site's page is still refused
         evil = {"Host": "fim.internal.example", "Origin": EVIL}
         assert httpx.post(f"{srv.url}/v1/agents/a/runs", json=RUN, headers=evil).status_code == 403

@@ -210,6 +210,26 @@ def _server_warnings(snapshot: Snapshot) -> list[Problem]:
             "site its users open can run its agents and decide its approvals"
         )
         found.append(Problem("fim.yaml", 1, 1, message))
+    if "*" in server.allowed_hosts and not keyed:
+        found.append(
+            _at_project(
+                snapshot,
+                ("server", "allowed_hosts"),
+                "server.allowed_hosts lists '*' and the server has no API keys: a web site "
+                "that re-points its name at the server (DNS rebinding) can use it",
+                "list the names your proxy forwards instead",
+            )
+        )
+    elif server.allow_open and not server.allowed_hosts and not keyed:
+        found.append(
+            _at_project(
+                snapshot,
+                ("server", "allow_open"),
+                "server.allow_open without server.allowed_hosts: a request whose Host is not "
+                "a loopback name is refused (403), the name your proxy forwards too",
+                "list the names your proxy forwards in server.allowed_hosts",
+            )
+        )
     if server.key_budget is not None and not keyed:
         found.append(
             _at_project(

@@ -11,9 +11,12 @@ it too. So, on every route but the page's own files (`Guard` calls `refusal` fir
   no form or simple `fetch` can, and a script that sets it is preflighted, which fails
   unless `server.cors_origins` lets that site in;
 - without API keys, a request a page sent (it has an `Origin`) must come from the
-  server's own origin or one of `server.cors_origins`; and the `Host` it names must be a
-  loopback name (a rebound name is not), unless `server.allow_open` says a proxy in front
-  authenticates (the Origin rule still holds there: a proxy's cookie is a browser's).
+  server's own origin or one of `server.cors_origins`; one without an `Origin` that a
+  browser says another site's page made (`Sec-Fetch-Site`: an `<img>`, a `no-cors` GET) is
+  refused unless it opens a page; and the `Host` it names must be a loopback name or one
+  of `server.allowed_hosts` (a rebound name is not). `server.allow_open` (a proxy in front
+  authenticates) lifts none of this: a proxy's cookie is a browser's, and a name rebound
+  to the proxy is forwarded like its own (attack-38).
 
 A keyed server is left to its keys: a browser never sends a bearer key on its own.
 """
@@ -46,15 +49,23 @@ def refusal(
     if keyed:
         return None
     host = headers.get(b"host", b"").decode("latin-1")
-    if not settings.allow_open and not loopback(host):
+    if not loopback(host) and not _listed(host, tuple(settings.allowed_hosts)):
         return (
             403,
-            f"Host '{host[:100]}' is not a name of this loopback server (a site re-pointing "
-            "its name at 127.0.0.1 looks like this)",
+            f"Host '{host[:100]}' is not a name this server without keys answers (a site "
+            "re-pointing its name at the server looks like this)",
             "open it as http://127.0.0.1 or http://localhost; to serve other names, set "
-            "server.api_keys (or server.allow_open behind an authenticating proxy)",
+            "server.api_keys, or list the names your proxy forwards in server.allowed_hosts",
         )
     origin = headers.get(b"origin")
+    other_site = headers.get(b"sec-fetch-site") in (b"cross-site", b"same-site")
+    if origin is None and other_site and not _opens_page(method, headers):
+        return (
+            403,
+            "a request another site's web page made is refused: this server has no API "
+            "keys, so a page of any site could use it",
+            "open the address yourself, or set server.api_keys",
+        )
     if origin is not None:
         sent = origin.decode("latin-1")
         scheme, _, named = sent.partition("://")
@@ -69,6 +80,27 @@ def refusal(
                 "list the page's origin in server.cors_origins, or set server.api_keys",
             )
     return None
+
+
+def _opens_page(method: str, headers: dict[bytes, bytes]) -> bool:
+    """A link followed to a page of the server (the browser shows what it gets; no other
+    page can read it): a GET navigating a window, not an `<object>` or `<embed>`."""
+    return (
+        method == "GET"
+        and headers.get(b"sec-fetch-mode") == b"navigate"
+        and headers.get(b"sec-fetch-dest") not in (b"object", b"embed")
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _listed(host: str, allowed: tuple[str, ...]) -> bool:
+    """Whether `host` (a `Host` header) is one of `server.allowed_hosts`: the same name,
+    and the same port when the entry names one."""
+    if "*" in allowed:
+        return True
+    host = host.lower()
+    name = host.rpartition(":")[0] if host.count(":") == 1 else host
+    return any(entry.lower() in (host, name) for entry in allowed if entry)
 
 
 def _has_body(headers: dict[bytes, bytes]) -> bool:

@@ -132,7 +132,7 @@ def openapi_document(app: Any, title: str = "fim") -> dict[str, Any]:
             "files: /, /static/, /docs, this document) needs `Authorization: Bearer <key>`. "
             "Without keys the server refuses (403) a request a web page of another origin sent "
             "(unless `server.cors_origins` lists it) and a `Host` that is not a loopback name "
-            "(unless `server.allow_open`).",
+            "(unless `server.allowed_hosts` lists it).",
         },
         "paths": paths,
         "components": {

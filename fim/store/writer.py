@@ -51,8 +51,9 @@ _LOST_KEPT = 1000
 """Failures of deferred units kept for the `run` of their key; the oldest go first."""
 CLOSE_WITHIN = 10.0
 """Seconds `close` gives what is queued to be written (a server's runs had uvicorn's 30 s
-of graceful shutdown before); what is left then is reported lost, not waited for. A database another session kept
-locked held a server's SIGTERM as long as the lock lasted (attack-35 #2)."""
+of graceful shutdown before); what is left then is reported lost, not waited for. A
+database another session kept locked held a server's SIGTERM as long as the lock lasted
+(attack-35 #2)."""
 LAST_STATEMENT = 15.0
 """...plus this, for the statement in progress at that moment (a lock is waited for 10 s:
 `fim.store.engine.WAIT_FOR_LOCKS_MS`)."""

@@ -229,6 +229,10 @@ class ServerSettings(Strict):
     """Serve without keys on an address other than loopback (a proxy in front
     authenticates). Off: `fim serve` refuses to, since anyone who reaches it could run
     every agent and workflow and decide every approval."""
+    allowed_hosts: list[str] = Field(default_factory=empty_list)
+    """Names (`fim.example.com`, or with a port) a server without keys answers besides
+    loopback ones: those the proxy in front forwards as `Host`. Any other is refused (403),
+    as a site re-pointing its own name at the server (DNS rebinding) would send; `*`: any."""
 
 
 class Retention(Strict):
