@@ -1,36 +1,42 @@
-"""Attack-36: a server's tool listings are paced per server, not per connection.
+"""Attacks 36 and 37: how much of fim's event loop one MCP server's messages may take.
 
-- #1 Every listing of a server (a key's first session, a restart's, a refresh) waits its
-  turn on one `Pacer`, which `McpManager` keeps per server name across keys, evictions past
-  `MAX_KEYED`, restarts and reloads: listings run one at a time, a second of listing is paid
-  back by `REFRESH_COST` seconds without, and a quiet server has `BURST_SECONDS` in hand.
-  32 keys taking turns on a flooding server held the loop 48 s of 60 before, 4.8 s after.
-- #2 A session that crashes within `SHORT_LIFE` of becoming ready restarts after a backoff,
-  whether or not a call succeeded in between: a server that exits after each answer was
-  restarted (and listed) at the rate of its calls.
+The SDK parses everything a server sends on the loop. A pace of tool listings per
+connection was got around by `scope: key` keys and restarts (attack-36), a pace per server
+in time held one lock over the network and failed slow, harmless servers (attack-37 #2,
+#3), and notifications were never paced at all (attack-37 #1). So:
 
-Real servers (tests/mcp_servers/demo.py); time is the test's own clock where it matters.
+- every reader of a server (stdio lines, HTTP bodies and event streams) takes what it hands
+  the SDK from one `ReadBudget`, kept by `McpManager` per server name across keys,
+  evictions past `MAX_KEYED`, restarts and reloads: `READ_BURST` at once, then `READ_RATE`
+  a second; past it the reader waits, which costs the loop nothing;
+- a session that crashes more than `FREE_CRASHES` times in `CRASH_WINDOW` restarts after a
+  backoff, even when calls succeed in between (attack-36 #2);
+- listing resources stops once more are in hand than are shown (attack-37 #4).
+
+Real servers; time is the test's own clock where it matters.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import sys
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from mcp_servers.harness import stdio_decl
+from mcp_servers.harness import http_demo, stdio_decl
 
-from fim.config.schema import StdioServer
-from fim.mcp import pacing
+from fim.config.schema import HttpServer, StdioServer
+from fim.mcp import session
 from fim.mcp.calls import call_tool
 from fim.mcp.errors import McpUnavailable
 from fim.mcp.manager import MAX_KEYED, McpManager
-from fim.mcp.pacing import Pacer
-from fim.mcp.session import SHORT_LIFE
+from fim.mcp.pacing import READ_BURST, READ_RATE, ReadBudget
+from fim.mcp.resources import MAX_LISTED, list_resources
 
 ROOT = Path(__file__).parent
+MiB = 2**20
 
 
 @pytest_asyncio.fixture
@@ -40,8 +46,14 @@ async def manager(tmp_path: Path) -> AsyncIterator[McpManager]:
     await manager.aclose()
 
 
+@pytest.fixture(scope="module")
+def http_url() -> Iterator[str]:
+    with http_demo() as url:
+        yield url
+
+
 class Clock:
-    """Time that moves only when told, or when a listing waits out its turn."""
+    """Time that moves only when told, or when a reader waits out its debt."""
 
     def __init__(self) -> None:
         self.now = 1000.0
@@ -52,127 +64,159 @@ class Clock:
 
     async def pause(self, seconds: float) -> None:
         self.waits.append(seconds)
+        await asyncio.sleep(0)  # other readers read meanwhile
         self.now += seconds
 
 
-async def listing(pacer: Pacer, clock: Clock, taking: float) -> None:
-    async with pacer.turn(clock, clock.pause):
-        clock.now += taking
-
-
-async def test_a_listing_is_paid_back_ten_times_over_after_a_second_in_hand() -> None:
-    """A quiet server lists a second's worth at once; past it, each second of listing
-    waits `REFRESH_COST` seconds, at most `MAX_REFRESH_SECONDS`; quiet time earns the
-    second back, never more."""
-    assert (pacing.REFRESH_COST, pacing.BURST_SECONDS, pacing.MAX_REFRESH_SECONDS) == (
-        10,
-        1.0,
-        60.0,
-    )
-    pacer, clock = Pacer(), Clock()
-    for _ in range(10):
-        await listing(pacer, clock, 0.05)  # ten small listings: half the second in hand
+async def test_a_server_sends_its_burst_at_once_then_at_the_read_rate() -> None:
+    burst_and_rate = (READ_BURST, READ_RATE)
+    assert burst_and_rate == (16 * MiB, MiB // 2)
+    clock = Clock()
+    budget = ReadBudget(clock, clock.pause)
+    for _ in range(16):
+        await budget.take(MiB)
     assert clock.waits == []
-    await listing(pacer, clock, 2.0)  # may begin: something is in hand; now 1.5 s owed
-    assert pacer.wait(clock()) == pytest.approx(15.0)
-    await listing(pacer, clock, 0.0)
-    assert clock.waits == [pytest.approx(15.0)]
-    await listing(pacer, clock, 30.0)  # a listing that hung: the debt is capped
-    assert pacer.wait(clock()) == pytest.approx(60.0)
-    clock.now += 10_000
-    assert pacer.wait(clock()) == 0 and pacer._balance(clock()) == pacing.BURST_SECONDS
+    await budget.take(MiB)  # one past the burst: repaid in two seconds
+    assert clock.waits == [pytest.approx(2.0)]
+    clock.now += 3600  # a quiet hour earns the burst back, no more
+    await budget.take(READ_BURST)
+    await budget.take(MiB // 2)
+    assert clock.waits == [pytest.approx(2.0), pytest.approx(1.0)]
 
 
-async def test_listings_of_one_server_run_one_at_a_time() -> None:
-    pacer, clock = Pacer(), Clock()
-    inside: list[int] = []
-    most = 0
-
-    async def lister(n: int) -> None:
-        nonlocal most
-        async with pacer.turn(clock, clock.pause):
-            inside.append(n)
-            most = max(most, len(inside))
-            await asyncio.sleep(0)
-            clock.now += 0.4
-            inside.remove(n)
-
-    await asyncio.gather(*(lister(n) for n in range(5)))
-    assert most == 1
-    # 0.4 s each, 1 s in hand: the third began with 0.2 s and left 0.2 s owed, paid back
-    # in 2 s before the fourth; the fourth left 0.4 s owed
+async def test_two_readers_over_the_budget_each_wait_for_their_own_debt() -> None:
+    clock = Clock()
+    budget = ReadBudget(clock, clock.pause)
+    await budget.take(READ_BURST)
+    await asyncio.gather(budget.take(MiB), budget.take(MiB))
     assert clock.waits == [pytest.approx(2.0), pytest.approx(4.0)]
 
 
-def test_two_servers_of_one_command_pace_apart(manager: McpManager) -> None:
+def test_two_servers_of_one_command_are_read_apart(manager: McpManager) -> None:
     """Declaring a second server is the operator's choice (attack-36 #3)."""
     decl = StdioServer(command="true", scope="key")
-    pacer = manager.connection("s", decl, ROOT, owner="k0").pacer
-    assert manager.connection("other", decl, ROOT, owner="k0").pacer is not pacer
+    budget = manager.connection("s", decl, ROOT, owner="k0").budget
+    assert manager.connection("other", decl, ROOT, owner="k0").budget is not budget
 
 
-async def test_keys_past_max_keyed_and_a_reload_still_share_it(manager: McpManager) -> None:
+async def test_every_key_of_a_server_and_a_reload_share_its_budget(manager: McpManager) -> None:
     decl = StdioServer(command="true", scope="key")
-    pacer = manager.connection("s", decl, ROOT, owner="k0").pacer
+    budget = manager.connection("s", decl, ROOT, owner="k0").budget
     made = [manager.connection("s", decl, ROOT, owner=f"k{n}") for n in range(2 * MAX_KEYED)]
     again = manager.connection("s", decl, ROOT, owner="k0")  # evicted: a new connection
-    assert again is not made[0] and {c.pacer for c in [*made, again]} == {pacer}
+    assert again is not made[0] and {c.budget for c in [*made, again]} == {budget}
     changed = StdioServer(command="true", args=["x"], scope="key")
-    assert manager.connection("s", changed, ROOT, owner="k1").pacer is pacer
+    assert manager.connection("s", changed, ROOT, owner="k1").budget is budget
     await manager.drain()
 
 
-async def test_a_keys_first_session_waits_for_the_servers_turn(manager: McpManager) -> None:
-    """The first listing of a new key's session is a listing like any: with the server
-    owing two seconds, it starts twenty seconds later (on the test's clock)."""
-    decl = StdioServer(**stdio_decl(), scope="key")  # type: ignore[arg-type]
-    clock = Clock()
-    conn = manager.connection("demo", decl, ROOT, owner="tenant-a")
-    conn.clock, conn.pause = clock, clock.pause
-    await listing(conn.pacer, clock, 3.0)  # another key's listing, 2 s past the second in hand
-    await conn.start()
-    assert clock.waits == [pytest.approx(20.0)] and conn.paced == pytest.approx(20.0)
-    assert "echo" in {tool.name for tool in conn.tools}
-
-
-async def test_a_start_paced_past_its_timeout_says_so(manager: McpManager) -> None:
-    decl = StdioServer(**stdio_decl(), scope="key")  # type: ignore[arg-type]
-    conn = manager.connection("demo", decl, ROOT, owner="tenant-b")
-    clock = Clock()
-    conn.clock, conn.start_timeout = clock, 0.5
-    never = asyncio.Event()
-
-    async def stuck(seconds: float) -> None:
-        clock.waits.append(seconds)
-        await never.wait()
-
-    conn.pause = stuck
-    await listing(conn.pacer, clock, 7.0)
-    with pytest.raises(McpUnavailable, match=r"listings are paced \(the last took 7\.0s"):
-        await conn.start()
-    assert clock.waits == [pytest.approx(60.0)]
-
-
-async def test_a_session_that_crashes_soon_after_answering_backs_off(
-    manager: McpManager,
+@pytest.mark.parametrize("transport", ["stdio", "streamable_http"])
+async def test_what_a_server_sends_is_read_within_its_budget(
+    manager: McpManager, http_url: str, transport: str
 ) -> None:
-    """An answered call no longer forgives the crashes before it: the second crash within
-    `SHORT_LIFE` of the start counts as the second failure in a row. A session that lived
-    longer crashes as the first."""
+    """A key whose server already sent past the budget (another key's listings) waits
+    before its own session's messages reach the SDK: the handshake is read once the debt
+    is repaid (on the test's clock), and every byte read is counted."""
+    if transport == "stdio":
+        decl: StdioServer | HttpServer = StdioServer(**stdio_decl(), scope="key")  # type: ignore[arg-type]
+    else:
+        decl = HttpServer(url=f"{http_url}/mcp", scope="key")
+    conn = manager.connection("demo", decl, ROOT, owner="tenant-a")
+    clock = Clock()
+    conn.budget.clock, conn.budget.pause = clock, clock.pause
+    conn.budget.left, conn.budget.at = -3.0 * MiB, clock()  # 3 MiB owed: 6 s
+    counted: list[int] = []
+    take = conn.budget.take
+
+    async def counting(size: int) -> None:
+        counted.append(size)
+        await take(size)
+
+    conn.budget.take = counting  # type: ignore[method-assign]
+    await conn.start()
+    assert "echo" in {tool.name for tool in conn.tools}
+    assert clock.waits[0] >= 6.0 and sum(clock.waits) < 6.1
+    assert sum(counted) > 1000  # the handshake and the listing
+    assert (await call_tool(conn, "echo", {"text": "hi"})).content == "hi"
+
+
+async def test_a_session_crashing_again_and_again_backs_off_though_calls_succeed(
+    manager: McpManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first crashes in a minute restart at once; past `FREE_CRASHES` the restart
+    waits, though every restart answered a call. A crash a minute later is the first."""
+    assert (session.FREE_CRASHES, session.CRASH_WINDOW) == (5, 60.0)
+    monkeypatch.setattr(session, "FREE_CRASHES", 1)
     conn = manager.connection("fragile", StdioServer(**stdio_decl()), ROOT)  # type: ignore[arg-type]
     clock = Clock()
     conn.clock = clock
 
-    async def crash() -> int:
+    async def crash() -> None:
         assert (await call_tool(conn, "crash", {})).is_error
         await asyncio.wait_for(conn._join_owner(), 30)  # the session has unwound
         assert conn.state == "crashed"
-        return conn.failures
 
-    assert await crash() == 1
-    assert not (await call_tool(conn, "pid", {})).is_error  # restarted at once, answered
-    assert await crash() == 2  # a restart now waits half a second, then one, two, ...
-
+    await crash()
+    await conn.start(wait=False)  # the first: at once
     assert not (await call_tool(conn, "pid", {})).is_error
-    clock.now += SHORT_LIFE
-    assert await crash() == 1
+    await crash()
+    with pytest.raises(McpUnavailable, match="next restart attempt in"):
+        await conn.start(wait=False)  # the second within the window waits
+    clock.now += session.CRASH_WINDOW
+    assert not (await call_tool(conn, "pid", {})).is_error  # waited out the half second
+    await crash()
+    await conn.start(wait=False)  # alone in its window again
+
+
+RESOURCES = """
+import sys
+
+import anyio
+import mcp_types as types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+pages = []
+
+
+async def list_resources(ctx, params):
+    page = int((params.cursor if params else None) or 0)
+    pages.append(page)
+    found = [
+        types.Resource(uri=f"file:///r{page}_{k}", name=f"r{page}_{k}") for k in range(60)
+    ]
+    return types.ListResourcesResult(resources=found, next_cursor=str(page + 1))
+
+
+async def call_tool(ctx, params):
+    return types.CallToolResult(content=[types.TextContent(type="text", text=str(len(pages)))])
+
+
+async def list_tools(ctx, params):
+    return types.ListToolsResult(tools=[types.Tool(name="pages", input_schema={"type": "object"})])
+
+
+server = Server(
+    "many", on_list_resources=list_resources, on_call_tool=call_tool, on_list_tools=list_tools
+)
+
+
+async def main():
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+anyio.run(main)
+"""
+
+
+async def test_listing_resources_stops_once_more_are_in_hand_than_are_shown(
+    manager: McpManager, tmp_path: Path
+) -> None:
+    script = tmp_path / "many.py"
+    script.write_text(RESOURCES)
+    conn = manager.connection("many", StdioServer(command=sys.executable, args=[str(script)]), ROOT)
+    listed = await list_resources(conn)
+    assert f"more than {MAX_LISTED} resources" in listed.content
+    assert listed.content.count("\n- file:///") == MAX_LISTED
+    assert (await call_tool(conn, "pages", {})).content == "2"  # of endless pages of 60

@@ -14,6 +14,9 @@ text and 10 MB of media of one result anyway.
 Bytes are not the whole cost: each message a reader hands on whole (a JSON body, an
 event, a stdio line) is first checked by `fim.mcp.answer_shape.shape_problem`, which counts
 its values, objects and levels, and one past them is refused like one past the byte cap.
+Nor is one message the whole cost: every reader takes what it hands on from the server's
+`fim.mcp.pacing.ReadBudget`, and waits once it has read more than that allows.
+
 Imported with a server's client only.
 """
 
@@ -32,6 +35,7 @@ import anyio
 import httpx2
 
 from fim.mcp.answer_shape import event_problem, lines_problem, shape_problem
+from fim.mcp.pacing import ReadBudget
 
 MAX_ANSWER_BYTES = 16 * 2**20
 
@@ -55,11 +59,12 @@ def capped(
     client: httpx2.AsyncClient,
     limit: int | None = None,
     on_cut: Callable[[str], None] | None = None,
+    budget: ReadBudget | None = None,
 ) -> httpx2.AsyncClient:
     """`client` with every response read at most `limit` bytes an answer (returned for
-    chaining); `on_cut` is told why when it stops reading one. A response hook wraps the
-    body's stream before anyone reads it, so it holds whatever transport or proxy the
-    client uses."""
+    chaining), at the pace of `budget`; `on_cut` is told why when it stops reading one. A
+    response hook wraps the body's stream before anyone reads it, so it holds whatever
+    transport or proxy the client uses."""
 
     most = limit or MAX_ANSWER_BYTES
 
@@ -76,7 +81,7 @@ def capped(
         body = body_of(response.headers.get("content-type", ""))
         length = response.headers.get("content-length", "")
         declared = int(length) if length.isdigit() and body != "events" else 0
-        response.stream = _Capped(response.stream, most, body, declared, on_cut)
+        response.stream = _Capped(response.stream, most, body, declared, on_cut, budget)
 
     hooks = client.event_hooks
     client.event_hooks = {**hooks, "response": [*hooks.get("response", []), cap]}
@@ -131,9 +136,15 @@ class _Capped(httpx2.AsyncByteStream):
         body: Body,
         declared: int,
         on_cut: Callable[[str], None] | None,
+        budget: ReadBudget | None = None,
     ) -> None:
         self._stream, self._limit, self._body = stream, limit, body
-        self._declared, self._on_cut = declared, on_cut
+        self._declared, self._on_cut, self._budget = declared, on_cut, budget
+
+    async def _paced(self, data: bytes) -> bytes:
+        if self._budget is not None:
+            await self._budget.take(len(data))
+        return data
 
     def _cut(self, reason: str | None = None) -> AnswerTooLarge:
         reason = reason or _too_large(self._limit)
@@ -146,7 +157,7 @@ class _Capped(httpx2.AsyncByteStream):
             raise self._cut()
         if self._body == "events":
             async for events in self._events():
-                yield events
+                yield await self._paced(events)
             return
         held, parts = 0, []
         async for chunk in self._stream:
@@ -156,13 +167,13 @@ class _Capped(httpx2.AsyncByteStream):
             if self._body == "json":
                 parts.append(chunk)
             else:
-                yield chunk
+                yield await self._paced(chunk)
         if parts:
             whole = b"".join(parts)
             why = shape_problem(whole)
             if why is not None:
                 raise self._cut(why)
-            yield whole
+            yield await self._paced(whole)
 
     async def _events(self) -> AsyncIterator[bytes]:
         """The events that end in each chunk, checked one by one; the one still open is
@@ -219,8 +230,10 @@ class _Lines(anyio.abc.ByteReceiveStream):
         limit: int,
         on_cut: Callable[[str], None] | None,
         stop: Callable[[], None],
+        budget: ReadBudget | None = None,
     ) -> None:
         self._inner, self._limit, self._on_cut, self._stop = inner, limit, on_cut, stop
+        self._budget = budget
         self._held: list[bytes] = []
         self._size = 0
         self._cut = False
@@ -235,7 +248,7 @@ class _Lines(anyio.abc.ByteReceiveStream):
                 if not self._held:
                     raise
                 rest, self._held, self._size = b"".join(self._held), [], 0
-                return rest
+                return await self._paced(rest)
             end = chunk.rfind(b"\n")
             first = chunk.find(b"\n")
             if (first if first >= 0 else len(chunk)) + self._size > self._limit:
@@ -250,7 +263,12 @@ class _Lines(anyio.abc.ByteReceiveStream):
             why = lines_problem(lines)
             if why is not None:
                 raise self._refuse(why)
-            return lines
+            return await self._paced(lines)
+
+    async def _paced(self, data: bytes) -> bytes:
+        if self._budget is not None:
+            await self._budget.take(len(data))
+        return data
 
     def _refuse(self, reason: str) -> LineRefused:
         self._cut = True
@@ -265,6 +283,8 @@ class _Lines(anyio.abc.ByteReceiveStream):
 
 stdio_cut: ContextVar[Callable[[str], None] | None] = ContextVar("fim_stdio_cut", default=None)
 """Who `_Lines` tells when it cuts a line: the connection that is opening its server."""
+stdio_budget: ContextVar[ReadBudget | None] = ContextVar("fim_stdio_budget", default=None)
+"""The budget `_Lines` reads at: the server's, whose connection is opening it."""
 
 
 def cap_stdio() -> None:
@@ -292,7 +312,9 @@ def cap_stdio() -> None:
                     with contextlib.suppress(ProcessLookupError):
                         process.kill()
 
-            process._stdout = _Lines(inner, MAX_ANSWER_BYTES, stdio_cut.get(), stop)
+            process._stdout = _Lines(
+                inner, MAX_ANSWER_BYTES, stdio_cut.get(), stop, stdio_budget.get()
+            )
         return process
 
     spawned.capped = True  # type: ignore[attr-defined]

@@ -58,6 +58,7 @@ class ServerConnection(Session):
                 result = await self._submit(job, limit)
             except NotSent:
                 continue
+            self.failures = 0
             return result
         raise McpUnavailable(self.error or "the server keeps closing the connection")
 

@@ -140,9 +140,7 @@ class Requests(ToolList):
                         self._inflight.add(job)
                         self.refresh_queued = False  # a notice from now on: one more
                         try:
-                            async with self.pacer.turn(self.clock, self.pause):
-                                self.refreshed_at = self.clock()  # its cost: not the wait
-                                await self._fetch_tools(client)
+                            await self._fetch_tools(client)
                         finally:
                             self.refresh_over()
                 elif job.kind == "request":

@@ -1,76 +1,62 @@
-"""How much of fim's time one MCP server's tool listings may take, whichever connection
-lists them: every key's (`scope: key`), every restart's, every refresh's.
+"""How fast fim reads what one MCP server sends, whichever connection reads it: every
+key's (`scope: key`), every restart's.
 
-The SDK reads a listing on the event loop, a second for a few megabytes. A per-connection
-pace (`fim.mcp.tool_list`) bounded one connection's refreshes, but each new connection (a
-key past `MAX_KEYED`, a restart after a crash) listed at once: 32 keys taking turns on a
-flooding server held the loop 48 s of 60 (attack-36). So a server's listings share one
-`Pacer`, kept by `McpManager` per server name across evictions, restarts and reloads: they
-run one at a time, and a second of listing is paid back by `REFRESH_COST` seconds without.
+The SDK parses every message a server sends on the event loop: answers, tool listings,
+notifications. Each message is capped (`fim.mcp.capped`), but not how many come, so a
+server sending 2 MB notifications without end held the loop for good (attack-37 #1), and
+32 keys' connections to a server listing 2,000 tools held it 48 s of 60 (attack-36). A
+pace of listings measured in time held one lock over the network wait and failed slow but
+harmless servers (attack-37 #2, #3). So a server's readers share one `ReadBudget`, kept by
+`McpManager` per server name for the process's life: `READ_BURST` bytes at once, then
+`READ_RATE` a second. A reader past it waits before handing the SDK more, which costs the
+loop nothing: the server's pipe or socket fills and it waits in turn.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable
 
-REFRESH_COST = 10
-"""A listing that took t seconds is paid back by this many times t seconds without one
-(up to `MAX_REFRESH_SECONDS`): listings take at most about a tenth of fim's time."""
-MAX_REFRESH_SECONDS = 60.0
-"""The longest a listing waits for its turn after the last (a slow server is slow, not
-only costly: its listings' wall time is what is measured)."""
-BURST_SECONDS = 1.0
-"""Seconds of listing a quiet server has in hand: its keys' first sessions start together
-(a listing of a hundred tools takes milliseconds)."""
+READ_RATE = 2**19
+"""Bytes a second fim reads of one server past the burst. The SDK's parse of the worst
+message shapes `fim.mcp.answer_shape` lets through (a million values in 2 MB) costs
+~0.2 s a megabyte: at this rate a server holds at most about a tenth of the loop."""
+READ_BURST = 16 * 2**20
+"""Bytes a quiet server may send at once: its largest answer (`MAX_ANSWER_BYTES`), or the
+listings of its keys' sessions starting together."""
 
 
-class Pacer:
-    """One server's listings: one at a time, paid for in time.
+class ReadBudget:
+    """Bytes one server may send now: refills at `READ_RATE` up to `READ_BURST`; a reader
+    takes what it hands on and, past the budget, waits until it is repaid."""
 
-    `balance` is seconds of listing in hand: it grows by 1/`REFRESH_COST` a second up to
-    `BURST_SECONDS`, a listing takes what it lasted, and one may begin while it is not
-    negative (so the debt is at most one listing, and its wait `REFRESH_COST` times that).
-    """
-
-    def __init__(self) -> None:
-        self.balance = BURST_SECONDS
-        self.at: float | None = None
-        """When `balance` was last settled (None: never: it is full)."""
-        self.took = 0.0
-        """Seconds the last listing took."""
-        self._one = asyncio.Lock()
-
-    def wait(self, now: float) -> float:
-        """Seconds until a listing may begin (the one in progress aside)."""
-        balance = self._balance(now)
-        return 0.0 if balance >= 0 else -balance * REFRESH_COST
-
-    def _balance(self, now: float) -> float:
-        if self.at is None:
-            return self.balance
-        return min(BURST_SECONDS, self.balance + max(0.0, now - self.at) / REFRESH_COST)
-
-    @contextlib.asynccontextmanager
-    async def turn(
+    def __init__(
         self,
-        clock: Callable[[], float],
-        pause: Callable[[float], Awaitable[None]],
-        on_wait: Callable[[float], None] = lambda seconds: None,
-    ) -> AsyncIterator[None]:
-        """Wait for this server's turn to list (`on_wait` is told how long, when it must
-        wait), list within the block, and pay for it on leaving, even when cut short."""
-        async with self._one:
-            while (seconds := self.wait(clock())) > 0:
-                on_wait(seconds)
-                await pause(seconds)
-            begun = clock()
-            try:
-                yield
-            finally:
-                now = clock()
-                self.took = now - begun
-                debt = MAX_REFRESH_SECONDS / REFRESH_COST
-                self.balance = max(-debt, self._balance(begun) - self.took)
-                self.at = now
+        clock: Callable[[], float] = time.monotonic,
+        pause: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.clock, self.pause = clock, pause
+        self.left = float(READ_BURST)
+        self.at: float | None = None
+        self.waited = 0.0
+        """Seconds readers have waited in all (for logs and tests)."""
+
+    def owed(self) -> float:
+        """Seconds until what was read is repaid (0: reading goes on at once)."""
+        return max(0.0, -self._left()) / READ_RATE
+
+    def _left(self) -> float:
+        if self.at is None:
+            return self.left
+        return min(float(READ_BURST), self.left + (self.clock() - self.at) * READ_RATE)
+
+    async def take(self, size: int) -> None:
+        """Count `size` bytes read; wait while more was read than the budget allows.
+        Readers of one server wait in the order they read, each for its own debt."""
+        self.left = self._left() - size
+        self.at = self.clock()
+        wait = self.owed()
+        if wait > 0:
+            self.waited += wait
+            await self.pause(wait)

@@ -44,13 +44,14 @@ async def list_resources(conn: ServerConnection) -> ToolResult:
     if isinstance(listing, ToolResult):
         return listing
     resources, templates = listing
-    lines = [f"Server '{conn.name}': {len(resources)} resources"]
+    counted = f"{len(resources)}" if len(resources) <= MAX_LISTED else f"more than {MAX_LISTED}"
+    lines = [f"Server '{conn.name}': {counted} resources"]
     for res in resources[:MAX_LISTED]:
         mime = f" ({res.mime_type})" if res.mime_type else ""
         said = f": {about(res.description)}" if res.description else ""
         lines.append(f"- {res.uri} {res.name}{mime}{said}")
     if len(resources) > MAX_LISTED:
-        lines.append(f"... and {len(resources) - MAX_LISTED} more")
+        lines.append("... and more (read one by its URI)")
     if templates:
         lines.append("Templates (fill in the {placeholders} to make a URI):")
         for tpl in templates[:MAX_LISTED]:
@@ -60,13 +61,16 @@ async def list_resources(conn: ServerConnection) -> ToolResult:
 
 
 async def _resources(client: Any) -> tuple[list[Any], list[Any]]:
+    """The first pages of resources, until more than `MAX_LISTED` are in hand: the SDK
+    reads each page on the event loop, and a server listing hundreds of thousands of them
+    held it seconds a call for a list cut to `MAX_LISTED` (attack-37 #4)."""
     resources: list[Any] = []
     cursor: str | None = None
     for _page in range(10):
         page = await client.list_resources(cursor=cursor)
         resources += page.resources
         cursor = page.next_cursor
-        if not cursor:
+        if not cursor or len(resources) > MAX_LISTED:
             break
     try:
         templates = list((await client.list_resource_templates()).resource_templates)

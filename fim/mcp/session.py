@@ -37,11 +37,12 @@ MAX_BACKOFF = 30.0
 WAIT_FOR_BACKOFF = 2.0
 """A call waits out a restart delay up to this long; beyond it the call fails fast."""
 CLOSE_GRACE = 5.0
-SHORT_LIFE = 10.0
-"""A session that crashes sooner than this after it became ready is a crash loop, not a
-crash: its restart backs off as a failed start's does. Without it, a server that exits
-after each answer was restarted (and listed: `fim.mcp.pacing`) at the rate of its calls
-(attack-36 #2)."""
+CRASH_WINDOW = 60.0
+FREE_CRASHES = 5
+"""Crashes of a session within `CRASH_WINDOW` seconds that restart at once (a successful
+call forgives a failed start, not a crash loop); past them each restart waits 0.5 s more,
+doubling to `MAX_BACKOFF`. A server exiting after each answer was restarted, and listed, at
+the rate of its calls (attack-36 #2)."""
 
 
 class Session(Requests):
@@ -104,12 +105,14 @@ class Session(Requests):
             await asyncio.wait_for(asyncio.shield(ready), self.start_timeout)
         except TimeoutError:
             await self._stop_owner()
+            paced = (
+                " (it sent more than fim reads of one server at once: the rest is read at "
+                "512 KiB a second)"
+                if self.budget.owed() > 0
+                else ""
+            )
             hang = TimeoutError(
-                f"its tools were not listed within {self.start_timeout:g}s: this server's "
-                f"listings are paced (the last took {self.pacer.took:.1f}s; listings may take "
-                "a tenth of fim's time)"
-                if self.paced
-                else f"no answer to the MCP handshake within {self.start_timeout:g}s"
+                f"no answer to the MCP handshake within {self.start_timeout:g}s{paced}"
             )
             self._failed("failed", self._start_failure(hang))
             raise McpUnavailable(self.error or "timed out") from None
@@ -143,6 +146,7 @@ class Session(Requests):
                         on_message=self._on_message,
                         on_end=self._on_end,
                         on_cut=self._on_cut,
+                        budget=self.budget,
                         sampling=sampling_callback(self),
                         elicitation=elicitation_callback(self),
                     )
@@ -151,15 +155,12 @@ class Session(Requests):
                     named = getattr(info, "title", None) or getattr(info, "name", None)
                     self.server_name = self.mask(named) if named else None
                     self.server_version = getattr(info, "version", None)
-                    self.paced = 0.0
-                    async with self.pacer.turn(self.clock, self.pause, self._waits_to_list):
-                        await self._fetch_tools(client)
+                    await self._fetch_tools(client)
                     await self._remember_tools()
                     send, receive = anyio.create_memory_object_stream[Job](math.inf)
                     self._jobs = send
                     self.state = "ready"
                     self.error = None
-                    self.lived_from = self.clock()
                     serving = True
                     ready.set_result(None)
                     async with anyio.create_task_group() as tg, receive:
@@ -185,9 +186,6 @@ class Session(Requests):
                     why = f"the connection failed: {describe_exception(failure)}"
                 tail = self.stderr_tail()
                 self._failed("crashed", self.mask(why) + (f" (stderr: {tail})" if tail else ""))
-
-    def _waits_to_list(self, seconds: float) -> None:
-        self.paced = seconds
 
     @staticmethod
     async def _trim_stderr(log: StderrLog) -> None:
@@ -282,10 +280,12 @@ class Session(Requests):
             return
         self.state = state
         self.error = reason
-        lived = None if self.lived_from is None else self.clock() - self.lived_from
-        if state == "crashed" and lived is not None and lived >= SHORT_LIFE:
-            self.failures = 0  # it ran a while: a crash, not a crash loop
-        self.lived_from = None
         self.failures += 1
         delay = 0.0 if self.failures == 1 else min(MAX_BACKOFF, 0.5 * 2 ** (self.failures - 2))
+        if state == "crashed":
+            now = self.clock()
+            self.crashes = [at for at in self.crashes if now - at < CRASH_WINDOW] + [now]
+            past = len(self.crashes) - FREE_CRASHES
+            if past > 0:
+                delay = max(delay, min(MAX_BACKOFF, 0.5 * 2 ** (past - 1)))
         self._retry_at = time.monotonic() + delay

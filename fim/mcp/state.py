@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from fim.config.schema import McpServer, StdioServer
 from fim.mcp.deadline import Clock
 from fim.mcp.info import ToolInfo, declaration_key
-from fim.mcp.pacing import Pacer
+from fim.mcp.pacing import ReadBudget
 
 if TYPE_CHECKING:
     from fim.mcp.jobs import Job
@@ -92,15 +92,12 @@ class ConnectionState:
         """When the last refresh started, then ended, on `clock` (None: none ran yet)."""
         self.refresh_took = 0.0
         """Seconds the last refresh took, on `clock`."""
-        self.pacer = Pacer()
-        """Turns to list the server's tools, shared with every connection of the server
-        (`McpManager` sets its own: a key's, a restart's and a refresh's listings wait on
-        one)."""
-        self.paced = 0.0
-        """Seconds this session's start last waited for its turn to list (0: it did not)."""
-        self.lived_from: float | None = None
-        """When the session became ready, on `clock`: one that crashes within
-        `fim.mcp.session.SHORT_LIFE` of it restarts after a backoff."""
+        self.crashes: list[float] = []
+        """When the session crashed within the last `fim.mcp.session.CRASH_WINDOW`, on
+        `clock`."""
+        self.budget = ReadBudget()
+        """How fast what the server sends is read: the server's, shared with every
+        connection of it (`McpManager` sets it: each key's and each restart's)."""
         self._checked: dict[str, str | None] = {}
         """What `fim.schema_check.schema_problem` said of each input schema listed (by its
         JSON): a refresh checks only what changed."""

@@ -24,7 +24,6 @@ from typing import Any
 from fim.mcp.cache import cache_key, load, store
 from fim.mcp.info import ToolInfo, leaks, masked, tool_info
 from fim.mcp.naming import conforming
-from fim.mcp.pacing import MAX_REFRESH_SECONDS, REFRESH_COST
 from fim.mcp.state import ConnectionState
 from fim.schema_check import schema_problem
 
@@ -47,10 +46,12 @@ is one the cache reads back, and a few seconds of work at most."""
 REFRESH_SECONDS = 5.0
 """After a refresh, the next waits at least this long (a change notice in between leaves
 one refresh waiting, never more): a server announcing changes without end had fim re-list
-back to back and held its event loop for good. And at least `REFRESH_COST` times as long as
-the last refresh took (up to `MAX_REFRESH_SECONDS`): a big listing is re-read less often.
-Every listing of a server, whichever connection makes it, also waits its turn on the
-server's `fim.mcp.pacing.Pacer`."""
+back to back and held its event loop for good."""
+REFRESH_COST = 10
+"""...and at least this many times as long as the last refresh took (up to
+`MAX_REFRESH_SECONDS`): the SDK reads a listing on the event loop, a second for a few
+megabytes, so a big listing is re-read less often."""
+MAX_REFRESH_SECONDS = 60.0
 REFRESH_BURST = 2
 """Refreshes that may run back to back before the pause applies: a server that changes its
 list twice in a row (two toolsets enabled) is seen at once."""

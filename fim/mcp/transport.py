@@ -29,6 +29,7 @@ import anyio
 
 from fim.config.schema import HttpServer, McpServer, StdioServer
 from fim.masking import known
+from fim.mcp.pacing import ReadBudget
 
 if TYPE_CHECKING:
     from mcp.client.session import ElicitationFnT, MessageHandlerFnT, SamplingFnT
@@ -213,6 +214,7 @@ async def open_client(
     on_message: MessageHandlerFnT,
     on_end: Callable[[], None],
     on_cut: Callable[[str], None] | None = None,
+    budget: ReadBudget | None = None,
     sampling: SamplingFnT | None = None,
     elicitation: ElicitationFnT | None = None,
 ) -> Any:
@@ -220,7 +222,8 @@ async def open_client(
 
     `mode="legacy"` (the initialize handshake) is what every published server speaks
     today, and it is the era in which `notifications/tools/list_changed` reaches the
-    client on the session itself.
+    client on the session itself. What the server sends is read at the pace of `budget`
+    (`fim.mcp.pacing`).
     """
     # deferred: loading mcp_types costs hundreds of ms
     from mcp import Client
@@ -230,13 +233,14 @@ async def open_client(
         from mcp.client.stdio import stdio_client
 
         # deferred: loaded with a server's client only
-        from fim.mcp.capped import cap_stdio, stdio_cut
+        from fim.mcp.capped import cap_stdio, stdio_budget, stdio_cut
 
         if not (root / (decl.cwd or ".")).is_dir():
             raise FileNotFoundError(f"working directory '{decl.cwd}' does not exist")
         assert stderr is not None
         cap_stdio()
         stdio_cut.set(on_cut)  # this task's: the session's owner, which opens the server
+        stdio_budget.set(budget)
         transport: Any = stdio_client(stdio_params(decl, root), errlog=stderr.file)  # type: ignore[arg-type]
     elif isinstance(decl, HttpServer) and decl.transport == "sse":
         # deferred: loading mcp_types costs hundreds of ms
@@ -246,7 +250,7 @@ async def open_client(
             decl.url,
             headers=dict(decl.headers),
             timeout=decl.timeout,
-            httpx_client_factory=functools.partial(_client, on_cut=on_cut),
+            httpx_client_factory=functools.partial(_client, on_cut=on_cut, budget=budget),
         )
     else:
         # deferred: loading mcp_types costs hundreds of ms
@@ -255,7 +259,9 @@ async def open_client(
         # deferred: loaded with an HTTP server's client only
         from fim.mcp import capped
 
-        http = await stack.enter_async_context(_client(headers=dict(decl.headers), on_cut=on_cut))
+        http = await stack.enter_async_context(
+            _client(headers=dict(decl.headers), on_cut=on_cut, budget=budget)
+        )
         # the SDK's own cap on an event (1 MiB) failed a 2 MB screenshot as a lost server
         transport = streamable_http_client(
             decl.url, http_client=http, max_sse_event_size=2 * capped.MAX_ANSWER_BYTES
@@ -279,10 +285,11 @@ def _client(
     auth: Any = None,
     *,
     on_cut: Callable[[str], None] | None = None,
+    budget: ReadBudget | None = None,
 ) -> Any:
     """The SDK's HTTP client for an MCP server (its timeouts), passing the run's trace
     context on and reading at most `fim.mcp.capped.MAX_ANSWER_BYTES` of one answer
-    (`on_cut` is told why when it stops reading one)."""
+    (`on_cut` is told why when it stops reading one), at the pace of `budget`."""
     # deferred: loading mcp_types costs hundreds of ms
     from mcp.shared._httpx_utils import create_mcp_http_client
 
@@ -293,7 +300,7 @@ def _client(
     from fim.observe.http import traced
 
     client = create_mcp_http_client(headers=headers, timeout=timeout, auth=auth)
-    return traced(capped(client, on_cut=on_cut))
+    return traced(capped(client, on_cut=on_cut, budget=budget))
 
 
 def _roots(root: Path) -> Any:
