@@ -125,10 +125,14 @@ def keyless_agents(snapshot: Snapshot) -> list[str]:
     # deferred: loading the model backends costs tens of ms
     from fim.errors import RunError
     from fim.llm.base import KEY_ENV, provider_of
+    from fim.run.auto import AUTO, auto_agent
     from fim.run.preflight import key_problem
 
+    declared = dict(snapshot.agents)
+    if len(declared) > 1 and AUTO not in declared:  # `model: "auto"`, as GET /v1/models lists it
+        declared[AUTO] = auto_agent(snapshot)
     missing: dict[str, list[str]] = {}
-    for name, agent in snapshot.agents.items():
+    for name, agent in declared.items():
         try:
             settings = snapshot.model_settings(agent.model)
         except RunError:  # an unknown role: `fim validate` reports it

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from fim.events import Event, RunFinished
+from fim.run.auto import AUTO, auto_agent
 from fim.server.bodies import BodyError, RunBody, read_body
 from fim.server.devpage import status_payload
 from fim.server.http import JSONResponse, error, query_int, run_scope, session_owner, sse
@@ -119,9 +120,14 @@ def not_configured(snapshot: Any, name: str) -> Response | None:
     """A 503 for a run certain to fail because the server lacks the agent's model API key
     (fim serve warns at start which agents do), before anything runs or is recorded: the
     server's configuration, not the client's request nor a failing model (502), and marked
-    not to be retried, so a client does not record three failed runs of one request."""
+    not to be retried, so a client does not record three failed runs of one request.
+    `auto` is checked on its own model (the `general` role) like any agent: `/v1/models`
+    lists it, so an SDK user tries it; the agents it hands tasks to are checked when they
+    run."""
     agent = snapshot.agents.get(name)
-    if agent is None:  # `auto`: the agent it picks is checked when it runs
+    if agent is None and name == AUTO:
+        agent = auto_agent(snapshot)
+    if agent is None:
         return None
     # deferred: loading fim.run costs hundreds of ms on the first request only
     from fim.errors import RunError

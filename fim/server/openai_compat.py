@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from fim.config.problems import suggest
 from fim.errors import FimError
 from fim.events import RunFinished, ToolCallEvent
 from fim.masking import StreamMasker, known
@@ -242,10 +243,14 @@ def _model_object(snapshot: Any, name: str) -> dict[str, Any]:
 
 
 def _model_not_found(snapshot: Any, name: str) -> Response:
+    """OpenAI's 404 for an unknown model, listing the agents, with a did-you-mean when one
+    is close (`asistant`): the SDKs print only the message, where the hint also ends."""
+    ids = _model_ids(snapshot)
+    close = suggest(name, ids)
     return error(
         404,
-        f"The model '{name}' does not exist; models are fim agents: "
-        f"{', '.join(_model_ids(snapshot))}",
+        f"The model '{name}' does not exist; models are fim agents: {', '.join(ids)}",
+        close if close and close.startswith("did you mean") else None,
         param="model",
         code="model_not_found",
     )

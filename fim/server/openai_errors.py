@@ -18,6 +18,17 @@ from starlette.responses import Response
 from fim.events import RunFinished
 from fim.server.http import error
 
+RESPONSES_PATH = re.compile(r"^(/v1)?/responses(/|$)")
+"""OpenAI's Responses API (`POST /v1/responses`, `/responses` for a base URL without `/v1`),
+which fim does not serve."""
+RESPONSES_HINT = (
+    "fim speaks Chat Completions (POST /v1/chat/completions, model: an agent's name), not the "
+    'Responses API: in openai-agents call set_default_openai_api("chat_completions") or use '
+    "OpenAIChatCompletionsModel; with the openai client, client.chat.completions.create"
+)
+"""The 404 hint of the Responses API: openai-agents calls it unless told otherwise, and
+its users would otherwise read only "unknown route"."""
+
 
 async def http_error(request: Request, exc: Exception) -> Response:
     """Starlette's own errors (unknown route 404, wrong method 405) as OpenAI-shaped JSON."""
@@ -27,7 +38,9 @@ async def http_error(request: Request, exc: Exception) -> Response:
         return error(
             404,
             f"unknown route {request.method} {request.url.path}",
-            "see GET /v1/models, /v1/agents, /v1/workflows",
+            RESPONSES_HINT
+            if RESPONSES_PATH.search(request.url.path)
+            else "see GET /v1/models, /v1/agents, /v1/workflows",
         )
     detail = exc.detail if isinstance(exc, HTTPException) else "error"
     return error(status, f"{detail}: {request.method} {request.url.path}")

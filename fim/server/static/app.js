@@ -228,7 +228,15 @@ async function loadCatalogue() {
   if (!state.graph && workflows.length) openWorkflow(wf.value || workflows[0].name, false);
 }
 
+/** A declaration's list field as a list, whatever shape the API sends: a list, one name,
+ * `"all"` (skills: all), or nothing. */
+const asList = (v) => (Array.isArray(v) ? v : v === null || v === undefined || v === "" ? [] : [v]);
+
+/** An agent's model as text: a role or litellm string, or the `model` of full settings. */
+const modelLabel = (m) => (m && typeof m === "object" ? m.model || json(m) : m || "");
+
 function hookLabel(h) {
+  if (typeof h === "string") return h;
   const what = h.use || (h.ref && `ref ${h.ref}`) || (h.command && `command ${h.command}`) || (h.python && `python ${h.python}`) || "hook";
   return [h.event, what, h.matcher && `on ${h.matcher}`].filter(Boolean).join(" · ");
 }
@@ -239,7 +247,16 @@ async function showAgent(name) {
   box.replaceChildren(el("p", { class: "muted" }, `Loading ${name}…`));
   try {
     const decl = await get(`/v1/agents/${encodeURIComponent(name)}`);
-    const tools = [...(decl.tools || []), ...(decl.connectors || []).map((c) => `connector ${c}`), ...(decl.mcp || []).map((m) => `mcp ${m}`), ...(decl.skills || []).map((s) => `skill ${s}`)];
+    const skills = decl.skills === "all" ? ["every skill"] : asList(decl.skills).map((s) => `skill ${s}`);
+    const tools = [
+      ...asList(decl.tools),
+      ...asList(decl.tool_categories).map((c) => `category ${c}`),
+      ...asList(decl.connectors).map((c) => `connector ${c}`),
+      ...asList(decl.mcp).map((m) => `mcp ${m}`),
+      ...skills,
+      ...asList(decl.workflows).map((w) => `workflow ${w}`),
+      ...asList(decl.delegates).map((a) => `agent ${a}`),
+    ];
     const chips = (items) => (items.length ? el("ul", { class: "chips" }, items.map((t) => el("li", {}, typeof t === "string" ? t : t.name || json(t)))) : el("span", { class: "muted" }, "none"));
     const prompt = el("pre", { id: "agent-prompt", tabindex: "0", "aria-label": "Prompt as the model sees it" }, "Loading the prompt…");
     box.replaceChildren(
@@ -248,10 +265,10 @@ async function showAgent(name) {
       el(
         "dl",
         {},
-        el("dt", {}, "Model"), el("dd", { class: "mono" }, decl.model || ""),
+        el("dt", {}, "Model"), el("dd", { class: "mono" }, modelLabel(decl.model)),
         el("dt", {}, "Engine"), el("dd", {}, decl.engine || ""),
         el("dt", {}, "Tools"), el("dd", {}, chips(tools)),
-        el("dt", {}, "Hooks"), el("dd", {}, chips((decl.hooks || []).map(hookLabel))),
+        el("dt", {}, "Hooks"), el("dd", {}, chips(asList(decl.hooks).map(hookLabel))),
       ),
       el("div", { class: "toolbar" }, el("button", { type: "button", class: "primary", onclick: () => startChat(name) }, `Chat with ${name}`)),
       el("h3", {}, "Prompt as the model sees it (with token counts)"),
