@@ -33,12 +33,14 @@ class CaseStats:
     cost: float | None
 
 
-def _stats(report: Report) -> dict[str, CaseStats]:
-    """Per `suite/case`, over its attempts: passed = every attempt that ran passed."""
+def _stats(report: Report, by_name: bool = False) -> dict[str, CaseStats]:
+    """Per `suite/case` (the suite's label, with its model; by its name alone when
+    `by_name`), over its attempts: passed = every attempt that ran passed."""
     grouped: dict[str, list[dict[str, Any]]] = {}
     for suite in report["suites"]:
+        name = suite["name"] if by_name else label(suite)
         for case in suite["cases"]:
-            grouped.setdefault(f"{label(suite)}/{case['case']}", []).append(case)
+            grouped.setdefault(f"{name}/{case['case']}", []).append(case)
     out = {}
     for key, cases in grouped.items():
         ran = ran_cases(cases)
@@ -76,10 +78,21 @@ class Comparison:
     added: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)
+    models: tuple[str | None, str | None] | None = None
+    """(the baseline's model, this run's) when they differ and cases were matched by
+    suite/case across them (`compare`); None: compared model by model."""
 
     @property
     def ok(self) -> bool:
         return not self.regressed
+
+    @property
+    def models_line(self) -> str | None:
+        """The sentence saying two models were compared, or None."""
+        if self.models is None:
+            return None
+        before, now = (_model_name(m) for m in self.models)
+        return f"models differ: baseline {before}, this run {now} (cases matched by suite/case)"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -92,7 +105,19 @@ class Comparison:
                 {"case": c.case, "metric": c.metric, "before": c.before, "after": c.after}
                 for c in self.changes
             ],
+            "models": None if self.models is None else list(self.models),
         }
+
+
+def _model_name(model: str | None) -> str:
+    return "each agent's own model" if model is None else model
+
+
+def _one_model(report: Report) -> tuple[str | None] | None:
+    """The report's one model (None: each agent's own, no `--model`), or None when its
+    suites ran on several (`--model A --model B`)."""
+    models = {suite.get("model") for suite in report["suites"]}
+    return (next(iter(models)),) if len(models) == 1 else None
 
 
 # Below these, a relative change is noise (a 2 ms case that takes 3 ms is not +50%).
@@ -101,9 +126,18 @@ _FLOORS = {"latency_ms": 50.0, "tokens": 20.0, "cost": 0.0001}
 
 def compare(current: Report, baseline: Report, threshold: float = 0.2) -> Comparison:
     """Cases that regressed (passed before, fail now), improved, appeared, disappeared, and
-    whose latency, tokens or cost moved by more than `threshold` (a fraction)."""
-    now, before = _stats(current), _stats(baseline)
+    whose latency, tokens or cost moved by more than `threshold` (a fraction).
+
+    When the baseline ran on one model and this run on one other (`fim eval -m B
+    --baseline a.json`, promptfoo's compare), cases are matched by suite/case: keyed by
+    label, every case was `new` or `removed` and B could not be compared with A
+    (newcomer6 #12). Reports of several models each are compared model by model."""
+    was, now_model = _one_model(baseline), _one_model(current)
+    across = was is not None and now_model is not None and was != now_model
+    now, before = _stats(current, across), _stats(baseline, across)
     result = Comparison(threshold)
+    if across and was is not None and now_model is not None:
+        result.models = (was[0], now_model[0])
     for key in sorted(now.keys() | before.keys()):
         if key not in before:
             result.added.append(key)
@@ -130,6 +164,8 @@ def compare(current: Report, baseline: Report, threshold: float = 0.2) -> Compar
 def text(comparison: Comparison) -> str:
     """The comparison as plain lines for a terminal."""
     out = [f"baseline: {len(comparison.regressed)} regressed, {len(comparison.improved)} improved"]
+    if comparison.models_line is not None:
+        out.append(f"  {comparison.models_line}")
     out += [f"  regressed: {k}" for k in comparison.regressed]
     out += [f"  improved: {k}" for k in comparison.improved]
     out += [f"  new: {k}" for k in comparison.added]

@@ -163,6 +163,12 @@ class Cassette:
         self.load()
         return self._recorded
 
+    def models(self) -> list[str]:
+        """The models the recording's exchanges were made with (masked, as stored), sorted:
+        a miss on a model not among them is a changed model, not a changed prompt."""
+        self.load()
+        return sorted({str(e["model"]) for e in self.entries.values() if e.get("model")})
+
     def lookup(self, key: str) -> ModelResponse | None:
         self.load()
         if self.broken is not None:
@@ -256,17 +262,37 @@ class CassetteModel:
             hit = cassette.lookup(key)
             if hit is None:
                 cassette.misses += 1
-                raise CassetteMiss(
-                    f"cassette miss: {cassette.path.name} has no recorded reply for this request",
-                    hint="the prompt, tools or instructions changed since recording; "
-                    "re-record with `fim eval --record`",
-                )
+                raise self._miss()
             cassette.hits += 1
             return hit
         response = await self._model().complete(messages, tools, **options)
         if cassette.mode == "record":
             await cassette.store(key, self.name, response)
         return response
+
+    def _miss(self) -> CassetteMiss:
+        """Why a recorded case has no reply for this request. A model the recording never
+        asked is said as such (newcomer6 #2: recorded under `FIM_MODEL=...`, replayed in CI
+        without it, every case missed and the message blamed the prompt): the request key
+        holds the model, so no prompt edit or re-run can make it hit."""
+        cassette = self.cassette
+        name = cassette.masker.text(self.name)
+        recorded = cassette.models()
+        if recorded and name not in recorded:
+            was = ", ".join(recorded)
+            env = f"FIM_MODEL={recorded[0]}" if len(recorded) == 1 else "FIM_MODEL"
+            return CassetteMiss(
+                f"cassette miss: {cassette.path.name} was recorded with {was}; "
+                f"this run uses {name}",
+                hint=f"the model changed since recording: set the same {env} (or --model) "
+                "in CI, write the model into the agent or fim.yaml instead of an environment "
+                "variable, or re-record with `fim eval --record`",
+            )
+        return CassetteMiss(
+            f"cassette miss: {cassette.path.name} has no recorded reply for this request",
+            hint="the prompt, tools or instructions changed since recording; "
+            "re-record with `fim eval --record`",
+        )
 
     async def stream(
         self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any

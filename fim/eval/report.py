@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fim.eval.ci import location, xml_document
+from fim.eval.ci import location, miss_line, suite_time, xml_document
 from fim.eval.results import CaseRun, EvalReport
 from fim.masking import known
 from fim.terminal import markup, printable
@@ -23,7 +23,7 @@ def failure_lines(run: CaseRun) -> list[str]:
     if run.skipped:
         return [f"skipped: {run.skipped}"]
     if run.cassette_miss:
-        lines = [f"cassette miss: {run.error}"]
+        lines = [miss_line(run.error)]
     elif run.error:
         lines = [f"error: {run.error}"]
     else:
@@ -42,6 +42,36 @@ def plural(count: int, one: str, many: str | None = None) -> str:
     return f"{count} {one if count == 1 else many or one + 's'}"
 
 
+_SEPARATORS = frozenset("/:.-_@")
+
+
+def short_names(names: list[str], width: int) -> dict[str, str]:
+    """Each name as the table shows it in `width` columns, the names still told apart.
+
+    Cutting the end, as the table would, drops what tells models apart
+    (`scripted:evals/a.script.yaml` and `.../b.script.yaml` were both `scripted:e…` at 80
+    columns, newcomer6 #12): a name too long loses instead the start every name shares,
+    from a separator so what is left reads as a name (`…a.script.yaml`), then its end.
+    If even that leaves two alike, every name is shown whole (the column folds)."""
+    width = max(width, 8)
+    if all(len(name) <= width for name in names):
+        return {name: name for name in names}
+    first, last = min(names), max(names)  # what these two share, every name shares
+    pairs = enumerate(zip(first, last, strict=False))
+    shared = next((i for i, (a, b) in pairs if a != b), len(first)) if len(names) > 1 else 0
+    start = 0
+    if shared > width - 2:  # the first differing character would fall past the cut
+        boundaries = [i + 1 for i, ch in enumerate(names[0][:shared]) if ch in _SEPARATORS]
+        start = max(boundaries, default=shared - (width - 3))
+    shown = {}
+    for name in names:
+        text = name if len(name) <= width or not start else "…" + name[start:]
+        shown[name] = text if len(text) <= width else text[: width - 1] + "…"
+    if len(set(shown.values())) < len(shown):
+        return {name: name for name in names}
+    return shown
+
+
 _STYLE = {"PASS": "green", "FAIL": "red", "SKIP": "yellow", "ERROR": "red"}
 
 
@@ -53,18 +83,37 @@ def print_summary(report: EvalReport, console: Any) -> None:
     table = Table(title=None, show_lines=False, expand=False)
     columns = ("suite", *(("model",) if models else ()), "target", "cases", "passed", "rate")
     for column in (*columns, "threshold", "result"):
-        table.add_column(column, justify="right" if column in {"cases", "passed"} else "left")
-    for suite in report.suites:
-        target = suite.suite.agent or f"workflow:{suite.suite.workflow}"
-        verdict = suite.verdict
-        table.add_row(
-            markup(suite.suite.name),
-            *((markup(suite.model or "-"),) if models else ()),
-            markup(target),
+        table.add_column(
+            column,
+            justify="right" if column in {"cases", "passed"} else "left",
+            # a model name no cut tells apart is shown whole, over lines (`short_names`)
+            overflow="fold" if column == "model" else "ellipsis",
+        )
+    rows = [
+        [
+            suite.suite.name,
+            *((suite.model or "-",) if models else ()),
+            suite.suite.agent or f"workflow:{suite.suite.workflow}",
             str(len(suite.runs)),
             str(sum(r.passed for r in suite.runs)),
             _rate(suite.pass_rate),
             f"{suite.suite.threshold:.0%}",
+            suite.verdict,
+        ]
+        for suite in report.suites
+    ]
+    if models:
+        headers = (*columns, "threshold", "result")
+        widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
+        # what the model column has once the other columns, a border each and padding fit
+        room = console.width - (sum(widths) - widths[1]) - (len(headers) + 1) - 2 * len(headers)
+        shown = short_names(sorted({row[1] for row in rows}), room)
+        for row in rows:
+            row[1] = shown[row[1]]
+    for row in rows:
+        verdict = row[-1]
+        table.add_row(
+            *(markup(cell) for cell in row[:-1]),
             f"[{_STYLE[verdict]}]{verdict}[/{_STYLE[verdict]}]",
         )
     console.print(table)
@@ -126,7 +175,9 @@ def junit_xml(report: EvalReport) -> str:
                 "errors": str(errors),
                 "skipped": str(skipped),
                 "timestamp": stamp,
-                "time": f"{sum(r.latency_ms for r in suite.runs) / 1000:.3f}",
+                "time": suite_time(
+                    suite.duration_s, [r.latency_ms for r in suite.runs], report.duration_s
+                ),
             },
         )
         props = ET.SubElement(element, "properties")
@@ -200,6 +251,7 @@ def _json_report(report: EvalReport) -> dict[str, Any]:
                 "agent": s.suite.agent,
                 "workflow": s.suite.workflow,
                 "model": s.model,
+                "duration_s": None if s.duration_s is None else round(s.duration_s, 3),
                 "threshold": s.suite.threshold,
                 "pass_rate": s.pass_rate,
                 "passed": s.passed,

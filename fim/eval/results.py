@@ -84,6 +84,11 @@ class SuiteResult:
     hooks: bool
     model: str | None = None
     """The model `fim eval --model` ran the suite's agent on (None: the agent's own)."""
+    duration_s: float | None = None
+    """Wall time from the suite's first case starting to its last ending. Its cases run
+    concurrently (with other suites' too), so this is less than the sum of their
+    latencies: JUnit's `<testsuite time>` (newcomer6 #12: the sum exceeded the whole
+    run's `<testsuites time>`)."""
 
     @property
     def label(self) -> str:

@@ -192,11 +192,17 @@ class EvalRunner(CaseExecutor):
                 cassettes[key] = Cassette(path, self.mode, self.snapshot.masker)
         await asyncio.to_thread(load_all, list(cassettes.values()))
 
+        spans: dict[str, tuple[float, float]] = {}
+        """Per suite: when its first case started and its last ended (its wall time)."""
+
         async def one(suite: EvalSuite, case: EvalCase, attempt: int) -> CaseRun:
             async with semaphore:
+                begun = time.perf_counter()
                 result = await self._run_case(
                     suite, case, attempt, services, cassettes[(suite.name, case.name)]
                 )
+                first, last = spans.get(suite.name, (begun, begun))
+                spans[suite.name] = (min(first, begun), max(last, time.perf_counter()))
             if self.on_progress is not None:
                 self.on_progress(result)
             return result
@@ -210,7 +216,13 @@ class EvalRunner(CaseExecutor):
         for run in runs:
             by_suite.setdefault(run.suite, []).append(run)
         results = [
-            SuiteResult(self.snapshot.evals[name], by_suite[name], self.with_hooks, self.model)
+            SuiteResult(
+                self.snapshot.evals[name],
+                by_suite[name],
+                self.with_hooks,
+                self.model,
+                spans[name][1] - spans[name][0],
+            )
             for name in sorted(by_suite)
         ]
         return EvalReport(results, time.perf_counter() - started, self.mode)
