@@ -90,7 +90,13 @@ def validate(
     if strict and warnings:
         _report(warnings, format)
         raise typer.Exit(1)
-    _warn(warnings, format)
+    # deferred: fim.config.loader is loaded by the compile above; named here for its warnings
+    from fim.config.claude_files import claude_code_files
+
+    # Claude Code's files fim does not read: warned at each, never failed on (--strict), as a
+    # repository developed with Claude Code keeps its .claude/ for Claude Code itself
+    strays = [_masked(p, snapshot.mask) for p in claude_code_files(snapshot.root, snapshot.project)]
+    _warn(warnings + strays, format)
     if format is Format.json:
         sys.stdout.write("[]\n")
         return

@@ -112,7 +112,8 @@ class Approvals:
     - At a terminal (`ask`): `Allow <tool> <args>? [y/N/a] (expires in 5m; ...)`, typed
       right here; `a` allows this call and every later call of the same agent to the same
       tool in this `fim run` (Claude Code's "don't ask again"), each still recorded as its
-      own approval. The question stops waiting when the approval expires and says the call
+      own approval. A hook's `permissionDecisionReason` follows the arguments, `(<reason>)`.
+      The question stops waiting when the approval expires and says the call
       was not run; an answer that comes too late is told so, never silently dropped.
     - Without one and without `--wait-approvals`: denied at once (fail closed, as MCP
       elicitation is declined): nobody would see the request before it expires, and the run
@@ -138,7 +139,7 @@ class Approvals:
             return False
         # deferred: loading the state store costs tens of ms
         from fim.commands.approvals import cli_user
-        from fim.hooks.approval import preview
+        from fim.hooks.approval import NOBODY_ASKED, preview
         from fim.store import get_store
 
         store = get_store(services)
@@ -162,10 +163,12 @@ class Approvals:
                 err(f"approval {approval_id} expired; the call to {tool} was not run")
                 return True
             deadline = "" if left is None else f"expires in {expires_in(left)}; "
+            # a hook's `permissionDecisionReason` is its question (as in Claude Code)
+            why = f" ({printable(pending.reason)})" if _by_hook(pending) and pending.reason else ""
             # on a line of its own, after whatever the answer so far left on the last one;
             # the model's words cannot be escape sequences any more (`printable`)
             question = (
-                f"\nAllow {tool} {printable(args)}? [y/N/a] ({deadline}a: every call to "
+                f"\nAllow {tool} {printable(args)}{why}? [y/N/a] ({deadline}a: every call to "
                 f"{tool} in this run) "
             )
             typed = await asyncio.to_thread(read_answer, question, left)
@@ -195,18 +198,25 @@ class Approvals:
                     f"{printable(str(decided.resolved_by))}; your answer was not recorded"
                 )
             return True
-        await store.resolve_approval(
-            approval_id,
-            False,
-            by=NO_TERMINAL,
-            data={"note": "nobody could be asked: fim run had no terminal"},
+        note = (
+            "nobody could be asked: fim run had no terminal (`fim run --wait-approvals` waits "
+            "for `fim approvals approve ID`)"
         )
+        await store.resolve_approval(
+            approval_id, False, by=NO_TERMINAL, data={"note": note, NOBODY_ASKED: True}
+        )
+        who = "a hook" if _by_hook(pending) else "a `confirm` hook"
         err(
-            f"denied {pending.tool_name} (approval {approval_id}): a `confirm` hook asks a "
+            f"denied {pending.tool_name} (approval {approval_id}): {who} asks a "
             "human and this run has no terminal (rerun with --wait-approvals to wait for "
             f"`fim approvals approve ID`)"
         )
         return True
+
+
+def _by_hook(approval: Any) -> bool:
+    """Whether a hook's `permissionDecision: "ask"` made the approval (not `confirm`)."""
+    return bool(approval.data.get("asker") == "hook")
 
 
 class RunRecorder:

@@ -81,13 +81,21 @@ def load(root: str | Path) -> Declarations:
             decls.problems.append(problem)
         else:
             decls.python_hooks.add(_stem(path))
-    load_skills(decls)
+    _load_skill_folders(decls)
     decls.problems = mask_problems(decls.problems, decls.secrets)
     _CACHE.clear()
     _CACHE.update(decls.seen)
     keep_reads(decls.raw)
     keep_texts(decls.texts)
     return decls
+
+
+def _load_skill_folders(decls: Declarations) -> None:
+    """The skills of every folder `paths.skills` names (`[skills, .claude/skills]`: a
+    Claude Code user's project skills next to fim's); a name in two folders is a duplicate
+    skill, reported at the second."""
+    for folder in decls.project.paths.skill_folders:
+        load_skills(decls, folder)
 
 
 def mask_problems(problems: list[Problem], secrets: set[str]) -> list[Problem]:

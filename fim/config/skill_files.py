@@ -32,9 +32,10 @@ class Skill:
     """Paths relative to `directory` (scripts/, references/ ...), SKILL.md excluded."""
 
 
-def load_skills(decls: Declarations) -> None:
-    """Every skills/<name>/SKILL.md: front matter validated, body and sibling files kept."""
-    folder = decls.root / decls.folder("skill")
+def load_skills(decls: Declarations, name: str) -> None:
+    """Every <name>/<skill>/SKILL.md (`paths.skills`, each folder it names): front matter
+    validated, body and sibling files kept."""
+    folder = decls.root / name
     try:
         dirs = sorted(os.scandir(folder), key=lambda e: e.name)
     except FileNotFoundError:

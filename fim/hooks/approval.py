@@ -62,6 +62,7 @@ async def _find_or_create(
     args: dict[str, Any],
     reason: str,
     timeout: float,
+    asker: str,
 ) -> tuple[str, Approval | None]:
     """An approval to wait on: one already made for this very call (same run, call id and
     arguments: a hook chain asking twice), else a new one."""
@@ -89,6 +90,7 @@ async def _find_or_create(
         data={
             **binding,
             "hook": hook.name,
+            "asker": asker,
             **{k: meta[k] for k in ("connector", "action", "access") if k in meta},
         },
     )
@@ -119,10 +121,24 @@ def preview(text: str, limit: int) -> str:
     )
 
 
+NOBODY_ASKED = "nobody_asked"
+"""The key of an approval's `data` set true when it was denied because no human could be
+asked (`fim run` without a terminal): its block message must not say a reviewer denied it."""
+
+
 async def ask_human(
-    hook: BaseHook, context: HookContext, *, reason: str, timeout: float, poll: float = 0.25
+    hook: BaseHook,
+    context: HookContext,
+    *,
+    reason: str,
+    timeout: float,
+    poll: float = 0.25,
+    asker: str = "confirm",
 ) -> HookResult:
-    """Wait for a human to approve this call; allow on approval, block on denial or expiry."""
+    """Wait for a human to approve this call; allow on approval, block on denial or expiry.
+    `asker` (`confirm`, or `hook` for a hook's `permissionDecision: "ask"`) is recorded
+    as the approval's `data.asker`: `fim run` words its question by it, showing a hook's own
+    reason on the prompt as Claude Code does."""
     run = hook.run_context
     if run is None:
         raise RuntimeError(f"hook '{hook.name}' needs a run to ask for approval (state store)")
@@ -132,7 +148,9 @@ async def ask_human(
     store = get_store(run.services)
     args = mask_value(context.tool_args or {}, run.snapshot.mask)
     tool = context.tool_name
-    approval_id, approval = await _find_or_create(store, hook, context, args, reason, timeout)
+    approval_id, approval = await _find_or_create(
+        store, hook, context, args, reason, timeout, asker
+    )
     if approval is None:  # waits until decided or expired (its deadline ends the wait), and
         # withdraws it if the run stops waiting first: nothing awaited between the two
         approval = await store.wait_approval(approval_id, timeout + 0.05, poll=poll)
@@ -153,6 +171,14 @@ async def ask_human(
             error=f"approval {approval_id} for '{tool}' was already used by another call; "
             "each approval allows one call, so a new request is needed",
             side_effects=[f"approval {approval_id} already used"],
+        )
+    if approval is not None and approval.status == "denied" and approval.data.get(NOBODY_ASKED):
+        return HookResult(
+            allow=False,
+            error=f"the call to '{tool}' was denied: "
+            f"{approval.data.get('note') or 'nobody could be asked'}. Do not retry the same "
+            "call; tell the user it needs approval",
+            side_effects=[f"approval {approval_id} denied by {approval.resolved_by}"],
         )
     if approval is not None and approval.status == "denied":
         note = approval.data.get("note")

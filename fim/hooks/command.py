@@ -163,7 +163,7 @@ class CommandHook(BaseHook):
                 allow=False,
                 error=f"hook command failed with exit code {code}"
                 + (f": {tail}" if tail else "")
-                + f"; the call was blocked because hooks fail closed ({ENV_HINT})",
+                + f"; the call was blocked because hooks fail closed ({failure_hint(stderr)})",
             )
         if stderr.strip():
             self._show_stderr(stderr.strip())
@@ -185,6 +185,31 @@ ENV_HINT = (
 )
 """Why a hook that works in a terminal can fail under fim (`fim.hooks.command_input.
 environment`), in the block message the model and the caller read."""
+
+EXIT_HINT = (
+    "in fim only exit 0 allows; Claude Code treats exit 1 as non-blocking: end a logging "
+    "hook with `|| true`"
+)
+"""Why a hook ported from Claude Code blocks in fim: there, an exit code other than 0 and 2
+only logs, so a logging hook that fails now and then is harmless; fim fails closed."""
+
+_MISSING = re.compile(
+    r"not set|\bunset\b|unbound variable|undefined variable|KeyError|environment variable|"
+    r"not logged in|credential|token|unauthori[sz]ed|authenticat",
+    re.IGNORECASE,
+)
+"""What a hook's stderr says when it lacks a variable or the credential one would hold
+(bash `set -u`'s "unbound variable", Python's `KeyError: 'TOKEN'`, `gh`'s "not logged
+in"): the usual reason a hook that works in a terminal fails under fim's allow-listed
+environment."""
+
+
+def failure_hint(stderr: str) -> str:
+    """The hint of a hook that exited with a code other than 0 or 2: the environment
+    allow-list when its stderr reads like a missing variable or credential, else what an
+    exit code means in fim (a Claude Code user's exit 1 was non-blocking there). The
+    stderr is only matched, never quoted here: the block message already shows its tail."""
+    return ENV_HINT if _MISSING.search(stderr) else EXIT_HINT
 
 
 def not_passed(stderr: str, given: Mapping[str, str]) -> list[str]:

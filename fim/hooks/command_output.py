@@ -181,6 +181,7 @@ async def _decide(
             ),
             reason=reason(why, "a hook command asked for confirmation"),
             timeout=ask_timeout,
+            asker="hook",
         )
         if not asked.allow:
             return asked

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Discriminator, Field, Tag, field_validator
@@ -261,8 +262,9 @@ class WebFetchSettings(Strict):
 class Paths(Strict):
     agents: str = "agents"
     """Folder of the agent files, relative to the project root."""
-    skills: str = "skills"
-    """Folder of the skill folders (each with a SKILL.md)."""
+    skills: str | list[str] = "skills"
+    """Folder of the skill folders (each with a SKILL.md), or a list of such folders
+    (`[skills, .claude/skills]` loads Claude Code's project skills too)."""
     workflows: str = "workflows"
     """Folder of the workflow files."""
     connectors: str = "connectors"
@@ -274,12 +276,18 @@ class Paths(Strict):
 
     @field_validator("*")
     @classmethod
-    def _no_nul(cls, value: str) -> str:
+    def _no_nul(cls, value: str | list[str]) -> str | list[str]:
         """A NUL cannot be in a file name: the folder listing raised ValueError (a
         traceback from `fim validate`) instead of pointing at the value."""
-        if "\0" in value:
+        if any("\0" in name for name in ([value] if isinstance(value, str) else value)):
             raise ValueError("a folder name cannot contain a NUL character")
         return value
+
+    @property
+    def skill_folders(self) -> list[str]:
+        """`skills` as a list of folders, each once (`./skills` and `skills` are one)."""
+        names = [self.skills] if isinstance(self.skills, str) else self.skills
+        return list(dict.fromkeys(posixpath.normpath(name) for name in names))
 
 
 class Project(Strict):
