@@ -22,7 +22,7 @@ import pytest
 from fim.build.compile import compile_project
 from fim.build.reload import SnapshotHolder
 from fim.capabilities import CAPABILITIES
-from fim.commands.workflow import _finish
+from fim.commands.workflow_view import finish as _finish
 from fim.config.schema import ServerSettings
 from fim.idempotency import idempotent
 from fim.mcp.calls import IDEMPOTENCY_META, request_meta

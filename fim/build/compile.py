@@ -23,7 +23,7 @@ from fim.build.hook_checks import pin_commands, pin_folders
 from fim.build.model_checks import check_cost_limits
 from fim.build.project_modules import pin_modules
 from fim.build.snapshot import CASE_SOURCE, Locate, Snapshot, Source
-from fim.build.workflow_checks import check_agent_workflows
+from fim.build.workflow_checks import check_agent_workflows, python_tool_nodes
 from fim.config.case_files import case_lines
 from fim.config.loader import Declarations, find_root, load, mask_problems
 from fim.config.schema import ModelSettings
@@ -52,9 +52,12 @@ def _check_eval_tools(snapshot: Snapshot, locate: Locate) -> list[Problem]:
 
 
 def _check_python_tools(snapshot: Snapshot, locate: Locate) -> list[Problem]:
-    """Import and build every `tools: [module:function]` once (`fim.tools.python_tools`),
-    with the module loader of python hooks (`fim.hooks.python_hooks`, a layer up)."""
-    if not any(is_python_tool(t) for agent in snapshot.agents.values() for t in agent.tools):
+    """Import and build every `tools: [module:function]` and workflow `tool: module:function`
+    once (`fim.tools.python_tools`), with the module loader of python hooks
+    (`fim.hooks.python_hooks`, a layer up)."""
+    if not any(
+        is_python_tool(t) for agent in snapshot.agents.values() for t in agent.tools
+    ) and not python_tool_nodes(snapshot):
         return []  # most projects: nothing to import
     # deferred: the project's python is imported only when the declarations are clean
     from fim.hooks.python_hooks import load_module

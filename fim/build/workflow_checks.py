@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fim.build.builtin_names import builtin_tool_names
+from fim.build.builtin_names import builtin_tool_names, is_python_tool, tool_problems
 from fim.build.snapshot import Locate, Snapshot
 from fim.config.problems import suggest
 from fim.config.schema import WorkflowDecl
@@ -54,6 +54,16 @@ class _NodeChecks:
 
     def builtin_tools(self) -> frozenset[str]:
         return builtin_tool_names()
+
+    def tool(self, where: Where, entry: str) -> None:
+        """The checks of an agent's `tools:` entry (`tool_problems`): an unknown builtin,
+        a `module:function` whose module is not in the hooks folder, a name taken by a
+        builtin or a meta-tool. Importing the function is the compile's later check
+        (`fim.tools.python_tools.check_tools`, which covers `python_tool_nodes` too)."""
+        decls = self.checker.decls
+        modules, folder = decls.python_hooks, decls.folder("hook")
+        for _i, message, hint in tool_problems([entry], builtin_tool_names(), modules, folder):
+            self.problem(where, message.removeprefix("tools: "), hint)
 
 
 MAPPING_METHODS = frozenset(n for n in dir(dict) if not n.startswith("_"))
@@ -237,6 +247,17 @@ def _find_cycle(deps: dict[str, list[str]]) -> list[str]:
 # How agents use workflows cannot be seen from one workflow file: a workflow that pauses for
 # a human cannot run inline inside an agent's tool call, since nobody would be there to
 # resume the agent's turn.
+
+
+def python_tool_nodes(snapshot: Snapshot) -> list[tuple[str, str, str]]:
+    """(workflow, node, `module:function`) of every `tool` node that calls a project
+    function: the compile imports and builds each, as it does an agent's."""
+    return [
+        (name, node_id, tool)
+        for name, decl in snapshot.workflows.items()
+        for node_id, node in decl.nodes.items()
+        if node.type == "tool" and is_python_tool(tool := str(getattr(node, "tool", "")))
+    ]
 
 
 def human_nodes(snapshot: Snapshot, workflow: str) -> list[str]:

@@ -110,7 +110,7 @@ def show(
     record, events = found
     if record["kind"] == "workflow":  # its nodes are in its state, not in events
         # deferred: `fim --help` imports every command module; this loads the workflow state
-        from fim.commands.workflow import render_run
+        from fim.commands.workflow_view import render_run
         from fim.workflows.state import RunState
 
         render_run(RunState.from_dict(known().value(record.get("data") or {})), as_json)

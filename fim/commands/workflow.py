@@ -16,7 +16,7 @@ import typer
 
 from fim.capabilities import CAPABILITIES
 from fim.commands import ProjectOption, fail, load_snapshot, run_async, user_errors
-from fim.terminal import markup
+from fim.commands.workflow_view import Progress, finish, interrupted, render_run
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -67,95 +67,6 @@ def _services(snapshot: Snapshot) -> Services:
     return Services(root=snapshot.root, state_url=snapshot.project.state, providers=CAPABILITIES)
 
 
-def _short(value: Any, limit: int = 80) -> str:
-    """One line of a value for a terminal, with rich markup escaped (outputs are data)."""
-    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
-    text = " ".join(text.split())
-    return markup(text if len(text) <= limit else text[: limit - 1] + "…")
-
-
-class Progress:
-    """Prints one line per node event (nothing with --json)."""
-
-    def __init__(self, quiet: bool) -> None:
-        # deferred: loading rich costs a few ms
-        from rich.console import Console
-
-        self.quiet = quiet
-        self.console = Console(highlight=False)
-
-    def show(self, event: Any) -> None:
-        if self.quiet:
-            return
-        # deferred: loading fim.masking costs a few ms
-        from fim.masking import mask_model
-
-        event = mask_model(event)
-        kind = event.type
-        if kind == "node_started":
-            self.console.print(f"[cyan]▶[/] {event.node} [dim]({event.node_type})[/]")
-        elif kind == "node_finished":
-            self.console.print(
-                f"[green]✓[/] {event.node} [dim]{event.duration_ms:.0f} ms[/]  "
-                f"{_short(event.output)}",
-                markup=True,
-            )
-        elif kind == "node_skipped":
-            self.console.print(f"[yellow]↷[/] {event.node} [dim]skipped: {_short(event.reason)}[/]")
-        elif kind == "node_failed":
-            self.console.print(f"[red]✗[/] {event.node}: {_short(event.error, 500)}")
-        elif kind == "notice":
-            self.console.print(f"[dim]· {_short(event.message, 500)}[/]")
-        elif kind == "error":
-            self.console.print(f"[red]error:[/] {_short(event.message, 500)}")
-
-
-def _finish(state: RunState, as_json: bool) -> None:
-    # deferred: loading rich costs a few ms
-    from rich.console import Console
-
-    # deferred: loading fim.masking costs hundreds of ms
-    from fim.masking import known
-    from fim.workflows.state import RunState
-
-    state = RunState.from_dict(known().value(state.to_dict()))
-
-    if as_json:
-        doc: dict[str, Any] = {
-            "run_id": state.run_id,
-            "workflow": state.workflow,
-            "status": state.status,
-            "outputs": state.outputs,
-            "snapshot_version": state.snapshot_version,
-        }
-        if state.resumed_on:
-            doc["resumed_on"] = state.resumed_on
-        if state.error:
-            doc["error"] = state.error
-        waiting = {n: s.approval_id for n, s in state.nodes.items() if s.status == "waiting"}
-        if waiting:
-            doc["waiting"] = waiting
-        typer.echo(json.dumps(doc, default=str, ensure_ascii=False, indent=2))
-    else:
-        console = Console(highlight=False)
-        console.print(f"[bold]{state.workflow}[/] run {state.run_id}: {state.status}")
-        if state.resumed_on:  # a reload came between its legs: say what ran where
-            console.print(
-                f"[dim]started on snapshot {state.snapshot_version}, "
-                f"resumed on {', '.join(state.resumed_on)}[/]"
-            )
-        if state.status == "paused":
-            console.print(
-                f"resume with: fim workflow resume {state.run_id} --approve|--deny [--input k=v]"
-            )
-        elif state.outputs:
-            console.print_json(json.dumps(state.outputs, default=str, ensure_ascii=False))
-        if state.error:
-            console.print(f"[red]{_short(state.error, 1000)}[/]")
-    if state.status in ("failed", "cancelled"):
-        raise typer.Exit(1)
-
-
 async def _consume(events: Any, progress: Progress) -> None:
     async for event in events:
         progress.show(event)
@@ -169,10 +80,13 @@ def _drive(
     """Run a workflow to its end or pause, showing progress: `start(services)` gives the
     engine and its event stream (a new run or a resumed one)."""
 
+    started: list[Any] = []  # the engine, once there is one: what Ctrl-C stopped
+
     async def go() -> RunState:
         services = _services(snapshot)
         try:
             engine, events = await start(services)
+            started.append(engine)
             await _consume(events, Progress(as_json))
             assert engine.state is not None
             return engine.state
@@ -180,8 +94,12 @@ def _drive(
             await services.aclose()
 
     with user_errors():
-        state = run_async(go())
-    _finish(state, as_json)
+        try:
+            state = run_async(go())
+        except KeyboardInterrupt:
+            interrupted(started[0].state if started else None)
+            raise
+    finish(state, as_json)
 
 
 @workflow_app.command("run", context_settings={"allow_extra_args": True})
@@ -216,7 +134,9 @@ def run(
 @workflow_app.command("resume")
 def resume(
     ctx: typer.Context,
-    run_id: Annotated[str, typer.Argument(help="The paused (or orphaned) run's id.")],
+    run_id: Annotated[
+        str, typer.Argument(help="The paused, orphaned or Ctrl-C'd (cancelled) run's id.")
+    ],
     approve: Annotated[bool, typer.Option("--approve", help="Approve the human node.")] = False,
     deny: Annotated[bool, typer.Option("--deny", help="Deny the human node.")] = False,
     inputs: InputOption = None,
@@ -233,9 +153,11 @@ def resume(
     as_json: JsonOption = False,
     project: ProjectOption = None,
 ) -> None:
-    """Continue a run paused at a human node, or one whose process died mid-run.
+    """Continue a run paused at a human node, one whose process died mid-run, or one
+    stopped with Ctrl-C.
 
-    `--input k=v` approves with data; after a crash the nodes that were running run again."""
+    `--input k=v` approves with data; after a crash or Ctrl-C the nodes that were running
+    run again (the finished ones keep their outputs)."""
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.workflows.engine import WorkflowEngine, load_run
 
@@ -250,7 +172,8 @@ def resume(
     async def start(services: Services) -> tuple[Any, Any]:
         paused = await load_run(services, run_id)
         engine = WorkflowEngine(snapshot, paused.workflow, services)
-        return engine, engine.resume(run_id, decision, data, node=node, force=force)
+        events = engine.resume(run_id, decision, data, node=node, force=force, cancelled=True)
+        return engine, events
 
     _drive(snapshot, start, as_json)
 
@@ -264,7 +187,8 @@ def runs(
 ) -> None:
     """List recent workflow runs, newest first.
 
-    `orphaned`: its process died mid-run; `fim workflow resume RUN_ID` finishes it."""
+    `orphaned`: its process died mid-run; `fim workflow resume RUN_ID` finishes it, as it
+    does a run `cancelled` by Ctrl-C."""
     # deferred: loading fim.masking costs hundreds of ms
     from fim.store import get_store
     from fim.workflows.state import KIND, RunState, orphaned, record_data
@@ -341,34 +265,6 @@ def show(
     with user_errors():
         state = run_async(go())
     render_run(state, as_json)
-
-
-def render_run(state: RunState, as_json: bool) -> None:
-    """One workflow run as `fim workflow show` prints it (`fim runs show` of a workflow run
-    too): inputs, a table of the nodes, the outputs and the error."""
-    if as_json:
-        typer.echo(json.dumps(state.to_dict(), default=str, ensure_ascii=False, indent=2))
-        return
-    # deferred: loading rich costs a few ms
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(highlight=False)
-    console.print(f"[bold]{state.workflow}[/] run {state.run_id}: {state.status}")
-    console.print(f"inputs: {_short(state.inputs, 200)}")
-    table = Table("node", "type", "status", "tries", "duration", "output / error")
-    for node_id, ns in state.nodes.items():
-        detail = _short(ns.error or ns.reason or ("" if ns.output is None else ns.output), 200)
-        if ns.status == "waiting":
-            detail = _short(f"approval {ns.approval_id}: {ns.prompt}", 200)
-        took = "" if ns.duration_ms is None else f"{ns.duration_ms:.0f} ms"
-        table.add_row(node_id, ns.type, ns.status, str(ns.attempts or ""), took, detail)
-    console.print(table)
-    if state.outputs:
-        console.print("outputs:")
-        console.print_json(json.dumps(state.outputs, default=str, ensure_ascii=False))
-    if state.error:
-        console.print(f"[red]{_short(state.error, 1000)}[/]")
 
 
 def graph(

@@ -14,7 +14,10 @@ What a function becomes, so that nothing about it is written twice:
 - its description is the first paragraph of its docstring (required: the model picks
   tools by it);
 - its parameters are the JSON Schema pydantic derives from the type hints (a model built
-  from the signature), so every parameter must be annotated;
+  from the signature), so every parameter must be annotated; each one's description is
+  its annotation's (`Annotated[str, Field(description=...)]`), else the docstring's
+  (Google `Args:`, NumPy `Parameters`, Sphinx `:param x:`, as ADK and openai-agents read
+  them);
 - a call validates the arguments with that same model before the function runs (a bad
   argument is an observation for the model), runs a sync function in a worker thread
   (never on the event loop) and awaits an async one; the result is text: a `str` as it
@@ -39,6 +42,7 @@ from fim.build.project_modules import LoadModule, ModuleLoadError, functions_of,
 from fim.errors import Problem, RunError
 from fim.threads import own_thread
 from fim.tools.base import FunctionTool
+from fim.tools.docstrings import describe, first_paragraph, parameter_docs
 from fim.types import ToolResult
 
 if TYPE_CHECKING:
@@ -86,11 +90,6 @@ def split_ref(ref: str) -> tuple[str, str]:
 
 
 # ---------------------------------------------------------------------- building
-
-
-def _first_paragraph(doc: str | None) -> str:
-    paragraph = (doc or "").strip().split("\n\n")[0]
-    return " ".join(paragraph.split())
 
 
 def _arguments_model(fn: Callable[..., Any], ref: str) -> tuple[type[BaseModel], list[str]]:
@@ -173,7 +172,7 @@ def build_tool(fn: Any, ref: str) -> FunctionTool:
         raise PythonToolError(
             f"'{ref}' is a generator", "return the whole result instead of yielding parts"
         )
-    description = _first_paragraph(inspect.getdoc(fn))
+    description = first_paragraph(inspect.getdoc(fn))
     try:
         model, names = _arguments_model(fn, ref)
     except PythonToolError as unannotated:
@@ -191,6 +190,7 @@ def build_tool(fn: Any, ref: str) -> FunctionTool:
             "its first paragraph is the tool's description, which the model picks tools by",
         )
     parameters = _schema(model, ref)
+    describe(parameters, parameter_docs(inspect.getdoc(fn)))
     name = tool_name(ref)
     is_async = inspect.iscoroutinefunction(fn)
 
@@ -286,9 +286,20 @@ def load_tools(snapshot: Snapshot, agent: Any, load_module: LoadModule) -> list[
 
 
 def check_tools(snapshot: Snapshot, locate: Locate, load_module: LoadModule) -> list[Problem]:
-    """Every `module:function` tool of every agent imported and built once, as problems
-    at the entry in the agent's file (the names were checked before, without importing)."""
+    """Every `module:function` tool of every agent and of every workflow `tool` node
+    imported and built once, as problems at the entry in its file (the names were checked
+    before, without importing)."""
+    # deferred: the workflow checks load the config schema, which a hooks module that
+    # imports `fim.tools.read_only` need not pay for
+    from fim.build.workflow_checks import python_tool_nodes
+
     problems: list[Problem] = []
+    for workflow, node_id, ref in python_tool_nodes(snapshot):
+        try:
+            resolve(snapshot, ref, load_module)
+        except PythonToolError as exc:
+            src = locate("workflow", workflow, ("nodes", node_id, "tool"))
+            problems.append(Problem(src.path, src.line, src.column, exc.message, exc.hint))
     for agent in snapshot.agents.values():
         for i, ref in enumerate(agent.tools):
             if not is_python_tool(ref):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fim.config.problems import suggest
 from fim.config.schema import WorkflowDecl
 from fim.errors import RunError
 from fim.schema_check import problems as schema_problems
@@ -52,6 +53,7 @@ async def decide(
         if approved and schema:
             problems = schema_problems(given, schema)
             if problems:
+                problems = [*_unknown(given, schema), *problems]
                 raise RunError(
                     f"invalid input for node '{node_id}': {'; '.join(problems)}",
                     hint=f"the node accepts: {schema}",
@@ -80,3 +82,17 @@ async def decide(
     if not given:
         given = {k: v for k, v in (approval.data or {}).items() if k not in base}
     return approval, given
+
+
+def _unknown(given: dict[str, Any], schema: dict[str, Any]) -> list[str]:
+    """The given fields the schema does not name, each with a did-you-mean: a typo'd
+    `--input nots=hi` was reported only as the `note` it left missing."""
+    fields = schema.get("properties")
+    if not isinstance(fields, dict) or not fields:
+        return []
+    found = []
+    for key in given:
+        if key not in fields:
+            hint = suggest(key, fields, "fields")
+            found.append(f"unknown input '{key}'" + (f" ({hint})" if hint else ""))
+    return found

@@ -30,7 +30,7 @@ from fim.workflows.decision import decide
 from fim.workflows.guards import callers_guard, read_only_guard
 from fim.workflows.inputs import validate_inputs
 from fim.workflows.recovery import check_takeover, load_run, orphaned_runs
-from fim.workflows.scheduler import Scheduler
+from fim.workflows.scheduler import STOPPED, Scheduler
 from fim.workflows.state import NodeState, Persister, RunState, current_owner
 
 __all__ = ["WorkflowEngine", "load_run", "orphaned_runs", "run_workflow"]
@@ -189,6 +189,7 @@ class WorkflowEngine:
         node: str | None = None,
         by: str = "cli",
         force: bool = False,
+        cancelled: bool = False,
     ) -> AsyncGenerator[Event, None]:
         """Continue a run paused at a human node, in this process or after a restart, or
         recover one whose process died mid-node.
@@ -196,6 +197,10 @@ class WorkflowEngine:
         `approved=None` takes the decision already recorded on the approval (e.g. through
         `fim approvals`); `node` picks one when several human nodes wait. `force` recovers
         a run recorded as running on another host, whose liveness cannot be checked.
+        `cancelled` (the operator's `fim workflow resume`) also continues a run whose
+        driving was stopped mid-run (Ctrl-C, its client leaving): like an orphaned run,
+        its finished nodes are kept and the ones cut off run again. Other surfaces never
+        pass it: a run an API caller cancelled stays cancelled for them.
         """
         # deferred: loading fim.store costs a few ms
         from fim.store import get_store
@@ -210,11 +215,18 @@ class WorkflowEngine:
                 async for event in events:
                     yield event
             return
+        if state.status == "cancelled" and cancelled:
+            async with aclosing(self._restart(state)) as events:
+                async for event in events:
+                    yield event
+            return
         waiting = [n for n, s in state.nodes.items() if s.status == "waiting"]
         if state.status != "paused" or not waiting:
             raise RunError(
                 f"run '{run_id}' is {state.status}, not paused at a human node",
-                hint="only paused runs can be resumed",
+                hint="a run paused at a human node, one whose process died (`orphaned` in "
+                "`fim workflow runs`) or one stopped mid-run (Ctrl-C) can be resumed; start "
+                f"this one again with `fim workflow run {state.workflow}`",
             )
         if node is not None and node not in waiting:
             raise RunError(f"node '{node}' is not waiting", hint=f"waiting: {', '.join(waiting)}")
@@ -264,7 +276,7 @@ class WorkflowEngine:
             async for event in events:
                 yield event
 
-    def _adopt(self, state: RunState) -> list[str]:
+    def _adopt(self, state: RunState, cut_off: tuple[str, ...] = ("running",)) -> list[str]:
         """Take over a persisted run: nodes that were in flight when its process stopped
         run again (a node's effects are only recorded once it finishes). A run an agent
         started (`run_workflow`) held to that agent's hooks in memory: they are built again
@@ -279,7 +291,7 @@ class WorkflowEngine:
         if callers is not None:
             self.guard = callers
         self.state = state
-        in_flight = [n for n, s in state.nodes.items() if s.status == "running"]
+        in_flight = [n for n, s in state.nodes.items() if s.status in cut_off]
         for node_id in in_flight:
             state.nodes[node_id].status = "pending"
         state.status = "running"
@@ -304,6 +316,42 @@ class WorkflowEngine:
         yield Notice(
             run_id=state.run_id,
             message=f"workflow '{self.name}' recovered"
+            + (f": running {', '.join(again)} again" if again else "")
+            + self._version_note(state),
+            data={
+                "workflow": self.name,
+                "run_id": state.run_id,
+                "rerun": again,
+                "snapshot_version": self.snapshot.version,
+            },
+        )
+        async with aclosing(self._scheduler(decl, state).drive()) as events:
+            async for event in events:
+                yield event
+
+    async def _restart(self, state: RunState) -> AsyncGenerator[Event, None]:
+        """Continue a run whose driving was stopped mid-run (`scheduler.STOPPED`): the
+        nodes cut off (`cancelled`) run again, the finished ones keep their outputs, as
+        when an orphaned run is recovered. A run ended from outside (a revoked key, an
+        expired approval, a `fim worker` job cancelled) is refused with its reason."""
+        workflow = state.workflow
+        if state.queued:
+            raise RunError(
+                f"run '{state.run_id}' was cancelled as a `fim worker` job",
+                hint=f"start it again with `fim workflow run {workflow}`",
+            )
+        if state.error != STOPPED or not state.decl:
+            raise RunError(
+                f"run '{state.run_id}' was cancelled: {state.error or 'no reason recorded'}",
+                hint="only a run stopped while it ran (Ctrl-C, its client leaving) can be "
+                f"resumed; start this one again with `fim workflow run {workflow}`",
+            )
+        decl = self._recorded_decl(state)
+        again = self._adopt(state, cut_off=("running", "cancelled"))
+        state.error, state.finished_at = None, None
+        yield Notice(
+            run_id=state.run_id,
+            message=f"workflow '{self.name}' resumed after it was cancelled"
             + (f": running {', '.join(again)} again" if again else "")
             + self._version_note(state),
             data={

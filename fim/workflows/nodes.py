@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fim.build.builtin_names import is_python_tool
 from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl
 from fim.errors import RunError
@@ -193,16 +194,36 @@ _CALL_IDS = itertools.count(1)
 
 
 def resolve_tool(ctx: NodeContext, name: str) -> Tool:
-    """A tool node's tool: one the embedding application passed, else a builtin."""
+    """A tool node's tool: one the embedding application passed, else a project function
+    (`module:function`), else a builtin."""
     existing = ctx.registry.get(name)
     if existing is not None:
         return existing
     tool = ctx.extra_tools.get(name)
+    if tool is None and is_python_tool(name):
+        # kept out of the run's registry: it is known there by its function's name, which
+        # two modules' functions may share; `call_tool` gives it a registry of its own
+        return python_tool(ctx, name)
     if tool is None:
         tool = builtin.load(name, ctx.run_context())
     if name not in ctx.registry:
         ctx.registry.add(tool)
     return tool
+
+
+def python_tool(ctx: NodeContext, ref: str) -> Tool:
+    """The tool of project function `ref`, built as for an agent's `tools:` entry
+    (`fim.tools.python_tools`: the module the snapshot pinned, its schema from the type
+    hints): its call goes through the same hooks, read-only guard and argument checks as a
+    builtin's in `call_tool`."""
+    # deferred: the project's Python is loaded only by a run of a node that calls it
+    from fim.hooks.python_hooks import load_module
+    from fim.tools.python_tools import PythonToolError, resolve
+
+    try:
+        return resolve(ctx.snapshot, ref, load_module)
+    except PythonToolError as exc:
+        raise RunError(exc.message, hint=exc.hint) from None
 
 
 async def call_tool(ctx: NodeContext, tool: Tool, args: dict[str, Any]) -> Any:

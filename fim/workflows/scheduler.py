@@ -57,6 +57,14 @@ class _Done:
     of events show true overlap."""
 
 
+STOPPED = "cancelled"
+"""The error of a run whose driving stopped mid-run (`Scheduler._stopped`: Ctrl-C, a client
+leaving its stream, a cancel request): its finished nodes are recorded and the ones cut off
+are `cancelled`, so `fim workflow resume` can run those again (`WorkflowEngine.resume`). A
+run ended from outside its engine (a revoked key, an expired approval) records its reason
+instead."""
+
+
 class _AttemptFailed(Exception):
     """One failed attempt of a node; the message is the node's error."""
 
@@ -229,7 +237,7 @@ class Scheduler:
         if tasks:
             await self._cancel(tasks)
         state.status = "cancelled"
-        state.error = state.error or "cancelled"
+        state.error = state.error or STOPPED
         await self.persister.flush()
 
     async def _cancel(self, tasks: dict[str, asyncio.Task[None]]) -> None:

@@ -121,6 +121,11 @@ class NodeChecks(Protocol):
 
     def builtin_tools(self) -> frozenset[str]: ...
 
+    def tool(self, where: tuple[str | int, ...], entry: str) -> None:
+        """Report what is wrong with a tool entry (a builtin's name or `module:function`),
+        read as an agent's `tools:` entry is, without importing anything."""
+        ...
+
 
 @dataclass(frozen=True)
 class NodeUses:

@@ -1,4 +1,5 @@
-"""`type: tool`: call a builtin tool (or one the embedding application passed in)."""
+"""`type: tool`: call a builtin tool, a project function (`module:function`, as in an
+agent's `tools:`), or one the embedding application passed in."""
 
 from __future__ import annotations
 
@@ -6,15 +7,15 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from fim.config.problems import suggest
 from fim.workflows.node_types.base import NodeChecks, NodeRuntime, NodeType, NodeUses
 
 
 class ToolNode(NodeType):
     type: Literal["tool"]
-    """`tool`: call a builtin tool."""
+    """`tool`: call a builtin tool or a project function."""
     tool: str
-    """Builtin tool name (or one `fim worker --tools` adds)."""
+    """Builtin tool name, `module:function` for a function in the hooks folder (as in an
+    agent's `tools:`), or a tool `fim worker --tools` adds."""
     args: dict[str, Any] = Field(default_factory=dict)
     """Its arguments; strings are templates (`{{ expr }}` alone keeps the value's type)."""
 
@@ -24,16 +25,12 @@ class ToolNode(NodeType):
         return await ctx.call_tool(ctx.resolve_tool(self.tool), ctx.render(self.args))
 
     def check_refs(self, at: NodeChecks) -> None:
-        tools = at.builtin_tools()
-        if self.tool not in tools:
-            at.problem(
-                ("tool",),
-                f"unknown builtin tool '{self.tool}'",
-                suggest(self.tool, tools, "tools"),
-            )
+        at.tool(("tool",), self.tool)
 
     def graph_label(self) -> str:
         return f"tool {self.tool}"
 
     def uses(self) -> NodeUses:
-        return NodeUses(tools=(self.tool,))
+        # the name hooks and `tool_called` meet: a project function's own (`mytools:add` ->
+        # `add`), as `fim.build.builtin_names.tool_name` says (a layer up from here)
+        return NodeUses(tools=(self.tool.rpartition(":")[2].strip(),))
