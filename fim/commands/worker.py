@@ -204,6 +204,10 @@ def worker(
     holder = SnapshotHolder(snapshot)
     root: Path = snapshot.root
     snapshots = worker_snapshots(holder, source, reload=reload, wait=skew_wait)
+    # deferred: the MCP client's manager (imports nothing heavy itself)
+    from fim.mcp.manager import McpManager
+
+    mcp = McpManager(root)
     with user_errors():
         extra = _tools(tools)
         app = make_app(
@@ -213,6 +217,7 @@ def worker(
             stalled_after=stalled_after,
             providers=CAPABILITIES,
             resolve=snapshots.for_job,
+            mcp=mcp,
         )
 
     async def main() -> None:
@@ -243,6 +248,7 @@ def worker(
                 )
         finally:
             stop.set()
+            await mcp.aclose()
             if puller is not None:
                 puller.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

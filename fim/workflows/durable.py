@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
 from fim.idempotency import idempotency_key as idempotency_key  # part of the contract
+from fim.mcp.manager import SERVICE_KEY as MCP_SERVICE
 from fim.run.services import Services
 from fim.store import get_store
 from fim.store.owners import owner_of
@@ -85,6 +86,7 @@ def make_app(
     stalled_after: float = 30.0,
     providers: tuple[str, ...] = (),
     resolve: Callable[[dict[str, Any] | None], Awaitable[Snapshot]] | None = None,
+    mcp: Any = None,
 ) -> procrastinate.App:
     """The procrastinate app over the state store's database, with the fim tasks.
 
@@ -94,6 +96,9 @@ def make_app(
     on (`fim.workflows.skew.WorkerSnapshots.for_job`; without it, only a job of the
     factory's own version runs). `stalled_after` is the heartbeat age after which this
     worker's jobs are retried if it goes silent (recorded per worker: `fim_workers`).
+    `mcp` (an `McpManager`) is the worker's, shared by its jobs: MCP servers, and what each
+    may send (`fim.mcp.pacing`), outlive a job as they outlive a run in `fim serve`
+    (attack-37 #8: a manager per job started every server again, with a fresh budget).
     """
     # deferred: loading psycopg costs hundreds of ms
     import procrastinate
@@ -130,7 +135,7 @@ def make_app(
                 inputs = dict((await load_request(app, run_id) or {}).get("inputs") or {})
             return await advance(
                 current(), state_url, run_id, workflow, inputs, extra, retried, providers,
-                accepted=accepted, resolve=resolve,
+                accepted=accepted, resolve=resolve, mcp=mcp,
             )  # fmt: skip
         except asyncio.CancelledError:
             ended = not _shutdown(context)
@@ -145,7 +150,7 @@ def make_app(
     ) -> str:
         await register(context)
         snapshot = current()
-        services = Services(root=snapshot.root, state_url=state_url, providers=providers)
+        services = job_services(snapshot, state_url, providers, mcp)
         ended = True
         try:
             if "messages" not in request:  # the job holds ids only: the request waits here
@@ -317,6 +322,7 @@ async def advance(
     *,
     accepted: dict[str, Any] | None = None,
     resolve: Callable[[dict[str, Any] | None], Awaitable[Snapshot]] | None = None,
+    mcp: Any = None,
 ) -> str:
     """Start, recover or continue run `run_id` until it finishes or pauses; its status.
 
@@ -333,7 +339,7 @@ async def advance(
         snapshot = await check(snapshot, accepted, resolve)
     except RunError as exc:
         return await skewed(snapshot, state_url, providers, run_id, KIND, workflow, exc)
-    services = Services(root=snapshot.root, state_url=state_url, providers=providers)
+    services = job_services(snapshot, state_url, providers, mcp)
     engine = WorkflowEngine(snapshot, workflow, services, run_id=run_id, tools=tools, queued=True)
     record: RunRecord | None = None
     looked = False  # whether `record` is what the store holds (None: no record at all)
@@ -374,6 +380,17 @@ async def advance(
         return record.status if record is not None else "unknown"
     finally:
         await services.aclose()
+
+
+def job_services(
+    snapshot: Snapshot, state_url: str, providers: tuple[str, ...], mcp: Any = None
+) -> Services:
+    """A job's services; with `mcp`, the worker's MCP manager in them (not closed with
+    the job's)."""
+    services = Services(root=snapshot.root, state_url=state_url, providers=providers)
+    if mcp is not None:
+        services.cache[MCP_SERVICE] = mcp
+    return services
 
 
 async def requeue_decided(
