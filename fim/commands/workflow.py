@@ -153,8 +153,7 @@ def resume(
     as_json: JsonOption = False,
     project: ProjectOption = None,
 ) -> None:
-    """Continue a run paused at a human node, one whose process died mid-run, or one
-    stopped with Ctrl-C.
+    """Continue a run paused at a human node, orphaned, or stopped with Ctrl-C.
 
     `--input k=v` approves with data; after a crash or Ctrl-C the nodes that were running
     run again (the finished ones keep their outputs)."""
