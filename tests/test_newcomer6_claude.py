@@ -81,8 +81,7 @@ def test_validate_warns_once_per_claude_code_file_fim_does_not_read(project: Pat
     assert warnings(err) == [
         ".claude/settings.json:3:3: warning: Claude Code hooks are not read by fim (paste "
         "them into an agent's hooks: as a list, one item per hook, each with its event: "
-        "hooks: [{event: PreToolUse, matcher: 'calculator', command: "
-        "'.claude/hooks/guard.py'}])",
+        "hooks: [{event: PreToolUse, matcher: 'calculator', command: '...'}])",
         "agents/reviewer.md:1:1: warning: not an agent file: a Claude Code subagent is not "
         "loaded by fim (fim agents are agents/<name>.yaml: the front matter's name, "
         "description, tools and model as keys, the Markdown body as `instructions:`)",

@@ -6,9 +6,12 @@ ran). Their own module: a concern of the newcomer's first hour, apart from loadi
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import os
 import posixpath
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,8 @@ from fim.config.schema.project import McpServer
 from fim.config.yamlio import Document, parse
 from fim.errors import Problem
 
+log = logging.getLogger(__name__)
+
 CLAUDE_SKILLS = ".claude/skills"
 """Where Claude Code keeps a project's skills (SKILL.md folders, the format fim reads)."""
 
@@ -30,25 +35,48 @@ def claude_code_files(root: Path, project: Project) -> list[Problem]:
     `.mcp.json` servers. Silently ignored, each looked like it worked (`fim validate` said
     ok and the guard hook never ran). Warnings, not problems: a repository developed with
     Claude Code keeps its `.claude/` for Claude Code itself. Nothing here fails: a file
-    that cannot be read or parsed is simply not reported."""
+    that cannot be read, parsed or understood, or that links out of the project, is simply
+    not reported (a hostile `.claude/` file turned CI's validate red with a traceback, and
+    a link out of the project printed what it pointed at: attack-39)."""
+    checks: list[Callable[[], list[Problem]]] = [
+        *(functools.partial(_claude_settings, root, name) for name in _SETTINGS),
+        *(
+            functools.partial(_subagent_files, root, folder)
+            for folder in dict.fromkeys([project.paths.agents, ".claude/agents"])
+        ),
+        functools.partial(_claude_skills, root, project),
+        functools.partial(_mcp_json, root, project),
+    ]
     found: list[Problem] = []
-    for name in (".claude/settings.json", ".claude/settings.local.json"):
-        found += _claude_settings(root, name)
-    for folder in dict.fromkeys([project.paths.agents, ".claude/agents"]):
-        found += _subagent_files(root, folder)
-    found += _claude_skills(root, project)
-    found += _mcp_json(root, project)
+    for check in checks:
+        try:
+            found += check()
+        except Exception:  # a nicety about files fim does not read: never a failure
+            log.debug("checking Claude Code's files failed", exc_info=True)
     return found
+
+
+_SETTINGS = (".claude/settings.json", ".claude/settings.local.json")
+
+
+def _inside(root: Path, rel: str) -> bool:
+    """Whether `rel` (a file or folder of the project) resolves inside the project: a link
+    out of it is not the project's to report."""
+    real = os.path.realpath(root / rel)
+    top = os.path.realpath(root)
+    return real == top or real.startswith(top + os.sep)
 
 
 def _json_file(root: Path, rel: str) -> tuple[Any, Document | None]:
     """The data of a JSON file of the project (None when missing or not JSON), and its YAML
     document for positions when the YAML parser reads it too (JSON indented with tabs is
     not YAML: positions are then 1:1)."""
+    if not _inside(root, rel):
+        return None, None
     try:
-        text = read_regular(root / rel, 2**20)[0].decode("utf-8-sig")
+        text = read_regular(root / rel, 2**20, follow_links=False)[0].decode("utf-8-sig")
         data = json.loads(text)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None, None
     try:
         doc: Document | None = parse(text, rel)
@@ -65,7 +93,9 @@ def _at(doc: Document | None, rel: str, key: str, message: str, hint: str) -> Pr
 
 def _claude_settings(root: Path, rel: str) -> list[Problem]:
     """A settings.json with `hooks`: the hint is the same hooks in fim's list form, as
-    `fim validate` answers that block pasted into an agent (`fim.config.claude_hooks`)."""
+    `fim validate` answers that block pasted into an agent (`fim.config.claude_hooks`),
+    each command shown as `...`: a command may hold a token, and masking knows only the
+    project's `${VAR}` values (the hint is about the shape)."""
     data, doc = _json_file(root, rel)
     hooks = data.get("hooks") if isinstance(data, dict) else None
     if not isinstance(hooks, dict) or not hooks:
@@ -74,17 +104,33 @@ def _claude_settings(root: Path, rel: str) -> list[Problem]:
     from fim.config.claude_hooks import pasted_claude_hooks
 
     shape = pasted_claude_hooks(
-        {"type": "list_type", "loc": ("hooks",), "msg": "", "input": hooks}, ("hooks",), ""
+        {"type": "list_type", "loc": ("hooks",), "msg": "", "input": _unsaid(hooks)},
+        ("hooks",),
+        "",
     )
     listed = f", {shape[1]}" if shape is not None and shape[1] else ""
     hint = f"paste them into an agent's hooks: as a list{listed}"
     return [_at(doc, rel, "hooks", "Claude Code hooks are not read by fim", hint)]
 
 
+def _unsaid(value: Any) -> Any:
+    """`value` with every hook `command` (a string under that key) replaced by `...`."""
+    if isinstance(value, dict):
+        return {
+            k: "..." if k == "command" and isinstance(v, str) else _unsaid(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_unsaid(item) for item in value]
+    return value
+
+
 def _subagent_files(root: Path, folder: str) -> list[Problem]:
     """Markdown files with front matter (Claude Code subagents: name, description, tools,
     model, the body as the prompt) in the agents folder or `.claude/agents/`: one warning,
     at the first, naming how many."""
+    if not _inside(root, folder):
+        return []
     try:
         names = sorted(e.name for e in os.scandir(root / folder) if e.name.endswith(".md"))
     except OSError:
@@ -92,7 +138,7 @@ def _subagent_files(root: Path, folder: str) -> list[Problem]:
     files = []
     for name in names:
         try:
-            head = read_regular(root / folder / name, 2**20)[0][:4]
+            head = read_regular(root / folder / name, 2**20, follow_links=False)[0][:4]
         except OSError:
             continue
         if head.startswith(b"---"):
@@ -115,7 +161,7 @@ def _subagent_files(root: Path, folder: str) -> list[Problem]:
 def _claude_skills(root: Path, project: Project) -> list[Problem]:
     """`.claude/skills/<name>/SKILL.md` folders when `paths.skills` does not name
     `.claude/skills`: the same format fim reads, from a folder it does not look in."""
-    if CLAUDE_SKILLS in project.paths.skill_folders:
+    if CLAUDE_SKILLS in project.paths.skill_folders or not _inside(root, CLAUDE_SKILLS):
         return []
     try:
         skills = [

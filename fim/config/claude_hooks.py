@@ -51,7 +51,8 @@ def pasted_claude_hooks(
         for group in groups if isinstance(groups, list) else []:
             group = group if isinstance(group, dict) else {}
             matcher = group.get("matcher")
-            for hook in group.get("hooks") or []:
+            hooks = group.get("hooks")
+            for hook in hooks if isinstance(hooks, list) else []:
                 command = hook.get("command") if isinstance(hook, dict) else None
                 if isinstance(command, str):
                     item = f"event: {event}" + (f", matcher: '{matcher}'" if matcher else "")

@@ -20,7 +20,7 @@ _SECTIONS = re.compile(
     r"Warnings?|Todo|Other Parameters):|:\w+.*"
 )
 """A line that starts a docstring section: the tool's description ends before it."""
-_GOOGLE_ENTRY = re.compile(r"\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:(.*)")
+_GOOGLE_ENTRY = re.compile(r"\*{0,2}(\w+)(?:\s*\([^)]*\))?\s*:(.*)")
 """`city (str): The city.` or `city: The city.`"""
 _NUMPY_ENTRY = re.compile(r"\*{0,2}(\w+)\s*(?::.*)?")
 """`city : str` (its description is indented on the lines below)."""
@@ -28,6 +28,15 @@ _SPHINX = re.compile(
     r":(?:param|parameter|arg|argument|key|keyword)\s+(?:.*\s)?\*{0,2}(\w+)\s*:(.*)"
 )
 """`:param city: The city.` or `:param str city: The city.`"""
+
+
+MAX_LINE = 400
+"""Characters of a docstring line read: its patterns backtrack, and a line of 32,000
+spaces took one 16 s (attack-39 #4). A parameter's text past it is cut."""
+
+
+def _lines(doc: str) -> list[str]:
+    return [line[:MAX_LINE] for line in doc.splitlines()]
 
 
 def _indent(line: str) -> int:
@@ -41,7 +50,7 @@ def _underlined(lines: list[str], i: int) -> bool:
 def first_paragraph(doc: str | None) -> str:
     """The tool's description: the docstring's first paragraph, up to a section that
     follows it without a blank line (`Args:` right below the summary is no part of it)."""
-    lines = (doc or "").strip().splitlines()
+    lines = _lines((doc or "").strip())
     kept: list[str] = []
     for i, line in enumerate(lines):
         text = line.strip()
@@ -120,7 +129,7 @@ def parameter_docs(doc: str | None) -> dict[str, str]:
     (`Parameters`, a dashed line, then `city : str` with its text indented below) and
     Sphinx (`:param city: The city.`); continuation lines are joined. A docstring in none
     of these styles gives nothing."""
-    lines = (doc or "").expandtabs().splitlines()
+    lines = _lines((doc or "").expandtabs())
     found = {**_numpy(lines), **_google(lines), **_sphinx(lines)}
     return {
         name: text for name, words in found.items() if (text := " ".join(" ".join(words).split()))

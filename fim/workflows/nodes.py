@@ -149,8 +149,10 @@ class NodeContext:
         except RunError as exc:
             raise NodeError(str(exc)) from None
 
-    async def call_tool(self, tool: Tool, args: dict[str, Any]) -> Any:
-        return await call_tool(self, tool, args)
+    async def call_tool(
+        self, tool: Tool, args: dict[str, Any], timeout: float | None = None
+    ) -> Any:
+        return await call_tool(self, tool, args, timeout)
 
     def connector_action(self, connector: str, action: str) -> Tool:
         return adapters.connector_action(self, connector, action)
@@ -226,9 +228,11 @@ def python_tool(ctx: NodeContext, ref: str) -> Tool:
         raise RunError(exc.message, hint=exc.hint) from None
 
 
-async def call_tool(ctx: NodeContext, tool: Tool, args: dict[str, Any]) -> Any:
+async def call_tool(
+    ctx: NodeContext, tool: Tool, args: dict[str, Any], timeout: float | None = None
+) -> Any:
     """Validate and run a tool through a registry, so argument errors read the same as in
-    an agent run; an error result fails the node."""
+    an agent run; an error result fails the node, as does a call past `timeout` seconds."""
 
     registry = ctx.registry if ctx.registry.get(tool.name) is tool else ToolRegistry([tool])
     try:
@@ -247,7 +251,7 @@ async def call_tool(ctx: NodeContext, tool: Tool, args: dict[str, Any]) -> Any:
 
     # the node's one call: a re-run after a worker crash sends the same key (fim.idempotency)
     with idempotent(idempotency_key(ctx.run_id, ctx.node_id)):
-        result: ToolResult = await registry.call(tool.name, args)
+        result: ToolResult = await registry.call(tool.name, args, timeout=timeout)
     result = await ctx.guarded_result(view, result)
     finished(result)
     if result.is_error:

@@ -21,8 +21,15 @@ class ToolNode(NodeType):
 
     template_fields: ClassVar[tuple[str, ...]] = ("args",)
 
+    FUNCTION_TIMEOUT: ClassVar[float] = 60.0
+    """Seconds a project function's call may take when the node sets no `timeout:`, as an
+    agent's call of it may (`tool_timeout`): an API caller's input could otherwise hold the
+    run, its slot and a worker thread as long as it liked (attack-39 #1)."""
+
     async def execute(self, ctx: NodeRuntime) -> Any:
-        return await ctx.call_tool(ctx.resolve_tool(self.tool), ctx.render(self.args))
+        function = ":" in self.tool and self.timeout is None
+        limit = self.FUNCTION_TIMEOUT if function else None
+        return await ctx.call_tool(ctx.resolve_tool(self.tool), ctx.render(self.args), limit)
 
     def check_refs(self, at: NodeChecks) -> None:
         at.tool(("tool",), self.tool)
