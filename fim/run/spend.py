@@ -317,17 +317,28 @@ class MeteredModel:
         self._row("written")
 
     async def _after(self, ticket: Ticket, response: ModelResponse) -> ModelResponse:
-        ticket.release()
-        usage = response.usage
-        if not usage.prompt_tokens and not usage.completion_tokens:
-            usage = await estimated(self.name, ticket.estimate, response.message, self._cost)
-        elif self.price is not None:
-            usage = priced(usage, self.price)
-        if usage is not response.usage:
-            response = response.model_copy(update={"usage": usage})
-        self.shared.answer(ticket, usage, self.pools.settled or self.node.over)
-        self._spent(usage, reported=not self.side)
-        for limit in await self._limits():  # over: the call was made, the error carries it
+        """Count the call's answer, then judge its limits, and only then give its room
+        back: given back first, a call admitted into that room could answer while this
+        check read the store and be counted against this one (a run whose call fit failed
+        `budget_exceeded` for a later run's spend: ten parallel runs under a day's budget
+        ended with one `ok` in CI), and while an unreported count was being estimated on a
+        thread the call's spend was neither held nor counted. Calls waiting for the room
+        meanwhile wait a little longer; none is refused for it (`Limit.room`: a refusal
+        counts what was spent, not what is held)."""
+        try:
+            usage = response.usage
+            if not usage.prompt_tokens and not usage.completion_tokens:
+                usage = await estimated(self.name, ticket.estimate, response.message, self._cost)
+            elif self.price is not None:
+                usage = priced(usage, self.price)
+            if usage is not response.usage:
+                response = response.model_copy(update={"usage": usage})
+            self.shared.answer(ticket, usage, self.pools.settled or self.node.over)
+            self._spent(usage, reported=not self.side)
+            limits = await self._limits()
+        finally:
+            ticket.release()
+        for limit in limits:  # over: the call was made, the error carries it
             passed = limit.passed(self.name, response)
             if passed is not None:
                 raise passed
