@@ -5,10 +5,12 @@ connection was got around by `scope: key` keys and restarts (attack-36), a pace 
 in time held one lock over the network and failed slow, harmless servers (attack-37 #2,
 #3), and notifications were never paced at all (attack-37 #1). So:
 
-- every reader of a server (stdio lines, HTTP bodies and event streams) takes what it hands
-  the SDK from one `ReadBudget`, kept by `McpManager` per server name across keys,
-  evictions past `MAX_KEYED`, restarts and reloads: `READ_BURST` at once, then `READ_RATE`
-  a second; past it the reader waits, which costs the loop nothing;
+- every reader of a server (stdio lines, HTTP bodies and event streams) takes what the SDK
+  will spend parsing what it hands on (`parse_cost`: its bytes and values) from one
+  `ReadBudget`, kept by `McpManager` per server name across keys, evictions past
+  `MAX_KEYED`, restarts and reloads: `BURST` seconds at once, then `RATE` a second; past it
+  the reader waits, which costs the loop nothing; what fim does with a listing in a thread
+  is charged too. Large text (another tenant's 15 MB results) costs little (attack-39 #1);
 - a session that crashes more than `FREE_CRASHES` times in `CRASH_WINDOW` restarts after a
   backoff, even when calls succeed in between (attack-36 #2);
 - listing resources stops once more are in hand than are shown (attack-37 #4).
@@ -32,7 +34,7 @@ from fim.mcp import session
 from fim.mcp.calls import call_tool
 from fim.mcp.errors import McpUnavailable
 from fim.mcp.manager import MAX_KEYED, McpManager
-from fim.mcp.pacing import READ_BURST, READ_RATE, ReadBudget
+from fim.mcp.pacing import BURST, RATE, ReadBudget, in_thread, parse_cost
 from fim.mcp.resources import MAX_LISTED, list_resources
 
 ROOT = Path(__file__).parent
@@ -68,28 +70,53 @@ class Clock:
         self.now += seconds
 
 
-async def test_a_server_sends_its_burst_at_once_then_at_the_read_rate() -> None:
-    burst_and_rate = (READ_BURST, READ_RATE)
-    assert burst_and_rate == (16 * MiB, MiB // 2)
+def test_a_message_costs_its_estimated_parse_time() -> None:
+    """Text is cheap and values are not: 15 MB of text ~0.05 s, a million values ~0.5 s
+    (what the SDK's two validations of them took, rounded up)."""
+    text = b'{"result": {"content": [{"type": "text", "text": "' + b"x" * 15 * MiB + b'"}]}}'
+    flood = b'{"params": {"data": [' + b"0," * 999_999 + b"0]}}"
+    assert parse_cost(text) == pytest.approx(0.045, abs=0.002)
+    assert parse_cost(flood) == pytest.approx(0.506, abs=0.002)
+
+
+async def test_a_server_spends_its_burst_at_once_then_at_the_rate() -> None:
+    shape = (BURST, RATE)
+    assert shape == (1.0, 0.1)
     clock = Clock()
     budget = ReadBudget(clock, clock.pause)
-    for _ in range(16):
-        await budget.take(MiB)
+    flood = b"[" + b"0," * 899_999 + b"0]"  # 0.45 s of parsing (and 1.7 MB)
+    cost = parse_cost(flood)
+    await budget.take(flood)
+    await budget.take(flood)
     assert clock.waits == []
-    await budget.take(MiB)  # one past the burst: repaid in two seconds
-    assert clock.waits == [pytest.approx(2.0)]
+    await budget.take(flood)  # past the burst: what is owed, ten times over
+    owed = (3 * cost - BURST) / RATE
+    assert clock.waits == [pytest.approx(owed)] and owed > 3
     clock.now += 3600  # a quiet hour earns the burst back, no more
-    await budget.take(READ_BURST)
-    await budget.take(MiB // 2)
-    assert clock.waits == [pytest.approx(2.0), pytest.approx(1.0)]
+    for _ in range(3):
+        await budget.take(flood)
+    assert clock.waits == [pytest.approx(owed)] * 2
 
 
-async def test_two_readers_over_the_budget_each_wait_for_their_own_debt() -> None:
+async def test_two_readers_over_the_budget_each_wait_for_the_debt_they_found() -> None:
     clock = Clock()
     budget = ReadBudget(clock, clock.pause)
-    await budget.take(READ_BURST)
-    await asyncio.gather(budget.take(MiB), budget.take(MiB))
-    assert clock.waits == [pytest.approx(2.0), pytest.approx(4.0)]
+    budget.charge(BURST)  # all of it spent
+    flood = b"[" + b"0," * 999_999 + b"0]"
+    await asyncio.gather(budget.take(flood), budget.take(flood))
+    alone = parse_cost(flood) / RATE
+    assert clock.waits == [pytest.approx(alone), pytest.approx(2 * alone)]
+
+
+async def test_work_in_a_thread_is_charged_its_cpu_time() -> None:
+    clock = Clock()
+    budget = ReadBudget(clock, clock.pause)
+
+    def spin() -> int:
+        return sum(range(2_000_000))
+
+    assert await in_thread(budget, spin) == sum(range(2_000_000))
+    assert budget.left < BURST  # its CPU time, whatever the machine
 
 
 def test_two_servers_of_one_command_are_read_apart(manager: McpManager) -> None:
@@ -124,13 +151,13 @@ async def test_what_a_server_sends_is_read_within_its_budget(
     conn = manager.connection("demo", decl, ROOT, owner="tenant-a")
     clock = Clock()
     conn.budget.clock, conn.budget.pause = clock, clock.pause
-    conn.budget.left, conn.budget.at = -3.0 * MiB, clock()  # 3 MiB owed: 6 s
+    conn.budget.left, conn.budget.at = -0.6, clock()  # 0.6 s owed: 6 s
     counted: list[int] = []
     take = conn.budget.take
 
-    async def counting(size: int) -> None:
-        counted.append(size)
-        await take(size)
+    async def counting(data: bytes) -> None:
+        counted.append(len(data))
+        await take(data)
 
     conn.budget.take = counting  # type: ignore[method-assign]
     await conn.start()

@@ -46,13 +46,19 @@ def too_deep(limit: int) -> str:
     return f"the server's answer is nested deeper than {limit} levels, the most fim reads"
 
 
+def values(text: bytes) -> int:
+    """About how many values `text` holds, counting what strings hold too (so at least what
+    is outside them, whichever quotes open a string): a few `bytes.count`, no copy."""
+    return text.count(b"{") + text.count(b"[") + text.count(b",") + text.count(b'"') // 2
+
+
 def fits(text: bytes) -> bool:
     """Whether `text` is within every cap counting what strings hold too: so at least what
     is outside them, whichever quotes open a string (a few `bytes.count`, no copy)."""
     opened = text.count(b"{") + text.count(b"[")
     if opened > min(MAX_DEPTH, MAX_OBJECTS):  # else none can nest deeper or be too many
         return False
-    return opened + text.count(b",") + text.count(b'"') // 2 <= MAX_VALUES
+    return values(text) <= MAX_VALUES
 
 
 def shape_problem(text: bytes) -> str | None:

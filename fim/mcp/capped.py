@@ -143,7 +143,7 @@ class _Capped(httpx2.AsyncByteStream):
 
     async def _paced(self, data: bytes) -> bytes:
         if self._budget is not None:
-            await self._budget.take(len(data))
+            await self._budget.take(data)
         return data
 
     def _cut(self, reason: str | None = None) -> AnswerTooLarge:
@@ -267,7 +267,7 @@ class _Lines(anyio.abc.ByteReceiveStream):
 
     async def _paced(self, data: bytes) -> bytes:
         if self._budget is not None:
-            await self._budget.take(len(data))
+            await self._budget.take(data)
         return data
 
     def _refuse(self, reason: str) -> LineRefused:

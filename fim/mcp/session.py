@@ -106,8 +106,8 @@ class Session(Requests):
         except TimeoutError:
             await self._stop_owner()
             paced = (
-                " (it sent more than fim reads of one server at once: the rest is read at "
-                "512 KiB a second)"
+                " (it sent more than fim parses of one server at once: the rest is read as "
+                "a tenth of fim's time allows)"
                 if self.budget.owed() > 0
                 else ""
             )

@@ -24,6 +24,7 @@ from typing import Any
 from fim.mcp.cache import cache_key, load, store
 from fim.mcp.info import ToolInfo, leaks, masked, tool_info
 from fim.mcp.naming import conforming
+from fim.mcp.pacing import in_thread
 from fim.mcp.state import ConnectionState
 from fim.schema_check import schema_problem
 
@@ -151,8 +152,8 @@ class ToolList(ConnectionState):
             "has_resources": self.has_resources,
             "has_prompts": self.has_prompts,
         }
-        if await asyncio.to_thread(load, self.root, key) != listing:
-            await asyncio.to_thread(store, self.root, key, listing)
+        if await in_thread(self.budget, load, self.root, key) != listing:
+            await in_thread(self.budget, store, self.root, key, listing)
 
     def _warn_misnamed(self, names: list[str]) -> None:
         """One warning for the tools not offered for their names: how many, and the first
@@ -293,7 +294,7 @@ class ToolList(ConnectionState):
         cursor: str | None = None
         for _page in range(MAX_TOOL_PAGES):
             listing = await client.list_tools(cursor=cursor)
-            page = await asyncio.to_thread(self._keep, listing.tools, room)
+            page = await in_thread(self.budget, self._keep, listing.tools, room)
             tools += page.kept
             misnamed += page.misnamed
             room -= page.size
