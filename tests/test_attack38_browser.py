@@ -23,6 +23,7 @@ from test_server_cross_site import RUN, runs, serve, write_project
 from typer.testing import CliRunner
 
 from fim.cli import app
+from fim.server.cross_site import _listed
 
 REBOUND = {"Host": "evil.test:8039", "Origin": "http://evil.test:8039"}
 IMG = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors", "Sec-Fetch-Dest": "image"}
@@ -93,3 +94,22 @@ def test_a_keyed_server_is_left_to_its_keys(tmp_path: Path) -> None:
     with serve(write_project(tmp_path, "server: {api_keys: [k3y]}\n")) as srv:
         keyed = {"Authorization": "Bearer k3y", **IMG}
         assert httpx.get(f"{srv.url}/v1/runs", headers=keyed).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("host", "allowed", "expected"),
+    [
+        ("fim.corp.example", ["fim.corp.example"], True),
+        ("FIM.corp.example.:8443", ["fim.corp.example"], True),
+        ("fim.corp.example:8443", ["fim.corp.example:8443"], True),
+        ("fim.corp.example:9000", ["fim.corp.example:8443"], False),
+        ("[2001:db8::1]:8000", ["2001:db8::1"], True),
+        ("[2001:db8::1]", ["[2001:db8::1]"], True),
+        ("evil.example", ["fim.corp.example", ""], False),
+        ("fim.corp.example.evil.example", ["fim.corp.example"], False),
+    ],
+)
+def test_allowed_host_forms(host: str, allowed: list[str], expected: bool) -> None:
+    """Names as proxies and browsers send them (attack-39 #7: an IPv6 address with a port,
+    or a name with its trailing dot, never matched)."""
+    assert _listed(host, tuple(allowed)) is expected

@@ -99,8 +99,12 @@ def _listed(host: str, allowed: tuple[str, ...]) -> bool:
     if "*" in allowed:
         return True
     host = host.lower()
-    name = host.rpartition(":")[0] if host.count(":") == 1 else host
-    return any(entry.lower() in (host, name) for entry in allowed if entry)
+    if host.startswith("["):  # [v6] or [v6]:port
+        name = host[1:].partition("]")[0]
+    else:
+        name = host.rpartition(":")[0] if host.count(":") == 1 else host
+    forms = {host, name, host.rstrip("."), name.rstrip(".")}  # `fim.example.` is one name
+    return any(entry.lower().strip("[]").rstrip(".") in forms for entry in allowed if entry)
 
 
 def _has_body(headers: dict[bytes, bytes]) -> bool:
