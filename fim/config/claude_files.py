@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from fim.config.declarations import PROJECT_FILE
 from fim.config.files import read_regular
 from fim.config.schema import Project
 from fim.config.schema.project import McpServer
@@ -104,25 +105,19 @@ def _claude_settings(root: Path, rel: str) -> list[Problem]:
     from fim.config.claude_hooks import pasted_claude_hooks
 
     shape = pasted_claude_hooks(
-        {"type": "list_type", "loc": ("hooks",), "msg": "", "input": _unsaid(hooks)},
+        {"type": "list_type", "loc": ("hooks",), "msg": "", "input": hooks},
         ("hooks",),
         "",
+        masked=True,
     )
     listed = f", {shape[1]}" if shape is not None and shape[1] else ""
     hint = f"paste them into an agent's hooks: as a list{listed}"
+    if shape is not None and shape[1] and 'command: "..."' in shape[1]:
+        hint += (
+            "; a \"...\" command: copy its JSON string with the double quotes (in '...' YAML "
+            'keeps \\n and \\" as typed, and a command starting with # becomes one comment)'
+        )
     return [_at(doc, rel, "hooks", "Claude Code hooks are not read by fim", hint)]
-
-
-def _unsaid(value: Any) -> Any:
-    """`value` with every hook `command` (a string under that key) replaced by `...`."""
-    if isinstance(value, dict):
-        return {
-            k: "..." if k == "command" and isinstance(v, str) else _unsaid(v)
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [_unsaid(item) for item in value]
-    return value
 
 
 def _subagent_files(root: Path, folder: str) -> list[Problem]:
@@ -131,12 +126,8 @@ def _subagent_files(root: Path, folder: str) -> list[Problem]:
     at the first, naming how many."""
     if not _inside(root, folder):
         return []
-    try:
-        names = sorted(e.name for e in os.scandir(root / folder) if e.name.endswith(".md"))
-    except OSError:
-        return []
     files = []
-    for name in names:
+    for name in _markdown_files(root / folder):
         try:
             head = read_regular(root / folder / name, 2**20, follow_links=False)[0][:4]
         except OSError:
@@ -156,6 +147,27 @@ def _subagent_files(root: Path, folder: str) -> list[Problem]:
             "and model as keys, the Markdown body as `instructions:`",
         )
     ]
+
+
+_MAX_ENTRIES = 2000
+"""Entries of an agents folder looked at, subfolders included: a warning, not an inventory."""
+
+
+def _markdown_files(folder: Path) -> list[str]:
+    """`.md` files of `folder` and its subfolders (paths relative to it, sorted, hidden
+    folders and links to folders skipped): Claude Code reads subagents from subfolders too
+    (disler/claude-code-hooks-mastery keeps 13 of its 19 in `.claude/agents/crypto/` and
+    `team/`, and the warning counted 4)."""
+    found: list[str] = []
+    seen = 0
+    for base, dirs, names in os.walk(folder, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        seen += len(dirs) + len(names)
+        rel = Path(base).relative_to(folder).as_posix()
+        found += [posixpath.join(rel, n) if rel != "." else n for n in names if n.endswith(".md")]
+        if seen > _MAX_ENTRIES:
+            break
+    return sorted(found, key=lambda n: (n.count("/"), n))
 
 
 def _claude_skills(root: Path, project: Project) -> list[Problem]:
@@ -194,7 +206,8 @@ def _mcp_json(root: Path, project: Project) -> list[Problem]:
     servers = data.get("mcpServers") if isinstance(data, dict) else None
     if not isinstance(servers, dict):
         return []
-    missing = [name for name in servers if name not in project.mcp_servers]
+    declared = set(project.mcp_servers) | _declared_mcp(root)
+    missing = [name for name in servers if name not in declared]
     if not missing:
         return []
     adapter: TypeAdapter[Any] = TypeAdapter(McpServer)
@@ -219,6 +232,27 @@ def _mcp_json(root: Path, project: Project) -> list[Problem]:
             f"copy mcpServers into fim.yaml's mcp_servers:{fits}",
         )
     ]
+
+
+def _declared_mcp(root: Path) -> set[str]:
+    """The `mcp_servers:` names written in fim.yaml: the snapshot's project leaves out a
+    server whose `${VAR}` is unset here, and .mcp.json's entries pasted as the hint says
+    (claude-code-showcase: 7 of its 8 need a token) were still called "not declared"."""
+    data, _ = _yaml_file(root, PROJECT_FILE)
+    servers = data.get("mcp_servers") if isinstance(data, dict) else None
+    return {str(name) for name in servers} if isinstance(servers, dict) else set()
+
+
+def _yaml_file(root: Path, rel: str) -> tuple[Any, Document | None]:
+    """The data of a YAML file of the project (None when missing or unreadable)."""
+    if not _inside(root, rel):
+        return None, None
+    try:
+        text = read_regular(root / rel, 2**20, follow_links=False)[0].decode("utf-8-sig")
+        doc = parse(text, rel)
+    except Exception:  # fim.yaml's own problems are the loader's to report
+        return None, None
+    return doc.data, doc
 
 
 __all__ = ["CLAUDE_SKILLS", "claude_code_files"]

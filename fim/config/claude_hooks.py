@@ -6,6 +6,7 @@ change for other reasons than how a validation problem is worded (`fim.config.pr
 
 from __future__ import annotations
 
+import json
 from typing import get_args
 
 from pydantic_core import ErrorDetails
@@ -20,18 +21,41 @@ CLAUDE_ONLY_EVENTS = (
     "Notification",
     "PreCompact",
     "SessionEnd",
+    "PermissionRequest",
+    "PostToolUseFailure",
+    "SubagentStart",
+    "Setup",
 )
 """Claude Code hook events fim has no equivalent of (fim runs SessionStart, PreToolUse and
-PostToolUse): pasted from a settings.json they deserve a plain "not supported"."""
+PostToolUse): pasted from a settings.json they deserve a plain "not supported" (the last
+four are in disler/claude-code-hooks-mastery's settings.json: a block with only those got
+the bare "expected a list")."""
 _FIM_EVENTS: tuple[str, ...] = get_args(HookPoint)
 
 
+def yaml_string(text: str) -> str:
+    """`text` as a YAML flow scalar that reads back as `text`: single-quoted when its JSON
+    string holds it as typed and it has no quote, else JSON's own double-quoted form (YAML
+    reads JSON's `\\n`, `\\"` and `\\\\` the same). A settings.json command such as
+    `# guard\\n[ ... ] || exit 2` pasted into '...' kept `\\n` as typed: the whole command
+    became a shell comment and the guard allowed every call (claude-code-showcase)."""
+    if _plain(text) and "'" not in text:
+        return f"'{text}'"
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _plain(text: str) -> bool:
+    """Whether JSON writes `text` as typed (no `"`, `\\` or control character to escape)."""
+    return json.dumps(text, ensure_ascii=False)[1:-1] == text
+
+
 def pasted_claude_hooks(
-    err: ErrorDetails, path: Path_, label: str
+    err: ErrorDetails, path: Path_, label: str, *, masked: bool = False
 ) -> tuple[str, str | None] | None:
     """(message, hint) for what a Claude Code user pastes: a settings.json `hooks:` block
     (`{PreToolUse: [{matcher, hooks: [{type: command, command}]}]}`), answered with the
-    same hooks in fim's list form, or one of Claude's events fim does not have."""
+    same hooks in fim's list form, or one of Claude's events fim does not have. `masked`
+    shows each command as `...`, quoted as it must be pasted (a command may hold a token)."""
     value = err["input"]
     if err["type"] == "literal_error" and path[-1:] == ("event",) and value in CLAUDE_ONLY_EVENTS:
         return (
@@ -55,8 +79,14 @@ def pasted_claude_hooks(
             for hook in hooks if isinstance(hooks, list) else []:
                 command = hook.get("command") if isinstance(hook, dict) else None
                 if isinstance(command, str):
-                    item = f"event: {event}" + (f", matcher: '{matcher}'" if matcher else "")
-                    items.append("{" + item + f", command: '{command}'" + "}")
+                    if masked:
+                        shown = "'...'" if _plain(command) else '"..."'
+                    else:
+                        shown = yaml_string(command)
+                    item = f"event: {event}"
+                    if matcher and isinstance(matcher, str):
+                        item += f", matcher: {yaml_string(matcher)}"
+                    items.append("{" + item + f", command: {shown}" + "}")
     form = f"hooks: [{', '.join(items[:3])}{', ...' if len(items) > 3 else ''}]"
     hint = "one item per hook, each with its event: " + (form if items else "- event: ...")
     if unsupported:
