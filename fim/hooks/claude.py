@@ -10,11 +10,14 @@
 
 A matcher may use either name. Command hooks get the Claude Code name and input in their
 JSON (fim's name stays under `fim.tool_name`); an `updatedInput` in Claude Code's shape is
-mapped back to the fim tool's arguments by `from_claude`.
+mapped back to the fim tool's arguments by `from_claude`. A `file_ops` path is given as
+Claude Code gives it, absolute (`files`: the folder `file_ops` works in): a formatter hook
+reading `file_path` relative to the project root checked another file, or none.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 _FILE_OPS = {"read": "Read", "list": "LS", "write": "Write", "append": "Edit"}
@@ -32,10 +35,30 @@ def mcp_alias(server: str, tool: str) -> str:
     return f"mcp__{server}__{tool}"
 
 
+def _absolute(path: Any, files: Path | None) -> Any:
+    if files is None or not isinstance(path, str) or Path(path).is_absolute():
+        return path
+    return str(files / path) if path not in ("", ".") else str(files)
+
+
+def _relative(path: Any, files: Path | None) -> Any:
+    """A path a hook gave back, as `file_ops` takes it: relative to `files` when inside."""
+    if files is None or not isinstance(path, str) or not Path(path).is_absolute():
+        return path
+    try:
+        return Path(path).relative_to(files).as_posix() or "."
+    except ValueError:
+        return path  # outside the folder: `file_ops` refuses it, saying why
+
+
 def to_claude(
-    name: str | None, args: dict[str, Any] | None, metadata: dict[str, Any]
+    name: str | None,
+    args: dict[str, Any] | None,
+    metadata: dict[str, Any],
+    files: Path | None = None,
 ) -> tuple[str, dict[str, Any]] | None:
-    """(Claude Code tool name, tool_input) of a call, or None where there is no equivalent."""
+    """(Claude Code tool name, tool_input) of a call, or None where there is no equivalent;
+    `file_ops` paths absolute under `files`."""
     if name is None:
         return None
     args = args or {}
@@ -47,8 +70,8 @@ def to_claude(
         if alias is None:
             return None
         if op == "list":
-            return alias, {"path": args.get("path", ".")}
-        view: dict[str, Any] = {"file_path": args.get("path")}
+            return alias, {"path": _absolute(args.get("path", "."), files)}
+        view: dict[str, Any] = {"file_path": _absolute(args.get("path"), files)}
         if op in ("write", "append"):
             view["content"] = args.get("content")
         return alias, view
@@ -59,7 +82,10 @@ def to_claude(
 
 
 def from_claude(
-    name: str | None, updated: dict[str, Any], args: dict[str, Any] | None
+    name: str | None,
+    updated: dict[str, Any],
+    args: dict[str, Any] | None,
+    files: Path | None = None,
 ) -> dict[str, Any]:
     """Arguments of the fim tool from a Claude Code `updatedInput` (the inverse of
     `to_claude`); keys Claude Code has no word for are kept from the original call."""
@@ -67,9 +93,9 @@ def from_claude(
     if name != "file_ops":
         return updated
     if "file_path" in updated:
-        args["path"] = updated["file_path"]
+        args["path"] = _relative(updated["file_path"], files)
     elif "path" in updated:
-        args["path"] = updated["path"]
+        args["path"] = _relative(updated["path"], files)
     for key in ("content", "new_string"):
         if key in updated:
             args["content"] = updated[key]

@@ -44,6 +44,7 @@ import os
 import re
 import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -54,6 +55,7 @@ from fim.hooks.command_output import interpret
 from fim.hooks.command_pins import changed_script
 from fim.hooks.command_process import run_command
 from fim.masking import known
+from fim.tools.builtin._common import sandbox_dir
 from fim.types import HookContext, HookPoint, HookResult
 
 MAX_STDERR_TAIL = 500
@@ -97,7 +99,12 @@ class CommandHook(BaseHook):
 
     def payload(self, context: HookContext) -> dict[str, Any]:
         """The JSON the command reads on stdin (see `fim.hooks.command_input`)."""
-        return event_payload(context, self._root(), write_transcript(self.run_context, context))
+        transcript = write_transcript(self.run_context, context)
+        return event_payload(context, self._root(), transcript, self._files())
+
+    def _files(self) -> Path | None:
+        """The folder the run's `file_ops` works in (its paths are given absolute)."""
+        return sandbox_dir(self.run_context) if self.run_context is not None else None
 
     def _root(self) -> str:
         if self.run_context is not None:
@@ -167,7 +174,9 @@ class CommandHook(BaseHook):
             )
         if stderr.strip():
             self._show_stderr(stderr.strip())
-        return await interpret(self, context, stdout, ask_timeout=self.options.ask_timeout)
+        return await interpret(
+            self, context, stdout, ask_timeout=self.options.ask_timeout, files=self._files()
+        )
 
     def _show_stderr(self, stderr: str) -> None:
         """What a hook that succeeded wrote on stderr, for the operator only: a `fim.hooks`

@@ -20,6 +20,7 @@ import os
 import re
 import shlex
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fim import private
@@ -32,8 +33,11 @@ if TYPE_CHECKING:
     from fim.run.services import RunContext
 
 
-def event_payload(context: HookContext, root: str, transcript_path: str | None) -> dict[str, Any]:
-    """The event as the JSON a Claude Code hook reads on stdin, plus fim's own names."""
+def event_payload(
+    context: HookContext, root: str, transcript_path: str | None, files: Path | None = None
+) -> dict[str, Any]:
+    """The event as the JSON a Claude Code hook reads on stdin, plus fim's own names
+    (`file_ops` paths absolute under `files`, as Claude Code gives them)."""
     data: dict[str, Any] = {
         "session_id": context.run_id,
         "transcript_path": transcript_path,
@@ -44,7 +48,7 @@ def event_payload(context: HookContext, root: str, transcript_path: str | None) 
     if context.point == "SessionStart":
         data["source"] = "startup"
     else:
-        claude = to_claude(context.tool_name, context.tool_args, context.metadata)
+        claude = to_claude(context.tool_name, context.tool_args, context.metadata, files)
         name, args = claude or (context.tool_name, context.tool_args or {})
         data["tool_name"] = name
         data["tool_input"] = args

@@ -10,6 +10,7 @@ arguments, add context, replace the observation, or ask a human.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
@@ -66,10 +67,16 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 async def interpret(
-    hook: BaseHook, context: HookContext, stdout: str, *, ask_timeout: float
+    hook: BaseHook,
+    context: HookContext,
+    stdout: str,
+    *,
+    ask_timeout: float,
+    files: Path | None = None,
 ) -> HookResult:
     """The decision in what `hook`'s command printed on exit 0 (an `ask` waits on a human
-    for up to `ask_timeout` seconds)."""
+    for up to `ask_timeout` seconds; an `updatedInput` path under `files` is the
+    `file_ops` path relative to it)."""
     text = stdout.strip(" \t\r\n")
     if not text:
         return HookResult()
@@ -110,7 +117,7 @@ async def interpret(
         return refuse(
             hook, f"answered hookEventName {specific.hookEventName!r} to a {context.point} event"
         )
-    return await _decide(hook, context, output, ask_timeout)
+    return await _decide(hook, context, output, ask_timeout, files)
 
 
 def refuse(hook: BaseHook, what: str) -> HookResult:
@@ -123,7 +130,11 @@ def refuse(hook: BaseHook, what: str) -> HookResult:
 
 
 async def _decide(
-    hook: BaseHook, context: HookContext, out: HookOutput, ask_timeout: float
+    hook: BaseHook,
+    context: HookContext,
+    out: HookOutput,
+    ask_timeout: float,
+    files: Path | None = None,
 ) -> HookResult:
     specific = out.hookSpecificOutput or _Specific()
     message = out.systemMessage
@@ -154,7 +165,7 @@ async def _decide(
             return refuse(hook, f"sent updatedInput at {context.point}")
         claude = to_claude(context.tool_name, context.tool_args, context.metadata)
         changes["modified_args"] = (
-            from_claude(context.tool_name, updated, context.tool_args)
+            from_claude(context.tool_name, updated, context.tool_args, files)
             if claude is not None
             else updated
         )
