@@ -204,3 +204,37 @@ def test_newer_claude_code_events_are_named_not_supported(tmp_path: Path) -> Non
     code, out, _ = cli("validate", "-p", str(root))
     assert code == 1
     assert "'PermissionRequest' is a Claude Code event not supported by fim" in out
+
+
+def test_what_was_followed_is_not_warned_about_again(tmp_path: Path) -> None:
+    """The settings.json warning goes once every command it lists is an agent's hook, and a
+    subagent's once an agent of its name replaces it: a warning that stays after it was
+    followed teaches to ignore warnings."""
+    from fim.build.compile import compile_project
+    from fim.config.claude_files import claude_code_files
+
+    (tmp_path / ".claude" / "agents").mkdir(parents=True)
+    (tmp_path / "agents").mkdir()
+    (tmp_path / ".claude" / "agents" / "reviewer.md").write_text("---\nname: reviewer\n---\nx\n")
+    hooks = {
+        "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "./g.sh"}]}]
+    }
+    (tmp_path / ".claude" / "settings.json").write_text(json.dumps({"hooks": hooks}))
+    (tmp_path / "fim.yaml").write_text('name: f\nstate: "sqlite:///.fim/state.db"\n')
+    (tmp_path / "a.yaml").write_text("- text: hi\n")
+    (tmp_path / "agents" / "dev.yaml").write_text("model: scripted:a.yaml\n")
+
+    def said() -> list[str]:
+        snapshot = compile_project(tmp_path)
+        return [p.message for p in claude_code_files(tmp_path, snapshot.project, snapshot.agents)]
+
+    assert len(said()) == 2
+    (tmp_path / "g.sh").write_text("#!/bin/sh\nexit 0\n")
+    (tmp_path / "g.sh").chmod(0o755)
+    (tmp_path / "agents" / "dev.yaml").write_text(
+        "model: scripted:a.yaml\ntools: [shell]\n"
+        "hooks: [{event: PreToolUse, matcher: Bash, command: ./g.sh}]\n"
+    )
+    assert said() == ["not an agent file: a Claude Code subagent is not loaded by fim"]
+    (tmp_path / "agents" / "reviewer.yaml").write_text("model: scripted:a.yaml\n")
+    assert said() == []

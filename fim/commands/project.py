@@ -95,7 +95,10 @@ def validate(
 
     # Claude Code's files fim does not read: warned at each, never failed on (--strict), as a
     # repository developed with Claude Code keeps its .claude/ for Claude Code itself
-    strays = [_masked(p, snapshot.mask) for p in claude_code_files(snapshot.root, snapshot.project)]
+    strays = [
+        _masked(p, snapshot.mask)
+        for p in claude_code_files(snapshot.root, snapshot.project, snapshot.agents)
+    ]
     _warn(warnings + strays, format)
     if format is Format.json:
         sys.stdout.write("[]\n")

@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,9 @@ CLAUDE_SKILLS = ".claude/skills"
 """Where Claude Code keeps a project's skills (SKILL.md folders, the format fim reads)."""
 
 
-def claude_code_files(root: Path, project: Project) -> list[Problem]:
+def claude_code_files(
+    root: Path, project: Project, agents: Mapping[str, Any] | None = None
+) -> list[Problem]:
     """Warnings for what a Claude Code user puts in a project and fim does not read, one
     per kind, at the file: settings.json hooks, subagent Markdown files, `.claude/skills/`,
     `.mcp.json` servers. Silently ignored, each looked like it worked (`fim validate` said
@@ -38,11 +40,14 @@ def claude_code_files(root: Path, project: Project) -> list[Problem]:
     Claude Code keeps its `.claude/` for Claude Code itself. Nothing here fails: a file
     that cannot be read, parsed or understood, or that links out of the project, is simply
     not reported (a hostile `.claude/` file turned CI's validate red with a traceback, and
-    a link out of the project printed what it pointed at: attack-39)."""
+    a link out of the project printed what it pointed at: attack-39). What was followed
+    is not warned about again: hooks whose every command an agent in `agents` runs, a
+    subagent an agent of its name replaces."""
+    agents = agents or {}
     checks: list[Callable[[], list[Problem]]] = [
-        *(functools.partial(_claude_settings, root, name) for name in _SETTINGS),
+        *(functools.partial(_claude_settings, root, name, agents) for name in _SETTINGS),
         *(
-            functools.partial(_subagent_files, root, folder)
+            functools.partial(_subagent_files, root, folder, agents)
             for folder in dict.fromkeys([project.paths.agents, ".claude/agents"])
         ),
         functools.partial(_claude_skills, root, project),
@@ -92,7 +97,7 @@ def _at(doc: Document | None, rel: str, key: str, message: str, hint: str) -> Pr
     return doc.problem((key,), message, hint, key=True)
 
 
-def _claude_settings(root: Path, rel: str) -> list[Problem]:
+def _claude_settings(root: Path, rel: str, agents: Mapping[str, Any]) -> list[Problem]:
     """A settings.json with `hooks`: the hint is the same hooks in fim's list form, as
     `fim validate` answers that block pasted into an agent (`fim.config.claude_hooks`),
     each command shown as `...`: a command may hold a token, and masking knows only the
@@ -102,7 +107,16 @@ def _claude_settings(root: Path, rel: str) -> list[Problem]:
     if not isinstance(hooks, dict) or not hooks:
         return []
     # deferred: only a project with Claude Code hooks needs the shape converter
-    from fim.config.claude_hooks import pasted_claude_hooks
+    from fim.config.claude_hooks import commands_of, pasted_claude_hooks, unsupported
+
+    pasted = {
+        hook.command
+        for agent in agents.values()
+        for hook in getattr(agent, "hooks", None) or []
+        if getattr(hook, "command", None)
+    }
+    if not set(commands_of(hooks)) - pasted and not unsupported(hooks):
+        return []  # every hook is an agent's now
 
     shape = pasted_claude_hooks(
         {"type": "list_type", "loc": ("hooks",), "msg": "", "input": hooks},
@@ -120,7 +134,7 @@ def _claude_settings(root: Path, rel: str) -> list[Problem]:
     return [_at(doc, rel, "hooks", "Claude Code hooks are not read by fim", hint)]
 
 
-def _subagent_files(root: Path, folder: str) -> list[Problem]:
+def _subagent_files(root: Path, folder: str, agents: Mapping[str, Any]) -> list[Problem]:
     """Markdown files with front matter (Claude Code subagents: name, description, tools,
     model, the body as the prompt) in the agents folder or `.claude/agents/`: one warning,
     at the first, naming how many."""
@@ -132,7 +146,7 @@ def _subagent_files(root: Path, folder: str) -> list[Problem]:
             head = read_regular(root / folder / name, 2**20, follow_links=False)[0][:4]
         except OSError:
             continue
-        if head.startswith(b"---"):
+        if head.startswith(b"---") and Path(name).stem not in agents:  # not yet rewritten
             files.append(posixpath.join(posixpath.normpath(folder), name))
     if not files:
         return []

@@ -7,7 +7,7 @@ change for other reasons than how a validation problem is worded (`fim.config.pr
 from __future__ import annotations
 
 import json
-from typing import get_args
+from typing import Any, get_args
 
 from pydantic_core import ErrorDetails
 
@@ -31,6 +31,27 @@ PostToolUse): pasted from a settings.json they deserve a plain "not supported" (
 four are in disler/claude-code-hooks-mastery's settings.json: a block with only those got
 the bare "expected a list")."""
 _FIM_EVENTS: tuple[str, ...] = get_args(HookPoint)
+
+
+def unsupported(value: Any) -> list[str]:
+    """The events of a settings.json `hooks:` block fim does not run."""
+    return [str(e) for e in value if e not in _FIM_EVENTS] if isinstance(value, dict) else []
+
+
+def commands_of(value: Any) -> list[str]:
+    """The commands of a Claude Code settings.json `hooks:` block fim can run (of the events
+    it supports), in order."""
+    found: list[str] = []
+    for event, groups in value.items() if isinstance(value, dict) else ():
+        if event not in _FIM_EVENTS:
+            continue
+        for group in groups if isinstance(groups, list) else []:
+            hooks = group.get("hooks") if isinstance(group, dict) else None
+            for hook in hooks if isinstance(hooks, list) else []:
+                command = hook.get("command") if isinstance(hook, dict) else None
+                if isinstance(command, str):
+                    found.append(command)
+    return found
 
 
 def yaml_string(text: str) -> str:
