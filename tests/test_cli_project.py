@@ -361,7 +361,8 @@ def test_project_commands_start_without_the_other_command_modules() -> None:
         done = subprocess.run(
             [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
         )
-        assert done.stdout.strip().splitlines()[-1] == f"['fim.commands.{module}']"
+        loaded = eval(done.stdout.strip().splitlines()[-1])  # a list's repr, printed above
+        assert loaded and all(m.startswith(f"fim.commands.{module}") for m in loaded), loaded
 
 
 # --------------------------------------------------------------------------- run

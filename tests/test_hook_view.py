@@ -375,7 +375,8 @@ def test_file_ops_is_read_write_and_edit_to_claude_code_scripts(tmp_path: Path) 
     (root / "agents" / "files.yaml").write_text(json.dumps(agent))
     events = run_surface(root, "cli", agent="files")
     results = {e["call_id"]: e for e in events if e["type"] == "tool_result"}
-    assert results["f1"]["is_error"] and "Writing .env is not allowed" in results["f1"]["content"]
+    said = results["f1"]["content"]  # the path as Claude Code gives it: absolute
+    assert results["f1"]["is_error"] and "/.fim/sandbox/.env is not allowed" in said
     assert not results["f2"]["is_error"]
     assert results["f3"]["is_error"] and "app/.env" in results["f3"]["content"]
 

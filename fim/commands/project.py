@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from fim.commands import ProjectOption, fail, project_dir, run_async, user_errors
+from fim.commands.project_warnings import warnings_of
 from fim.errors import ConfigError, Problem
 from fim.terminal import printable
 
@@ -81,9 +82,7 @@ def validate(
         raise typer.Exit(1)
     if live and _live_failures(snapshot, format):
         raise typer.Exit(1)
-    warnings = _unavailable_warnings(snapshot) + _sandbox_warnings(snapshot)
-    warnings += _server_warnings(snapshot) + _confirm_warnings(snapshot)
-    warnings += _mcp_command_warnings(snapshot)
+    warnings = warnings_of(snapshot)
     # a warning may quote a declaration's interpolated value (an MCP `command: ${VAR}`):
     # masked as every other exit masks it (attack-34: validate runs in CI on PR branches)
     warnings = [_masked(p, snapshot.mask) for p in warnings]
@@ -126,142 +125,6 @@ def _editor_note(root: Path) -> None:
             "note: .vscode/settings.json points at .fim/schema/, which is missing here "
             "(.fim/ is not in git): `fim schema --write .fim/schema` writes it\n"
         )
-
-
-def _unavailable_warnings(snapshot: Snapshot) -> list[Problem]:
-    """Connectors and MCP servers whose `${VAR}` is unset here: a warning, since the secret
-    is often exported only where fim serves (and CI replays need none); the agents and
-    workflows that use one fail when they start."""
-    problems = []
-    for what, found in (
-        ("connector", snapshot.unavailable_connectors),
-        ("MCP server", snapshot.unavailable_mcp),
-    ):
-        for name, p in ((name, p) for name, unset in found.items() for p in unset):
-            message = f"{what} '{name}' is unavailable: {p.message}"
-            problems.append(Problem(p.path, p.line, p.column, message, p.hint))
-    return sorted(problems, key=lambda p: (p.path, p.line, p.column))
-
-
-def _mcp_command_warnings(snapshot: Snapshot) -> list[Problem]:
-    """Stdio MCP servers whose `command` is not installed here (`pythn`): the check every
-    run of an agent that uses one makes first (`fim.run.preflight.command_problem`), at the
-    `command:` line. A warning, as an unset variable is: the machine that validates is
-    often not the one that serves; `--strict` fails on it. No process is started."""
-    if not snapshot.project.mcp_servers:
-        return []
-    # deferred: only a project with MCP servers needs the run-time checks
-    from fim.run.preflight import command_hint, command_problem
-
-    problems = []
-    for name in snapshot.project.mcp_servers:
-        if (problem := command_problem(snapshot, name)) is not None:
-            path = ("mcp_servers", name, "command")
-            problems.append(_at_project(snapshot, path, problem, command_hint(snapshot, name)))
-    return problems
-
-
-def _sandbox_warnings(snapshot: Snapshot) -> list[Problem]:
-    """Agents whose python_exec or shell would refuse to run here (no bubblewrap): a warning,
-    not an error, since the machine that validates is often not the one that serves."""
-    problems = []
-    for name, agent in snapshot.agents.items():
-        listed = [t for t in agent.tools if t in ("python_exec", "shell")]
-        if "compute" in agent.tool_categories and "python_exec" not in listed:
-            listed.append("python_exec")
-        if not listed:
-            continue
-        from fim.tools.sandbox import warnings_for  # only when an agent needs the sandbox
-
-        source = snapshot.source("agent", name)
-        problems += [
-            Problem(source.path, source.line, source.column, message)
-            for message in warnings_for(listed)
-        ]
-    return problems
-
-
-def _confirm_warnings(snapshot: Snapshot) -> list[Problem]:
-    """`confirm` hooks that can ask about no call of their agent: they look like protection
-    and never fire (`fim.hooks.builtin.confirm.asks_about_nothing`)."""
-    problems = []
-    confirms = any(decl.use == "confirm" for decl in snapshot.hooks.values())
-    for name, agent in snapshot.agents.items():
-        if not any(spec.use == "confirm" or (confirms and spec.ref) for spec in agent.hooks):
-            continue  # most agents: no confirm, nothing to load
-        # deferred: only for agents with a confirm hook; loads the hooks and the tools
-        from fim.hooks.build import resolve
-        from fim.hooks.builtin.confirm import asks_about_nothing
-
-        for spec in agent.hooks:
-            try:
-                hook = resolve(spec, snapshot)
-            except Exception:  # a broken ref is reported as an error by the compile
-                continue
-            if hook.use != "confirm":
-                continue
-            found = asks_about_nothing(snapshot, agent, hook.with_, hook.matcher)
-            if found is not None:
-                source = snapshot.source("agent", name)
-                problems.append(Problem(source.path, source.line, source.column, *found))
-    return problems
-
-
-def _server_warnings(snapshot: Snapshot) -> list[Problem]:
-    """Settings that open a server more than their owner may think."""
-    server = snapshot.project.server
-    keys = [key if isinstance(key, str) else key.key for key in server.api_keys]
-    keyed = any(keys) or any(server.operator_keys)  # an unset ${VAR} is no key
-    found: list[Problem] = []
-    if "*" in server.cors_origins and not keyed:
-        message = (
-            "server.cors_origins lists '*' and the server has no API keys: a page of any web "
-            "site its users open can run its agents and decide its approvals"
-        )
-        found.append(Problem("fim.yaml", 1, 1, message))
-    if "*" in server.allowed_hosts and not keyed:
-        found.append(
-            _at_project(
-                snapshot,
-                ("server", "allowed_hosts"),
-                "server.allowed_hosts lists '*' and the server has no API keys: a web site "
-                "that re-points its name at the server (DNS rebinding) can use it",
-                "list the names your proxy forwards instead",
-            )
-        )
-    elif server.allow_open and not server.allowed_hosts and not keyed:
-        found.append(
-            _at_project(
-                snapshot,
-                ("server", "allow_open"),
-                "server.allow_open without server.allowed_hosts: a request whose Host is not "
-                "a loopback name is refused (403), the name your proxy forwards too",
-                "list the names your proxy forwards in server.allowed_hosts",
-            )
-        )
-    if server.key_budget is not None and not keyed:
-        found.append(
-            _at_project(
-                snapshot,
-                ("server", "key_budget"),
-                "server.key_budget has no effect: the server has no server.api_keys or "
-                "server.operator_keys, and it limits what each key spends",
-                "add api_keys, or use `budget:` in fim.yaml to limit every run",
-            )
-        )
-    return found
-
-
-def _at_project(snapshot: Snapshot, path: tuple[str, ...], message: str, hint: str) -> Problem:
-    """A warning at the value at `path` in fim.yaml (line 1 when it cannot be read)."""
-    # deferred: only for a warning, which reads fim.yaml's text again for its position
-    from fim.config.yamlio import parse
-
-    try:
-        doc = parse((snapshot.root / "fim.yaml").read_text(encoding="utf-8"), "fim.yaml")
-    except Exception:  # the snapshot compiled from it: unreadable now is a race, not a problem
-        return Problem("fim.yaml", 1, 1, message, hint)
-    return doc.problem(path, message, hint, key=True)
 
 
 def _warn(problems: list[Problem], format: Format) -> None:
