@@ -34,7 +34,7 @@ from fim.mcp import session
 from fim.mcp.calls import call_tool
 from fim.mcp.errors import McpUnavailable
 from fim.mcp.manager import MAX_KEYED, McpManager
-from fim.mcp.pacing import BURST, RATE, ReadBudget, in_thread, parse_cost
+from fim.mcp.pacing import BURST, RATE, ReadBudget, ServerBudget, in_thread, parse_cost
 from fim.mcp.resources import MAX_LISTED, list_resources
 
 ROOT = Path(__file__).parent
@@ -83,7 +83,7 @@ async def test_a_server_spends_its_burst_at_once_then_at_the_rate() -> None:
     shape = (BURST, RATE)
     assert shape == (1.0, 0.1)
     clock = Clock()
-    budget = ReadBudget(clock, clock.pause)
+    budget = ReadBudget(ServerBudget(clock, clock.pause))
     flood = b"[" + b"0," * 899_999 + b"0]"  # 0.45 s of parsing (and 1.7 MB)
     cost = parse_cost(flood)
     await budget.take(flood)
@@ -98,42 +98,68 @@ async def test_a_server_spends_its_burst_at_once_then_at_the_rate() -> None:
     assert clock.waits == [pytest.approx(owed)] * 2
 
 
-async def test_two_readers_over_the_budget_each_wait_for_the_debt_they_found() -> None:
+async def test_a_key_reading_little_waits_its_share_not_another_keys_backlog() -> None:
+    """Past the server's budget each connection waits out what it read itself, at the rate
+    shared with the connections waiting too: tenant A's large answers no longer hold
+    tenant B's handshake behind them (attack-40 #1), and together they still read no
+    faster than `RATE` allows."""
     clock = Clock()
-    budget = ReadBudget(clock, clock.pause)
-    budget.charge(BURST)  # all of it spent
+    frozen: list[float] = []
+
+    async def pause(seconds: float) -> None:  # time stands still: both are waiting
+        frozen.append(seconds)
+
+    server = ServerBudget(clock, pause)
+    server.spend(BURST)  # all of it spent
+    a, b = ReadBudget(server), ReadBudget(server)
     flood = b"[" + b"0," * 999_999 + b"0]"
-    await asyncio.gather(budget.take(flood), budget.take(flood))
-    alone = parse_cost(flood) / RATE
-    assert clock.waits == [pytest.approx(alone), pytest.approx(2 * alone)]
+    hello = b'{"jsonrpc": "2.0", "id": 1, "result": {"protocolVersion": "2025-06-18"}}'
+    await a.take(flood)
+    await b.take(hello)
+    assert frozen == [
+        pytest.approx(parse_cost(flood) / RATE),  # a: alone, five seconds
+        pytest.approx(2 * parse_cost(hello) / RATE),  # b: its own read, at half the rate
+    ]
+    assert b.owed() < 0.01
+    await a.take(flood)  # now sharing the rate with b's (short) wait: its read counts twice
+    assert a.owed() == pytest.approx(parse_cost(flood) / RATE * 3)
+
+
+def test_text_costs_its_bytes_not_the_commas_in_it() -> None:
+    """A tool's answer holding a CSV file is one string to the parser (attack-40 #1: its
+    commas were counted as values, 7 MB estimated at seconds)."""
+    commas = b'{"result": {"content": [{"type": "text", "text": "' + b"," * 7 * MiB + b'"}]}}'
+    letters = commas.replace(b",", b"x")
+    assert parse_cost(commas) == pytest.approx(parse_cost(letters), rel=0.01)
+    assert parse_cost(commas) < 0.05
 
 
 async def test_work_in_a_thread_is_charged_its_cpu_time() -> None:
     clock = Clock()
-    budget = ReadBudget(clock, clock.pause)
+    budget = ReadBudget(ServerBudget(clock, clock.pause))
 
     def spin() -> int:
         return sum(range(2_000_000))
 
     assert await in_thread(budget, spin) == sum(range(2_000_000))
-    assert budget.left < BURST  # its CPU time, whatever the machine
+    assert budget.server.left < BURST  # its CPU time, whatever the machine
 
 
 def test_two_servers_of_one_command_are_read_apart(manager: McpManager) -> None:
     """Declaring a second server is the operator's choice (attack-36 #3)."""
     decl = StdioServer(command="true", scope="key")
-    budget = manager.connection("s", decl, ROOT, owner="k0").budget
-    assert manager.connection("other", decl, ROOT, owner="k0").budget is not budget
+    server = manager.connection("s", decl, ROOT, owner="k0").budget.server
+    assert manager.connection("other", decl, ROOT, owner="k0").budget.server is not server
 
 
 async def test_every_key_of_a_server_and_a_reload_share_its_budget(manager: McpManager) -> None:
     decl = StdioServer(command="true", scope="key")
-    budget = manager.connection("s", decl, ROOT, owner="k0").budget
+    server = manager.connection("s", decl, ROOT, owner="k0").budget.server
     made = [manager.connection("s", decl, ROOT, owner=f"k{n}") for n in range(2 * MAX_KEYED)]
     again = manager.connection("s", decl, ROOT, owner="k0")  # evicted: a new connection
-    assert again is not made[0] and {c.budget for c in [*made, again]} == {budget}
+    assert again is not made[0] and {c.budget.server for c in [*made, again]} == {server}
     changed = StdioServer(command="true", args=["x"], scope="key")
-    assert manager.connection("s", changed, ROOT, owner="k1").budget is budget
+    assert manager.connection("s", changed, ROOT, owner="k1").budget.server is server
     await manager.drain()
 
 
@@ -141,29 +167,30 @@ async def test_every_key_of_a_server_and_a_reload_share_its_budget(manager: McpM
 async def test_what_a_server_sends_is_read_within_its_budget(
     manager: McpManager, http_url: str, transport: str
 ) -> None:
-    """A key whose server already sent past the budget (another key's listings) waits
-    before its own session's messages reach the SDK: the handshake is read once the debt
-    is repaid (on the test's clock), and every byte read is counted."""
+    """A key whose server already sent past its budget (another key's listings) waits out
+    what its own session reads before the SDK gets it, the handshake and the listing
+    included (on the test's clock): every message is counted."""
     if transport == "stdio":
         decl: StdioServer | HttpServer = StdioServer(**stdio_decl(), scope="key")  # type: ignore[arg-type]
     else:
         decl = HttpServer(url=f"{http_url}/mcp", scope="key")
     conn = manager.connection("demo", decl, ROOT, owner="tenant-a")
     clock = Clock()
-    conn.budget.clock, conn.budget.pause = clock, clock.pause
-    conn.budget.left, conn.budget.at = -0.6, clock()  # 0.6 s owed: 6 s
-    counted: list[int] = []
+    server = conn.budget.server
+    server.clock, server.pause = clock, clock.pause
+    server.left, server.at = -0.6, clock()  # another key's debt
+    counted: list[float] = []
     take = conn.budget.take
 
     async def counting(data: bytes) -> None:
-        counted.append(len(data))
+        counted.append(parse_cost(data))
         await take(data)
 
     conn.budget.take = counting  # type: ignore[method-assign]
     await conn.start()
     assert "echo" in {tool.name for tool in conn.tools}
-    assert clock.waits[0] >= 6.0 and sum(clock.waits) < 6.1
-    assert sum(counted) > 1000  # the handshake and the listing
+    assert len(counted) >= 2  # the handshake and the listing, at least
+    assert sum(clock.waits) == pytest.approx(sum(counted) / RATE)
     assert (await call_tool(conn, "echo", {"text": "hi"})).content == "hi"
 
 

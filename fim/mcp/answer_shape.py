@@ -52,6 +52,14 @@ def values(text: bytes) -> int:
     return text.count(b"{") + text.count(b"[") + text.count(b",") + text.count(b'"') // 2
 
 
+def values_outside_strings(text: bytes) -> int:
+    """How many values `text` holds as a parser counts them: strings, and the brackets and
+    commas outside them (`shape_problem`'s count)."""
+    plain = text.replace(b"\\\\", b"").replace(b'\\"', b"")
+    outside = b"".join(plain.split(b'"')[::2])
+    return plain.count(b'"') // 2 + outside.count(b"{") + outside.count(b"[") + outside.count(b",")
+
+
 def fits(text: bytes) -> bool:
     """Whether `text` is within every cap counting what strings hold too: so at least what
     is outside them, whichever quotes open a string (a few `bytes.count`, no copy)."""

@@ -20,7 +20,7 @@ from fim.config.schema import McpServer
 from fim.mcp.connection import ServerConnection
 from fim.mcp.errors import McpUnavailable
 from fim.mcp.info import ToolInfo, declaration_key
-from fim.mcp.pacing import ReadBudget
+from fim.mcp.pacing import ReadBudget, ServerBudget
 
 SERVICE_KEY = "mcp"
 
@@ -54,7 +54,7 @@ class McpManager:
         self._connections: dict[str, ServerConnection] = {}
         self._used: dict[str, float] = {}
         """A key's connection (its slot) -> when a run last asked for it."""
-        self._budgets: dict[str, ReadBudget] = {}
+        self._budgets: dict[str, ServerBudget] = {}
         """How fast each server is read, by server name: kept across its keys'
         connections, evictions, restarts and reloads (`fim.mcp.pacing`)."""
         self._retiring: set[asyncio.Task[None]] = set()
@@ -81,7 +81,7 @@ class McpManager:
             if current is not None:
                 self._retire(self._connections.pop(slot))
             current = self._connections[slot] = ServerConnection(name, decl, root, mask=mask)
-            current.budget = self._budgets.setdefault(name, ReadBudget())
+            current.budget = ReadBudget(self._budgets.setdefault(name, ServerBudget()))
         if slot != name:
             self._used[slot] = self.clock()
             self._keep_keyed(slot)

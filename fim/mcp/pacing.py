@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from fim.mcp.answer_shape import values
+from fim.mcp.answer_shape import values, values_outside_strings
 
 T = TypeVar("T")
 
@@ -41,15 +42,26 @@ first pass measured 2 ms a MiB of text and 0.05-0.45 us a value; the SDK validat
 twice), rounded up."""
 
 
+QUICK_VALUES = 20_000
+"""Below this many values counted the quick way (brackets, commas and quotes, inside
+strings too), the count stands; past it they are counted outside strings: a text of
+commas (a CSV file a tool read) is one string to the parser, and was estimated at seconds
+(attack-40 #1)."""
+
+
 def parse_cost(data: bytes) -> float:
     """Estimated seconds the SDK takes to parse `data` (one or more messages)."""
-    return len(data) / 2**20 * COST_PER_MIB + values(data) * COST_PER_VALUE
+    counted = values(data)
+    if counted > QUICK_VALUES:
+        counted = values_outside_strings(data)
+    return len(data) / 2**20 * COST_PER_MIB + counted * COST_PER_VALUE
 
 
-class ReadBudget:
+class ServerBudget:
     """Seconds of parsing one server's messages may cost now: refills at `RATE` up to
-    `BURST`; a reader takes what it hands on and, past the budget, waits until it is
-    repaid."""
+    `BURST`. Shared by the server's connections (`ReadBudget`, one each), which wait past
+    it, each for a fair share: a key reading little is not held behind another key's
+    backlog (attack-40 #1: one tenant's answers failed another tenant's handshakes)."""
 
     def __init__(
         self,
@@ -61,32 +73,67 @@ class ReadBudget:
         self.at: float | None = None
         self.waited = 0.0
         """Seconds readers have waited in all (for logs and tests)."""
+        self.readers: weakref.WeakSet[ReadBudget] = weakref.WeakSet()
 
-    def owed(self) -> float:
-        """Seconds until what was read is repaid (0: reading goes on at once)."""
-        return max(0.0, -self._left()) / RATE
+    def spend(self, seconds: float) -> float:
+        """Count `seconds`; what of them went past the budget (0: within it)."""
+        now = self.clock()
+        before = self._left(now)
+        self.left, self.at = before - seconds, now
+        return min(seconds, max(0.0, -self.left))
 
-    def _left(self) -> float:
+    def _left(self, now: float) -> float:
         if self.at is None:
             return self.left
-        return min(BURST, self.left + (self.clock() - self.at) * RATE)
+        return min(BURST, self.left + (now - self.at) * RATE)
+
+    def backlogged(self, now: float, besides: ReadBudget) -> int:
+        """Other connections still waiting out what they read."""
+        return sum(1 for reader in self.readers if reader is not besides and reader.until > now)
+
+
+class ReadBudget:
+    """One connection's reading of its server's `ServerBudget`: what it reads past the
+    server's budget it waits out at the server's rate shared with the connections waiting
+    too (alone, all of `RATE`; with three others, a quarter), after what it waited before."""
+
+    def __init__(self, server: ServerBudget | None = None) -> None:
+        self.server = server or ServerBudget()
+        self.server.readers.add(self)
+        self.until = 0.0
+        """When what this connection read past the budget is repaid, on the server's clock."""
+
+    @property
+    def waited(self) -> float:
+        """Seconds the server's readers have waited in all."""
+        return self.server.waited
+
+    def owed(self) -> float:
+        """Seconds until what this connection read is repaid (0: it reads on at once)."""
+        return max(0.0, self.until - self.server.clock())
+
+    def _owe(self, seconds: float) -> float:
+        server = self.server
+        past = server.spend(seconds)
+        if past <= 0:
+            return 0.0
+        now = server.clock()
+        share = server.backlogged(now, self) + 1
+        self.until = max(now, self.until) + past * share / RATE
+        return self.until - now
 
     def charge(self, seconds: float) -> None:
         """Count `seconds` of work a server's messages caused besides their parse (what
-        fim keeps of a listing, checked in a thread that still holds the interpreter): the
-        next reader waits for it."""
-        self.left = self._left() - seconds
-        self.at = self.clock()
+        fim keeps of a listing, checked in a thread that still holds the interpreter): this
+        connection's next read waits for it."""
+        self._owe(seconds)
 
     async def take(self, data: bytes) -> None:
-        """Count what `data` costs to parse; wait while more was read than the budget
-        allows. Readers of one server wait in the order they read."""
-        self.left = self._left() - parse_cost(data)
-        self.at = self.clock()
-        wait = self.owed()
+        """Count what `data` costs to parse; wait out what went past the budget."""
+        wait = self._owe(parse_cost(data))
         if wait > 0:
-            self.waited += wait
-            await self.pause(wait)
+            self.server.waited += wait
+            await self.server.pause(wait)
 
 
 async def in_thread(budget: ReadBudget, work: Callable[..., T], *args: Any) -> T:
