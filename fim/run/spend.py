@@ -284,12 +284,19 @@ class MeteredModel:
             self.shared.release()
 
     def _cut(
-        self, ticket: Ticket, streamed: Sequence[str | StreamAssembler] = (), cancelled: bool = True
+        self,
+        ticket: Ticket,
+        streamed: Sequence[str | StreamAssembler] = (),
+        cancelled: bool = True,
+        held: bool = True,
     ) -> None:
-        """A call that ended without its count frees its room and counts its prompt and what
-        it streamed (text, tool names and arguments); one `cancelled` while the provider worked
-        (the caller left, a stream ended without its count) counts its `max_tokens` if more."""
-        ticket.release()
+        """A call that ended without its count frees its room (unless its caller still holds
+        it: not `held`) and counts its prompt and what it streamed (text, tool names and
+        arguments); one `cancelled` while the provider worked (the caller left, a stream
+        ended without its count) counts its `max_tokens` if more. So does an answer cancelled
+        while counted on a thread (attack-40 #2)."""
+        if held:
+            ticket.release()
         completion = (ticket.max_tokens or 0) if cancelled else 0
         size = sum(len(part) if isinstance(part, str) else part.streamed for part in streamed)
         if size:  # counted once, when cut; a large one by its length: no tokenizing on the loop
@@ -317,18 +324,20 @@ class MeteredModel:
         self._row("written")
 
     async def _after(self, ticket: Ticket, response: ModelResponse) -> ModelResponse:
-        """Count the call's answer, then judge its limits, and only then give its room
-        back: given back first, a call admitted into that room could answer while this
-        check read the store and be counted against this one (a run whose call fit failed
-        `budget_exceeded` for a later run's spend: ten parallel runs under a day's budget
-        ended with one `ok` in CI), and while an unreported count was being estimated on a
-        thread the call's spend was neither held nor counted. Calls waiting for the room
-        meanwhile wait a little longer; none is refused for it (`Limit.room`: a refusal
-        counts what was spent, not what is held)."""
+        """Count the call's answer, judge its limits, then give its room back: given back
+        first, a call admitted into it could answer while this check read the store and be
+        counted against this one (ten parallel runs under a day's budget ended with one
+        `ok` in CI). Waiting calls wait a little longer; none is refused for it."""
         try:
             usage = response.usage
             if not usage.prompt_tokens and not usage.completion_tokens:
-                usage = await estimated(self.name, ticket.estimate, response.message, self._cost)
+                answer = response.message
+                try:
+                    usage = await estimated(self.name, ticket.estimate, answer, self._cost)
+                except asyncio.CancelledError:  # counted as a cut call is, or it was free
+                    said = [answer.content or "", *(c.model_dump_json() for c in answer.tool_calls)]
+                    self._cut(ticket, said, cancelled=False, held=False)
+                    raise
             elif self.price is not None:
                 usage = priced(usage, self.price)
             if usage is not response.usage:

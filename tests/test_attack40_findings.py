@@ -1,0 +1,62 @@
+"""Attack-40 (/work/notes/attack-40.md).
+
+- #2 A call to an endpoint that reports no usage, cancelled while its answer is counted on
+  a thread, counts its prompt and its answer by length, as a cut call does: it counted as
+  nothing (a budget bypass for self-hosted servers and gateways).
+
+(#1, one tenant's answers stalling another's `scope: key` connection, is in
+tests/test_attack36_pacing.py.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+import fim.run.limits as limits
+from fim.config.schema.spend import Budget
+from fim.run.spend import MeteredModel
+from fim.run.tree import RunSpend, spending
+from fim.types import Message, ModelResponse, Usage
+
+
+class Unreported:
+    """An endpoint that answers 100,000 characters and reports no usage."""
+
+    name = "unreported"
+    settings = None
+
+    async def complete(self, messages: Any, tools: Any = None, **options: Any) -> ModelResponse:
+        return ModelResponse(
+            message=Message(role="assistant", content="x" * 100_000), usage=Usage()
+        )
+
+
+async def test_an_answer_cancelled_while_it_is_counted_still_counts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    counting, go_on = threading.Event(), threading.Event()
+    real = limits.count_message
+
+    def slow(*args: Any) -> int:
+        counting.set()
+        go_on.wait(30)
+        return real(*args)
+
+    monkeypatch.setattr(limits, "count_message", slow)
+    node = RunSpend("a", ())
+    model = MeteredModel(
+        Unreported(), [("project", Budget(max_tokens=10**9))], agent="a", spend=node
+    )
+    with spending(node):
+        call = asyncio.create_task(model.complete([Message(role="user", content="hi")]))
+        await asyncio.to_thread(counting.wait, 30)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+    go_on.set()
+    assert node.unreported is not None
+    assert node.unreported.completion_tokens == 100_000 // 3 and node.unreported.prompt_tokens > 0
