@@ -19,13 +19,51 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from fim.locks import current_owner
+
+MAX_LIVE = 16
+"""Threads of the project's code alive at once in the process, abandoned ones included (a
+thread ends only when its function returns); an API key's calls hold at most half. Without
+it, each timed-out call of a function that sleeps or spins left a thread behind: 40 calls,
+40 threads; six spinning ones held the CPU for minutes (attack-40 #3)."""
+
+_live: dict[str, int] = {}
+_counting = threading.Lock()
+
+
+class TooBusy(RuntimeError):
+    """Too many threads of the project's code are still alive to start another."""
+
+
+def _claim(owner: str) -> None:
+    with _counting:
+        total = sum(_live.values())
+        mine = _live.get(owner, 0)
+        if total >= MAX_LIVE or (owner and mine >= MAX_LIVE // 2):
+            raise TooBusy(
+                f"{total if total >= MAX_LIVE else mine} calls of the project's own code are "
+                "still running (their callers stopped waiting, but a thread ends only when its "
+                "function returns); this call was not started: try again once they end"
+            )
+        _live[owner] = mine + 1
+
+
+def _release(owner: str) -> None:
+    with _counting:
+        _live[owner] -= 1
+        if not _live[owner]:
+            del _live[owner]
+
 
 async def own_thread(fn: Callable[..., Any], *args: Any) -> Any:
     """`fn(*args)` in a new daemon thread, awaited through a future: cancelling the wait
     (a timeout) abandons the thread without it holding an executor's thread or the exit.
     Run in a copy of the caller's context, as `asyncio.to_thread` runs it; a `SystemExit`
     or the like it raises comes back as a RuntimeError (the code's failure, not fim's
-    exit)."""
+    exit). Refused (`TooBusy`) while `MAX_LIVE` such threads live, or half of them are the
+    current key's (`fim.locks.current_owner`)."""
+    owner = current_owner.get()
+    _claim(owner)
     loop = asyncio.get_running_loop()
     done: asyncio.Future[Any] = loop.create_future()
     context = contextvars.copy_context()
@@ -47,8 +85,14 @@ async def own_thread(fn: Callable[..., Any], *args: Any) -> Any:
             error = exc
         except BaseException as exc:  # SystemExit and the like: its failure, not fim's exit
             error = RuntimeError(f"{type(exc).__name__}: {exc}")
+        finally:
+            _release(owner)
         with contextlib.suppress(RuntimeError):  # the loop closed while it ran: no one waits
             loop.call_soon_threadsafe(settle, result, error)
 
-    threading.Thread(target=work, name="fim-project-code", daemon=True).start()
+    try:
+        threading.Thread(target=work, name="fim-project-code", daemon=True).start()
+    except BaseException:
+        _release(owner)
+        raise
     return await done

@@ -60,3 +60,45 @@ async def test_an_answer_cancelled_while_it_is_counted_still_counts(
     go_on.set()
     assert node.unreported is not None
     assert node.unreported.completion_tokens == 100_000 // 3 and node.unreported.prompt_tokens > 0
+
+
+async def test_abandoned_threads_of_the_projects_code_are_capped_per_process_and_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """#3: a sync project function past its timeout keeps its thread (a thread cannot be
+    killed), and each timed-out call left one more. At `MAX_LIVE` alive (half of them for
+    one API key) a new call is refused until one ends."""
+    from fim import threads
+    from fim.locks import current_owner
+
+    monkeypatch.setattr(threads, "MAX_LIVE", 4)
+    release = threading.Event()
+    started = 0
+
+    def stuck() -> str:
+        nonlocal started
+        started += 1
+        release.wait(30)
+        return "done"
+
+    async def abandoned() -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(threads.own_thread(stuck), 0.01)
+
+    token = current_owner.set("tenant-a")
+    try:
+        await abandoned()
+        await abandoned()
+        with pytest.raises(threads.TooBusy, match="2 calls of the project's own code"):
+            await threads.own_thread(stuck)  # the key's half is taken
+    finally:
+        current_owner.reset(token)
+    await abandoned()  # another key (none) still has room, up to the process's cap
+    await abandoned()
+    with pytest.raises(threads.TooBusy, match="4 calls"):
+        await threads.own_thread(stuck)
+    assert started == 4
+    release.set()
+    while threads._live:  # the abandoned threads end, and give their places back
+        await asyncio.sleep(0.01)
+    assert await threads.own_thread(lambda: "again") == "again"
