@@ -23,29 +23,27 @@ from fim.locks import current_owner
 
 MAX_LIVE = 16
 """Threads of the project's code alive at once in the process, abandoned ones included (a
-thread ends only when its function returns); an API key's calls hold at most half. Without
-it, each timed-out call of a function that sleeps or spins left a thread behind: 40 calls,
-40 threads; six spinning ones held the CPU for minutes (attack-40 #3)."""
+thread ends only when its function returns); an API key's calls hold at most half, and a
+key holding none may start one past it (up to twice as many in all), so other keys' stuck
+calls never shut it out. A call past these waits for a place, within its caller's timeout.
+Without it, each timed-out call of a function that sleeps or spins left a thread behind:
+40 calls, 40 threads; six spinning ones held the CPU for minutes (attack-40 #3, -41 #1)."""
 
 _live: dict[str, int] = {}
 _counting = threading.Lock()
 
 
-class TooBusy(RuntimeError):
-    """Too many threads of the project's code are still alive to start another."""
-
-
-def _claim(owner: str) -> None:
+def _claim(owner: str) -> bool:
+    """Take a place for `owner` (a key hash, "" for none), or say there is none now."""
     with _counting:
         total = sum(_live.values())
         mine = _live.get(owner, 0)
-        if total >= MAX_LIVE or (owner and mine >= MAX_LIVE // 2):
-            raise TooBusy(
-                f"{total if total >= MAX_LIVE else mine} calls of the project's own code are "
-                "still running (their callers stopped waiting, but a thread ends only when its "
-                "function returns); this call was not started: try again once they end"
-            )
+        if mine == 0 and total < 2 * MAX_LIVE:
+            pass  # its first: whatever the other keys left running
+        elif total >= MAX_LIVE or (owner and mine >= MAX_LIVE // 2):
+            return False
         _live[owner] = mine + 1
+        return True
 
 
 def _release(owner: str) -> None:
@@ -60,10 +58,14 @@ async def own_thread(fn: Callable[..., Any], *args: Any) -> Any:
     (a timeout) abandons the thread without it holding an executor's thread or the exit.
     Run in a copy of the caller's context, as `asyncio.to_thread` runs it; a `SystemExit`
     or the like it raises comes back as a RuntimeError (the code's failure, not fim's
-    exit). Refused (`TooBusy`) while `MAX_LIVE` such threads live, or half of them are the
-    current key's (`fim.locks.current_owner`)."""
+    exit). Waits while `MAX_LIVE` such threads live, or half of them are the current key's
+    (`fim.locks.current_owner`): the threads end on their own, in any loop, so the wait
+    polls (a few ms at first, at most a tenth of a second)."""
     owner = current_owner.get()
-    _claim(owner)
+    pause = 0.005
+    while not _claim(owner):
+        await asyncio.sleep(pause)
+        pause = min(0.1, pause * 2)
     loop = asyncio.get_running_loop()
     done: asyncio.Future[Any] = loop.create_future()
     context = contextvars.copy_context()

@@ -190,7 +190,8 @@ async def test_what_a_server_sends_is_read_within_its_budget(
     await conn.start()
     assert "echo" in {tool.name for tool in conn.tools}
     assert len(counted) >= 2  # the handshake and the listing, at least
-    assert sum(clock.waits) == pytest.approx(sum(counted) / RATE)
+    parsing = sum(counted) / RATE  # plus the CPU time of its listing's checks (in_thread)
+    assert parsing > 0 and sum(clock.waits) >= parsing * 0.999
     assert (await call_tool(conn, "echo", {"text": "hi"})).content == "hi"
 
 
@@ -274,3 +275,10 @@ async def test_listing_resources_stops_once_more_are_in_hand_than_are_shown(
     assert f"more than {MAX_LISTED} resources" in listed.content
     assert listed.content.count("\n- file:///") == MAX_LISTED
     assert (await call_tool(conn, "pages", {})).content == "2"  # of endless pages of 60
+
+
+def test_a_stray_quote_does_not_hide_the_lines_after_it() -> None:
+    """A stdio read hands several lines on at once: a junk line holding one quote flipped
+    every later line's structure into "inside a string" (attack-41 #3: 86 times less)."""
+    note = b'{"method": "notifications/message", "params": {"data": [' + b"0," * 29_999 + b"0]}}"
+    assert parse_cost(b'"\n' + note) == pytest.approx(parse_cost(note), rel=0.01)

@@ -66,39 +66,51 @@ async def test_abandoned_threads_of_the_projects_code_are_capped_per_process_and
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """#3: a sync project function past its timeout keeps its thread (a thread cannot be
-    killed), and each timed-out call left one more. At `MAX_LIVE` alive (half of them for
-    one API key) a new call is refused until one ends."""
+    killed), and each timed-out call left one more. At `MAX_LIVE` alive, or half of them
+    one API key's, a new call waits for a place (within its caller's timeout) instead of
+    starting another; a key holding none still starts one, so other keys' stuck calls never
+    shut it out (attack-41 #1)."""
     from fim import threads
     from fim.locks import current_owner
 
     monkeypatch.setattr(threads, "MAX_LIVE", 4)
     release = threading.Event()
-    started = 0
+    started: list[str] = []
 
     def stuck() -> str:
-        nonlocal started
-        started += 1
+        started.append(current_owner.get())
         release.wait(30)
         return "done"
 
-    async def abandoned() -> None:
-        with pytest.raises(TimeoutError):
-            await asyncio.wait_for(threads.own_thread(stuck), 0.01)
+    async def abandoned(owner: str) -> None:
+        token = current_owner.set(owner)
+        try:
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(threads.own_thread(stuck), 0.05)
+        finally:
+            current_owner.reset(token)
 
-    token = current_owner.set("tenant-a")
-    try:
-        await abandoned()
-        await abandoned()
-        with pytest.raises(threads.TooBusy, match="2 calls of the project's own code"):
-            await threads.own_thread(stuck)  # the key's half is taken
-    finally:
-        current_owner.reset(token)
-    await abandoned()  # another key (none) still has room, up to the process's cap
-    await abandoned()
-    with pytest.raises(threads.TooBusy, match="4 calls"):
-        await threads.own_thread(stuck)
-    assert started == 4
+    for owner in ("tenant-a", "tenant-a", "tenant-a", "", ""):
+        await abandoned(owner)
+    assert started == ["tenant-a", "tenant-a", "", ""]  # a's third waited: half is its own
+    await abandoned("tenant-b")  # the process's four are taken, but b holds none
+    await abandoned("tenant-b")  # its second waits
+    assert started[-1] == "tenant-b" and len(started) == 5
     release.set()
     while threads._live:  # the abandoned threads end, and give their places back
         await asyncio.sleep(0.01)
     assert await threads.own_thread(lambda: "again") == "again"
+
+
+def test_a_tickets_room_is_given_back_once() -> None:
+    """Freed twice, later calls could spend past a limit (attack-41: nothing did, but
+    nothing stopped a future path from it)."""
+    from fim.run.in_flight import Pool
+    from fim.run.limits import Ticket
+
+    pool = Pool()
+    pool.hold(100, 0.0)
+    ticket = Ticket(10, [pool], 100, 0.0, None)
+    ticket.release()
+    ticket.release()
+    assert pool.held_tokens == 0

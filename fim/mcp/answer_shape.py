@@ -54,10 +54,16 @@ def values(text: bytes) -> int:
 
 def values_outside_strings(text: bytes) -> int:
     """How many values `text` holds as a parser counts them: strings, and the brackets and
-    commas outside them (`shape_problem`'s count)."""
-    plain = text.replace(b"\\\\", b"").replace(b'\\"', b"")
-    outside = b"".join(plain.split(b'"')[::2])
-    return plain.count(b'"') // 2 + outside.count(b"{") + outside.count(b"[") + outside.count(b",")
+    commas outside them (`shape_problem`'s count), line by line: no JSON string holds a
+    raw line end, and a line with a stray quote must not hide the lines after it (a stdio
+    read hands several messages on at once: attack-41 #3)."""
+    counted = 0
+    for line in text.split(b"\n"):
+        plain = line.replace(b"\\\\", b"").replace(b'\\"', b"")
+        outside = b"".join(plain.split(b'"')[::2])
+        counted += plain.count(b'"') // 2 + outside.count(b"{") + outside.count(b"[")
+        counted += outside.count(b",")
+    return counted
 
 
 def fits(text: bytes) -> bool:

@@ -122,11 +122,15 @@ class ReadBudget:
         self.until = max(now, self.until) + past * share / RATE
         return self.until - now
 
-    def charge(self, seconds: float) -> None:
+    async def charge(self, seconds: float) -> None:
         """Count `seconds` of work a server's messages caused besides their parse (what
-        fim keeps of a listing, checked in a thread that still holds the interpreter): this
-        connection's next read waits for it."""
-        self._owe(seconds)
+        fim keeps of a listing, checked in a thread that still holds the interpreter), and
+        wait out what went past the budget: a connection evicted after its listing never
+        read again to pay for it (attack-41)."""
+        wait = self._owe(seconds)
+        if wait > 0:
+            self.server.waited += wait
+            await self.server.pause(wait)
 
     async def take(self, data: bytes) -> None:
         """Count what `data` costs to parse; wait out what went past the budget."""
@@ -147,5 +151,5 @@ async def in_thread(budget: ReadBudget, work: Callable[..., T], *args: Any) -> T
         return result, time.thread_time() - began
 
     result, cpu = await asyncio.to_thread(timed)
-    budget.charge(cpu)
+    await budget.charge(cpu)
     return result

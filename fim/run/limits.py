@@ -257,8 +257,14 @@ class Ticket:
     """The completion cap sent with the call, the room it holds (None: no limit, the
     model's and the caller's own settings hold)."""
 
+    released: bool = False
+
     def release(self) -> None:
-        """The call answered or failed: the room it held is free again."""
+        """The call answered or failed: the room it held is free again (once: freed twice,
+        later calls could spend past a limit)."""
+        if self.released:
+            return
+        self.released = True
         for found in self.pools:
             found.release(self.tokens, self.cost)
 
