@@ -90,12 +90,12 @@ async def test_a_server_spends_its_burst_at_once_then_at_the_rate() -> None:
     await budget.take(flood)
     assert clock.waits == []
     await budget.take(flood)  # past the burst: what is owed, ten times over
-    owed = (3 * cost - BURST) / RATE
-    assert clock.waits == [pytest.approx(owed)] and owed > 3
+    owed = (3 * cost - BURST) / RATE  # and the time the estimate itself took, a little more
+    assert len(clock.waits) == 1 and owed <= clock.waits[0] < owed * 1.5 and owed > 3
     clock.now += 3600  # a quiet hour earns the burst back, no more
     for _ in range(3):
         await budget.take(flood)
-    assert clock.waits == [pytest.approx(owed)] * 2
+    assert len(clock.waits) == 2 and owed <= clock.waits[1] < owed * 1.5
 
 
 async def test_a_key_reading_little_waits_its_share_not_another_keys_backlog() -> None:
@@ -116,13 +116,11 @@ async def test_a_key_reading_little_waits_its_share_not_another_keys_backlog() -
     hello = b'{"jsonrpc": "2.0", "id": 1, "result": {"protocolVersion": "2025-06-18"}}'
     await a.take(flood)
     await b.take(hello)
-    assert frozen == [
-        pytest.approx(parse_cost(flood) / RATE),  # a: alone, five seconds
-        pytest.approx(2 * parse_cost(hello) / RATE),  # b: its own read, at half the rate
-    ]
-    assert b.owed() < 0.01
-    await a.take(flood)  # now sharing the rate with b's (short) wait: its read counts twice
-    assert a.owed() == pytest.approx(parse_cost(flood) / RATE * 3)
+    alone = parse_cost(flood) / RATE  # plus the estimate's own time, a little more
+    assert len(frozen) == 2 and alone <= frozen[0] < alone * 1.5  # a: alone, five seconds
+    assert frozen[1] < 0.05 and b.owed() < 0.05  # b: its own read, at half the rate
+    await a.take(flood)  # sharing the rate with b's (short) wait: its read counts twice
+    assert alone * 3 <= a.owed() < alone * 4
 
 
 def test_text_costs_its_bytes_not_the_commas_in_it() -> None:
@@ -182,9 +180,9 @@ async def test_what_a_server_sends_is_read_within_its_budget(
     counted: list[float] = []
     take = conn.budget.take
 
-    async def counting(data: bytes) -> None:
+    async def counting(data: bytes, checked: float = 0.0) -> None:
         counted.append(parse_cost(data))
-        await take(data)
+        await take(data, checked)
 
     conn.budget.take = counting  # type: ignore[method-assign]
     await conn.start()
@@ -282,3 +280,26 @@ def test_a_stray_quote_does_not_hide_the_lines_after_it() -> None:
     every later line's structure into "inside a string" (attack-41 #3: 86 times less)."""
     note = b'{"method": "notifications/message", "params": {"data": [' + b"0," * 29_999 + b"0]}}"
     assert parse_cost(b'"\n' + note) == pytest.approx(parse_cost(note), rel=0.01)
+
+
+async def test_a_keys_debt_outlives_its_eviction_and_a_new_key_owes_its_share(
+    manager: McpManager,
+) -> None:
+    """attack-41 #0: keys taken in turn past `MAX_KEYED` each started debt-free and read a
+    listing at once (64 keys, the loop held 76-80% of the time). A key keeps its reading of
+    the budget past its eviction, and a new key of a server in debt owes its share first."""
+    decl = StdioServer(command="true", scope="key")
+    first = manager.connection("s", decl, ROOT, owner="k0")
+    clock = Clock()
+    server = first.budget.server
+    server.clock, server.pause = clock, clock.pause
+    first.budget.until = clock() + 30  # k0 owes 30 s
+    for n in range(1, 2 * MAX_KEYED):
+        manager.connection("s", decl, ROOT, owner=f"k{n}")  # k0 is evicted
+    again = manager.connection("s", decl, ROOT, owner="k0")
+    assert again is not first and again.budget is first.budget and again.budget.owed() == 30
+    server.left, server.at = -1.0, clock()  # ten seconds of debt, shared by its readers
+    newcomer = manager.connection("s", decl, ROOT, owner="k-new")
+    readers = len(server.readers)
+    assert newcomer.budget.owed() == pytest.approx(10.0 / readers, rel=0.01)
+    await manager.drain()

@@ -27,6 +27,7 @@ import logging
 import os
 import re
 import signal
+import time
 from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
 from typing import Any, Literal
@@ -141,9 +142,9 @@ class _Capped(httpx2.AsyncByteStream):
         self._stream, self._limit, self._body = stream, limit, body
         self._declared, self._on_cut, self._budget = declared, on_cut, budget
 
-    async def _paced(self, data: bytes) -> bytes:
+    async def _paced(self, data: bytes, checked: float = 0.0) -> bytes:
         if self._budget is not None:
-            await self._budget.take(data)
+            await self._budget.take(data, checked)
         return data
 
     def _cut(self, reason: str | None = None) -> AnswerTooLarge:
@@ -155,6 +156,8 @@ class _Capped(httpx2.AsyncByteStream):
     async def __aiter__(self) -> AsyncIterator[bytes]:
         if self._declared > self._limit:  # said so up front: not one byte read
             raise self._cut()
+        if self._budget is not None:
+            await self._budget.ready()
         if self._body == "events":
             async for events in self._events():
                 yield await self._paced(events)
@@ -170,10 +173,11 @@ class _Capped(httpx2.AsyncByteStream):
                 yield await self._paced(chunk)
         if parts:
             whole = b"".join(parts)
+            began = time.perf_counter()
             why = shape_problem(whole)
             if why is not None:
                 raise self._cut(why)
-            yield await self._paced(whole)
+            yield await self._paced(whole, time.perf_counter() - began)
 
     async def _events(self) -> AsyncIterator[bytes]:
         """The events that end in each chunk, checked one by one; the one still open is
@@ -241,6 +245,8 @@ class _Lines(anyio.abc.ByteReceiveStream):
     async def receive(self, max_bytes: int = 65536) -> bytes:
         if self._cut:
             return bytes(await self._inner.receive(max_bytes))
+        if self._budget is not None:
+            await self._budget.ready()
         while True:
             try:
                 chunk = await self._inner.receive(max_bytes)
@@ -260,14 +266,15 @@ class _Lines(anyio.abc.ByteReceiveStream):
             lines = b"".join([*self._held, chunk[: end + 1]])
             rest = chunk[end + 1 :]
             self._held, self._size = ([rest], len(rest)) if rest else ([], 0)
+            began = time.perf_counter()
             why = lines_problem(lines)
             if why is not None:
                 raise self._refuse(why)
-            return await self._paced(lines)
+            return await self._paced(lines, time.perf_counter() - began)
 
-    async def _paced(self, data: bytes) -> bytes:
+    async def _paced(self, data: bytes, checked: float = 0.0) -> bytes:
         if self._budget is not None:
-            await self._budget.take(data)
+            await self._budget.take(data, checked)
         return data
 
     def _refuse(self, reason: str) -> LineRefused:

@@ -103,6 +103,14 @@ class ReadBudget:
         self.until = 0.0
         """When what this connection read past the budget is repaid, on the server's clock."""
 
+    def inherit(self) -> None:
+        """A new connection of a server in debt owes its share of that debt before it
+        reads: new keys taken in turn would otherwise each read a listing debt-free."""
+        server = self.server
+        now = server.clock()
+        debt = max(0.0, -server._left(now)) / RATE
+        self.until = now + debt / max(1, len(server.readers))
+
     @property
     def waited(self) -> float:
         """Seconds the server's readers have waited in all."""
@@ -132,9 +140,20 @@ class ReadBudget:
             self.server.waited += wait
             await self.server.pause(wait)
 
-    async def take(self, data: bytes) -> None:
-        """Count what `data` costs to parse; wait out what went past the budget."""
-        wait = self._owe(parse_cost(data))
+    async def ready(self) -> None:
+        """Wait out what this connection owes before reading more: a reader's checks of
+        what it reads run on the loop before it can wait (attack-41 #0)."""
+        wait = self.owed()
+        if wait > 0:
+            self.server.waited += wait
+            await self.server.pause(wait)
+
+    async def take(self, data: bytes, checked: float = 0.0) -> None:
+        """Count what `data` costs to parse, plus `checked` seconds its reader spent on it
+        and the estimate's own time; wait out what went past the budget."""
+        began = time.perf_counter()
+        cost = parse_cost(data) + checked + (time.perf_counter() - began)
+        wait = self._owe(cost)
         if wait > 0:
             self.server.waited += wait
             await self.server.pause(wait)
