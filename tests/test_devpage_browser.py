@@ -117,12 +117,16 @@ def test_the_development_page_in_chromium(server: tuple[str, Path], browser: Any
             ),
         )
         page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        failed: list[str] = []  # which resource a "Failed to load resource" was (it flaked once)
+        page.on(
+            "response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None
+        )
         walk(page, url, root)
         reference(page, url)
         phone(browser, url, problems)
     finally:
         page.close()
-    assert problems == []
+    assert problems == [], failed
 
 
 def shot(page: Any, name: str, **options: Any) -> None:
