@@ -313,9 +313,17 @@ class WorkflowEngine:
         check_takeover(state, self.queued, force)
         decl = self._recorded_decl(state)
         again = self._adopt(state)
+        async with aclosing(self._go_on(decl, state, "recovered", again)) as events:
+            async for event in events:
+                yield event
+
+    async def _go_on(
+        self, decl: Any, state: RunState, how: str, again: list[str]
+    ) -> AsyncGenerator[Event, None]:
+        """Say how a taken-over run goes on (`how`, the nodes run `again`), then drive it."""
         yield Notice(
             run_id=state.run_id,
-            message=f"workflow '{self.name}' recovered"
+            message=f"workflow '{self.name}' {how}"
             + (f": running {', '.join(again)} again" if again else "")
             + self._version_note(state),
             data={
@@ -349,19 +357,8 @@ class WorkflowEngine:
         decl = self._recorded_decl(state)
         again = self._adopt(state, cut_off=("running", "cancelled"))
         state.error, state.finished_at = None, None
-        yield Notice(
-            run_id=state.run_id,
-            message=f"workflow '{self.name}' resumed after it was cancelled"
-            + (f": running {', '.join(again)} again" if again else "")
-            + self._version_note(state),
-            data={
-                "workflow": self.name,
-                "run_id": state.run_id,
-                "rerun": again,
-                "snapshot_version": self.snapshot.version,
-            },
-        )
-        async with aclosing(self._scheduler(decl, state).drive()) as events:
+        how = "resumed after it was cancelled"
+        async with aclosing(self._go_on(decl, state, how, again)) as events:
             async for event in events:
                 yield event
 
