@@ -38,9 +38,9 @@ def _claim(owner: str) -> bool:
     with _counting:
         total = sum(_live.values())
         mine = _live.get(owner, 0)
-        if mine == 0 and total < 2 * MAX_LIVE:
-            pass  # its first: whatever the other keys left running
-        elif total >= MAX_LIVE or (owner and mine >= MAX_LIVE // 2):
+        first = mine == 0 and total < 2 * MAX_LIVE  # whatever the other keys left running
+        full = total >= MAX_LIVE or bool(owner and mine >= MAX_LIVE // 2)
+        if full and not first:
             return False
         _live[owner] = mine + 1
         return True

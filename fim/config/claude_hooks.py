@@ -7,6 +7,7 @@ change for other reasons than how a validation problem is worded (`fim.config.pr
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any, get_args
 
 from pydantic_core import ErrorDetails
@@ -38,20 +39,24 @@ def unsupported(value: Any) -> list[str]:
     return [str(e) for e in value if e not in _FIM_EVENTS] if isinstance(value, dict) else []
 
 
-def commands_of(value: Any) -> list[str]:
-    """The commands of a Claude Code settings.json `hooks:` block fim can run (of the events
-    it supports), in order."""
-    found: list[str] = []
+def _runnable(value: Any) -> Iterator[tuple[str, Any, str]]:
+    """(event, matcher, command) of each command hook of a settings.json `hooks:` block
+    fim can run (of the events it supports), in order; any other shape is skipped."""
     for event, groups in value.items() if isinstance(value, dict) else ():
         if event not in _FIM_EVENTS:
             continue
         for group in groups if isinstance(groups, list) else []:
-            hooks = group.get("hooks") if isinstance(group, dict) else None
+            group = group if isinstance(group, dict) else {}
+            hooks = group.get("hooks")
             for hook in hooks if isinstance(hooks, list) else []:
                 command = hook.get("command") if isinstance(hook, dict) else None
                 if isinstance(command, str):
-                    found.append(command)
-    return found
+                    yield str(event), group.get("matcher"), command
+
+
+def commands_of(value: Any) -> list[str]:
+    """The commands of a settings.json `hooks:` block fim can run, in order."""
+    return [command for _, _, command in _runnable(value)]
 
 
 def yaml_string(text: str) -> str:
@@ -89,30 +94,19 @@ def pasted_claude_hooks(
     events = [str(k) for k in value]
     if not any(e in _FIM_EVENTS or e in CLAUDE_ONLY_EVENTS for e in events):
         return None
-    items, unsupported = [], [e for e in events if e not in _FIM_EVENTS]
-    for event, groups in value.items():
-        if event not in _FIM_EVENTS:
-            continue
-        for group in groups if isinstance(groups, list) else []:
-            group = group if isinstance(group, dict) else {}
-            matcher = group.get("matcher")
-            hooks = group.get("hooks")
-            for hook in hooks if isinstance(hooks, list) else []:
-                command = hook.get("command") if isinstance(hook, dict) else None
-                if isinstance(command, str):
-                    if masked:
-                        shown = "'...'" if _plain(command) else '"..."'
-                    else:
-                        shown = yaml_string(command)
-                    item = f"event: {event}"
-                    if matcher and isinstance(matcher, str):
-                        item += f", matcher: {yaml_string(matcher)}"
-                    items.append("{" + item + f", command: {shown}" + "}")
+    items = []
+    for event, matcher, command in _runnable(value):
+        masked_form = "'...'" if _plain(command) else '"..."'  # a command may hold a token
+        shown = masked_form if masked else yaml_string(command)
+        item = f"event: {event}"
+        if matcher and isinstance(matcher, str):
+            item += f", matcher: {yaml_string(matcher)}"
+        items.append("{" + item + f", command: {shown}" + "}")
     form = f"hooks: [{', '.join(items[:3])}{', ...' if len(items) > 3 else ''}]"
     hint = "one item per hook, each with its event: " + (form if items else "- event: ...")
-    if unsupported:
+    if unsupported(value):
         hint += (
-            f"; {', '.join(unsupported)}: not supported by fim "
+            f"; {', '.join(unsupported(value))}: not supported by fim "
             f"(supported: {', '.join(_FIM_EVENTS)})"
         )
     return (f"{label}: this is Claude Code's settings.json shape; fim expects a list", hint)
