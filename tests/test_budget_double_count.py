@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_budgets_in_flight import project, until
+from test_budgets_in_flight import final_status, project, until
 
 import fim.store.usage
 from fim.run import in_flight
-from fim.run.agent import run_agent
 from fim.store import get_store
 from fim.store.usage import utc_day
 from fim.testing.runs import services_for
@@ -88,16 +87,9 @@ def test_a_call_admitted_while_a_check_reads_the_store_is_not_counted_against_it
     async def go_runs() -> list[str]:
         services = services_for(snapshot)
         try:
-
-            async def one() -> str:
-                status = ""
-                async for event in run_agent(snapshot, "a", "hi", services=services, model=model):
-                    status = getattr(event, "status", status)
-                return status
-
-            first = asyncio.create_task(one())
+            first = asyncio.create_task(final_status(snapshot, services, model))
             await until(lambda: len(model.caps) == 1)
-            second = asyncio.create_task(one())
+            second = asyncio.create_task(final_status(snapshot, services, model))
             day = in_flight.pool(get_store(services), "day", utc_day(time.time()), None, None)
             await until(lambda: day.waiting == 1)
             slow.set()  # the first call's check is the next read of the day

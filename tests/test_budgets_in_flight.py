@@ -41,6 +41,14 @@ async def until(condition: Any) -> None:
         await asyncio.sleep(0.001)
 
 
+async def final_status(snapshot: Any, services: Any, model: Any = None) -> str:
+    """The status a run of agent `a` on "hi" ends with."""
+    status = ""
+    async for event in run_agent(snapshot, "a", "hi", services=services, model=model):
+        status = getattr(event, "status", status)
+    return status
+
+
 def usage_rows(root: Path) -> list[dict[str, Any]]:
     with sqlite3.connect(root / ".fim" / "state.db") as db:
         db.row_factory = sqlite3.Row
@@ -156,16 +164,9 @@ def test_a_call_whose_room_is_held_waits_for_the_call_in_flight_then_goes(
     async def go() -> list[str]:
         services = services_for(snapshot)
         try:
-
-            async def one() -> str:
-                status = ""
-                async for event in run_agent(snapshot, "a", "hi", services=services, model=model):
-                    status = getattr(event, "status", status)
-                return status
-
-            first = asyncio.create_task(one())
+            first = asyncio.create_task(final_status(snapshot, services, model))
             await until(lambda: len(model.started) == 1)
-            second = asyncio.create_task(one())
+            second = asyncio.create_task(final_status(snapshot, services, model))
             store = get_store(services)
             day = in_flight.pool(store, "day", utc_day(time.time()), None, None)
             await until(lambda: day.waiting == 1)

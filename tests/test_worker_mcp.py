@@ -11,7 +11,7 @@ from mcp_servers.harness import stdio_decl
 from fim.config.schema import StdioServer
 from fim.mcp.calls import call_tool
 from fim.mcp.manager import McpManager, get_manager
-from fim.workflows.durable import job_services
+from fim.workflows.admission import job_services
 
 
 class _Snapshot:

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
+from fim.mcp.manager import SERVICE_KEY as MCP_SERVICE
 from fim.run.queued import FINAL, execute_agent_run
 from fim.run.services import Services
 from fim.store import get_store
@@ -136,3 +137,14 @@ async def skewed(
         return "failed"
     finally:
         await services.aclose()
+
+
+def job_services(
+    snapshot: Snapshot, state_url: str, providers: tuple[str, ...], mcp: Any = None
+) -> Services:
+    """A job's services; with `mcp`, the worker's MCP manager in them (not closed with
+    the job's)."""
+    services = Services(root=snapshot.root, state_url=state_url, providers=providers)
+    if mcp is not None:
+        services.cache[MCP_SERVICE] = mcp
+    return services

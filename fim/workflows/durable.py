@@ -34,12 +34,11 @@ from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
 from fim.idempotency import idempotency_key as idempotency_key  # part of the contract
-from fim.mcp.manager import SERVICE_KEY as MCP_SERVICE
-from fim.run.services import Services
 from fim.store import get_store
 from fim.store.owners import owner_of
 from fim.workflows.admission import (
     deny_waiting,
+    job_services,
     request_gone,
     revoked,
     run_queued_agent,
@@ -96,10 +95,8 @@ def make_app(
     on (`fim.workflows.skew.WorkerSnapshots.for_job`; without it, only a job of the
     factory's own version runs). `stalled_after` is the heartbeat age after which this
     worker's jobs are retried if it goes silent (recorded per worker: `fim_workers`).
-    `mcp` (an `McpManager`) is the worker's, shared by its jobs: MCP servers, and what each
-    may send (`fim.mcp.pacing`), outlive a job as they outlive a run in `fim serve`
-    (attack-37 #8: a manager per job started every server again, with a fresh budget).
-    """
+    `mcp` (an `McpManager`) is the worker's, shared by its jobs, as `fim serve`'s runs share
+    one (attack-37 #8: a manager per job restarted every server, with a fresh budget)."""
     # deferred: loading psycopg costs hundreds of ms
     import procrastinate
 
@@ -332,8 +329,7 @@ async def advance(
 
     A job `accepted` under another snapshot runs on the one `resolve` gives (never an
     older one: `fim.workflows.skew`); when there is none, the run ends `failed` with the
-    snapshot skew, before any node.
-    """
+    snapshot skew, before any node. `mcp`: the worker's MCP manager (`make_app`)."""
 
     try:
         snapshot = await check(snapshot, accepted, resolve)
@@ -380,17 +376,6 @@ async def advance(
         return record.status if record is not None else "unknown"
     finally:
         await services.aclose()
-
-
-def job_services(
-    snapshot: Snapshot, state_url: str, providers: tuple[str, ...], mcp: Any = None
-) -> Services:
-    """A job's services; with `mcp`, the worker's MCP manager in them (not closed with
-    the job's)."""
-    services = Services(root=snapshot.root, state_url=state_url, providers=providers)
-    if mcp is not None:
-        services.cache[MCP_SERVICE] = mcp
-    return services
 
 
 async def requeue_decided(
