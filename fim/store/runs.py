@@ -47,6 +47,24 @@ class Runs(Database):
 
         await self._tx(work, key=run_id)
 
+    async def claim_run(
+        self, run_id: str, status: str, seen_at: float, data: dict[str, Any]
+    ) -> bool:
+        """Record `data` as the run's state, `running`, only if the run is still as this
+        process read it (`status`, written at `seen_at`): False when another process wrote
+        it since. Two `fim workflow resume` of one stopped or orphaned run both passed the
+        checks on what they had read and both ran its cut-off nodes again (attack-39 F6);
+        with this compare-and-set exactly one of them takes it over."""
+        runs = table("runs")
+        update = (
+            runs.update()
+            .where(runs.c.id == run_id)
+            .where(runs.c.status == status)
+            .where(runs.c.updated_at == seen_at)
+            .values(status="running", data=known().value(data), updated_at=time.time())
+        )
+        return bool(await self._tx(lambda c: c.execute(update).rowcount, key=run_id))
+
     async def get_run(self, run_id: str) -> RunRecord | None:
         runs = table("runs")
         row = await self._read(

@@ -29,7 +29,7 @@ from fim.types import Tool
 from fim.workflows.decision import decide
 from fim.workflows.guards import callers_guard, read_only_guard
 from fim.workflows.inputs import validate_inputs
-from fim.workflows.recovery import check_takeover, load_run, orphaned_runs
+from fim.workflows.recovery import check_takeover, claim, load_run, orphaned_runs
 from fim.workflows.scheduler import STOPPED, Scheduler
 from fim.workflows.state import NodeState, Persister, RunState, current_owner
 
@@ -313,6 +313,7 @@ class WorkflowEngine:
         check_takeover(state, self.queued, force)
         decl = self._recorded_decl(state)
         again = self._adopt(state)
+        await claim(self.services, state, "running")
         async with aclosing(self._go_on(decl, state, "recovered", again)) as events:
             async for event in events:
                 yield event
@@ -357,6 +358,7 @@ class WorkflowEngine:
         decl = self._recorded_decl(state)
         again = self._adopt(state, cut_off=("running", "cancelled"))
         state.error, state.finished_at = None, None
+        await claim(self.services, state, "cancelled")
         how = "resumed after it was cancelled"
         async with aclosing(self._go_on(decl, state, how, again)) as events:
             async for event in events:

@@ -24,7 +24,23 @@ async def load_run(services: Services, run_id: str) -> RunState:
         raise RunError(
             f"no workflow run '{run_id}'", hint="`fim workflow runs` lists the recent runs"
         )
-    return RunState.from_dict(record_data(record))
+    state = RunState.from_dict(record_data(record))
+    state.seen_at = record.updated_at
+    return state
+
+
+async def claim(services: Services, state: RunState, was: str) -> None:
+    """Record `state` (adopted by this process: `running`, its owner this process) in
+    place of the run recorded `was`, or raise RunError when another process took it over
+    since this one read it (`Runs.claim_run`)."""
+    # deferred: loading fim.store costs a few ms
+    from fim.store import get_store
+
+    if not await get_store(services).claim_run(state.run_id, was, state.seen_at, state.to_dict()):
+        raise RunError(
+            f"run '{state.run_id}' was taken over by another process while this one resumed it",
+            hint=f"`fim workflow show {state.run_id}` follows it",
+        )
 
 
 async def orphaned_runs(services: Services, limit: int = 200) -> list[RunState]:

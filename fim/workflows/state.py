@@ -66,6 +66,9 @@ class RunState:
     """Executed by `fim worker` jobs (fim.workflows.durable): procrastinate re-delivers it
     after a crash, and a decision on its human node queues a job instead of resuming in
     the process that received it."""
+    seen_at: float = field(default=0.0, repr=False, compare=False)
+    """When the record this state was read from was written (`updated_at`; never stored):
+    taking the run over is conditional on it (`Runs.claim_run`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready copy, cheap enough to take on every write.
@@ -76,6 +79,7 @@ class RunState:
         can serialise them safely while the run goes on.
         """
         data = dict(vars(self))
+        del data["seen_at"]
         data["nodes"] = {node_id: dict(vars(ns)) for node_id, ns in self.nodes.items()}
         data["parents"] = list(self.parents)
         data["resumed_on"] = list(self.resumed_on)
