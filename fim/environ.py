@@ -15,6 +15,7 @@ root out of it (no core dumps of fim; `gdb -p`/`py-spy` on it need root).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import sys
@@ -57,8 +58,29 @@ def not_dumpable() -> None:
         return
 
 
+def keep_inherited_descriptors() -> None:
+    """Mark every descriptor this process was started with (above stderr) close-on-exec.
+
+    Whatever started fim may leave descriptors open (a CI runner's pipe, a supervisor's
+    log file or socket). fim opens its own close-on-exec, and the standard library's
+    `subprocess` closes the rest in the child, but uvloop (`fim serve`'s loop) spawns
+    through libuv, which does not: a sandboxed `shell` call wrote to a host file through a
+    descriptor `fim serve` had inherited (attack-42 F1). fim still uses them itself; only
+    its children no longer get them. Linux only (`/proc/self/fd`); elsewhere nothing."""
+    try:
+        descriptors = [int(fd) for fd in os.listdir("/proc/self/fd")]
+    except OSError:
+        return
+    for fd in descriptors:
+        if fd > 2:
+            with contextlib.suppress(OSError):  # the listing's own descriptor, closed since
+                os.set_inheritable(fd, False)
+
+
 def hide_from_children() -> None:
-    """Both, at the start of a process that will start children (`fim` itself, a `--workers`
-    child): the start-up block zeroed, the memory closed to the same user."""
+    """All three, at the start of a process that will start children (`fim` itself, a
+    `--workers` child): the start-up block zeroed, the memory closed to the same user, the
+    inherited descriptors kept from them."""
     hide_initial_environment()
     not_dumpable()
+    keep_inherited_descriptors()

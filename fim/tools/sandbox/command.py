@@ -26,6 +26,12 @@ EGRESS_DIR = "/run/fim-egress"
 # the real host user `nobody`. Kept tiny and import-light (`-I -S`: no site, no user paths).
 _LAUNCHER = """\
 import json, os, resource, sys
+for fd in os.listdir("/proc/self/fd"):  # only 0-2 reach the command, whatever the spawn kept
+    if int(fd) > 2:
+        try:
+            os.close(int(fd))
+        except OSError:
+            pass
 cfg = json.loads(sys.argv[1])
 for name, value in cfg["rlimits"].items():
     resource.setrlimit(getattr(resource, name), tuple(value))
