@@ -1,0 +1,5 @@
+"""`python -m fim`: the `fim` command, for images and virtualenvs without its script."""
+
+from fim.cli import main
+
+main()
