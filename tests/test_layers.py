@@ -88,6 +88,7 @@ LAYERS: list[tuple[int, tuple[str, ...], str]] = [
             "fim.server",
             "fim.commands",
             "fim.cli",
+            "fim.__main__",
             "fim.scaffold",
             "fim.testing",
             "fim.capabilities",
