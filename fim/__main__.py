@@ -2,4 +2,5 @@
 
 from fim.cli import main
 
-main()
+if __name__ == "__main__":
+    main()
