@@ -18,7 +18,9 @@ choices are conservative and visible in the YAML:
   binary upload (base64) become one `body` parameter; forms and multipart keep their fields
   (`files:` lists the file parts); vendor `x-` keys are stripped from schemas;
 - names: action names are cut so `{connector}__{action}` fits 64 characters (OpenAI,
-  Anthropic and Gemini all cap function names there), uniquely.
+  Anthropic and Gemini all cap function names there), uniquely;
+- text: a `${...}` in the document is written `$${...}` (`literal`), so the loader reads it
+  back as text: fim's own `${NAME_TOKEN}` variables are the connector's only ones.
 
 Speed matters: GitHub's spec is 13 MB. JSON is parsed by `json`, YAML by `fim.config.yamlio`
 (libyaml's C parser); positions are only computed for the error message of a document that
@@ -26,7 +28,8 @@ fails. Hostile specs are bounded: aliases, nesting and `$ref` inlining all have 
 
 Modules, by concept: `document` (read the spec, write the YAML, shape checks), `schemas`
 (`$ref`s and OpenAPI schemas as JSON Schema), `auth` (base_url and auth), `naming` (action
-names), `actions` (one operation -> one action); this module walks the paths.
+names), `actions` (one operation -> one action), `literal` (the spec's `${...}` kept as
+text); this module walks the paths.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from fim.connectors.openapi.document import (
     load_document,
     summary,
 )
+from fim.connectors.openapi.literal import literal, literal_data, spec_variables
 from fim.connectors.openapi.naming import NAME_LIMIT, fit, operation_name, unique
 from fim.connectors.openapi.schemas import WIDE_CHOICE, Resolver, widest_choice
 
@@ -53,10 +57,14 @@ def import_openapi(
 ) -> dict[str, Any]:
     """The connector declaration (plain data, ready to dump as YAML) of a document.
 
-    `warnings` collects what the reviewer should know (no auth declared, skipped operations).
-    Any malformed part raises `OpenApiError` naming where it is.
+    `warnings` collects what the reviewer should know (no auth declared, skipped operations,
+    `${...}` in the document, which is written as literal text). Any malformed part raises
+    `OpenApiError` naming where it is.
     """
     warnings = warnings if warnings is not None else []
+    variables = spec_variables(document)
+    if variables:
+        warnings.append(variables)
     version = str(document.get("openapi", ""))
     if not version.startswith("3"):
         found = f"swagger {document['swagger']}" if "swagger" in document else "no version"
@@ -74,7 +82,7 @@ def import_openapi(
     decl: dict[str, Any] = {"kind": "http"}
     title = " ".join(str(info.get("title", "")).split())
     if title:
-        decl["description"] = title
+        decl["description"] = literal(title)
     decl["base_url"] = base_url(document, name)
     auth = declared_auth(document, name) or inferred_auth(paths, resolver, name)
     if auth:
@@ -120,7 +128,7 @@ def import_openapi(
             f"schemas too large to inline were written as placeholders (not expanded): "
             f"{shown}; describe what the model needs of them by hand"
         )
-    decl["actions"] = actions
+    decl["actions"] = literal_data(actions) if variables else actions
     wide = [a for a, spec in actions.items() if widest_choice(spec["parameters"]) > WIDE_CHOICE]
     if wide:
         shown = ", ".join(wide[:5]) + (f" and {len(wide) - 5} more" if len(wide) > 5 else "")

@@ -2,7 +2,9 @@
 
 Both are written as `${NAME_TOKEN}`-style variables where the value is a secret or unknown,
 so no secret lands in git: `servers[0]` with its variables' defaults, the first security
-scheme that applies, else one inferred from an `Authorization`/API-key parameter.
+scheme that applies, else one inferred from an `Authorization`/API-key parameter. Those are
+the only variables: what comes from the document is written `literal` (a server variable
+default `eu-${OPENAI_API_KEY}` sent the operator's key to the spec's host).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import re
 from typing import Any
 
 from fim.connectors.openapi.document import METHODS
+from fim.connectors.openapi.literal import literal, literal_data
 from fim.connectors.openapi.schemas import Resolver
 
 
@@ -28,8 +31,8 @@ def base_url(document: dict[str, Any], name: str) -> str:
         url = url.replace(f"{{{var}}}", str((spec or {}).get("default", "")))
     if not re.match(r"^https?://", url):
         # A relative server URL is relative to wherever the document is hosted.
-        return f"${{{env_name(name, 'URL')}}}{url if url != '/' else ''}"
-    return url
+        return f"${{{env_name(name, 'URL')}}}{literal(url) if url != '/' else ''}"
+    return literal(url)
 
 
 def declared_auth(document: dict[str, Any], name: str) -> dict[str, Any] | None:
@@ -51,7 +54,7 @@ def declared_auth(document: dict[str, Any], name: str) -> dict[str, Any] | None:
             return {
                 "type": "api_key",
                 "key": f"${{{env_name(name, 'API_KEY')}}}",
-                "name": scheme.get("name", "X-API-Key"),
+                "name": literal_data(scheme.get("name", "X-API-Key")),
                 "location": scheme["in"],
             }
     return None
@@ -77,7 +80,7 @@ def inferred_auth(paths: dict[str, Any], resolver: Resolver, name: str) -> dict[
                     return {
                         "type": "api_key",
                         "key": f"${{{env_name(name, 'API_KEY')}}}",
-                        "name": pname,
+                        "name": literal(pname),
                         "location": where,
                     }
     return None

@@ -149,6 +149,7 @@ def dump_yaml(decl: dict[str, Any], source: str) -> str:
         default_flow_style=False,
         width=100,
     )
+    source = re.sub(r"[\x00-\x1f\x7f]", "?", source)  # a newline in a file name ends the comment
     return f"# Imported from {source} by `fim connector import`; review before merging.\n{text}"
 
 
