@@ -73,13 +73,22 @@ def eval_command(
             "instead of its own; repeatable: every case runs once per model.",
         ),
     ] = None,
+    fail_on_skip: Annotated[
+        bool,
+        typer.Option(
+            "--fail-on-skip",
+            help="Exit 1 when a case was skipped (no cassette: never tested), naming it. "
+            "With --shard, the verdict is `fim eval merge --fail-on-skip`'s.",
+        ),
+    ] = False,
 ) -> None:
     """Run eval suites against the compiled project (`fim eval merge` joins shards).
 
     `fim eval merge REPORTS...` merges the JSON reports of shards.
 
-    Exits 0 when every suite meets its threshold, 1 when one does not, 2 on bad config,
-    including cases that could not run (ERROR: a missing provider key, an MCP command)."""
+    Exits 0 when every suite meets its threshold, 1 when one does not (or,
+    with --fail-on-skip, when a case was skipped), 2 on bad config, including
+    cases that could not run (ERROR: a missing provider key, an MCP command)."""
     # deferred: loading rich costs a few ms
     from rich.console import Console
 
@@ -87,7 +96,15 @@ def eval_command(
         Console(stderr=True).print(f"error: --format {format_}: use text or markdown", markup=False)
         raise typer.Exit(2)
     if suites and suites[0] == "merge" and len(suites) > 1:
-        merge_reports([Path(p) for p in suites[1:]], junit, json_out, baseline, threshold, format_)
+        merge_reports(
+            [Path(p) for p in suites[1:]],
+            junit,
+            json_out,
+            baseline,
+            threshold,
+            format_,
+            fail_on_skip,
+        )
 
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.eval.report import print_summary, write_reports
@@ -171,7 +188,7 @@ def eval_command(
         # deferred: loading fim.eval.ci costs tens of ms
         from fim.eval.ci import markdown
 
-        shown.write(markdown(data, comparison))
+        shown.write(markdown(data, comparison, fail_on_skip))
     else:
         print_summary(report, Console(highlight=False, stderr=piped))
         if comparison is not None:
@@ -184,9 +201,28 @@ def eval_command(
     write_reports(report, junit, None if piped else json_out)
     if report.errored:  # a shard too: no merge can make a case that could not run pass
         raise typer.Exit(2)
+    skipped = _skipped(data, fail_on_skip, shard is not None)
     if shard is not None:
         raise typer.Exit(0)
-    raise typer.Exit(0 if report.ok and (comparison is None or comparison.ok) else 1)
+    ok = report.ok and (comparison is None or comparison.ok) and not skipped
+    raise typer.Exit(0 if ok else 1)
+
+
+def _skipped(data: dict[str, Any], fail_on_skip: bool, shard: bool) -> bool:
+    """`--fail-on-skip`: whether a case was skipped, said on stderr with their names (a
+    shard only notes them: its merge gives the verdict)."""
+    # deferred: loading fim.eval.ci costs tens of ms
+    from fim.eval.ci import skip_error, skipped_cases
+
+    names = skipped_cases(data) if fail_on_skip else []
+    if names:
+        line = skip_error(names)
+        sys.stderr.write(
+            f"note: {line}; `fim eval merge --fail-on-skip` gives the verdict\n"
+            if shard
+            else f"error: {line}\n"
+        )
+    return bool(names)
 
 
 def _nothing_selected(snapshot: Any, suites: list[str] | None, patterns: list[str] | None) -> str:
@@ -276,11 +312,12 @@ def merge_reports(
     baseline: Path | None,
     threshold: float,
     format_: str,
+    fail_on_skip: bool = False,
 ) -> None:
     """`fim eval merge`: one JUnit file and one summary from the JSON reports of shards."""
 
     # deferred: loading fim.eval.ci costs tens of ms
-    from fim.eval.ci import exit_code, label, load, markdown, merge, rate, verdict
+    from fim.eval.ci import exit_code, label, load, markdown, merge, plain, rate, verdict
     from fim.eval.ci import junit as junit_xml
 
     try:
@@ -290,12 +327,18 @@ def merge_reports(
         raise typer.Exit(2) from None
     comparison = _compare(merged, baseline, threshold)
     if format_ == "markdown":
-        sys.stdout.write(markdown(merged, comparison))
+        sys.stdout.write(markdown(merged, comparison, fail_on_skip))
     else:
-        for suite in merged["suites"]:
+        for suite in merged["suites"]:  # shards' JSON: any text, kept on its line (`plain`)
             sys.stdout.write(
-                f"{label(suite)}: {len(suite['cases'])} cases, {rate(suite['pass_rate'])} "
-                f"(threshold {suite['threshold']:.0%}) {verdict(suite)}\n"
+                f"{plain(label(suite))}: {len(suite['cases'])} cases, "
+                f"{rate(suite['pass_rate'])} (threshold {suite['threshold']:.0%}) "
+                f"{verdict(suite)}\n"
+            )
+        replayed = merged.get("cases_replayed", 0)
+        if replayed:
+            sys.stdout.write(
+                f"{replayed} case{'s' if replayed > 1 else ''} replayed from cassettes\n"
             )
         if comparison is not None:
             # deferred: loading fim.eval.baseline costs tens of ms
@@ -308,5 +351,7 @@ def merge_reports(
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(merged, indent=2, default=str), "utf-8")
-    code = exit_code(merged)
+    code = exit_code(merged, fail_on_skip)
+    if code != 2:  # --fail-on-skip: which cases were skipped (none said when it is off)
+        _skipped(merged, fail_on_skip, shard=False)
     raise typer.Exit(code if code or comparison is None or comparison.ok else 1)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fim.eval.ci import Report, label, ran_cases
+from fim.eval.ci import Report, label, plain, ran_cases
 
 
 def _cost(case: dict[str, Any]) -> float | None:
@@ -162,17 +162,18 @@ def compare(current: Report, baseline: Report, threshold: float = 0.2) -> Compar
 
 
 def text(comparison: Comparison) -> str:
-    """The comparison as plain lines for a terminal."""
+    """The comparison as plain lines for a terminal; each case name `plain` (one line: a
+    name never starts a line, where `::` is a CI workflow command)."""
     out = [f"baseline: {len(comparison.regressed)} regressed, {len(comparison.improved)} improved"]
     if comparison.models_line is not None:
-        out.append(f"  {comparison.models_line}")
-    out += [f"  regressed: {k}" for k in comparison.regressed]
-    out += [f"  improved: {k}" for k in comparison.improved]
-    out += [f"  new: {k}" for k in comparison.added]
-    out += [f"  removed: {k}" for k in comparison.removed]
+        out.append(f"  {plain(comparison.models_line)}")
+    out += [f"  regressed: {plain(k)}" for k in comparison.regressed]
+    out += [f"  improved: {plain(k)}" for k in comparison.improved]
+    out += [f"  new: {plain(k)}" for k in comparison.added]
+    out += [f"  removed: {plain(k)}" for k in comparison.removed]
     for c in comparison.changes:
         change = "new" if c.before == 0 else f"{c.ratio:+.0%}"
-        out.append(f"  {c.metric} {c.case}: {c.before:g} -> {c.after:g} ({change})")
+        out.append(f"  {c.metric} {plain(c.case)}: {c.before:g} -> {c.after:g} ({change})")
     return "\n".join(out) + "\n"
 
 

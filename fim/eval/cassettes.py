@@ -2,7 +2,15 @@
 
 A cassette is one JSON file per eval case under `evals/.cassettes/<suite>/<case>.json`,
 holding model responses keyed by a hash of (model, messages, tools). Only the request's
-content is hashed and only the response is stored: no headers, no API keys, no base URLs.
+content is hashed and only the response is stored: no headers, no API keys, no paths.
+
+Each reply also says where it was recorded (`endpoint`: the origin of the model's
+`api_base`, or `default`, the provider's own endpoint; `origin`). Replay refuses a reply
+recorded against another endpoint than the project's model settings name now (attack-43
+#5: a pull request recorded against a stub that answered what its case expects, restored
+fim.yaml, and the gate passed an agent no real model answered). It is a record, not a
+proof: the file is committed like code and can say anything, so review `evals/.cassettes/`
+as code. A cassette from before the field (`unsourced`) is replayed and the report says so.
 
 A cassette is meant to be committed, so it never holds a secret: responses are masked
 (`fim.masking`) before they are stored, and the key is the hash of the *masked* request.
@@ -29,6 +37,7 @@ import re
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from fim.config.files import read_regular, write_inside
 from fim.errors import RunError
@@ -97,6 +106,34 @@ def tool_key(call: str, occurrence: int) -> str:
     """The key of a tool call's result: the call (`tool_call`) and which occurrence of it
     in the case run it is (0, 1, ...), so repeated identical calls replay in order."""
     return "tool:" + hashlib.sha256(f"{occurrence}:{call}".encode()).hexdigest()[:24]
+
+
+DEFAULT_ENDPOINT = "default"
+"""A cassette's `endpoint` for a model with no base URL: its provider's own endpoint."""
+
+
+def origin(url: str | None) -> str:
+    """Where requests to `url` go, as a cassette records it: scheme, host and port only.
+    The user, password, path and query are dropped (a base URL may carry a token in any of
+    them, and a committed file keeps none); no URL is `DEFAULT_ENDPOINT`."""
+    text = (url or "").strip()
+    if not text:
+        return DEFAULT_ENDPOINT
+    parts = urlsplit(text if "//" in text else "//" + text)
+    host = (parts.hostname or "").lower()
+    if ":" in host:  # an IPv6 address
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    found = host + (f":{port}" if port is not None else "")
+    return f"{parts.scheme.lower()}://{found}" if parts.scheme else found or "?"
+
+
+def endpoint_words(endpoint: str) -> str:
+    """An endpoint as a message says it."""
+    return "the provider's default endpoint" if endpoint == DEFAULT_ENDPOINT else endpoint
 
 
 def slug(name: str) -> str:
@@ -169,6 +206,18 @@ class Cassette:
         self.load()
         return sorted({str(e["model"]) for e in self.entries.values() if e.get("model")})
 
+    @property
+    def unsourced(self) -> bool:
+        """A recorded reply does not say which endpoint it came from (recorded before
+        cassettes held `endpoint`): replayed, and the report says so once."""
+        self.load()
+        return any("endpoint" not in e for e in self.entries.values())
+
+    def recorded_endpoint(self, key: str) -> str | None:
+        """Where the reply `key` was recorded (masked, as stored), or None (not said)."""
+        value = self.entries.get(key, {}).get("endpoint")
+        return None if value is None else str(value)
+
     def lookup(self, key: str) -> ModelResponse | None:
         self.load()
         if self.broken is not None:
@@ -201,11 +250,14 @@ class Cassette:
                 "result": self.masker.value(result.model_dump(mode="json")),
             }
 
-    async def store(self, key: str, model: str, response: ModelResponse) -> None:
+    async def store(
+        self, key: str, model: str, response: ModelResponse, endpoint: str = DEFAULT_ENDPOINT
+    ) -> None:
         async with self._lock:
             self.entries[key] = {
                 "key": key,
                 "model": self.masker.text(model),
+                "endpoint": self.masker.text(endpoint),
                 "response": self.masker.value(response.model_dump(mode="json")),
             }
 
@@ -238,13 +290,22 @@ def save_all(cassettes: Iterable[Cassette]) -> None:
 
 
 class CassetteModel:
-    """Wraps a model (built lazily, so replay needs no API key) with a cassette."""
+    """Wraps a model (built lazily, so replay needs no API key) with a cassette.
+    `endpoint` is where the model's requests go under the project's settings now (`origin`
+    of its base URL): recorded with each reply, and compared with it on replay."""
 
-    def __init__(self, name: str, factory: Callable[[], Model], cassette: Cassette) -> None:
+    def __init__(
+        self,
+        name: str,
+        factory: Callable[[], Model],
+        cassette: Cassette,
+        endpoint: str = DEFAULT_ENDPOINT,
+    ) -> None:
         self.name = name
         self._factory = factory
         self._inner: Model | None = None
         self.cassette = cassette
+        self.endpoint = endpoint
 
     def _model(self) -> Model:
         if self._inner is None:
@@ -263,12 +324,34 @@ class CassetteModel:
             if hit is None:
                 cassette.misses += 1
                 raise self._miss()
+            elsewhere = self._elsewhere(key)
+            if elsewhere is not None:
+                cassette.misses += 1
+                raise elsewhere
             cassette.hits += 1
             return hit
         response = await self._model().complete(messages, tools, **options)
         if cassette.mode == "record":
-            await cassette.store(key, self.name, response)
+            await cassette.store(key, self.name, response, self.endpoint)
         return response
+
+    def _elsewhere(self, key: str) -> CassetteMiss | None:
+        """The miss for a reply recorded against another endpoint than this model's now
+        (attack-43 #5: recorded against a stub server, fim.yaml restored), or None. A reply
+        that does not say where it was recorded is replayed (`Cassette.unsourced`)."""
+        cassette = self.cassette
+        recorded = cassette.recorded_endpoint(key)
+        now = cassette.masker.text(self.endpoint)
+        if recorded is None or recorded == now:
+            return None
+        return CassetteMiss(
+            f"cassette miss: {cassette.path.name} was recorded against "
+            f"{endpoint_words(recorded)}; this run's {cassette.masker.text(self.name)} "
+            f"uses {endpoint_words(now)}",
+            hint="recorded against another server than the project's model settings name "
+            "now, e.g. a local or stub one: re-record with `fim eval --record`, or set the "
+            "api_base (or OPENAI_BASE_URL) it was recorded with",
+        )
 
     def _miss(self) -> CassetteMiss:
         """Why a recorded case has no reply for this request. A model the recording never

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
+from fim.terminal import printable
 
 if TYPE_CHECKING:
     from xml.etree import ElementTree as ET
@@ -82,9 +83,54 @@ def rate(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 
 
-def exit_code(report: Report) -> int:
-    """2 when a case could not run for the configuration, 1 when a suite failed, else 0."""
-    return 2 if report.get("errored") else 0 if report["ok"] else 1
+def exit_code(report: Report, fail_on_skip: bool = False) -> int:
+    """2 when a case could not run for the configuration, 1 when a suite failed (or, with
+    `fail_on_skip`, a case was skipped), else 0."""
+    if report.get("errored"):
+        return 2
+    return 1 if not report["ok"] or (fail_on_skip and skipped_cases(report)) else 0
+
+
+def skipped_cases(report: Report) -> list[str]:
+    """`suite/case` of every case skipped (replay, no cassette): not tested at all
+    (newcomer7 #7: a new case without its recording passed the gate as SKIP)."""
+    return [
+        f"{label(s)}/{_case_name(c)}"
+        for s in report["suites"]
+        for c in s["cases"]
+        if c.get("skipped") is not None
+    ]
+
+
+def replayed_cases(report: Report) -> tuple[int, int]:
+    """(cases replayed from cassettes, of those how many from a cassette that does not say
+    which endpoint it was recorded against)."""
+    cases = [c for s in report["suites"] for c in s["cases"] if c.get("replayed")]
+    return len(cases), sum(bool(c.get("unsourced")) for c in cases)
+
+
+def skip_error(names: list[str]) -> str:
+    """`--fail-on-skip`'s line: which cases were skipped, and how to record them."""
+    shown = ", ".join(plain(n) for n in names[:20]) + (" ..." if len(names) > 20 else "")
+    return (
+        f"--fail-on-skip: {len(names)} case{'' if len(names) == 1 else 's'} skipped "
+        f"(no cassette): {shown} (`fim eval --record` records them, `--live` runs them)"
+    )
+
+
+_BREAKS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+"""Characters that end a line (or are control characters) in a plain-text report."""
+
+
+def plain(text: str) -> str:
+    """A field of a plain-text report (a case's name, a judge's reason, a model's output) on
+    one line: newlines and every control character escaped (`\\n`), then `printable`. A
+    line of CI output that starts `::` is a GitHub Actions workflow command (attack-43 #6:
+    a case named `x\\n::add-mask::FAIL` hid every later FAIL in the job log); text the
+    case or the model wrote never starts a line."""
+    if text.isprintable():
+        return text
+    return printable(_BREAKS.sub(lambda m: m.group().encode("unicode_escape").decode(), text))
 
 
 def finish(report: Report) -> Report:
@@ -100,6 +146,8 @@ def finish(report: Report) -> Report:
         suite["skipped"] = bool(cases) and all(c.get("skipped") is not None for c in cases)
     report["ok"] = all(s["passed"] for s in report["suites"])
     report["errored"] = any(s["errored"] for s in report["suites"])
+    report["cases_skipped"] = len(skipped_cases(report))
+    report["cases_replayed"] = replayed_cases(report)[0]
     return report
 
 
@@ -312,14 +360,45 @@ def _code(text: str) -> str:
     return " ".join(text.split())[:300].replace("`", "'")
 
 
-def markdown(report: Report, comparison: Comparison | None = None) -> str:
-    """A job summary / PR comment: suites table, failing cases, baseline changes."""
+def markdown(
+    report: Report, comparison: Comparison | None = None, fail_on_skip: bool = False
+) -> str:
+    """A job summary / PR comment: suites table, failing cases, baseline changes. Skipped
+    cases (no cassette: never tested) are said under the headline, and so is how many
+    cases replayed a cassette rather than asked a model."""
+    skipped = skipped_cases(report)
+    many = f"{len(skipped)} case{'' if len(skipped) == 1 else 's'} skipped (no cassette)"
     headline = "✅ passed" if report["ok"] else "❌ failed"
+    if report["ok"] and skipped:
+        headline = f"❌ failed: {many}" if fail_on_skip else f"⚠️ passed, {many}"
     if report.get("errored"):
         headline = "❌ could not run (configuration)"
     if comparison is not None and not comparison.ok and not report.get("errored"):
         headline = "❌ regressed"
     lines = [f"## fim eval: {headline}", ""]
+    if skipped:
+        named = ", ".join(f"`{_code(n)}`" for n in skipped[:20])
+        more = f" and {len(skipped) - 20} more" if len(skipped) > 20 else ""
+        lines += [
+            f"> ⚠️ **{many}**: not tested. `fim eval --record` records them"
+            f"{'' if fail_on_skip else '; `--fail-on-skip` fails the gate on them'}: "
+            f"{named}{more}",
+            "",
+        ]
+    replayed, unsourced = replayed_cases(report)
+    if replayed:
+        total = sum(len(s["cases"]) for s in report["suites"])
+        note = (
+            f" ({unsourced} from cassettes that do not say which endpoint they were "
+            "recorded against: `fim eval --record` refreshes them)"
+            if unsourced
+            else ""
+        )
+        lines += [
+            f"{replayed} of {total} cases replayed from cassettes (recorded answers in "
+            f"`evals/.cassettes/`, not a model's answers now){note}",
+            "",
+        ]
     lines += [
         "| suite | cases | passed | rate | threshold | result |",
         "|---|---:|---:|---:|---:|---|",

@@ -18,7 +18,7 @@ from fim.build.eval_checks import case_input_problems, vars_hint
 from fim.build.snapshot import Snapshot
 from fim.config.schema import EvalCase, EvalSuite, ModelSettings
 from fim.config.schema.evals import ApprovalAnswers, ElicitationAnswer
-from fim.errors import FimError
+from fim.errors import FimError, RunError
 from fim.eval.assertions import Observed
 from fim.eval.cassettes import (
     NEEDS_LIVE,
@@ -27,11 +27,13 @@ from fim.eval.cassettes import (
     CassetteModel,
     Mode,
     NeedsLiveModel,
+    origin,
 )
 from fim.eval.results import CaseRun
 from fim.eval.tool_replay import ToolTape
 from fim.events import RunFinished
-from fim.llm import ModelWrapper, make_model, wrapping_models
+from fim.llm import ModelWrapper, backend_for, make_model, wrapping_models
+from fim.llm.base import api_base
 from fim.run.services import Services
 from fim.types import Message, Model
 
@@ -131,6 +133,17 @@ async def answer_requests(event: Any, case: EvalCase, services: Services) -> Non
             await store.resolve_approval(approval_id, False, by=EVAL_ANSWERER, data=data)
 
 
+def endpoint_of(settings: ModelSettings) -> str:
+    """Where `settings`' requests go, as a cassette records it (`fim.eval.cassettes.origin`):
+    what its backend can tell without a request (an `api_base`, OPENAI_BASE_URL, a local
+    provider's port), else the provider's default endpoint."""
+    try:
+        url = backend_for(settings).endpoint(settings)
+    except RunError:  # an unknown `extra.backend`: the run itself says so
+        url = api_base(settings)
+    return origin(url)
+
+
 class Throttled:
     """A model whose calls wait for a slot: the runner's bound on calls in flight."""
 
@@ -172,7 +185,7 @@ class CaseExecutor:
 
             if self.mode == "live":
                 return build()
-            return CassetteModel(settings.model, build, cassette)
+            return CassetteModel(settings.model, build, cassette, endpoint_of(settings))
 
         return wrap
 

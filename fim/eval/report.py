@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fim.eval.ci import location, miss_line, suite_time, xml_document
+from fim.eval.ci import location, miss_line, plain, suite_time, xml_document
 from fim.eval.results import CaseRun, EvalReport
 from fim.masking import known
-from fim.terminal import markup, printable
+from fim.terminal import markup
 
 
 def _case_id(run: CaseRun) -> str:
@@ -113,23 +113,30 @@ def print_summary(report: EvalReport, console: Any) -> None:
     for row in rows:
         verdict = row[-1]
         table.add_row(
-            *(markup(cell) for cell in row[:-1]),
+            *(markup(plain(cell)) for cell in row[:-1]),
             f"[{_STYLE[verdict]}]{verdict}[/{_STYLE[verdict]}]",
         )
     console.print(table)
+    # Every field below is `plain` (one line) and printed unwrapped (`soft_wrap`): a case's
+    # name or a judge's reason never starts a line, where `::` would be a GitHub Actions
+    # workflow command (attack-43 #6).
     for suite in report.suites:
         for run in suite.runs:
+            name = f"{markup(plain(suite.label))} / {markup(plain(_case_id(run)))}"
             if run.skipped:
-                console.print(f"[yellow]-[/yellow] {markup(suite.label)} / {markup(_case_id(run))}")
+                console.print(f"[yellow]-[/yellow] {name}", soft_wrap=True)
                 console.print(
-                    f"    skipped: {run.skipped}", markup=False, highlight=False, soft_wrap=True
+                    f"    skipped: {plain(run.skipped)}",
+                    markup=False,
+                    highlight=False,
+                    soft_wrap=True,
                 )
             elif not run.passed:
                 mark = "[red]![/red] ERROR" if run.config_error else "[red]✗[/red]"
-                console.print(f"{mark} {markup(suite.label)} / {markup(_case_id(run))}")
+                console.print(f"{mark} {name}", soft_wrap=True)
                 for line in failure_lines(run):
                     console.print(
-                        f"    {printable(line)}", markup=False, highlight=False, soft_wrap=True
+                        f"    {plain(line)}", markup=False, highlight=False, soft_wrap=True
                     )
     hooks = (
         "hooks ON (--with-hooks)"
@@ -142,14 +149,26 @@ def print_summary(report: EvalReport, console: Any) -> None:
     errors = sum(r.config_error for r in runs)
     ran = len(runs) - skipped - errors
     missed = plural(misses, "cassette miss", "cassette misses")
+    replayed = sum(r.replayed for r in runs)
     console.print(
         f"{plural(ran, 'run')} in {report.duration_s:.2f}s · mode {report.mode} · {hooks}"
+        + (f" · {replayed} replayed from cassettes" if replayed else "")
         + (f" · [yellow]{missed}[/yellow]" if misses else "")
         + (f" · [yellow]{skipped} skipped (need a live model: --live)[/yellow]" if skipped else "")
         + (f" · [red]{errors} could not run (configuration: exit 2)[/red]" if errors else ""),
         highlight=False,
         soft_wrap=True,
     )
+    unsourced = sum(r.unsourced for r in runs)
+    if unsourced:
+        console.print(
+            f"note: {plural(unsourced, 'case')} replayed from cassettes that do not say which "
+            "endpoint they were recorded against (recorded by an older fim): "
+            "`fim eval --record` refreshes them",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def junit_xml(report: EvalReport) -> str:
@@ -245,6 +264,8 @@ def _json_report(report: EvalReport) -> dict[str, Any]:
         "errored": report.errored,
         "duration_s": round(report.duration_s, 3),
         "mode": report.mode,
+        "cases_skipped": sum(r.skipped is not None for s in report.suites for r in s.runs),
+        "cases_replayed": sum(r.replayed for s in report.suites for r in s.runs),
         "suites": [
             {
                 "name": s.suite.name,

@@ -27,6 +27,12 @@ class CaseRun:
     cassette_miss: bool = False
     skipped: str | None = None
     """Why the case did not run (replay, no cassette, a live model needed); not a failure."""
+    replayed: bool = False
+    """The case ran on its committed cassette's replies, not on a model: the reports count
+    these, so a reviewer sees how much of a verdict is recordings (attack-43 #5)."""
+    unsourced: bool = False
+    """Replayed from a cassette that does not say which endpoint it was recorded against
+    (recorded before fim wrote it): said once in the summary; `--record` refreshes it."""
     config_error: bool = False
     """The case could not run because the configuration lacks something no run can supply
     (a provider key, an MCP command): `error` says what. Status ERROR, exit 2, not a FAIL:
@@ -66,6 +72,8 @@ class CaseRun:
             "config_error": self.config_error,
             "cassette_miss": self.cassette_miss,
             "skipped": self.skipped,
+            "replayed": self.replayed,
+            "unsourced": self.unsourced,
             "output": self.output,
             "latency_ms": round(self.latency_ms, 1),
             "tokens": self.tokens,

@@ -239,6 +239,8 @@ class EvalRunner(CaseExecutor):
             if live is not None:  # known up front: nothing of the case runs
                 run.skipped = str(NeedsLiveModel(live, cassette.path))
                 return run
+        if self.mode == "replay" and cassette.recorded:
+            run.replayed, run.unsourced = True, cassette.unsourced
         problems = self._problems.get(suite.name)
         if problems is None and self.mode != "replay":  # the same for every case of a suite
             problems = self._problems[suite.name] = self._preflight(suite)
