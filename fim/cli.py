@@ -30,6 +30,7 @@ try:
     import typer
 
     from fim.commands import ProjectOption, err
+    from fim.config.serving import SERVING_COMMANDS, require_serve_settings
     from fim.environ import hide_from_children
     from fim.errors import ConfigError, RunError
 finally:
@@ -51,6 +52,7 @@ COMMAND_MODULES: list[str] = [
     "fim.commands.runs",
     "fim.commands.prune",
     "fim.commands.worker",
+    "fim.commands.store",
 ]
 """Modules whose `register(app)` adds commands, in help order."""
 
@@ -99,6 +101,10 @@ def _root(
 ) -> None:
     """Run LLM agents declared in version-controlled YAML."""
     ctx.obj = {"project": project}
+    # An unset `${VAR}` in `state:`/`server:` fails only the commands that read them; the
+    # others warn (`fim.config.serving`). Put back when the command ends (in-process tests).
+    was = require_serve_settings(ctx.invoked_subcommand in SERVING_COMMANDS)
+    ctx.call_on_close(lambda: require_serve_settings(was))
 
 
 def _hide_flag_types() -> None:

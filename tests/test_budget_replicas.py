@@ -311,7 +311,7 @@ def test_only_a_shared_store_with_a_daily_or_session_limit_takes_holds(
     held: bool,
 ) -> None:
     """One process on SQLite is served by its pools alone, and a per-run limit lives in one
-    process: neither issues a statement for holds (no hold taken, no table made). A daily
+    process: neither takes a hold (the PostgreSQL table is a migration's, made anyway). A daily
     limit on PostgreSQL takes one per call, and its run's end leaves none behind."""
     if backend == "sqlite":
         state = f"sqlite:///{tmp_path}/state/fim.db"
@@ -345,6 +345,7 @@ def test_only_a_shared_store_with_a_daily_or_session_limit_takes_holds(
             await services.aclose()
 
     made, left = asyncio.run(go())
-    assert (bool(taken), made) == (held, held)
+    assert bool(taken) == held
+    assert made == (backend == "postgres")  # a migration makes it (a DML-only role needs it)
     assert taken == (["day"] if held else [])
     assert left == 0

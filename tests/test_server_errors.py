@@ -19,6 +19,7 @@ from fim.errors import RunError
 from fim.server import banner, bind, refuse_open
 from fim.server.app import create_app
 from fim.testing.server import ServerThread
+from fim.version import fim_version
 
 
 def _closed_port() -> int:
@@ -82,6 +83,7 @@ def test_the_banner_says_what_is_served_and_a_port_in_use_says_how_to_move(
     assert line == (
         "fim serve: project 'broken' · 1 agent, 0 workflows · http://127.0.0.1:8000 "
         "(OpenAI-compatible: /v1) · reload on · auth off (no server.api_keys)"
+        f" · store sqlite:///{tmp_path / 'state.db'} · fim {fim_version()}"
     )
     keyed = Project(name="k", server=ServerSettings(api_keys=["s3cret-key"]))
     shown = banner(Snapshot(root=tmp_path, project=keyed), "::1", 9000, reload=False)

@@ -9,7 +9,9 @@ ConfigError, each pointing at the value at fault.
 from __future__ import annotations
 
 import gc
+import json
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -23,6 +25,7 @@ from fim.build.hook_checks import pin_commands, pin_folders
 from fim.build.model_checks import check_cost_limits
 from fim.build.project_modules import pin_modules
 from fim.build.snapshot import CASE_SOURCE, Locate, Snapshot, Source
+from fim.build.vet import child_problem, first_imports_refused
 from fim.build.workflow_checks import check_agent_workflows, python_tool_nodes
 from fim.config.case_files import case_lines
 from fim.config.loader import Declarations, find_root, load, mask_problems
@@ -30,6 +33,9 @@ from fim.config.schema import ModelSettings
 from fim.errors import ConfigError, Problem
 
 SnapshotCheck = Callable[[Snapshot, Locate], list[Problem]]
+Vet = Callable[[Path], list[Problem]]
+"""`vet(root)`: the problems of the project at `root` found where its Python cannot touch
+this process (`fim.build.vet.vet_in_child`); nothing when it compiles."""
 
 
 def _check_hooks(snapshot: Snapshot, locate: Locate) -> list[Problem]:
@@ -156,6 +162,46 @@ else was fixed, so `fim validate` reported a project in stages. The store check 
 no project file and costs nothing."""
 
 
+NO_PROJECT_PYTHON: tuple[SnapshotCheck, ...] = (_check_project_views,)
+"""`EVEN_WHEN_BROKEN` for a reload: a candidate with problems is rejected anyway, and its
+Python is not imported into the server to report more."""
+
+
+def _vetted_problems(snapshot: Snapshot, locate: Locate, vet: Vet) -> list[Problem]:
+    """The snapshot checks, importing no project module this process does not hold yet
+    until `vet` passed the project: a reload that changes no Python file (or no module a
+    check imports) costs nothing more; one that does is compiled once in a child first."""
+    with first_imports_refused() as refused:
+        problems = _snapshot_problems(snapshot, locate)
+    if not refused:
+        return problems
+    found = vet(snapshot.root)
+    return found or _snapshot_problems(snapshot, locate)
+
+
+def vet_main() -> None:
+    """The child of `vet_in_child`: not dumpable, the variables from stdin, the compile's
+    problems as JSON on the stdout it started with (the modules' own prints go nowhere)."""
+    # deferred: only the child needs it
+    from fim.environ import not_dumpable
+
+    not_dumpable()
+    request = json.loads(sys.stdin.buffer.read())
+    os.environ.update(request["env"])
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    try:
+        compile_project(request["root"])
+        problems: list[Problem] = []
+    except ConfigError as exc:
+        problems = exc.problems
+    except BaseException as exc:  # the project's Python ended the compile: its problem
+        problems = [child_problem(f"failed: {type(exc).__name__}: {exc}")]
+    out.write(json.dumps([p.as_dict() for p in problems]))
+    out.flush()
+    os._exit(0)
+
+
 def _snapshot_problems(
     snapshot: Snapshot, locate: Locate, checks: tuple[SnapshotCheck, ...] = SNAPSHOT_CHECKS
 ) -> list[Problem]:
@@ -201,8 +247,13 @@ def load_project(root: str | Path | None = None) -> Declarations:
     return load(find_root(root))
 
 
-def compile_project(root: str | Path | None = None) -> Snapshot:
-    """Load, cross-check and freeze the project; raises ConfigError with every problem."""
+def compile_project(root: str | Path | None = None, *, vet: Vet | None = None) -> Snapshot:
+    """Load, cross-check and freeze the project; raises ConfigError with every problem.
+
+    With `vet` (a running server's reload of an edit or a fetched commit), the project's
+    Python is never imported into this process for a candidate that is rejected: not at
+    all when its files have problems already, and a module this process has not imported
+    yet only after `vet` found no problem with the whole project (`_vetted_problems`)."""
     with _gc_paused():
         decls = load_project(root)
         Checker(decls).run()
@@ -211,10 +262,13 @@ def compile_project(root: str | Path | None = None) -> Snapshot:
         folders = pin_folders(decls)
         snapshot = build_snapshot(decls, modules, commands, folders)
     if not decls.problems:
-        decls.problems.extend(_snapshot_problems(snapshot, _locator(decls)))
+        locate = _locator(decls)
+        found = _vetted_problems(snapshot, locate, vet) if vet else None
+        decls.problems.extend(found if found is not None else _snapshot_problems(snapshot, locate))
     else:
         flagged = {(p.path, p.line, p.column) for p in decls.problems}
-        more = _snapshot_problems(snapshot, _locator(decls), EVEN_WHEN_BROKEN)
+        checks = EVEN_WHEN_BROKEN if vet is None else NO_PROJECT_PYTHON
+        more = _snapshot_problems(snapshot, _locator(decls), checks)
         decls.problems += [p for p in more if (p.path, p.line, p.column) not in flagged]
     if decls.problems:  # the project is broken anyway: report the skills' problems too
         decls.problems += [p for found in decls.skill_problems.values() for p in found]

@@ -198,15 +198,27 @@ class GitSource:
         self.git("checkout", "--quiet", "--force", "--detach", sha)
 
 
-def _compile(root: Path, sha: str) -> Snapshot:
+def _compile(root: Path, sha: str, holder: SnapshotHolder | None = None) -> Snapshot:
+    """The snapshot of the commit `sha` checked out at `root`. With the `holder` of a
+    running server (a commit fetched while serving): its project Python is imported here
+    only once a child process imported it without a problem (`vet_in_child`), and the
+    holder's gates are passed, so a rejected commit neither runs in the server nor is
+    served."""
     # deferred: loading fim.config.loader costs tens of ms
     from fim.build.compile import compile_project
+    from fim.build.vet import vet_in_child
 
     if not (root / "fim.yaml").is_file():
         raise ConfigError(
             [Problem("fim.yaml", 1, 1, f"commit {sha[:12]} has no {root.name}/fim.yaml")]
         )
-    return dataclasses.replace(compile_project(root), version=sha)
+    if holder is None:
+        return dataclasses.replace(compile_project(root), version=sha)
+    snapshot = compile_project(root, vet=vet_in_child)
+    refused = holder.refusals(snapshot)
+    if refused:
+        raise ConfigError(refused)
+    return dataclasses.replace(snapshot, version=sha)
 
 
 def claim_checkout(source: GitSource) -> IO[str]:
@@ -250,7 +262,7 @@ async def pull_once(source: GitSource, holder: SnapshotHolder) -> bool:
         return False
     try:
         staged = await asyncio.to_thread(source.stage, sha)
-        await asyncio.to_thread(_compile, staged, sha)
+        await asyncio.to_thread(_compile, staged, sha, holder)
     except ConfigError as exc:
         source.rejected = sha
         holder.fail(
@@ -272,7 +284,7 @@ async def pull_once(source: GitSource, holder: SnapshotHolder) -> bool:
     previous = source.served
     try:
         await asyncio.to_thread(source.check_out, sha)
-        snapshot = await asyncio.to_thread(_compile, source.root, sha)
+        snapshot = await asyncio.to_thread(_compile, source.root, sha, holder)
     except Exception as exc:  # pragma: no cover - staging compiled the same files
         await asyncio.to_thread(source.check_out, previous)
         source.rejected = sha

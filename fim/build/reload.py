@@ -46,6 +46,15 @@ class SnapshotHolder:
     error_at: float | None = None
     reloads: int = 0
     listeners: list[Callable[[Snapshot, Snapshot], object]] = field(default_factory=list)
+    gates: list[Callable[[Snapshot], list[Problem]]] = field(default_factory=list)
+    """Rules a new snapshot must pass besides compiling, which the server that holds it
+    registers (`fim serve`: a reload may not leave a server on a network address without
+    keys, which it would refuse to start). A snapshot a gate refuses is rejected like one
+    that does not compile: the old one keeps serving."""
+
+    def refusals(self, new: Snapshot) -> list[Problem]:
+        """What the gates say against swapping `new` in (nothing: it may be)."""
+        return [problem for gate in self.gates for problem in gate(new)]
 
     def swap(self, new: Snapshot) -> None:
         old, self.current = self.current, new
@@ -76,10 +85,14 @@ async def reload_once(root: Path, holder: SnapshotHolder) -> bool:
     """Recompile `root` off the event loop; swap on success, keep the old one on failure."""
     # deferred: loading fim.config.loader costs tens of ms
     from fim.build.compile import compile_project
+    from fim.build.vet import vet_in_child
 
     started = time.perf_counter()
     try:
-        snapshot = await asyncio.to_thread(compile_project, root)
+        snapshot = await asyncio.to_thread(compile_project, root, vet=vet_in_child)
+        refused = holder.refusals(snapshot)
+        if refused:
+            raise ConfigError(refused)
     except ConfigError as exc:
         holder.fail(exc.problems)
         for problem in exc.problems:

@@ -133,8 +133,23 @@ def load_snapshot(ctx: typer.Context | None, project: Path | None = None) -> Sna
     from fim.build.compile import compile_project
 
     with user_errors():
-        return compile_project(project_dir(ctx, project))
+        snapshot = compile_project(project_dir(ctx, project))
+        warn_store_fallback(snapshot.project)
+        return snapshot
     raise AssertionError("unreachable")  # pragma: no cover - user_errors always raises
+
+
+def warn_store_fallback(project: Any) -> None:
+    """One located warning line when fim.yaml's `state:` is a `${VAR}` unset here, so this
+    command uses the default local store instead (`fim.config.serving.store_fallback`):
+    runs, usage and approvals read or written there are not the served ones."""
+    # deferred: loaded with the project by the caller anyway
+    from fim.config.serving import store_fallback
+
+    p = store_fallback(project)
+    if p is not None:
+        hint = f" ({p.hint})" if p.hint else ""
+        err(f"{p.path}:{p.line}:{p.column}: warning: {p.message}{hint}")
 
 
 __all__ = [

@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fim.commands import ProjectOption, fail, print_problems, project_dir, run_async, user_errors
+from fim.commands import (
+    ProjectOption,
+    fail,
+    print_problems,
+    project_dir,
+    run_async,
+    user_errors,
+    warn_store_fallback,
+)
 
 if TYPE_CHECKING:
     from fim.config.schema import Project
@@ -68,6 +76,7 @@ def project_settings(ctx: typer.Context | None, project: Path | None) -> tuple[P
     if not decls.project_ok:
         print_problems(p for p in decls.problems if p.path.endswith(PROJECT_FILE))
         fail(f"cannot read the state URL from {root / PROJECT_FILE}", "fix fim.yaml first")
+    warn_store_fallback(decls.project)
     return root, decls.project
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shlex
 import sys
 from collections.abc import Callable
@@ -51,8 +52,9 @@ def validate(
         bool,
         typer.Option(
             "--live",
-            help="Also start every MCP server and connect to every database; report "
-            "failures (a read-only PostgreSQL connector whose role can write fails).",
+            help="Also start every MCP server and connect to every database and the state "
+            "store; report failures (a read-only PostgreSQL connector whose role can write "
+            "fails, a state store whose role may not use fim's tables).",
         ),
     ] = False,
     strict: Annotated[
@@ -91,10 +93,15 @@ def validate(
         raise typer.Exit(1)
     # deferred: fim.config.loader is loaded by the compile above; named here for its warnings
     from fim.config.claude_files import claude_code_files
+    from fim.config.serving import unset_here
+
+    # `state:`/`server:` secrets unset here: warned, never failed on (--strict), as they
+    # exist only where `fim serve`/`fim worker` run, and those refuse to start without them
+    strays = [*unset_here(snapshot.project)]
 
     # Claude Code's files fim does not read: warned at each, never failed on (--strict), as a
     # repository developed with Claude Code keeps its .claude/ for Claude Code itself
-    strays = [
+    strays += [
         _masked(p, snapshot.mask)
         for p in claude_code_files(snapshot.root, snapshot.project, snapshot.agents)
     ]
@@ -107,14 +114,21 @@ def validate(
 
 
 def _masked(problem: Problem, mask: Callable[[str], str]) -> Problem:
+    """A warning as every exit shows it: the file name masked too, as the message that
+    quotes it is (a secret written in a file name showed in the location, attack-42 F4)."""
     hint = mask(problem.hint) if problem.hint else problem.hint
-    return dataclasses.replace(problem, message=mask(problem.message), hint=hint)
+    path = mask(problem.path)
+    return dataclasses.replace(problem, path=path, message=mask(problem.message), hint=hint)
 
 
 def _editor_note(root: Path) -> None:
     """A fresh clone has the committed `.vscode/settings.json` that `fim init` wrote but not
     the schemas it points at (`.fim/` is not in git): every YAML file shows "Unable to load
-    schema" in the editor. A note, not a warning: `--strict` in CI must not fail on it."""
+    schema" in the editor. A note, not a warning: `--strict` in CI must not fail on it; and
+    none in CI (`CI` or `GITHUB_ACTIONS` set), where no editor reads it and every clean
+    checkout would print it (newcomer7 #7)."""
+    if os.environ.get("CI") or os.environ.get("GITHUB_ACTIONS"):
+        return
     settings = root / ".vscode" / "settings.json"
     try:
         points = ".fim/schema/" in settings.read_text(encoding="utf-8")
@@ -159,9 +173,24 @@ def _live_failures(snapshot: Snapshot, format: Format) -> bool:
             problems.append(
                 Problem(src.path, src.line, src.column, f"database '{name}' failed: {detail}")
             )
+    problems += _store_problems(snapshot)
     if problems:
         _report(problems, format)
     return bool(problems)
+
+
+def _store_problems(snapshot: Snapshot) -> list[Problem]:
+    """The state store as `fim serve` would open it, read only: reachable, its tables
+    usable by the role, or creatable (`fim.store.health.live_problem`)."""
+    # deferred: loading fim.store costs a few ms
+    from fim.store.engine import Database
+    from fim.store.health import live_problem
+
+    if not snapshot.project.state:  # a `${VAR}` unset here: warned above, checked where set
+        return []
+    db = Database(snapshot.project.state, snapshot.root)
+    found = live_problem(db)
+    return [] if found is None else [Problem("fim.yaml", 1, 1, found[0], hint=found[1])]
 
 
 def _report(problems: list[Problem], format: Format) -> None:
@@ -218,6 +247,7 @@ def init(
 ) -> None:
     """Create a new project (agent, skill, connector, workflow, eval) that validates."""
     # deferred: loading fim.scaffold costs tens of ms
+    from fim.config.files import LinkRefused
     from fim.scaffold import scaffold
 
     target = directory.expanduser().resolve()
@@ -227,6 +257,8 @@ def init(
         written = scaffold(target, name or target.name)
     except FileExistsError as exc:
         fail(f"refusing to overwrite {exc.filename}", "use an empty or new directory")
+    except LinkRefused as exc:
+        fail(exc.strerror or str(exc), "remove the link, or use an empty or new directory")
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.build.compile import compile_project
 

@@ -63,8 +63,8 @@ def list_(
             summary["cost"] = usage.cost if usage else None
             typer.echo(json.dumps(known().value(summary), ensure_ascii=False, default=str))
         return
-    if not records:
-        typer.echo("no runs")
+    if not records:  # which store was read: a shell without FIM_STATE_URL reads a local one
+        typer.echo(f"no runs in {store.display_url}")
         return
     # deferred: loading rich costs a few ms
     from rich.console import Console

@@ -51,6 +51,23 @@ def serve(
             min=1, help="Processes sharing the port, each with its own snapshot (needs PostgreSQL)."
         ),
     ] = 1,
+    shutdown_timeout: ShutdownOption = None,
+    forwarded_allow_ips: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated addresses/networks of proxies whose X-Forwarded-* headers are "
+            "trusted ('*': any; default: fim.yaml server.trusted_proxies, 127.0.0.1).",
+            show_default=False,
+        ),
+    ] = None,
+    root_path: Annotated[
+        str | None,
+        typer.Option(
+            help="Path prefix a reverse proxy serves fim under, e.g. /fim (default: fim.yaml "
+            "server.root_path).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve agents and workflows over HTTP (OpenAI-compatible too)."""
     # deferred: loading fim.observe costs a few ms
@@ -59,6 +76,8 @@ def serve(
     from fim.server import serve as run_server
 
     configure(log_level, log_format.value)
+    with user_errors():
+        proxies, prefix = proxy_flags(forwarded_allow_ips, root_path)
     if workers > 1:  # uvicorn's supervisor, one snapshot and watcher per worker
         # deferred: `fim --help` imports every command module
         from fim.server.workers import serve_workers
@@ -84,6 +103,9 @@ def serve(
                 reload=reload,
                 log_level=log_level,
                 json_logs=log_format is LogFormat.json,
+                shutdown_timeout=shutdown_timeout,
+                trusted_proxies=proxies,
+                root_path=prefix,
             )
         return
     if git is not None:  # GitOps pull: the project comes from the remote, not --project
@@ -99,6 +121,9 @@ def serve(
                     git=source,
                     git_interval=seconds,
                     json_logs=log_format is LogFormat.json,
+                    shutdown_timeout=shutdown_timeout,
+                    trusted_proxies=proxies,
+                    root_path=prefix,
                 )
             )
         return
@@ -114,8 +139,33 @@ def serve(
                 reload=reload,
                 log_level=log_level,
                 json_logs=log_format is LogFormat.json,
+                shutdown_timeout=shutdown_timeout,
+                trusted_proxies=proxies,
+                root_path=prefix,
             )
         )
+
+
+def proxy_flags(
+    allow_ips: str | None, root_path: str | None
+) -> tuple[list[str] | None, str | None]:
+    """`--forwarded-allow-ips` as a list and `--root-path` normalised, each checked like
+    its fim.yaml setting (one line naming the flag when wrong); None where not given."""
+    # deferred: loading fim.config.schema costs hundreds of ms
+    from fim.config.schema.project import root_prefix, trusted_network
+    from fim.errors import RunError
+
+    try:
+        proxies = None
+        if allow_ips is not None:
+            proxies = [trusted_network(item) for item in allow_ips.split(",") if item.strip()]
+    except ValueError as exc:
+        raise RunError(f"--forwarded-allow-ips: {exc}") from None
+    try:
+        prefix = None if root_path is None else root_prefix(root_path)
+    except ValueError as exc:
+        raise RunError(f"--root-path: {exc}") from None
+    return proxies, prefix
 
 
 def keyless_agents(snapshot: Snapshot) -> list[str]:
@@ -170,6 +220,17 @@ CheckoutOption = Annotated[
 ]
 GitPathOption = Annotated[
     str, typer.Option("--git-path", help="Directory of fim.yaml inside the repository.")
+]
+ShutdownOption = Annotated[
+    float | None,
+    typer.Option(
+        "--shutdown-timeout",
+        min=0,
+        max=86_400,
+        help="Seconds a stop (SIGTERM) waits for the runs in flight before cutting them "
+        "(default: fim.yaml server.shutdown_timeout, 30).",
+        show_default=False,
+    ),
 ]
 
 

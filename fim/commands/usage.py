@@ -50,18 +50,25 @@ def usage(
     if by not in GROUPS:
         fail(f"--by: one of {', '.join(GROUPS)}, got {by!r}")
     since = (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=days - 1)).isoformat()
-    store = open_store(ctx, project, state)
+    if by == "key" and not state:  # fim.yaml read once: its keys label the rows
+        # deferred: loading fim.masking costs tens of ms
+        from fim.store import Store
+
+        root, settings = project_settings(ctx, project)
+        store, labels = Store(settings.state, root=root), key_labels(settings.server)
+    else:
+        store, labels = open_store(ctx, project, state), {}
+    shown = store.display_url  # before `_run` closes it
     rows = _run(store, summary(store, since=since, agent=agent, by=by))
     if by == "key":  # a tenant by its name, a key by its place in fim.yaml, never the hash
-        labels = {} if state else key_labels(project_settings(ctx, project)[1].server)
         for row in rows:
             row["key"] = labels.get(row["key"]) or str(row["key"])[:12]
     if as_json:
         for row in rows:
             typer.echo(json.dumps(row))
         return
-    if not rows:
-        typer.echo(f"no runs since {since}")
+    if not rows:  # which store was read: a shell without FIM_STATE_URL reads a local one
+        typer.echo(f"no runs since {since} in {shown}")
         return
     # deferred: loading rich costs a few ms
     from rich.console import Console

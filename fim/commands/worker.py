@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import importlib
 import math
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -25,6 +26,7 @@ from fim.commands.serve import (
     GitPathOption,
     IntervalOption,
     RefOption,
+    ShutdownOption,
     git_source,
 )
 from fim.errors import RunError
@@ -106,6 +108,16 @@ def check_stalled(stalled_after: float, heartbeat: float, skew_wait: float = 60.
         )
 
 
+def _store_at_start(state_url: str, root: Path) -> Callable[[Any], Awaitable[None]]:
+    """Open (and migrate) the state store as `fim serve` does at start, failing in one line
+    (`fim.store.health.open_or_fail`); what then makes the queue's schema, failing alike."""
+    # deferred: loading fim.store costs a few ms
+    from fim.commands.store import start_queue
+    from fim.store.health import check_at_start
+
+    return start_queue(check_at_start(state_url, root))
+
+
 def worker_snapshots(holder: Any, source: Any, *, reload: bool, wait: float) -> WorkerSnapshots:
     """How this worker tells whether it may run a job on its snapshot
     (`fim.workflows.skew`): `-p` recompiles the folder (unless `--no-reload`: then only
@@ -177,6 +189,7 @@ def worker(
     interval: IntervalOption = "30s",
     git_checkout: CheckoutOption = None,
     git_path: GitPathOption = "",
+    shutdown_timeout: ShutdownOption = None,
 ) -> None:
     """Run queued workflow and background agent runs (state in PostgreSQL).
 
@@ -185,7 +198,7 @@ def worker(
     current when it starts, and its run record carries that commit."""
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.build.reload import SnapshotHolder
-    from fim.workflows.durable import ensure_schema, make_app
+    from fim.workflows.durable import make_app
     from fim.workflows.queue_rows import QUEUE, prune_bound
 
     with user_errors():
@@ -219,11 +232,15 @@ def worker(
             resolve=snapshots.for_job,
             mcp=mcp,
         )
+        # a wrong store or a role without fim's privileges: one line now, not a failed job
+        queue_schema = _store_at_start(snapshot.project.state, root)
 
     async def main() -> None:
         # deferred: loading watchfiles and the GitOps code only where they run
         from fim.build.gitops import poll
         from fim.build.reload import watch
+        from fim.store.engine import Database
+        from fim.version import fim_version
 
         stop = asyncio.Event()
         puller = None
@@ -233,10 +250,14 @@ def worker(
             puller = asyncio.create_task(watch(root, holder, stop=stop))
         try:
             async with app.open_async():
-                await ensure_schema(app)
+                await queue_schema(app)
                 await asyncio.to_thread(_warm_up)
                 version = f", commit {snapshot.version[:12]}" if source is not None else ""
-                typer.echo(f"fim worker: {root} (concurrency {concurrency}{version})", err=True)
+                typer.echo(
+                    f"fim worker: {root} (concurrency {concurrency}{version}) · store "
+                    f"{Database(snapshot.project.state, root).display_url} · fim {fim_version()}",
+                    err=True,
+                )
                 await app.run_worker_async(
                     queues=[QUEUE],
                     concurrency=concurrency,
@@ -245,6 +266,12 @@ def worker(
                     # live one whose own bound is longer than ours (its jobs would look stalled)
                     stalled_worker_timeout=await prune_bound(app, stalled_after),
                     install_signal_handlers=True,
+                    # a job still going after it is aborted and delivered again (`_shutdown`)
+                    shutdown_graceful_timeout=(
+                        snapshot.project.server.shutdown_timeout
+                        if shutdown_timeout is None
+                        else shutdown_timeout
+                    ),
                 )
         finally:
             stop.set()

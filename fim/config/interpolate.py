@@ -1,4 +1,5 @@
-"""`${VAR}` / `${VAR:-default}` interpolation of every string value of a document.
+"""`${VAR}` / `${VAR:-default}` / `${VAR:?message}` interpolation of every string value of a
+document.
 
 Values that came from the environment are remembered as secrets, so the Snapshot can mask
 them wherever text leaves fim. Defaults are written in git and are therefore not secret.
@@ -13,7 +14,9 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from fim.config.serving import SERVE_ONLY
 from fim.config.yamlio import Document, Path_
+from fim.errors import Problem
 
 _VAR = re.compile(r"\$(\$?)\{([^}]*)\}")
 RUNTIME_VARS = frozenset({"CLAUDE_PROJECT_DIR", "CLAUDE_ENV_FILE", "FIM_PROJECT_DIR"})
@@ -24,7 +27,7 @@ HOOK_BASE_ENV = frozenset(
 """What every command hook process gets from fim's environment, declared or not (`LC_*`
 too; `fim.hooks.command_input`). Listing one under `env:` passes nothing more, so its value
 is not made a secret: masking `/root` or `en_US.UTF-8` would only deface ordinary text."""
-_NAME = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)(.*))?$", re.DOTALL)
+_NAME = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])(.*))?$", re.DOTALL)
 
 
 def interpolate(doc: Document, secrets: set[str], env: Mapping[str, str] | None = None) -> None:
@@ -33,7 +36,12 @@ def interpolate(doc: Document, secrets: set[str], env: Mapping[str, str] | None 
     `${VAR:-x}` uses x when VAR is unset or empty, `${VAR-x}` only when unset, and `$${...}`
     is a literal `${...}`. A missing variable without default becomes "" (never a default
     the user did not write) and a problem at its string in `doc.unset`: the loader decides
-    whether it breaks the project or only the connector that holds it.
+    whether it breaks the project, only the connector that holds it, or (`state:`,
+    `server:`) only `fim serve` and `fim worker` (`fim.config.serving`).
+
+    `${VAR:?message}` (docker compose's syntax) is a required variable that says why: unset
+    or empty, it is missing like a bare `${VAR}`, with `message` in its problem and no
+    "give a default" hint (the author chose to have none); `${VAR?message}` accepts empty.
     """
     environ = os.environ if env is None else env
     doc.data = _walk(doc, doc.data, (), secrets, environ)
@@ -67,7 +75,8 @@ def _substitute(
                 doc.problem(
                     path,
                     f"invalid variable reference '${{{inner}}}'",
-                    "use ${NAME} or ${NAME:-default}; write $${...} for a literal",
+                    "use ${NAME}, ${NAME:-default} or ${NAME:?message};"
+                    " write $${...} for a literal",
                 )
             )
             return match.group(0)
@@ -75,25 +84,33 @@ def _substitute(
         if name in RUNTIME_VARS and path and path[-1] == "command":
             return match.group(0)
         value = env.get(name)
-        if value is not None and (value != "" or op != ":-"):
+        if value is not None and (value != "" or op not in (":-", ":?")):
             if value:
                 secrets.add(value)
             return value
-        if op is not None:
+        if op in ("-", ":-"):
             return default
-        doc.unset.append(
-            (
-                path,
-                doc.problem(
-                    path,
-                    f"environment variable '{name}' is not set",
-                    f"export {name}=... or give a default: ${{{name}:-value}}",
-                ),
-            )
-        )
+        doc.unset.append((path, _missing(doc, path, name, op, default, empty=value == "")))
         return ""
 
     return _VAR.sub(replace, text)
+
+
+def _missing(
+    doc: Document, path: Path_, name: str, op: str | None, message: str | None, empty: bool
+) -> Problem:
+    """The problem of a required variable that is not there: `${VAR}`'s hint offers a
+    default, `${VAR:?message}`'s names the author's message and never a default."""
+    if op is None:
+        hint = f"export {name}=... or give a default: ${{{name}:-value}}"
+        if doc.path == "fim.yaml" and path and path[0] in SERVE_ONLY:
+            # a default there is what a pod whose secret lacks the variable would run on
+            hint = f"export {name}=... where fim serves; ${{{name}:?why}} says why it is needed"
+        return doc.problem(path, f"environment variable '{name}' is not set", hint)
+    said = "is empty" if empty else "is not set"
+    why = (message or "").strip()
+    text = f"environment variable '{name}' {said}" + (f": {why}" if why else "")
+    return doc.problem(path, text, f"export {name}=...")
 
 
 def base_env(name: str) -> bool:

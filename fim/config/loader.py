@@ -35,6 +35,7 @@ from fim.config.declarations import (
 from fim.config.files import keep_reads, keep_texts, list_files, read_text
 from fim.config.interpolate import passed_through
 from fim.config.schema import Project
+from fim.config.serving import SERVE_ONLY, serve_settings_required
 from fim.config.skill_files import load_skills
 from fim.config.yamlio import Document
 from fim.errors import ConfigError, Problem
@@ -144,12 +145,14 @@ def _load_project(decls: Declarations) -> None:
     if doc is None:
         decls.project_ok = False
         return
-    _unset_servers(decls, doc)
+    serve_only = _place_unset(decls, doc)
     if doc.data is None:
         doc.data = {}
     if isinstance(doc.data, dict):
         doc.data.setdefault("name", decls.root.name)
     project = validate_doc(decls, doc, "project", Project)
+    if project is not None:
+        project._serve_only_unset = tuple(serve_only)
     if project is None:
         decls.project_ok = False
         paths = doc.data.get("paths") if isinstance(doc.data, dict) else None
@@ -160,16 +163,57 @@ def _load_project(decls: Declarations) -> None:
     decls.project = project
 
 
-def _unset_servers(decls: Declarations, doc: Document) -> None:
+def _place_unset(decls: Declarations, doc: Document) -> list[tuple[str, Problem]]:
     """Place fim.yaml's unset variables: one under `mcp_servers.<name>` makes that server
     unavailable (recorded in `decls.unavailable`; the snapshot leaves it out, so nothing
-    starts it with "" for a secret); any other is a problem of the project."""
+    starts it with "" for a secret). One in `state:` or `server:` is a problem only where
+    those are read (`fim serve`, `fim worker`); elsewhere it is returned as a warning and
+    the setting left out, so its default applies (`_leave_out`). Any other is a problem of
+    the project."""
+    lenient = not serve_settings_required()
+    serve_only: list[tuple[str, Problem]] = []
     for path, problem in doc.unset:
         if len(path) > 2 and path[0] == "mcp_servers" and isinstance(path[1], str):
             decls.unavailable["mcp"].setdefault(path[1], []).append(problem)
+        elif lenient and path and path[0] in SERVE_ONLY:
+            setting = ".".join(str(step) for step in path[:2] if isinstance(step, str))
+            serve_only.append((setting, _serve_only_warning(setting, problem)))
+            _leave_out(doc.data, path)
         else:
             decls.problems.append(problem)
     doc.unset = []
+    return serve_only
+
+
+def _serve_only_warning(setting: str, problem: Problem) -> Problem:
+    """The warning `fim validate` (and, for `state:`, every command on the store) shows for
+    a `state:`/`server:` variable unset here: what this command does instead, and that the
+    commands that read it will not start without it."""
+    if setting == "state":
+        default = Project.model_fields["state"].default
+        tail = f"here `state` falls back to {default}"
+        hint = "`fim serve` and `fim worker` refuse to start without it: export it where they run"
+    else:
+        tail = f"only `fim serve` and `fim worker` read {setting}"
+        hint = "they refuse to start without it: export it where they run"
+    message = f"{problem.message}; {tail}"
+    return Problem(problem.path, problem.line, problem.column, message, hint)
+
+
+def _leave_out(data: Any, path: tuple[str | int, ...]) -> None:
+    """Take the value an unset variable emptied out of fim.yaml's data, so the setting is
+    what it would be unwritten: `state` the default store, `server.port` 8000. In a list
+    (`api_keys: ["${FIM_API_KEY}"]`, a tenant's `{key: ..., tenant: ...}`) the entry becomes
+    "", which the server ignores as no key; positions stay the file's."""
+    at = next((i for i, step in enumerate(path) if isinstance(step, int)), len(path) - 1)
+    parent = data
+    for step in path[:at]:
+        parent = parent.get(step) if isinstance(parent, dict) else None
+    last = path[at]
+    if isinstance(parent, dict) and isinstance(last, str):
+        parent.pop(last, None)
+    elif isinstance(parent, list) and isinstance(last, int) and 0 <= last < len(parent):
+        parent[last] = ""
 
 
 _Parsed = tuple[Any, Any, list[Problem], set[str], Any]

@@ -14,7 +14,7 @@ from typing import Any
 from fim.observe import tracing_enabled
 
 EXCLUDED_ENV = "OTEL_PYTHON_EXCLUDED_URLS"
-DEFAULT_EXCLUDED = r"^/healthz$,^/metrics$"
+DEFAULT_EXCLUDED = r"^/healthz$,^/readyz$,^/metrics$"
 """Requests not traced unless `OTEL_PYTHON_EXCLUDED_URLS` says otherwise: a probe every
 10 s and a scrape every 15 s filled the trace list with one-span traces."""
 

@@ -4,12 +4,18 @@ The same events the traces come from feed counters and histograms in a registry 
 own (not the global one, so tests and several apps in one process do not collide). Label
 values a model writes (tool names) are capped: a hostile model cannot blow up the series
 count. Counting never fails a run (`RunCounter`).
+
+Under `fim serve --workers N` each worker writes its metrics to files in a folder the
+parent made (`PROMETHEUS_MULTIPROC_DIR`, `fim.server.workers`), and a scrape, whichever
+worker takes it, reads them all (`MultiProcessCollector`): counters are the sum over the
+workers, `fim_active_runs` the sum over the live ones.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from typing import Any, Generic, TypeVar
@@ -25,7 +31,9 @@ try:
         Gauge,
         Histogram,
         generate_latest,
+        values,
     )
+    from prometheus_client.multiprocess import MultiProcessCollector
 
     INSTALLED = True
 except ModuleNotFoundError:  # a base install: prometheus-client comes with the [otel] extra
@@ -101,7 +109,13 @@ class Metrics:
             registry=r,
         )
         self.reloads = Counter("fim_reloads", "Snapshot reloads", ["outcome"], registry=r)
-        self.active = Gauge("fim_active_runs", "Runs in progress", ["agent"], registry=r)
+        self.active = Gauge(
+            "fim_active_runs",
+            "Runs in progress",
+            ["agent"],
+            registry=r,
+            multiprocess_mode="livesum",  # --workers: the live workers' runs, summed
+        )
         self._tools: set[str] = set()
         self._lock = threading.Lock()
         self.c_runs, self.c_run_seconds = Children(self.runs), Children(self.run_seconds)
@@ -170,7 +184,23 @@ class Metrics:
             self.c_run_seconds(agent).observe(e.duration_ms / 1000)
 
     def exposition(self) -> tuple[bytes, str]:
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        folder = shared_folder()
+        if folder is None:
+            return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        every = CollectorRegistry()  # every worker's files, this one's included
+        MultiProcessCollector(every, path=folder)  # type: ignore[no-untyped-call]
+        return generate_latest(every), CONTENT_TYPE_LATEST
+
+
+def shared_folder() -> str | None:
+    """The folder of multiprocess mode when this process counts in it, else None.
+    prometheus_client picks file-backed values when it is first imported with
+    `PROMETHEUS_MULTIPROC_DIR` set; the scrape reads the files only then (a variable set
+    later, in a process counting in memory, would hide this process's own counts)."""
+    folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not folder or not getattr(values.ValueClass, "_multiprocess", False):
+        return None
+    return folder
 
 
 class MetricsUnavailable(RuntimeError):

@@ -64,9 +64,13 @@ async def serve(
     git: GitSource | None = None,
     git_interval: float = 30.0,
     json_logs: bool = False,
+    shutdown_timeout: float | None = None,
+    trusted_proxies: list[str] | None = None,
+    root_path: str | None = None,
 ) -> None:
-    """Compile, serve, watch; on SIGTERM/SIGINT stop accepting, let runs finish (bounded),
-    stop MCP servers and return."""
+    """Compile, serve, watch; on SIGTERM/SIGINT stop accepting, let runs finish (bounded:
+    `shutdown_timeout`, else `server.shutdown_timeout`), stop MCP servers and return.
+    `trusted_proxies` and `root_path` override fim.yaml's `server.*` like the bound."""
     # deferred: loading click costs tens of ms
     import uvicorn
 
@@ -78,7 +82,9 @@ async def serve(
     from fim.hooks.command_output import build_validators as build_hook_validators
     from fim.llm import preload
     from fim.run.services import Services
-    from fim.server.app import create_app
+    from fim.server.app import create_app, reload_gate
+    from fim.server.proxy import behind
+    from fim.server.stopping import begin, settle
 
     if git is not None:  # GitOps pull (fim.build.gitops): the root is the served checkout
         # deferred: loading fim.config.schema costs hundreds of ms
@@ -99,24 +105,35 @@ async def serve(
     lock = claim_sqlite(snapshot.project.state, root)  # SQLite: one server per store
     holder = SnapshotHolder(snapshot)
     services = Services(root=root, state_url=snapshot.project.state, providers=CAPABILITIES)
+    # deferred: loading fim.store costs a few ms
+    from fim.store import get_store
+    from fim.store.health import open_or_fail
+
+    # a wrong store, or a role without fim's privileges, fails here in one line, not each run
+    await asyncio.to_thread(open_or_fail, get_store(services))
     holder.listeners.append(lambda old, new: _on_swap(services, old, new))
     app = create_app(holder, services)
     settings = snapshot.project.server
     host, port = host or settings.host, port or settings.port
     refuse_open(settings, host)
+    holder.gates.append(reload_gate(host, port))  # the same rule for every reload
     sock = bind(host, port)  # before anything starts: a port in use is one clear line
+    bound, proxies, prefix = deploy_options(settings, shutdown_timeout, trusted_proxies, root_path)
     config = uvicorn.Config(
-        app,
+        behind(app, prefix),
         host=host,
         port=port,
         log_level=log_level,
-        timeout_graceful_shutdown=30,
+        timeout_graceful_shutdown=bound,  # type: ignore[arg-type]  # uvicorn: int, takes float
+        forwarded_allow_ips=proxies,
         access_log=False,  # fim.server.http.AccessLog writes one line per request
         lifespan="off",
         # JSON logs: uvicorn's loggers propagate to the root's JSON handler
         log_config=None if json_logs else uvicorn.config.LOGGING_CONFIG,
     )
     server = _server_class()(config)
+    api = app.state.api
+    server.on_stop = lambda: begin(api, bound)
     # deferred: loading fim.masking costs tens of ms
     from fim.observe.logs import announce
 
@@ -146,6 +163,7 @@ async def serve(
                 await watcher
             except (asyncio.CancelledError, Exception):
                 log.debug("watcher stopped")
+        await settle(api)  # the records of runs the stop cut, written behind
         await services.aclose()
         if lock is not None:
             lock.close()
@@ -231,13 +249,20 @@ def banner_fields(snapshot: Any, host: str, port: int, reload: bool) -> tuple[st
     # deferred: the server's HTTP helpers, loaded with the app anyway
     from fim.server.http import server_keys
 
+    # deferred: the store's URL rules and fim's version, loaded with the server anyway
+    from fim.store.engine import Database
+    from fim.version import fim_version
+
     auth = bool(server_keys(snapshot.project.server))
     keys = "on" if auth else "off (no server.api_keys)"
     url = f"http://{shown}:{port}"
+    # which store (password masked): replicas on separate SQLite files are separate brains
+    store = Database(snapshot.project.state, root=snapshot.root).display_url
     line = (
         f"fim serve: project '{snapshot.project.name}' · {agents} agent{'s' * (agents != 1)}, "
         f"{workflows} workflow{'s' * (workflows != 1)} · {url} "
         f"(OpenAI-compatible: /v1) · reload {'on' if reload else 'off'} · auth {keys}"
+        f" · store {store} · fim {fim_version()}"
     )
     fields = {
         "project": snapshot.project.name,
@@ -246,8 +271,25 @@ def banner_fields(snapshot: Any, host: str, port: int, reload: bool) -> tuple[st
         "workflows": workflows,
         "reload": reload,
         "auth": auth,
+        "store": store,
+        "fim_version": fim_version(),
     }
     return line, fields
+
+
+def deploy_options(
+    settings: Any,
+    shutdown_timeout: float | None,
+    trusted_proxies: list[str] | None,
+    root_path: str | None,
+) -> tuple[float, list[str] | None, str]:
+    """The shutdown bound, trusted proxies and path prefix: each flag of `fim serve` over
+    fim.yaml's `server.*`."""
+    return (
+        settings.shutdown_timeout if shutdown_timeout is None else shutdown_timeout,
+        settings.trusted_proxies if trusted_proxies is None else trusted_proxies,
+        settings.root_path if root_path is None else root_path,
+    )
 
 
 def _server_class() -> type:
@@ -256,7 +298,15 @@ def _server_class() -> type:
 
     class Server(uvicorn.Server):
         """uvicorn re-raises the signal that stopped it; SIGTERM is the orchestrator's normal
-        way to stop us, so a graceful shutdown after it exits 0 instead of dying by signal."""
+        way to stop us, so a graceful shutdown after it exits 0 instead of dying by signal.
+        `on_stop` runs as the stop begins (`fim.server.stopping.begin`)."""
+
+        on_stop: Callable[[], None] | None = None
+
+        async def shutdown(self, sockets: Any = None) -> None:
+            if self.on_stop is not None:
+                self.on_stop()
+            await super().shutdown(sockets=sockets)
 
         def handle_exit(self, sig: int, frame: Any) -> None:
             super().handle_exit(sig, frame)

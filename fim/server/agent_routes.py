@@ -1,5 +1,6 @@
-"""The handlers of the native API's first route areas: status (`/healthz`, `/v1/status`),
-agents (`/v1/agents`, one agent's declaration) and agent runs (start one, list them).
+"""The handlers of the native API's first route areas: status (`/healthz`, `/readyz`,
+`/v1/status`), agents (`/v1/agents`, one agent's declaration) and agent runs (start one,
+list them).
 
 Its own module so the route handlers sit apart from what they run through (`fim.server.api`:
 sessions, the run and its record, shared with every other surface) and from the app's
@@ -32,15 +33,26 @@ if TYPE_CHECKING:
 
 
 def status_handlers(api: Api) -> dict[str, Any]:
-    """The handlers of the `status` area (`fim.server.areas.status`)."""
+    """The handlers of the `status` area (`fim.server.areas.status`): `/healthz` is
+    liveness (the process answers); `/readyz` readiness (a snapshot is loaded and the state
+    store answered a query within `PROBE_EVERY` seconds, `Api.store_probe`),
+    so an orchestrator sends no traffic to a replica whose every run would fail."""
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"ok": True})
 
+    async def readyz(request: Request) -> Response:
+        ok, _ = await api.store_probe.state()
+        body: dict[str, Any] = {"ok": ok, "snapshot": api.holder.current.version}
+        if not ok:  # anyone may ask: why in general; an operator's GET /v1/status says more
+            body["reason"] = "the state store does not answer (see GET /v1/status, the log)"
+        return JSONResponse(body, status_code=200 if ok else 503)
+
     async def status(request: Request) -> Response:
+        await api.store_probe.state()  # fresh enough: the payload shows its answer
         return JSONResponse(status_payload(api, run_scope(request)))
 
-    return {"healthz": healthz, "status": status}
+    return {"healthz": healthz, "readyz": readyz, "status": status}
 
 
 def agent_handlers(api: Api) -> dict[str, Any]:

@@ -10,6 +10,7 @@ its own sessions (`fim.run.sessions`): another key's of the same name is not the
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import Counter
@@ -27,10 +28,12 @@ from fim.run.sessions import session_key
 from fim.server.http import cancel_on_disconnect, error, session_owner
 from fim.server.limits import KeyLimiter
 from fim.server.sessions import find_session
+from fim.server.stopping import SERVER_STOPPED, shutting_down
 from fim.tasks import shielded
 from fim.types import Message
 
 if TYPE_CHECKING:
+    from fim.store.health import StoreProbe
     from fim.store.sessions import Sessions
 
 log = logging.getLogger("fim.server")
@@ -49,6 +52,22 @@ class Api:
         """Runs going on per owner (key hash): what `GET /v1/status` tells a tenant."""
         self.limits = KeyLimiter(lambda: holder.current.project.server.key_limits)
         """Each key's runs going and started this minute (`server.key_limits`)."""
+        self._store_probe: StoreProbe | None = None
+        self.stopping = False
+        """The server is stopping (`fim.server.stopping.begin`): a run cut now was cut by
+        the stop, not by its client."""
+
+    @property
+    def store_probe(self) -> StoreProbe:
+        """Whether the state store answers, for `/readyz` and `/v1/status`
+        (`fim.store.health.StoreProbe`: one query per few seconds, however often asked)."""
+        if self._store_probe is None:
+            # deferred: loading fim.store costs a few ms
+            from fim.store import get_store
+            from fim.store.health import StoreProbe
+
+            self._store_probe = StoreProbe(lambda: get_store(self.services))
+        return self._store_probe
 
     @property
     def session_store(self) -> Sessions:
@@ -191,7 +210,8 @@ class Api:
                 agent,
                 status,
                 {"output": final.output if final else None}
-                | ({"events_in_log": True} if events is None else {"events": events}),
+                | ({"events_in_log": True} if events is None else {"events": events})
+                | ({"error": SERVER_STOPPED} if status == "cancelled" and self.stopping else {}),
             )
         except Exception:  # persistence must never fail a run that succeeded
             logging.getLogger("fim.server").exception("could not persist run %s", run_id)
@@ -229,6 +249,12 @@ class Api:
             final = await cancel_on_disconnect(request, consume())
         except FimError as exc:
             return error(500, str(exc))
-        if final is None:
+        except asyncio.CancelledError:  # the stopping server cut the request: say so
+            if not self.stopping:
+                raise
+            return shutting_down(run_id)
+        if final is None:  # cancelled: by the server's stop (a 503 to retry) or the client
+            if self.stopping:
+                return shutting_down(run_id)
             return error(499, "client disconnected; run cancelled")
         return final, trace

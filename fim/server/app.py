@@ -25,11 +25,14 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
-from starlette.types import Scope
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fim import observe
 from fim.build.reload import SnapshotHolder
+from fim.build.snapshot import Snapshot
 from fim.capabilities import CAPABILITIES
+from fim.errors import Problem
+from fim.hosts import is_loopback
 from fim.run.services import Services
 from fim.server.api import Api
 from fim.server.area import Area, Op
@@ -44,7 +47,7 @@ from fim.server.http import (
 )
 from fim.server.openai_errors import http_error
 
-__all__ = ["AREAS", "Api", "create_app", "load_areas"]
+__all__ = ["AREAS", "Api", "ReloadedCors", "create_app", "load_areas", "reload_gate"]
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
@@ -88,6 +91,81 @@ def _key_checks_out(holder: SnapshotHolder) -> Callable[[Scope], bool]:
     return checks_out
 
 
+class ReloadedCors:
+    """CORS headers for `server.cors_origins` as the current snapshot lists them: an origin
+    a reload adds gets them at once, one it removes stops getting them (built once at start,
+    they lagged a reload until a restart, while the cross-site check already followed it)."""
+
+    def __init__(self, app: ASGIApp, holder: SnapshotHolder) -> None:
+        self.app = app
+        self.holder = holder
+        self.built: tuple[tuple[str, ...], ASGIApp] = ((), app)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        origins = tuple(self.holder.current.project.server.cors_origins)
+        listed, handler = self.built
+        if origins != listed:
+            handler = self.app
+            if origins:
+                handler = CORSMiddleware(
+                    self.app, allow_origins=origins, allow_methods=["*"], allow_headers=["*"]
+                )
+            self.built = (origins, handler)
+        await handler(scope, receive, send)
+
+
+def reload_gate(host: str, port: int) -> Callable[[Snapshot], list[Problem]]:
+    """What a reload must keep of the rule `fim serve` starts by (`refuse_open`) on the
+    address it listens on, `host`: keys, unless that is loopback or `server.allow_open` says
+    a proxy authenticates. A snapshot that breaks it is rejected like one that does not
+    compile (`SnapshotHolder.gates`), so no edit or pushed commit opens a server that the
+    same fim.yaml would not start. `server.host` and `server.port` changed by a reload are
+    only logged: the socket is bound at start."""
+    log = logging.getLogger("fim.server")
+
+    def gate(new: Snapshot) -> list[Problem]:
+        settings = new.project.server
+        if (settings.host, settings.port) != (host, port):
+            log.warning(
+                "server.host/server.port in fim.yaml are %s:%s; fim serve still listens on "
+                "%s:%s until it is restarted",
+                settings.host,
+                settings.port,
+                host,
+                port,
+            )
+        if server_keys(settings) or settings.allow_open or is_loopback(host):
+            return []
+        line = _line_of(new, "api_keys")
+        return [
+            Problem(
+                "fim.yaml",
+                line,
+                1,
+                f"server.api_keys: a reload cannot leave fim serve on {host} without an API "
+                "key (none set, or each a ${VAR} that is empty); start would refuse this "
+                "fim.yaml too",
+                "set a key (a ${VAR} that is set), or set server.allow_open: true when a proxy "
+                "in front authenticates; listening on 127.0.0.1 needs a restart",
+            )
+        ]
+
+    return gate
+
+
+def _line_of(snapshot: Snapshot, key: str) -> int:
+    """The line of fim.yaml that names `key` (the first), else 1: where a gate's problem
+    points."""
+    try:
+        text = (snapshot.root / "fim.yaml").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return 1
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith(f"{key}:") or f" {key}:" in line or f"{{{key}:" in line:
+            return number
+    return 1
+
+
 def load_areas(modules: Sequence[str]) -> list[Area]:
     """The `AREA` of each module; a module without one is an error, never skipped."""
     areas = []
@@ -128,14 +206,7 @@ def create_app(
         Middleware(AccessLog),
         Middleware(Guard, holder=holder),
     ]
-    cors = holder.current.project.server.cors_origins
-    if cors:
-        middleware.insert(
-            2,
-            Middleware(
-                CORSMiddleware, allow_origins=cors, allow_methods=["*"], allow_headers=["*"]
-            ),
-        )
+    middleware.insert(2, Middleware(ReloadedCors, holder=holder))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:

@@ -33,6 +33,7 @@ from fim.processes import this_process
 from fim.run.queued import mark_queued, request_data
 from fim.server.http import JSONResponse, error
 from fim.server.limits import held
+from fim.server.proxy import public_path
 from fim.store import get_store
 from fim.store.owners import claim
 from fim.types import Message
@@ -113,7 +114,7 @@ async def _open(queue: Queue) -> procrastinate.App | Response:
 
 
 def accepted(run_id: str, kind: str, name: str, where: str) -> JSONResponse:
-    location = f"/v1/runs/{run_id}"
+    location = public_path(f"/v1/runs/{run_id}")  # behind a proxy's prefix: with it
     body = {"run_id": run_id, kind: name, "status": "queued", "executes": where, "url": location}
     return JSONResponse(body, status_code=202, headers={"Location": location})
 

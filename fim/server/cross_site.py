@@ -12,8 +12,11 @@ it too. So, on every route but the page's own files (`Guard` calls `refusal` fir
   unless `server.cors_origins` lets that site in;
 - without API keys, a request a page sent (it has an `Origin`) must come from the
   server's own origin or one of `server.cors_origins`; one without an `Origin` that a
-  browser says another site's page made (`Sec-Fetch-Site`: an `<img>`, a `no-cors` GET) is
-  refused unless it opens a page; and the `Host` it names must be a loopback name or one
+  browser says another site's page made (`Sec-Fetch-Site`: an `<img>`, a `no-cors` GET, a
+  link followed, a frame or a window another site opens) is refused: the pages (`/`,
+  `/docs`, `/static/...`) are answered before this check (`fim.server.public`), and an API
+  route is no page, even navigated to (`GET /v1/agents/{name}/prompt` starts the agent's
+  MCP servers; attack-42 F2); and the `Host` it names must be a loopback name or one
   of `server.allowed_hosts` (a rebound name is not). `server.allow_open` (a proxy in front
   authenticates) lifts none of this: a proxy's cookie is a browser's, and a name rebound
   to the proxy is forwarded like its own (attack-38).
@@ -59,12 +62,12 @@ def refusal(
         )
     origin = headers.get(b"origin")
     other_site = headers.get(b"sec-fetch-site") in (b"cross-site", b"same-site")
-    if origin is None and other_site and not _opens_page(method, headers):
+    if origin is None and other_site:
         return (
             403,
             "a request another site's web page made is refused: this server has no API "
             "keys, so a page of any site could use it",
-            "open the address yourself, or set server.api_keys",
+            "open the address yourself (type or paste it), or set server.api_keys",
         )
     if origin is not None:
         sent = origin.decode("latin-1")
@@ -80,16 +83,6 @@ def refusal(
                 "list the page's origin in server.cors_origins, or set server.api_keys",
             )
     return None
-
-
-def _opens_page(method: str, headers: dict[bytes, bytes]) -> bool:
-    """A link followed to a page of the server (the browser shows what it gets; no other
-    page can read it): a GET navigating a window, not an `<object>` or `<embed>`."""
-    return (
-        method == "GET"
-        and headers.get(b"sec-fetch-mode") == b"navigate"
-        and headers.get(b"sec-fetch-dest") not in (b"object", b"embed")
-    )
 
 
 @functools.lru_cache(maxsize=256)

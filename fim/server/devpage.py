@@ -34,6 +34,7 @@ from fim.errors import FimError
 from fim.masking import known
 from fim.server.bodies import BodyError, EvalRunBody, read_body
 from fim.server.http import JSONResponse, error, run_scope
+from fim.version import fim_version
 
 if TYPE_CHECKING:
     from fim.server.api import Api
@@ -70,7 +71,9 @@ def status_payload(api: Api, owner: str | None = None) -> dict[str, Any]:
         "reloads": h.reloads,
         "active_runs": api.active_runs if owner is None else api.active_by_owner[owner],
         "pid": os.getpid(),  # which worker of `fim serve --workers N` answered
+        "fim_version": fim_version(),  # during a rolling upgrade: which pods are new
         "last_reload_error": failed,
+        "store": api.store_probe.last,  # the last probe's answer (`/readyz`)
     }
 
 

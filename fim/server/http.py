@@ -109,8 +109,8 @@ SEVERAL_KEYS = b"\0several"
 
 
 def unguarded(path: str) -> bool:
-    """A path anyone may ask for, key or not: `/healthz` and the page's assets."""
-    return path == "/healthz" or is_public(path)
+    """A path anyone may ask for, key or not: the probes and the page's assets."""
+    return path in ("/healthz", "/readyz") or is_public(path)
 
 
 def checked_key(scope: Scope, keys: Any) -> bytes | None:
@@ -211,10 +211,32 @@ class Guard:
 
         try:
             await self.app(scope, receive, watched)
-        except Exception:
+        except Exception as exc:
+            # deferred: loaded only when a request failed
+            from fim.store.health import store_failure
+
+            if (line := store_failure(exc)) is not None:  # the store's, not fim's: one line
+                log.error("state store unavailable on %s: %s", scope.get("path"), line)
+                if not started:
+                    await store_unavailable()(scope, receive, send)
+                return
             log.exception("unhandled error on %s", scope.get("path"))
             if not started:
                 await error(500, "internal error; see the server log")(scope, receive, send)
+
+
+def store_unavailable() -> JSONResponse:
+    """A 503 `store_unavailable`: the server cannot reach or use its state store (the log
+    has why), marked not to be retried at once by the OpenAI SDKs, so a broken backend is
+    not asked three times; `/readyz` answers 503 meanwhile."""
+    response = error(
+        503,
+        "the server's state store is unavailable; the request was not completed",
+        "retry later; the operator finds the cause in the server log and GET /v1/status",
+        code="store_unavailable",
+    )
+    response.headers["x-should-retry"] = "false"
+    return response
 
 
 def _too_large(limit: int) -> JSONResponse:

@@ -22,6 +22,8 @@ from fim.server import responses as r
 from fim.server.area import ANY_METHOD, Op
 
 SSE = "text/event-stream"
+PROBES = ("/healthz", "/readyz")
+"""The probes an orchestrator calls without a key (`fim.server.http.unguarded`)."""
 
 
 __all__ = ["ANY_METHOD", "Op", "openapi_document"]
@@ -91,7 +93,7 @@ def openapi_document(app: Any, title: str = "fim") -> dict[str, Any]:
                     "headers": {"Location": {"schema": {"type": "string"}}},
                     "content": {"application/json": {"schema": accepted}},
                 }
-            if path != "/healthz":
+            if path not in PROBES:
                 item["responses"]["401"] = {"description": "missing or invalid API key"}
             for status in op.errors:
                 item["responses"][str(status)] = {"description": "error", "content": error}
@@ -118,7 +120,7 @@ def openapi_document(app: Any, title: str = "fim") -> dict[str, Any]:
             )
         if params:
             item["parameters"] = params
-        if path == "/healthz":
+        if path in PROBES:
             item["security"] = []
         paths.setdefault(path, {})[method.lower()] = item
     return {
@@ -127,7 +129,7 @@ def openapi_document(app: Any, title: str = "fim") -> dict[str, Any]:
             "title": f"fim: {title}",
             "version": fim_version,
             "description": "The HTTP API of `fim serve`. When the project sets "
-            "`server.api_keys` (or `operator_keys`), every route but /healthz (and the "
+            "`server.api_keys` (or `operator_keys`), every route but /healthz, /readyz (and the "
             "development page's own "
             "files: /, /static/, /docs, this document) needs `Authorization: Bearer <key>`. "
             "Without keys the server refuses (403) a request a web page of another origin sent "

@@ -52,6 +52,7 @@ class Status(_Out):
     active_runs: int
     last_reload_error: ReloadError | None = None
     pid: int = Field(0, description="the serving process (one of `fim serve --workers N`)")
+    fim_version: str = Field("", description="the fim release this process runs")
 
 
 class AgentSummary(_Out):

@@ -11,6 +11,14 @@ The workers share state only through the store, so N > 1 needs PostgreSQL: runs,
 sessions, approvals (a tool call waiting on worker 1 sees a decision posted to worker 2)
 and the live event streams (LISTEN/NOTIFY, `fim.store.live`) then work across them.
 SQLite is one process; `--workers 2` on it is refused with the reason, before binding.
+
+`/metrics` answers for all the workers, whichever one takes the scrape: the parent gives
+them a private folder (`PROMETHEUS_MULTIPROC_DIR`, prometheus_client's multiprocess mode)
+where each writes its counters, and the scrape sums them (`fim.observe.metrics`). Without
+it a scrape read one random worker's counters, which went backwards between scrapes (a
+counter reset to Prometheus: `rate()` wrong, alerts at random). The parent forgets the
+live gauges of a worker that is gone (`mark_process_dead`); its counters keep counting in
+the sum. The folder is removed when the parent stops.
 """
 
 from __future__ import annotations
@@ -19,7 +27,10 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import AsyncIterator
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +49,16 @@ from fim.server import (
     _on_swap,
     banner_fields,
     bind,
+    deploy_options,
     prune_store,
     refuse_open,
     settle_heap,
     uvicorn_loop,
 )
-from fim.server.app import create_app
+from fim.server.app import create_app, reload_gate
+from fim.server.proxy import behind
+from fim.server.stopping import on_signals, settle
+from fim.store.health import check_at_start
 from fim.store.schema import normalize_url
 from fim.tools.isolate_helpers import start_tracker_clean
 
@@ -72,9 +87,12 @@ def serve_workers(
     reload: bool = True,
     log_level: str = "info",
     json_logs: bool = False,
+    shutdown_timeout: float | None = None,
+    trusted_proxies: list[str] | None = None,
+    root_path: str | None = None,
 ) -> None:
     """Compile once to report config errors and check the store, bind, then let uvicorn
-    run `workers` children until SIGTERM/SIGINT."""
+    run `workers` children until SIGTERM/SIGINT (each child stops like `fim serve`)."""
     # deferred: a third-party package, loaded only when this path runs
     import uvicorn
 
@@ -83,11 +101,21 @@ def serve_workers(
 
     snapshot = compile_project(root)
     require_shared_store(snapshot.project.state, root, workers)
+    check_at_start(snapshot.project.state, root)  # one line, not a 500 on every run
     settings = snapshot.project.server
     host, port = host or settings.host, port or settings.port
     refuse_open(settings, host)
     sock = bind(host, port)
-    options = {"root": str(root), "reload": reload, "log_level": log_level, "json": json_logs}
+    bound, proxies, prefix = deploy_options(settings, shutdown_timeout, trusted_proxies, root_path)
+    options = {
+        "root": str(root),
+        "reload": reload,
+        "log_level": log_level,
+        "json": json_logs,
+        "shutdown_timeout": bound,
+        "root_path": prefix,
+    }
+    options |= {"host": host, "port": port}  # each worker's reloads keep the start's rule
     os.environ[ENV] = json.dumps(options)
     logging: dict[str, Any] = {"log_config": None} if json_logs else {}
     config = uvicorn.Config(
@@ -97,7 +125,8 @@ def serve_workers(
         host=host,
         port=port,
         log_level=log_level,
-        timeout_graceful_shutdown=30,
+        timeout_graceful_shutdown=bound,  # type: ignore[arg-type]  # uvicorn: int, takes float
+        forwarded_allow_ips=proxies,
         access_log=False,
         lifespan="on",
         loop=uvicorn_loop(),
@@ -108,10 +137,62 @@ def serve_workers(
     # The children are spawned with this process's whole environment (they need it, and
     # hide it at once: `worker_app`); the resource tracker spawning starts must not hold it.
     start_tracker_clean()
+    metrics = shared_metrics_folder() if find_spec("prometheus_client") else None
     try:
-        Multiprocess(config, sockets=[sock]).run()
+        supervised = Multiprocess if metrics is None else supervisor(Multiprocess, metrics)
+        supervised(config, sockets=[sock]).run()
     finally:
         sock.close()
+        if metrics is not None:
+            os.environ.pop(METRICS_ENV, None)
+            shutil.rmtree(metrics, ignore_errors=True)
+
+
+METRICS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+"""prometheus_client's multiprocess mode: the folder each worker writes its metrics to."""
+
+
+def shared_metrics_folder() -> str:
+    """A new private folder (0700: metric labels name agents and tools) for the workers'
+    metrics, in the environment they are spawned with. Never one given from outside:
+    files left by another server would be summed into this one's counters."""
+    folder = tempfile.mkdtemp(prefix="fim-metrics-")
+    os.chmod(folder, 0o700)
+    os.environ[METRICS_ENV] = folder
+    return folder
+
+
+def supervisor(base: type, metrics: str) -> type:
+    """uvicorn's `Multiprocess`, telling prometheus_client when a worker is gone (it died
+    and was replaced, was restarted by SIGHUP, or stopped): its live gauges (runs in
+    progress) leave the sum."""
+    # deferred: a third-party package, loaded only when this path runs
+    from prometheus_client import multiprocess
+
+    class Supervisor(base):  # type: ignore[misc]  # a class given at run time
+        def _pids(self) -> set[int]:
+            return {p.pid for p in self.processes if p.pid is not None}
+
+        def _forget(self, before: set[int]) -> None:
+            for pid in before - self._pids():
+                multiprocess.mark_process_dead(pid, metrics)  # type: ignore[no-untyped-call]
+
+        def keep_subprocess_alive(self) -> None:
+            before = self._pids()
+            super().keep_subprocess_alive()
+            self._forget(before)
+
+        def handle_signals(self) -> None:
+            before = self._pids()
+            super().handle_signals()
+            self._forget(before)
+
+        def join_all(self) -> None:
+            super().join_all()
+            for pid in self._pids():
+                multiprocess.mark_process_dead(pid, metrics)  # type: ignore[no-untyped-call]
+
+    return Supervisor
 
 
 def worker_app() -> Any:
@@ -127,13 +208,17 @@ def worker_app() -> Any:
     holder = SnapshotHolder(snapshot)
     services = Services(root=root, state_url=snapshot.project.state, providers=CAPABILITIES)
     holder.listeners.append(lambda old, new: _on_swap(services, old, new))
+    holder.gates.append(reload_gate(options["host"], options["port"]))
     app = create_app(holder, services)
     observe.warm(snapshot.project.name)
     settle_heap()
     preload(snapshot.models_in_use())
 
+    api = app.state.api
+
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
+        on_signals(api, options["shutdown_timeout"])  # uvicorn's handlers are in place now
         stop = asyncio.Event()
         watcher = asyncio.create_task(watch(root, holder, stop=stop)) if options["reload"] else None
         pruner = asyncio.create_task(prune_store(services, holder, stop))
@@ -146,7 +231,8 @@ def worker_app() -> Any:
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await watcher
+            await settle(api)  # the records of runs the stop cut, written behind
             await services.aclose()
 
     app.router.lifespan_context = lifespan
-    return app
+    return behind(app, options["root_path"])

@@ -14,7 +14,8 @@ Modules, by concept:
 - `runs`, `approvals`, `audit`: what `Store` holds, one class each, combined here;
 - `records`: the dataclasses they return;
 - `sessions`, `usage`, `live`: conversations, token accounting, run event logs (functions
-  and classes over a `Store`); `single`: one server per SQLite file.
+  and classes over a `Store`); `single`: one server per SQLite file; `health`: whether
+  it can serve (at start, `/readyz`, `fim store migrate --check`).
 """
 
 from __future__ import annotations

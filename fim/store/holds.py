@@ -37,7 +37,7 @@ from fim.store.schema import storable
 from fim.tasks import spawn
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection, Table
+    from sqlalchemy import Connection
 
     from fim.store import Store
 
@@ -46,6 +46,7 @@ T = TypeVar("T")
 log = logging.getLogger("fim.store.holds")
 
 TABLE = "fim_budget_holds"
+"""Made by the store's migration 10 (`fim.store.schema`), on PostgreSQL only."""
 
 MARGIN = 60.0
 """Seconds a call's hold outlives its model's `timeout`: past it the call was abandoned
@@ -81,54 +82,6 @@ def scope_key(scope: Sequence[Any]) -> tuple[str, int]:
     every key. The lock keys of the migrations (one small integer) are not of this form."""
     digest = hashlib.sha256(json.dumps(list(scope)).encode()).digest()
     return digest[:16].hex(), int.from_bytes(digest[:8], "big", signed=True)
-
-
-# --------------------------------------------------------------------------- schema
-
-_TABLE: dict[str, Table] = {}
-_READY: set[str] = set()
-"""Store URLs whose holds table this process made sure of."""
-_READY_LOCK = threading.Lock()
-
-
-def table() -> Table:
-    """The holds table, built on first use (importing this module loads no SQLAlchemy)."""
-    if not _TABLE:
-        # deferred: loading sqlalchemy costs hundreds of ms
-        from sqlalchemy import BigInteger, Boolean, Column, Float, MetaData, String, Table
-
-        _TABLE["t"] = Table(
-            TABLE,
-            MetaData(),
-            Column("id", BigInteger, primary_key=True, autoincrement=True),
-            Column("scope", String(32), nullable=False, index=True),
-            Column("call", String(32), nullable=False, index=True),
-            Column("tokens", BigInteger, nullable=False),
-            Column("cost", Float, nullable=False),
-            Column("final", Boolean, nullable=False),
-            Column("expires_at", Float, nullable=False),
-            Column("run_id", String(64), nullable=True),
-        )
-    return _TABLE["t"]
-
-
-def _ensure(store: Store) -> None:
-    """Create the holds table once per store and process, the way the migrations create
-    tables (`checkfirst`, under the migrations' advisory lock, so two processes starting
-    together do not both create it). Only a PostgreSQL store with a daily or session
-    limit ever needs it."""
-    if store.url in _READY:
-        return
-    with _READY_LOCK:
-        if store.url in _READY:
-            return
-        # deferred: loading sqlalchemy costs hundreds of ms
-        from sqlalchemy import text
-
-        with store._connect().begin() as conn:
-            conn.execute(text("SELECT pg_advisory_xact_lock(74211)"))
-            table().create(conn, checkfirst=True)
-        _READY.add(store.url)
 
 
 # --------------------------------------------------------------------------- statements
@@ -226,7 +179,6 @@ async def take(
     keyed = sorted(dict(zip(keys, scopes, strict=True)).items(), key=lambda item: item[0][1])
 
     def work() -> tuple[T, bool]:
-        _ensure(store)
         with store._connect().begin() as conn, _cursor(conn) as cursor:
             for (_, lock), _scope in keyed:
                 cursor.execute("SELECT pg_advisory_xact_lock(%(k)s)", {"k": lock})

@@ -129,7 +129,17 @@ def schema() -> tuple[MetaData, dict[str, Table]]:
     that makes what it is given storable (`storable`)."""
     if not _SCHEMA:
         # deferred: loading sqlalchemy costs hundreds of ms
-        from sqlalchemy import JSON, Column, Float, Index, Integer, MetaData, Table
+        from sqlalchemy import (
+            JSON,
+            BigInteger,
+            Boolean,
+            Column,
+            Float,
+            Index,
+            Integer,
+            MetaData,
+            Table,
+        )
 
         String, Text = _text_types()
         meta = MetaData()
@@ -240,6 +250,18 @@ def schema() -> tuple[MetaData, dict[str, Table]]:
                 Column("seq", Integer, primary_key=True, autoincrement=False),
                 Column("event", JSON, nullable=False),
             ),
+            "budget_holds": Table(  # PostgreSQL only: room calls in flight hold (fim.store.holds)
+                "fim_budget_holds",
+                meta,
+                Column("id", BigInteger, primary_key=True, autoincrement=True),
+                Column("scope", String(32), nullable=False, index=True),
+                Column("call", String(32), nullable=False, index=True),
+                Column("tokens", BigInteger, nullable=False),
+                Column("cost", Float, nullable=False),
+                Column("final", Boolean, nullable=False),
+                Column("expires_at", Float, nullable=False),
+                Column("run_id", String(64), nullable=True),
+            ),
         }
         _SCHEMA["meta"] = meta
         _SCHEMA["tables"] = tables
@@ -323,6 +345,15 @@ def _migration_9(conn: Connection) -> None:
     table("a2a_tasks").create(conn, checkfirst=True)
 
 
+def _migration_10(conn: Connection) -> None:
+    # the budget holds, once made on first use by whichever process took the first hold:
+    # a role with only DML then failed every run after a YAML change added a daily limit
+    # (newcomer7 #3). A table that first use already made is kept (`checkfirst`). SQLite
+    # is one process, which never takes holds.
+    if conn.dialect.name == "postgresql":
+        table("budget_holds").create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _migration_1,
     _migration_2,
@@ -333,5 +364,6 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _migration_7,
     _migration_8,
     _migration_9,
+    _migration_10,
 ]
 """Applied in order; migration N brings the schema to version N. Append, never edit."""

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import ipaddress
 import posixpath
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Discriminator, Field, Tag, field_validator
+from pydantic import BeforeValidator, Discriminator, Field, PrivateAttr, Tag, field_validator
 
 from fim.config.schema.base import Strict, empty_list
 from fim.config.schema.spend import Budget, Price
+from fim.errors import Problem
 
 
 class ModelSettings(Strict):
@@ -234,6 +236,57 @@ class ServerSettings(Strict):
     """Names (`fim.example.com`, or with a port) a server without keys answers besides
     loopback ones: those the proxy in front forwards as `Host`. Any other is refused (403),
     as a site re-pointing its own name at the server (DNS rebinding) would send; `*`: any."""
+    shutdown_timeout: float = Field(default=30, ge=0, le=86_400)
+    """Seconds a stopping `fim serve` (SIGTERM) lets the runs in flight finish; a run still
+    going after that is cut and answered 503 `server_shutting_down` (clients retry).
+    `fim serve --shutdown-timeout` overrides it; keep the orchestrator's grace period longer
+    (Kubernetes: `terminationGracePeriodSeconds`)."""
+    trusted_proxies: list[str] | None = None
+    """Addresses or networks (`10.0.0.0/8`, `*`: any) whose `X-Forwarded-For` and
+    `X-Forwarded-Proto` are believed (uvicorn's `forwarded_allow_ips`): the client address
+    of the access log, the scheme of URLs. Unset: uvicorn's `FORWARDED_ALLOW_IPS` variable,
+    else `127.0.0.1` (a sidecar proxy). `--forwarded-allow-ips` overrides it."""
+    root_path: str = ""
+    """The path prefix the proxy in front serves fim under (`/fim` for
+    `https://ops.example.com/fim/`): the 202 `Location` of background runs and the
+    development page's requests carry it. Requests may arrive with the prefix stripped or
+    not. `--root-path` overrides it."""
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: list[str] | None) -> list[str] | None:
+        """A typo in an address would otherwise trust nobody, or (uvicorn reads what it
+        cannot parse as a literal host) the wrong peer, without a word."""
+        return None if value is None else [trusted_network(item) for item in value]
+
+    @field_validator("root_path")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        return root_prefix(value)
+
+
+def trusted_network(value: str) -> str:
+    """One `trusted_proxies` entry as uvicorn takes it: `*`, an address or a network."""
+    value = value.strip()
+    if value == "*":
+        return value
+    try:
+        ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        raise ValueError(
+            f"{value!r} is not an IP address or network (e.g. 10.0.0.5, 10.0.0.0/8, or *)"
+        ) from None
+    return value
+
+
+def root_prefix(value: str) -> str:
+    """A path prefix as `/a/b`: one leading slash, none at the end, `""` for none."""
+    value = value.strip().rstrip("/")
+    if not value:
+        return ""
+    if not value.startswith("/") or any(c in value for c in "?#\\ ") or "//" in value:
+        raise ValueError(f"{value!r} is not a path prefix (write it as /fim or /team/fim)")
+    return value
 
 
 class Retention(Strict):
@@ -330,3 +383,6 @@ class Project(Strict):
     by the width of the tree at every level."""
     budget: Budget | None = None
     """Spend limit of every run of every agent (an agent's own `budget` applies too)."""
+    _serve_only_unset: tuple[tuple[str, Problem], ...] = PrivateAttr(default=())
+    """`state:`/`server:` settings whose `${VAR}` is unset here, as (setting, warning): set by
+    the loader where only `fim serve`/`fim worker` would need them (`fim.config.serving`)."""

@@ -1,4 +1,4 @@
-"""Liveness and the snapshot's status."""
+"""Liveness, readiness and the snapshot's status."""
 
 from __future__ import annotations
 
@@ -10,6 +10,16 @@ AREA = Area(
     "status",
     (
         get("/healthz", "healthz", Op("Liveness (no key needed)", "status", r.Health)),
+        get(
+            "/readyz",
+            "readyz",
+            Op(
+                "Readiness: the state store answers (no key needed)",
+                "status",
+                r.Health,
+                errors=(503,),
+            ),
+        ),
         get(
             "/v1/status",
             "status",

@@ -66,7 +66,8 @@ async function request(method, path, body) {
   for (let attempt = 0; attempt < 2; attempt++) {
     const init = { method, headers: headers(body ? { "Content-Type": "application/json" } : {}) };
     if (body) init.body = JSON.stringify(body);
-    const res = await fetch(path, init);
+    // relative to the page: behind a proxy's path prefix (server.root_path) it carries it
+    const res = await fetch(path.replace(/^\//, ""), init);
     if (res.status === 401 && attempt === 0 && (await askKey())) continue;
     if (!res.ok) throw new ApiError(res.status, await res.json().catch(() => null));
     if (body && body.stream) return res;

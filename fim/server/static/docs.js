@@ -93,7 +93,7 @@ function operation(path, method, op) {
 }
 
 async function start() {
-  doc = await (await fetch("/openapi.json")).json();
+  doc = await (await fetch("openapi.json")).json();
   $("#title").textContent = doc.info.title;
   $("#version").textContent = `${doc.info.version} · OpenAPI ${doc.openapi}`;
   $("#description").textContent = doc.info.description;

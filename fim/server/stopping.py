@@ -1,0 +1,115 @@
+"""A stopping `fim serve` (SIGTERM from an orchestrator, Ctrl+C): one line saying how many
+runs it waits for and how long (`server.shutdown_timeout`), and the answer a run cut by the
+stop gets.
+
+A run still going when the bound is reached is cut by uvicorn, which cancels its request.
+That used to read as the client's doing (499 `client_closed_request`, which the OpenAI SDKs
+do not retry), so every run longer than the bound failed during a rolling upgrade with an
+error pointing at the caller. It is now a 503 `server_shutting_down` with `Retry-After: 1`,
+which the SDKs retry (on another replica, or this one restarted), and its run record says
+the server stopped before it ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Any
+
+from fim.server.replies import JSONResponse, error
+from fim.tasks import RUNNING
+
+log = logging.getLogger("fim.server")
+
+SERVER_STOPPED = "the server stopped before it ended"
+"""The error of a run record cut by the server's stop (as `fim.server.background`'s)."""
+
+
+class _NoForceQuitHint(logging.Filter):
+    """Drop uvicorn's "Waiting for ... (CTRL+C to force quit)" lines: under an orchestrator
+    there is no Ctrl+C, and fim's own line (`begin`) says what it waits for and how long."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "CTRL+C to force quit" not in record.getMessage()
+
+
+_QUIET = _NoForceQuitHint()
+
+
+def runs_in_flight(api: Any) -> int:
+    """The runs this process is driving: requests' runs and its own background runs."""
+    going = api.services.cache.get("fim.background")  # fim.server.background.Going
+    return int(api.active_runs) + len(getattr(going, "tasks", ()))
+
+
+def begin(api: Any, bound: float) -> None:
+    """The server stops: mark `api` stopping (a run cut from now on is the server's doing,
+    `shutting_down`) and log the line an operator reads during a rollout. Once only (a
+    second signal repeats nothing)."""
+    if api.stopping:
+        return
+    api.stopping = True
+    logging.getLogger("uvicorn.error").addFilter(_QUIET)
+    count = runs_in_flight(api)
+    log.info(
+        "stopping: waiting up to %s s for %d run%s in flight (server.shutdown_timeout, "
+        "--shutdown-timeout)",
+        f"{bound:g}",
+        count,
+        "" if count == 1 else "s",
+    )
+
+
+def on_signals(api: Any, bound: float) -> None:
+    """In a `--workers` child, whose uvicorn server fim does not make: call `begin` when
+    the SIGTERM/SIGINT that stops the server arrives, then uvicorn's own handler (which
+    must already be installed: call this from the app's lifespan start)."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(sig)
+        if not callable(previous):
+            continue
+
+        def handler(signum: int, frame: Any, previous: Any = previous) -> None:
+            loop.call_soon_threadsafe(begin, api, bound)
+            previous(signum, frame)
+
+        signal.signal(sig, handler)
+
+
+def shutting_down(run_id: str) -> JSONResponse:
+    """The answer to a request whose run the stopping server cut: a 503 the OpenAI SDKs
+    retry, after `Retry-After` seconds."""
+    answer = error(
+        503,
+        f"the server is stopping and cut run {run_id} before it ended",
+        "retry the request: another replica, or this server once restarted, runs it "
+        "(server.shutdown_timeout bounds how long a stopping server waits)",
+        code="server_shutting_down",
+    )
+    answer.headers["Retry-After"] = "1"
+    return answer
+
+
+SETTLE_SECONDS = 5.0
+"""How long a stopped server waits for the work its runs left behind (`settle`)."""
+
+
+async def settle(api: Any, timeout: float = SETTLE_SECONDS) -> None:
+    """Before a stopped server closes its store: let the runs the stop cut finish ending,
+    and the work they started without waiting for it (`fim.tasks.spawn`). The record of a
+    run cut by the stop is written by such a task (`shielded`), which the closing loop
+    would otherwise cancel, leaving the run without its record. Bounded: what does not end
+    by then is left to the loop."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    current = asyncio.current_task()
+    while loop.time() < deadline:
+        pending = [task for task in RUNNING if task is not current and not task.done()]
+        if not pending and not api.active_runs:
+            return
+        if pending:
+            await asyncio.wait(pending, timeout=max(deadline - loop.time(), 0))
+        else:  # a cut run still unwinding: its record's task starts as it ends
+            await asyncio.sleep(0.01)
