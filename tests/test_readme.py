@@ -242,6 +242,12 @@ def runs_list(tour: Tour) -> None:
     assert tour.paused_run in out and "refund" in out and "ok" in out
 
 
+def store_migrate(tour: Tour) -> None:
+    out = tour.fim("store", "migrate")
+    assert "ok: state store sqlite:///" in out and "migrated: fim schema version" in out
+    assert "has every table fim needs" in tour.fim("store", "migrate", "--check")
+
+
 def connector_import(tour: Tour) -> None:
     out = tour.fim("connector", "import", "scripts/crm.openapi.yaml", "--name", "crm", "--out", "-")
     actions = ("get_contact", "search_contacts", "create_lead", "get_order", "refund_order")
@@ -334,6 +340,7 @@ OUTCOMES: dict[str, Callable[[Tour], None] | str] = {
     "fim approvals list": approvals,
     "fim workflow resume RUN_ID --approve": resume,
     "fim runs list": runs_list,
+    "fim store migrate": store_migrate,
     "fim connector import scripts/crm.openapi.yaml --name crm --out -": connector_import,
     "fim serve": serve,
     "fim init my-project": init,

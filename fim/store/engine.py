@@ -16,6 +16,7 @@ SQLAlchemy Core is synchronous, so no method blocks the event loop on the databa
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -47,6 +48,11 @@ WAIT_FOR_LOCKS_MS = 10_000
 `busy_timeout`, PostgreSQL's `lock_timeout`. Without the latter, a table another session
 kept locked (an idle transaction, a long migration) held every write, and a server's
 shutdown with them, for as long as it lasted (attack-35 #2)."""
+
+CONNECT_WITHIN_S = 10
+"""How long opening a PostgreSQL connection may take, unless the URL's `connect_timeout` or
+`PGCONNECT_TIMEOUT` says otherwise: libpq's default is to wait without end, so a store
+whose host drops packets held `fim serve`'s start check, and every request, for good."""
 
 
 def _enable_wal(cursor: Any) -> None:
@@ -120,6 +126,8 @@ class Database:
             # the pool serves reads; the writer keeps one connection and, when it drops,
             # runs its units again on a new one (fim.store.writer)
             kwargs["pool_pre_ping"] = True
+            if "connect_timeout" not in self.url and not os.environ.get("PGCONNECT_TIMEOUT"):
+                kwargs["connect_args"] = {"connect_timeout": CONNECT_WITHIN_S}
         engine = create_engine(self.url, **kwargs)
         if self.is_sqlite:
 
