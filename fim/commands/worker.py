@@ -4,6 +4,10 @@ Its snapshot follows the project as `fim serve`'s does: `-p DIR` runs the same f
 (`fim.build.reload.watch`; `--no-reload` turns it off), `--git` the same poller. A job runs
 on no snapshot older than the one that accepted it (`fim.workflows.skew`): a worker behind
 reloads first, waits up to `--skew-wait` seconds, then fails the run with `snapshot skew`.
+
+It is watched like `fim serve`: `--log-format json` writes every line (its start-up line,
+procrastinate's, fim's) as one JSON object, each line of a job with its `run_id`;
+`--metrics-port` serves `/healthz` and `/metrics` (`fim.workflows.worker_watch`).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import logging
 import math
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -25,6 +30,7 @@ from fim.commands.serve import (
     GitOption,
     GitPathOption,
     IntervalOption,
+    LogFormat,
     RefOption,
     ShutdownOption,
     git_source,
@@ -33,6 +39,7 @@ from fim.errors import RunError
 
 if TYPE_CHECKING:
     from fim.workflows.skew import WorkerSnapshots
+    from fim.workflows.worker_watch import Endpoint, Health
 
 
 def register(app: typer.Typer) -> None:
@@ -118,6 +125,35 @@ def _store_at_start(state_url: str, root: Path) -> Callable[[Any], Awaitable[Non
     return start_queue(check_at_start(state_url, root))
 
 
+def observed(
+    log_level: str, log_format: LogFormat, metrics_port: int | None, metrics_host: str,
+    stalled_after: float,
+) -> tuple[Any, Health, Endpoint | None]:  # fmt: skip
+    """The worker's log (`fim.observe.logs`, as `fim serve`'s: text or JSON lines, each
+    line of a job with its run id), its metrics (None without prometheus-client), its
+    health and, with `--metrics-port`, the endpoint serving both (bound now: a port in
+    use is one line before anything starts)."""
+    # deferred: loading fim.observe and the queue's watchers costs tens of ms
+    from fim.observe import metrics as prometheus
+    from fim.observe.logs import configure
+    from fim.workflows.worker_watch import Endpoint, Health, JobFields, bind, endpoint_app
+
+    configure(log_level, log_format.value)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(JobFields())
+    metrics = prometheus.WorkerMetrics() if prometheus.INSTALLED else None
+    health = Health(stale_after=stalled_after)
+    if metrics_port is None:
+        return metrics, health, None
+    if metrics is None:
+        raise RunError(f"--metrics-port: {prometheus.MISSING}")
+    return (
+        metrics,
+        health,
+        Endpoint(bind(metrics_host, metrics_port), endpoint_app(health, metrics)),
+    )
+
+
 def worker_snapshots(holder: Any, source: Any, *, reload: bool, wait: float) -> WorkerSnapshots:
     """How this worker tells whether it may run a job on its snapshot
     (`fim.workflows.skew`): `-p` recompiles the folder (unless `--no-reload`: then only
@@ -190,6 +226,25 @@ def worker(
     git_checkout: CheckoutOption = None,
     git_path: GitPathOption = "",
     shutdown_timeout: ShutdownOption = None,
+    log_level: Annotated[
+        str, typer.Option(help="Log level (fim's, procrastinate's): debug, info, warning...")
+    ] = "info",
+    log_format: Annotated[
+        LogFormat,
+        typer.Option(help="text, or json: one JSON object per line, as fim serve's."),
+    ] = LogFormat.text,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            max=65535,
+            help="Serve /healthz and /metrics (Prometheus) on this port (default: off).",
+            show_default=False,
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str, typer.Option(help="Address --metrics-port listens on.")
+    ] = "127.0.0.1",
 ) -> None:
     """Run queued workflow and background agent runs (state in PostgreSQL).
 
@@ -200,9 +255,13 @@ def worker(
     from fim.build.reload import SnapshotHolder
     from fim.workflows.durable import make_app
     from fim.workflows.queue_rows import QUEUE, prune_bound
+    from fim.workflows.worker_watch import JobWatch, track_heartbeat, watch_resolve
 
     with user_errors():
         check_stalled(stalled_after, heartbeat, skew_wait)
+        metrics, health, endpoint = observed(
+            log_level, log_format, metrics_port, metrics_host, stalled_after
+        )
     source = None
     seconds = 0.0
     if git is not None:  # GitOps pull (fim.build.gitops), exactly as `fim serve --git`
@@ -229,16 +288,18 @@ def worker(
             tools=extra,
             stalled_after=stalled_after,
             providers=CAPABILITIES,
-            resolve=snapshots.for_job,
+            resolve=watch_resolve(snapshots.for_job),
             mcp=mcp,
         )
         # a wrong store or a role without fim's privileges: one line now, not a failed job
         queue_schema = _store_at_start(snapshot.project.state, root)
+    track_heartbeat(app, health)
 
     async def main() -> None:
         # deferred: loading watchfiles and the GitOps code only where they run
         from fim.build.gitops import poll
         from fim.build.reload import watch
+        from fim.observe.logs import announce
         from fim.store.engine import Database
         from fim.version import fim_version
 
@@ -252,12 +313,24 @@ def worker(
             async with app.open_async():
                 await queue_schema(app)
                 await asyncio.to_thread(_warm_up)
-                version = f", commit {snapshot.version[:12]}" if source is not None else ""
-                typer.echo(
+                commit = snapshot.version if source is not None else None
+                version = f", commit {commit[:12]}" if commit is not None else ""
+                store = Database(snapshot.project.state, root).display_url
+                served = f" · metrics {endpoint.url}" if endpoint is not None else ""
+                announce(
                     f"fim worker: {root} (concurrency {concurrency}{version}) · store "
-                    f"{Database(snapshot.project.state, root).display_url} · fim {fim_version()}",
-                    err=True,
+                    f"{store} · fim {fim_version()}{served}",
+                    source="fim.worker",
+                    project=str(root),
+                    concurrency=concurrency,
+                    commit=commit,
+                    store=store,
+                    fim_version=fim_version(),
+                    metrics_url=endpoint.url if endpoint is not None else None,
                 )
+                health.start()
+                if endpoint is not None:
+                    endpoint.start()
                 await app.run_worker_async(
                     queues=[QUEUE],
                     concurrency=concurrency,
@@ -272,8 +345,12 @@ def worker(
                         if shutdown_timeout is None
                         else shutdown_timeout
                     ),
+                    worker_middleware=[JobWatch(metrics)],
                 )
         finally:
+            health.stop()
+            if endpoint is not None:
+                endpoint.stop()
             stop.set()
             await mcp.aclose()
             if puller is not None:

@@ -1,5 +1,5 @@
-"""The log lines of `fim serve`: text (the default) or, with `--log-format json`, one JSON
-object per line, with trace and span ids.
+"""The log lines of `fim serve` and `fim worker`: text (the default) or, with
+`--log-format json`, one JSON object per line, with trace and span ids.
 
 Log pipelines (Loki, Elasticsearch, Cloud Logging) join JSON lines to traces by
 `trace_id`/`span_id`, which come from the span current where the line was logged (the
@@ -101,12 +101,13 @@ def json_configured() -> bool:
     return any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)
 
 
-def announce(line: str, **fields: Any) -> None:
+def announce(line: str, *, source: str = "fim.serve", **fields: Any) -> None:
     """A start-up line for whoever watches the process: printed on stderr as it is, or,
-    when the log is JSON, written as a record of the `fim.serve` logger with `fields`, so
-    every line a log pipeline reads is JSON (a plain banner was rejected by its parser)."""
+    when the log is JSON, written as a record of the `source` logger (`fim.serve`,
+    `fim.worker`) with `fields`, so every line a log pipeline reads is JSON (a plain banner
+    was rejected by its parser)."""
     if json_configured():
-        logger = logging.getLogger("fim.serve")
+        logger = logging.getLogger(source)
         # handled whatever the log level: `--log-level warning` keeps the start-up line,
         # as it keeps the plain one
         logger.handle(logger.makeRecord(logger.name, logging.INFO, "", 0, line, (), None,
@@ -116,7 +117,8 @@ def announce(line: str, **fields: Any) -> None:
 
 
 def configure(level: str, log_format: str) -> None:
-    """Set up the root logger for `fim serve`: text lines, or JSON lines on stderr."""
+    """Set up the root logger for `fim serve` and `fim worker`: text lines, or JSON lines
+    on stderr."""
     if log_format == "json":
         handler = logging.StreamHandler()
         handler.setFormatter(JsonFormatter())

@@ -33,6 +33,7 @@ try:
         generate_latest,
         values,
     )
+    from prometheus_client.core import GaugeMetricFamily
     from prometheus_client.multiprocess import MultiProcessCollector
 
     INSTALLED = True
@@ -190,6 +191,50 @@ class Metrics:
         every = CollectorRegistry()  # every worker's files, this one's included
         MultiProcessCollector(every, path=folder)  # type: ignore[no-untyped-call]
         return generate_latest(every), CONTENT_TYPE_LATEST
+
+
+class WorkerMetrics:
+    """A `fim worker`'s metrics (`--metrics-port`), in a registry of their own: the jobs it
+    runs now and how each ended (`fim.workflows.worker_watch.OUTCOMES`), and the jobs of
+    dead workers it handed back to the queue."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.running = Gauge("fim_worker_jobs_running", "Jobs this worker runs now", registry=r)
+        self.jobs = Counter(
+            "fim_worker_jobs",
+            "Jobs this worker ended, by outcome (ok, failed, skew, cancelled, paused, retried)",
+            ["outcome"],
+            registry=r,
+        )
+        self.stalled_requeued = Counter(
+            "fim_worker_stalled_jobs_requeued",
+            "Jobs of workers whose heartbeat stopped that this worker put back in the queue",
+            registry=r,
+        )
+
+    def exposition(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def queue_exposition(counts: dict[str, int]) -> bytes:
+    """`fim_queue_jobs{status}`, the job queue's runs waiting (`todo`) and running
+    (`doing`) as counted at this scrape, in Prometheus text: appended to the server's
+    exposition (a gauge read per scrape, never stored, so `--workers N` adds nothing up)."""
+    registry = CollectorRegistry()
+
+    class _Queue:
+        def collect(self) -> Any:
+            family = GaugeMetricFamily(
+                "fim_queue_jobs", "Background runs in the job queue, by status", labels=["status"]
+            )
+            for status, n in sorted(counts.items()):
+                family.add_metric([status], n)
+            yield family
+
+    registry.register(_Queue())
+    return generate_latest(registry)
 
 
 def shared_folder() -> str | None:

@@ -34,7 +34,7 @@ from fim.server.callers import (
 )
 from fim.server.cross_site import refusal
 from fim.server.public import is_public
-from fim.server.replies import JSONResponse, error
+from fim.server.replies import INVALID_TOKEN, JSONResponse, error
 from fim.server.streams import cancel_on_disconnect, sse
 
 if TYPE_CHECKING:
@@ -174,6 +174,8 @@ class Guard:
                 response = error(
                     401, "missing or invalid API key", "send Authorization: Bearer <key>"
                 )
+                if any(k.lower() == b"authorization" for k, _ in scope["headers"]):
+                    response.headers["WWW-Authenticate"] = INVALID_TOKEN
                 await response(scope, receive, send)
                 return
             me = identify(token, settings)

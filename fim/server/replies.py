@@ -23,6 +23,11 @@ class JSONResponse(_JSONResponse):
         return super().render(known().value(content))
 
 
+BEARER = 'Bearer realm="fim"'
+"""The `WWW-Authenticate` challenge of every 401: a bearer key (RFC 6750)."""
+INVALID_TOKEN = BEARER + ', error="invalid_token"'
+"""The challenge when the key sent is not one of the server's (RFC 6750 section 3.1)."""
+
 _CODES = {
     400: "invalid_request",
     401: "invalid_api_key",
@@ -66,7 +71,9 @@ def error(
     }
     if hint:
         body["error"]["hint"] = hint
-    return JSONResponse(body, status_code=status)
+    # RFC 6750: a 401 names the scheme it wants, which clients and proxies read
+    headers = {"WWW-Authenticate": BEARER} if status == 401 else None
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def with_hint(message: str, hint: str | None) -> str:

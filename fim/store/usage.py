@@ -279,14 +279,24 @@ async def _sum(
 
 def key_labels(settings: Any) -> dict[str | None, str]:
     """How `summary(by="key")` names each owner hash of the server settings `settings`:
-    a tenant by its name, a key by its place in fim.yaml (never the key), and None as the
-    runs no key started. A hash not here is a key removed since (shown shortened)."""
+    a tenant by its name (its keys' `name`s beside it), a key by its `name` or its place in
+    fim.yaml (never the key), and None as the runs no key started. A hash not here is a key
+    removed since (shown shortened)."""
     labels: dict[str | None, str] = {None: "(no key)"}
+    names: dict[str, list[str]] = {}  # a tenant's keys' names, shown beside the tenant
     for i, key in enumerate(settings.api_keys):
         token, tenant = (key, "") if isinstance(key, str) else (key.key, key.tenant)
+        name = None if isinstance(key, str) else key.name
         if token:
-            label = f"tenant {tenant}" if tenant else f"server.api_keys[{i}]"
-            labels[key_owner(token.encode(), tenant)] = label
+            owner = key_owner(token.encode(), tenant)
+            if tenant:
+                names.setdefault(owner, [])
+                if name and name not in names[owner]:
+                    names[owner].append(name)
+                shown = ", ".join(names[owner])
+                labels[owner] = f"tenant {tenant}" + (f" ({shown})" if shown else "")
+            else:
+                labels[owner] = name or f"server.api_keys[{i}]"
     for i, key in enumerate(settings.operator_keys):
         if key:
             labels[key_owner(key.encode())] = f"server.operator_keys[{i}]"

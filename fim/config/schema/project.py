@@ -177,15 +177,41 @@ McpServer = Annotated[
 ]
 
 
+KEY_NAME_MAX = 64
+
+
 class TenantKey(Strict):
     """A bearer key of a named tenant: every key of one tenant sees the same sessions, runs
     and approvals, so a key is rotated by adding the new one under the same tenant and
-    removing the old one later."""
+    removing the old one later. `name` labels the key where its usage is shown (`fim usage
+    --by key`, `GET /v1/usage?by=key`); a key with a name and no tenant owns its runs alone,
+    as a plain key does."""
 
     key: str
     """The bearer key; use `${VAR}` so it stays out of git."""
-    tenant: str = Field(min_length=1, max_length=200)
-    """Name of the tenant: its keys share sessions, runs and approvals."""
+    tenant: str = Field(default="", max_length=200)
+    """Name of the tenant: its keys share sessions, runs and approvals (none: the key's own)."""
+    name: str | None = Field(default=None, min_length=1, max_length=KEY_NAME_MAX)
+    """A label for the key in usage reports instead of its place in fim.yaml (short,
+    printable: it reaches terminals and dashboards)."""
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant(cls, value: str) -> str:
+        # given, it names a tenant: an empty one would quietly make the key a plain one
+        if not value:
+            raise ValueError("tenant: give a name, or leave `tenant` out for a key of its own")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        # shown in terminals and dashboards: no control characters, no bidi overrides
+        if value is not None and (not value.isprintable() or value != value.strip()):
+            raise ValueError(
+                "name: printable characters without leading or trailing spaces, e.g. partner-a"
+            )
+        return value
 
 
 class KeyLimits(Strict):

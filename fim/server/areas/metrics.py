@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from starlette.requests import Request
@@ -9,6 +10,8 @@ from starlette.responses import Response
 
 from fim.server.area import Area, Op, get
 from fim.server.http import error, run_scope
+
+log = logging.getLogger("fim.server")
 
 
 def _handlers(api: Any) -> dict[str, Any]:
@@ -23,19 +26,43 @@ def _handlers(api: Any) -> dict[str, Any]:
                 "give the scraper a key of server.operator_keys; a key's own usage is "
                 "GET /v1/usage",
             )
-        return _exposition()
+        return await _exposition(api)
 
     return {"metrics": metrics_endpoint}
 
 
-def _exposition() -> Response:
+async def _exposition(api: Any) -> Response:
     # deferred: loading prometheus_client costs tens of ms
     from fim.masking import known
     from fim.observe.metrics import METRICS
 
     body, content_type = METRICS.exposition()
+    body += await _queue_jobs(api)
     # label values include names a model wrote (an unknown tool's): masked like every exit
     return Response(known().text(body.decode()), media_type=content_type)
+
+
+async def _queue_jobs(api: Any) -> bytes:
+    """`fim_queue_jobs{status}` when background runs go to the PostgreSQL job queue (one
+    count query per scrape): runs piling up in `todo` with no `fim worker` to take them.
+    Nothing on SQLite (runs execute in the server); nothing, and one log line, when the
+    queue cannot be read (the scrape still answers the other metrics)."""
+    # deferred: the queue (procrastinate, psycopg) is loaded only on PostgreSQL
+    from fim.server.background import queue_of
+
+    queue = queue_of(api)
+    if queue is None:
+        return b""
+    # deferred: loaded with the queue
+    from fim.observe.metrics import queue_exposition
+    from fim.workflows.worker_watch import queue_depth
+
+    try:
+        counts = await queue_depth(await queue.app())
+    except Exception as exc:
+        log.warning("/metrics: cannot count the job queue's runs: %s", exc)
+        return b""
+    return queue_exposition(counts)
 
 
 AREA = Area(

@@ -1,0 +1,289 @@
+"""What an operator watches of the job queue and of a `fim worker`.
+
+- Each job a worker runs is counted by its outcome as fim knows it (`outcome`): the run's
+  own status (`ok`, `failed`, `cancelled`, `paused`), `skew` when it was not run for
+  snapshot skew (`fim.workflows.skew`), `retried` when the worker stopped under it and the
+  queue delivers it again. A procrastinate worker middleware (`JobWatch`) does it around
+  every job, so `fim.workflows.durable`'s tasks stay as they are.
+- Every log line written inside a job carries the job's `run_id`, `job_id` and `task`
+  (and `outcome: skew` once the job was refused for snapshot skew): a log pipeline reads
+  the skew failure as a record of that run, not one line of text (`JobFields`).
+- `Health`: the worker is healthy while its loop runs and its last heartbeat to the queue
+  is younger than `--stalled-after` (past it, other workers hand its jobs on anyway).
+- `serve_endpoint`: `/healthz` and `/metrics` on `--metrics-port`, a Starlette app under
+  uvicorn in a thread of its own (uvicorn takes signals only in the main thread, which
+  procrastinate's worker keeps).
+- `queue_depth`: the queue's jobs waiting and running, one count query, for `fim serve`'s
+  `fim_queue_jobs` gauge (runs piling up with no worker).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from fim.errors import RunError
+from fim.workflows.queue_rows import QUEUE
+
+if TYPE_CHECKING:
+    import procrastinate
+    from procrastinate.job_context import JobContext
+
+    from fim.build.snapshot import Snapshot
+    from fim.observe.metrics import WorkerMetrics
+
+RETRY_STALLED = "fim.retry_stalled"
+"""The periodic task re-queuing dead workers' jobs (`fim.workflows.durable`): every second,
+so neither a job outcome nor a log line of its own."""
+
+OUTCOMES = ("ok", "failed", "skew", "cancelled", "paused", "retried")
+"""`fim_worker_jobs_total`'s outcomes: a run status a job returns that is none of these
+(`error`, `unknown`) counts as `failed`."""
+
+
+@dataclass
+class _Job:
+    """What the log lines of one job carry (`JobFields`) and how it ended."""
+
+    fields: dict[str, Any]
+    skew: bool = False
+
+
+_JOB: contextvars.ContextVar[_Job | None] = contextvars.ContextVar("fim_job", default=None)
+
+
+def watch_resolve(
+    resolve: Callable[[dict[str, Any] | None], Awaitable[Snapshot]],
+) -> Callable[[dict[str, Any] | None], Awaitable[Snapshot]]:
+    """`resolve` (`WorkerSnapshots.for_job`), marking the current job `skew` when it
+    refuses the job's snapshot: the task then records the run failed, and only this
+    knows why."""
+
+    async def resolved(accepted: dict[str, Any] | None) -> Snapshot:
+        try:
+            return await resolve(accepted)
+        except RunError:
+            job = _JOB.get()
+            if job is not None:
+                job.skew = True
+                job.fields["outcome"] = "skew"
+            raise
+
+    return resolved
+
+
+def outcome_of(result: Any, job: _Job, error: BaseException | None, shutdown: bool) -> str:
+    """The outcome a job is counted under: see `OUTCOMES`."""
+    if job.skew:
+        return "skew"
+    if error is not None:
+        return "retried" if shutdown else "failed" if isinstance(error, Exception) else "cancelled"
+    return result if result in OUTCOMES else "failed"
+
+
+class JobWatch:
+    """A procrastinate worker middleware: counts each fim job running and by its outcome,
+    and gives its log lines the job's fields (`_JOB`)."""
+
+    def __init__(self, metrics: WorkerMetrics | None) -> None:
+        self.metrics = metrics  # None: prometheus-client is not installed, fields only
+
+    async def __call__(self, call_next: Callable[[], Awaitable[Any]], context: JobContext,
+                       worker: Any) -> Any:  # fmt: skip
+        task = context.job.task_name
+        if task == RETRY_STALLED:
+            requeued = await call_next()
+            if self.metrics is not None and isinstance(requeued, int) and requeued > 0:
+                self.metrics.stalled_requeued.inc(requeued)
+            return requeued
+        fields: dict[str, Any] = {"task": task, "job_id": context.job.id}
+        if "run_id" in context.job.task_kwargs:
+            fields["run_id"] = context.job.task_kwargs["run_id"]
+        job = _Job(fields)
+        token = _JOB.set(job)
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.running.inc()
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            result = await call_next()
+            return result
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            _JOB.reset(token)
+            if metrics is not None:
+                metrics.running.dec()
+                shutdown = _stopping(context) if error is not None else False
+                metrics.jobs.labels(outcome_of(result, job, error, shutdown)).inc()
+
+
+def _stopping(context: JobContext) -> bool:
+    """Whether a job ended because its worker stops (the queue delivers it again)."""
+    # deferred: procrastinate is loaded only where jobs run
+    from procrastinate.job_context import AbortReason
+
+    return context.abort_reason() is AbortReason.SHUTDOWN
+
+
+class JobFields(logging.Filter):
+    """A log handler's filter: every record written inside a job (fim's, procrastinate's)
+    gets the job's fields; procrastinate's per-job lines of `RETRY_STALLED`, every second
+    on some worker, are dropped below warnings."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        job = getattr(record, "job", None)
+        if (
+            record.levelno < logging.WARNING
+            and isinstance(job, dict)
+            and job.get("task_name") == RETRY_STALLED
+        ):
+            return False
+        current = _JOB.get()
+        if current is not None:
+            for key, value in current.fields.items():
+                if not hasattr(record, key):
+                    setattr(record, key, value)
+        return True
+
+
+@dataclass
+class Health:
+    """Whether the worker is alive: its loop runs and it beat recently (`healthy`)."""
+
+    stale_after: float
+    clock: Callable[[], float] = time.monotonic
+    running: bool = False
+    last_beat: float = field(default=0.0)
+
+    def start(self) -> None:
+        self.running = True
+        self.beat()
+
+    def stop(self) -> None:
+        self.running = False
+
+    def beat(self) -> None:
+        self.last_beat = self.clock()
+
+    def state(self) -> dict[str, Any]:
+        """`/healthz`'s body: `ok`, and why not."""
+        if not self.running:
+            return {"ok": False, "reason": "the worker loop is not running"}
+        age = self.clock() - self.last_beat
+        if age > self.stale_after:
+            return {
+                "ok": False,
+                "reason": f"no heartbeat for {age:.0f} s (--stalled-after {self.stale_after:g})",
+            }
+        return {"ok": True, "heartbeat_age_s": round(age, 3)}
+
+
+def track_heartbeat(app: procrastinate.App, health: Health) -> None:
+    """Mark `health` beaten each time procrastinate's heartbeat reaches the queue: the
+    worker calls its job manager's `update_heartbeat`, wrapped here on this app's manager
+    only (procrastinate tells nothing else of it)."""
+    manager = app.job_manager
+    update = manager.update_heartbeat
+
+    async def beaten(worker_id: int) -> None:
+        await update(worker_id)
+        health.beat()
+
+    setattr(manager, "update_heartbeat", beaten)  # noqa: B010 - an instance's method
+
+
+def endpoint_app(health: Health, metrics: WorkerMetrics) -> Any:
+    """The Starlette app of `--metrics-port`: `/healthz` (200, or 503 with why) and
+    `/metrics` (Prometheus text)."""
+    # deferred: starlette is loaded only with --metrics-port
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    async def healthz(request: Request) -> Response:
+        state = health.state()
+        return JSONResponse(state, status_code=200 if state["ok"] else 503)
+
+    async def metrics_page(request: Request) -> Response:
+        body, content_type = metrics.exposition()
+        return Response(body, media_type=content_type)
+
+    return Starlette(routes=[Route("/healthz", healthz), Route("/metrics", metrics_page)])
+
+
+class Endpoint:
+    """`--metrics-port`'s server in a thread of its own, on a socket bound before it
+    starts (a port in use is one line at start, `fim.server.bind`)."""
+
+    def __init__(self, sock: socket.socket, app: Any) -> None:
+        # deferred: uvicorn is loaded only with --metrics-port
+        import uvicorn
+
+        self.sock = sock
+        config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self._run, name="fim-worker-metrics", daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.sock.getsockname()[:2]
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+    def _run(self) -> None:
+        # deferred: asyncio's loop of this thread only
+        import asyncio
+
+        asyncio.run(self.server.serve(sockets=[self.sock]))
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=5)
+        self.sock.close()
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """`--metrics-port`'s listening socket, bound at start: a port in use is one line
+    naming the flag, not a traceback in a thread."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise RunError(
+            f"--metrics-port {port} on {host}: {exc.strerror}",
+            hint="pick another port, or stop what listens there",
+        ) from None
+    sock.listen(64)
+    sock.setblocking(False)
+    return sock
+
+
+async def queue_depth(app: procrastinate.App) -> dict[str, int]:
+    """The fim queue's jobs by status (`todo`: waiting, `doing`: running), in one count
+    query; the periodic re-queuing job is not a run and is left out."""
+    rows = await app.connector.execute_query_all_async(
+        "SELECT status::text AS status, count(*) AS n FROM procrastinate_jobs "
+        "WHERE queue_name = %(queue)s AND task_name <> %(periodic)s "
+        "AND status IN ('todo', 'doing') GROUP BY status",
+        queue=QUEUE,
+        periodic=RETRY_STALLED,
+    )
+    counts = {"todo": 0, "doing": 0}
+    for row in rows:
+        counts[str(row["status"])] = int(row["n"])
+    return counts
