@@ -18,7 +18,7 @@ import gc
 import importlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any
 
@@ -30,7 +30,7 @@ try:
     import typer
 
     from fim.commands import ProjectOption, err
-    from fim.config.serving import SERVING_COMMANDS, require_serve_settings
+    from fim.config.serving import require_serve_settings, serving_command, serving_group
     from fim.environ import hide_from_children
     from fim.errors import ConfigError, RunError
 finally:
@@ -103,8 +103,19 @@ def _root(
     ctx.obj = {"project": project}
     # An unset `${VAR}` in `state:`/`server:` fails only the commands that read them; the
     # others warn (`fim.config.serving`). Put back when the command ends (in-process tests).
-    was = require_serve_settings(ctx.invoked_subcommand in SERVING_COMMANDS)
+    was = require_serve_settings(serving_command(ctx.invoked_subcommand or ""))
     ctx.call_on_close(lambda: require_serve_settings(was))
+
+
+def _group_root(name: str) -> Callable[[typer.Context], None]:
+    """The callback of the command group `name`: it knows which of its commands runs (`fim
+    mcp serve`), which `_root` does not; the root's `call_on_close` puts the value back."""
+
+    def decide(ctx: typer.Context) -> None:
+        if serving_command(f"{name} {ctx.invoked_subcommand}"):
+            require_serve_settings(True)
+
+    return decide
 
 
 def _hide_flag_types() -> None:
@@ -148,6 +159,12 @@ def build_app(modules: list[str] | None = None) -> typer.Typer:
         if not callable(register):
             raise TypeError(f"command module {name} has no register(app) function")
         register(app)
+    for group in app.registered_groups:  # `fim mcp serve` needs state:/server: whole
+        sub = group.typer_instance
+        if group.name and sub is not None and serving_group(group.name):
+            if sub.registered_callback is not None:
+                raise TypeError(f"command group {group.name} has a callback: decide there")
+            sub.callback()(_group_root(group.name))
     return app
 
 

@@ -29,6 +29,7 @@ from fim.store.health import StoreProbe
 from fim.testing.server import ServerThread
 
 KEY = "k-readyz"
+OPERATOR = "k-readyz-operator"
 
 
 def closed_port() -> int:
@@ -39,7 +40,8 @@ def closed_port() -> int:
 
 def snapshot(root: Path, state: str) -> Snapshot:
     model = ModelSettings(model="openai/local", api_base=f"http://127.0.0.1:{closed_port()}/v1")
-    project = Project(name="ready", state=state, server=ServerSettings(api_keys=[KEY]))
+    server = ServerSettings(api_keys=[KEY], operator_keys=[OPERATOR])
+    project = Project(name="ready", state=state, server=server)
     return Snapshot(root=root, project=project, agents={"a": AgentDecl(name="a", model=model)})
 
 
@@ -58,6 +60,8 @@ def test_readyz_is_200_without_a_key_and_status_names_the_store(tmp_path: Path) 
         assert httpx.get(f"{srv.url}/healthz").status_code == 200
         assert httpx.get(f"{srv.url}/v1/status").status_code == 401  # still keyed
         status = httpx.get(f"{srv.url}/v1/status", headers={"Authorization": f"Bearer {KEY}"})
+        assert status.json()["store"] == {"ok": True}  # a tenant: whether, never why
+        status = httpx.get(f"{srv.url}/v1/status", headers={"Authorization": f"Bearer {OPERATOR}"})
         assert status.json()["store"] == {"ok": True, "error": None}
 
 
@@ -87,7 +91,7 @@ def test_readyz_is_503_when_the_store_goes_away_and_200_when_it_is_back(
             assert "state store does not answer" in gone.json()["reason"]
             assert db.name not in gone.text  # anyone may ask: no host, role or database
             status = httpx.get(
-                f"{srv.url}/v1/status", headers={"Authorization": f"Bearer {KEY}"}
+                f"{srv.url}/v1/status", headers={"Authorization": f"Bearer {OPERATOR}"}
             ).json()
             assert status["store"]["ok"] is False
             assert status["store"]["error"].startswith("state store postgresql+psycopg://")

@@ -294,14 +294,14 @@ def _shard(text: str | None, console: Any) -> tuple[int, int] | None:
 def _compare(data: dict[str, Any], baseline: Path | None, threshold: float) -> Any:
     # deferred: loading fim.eval.ci and fim.eval.baseline costs tens of ms
     from fim.eval.baseline import compare
-    from fim.eval.ci import load
+    from fim.eval.ci import load, plain
 
     if baseline is None:
         return None
     try:
         return compare(data, load(baseline), threshold)
-    except RunError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+    except RunError as exc:  # may quote a report's names: on one line (`plain`)
+        sys.stderr.write(f"error: {plain(str(exc))}\n")
         raise typer.Exit(2) from None
 
 
@@ -322,8 +322,8 @@ def merge_reports(
 
     try:
         merged = merge([load(p) for p in paths])
-    except RunError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+    except RunError as exc:  # may quote a shard's case names: on one line (`plain`)
+        sys.stderr.write(f"error: {plain(str(exc))}\n")
         raise typer.Exit(2) from None
     comparison = _compare(merged, baseline, threshold)
     if format_ == "markdown":

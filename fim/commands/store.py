@@ -25,10 +25,19 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fim.commands import ProjectOption, err, fail, run_async, user_errors
-from fim.commands.approvals import StateOption, open_store
+from fim.commands import (
+    ProjectOption,
+    err,
+    fail,
+    print_problems,
+    project_dir,
+    run_async,
+    user_errors,
+)
+from fim.commands.approvals import StateOption
 
 if TYPE_CHECKING:
+    from fim.store import Store
     from fim.store.engine import Database
 
 
@@ -60,7 +69,7 @@ def migrate(
     fim's tables and budget holds; on PostgreSQL with the scale extra, the job queue's
     (procrastinate's) too. The application's role then needs only SELECT, INSERT, UPDATE,
     DELETE on the tables and USAGE, SELECT, UPDATE on the sequences (docs/scale-out.md)."""
-    db = open_store(ctx, project, state)
+    db = _open(ctx, project, state)
     try:
         if check:
             problems, notes = _check(db)
@@ -81,6 +90,30 @@ def migrate(
         typer.echo(f"ok: state store {db.display_url} migrated: {', '.join(done)}")
     finally:
         db.close()
+
+
+def _open(ctx: typer.Context, project: Path | None, state: str | None) -> Store:
+    """The store to migrate or check: `--state`, else fim.yaml's `state:`, which must be set
+    here: an unset `${FIM_STATE_URL}` is an error, not the local default other commands fall
+    back to (`fim.config.serving.store_required`)."""
+    # deferred: loading fim.config.schema costs hundreds of ms
+    from fim.config.loader import PROJECT_FILE, find_root, load
+    from fim.config.serving import store_required
+    from fim.store import Store
+
+    if state:
+        return Store(state, root=Path.cwd())
+    with user_errors():
+        root = find_root(project_dir(ctx, project))
+        decls = load(root)
+    if not decls.project_ok:
+        print_problems(p for p in decls.problems if p.path.endswith(PROJECT_FILE))
+        fail(f"cannot read the state URL from {root / PROJECT_FILE}", "fix fim.yaml first")
+    unset = store_required(decls.project, "fim store migrate")
+    if unset is not None:
+        print_problems([unset])
+        raise typer.Exit(1)
+    return Store(decls.project.state, root=root)
 
 
 # --------------------------------------------------------------------------- migrate

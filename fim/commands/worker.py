@@ -281,6 +281,9 @@ def worker(
 
     mcp = McpManager(root)
     with user_errors():
+        # a wrong store or a role without fim's privileges: one line now, not a failed job
+        # (before the queue's app, whose start-up logs would come first)
+        queue_schema = _store_at_start(snapshot.project.state, root)
         extra = _tools(tools)
         app = make_app(
             snapshot.project.state,
@@ -291,8 +294,6 @@ def worker(
             resolve=watch_resolve(snapshots.for_job),
             mcp=mcp,
         )
-        # a wrong store or a role without fim's privileges: one line now, not a failed job
-        queue_schema = _store_at_start(snapshot.project.state, root)
     track_heartbeat(app, health)
 
     async def main() -> None:

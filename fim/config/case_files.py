@@ -134,7 +134,8 @@ def read_case_files(decls: Declarations, doc: Document) -> Document:
     else:
         return doc
     files = [(where, item) for where, item in refs if isinstance(item, str)]
-    if not files:
+    if not files:  # inline cases only: their names are unique too (attack-44 F4)
+        _check_unique(decls, doc, [item for _, item in refs], [(where, None) for where, _ in refs])
         return doc
     several = len(files) > 1
     cases: list[Any] = []
@@ -159,15 +160,18 @@ def read_case_files(decls: Declarations, doc: Document) -> Document:
         yaml=doc,
         origins=origins,
     )
-    _check_unique(decls, suite)
+    _check_unique(decls, suite, cases, origins)
     return suite
 
 
-def _check_unique(decls: Declarations, suite: SuiteDocument) -> None:
-    """Case names are unique in a suite (`-k suite/case`, baselines and shards go by them):
-    two files of default names (`row 2`) or a file's name clashing with an inline one."""
+def _check_unique(
+    decls: Declarations, suite: Document, cases: list[Any], origins: list[Origin]
+) -> None:
+    """Case names are unique in a suite (`-k suite/case`, baselines, cassettes and shards go
+    by them; `fim eval merge` refuses a case twice): two inline cases of one name, two files
+    of default names (`row 2`) or a file's name clashing with an inline one."""
     first: dict[str, int] = {}
-    for i, case in enumerate(suite.data["cases"]):
+    for i, case in enumerate(cases):
         name = case.name if isinstance(case, EvalCase) else None
         if isinstance(case, dict) and isinstance(case.get("name"), str):
             name = case["name"]
@@ -177,7 +181,7 @@ def _check_unique(decls: Declarations, suite: SuiteDocument) -> None:
             first[name] = i
             continue
         before = suite.problem(("cases", first[name], "name"), "")
-        unnamed = [_unnamed(suite.origins[k]) for k in (i, first[name])]
+        unnamed = [_unnamed(origins[k]) for k in (i, first[name])]
         how = next((fix for fix in unnamed if fix is not None), "rename one")
         decls.problems.append(
             suite.problem(

@@ -19,16 +19,35 @@ from __future__ import annotations
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
+from fim.errors import Problem
+
 if TYPE_CHECKING:
     from fim.config.schema import Project
-    from fim.errors import Problem
 
 SERVE_ONLY = ("state", "server")
 """fim.yaml's top-level keys that only `fim serve` and `fim worker` read (`state:` is also the
 store of `fim run`/`fim eval`, which then use the default local one and say so)."""
 
-SERVING_COMMANDS = frozenset({"serve", "worker"})
-"""The CLI commands for which an unset `${VAR}` in a `SERVE_ONLY` setting is an error."""
+SERVING_COMMANDS = frozenset({"serve", "worker", "mcp serve"})
+"""The CLI commands (their path below `fim`) for which an unset `${VAR}` in a `SERVE_ONLY`
+setting is an error: those that serve the project. `fim mcp serve` is a long-lived server of
+its agents too: its runs, usage and spend belong in the shared store, not a local file
+(attack-44 F6). `fim store migrate` reads `state:` only, and refuses an unset one itself
+(`store_required`)."""
+
+
+def serving_command(path: str) -> bool:
+    """Whether the command at `path` (`"serve"`, `"mcp serve"`) needs `state:`/`server:`
+    whole: it or a group above it is in `SERVING_COMMANDS`."""
+    words = path.split()
+    return any(" ".join(words[:n]) in SERVING_COMMANDS for n in range(1, len(words) + 1))
+
+
+def serving_group(name: str) -> bool:
+    """Whether some command below the group `name` is in `SERVING_COMMANDS`, so the group
+    decides for its commands (the CLI's root only knows the first word)."""
+    return any(command.startswith(f"{name} ") for command in SERVING_COMMANDS)
+
 
 _REQUIRED: ContextVar[bool] = ContextVar("fim_serve_settings_required", default=True)
 
@@ -61,11 +80,27 @@ def store_fallback(project: Project) -> Problem | None:
     )
 
 
+def store_required(project: Project, command: str) -> Problem | None:
+    """The error of `command`, which acts on the store fim serves from (`fim store migrate
+    [--check]`, the deploy step), when `state:` is an unset `${VAR}` here: on the default
+    local file it would pass a migration Job or CI gate whose secret is missing
+    (attack-44 F6). `server:` it never reads, so it may stay unset."""
+    warning = store_fallback(project)
+    if warning is None:
+        return None
+    cause = warning.message.split("; here `state` falls back", 1)[0]
+    hint = f"export it or pass --state: {command} never acts on the local default store"
+    return Problem(warning.path, warning.line, warning.column, cause, hint)
+
+
 __all__ = [
     "SERVE_ONLY",
     "SERVING_COMMANDS",
     "require_serve_settings",
     "serve_settings_required",
+    "serving_command",
+    "serving_group",
     "store_fallback",
+    "store_required",
     "unset_here",
 ]

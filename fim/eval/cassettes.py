@@ -350,7 +350,8 @@ class CassetteModel:
             f"uses {endpoint_words(now)}",
             hint="recorded against another server than the project's model settings name "
             "now, e.g. a local or stub one: re-record with `fim eval --record`, or set the "
-            "api_base (or OPENAI_BASE_URL) it was recorded with",
+            "api_base (or the base-URL variable: OPENAI_BASE_URL, <PROVIDER>_API_BASE) it "
+            "was recorded with",
         )
 
     def _miss(self) -> CassetteMiss:

@@ -163,9 +163,10 @@ def merge(reports: list[Report]) -> Report:
             into = suites.setdefault(label(suite), {**suite, "cases": []})
             for case in suite["cases"]:
                 key = (label(suite), case["case"], int(case.get("attempt", 1)))
-                if key in seen:
+                if key in seen:  # names the JSON holds: on one line (`plain`, attack-44 F4)
                     raise RunError(
-                        f"case {key[0]}/{key[1]} (attempt {key[2]}) is in two reports",
+                        f"case {plain(key[0])}/{plain(key[1])} (attempt {key[2]}) is in two "
+                        "reports",
                         hint="merge the reports of one sharded run (--shard I/N, same N)",
                     )
                 seen.add(key)

@@ -42,10 +42,16 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, unquote_plus, urlsplit
 
 from fim.masking.forms import MASK, MIN_SECRET, encodings
-from fim.masking.keys import SECRET_KEY, URL_PASSWORD, secret_key
+from fim.masking.keys import (
+    SECRET_KEY,
+    URL_PASSWORD,
+    masked_url,
+    secret_key,
+    url_query_secrets,
+)
 from fim.masking.masker import Masker, StreamMasker
 
 M = TypeVar("M")
@@ -101,8 +107,8 @@ def config_secrets(data: Any, key: object = "") -> set[str]:
     """Secrets written into a parsed declaration: literals under credential-looking keys
     (`api_key: sk-...`, `headers: {Authorization: Bearer ...}`, `env: {GH_TOKEN: ...}`),
     the values of every `headers:` mapping that could be credentials (`header_secret`),
-    and DSN passwords (`postgresql://app:pw@db/x`, raw and URL-decoded). Templates
-    (`{{ ... }}`) are not secrets."""
+    and DSN passwords (`postgresql://app:pw@db/x`, `...?password=pw`, raw and URL-decoded).
+    Templates (`{{ ... }}`) are not secrets."""
     found: set[str] = set()
     _collect_secrets(data, key, found)
     return {s for s in found if len(s) >= MIN_SECRET}
@@ -170,7 +176,11 @@ def _collect_secrets(data: Any, key: object, found: set[str]) -> None:
         credential = isinstance(key, str) and _credential_key(key)
         if credential and "{{" not in data and len(data) >= MIN_SECRET:
             _add_credential(data, found)
-        if "@" not in data or "://" not in data:
+        if "://" not in data:
+            return
+        if "?" in data:  # `postgresql://app@db/x?password=pw` (libpq reads it too)
+            found |= {v for s in url_query_secrets(data) for v in (s, unquote_plus(s))}
+        if "@" not in data:
             return
         for match in URL_PASSWORD.finditer(data):
             found |= {match.group(1), unquote(match.group(1))}
@@ -255,6 +265,7 @@ __all__ = [
     "mask_model",
     "mask_strings",
     "mask_value",
+    "masked_url",
     "remember",
     "secret_key",
 ]

@@ -4,6 +4,7 @@ headers), and where a URL keeps its password."""
 from __future__ import annotations
 
 import re
+from urllib.parse import unquote_plus
 
 SECRET_KEY = re.compile(
     r"pass(word|wd|phrase)?|pwd|token|secret|(api|operator)[_-]?keys?|authori[sz]ation|"
@@ -22,6 +23,18 @@ _NOT_SECRET_KEY = re.compile(r"tokens$|tokens?_(budget|count|limit|used)$", re.I
 
 URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:([^@\s/]+)@")
 
+_USERINFO_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/@]*:)(?P<password>[^@]*)@")
+"""A URL's userinfo password as SQLAlchemy's `make_url` reads it (anything up to the first
+`@`, so a `/` or `?` in it stays in the password)."""
+
+_DSN_PAIR = re.compile(
+    r"(?P<key>[A-Za-z_][\w.-]*)(?P<eq>\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*'|[^\s']\S*)"
+)
+"""One `key=value` of a libpq connection string (`host=db password='a b' dbname=app`)."""
+
+URL_QUERY_PAIR = re.compile(r"(?:^|[?&])(?P<key>[^=&#\s]+)=(?P<value>[^&#\s]*)")
+"""One `key=value` of a URL's query (`?password=...&sslmode=require`)."""
+
 
 def secret_key(key: object, *, declaration: bool = False) -> bool:
     """Whether a value under `key` is a credential (`api_key`, `Authorization`, `DB_PASSWORD`);
@@ -29,3 +42,46 @@ def secret_key(key: object, *, declaration: bool = False) -> bool:
     if not isinstance(key, str) or _NOT_SECRET_KEY.search(key):
         return False
     return bool(SECRET_KEY.search(key) or (declaration and _CONFIG_KEY.search(key)))
+
+
+def url_query_secrets(url: str) -> list[str]:
+    """The values a URL's query gives under credential keys, as written: libpq takes
+    `?password=` and `?sslpassword=` as well as `user:password@` (attack-44 F3)."""
+    _, sep, query = url.partition("?")
+    if not sep:
+        return []
+    return [
+        m["value"]
+        for m in URL_QUERY_PAIR.finditer("?" + query)
+        if m["value"] and secret_key(unquote_plus(m["key"]))
+    ]
+
+
+def masked_url(url: str) -> str:
+    """`url` fit to show (banner, logs, errors, `/v1/status`): its userinfo password and the
+    values of its credential-looking query keys (`password`, `sslpassword`, `passfile`,
+    `token`, ...) become `***`; a libpq `key=value` string gets the same for its keys. The
+    rest (scheme, host, database, other options) stays, as an operator needs it to tell
+    which store is meant; the order and encoding are kept as written."""
+    if "://" not in url:
+        return _DSN_PAIR.sub(_masked_pair, url) if "=" in url else url
+    head = ""
+    found = _USERINFO_PASSWORD.match(url)
+    if found is not None:
+        head = found["head"] + ("***" if found["password"] else "") + "@"
+        url = url[found.end() :]
+    base, sep, query = url.partition("?")
+    if not sep:
+        return head + base
+    pairs = [
+        f"{key}=***" if secret_key(unquote_plus(key)) and value else pair
+        for pair in query.split("&")
+        for key, _, value in [pair.partition("=")]
+    ]
+    return head + base + "?" + "&".join(pairs)
+
+
+def _masked_pair(m: re.Match[str]) -> str:
+    if secret_key(m["key"]):
+        return f"{m['key']}{m['eq']}***"
+    return m[0]

@@ -28,7 +28,7 @@ from fim.run.sessions import session_key
 from fim.server.http import cancel_on_disconnect, error, session_owner
 from fim.server.limits import KeyLimiter
 from fim.server.sessions import find_session
-from fim.server.stopping import SERVER_STOPPED, shutting_down
+from fim.server.stopping import SERVER_STOPPED, called_tools, shutting_down
 from fim.tasks import shielded
 from fim.types import Message
 
@@ -252,9 +252,9 @@ class Api:
         except asyncio.CancelledError:  # the stopping server cut the request: say so
             if not self.stopping:
                 raise
-            return shutting_down(run_id)
-        if final is None:  # cancelled: by the server's stop (a 503 to retry) or the client
-            if self.stopping:
-                return shutting_down(run_id)
+            return shutting_down(run_id, called_tools(trace))
+        if final is None:  # cancelled: by the server's stop (a 503) or the client
+            if self.stopping:  # retried by the SDKs only if no tool ran (`shutting_down`)
+                return shutting_down(run_id, called_tools(trace))
             return error(499, "client disconnected; run cancelled")
         return final, trace

@@ -56,7 +56,8 @@ def status_payload(api: Api, owner: str | None = None) -> dict[str, Any]:
     """The body of `GET /v1/status` and of each event of its stream. For a tenant (`owner`,
     its key's hash: `fim.server.http.run_scope`) the runs going on are its own, and a
     failed reload is said without its problems: they quote the project's files, an
-    operator's business."""
+    operator's business. So is why the state store does not answer: its text names the
+    store's host, database and role (attack-44 F3), so a tenant gets only whether it does."""
     h = api.holder
     failed: dict[str, Any] | None = None
     if h.errors:
@@ -64,6 +65,11 @@ def status_payload(api: Api, owner: str | None = None) -> dict[str, Any]:
         if owner is None:
             failed["problems"] = [p.as_dict() for p in h.errors]
             failed["text"] = "\n".join(str(p) for p in h.errors)
+    store = dict(api.store_probe.last)  # the last probe's answer (`/readyz`)
+    if owner is not None:
+        store = {"ok": store["ok"]}
+    elif store.get("error"):  # a secret the driver's words quote stays out too
+        store["error"] = h.current.masker.text(store["error"])
     return {
         "project": h.current.project.name,
         "snapshot": h.current.version,
@@ -73,7 +79,7 @@ def status_payload(api: Api, owner: str | None = None) -> dict[str, Any]:
         "pid": os.getpid(),  # which worker of `fim serve --workers N` answered
         "fim_version": fim_version(),  # during a rolling upgrade: which pods are new
         "last_reload_error": failed,
-        "store": api.store_probe.last,  # the last probe's answer (`/readyz`)
+        "store": store,
     }
 
 

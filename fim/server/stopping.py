@@ -5,9 +5,12 @@ stop gets.
 A run still going when the bound is reached is cut by uvicorn, which cancels its request.
 That used to read as the client's doing (499 `client_closed_request`, which the OpenAI SDKs
 do not retry), so every run longer than the bound failed during a rolling upgrade with an
-error pointing at the caller. It is now a 503 `server_shutting_down` with `Retry-After: 1`,
-which the SDKs retry (on another replica, or this one restarted), and its run record says
-the server stopped before it ended.
+error pointing at the caller. It is now a 503 `server_shutting_down`, and its run record says
+the server stopped before it ended. A run that had called no tool yet gets `Retry-After: 1`,
+which the SDKs retry (on another replica, or this one restarted): nothing it did is done
+twice. A run that had called one gets `x-should-retry: false` instead: a retry runs the
+request from the start and would call its tools again (a second email, ticket or payment,
+attack-44), so whether to send it again is the caller's decision, not the SDK's.
 """
 
 from __future__ import annotations
@@ -78,17 +81,36 @@ def on_signals(api: Any, bound: float) -> None:
         signal.signal(sig, handler)
 
 
-def shutting_down(run_id: str) -> JSONResponse:
+def called_tools(trace: list[dict[str, Any]]) -> bool:
+    """Whether a run's events (`Api.run_to_end`'s trace) show it called a tool: what a
+    retry of its request would do again."""
+    return any(event.get("type") == "tool_call" for event in trace)
+
+
+def shutting_down(run_id: str, did_work: bool = False) -> JSONResponse:
     """The answer to a request whose run the stopping server cut: a 503 the OpenAI SDKs
-    retry, after `Retry-After` seconds."""
+    retry after `Retry-After` seconds when the run had called no tool (`did_work`), else
+    one they do not retry (`x-should-retry: false`), saying the run did work before it was
+    cut."""
+    if not did_work:
+        answer = error(
+            503,
+            f"the server is stopping and cut run {run_id} before it ended",
+            "retry the request: another replica, or this server once restarted, runs it "
+            "(server.shutdown_timeout bounds how long a stopping server waits)",
+            code="server_shutting_down",
+        )
+        answer.headers["Retry-After"] = "1"
+        return answer
     answer = error(
         503,
-        f"the server is stopping and cut run {run_id} before it ended",
-        "retry the request: another replica, or this server once restarted, runs it "
+        f"the server is stopping and cut run {run_id} before it ended, after the run had "
+        "called tools: sending the request again runs it from the start and calls them again",
+        f"see what it did (GET /v1/runs/{run_id}) before sending the request again "
         "(server.shutdown_timeout bounds how long a stopping server waits)",
         code="server_shutting_down",
     )
-    answer.headers["Retry-After"] = "1"
+    answer.headers["x-should-retry"] = "false"
     return answer
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fim import private
+from fim.masking.keys import masked_url
 from fim.retries import Backoff, retry_sync
 from fim.store.prepared import Prepared
 from fim.store.schema import MIGRATIONS, json_text, normalize_url, sqlite_file, table
@@ -82,11 +83,9 @@ class Database:
 
     @property
     def display_url(self) -> str:
-        """The URL with any password hidden, for messages."""
-        # deferred: loading sqlalchemy costs hundreds of ms
-        from sqlalchemy.engine import make_url
-
-        return make_url(self.url).render_as_string(hide_password=True)
+        """The URL with any password hidden, for messages: the userinfo one and those of the
+        query (`?password=`, `?sslpassword=`, which libpq reads too: attack-44 F3)."""
+        return masked_url(self.url)
 
     # ------------------------------------------------------------------ engine
 
