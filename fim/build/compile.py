@@ -9,9 +9,7 @@ ConfigError, each pointing at the value at fault.
 from __future__ import annotations
 
 import gc
-import json
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -25,7 +23,7 @@ from fim.build.hook_checks import pin_commands, pin_folders
 from fim.build.model_checks import check_cost_limits
 from fim.build.project_modules import pin_modules
 from fim.build.snapshot import CASE_SOURCE, Locate, Snapshot, Source
-from fim.build.vet import child_problem, first_imports_refused
+from fim.build.vet import first_imports_refused
 from fim.build.workflow_checks import check_agent_workflows, python_tool_nodes
 from fim.config.case_files import case_lines
 from fim.config.loader import Declarations, find_root, load, mask_problems
@@ -33,9 +31,12 @@ from fim.config.schema import ModelSettings
 from fim.errors import ConfigError, Problem
 
 SnapshotCheck = Callable[[Snapshot, Locate], list[Problem]]
-Vet = Callable[[Path], list[Problem]]
-"""`vet(root)`: the problems of the project at `root` found where its Python cannot touch
-this process (`fim.build.vet.vet_in_child`); nothing when it compiles."""
+Vet = Callable[[Snapshot], list[Problem]]
+"""`vet(snapshot)`: the problems of the candidate found where its Python cannot touch this
+process (`fim.build.vet.vet_in_child`); nothing when it compiles."""
+Gates = Callable[[Snapshot], list[Problem]]
+"""`gates(snapshot)`: what a running server refuses of a candidate besides compiling
+(`fim.build.reload.SnapshotHolder.refusals`); nothing when it may be swapped in."""
 
 
 def _check_hooks(snapshot: Snapshot, locate: Locate) -> list[Problem]:
@@ -175,31 +176,8 @@ def _vetted_problems(snapshot: Snapshot, locate: Locate, vet: Vet) -> list[Probl
         problems = _snapshot_problems(snapshot, locate)
     if not refused:
         return problems
-    found = vet(snapshot.root)
+    found = vet(snapshot)
     return found or _snapshot_problems(snapshot, locate)
-
-
-def vet_main() -> None:
-    """The child of `vet_in_child`: not dumpable, the variables from stdin, the compile's
-    problems as JSON on the stdout it started with (the modules' own prints go nowhere)."""
-    # deferred: only the child needs it
-    from fim.environ import not_dumpable
-
-    not_dumpable()
-    request = json.loads(sys.stdin.buffer.read())
-    os.environ.update(request["env"])
-    out = os.fdopen(os.dup(1), "w")
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-    try:
-        compile_project(request["root"])
-        problems: list[Problem] = []
-    except ConfigError as exc:
-        problems = exc.problems
-    except BaseException as exc:  # the project's Python ended the compile: its problem
-        problems = [child_problem(f"failed: {type(exc).__name__}: {exc}")]
-    out.write(json.dumps([p.as_dict() for p in problems]))
-    out.flush()
-    os._exit(0)
 
 
 def _snapshot_problems(
@@ -247,13 +225,17 @@ def load_project(root: str | Path | None = None) -> Declarations:
     return load(find_root(root))
 
 
-def compile_project(root: str | Path | None = None, *, vet: Vet | None = None) -> Snapshot:
+def compile_project(
+    root: str | Path | None = None, *, vet: Vet | None = None, gates: Gates | None = None
+) -> Snapshot:
     """Load, cross-check and freeze the project; raises ConfigError with every problem.
 
     With `vet` (a running server's reload of an edit or a fetched commit), the project's
     Python is never imported into this process for a candidate that is rejected: not at
     all when its files have problems already, and a module this process has not imported
-    yet only after `vet` found no problem with the whole project (`_vetted_problems`)."""
+    yet only after `vet` found no problem with the whole project (`_vetted_problems`).
+    `gates` judge the candidate's settings before any of its Python is imported: one they
+    refuse is a candidate with problems."""
     with _gc_paused():
         decls = load_project(root)
         Checker(decls).run()
@@ -261,6 +243,7 @@ def compile_project(root: str | Path | None = None, *, vet: Vet | None = None) -
         commands = pin_commands(decls)
         folders = pin_folders(decls)
         snapshot = build_snapshot(decls, modules, commands, folders)
+    decls.problems += gates(snapshot) if gates else []
     if not decls.problems:
         locate = _locator(decls)
         found = _vetted_problems(snapshot, locate, vet) if vet else None

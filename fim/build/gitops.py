@@ -202,8 +202,8 @@ def _compile(root: Path, sha: str, holder: SnapshotHolder | None = None) -> Snap
     """The snapshot of the commit `sha` checked out at `root`. With the `holder` of a
     running server (a commit fetched while serving): its project Python is imported here
     only once a child process imported it without a problem (`vet_in_child`), and the
-    holder's gates are passed, so a rejected commit neither runs in the server nor is
-    served."""
+    holder's gates judge its settings before that, so a rejected commit neither runs in the
+    server nor is served."""
     # deferred: loading fim.config.loader costs tens of ms
     from fim.build.compile import compile_project
     from fim.build.vet import vet_in_child
@@ -214,10 +214,7 @@ def _compile(root: Path, sha: str, holder: SnapshotHolder | None = None) -> Snap
         )
     if holder is None:
         return dataclasses.replace(compile_project(root), version=sha)
-    snapshot = compile_project(root, vet=vet_in_child)
-    refused = holder.refusals(snapshot)
-    if refused:
-        raise ConfigError(refused)
+    snapshot = compile_project(root, vet=vet_in_child, gates=holder.refusals)
     return dataclasses.replace(snapshot, version=sha)
 
 

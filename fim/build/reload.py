@@ -46,15 +46,16 @@ class SnapshotHolder:
     error_at: float | None = None
     reloads: int = 0
     listeners: list[Callable[[Snapshot, Snapshot], object]] = field(default_factory=list)
-    gates: list[Callable[[Snapshot], list[Problem]]] = field(default_factory=list)
+    gates: list[Callable[[Snapshot, Snapshot], list[Problem]]] = field(default_factory=list)
     """Rules a new snapshot must pass besides compiling, which the server that holds it
     registers (`fim serve`: a reload may not leave a server on a network address without
-    keys, which it would refuse to start). A snapshot a gate refuses is rejected like one
-    that does not compile: the old one keeps serving."""
+    keys, which it would refuse to start). Each is asked `gate(current, candidate)`. A
+    snapshot a gate refuses is rejected like one that does not compile, before any of its
+    Python is imported (`compile_project(gates=...)`): the old one keeps serving."""
 
     def refusals(self, new: Snapshot) -> list[Problem]:
         """What the gates say against swapping `new` in (nothing: it may be)."""
-        return [problem for gate in self.gates for problem in gate(new)]
+        return [problem for gate in self.gates for problem in gate(self.current, new)]
 
     def swap(self, new: Snapshot) -> None:
         old, self.current = self.current, new
@@ -89,10 +90,9 @@ async def reload_once(root: Path, holder: SnapshotHolder) -> bool:
 
     started = time.perf_counter()
     try:
-        snapshot = await asyncio.to_thread(compile_project, root, vet=vet_in_child)
-        refused = holder.refusals(snapshot)
-        if refused:
-            raise ConfigError(refused)
+        snapshot = await asyncio.to_thread(
+            compile_project, root, vet=vet_in_child, gates=holder.refusals
+        )
     except ConfigError as exc:
         holder.fail(exc.problems)
         for problem in exc.problems:

@@ -114,18 +114,19 @@ class ReloadedCors:
         await handler(scope, receive, send)
 
 
-def reload_gate(host: str, port: int) -> Callable[[Snapshot], list[Problem]]:
+def reload_gate(host: str, port: int) -> Callable[[Snapshot, Snapshot], list[Problem]]:
     """What a reload must keep of the rule `fim serve` starts by (`refuse_open`) on the
     address it listens on, `host`: keys, unless that is loopback or `server.allow_open` says
     a proxy authenticates. A snapshot that breaks it is rejected like one that does not
     compile (`SnapshotHolder.gates`), so no edit or pushed commit opens a server that the
     same fim.yaml would not start. `server.host` and `server.port` changed by a reload are
-    only logged: the socket is bound at start."""
+    only logged, and only when they differ from the current snapshot's (the socket is bound
+    at start, perhaps from `--host`/`--port`, which no reload changes)."""
     log = logging.getLogger("fim.server")
 
-    def gate(new: Snapshot) -> list[Problem]:
-        settings = new.project.server
-        if (settings.host, settings.port) != (host, port):
+    def gate(current: Snapshot, new: Snapshot) -> list[Problem]:
+        settings, was = new.project.server, current.project.server
+        if (settings.host, settings.port) != (was.host, was.port):
             log.warning(
                 "server.host/server.port in fim.yaml are %s:%s; fim serve still listens on "
                 "%s:%s until it is restarted",
