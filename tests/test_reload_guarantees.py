@@ -268,14 +268,15 @@ async def test_the_child_leaves_no_process_behind(
     """A module that forks at import, then answers (or hangs): the child's whole session is
     killed. The child ran with its address space capped, and an alarm that ends it should
     this process be gone before it (`kill` never came)."""
-    monkeypatch.setattr(vetting, "VET_TIMEOUT_S", 10.0)  # the hanging case: not 30 s
+    bound = 4.0 if wait else 10.0  # the hanging case waits it out: not 30 s
+    monkeypatch.setattr(vetting, "VET_TIMEOUT_S", bound)
     root = project(tmp_path)
     holder = served(root, "127.0.0.1")
     (root / "hooks" / "forks.py").write_text(FORKS.replace("WAIT", wait) + TOOL)
     (root / "agents" / "a.yaml").write_text(AGENT + "tools: ['forks:add']\n")
     assert await reload_once(root, holder) is not bool(wait)
     if wait:
-        assert "did not finish within 10 s" in holder.errors[0].message
+        assert f"did not finish within {bound:g} s" in holder.errors[0].message
     forked = int((root / "forked.txt").read_text())
     for _ in range(500):  # SIGKILL was sent: it ends at its next scheduling
         if not _alive(forked):
@@ -284,7 +285,7 @@ async def test_the_child_leaves_no_process_behind(
     assert not _alive(forked)
     memory, alarm = (root / "limits.txt").read_text().split()
     assert int(memory) != resource.RLIM_INFINITY and int(memory) <= vetting.VET_MEMORY_BYTES
-    assert 10 < float(alarm) <= 15  # it ends on its own soon after this process stops waiting
+    assert bound < float(alarm) <= bound + 5  # it ends on its own soon after this one stops
 
 
 def test_cors_origins_apply_at_reload(tmp_path: Path) -> None:
