@@ -97,6 +97,11 @@ def test_get_usage_by_key_shows_key_names(root: Path) -> None:
         ({"key": "k3y-value", "name": "bidi\u202eflip"}, "name"),
         ({"key": "k3y-value", "name": " padded"}, "name"),
         ({"key": "k3y-value", "tenant": ""}, "tenant"),
+        # nothing that reads like another key's label in a report (attack-45 F1)
+        ({"key": "k3y-value", "name": "tenant acme (acme-prod)"}, "name"),
+        ({"key": "k3y-value", "name": "server.operator_keys[0]"}, "name"),
+        ({"key": "k3y-value", "name": "partner\u3164"}, "name"),
+        ({"key": "k3y-value", "tenant": "acme\u202e\x1b[31m"}, "tenant"),
     ],
 )
 def test_a_key_name_is_short_and_printable(entry: dict[str, str], field: str) -> None:
@@ -104,6 +109,12 @@ def test_a_key_name_is_short_and_printable(entry: dict[str, str], field: str) ->
         Project.model_validate({"server": {"api_keys": [entry]}})
     # the entry is no string either: the error that counts is the mapping's, on the field
     assert any(e["loc"][-2:] == ("TenantKey", field) for e in caught.value.errors())
+
+
+def test_two_keys_cannot_share_a_name() -> None:
+    keys = [{"key": "k3y-one", "name": "partner"}, {"key": "k3y-two", "name": "partner"}]
+    with pytest.raises(ValidationError, match="the name 'partner' is given to two keys"):
+        Project.model_validate({"server": {"api_keys": keys}})
 
 
 def test_a_named_key_without_a_tenant_owns_its_runs_alone() -> None:
@@ -119,3 +130,4 @@ def test_the_json_schema_documents_the_name() -> None:
     schema = Project.model_json_schema()
     name = schema["$defs"]["TenantKey"]["properties"]["name"]
     assert {"minLength": 1, "maxLength": 64}.items() <= name["anyOf"][0].items()
+    assert name["anyOf"][0]["pattern"] == "^[A-Za-z0-9][A-Za-z0-9._-]*$"

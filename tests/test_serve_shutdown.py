@@ -134,3 +134,19 @@ def test_a_negative_bound_is_refused_naming_the_field(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         compile_project(root)
     assert "shutdown_timeout" in str(caught.value) and "fim.yaml:2:" in str(caught.value)
+
+
+def test_a_dag_run_past_its_plan_counts_as_having_called_tools() -> None:
+    """A `dag` run's steps start their tools in the loop pass that queues their events, so
+    its trace may show no call yet when the stop cuts it (attack-45 F2): past its plan, a
+    retry could call them again."""
+    from fim.server.stopping import called_tools
+
+    started = {"type": "run_started", "engine": "dag"}
+    planned = {"type": "llm_call"}
+    assert not called_tools([started])
+    assert called_tools([started, planned])
+    assert not called_tools([{"type": "run_started", "engine": "react"}, planned])
+    assert called_tools(
+        [{"type": "run_started", "engine": "react"}, planned, {"type": "tool_call"}]
+    )

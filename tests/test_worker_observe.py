@@ -216,3 +216,19 @@ def test_serve_metrics_on_sqlite_have_no_queue(tmp_path):
     with ServerThread(create_app(SnapshotHolder(compile_project(root)))) as srv:
         text = httpx.get(f"{srv.url}/metrics").text
     assert "fim_runs" in text and "fim_queue_jobs" not in text
+
+
+def test_the_endpoint_redirects_nowhere_a_host_header_names():
+    """`/metrics/` was a 307 to `http://<the request's Host>/metrics` (attack-45 F3)."""
+    from starlette.testclient import TestClient
+
+    from fim.observe.metrics import WorkerMetrics
+    from fim.workflows.worker_watch import Health, endpoint_app
+
+    app = endpoint_app(Health(stale_after=30), WorkerMetrics())
+    with TestClient(app) as client:
+        answer = client.get(
+            "/metrics/", headers={"Host": "evil.example"}, follow_redirects=False
+        )
+    assert answer.status_code == 404
+    assert "location" not in answer.headers

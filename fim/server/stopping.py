@@ -82,9 +82,20 @@ def on_signals(api: Any, bound: float) -> None:
 
 
 def called_tools(trace: list[dict[str, Any]]) -> bool:
-    """Whether a run's events (`Api.run_to_end`'s trace) show it called a tool: what a
-    retry of its request would do again."""
-    return any(event.get("type") == "tool_call" for event in trace)
+    """Whether a run's events (`Api.run_to_end`'s trace) show it may have called a tool:
+    what a retry of its request would do again. A `dag` run's steps start their tools in
+    the loop pass that queues their events, so its trace may not show a call yet (attack-45
+    F2): once its planner answered, it counts as having called one."""
+    dag = False
+    for event in trace:
+        kind = event.get("type")
+        if kind in ("tool_call", "step_started", "node_started"):
+            return True
+        if kind == "run_started":
+            dag = event.get("engine") == "dag"
+        elif kind == "llm_call" and dag:
+            return True
+    return False
 
 
 def shutting_down(run_id: str, did_work: bool = False) -> JSONResponse:

@@ -218,7 +218,10 @@ def endpoint_app(health: Health, metrics: WorkerMetrics) -> Any:
         body, content_type = metrics.exposition()
         return Response(body, media_type=content_type)
 
-    return Starlette(routes=[Route("/healthz", healthz), Route("/metrics", metrics_page)])
+    app = Starlette(routes=[Route("/healthz", healthz), Route("/metrics", metrics_page)])
+    # no redirect to `/metrics` built from the request's Host: it sent a caller anywhere
+    app.router.redirect_slashes = False
+    return app
 
 
 class Endpoint:

@@ -178,6 +178,7 @@ McpServer = Annotated[
 
 
 KEY_NAME_MAX = 64
+KEY_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 
 class TenantKey(Strict):
@@ -191,9 +192,12 @@ class TenantKey(Strict):
     """The bearer key; use `${VAR}` so it stays out of git."""
     tenant: str = Field(default="", max_length=200)
     """Name of the tenant: its keys share sessions, runs and approvals (none: the key's own)."""
-    name: str | None = Field(default=None, min_length=1, max_length=KEY_NAME_MAX)
-    """A label for the key in usage reports instead of its place in fim.yaml (short,
-    printable: it reaches terminals and dashboards)."""
+    name: str | None = Field(
+        default=None, min_length=1, max_length=KEY_NAME_MAX, pattern=KEY_NAME_PATTERN
+    )
+    """A label for the key in usage reports instead of its place in fim.yaml: letters,
+    digits, `.`, `_` and `-` only, unique among the keys, so no name reads like another
+    key's label (`tenant acme (...)`, `server.operator_keys[0]`) or hides a character."""
 
     @field_validator("tenant")
     @classmethod
@@ -201,16 +205,9 @@ class TenantKey(Strict):
         # given, it names a tenant: an empty one would quietly make the key a plain one
         if not value:
             raise ValueError("tenant: give a name, or leave `tenant` out for a key of its own")
-        return value
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str | None) -> str | None:
-        # shown in terminals and dashboards: no control characters, no bidi overrides
-        if value is not None and (not value.isprintable() or value != value.strip()):
-            raise ValueError(
-                "name: printable characters without leading or trailing spaces, e.g. partner-a"
-            )
+        # shown in usage reports like a name: no control characters, no bidi overrides
+        if not value.isprintable() or value != value.strip():
+            raise ValueError("tenant: printable characters without leading or trailing spaces")
         return value
 
 
@@ -244,6 +241,16 @@ class ServerSettings(Strict):
     operator_keys: list[str] = Field(default_factory=empty_list)
     """Bearer keys accepted like `api_keys` that see every run and decide every approval
     (an operations console; `fim approvals` on the store needs no key)."""
+
+    @field_validator("api_keys")
+    @classmethod
+    def _names_unique(cls, keys: list[str | TenantKey]) -> list[str | TenantKey]:
+        # a name stands for one key in usage reports: two keys of one name read as one
+        names = [k.name for k in keys if isinstance(k, TenantKey) and k.name is not None]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"api_keys: the name {twice[0]!r} is given to two keys")
+        return keys
     cors_origins: list[str] = Field(default_factory=empty_list)
     """Web origins (besides the server's own) whose pages may call a server without keys."""
     max_body_bytes: int = 1_048_576
