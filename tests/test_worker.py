@@ -138,3 +138,71 @@ def test_idempotency_keys_are_stable_per_node_and_sqlite_is_refused():
     assert postgres_dsn("postgresql+psycopg://u@h/db") == "postgresql://u@h/db"
     with pytest.raises(RunError, match="PostgreSQL state store"):
         postgres_dsn("sqlite:///.fim/state.db")
+
+
+def test_a_run_cut_by_its_workers_stop_is_finished_by_another(tmp_path: Path, pg_database):
+    """SIGTERM past `--shutdown-timeout`: procrastinate aborts the job, and without a retry
+    strategy it stayed `aborted`, its run `running` for good (newcomer-8 A). The job is
+    delivered again, and the other worker finishes the run without rerunning its first
+    node."""
+    db = pg_database("")
+    root = tmp_path / "p"
+    (root / "workflows").mkdir(parents=True)
+    (root / "fim.yaml").write_text(f'name: workers\nstate: "{db.owner_url}"\n')
+    (root / "workflows" / "twostep.yaml").write_text(WORKFLOW)
+    (tmp_path / "testtools.py").write_text(TOOLS)
+    effects = tmp_path / "effects.log"
+    env = {
+        **os.environ,
+        "FIM_TEST_SIDE_EFFECTS": str(effects),
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    }
+
+    from fim.build.compile import compile_project
+    from fim.workflows.durable import defer_workflow, ensure_schema, make_app
+
+    snapshot = compile_project(root)
+    app = make_app(snapshot.project.state)
+
+    async def setup() -> None:
+        async with app.open_async():
+            await ensure_schema(app)
+            await defer_workflow(app, "durable02", "twostep", {})
+
+    asyncio.run(setup())
+    args = ["worker", "-p", str(root), "--tools", "testtools:tools", "--concurrency", "1"]
+    args += ["--shutdown-timeout", "0.5", "--log-level", "warning"]
+
+    def start(i: int) -> subprocess.Popen[bytes]:
+        log = (tmp_path / f"worker{i}.log").open("wb")
+        return subprocess.Popen(
+            [sys.executable, "-m", "fim.cli", *args], stdout=log, stderr=log, env=env
+        )
+
+    procs = [start(0)]
+    try:
+        blocking = tmp_path / "effects.blocking"
+        pid = int(until(lambda: blocking.exists() and blocking.read_text()))
+        procs[0].send_signal(signal.SIGTERM)
+        procs[0].wait(timeout=30)
+        procs.append(start(1))  # the job waits in the queue for a worker
+
+        async def status() -> str | None:
+            from fim.run.services import Services
+            from fim.store import get_store
+
+            store = get_store(Services(root=root, state_url=snapshot.project.state))
+            record = await store.get_run("durable02")
+            return None if record is None else record.status
+
+        assert until(lambda: asyncio.run(status()) == "ok", timeout=30)
+        assert effects.read_text().splitlines() == [f"first {pid}"]  # ran once, before the stop
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()

@@ -340,7 +340,7 @@ def worker(
                     # live one whose own bound is longer than ours (its jobs would look stalled)
                     stalled_worker_timeout=await prune_bound(app, stalled_after),
                     install_signal_handlers=True,
-                    # a job still going after it is aborted and delivered again (`_shutdown`)
+                    # a job still going after it is aborted and delivered again (`DeliverAgain`)
                     shutdown_graceful_timeout=(
                         snapshot.project.server.shutdown_timeout
                         if shutdown_timeout is None

@@ -49,6 +49,7 @@ from fim.workflows.lanes import job_lock, last_lane
 from fim.workflows.queue_rows import (
     QUEUE,
     TABLES,
+    DeliverAgain,
     drop_request,
     has_schema,
     is_postgres,
@@ -57,9 +58,12 @@ from fim.workflows.queue_rows import (
     prune_jobs,
     record_worker,
     recorded_limit,
+    redelivery,
     retry_stalled_jobs,
     store_request,
+    worker_stopping,
 )
+from fim.workflows.recovery import hand_back
 from fim.workflows.skew import check
 from fim.workflows.state import KIND, RunState, record_data
 
@@ -115,7 +119,7 @@ def make_app(
         if worker is not None:
             await record_worker(app, worker, stalled_after)
 
-    @app.task(name=TASK, queue=QUEUE, pass_context=True)
+    @app.task(name=TASK, queue=QUEUE, pass_context=True, retry=redelivery())
     async def advance_workflow(
         context: procrastinate.JobContext,
         run_id: str,
@@ -135,13 +139,20 @@ def make_app(
                 accepted=accepted, resolve=resolve, mcp=mcp,
             )  # fmt: skip
         except asyncio.CancelledError:
-            ended = not _shutdown(context)
+            ended = not worker_stopping(context)
+            if not ended:  # its worker stops under it: recorded running, delivered again
+                services = job_services(current(), state_url, providers, mcp)
+                try:
+                    await hand_back(services, run_id)
+                finally:
+                    await services.aclose()
+                raise DeliverAgain(run_id) from None
             raise
         finally:
             if stored and ended:  # it ran, paused or failed: a resume reads its record
                 await drop_request(app, run_id)
 
-    @app.task(name=AGENT_TASK, queue=QUEUE, pass_context=True)
+    @app.task(name=AGENT_TASK, queue=QUEUE, pass_context=True, retry=redelivery())
     async def run_agent_job(
         context: procrastinate.JobContext, run_id: str, agent: str, request: dict[str, Any]
     ) -> str:
@@ -157,10 +168,12 @@ def make_app(
                 request = {**stored, **request}
             return await run_queued_agent(
                 snapshot, services, run_id, agent, request,
-                shutting_down=lambda: _shutdown(context), resolve=resolve,
+                shutting_down=lambda: worker_stopping(context), resolve=resolve,
             )  # fmt: skip
         except asyncio.CancelledError:
-            ended = not _shutdown(context)  # a stopping worker's run is delivered again
+            ended = not worker_stopping(context)
+            if not ended:  # its worker stops under it: the queue delivers it again
+                raise DeliverAgain(run_id) from None
             raise
         finally:
             if ended:
@@ -281,15 +294,6 @@ async def abort(app: procrastinate.App, run_id: str) -> str | None:
         await app.job_manager.cancel_job_by_id_async(row["id"], abort=True)
         outcome = "aborting" if row["status"] == "doing" else outcome or "cancelled"
     return outcome
-
-
-def _shutdown(context: procrastinate.JobContext) -> bool:
-    """Whether the job is aborted because its worker stops (it is delivered again), not
-    because a user cancelled it."""
-    # deferred: loading procrastinate costs hundreds of ms (this runs in a worker only)
-    from procrastinate.job_context import AbortReason
-
-    return context.abort_reason() is AbortReason.SHUTDOWN
 
 
 async def stop(app: procrastinate.App, store: Store, run_id: str) -> str | None:

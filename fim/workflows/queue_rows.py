@@ -213,3 +213,37 @@ def recorded_limit(decl: dict[str, Any] | None) -> int | None:
     """The `concurrency` limit a run's recorded declaration carries (None: unlimited)."""
     value = (decl or {}).get("concurrency")
     return int(value) if isinstance(value, int) and value > 0 else None
+
+
+class DeliverAgain(Exception):
+    """What a job raises instead of its cancellation when its worker stops under it (past
+    `--shutdown-timeout`): `redelivery()` puts the job back in the queue for another worker.
+    procrastinate retries a job aborted by its worker's shutdown only through the task's
+    retry strategy, and fim's tasks had none: the job ended `aborted` and its run stayed
+    `running` for good (newcomer-8 A)."""
+
+
+def redelivery() -> Any:
+    """The retry strategy of fim's run tasks: at once, and only a `DeliverAgain` (a run that
+    failed, or that its user cancelled, is never run again by the queue)."""
+    # deferred: loading procrastinate costs hundreds of ms (only where jobs are defined)
+    from procrastinate.retry import BaseRetryStrategy, RetryDecision
+
+    class _Redelivery(BaseRetryStrategy):
+        def get_retry_decision(self, *, exception: BaseException, job: Any) -> Any:
+            return (
+                RetryDecision(retry_in={"seconds": 0})
+                if isinstance(exception, DeliverAgain)
+                else None
+            )
+
+    return _Redelivery()
+
+
+def worker_stopping(context: Any) -> bool:
+    """Whether a job (its procrastinate `JobContext`) is aborted because its worker stops
+    (it is delivered again), not because a user cancelled it."""
+    # deferred: loading procrastinate costs hundreds of ms (this runs in a worker only)
+    from procrastinate.job_context import AbortReason
+
+    return bool(context.abort_reason() is AbortReason.SHUTDOWN)

@@ -43,6 +43,27 @@ async def claim(services: Services, state: RunState, was: str) -> None:
         )
 
 
+async def hand_back(services: Services, run_id: str) -> None:
+    """A queued run whose worker stopped under it (past `--shutdown-timeout`, the job to be
+    delivered again): recorded `running` again, its cut-off nodes with it, so the next
+    delivery recovers it as after a crash (`_recover`) instead of finding it `cancelled`
+    and ending (newcomer-8 A). A run cancelled for another reason is left as it is."""
+    # deferred: loading fim.store costs a few ms
+    from fim.store import get_store
+    from fim.workflows.scheduler import STOPPED
+
+    store = get_store(services)
+    record = await store.get_run(run_id)
+    if record is None or record.status != "cancelled" or record.data.get("error") != STOPPED:
+        return
+    nodes = {
+        node: {**state, "status": "running"} if state.get("status") == "cancelled" else state
+        for node, state in (record.data.get("nodes") or {}).items()
+    }
+    data = {**record.data, "status": "running", "error": None, "finished_at": None}
+    await store.put_run(run_id, KIND, record.name, "running", {**data, "nodes": nodes})
+
+
 async def orphaned_runs(services: Services, limit: int = 200) -> list[RunState]:
     """Recent workflow runs recorded as running whose process is gone (on this host):
     `fim workflow resume RUN_ID` finishes them."""
