@@ -232,3 +232,16 @@ def test_status_says_which_fim_answers(tmp_path: Path) -> None:
     with TestClient(app, base_url="http://localhost") as client:
         status = client.get("/v1/status").json()
     assert status["fim_version"] == version("fim")
+
+
+def test_keys_unset_only_here_still_count_as_keys_for_the_servers_warnings(
+    tmp_path: Path,
+) -> None:
+    """The docs' production fim.yaml with a key budget: in CI the keys are unset, and
+    `server.key_budget has no effect` (no keys) was a false warning (newcomer-8 C)."""
+    root = project(
+        tmp_path, PROD.replace("server: {", "server: {key_budget: {max_cost_usd_per_day: 5}, ")
+    )
+    done = run_fim("validate", "-p", str(root), env=ci_env())
+    assert done.returncode == 0, done.stderr
+    assert "key_budget has no effect" not in done.stderr

@@ -145,7 +145,12 @@ def _server_warnings(snapshot: Snapshot) -> list[Problem]:
     """Settings that open a server more than their owner may think."""
     server = snapshot.project.server
     keys = [key if isinstance(key, str) else key.key for key in server.api_keys]
-    keyed = any(keys) or any(server.operator_keys)  # an unset ${VAR} is no key
+    keyed = any(keys) or any(server.operator_keys)  # an unset ${VAR} is no key...
+    # ...unless it is unset only here (CI, a laptop): where fim serves, it must be set
+    keyed = keyed or any(
+        setting in ("server.api_keys", "server.operator_keys")
+        for setting, _ in snapshot.project._serve_only_unset
+    )
     found: list[Problem] = []
     if "*" in server.cors_origins and not keyed:
         message = (
