@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from fim.testing.cluster import until
 
@@ -57,10 +58,9 @@ def tools():
 """
 
 
-def test_a_killed_workers_run_is_finished_by_another_without_rerunning_nodes(
-    tmp_path: Path, pg_database
-):
-    db = pg_database("")
+def _queued_twostep(tmp_path: Path, db: Any, run_id: str) -> tuple[Path, dict[str, str], Path]:
+    """A project on `db` whose `twostep` workflow is queued as `run_id`: its root, the
+    workers' environment (the test tools importable) and the side-effects log."""
     root = tmp_path / "p"
     (root / "workflows").mkdir(parents=True)
     (root / "fim.yaml").write_text(f'name: workers\nstate: "{db.owner_url}"\n')
@@ -76,15 +76,31 @@ def test_a_killed_workers_run_is_finished_by_another_without_rerunning_nodes(
     from fim.build.compile import compile_project
     from fim.workflows.durable import defer_workflow, ensure_schema, make_app
 
-    snapshot = compile_project(root)
-    app = make_app(snapshot.project.state)
+    app = make_app(compile_project(root).project.state)
 
     async def setup() -> None:
         async with app.open_async():
             await ensure_schema(app)
-            await defer_workflow(app, "durable01", "twostep", {})
+            await defer_workflow(app, run_id, "twostep", {})
 
     asyncio.run(setup())
+    return root, env, effects
+
+
+async def _status(root: Path, run_id: str) -> str | None:
+    from fim.build.compile import compile_project
+    from fim.run.services import Services
+    from fim.store import get_store
+
+    store = get_store(Services(root=root, state_url=compile_project(root).project.state))
+    record = await store.get_run(run_id)
+    return None if record is None else record.status
+
+
+def test_a_killed_workers_run_is_finished_by_another_without_rerunning_nodes(
+    tmp_path: Path, pg_database
+):
+    root, env, effects = _queued_twostep(tmp_path, pg_database(""), "durable01")
     args = ["worker", "-p", str(root), "--tools", "testtools:tools", "--concurrency", "1"]
     args += ["--heartbeat", "0.25", "--stalled-after", "2"]  # 8 missed beats: not load
     procs = []
@@ -102,15 +118,7 @@ def test_a_killed_workers_run_is_finished_by_another_without_rerunning_nodes(
         victim.send_signal(signal.SIGKILL)
         victim.wait()  # reaped: its pid is gone, as after a real crash
 
-        async def status() -> str | None:
-            from fim.run.services import Services
-            from fim.store import get_store
-
-            store = get_store(Services(root=root, state_url=snapshot.project.state))
-            record = await store.get_run("durable01")
-            return None if record is None else record.status
-
-        assert until(lambda: asyncio.run(status()) == "ok", timeout=20)
+        assert until(lambda: asyncio.run(_status(root, "durable01")) == "ok", timeout=20)
         assert effects.read_text().splitlines() == [f"first {pid}"]  # ran once, by the victim
     finally:
         for p in procs:
@@ -145,31 +153,7 @@ def test_a_run_cut_by_its_workers_stop_is_finished_by_another(tmp_path: Path, pg
     strategy it stayed `aborted`, its run `running` for good (newcomer-8 A). The job is
     delivered again, and the other worker finishes the run without rerunning its first
     node."""
-    db = pg_database("")
-    root = tmp_path / "p"
-    (root / "workflows").mkdir(parents=True)
-    (root / "fim.yaml").write_text(f'name: workers\nstate: "{db.owner_url}"\n')
-    (root / "workflows" / "twostep.yaml").write_text(WORKFLOW)
-    (tmp_path / "testtools.py").write_text(TOOLS)
-    effects = tmp_path / "effects.log"
-    env = {
-        **os.environ,
-        "FIM_TEST_SIDE_EFFECTS": str(effects),
-        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
-    }
-
-    from fim.build.compile import compile_project
-    from fim.workflows.durable import defer_workflow, ensure_schema, make_app
-
-    snapshot = compile_project(root)
-    app = make_app(snapshot.project.state)
-
-    async def setup() -> None:
-        async with app.open_async():
-            await ensure_schema(app)
-            await defer_workflow(app, "durable02", "twostep", {})
-
-    asyncio.run(setup())
+    root, env, effects = _queued_twostep(tmp_path, pg_database(""), "durable02")
     args = ["worker", "-p", str(root), "--tools", "testtools:tools", "--concurrency", "1"]
     args += ["--shutdown-timeout", "0.5", "--log-level", "warning"]
 
@@ -187,15 +171,7 @@ def test_a_run_cut_by_its_workers_stop_is_finished_by_another(tmp_path: Path, pg
         procs[0].wait(timeout=30)
         procs.append(start(1))  # the job waits in the queue for a worker
 
-        async def status() -> str | None:
-            from fim.run.services import Services
-            from fim.store import get_store
-
-            store = get_store(Services(root=root, state_url=snapshot.project.state))
-            record = await store.get_run("durable02")
-            return None if record is None else record.status
-
-        assert until(lambda: asyncio.run(status()) == "ok", timeout=30)
+        assert until(lambda: asyncio.run(_status(root, "durable02")) == "ok", timeout=30)
         assert effects.read_text().splitlines() == [f"first {pid}"]  # ran once, before the stop
     finally:
         for p in procs:

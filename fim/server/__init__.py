@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import errno
 import gc
 import logging
 import os
@@ -15,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from fim import observe, private
 from fim.errors import RunError
-from fim.hosts import is_loopback
+from fim.hosts import is_loopback, listen
 from fim.tasks import spawn
 
 if TYPE_CHECKING:
@@ -212,28 +211,9 @@ def refuse_open(settings: Any, host: str) -> None:
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """The listening socket, bound here rather than by uvicorn so that a port in use is a
-    RunError naming the port and the option that changes it, not uvicorn's traceback text."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted sockets only when the
-    # listener says TCP; without it every keep-alive response waited ~40 ms (Nagle +
-    # delayed ACK)
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        if exc.errno == errno.EADDRINUSE:
-            raise RunError(
-                f"port {port} on {host} is already in use",
-                hint=f"stop what listens there, or pick another port: fim serve --port {port + 1}"
-                " or server.port in fim.yaml",
-            ) from None
-        raise RunError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    sock.listen(2048)
-    sock.setblocking(False)
-    return sock
+    """`fim serve`'s listening socket (`fim.hosts.listen`)."""
+    flag = f"fim serve --port {port + 1} or server.port in fim.yaml"
+    return listen(host, port, flag=flag, backlog=2048)
 
 
 def banner(snapshot: Any, host: str, port: int, reload: bool) -> str:

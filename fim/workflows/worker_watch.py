@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
+from fim.hosts import listen
 from fim.workflows.queue_rows import QUEUE
 
 if TYPE_CHECKING:
@@ -259,21 +260,8 @@ class Endpoint:
 
 def bind(host: str, port: int) -> socket.socket:
     """`--metrics-port`'s listening socket, bound at start: a port in use is one line
-    naming the flag, not a traceback in a thread."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise RunError(
-            f"--metrics-port {port} on {host}: {exc.strerror}",
-            hint="pick another port, or stop what listens there",
-        ) from None
-    sock.listen(64)
-    sock.setblocking(False)
-    return sock
+    naming the flag, not a traceback in a thread (`fim.hosts.listen`)."""
+    return listen(host, port, flag=f"--metrics-port {port + 1}", backlog=64)
 
 
 async def queue_depth(app: procrastinate.App) -> dict[str, int]:
