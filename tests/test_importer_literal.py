@@ -15,10 +15,9 @@ import typer
 from typer.testing import CliRunner
 
 from fim.commands.connector import register
-from fim.config.interpolate import interpolate
+from fim.config.interpolate import escaped, interpolate
 from fim.config.yamlio import parse
 from fim.connectors.openapi import import_openapi
-from fim.connectors.openapi.literal import literal
 
 KEY = "sk-real-provider-key-0123456789abcdef"
 
@@ -126,7 +125,7 @@ def test_a_spec_without_variables_is_written_as_before():
     ["${A}", "eu-${A}-${B:-x}", "$${A}", "$$${A}", "${A", "${a${B}", "${}", "$ {A}", "a}${"],
 )
 def test_literal_reads_back_unchanged(text: str) -> None:
-    doc = parse(f"value: {literal(text)!r}\n".replace("'", '"'), "x.yaml")
+    doc = parse(f"value: {escaped(text)!r}\n".replace("'", '"'), "x.yaml")
     interpolate(doc, set(), env={"A": KEY, "B": KEY})
     assert doc.data == {"value": text}
     assert not doc.problems and not doc.unset

@@ -45,10 +45,6 @@ modules included) before the candidate is rejected and the child's session kille
 VET_MEMORY_BYTES = 2 * 2**30
 """The child's address space (`RLIMIT_AS`, 2 GiB): a compile takes a fraction of it."""
 
-_PROJECT_PACKAGES = "fim_project_hooks_"
-"""The prefix of the packages the project's modules are imported under
-(`fim.hooks.python_hooks.PACKAGE_PREFIX`)."""
-
 
 class _FirstImports(importlib.abc.MetaPathFinder):
     """On sys.meta_path ahead of the finder of the project's modules: while a compile thread
@@ -58,6 +54,8 @@ class _FirstImports(importlib.abc.MetaPathFinder):
 
     def __init__(self) -> None:
         self.local = threading.local()
+        self.prefix = "\0"
+        """The prefix of the project's module packages (set before the gate is installed)."""
 
     def find_spec(
         self,
@@ -66,7 +64,7 @@ class _FirstImports(importlib.abc.MetaPathFinder):
         target: object = None,
     ) -> importlib.machinery.ModuleSpec | None:
         refused: list[str] | None = getattr(self.local, "refused", None)
-        if refused is None or not fullname.startswith(_PROJECT_PACKAGES):
+        if refused is None or not fullname.startswith(self.prefix):
             return None
         refused.append(fullname)
         raise ImportError(f"{fullname} is imported once a child process checked it", name=fullname)
@@ -79,18 +77,14 @@ _GATE_LOCK = threading.Lock()
 @contextmanager
 def first_imports_refused() -> Iterator[list[str]]:
     """The project modules this thread's imports asked for and were refused (see
-    `_FirstImports`). The gate goes on sys.meta_path once, just before the pinned modules'
-    finder (put there first if the process never imported one), and stays: taking a finder
-    out while another thread walks the list could make that thread miss one."""
-    # deferred: the loader of the project's modules sits a layer below, loaded with the hooks
-    from fim.hooks import python_hooks
+    `_FirstImports`), the gate put once just before the pinned modules' finder
+    (`fim.hooks.python_hooks.before_pinned`)."""
+    # deferred: the loader of the project's modules, loaded with the first hook it builds
+    from fim.hooks.python_hooks import PACKAGE_PREFIX, before_pinned
 
     with _GATE_LOCK:
-        finders = sys.meta_path
-        if python_hooks._FINDER not in finders:
-            finders.append(python_hooks._FINDER)
-        if _GATE not in finders:
-            finders.insert(finders.index(python_hooks._FINDER), _GATE)
+        _GATE.prefix = PACKAGE_PREFIX
+        before_pinned(_GATE)
     refused: list[str] = []
     _GATE.local.refused = refused
     try:

@@ -18,7 +18,7 @@ from fim.config.serving import SERVE_ONLY
 from fim.config.yamlio import Document, Path_
 from fim.errors import Problem
 
-_VAR = re.compile(r"\$(\$?)\{([^}]*)\}")
+REFERENCE = re.compile(r"\$(\$?)\{([^}]*)\}")
 RUNTIME_VARS = frozenset({"CLAUDE_PROJECT_DIR", "CLAUDE_ENV_FILE", "FIM_PROJECT_DIR"})
 """Set by fim for each hook process; in a hook's `command` the shell expands them then."""
 HOOK_BASE_ENV = frozenset(
@@ -93,7 +93,7 @@ def _substitute(
         doc.unset.append((path, _missing(doc, path, name, op, default, empty=value == "")))
         return ""
 
-    return _VAR.sub(replace, text)
+    return REFERENCE.sub(replace, text)
 
 
 def _missing(
@@ -111,6 +111,13 @@ def _missing(
     why = (message or "").strip()
     text = f"environment variable '{name}' {said}" + (f": {why}" if why else "")
     return doc.problem(path, text, f"export {name}=...")
+
+
+def escaped(text: str) -> str:
+    """`text` written so that interpolation reads it back unchanged: each `${...}` (or
+    `$${...}`) it would expand gets one more `$`, which it takes off again (text copied
+    from outside, such as an imported spec, is never a variable)."""
+    return REFERENCE.sub(lambda m: "$" + m.group(0), text) if "${" in text else text
 
 
 def base_env(name: str) -> bool:

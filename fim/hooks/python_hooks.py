@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fim.build.project_modules import module_key
 from fim.hooks.base import BaseHook, HookBuildError
@@ -247,18 +247,33 @@ def _refuse_disk_imports(pinned: _Pinned, key: str, module: ModuleType) -> None:
         )
 
 
-def _package_of(snapshot: Snapshot) -> str:
-    """The package the snapshot's modules are imported under, registered with the finder."""
-    package = PACKAGE_PREFIX + snapshot.modules_digest
-    if package in _SETS:
-        _SETS.move_to_end(package)
-        return package
+def _install() -> None:
+    """The finder of the snapshots' modules on sys.meta_path, and the guard before it."""
     if _FINDER not in sys.meta_path:
         sys.meta_path.insert(0, _FINDER)  # first: these names are answered from snapshots
     if not sys.meta_path or sys.meta_path[0] is not _GUARD:
         if _GUARD in sys.meta_path:
             sys.meta_path.remove(_GUARD)
         sys.meta_path.insert(0, _GUARD)  # before any finder of the disk
+
+
+def before_pinned(finder: Any) -> None:
+    """Put `finder` on sys.meta_path just before the finder of the project's modules (both
+    installed now if none was imported yet): it sees every import of a project module
+    first (`fim.build.vet`'s gate). Once: it stays, as taking a finder out while another
+    thread walks the list could make that thread miss one."""
+    _install()
+    if finder not in sys.meta_path:
+        sys.meta_path.insert(sys.meta_path.index(_FINDER), finder)
+
+
+def _package_of(snapshot: Snapshot) -> str:
+    """The package the snapshot's modules are imported under, registered with the finder."""
+    package = PACKAGE_PREFIX + snapshot.modules_digest
+    if package in _SETS:
+        _SETS.move_to_end(package)
+        return package
+    _install()
     _SETS[package] = _Pinned(package, _folder(snapshot), hooks_dir(snapshot), snapshot.modules)
     while len(_SETS) > _MAX_SETS:
         old, _ = _SETS.popitem(last=False)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fim.config.interpolate import escaped
 from fim.connectors.openapi.actions import build_action
 from fim.connectors.openapi.auth import base_url, declared_auth, inferred_auth
 from fim.connectors.openapi.document import (
@@ -47,7 +48,7 @@ from fim.connectors.openapi.document import (
     load_document,
     summary,
 )
-from fim.connectors.openapi.literal import literal, literal_data, spec_variables
+from fim.connectors.openapi.literal import literal_data, spec_variables
 from fim.connectors.openapi.naming import NAME_LIMIT, fit, operation_name, unique
 from fim.connectors.openapi.schemas import WIDE_CHOICE, Resolver, widest_choice
 
@@ -82,7 +83,7 @@ def import_openapi(
     decl: dict[str, Any] = {"kind": "http"}
     title = " ".join(str(info.get("title", "")).split())
     if title:
-        decl["description"] = literal(title)
+        decl["description"] = escaped(title)
     decl["base_url"] = base_url(document, name)
     auth = declared_auth(document, name) or inferred_auth(paths, resolver, name)
     if auth:

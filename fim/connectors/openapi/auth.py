@@ -12,8 +12,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from fim.config.interpolate import escaped
 from fim.connectors.openapi.document import METHODS
-from fim.connectors.openapi.literal import literal, literal_data
+from fim.connectors.openapi.literal import literal_data
 from fim.connectors.openapi.schemas import Resolver
 
 
@@ -31,8 +32,8 @@ def base_url(document: dict[str, Any], name: str) -> str:
         url = url.replace(f"{{{var}}}", str((spec or {}).get("default", "")))
     if not re.match(r"^https?://", url):
         # A relative server URL is relative to wherever the document is hosted.
-        return f"${{{env_name(name, 'URL')}}}{literal(url) if url != '/' else ''}"
-    return literal(url)
+        return f"${{{env_name(name, 'URL')}}}{escaped(url) if url != '/' else ''}"
+    return escaped(url)
 
 
 def declared_auth(document: dict[str, Any], name: str) -> dict[str, Any] | None:
@@ -80,7 +81,7 @@ def inferred_auth(paths: dict[str, Any], resolver: Resolver, name: str) -> dict[
                     return {
                         "type": "api_key",
                         "key": f"${{{env_name(name, 'API_KEY')}}}",
-                        "name": literal(pname),
+                        "name": escaped(pname),
                         "location": where,
                     }
     return None

@@ -14,25 +14,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-# The pattern `fim.config.interpolate` expands: escaping each of its matches is exact (a
-# `$${...}` or an unclosed `${` in the spec reads back unchanged too).
-from fim.config.interpolate import _VAR
+from fim.config.interpolate import REFERENCE, escaped
 
 _SHOWN = 60
 
 
-def literal(text: str) -> str:
-    """`text` as the loader reads it back unchanged: each `${...}` (or `$${...}`) the
-    interpolation would expand gets one more `$`, which it takes off again."""
-    return _VAR.sub(lambda m: "$" + m.group(0), text) if "${" in text else text
-
-
 def literal_data(value: Any) -> Any:
-    """A copy of `value` with every string value made `literal` (mapping keys stay as they
+    """A copy of `value` with every string value `escaped` (mapping keys stay as they
     are: the loader interpolates values only). A copy, not in place: the resolver hands the
     same inlined schema to several actions, and escaping it twice would add two `$`."""
     if isinstance(value, str):
-        return literal(value)
+        return escaped(value)
     if isinstance(value, dict):
         return {k: literal_data(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -73,7 +65,7 @@ def _find(document: Any, found: list[tuple[str, str]]) -> None:
     while stack:
         value, where = stack.pop()
         if isinstance(value, str):
-            match = _VAR.search(value) if "${" in value else None
+            match = REFERENCE.search(value) if "${" in value else None
             if match is not None:
                 found.append((where, match.group(0)))
         elif isinstance(value, dict):
