@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 from typing import TYPE_CHECKING
 
+from fim.config.yamlio import problem_in_file
 from fim.errors import Problem
 
 if TYPE_CHECKING:
@@ -192,12 +193,5 @@ def _server_warnings(snapshot: Snapshot) -> list[Problem]:
 
 
 def _at_project(snapshot: Snapshot, path: tuple[str, ...], message: str, hint: str) -> Problem:
-    """A warning at the value at `path` in fim.yaml (line 1 when it cannot be read)."""
-    # deferred: only for a warning, which reads fim.yaml's text again for its position
-    from fim.config.yamlio import parse
-
-    try:
-        doc = parse((snapshot.root / "fim.yaml").read_text(encoding="utf-8"), "fim.yaml")
-    except Exception:  # the snapshot compiled from it: unreadable now is a race, not a problem
-        return Problem("fim.yaml", 1, 1, message, hint)
-    return doc.problem(path, message, hint, key=True)
+    """A warning at the value at `path` in fim.yaml (`fim.config.yamlio.problem_in_file`)."""
+    return problem_in_file(snapshot.root, "fim.yaml", path, message, hint)

@@ -18,6 +18,7 @@ recursive C composer sees it (`MAX_DEPTH`) and position lookups have a step budg
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fim.config.yaml_compose import (
@@ -314,3 +315,16 @@ __all__ = [
     "parse",
     "too_deep",
 ]
+
+
+def problem_in_file(
+    root: Path | str, name: str, path: Path_, message: str, hint: str | None = None
+) -> Problem:
+    """A problem at the key at `path` of the project file `name` (relative to `root`), read
+    again for its position: for checks on a compiled snapshot, which keeps no positions.
+    Line 1 when the file cannot be read or parsed now (a race, not a problem of its own)."""
+    try:
+        text = (Path(root) / name).read_text(encoding="utf-8")
+        return parse(text, name).problem(path, message, hint, key=True)
+    except Exception:  # compiled from it: unreadable or unparsable now is a race
+        return Problem(name, 1, 1, message, hint)

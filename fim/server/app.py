@@ -31,6 +31,7 @@ from fim import observe
 from fim.build.reload import SnapshotHolder
 from fim.build.snapshot import Snapshot
 from fim.capabilities import CAPABILITIES
+from fim.config.yamlio import problem_in_file
 from fim.errors import Problem
 from fim.hosts import is_loopback
 from fim.run.services import Services
@@ -137,12 +138,11 @@ def reload_gate(host: str, port: int) -> Callable[[Snapshot, Snapshot], list[Pro
             )
         if server_keys(settings) or settings.allow_open or is_loopback(host):
             return []
-        line = _line_of(new, "api_keys")
         return [
-            Problem(
+            problem_in_file(
+                new.root,
                 "fim.yaml",
-                line,
-                1,
+                ("server", "api_keys"),
                 f"server.api_keys: a reload cannot leave fim serve on {host} without an API "
                 "key (none set, or each a ${VAR} that is empty); start would refuse this "
                 "fim.yaml too",
@@ -152,19 +152,6 @@ def reload_gate(host: str, port: int) -> Callable[[Snapshot, Snapshot], list[Pro
         ]
 
     return gate
-
-
-def _line_of(snapshot: Snapshot, key: str) -> int:
-    """The line of fim.yaml that names `key` (the first), else 1: where a gate's problem
-    points."""
-    try:
-        text = (snapshot.root / "fim.yaml").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return 1
-    for number, line in enumerate(text.splitlines(), 1):
-        if line.lstrip().startswith(f"{key}:") or f" {key}:" in line or f"{{{key}:" in line:
-            return number
-    return 1
 
 
 def load_areas(modules: Sequence[str]) -> list[Area]:
