@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from xml.dom import minidom
 
-from fim.eval.ci import junit, markdown, merge
+from fim.eval.ci import junit, merge
+from fim.eval.ci_markdown import markdown
 
 
 def _report(name: str, output: str) -> dict:

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from fim.cli import app
 from fim.errors import RunError
 from fim.eval.baseline import compare
-from fim.eval.ci import in_shard, markdown, merge, parse_shard
+from fim.eval.ci import in_shard, merge, parse_shard
+from fim.eval.ci_markdown import markdown
 
 CASES = [f"case {i}" for i in range(8)]
 

@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import re
 import signal
-import subprocess
-import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from fim.testing.server import free_port
+from fim.testing.server import fim_server
 
 RUNS = re.compile(r'^fim_runs_total\{agent="echo",outcome="ok"\} (\S+)$', re.M)
 ACTIVE = re.compile(r'^fim_active_runs\{agent="echo"\} (\S+)$', re.M)
@@ -43,25 +40,7 @@ def test_a_scrape_on_any_worker_counts_the_runs_of_all_of_them(
 ) -> None:
     db = pg_database("")
     root = project(tmp_path / "p", db.owner_url)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    args = ["serve", "-p", str(root), "--port", str(port), "--workers", "2", "--no-reload"]
-    log = (tmp_path / "serve.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fim.cli", *args, "--log-level", "warning"], stdout=log, stderr=log
-    )
-    try:
-        end = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"{url}/healthz")
-                break
-            except httpx.HTTPError:
-                assert proc.poll() is None and time.monotonic() < end, (
-                    tmp_path / "serve.log"
-                ).read_text()
-                time.sleep(0.1)
-
+    with fim_server(root, "--workers", "2") as (url, proc):
         runs_by_worker: Counter[int] = Counter()
         for _ in range(400):  # runs on both workers, at least three each
             if len(runs_by_worker) == 2 and min(runs_by_worker.values()) >= 3:
@@ -91,11 +70,5 @@ def test_a_scrape_on_any_worker_counts_the_runs_of_all_of_them(
             assert float(active) == 0
             scraped_by.add(pid)
         assert len(scraped_by) == 2
-    finally:
         proc.send_signal(signal.SIGTERM)
-        try:
-            assert proc.wait(timeout=30) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            log.close()
+        assert proc.wait(timeout=30) == 0

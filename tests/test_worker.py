@@ -6,14 +6,14 @@ replace two builtins by name: `--tools` overrides, and the project still compile
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from fim.testing.cluster import until
+from fim.testing.server import fim_process
 
 WORKFLOW = """\
 description: A side effect, then a node that blocks on the first worker only
@@ -103,15 +103,11 @@ def test_a_killed_workers_run_is_finished_by_another_without_rerunning_nodes(
     root, env, effects = _queued_twostep(tmp_path, pg_database(""), "durable01")
     args = ["worker", "-p", str(root), "--tools", "testtools:tools", "--concurrency", "1"]
     args += ["--heartbeat", "0.25", "--stalled-after", "2"]  # 8 missed beats: not load
-    procs = []
-    for i in range(2):
-        log = (tmp_path / f"worker{i}.log").open("wb")
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "fim.cli", *args], stdout=log, stderr=log, env=env
-            )
-        )
-    try:
+    with contextlib.ExitStack() as stack:
+        procs = [
+            stack.enter_context(fim_process(*args, log=tmp_path / f"worker{i}.log", env=env))
+            for i in range(2)
+        ]
         blocking = tmp_path / "effects.blocking"
         pid = int(until(lambda: blocking.exists() and blocking.read_text()))
         victim = next(p for p in procs if p.pid == pid)
@@ -120,15 +116,6 @@ def test_a_killed_workers_run_is_finished_by_another_without_rerunning_nodes(
 
         assert until(lambda: asyncio.run(_status(root, "durable01")) == "ok", timeout=20)
         assert effects.read_text().splitlines() == [f"first {pid}"]  # ran once, by the victim
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
 
 
 def test_idempotency_keys_are_stable_per_node_and_sqlite_is_refused():
@@ -157,28 +144,14 @@ def test_a_run_cut_by_its_workers_stop_is_finished_by_another(tmp_path: Path, pg
     args = ["worker", "-p", str(root), "--tools", "testtools:tools", "--concurrency", "1"]
     args += ["--shutdown-timeout", "0.5", "--log-level", "warning"]
 
-    def start(i: int) -> subprocess.Popen[bytes]:
-        log = (tmp_path / f"worker{i}.log").open("wb")
-        return subprocess.Popen(
-            [sys.executable, "-m", "fim.cli", *args], stdout=log, stderr=log, env=env
-        )
-
-    procs = [start(0)]
-    try:
+    with contextlib.ExitStack() as stack:
+        first = stack.enter_context(fim_process(*args, log=tmp_path / "worker0.log", env=env))
         blocking = tmp_path / "effects.blocking"
         pid = int(until(lambda: blocking.exists() and blocking.read_text()))
-        procs[0].send_signal(signal.SIGTERM)
-        procs[0].wait(timeout=30)
-        procs.append(start(1))  # the job waits in the queue for a worker
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=30)
+        # the job waits in the queue for a worker
+        stack.enter_context(fim_process(*args, log=tmp_path / "worker1.log", env=env))
 
         assert until(lambda: asyncio.run(_status(root, "durable02")) == "ok", timeout=30)
         assert effects.read_text().splitlines() == [f"first {pid}"]  # ran once, before the stop
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()

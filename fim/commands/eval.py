@@ -186,7 +186,7 @@ def eval_command(
     shown = sys.stderr if piped else sys.stdout  # on stdout, what a person reads on stderr
     if format_ == "markdown":
         # deferred: loading fim.eval.ci costs tens of ms
-        from fim.eval.ci import markdown
+        from fim.eval.ci_markdown import markdown
 
         shown.write(markdown(data, comparison, fail_on_skip))
     else:
@@ -317,8 +317,9 @@ def merge_reports(
     """`fim eval merge`: one JUnit file and one summary from the JSON reports of shards."""
 
     # deferred: loading fim.eval.ci costs tens of ms
-    from fim.eval.ci import exit_code, label, load, markdown, merge, plain, rate, verdict
+    from fim.eval.ci import exit_code, label, load, merge, plain, rate, verdict
     from fim.eval.ci import junit as junit_xml
+    from fim.eval.ci_markdown import markdown
 
     try:
         merged = merge([load(p) for p in paths])

@@ -152,7 +152,7 @@ def proxy_flags(
     """`--forwarded-allow-ips` as a list and `--root-path` normalised, each checked like
     its fim.yaml setting (one line naming the flag when wrong); None where not given."""
     # deferred: loading fim.config.schema costs hundreds of ms
-    from fim.config.schema.project import root_prefix, trusted_network
+    from fim.config.schema.server import root_prefix, trusted_network
     from fim.errors import RunError
 
     try:

@@ -17,6 +17,7 @@ from fim.run.queued import FINAL, execute_agent_run
 from fim.run.services import Services
 from fim.store import get_store
 from fim.store.owners import REVOKED, still_configured
+from fim.workflows.recovery import hand_back
 from fim.workflows.skew import check
 
 if TYPE_CHECKING:
@@ -148,3 +149,13 @@ def job_services(
     if mcp is not None:
         services.cache[MCP_SERVICE] = mcp
     return services
+
+
+async def hand_back_job(snapshot: Snapshot, state_url: str, run_id: str) -> None:
+    """`fim.workflows.recovery.hand_back` for a job whose worker stops under it, on
+    services of its own (the job's may be half closed by the cancellation)."""
+    services = job_services(snapshot, state_url, ())
+    try:
+        await hand_back(services, run_id)
+    finally:
+        await services.aclose()

@@ -38,6 +38,7 @@ from fim.store import get_store
 from fim.store.owners import owner_of
 from fim.workflows.admission import (
     deny_waiting,
+    hand_back_job,
     job_services,
     request_gone,
     revoked,
@@ -63,7 +64,6 @@ from fim.workflows.queue_rows import (
     store_request,
     worker_stopping,
 )
-from fim.workflows.recovery import hand_back
 from fim.workflows.skew import check
 from fim.workflows.state import KIND, RunState, record_data
 
@@ -141,11 +141,7 @@ def make_app(
         except asyncio.CancelledError:
             ended = not worker_stopping(context)
             if not ended:  # its worker stops under it: recorded running, delivered again
-                services = job_services(current(), state_url, providers, mcp)
-                try:
-                    await hand_back(services, run_id)
-                finally:
-                    await services.aclose()
+                await hand_back_job(current(), state_url, run_id)
                 raise DeliverAgain(run_id) from None
             raise
         finally:

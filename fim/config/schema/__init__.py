@@ -42,21 +42,19 @@ from fim.config.schema.evals import (
 )
 from fim.config.schema.project import (
     HttpServer,
-    KeyLimits,
     McpServer,
     ModelRef,
     ModelSettings,
     Paths,
     Project,
     Retention,
-    ServerSettings,
     StdioServer,
-    TenantKey,
     ToolMode,
     ToolModes,
     ToolSelection,
     WebFetchSettings,
 )
+from fim.config.schema.server import KeyLimits, ServerSettings, TenantKey
 from fim.config.schema.workflow import (
     AgentNode,
     ConditionNode,

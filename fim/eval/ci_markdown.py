@@ -1,0 +1,130 @@
+"""`fim eval merge --format markdown`: a merged report as a CI job summary or pull-request
+comment, every text of a case or a model made inert Markdown."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from fim.eval.ci import (
+    Report,
+    case_name,
+    failure_lines,
+    label,
+    ran_cases,
+    rate,
+    replayed_cases,
+    skipped_cases,
+    verdict,
+)
+
+if TYPE_CHECKING:
+    from fim.eval.baseline import Comparison
+
+
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()<>#+!|~])")
+
+
+def _cell(text: str) -> str:
+    """Plain text of a report (a suite's label, a failure's message quoting the model) as
+    inert Markdown in a PR comment: one line, every character Markdown acts on escaped,
+    and `@` kept from mentioning anyone. A case name is a contributor's CSV cell and an
+    output the model's: a link, an image or `@org/team` there would render as one."""
+    line = " ".join(text.split())[:300]
+    return _MARKDOWN.sub(r"\\\1", line).replace("@", "@\u200b")
+
+
+def _code(text: str) -> str:
+    """Text inside a code span (a case's name): one line, no backtick to end the span."""
+    return " ".join(text.split())[:300].replace("`", "'")
+
+
+def markdown(
+    report: Report, comparison: Comparison | None = None, fail_on_skip: bool = False
+) -> str:
+    """A job summary / PR comment: suites table, failing cases, baseline changes. Skipped
+    cases (no cassette: never tested) are said under the headline, and so is how many
+    cases replayed a cassette rather than asked a model."""
+    skipped = skipped_cases(report)
+    many = f"{len(skipped)} case{'' if len(skipped) == 1 else 's'} skipped (no cassette)"
+    headline = "✅ passed" if report["ok"] else "❌ failed"
+    if report["ok"] and skipped:
+        headline = f"❌ failed: {many}" if fail_on_skip else f"⚠️ passed, {many}"
+    if report.get("errored"):
+        headline = "❌ could not run (configuration)"
+    if comparison is not None and not comparison.ok and not report.get("errored"):
+        headline = "❌ regressed"
+    lines = [f"## fim eval: {headline}", ""]
+    if skipped:
+        named = ", ".join(f"`{_code(n)}`" for n in skipped[:20])
+        more = f" and {len(skipped) - 20} more" if len(skipped) > 20 else ""
+        lines += [
+            f"> ⚠️ **{many}**: not tested. `fim eval --record` records them"
+            f"{'' if fail_on_skip else '; `--fail-on-skip` fails the gate on them'}: "
+            f"{named}{more}",
+            "",
+        ]
+    replayed, unsourced = replayed_cases(report)
+    if replayed:
+        total = sum(len(s["cases"]) for s in report["suites"])
+        note = (
+            f" ({unsourced} from cassettes that do not say which endpoint they were "
+            "recorded against: `fim eval --record` refreshes them)"
+            if unsourced
+            else ""
+        )
+        lines += [
+            f"{replayed} of {total} cases replayed from cassettes (recorded answers in "
+            f"`evals/.cassettes/`, not a model's answers now){note}",
+            "",
+        ]
+    lines += [
+        "| suite | cases | passed | rate | threshold | result |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for s in report["suites"]:
+        ran = ran_cases(s["cases"])
+        lines.append(
+            f"| {_cell(label(s))} | {len(s['cases'])} | {sum(c['passed'] for c in ran)} "
+            f"| {rate(s['pass_rate'])} | {s['threshold']:.0%} | {verdict(s)} |"
+        )
+    failing = [
+        (label(s), c)
+        for s in report["suites"]
+        for c in s["cases"]
+        if c.get("skipped") is None and not c["passed"]
+    ]
+    if failing:
+        lines += ["", "### Failing cases", ""]
+        for suite, case in failing:
+            detail = "; ".join(failure_lines(case)) or "failed"
+            lines.append(f"- `{_code(suite)}/{_code(case_name(case))}`: {_cell(detail)}")
+    if comparison is not None:
+        lines += ["", f"### Against the baseline (changes beyond {comparison.threshold:.0%})", ""]
+        if comparison.models_line is not None:
+            lines += [_cell(comparison.models_line), ""]
+        for title, keys in (
+            ("Regressed", comparison.regressed),
+            ("Improved", comparison.improved),
+            ("New", comparison.added),
+            ("Removed", comparison.removed),
+        ):
+            if keys:
+                named = ", ".join(f"`{_code(k)}`" for k in keys)
+                lines.append(f"- **{title}** ({len(keys)}): {named}")
+        if comparison.changes:
+            lines += ["", "| case | metric | baseline | now | change |", "|---|---|---:|---:|---:|"]
+            for c in comparison.changes:
+                change = "new" if c.before == 0 else f"{c.ratio:+.0%}"
+                lines.append(
+                    f"| `{_code(c.case)}` | {c.metric} | {c.before:g} | {c.after:g} | {change} |"
+                )
+        if not (
+            comparison.regressed
+            or comparison.improved
+            or comparison.added
+            or comparison.removed
+            or comparison.changes
+        ):
+            lines.append("No changes.")
+    return "\n".join(lines) + "\n"
