@@ -209,6 +209,18 @@ def _typer_reads_each_signature_once() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True, scope="session")
+def _same_suite_in_ci_and_at_a_desk() -> Iterator[None]:
+    """fim behaves differently where `CI` or `GITHUB_ACTIONS` is set (the editor note is
+    quiet there), and CI runners set both: the suite runs as at a developer's desk, and a
+    test about CI sets the variable itself. A test that passed here failed only in CI."""
+    import os
+
+    saved = {name: os.environ.pop(name) for name in ("CI", "GITHUB_ACTIONS") if name in os.environ}
+    yield
+    os.environ.update(saved)
+
+
+@pytest.fixture(autouse=True, scope="session")
 def _no_model_requests() -> Iterator[None]:
     import fim.llm
 
