@@ -67,8 +67,9 @@ class ServerBudget:
         self,
         clock: Callable[[], float] = time.monotonic,
         pause: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        cpu: Callable[[], float] = time.thread_time,
     ) -> None:
-        self.clock, self.pause = clock, pause
+        self.clock, self.pause, self.cpu = clock, pause, cpu
         self.left = BURST
         self.at: float | None = None
         self.waited = 0.0
@@ -151,8 +152,8 @@ class ReadBudget:
     async def take(self, data: bytes, checked: float = 0.0) -> None:
         """Count what `data` costs to parse, plus `checked` seconds its reader spent on it
         and the estimate's own time; wait out what went past the budget."""
-        began = time.perf_counter()
-        cost = parse_cost(data) + checked + (time.perf_counter() - began)
+        began = self.server.cpu()
+        cost = parse_cost(data) + checked + (self.server.cpu() - began)
         wait = self._owe(cost)
         if wait > 0:
             self.server.waited += wait
