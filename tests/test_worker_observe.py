@@ -227,8 +227,6 @@ def test_the_endpoint_redirects_nowhere_a_host_header_names():
 
     app = endpoint_app(Health(stale_after=30), WorkerMetrics())
     with TestClient(app) as client:
-        answer = client.get(
-            "/metrics/", headers={"Host": "evil.example"}, follow_redirects=False
-        )
+        answer = client.get("/metrics/", headers={"Host": "evil.example"}, follow_redirects=False)
     assert answer.status_code == 404
     assert "location" not in answer.headers

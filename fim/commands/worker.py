@@ -87,7 +87,9 @@ def _seconds(flag: str, value: float, low: float, high: float, low_open: bool = 
     return f"{flag}: {value:g} is not a number of seconds {above} {low:g} up to {high:g}"
 
 
-def check_stalled(stalled_after: float, heartbeat: float, skew_wait: float = 60.0) -> None:
+def check_stalled(
+    stalled_after: float, heartbeat: float, skew_wait: float = 60.0, store_retry: float = 120.0
+) -> None:
     """Refuse seconds that are not finite or out of range (`--heartbeat nan` never beats:
     its live jobs would be re-queued and run twice; `--stalled-after 1e11` would keep every
     worker from pruning dead ones), and a stalled bound shorter than three heartbeats: a
@@ -100,6 +102,7 @@ def check_stalled(stalled_after: float, heartbeat: float, skew_wait: float = 60.
         _seconds("--heartbeat", heartbeat, *HEARTBEAT_RANGE),
         _seconds("--stalled-after", stalled_after, 0.0, STALLED_AFTER_MAX, low_open=True),
         _seconds("--skew-wait", skew_wait, 0.0, SKEW_WAIT_MAX),
+        _seconds("--store-retry-timeout", store_retry, 0.0, SKEW_WAIT_MAX),
     ]
     if any(problems):
         raise RunError(
@@ -226,6 +229,13 @@ def worker(
     git_checkout: CheckoutOption = None,
     git_path: GitPathOption = "",
     shutdown_timeout: ShutdownOption = None,
+    store_retry_timeout: Annotated[  # a PostgreSQL restart takes seconds, a failover ~2 min
+        float,
+        typer.Option(
+            help="Seconds a store refusing the worker is waited for (reconnecting with "
+            "backoff) before the worker exits 1 (at most 86400).",
+        ),
+    ] = 120.0,
     log_level: Annotated[
         str, typer.Option(help="Log level (fim's, procrastinate's): debug, info, warning...")
     ] = "info",
@@ -254,11 +264,12 @@ def worker(
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.build.reload import SnapshotHolder
     from fim.workflows.durable import make_app
-    from fim.workflows.queue_rows import QUEUE, prune_bound
+    from fim.workflows.queue_rows import QUEUE, postgres_dsn, prune_bound
+    from fim.workflows.worker_store import Outage, guard, postgres_probe, ride_out
     from fim.workflows.worker_watch import JobWatch, track_heartbeat, watch_resolve
 
     with user_errors():
-        check_stalled(stalled_after, heartbeat, skew_wait)
+        check_stalled(stalled_after, heartbeat, skew_wait, store_retry_timeout)
         metrics, health, endpoint = observed(
             log_level, log_format, metrics_port, metrics_host, stalled_after
         )
@@ -310,28 +321,16 @@ def worker(
             puller = asyncio.create_task(poll(source, holder, interval=seconds, stop=stop))
         elif reload:  # exactly `fim serve`'s watcher: a job never waits for a stale snapshot
             puller = asyncio.create_task(watch(root, holder, stop=stop))
-        try:
+        store = Database(snapshot.project.state, root).display_url
+        outage = Outage(store, store_retry_timeout)
+        guard(app, outage)  # a store refusing the worker: ridden out (`ride_out`), no traceback
+        watch_jobs = JobWatch(metrics, outage)
+        # a job still going after it is aborted and delivered again (`DeliverAgain`)
+        graceful = snapshot.project.server.shutdown_timeout
+        graceful = graceful if shutdown_timeout is None else shutdown_timeout
+
+        async def session() -> None:
             async with app.open_async():
-                await queue_schema(app)
-                await asyncio.to_thread(_warm_up)
-                commit = snapshot.version if source is not None else None
-                version = f", commit {commit[:12]}" if commit is not None else ""
-                store = Database(snapshot.project.state, root).display_url
-                served = f" · metrics {endpoint.url}" if endpoint is not None else ""
-                announce(
-                    f"fim worker: {root} (concurrency {concurrency}{version}) · store "
-                    f"{store} · fim {fim_version()}{served}",
-                    source="fim.worker",
-                    project=str(root),
-                    concurrency=concurrency,
-                    commit=commit,
-                    store=store,
-                    fim_version=fim_version(),
-                    metrics_url=endpoint.url if endpoint is not None else None,
-                )
-                health.start()
-                if endpoint is not None:
-                    endpoint.start()
                 await app.run_worker_async(
                     queues=[QUEUE],
                     concurrency=concurrency,
@@ -339,15 +338,34 @@ def worker(
                     # procrastinate deletes, at start, workers silent for longer: never a
                     # live one whose own bound is longer than ours (its jobs would look stalled)
                     stalled_worker_timeout=await prune_bound(app, stalled_after),
-                    install_signal_handlers=True,
-                    # a job still going after it is aborted and delivered again (`DeliverAgain`)
-                    shutdown_graceful_timeout=(
-                        snapshot.project.server.shutdown_timeout
-                        if shutdown_timeout is None
-                        else shutdown_timeout
-                    ),
-                    worker_middleware=[JobWatch(metrics)],
+                    install_signal_handlers=False,  # `ride_out`'s: it tells a stop from an outage
+                    shutdown_graceful_timeout=graceful,
+                    worker_middleware=[watch_jobs],
                 )
+
+        try:
+            async with app.open_async():
+                await queue_schema(app)
+            await asyncio.to_thread(_warm_up)
+            commit = snapshot.version if source is not None else None
+            version = f", commit {commit[:12]}" if commit is not None else ""
+            served = f" · metrics {endpoint.url}" if endpoint is not None else ""
+            announce(
+                f"fim worker: {root} (concurrency {concurrency}{version}) · store "
+                f"{store} · fim {fim_version()}{served}",
+                source="fim.worker",
+                project=str(root),
+                concurrency=concurrency,
+                commit=commit,
+                store=store,
+                fim_version=fim_version(),
+                metrics_url=endpoint.url if endpoint is not None else None,
+            )
+            health.start()
+            if endpoint is not None:
+                endpoint.start()
+            probe = postgres_probe(postgres_dsn(snapshot.project.state))
+            await ride_out(session, outage, probe, on_down=health.stop, on_up=health.start)
         finally:
             health.stop()
             if endpoint is not None:

@@ -26,6 +26,7 @@ from fim.server.devpage import status_payload
 from fim.server.http import JSONResponse, error, query_int, run_scope, session_owner, sse
 from fim.server.openai_errors import error_object, failure
 from fim.server.sessions import UnknownSession, known_agent
+from fim.server.stopping import until_stop
 from fim.types import Message
 
 if TYPE_CHECKING:
@@ -104,8 +105,10 @@ def run_handlers(api: Api) -> dict[str, Any]:
 
             return await start_agent_run(api, name, history, session, owner)
         run_id = uuid.uuid4().hex[:12]
-        if body.stream:
-            return sse(_sse_run(api, name, history, (session, owner), run_id))
+        if body.stream:  # cut by a stopping server: a last `error` event (`until_stop`)
+            return sse(
+                until_stop(api, run_id, _sse_run(api, name, history, (session, owner), run_id))
+            )
         return await _json_run(api, request, name, history, (session, owner), run_id)
 
     async def list_runs(request: Request) -> Response:

@@ -31,6 +31,7 @@ from fim.server.http import JSONResponse, error, session_owner
 from fim.server.openai_errors import error_object, failure
 from fim.server.openai_request import plan, to_messages
 from fim.server.sessions import UnknownSession, known_agent
+from fim.server.stopping import CUT, StreamCut, until_stop
 from fim.types import Message
 
 if TYPE_CHECKING:
@@ -171,16 +172,17 @@ class OpenAICompat:
         streamed = False
         problem: tuple[str, str] | None = None
         calls: list[ToolCallEvent] = []
+        events = self.api.events(
+            name,
+            messages,
+            stream=True,
+            run_id=run_id,
+            overrides=overrides,
+            session=session[0],
+            owner=session[1],
+        )
         try:
-            async for event in self.api.events(
-                name,
-                messages,
-                stream=True,
-                run_id=run_id,
-                overrides=overrides,
-                session=session[0],
-                owner=session[1],
-            ):
+            async for event in until_stop(self.api, run_id, events):
                 if event.type == "token":
                     streamed = True
                     text = tokens.feed(event.text)
@@ -192,6 +194,8 @@ class OpenAICompat:
                     calls.append(event)
                 elif isinstance(event, RunFinished):
                     final = event
+        except StreamCut as cut:  # by a stopping server: an error event, as a failed run's
+            problem, final = (CUT, cut.message), None
         except FimError as exc:
             problem = ("run_error", str(exc))
         if problem is not None and (final is None or final.status == "error"):

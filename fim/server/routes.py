@@ -16,6 +16,7 @@ from fim.server.background import requeue_decided, spawn_run
 from fim.server.bodies import BodyError, DecisionBody, WorkflowRunBody, read_body
 from fim.server.http import Caller, JSONResponse, caller, error, run_scope, session_owner, sse
 from fim.server.limits import Busy, Slot, check_parked
+from fim.server.stopping import until_stop
 from fim.store import get_store
 from fim.store.approvals import ReservedData, abandoned, already_decided
 from fim.store.live import recorded
@@ -100,8 +101,8 @@ def workflow_handlers(api: Api) -> dict[str, Any]:
         if parked is not None:  # a run that never began gives its place back
             started = parked.events(started, began)
         events = recorded(store, run_id, KIND, name, started)
-        if body.stream:
-            streamed = sse(events)
+        if body.stream:  # cut by a stopping server: a last `error` event (`until_stop`)
+            streamed = sse(until_stop(api, run_id, events))
             return streamed if parked is None else parked.sending(streamed, began)
         trace: list[dict[str, Any]] = []
         try:

@@ -11,6 +11,13 @@ which the SDKs retry (on another replica, or this one restarted): nothing it did
 twice. A run that had called one gets `x-should-retry: false` instead: a retry runs the
 request from the start and would call its tools again (a second email, ticket or payment,
 attack-44), so whether to send it again is the caller's decision, not the SDK's.
+
+A streamed run has sent its 200 long before: uvicorn's cut ended its stream with no last
+event, the client reading a broken connection, and logged the cancellation's traceback. So
+fim cuts its streamed runs itself, `CUT_AHEAD` before uvicorn's bound (`cut_streams`): each
+stream (`until_stop`) ends its run, which records itself cancelled as the server's doing,
+and sends a last error event `server_shutting_down` in its endpoint's own error format, then
+ends as a response should, one log line per run.
 """
 
 from __future__ import annotations
@@ -18,10 +25,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from typing import Any
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
+from fim.events import ErrorEvent
 from fim.server.replies import JSONResponse, error
 from fim.tasks import RUNNING
+
+T = TypeVar("T")
 
 log = logging.getLogger("fim.server")
 
@@ -54,6 +66,8 @@ def begin(api: Any, bound: float) -> None:
         return
     api.stopping = True
     logging.getLogger("uvicorn.error").addFilter(_QUIET)
+    loop = asyncio.get_running_loop()
+    loop.call_later(max(bound - min(CUT_AHEAD, bound / 2), 0.0), cut_streams, api)
     count = runs_in_flight(api)
     log.info(
         "stopping: waiting up to %s s for %d run%s in flight (server.shutdown_timeout, "
@@ -62,6 +76,117 @@ def begin(api: Any, bound: float) -> None:
         count,
         "" if count == 1 else "s",
     )
+
+
+CUT = "server_shutting_down"
+"""The code of a run cut by the server's stop: the 503's, and the last event's of a stream."""
+
+CUT_AHEAD = 1.0
+"""How long before uvicorn's bound fim cuts its streamed runs (at most half the bound): the
+time to end each run and send its last event."""
+
+STREAMS = "fim.streams"
+"""The key of a server's streamed runs (`_Streams`) in its services' cache."""
+
+
+class StreamCut(Exception):
+    """A streamed run cut by the stopping server (`until_stop`): its stream sends a last
+    error event (`event()`, or `message` in the endpoint's own format) and ends."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        # the OpenAI SDKs show a streamed error's `message` only: what to do is in it
+        self.message = (
+            f"the server is stopping and cut run {run_id} before it ended (GET /v1/runs/"
+            f"{run_id} shows what it did before the request is sent again; "
+            "server.shutdown_timeout bounds how long a stopping server waits)"
+        )
+        super().__init__(self.message)
+
+    def event(self) -> dict[str, Any]:
+        """fim's own `error` event of the run."""
+        return ErrorEvent(run_id=self.run_id, kind=CUT, message=self.message).model_dump(
+            mode="json"
+        )
+
+
+FINAL = frozenset({"run_finished", "workflow_finished"})
+"""The last event of a run: a stream past its own is ending, and no cut touches it."""
+
+
+@dataclass(eq=False)
+class _Stream:
+    task: asyncio.Task[Any]
+    run_id: str
+    cut: bool = False
+    waiting: bool = False  # on the run's next event: a cut cancels the wait
+    cancelled: bool = False
+    finished: bool = False  # its run's last event has passed: only its record is left
+
+
+class _Streams:
+    """A server's streamed runs in flight, and whether the stop has cut them."""
+
+    def __init__(self) -> None:
+        self.going: set[_Stream] = set()
+        self.cut = False
+
+
+def _streams(api: Any) -> _Streams:
+    streams: _Streams = api.services.get(STREAMS, _Streams)
+    return streams
+
+
+def cut_streams(api: Any) -> None:
+    """Cut every streamed run in flight (and any started from now on): one waiting for
+    its next event is cancelled there, one sending an event stops before the next."""
+    streams = _streams(api)
+    streams.cut = True
+    for stream in list(streams.going):
+        if stream.finished:
+            continue
+        stream.cut = True
+        if stream.waiting and not stream.cancelled:
+            stream.cancelled = True
+            stream.task.cancel(CUT)
+
+
+async def until_stop(api: Any, run_id: str, events: AsyncIterator[T]) -> AsyncIterator[T]:
+    """`events` (a streamed run's), until the stopping server cuts it (`cut_streams`):
+    the run is then ended (it records itself cancelled by the server's stop) and
+    `StreamCut` raised, for the stream to send its last event."""
+    streams = _streams(api)
+    task = asyncio.current_task()
+    assert task is not None
+    stream = _Stream(task, run_id, cut=streams.cut)
+    streams.going.add(stream)
+    ended = False
+    try:
+        while not stream.cut:
+            stream.waiting = True
+            try:
+                event = await anext(events)
+            except StopAsyncIteration:
+                return
+            except asyncio.CancelledError:
+                if not stream.cancelled:
+                    raise
+                ended = True  # the run has ended with the cancellation
+                break
+            finally:
+                stream.waiting = False
+            if getattr(event, "type", "") in FINAL and getattr(event, "run_id", "") == run_id:
+                stream.finished = True  # not a nested run's
+            yield event
+        if stream.cancelled:  # fim's own cancellation, taken: the stream goes on
+            task.uncancel()
+        close = getattr(events, "aclose", None)
+        if not ended and close is not None:
+            await close()
+        log.warning("stopping: cut streamed run %s at the shutdown bound", run_id)
+        raise StreamCut(run_id)
+    finally:
+        streams.going.discard(stream)
 
 
 def on_signals(api: Any, bound: float) -> None:

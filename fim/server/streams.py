@@ -19,6 +19,7 @@ from starlette.responses import StreamingResponse
 
 from fim.errors import FimError
 from fim.masking import StreamMasker, known
+from fim.server.stopping import StreamCut
 
 
 async def cancel_on_disconnect(request: Request, work: Any) -> Any:
@@ -45,7 +46,9 @@ async def cancel_on_disconnect(request: Request, work: Any) -> Any:
 
 def sse(events: AsyncIterator[Any]) -> StreamingResponse:
     """Server-sent events: `event: <type>` and `data: <json>` per event, each masked as
-    values; tokens are masked as a stream, so a secret split over two tokens is caught."""
+    values; tokens are masked as a stream, so a secret split over two tokens is caught.
+    A run the stopping server cut (`fim.server.stopping.until_stop`) ends with its `error`
+    event, `kind: server_shutting_down`."""
     mask = known()
     tokens = StreamMasker(mask)
 
@@ -67,6 +70,8 @@ def sse(events: AsyncIterator[Any]) -> StreamingResponse:
                 if held and last_token is not None:
                     yield frame("token", {**last_token, "text": held})
                 yield frame(event.type, payload)
+        except StreamCut as cut:
+            yield frame("error", cut.event())
         except FimError as exc:
             yield frame("error", {"type": "error", "message": str(exc)})
 

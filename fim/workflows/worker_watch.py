@@ -90,16 +90,24 @@ def outcome_of(result: Any, job: _Job, error: BaseException | None, shutdown: bo
 
 class JobWatch:
     """A procrastinate worker middleware: counts each fim job running and by its outcome,
-    and gives its log lines the job's fields (`_JOB`)."""
+    and gives its log lines the job's fields (`_JOB`). `outage`
+    (`fim.workflows.worker_store.Outage`) takes the store failures of the every-second
+    `RETRY_STALLED` job, which would otherwise each log a failed job with its traceback."""
 
-    def __init__(self, metrics: WorkerMetrics | None) -> None:
+    def __init__(self, metrics: WorkerMetrics | None, outage: Any = None) -> None:
         self.metrics = metrics  # None: prometheus-client is not installed, fields only
+        self.outage = outage
 
     async def __call__(self, call_next: Callable[[], Awaitable[Any]], context: JobContext,
                        worker: Any) -> Any:  # fmt: skip
         task = context.job.task_name
         if task == RETRY_STALLED:
-            requeued = await call_next()
+            try:
+                requeued = await call_next()
+            except Exception as exc:
+                if self.outage is None or not self.outage.refused(exc):
+                    raise
+                return 0
             if self.metrics is not None and isinstance(requeued, int) and requeued > 0:
                 self.metrics.stalled_requeued.inc(requeued)
             return requeued
