@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from fim.build.builtin_names import builtin_hook_names, builtin_tool_names, tool_problems
 from fim.build.eval_checks import case_input_problems, regex_problem, suite_assertions
 from fim.build.hook_checks import check_hook, check_hook_refs
 from fim.build.instructions import check_instructions, reads_files
 from fim.build.model_checks import ROLE_ENV, check_model, check_project
+from fim.build.project_modules import LoadModule, ModuleLoadError, project_module
 from fim.build.workflow_checks import check_workflow
 from fim.config.declarations import Declarations, Entry
 from fim.config.problems import suggest
@@ -26,9 +27,10 @@ from fim.errors import Problem
 from fim.schema_check import schema_problem as check_schema
 
 if TYPE_CHECKING:
+    from fim.build.snapshot import Locate, Snapshot
     from fim.config.yamlio import Path_
 
-__all__ = ["ROLE_ENV", "Checker"]
+__all__ = ["ROLE_ENV", "Checker", "OutputClassError", "check_output_classes", "output_class"]
 """`ROLE_ENV` lives in `fim.build.model_checks`; imported from here too."""
 
 
@@ -216,7 +218,7 @@ class Checker:
 
     def check_output_schema(self, entry: Entry, path: Path_, spec: Any) -> None:
         """An inline schema must be a valid JSON Schema; `module:Class` must name a module
-        of the hooks/ folder (the class is imported when a run first needs it)."""
+        of the hooks/ folder (the compile imports the class later: `check_output_classes`)."""
 
         if spec is None:
             return
@@ -288,3 +290,81 @@ class Checker:
                     "or a leading $ as $['odd key']",
                 )
             )
+
+
+# ---------------------------------------------------------------------- output classes
+
+
+class OutputClassError(Exception):
+    """An `output_schema: module:Class` that names no usable pydantic model."""
+
+    def __init__(self, message: str, hint: str | None) -> None:
+        super().__init__(message)
+        self.message, self.hint = message, hint
+
+
+def output_class(snapshot: Snapshot, ref: str, load_module: LoadModule) -> type[BaseModel]:
+    """The pydantic model `ref` (`module:Class`) names in the snapshot's hooks folder, with
+    its JSON Schema built once (what a run's contract asks of it); OutputClassError when
+    it cannot be one."""
+    module_name, _, name = ref.partition(":")
+    module_name, name = module_name.strip().removesuffix(".py"), name.strip()
+    try:
+        module = project_module(snapshot, module_name, load_module)
+    except ModuleLoadError as exc:
+        raise OutputClassError(f"output_schema '{ref}': {exc.detail}", exc.hint) from None
+    cls = getattr(module, name, None)
+    if cls is None:
+        models = sorted(
+            n
+            for n, v in vars(module).items()
+            if isinstance(v, type) and issubclass(v, BaseModel) and v.__module__ == module.__name__
+        )
+        hint = f"pydantic models in it: {', '.join(models) or 'none'}"
+        raise OutputClassError(f"output_schema '{ref}': no class '{name}' in the module", hint)
+    if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
+        raise OutputClassError(
+            f"output_schema '{ref}' is not a pydantic model class",
+            "name a class deriving from pydantic.BaseModel in the project's hooks/ folder",
+        )
+    try:
+        cls.model_json_schema()
+    except Exception as exc:  # a field pydantic cannot describe: no run could use it
+        raise OutputClassError(
+            f"output_schema '{ref}' has no JSON Schema: {type(exc).__name__}: {exc}",
+            "give every field a type pydantic can describe in JSON Schema",
+        ) from None
+    return cls
+
+
+def output_class_refs(snapshot: Snapshot) -> list[tuple[str, str, Path_, str]]:
+    """(kind, name, path, `module:Class`) of each `output_schema` that names a class: an
+    agent's, and a workflow node's (`llm`, `agent`)."""
+    found: list[tuple[str, str, Path_, str]] = [
+        ("agent", name, ("output_schema",), agent.output_schema)
+        for name, agent in snapshot.agents.items()
+        if isinstance(agent.output_schema, str)
+    ]
+    for workflow, decl in snapshot.workflows.items():
+        for node_id, node in decl.nodes.items():
+            spec = getattr(node, "output_schema", None)
+            if isinstance(spec, str):
+                found.append(("workflow", workflow, ("nodes", node_id, "output_schema"), spec))
+    return found
+
+
+def check_output_classes(
+    snapshot: Snapshot, locate: Locate, load_module: LoadModule
+) -> list[Problem]:
+    """Import every `output_schema: module:Class` once and check it is a model, as problems
+    at the entry. The compile does it, so a reload's child process checks the module first
+    (`fim.build.vet`) and a run finds it imported: never first imported by a run, on the
+    server's event loop (attack-46 F3: a module that slept at import stalled every request)."""
+    problems: list[Problem] = []
+    for kind, name, path, ref in output_class_refs(snapshot):
+        try:
+            output_class(snapshot, ref, load_module)
+        except OutputClassError as exc:
+            src = locate(kind, name, path)
+            problems.append(Problem(src.path, src.line, src.column, exc.message, exc.hint))
+    return problems

@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from fim.build.builtin_names import is_python_tool
-from fim.build.checks import ROLE_ENV, Checker
+from fim.build.checks import ROLE_ENV, Checker, check_output_classes, output_class_refs
 from fim.build.hook_checks import pin_commands, pin_folders
 from fim.build.model_checks import check_cost_limits
 from fim.build.project_modules import pin_modules
@@ -58,19 +58,20 @@ def _check_eval_tools(snapshot: Snapshot, locate: Locate) -> list[Problem]:
     return check_eval_tools(snapshot, locate, hook_targets)
 
 
-def _check_python_tools(snapshot: Snapshot, locate: Locate) -> list[Problem]:
+def _check_python_refs(snapshot: Snapshot, locate: Locate) -> list[Problem]:
     """Import and build every `tools: [module:function]` and workflow `tool: module:function`
-    once (`fim.tools.python_tools`), with the module loader of python hooks
-    (`fim.hooks.python_hooks`, a layer up)."""
+    once (`fim.tools.python_tools`), and every `output_schema: module:Class`
+    (`check_output_classes`), with the module loader of python hooks (a layer up)."""
     if not any(
         is_python_tool(t) for agent in snapshot.agents.values() for t in agent.tools
-    ) and not python_tool_nodes(snapshot):
+    ) and not (python_tool_nodes(snapshot) or output_class_refs(snapshot)):
         return []  # most projects: nothing to import
     # deferred: the project's python is imported only when the declarations are clean
     from fim.hooks.python_hooks import load_module
     from fim.tools.python_tools import check_tools
 
-    return check_tools(snapshot, locate, load_module)
+    tools = check_tools(snapshot, locate, load_module)
+    return tools + check_output_classes(snapshot, locate, load_module)
 
 
 def _check_eval_python(snapshot: Snapshot, locate: Locate) -> list[Problem]:
@@ -131,7 +132,7 @@ SNAPSHOT_CHECKS: tuple[SnapshotCheck, ...] = (
     check_agent_workflows,
     _check_hooks,
     _check_eval_tools,
-    _check_python_tools,
+    _check_python_refs,
     _check_eval_python,
     _check_cost_limits,
     _check_project_views,
@@ -156,7 +157,7 @@ def _locator(decls: Declarations) -> Locate:
     return locate
 
 
-EVEN_WHEN_BROKEN: tuple[SnapshotCheck, ...] = (_check_python_tools, _check_project_views)
+EVEN_WHEN_BROKEN: tuple[SnapshotCheck, ...] = (_check_python_refs, _check_project_views)
 """Snapshot checks that also run on a project with problems, for the entries not reported
 already: importing the project's Python tools found their problems only once everything
 else was fixed, so `fim validate` reported a project in stages. The store check reads

@@ -174,8 +174,8 @@ def _live_failures(snapshot: Snapshot, format: Format) -> bool:
                 Problem(src.path, src.line, src.column, f"database '{name}' failed: {detail}")
             )
     problems += _store_problems(snapshot)
-    if problems:
-        _report(problems, format)
+    if problems:  # an MCP server's stderr, a driver's error: they may quote a secret
+        _report([_masked(p, snapshot.mask) for p in problems], format)
     return bool(problems)
 
 

@@ -21,11 +21,17 @@ arguments it is usually a cache or object key a human approving the call needs t
 _NOT_SECRET_KEY = re.compile(r"tokens$|tokens?_(budget|count|limit|used)$", re.IGNORECASE)
 """Counters that only share a word with credentials (`max_tokens`, `token_budget`)."""
 
-URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:([^@\s/]+)@")
+URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:]*:([^@\s/]+(?:@[^@\s/?#]+)*)@")
+"""A userinfo password in any text: after the user name (which may hold an `@`, Azure's
+`user@server` login) and its first `:`, up to the last `@` before the host."""
 
-_USERINFO_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/@]*:)(?P<password>[^@]*)@")
-"""A URL's userinfo password as SQLAlchemy's `make_url` reads it (anything up to the first
-`@`, so a `/` or `?` in it stays in the password)."""
+_USERINFO_PASSWORD = re.compile(
+    r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/]*:)(?P<password>[^@]*(?:@[^@/?#]*)*)@"
+)
+"""A URL's userinfo password, covering every reading of it: the user name runs to the
+first `:` and may hold an `@` (SQLAlchemy's `make_url`: `fim@corp:pw@host` is user
+`fim@corp`), the password runs to the last `@` before the host (`urlsplit`: `u:pa@ss@host`
+has `pa@ss`) and keeps a `/` or `?` before its first `@` (SQLAlchemy reads it so)."""
 
 _DSN_PAIR = re.compile(
     r"(?P<key>[A-Za-z_][\w.-]*)(?P<eq>\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*'|[^\s']\S*)"

@@ -16,8 +16,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
-
 from fim.errors import RunError
 from fim.structured import OutputContract
 from fim.types import Message, ModelResponse, TextDelta, ToolSpec
@@ -96,24 +94,20 @@ class OverriddenModel:
 
 def output_contract(snapshot: Snapshot, spec: dict[str, Any] | str | None) -> OutputContract | None:
     """The contract of a declared `output_schema`: an inline JSON Schema, or `module:Class`
-    naming a pydantic model in the project's hooks/ folder (validated by pydantic)."""
+    naming a pydantic model in the project's hooks/ folder (validated by pydantic). The
+    compile that made `snapshot` imported and checked that class (in a reload's child
+    process first: `fim.build.checks.check_output_classes`), so a run, on the server's
+    event loop, takes it from the loader's cache and never imports a module first."""
     if spec is None:
         return None
     if isinstance(spec, dict):
         return OutputContract(spec)
-    # deferred: loading fim.config.schema costs hundreds of ms
-    from fim.hooks.base import HookBuildError
-    from fim.hooks.python_hooks import load_module, split_ref
+    # deferred: loading the project's module loader costs tens of ms
+    from fim.build.checks import OutputClassError, output_class
+    from fim.hooks.python_hooks import load_module
 
     try:
-        module, name = split_ref(spec)
-        cls = getattr(load_module(snapshot, module), name, None)
-    except HookBuildError as exc:
-        raise RunError(f"output_schema '{spec}': {exc.message}", hint=exc.hint) from None
-
-    if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
-        raise RunError(
-            f"output_schema '{spec}' is not a pydantic model class",
-            hint="name a class deriving from pydantic.BaseModel in the project's hooks/ folder",
-        )
-    return OutputContract(model=cls, name=name)
+        cls = output_class(snapshot, spec, load_module)
+    except OutputClassError as exc:
+        raise RunError(exc.message, hint=exc.hint) from None
+    return OutputContract(model=cls, name=spec.partition(":")[2].strip())

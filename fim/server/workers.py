@@ -5,7 +5,9 @@ parent binds the socket once, spawns N children that accept on it, health-checks
 replaces one that dies and forwards SIGTERM for a graceful stop. fim adds only what each
 child needs at start (`worker_app`, an app factory uvicorn calls in the child): its own
 compiled snapshot, its own file watcher (hot reload happens in every worker, each from the
-files), and a lifespan that stops both.
+files), and a lifespan that stops both. A worker's start judges the disk as a reload does
+(`start_snapshot`); one it refuses exits, and the supervisor starts it again later
+(`supervisor`), while the other workers keep serving their snapshot.
 
 The workers share state only through the store, so N > 1 needs PostgreSQL: runs,
 sessions, approvals (a tool call waiting on worker 1 sees a decision posted to worker 2)
@@ -26,10 +28,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import shutil
+import sys
 import tempfile
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -37,13 +42,16 @@ from typing import Any
 from fim import observe
 from fim.build.compile import compile_project
 from fim.build.reload import SnapshotHolder, watch
+from fim.build.snapshot import Snapshot
+from fim.build.vet import fingerprint, vet_in_child
 from fim.capabilities import CAPABILITIES
 from fim.environ import hide_from_children
-from fim.errors import RunError
+from fim.errors import ConfigError, Problem, RunError
 from fim.events import build_validators
 from fim.hooks.command_output import build_validators as build_hook_validators
 from fim.llm import preload
 from fim.observe.logs import announce, configure
+from fim.retries import Backoff
 from fim.run.services import Services
 from fim.server import (
     _on_swap,
@@ -64,6 +72,14 @@ from fim.tools.isolate_helpers import start_tracker_clean
 
 ENV = "FIM_SERVE_WORKER"
 """The options of one worker, as JSON, handed from the parent to the spawned children."""
+
+REFUSED = 78
+"""A worker's exit status when its start refuses the project on disk (sysexits' EX_CONFIG).
+Not uvicorn's STARTUP_FAILURE (3): on that its supervisor stops every worker."""
+
+RETRY_REFUSED = Backoff(attempts=0, first=1.0, cap=60.0)
+"""When the supervisor starts a worker again after a refused start: 1 s, 2 s ... 60 s (a
+start costs an interpreter and a compile). The count starts over after a quiet 2 minutes."""
 
 
 def require_shared_store(state_url: str, root: Path, workers: int) -> None:
@@ -116,8 +132,9 @@ def serve_workers(
         "root_path": prefix,
     }
     options |= {"host": host, "port": port}  # each worker's reloads keep the start's rule
+    options["accepted"] = fingerprint(snapshot)  # what a worker may start on unchecked
     os.environ[ENV] = json.dumps(options)
-    logging: dict[str, Any] = {"log_config": None} if json_logs else {}
+    log_config: dict[str, Any] = {"log_config": None} if json_logs else {}
     config = uvicorn.Config(
         "fim.server.workers:worker_app",
         factory=True,
@@ -130,7 +147,7 @@ def serve_workers(
         access_log=False,
         lifespan="on",
         loop=uvicorn_loop(),
-        **logging,
+        **log_config,
     )
     line, fields = banner_fields(snapshot, host, sock.getsockname()[1], reload)
     announce(f"{line} · {workers} workers", **fields, workers=workers)
@@ -139,8 +156,7 @@ def serve_workers(
     start_tracker_clean()
     metrics = shared_metrics_folder() if find_spec("prometheus_client") else None
     try:
-        supervised = Multiprocess if metrics is None else supervisor(Multiprocess, metrics)
-        supervised(config, sockets=[sock]).run()
+        supervisor(Multiprocess, metrics)(config, sockets=[sock]).run()
     finally:
         sock.close()
         if metrics is not None:
@@ -162,24 +178,61 @@ def shared_metrics_folder() -> str:
     return folder
 
 
-def supervisor(base: type, metrics: str) -> type:
-    """uvicorn's `Multiprocess`, telling prometheus_client when a worker is gone (it died
-    and was replaced, was restarted by SIGHUP, or stopped): its live gauges (runs in
-    progress) leave the sum."""
-    # deferred: a third-party package, loaded only when this path runs
-    from prometheus_client import multiprocess
+def supervisor(
+    base: type, metrics: str | None, clock: Callable[[], float] = time.monotonic
+) -> type:
+    """uvicorn's `Multiprocess`, with a worker whose start was refused (`REFUSED`: the
+    project on disk is one a reload rejected) started again only after `RETRY_REFUSED`,
+    not at once in a loop; the other workers serve meanwhile. With `metrics`, it tells
+    prometheus_client when a worker is gone (it died and was replaced, was restarted by
+    SIGHUP, or stopped): its live gauges (runs in progress) leave the sum."""
+
+    def forget(pid: int) -> None:
+        if metrics is None:
+            return
+        # deferred: a third-party package, loaded only when this path runs
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid, metrics)  # type: ignore[no-untyped-call]
 
     class Supervisor(base):  # type: ignore[misc]  # a class given at run time
+        processes: list[Any]
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.refused: dict[int, float] = {}
+            """A worker that refused to start, by pid: when it may be replaced."""
+            self.refusals, self.last_refusal = 0, -1e9
+
         def _pids(self) -> set[int]:
             return {p.pid for p in self.processes if p.pid is not None}
 
         def _forget(self, before: set[int]) -> None:
             for pid in before - self._pids():
-                multiprocess.mark_process_dead(pid, metrics)  # type: ignore[no-untyped-call]
+                forget(pid)
+
+        def _held(self) -> list[Any]:
+            """The workers that refused to start and wait to be replaced: each refusal in a
+            row waits longer (`RETRY_REFUSED`)."""
+            now, pids = clock(), self._pids()
+            self.refused = {pid: at for pid, at in self.refused.items() if pid in pids}
+            for p in self.processes:
+                if p.pid is None or p.pid in self.refused or p.exitcode != REFUSED:
+                    continue
+                in_a_row = now - self.last_refusal < 2 * (RETRY_REFUSED.cap or 0)
+                self.refusals = self.refusals + 1 if in_a_row else 1
+                self.last_refusal = now
+                self.refused[p.pid] = now + RETRY_REFUSED.delay(self.refusals)
+            return [p for p in self.processes if now < self.refused.get(p.pid or 0, 0)]
 
         def keep_subprocess_alive(self) -> None:
-            before = self._pids()
-            super().keep_subprocess_alive()
+            before, held, every = self._pids(), self._held(), self.processes
+            self.processes = [p for p in every if p not in held]
+            try:
+                super().keep_subprocess_alive()  # replaces the others in place, if need be
+            finally:
+                replaced = iter(self.processes)
+                self.processes = [p if p in held else next(replaced) for p in every]
             self._forget(before)
 
         def handle_signals(self) -> None:
@@ -190,19 +243,49 @@ def supervisor(base: type, metrics: str) -> type:
         def join_all(self) -> None:
             super().join_all()
             for pid in self._pids():
-                multiprocess.mark_process_dead(pid, metrics)  # type: ignore[no-untyped-call]
+                forget(pid)
 
     return Supervisor
 
 
+def start_snapshot(root: Path, options: dict[str, Any]) -> Snapshot:
+    """A worker's own compile of the disk, judged as the start and every reload are: the
+    rule `fim serve` starts by (`reload_gate`: no network address without keys), and its
+    Python checked in a child process first (`vet_in_child`) unless it is what the parent
+    compiled at start (`accepted`). A worker started later (one that died and was
+    replaced, SIGHUP, SIGTTIN) compiled the disk unjudged and served a project every
+    running worker had rejected, without keys (attack-46 F1). Refused: one line in the
+    log, and the worker exits (`REFUSED`) before it serves; the others keep their
+    snapshot."""
+    gate = reload_gate(options["host"], options["port"])
+
+    def vet(candidate: Snapshot) -> list[Problem]:
+        if fingerprint(candidate) == options["accepted"]:
+            return []  # its Python ran in the parent at start already
+        return vet_in_child(candidate)
+
+    try:
+        return compile_project(root, vet=vet, gates=lambda new: gate(new, new))
+    except ConfigError as exc:
+        more = len(exc.problems) - 1
+        logging.getLogger("fim.server").error(
+            "fim serve worker [%d] refused the project on disk and exits; the other workers "
+            "keep their snapshot: %s%s",
+            os.getpid(),
+            exc.problems[0] if exc.problems else "no snapshot",
+            f" (and {more} more)" if more > 0 else "",
+        )
+        sys.exit(REFUSED)
+
+
 def worker_app() -> Any:
-    """In a spawned child: compile the project, build the app with a lifespan that runs
-    this worker's watcher and closes its services."""
+    """In a spawned child: compile the project (`start_snapshot`: or exit), build the app
+    with a lifespan that runs this worker's watcher and closes its services."""
     hide_from_children()  # spawned: its block holds the parent's variables again
     options = json.loads(os.environ[ENV])
     configure(options["log_level"], "json" if options["json"] else "text")
     root = Path(options["root"])
-    snapshot = compile_project(root)
+    snapshot = start_snapshot(root, options)
     build_validators()
     build_hook_validators()
     holder = SnapshotHolder(snapshot)
