@@ -30,7 +30,7 @@ try:
     import typer
 
     from fim.commands import ProjectOption, err
-    from fim.config.serving import require_serve_settings, serving_command, serving_group
+    from fim.config.serving import command_needs, group_decides, need_settings
     from fim.environ import hide_from_children
     from fim.errors import ConfigError, RunError
 finally:
@@ -101,20 +101,22 @@ def _root(
 ) -> None:
     """Run LLM agents declared in version-controlled YAML."""
     ctx.obj = {"project": project}
-    # An unset `${VAR}` in `state:`/`server:` fails only the commands that read them; the
-    # others warn (`fim.config.serving`). Put back when the command ends (in-process tests).
-    was = require_serve_settings(serving_command(ctx.invoked_subcommand or ""))
-    ctx.call_on_close(lambda: require_serve_settings(was))
+    # An unset `${VAR}` in `state:`/`server:` or a model's settings fails only the commands
+    # that read them; the others warn (`fim.config.serving`). Put back when the command ends
+    # (in-process tests).
+    was = need_settings(command_needs(ctx.invoked_subcommand or ""))
+    ctx.call_on_close(lambda: need_settings(was))
 
 
 def _group_root(name: str) -> Callable[[typer.Context], None]:
     """The callback of the command group `name`: it knows which of its commands runs (`fim
-    mcp serve`), which `_root` does not; the root's `call_on_close` puts the value back."""
+    mcp serve`, `fim workflow run`), which `_root` does not; the root's `call_on_close` puts
+    the value back."""
 
     def decide(ctx: typer.Context) -> None:
-        if serving_command(f"{name} {ctx.invoked_subcommand}"):
-            require_serve_settings(True)
+        need_settings(command_needs(f"{name} {ctx.invoked_subcommand}"))
 
+    decide.fim_group_root = True  # type: ignore[attr-defined]
     return decide
 
 
@@ -161,8 +163,11 @@ def build_app(modules: list[str] | None = None) -> typer.Typer:
         register(app)
     for group in app.registered_groups:  # `fim mcp serve` needs state:/server: whole
         sub = group.typer_instance
-        if group.name and sub is not None and serving_group(group.name):
-            if sub.registered_callback is not None:
+        if group.name and sub is not None and group_decides(group.name):
+            had = sub.registered_callback
+            if had is not None and getattr(had.callback, "fim_group_root", False):
+                continue  # a module-level group (`fim workflow`) an earlier build_app set up
+            if had is not None:
                 raise TypeError(f"command group {group.name} has a callback: decide there")
             sub.callback()(_group_root(group.name))
     return app

@@ -142,12 +142,13 @@ def load_snapshot(ctx: typer.Context | None, project: Path | None = None) -> Sna
 def warn_store_fallback(project: Any) -> None:
     """One located warning line when fim.yaml's `state:` is a `${VAR}` unset here, so this
     command uses the default local store instead (`fim.config.serving.store_fallback`):
-    runs, usage and approvals read or written there are not the served ones."""
+    runs, usage and approvals read or written there are not the served ones. And one for
+    each model setting left out because its `${VAR}` is unset where no model is called
+    (`fim.config.serving.warned_here`)."""
     # deferred: loaded with the project by the caller anyway
-    from fim.config.serving import store_fallback
+    from fim.config.serving import warned_here
 
-    p = store_fallback(project)
-    if p is not None:
+    for p in warned_here(project):
         hint = f" ({p.hint})" if p.hint else ""
         err(f"{p.path}:{p.line}:{p.column}: warning: {p.message}{hint}")
 

@@ -24,6 +24,7 @@ import typer
 
 from fim.capabilities import CAPABILITIES
 from fim.commands import ProjectOption, fail, load_snapshot, user_errors
+from fim.config.serving import MODELS, need_settings, settings_needed
 from fim.terminal import markup, printable
 
 if TYPE_CHECKING:
@@ -113,6 +114,8 @@ def show(
     ] = None,
 ) -> None:
     """The compiled declaration as YAML, with secrets masked as ***."""
+    if request is not None:  # tool selection calls the fast model: its settings are needed
+        need_settings(settings_needed() | {MODELS})
     snapshot = load_snapshot(ctx, project)
     if request is not None and not prompt:
         fail("--request goes with --prompt", 'fim show agent NAME --prompt --request "..."')

@@ -97,6 +97,9 @@ class Declarations:
     """Connectors and MCP servers (by name) that name an unset `${VAR}` without default:
     a secret not exported on this machine is not a broken project. Only the agents and
     workflows that use one fail (preflight); `fim validate` warns (`--strict`: fails)."""
+    left_out: list[tuple[str, Problem]] = field(default_factory=list)
+    """Models' settings of the declaration files whose `${VAR}` is unset where no model is
+    called, as (setting, warning) (`fim.config.serving`); the loader adds them to fim.yaml's."""
     problems: list[Problem] = field(default_factory=list)
     secrets: set[str] = field(default_factory=set)
     digest: Any = field(default_factory=hashlib.sha256)

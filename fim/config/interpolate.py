@@ -36,8 +36,9 @@ def interpolate(doc: Document, secrets: set[str], env: Mapping[str, str] | None 
     `${VAR:-x}` uses x when VAR is unset or empty, `${VAR-x}` only when unset, and `$${...}`
     is a literal `${...}`. A missing variable without default becomes "" (never a default
     the user did not write) and a problem at its string in `doc.unset`: the loader decides
-    whether it breaks the project, only the connector that holds it, or (`state:`,
-    `server:`) only `fim serve` and `fim worker` (`fim.config.serving`).
+    whether it breaks the project, only the connector that holds it, or only the commands
+    that read its group: `state:`/`server:` `fim serve` and `fim worker`, a model's settings
+    the commands that call models (`fim.config.serving`).
 
     `${VAR:?message}` (docker compose's syntax) is a required variable that says why: unset
     or empty, it is missing like a bare `${VAR}`, with `message` in its problem and no

@@ -35,7 +35,15 @@ from fim.config.declarations import (
 from fim.config.files import keep_reads, keep_texts, list_files, read_text
 from fim.config.interpolate import passed_through
 from fim.config.schema import Project
-from fim.config.serving import SERVE_ONLY, serve_settings_required
+from fim.config.serving import (
+    MODELS,
+    SERVE,
+    model_at,
+    model_error,
+    model_warning,
+    setting_group,
+    settings_needed,
+)
 from fim.config.skill_files import load_skills
 from fim.config.yamlio import Document
 from fim.errors import ConfigError, Problem
@@ -83,6 +91,7 @@ def load(root: str | Path) -> Declarations:
         else:
             decls.python_hooks.add(_stem(path))
     _load_skill_folders(decls)
+    decls.project._serve_only_unset += tuple(decls.left_out)
     decls.problems = mask_problems(decls.problems, decls.secrets)
     _CACHE.clear()
     _CACHE.update(decls.seen)
@@ -145,14 +154,14 @@ def _load_project(decls: Declarations) -> None:
     if doc is None:
         decls.project_ok = False
         return
-    serve_only = _place_unset(decls, doc)
+    left_out = _place_unset(decls, doc)
     if doc.data is None:
         doc.data = {}
     if isinstance(doc.data, dict):
         doc.data.setdefault("name", decls.root.name)
     project = validate_doc(decls, doc, "project", Project)
     if project is not None:
-        project._serve_only_unset = tuple(serve_only)
+        project._serve_only_unset = tuple(left_out)
     if project is None:
         decls.project_ok = False
         paths = doc.data.get("paths") if isinstance(doc.data, dict) else None
@@ -166,23 +175,66 @@ def _load_project(decls: Declarations) -> None:
 def _place_unset(decls: Declarations, doc: Document) -> list[tuple[str, Problem]]:
     """Place fim.yaml's unset variables: one under `mcp_servers.<name>` makes that server
     unavailable (recorded in `decls.unavailable`; the snapshot leaves it out, so nothing
-    starts it with "" for a secret). One in `state:` or `server:` is a problem only where
-    those are read (`fim serve`, `fim worker`); elsewhere it is returned as a warning and
-    the setting left out, so its default applies (`_leave_out`). Any other is a problem of
-    the project."""
-    lenient = not serve_settings_required()
-    serve_only: list[tuple[str, Problem]] = []
+    starts it with "" for a secret). One in `state:`/`server:` or a model's settings is a
+    problem only where that group is needed (`fim.config.serving`); elsewhere it is returned
+    as a warning and the setting left out, so its default applies (`_leave_out`). Any other
+    is a problem of the project."""
+    left_out: list[tuple[str, Problem]] = []
     for path, problem in doc.unset:
         if len(path) > 2 and path[0] == "mcp_servers" and isinstance(path[1], str):
             decls.unavailable["mcp"].setdefault(path[1], []).append(problem)
-        elif lenient and path and path[0] in SERVE_ONLY:
-            setting = ".".join(str(step) for step in path[:2] if isinstance(step, str))
-            serve_only.append((setting, _serve_only_warning(setting, problem)))
-            _leave_out(doc.data, path)
         else:
-            decls.problems.append(problem)
+            _place_one(decls, doc, "project", path, problem, left_out)
     doc.unset = []
-    return serve_only
+    return left_out
+
+
+def _place_one(
+    decls: Declarations,
+    doc: Document,
+    kind: str,
+    path: tuple[str | int, ...],
+    problem: Problem,
+    left_out: list[tuple[str, Problem]],
+) -> None:
+    """One unset variable of a file of `kind`: a problem, or where its group is not needed
+    here a warning in `left_out` and the setting taken out of `doc.data`."""
+    group = setting_group(kind, path)
+    needed = group is None or group in settings_needed()
+    if group == MODELS:
+        at = (model_at(kind, path) or 0) + 1
+        if needed:
+            decls.problems.append(model_error(_setting(path[:at]), problem))
+        else:
+            left_out.append((_setting(path[:at]), model_warning(_setting(path[:at]), problem)))
+            _pop(doc.data, path[: at + 1])
+    elif group == SERVE and not needed:
+        setting = ".".join(str(step) for step in path[:2] if isinstance(step, str))
+        left_out.append((setting, _serve_only_warning(setting, problem)))
+        _leave_out(doc.data, path)
+    else:
+        decls.problems.append(problem)
+
+
+def _pop(data: Any, path: tuple[str | int, ...]) -> None:
+    """Take the key at the end of `path` out of `data`: a model's setting (`api_key`, the
+    whole `extra` whose header named the variable) is then as if unwritten."""
+    for step in path[:-1]:
+        if isinstance(data, dict):
+            data = data.get(step)
+        elif isinstance(data, list) and isinstance(step, int) and 0 <= step < len(data):
+            data = data[step]
+        else:
+            return
+    if isinstance(data, dict):
+        data.pop(path[-1], None)
+
+
+def _setting(path: tuple[str | int, ...]) -> str:
+    """`path` as the messages name a setting: `models.general`, `nodes.ask.model`,
+    `cases[0].expect[1].judge.model`."""
+    text = "".join(f"[{step}]" if isinstance(step, int) else f".{step}" for step in path)
+    return text.lstrip(".")
 
 
 def _serve_only_warning(setting: str, problem: Problem) -> Problem:
@@ -216,11 +268,13 @@ def _leave_out(data: Any, path: tuple[str | int, ...]) -> None:
         parent[last] = ""
 
 
-_Parsed = tuple[Any, Any, list[Problem], set[str], Any]
+_Parsed = tuple[Any, Any, list[Problem], set[str], Any, list[tuple[str, Problem]]]
 _CACHE: dict[tuple[Any, ...], _Parsed] = {}
-"""Parsed and validated declaration files of the previous load, by (environment, kind,
-path, text). A reload of a 1,000-agent project re-reads every file but parses and
-validates only the ones that changed; entries not seen in a load are dropped."""
+"""Parsed and validated declaration files of the previous load, by (environment, settings
+needed here, kind, path, text). A reload of a 1,000-agent project re-reads every file but
+parses and validates only the ones that changed; entries not seen in a load are dropped.
+The settings needed are part of the key: a file `fim validate` parsed with a model's unset
+setting left out is never the one a run or a server then uses (`fim.config.serving`)."""
 
 
 def _load_file(decls: Declarations, kind: str, path: str | Path) -> None:
@@ -229,13 +283,18 @@ def _load_file(decls: Declarations, kind: str, path: str | Path) -> None:
     if text is None:
         decls.broken[kind].add(stem)
         return
-    key = (decls.env_key, kind, rel, text)
+    key = (decls.env_key, settings_needed(), kind, rel, text)
     parsed = _CACHE.get(key)
     if parsed is not None and reads_case_files(parsed[0]):
         parsed = None  # its CSV/JSONL files may have changed under the same YAML: read again
     if parsed is None:
         problems_before, secrets = len(decls.problems), set[str]()
-        doc = parse_doc(decls, text, rel, secrets=secrets, keep_unset=kind == "connector")
+        left_out: list[tuple[str, Problem]] = []
+        doc = parse_doc(decls, text, rel, secrets=secrets, keep_unset=True)
+        if doc is not None and kind != "connector":  # a connector's make it unavailable
+            for at, problem in doc.unset:
+                _place_one(decls, doc, kind, at, problem, left_out)
+            doc.unset = []
         if doc is not None and isinstance(doc.data, dict):
             doc.data.setdefault("name", stem)
         if kind == "eval" and doc is not None:  # `cases: cases.csv`
@@ -246,11 +305,12 @@ def _load_file(decls: Declarations, kind: str, path: str | Path) -> None:
         if doc is not None and doc.unset:
             _drop_unset_echoes(decls, doc, problems_before)
         partial = _partial(doc, kind) if decl is None and doc is not None else None
-        parsed = (doc, decl, decls.problems[problems_before:], secrets, partial)
+        parsed = (doc, decl, decls.problems[problems_before:], secrets, partial, left_out)
     else:
-        doc, decl, problems, secrets, partial = parsed
+        doc, decl, problems, secrets, partial, left_out = parsed
         decls.problems.extend(problems)
     decls.secrets |= parsed[3]
+    decls.left_out += left_out
     decls.seen[key] = parsed
     if decl is None or doc is None:  # no document, no declaration
         name = doc.data.get("name") if doc is not None and isinstance(doc.data, dict) else None

@@ -38,17 +38,18 @@ import logging
 import sys
 import threading
 import types
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fim.config.schema import ModelSettings
+from fim.config.serving import MODELS, settings_needed
 from fim.errors import RunError
 from fim.llm import switch
 from fim.llm.backend import BACKENDS, Backend
-from fim.types import Model
+from fim.types import Message, Model, ModelResponse, TextDelta, ToolSpec
 
 log = logging.getLogger("fim.llm")
 
@@ -223,4 +224,36 @@ def _build(settings: ModelSettings, root: Path | None) -> Model:
         from fim.llm.jsonmode import JsonModeModel
 
         model = JsonModeModel(model)
+    if MODELS not in settings_needed():
+        return _Unread(model)
     return model
+
+
+class _Unread:
+    """A model built by a command that compiled the project with a model's unset `${VAR}`
+    settings left out (`fim.config.serving`: `fim validate`, `show --prompt` in a job with
+    no secrets): it shows what it is, and fails closed if asked for a reply, which would go
+    to the provider's default endpoint without the settings the project wrote."""
+
+    def __init__(self, inner: Model) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def _refuse(self) -> RunError:
+        return RunError(
+            f"{self.name}: this command does not read model settings, so it may not call a model",
+            hint="the commands that call models (fim run, eval, serve) read them whole",
+        )
+
+    async def complete(
+        self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
+    ) -> ModelResponse:
+        raise self._refuse()
+
+    def stream(
+        self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
+    ) -> AsyncIterator[TextDelta | ModelResponse]:
+        raise self._refuse()

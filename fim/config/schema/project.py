@@ -272,5 +272,6 @@ class Project(Strict):
     budget: Budget | None = None
     """Spend limit of every run of every agent (an agent's own `budget` applies too)."""
     _serve_only_unset: tuple[tuple[str, Problem], ...] = PrivateAttr(default=())
-    """`state:`/`server:` settings whose `${VAR}` is unset here, as (setting, warning): set by
-    the loader where only `fim serve`/`fim worker` would need them (`fim.config.serving`)."""
+    """`state:`/`server:` and models' settings (fim.yaml's and the declaration files') whose
+    `${VAR}` is unset here, as (setting, warning): set by the loader where this command does
+    not need them (`fim.config.serving`)."""
