@@ -16,7 +16,7 @@ import httpx
 import pytest
 from inprocess_cli import run_fim
 
-from fim.build.reload import SnapshotHolder, reload_once
+from fim.build.reload import SnapshotHolder, _watch_filter, reload_once
 from fim.errors import ConfigError
 from fim.testing.model_server import OpenAIStubServer
 from fim.testing.server import fim_server, free_port
@@ -56,7 +56,7 @@ async def test_a_bad_change_keeps_the_last_good_snapshot(tmp_path: Path):
 RELOAD_AFTER_A_DEEP_SKILL = """
 import asyncio, pathlib, sys
 from fim.build.compile import compile_project
-from fim.build.reload import SnapshotHolder, reload_once
+from fim.build.reload import SnapshotHolder, _watch_filter, reload_once
 root = pathlib.Path(sys.argv[1])
 holder = SnapshotHolder(compile_project(root))
 skill = root / "skills" / "evil" / "SKILL.md"
@@ -65,6 +65,14 @@ skill.write_text("---\\nmetadata: " + "[" * 40_000 + "]" * 40_000 + "\\n---\\nBo
 asyncio.run(reload_once(root, holder))
 print("still serving", sorted(holder.current.agents), holder.current.broken_skills)
 """
+
+
+@pytest.mark.parametrize("name", ["serve.log", "serve.out", "serve.err", "fim.pid", "a.yaml~"])
+def test_a_servers_own_output_inside_the_project_is_no_change(tmp_path: Path, name: str) -> None:
+    """`fim serve > serve.out 2> serve.err` in the project: each line it wrote was a change,
+    and each change a compile of the whole project (attack-46)."""
+    assert not _watch_filter(None, str(tmp_path / name))
+    assert _watch_filter(None, str(tmp_path / "agents" / "a.yaml"))
 
 
 def test_a_reload_that_meets_a_skill_nested_40000_deep_keeps_serving(tmp_path: Path) -> None:

@@ -72,7 +72,7 @@ _SHELL_SYNTAX = frozenset("$;|&<>()`*?[{")
 """Characters that make a command's first word something the shell resolves, not a path."""
 
 
-def _unpinned_file(name: str) -> bool:
+def unpinned_file(name: str) -> bool:
     """Names the reload watcher ignores too: editors' swap and backup files, logs. Not a
     `.pyc` outside `__pycache__`: Python imports a sourceless `x.pyc` as module `x` (Python 3
     writes none there, so pinning one blocks nothing legitimate); the bytecode in
@@ -91,7 +91,7 @@ def folder_entries(path: str) -> tuple[str, ...]:
             if entry.is_dir(follow_symlinks=False):
                 if entry.name not in _UNPINNED_DIRS:
                     names.append(entry.name + "/")
-            elif not _unpinned_file(entry.name):
+            elif not unpinned_file(entry.name):
                 names.append(entry.name)
     return tuple(sorted(names))
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fim.build.hook_checks import unpinned_file
 from fim.build.snapshot import Snapshot
 from fim.errors import ConfigError, Problem
 from fim.observe import record_reload
@@ -70,16 +71,22 @@ class SnapshotHolder:
         record_reload(False)
 
 
+_OUTPUT_SUFFIXES = (".out", ".err", ".pid")
+
+
 def _watch_filter(change: object, path: str) -> bool:
     """Whether a change can matter to the snapshot: not in an ignored folder, not an
-    editor's swap or backup file, not a log file (`fim serve 2> serve.log` inside the
-    project fed the watcher one change per line it wrote). A `.pyc` outside `__pycache__`
-    is a change: a command hook's folders pin it (Python imports it as a module)."""
+    editor's swap or backup file (`unpinned_file`, which a hook's pinned folders leave out
+    too), not a server's output (`fim serve > serve.out 2> serve.log` inside the project fed
+    the watcher one change per line it wrote, each a compile). A hook's folder still pins
+    an `.out` (a script may read one): changed there, the hook's calls are blocked until a
+    reload, as for any file of it. A `.pyc` outside `__pycache__` is a change: a command
+    hook's folders pin it (Python imports it as a module)."""
     parts = Path(path).parts
     if any(part in _IGNORED_DIRS for part in parts):
         return False
     name = parts[-1] if parts else ""
-    return not (name.endswith(("~", ".swp", ".tmp", ".log")) or name.startswith(".#"))
+    return not (unpinned_file(name) or name.endswith(_OUTPUT_SUFFIXES))
 
 
 async def reload_once(root: Path, holder: SnapshotHolder) -> bool:
