@@ -110,11 +110,11 @@ def _root(
 
 def _group_root(name: str) -> Callable[[typer.Context], None]:
     """The callback of the command group `name`: it knows which of its commands runs (`fim
-    mcp serve`, `fim workflow run`), which `_root` does not; the root's `call_on_close` puts
-    the value back."""
+    mcp serve`, `fim workflow run`), which `_root` does not; each puts back what it found."""
 
     def decide(ctx: typer.Context) -> None:
-        need_settings(command_needs(f"{name} {ctx.invoked_subcommand}"))
+        was = need_settings(command_needs(f"{name} {ctx.invoked_subcommand}"))
+        ctx.call_on_close(lambda: need_settings(was))  # the group invoked on its own too
 
     decide.fim_group_root = True  # type: ignore[attr-defined]
     return decide

@@ -220,6 +220,20 @@ def _same_suite_in_ci_and_at_a_desk() -> Iterator[None]:
     os.environ.update(saved)
 
 
+@pytest.fixture(autouse=True)
+def _commands_put_back_what_they_need() -> Iterator[None]:
+    """A command run in-process sets which settings it needs whole (`fim.config.serving`)
+    and must put that back: one that did not (`fim workflow` invoked as a group of its
+    own) left a lenient setting behind, and a later test's model refused to be called."""
+    from fim.config.serving import GROUPS, need_settings, settings_needed
+
+    yield
+    left = settings_needed()
+    if left != GROUPS:
+        need_settings(GROUPS)
+        pytest.fail(f"the test left the settings needed at {sorted(left)}")
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _no_model_requests() -> Iterator[None]:
     import fim.llm
