@@ -141,8 +141,9 @@ def record_needs_a_key(reader: Reader) -> None:
 
 
 def eval_skips_without_cassette(reader: Reader) -> None:
-    out = reader.fim("eval")
+    out = reader.fim("eval", code=1)
     assert re.search(r"assistant .* SKIP", out) and "no cassette recorded" in out
+    assert "nothing was tested" in out
 
 
 SETUP = "(set-up: what a reader runs once; .ci/run installs the dev extra instead)"

@@ -102,8 +102,8 @@ def test_every_problem_of_a_case_file_is_reported_at_its_row_and_cell(project: P
         "evals/cases.csv:2:3: unknown assertion 'contian' (did you mean 'contains'? An exact "
         "answer that holds a colon is written 'equals: contian: 391')",
         "evals/cases.csv:2:16: __expected2: expected an integer, got 'three'",
-        "evals/cases.csv:3:3: 'javascript' assertions are not supported by fim (use contains, "
-        "regex, json_path, tool_called or judge: <rubric>)",
+        "evals/cases.csv:3:3: 'javascript' assertions are not supported by fim (fim's own "
+        "checks are Python: `python: module:function`, a function in hooks/)",
         'evals/cases.csv:3:23: text after a quoted cell\'s closing quote (write "" for a quote '
         "inside a quoted cell)",
         "evals/cases.csv:4:1: row has 2 cells, the header 4 "
@@ -141,7 +141,7 @@ def test_a_promptfoo_cell_without_a_known_type_is_the_exact_answer(project: Path
     assert [a.model_dump(exclude_none=True) for a in first.expect] == [
         {"equals": "Answer: 42"},
         {"judge": "is polite"},
-        {"json_schema": {}},
+        {"is_json": True},
     ]
     assert second.expect[0].tool_sequence is not None
     assert second.expect[0].tool_sequence.tools == ["calculator", "calculator"]

@@ -267,7 +267,8 @@ def test_the_markdown_summary_keeps_every_case_on_one_line(injected: Path) -> No
 
 def test_fail_on_skip_fails_the_run_naming_each_skipped_case(project: Path) -> None:
     code, output = run("eval", "real", "-p", str(project))
-    assert code == 0, output  # documented: a case with no cassette is skipped
+    assert code == 1, output  # every case skipped: nothing was tested (newcomer9 #4)
+    assert "nothing was tested: all 2 cases were skipped" in " ".join(output.split())
     code, output = run("eval", "real", "-p", str(project), "--fail-on-skip")
     assert code == 1
     flat = " ".join(output.split())
@@ -287,12 +288,12 @@ def test_fail_on_skip_leaves_a_shard_to_its_merge_which_fails(
     assert code == 0, output
     assert "`fim eval merge --fail-on-skip` gives the verdict" in " ".join(output.split())
     code, summary = run("eval", "merge", str(shard), "--format", "markdown")
-    assert code == 0
-    assert summary.startswith("## fim eval: ⚠️ passed, 2 cases skipped (no cassette)\n")
+    assert code == 1  # every case skipped: nothing was tested (newcomer9 #4)
+    assert summary.startswith("## fim eval: ❌ nothing was tested\n")
     assert "> ⚠️ **2 cases skipped (no cassette)**: not tested." in summary
     code, summary = run("eval", "merge", str(shard), "--format", "markdown", "--fail-on-skip")
     assert code == 1
-    assert summary.startswith("## fim eval: ❌ failed: 2 cases skipped (no cassette)\n")
+    assert summary.startswith("## fim eval: ❌ nothing was tested\n")
     assert "`real/answers 42 politely`, `real/answers 43 politely`" in summary
     code, output = run("eval", "merge", str(shard), "--fail-on-skip")
     assert code == 1

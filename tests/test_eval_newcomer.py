@@ -108,13 +108,13 @@ def test_an_all_skipped_suite_has_no_pass_rate_in_any_report(project: Path, tmp_
     code, output = run(
         "eval", "real", "--project", str(project), "--junit", str(junit), "--json", str(report)
     )
-    assert code == 0 and "SKIP" in output
+    assert code == 1 and "SKIP" in output  # nothing was tested (newcomer9 #4)
     assert "│ -    │" in output  # the table's rate column
     props = {p.get("name"): p.get("value") for p in ET.parse(junit).getroot().iter("property")}
     assert props["pass_rate"] == "-"
     assert json.loads(report.read_text())["suites"][0]["pass_rate"] is None
     code, merged = run("eval", "merge", str(report), "--format", "markdown")
-    assert code == 0 and "| real | 1 | 0 | - | 100% | SKIP |" in merged
+    assert code == 1 and "| real | 1 | 0 | 1 | - | 100% | SKIP |" in merged
 
 
 # --------------------------------------------- (c) validate checks the tools cases expect

@@ -105,7 +105,7 @@ def test_a_list_cell_with_no_text_is_a_problem_at_its_cell(project: Path) -> Non
         "(separate them with commas: 'contains-any: Paris, Lyon')",
         # promptfoo types fim still has no counterpart for are named, not taken as answers
         "evals/cases.csv:2:18: 'levenshtein' assertions are not supported by fim "
-        "(use contains, regex, json_path, tool_called or judge: <rubric>)",
+        "(a `python: module:function` check computes it; a score passes at its threshold)",
     ]
 
 

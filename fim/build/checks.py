@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from fim.build.builtin_names import builtin_hook_names, builtin_tool_names, tool_problems
-from fim.build.eval_checks import case_input_problems, regex_problem, suite_assertions
+from fim.build.eval_checks import case_input_problems, suite_assertions
 from fim.build.hook_checks import check_hook, check_hook_refs
 from fim.build.instructions import check_instructions, reads_files
 from fim.build.model_checks import ROLE_ENV, check_model, check_project
@@ -22,6 +22,7 @@ from fim.build.workflow_checks import check_workflow
 from fim.config.declarations import Declarations, Entry
 from fim.config.problems import suggest
 from fim.config.schema import AgentDecl, EvalSuite, HookSpec, JudgeSpec, ModelSettings
+from fim.config.schema.evals import regex_problem
 from fim.config.templates import TemplateChecker
 from fim.errors import Problem
 from fim.schema_check import schema_problem as check_schema

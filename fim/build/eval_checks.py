@@ -22,7 +22,6 @@ ERROR instead of a traceback halfway through the run.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -32,7 +31,6 @@ from fim.config.schema import AgentDecl, Assertion, EvalCase, EvalSuite
 from fim.config.schema.evals import ApprovalAnswers
 from fim.config.templates import PlainRefs, TemplateChecker
 from fim.errors import Problem
-from fim.schema_check import pattern_matches
 
 TargetsOf = Callable[[Snapshot, AgentDecl], Any]
 """`fim.hooks.targets.hook_targets`: (names, servers, behind) of what an agent can call."""
@@ -63,22 +61,6 @@ def suite_assertions(suite: EvalSuite) -> Iterator[tuple[Where, Assertion]]:
         own = case.expect[: len(case.expect) - shared] if shared else case.expect
         for j, assertion in enumerate(own):
             yield ("cases", i, "expect", j), assertion
-
-
-def regex_problem(pattern: str) -> str | None:
-    """Why a `regex` assertion's pattern cannot run, or None: it runs as the assertion
-    runs it (`fim.eval.assertions`), RE2 first and Python's `re` for what RE2 cannot
-    (lookaround, backreferences), so only a pattern both refuse is a mistake. Found by
-    `fim validate`, not as a failing case after the model was paid for."""
-    try:  # Python's first: compiling with it loads nothing (RE2's module costs a few ms)
-        re.compile(pattern)
-    except re.error as exc:
-        problem = f"regex: /{pattern}/ does not compile: {exc}"
-    except (OverflowError, RecursionError, MemoryError) as exc:
-        problem = f"regex: /{pattern}/ does not compile: {type(exc).__name__}: {exc}"
-    else:
-        return None
-    return None if pattern_matches(pattern, "") is not None else problem
 
 
 def _assertion_tools(base: Where, assertion: Any) -> Iterator[tuple[Where, str]]:

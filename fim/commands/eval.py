@@ -11,11 +11,13 @@ from typing import Annotated, Any, Literal
 import typer
 
 from fim.commands import ProjectOption, load_snapshot, run_async
+from fim.commands.eval_cli import EvalCommand
+from fim.commands.eval_merge import compare_to, merge_reports, untested_said
 from fim.errors import RunError
 
 
 def register(app: typer.Typer) -> None:
-    app.command("eval")(eval_command)
+    app.command("eval", cls=EvalCommand)(eval_command)
 
 
 def eval_command(
@@ -27,7 +29,7 @@ def eval_command(
             "--filter", "-k", help="Glob or substring on 'suite/case' (any case); repeatable."
         ),
     ] = None,
-    concurrency: Annotated[int, typer.Option(help="Cases run at once.")] = 8,
+    concurrency: Annotated[int, typer.Option(min=1, help="Cases run at once.")] = 8,
     record: Annotated[
         bool, typer.Option("--record", help="Call models and store cassettes.")
     ] = False,
@@ -81,14 +83,23 @@ def eval_command(
             "With --shard, the verdict is `fim eval merge --fail-on-skip`'s.",
         ),
     ] = False,
+    rerun_failed: Annotated[
+        Path | None,
+        typer.Option(
+            "--rerun-failed",
+            help="Run only the cases that failed or errored in this JSON report (`fim eval "
+            "--json`), by exact name, each on the model it failed on (or on --model's).",
+        ),
+    ] = None,
 ) -> None:
     """Run eval suites against the compiled project (`fim eval merge` joins shards).
 
     `fim eval merge REPORTS...` merges the JSON reports of shards.
 
-    Exits 0 when every suite meets its threshold, 1 when one does not (or,
-    with --fail-on-skip, when a case was skipped), 2 on bad config, including
-    cases that could not run (ERROR: a missing provider key, an MCP command)."""
+    Exits 0 when every suite meets its threshold, 1 when one does not, when no
+    case was evaluated (all skipped), or with --fail-on-skip when a case was
+    skipped; 2 on bad config, including cases that could not run (ERROR: a
+    missing provider key, an MCP command)."""
     # deferred: loading rich costs a few ms
     from rich.console import Console
 
@@ -128,14 +139,18 @@ def eval_command(
         )
         raise typer.Exit(2)
 
-    _check_models(snapshot, models or [], suites or sorted(snapshot.evals), console)
+    # a model named twice runs once; none: each agent on its own model
+    chosen: list[str | None] = [*dict.fromkeys(models or [])] or [None]
+    only = _rerun(rerun_failed, snapshot, suites, chosen, console)
+    if only is not None and not models:
+        chosen = list(only)
+    named = [m for m in chosen if m is not None]
+    _check_models(snapshot, named, suites or sorted(snapshot.evals), console)
 
     gc.collect()
     gc.freeze()  # the compiled project lives until exit: keep it out of the GC's scans
     mode: Literal["record", "replay", "live"] = "record" if record else "live" if live else "replay"
     parts = _shard(shard, console)
-    # a model named twice runs once; none: each agent on its own model
-    chosen: list[str | None] = [*dict.fromkeys(models or [])] or [None]
     runners = [
         EvalRunner(
             snapshot,
@@ -146,6 +161,7 @@ def eval_command(
             suites=suites or None,
             shard=parts,
             model=model,
+            only=None if only is None else only[model],
         )
         for model in chosen
     ]
@@ -181,7 +197,7 @@ def eval_command(
     from fim.eval.report import json_report
 
     data = json_report(report)
-    comparison = _compare(data, baseline, threshold)
+    comparison = compare_to(data, baseline, threshold)
     piped = json_out is not None and str(json_out) == "-"  # promptfoo's `-o -`: the report
     shown = sys.stderr if piped else sys.stdout  # on stdout, what a person reads on stderr
     if format_ == "markdown":
@@ -198,31 +214,14 @@ def eval_command(
             shown.write(text(comparison))
     if piped:
         sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
-    write_reports(report, junit, None if piped else json_out)
+    write_reports(report, junit, None if piped else json_out, data)
     if report.errored:  # a shard too: no merge can make a case that could not run pass
         raise typer.Exit(2)
-    skipped = _skipped(data, fail_on_skip, shard is not None)
+    skipped = untested_said(data, fail_on_skip, shard is not None)
     if shard is not None:
         raise typer.Exit(0)
     ok = report.ok and (comparison is None or comparison.ok) and not skipped
     raise typer.Exit(0 if ok else 1)
-
-
-def _skipped(data: dict[str, Any], fail_on_skip: bool, shard: bool) -> bool:
-    """`--fail-on-skip`: whether a case was skipped, said on stderr with their names (a
-    shard only notes them: its merge gives the verdict)."""
-    # deferred: loading fim.eval.ci costs tens of ms
-    from fim.eval.ci import skip_error, skipped_cases
-
-    names = skipped_cases(data) if fail_on_skip else []
-    if names:
-        line = skip_error(names)
-        sys.stderr.write(
-            f"note: {line}; `fim eval merge --fail-on-skip` gives the verdict\n"
-            if shard
-            else f"error: {line}\n"
-        )
-    return bool(names)
 
 
 def _nothing_selected(snapshot: Any, suites: list[str] | None, patterns: list[str] | None) -> str:
@@ -291,68 +290,37 @@ def _shard(text: str | None, console: Any) -> tuple[int, int] | None:
         raise typer.Exit(2) from None
 
 
-def _compare(data: dict[str, Any], baseline: Path | None, threshold: float) -> Any:
-    # deferred: loading fim.eval.ci and fim.eval.baseline costs tens of ms
-    from fim.eval.baseline import compare
-    from fim.eval.ci import load, plain
-
-    if baseline is None:
+def _rerun(
+    path: Path | None,
+    snapshot: Any,
+    suites: list[str] | None,
+    chosen: list[str | None],
+    console: Any,
+) -> dict[str | None, set[tuple[str, str]]] | None:
+    """`--rerun-failed`: per model to run, the (suite, case) names that failed in the
+    report (`fim.eval.rerun`); None without the option. With `--model`, every failed case
+    runs on each model named. Says what it cannot find; exits 0 when nothing failed."""
+    if path is None:
         return None
-    try:
-        return compare(data, load(baseline), threshold)
-    except RunError as exc:  # may quote a report's names: on one line (`plain`)
-        sys.stderr.write(f"error: {plain(str(exc))}\n")
-        raise typer.Exit(2) from None
-
-
-def merge_reports(
-    paths: list[Path],
-    junit: Path | None,
-    json_out: Path | None,
-    baseline: Path | None,
-    threshold: float,
-    format_: str,
-    fail_on_skip: bool = False,
-) -> None:
-    """`fim eval merge`: one JUnit file and one summary from the JSON reports of shards."""
-
     # deferred: loading fim.eval.ci costs tens of ms
-    from fim.eval.ci import exit_code, label, load, merge, plain, rate, verdict
-    from fim.eval.ci import junit as junit_xml
-    from fim.eval.ci_markdown import markdown
+    from fim.eval.rerun import NothingFailed, failed_cases
 
     try:
-        merged = merge([load(p) for p in paths])
-    except RunError as exc:  # may quote a shard's case names: on one line (`plain`)
-        sys.stderr.write(f"error: {plain(str(exc))}\n")
+        found = failed_cases(path, snapshot.evals, suites)
+    except NothingFailed as exc:
+        console.print(f"note: {exc}", markup=False, soft_wrap=True)
+        raise typer.Exit(0) from None
+    except RunError as exc:
+        console.print(f"error: {exc}", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
-    comparison = _compare(merged, baseline, threshold)
-    if format_ == "markdown":
-        sys.stdout.write(markdown(merged, comparison, fail_on_skip))
-    else:
-        for suite in merged["suites"]:  # shards' JSON: any text, kept on its line (`plain`)
-            sys.stdout.write(
-                f"{plain(label(suite))}: {len(suite['cases'])} cases, "
-                f"{rate(suite['pass_rate'])} (threshold {suite['threshold']:.0%}) "
-                f"{verdict(suite)}\n"
-            )
-        replayed = merged.get("cases_replayed", 0)
-        if replayed:
-            sys.stdout.write(
-                f"{replayed} case{'s' if replayed > 1 else ''} replayed from cassettes\n"
-            )
-        if comparison is not None:
-            # deferred: loading fim.eval.baseline costs tens of ms
-            from fim.eval.baseline import text
-
-            sys.stdout.write(text(comparison))
-    if junit is not None:
-        junit.parent.mkdir(parents=True, exist_ok=True)
-        junit.write_text(junit_xml(merged), encoding="utf-8")
-    if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(merged, indent=2, default=str), "utf-8")
-    code = exit_code(merged, fail_on_skip)
-    if code != 2:  # --fail-on-skip: which cases were skipped (none said when it is off)
-        _skipped(merged, fail_on_skip, shard=False)
-    raise typer.Exit(code if code or comparison is None or comparison.ok else 1)
+    if found.gone:
+        console.print(
+            f"note: {len(found.gone)} failed case(s) of {path} not in this project (renamed or "
+            f"removed): {', '.join(found.gone[:5])}",
+            markup=False,
+            soft_wrap=True,
+        )
+    if chosen != [None]:
+        every = found.union()
+        return {model: every for model in chosen}
+    return {model: found.only(model) for model in found.models()}

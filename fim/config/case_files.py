@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from fim.config.case_csv import MAX_CASES, CsvRow, csv_rows
+from fim.config.case_vars import list_var_problems
 from fim.config.files import not_utf8, read_regular
 from fim.config.problems import suggest, validation_problems
 from fim.config.schema import EvalCase
@@ -133,6 +134,9 @@ def read_case_files(decls: Declarations, doc: Document) -> Document:
         refs = [(("cases", k), item) for k, item in enumerate(written)]
     else:
         return doc
+    for where, item in refs:  # an inline case's list var, where the YAML writes it
+        for at, message, hint in list_var_problems(item):
+            decls.problems.append(doc.problem((*where, *at), message, hint))
     files = [(where, item) for where, item in refs if isinstance(item, str)]
     if not files:  # inline cases only: their names are unique too (attack-44 F4)
         _check_unique(decls, doc, [item for _, item in refs], [(where, None) for where, _ in refs])
@@ -350,6 +354,8 @@ def _jsonl_rows(
                     "or delete the line",
                 )
             )
+        for at, message, hint in list_var_problems(data):
+            decls.problems.append(row.problem(at, message, hint))
         if "name" not in data:
             data["name"] = f"{prefix}line {number}"
             row.unnamed = True

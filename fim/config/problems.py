@@ -19,12 +19,12 @@ from __future__ import annotations
 import difflib
 import types
 import typing
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
 from fim.config.claude_hooks import pasted_claude_hooks
+from fim.config.suggestions import suggest as suggest
 from fim.config.yamlio import Document, Path_
 from fim.errors import Problem
 from fim.masking import MASK, Masker, config_secrets, known
@@ -46,20 +46,6 @@ _TYPE_WORDS = {
     "model_type": "expected a mapping",
     "model_attributes_type": "expected a mapping",
 }
-
-
-def suggest(word: str, candidates: Iterable[str], what: str = "") -> str | None:
-    """A did-you-mean hint, or the valid choices when nothing is close."""
-    choices = sorted({c for c in candidates if c})
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    if not close and len(word) >= 3:
-        close = [c for c in choices if c.startswith(word) or word.startswith(c)][:1]
-    if close:
-        return f"did you mean '{close[0]}'?"
-    if not choices:
-        return f"no {what} declared" if what else None
-    shown = ", ".join(choices[:12]) + (", ..." if len(choices) > 12 else "")
-    return f"valid {what}: {shown}" if what else f"valid: {shown}"
 
 
 def _unwrap(tp: Any) -> Any:
@@ -258,7 +244,8 @@ def validation_problems(exc: ValidationError, root: Any, doc: Document) -> list[
             problem = doc.problem(
                 path,
                 f"unknown key '{loc[-1]}'",
-                suggest(str(loc[-1]), _field_names(model), "keys"),
+                _key_hint(model, str(loc[-1]), err["input"])
+                or suggest(str(loc[-1]), _field_names(model), "keys"),
                 key=True,
             )
         elif kind in ("union_tag_invalid", "union_tag_not_found"):
@@ -281,6 +268,18 @@ def validation_problems(exc: ValidationError, root: Any, doc: Document) -> list[
                 problem = doc.problem(path, *claude)
         collected.append((path, skipped, problem))
     return _prune(collected)
+
+
+def _key_hint(model: Any, key: str, value: Any) -> str | None:
+    """The hint a model gives for a key it does not have (`unknown_key_hint`): the word
+    another tool uses there, and this model's for it (promptfoo's `assert:` in an eval
+    case is fim's `expect:`)."""
+    model = _unwrap(model)
+    if _is_union(model):  # `Negatable | None`
+        members = [m for m in typing.get_args(model) if m is not type(None)]
+        model = _unwrap(members[0]) if len(members) == 1 else None
+    hint = getattr(model, "unknown_key_hint", None)
+    return hint(key, value) if callable(hint) else None
 
 
 def _misspelt(
@@ -328,6 +327,8 @@ def _message(err: ErrorDetails, path: Path_, quote: _Quoter) -> str:
 
 def _hint(err: ErrorDetails) -> str | None:
     kind, ctx = err["type"], err.get("ctx") or {}
+    if isinstance(ctx.get("hint"), str):  # a validator's own (a `PydanticCustomError`)
+        return str(ctx["hint"])
     if kind == "literal_error" and isinstance(err["input"], str):
         options = [
             o.strip().strip("'")

@@ -9,48 +9,21 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from fim.config.schema import Assertion, JudgeSpec
-from fim.config.schema.evals import PythonSpec
+from fim.config.schema import Assertion
+from fim.config.schema.evals import Negatable, PythonSpec
+from fim.eval import json_checks
+from fim.eval.judging import JUDGE_PROMPT as JUDGE_PROMPT
+from fim.eval.judging import judge_model_ref as judge_model_ref
+from fim.eval.judging import model_judge as model_judge
+from fim.eval.judging import rubric_of
+from fim.eval.outcomes import Observed as Observed
+from fim.eval.outcomes import Outcome as Outcome
+from fim.eval.outcomes import clip, subset
+from fim.eval.outcomes import json_path as json_path
 from fim.events import ToolCallEvent
 from fim.schema_check import pattern_matches
-from fim.types import Message, Model
-
-
-@dataclass
-class Observed:
-    """What one case run produced, as assertions see it."""
-
-    output: str
-    events: list[Any] = field(default_factory=list)
-    iterations: int = 0
-    tokens: int = 0
-    cost: float | None = None
-    latency_ms: float = 0.0
-    structured: Any = None
-    """Workflow outputs (or the output parsed as JSON) for json_path/json_schema."""
-
-    @property
-    def tool_calls(self) -> list[ToolCallEvent]:
-        return [e for e in self.events if isinstance(e, ToolCallEvent)]
-
-    def as_json(self) -> Any:
-        if self.structured is not None:
-            return self.structured
-        return json.loads(self.output)
-
-
-@dataclass
-class Outcome:
-    kind: str
-    passed: bool
-    message: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "passed": self.passed, "message": self.message}
-
 
 JudgeFn = Callable[[str, str, str], Awaitable[tuple[bool, str]]]
 
@@ -58,41 +31,19 @@ PythonFn = Callable[[PythonSpec, str], Awaitable["Outcome"]]
 """Runs a `python:` assertion's function on the output (`fim.eval.python_assertion`): the
 runner hands it in, as it hands in the judge, since finding the function needs the project."""
 
-
-def _clip(text: str, limit: int = 120) -> str:
-    text = text.replace("\n", " ")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _subset(expected: Any, actual: Any) -> bool:
-    if isinstance(expected, dict):
-        return isinstance(actual, dict) and all(
-            k in actual and _subset(v, actual[k]) for k, v in expected.items()
-        )
-    if isinstance(expected, (int, float)) and not isinstance(expected, bool):
-        return isinstance(actual, (int, float)) and float(expected) == float(actual)
-    return expected == actual or (isinstance(actual, str) and str(expected) == actual)
-
-
-def json_path(document: Any, path: str) -> Any:
-    """The value at a JSONPath (`$.a.b[0]['c d']`, `fim.json_paths`); KeyError when the
-    path is absent or does not parse."""
-    # deferred: loading fim.json_paths costs tens of ms
-    from fim.json_paths import PathError, query
-
-    try:
-        return query(document, path)
-    except PathError as exc:
-        raise KeyError(str(exc)) from None
+_clip = clip
+_subset = subset
 
 
 async def check(
-    assertion: Assertion,
+    assertion: Negatable,
     seen: Observed,
     judge: JudgeFn,
     prompt: str,
     python: PythonFn | None = None,
 ) -> Outcome:
+    if isinstance(assertion, Assertion) and assertion.not_ is not None:
+        return await _negated(assertion.not_, seen, judge, prompt, python)
     kind = assertion.kind
     value = getattr(assertion, kind)
     out = seen.output
@@ -121,20 +72,17 @@ async def check(
     if kind == "regex":
         found = await _searched(value, out)
         if isinstance(found, str):
-            return Outcome(kind, False, f"/{value}/ could not be checked: {found}")
+            said = f"/{value}/ could not be checked: {found}"
+            return Outcome(kind, False, said, decided=False)
         return Outcome(kind, found, f"expected a match for /{value}/ in {_clip(out)!r}")
+    if kind == "is_json":
+        return json_checks.check_is_json(seen)
+    if kind == "contains_json":
+        return await json_checks.check_contains_json(value, seen)
     if kind == "json_schema":
-        return await _check_schema(value, seen)
+        return await json_checks.check_schema(value, seen)
     if kind == "json_path":
-        try:
-            actual = json_path(seen.as_json(), value.path)
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
-            return Outcome(kind, False, f"{value.path} not found in the output ({exc})")
-        return Outcome(
-            kind,
-            _subset(value.equals, actual),
-            f"expected {value.path} == {value.equals!r}, got {actual!r}",
-        )
+        return json_checks.check_json_path(value, seen)
     if kind == "tool_called":
         matching = [c for c in seen.tool_calls if _is_call(c, value.name, value.args)]
         shown = _shown_with_args if value.args else _shown  # what to compare with the args
@@ -187,7 +135,8 @@ async def check(
     if kind == "judge":
         rubric = value if isinstance(value, str) else value.rubric
         passed, reason = await judge(rubric, prompt, out)
-        return Outcome(kind, passed, f"judge: {reason}")
+        said = f"{rubric_of(value)!r} {'passed' if passed else 'failed'}"
+        return Outcome(kind, passed, f"{said}: {reason}" if reason else said)
     if kind == "python":
         if python is None:
             return Outcome(kind, False, "a python assertion needs the project (run fim eval)")
@@ -228,6 +177,43 @@ def _listed(kind: str, texts: list[str], out: str) -> Outcome:
 def _listing(texts: list[str]) -> str:
     """Texts as a failure names them, each cut to a line's part: the output follows."""
     return ", ".join(repr(_clip(t, 60)) for t in texts)
+
+
+async def _negated(
+    inner: Negatable, seen: Observed, judge: JudgeFn, prompt: str, python: PythonFn | None
+) -> Outcome:
+    """`not: {check: value}`: passes when the check fails, and fails when the check could
+    not tell (a regex no engine can run must not pass as its own negation)."""
+    said = await check(inner, seen, judge, prompt, python)
+    kind = f"not_{said.kind}"
+    if not said.decided:
+        return Outcome(kind, False, said.message, decided=False)
+    return Outcome(kind, not said.passed, _opposite(inner.kind, getattr(inner, inner.kind), seen))
+
+
+def _opposite(kind: str, value: Any, seen: Observed) -> str:
+    """What a negated check expected, and what it saw."""
+    out = repr(_clip(seen.output))
+    case = " (any case)" if kind.startswith("icontains") else ""
+    if kind == "equals":
+        return f"expected anything but {_clip(value)!r}, got {out}"
+    if kind in ("contains", "icontains"):
+        return f"expected no {value!r}{case} in {out}"
+    if kind in _LISTED:
+        every = _LISTED[kind][0]
+        return f"expected {'not all' if every else 'none'} of {_listing(value)}{case} in {out}"
+    if kind == "starts_with":
+        start = repr(_clip(seen.output.lstrip()))
+        return f"expected the output not to start with {_clip(value)!r}, got {start}"
+    if kind == "regex":
+        return f"expected no match for /{value}/ in {out}"
+    if kind == "json_path":
+        return f"expected {value.path} not to be {value.equals!r} in {out}"
+    if kind == "is_json" or value == {}:
+        return f"expected output that is not JSON, got {out}"
+    if kind == "contains_json" and value is True:
+        return f"expected no JSON object or array in {out}"
+    return f"expected no JSON matching the schema in {out}"
 
 
 def _is_call(call: ToolCallEvent, name: str, args: dict[str, Any]) -> bool:
@@ -289,52 +275,3 @@ async def _searched(pattern: str, text: str) -> bool | str:
 def _python_search(pattern: str, text: str) -> bool:
     """In a worker: Python's `re` for a pattern RE2 cannot run."""
     return re.search(pattern, text) is not None
-
-
-async def _check_schema(schema: dict[str, Any], seen: Observed) -> Outcome:
-    """The output against the case's schema, checked in a killable worker unless the value
-    plainly satisfies a flat schema (`isolate.schema_problems`): a few kilobytes of `$ref`'d
-    `anyOf` against a model-shaped output kept a validator busy for seconds. An empty
-    schema asks only for JSON (a CSV cell's `is-json`), and is named so in a failure."""
-    kind = "is_json" if schema == {} else "json_schema"
-    try:
-        document = seen.as_json()
-    except ValueError:
-        return Outcome(kind, False, f"output is not JSON: {_clip(seen.output)!r}")
-    # deferred: the worker pool is loaded with the first schema that needs it
-    from fim.tools import isolate
-
-    errors = await isolate.schema_problems(document, schema, whose="the output", party="fim-eval")
-    return Outcome(
-        kind, not errors, "; ".join(errors[:3]) if errors else "output matches the schema"
-    )
-
-
-JUDGE_PROMPT = """You grade an AI assistant's answer against a rubric.
-Rubric: {rubric}
-
-User request:
-{prompt}
-
-Assistant answer:
-{output}
-
-Reply with JSON only: {{"verdict": "pass" or "fail", "reason": "<one sentence>"}}"""
-
-
-async def model_judge(model: Model, rubric: str, prompt: str, output: str) -> tuple[bool, str]:
-    """LLM-as-judge: a verdict and a one-sentence reason, parsed strictly."""
-    content = JUDGE_PROMPT.format(rubric=rubric, prompt=prompt, output=output)
-    response = await model.complete([Message(role="user", content=content)])
-    text = (response.message.content or "").strip()
-    match = re.search(r"\{.*\}", text, re.S)
-    try:
-        verdict = json.loads(match.group(0) if match else text)
-        return str(verdict.get("verdict", "")).lower() == "pass", str(verdict.get("reason", ""))
-    except (ValueError, AttributeError):
-        return False, f"the judge did not answer in JSON: {_clip(text)!r}"
-
-
-def judge_model_ref(assertion: Assertion) -> str:
-    value = assertion.judge
-    return value.model if isinstance(value, JudgeSpec) and isinstance(value.model, str) else "fast"

@@ -16,7 +16,10 @@ from fim.eval.ci import Report, label, plain, ran_cases
 
 
 def _cost(case: dict[str, Any]) -> float | None:
-    """The run's model cost in USD when the provider reported one (run_finished usage)."""
+    """The run's model cost in USD when known: the case's `cost`, or in a report written
+    before it had one, its run_finished usage."""
+    if case.get("cost") is not None:
+        return float(case["cost"])
     for event in reversed(case.get("trace") or []):
         if event.get("type") == "run_finished":
             cost = (event.get("usage") or {}).get("cost")
@@ -31,6 +34,9 @@ class CaseStats:
     latency_ms: float
     tokens: float
     cost: float | None
+    replayed: bool = False
+    """An attempt replayed a cassette: its latency is fim's, or the recording's, never a
+    model's now, so no latency change is reported against it (newcomer9 #3)."""
 
 
 def _stats(report: Report, by_name: bool = False) -> dict[str, CaseStats]:
@@ -52,6 +58,7 @@ def _stats(report: Report, by_name: bool = False) -> dict[str, CaseStats]:
             latency_ms=sum(c.get("latency_ms", 0.0) for c in ran) / n,
             tokens=sum(c.get("tokens", 0) for c in ran) / n,
             cost=sum(costs) / len(costs) if costs else None,
+            replayed=any(c.get("replayed") for c in ran),
         )
     return out
 
@@ -153,6 +160,8 @@ def compare(current: Report, baseline: Report, threshold: float = 0.2) -> Compar
         elif b.passed and not a.passed:
             result.improved.append(key)
         for metric in ("latency_ms", "tokens", "cost"):
+            if metric == "latency_ms" and (a.replayed or b.replayed):
+                continue
             x, y = getattr(a, metric), getattr(b, metric)
             if x is None or y is None or max(x, y) < _FLOORS[metric]:
                 continue

@@ -11,6 +11,8 @@ recorded against another endpoint than the project's model settings name now (at
 fim.yaml, and the gate passed an agent no real model answered). It is a record, not a
 proof: the file is committed like code and can say anything, so review `evals/.cassettes/`
 as code. A cassette from before the field (`unsourced`) is replayed and the report says so.
+Each reply keeps how long its call took (`duration_ms`): a replayed case's latency is the
+recorded one (`fim.eval.latency`), not fim's time replaying it.
 
 A cassette is meant to be committed, so it never holds a secret: responses are masked
 (`fim.masking`) before they are stored, and the key is the hash of the *masked* request.
@@ -31,16 +33,22 @@ send them (`fim.eval.tool_replay` decides what runs).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import re
+import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from fim.config.files import read_regular, write_inside
+from fim.config.schema import ModelSettings
 from fim.errors import RunError
+from fim.eval.cassette_keys import request_key
+from fim.eval.cassette_keys import tool_call as tool_call  # where it was first defined
+from fim.eval.cassette_keys import tool_key as tool_key
+from fim.eval.endpoints import DEFAULT_ENDPOINT, endpoint_words
+from fim.eval.endpoints import origin as origin  # where it was first defined
+from fim.llm import catalog
 from fim.masking import Masker, known
 from fim.types import Message, Model, ModelResponse, TextDelta, ToolResult, ToolSpec
 
@@ -73,67 +81,6 @@ class NeedsLiveModel(RunError):
         text = text[text.find(NEEDS_LIVE) :].removesuffix(f" ({cls.HINT})")
         RunError.__init__(error, text, hint=cls.HINT)
         return error
-
-
-def request_key(
-    model: str,
-    messages: list[Message],
-    tools: list[ToolSpec] | None,
-    masker: Masker | None = None,
-) -> str:
-    payload: Any = {
-        "model": model,
-        "messages": [m.model_dump(exclude_none=True, exclude_defaults=True) for m in messages],
-        "tools": [t.model_dump() for t in tools or []],
-    }
-    if masker:
-        payload = masker.value(payload)
-    # Tool-call ids are random per run on some providers; they carry no meaning for replay.
-    text = json.dumps(payload, sort_keys=True, ensure_ascii=False)
-    text = re.sub(r'"(id|tool_call_id)": "[^"]*"', r'"\1": ""', text)
-    return hashlib.sha256(text.encode()).hexdigest()[:24]
-
-
-def tool_call(name: str, arguments: dict[str, Any], masker: Masker) -> str:
-    """A tool call as canonical JSON: its target's name and masked arguments (the same
-    call, whatever secret it carries, is the same text: CI replays with its own keys)."""
-    return json.dumps(
-        [name, masker.value(arguments)], sort_keys=True, ensure_ascii=False, default=str
-    )
-
-
-def tool_key(call: str, occurrence: int) -> str:
-    """The key of a tool call's result: the call (`tool_call`) and which occurrence of it
-    in the case run it is (0, 1, ...), so repeated identical calls replay in order."""
-    return "tool:" + hashlib.sha256(f"{occurrence}:{call}".encode()).hexdigest()[:24]
-
-
-DEFAULT_ENDPOINT = "default"
-"""A cassette's `endpoint` for a model with no base URL: its provider's own endpoint."""
-
-
-def origin(url: str | None) -> str:
-    """Where requests to `url` go, as a cassette records it: scheme, host and port only.
-    The user, password, path and query are dropped (a base URL may carry a token in any of
-    them, and a committed file keeps none); no URL is `DEFAULT_ENDPOINT`."""
-    text = (url or "").strip()
-    if not text:
-        return DEFAULT_ENDPOINT
-    parts = urlsplit(text if "//" in text else "//" + text)
-    host = (parts.hostname or "").lower()
-    if ":" in host:  # an IPv6 address
-        host = f"[{host}]"
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    found = host + (f":{port}" if port is not None else "")
-    return f"{parts.scheme.lower()}://{found}" if parts.scheme else found or "?"
-
-
-def endpoint_words(endpoint: str) -> str:
-    """An endpoint as a message says it."""
-    return "the provider's default endpoint" if endpoint == DEFAULT_ENDPOINT else endpoint
 
 
 def slug(name: str) -> str:
@@ -250,14 +197,28 @@ class Cassette:
                 "result": self.masker.value(result.model_dump(mode="json")),
             }
 
+    def recorded_duration(self, key: str) -> float | None:
+        """How long the call that got reply `key` took when recorded, in ms (its own time,
+        its wait for a call slot excluded), or None: recorded before fim stored it."""
+        value = self.entries.get(key, {}).get("duration_ms")
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            return None
+        return float(value)
+
     async def store(
-        self, key: str, model: str, response: ModelResponse, endpoint: str = DEFAULT_ENDPOINT
+        self,
+        key: str,
+        model: str,
+        response: ModelResponse,
+        endpoint: str = DEFAULT_ENDPOINT,
+        duration_ms: float | None = None,
     ) -> None:
         async with self._lock:
             self.entries[key] = {
                 "key": key,
                 "model": self.masker.text(model),
                 "endpoint": self.masker.text(endpoint),
+                **({} if duration_ms is None else {"duration_ms": round(duration_ms, 1)}),
                 "response": self.masker.value(response.model_dump(mode="json")),
             }
 
@@ -292,7 +253,9 @@ def save_all(cassettes: Iterable[Cassette]) -> None:
 class CassetteModel:
     """Wraps a model (built lazily, so replay needs no API key) with a cassette.
     `endpoint` is where the model's requests go under the project's settings now (`origin`
-    of its base URL): recorded with each reply, and compared with it on replay."""
+    of its base URL): recorded with each reply, and compared with it on replay. Each
+    recorded reply keeps how long its call took (`clock`); a replayed one hands that to
+    `on_replay` (`fim.eval.latency`). `settings` are the model's (its `price:` prices it)."""
 
     def __init__(
         self,
@@ -300,12 +263,19 @@ class CassetteModel:
         factory: Callable[[], Model],
         cassette: Cassette,
         endpoint: str = DEFAULT_ENDPOINT,
+        *,
+        settings: ModelSettings | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+        on_replay: Callable[[float | None], None] | None = None,
     ) -> None:
         self.name = name
         self._factory = factory
         self._inner: Model | None = None
         self.cassette = cassette
         self.endpoint = endpoint
+        self.settings = settings
+        self._clock = clock
+        self._on_replay = on_replay
 
     def _model(self) -> Model:
         if self._inner is None:
@@ -329,10 +299,14 @@ class CassetteModel:
                 cassette.misses += 1
                 raise elsewhere
             cassette.hits += 1
-            return hit
+            if self._on_replay is not None:
+                self._on_replay(cassette.recorded_duration(key))
+            return _listed_price(hit, self.name)
+        began = self._clock()
         response = await self._model().complete(messages, tools, **options)
         if cassette.mode == "record":
-            await cassette.store(key, self.name, response, self.endpoint)
+            took = (self._clock() - began) * 1000
+            await cassette.store(key, self.name, response, self.endpoint, took)
         return response
 
     def _elsewhere(self, key: str) -> CassetteMiss | None:
@@ -385,3 +359,16 @@ class CassetteModel:
         if response.message.content:
             yield TextDelta(text=response.message.content)
         yield response
+
+
+def _listed_price(response: ModelResponse, model: str) -> ModelResponse:
+    """A replayed reply recorded with no cost (behind an `api_base`, before fim priced
+    those) priced at `model`'s list price now, as a live call is; a `price:` on its role
+    is applied over it (`fim.run.metering`)."""
+    usage = response.usage
+    if usage.cost is not None or not usage.total_tokens:
+        return response
+    dollars = catalog.cost(model, usage)
+    if dollars is None:
+        return response
+    return response.model_copy(update={"usage": usage.model_copy(update={"cost": dollars})})

@@ -83,11 +83,45 @@ def rate(value: float | None) -> str:
 
 
 def exit_code(report: Report, fail_on_skip: bool = False) -> int:
-    """2 when a case could not run for the configuration, 1 when a suite failed (or, with
-    `fail_on_skip`, a case was skipped), else 0."""
+    """2 when a case could not run for the configuration, 1 when a suite failed, when no
+    case was evaluated (`nothing_tested`), or, with `fail_on_skip`, when a case or one of
+    its checks was skipped (`untested`), else 0."""
     if report.get("errored"):
         return 2
-    return 1 if not report["ok"] or (fail_on_skip and skipped_cases(report)) else 0
+    failed = not report["ok"] or nothing_tested(report) is not None
+    return 1 if failed or (fail_on_skip and untested(report)) else 0
+
+
+def nothing_tested(report: Report) -> str | None:
+    """The line saying that no case was evaluated (every one skipped: cassettes not
+    committed, or all missing their model), or None. Such a run is no gate: it fails
+    without `--fail-on-skip`, which is for some cases skipped (newcomer9 #4)."""
+    cases = [c for s in report["suites"] for c in s["cases"]]
+    if not cases or any(c.get("skipped") is None for c in cases):
+        return None
+    reasons = list(dict.fromkeys(plain(str(c["skipped"])) for c in cases))
+    many = "the case was" if len(cases) == 1 else f"all {len(cases)} cases were"
+    why = reasons[0] if len(reasons) == 1 else f"{len(reasons)} reasons, the first: {reasons[0]}"
+    return f"nothing was tested: {many} skipped: {why}"
+
+
+def untested(report: Report) -> list[str]:
+    """What `--fail-on-skip` fails on: every case skipped, and every case a check of which
+    was not for want of a recording (a judge on a real model; `(judge)` after its name).
+    A latency not checked on a replayed case is by design, not a missing recording."""
+    names = skipped_cases(report)
+    for suite in report["suites"]:
+        for case in suite["cases"]:
+            kinds = sorted(
+                {
+                    a["kind"]
+                    for a in case.get("assertions", [])
+                    if a.get("not_checked") == "no_cassette"
+                }
+            )
+            if kinds and case.get("skipped") is None:
+                names.append(f"{label(suite)}/{case_name(case)} ({', '.join(kinds)})")
+    return names
 
 
 def skipped_cases(report: Report) -> list[str]:
@@ -109,7 +143,7 @@ def replayed_cases(report: Report) -> tuple[int, int]:
 
 
 def skip_error(names: list[str]) -> str:
-    """`--fail-on-skip`'s line: which cases were skipped, and how to record them."""
+    """`--fail-on-skip`'s line: which cases (or checks) were skipped, and how to record them."""
     shown = ", ".join(plain(n) for n in names[:20]) + (" ..." if len(names) > 20 else "")
     return (
         f"--fail-on-skip: {len(names)} case{'' if len(names) == 1 else 's'} skipped "
@@ -203,7 +237,17 @@ def failure_lines(case: dict[str, Any]) -> list[str]:
         return [miss_line(case.get("error"))]
     if case.get("error"):
         return [f"error: {case['error']}"]
-    return [f"{a['kind']}: {a['message']}" for a in case.get("assertions", []) if not a["passed"]]
+    return [
+        f"{a['kind']}: {a['message']}" for a in case.get("assertions", []) if a["passed"] is False
+    ]
+
+
+def not_checked_lines(case: dict[str, Any]) -> list[str]:
+    """The case's assertions that could not be checked (`fim.eval.checking.NotChecked`:
+    `passed` null), each with why: a judge with no cassette, a replayed latency."""
+    return [
+        f"{a['kind']}: {a['message']}" for a in case.get("assertions", []) if a.get("not_checked")
+    ]
 
 
 def location(file: Any, line: Any) -> dict[str, str]:
@@ -303,10 +347,12 @@ def junit(report: Report) -> str:
             elif not case["passed"]:
                 message = lines[0][:200] if lines else ""
                 ET.SubElement(node, "failure", message=message, type="assertion").text = "\n".join(
-                    lines
+                    lines + not_checked_lines(case)
                 )
             if case.get("output"):
                 ET.SubElement(node, "system-out").text = case["output"]
+            if not_checked_lines(case) and case.get("skipped") is None and case["passed"]:
+                ET.SubElement(node, "system-err").text = "\n".join(not_checked_lines(case))
         for key, value in counts.items():
             totals[key] += value
     for key, value in totals.items():

@@ -11,6 +11,8 @@ from fim.eval.ci import (
     case_name,
     failure_lines,
     label,
+    not_checked_lines,
+    nothing_tested,
     ran_cases,
     rate,
     replayed_cases,
@@ -50,6 +52,8 @@ def markdown(
     headline = "✅ passed" if report["ok"] else "❌ failed"
     if report["ok"] and skipped:
         headline = f"❌ failed: {many}" if fail_on_skip else f"⚠️ passed, {many}"
+    if nothing_tested(report) is not None:
+        headline = "❌ nothing was tested"
     if report.get("errored"):
         headline = "❌ could not run (configuration)"
     if comparison is not None and not comparison.ok and not report.get("errored"):
@@ -78,16 +82,22 @@ def markdown(
             f"`evals/.cassettes/`, not a model's answers now){note}",
             "",
         ]
+    some = " skipped |" if skipped else ""
     lines += [
-        "| suite | cases | passed | rate | threshold | result |",
-        "|---|---:|---:|---:|---:|---|",
+        f"| suite | cases | passed |{some} rate | threshold | result |",
+        f"|---|---:|---:|{'---:|' if skipped else ''}---:|---:|---|",
     ]
     for s in report["suites"]:
         ran = ran_cases(s["cases"])
+        count = sum(c.get("skipped") is not None for c in s["cases"])
         lines.append(
             f"| {_cell(label(s))} | {len(s['cases'])} | {sum(c['passed'] for c in ran)} "
-            f"| {rate(s['pass_rate'])} | {s['threshold']:.0%} | {verdict(s)} |"
+            f"|{f' {count} |' if skipped else ''} {rate(s['pass_rate'])} "
+            f"| {s['threshold']:.0%} | {verdict(s)} |"
         )
+    if skipped:
+        total = sum(len(s["cases"]) for s in report["suites"])
+        lines += ["", f"Rates are of the cases evaluated ({total - len(skipped)} of {total})."]
     failing = [
         (label(s), c)
         for s in report["suites"]
@@ -99,6 +109,17 @@ def markdown(
         for suite, case in failing:
             detail = "; ".join(failure_lines(case)) or "failed"
             lines.append(f"- `{_code(suite)}/{_code(case_name(case))}`: {_cell(detail)}")
+    unchecked = [
+        (label(s), c, line)
+        for s in report["suites"]
+        for c in s["cases"]
+        if c.get("skipped") is None
+        for line in not_checked_lines(c)
+    ]
+    if unchecked:
+        lines += ["", "### Not checked", ""]
+        for suite, case, line in unchecked:
+            lines.append(f"- `{_code(suite)}/{_code(case_name(case))}`: {_cell(line)}")
     if comparison is not None:
         lines += ["", f"### Against the baseline (changes beyond {comparison.threshold:.0%})", ""]
         if comparison.models_line is not None:

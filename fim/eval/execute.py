@@ -28,8 +28,9 @@ from fim.eval.cassettes import (
     CassetteModel,
     Mode,
     NeedsLiveModel,
-    origin,
 )
+from fim.eval.endpoints import origin
+from fim.eval.latency import CaseClock, Clock
 from fim.eval.results import CaseRun
 from fim.eval.tool_replay import ToolTape
 from fim.events import RunFinished
@@ -176,21 +177,43 @@ def endpoint_of(settings: ModelSettings) -> str:
 
 
 class Throttled:
-    """A model whose calls wait for a slot: the runner's bound on calls in flight."""
+    """A model whose calls wait for a slot: the runner's bound on calls in flight. The
+    wait is the queue's, not the model's: it is told to the case's clock (`CaseClock`),
+    which leaves it out of the case's latency."""
 
-    def __init__(self, inner: Model, slots: asyncio.Semaphore) -> None:
+    def __init__(
+        self,
+        inner: Model,
+        slots: asyncio.Semaphore,
+        clock: CaseClock | None = None,
+        settings: ModelSettings | None = None,
+    ) -> None:
         self.inner = inner
         self.name = inner.name
         self.slots = slots
+        self.clock = clock
+        self.settings = settings
+
+    async def _slot(self) -> None:
+        began = self.clock.clock() if self.clock is not None else 0.0
+        await self.slots.acquire()
+        if self.clock is not None:
+            self.clock.waited(self.clock.clock() - began)
 
     async def complete(self, messages: list[Message], tools: Any = None, **options: Any) -> Any:
-        async with self.slots:
+        await self._slot()
+        try:
             return await self.inner.complete(messages, tools, **options)
+        finally:
+            self.slots.release()
 
     async def stream(self, messages: list[Message], tools: Any = None, **options: Any) -> Any:
-        async with self.slots:
+        await self._slot()
+        try:
             async for chunk in self.inner.stream(messages, tools, **options):
                 yield chunk
+        finally:
+            self.slots.release()
 
 
 class CaseExecutor:
@@ -201,22 +224,31 @@ class CaseExecutor:
     mode: Mode
     with_hooks: bool
     model: str | None
+    clock: Clock
     _calls: asyncio.Semaphore
 
-    def _wrapper(self, cassette: Cassette) -> ModelWrapper:
+    def _wrapper(self, cassette: Cassette, clock: CaseClock | None = None) -> ModelWrapper:
         """How every model of a case is built: behind the case's cassette (scripted models
-        need none) and the `--concurrency` call slots."""
+        need none) and the `--concurrency` call slots, outside it: a reply is recorded with
+        its call's own duration, its wait for a slot told to the case's `clock` instead."""
 
         def wrap(settings: ModelSettings, make: Callable[[], Model]) -> Model:
             if settings.model.startswith("scripted:"):
                 return make()
-
-            def build() -> Model:
-                return Throttled(make(), self._calls)
-
+            model: Model
             if self.mode == "live":
-                return build()
-            return CassetteModel(settings.model, build, cassette, endpoint_of(settings))
+                model = make()
+            else:
+                model = CassetteModel(
+                    settings.model,
+                    make,
+                    cassette,
+                    endpoint_of(settings),
+                    settings=settings,
+                    clock=clock.clock if clock is not None else self.clock,
+                    on_replay=clock.replay if clock is not None else None,
+                )
+            return Throttled(model, self._calls, clock, settings)
 
         return wrap
 
@@ -228,9 +260,9 @@ class CaseExecutor:
         active = self.mode == "record" or (self.mode == "replay" and cassette.recorded)
         return ToolTape(cassette, active=active)
 
-    def _wrap(self, ref: Any, cassette: Cassette) -> Model:
+    def _wrap(self, ref: Any, cassette: Cassette, clock: CaseClock | None = None) -> Model:
         """The model `ref` names, built as the models of a case are."""
-        with wrapping_models(self._wrapper(cassette)):
+        with wrapping_models(self._wrapper(cassette, clock)):
             return make_model(self.snapshot.model_settings(ref), self.snapshot.root)
 
     def _preflight(self, suite: EvalSuite) -> list[Any]:
@@ -273,6 +305,7 @@ class CaseExecutor:
         services: Services,
         cassette: Cassette,
         run: CaseRun,
+        clock: CaseClock | None = None,
     ) -> tuple[Observed, str]:
         """Run the case's target on `payload` (`case_payload`: its input, vars filled in)."""
         if suite.workflow is not None:
@@ -292,7 +325,7 @@ class CaseExecutor:
         final: RunFinished | None = None
         events: list[Any] = []
         run.trace = events  # kept as it grows: a case that misses shows what ran before
-        chosen = None if self.model is None else self._wrap(self.model, cassette)
+        chosen = None if self.model is None else self._wrap(self.model, cassette, clock)
         async for event in run_agent(
             self.snapshot,
             agent.name,

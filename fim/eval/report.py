@@ -5,11 +5,11 @@ Reports are CI artifacts, often public: every string in them is masked (`fim.mas
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
-from fim.eval.ci import location, miss_line, plain, suite_time, xml_document
+from fim.eval.checking import REPLAYED, NotChecked
+from fim.eval.ci import junit, miss_line, plain
 from fim.eval.results import CaseRun, EvalReport
 from fim.masking import known
 from fim.terminal import markup
@@ -75,33 +75,50 @@ def short_names(names: list[str], width: int) -> dict[str, str]:
 _STYLE = {"PASS": "green", "FAIL": "red", "SKIP": "yellow", "ERROR": "red"}
 
 
-def print_summary(report: EvalReport, console: Any) -> None:
-    # deferred: loading rich costs a few ms
-    from rich.table import Table
-
-    models = any(s.model is not None for s in report.suites)
-    table = Table(title=None, show_lines=False, expand=False)
-    columns = ("suite", *(("model",) if models else ()), "target", "cases", "passed", "rate")
-    for column in (*columns, "threshold", "result"):
-        table.add_column(
-            column,
-            justify="right" if column in {"cases", "passed"} else "left",
-            # a model name no cut tells apart is shown whole, over lines (`short_names`)
-            overflow="fold" if column == "model" else "ellipsis",
-        )
-    rows = [
+def _rows(report: EvalReport, models: bool, skips: bool) -> list[list[str]]:
+    return [
         [
             suite.suite.name,
             *((suite.model or "-",) if models else ()),
             suite.suite.agent or f"workflow:{suite.suite.workflow}",
             str(len(suite.runs)),
             str(sum(r.passed for r in suite.runs)),
+            *((str(sum(r.skipped is not None for r in suite.runs)),) if skips else ()),
             _rate(suite.pass_rate),
             f"{suite.suite.threshold:.0%}",
             suite.verdict,
         ]
         for suite in report.suites
     ]
+
+
+def print_table(report: EvalReport, console: Any) -> None:
+    """The suites' table. With a case skipped it has a `skipped` column, and a line says
+    the rate is over the cases evaluated (it read `9 cases, 8 passed, 100%`, newcomer9)."""
+    # deferred: loading rich costs a few ms
+    from rich.table import Table
+
+    runs = [r for s in report.suites for r in s.runs]
+    skipped = sum(r.skipped is not None for r in runs)
+    models = any(s.model is not None for s in report.suites)
+    table = Table(title=None, show_lines=False, expand=False)
+    columns = (
+        "suite",
+        *(("model",) if models else ()),
+        "target",
+        "cases",
+        "passed",
+        *(("skipped",) if skipped else ()),
+        "rate",
+    )
+    for column in (*columns, "threshold", "result"):
+        table.add_column(
+            column,
+            justify="right" if column in {"cases", "passed", "skipped"} else "left",
+            # a model name no cut tells apart is shown whole, over lines (`short_names`)
+            overflow="fold" if column == "model" else "ellipsis",
+        )
+    rows = _rows(report, models, bool(skipped))
     if models:
         headers = (*columns, "threshold", "result")
         widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
@@ -117,27 +134,65 @@ def print_summary(report: EvalReport, console: Any) -> None:
             f"[{_STYLE[verdict]}]{verdict}[/{_STYLE[verdict]}]",
         )
     console.print(table)
+    if skipped:
+        evaluated = sum(r.status in ("pass", "fail") for r in runs)
+        console.print(
+            f"rate: of the cases evaluated ({evaluated} of {len(runs)}; {skipped} skipped)",
+            markup=False,
+            highlight=False,
+        )
+
+
+def _where(run: CaseRun) -> str:
+    """`  evals/x.yaml:12`: where the case is written, as JUnit says it."""
+    if not run.file:
+        return ""
+    return f"  {plain(known().text(run.file))}" + (f":{run.line}" if run.line else "")
+
+
+def _lines(console: Any, lines: list[str]) -> None:
+    for line in lines:
+        console.print(f"    {plain(line)}", markup=False, highlight=False, soft_wrap=True)
+
+
+def print_summary(report: EvalReport, console: Any) -> None:
+    print_table(report, console)
     # Every field below is `plain` (one line) and printed unwrapped (`soft_wrap`): a case's
     # name or a judge's reason never starts a line, where `::` would be a GitHub Actions
     # workflow command (attack-43 #6).
+    skips: dict[str, list[str]] = {}
     for suite in report.suites:
         for run in suite.runs:
-            name = f"{markup(plain(suite.label))} / {markup(plain(_case_id(run)))}"
-            if run.skipped:
-                console.print(f"[yellow]-[/yellow] {name}", soft_wrap=True)
-                console.print(
-                    f"    skipped: {plain(run.skipped)}",
-                    markup=False,
-                    highlight=False,
-                    soft_wrap=True,
-                )
+            name = f"{markup(plain(suite.label))} / {markup(plain(_case_id(run)))}{_where(run)}"
+            unchecked = not_checked_lines(run, replayed=not run.passed)
+            if run.skipped:  # said once per reason, after the cases it holds for
+                skips.setdefault(run.skipped, []).append(name)
             elif not run.passed:
                 mark = "[red]![/red] ERROR" if run.config_error else "[red]✗[/red]"
                 console.print(f"{mark} {name}", soft_wrap=True)
-                for line in failure_lines(run):
-                    console.print(
-                        f"    {plain(line)}", markup=False, highlight=False, soft_wrap=True
-                    )
+                _lines(console, failure_lines(run) + unchecked)
+            elif unchecked:
+                console.print(f"[yellow]~[/yellow] {name}", soft_wrap=True)
+                _lines(console, unchecked)
+    for reason, names in skips.items():
+        for name in names:
+            console.print(f"[yellow]-[/yellow] {name}", soft_wrap=True)
+        _lines(console, [f"skipped: {known().text(reason)}"])
+    _footer(report, console)
+
+
+def not_checked_lines(run: CaseRun, replayed: bool = True) -> list[str]:
+    """The assertions of a case that could not be checked (`fim.eval.checking`); those
+    not checked because the case was replayed only with `replayed` (the footer counts
+    them for cases that passed)."""
+    return [
+        known().text(f"{o.kind}: {o.message}")
+        for o in run.outcomes
+        if isinstance(o, NotChecked) and (replayed or o.why != REPLAYED)
+    ]
+
+
+def _footer(report: EvalReport, console: Any) -> None:
     hooks = (
         "hooks ON (--with-hooks)"
         if any(s.hooks for s in report.suites)
@@ -154,104 +209,34 @@ def print_summary(report: EvalReport, console: Any) -> None:
         f"{plural(ran, 'run')} in {report.duration_s:.2f}s · mode {report.mode} · {hooks}"
         + (f" · {replayed} replayed from cassettes" if replayed else "")
         + (f" · [yellow]{missed}[/yellow]" if misses else "")
-        + (f" · [yellow]{skipped} skipped (need a live model: --live)[/yellow]" if skipped else "")
+        + (f" · [yellow]{skipped} skipped[/yellow]" if skipped else "")
         + (f" · [red]{errors} could not run (configuration: exit 2)[/red]" if errors else ""),
         highlight=False,
         soft_wrap=True,
     )
+    latency = sum(
+        any(isinstance(o, NotChecked) and o.why == REPLAYED for o in r.outcomes)
+        for r in runs
+        if r.passed
+    )
+    notes = [
+        f"latency_ms not checked on {plural(latency, 'replayed case')}: their cassettes hold "
+        "no recorded latency (`fim eval --record` stores it)"
+    ] * bool(latency)
     unsourced = sum(r.unsourced for r in runs)
-    if unsourced:
-        console.print(
-            f"note: {plural(unsourced, 'case')} replayed from cassettes that do not say which "
-            "endpoint they were recorded against (recorded by an older fim): "
-            "`fim eval --record` refreshes them",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
+    notes += [
+        f"{plural(unsourced, 'case')} replayed from cassettes that do not say which "
+        "endpoint they were recorded against (recorded by an older fim): "
+        "`fim eval --record` refreshes them"
+    ] * bool(unsourced)
+    for note in notes:
+        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
 
 
 def junit_xml(report: EvalReport) -> str:
-    """JUnit XML in the shape Jenkins, GitLab and GitHub test reporters read."""
-    # deferred: only --junit writes XML; ElementTree and expat cost every `fim eval` ~2 ms
-    from xml.etree import ElementTree as ET
-
-    root = ET.Element("testsuites", name="fim eval")
-    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
-    for suite in report.suites:
-        ran = [r for r in suite.runs if r.skipped is None]
-        failures = sum(1 for r in ran if not r.passed and not (r.error or r.cassette_miss))
-        errors = sum(1 for r in ran if r.error or r.cassette_miss)
-        skipped = len(suite.runs) - len(ran)
-        element = ET.SubElement(
-            root,
-            "testsuite",
-            {
-                "name": suite.label,
-                "tests": str(len(suite.runs)),
-                "failures": str(failures),
-                "errors": str(errors),
-                "skipped": str(skipped),
-                "timestamp": stamp,
-                "time": suite_time(
-                    suite.duration_s, [r.latency_ms for r in suite.runs], report.duration_s
-                ),
-            },
-        )
-        props = ET.SubElement(element, "properties")
-        for key, value in (
-            ("threshold", suite.suite.threshold),
-            ("pass_rate", "-" if suite.pass_rate is None else suite.pass_rate),
-            ("hooks", "on" if suite.hooks else "bypassed"),
-            ("mode", report.mode),
-            *((("model", suite.model),) if suite.model is not None else ()),
-        ):
-            ET.SubElement(props, "property", name=key, value=str(value))
-        for run in suite.runs:
-            case = ET.SubElement(
-                element,
-                "testcase",
-                {
-                    "classname": f"fim.eval.{suite.label}",
-                    "name": _case_id(run),
-                    "time": f"{run.latency_ms / 1000:.3f}",
-                    **location(run.file and known().text(run.file), run.line),
-                },
-            )
-            lines = failure_lines(run)
-            if run.skipped:
-                ET.SubElement(case, "skipped", message=run.skipped[:200])
-            elif run.error or run.cassette_miss:
-                node = ET.SubElement(
-                    case,
-                    "error",
-                    message=lines[0][:200],
-                    type=_error_type(run),
-                )
-                node.text = "\n".join(lines)
-            elif not run.passed:
-                node = ET.SubElement(
-                    case, "failure", message=lines[0][:200] if lines else "", type="assertion"
-                )
-                node.text = "\n".join(lines)
-            if run.output:
-                ET.SubElement(case, "system-out").text = known().text(run.output)
-        totals["tests"] += len(suite.runs)
-        totals["failures"] += failures
-        totals["errors"] += errors
-        totals["skipped"] += skipped
-    for key, value in totals.items():
-        root.set(key, str(value))
-    root.set("time", f"{report.duration_s:.3f}")
-    ET.indent(root)
-    return xml_document(root)
-
-
-def _error_type(run: CaseRun) -> str:
-    if run.config_error:
-        return "config_error"
-    return "cassette_miss" if run.cassette_miss else "run_error"
+    """JUnit XML in the shape Jenkins, GitLab and GitHub test reporters read: the one
+    `fim eval merge` writes (`fim.eval.ci.junit`), of this run's (masked) JSON report."""
+    return junit(json_report(report))
 
 
 def json_report(report: EvalReport) -> dict[str, Any]:
@@ -286,10 +271,19 @@ def _json_report(report: EvalReport) -> dict[str, Any]:
     }
 
 
-def write_reports(report: EvalReport, junit: Path | None, as_json: Path | None) -> None:
-    if junit is not None:
-        junit.parent.mkdir(parents=True, exist_ok=True)
-        junit.write_text(junit_xml(report), encoding="utf-8")
+def write_reports(
+    report: EvalReport,
+    junit_path: Path | None,
+    as_json: Path | None,
+    data: dict[str, Any] | None = None,
+) -> None:
+    """The JUnit and JSON files asked for, of `data` when given (`json_report(report)`)."""
+    if junit_path is None and as_json is None:
+        return
+    data = json_report(report) if data is None else data
+    if junit_path is not None:
+        junit_path.parent.mkdir(parents=True, exist_ok=True)
+        junit_path.write_text(junit(data), encoding="utf-8")
     if as_json is not None:
         as_json.parent.mkdir(parents=True, exist_ok=True)
-        as_json.write_text(json.dumps(json_report(report), indent=2, default=str), "utf-8")
+        as_json.write_text(json.dumps(data, indent=2, default=str), "utf-8")

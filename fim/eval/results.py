@@ -38,6 +38,12 @@ class CaseRun:
     (a provider key, an MCP command): `error` says what. Status ERROR, exit 2, not a FAIL:
     the agent was never asked, so its pass rate says nothing."""
     latency_ms: float = 0.0
+    """The case's own time (`fim.eval.latency`): its wait for a slot left out."""
+    recorded_latency_ms: float | None = None
+    """A replayed case's model calls' time, as its cassette recorded it (None: not replayed,
+    or recorded before cassettes held durations); what its `latency_ms` check compares."""
+    cost: float | None = None
+    """Dollars its model calls cost (None: unknown, or no call)."""
     tokens: int = 0
     iterations: int = 0
     trace: list[Any] = field(default_factory=list, repr=False)
@@ -76,6 +82,10 @@ class CaseRun:
             "unsourced": self.unsourced,
             "output": self.output,
             "latency_ms": round(self.latency_ms, 1),
+            "recorded_latency_ms": (
+                None if self.recorded_latency_ms is None else round(self.recorded_latency_ms, 1)
+            ),
+            "cost": self.cost,
             "tokens": self.tokens,
             "iterations": self.iterations,
             "assertions": [o.as_dict() for o in self.outcomes],
@@ -154,7 +164,17 @@ class EvalReport:
         return any(s.errored for s in self.suites)
 
     @property
+    def evaluated(self) -> int:
+        """The case runs that said something (passed or failed): none, and the run tested
+        nothing (`fim eval` exits 1 saying so, `fim.eval.ci.nothing_tested`)."""
+        return sum(r.status in ("pass", "fail") for s in self.suites for r in s.runs)
+
+    @property
     def exit_code(self) -> int:
         """2 when a case could not run for the configuration (as for any bad config), else
-        1 when a suite is below its threshold, else 0."""
-        return 2 if self.errored else 0 if self.ok else 1
+        1 when a suite is below its threshold or cases were planned and none evaluated,
+        else 0."""
+        if self.errored:
+            return 2
+        planned = any(s.runs for s in self.suites)
+        return 0 if self.ok and (self.evaluated or not planned) else 1

@@ -7,8 +7,9 @@ are answered at once, as the case's `approvals` and `elicitation` say (default: 
 decline; `fim.eval.execute.answer_requests`).
 
 This module picks the cases (patterns, suites, shard), schedules them within the call
-slots, and checks each case's assertions; running a case's agent or workflow is
-`fim.eval.execute`'s (inherited by `EvalRunner`), the results are `fim.eval.results`'.
+slots, and checks each case's assertions, each on its own (`fim.eval.checking`); running a
+case's agent or workflow is `fim.eval.execute`'s (inherited by `EvalRunner`), the results
+are `fim.eval.results`'.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from typing import Any
 
 from fim.build.snapshot import Snapshot
 from fim.capabilities import CAPABILITIES
-from fim.config.schema import EvalCase, EvalSuite
+from fim.config.schema import Assertion, EvalCase, EvalSuite
 from fim.config.schema.evals import PythonSpec
 from fim.errors import FimError
-from fim.eval.assertions import Outcome, check, judge_model_ref, model_judge
+from fim.eval.assertions import JudgeFn, Observed, Outcome, judge_model_ref, model_judge
 from fim.eval.cassettes import (
     Cassette,
     CassetteMiss,
@@ -39,10 +40,13 @@ from fim.eval.cassettes import (
     save_all,
     slug,
 )
+from fim.eval.checking import check_case
 from fim.eval.ci import in_shard
 from fim.eval.execute import CaseExecutor, CaseInputError, case_payload
+from fim.eval.latency import CaseClock, Clock
 from fim.eval.python_assertion import case_context, check_python
 from fim.eval.results import CaseRun, EvalReport, SuiteResult
+from fim.eval.warm import warm_up
 from fim.llm import wrapping_models
 from fim.run.services import Services
 
@@ -129,8 +133,14 @@ class EvalRunner(CaseExecutor):
         on_progress: Callable[[CaseRun], None] | None = None,
         shard: tuple[int, int] | None = None,
         model: str | None = None,
+        only: set[tuple[str, str]] | None = None,
+        clock: Clock = time.perf_counter,
     ) -> None:
         self.snapshot = snapshot
+        self.only = only
+        """(suite, case) names to run, exactly (`fim eval --rerun-failed`); None: all."""
+        self.clock = clock
+        """What each case's latency is read from (`fim.eval.latency.CaseClock`)."""
         self.model = model
         """`fim eval --model`: the model (a role or litellm string) every agent suite's agent
         runs on instead of its own, as `fim run -m` does; judges keep theirs."""
@@ -158,8 +168,10 @@ class EvalRunner(CaseExecutor):
             if self.suite_names and name not in self.suite_names:
                 continue
             for case in suite.cases:
-                if _selected(suite, case, self.patterns) and (
-                    self.shard is None or in_shard(suite.name, case.name, self.shard)
+                if (
+                    _selected(suite, case, self.patterns)
+                    and (self.only is None or (suite.name, case.name) in self.only)
+                    and (self.shard is None or in_shard(suite.name, case.name, self.shard))
                 ):
                     for attempt in range(1, max(case.repeat, suite.repeat) + 1):
                         jobs.append((suite, case, attempt))
@@ -191,6 +203,7 @@ class EvalRunner(CaseExecutor):
                 path = self.cassette_dir / slug(suite.name) / f"{slug(case.name)}.json"
                 cassettes[key] = Cassette(path, self.mode, self.snapshot.masker)
         await asyncio.to_thread(load_all, list(cassettes.values()))
+        await asyncio.to_thread(warm_up, self.snapshot, jobs, self.mode != "replay", self.model)
 
         spans: dict[str, tuple[float, float]] = {}
         """Per suite: when its first case started and its last ended (its wall time)."""
@@ -253,51 +266,83 @@ class EvalRunner(CaseExecutor):
         except CaseInputError as exc:  # as `fim validate` says it; the other cases run
             run.error, run.config_error = str(exc), True
             return run
-        t0 = time.perf_counter()
+        clock = CaseClock(self.clock)
         tape = self._tape(cassette)
         try:
-            with wrapping_models(self._wrapper(cassette)), tape.installed():  # this case only
+            with wrapping_models(self._wrapper(cassette, clock)), tape.installed():
                 try:
                     seen, prompt = await self._execute(
-                        suite, case, payload, services, cassette, run
+                        suite, case, payload, services, cassette, run, clock
                     )
                 except FimError:
                     tape.raise_miss()  # the tool that was not run is why, not what followed
                     raise
                 tape.raise_miss()
         except NeedsLiveModel as exc:
-            run.skipped = str(exc)
+            run.skipped, run.replayed = str(exc), False
             return run
-        except CassetteMiss as exc:
-            run.cassette_miss, run.error = True, str(exc)
+        except CassetteMiss as exc:  # a miss, not a replay: counted once, as a miss
+            run.cassette_miss, run.error, run.replayed = True, str(exc), False
             return run
         except FimError as exc:
             run.error = str(exc)
             return run
-        seen.latency_ms = run.latency_ms = (time.perf_counter() - t0) * 1000
+        clock.stop()
+        seen.latency_ms = run.latency_ms = clock.elapsed_ms
+        run.recorded_latency_ms = clock.recorded_ms
         run.output, run.tokens, run.iterations = seen.output, seen.tokens, seen.iterations
+        run.cost = seen.cost
+        return await self._check(suite, case, run, seen, prompt, cassette, list(clock.replayed))
+
+    async def _check(
+        self,
+        suite: EvalSuite,
+        case: EvalCase,
+        run: CaseRun,
+        seen: Observed,
+        prompt: str,
+        cassette: Cassette,
+        replayed: list[float | None],
+    ) -> CaseRun:
+        """The case's assertions, each on its own (`fim.eval.checking`)."""
 
         async def python(spec: PythonSpec, output: str) -> Outcome:
             context = case_context(seen, prompt, case.vars, suite.name, case.name)
             return await check_python(self.snapshot, spec, output, context)
 
-        async def judge(rubric: str, prompt: str, output: str) -> tuple[bool, str]:
-            model = self._wrap(judge_model_ref(assertion), cassette)
-            return await model_judge(model, rubric, prompt, output)
+        def judge(assertion: Assertion) -> JudgeFn:
+            async def ask(rubric: str, prompt: str, output: str) -> tuple[bool, str]:
+                model = self._wrap(judge_model_ref(assertion), cassette)
+                return await model_judge(model, rubric, prompt, output)
 
-        for assertion in case.expect:
-            try:
-                run.outcomes.append(await check(assertion, seen, judge, prompt, python))
-            except NeedsLiveModel as exc:  # e.g. a judge on a real model, never recorded
-                run.skipped = str(exc)
-                return run
-            except CassetteMiss as exc:
-                run.cassette_miss, run.error = True, str(exc)
-                return run
-            except FimError as exc:
-                run.outcomes.append(Outcome(assertion.kind, False, f"could not check: {exc}"))
-        run.passed = all(o.passed for o in run.outcomes) and run.error is None
+            return ask
+
+        found = await check_case(
+            case.expect,
+            seen,
+            prompt,
+            judge=judge,
+            python=python,
+            judge_model=self._judge_model,
+            replayed=replayed,
+            workflow=suite.workflow is not None,
+        )
+        run.outcomes = found.outcomes
+        if found.miss is not None:  # a judge's miss: counted once, as a miss
+            run.cassette_miss, run.error, run.replayed = True, str(found.miss), False
+        run.skipped = found.skip
+        run.replayed = run.replayed and run.skipped is None
+        run.passed = found.passed and run.error is None
         return run
+
+    def _judge_model(self, assertion: Assertion) -> str:
+        """The model a judge asks, as its not-checked line names it."""
+        ref = judge_model_ref(assertion)
+        try:
+            model = self.snapshot.model_settings(ref).model
+        except FimError:
+            return f"the model {ref!r}"
+        return f"the model {model}" if model == ref else f"the {ref} model ({model})"
 
 
 async def run_models(runners: list[EvalRunner]) -> EvalReport:

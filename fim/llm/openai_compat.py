@@ -140,8 +140,6 @@ class OpenAICompatModel:
         self._wire_name = wire_model_name(settings.model)
         self._client_timeout: Any = None
         self._key: str | None = None
-        self._priced = self.base_url == OPENAI_BASE
-        """List prices apply only at OpenAI itself, not at a local or proxied endpoint."""
 
     def _prepare(self) -> dict[str, str]:
         """Resolve the key (it may come from the environment) and pass the request guard,
@@ -262,7 +260,12 @@ class OpenAICompatModel:
         return self._client_timeout
 
     async def _with_cost(self, response: ModelResponse) -> ModelResponse:
-        if not self._priced or not response.usage.total_tokens:
+        """The model's list price from litellm's table, whatever endpoint answered: behind a
+        company proxy or gateway (`api_base`) it is the same model at the same price, and a
+        call priced at nothing passed every cost gate at $0 (newcomer9 #2). A model the table
+        does not know (a self-hosted one) stays unpriced: a `price:` on its role prices it
+        (`fim.run.metering`), and a cost limit or `max_cost` check fails closed without one."""
+        if not response.usage.total_tokens or response.usage.cost is not None:
             return response
 
         if catalog.table.cache_info().currsize == 0:

@@ -6,9 +6,12 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
+from fim.config import promptfoo_words
 from fim.config.schema.base import JSONSchema, Strict, empty_list
 from fim.config.schema.project import ModelRef
+from fim.schema_check import pattern_matches
 
 
 class ToolCalledSpec(Strict):
@@ -77,15 +80,28 @@ def _named_call(value: Any) -> Any:
     return {"name": value} if isinstance(value, str) else value
 
 
-class Assertion(Strict):
-    """One expectation; set exactly one key."""
+def _only_true(value: Any) -> Any:
+    """`is_json` takes `true`: a schema, or `false`, is said in fim's words."""
+    if isinstance(value, dict):
+        raise PydanticCustomError(
+            "is_json_schema",
+            "is_json takes true",
+            {"hint": "a JSON Schema the output must meet goes in `json_schema: {...}`"},
+        )
+    if value is False:
+        raise PydanticCustomError(
+            "is_json_false", "is_json takes true", {"hint": "write `not: {is_json: true}`"}
+        )
+    return value
+
+
+class Negatable(Strict):
+    """A check of the output that `not:` can turn around; set exactly one key."""
 
     equals: str | None = None
     """The output equals this text, surrounding whitespace ignored."""
     contains: str | None = None
     """The output contains this text."""
-    not_contains: str | None = None
-    """The output does not contain this text."""
     icontains: str | None = None
     """The output contains this text, in any case."""
     contains_any: list[str] | None = Field(default=None, min_length=1)
@@ -101,10 +117,76 @@ class Assertion(Strict):
     `equals` ignores it: a model's reply often opens with a newline)."""
     regex: str | None = None
     """A Python regex that matches somewhere in the output."""
+    is_json: Annotated[Literal[True] | None, BeforeValidator(_only_true)] = None
+    """`true`: the whole output is JSON (promptfoo's `is-json`; a schema it must meet goes
+    in `json_schema`)."""
+    contains_json: Literal[True] | JSONSchema | None = None
+    """The output holds a JSON object or array somewhere, in prose or a ```json fence
+    (promptfoo's `contains-json`): `true`, or a JSON Schema one of them must meet."""
     json_schema: JSONSchema | None = None
-    """The output parsed as JSON is valid against this JSON Schema."""
+    """The output's JSON is valid against this JSON Schema: the whole output, else its
+    first ```json fence, else its first JSON object or array. `{}` alone is `is_json: true`."""
     json_path: JsonPathSpec | None = None
-    """A value at a JSONPath of the JSON output: `{path, equals}`."""
+    """A value at a JSONPath of the output's JSON (found as `json_schema` finds it):
+    `{path, equals}`."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _promptfoo_form(cls, data: Any) -> Any:
+        """`{type: icontains, value: billing}`: one problem saying how fim writes it, not
+        an unknown key per `type`, `value` and `threshold`."""
+        if isinstance(data, dict) and isinstance(data.get("type"), str):
+            message, hint = promptfoo_words.typed_form(data, NEGATABLE)
+            raise PydanticCustomError("promptfoo_form", message, {"hint": hint})
+        return data
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Negatable:
+        fields = type(self).model_fields
+        set_keys = [info.alias or k for k, info in fields.items() if getattr(self, k) is not None]
+        if len(set_keys) != 1:
+            raise ValueError(
+                "an assertion needs exactly one key such as 'contains' or 'tool_called'"
+                + (f", got {', '.join(set_keys)}" if set_keys else "")
+            )
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in type(self).model_fields if getattr(self, k) is not None)
+
+    @classmethod
+    def unknown_key_hint(cls, key: str, value: Any) -> str | None:
+        """What to write instead of a key `not:` does not take: the check's own opposite
+        where fim has one, and promptfoo's words in fim's spelling."""
+        if key in _NOT_NEGATABLE:
+            return _NOT_NEGATABLE[key].format(value=promptfoo_words.shown(value))
+        return promptfoo_words.unknown_check(key, value, NEGATABLE)
+
+
+NEGATABLE = frozenset(Negatable.model_fields)
+"""The checks `not:` takes."""
+
+_NOT_NEGATABLE = {
+    "not_contains": "write `contains: {value}`",
+    "not": "write the check itself, not its double negation",
+    "tool_called": "write `tool_not_called: NAME`, or `tool_called: {{name, args, times: 0}}`",
+    "tool_not_called": "write `tool_called: {value}`",
+    "judge": "write the negation into the rubric: `judge: Does not ...`",
+    "python": "let the function return the opposite",
+}
+"""Checks of an `Assertion` that `not:` does not take, and how to say their opposite."""
+
+
+class Assertion(Negatable):
+    """One expectation; set exactly one key."""
+
+    not_contains: str | None = None
+    """The output does not contain this text."""
+    not_: Negatable | None = Field(default=None, alias="not")
+    """The opposite of a check of the output: `not: {regex: sorry}` passes when the check
+    fails (promptfoo's `not-` prefix: `not-icontains`, `not-is-json`, ...). A check that
+    could not be told (a regex neither RE2 nor Python can run) fails, negated or not."""
     tool_called: Annotated[
         ToolCalledSpec | None,
         BeforeValidator(_named_call, json_schema_input_type=str | ToolCalledSpec | None),
@@ -120,11 +202,13 @@ class Assertion(Strict):
     max_tokens: int | None = None
     """At most this many tokens in all."""
     max_cost: float | None = None
-    """At most this many dollars (0 when the price is unknown)."""
+    """At most this many dollars; an unknown price fails the check (set `price:` on the model)."""
     latency_ms: float | None = None
     """The run took at most this many milliseconds."""
     judge: str | JudgeSpec | None = None
-    """LLM-as-judge: a rubric, or `{rubric, model}` (default model: the `fast` role)."""
+    """LLM-as-judge: a rubric, or `{rubric, model}` (default model: the `fast` role). The
+    judge answers `{"verdict": "pass" or "fail", "reason": ...}`; `{"pass": true}` and a
+    `{"score": 0..1}` (passing at 0.5) are read too."""
     python: Annotated[
         PythonSpec | None,
         BeforeValidator(_python_ref, json_schema_input_type=str | PythonSpec | None),
@@ -133,19 +217,50 @@ class Assertion(Strict):
     folder, called with the output and the case's context (`prompt`, `vars`, `tool_calls`,
     ...); a bool, a score (passing at `threshold`, default 0.5) or `(bool, reason)`."""
 
-    @model_validator(mode="after")
-    def _exactly_one(self) -> Assertion:
-        set_keys = [k for k in type(self).model_fields if getattr(self, k) is not None]
-        if len(set_keys) != 1:
-            raise ValueError(
-                "an assertion needs exactly one key such as 'contains' or 'tool_called'"
-                + (f", got {', '.join(set_keys)}" if set_keys else "")
-            )
-        return self
+    @field_validator("not_")
+    @classmethod
+    def _checkable(cls, inner: Negatable | None) -> Negatable | None:
+        """The regex or JSONPath under `not:` is checked here, as `fim validate` checks a
+        plain one (`fim.build.checks`): a check that cannot run must not pass as negated."""
+        if inner is not None and inner.regex is not None:
+            problem = regex_problem(inner.regex)
+            if problem is not None:
+                raise ValueError(problem)
+        if inner is not None and inner.json_path is not None:
+            # deferred: loading fim.json_paths costs tens of ms
+            from fim.json_paths import check
+
+            problem = check(inner.json_path.path)
+            if problem is not None:
+                raise ValueError(f"json_path: {problem}")
+        return inner
 
     @property
     def kind(self) -> str:
-        return next(k for k in type(self).model_fields if getattr(self, k) is not None)
+        """The check's name in reports: `not_regex` for `not: {regex: ...}` (as
+        `not_contains` is the opposite of `contains`)."""
+        return f"not_{self.not_.kind}" if self.not_ is not None else super().kind
+
+    @classmethod
+    def unknown_key_hint(cls, key: str, value: Any) -> str | None:
+        return promptfoo_words.unknown_check(key, value, NEGATABLE)
+
+
+def regex_problem(pattern: str) -> str | None:
+    """Why a `regex` check's pattern cannot run, or None: it runs as the check runs it
+    (`fim.eval.assertions`), RE2 first and Python's `re` for what RE2 cannot (lookaround,
+    backreferences), so only a pattern both refuse is a mistake. Found by `fim validate`
+    (top-level checks: `fim.build.eval_checks`; inside `not:`, here), not as a failing
+    case after the model was paid for."""
+    try:  # Python's first: compiling with it loads nothing (RE2's module costs a few ms)
+        re.compile(pattern)
+    except re.error as exc:
+        problem = f"regex: /{pattern}/ does not compile: {exc}"
+    except (OverflowError, RecursionError, MemoryError) as exc:
+        problem = f"regex: /{pattern}/ does not compile: {type(exc).__name__}: {exc}"
+    else:
+        return None
+    return None if pattern_matches(pattern, "") is not None else problem
 
 
 class ApprovalAnswers(Strict):
@@ -182,6 +297,11 @@ class EvalCase(Strict):
     """How an MCP server's question to the user is answered under `fim eval --with-hooks`,
     at once: `decline` (default), `cancel`, or `{accept: {field: value}}`. Without
     `--with-hooks` fim declines every question itself."""
+
+    @classmethod
+    def unknown_key_hint(cls, key: str, value: Any) -> str | None:
+        """promptfoo's keys of a test in fim's words (`assert` is `expect`)."""
+        return promptfoo_words.CASE_KEYS.get(key)
 
 
 CASE_FILE_SUFFIXES = (".csv", ".jsonl")
@@ -243,6 +363,11 @@ class EvalSuite(Strict):
     ]
     """The cases: a list of `{name, input, expect}`, a CSV or JSONL file of them next to the
     suite (`cases: cases.csv`), or a list mixing both."""
+
+    @classmethod
+    def unknown_key_hint(cls, key: str, value: Any) -> str | None:
+        """promptfoo's top-level keys in fim's words (`tests` is `cases`)."""
+        return promptfoo_words.SUITE_KEYS.get(key)
 
     @model_validator(mode="after")
     def _one_target(self) -> EvalSuite:

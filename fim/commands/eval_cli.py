@@ -1,0 +1,92 @@
+"""`fim eval`'s command line where a promptfoo user's habits meet it (`EvalCommand`).
+
+- `fim eval merge --help` prints merge's options. `fim eval merge REPORTS...` is `fim
+  eval` with `merge` as its first argument (a subcommand would take every suite name for
+  a command name), so `--help` there printed eval's help: concurrency, recording, hooks
+  and models, none of which merge reads.
+- promptfoo's flags fim has elsewhere (`--repeat` is the suite's `repeat:`) are refused
+  saying where, not with click's closest option (`--repeat` got "Possible options:
+  --format").
+- `--threshold` is the change `--baseline` reports; without a baseline it did nothing,
+  silently, while a suite's `threshold:` is its pass rate.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import typer
+from typer.core import TyperCommand
+
+MERGE_OPTIONS = ("junit", "json_out", "baseline", "threshold", "format_", "fail_on_skip")
+"""The parameters of `fim eval` that `fim eval merge` reads (`merge_reports`)."""
+
+MERGE_HELP = (
+    "Merge the JSON reports of shards (`fim eval --shard I/N --json FILE`) into one summary, "
+    "one JUnit file and one verdict.\n\n"
+    "Exits as `fim eval` over every case would: 0 when every suite meets its threshold, 1 "
+    "when one does not (or a case regressed against --baseline), 2 when a report cannot be "
+    "read."
+)
+
+ELSEWHERE = {
+    "--repeat": "runs of each case are set in the suite's YAML: `repeat: 3` on the suite "
+    "(evals/<suite>.yaml) or on a case",
+    "--max-concurrency": "fim calls it --concurrency N",
+    "--output": "fim eval writes --json FILE (`--json -`: to stdout), --junit FILE, or "
+    "--format markdown",
+    "-o": "fim eval writes --json FILE (`--json -`: to stdout), --junit FILE, or --format markdown",
+    "--no-cache": "replaying cassettes is the default; --live calls the models instead",
+    "--providers": "fim eval -m ROLE -m ROLE runs each case on every model named",
+    "--filter-failing": "fim calls it --rerun-failed REPORT.json (a `fim eval --json` report)",
+}
+"""promptfoo's flags of `promptfoo eval`, and where fim has what they do (said only when
+the options a hint names are fim eval's)."""
+
+
+class EvalCommand(TyperCommand):
+    """`fim eval`, with merge's help, promptfoo's flags said in fim's words, and the
+    options that mean nothing without another refused."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if args[:1] == ["merge"] and any(a in ctx.help_option_names for a in args[1:]):
+            self._merge_help(ctx)
+        own = {name for param in self.params for name in getattr(param, "opts", [])}
+        for arg in args:
+            flag = arg.split("=", 1)[0]
+            if arg == "--":
+                break
+            meant = ELSEWHERE.get(flag, "")
+            if meant and flag not in own and all(o in own for o in re.findall(r"--[\w-]+", meant)):
+                typer.echo(f"error: fim eval has no {flag}: {meant}", err=True)
+                ctx.exit(2)
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: Any) -> Any:
+        source = ctx.get_parameter_source("threshold")
+        if source is not None and source.name == "COMMANDLINE" and ctx.params["baseline"] is None:
+            typer.echo(
+                "error: --threshold is the change in latency, tokens or cost --baseline "
+                "reports, and there is no --baseline (a suite's pass rate is `threshold:` in "
+                "its YAML)",
+                err=True,
+            )
+            ctx.exit(2)
+        return super().invoke(ctx)
+
+    def _merge_help(self, ctx: Any) -> None:
+        merge = TyperCommand(
+            "merge",
+            params=[p for p in self.params if p.name in MERGE_OPTIONS],
+            help=MERGE_HELP,
+            options_metavar="REPORTS... [OPTIONS]",
+            context_settings={"help_option_names": ctx.help_option_names},
+        )
+        name = f"{ctx.command_path} merge"  # as a child, eval's [suites]... would show
+        with merge.make_context(name, [], resilient_parsing=True) as sub:
+            merge.get_help(sub)  # printed by rich, as every fim help is
+        ctx.exit(0)
+
+
+__all__ = ["ELSEWHERE", "MERGE_OPTIONS", "EvalCommand"]

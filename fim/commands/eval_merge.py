@@ -1,0 +1,104 @@
+"""`fim eval merge REPORTS...`: one JUnit file, one summary and one verdict from the JSON
+reports of shards (`fim eval --shard I/N --json`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from fim.errors import RunError
+
+
+def untested_said(data: dict[str, Any], fail_on_skip: bool, shard: bool) -> bool:
+    """Whether the run fails for what it did not test, said on stderr: no case evaluated
+    (`fim.eval.ci.nothing_tested`, one line, with or without `--fail-on-skip`), or with
+    `--fail-on-skip` the cases (and judges) skipped, by name. A shard only notes them: its
+    merge gives the verdict."""
+    # deferred: loading fim.eval.ci costs tens of ms
+    from fim.eval.ci import nothing_tested, skip_error, untested
+
+    nothing = nothing_tested(data)
+    if nothing is not None and not shard:
+        sys.stderr.write(f"error: {nothing}\n")
+    names = untested(data) if fail_on_skip else []
+    if names:
+        line = skip_error(names)
+        sys.stderr.write(
+            f"note: {line}; `fim eval merge --fail-on-skip` gives the verdict\n"
+            if shard
+            else f"error: {line}\n"
+        )
+    return bool(names) or (nothing is not None and not shard)
+
+
+def compare_to(data: dict[str, Any], baseline: Path | None, threshold: float) -> Any:
+    # deferred: loading fim.eval.ci and fim.eval.baseline costs tens of ms
+    from fim.eval.baseline import compare
+    from fim.eval.ci import load, plain
+
+    if baseline is None:
+        return None
+    try:
+        return compare(data, load(baseline), threshold)
+    except RunError as exc:  # may quote a report's names: on one line (`plain`)
+        sys.stderr.write(f"error: {plain(str(exc))}\n")
+        raise typer.Exit(2) from None
+
+
+def merge_reports(
+    paths: list[Path],
+    junit: Path | None,
+    json_out: Path | None,
+    baseline: Path | None,
+    threshold: float,
+    format_: str,
+    fail_on_skip: bool = False,
+) -> None:
+    """`fim eval merge`: one JUnit file and one summary from the JSON reports of shards."""
+
+    # deferred: loading fim.eval.ci costs tens of ms
+    from fim.eval.ci import exit_code, label, load, merge, plain, rate, verdict
+    from fim.eval.ci import junit as junit_xml
+    from fim.eval.ci_markdown import markdown
+
+    try:
+        merged = merge([load(p) for p in paths])
+    except RunError as exc:  # may quote a shard's case names: on one line (`plain`)
+        sys.stderr.write(f"error: {plain(str(exc))}\n")
+        raise typer.Exit(2) from None
+    comparison = compare_to(merged, baseline, threshold)
+    if format_ == "markdown":
+        sys.stdout.write(markdown(merged, comparison, fail_on_skip))
+    else:
+        for suite in merged["suites"]:  # shards' JSON: any text, kept on its line (`plain`)
+            skipped = sum(c.get("skipped") is not None for c in suite["cases"])
+            sys.stdout.write(
+                f"{plain(label(suite))}: {len(suite['cases'])} cases, "
+                + (f"{skipped} skipped, rate of the others " if skipped else "")
+                + f"{rate(suite['pass_rate'])} (threshold {suite['threshold']:.0%}) "
+                f"{verdict(suite)}\n"
+            )
+        replayed = merged.get("cases_replayed", 0)
+        if replayed:
+            sys.stdout.write(
+                f"{replayed} case{'s' if replayed > 1 else ''} replayed from cassettes\n"
+            )
+        if comparison is not None:
+            # deferred: loading fim.eval.baseline costs tens of ms
+            from fim.eval.baseline import text
+
+            sys.stdout.write(text(comparison))
+    if junit is not None:
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        junit.write_text(junit_xml(merged), encoding="utf-8")
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(merged, indent=2, default=str), "utf-8")
+    code = exit_code(merged, fail_on_skip)
+    if code != 2:  # nothing tested, or --fail-on-skip: which cases were skipped
+        untested_said(merged, fail_on_skip, shard=False)
+    raise typer.Exit(code if code or comparison is None or comparison.ok else 1)
