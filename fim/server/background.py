@@ -216,11 +216,15 @@ def _keeping_slot(coro: Any) -> Any:
 
 
 async def _limited(kind: str, name: str, limit: int | None, coro: Any) -> Any:
-    """In process (SQLite), the `concurrency` limit of an agent or workflow."""
-    if not limit:
-        return await coro
-    async with slots(("background", kind, name, limit), limit):
-        return await coro
+    """In process (SQLite), the `concurrency` limit of an agent or workflow. A run stopped
+    while it waited for its slot never started: its coroutine is closed, not left unawaited."""
+    try:
+        if not limit:
+            return await coro
+        async with slots(("background", kind, name, limit), limit):
+            return await coro
+    finally:
+        coro.close()  # a no-op for one that ran
 
 
 def key_limit(api: Api) -> int | None:
