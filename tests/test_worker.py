@@ -130,7 +130,7 @@ def test_idempotency_keys_are_stable_per_node_and_sqlite_is_refused():
         len({idempotency_key("r1", "n1"), idempotency_key("r1", "n2"), idempotency_key("r2", "n1")})
         == 3
     )
-    assert postgres_dsn("postgresql+psycopg://u@h/db") == "postgresql://u@h/db"
+    assert postgres_dsn("postgresql+psycopg://u@h/db") == "host=h dbname=db user=u"
     with pytest.raises(RunError, match="PostgreSQL state store"):
         postgres_dsn("sqlite:///.fim/state.db")
 

@@ -314,16 +314,21 @@ def output_class(snapshot: Snapshot, ref: str, load_module: LoadModule) -> type[
         module = project_module(snapshot, module_name, load_module)
     except ModuleLoadError as exc:
         raise OutputClassError(f"output_schema '{ref}': {exc.detail}", exc.hint) from None
-    cls = getattr(module, name, None)
+    try:  # the module's own code runs here too: a PEP 562 `__getattr__`, a metaclass
+        cls = getattr(module, name, None)
+        model = isinstance(cls, type) and issubclass(cls, BaseModel)
+        models = [] if cls is not None else _models_in(module)
+    except Exception as exc:  # an ImportError too: the project's, not a broken install
+        raise OutputClassError(
+            f"output_schema '{ref}': reading '{name}' of the module raised "
+            f"{type(exc).__name__}: {exc}",
+            "a module `__getattr__` that imports an optional package needs it installed; "
+            "or name a class the module defines",
+        ) from None
     if cls is None:
-        models = sorted(
-            n
-            for n, v in vars(module).items()
-            if isinstance(v, type) and issubclass(v, BaseModel) and v.__module__ == module.__name__
-        )
         hint = f"pydantic models in it: {', '.join(models) or 'none'}"
         raise OutputClassError(f"output_schema '{ref}': no class '{name}' in the module", hint)
-    if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
+    if not model:
         raise OutputClassError(
             f"output_schema '{ref}' is not a pydantic model class",
             "name a class deriving from pydantic.BaseModel in the project's hooks/ folder",
@@ -336,6 +341,15 @@ def output_class(snapshot: Snapshot, ref: str, load_module: LoadModule) -> type[
             "give every field a type pydantic can describe in JSON Schema",
         ) from None
     return cls
+
+
+def _models_in(module: Any) -> list[str]:
+    """The pydantic models a module defines, for a hint."""
+    return sorted(
+        n
+        for n, v in vars(module).items()
+        if isinstance(v, type) and issubclass(v, BaseModel) and v.__module__ == module.__name__
+    )
 
 
 def output_class_refs(snapshot: Snapshot) -> list[tuple[str, str, Path_, str]]:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from types import MappingProxyType
+from types import MappingProxyType, ModuleType
 from typing import TypeVar
 
 from fim.config.schema import (
@@ -125,6 +125,15 @@ class Snapshot:
             digest.update(f"{rel}\0{len(self.modules[rel])}\0".encode(errors="surrogateescape"))
             digest.update(self.modules[rel])
         return digest.hexdigest()[:16]
+
+    @cached_property
+    def loaded(self) -> dict[str, ModuleType]:
+        """The project modules executed from `modules` for this snapshot, by name
+        (`fim.hooks.python_hooks.load_module` fills it), held as long as the snapshot is:
+        the loader's cache of module sets is bounded, and a run on an older snapshot (a
+        workflow resumed after a human node) re-executed its `output_schema` module on the
+        event loop once that set was let go (attack-47 F8)."""
+        return {}
 
     @cached_property
     def masker(self) -> Masker:

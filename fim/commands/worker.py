@@ -120,12 +120,26 @@ def check_stalled(
 
 def _store_at_start(state_url: str, root: Path) -> Callable[[Any], Awaitable[None]]:
     """Open (and migrate) the state store as `fim serve` does at start, failing in one line
-    (`fim.store.health.open_or_fail`); what then makes the queue's schema, failing alike."""
+    (`fim.store.health.open_or_fail`); what then opens the queue's pool and makes its
+    schema, failing alike (a pool that never connects: a line, not a PoolTimeout trace)."""
     # deferred: loading fim.store costs a few ms
     from fim.commands.store import start_queue
-    from fim.store.health import check_at_start
+    from fim.store.health import check_at_start, start_error, store_failure
 
-    return start_queue(check_at_start(state_url, root))
+    db = check_at_start(state_url, root)
+    schema = start_queue(db)
+
+    async def opened(app: Any) -> None:
+        try:
+            async with app.open_async():
+                await schema(app)
+        except Exception as exc:
+            line = None if isinstance(exc, RunError) else store_failure(exc)
+            if line is None:
+                raise
+            raise start_error(db, f"job queue: {line}") from None
+
+    return opened
 
 
 def observed(
@@ -266,7 +280,7 @@ def worker(
     from fim.workflows.durable import make_app
     from fim.workflows.queue_rows import QUEUE, postgres_dsn, prune_bound
     from fim.workflows.worker_store import Outage, guard, postgres_probe, ride_out
-    from fim.workflows.worker_watch import JobWatch, track_heartbeat, watch_resolve
+    from fim.workflows.worker_watch import JobWatch, Lease, watch_resolve
 
     with user_errors():
         check_stalled(stalled_after, heartbeat, skew_wait, store_retry_timeout)
@@ -305,7 +319,8 @@ def worker(
             resolve=watch_resolve(snapshots.for_job),
             mcp=mcp,
         )
-    track_heartbeat(app, health)
+    lease = Lease(heartbeat, stalled_after, health)  # jobs cut before another worker's retry
+    lease.track(app)
 
     async def main() -> None:
         # deferred: loading watchfiles and the GitOps code only where they run
@@ -324,13 +339,14 @@ def worker(
         store = Database(snapshot.project.state, root).display_url
         outage = Outage(store, store_retry_timeout)
         guard(app, outage)  # a store refusing the worker: ridden out (`ride_out`), no traceback
-        watch_jobs = JobWatch(metrics, outage)
+        lease.on_lost = outage.noted  # its jobs cut: the worker starts again, as after an outage
+        watch_jobs = JobWatch(metrics, outage, lease)
         # a job still going after it is aborted and delivered again (`DeliverAgain`)
         graceful = snapshot.project.server.shutdown_timeout
         graceful = graceful if shutdown_timeout is None else shutdown_timeout
 
         async def session() -> None:
-            async with app.open_async():
+            async with app.open_async(), lease.kept():  # it beats on through a stop's grace
                 await app.run_worker_async(
                     queues=[QUEUE],
                     concurrency=concurrency,
@@ -344,8 +360,7 @@ def worker(
                 )
 
         try:
-            async with app.open_async():
-                await queue_schema(app)
+            await queue_schema(app)
             await asyncio.to_thread(_warm_up)
             commit = snapshot.version if source is not None else None
             version = f", commit {commit[:12]}" if commit is not None else ""

@@ -323,17 +323,19 @@ def _not_found(snapshot: Snapshot, module: str, key: str) -> HookBuildError:
 
 def load_module(snapshot: Snapshot, module: str) -> ModuleType:
     """The module hooks/<module>.py (dots are folders) as `snapshot` pinned it: executed
-    from its pinned bytes once per set of pinned files, then served from the cache."""
+    from its pinned bytes once per set of pinned files, then served from the cache, and
+    held by the snapshot (`Snapshot.loaded`): past `_MAX_SETS` a run on it still never
+    executes one again."""
     package = _package_of(snapshot)
     name = f"{package}.{module}"
-    loaded = sys.modules.get(name)
+    loaded = snapshot.loaded.get(module) or sys.modules.get(name)
     if loaded is not None:
-        return loaded
+        return snapshot.loaded.setdefault(module, loaded)
     key = module_key(snapshot.project.paths.hooks, module)
     if key not in snapshot.modules or any(not p.isidentifier() for p in module.split(".")):
         raise _not_found(snapshot, module, key)
     try:
-        return importlib.import_module(name)
+        return snapshot.loaded.setdefault(module, importlib.import_module(name))
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # sys.exit(), GeneratorExit ... at import: the hook's problem

@@ -97,7 +97,8 @@ def output_contract(snapshot: Snapshot, spec: dict[str, Any] | str | None) -> Ou
     naming a pydantic model in the project's hooks/ folder (validated by pydantic). The
     compile that made `snapshot` imported and checked that class (in a reload's child
     process first: `fim.build.checks.check_output_classes`), so a run, on the server's
-    event loop, takes it from the loader's cache and never imports a module first."""
+    event loop, takes it from the modules the snapshot holds (`Snapshot.loaded`, not
+    only the loader's bounded cache) and never imports a module."""
     if spec is None:
         return None
     if isinstance(spec, dict):

@@ -15,10 +15,19 @@ task store belongs to the key that created each task. Each run event becomes a `
 status update (streamed by `message/stream`) whose metadata, not message, carries it; the
 answer is the task's artifact, and the final status' metadata the run's end. Everything
 sent is masked.
+
+A stopping server cuts an A2A run as it cuts its other streamed runs (`until_stop`, a
+second before its bound): the task fails with the cut's message, its metadata the
+`server_shutting_down` error event. sse_starlette used to end every A2A stream the moment
+SIGTERM came, with no final event, while the run went on calling tools with nobody
+reading until uvicorn's bound cut it with a traceback (attack-47 F4): the streams now
+live until their run ends or is cut (`STREAM_GRACE`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import uuid
@@ -43,6 +52,7 @@ from fim.masking import known
 from fim.schema_check import MAX_NESTING, nested_deeper
 from fim.server.a2a_tasks import StoredTaskStore
 from fim.server.sessions import UnknownSession, known_agent
+from fim.server.stopping import SENDING, Sending, StreamCut, until_stop
 from fim.structured import NonFinite, non_finite
 from fim.types import Message
 
@@ -59,6 +69,11 @@ EVENT_TEXT_MAX = 2000
 """Characters of an event's JSON a status update carries (`fim_event_json`): a tool result
 or a model's reply can be megabytes; its whole is in the run's event log."""
 log = logging.getLogger("fim.server")
+
+STREAM_GRACE = 24 * 3600.0
+"""How long sse_starlette lets an A2A stream go on once the server stops (its
+`shutdown_grace_period`; its default 0 ended each at SIGTERM): the run's end, or fim's cut
+before uvicorn's bound (`fim.server.stopping`), ends it first."""
 
 
 class _Owner(User):
@@ -178,21 +193,41 @@ class FimExecutor(AgentExecutor):
         run_id = uuid.uuid4().hex[:12]
         final: RunFinished | None = None
         problems: list[str] = []
+        run = self.api.events(
+            agent, history, stream=False, run_id=run_id, session=session, owner=owner
+        )
+        sending = Sending()
+        token = SENDING.set(sending)  # an update stuck on a full queue may be abandoned
         try:
-            async for event in self.api.events(
-                agent, history, stream=False, run_id=run_id, session=session, owner=owner
-            ):
-                if event.type == "error":
-                    problems.append(getattr(event, "message", ""))
-                if isinstance(event, RunFinished):
-                    final = event
-                    continue
-                await updater.update_status(
-                    pb.TaskState.TASK_STATE_WORKING, metadata=_progress(event, run_id)
-                )
+            async with contextlib.aclosing(until_stop(self.api, run_id, run)) as events:
+                async for event in events:
+                    if event.type == "error":
+                        problems.append(getattr(event, "message", ""))
+                    if isinstance(event, RunFinished):
+                        final = event
+                        continue
+                    await updater.update_status(
+                        pb.TaskState.TASK_STATE_WORKING, metadata=_progress(event, run_id)
+                    )
+        except StreamCut as cut:  # the stopping server's: the task fails, saying so
+            metadata = {"fim_event": "error", "run_id": run_id}
+            metadata["fim_event_json"] = json.dumps(known().value(cut.event()))
+            await updater.update_status(
+                pb.TaskState.TASK_STATE_FAILED, message=say(cut.message), metadata=metadata
+            )
+            return
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not sending.abandoned or task is None:
+                raise
+            task.uncancel()  # its run is closed; nobody reads its updates
+            return
         except FimError as exc:
             await updater.failed(say(str(exc)))
             return
+        finally:
+            sending.over = True
+            SENDING.reset(token)
         if final is None or final.status == "error":
             why = "; ".join(p for p in problems if p) or "the run ended without a result"
             await updater.failed(say(f"run {run_id} of agent '{agent}' failed: {why}"))
@@ -276,7 +311,10 @@ def a2a_app(api: Api) -> Router:
         agent_executor=FimExecutor(api), task_store=StoredTaskStore(api), agent_card=template
     )
     dispatcher = JsonRpcDispatcher(
-        request_handler=handler, context_builder=_Context(), enable_v0_3_compat=True
+        request_handler=handler,
+        context_builder=_Context(),
+        enable_v0_3_compat=True,
+        shutdown_grace_period=STREAM_GRACE,
     )
 
     def base(request: Request) -> str:

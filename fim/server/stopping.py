@@ -17,7 +17,11 @@ event, the client reading a broken connection, and logged the cancellation's tra
 fim cuts its streamed runs itself, `CUT_AHEAD` before uvicorn's bound (`cut_streams`): each
 stream (`until_stop`) ends its run, which records itself cancelled as the server's doing,
 and sends a last error event `server_shutting_down` in its endpoint's own error format, then
-ends as a response should, one log line per run.
+ends as a response should, one log line per run. A stream whose client stopped reading (a
+stalled proxy: the socket is full) sits in `send`, not between events; if its consumer lets
+its send be abandoned (`Sending`: fim's SSE, A2A), the cut cancels that send shortly after,
+and the stream closes its run and ends without its last event (nobody reads it). uvicorn
+still holds that connection open until its bound, then the process exits.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -41,15 +46,32 @@ SERVER_STOPPED = "the server stopped before it ended"
 """The error of a run record cut by the server's stop (as `fim.server.background`'s)."""
 
 
-class _NoForceQuitHint(logging.Filter):
-    """Drop uvicorn's "Waiting for ... (CTRL+C to force quit)" lines: under an orchestrator
-    there is no Ctrl+C, and fim's own line (`begin`) says what it waits for and how long."""
+INCOMPLETE = "ASGI callable returned without completing response."
+
+
+class _StopLines(logging.Filter):
+    """Drop uvicorn's lines that mislead during fim's stop: "Waiting for ... (CTRL+C to
+    force quit)" (no Ctrl+C under an orchestrator; `begin` says what it waits for and how
+    long), and, for a stream fim dropped because its client stopped reading (`_abandon`,
+    which logs its own line), its "returned without completing response" and the "Cancel
+    0 running task(s)" of a bound reached only because that client's connection stayed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropped = 0
+        self.any_dropped = False
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "CTRL+C to force quit" not in record.getMessage()
+        message = record.getMessage()
+        if "CTRL+C to force quit" in message:
+            return False
+        if message == INCOMPLETE and self.dropped:
+            self.dropped -= 1
+            return False
+        return not (self.any_dropped and message.startswith("Cancel 0 running task(s)"))
 
 
-_QUIET = _NoForceQuitHint()
+_QUIET = _StopLines()
 
 
 def runs_in_flight(api: Any) -> int:
@@ -67,7 +89,8 @@ def begin(api: Any, bound: float) -> None:
     api.stopping = True
     logging.getLogger("uvicorn.error").addFilter(_QUIET)
     loop = asyncio.get_running_loop()
-    loop.call_later(max(bound - min(CUT_AHEAD, bound / 2), 0.0), cut_streams, api)
+    ahead = min(CUT_AHEAD, bound / 2)
+    loop.call_later(max(bound - ahead, 0.0), cut_streams, api, ahead / 2)
     count = runs_in_flight(api)
     log.info(
         "stopping: waiting up to %s s for %d run%s in flight (server.shutdown_timeout, "
@@ -114,6 +137,21 @@ FINAL = frozenset({"run_finished", "workflow_finished"})
 """The last event of a run: a stream past its own is ending, and no cut touches it."""
 
 
+class Sending:
+    """A stream consumer's word that the stop may abandon its send (`SENDING`): it takes
+    a `CancelledError` there while `abandoned` is set, closes what it iterates (so the
+    stream's run ends, in the stream's own task), and ends without raising."""
+
+    def __init__(self) -> None:
+        self.abandoned = False
+        self.over = False  # its response has ended: nothing of it is cancelled any more
+
+
+SENDING: ContextVar[Sending | None] = ContextVar("fim_stream_sending", default=None)
+"""Set by a consumer of `until_stop` that takes an abandoned send (`fim.server.streams`'
+SSE, the A2A executor), for the task that iterates it."""
+
+
 @dataclass(eq=False)
 class _Stream:
     task: asyncio.Task[Any]
@@ -122,6 +160,8 @@ class _Stream:
     waiting: bool = False  # on the run's next event: a cut cancels the wait
     cancelled: bool = False
     finished: bool = False  # its run's last event has passed: only its record is left
+    sending: Sending | None = None
+    closing: bool = False  # ending its run after the cut: not abandoned meanwhile
 
 
 class _Streams:
@@ -137,11 +177,15 @@ def _streams(api: Any) -> _Streams:
     return streams
 
 
-def cut_streams(api: Any) -> None:
+def cut_streams(api: Any, grace: float = 0.0) -> None:
     """Cut every streamed run in flight (and any started from now on): one waiting for
-    its next event is cancelled there, one sending an event stops before the next."""
+    its next event is cancelled there, one sending an event stops before the next. One
+    still in that send `grace` seconds later (its client is not reading) has the send
+    abandoned if its consumer takes it (`Sending`): uvicorn's bound cut it, with a
+    traceback, and the server exited seconds past its bound (attack-47 F4)."""
     streams = _streams(api)
     streams.cut = True
+    loop = asyncio.get_running_loop()
     for stream in list(streams.going):
         if stream.finished:
             continue
@@ -149,18 +193,35 @@ def cut_streams(api: Any) -> None:
         if stream.waiting and not stream.cancelled:
             stream.cancelled = True
             stream.task.cancel(CUT)
+        elif stream.sending is not None:
+            loop.call_later(grace, _abandon, stream)
 
 
-async def until_stop(api: Any, run_id: str, events: AsyncIterator[T]) -> AsyncIterator[T]:
+def _abandon(stream: _Stream) -> None:
+    """Cancel the send `stream` is still in, unless it got past it since the cut."""
+    sending = stream.sending
+    if sending is None or sending.over or stream.waiting or stream.closing:
+        return
+    if stream.task.done() or sending.abandoned:
+        return
+    sending.abandoned = True
+    _QUIET.dropped += 1
+    _QUIET.any_dropped = True
+    stream.task.cancel(CUT)
+
+
+async def until_stop(api: Any, run_id: str, events: AsyncIterator[T]) -> AsyncGenerator[T, None]:
     """`events` (a streamed run's), until the stopping server cuts it (`cut_streams`):
     the run is then ended (it records itself cancelled by the server's stop) and
-    `StreamCut` raised, for the stream to send its last event."""
+    `StreamCut` raised, for the stream to send its last event. `run_id` "": a stream
+    that follows a run it does not drive (`fim.server.streams.followed`)."""
     streams = _streams(api)
     task = asyncio.current_task()
     assert task is not None
-    stream = _Stream(task, run_id, cut=streams.cut)
+    stream = _Stream(task, run_id, cut=streams.cut, sending=SENDING.get())
     streams.going.add(stream)
     ended = False
+    close = getattr(events, "aclose", None)
     try:
         while not stream.cut:
             stream.waiting = True
@@ -171,6 +232,7 @@ async def until_stop(api: Any, run_id: str, events: AsyncIterator[T]) -> AsyncIt
             except asyncio.CancelledError:
                 if not stream.cancelled:
                     raise
+                task.uncancel()  # fim's own cancellation, taken: the stream goes on
                 ended = True  # the run has ended with the cancellation
                 break
             finally:
@@ -178,13 +240,23 @@ async def until_stop(api: Any, run_id: str, events: AsyncIterator[T]) -> AsyncIt
             if getattr(event, "type", "") in FINAL and getattr(event, "run_id", "") == run_id:
                 stream.finished = True  # not a nested run's
             yield event
-        if stream.cancelled:  # fim's own cancellation, taken: the stream goes on
-            task.uncancel()
-        close = getattr(events, "aclose", None)
+        stream.closing = True
         if not ended and close is not None:
             await close()
-        log.warning("stopping: cut streamed run %s at the shutdown bound", run_id)
+        stream.closing = False
+        if run_id:  # a follower's stream (no run of its own) just ends
+            log.warning("stopping: cut streamed run %s at the shutdown bound", run_id)
         raise StreamCut(run_id)
+    except GeneratorExit:  # closed at `yield`: its consumer's send was abandoned
+        if stream.sending is not None and stream.sending.abandoned and close is not None:
+            await close()
+        if stream.sending is not None and stream.sending.abandoned and run_id:
+            log.warning(
+                "stopping: cut streamed run %s at the shutdown bound; its client was not "
+                "reading, so the stream ends without its last event",
+                run_id,
+            )
+        raise
     finally:
         streams.going.discard(stream)
 

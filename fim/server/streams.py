@@ -3,23 +3,26 @@ goes away.
 
 `sse` frames a run's events, masking each as values and its tokens as one stream (a secret
 split over two tokens is still caught); `cancel_on_disconnect` stops a run nobody waits
-for. Kept apart from the request side (`fim.server.http`): these follow a response to its
-end.
+for; `EventStream` is a stream the stopping server may drop when its client stopped
+reading. Kept apart from the request side (`fim.server.http`): these follow a response to
+its end.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
+from starlette.types import Send
 
 from fim.errors import FimError
 from fim.masking import StreamMasker, known
-from fim.server.stopping import StreamCut
+from fim.server.stopping import SENDING, Sending, StreamCut, until_stop
 
 
 async def cancel_on_disconnect(request: Request, work: Any) -> Any:
@@ -42,6 +45,32 @@ async def cancel_on_disconnect(request: Request, work: Any) -> Any:
         raise
     finally:
         watcher.cancel()
+
+
+class EventStream(StreamingResponse):
+    """A streamed answer whose send the stopping server may abandon (`Sending`): a client
+    that stopped reading left the stream parked in `send` past the cut, its run going on,
+    until uvicorn cancelled it at the bound with a traceback and the server exited
+    seconds late (attack-47 F4). Abandoned, the send is cancelled, the body closed here
+    (its run ends and logs its cut, in this task) and the response ends unfinished:
+    nobody reads it, and uvicorn closes the connection."""
+
+    async def stream_response(self, send: Send) -> None:
+        sending = Sending()
+        token = SENDING.set(sending)
+        try:
+            await super().stream_response(send)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not sending.abandoned or task is None:
+                raise
+            task.uncancel()
+            close = getattr(self.body_iterator, "aclose", None)
+            if close is not None:
+                await close()
+        finally:
+            sending.over = True
+            SENDING.reset(token)
 
 
 def sse(events: AsyncIterator[Any]) -> StreamingResponse:
@@ -74,8 +103,31 @@ def sse(events: AsyncIterator[Any]) -> StreamingResponse:
             yield frame("error", cut.event())
         except FimError as exc:
             yield frame("error", {"type": "error", "message": str(exc)})
+        finally:  # closed before its end (an abandoned send): the run's stream too
+            close = getattr(events, "aclose", None)
+            if close is not None:
+                await close()
 
-    return StreamingResponse(
+    return EventStream(
+        body(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+def followed(api: Any, frames: AsyncIterator[bytes]) -> StreamingResponse:
+    """Server-sent events (`frames`) that follow a run this stream does not drive (`GET
+    /v1/runs/{id}/events`). A stopping server ends them before its bound as a response
+    ends (the client reconnects to another replica with `Last-Event-ID`), not cut by
+    uvicorn's bound with a broken chunked body and a traceback (attack-47 F4)."""
+
+    async def body() -> AsyncIterator[bytes]:
+        with contextlib.suppress(StreamCut):
+            async with contextlib.aclosing(until_stop(api, "", frames)) as stream:
+                async for frame in stream:
+                    yield frame
+
+    return EventStream(
         body(),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},

@@ -7,7 +7,10 @@ child needs at start (`worker_app`, an app factory uvicorn calls in the child): 
 compiled snapshot, its own file watcher (hot reload happens in every worker, each from the
 files), and a lifespan that stops both. A worker's start judges the disk as a reload does
 (`start_snapshot`); one it refuses exits, and the supervisor starts it again later
-(`supervisor`), while the other workers keep serving their snapshot.
+(`supervisor`), while the other workers keep serving their snapshot. Every worker uses the
+state store the parent checked at start (`state:` takes effect at a restart), and with
+`--no-reload` serves only the project the parent compiled: a worker started on another
+one refuses it.
 
 The workers share state only through the store, so N > 1 needs PostgreSQL: runs,
 sessions, approvals (a tool call waiting on worker 1 sees a decision posted to worker 2)
@@ -43,13 +46,14 @@ from fim import observe
 from fim.build.compile import compile_project
 from fim.build.reload import SnapshotHolder, watch
 from fim.build.snapshot import Snapshot
-from fim.build.vet import fingerprint, vet_in_child
+from fim.build.vet import VET_TIMEOUT_S, fingerprint, vet_in_child
 from fim.capabilities import CAPABILITIES
 from fim.environ import hide_from_children
 from fim.errors import ConfigError, Problem, RunError
 from fim.events import build_validators
 from fim.hooks.command_output import build_validators as build_hook_validators
 from fim.llm import preload
+from fim.masking.keys import masked_url
 from fim.observe.logs import announce, configure
 from fim.retries import Backoff
 from fim.run.services import Services
@@ -80,6 +84,16 @@ Not uvicorn's STARTUP_FAILURE (3): on that its supervisor stops every worker."""
 RETRY_REFUSED = Backoff(attempts=0, first=1.0, cap=60.0)
 """When the supervisor starts a worker again after a refused start: 1 s, 2 s ... 60 s (a
 start costs an interpreter and a compile). The count starts over after a quiet 2 minutes."""
+
+READY_S = int(2 * VET_TIMEOUT_S)
+"""How long SIGHUP's restart waits for each new worker to be ready before it keeps the old
+one and stops (uvicorn's `timeout_worker_healthcheck`, 5 s by default). A new worker on a
+disk other than the start's compiles the project twice: in the `python -I` child (up to
+`VET_TIMEOUT_S`), then itself; with a module that imports slowly (pandas), 5 s aborted
+every restart, log rotation's included (attack-47 F3). Only the restart waits this long:
+the pings that find a hung worker keep uvicorn's 5 s."""
+
+log = logging.getLogger("fim.server")
 
 
 def require_shared_store(state_url: str, root: Path, workers: int) -> None:
@@ -133,6 +147,7 @@ def serve_workers(
     }
     options |= {"host": host, "port": port}  # each worker's reloads keep the start's rule
     options["accepted"] = fingerprint(snapshot)  # what a worker may start on unchecked
+    options["state"] = snapshot.project.state  # the store checked here: every worker's
     os.environ[ENV] = json.dumps(options)
     log_config: dict[str, Any] = {"log_config": None} if json_logs else {}
     config = uvicorn.Config(
@@ -183,9 +198,13 @@ def supervisor(
 ) -> type:
     """uvicorn's `Multiprocess`, with a worker whose start was refused (`REFUSED`: the
     project on disk is one a reload rejected) started again only after `RETRY_REFUSED`,
-    not at once in a loop; the other workers serve meanwhile. With `metrics`, it tells
-    prometheus_client when a worker is gone (it died and was replaced, was restarted by
-    SIGHUP, or stopped): its live gauges (runs in progress) leave the sum."""
+    not at once in a loop; the other workers serve meanwhile, and each refusal says how
+    many do. With none left, the port still accepts connections (the parent holds the
+    socket) but no one answers them, `/readyz` included: an error line at each refusal
+    says so (attack-47 F10), until a worker starts on a project it accepts. SIGHUP waits
+    `READY_S` for each new worker. With `metrics`, it tells prometheus_client when a
+    worker is gone (it died and was replaced, was restarted by SIGHUP, or stopped): its
+    live gauges (runs in progress) leave the sum."""
 
     def forget(pid: int) -> None:
         if metrics is None:
@@ -223,13 +242,43 @@ def supervisor(
                 self.refusals = self.refusals + 1 if in_a_row else 1
                 self.last_refusal = now
                 self.refused[p.pid] = now + RETRY_REFUSED.delay(self.refusals)
+                self._report(p.pid, RETRY_REFUSED.delay(self.refusals))
             return [p for p in self.processes if now < self.refused.get(p.pid or 0, 0)]
+
+        def _report(self, pid: int, wait: float) -> None:
+            running = sum(1 for p in self.processes if p.exitcode is None)
+            if running:
+                log.info("fim serve: worker [%d] is replaced in %g s; %d other worker(s) "
+                         "serving meanwhile", pid, wait, running)  # fmt: skip
+                return
+            log.error(
+                "fim serve: no worker is serving: worker [%d] refused the project on disk and "
+                "no other worker is running; connections are accepted but wait unanswered "
+                "(/healthz and /readyz too: readiness fails) until a worker starts on a "
+                "project it accepts; the next start is in %g s",
+                pid,
+                wait,
+            )
+
+        def restart_all(self) -> None:
+            ping = self.config.timeout_worker_healthcheck
+            self.config.timeout_worker_healthcheck = READY_S  # the wait for each new worker
+            try:
+                super().restart_all()
+            finally:
+                self.config.timeout_worker_healthcheck = ping
 
         def keep_subprocess_alive(self) -> None:
             before, held, every = self._pids(), self._held(), self.processes
             self.processes = [p for p in every if p not in held]
+            watched = list(self.processes)
             try:
                 super().keep_subprocess_alive()  # replaces the others in place, if need be
+                for i, (old, new) in enumerate(zip(watched, self.processes, strict=True)):
+                    if new is not old and old.exitcode == REFUSED and old.pid not in self.refused:
+                        new.kill()  # refused during its ping and replaced at once: held
+                        new.join()
+                        self.processes[i] = old
             finally:
                 replaced = iter(self.processes)
                 self.processes = [p if p in held else next(replaced) for p in every]
@@ -254,10 +303,18 @@ def start_snapshot(root: Path, options: dict[str, Any]) -> Snapshot:
     Python checked in a child process first (`vet_in_child`) unless it is what the parent
     compiled at start (`accepted`). A worker started later (one that died and was
     replaced, SIGHUP, SIGTTIN) compiled the disk unjudged and served a project every
-    running worker had rejected, without keys (attack-46 F1). Refused: one line in the
-    log, and the worker exits (`REFUSED`) before it serves; the others keep their
-    snapshot."""
+    running worker had rejected, without keys (attack-46 F1). With `--no-reload`, the
+    start's project only (attack-47 F2). Refused: one line, and it exits (`REFUSED`)."""
     gate = reload_gate(options["host"], options["port"])
+
+    def gates(new: Snapshot) -> list[Problem]:
+        if not options.get("reload", True) and fingerprint(new) != options["accepted"]:
+            why = ("the project on disk is not the one fim serve compiled at start, and with "
+                   "--no-reload every worker serves that one only")  # fmt: skip
+            return [
+                Problem("fim.yaml", 1, 1, why, "restart fim serve to serve the project on disk")
+            ]
+        return gate(new, new)
 
     def vet(candidate: Snapshot) -> list[Problem]:
         if fingerprint(candidate) == options["accepted"]:
@@ -265,17 +322,39 @@ def start_snapshot(root: Path, options: dict[str, Any]) -> Snapshot:
         return vet_in_child(candidate)
 
     try:
-        return compile_project(root, vet=vet, gates=lambda new: gate(new, new))
+        snapshot = compile_project(root, vet=vet, gates=gates)
     except ConfigError as exc:
         more = len(exc.problems) - 1
-        logging.getLogger("fim.server").error(
-            "fim serve worker [%d] refused the project on disk and exits; the other workers "
-            "keep their snapshot: %s%s",
+        log.error(
+            "fim serve worker [%d] refused the project on disk and exits: %s%s",
             os.getpid(),
             exc.problems[0] if exc.problems else "no snapshot",
             f" (and {more} more)" if more > 0 else "",
         )
         sys.exit(REFUSED)
+    if "state" in options:  # the parent's: a `state:` edited since is only noted
+        store_kept(options["state"])(snapshot, snapshot)
+    return snapshot
+
+
+def store_kept(url: str) -> Callable[[Snapshot, Snapshot], list[Problem]]:
+    """A gate that refuses nothing: a worker's store is the parent's (`url`, checked at
+    start: PostgreSQL, reachable), whatever `state:` says now. A replaced worker opened
+    the `state:` of the disk and split the fleet across two stores: runs found on one
+    worker and not the other, approvals and budgets apart (attack-47 F2). A `state:` that
+    differs is logged once per change, as `server.host` is."""
+
+    def gate(current: Snapshot, new: Snapshot) -> list[Problem]:
+        state = new.project.state
+        if state != url and (state != current.project.state or current is new):
+            log.warning(
+                "state: in fim.yaml is %s; fim serve keeps using %s until it is restarted",
+                masked_url(state),
+                masked_url(url),
+            )
+        return []
+
+    return gate
 
 
 def worker_app() -> Any:
@@ -289,9 +368,9 @@ def worker_app() -> Any:
     build_validators()
     build_hook_validators()
     holder = SnapshotHolder(snapshot)
-    services = Services(root=root, state_url=snapshot.project.state, providers=CAPABILITIES)
+    services = Services(root=root, state_url=options["state"], providers=CAPABILITIES)
     holder.listeners.append(lambda old, new: _on_swap(services, old, new))
-    holder.gates.append(reload_gate(options["host"], options["port"]))
+    holder.gates += [reload_gate(options["host"], options["port"]), store_kept(options["state"])]
     app = create_app(holder, services)
     observe.warm(snapshot.project.name)
     settle_heap()

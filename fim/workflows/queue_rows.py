@@ -12,7 +12,9 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
+from fim.masking.keys import masked_url
 from fim.store.retention import FINISHED
+from fim.store.schema import normalize_url
 
 FINAL = list(FINISHED)
 """The statuses of a run that ended (`fim.store.retention.FINISHED`), as the queries' array."""
@@ -193,15 +195,34 @@ async def has_schema(app: procrastinate.App) -> bool:
 
 
 def postgres_dsn(state_url: str) -> str:
-    """The libpq DSN of a `postgresql://` state store; anything else is refused (SQLite
-    runs in process: a queue needs the shared database)."""
-    state_url = state_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    """The libpq connection string of a `postgresql://` state store, as fim's store reads
+    the URL: SQLAlchemy's parse, given to libpq as `key=value` pairs. libpq read the URL
+    text by rules of its own (attack-47 F5): Azure's `user@server:pw@host` was user `user`
+    at host `server`, a raw `/` in the password ended the host, a stray `%` was refused;
+    each passed the store's start check, then the queue's pool failed for 30 s. Anything
+    but PostgreSQL is refused (SQLite runs in process: a queue needs the shared database)."""
+    state_url = state_url.strip().replace("postgresql+psycopg://", "postgresql://", 1)
     if not state_url.startswith(("postgresql://", "postgres://")):
         raise RunError(
             f"durable runs need a PostgreSQL state store, not '{state_url.split(':', 1)[0]}'",
             hint="set `state: postgresql://...` in fim.yaml (SQLite runs workflows in process)",
         )
-    return state_url
+    # deferred: SQLAlchemy and psycopg are loaded where a queue is opened, not by `fim --help`
+    from psycopg.conninfo import make_conninfo
+    from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    psycopg_dialect: Any = PGDialect_psycopg
+    dialect = psycopg_dialect()  # its own reading: `?host=h1:5432&host=h2:5433` too
+    try:
+        args, options = dialect.create_connect_args(make_url(normalize_url(state_url)))
+    except (ArgumentError, ValueError) as exc:  # the store's start refuses it alike
+        raise RunError(
+            f"state store {masked_url(state_url)} is no URL: {type(exc).__name__}",
+            hint="postgresql://user:password@host:5432/database (percent-encode @ : / %)",
+        ) from None
+    return make_conninfo(*args, **options)
 
 
 def is_postgres(state_url: str) -> bool:
@@ -240,10 +261,18 @@ def redelivery() -> Any:
     return _Redelivery()
 
 
+CUT = "fim.cut"
+"""The job context's mark (`additional_context`) of a job its worker cut because its
+heartbeat no longer reaches the store (`fim.workflows.worker_watch.Lease`)."""
+
+
 def worker_stopping(context: Any) -> bool:
-    """Whether a job (its procrastinate `JobContext`) is aborted because its worker stops
-    (it is delivered again), not because a user cancelled it."""
+    """Whether a job (its procrastinate `JobContext`) is aborted because its worker stops,
+    or cut because its heartbeat lapsed (it is delivered again), not because a user
+    cancelled it."""
     # deferred: loading procrastinate costs hundreds of ms (this runs in a worker only)
     from procrastinate.job_context import AbortReason
 
-    return bool(context.abort_reason() is AbortReason.SHUTDOWN)
+    if context.abort_reason() is AbortReason.SHUTDOWN:
+        return True
+    return bool((getattr(context, "additional_context", None) or {}).get(CUT))

@@ -8,10 +8,11 @@ page of tracebacks, and a supervisor restarting only on failure left no worker.
 Here a store failure (`fim.store.health.store_failure`: refused, unreachable, shut down)
 in the worker's own queue calls is noted once (`Outage.refused`, one log line) and stops
 the worker as SIGTERM does: it takes no new job, the jobs running get `--shutdown-timeout`
-to end and the others go back to the queue (`DeliverAgain`). The worker then probes the
-store with backoff, one log line per attempt, and starts again once it answers; after
-`--store-retry-timeout` seconds of refusal it exits 1 with one line naming the store
-(password masked), for its supervisor to restart.
+to end and the others go back to the queue (`DeliverAgain`); a job is cut sooner once no
+heartbeat has reached the store for 2/3 of `--stalled-after` (`worker_watch.Lease`). The
+worker then probes the store with backoff, one log line per attempt, and starts again once
+it answers; after `--store-retry-timeout` seconds of refusal it exits 1 with one line
+naming the store (password masked), for its supervisor to restart.
 
 It starts again as a new procrastinate worker, not in place: what the old one could not
 write back during the outage (a job's end, its abort) is left `doing` under the old
@@ -51,6 +52,9 @@ may take once the store refused it; without a bound each waited for the pool's 3
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
+HANDED_ON = "Job was not found or "
+"""procrastinate's refusal to end a job no longer `doing` (another worker took it over)."""
+
 _GUARDED: dict[str, Callable[[], Any]] = {
     "fetch_job": lambda: None,  # no job: the loop waits, and the stop ends it
     "update_heartbeat": lambda: None,
@@ -75,6 +79,9 @@ class Outage:
         self.since: float | None = None
         self.reason = ""
         self.on_refused: Callable[[], None] | None = None
+        self.bounds: set[asyncio.Timeout] = set()
+        """The worker loop's calls in flight (`_guarded`): one that began before the outage
+        was noted (a `fetch_job` waiting 30 s on the pool) kept the stop from ending."""
 
     def refused(self, exc: BaseException) -> bool:
         """Note `exc` when it is the store failing (the first one of an outage is logged
@@ -82,9 +89,16 @@ class Outage:
         line = store_failure(exc)
         if line is None:
             return False
+        self.noted(line)
+        return True
+
+    def noted(self, line: str) -> None:
+        """Note the store failing for `line`'s reason (also: no heartbeat reaches it)."""
         self.reason = line
         if self.since is None:
             self.since = self.clock()
+            for bound in self.bounds:
+                bound.reschedule(asyncio.get_running_loop().time() + STOPPING_CALL_TIMEOUT)
             log.warning(
                 "store %s refused the worker (%s): it takes no new job and reconnects "
                 "for up to %g s (--store-retry-timeout)",
@@ -94,7 +108,6 @@ class Outage:
             )
             if self.on_refused is not None:
                 self.on_refused()
-        return True
 
     def elapsed(self) -> float:
         return 0.0 if self.since is None else self.clock() - self.since
@@ -115,7 +128,7 @@ def guard(app: procrastinate.App, outage: Outage) -> None:
     with a traceback and stop the worker as if it had been asked to."""
     manager = app.job_manager
     for name, fallback in _GUARDED.items():
-        setattr(manager, name, _guarded(getattr(manager, name), outage, fallback))
+        setattr(manager, name, _guarded(getattr(manager, name), outage, fallback, name))
     listen = manager.listen_for_jobs
 
     async def listening(**kwargs: Any) -> None:
@@ -130,29 +143,51 @@ def guard(app: procrastinate.App, outage: Outage) -> None:
     quiet = _QuietPsycopg(outage)
     for name in ("psycopg", "psycopg.pool"):  # a logger's filters see its own records only
         logging.getLogger(name).addFilter(quiet)
+    for name in ("fim.store", "fim.usage"):  # a stopping job's last writes, refused
+        logging.getLogger(name).addFilter(_OneLine(outage))
 
 
 def _guarded(
-    call: Callable[..., Awaitable[Any]], outage: Outage, fallback: Callable[[], Any]
+    call: Callable[..., Awaitable[Any]], outage: Outage, fallback: Callable[[], Any], name: str
 ) -> Callable[..., Awaitable[Any]]:
     """`call`, its store failures noted and answered with `fallback()`; once the outage is
-    noted, bounded by `STOPPING_CALL_TIMEOUT`."""
+    noted, bounded by `STOPPING_CALL_TIMEOUT`. A job's end refused because its row is no
+    longer this worker's (`HANDED_ON`) is one line, not an asyncio "Task exception was
+    never retrieved" traceback."""
 
     async def guarded(*args: Any, **kwargs: Any) -> Any:
+        bound = asyncio.timeout(None)  # set once the outage is noted (`Outage.bounds`)
         try:
-            if outage.since is None:
-                return await call(*args, **kwargs)
-            try:
-                async with asyncio.timeout(STOPPING_CALL_TIMEOUT):
+            async with bound:
+                outage.bounds.add(bound)
+                try:
+                    if outage.since is not None:
+                        bound.reschedule(asyncio.get_running_loop().time() + STOPPING_CALL_TIMEOUT)
                     return await call(*args, **kwargs)
-            except TimeoutError:
-                return fallback()
+                finally:
+                    outage.bounds.discard(bound)
         except Exception as exc:
-            if not outage.refused(exc):
+            if isinstance(exc, TimeoutError) and bound.expired():
+                return fallback()
+            if outage.refused(exc):
+                return fallback()
+            if name not in ("finish_job", "retry_job") or not _handed_on(exc):
                 raise
+            job = kwargs.get("job", args[0] if args else None)
+            log.warning("job %s was handed on meanwhile: left as it is", getattr(job, "id", "?"))
             return fallback()
 
     return guarded
+
+
+def _handed_on(exc: BaseException | None) -> bool:
+    """Whether `exc` (procrastinate's `ConnectorException`, the database's error as its
+    cause) is the refusal `HANDED_ON`."""
+    while exc is not None:
+        if HANDED_ON in str(exc):
+            return True
+        exc = exc.__cause__
+    return False
 
 
 class _QuietPsycopg(logging.Filter):
@@ -167,6 +202,23 @@ class _QuietPsycopg(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return self.outage.since is None or record.levelno >= logging.ERROR
+
+
+class _OneLine(logging.Filter):
+    """During a noted outage, fim's line about a write the store refused (a stopping job's
+    usage, its run record) keeps the reason, not the traceback: the outage is expected."""
+
+    def __init__(self, outage: Outage) -> None:
+        super().__init__()
+        self.outage = outage
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        failed = record.exc_info[1] if record.exc_info else None
+        line = store_failure(failed) if failed is not None else None
+        if self.outage.since is not None and line is not None:
+            record.msg, record.args = f"{record.getMessage()} ({line})", None
+            record.exc_info, record.exc_text = None, None
+        return True
 
 
 def postgres_probe(dsn: str) -> Callable[[], Awaitable[None]]:
@@ -204,9 +256,12 @@ async def ride_out(
     loop = asyncio.get_running_loop()
     signalled = asyncio.Event()
     current: asyncio.Task[None] | None = None
+    stopped: set[asyncio.Task[None]] = set()
 
-    def stop() -> None:  # procrastinate stops a cancelled worker gracefully
-        if current is not None and not current.done():
+    def stop() -> None:  # procrastinate stops a cancelled worker gracefully, once:
+        # a second cancel (a signal during an outage's stop) cut its shutdown short
+        if current is not None and not current.done() and current not in stopped:
+            stopped.add(current)
             current.cancel()
 
     def on_signal() -> None:

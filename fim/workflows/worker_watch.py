@@ -10,6 +10,8 @@
   the skew failure as a record of that run, not one line of text (`JobFields`).
 - `Health`: the worker is healthy while its loop runs and its last heartbeat to the queue
   is younger than `--stalled-after` (past it, other workers hand its jobs on anyway).
+- `Lease`: the worker's hold on the jobs it runs, kept by its heartbeat, and given up (its
+  jobs cut and delivered again) before another worker may take them over.
 - `serve_endpoint`: `/healthz` and `/metrics` on `--metrics-port`, a Starlette app under
   uvicorn in a thread of its own (uvicorn takes signals only in the main thread, which
   procrastinate's worker keeps).
@@ -19,18 +21,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import contextvars
 import logging
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
 from fim.hosts import listen
-from fim.workflows.queue_rows import QUEUE
+from fim.workflows.queue_rows import CUT, QUEUE, DeliverAgain, worker_stopping
+
+log = logging.getLogger("fim.worker")
 
 if TYPE_CHECKING:
     import procrastinate
@@ -92,11 +98,17 @@ class JobWatch:
     """A procrastinate worker middleware: counts each fim job running and by its outcome,
     and gives its log lines the job's fields (`_JOB`). `outage`
     (`fim.workflows.worker_store.Outage`) takes the store failures of the every-second
-    `RETRY_STALLED` job, which would otherwise each log a failed job with its traceback."""
+    `RETRY_STALLED` job, which would otherwise each log a failed job with its traceback.
+    Each run job is held by `lease` while it runs; one its worker stopped under that ends
+    with an error (its last writes refused by a store that went away) is still delivered
+    again: ended `failed`, its run would stay `running` for good."""
 
-    def __init__(self, metrics: WorkerMetrics | None, outage: Any = None) -> None:
+    def __init__(
+        self, metrics: WorkerMetrics | None, outage: Any = None, lease: Lease | None = None
+    ) -> None:
         self.metrics = metrics  # None: prometheus-client is not installed, fields only
         self.outage = outage
+        self.lease = lease
 
     async def __call__(self, call_next: Callable[[], Awaitable[Any]], context: JobContext,
                        worker: Any) -> Any:  # fmt: skip
@@ -121,9 +133,16 @@ class JobWatch:
             metrics.running.inc()
         result: Any = None
         error: BaseException | None = None
+        held = self.lease.hold(context) if self.lease is not None else contextlib.nullcontext()
         try:
-            result = await call_next()
+            with held:
+                result = await call_next()
             return result
+        except Exception as exc:
+            error = exc
+            if worker_stopping(context) and not isinstance(exc, DeliverAgain):
+                raise DeliverAgain(fields.get("run_id", "")) from exc
+            raise
         except BaseException as exc:
             error = exc
             raise
@@ -131,24 +150,19 @@ class JobWatch:
             _JOB.reset(token)
             if metrics is not None:
                 metrics.running.dec()
-                shutdown = _stopping(context) if error is not None else False
+                shutdown = worker_stopping(context) if error is not None else False
                 metrics.jobs.labels(outcome_of(result, job, error, shutdown)).inc()
-
-
-def _stopping(context: JobContext) -> bool:
-    """Whether a job ended because its worker stops (the queue delivers it again)."""
-    # deferred: procrastinate is loaded only where jobs run
-    from procrastinate.job_context import AbortReason
-
-    return context.abort_reason() is AbortReason.SHUTDOWN
 
 
 class JobFields(logging.Filter):
     """A log handler's filter: every record written inside a job (fim's, procrastinate's)
     gets the job's fields; procrastinate's per-job lines of `RETRY_STALLED`, every second
-    on some worker, are dropped below warnings."""
+    on some worker, are dropped below warnings; its line of a job delivered again
+    (`DeliverAgain`: its worker stopped) keeps no traceback, a stop is no error."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], DeliverAgain):
+            record.exc_info, record.exc_text = None, None
         job = getattr(record, "job", None)
         if (
             record.levelno < logging.WARNING
@@ -196,18 +210,116 @@ class Health:
         return {"ok": True, "heartbeat_age_s": round(age, 3)}
 
 
-def track_heartbeat(app: procrastinate.App, health: Health) -> None:
-    """Mark `health` beaten each time procrastinate's heartbeat reaches the queue: the
-    worker calls its job manager's `update_heartbeat`, wrapped here on this app's manager
-    only (procrastinate tells nothing else of it)."""
-    manager = app.job_manager
-    update = manager.update_heartbeat
+class Lease:
+    """This worker's hold on the jobs it runs, kept by its heartbeat (attack-47 F1).
 
-    async def beaten(worker_id: int) -> None:
-        await update(worker_id)
-        health.beat()
+    Another worker's stalled-job retry hands a job on once its worker's last heartbeat is
+    older than `--stalled-after`. procrastinate stops a worker by cancelling its heartbeat
+    first, then gives the running jobs `--shutdown-timeout`: after a SIGTERM or a store
+    outage, one run ran on two workers at once. So `keep` beats whenever procrastinate's
+    beat is late or stopped (`beat_after`), and once no beat reached the store for
+    `cut_after` (2/3 of `--stalled-after`) cuts the running jobs as a stop does (each is
+    delivered again) and calls `on_lost`: their ending has the last third of the bound,
+    before any other worker may take them. A beat counts from when it was sent."""
 
-    setattr(manager, "update_heartbeat", beaten)  # noqa: B010 - an instance's method
+    def __init__(self, heartbeat: float, stalled_after: float, health: Health | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        self.beat_after, self.stalled_after = 1.5 * heartbeat, stalled_after
+        self.cut_after = stalled_after * 2 / 3  # at least 2 heartbeats (`check_stalled`)
+        self.tick = heartbeat / 4
+        self.health, self.clock = health, clock
+        self.worker_id: int | None = None
+        self.beaten = 0.0
+        self.jobs: dict[asyncio.Task[Any], JobContext] = {}
+        self.on_lost: Callable[[str], None] = lambda reason: None
+        self._manager: Any = None
+
+    def track(self, app: procrastinate.App) -> None:
+        """Learn this worker's id and its beats from the app's job manager (wrapped on this
+        app's manager only: procrastinate tells nothing else of them)."""
+        manager: Any = app.job_manager  # its methods replaced on this instance
+        self._manager = manager
+        register, update = manager.register_worker, manager.update_heartbeat
+        unregister = manager.unregister_worker
+
+        async def registered() -> int:
+            sent = self.clock()
+            worker_id = int(await register())
+            self.worker_id, self.beaten = worker_id, sent
+            return worker_id
+
+        async def beaten(worker_id: int) -> None:
+            sent = self.clock()
+            await update(worker_id)
+            if worker_id == self.worker_id:
+                self.beaten = max(self.beaten, sent)
+            if self.health is not None:
+                self.health.beat()
+
+        async def unregistered(worker_id: int) -> None:
+            self.worker_id = None  # its row goes: nothing left to beat for
+            await unregister(worker_id)
+
+        manager.register_worker, manager.update_heartbeat = registered, beaten
+        manager.unregister_worker = unregistered
+
+    @contextlib.contextmanager
+    def hold(self, context: JobContext) -> Any:
+        """While a job runs in the current task: cut with the others if the lease lapses."""
+        task = asyncio.current_task()
+        assert task is not None
+        self.jobs[task] = context
+        try:
+            yield
+        finally:
+            self.jobs.pop(task, None)
+
+    @contextlib.asynccontextmanager
+    async def kept(self) -> AsyncIterator[None]:
+        """`keep` running for the block: one worker session, its stop's grace included."""
+        keeper = asyncio.create_task(self.keep())
+        try:
+            yield
+        finally:
+            keeper.cancel()
+
+    async def keep(self, sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> None:
+        """Check the lease every quarter heartbeat, and at the cut line, while it runs."""
+        while True:
+            left = self.left()
+            await sleep(left if 0 < left < self.tick else self.tick)
+            await self.check()
+
+    def left(self) -> float:
+        """Seconds until the jobs are cut unless a beat reaches the store."""
+        return self.beaten + self.cut_after - self.clock() if self.worker_id else self.tick
+
+    async def check(self) -> None:
+        if self.worker_id is None or self._manager is None:
+            return
+        left = self.left()
+        if self.clock() - self.beaten >= self.beat_after and left > 0:
+            with contextlib.suppress(Exception):  # a store failure: the ride-out notes it
+                async with asyncio.timeout(left):  # a hung store: the cut is on time
+                    await self._manager.update_heartbeat(self.worker_id)
+        silent = self.clock() - self.beaten
+        if silent >= self.cut_after:
+            self.cut(silent)
+
+    def cut(self, silent: float) -> None:
+        """Cut every job not cut yet, each to be delivered again (`worker_stopping`)."""
+        jobs = [(t, c) for t, c in self.jobs.items() if not c.additional_context.get(CUT)]
+        if not jobs:
+            return
+        reason = f"no heartbeat reached the store for {silent:.1f} s"
+        log.warning(
+            "%s: %d running job(s) cut, to be delivered again before another worker may "
+            "take them over (--stalled-after %g)", reason, len(jobs), self.stalled_after
+        )  # fmt: skip
+        for task, context in jobs:
+            context.additional_context[CUT] = True
+            task.cancel()
+        self.on_lost(reason)
 
 
 def endpoint_app(health: Health, metrics: WorkerMetrics) -> Any:
