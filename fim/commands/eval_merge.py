@@ -3,7 +3,6 @@ reports of shards (`fim eval --shard I/N --json`)."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -62,8 +61,8 @@ def merge_reports(
 
     # deferred: loading fim.eval.ci costs tens of ms
     from fim.eval.ci import exit_code, label, load, merge, plain, rate, verdict
-    from fim.eval.ci import junit as junit_xml
     from fim.eval.ci_markdown import markdown
+    from fim.eval.report import write_report_files
 
     try:
         merged = merge([load(p) for p in paths])
@@ -92,12 +91,7 @@ def merge_reports(
             from fim.eval.baseline import text
 
             sys.stdout.write(text(comparison))
-    if junit is not None:
-        junit.parent.mkdir(parents=True, exist_ok=True)
-        junit.write_text(junit_xml(merged), encoding="utf-8")
-    if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(merged, indent=2, default=str), "utf-8")
+    write_report_files(merged, junit, json_out)
     code = exit_code(merged, fail_on_skip)
     if code != 2:  # nothing tested, or --fail-on-skip: which cases were skipped
         untested_said(merged, fail_on_skip, shard=False)

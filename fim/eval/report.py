@@ -280,7 +280,11 @@ def write_reports(
     """The JUnit and JSON files asked for, of `data` when given (`json_report(report)`)."""
     if junit_path is None and as_json is None:
         return
-    data = json_report(report) if data is None else data
+    write_report_files(json_report(report) if data is None else data, junit_path, as_json)
+
+
+def write_report_files(data: dict[str, Any], junit_path: Path | None, as_json: Path | None) -> None:
+    """The JUnit and JSON files asked for, of a JSON report (a run's, or shards' merged)."""
     if junit_path is not None:
         junit_path.parent.mkdir(parents=True, exist_ok=True)
         junit_path.write_text(junit(data), encoding="utf-8")
