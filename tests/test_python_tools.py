@@ -317,3 +317,39 @@ def test_a_module_broken_after_validate_leaves_the_run_on_the_compiled_tool(
         asyncio.run(run_events(dataclasses.replace(snapshot, modules={}), "calc", "go"))
     assert info.value.message == "agents/calc.yaml: tools: cannot import 'mytools:add'"
     assert "hooks/mytools.py was written after it was compiled" in str(info.value.hint)
+
+
+def test_project_code_that_raises_while_a_tool_is_looked_up_is_a_located_problem(
+    tmp_path: Path,
+) -> None:
+    """A module `__getattr__` and a callable whose signature raises run project code while
+    the tool is looked up and built: each is a problem at its entry, never a crash."""
+    root = project(tmp_path / "p", {}, turn())
+    (root / "hooks" / "odd.py").write_text(
+        textwrap.dedent(
+            '''
+            def __getattr__(name):
+                raise RuntimeError("no " + name)
+
+            class Callable:
+                __signature__ = property(lambda self: 1 / 0)
+
+                def __call__(self, x: int) -> int:
+                    """Doc."""
+                    return x
+
+            made = Callable()
+            '''
+        )
+    )
+    (root / "agents" / "calc.yaml").write_text(
+        "description: calc\nmodel: scripted:calc.script.yaml\ninstructions: Go.\n"
+        "tools: [odd:missing, odd:made]\n"
+    )
+    assert problems(root) == [
+        "agents/calc.yaml:4:9: tools: cannot import 'odd:missing' (looking up 'missing' in "
+        "hooks/odd.py raised RuntimeError: no missing)",
+        "agents/calc.yaml:4:22: tools: cannot build the tool 'odd:made': ZeroDivisionError: "
+        "division by zero (a tool is a plain def or async def with annotated parameters and "
+        "a docstring)",
+    ]

@@ -267,3 +267,67 @@ def test_an_a2a_stream_ends_with_the_cut_as_its_tasks_final_status(tmp_path: Pat
     log = next(root.glob("serve-*.log")).read_text()
     assert log.count("stopping: cut streamed run") == 1
     assert "Traceback" not in log and "Exception in ASGI application" not in log
+
+
+def test_an_openai_stream_whose_client_stopped_reading_is_dropped_and_its_run_closed() -> None:
+    """`/v1/chat/completions` with `stream: true` is dropped as fim's own SSE is."""
+    from fim.server.openai_compat import OpenAICompat
+    from fim.server.streams import EventStream
+
+    closed_in: list[asyncio.Task[Any] | None] = []
+
+    async def events(*_: Any, **__: Any) -> AsyncIterator[Any]:
+        try:
+            for n in range(1000):
+                yield SimpleNamespace(type="token", text=f"word {n} ")
+                await asyncio.sleep(0)
+        finally:
+            closed_in.append(asyncio.current_task())
+
+    async def serve() -> bool:
+        api, client = SimpleNamespace(services=Services(), events=events), Client(room=3)
+        chunks = OpenAICompat(api)._chunks("a", [], "chatcmpl-1", "r-oai", False)  # type: ignore[arg-type]
+        answer = asyncio.ensure_future(EventStream(chunks)(SCOPE, client.receive, client.send))
+        await client.stuck.wait()
+        streaming = asyncio.all_tasks()
+        cut_streams(api)
+        settled = await _settled(answer) and answer.exception() is None
+        return settled and closed_in[0] in streaming  # by its stream, not the GC hook's task
+
+    assert asyncio.run(serve())
+
+
+def test_a_follower_over_http_ends_cleanly_when_the_server_stops(tmp_path: Path) -> None:
+    """`GET /v1/runs/{id}/events` of a run that never ends, on a server told to stop: the
+    follower's response ends before uvicorn's bound, with no traceback in the log."""
+    root = tmp_path / "p"
+    (root / "agents").mkdir(parents=True)
+    (root / "fim.yaml").write_text("name: followstop\n")
+    followed: list[str] = []
+    with OpenAIStubServer() as stub:
+        stub.hang_next(1)
+        (root / "agents" / "slow.yaml").write_text(
+            "description: never answered\n"
+            f"model: {{model: openai/stub, api_base: '{stub.base_url}', api_key: x}}\n"
+        )
+        with fim_server(root, "--shutdown-timeout", "2", "--log-level", "info") as (url, proc):
+            body = {"input": "hi", "stream": True}
+            with httpx.stream("POST", f"{url}/v1/agents/slow/runs", json=body, timeout=60) as r:
+                first = next(line for line in r.iter_lines() if line.startswith("data:"))
+                run_id = json.loads(first.removeprefix("data:"))["run_id"]
+
+                def follow() -> None:
+                    path = f"{url}/v1/runs/{run_id}/events"
+                    with httpx.stream("GET", path, timeout=60) as tail:
+                        followed.extend(tail.iter_lines())
+                    followed.append("ended")
+
+                follower = threading.Thread(target=follow)
+                follower.start()
+                until(lambda: len(followed) > 0, what="the follower reading the run")
+                proc.send_signal(signal.SIGTERM)
+                follower.join(timeout=60)
+                assert proc.wait(timeout=60) == 0
+    assert followed[-1] == "ended"  # a whole response, not a broken chunked body
+    log = next(root.glob("serve-*.log")).read_text()
+    assert "Traceback" not in log and "Exception in ASGI application" not in log

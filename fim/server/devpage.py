@@ -27,13 +27,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import FileResponse, Response, StreamingResponse
+from starlette.responses import FileResponse, Response
 from starlette.staticfiles import StaticFiles
 
 from fim.errors import FimError
 from fim.masking import known
 from fim.server.bodies import BodyError, EvalRunBody, read_body
 from fim.server.http import JSONResponse, error, run_scope
+from fim.server.streams import followed
 from fim.version import fim_version
 
 if TYPE_CHECKING:
@@ -187,11 +188,7 @@ def devpage_handlers(api: Api) -> dict[str, Any]:
         return JSONResponse(json_report(report))
 
     async def status_stream(request: Request) -> Response:
-        return StreamingResponse(
-            _status_events(api, run_scope(request)),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        return followed(api, _status_events(api, run_scope(request)))  # ends at a stop's cut
 
     return {
         "index": index,

@@ -15,10 +15,11 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from fim.masking import StreamMasker, known
 from fim.server.http import MAX_INT64, JSONResponse, error, run_scope, whole_number
+from fim.server.streams import followed
 from fim.store import get_store
 from fim.store.live import read_events, running_here, tail
 from fim.store.owners import may_read
@@ -87,11 +88,7 @@ def live_handlers(api: Api) -> dict[str, Any]:
             return error(404, f"unknown run '{run_id}'")  # another key's run: not there
         if not running_here(store, run_id) and await store.get_run(run_id) is None:
             return error(404, f"unknown run '{run_id}'")
-        return StreamingResponse(
-            _frames(tail(store, run_id, after)),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        return followed(api, _frames(tail(store, run_id, after)))  # ends at a stop's cut
 
     async def cancel_run(request: Request) -> Response:
         """Stop a background run: 202 while it stops, 200 if it had not started, 409 when

@@ -12,6 +12,7 @@ This module runs the request and sends the answer back (one JSON completion, or
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -19,7 +20,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from fim.config.problems import suggest
 from fim.errors import FimError
@@ -32,6 +33,7 @@ from fim.server.openai_errors import error_object, failure
 from fim.server.openai_request import plan, to_messages
 from fim.server.sessions import UnknownSession, known_agent
 from fim.server.stopping import CUT, StreamCut, until_stop
+from fim.server.streams import EventStream
 from fim.types import Message
 
 if TYPE_CHECKING:
@@ -94,7 +96,7 @@ class OpenAICompat:
         run_id = uuid.uuid4().hex[:12]
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            return StreamingResponse(
+            return EventStream(  # a stopping server may drop it when its client stopped reading
                 self._chunks(
                     name,
                     messages,
@@ -182,18 +184,19 @@ class OpenAICompat:
             owner=session[1],
         )
         try:
-            async for event in until_stop(self.api, run_id, events):
-                if event.type == "token":
-                    streamed = True
-                    text = tokens.feed(event.text)
-                    if text:
-                        yield chunk({"content": text})
-                elif event.type == "error":
-                    problem = (event.kind, event.message)
-                elif isinstance(event, ToolCallEvent) and event.name in client_tools:
-                    calls.append(event)
-                elif isinstance(event, RunFinished):
-                    final = event
+            async with contextlib.aclosing(until_stop(self.api, run_id, events)) as cut_at_stop:
+                async for event in cut_at_stop:
+                    if event.type == "token":
+                        streamed = True
+                        text = tokens.feed(event.text)
+                        if text:
+                            yield chunk({"content": text})
+                    elif event.type == "error":
+                        problem = (event.kind, event.message)
+                    elif isinstance(event, ToolCallEvent) and event.name in client_tools:
+                        calls.append(event)
+                    elif isinstance(event, RunFinished):
+                        final = event
         except StreamCut as cut:  # by a stopping server: an error event, as a failed run's
             problem, final = (CUT, cut.message), None
         except FimError as exc:

@@ -248,7 +248,14 @@ def resolve(snapshot: Snapshot, ref: str, load_module: LoadModule) -> FunctionTo
     except ModuleLoadError as exc:
         hint = f"; {exc.hint}" if exc.hint else ""
         raise PythonToolError(f"cannot import '{ref}'", exc.detail + hint) from None
-    fn = getattr(module, function, None)
+    try:  # a module `__getattr__` or a descriptor runs project code here
+        fn = getattr(module, function, None)
+    except Exception as exc:
+        raise PythonToolError(
+            f"cannot import '{ref}'",
+            f"looking up '{function}' in {folder}/{module_name}.py raised "
+            f"{type(exc).__name__}: {exc}",
+        ) from None
     if fn is None:
         found = functions_of(module)
         raise PythonToolError(
@@ -260,7 +267,15 @@ def resolve(snapshot: Snapshot, ref: str, load_module: LoadModule) -> FunctionTo
     cached = _BUILT.get(key)
     if cached is not None and cached[0] is fn:
         return cached[1]
-    built = build_tool(fn, ref)
+    try:
+        built = build_tool(fn, ref)
+    except PythonToolError:
+        raise
+    except Exception as exc:  # its signature, annotations or docstring run project code
+        raise PythonToolError(
+            f"cannot build the tool '{ref}': {type(exc).__name__}: {exc}",
+            "a tool is a plain def or async def with annotated parameters and a docstring",
+        ) from None
     if len(_BUILT) >= 1024:
         _BUILT.clear()
     _BUILT[key] = (fn, built)
