@@ -278,6 +278,7 @@ def worker(
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.build.reload import SnapshotHolder
     from fim.workflows.durable import make_app
+    from fim.workflows.job_owner import own_writes
     from fim.workflows.queue_rows import QUEUE, postgres_dsn, prune_bound
     from fim.workflows.worker_store import Outage, guard, postgres_probe, ride_out
     from fim.workflows.worker_watch import JobWatch, Lease, watch_resolve
@@ -338,6 +339,7 @@ def worker(
             puller = asyncio.create_task(watch(root, holder, stop=stop))
         store = Database(snapshot.project.state, root).display_url
         outage = Outage(store, store_retry_timeout)
+        own_writes(app)  # a held write landing late never ends another worker's run
         guard(app, outage)  # a store refusing the worker: ridden out (`ride_out`), no traceback
         lease.on_lost = outage.noted  # its jobs cut: the worker starts again, as after an outage
         watch_jobs = JobWatch(metrics, outage, lease)
