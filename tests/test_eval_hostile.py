@@ -55,3 +55,30 @@ def test_a_cases_vars_cannot_build_a_huge_value():
     assert _render("What is {{ a }} times {{ b }}?", {"a": 17, "b": 23}) == ("What is 17 times 23?")
     with pytest.raises(TemplateError):
         _render("{{ (9 ** (9 ** 8)) > 1 }} {{ x }}", {"x": 1})
+
+
+SECRET = "sk-evalcut-SECRETVALUE-0123456789"
+
+
+@pytest.mark.parametrize(
+    ("assertion", "passes", "pad"),
+    [
+        ({"json_path": {"path": "$.missing", "equals": 1}}, False, 37),  # cut at 80
+        ({"contains_json": True}, True, 17),  # cut at 60
+    ],
+    ids=["json_path-fails", "contains_json-passes"],
+)
+async def test_a_checked_json_is_masked_before_it_is_cut(
+    assertion: dict[str, Any], passes: bool, pad: int
+) -> None:
+    """The model escapes one letter of a secret it learned (`\\u0055`), which no mask form
+    matches; the check decodes the JSON and shows it cut: cut first and masked after, the
+    message kept 26 of the secret's 34 characters (attack-48 F1)."""
+    from fim.masking import remember
+
+    remember([SECRET])
+    escaped = SECRET.replace("U", "\\u0055")
+    output = '{"b": "' + "x" * pad + '", "c": "' + escaped + '"}'
+    outcome = await checked(assertion, output)
+    assert outcome.passed is passes
+    assert SECRET[:10] not in outcome.message  # at most a few letters, never a piece

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
+from fim.eval.report_file import checked_report
 from fim.terminal import printable
 
 if TYPE_CHECKING:
@@ -57,7 +58,13 @@ def load(path: Path) -> Report:
         raise RunError(f"{path}: not a fim eval JSON report ({exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("suites"), list):
         raise RunError(f"{path}: not a fim eval JSON report (no 'suites')", hint="fim eval --json")
-    return data
+    checked = checked_report(data)  # a shard or a baseline from elsewhere: any shape
+    if isinstance(checked, str):
+        raise RunError(
+            f"{path}: not a fim eval JSON report ({plain(checked)})",
+            hint="fim eval --json writes one; use the file as that run wrote it",
+        )
+    return checked
 
 
 def ran_cases(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:

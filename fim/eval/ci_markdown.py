@@ -26,14 +26,19 @@ if TYPE_CHECKING:
 
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()<>#+!|~])")
 
+_AUTOLINK = re.compile(r"(?i)\b(https?|ftp|www)(://|\.)")
+"""What GitHub turns into a link with no Markdown at all: `https://...` and `www.` text."""
+
 
 def _cell(text: str) -> str:
     """Plain text of a report (a suite's label, a failure's message quoting the model) as
     inert Markdown in a PR comment: one line, every character Markdown acts on escaped,
-    and `@` kept from mentioning anyone. A case name is a contributor's CSV cell and an
-    output the model's: a link, an image or `@org/team` there would render as one."""
+    `@` kept from mentioning anyone, and a bare URL from being linked (a zero-width space
+    after its scheme or `www`). A case name is a contributor's CSV cell and an output the
+    model's: a link, an image or `@org/team` there would render as one."""
     line = " ".join(text.split())[:300]
-    return _MARKDOWN.sub(r"\\\1", line).replace("@", "@\u200b")
+    line = _MARKDOWN.sub(r"\\\1", line).replace("@", "@\u200b")
+    return _AUTOLINK.sub("\\1\u200b\\2", line)
 
 
 def _code(text: str) -> str:

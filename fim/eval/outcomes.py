@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fim.events import ToolCallEvent
+from fim.masking import known
 
 
 @dataclass
@@ -47,8 +48,14 @@ class Outcome:
 
 
 def clip(text: str, limit: int = 120) -> str:
+    """`text` on one line, cut to `limit` characters by the masking policy's cut
+    (`Masker.head`): masked before the cut, so a secret the cut falls inside leaves no
+    piece of itself (a checked JSON re-serialized shows a secret the output escaped)."""
     text = text.replace("\n", " ")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    if len(text) <= limit:
+        return text  # whole: every exit masks it
+    shown, _ = known().head(text, limit - 1)
+    return shown + "…"
 
 
 def subset(expected: Any, actual: Any) -> bool:
