@@ -24,7 +24,7 @@ from fim.run.auto import AUTO, auto_agent
 from fim.server.bodies import BodyError, RunBody, read_body
 from fim.server.devpage import status_payload
 from fim.server.http import JSONResponse, error, query_int, run_scope, session_owner, sse
-from fim.server.openai_errors import error_object, failure
+from fim.server.openai_errors import error_object, failure, run_failed
 from fim.server.sessions import UnknownSession, known_agent
 from fim.server.stopping import until_stop
 from fim.types import Message
@@ -202,7 +202,7 @@ async def _json_run(
     if final.status == "error":  # a failed run is an HTTP error, never a 200 "answer"
         status, body = error_object(failure(trace, final))
         body.update(run_id=run_id, agent=name, status=final.status, events=trace)
-        return JSONResponse(body, status_code=status)
+        return run_failed(status, body, trace)
     await api.remember(session[0], session[1], history, final.output)
     return JSONResponse(
         {

@@ -29,7 +29,7 @@ from fim.masking import StreamMasker, known
 from fim.server.agent_routes import not_configured
 from fim.server.bodies import BodyError, ChatBody, read_body
 from fim.server.http import JSONResponse, error, session_owner
-from fim.server.openai_errors import error_object, failure
+from fim.server.openai_errors import error_object, failure, run_failed
 from fim.server.openai_request import plan, to_messages
 from fim.server.sessions import UnknownSession, known_agent
 from fim.server.stopping import CUT, StreamCut, until_stop
@@ -118,7 +118,7 @@ class OpenAICompat:
         final, trace = outcome
         if final.status == "error":
             status, err = error_object(failure(trace, final))
-            return JSONResponse({**err, "fim": {"run_id": run_id}}, status_code=status)
+            return run_failed(status, {**err, "fim": {"run_id": run_id}}, trace)
         calls = _pending_calls(trace, overrides)
         message: dict[str, Any] = {"role": "assistant", "content": final.output or None}
         if calls:

@@ -16,7 +16,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from fim.events import RunFinished
-from fim.server.http import error
+from fim.server.http import JSONResponse, error
+from fim.server.stopping import called_tools
 
 RESPONSES_PATH = re.compile(r"^(/v1)?/responses(/|$)")
 """OpenAI's Responses API (`POST /v1/responses`, `/responses` for a base URL without `/v1`),
@@ -83,3 +84,19 @@ def error_object(problem: tuple[str, str]) -> tuple[int, dict[str, Any]]:
             "code": kind,
         }
     }
+
+
+RETRIED = frozenset({408, 409, 429})
+"""Statuses below 500 the OpenAI SDKs retry (twice by default), as they retry every 5xx."""
+
+
+def run_failed(status: int, body: dict[str, Any], trace: list[dict[str, Any]]) -> JSONResponse:
+    """The answer to a run that failed after it may have called a tool (`called_tools`): a
+    status the SDKs retry gets `x-should-retry: false`. A retry runs the request from the
+    start and calls its tools again: one `parse()` whose answer failed its schema after a
+    tool call ran the agent and its tool three times (newcomer-48 #3), a refund three times.
+    Whether to send it again is the caller's decision, as for a run the stop cut."""
+    response = JSONResponse(body, status_code=status)
+    if (status >= 500 or status in RETRIED) and called_tools(trace):
+        response.headers["x-should-retry"] = "false"
+    return response
