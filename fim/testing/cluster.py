@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO, Any
 
-from fim.testing.server import free_port
+from fim.testing.server import ATTEMPTS, free_port, wait_bound
 
 TOOLS = '''\
 """Tools of the harness's workers (`fim worker --tools harness_tools:tools`): they replace
@@ -171,18 +171,25 @@ class Cluster:
         git("push", "-q", str(self.remote), "main", cwd=work)
         git("clone", "-q", str(self.remote), str(self.base / "worker-tree"))
 
-    def serve(self, name: str, *extra: str, git: bool = True) -> str:
-        """A `fim serve` pulling from the remote (or, `git=False`, on the workers' clone)."""
-        port = free_port()
-        if git:
-            args = ["serve", "--git", f"file://{self.remote}", "--ref", "main"]
-            args += ["--interval", "30s", "--git-checkout", str(self.base / f"checkout-{name}")]
-        else:
-            args = ["serve", "-p", str(self.base / "worker-tree")]
-        args += ["--port", str(port), "--log-level", "warning", *extra]
-        self._spawn(name, args)
-        self.urls[name] = f"http://127.0.0.1:{port}"
-        return self.urls[name]
+    def serve(self, name: str, *extra: str, git: bool = True, timeout: float = 60) -> str:
+        """A `fim serve` pulling from the remote (or, `git=False`, on the workers' clone);
+        returns once it has said it bound its port (`wait_bound`: before, another process
+        may hold that port and answer there), on another port if the first was taken."""
+        end = time.monotonic() + timeout
+        for _ in range(ATTEMPTS):
+            port = free_port()
+            if git:
+                args = ["serve", "--git", f"file://{self.remote}", "--ref", "main"]
+                args += ["--interval", "30s"]
+                args += ["--git-checkout", str(self.base / f"checkout-{name}")]
+            else:
+                args = ["serve", "-p", str(self.base / "worker-tree")]
+            args += ["--port", str(port), "--log-level", "warning", *extra]
+            self._spawn(name, args)
+            if wait_bound(self.procs[name], self.base / f"{name}.log", port, end):
+                self.urls[name] = f"http://127.0.0.1:{port}"
+                return self.urls[name]
+        raise RuntimeError(f"{name}: each of {ATTEMPTS} free ports was taken before it bound")
 
     def worker(self, name: str, *, sink: str = "", concurrency: int = 4) -> None:
         args = ["worker", "-p", str(self.base / "worker-tree"), "--tools", "harness_tools:tools"]
@@ -208,7 +215,8 @@ class Cluster:
         return path.read_text(errors="replace")[-3000:] if path.exists() else ""
 
     def wait_healthy(self, timeout: float = 60) -> None:
-        """Every replica answers /healthz (a dead one fails at once, with its log)."""
+        """Every replica answers /healthz (a dead one fails at once, with its log); each
+        answers on the port it has said it bound (`serve`), so from itself."""
         # deferred: a third-party package, loaded only when this path runs
         import httpx
 

@@ -7,6 +7,7 @@ uvicorn server, exactly as users' clients do.
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import socket
 import subprocess
@@ -137,34 +138,83 @@ def fim_process(
                     proc.wait()
 
 
+BANNER = re.compile(r"fim serve: project .*? · http://\S+:(\d+) \(OpenAI-compatible")
+"""`fim serve`'s start-up line (text, or the message of its JSON record), printed once its
+listening socket is bound: the port it names is the port that process holds."""
+
+ATTEMPTS = 5
+"""Ports `fim_server` tries: another process may bind the one `free_port` picked before the
+child binds it (seconds later: the child compiles first); the child then exits, and the
+harness starts another on a new port."""
+
+
+def announced_port(log: Path) -> int | None:
+    """The port the `fim serve` writing `log` says it has bound, once it has said so."""
+    found = BANNER.search(log.read_text(errors="replace")) if log.exists() else None
+    return int(found.group(1)) if found else None
+
+
+def wait_bound(proc: subprocess.Popen[bytes], log: Path, port: int, end: float) -> bool:
+    """Wait until the `fim serve` child `proc` (its output in `log`) says it listens on
+    `port`: True. False when it exited because `port` was taken before it bound it. Only
+    after True does a request to `port` reach `proc` (no other socket can listen there while
+    it does); before, a /healthz answer there may come from any process. RuntimeError, with
+    the log's end, when it died otherwise or `end` (time.monotonic) passed."""
+    while True:
+        bound = announced_port(log)
+        if bound is not None:
+            if bound != port:
+                raise RuntimeError(f"fim serve bound port {bound}, not {port}")
+            return True
+        if proc.poll() is not None:
+            text = log.read_text(errors="replace")
+            if f"port {port} on " in text and "is already in use" in text:
+                return False
+            raise RuntimeError(f"fim serve exited {proc.returncode}:\n{text[-3000:]}")
+        if time.monotonic() > end:
+            raise RuntimeError(f"fim serve did not bind port {port}:\n{log.read_text()[-3000:]}")
+        time.sleep(0.05)
+
+
 @contextlib.contextmanager
 def fim_server(
     root: Path, *extra: str, reload: bool = False, timeout: float = 60.0
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """`fim serve` on `root` as a child process on a free port: yields its URL and the
-    process once /healthz answers. Its output goes to `root/serve-PORT.log`, shown when it
-    dies before it is healthy."""
+    process once the child has said it bound that port (`wait_bound`) and /healthz answers
+    there. Its output goes to `root/serve-PORT.log`, shown when it dies before it is
+    healthy; a port taken before the child bound it is replaced by another."""
+    end = time.monotonic() + timeout
+    for _ in range(ATTEMPTS):
+        port = free_port()
+        args = ["serve", "-p", str(root), "--port", str(port), "--log-level", "warning"]
+        if not reload:
+            args.append("--no-reload")
+        path = root / f"serve-{port}.log"
+        with fim_process(*args, *extra, log=path) as proc:
+            if not wait_bound(proc, path, port, end):
+                continue
+            url = f"http://127.0.0.1:{port}"
+            wait_healthy(proc, url, path, end)
+            yield url, proc
+            return
+    raise RuntimeError(f"fim serve found each of {ATTEMPTS} free ports taken before it bound")
+
+
+def wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path, end: float) -> None:
+    """Poll `url`/healthz until it answers 200, while `proc` lives and before `end`."""
     # deferred: a third-party package, loaded only when this path runs
     import httpx
 
-    port = free_port()
-    args = ["serve", "-p", str(root), "--port", str(port), "--log-level", "warning"]
-    if not reload:
-        args.append("--no-reload")
-    path = root / f"serve-{port}.log"
-    with fim_process(*args, *extra, log=path) as proc:
-        url = f"http://127.0.0.1:{port}"
-        end = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None or time.monotonic() > end:
-                raise RuntimeError(f"fim serve did not come up:\n{path.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        yield url, proc
+    while True:
+        if proc.poll() is not None or time.monotonic() > end:
+            raise RuntimeError(f"fim serve did not come up:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
 
 
 @contextlib.contextmanager
