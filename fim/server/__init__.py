@@ -113,10 +113,11 @@ async def serve(
     holder.listeners.append(lambda old, new: _on_swap(services, old, new))
     app = create_app(holder, services)
     settings = snapshot.project.server
-    host, port = host or settings.host, port or settings.port
+    host, port = host or settings.host, settings.port if port is None else port
     refuse_open(settings, host)
-    holder.gates.append(reload_gate(host, port))  # the same rule for every reload
     sock = bind(host, port)  # before anything starts: a port in use is one clear line
+    port = sock.getsockname()[1]  # `--port 0`: the one the system chose
+    holder.gates.append(reload_gate(host, port))  # the same rule for every reload
     bound, proxies, prefix = deploy_options(settings, shutdown_timeout, trusted_proxies, root_path)
     config = uvicorn.Config(
         behind(app, prefix),

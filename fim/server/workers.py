@@ -133,9 +133,10 @@ def serve_workers(
     require_shared_store(snapshot.project.state, root, workers)
     check_at_start(snapshot.project.state, root)  # one line, not a 500 on every run
     settings = snapshot.project.server
-    host, port = host or settings.host, port or settings.port
+    host, port = host or settings.host, settings.port if port is None else port
     refuse_open(settings, host)
     sock = bind(host, port)
+    port = sock.getsockname()[1]  # `--port 0`: the one the system chose, for every worker
     bound, proxies, prefix = deploy_options(settings, shutdown_timeout, trusted_proxies, root_path)
     options = {
         "root": str(root),
