@@ -321,6 +321,15 @@ WRITE_ROLE_SETUPS = {
     "create": ("GRANT CREATE ON SCHEMA shop TO {role}", "has CREATE on schema shop"),
     "insert": ("GRANT INSERT ON shop.orders TO {role}", "can write to shop.orders"),
     "sequence": ("GRANT USAGE ON SEQUENCE shop.order_seq TO {role}", "shop.order_seq"),
+    # privileges a NOINHERIT membership does not pass on are one SET ROLE away (attack-49 F1)
+    "noinherit-superuser": (
+        "ALTER ROLE {role} NOINHERIT; GRANT {admin} TO {role}",
+        "(SET ROLE), a superuser",
+    ),
+    "noinherit-writer": (
+        "ALTER ROLE {role} NOINHERIT; GRANT {owner} TO {role}",
+        "can write to",
+    ),
 }
 
 
@@ -338,7 +347,10 @@ def write_roles(pg):
             role = f"fim_w_{uuid.uuid4().hex[:8]}"
             conn.execute(f"CREATE ROLE {role} LOGIN IN ROLE {pg.reader}")
             made.append(role)
-            conn.execute(grant.format(role=role))
+            for statement in grant.format(role=role, admin=conn.info.user, owner=pg.owner).split(
+                ";"
+            ):
+                conn.execute(statement)
             urls[case] = pg.reader_url.replace(f"{pg.reader}@", f"{role}@")
     yield urls
     with psycopg.connect(pg.admin_url, autocommit=True) as conn:

@@ -29,27 +29,38 @@ ROLE_HINT = (
 
 
 _ROLE_SQL = """
-SELECT r.rolname, r.rolsuper, r.rolcreaterole, r.rolcreatedb, pg_catalog.current_database(),
-  pg_catalog.has_database_privilege(pg_catalog.current_database(), 'CREATE'),
-  ARRAY(SELECT g.rolname::text FROM pg_catalog.pg_roles g
-        WHERE g.rolname = ANY(%(roles)s) AND pg_catalog.pg_has_role(r.oid, g.oid, 'MEMBER')
-        ORDER BY 1),
+WITH me AS (SELECT r.oid, r.rolname FROM pg_catalog.pg_roles r WHERE r.rolname = current_user),
+roles AS (SELECT g.oid, g.rolname::text AS name, g.rolsuper, g.rolcreaterole, g.rolcreatedb
+          FROM pg_catalog.pg_roles g, me WHERE pg_catalog.pg_has_role(me.oid, g.oid, 'MEMBER'))
+SELECT me.rolname::text, pg_catalog.current_database(),
+  ARRAY(SELECT name FROM roles WHERE rolsuper ORDER BY 1),
+  ARRAY(SELECT name FROM roles WHERE rolcreaterole ORDER BY 1),
+  ARRAY(SELECT name FROM roles WHERE rolcreatedb ORDER BY 1),
+  EXISTS(SELECT 1 FROM roles
+         WHERE pg_catalog.has_database_privilege(roles.oid, pg_catalog.current_database(),
+                                                 'CREATE')),
+  ARRAY(SELECT name FROM roles WHERE name = ANY(%(roles)s) ORDER BY 1),
   ARRAY(SELECT n.nspname::text FROM pg_catalog.pg_namespace n
         WHERE n.nspname <> ALL(%(system)s) AND n.nspname !~ '^pg_(toast|temp_|toast_temp_)'
-          AND pg_catalog.has_schema_privilege(r.oid, n.oid, 'CREATE')
+          AND EXISTS(SELECT 1 FROM roles
+                     WHERE pg_catalog.has_schema_privilege(roles.oid, n.oid, 'CREATE'))
         ORDER BY 1 LIMIT 3),
   ARRAY(SELECT pg_catalog.format('%%I.%%I', n.nspname, c.relname)
         FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname <> ALL(%(system)s) AND n.nspname !~ '^pg_(toast|temp_|toast_temp_)'
-          AND ((c.relkind IN ('r', 'p', 'v', 'm', 'f')
-                AND (pg_catalog.has_table_privilege(r.oid, c.oid,
+          AND EXISTS(SELECT 1 FROM roles WHERE
+               (c.relkind IN ('r', 'p', 'v', 'm', 'f')
+                AND (pg_catalog.has_table_privilege(roles.oid, c.oid,
                        'INSERT, UPDATE, DELETE, TRUNCATE')
-                     OR pg_catalog.has_any_column_privilege(r.oid, c.oid, 'INSERT, UPDATE')))
+                     OR pg_catalog.has_any_column_privilege(roles.oid, c.oid, 'INSERT, UPDATE')))
                OR (c.relkind = 'S'
-                   AND pg_catalog.has_sequence_privilege(r.oid, c.oid, 'USAGE, UPDATE')))
+                   AND pg_catalog.has_sequence_privilege(roles.oid, c.oid, 'USAGE, UPDATE')))
         ORDER BY 1 LIMIT 3)
-FROM pg_catalog.pg_roles r WHERE r.rolname = current_user
+FROM me
 """
+"""What the connector's role, and every role it may become (`SET ROLE`: a member of it,
+NOINHERIT included), could do that a reader must not. Privileges a NOINHERIT membership
+does not pass on are still one `SET ROLE` away (attack-49 F1): each role counts."""
 
 
 class ReadOnlyRoleError(RuntimeError):
@@ -63,14 +74,17 @@ def role_problems(conn: Any) -> tuple[str, str, list[str]]:
     ).fetchone()
     if row is None:
         return "?", "?", ["its role could not be found in pg_roles"]
-    role, superuser, createrole, createdb, database, create_db, roles, schemas, rels = row
-    if superuser:  # a superuser is a member of everything: one reason is enough
+    role, database, supers, createroles, createdbs, create_db, roles, schemas, rels = row
+    if role in supers:  # a superuser is a member of everything: one reason is enough
         return role, database, ["is a superuser"]
+    if supers:  # as good as one
+        return role, database, [f"can become {_names(supers)} (SET ROLE), a superuser"]
     problems: list[str] = []
-    if createrole:
-        problems.append("has CREATEROLE")
-    if createdb:
-        problems.append("has CREATEDB")
+    for names, what in ((createroles, "CREATEROLE"), (createdbs, "CREATEDB")):
+        if role in names:
+            problems.append(f"has {what}")
+        elif names:
+            problems.append(f"can become {_names(names)} (SET ROLE), which has {what}")
     if roles:
         problems.append(f"is a member of {', '.join(roles)}")
     if create_db:
@@ -80,6 +94,10 @@ def role_problems(conn: Any) -> tuple[str, str, list[str]]:
     if rels:
         problems.append(f"can write to {', '.join(rels)}")
     return role, database, problems
+
+
+def _names(roles: list[str]) -> str:
+    return ", ".join(f"'{name}'" for name in roles[:3]) + (" ..." if len(roles) > 3 else "")
 
 
 def role_error(connector: str, role: str, database: str, problems: list[str]) -> str:
