@@ -26,7 +26,6 @@ names they read (`fim.config.templates.PlainRefs`), without importing Jinja.
 
 from __future__ import annotations
 
-import datetime as _dt
 import functools
 import os
 from collections.abc import Mapping
@@ -34,9 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from fim.build.instruction_time import NOW_HINT, Now, instructions_now
 from fim.build.prompt_files import (
     MAX_PROMPT_BYTES,
     PROMPT_LINE,
+    error_where,
     mistake_column,
     project_loader,
 )
@@ -167,6 +168,8 @@ def _jinja() -> tuple[type[Any], type[Any], type[Exception], type[Any]]:
                 return str(super()._undefined_message)
             if obj is missing:
                 message, hint = _missing(name, None, Known(()))
+            elif isinstance(obj, Now):  # `now.strftime(...)`: it is text, not a datetime
+                message, hint = f"'now' has no attribute '{name}'", NOW_HINT
             elif isinstance(obj, Namespace):
                 message, hint = _missing(name, obj._fim_label, obj._fim_known)
             else:
@@ -227,30 +230,6 @@ def reading_environment(root: Path, project: Project, read: dict[str, str]) -> A
     )
 
 
-def _where(exc: BaseException, text: str) -> str:
-    """`template line N` (instructions of more than one line) or `prompts/x.md line N`:
-    the last template frame of the error (Jinja rewrites tracebacks to point into the
-    templates); "" for a one-line template."""
-    found: tuple[str, int] | None = None
-    lineno = getattr(exc, "lineno", None)
-    if isinstance(lineno, int) and hasattr(exc, "filename"):  # a syntax error knows where
-        found = (getattr(exc, "filename", None) or "<template>", lineno)
-    else:
-        tb = exc.__traceback__
-        while tb is not None:  # the last (innermost) template frame wins
-            name = tb.tb_frame.f_code.co_filename
-            if name == "<template>" or not (
-                os.path.isabs(name) or name.endswith(".py") or name.startswith("<")
-            ):
-                found = (name, tb.tb_lineno)
-            tb = tb.tb_next
-    if found is None:
-        return ""
-    if found[0] == "<template>":
-        return f"template line {found[1]}" if "\n" in text.strip() else ""
-    return f"{found[0]} line {found[1]}"
-
-
 def render(
     root: Path,
     project: Project,
@@ -273,7 +252,7 @@ def render(
         ),
         "agent": namespace("agent", {"name": agent.name, "description": agent.description}, known),
         "env": namespace("env", env, known),
-        "now": now,
+        "now": Now(now),
     }
     # deferred: loading jinja2 costs tens of ms
     from jinja2 import TemplateError, TemplateNotFound, TemplateSyntaxError
@@ -290,28 +269,32 @@ def render(
             _TEMPLATES[key] = (jinja, template)
         return template_guards.render(template, context).strip()
     except missing_error as exc:
-        raise InstructionsError(str(exc), getattr(exc, "hint", None), _where(exc, text)) from None
+        raise InstructionsError(
+            str(exc), getattr(exc, "hint", None), error_where(exc, text)
+        ) from None
     except TemplateNotFound as exc:
         raise InstructionsError(
             exc.message or f"no file '{exc.name}' in the project",
             "paths are relative to the project root, e.g. prompts/system.md",
-            _where(exc, text),
+            error_where(exc, text),
         ) from None
     except TemplateSyntaxError as exc:
         raise InstructionsError(
             f"invalid Jinja2 template: {exc.message}",
             "check {{ }} / {% %} pairs and filter names",
-            _where(exc, text),
+            error_where(exc, text),
         ) from None
     except TemplateError as exc:  # the sandbox or the loader refused something
-        raise InstructionsError(str(exc.message or exc), None, _where(exc, text)) from None
+        raise InstructionsError(str(exc.message or exc), None, error_where(exc, text)) from None
     except RecursionError:
         raise InstructionsError(
             "templates include each other without end",
             "does a prompt file include itself, or a macro call itself?",
         ) from None
     except Exception as exc:  # `{{ 1 / 0 }}`, a filter given the wrong type
-        raise InstructionsError(f"{type(exc).__name__}: {exc}", None, _where(exc, text)) from None
+        raise InstructionsError(
+            f"{type(exc).__name__}: {exc}", None, error_where(exc, text)
+        ) from None
 
 
 def render_for_run(
@@ -322,10 +305,11 @@ def render_for_run(
     version: str = "",
     jinja: Any = None,
 ) -> str:
-    """`render` with this process's allowlisted variables and the current time, from the
-    snapshot's `pinned` prompt files when given (a run), else from the disk."""
+    """`render` with this process's allowlisted variables and the current time (or the
+    one a `fim.build.instruction_time.rendering_time` block chose), from the snapshot's
+    `pinned` prompt files when given (a run), else from the disk."""
     allowed = {k: os.environ.get(k, "") for k in project.env_allowlist}
-    now = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    now = instructions_now()
     if jinja is None and pinned is not None:
         jinja = environment(root, project, pinned, version)
     return render(root, project, agent, allowed, now, jinja)
@@ -376,6 +360,15 @@ def check_instructions(checker: Any, entry: Entry) -> None:
                 message,
                 hint,
             )
+        elif in_file is not None:  # `template line N`: in a `|` block, that line of the file
+            block = entry.doc.block_line(
+                ("instructions",), int(in_file["line"]), agent.instructions
+            )
+            if block is not None:
+                text, line = entry.doc.text, block[0] - entry.doc.line_offset
+                col = mistake_column(text, line, found.message)
+                message = f"instructions: {found.message}"
+                at = Problem(at.path, block[0], block[1] if col == 1 else col, message, found.hint)
         checker.add(at)
 
 

@@ -4,7 +4,8 @@
 Apart from the rendering (`fim.build.instructions`) because it is the file-access policy
 a reviewer reads on its own: what a prompt file may be (inside the project, not hidden,
 not in a folder agents write, a small regular UTF-8 file), read by the one reader of
-project files (`fim.config.files.read_regular`).
+project files (`fim.config.files.read_regular`). It also says where in a template or a
+prompt file a rendering error is (`error_where`, `mistake_column`).
 
 The compile reads them (checking the instructions renders them) and pins what it read in
 the snapshot (`Snapshot.prompt_files`, part of its version): a run renders from those,
@@ -122,6 +123,30 @@ def _read(path: Path, refuse: Callable[[str], Exception]) -> tuple[str, int]:
         return raw.decode("utf-8"), st.st_mtime_ns
     except UnicodeDecodeError as exc:
         raise refuse(f"not UTF-8 text (byte {exc.start})") from None
+
+
+def error_where(exc: BaseException, text: str) -> str:
+    """`template line N` (instructions of more than one line) or `prompts/x.md line N`:
+    the last template frame of the error (Jinja rewrites tracebacks to point into the
+    templates); "" for a one-line template."""
+    found: tuple[str, int] | None = None
+    lineno = getattr(exc, "lineno", None)
+    if isinstance(lineno, int) and hasattr(exc, "filename"):  # a syntax error knows where
+        found = (getattr(exc, "filename", None) or "<template>", lineno)
+    else:
+        tb = exc.__traceback__
+        while tb is not None:  # the last (innermost) template frame wins
+            name = tb.tb_frame.f_code.co_filename
+            if name == "<template>" or not (
+                os.path.isabs(name) or name.endswith(".py") or name.startswith("<")
+            ):
+                found = (name, tb.tb_lineno)
+            tb = tb.tb_next
+    if found is None:
+        return ""
+    if found[0] == "<template>":
+        return f"template line {found[1]}" if "\n" in text.strip() else ""
+    return f"{found[0]} line {found[1]}"
 
 
 PROMPT_LINE = re.compile(r"(?P<file>.+) line (?P<line>\d+)")

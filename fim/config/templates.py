@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fim.errors import Problem
+
 if TYPE_CHECKING:
     from fim.config.yamlio import Path_
 
@@ -29,6 +31,8 @@ _SIMPLE = re.compile(
     rf"(?<!\{{)\{{\{{[ \t]*({_NAME}(?:[ \t]*(?:[=!<>]=|<|>)[ \t]*{_OPERAND})?)[ \t]*\}}\}}"
 )
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+_AT_LINE = re.compile(r" \(template line (\d+)\)$")
+"""How `TemplateChecker.parse` ends a syntax error's message with the template's line."""
 
 
 @dataclass(frozen=True)
@@ -121,9 +125,14 @@ class TemplateChecker:
             return None
         ast, error = self.parse(text)
         if error is not None:
-            checker.add(
-                entry.doc.problem(path, error, "check {{ }} / {% %} pairs and filter names")
-            )
+            hint = "check {{ }} / {% %} pairs and filter names"
+            at_line = _AT_LINE.search(error)
+            found = at_line and entry.doc.block_line(path, int(at_line[1]), text)
+            if at_line and found:  # a `|` block: the file's line, where an editor jumps to
+                message = error[: at_line.start()]
+                checker.add(Problem(entry.doc.path, found[0], found[1], message, hint))
+            else:
+                checker.add(entry.doc.problem(path, error, hint))
         return ast
 
     def check_tree(

@@ -107,9 +107,37 @@ class Document:
         nearest ancestor that exists in the file (values filled in by defaults)."""
         if not path:
             return self.root
-        node = self.node
+        node = self._node_at(path, key)
         if node is None:
             return 1 + self.line_offset, 1
+        mark = node.start_mark
+        return mark.line + 1 + self.line_offset, mark.column + 1
+
+    def block_line(self, path: Path_, line: int, text: str) -> tuple[int, int] | None:
+        """1-based (line, col) in the file of line `line` of the value `text` at `path`
+        (a template's line), where the value is a literal block scalar (`|`) whose lines
+        are the file's, col at the line's first non-blank; None otherwise (a folded or
+        flow scalar joins lines, so only the value's own position is known)."""
+        node = self._node_at(path, False)
+        if (
+            node is None
+            or node.id != "scalar"
+            or getattr(node, "style", None) != "|"
+            or node.value.count("\n") != text.count("\n")
+            or not 0 < line <= text.count("\n") + 1
+        ):
+            return None
+        at = node.start_mark.line + line  # the header's line (0-based) + the value's line
+        lines = self.text.splitlines()
+        row = lines[at] if at < len(lines) else ""
+        return at + 1 + self.line_offset, len(row) - len(row.lstrip()) + 1
+
+    def _node_at(self, path: Path_, key: bool) -> Any:
+        """The node of the value (or key) at `path`, or of the nearest ancestor in the
+        file; None when the text does not compose."""
+        node = self.node
+        if node is None:
+            return None
         for i, step in enumerate(path):
             last = i == len(path) - 1
             if node.id == "mapping":
@@ -124,8 +152,7 @@ class Document:
                 node = node.value[step]
             else:
                 break
-        mark = node.start_mark
-        return mark.line + 1 + self.line_offset, mark.column + 1
+        return node
 
     def problem(
         self, path: Path_, message: str, hint: str | None = None, key: bool = False

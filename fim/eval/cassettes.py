@@ -25,6 +25,9 @@ case is played back and a request it lacks is a *cassette miss*, reported as suc
 never recorded that asks a real model is *skipped*, `NeedsLiveModel`: replay never spends
 money or needs a key), `live` (ignore cassettes).
 
+A recording keeps the `now` its instructions rendered with, and a replay renders with it
+(`Cassette.now_for`); one from before the field renders with the current time, as it did.
+
 A cassette also holds the case's tool results (`tool_calls`, version 2), keyed by
 `tool_key`: a replayed reply asks for tool calls, and a committed file must not make CI
 send them (`fim.eval.tool_replay` decides what runs).
@@ -43,7 +46,7 @@ from typing import Any, Literal
 from fim.config.files import read_regular, write_inside
 from fim.config.schema import ModelSettings
 from fim.errors import RunError
-from fim.eval.cassette_keys import request_key
+from fim.eval.cassette_keys import NOW_MISS, reads_now, recorded_now, request_key
 from fim.eval.cassette_keys import tool_call as tool_call  # where it was first defined
 from fim.eval.cassette_keys import tool_key as tool_key
 from fim.eval.endpoints import DEFAULT_ENDPOINT, endpoint_words
@@ -103,6 +106,10 @@ class Cassette:
         self._loaded = False
         self.broken: str | None = None
         """Why the recorded file could not be read (the case fails with it, not the eval)."""
+        self.now: str | None = None
+        """The `now` the case's instructions render with (`now_for`)."""
+        self.live_now: str | None = None
+        """The current time a replay rendered with, for want of a recorded `now`."""
         self.hits = 0
         self.misses = 0
         self._lock = asyncio.Lock()
@@ -137,6 +144,7 @@ class Cassette:
             data = json.loads(raw)
             self.entries = {e["key"]: e for e in data.get("exchanges", [])}
             self.tools = {e["key"]: e for e in data.get("tool_calls", [])}
+            self.now = recorded_now(data.get("now"))
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             self.broken = f"cassette {self.path.name} is not a recording: {exc}"
         self._recorded = True
@@ -159,6 +167,19 @@ class Cassette:
         cassettes held `endpoint`): replayed, and the report says so once."""
         self.load()
         return any("endpoint" not in e for e in self.entries.values())
+
+    def now_for(self, live: str) -> str:
+        """The `now` the case's instructions render with, given the current time `live`
+        (`fim.build.instruction_time.rendering_time`): in replay the recorded one (else
+        `live`, as before fim kept it); recording, the first the case rendered with, kept
+        for the file, so the case's repeats and delegates render the same one."""
+        if self.mode == "record":
+            self.now = self.now or live
+            return self.now
+        self.load()
+        if self.mode == "replay" and self.now is None:
+            self.live_now = live
+        return self.now or live
 
     def recorded_endpoint(self, key: str) -> str | None:
         """Where the reply `key` was recorded (masked, as stored), or None (not said)."""
@@ -231,6 +252,7 @@ class Cassette:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         body = {
             "version": 2,
+            **({} if self.now is None else {"now": self.now}),
             "exchanges": sorted(self.entries.values(), key=lambda e: e["key"]),
             "tool_calls": sorted(self.tools.values(), key=lambda e: e["key"]),
         }
@@ -293,7 +315,7 @@ class CassetteModel:
             hit = cassette.lookup(key)
             if hit is None:
                 cassette.misses += 1
-                raise self._miss()
+                raise self._miss(messages)
             elsewhere = self._elsewhere(key)
             if elsewhere is not None:
                 cassette.misses += 1
@@ -328,11 +350,12 @@ class CassetteModel:
             "was recorded with",
         )
 
-    def _miss(self) -> CassetteMiss:
+    def _miss(self, messages: list[Message]) -> CassetteMiss:
         """Why a recorded case has no reply for this request. A model the recording never
         asked is said as such (newcomer6 #2: recorded under `FIM_MODEL=...`, replayed in CI
         without it, every case missed and the message blamed the prompt): the request key
-        holds the model, so no prompt edit or re-run can make it hit."""
+        holds the model, so no prompt edit or re-run can make it hit. So is instructions'
+        `now` replayed without a recorded one: the current time made another request."""
         cassette = self.cassette
         name = cassette.masker.text(self.name)
         recorded = cassette.models()
@@ -346,8 +369,11 @@ class CassetteModel:
                 "in CI, write the model into the agent or fim.yaml instead of an environment "
                 "variable, or re-record with `fim eval --record`",
             )
+        missed = f"cassette miss: {cassette.path.name} has no recorded reply for this request"
+        if cassette.live_now is not None and reads_now(messages, cassette.live_now):
+            return CassetteMiss(f"{missed}: {NOW_MISS[0]}", hint=NOW_MISS[1])
         return CassetteMiss(
-            f"cassette miss: {cassette.path.name} has no recorded reply for this request",
+            missed,
             hint="the prompt, tools or instructions changed since recording; "
             "re-record with `fim eval --record`",
         )

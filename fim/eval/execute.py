@@ -13,9 +13,11 @@ import asyncio
 import json
 import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from fim.build.eval_checks import case_input_problems, vars_hint
+from fim.build.instruction_time import rendering_time
 from fim.build.snapshot import Snapshot
 from fim.config.schema import EvalCase, EvalSuite, ModelSettings
 from fim.config.schema.evals import ApprovalAnswers, ElicitationAnswer
@@ -251,6 +253,12 @@ class CaseExecutor:
             return Throttled(model, self._calls, clock, settings)
 
         return wrap
+
+    def _time(self, cassette: Cassette) -> AbstractContextManager[None]:
+        """The `now` a case's instructions render with (`fim.build.instruction_time`): the
+        cassette's, recorded with it and replayed from it (`Cassette.now_for`), so a replayed
+        request is the recorded one; live, the current time."""
+        return nullcontext() if self.mode == "live" else rendering_time(cassette.now_for)
 
     def _tape(self, cassette: Cassette) -> ToolTape:
         """How a case's tool calls run (`fim.eval.tool_replay`): recorded with `--record`,

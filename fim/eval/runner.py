@@ -269,7 +269,11 @@ class EvalRunner(CaseExecutor):
         clock = CaseClock(self.clock)
         tape = self._tape(cassette)
         try:
-            with wrapping_models(self._wrapper(cassette, clock)), tape.installed():
+            with (
+                wrapping_models(self._wrapper(cassette, clock)),
+                tape.installed(),
+                self._time(cassette),
+            ):
                 try:
                     seen, prompt = await self._execute(
                         suite, case, payload, services, cassette, run, clock
