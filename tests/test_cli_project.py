@@ -121,6 +121,7 @@ def test_json_format(project: Path) -> None:
         "column": 1,
         "message": "unknown key 'descripton'",
         "hint": "did you mean 'description'?",
+        "severity": "error",
     }
 
 

@@ -27,7 +27,7 @@ def test_a_hook_program_not_installed_is_a_warning_strict_fails(tmp_path: Path) 
     ran = run_fim("validate", "--project", str(root))
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert (
-        "agents/dev.yaml:1:1: warning: agent 'dev': hook command 'nosuchprog-fim' is not "
+        "agents/dev.yaml:3:59: warning: agent 'dev': hook command 'nosuchprog-fim' is not "
         "installed here" in ran.stderr
     )
     assert run_fim("validate", "--strict", "--project", str(root)).returncode == 1

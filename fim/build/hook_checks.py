@@ -9,6 +9,7 @@ for every agent and hook file.
 
 from __future__ import annotations
 
+import difflib
 import errno
 import hashlib
 import os
@@ -298,7 +299,7 @@ def check_hook(checker: Checker, entry: Entry, spec: HookSpec, path: Path_) -> N
                 doc.problem(
                     (*path, "command"),
                     f"hook command '{program}' not found",
-                    "paths are relative to the project root",
+                    _nearby(program, script) or "paths are relative to the project root",
                 )
             )
         elif "/" in program and not os.access(script, os.X_OK):
@@ -319,6 +320,22 @@ def check_hook(checker: Checker, entry: Entry, spec: HookSpec, path: Path_) -> N
                 "set event: PreToolUse, PostToolUse or SessionStart",
             )
         )
+
+
+def _nearby(program: str, script: Path) -> str | None:
+    """`did you mean './hooks/check.sh'?` for `./hooks/chek.sh`: a file of the same folder
+    with a close name (the first 1,000 entries looked at), or None; none for a name no file
+    can have (a NUL byte in it is no typo)."""
+    if "\0" in program:
+        return None
+    folder = posixpath.dirname(program)
+    try:
+        with os.scandir(script.parent) as entries:
+            names = [entry.name for _, entry in zip(range(1000), entries, strict=False)]
+    except OSError:
+        return None
+    close = difflib.get_close_matches(posixpath.basename(program), names, n=1, cutoff=0.6)
+    return f"did you mean '{posixpath.join(folder, close[0])}'?" if close else None
 
 
 def check_hook_refs(checker: Checker) -> None:

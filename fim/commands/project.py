@@ -89,7 +89,7 @@ def validate(
     # masked as every other exit masks it (attack-34: validate runs in CI on PR branches)
     warnings = [_masked(p, snapshot.mask) for p in warnings]
     if strict and warnings:
-        _report(warnings, format)
+        _report(warnings, format, severity="warning")
         raise typer.Exit(1)
     # deferred: fim.config.loader is loaded by the compile above; named here for its warnings
     from fim.config.claude_files import claude_code_files
@@ -106,8 +106,8 @@ def validate(
         for p in claude_code_files(snapshot.root, snapshot.project, snapshot.agents)
     ]
     _warn(warnings + strays, format)
-    if format is Format.json:
-        sys.stdout.write("[]\n")
+    if format is Format.json:  # the warnings too, as `--format github` annotates them
+        sys.stdout.write(_as_json(warnings + strays, "warning"))
         return
     sys.stdout.write(f"ok: {summary(snapshot)} (snapshot {snapshot.version})\n")
     _editor_note(snapshot.root)
@@ -142,7 +142,8 @@ def _editor_note(root: Path) -> None:
 
 
 def _warn(problems: list[Problem], format: Format) -> None:
-    """Warnings go to stderr (stdout stays the list of errors) and never fail validate."""
+    """Warnings go to stderr (stdout stays the list of errors, or `--format json`'s list)
+    and never fail validate."""
     for p in problems:
         if format is Format.github:
             file = _gh_escape(p.path, prop=True)
@@ -193,10 +194,17 @@ def _store_problems(snapshot: Snapshot) -> list[Problem]:
     return [] if found is None else [Problem("fim.yaml", 1, 1, found[0], hint=found[1])]
 
 
-def _report(problems: list[Problem], format: Format) -> None:
+def _as_json(problems: list[Problem], severity: str) -> str:
+    """`--format json`'s list: each problem with its `severity`, `error` or `warning`."""
+    return json.dumps([{**p.as_dict(), "severity": severity} for p in problems], indent=2) + "\n"
+
+
+def _report(problems: list[Problem], format: Format, severity: str = "error") -> None:
+    """Problems that fail the check, on stdout. `severity` is what `--format json` says they
+    are: warnings under `--strict` fail the check and are still warnings."""
     out = sys.stdout
     if format is Format.json:
-        out.write(json.dumps([p.as_dict() for p in problems], indent=2) + "\n")
+        out.write(_as_json(problems, severity))
         return
     for p in problems:
         if format is Format.github:
@@ -256,7 +264,10 @@ def init(
     try:
         written = scaffold(target, name or target.name)
     except FileExistsError as exc:
-        fail(f"refusing to overwrite {exc.filename}", "use an empty or new directory")
+        fail(
+            f"refusing to overwrite {exc.filename}",
+            "use an empty or new directory; only an existing .gitignore is added to",
+        )
     except LinkRefused as exc:
         fail(exc.strerror or str(exc), "remove the link, or use an empty or new directory")
     # deferred: loading fim.config.schema costs hundreds of ms
@@ -264,7 +275,9 @@ def init(
 
     with user_errors():
         snapshot = compile_project(target)
-    sys.stdout.write(f"created {len(written)} files in {directory}: {summary(snapshot)}\n")
+    sys.stdout.write(f"created {len(written.created)} files in {directory}: {summary(snapshot)}\n")
+    for path, lines in written.added.items():  # an existing repository's own file
+        sys.stdout.write(f"added {', '.join(lines)} to your {path.name} (its lines are kept)\n")
     # deferred: the editor set-up exports the schemas, which only init needs
     from fim.scaffold.editor import SCHEMA_DIR, schema_setting, vscode_settings, write_schemas
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 from typing import TYPE_CHECKING
 
-from fim.config.yamlio import problem_in_file
+from fim.config.yamlio import parse, problem_in_file
 from fim.errors import Problem
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def _hook_command_warnings(snapshot: Snapshot) -> list[Problem]:
     found: list[Problem] = []
     seen: set[str] = set()
     for name, agent in snapshot.agents.items():
-        for hook in agent.hooks:
+        for index, hook in enumerate(agent.hooks):
             command = getattr(hook, "command", None)
             if not command:
                 continue
@@ -49,18 +49,33 @@ def _hook_command_warnings(snapshot: Snapshot) -> list[Problem]:
             if any(c in program for c in "$`;|&<>(){}*?[]~="):
                 continue  # the shell's to resolve
             seen.add(program)
-            source = snapshot.source("agent", name)
             found.append(
-                Problem(
-                    source.path,
-                    source.line,
-                    source.column,
+                _at_agent(
+                    snapshot,
+                    name,
+                    ("hooks", index, "command"),
                     f"agent '{name}': hook command '{program}' is not installed here: the hook "
                     "fails, and a failing hook blocks every call it matches (hooks fail closed)",
                     f"install {program} where fim runs, or change the hook's command",
                 )
             )
     return found
+
+
+def _at_agent(
+    snapshot: Snapshot, agent: str, path: tuple[str | int, ...], message: str, hint: str
+) -> Problem:
+    """A warning at the value at `path` of an agent's file, where the compile's errors about
+    that value point (the `command:` line, not the file's first); at the agent's start when
+    its file cannot be read again or has no such value (a race, not a problem of its own)."""
+    source = snapshot.source("agent", agent)
+    fallback = Problem(source.path, source.line, source.column, message, hint)
+    try:
+        text = (snapshot.root / source.path).read_text(encoding="utf-8")
+        found = parse(text, source.path).problem(path, message, hint)
+    except Exception:  # compiled from it: unreadable or unparsable now is a race
+        return fallback
+    return found if found.line > source.line else fallback
 
 
 def _unavailable_warnings(snapshot: Snapshot) -> list[Problem]:

@@ -1,8 +1,7 @@
 """What `fim run` shows and asks at the terminal: the events as they come (the answer on
-stdout, the trace on stderr), a `confirm` hook's question, and the run's record in the
-state store. Its own module because it decides what reaches a human's terminal (every
-model-written text through `printable`) and how a human's answer is recorded, apart from
-how a run is started.
+stdout, the trace and failures on stderr), a `confirm` hook's question, and the run's
+record in the state store. Its own module because it decides what reaches a human's
+terminal (model-written text through `printable`) and how a human's answer is recorded.
 """
 
 from __future__ import annotations
@@ -16,15 +15,15 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from fim.commands import err
+from fim.commands.run_lines import HookWarnings, summary_line
 from fim.terminal import clipped, markup, printable
 
 if TYPE_CHECKING:
-    from fim.events import Event, Token
+    from fim.events import Event, MessageEvent, Token
 
 
 class ApprovalLogFilter(logging.Filter):
-    """Drops the hooks' log line of a new approval request while `fim run` shows it (the
-    same text as the run's notice: it was printed twice)."""
+    """Drops the hooks' log line of a new approval request `fim run` shows as a notice."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not (isinstance(record.msg, str) and record.msg.startswith("approval "))
@@ -303,6 +302,10 @@ class EventPrinter:
         sending it is none, though the run's `iterations` counts its turn."""
         self._traces: dict[str, str] = {}
         """Trace ids per run id (`run_started`), shown on `-v`'s last line."""
+        self._hooks = HookWarnings()
+        self._held: MessageEvent | None = None
+        """A whole message, printed with the next event: as `error:` on stderr when that
+        event ends the run at max_iterations (the message says why), else on stdout."""
 
     def show(self, event: Event) -> None:
         # deferred: loading fim.masking costs a few ms (fim.events is loaded by now)
@@ -322,6 +325,10 @@ class EventPrinter:
         from fim.masking import mask_model
 
         event = mask_model(event)
+        if isinstance(event, HookEvent) and (broke := self._hooks.line(event)):
+            self.err.print(f"[yellow]warning:[/yellow] {markup(broke)}")
+        if self._held is not None:
+            self._release(self._held, event)
         if self.as_json:
             if isinstance(event, Token):
                 event = event.model_copy(update={"text": self._tokens.feed(event.text)})
@@ -341,11 +348,12 @@ class EventPrinter:
                 sys.stdout.write(printable(self._tokens.feed(event.text)))
                 sys.stdout.flush()
                 self._streamed = True
-            case MessageEvent():
-                text = self._tokens.flush() if self._streamed else event.content
-                sys.stdout.write(printable(text) + "\n")
+            case MessageEvent() if self._streamed:
+                sys.stdout.write(printable(self._tokens.flush()) + "\n")
                 sys.stdout.flush()
                 self._streamed = False
+            case MessageEvent():
+                self._held = event
             case ErrorEvent():
                 self.err.print(f"[red]error:[/red] {markup(event.message)}")
             case ToolCallEvent() if self.verbose:
@@ -377,24 +385,15 @@ class EventPrinter:
                 traced = f" · trace {trace}" if trace else ""  # what a trace backend finds
                 self.err.print(f"[dim]{summary_line(event, calls)}{traced}[/dim]")
 
+    def _release(self, held: MessageEvent, after: Event) -> None:
+        self._held = None
+        if getattr(after, "status", None) == "max_iterations" and after.run_id == held.run_id:
+            self.err.print(f"[red]error:[/red] {markup(held.content)}")
+            return
+        sys.stdout.write(printable(held.content) + "\n")
+        sys.stdout.flush()
+
     def _end_stream(self) -> None:
         if self._streamed:
             sys.stdout.write(printable(self._tokens.flush()) + "\n")
             self._streamed = False
-
-
-def plural(count: int, noun: str) -> str:
-    """`1 model call`, `2 model calls`."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
-
-
-def summary_line(event: Any, calls: int) -> str:
-    """The last line of `fim run -v`: status, model calls made, tokens, cost when the
-    price is known, duration."""
-    usage = event.usage
-    cost = "" if usage.cost is None else f" · ${usage.cost:.4f}"
-    return (
-        f"{event.status} · {plural(calls, 'model call')} · "
-        f"{usage.prompt_tokens}+{usage.completion_tokens} tokens{cost} · "
-        f"{event.duration_ms:.0f} ms"
-    )

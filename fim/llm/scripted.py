@@ -102,8 +102,7 @@ class ScriptedModel:
                 hint="add a step to the script, or check why the agent asked the model again",
             )
         step = self._steps.popleft()
-        response = with_usage(resolve_step(step, messages, tools), messages)
-        return response.model_copy(update={"model": self.name})
+        return self._as_mine(with_usage(resolve_step(step, messages, tools), messages))
 
     def _reply(
         self, replies: Replies, messages: list[Message], tools: list[ToolSpec] | None
@@ -131,8 +130,17 @@ class ScriptedModel:
                 hint="add a step to that reply, or check why the agent asked the model again",
             )
         self._served[index] = served + 1
-        response = with_usage(steps[served], messages)
-        return response.model_copy(update={"model": self.name})
+        return self._as_mine(with_usage(steps[served], messages))
+
+    def _as_mine(self, response: ModelResponse) -> ModelResponse:
+        """`response` named after this model; from a project's `scripted:` model, priced at
+        $0 unless its step gave a cost: that model's price is known, and zero (`fim runs
+        list`, `fim usage` say 0, not "unknown"). A bare `ScriptedModel` in a test stands
+        in for some model whose price it cannot know, and leaves the cost unset."""
+        update: dict[str, Any] = {"model": self.name}
+        if self.name.startswith("scripted:") and response.usage.cost is None:
+            update["usage"] = response.usage.model_copy(update={"cost": 0.0})
+        return response.model_copy(update=update)
 
     async def complete(
         self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any

@@ -275,7 +275,7 @@ async def start_workflow_run(
     try:
         values = validate_inputs(name, decl, inputs)
     except RunError as exc:
-        return error(400, exc.message, exc.hint, param="inputs")
+        return error(400, exc.message, exc.hint, param=getattr(exc, "param", "inputs"))
     run_id = run_id or uuid.uuid4().hex[:12]
     queue = queue_of(api)
     app = await _open(queue) if queue is not None else None

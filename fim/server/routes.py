@@ -110,8 +110,8 @@ def workflow_handlers(api: Api) -> dict[str, Any]:
                 trace.append(event.model_dump(mode="json"))
         except PreflightError as exc:  # the server lacks a key or command: not the client's
             return error(503, exc.message, exc.hint)
-        except FimError as exc:
-            return error(400, str(exc))
+        except FimError as exc:  # bad inputs name the field (`inputs.amount`)
+            return error(400, str(exc), param=getattr(exc, "param", None))
         finally:
             if parked is not None:
                 await parked.release(began())

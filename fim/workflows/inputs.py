@@ -4,7 +4,9 @@ A workflow started with a missing or mistyped input should fail at once with eve
 problem listed, not three nodes later inside a connector call. Values typed on a command
 line (`--input amount=120`) arrive as text, so text is converted to the declared type.
 Numbers are JSON's: NaN and Infinity (`nan`, `1e400`), which Python's parsers read, are
-refused wherever they sit in an input (`fim.structured.non_finite`).
+refused wherever they sit in an input (`fim.structured.non_finite`). A name that is not
+an input gets a did-you-mean, and the error names the first bad field (`inputs.amount`),
+which an HTTP 400 gives as its `param`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 from typing import Any
 
 from fim.config.schema import WorkflowDecl, WorkflowInput
+from fim.config.suggestions import suggest
 from fim.errors import RunError
 from fim.masking import known
 from fim.structured import finite
@@ -27,6 +30,21 @@ _BOOLEANS = {
     "off": False,
     "0": False,
 }
+
+
+class InvalidInputs(RunError):
+    """Inputs a workflow cannot start with; `param` is the first bad one's field path."""
+
+    def __init__(self, message: str, *, hint: str | None = None, param: str) -> None:
+        super().__init__(message, hint=hint)
+        self.param = param
+
+
+def _unknown(key: str, decl: WorkflowDecl) -> str:
+    """`unknown input 'expresion' (did you mean 'expression'?)`."""
+    close = suggest(key, decl.inputs)
+    meant = f" ({close})" if close and close.startswith("did you mean") else ""
+    return f"unknown input '{key}'{meant}"
 
 
 def _coerce(spec: WorkflowInput, value: Any) -> Any:
@@ -84,19 +102,22 @@ def describe(decl: WorkflowDecl) -> str:
 
 
 def validate_inputs(name: str, decl: WorkflowDecl, given: dict[str, Any] | None) -> dict[str, Any]:
-    """Apply defaults, convert and check; raise one RunError that lists every problem."""
+    """Apply defaults, convert and check; raise one `InvalidInputs` listing every problem."""
     given = dict(given or {})
     values: dict[str, Any] = {}
     problems: list[str] = []
+    fields: list[str] = []
     for key in given:
         if key not in decl.inputs:
-            problems.append(f"unknown input '{key}'")
+            problems.append(_unknown(key, decl))
+            fields.append(key)
     for key, spec in decl.inputs.items():
         if key not in given or given[key] is None:
             if spec.default is not None:
                 values[key] = spec.default
             elif required(spec):
                 problems.append(f"missing input '{key}' ({spec.type})")
+                fields.append(key)
             else:
                 values[key] = None
             continue
@@ -109,9 +130,11 @@ def validate_inputs(name: str, decl: WorkflowDecl, given: dict[str, Any] | None)
             if len(shown) > 60:
                 shown = known().head(shown, 57)[0] + "..."
             problems.append(f"input '{key}' = {shown}: {exc}")
+            fields.append(key)
     if problems:
-        raise RunError(
+        raise InvalidInputs(
             f"invalid inputs for workflow '{name}': " + "; ".join(problems),
             hint=f"inputs: {describe(decl)}",
+            param=f"inputs.{fields[0]}",
         )
     return values

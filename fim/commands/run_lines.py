@@ -1,0 +1,60 @@
+"""The lines `fim run` prints about a run besides its answer and its trace: `-v`'s summary
+line, and the warning printed even without `-v` about a hook that broke (crashed, returned
+something that is not a `HookResult`, printed JSON of the wrong shape, timed out). The hook
+chain turns each of those into a block (hooks fail closed) and the model answers around it,
+so the run can end `ok` and the bug would show only in `-v`'s trace. An ordinary decision
+(`allow`, a policy's `block`) is not a failure and stays behind `-v`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+FAIL_CLOSED = "hooks fail closed"
+"""The words every hook failure's reason carries (`fim.hooks.runner`, `fim.hooks.command`,
+`fim.hooks.command_output`, `fim.hooks.command_pins`), and no decision a hook makes."""
+
+
+def hook_failure(event: Any) -> str | None:
+    """The warning line (without `warning:`) for a hook event that reports a failing hook,
+    or None for a decision the hook made."""
+    reason = event.reason or ""
+    if FAIL_CLOSED not in reason:
+        return None
+    where = event.point + (f" on {event.tool_name}" if event.tool_name else "")
+    if f"'{event.hook}'" in reason:  # the reason names the hook already
+        return f"{where}: {reason}"
+    return f"{where}: hook '{event.hook}' failed: {reason}"
+
+
+class HookWarnings:
+    """One warning per failing hook per run: a hook that crashes on every call is said once."""
+
+    def __init__(self) -> None:
+        self._said: set[tuple[str, str]] = set()
+
+    def line(self, event: Any) -> str | None:
+        """The warning to print for `event` now, or None (not a failure, or said already)."""
+        text = hook_failure(event)
+        key = (event.run_id, event.hook)
+        if text is None or key in self._said:
+            return None
+        self._said.add(key)
+        return text
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 model call`, `2 model calls`."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def summary_line(event: Any, calls: int) -> str:
+    """The last line of `fim run -v`: status, model calls made, tokens, cost when the
+    price is known, duration."""
+    usage = event.usage
+    cost = "" if usage.cost is None else f" · ${usage.cost:.4f}"
+    return (
+        f"{event.status} · {plural(calls, 'model call')} · "
+        f"{usage.prompt_tokens}+{usage.completion_tokens} tokens{cost} · "
+        f"{event.duration_ms:.0f} ms"
+    )
