@@ -52,7 +52,7 @@ def summary_line(event: Any, calls: int) -> str:
     """The last line of `fim run -v`: status, model calls made, tokens, cost when the
     price is known, duration."""
     usage = event.usage
-    cost = "" if usage.cost is None else f" · ${usage.cost:.4f}"
+    cost = "" if not usage.cost else f" · ${usage.cost:.4f}"  # none, or $0 (scripted)
     return (
         f"{event.status} · {plural(calls, 'model call')} · "
         f"{usage.prompt_tokens}+{usage.completion_tokens} tokens{cost} · "

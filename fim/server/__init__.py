@@ -82,6 +82,9 @@ async def serve(
     from fim.llm import preload
     from fim.run.services import Services
     from fim.server.app import create_app, reload_gate
+
+    # deferred: uvicorn's httptools protocol, loaded with uvicorn
+    from fim.server.head_limit import PROTOCOL as HEAD_LIMIT
     from fim.server.proxy import behind
     from fim.server.stopping import begin, settle
 
@@ -124,6 +127,7 @@ async def serve(
         host=host,
         port=port,
         log_level=log_level,
+        http=HEAD_LIMIT,  # a request's headers are bounded (`fim.server.head_limit`)
         timeout_graceful_shutdown=bound,  # type: ignore[arg-type]  # uvicorn: int, takes float
         forwarded_allow_ips=proxies,
         access_log=False,  # fim.server.http.AccessLog writes one line per request

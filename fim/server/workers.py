@@ -129,6 +129,9 @@ def serve_workers(
     # deferred: a third-party package, loaded only when this path runs
     from uvicorn.supervisors import Multiprocess
 
+    # deferred: uvicorn's httptools protocol, loaded with uvicorn
+    from fim.server.head_limit import PROTOCOL as HEAD_LIMIT
+
     snapshot = compile_project(root)
     require_shared_store(snapshot.project.state, root, workers)
     check_at_start(snapshot.project.state, root)  # one line, not a 500 on every run
@@ -158,6 +161,7 @@ def serve_workers(
         host=host,
         port=port,
         log_level=log_level,
+        http=HEAD_LIMIT,  # a request's headers are bounded (`fim.server.head_limit`)
         timeout_graceful_shutdown=bound,  # type: ignore[arg-type]  # uvicorn: int, takes float
         forwarded_allow_ips=proxies,
         access_log=False,
