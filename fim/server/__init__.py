@@ -82,9 +82,6 @@ async def serve(
     from fim.llm import preload
     from fim.run.services import Services
     from fim.server.app import create_app, reload_gate
-
-    # deferred: uvicorn's httptools protocol, loaded with uvicorn
-    from fim.server.head_limit import PROTOCOL as HEAD_LIMIT
     from fim.server.proxy import behind
     from fim.server.stopping import begin, settle
 
@@ -116,10 +113,7 @@ async def serve(
     holder.listeners.append(lambda old, new: _on_swap(services, old, new))
     app = create_app(holder, services)
     settings = snapshot.project.server
-    host, port = host or settings.host, settings.port if port is None else port
-    refuse_open(settings, host)
-    sock = bind(host, port)  # before anything starts: a port in use is one clear line
-    port = sock.getsockname()[1]  # `--port 0`: the one the system chose
+    host, port, sock = listen_on(settings, host, port)
     holder.gates.append(reload_gate(host, port))  # the same rule for every reload
     bound, proxies, prefix = deploy_options(settings, shutdown_timeout, trusted_proxies, root_path)
     config = uvicorn.Config(
@@ -196,6 +190,21 @@ async def _git_poll(git: GitSource, holder: Any, interval: float, stop: asyncio.
     from fim.build.gitops import poll
 
     await poll(git, holder, interval=interval, stop=stop)
+
+
+HEAD_LIMIT = "fim.server.head_limit:BoundedHead"
+"""uvicorn's `http=` protocol: its httptools one with each request's headers bounded
+(`fim.server.head_limit`), named so a `--workers` child imports it itself."""
+
+
+def listen_on(settings: Any, host: str | None, port: int | None) -> tuple[str, int, Any]:
+    """The address `fim serve` listens on (flags over fim.yaml's `server.*`), checked
+    against `refuse_open` and bound before anything starts (a port in use is one clear
+    line): (host, the port bound, which `--port 0` leaves to the system, the socket)."""
+    host = host or settings.host
+    refuse_open(settings, host)
+    sock = bind(host, settings.port if port is None else port)
+    return host, sock.getsockname()[1], sock
 
 
 def refuse_open(settings: Any, host: str) -> None:

@@ -21,9 +21,6 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 MAX_HEAD = 64 * 1024
 """Bytes a request's line and headers may take (nginx's default is 32 KiB, Node's 16)."""
 
-PROTOCOL = "fim.server.head_limit:BoundedHead"
-"""What `uvicorn.Config(http=...)` takes to use it (a `--workers` child imports it)."""
-
 log = logging.getLogger("fim.server")
 
 

@@ -58,12 +58,12 @@ from fim.observe.logs import announce, configure
 from fim.retries import Backoff
 from fim.run.services import Services
 from fim.server import (
+    HEAD_LIMIT,
     _on_swap,
     banner_fields,
-    bind,
     deploy_options,
+    listen_on,
     prune_store,
-    refuse_open,
     settle_heap,
     uvicorn_loop,
 )
@@ -129,17 +129,11 @@ def serve_workers(
     # deferred: a third-party package, loaded only when this path runs
     from uvicorn.supervisors import Multiprocess
 
-    # deferred: uvicorn's httptools protocol, loaded with uvicorn
-    from fim.server.head_limit import PROTOCOL as HEAD_LIMIT
-
     snapshot = compile_project(root)
     require_shared_store(snapshot.project.state, root, workers)
     check_at_start(snapshot.project.state, root)  # one line, not a 500 on every run
     settings = snapshot.project.server
-    host, port = host or settings.host, settings.port if port is None else port
-    refuse_open(settings, host)
-    sock = bind(host, port)
-    port = sock.getsockname()[1]  # `--port 0`: the one the system chose, for every worker
+    host, port, sock = listen_on(settings, host, port)  # `--port 0`: one for every worker
     bound, proxies, prefix = deploy_options(settings, shutdown_timeout, trusted_proxies, root_path)
     options = {
         "root": str(root),
