@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -27,9 +26,7 @@ def port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
 
 
 def request(header: int) -> bytes:
-    return (
-        b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * header + b"\r\n\r\n"
-    )
+    return b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * header + b"\r\n\r\n"
 
 
 def exchange(port: int, *requests: bytes, answers: int = 1) -> bytes:

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from fim.events import HookEvent
 from fim.hooks.base import BaseHook, log
 from fim.hooks.claude import names_of
+from fim.masking import clipped
+from fim.tools.registry import MAX_OBSERVATION_CHARS
 from fim.types import HookContext, HookPoint, HookResult
 
 if TYPE_CHECKING:
@@ -30,6 +32,13 @@ Review = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 the metadata of the call they make (`access`, `sql`, the connector...), computed again by
 the engine from those arguments (`view_of`). Raises when the rewritten call cannot be told
 or targets something else; the call is then blocked."""
+
+MAX_REASON_CHARS = 4_000
+"""The most of a hook's block reason (or a side effect it reports) that goes on, to the
+model, the events and the store: a sentence, not a document. A hook that echoes the call's
+arguments in its reason (`echo "blocked: $cmd" >&2`) would otherwise let the model choose
+its size; what a hook puts in its rewrite or its added context is bounded like a tool
+result (MAX_OBSERVATION_CHARS)."""
 
 MAX_REWRITES = 8
 """Rewrites of one call's arguments accepted. A rewrite sends the call back to the hooks
@@ -239,6 +248,9 @@ class HookChain:
         return merged, events
 
     async def _call(self, hook: BaseHook, context: HookContext) -> HookResult:
+        return _bounded(await self._ask(hook, context))
+
+    async def _ask(self, hook: BaseHook, context: HookContext) -> HookResult:
         timeout = hook.chain_timeout()
         try:
             result: Any = await asyncio.wait_for(_contained(lambda: hook(context)), timeout)
@@ -271,9 +283,11 @@ class HookChain:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            return (
+            return clipped(
                 f"hook '{hook.name}' failed while finishing ({type(exc).__name__}: {exc}), "
-                "so the call was blocked (hooks fail closed)"
+                "so the call was blocked (hooks fail closed)",
+                MAX_REASON_CHARS,
+                "reason",
             )
         return None
 
@@ -295,6 +309,22 @@ class HookChain:
             reason=self.mask(reason) if reason else None,
             side_effects=[self.mask(s) for s in (result.side_effects if result else [])],
         )
+
+
+def _bounded(result: HookResult) -> HookResult:
+    """`result` with every text it passes on bounded (`clipped`): whatever kind of hook
+    wrote it (a command's stderr or JSON, a Python hook's `block()`), a blocked call's
+    observation is no larger than a tool result's."""
+    update: dict[str, Any] = {}
+    if result.error is not None and len(result.error) > MAX_REASON_CHARS:
+        update["error"] = clipped(result.error, MAX_REASON_CHARS, "reason")
+    for field in ("modified_result", "additional_context"):
+        text = getattr(result, field)
+        if isinstance(text, str) and len(text) > MAX_OBSERVATION_CHARS:
+            update[field] = clipped(text, MAX_OBSERVATION_CHARS, "hook's text")
+    if any(len(s) > MAX_REASON_CHARS for s in result.side_effects):
+        update["side_effects"] = [clipped(s, MAX_REASON_CHARS, "note") for s in result.side_effects]
+    return result.model_copy(update=update) if update else result
 
 
 class Stacked:

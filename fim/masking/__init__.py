@@ -224,6 +224,23 @@ def known() -> Masker:
     return _known
 
 
+def clipped(text: str, limit: int, what: str = "result") -> str:
+    """`text` bounded near `limit` characters, the one way fim shortens a text it passes
+    on (a tool result, a hook's reason or rewrite): head and tail kept, each masked before
+    it is cut (`Masker.head`, `Masker.tail`), and a note in the middle that says how much
+    went and that the writer should send less. A text within `limit` is returned as it is:
+    the exits mask it."""
+    if len(text) <= limit:
+        return text
+    keep = limit // 2
+    masker = _known
+    head, tail = masker.head(text, keep)[0], masker.tail(text, keep)[0]
+    return (
+        f"{head}\n[... {len(text) - 2 * keep} characters of this {what} were cut; "
+        f"ask for less ...]\n{tail}"
+    )
+
+
 def _mask_logs() -> None:
     """Mask every log record when it is made (message, arguments, traceback), whatever
     logger or handler it goes to."""

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar, cast
 
-from fim.masking import known
+from fim.masking import clipped, known
 from fim.schema_check import (
     MAX_NESTING,
     nested_deeper,
@@ -318,12 +318,6 @@ masked before it is cut (`Masker.head`, `Masker.tail`: only the kept parts are m
 
 
 def _capped(result: ToolResult) -> ToolResult:
-    content = result.content
-    if len(content) <= MAX_OBSERVATION_CHARS:
+    if len(result.content) <= MAX_OBSERVATION_CHARS:
         return result
-    keep = MAX_OBSERVATION_CHARS // 2
-    cut = len(content) - 2 * keep
-    masker = known()
-    head, tail = masker.head(content, keep)[0], masker.tail(content, keep)[0]
-    note = f"\n[... {cut} characters of this result were cut; ask for less ...]\n"
-    return result.model_copy(update={"content": head + note + tail})
+    return result.model_copy(update={"content": clipped(result.content, MAX_OBSERVATION_CHARS)})
