@@ -32,7 +32,7 @@ try:
     from fim.commands import ProjectOption, err
     from fim.config.serving import command_needs, group_decides, need_settings
     from fim.environ import hide_from_children
-    from fim.errors import ConfigError, RunError
+    from fim.errors import ConfigError, ProjectNotFound, RunError
 finally:
     if _gc_was_enabled:
         gc.enable()
@@ -238,6 +238,9 @@ def main() -> None:
 def _run(app: typer.Typer) -> None:
     try:
         app()
+    except ProjectNotFound as exc:  # about no file: there is none
+        err(f"error: {exc}")
+        sys.exit(1)
     except ConfigError as exc:
         for problem in exc.problems:
             err(str(problem))

@@ -63,6 +63,19 @@ class ConfigError(FimError):
         return cls([Problem(str(path), line, column, message, hint)])
 
 
+class ProjectNotFound(ConfigError):
+    """No fim.yaml where a command looked. A ConfigError (callers that fall back on it
+    catch it so), but about no file, since there is none: the CLI says it as one
+    `error: no fim.yaml in DIR or its parents (hint)` line, never at `fim.yaml:1:1`."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        self.message, self.hint = message, hint
+        super().__init__([Problem("fim.yaml", 1, 1, message, hint)])
+
+    def __str__(self) -> str:
+        return f"{self.message} ({self.hint})"
+
+
 class RunError(FimError):
     """Something failed while running (model unreachable, missing API key, unknown agent)."""
 

@@ -101,7 +101,7 @@ def test_background_runs_execute_in_the_server_with_sqlite(tmp_path: Path):
         bad = httpx.post(
             f"{url}/v1/workflows/refund/runs", json={"inputs": {"amount": "x"}, "background": True}
         )
-        assert bad.status_code == 400 and bad.json()["error"]["param"] == "inputs"
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "inputs.amount"
         both = httpx.post(
             f"{url}/v1/agents/math/runs", json={"input": "x", "stream": True, "background": True}
         )

@@ -272,6 +272,8 @@ def test_get_usage_by_key_budgets_left_and_unknown_parameters(tmp_path: Path) ->
 
 def test_validate_reports_a_cost_limit_on_an_unpriced_model_at_the_limit(tmp_path: Path) -> None:
     root = project(tmp_path, "budget:\n  max_cost_usd: 1\n")
+    agent = root / "agents" / "a.yaml"  # a scripted model costs $0: a provider's model, unlisted
+    agent.write_text(agent.read_text().replace("scripted:a.yaml", "openai/acme-unpriced-model"))
     result = CliRunner().invoke(app, ["validate", "--project", str(root)])
     assert result.exit_code == 1
     assert "agents/a.yaml:4:17: budget.max_cost_usd: the price of model" in result.output

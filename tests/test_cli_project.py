@@ -94,7 +94,8 @@ def test_validate_outside_a_project(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, ["validate"])
     assert result.exit_code == 1
-    assert result.stdout.startswith(f"fim.yaml:1:1: no fim.yaml found in {tmp_path.resolve()}")
+    assert result.stdout == ""  # no file, so no `fim.yaml:1:1:` and no "1 problem in 1 file"
+    assert result.stderr.startswith(f"error: no fim.yaml in {tmp_path.resolve()} or its parents")
 
 
 def test_github_annotations(project: Path) -> None:

@@ -449,7 +449,7 @@ def test_a_hook_module_that_calls_sys_exit_is_a_problem(project: Path) -> None:
     (project / "hooks" / "redact.py").write_text("raise SystemExit(3)\n")
     assert only(project) == [
         "agents/support.yaml:24:5: agent 'support' hooks[3]: python hook module redact.py "
-        "failed to import: SystemExit: 3"
+        "failed to import: SystemExit: 3, at hooks/redact.py:1"
     ]
     result = run_fim("validate", "--project", str(project))
     assert result.returncode == 1 and "failed to import: SystemExit: 3" in result.stdout

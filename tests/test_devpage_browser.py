@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from fim.testing.devpage import write_project
-from fim.testing.server import free_port
+from fim.testing.server import free_port, wait_announced
 
 CHROMIUM = os.environ.get("FIM_CHROMIUM", "/usr/bin/chromium")
 ARGS = [
@@ -57,18 +57,22 @@ if not (Path(CHROMIUM).exists() or shutil.which("chromium")):
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """`fim serve` (with hot reload) on the test project, in its own process."""
     root = write_project(tmp_path_factory.mktemp("devpage"))
-    port = free_port()
+    log = tmp_path_factory.mktemp("devpage-serve") / "serve.log"  # outside the project
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "fim.cli", "serve", "--port", str(port), "-p", str(root)],
-        cwd=root,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
+    with log.open("wb") as out:  # the child writes to its own copy of the file
+        process = subprocess.Popen(
+            [sys.executable, "-m", "fim.cli", "serve", "--port", "0", "-p", str(root)],
+            cwd=root,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     deadline = time.monotonic() + 60
+    try:  # the port the system chose, free: no other server answers there
+        url = f"http://127.0.0.1:{wait_announced(process, log, deadline)}"
+    except RuntimeError as failed:
+        process.kill()
+        pytest.fail(f"fim serve did not start: {failed}")
     while True:
         try:
             if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
@@ -77,7 +81,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
             pass
         if process.poll() is not None or time.monotonic() > deadline:
             process.kill()
-            pytest.fail(f"fim serve did not start:\n{process.communicate()[0]}")
+            process.wait()
+            pytest.fail(f"fim serve did not start:\n{log.read_text(errors='replace')}")
         time.sleep(0.1)
     try:
         yield url, root

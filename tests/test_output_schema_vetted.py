@@ -71,7 +71,7 @@ def test_validate_reports_a_module_that_fails_to_import_in_one_line(tmp_path: Pa
     assert done.returncode == 1
     assert done.stdout.splitlines()[0] == (
         "agents/a.yaml:4:16: output_schema 'shapes:Answer': module shapes.py failed to "
-        "import: RuntimeError: boom"
+        "import: RuntimeError: boom, at hooks/shapes.py:1"
     )
     assert "Traceback" not in done.stdout + done.stderr
 
@@ -99,7 +99,8 @@ async def test_a_schema_module_that_hangs_at_import_is_rejected_by_the_child(
     (root / "agents" / "a.yaml").write_text(AGENT + "output_schema: shapes:Answer\n")
     assert not await reload_once(root, holder)
     assert "did not finish within 1 s" in str(holder.errors)
-    assert ran(root) and str(os.getpid()) not in ran(root)
+    # Only a child may have run it (under load the child may not have reached it in 1 s).
+    assert str(os.getpid()) not in ran(root)
 
 
 async def test_a_run_takes_the_class_the_reload_imported(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ command, the example CRM and `fim serve` run as real processes, as a user runs t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -27,6 +28,8 @@ from xml.etree import ElementTree as ET
 import httpx
 import pytest
 from typer.testing import CliRunner
+
+from fim.testing.server import wait_announced
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
@@ -84,7 +87,7 @@ class Tour:
     env: dict[str, str]
     runner: CliRunner = field(default_factory=CliRunner)
     processes: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
-    serve_port: int = 0
+    serve_log: Path | None = None
     paused_run: str = ""
 
     def fim(self, *args: str, code: int = 0) -> str:
@@ -96,16 +99,18 @@ class Tour:
         assert result.exit_code == code, f"fim {' '.join(args)} -> {result.exit_code}\n{output}"
         return output
 
-    def spawn(self, name: str, *args: str) -> None:
-        """Start `python ARGS` in the copy; its outcome is checked at its README turn."""
-        self.processes[name] = subprocess.Popen(
-            [sys.executable, *args],
-            cwd=self.root,
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+    def spawn(self, name: str, *args: str, stderr: Path | None = None) -> None:
+        """Start `python ARGS` in the copy; its outcome is checked at its README turn. Its
+        stderr is piped, or written to the file `stderr` (read while it runs)."""
+        with open(stderr, "w") if stderr else contextlib.nullcontext() as err:
+            self.processes[name] = subprocess.Popen(
+                [sys.executable, *args],
+                cwd=self.root,
+                env=self.env,
+                stdout=subprocess.PIPE,
+                stderr=err or subprocess.PIPE,
+                text=True,
+            )
 
     def finished(self, name: str) -> tuple[str, str]:
         """stdout and stderr of a process that must exit 0 by itself."""
@@ -255,12 +260,15 @@ def connector_import(tour: Tour) -> None:
 
 
 def serve(tour: Tour) -> None:
-    port, process = tour.serve_port, tour.processes["serve"]
+    process, log = tour.processes["serve"], tour.serve_log
+    assert log is not None
+    port = wait_announced(process, log, time.monotonic() + 60)  # the port the system chose
     wait_for(f"http://127.0.0.1:{port}/healthz", process)
     models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=30).json()
     assert {"demo", "support", "auto"} <= {m["id"] for m in models["data"]}  # OpenAI surface
     process.terminate()
-    _, err = process.communicate(timeout=30)
+    process.communicate(timeout=30)
+    err = log.read_text()
     assert "fim serve: project 'helpdesk' \u00b7 4 agents, 2 workflows \u00b7 " in err
     assert f"http://127.0.0.1:{port} (OpenAI-compatible: /v1) \u00b7 reload off" in err
     assert '"GET /v1/models" 200' in err  # the access log
@@ -361,12 +369,14 @@ def tour(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Tour]:
     monkeypatch.setenv("CRM_URL", f"http://127.0.0.1:{crm_port}")  # 8081 may be taken here
     monkeypatch.chdir(root)
     env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "200"}
-    tour = Tour(root=root, crm_port=crm_port, env=env, serve_port=free_port())
+    tour = Tour(root=root, crm_port=crm_port, env=env, serve_log=tmp_path / "serve.log")
     # The real processes start now, beside the in-process commands; each is checked at
     # its turn in the README.
     tour.spawn("main", "-m", "fim.cli", "run", "demo", "What is 17 times 23?", "-v")
     tour.spawn("crm", "scripts/crm.py", "--port", str(crm_port))
-    tour.spawn("serve", "-m", "fim.cli", "serve", "--port", str(tour.serve_port), "--no-reload")
+    # `--port 0`: a port the system chooses, free, so no other server answers the checks
+    serve = ("-m", "fim.cli", "serve", "--port", "0", "--no-reload")
+    tour.spawn("serve", *serve, stderr=tour.serve_log)
     yield tour
     for process in tour.processes.values():
         if process.poll() is None:

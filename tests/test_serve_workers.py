@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from fim.testing.server import free_port
+from fim.testing.server import wait_announced
 
 WORKFLOW = """\
 description: Needs a human
@@ -58,14 +58,14 @@ def test_two_workers_share_a_port_reload_both_and_resume_approvals(
 ) -> None:
     db = pg_database("")
     root = project(tmp_path / "p", db.owner_url)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    args = ["serve", "-p", str(root), "--port", str(port), "--workers", "2"]
+    args = ["serve", "-p", str(root), "--port", "0", "--workers", "2"]  # a port free for it
     log = (tmp_path / "serve.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "fim.cli", *args, "--log-level", "warning"], stdout=log, stderr=log
     )
     try:
+        port = wait_announced(proc, tmp_path / "serve.log", time.monotonic() + 60)
+        url = f"http://127.0.0.1:{port}"
         end = time.monotonic() + 60
         while True:
             try:

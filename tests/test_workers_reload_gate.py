@@ -31,7 +31,7 @@ import pytest
 from fim.build.compile import compile_project
 from fim.build.vet import fingerprint
 from fim.server import workers
-from fim.testing.server import fim_process, free_port
+from fim.testing.server import fim_serve_on_any_port
 
 KEY = "k-0123456789abcdef"
 KEYED = "api_keys: ['${FIM_KEY}']"
@@ -86,13 +86,11 @@ def lines(log: Path, text: str) -> int:
 @contextmanager
 def serving(root: Path, log: Path, *extra: str) -> Iterator[tuple[str, int]]:
     """`fim serve --workers 2` on `root` (reload on): its URL and pid once both workers
-    answer."""
-    port = free_port()
-    args = ["serve", "-p", str(root), "--port", str(port), "--workers", "2", *extra]
+    answer (on a port the system chose: no other server answers there)."""
     env = {**os.environ, "FIM_KEY": KEY}
     env.pop("FIM_KEY_TYPO", None)
-    with fim_process(*args, log=log, env=env) as proc:
-        url = f"http://127.0.0.1:{port}"
+    with fim_serve_on_any_port(root, "--workers", "2", *extra, log=log, env=env) as served:
+        url, proc, _ = served
         until(lambda: len(statuses(url)) == 2, "both workers up", log)
         yield url, proc.pid
 

@@ -102,7 +102,8 @@ def check_cost_limits(
     price refuses every run of that agent before its first call (costs fail closed:
     `fim.run.spend`), so it is a problem here, at the limit, not a surprise at run time.
     `price_known(model)` asks the price table (None: there is none to ask; nothing is
-    reported then). The project's and the key's limits hold for every agent: each is
+    reported then); a `scripted:` model's price is known, and zero
+    (`fim.llm.catalog`). The project's and the key's limits hold for every agent: each is
     reported once per unpriced model, naming the agents it stops."""
     problems: list[Problem] = []
     budgets = [agent.budget for agent in snapshot.agents.values()]
@@ -120,7 +121,7 @@ def check_cost_limits(
             continue
         model = settings.model
         if model not in known:
-            known[model] = False if model.startswith("scripted:") else price_known(model)
+            known[model] = price_known(model)
         if known[model] is not False:
             continue
         unpriced.setdefault(model, []).append(name)

@@ -56,6 +56,34 @@ def project_module(snapshot: Snapshot, name: str, load_module: LoadModule) -> Mo
         raise ModuleLoadError(detail, getattr(exc, "hint", None)) from None
 
 
+def import_failure(exc: BaseException, base: Path, folder: str) -> str:
+    """`exc`, raised while a module of the hooks folder `base` (spelt `folder` in the
+    project) was executed, as `SyntaxError: invalid syntax, at hooks/mytools.py:10:5`:
+    with the line of the project's file it came from (a SyntaxError's own position, else
+    the innermost traceback frame in that folder), so an editor jumps there; without
+    one when it came from elsewhere."""
+    spot = None
+    if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
+        spot = _in_folder(exc.filename, base, folder)
+        if spot is not None:
+            return f"{type(exc).__name__}: {exc.msg}, at {spot}:{exc.lineno}:{exc.offset or 1}"
+    tb = exc.__traceback__
+    while tb is not None:
+        here = _in_folder(tb.tb_frame.f_code.co_filename, base, folder)
+        spot = f"{here}:{tb.tb_lineno}" if here is not None else spot
+        tb = tb.tb_next
+    return f"{type(exc).__name__}: {exc}" + (f", at {spot}" if spot else "")
+
+
+def _in_folder(filename: str, base: Path, folder: str) -> str | None:
+    """`filename` as the project spells it (`hooks/mytools.py`) when it is in `base`."""
+    try:
+        rel = Path(filename).relative_to(base)
+    except ValueError:
+        return None
+    return f"{posixpath.normpath(folder)}/{rel.as_posix()}"
+
+
 def module_key(folder: str, module: str) -> str:
     """The key of the module `pkg.mod` in `Snapshot.modules`: `hooks/pkg/mod.py` (the hooks
     folder as fim.yaml names it, normalized), the one spelling compile and loader share."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 
-from fim.errors import ConfigError, Problem, RunError
+from fim.errors import ConfigError, Problem, ProjectNotFound, RunError
 from fim.terminal import printable
 
 T = TypeVar("T")
@@ -118,6 +118,8 @@ def user_errors() -> Iterator[None]:
     """Turn ConfigError/RunError raised inside the block into lines + exit code 1."""
     try:
         yield
+    except ProjectNotFound as exc:  # about no file: there is none
+        fail(exc.message, exc.hint)
     except ConfigError as exc:
         print_problems(exc.problems)
         n = len(exc.problems)

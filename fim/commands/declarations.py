@@ -17,6 +17,7 @@ import io
 import json
 import os
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -218,6 +219,11 @@ def to_yaml(data: Any) -> str:
 # ---------------------------------------------------------------------------- schema
 
 
+class SchemaFormat(StrEnum):
+    json = "json"
+    text = "text"
+
+
 def schema(
     kind: Annotated[
         str | None, typer.Argument(help="project, agent, connector, skill, workflow, hook or eval")
@@ -226,8 +232,18 @@ def schema(
         Path | None,
         typer.Option("--write", help="Write <kind>.schema.json files into this directory"),
     ] = None,
+    format: Annotated[
+        SchemaFormat,
+        typer.Option(
+            "--format",
+            help="json: the JSON Schema (what editors read); text: one line per field "
+            "(name: type — what it is), nested fields indented",
+        ),
+    ] = SchemaFormat.json,
 ) -> None:
-    """JSON Schema of the declaration kinds, for editor autocompletion."""
+    """JSON Schema of the declaration kinds, for editor autocompletion.
+
+    `--format text` lists every field with its description, one line each."""
     # deferred: loading fim.config.export (pkgutil, inspect) costs a few ms of fim validate
     from fim.config.export import SCHEMA_KINDS, json_schema, schema_filename
 
@@ -237,6 +253,14 @@ def schema(
 
         fail(f"unknown kind '{kind}'", suggest(kind, SCHEMA_KINDS, "kinds"))
     kinds = [kind] if kind else list(SCHEMA_KINDS)
+    if format is SchemaFormat.text:
+        if write is not None:
+            fail("--write writes JSON Schemas", "leave out --format text with --write")
+        # deferred: only --format text renders the schema as text
+        from fim.config.schema_text import schema_text
+
+        sys.stdout.write("\n".join(schema_text(json_schema(k)) for k in kinds))
+        return
     if write is None:
         data = json_schema(kinds[0]) if kind else {k: json_schema(k) for k in kinds}
         sys.stdout.write(json.dumps(data, indent=2) + "\n")

@@ -21,7 +21,7 @@ import typer
 
 from fim.commands import ProjectOption, fail, project_dir, run_async, user_errors
 from fim.commands.project_warnings import warnings_of
-from fim.errors import ConfigError, Problem
+from fim.errors import ConfigError, Problem, ProjectNotFound
 from fim.terminal import printable
 
 if TYPE_CHECKING:
@@ -75,6 +75,10 @@ def validate(
 
     try:
         snapshot = compile_project(project_dir(ctx, project))
+    except ProjectNotFound as exc:  # no file to point at: one `error:` line, as `fim run`'s
+        if format is Format.github:
+            sys.stdout.write(f"::error::{_gh_escape(printable(str(exc)))}\n")
+        fail(exc.message, exc.hint)
     except ConfigError as exc:
         _report(exc.problems, format)
         raise typer.Exit(1) from None

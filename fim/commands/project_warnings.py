@@ -14,6 +14,7 @@ from fim.errors import Problem
 
 if TYPE_CHECKING:
     from fim.build.snapshot import Snapshot
+    from fim.config.schema import AgentDecl
 
 
 def warnings_of(snapshot: Snapshot) -> list[Problem]:
@@ -25,7 +26,37 @@ def warnings_of(snapshot: Snapshot) -> list[Problem]:
         *_confirm_warnings(snapshot),
         *_mcp_command_warnings(snapshot),
         *_hook_command_warnings(snapshot),
+        *_script_warnings(snapshot),
     ]
+
+
+def _script_warnings(snapshot: Snapshot) -> list[Problem]:
+    """Scripted models' steps calling a tool their agent's model cannot call, or more than
+    its `max_iterations` allows (`fim.build.script_checks`)."""
+    if not any("scripted:" in str(m.model) for m in snapshot.models_in_use()):
+        return []  # most projects: no script to read
+    # deferred: only a project with scripted models needs the tool names (fim.hooks)
+    from fim.build.script_checks import script_warnings
+
+    return script_warnings(snapshot, _model_tools)
+
+
+def _model_tools(snapshot: Snapshot, agent: AgentDecl) -> tuple[set[str], list[str]]:
+    """The names `agent`'s model can call: the hook view's of its own tools (not its
+    delegates' or workflows' tools, which their runs call), the meta-tools in front of
+    them, and the MCP servers whose `<server>__` tools it may call; Claude Code's aliases
+    (`Bash`) are hooks' names, not the model's."""
+    # deferred: fim.hooks is loaded only for a project with scripted models
+    from fim.hooks.claude import NAMES
+    from fim.hooks.targets import hook_targets
+
+    own = agent.model_copy(update={"delegates": [], "workflows": []})
+    found = hook_targets(snapshot, own)
+    aliases = {alias for names in NAMES.values() for alias in names}
+    names = {n for n in found.names if n not in aliases} | set(found.behind)
+    names |= {"call_agent"} if agent.delegates else set()
+    names |= {"run_workflow"} if agent.workflows else set()
+    return names, found.servers
 
 
 def _hook_command_warnings(snapshot: Snapshot) -> list[Problem]:

@@ -128,7 +128,8 @@ def show(
     for event in events:
         kind = event.get("type", "?")
         detail = {k: v for k, v in event.items() if k not in ("type", "run_id", "ts")}
-        typer.echo(f"  {kind}: {known().text(json.dumps(detail, default=str))[:300]}")
+        shown = json.dumps(detail, default=str, ensure_ascii=False)  # characters, not `\u00d7`
+        typer.echo(f"  {kind}: {printable(known().text(shown)[:300])}")
 
 
 async def _read(store: Store, run_id: str) -> tuple[dict[str, Any], list[Any]] | None:

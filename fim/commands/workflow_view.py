@@ -14,7 +14,20 @@ from fim.commands import err
 from fim.terminal import markup
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from fim.workflows.state import RunState
+
+
+def console() -> Console:
+    """rich's console for stdout: lines wrap at a terminal's width, and nowhere else (a
+    pipe, a file, CI), where rich's default 80 columns split a node's JSON mid-value."""
+    # deferred: loading rich costs a few ms
+    from rich.console import Console
+
+    out = Console(highlight=False)
+    out.soft_wrap = not out.is_terminal
+    return out
 
 
 def short(value: Any, limit: int = 80) -> str:
@@ -28,11 +41,8 @@ class Progress:
     """Prints one line per node event (nothing with --json)."""
 
     def __init__(self, quiet: bool) -> None:
-        # deferred: loading rich costs a few ms
-        from rich.console import Console
-
         self.quiet = quiet
-        self.console = Console(highlight=False)
+        self.console = console()
 
     def show(self, event: Any) -> None:
         if self.quiet:
@@ -61,9 +71,6 @@ class Progress:
 
 
 def finish(state: RunState, as_json: bool) -> None:
-    # deferred: loading rich costs a few ms
-    from rich.console import Console
-
     # deferred: loading fim.masking costs hundreds of ms
     from fim.masking import known
     from fim.workflows.state import RunState
@@ -87,21 +94,21 @@ def finish(state: RunState, as_json: bool) -> None:
             doc["waiting"] = waiting
         typer.echo(json.dumps(doc, default=str, ensure_ascii=False, indent=2))
     else:
-        console = Console(highlight=False)
-        console.print(f"[bold]{state.workflow}[/] run {state.run_id}: {state.status}")
+        out = console()
+        out.print(f"[bold]{state.workflow}[/] run {state.run_id}: {state.status}")
         if state.resumed_on:  # a reload came between its legs: say what ran where
-            console.print(
+            out.print(
                 f"[dim]started on snapshot {state.snapshot_version}, "
                 f"resumed on {', '.join(state.resumed_on)}[/]"
             )
         if state.status == "paused":
-            console.print(
+            out.print(
                 f"resume with: fim workflow resume {state.run_id} --approve|--deny [--input k=v]"
             )
         elif state.outputs:
-            console.print_json(json.dumps(state.outputs, default=str, ensure_ascii=False))
+            out.print_json(json.dumps(state.outputs, default=str, ensure_ascii=False))
         if state.error:
-            console.print(f"[red]{short(state.error, 1000)}[/]")
+            out.print(f"[red]{short(state.error, 1000)}[/]")
     if state.status in ("failed", "cancelled"):
         raise typer.Exit(1)
 
@@ -133,12 +140,11 @@ def render_run(state: RunState, as_json: bool) -> None:
         typer.echo(json.dumps(state.to_dict(), default=str, ensure_ascii=False, indent=2))
         return
     # deferred: loading rich costs a few ms
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False)
-    console.print(f"[bold]{state.workflow}[/] run {state.run_id}: {state.status}")
-    console.print(f"inputs: {short(state.inputs, 200)}")
+    out = console()
+    out.print(f"[bold]{state.workflow}[/] run {state.run_id}: {state.status}")
+    out.print(f"inputs: {short(state.inputs, 200)}")
     table = Table("node", "type", "status", "tries", "duration", "output / error")
     for node_id, ns in state.nodes.items():
         detail = short(ns.error or ns.reason or ("" if ns.output is None else ns.output), 200)
@@ -146,9 +152,9 @@ def render_run(state: RunState, as_json: bool) -> None:
             detail = short(f"approval {ns.approval_id}: {ns.prompt}", 200)
         took = "" if ns.duration_ms is None else f"{ns.duration_ms:.0f} ms"
         table.add_row(node_id, ns.type, ns.status, str(ns.attempts or ""), took, detail)
-    console.print(table)
+    out.print(table)
     if state.outputs:
-        console.print("outputs:")
-        console.print_json(json.dumps(state.outputs, default=str, ensure_ascii=False))
+        out.print("outputs:")
+        out.print_json(json.dumps(state.outputs, default=str, ensure_ascii=False))
     if state.error:
-        console.print(f"[red]{short(state.error, 1000)}[/]")
+        out.print(f"[red]{short(state.error, 1000)}[/]")

@@ -46,7 +46,7 @@ from fim.config.serving import (
 )
 from fim.config.skill_files import load_skills
 from fim.config.yamlio import Document
-from fim.errors import ConfigError, Problem
+from fim.errors import Problem, ProjectNotFound
 from fim.masking import Masker
 
 
@@ -55,20 +55,18 @@ def find_root(start: str | Path | None = None) -> Path:
     if start is not None:
         root = Path(start).expanduser().resolve()
         if not (root / PROJECT_FILE).is_file():
-            raise ConfigError.at(
-                root / PROJECT_FILE,
+            raise ProjectNotFound(
                 f"no {PROJECT_FILE} in {root}",
-                hint="pass the directory that holds fim.yaml, or run `fim init DIR`",
+                "pass the directory that holds fim.yaml, or run `fim init DIR`",
             )
         return root
     here = Path.cwd().resolve()
     for candidate in (here, *here.parents):
         if (candidate / PROJECT_FILE).is_file():
             return candidate
-    raise ConfigError.at(
-        PROJECT_FILE,
-        f"no {PROJECT_FILE} found in {here} or any parent directory",
-        hint="cd into a fim project, pass --project DIR, or run `fim init DIR`",
+    raise ProjectNotFound(
+        f"no {PROJECT_FILE} in {here} or its parents",
+        "cd into a fim project, pass --project DIR, or run `fim init DIR`",
     )
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any
 
-from fim.build.project_modules import module_key
+from fim.build.project_modules import import_failure, module_key
 from fim.hooks.base import BaseHook, HookBuildError
 
 if TYPE_CHECKING:
@@ -339,9 +339,10 @@ def load_module(snapshot: Snapshot, module: str) -> ModuleType:
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # sys.exit(), GeneratorExit ... at import: the hook's problem
+        failure = import_failure(exc, hooks_dir(snapshot), snapshot.project.paths.hooks)
         raise HookBuildError(
             f"python hook module {Path(key).name} failed to import: "
-            f"{type(exc).__name__}: {_unprefixed(str(exc), package)}",
+            f"{_unprefixed(failure, package)}",
             hint=_import_hint(snapshot, exc),
         ) from exc
 

@@ -54,8 +54,24 @@ def model_info(model: str) -> dict[str, Any] | None:
     return info if isinstance(info, dict) else None
 
 
+SCRIPTED = "scripted:"
+"""The prefix of a project's scripted model (`model: scripted:<file>`): a file of replies,
+never a provider, so its price is known and zero (`cost`); the one rule for `fim usage`,
+the run's budgets (`fim.run.spend`) and `fim validate`'s cost-limit check alike."""
+
+
+def price_is_known(model: str) -> bool:
+    """Whether `cost` can price `model`: a `scripted:` model always (at $0), another when
+    litellm's table lists both its prices."""
+    return cost(model, Usage(prompt_tokens=1, completion_tokens=1)) is not None
+
+
 def cost(model: str, usage: Usage) -> float | None:
-    """Dollars for `usage` at list price; None when the price is unknown."""
+    """Dollars for `usage` at list price; None when the price is unknown. A `scripted:`
+    model costs $0 (a bare `scripted` test double stands in for a model it cannot name, and
+    stays unpriced)."""
+    if model.startswith(SCRIPTED):
+        return 0.0
     info = model_info(model)
     if not info:
         return None

@@ -29,6 +29,7 @@ from fim.config.schema import ModelSettings
 from fim.errors import RunError
 from fim.llm import switch
 from fim.llm.backend import Backend
+from fim.llm.catalog import SCRIPTED
 from fim.llm.script import (
     Replies,
     Step,
@@ -135,10 +136,11 @@ class ScriptedModel:
     def _as_mine(self, response: ModelResponse) -> ModelResponse:
         """`response` named after this model; from a project's `scripted:` model, priced at
         $0 unless its step gave a cost: that model's price is known, and zero (`fim runs
-        list`, `fim usage` say 0, not "unknown"). A bare `ScriptedModel` in a test stands
+        list`, `fim usage` say 0, not "unknown"; budgets price it by
+        `fim.llm.catalog.cost`, which agrees). A bare `ScriptedModel` in a test stands
         in for some model whose price it cannot know, and leaves the cost unset."""
         update: dict[str, Any] = {"model": self.name}
-        if self.name.startswith("scripted:") and response.usage.cost is None:
+        if self.name.startswith(SCRIPTED) and response.usage.cost is None:
             update["usage"] = response.usage.model_copy(update={"cost": 0.0})
         return response.model_copy(update=update)
 

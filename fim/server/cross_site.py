@@ -47,7 +47,7 @@ def refusal(
         return (
             415,
             "a POST body must be JSON, sent with Content-Type: application/json",
-            "add the header (curl: -H 'Content-Type: application/json')",
+            "with curl, add -H 'Content-Type: application/json'",
         )
     if keyed:
         return None

@@ -217,6 +217,42 @@ def wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path, end: float)
         time.sleep(0.05)
 
 
+def wait_announced(proc: subprocess.Popen[Any], log: Path, end: float) -> int:
+    """The port the `fim serve` child `proc` (started with `--port 0`, its output in `log`)
+    says it has bound: the system chose it free, so no other process listens there and a
+    request to it reaches `proc`. RuntimeError, with the log's end, when `proc` exits first
+    or `end` (time.monotonic) passes."""
+    while (port := announced_port(log)) is None:
+        if proc.poll() is not None:
+            text = log.read_text(errors="replace")
+            raise RuntimeError(f"fim serve exited {proc.returncode}:\n{text[-3000:]}")
+        if time.monotonic() > end:
+            raise RuntimeError(f"fim serve named no port:\n{log.read_text()[-3000:]}")
+        time.sleep(0.05)
+    return port
+
+
+@contextlib.contextmanager
+def fim_serve_on_any_port(
+    root: Path,
+    *extra: str,
+    log: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 60.0,
+) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]]:
+    """`fim serve -p ROOT --port 0 EXTRA` as a child process (`fim_process`): yields its
+    URL, the process and its log (default `root/serve.log`) once it has named the port the
+    system chose (`wait_announced`) and /healthz answers there. Nothing to retry: no other
+    process can take that port first. Reload stays on unless EXTRA says `--no-reload`."""
+    path = root / "serve.log" if log is None else log
+    args = ["serve", "-p", str(root), "--port", "0", *extra]
+    with fim_process(*args, log=path, env=env) as proc:
+        end = time.monotonic() + timeout
+        url = f"http://127.0.0.1:{wait_announced(proc, path, end)}"
+        wait_healthy(proc, url, path, end)
+        yield url, proc, path
+
+
 @contextlib.contextmanager
 def serve_process(root: Path, *extra: str, timeout: float = 60.0) -> Iterator[str]:
     """`fim serve` on `root` (no reload, a free port) as a child process: yields its URL."""

@@ -1,0 +1,144 @@
+"""`fim validate`'s warnings about a scripted model's file, against the agents that run on it
+(`model: scripted:<file>`, directly or through a role).
+
+A script is where a newcomer types tool names most, and a typo there (`calc` for
+`calculator`) passed validation: the run answered the call with "there is no tool named"
+and the eval failed later, far from the cause. Each tool name a step calls is checked
+against the tools the agent's model can call; one it cannot is a warning, not an error,
+since a script may test the unknown-tool path on purpose. A script whose run would need
+more model calls than the agent's `max_iterations` allows (the run stops without an answer
+there) is a warning too.
+
+The names an agent's model can call are handed in (`ToolsOf`): the hook view's
+(`fim.hooks.targets`) sits a layer up; `fim.commands.project_warnings` passes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from fim.build.snapshot import Snapshot
+from fim.config.problems import suggest
+from fim.config.schema import AgentDecl
+from fim.config.script_files import is_branching
+from fim.config.yamlio import Document, Path_, parse
+from fim.errors import Problem, RunError
+
+SCRIPTED = "scripted:"
+
+ToolsOf = Callable[[Snapshot, AgentDecl], tuple[set[str], list[str]]]
+"""(the tool names `agent`'s model can call, the MCP servers whose `<server>__` tools it
+can call: known only once they run)."""
+
+
+def script_warnings(snapshot: Snapshot, tools_of: ToolsOf) -> list[Problem]:
+    """Every warning about the scripts the project's agents run on: unknown tool names at
+    their `name:`, and steps past `max_iterations` at the first one a run never reaches."""
+    problems: list[Problem] = []
+    documents: dict[str, Document | None] = {}
+    for name, agent in snapshot.agents.items():
+        file = _script_of(snapshot, agent)
+        if file is None:
+            continue
+        if file not in documents:
+            documents[file] = _read(snapshot, file)
+        doc = documents[file]
+        if doc is None:
+            continue
+        names, servers = tools_of(snapshot, agent)
+        problems += _tool_problems(doc, name, names, servers)
+        if agent.engine == "react":
+            problems += _iteration_problems(doc, name, agent.max_iterations)
+    return problems
+
+
+def _script_of(snapshot: Snapshot, agent: AgentDecl) -> str | None:
+    """The script file `agent` runs on (relative to the project), or None."""
+    try:
+        model = snapshot.model_settings(agent.model).model
+    except RunError:  # an unknown role is reported by the declaration checks
+        return None
+    if not model.startswith(SCRIPTED):
+        return None
+    return model.removeprefix(SCRIPTED).strip().replace("\\", "/") or None
+
+
+def _read(snapshot: Snapshot, file: str) -> Document | None:
+    """The script's document, positions kept; None when it cannot be read or parsed (the
+    compile reports that as an error)."""
+    try:
+        doc = parse((snapshot.root / file).read_text(encoding="utf-8"), file)
+    except Exception:  # reported by the compile's script check, or a race
+        return None
+    return None if doc.problems else doc
+
+
+def _step_lists(data: Any) -> Iterator[tuple[Path_, list[Any]]]:
+    """Each list of steps a run is served from, with where it is written: the plain form's
+    one list, or each reply's steps and `default`."""
+    if not is_branching(data):
+        steps, at = (data.get("steps"), ("steps",)) if isinstance(data, dict) else (data, ())
+        if isinstance(steps, list):
+            yield at, steps
+        return
+    for r, reply in enumerate(data.get("replies") or ()):
+        if isinstance(reply, dict) and isinstance(reply.get("steps"), list):
+            yield ("replies", r, "steps"), reply["steps"]
+    if isinstance(data.get("default"), list):
+        yield ("default",), data["default"]
+
+
+def _calls(step: Any) -> list[tuple[Path_, str]]:
+    """The tool names one step calls, each with its path inside the step (as the run reads
+    the step: `tool_calls`, else `tool_call`)."""
+    if not isinstance(step, dict):
+        return []
+    found: list[tuple[Path_, Any]]
+    if step.get("tool_calls"):
+        raw = step["tool_calls"]
+        found = [(("tool_calls", j), c) for j, c in enumerate(raw if isinstance(raw, list) else [])]
+    elif step.get("tool_call"):
+        found = [(("tool_call",), step["tool_call"])]
+    else:
+        return []
+    return [
+        ((*at, "name"), str(call["name"]))
+        for at, call in found
+        if isinstance(call, dict) and call.get("name") is not None
+    ]
+
+
+def _tool_problems(doc: Document, agent: str, names: set[str], servers: list[str]) -> list[Problem]:
+    prefixes = tuple(f"{server}__" for server in servers)
+    problems: list[Problem] = []
+    for at, steps in _step_lists(doc.data):
+        for i, step in enumerate(steps):
+            for where, tool in _calls(step):
+                if tool in names or (prefixes and tool.startswith(prefixes)):
+                    continue
+                pool = names | {f"{s}__*" for s in servers}
+                hint = suggest(tool, pool, f"tools of agent '{agent}'") or "it has no tools"
+                message = (
+                    f"agent '{agent}' has no tool '{tool}': its run answers this call with "
+                    "'there is no tool named' (fine if the script tests that on purpose)"
+                )
+                problems.append(doc.problem((*at, i, *where), message, hint))
+    return problems
+
+
+def _iteration_problems(doc: Document, agent: str, limit: int) -> list[Problem]:
+    """A list of steps whose run makes more model calls than `limit`: the calls up to the
+    first step that calls no tool (the final answer), or all of them."""
+    problems: list[Problem] = []
+    for at, steps in _step_lists(doc.data):
+        calls = next((i + 1 for i, step in enumerate(steps) if not _calls(step)), len(steps))
+        if calls <= limit:
+            continue
+        message = (
+            f"agent '{agent}' has max_iterations: {limit}, and this script's run needs "
+            f"{calls} model calls: it stops before this step, without a final answer"
+        )
+        hint = f"raise max_iterations to {calls} or more in the agent's file, or shorten the script"
+        problems.append(doc.problem((*at, limit), message, hint))
+    return problems
