@@ -18,7 +18,9 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
+from fim.hooks.base import MAX_REASON_CHARS
 from fim.hooks.masking import mask_value
+from fim.masking import clipped, known
 from fim.types import HookContext, HookResult
 
 if TYPE_CHECKING:
@@ -108,16 +110,18 @@ async def _find_or_create(
 
 def preview(text: str, limit: int) -> str:
     """`text` whole when it fits in `limit` characters, else its head and its tail around
-    how much is not shown. A human approves what the call's arguments say: a payload a
-    model puts after harmless-looking text must not fall off the end of the prompt."""
+    how much is not shown, each masked before it is cut. A human approves what the call's
+    arguments say: a payload a model puts after harmless-looking text must not fall off the
+    end of the prompt."""
     if len(text) <= limit:
         return text
     head = limit * 2 // 3
     tail = limit - head
     hidden = len(text) - head - tail
+    masker = known()  # masked whole, then cut: a cut never leaves a piece of a secret
     return (
-        f"{text[:head]} ... [{hidden} characters not shown: `fim approvals list --json` "
-        f"shows them] ... {text[-tail:]}"
+        f"{masker.head(text, head)[0]} ... [{hidden} characters not shown: `fim approvals "
+        f"list --json` shows them] ... {masker.tail(text, tail)[0]}"
     )
 
 
@@ -146,6 +150,7 @@ async def ask_human(
     from fim.store import get_store
 
     store = get_store(run.services)
+    reason = clipped(reason, MAX_REASON_CHARS, "reason")  # a hook's, stored and shown
     args = mask_value(context.tool_args or {}, run.snapshot.mask)
     tool = context.tool_name
     approval_id, approval = await _find_or_create(

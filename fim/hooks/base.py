@@ -29,6 +29,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fim.hooks")
 
+MAX_REASON_CHARS = 4_000
+"""The most of a hook's block reason (or a side effect it reports) that goes on, to the
+model, the events and the store: a sentence, not a document. A hook that echoes the call's
+arguments in its reason (`echo "blocked: $cmd" >&2`) would otherwise let the model choose
+its size; what a hook puts in its rewrite or its added context is bounded like a tool
+result (MAX_OBSERVATION_CHARS)."""
+
 POINTS: tuple[HookPoint, ...] = ("SessionStart", "PreToolUse", "PostToolUse")
 
 

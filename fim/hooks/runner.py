@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fim.events import HookEvent
-from fim.hooks.base import BaseHook, log
+from fim.hooks.base import MAX_REASON_CHARS, BaseHook, log
 from fim.hooks.claude import names_of
 from fim.masking import clipped
 from fim.tools.registry import MAX_OBSERVATION_CHARS
@@ -32,13 +32,6 @@ Review = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 the metadata of the call they make (`access`, `sql`, the connector...), computed again by
 the engine from those arguments (`view_of`). Raises when the rewritten call cannot be told
 or targets something else; the call is then blocked."""
-
-MAX_REASON_CHARS = 4_000
-"""The most of a hook's block reason (or a side effect it reports) that goes on, to the
-model, the events and the store: a sentence, not a document. A hook that echoes the call's
-arguments in its reason (`echo "blocked: $cmd" >&2`) would otherwise let the model choose
-its size; what a hook puts in its rewrite or its added context is bounded like a tool
-result (MAX_OBSERVATION_CHARS)."""
 
 MAX_REWRITES = 8
 """Rewrites of one call's arguments accepted. A rewrite sends the call back to the hooks

@@ -41,6 +41,7 @@ from fim.llm.script import (
     user_turns,
     with_usage,
 )
+from fim.masking import known
 from fim.types import Message, Model, ModelResponse, TextDelta, ToolSpec
 
 __all__ = [
@@ -181,7 +182,8 @@ class ScriptedModel:
 def _preview(value: str | None, limit: int = 80) -> str:
     if value is None:
         return "<none>"
-    return repr(value if len(value) <= limit else value[:limit] + "...")
+    head, cut = known().head(value, limit)  # masked whole, then cut
+    return repr(head + "..." if cut else head)
 
 
 def _describe(step: Step) -> str:
