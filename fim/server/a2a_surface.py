@@ -50,7 +50,9 @@ from fim.errors import FimError
 from fim.events import Event, RunFinished
 from fim.masking import known
 from fim.schema_check import MAX_NESTING, nested_deeper
+from fim.server.a2a_refusals import quiet_refusals
 from fim.server.a2a_tasks import StoredTaskStore
+from fim.server.json_keys import duplicate_key
 from fim.server.sessions import UnknownSession, known_agent
 from fim.server.stopping import SENDING, Sending, StreamCut, until_stop
 from fim.structured import NonFinite, non_finite
@@ -310,6 +312,7 @@ def a2a_app(api: Api) -> Router:
     handler = DefaultRequestHandler(
         agent_executor=FimExecutor(api), task_store=StoredTaskStore(api), agent_card=template
     )
+    quiet_refusals()  # a malformed request is a warning line, never a traceback
     dispatcher = JsonRpcDispatcher(
         request_handler=handler,
         context_builder=_Context(),
@@ -321,9 +324,9 @@ def a2a_app(api: Api) -> Router:
         return str(request.base_url)
 
     async def jsonrpc(request: Request) -> Response:
-        """The SDK's dispatcher, behind the parse and nesting cap every other body meets:
-        the SDK's own parse (`json.loads`) recursed on a deep body (a RecursionError and
-        its traceback per request)."""
+        """The SDK's dispatcher, behind the parse, the nesting cap and the refusal of a
+        key given twice that every other body meets: the SDK's own parse (`json.loads`)
+        recursed on a deep body (a RecursionError and its traceback per request)."""
 
         def refused(code: int, message: str) -> Response:
             answer = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
@@ -337,6 +340,8 @@ def a2a_app(api: Api) -> Router:
             return refused(-32600, f"the request nests deeper than {MAX_NESTING} levels")
         if (where := non_finite(body)) is not None:  # JSON numbers only, as every body
             return refused(-32600, str(NonFinite(where)))
+        if (twice := duplicate_key(await request.body())) is not None:
+            return refused(-32600, f"the request has the key '{twice[:200]}' twice")
         return await dispatcher.handle_requests(request)
 
     async def project_card(request: Request) -> Response:

@@ -23,8 +23,9 @@ from fim.events import Event, RunFinished
 from fim.run.auto import AUTO, auto_agent
 from fim.server.bodies import BodyError, RunBody, read_body
 from fim.server.devpage import status_payload
-from fim.server.http import JSONResponse, error, query_int, run_scope, session_owner, sse
+from fim.server.http import JSONResponse, error, run_scope, session_owner, sse
 from fim.server.openai_errors import error_object, failure, run_failed
+from fim.server.queries import RunsQuery, read_query
 from fim.server.sessions import UnknownSession, known_agent
 from fim.server.stopping import until_stop
 from fim.types import Message
@@ -115,12 +116,14 @@ def run_handlers(api: Api) -> dict[str, Any]:
         # deferred: loading fim.store costs a few ms
         from fim.store import get_store
 
-        limit = query_int(request, "limit", 50, 1, 500)
-        if isinstance(limit, Response):
-            return limit
-        kind = request.query_params.get("kind")
+        query = read_query(request, RunsQuery)
+        if isinstance(query, Response):
+            return query
+        kind = "agent" if query.agent is not None else query.kind
         owner = run_scope(request)  # a keyed caller: its own runs
-        records = await get_store(api.services).list_runs(kind=kind, limit=limit, owner=owner)
+        records = await get_store(api.services).list_runs(
+            kind=kind, limit=query.limit, owner=owner, status=query.status, name=query.agent
+        )
         return JSONResponse({"runs": [_summary(r) for r in records]})
 
     return {"create_run": create_run, "list_runs": list_runs}

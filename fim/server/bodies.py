@@ -4,8 +4,9 @@ Every body comes from the network, so it is parsed and validated before a route 
 it: a wrong type (`"session_id": [1]`, `"model": {}`) is a 400 naming the field's path,
 never a 500 deep inside a run. Parsing is pydantic-core's JSON parser (its own recursion
 limit, no Python recursion), then an explicit nesting cap, then a refusal of NaN and
-Infinity (which that parser reads but JSON has not: `fim.structured.non_finite`), then the
-route's model. The size of the body is capped before this, by `Guard` in `fim.server.http`.
+Infinity (which that parser reads but JSON has not: `fim.structured.non_finite`), then of
+a key given twice (`fim.server.json_keys`), then the route's model. The size of the body
+is capped before this, by `Guard` in `fim.server.http`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from starlette.requests import Request
 
 from fim.schema_check import MAX_NESTING, nested_deeper
 from fim.server.http import JSONResponse, error  # masked, like every body the API sends
+from fim.server.json_keys import duplicate_key
 from fim.structured import NonFinite, non_finite
 from fim.types import Message
 
@@ -363,6 +365,9 @@ async def read_body(request: Request, model: type[M]) -> M:
     where = non_finite(data)  # after the depth cap: the walk is then bounded too
     if where is not None:
         raise BodyError(str(NonFinite(where)), field=where or None)
+    if (twice := duplicate_key(raw)) is not None:
+        hint = "send each key once: JSON parsers differ on which of the values counts"
+        raise BodyError(f"request body has the key '{twice[:200]}' twice", twice[:200], hint)
     try:
         return model.model_validate(data)
     except ValidationError as exc:

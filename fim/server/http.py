@@ -1,6 +1,6 @@
 """The request side of the HTTP API: the middleware every request passes (`Guard`: the key,
 cross-site requests, the body size limit; `AccessLog`) and the whole numbers a request
-names in a header or query parameter.
+names in a header or query parameter (a route's query string is `fim.server.queries`).
 
 Who a request is from is `fim.server.callers`, what a route answers with
 `fim.server.replies`, event streams and disconnects `fim.server.streams`; their names are
@@ -14,8 +14,6 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from starlette.requests import Request
-from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fim.observe.logs import one_line
@@ -55,7 +53,6 @@ __all__ = [
     "identify",
     "key_owner",
     "one_of",
-    "query_int",
     "run_scope",
     "server_keys",
     "session_owner",
@@ -90,18 +87,6 @@ def whole_number(raw: str | bytes) -> int | None:
         return None
     value = int(text)
     return value if value <= MAX_INT64 else None
-
-
-def query_int(request: Request, name: str, default: int, low: int, high: int) -> int | Response:
-    """The whole-number query parameter `name` from `low` to `high` (the range its route's
-    OpenAPI entry states), or the 400 naming it."""
-    raw = request.query_params.get(name, str(default))
-    value = whole_number(raw)
-    if value is None or not low <= value <= high:
-        return error(
-            400, f"{name}: a whole number from {low} to {high}, got {raw[:40]!r}", param=name
-        )
-    return value
 
 
 SEVERAL_KEYS = b"\0several"

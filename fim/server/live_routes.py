@@ -19,6 +19,7 @@ from starlette.responses import Response
 
 from fim.masking import StreamMasker, known
 from fim.server.http import MAX_INT64, JSONResponse, error, run_scope, whole_number
+from fim.server.queries import EventsQuery, read_query
 from fim.server.streams import followed
 from fim.store import get_store
 from fim.store.live import read_events, running_here, tail
@@ -32,7 +33,12 @@ def _after(request: Request) -> int | Response:
     """The last event id the client saw (`Last-Event-ID`, else `?after=`), or the 400
     naming it. Checked before the stream starts: a number past `MAX_INT64` would fail in
     the query, after the 200 was sent, and cut the stream."""
-    raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+    query = read_query(request, EventsQuery)  # `?aftr=5` must not replay from the start
+    if isinstance(query, Response):
+        return query
+    raw = request.headers.get("last-event-id")
+    if not raw:
+        return query.after
     after = whole_number(raw)
     if after is None:
         return error(

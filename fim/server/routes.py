@@ -16,6 +16,7 @@ from fim.server.background import requeue_decided, spawn_run
 from fim.server.bodies import BodyError, DecisionBody, WorkflowRunBody, read_body
 from fim.server.http import Caller, JSONResponse, caller, error, run_scope, session_owner, sse
 from fim.server.limits import Busy, Slot, check_parked
+from fim.server.queries import ApprovalsQuery, read_query
 from fim.server.stopping import until_stop
 from fim.store import get_store
 from fim.store.approvals import ReservedData, abandoned, already_decided
@@ -27,7 +28,7 @@ from fim.workflows.state import KIND
 
 if TYPE_CHECKING:
     from fim.server.api import Api
-    from fim.store.records import Approval, ApprovalStatus
+    from fim.store.records import Approval
 
 log = logging.getLogger("fim.server")
 
@@ -139,20 +140,13 @@ def approval_handlers(api: Api) -> dict[str, Any]:
         # deferred: loading fim.store costs a few ms
         from fim.store import get_store
 
-        status = request.query_params.get("status", "pending")
-        known: dict[str, ApprovalStatus] = {
-            "pending": "pending",
-            "approved": "approved",
-            "denied": "denied",
-            "expired": "expired",
-        }
+        query = read_query(request, ApprovalsQuery)  # an unknown status is a 400
+        if isinstance(query, Response):
+            return query
         store = get_store(api.services)
         owner = run_scope(request)  # a keyed caller: its own runs' approvals
-        if status == "all":
-            items = await store.list_approvals(None, owner=owner)
-        else:  # an unknown status matches no approval
-            wanted = known.get(status)
-            items = await store.list_approvals(wanted, owner=owner) if wanted else []
+        status = None if query.status == "all" else query.status
+        items = await store.list_approvals(status, agent=query.agent, owner=owner)
         return JSONResponse({"approvals": [a.as_dict() for a in items]})
 
     async def resolve(request: Request) -> Response:

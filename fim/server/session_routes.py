@@ -11,14 +11,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from fim.run.sessions import SCOPED, session_key
-from fim.server.http import JSONResponse, error, query_int, session_owner
+from fim.server.http import JSONResponse, error, session_owner
+from fim.server.queries import SessionsQuery, read_query
 from fim.server.sessions import UnknownSession, find_session
 
 if TYPE_CHECKING:
     from fim.server.api import Api
-
-MAX_LISTED = 1000
-"""At most this many sessions a page (a key keeps at most `SESSION_LIMIT`)."""
 
 
 def session_handlers(api: Api) -> dict[str, Any]:
@@ -57,11 +55,11 @@ def session_handlers(api: Api) -> dict[str, Any]:
         return JSONResponse({"session_id": name, "deleted": True})
 
     async def list_sessions(request: Request) -> Response:
-        limit = query_int(request, "limit", 100, 1, MAX_LISTED)
-        if isinstance(limit, Response):
-            return limit
+        query = read_query(request, SessionsQuery)
+        if isinstance(query, Response):
+            return query
         owner = session_owner(request)
-        rows = await api.session_store.owned(owner, limit)
+        rows = await api.session_store.owned(owner, query.limit)
         listed = [
             {"session_id": name or key, "updated_at": updated}
             for name, key, updated in rows

@@ -16,16 +16,11 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from fim.server.http import JSONResponse, error, query_int, run_scope, session_owner
+from fim.server.http import JSONResponse, run_scope, session_owner
+from fim.server.queries import UsageQuery, read_query
 
 if TYPE_CHECKING:
     from fim.server.api import Api
-
-MAX_DAYS = 36500
-
-QUERY = frozenset({"days", "agent", "by"})
-"""The query parameters `GET /v1/usage` reads: any other is a 400 (a misspelt `by` must not
-silently answer the default grouping)."""
 
 
 def usage_handlers(api: Api) -> dict[str, Any]:
@@ -34,24 +29,13 @@ def usage_handlers(api: Api) -> dict[str, Any]:
     async def usage(request: Request) -> Response:
         # deferred: loading fim.store costs a few ms
         from fim.store import get_store
-        from fim.store.usage import GROUPS, key_labels, summary
+        from fim.store.usage import key_labels, summary
 
-        unknown = sorted(set(request.query_params) - QUERY)
-        if unknown:
-            return error(
-                400,
-                f"unknown query parameter(s): {', '.join(unknown)[:200]}",
-                f"GET /v1/usage takes {', '.join(sorted(QUERY))}",
-                param=unknown[0][:100],
-            )
-        days = query_int(request, "days", 7, 1, MAX_DAYS)
-        if isinstance(days, Response):
-            return days
-        by = request.query_params.get("by") or "agent"
-        if by not in GROUPS:
-            return error(400, f"by: one of {', '.join(GROUPS)}, got {by[:40]!r}", param="by")
-        agent = request.query_params.get("agent") or None
-        since = (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=days - 1)).isoformat()
+        query = read_query(request, UsageQuery)  # a misspelt `by` is a 400, never the default
+        if isinstance(query, Response):
+            return query
+        by, agent = query.by, query.agent
+        since = (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=query.days - 1)).isoformat()
         owner = run_scope(request)  # a keyed caller: what its own runs spent
         store = get_store(api.services)
         snapshot = api.holder.current

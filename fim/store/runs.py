@@ -73,14 +73,21 @@ class Runs(Database):
         return RunRecord(**row) if row else None
 
     async def list_runs(
-        self, kind: str | None = None, limit: int = 50, owner: str | None = None
+        self,
+        kind: str | None = None,
+        limit: int = 50,
+        owner: str | None = None,
+        *,
+        status: str | None = None,
+        name: str | None = None,
     ) -> list[RunRecord]:
-        """Newest first; with `owner`, only the runs that caller started
-        (`fim.store.owners`)."""
+        """Newest first, of `kind`, `status` and `name` (the agent's or workflow's) when
+        given; with `owner`, only the runs that caller started (`fim.store.owners`)."""
         runs = table("runs")
         query = runs.select().order_by(runs.c.created_at.desc()).limit(limit)
-        if kind is not None:
-            query = query.where(runs.c.kind == kind)
+        for column, value in (("kind", kind), ("status", status), ("name", name)):
+            if value is not None:
+                query = query.where(runs.c[column] == value)
         if owner is not None:
             query = query.where(runs.c.id.in_(owned_by(owner)))
         rows = await self._read(lambda c: list(c.execute(query).mappings()))

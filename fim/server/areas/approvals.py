@@ -5,6 +5,7 @@ from __future__ import annotations
 from fim.server import bodies
 from fim.server import responses as r
 from fim.server.area import Area, Op, get, post
+from fim.server.queries import ApprovalsQuery, query_schema
 from fim.server.routes import approval_handlers
 
 AREA = Area(
@@ -17,13 +18,8 @@ AREA = Area(
                 "Approvals (pending by default)",
                 "approvals",
                 r.ApprovalList,
-                query={
-                    "status": {
-                        "type": "string",
-                        "enum": ["pending", "approved", "denied", "expired", "all"],
-                        "default": "pending",
-                    }
-                },
+                query=query_schema(ApprovalsQuery),
+                errors=(400,),
             ),
         ),
         post(

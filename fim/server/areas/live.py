@@ -5,6 +5,7 @@ from __future__ import annotations
 from fim.server import responses as r
 from fim.server.area import Area, Op, get, post
 from fim.server.live_routes import live_handlers
+from fim.server.queries import EventsQuery, query_schema
 
 AREA = Area(
     "live",
@@ -28,7 +29,7 @@ AREA = Area(
                 stream="`id: <seq>`, `event: <type>`, `data:` the event (see fim.events); ends "
                 "with `run_finished` or `workflow_finished`; resume with `Last-Event-ID` or "
                 "`?after=<seq>`",
-                query={"after": {"type": "integer", "minimum": 0, "default": 0}},
+                query=query_schema(EventsQuery),
                 errors=(400, 404),
             ),
         ),

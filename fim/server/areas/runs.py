@@ -7,6 +7,7 @@ from fim.server import bodies
 from fim.server import responses as r
 from fim.server.agent_routes import run_handlers
 from fim.server.area import Area, Op, get, post
+from fim.server.queries import RunsQuery, query_schema
 
 AREA = Area(
     "runs",
@@ -33,10 +34,7 @@ AREA = Area(
                 "Recent runs (without their traces)",
                 "runs",
                 r.RunList,
-                query={
-                    "limit": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50},
-                    "kind": {"type": "string", "enum": ["agent", "workflow"]},
-                },
+                query=query_schema(RunsQuery),
                 errors=(400,),
             ),
         ),

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from fim.server import responses as r
 from fim.server.area import Area, Endpoint, Op, get
-from fim.server.session_routes import MAX_LISTED, session_handlers
+from fim.server.queries import SessionsQuery, query_schema
+from fim.server.session_routes import session_handlers
 
 AREA = Area(
     "sessions",
@@ -16,14 +17,7 @@ AREA = Area(
                 "The caller's sessions by name, the most recent first",
                 "runs",
                 r.SessionList,
-                query={
-                    "limit": {
-                        "type": "integer",
-                        "minimum": 1,
-                        "maximum": MAX_LISTED,
-                        "default": 100,
-                    }
-                },
+                query=query_schema(SessionsQuery),
                 errors=(400,),
             ),
         ),

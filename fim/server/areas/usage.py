@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from fim.server import responses as r
 from fim.server.area import Area, Op, get
-from fim.server.usage_routes import MAX_DAYS, usage_handlers
+from fim.server.queries import UsageQuery, query_schema
+from fim.server.usage_routes import usage_handlers
 
 AREA = Area(
     "usage",
@@ -16,11 +17,7 @@ AREA = Area(
                 "Tokens and cost per UTC day and agent, from the state store",
                 "status",
                 r.UsageReport,
-                query={
-                    "days": {"type": "integer", "minimum": 1, "maximum": MAX_DAYS, "default": 7},
-                    "agent": {"type": "string"},
-                    "by": {"type": "string", "enum": ["agent", "session", "key"]},
-                },
+                query=query_schema(UsageQuery),
                 errors=(400,),
             ),
         ),
