@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pg_schemas import pg_schema
 
 from fim.testing.otlp import Receiver, otlp_receiver
+from tests.pg_schemas import pg_schema
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 for _var in ("FIM_MODEL", "FIM_FAST_MODEL"):  # a developer's own override must not leak in
@@ -63,7 +63,7 @@ def _rewrite_tests_once(config: pytest.Config, here: Path) -> None:
     state = config.stash.get(rewrite.assertstate_key, None)
     if state is None:  # --assert=plain: nothing is rewritten
         return
-    for path in sorted([*here.glob("test_*.py"), here / "conftest.py"]):
+    for path in sorted([*here.glob("test_*.py"), *here.glob("*/test_*.py"), here / "conftest.py"]):
         cache = rewrite.get_cache_dir(path)
         pyc = cache / (path.name[:-3] + rewrite.PYC_TAIL)
         if rewrite._read_pyc(path, pyc, state.trace) is not None:

@@ -1,5 +1,5 @@
-"""One process per resource: the SQLite server lock (tests/test_single_store.py) and the git
-checkout lock (tests/test_gitops.py) share `fim.locks.hold`; a second holder is refused
+"""One process per resource: the SQLite server lock (tests/store/test_single_store.py) and the git
+checkout lock (tests/build/test_gitops.py) share `fim.locks.hold`; a second holder is refused
 with the first one's pid."""
 
 from __future__ import annotations

@@ -297,7 +297,7 @@ stdio_budget: ContextVar[ReadBudget | None] = ContextVar("fim_stdio_budget", def
 def cap_stdio() -> None:
     """Read every stdio server's output through `_Lines` (`MAX_ANSWER_BYTES` a line, within
     `shape_problem`'s caps): the SDK's process factory, wrapped once. Where the SDK or anyio
-    changed the seams this uses, their reading stays as it was (tests/test_mcp_capped.py
+    changed the seams this uses, their reading stays as it was (tests/mcp/test_mcp_capped.py
     fails)."""
     # deferred: loading the SDK's stdio client costs hundreds of ms
     from mcp.client import stdio

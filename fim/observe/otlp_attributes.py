@@ -6,7 +6,7 @@ every level. Most of a run's attribute values recur on every span or run, so eac
 serialized once and kept; a span's attributes are those bytes joined. Values the fast
 path does not know (bytes, mappings, None, subclasses, mixed sequences, out-of-range ints)
 go through the upstream value encoder, field for field what it makes
-(tests/test_observe_otlp_fast.py decodes both).
+(tests/observe/test_observe_otlp_fast.py decodes both).
 """
 
 from __future__ import annotations

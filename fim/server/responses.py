@@ -2,7 +2,7 @@
 
 The routes build their bodies as dicts (masked on the way out by `fim.server.http`); these
 models describe those bodies so `/openapi.json` is generated rather than written by hand.
-`tests/test_openapi.py` validates real responses against them, so a route that changes
+`tests/server/test_openapi.py` validates real responses against them, so a route that changes
 its body without its model fails a test instead of publishing a wrong schema.
 Traces (`events`) and declarations are open objects: their shapes are the event models of
 `fim.events` and the project schema (`fim schema`), which evolve on their own.

@@ -1,5 +1,5 @@
-"""A small offline project for the development page tests (tests/test_devpage_browser.py,
-tests/test_openapi.py): scripted agents (one with an
+"""A small offline project for the development page tests (tests/server/test_devpage_browser.py,
+tests/server/test_openapi.py): scripted agents (one with an
 audit hook, one whose calls a human confirms), a workflow with a human node, an eval suite."""
 
 from __future__ import annotations

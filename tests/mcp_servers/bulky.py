@@ -1,4 +1,4 @@
-"""An MCP server whose answers hold as much as its caller asks (tests/test_mcp_capped.py):
+"""An MCP server whose answers hold as much as its caller asks (tests/mcp/test_mcp_capped.py):
 well-formed, over stdio or HTTP, only more than fim reads of one answer.
 
 Run as `python tests/mcp_servers/bulky.py [--http PORT] [--json]`, as the demo server

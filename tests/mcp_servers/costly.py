@@ -1,4 +1,4 @@
-"""An MCP server whose schemas cost a validator hours (tests/test_mcp_checks.py).
+"""An MCP server whose schemas cost a validator hours (tests/mcp/test_mcp_checks.py).
 
 Run as `python tests/mcp_servers/costly.py DEPTH` (stdio). Its tools:
 
@@ -31,7 +31,7 @@ def costly_schema(depth: int) -> dict[str, Any]:
     """A few kilobytes of `$ref`'d `anyOf`: three branches a level, two of which fail only
     after checking everything below them, so checking a `depth`-deep value does 3**depth
     levels of work (depth 12 took a validator 11 s; depth 20 would take days). Also a
-    caller's `response_format` in tests/test_attack_limits.py."""
+    caller's `response_format` in tests/attacks/test_attack_limits.py."""
     defs: dict[str, Any] = {"L0": {"type": "object"}}
     for i in range(1, depth + 1):
         below = {"a": {"$ref": f"#/$defs/L{i - 1}"}}

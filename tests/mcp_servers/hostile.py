@@ -1,5 +1,5 @@
-"""A stdio MCP server that answers what no SDK server would send (tests/test_mcp_errors.py,
-tests/test_mcp_capped.py): raw JSON-RPC lines, malformed or nested past any parser.
+"""A stdio MCP server that answers what no SDK server would send (tests/mcp/test_mcp_errors.py,
+tests/mcp/test_mcp_capped.py): raw JSON-RPC lines, malformed or nested past any parser.
 
 Run as `python tests/mcp_servers/hostile.py MODE N`. Its tools are `echo(text)`, which
 answers as a server should, and `bad()`, which answers as MODE says:

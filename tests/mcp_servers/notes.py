@@ -1,4 +1,4 @@
-"""An MCP server that keeps state between calls (tests/test_mcp_scope.py), as a browser, a
+"""An MCP server that keeps state between calls (tests/mcp/test_mcp_scope.py), as a browser, a
 filesystem or a memory server does: what one caller left, the next one reads.
 
 Run as `python tests/mcp_servers/notes.py` (stdio). Its tools: `remember(text)` keeps a

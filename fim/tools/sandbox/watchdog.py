@@ -236,7 +236,7 @@ class Watchdog:
         no new one starts, so the list of its children is whole. Without that, a kill that
         came while bwrap was creating the namespace's init found no child, and the init,
         whose `--die-with-parent` was not armed yet, outlived the kill with its command and
-        no time limit (seen under load: `tests/test_sandbox.py`, a cancelled call)."""
+        no time limit (seen under load: `tests/tools/test_sandbox.py`, a cancelled call)."""
         pid = self.process.pid
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGSTOP)
