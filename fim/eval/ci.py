@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fim.errors import RunError
-from fim.eval.report_file import checked_report
+from fim.eval.report_file import NESTED_TOO_DEEP, checked_report
 from fim.terminal import printable
 
 if TYPE_CHECKING:
@@ -56,6 +56,11 @@ def load(path: Path) -> Report:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise RunError(f"{path}: not a fim eval JSON report ({exc})") from None
+    except RecursionError:  # the parser recurses: thousands of `[` end it (attack-51 F2)
+        raise RunError(
+            f"{path}: not a fim eval JSON report ({NESTED_TOO_DEEP})",
+            hint="fim eval --json writes one; use the file as that run wrote it",
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get("suites"), list):
         raise RunError(f"{path}: not a fim eval JSON report (no 'suites')", hint="fim eval --json")
     checked = checked_report(data)  # a shard or a baseline from elsewhere: any shape

@@ -13,6 +13,7 @@ from fim.eval.ci import (
     label,
     not_checked_lines,
     nothing_tested,
+    plain,
     ran_cases,
     rate,
     replayed_cases,
@@ -35,15 +36,19 @@ def _cell(text: str) -> str:
     inert Markdown in a PR comment: one line, every character Markdown acts on escaped,
     `@` kept from mentioning anyone, and a bare URL from being linked (a zero-width space
     after its scheme or `www`). A case name is a contributor's CSV cell and an output the
-    model's: a link, an image or `@org/team` there would render as one."""
-    line = " ".join(text.split())[:300]
+    model's: a link, an image or `@org/team` there would render as one. Control
+    characters are escaped as in the text summary (`plain`): a merged shard's names are
+    anyone's, and a raw OSC 52 wrote the clipboard of whoever read the summary in a
+    terminal (attack-51 F2)."""
+    line = plain(" ".join(text.split())[:300])
     line = _MARKDOWN.sub(r"\\\1", line).replace("@", "@\u200b")
     return _AUTOLINK.sub("\\1\u200b\\2", line)
 
 
 def _code(text: str) -> str:
-    """Text inside a code span (a case's name): one line, no backtick to end the span."""
-    return " ".join(text.split())[:300].replace("`", "'")
+    """Text inside a code span (a case's name): one line, control characters escaped
+    (`plain`, as in `_cell`), no backtick to end the span."""
+    return plain(" ".join(text.split())[:300]).replace("`", "'")
 
 
 def markdown(
