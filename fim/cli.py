@@ -28,6 +28,7 @@ _gc_was_enabled = gc.isenabled()
 gc.disable()
 try:
     import typer
+    from typer.core import TyperGroup
 
     from fim.commands import ProjectOption, err
     from fim.config.serving import command_needs, group_decides, need_settings
@@ -77,6 +78,49 @@ def version() -> str:
         return dist_version("fim")
     except PackageNotFoundError:  # running from a checkout that was never installed
         return "0+unknown"
+
+
+ROUTES: dict[str, str] = {
+    "chat": "to chat with an agent: fim run AGENT, without a prompt",
+    "dev": "the dev page and the HTTP API: fim serve, then open http://127.0.0.1:8000/",
+    "web": "the dev page and the HTTP API: fim serve, then open http://127.0.0.1:8000/",
+    "ui": "the dev page and the HTTP API: fim serve, then open http://127.0.0.1:8000/",
+    "agents": "the project's agents: fim list agents",
+    "trace": "a run's steps: fim runs show ID (or last); fim runs list lists the runs",
+    "logs": "a run's steps: fim runs show ID (or last); fim runs list lists the runs",
+}
+"""Commands other agent tools have (`adk web`, `langgraph dev`, `claude` chats) -> where fim
+does it: said instead of click's did-you-mean (`fim chat` was "Did you mean 'schema'?")."""
+
+OPTION_ROUTES: dict[tuple[str, str], str] = {
+    ("run", option): "use --session NAME: fim run AGENT --session NAME continues that "
+    "conversation; fim sessions list shows them"
+    for option in ("--resume", "--continue", "--thread", "--thread-id", "-c", "-r")
+}
+"""(command, option) other tools take -> what fim takes instead (`claude --resume`,
+LangGraph's `thread_id`)."""
+
+
+class _Routed(TyperGroup):
+    """fim's top-level group: an unknown command or option that another agent tool has
+    (`ROUTES`, `OPTION_ROUTES`) is told where fim does it."""
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        if args and args[0] not in self.commands and args[0] in ROUTES:
+            ctx.fail(f"No such command '{args[0]}' ({ROUTES[args[0]]})")
+        return super().resolve_command(ctx, args)
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:  # click's NoSuchOption, of the click typer carries
+            where, option = getattr(exc, "ctx", None), getattr(exc, "option_name", None)
+            command = getattr(getattr(where, "command", None), "name", None)
+            route = OPTION_ROUTES.get((str(command), str(option)))
+            if where is None or route is None:
+                raise
+            where.fail(f"No such option: {option} ({route})")
+            raise  # pragma: no cover - fail() raises
 
 
 def _print_version(value: bool) -> None:
@@ -148,6 +192,7 @@ def build_app(modules: list[str] | None = None) -> typer.Typer:
     _hide_flag_types()
     app = typer.Typer(
         name="fim",
+        cls=_Routed,
         help="Run LLM agents declared in version-controlled YAML.",
         no_args_is_help=True,
         add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)

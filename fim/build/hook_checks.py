@@ -2,7 +2,8 @@
 its builtin, ref, Python module or command script must exist, and hook refs must not
 loop.
 
-A command's script must also be executable: the shell refuses it on every call and the
+A command's script must also be executable, and its `#!` line must name an interpreter
+that exists (`fim.build.hook_shebang`): else the shell refuses it on every call and the
 hook would block them all. Kept apart from `fim.build.checks`, whose `Checker` calls these
 for every agent and hook file.
 """
@@ -18,6 +19,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fim.build.hook_shebang import shebang_problem
 from fim.config.declarations import Declarations, Entry
 from fim.config.files import read_regular
 from fim.config.problems import suggest
@@ -312,6 +314,9 @@ def check_hook(checker: Checker, entry: Entry, spec: HookSpec, path: Path_) -> N
                     f"git update-index --chmod=+x {program}",
                 )
             )
+        elif "/" in program and (wrong := shebang_problem(script, program)) is not None:
+            # `/bin/sh\r` or a missing interpreter: "not found" (exit 127) on every call
+            checker.add(doc.problem((*path, "command"), *wrong))
     if spec.event is None and spec.command is not None:
         checker.add(
             doc.problem(

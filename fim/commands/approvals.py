@@ -26,6 +26,7 @@ from fim.commands import (
     user_errors,
     warn_store_fallback,
 )
+from fim.commands.completion import complete_approval_id
 
 if TYPE_CHECKING:
     from fim.config.schema import Project
@@ -36,6 +37,9 @@ StateOption = Annotated[
     typer.Option(
         "--state", help="State store URL (default: `state:` of fim.yaml).", show_default=False
     ),
+]
+ApprovalArgument = Annotated[
+    str, typer.Argument(metavar="ID", help="Approval id.", autocompletion=complete_approval_id)
 ]
 NoteOption = Annotated[
     str | None, typer.Option("--note", "-n", help="Why; the agent sees a denial's note.")
@@ -286,7 +290,7 @@ async def _requeue(store: Store, run_id: str) -> bool:
 
 def approve(
     ctx: typer.Context,
-    approval_id: Annotated[str, typer.Argument(metavar="ID", help="Approval id.")],
+    approval_id: ApprovalArgument,
     note: NoteOption = None,
     content: Annotated[
         str | None,
@@ -303,7 +307,7 @@ def approve(
 
 def deny(
     ctx: typer.Context,
-    approval_id: Annotated[str, typer.Argument(metavar="ID", help="Approval id.")],
+    approval_id: ApprovalArgument,
     note: NoteOption = None,
     cancel: Annotated[
         bool,

@@ -52,6 +52,17 @@ def register(app: typer.Typer) -> None:
 # ---------------------------------------------------------------------------- list / show
 
 
+def _list_kinds(incomplete: str) -> list[str]:
+    """`fim list <TAB>` (`fim.commands.completion` does the other arguments; this module
+    stays the only one `fim list|show|schema` load)."""
+    return [kind for kind in KIND_ATTRS if kind.startswith(incomplete)]
+
+
+def _show_kinds(incomplete: str) -> list[str]:
+    """`fim show <TAB>`: the kinds, and `project`."""
+    return [kind for kind in (*KIND_ATTRS, "project") if kind.startswith(incomplete)]
+
+
 def _kind(value: str) -> str:
     kind = _PLURAL.get(value.lower(), value.lower())
     if kind not in KIND_ATTRS:
@@ -70,7 +81,11 @@ def _description(kind: str, item: Any) -> str:
 def list_(
     ctx: typer.Context,
     kind: Annotated[
-        str | None, typer.Argument(help="agent, connector, skill, workflow, hook, eval or model")
+        str | None,
+        typer.Argument(
+            help="agent, connector, skill, workflow, hook, eval or model",
+            autocompletion=_list_kinds,
+        ),
     ] = None,
     project: ProjectOption = None,
 ) -> None:
@@ -94,7 +109,11 @@ def list_(
 def show(
     ctx: typer.Context,
     kind: Annotated[
-        str, typer.Argument(help="agent, connector, skill, workflow, hook, eval, model or project")
+        str,
+        typer.Argument(
+            help="agent, connector, skill, workflow, hook, eval, model or project",
+            autocompletion=_show_kinds,
+        ),
     ],
     name: Annotated[str | None, typer.Argument(help="Name of the declaration")] = None,
     project: ProjectOption = None,
@@ -219,6 +238,14 @@ def to_yaml(data: Any) -> str:
 # ---------------------------------------------------------------------------- schema
 
 
+def _schema_kinds(incomplete: str) -> list[str]:
+    """`fim schema <TAB>`: the kinds that have a JSON Schema."""
+    # deferred: loading fim.config.export (pkgutil, inspect) costs a few ms of fim validate
+    from fim.config.export import SCHEMA_KINDS
+
+    return [kind for kind in SCHEMA_KINDS if kind.startswith(incomplete)]
+
+
 class SchemaFormat(StrEnum):
     json = "json"
     text = "text"
@@ -226,7 +253,11 @@ class SchemaFormat(StrEnum):
 
 def schema(
     kind: Annotated[
-        str | None, typer.Argument(help="project, agent, connector, skill, workflow, hook or eval")
+        str | None,
+        typer.Argument(
+            help="project, agent, connector, skill, workflow, hook or eval",
+            autocompletion=_schema_kinds,
+        ),
     ] = None,
     write: Annotated[
         Path | None,

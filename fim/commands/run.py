@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
-from fim.capabilities import CAPABILITIES
 from fim.commands import (
     ProjectOption,
     fail,
@@ -21,11 +20,11 @@ from fim.commands import (
     run_view,
     user_errors,
 )
+from fim.commands.chat import chat as _chat
+from fim.commands.completion import complete_agent
+from fim.commands.run_turn import CliSession, run_turn
 from fim.errors import RunError
 from fim.terminal import printable
-
-if TYPE_CHECKING:
-    from fim.types import Message
 
 
 def register(app: typer.Typer) -> None:
@@ -35,10 +34,18 @@ def register(app: typer.Typer) -> None:
 def run(
     ctx: typer.Context,
     agent: Annotated[
-        str | None, typer.Argument(help="Agent name (see `fim list agents`).", show_default=False)
+        str | None,
+        typer.Argument(
+            help="Agent name (see `fim list agents`).",
+            show_default=False,
+            autocompletion=complete_agent,
+        ),
     ] = None,
     prompt: Annotated[
-        str | None, typer.Argument(help="The request. Omit it to chat interactively.")
+        str | None,
+        typer.Argument(
+            help="The request ('-': read it from standard input). Omit it to chat interactively."
+        ),
     ] = None,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Show tool calls, hooks and results.")
@@ -60,7 +67,7 @@ def run(
         typer.Option(
             "--session",
             help="Continue a session kept in the state store (the one `session_id` names over "
-            "HTTP); its session budgets apply.",
+            "HTTP); its session budgets apply. A chat without it starts a new one.",
             show_default=False,
         ),
     ] = None,
@@ -111,7 +118,7 @@ def run(
                 cancel_on_sigterm=True,
             )
         else:
-            text = prompt if prompt is not None else sys.stdin.read()
+            text = prompt if prompt not in (None, "-") else read_prompt()
             if not text.strip():
                 fail(
                     "no prompt: the argument is empty and so is standard input",
@@ -168,72 +175,30 @@ def _note_scripted(snapshot: Any, agent: str) -> None:
         )
 
 
-async def _run(
-    snapshot: Any,
-    agent: str,
-    conversation: str | list[Message],
-    model: str | None,
-    view: run_view.EventPrinter,
-    stream: bool,
-    session: CliSession | None = None,
-) -> tuple[int, str]:
-    # deferred: loading fim.config.schema costs hundreds of ms
-    from fim.events import Notice, RunFinished
-    from fim.llm import make_model
-    from fim.run.agent import run_agent
-    from fim.run.services import Services
-
-    status, output = "error", ""
-    services = (
-        session.services
-        if session
-        else Services(root=snapshot.root, state_url=snapshot.project.state, providers=CAPABILITIES)
-    )
-    record = run_view.RunRecorder(agent)
-    record.open(services)
-    quiet = run_view.ApprovalLogFilter()
-    hooks_log = logging.getLogger("fim.hooks")
-    hooks_log.addFilter(quiet)  # this command prints each approval request itself, once
-    try:
-        with user_errors():
-            override = make_model(snapshot.model_settings(model), snapshot.root) if model else None
-            async for event in run_agent(
-                snapshot,
-                agent,
-                conversation,
-                model=override,
-                stream=stream,
-                services=services,
-                session=session.name if session else None,
-            ):
-                record.add(event)
-                answered = isinstance(event, Notice) and await view.approvals.answer(
-                    event, services
-                )
-                if not answered or view.as_json:
-                    view.show(event)
-                if isinstance(event, RunFinished):
-                    status, output = event.status, event.output
-        await record.save(services, status, output)
-    finally:
-        hooks_log.removeFilter(quiet)
-        if session is None:
-            await services.aclose()
-    return (0 if status == "ok" else 1), output
+def read_prompt() -> str:
+    """The prompt piped in (`echo "..." | fim run AGENT`, `fim run AGENT -`), without the
+    one newline that ends what `echo` or a file gives: the model reads the question, not
+    `question\\n`."""
+    text = sys.stdin.read()
+    return text.removesuffix("\n").removesuffix("\r") if text.endswith("\n") else text
 
 
 def known_agent(snapshot: Any, agent: str) -> None:
-    """`fim run asistant`: an unknown agent, with validate's did-you-mean."""
+    """`fim run asistant`: an unknown agent, with validate's did-you-mean; `fim run "Tip on
+    48?"` (a prompt where the agent goes: no agent name has a space) shows the usage with
+    one of the project's agents."""
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.config.problems import suggest
     from fim.run.delegation import AUTO
 
     if agent == AUTO or agent in snapshot.agents:
         return
-    raise RunError(
-        f"unknown agent '{agent}'",
-        hint=suggest(agent, snapshot.agents, "agents") or "no agents in agents/",
-    )
+    hint = suggest(agent, snapshot.agents, "agents") or "no agents in agents/"
+    if any(c.isspace() for c in agent.strip()):
+        example = sorted(snapshot.agents)[0] if snapshot.agents else "AGENT"
+        asked = shlex.quote(agent) if set(agent) & set('"$`\\!') else f'"{agent}"'
+        hint = f'usage: fim run AGENT "PROMPT", e.g. fim run {example} {asked}'
+    raise RunError(f"unknown agent '{agent}'", hint=hint)
 
 
 def check_model(snapshot: Any, model: str) -> None:
@@ -261,43 +226,6 @@ def check_model(snapshot: Any, model: str) -> None:
     raise RunError(f"-m: unknown model role '{model}'", hint=hint)
 
 
-class CliSession:
-    """`fim run --session NAME`: the conversation kept in the state store under NAME, the
-    same rows `session_id` reads over HTTP (owner "", as on a server without API keys), so
-    its session budgets count every surface's runs of it."""
-
-    def __init__(self, snapshot: Any, name: str) -> None:
-        # deferred: loading fim.config.schema costs hundreds of ms
-        from fim.run.services import Services
-
-        self.name = name
-        self.services = Services(
-            root=snapshot.root, state_url=snapshot.project.state, providers=CAPABILITIES
-        )
-
-    def _sessions(self) -> Any:
-        # deferred: loading fim.masking costs hundreds of ms
-        from fim.store import get_store
-        from fim.store.sessions import Sessions
-
-        return Sessions(get_store(self.services))
-
-    async def history(self) -> list[Message]:
-        found = await self._sessions().load(self.name)
-        if found is None:
-            return []
-        owner, history = found
-        if owner:
-            raise RunError(
-                f"session '{self.name}' belongs to an API key of the server",
-                hint="continue it over HTTP with that key, or pick another --session",
-            )
-        return list(history)
-
-    async def save(self, history: list[Message]) -> None:
-        await self._sessions().save(self.name, "", history, name=self.name)
-
-
 async def _once(
     snapshot: Any,
     agent: str,
@@ -308,7 +236,7 @@ async def _once(
     session: str | None = None,
 ) -> int:
     if session is None:
-        code, _ = await _run(snapshot, agent, prompt, model, view, stream)
+        code, _ = await run_turn(snapshot, agent, prompt, model, view, stream)
         return code
     # deferred: loading pydantic_core costs tens of ms
     from fim.types import Message
@@ -317,79 +245,9 @@ async def _once(
     try:
         with user_errors():
             history = [*(await kept.history()), Message(role="user", content=prompt)]
-        code, output = await _run(snapshot, agent, history, model, view, stream, kept)
+        code, output = await run_turn(snapshot, agent, history, model, view, stream, kept)
         if code == 0:
             await kept.save([*history, Message(role="assistant", content=output)])
         return code
     finally:
         await kept.services.aclose()
-
-
-CHAT_HELP = """\
-Type a message and press Enter; the whole conversation is sent each turn.
-  /help    this help
-  /reset   forget the conversation so far
-  /exit    leave (also /quit, Ctrl-D)"""
-
-
-async def _chat(
-    snapshot: Any,
-    agent: str,
-    model: str | None,
-    view: run_view.EventPrinter,
-    stream: bool,
-    session: str | None = None,
-) -> int:
-    """A multi-turn chat: the conversation so far is resent on every turn."""
-    kept = CliSession(snapshot, session) if session is not None else None
-    try:
-        return await _chat_turns(snapshot, agent, model, view, stream, kept)
-    finally:
-        if kept is not None:
-            await kept.services.aclose()
-
-
-async def _chat_turns(
-    snapshot: Any,
-    agent: str,
-    model: str | None,
-    view: run_view.EventPrinter,
-    stream: bool,
-    kept: CliSession | None,
-) -> int:
-    # deferred: loading asyncio costs a few ms
-
-    # deferred: loading pydantic_core costs tens of ms
-    from fim.types import Message
-
-    history: list[Message] = []
-    if kept is not None:
-        with user_errors():
-            history = await kept.history()
-    print(f"Chatting with {agent}. /help for commands, Ctrl-D or /exit to leave.", file=sys.stderr)
-    while True:
-        try:
-            line = await asyncio.to_thread(input, "you> ")
-        except (EOFError, KeyboardInterrupt):
-            print(file=sys.stderr)
-            return 0
-        command = line.strip()
-        if command in {"/exit", "/quit"}:
-            return 0
-        if command in {"/help", "/?"}:
-            print(CHAT_HELP, file=sys.stderr)
-            continue
-        if command == "/reset":
-            history.clear()
-            print("(conversation cleared)", file=sys.stderr)
-            continue
-        if command.startswith("/") and " " not in command:
-            print(f"unknown command {command} (/help lists them)", file=sys.stderr)
-            continue
-        if not command:
-            continue
-        history.append(Message(role="user", content=line))
-        code, output = await _run(snapshot, agent, list(history), model, view, stream, kept)
-        history.append(Message(role="assistant", content=output))
-        if kept is not None and code == 0:
-            await kept.save(history)

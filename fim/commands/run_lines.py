@@ -1,9 +1,10 @@
 """The lines `fim run` prints about a run besides its answer and its trace: `-v`'s summary
-line, and the warning printed even without `-v` about a hook that broke (crashed, returned
-something that is not a `HookResult`, printed JSON of the wrong shape, timed out). The hook
-chain turns each of those into a block (hooks fail closed) and the model answers around it,
-so the run can end `ok` and the bug would show only in `-v`'s trace. An ordinary decision
-(`allow`, a policy's `block`) is not a failure and stays behind `-v`.
+line (and `fim runs show`'s line per model call), and the warning printed even without
+`-v` about a hook that broke (crashed, returned something that is not a `HookResult`,
+printed JSON of the wrong shape, timed out). The hook chain turns each of those into a
+block (hooks fail closed) and the model answers around it, so the run can end `ok` and the
+bug would show only in `-v`'s trace. An ordinary decision (`allow`, a policy's `block`) is
+not a failure and stays behind `-v`.
 """
 
 from __future__ import annotations
@@ -57,4 +58,17 @@ def summary_line(event: Any, calls: int) -> str:
         f"{event.status} · {plural(calls, 'model call')} · "
         f"{usage.prompt_tokens}+{usage.completion_tokens} tokens{cost} · "
         f"{event.duration_ms:.0f} ms"
+    )
+
+
+def model_call_line(event: Any, number: int) -> str:
+    """A model call as `fim runs show` lists it: `· model call 1 · 164+6 tokens · 0.3 ms`
+    (and the finish reason when it is not a plain stop)."""
+    usage = event.usage
+    ms = event.duration_ms
+    took = f"{ms:.1f}" if ms < 10 else f"{ms:.0f}"
+    finished = f" · {event.finish_reason}" if event.finish_reason not in (None, "", "stop") else ""
+    return (
+        f"· model call {number} · {usage.prompt_tokens}+{usage.completion_tokens} tokens · "
+        f"{took} ms{finished}"
     )

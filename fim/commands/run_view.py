@@ -1,7 +1,9 @@
 """What `fim run` shows and asks at the terminal: the events as they come (the answer on
-stdout, the trace and failures on stderr), a `confirm` hook's question, and the run's
-record in the state store. Its own module because it decides what reaches a human's
-terminal (model-written text through `printable`) and how a human's answer is recorded.
+stdout, the trace and failures on stderr) and a `confirm` hook's question. Its own module
+because it decides what reaches a human's terminal (model-written text through
+`printable`) and how a human's answer is recorded. `fim runs show` renders a stored run
+with the same printer (`fim.commands.run_timeline`); the run's record is kept by
+`fim.commands.run_record`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from fim.commands import err
-from fim.commands.run_lines import HookWarnings, summary_line
+from fim.commands.run_lines import HookWarnings, model_call_line, summary_line
 from fim.terminal import clipped, markup, printable
 
 if TYPE_CHECKING:
@@ -218,72 +220,19 @@ def _by_hook(approval: Any) -> bool:
     return bool(approval.data.get("asker") == "hook")
 
 
-class RunRecorder:
-    """Keeps a `fim run` run in the state store, as `fim serve` keeps the runs it serves
-    (record `agent` with the status, output and non-token events), so `fim runs list` and
-    `fim runs show RUN_ID` find it. A failed write is a warning: it never fails the run."""
-
-    def __init__(self, agent: str) -> None:
-        self.agent = agent
-        self.run_id = ""
-        self.events: list[dict[str, Any]] = []
-        self._opening: asyncio.Future[None] | None = None
-        self._services: Any = None
-        self._running: asyncio.Future[None] | None = None
-
-    def open(self, services: Any) -> None:
-        """Start setting up the state store in a thread while the run goes on (~0.1-0.2 s,
-        hidden behind the model's answer), so recording adds next to nothing at the end."""
-        # deferred: loading the state store costs tens of ms
-        from fim.store import get_store
-
-        self._services = services
-        self._opening = asyncio.ensure_future(asyncio.to_thread(get_store(services).open))
-
-    def add(self, event: Any) -> None:
-        if not self.run_id:
-            self.run_id = event.run_id
-            if self._services is not None:
-                self._running = asyncio.ensure_future(self._mark_running())
-        if event.type != "token" and event.run_id == self.run_id:
-            self.events.append(event.model_dump(mode="json"))
-
-    async def _mark_running(self) -> None:
-        """Record the run as `running` as it starts, with this process (`fim.processes`):
-        a run killed before its end is in `fim runs list`, shown as interrupted, and an
-        approval it left points at a run `fim runs show` knows."""
-        # deferred: loading the state store costs tens of ms
-        from fim.processes import this_process
-        from fim.store import get_store
-
-        if self._opening is not None:
-            await self._opening
-        data = {"surface": "cli", "process": this_process(), "events": []}
-        await get_store(self._services).put_run(self.run_id, "agent", self.agent, "running", data)
-
-    async def save(self, services: Any, status: str, output: str) -> None:
-        if not self.run_id:
-            return
-        # deferred: loading the state store costs tens of ms
-        from fim.store import get_store
-
-        data = {"output": output, "events": self.events, "surface": "cli"}
-        try:
-            if self._running is not None:  # its write first, so the end is the last word
-                await asyncio.gather(self._running, return_exceptions=True)
-            if self._opening is not None:
-                await self._opening
-            await get_store(services).put_run(self.run_id, "agent", self.agent, status, data)
-        except Exception as exc:  # recording is a convenience; the answer was given
-            err(f"warning: run {self.run_id} was not recorded in the state store: {exc}")
-
-
 class EventPrinter:
     """Renders events for a terminal: the answer on stdout, the trace on stderr."""
 
-    def __init__(self, *, verbose: bool = False, as_json: bool = False) -> None:
+    def __init__(
+        self, *, verbose: bool = False, as_json: bool = False, model_calls: bool = False
+    ) -> None:
         self.verbose = verbose
         self.as_json = as_json
+        self.model_calls = model_calls
+        """Print a line per model call too (`fim runs show`), not only count them."""
+        self._run_id = ""
+        """The run this command started (its first event's): the one `fim runs show` finds,
+        named on `-v`'s last line; a delegated agent's run is recorded inside it."""
         self.approvals = Approvals()
         """What answers a `confirm` hook's request (`fim run` sets it from the terminal)."""
         self._streamed = False
@@ -325,6 +274,7 @@ class EventPrinter:
         from fim.masking import mask_model
 
         event = mask_model(event)
+        self._run_id = self._run_id or event.run_id
         if isinstance(event, HookEvent) and (broke := self._hooks.line(event)):
             self.err.print(f"[yellow]warning:[/yellow] {markup(broke)}")
         if self._held is not None:
@@ -343,7 +293,9 @@ class EventPrinter:
             return
         match event:
             case LLMCall():
-                self._calls[event.run_id] = self._calls.get(event.run_id, 0) + 1
+                self._calls[event.run_id] = calls = self._calls.get(event.run_id, 0) + 1
+                if self.model_calls:
+                    self.err.print(f"[dim]{model_call_line(event, calls)}[/dim]")
             case Token():
                 sys.stdout.write(printable(self._tokens.feed(event.text)))
                 sys.stdout.flush()
@@ -383,7 +335,19 @@ class EventPrinter:
                 calls = self._calls.get(event.run_id, 0)
                 trace = self._traces.get(event.run_id)
                 traced = f" · trace {trace}" if trace else ""  # what a trace backend finds
-                self.err.print(f"[dim]{summary_line(event, calls)}{traced}[/dim]")
+                ran = f" · run {event.run_id}" if event.run_id == self._run_id else ""
+                self.err.print(f"[dim]{summary_line(event, calls)}{ran}{traced}[/dim]")
+        if isinstance(event, RunFinished) and event.run_id == self._run_id:
+            self._run_id = ""  # a chat's next turn is a run of its own
+
+    def close(self) -> None:
+        """The end of the events: a message held for the next event, or an answer being
+        streamed, is printed now (a stored run that ended without `run_finished`)."""
+        if self._held is not None:
+            held, self._held = self._held, None
+            sys.stdout.write(printable(held.content) + "\n")
+            sys.stdout.flush()
+        self._end_stream()
 
     def _release(self, held: MessageEvent, after: Event) -> None:
         self._held = None

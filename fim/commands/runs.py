@@ -15,15 +15,23 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fim.commands import ProjectOption, fail
+from fim.commands import ProjectOption, fail, user_errors
 from fim.commands.approvals import StateOption, _run, open_store, utc_time
+from fim.commands.completion import complete_agent, complete_run_id
+from fim.commands.run_ids import resolve_run
 from fim.processes import alive
-from fim.terminal import markup, printable
+from fim.terminal import markup
 
 if TYPE_CHECKING:
     from fim.store import Store
 
-RunArgument = Annotated[str, typer.Argument(help="The run's id.")]
+RunArgument = Annotated[
+    str,
+    typer.Argument(
+        help="The run's id, a unique start of it, or `last` (the newest run).",
+        autocompletion=complete_run_id,
+    ),
+]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON (lines, for a list).")]
 
 
@@ -95,16 +103,28 @@ def shown_status(status: str, data: dict[str, Any]) -> str:
 def show(
     ctx: typer.Context,
     run_id: RunArgument,
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            "--agent",
+            help="With `last` or a start of an id: among this agent's runs.",
+            show_default=False,
+            autocompletion=complete_agent,
+        ),
+    ] = None,
     as_json: JsonOption = False,
     project: ProjectOption = None,
     state: StateOption = None,
 ) -> None:
-    """Print one run: its status, output and events."""
+    """Print one run: its status, input, each step as `fim run -v` shows it, and its answer.
+
+    `--json` prints the record and its events as stored."""
     # deferred: loading the state store costs tens of ms
     from fim.masking import known
 
     store = open_store(ctx, project, state)
-    found = _run(store, _read(store, run_id))
+    with user_errors():
+        found = _run(store, _read(store, run_id, agent))
     if found is None:
         fail(f"no run '{run_id}'", "`fim runs list` shows the runs")
     record, events = found
@@ -118,25 +138,22 @@ def show(
     if as_json:
         typer.echo(json.dumps(known().value({**record, "events": events}), default=str))
         return
-    status = shown_status(record["status"], record.get("data") or {})
-    trace = next((e.get("trace_id") for e in events if e.get("type") == "run_started"), None)
-    traced = f" · trace {trace}" if trace else ""  # what finds the run in a trace backend
-    typer.echo(f"{record['kind']} {record['name']} · {status} · run {record['id']}{traced}")
-    output = (record.get("data") or {}).get("output")
-    if output:
-        typer.echo(f"output: {printable(known().text(str(output)))}")
-    for event in events:
-        kind = event.get("type", "?")
-        detail = {k: v for k, v in event.items() if k not in ("type", "run_id", "ts")}
-        shown = json.dumps(detail, default=str, ensure_ascii=False)  # characters, not `\u00d7`
-        typer.echo(f"  {kind}: {printable(known().text(shown)[:300])}")
+    # deferred: rich and the event types load for this view only
+    from fim.commands.run_timeline import render_agent_run
+
+    render_agent_run(record, events, shown_status(record["status"], record.get("data") or {}))
 
 
-async def _read(store: Store, run_id: str) -> tuple[dict[str, Any], list[Any]] | None:
-    """The record and its events (from the run's event log when the record has none)."""
+async def _read(
+    store: Store, typed: str, agent: str | None = None
+) -> tuple[dict[str, Any], list[Any]] | None:
+    """The record of the run `typed` names (`fim.commands.run_ids`) and its events (from
+    the run's event log when the record has none)."""
     # deferred: loading the event log costs a few ms
     from fim.store.live import read_events
 
+    kind = "agent" if agent is not None else None
+    run_id = await resolve_run(store, typed, name=agent, kind=kind)
     record = await store.get_run(run_id)
     if record is None:
         return None
@@ -159,12 +176,14 @@ def cancel(
 
     store = open_store(ctx, project, state)
     if not is_postgres(store.url):
-        store.close()
+        with user_errors():  # `_run` closes the store
+            run_id = _run(store, resolve_run(store, run_id, missing_ok=True))
         fail(
             "with SQLite a background run goes on inside the `fim serve` process that started it",
             f"cancel it there: POST /v1/runs/{run_id}/cancel",
         )
-    outcome = _run(store, _stop(store, run_id))
+    with user_errors():
+        run_id, outcome = _run(store, _stop(store, run_id))
     if outcome is None:
         fail(
             f"run '{run_id}' has no job waiting or running",
@@ -175,17 +194,19 @@ def cancel(
     typer.echo(f"run {run_id}: {said}")
 
 
-async def _stop(store: Store, run_id: str) -> str | None:
+async def _stop(store: Store, typed: str) -> tuple[str, str | None]:
+    """(the run's id, what stopping it did: None when it has no job)."""
     # deferred: procrastinate and psycopg load only for this command
     from fim.workflows.durable import make_app, stop
     from fim.workflows.queue_rows import has_schema
 
+    run_id = await resolve_run(store, typed, missing_ok=True)  # a job is looked up by id
     app = make_app(store.url)
     await app.open_async()
     try:
         if not await has_schema(app):
-            return None  # nothing was ever queued on this store
-        return await stop(app, store, run_id)
+            return run_id, None  # nothing was ever queued on this store
+        return run_id, await stop(app, store, run_id)
     finally:
         await app.close_async()
 

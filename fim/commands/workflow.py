@@ -16,6 +16,7 @@ import typer
 
 from fim.capabilities import CAPABILITIES
 from fim.commands import ProjectOption, fail, load_snapshot, run_async, user_errors
+from fim.commands.completion import complete_run_id, complete_workflow
 from fim.commands.workflow_view import Progress, finish, interrupted, render_run
 
 if TYPE_CHECKING:
@@ -105,7 +106,12 @@ def _drive(
 @workflow_app.command("run", context_settings={"allow_extra_args": True})
 def run(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Workflow name (a file in workflows/).")],
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="Workflow name (a file in workflows/).", autocompletion=complete_workflow
+        ),
+    ],
     inputs: InputOption = None,
     as_json: JsonOption = False,
     project: ProjectOption = None,
@@ -135,7 +141,12 @@ def run(
 def resume(
     ctx: typer.Context,
     run_id: Annotated[
-        str, typer.Argument(help="The paused, orphaned or Ctrl-C'd (cancelled) run's id.")
+        str,
+        typer.Argument(
+            help="The paused, orphaned or Ctrl-C'd (cancelled) run's id, a unique start of it, "
+            "or `last`.",
+            autocompletion=complete_run_id,
+        ),
     ],
     approve: Annotated[bool, typer.Option("--approve", help="Approve the human node.")] = False,
     deny: Annotated[bool, typer.Option("--deny", help="Deny the human node.")] = False,
@@ -169,9 +180,10 @@ def resume(
     snapshot = load_snapshot(ctx, project)
 
     async def start(services: Services) -> tuple[Any, Any]:
-        paused = await load_run(services, run_id)
+        found = await _resolve(services, run_id)
+        paused = await load_run(services, found)
         engine = WorkflowEngine(snapshot, paused.workflow, services)
-        events = engine.resume(run_id, decision, data, node=node, force=force, cancelled=True)
+        events = engine.resume(found, decision, data, node=node, force=force, cancelled=True)
         return engine, events
 
     _drive(snapshot, start, as_json)
@@ -244,7 +256,13 @@ def runs(
 @workflow_app.command("show")
 def show(
     ctx: typer.Context,
-    run_id: Annotated[str, typer.Argument(help="Run id (see `fim workflow runs`).")],
+    run_id: Annotated[
+        str,
+        typer.Argument(
+            help="Run id (see `fim workflow runs`), a unique start of it, or `last`.",
+            autocompletion=complete_run_id,
+        ),
+    ],
     as_json: JsonOption = False,
     project: ProjectOption = None,
 ) -> None:
@@ -257,7 +275,7 @@ def show(
     async def go() -> RunState:
         services = _services(snapshot)
         try:
-            return await load_run(services, run_id)
+            return await load_run(services, await _resolve(services, run_id))
         finally:
             await services.aclose()
 
@@ -266,9 +284,18 @@ def show(
     render_run(state, as_json)
 
 
+async def _resolve(services: Services, typed: str) -> str:
+    """The workflow run `typed` names: its id, a unique start of it, or `last`."""
+    # deferred: loading the state store costs tens of ms
+    from fim.commands.run_ids import resolve_run
+    from fim.store import get_store
+
+    return await resolve_run(get_store(services), typed, kind="workflow", missing_ok=True)
+
+
 def graph(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Workflow name.")],
+    name: Annotated[str, typer.Argument(help="Workflow name.", autocompletion=complete_workflow)],
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write to a file instead.")
     ] = None,

@@ -170,7 +170,8 @@ class CommandHook(BaseHook):
                 allow=False,
                 error=f"hook command failed with exit code {code}"
                 + (f": {tail}" if tail else "")
-                + f"; the call was blocked because hooks fail closed ({failure_hint(stderr)})",
+                + "; the call was blocked because hooks fail closed "
+                + f"({failure_hint(stderr, code, self.command)})",
             )
         if stderr.strip():
             self._show_stderr(stderr.strip())
@@ -213,11 +214,28 @@ in"): the usual reason a hook that works in a terminal fails under fim's allow-l
 environment."""
 
 
-def failure_hint(stderr: str) -> str:
-    """The hint of a hook that exited with a code other than 0 or 2: the environment
-    allow-list when its stderr reads like a missing variable or credential, else what an
-    exit code means in fim (a Claude Code user's exit 1 was non-blocking there). The
-    stderr is only matched, never quoted here: the block message already shows its tail."""
+NOT_RUNNABLE_HINT = (
+    "the command or its interpreter was not found or cannot run: check the script's #! "
+    "line (Windows line endings end it in \\r, and /bin/sh\\r is not found: "
+    "sed -i 's/\\r$//' {script}) and that the program is installed"
+)
+"""Why a hook's shell said `not found` (127) or `cannot execute` (126) for a script that is
+there: its `#!` line names no program this system has (a CR from Windows line endings, an
+interpreter not installed). `fim validate` finds both (`fim.build.hook_shebang`); this is
+for a script changed since, or a program the script itself runs."""
+
+
+def failure_hint(stderr: str, code: int = 1, command: str = "") -> str:
+    """The hint of a hook that exited with a code other than 0 or 2, by its exit code:
+    126/127 (the shell could not find or start a program) point at the script's `#!` line
+    and the program's installation; otherwise the environment allow-list when its stderr
+    reads like a missing variable or credential, else what an exit code means in fim (a
+    Claude Code user's exit 1 was non-blocking there). The stderr is only matched, never
+    quoted here: the block message already shows its tail."""
+    if code in (126, 127):
+        words = command.split()
+        script = words[0] if words and "/" in words[0] else "SCRIPT"
+        return NOT_RUNNABLE_HINT.format(script=script)
     return ENV_HINT if _MISSING.search(stderr) else EXIT_HINT
 
 

@@ -45,7 +45,7 @@ def test_list_and_show_every_run_masked(tmp_path: Path, monkeypatch: pytest.Monk
     code, out = fim(root, "runs", "list", "--json", "--kind", "agent")
     assert [json.loads(line)["id"] for line in out.splitlines()] == [run_id]
     code, out = fim(root, "runs", "show", run_id)
-    assert code == 0 and "run_finished" in out and "the key is ***" in out
+    assert code == 0 and "ok · 1 model call" in out and "the key is ***" in out
     assert SECRET not in out
     code, out = fim(root, "runs", "show", run_id, "--json")
     assert json.loads(out)["events"][-1]["type"] == "run_finished" and SECRET not in out

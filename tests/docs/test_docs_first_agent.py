@@ -110,6 +110,16 @@ def tip_runs(reader: Reader) -> None:
     assert "A 15% tip on 48 is 7.20." in out
 
 
+def session_continues(reader: Reader) -> None:
+    """`--session NAME` keeps the conversation: the same command again continues it."""
+    for _ in range(2):
+        assert "A 15% tip on 48 is 7.20." in reader.fim(
+            "run", "assistant", "--session", "tips", "And on 60?"
+        )
+    shown = reader.fim("sessions", "show", "tips")
+    assert shown.count("user: And on 60?") == 2, shown
+
+
 def eval_passes(reader: Reader) -> None:
     out = reader.fim("eval")
     assert re.search(r"assistant .* PASS", out), out
@@ -160,6 +170,7 @@ STEPS: list[tuple[str, Step]] = [
     ("fim validate", validates_and_names_a_typo),
     ("fim show agent assistant --prompt", shows_prompt),
     ('fim run assistant "What is a 15% tip on 48?" -v', tip_runs),
+    ('fim run assistant --session tips "And on 60?"', session_continues),
     ("fim eval", eval_passes),
     ("export OPENAI_API_KEY=sk-...", switches_model),
     (

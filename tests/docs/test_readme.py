@@ -142,7 +142,10 @@ def main_command(tour: Tour) -> None:
     trace = err.splitlines()
     assert trace[0] == '\u2192 calculator {"expression": "17*23"}'
     assert re.fullmatch(r"\u2190 calculator \(\d+ ms\) 391", trace[1])
-    assert re.fullmatch(r"ok \u00b7 2 model calls \u00b7 \d+\+\d+ tokens \u00b7 \d+ ms", trace[2])
+    assert re.fullmatch(
+        r"ok \u00b7 2 model calls \u00b7 \d+\+\d+ tokens \u00b7 \d+ ms \u00b7 run [0-9a-f]{12}",
+        trace[2],
+    )
 
 
 def validate(tour: Tour) -> None:

@@ -165,7 +165,7 @@ def test_runs_show_prints_characters_not_unicode_escapes(tmp_path: Path) -> None
     run_id = json.loads(out.splitlines()[0])["id"]
     code, out, _ = cli("runs", "show", run_id, "-p", str(root))
     assert code == 0
-    assert '"17 \u00d7 23 = 391"' in out and "\\u00d7" not in out  # the character, unescaped
+    assert "\n17 \u00d7 23 = 391\n" in out and "\\u00d7" not in out  # the character, unescaped
 
 
 def test_workflow_run_does_not_wrap_node_results_when_not_on_a_terminal(tmp_path: Path) -> None:

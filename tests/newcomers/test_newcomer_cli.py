@@ -412,8 +412,9 @@ def test_a_fim_run_run_is_in_the_state_store(project: Path) -> None:
     assert code == 0
     code, shown, _ = cli("runs", "show", run_id, "-p", str(project))
     assert code == 0
-    assert shown.splitlines()[:2] == [f"agent calc · ok · run {run_id}", "output: done"]
-    assert "tool_result" in shown
+    lines = shown.splitlines()
+    assert lines[:2] == [f"agent calc · ok · run {run_id}", "input: six times seven"]
+    assert "done" in lines and any(line.startswith("← calculator (") for line in lines)
 
 
 def test_runs_show_of_a_workflow_run_shows_its_nodes(project: Path) -> None:
