@@ -2,9 +2,9 @@
 its builtin, ref, Python module or command script must exist, and hook refs must not
 loop.
 
-A command's script must also be executable, and its `#!` line must name an interpreter
-that exists (`fim.build.hook_shebang`): else the shell refuses it on every call and the
-hook would block them all. Kept apart from `fim.build.checks`, whose `Checker` calls these
+A command's script must also be executable, and its `#!` line must not end in `\r`
+(`fim.build.hook_shebang`): else the shell refuses it on every call and the hook would
+block them all. Kept apart from `fim.build.checks`, whose `Checker` calls these
 for every agent and hook file.
 """
 

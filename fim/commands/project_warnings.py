@@ -63,9 +63,11 @@ def _hook_command_warnings(snapshot: Snapshot) -> list[Problem]:
     """Command hooks whose program is not installed here (`uv run x.py` without uv): the
     shell fails it (127) on every call, and a hook that fails blocks the call it guards
     (hooks fail closed), so every call it matches would be refused. Scripts in the project
-    are checked by the compile; a program found on PATH is left to run."""
+    are checked by the compile, but for the interpreter their `#!` line names; a program
+    found on PATH is left to run."""
     # deferred: only a project with command hooks needs the program check
     from fim.build.hook_checks import command_program
+    from fim.build.hook_shebang import missing_interpreter
 
     found: list[Problem] = []
     seen: set[str] = set()
@@ -75,7 +77,16 @@ def _hook_command_warnings(snapshot: Snapshot) -> list[Problem]:
             if not command:
                 continue
             program = command_program(command, snapshot.root)
-            if not program or "/" in program or program in seen or shutil.which(program):
+            if program and "/" in program and program not in seen:
+                seen.add(program)
+                wrong = missing_interpreter(snapshot.root / program, program)
+                if wrong is not None:
+                    where = ("hooks", index, "command")
+                    found.append(
+                        _at_agent(snapshot, name, where, f"agent '{name}': " + wrong[0], wrong[1])
+                    )
+                continue
+            if not program or program in seen or shutil.which(program):
                 continue
             if any(c in program for c in "$`;|&<>(){}*?[]~="):
                 continue  # the shell's to resolve
