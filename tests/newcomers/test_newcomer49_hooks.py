@@ -1,7 +1,7 @@
 """Newcomer 49's item 7: a hook script whose `#!` line cannot start it (Windows line
 endings) is a `fim validate` problem at the hook's command, with the fix, and one whose
-interpreter is not installed here a warning; a hook the shell could not find or start (exit 126/127) is told to
-check its `#!` line and the program, not to end with `|| true`."""
+interpreter is not installed here a warning; a hook the shell could not find or start
+(exit 126/127) is told to check its `#!` line and the program, not to end with `|| true`."""
 
 from __future__ import annotations
 
