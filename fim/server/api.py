@@ -22,7 +22,7 @@ from starlette.responses import Response
 
 from fim.build.reload import SnapshotHolder
 from fim.errors import FimError
-from fim.events import Event, RunFinished
+from fim.events import Event, Notice, RunFinished
 from fim.run.services import Services
 from fim.run.sessions import session_key
 from fim.server.http import cancel_on_disconnect, error, session_owner
@@ -243,6 +243,16 @@ class Api:
             ):
                 if isinstance(event, RunFinished):
                     final = event
+                elif (approval := waiting_on(event)) is not None:  # the caller sees nothing
+                    log.warning(
+                        "%s %s: run %s waits for approval %s; the request is held until it "
+                        "is decided (POST /v1/approvals/%s) or expires",
+                        request.method,
+                        request.url.path,
+                        run_id,
+                        approval,
+                        approval,
+                    )
             return final
 
         try:
@@ -258,3 +268,15 @@ class Api:
                 return shutting_down(run_id, called_tools(trace))
             return error(499, "client disconnected; run cancelled")
         return final, trace
+
+
+def waiting_on(event: Event) -> str | None:
+    """The approval a run starts waiting on (a `confirm` hook's notice), or None: what a
+    held request tells its caller (an SSE comment) or the operator (a log line), since a
+    non-streamed answer cannot say it before the decision (newcomer-49 #3)."""
+    if not isinstance(event, Notice):
+        return None
+    approval = event.data.get("approval_id")
+    if not isinstance(approval, str) or not approval.isprintable():
+        return None  # one line of a log or a stream: never a line break in it
+    return approval

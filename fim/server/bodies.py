@@ -1,4 +1,5 @@
-"""Request bodies of the HTTP API: one pydantic model per route and one reader for all.
+"""Request bodies of the HTTP API: one pydantic model per native route and one reader for
+all (the OpenAI route's body and its parts: `fim.server.chat_bodies`).
 
 Every body comes from the network, so it is parsed and validated before a route looks at
 it: a wrong type (`"session_id": [1]`, `"model": {}`) is a 400 naming the field's path,
@@ -11,6 +12,7 @@ is capped before this, by `Guard` in `fim.server.http`.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal, TypeVar
 
 import pydantic_core
@@ -24,6 +26,7 @@ from pydantic import (
 )
 from starlette.requests import Request
 
+from fim.config.suggestions import suggest
 from fim.schema_check import MAX_NESTING, nested_deeper
 from fim.server.http import JSONResponse, error  # masked, like every body the API sends
 from fim.server.json_keys import duplicate_key
@@ -98,9 +101,12 @@ def no_nul(value: str | None) -> str | None:
 
 
 class _Body(BaseModel):
-    """Unknown fields are ignored (clients send more than we use); known ones are typed."""
+    """A native body: known fields are typed, and an unknown top-level field is a 400 naming
+    it with a did-you-mean (`sesion_id`, `strem`, camelCase `sessionId`), as on the OpenAI
+    route: dropped, a misspelt `session_id` started every turn afresh with 200 OK
+    (newcomer-49 #1). The dev page and `fim` send only declared fields."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
 
     @classmethod
     def unknown_fields(cls, data: Any) -> list[str]:
@@ -108,6 +114,36 @@ class _Body(BaseModel):
         if not isinstance(data, dict):
             return []
         return [str(k) for k in data if k not in cls.model_fields]
+
+    @classmethod
+    def meant(cls, key: str) -> str | None:
+        """The field `key` was probably meant to be (`sessionId` -> `session_id`), or None."""
+        for word in dict.fromkeys((_CAMEL.sub("_", key).lower(), key)):
+            hint = suggest(word, cls.model_fields)
+            if hint and hint.startswith("did you mean '"):
+                return hint.removeprefix("did you mean '").removesuffix("'?")
+        return None
+
+    @classmethod
+    def unknown_problem(cls, data: dict[str, Any], key: str) -> str:
+        """The 400's message for the unknown field `key` (a body may say more)."""
+        meant = cls.meant(key)
+        if meant is not None:
+            return f"unknown field '{key}' (did you mean '{meant}'?)"
+        return f"unknown field '{key}' (valid fields: {', '.join(cls.model_fields)})"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_unknown_fields(cls, data: Any) -> Any:
+        unknown = cls.unknown_fields(data)
+        if unknown:
+            key = unknown[0][:200]  # a key is the client's: quoted, never at any length
+            raise FieldProblem(cls.unknown_problem(data, key), key)
+        return data
+
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+"""Where a camelCase name (`sessionId`) takes the `_` of its snake_case field."""
 
 
 class RunBody(_Body):
@@ -129,24 +165,13 @@ class RunBody(_Body):
     def _storable_session(cls, value: str | None) -> str | None:
         return no_nul(value)
 
-    @model_validator(mode="before")
     @classmethod
-    def _misspelt_input(cls, data: Any) -> Any:
-        """`{"inptu": "hi"}`: no input, and the field that was meant to be it is named."""
-        if isinstance(data, dict) and data.get("input") is None and not data.get("messages"):
-            unknown = cls.unknown_fields(data)
-            if unknown:
-                # deferred: difflib loads only for a body that is wrong
-                from difflib import get_close_matches
-
-                close = get_close_matches(unknown[0], ["input", "messages"], n=1, cutoff=0.5)
-                meant = f" (did you mean '{close[0]}'?)" if close else ""
-                raise FieldProblem(
-                    f"unknown field '{unknown[0]}'{meant}: send 'input' (a string) or "
-                    "'messages' (a list of chat messages)",
-                    unknown[0],
-                )
-        return data
+    def unknown_problem(cls, data: dict[str, Any], key: str) -> str:
+        """`{"inptu": "hi"}`: no input either, so the 400 says what a run needs too."""
+        problem = super().unknown_problem(data, key)
+        if data.get("input") is None and not data.get("messages"):
+            problem += ": send 'input' (a string) or 'messages' (a list of chat messages)"
+        return problem
 
     @model_validator(mode="after")
     def _has_input(self) -> RunBody:
@@ -155,134 +180,6 @@ class RunBody(_Body):
         if self.stream and self.background:
             raise ValueError("'stream' and 'background' exclude each other (poll the run)")
         return self
-
-
-class _Strict(BaseModel):
-    """OpenAI request parts: an unknown field is a 400 (as OpenAI answers it), never
-    dropped, so a client never believes a setting took effect when it did not."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-class ChatFunctionCall(_Strict):
-    name: str = Field(max_length=256)
-    arguments: str = ""
-
-
-class ChatToolCall(_Strict):
-    id: str = Field(max_length=256)
-    type: Literal["function"] = "function"
-    function: ChatFunctionCall
-
-
-class ChatMessage(_Strict):
-    """One OpenAI chat message. Content is text or a list of parts (text, image_url; an
-    assistant's refusal); what fim cannot carry is refused by `fim.server.openai_request`.
-    The fields a response message has (`refusal`, `annotations`, `audio`,
-    `function_call`) are accepted when empty, so a client may append the message it got."""
-
-    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: str | list[dict[str, Any]] | None = None
-    name: str | None = Field(default=None, max_length=256)
-    tool_calls: list[ChatToolCall] | None = None
-    tool_call_id: str | None = Field(default=None, max_length=256)
-    refusal: str | None = None
-    annotations: list[Any] | None = None
-    audio: None = None
-    function_call: None = None
-
-
-class StreamOptions(_Strict):
-    include_usage: bool = False
-    include_obfuscation: Literal[False] | None = None
-    """fim sends no obfuscation padding; asking for it is a 400, not a silent no."""
-
-
-class JsonSchemaFormat(_Strict):
-    name: str = Field(max_length=256)
-    description: str | None = None
-    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
-    strict: bool | None = None
-
-
-class ResponseFormat(_Strict):
-    type: Literal["text", "json_object", "json_schema"]
-    json_schema: JsonSchemaFormat | None = None
-
-    @model_validator(mode="after")
-    def _schema_given(self) -> ResponseFormat:
-        if self.type == "json_schema" and self.json_schema is None:
-            raise ValueError("response_format of type json_schema needs 'json_schema'")
-        return self
-
-
-class ToolFunction(_Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
-
-
-class ChatTool(_Strict):
-    type: Literal["function"]
-    function: ToolFunction
-
-
-class NamedToolChoice(_Strict):
-    type: Literal["function"]
-    function: dict[str, str]
-
-
-class ChatBody(_Strict):
-    """POST /v1/chat/completions. Every field of OpenAI's Chat Completions request is
-    declared: each is honoured or refused with a 400 (see README, "OpenAI endpoint"), and
-    a field OpenAI does not have is a 400 too, as on api.openai.com."""
-
-    model: str = Field(max_length=256)
-    messages: list[ChatMessage] = Field(min_length=1)
-    session_id: str | None = Field(default=None, max_length=200)
-    """fim extension (`extra_body`): continue a server-side conversation."""
-    stream: bool | None = False
-    stream_options: StreamOptions | None = None
-    # sampling, passed to the agent's model when its `client_sampling` allows
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, ge=0, le=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    stop: str | list[str] | None = None
-    seed: int | None = None
-    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
-    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
-    reasoning_effort: str | None = None
-    verbosity: str | None = None
-    # structured output and client-side tools
-    response_format: ResponseFormat | None = None
-    tools: list[ChatTool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
-    parallel_tool_calls: bool | None = None
-    # refused unless at their default (checked in fim.server.openai_request)
-    n: int | None = None
-    logprobs: bool | None = None
-    top_logprobs: int | None = None
-    logit_bias: dict[str, Any] | None = None
-    modalities: list[str] | None = None
-    audio: dict[str, Any] | None = None
-    prediction: dict[str, Any] | None = None
-    web_search_options: dict[str, Any] | None = None
-    functions: list[Any] | None = None
-    function_call: Any = None
-    store: bool | None = None
-    # caller metadata: accepted, recorded nowhere, changes nothing (documented)
-    user: str | None = None
-    safety_identifier: str | None = None
-    prompt_cache_key: str | None = None
-    metadata: dict[str, str] | None = None
-    service_tier: str | None = None
-
-    @field_validator("session_id")
-    @classmethod
-    def _storable_session(cls, value: str | None) -> str | None:
-        return no_nul(value)
 
 
 class WorkflowRunBody(_Body):
@@ -305,21 +202,18 @@ class WorkflowRunBody(_Body):
             raise ValueError(problem)
         return value
 
-    @model_validator(mode="before")
     @classmethod
-    def _inputs_at_top(cls, data: Any) -> Any:
+    def unknown_problem(cls, data: dict[str, Any], key: str) -> str:
         """`{"expression": "6*7"}`: a workflow's inputs posted beside `inputs`, not in it,
         would run the workflow without them."""
-        if isinstance(data, dict) and "inputs" not in data:
-            unknown = cls.unknown_fields(data)
-            if unknown:
-                sample = ", ".join(f'"{k}": ...' for k in unknown[:3])
-                raise FieldProblem(
-                    f"unknown field '{unknown[0]}': a workflow's inputs go under 'inputs' "
-                    f'({{"inputs": {{{sample}}}}})',
-                    unknown[0],
-                )
-        return data
+        if "inputs" in data or cls.meant(key) is not None:
+            return super().unknown_problem(data, key)
+        unknown = cls.unknown_fields(data)
+        sample = ", ".join(f'"{k}": ...' for k in unknown[:3])
+        return (
+            f"unknown field '{key}': a workflow's inputs go under 'inputs' "
+            f'({{"inputs": {{{sample}}}}})'
+        )
 
     @model_validator(mode="after")
     def _one_mode(self) -> WorkflowRunBody:

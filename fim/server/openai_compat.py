@@ -27,7 +27,9 @@ from fim.errors import FimError
 from fim.events import RunFinished, ToolCallEvent
 from fim.masking import StreamMasker, known
 from fim.server.agent_routes import not_configured
-from fim.server.bodies import BodyError, ChatBody, read_body
+from fim.server.api import waiting_on
+from fim.server.bodies import BodyError, read_body
+from fim.server.chat_bodies import ChatBody
 from fim.server.http import JSONResponse, error, session_owner
 from fim.server.openai_errors import error_object, failure, run_failed
 from fim.server.openai_request import plan, to_messages
@@ -195,6 +197,8 @@ class OpenAICompat:
                         problem = (event.kind, event.message)
                     elif isinstance(event, ToolCallEvent) and event.name in client_tools:
                         calls.append(event)
+                    elif (approval := waiting_on(event)) is not None:
+                        yield approval_comment(approval)
                     elif isinstance(event, RunFinished):
                         final = event
         except StreamCut as cut:  # by a stopping server: an error event, as a failed run's
@@ -233,6 +237,15 @@ class OpenAICompat:
             }
             yield f"data: {json.dumps(mask.value(payload))}\n\n".encode()
         yield b"data: [DONE]\n\n"
+
+
+def approval_comment(approval: str) -> bytes:
+    """An SSE comment naming the approval the run waits on: legal SSE that the SDKs skip,
+    seen by curl and by a client reading the raw stream (newcomer-49 #3). Without it, a
+    `confirm` hook held the stream silently after its first chunk for up to 300 s."""
+    return (
+        f': approval {approval} needed: POST /v1/approvals/{approval} {{"decision": "approve"}}\n\n'
+    ).encode()
 
 
 def _pending_calls(trace: list[dict[str, Any]], overrides: RunOverrides) -> list[ToolCallEvent]:

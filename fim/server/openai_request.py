@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from fim.llm.wire import parse_arguments
 from fim.schema_check import schema_problem as check_schema
-from fim.server.bodies import BodyError, ChatBody, ChatMessage
+from fim.server.bodies import BodyError
+from fim.server.chat_bodies import ChatBody, ChatMessage
 from fim.structured import OutputContract
 from fim.types import Message, ToolSpec
 

@@ -1,11 +1,12 @@
 """`/openapi.json`: the OpenAPI 3.1 document of the HTTP API, generated from the app.
 
 Paths and methods come from the app's own routes, request bodies from the pydantic models
-of `fim.server.bodies` and response bodies from `fim.server.responses`, through pydantic's
-JSON Schema generator (JSON Schema 2020-12, which OpenAPI 3.1 uses as is). Nothing is
-written by hand but each route area's `Op`s (`fim.server.areas`) saying which model goes
-with which operation; the app keeps them in `app.state.operations`. A route missing from
-them is still listed (as undocumented), so the document never hides a route.
+of `fim.server.bodies` (the OpenAI one: `fim.server.chat_bodies`) and response bodies from
+`fim.server.responses`, through pydantic's JSON Schema generator (JSON Schema 2020-12,
+which OpenAPI 3.1 uses as is). Nothing is written by hand but each route area's `Op`s
+(`fim.server.areas`) saying which model goes with which operation; the app keeps them in
+`app.state.operations`. A route missing from them is still listed (as undocumented), so
+the document never hides a route.
 """
 
 from __future__ import annotations

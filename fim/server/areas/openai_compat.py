@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fim.server import bodies
+from fim.server import chat_bodies
 from fim.server import responses as r
 from fim.server.area import Area, Op, get, post
 
@@ -42,7 +42,7 @@ AREA = Area(
                 "OpenAI-compatible chat completions",
                 "openai",
                 r.ChatCompletion,
-                bodies.ChatBody,
+                chat_bodies.ChatBody,
                 stream="with `stream: true`: OpenAI `chat.completion.chunk` events",
                 errors=(400, 404, 500, 503),
                 runs=True,
