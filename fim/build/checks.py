@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from fim.build.builtin_names import builtin_hook_names, builtin_tool_names, tool_problems
-from fim.build.eval_checks import case_input_problems, suite_assertions
+from fim.build.connector_checks import check_connector
+from fim.build.eval_checks import case_input_problems, suite_assertions, workflow_case_problems
 from fim.build.hook_checks import check_hook, check_hook_refs
 from fim.build.instructions import check_instructions, reads_files
 from fim.build.model_checks import ROLE_ENV, check_model, check_project
@@ -93,6 +94,9 @@ class Checker:
             check_workflow(self, entry)
         for entry in self.decls.entries["eval"].values():
             self.check_eval(entry)
+        for name, entry in self.decls.entries["connector"].items():
+            if name not in self.decls.unavailable["connector"]:  # its unset ${VAR} is why
+                check_connector(self, entry)
         self.check_partial()
 
     def check_partial(self) -> None:
@@ -259,11 +263,16 @@ class Checker:
         suite: EvalSuite = entry.decl
         if suite.agent is not None:
             self.ref(entry, ("agent",), "agent", suite.agent)
-        if suite.workflow is not None:
-            self.ref(entry, ("workflow",), "workflow", suite.workflow)
+        named = suite.workflow
+        if named is not None and self.ref(entry, ("workflow",), "workflow", named):
+            workflow = self.decls.entries["workflow"][named].decl
+        else:
+            workflow = None
         for i, case in enumerate(suite.cases):
             for where, message, hint in case_input_problems(case):  # at a CSV row's cell too
                 self.add(entry.doc.problem(("cases", i, *where), message, hint))
+            for where, key, message, hint in workflow_case_problems(case, workflow):
+                self.add(entry.doc.problem(("cases", i, *where), message, hint, key=key))
         for at, assertion in suite_assertions(suite):  # `default_expect`'s once, not per case
             if isinstance(assertion.judge, JudgeSpec):
                 self.check_model(entry, (*at, "judge", "model"), assertion.judge.model)

@@ -20,7 +20,7 @@ from typing import Any
 from fim.build.builtin_names import is_python_tool
 from fim.build.checks import ROLE_ENV, Checker, check_output_classes, output_class_refs
 from fim.build.hook_checks import pin_commands, pin_folders
-from fim.build.model_checks import check_cost_limits
+from fim.build.model_checks import check_cost_limits, meant_model
 from fim.build.project_modules import pin_modules
 from fim.build.snapshot import CASE_SOURCE, Locate, Snapshot, Source
 from fim.build.vet import first_imports_refused
@@ -93,7 +93,8 @@ def _check_eval_python(snapshot: Snapshot, locate: Locate) -> list[Problem]:
 
 def _check_cost_limits(snapshot: Snapshot, locate: Locate) -> list[Problem]:
     """Cost limits on models with no known price (`fim.build.model_checks`), asking
-    litellm's price table (`fim.llm.catalog`, a layer up) only when one is declared."""
+    litellm's price table (`fim.llm.catalog`, a layer up) only when one is declared; a
+    misspelt model's hint offers the listed name (`meant_model`) before a price."""
 
     def price_known(model: str) -> bool | None:
         # deferred: the price table is read only for a cost limit (~20 ms)
@@ -105,7 +106,13 @@ def _check_cost_limits(snapshot: Snapshot, locate: Locate) -> list[Problem]:
             return None  # no table to ask: a price may well be known at run time
         return False
 
-    return check_cost_limits(snapshot, locate, price_known)
+    def meant(settings: ModelSettings) -> str | None:
+        # deferred: as above, only for an unpriced model under a cost limit
+        from fim.llm import catalog
+
+        return meant_model(settings, catalog.table())
+
+    return check_cost_limits(snapshot, locate, price_known, meant)
 
 
 def _check_project_views(snapshot: Snapshot, locate: Locate) -> list[Problem]:

@@ -27,9 +27,10 @@ from typing import Any
 
 from fim.build.snapshot import Locate, Snapshot
 from fim.config.problems import suggest
-from fim.config.schema import AgentDecl, Assertion, EvalCase, EvalSuite
+from fim.config.schema import AgentDecl, Assertion, EvalCase, EvalSuite, WorkflowDecl
 from fim.config.schema.evals import ApprovalAnswers
-from fim.config.templates import PlainRefs, TemplateChecker
+from fim.config.templates import PlainRefs, TemplateChecker, has_template
+from fim.config.workflow_inputs import describe, input_problems
 from fim.errors import Problem
 
 TargetsOf = Callable[[Snapshot, AgentDecl], Any]
@@ -125,6 +126,9 @@ def check_eval_tools(snapshot: Snapshot, locate: Locate, targets: TargetsOf) -> 
                 continue
             hint = suggest(name, names | {f"{s}__*" for s in servers}, f"tools of {what}")
             src = locate("eval", suite.name, where)
+            if where[-2:-1] == ("tools",) and src == locate("eval", suite.name, where[:-2]):
+                # `tool_sequence: [a, b]` has no `tools:` key: the name is its list's item
+                src = locate("eval", suite.name, (*where[:-2], where[-1]))
             message = f"{what} has no tool '{name}': this assertion could never be met"
             if where[-1] == "tool_not_called":
                 message = f"{what} has no tool '{name}': this assertion could never fail"
@@ -198,4 +202,33 @@ def case_input_problems(case: EvalCase) -> list[tuple[Where, str, str]]:
         for name in _read_names(ast, text):
             if name not in case.vars:
                 found.append((where, f"input: '{name}' is undefined", vars_hint(case, name)))
+    return found
+
+
+def workflow_case_problems(
+    case: EvalCase, decl: WorkflowDecl | None
+) -> list[tuple[Where, bool, str, str]]:
+    """(path under the case, whether at its key, message, hint) of each input of a case of
+    the workflow `decl` (None: not a workflow's suite, or an unknown workflow) that it
+    could not start with: the check a run's start makes
+    (`fim.config.workflow_inputs.input_problems`), an unknown name at its key, a wrong
+    value at the value, a missing one at `input`. A value its vars fill in (`{{ bill }}`)
+    is known only once rendered, so only its name is checked."""
+    if decl is None:
+        return []
+    hint = f"inputs of workflow '{decl.name}': {describe(decl)}"
+    given = case.input
+    if not isinstance(given, dict):
+        if case.vars and isinstance(given, str) and has_template(given):
+            return []
+        return [(("input",), False, "a workflow case's input is a mapping of its inputs", hint)]
+    rendered = {k for k, v in given.items() if case.vars and isinstance(v, str) and has_template(v)}
+    found: list[tuple[Where, bool, str, str]] = []
+    for key, message in input_problems(decl, given)[1]:
+        if key in rendered and key in decl.inputs:
+            continue
+        if key not in given:
+            found.append((("input",), False, message, hint))
+        else:
+            found.append((("input", key), key not in decl.inputs, message, hint))
     return found

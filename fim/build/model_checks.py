@@ -4,13 +4,18 @@ provider string, or a `scripted:` file).
 
 A provider string is checked for its provider (`fim.config.providers`), a `scripted:`
 file for existing; a role must be declared. Kept apart from `fim.build.checks`, whose
-`Checker` calls these for every file that names a model.
+`Checker` calls these for every file that names a model. A model name that litellm's price
+table does not list, close to one it does (`anthropic/claude-sonet-4-5`), is a warning with
+the listed name (`model_name_warnings`), and the hint of a cost limit on it offers that name
+before a price (`check_cost_limits`); the table is handed in from a layer up.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fim.config.declarations import Entry
@@ -18,6 +23,7 @@ from fim.config.problems import suggest
 from fim.config.providers import provider_problem
 from fim.config.schema import ModelSettings
 from fim.config.script_files import read_script
+from fim.config.yamlio import parse
 from fim.errors import Problem, RunError
 
 if TYPE_CHECKING:
@@ -96,7 +102,10 @@ _COST_LIMITS = ("max_cost_usd", "max_cost_usd_per_day", "max_cost_usd_per_sessio
 
 
 def check_cost_limits(
-    snapshot: Any, locate: Any, price_known: Callable[[str], bool | None]
+    snapshot: Any,
+    locate: Any,
+    price_known: Callable[[str], bool | None],
+    meant: Callable[[ModelSettings], str | None] = lambda settings: None,
 ) -> list[Problem]:
     """A cost limit (`max_cost_usd*`) that holds for an agent whose model has no known
     price refuses every run of that agent before its first call (costs fail closed:
@@ -104,7 +113,9 @@ def check_cost_limits(
     `price_known(model)` asks the price table (None: there is none to ask; nothing is
     reported then); a `scripted:` model's price is known, and zero
     (`fim.llm.catalog`). The project's and the key's limits hold for every agent: each is
-    reported once per unpriced model, naming the agents it stops."""
+    reported once per unpriced model, naming the agents it stops. `meant(settings)` is the
+    listed model an unlisted name probably means (`meant_model`): the hint offers it before
+    a price, which would only price the typo."""
     problems: list[Problem] = []
     budgets = [agent.budget for agent in snapshot.agents.values()]
     budgets += [snapshot.project.budget, snapshot.project.server.key_budget]
@@ -137,7 +148,7 @@ def check_cost_limits(
                         source.column,
                         f"budget.{key}: the price of model '{model}' is unknown, so every "
                         "run of this agent would be refused before its first call",
-                        _price_hint(snapshot, agent.model),
+                        _price_hint(snapshot, agent.model, meant),
                     )
                 )
     project = snapshot.project
@@ -160,14 +171,119 @@ def check_cost_limits(
                         f"{where}.{key}: the price of model '{model}' is unknown, so every "
                         f"{'run' if where == 'budget' else 'run an API key starts'} of "
                         f"{', '.join(sorted(agents))} would be refused before its first call",
-                        _price_hint(snapshot, snapshot.agents[agents[0]].model),
+                        _price_hint(snapshot, snapshot.agents[agents[0]].model, meant),
                     )
                 )
     return problems
 
 
-def _price_hint(snapshot: Any, ref: str | ModelSettings) -> str:
+def _price_hint(
+    snapshot: Any, ref: str | ModelSettings, meant: Callable[[ModelSettings], str | None]
+) -> str:
     fix = "add price: {input_per_mtok: ..., output_per_mtok: ...}"
+    close = meant(snapshot.model_settings(ref))
+    if close is not None:  # a typo is fixed by its spelling, not by pricing it
+        fix = f"did you mean '{close}'? litellm's table prices that; or {fix}"
     if isinstance(ref, str) and ref in snapshot.models:
         return f"{fix} to models.{ref} in fim.yaml"
     return f"{fix} to the model, declared as a role under models: in fim.yaml"
+
+
+# ---------------------------------------------------------------------- model names
+
+LISTED_PROVIDERS = frozenset(
+    {"openai", "anthropic", "gemini", "mistral", "groq", "deepseek", "xai"}
+)
+"""Providers whose own API serves the models litellm's price table lists under them, by the
+names it lists: a model of theirs the table lacks, next to one it has, is most likely a typo
+(`anthropic/claude-sonet-4-5`). Not local servers (`ollama`, `lm_studio`) or gateways
+(`openrouter`, `together_ai`), whose names are their operators', nor any model sent to an
+`api_base` of its own."""
+
+MODEL_CUTOFF = 0.85
+"""How alike a listed name must be to be offered (difflib's ratio): one letter in a model
+name of ten or more, not a neighbouring family (`gpt-4o` for `gpt-5`)."""
+
+_CANDIDATES: dict[str, tuple[object, tuple[str, ...]]] = {}
+"""The listed names of each provider, with the table they were read from."""
+
+
+def _listed(table: Mapping[str, Any], provider: str) -> tuple[str, ...]:
+    known = _CANDIDATES.get(provider)
+    if known is not None and known[0] is table:
+        return known[1]
+    names = tuple(
+        key.removeprefix(f"{provider}/")
+        for key, info in table.items()
+        if isinstance(info, dict) and info.get("litellm_provider") == provider
+    )
+    _CANDIDATES[provider] = (table, names)
+    return names
+
+
+def meant_model(settings: ModelSettings, table: Mapping[str, Any]) -> str | None:
+    """The listed model that `settings.model`, which litellm's price `table` does not list,
+    probably means (`openai/gpt-4o-mini` for `openai/gpt-4o-minii`); None when it is listed,
+    when its provider's names are not the table's to judge (`LISTED_PROVIDERS`, no
+    `api_base`, no base-URL variable of the provider set), or when nothing is close."""
+    model = settings.model.strip()
+    provider, _, name = model.partition("/")
+    if not name or provider not in LISTED_PROVIDERS or not table or name.startswith("ft:"):
+        return None
+    if settings.api_base or settings.extra.get("api_base") or settings.extra.get("base_url"):
+        return None
+    env = os.environ
+    if any(env.get(f"{provider.upper()}_{suffix}") for suffix in ("API_BASE", "BASE_URL")):
+        return None  # a gateway or a compatible server answers for the provider here
+    if model in table or name in table:
+        return None
+    close = difflib.get_close_matches(name, _listed(table, provider), n=1, cutoff=MODEL_CUTOFF)
+    return f"{provider}/{close[0]}" if close else None
+
+
+def model_name_warnings(
+    snapshot: Any,
+    table: Callable[[], Mapping[str, Any]],
+    listed: Callable[[str], bool] = lambda _model: False,
+) -> list[Problem]:
+    """`fim validate`'s warnings of model names that litellm's price table (`table()`:
+    `fim.llm.catalog.table`, handed in from a layer up, and read only when a model of a
+    `LISTED_PROVIDERS` provider is named that `listed` does not find) does not list, close
+    to one it does: at fim.yaml's roles and agents' own `model:`. A warning, not an error:
+    a new model ships before the table knows it."""
+    found: list[Problem] = []
+    places: list[tuple[str, Path_, str | ModelSettings]] = []
+    for role, ref in snapshot.project.models.items():
+        at: Path_ = ("models", role) + (("model",) if isinstance(ref, ModelSettings) else ())
+        places.append(("fim.yaml", at, ref))
+    for name, agent in snapshot.agents.items():
+        ref = agent.model
+        if isinstance(ref, str) and ref in snapshot.project.models:
+            continue  # a role: checked at fim.yaml
+        at = ("model", "model") if isinstance(ref, ModelSettings) else ("model",)
+        places.append((snapshot.source("agent", name).path, at, ref))
+    entries = None
+    for file, path, ref in places:
+        settings = ref if isinstance(ref, ModelSettings) else ModelSettings(model=ref)
+        if settings.model.partition("/")[0] not in LISTED_PROVIDERS:
+            continue  # most projects' local or scripted models: the table is not read
+        name = settings.model.partition("/")[2]
+        if listed(settings.model) or listed(name):
+            continue  # the usual case, told from the file's text: the table is not parsed
+        entries = table() if entries is None else entries
+        close = meant_model(settings, entries)
+        if close is None:
+            continue
+        message = f"model '{settings.model}' is not in litellm's model table"
+        hint = f"did you mean '{close}'? a model newer than the table is fine as it is"
+        found.append(_at_value(snapshot.root, file, path, message, hint))
+    return found
+
+
+def _at_value(root: Path, file: str, path: Path_, message: str, hint: str) -> Problem:
+    """A problem at the value at `path` of the project file `file`, read again for its
+    position (a snapshot keeps none); line 1 when it cannot be read now (a race)."""
+    try:
+        return parse((root / file).read_text(encoding="utf-8"), file).problem(path, message, hint)
+    except Exception:  # compiled from it: unreadable or unparsable now is a race
+        return Problem(file, 1, 1, message, hint)

@@ -5,9 +5,11 @@ A script is where a newcomer types tool names most, and a typo there (`calc` for
 `calculator`) passed validation: the run answered the call with "there is no tool named"
 and the eval failed later, far from the cause. Each tool name a step calls is checked
 against the tools the agent's model can call; one it cannot is a warning, not an error,
-since a script may test the unknown-tool path on purpose. A script whose run would need
-more model calls than the agent's `max_iterations` allows (the run stops without an answer
-there) is a warning too.
+since a script may test the unknown-tool path on purpose. So is a call of a meta-tool
+(`connector`, `database`, `mcp`) naming a connector, database or MCP server the agent does
+not have, or an action its connector lacks (`action: list_pet`). A script whose run would
+need more model calls than the agent's `max_iterations` allows (the run stops without an
+answer there) is a warning too.
 
 The names an agent's model can call are handed in (`ToolsOf`): the hook view's
 (`fim.hooks.targets`) sits a layer up; `fim.commands.project_warnings` passes them.
@@ -20,7 +22,7 @@ from typing import Any
 
 from fim.build.snapshot import Snapshot
 from fim.config.problems import suggest
-from fim.config.schema import AgentDecl
+from fim.config.schema import AgentDecl, HttpConnector
 from fim.config.script_files import is_branching
 from fim.config.yamlio import Document, Path_, parse
 from fim.errors import Problem, RunError
@@ -48,6 +50,7 @@ def script_warnings(snapshot: Snapshot, tools_of: ToolsOf) -> list[Problem]:
             continue
         names, servers = tools_of(snapshot, agent)
         problems += _tool_problems(doc, name, names, servers)
+        problems += _meta_problems(doc, name, _meta_targets(snapshot, agent, names))
         if agent.engine == "react":
             problems += _iteration_problems(doc, name, agent.max_iterations)
     return problems
@@ -92,6 +95,11 @@ def _step_lists(data: Any) -> Iterator[tuple[Path_, list[Any]]]:
 def _calls(step: Any) -> list[tuple[Path_, str]]:
     """The tool names one step calls, each with its path inside the step (as the run reads
     the step: `tool_calls`, else `tool_call`)."""
+    return [((*at, "name"), str(call["name"])) for at, call in _call_items(step)]
+
+
+def _call_items(step: Any) -> list[tuple[Path_, dict[str, Any]]]:
+    """The calls one step makes (`{name, arguments}`), each with its path inside the step."""
     if not isinstance(step, dict):
         return []
     found: list[tuple[Path_, Any]]
@@ -102,11 +110,7 @@ def _calls(step: Any) -> list[tuple[Path_, str]]:
         found = [(("tool_call",), step["tool_call"])]
     else:
         return []
-    return [
-        ((*at, "name"), str(call["name"]))
-        for at, call in found
-        if isinstance(call, dict) and call.get("name") is not None
-    ]
+    return [(at, c) for at, c in found if isinstance(c, dict) and c.get("name") is not None]
 
 
 def _tool_problems(doc: Document, agent: str, names: set[str], servers: list[str]) -> list[Problem]:
@@ -124,6 +128,80 @@ def _tool_problems(doc: Document, agent: str, names: set[str], servers: list[str
                     "'there is no tool named' (fine if the script tests that on purpose)"
                 )
                 problems.append(doc.problem((*at, i, *where), message, hint))
+    return problems
+
+
+_Targets = dict[tuple[str, str], tuple[str, dict[str, list[str] | None]]]
+"""(meta-tool, argument) -> (what it names, {name: its actions, None when unknown})."""
+
+
+def _meta_targets(snapshot: Snapshot, agent: AgentDecl, names: set[str]) -> _Targets:
+    """What each meta-tool the agent's model can call (`connector`, `database`, `mcp`)
+    may name: its HTTP connectors (with their actions), databases and MCP servers. A
+    connector unavailable here (an unset `${VAR}`) is known, its actions are not."""
+    http: dict[str, list[str] | None] = {}
+    databases: dict[str, list[str] | None] = {}
+    for name in agent.connectors:
+        decl = snapshot.connectors.get(name)
+        if isinstance(decl, HttpConnector):
+            http[name] = list(decl.actions)
+        elif decl is not None:
+            databases[name] = None
+        elif name in snapshot.unavailable_connectors:
+            http[name] = databases[name] = None
+    targets: _Targets = {
+        ("connector", "connector"): ("HTTP connector", http),
+        ("database", "database"): ("database", databases),
+        ("mcp", "server"): ("MCP server", dict.fromkeys(agent.mcp)),
+    }
+    return {key: found for key, found in targets.items() if key[0] in names}
+
+
+def _meta_problems(doc: Document, agent: str, targets: _Targets) -> list[Problem]:
+    """A step's call of a meta-tool naming a connector, database or MCP server the agent
+    does not have, or an action its connector does not have: its run answers with an
+    error (fine if the script tests that on purpose), so a warning at the name."""
+    problems: list[Problem] = []
+    for at, steps in _step_lists(doc.data):
+        for i, step in enumerate(steps):
+            for where, call in _call_items(step):
+                args = call.get("arguments")
+                if not isinstance(args, dict):
+                    continue
+                for (tool, key), (what, known) in targets.items():
+                    named = args.get(key)
+                    if call["name"] != tool or not isinstance(named, str):
+                        continue
+                    path = (*at, i, *where, "arguments")
+                    if named not in known:
+                        hint = suggest(named, known, f"{what}s of agent '{agent}'")
+                        message = (
+                            f"agent '{agent}' has no {what} '{named}': its run answers this "
+                            "call with an error (fine if the script tests that on purpose)"
+                        )
+                        problems.append(doc.problem((*path, key), message, hint))
+                    elif known[named] is not None and isinstance(args.get("action"), str):
+                        problems += _action_problems(doc, (*path, "action"), named, args, known)
+    return problems
+
+
+def _action_problems(
+    doc: Document, path: Path_, connector: str, args: dict[str, Any], known: dict[str, Any]
+) -> list[Problem]:
+    """The actions a `connector` call names (`discover` takes several, comma-separated)
+    that its connector does not have."""
+    actions: list[str] = known[connector]
+    problems: list[Problem] = []
+    for action in (a.strip() for a in str(args["action"]).split(",")):
+        if action and action not in actions:
+            problems.append(
+                doc.problem(
+                    path,
+                    f"connector '{connector}' has no action '{action}': its run answers this "
+                    "call with an error (fine if the script tests that on purpose)",
+                    suggest(action, actions, f"actions of '{connector}'"),
+                )
+            )
     return problems
 
 

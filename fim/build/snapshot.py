@@ -16,6 +16,7 @@ from pathlib import Path
 from types import MappingProxyType, ModuleType
 from typing import TypeVar
 
+from fim.config.interpolate import while_developing
 from fim.config.schema import (
     AgentDecl,
     DatabaseConnector,
@@ -189,11 +190,14 @@ class Snapshot:
         what = "connector" if kind == "connector" else "MCP server"
         names = list(dict.fromkeys(_variable(p.message) for p in problems))
         first = problems[0]
+        # a URL's variable (`base_url`) is offered a local address: an empty one fails every
+        # call (its problem's hint, `fim.config.interpolate`, already offers that address)
+        url = while_developing(names[0], url=True) in (first.hint or "")
         return RunError(
             f"{what} '{name}' is unavailable: {', '.join(names)} not set "
             f"({first.path}:{first.line}:{first.column})",
-            hint=f"export {names[0]}=... before starting fim, or write ${{{names[0]}:-}} "
-            "while developing",
+            hint=f"export {names[0]}=... before starting fim, or write "
+            f"{while_developing(names[0], url)} while developing",
         )
 
     def source(self, kind: str, name: str, path: tuple[str | int, ...] = ()) -> Source:

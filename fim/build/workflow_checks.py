@@ -18,7 +18,12 @@ from fim.build.builtin_names import builtin_tool_names, is_python_tool, tool_pro
 from fim.build.snapshot import Locate, Snapshot
 from fim.config.problems import suggest
 from fim.config.schema import WorkflowDecl
-from fim.config.templates import references
+from fim.config.templates import (
+    NODE_ATTRIBUTES,
+    attribute_references,
+    node_attribute_problem,
+    references,
+)
 from fim.errors import Problem
 from fim.workflows.node_types import NodeType
 
@@ -208,6 +213,10 @@ def _check_refs(
             )
         else:
             found.append(ref)
+    for ref, attribute in sorted(attribute_references(ast, "nodes")):
+        known = attribute in NODE_ATTRIBUTES or attribute in MAPPING_METHODS  # `.get(...)`
+        if ref in wf.nodes and not known:
+            checker.add(entry.doc.problem(path, *node_attribute_problem(ref, attribute)))
     for ref in sorted(references(ast, "inputs")):
         if ref not in wf.inputs:
             checker.add(

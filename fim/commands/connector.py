@@ -114,9 +114,17 @@ _NEEDED = re.compile(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 def _next_steps(text: str, name: str, err: bool = False) -> None:
     """What the user must do before an agent can use the connector: the variables it needs
     (unset, the connector is unavailable: agents that use it fail, `fim validate` warns),
-    and how to give it to an agent."""
+    and how to give it to an agent. A variable of `base_url` is offered a local address to
+    develop with: an empty one is no URL, and every call would fail."""
+    # deferred: the config modules load only when a connector was written
+    from fim.config.interpolate import while_developing
+
+    base = re.search(r"^base_url:(.*)$", text, re.MULTILINE)
+    in_url = set(_NEEDED.findall(base.group(1))) if base else set()
     for var in dict.fromkeys(_NEEDED.findall(text)):
-        typer.echo(f"needs {var}: export it, or write ${{{var}:-}} while developing", err=err)
+        default = while_developing(var, url=var in in_url)
+        what = " (the API's address)" if var in in_url else ""
+        typer.echo(f"needs {var}{what}: export it, or write {default} while developing", err=err)
     typer.echo(f"next: add 'connectors: [{name}]' to an agent, then `fim validate`", err=err)
 
 

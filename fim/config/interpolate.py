@@ -27,6 +27,19 @@ HOOK_BASE_ENV = frozenset(
 """What every command hook process gets from fim's environment, declared or not (`LC_*`
 too; `fim.hooks.command_input`). Listing one under `env:` passes nothing more, so its value
 is not made a secret: masking `/root` or `en_US.UTF-8` would only deface ordinary text."""
+URL_KEYS = frozenset({"base_url"})
+"""Keys whose value is a URL every request is sent to: an empty default there is no URL
+(an HTTP connector's `base_url: ${API_URL:-}` failed every call), so a hint offers a local
+address instead (`while_developing`)."""
+DEV_URL = "http://127.0.0.1:8080"
+
+
+def while_developing(name: str, url: bool) -> str:
+    """The `${NAME:-...}` a hint offers for developing without NAME: a local address for a
+    URL, else empty (a token left out)."""
+    return f"${{{name}:-{DEV_URL if url else ''}}}"
+
+
 _NAME = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])(.*))?$", re.DOTALL)
 
 
@@ -104,6 +117,8 @@ def _missing(
     default, `${VAR:?message}`'s names the author's message and never a default."""
     if op is None:
         hint = f"export {name}=... or give a default: ${{{name}:-value}}"
+        if path and path[-1] in URL_KEYS:
+            hint = f"export {name}=... or give a default: {while_developing(name, url=True)}"
         if doc.path == "fim.yaml" and path and path[0] in SERVE_ONLY:
             # a default there is what a pod whose secret lacks the variable would run on
             hint = f"export {name}=... where fim serves; ${{{name}:?why}} says why it is needed"

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fim.config.suggestions import suggest
 from fim.errors import Problem
 
 if TYPE_CHECKING:
@@ -177,3 +178,50 @@ def _references(ast: Any, variable: str) -> set[str]:
             elif isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str):
                 found.add(node.arg.value)
     return found
+
+
+NODE_ATTRIBUTES = ("output", "status")
+"""What a template reads of a finished workflow node (`nodes.<id>.output`, `.status`): the
+engine's scope holds these (`fim.workflows.templates.NodeScope`) and nothing else."""
+
+
+def attribute_references(ast: Any, variable: str) -> set[tuple[str, str]]:
+    """(name, attribute) of each `variable.name.attribute` in a template (`nodes.tip.output`,
+    `nodes['tip']['output']`)."""
+    if isinstance(ast, PlainRefs):
+        return {(name[1], name[2]) for name in ast.names if name[0] == variable and len(name) > 2}
+    memo: dict[str, set[tuple[str, str]]] = ast.__dict__.setdefault("_fim_attributes", {})
+    if variable not in memo:
+        memo[variable] = _attribute_references(ast, variable)
+    return memo[variable]
+
+
+def _attribute_references(ast: Any, variable: str) -> set[tuple[str, str]]:
+    # deferred: loading jinja2 costs tens of ms
+    from jinja2 import nodes
+
+    def step(node: Any) -> str | None:
+        if isinstance(node, nodes.Getattr):
+            return str(node.attr)
+        if isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str):
+            return node.arg.value
+        return None
+
+    found: set[tuple[str, str]] = set()
+    for outer in ast.find_all((nodes.Getattr, nodes.Getitem)):
+        inner = outer.node
+        if not isinstance(inner, nodes.Getattr | nodes.Getitem):
+            continue
+        if isinstance(inner.node, nodes.Name) and inner.node.name == variable:
+            name, attribute = step(inner), step(outer)
+            if name is not None and attribute is not None:
+                found.add((name, attribute))
+    return found
+
+
+def node_attribute_problem(node: str, attribute: str) -> tuple[str, str]:
+    """(message, hint) of `nodes.<node>.<attribute>` naming no attribute of a node: what
+    `fim validate` reports and a run says when it renders one."""
+    close = suggest(attribute, NODE_ATTRIBUTES) or ""
+    meant = f"{close} " if close.startswith("did you mean") else ""
+    return f"nodes.{node} has no '{attribute}'", f"{meant}a node has output and status"

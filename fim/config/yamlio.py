@@ -154,6 +154,22 @@ class Document:
                 break
         return node
 
+    def written(self, path: Path_) -> str | None:
+        """The scalar at `path` as the file writes it, before `${VAR}` interpolation
+        (`${API_URL:-}` where the data holds ""); None when the file has no scalar there."""
+        node = self.node
+        for step in path:
+            if node is not None and node.id == "mapping":
+                pair = self._find_pair(node, step)
+                node = pair[1] if pair is not None else None
+            elif node is not None and node.id == "sequence" and isinstance(step, int):
+                node = node.value[step] if 0 <= step < len(node.value) else None
+            else:
+                return None
+        if node is None or node.id != "scalar" or not isinstance(node.value, str):
+            return None
+        return str(node.value)
+
     def problem(
         self, path: Path_, message: str, hint: str | None = None, key: bool = False
     ) -> Problem:

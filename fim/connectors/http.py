@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fim.config.schema import HttpAction, HttpConnector
+from fim.config.schema.connector import base_url_problem
 from fim.connectors.http_fetch import Fetcher, Overdue, Refused
 from fim.connectors.http_observation import observe
 from fim.connectors.http_request import build_request, with_idempotency_key
@@ -79,6 +80,9 @@ class HttpConnectorClient:
 
         action = self.decl.actions[action_name]
         label = tool_name(self.name, action_name)
+        bad = base_url_problem(self.decl.base_url)
+        if bad is not None:  # no request can be sent: said at once, never retried
+            return self._misconfigured(label, f"its base_url {self.decl.base_url!r} {bad}")
         try:
             request = self.build_request(action, args)
         except ValueError as exc:
@@ -103,6 +107,8 @@ class HttpConnectorClient:
                 "its response. Try again later or ask for less data.",
                 is_error=True,
             )
+        except httpx.UnsupportedProtocol as exc:  # a URL no retry can send to
+            return self._misconfigured(label, f"the request URL is not an http(s) URL ({exc})")
         except httpx.TransportError as exc:
             return ToolResult(
                 content=self.mask(
@@ -123,6 +129,19 @@ class HttpConnectorClient:
             )
         masker = self._cut_masker()
         return await observe(self.name, fetched, self.decl.max_response_chars, masker, self.mask)
+
+    def _misconfigured(self, label: str, why: str) -> ToolResult:
+        """A call the connector's configuration makes impossible: said as a configuration
+        error, not an outage (an empty `base_url` read as "the service may be down")."""
+        return ToolResult(
+            content=self.mask(
+                f"Error: {label}: connector '{self.name}' is misconfigured: {why}. This is "
+                "a configuration error, not the service being down: do not retry; the "
+                "connector's base_url (or the variable it reads) must be fixed, and `fim "
+                "validate` shows where."
+            ),
+            is_error=True,
+        )
 
 
 def get_client(

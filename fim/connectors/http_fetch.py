@@ -149,9 +149,12 @@ class Fetcher:
         retries = self.decl.retries if action.method in _IDEMPOTENT else 0
 
         def worth_retry(exc: BaseException) -> bool:
-            # A connect timeout is worth a retry; a read timeout means a slow server.
+            # A connect timeout is worth a retry; a read timeout means a slow server; a URL
+            # that is not http(s) (an empty base_url) fails the same way every time.
             if isinstance(exc, httpx.TimeoutException):
                 return isinstance(exc, httpx.ConnectTimeout)
+            if isinstance(exc, httpx.UnsupportedProtocol):
+                return False
             return isinstance(exc, httpx.TransportError)
 
         return await retry_async(

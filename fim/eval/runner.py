@@ -49,6 +49,7 @@ from fim.eval.results import CaseRun, EvalReport, SuiteResult
 from fim.eval.warm import warm_up
 from fim.llm import wrapping_models
 from fim.run.services import Services
+from fim.workflows.inputs import InvalidInputs
 
 
 def _selected(suite: EvalSuite, case: EvalCase, patterns: list[str]) -> bool:
@@ -287,6 +288,9 @@ class EvalRunner(CaseExecutor):
             return run
         except CassetteMiss as exc:  # a miss, not a replay: counted once, as a miss
             run.cassette_miss, run.error, run.replayed = True, str(exc), False
+            return run
+        except InvalidInputs as exc:  # the case's inputs, not its answer: exit 2, as validate
+            run.error, run.config_error, run.replayed = str(exc), True, False
             return run
         except FimError as exc:
             run.error = str(exc)

@@ -29,6 +29,7 @@ from fim.tools.registry import ToolRegistry
 from fim.tools.view import ViewError, prepare_view, view_of
 from fim.types import CallView, Message, Model, Tool, ToolResult
 from fim.workflows import adapters, node_hooks, templates
+from fim.workflows.arg_hints import for_author
 from fim.workflows.node_hooks import Rebuild
 from fim.workflows.node_types.base import NodeError, Paused, parse_output
 
@@ -150,9 +151,13 @@ class NodeContext:
             raise NodeError(str(exc)) from None
 
     async def call_tool(
-        self, tool: Tool, args: dict[str, Any], timeout: float | None = None
+        self,
+        tool: Tool,
+        args: dict[str, Any],
+        timeout: float | None = None,
+        sources: Mapping[str, Any] | None = None,
     ) -> Any:
-        return await call_tool(self, tool, args, timeout)
+        return await call_tool(self, tool, args, timeout, sources)
 
     def connector_action(self, connector: str, action: str) -> Tool:
         return adapters.connector_action(self, connector, action)
@@ -229,10 +234,16 @@ def python_tool(ctx: NodeContext, ref: str) -> Tool:
 
 
 async def call_tool(
-    ctx: NodeContext, tool: Tool, args: dict[str, Any], timeout: float | None = None
+    ctx: NodeContext,
+    tool: Tool,
+    args: dict[str, Any],
+    timeout: float | None = None,
+    sources: Mapping[str, Any] | None = None,
 ) -> Any:
-    """Validate and run a tool through a registry, so argument errors read the same as in
-    an agent run; an error result fails the node, as does a call past `timeout` seconds."""
+    """Validate and run a tool through a registry, so argument errors name the same
+    problems as in an agent run, worded for the workflow's author (`sources`, the node's
+    args before rendering, name the template that gave a wrong value: `arg_hints`); an
+    error result fails the node, as does a call past `timeout` seconds."""
 
     registry = ctx.registry if ctx.registry.get(tool.name) is tool else ToolRegistry([tool])
     try:
@@ -255,7 +266,7 @@ async def call_tool(
     result = await ctx.guarded_result(view, result)
     finished(result)
     if result.is_error:
-        raise NodeError(result.content)
+        raise NodeError(for_author(result.content, tool.parameters, args, sources))
     return parse_output(result.content)
 
 

@@ -126,7 +126,7 @@ class Scheduler:
             n for n, s in state.nodes.items() if s.status == "pending" and not remaining[n]
         )
         scope_nodes = {
-            n: {"output": s.output, "status": s.status}
+            n: templates.NodeScope(n, s.output, s.status)
             for n, s in state.nodes.items()
             if self._settled(s)
         }
@@ -141,7 +141,7 @@ class Scheduler:
 
         def settle(node_id: str) -> None:
             ns = state.nodes[node_id]
-            scope_nodes[node_id] = {"output": ns.output, "status": ns.status}
+            scope_nodes[node_id] = templates.NodeScope(node_id, ns.output, ns.status)
             for edge in outgoing[node_id]:
                 remaining[edge.target] -= 1
                 if not remaining[edge.target] and state.nodes[edge.target].status == "pending":
@@ -381,10 +381,10 @@ class Scheduler:
 
     def _render_outputs(self) -> Literal["ok", "failed"]:
         """Render the declared outputs; the run's status: failed when they cannot be."""
-        decl, state = self.decl, self.state
+        decl, state, nodes = self.decl, self.state, self.state.nodes
         scope = {
             "inputs": state.inputs,
-            "nodes": {n: {"output": s.output, "status": s.status} for n, s in state.nodes.items()},
+            "nodes": {n: templates.NodeScope(n, s.output, s.status) for n, s in nodes.items()},
             "env": templates.allowed_env(self.snapshot.project.env_allowlist),
         }
         try:

@@ -20,6 +20,7 @@ from typing import Any
 
 from fim.config import template_guards
 from fim.config.template_guards import guarded_environment
+from fim.config.templates import node_attribute_problem
 from fim.masking import known
 
 _SINGLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\}\}).)*)\}\}\s*$", re.DOTALL)
@@ -30,12 +31,50 @@ class TemplateError(Exception):
     """A template failed to parse or render; the message names the template text."""
 
 
+class NodeScope(dict[str, Any]):
+    """What a template reads of a finished node (`nodes.<id>`): its output and status
+    (`NODE_ATTRIBUTES`), knowing its id, so a name it lacks (`nodes.tip.outptu`) is said as
+    `fim validate` says it, not as "'dict object' has no attribute"."""
+
+    def __init__(self, node: str, output: Any, status: str) -> None:
+        super().__init__(output=output, status=status)
+        self.node = node
+
+
+class NodeAttributeMissing(Exception):
+    """Marks the undefined error of a name a node does not have (`_undefined`)."""
+
+
 @lru_cache(maxsize=1)
-def _environment() -> Any:
+def _undefined() -> Any:
+    """StrictUndefined, saying a node's missing attribute in `fim validate`'s words."""
     # deferred: loading jinja2 costs tens of ms
     import jinja2
 
-    env = guarded_environment(undefined=jinja2.StrictUndefined, autoescape=False)
+    class Missing(jinja2.UndefinedError, NodeAttributeMissing):
+        pass
+
+    class Undefined(jinja2.StrictUndefined):
+        __slots__ = ()
+
+        def __init__(self, hint: Any = None, obj: Any = jinja2.utils.missing, **kw: Any) -> None:
+            if isinstance(obj, NodeScope):
+                kw["exc"] = Missing
+            super().__init__(hint, obj, **kw)
+
+        @property
+        def _undefined_message(self) -> str:
+            node, name = self._undefined_obj, self._undefined_name
+            if isinstance(node, NodeScope) and isinstance(name, str):
+                return "{} ({})".format(*node_attribute_problem(node.node, name))
+            return str(super()._undefined_message)
+
+    return Undefined
+
+
+@lru_cache(maxsize=1)
+def _environment() -> Any:
+    env = guarded_environment(undefined=_undefined(), autoescape=False)
     env.filters["tojson"] = _tojson
     return env
 
@@ -64,7 +103,9 @@ def _wrap(exc: Exception, text: str) -> TemplateError:
     # deferred: loading jinja2 costs tens of ms
     import jinja2
 
-    if isinstance(exc, jinja2.UndefinedError):
+    if isinstance(exc, NodeAttributeMissing):
+        why = str(exc)
+    elif isinstance(exc, jinja2.UndefinedError):
         why = f"{exc.message} (check the name; nodes are only visible once they finished)"
     elif isinstance(exc, jinja2.TemplateSyntaxError):
         why = f"syntax error: {exc.message}"
@@ -75,6 +116,13 @@ def _wrap(exc: Exception, text: str) -> TemplateError:
 
 def is_template(value: str) -> bool:
     return "{{" in value or "{%" in value
+
+
+def single_expression(value: str) -> str | None:
+    """The expression of a string that is exactly one `{{ expr }}` (which `render` passes
+    with its own type), stripped; None for any other string."""
+    single = _SINGLE_EXPR.match(value)
+    return single.group("expr").strip() if single is not None and "{%" not in value else None
 
 
 def evaluate(expr: str, context: dict[str, Any]) -> Any:

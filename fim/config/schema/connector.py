@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -130,6 +131,26 @@ class HttpConnector(Strict):
     """Characters of a response the model sees; the rest is cut, saying so."""
     actions: dict[str, HttpAction] = Field(default_factory=dict)
     """Actions by name: each one tool (method, path, parameters)."""
+
+
+def base_url_problem(url: str) -> str | None:
+    """Why `url` cannot be an HTTP connector's `base_url`, or None: every request is sent
+    to an absolute `http://` or `https://` URL, so an empty one (`${API_URL:-}` unset) or
+    one without a scheme fails every call before anything is sent. One rule for `fim
+    validate` (`fim.build.connector_checks`) and the call (`fim.connectors.http`)."""
+    text = url.strip()
+    if not text:
+        return "is empty"
+    try:
+        parts = urlsplit(text)
+        host = parts.hostname
+    except ValueError:  # `http://[::1` : a bracket left open
+        return "is not a URL"
+    if parts.scheme.lower() not in ("http", "https"):
+        return "does not start with http:// or https://"
+    if not host:
+        return "names no host"
+    return None
 
 
 class DatabaseConnector(Strict):

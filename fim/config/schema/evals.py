@@ -80,6 +80,11 @@ def _named_call(value: Any) -> Any:
     return {"name": value} if isinstance(value, str) else value
 
 
+def _listed_tools(value: Any) -> Any:
+    """`tool_sequence: [a, b]` is `{tools: [a, b]}`: the CSV cell's form, a trajectory's."""
+    return {"tools": value} if isinstance(value, list) else value
+
+
 def _only_true(value: Any) -> Any:
     """`is_json` takes `true`: a schema, or `false`, is said in fim's words."""
     if isinstance(value, dict):
@@ -195,8 +200,12 @@ class Assertion(Negatable):
     name (`tool_called: save_note`, as a CSV cell writes it)."""
     tool_not_called: str | None = None
     """No call to this tool."""
-    tool_sequence: ToolSequenceSpec | None = None
-    """Tool calls in this order: `{tools, mode}`."""
+    tool_sequence: Annotated[
+        ToolSequenceSpec | None,
+        BeforeValidator(_listed_tools, json_schema_input_type=list[str] | ToolSequenceSpec | None),
+    ] = None
+    """Tool calls in this order: a list of names (others between allowed), or `{tools, mode}`
+    (`mode: exact`: only these calls)."""
     max_iterations: int | None = None
     """At most this many model calls."""
     max_tokens: int | None = None

@@ -85,7 +85,11 @@ class NodeRuntime(Protocol):
     def resolve_tool(self, name: str) -> Tool: ...
 
     async def call_tool(
-        self, tool: Tool, args: dict[str, Any], timeout: float | None = None
+        self,
+        tool: Tool,
+        args: dict[str, Any],
+        timeout: float | None = None,
+        sources: Mapping[str, Any] | None = None,
     ) -> Any: ...
 
     def connector_action(self, connector: str, action: str) -> Tool: ...

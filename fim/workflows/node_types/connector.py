@@ -42,7 +42,7 @@ class ConnectorNode(NodeType):
 
     async def execute(self, ctx: NodeRuntime) -> Any:
         tool = ctx.connector_action(self.connector, self.action)
-        return await ctx.call_tool(tool, ctx.render(self.args))
+        return await ctx.call_tool(tool, ctx.render(self.args), sources=self.args)
 
     def check_refs(self, at: NodeChecks) -> None:
         decl = connector_kind(at, self, self.connector, "http")

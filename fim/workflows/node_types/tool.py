@@ -29,7 +29,9 @@ class ToolNode(NodeType):
     async def execute(self, ctx: NodeRuntime) -> Any:
         function = ":" in self.tool and self.timeout is None
         limit = self.FUNCTION_TIMEOUT if function else None
-        return await ctx.call_tool(ctx.resolve_tool(self.tool), ctx.render(self.args), limit)
+        tool = ctx.resolve_tool(self.tool)
+        # its unrendered args: a refusal names the template that gave text for a number
+        return await ctx.call_tool(tool, ctx.render(self.args), limit, sources=self.args)
 
     def check_refs(self, at: NodeChecks) -> None:
         at.tool(("tool",), self.tool)
