@@ -8,10 +8,11 @@ memory, the disk, processes where RLIMIT_NPROC does not bind).
 
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from fim.tools.folder_walk import TooBig, walk
 
 MAX_FOLDER_FILES = 100_000
 """Files and folders a sandbox folder may hold (counting them is what a check of its size
@@ -71,26 +72,28 @@ def rlimits(limits: Limits) -> dict[str, tuple[int, int]]:
 def held_bytes(folder: Path | int) -> int | None:
     """Bytes allocated under `folder`, a path or a directory descriptor (symlinks not
     followed; a folder that does not exist yet holds nothing), or None past
-    `MAX_FOLDER_FILES` entries: what `folder_mb` and `file_ops`' quota count. A folder in it
-    that cannot be read raises (OSError): a program that made one unreadable must not hide
-    what it holds."""
+    `MAX_FOLDER_FILES` entries (or when a folder moved while it was counted): what
+    `folder_mb` and `file_ops`' quota count. Walked without recursion, holding one folder
+    open at a time (fim/tools/folder_walk.py: a tree 1,000 levels deep made `os.fwalk` raise
+    RecursionError before every call, attack-52 F1). A folder in it that cannot be read
+    raises (OSError): a program that made one unreadable must not hide what it holds."""
     if isinstance(folder, int):
-        walk = os.fwalk(".", dir_fd=folder, follow_symlinks=False, onerror=_unreadable)
-    elif folder.is_dir():
-        walk = os.fwalk(folder, follow_symlinks=False, onerror=_unreadable)
-    else:
+        return _held(folder)
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
         return 0
-    total = seen = 0
-    for _, dirs, files, dir_fd in walk:
-        total += os.fstat(dir_fd).st_blocks * 512
-        seen += len(dirs) + len(files)
-        if seen > MAX_FOLDER_FILES:
-            return None
-        for name in files:
-            with contextlib.suppress(FileNotFoundError):
-                total += os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_blocks * 512
+    try:
+        return _held(fd)
+    finally:
+        os.close(fd)
+
+
+def _held(top: int) -> int | None:
+    total = os.fstat(top).st_blocks * 512
+    try:
+        for found in walk(top, max_entries=MAX_FOLDER_FILES, paths=False):
+            total += found.info.st_blocks * 512
+    except TooBig:
+        return None
     return total
-
-
-def _unreadable(error: OSError) -> None:
-    raise error

@@ -114,7 +114,9 @@ class Watchdog:
     """Bytes of the disk's free space the call has taken so far (statvfs)."""
     room: int | None = None
     """`taken` at which the folder is counted next (None: not counted, `folder_room`)."""
-    held_at_start: int = 0
+    held_at_start: int | None = 0
+    """What the folder held when the call began (None: it could not be counted, full; the
+    first count that succeeds is the call's start then)."""
     full_at_start: bool = False
     counting: tuple[int, asyncio.Future[int | None]] | None = None
     """A count of the folder going on in a thread, and `taken` when it began."""
@@ -189,6 +191,7 @@ class Watchdog:
             if self.full_at_start:
                 self.room = began + FOLDER_SLACK_MB * mb
                 return None
+            assert self.held_at_start is not None  # set by `judge` from a count
             wrote = held - self.held_at_start
             left = min(self.limits.folder_mb * mb - held, self.limits.disk_mb * mb - wrote)
             self.room = began + max(left, FOLDER_SLACK_MB * mb)
@@ -207,6 +210,8 @@ class Watchdog:
         self.too_many_files = held is None
         if held is None:
             return "folder"
+        if self.held_at_start is None:  # found full, uncounted: the call is counted from here
+            self.held_at_start = held
         wrote = held - self.held_at_start
         if self.full_at_start:
             return "folder" if wrote > FOLDER_SLACK_MB * mb else None
@@ -217,13 +222,17 @@ class Watchdog:
     async def settle(self) -> None:
         """Count the folder once more after the tree is gone (attack-25 #3): the counts
         while it runs are polls, and a call that allocated its files at once and exited
-        before the next one was never counted. Going past the cap reads as on a kill."""
+        before the next one was never counted. Going past the cap reads as on a kill. A
+        call that found the folder past what a count visits, and leaves it so, is told
+        nothing, as one that found it past `folder_mb` and wrote no more: it may read."""
         if self.folder is None or self.room is None or self.folder_full:
             return
         try:
             held = await asyncio.to_thread(held_bytes, self.folder)
         except OSError:
             held = None
+        if held is None and self.held_at_start is None:
+            return
         grown = self.judge(held)
         self.folder_full = grown == "folder"
         self.disk_exceeded = self.disk_exceeded or grown == "disk"
@@ -297,15 +306,21 @@ def file_cap(limits: Limits, full: bool) -> int:
     return min(cap, FOLDER_SLACK_MB * mb) if full else cap
 
 
-def folder_room(folder: Path, limits: Limits) -> tuple[int, int, bool]:
+def folder_room(folder: Path, limits: Limits) -> tuple[int, int | None, bool]:
     """Before a call starts (in a thread: it walks the folder): how much of the disk it may
-    take before `folder` is counted again (`Watchdog.room`), what the folder holds, and
-    whether that is past `limits.folder_mb` already."""
+    take before `folder` is counted again (`Watchdog.room`), what the folder holds (None: it
+    cannot be counted), and whether that is past `limits.folder_mb` already. A folder that
+    cannot be counted (too many entries, one fim cannot read) is full: the call
+    still runs, so it may read and delete (attack-52 F1: a count that failed here had
+    stopped every later call, `rm` included)."""
     mb = 1024 * 1024
-    held = held_bytes(folder)
+    try:
+        held = held_bytes(folder)
+    except OSError:
+        held = None
     cap = limits.folder_mb * mb
     room = 0 if held is None else min(cap - held, limits.disk_mb * mb)
-    return max(room, FOLDER_SLACK_MB * mb), held or 0, held is None or held > cap
+    return max(room, FOLDER_SLACK_MB * mb), held, held is None or held > cap
 
 
 def free_space(path: Path) -> tuple[int, int, int]:
