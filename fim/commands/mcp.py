@@ -49,10 +49,12 @@ async def server_statuses(snapshot: Snapshot, names: list[str] | None = None) ->
 
 
 async def server_tools(snapshot: Snapshot, name: str) -> tuple[str | None, list[dict[str, object]]]:
-    """(error, tools) of one server; each tool as name, fim name, description, parameters."""
+    """(error, tools) of one server; each tool as name, fim name (the one the model calls
+    and hooks see), full name (`{server}__{tool}`, which hooks see too), description and
+    parameters."""
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.mcp.manager import McpManager
-    from fim.mcp.naming import tool_name
+    from fim.mcp.naming import full_name, tool_name
 
     manager = McpManager(snapshot.root)
     try:
@@ -66,6 +68,7 @@ async def server_tools(snapshot: Snapshot, name: str) -> tuple[str | None, list[
             {
                 "name": t.name,
                 "fim_name": tool_name(name, t.name),
+                "full_name": full_name(name, t.name),
                 "description": t.description,
                 "parameters": t.input_schema,
             }
@@ -105,7 +108,9 @@ def list_tools(
         bool, typer.Option("--json", help="Print JSON with parameter schemas.")
     ] = False,
 ) -> None:
-    """Start one MCP server and list its tools."""
+    """Start one MCP server and list its tools: the name the model calls, and beside a
+    name fim shortened (over 64 characters, or with characters providers refuse) the
+    server's whole name, which hook matchers may use as well."""
     snapshot = load_snapshot(ctx, project)
     if name not in snapshot.project.mcp_servers:
         declared = ", ".join(snapshot.project.mcp_servers) or "none"
@@ -119,7 +124,10 @@ def list_tools(
         return
     for t in tools:
         summary = str(t["description"]).splitlines()[0] if t["description"] else ""
-        typer.echo(printable(f"{t['fim_name']}  {summary}"))  # the server's own words
+        shown, full = str(t["fim_name"]), t.get("full_name")
+        if full is not None and full != shown:
+            shown += f"  (full name: {full})"
+        typer.echo(printable(f"{shown}  {summary}"))  # the server's own words
 
 
 def serve(

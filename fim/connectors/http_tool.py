@@ -6,36 +6,15 @@ meta-tool and `fim show` see of an action, and need neither httpx nor the networ
 
 from __future__ import annotations
 
-import hashlib
-import re
 from typing import TYPE_CHECKING, Any
 
 from fim.config.schema import HttpAction
 from fim.tools.base import FunctionTool
+from fim.tools.naming import NAME_LIMIT, tool_name
 from fim.types import ToolResult
 
 if TYPE_CHECKING:
     from fim.connectors.http import HttpConnectorClient
-
-NAME_LIMIT = 64
-"""Longest function name OpenAI, Anthropic and Gemini accept (all three: 64)."""
-_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
-
-
-def tool_name(connector: str, action: str) -> str:
-    """`{connector}__{action}`, made safe for every provider: characters outside
-    `[A-Za-z0-9_-]` become `_` and a name over 64 characters keeps its first 55 and a digest
-    of the whole. Deterministic (the same declaration always gives the same name) and
-    collision-free in practice: two shortened names share a 32-bit digest only if their
-    full names collide in SHA-256's first 8 hex digits."""
-    full = f"{connector}__{action}"
-    safe = _NAME_CHARS.sub("_", full)
-    if len(safe) <= NAME_LIMIT and safe == full:
-        return full
-    digest = hashlib.sha256(full.encode()).hexdigest()[:8]
-    if len(safe) <= NAME_LIMIT:
-        return safe if safe == full else f"{safe[: NAME_LIMIT - 10]}_h{digest}"
-    return f"{safe[: NAME_LIMIT - 10].rstrip('_')}_h{digest}"
 
 
 def action_metadata(connector: str, action_name: str, action: HttpAction) -> dict[str, Any]:

@@ -8,17 +8,21 @@
 | `web_fetch`                             | `WebFetch`              | `url` (+ fim's other args)   |
 | MCP tool `<server>__<tool>`             | `mcp__<server>__<tool>` | the tool's own arguments     |
 
-A matcher may use either name. Command hooks get the Claude Code name and input in their
-JSON (fim's name stays under `fim.tool_name`); an `updatedInput` in Claude Code's shape is
-mapped back to the fim tool's arguments by `from_claude`. A `file_ops` path is given as
-Claude Code gives it, absolute (`files`: the folder `file_ops` works in): a formatter hook
-reading `file_path` relative to the project root checked another file, or none.
+A matcher may use either name, and for an MCP tool or a connector's action also its whole
+`{server}__{tool}` when fim shortened the name the model calls (`names_of`). Command hooks
+get the Claude Code name and input in their JSON (fim's name stays under `fim.tool_name`);
+an `updatedInput` in Claude Code's shape is mapped back to the fim tool's arguments by
+`from_claude`. A `file_ops` path is given as Claude Code gives it, absolute (`files`: the
+folder `file_ops` works in): a formatter hook reading `file_path` relative to the project
+root checked another file, or none.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+from fim.tools.naming import provider_safe
 
 _FILE_OPS = {"read": "Read", "list": "LS", "write": "Write", "append": "Edit"}
 _SIMPLE = {"shell": "Bash", "web_fetch": "WebFetch"}
@@ -103,12 +107,31 @@ def from_claude(
     return args
 
 
+def full_names(metadata: dict[str, Any]) -> list[str]:
+    """The whole name of an MCP tool (`{server}__{tool}`) or a connector's action
+    (`{connector}__{action}`) a call targets, and its spelling with `_` for characters
+    providers refuse (fim's name for it before names were shortened with a digest):
+    `fim.tools.naming.tool_name` may cut and digest the name the model calls, and a
+    matcher written with the name the server or the declaration gives must still fire."""
+    if metadata.get("category") == "mcp":
+        owner, name = metadata.get("server"), metadata.get("tool")
+    else:
+        owner, name = metadata.get("connector"), metadata.get("action")
+    if not isinstance(owner, str) or not isinstance(name, str):
+        return []
+    full = f"{owner}__{name}"
+    return list(dict.fromkeys([full, provider_safe(full)]))
+
+
 def names_of(name: str | None, args: dict[str, Any] | None, metadata: dict[str, Any]) -> list[str]:
-    """The names a matcher is tried against: fim's, then Claude Code's if there is one."""
+    """The names a matcher is tried against: fim's (the name the model calls, perhaps
+    shortened), the target's whole name (`full_names`), then Claude Code's if there is one.
+    A hook whose matcher matches any of them runs (fail closed)."""
     if name is None:
         return []
     alias = to_claude(name, args, metadata)
-    return [name, alias[0]] if alias is not None and alias[0] != name else [name]
+    found = [name, *full_names(metadata), *([alias[0]] if alias is not None else [])]
+    return list(dict.fromkeys(found))
 
 
-__all__ = ["NAMES", "from_claude", "mcp_alias", "names_of", "to_claude"]
+__all__ = ["NAMES", "from_claude", "full_names", "mcp_alias", "names_of", "to_claude"]

@@ -133,8 +133,12 @@ def _tool_metadata(conn: ServerConnection, info: ToolInfo) -> dict[str, Any]:
 
 
 def legacy_tools(conns: list[ServerConnection], caller: Caller | None = None) -> list[McpTool]:
-    """Every tool of the running servers. Names that collide after sanitising (`a.b` and
-    `a_b`) get a numeric suffix instead of failing the whole run."""
+    """Every tool of the running servers, each under `tool_name(server, tool)`: the name
+    the meta-tool's hook view and `fim mcp tools` give it too (`a.b` and `a_b`, or two
+    long names sharing their first 64 characters, differ by their digests). Only the same
+    `{server}__{tool}` from two places (a server's own tool `list_resources` beside fim's,
+    tool `b__c` of server `a` beside tool `c` of server `a__b`) gets a numeric suffix
+    instead of failing the whole run; hooks see its `{server}__{tool}` as well."""
     tools: list[McpTool] = []
     taken: set[str] = set()
     for conn in conns:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from fim.tools.naming import tool_name as shortened
 from fim.types import JSONSchema
 
-_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 _MCP_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 
 
@@ -25,9 +25,19 @@ def conforming(name: str) -> bool:
 
 
 def tool_name(server: str, tool: str) -> str:
-    """`{server}__{tool}`, made safe for every provider's function-name rules (64 chars of
-    `[a-zA-Z0-9_-]`)."""
-    return _UNSAFE.sub("_", f"{server}__{tool}")[:64]
+    """`{server}__{tool}` as the model calls it: made safe for every provider's
+    function-name rules (64 chars of `[a-zA-Z0-9_-]`) by the rule connectors' actions follow
+    (`fim.tools.naming.tool_name`: a longer or changed name keeps 54 characters and a digest
+    of the whole), so two tools sharing their first 64 characters never share a name, and
+    legacy mode, the `mcp` meta-tool's hook view and `fim mcp tools` agree on it. Hooks also
+    try their matchers on `full_name(server, tool)` (`fim.hooks.claude.names_of`)."""
+    return shortened(server, tool)
+
+
+def full_name(server: str, tool: str) -> str:
+    """`{server}__{tool}` as the server names the tool: what `fim mcp tools` shows beside a
+    shortened `tool_name`."""
+    return f"{server}__{tool}"
 
 
 def input_parameters(schema: dict[str, Any]) -> JSONSchema:

@@ -8,6 +8,7 @@ streamable HTTP, `python -m mcp_server_time`, and a command that dies at startup
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import textwrap
@@ -231,16 +232,19 @@ async def test_legacy_mode_registers_every_tool(project, services):
     assert result.content == "hello"
 
 
-def test_tool_names_are_sanitised_and_collisions_get_a_suffix():
+def test_tool_names_are_sanitised_and_shortened_with_a_digest_of_the_whole_name():
+    def digest(full: str) -> str:
+        return hashlib.sha256(full.encode()).hexdigest()[:8]
+
     conn = ServerConnection("gh", HttpServer(url="http://127.0.0.1:9/mcp"), Path("."))
     conn.state = "ready"
     conn.tools = [ToolInfo(n, "", {}) for n in ("repo.list", "repo_list", "x" * 80, "x" * 81)]
     names = [t.name for t in legacy_tools([conn])]
     assert names == [
+        f"gh__repo_list_h{digest('gh__repo.list')}",
         "gh__repo_list",
-        "gh__repo_list_2",
-        "gh__" + "x" * 60,
-        "gh__" + "x" * 58 + "_2",
+        "gh__" + "x" * 50 + f"_h{digest('gh__' + 'x' * 80)}",
+        "gh__" + "x" * 50 + f"_h{digest('gh__' + 'x' * 81)}",
     ]
     assert [t.remote for t in legacy_tools([conn])][:2] == ["repo.list", "repo_list"]
 
