@@ -20,6 +20,7 @@ from fim.build.builtin_names import tool_name
 from fim.hooks.base import compile_matcher
 from fim.hooks.claude import NAMES, mcp_alias
 from fim.tools import builtin
+from fim.tools.naming import tool_name as shortened
 
 if TYPE_CHECKING:
     from fim.build.snapshot import Snapshot
@@ -73,6 +74,7 @@ def _collect(snapshot: Snapshot, agent: AgentDecl, found: Targets, seen: set[str
             found.behind.setdefault("database", []).extend([f"{name}__query", f"{name}__*"])
         else:
             names += [f"{name}__{a}" for a in decl.actions] + [f"{name}__discover"]
+            names += [shortened(name, a) for a in decl.actions]  # the name a model calls
             found.behind.setdefault("connector", []).append(f"{name}__*")
     if agent.mcp:
         names.append("mcp")
@@ -94,7 +96,7 @@ def _collect(snapshot: Snapshot, agent: AgentDecl, found: Targets, seen: set[str
             for tool in uses.tools:
                 names += [tool, *NAMES.get(tool, ())]
             for server, tool in uses.mcp:
-                names += [f"{server}__{tool}", mcp_alias(server, tool)]
+                names += [f"{server}__{tool}", shortened(server, tool), mcp_alias(server, tool)]
             for used in uses.agents:
                 if used in snapshot.agents:
                     _collect(snapshot, snapshot.agents[used], found, seen)

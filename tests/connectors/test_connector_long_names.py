@@ -89,3 +89,31 @@ async def test_a_hook_on_the_full_name_or_its_tail_blocks_the_action(
     # the same call under a hook on another name reaches the service
     assert (await call_tool(refuse("crm__*delete_one"), tool, args)).ran
     assert state.hits[key] >= 1
+
+
+@pytest.mark.parametrize("matcher", [FULL, "re:_h[0-9a-f]{8}$", "shortened"])
+def test_validate_takes_a_matcher_on_the_shortened_or_the_full_name(
+    tmp_path: Any, matcher: str
+) -> None:
+    """`fim validate` judged matchers against full names only: one on the name a model calls
+    (what `fim show connector` lists, and what hooks see) was said to match no tool."""
+    import dataclasses
+
+    from fim.hooks import check_hooks
+    from fim.testing.hooks import make_context
+
+    matcher = tool_name("crm", ACTION) if matcher == "shortened" else matcher
+    ctx = make_context(
+        tmp_path,
+        [{"event": "PreToolUse", "command": "true", "matcher": matcher}],
+        agent={"connectors": ["crm"]},
+    )
+    crm = HttpConnector.model_validate(
+        {
+            "name": "crm",
+            "kind": "http",
+            "base_url": "http://127.0.0.1:1",
+            "actions": {ACTION: {"method": "DELETE", "path": "/records"}},
+        }
+    )
+    assert check_hooks(dataclasses.replace(ctx.snapshot, connectors={"crm": crm})) == []
