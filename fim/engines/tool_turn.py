@@ -27,6 +27,7 @@ from fim.events import (
 from fim.llm.media import accepted_media, media_message
 from fim.observe import current_call
 from fim.observe.context import current_events
+from fim.schema_check import MAX_NESTING, nested_deeper
 from fim.tools.registry import ToolRegistry
 from fim.tools.view import ViewError, prepare_view, retargeted
 from fim.types import (
@@ -349,7 +350,18 @@ def _unviewable(name: str, exc: Exception) -> str:
     )
 
 
+TOO_DEEP = "(not shown)"
+"""The key of the arguments an event shows for a call whose own nest deeper than
+`MAX_NESTING`: the registry refuses the call, and no event may hold a value the JSON
+encoders (pydantic's, the stdlib's) refuse past their recursion limit (attack-53 F1: a
+model's call nested 900 deep ended `fim run` in a traceback and `fim serve` in a 500)."""
+
+
 def masked_args(arguments: dict[str, Any], mask: Callable[[str], str]) -> dict[str, Any]:
+    """`arguments` as an event shows them: masked, and replaced by a note when they nest
+    too deep to be encoded."""
+    if nested_deeper(arguments):
+        return {TOO_DEEP: f"the arguments are nested more than {MAX_NESTING} levels deep"}
     if mask is _identity:  # nothing to mask: not even the import statement
         return arguments
     # deferred: loading fim.masking costs a few ms

@@ -161,6 +161,9 @@ class Api:
                 if isinstance(event, RunFinished):
                     final = event
                 yield event
+        except Exception:
+            problem = problem or "the run ended in an internal error (see the server log)"
+            raise
         finally:
             self.active_runs -= 1
             self.active_by_owner[owner] -= 1
@@ -168,7 +171,7 @@ class Api:
                 del self.active_by_owner[owner]
             if slot is not None:
                 slot.release()
-            status = final.status if final else "cancelled"
+            status = final.status if final else ("error" if problem else "cancelled")
             if status == "error":  # one line per failed run, whichever route ran it
                 log.warning("run %s of agent '%s' failed: %s", run_id, agent, problem or "error")
             # shielded: a client that left a stream (Starlette), an MCP call cancelled by
