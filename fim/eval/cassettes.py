@@ -11,8 +11,7 @@ recorded against another endpoint than the project's model settings name now (at
 fim.yaml, and the gate passed an agent no real model answered). It is a record, not a
 proof: the file is committed like code and can say anything, so review `evals/.cassettes/`
 as code. A cassette from before the field (`unsourced`) is replayed and the report says so.
-Each reply keeps how long its call took (`duration_ms`): a replayed case's latency is the
-recorded one (`fim.eval.latency`), not fim's time replaying it.
+A replayed case's latency is its recorded `duration_ms` (`fim.eval.latency`).
 
 A cassette is meant to be committed, so it never holds a secret: responses are masked
 (`fim.masking`) before they are stored, and the key is the hash of the *masked* request.
@@ -26,11 +25,8 @@ never recorded that asks a real model is *skipped*, `NeedsLiveModel`: replay nev
 money or needs a key), `live` (ignore cassettes).
 
 A recording keeps the `now` its instructions rendered with, and a replay renders with it
-(`Cassette.now_for`); one from before the field renders with the current time, as it did.
-
-A cassette also holds the case's tool results (`tool_calls`, version 2), keyed by
-`tool_key`: a replayed reply asks for tool calls, and a committed file must not make CI
-send them (`fim.eval.tool_replay` decides what runs).
+(`Cassette.now_for`). It also holds the case's tool results (`tool_calls`, version 2, by
+`tool_key`): a committed file must not make CI send them (`fim.eval.tool_replay`).
 """
 
 from __future__ import annotations
@@ -41,7 +37,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from fim.config.files import read_regular, write_inside
 from fim.config.schema import ModelSettings
@@ -54,6 +50,8 @@ from fim.eval.endpoints import origin as origin  # where it was first defined
 from fim.llm import catalog
 from fim.masking import Masker, known
 from fim.types import Message, Model, ModelResponse, TextDelta, ToolResult, ToolSpec
+
+M = TypeVar("M", ModelResponse, ToolResult)
 
 Mode = Literal["record", "replay", "live"]
 
@@ -145,6 +143,8 @@ class Cassette:
             self.entries = {e["key"]: e for e in data.get("exchanges", [])}
             self.tools = {e["key"]: e for e in data.get("tool_calls", [])}
             self.now = recorded_now(data.get("now"))
+        except RecursionError:  # json.loads of a value nested ~100,000 deep
+            self.broken = f"cassette {self.path.name} is not a recording: nested too deep"
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             self.broken = f"cassette {self.path.name} is not a recording: {exc}"
         self._recorded = True
@@ -187,25 +187,26 @@ class Cassette:
         return None if value is None else str(value)
 
     def lookup(self, key: str) -> ModelResponse | None:
-        self.load()
-        if self.broken is not None:
-            raise RunError(self.broken, hint="`fim eval --record` records the case again")
-        entry = self.entries.get(key)
-        return None if entry is None else ModelResponse.model_validate(entry["response"])
+        return self._entry("entries", key, "response", ModelResponse)
 
     def tool_result(self, key: str) -> ToolResult | None:
         """The recorded result of the tool call `key`, or None (not recorded)."""
+        return self._entry("tools", key, "result", ToolResult)
+
+    def _entry(self, table: str, key: str, field: str, shape: type[M]) -> M | None:
+        """`self.<table>[key][field]` as `shape` (read once loaded), None when not recorded; a
+        broken file or entry fails the case that asked (it can say anything), not the eval."""
         self.load()
         if self.broken is not None:
             raise RunError(self.broken, hint="`fim eval --record` records the case again")
-        entry = self.tools.get(key)
+        entry = getattr(self, table).get(key)
         if entry is None:
             return None
         try:
-            return ToolResult.model_validate(entry["result"])
-        except (ValueError, TypeError, KeyError) as exc:
+            return shape.model_validate(entry[field])
+        except (ValueError, TypeError, KeyError, RecursionError) as exc:
             raise RunError(
-                f"cassette {self.path.name} holds a broken tool result: {exc}",
+                f"cassette {self.path.name} holds a broken {field}: {str(exc)[:300]}",
                 hint="`fim eval --record` records the case again",
             ) from None
 
