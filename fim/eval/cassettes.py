@@ -22,11 +22,10 @@ keys independent of the secrets' values, so CI replays with other credentials.
 Modes: `record` (call the model, store every exchange), `replay` (the default: a recorded
 case is played back and a request it lacks is a *cassette miss*, reported as such; a case
 never recorded that asks a real model is *skipped*, `NeedsLiveModel`: replay never spends
-money or needs a key), `live` (ignore cassettes).
-
-A recording keeps the `now` its instructions rendered with, and a replay renders with it
-(`Cassette.now_for`). It also holds the case's tool results (`tool_calls`, version 2, by
-`tool_key`): a committed file must not make CI send them (`fim.eval.tool_replay`).
+money or needs a key), `live` (ignore cassettes). A recording keeps the `now` its
+instructions rendered with, and a replay renders with it (`Cassette.now_for`), and the
+case's tool results (`tool_calls`, version 2, by `tool_key`): a committed file must not make
+CI send them (`fim.eval.tool_replay`).
 """
 
 from __future__ import annotations
