@@ -108,9 +108,10 @@ def list_tools(
         bool, typer.Option("--json", help="Print JSON with parameter schemas.")
     ] = False,
 ) -> None:
-    """Start one MCP server and list its tools: the name the model calls, and beside a
-    name fim shortened (over 64 characters, or with characters providers refuse) the
-    server's whole name, which hook matchers may use as well."""
+    """Start one MCP server and list its tools, by the name the model calls.
+
+    Beside a name fim shortened (over 64 characters, or with characters providers refuse)
+    it shows the server's whole name, which hook matchers may use as well."""
     snapshot = load_snapshot(ctx, project)
     if name not in snapshot.project.mcp_servers:
         declared = ", ".join(snapshot.project.mcp_servers) or "none"
