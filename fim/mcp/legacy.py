@@ -15,7 +15,7 @@ from fim.mcp.connection import ServerConnection
 from fim.mcp.info import ToolInfo
 from fim.mcp.naming import tool_name
 from fim.mcp.resources import get_prompt, list_prompts, list_resources, read_resource
-from fim.types import JSONSchema, ToolResult
+from fim.types import CallView, JSONSchema, ToolResult
 
 if TYPE_CHECKING:
     from fim.mcp.caller import Caller
@@ -43,6 +43,17 @@ class McpTool:
     untrusted_schema: ClassVar[bool] = True
     """Its parameters are the server's: the registry checks a call against them in a
     killable worker (`fim.tools.isolate.schema_problems`)."""
+
+    def __post_init__(self) -> None:
+        if self.action == "call":
+            self.metadata["call_view"] = self._call_view
+
+    def _call_view(self, args: dict[str, Any]) -> CallView:
+        """The call as itself, its `access` judged by the listing the connection holds now
+        (`ToolList.access`, as the `mcp` meta-tool does), not the one this tool was made
+        from: a server that now hints the tool destructive, or no longer lists it, after a
+        `tools/list_changed` or behind a stale tool-list cache, makes its call a write."""
+        return CallView(self.name, args, {"access": self.connection.access(self.remote)})
 
     async def run(self, **arguments: Any) -> ToolResult:
         conn = self.connection
@@ -128,6 +139,7 @@ def adapt(conn: ServerConnection, info: ToolInfo) -> McpTool:
 
 def _tool_metadata(conn: ServerConnection, info: ToolInfo) -> dict[str, Any]:
     meta: dict[str, Any] = {"server": conn.name, "tool": info.name, "transport": conn.transport}
+    # as listed when the tool was made; a call's view reads the listing held then
     meta["access"] = info.access or "write"  # no hint of a read: a write
     return meta
 

@@ -125,12 +125,9 @@ class McpMetaTool:
                 }
             return CallView(target, shown, meta, to_call=back)
         conn = self.connections.get(args["server"])
-        info = next((t for t in conn.tools if t.name == args["tool"]), None) if conn else None
         meta = {"server": args["server"], "tool": args["tool"], "category": "mcp"}
-        # A read only when the server hinted the listed tool read-only. Not listed (the
-        # server has not started, or the model names a tool it did not list): the call may
-        # reach a tool whose hints no hook saw. Taken as a write.
-        meta["access"] = (info.access if info is not None else None) or "write"
+        # judged by the listing held now (`ToolList.access`): not listed, a write
+        meta["access"] = conn.access(args["tool"]) if conn is not None else "write"
         params = args.get("parameters") or {}
         return CallView(target, dict(params), meta, to_call=lambda new: {**args, "parameters": new})
 

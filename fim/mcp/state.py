@@ -48,6 +48,9 @@ class ConnectionState:
         self.error: str | None = None
         self.tools: list[ToolInfo] = []
         self.tools_version = 0
+        self._listed: dict[str, ToolInfo] = {}
+        self._listed_from: list[ToolInfo] | None = None
+        """`tools` by name, and the list it was made from (`ToolList.listed`)."""
         self.server_name: str | None = None
         self.failures = 0
         self.starts = 0

@@ -19,7 +19,7 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from fim.mcp.cache import cache_key, load, store
 from fim.mcp.info import ToolInfo, leaks, masked, tool_info
@@ -127,6 +127,25 @@ class ToolList(ConnectionState):
                 continue
             kept.append(info)
         return kept
+
+    def listed(self, name: str) -> ToolInfo | None:
+        """Tool `name` as the connection lists it now (the server's latest listing, or the
+        cache's copy before the server answered), or None: a dict lookup, the index made
+        again only when `tools` is replaced (the first of two tools of one name wins)."""
+        tools = self.tools
+        if self._listed_from is not tools:
+            self._listed = {info.name: info for info in reversed(tools)}
+            self._listed_from = tools
+        return self._listed.get(name)
+
+    def access(self, name: str) -> Literal["read", "write"]:
+        """What a call of tool `name` is for `read_only` and `confirm`, judged by the listing
+        held at call time (the `mcp` meta-tool's and every legacy tool's rule): a read only
+        when the server hints the listed tool read-only. Not listed now (the server has not
+        started, dropped the tool, or the model names one it never listed): the call may
+        reach a tool whose hints no hook saw, so a write."""
+        info = self.listed(name)
+        return (info.access if info is not None else None) or "write"
 
     async def wait_tools_changed(self, since: int, timeout: float) -> bool:
         """Wait until the cached tool list is newer than version `since`."""

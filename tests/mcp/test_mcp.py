@@ -22,6 +22,7 @@ from fim.mcp.errors import McpCallTimeout, McpUnavailable
 from fim.mcp.legacy import adapt
 from fim.mcp.manager import McpManager
 from fim.mcp.results import to_result
+from fim.tools.view import view_of
 from tests.mcp_servers.demo import PNG_1PX
 from tests.mcp_servers.harness import alive, children, free_port, http_demo, stdio_decl
 
@@ -98,7 +99,7 @@ async def test_tools_become_fim_tools_named_server__tool(stdio):
     assert tool.parameters["properties"]["a"]["type"] == "integer"
     # no readOnlyHint on `add`: a write (the MCP spec's default for a tool without hints)
     meta = {"server": "demo", "tool": "add", "transport": "stdio", "access": "write"}
-    assert tool.metadata == meta
+    assert view_of(tool, {"a": 2, "b": 3}).metadata == {**meta, "category": "mcp"}
     result = await tool.run(a=2, b=3)
     assert (result.content, result.is_error) == ("5", False)
 
