@@ -38,7 +38,7 @@ from fim.llm.base import (
     timeout_error,
     with_retries,
 )
-from fim.llm.wire import StreamAssembler, parse_response
+from fim.llm.wire import ReplyTooLarge, StreamAssembler, check_reply, parse_response
 from fim.retries import parse_retry_after
 from fim.types import Message, Model, ModelResponse, TextDelta, ToolSpec, Usage
 
@@ -113,7 +113,8 @@ class LiteLLMModel:
                 raise self._translate(litellm, exc) from None
 
         raw = await with_retries(self.settings, attempt, self._key)
-        response = parse_response(raw, self.name)
+        # read whole by litellm (httpx) already: this bounds what a run keeps, not memory
+        response = check_reply(parse_response(raw, self.name), self.name, self.endpoint)
         return self._with_cost(litellm, response)
 
     async def stream(
@@ -137,6 +138,11 @@ class LiteLLMModel:
                 delta = assembler.feed(chunk)
                 if delta is not None:
                     yield delta
+        except ReplyTooLarge:
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()  # stop reading: litellm closes the provider's stream
+            raise ReplyTooLarge(self.name, self.endpoint) from None
         except Exception as exc:
             error = self._translate(litellm, exc)
             if isinstance(error, Transient):

@@ -39,7 +39,9 @@ from fim.llm.base import (
     timeout_error,
     with_retries,
 )
-from fim.llm.wire import StreamAssembler, loads, parse_response
+from fim.llm.reply_body import MAX_ERROR_BODY, error_detail, read_body, reply_bytes
+from fim.llm.reply_body import sse_data as _sse_data
+from fim.llm.wire import ReplyTooLarge, StreamAssembler, check_reply, loads, parse_response
 from fim.llm.wire_request import encode_chat_request
 from fim.retries import parse_retry_after
 from fim.tls import client_context
@@ -192,9 +194,15 @@ class OpenAICompatModel:
                 async with session.post(
                     self._url, data=content, headers=headers, timeout=self._timeout()
                 ) as response:
-                    raw = await response.read()
-                    if response.status >= 400:
+                    failed = response.status >= 400
+                    limit = MAX_ERROR_BODY if failed else reply_bytes()
+                    raw, whole = await read_body(response, limit)
+                    if not whole:
+                        response.close()  # the rest is unread: not back to the pool
+                    if failed:
                         raise self._http_error(response.status, raw, response.headers)
+                    if not whole:
+                        raise ReplyTooLarge(self.name, self.base_url)
                     return self._json(raw)
             except TimeoutError:
                 raise timeout_error(self.settings, self.base_url) from None
@@ -202,7 +210,8 @@ class OpenAICompatModel:
                 raise self._unreachable(exc) from None
 
         data = await with_retries(self.settings, attempt, self._key)
-        return await self._with_cost(parse_response(data, self.name))
+        reply = check_reply(parse_response(data, self.name), self.name, self.base_url)
+        return await self._with_cost(reply)
 
     async def stream(
         self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any
@@ -224,8 +233,11 @@ class OpenAICompatModel:
             except aiohttp.ClientError as exc:
                 raise self._unreachable(exc) from None
             if response.status >= 400:
-                raw = await response.read()
-                response.release()
+                raw, whole = await read_body(response, MAX_ERROR_BODY)
+                if whole:
+                    response.release()
+                else:
+                    response.close()
                 raise self._http_error(response.status, raw, response.headers)
             return response
 
@@ -241,6 +253,9 @@ class OpenAICompatModel:
                     delta = assembler.feed(self._json(data))
                     if delta is not None:
                         yield delta
+        except ReplyTooLarge:
+            response.close()  # the rest is unread: not back to the pool
+            raise ReplyTooLarge(self.name, self.base_url) from None
         except TimeoutError:
             if not done:
                 raise timeout_error(self.settings, self.base_url) from None
@@ -293,7 +308,7 @@ class OpenAICompatModel:
             ) from None
 
     def _http_error(self, status: int, raw: bytes, headers: Any) -> Exception:
-        detail = quoted(_error_detail(raw), self._key, MAX_ERROR_DETAIL)
+        detail = quoted(error_detail(raw), self._key, MAX_ERROR_DETAIL)
         if status == 429 or status >= 500:
             return Transient(
                 f"model endpoint returned HTTP {status}",
@@ -312,43 +327,6 @@ class OpenAICompatModel:
                 hint="the endpoint closed the stream early; retry, or use a non-streaming run",
             )
         return Transient(f"{UNREACHABLE} {self.base_url}", detail)
-
-
-def _error_detail(raw: bytes) -> str:
-    """The provider's error message, or the body; whole: the caller masks it, then cuts it
-    to `MAX_ERROR_DETAIL` (`quoted`)."""
-    try:
-        data = json.loads(raw)
-        error = data.get("error", data) if isinstance(data, dict) else data
-        message = error.get("message") if isinstance(error, dict) else error
-        if message:
-            return str(message)
-    except ValueError:
-        pass
-    return raw.decode("utf-8", "replace") or "(empty body)"
-
-
-async def _sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
-    """The `data:` payloads of a server-sent event stream, one per event, from raw chunks
-    (splitting bytes ourselves is cheaper than any line iterator)."""
-    buffer = b""
-    async for chunk in chunks:
-        buffer += chunk
-        if b"\r" in buffer:
-            buffer = buffer.replace(b"\r\n", b"\n")
-        while (end := buffer.find(b"\n\n")) >= 0:
-            event, buffer = buffer[:end], buffer[end + 2 :]
-            data = _event_data(event)
-            if data is not None:
-                yield data
-    data = _event_data(buffer)
-    if data is not None:
-        yield data
-
-
-def _event_data(event: bytes) -> str | None:
-    lines = [line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
-    return b"\n".join(lines).decode("utf-8") if lines else None
 
 
 class OpenAIBackend(Backend):

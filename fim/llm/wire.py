@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic_core import from_json
 
+from fim.errors import RunError
 from fim.llm.counts import count
 from fim.structured import finite, non_finite
 from fim.types import Message, ModelResponse, TextDelta, ToolCall, ToolSpec, Usage
@@ -259,6 +260,44 @@ def _parse_general(data: Any, model: str) -> ModelResponse:
     )
 
 
+MAX_REPLY_CHARS = 4_000_000
+"""The most characters of text and tool calls (names and arguments) one model reply may
+hold. The largest output a real model offers is ~128k tokens (~0.5 MB of text); a reply
+past this comes from a broken or hostile endpoint (`api_base`), and a stream of hundreds of
+megabytes otherwise grows the process by gigabytes and stalls every other run in it."""
+
+
+class ReplyTooLarge(RunError):
+    """A model reply passed `MAX_REPLY_CHARS` (or its body the bytes such a reply takes):
+    fim stopped reading it. Not retried: the endpoint is broken, not busy."""
+
+    def __init__(self, model: str, where: str = "") -> None:
+        at = f" from {where}" if where else ""
+        super().__init__(
+            f"{model}: the model's reply{at} passed {MAX_REPLY_CHARS:,} characters, far "
+            "more than any model writes; fim stopped reading it",
+            hint="the endpoint is broken or not a model server; check api_base",
+        )
+
+
+def reply_chars(response: ModelResponse) -> int:
+    """The characters of a reply `MAX_REPLY_CHARS` bounds: text, tool names and arguments."""
+    message = response.message
+    total = len(message.content or "")
+    for call in message.tool_calls:
+        total += len(call.name) + len(call.raw_arguments or "")
+        if call.arguments:
+            total += len(arguments_json(call))
+    return total
+
+
+def check_reply(response: ModelResponse, model: str, where: str = "") -> ModelResponse:
+    """`response`, or `ReplyTooLarge` when it passes `MAX_REPLY_CHARS` (a reply read whole)."""
+    if reply_chars(response) > MAX_REPLY_CHARS:
+        raise ReplyTooLarge(model, where)
+    return response
+
+
 ASSEMBLERS: ContextVar[list[StreamAssembler] | None] = ContextVar("assemblers", default=None)
 """Each `StreamAssembler` made while this is set joins it: the budget meter (`fim.run.spend`)
 so counts what a cut stream streamed, tool calls included, which no `TextDelta` shows."""
@@ -268,7 +307,8 @@ class StreamAssembler:
     """Folds chat.completion.chunk objects into text deltas and one final ModelResponse.
 
     Tool-call fragments arrive keyed by `index`: the first fragment carries id and name,
-    later ones append to the arguments text. `streamed`: characters of all three fed so far.
+    later ones append to the arguments text. `streamed`: characters of all three fed so far;
+    past `MAX_REPLY_CHARS` `feed` raises `ReplyTooLarge` (the caller stops reading).
     """
 
     def __init__(self, model: str = "") -> None:
@@ -312,6 +352,8 @@ class StreamAssembler:
                     if piece:
                         slot[key] += piece
                         self.streamed += len(piece)
+        if self.streamed > MAX_REPLY_CHARS:
+            raise ReplyTooLarge(self.fallback_model or self.model)
         return TextDelta(text=delta_text) if delta_text else None
 
     def streamed_text(self) -> str:
