@@ -17,6 +17,10 @@ its values, objects and levels, and one past them is refused like one past the b
 Nor is one message the whole cost: every reader takes what it hands on from the server's
 `fim.mcp.pacing.ReadBudget`, and waits once it has read more than that allows.
 
+A stdio server's process group is killed when its transport closes (`group_ended`): the
+SDK kills it only when the server itself outlives its stdin, so what a server started
+(`sh -c`, `npx`, a browser) outlived every normal stop (attack-54 F3).
+
 Imported with a server's client only.
 """
 
@@ -293,6 +297,29 @@ stdio_cut: ContextVar[Callable[[str], None] | None] = ContextVar("fim_stdio_cut"
 stdio_budget: ContextVar[ReadBudget | None] = ContextVar("fim_stdio_budget", default=None)
 """The budget `_Lines` reads at: the server's, whose connection is opening it."""
 
+stdio_groups: ContextVar[list[int] | None] = ContextVar("fim_stdio_groups", default=None)
+"""Where the process factory notes the group of each stdio server it starts (`group_ended`)."""
+
+
+@contextlib.asynccontextmanager
+async def group_ended(transport: Any) -> AsyncIterator[Any]:
+    """The SDK's stdio `transport`, and once it closed (an ended run, `fim serve` stopping,
+    the connection ended or restarted, a timeout) the server's process group killed: the
+    SDK closes a server's stdin and kills its group only if it outlives the grace period,
+    so what a server that did exit left running (a helper, a browser, what `sh -c` or `npx`
+    started) went on after fim (attack-54 F3). The SDK starts each server in a session of
+    its own; a child that calls `setsid` itself leaves the group and is not reached.
+    Synchronous, after the SDK's own (shielded) shutdown: no cancellation skips it."""
+    groups: list[int] = []
+    stdio_groups.set(groups)  # read by `cap_stdio`'s factory, in this task's context
+    try:
+        async with transport as streams:
+            yield streams
+    finally:
+        for group in groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):  # nothing left
+                os.killpg(group, signal.SIGKILL)
+
 
 def cap_stdio() -> None:
     """Read every stdio server's output through `_Lines` (`MAX_ANSWER_BYTES` a line, within
@@ -308,6 +335,11 @@ def cap_stdio() -> None:
 
     async def spawned(*args: Any, **kwargs: Any) -> Any:
         process = await made(*args, **kwargs)
+        groups = stdio_groups.get()
+        if groups is not None:
+            with contextlib.suppress(ProcessLookupError):  # gone already: it leads no group
+                if os.getpgid(process.pid) == process.pid:
+                    groups.append(process.pid)
         inner = getattr(process, "_stdout", None)
         if inner is not None:
             group = process.pid  # the SDK starts each server in a session of its own

@@ -233,7 +233,7 @@ async def open_client(
         from mcp.client.stdio import stdio_client
 
         # deferred: loaded with a server's client only
-        from fim.mcp.capped import cap_stdio, stdio_budget, stdio_cut
+        from fim.mcp.capped import cap_stdio, group_ended, stdio_budget, stdio_cut
 
         if not (root / (decl.cwd or ".")).is_dir():
             raise FileNotFoundError(f"working directory '{decl.cwd}' does not exist")
@@ -241,7 +241,9 @@ async def open_client(
         cap_stdio()
         stdio_cut.set(on_cut)  # this task's: the session's owner, which opens the server
         stdio_budget.set(budget)
-        transport: Any = stdio_client(stdio_params(decl, root), errlog=stderr.file)  # type: ignore[arg-type]
+        transport: Any = group_ended(
+            stdio_client(stdio_params(decl, root), errlog=stderr.file)  # type: ignore[arg-type]
+        )
     elif isinstance(decl, HttpServer) and decl.transport == "sse":
         # deferred: loading mcp_types costs hundreds of ms
         from mcp.client.sse import sse_client
