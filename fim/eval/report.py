@@ -223,6 +223,15 @@ def _footer(report: EvalReport, console: Any) -> None:
         f"latency_ms not checked on {plural(latency, 'replayed case')}: their cassettes hold "
         "no recorded latency (`fim eval --record` stores it)"
     ] * bool(latency)
+    unchecked = sum(
+        any(isinstance(o, NotChecked) and o.why != REPLAYED for o in r.outcomes)
+        for r in runs
+        if r.passed
+    )
+    notes += [
+        f"{plural(unchecked, 'case')} passed with a check not checked (named above; its "
+        "other checks decided it): `--fail-on-skip` fails on it"
+    ] * bool(unchecked)
     unsourced = sum(r.unsourced for r in runs)
     notes += [
         f"{plural(unsourced, 'case')} replayed from cassettes that do not say which "

@@ -105,6 +105,10 @@ def test_a_passing_case_with_an_unchecked_judge_passes_and_says_which_judge(
     flat = " ".join(output.split())
     assert code == 0, output
     assert "~ hidden / off-topic" in flat and "'Politely declines' not checked" in flat
+    assert (  # newcomer-49 #14: the summary's PASS does not hide it
+        "note: 1 case passed with a check not checked (named above; its other checks "
+        "decided it): `--fail-on-skip` fails on it" in flat
+    )
     code, output = run("eval", "hidden", "-p", str(project), "--fail-on-skip")
     assert code == 1
     assert "1 case skipped (no cassette): hidden/off-topic (judge)" in " ".join(output.split())
