@@ -39,6 +39,7 @@ from fim.build.prompt_files import (
     PROMPT_LINE,
     error_where,
     mistake_column,
+    plain_where,
     project_loader,
 )
 from fim.config import template_guards
@@ -333,6 +334,8 @@ def check_instructions(checker: Any, entry: Entry) -> None:
         if isinstance(ast, PlainRefs)
         else True
     )
+    if isinstance(found, InstructionsError) and not found.where:
+        found.where = plain_where(agent.instructions, found.message)
     read: dict[str, str] = {}
     if found is True:  # not plain: render it, includes and all, pinning what it read
         try:

@@ -164,3 +164,17 @@ def mistake_column(text: str, line: int, message: str) -> int:
         if quoted in lines[line - 1]:
             return lines[line - 1].find(quoted) + 1
     return 1
+
+
+def plain_where(text: str, message: str) -> str:
+    """`template line N` of the first `{{ ... }}` of a template of more than one line that
+    reads the name `message` quotes last (`'projct' is undefined`): where rendering would
+    have said the mistake is, found without rendering; "" when it cannot be told."""
+    names = re.findall(r"'([^']+)'", message)
+    if not names or "\n" not in text.strip():
+        return ""
+    name = re.compile(r"\{\{[^}]*\b" + re.escape(names[-1]) + r"\b")
+    for number, line in enumerate(text.splitlines(), 1):
+        if name.search(line):
+            return f"template line {number}"
+    return ""

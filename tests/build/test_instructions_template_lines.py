@@ -121,3 +121,25 @@ def test_the_hint_for_now_renders_as_it_says(tmp_path: Path) -> None:
     agent = snapshot.agent("a")
     text = render(root, snapshot.project, agent, {}, "2026-05-17T14:30:00+00:00")
     assert text == "On 2026-05-17 at 14:30."
+
+
+def test_an_undefined_name_in_a_literal_block_is_at_its_line_and_column(tmp_path: Path) -> None:
+    """newcomer-49: plain `{{ a.b }}` instructions are checked without rendering, and such a
+    mistake was reported at the `instructions:` key (3:15), not where the name is."""
+    agent = (
+        "description: helps\n"  # 1
+        "model: openai/gpt-4o-mini\n"  # 2
+        "instructions: |\n"  # 3
+        "  You are the agent of {{ project.name }}.\n"  # 4
+        "  Be brief.\n"  # 5
+        "  Today is {{ now }} for {{ projct.name }}.\n"  # 6
+    )
+    assert validate(tmp_path, agent) == [
+        "agents/a.yaml:6:29: instructions: 'projct' is undefined (did you mean 'project'?)"
+    ]
+    attribute = agent.replace("{{ project.name }}", "{{ project.nme }}").replace(
+        "projct", "project"
+    )
+    assert validate(tmp_path / "2", attribute) == [
+        "agents/a.yaml:4:35: instructions: 'project' has no attribute 'nme' (did you mean 'name'?)"
+    ]
