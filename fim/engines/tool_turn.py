@@ -322,7 +322,7 @@ class ToolTurn:
                 raise ViewError(retargeted(view.name, again.name))
             return {**again.metadata, **metadata}
 
-        run: Any = self.hooks.run  # a HookChain or Stacked: `fim.hooks.runner`
+        run: Any = self.hooks.run  # a HookChain or a Stacked (fim.hooks.stacked)
         result: tuple[HookResult, list[Any]] = await run("PreToolUse", context, review)
         return result
 

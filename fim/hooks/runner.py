@@ -54,7 +54,7 @@ async def _contained(call: Callable[[], Any]) -> Any:
         raise HookExited(f"the hook called sys.exit({exc.code!r})") from None
 
 
-async def _review(
+async def reviewed(
     review: Review | None, args: dict[str, Any], tool: str | None
 ) -> dict[str, Any] | str | None:
     """The metadata of the call `args` make, or why it cannot be told (a block reason).
@@ -77,7 +77,7 @@ def _rewritten_by(rewriters: list[str]) -> str:
     return f"judged again: hook '{rewriters[-1]}' rewrote the arguments"
 
 
-def _endless(tool: str | None, who: str) -> str:
+def endless_rewrites(tool: str | None, who: str) -> str:
     return (
         f"{who} kept rewriting the arguments of '{tool}' (more than {MAX_REWRITES} rewrites), "
         "so the call was blocked (hooks fail closed): each rewrite is judged again by the "
@@ -194,10 +194,10 @@ class HookChain:
                     rewrote.add(index)
                     if len(rewriters) > MAX_REWRITES:
                         who = "', '".join(dict.fromkeys(rewriters[-4:]))
-                        blocked = _endless(context.tool_name, f"hooks '{who}'")
+                        blocked = endless_rewrites(context.tool_name, f"hooks '{who}'")
                         events.append(self._event(hook, point, context, "block", blocked, None))
                         break
-                    fresh = await _review(review, new, context.tool_name)
+                    fresh = await reviewed(review, new, context.tool_name)
                     if isinstance(fresh, str):
                         blocked = fresh
                         events.append(self._event(hook, point, context, "block", blocked, None))
@@ -318,100 +318,3 @@ def _bounded(result: HookResult) -> HookResult:
     if any(len(s) > MAX_REASON_CHARS for s in result.side_effects):
         update["side_effects"] = [clipped(s, MAX_REASON_CHARS, "note") for s in result.side_effects]
     return result.model_copy(update=update) if update else result
-
-
-class Stacked:
-    """The hooks of a run started by another run (a delegate, a workflow an agent started):
-    the caller's chain first, then the run's own. A guard cannot be sidestepped by
-    delegating; a rewrite by the outer chain is what the inner one sees."""
-
-    def __init__(self, outer: Any, inner: Any) -> None:
-        self.outer = outer
-        self.inner = inner
-
-    @property
-    def on_notice(self) -> Callable[[Notice], None] | None:
-        return getattr(self.inner, "on_notice", None)
-
-    @on_notice.setter
-    def on_notice(self, value: Callable[[Notice], None] | None) -> None:
-        for chain in (self.outer, self.inner):
-            if hasattr(chain, "on_notice"):
-                chain.on_notice = value
-
-    reviews = True
-    """`run` takes `review=` (see `HookChain.run`)."""
-
-    async def run(
-        self, point: HookPoint, context: HookContext, review: Review | None = None
-    ) -> tuple[HookResult, list[HookEvent]]:
-        """The caller's chain, then the run's own, each on what the other let through. A
-        rewrite by either goes to the other to judge: the caller's `readonly_guard` decides
-        about the arguments the delegate's hooks leave, not about the model's."""
-        args, meta, text = context.tool_args, context.metadata, context.tool_result
-        args_changed = text_changed = False
-        contexts: list[str] = []
-        side_effects: list[str] = []
-        events: list[HookEvent] = []
-        layers = (self.outer, self.inner)
-        settled = [False, False]
-        """Whether each chain allowed `args` as they are now."""
-        rewrites = 0
-        turn = 0
-        while not all(settled):
-            current = (
-                context
-                if args is context.tool_args and text is context.tool_result
-                else context.model_copy(
-                    update={"tool_args": args, "metadata": meta, "tool_result": text}
-                )
-            )
-            result, more = await _run_chain(layers[turn], point, current, review)
-            events += more
-            if not result.allow:
-                if rewrites:
-                    note = "judged again: a chain of hooks rewrote the arguments"
-                    error = f"{(result.error or 'blocked').rstrip('.')} ({note})"
-                    result = result.model_copy(update={"error": error})
-                return result, events
-            side_effects += result.side_effects
-            if result.additional_context:
-                contexts.append(result.additional_context)
-            if result.modified_result is not None:
-                text, text_changed = result.modified_result, True
-            new = result.modified_args
-            if new is not None and point == "PreToolUse":
-                args_changed = True
-                if new != args:
-                    rewrites += 1
-                    fresh = (
-                        _endless(context.tool_name, "the caller's hooks and the run's own")
-                        if rewrites > MAX_REWRITES
-                        else await _review(review, new, context.tool_name)
-                    )
-                    if isinstance(fresh, str):
-                        return HookResult(allow=False, error=fresh, side_effects=side_effects), (
-                            events
-                        )
-                    args, meta = dict(new), fresh if fresh is not None else meta
-                    settled = [False, False]
-            settled[turn] = True
-            turn = 1 - turn
-        merged = HookResult(
-            modified_args=args if args_changed else None,
-            modified_result=text if text_changed else None,
-            additional_context="\n\n".join(contexts) or None,
-            side_effects=side_effects,
-        )
-        return merged, events
-
-
-async def _run_chain(
-    runner: Any, point: HookPoint, context: HookContext, review: Review | None
-) -> tuple[HookResult, list[HookEvent]]:
-    """`runner.run`, handing it `review` when it takes one (a `HookChain`, a `Stacked`)."""
-    if review is not None and getattr(runner, "reviews", False):
-        result: tuple[HookResult, list[HookEvent]] = await runner.run(point, context, review)
-        return result
-    plain: tuple[HookResult, list[HookEvent]] = await runner.run(point, context)
-    return plain

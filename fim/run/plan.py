@@ -27,7 +27,7 @@ from fim.engines.tool_turn import no_mask
 from fim.errors import RunError
 from fim.events import Event, HookRunner, NoHooks
 from fim.hooks import build_hooks
-from fim.hooks.runner import Stacked
+from fim.hooks.stacked import Stacked
 from fim.llm import catalog, fast_model, make_model
 from fim.masking import known
 from fim.run.assembly import assemble, meta_tools

@@ -71,7 +71,12 @@ def _identity(fd: int) -> tuple[int, int]:
 
 
 def walk(
-    top: int, *, max_entries: int, max_depth: int | None = None, paths: bool = True
+    top: int,
+    *,
+    max_entries: int,
+    max_depth: int | None = None,
+    paths: bool = True,
+    descend: bool = True,
 ) -> Iterator[Found]:
     """Every entry below the folder open as `top` (the caller's descriptor, left open),
     depth first, symlinks not followed, each with its path unless `paths` is false (a path
@@ -79,7 +84,7 @@ def walk(
     folder lies more than `max_depth` levels below `top`, or a folder deeper than
     `HELD_LEVELS` moved or went while the walk was below it; OSError for a folder that
     cannot be read. An entry removed (or a folder replaced) while the walk runs is left
-    out."""
+    out. Without `descend`, only `top`'s own entries."""
     seen = 0
     stack = [_Level(top, _identity(top), ())]
     try:
@@ -97,7 +102,7 @@ def walk(
                         except FileNotFoundError:
                             continue
                         yield Found((*level.parts, entry.name) if paths else (), info)
-                        if stat.S_ISDIR(info.st_mode):
+                        if descend and stat.S_ISDIR(info.st_mode):
                             level.pending.append(entry.name)
                 level.pending.reverse()  # taken from the end: entered in the listing's order
             if level.pending:

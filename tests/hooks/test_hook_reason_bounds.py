@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from fim.build.compile import compile_project
-from fim.hooks.runner import MAX_REASON_CHARS
+from fim.hooks.base import MAX_REASON_CHARS
 from fim.masking import clipped, remember
 from fim.testing.runs import run_events
 from fim.tools.registry import MAX_OBSERVATION_CHARS

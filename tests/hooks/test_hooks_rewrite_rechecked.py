@@ -24,7 +24,7 @@ import pytest
 
 from fim.build.compile import compile_project
 from fim.hooks import build_hooks
-from fim.hooks.runner import Stacked
+from fim.hooks.stacked import Stacked
 from fim.run.agent import run_agent
 from fim.store import get_store
 from fim.testing.hooks import make_context

@@ -28,7 +28,7 @@ def run_reads_only(snapshot: Snapshot, agent: AgentDecl | None, parents: Iterabl
     may only read: the project, the agent or any agent above it says `read_only: true`.
 
     The agents above count because their guard holds over the runs they start (a delegate,
-    a workflow and its nodes: `fim.hooks.runner.Stacked`); they are found by name, as a
+    a workflow and its nodes: `fim.hooks.stacked.Stacked`); they are found by name, as a
     workflow recovered in another process finds its callers' hooks
     (`fim.workflows.guards.callers_guard`), so the answer is the same in every process."""
     if snapshot.project.read_only or (agent is not None and agent.read_only):

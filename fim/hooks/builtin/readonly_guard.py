@@ -82,12 +82,13 @@ class ReadonlyGuard(PreToolUseHook):
 
 def holds_over(runner: Any, context: HookContext) -> bool:
     """Whether a `readonly_guard` of `runner` (a run's hook runner: its own chain and, for a
-    delegate or a workflow's run, its callers' chains, `fim.hooks.runner.Stacked`) judges
+    delegate or a workflow's run, its callers' chains, `fim.hooks.stacked.Stacked`) judges
     the call `context`: the call then runs read-only in the database too (the database
     tools ask this as the statement runs), so what the guard allows and what the database
     lets the statement do cannot disagree. False for no runner or one without hooks."""
     # deferred: fim.hooks.runner loads fim.events (tens of ms); `fim validate` loads this
-    from fim.hooks.runner import HookChain, Stacked
+    from fim.hooks.runner import HookChain
+    from fim.hooks.stacked import Stacked
 
     if isinstance(runner, Stacked):
         return holds_over(runner.outer, context) or holds_over(runner.inner, context)

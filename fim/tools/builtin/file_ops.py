@@ -25,7 +25,7 @@ from fim.masking import known
 from fim.tools.base import FunctionTool
 from fim.tools.builtin._common import clip, fail, sandbox_dir
 from fim.tools.builtin._paths import MAX_WALK, Refused, Root, show, split
-from fim.tools.folder_walk import MAX_DEPTH, Found, TooBig, walk
+from fim.tools.folder_walk import MAX_DEPTH, TooBig, walk
 from fim.types import CallView, ToolResult
 
 if TYPE_CHECKING:
@@ -130,10 +130,7 @@ def _entries(dir_fd: int, recursive: bool) -> tuple[int, list[Entry]]:
 
     def lines() -> Iterator[Entry]:
         nonlocal total
-        if recursive:
-            found = walk(dir_fd, max_entries=MAX_WALK, max_depth=MAX_DEPTH)
-        else:
-            found = _one_level(dir_fd)
+        found = walk(dir_fd, max_entries=MAX_WALK, max_depth=MAX_DEPTH, descend=recursive)
         for entry in found:
             total += 1
             yield entry.parts, _suffix(entry.info)
@@ -143,18 +140,6 @@ def _entries(dir_fd: int, recursive: bool) -> tuple[int, list[Entry]]:
     except TooBig as exc:
         raise Refused(f"the folder {exc}; list a sub-folder") from None
     return total, first
-
-
-def _one_level(dir_fd: int) -> Iterator[Found]:
-    with os.scandir(dir_fd) as listing:
-        for seen, entry in enumerate(listing, 1):
-            if seen > MAX_WALK:
-                raise TooBig(f"holds more than {MAX_WALK} entries")
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            yield Found((entry.name,), info)
 
 
 def _suffix(info: os.stat_result) -> str:
