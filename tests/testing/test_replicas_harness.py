@@ -8,8 +8,9 @@ for the workers (through procrastinate, as `fim serve` will queue them) and foll
 the replicas' live event streams. Mid-workflow the worker holding run k0 is SIGKILLed, and
 the replica streaming k0's events is SIGKILLed mid-stream; the client resumes on another
 replica from its Last-Event-ID. Asserted: no run lost, every run finished `ok`, each side
-effect reached the sink exactly once (the node that finished before the kill is not run
-again), the resumed stream has every stored event once, in order, up to the end.
+effect reached the sink under its one idempotency key (k0's, whose node finished before the
+kill, exactly once; a run the killed worker had in flight at most twice, as nodes run at
+least once), the resumed stream has every stored event once, in order, up to the end.
 """
 
 from __future__ import annotations
@@ -97,8 +98,12 @@ def test_three_replicas_two_workers_survive_a_killed_worker_and_replica(
         for i, result in enumerate(agent_results):
             record = httpx.get(f"{replicas[(i + 1) % 2]}/v1/runs/{result['run_id']}").json()
             assert record["status"] == "ok", record
-        # exactly one side effect per run: k0's effect node finished before the kill
-        assert dict(sink.hits) == {f"{k}/effect": 1 for k in keys}, sink.hits
+        # every run's side effect arrived, each under its run's one idempotency key; k0's
+        # effect node finished before the kill and is not run again. Another run the killed
+        # worker had in flight may have sent its effect before it could record it: nodes run
+        # at least once (docs/scale-out.md), and its rerun sends the same key, once more.
+        assert set(sink.hits) == {f"{k}/effect" for k in keys}, sink.hits
+        assert sink.hits["k0/effect"] == 1 and max(sink.hits.values()) <= 2, sink.hits
         # the resumed stream is the stored one: every event once, in order, to the end
         stored = httpx.get(f"{replicas[1]}/v1/runs/k0/events").text.splitlines()
         assert seen == list(sse_frames(iter(stored)))
