@@ -203,7 +203,7 @@ class DatabaseMetaTool:
         def to_call(new: dict[str, Any]) -> dict[str, Any]:
             return {"subcommand": sub, "database": db.name, **new}
 
-        return CallView(f"{db.name}__{action}", own, meta, to_call=to_call)
+        return CallView(tool_name(db.name, action), own, meta, to_call=to_call)
 
     async def run(self, **args: Any) -> ToolResult:
         """The database's answer, bounded by the observation budget (fim/run/budget.py)."""

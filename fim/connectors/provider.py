@@ -37,6 +37,7 @@ from fim.errors import RunError
 from fim.hooks.builtin.readonly_guard import holds_over
 from fim.run.services import Provision, RunContext
 from fim.tools.base import FunctionTool
+from fim.tools.naming import tool_name
 from fim.tools.view import view_of
 from fim.types import CallView, ToolResult
 
@@ -181,8 +182,10 @@ def read_only_of(ctx: RunContext) -> ReadOnlyOf:
 
 
 def database_tools(db: Database, read_only_run: ReadOnlyOf = False) -> list[FunctionTool]:
-    """Legacy mode: `{db}__list_tables`, `{db}__describe`, `{db}__query`. `read_only_run`:
-    which queries may only read (`read_only_of`); they run as on a read-only connector."""
+    """Legacy mode: `{db}__list_tables`, `{db}__describe`, `{db}__query`, each name made
+    safe for every provider as a connector action's is (`fim.tools.naming.tool_name`: a
+    long one keeps 54 characters and a digest). `read_only_run`: which queries may only
+    read (`read_only_of`); they run as on a read-only connector."""
 
     async def list_tables() -> ToolResult:
         return await db.list_tables()
@@ -192,7 +195,7 @@ def database_tools(db: Database, read_only_run: ReadOnlyOf = False) -> list[Func
 
     async def query(sql: str, params: dict[str, Any] | None = None) -> ToolResult:
         args: dict[str, Any] = {"sql": sql} if params is None else {"sql": sql, "params": params}
-        view = CallView(f"{db.name}__query", args, database_metadata(db, "query", args))
+        view = CallView(tool_name(db.name, "query"), args, database_metadata(db, "query", args))
         reads_only = read_only_for(read_only_run, view)
         return await db.query(sql, params, read_only_run=reads_only)
 
@@ -201,7 +204,7 @@ def database_tools(db: Database, read_only_run: ReadOnlyOf = False) -> list[Func
         if action == "query":
             static["access"] = "read" if db.decl.read_only else "write"
             static["call_view"] = lambda args: CallView(
-                f"{db.name}__query", args, database_metadata(db, "query", args)
+                tool_name(db.name, "query"), args, database_metadata(db, "query", args)
             )
             static["prepare_view"] = functools.partial(prepare_query, db)
         return static
@@ -209,7 +212,7 @@ def database_tools(db: Database, read_only_run: ReadOnlyOf = False) -> list[Func
     label = f"{db.name} ({db.decl.description})" if db.decl.description else db.name
     return [
         FunctionTool(
-            f"{db.name}__list_tables",
+            tool_name(db.name, "list_tables"),
             f"List the tables of database {label}.",
             {"type": "object", "properties": {}},
             list_tables,
@@ -217,7 +220,7 @@ def database_tools(db: Database, read_only_run: ReadOnlyOf = False) -> list[Func
             meta("list_tables"),
         ),
         FunctionTool(
-            f"{db.name}__describe",
+            tool_name(db.name, "describe"),
             f"Columns, types, nullability and keys of one table of database {db.name}.",
             {
                 "type": "object",
@@ -229,7 +232,7 @@ def database_tools(db: Database, read_only_run: ReadOnlyOf = False) -> list[Func
             meta("describe"),
         ),
         FunctionTool(
-            f"{db.name}__query",
+            tool_name(db.name, "query"),
             f"Run one SQL statement on database {db.name}"
             + (" (read-only: a single SELECT)" if db.decl.read_only else "")
             + f"; at most {db.decl.max_rows} rows are returned. Use :name placeholders "

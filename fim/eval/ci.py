@@ -374,22 +374,21 @@ def junit(report: Report) -> str:
     return xml_document(root)
 
 
-_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
-"""Characters XML 1.0 cannot hold, even escaped."""
+_NOT_XML = re.compile("[\ud800-\udfff\ufffe\uffff]")
+"""What XML 1.0 cannot hold, even escaped, that `printable` leaves: lone surrogates and
+U+FFFE, U+FFFF (every control character XML refuses `printable` has escaped)."""
 
 
 def xml_document(root: ET.Element) -> str:
-    """`root` as an XML document; a character XML cannot hold (a model's output may: ESC,
-    NUL, a lone surrogate) is written as its escape (`\\x1b`), so the JUnit file a CI
-    reporter reads always parses. Such a character can only be in text or a value."""
+    """`root` as an XML document, its control characters escaped (`\\x1b`, `\\x9b`) by the
+    terminal's policy (`fim.terminal.printable`, as the text and Markdown summaries do):
+    those XML 1.0 cannot hold (a model's output may have ESC, NUL) would break the file a
+    CI reporter parses, and the C1 ones it can hold (CSI, OSC) act on the terminal of
+    whoever prints it. A lone surrogate and U+FFFE/U+FFFF become `\\udc80`-style escapes.
+    Newlines and tabs stay. Such a character can only be in text or a value."""
     # deferred: only --junit writes XML (see `junit`)
     from xml.etree import ElementTree as ET
 
-    text = ET.tostring(root, encoding="unicode")
-    shown = _NOT_XML.sub(
-        lambda m: (
-            f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256 else f"\\u{ord(m.group()):04x}"
-        ),
-        text,
-    )
+    text = printable(ET.tostring(root, encoding="unicode"))
+    shown = _NOT_XML.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + shown

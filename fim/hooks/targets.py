@@ -71,6 +71,7 @@ def _collect(snapshot: Snapshot, agent: AgentDecl, found: Targets, seen: set[str
             continue
         if decl.kind == "database":
             names += [f"{name}__{a}" for a in ("list_tables", "describe", "query")]
+            names += [shortened(name, a) for a in ("list_tables", "describe", "query")]
             found.behind.setdefault("database", []).extend([f"{name}__query", f"{name}__*"])
         else:
             names += [f"{name}__{a}" for a in decl.actions] + [f"{name}__discover"]
@@ -95,6 +96,8 @@ def _collect(snapshot: Snapshot, agent: AgentDecl, found: Targets, seen: set[str
             uses = node.uses()
             for tool in uses.tools:
                 names += [tool, *NAMES.get(tool, ())]
+                if "__" in tool:  # a connector's action or query: the name a node's call has
+                    names.append(shortened(*tool.split("__", 1)))
             for server, tool in uses.mcp:
                 names += [f"{server}__{tool}", shortened(server, tool), mcp_alias(server, tool)]
             for used in uses.agents:

@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.routing import BaseRoute, Mount, Route
 
 from fim.server.limits import admitting
+from fim.server.queries import refusing_query
 from fim.server.replies import error
 
 if TYPE_CHECKING:
@@ -67,6 +68,10 @@ class Endpoint:
     """Not part of the API (the page and its files): served, but not in the document."""
     mount: str | None = None
     """Mounted as a sub-app under this route name (static files) instead of a route."""
+    extra_query: bool = False
+    """Standard clients of the route add query parameters of their own (an OpenAI SDK's
+    `default_query`, Azure's `api-version`; a probe's or a scraper's): they are ignored.
+    Every other API route's method without a query model (`Op.query`) refuses any."""
 
     def route(self, handler: Any) -> BaseRoute:
         if self.mount is not None:
@@ -100,12 +105,17 @@ def storable_params(
     return checked
 
 
-def get(path: str, handler: str, op: Op) -> Endpoint:
-    return Endpoint(path, handler, {"GET": op})
+def _answers(handler: Any) -> bool:
+    """A request handler (Starlette calls it with the request), not an ASGI app."""
+    return inspect.isfunction(handler) or inspect.ismethod(handler)
 
 
-def post(path: str, handler: str, op: Op) -> Endpoint:
-    return Endpoint(path, handler, {"POST": op})
+def get(path: str, handler: str, op: Op, *, extra_query: bool = False) -> Endpoint:
+    return Endpoint(path, handler, {"GET": op}, extra_query=extra_query)
+
+
+def post(path: str, handler: str, op: Op, *, extra_query: bool = False) -> Endpoint:
+    return Endpoint(path, handler, {"POST": op}, extra_query=extra_query)
 
 
 def hidden(path: str, handler: str) -> Endpoint:
@@ -149,6 +159,9 @@ class Area:
                 handler = admitting(api, handler)
             if inspect.isfunction(handler) and not e.any_method and e.mount is None:
                 handler = storable_params(handler)  # an ASGI app (MCP's) reads its own
+            bare = [m for m, op in e.ops.items() if not op.query]
+            if bare and not (e.hidden or e.extra_query) and _answers(handler):
+                handler = refusing_query(handler, bare)  # an ASGI app (A2A's) reads its own
             routes.append(e.route(handler))
         return routes
 

@@ -8,11 +8,14 @@ ignored (attack-50 F5: `GET /v1/runs?status=bogus` listed every run, and
 did-you-mean), one given twice, a value outside an enum (the allowed values listed) or a
 number that is not ASCII digits in its range is a 400 naming the parameter (`param`). An
 empty value (`?agent=`) is the parameter left out, but for a number, which must be one.
+A route that takes no query parameters refuses any (`refusing_query`, which every API route
+gets from `fim.server.area` unless its standard clients add their own).
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Awaitable, Callable, Collection
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
@@ -110,6 +113,10 @@ class EventsQuery(Query):
     after: Whole = Field(0, ge=0, le=MAX_INT64, description="the last event id seen")
 
 
+class NoQuery(Query):
+    """A route that takes no query parameters: `?foo=1` is a 400, as on every other route."""
+
+
 Q = TypeVar("Q", bound=Query)
 
 
@@ -124,7 +131,8 @@ def read_query(request: Request, model: type[Q]) -> Q | Response:
             return error(
                 400,
                 f"unknown query parameter '{name[:100]}'{meant}",
-                f"{request.method} {request.url.path[:200]} takes {', '.join(names)}",
+                f"{request.method} {request.url.path[:200]} takes "
+                + (", ".join(names) or "no query parameters"),
                 param=name[:100],
             )
         if name in given:  # which one counts differs between servers and proxies
@@ -142,6 +150,24 @@ def read_query(request: Request, model: type[Q]) -> Q | Response:
             return error(400, str(cause or problem["msg"]), param=field)
         name = str(problem["loc"][0])
         return error(400, _wrong(name, fields[name], given[name]), param=name)
+
+
+def refusing_query(
+    handler: Callable[[Request], Awaitable[Any]], methods: Collection[str]
+) -> Callable[[Request], Awaitable[Any]]:
+    """`handler`, answering 400 naming the first query parameter of a request by one of
+    `methods` (those of the route without a query model): `GET /v1/agents?foo=1` read as
+    `GET /v1/agents` hid a client's mistake, as an unknown parameter did (attack-50 F5)."""
+    strict = {*methods, *(("HEAD",) if "GET" in methods else ())}
+
+    async def checked(request: Request) -> Any:
+        if request.query_params and request.method in strict:
+            refused = read_query(request, NoQuery)
+            if isinstance(refused, Response):
+                return refused
+        return await handler(request)
+
+    return checked
 
 
 def _wrong(name: str, schema: dict[str, Any], raw: str) -> str:

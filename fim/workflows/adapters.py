@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from fim.config.schema import DatabaseConnector, HttpConnector
 from fim.locks import current_owner
 from fim.structured import non_finite
+from fim.tools.naming import tool_name
 from fim.tools.registry import through_seam
 from fim.types import CallView, Tool, ToolResult
 from fim.workflows.node_types.base import NodeError
@@ -78,12 +79,13 @@ async def run_sql(ctx: NodeContext, connector: str, sql: str, params: dict[str, 
     reads_only = run_reads_only(ctx.snapshot, None, ctx.parents)
     asked: dict[str, Any] = {"sql": sql, "params": params}
     await prepare_query(db, asked)
-    view = CallView(f"{connector}__query", asked, database_metadata(db, "query", asked))
+    name = tool_name(connector, "query")  # as an agent's legacy tool is named
+    view = CallView(name, asked, database_metadata(db, "query", asked))
 
     async def rebuild(arguments: dict[str, Any]) -> CallView:
         """The view of a statement a hook rewrote: its SQL judged again, as the first's."""
         await prepare_query(db, arguments)
-        return CallView(f"{connector}__query", arguments, database_metadata(db, "query", arguments))
+        return CallView(name, arguments, database_metadata(db, "query", arguments))
 
     asked, view = await ctx.guarded(view.name, asked, view, rebuild)
     if not reads_only and ctx.guard is not None:  # a declared readonly_guard judging it
@@ -93,7 +95,7 @@ async def run_sql(ctx: NodeContext, connector: str, sql: str, params: dict[str, 
         judged = view.context("PreToolUse", ctx.workflow, ctx.run_id, {})
         reads_only = holds_over(ctx.guard, judged)
     sql, params = str(asked.get("sql", "")), asked.get("params") or {}
-    finished = ctx.traced_call(f"{connector}__query", {"sql": sql, "params": params})
+    finished = ctx.traced_call(name, {"sql": sql, "params": params})
 
     async def query() -> ToolResult:
         """The statement run, its rows (or what went wrong) as a tool result."""
@@ -140,7 +142,7 @@ async def run_sql(ctx: NodeContext, connector: str, sql: str, params: dict[str, 
         return ToolResult(content=json.dumps(rows, default=str, ensure_ascii=False))
 
     # no registry here: the seam the registry's calls pass (`fim eval` replays through it)
-    ran = await through_seam(f"{connector}__query", {"sql": sql, "params": params}, None, query)
+    ran = await through_seam(name, {"sql": sql, "params": params}, None, query)
     if ran.is_error:
         finished(ran)
         raise NodeError(ran.content)

@@ -5,7 +5,8 @@ condition that names it) are settled, and at least one of them is *live*: a fini
 need, or the branch the condition took. A node whose incoming edges are all dead (skipped
 needs, branches not taken) is skipped, which is how a condition prunes its whole subtree
 while a node that the taken branch also reaches still runs. Nodes run as asyncio tasks,
-at most `max_concurrency` at a time; their events flow through one queue to the caller,
+at most `max_concurrency` at a time; their events flow through one bounded queue to the
+caller (`fim.workflows.outbox`: a caller that stops reading holds the nodes up),
 and every transition marks the run state for the store.
 """
 
@@ -43,6 +44,7 @@ from fim.workflows import (
 )
 from fim.workflows.graph import Edge, incoming
 from fim.workflows.nodes import NodeContext, NodeError, Paused
+from fim.workflows.outbox import Outbox
 from fim.workflows.state import NodeState, Persister, RunState
 
 
@@ -135,7 +137,7 @@ class Scheduler:
             "nodes": scope_nodes,
             "env": templates.allowed_env(self.snapshot.project.env_allowlist),
         }
-        queue: asyncio.Queue[Event | _Done] = asyncio.Queue()
+        queue: Outbox[Event | _Done] = Outbox()
         semaphore = asyncio.Semaphore(decl.max_concurrency)
         tasks: dict[str, asyncio.Task[None]] = {}
 
@@ -182,7 +184,7 @@ class Scheduler:
                         session=self.session,
                         registry=self.registry,
                         extra_tools=self.extra_tools,
-                        emit=queue.put_nowait,
+                        emit=queue.emit,
                     )
                     tasks[node_id] = asyncio.create_task(
                         self._run_node(node_id, ctx, queue, semaphore, owner)
@@ -291,7 +293,7 @@ class Scheduler:
         self,
         node_id: str,
         ctx: NodeContext,
-        queue: asyncio.Queue[Event | _Done],
+        queue: Outbox[Event | _Done],
         semaphore: asyncio.Semaphore,
         owner: str,
     ) -> None:
@@ -300,7 +302,7 @@ class Scheduler:
         ns = state.nodes[node_id]
         async with semaphore:
             ns.status, ns.started_at, ns.attempts = "running", time.time(), 0
-            queue.put_nowait(NodeStarted(run_id=state.run_id, node=node_id, node_type=node.type))
+            await queue.put(NodeStarted(run_id=state.run_id, node=node_id, node_type=node.type))
             current_node.set(node_id)  # runs this node starts are traced under it
             current_owner.set(owner)  # and belong to the key that started the workflow
             persister.mark()
@@ -321,7 +323,7 @@ class Scheduler:
                     raise _AttemptFailed(f"{type(exc).__name__}: {exc}") from None
 
             def notice(failed: int, delay: float, exc: BaseException | None) -> None:
-                queue.put_nowait(
+                queue.emit(
                     Notice(
                         run_id=state.run_id,
                         message=f"node '{node_id}' failed (attempt {failed}/{attempts}): "
@@ -338,14 +340,14 @@ class Scheduler:
                     on_retry=notice,
                 )
             except _AttemptFailed as exc:
-                queue.put_nowait(_Done(node_id, error=str(exc)))
+                await queue.put(_Done(node_id, error=str(exc)))
                 return
             done = (
                 _Done(node_id, paused=output)
                 if isinstance(output, Paused)
                 else _Done(node_id, output=output)
             )
-            queue.put_nowait(done)
+            await queue.put(done)  # holding its slot: a caller not reading holds it up
 
     async def finish(self) -> AsyncGenerator[Event, None]:
         """Decide the run's status, render the outputs, write the state, yield the end."""

@@ -44,11 +44,19 @@ AREA = Area(
             },
             any_method=True,
         ),
-        get(CARD, "a2a", Op("A2A: the project's agent card", "interop", errors=(404, 501))),
+        # A2A clients may add query parameters (the SDK's card resolver passes the caller's
+        # `http_kwargs`): the SDK's app answers these, as MCP's answers `/mcp`
+        get(
+            CARD,
+            "a2a",
+            Op("A2A: the project's agent card", "interop", errors=(404, 501)),
+            extra_query=True,
+        ),
         get(
             "/a2a/{agent}" + CARD,
             "a2a",
             Op("A2A: one agent's card", "interop", errors=(404, 501)),
+            extra_query=True,
         ),
         post(
             "/a2a/{agent}",
@@ -60,6 +68,7 @@ AREA = Area(
                 stream="with `message/stream`: A2A task events",
                 errors=(404, 501),
             ),
+            extra_query=True,
         ),
     ),
     interop_handlers,

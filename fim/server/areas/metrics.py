@@ -78,6 +78,7 @@ AREA = Area(
                 "status",
                 errors=(403, 501),
             ),
+            extra_query=True,  # a Prometheus job's `params:` are sent as the query string
         ),
     ),
     _handlers,

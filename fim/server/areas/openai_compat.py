@@ -27,13 +27,19 @@ def _handlers(api: Api) -> dict[str, Any]:
 AREA = Area(
     "openai_compat",
     (
+        # OpenAI's clients add query parameters of their own (`default_query`, Azure's
+        # `api-version`): ignored here, as OpenAI's API ignores them
         get(
-            "/v1/models", "models", Op("OpenAI-compatible: agents as models", "openai", r.ModelList)
+            "/v1/models",
+            "models",
+            Op("OpenAI-compatible: agents as models", "openai", r.ModelList),
+            extra_query=True,
         ),
         get(
             "/v1/models/{model_id:path}",
             "model",
             Op("OpenAI-compatible: one agent as a model", "openai", r.ModelObject, errors=(404,)),
+            extra_query=True,
         ),
         post(
             "/v1/chat/completions",
@@ -47,6 +53,7 @@ AREA = Area(
                 errors=(400, 404, 500, 503),
                 runs=True,
             ),
+            extra_query=True,
         ),
     ),
     _handlers,

@@ -9,7 +9,13 @@ from fim.server.area import Area, Op, get
 AREA = Area(
     "status",
     (
-        get("/healthz", "healthz", Op("Liveness (no key needed)", "status", r.Health)),
+        # probes may add parameters of their own: ignored on these two
+        get(
+            "/healthz",
+            "healthz",
+            Op("Liveness (no key needed)", "status", r.Health),
+            extra_query=True,
+        ),
         get(
             "/readyz",
             "readyz",
@@ -19,6 +25,7 @@ AREA = Area(
                 r.Health,
                 errors=(503,),
             ),
+            extra_query=True,
         ),
         get(
             "/v1/status",
