@@ -26,6 +26,7 @@ Imported with a server's client only.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -299,6 +300,19 @@ stdio_budget: ContextVar[ReadBudget | None] = ContextVar("fim_stdio_budget", def
 
 stdio_groups: ContextVar[list[int] | None] = ContextVar("fim_stdio_groups", default=None)
 """Where the process factory notes the group of each stdio server it starts (`group_ended`)."""
+stdio_watchers: ContextVar[list[asyncio.Task[None]] | None] = ContextVar(
+    "fim_stdio_watchers", default=None
+)
+"""Where the process factory keeps each server's `_end_group_with` task (`group_ended`)."""
+
+
+async def _end_group_with(process: Any, group: int) -> None:
+    """Kill `group` once its leader, the server, exited: what it started (a helper, `sleep`,
+    a browser) holds the server's stdout open, so without this the SDK never read the end
+    of a crashed server, and its call waited out its whole timeout (120 s by default)."""
+    await process.wait()
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # nothing left
+        os.killpg(group, signal.SIGKILL)
 
 
 @contextlib.asynccontextmanager
@@ -311,11 +325,15 @@ async def group_ended(transport: Any) -> AsyncIterator[Any]:
     its own; a child that calls `setsid` itself leaves the group and is not reached.
     Synchronous, after the SDK's own (shielded) shutdown: no cancellation skips it."""
     groups: list[int] = []
+    watchers: list[asyncio.Task[None]] = []
     stdio_groups.set(groups)  # read by `cap_stdio`'s factory, in this task's context
+    stdio_watchers.set(watchers)
     try:
         async with transport as streams:
             yield streams
     finally:
+        for watcher in watchers:
+            watcher.cancel()
         for group in groups:
             with contextlib.suppress(ProcessLookupError, PermissionError):  # nothing left
                 os.killpg(group, signal.SIGKILL)
@@ -340,6 +358,9 @@ def cap_stdio() -> None:
             with contextlib.suppress(ProcessLookupError):  # gone already: it leads no group
                 if os.getpgid(process.pid) == process.pid:
                     groups.append(process.pid)
+                    watchers = stdio_watchers.get()
+                    if watchers is not None:
+                        watchers.append(asyncio.create_task(_end_group_with(process, process.pid)))
         inner = getattr(process, "_stdout", None)
         if inner is not None:
             group = process.pid  # the SDK starts each server in a session of its own
