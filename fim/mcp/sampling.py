@@ -87,6 +87,7 @@ async def _sample(conn: Requests, params: Any, refuse: Any) -> Any:
     messages = to_messages(params)
     if isinstance(messages, str):
         return refuse(messages)
+    messages = _masked(messages, caller, conn.name)
     options: dict[str, Any] = {"max_tokens": min(params.max_tokens, MAX_SAMPLING_TOKENS)}
     if params.temperature is not None:
         options["temperature"] = params.temperature
@@ -148,6 +149,22 @@ def _cancelling() -> bool:
     """Whether the running task itself is being cancelled (not only a task it awaits)."""
     current = asyncio.current_task()
     return current is not None and current.cancelling() > 0
+
+
+def _masked(messages: list[Message], caller: Any, server: str) -> list[Message]:
+    """`messages` with the project's secrets masked, as a tool result is before the model
+    sees it, and the run told when one was: the server wrote them, and they go to the
+    operator's model provider (a server summarising a config it holds sent its passwords,
+    attack-55 F3). Always: the agent's `mask_observations` is about its own tool results."""
+    shown = [m.model_copy(update={"content": caller.mask(m.content or "")}) for m in messages]
+    if any(a.content != (b.content or "") for a, b in zip(shown, messages, strict=True)):
+        caller.notice(
+            f"a secret in MCP server '{server}'s sampling request was masked before it was "
+            "sent to the model",
+            server=server,
+            masked="sampling",
+        )
+    return shown
 
 
 def to_messages(params: Any) -> list[Message] | str:
