@@ -14,8 +14,8 @@ from fim.config.schema import StdioServer
 from fim.events import Notice
 from fim.llm.scripted import ScriptedModel, text
 from fim.masking import Masker
-from fim.mcp.calls import call_tool
 from fim.mcp.caller import Caller
+from fim.mcp.calls import call_tool
 from fim.mcp.manager import McpManager
 from fim.observe.context import current_events
 from tests.mcp_servers.harness import stdio_decl
@@ -45,7 +45,6 @@ async def test_a_secret_in_a_sampling_request_is_masked_and_the_run_told():
     assert messages[-1].content == "summarise this config: password=***"
     [notice] = [e for e in seen if isinstance(e, Notice)]
     assert notice.message == (
-        "a secret in MCP server 'demo's sampling request was masked before it was sent to "
-        "the model"
+        "a secret in MCP server 'demo's sampling request was masked before it was sent to the model"
     )
     assert notice.data["masked"] == "sampling"
