@@ -6,6 +6,10 @@ writes, `markup` for a rich console (whose `[...]` markup is a second way to res
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 _UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
@@ -40,3 +44,14 @@ def clipped(text: str, limit: int, middle: bool = False) -> str:
         return text[: limit - 1] + "…"
     head = limit // 3
     return text[:head] + " … " + text[len(text) - (limit - head - 3) :]
+
+
+def rich_console(**options: Any) -> Console:
+    """A rich console for fim's views of runs, approvals and reports, which print text
+    someone else wrote: besides the markup `markup` escapes, rich turns `:name:` codes
+    into emoji (`root:x:0` of a tool's output read `root❌0`, attack-55 F5), so they are off."""
+    # deferred: loading rich costs a few ms
+    from rich.console import Console
+
+    options.setdefault("emoji", False)
+    return Console(**options)

@@ -137,12 +137,11 @@ def list_(
         typer.echo("no pending approvals" if not all_ else "no approvals")
         return
     # deferred: loading rich costs a few ms
-    from rich.console import Console
     from rich.table import Table
 
     # deferred: the hooks package loads only to print a table of approvals
     from fim.hooks.approval import preview
-    from fim.terminal import markup
+    from fim.terminal import markup, rich_console
 
     now = time.time()
     table = Table(show_lines=False)
@@ -167,9 +166,9 @@ def list_(
             item.id, item.status, agent, tool, arguments, reason, _age(now - item.created_at),
             expires,
         )  # fmt: skip
-    console = Console()
+    console = rich_console()
     if not console.is_terminal:  # piped or captured: do not squeeze ids into 80 columns
-        console = Console(width=160)
+        console = rich_console(width=160)
     console.print(table)
 
 

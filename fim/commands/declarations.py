@@ -26,7 +26,7 @@ import typer
 from fim.capabilities import CAPABILITIES
 from fim.commands import ProjectOption, fail, load_snapshot, user_errors
 from fim.config.serving import MODELS, need_settings, settings_needed
-from fim.terminal import markup, printable
+from fim.terminal import markup, printable, rich_console
 
 if TYPE_CHECKING:
     from fim.build.snapshot import Snapshot
@@ -93,7 +93,6 @@ def list_(
     kinds = [_kind(kind)] if kind else list(KIND_ATTRS)
     snapshot = load_snapshot(ctx, project)
     # deferred: loading rich costs a few ms
-    from rich.console import Console
     from rich.table import Table
 
     table = Table("kind", "name", "description", box=None, pad_edge=False)
@@ -103,7 +102,7 @@ def list_(
             if k == "model" and snapshot.model_origins.get(name, "fim.yaml") != "fim.yaml":
                 text += f" - from {snapshot.model_origins[name]}"
             table.add_row(k, markup(name), markup(snapshot.mask(text)))
-    Console(soft_wrap=True).print(table)
+    rich_console(soft_wrap=True).print(table)
 
 
 def show(

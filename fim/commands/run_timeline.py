@@ -13,7 +13,7 @@ import typer
 
 from fim.commands.run_view import EventPrinter
 from fim.masking import known
-from fim.terminal import clipped, printable
+from fim.terminal import clipped, printable, rich_console
 
 
 def render_agent_run(record: dict[str, Any], events: list[dict[str, Any]], status: str) -> None:
@@ -37,12 +37,11 @@ def show_events(events: list[dict[str, Any]]) -> None:
     version does not know (a newer fim wrote it) as its type and JSON."""
     # deferred: loading rich and pydantic costs tens of ms
     from pydantic import TypeAdapter, ValidationError
-    from rich.console import Console
 
     from fim.events import Event
 
     printer = EventPrinter(verbose=True, model_calls=True)
-    printer.err = Console(highlight=False, soft_wrap=True)  # stdout: the command's output
+    printer.err = rich_console(highlight=False, soft_wrap=True)  # stdout: the command's output
     adapter: TypeAdapter[Any] = TypeAdapter(Event)
     for raw in events:
         try:

@@ -20,7 +20,7 @@ from fim.commands.approvals import StateOption, _run, open_store, utc_time
 from fim.commands.completion import complete_agent, complete_run_id
 from fim.commands.run_ids import resolve_run
 from fim.processes import alive
-from fim.terminal import markup
+from fim.terminal import markup, rich_console
 
 if TYPE_CHECKING:
     from fim.store import Store
@@ -75,7 +75,6 @@ def list_(
         typer.echo(f"no runs in {store.display_url}")
         return
     # deferred: loading rich costs a few ms
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(show_lines=False)
@@ -89,7 +88,7 @@ def list_(
         cost = "-" if usage is None or usage.cost is None else f"{usage.cost:.4f}"
         status = shown_status(r.status, r.data)
         table.add_row(r.id, r.kind, name, status, tokens, cost, utc_time(r.updated_at))
-    Console(width=120).print(table)
+    rich_console(width=120).print(table)
 
 
 def shown_status(status: str, data: dict[str, Any]) -> str:

@@ -18,7 +18,7 @@ import typer
 
 from fim.commands import ProjectOption, fail
 from fim.commands.approvals import StateOption, _run, open_store, utc_time
-from fim.terminal import markup, printable
+from fim.terminal import markup, printable, rich_console
 
 if TYPE_CHECKING:
     from fim.store.sessions import Sessions
@@ -72,7 +72,6 @@ def list_(
         typer.echo("no sessions")
         return
     # deferred: loading rich costs a few ms
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(show_lines=False)
@@ -90,7 +89,7 @@ def list_(
             cost,
             row["id"],
         )
-    Console(width=120).print(table)
+    rich_console(width=120).print(table)
 
 
 async def _find(sessions: Sessions, session: str) -> dict[str, Any] | str:

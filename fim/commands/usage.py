@@ -16,7 +16,7 @@ import typer
 
 from fim.commands import ProjectOption, fail
 from fim.commands.approvals import StateOption, _run, open_store, project_settings
-from fim.terminal import markup
+from fim.terminal import markup, rich_console
 
 
 def register(app: typer.Typer) -> None:
@@ -71,7 +71,6 @@ def usage(
         typer.echo(f"no runs since {since} in {shown}")
         return
     # deferred: loading rich costs a few ms
-    from rich.console import Console
     from rich.table import Table
 
     keys = {"agent": ("day", "agent"), "session": ("session", "name", "day"), "key": ("key",)}[by]
@@ -92,4 +91,4 @@ def usage(
             str(row["cached_tokens"]),
             cost,
         )
-    Console(width=120).print(table)
+    rich_console(width=120).print(table)

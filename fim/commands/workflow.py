@@ -18,6 +18,7 @@ from fim.capabilities import CAPABILITIES
 from fim.commands import ProjectOption, fail, load_snapshot, run_async, user_errors
 from fim.commands.completion import complete_run_id, complete_workflow
 from fim.commands.workflow_view import Progress, finish, interrupted, render_run
+from fim.terminal import rich_console
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -235,7 +236,6 @@ def runs(
         typer.echo(json.dumps(rows, indent=2))
         return
     # deferred: loading rich costs a few ms
-    from rich.console import Console
     from rich.table import Table
 
     table = Table("run", "workflow", "status", "started", "duration", "nodes done")
@@ -250,7 +250,7 @@ def runs(
             "" if ms is None else f"{ms / 1000:.2f}s",
             row["nodes"],
         )
-    Console().print(table if rows else "no workflow runs yet")
+    rich_console().print(table if rows else "no workflow runs yet")
 
 
 @workflow_app.command("show")

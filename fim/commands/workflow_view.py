@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from fim.commands import err
-from fim.terminal import markup
+from fim.terminal import markup, rich_console
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -22,10 +22,8 @@ if TYPE_CHECKING:
 def console() -> Console:
     """rich's console for stdout: lines wrap at a terminal's width, and nowhere else (a
     pipe, a file, CI), where rich's default 80 columns split a node's JSON mid-value."""
-    # deferred: loading rich costs a few ms
-    from rich.console import Console
 
-    out = Console(highlight=False)
+    out = rich_console(highlight=False)
     out.soft_wrap = not out.is_terminal
     return out
 

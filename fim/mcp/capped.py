@@ -17,9 +17,8 @@ its values, objects and levels, and one past them is refused like one past the b
 Nor is one message the whole cost: every reader takes what it hands on from the server's
 `fim.mcp.pacing.ReadBudget`, and waits once it has read more than that allows.
 
-A stdio server's process group is killed when its transport closes (`group_ended`): the
-SDK kills it only when the server itself outlives its stdin, so what a server started
-(`sh -c`, `npx`, a browser) outlived every normal stop (attack-54 F3).
+A stdio server's process group is killed when its transport closes or the server exits
+(`fim.mcp.groups`).
 
 Imported with a server's client only.
 """
@@ -41,6 +40,7 @@ import anyio
 import httpx2
 
 from fim.mcp.answer_shape import event_problem, lines_problem, shape_problem
+from fim.mcp.groups import end_group_with, stdio_groups, stdio_watchers
 from fim.mcp.pacing import ReadBudget
 
 MAX_ANSWER_BYTES = 16 * 2**20
@@ -298,46 +298,6 @@ stdio_cut: ContextVar[Callable[[str], None] | None] = ContextVar("fim_stdio_cut"
 stdio_budget: ContextVar[ReadBudget | None] = ContextVar("fim_stdio_budget", default=None)
 """The budget `_Lines` reads at: the server's, whose connection is opening it."""
 
-stdio_groups: ContextVar[list[int] | None] = ContextVar("fim_stdio_groups", default=None)
-"""Where the process factory notes the group of each stdio server it starts (`group_ended`)."""
-stdio_watchers: ContextVar[list[asyncio.Task[None]] | None] = ContextVar(
-    "fim_stdio_watchers", default=None
-)
-"""Where the process factory keeps each server's `_end_group_with` task (`group_ended`)."""
-
-
-async def _end_group_with(process: Any, group: int) -> None:
-    """Kill `group` once its leader, the server, exited: what it started (a helper, `sleep`,
-    a browser) holds the server's stdout open, so without this the SDK never read the end
-    of a crashed server, and its call waited out its whole timeout (120 s by default)."""
-    await process.wait()
-    with contextlib.suppress(ProcessLookupError, PermissionError):  # nothing left
-        os.killpg(group, signal.SIGKILL)
-
-
-@contextlib.asynccontextmanager
-async def group_ended(transport: Any) -> AsyncIterator[Any]:
-    """The SDK's stdio `transport`, and once it closed (an ended run, `fim serve` stopping,
-    the connection ended or restarted, a timeout) the server's process group killed: the
-    SDK closes a server's stdin and kills its group only if it outlives the grace period,
-    so what a server that did exit left running (a helper, a browser, what `sh -c` or `npx`
-    started) went on after fim (attack-54 F3). The SDK starts each server in a session of
-    its own; a child that calls `setsid` itself leaves the group and is not reached.
-    Synchronous, after the SDK's own (shielded) shutdown: no cancellation skips it."""
-    groups: list[int] = []
-    watchers: list[asyncio.Task[None]] = []
-    stdio_groups.set(groups)  # read by `cap_stdio`'s factory, in this task's context
-    stdio_watchers.set(watchers)
-    try:
-        async with transport as streams:
-            yield streams
-    finally:
-        for watcher in watchers:
-            watcher.cancel()
-        for group in groups:
-            with contextlib.suppress(ProcessLookupError, PermissionError):  # nothing left
-                os.killpg(group, signal.SIGKILL)
-
 
 def cap_stdio() -> None:
     """Read every stdio server's output through `_Lines` (`MAX_ANSWER_BYTES` a line, within
@@ -360,7 +320,7 @@ def cap_stdio() -> None:
                     groups.append(process.pid)
                     watchers = stdio_watchers.get()
                     if watchers is not None:
-                        watchers.append(asyncio.create_task(_end_group_with(process, process.pid)))
+                        watchers.append(asyncio.create_task(end_group_with(process, process.pid)))
         inner = getattr(process, "_stdout", None)
         if inner is not None:
             group = process.pid  # the SDK starts each server in a session of its own
@@ -383,15 +343,36 @@ def cap_stdio() -> None:
 
 class _Reported(logging.Filter):
     """The SDK logs a cut answer with its traceback (on a user's terminal, for `fim run`);
-    the call's observation already says why, so those records are dropped."""
+    the call's observation already says why, so those records are dropped. A line of a
+    server's output that is not JSON-RPC (a stray `print`) is one line, not a traceback per
+    line (attack-55 F4): the SDK ignores it and goes on."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.getMessage().startswith("Failed to parse JSONRPC"):
+            error = record.exc_info[1]
+            given = _line_of(error) if error is not None else None
+            record.msg, record.args = (
+                "an MCP server wrote a line that is not JSON-RPC: %r",
+                (given[:120] if isinstance(given, str) else "(unreadable)",),
+            )
+            record.exc_info = record.exc_text = None
+            return True
         seen = record.exc_info[1] if record.exc_info else None
         while seen is not None:
             if isinstance(seen, AnswerTooLarge | LineRefused):
                 return False
             seen = seen.__cause__ or seen.__context__
         return True
+
+
+def _line_of(error: BaseException) -> object:
+    """The line a pydantic `ValidationError` of the SDK's parser was given."""
+    errors = getattr(error, "errors", None)
+    try:
+        found = errors() if callable(errors) else []
+    except Exception:  # not pydantic's: nothing to show
+        return None
+    return found[0].get("input") if found else None
 
 
 for _name in ("mcp.client.stdio", "mcp.client.streamable_http", "mcp.client.sse"):

@@ -15,6 +15,10 @@ starts (delegation, a workflow's agent nodes) are part of it and take none.
 Counts are per server process: with `--workers N` or several replicas, a key may have N
 times the limits in all. The minute is a sliding window (`fim.windows`, the rule the
 `rate_limit` hook counts tool calls with).
+
+Following a run (`GET /v1/runs/{id}/events`) starts none, but each follower holds a
+connection, a task and a batch of stored events for as long as its client keeps it open:
+a key may have `followers_cap` of them open at once (`KeyLimiter.follow`), limits or not.
 """
 
 from __future__ import annotations
@@ -64,24 +68,28 @@ class Busy(RunError):
 
 
 class Slot:
-    """One run of `owner` counted as going until `release()` (which is idempotent)."""
+    """One run of `owner` counted as going until `release()` (which is idempotent); or,
+    with `counts`, one of its other holdings (a follower of a run's events)."""
 
-    __slots__ = ("limiter", "open", "owner")
+    __slots__ = ("counts", "limiter", "open", "owner")
 
-    def __init__(self, limiter: KeyLimiter, owner: str) -> None:
+    def __init__(
+        self, limiter: KeyLimiter, owner: str, counts: dict[str, int] | None = None
+    ) -> None:
         self.limiter = limiter
         self.owner = owner
+        self.counts = limiter._going if counts is None else counts
         self.open = True
 
     def release(self) -> None:
         if self.open:
             self.open = False
-            self.limiter._ended(self.owner)
+            _drop(self.counts, self.owner)
 
     def hand_over(self) -> Slot:
         """The same run's count, now released by whoever takes the returned slot (a run
         that goes on in the background after its request has been answered)."""
-        taken = Slot(self.limiter, self.owner)
+        taken = Slot(self.limiter, self.owner, self.counts)
         taken.open, self.open = self.open, False
         return taken
 
@@ -100,9 +108,30 @@ class KeyLimiter:
         self._going: dict[str, int] = {}
         self._started: dict[str, deque[float]] = {}
         """Each key's run starts inside the last minute (`fim.windows`)."""
+        self._following: dict[str, int] = {}
+        """Each key's open `GET /v1/runs/{id}/events` streams."""
 
     def going(self, owner: str) -> int:
         return self._going.get(owner, 0)
+
+    def following(self, owner: str) -> int:
+        return self._following.get(owner, 0)
+
+    def follow(self, owner: str) -> Slot:
+        """Count one stream following a run's events for `owner` ("" without keys: every
+        caller together) until the slot is released, or raise `Busy` at `followers_cap`.
+        Counted whether `server.key_limits` is set or not, like a key's MCP sessions."""
+        most = followers_cap(self._settings())
+        if self.following(owner) >= most:
+            raise Busy(
+                f"{_who(owner)} already follows {most} runs' event streams "
+                "(GET /v1/runs/{id}/events), its limit of followers "
+                f"({FOLLOWERS_PER_OWNER}, or server.key_limits.max_parallel_runs when more)",
+                "close a stream it no longer reads; each ends with its run's last event",
+                retry_after=1,
+            )
+        self._following[owner] = self.following(owner) + 1
+        return Slot(self, owner, self._following)
 
     def take(self, owner: str) -> Slot | None:
         """Count a run of `owner` (a key's owner hash, "" without keys) or raise `Busy`;
@@ -141,12 +170,29 @@ class KeyLimiter:
             retry_after=max(1, math.ceil(wait)),
         )
 
-    def _ended(self, owner: str) -> None:
-        left = self.going(owner) - 1
-        if left > 0:
-            self._going[owner] = left
-        else:
-            self._going.pop(owner, None)
+
+def _drop(counts: dict[str, int], owner: str) -> None:
+    left = counts.get(owner, 0) - 1
+    if left > 0:
+        counts[owner] = left
+    else:
+        counts.pop(owner, None)
+
+
+FOLLOWERS_PER_OWNER = 16
+"""`GET /v1/runs/{id}/events` streams one API key (one tenant; every caller together on a
+server without keys) may have open at once in this process. Each holds a connection, a
+task and a batch of the run's stored events (`fim.store.live.BATCH_BYTES`) for as long as
+its client keeps it open, reading or not: 300 that never read one finished run took a
+server from 199 MB to 4.6 GB and another key's 5 ms run to 22 s (attack-55 F1)."""
+
+
+def followers_cap(limits: KeyLimits | None) -> int:
+    """How many run event streams a key may follow at once: `FOLLOWERS_PER_OWNER`, or
+    `server.key_limits.max_parallel_runs` when that is more (a key may follow every run it
+    may have going)."""
+    most = limits.max_parallel_runs if limits is not None else None
+    return max(FOLLOWERS_PER_OWNER, most or 0)
 
 
 MAX_PAUSED_RUNS = 100
@@ -313,6 +359,7 @@ def admitting(
 
 
 __all__ = [
+    "FOLLOWERS_PER_OWNER",
     "MAX_PAUSED_RUNS",
     "Busy",
     "KeyLimiter",
@@ -320,6 +367,7 @@ __all__ = [
     "Slot",
     "admitting",
     "check_parked",
+    "followers_cap",
     "held",
     "paused_cap",
 ]

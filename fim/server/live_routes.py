@@ -4,7 +4,9 @@ Both read the state store, so they answer for a run started on another replica o
 running on a `fim worker`. The event stream replays the run's stored events and then
 follows it live (`fim.store.live`: PostgreSQL LISTEN/NOTIFY) until its last event. Each
 frame carries `id: <seq>`: a client that lost its replica reconnects to another one with
-`Last-Event-ID` (or `?after=N`) and gets the rest, nothing twice.
+`Last-Event-ID` (or `?after=N`) and gets the rest, nothing twice. A key may have
+`fim.server.limits.followers_cap` streams open at once (a 429 past that), each holding at
+most `fim.store.event_batches.BATCH_BYTES` of stored events (attack-55 F1).
 """
 
 from __future__ import annotations
@@ -16,14 +18,24 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from fim.masking import StreamMasker, known
-from fim.server.http import MAX_INT64, JSONResponse, error, run_scope, whole_number
+from fim.server.http import (
+    MAX_INT64,
+    JSONResponse,
+    error,
+    run_scope,
+    session_owner,
+    whole_number,
+)
+from fim.server.limits import Busy, Slot
 from fim.server.queries import EventsQuery, read_query
 from fim.server.streams import followed
 from fim.store import get_store
 from fim.store.live import read_events, running_here, tail
 from fim.store.owners import may_read
+from fim.tasks import shielded
 
 if TYPE_CHECKING:
     from fim.server.api import Api
@@ -82,19 +94,31 @@ def live_handlers(api: Api) -> dict[str, Any]:
             data["data"] = {**data["data"], "events": events}
         return JSONResponse(data)
 
-    async def run_events(request: Request) -> Response:
-        """Server-sent events of one run: stored ones, then live ones, until it ends."""
+    async def run_events(request: Request) -> Response | _Following:
+        """Server-sent events of one run: stored ones, then live ones, until it ends; a
+        429 when the caller's key follows as many runs as it may."""
 
         store = get_store(api.services)
         run_id = request.path_params["run_id"]
         after = _after(request)
         if isinstance(after, Response):
             return after
-        if not await may_read(store, run_id, run_scope(request)):
-            return error(404, f"unknown run '{run_id}'")  # another key's run: not there
-        if not running_here(store, run_id) and await store.get_run(run_id) is None:
+        try:  # counted first: a key past its cap costs no read of the store
+            slot = api.limits.follow(session_owner(request))
+        except Busy as exc:
+            return exc.response()
+        try:
+            found = await may_read(store, run_id, run_scope(request)) and (
+                running_here(store, run_id) or await store.get_run(run_id) is not None
+            )  # another key's run: not there
+        except BaseException:
+            slot.release()
+            raise
+        if not found:
+            slot.release()
             return error(404, f"unknown run '{run_id}'")
-        return followed(api, _frames(tail(store, run_id, after)))  # ends at a stop's cut
+        # ends at a stop's cut
+        return _Following(followed(api, _frames(tail(store, run_id, after))), slot)
 
     async def cancel_run(request: Request) -> Response:
         """Stop a background run: 202 while it stops, 200 if it had not started, 409 when
@@ -122,6 +146,25 @@ def live_handlers(api: Api) -> dict[str, Any]:
         )
 
     return {"get_run": get_run, "run_events": run_events, "cancel_run": cancel_run}
+
+
+class _Following:
+    """A run's event stream, sent with its key's follower slot held: released once it has
+    been sent or its client has gone, and the stream closed then (Starlette never closes a
+    streaming body: the tail's batch and its subscription stayed until collected)."""
+
+    def __init__(self, response: Response, slot: Slot) -> None:
+        self.response = response
+        self.slot = slot
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.response(scope, receive, send)
+        finally:
+            self.slot.release()
+            body = getattr(self.response, "body_iterator", None)
+            if body is not None and hasattr(body, "aclose"):
+                await shielded(body.aclose())
 
 
 async def _frames(events: AsyncIterator[tuple[int, dict[str, Any]]]) -> AsyncIterator[bytes]:

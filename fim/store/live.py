@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from fim.masking import StreamMasker, known
+from fim.store.event_batches import BATCH_BYTES, stored_batch
 from fim.store.prepared import Prepared
 from fim.store.schema import table
 from fim.tasks import spawn
@@ -232,18 +233,28 @@ async def read_events(
     store: Store, run_id: str, after: int = 0, limit: int = 1000
 ) -> list[tuple[int, dict[str, Any]]]:
     """`(seq, event)` of run `run_id` after sequence number `after`, oldest first."""
+    rows, _more = await read_batch(store, run_id, after, limit=limit, max_bytes=None)
+    return rows
+
+
+async def read_batch(
+    store: Store,
+    run_id: str,
+    after: int = 0,
+    *,
+    limit: int = 1000,
+    max_bytes: int | None = BATCH_BYTES,
+) -> tuple[list[tuple[int, dict[str, Any]]], bool]:
+    """`read_events`, stopping before the event that would take the stored JSON read past
+    `max_bytes` (an event larger than that comes alone); and whether more events were
+    stored then. A run still in this process's memory (SQLite) is read from there: its
+    events are held already, and the batch only refers to them."""
     local = _BUFFERS.get((store.url, run_id))
     if local is not None:  # SQLite, running in this process: not in the table yet
-        return [(i, e) for i, e in enumerate(local[after : after + limit], start=after + 1)]
-    events = table("run_events")
-    query = (
-        events.select()
-        .where(events.c.run_id == run_id, events.c.seq > after)
-        .order_by(events.c.seq)
-        .limit(limit)
-    )
-    rows = await store._tx(lambda conn: list(conn.execute(query).mappings()))
-    return [(int(row["seq"]), dict(row["event"])) for row in rows]
+        batch = local[after : after + limit]
+        more = len(local) > after + len(batch)
+        return [(i, e) for i, e in enumerate(batch, start=after + 1)], more
+    return await stored_batch(store, run_id, after, limit, max_bytes)
 
 
 async def tail(
@@ -256,13 +267,13 @@ async def tail(
     async with subscribe(store, run_id) as woken:
         while True:
             woken.clear()
-            rows = await read_events(store, run_id, after)
-            for seq, event in rows:
+            rows, more = await read_batch(store, run_id, after)
+            for seq, event in rows:  # at most `BATCH_BYTES` of stored events at a time
                 after = seq
                 yield seq, event
                 if event.get("type") in TERMINAL_EVENTS:
                     return
-            if len(rows) == 1000:
+            if more:
                 continue  # a long backlog: read on before waiting
             record = await store.get_run(run_id)
             if record is None and running_here(store, run_id):

@@ -14,6 +14,10 @@ variable of its environment (a secret fim started it with) into its name and ver
 tool's description, title and input schema, where the model would read it. `leakynames`
 writes it where fim cannot mask it, a tool's name (`get_LEAK`) and a property name of
 another tool's schema (`find`), beside a clean `echo`; and into its version.
+
+Two modes spoil the output around the answers: `latin1` answers a call of `bad` with the
+text `café` written in Latin-1 (one byte that is not UTF-8), `noise` writes N lines that
+are not JSON-RPC (a stray `print`) before each answer.
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ def bad() -> str:
     """The `result` or `error` member of the answer to a call of `bad`."""
     if MODE == "blocks":
         return '"result":{"content":[' + ",".join(['{"type":"text"}'] * N) + "]}"
+    if MODE == "latin1":
+        return '"result":{"content":[{"type":"text","text":"caf\xe9"}]}'
     if MODE == "deep":
         return '"result":{"content":[],"structuredContent":' + nested(N) + "}"
     return '"error":' + json.dumps({"code": -32603, "message": "E" * N})
@@ -86,5 +92,8 @@ for line in sys.stdin:
     request = json.loads(line)
     if "id" in request:
         member = answer(request)
-        sys.stdout.write(f'{{"jsonrpc":"2.0","id":{json.dumps(request["id"])},{member}}}\n')
+        if MODE == "noise":
+            sys.stdout.buffer.write(b"--- Tool: called ---\n" * N)
+        line = f'{{"jsonrpc":"2.0","id":{json.dumps(request["id"])},{member}}}\n'
+        sys.stdout.buffer.write(line.encode("latin-1" if MODE == "latin1" else "utf-8"))
         sys.stdout.flush()
