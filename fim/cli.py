@@ -34,6 +34,7 @@ try:
     from fim.config.serving import command_needs, group_decides, need_settings
     from fim.environ import hide_from_children
     from fim.errors import ConfigError, ProjectNotFound, RunError
+    from fim.stdout_guard import guarded
 finally:
     if _gc_was_enabled:
         gc.enable()
@@ -273,11 +274,12 @@ def main() -> None:
     hide_from_children()  # before any child starts: its /proc/<ppid>/environ is empty
     command = _command(sys.argv[1:])
     module = PROJECT_COMMANDS.get(command) if command is not None else None
-    if module is not None:
-        with _one_shot():
-            _run(build_app([module]))
-    else:
-        _run(build_app())
+    with guarded(command):  # what the project's Python prints never reaches our stdout
+        if module is not None:
+            with _one_shot():
+                _run(build_app([module]))
+        else:
+            _run(build_app())
 
 
 def _run(app: typer.Typer) -> None:

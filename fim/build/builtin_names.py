@@ -9,6 +9,7 @@ read too.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from fim.run.discovery import module_set
@@ -48,14 +49,21 @@ def tool_name(entry: str) -> str:
 
 
 def tool_problems(
-    entries: list[str], builtins: frozenset[str], modules: set[str], folder: str
+    entries: list[str],
+    builtins: frozenset[str],
+    modules: set[str],
+    folder: str,
+    root: Path | None = None,
 ) -> list[tuple[int, str, str | None]]:
     """(index, message, hint) of each `tools:` entry that cannot name a tool, read without
     importing anything: an unknown builtin, a `module:function` whose module is not a file
     of the hooks folder (`modules`: its stems, as for `python:` hooks and `output_schema`),
     and names that would collide in the run's registry. Importing the function and deriving
-    its schema is the compile's later check (`fim.tools.python_tools.check_tools`)."""
+    its schema is the compile's later check (`fim.tools.python_tools.check_tools`). With
+    the project's `root`, a module that is not in the hooks folder is looked for elsewhere
+    in the project (`tools/weather.py`), and the hint says where it is."""
     # deferred: fim.config.problems loads pydantic; the run's builtin provider imports this
+    from fim.config.claude_tools import claude_tool_hint
     from fim.config.problems import suggest
 
     found: list[tuple[int, str, str | None]] = []
@@ -63,8 +71,9 @@ def tool_problems(
     for i, entry in enumerate(entries):
         if not is_python_tool(entry):
             if entry not in builtins:
-                hint = suggest(entry, builtins, "tools")
-                if hint is None or not hint.startswith("did you mean"):
+                # Claude Code's name (a subagent's `tools: [Read, Bash]`): say which tool it is
+                hint = claude_tool_hint(entry) or suggest(entry, builtins, "tools")
+                if hint is None or not hint.startswith(("did you mean", "Claude Code's")):
                     hint = (hint + "; " if hint else "") + (
                         f"or module:function for a function in {folder}/<module>.py"
                     )
@@ -85,13 +94,14 @@ def tool_problems(
             continue
         if module not in modules:
             where = suggest(module, modules, f"modules in {folder}/")
-            found.append(
-                (
-                    i,
-                    f"tools: cannot import '{entry}'",
-                    f"there is no {folder}/{module}.py" + (f"; {where}" if where else ""),
-                )
-            )
+            hint = f"there is no {folder}/{module}.py" + (f"; {where}" if where else "")
+            elsewhere = module_elsewhere(root, module, folder) if root is not None else None
+            if elsewhere is not None:
+                place = "/".join(elsewhere.split("/")[: -len(module.split("."))])
+                hint = f"found {elsewhere}: fim reads Python tools from {folder}/; move it there"
+                if place:
+                    hint += f", or set `paths: {{hooks: {place}}}` in fim.yaml"
+            found.append((i, f"tools: cannot import '{entry}'", hint))
             continue
         taken = "the builtin tool" if function in builtins else None
         if function in META_TOOLS:
@@ -114,3 +124,35 @@ def tool_problems(
             )
         seen.setdefault(function, entry)
     return found
+
+
+_SKIPPED = frozenset({"node_modules", "__pycache__", "site-packages", "venv", "env"})
+"""Folders never looked into for a project's module (hidden ones neither: `.venv`, `.git`)."""
+
+_LOOKED_AT = 2000
+"""Folders `module_elsewhere` lists at most: a hint, not a search of a monorepo."""
+
+
+def module_elsewhere(root: Path, module: str, folder: str) -> str | None:
+    """Where in the project (relative to `root`) the file `module` names is, outside the
+    hooks `folder`: `tools/weather.py` for `weather` (ADK and openai-agents projects keep
+    tools in `tools/`), `lib/pkg/mod.py` for `pkg.mod`. The shallowest wins; None when
+    there is none, or the walk would be long. Read only while reporting a problem."""
+    parts = module.split(".")
+    hooks = os.path.normpath(os.path.join(root, folder))
+    found: list[str] = []
+    for looked, (here, dirs, files) in enumerate(os.walk(root)):
+        if looked >= _LOOKED_AT:
+            return None
+        dirs[:] = [
+            d
+            for d in dirs
+            if not d.startswith(".")
+            and d not in _SKIPPED
+            and os.path.normpath(os.path.join(here, d)) != hooks
+        ]
+        if parts[-1] + ".py" in files:
+            rel = Path(here, parts[-1] + ".py").relative_to(root).as_posix()
+            if rel.removesuffix(".py").split("/")[-len(parts) :] == parts:
+                found.append(rel)
+    return min(found, key=lambda rel: (rel.count("/"), rel)) if found else None

@@ -24,11 +24,14 @@ from fim.config.declarations import Declarations, Entry
 from fim.config.problems import suggest
 from fim.config.schema import AgentDecl, EvalSuite, HookSpec, JudgeSpec, ModelSettings
 from fim.config.schema.evals import regex_problem
+from fim.config.schema.suite_rules import name_targets
 from fim.config.templates import TemplateChecker
 from fim.errors import Problem
 from fim.schema_check import schema_problem as check_schema
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from fim.build.snapshot import Locate, Snapshot
     from fim.config.yamlio import Path_
 
@@ -57,8 +60,9 @@ def _reads_disk(agent: AgentDecl) -> bool:
 class Checker:
     """Cross-reference checks over loaded declarations; appends to `decls.problems`."""
 
-    def __init__(self, decls: Declarations) -> None:
+    def __init__(self, decls: Declarations, listed: Callable[[str], bool] | None = None) -> None:
         self.decls = decls
+        self.listed = listed  # litellm's table has this model? (`fim.llm.catalog`, above)
         self.templates = TemplateChecker()
         self.roles = set(decls.project.models)
         self.tools = builtin_tool_names()
@@ -98,6 +102,7 @@ class Checker:
             if name not in self.decls.unavailable["connector"]:  # its unset ${VAR} is why
                 check_connector(self, entry)
         self.check_partial()
+        name_targets(self.decls.problems, self.names("agent"), self.names("workflow"))
 
     def check_partial(self) -> None:
         """The reference checks of files that failed validation, on the keys that did not
@@ -184,8 +189,8 @@ class Checker:
         agent: AgentDecl = entry.decl
         doc = entry.doc
         self.check_model(entry, ("model",), agent.model)
-        modules, folder = self.decls.python_hooks, self.decls.folder("hook")
-        for i, message, hint in tool_problems(agent.tools, self.tools, modules, folder):
+        modules, folder, root = self.decls.python_hooks, self.decls.folder("hook"), self.decls.root
+        for i, message, hint in tool_problems(agent.tools, self.tools, modules, folder, root):
             self.add(doc.problem(("tools", i), message, hint))
         for i, name in enumerate(agent.connectors):
             self.ref(entry, ("connectors", i), "connector", name)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from types import MappingProxyType
+from types import MappingProxyType, ModuleType
 from typing import Any
 
 from fim.build.builtin_names import is_python_tool
@@ -91,26 +91,30 @@ def _check_eval_python(snapshot: Snapshot, locate: Locate) -> list[Problem]:
     return check_python_assertions(snapshot, locate, load_module)
 
 
+def _catalog() -> ModuleType:
+    """litellm's price table (`fim.llm.catalog`), for the checks that ask it: cost limits,
+    and a model written without its provider (`fim.build.model_checks.unknown_role`)."""
+    # deferred: a layer up, and read only when a check asks it
+    from fim.llm import catalog
+
+    return catalog
+
+
 def _check_cost_limits(snapshot: Snapshot, locate: Locate) -> list[Problem]:
     """Cost limits on models with no known price (`fim.build.model_checks`), asking
     litellm's price table (`fim.llm.catalog`, a layer up) only when one is declared; a
     misspelt model's hint offers the listed name (`meant_model`) before a price."""
 
     def price_known(model: str) -> bool | None:
-        # deferred: the price table is read only for a cost limit (~20 ms)
-        from fim.llm import catalog
-
+        catalog = _catalog()  # the price table is read only for a cost limit (~20 ms)
         if catalog.price_is_known(model):  # a `scripted:` model too: $0, as its runs are
             return True
         if not catalog.table():
             return None  # no table to ask: a price may well be known at run time
         return False
 
-    def meant(settings: ModelSettings) -> str | None:
-        # deferred: as above, only for an unpriced model under a cost limit
-        from fim.llm import catalog
-
-        return meant_model(settings, catalog.table())
+    def meant(settings: ModelSettings) -> str | None:  # only for an unpriced model, as above
+        return meant_model(settings, _catalog().table())
 
     return check_cost_limits(snapshot, locate, price_known, meant)
 
@@ -247,7 +251,7 @@ def compile_project(
     refuse is a candidate with problems."""
     with _gc_paused():
         decls = load_project(root)
-        Checker(decls).run()
+        Checker(decls, lambda model: _catalog().listed(model)).run()
         modules = pin_modules(decls)  # before the snapshot: part of its version
         commands = pin_commands(decls)
         folders = pin_folders(decls)

@@ -31,6 +31,7 @@ from typing import IO
 from fim import private
 from fim.build.reload import SnapshotHolder
 from fim.build.snapshot import Snapshot
+from fim.config.child_env import NETWORK_ENV
 from fim.config.interpolate import base_env
 from fim.errors import ConfigError, Problem, RunError
 from fim.locks import hold
@@ -63,12 +64,14 @@ def default_checkout(url: str) -> Path:
 
 
 GIT_PREFIXES = ("GIT_", "SSH_", "XDG_", "GH_", "GITHUB_", "GITLAB_", "GCM_", "KRB5", "AWS_")
-GIT_NAMES = frozenset(
-    {"SSL_CERT_FILE", "SSL_CERT_DIR", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE"}
-    | {"DBUS_SESSION_BUS_ADDRESS", "CLOUDSDK_CONFIG", "LD_LIBRARY_PATH", "FIM_GIT_ENV"}
-    | {f"{scheme}_proxy" for scheme in ("http", "https", "all", "no")}
-    | {f"{scheme}_PROXY" for scheme in ("HTTP", "HTTPS", "ALL", "NO")}
-)
+GIT_NAMES = NETWORK_ENV | {
+    "DBUS_SESSION_BUS_ADDRESS",
+    "CLOUDSDK_CONFIG",
+    "LD_LIBRARY_PATH",
+    "FIM_GIT_ENV",
+}
+"""The CA bundles and proxies hooks get (`fim.config.child_env`; git takes a proxy with
+credentials too: fetching is fim's own work), and what git's helpers read."""
 
 
 def git_env(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:

@@ -43,6 +43,7 @@ from fim.build.prompt_files import (
     project_loader,
 )
 from fim.config import template_guards
+from fim.config.claude_memory import as_text_hint
 from fim.config.problems import suggest
 from fim.config.template_guards import guarded_environment
 from fim.config.templates import PlainRefs
@@ -353,7 +354,9 @@ def check_instructions(checker: Any, entry: Entry) -> None:
         in_file = PROMPT_LINE.fullmatch(found.where)
         if in_file is not None and in_file["file"] != "template":  # at the mistake, not the include
             included = f"included from {at.path}:{at.line}"
-            hint = f"{found.hint}; {included}" if found.hint else included
+            # a `{{customer.name}}` of another template language in CLAUDE.md: the way out
+            raw = as_text_hint(found.message, found.hint)
+            hint = "; ".join(h for h in (found.hint, raw, included) if h)
             message = f"instructions: {found.message}"
             line = int(in_file["line"])
             at = Problem(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,10 +92,84 @@ def check_model(checker: Checker, entry: Entry, path: Path_, ref: str | ModelSet
     elif "/" in ref:
         check_provider(checker, entry.doc, path, ref)
     elif "/" not in ref and ref not in checker.roles and checker.decls.project_ok:
-        hint = suggest(ref, checker.roles, "model roles") or ""
-        if not hint.startswith("did you mean"):
-            hint += "; or use a litellm string such as openai/gpt-4o-mini"
-        checker.add(entry.doc.problem(path, f"unknown model role '{ref}'", hint))
+        message, hint = unknown_role(ref, checker.roles, checker.listed)
+        checker.add(entry.doc.problem(path, message, hint))
+
+
+CLAUDE_ALIASES = {
+    "sonnet": "anthropic/claude-sonnet-4-5",
+    "opus": "anthropic/claude-opus-4-5",
+    "haiku": "anthropic/claude-haiku-4-5",
+}
+"""Claude Code's model aliases (a subagent's `model: sonnet`), with a litellm string of
+each for the hint (`inherit`, the caller's model, has none)."""
+
+MODEL_FAMILIES = (
+    (("gpt-", "chatgpt-", "o1", "o3", "o4"), "openai"),
+    (("claude-",), "anthropic"),
+    (("gemini-", "gemma-"), "gemini"),
+    (("mistral-", "codestral", "magistral", "ministral", "pixtral"), "mistral"),
+    (("deepseek-",), "deepseek"),
+    (("grok-",), "xai"),
+)
+"""Model names written without their provider (ADK's `model: gemini-2.0-flash`, the
+provider's own docs' `gpt-4o`), by their family's prefix: the provider whose own API
+serves them."""
+
+_TABLE_PREFIXES = ("gemini", "vertex_ai", "mistral", "groq", "deepseek", "xai")
+"""Providers under whose prefix litellm's table lists a bare name (`vertex_ai/gemini-2.0-
+flash`), asked when a model is written without one."""
+
+_BARE = ("openai/", "anthropic/", "deepseek/")
+"""Providers whose models litellm's table lists without the prefix (`gpt-4o`)."""
+
+
+def provider_strings(name: str, listed: Callable[[str], bool] | None = None) -> list[str]:
+    """The litellm strings a model name written without its provider probably means: its
+    family's provider (`gemini/gemini-2.0-flash`), and, when litellm's price table does not
+    list that (`listed`: `fim.llm.catalog.listed`, handed in from a layer up, the file's
+    text searched, not parsed), the providers it lists the name under
+    (`vertex_ai/gemini-2.0-flash`); at most three."""
+    found = [
+        f"{provider}/{name}"
+        for prefixes, provider in MODEL_FAMILIES
+        if name.lower().startswith(prefixes)
+    ]
+    if listed is None or name.startswith("scripted:"):
+        return found[:1]
+    if found and (listed(found[0]) or (found[0].startswith(_BARE) and listed(name))):
+        return found[:1]  # the provider's own API serves it: no other offered
+    found += [f"{p}/{name}" for p in _TABLE_PREFIXES if listed(f"{p}/{name}")]
+    return list(dict.fromkeys(found))[:3]
+
+
+def unknown_role(
+    ref: str, roles: Collection[str], listed: Callable[[str], bool] | None = None
+) -> tuple[str, str]:
+    """(message, hint) for `model: REF` naming no role of fim.yaml (`roles`) and no
+    provider: the one wording of `fim validate`, a run and `fim run -m`. A Claude Code alias
+    (`sonnet`, `inherit`) is told so; a model name without its provider gets the litellm
+    strings it probably means (`provider_strings`); else a did-you-mean over the roles."""
+    names = f"model roles: {', '.join(sorted(roles)) or 'none declared'}"
+    message = f"unknown model role '{ref}'"
+    if ref == "inherit":
+        return message, (
+            "'inherit' is Claude Code's \"the caller's model\": a fim agent names its own, "
+            f"a role of fim.yaml or a litellm string; leave `model:` out for 'general'; {names}"
+        )
+    if ref.lower() in CLAUDE_ALIASES:
+        return message, (
+            f"'{ref}' is Claude Code's alias of a Claude model: fim names a role of fim.yaml "
+            f"or a litellm string such as {CLAUDE_ALIASES[ref.lower()]}; {names}"
+        )
+    close = suggest(ref, roles, "model roles") or ""
+    if close.startswith("did you mean"):
+        return message, close
+    meant = provider_strings(ref, listed)
+    if meant:
+        quoted = " or ".join(f"'{m}'" for m in meant)
+        return message, f"did you mean {quoted}? a litellm string names its provider; {names}"
+    return message, close + "; or use a litellm string such as openai/gpt-4o-mini"
 
 
 _COST_LIMITS = ("max_cost_usd", "max_cost_usd_per_day", "max_cost_usd_per_session")

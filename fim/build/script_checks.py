@@ -49,7 +49,8 @@ def script_warnings(snapshot: Snapshot, tools_of: ToolsOf) -> list[Problem]:
         if doc is None:
             continue
         names, servers = tools_of(snapshot, agent)
-        problems += _tool_problems(doc, name, names, servers)
+        unavailable = [c for c in agent.connectors if c in snapshot.unavailable_connectors]
+        problems += _tool_problems(doc, name, names, servers, unavailable)
         problems += _meta_problems(doc, name, _meta_targets(snapshot, agent, names))
         if agent.engine == "react":
             problems += _iteration_problems(doc, name, agent.max_iterations)
@@ -113,13 +114,26 @@ def _call_items(step: Any) -> list[tuple[Path_, dict[str, Any]]]:
     return [(at, c) for at, c in found if isinstance(c, dict) and c.get("name") is not None]
 
 
-def _tool_problems(doc: Document, agent: str, names: set[str], servers: list[str]) -> list[Problem]:
+def _tool_problems(
+    doc: Document, agent: str, names: set[str], servers: list[str], unavailable: list[str]
+) -> list[Problem]:
+    """A call of a tool the agent's model cannot call; one it lacks only because a
+    connector of the agent is unavailable (its `connector`/`database` meta-tool, or
+    `<connector>__<action>`) says so instead: that connector's own warning is the cause."""
     prefixes = tuple(f"{server}__" for server in servers)
     problems: list[Problem] = []
     for at, steps in _step_lists(doc.data):
         for i, step in enumerate(steps):
             for where, tool in _calls(step):
                 if tool in names or (prefixes and tool.startswith(prefixes)):
+                    continue
+                cause = _unavailable_cause(tool, unavailable)
+                if cause:
+                    message = (
+                        f"{cause} unavailable (above), so agent '{agent}' has no tool "
+                        f"'{tool}': a run of the agent is refused before it starts"
+                    )
+                    problems.append(doc.problem((*at, i, *where), message))
                     continue
                 pool = names | {f"{s}__*" for s in servers}
                 hint = suggest(tool, pool, f"tools of agent '{agent}'") or "it has no tools"
@@ -129,6 +143,18 @@ def _tool_problems(doc: Document, agent: str, names: set[str], servers: list[str
                 )
                 problems.append(doc.problem((*at, i, *where), message, hint))
     return problems
+
+
+def _unavailable_cause(tool: str, unavailable: list[str]) -> str:
+    """`connector 'x' is` (or `connectors 'x', 'y' are`) when `tool` is missing because
+    of them, else ""."""
+    owners = [c for c in unavailable if tool.startswith(f"{c}__")]
+    if not owners and tool in ("connector", "database"):
+        owners = unavailable
+    if not owners:
+        return ""
+    quoted = ", ".join(f"'{c}'" for c in owners)
+    return f"connector {quoted} is" if len(owners) == 1 else f"connectors {quoted} are"
 
 
 _Targets = dict[tuple[str, str], tuple[str, dict[str, list[str] | None]]]

@@ -8,6 +8,7 @@ live in `fim.run.services.Services`, keyed by the declarations they came from.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -153,11 +154,11 @@ class Snapshot:
             return self.models[ref]
         if "/" in ref or ref.startswith("scripted:"):
             return ModelSettings(model=ref)
-        raise RunError(
-            f"unknown model role '{ref}'",
-            hint="declare it under models: in fim.yaml "
-            f"(roles: {', '.join(self.models) or 'none'})",
-        )
+        # deferred: an error path; fim.config.providers costs every run's start ~10 ms
+        from fim.build.model_checks import unknown_role
+
+        message, hint = unknown_role(ref, self.models)
+        raise RunError(message, hint=hint)
 
     def models_in_use(self) -> list[ModelSettings]:
         """The project's model roles and every model an agent names directly."""
@@ -199,6 +200,20 @@ class Snapshot:
             hint=f"export {names[0]}=... before starting fim, or write "
             f"{while_developing(names[0], url)} while developing",
         )
+
+    def named(self, kind: str, written: str) -> str:
+        """The name of the declaration of `kind` whose file `written` is (`fim run
+        agents/weather.yaml`, `fim eval evals/x.yaml`: a shell completes paths), relative
+        to the project or the current folder; `written` itself otherwise (a name)."""
+        if not written.endswith((".yaml", ".yml")) or "\0" in written:
+            return written
+        paths = {Path(written).as_posix()}
+        with contextlib.suppress(OSError, ValueError, RuntimeError):  # outside the project
+            paths.add(Path(written).resolve().relative_to(self.root.resolve()).as_posix())
+        for (k, name), source in self.sources.items():
+            if k == kind and Path(source.path).as_posix() in paths:
+                return name
+        return written
 
     def source(self, kind: str, name: str, path: tuple[str | int, ...] = ()) -> Source:
         """Where a declaration starts (a snapshot keeps no YAML, so `path` is ignored: this

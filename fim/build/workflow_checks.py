@@ -67,7 +67,8 @@ class _NodeChecks:
         (`fim.tools.python_tools.check_tools`, which covers `python_tool_nodes` too)."""
         decls = self.checker.decls
         modules, folder = decls.python_hooks, decls.folder("hook")
-        for _i, message, hint in tool_problems([entry], builtin_tool_names(), modules, folder):
+        names = builtin_tool_names()
+        for _i, message, hint in tool_problems([entry], names, modules, folder, decls.root):
             self.problem(where, message.removeprefix("tools: "), hint)
 
 

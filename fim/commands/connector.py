@@ -60,10 +60,11 @@ def import_(
         fail(f"invalid connector name '{name}'", "use letters, digits, '_' or '-'")
     if _URL.match(str(spec)):  # a Path argument already made `https://` into `https:/`
         url = _URL.sub(lambda m: m.group(1) + "://", str(spec), count=1)
+        local = f"{name}.openapi{_extension(url)}"
         fail(
             f"cannot import from a URL ({url}): fim reads a local file",
-            f"download it first: curl -fsSL -o {name}.openapi.json '{url}', then "
-            f"fim connector import {name}.openapi.json --name {name}",
+            f"download it first: curl -fsSL -o {local} '{url}', then "
+            f"fim connector import {local} --name {name}",
         )
     warnings: list[str] = []
     gc.disable()  # millions of short-lived nodes and no cycles: collections only cost time
@@ -106,6 +107,15 @@ def import_(
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/+")
 """`https://...` as typed, or as `Path` left it (`https:/...`); two letters or more, so a
 Windows drive (`C:/`) is a path."""
+
+
+def _extension(url: str) -> str:
+    """The spec's own extension (`.yml` for `.../forecast.yml`), `.json` when the URL's
+    path has none of `.json`, `.yaml`, `.yml` (the content is sniffed either way)."""
+    path = url.split("?", 1)[0].split("#", 1)[0].lower()
+    found = re.search(r"\.(json|ya?ml)$", path)
+    return f".{found.group(1)}" if found else ".json"
+
 
 _NEEDED = re.compile(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 """A `${VAR}` without default: the connector is unavailable until VAR is exported."""

@@ -14,6 +14,7 @@ from fim.commands import ProjectOption, load_snapshot, run_async
 from fim.commands.eval_cli import EvalCommand
 from fim.commands.eval_merge import compare_to, merge_reports, untested_said
 from fim.errors import RunError
+from fim.terminal import rich_console
 
 
 def register(app: typer.Typer) -> None:
@@ -100,11 +101,11 @@ def eval_command(
     case was evaluated (all skipped), or with --fail-on-skip when a case was
     skipped; 2 on bad config, including cases that could not run (ERROR: a
     missing provider key, an MCP command)."""
-    # deferred: loading rich costs a few ms
-    from rich.console import Console
 
     if format_ not in ("text", "markdown"):
-        Console(stderr=True).print(f"error: --format {format_}: use text or markdown", markup=False)
+        rich_console(stderr=True).print(
+            f"error: --format {format_}: use text or markdown", markup=False
+        )
         raise typer.Exit(2)
     if suites and suites[0] == "merge" and len(suites) > 1:
         merge_reports(
@@ -121,7 +122,7 @@ def eval_command(
     from fim.eval.report import print_summary, write_reports
     from fim.eval.runner import EvalRunner, run_models
 
-    console = Console(stderr=True, highlight=False)
+    console = rich_console(stderr=True, highlight=False)
     if record and live:
         console.print("error: --record and --live exclude each other")
         raise typer.Exit(2)
@@ -129,6 +130,7 @@ def eval_command(
         snapshot = load_snapshot(ctx, project)
     except typer.Exit:
         raise typer.Exit(2) from None
+    suites = [snapshot.named("eval", s) for s in suites] if suites else suites  # evals/x.yaml
     unknown = [s for s in suites or [] if s not in snapshot.evals]
     if unknown:
         console.print(
@@ -206,7 +208,7 @@ def eval_command(
 
         shown.write(markdown(data, comparison, fail_on_skip))
     else:
-        print_summary(report, Console(highlight=False, stderr=piped))
+        print_summary(report, rich_console(highlight=False, stderr=piped))
         if comparison is not None:
             # deferred: loading fim.eval.baseline costs tens of ms
             from fim.eval.baseline import text

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 from typing import TYPE_CHECKING
 
+from fim.config.promptfoo_words import foreign_schema
 from fim.config.yamlio import parse, problem_in_file
 from fim.errors import Problem
 
@@ -28,7 +29,23 @@ def warnings_of(snapshot: Snapshot) -> list[Problem]:
         *_hook_command_warnings(snapshot),
         *_script_warnings(snapshot),
         *_model_warnings(snapshot),
+        *_modeline_warnings(snapshot),
     ]
+
+
+def _modeline_warnings(snapshot: Snapshot) -> list[Problem]:
+    """Eval suites whose editor modeline attaches another tool's schema (promptfoo's, kept
+    from a ported config: `fim.config.promptfoo_words.foreign_schema`)."""
+    found: list[Problem] = []
+    for name in snapshot.evals:
+        path = snapshot.source("eval", name).path
+        try:
+            with open(snapshot.root / path, encoding="utf-8", errors="replace") as file:
+                problem = foreign_schema(file.read(4096), path)
+        except OSError:  # gone since the compile: a race, nothing to warn about
+            continue
+        found += [problem] if problem is not None else []
+    return found
 
 
 def _model_warnings(snapshot: Snapshot) -> list[Problem]:

@@ -94,6 +94,7 @@ def run(
     if session is not None and not 0 < len(session) <= 200:
         fail("--session: a name of 1 to 200 characters is expected")
     snapshot = load_snapshot(ctx, project)
+    agent = snapshot.named("agent", agent)  # `fim run agents/x.yaml`: a path a shell completed
     with user_errors():
         known_agent(snapshot, agent)
         if model is not None:
@@ -205,7 +206,6 @@ def check_model(snapshot: Any, model: str) -> None:
     """`fim run -m MODEL`: a role of fim.yaml, or a litellm string whose provider exists,
     checked as `fim validate` checks them, before any model library loads."""
     # deferred: loading fim.config.schema costs hundreds of ms
-    from fim.config.problems import suggest
     from fim.config.providers import provider_problem
 
     if model in snapshot.models or model.startswith("scripted:"):
@@ -215,15 +215,12 @@ def check_model(snapshot: Any, model: str) -> None:
         if problem is not None:
             raise RunError(f"-m {problem[0]}", hint=problem[1])
         return
-    roles = ", ".join(snapshot.models) or "none"
-    close = suggest(model, snapshot.models, "roles")
-    if close and close.startswith("did you mean"):
-        hint = close
-    elif model.startswith(("gpt-", "o1", "o3", "o4", "chatgpt-")):
-        hint = f"a model string names its provider: -m openai/{model} (roles: {roles})"
-    else:
-        hint = f"a role of fim.yaml (roles: {roles}) or provider/name, e.g. openai/gpt-4o-mini"
-    raise RunError(f"-m: unknown model role '{model}'", hint=hint)
+    # deferred: only for a model that is neither a role nor a provider string
+    from fim.build.model_checks import unknown_role
+    from fim.llm import catalog
+
+    message, hint = unknown_role(model, snapshot.models, catalog.listed)
+    raise RunError(f"-m: {message}", hint=hint)
 
 
 async def _once(

@@ -20,12 +20,18 @@ def hook_failure(event: Any) -> str | None:
     """The warning line (without `warning:`) for a hook event that reports a failing hook,
     or None for a decision the hook made."""
     reason = event.reason or ""
-    if FAIL_CLOSED not in reason:
+    if FAIL_CLOSED not in reason or refuses_session(event):
         return None
     where = event.point + (f" on {event.tool_name}" if event.tool_name else "")
     if f"'{event.hook}'" in reason:  # the reason names the hook already
         return f"{where}: {reason}"
     return f"{where}: hook '{event.hook}' failed: {reason}"
+
+
+def refuses_session(event: Any) -> bool:
+    """Whether a hook event refused the session (a SessionStart block): the run ends with
+    an `error:` line saying why, so no warning or `-v` line says it again."""
+    return bool(event.point == "SessionStart" and event.decision == "block")
 
 
 class HookWarnings:

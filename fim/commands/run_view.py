@@ -17,8 +17,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from fim.commands import err
-from fim.commands.run_lines import HookWarnings, model_call_line, summary_line
-from fim.terminal import clipped, markup, printable
+from fim.commands.run_lines import (
+    HookWarnings,
+    model_call_line,
+    refuses_session,
+    summary_line,
+)
+from fim.terminal import clipped, markup, printable, rich_console
 
 if TYPE_CHECKING:
     from fim.events import Event, MessageEvent, Token
@@ -236,13 +241,11 @@ class EventPrinter:
         self.approvals = Approvals()
         """What answers a `confirm` hook's request (`fim run` sets it from the terminal)."""
         self._streamed = False
-        # deferred: loading rich costs a few ms
-        from rich.console import Console
 
         # deferred: loading fim.masking costs a few ms
         from fim.masking import StreamMasker, known
 
-        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
+        self.err = rich_console(stderr=True, highlight=False, soft_wrap=True)
         self._tokens = StreamMasker(known())
         self._last_token: Token | None = None
         """Tokens are masked as a stream: a secret split over two tokens is still caught."""
@@ -275,7 +278,8 @@ class EventPrinter:
 
         event = mask_model(event)
         self._run_id = self._run_id or event.run_id
-        if isinstance(event, HookEvent) and (broke := self._hooks.line(event)):
+        broke = self._hooks.line(event) if isinstance(event, HookEvent) else None
+        if broke:
             self.err.print(f"[yellow]warning:[/yellow] {markup(broke)}")
         if self._held is not None:
             self._release(self._held, event)
@@ -319,7 +323,10 @@ class EventPrinter:
                     f"{markup(clipped(event.content, 500, middle=event.is_error))}"
                 )
             case HookEvent() if self.verbose:
-                reason = f": {markup(event.reason)}" if event.reason else ""
+                # once: not again after its warning, nor before the `error:` line that a
+                # refused session ends with (newcomer-50 #9)
+                said = broke or refuses_session(event)
+                reason = f": {markup(event.reason)}" if event.reason and not said else ""
                 self.err.print(
                     f"[magenta]⚑ {event.point} {event.hook} {event.decision}[/magenta]{reason}"
                 )

@@ -1,7 +1,8 @@
 """What a Claude Code user keeps in a project and fim does not read: `fim validate`'s
-warnings for `.claude/settings.json` hooks, subagent Markdown files, `.claude/skills/` and
-`.mcp.json` servers (each was silently ignored: validate said ok and the guard hook never
-ran). Their own module: a concern of the newcomer's first hour, apart from loading.
+warnings for `.claude/settings.json` hooks, subagent Markdown files, `.claude/skills/`,
+`.mcp.json` servers and a CLAUDE.md / AGENTS.md no agent includes (each was silently
+ignored: validate said ok and the guard hook never ran). Their own module: a concern of
+the newcomer's first hour, apart from loading.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import logging
 import os
 import posixpath
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -45,13 +47,14 @@ def claude_code_files(
     subagent an agent of its name replaces."""
     agents = agents or {}
     checks: list[Callable[[], list[Problem]]] = [
-        *(functools.partial(_claude_settings, root, name, agents) for name in _SETTINGS),
+        *(functools.partial(_claude_settings, root, n, agents, project) for n in _SETTINGS),
         *(
-            functools.partial(_subagent_files, root, folder, agents)
+            functools.partial(_subagent_files, root, folder, agents, project)
             for folder in dict.fromkeys([project.paths.agents, ".claude/agents"])
         ),
         functools.partial(_claude_skills, root, project),
         functools.partial(_mcp_json, root, project),
+        functools.partial(_memory_files, root, agents),
     ]
     found: list[Problem] = []
     for check in checks:
@@ -63,6 +66,17 @@ def claude_code_files(
 
 
 _SETTINGS = (".claude/settings.json", ".claude/settings.local.json")
+
+
+def _memory_files(root: Path, agents: Mapping[str, Any]) -> list[Problem]:
+    """CLAUDE.md / AGENTS.md no agent includes, `@path` imports in one that is included
+    (`fim.config.claude_memory`)."""
+    # deferred: only a project with a CLAUDE.md or AGENTS.md needs the check
+    from fim.config.claude_memory import MEMORY_FILES, memory_files
+
+    if not any((root / name).is_file() for name in MEMORY_FILES):
+        return []
+    return memory_files(root, agents)
 
 
 def _inside(root: Path, rel: str) -> bool:
@@ -97,11 +111,17 @@ def _at(doc: Document | None, rel: str, key: str, message: str, hint: str) -> Pr
     return doc.problem((key,), message, hint, key=True)
 
 
-def _claude_settings(root: Path, rel: str, agents: Mapping[str, Any]) -> list[Problem]:
-    """A settings.json with `hooks`: the hint is the same hooks in fim's list form, as
-    `fim validate` answers that block pasted into an agent (`fim.config.claude_hooks`),
-    each command shown as `...`: a command may hold a token, and masking knows only the
-    project's `${VAR}` values (the hint is about the shape)."""
+def _claude_settings(
+    root: Path, rel: str, agents: Mapping[str, Any], project: Project
+) -> list[Problem]:
+    """A settings.json with `hooks`: the hint is the hooks no agent runs yet in fim's list
+    form, as `fim validate` answers that block pasted into an agent
+    (`fim.config.claude_hooks`), each command shown as `"..."`: a command may hold a token,
+    and masking knows only the project's `${VAR}` values (the hint is about the shape); and
+    copied with its double quotes, as the README says. Once every hook of an event fim runs
+    is an agent's (the same command), nothing is said: the team keeps the file for Claude
+    Code, and its events fim does not run were named the first time (the warning stayed
+    on every validate). Partly followed, the message counts what is where."""
     data, doc = _json_file(root, rel)
     hooks = data.get("hooks") if isinstance(data, dict) else None
     if not isinstance(hooks, dict) or not hooks:
@@ -109,35 +129,90 @@ def _claude_settings(root: Path, rel: str, agents: Mapping[str, Any]) -> list[Pr
     # deferred: only a project with Claude Code hooks needs the shape converter
     from fim.config.claude_hooks import commands_of, pasted_claude_hooks, unsupported
 
-    pasted = {
-        hook.command
-        for agent in agents.values()
-        for hook in getattr(agent, "hooks", None) or []
-        if getattr(hook, "command", None)
-    }
-    if not set(commands_of(hooks)) - pasted and not unsupported(hooks):
-        return []  # every hook is an agent's now
-
+    declared = _declared_hooks(root, project, agents)
+    commands = commands_of(hooks)
+    missing = [c for c in commands if c.strip() not in declared]
+    others = unsupported(hooks)
+    if (commands and not missing) or (not commands and not others):
+        return []  # every hook fim can run is an agent's now
+    message = "Claude Code hooks are not read by fim"
+    if len(missing) < len(commands):
+        files = sorted({declared[c.strip()] for c in commands if c.strip() in declared})
+        total = len(commands) + sum(_count(hooks[e]) for e in others)
+        done = len(commands) - len(missing)
+        message += f" ({done} of {total} are in {', '.join(files[:3])}; {len(missing)} not yet"
+        message += f"; {total - len(commands)} use events fim does not support)" if others else ")"
     shape = pasted_claude_hooks(
-        {"type": "list_type", "loc": ("hooks",), "msg": "", "input": hooks},
+        {"type": "list_type", "loc": ("hooks",), "msg": "", "input": _only(hooks, missing)},
         ("hooks",),
         "",
         masked=True,
     )
-    listed = f", {shape[1]}" if shape is not None and shape[1] else ""
-    hint = f"paste them into an agent's hooks: as a list{listed}"
-    if shape is not None and shape[1] and 'command: "..."' in shape[1]:
+    listed = shape[1].replace("command: '...'", 'command: "..."') if shape and shape[1] else ""
+    them = "the rest" if len(missing) < len(commands) else "them"
+    hint = f"paste {them} into an agent's hooks: as a list{', ' + listed if listed else ''}"
+    if 'command: "..."' in listed:
         hint += (
             "; a \"...\" command: copy its JSON string with the double quotes (in '...' YAML "
             'keeps \\n and \\" as typed, and a command starting with # becomes one comment)'
         )
-    return [_at(doc, rel, "hooks", "Claude Code hooks are not read by fim", hint)]
+    return [_at(doc, rel, "hooks", message, hint)]
 
 
-def _subagent_files(root: Path, folder: str, agents: Mapping[str, Any]) -> list[Problem]:
+def _declared_hooks(root: Path, project: Project, agents: Mapping[str, Any]) -> dict[str, str]:
+    """Each command an agent's `hooks:` runs -> the agent's file (the first one)."""
+    found: dict[str, str] = {}
+    for name, agent in agents.items():
+        for hook in getattr(agent, "hooks", None) or []:
+            command = getattr(hook, "command", None)
+            if isinstance(command, str):
+                found.setdefault(command.strip(), _agent_file(root, project, name))
+    return found
+
+
+def _agent_file(root: Path, project: Project, name: str) -> str:
+    folder = posixpath.normpath(project.paths.agents)
+    for ext in ("yaml", "yml", "json"):
+        if (root / folder / f"{name}.{ext}").is_file():
+            return posixpath.join(folder, f"{name}.{ext}")
+    return f"agent '{name}'"
+
+
+def _count(groups: Any) -> int:
+    """The hooks of one event of a settings.json `hooks:` block."""
+    inner = (
+        [g.get("hooks") for g in groups if isinstance(g, dict)] if isinstance(groups, list) else []
+    )
+    return sum(len(h) for h in inner if isinstance(h, list))
+
+
+def _only(hooks: dict[str, Any], commands: list[str]) -> dict[str, Any]:
+    """`hooks` with only the command hooks of `commands` (and every event fim does not run)."""
+    keep = set(commands)
+    kept: dict[str, Any] = {}
+    for event, groups in hooks.items():
+        if not isinstance(groups, list):
+            kept[event] = groups
+            continue
+        left = []
+        for group in groups:
+            inner = group.get("hooks") if isinstance(group, dict) else None
+            if not isinstance(inner, list):
+                continue
+            mine = [h for h in inner if not isinstance(h, dict) or h.get("command") in keep]
+            if mine:
+                left.append({**group, "hooks": mine})
+        kept[event] = left
+    return kept
+
+
+def _subagent_files(
+    root: Path, folder: str, agents: Mapping[str, Any], project: Project
+) -> list[Problem]:
     """Markdown files with front matter (Claude Code subagents: name, description, tools,
     model, the body as the prompt) in the agents folder or `.claude/agents/`: one warning,
-    at the first, naming how many."""
+    at the first, naming how many, its hint the first one as a fim agent file
+    (`fim.config.claude_subagent`)."""
     if not _inside(root, folder):
         return []
     files = []
@@ -151,16 +226,26 @@ def _subagent_files(root: Path, folder: str, agents: Mapping[str, Any]) -> list[
     if not files:
         return []
     more = f" (and {len(files) - 1} more: {', '.join(files[1:4])})" if len(files) > 1 else ""
-    return [
-        Problem(
-            files[0],
-            1,
-            1,
-            f"not an agent file: a Claude Code subagent is not loaded by fim{more}",
-            "fim agents are agents/<name>.yaml: the front matter's name, description, tools "
-            "and model as keys, the Markdown body as `instructions:`",
-        )
-    ]
+    hint = _subagent_hint(root, files[0], project) or (
+        "fim agents are agents/<name>.yaml: the front matter's name, description, tools "
+        "and model as keys, the Markdown body as `instructions:`"
+    )
+    message = f"not an agent file: a Claude Code subagent is not loaded by fim{more}"
+    return [Problem(files[0], 1, 1, message, hint)]
+
+
+def _subagent_hint(root: Path, rel: str, project: Project) -> str | None:
+    """The subagent `rel` converted: the agent file to write (`claude_subagent.converted`)."""
+    # deferred: only a project with Claude Code subagents needs the converter
+    from fim.config.claude_subagent import converted, front_matter
+
+    text = read_regular(root / rel, 2**20, follow_links=False)[0].decode("utf-8-sig")
+    found = front_matter(text)
+    name = str(found[0].get("name") or "") if found is not None else ""
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+        name = Path(rel).stem
+    target = posixpath.join(posixpath.normpath(project.paths.agents), f"{name}.yaml")
+    return converted(text, target, list(project.models))
 
 
 _MAX_ENTRIES = 2000

@@ -14,9 +14,11 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from fim.config.child_env import network_env
 from fim.config.serving import SERVE_ONLY
 from fim.config.yamlio import Document, Path_
 from fim.errors import Problem
+from fim.masking.keys import secret_key
 
 REFERENCE = re.compile(r"\$(\$?)\{([^}]*)\}")
 RUNTIME_VARS = frozenset({"CLAUDE_PROJECT_DIR", "CLAUDE_ENV_FILE", "FIM_PROJECT_DIR"})
@@ -25,8 +27,10 @@ HOOK_BASE_ENV = frozenset(
     {"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM", "USER", "SHELL"}
 )
 """What every command hook process gets from fim's environment, declared or not (`LC_*`
-too; `fim.hooks.command_input`). Listing one under `env:` passes nothing more, so its value
-is not made a secret: masking `/root` or `en_US.UTF-8` would only deface ordinary text."""
+too; `fim.hooks.command_input`), with the CA bundle and proxy variables of
+`fim.config.child_env` (a proxy URL only without credentials). Listing one under `env:`
+passes nothing more, so its value is not made a secret: masking `/root` or `en_US.UTF-8`
+would only deface ordinary text."""
 URL_KEYS = frozenset({"base_url"})
 """Keys whose value is a URL every request is sent to: an empty default there is no URL
 (an HTTP connector's `base_url: ${API_URL:-}` failed every call), so a hint offers a local
@@ -38,6 +42,20 @@ def while_developing(name: str, url: bool) -> str:
     """The `${NAME:-...}` a hint offers for developing without NAME: a local address for a
     URL, else empty (a token left out)."""
     return f"${{{name}:-{DEV_URL if url else ''}}}"
+
+
+_SECRET_WORDS = frozenset({"KEY", "KEYS", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PWD"})
+"""Words of a variable's name that make its value a credential (`OPEN_METEO_API_KEY`)."""
+
+
+def secret_position(path: Path_, name: str) -> bool:
+    """Whether `${name}` at `path` holds a credential: under a credential key (`auth:`,
+    `token:`, `api_key:`, `Authorization`; `fim.masking.keys.secret_key`), or a variable
+    named like one (`..._KEY`, `..._TOKEN`, `..._SECRET`, `..._PASSWORD`). Its hint never
+    offers a default: a value written there is a secret committed to git."""
+    if any(secret_key(key, declaration=True) for key in path):
+        return True
+    return secret_key(name) or not _SECRET_WORDS.isdisjoint(name.upper().split("_"))
 
 
 _NAME = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])(.*))?$", re.DOTALL)
@@ -114,9 +132,15 @@ def _missing(
     doc: Document, path: Path_, name: str, op: str | None, message: str | None, empty: bool
 ) -> Problem:
     """The problem of a required variable that is not there: `${VAR}`'s hint offers a
-    default, `${VAR:?message}`'s names the author's message and never a default."""
+    default (an empty one for a credential, `secret_position`), `${VAR:?message}`'s names
+    the author's message and never a default."""
     if op is None:
         hint = f"export {name}=... or give a default: ${{{name}:-value}}"
+        if secret_position(path, name):  # a default is a secret committed to git
+            hint = (
+                f"export {name}=..., or write {while_developing(name, url=False)} while "
+                "developing; never a value there: it would be a secret in git"
+            )
         if path and path[-1] in URL_KEYS:
             hint = f"export {name}=... or give a default: {while_developing(name, url=True)}"
         if doc.path == "fim.yaml" and path and path[0] in SERVE_ONLY:
@@ -141,6 +165,12 @@ def base_env(name: str) -> bool:
     return name in HOOK_BASE_ENV or name.startswith("LC_")
 
 
+def passed_anyway(name: str, value: str) -> bool:
+    """Whether a hook gets `name` with this value undeclared: `base_env`, a CA bundle, a
+    proxy URL without credentials (`fim.config.child_env.network_env`)."""
+    return base_env(name) or name in network_env({name: value})[0]
+
+
 def passed_through(
     names: Iterable[str], secrets: set[str], env: Mapping[str, str] | None = None
 ) -> None:
@@ -155,5 +185,5 @@ def passed_through(
     environ = os.environ if env is None else env
     for name in names:
         value = environ.get(name)
-        if value and not base_env(name):
+        if value and not passed_anyway(name, value):
             secrets.add(value)

@@ -16,6 +16,10 @@ import re
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from pydantic_core import PydanticCustomError
+
+from fim.errors import Problem
+
 SAME = {
     "equals",
     "contains",
@@ -94,9 +98,38 @@ SUITE_KEYS = {
     "evaluateOptions": "fim eval --concurrency N; a suite's `repeat: N` runs each case N times",
     "outputPath": "fim eval --json FILE, --junit FILE or --format markdown",
 }
-"""promptfoo's top-level keys of a config, and fim's counterpart (`defaultTest` is close
-enough to `default_expect` for the did-you-mean)."""
+"""promptfoo's top-level keys of a config, and fim's counterpart (`defaultTest`'s hint is
+`default_test`'s, which reads its value)."""
 SUITE_KEYS["provider"] = SUITE_KEYS["models"] = SUITE_KEYS["targets"] = SUITE_KEYS["providers"]
+
+_DEFAULT_TEST = "write `default_expect: [...]` (the list under defaultTest.assert)"
+
+
+def default_test(value: Any) -> str:
+    """The hint for promptfoo's `defaultTest: {assert: [...], vars: ...}`: fim's
+    `default_expect` is its `assert` list alone, and what else it holds has no place."""
+    hint = _DEFAULT_TEST
+    if isinstance(value, Mapping):
+        if "vars" in value:
+            hint += "; fim has no suite-wide vars: give each case its `vars:`"
+        others = [str(k) for k in value if k not in ("assert", "vars")]
+        if others:
+            hint += f"; fim has no defaultTest.{', defaultTest.'.join(others)}"
+    return hint
+
+
+def suite_key(key: str, value: Any) -> str | None:
+    """The hint for promptfoo's top-level key `key` of a suite, or None."""
+    return default_test(value) if key == "defaultTest" else SUITE_KEYS.get(key)
+
+
+def default_test_form(value: Any) -> Any:
+    """`default_expect: {assert: [...]}`, promptfoo's `defaultTest` renamed but kept whole:
+    said as `defaultTest:` is, not as a mapping where a list goes."""
+    if isinstance(value, Mapping) and "assert" in value:
+        raise PydanticCustomError("list_type", "expected a list", {"hint": default_test(value)})
+    return value
+
 
 CASE_KEYS = {
     "assert": "fim calls it `expect:`",
@@ -118,6 +151,30 @@ ASSERTION_KEYS = {
 """promptfoo's keys of an assertion other than `type` (which `typed_form` handles)."""
 
 _NEGATED = re.compile(r"not[_-](?P<base>.+)\Z", re.I)
+
+_MODELINE = re.compile(r"#\s*yaml-language-server:\s*\$schema=(?P<url>\S+)")
+"""An editor's modeline attaching a JSON Schema to the file (yaml-language-server's)."""
+
+
+def foreign_schema(text: str, path: str) -> Problem | None:
+    """A warning for a suite whose modeline (its first lines) attaches another tool's
+    schema, such as promptfoo's `$schema=https://promptfoo.dev/config-schema.json` kept from
+    the ported config: the editor checks the suite against that schema, and fim's keys show
+    as mistakes there. None for fim's own (`eval.schema.json`) or no modeline."""
+    for number, line in enumerate(text.splitlines()[:10], 1):
+        found = _MODELINE.search(line)
+        if found is None or found["url"].endswith("eval.schema.json"):
+            continue
+        return Problem(
+            path,
+            number,
+            found.start() + 1,
+            f"this modeline attaches {found['url']}, so an editor checks the suite against "
+            "that schema, not fim's",
+            "delete the line, or attach fim's: `fim schema --write .fim/schema` prints the "
+            "modeline of each kind",
+        )
+    return None
 
 
 def normal(word: str) -> str:
@@ -225,10 +282,14 @@ __all__ = [
     "CASE_KEYS",
     "SUITE_KEYS",
     "UNSUPPORTED",
+    "default_test",
+    "default_test_form",
     "fim_key",
+    "foreign_schema",
     "normal",
     "shown",
     "spelled",
+    "suite_key",
     "typed_form",
     "unknown_check",
 ]

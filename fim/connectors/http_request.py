@@ -3,9 +3,10 @@
 Every argument is model-written and hostile, and this is where it meets the URL: path
 parameters are quoted into one segment each (an empty value, `.` or `..` is refused, since it
 would call another resource than the one hooks were shown), the rest is split into query and
-body by the action's declaration. Kept apart from `fim.connectors.http_fetch` (sending,
-retries, redirects) and `fim.connectors.http_observation` (reading the response) so this
-security-sensitive step can be read and reviewed on its own.
+body by the action's declaration (a list in the query as its `query_style` says). Kept apart
+from `fim.connectors.http_fetch` (sending, retries, redirects) and
+`fim.connectors.http_observation` (reading the response) so this security-sensitive step can
+be read and reviewed on its own.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ def build_request(action: HttpAction, args: dict[str, Any]) -> dict[str, Any]:
     query_names = set(action.query or ())
     if action.method in _QUERY_METHODS:
         query_names |= set(remaining) - {action.body_parameter}
-    query = {k: _query_value(v) for k, v in remaining.items() if k in query_names}
+    styles = action.query_style
+    query = {k: _query_value(v, styles.get(k)) for k, v in remaining.items() if k in query_names}
     body = {k: v for k, v in remaining.items() if k not in query_names}
     request: dict[str, Any] = {"method": action.method, "url": path, "params": query}
     if action.body_parameter and action.body_parameter in body:
@@ -110,9 +112,16 @@ def _bytes(value: Any, content_type: str | None) -> bytes:
         raise ValueError("a binary body or file must be base64-encoded") from None
 
 
-def _query_value(value: Any) -> Any:
+_SEPARATORS = {"comma": ",", "space": " ", "pipe": "|"}
+
+
+def _query_value(value: Any, style: str | None) -> Any:
+    """A list is one parameter per item, or one parameter of items joined as the action's
+    `query_style` says (`hourly=temperature_2m,rain`; httpx writes the comma `%2C`, which
+    every server decodes before splitting)."""
     if isinstance(value, list):
-        return [_scalar(v) for v in value]
+        items = [_scalar(v) for v in value]
+        return _SEPARATORS[style].join(items) if style in _SEPARATORS else items
     return _scalar(value)
 
 

@@ -41,13 +41,15 @@ def secrets_of(decl: HttpConnector) -> list[str]:
 def own_credentials(decl: HttpConnector) -> tuple[dict[str, str], dict[str, str]]:
     """The headers (`headers:` and the api key or bearer token) and query parameters (an
     api key `in: query`) a request to the connector's own origin carries, and no other.
-    Basic auth is httpx's `BasicAuth`, handed to each request for the own origin."""
+    Basic auth is httpx's `BasicAuth`, handed to each request for the own origin. An empty
+    key or token (`${OPEN_METEO_API_KEY:-}` unset: an API whose key is optional) is not
+    sent: `apikey=` is no credential, and some services refuse it."""
     headers = dict(decl.headers)
     params: dict[str, str] = {}
     spec = decl.auth
-    if spec is not None and spec.type == "bearer":
+    if spec is not None and spec.type == "bearer" and spec.token:
         headers["Authorization"] = f"Bearer {spec.token}"
-    elif spec is not None and spec.type == "api_key":
+    elif spec is not None and spec.type == "api_key" and spec.key:
         if spec.location == "header":
             headers[spec.name] = spec.key
         else:

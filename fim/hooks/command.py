@@ -11,7 +11,8 @@ The command answers with its exit code and, on exit 0, optional JSON on stdout:
   `hookSpecificOutput.updatedInput` rewrites the arguments; `additionalContext` adds
   context (at PostToolUse it is appended to the observation the model reads);
   `hookSpecificOutput.updatedMCPToolOutput` replaces the observation;
-- exit 2: block, with stderr as the reason the model reads;
+- exit 2: block, with stderr as the reason the model reads (and a hint when it reads like
+  a certificate or proxy failure: `uv` exits 2 when a download fails);
 - any other exit code, a timeout, or JSON that is not exactly the documented shape
   (unknown keys or decision words, wrong types, a byte-order mark or other invisible
   character before it, trailing text, duplicate keys): block, naming the hook and what was
@@ -19,8 +20,9 @@ The command answers with its exit code and, on exit 0, optional JSON on stdout:
 
 The command sees Claude Code's names where fim has an equivalent (`shell` is `Bash`, MCP
 tools are `mcp__<server>__<tool>`; see `fim.hooks.claude`), runs with an allow-listed
-environment (PATH, HOME, LANG, the protocol's CLAUDE_*/FIM_* variables and what the
-declaration lists under `env:`), and gets `transcript_path`, a JSONL file of the run so far.
+environment (PATH, HOME, LANG, the CA bundle and proxy variables of `fim.config.child_env`,
+the protocol's CLAUDE_*/FIM_* variables and what the declaration lists under `env:`), and
+gets `transcript_path`, a JSONL file of the run so far.
 At SessionStart, lines `export NAME=value` it writes to `$CLAUDE_ENV_FILE` become
 environment of the run's `shell` tool.
 
@@ -49,6 +51,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fim.config.child_env import NETWORK_FAILURE, network_env, network_hint, withheld_note
 from fim.hooks.base import BaseHook, log
 from fim.hooks.command_input import environment, event_payload, read_env_file, write_transcript
 from fim.hooks.command_output import interpret
@@ -100,7 +103,7 @@ class CommandHook(BaseHook):
     def payload(self, context: HookContext) -> dict[str, Any]:
         """The JSON the command reads on stdin (see `fim.hooks.command_input`)."""
         transcript = write_transcript(self.run_context, context)
-        return event_payload(context, self._root(), transcript, self._files())
+        return event_payload(context, self._root(), transcript, self._files(), self.run_context)
 
     def _files(self) -> Path | None:
         """The folder the run's `file_ops` works in (its paths are given absolute)."""
@@ -145,14 +148,23 @@ class CommandHook(BaseHook):
             if env_file is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(env_file)
+        refused = "the call was blocked because hooks fail closed"
+        if self.event == "SessionStart":  # no call: the session is what a failure stops
+            refused = (
+                "it is optional (hooks fail closed otherwise)"
+                if self.optional
+                else "the session was refused because hooks fail closed"
+            )
         if code is None:
             return HookResult(
                 allow=False,
-                error=f"hook command timed out after {self.timeout:g}s and was killed; the "
-                "call was blocked because hooks fail closed",
+                error=f"hook command timed out after {self.timeout:g}s and was killed; {refused}",
             )
-        if code == 2:
+        if code == 2:  # Claude Code's block, also when a tool's error ended the hook with 2
             reason = stderr.strip() or "the hook command exited with code 2 without a reason"
+            if NETWORK_FAILURE.search(stderr):  # uv's exit 2 on a certificate it cannot verify
+                self._withheld(given)
+                reason += f" ({network_hint(NETWORK_HOW)})"
             return HookResult(allow=False, error=reason)
         if code != 0:
             # masked whole, then cut (`Masker.tail`): cut first, the end of a secret the
@@ -166,11 +178,13 @@ class CommandHook(BaseHook):
                     "an allow-listed environment: add `env: [%s]` to the hook",
                     self.name, listed, "is" if len(missing) == 1 else "are", listed,
                 )  # fmt: skip
+            if NETWORK_FAILURE.search(stderr):
+                self._withheld(given)
             return HookResult(
                 allow=False,
                 error=f"hook command failed with exit code {code}"
                 + (f": {tail}" if tail else "")
-                + "; the call was blocked because hooks fail closed "
+                + f"; {refused} "
                 + f"({failure_hint(stderr, code, self.command)})",
             )
         if stderr.strip():
@@ -178,6 +192,13 @@ class CommandHook(BaseHook):
         return await interpret(
             self, context, stdout, ask_timeout=self.options.ask_timeout, files=self._files()
         )
+
+    def _withheld(self, given: Mapping[str, str]) -> None:
+        """Tell fim's log (the operator, never the model) which proxy variables a hook that
+        failed like a certificate or proxy error was not given: credentials in the URL."""
+        if withheld := [n for n in network_env(os.environ)[1] if n not in given]:
+            how = f"`env: [{', '.join(withheld)}]` on the hook"
+            log.warning(withheld_note(f"hook '{self.name}'", withheld, how))
 
     def _show_stderr(self, stderr: str) -> None:
         """What a hook that succeeded wrote on stderr, for the operator only: a `fim.hooks`
@@ -214,6 +235,19 @@ in"): the usual reason a hook that works in a terminal fails under fim's allow-l
 environment."""
 
 
+NETWORK_HOW = "`env: [NAME]` on the hook"
+"""How a hook is given a variable fim withholds (`fim.config.child_env.network_hint`)."""
+
+NOT_INSTALLED_HINT = (
+    "'{program}' is not installed or not on the PATH fim runs with: install it where fim "
+    "runs, or write its full path in the command"
+)
+"""Why the shell said `uv: not found` for the program the command starts with."""
+
+_NOT_FOUND = re.compile(r"([^\s:]+): (?:command )?not found")
+"""A shell's word for a program it could not find (`/bin/sh: 1: uv: not found`, bash's
+`uv: command not found`)."""
+
 NOT_RUNNABLE_HINT = (
     "the command or its interpreter was not found or cannot run: check the script's #! "
     "line (Windows line endings end it in \\r, and /bin/sh\\r is not found: "
@@ -227,15 +261,21 @@ for a script changed since, or a program the script itself runs."""
 
 def failure_hint(stderr: str, code: int = 1, command: str = "") -> str:
     """The hint of a hook that exited with a code other than 0 or 2, by its exit code:
-    126/127 (the shell could not find or start a program) point at the script's `#!` line
-    and the program's installation; otherwise the environment allow-list when its stderr
-    reads like a missing variable or credential, else what an exit code means in fim (a
-    Claude Code user's exit 1 was non-blocking there). The stderr is only matched, never
-    quoted here: the block message already shows its tail."""
+    126/127 (the shell could not find or start a program) name the command's program when
+    the shell said it is not found (`uv: not found` for `uv run ...`), else point at the
+    script's `#!` line and the program's installation; otherwise the CA bundle and proxy
+    variables when its stderr reads like a certificate or proxy failure, the environment
+    allow-list when it reads like a missing variable or credential, else what an exit code
+    means in fim (a Claude Code user's exit 1 was non-blocking there). The stderr is only
+    matched, never quoted here: the block message already shows its tail."""
+    words = [word for word in command.split() if not re.match(r"^[A-Za-z_]\w*=", word)]
     if code in (126, 127):
-        words = command.split()
+        if code == 127 and words and words[0] in _NOT_FOUND.findall(stderr):
+            return NOT_INSTALLED_HINT.format(program=words[0])
         script = words[0] if words and "/" in words[0] else "SCRIPT"
         return NOT_RUNNABLE_HINT.format(script=script)
+    if NETWORK_FAILURE.search(stderr):
+        return network_hint(NETWORK_HOW)
     return ENV_HINT if _MISSING.search(stderr) else EXIT_HINT
 
 

@@ -2,8 +2,9 @@
 
 Kept apart from the hook because it decides what leaves fim for a user's script: the event
 as Claude Code's JSON (its tool names where fim has an equivalent), the run so far as a
-masked JSONL transcript, and an allow-listed environment, so model and connector keys stay
-in fim. A SessionStart hook's `export NAME=value` lines come back through `read_env_file`.
+masked JSONL transcript in Claude Code's shapes, and an allow-listed environment, so model
+and connector keys stay in fim. A SessionStart hook's `export NAME=value` lines come back
+through `read_env_file`.
 
 Values that cross here are secrets when they would be anywhere else (`fim.masking`): what an
 `env: [NAME]` list passes through is read from fim's environment like a `${NAME}` (the
@@ -24,9 +25,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fim import private
-from fim.config.interpolate import base_env
+from fim.config.child_env import network_env
+from fim.config.interpolate import base_env, passed_anyway
 from fim.hooks.claude import to_claude
+from fim.hooks.claude_transcript import entry, mcp_metadata
 from fim.masking import config_secrets, remember
+from fim.tools.builtin._common import sandbox_dir
 from fim.types import HookContext
 
 if TYPE_CHECKING:
@@ -34,19 +38,33 @@ if TYPE_CHECKING:
 
 
 def event_payload(
-    context: HookContext, root: str, transcript_path: str | None, files: Path | None = None
+    context: HookContext,
+    root: str,
+    transcript_path: str | None,
+    files: Path | None = None,
+    run: RunContext | None = None,
 ) -> dict[str, Any]:
     """The event as the JSON a Claude Code hook reads on stdin, plus fim's own names
-    (`file_ops` paths absolute under `files`, as Claude Code gives them)."""
+    (`file_ops` paths absolute under `files`, as Claude Code gives them).
+
+    `session_id` is the conversation's, as Claude Code's stays one for a whole
+    conversation: the fim session's when the run belongs to one (`fim run --session`, a
+    `session_id` over HTTP), else the run's (a run is then the whole conversation). The
+    run id is `fim.run_id` either way. SessionStart's `source` is `resume` when the session
+    already has messages (Claude Code's `--resume`), else `startup`; fim has no `clear`,
+    and a compaction does not start the session again (no `compact`). The session's id was
+    the run's before, new at every turn: a hook's per-session state (a warn-once flag file,
+    a log per session) was lost at each one, and every turn was a `startup`."""
+    session = _session_of(run)
     data: dict[str, Any] = {
-        "session_id": context.run_id,
+        "session_id": session or context.run_id,
         "transcript_path": transcript_path,
         "cwd": root,
         "permission_mode": "default",
         "hook_event_name": context.point,
     }
     if context.point == "SessionStart":
-        data["source"] = "startup"
+        data["source"] = "resume" if session and _continues(run) else "startup"
     else:
         claude = to_claude(context.tool_name, context.tool_args, context.metadata, files)
         name, args = claude or (context.tool_name, context.tool_args or {})
@@ -58,6 +76,7 @@ def event_payload(
         data["tool_response"] = _as_json(context.tool_result)
     data["fim"] = {
         "agent": context.agent,
+        "run_id": context.run_id,
         "tool_name": context.tool_name,
         "tool_input": context.tool_args,
         "metadata": {k: v for k, v in context.metadata.items() if _jsonable(v) and k[:1] != "_"},
@@ -65,8 +84,22 @@ def event_payload(
     return data
 
 
+def _session_of(run: RunContext | None) -> str | None:
+    """The session the run belongs to (its store key), if any."""
+    return (run.session or None) if run is not None else None
+
+
+def _continues(run: RunContext | None) -> bool:
+    """Whether the run's conversation holds an earlier turn (an answer or a tool result)
+    before its prompt: the session is resumed, not started."""
+    messages = run.transcript if run is not None else []
+    return any(getattr(m, "role", None) in ("assistant", "tool") for m in messages)
+
+
 def write_transcript(run: RunContext | None, context: HookContext) -> str | None:
-    """Write the run so far as JSONL (Claude Code's `transcript_path`), masked.
+    """Write the run so far as JSONL in Claude Code's transcript shapes
+    (`fim.hooks.claude_transcript`: `tool_use` blocks with Claude's tool names, tool
+    results as `user` lines), masked: the file `transcript_path` names.
 
     Appended to: each hook call writes only the messages added since the last one
     (`RunContext.transcript_written`). Rewriting the whole conversation at every call, on
@@ -82,10 +115,13 @@ def write_transcript(run: RunContext | None, context: HookContext) -> str | None
     if start > len(messages) or (start and not path.exists()):
         start = 0
     mask_value = run.snapshot.masker.value
+    session = _session_of(run) or context.run_id
+    files = sandbox_dir(run)
+    metadata = mcp_metadata(run.snapshot.project.mcp_servers, context.metadata)
     lines = []
     for message in messages[start:]:
-        entry = {"type": message.role, "message": message.model_dump(exclude_none=True)}
-        lines.append(json.dumps(mask_value(entry), ensure_ascii=False, default=str))
+        line = entry(message, session, files, metadata)
+        lines.append(json.dumps(mask_value(line), ensure_ascii=False, default=str))
     with path.open("a" if start else "w", encoding="utf-8") as out:
         out.write("".join(f"{line}\n" for line in lines))
     run.transcript_written = len(messages)
@@ -98,10 +134,12 @@ def environment(
     root: str,
     env_file: str | None,
 ) -> dict[str, str]:
-    """The allow-listed environment (`HOOK_BASE_ENV`: PATH, HOME, LANG, LC_* ...), what the
-    declaration lists under `env:`, and the protocol's CLAUDE_*/FIM_* variables. Nothing
-    else: model and connector keys stay in fim."""
+    """The allow-listed environment (`HOOK_BASE_ENV`: PATH, HOME, LANG, LC_* ...), the CA
+    bundle and proxy variables (a proxy URL only without credentials: `fim.config.
+    child_env`), what the declaration lists under `env:`, and the protocol's CLAUDE_*/FIM_*
+    variables. Nothing else: model and connector keys stay in fim."""
     env = {k: v for k, v in os.environ.items() if base_env(k)}
+    env.update(network_env(os.environ)[0])
     env.setdefault("PATH", os.defpath)
     if isinstance(declared, dict):
         env.update({k: str(v) for k, v in declared.items()})
@@ -109,7 +147,7 @@ def environment(
         passed = {k: os.environ[k] for k in declared if k in os.environ}
         # The loader recorded these; a hook built without a load (fim.testing, a library
         # caller's Snapshot) or a value changed since would otherwise go out raw.
-        remember(v for k, v in passed.items() if not base_env(k))
+        remember(v for k, v in passed.items() if not passed_anyway(k, v))
         env.update(passed)
     env["CLAUDE_PROJECT_DIR"] = root
     env["FIM_PROJECT_DIR"] = root

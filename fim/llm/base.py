@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import functools
 import os
+import re
+import socket
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -246,6 +248,39 @@ def connection_refused(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+_DNS_WORDS = re.compile(
+    r"Name or service not known|nodename nor servname|getaddrinfo failed|"
+    r"Temporary failure in name resolution|No address associated with hostname"
+)
+_HOST_IN_TEXT = re.compile(r"Cannot connect to host \[?([^\s:\]]+)")
+
+
+def connect_failure(exc: BaseException) -> tuple[str | None, bool] | None:
+    """(the host, whether its name did not resolve) when `exc`, or an exception it was
+    raised from, is a socket-level failure (an `OSError`: DNS, reset, TLS): no HTTP answer
+    came, whatever status is on top (litellm labels a gemini or anthropic DNS failure
+    HTTP 500). None otherwise. The host is the one the error names, when it names one."""
+    seen: BaseException | None = exc
+    found: tuple[str | None, bool] | None = None
+    for _ in range(8):
+        if seen is None:
+            break
+        cause = getattr(seen, "os_error", None)
+        if isinstance(seen, OSError) or isinstance(cause, OSError):
+            host = getattr(seen, "host", None)
+            dns = isinstance(seen, socket.gaierror) or isinstance(cause, socket.gaierror)
+            dns = dns or bool(_DNS_WORDS.search(str(seen)))
+            found = (
+                (found[0] if found else None) or (host if isinstance(host, str) else None),
+                dns or (found[1] if found else False),
+            )
+        seen = seen.__cause__ or seen.__context__
+    if found is not None and found[0] is None:
+        named = _HOST_IN_TEXT.search(str(exc))
+        found = (named.group(1) if named else None, found[1])
+    return found
 
 
 def cannot_connect(settings: ModelSettings, url: str) -> RunError:

@@ -24,11 +24,13 @@ from fim.llm.base import (
     KEY_ENV,
     LOCAL_PROVIDERS,
     MAX_ERROR_DETAIL,
+    UNREACHABLE,
     Transient,
     api_base,
     cannot_connect,
     chat_request,
     check_allowed,
+    connect_failure,
     connection_refused,
     provider_of,
     quoted,
@@ -177,6 +179,11 @@ class LiteLLMModel:
             return timeout_error(self.settings, self.endpoint)
         if connection_refused(exc):  # litellm labels it HTTP 500: it is not worth a retry
             return cannot_connect(self.settings, self.endpoint)
+        failed = connect_failure(exc)  # no answer came: not the HTTP 500 litellm says
+        if failed is not None:
+            host, dns = failed
+            where = f"{host or self.endpoint}{' (DNS)' if dns else ''}"
+            return Transient(f"{UNREACHABLE} {where}", detail)
         status = getattr(exc, "status_code", None)
         if isinstance(status, int) and (status == 429 or status >= 500):
             headers = getattr(getattr(exc, "response", None), "headers", None) or {}
@@ -186,7 +193,7 @@ class LiteLLMModel:
                 parse_retry_after(headers.get("retry-after")),
             )
         if isinstance(exc, litellm.APIConnectionError):
-            return Transient(f"cannot reach model endpoint {self.endpoint}", detail)
+            return Transient(f"{UNREACHABLE} {self.endpoint}", detail)
         if isinstance(status, int) and status >= 400:
             return status_error(self.settings, status, detail, self._key)
         return RunError(

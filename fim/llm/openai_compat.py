@@ -30,6 +30,7 @@ from fim.llm.base import (
     cannot_connect,
     chat_request,
     check_allowed,
+    connect_failure,
     connection_refused,
     provider_of,
     quoted,
@@ -326,7 +327,9 @@ class OpenAICompatModel:
                 f"{self.name}: connection to {self.base_url} lost mid-stream: {detail}",
                 hint="the endpoint closed the stream early; retry, or use a non-streaming run",
             )
-        return Transient(f"{UNREACHABLE} {self.base_url}", detail)
+        failed = connect_failure(exc)
+        dns = " (DNS)" if failed is not None and failed[1] else ""
+        return Transient(f"{UNREACHABLE} {self.base_url}{dns}", detail)
 
 
 class OpenAIBackend(Backend):

@@ -271,6 +271,7 @@ class Session(Requests):
             if "Connection closed" in reason:
                 reason = "the process exited before completing the MCP handshake"
             reason += (f" (stderr: {tail})" if tail else "") + f" [command: {command}]"
+            reason += transport.network_note(self.name, self.decl, tail)
         else:
             reason = f"{self.decl.url}: {reason}"
         return self.mask(reason)

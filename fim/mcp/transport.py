@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import functools
 import importlib
+import logging
 import os
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import anyio
 
+from fim.config.child_env import NETWORK_FAILURE, network_env, network_hint, withheld_note
 from fim.config.schema import HttpServer, McpServer, StdioServer
 from fim.masking import known
 from fim.mcp.pacing import ReadBudget
@@ -36,7 +38,11 @@ if TYPE_CHECKING:
 
 PASSED_ENV = ("LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "VIRTUAL_ENV", "PYENV_ROOT", "PYENV_VERSION")
 """Inherited on top of the SDK's minimal set (HOME, LOGNAME, PATH, SHELL, TERM, USER), so
-interpreters find their locale and environment without leaking the rest of ours."""
+interpreters find their locale and environment without leaking the rest of ours; with the
+CA bundle and proxy variables hooks get too (`fim.config.child_env.network_env`: a proxy
+URL only without credentials), so `uvx` / `npx` download where the network needs them."""
+
+log = logging.getLogger(__name__)
 
 STDERR_TAIL = 600
 STDERR_MAX = 1024 * 1024
@@ -200,9 +206,33 @@ def stdio_params(decl: StdioServer, root: Path) -> Any:
     from mcp.client.stdio import StdioServerParameters
 
     env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+    env.update(network_env(os.environ)[0])
     env.update(decl.env)
     cwd = (root / decl.cwd) if decl.cwd else root
-    return StdioServerParameters(command=decl.command, args=list(decl.args), env=env, cwd=cwd)
+    # a byte that is not UTF-8 killed the SDK's strict reader: every later call waited out
+    # its timeout (attack-55 F2); replaced, it is one odd character in a message
+    return StdioServerParameters(
+        command=decl.command,
+        args=list(decl.args),
+        env=env,
+        cwd=cwd,
+        encoding_error_handler="replace",
+    )
+
+
+def network_note(name: str, decl: StdioServer, stderr: str) -> str:
+    """What a stdio server's start failure adds when its stderr reads like a certificate or
+    proxy failure (`uvx`'s `invalid peer certificate: UnknownIssuer`): the variables fim
+    passes and how to pass more, and in fim's log the proxy variables it withheld
+    (credentials in their URL; `fim.config.child_env`)."""
+    if not NETWORK_FAILURE.search(stderr):
+        return ""
+    how = '`env: {NAME: "${NAME}"}` on the server'
+    withheld = [n for n in network_env(os.environ)[1] if n not in decl.env]
+    if withheld:
+        how_named = f'`env: {{{withheld[0]}: "${{{withheld[0]}}}"}}` on the server'
+        log.warning(withheld_note(f"MCP server '{name}'", withheld, how_named))
+    return f" ({network_hint(how)})"
 
 
 async def open_client(
@@ -233,7 +263,8 @@ async def open_client(
         from mcp.client.stdio import stdio_client
 
         # deferred: loaded with a server's client only
-        from fim.mcp.capped import cap_stdio, group_ended, stdio_budget, stdio_cut
+        from fim.mcp.capped import cap_stdio, stdio_budget, stdio_cut
+        from fim.mcp.groups import group_ended
 
         if not (root / (decl.cwd or ".")).is_dir():
             raise FileNotFoundError(f"working directory '{decl.cwd}' does not exist")

@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from fim.build.snapshot import Skill, Snapshot
+from fim.config.claude_tools import CLAUDE_TOOLS
 from fim.errors import RunError
 from fim.run.services import Provision, RunContext
 from fim.tools.base import FunctionTool
@@ -50,19 +51,6 @@ def _broken(snapshot: Snapshot, selection: str | list[str]) -> list[tuple[str, s
     return [(n, str(found[n][0])) for n in names if found[n]]
 
 
-_CLAUDE_TOOLS = {
-    "Bash": "shell",
-    "Read": "file_ops",
-    "Write": "file_ops",
-    "Edit": "file_ops",
-    "MultiEdit": "file_ops",
-    "LS": "file_ops",
-    "Glob": "file_ops",
-    "Grep": "file_ops",
-    "WebFetch": "web_fetch",
-}
-"""Claude Code tool -> fim tool (the inverse of fim/hooks/claude.py's aliases, plus the
-read-only file tools Claude has and fim folds into file_ops)."""
 _TOOL_TOKEN = re.compile(r"([A-Za-z_][\w.-]*)(\([^)]*\))?")
 
 
@@ -83,7 +71,7 @@ def fim_tool_of(entry: str) -> str | None:
     """The fim tool an `allowed-tools` entry maps to (`Bash(git:*)` -> `shell`), or None
     when fim has no equivalent; fim's own names map to themselves."""
     name = entry.split("(", 1)[0]
-    return _CLAUDE_TOOLS.get(name) or (name if "_" in name or name.islower() else None)
+    return CLAUDE_TOOLS.get(name) or (name if "_" in name or name.islower() else None)
 
 
 def _allowed_tools(skill: Skill) -> list[str]:

@@ -70,6 +70,7 @@ from fim.server import (
 from fim.server.app import create_app, reload_gate
 from fim.server.proxy import behind
 from fim.server.stopping import on_signals, settle
+from fim.stdout_guard import guarded
 from fim.store.health import check_at_start
 from fim.store.schema import normalize_url
 from fim.tools.isolate_helpers import start_tracker_clean
@@ -362,6 +363,7 @@ def worker_app() -> Any:
     hide_from_children()  # spawned: its block holds the parent's variables again
     options = json.loads(os.environ[ENV])
     configure(options["log_level"], "json" if options["json"] else "text")
+    guarded("worker").__enter__()  # its lifetime, as `fim serve`'s: a tool's prints logged
     root = Path(options["root"])
     snapshot = start_snapshot(root, options)
     build_validators()
@@ -374,7 +376,6 @@ def worker_app() -> Any:
     observe.warm(snapshot.project.name)
     settle_heap()
     preload(snapshot.models_in_use())
-
     api = app.state.api
 
     @contextlib.asynccontextmanager

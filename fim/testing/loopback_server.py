@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
 
 class LoopbackServer:
-    """Serves `self._app()` on 127.0.0.1:`port` from `start()` until `stop()` (or as a
-    context manager, sync or async)."""
+    """Serves `self._app()` on `host`:`port` (127.0.0.1 and a free port unless set before
+    `start()`) from `start()` until `stop()` (or as a context manager, sync or async)."""
 
     _thread_name = "loopback-server"
     _label = "the loopback server"
@@ -30,6 +30,7 @@ class LoopbackServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: uvicorn.Server | None = None
+        self.host = "127.0.0.1"
         self.port = 0
 
     def _app(self) -> Any:
@@ -45,7 +46,11 @@ class LoopbackServer:
         # Inherited by accepted connections: uvicorn writes head and body apart, and with
         # Nagle on each reply waited ~40 ms for the client's delayed ACK.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind(("127.0.0.1", 0))
+        try:
+            sock.bind((self.host, self.port))
+        except OSError:  # the port is taken, or the host is not this machine's
+            sock.close()
+            raise
         sock.listen(1024)
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(

@@ -70,7 +70,8 @@ class _Failure:
 
 
 class OpenAIStubServer(LoopbackServer):
-    """An OpenAI-compatible endpoint on an ephemeral loopback port.
+    """An OpenAI-compatible endpoint on an ephemeral loopback port (or `host`:`port`: a
+    fixed one keeps the `api_base` cassettes are keyed on across restarts).
 
     `steps` are replayed in order; `handler(request_json)` computes each reply instead (a
     ModelResponse, a string, a raw chat.completion dict, or bytes sent as the body of a
@@ -91,6 +92,8 @@ class OpenAIStubServer(LoopbackServer):
         latency: float = 0.0,
         model: str = "stub-model",
         record: bool = True,
+        host: str = "127.0.0.1",
+        port: int = 0,
     ) -> None:
         self._steps: deque[Step] | None = deque(steps) if steps is not None else None
         self.handler = handler
@@ -103,13 +106,16 @@ class OpenAIStubServer(LoopbackServer):
         self._gather: _Gather | None = None
         self._lock = threading.Lock()
         super().__init__()
+        self.host, self.port = host, port
 
     # ------------------------------------------------------------------ lifecycle
 
     @property
     def base_url(self) -> str:
-        """The OpenAI-style base URL, e.g. `http://127.0.0.1:PORT/v1`."""
-        return f"http://127.0.0.1:{self.port}/v1"
+        """The OpenAI-style base URL, e.g. `http://127.0.0.1:PORT/v1` (served on every
+        address, `0.0.0.0`, it is reached at 127.0.0.1)."""
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
+        return f"http://{host}:{self.port}/v1"
 
     # ------------------------------------------------------------------ knobs
 
@@ -319,6 +325,14 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--tool", default="lookup", help="tool name for --tool-loop")
     parser.add_argument("--answer", default="done", help="the final answer")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=0,
+        help="port to listen on (default: a free one); fix it so a model's api_base, and "
+        "the cassettes recorded against it, stay the same across restarts",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     options = parser.parse_args(argv)
     if options.tool_loop:
         handler = tool_loop(options.tool_loop, options.tool, answer=options.answer)
@@ -328,12 +342,25 @@ def main(argv: list[str] | None = None) -> None:
         def handler(request: dict[str, Any]) -> str:
             return answer
 
+    server = OpenAIStubServer(
+        handler=handler, latency=options.latency, host=options.host, port=options.port
+    )
+    try:
+        server.start()
+    except OSError as exc:  # the port is taken (a stub still running?) or the host unknown
+        parser.exit(
+            2,
+            f"error: cannot listen on {options.host}:{options.port}: {exc.strerror or exc} "
+            "(stop the server holding it, or pick another --port)\n",
+        )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with OpenAIStubServer(handler=handler, latency=options.latency) as server:
+    try:
         print(server.base_url, flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             stop.wait()
+    finally:
+        server.stop()
 
 
 if __name__ == "__main__":

@@ -17,11 +17,13 @@ What a function becomes, so that nothing about it is written twice:
   from the signature), so every parameter must be annotated; each one's description is
   its annotation's (`Annotated[str, Field(description=...)]`), else the docstring's
   (Google `Args:`, NumPy `Parameters`, Sphinx `:param x:`, as ADK and openai-agents read
-  them);
+  them); the context those frameworks inject (`tool_context`, `ctx`) has no counterpart,
+  and a parameter for it is refused as such;
 - a call validates the arguments with that same model before the function runs (a bad
   argument is an observation for the model), runs a sync function in a worker thread
   (never on the event loop) and awaits an async one; the result is text: a `str` as it
-  is, anything else as JSON; an exception is the registry's error observation;
+  is, anything else as JSON; an exception is the registry's error observation; what it
+  prints is logged under its name, never written to fim's stdout (`fim.stdout_guard`);
 - hooks see it as any builtin: its name, its arguments and `access`. fim cannot know what
   a function does, so it is `access: write` (blocked for a read-only agent or project by
   `readonly_guard`) unless it is marked `@fim.tools.read_only`.
@@ -40,6 +42,7 @@ from pydantic_core import to_json
 from fim.build.builtin_names import is_python_tool, tool_name
 from fim.build.project_modules import LoadModule, ModuleLoadError, functions_of, project_module
 from fim.errors import Problem, RunError
+from fim.stdout_guard import calling
 from fim.threads import own_thread
 from fim.tools.base import FunctionTool
 from fim.tools.docstrings import describe, first_paragraph, parameter_docs
@@ -92,6 +95,27 @@ def split_ref(ref: str) -> tuple[str, str]:
 # ---------------------------------------------------------------------- building
 
 
+CONTEXT_PARAMETERS = frozenset({"tool_context", "ctx", "context", "run_context"})
+"""Names ADK (`tool_context`) and openai-agents (`ctx`, `context`, `run_context`) give the
+context they pass into a tool, which fim has no equivalent of: refused when unannotated."""
+
+CONTEXT_TYPES = frozenset({"ToolContext", "RunContextWrapper"})
+"""The types of those contexts (ADK's, openai-agents'): refused under any name."""
+
+
+def _injected(parameter: inspect.Parameter) -> bool:
+    """Whether `parameter` is a context another framework injects (`tool_context:
+    ToolContext`, `ctx: RunContextWrapper[Any]`, or `tool_context` with its import gone)."""
+    annotation = parameter.annotation
+    if annotation is parameter.empty:
+        return parameter.name in CONTEXT_PARAMETERS
+    if isinstance(annotation, str):  # `from __future__ import annotations`
+        spelled = annotation
+    else:
+        spelled = str(getattr(typing.get_origin(annotation) or annotation, "__name__", ""))
+    return spelled.partition("[")[0].rpartition(".")[2].strip("'\" ") in CONTEXT_TYPES
+
+
 def _arguments_model(fn: Callable[..., Any], ref: str) -> tuple[type[BaseModel], list[str]]:
     """A pydantic model of `fn`'s parameters (fields `p0`, `p1`... aliased to the
     parameter names, so a parameter may be called `json` or `_x`), and those names."""
@@ -106,6 +130,13 @@ def _arguments_model(fn: Callable[..., Any], ref: str) -> tuple[type[BaseModel],
             f"'{ref}' has parameters a tool cannot be given: {', '.join(odd)}",
             "a tool's arguments are named: use plain parameters (a list parameter instead "
             "of *args, no positional-only '/')",
+        )
+    injected = [p.name for p in signature.parameters.values() if _injected(p)]
+    if injected:
+        raise PythonToolError(
+            f"'{ref}' has a parameter for an injected context: {', '.join(injected)}",
+            "ADK passes a ToolContext and openai-agents a RunContextWrapper into a tool; fim "
+            "injects no context, and the model cannot fill one: remove the parameter",
         )
     bare = [p.name for p in signature.parameters.values() if p.annotation is p.empty]
     if bare:
@@ -206,12 +237,8 @@ def build_tool(fn: Any, ref: str) -> FunctionTool:
 
     async def run(**arguments: Any) -> str | ToolResult:
         try:
-            if is_async:
-                result = await fn(**bind(arguments))
-            else:  # the function and its argument validators may block: a thread of its own
-                result = await own_thread(call_sync, arguments)
-                if inspect.isawaitable(result):
-                    result = await result
+            with calling(name):  # what it prints goes to the log, never fim's stdout
+                result = await call(arguments)
         except _BadArguments as bad:
             return ToolResult(
                 content=f"Error: invalid arguments for '{name}': {bad.text}. Fix the "
@@ -219,6 +246,15 @@ def build_tool(fn: Any, ref: str) -> FunctionTool:
                 is_error=True,
             )
         return _text(result)
+
+    async def call(arguments: dict[str, Any]) -> Any:
+        if is_async:
+            return await fn(**bind(arguments))
+        # the function and its argument validators may block: a thread of its own
+        result = await own_thread(call_sync, arguments)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
 
     access = "read" if getattr(fn, READ_ONLY_ATTRIBUTE, False) else "write"
     return FunctionTool(

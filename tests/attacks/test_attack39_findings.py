@@ -103,7 +103,7 @@ def test_the_warning_shows_no_hook_command(tmp_path: Path) -> None:
         tmp_path, json.dumps({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [hook]}]}})
     )
     assert "Claude Code hooks are not read by fim" in said
-    assert "matcher: 'Bash', command: '...'" in said and "SECRET" not in said
+    assert "matcher: 'Bash', command: \"...\"" in said and "SECRET" not in said
 
 
 def test_files_linking_out_of_the_project_are_not_read(tmp_path: Path) -> None:

@@ -80,7 +80,7 @@ def test_the_sdk_repository_files_are_warned_about_and_its_skill_loads(tmp_path:
         ".claude/agents/test-agent.md:1:1",
         ".claude/skills/:1:1",
     ]
-    assert "hooks: [{event: PostToolUse, matcher: 'Edit|Write|MultiEdit', command: '...'}]" in err
+    assert "hooks: [{event: PostToolUse, matcher: 'Edit|Write|MultiEdit', command: \"...\"}]" in err
     with (root / "fim.yaml").open("a") as fh:
         fh.write("paths: {skills: [skills, .claude/skills]}\n")
     agent(root, "[]", skills="[verify]")

@@ -146,7 +146,8 @@ def test_missing_env_var_names_variable_and_position(
     assert decls.problems == []
     assert [str(p) for p in decls.unavailable["connector"]["crm"]] == [
         "connectors/crm.yaml:5:10: environment variable 'CRM_TOKEN' is not set "
-        "(export CRM_TOKEN=... or give a default: ${CRM_TOKEN:-value})"
+        "(export CRM_TOKEN=..., or write ${CRM_TOKEN:-} while developing; never a value "
+        "there: it would be a secret in git)"
     ]
 
 

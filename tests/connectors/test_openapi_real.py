@@ -138,8 +138,8 @@ def test_a_spec_without_auth_warns_and_header_auth_is_inferred(tmp_path: Path) -
     result = run(path, "-n", "noauth", "-o", "-")
     assert result.exit_code == 0
     assert "no security scheme" in result.output  # warning on stderr (mixed in by CliRunner)
-    header = {"name": "X-API-Key", "in": "header", "schema": {"type": "string"}}
-    spec["paths"]["/a"]["get"]["parameters"] = [header]
+    header = {"name": "X-API-Key", "in": "header", "required": True, "schema": {"type": "string"}}
+    spec["paths"]["/a"]["get"]["parameters"] = [header]  # optional: `${KEYED_API_KEY:-}`
     decl = import_openapi(spec, "keyed")
     assert decl["auth"] == {
         "type": "api_key",

@@ -160,7 +160,8 @@ def test_promptfoos_default_test_key_points_to_default_expect(project: Path) -> 
         "agent: demo\ndefaultTest: {assert: []}\ncases: [{name: a, input: hi}]\n"
     )
     assert problems(project) == [
-        "evals/math.yaml:2:1: unknown key 'defaultTest' (did you mean 'default_expect'?)"
+        "evals/math.yaml:2:1: unknown key 'defaultTest' "
+        "(write `default_expect: [...]` (the list under defaultTest.assert))"
     ]
 
 

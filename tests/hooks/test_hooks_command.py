@@ -337,7 +337,7 @@ def test_the_transcript_is_appended_to_not_rewritten_at_every_hook_call(tmp_path
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert [line["message"]["content"] for line in lines] == [
         "deploy with ***",
-        *(f"turn {t}" for t in range(5)),
+        *([{"type": "text", "text": f"turn {t}"}] for t in range(5)),  # Claude Code's blocks
     ]
     run.transcript[:] = [Message(role="user", content="a new history")]
     write_transcript(run, call)

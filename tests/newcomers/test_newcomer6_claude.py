@@ -81,10 +81,17 @@ def test_validate_warns_once_per_claude_code_file_fim_does_not_read(project: Pat
     assert warnings(err) == [
         ".claude/settings.json:3:3: warning: Claude Code hooks are not read by fim (paste "
         "them into an agent's hooks: as a list, one item per hook, each with its event: "
-        "hooks: [{event: PreToolUse, matcher: 'calculator', command: '...'}])",
+        'hooks: [{event: PreToolUse, matcher: \'calculator\', command: "..."}]; a "..." '
+        "command: copy its JSON string with the double quotes (in '...' YAML keeps \\n and "
+        '\\" as typed, and a command starting with # becomes one comment))',
         "agents/reviewer.md:1:1: warning: not an agent file: a Claude Code subagent is not "
-        "loaded by fim (fim agents are agents/<name>.yaml: the front matter's name, "
-        "description, tools and model as keys, the Markdown body as `instructions:`)",
+        "loaded by fim (write agents/reviewer.yaml: {description: 'Reviews code', model: "
+        "general, tools: [file_ops], sandbox: {project: read}}; 'sonnet' is Claude Code's "
+        "model alias: fim's models are fim.yaml's model roles (general), or a litellm string "
+        "such as anthropic/claude-sonnet-4-5; file_ops sees only the sandbox folder: to read "
+        "the repository, give the agent shell and sandbox: {project: read}, which shows it at "
+        "/project; tools: is a YAML list in fim, not a comma string; the Markdown body (line 7 "
+        "on) goes under instructions: |)",
         ".claude/skills/:1:1: warning: 1 skill fim does not load: haiku (set paths: "
         "{skills: [skills, .claude/skills]} in fim.yaml to load them)",
         ".mcp.json:1:2: warning: 1 MCP server not declared: notes (copy mcpServers into "

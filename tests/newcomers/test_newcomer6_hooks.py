@@ -58,8 +58,12 @@ def project(root: Path, hook: str, hooks: str) -> Path:
 
 
 def blocked(err: str) -> str:
-    """The block message of `fim run -v`'s hook line."""
-    (line,) = [line for line in err.splitlines() if "PreToolUse command" in line]
+    """The block message as `fim run -v` says it once: the warning of a hook that failed,
+    else the hook line (which only names a failure's decision: newcomer-50 #9)."""
+    lines = err.splitlines()
+    (line,) = [line for line in lines if line.startswith("warning: PreToolUse")] or [
+        line for line in lines if "PreToolUse command" in line
+    ]
     return line
 
 
@@ -76,7 +80,7 @@ def test_a_logging_hook_that_exits_1_blocks_and_says_how_exit_codes_differ_from_
     code, out, err = cli("run", "dev", "6*7?", "-v", "-p", str(root))
     assert code == 0 and out == "done\n"
     assert blocked(err).endswith(
-        "block: hook command failed with exit code 1: could not write log; the call was "
+        "failed: hook command failed with exit code 1: could not write log; the call was "
         "blocked because hooks fail closed (in fim only exit 0 allows; Claude Code treats "
         "exit 1 as non-blocking: end a logging hook with `|| true`)"
     )

@@ -398,7 +398,7 @@ def test_a_model_flag_is_checked_like_validate_checks_it(project: Path) -> None:
     assert code == 1
     assert "unknown model provider 'opneai'" in err and "did you mean 'openai'?" in err
     code, _, err = cli("run", "calc", "hi", "-m", "gpt-4o", "-p", str(project))
-    assert code == 1 and "-m openai/gpt-4o" in err
+    assert code == 1 and "did you mean 'openai/gpt-4o'?" in err
     code, _, err = cli("run", "calc", "hi", "-m", "generl", "-p", str(project))
     assert code == 1 and "did you mean 'general'?" in err
 

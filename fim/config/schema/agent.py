@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
+from fim.config import agent_words
 from fim.config.schema.base import Strict, empty_list
 from fim.config.schema.project import ModelRef, ToolModes, ToolSelection
 from fim.config.schema.spend import Budget
@@ -39,8 +41,30 @@ class HookSpec(Strict):
     optional: bool = False
     """A SessionStart hook that fails lets the session start without its context (with a
     notice) instead of refusing it. Tool hooks cannot be optional: guards fail closed."""
+    type: Literal["command"] | None = None
+    """Claude Code's `type: command` of a hook pasted from settings.json: accepted and
+    ignored, as `command:` says it (its `prompt` and `agent` hooks have no fim kind)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _claude_type(cls, data: Any) -> Any:
+        """A hook pasted from Claude Code's settings.json keeps its `type:`: `command` is
+        what `command:` already says; `prompt` and `agent` hooks (a model decides) are
+        refused by name, not as an unknown value."""
+        kind = data.get("type") if isinstance(data, dict) else None
+        if isinstance(kind, str) and kind != "command":
+            raise PydanticCustomError(
+                "hook_type",
+                "Claude Code's `type: {kind}` hooks are not supported by fim",
+                {
+                    "kind": kind,
+                    "hint": "fim runs `command:`, `python: module:Class` and builtin "
+                    "(`use:`) hooks; a `python:` hook may ask a model itself",
+                },
+            )
+        return data
 
     @model_validator(mode="after")
     def _exactly_one_kind(self) -> HookSpec:
@@ -50,6 +74,8 @@ class HookSpec(Strict):
                 "a hook needs exactly one of 'use', 'command', 'python' or 'ref'"
                 + (f", got {', '.join(kinds)}" if kinds else "")
             )
+        if self.type == "command" and self.command is None:
+            raise ValueError(f"`type: command` goes with `command:`, not with '{kinds[0]}'")
         if self.optional and self.event not in (None, "SessionStart"):
             raise ValueError(
                 f"only SessionStart hooks may be optional; a {self.event} hook guards tool "
@@ -165,3 +191,25 @@ class AgentDecl(Strict):
     client_sampling: bool = True
     """Whether OpenAI-endpoint callers may set sampling fields (temperature, top_p,
     max_tokens, stop, seed, penalties) for this agent's model; false answers them a 400."""
+
+    @field_validator(
+        "tools", "tool_categories", "connectors", "mcp", "workflows", "delegates", mode="before"
+    )
+    @classmethod
+    def _yaml_list(cls, value: Any) -> Any:
+        """`tools: Read, Grep` (a Claude Code subagent's front matter) is one string: the
+        hint writes it as the YAML list it means."""
+        if isinstance(value, str):
+            items = [item.strip() for item in value.split(",") if item.strip()]
+            raise PydanticCustomError(
+                "list_type",
+                "expected a list",
+                {"hint": f"write a YAML list: [{', '.join(items)}], or one `- item` a line"},
+            )
+        return value
+
+    @classmethod
+    def unknown_key_hint(cls, key: str, value: Any) -> str | None:
+        """ADK's and openai-agents' keys of an agent in fim's words (`sub_agents` is
+        `delegates`, `output_key` has no counterpart): `fim.config.agent_words`."""
+        return agent_words.agent_hint(key, value)

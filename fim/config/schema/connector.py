@@ -82,6 +82,11 @@ class HttpAction(Strict):
     (GET/DELETE/HEAD) or the JSON body."""
     query: list[str] | None = None
     """Parameters sent as query string even on POST/PUT/PATCH."""
+    query_style: dict[str, Literal["comma", "space", "pipe"]] = Field(default_factory=dict)
+    """How a list argument is written in the query string, by parameter: `comma`
+    (`hourly=a,b`, OpenAPI's `style: form, explode: false`), `space` (`spaceDelimited`) or
+    `pipe` (`pipeDelimited`); a list not named here repeats the parameter (`hourly=a&hourly=b`).
+    `fim connector import` writes it from the spec."""
     headers: dict[str, str] = Field(default_factory=dict)
     """Headers sent with this action's requests (besides the connector's)."""
     tags: list[str] = Field(default_factory=empty_list)
@@ -106,6 +111,19 @@ class HttpAction(Strict):
             method = data.get("method", "GET")
             return {**data, "access": access_for_method(method if isinstance(method, str) else "")}
         return data
+
+    @model_validator(mode="after")
+    def _styles_name_parameters(self) -> HttpAction:
+        properties = self.parameters.get("properties")
+        known = properties if isinstance(properties, dict) else {}
+        stray = [name for name in self.query_style if name not in known]
+        if stray:
+            raise ValueError(
+                f"query_style names {', '.join(map(repr, stray))}, which "
+                f"{'is not a parameter' if len(stray) == 1 else 'are not parameters'} of "
+                f"this action (parameters: {', '.join(known) or 'none'})"
+            )
+        return self
 
 
 class HttpConnector(Strict):

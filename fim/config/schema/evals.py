@@ -5,12 +5,19 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    ModelWrapValidatorHandler,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from fim.config import promptfoo_words
 from fim.config.schema.base import JSONSchema, Strict, empty_list
 from fim.config.schema.project import ModelRef
+from fim.config.schema.suite_rules import one_target, written_cases
 from fim.schema_check import pattern_matches
 
 
@@ -287,8 +294,9 @@ class ElicitationAnswer(Strict):
 
 
 class EvalCase(Strict):
-    name: str
-    """Case name, unique in the suite (`-k suite/case` selects it)."""
+    name: str = ""
+    """Case name, unique in the suite (`-k suite/case` selects it); a case of the suite's
+    YAML without one is `case N` (a CSV row's `row N`, a JSONL line's `line N`)."""
     input: str | list[dict[str, Any]] | dict[str, Any]
     """Prompt text, a list of chat messages, or workflow inputs."""
     vars: dict[str, Any] = Field(default_factory=dict)
@@ -331,20 +339,6 @@ CaseFile = Annotated[
 """A case file named in `cases` (`fim.config.case_files` reads it)."""
 
 
-def _files_read(value: Any) -> Any:
-    """Case files are read by the loader, which knows the project and reports each row's
-    problems at `file:line:col`; a suite validated without it must not take a file name
-    for a case, or silently run none."""
-    named = [value] if isinstance(value, str) else value if isinstance(value, list) else []
-    files = [item for item in named if isinstance(item, str)]
-    if files:
-        raise ValueError(
-            f"case file '{files[0]}' is read when fim loads the project "
-            "(fim.config.case_files), not by the model alone"
-        )
-    return value
-
-
 class EvalSuite(Strict):
     """An eval suite in evals/<name>.yaml, targeting an agent or a workflow."""
 
@@ -360,15 +354,17 @@ class EvalSuite(Strict):
     """Pass rate the suite needs for `fim eval` to exit 0."""
     repeat: int = Field(default=1, ge=1)
     """Runs of every case (a case's own `repeat` if larger)."""
-    default_expect: list[Assertion] = Field(default_factory=empty_list)
+    default_expect: Annotated[
+        list[Assertion], BeforeValidator(promptfoo_words.default_test_form)
+    ] = Field(default_factory=empty_list)
     """Assertions every case must also meet, added after its own `expect` (CSV and JSONL
     cases too), as promptfoo's `defaultTest` adds its `assert` to each test's: the
-    `not_contains: sorry` a suite wants of every row, written once. Named after
-    `defaultTest` (so that key's did-you-mean finds it); a case's own `expect` adds to these,
-    never replaces them."""
+    `not_contains: sorry` a suite wants of every row, written once: promptfoo's
+    `defaultTest.assert` list, one level up. A case's own `expect` adds to these, never
+    replaces them."""
     cases: Annotated[
         list[EvalCase],
-        BeforeValidator(_files_read, json_schema_input_type=CaseFile | list[EvalCase | CaseFile]),
+        BeforeValidator(written_cases, json_schema_input_type=CaseFile | list[EvalCase | CaseFile]),
     ]
     """The cases: a list of `{name, input, expect}`, a CSV or JSONL file of them next to the
     suite (`cases: cases.csv`), or a list mixing both."""
@@ -376,13 +372,7 @@ class EvalSuite(Strict):
     @classmethod
     def unknown_key_hint(cls, key: str, value: Any) -> str | None:
         """promptfoo's top-level keys in fim's words (`tests` is `cases`)."""
-        return promptfoo_words.SUITE_KEYS.get(key)
-
-    @model_validator(mode="after")
-    def _one_target(self) -> EvalSuite:
-        if (self.agent is None) == (self.workflow is None):
-            raise ValueError("an eval suite targets exactly one of 'agent' or 'workflow'")
-        return self
+        return promptfoo_words.suite_key(key, value)
 
     @model_validator(mode="after")
     def _shared_expectations(self) -> EvalSuite:
@@ -397,3 +387,10 @@ class EvalSuite(Strict):
             ]
             object.__setattr__(self, "cases", cases)  # frozen: set once, while validating
         return self
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _one_target(cls, data: Any, handler: ModelWrapValidatorHandler[EvalSuite]) -> EvalSuite:
+        """Exactly one of `agent` and `workflow`, said with the fields' problems."""
+        suite: EvalSuite = one_target(data, handler)
+        return suite

@@ -12,8 +12,12 @@ choices are conservative and visible in the YAML:
   `requires_confirmation: true` (a delete is irreversible; downgrade it in review if not);
 - auth: the first security scheme that applies, with `${NAME_TOKEN}`-style variables, so
   the secret never lands in git; without `securitySchemes` it is inferred from an
-  `Authorization`/API-key header parameter, else a warning says none is declared;
-  base_url: `servers[0]` with its variables' defaults;
+  `Authorization`/API-key header or query parameter (`${NAME_API_KEY:-}` when no operation
+  requires it), else a warning says none is declared; a query api key is no parameter;
+  base_url: the `servers[0]` the operations are sent to (an operation's own, its path
+  item's, the document's) with its variables' defaults, a warning when they differ;
+- query: a list the spec does not explode keeps its style (`query_style: {hourly: comma}`);
+  an object or `deepObject` parameter is named in a warning;
 - bodies: a JSON object's properties become parameters; a JSON array (or scalar) body, a
   binary upload (base64) become one `body` parameter; forms and multipart keep their fields
   (`files:` lists the file parts); vendor `x-` keys are stripped from schemas;
@@ -38,7 +42,14 @@ from typing import Any
 
 from fim.config.interpolate import escaped
 from fim.connectors.openapi.actions import build_action
-from fim.connectors.openapi.auth import base_url, declared_auth, inferred_auth
+from fim.connectors.openapi.auth import (
+    chosen_base_url,
+    credential_parameter,
+    declared_auth,
+    first_server,
+    inferred_auth,
+    server_url,
+)
 from fim.connectors.openapi.document import (
     METHODS,
     OpenApiError,
@@ -84,8 +95,12 @@ def import_openapi(
     title = " ".join(str(info.get("title", "")).split())
     if title:
         decl["description"] = escaped(title)
-    decl["base_url"] = base_url(document, name)
-    auth = declared_auth(document, name) or inferred_auth(paths, resolver, name)
+    decl["base_url"] = ""  # here in the YAML; chosen once every operation's server is known
+    auth = declared_auth(document, name) or inferred_auth(paths, resolver, name, warnings)
+    credential = credential_parameter(auth)
+    top = first_server(document.get("servers"))
+    servers: dict[str, list[str]] = {}
+    unsent: list[str] = []
     if auth:
         decl["auth"] = auth
     else:
@@ -100,6 +115,7 @@ def import_openapi(
         try:
             item = resolver.resolve(item)
             shared = as_list(item.get("parameters"), f"{where}.parameters")
+            path_server = first_server(item.get("servers")) or top
             for method in METHODS:
                 operation = item.get(method)
                 if operation is None:
@@ -110,8 +126,17 @@ def import_openapi(
                     fit(operation_name(method, path, operation), room), actions, room
                 )
                 actions[action_name] = build_action(
-                    method, str(path), operation, shared, resolver, f"{where}.{method}"
+                    method,
+                    str(path),
+                    operation,
+                    shared,
+                    resolver,
+                    f"{where}.{method}",
+                    credential=credential,
+                    unsent=unsent,
                 )
+                server = first_server(operation.get("servers")) or path_server
+                servers.setdefault(server_url(server, name), []).append(f"{method.upper()} {path}")
         except OpenApiError as exc:
             raise OpenApiError(
                 str(exc) if str(exc).startswith("paths.") else f"{where}: {exc}"
@@ -122,6 +147,13 @@ def import_openapi(
             ) from None
     if not actions:
         raise OpenApiError("the document has no operations under 'paths'")
+    decl["base_url"] = chosen_base_url(document, name, servers, warnings)
+    if unsent:
+        shown = ", ".join(unsent[:5]) + (f" and {len(unsent) - 5} more" if len(unsent) > 5 else "")
+        warnings.append(
+            f"query parameters of a style fim does not send: {shown}; fim sends an object "
+            "as JSON text (a list as the spec asks): check what the API accepts"
+        )
     if resolver.placeholders:
         names = list(resolver.placeholders)
         shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")

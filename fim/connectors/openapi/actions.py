@@ -3,7 +3,9 @@
 Path and query parameters and the request body are merged into one JSON Schema for the
 model; the access level follows the method (a DELETE asks for confirmation); a JSON object
 body becomes parameters, anything else (array, scalar, bytes) one `body` parameter, and
-forms and multipart keep their fields.
+forms and multipart keep their fields. A query array the spec does not explode
+(`explode: false`) keeps its style in `query_style`, so `hourly=a,b` is sent, not
+`hourly=a&hourly=b`.
 """
 
 from __future__ import annotations
@@ -22,11 +24,17 @@ def build_action(
     shared: list[Any],
     resolver: Resolver,
     where: str,
+    credential: tuple[str, str] | None = None,
+    unsent: list[str] | None = None,
 ) -> dict[str, Any]:
+    """The action of one operation. `credential` (name, location) is the connector's own
+    query api key: not an argument for the model. `unsent` collects the query parameters
+    whose `style` fim cannot send as the spec asks (`action.param (style)`)."""
     resolver.start_action()
     properties: dict[str, Any] = {}
     required: list[str] = []
     query: list[str] = []
+    styles: dict[str, str] = {}
     params: dict[tuple[str, str], dict[str, Any]] = {}
     for param in [*shared, *as_list(operation.get("parameters"), f"{where}.parameters")]:
         param = resolver.resolve(param)
@@ -34,9 +42,15 @@ def build_action(
             raise OpenApiError(f"{where}.parameters: each parameter must be a mapping")
         params[(str(param.get("name", "")), str(param.get("in", "")))] = param
     for (pname, loc), param in params.items():
-        if loc not in ("path", "query") or not pname:
-            continue  # headers and cookies are the connector's business, not the model's
+        if loc not in ("path", "query") or not pname or (pname, loc) == credential:
+            continue  # headers, cookies and the api key are the connector's business
         schema = dict(resolver.schema(param.get("schema") or {"type": "string"}))
+        if loc == "query":
+            style = _query_style(param, schema)
+            if style is not None and style in _SEPARATED.values():
+                styles[pname] = style
+            elif style is not None and unsent is not None:
+                unsent.append(f"{method.upper()} {path} {pname} ({style})")
         if param.get("description") and "description" not in schema:
             schema["description"] = _one_line(param["description"])
         properties[pname] = schema
@@ -65,7 +79,28 @@ def build_action(
     action["parameters"] = parameters
     if query and method in ("post", "put", "patch"):
         action["query"] = query
+    if styles:
+        action["query_style"] = styles
     return action
+
+
+_SEPARATED = {"form": "comma", "spaceDelimited": "space", "pipeDelimited": "pipe"}
+"""OpenAPI's non-exploded array styles -> the connector's `query_style` (fim sends a list
+as repeated parameters otherwise: `form` with `explode: true`, the default)."""
+
+
+def _query_style(param: dict[str, Any], schema: dict[str, Any]) -> str | None:
+    """`comma`, `space` or `pipe` for an array parameter the spec does not explode; the
+    OpenAPI style for one fim cannot send as asked (an object, `deepObject`); else None."""
+    style = str(param.get("style") or "form")
+    explode = param.get("explode", style == "form")
+    types = schema.get("type")
+    kinds = set(types) if isinstance(types, list) else {types}
+    if "object" in kinds or style == "deepObject":
+        return style if style != "form" else f"form, explode: {str(bool(explode)).lower()}"
+    if "array" not in kinds or explode is not False:
+        return None
+    return _SEPARATED.get(style, style)
 
 
 _FORM = "application/x-www-form-urlencoded"

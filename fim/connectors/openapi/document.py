@@ -158,4 +158,5 @@ def summary(decl: dict[str, Any]) -> str:
     for action in decl["actions"].values():
         counts[action["access"]] = counts.get(action["access"], 0) + 1
     parts = ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
-    return f"{len(decl['actions'])} actions ({parts})"
+    count = len(decl["actions"])
+    return f"{count} action{'' if count == 1 else 's'} ({parts})"
