@@ -30,7 +30,7 @@ AREA = Area(
                 "with `run_finished` or `workflow_finished`; resume with `Last-Event-ID` or "
                 "`?after=<seq>`",
                 query=query_schema(EventsQuery),
-                errors=(400, 404),
+                errors=(400, 404, 429),  # 429: the key follows 16 runs already
             ),
         ),
         post(
