@@ -230,6 +230,13 @@ class HookContext(_Model):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
+def session_source(history: list[Message]) -> Literal["startup", "resume"]:
+    """What a SessionStart hook is told about the conversation, in Claude Code's words
+    (`source` on its stdin, what its matcher is matched against): `resume` when the history
+    already holds an answer or a tool result (a continued session), else `startup`."""
+    return "resume" if any(m.role in ("assistant", "tool") for m in history) else "startup"
+
+
 class HookResult(_Model):
     """A hook's decision. `allow=False` blocks (with `error` as the reason the model reads);
     `modified_args` / `modified_result` rewrite what flows on; `additional_context` is added

@@ -41,6 +41,7 @@ from fim.types import (
     TextDelta,
     ToolResult,
     Usage,
+    session_source,
 )
 
 
@@ -139,7 +140,7 @@ class ReactEngine(ToolTurn):
                     point="SessionStart",
                     agent=self.agent,
                     run_id=self.run_id,
-                    metadata=dict(self.metadata),
+                    metadata={**self.metadata, "source": session_source(history)},
                 ),
             )
         )

@@ -112,7 +112,8 @@ class BaseHook:
         self._match = compile_matcher(pattern)
 
     def matches(self, tool_name: str | None) -> bool:
-        """SessionStart has no tool, so it always matches; tool points use the matcher."""
+        """No name (a SessionStart without a `source`) always matches; otherwise the
+        matcher decides (a tool's names, or SessionStart's `startup`/`resume`)."""
         if tool_name is None:
             return True
         match = getattr(self, "_match", None) or compile_matcher(self.matcher)

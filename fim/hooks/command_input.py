@@ -64,7 +64,9 @@ def event_payload(
         "hook_event_name": context.point,
     }
     if context.point == "SessionStart":
-        data["source"] = "resume" if session and _continues(run) else "startup"
+        data["source"] = context.metadata.get("source") or (
+            "resume" if session and _continues(run) else "startup"
+        )
     else:
         claude = to_claude(context.tool_name, context.tool_args, context.metadata, files)
         name, args = claude or (context.tool_name, context.tool_args or {})

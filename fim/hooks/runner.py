@@ -131,6 +131,8 @@ class HookChain:
         events: list[HookEvent] = []
         blocked: str | None = None
         names = names_of(context.tool_name, context.tool_args, context.metadata)
+        if point == "SessionStart" and context.metadata.get("source"):
+            names = [context.metadata["source"]]  # as Claude Code matches: `startup|resume`
         matching = [
             h
             for h in self.for_point(point)

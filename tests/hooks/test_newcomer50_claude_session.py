@@ -164,3 +164,25 @@ def test_the_usual_jq_query_finds_the_tool_calls(tmp_path: Path) -> None:
     query = '.message.content[]? | select(.type == "tool_use") | .name'
     found = subprocess.run(["jq", "-r", query, path], capture_output=True, text=True, check=True)
     assert found.stdout.split() == ["Bash", "mcp__gh__list_issues"]
+
+
+def test_a_session_start_hooks_matcher_is_matched_against_its_source(tmp_path: Path) -> None:
+    """Claude Code matches a SessionStart hook's matcher against `source`: a hook meant for
+    a new conversation (`startup`) does not run again on every later turn."""
+    root = session_project(tmp_path / "p")
+    agent = json.loads((root / "agents" / "a.yaml").read_text())
+    agent["hooks"] += [
+        {
+            "event": "SessionStart",
+            "matcher": source,
+            "command": LOG_STDIN.format(logs=root.parent, name=source),
+        }
+        for source in ("startup", "resume")
+    ]
+    (root / "agents" / "a.yaml").write_text(json.dumps(agent))
+    turn(root, "first")
+    turn(root, "second")
+    turn(root, "third")
+    assert [s["source"] for s in logged(root, "start")] == ["startup", "resume", "resume"]
+    assert [s["source"] for s in logged(root, "startup")] == ["startup"]
+    assert [s["source"] for s in logged(root, "resume")] == ["resume", "resume"]
