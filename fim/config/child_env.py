@@ -39,10 +39,12 @@ NETWORK_ENV = TLS_ENV | PROXY_ENV
 
 
 def has_userinfo(url: str) -> bool:
-    """Whether a proxy URL carries a user name or password (`http://user:pass@host:3128`,
-    also without a scheme): the part before the host ends in an `@`."""
-    rest = url.strip().split("://", 1)[-1]
-    return "@" in rest.split("/", 1)[0]
+    """Whether a proxy URL may carry a user name or password (`http://user:pass@host:3128`,
+    also without a scheme): any `@` in it, raw or percent-encoded. Looking only before the
+    host's first `/` let credentials through that clients read all the same: urllib sent
+    `http://u:p/ss@h:3128` as `u` / `p/ss`, curl `http:/u:p@h` as `u` / `p` (attack-56 F4).
+    A proxy URL has no other use for an `@`: fail closed."""
+    return "@" in url or "%40" in url.lower()
 
 
 def network_env(environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:

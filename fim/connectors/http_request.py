@@ -56,7 +56,7 @@ def build_request(action: HttpAction, args: dict[str, Any]) -> dict[str, Any]:
     if action.method in _QUERY_METHODS:
         query_names |= set(remaining) - {action.body_parameter}
     styles = action.query_style
-    query = {k: _query_value(v, styles.get(k)) for k, v in remaining.items() if k in query_names}
+    query = {k: _query_value(k, v, styles.get(k)) for k, v in remaining.items() if k in query_names}
     body = {k: v for k, v in remaining.items() if k not in query_names}
     request: dict[str, Any] = {"method": action.method, "url": path, "params": query}
     if action.body_parameter and action.body_parameter in body:
@@ -115,14 +115,26 @@ def _bytes(value: Any, content_type: str | None) -> bytes:
 _SEPARATORS = {"comma": ",", "space": " ", "pipe": "|"}
 
 
-def _query_value(value: Any, style: str | None) -> Any:
+def _query_value(name: str, value: Any, style: str | None) -> Any:
     """A list is one parameter per item, or one parameter of items joined as the action's
     `query_style` says (`hourly=temperature_2m,rain`; httpx writes the comma `%2C`, which
-    every server decodes before splitting)."""
-    if isinstance(value, list):
-        items = [_scalar(v) for v in value]
-        return _SEPARATORS[style].join(items) if style in _SEPARATORS else items
-    return _scalar(value)
+    every server decodes before splitting). An item holding the separator is refused
+    (ValueError, reported to the model): `["1,2"]` was sent as two ids, so a `maxItems`
+    or a hook checking each item judged another list than the API got (attack-56 F6)."""
+    if not isinstance(value, list):
+        return _scalar(value)
+    items = [_scalar(v) for v in value]
+    if style not in _SEPARATORS:
+        return items
+    separator = _SEPARATORS[style]
+    for i, item in enumerate(items):
+        if separator in item:
+            raise ValueError(
+                f"query parameter '{name}': item {i} ({item[:40]!r}) holds {separator!r}, "
+                f"which separates its items in the query (query_style: {style}), so the API "
+                "would read more items than were sent; pass one value per item, without it"
+            )
+    return separator.join(items)
 
 
 __all__ = ["build_request", "with_idempotency_key"]

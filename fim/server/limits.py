@@ -19,6 +19,8 @@ times the limits in all. The minute is a sliding window (`fim.windows`, the rule
 Following a run (`GET /v1/runs/{id}/events`) starts none, but each follower holds a
 connection, a task and a batch of stored events for as long as its client keeps it open:
 a key may have `followers_cap` of them open at once (`KeyLimiter.follow`), limits or not.
+A run's record (`GET /v1/runs/{id}`) takes the same place while it is read and sent: it
+carries up to a MiB of the run's events (attack-56 F2).
 """
 
 from __future__ import annotations
@@ -118,14 +120,16 @@ class KeyLimiter:
         return self._following.get(owner, 0)
 
     def follow(self, owner: str) -> Slot:
-        """Count one stream following a run's events for `owner` ("" without keys: every
-        caller together) until the slot is released, or raise `Busy` at `followers_cap`.
+        """Count one stream following a run's events (or a run record being sent) for
+        `owner` ("" without keys: every caller together) until the slot is released, or
+        raise `Busy` at `followers_cap`.
         Counted whether `server.key_limits` is set or not, like a key's MCP sessions."""
         most = followers_cap(self._settings())
         if self.following(owner) >= most:
             raise Busy(
-                f"{_who(owner)} already follows {most} runs' event streams "
-                "(GET /v1/runs/{id}/events), its limit of followers "
+                f"{_who(owner)} already follows {most} runs' events "
+                "(GET /v1/runs/{id}/events streams and GET /v1/runs/{id} answers being sent), "
+                "its limit of followers "
                 f"({FOLLOWERS_PER_OWNER}, or server.key_limits.max_parallel_runs when more)",
                 "close a stream it no longer reads; each ends with its run's last event",
                 retry_after=1,

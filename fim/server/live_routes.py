@@ -6,7 +6,9 @@ follows it live (`fim.store.live`: PostgreSQL LISTEN/NOTIFY) until its last even
 frame carries `id: <seq>`: a client that lost its replica reconnects to another one with
 `Last-Event-ID` (or `?after=N`) and gets the rest, nothing twice. A key may have
 `fim.server.limits.followers_cap` streams open at once (a 429 past that), each holding at
-most `fim.store.event_batches.BATCH_BYTES` of stored events (attack-55 F1).
+most `fim.store.event_batches.BATCH_BYTES` of stored events (attack-55 F1). A run's record
+takes the same place while it is read and sent, and carries at most `RECORD_EVENT_BYTES`
+of its events (attack-56 F2).
 """
 
 from __future__ import annotations
@@ -33,12 +35,20 @@ from fim.server.limits import Busy, Slot
 from fim.server.queries import EventsQuery, read_query
 from fim.server.streams import followed
 from fim.store import get_store
-from fim.store.live import read_events, running_here, tail
+from fim.store.live import read_batch, running_here, tail
 from fim.store.owners import may_read
 from fim.tasks import shielded
 
 if TYPE_CHECKING:
     from fim.server.api import Api
+    from fim.store import Store
+
+RECORD_EVENT_BYTES = 1024 * 1024
+"""How much event JSON (UTF-8, tokens left out) `GET /v1/runs/{id}` sends at most in
+`data.events`; an event larger than that comes alone. Past it the answer's `events_cut`
+points to `GET /v1/runs/{id}/events?after=<seq>` for the rest: one answer of a run with a
+3.8 MB output was 11.7 MB, and 300 of them that were never read took a server to 3.5 GB
+and another key's 6 ms run to 58 s (attack-56 F2)."""
 
 
 def _after(request: Request) -> int | Response:
@@ -66,33 +76,23 @@ def _after(request: Request) -> int | Response:
 def live_handlers(api: Api) -> dict[str, Any]:
     """The handlers of the `live` area (`fim.server.areas.live`)."""
 
-    async def get_run(request: Request) -> Response:
-        """The run record with its events (while it runs, those so far)."""
+    async def get_run(request: Request) -> Response | _Following:
+        """The run record with its events (while it runs, those so far), at most
+        `RECORD_EVENT_BYTES` of them (`events_cut` then says where the rest starts); a 429
+        when the caller's key reads as many runs' events as it may (attack-56 F2)."""
 
         store = get_store(api.services)
         run_id = request.path_params["run_id"]
-        if not await may_read(store, run_id, run_scope(request)):
-            return error(404, f"unknown run '{run_id}'")  # another key's run: not there
-        record = await store.get_run(run_id)
-        if record is None and running_here(store, run_id):  # SQLite: in memory until the end
-            events = [e for _seq, e in await read_events(store, run_id) if e["type"] != "token"]
-            first = events[0] if events else {}
-            return JSONResponse(
-                {
-                    "id": run_id, "kind": "agent", "name": first.get("agent", ""),
-                    "status": "running", "data": {"events": events},
-                    "created_at": first.get("ts", 0.0), "updated_at": first.get("ts", 0.0),
-                }
-            )  # fmt: skip
-        if record is None:
-            return error(404, f"unknown run '{run_id}'")
-        data = json.loads(json.dumps(asdict(record), default=str))
-        if record.kind == "agent" and (
-            record.status == "running" or data["data"].pop("events_in_log", False)
-        ):  # a served run's events are stored once, in its event log
-            events = [e for _seq, e in await read_events(store, run_id) if e["type"] != "token"]
-            data["data"] = {**data["data"], "events": events}
-        return JSONResponse(data)
+        try:  # counted first: a key past its cap costs no read of the store
+            slot = api.limits.follow(session_owner(request))
+        except Busy as exc:
+            return exc.response()
+        try:
+            answer = await _record(store, run_id, run_scope(request))
+        except BaseException:
+            slot.release()
+            raise
+        return _Following(answer, slot)  # the body is held until sent: so is the slot
 
     async def run_events(request: Request) -> Response | _Following:
         """Server-sent events of one run: stored ones, then live ones, until it ends; a
@@ -148,10 +148,73 @@ def live_handlers(api: Api) -> dict[str, Any]:
     return {"get_run": get_run, "run_events": run_events, "cancel_run": cancel_run}
 
 
+async def _record(store: Store, run_id: str, scope: str | None) -> Response:
+    """`GET /v1/runs/{id}`'s answer: the record, its events bounded (`_trace`)."""
+    if not await may_read(store, run_id, scope):
+        return error(404, f"unknown run '{run_id}'")  # another key's run: not there
+    record = await store.get_run(run_id)
+    if record is None and running_here(store, run_id):  # SQLite: in memory until the end
+        events, cut = await _trace(store, run_id)
+        first = events[0] if events else {}
+        return JSONResponse(
+            {
+                "id": run_id, "kind": "agent", "name": first.get("agent", ""),
+                "status": "running", "data": {"events": events},
+                "created_at": first.get("ts", 0.0), "updated_at": first.get("ts", 0.0),
+            } | _cut(run_id, cut)
+        )  # fmt: skip
+    if record is None:
+        return error(404, f"unknown run '{run_id}'")
+    data = json.loads(json.dumps(asdict(record), default=str))
+    if record.kind == "agent" and (
+        record.status == "running" or data["data"].pop("events_in_log", False)
+    ):  # a served run's events are stored once, in its event log
+        events, cut = await _trace(store, run_id)
+        data["data"] = {**data["data"], "events": events}
+        data |= _cut(run_id, cut)
+    return JSONResponse(data)
+
+
+async def _trace(store: Store, run_id: str) -> tuple[list[dict[str, Any]], int | None]:
+    """Run `run_id`'s stored events but tokens, oldest first, read a bounded batch at a
+    time and kept up to `RECORD_EVENT_BYTES` of JSON; and, when they stop there, the
+    sequence number of the last one kept (None: every event is there)."""
+    kept: list[dict[str, Any]] = []
+    total = after = last = 0
+    while True:
+        batch, more = await read_batch(store, run_id, after)
+        for seq, event in batch:
+            after = seq
+            if event.get("type") == "token":
+                continue
+            size = len(json.dumps(event, ensure_ascii=False, default=str).encode())
+            if kept and total + size > RECORD_EVENT_BYTES:
+                return kept, last
+            kept.append(event)
+            total, last = total + size, seq
+        if not more or not batch:
+            return kept, None
+
+
+def _cut(run_id: str, last: int | None) -> dict[str, Any]:
+    """`events_cut` (`fim.server.responses.EventsCut`) when the trace stops early."""
+    if last is None:
+        return {}
+    rest = f"/v1/runs/{run_id}/events?after={last}"
+    return {
+        "events_cut": {
+            "after": last, "max_bytes": RECORD_EVENT_BYTES, "rest": rest,
+            "message": f"data.events stops after event {last}, at {RECORD_EVENT_BYTES} "
+            f"bytes of events: GET {rest} sends the rest",
+        }
+    }  # fmt: skip
+
+
 class _Following:
-    """A run's event stream, sent with its key's follower slot held: released once it has
-    been sent or its client has gone, and the stream closed then (Starlette never closes a
-    streaming body: the tail's batch and its subscription stayed until collected)."""
+    """A run's event stream (or its record), sent with its key's follower slot held:
+    released once it has been sent or its client has gone, and a stream closed then
+    (Starlette never closes a streaming body: the tail's batch and its subscription stayed
+    until collected)."""
 
     def __init__(self, response: Response, slot: Slot) -> None:
         self.response = response

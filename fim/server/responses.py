@@ -112,6 +112,23 @@ class RunRecord(_Out):
     updated_at: float
 
 
+class EventsCut(_Out):
+    """`data.events` of `GET /v1/runs/{id}` stops before the run's last event: it holds at
+    most `max_bytes` of event JSON (attack-56 F2); the rest comes from `rest`."""
+
+    after: int = Field(description="the sequence number of the last event in `data.events`")
+    max_bytes: int
+    rest: str = Field(description="`/v1/runs/{id}/events?after=<after>`: the events after it")
+    message: str
+
+
+class RunDetail(RunRecord):
+    """One run; a served agent run's `data.events` is its trace but tokens, cut at
+    `events_cut.max_bytes` of JSON (absent when the trace is whole)."""
+
+    events_cut: EventsCut | None = None
+
+
 class SessionRecord(_Out):
     """A conversation: the messages of its turns, each user turn and its answer."""
 

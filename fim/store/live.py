@@ -230,10 +230,11 @@ async def recorded(
 
 
 async def read_events(
-    store: Store, run_id: str, after: int = 0, limit: int = 1000
+    store: Store, run_id: str, after: int = 0, limit: int | None = None
 ) -> list[tuple[int, dict[str, Any]]]:
-    """`(seq, event)` of run `run_id` after sequence number `after`, oldest first."""
-    rows, _more = await read_batch(store, run_id, after, limit=limit, max_bytes=None)
+    """`(seq, event)` of run `run_id` after sequence number `after`, oldest first: all of
+    them (`fim runs show`), or the first `limit`. Unbounded: server routes read `read_batch`."""
+    rows, _more = await read_batch(store, run_id, after, limit=limit or 2**62, max_bytes=None)
     return rows
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from fim.config.interpolate import escaped
 from fim.connectors.openapi.document import METHODS
@@ -60,10 +61,19 @@ def chosen_base_url(
     URL -> operations; an operation's `servers` win over its path item's, which win over
     the document's). When they agree, that one: a spec may name its server only on the
     path items (Open-Meteo does). When they differ, the document's, and a warning naming
-    them: a connector has one base_url."""
-    if len(used) == 1:
-        return next(iter(used))
+    them: a connector has one base_url. One server on another host than the document's
+    own is taken with a warning naming both: a reviewer reading the spec's `servers:` saw
+    the one it does not call (attack-56 F7)."""
     fallback = base_url(document, name)
+    if len(used) == 1:
+        only = next(iter(used))
+        if first_server(document.get("servers")) is not None and _host(only) != _host(fallback):
+            warnings.append(
+                f"base_url is {only}, the server every operation names, not the document's "
+                f"own server {fallback} (servers[0]), a different host: check which one the "
+                "API is served from before merging, and that its credentials belong there"
+            )
+        return only
     if used:
         listed = "; ".join(
             f"{url} for {', '.join(ops[:3])}{f' and {len(ops) - 3} more' if len(ops) > 3 else ''}"
@@ -75,6 +85,11 @@ def chosen_base_url(
             "server's operations as a connector of its own, or fix base_url by hand"
         )
     return fallback
+
+
+def _host(url: str) -> str:
+    """A server URL's host and port, lower-cased ('' for a relative or `${VAR}` one)."""
+    return urlsplit(url).netloc.lower() if re.match(r"^https?://", url) else ""
 
 
 def declared_auth(document: dict[str, Any], name: str) -> dict[str, Any] | None:

@@ -16,8 +16,8 @@ AREA = Area(
             Op(
                 "One run with its trace (a workflow run with each node's state)",
                 "runs",
-                r.RunRecord,
-                errors=(404,),
+                r.RunDetail,
+                errors=(404, 429),  # 429: the key reads 16 runs' events already
             ),
         ),
         get(
