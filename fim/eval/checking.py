@@ -83,15 +83,10 @@ def judge_not_checked(assertion: Assertion, model: str) -> NotChecked:
     )
 
 
-def check_cost(limit: float, seen: Observed, workflow: bool = False) -> Outcome:
+def check_cost(limit: float, seen: Observed) -> Outcome:
     """`max_cost`, failing closed on a cost nobody knows: a model call with tokens and no
-    price (scripted models cost nothing), or a workflow's, which the eval does not meter."""
-    if workflow:
-        return Outcome(
-            "max_cost",
-            False,
-            "cost unknown: fim eval measures an agent case's cost, not a workflow's",
-        )
+    price (scripted models cost nothing). A workflow case's calls are its `llm` nodes' and
+    its `agent` nodes' agents' (`fim.eval.case_models`)."""
     calls = [e for e in seen.events if getattr(e, "type", None) == "llm_call"]
     unpriced = sorted(
         {
@@ -113,12 +108,21 @@ def check_cost(limit: float, seen: Observed, workflow: bool = False) -> Outcome:
     return Outcome("max_cost", cost <= limit, f"expected cost <= ${limit:g}, was ${cost:.6f}")
 
 
+OWN_TIME = "fim's own time: the case called no model, only tools, nodes or a scripted model"
+"""What a `latency_ms` check measured on a case that asked no real model (newcomer51 #3)."""
+
+
 def check_latency(limit: float, seen: Observed, replayed: Sequence[float | None]) -> Outcome:
     """`latency_ms`: the case's own time, or for a replayed case the recorded one."""
     if not replayed:
-        return Outcome(
-            "latency_ms", seen.latency_ms <= limit, latency_line(limit, seen.latency_ms, False)
-        )
+        line = latency_line(limit, seen.latency_ms, False)
+        if not any(
+            getattr(e, "type", None) == "llm_call"
+            and not (e.request_model or e.model).startswith("scripted")
+            for e in seen.events
+        ):
+            line += f" ({OWN_TIME})"
+        return Outcome("latency_ms", seen.latency_ms <= limit, line)
     if any(d is None for d in replayed):
         return NotChecked("latency_ms", True, REPLAYED_UNKNOWN, REPLAYED)
     took = float(sum(d for d in replayed if d is not None))
@@ -134,7 +138,6 @@ async def check_case(
     python: PythonFn | None,
     judge_model: Callable[[Assertion], str],
     replayed: Sequence[float | None] = (),
-    workflow: bool = False,
 ) -> CaseChecks:
     """Every assertion of a case, each on its own. `judge(assertion)` is the judge a
     `judge` assertion asks, `judge_model(assertion)` names its model (for the line saying
@@ -144,7 +147,7 @@ async def check_case(
     for assertion in expect:
         kind = assertion.kind
         if kind == "max_cost" and assertion.max_cost is not None:
-            found.outcomes.append(check_cost(assertion.max_cost, seen, workflow))
+            found.outcomes.append(check_cost(assertion.max_cost, seen))
             continue
         if kind == "latency_ms" and assertion.latency_ms is not None:
             found.outcomes.append(check_latency(assertion.latency_ms, seen, replayed))

@@ -23,6 +23,7 @@ from fim.config.schema import EvalCase, EvalSuite, ModelSettings
 from fim.config.schema.evals import ApprovalAnswers, ElicitationAnswer
 from fim.errors import FimError, RunError
 from fim.eval.assertions import Observed
+from fim.eval.case_models import CaseUsage, Tallied, Throttled
 from fim.eval.cassettes import (
     NEEDS_LIVE,
     Cassette,
@@ -178,46 +179,6 @@ def endpoint_of(settings: ModelSettings) -> str:
     return origin(url)
 
 
-class Throttled:
-    """A model whose calls wait for a slot: the runner's bound on calls in flight. The
-    wait is the queue's, not the model's: it is told to the case's clock (`CaseClock`),
-    which leaves it out of the case's latency."""
-
-    def __init__(
-        self,
-        inner: Model,
-        slots: asyncio.Semaphore,
-        clock: CaseClock | None = None,
-        settings: ModelSettings | None = None,
-    ) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.slots = slots
-        self.clock = clock
-        self.settings = settings
-
-    async def _slot(self) -> None:
-        began = self.clock.clock() if self.clock is not None else 0.0
-        await self.slots.acquire()
-        if self.clock is not None:
-            self.clock.waited(self.clock.clock() - began)
-
-    async def complete(self, messages: list[Message], tools: Any = None, **options: Any) -> Any:
-        await self._slot()
-        try:
-            return await self.inner.complete(messages, tools, **options)
-        finally:
-            self.slots.release()
-
-    async def stream(self, messages: list[Message], tools: Any = None, **options: Any) -> Any:
-        await self._slot()
-        try:
-            async for chunk in self.inner.stream(messages, tools, **options):
-                yield chunk
-        finally:
-            self.slots.release()
-
-
 class CaseExecutor:
     """The case-running half of `fim.eval.runner.EvalRunner` (the attributes it sets,
     declared here for the methods that read them)."""
@@ -229,12 +190,19 @@ class CaseExecutor:
     clock: Clock
     _calls: asyncio.Semaphore
 
-    def _wrapper(self, cassette: Cassette, clock: CaseClock | None = None) -> ModelWrapper:
+    def _wrapper(
+        self, cassette: Cassette, clock: CaseClock | None = None, usage: CaseUsage | None = None
+    ) -> ModelWrapper:
         """How every model of a case is built: behind the case's cassette (scripted models
         need none) and the `--concurrency` call slots, outside it: a reply is recorded with
-        its call's own duration, its wait for a slot told to the case's `clock` instead."""
+        its call's own duration, its wait for a slot told to the case's `clock` instead.
+        `usage`: a workflow case's meter, which counts every call (`Tallied`)."""
 
         def wrap(settings: ModelSettings, make: Callable[[], Model]) -> Model:
+            model = build(settings, make)
+            return model if usage is None else Tallied(model, usage, settings)
+
+        def build(settings: ModelSettings, make: Callable[[], Model]) -> Model:
             if settings.model.startswith("scripted:"):
                 return make()
             model: Model
@@ -314,10 +282,12 @@ class CaseExecutor:
         cassette: Cassette,
         run: CaseRun,
         clock: CaseClock | None = None,
+        usage: CaseUsage | None = None,
     ) -> tuple[Observed, str]:
-        """Run the case's target on `payload` (`case_payload`: its input, vars filled in)."""
+        """Run the case's target on `payload` (`case_payload`: its input, vars filled in);
+        a workflow's model calls are counted in `usage` (`fim.eval.case_models`)."""
         if suite.workflow is not None:
-            return await self._execute_workflow(suite.workflow, case, payload, services, run)
+            return await self._execute_workflow(suite.workflow, case, payload, services, run, usage)
         # deferred: loading fim.engines.dag costs hundreds of ms
         from fim.run.agent import run_agent
 
@@ -370,7 +340,13 @@ class CaseExecutor:
         ), prompt
 
     async def _execute_workflow(
-        self, name: str, case: EvalCase, payload: Any, services: Services, run: CaseRun
+        self,
+        name: str,
+        case: EvalCase,
+        payload: Any,
+        services: Services,
+        run: CaseRun,
+        usage: CaseUsage | None = None,
     ) -> tuple[Observed, str]:
         # deferred: loading fim.workflows.engine costs tens of ms
         from fim.workflows.engine import WorkflowEngine
@@ -393,5 +369,14 @@ class CaseExecutor:
         if len(outputs) == 1:
             only = next(iter(outputs.values()))
             text = only if isinstance(only, str) else text
-        tool_events = [e for e in events if e.type == "tool_call"]
-        return Observed(output=text, events=tool_events, structured=outputs), json.dumps(payload)
+        usage = usage or CaseUsage()
+        seen = [*(e for e in events if e.type == "tool_call"), *usage.calls]
+        spent = usage.usage
+        return Observed(
+            output=text,
+            events=seen,
+            iterations=len(usage.calls),
+            tokens=spent.total_tokens,
+            cost=spent.cost,
+            structured=outputs,
+        ), json.dumps(payload)

@@ -31,6 +31,7 @@ from fim.config.schema import Assertion, EvalCase, EvalSuite
 from fim.config.schema.evals import PythonSpec
 from fim.errors import FimError
 from fim.eval.assertions import JudgeFn, Observed, Outcome, judge_model_ref, model_judge
+from fim.eval.case_models import CaseUsage
 from fim.eval.cassettes import (
     Cassette,
     CassetteMiss,
@@ -204,7 +205,8 @@ class EvalRunner(CaseExecutor):
                 path = self.cassette_dir / slug(suite.name) / f"{slug(case.name)}.json"
                 cassettes[key] = Cassette(path, self.mode, self.snapshot.masker)
         await asyncio.to_thread(load_all, list(cassettes.values()))
-        await asyncio.to_thread(warm_up, self.snapshot, jobs, self.mode != "replay", self.model)
+        calls = self.mode != "replay"
+        await asyncio.to_thread(warm_up, self.snapshot, jobs, calls, self.model, services)
 
         spans: dict[str, tuple[float, float]] = {}
         """Per suite: when its first case started and its last ended (its wall time)."""
@@ -268,16 +270,17 @@ class EvalRunner(CaseExecutor):
             run.error, run.config_error = str(exc), True
             return run
         clock = CaseClock(self.clock)
+        usage = CaseUsage() if suite.workflow is not None else None  # an agent's: its run's
         tape = self._tape(cassette)
         try:
             with (
-                wrapping_models(self._wrapper(cassette, clock)),
+                wrapping_models(self._wrapper(cassette, clock, usage)),
                 tape.installed(),
                 self._time(cassette),
             ):
                 try:
                     seen, prompt = await self._execute(
-                        suite, case, payload, services, cassette, run, clock
+                        suite, case, payload, services, cassette, run, clock, usage
                     )
                 except FimError:
                     tape.raise_miss()  # the tool that was not run is why, not what followed
@@ -333,7 +336,6 @@ class EvalRunner(CaseExecutor):
             python=python,
             judge_model=self._judge_model,
             replayed=replayed,
-            workflow=suite.workflow is not None,
         )
         run.outcomes = found.outcomes
         if found.miss is not None:  # a judge's miss: counted once, as a miss
