@@ -17,7 +17,17 @@ point (`fim.cli.main`), puts two layers in place:
   worker thread of a sync tool and the tasks an async tool starts carry it), or any write
   with a frame of a hooks-folder module on the stack (their package names start with
   `fim.hooks.python_hooks.PACKAGE_PREFIX`): a hook, an eval assertion, a module's
-  top-level code, a thread the project started. Everything else passes through.
+  top-level code, a thread the project started. Attribution fails closed (attack-56 F1):
+  a write from a thread other than the command's (a tool's thread pool, `run_in_executor`,
+  a thread a helper outside hooks/ started) is the project's too, under the thread's name
+  (except in the servers, whose log fim writes from any thread); and once a command has
+  taken its answer stream (`claim_stdout`: `fim run`, `fim eval --json -`, `fim mcp
+  serve`, whose writers write there and nowhere else), every write to `sys.stdout` is.
+  `sys.stdout.buffer`, its `raw` and both `fileno()`s never lead to the private stream.
+  A line the log shows while fim logs a diverted one (a handler the project put on
+  `sys.stdout`) goes to stderr, never to the answer (F3). A line longer than
+  `MAX_PENDING` is logged once, masked then cut, and the rest of it up to its newline is
+  dropped: a piece logged alone could show the tail of a secret (F5).
 - When fd 1 is not a terminal (a pipe or a file: something parses it), and the command
   answers on stdout (any but the servers, `fim serve` and `fim worker`, whose stdout is a
   log), fim writes to a private duplicate of fd 1, and fd 1 itself points at stderr for
@@ -58,7 +68,7 @@ SERVERS = frozenset({"serve", "worker"})
 _TOOL: contextvars.ContextVar[str | None] = contextvars.ContextVar("fim_tool_call", default=None)
 _local = threading.local()
 """`emitting`: this thread is logging a diverted line (a handler that writes to stdout
-then passes through instead of coming back here)."""
+then writes to stderr, or a server's log, instead of coming back here)."""
 
 
 @contextlib.contextmanager
@@ -107,15 +117,24 @@ class _Lines:
 
     def __init__(self) -> None:
         self._pending: dict[tuple[int, str], str] = {}
+        self._dropping: set[tuple[int, str]] = set()
+        """Writers whose line passed `MAX_PENDING`: logged already, the rest of it dropped
+        up to its newline (logged alone, a piece could begin with the end of a secret)."""
         self._lock = threading.Lock()
 
     def add(self, who: str, text: str) -> None:
         key = (threading.get_ident(), who)
         with self._lock:
+            if key in self._dropping:
+                _, newline, text = text.partition("\n")
+                if not newline:
+                    return
+                self._dropping.discard(key)
             lines = (self._pending.pop(key, "") + text).split("\n")
             rest = lines.pop()
-            if len(rest) > MAX_PENDING:
+            if len(rest) > MAX_PENDING:  # masked whole, then cut (`_emit`), and no more
                 lines.append(rest)
+                self._dropping.add(key)
                 rest = ""
             if rest:
                 self._pending[key] = rest
@@ -127,6 +146,7 @@ class _Lines:
         with self._lock:
             keys = [k for k in self._pending if who is None or k[1] == who]
             left = [(k[1], self._pending.pop(k)) for k in keys]
+            self._dropping -= {k for k in self._dropping if who is None or k[1] == who}
         for writer, line in left:
             _emit(writer, line)
 
@@ -154,17 +174,43 @@ def _emit(who: str, line: str) -> None:
 class _Guard:
     """`sys.stdout` while fim runs: the project's writes to the log, fim's to `inner`."""
 
-    def __init__(self, inner: Any, private: bool) -> None:
+    def __init__(self, inner: Any, private: bool, answers: bool) -> None:
         self._inner = inner
         self._private = private
         """`inner` is the private duplicate of fd 1 (fd 1 itself is stderr)."""
+        self._answers = answers
+        """stdout is the command's answer (any command but the servers, whose is a log)."""
+        self._owner = threading.get_ident()
+        """The command's thread: the only one whose unattributed writes may be fim's."""
+        self.claimed = False
+        """The command writes its answer to `inner` itself (`claim_stdout`): every write to
+        the guard, from any thread, is the project's."""
         self._lines = _Lines()
         self._buffer: _BinaryGuard | None = None
 
-    def write(self, text: str) -> int:
+    def who(self) -> str | None:
+        """The project's code writing now, or None: fim's own write (or a log line of a
+        diverted one: `emitting`)."""
+        if getattr(_local, "emitting", False):
+            return None
         who = _writer()
+        if who is not None:
+            return who
+        if self.claimed or (self._answers and threading.get_ident() != self._owner):
+            return f"thread '{threading.current_thread().name}'"
+        return None
+
+    def passing(self) -> Any:
+        """Where a write that is not the project's goes: a log line written while a
+        diverted one is logged goes to stderr when stdout is an answer (attack-56 F3)."""
+        if self._answers and getattr(_local, "emitting", False):
+            return sys.stderr
+        return self._inner
+
+    def write(self, text: str) -> int:
+        who = self.who()
         if who is None:
-            return int(self._inner.write(text))
+            return int(self.passing().write(text))
         self.printed(who, text)
         return len(text)
 
@@ -177,13 +223,16 @@ class _Guard:
             self.write(line)
 
     def flush(self) -> None:
-        if _writer() is None:
-            self._inner.flush()
+        if self.who() is None:
+            self.passing().flush()
 
     def fileno(self) -> int:
-        if self._private and _writer() is not None:
-            return 1  # stderr by now: a child given "stdout" writes there
+        if self._private:
+            return 1  # stderr by now: a child given "stdout" writes there (never the answer)
         return int(self._inner.fileno())
+
+    def detach(self) -> Any:
+        raise io.UnsupportedOperation("fim's stdout cannot be detached")
 
     @property
     def buffer(self) -> Any:
@@ -206,11 +255,30 @@ class _BinaryGuard:
         self._text = text
 
     def write(self, data: Any) -> int:
-        who = _writer()
+        who = self._text.who()
         if who is None:
-            return int(self._inner.write(data))
+            passing = self._text.passing()
+            if passing is self._text._inner:
+                return int(self._inner.write(data))
+            passing.write(bytes(data).decode("utf-8", "replace"))  # stderr: a log line
+            return len(data)
         self._text.printed(who, bytes(data).decode("utf-8", "replace"))
         return len(data)
+
+    def writelines(self, lines: Iterable[Any]) -> None:
+        for data in lines:
+            self.write(data)
+
+    @property
+    def raw(self) -> _BinaryGuard:
+        """Itself: the unbuffered stream under it is the private descriptor's."""
+        return self
+
+    def fileno(self) -> int:
+        return self._text.fileno()
+
+    def detach(self) -> Any:
+        raise io.UnsupportedOperation("fim's stdout cannot be detached")
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -250,16 +318,35 @@ def guarded(command: str | None) -> Iterator[None]:
         yield
         return
     private = None if command in SERVERS else _private_stdout(before)
-    guard = _Guard(private if private is not None else before, private=private is not None)
+    inner = private if private is not None else before
+    guard = _Guard(inner, private=private is not None, answers=command not in SERVERS)
     sys.stdout = guard
     try:
         yield
     finally:
         guard.end_line()
         with contextlib.suppress(Exception):
-            guard.flush()
+            inner.flush()  # fim's answer (a claimed guard takes a flush for a print's)
         if private is None and sys.stdout is guard:
             sys.stdout = before
 
 
-__all__ = ["LOGGER", "MAX_LINE", "calling", "guarded"]
+def answer_stdout() -> Any:
+    """The stream fim's own answer goes to: the guard's (the private duplicate of fd 1, or
+    the stdout it was put over), or `sys.stdout` when no guard is in place (a library
+    call, a test's capture). Writing there is never taken for the project's."""
+    guard = sys.stdout
+    return guard._inner if isinstance(guard, _Guard) else guard
+
+
+def claim_stdout() -> Any:
+    """`answer_stdout()`, for a command whose every answer is written there (`fim run`,
+    `fim eval --json -`, `fim mcp serve`): from now on until the command ends, every write
+    to `sys.stdout`, from any thread, by any code, is the project's (logged, masked)."""
+    guard = sys.stdout
+    if isinstance(guard, _Guard):
+        guard.claimed = True
+    return answer_stdout()
+
+
+__all__ = ["LOGGER", "MAX_LINE", "answer_stdout", "calling", "claim_stdout", "guarded"]

@@ -12,8 +12,15 @@ import typer
 
 from fim.commands import ProjectOption, load_snapshot, run_async
 from fim.commands.eval_cli import EvalCommand
-from fim.commands.eval_merge import compare_to, merge_reports, untested_said
+from fim.commands.eval_merge import (
+    compare_to,
+    merge_reports,
+    untested_failed,
+    untested_said,
+    write_markdown,
+)
 from fim.errors import RunError
+from fim.stdout_guard import answer_stdout, claim_stdout
 from fim.terminal import rich_console
 
 
@@ -67,6 +74,14 @@ def eval_command(
     format_: Annotated[
         str, typer.Option("--format", help="Summary on stdout: text or markdown.")
     ] = "text",
+    markdown_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--markdown",
+            help="Write the Markdown summary here too (a CI job summary or PR comment; no "
+            "`| tee` needed).",
+        ),
+    ] = None,
     models: Annotated[
         list[str] | None,
         typer.Option(
@@ -82,6 +97,15 @@ def eval_command(
             "--fail-on-skip",
             help="Exit 1 when a case was skipped (no cassette: never tested), naming it. "
             "With --shard, the verdict is `fim eval merge --fail-on-skip`'s.",
+        ),
+    ] = False,
+    fail_on_untested: Annotated[
+        bool,
+        typer.Option(
+            "--fail-on-untested",
+            help="With --baseline: exit 1 when a case that passed in the baseline was not "
+            "tested now (skipped, or not in this run), naming it. New cases without a "
+            "cassette do not fail it (--fail-on-skip does).",
         ),
     ] = False,
     rerun_failed: Annotated[
@@ -116,6 +140,8 @@ def eval_command(
             threshold,
             format_,
             fail_on_skip,
+            markdown_out,
+            fail_on_untested,
         )
 
     # deferred: loading fim.config.schema costs hundreds of ms
@@ -126,6 +152,8 @@ def eval_command(
     if record and live:
         console.print("error: --record and --live exclude each other")
         raise typer.Exit(2)
+    if json_out is not None and str(json_out) == "-":
+        claim_stdout()  # the report alone on stdout: any other write there is a print
     try:
         snapshot = load_snapshot(ctx, project)
     except typer.Exit:
@@ -199,14 +227,19 @@ def eval_command(
     from fim.eval.report import json_report
 
     data = json_report(report)
+    # which shard this is (null: the whole run): the merge checks every one of 1..N is there
+    data["shard"] = None if parts is None else {"index": parts[0], "total": parts[1]}
     comparison = compare_to(data, baseline, threshold)
     piped = json_out is not None and str(json_out) == "-"  # promptfoo's `-o -`: the report
     shown = sys.stderr if piped else sys.stdout  # on stdout, what a person reads on stderr
-    if format_ == "markdown":
+    if format_ == "markdown" or markdown_out is not None:
         # deferred: loading fim.eval.ci costs tens of ms
         from fim.eval.ci_markdown import markdown
 
-        shown.write(markdown(data, comparison, fail_on_skip))
+        summary = markdown(data, comparison, fail_on_skip, fail_on_untested)
+        write_markdown(markdown_out, summary)
+    if format_ == "markdown":
+        shown.write(summary)
     else:
         print_summary(report, rich_console(highlight=False, stderr=piped))
         if comparison is not None:
@@ -215,14 +248,15 @@ def eval_command(
 
             shown.write(text(comparison))
     if piped:
-        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+        answer_stdout().write(json.dumps(data, indent=2, default=str) + "\n")
     write_reports(report, junit, None if piped else json_out, data)
     if report.errored:  # a shard too: no merge can make a case that could not run pass
         raise typer.Exit(2)
     skipped = untested_said(data, fail_on_skip, shard is not None)
     if shard is not None:
         raise typer.Exit(0)
-    ok = report.ok and (comparison is None or comparison.ok) and not skipped
+    gone = untested_failed(comparison, fail_on_untested)
+    ok = report.ok and (comparison is None or comparison.ok) and not skipped and not gone
     raise typer.Exit(0 if ok else 1)
 
 

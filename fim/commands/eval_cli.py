@@ -8,7 +8,8 @@
   saying where, not with click's closest option (`--repeat` got "Possible options:
   --format").
 - `--threshold` is the change `--baseline` reports; without a baseline it did nothing,
-  silently, while a suite's `threshold:` is its pass rate.
+  silently, while a suite's `threshold:` is its pass rate. `--fail-on-untested` likewise
+  needs a baseline.
 """
 
 from __future__ import annotations
@@ -19,7 +20,16 @@ from typing import Any
 import typer
 from typer.core import TyperCommand
 
-MERGE_OPTIONS = ("junit", "json_out", "baseline", "threshold", "format_", "fail_on_skip")
+MERGE_OPTIONS = (
+    "junit",
+    "json_out",
+    "baseline",
+    "threshold",
+    "format_",
+    "markdown_out",
+    "fail_on_skip",
+    "fail_on_untested",
+)
 """The parameters of `fim eval` that `fim eval merge` reads (`merge_reports`)."""
 
 MERGE_HELP = (
@@ -35,8 +45,8 @@ ELSEWHERE = {
     "(evals/<suite>.yaml) or on a case",
     "--max-concurrency": "fim calls it --concurrency N",
     "--output": "fim eval writes --json FILE (`--json -`: to stdout), --junit FILE, or "
-    "--format markdown",
-    "-o": "fim eval writes --json FILE (`--json -`: to stdout), --junit FILE, or --format markdown",
+    "--markdown FILE",
+    "-o": "fim eval writes --json FILE (`--json -`: to stdout), --junit FILE, or --markdown FILE",
     "--no-cache": "replaying cassettes is the default; --live calls the models instead",
     "--providers": "fim eval -m ROLE -m ROLE runs each case on every model named",
     "--filter-failing": "fim calls it --rerun-failed REPORT.json (a `fim eval --json` report)",
@@ -70,6 +80,14 @@ class EvalCommand(TyperCommand):
                 "error: --threshold is the change in latency, tokens or cost --baseline "
                 "reports, and there is no --baseline (a suite's pass rate is `threshold:` in "
                 "its YAML)",
+                err=True,
+            )
+            ctx.exit(2)
+        if ctx.params.get("fail_on_untested") and ctx.params["baseline"] is None:
+            typer.echo(
+                "error: --fail-on-untested fails on cases that passed in --baseline's report "
+                "and were not tested now, and there is no --baseline (--fail-on-skip fails "
+                "on every case skipped)",
                 err=True,
             )
             ctx.exit(2)

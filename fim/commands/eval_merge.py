@@ -48,6 +48,26 @@ def compare_to(data: dict[str, Any], baseline: Path | None, threshold: float) ->
         raise typer.Exit(2) from None
 
 
+def write_markdown(path: Path | None, summary: str) -> None:
+    """`--markdown PATH`: the Markdown summary in a file (a job summary, a PR comment), so
+    a CI step needs no `| tee`, whose exit status is tee's in `sh` (newcomer51 #6)."""
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(summary, encoding="utf-8")
+
+
+def untested_failed(comparison: Any, fail_on_untested: bool) -> bool:
+    """`--fail-on-untested`: whether cases that passed in the baseline were not tested now,
+    said on stderr by name."""
+    if not fail_on_untested or comparison is None or not comparison.untested:
+        return False
+    # deferred: loading fim.eval.baseline costs tens of ms
+    from fim.eval.baseline import untested_error
+
+    sys.stderr.write(f"error: {untested_error(comparison)}\n")
+    return True
+
+
 def merge_reports(
     paths: list[Path],
     junit: Path | None,
@@ -56,6 +76,8 @@ def merge_reports(
     threshold: float,
     format_: str,
     fail_on_skip: bool = False,
+    markdown_out: Path | None = None,
+    fail_on_untested: bool = False,
 ) -> None:
     """`fim eval merge`: one JUnit file and one summary from the JSON reports of shards."""
 
@@ -63,15 +85,21 @@ def merge_reports(
     from fim.eval.ci import exit_code, label, load, merge, plain, rate, verdict
     from fim.eval.ci_markdown import markdown
     from fim.eval.report import write_report_files
+    from fim.eval.shard_check import check_shards
 
     try:
-        merged = merge([load(p) for p in paths])
+        reports = [load(p) for p in paths]
+        check_shards(reports, paths)
+        merged = merge(reports)
     except RunError as exc:  # may quote a shard's case names: on one line (`plain`)
         sys.stderr.write(f"error: {plain(str(exc))}\n")
         raise typer.Exit(2) from None
     comparison = compare_to(merged, baseline, threshold)
+    if format_ == "markdown" or markdown_out is not None:
+        summary = markdown(merged, comparison, fail_on_skip, fail_on_untested)
+        write_markdown(markdown_out, summary)
     if format_ == "markdown":
-        sys.stdout.write(markdown(merged, comparison, fail_on_skip))
+        sys.stdout.write(summary)
     else:
         for suite in merged["suites"]:  # shards' JSON: any text, kept on its line (`plain`)
             skipped = sum(c.get("skipped") is not None for c in suite["cases"])
@@ -95,4 +123,5 @@ def merge_reports(
     code = exit_code(merged, fail_on_skip)
     if code != 2:  # nothing tested, or --fail-on-skip: which cases were skipped
         untested_said(merged, fail_on_skip, shard=False)
+        code = 1 if untested_failed(comparison, fail_on_untested) else code
     raise typer.Exit(code if code or comparison is None or comparison.ok else 1)

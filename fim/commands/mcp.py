@@ -8,15 +8,17 @@ server still fail), then stop them before exiting. The SDK is imported only when
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import sys
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fim.capabilities import CAPABILITIES
 from fim.commands import ProjectOption, fail, load_snapshot, run_async, user_errors
+from fim.stdout_guard import claim_stdout
 from fim.terminal import printable
 
 if TYPE_CHECKING:
@@ -140,16 +142,38 @@ def serve(
 ) -> None:
     """Serve the project's agents and workflows as MCP tools on stdin/stdout."""
 
-    snapshot = load_snapshot(ctx, project)  # config errors before the client connects
-    # stdout is the protocol channel: every log line goes to stderr
+    # stdout is the protocol channel: every log line goes to stderr, set before the project
+    # is compiled (a hooks module's `basicConfig(stream=sys.stdout)` then adds no handler)
     logging.basicConfig(
-        level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
+        level=logging.WARNING,
+        stream=sys.stderr,
+        format="%(levelname)s %(name)s: %(message)s",
+        force=True,
     )
+    # the SDK writes messages to fim's own stdout, given to it; any other write to
+    # `sys.stdout`, from any thread, is the project's print (attack-56 F1)
+    wire = _utf8(claim_stdout())
+    snapshot = load_snapshot(ctx, project)  # config errors before the client connects
     with user_errors(), contextlib.suppress(KeyboardInterrupt):
-        run_async(_serve_stdio(snapshot, reload))
+        run_async(_serve_stdio(snapshot, reload, wire))
 
 
-async def _serve_stdio(snapshot: Snapshot, reload: bool) -> None:
+def _utf8(out: Any) -> Any:
+    """UTF-8 text over the binary stream under `out` (as the SDK writes its messages),
+    or `out` itself when it has none (a test's text buffer)."""
+    buffer = getattr(out, "buffer", None)
+    return out if buffer is None else _Unowned(buffer, encoding="utf-8")
+
+
+class _Unowned(io.TextIOWrapper):
+    """A text layer that never closes the stream under it (fim's stdout, for good)."""
+
+    def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            self.detach()
+
+
+async def _serve_stdio(snapshot: Snapshot, reload: bool, wire: Any = None) -> None:
     # deferred: loading asyncio costs a few ms
     import asyncio
 
@@ -166,7 +190,7 @@ async def _serve_stdio(snapshot: Snapshot, reload: bool) -> None:
     stop = asyncio.Event()
     watcher = asyncio.create_task(watch(snapshot.root, holder, stop=stop)) if reload else None
     try:
-        await serve_stdio(Api(holder, services))
+        await serve_stdio(Api(holder, services), wire)
     finally:
         stop.set()
         if watcher is not None:

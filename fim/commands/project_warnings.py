@@ -30,7 +30,19 @@ def warnings_of(snapshot: Snapshot) -> list[Problem]:
         *_script_warnings(snapshot),
         *_model_warnings(snapshot),
         *_modeline_warnings(snapshot),
+        *_cassette_warnings(snapshot),
     ]
+
+
+def _cassette_warnings(snapshot: Snapshot) -> list[Problem]:
+    """Cassettes of no case, or not a recording (`fim.build.cassette_checks`)."""
+    if not snapshot.evals:
+        return []
+    # deferred: only a project with eval suites reads its cassettes (and their names' slug)
+    from fim.build.cassette_checks import cassette_warnings
+    from fim.eval.cassettes import slug
+
+    return cassette_warnings(snapshot, slug)
 
 
 def _modeline_warnings(snapshot: Snapshot) -> list[Problem]:

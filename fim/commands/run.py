@@ -24,6 +24,7 @@ from fim.commands.chat import chat as _chat
 from fim.commands.completion import complete_agent
 from fim.commands.run_turn import CliSession, run_turn
 from fim.errors import RunError
+from fim.stdout_guard import claim_stdout
 from fim.terminal import printable
 
 
@@ -93,6 +94,7 @@ def run(
         fail("missing agent name", "fim run AGENT [PROMPT], or fim run --auto PROMPT")
     if session is not None and not 0 < len(session) <= 200:
         fail("--session: a name of 1 to 200 characters is expected")
+    claim_stdout()  # the answer is `EventPrinter`'s alone: any other stdout write is a print
     snapshot = load_snapshot(ctx, project)
     agent = snapshot.named("agent", agent)  # `fim run agents/x.yaml`: a path a shell completed
     with user_errors():

@@ -23,6 +23,7 @@ from fim.commands.run_lines import (
     refuses_session,
     summary_line,
 )
+from fim.stdout_guard import answer_stdout
 from fim.terminal import clipped, markup, printable, rich_console
 
 if TYPE_CHECKING:
@@ -226,7 +227,8 @@ def _by_hook(approval: Any) -> bool:
 
 
 class EventPrinter:
-    """Renders events for a terminal: the answer on stdout, the trace on stderr."""
+    """Renders events for a terminal: the answer on stdout (fim's own: `answer_stdout`,
+    where no print of the project's goes), the trace on stderr."""
 
     def __init__(
         self, *, verbose: bool = False, as_json: bool = False, model_calls: bool = False
@@ -291,9 +293,9 @@ class EventPrinter:
                     return
             elif (held := self._tokens.flush()) and self._last_token is not None:
                 held_token = self._last_token.model_copy(update={"text": held})
-                sys.stdout.write(held_token.model_dump_json() + "\n")
-            sys.stdout.write(event.model_dump_json() + "\n")
-            sys.stdout.flush()
+                answer_stdout().write(held_token.model_dump_json() + "\n")
+            answer_stdout().write(event.model_dump_json() + "\n")
+            answer_stdout().flush()
             return
         match event:
             case LLMCall():
@@ -301,12 +303,12 @@ class EventPrinter:
                 if self.model_calls:
                     self.err.print(f"[dim]{model_call_line(event, calls)}[/dim]")
             case Token():
-                sys.stdout.write(printable(self._tokens.feed(event.text)))
-                sys.stdout.flush()
+                answer_stdout().write(printable(self._tokens.feed(event.text)))
+                answer_stdout().flush()
                 self._streamed = True
             case MessageEvent() if self._streamed:
-                sys.stdout.write(printable(self._tokens.flush()) + "\n")
-                sys.stdout.flush()
+                answer_stdout().write(printable(self._tokens.flush()) + "\n")
+                answer_stdout().flush()
                 self._streamed = False
             case MessageEvent():
                 self._held = event
@@ -352,8 +354,8 @@ class EventPrinter:
         streamed, is printed now (a stored run that ended without `run_finished`)."""
         if self._held is not None:
             held, self._held = self._held, None
-            sys.stdout.write(printable(held.content) + "\n")
-            sys.stdout.flush()
+            answer_stdout().write(printable(held.content) + "\n")
+            answer_stdout().flush()
         self._end_stream()
 
     def _release(self, held: MessageEvent, after: Event) -> None:
@@ -361,10 +363,10 @@ class EventPrinter:
         if getattr(after, "status", None) == "max_iterations" and after.run_id == held.run_id:
             self.err.print(f"[red]error:[/red] {markup(held.content)}")
             return
-        sys.stdout.write(printable(held.content) + "\n")
-        sys.stdout.flush()
+        answer_stdout().write(printable(held.content) + "\n")
+        answer_stdout().flush()
 
     def _end_stream(self) -> None:
         if self._streamed:
-            sys.stdout.write(printable(self._tokens.flush()) + "\n")
+            answer_stdout().write(printable(self._tokens.flush()) + "\n")
             self._streamed = False

@@ -37,6 +37,8 @@ class CaseStats:
     replayed: bool = False
     """An attempt replayed a cassette: its latency is fim's, or the recording's, never a
     model's now, so no latency change is reported against it (newcomer9 #3)."""
+    skipped: str | None = None
+    """Why no attempt ran, when none did (`skipped: no cassette`)."""
 
 
 def _stats(report: Report, by_name: bool = False) -> dict[str, CaseStats]:
@@ -59,8 +61,17 @@ def _stats(report: Report, by_name: bool = False) -> dict[str, CaseStats]:
             tokens=sum(c.get("tokens", 0) for c in ran) / n,
             cost=sum(costs) / len(costs) if costs else None,
             replayed=any(c.get("replayed") for c in ran),
+            skipped=None if ran else _why_not_run(cases),
         )
     return out
+
+
+def _why_not_run(cases: list[dict[str, Any]]) -> str:
+    """Why a case none of whose attempts ran was not tested, in a few words."""
+    reasons = [str(c["skipped"]) for c in cases if c.get("skipped") is not None]
+    if not reasons:
+        return "could not run"
+    return "skipped: no cassette" if "no cassette" in reasons[0] else "skipped"
 
 
 @dataclass
@@ -84,6 +95,11 @@ class Comparison:
     improved: list[str] = field(default_factory=list)
     added: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    untested: dict[str, str] = field(default_factory=dict)
+    """Cases that ran and passed in the baseline and did not run now, with why (skipped: no
+    cassette; not in this run): a pull request deleting a failing case's cassette turned
+    it into a skip, and the comparison said "No changes" (newcomer51 #5). Listed as "No
+    longer tested"; `--fail-on-untested` fails the gate on them."""
     changes: list[Change] = field(default_factory=list)
     models: tuple[str | None, str | None] | None = None
     """(the baseline's model, this run's) when they differ and cases were matched by
@@ -108,6 +124,7 @@ class Comparison:
             "improved": self.improved,
             "added": self.added,
             "removed": self.removed,
+            "untested": self.untested,
             "changes": [
                 {"case": c.case, "metric": c.metric, "before": c.before, "after": c.after}
                 for c in self.changes
@@ -150,10 +167,15 @@ def compare(current: Report, baseline: Report, threshold: float = 0.2) -> Compar
             result.added.append(key)
             continue
         if key not in now:
-            result.removed.append(key)
+            if before[key].ran and before[key].passed:
+                result.untested[key] = "not in this run"
+            else:
+                result.removed.append(key)
             continue
         a, b = before[key], now[key]
-        if not (a.ran and b.ran):  # a skipped case says nothing either way
+        if not (a.ran and b.ran):  # a skipped case says nothing of regressions
+            if a.ran and a.passed:
+                result.untested[key] = b.skipped or "skipped"
             continue
         if a.passed and not b.passed:
             result.regressed.append(key)
@@ -170,6 +192,18 @@ def compare(current: Report, baseline: Report, threshold: float = 0.2) -> Compar
     return result
 
 
+def untested_error(comparison: Comparison) -> str:
+    """`--fail-on-untested`'s line: the cases that passed in the baseline and were not
+    tested now."""
+    keys = list(comparison.untested)
+    shown = ", ".join(plain(k) for k in keys[:20]) + (" ..." if len(keys) > 20 else "")
+    many = f"{len(keys)} case{'' if len(keys) == 1 else 's'}"
+    return (
+        f"--fail-on-untested: {many} passed in the baseline and no longer tested: {shown} "
+        "(`fim eval --record` records a case with no cassette)"
+    )
+
+
 def text(comparison: Comparison) -> str:
     """The comparison as plain lines for a terminal; each case name `plain` (one line: a
     name never starts a line, where `::` is a CI workflow command)."""
@@ -180,10 +214,11 @@ def text(comparison: Comparison) -> str:
     out += [f"  improved: {plain(k)}" for k in comparison.improved]
     out += [f"  new: {plain(k)}" for k in comparison.added]
     out += [f"  removed: {plain(k)}" for k in comparison.removed]
+    out += [f"  no longer tested: {plain(k)} ({why})" for k, why in comparison.untested.items()]
     for c in comparison.changes:
         change = "new" if c.before == 0 else f"{c.ratio:+.0%}"
         out.append(f"  {c.metric} {plain(c.case)}: {c.before:g} -> {c.after:g} ({change})")
     return "\n".join(out) + "\n"
 
 
-__all__ = ["CaseStats", "Change", "Comparison", "compare", "text"]
+__all__ = ["CaseStats", "Change", "Comparison", "compare", "text", "untested_error"]

@@ -51,17 +51,53 @@ def _code(text: str) -> str:
     return plain(" ".join(text.split())[:300]).replace("`", "'")
 
 
+LISTED = 50
+"""Most failing cases (and checks not checked) a summary lists: the rest are counted, and
+are in the JUnit report and the JSON one."""
+
+MAX_CHARS = 60_000
+"""Longest summary: GitHub refuses a comment over 65,536 characters, so a run where 300
+cases failed (a model switch) got no PR comment at all (newcomer51 #11)."""
+
+
+def _capped(items: list[str], total: int, what: str) -> list[str]:
+    """At most `LISTED` of `total` items (the first ones, built), then how many more and
+    where they are."""
+    if total <= LISTED:
+        return items
+    more = total - LISTED
+    return [*items[:LISTED], f"- … and {more} more {what}: see the JUnit report or --json"]
+
+
+def _within(lines: list[str]) -> str:
+    """The summary, cut at a line to at most `MAX_CHARS` characters, saying so."""
+    body = "\n".join(lines) + "\n"
+    if len(body) <= MAX_CHARS:
+        return body
+    note = "\n… (summary cut to fit a PR comment: the JUnit report and --json have it all)\n"
+    cut = body.rfind("\n", 0, MAX_CHARS - len(note))
+    return body[:cut] + note
+
+
 def markdown(
-    report: Report, comparison: Comparison | None = None, fail_on_skip: bool = False
+    report: Report,
+    comparison: Comparison | None = None,
+    fail_on_skip: bool = False,
+    fail_on_untested: bool = False,
 ) -> str:
     """A job summary / PR comment: suites table, failing cases, baseline changes. Skipped
     cases (no cassette: never tested) are said under the headline, and so is how many
-    cases replayed a cassette rather than asked a model."""
+    cases replayed a cassette rather than asked a model. Lists are capped (`LISTED`), and
+    the whole at `MAX_CHARS`."""
     skipped = skipped_cases(report)
     many = f"{len(skipped)} case{'' if len(skipped) == 1 else 's'} skipped (no cassette)"
     headline = "✅ passed" if report["ok"] else "❌ failed"
     if report["ok"] and skipped:
         headline = f"❌ failed: {many}" if fail_on_skip else f"⚠️ passed, {many}"
+    gone = comparison.untested if comparison is not None else {}
+    if report["ok"] and gone and not skipped:
+        no_longer = f"{len(gone)} case{'' if len(gone) == 1 else 's'} no longer tested"
+        headline = f"❌ failed: {no_longer}" if fail_on_untested else f"⚠️ passed, {no_longer}"
     if nothing_tested(report) is not None:
         headline = "❌ nothing was tested"
     if report.get("errored"):
@@ -116,9 +152,11 @@ def markdown(
     ]
     if failing:
         lines += ["", "### Failing cases", ""]
-        for suite, case in failing:
+        listed = []
+        for suite, case in failing[:LISTED]:
             detail = "; ".join(failure_lines(case)) or "failed"
-            lines.append(f"- `{_code(suite)}/{_code(case_name(case))}`: {_cell(detail)}")
+            listed.append(f"- `{_code(suite)}/{_code(case_name(case))}`: {_cell(detail)}")
+        lines += _capped(listed, len(failing), "failing cases")
     unchecked = [
         (label(s), c, line)
         for s in report["suites"]
@@ -128,8 +166,11 @@ def markdown(
     ]
     if unchecked:
         lines += ["", "### Not checked", ""]
-        for suite, case, line in unchecked:
-            lines.append(f"- `{_code(suite)}/{_code(case_name(case))}`: {_cell(line)}")
+        shown = [
+            f"- `{_code(suite)}/{_code(case_name(case))}`: {_cell(line)}"
+            for suite, case, line in unchecked[:LISTED]
+        ]
+        lines += _capped(shown, len(unchecked), "checks not checked")
     if comparison is not None:
         lines += ["", f"### Against the baseline (changes beyond {comparison.threshold:.0%})", ""]
         if comparison.models_line is not None:
@@ -141,8 +182,20 @@ def markdown(
             ("Removed", comparison.removed),
         ):
             if keys:
-                named = ", ".join(f"`{_code(k)}`" for k in keys)
-                lines.append(f"- **{title}** ({len(keys)}): {named}")
+                named = ", ".join(f"`{_code(k)}`" for k in keys[:LISTED])
+                more = f" and {len(keys) - LISTED} more" if len(keys) > LISTED else ""
+                lines.append(f"- **{title}** ({len(keys)}): {named}{more}")
+        if comparison.untested:
+            named = ", ".join(
+                f"`{_code(k)}` ({_cell(why)})"
+                for k, why in list(comparison.untested.items())[:LISTED]
+            )
+            count = len(comparison.untested)
+            more = f" and {count - LISTED} more" if count > LISTED else ""
+            flag = "" if fail_on_untested else "; `--fail-on-untested` fails the gate on them"
+            lines.append(
+                f"- **No longer tested** ({count}, passed in the baseline{flag}): {named}{more}"
+            )
         if comparison.changes:
             lines += ["", "| case | metric | baseline | now | change |", "|---|---|---:|---:|---:|"]
             for c in comparison.changes:
@@ -155,7 +208,8 @@ def markdown(
             or comparison.improved
             or comparison.added
             or comparison.removed
+            or comparison.untested
             or comparison.changes
         ):
             lines.append("No changes.")
-    return "\n".join(lines) + "\n"
+    return _within(lines)

@@ -90,8 +90,26 @@ class SuiteRecord(_Read):
     cases: list[CaseRecord]
 
 
+class ShardRecord(_Read):
+    """Which shard of a sharded run a report is (`fim eval --shard I/N --json`): the merge
+    checks that every shard of 1..N is there (`fim.eval.shard_check`)."""
+
+    index: int
+    total: int
+
+    @field_validator("total")
+    @classmethod
+    def _within(cls, total: int, info: Any) -> int:
+        index = info.data.get("index")
+        if total < 1 or (isinstance(index, int) and not 1 <= index <= total):
+            raise ValueError(f"shard {index}/{total}: the index should be between 1 and N")
+        return total
+
+
 class ReportFile(_Read):
     suites: list[SuiteRecord]
+    shard: ShardRecord | None = None
+    """None: a report of a whole run, or one written before reports said their shard."""
     ok: bool = False
     errored: bool = False
     mode: str = ""

@@ -333,9 +333,14 @@ def build_server(api: Api) -> Server[Any]:
     )
 
 
-async def serve_stdio(api: Api) -> None:
-    """Serve the MCP protocol on this process's stdin/stdout until the client closes it."""
+async def serve_stdio(api: Api, stdout: Any = None) -> None:
+    """Serve the MCP protocol on this process's stdin/stdout until the client closes it;
+    with `stdout` (a text stream: `fim mcp serve` gives fim's own, `claim_stdout`) the
+    messages are written there and nowhere else."""
+    # deferred: anyio comes with the SDK, loaded by now
+    import anyio
 
     server = build_server(api)
-    async with stdio_server() as (read, write):
+    streams = stdio_server() if stdout is None else stdio_server(stdout=anyio.wrap_file(stdout))
+    async with streams as (read, write):
         await server.run(read, write, server.create_initialization_options())
