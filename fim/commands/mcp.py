@@ -144,18 +144,24 @@ def serve(
 
     # stdout is the protocol channel: every log line goes to stderr, set before the project
     # is compiled (a hooks module's `basicConfig(stream=sys.stdout)` then adds no handler)
-    logging.basicConfig(
-        level=logging.WARNING,
-        stream=sys.stderr,
-        format="%(levelname)s %(name)s: %(message)s",
-        force=True,
-    )
+    log_to_stderr()
     # the SDK writes messages to fim's own stdout, given to it; any other write to
     # `sys.stdout`, from any thread, is the project's print (attack-56 F1)
     wire = _utf8(claim_stdout())
     snapshot = load_snapshot(ctx, project)  # config errors before the client connects
     with user_errors(), contextlib.suppress(KeyboardInterrupt):
         run_async(_serve_stdio(snapshot, reload, wire))
+
+
+def log_to_stderr() -> None:
+    """`fim mcp serve`'s log: stderr (stdout is the protocol), one line a record (a hook's
+    stderr or a server's error text holds newlines, and a model may choose them)."""
+    # deferred: the log formats cost ms; only the server needs them
+    from fim.observe.logs import TextFormatter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(TextFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
 
 
 def _utf8(out: Any) -> Any:
