@@ -19,7 +19,7 @@ from fim.commands.eval_merge import (
     untested_said,
     write_markdown,
 )
-from fim.errors import RunError
+from fim.errors import ProjectNotFound, RunError
 from fim.stdout_guard import answer_stdout, claim_stdout
 from fim.terminal import rich_console
 
@@ -121,7 +121,8 @@ def eval_command(
 
     `fim eval merge REPORTS...` merges the JSON reports of shards.
 
-    Exits 0 when every suite meets its threshold, 1 when one does not, when no
+    Exits 0 when every suite meets its threshold (a case marked `xfail:` counts
+    neither way), 1 when one does not, when no
     case was evaluated (all skipped), or with --fail-on-skip when a case was
     skipped; 2 on bad config, including cases that could not run (ERROR: a
     missing provider key, an MCP command)."""
@@ -154,19 +155,32 @@ def eval_command(
         raise typer.Exit(2)
     if json_out is not None and str(json_out) == "-":
         claim_stdout()  # the report alone on stdout: any other write there is a print
+    if suites == ["merge"] and _no_project(ctx, project):
+        console.print(f"error: {NO_REPORTS}", markup=False, soft_wrap=True)
+        raise typer.Exit(2)
     try:
         snapshot = load_snapshot(ctx, project)
     except typer.Exit:
         raise typer.Exit(2) from None
     suites = [snapshot.named("eval", s) for s in suites] if suites else suites  # evals/x.yaml
     unknown = [s for s in suites or [] if s not in snapshot.evals]
+    if unknown == ["merge"]:  # no suite is named merge: the shards' reports were forgotten
+        console.print(f"error: {NO_REPORTS}", markup=False, soft_wrap=True)
+        raise typer.Exit(2)
     if unknown:
-        console.print(
-            f"error: unknown eval suite(s): {', '.join(unknown)} "
-            f"(suites: {_suites_listed(snapshot.evals)})",
-            markup=False,
-            soft_wrap=True,
-        )
+        # deferred: only a suite not found asks why (a .json file: ADK's eval set, a report)
+        from fim.commands.project_adk_evals import not_a_suite
+
+        reasons = [r for r in map(not_a_suite, unknown) if r is not None]
+        for reason in reasons:
+            console.print(f"error: {reason}", markup=False, soft_wrap=True)
+        if not reasons:
+            console.print(
+                f"error: unknown eval suite(s): {', '.join(unknown)} "
+                f"(suites: {_suites_listed(snapshot.evals)})",
+                markup=False,
+                soft_wrap=True,
+            )
         raise typer.Exit(2)
 
     # a model named twice runs once; none: each agent on its own model
@@ -229,6 +243,8 @@ def eval_command(
     data = json_report(report)
     # which shard this is (null: the whole run): the merge checks every one of 1..N is there
     data["shard"] = None if parts is None else {"index": parts[0], "total": parts[1]}
+    # the report --rerun-failed re-ran: `fim eval merge` takes this one as the later attempt
+    data["rerun"] = None if rerun_failed is None else str(rerun_failed)
     comparison = compare_to(data, baseline, threshold)
     piped = json_out is not None and str(json_out) == "-"  # promptfoo's `-o -`: the report
     shown = sys.stderr if piped else sys.stdout  # on stdout, what a person reads on stderr
@@ -258,6 +274,25 @@ def eval_command(
     gone = untested_failed(comparison, fail_on_untested)
     ok = report.ok and (comparison is None or comparison.ok) and not skipped and not gone
     raise typer.Exit(0 if ok else 1)
+
+
+NO_REPORTS = (
+    "fim eval merge: no reports given (name the shards' JSON reports: fim eval merge "
+    "shard-1.json shard-2.json ..., as `fim eval --shard I/N --json FILE` wrote them)"
+)
+
+
+def _no_project(ctx: Any, project: Path | None) -> bool:
+    """No fim.yaml here: `fim eval merge` alone is merge without its reports, not a suite."""
+    # deferred: only `fim eval merge` without reports asks
+    from fim.commands import project_dir
+    from fim.config.loader import find_root
+
+    try:
+        find_root(project_dir(ctx, project))
+    except ProjectNotFound:
+        return True
+    return False
 
 
 def _nothing_selected(snapshot: Any, suites: list[str] | None, patterns: list[str] | None) -> str:

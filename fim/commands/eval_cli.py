@@ -34,7 +34,8 @@ MERGE_OPTIONS = (
 
 MERGE_HELP = (
     "Merge the JSON reports of shards (`fim eval --shard I/N --json FILE`) into one summary, "
-    "one JUnit file and one verdict.\n\n"
+    "one JUnit file and one verdict. A report written by `fim eval --rerun-failed` "
+    "merges as the later attempt of its cases (flaky: failed, then passed).\n\n"
     "Exits as `fim eval` over every case would: 0 when every suite meets its threshold, 1 "
     "when one does not (or a case regressed against --baseline), 2 when a report cannot be "
     "read."
@@ -50,6 +51,10 @@ ELSEWHERE = {
     "--no-cache": "replaying cassettes is the default; --live calls the models instead",
     "--providers": "fim eval -m ROLE -m ROLE runs each case on every model named",
     "--filter-failing": "fim calls it --rerun-failed REPORT.json (a `fim eval --json` report)",
+    "--grader": "judges run on the `fast` role (FIM_FAST_MODEL=MODEL fim eval), or on the "
+    "model a check names: `judge: {rubric: ..., model: ROLE}` in the suite",
+    "--share": "fim has no hosted viewer: --format markdown (or --markdown FILE) writes a "
+    "summary for a PR comment, --json FILE and --junit FILE the reports",
 }
 """promptfoo's flags of `promptfoo eval`, and where fim has what they do (said only when
 the options a hint names are fim eval's)."""

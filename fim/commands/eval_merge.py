@@ -41,6 +41,13 @@ def compare_to(data: dict[str, Any], baseline: Path | None, threshold: float) ->
 
     if baseline is None:
         return None
+    if not baseline.exists():  # not "not a fim eval JSON report ([Errno 2] ...)"
+        sys.stderr.write(
+            f"error: --baseline {plain(str(baseline))} does not exist (first run on main? "
+            "keep a `fim eval --json` report of main as the baseline, or leave --baseline "
+            "out until there is one)\n"
+        )
+        raise typer.Exit(2)
     try:
         return compare(data, load(baseline), threshold)
     except RunError as exc:  # may quote a report's names: on one line (`plain`)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 from typing import TYPE_CHECKING
 
+from fim.commands.project_adk_evals import adk_eval_files
 from fim.config.promptfoo_words import foreign_schema
 from fim.config.yamlio import parse, problem_in_file
 from fim.errors import Problem
@@ -31,6 +32,7 @@ def warnings_of(snapshot: Snapshot) -> list[Problem]:
         *_model_warnings(snapshot),
         *_modeline_warnings(snapshot),
         *_cassette_warnings(snapshot),
+        *adk_eval_files(snapshot.root),
     ]
 
 

@@ -39,6 +39,10 @@ class CaseStats:
     model's now, so no latency change is reported against it (newcomer9 #3)."""
     skipped: str | None = None
     """Why no attempt ran, when none did (`skipped: no cassette`)."""
+    stale: bool = False
+    """An attempt was a cassette miss: the case did not run as recorded, so it neither
+    regressed nor improved and has no metrics (newcomer51 #9: a prompt edit not yet
+    re-recorded read as "Regressed" with `tokens 506 -> 0 (-100%)`)."""
 
 
 def _stats(report: Report, by_name: bool = False) -> dict[str, CaseStats]:
@@ -62,6 +66,7 @@ def _stats(report: Report, by_name: bool = False) -> dict[str, CaseStats]:
             cost=sum(costs) / len(costs) if costs else None,
             replayed=any(c.get("replayed") for c in ran),
             skipped=None if ran else _why_not_run(cases),
+            stale=any(c.get("cassette_miss") for c in ran),
         )
     return out
 
@@ -95,6 +100,9 @@ class Comparison:
     improved: list[str] = field(default_factory=list)
     added: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+    """Cases that missed their cassette now (`CaseStats.stale`): said as stale cassettes
+    to re-record, not as regressions, and compared on no metric."""
     untested: dict[str, str] = field(default_factory=dict)
     """Cases that ran and passed in the baseline and did not run now, with why (skipped: no
     cassette; not in this run): a pull request deleting a failing case's cassette turned
@@ -124,6 +132,7 @@ class Comparison:
             "improved": self.improved,
             "added": self.added,
             "removed": self.removed,
+            "stale": self.stale,
             "untested": self.untested,
             "changes": [
                 {"case": c.case, "metric": c.metric, "before": c.before, "after": c.after}
@@ -177,6 +186,10 @@ def compare(current: Report, baseline: Report, threshold: float = 0.2) -> Compar
             if a.ran and a.passed:
                 result.untested[key] = b.skipped or "skipped"
             continue
+        if b.stale:
+            result.stale.append(key)
+        if a.stale or b.stale:  # one side did not run as recorded: nothing to compare
+            continue
         if a.passed and not b.passed:
             result.regressed.append(key)
         elif b.passed and not a.passed:
@@ -214,6 +227,10 @@ def text(comparison: Comparison) -> str:
     out += [f"  improved: {plain(k)}" for k in comparison.improved]
     out += [f"  new: {plain(k)}" for k in comparison.added]
     out += [f"  removed: {plain(k)}" for k in comparison.removed]
+    out += [
+        f"  stale cassette: {plain(k)} (a cassette miss: re-record with `fim eval --record`)"
+        for k in comparison.stale
+    ]
     out += [f"  no longer tested: {plain(k)} ({why})" for k, why in comparison.untested.items()]
     for c in comparison.changes:
         change = "new" if c.before == 0 else f"{c.ratio:+.0%}"

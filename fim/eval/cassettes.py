@@ -11,7 +11,9 @@ recorded against another endpoint than the project's model settings name now (at
 fim.yaml, and the gate passed an agent no real model answered). It is a record, not a
 proof: the file is committed like code and can say anything, so review `evals/.cassettes/`
 as code. A cassette from before the field (`unsourced`) is replayed and the report says so.
-A replayed case's latency is its recorded `duration_ms` (`fim.eval.latency`).
+A replayed case's latency is its recorded `duration_ms` (`fim.eval.latency`). Each reply
+keeps a `fingerprint` of its request (`fim.eval.cassette_fingerprints`): a miss says whose
+request missed and which part of it changed.
 
 A cassette is meant to be committed, so it never holds a secret: responses are masked
 (`fim.masking`) before they are stored, and the key is the hash of the *masked* request.
@@ -41,7 +43,8 @@ from typing import Any, Literal, TypeVar
 from fim.config.files import read_regular, write_inside
 from fim.config.schema import ModelSettings
 from fim.errors import RunError
-from fim.eval.cassette_keys import NOW_MISS, reads_now, recorded_now, request_key
+from fim.eval.cassette_fingerprints import asker, fingerprint, miss_words
+from fim.eval.cassette_keys import recorded_now, request_key
 from fim.eval.cassette_keys import tool_call as tool_call  # where it was first defined
 from fim.eval.cassette_keys import tool_key as tool_key
 from fim.eval.endpoints import DEFAULT_ENDPOINT, endpoint_words
@@ -109,6 +112,8 @@ class Cassette:
         """The current time a replay rendered with, for want of a recorded `now`."""
         self.hits = 0
         self.misses = 0
+        self.replayed: dict[str, set[str]] = {}
+        """The keys of the replies replayed, by who asked (a miss says what did replay)."""
         self._lock = asyncio.Lock()
 
     @property
@@ -209,12 +214,16 @@ class Cassette:
                 hint="`fim eval --record` records the case again",
             ) from None
 
-    async def store_tool(self, key: str, name: str, result: ToolResult) -> None:
-        """Keep a tool call's result, masked like the model's replies."""
+    async def store_tool(
+        self, key: str, name: str, result: ToolResult, code: dict[str, str] | None = None
+    ) -> None:
+        """Keep a tool call's result, masked like the model's replies; `code`: the file and
+        source hash of a project Python tool (`fim.eval.tool_replay.code_of`)."""
         async with self._lock:
             self.tools[key] = {
                 "key": key,
                 "tool": self.masker.text(name),
+                **({} if code is None else {"code": self.masker.value(code)}),
                 "result": self.masker.value(result.model_dump(mode="json")),
             }
 
@@ -233,6 +242,7 @@ class Cassette:
         response: ModelResponse,
         endpoint: str = DEFAULT_ENDPOINT,
         duration_ms: float | None = None,
+        print_: dict[str, Any] | None = None,
     ) -> None:
         async with self._lock:
             self.entries[key] = {
@@ -240,6 +250,7 @@ class Cassette:
                 "model": self.masker.text(model),
                 "endpoint": self.masker.text(endpoint),
                 **({} if duration_ms is None else {"duration_ms": round(duration_ms, 1)}),
+                **({} if print_ is None else {"fingerprint": print_}),
                 "response": self.masker.value(response.model_dump(mode="json")),
             }
 
@@ -315,12 +326,13 @@ class CassetteModel:
             hit = cassette.lookup(key)
             if hit is None:
                 cassette.misses += 1
-                raise self._miss(messages)
+                raise self._miss(messages, tools)
             elsewhere = self._elsewhere(key)
             if elsewhere is not None:
                 cassette.misses += 1
                 raise elsewhere
             cassette.hits += 1
+            cassette.replayed.setdefault(asker(messages), set()).add(key)
             if self._on_replay is not None:
                 self._on_replay(cassette.recorded_duration(key))
             return _listed_price(hit, self.name)
@@ -328,7 +340,8 @@ class CassetteModel:
         response = await self._model().complete(messages, tools, **options)
         if cassette.mode == "record":
             took = (self._clock() - began) * 1000
-            await cassette.store(key, self.name, response, self.endpoint, took)
+            print_ = fingerprint(messages, tools, cassette.masker)
+            await cassette.store(key, self.name, response, self.endpoint, took, print_)
         return response
 
     def _elsewhere(self, key: str) -> CassetteMiss | None:
@@ -350,33 +363,10 @@ class CassetteModel:
             "was recorded with",
         )
 
-    def _miss(self, messages: list[Message]) -> CassetteMiss:
-        """Why a recorded case has no reply for this request. A model the recording never
-        asked is said as such (newcomer6 #2: recorded under `FIM_MODEL=...`, replayed in CI
-        without it, every case missed and the message blamed the prompt): the request key
-        holds the model, so no prompt edit or re-run can make it hit. So is instructions'
-        `now` replayed without a recorded one: the current time made another request."""
-        cassette = self.cassette
-        name = cassette.masker.text(self.name)
-        recorded = cassette.models()
-        if recorded and name not in recorded:
-            was = ", ".join(recorded)
-            env = f"FIM_MODEL={recorded[0]}" if len(recorded) == 1 else "FIM_MODEL"
-            return CassetteMiss(
-                f"cassette miss: {cassette.path.name} was recorded with {was}; "
-                f"this run uses {name}",
-                hint=f"the model changed since recording: set the same {env} (or --model) "
-                "in CI, write the model into the agent or fim.yaml instead of an environment "
-                "variable, or re-record with `fim eval --record`",
-            )
-        missed = f"cassette miss: {cassette.path.name} has no recorded reply for this request"
-        if cassette.live_now is not None and reads_now(messages, cassette.live_now):
-            return CassetteMiss(f"{missed}: {NOW_MISS[0]}", hint=NOW_MISS[1])
-        return CassetteMiss(
-            missed,
-            hint="the prompt, tools or instructions changed since recording; "
-            "re-record with `fim eval --record`",
-        )
+    def _miss(self, messages: list[Message], tools: list[ToolSpec] | None) -> CassetteMiss:
+        """Why a recorded case has no reply for this request (`miss_words`)."""
+        text, hint = miss_words(self.cassette, self.name, messages, tools)
+        return CassetteMiss(text, hint=hint)
 
     async def stream(
         self, messages: list[Message], tools: list[ToolSpec] | None = None, **options: Any

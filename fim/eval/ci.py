@@ -13,15 +13,18 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fim.errors import RunError
+from fim.eval.junit_parts import (
+    expected_outcome,
+    location,
+    rerun_elements,
+    suite_time,
+    xml_document,
+)
 from fim.eval.report_file import NESTED_TOO_DEEP, checked_report
 from fim.terminal import printable
-
-if TYPE_CHECKING:
-    from xml.etree import ElementTree as ET
-
 
 Report = dict[str, Any]
 
@@ -73,8 +76,15 @@ def load(path: Path) -> Report:
 
 
 def ran_cases(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The cases that ran: not skipped, not stopped by the configuration (ERROR)."""
-    return [c for c in cases if c.get("skipped") is None and not c.get("config_error")]
+    """The cases that ran and count: not skipped, not stopped by the configuration (ERROR),
+    not marked `xfail:` (XFAIL and XPASS are reported, outside the pass rate)."""
+    return [
+        c
+        for c in cases
+        if c.get("skipped") is None
+        and not c.get("config_error")
+        and c.get("status") not in ("xfail", "xpass")
+    ]
 
 
 def label(suite: dict[str, Any]) -> str:
@@ -201,9 +211,10 @@ def merge(reports: list[Report]) -> Report:
     the shards overlapped), verdicts recomputed over all of them."""
     if not reports:
         raise RunError("nothing to merge", hint="fim eval merge shard-1.json shard-2.json ...")
+    firsts = [r for r in reports if not r.get("rerun")] or reports
     suites: dict[str, dict[str, Any]] = {}
     seen: set[tuple[str, str, int]] = set()
-    for report in reports:
+    for report in firsts:
         for suite in report["suites"]:
             into = suites.setdefault(label(suite), {**suite, "cases": []})
             for case in suite["cases"]:
@@ -212,13 +223,17 @@ def merge(reports: list[Report]) -> Report:
                     raise RunError(
                         f"case {plain(key[0])}/{plain(key[1])} (attempt {key[2]}) is in two "
                         "reports",
-                        hint="merge the reports of one sharded run (--shard I/N, same N)",
+                        hint="merge the reports of one sharded run (--shard I/N, same N); "
+                        "a --rerun-failed report merges as the later attempt",
                     )
                 seen.add(key)
                 into["cases"].append(case)
             # shards run side by side: a suite split over them took its longest shard's time
             times = [t for t in (into.get("duration_s"), suite.get("duration_s")) if t]
             into["duration_s"] = round(max(times), 3) if times else None
+    for report in reports if firsts is not reports else []:
+        if report.get("rerun"):
+            later_attempts(suites, report)
     for suite in suites.values():
         suite["cases"].sort(key=lambda c: (c["case"], c.get("attempt", 1)))
     modes = sorted({r.get("mode", "") for r in reports})
@@ -230,6 +245,27 @@ def merge(reports: list[Report]) -> Report:
         "suites": [suites[name] for name in sorted(suites)],
     }
     return finish(merged)
+
+
+def later_attempts(suites: dict[str, dict[str, Any]], rerun: Report) -> None:
+    """A `--rerun-failed` report's cases over the first run's (`merge`): the later attempt
+    wins; a case that failed first keeps that failure's lines (`earlier_failures`), and is
+    `flaky` when the later attempt passed (JUnit `<flakyFailure>`, as Surefire writes it)."""
+    for suite in rerun["suites"]:
+        into = suites.setdefault(label(suite), {**suite, "cases": []})
+        index = {(c["case"], int(c.get("attempt", 1))): i for i, c in enumerate(into["cases"])}
+        for case in suite["cases"]:
+            at = index.get((case["case"], int(case.get("attempt", 1))))
+            if at is None:
+                into["cases"].append(case)
+                continue
+            first = into["cases"][at]
+            failed = first.get("status") in (None, "fail", "error") and not first["passed"]
+            if failed and first.get("skipped") is None:
+                earlier = [*(first.get("earlier_failures") or []), failure_lines(first)]
+                passed = case.get("skipped") is None and bool(case["passed"])
+                case = {**case, "earlier_failures": earlier, "flaky": passed}
+            into["cases"][at] = case
 
 
 # ------------------------------------------------------------------------------- JUnit
@@ -262,32 +298,6 @@ def not_checked_lines(case: dict[str, Any]) -> list[str]:
     ]
 
 
-def location(file: Any, line: Any) -> dict[str, str]:
-    """A `<testcase>`'s `file` and `line` attributes: where the case is written, which
-    mikepenz/action-junit-report and GitLab read to annotate a failure (dorny/test-reporter
-    reads locations from stack traces only). A merged report's values are checked, not
-    trusted: a project-relative path on one line, a positive line number; else none."""
-    if not isinstance(file, str) or not file or len(file) > 1000 or not file.isprintable():
-        return {}
-    found = {"file": file}
-    if isinstance(line, int) and not isinstance(line, bool) and line >= 1:
-        found["line"] = str(line)
-    return found
-
-
-def suite_time(duration_s: Any, latencies_ms: list[float], total_s: float) -> str:
-    """A `<testsuite time>`: the suite's wall time, as JUnit writers (Surefire, pytest)
-    give it and readers (Jenkins, GitLab) show it; each `<testcase time>` is that case's
-    own. The sum of its cases' latencies is no wall time: they run concurrently, and the
-    sum exceeded the whole run's `<testsuites time>` (newcomer6 #12). A report written
-    before suites had `duration_s` gets that sum, capped at the run's duration."""
-    if isinstance(duration_s, int | float) and not isinstance(duration_s, bool):
-        seconds = float(duration_s)
-    else:
-        seconds = sum(latencies_ms) / 1000
-    return f"{min(seconds, total_s) if total_s > 0 else seconds:.3f}"
-
-
 def case_name(case: dict[str, Any]) -> str:
     attempt = int(case.get("attempt", 1))
     return case["case"] if attempt == 1 else f"{case['case']} [#{attempt}]"
@@ -303,7 +313,7 @@ def junit(report: Report) -> str:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
     for suite in report["suites"]:
         cases = suite["cases"]
-        ran = [c for c in cases if c.get("skipped") is None]
+        ran = [c for c in cases if c.get("skipped") is None and c.get("status") != "xfail"]
         errors = sum(1 for c in ran if c.get("error") or c.get("cassette_miss"))
         failures = sum(1 for c in ran if not c["passed"]) - errors
         counts = {
@@ -348,7 +358,9 @@ def junit(report: Report) -> str:
                 },
             )
             lines = failure_lines(case)
-            if case.get("skipped"):
+            if expected_outcome(node, case, lines):
+                pass
+            elif case.get("skipped"):
                 ET.SubElement(node, "skipped", message=lines[0][:200])
             elif case.get("error") or case.get("cassette_miss"):
                 kind = "cassette_miss" if case.get("cassette_miss") else "run_error"
@@ -361,6 +373,7 @@ def junit(report: Report) -> str:
                 ET.SubElement(node, "failure", message=message, type="assertion").text = "\n".join(
                     lines + not_checked_lines(case)
                 )
+            rerun_elements(node, case)
             if case.get("output"):
                 ET.SubElement(node, "system-out").text = case["output"]
             if not_checked_lines(case) and case.get("skipped") is None and case["passed"]:
@@ -372,23 +385,3 @@ def junit(report: Report) -> str:
     root.set("time", f"{report.get('duration_s', 0):.3f}")
     ET.indent(root)
     return xml_document(root)
-
-
-_NOT_XML = re.compile("[\ud800-\udfff\ufffe\uffff]")
-"""What XML 1.0 cannot hold, even escaped, that `printable` leaves: lone surrogates and
-U+FFFE, U+FFFF (every control character XML refuses `printable` has escaped)."""
-
-
-def xml_document(root: ET.Element) -> str:
-    """`root` as an XML document, its control characters escaped (`\\x1b`, `\\x9b`) by the
-    terminal's policy (`fim.terminal.printable`, as the text and Markdown summaries do):
-    those XML 1.0 cannot hold (a model's output may have ESC, NUL) would break the file a
-    CI reporter parses, and the C1 ones it can hold (CSI, OSC) act on the terminal of
-    whoever prints it. A lone surrogate and U+FFFE/U+FFFF become `\\udc80`-style escapes.
-    Newlines and tabs stay. Such a character can only be in text or a value."""
-    # deferred: only --junit writes XML (see `junit`)
-    from xml.etree import ElementTree as ET
-
-    text = printable(ET.tostring(root, encoding="unicode"))
-    shown = _NOT_XML.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + shown

@@ -148,7 +148,7 @@ def markdown(
         (label(s), c)
         for s in report["suites"]
         for c in s["cases"]
-        if c.get("skipped") is None and not c["passed"]
+        if c.get("skipped") is None and not c["passed"] and c.get("status") != "xfail"
     ]
     if failing:
         lines += ["", "### Failing cases", ""]
@@ -157,6 +157,7 @@ def markdown(
             detail = "; ".join(failure_lines(case)) or "failed"
             listed.append(f"- `{_code(suite)}/{_code(case_name(case))}`: {_cell(detail)}")
         lines += _capped(listed, len(failing), "failing cases")
+    lines += marked(report)
     unchecked = [
         (label(s), c, line)
         for s in report["suites"]
@@ -180,6 +181,7 @@ def markdown(
             ("Improved", comparison.improved),
             ("New", comparison.added),
             ("Removed", comparison.removed),
+            ("Stale cassette", comparison.stale),
         ):
             if keys:
                 named = ", ".join(f"`{_code(k)}`" for k in keys[:LISTED])
@@ -209,7 +211,29 @@ def markdown(
             or comparison.added
             or comparison.removed
             or comparison.untested
+            or comparison.stale
             or comparison.changes
         ):
             lines.append("No changes.")
     return _within(lines)
+
+
+def marked(report: Report) -> list[str]:
+    """The cases marked `xfail:` (XFAIL: failed as expected; XPASS: passed, the mark can
+    go) and the flaky ones (failed, then passed in a `--rerun-failed` report merged after
+    the first): none fails the gate, each is said."""
+    found: dict[str, list[str]] = {"xfail": [], "flaky": []}
+    for s in report["suites"]:
+        for c in s["cases"]:
+            name = f"`{_code(label(s))}/{_code(case_name(c))}`"
+            if c.get("status") in ("xfail", "xpass"):
+                said = "XFAIL" if c["status"] == "xfail" else "XPASS: passed, remove `xfail:`"
+                found["xfail"].append(f"- {name}: {said} ({_cell(str(c.get('xfail')))})")
+            if c.get("flaky"):
+                first = "; ".join((c.get("earlier_failures") or [["failed"]])[0]) or "failed"
+                found["flaky"].append(f"- {name}: flaky, passed on rerun (first: {_cell(first)})")
+    lines: list[str] = []
+    for title, listed in (("Expected failures (xfail)", found["xfail"]), ("Flaky", found["flaky"])):
+        if listed:
+            lines += ["", f"### {title}", "", *_capped(listed[:LISTED], len(listed), title.lower())]
+    return lines

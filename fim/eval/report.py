@@ -82,7 +82,7 @@ def _rows(report: EvalReport, models: bool, skips: bool) -> list[list[str]]:
             *((suite.model or "-",) if models else ()),
             suite.suite.agent or f"workflow:{suite.suite.workflow}",
             str(len(suite.runs)),
-            str(sum(r.passed for r in suite.runs)),
+            str(sum(r.status == "pass" for r in suite.runs)),
             *((str(sum(r.skipped is not None for r in suite.runs)),) if skips else ()),
             _rate(suite.pass_rate),
             f"{suite.suite.threshold:.0%}",
@@ -167,6 +167,12 @@ def print_summary(report: EvalReport, console: Any) -> None:
             unchecked = not_checked_lines(run, replayed=not run.passed)
             if run.skipped:  # said once per reason, after the cases it holds for
                 skips.setdefault(run.skipped, []).append(name)
+            elif run.status in ("xfail", "xpass"):  # known to fail: said, never a FAIL
+                console.print(f"[yellow]{run.status.upper()}[/yellow] {name}", soft_wrap=True)
+                said = f"xfail: {run.xfail}" + (
+                    "" if run.status == "xfail" else " (it passed: remove `xfail:` from the case)"
+                )
+                _lines(console, [said, *(failure_lines(run) if run.status == "xfail" else [])])
             elif not run.passed:
                 mark = "[red]![/red] ERROR" if run.config_error else "[red]✗[/red]"
                 console.print(f"{mark} {name}", soft_wrap=True)
@@ -202,6 +208,7 @@ def _footer(report: EvalReport, console: Any) -> None:
     misses = sum(r.cassette_miss for r in runs)
     skipped = sum(r.skipped is not None for r in runs)
     errors = sum(r.config_error for r in runs)
+    expected = {s: sum(r.status == s for r in runs) for s in ("xfail", "xpass")}
     ran = len(runs) - skipped - errors
     missed = plural(misses, "cassette miss", "cassette misses")
     replayed = sum(r.replayed for r in runs)
@@ -210,6 +217,7 @@ def _footer(report: EvalReport, console: Any) -> None:
         + (f" · {replayed} replayed from cassettes" if replayed else "")
         + (f" · [yellow]{missed}[/yellow]" if misses else "")
         + (f" · [yellow]{skipped} skipped[/yellow]" if skipped else "")
+        + "".join(f" · [yellow]{n} {s}[/yellow]" for s, n in expected.items() if n)
         + (f" · [red]{errors} could not run (configuration: exit 2)[/red]" if errors else ""),
         highlight=False,
         soft_wrap=True,

@@ -53,14 +53,19 @@ class CaseRun:
     line: int | None = None
     """The case's line there (its YAML entry, CSV row or JSONL line): where a CI reporter
     annotates a failure (JUnit `file` and `line`)."""
+    xfail: str | None = None
+    """The case's `xfail:` reason: known to fail; its run is XFAIL or XPASS, not counted."""
 
     @property
     def status(self) -> str:
-        """pass, fail, error (could not run: configuration) or skip."""
+        """pass, fail, error (could not run: configuration), skip, or for an `xfail:` case
+        that ran xfail (failed as expected; a cassette miss stays a fail) or xpass."""
         if self.skipped is not None:
             return "skip"
         if self.config_error:
             return "error"
+        if self.xfail is not None and not self.cassette_miss:
+            return "xpass" if self.passed else "xfail"
         return "pass" if self.passed else "fail"
 
     @property
@@ -91,6 +96,7 @@ class CaseRun:
             "assertions": [o.as_dict() for o in self.outcomes],
             "file": self.file,
             "line": self.line,
+            "xfail": self.xfail,
             "trace": self.events,
         }
 
@@ -167,7 +173,9 @@ class EvalReport:
     def evaluated(self) -> int:
         """The case runs that said something (passed or failed): none, and the run tested
         nothing (`fim eval` exits 1 saying so, `fim.eval.ci.nothing_tested`)."""
-        return sum(r.status in ("pass", "fail") for s in self.suites for r in s.runs)
+        return sum(
+            r.status in ("pass", "fail", "xfail", "xpass") for s in self.suites for r in s.runs
+        )
 
     @property
     def exit_code(self) -> int:

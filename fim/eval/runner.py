@@ -247,6 +247,7 @@ class EvalRunner(CaseExecutor):
         self, suite: EvalSuite, case: EvalCase, attempt: int, services: Services, cassette: Cassette
     ) -> CaseRun:
         run = CaseRun(suite=suite.name, case=case.name, attempt=attempt, passed=False)
+        run.xfail = case.xfail
         source = self.snapshot.case_source(suite.name, case.name)
         if source is not None:
             run.file, run.line = source.path, source.line

@@ -18,10 +18,20 @@ delegate's calls, a workflow's tool, connector, database and MCP nodes) passes h
 
 The tools that only steer the run itself (`ORCHESTRATING`) always run: what they start
 (a delegate's run, a workflow's nodes) makes its calls through this tape again.
+
+A project Python tool (`module:function` of the hooks folder, an agent's or a workflow
+node's) is recorded with its module's file and a hash of its source (`code_of`), and a
+result recorded from other code than the module holds now is not replayed: the case is a
+cassette miss naming the tool (newcomer51 #4: an edit of `hooks/orders.py` passed on the
+result the old code gave). The changed tool is not run either. A result recorded before
+fim stored the hash is replayed unpinned, and logged once per process.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -31,6 +41,8 @@ from fim.eval.cassettes import Cassette, CassetteMiss, tool_call, tool_key
 from fim.tools.registry import Run, wrapping_tools
 from fim.tools.view import prepare_view, view_of
 from fim.types import Tool, ToolResult
+
+log = logging.getLogger(__name__)
 
 ORCHESTRATING = frozenset({"request_tools", "read_skill", "call_agent", "run_workflow"})
 """fim's own meta-tools that act only inside the run: loading tools or a skill's text
@@ -67,15 +79,22 @@ class ToolTape:
         occurrence = self.seen.get(call, 0)
         self.seen[call] = occurrence + 1
         key = tool_key(call, occurrence)
+        code = code_of(tool)
         if self.cassette.mode == "record":
             result = await run()
-            await self.cassette.store_tool(key, target, result)
+            await self.cassette.store_tool(key, target, result, code)
             return result
         try:
             recorded = self.cassette.tool_result(key)
         except RunError as exc:  # a broken cassette: nothing runs, the case says why
             self.miss = self.miss or str(exc)
             return ToolResult(content=f"Error: {exc}", is_error=True)
+        if recorded is not None and is_python(tool):
+            changed = self._changed(key, name, code)
+            if changed is not None:
+                self.cassette.misses += 1
+                self.miss = self.miss or f"cassette miss: {changed}"
+                return ToolResult(content=f"Error: {changed}. Stop and answer.", is_error=True)
         if recorded is not None:
             self.cassette.hits += 1
             return recorded
@@ -88,6 +107,31 @@ class ToolTape:
         return ToolResult(
             content=f"Error: {problem}; replay does not run it. Stop and answer.",
             is_error=True,
+        )
+
+    def _changed(self, key: str, name: str, code: dict[str, str] | None) -> str | None:
+        """Why the recorded result `key` of a project Python tool is not replayed (its
+        source changed since recording), or None; a result recorded without the hash is
+        replayed, and said once in the log."""
+        stored = self.cassette.tools.get(key, {}).get("code")
+        if not isinstance(stored, dict):
+            global _UNPINNED_SAID
+            if not _UNPINNED_SAID:
+                _UNPINNED_SAID = True
+                log.warning(
+                    "%s holds results of project Python tools recorded before fim pinned "
+                    "their source: replayed as recorded, not checked against the code now "
+                    "(`fim eval --record` pins them)",
+                    self.cassette.path.name,
+                )
+            return None
+        now = None if code is None else self.cassette.masker.value(code)
+        if now is not None and stored.get("sha256") == now["sha256"]:
+            return None
+        where = stored.get("file") or (now or {}).get("file") or "its module"
+        return (
+            f"tool '{name}' changed since recording ({where}): re-record with "
+            "`fim eval --record`; replay does not run it"
         )
 
     @contextmanager
@@ -103,6 +147,55 @@ class ToolTape:
         """Raise the case's cassette miss if a call could not be replayed."""
         if self.miss is not None:
             raise CassetteMiss(self.miss)
+
+
+_UNPINNED_SAID = False
+"""Whether the log said once that a cassette's Python tool results are not pinned."""
+
+
+def is_python(tool: Tool | None) -> bool:
+    """Whether `tool` is a project Python tool (`fim.tools.python_tools`: `module:function`
+    of the hooks folder)."""
+    return isinstance((getattr(tool, "metadata", None) or {}).get("python"), str)
+
+
+def code_of(tool: Tool | None) -> dict[str, str] | None:
+    """`{"file": "hooks/orders.py", "sha256": ...}` of a project Python tool: the file of
+    its module as the project spells it and a hash of its source as the snapshot pinned it
+    (line endings as `\n`, so a Windows checkout hashes alike); None for any other tool,
+    or when the module cannot be found."""
+    if not is_python(tool):
+        return None
+    ref = str(getattr(tool, "metadata", {})["python"])
+    function = _function(getattr(tool, "fn", None), ref.rpartition(":")[2])
+    module = sys.modules.get(getattr(function, "__module__", None) or "")
+    spec = getattr(module, "__spec__", None)
+    loader = getattr(spec, "loader", None)
+    file = getattr(loader, "key", None)
+    source = getattr(getattr(loader, "pinned", None), "modules", {}).get(file)
+    if not isinstance(file, str) or not isinstance(source, bytes):
+        return None
+    digest = hashlib.sha256(source.replace(b"\r\n", b"\n")).hexdigest()[:16]
+    return {"file": file, "sha256": digest}
+
+
+def _function(fn: Any, name: str, depth: int = 0) -> Any:
+    """The project function `name` that the tool's `fn` calls: found among the closures
+    `fim.tools.python_tools.build_tool` wraps it in, or None."""
+    if fn is None or depth > 3:
+        return None
+    if getattr(fn, "__name__", None) == name and not str(fn.__module__).startswith("fim."):
+        return fn
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            inner = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if callable(inner):
+            found = _function(inner, name, depth + 1)
+            if found is not None:
+                return found
+    return None
 
 
 async def _target(

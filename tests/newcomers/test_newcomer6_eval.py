@@ -133,8 +133,10 @@ def test_a_changed_prompt_on_the_recorded_model_still_blames_the_prompt(
     code, output = run("eval", "real", "--project", str(project))
     flat = " ".join(output.split())
     assert code == 1
-    assert "cassette miss: times.json has no recorded reply for this request" in flat
-    assert "the prompt, tools or instructions changed since recording" in flat
+    assert (
+        "cassette miss: times.json: the request of agent 'real' (iteration 1) was not "
+        "recorded: its messages changed since recording" in flat
+    )
     assert "was recorded with" not in flat and "cassette miss: cassette miss" not in flat
 
 
