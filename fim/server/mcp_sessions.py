@@ -93,6 +93,7 @@ class McpEndpoint:
             app=build_server(api),
             max_request_body_size=api.holder.current.project.server.max_body_bytes,
             session_idle_timeout=IDLE_SECONDS,
+            stateless=shared_store(api.services.state_url),
         )
         self.sessions = OwnerSessions()
         """Each key's sessions, at most `SESSIONS_PER_OWNER` (`fim.server.mcp_sessions`)."""
@@ -153,6 +154,16 @@ class McpEndpoint:
         await self.manager.handle_request(scope, receive, opened)
 
 
+def shared_store(state_url: str) -> bool:
+    """Whether other processes may serve this one's callers: a PostgreSQL store is what
+    `--workers N` and replicas share. An SDK session lives in the process that opened it,
+    so behind a load balancer (or the kernel's pick among workers) a client's next request
+    found no session: 404 (attack-57 F1). Then `/mcp` runs stateless, each request whole
+    in itself: no session id, no GET stream, which fim's surface does not use (it sends
+    its client no requests or list changes; progress goes on the call's own stream)."""
+    return state_url.strip().startswith(("postgresql", "postgres:"))
+
+
 def _once(scope: Scope, names: tuple[bytes, ...]) -> dict[bytes, str] | str:
     """The value of each header of `names` the request sent, or the name of one it sent
     twice. The SDK reads its own copy of these headers: with two of one, it and the
@@ -185,4 +196,4 @@ async def _answered(
     return status
 
 
-__all__ = ["IDLE_SECONDS", "SESSIONS_PER_OWNER", "McpEndpoint", "OwnerSessions"]
+__all__ = ["IDLE_SECONDS", "SESSIONS_PER_OWNER", "McpEndpoint", "OwnerSessions", "shared_store"]
