@@ -202,3 +202,13 @@ def test_a_cassette_miss_against_the_baseline_is_a_stale_cassette_with_no_metric
     summary = markdown(shown, comparison)
     assert "- **Stale cassette** (1): `writer/polite`" in summary
     assert "Regressed" not in summary
+
+
+def test_a_case_that_passed_in_the_baseline_and_is_now_xfail_is_no_longer_tested() -> None:
+    """Marking a broken case `xfail:` keeps the gate green by design; the comparison with
+    main still names it, and `--fail-on-untested` fails on it."""
+    main = {"case": "polite", "passed": True, "tokens": 506, "cost": 0.01, "latency_ms": 900}
+    pr = {**main, "passed": False, "status": "xfail", "xfail": "flaky upstream"}
+    comparison = compare(report(pr), report(main))
+    assert comparison.untested == {"writer/polite": "marked xfail"}
+    assert comparison.regressed == []
