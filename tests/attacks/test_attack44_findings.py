@@ -134,7 +134,8 @@ def test_merge_keeps_a_case_name_seen_twice_on_its_line(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
         "error: case s/dup\\n::warning title=pwned::injected (attempt 1) is in two reports "
-        "(merge the reports of one sharded run (--shard I/N, same N))"
+        "(merge the reports of one sharded run (--shard I/N, same N); a --rerun-failed "
+        "report merges as the later attempt)"
     ]
 
 
