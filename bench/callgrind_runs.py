@@ -10,6 +10,11 @@ with 0 and with N runs, and subtract (start-up and warm-up cancel out):
         --callgrind-out-file=cg.$n.%p python bench/callgrind_runs.py export $n <stub>; done
     # per thread: (summary of cg.200.*-0K - summary of cg.0.*-0K) / 200
 
+With `scripted` as the URL the model is `bench/tracing.py`'s scripted one, in process (one
+tool call, 4 spans when traced): the scripted row, no stub needed. Compile the tree to
+bytecode first (`python -m compileall -q fim`: a shell may set PYTHONDONTWRITEBYTECODE,
+and an uncompiled tree reads ~70% more) and set PYTHONHASHSEED=1.
+
 The heap is settled after the warm-up, as `fim serve` settles it. Used for the tracing
 and per-run figures of docs/benchmarks.md.
 
@@ -35,6 +40,8 @@ from fim import observe
 from fim.build.snapshot import Snapshot
 from fim.capabilities import CAPABILITIES
 from fim.config.schema import AgentDecl, ModelSettings, Project
+from fim.llm.script import text, tool_call
+from fim.llm.scripted import ScriptedModel
 from fim.run.agent import run_agent
 from fim.run.services import Services
 from fim.server import settle_heap
@@ -44,9 +51,14 @@ SLOWDOWN = 50
 """How much slower a run is under callgrind than in real time (its batch timer is scaled)."""
 
 
-async def runs(snapshot: Snapshot, services: Services, count: int) -> None:
+async def runs(snapshot: Snapshot, services: Services, count: int, scripted: bool) -> None:
     for _ in range(count):
-        async for _event in run_agent(snapshot, "calc", PROMPT, services=services):
+        model = (
+            ScriptedModel([tool_call("calculator", {"expression": "6*7"}), text("42")])
+            if scripted
+            else None
+        )
+        async for _event in run_agent(snapshot, "calc", PROMPT, services=services, model=model):
             pass
 
 
@@ -73,9 +85,10 @@ async def main(mode: str, count: int, base_url: str) -> None:
             found.on_end = lambda span: None
             if found.queue is not None:
                 found.queue = lambda span: None
-    await runs(snapshot, services, 5)
+    scripted = base_url == "scripted"
+    await runs(snapshot, services, 5, scripted)
     settle_heap()
-    await runs(snapshot, services, count)
+    await runs(snapshot, services, count, scripted)
     if mode == "export":
         # deferred: only loaded when tracing is on
         from fim.observe import sdk
@@ -86,5 +99,5 @@ async def main(mode: str, count: int, base_url: str) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) != 4 or sys.argv[1] not in MODES:
-        sys.exit(f"usage: callgrind_runs.py {{{'|'.join(MODES)}}} RUNS STUB_URL")
+        sys.exit(f"usage: callgrind_runs.py {{{'|'.join(MODES)}}} RUNS {{STUB_URL|scripted}}")
     asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3]))

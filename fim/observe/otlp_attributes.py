@@ -152,8 +152,11 @@ def _encoded(key: str, value: Any) -> bytes:
         if head is None and key and len(name := key.encode()) < 24:
             head = _SHORT_KEYS[key] = b"\x0a" + BYTE[len(name)] + name
         if head is not None and size < 96:  # every length fits one byte: an id, a name
-            pair = head + b"\x12" + BYTE[size + 2] + b"\x0a" + BYTE[size] + data
-            return b"\x4a" + BYTE[len(pair)] + pair
+            # one join, not five concatenations each copying what the last made
+            return b"".join(
+                (b"\x4a", BYTE[len(head) + size + 4], head, b"\x12", BYTE[size + 2], b"\x0a",
+                 BYTE[size], data)
+            )  # fmt: skip
         any_value = b"\x0a" + varint(size) + data
     elif kind is bool:
         any_value = b"\x10\x01" if value else b"\x10\x00"
@@ -174,6 +177,33 @@ def _encoded(key: str, value: Any) -> bytes:
     )
     return b"\x4a" + varint(len(pair)) + pair
 
+
+def number(key: str, value: Any) -> bytes:
+    """`_encoded(key, value)`, a count (an int from 0 to 16,383: token counts, iterations)
+    written from its key's kept head and one or two bytes, no lookup of the pair in `_KEPT`
+    (counts vary from call to call) and no call below this one."""
+    if type(value) is int and 0 <= value < 0x4000:
+        heads = _NUMBER_HEADS.get(key) or _number_heads(key)
+        if value < 0x80:
+            return heads[0] + BYTE[value]
+        return heads[1] + bytes((value & 0x7F | 0x80, value >> 7))
+    return _encoded(key, value)
+
+
+def _number_heads(key: str) -> tuple[bytes, bytes]:
+    """The bytes of an int attribute named `key` before its one- or two-byte varint."""
+    name = key.encode()
+    pair_head = (b"\x0a" + varint(len(name)) + name if name else b"") + b"\x12"
+    one, two = (
+        b"\x4a" + varint(len(pair_head) + 2 + size) + pair_head + BYTE[1 + size] + b"\x18"
+        for size in (1, 2)
+    )
+    if len(_NUMBER_HEADS) < 256:  # fim's own keys, a handful
+        _NUMBER_HEADS[key] = (one, two)
+    return one, two
+
+
+_NUMBER_HEADS: dict[str, tuple[bytes, bytes]] = {}
 
 _SHORT_KEYS: dict[str, bytes] = {}
 """A key of under 24 bytes -> its serialized `key` field (attribute names: a small set)."""

@@ -182,18 +182,9 @@ def _state(state: Any) -> bytes:
     return field(b"\x1a", ",".join(f"{k}={v}" for k, v in state.items()).encode())
 
 
-def child_queue(
-    parent: SpanContext,
-    queue: Callable[[bytes], None],
-    unset: Status,
-    most: int | None,
-    limited: Callable[[Any], Any],
-) -> Callable[..., None]:
-    """How a child of `parent`, a local span, ends: serialized and framed (as `framed_span`
-    would) and put in `queue`. The fields every child shares with `parent` -- trace id,
-    parent id, trace state, flags -- are written once; then per child its id, name, kind,
-    times, attributes, events (`(name, attributes, time)`) and status (`unset`: none).
-    `limited` cuts attributes beyond `most` (None: no limit)."""
+def child_prefix(parent: SpanContext) -> bytes:
+    """The fields every child of `parent` (a local span) shares with it, serialized once:
+    trace id, parent id (field 4), flags, trace state."""
     trace_id, span_id, _, _, state, _ = parent  # a tuple: no property calls
     # the trace id field and the parent id field (4), laid out as `_IDS` lays out a span's
     shared = _IDS.pack(
@@ -201,6 +192,58 @@ def child_queue(
     ) + _LOCAL_FLAGS  # fmt: skip
     if state is not DEFAULT_TRACE_STATE:
         shared += _state(state)
+    return shared
+
+
+def queue_child(
+    shared: bytes,
+    queue: Callable[[bytes], None],
+    name: str,
+    span_id: int,
+    kind: SpanKind,
+    start: int,
+    end: int,
+    attributes: Any,
+    events: Sequence[Any] = (),
+    status: Status | None = None,
+) -> None:
+    """A child span serialized and framed (as `framed_span` would frame it) into `queue`:
+    `shared` (`child_prefix`), then its id, name, kind, times, attributes (serialized
+    already, or a dict within the span limits), events (`(name, attributes, time)`) and
+    status (None: unset). A module function, bound per run with `functools.partial`: no
+    closure, no cells (`fim.observe.run_spans`)."""
+    parts = [
+        shared,
+        _SPAN_ID.pack(0x12, 0x08, span_id),
+        _NAMES.get(name) or _name(name),  # a lookup, not a call: a run's names recur
+        _KIND_FIELDS[id(kind)],
+        _TIMES.pack(0x39, start, 0x41, end),
+    ]
+    if type(attributes) is bytes:  # serialized by the caller (`Sink.direct`)
+        parts.append(attributes)
+    elif attributes:
+        parts += span_attributes(attributes)
+    if events:
+        parts.append(_events_and_links(events, ()))
+    parts.append(b"\x7a\x00" if status is None else _status(status))
+    body = b"".join(parts)
+    size = len(body)
+    # a span's length is most often two varint bytes: written here, not by a call
+    head = bytes((0x12, size & 0x7F | 0x80, size >> 7)) if 0x80 <= size < 0x4000 else None
+    queue((head or b"\x12" + varint(size)) + body)
+
+
+def child_queue(
+    parent: SpanContext,
+    queue: Callable[[bytes], None],
+    unset: Status,
+    most: int | None,
+    limited: Callable[[Any], Any],
+) -> Callable[..., None]:
+    """How a child of `parent`, a local span, ends: `queue_child` with what it shares with
+    `parent` written once (`child_prefix`); `unset` is the status meaning none, and
+    `limited` cuts attributes beyond `most` (None: no limit)."""
+    shared = child_prefix(parent)
 
     def ended(
         name: str,
@@ -212,30 +255,45 @@ def child_queue(
         events: Sequence[Any] = (),
         status: Status = unset,
     ) -> None:
-        parts = [
-            shared,
-            _SPAN_ID.pack(0x12, 0x08, span_id),
-            names.get(name) or _name(name),  # a lookup, not a call: a run's names recur
-            _KIND_FIELDS[id(kind)],
-            _TIMES.pack(0x39, start, 0x41, end),
-        ]
-        if type(attributes) is bytes:  # serialized by the caller (`Sink.direct`)
-            parts.append(attributes)
-        elif attributes:
-            if most is not None and len(attributes) > most:
-                attributes = limited(attributes)
-            parts += span_attributes(attributes)
-        if events:
-            parts.append(_events_and_links(events, ()))
-        parts.append(b"\x7a\x00" if status is unset else _status(status))
-        body = b"".join(parts)
-        size = len(body)
-        # a span's length is most often two varint bytes: written here, not by a call
-        head = bytes((0x12, size & 0x7F | 0x80, size >> 7)) if 0x80 <= size < 0x4000 else None
-        queue((head or b"\x12" + varint(size)) + body)
+        if type(attributes) is not bytes and most is not None and len(attributes) > most:
+            attributes = limited(attributes)
+        queue_child(
+            shared, queue, name, span_id, kind, start, end, attributes, events,
+            None if status is unset else status,
+        )  # fmt: skip
 
-    names = _NAMES
     return ended
+
+
+def framed_root(span: Any, end: int) -> bytes:
+    """A run's or workflow's own span (`fim.observe.sdk.OpenSpan`) ended at `end`, as
+    `framed_span` frames it (the same bytes, field for field in the same order): its
+    context and its parent's read as the tuples they are, no property call, no keyword."""
+    trace_id, span_id, _, _, state, _ = span.context
+    parent = span.parent
+    if parent:
+        head = _IDS_PARENT.pack(
+            0x0A, 0x10, trace_id >> 64, trace_id & _LOW64, 0x12, 0x08, span_id,
+            0x22, 0x08, parent[1],
+        )  # fmt: skip
+        flags = _REMOTE_FLAGS if parent[2] else _LOCAL_FLAGS
+    else:
+        head = _IDS.pack(0x0A, 0x10, trace_id >> 64, trace_id & _LOW64, 0x12, 0x08, span_id)
+        flags = _LOCAL_FLAGS
+    name = span.name
+    parts = [head, _NAMES.get(name) or _name(name), _KIND_FIELDS[id(span.kind)]]
+    if state is not DEFAULT_TRACE_STATE:
+        parts.append(_state(state))
+    parts.append(_TIMES.pack(0x39, span.start, 0x41, end))
+    attributes = span.attributes
+    if attributes:
+        parts += span_attributes(attributes)
+    if span.events:
+        parts.append(_events_and_links(span.events, ()))
+    parts.append(_status(span.status))
+    parts.append(flags)
+    body = b"".join(parts)
+    return b"\x12" + varint(len(body)) + body
 
 
 def framed_span(*span: Any) -> bytes:

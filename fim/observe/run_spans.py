@@ -15,15 +15,17 @@ import logging
 import time
 import traceback
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from opentelemetry.trace import SpanContext, SpanKind
 
-from fim.events import Event
+from fim.events import Event, Token
 from fim.observe.context import current_call, current_node
 from fim.observe.gen_ai import chat_head, provider_of
 from fim.observe.scope import trace_scope
-from fim.observe.sdk import ChildSpan, OpenSpan, Sink
+from fim.observe.sdk import DIRECT_ATTRIBUTES, ChildSpan, OpenSpan, Sink
+from fim.observe.span_writers import writers
 
 log = logging.getLogger("fim.observe")
 
@@ -37,12 +39,20 @@ class RunSpans:
 
     def __init__(self, root: OpenSpan, mask: Callable[[str], str] | None, found: Sink) -> None:
         self.root = root
-        self.emit = found.emit
-        self.child = found.children_of(root.context)
+        self.emit: Callable[[OpenSpan, int], None] = found.emit
         self.span_id = found.ids.generate_span_id
         self.bits = found.bits
         self.found = found
         self.direct = found.direct
+        if found.direct:  # the run's spans framed here, as `Sink` would frame them
+            self.emit = self._emit_framed
+            self.number, self.framed_root, prefix, queue_child = writers()
+            # no closure per run: a C-level partial of a module function
+            self.child: Callable[..., None] = partial(
+                queue_child, prefix(root.context), found.queue
+            )
+        else:
+            self.child = found.children_of(root.context)
         trace_id, _, _, flags, state, _ = root.context  # a tuple: no property calls
         self.trace = (trace_id, flags, state)
         """What every span of the run shares with its root, read once."""
@@ -135,8 +145,7 @@ class RunSpans:
     # -- events --------------------------------------------------------------------
 
     def on(self, event: Event) -> None:
-        kind = event.type
-        if kind in self.handlers:  # not the streamed tokens
+        if type(event) is not Token:  # streamed tokens build no span (`read` skips the rest)
             pending = self.pending
             pending.append(event)
             if len(pending) >= READ_EVERY:  # a long run's spans go out as it goes
@@ -167,6 +176,12 @@ class RunSpans:
                     self.handlers = handlers = {}
                     self.root.error("tracing failed")
 
+    def _emit_framed(self, root: OpenSpan, end: int) -> None:
+        """`Sink.emit` of the run's own span when spans are queued serialized (`direct`)."""
+        if len(root.attributes) > DIRECT_ATTRIBUTES:  # the span limits apply: as the SDK's
+            return self.found.emit(root, end)
+        self.found.queue(self.framed_root(root, end))
+
     def _end(self, span: ChildSpan, end: int) -> None:
         """End a child of the root (a tool call, node or step)."""
         self.child(
@@ -183,27 +198,37 @@ class RunSpans:
             attributes["gen_ai.input.messages"] = self.mask(e.input)
 
     def _on_llm_call(self, e: Any) -> None:
-        request_model = e.request_model or e.model
-        usage = e.usage
-        head = (request_model, e.model, e.provider or provider_of(request_model), e.finish_reason)
-        counts: dict[str, Any] = {
-            "gen_ai.usage.input_tokens": usage.prompt_tokens,
-            "gen_ai.usage.output_tokens": usage.completion_tokens,
-            "fim.iteration": e.iteration,
-        }
-        if usage.cost is not None:
-            counts["fim.cost_usd"] = usage.cost
+        fields = e.__dict__  # not a dozen lookups through pydantic's `__getattr__` hook
+        model, usage = fields["model"], fields["usage"].__dict__
+        request_model = fields["request_model"] or model
+        head = (request_model, model, fields["provider"] or provider_of(request_model),
+                fields["finish_reason"])  # fmt: skip
+        cost = usage["cost"]
         attributes: dict[str, Any] | bytes
         if self.direct:  # what recurs serialized once (`Sink.direct`), the counts each time
-            attributes = self.found.kept_block(head, chat_head) + self.found.joined(counts)
+            number = self.number
+            attributes = (
+                self.found.kept_block(head, chat_head)
+                + number("gen_ai.usage.input_tokens", usage["prompt_tokens"])
+                + number("gen_ai.usage.output_tokens", usage["completion_tokens"])
+                + number("fim.iteration", fields["iteration"])
+                + (b"" if cost is None else number("fim.cost_usd", cost))
+            )
         else:
-            attributes = {**chat_head(head), **counts}
-        ts = e.ts
+            attributes = {
+                **chat_head(head),
+                "gen_ai.usage.input_tokens": usage["prompt_tokens"],
+                "gen_ai.usage.output_tokens": usage["completion_tokens"],
+                "fim.iteration": fields["iteration"],
+            }
+            if cost is not None:
+                attributes["fim.cost_usd"] = cost
+        ts = fields["ts"]
         self.child(
             f"chat {request_model}",
             self.bits(64) or self.span_id(),
             SpanKind.CLIENT,
-            int((ts - e.duration_ms / 1000) * 1e9),
+            int((ts - fields["duration_ms"] / 1000) * 1e9),
             int(ts * 1e9),
             attributes,
         )

@@ -360,8 +360,9 @@ def test_a_proxy_or_credential_provider_keeps_the_requests_transport(monkeypatch
 
 
 def _run_spans(direct: bool, capture: bool = False) -> tuple[Any, list[bytes]]:
-    """A `RunSpans` whose children are queued serialized (as `Sink.children_of` queues them)
-    into the list returned, its chat spans serialized ahead or not (`direct`)."""
+    """A `RunSpans` whose children are queued serialized into the list returned: framed by
+    the run itself, its chat spans serialized ahead (`direct`), or by `Sink.children_of`'s
+    closure from their attribute dicts."""
     from types import SimpleNamespace
 
     from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
@@ -375,7 +376,7 @@ def _run_spans(direct: bool, capture: bool = False) -> tuple[Any, list[bytes]]:
     queued: list[bytes] = []
     found = SimpleNamespace(
         emit=None, ids=RandomIdGenerator(), bits=lambda n: 0x42, capture=capture,
-        direct=direct, kept_block=kept_block, joined=joined,
+        direct=direct, kept_block=kept_block, joined=joined, queue=queued.append,
         children_of=lambda root: child_queue(
             root, queued.append, Status(StatusCode.UNSET), None, dict
         ),
