@@ -53,6 +53,9 @@ class Api:
         self.limits = KeyLimiter(lambda: holder.current.project.server.key_limits)
         """Each key's runs going and started this minute (`server.key_limits`)."""
         self._store_probe: StoreProbe | None = None
+        self.one_of_many = False
+        """One of `fim serve --workers N`'s processes: a client's next request may reach
+        another, so `/mcp` keeps no sessions (`fim.server.mcp_sessions`)."""
         self.stopping = False
         """The server is stopping (`fim.server.stopping.begin`): a run cut now was cut by
         the stop, not by its client."""

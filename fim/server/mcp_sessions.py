@@ -83,9 +83,16 @@ class OwnerSessions:
 
 
 class McpEndpoint:
-    """The ASGI endpoint of `/mcp`. The SDK's session manager needs a running task group;
-    `fim serve` runs uvicorn without lifespan events, so it is started by the first request
-    (on the server's loop) and lives until the loop ends."""
+    """The ASGI endpoint of `/mcp`. An SDK session lives in the process that opened it, so
+    one of `fim serve --workers N`'s processes (`Api.one_of_many`) serves `/mcp` stateless,
+    each request whole in itself (the kernel hands a client's next request to any worker:
+    it found no session, 404, attack-57 F1). That costs the GET stream, which fim's surface
+    does not use (it sends its client no requests or list changes), and the cancel
+    notification, which reaches another request's server: a cancelled call runs to its end,
+    within the key's limits. One process keeps sessions, and cancels. The SDK's session
+    manager needs a running task group; `fim serve` runs uvicorn without lifespan events,
+    so it is started by the first request (on the server's loop) and lives until the loop
+    ends."""
 
     def __init__(self, api: Api) -> None:
         self.api = api
@@ -93,7 +100,7 @@ class McpEndpoint:
             app=build_server(api),
             max_request_body_size=api.holder.current.project.server.max_body_bytes,
             session_idle_timeout=IDLE_SECONDS,
-            stateless=shared_store(api.services.state_url),
+            stateless=api.one_of_many,
         )
         self.sessions = OwnerSessions()
         """Each key's sessions, at most `SESSIONS_PER_OWNER` (`fim.server.mcp_sessions`)."""
@@ -154,16 +161,6 @@ class McpEndpoint:
         await self.manager.handle_request(scope, receive, opened)
 
 
-def shared_store(state_url: str) -> bool:
-    """Whether other processes may serve this one's callers: a PostgreSQL store is what
-    `--workers N` and replicas share. An SDK session lives in the process that opened it,
-    so behind a load balancer (or the kernel's pick among workers) a client's next request
-    found no session: 404 (attack-57 F1). Then `/mcp` runs stateless, each request whole
-    in itself: no session id, no GET stream, which fim's surface does not use (it sends
-    its client no requests or list changes; progress goes on the call's own stream)."""
-    return state_url.strip().startswith(("postgresql", "postgres:"))
-
-
 def _once(scope: Scope, names: tuple[bytes, ...]) -> dict[bytes, str] | str:
     """The value of each header of `names` the request sent, or the name of one it sent
     twice. The SDK reads its own copy of these headers: with two of one, it and the
@@ -196,4 +193,4 @@ async def _answered(
     return status
 
 
-__all__ = ["IDLE_SECONDS", "SESSIONS_PER_OWNER", "McpEndpoint", "OwnerSessions", "shared_store"]
+__all__ = ["IDLE_SECONDS", "SESSIONS_PER_OWNER", "McpEndpoint", "OwnerSessions"]

@@ -22,8 +22,7 @@ them a private folder (`PROMETHEUS_MULTIPROC_DIR`, prometheus_client's multiproc
 where each writes its counters, and the scrape sums them (`fim.observe.metrics`). Without
 it a scrape read one random worker's counters, which went backwards between scrapes (a
 counter reset to Prometheus: `rate()` wrong, alerts at random). The parent forgets the
-live gauges of a worker that is gone (`mark_process_dead`); its counters keep counting in
-the sum. The folder is removed when the parent stops.
+live gauges of a worker that is gone (`mark_process_dead`); its counters stay in the sum.
 """
 
 from __future__ import annotations
@@ -377,6 +376,7 @@ def worker_app() -> Any:
     settle_heap()
     preload(snapshot.models_in_use())
     api = app.state.api
+    api.one_of_many = True  # /mcp keeps no sessions: the kernel picks a worker per request
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:

@@ -1,10 +1,10 @@
-"""`/mcp` answers whichever process a request reaches (attack-57 F1). On a shared
-(PostgreSQL) store fim may run as several processes (`--workers N`, replicas behind a load
-balancer); an MCP session lived in the process that opened it, so the client's next
+"""`/mcp` answers whichever worker of `fim serve --workers N` a request reaches
+(attack-57 F1). An MCP session lived in the process that opened it, so the client's next
 request, taken by the other worker, got 404 "Session not found": the SDK's own client
-failed 35-39 of 40 calls on two workers. Two servers on one store stand for two workers
-here, and the client's requests alternate between them as a balancer without affinity
-sends them."""
+failed 35-39 of 40 calls on two workers. A worker serves `/mcp` stateless; one process
+keeps its sessions, where a client's cancel reaches its call (attack-58 F1). Two servers on
+one store stand for two workers here, and the client's messages alternate between them
+as the kernel hands connections to workers."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from fim.build.reload import SnapshotHolder
 from fim.capabilities import CAPABILITIES
 from fim.run.services import Services
 from fim.server.app import create_app
-from fim.server.mcp_sessions import shared_store
+from fim.server.mcp_sessions import McpEndpoint
 from fim.testing.server import ServerThread
 from tests.mcp.test_mcp_serve import KEY, text_of, write_project
 
@@ -43,9 +43,12 @@ class Alternating(httpx.AsyncBaseTransport):
         await self._inner.aclose()
 
 
-def test_a_shared_store_serves_mcp_without_sessions() -> None:
-    assert shared_store("postgresql://fim@db/fim") and shared_store("postgres://db/fim")
-    assert not shared_store("sqlite:///.fim/state.db")
+def test_only_a_worker_of_several_serves_mcp_without_sessions(tmp_path: Path) -> None:
+    app = create_app(SnapshotHolder(compile_project(write_project(tmp_path / "p"))))
+    api = app.state.api
+    assert McpEndpoint(api).manager.stateless is False  # sessions: a cancel reaches its call
+    api.one_of_many = True  # what `fim serve --workers N` sets in each worker
+    assert McpEndpoint(api).manager.stateless is True
 
 
 def test_calls_reaching_either_worker_are_answered(tmp_path: Path, pg_database: Any) -> None:
@@ -61,6 +64,8 @@ def test_calls_reaching_either_worker_are_answered(tmp_path: Path, pg_database: 
         )
         for _ in range(2)
     ]
+    for app in apps:
+        app.state.api.one_of_many = True
     with ServerThread(apps[0]) as one, ServerThread(apps[1]) as two:
 
         async def main() -> list[str]:
