@@ -215,7 +215,7 @@ class Cassette:
             ) from None
 
     async def store_tool(
-        self, key: str, name: str, result: ToolResult, code: dict[str, str] | None = None
+        self, key: str, name: str, result: ToolResult, code: dict[str, Any] | None = None
     ) -> None:
         """Keep a tool call's result, masked like the model's replies; `code`: the file and
         source hash of a project Python tool (`fim.eval.tool_replay.code_of`)."""

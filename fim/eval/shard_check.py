@@ -21,8 +21,8 @@ def check_shards(reports: list[dict[str, Any]], paths: list[Path]) -> None:
     shards = [
         (path, report["shard"])
         for path, report in zip(paths, reports, strict=True)
-        if isinstance(report.get("shard"), dict)
-    ]
+        if isinstance(report.get("shard"), dict) and not report.get("rerun")
+    ]  # a --rerun-failed report re-runs a shard's failures: it stands for no shard
     if not shards:
         return
     totals = sorted({shard["total"] for _, shard in shards})

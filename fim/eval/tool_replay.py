@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import sys
+import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -109,7 +110,7 @@ class ToolTape:
             is_error=True,
         )
 
-    def _changed(self, key: str, name: str, code: dict[str, str] | None) -> str | None:
+    def _changed(self, key: str, name: str, code: dict[str, Any] | None) -> str | None:
         """Why the recorded result `key` of a project Python tool is not replayed (its
         source changed since recording), or None; a result recorded without the hash is
         replayed, and said once in the log."""
@@ -129,6 +130,10 @@ class ToolTape:
         if now is not None and stored.get("sha256") == now["sha256"]:
             return None
         where = stored.get("file") or (now or {}).get("file") or "its module"
+        was, is_ = stored.get("files"), (now or {}).get("files")
+        if isinstance(was, dict) and isinstance(is_, dict):
+            changed = sorted(f for f in was.keys() | is_.keys() if was.get(f) != is_.get(f))
+            where = ", ".join(changed) or where  # the module it imports that changed
         return (
             f"tool '{name}' changed since recording ({where}): re-record with "
             "`fim eval --record`; replay does not run it"
@@ -159,7 +164,7 @@ def is_python(tool: Tool | None) -> bool:
     return isinstance((getattr(tool, "metadata", None) or {}).get("python"), str)
 
 
-def code_of(tool: Tool | None) -> dict[str, str] | None:
+def code_of(tool: Tool | None) -> dict[str, Any] | None:
     """`{"file": "hooks/orders.py", "sha256": ...}` of a project Python tool: the file of
     its module as the project spells it and a hash of its source as the snapshot pinned it
     (line endings as `\n`, so a Windows checkout hashes alike); None for any other tool,
@@ -169,14 +174,42 @@ def code_of(tool: Tool | None) -> dict[str, str] | None:
     ref = str(getattr(tool, "metadata", {})["python"])
     function = _function(getattr(tool, "fn", None), ref.rpartition(":")[2])
     module = sys.modules.get(getattr(function, "__module__", None) or "")
-    spec = getattr(module, "__spec__", None)
-    loader = getattr(spec, "loader", None)
-    file = getattr(loader, "key", None)
-    source = getattr(getattr(loader, "pinned", None), "modules", {}).get(file)
-    if not isinstance(file, str) or not isinstance(source, bytes):
+    sources = _project_modules(module)
+    if not sources:
         return None
-    digest = hashlib.sha256(source.replace(b"\r\n", b"\n")).hexdigest()[:16]
-    return {"file": file, "sha256": digest}
+    file = next(iter(sources))
+    files = {f: _digest(source) for f, source in sources.items()}
+    if len(files) == 1:
+        return {"file": file, "sha256": files[file]}
+    whole = hashlib.sha256("\0".join(f"{f}:{h}" for f, h in sorted(files.items())).encode())
+    return {"file": file, "sha256": whole.hexdigest()[:16], "files": files}
+
+
+def _digest(source: bytes) -> str:
+    return hashlib.sha256(source.replace(b"\r\n", b"\n")).hexdigest()[:16]
+
+
+def _project_modules(module: Any, most: int = 200) -> dict[str, bytes]:
+    """file -> pinned source of `module` (first) and of every project module it reaches
+    through its globals, transitively: a module it imported, or the module of a function
+    or class it imported from one. A tool whose helper module changed replayed its old
+    result (attack-58 F2). At most `most` modules."""
+    found: dict[str, bytes] = {}
+    todo = [module]
+    while todo and len(found) < most:
+        current = todo.pop(0)
+        loader = getattr(getattr(current, "__spec__", None), "loader", None)
+        file = getattr(loader, "key", None)
+        source = getattr(getattr(loader, "pinned", None), "modules", {}).get(file)
+        if not isinstance(file, str) or not isinstance(source, bytes) or file in found:
+            continue
+        found[file] = source
+        for value in list(vars(current).values()):
+            if isinstance(value, types.ModuleType):
+                todo.append(value)
+            elif isinstance(value, type | types.FunctionType):
+                todo.append(sys.modules.get(value.__module__))
+    return found
 
 
 def _function(fn: Any, name: str, depth: int = 0) -> Any:

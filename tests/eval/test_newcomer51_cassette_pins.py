@@ -91,6 +91,27 @@ async def test_a_tool_whose_code_changed_since_recording_is_a_miss_naming_it(
     assert not (root / "hooks" / "ran.txt").exists()  # replay still runs no project tool
 
 
+async def test_a_change_to_a_module_the_tool_imports_is_a_miss_naming_that_module(
+    tmp_path: Path,
+) -> None:
+    """The tool's own file unchanged, the helper it imports broken by the pull request: the
+    recorded result replayed and the gate passed (attack-58 F2)."""
+    root = tool_project(tmp_path / "p", "shipped")
+    (root / "hooks" / "helper.py").write_text("def status() -> str:\n    return 'shipped'\n")
+    orders = (root / "hooks" / "orders.py").read_text()
+    (root / "hooks" / "orders.py").write_text(
+        "from .helper import status\n" + orders.replace('"STATUS"', "status()")
+    )
+    assert (await run(root, "record")).passed
+    stored = json.loads(cassette(root, "support", "status").read_text())["tool_calls"][0]
+    assert set(stored["code"]["files"]) == {"hooks/orders.py", "hooks/helper.py"}
+    assert (await run(root)).passed
+    (root / "hooks" / "helper.py").write_text("def status() -> str:\n    raise RuntimeError\n")
+    changed = await run(root)
+    assert changed.cassette_miss and not changed.passed
+    assert "tool 'lookup' changed since recording (hooks/helper.py)" in str(changed.error)
+
+
 async def test_a_result_recorded_before_the_hash_is_replayed_and_said_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

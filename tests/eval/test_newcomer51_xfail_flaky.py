@@ -24,6 +24,7 @@ from fim.cli import app
 from fim.config.export import json_schema
 from fim.errors import RunError
 from fim.eval.ci import junit, merge
+from fim.eval.shard_check import check_shards
 
 
 def run(*args: str) -> tuple[int, str]:
@@ -155,3 +156,23 @@ def test_fim_eval_rerun_failed_writes_a_report_merge_takes_as_the_later_attempt(
     assert code == 0, output
     case = ET.parse(xml).getroot().find(".//testcase[@name='ok']")
     assert case is not None and case.find("flakyFailure") is not None
+
+
+def test_a_rerun_that_skipped_the_case_leaves_its_first_failure() -> None:
+    """A rerun job without the first run's model key or cassette skips the case: the merge
+    kept the skip, outside the pass rate, and the failure was gone (attack-58 F3)."""
+    rerun = {**cases(("a", True)), "rerun": "first.json"}
+    rerun["suites"][0]["cases"][0]["skipped"] = "no cassette"
+    merged = merge([cases(("a", False), ("b", True)), rerun])
+    assert not merged["ok"]
+    [kept] = [c for c in merged["suites"][0]["cases"] if c["case"] == "a"]
+    assert kept["passed"] is False and kept.get("skipped") is None
+
+
+def test_a_rerun_report_of_a_shard_stands_for_no_shard() -> None:
+    """A rerun job keeping the matrix's `--shard 2/2` hid the missing first report of shard
+    2, and with both present the merge refused 'given twice' (attack-58 F4)."""
+    first = {**cases(("a", True)), "shard": {"index": 1, "total": 2}}
+    rerun = {**cases(("a", True)), "rerun": "s2.json", "shard": {"index": 2, "total": 2}}
+    with pytest.raises(RunError, match="shard 2/2 missing"):
+        check_shards([first, rerun], [Path("s1.json"), Path("s2-rerun.json")])
