@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from fim.build.compile import compile_project
@@ -137,3 +138,12 @@ def test_an_eval_of_a_csv_of_prompts_against_a_replies_script_passes(tmp_path: P
     cases = json.loads(report.read_text())["suites"][0]["cases"]
     outputs = sorted(c["output"] for c in cases)
     assert outputs == ["17 x 23 = 391", "Hello! Ask me some arithmetic.", "I only do arithmetic."]
+
+
+def test_a_script_of_only_a_default_serves_it_to_every_call() -> None:
+    """A judge script answering every rubric alike needs no `replies` (newcomer-51 #12:
+    `default:` alone was "missing required field 'replies'")."""
+    script = ScriptFile.model_validate({"default": [{"text": '{"pass": true}'}]})
+    assert script.replies == [] and len(script.default) == 1
+    with pytest.raises(ValidationError, match="needs `replies` or `default`"):
+        ScriptFile.model_validate({})

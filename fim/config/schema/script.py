@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import Field, TypeAdapter, field_validator
+from pydantic import Field, TypeAdapter, field_validator, model_validator
 
 from fim.config.schema.base import Strict, empty_list
 from fim.schema_check import pattern_matches
@@ -134,11 +134,20 @@ class ScriptReply(Strict):
 class ScriptFile(Strict):
     """A scripted model whose steps are chosen by the conversation, not replayed in order."""
 
-    replies: list[ScriptReply] = Field(min_length=1)
+    replies: list[ScriptReply] = Field(default_factory=empty_list)
     """Replies in order; on each model call the first whose `when` matches serves its next
-    step."""
+    step (none: every call is served `default`, as a judge script often is)."""
     default: Steps = Field(default_factory=empty_list)
     """Steps served when no reply matches (none: such a call is an error)."""
+
+    @model_validator(mode="after")
+    def _answers(self) -> ScriptFile:
+        if not self.replies and not self.default:
+            raise ValueError(
+                "a scripted model file needs `replies` or `default` (steps served to every "
+                "call no reply matches)"
+            )
+        return self
 
     @field_validator("default")
     @classmethod
