@@ -40,9 +40,10 @@ def _cassette_warnings(snapshot: Snapshot) -> list[Problem]:
     """Cassettes of no case, or not a recording (`fim.build.cassette_checks`)."""
     if not snapshot.evals:
         return []
-    # deferred: only a project with eval suites reads its cassettes (and their names' slug)
+    # deferred: only a project with eval suites reads its cassettes (and their names' slug;
+    # `fim.eval.cassette_keys`, not `cassettes`, which loads the eval stack)
     from fim.build.cassette_checks import cassette_warnings
-    from fim.eval.cassettes import slug
+    from fim.eval.cassette_keys import slug
 
     return cassette_warnings(snapshot, slug)
 

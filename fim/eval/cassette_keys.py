@@ -78,3 +78,8 @@ NOW_MISS = (
     "re-record it once with `fim eval --record`; replays then render `now` as recorded",
 )
 """(why, hint) of a miss `reads_now` explains."""
+
+
+def slug(name: str) -> str:
+    """A suite's or case's name as its cassette's file or folder name (`order-status`)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-").lower() or "case"

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
@@ -45,6 +44,7 @@ from fim.config.schema import ModelSettings
 from fim.errors import RunError
 from fim.eval.cassette_fingerprints import asker, fingerprint, miss_words
 from fim.eval.cassette_keys import recorded_now, request_key
+from fim.eval.cassette_keys import slug as slug  # the runner names cassettes with it
 from fim.eval.cassette_keys import tool_call as tool_call  # where it was first defined
 from fim.eval.cassette_keys import tool_key as tool_key
 from fim.eval.endpoints import DEFAULT_ENDPOINT, endpoint_words
@@ -84,10 +84,6 @@ class NeedsLiveModel(RunError):
         text = text[text.find(NEEDS_LIVE) :].removesuffix(f" ({cls.HINT})")
         RunError.__init__(error, text, hint=cls.HINT)
         return error
-
-
-def slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-").lower() or "case"
 
 
 class Cassette:
