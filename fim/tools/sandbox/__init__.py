@@ -26,7 +26,8 @@ runs under `bwrap` (the sandbox Claude Code uses on Linux) with:
   the same path as on the host (mounted nosuid), in a sandbox folder that is fim's user's
   alone (0700) wherever fim.yaml puts it;
 - a seccomp filter refusing the kernel keyring calls (fim/tools/sandbox/seccomp.py: in root
-  mode the keyring of host `nobody` outlives every call);
+  mode the keyring of host `nobody` outlives every call), new namespaces (`unshare`,
+  `setns`, `clone` with a `CLONE_NEW*` flag), io_uring and the other calls Docker refuses;
 - an empty environment but PATH, HOME, TMPDIR, LANG and what the agent declares under
   `sandbox.env`. bwrap's options, these values included, reach it on a descriptor
   (`--args FD`), never on a command line: /proc/<pid>/cmdline is readable by every local
