@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from fim.build.builtin_names import builtin_hook_names, builtin_tool_names, tool_problems
-from fim.build.connector_checks import check_connector
+from fim.build.connector_checks import check_connector, check_mcp_headers
 from fim.build.eval_checks import case_input_problems, suite_assertions, workflow_case_problems
 from fim.build.hook_checks import check_hook, check_hook_refs
 from fim.build.instructions import check_instructions, reads_files
@@ -90,6 +90,7 @@ class Checker:
     def run(self) -> None:
         if self.decls.project_ok:
             check_project(self)
+            check_mcp_headers(self)
         self.check_agents()
         for entry in self.decls.entries["hook"].values():
             check_hook(self, entry, entry.decl, ())

@@ -20,6 +20,8 @@ from typing import Any
 
 import typer
 
+from fim.store_url import canonical
+
 PROJECT_FILE = "fim.yaml"
 DEFAULT_STATE = "sqlite:///.fim/state.db"
 """fim.yaml's `state:` when it has none (`fim.config.schema.project.Project.state`)."""
@@ -135,6 +137,7 @@ def state_file(ctx: typer.Context) -> Path | None:
         if root is None or url is None:
             return None
         base = root
+    url = canonical(url)  # `SQLite:///` too (fim.store_url)
     if not url.startswith("sqlite:///"):
         return None
     path = url[len("sqlite:///") :].partition("?")[0]

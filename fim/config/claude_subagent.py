@@ -94,26 +94,84 @@ def converted(text: str, target: str, roles: list[str]) -> str | None:
     notes += [note] if note else []
     if "tools" in meta:
         names = tool_names(meta.get("tools"))
-        mapped = list(dict.fromkeys(CLAUDE_TOOLS[n] for n in names if n in CLAUDE_TOOLS))
-        servers = list(dict.fromkeys(n.split("__")[1] for n in names if _mcp(n)))
-        unknown = [n for n in names if n not in CLAUDE_TOOLS and not _mcp(n)]
-        parts.append(f"tools: [{', '.join(mapped)}]")
-        if servers:
-            parts.append(f"mcp: [{', '.join(servers)}]")
-        if READS_PROJECT & set(names):
-            parts.append("sandbox: {project: read}")
-            with_shell = "file_ops sees only the sandbox folder: shell reads the repository at "
-            notes.append(f"{with_shell}/project" if "Bash" in names else REPOSITORY_NOTE)
-        if unknown:
-            notes.append(f"no fim tool for {', '.join(unknown)}")
+        parts_, notes_ = _tools(names)
+        parts += parts_
+        notes += notes_
         if isinstance(meta.get("tools"), str):
             notes.append("tools: is a YAML list in fim, not a comma string")
     notes.append(f"the Markdown body (line {body} on) goes under instructions: |")
     return f"write {target}: {{{', '.join(parts)}}}; " + "; ".join(notes)
 
 
+def _tools(names: list[str]) -> tuple[list[str], list[str]]:
+    """(agent keys, notes) for a subagent's `tools:`, an allow-list in Claude Code: the
+    agent gets no more than it names (attack-59 F4: a read-only reviewer with one MCP tool
+    was hinted file writes and every tool of the server). Only readers: `read_only: true`.
+    A single MCP tool (`mcp__srv__lookup`) has no fim equivalent (`mcp:` grants a whole
+    server): it is left out, saying so; `mcp__srv` (Claude Code's "every tool of srv") is
+    `mcp: [srv]`."""
+    parts: list[str] = []
+    notes: list[str] = []
+    mapped = list(dict.fromkeys(CLAUDE_TOOLS[n] for n in names if n in CLAUDE_TOOLS))
+    servers = list(dict.fromkeys(s for s in map(_whole_server, names) if s is not None))
+    single = [
+        n for n in names if _mcp(n) and _whole_server(n) is None and _server(n) not in servers
+    ]
+    unknown = [n for n in names if n not in CLAUDE_TOOLS and not _mcp(n)]
+    read_only = all(n in READERS for n in names if n in CLAUDE_TOOLS)
+    parts.append(f"tools: [{', '.join(mapped)}]")
+    if servers:
+        parts.append(f"mcp: [{', '.join(servers)}]")
+    if read_only:
+        parts.append("read_only: true")
+    if READS_PROJECT & set(names):
+        if "Bash" in names:
+            parts.append("sandbox: {project: read}")
+            notes.append(
+                "file_ops sees only the sandbox folder: shell reads the repository at /project"
+            )
+        elif read_only:
+            notes.append(
+                "file_ops sees only the sandbox folder, not the repository (reading it at "
+                "/project takes shell, which read_only: true blocks)"
+            )
+        else:
+            parts.append("sandbox: {project: read}")
+            notes.append(REPOSITORY_NOTE)
+    if read_only and servers:
+        notes.append(
+            f"read_only: true also blocks the tools of {', '.join(servers)} not marked read-only"
+        )
+    if single:
+        notes.append(
+            f"left out {', '.join(single)}: fim's mcp: grants every tool of a server and "
+            "cannot name one (add the server to mcp: only if all of its tools may be called)"
+        )
+    if unknown:
+        notes.append(f"no fim tool for {', '.join(unknown)}")
+    return parts, notes
+
+
+READERS = frozenset({"Read", "Grep", "Glob", "LS", "WebFetch"})
+"""Claude Code tools that only read: a subagent with no other of Claude Code's tools
+becomes a `read_only: true` agent (`readonly_guard`: file_ops reads only, no shell)."""
+
+
 def _mcp(name: str) -> bool:
-    return name.startswith("mcp__") and len(name.split("__")) >= 3
+    return name.startswith("mcp__") and len(name.split("__")) >= 2 and bool(name.split("__")[1])
 
 
-__all__ = ["CLAUDE_MODELS", "converted", "front_matter", "tool_names"]
+def _server(name: str) -> str:
+    return name.split("__")[1]
+
+
+def _whole_server(name: str) -> str | None:
+    """`srv` for Claude Code's names of every tool of a server (`mcp__srv`, `mcp__srv__*`),
+    else None."""
+    if not _mcp(name):
+        return None
+    pieces = name.split("__", 2)
+    return pieces[1] if len(pieces) == 2 or pieces[2] == "*" else None
+
+
+__all__ = ["CLAUDE_MODELS", "READERS", "converted", "front_matter", "tool_names"]

@@ -16,6 +16,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from fim.engines.call_content import CallContent
 from fim.engines.tool_turn import ToolTurn, ViewFn, allowed, masked_args, no_mask
 from fim.errors import FimError
 from fim.events import (
@@ -34,6 +35,7 @@ from fim.events import (
 from fim.structured import judged
 from fim.tools.registry import ToolRegistry
 from fim.types import (
+    CallView,
     HookContext,
     Message,
     Model,
@@ -95,6 +97,9 @@ class ReactEngine(ToolTurn):
     """Called before each model call; lets meta-tools (request_tools) change the tool set."""
     transcript: list[Message] = field(default_factory=list)
     """Kept equal to the conversation so far (without the system prompt), for hooks."""
+    views: dict[str, CallView] = field(default_factory=dict)
+    """The hook view of each tool call by call id, recorded when the model makes the call
+    (`ToolTurn._run_tools`): hooks' transcript names a call by the target they judge."""
     finalizer: Finalizer | None = None
     """Checks the final text answer (structured output, `fim.structured.OutputContract`):
     a rejected answer gets one retry with the reason, a second rejection fails the run."""
@@ -104,6 +109,9 @@ class ReactEngine(ToolTurn):
     client_tools: frozenset[str] = frozenset()
     """Tools the caller runs itself (OpenAI `tools`): a turn calling one ends the run after
     its `tool_call` events, without running anything, so the caller can answer them."""
+    capture: bool = False
+    """Keep what each model call sent and got back on its `llm_call` event (masked, capped:
+    `fim.engines.call_content`); `fim.run.capture` decides it for a run."""
 
     async def run(self, input: str | list[Message]) -> AsyncIterator[Event]:
         started = time.perf_counter()
@@ -155,6 +163,7 @@ class ReactEngine(ToolTurn):
             system = f"{system}\n\n{result.additional_context}".strip()
 
         messages = [Message(role="system", content=system), *history] if system else history
+        content = CallContent(self.mask) if self.capture else None
         empty_replies = 0
         final_retried = False
         for iteration in range(1, self.max_iterations + 1):
@@ -192,7 +201,7 @@ class ReactEngine(ToolTurn):
                 made: ModelResponse | None = getattr(exc, "response", None)
                 if made is not None:  # made and paid for, then over a budget: it is reported
                     spent.append(made.usage)
-                    yield self._llm_call(made, iteration, t0)
+                    yield self._llm_call(made, iteration, t0, content, messages)
                 else:
                     spent.append(getattr(exc, "usage", Usage()))
                 kind = getattr(exc, "kind", "model_error")  # budget_exceeded (fim.run.spend)
@@ -201,7 +210,7 @@ class ReactEngine(ToolTurn):
                 yield finish(output, "error", iteration)
                 return
             spent.append(response.usage)
-            yield self._llm_call(response, iteration, t0)
+            yield self._llm_call(response, iteration, t0, content, messages)
             reply = response.message
             if not reply.tool_calls:
                 text = (reply.content or "").strip()
@@ -273,17 +282,32 @@ class ReactEngine(ToolTurn):
         yield MessageEvent(run_id=self.run_id, content=output)
         yield finish(output, "max_iterations", self.max_iterations)
 
-    def _llm_call(self, response: ModelResponse, iteration: int, t0: float) -> LLMCall:
-        """The event of one model call made (answered, or answered past a budget)."""
+    def _llm_call(
+        self,
+        response: ModelResponse,
+        iteration: int,
+        t0: float,
+        content: CallContent | None = None,
+        messages: list[Message] | None = None,
+    ) -> LLMCall:
+        """The event of one model call made (answered, or answered past a budget), with
+        what it sent and got back when content is captured."""
+        duration_ms = (time.perf_counter() - t0) * 1000
+        request = answer = None
+        if content is not None and messages is not None:
+            request = content.request(messages, self.registry.specs(), iteration)
+            answer = content.response(response)
         return LLMCall(
             run_id=self.run_id,
             model=response.model or getattr(self.model, "name", ""),
             iteration=iteration,
             usage=response.usage,
-            duration_ms=(time.perf_counter() - t0) * 1000,
+            duration_ms=duration_ms,
             request_model=getattr(self.model, "name", ""),
             provider=getattr(self.model, "provider", "") or "",
             finish_reason=response.finish_reason,
+            request=request,
+            response=answer,
         )
 
     @staticmethod

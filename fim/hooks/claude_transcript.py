@@ -18,39 +18,62 @@ the calls and `.name == "Bash"` the shell ones. fim wrote its own message dump b
 (`tool_calls`, `type: tool`), and those scripts found nothing. Each line also carries
 `sessionId`. A system message a client sent (fim's own prompt is not in the transcript) is
 `{"type": "system", "content": "..."}`, like Claude Code's own system lines.
+
+A call is written as the target hooks judge (`target`): the hook view recorded when the
+model made it (`RunContext.views`), so a progressive `mcp` / `connector` / `database`
+meta-tool call is `mcp__srv__danger` with the tool's own arguments, as on the hook's
+stdin, not `mcp` with the wrapper's input (attack-59 F3: a guard counting earlier calls
+in the transcript saw none in progressive mode, and its verdict depended on the tool mode).
+A call with no recorded view (a history a test or library caller set) falls back to the
+hook's own call, then to an MCP tool read from its `{server}__{tool}` name.
+
+A delegate's lines (a run `call_agent` or a workflow's `agent` node started) carry
+`"isSidechain": true` and `"agentId"` (the delegate's run id), as Claude Code marks a
+subagent's lines; what the file holds around them is `fim.hooks.transcript_file`'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from fim.hooks.claude import to_claude
 
-Metadata = Callable[[Any], dict[str, Any]]
-"""The metadata of a tool call (its MCP server and tool), for its Claude Code name."""
+Target = Callable[[Any], tuple[str, dict[str, Any], dict[str, Any]]]
+"""A transcript call's target as hooks see it: (name, arguments, metadata)."""
 
 
-def mcp_metadata(servers: Iterable[str], current: dict[str, Any]) -> Metadata:
-    """The metadata `to_claude` needs for a call of the transcript: the hook's own call's
-    (`current`, whose `call_id` it is), else an MCP tool's read from its name
-    (`{server}__{tool}` of a server of the project), else none."""
+def call_targets(
+    views: Mapping[str, Any],
+    servers: Iterable[str],
+    current: tuple[str, dict[str, Any], dict[str, Any]] | None = None,
+) -> Target:
+    """The target of each call of a transcript: the hook view recorded when the model made
+    it (`views`, by call id: a meta-tool call is the tool it runs, with that tool's own
+    arguments), else the hook's own call's (`current`: its name, arguments and metadata,
+    whose `call_id` it is), else an MCP tool's read from its name (`{server}__{tool}` of a
+    server of the project), else the call as the model made it."""
     names = sorted(servers, key=len, reverse=True)
 
-    def of(call: Any) -> dict[str, Any]:
-        if current.get("call_id") and current.get("call_id") == call.id:
+    def of(call: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        view = views.get(call.id)
+        if view is not None:
+            return view.name, view.args, view.metadata
+        if current is not None and current[2].get("call_id") == call.id:
             return current
         for server in names:
             if call.name.startswith(f"{server}__") and len(call.name) > len(server) + 2:
-                return {"category": "mcp", "server": server, "tool": call.name[len(server) + 2 :]}
-        return {}
+                meta = {"category": "mcp", "server": server, "tool": call.name[len(server) + 2 :]}
+                return call.name, call.arguments, meta
+        return call.name, call.arguments, {}
 
     return of
 
 
-def entry(message: Any, session_id: str, files: Path | None, metadata: Metadata) -> dict[str, Any]:
-    """One transcript line for `message` (a `fim.types.Message`)."""
+def entry(message: Any, session_id: str, files: Path | None, target: Target) -> dict[str, Any]:
+    """One transcript line for `message` (a `fim.types.Message`), its calls named as
+    `target` tells."""
     role = message.role
     body: dict[str, Any]
     if role == "assistant":
@@ -58,8 +81,8 @@ def entry(message: Any, session_id: str, files: Path | None, metadata: Metadata)
         if message.content:
             blocks.append({"type": "text", "text": message.content})
         for call in message.tool_calls:
-            claude = to_claude(call.name, call.arguments, metadata(call), files)
-            name, given = claude or (call.name, call.arguments)
+            name, args, meta = target(call)
+            name, given = to_claude(name, args, meta, files) or (name, args)
             blocks.append({"type": "tool_use", "id": call.id, "name": name, "input": given})
         body = {"type": "assistant", "message": {"role": "assistant", "content": blocks}}
     elif role == "tool":
@@ -89,4 +112,4 @@ def _image(url: str) -> dict[str, Any]:
     return {"type": "image", "source": {"type": "url", "url": url}}
 
 
-__all__ = ["entry", "mcp_metadata"]
+__all__ = ["Target", "call_targets", "entry"]

@@ -1,7 +1,7 @@
 """What a command hook's process is given, and the environment file it may hand back.
 
 Kept apart from the hook because it decides what leaves fim for a user's script: the event
-as Claude Code's JSON (its tool names where fim has an equivalent), the run so far as a
+as Claude Code's JSON (its tool names where fim has an equivalent), masked, the run so far as a
 masked JSONL transcript in Claude Code's shapes, and an allow-listed environment, so model
 and connector keys stay in fim. A SessionStart hook's `export NAME=value` lines come back
 through `read_env_file`.
@@ -28,9 +28,9 @@ from fim import private
 from fim.config.child_env import network_env
 from fim.config.interpolate import base_env, passed_anyway
 from fim.hooks.claude import to_claude
-from fim.hooks.claude_transcript import entry, mcp_metadata
-from fim.masking import config_secrets, remember
-from fim.tools.builtin._common import sandbox_dir
+from fim.hooks.transcript_file import conversation
+from fim.hooks.transcript_file import write_transcript as write_transcript
+from fim.masking import config_secrets, known, remember
 from fim.types import HookContext
 
 if TYPE_CHECKING:
@@ -49,15 +49,18 @@ def event_payload(
 
     `session_id` is the conversation's, as Claude Code's stays one for a whole
     conversation: the fim session's when the run belongs to one (`fim run --session`, a
-    `session_id` over HTTP), else the run's (a run is then the whole conversation). The
-    run id is `fim.run_id` either way. SessionStart's `source` is `resume` when the session
-    already has messages (Claude Code's `--resume`), else `startup`; fim has no `clear`,
-    and a compaction does not start the session again (no `compact`). The session's id was
+    `session_id` over HTTP), else the id of the run the request started (a run is then
+    the whole conversation), decided once for the whole run tree: a delegate's and a
+    workflow node's hooks get it too (`fim.hooks.transcript_file.conversation`). The
+    judged call's run id is `fim.run_id` either way. SessionStart's `source` is `resume`
+    when the session already has messages (Claude Code's `--resume`), else `startup`; fim
+    has no `clear`, and a compaction does not start the session again (no `compact`).
+    The session's id was
     the run's before, new at every turn: a hook's per-session state (a warn-once flag file,
     a log per session) was lost at each one, and every turn was a `startup`."""
     session = _session_of(run)
     data: dict[str, Any] = {
-        "session_id": session or context.run_id,
+        "session_id": conversation(run, context),
         "transcript_path": transcript_path,
         "cwd": root,
         "permission_mode": "default",
@@ -83,7 +86,22 @@ def event_payload(
         "tool_input": context.tool_args,
         "metadata": {k: v for k, v in context.metadata.items() if _jsonable(v) and k[:1] != "_"},
     }
-    return data
+    return masked(data, run)
+
+
+def masked(data: dict[str, Any], run: RunContext | None) -> dict[str, Any]:
+    """`data` as the JSON the command reads, with every secret masked in every string
+    (`fim.masking`: what the process knows, and the run's snapshot's own), whatever field
+    holds it: the command's stdin is an exit, like the transcript beside it. Masked once
+    here, where the JSON is built, so no event and no new field goes out raw: a `shell`,
+    `python_exec`, project or MCP tool's result (masked only on its way to the model,
+    after the hooks), the arguments, an error's text (attack-60 F1: a logging hook wrote a
+    `sandbox.env` token, raw and in base64, to its file). Values JSON has no type for
+    become text first (`str`, as `json.dumps` would write them), so they are masked too.
+    A hook that must see raw values is a Python hook: it runs in fim's process."""
+    value = json.loads(json.dumps(data, default=str))
+    value = known().value(value)
+    return run.snapshot.masker.value(value) if run is not None else value
 
 
 def _session_of(run: RunContext | None) -> str | None:
@@ -96,38 +114,6 @@ def _continues(run: RunContext | None) -> bool:
     before its prompt: the session is resumed, not started."""
     messages = run.transcript if run is not None else []
     return any(getattr(m, "role", None) in ("assistant", "tool") for m in messages)
-
-
-def write_transcript(run: RunContext | None, context: HookContext) -> str | None:
-    """Write the run so far as JSONL in Claude Code's transcript shapes
-    (`fim.hooks.claude_transcript`: `tool_use` blocks with Claude's tool names, tool
-    results as `user` lines), masked: the file `transcript_path` names.
-
-    Appended to: each hook call writes only the messages added since the last one
-    (`RunContext.transcript_written`). Rewriting the whole conversation at every call, on
-    the event loop, cost a long run with a hook on each tool call time quadratic in its
-    length. The file is written whole again if it went away or the history was replaced."""
-    if run is None:
-        return None
-
-    path = private.transcripts(run.snapshot.root) / f"{context.run_id}.jsonl"
-    private.parents(path)
-    messages = run.transcript
-    start = run.transcript_written
-    if start > len(messages) or (start and not path.exists()):
-        start = 0
-    mask_value = run.snapshot.masker.value
-    session = _session_of(run) or context.run_id
-    files = sandbox_dir(run)
-    metadata = mcp_metadata(run.snapshot.project.mcp_servers, context.metadata)
-    lines = []
-    for message in messages[start:]:
-        line = entry(message, session, files, metadata)
-        lines.append(json.dumps(mask_value(line), ensure_ascii=False, default=str))
-    with path.open("a" if start else "w", encoding="utf-8") as out:
-        out.write("".join(f"{line}\n" for line in lines))
-    run.transcript_written = len(messages)
-    return str(path)
 
 
 def environment(

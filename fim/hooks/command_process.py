@@ -19,6 +19,8 @@ import os
 import signal
 from typing import TYPE_CHECKING
 
+from fim import child_stdin
+
 if TYPE_CHECKING:
     import asyncio
 
@@ -80,7 +82,7 @@ async def _exchange(process: asyncio.subprocess.Process, stdin: bytes) -> tuple[
     import asyncio
 
     assert process.stdin and process.stdout and process.stderr
-    feed = asyncio.ensure_future(_feed(process.stdin, stdin))
+    feed = asyncio.ensure_future(child_stdin.feed(process.stdin, stdin))
     out = asyncio.ensure_future(_read(process.stdout, "stdout"))
     err = asyncio.ensure_future(_read(process.stderr, "stderr"))
     try:
@@ -92,20 +94,6 @@ async def _exchange(process: asyncio.subprocess.Process, stdin: bytes) -> tuple[
         await asyncio.gather(feed, out, err, return_exceptions=True)
     await process.wait()
     return out.result(), err.result()
-
-
-async def _feed(pipe: asyncio.StreamWriter, data: bytes) -> None:
-    """Write the event to stdin; a command that exits or closes stdin unread is no error
-    (as with `communicate()`)."""
-    try:
-        if data:
-            pipe.write(data)
-            await pipe.drain()
-    except (BrokenPipeError, ConnectionResetError):
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            pipe.close()
 
 
 async def _read(stream: asyncio.StreamReader, name: str) -> bytes:

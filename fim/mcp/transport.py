@@ -29,6 +29,7 @@ from typing import IO, TYPE_CHECKING, Any
 import anyio
 
 from fim.config.child_env import NETWORK_FAILURE, network_env, network_hint, withheld_note
+from fim.config.header_text import mapping_problems
 from fim.config.schema import HttpServer, McpServer, StdioServer
 from fim.masking import known
 from fim.mcp.pacing import ReadBudget
@@ -276,6 +277,7 @@ async def open_client(
             stdio_client(stdio_params(decl, root), errlog=stderr.file)  # type: ignore[arg-type]
         )
     elif isinstance(decl, HttpServer) and decl.transport == "sse":
+        refuse_headers(decl)
         # deferred: loading mcp_types costs hundreds of ms
         from mcp.client.sse import sse_client
 
@@ -292,6 +294,7 @@ async def open_client(
         # deferred: loaded with an HTTP server's client only
         from fim.mcp import capped
 
+        refuse_headers(decl)
         http = await stack.enter_async_context(
             _client(headers=dict(decl.headers), on_cut=on_cut, budget=budget)
         )
@@ -310,6 +313,24 @@ async def open_client(
         elicitation_callback=elicitation,
     )
     return await stack.enter_async_context(client)
+
+
+class HeaderConfigError(ValueError):
+    """An MCP server's declared header no request can carry: a configuration error, said
+    before anything is sent, naming the header and never its value."""
+
+
+def refuse_headers(decl: HttpServer) -> None:
+    """Raise `HeaderConfigError` for the first of `decl.headers` no request can carry
+    (`fim.config.header_text`, the rule `fim validate` applies). httpx's own error was
+    Python's `UnicodeEncodeError`, naming the character of the value and its position:
+    one character of a credential, in the model's observation (attack-60 F2)."""
+    for name, why in mapping_problems(decl.headers):
+        raise HeaderConfigError(
+            f"configuration error: header {name!r} (the server's `headers:`): {why}; fim "
+            "sent nothing (fix it in fim.yaml, or the variable it reads; `fim validate` "
+            "shows where)"
+        )
 
 
 def _client(

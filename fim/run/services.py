@@ -67,6 +67,10 @@ class Services:
     """The capability areas runs are assembled from, as `module:function` paths imported on
     first use; the surface that composes the process hands them in
     (`fim.capabilities.CAPABILITIES`). None at all is a wiring mistake and fails the run."""
+    local: bool = True
+    """Whether the runs are the developer's own (`fim run`, tests, `fim serve` on loopback):
+    model calls' content is then kept in run events unless fim.yaml says otherwise
+    (`fim.run.capture`). `fim serve` on another address sets it False."""
     cache: dict[str, Any] = field(default_factory=dict)
     closers: list[Callable[[], Any]] = field(default_factory=list)
 
@@ -120,6 +124,10 @@ class RunContext:
     """The run's messages so far (kept by the engine), for hooks' `transcript_path`."""
     transcript_written: int = 0
     """How many of them its transcript file holds (`fim.hooks.command_input`)."""
+    views: dict[str, Any] = field(default_factory=dict)
+    """The hook view (`fim.types.CallView`) of each of the run's tool calls by call id,
+    recorded when the model made the call (kept by the engine): its transcript shows a
+    meta-tool's call as the target hooks judge (`fim.hooks.transcript_file`)."""
     session_env: dict[str, str] = field(default_factory=dict)
     """Variables SessionStart hooks exported through CLAUDE_ENV_FILE, for the `shell` tool."""
     guard: Any = None

@@ -72,6 +72,19 @@ class RunSpend:
     """The `fim.run.ledger.Ledger` writing this run's usage row (it binds itself when it
     sees the run's first event): a call that answers after the row is written gets a row
     of its own under the run's id (`Ledger.late`), so no budget misses it."""
+    run: Any = None
+    """This run's `fim.run.services.RunContext` (None for an `llm` node's run, which has
+    no tools and no hooks)."""
+    conversation: str = ""
+    """The conversation every run of the tree belongs to, decided once at its root: the
+    root run's session (its store key), else the root run's id. A delegate, a workflow an
+    agent started, its nodes and their runs are that one conversation, as a Claude Code
+    subagent's calls are its session's: this is the `session_id` command hooks get
+    (`fim.hooks.transcript_file`). Each run took its own id before when the request had
+    no session, and a guard keyed on `session_id` ("once per session") started counting
+    again in every delegate and workflow node (attack-59 F1)."""
+    members: dict[str, RunSpend] = field(default_factory=dict)
+    """On the root: every run of the tree with a `run`, by its run id."""
 
     @property
     def over(self) -> bool:
@@ -90,6 +103,19 @@ class RunSpend:
         while node is not None:
             yield node
             node = node.parent
+
+    def judged(self, run_id: str) -> Any:
+        """The `RunContext` of the run of this tree whose call a hook judges (`run_id`,
+        the hook context's): that run when it is one of the tree's, else the run whose work
+        goes on here (`current_spend`: a node of a workflow an agent started works for that
+        agent), else None."""
+        root = self.root
+        found = root.members.get(run_id)
+        if found is None:
+            found = current_spend.get()
+            if found is None or found.root is not root:
+                return None
+        return found.run
 
     def add(self, usage: Usage) -> None:
         """A model call of this run finished: it counts for this run and every run above."""
@@ -117,13 +143,20 @@ current_spend: ContextVar[RunSpend | None] = ContextVar("fim_run_spend", default
 is counted under it."""
 
 
-def start_spend(agent: Any, budgets: Sequence[tuple[str, Budget]], max_runs: int) -> RunSpend:
+def start_spend(
+    agent: Any, budgets: Sequence[tuple[str, Budget]], max_runs: int, run: Any = None
+) -> RunSpend:
     """The spend record of a run starting now, under the run going on (if any); refused
-    when the tree already started `max_runs` runs."""
+    when the tree already started `max_runs` runs. `run`: the run's `RunContext`, if it
+    has one (its `run_id` and `session` decide the tree's `conversation` at the root)."""
     parent = current_spend.get()
     if parent is not None and parent.done:
         parent = None
-    node = RunSpend(agent.name, per_run(budgets), parent)
+    node = RunSpend(agent.name, per_run(budgets), parent, run=run)
+    if parent is None:
+        node.conversation = (run.session or run.run_id) if run is not None else ""
+    else:
+        node.conversation = parent.root.conversation
     if parent is not None:
         root = parent.root
         if root.runs >= max_runs:
@@ -134,6 +167,8 @@ def start_spend(agent: Any, budgets: Sequence[tuple[str, Budget]], max_runs: int
                 "fim.yaml if this is intended",
             )
         root.runs += 1
+    if run is not None:
+        node.root.members[run.run_id] = node
     return node
 
 

@@ -24,11 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fim import private
+from fim.errors import RunError
 from fim.masking.keys import masked_url
 from fim.retries import Backoff, retry_sync
 from fim.store.prepared import Prepared
 from fim.store.schema import MIGRATIONS, json_text, normalize_url, sqlite_file, table
 from fim.store.writer import GroupWriter
+from fim.store_url import HINT, store_kind, unsupported
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine
@@ -75,7 +77,11 @@ class Database:
 
     def __init__(self, url: str, root: Path | str | None = None) -> None:
         self.url = normalize_url(url, root)
-        self.is_sqlite = self.url.startswith("sqlite")
+        kind = store_kind(self.url)  # one reading of the scheme: fim.store_url
+        if kind is None:  # `--state mysql://...` (fim.yaml's `state:` is checked by validate)
+            why = unsupported(self.url)
+            raise RunError(f"state store {masked_url(self.url)} {why}", hint=HINT)
+        self.is_sqlite = kind == "sqlite"
         self._engine: Engine | None = None
         self._lock = threading.Lock()
         self._writer: GroupWriter | None = None

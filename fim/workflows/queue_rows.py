@@ -15,6 +15,7 @@ from fim.errors import RunError
 from fim.masking.keys import masked_url
 from fim.store.retention import FINISHED
 from fim.store.schema import normalize_url
+from fim.store_url import store_kind
 
 FINAL = list(FINISHED)
 """The statuses of a run that ended (`fim.store.retention.FINISHED`), as the queries' array."""
@@ -201,8 +202,8 @@ def postgres_dsn(state_url: str) -> str:
     at host `server`, a raw `/` in the password ended the host, a stray `%` was refused;
     each passed the store's start check, then the queue's pool failed for 30 s. Anything
     but PostgreSQL is refused (SQLite runs in process: a queue needs the shared database)."""
-    state_url = state_url.strip().replace("postgresql+psycopg://", "postgresql://", 1)
-    if not state_url.startswith(("postgresql://", "postgres://")):
+    state_url = state_url.strip()
+    if store_kind(state_url) != "postgresql":
         raise RunError(
             f"durable runs need a PostgreSQL state store, not '{state_url.split(':', 1)[0]}'",
             hint="set `state: postgresql://...` in fim.yaml (SQLite runs workflows in process)",
@@ -227,7 +228,7 @@ def postgres_dsn(state_url: str) -> str:
 
 def is_postgres(state_url: str) -> bool:
     """Whether runs can be queued for workers (the queue lives in PostgreSQL)."""
-    return state_url.startswith(("postgresql", "postgres://"))
+    return store_kind(state_url) == "postgresql"
 
 
 def recorded_limit(decl: dict[str, Any] | None) -> int | None:

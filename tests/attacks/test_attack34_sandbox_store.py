@@ -98,6 +98,8 @@ PROBE = "echo ran; grep -rl tenant-secret /project; cat src.txt"
         " sqlite:///data/state.db",  # the store strips it: it opened data/state.db
         "sqlite:///data/state.db\n",  # ${FIM_STATE} read from a secret file
         "sqlite:///./data/../data/state.db",
+        "sqlite+pysqlite:///data/state.db",  # the store's own driver name (fim.store_url)
+        "SQLite:///data/state.db",
     ],
 )
 async def test_a_store_in_the_project_outside_fims_folders_refuses_the_call(
@@ -116,7 +118,7 @@ async def test_a_store_in_the_project_outside_fims_folders_refuses_the_call(
 @needs_bwrap
 @pytest.mark.parametrize(
     "state",
-    ["sqlite+pysqlite:///data/state.db", "sqlite:///file:data/state.db?uri=true"],
+    ["sqlite:///file:data/state.db?uri=true"],
 )
 async def test_a_store_fim_cannot_place_refuses_the_call(
     tmp_path: Path, mode: str, state: str

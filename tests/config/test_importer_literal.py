@@ -64,26 +64,25 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_the_spec_text_reaches_the_compiled_connector_literally(project, monkeypatch):
+ENV = {"OPENAI_API_KEY": KEY, "HOME": "/home/op", "PWD": "/work", "WEATHER_API_KEY": "k"}
+
+
+def test_the_spec_text_reaches_the_compiled_connector_literally(tmp_path, monkeypatch):
     # deferred: compiling a project loads the whole schema
     from fim.build.compile import compile_project
 
-    result = run(project / "weather.yaml", "--name", "weather", "--project", project)
+    (tmp_path / "fim.yaml").write_text("name: acme\n")
+    spec = SPEC.replace('name: "X-${HOME}"', "name: X-Key").replace("/${HOME}:", ":")
+    (tmp_path / "weather.yaml").write_text(spec)
+    result = run(tmp_path / "weather.yaml", "--name", "weather", "--project", tmp_path)
     assert result.exit_code == 0, result.output
-    for name, value in {
-        "OPENAI_API_KEY": KEY,
-        "HOME": "/home/op",
-        "PWD": "/work",
-        "WEATHER_API_KEY": "k",
-    }.items():
+    for name, value in ENV.items():
         monkeypatch.setenv(name, value)
-    connector = compile_project(project).connectors["weather"]
+    connector = compile_project(tmp_path).connectors["weather"]
     assert connector.base_url == "http://127.0.0.1:18431/v1/eu-${OPENAI_API_KEY}"
     assert connector.description == "Weather ${OPENAI_API_KEY}"
     assert connector.auth is not None and connector.auth.key == "k", "fim's own variable"
-    assert connector.auth.name == "X-${HOME}"
     action = connector.actions["forecast"]
-    assert action.path == "/forecast/${HOME}"
     assert action.description == "Forecast ${OPENAI_API_KEY}"
     city = action.parameters["properties"]["city"]
     assert city["default"] == "${OPENAI_API_KEY}"
@@ -91,7 +90,25 @@ def test_the_spec_text_reaches_the_compiled_connector_literally(project, monkeyp
     assert city["description"] == "city ${OPENAI_API_KEY}"
     assert action.parameters["required"] == ["${PWD}"]
     assert "${PWD}" in action.parameters["properties"]
-    assert KEY not in (project / "connectors" / "weather.yaml").read_text()
+    assert KEY not in (tmp_path / "connectors" / "weather.yaml").read_text()
+
+
+def test_a_spec_header_name_or_path_holding_one_is_refused_as_written(project, monkeypatch):
+    """`X-${HOME}` is no header name and `{HOME}` no parameter of the action: the project
+    does not compile, and the problems quote the spec's text, not the variable's value."""
+    # deferred: compiling a project loads the whole schema
+    from fim.build.compile import compile_project
+    from fim.errors import ConfigError
+
+    result = run(project / "weather.yaml", "--name", "weather", "--project", project)
+    assert result.exit_code == 0, result.output
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as refused:
+        compile_project(project)
+    text = str(refused.value)
+    assert "header 'X-${HOME}'" in text and "{HOME} is not a parameter" in text
+    assert "/home/op" not in text and KEY not in text
 
 
 def test_the_reviewer_is_told_once_where_the_document_writes_one(project):

@@ -78,18 +78,20 @@ def test_a_subagent_is_answered_with_the_agent_file_to_write(tmp_path: Path) -> 
 
 
 def test_a_subagents_tools_without_a_fim_equivalent_are_named(tmp_path: Path) -> None:
-    """A list, with an MCP tool and Claude Code's own Task: no shell among them, so the note
-    says how the repository would be read."""
+    """A list, with an MCP tool and Claude Code's own Task: only readers, so the agent is
+    read-only and the note says the repository is out of reach; the single MCP tool is
+    left out (attack-59 F4: `mcp:` would grant the whole server)."""
     from fim.config.claude_subagent import converted
 
     text = "---\ntools: [Read, Task, mcp__github__list_issues, WebFetch]\nmodel: inherit\n---\nx\n"
     hint = converted(text, "agents/a.yaml", ["general"])
     assert hint is not None
     assert hint.startswith(
-        "write agents/a.yaml: {model: general, tools: [file_ops, web_fetch], mcp: [github], "
-        "sandbox: {project: read}}; 'inherit' is Claude Code's model alias"
+        "write agents/a.yaml: {model: general, tools: [file_ops, web_fetch], read_only: true}; "
+        "'inherit' is Claude Code's model alias"
     )
-    assert "give the agent shell and sandbox: {project: read}" in hint
+    assert "not the repository (reading it at /project takes shell" in hint
+    assert "left out mcp__github__list_issues" in hint
     assert "no fim tool for Task" in hint and "comma string" not in hint
 
 

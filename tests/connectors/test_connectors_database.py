@@ -454,6 +454,14 @@ def test_urls_map_to_psycopg_and_relative_sqlite_paths_to_the_project(tmp_path):
     assert normalize_url("sqlite:////abs/shop.db", tmp_path) == "sqlite:////abs/shop.db"
 
 
+def test_a_schemes_case_does_not_matter(tmp_path):
+    """RFC 3986: `PostgreSQL://` is `postgresql://` (attack-59 F5, the connectors' half)."""
+    assert normalize_url("PostgreSQL://u@h/db", tmp_path) == "postgresql+psycopg://u@h/db"
+    assert normalize_url("SQLite:///data/shop.db", tmp_path) == (
+        f"sqlite:///{tmp_path.resolve() / 'data/shop.db'}"
+    )
+
+
 async def test_the_hook_view_never_parses_the_models_sql_on_the_event_loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -86,11 +86,11 @@ def test_validate_warns_once_per_claude_code_file_fim_does_not_read(project: Pat
         '\\" as typed, and a command starting with # becomes one comment))',
         "agents/reviewer.md:1:1: warning: not an agent file: a Claude Code subagent is not "
         "loaded by fim (write agents/reviewer.yaml: {description: 'Reviews code', model: "
-        "general, tools: [file_ops], sandbox: {project: read}}; 'sonnet' is Claude Code's "
+        "general, tools: [file_ops], read_only: true}; 'sonnet' is Claude Code's "
         "model alias: fim's models are fim.yaml's model roles (general), or a litellm string "
-        "such as anthropic/claude-sonnet-4-5; file_ops sees only the sandbox folder: to read "
-        "the repository, give the agent shell and sandbox: {project: read}, which shows it at "
-        "/project; tools: is a YAML list in fim, not a comma string; the Markdown body (line 7 "
+        "such as anthropic/claude-sonnet-4-5; file_ops sees only the sandbox folder, not the "
+        "repository (reading it at /project takes shell, which read_only: true blocks); "
+        "tools: is a YAML list in fim, not a comma string; the Markdown body (line 7 "
         "on) goes under instructions: |)",
         ".claude/skills/:1:1: warning: 1 skill fim does not load: haiku (set paths: "
         "{skills: [skills, .claude/skills]} in fim.yaml to load them)",

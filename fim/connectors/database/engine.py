@@ -187,8 +187,10 @@ class Engine:
 
 
 def normalize_url(url: str, root: Path) -> str:
-    """Map `postgresql://` to psycopg v3 and resolve relative SQLite paths against `root`."""
+    """Map `postgresql://` to psycopg v3 and resolve relative SQLite paths against `root`.
+    A scheme is case-insensitive (RFC 3986 3.1), as for the state store (`fim.store_url`)."""
     scheme, sep, rest = url.partition("://")
+    scheme = scheme.lower()
     if scheme in ("postgresql", "postgres"):
         return f"postgresql+psycopg://{rest}"
     if scheme.startswith("sqlite") and sep:

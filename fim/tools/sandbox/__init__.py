@@ -99,7 +99,7 @@ from typing import TYPE_CHECKING
 
 from fim import private
 from fim.locks import share, slots
-from fim.tools.sandbox.command import NOBODY, check_env
+from fim.tools.sandbox.command import NOBODY, check_env, tmpfs
 from fim.tools.sandbox.limits import Limits
 from fim.tools.sandbox.output import Outcome, observation, setup_hint
 from fim.tools.sandbox.process import execute
@@ -282,11 +282,13 @@ def _probe(bwrap: str) -> tuple[bool, str | None]:
         return found[0], found[1]
 
 
-_PRIVILEGED_PROBE = ("--unshare-pid", "--unshare-net", "--ro-bind", "/", "/")
+# both mount a /tmp as calls do (`tmpfs`): a bwrap older than 0.7 (no `--size`) fails here
+_PROBE_TMP = tuple(tmpfs("/tmp", 1 << 20))
+_PRIVILEGED_PROBE = ("--unshare-pid", "--unshare-net", "--ro-bind", "/", "/", *_PROBE_TMP)
 _USER_PROBE = (
     "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY),
     "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
-    "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
+    "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", *_PROBE_TMP,
 )  # fmt: skip
 
 

@@ -167,11 +167,14 @@ def command_line(
     # bwrap's /dev is a tmpfs of half the host's memory, the sandbox user's own in a user
     # namespace (attack-25 #5): /dev/shm gets /tmp's cap and the rest of /dev is read-only
     # (its device nodes stay usable: a read-only mount does not stop writing to a device)
-    tmp_size = str(limits.tmp_mb * 1024 * 1024)
+    tmp_size = limits.tmp_mb * 1024 * 1024
     args += ["--proc", "/proc", "--dev", "/dev"]
-    args += ["--perms", "01777", "--size", tmp_size, "--tmpfs", "/dev/shm"]
+    args += tmpfs("/dev/shm", tmp_size)
     args += ["--remount-ro", "/dev"]
-    args += ["--size", tmp_size, "--tmpfs", "/tmp"]
+    # /tmp is a fresh tmpfs per call (gone with the call's mount namespace), writable by the
+    # sandbox user in both modes: bwrap makes a tmpfs 0755 and, in root mode, root's, so
+    # without 1777 host uid 65534 could not write the TMPDIR it is given (attack-60)
+    args += tmpfs("/tmp", tmp_size)
     made: set[Path] = {Path("/usr"), Path("/tmp")}
     if project is not None:  # before the host paths: one of them may lie under /project
         args += _project_mounts(project)
@@ -205,6 +208,13 @@ def command_line(
         config["proxy"] = {"port": PORT, "socket": f"{EGRESS_DIR}/{SOCKET_NAME}"}
     args += ["--", sys.executable, "-I", "-S", "-c", _LAUNCHER, json.dumps(config)]
     return args
+
+
+def tmpfs(dest: str, size: int) -> list[str]:
+    """A tmpfs of `size` bytes at `dest` that every user may write, sticky (1777) like a
+    host's /tmp. Needs bubblewrap 0.7+ (`--size`); the probe (fim/tools/sandbox/__init__.py)
+    mounts one too, so an older bwrap fails it and no call runs."""
+    return ["--perms", "01777", "--size", str(size), "--tmpfs", dest]
 
 
 def _inside(relative: str) -> str:

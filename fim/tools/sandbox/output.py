@@ -25,6 +25,10 @@ NAMESPACE_HINT = (
     "`sudo sysctl kernel.apparmor_restrict_unprivileged_userns=0` or an AppArmor profile "
     "for bwrap, in Docker `--security-opt seccomp=unconfined`{root}; see docs/security.md"
 )
+UPGRADE_HINT = (
+    "this bubblewrap is too old: the sandbox needs bubblewrap 0.7 or newer (`--size` and "
+    "`--perms` for its capped, writable /tmp); upgrade it; see docs/security.md"
+)
 _REFUSALS = (
     "uid map",
     "gid map",
@@ -42,6 +46,8 @@ def setup_hint(error: str) -> str:
     if any(word in error for word in _REFUSALS):
         # root needs no user namespace (unless it lacks CAP_SYS_ADMIN, as in Docker)
         return NAMESPACE_HINT.format(root="" if os.geteuid() == 0 else ", or run fim as root")
+    if "Unknown option" in error:
+        return UPGRADE_HINT
     return "see docs/security.md"
 
 

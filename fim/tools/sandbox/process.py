@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fim import child_stdin
 from fim.tools.sandbox import cgroup, seccomp
 from fim.tools.sandbox.command import NOBODY, command_line, etc_files, options_by_descriptor
 from fim.tools.sandbox.limits import Limits
@@ -229,11 +230,7 @@ async def _execute(
 
     async def feed_and_wait() -> int:
         assert process.stdin is not None
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            if stdin:
-                process.stdin.write(stdin)
-                await process.stdin.drain()
-            process.stdin.close()
+        await child_stdin.feed(process.stdin, stdin)  # a program may exit without reading it
         return await process.wait()
 
     timed_out = False
