@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,10 @@ class ConfigError(FimError):
     """One or more problems in the user's files. Carries all of them, never just the first."""
 
     problems: list[Problem] = field(default_factory=list)
+    snapshot: Any = field(default=None, repr=False, compare=False)
+    """The snapshot the compile built before it found the problems (`fim.build.compile`),
+    or None: its warnings (a connector unavailable for an unset `${VAR}`) may explain them,
+    so `fim validate` prints them too (newcomer-52 #1)."""
 
     def __post_init__(self) -> None:
         super().__init__(str(self))
@@ -83,6 +88,19 @@ class RunError(FimError):
         self.message = message
         self.hint = hint
         super().__init__(message + (f" ({hint})" if hint else ""))
+
+
+class Unavailable(RunError):
+    """A run refused because something its agent needs is not configured where it runs (a
+    connector or MCP server whose `${VAR}` is unset here): the server's configuration, not
+    the request, so a served run answers 503 with `code` and is not retried (newcomer-52
+    #5), as a missing model key answers `model_not_configured`."""
+
+    def __init__(
+        self, message: str, *, hint: str | None = None, code: str = "connector_unavailable"
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.code = code
 
 
 class Abandoned(RunError):

@@ -17,17 +17,51 @@ behind a private folder no other user reaches it.
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 from pathlib import Path
 
 FOLDER = ".fim"
 
+_TRANSCRIPTS: dict[str, Path] = {}
+"""Project folder -> where its hook transcripts go in this process, decided once."""
+
 
 def transcripts(root: Path | str) -> Path:
     """Where the runs' hook transcripts (Claude Code's `transcript_path`) are kept, one
-    `<run id>.jsonl` each; `fim prune` deletes them with their runs."""
-    return Path(root) / FOLDER / "transcripts"
+    `<run id>.jsonl` each; `fim prune` deletes them with their runs.
+
+    `<project>/.fim/transcripts` when fim can write there; else (a read-only project: a
+    `:ro` volume, a ConfigMap, a host folder another uid owns) a folder of this process's
+    own in the temp folder (`$TMPDIR`, 0700, removed at exit), said once at WARNING
+    (`fim.hooks`). Before, every call a command hook guarded was blocked on a read-only
+    project, the run said `ok` and the log nothing (newcomer-52 #2). Decided on the first
+    call for a project folder (`fim serve` and `fim run` ask at start), then kept."""
+    key = os.path.realpath(root)  # one choice per folder, however a link names it
+    found = _TRANSCRIPTS.get(key)
+    if found is None:
+        found = _TRANSCRIPTS[key] = transcripts_folder(Path(root))
+    return found
+
+
+def transcripts_folder(root: Path) -> Path:
+    """`transcripts`' choice for `root`, made now: the project's own folder, made private
+    (`folder`); an OSError making it, or a folder fim may not write in, picks a temp one."""
+    own = root / FOLDER / "transcripts"
+    try:
+        folder(own)
+        if os.access(own, os.W_OK):
+            return own
+        reason = "not writable"
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+    chosen = Path(process_folder("fim-transcripts-"))
+    logging.getLogger("fim.hooks").warning(
+        "hook transcripts go to %s (this process's own, removed at exit): the project "
+        "folder's %s cannot be written (%s)", chosen, own, reason,
+    )  # fmt: skip
+    return chosen
 
 
 def parents(path: Path) -> None:

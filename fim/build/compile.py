@@ -269,7 +269,7 @@ def compile_project(
     if decls.problems:  # the project is broken anyway: report the skills' problems too
         decls.problems += [p for found in decls.skill_problems.values() for p in found]
         problems = mask_problems(decls.problems, decls.secrets)
-        raise ConfigError(sorted(problems, key=lambda p: (p.path, p.line, p.column)))
+        raise ConfigError(sorted(problems, key=lambda p: (p.path, p.line, p.column)), snapshot)
     return snapshot
 
 
@@ -309,9 +309,8 @@ def build_snapshot(
     if unavailable["mcp"]:  # validated and checked whole; never started with "" for a secret
         kept = {k: v for k, v in project.mcp_servers.items() if k not in unavailable["mcp"]}
         project = project.model_copy(update={"mcp_servers": kept})
-    connectors = {
-        k: v for k, v in decls_of("connector").items() if k not in unavailable["connector"]
-    }
+    declared = decls_of("connector")  # an unavailable one's actions are declared (#52.1)
+    connectors = {k: v for k, v in declared.items() if k not in unavailable["connector"]}
 
     def frozen(found: dict[str, list[Problem]]) -> MappingProxyType[str, tuple[Problem, ...]]:
         return MappingProxyType(
@@ -338,6 +337,7 @@ def build_snapshot(
         ),
         unavailable_connectors=frozen(unavailable["connector"]),
         unavailable_mcp=frozen(unavailable["mcp"]),
+        declared_unavailable={k: v for k, v in declared.items() if k not in connectors},
         secrets=frozenset(decls.secrets),
         version=decls.digest.hexdigest()[:12],
         prompt_files=MappingProxyType(dict(decls.prompt_files)),

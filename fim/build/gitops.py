@@ -12,7 +12,9 @@ Layout under the checkout directory:
 The snapshot's version is the commit SHA, so `/v1/status`, run records and every event say
 which commit produced them. Git runs as a subprocess (the `git` CLI is the most faithful
 client of every transport and credential helper), always off the event loop, never
-prompting, and bounded by a timeout.
+prompting, and bounded by a timeout. The last commit that compiled is recorded in the state
+store (`fim.store.deployments`), so `--git-fallback last-good` can start a replica on it while
+the ref's HEAD is rejected; the remote is shown and masked per `fim.build.git_remote`.
 """
 
 from __future__ import annotations
@@ -23,70 +25,35 @@ import hashlib
 import logging
 import os
 import re
+import signal
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 from fim import private
+from fim.build.commit_fields import git_reload
+from fim.build.git_remote import (
+    WHERE,
+    default_checkout,
+    git_env,
+    register,
+    rejected,
+    remote_problem,
+    shown_url,
+)
+from fim.build.git_remote import parse_interval as parse_interval
 from fim.build.reload import SnapshotHolder
 from fim.build.snapshot import Snapshot
-from fim.config.child_env import NETWORK_ENV
-from fim.config.interpolate import base_env
 from fim.errors import ConfigError, Problem, RunError
 from fim.locks import hold
 
 log = logging.getLogger("fim.build.gitops")
 
 GIT_TIMEOUT_S = 120.0
+FALLBACKS = ("none", "last-good")
+"""`--git-fallback`: what a start does when the ref's HEAD is rejected."""
 _SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-
-
-def parse_interval(text: str) -> float:
-    """`30s`, `2m`, `500ms`, `1h` or a bare number of seconds -> seconds (at least 1 s)."""
-    match = _DURATION.match(text)
-    if not match:
-        raise RunError(f"invalid interval '{text}'", hint="use e.g. 30s, 2m, 1h")
-    value = (
-        float(match.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
-    )
-    if value < 1:
-        raise RunError(f"interval '{text}' is shorter than 1s", hint="poll at most once a second")
-    return value
-
-
-def default_checkout(url: str) -> Path:
-    """Where the checkout of `url` lives unless --git-checkout says otherwise."""
-
-    base = os.environ.get("FIM_GIT_CHECKOUTS") or Path.home() / ".cache" / "fim" / "git"
-    return Path(base) / hashlib.sha256(url.encode()).hexdigest()[:16]
-
-
-GIT_PREFIXES = ("GIT_", "SSH_", "XDG_", "GH_", "GITHUB_", "GITLAB_", "GCM_", "KRB5", "AWS_")
-GIT_NAMES = NETWORK_ENV | {
-    "DBUS_SESSION_BUS_ADDRESS",
-    "CLOUDSDK_CONFIG",
-    "LD_LIBRARY_PATH",
-    "FIM_GIT_ENV",
-}
-"""The CA bundles and proxies hooks get (`fim.config.child_env`; git takes a proxy with
-credentials too: fetching is fim's own work), and what git's helpers read."""
-
-
-def git_env(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:
-    """What `git` gets of fim's environment: what a hook gets (PATH, HOME, LANG ...), git's
-    and ssh's own variables, what credential helpers read (`GH_TOKEN`, Git Credential
-    Manager's `GCM_*`, Kerberos, AWS CodeCommit's profile, the D-Bus session of libsecret),
-    proxies and CA bundles, and the names `FIM_GIT_ENV` lists (comma-separated), not the
-    model and connector keys: a short-lived `git` is dumpable, and a same-user process could
-    read them from its `/proc/<pid>/environ` (attack-28)."""
-    extra = {n.strip() for n in environ.get("FIM_GIT_ENV", "").split(",") if n.strip()}
-    return {
-        name: value
-        for name, value in environ.items()
-        if base_env(name) or name.startswith(GIT_PREFIXES) or name in GIT_NAMES or name in extra
-    }
 
 
 @dataclass
@@ -104,15 +71,33 @@ class GitSource:
     """The last commit that failed validation (not retried until the ref moves)."""
     lock: IO[str] | None = field(default=None, repr=False, compare=False)
     """The checkout directory's lock, held while this process uses it."""
+    fallback: str = "none"
+    """`last-good`: a start whose fetched commit is rejected serves the last commit of this
+    source that compiled (recorded in the state store) and keeps polling."""
+    pending: list[Problem] = field(default_factory=list)
+    """Why the ref's HEAD was rejected at start, for the holder once it serves."""
 
     def __post_init__(self) -> None:
+        register(self.url)  # its credentials are secrets: every exit masks them
         if self.checkout is None:
             self.checkout = default_checkout(self.url)
+        if self.fallback not in FALLBACKS:
+            raise RunError(f"invalid --git-fallback '{self.fallback}'", hint="none or last-good")
         if self.ref.startswith("-") or not self.ref.strip():
             raise RunError(f"invalid git ref '{self.ref}'", hint="e.g. --ref main")
         sub = Path(self.subdir)
         if sub.is_absolute() or ".." in sub.parts:
             raise RunError(f"invalid project path '{self.subdir}' in the repository")
+
+    @property
+    def shown(self) -> str:
+        """The remote as messages name it: without its credentials (`fim.build.git_remote`)."""
+        return shown_url(self.url)
+
+    @property
+    def key(self) -> str:
+        """This source's name in the state store: remote (no credentials), ref, path."""
+        return hashlib.sha256(f"{self.shown}\n{self.ref}\n{self.subdir}".encode()).hexdigest()
 
     @property
     def tree(self) -> Path:
@@ -154,9 +139,11 @@ class GitSource:
             raise RunError("git is not installed", hint="install git to use --git") from None
         if done.returncode != 0:
             detail = (done.stderr or done.stdout).strip().splitlines()
+            # git's `fatal:` line says what went wrong; a line after it only advises
+            fatal = [line for line in detail if line.startswith(("fatal:", "error:"))]
             raise RunError(
-                f"git {args[0]} failed: {detail[-1] if detail else done.returncode}",
-                hint=f"remote {self.url}, ref {self.ref}",
+                f"git {args[0]} failed: {(fatal[:1] or detail[-1:] or [str(done.returncode)])[0]}",
+                hint=f"remote {self.shown}, ref {self.ref}",
             )
         return done.stdout.strip()
 
@@ -177,7 +164,7 @@ class GitSource:
             origin = self.git("remote", "get-url", "origin")
             if origin != self.url:
                 raise RunError(
-                    f"checkout {self.tree} is a clone of {origin}, not {self.url}",
+                    f"checkout {self.tree} is a clone of {shown_url(origin)}, not {self.shown}",
                     hint="pass another --git-checkout directory",
                 )
         self.git("fetch", "--quiet", "--no-tags", "origin", self.ref)
@@ -199,6 +186,23 @@ class GitSource:
     def check_out(self, sha: str) -> None:
         """Move the served tree to `sha` (tracked files only: `.fim/` state stays)."""
         self.git("checkout", "--quiet", "--force", "--detach", sha)
+
+    def descends(self, sha: str, older: str) -> bool:
+        """Whether commit `sha` has `older` among its ancestors (or is it)."""
+        try:
+            self.git("merge-base", "--is-ancestor", older, sha)
+        except RunError:  # 1: it does not; 128: one of them is unknown here
+            return False
+        return True
+
+    def move(self, previous: str, sha: str) -> str:
+        """What a move of the ref from `previous` to `sha` was, when not a step forward (a
+        force-push, a rollback), for the reload's log line; '' for a step forward."""
+        if not previous or self.descends(sha, previous):
+            return ""
+        if self.descends(previous, sha):
+            return "; the ref moved backwards"
+        return "; the ref moved to a commit not descending from the one served"
 
 
 def _compile(root: Path, sha: str, holder: SnapshotHolder | None = None) -> Snapshot:
@@ -238,14 +242,76 @@ def claim_checkout(source: GitSource) -> IO[str]:
 
 def initial_snapshot(source: GitSource) -> Snapshot:
     """Claim the checkout, fetch and check out the ref, compile it (blocking). A bad first
-    commit is a ConfigError: there is nothing older to keep serving."""
+    commit is a ConfigError naming it; with `fallback: last-good` the last commit of this
+    source that compiled (any replica on the state store recorded it) is served instead."""
     if source.lock is None:
         source.lock = claim_checkout(source)
     sha = source.fetch()
     source.check_out(sha)
-    snapshot = _compile(source.root, sha)
+    try:
+        snapshot = _compile(source.root, sha)
+    except ConfigError as exc:
+        problems = rejected(exc.problems, sha)
+        if source.fallback != "last-good":
+            raise ConfigError(problems) from None
+        return _fall_back(source, sha, problems)
     source.served = sha
+    remember_good(source, snapshot)
     return snapshot
+
+
+def _fall_back(source: GitSource, sha: str, problems: list[Problem]) -> Snapshot:
+    """Serve the last good commit of `source` at start, since `sha` (the ref's HEAD) was
+    rejected for `problems`, which the holder reports once serving (`poll`)."""
+    # deferred: only a rejected start reads fim.yaml alone, and the store this early
+    from fim.config.loader import load
+    from fim.store.deployments import last_commit
+    from fim.store.engine import Database
+
+    decls = load(source.root)  # the rejected commit's fim.yaml says where the store is
+    if not decls.project_ok:
+        raise ConfigError(problems)
+    state = decls.project.state
+    store = Database(state, source.root).display_url
+    try:
+        good = last_commit(state, source.root, source.key)
+    except Exception as exc:  # the store's own words, masked on the way out
+        good, why = None, f"could not read the state store {store}: {str(exc).splitlines()[0]}"
+    else:
+        why = f"no commit of {source.shown} ({source.ref}) compiled before on store {store}"
+    if good is None or good == sha:
+        hint = "fix the ref; a commit served once is recorded for the next start"
+        raise ConfigError(
+            [*problems, Problem(WHERE, 1, 1, f"--git-fallback last-good: {why}", hint)]
+        )
+    try:
+        source.check_out(good)
+    except RunError:  # not in this clone (a force-push dropped it): ask the remote for it
+        source.git("fetch", "--quiet", "--no-tags", "origin", good)
+        source.check_out(good)
+    snapshot = _compile(source.root, good)
+    source.served, source.rejected, source.pending = good, sha, problems
+    log.warning(
+        "commit %s rejected, serving %s, the last commit that compiled (--git-fallback "
+        "last-good): %s",
+        sha[:12],
+        good[:12],
+        problems[0] if problems else "",
+    )
+    return snapshot
+
+
+def remember_good(source: GitSource, snapshot: Snapshot) -> None:
+    """Record the served commit as this source's last good one in the state store, for
+    `--git-fallback last-good` (blocking). A store that fails here is logged: it is
+    checked, with its own message, when the server opens it."""
+    # deferred: loading fim.store costs a few ms
+    from fim.store.deployments import record_commit
+
+    try:
+        record_commit(snapshot.project.state, snapshot.root, source.key, source.served)
+    except Exception as exc:
+        log.warning("could not record commit %s in the state store: %s", source.served[:12], exc)
 
 
 async def pull_once(source: GitSource, holder: SnapshotHolder) -> bool:
@@ -253,7 +319,7 @@ async def pull_once(source: GitSource, holder: SnapshotHolder) -> bool:
     try:
         sha = await asyncio.to_thread(source.fetch)
     except RunError as exc:  # an unreachable remote keeps the current commit serving
-        holder.fail([Problem("fim.yaml", 1, 1, str(exc))])
+        holder.fail([remote_problem(exc)])
         log.warning("git fetch failed, still serving %s: %s", source.served[:12], exc)
         return False
     if sha in (source.served, source.rejected):
@@ -265,12 +331,7 @@ async def pull_once(source: GitSource, holder: SnapshotHolder) -> bool:
         await asyncio.to_thread(_compile, staged, sha, holder)
     except ConfigError as exc:
         source.rejected = sha
-        holder.fail(
-            [
-                dataclasses.replace(p, message=f"commit {sha[:12]} rejected: {p.message}")
-                for p in exc.problems
-            ]
-        )
+        holder.fail(rejected(exc.problems, sha))
         for problem in exc.problems:
             log.warning(
                 "commit %s rejected, still serving %s: %s", sha[:12], source.served[:12], problem
@@ -278,7 +339,7 @@ async def pull_once(source: GitSource, holder: SnapshotHolder) -> bool:
         return False
     except Exception as exc:  # git or compiler failure: keep serving what we have
         source.rejected = sha
-        holder.fail([Problem("fim.yaml", 1, 1, f"commit {sha[:12]} rejected: {exc}")])
+        holder.fail([remote_problem(exc, f"commit {sha[:12]} rejected: ")])
         log.exception("commit %s could not be validated", sha[:12])
         return False
     previous = source.served
@@ -292,16 +353,48 @@ async def pull_once(source: GitSource, holder: SnapshotHolder) -> bool:
         return False
     source.served = sha
     holder.swap(snapshot)
-    log.info("now serving commit %s (was %s)", sha[:12], previous[:12])
+    line, fields = await asyncio.to_thread(git_reload, source, previous, sha)
+    log.info("%s", line, extra=fields)  # `commit`, `previous`, `author`, `subject`: fields
+    await asyncio.to_thread(remember_good, source, snapshot)
     return True
 
 
 async def poll(
-    source: GitSource, holder: SnapshotHolder, *, interval: float, stop: asyncio.Event
+    source: GitSource,
+    holder: SnapshotHolder,
+    *,
+    interval: float,
+    stop: asyncio.Event,
+    on_hangup: bool = False,
 ) -> None:
-    """`pull_once` every `interval` seconds until `stop` is set."""
-    while not stop.is_set():
-        try:
-            await asyncio.wait_for(stop.wait(), timeout=interval)
-        except TimeoutError:
+    """`pull_once` every `interval` seconds until `stop` is set; with `on_hangup` (`fim
+    serve --git`), also at once on SIGHUP, so an operator need not wait out the interval
+    after a revert. A HEAD rejected at start (`--git-fallback last-good`) is reported first."""
+    if source.pending:
+        holder.fail(source.pending)
+        source.pending = []
+    wake = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    hangup = on_hangup and hasattr(signal, "SIGHUP")
+    try:
+        if hangup:
+            loop.add_signal_handler(signal.SIGHUP, wake.set)
+    except (ValueError, RuntimeError):  # not the main thread's loop (an embedded server)
+        hangup = False
+    try:
+        while not stop.is_set():
+            waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())]
+            try:
+                await asyncio.wait(waits, timeout=interval, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in waits:
+                    waiting.cancel()
+            if stop.is_set():
+                return
+            if wake.is_set():
+                wake.clear()
+                log.info("SIGHUP: fetching %s (%s) now", source.shown, source.ref)
             await pull_once(source, holder)
+    finally:
+        if hangup:
+            loop.remove_signal_handler(signal.SIGHUP)

@@ -29,7 +29,7 @@ from fim.config.schema import (
     WorkflowDecl,
 )
 from fim.config.skill_files import Skill
-from fim.errors import ConfigError, Problem, RunError
+from fim.errors import ConfigError, Problem, RunError, Unavailable
 from fim.masking import Masker, remember
 
 
@@ -89,6 +89,12 @@ class Snapshot:
     at preflight, `fim validate` warns, everything else runs."""
     unavailable_mcp: Mapping[str, tuple[Problem, ...]] = field(default_factory=_frozen)
     """MCP servers left out of `project.mcp_servers` for the same reason."""
+    declared_unavailable: Mapping[str, HttpConnector | DatabaseConnector] = field(
+        default_factory=_frozen
+    )
+    """The declarations of `unavailable_connectors`, for the checks that resolve tool names
+    (hook matchers, eval and skill tool names: `fim.hooks.targets`): their actions are
+    declared, only a credential is missing here. Never run (newcomer-52 #1)."""
     prompt_files: Mapping[str, str] = field(default_factory=_frozen)
     """Prompt files the instructions include (`prompts/system.md` -> its text), as the
     compile read and checked them: runs render from these, never from the disk."""
@@ -142,6 +148,13 @@ class Snapshot:
         """The masking policy over this snapshot's secrets (`fim.masking`)."""
         return Masker(self.secrets)
 
+    @property
+    def command_hooks(self) -> bool:
+        """Whether a hook of the project runs a command: the only hooks given a transcript
+        (`fim.private.transcripts`, which `fim serve` and `fim run` decide at start)."""
+        specs = [spec for agent in self.agents.values() for spec in agent.hooks]
+        return any(h.command for h in (*specs, *self.hooks.values()))
+
     def model_settings(self, ref: str | ModelSettings) -> ModelSettings:
         """Resolve a model reference: a role of fim.yaml, else a litellm model string.
 
@@ -191,10 +204,16 @@ class Snapshot:
         what = "connector" if kind == "connector" else "MCP server"
         names = list(dict.fromkeys(_variable(p.message) for p in problems))
         first = problems[0]
+        if "which cannot be read" in first.message:  # a secret file (`fim.config.interpolate`)
+            return RunError(
+                f"{what} '{name}' is unavailable: {first.message} "
+                f"({first.path}:{first.line}:{first.column})",
+                hint=first.hint,
+            )
         # a URL's variable (`base_url`) is offered a local address: an empty one fails every
         # call (its problem's hint, `fim.config.interpolate`, already offers that address)
         url = while_developing(names[0], url=True) in (first.hint or "")
-        return RunError(
+        return Unavailable(  # a served run answers 503 `connector_unavailable`
             f"{what} '{name}' is unavailable: {', '.join(names)} not set "
             f"({first.path}:{first.line}:{first.column})",
             hint=f"export {names[0]}=... before starting fim, or write "

@@ -80,6 +80,8 @@ def validate(
             sys.stdout.write(f"::error::{_gh_escape(printable(str(exc)))}\n")
         fail(exc.message, exc.hint)
     except ConfigError as exc:
+        if format is not Format.json:  # json's stdout is one list: the errors
+            _warn(_warnings_of_broken(exc.snapshot), format)
         _report(exc.problems, format)
         raise typer.Exit(1) from None
     broken = [p for found in snapshot.broken_skills.values() for p in found]
@@ -115,6 +117,22 @@ def validate(
         return
     sys.stdout.write(f"ok: {summary(snapshot)} (snapshot {snapshot.version})\n")
     _editor_note(snapshot.root)
+
+
+def _warnings_of_broken(snapshot: Snapshot | None) -> list[Problem]:
+    """The warnings of a project that has errors, masked: a connector unavailable for an
+    unset `${VAR}` may be what the errors are about, so they are never hidden by them
+    (newcomer-52 #1). None when the compile built no snapshot or it cannot be warned about."""
+    if snapshot is None:
+        return []
+    # deferred: fim.config.loader is loaded by the compile; named here for its warnings
+    from fim.config.serving import unset_here
+
+    try:
+        found = [*warnings_of(snapshot), *unset_here(snapshot.project)]
+        return [_masked(p, snapshot.mask) for p in found]
+    except Exception:  # a check of a project that failed its checks: the errors say why
+        return []
 
 
 def _masked(problem: Problem, mask: Callable[[str], str]) -> Problem:

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
+from fim import private
 from fim.commands import (
     ProjectOption,
     fail,
@@ -96,6 +97,8 @@ def run(
         fail("--session: a name of 1 to 200 characters is expected")
     claim_stdout()  # the answer is `EventPrinter`'s alone: any other stdout write is a print
     snapshot = load_snapshot(ctx, project)
+    if snapshot.command_hooks:  # a read-only project's transcripts: where, said at start
+        private.transcripts(snapshot.root)
     agent = snapshot.named("agent", agent)  # `fim run agents/x.yaml`: a path a shell completed
     with user_errors():
         known_agent(snapshot, agent)

@@ -370,7 +370,7 @@ def worker(
             announce(
                 f"fim worker: {root} (concurrency {concurrency}{version}) · store "
                 f"{store} · fim {fim_version()}{served}",
-                source="fim.worker",
+                logger_name="fim.worker",
                 project=str(root),
                 concurrency=concurrency,
                 commit=commit,

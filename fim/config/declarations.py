@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from fim.config.files import Read
-from fim.config.interpolate import interpolate
+from fim.config.interpolate import file_fingerprint, interpolate
 from fim.config.problems import validation_problems
 from fim.config.schema import (
     AgentDecl,
@@ -103,8 +103,11 @@ class Declarations:
     problems: list[Problem] = field(default_factory=list)
     secrets: set[str] = field(default_factory=set)
     digest: Any = field(default_factory=hashlib.sha256)
-    env_key: int = field(default_factory=lambda: hash(frozenset(os.environ.items())))
-    """Interpolation reads the environment, so cached files are only valid under the same."""
+    env_key: int = field(
+        default_factory=lambda: hash((frozenset(os.environ.items()), file_fingerprint(os.environ)))
+    )
+    """Interpolation reads the environment (and the files `*_FILE` variables name), so
+    cached files are only valid under the same."""
     seen: dict[tuple[Any, ...], Any] = field(default_factory=dict)
     raw: dict[str, Read] = field(default_factory=dict)
     """Bytes read by this load, with their stats (see `fim.config.files`)."""

@@ -1,5 +1,11 @@
-"""`${VAR}` / `${VAR:-default}` / `${VAR:?message}` interpolation of every string value of a
-document.
+"""`${VAR}` / `${VAR:-default}` / `${VAR:?message}` / `${file:/path}` interpolation of every
+string value of a document.
+
+A secret may come from a file (a Kubernetes Secret volume, a Docker secret): `${file:/path}`
+is the file's text with one trailing newline taken off, and a bare `${VAR}` whose variable
+is unset reads the file `VAR_FILE` names (Docker's convention). Either is read at each load
+(start and every reload), so a rotated file is read by the next one; a file that is missing
+or unreadable is an unset variable, its problem naming the file, never its content.
 
 Values that came from the environment are remembered as secrets, so the Snapshot can mask
 them wherever text leaves fim. Defaults are written in git and are therefore not secret.
@@ -59,6 +65,43 @@ def secret_position(path: Path_, name: str) -> bool:
 
 
 _NAME = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])(.*))?$", re.DOTALL)
+FILE_PREFIX = "file:"
+MAX_SECRET_FILE = 64 * 1024
+"""The most a secret file may hold: a token or a key, not a document (a path mistaken for a
+secret's, `/var/log/syslog`, is refused whole rather than sent as a credential)."""
+
+
+def read_secret_file(path: str) -> tuple[str | None, str]:
+    """(the text of the secret file at `path` without one trailing newline, "") or (None,
+    why it cannot be read). Never the content in the reason."""
+    if not os.path.isabs(path):
+        return None, "not an absolute path"
+    try:
+        with open(path, "rb") as file:
+            raw = file.read(MAX_SECRET_FILE + 1)
+    except OSError as exc:
+        return None, exc.strerror or type(exc).__name__
+    if len(raw) > MAX_SECRET_FILE:
+        return None, f"larger than {MAX_SECRET_FILE // 1024} KiB, not a secret"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    return text.removesuffix("\n").removesuffix("\r"), ""
+
+
+def file_fingerprint(env: Mapping[str, str]) -> tuple[tuple[str, int, int, int], ...]:
+    """(name, inode, mtime, size) of each file a `*_FILE` variable names: part of the loader's
+    cache key, so a rotated secret file is read again though the environment is the same."""
+    found = []
+    for name, value in sorted(env.items()):
+        if name.endswith("_FILE") and value:
+            try:
+                st = os.stat(value)
+            except (OSError, ValueError):
+                continue
+            found.append((name, st.st_ino, st.st_mtime_ns, st.st_size))
+    return tuple(found)
 
 
 def interpolate(doc: Document, secrets: set[str], env: Mapping[str, str] | None = None) -> None:
@@ -74,6 +117,9 @@ def interpolate(doc: Document, secrets: set[str], env: Mapping[str, str] | None 
     `${VAR:?message}` (docker compose's syntax) is a required variable that says why: unset
     or empty, it is missing like a bare `${VAR}`, with `message` in its problem and no
     "give a default" hint (the author chose to have none); `${VAR?message}` accepts empty.
+
+    `${file:/path}` is the file's text (one trailing newline off), a bare `${VAR}` with VAR
+    unset reads the file `VAR_FILE` names; what a file gives is a secret like a variable's.
     """
     environ = os.environ if env is None else env
     doc.data = _walk(doc, doc.data, (), secrets, environ)
@@ -101,6 +147,8 @@ def _substitute(
         escaped, inner = match.group(1), match.group(2)
         if escaped:
             return "${" + inner + "}"
+        if inner.startswith(FILE_PREFIX):
+            return _from_file(doc, inner[len(FILE_PREFIX) :].strip(), path, secrets)
         parsed = _NAME.match(inner.strip())
         if parsed is None:
             doc.problems.append(
@@ -116,6 +164,13 @@ def _substitute(
         if name in RUNTIME_VARS and path and path[-1] == "command":
             return match.group(0)
         value = env.get(name)
+        named = env.get(f"{name}_FILE") if value is None and op is None else None
+        if named:  # Docker's convention: the secret is in the file VAR_FILE names
+            value, why = read_secret_file(named)
+            if value is None:
+                missing = f"environment variable '{name}' is not set and {name}_FILE names"
+                doc.unset.append((path, _unreadable(doc, path, named, why, missing)))
+                return ""
         if value is not None and (value != "" or op not in (":-", ":?")):
             if value:
                 secrets.add(value)
@@ -126,6 +181,27 @@ def _substitute(
         return ""
 
     return REFERENCE.sub(replace, text)
+
+
+def _from_file(doc: Document, file: str, path: Path_, secrets: set[str]) -> str:
+    """`${file:/path}`: the file's text, a secret; unreadable, "" and an unset problem."""
+    value, why = read_secret_file(file)
+    if value is None:
+        doc.unset.append((path, _unreadable(doc, path, file, why, "secret file")))
+        return ""
+    if value:
+        secrets.add(value)
+    return value
+
+
+def _unreadable(doc: Document, path: Path_, file: str, why: str, what: str) -> Problem:
+    """The problem of a secret file that cannot be read: named, never its content."""
+    return doc.problem(
+        path,
+        f"{what} '{file}', which cannot be read ({why})",
+        "mount the secret there (a Kubernetes Secret volume, a Docker secret) and make it "
+        "readable by fim's user",
+    )
 
 
 def _missing(

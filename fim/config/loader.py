@@ -283,8 +283,8 @@ def _load_file(decls: Declarations, kind: str, path: str | Path) -> None:
         return
     key = (decls.env_key, settings_needed(), kind, rel, text)
     parsed = _CACHE.get(key)
-    if parsed is not None and reads_case_files(parsed[0]):
-        parsed = None  # its CSV/JSONL files may have changed under the same YAML: read again
+    if parsed is not None and (reads_case_files(parsed[0]) or "${file:" in text):
+        parsed = None  # its CSV/JSONL or secret files may have changed under the same YAML
     if parsed is None:
         problems_before, secrets = len(decls.problems), set[str]()
         left_out: list[tuple[str, Problem]] = []

@@ -156,6 +156,17 @@ class BaseHook:
         return HookResult(allow=False, error=reason, **changes)
 
 
+class HookFailed(HookResult):
+    """The answer of a hook that could not decide: it raised, timed out, returned no
+    `HookResult`, its command failed (an exit code other than 0 and 2) or could not be
+    given its input (a transcript fim could not write). The call is blocked all the same
+    (hooks fail closed), but no policy blocked it: its event says `failed`, the log has a
+    WARNING with the run id and the reason, and `fim_hook_failures_total` counts it, not
+    `fim_hook_blocks_total` (newcomer-52 #2)."""
+
+    allow: bool = False
+
+
 class SessionStartHook(BaseHook):
     """Runs before the first model call; may add `additional_context` to the system prompt
     or block the session."""

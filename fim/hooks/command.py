@@ -52,7 +52,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from fim.config.child_env import NETWORK_FAILURE, network_env, network_hint, withheld_note
-from fim.hooks.base import BaseHook, log
+from fim.hooks.base import BaseHook, HookFailed, log
 from fim.hooks.command_input import environment, event_payload, read_env_file, write_transcript
 from fim.hooks.command_output import interpret
 from fim.hooks.command_pins import changed_script
@@ -156,8 +156,7 @@ class CommandHook(BaseHook):
                 else "the session was refused because hooks fail closed"
             )
         if code is None:
-            return HookResult(
-                allow=False,
+            return HookFailed(
                 error=f"hook command timed out after {self.timeout:g}s and was killed; {refused}",
             )
         if code == 2:  # Claude Code's block, also when a tool's error ended the hook with 2
@@ -180,8 +179,7 @@ class CommandHook(BaseHook):
                 )  # fmt: skip
             if NETWORK_FAILURE.search(stderr):
                 self._withheld(given)
-            return HookResult(
-                allow=False,
+            return HookFailed(
                 error=f"hook command failed with exit code {code}"
                 + (f": {tail}" if tail else "")
                 + f"; {refused} "

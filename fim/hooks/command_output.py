@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
 
+from fim.hooks.base import HookFailed
 from fim.hooks.claude import from_claude, to_claude
 from fim.masking import known
 from fim.types import HookContext, HookResult
@@ -122,8 +123,7 @@ async def interpret(
 
 def refuse(hook: BaseHook, what: str) -> HookResult:
     """Block the call: `hook` answered `what`, which is not the protocol (fail closed)."""
-    return HookResult(
-        allow=False,
+    return HookFailed(
         error=f"hook '{hook.name}' {what}; the call was blocked because hooks fail closed "
         "(see the README's hook output rules)",
     )

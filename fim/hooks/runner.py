@@ -13,9 +13,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fim.events import HookEvent
-from fim.hooks.base import MAX_REASON_CHARS, BaseHook, log
+from fim.hooks.base import MAX_REASON_CHARS, BaseHook, HookFailed, log
 from fim.hooks.claude import names_of
 from fim.masking import clipped
+from fim.project_frames import described
 from fim.tools.registry import MAX_OBSERVATION_CHARS
 from fim.types import HookContext, HookPoint, HookResult
 
@@ -236,7 +237,8 @@ class HookChain:
         for hook in matching:
             failure = await self._finish(hook, final, merged)
             if failure is not None and merged.allow:
-                events.append(self._event(hook, point, context, "block", failure, None))
+                failed = HookFailed(error=failure)
+                events.append(self._event(hook, point, context, "block", failure, failed))
                 merged = HookResult(
                     allow=False, error=self.mask(failure), side_effects=side_effects
                 )
@@ -250,8 +252,7 @@ class HookChain:
         try:
             result: Any = await asyncio.wait_for(_contained(lambda: hook(context)), timeout)
         except TimeoutError:
-            return HookResult(
-                allow=False,
+            return HookFailed(
                 error=f"hook '{hook.name}' timed out after {timeout:g}s, so the call was "
                 "blocked (hooks fail closed)",
             )
@@ -259,14 +260,17 @@ class HookChain:
             raise
         except Exception as exc:
             log.debug("hook %s raised", hook.name, exc_info=True)
-            return HookResult(
+            ctx = hook.run_context  # a Python hook's frames are the project's: kept apart
+            where = described(exc, ctx.snapshot.root if ctx is not None else None)
+            return _Raised(
                 allow=False,
                 error=f"hook '{hook.name}' failed ({type(exc).__name__}: {exc}), so the call "
                 "was blocked (hooks fail closed)",
+                at=where.at if where else None,
+                traceback=where.traceback if where else None,
             )
         if not isinstance(result, HookResult):
-            return HookResult(
-                allow=False,
+            return HookFailed(
                 error=f"hook '{hook.name}' returned {type(result).__name__} instead of a "
                 "HookResult, so the call was blocked (hooks fail closed)",
             )
@@ -295,6 +299,17 @@ class HookChain:
         reason: str | None,
         result: HookResult | None,
     ) -> HookEvent:
+        where: dict[str, Any] = {}
+        if isinstance(result, _Raised) and result.at is not None:  # for the developer only
+            where = {"at": self.mask(result.at), "traceback": self.mask(result.traceback or "")}
+        failed = decision == "block" and isinstance(result, HookFailed)
+        if failed:  # the operator's to fix, not the policy's decision (newcomer-52 #2)
+            log.warning(
+                "run %s: hook '%s' failed at %s%s: %s",
+                context.run_id, self.mask(hook.name), point,
+                f" of '{context.tool_name}'" if context.tool_name else "", self.mask(reason or ""),
+                extra={"hook_failure": True},  # `fim run` says it itself, once a hook
+            )  # fmt: skip
         return HookEvent(
             run_id=context.run_id,
             hook=self.mask(hook.name),
@@ -303,7 +318,17 @@ class HookChain:
             tool_name=context.tool_name,
             reason=self.mask(reason) if reason else None,
             side_effects=[self.mask(s) for s in (result.side_effects if result else [])],
+            failed=failed,
+            **where,
         )
+
+
+class _Raised(HookFailed):
+    """The block of a hook that raised, with where in the project's code (`at`,
+    `traceback`: `fim.project_frames`) for its event; the model reads `error` only."""
+
+    at: str | None = None
+    traceback: str | None = None
 
 
 def _bounded(result: HookResult) -> HookResult:

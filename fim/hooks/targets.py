@@ -44,17 +44,22 @@ class Targets:
         return [*self.names, *probes]
 
 
-def hook_targets(snapshot: Snapshot, agent: AgentDecl) -> Targets:
+def hook_targets(snapshot: Snapshot, agent: AgentDecl, unavailable: bool = True) -> Targets:
     """Every name a hook of `agent` can meet: its own calls, and — since a delegate and a
-    workflow it starts run under its hooks — theirs."""
+    workflow it starts run under its hooks — theirs. A connector unavailable here (an
+    unset `${VAR}`) counts with its declared actions (`unavailable=False`: it does not):
+    where its secret is set they are called, so a guard on them is not a mistake and the
+    variable's own warning names the cause (newcomer-52 #1)."""
     found = Targets()
-    _collect(snapshot, agent, found, set())
+    _collect(snapshot, agent, found, set(), unavailable)
     found.names = list(dict.fromkeys(found.names))
     found.servers = list(dict.fromkeys(found.servers))
     return found
 
 
-def _collect(snapshot: Snapshot, agent: AgentDecl, found: Targets, seen: set[str]) -> None:
+def _collect(
+    snapshot: Snapshot, agent: AgentDecl, found: Targets, seen: set[str], unavailable: bool
+) -> None:
     if agent.name in seen:
         return
     seen.add(agent.name)
@@ -67,6 +72,8 @@ def _collect(snapshot: Snapshot, agent: AgentDecl, found: Targets, seen: set[str
         names += [tool_name(tool), *NAMES.get(tool, ())]  # `mytools:add` is called `add`
     for name in agent.connectors:
         decl = snapshot.connectors.get(name)
+        if decl is None and unavailable:
+            decl = snapshot.declared_unavailable.get(name)
         if decl is None:
             continue
         if decl.kind == "database":
@@ -87,7 +94,7 @@ def _collect(snapshot: Snapshot, agent: AgentDecl, found: Targets, seen: set[str
     names.append("request_tools")
     for name in agent.delegates:
         if name in snapshot.agents:
-            _collect(snapshot, snapshot.agents[name], found, seen)
+            _collect(snapshot, snapshot.agents[name], found, seen, unavailable)
     if agent.workflows:
         names.append("run_workflow")
     for name in agent.workflows:
@@ -102,7 +109,7 @@ def _collect(snapshot: Snapshot, agent: AgentDecl, found: Targets, seen: set[str
                 names += [f"{server}__{tool}", shortened(server, tool), mcp_alias(server, tool)]
             for used in uses.agents:
                 if used in snapshot.agents:
-                    _collect(snapshot, snapshot.agents[used], found, seen)
+                    _collect(snapshot, snapshot.agents[used], found, seen, unavailable)
 
 
 def _may_match_server(matcher: str, servers: list[str]) -> bool:

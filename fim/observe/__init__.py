@@ -150,6 +150,21 @@ class _Both:
             self.first.__exit__(kind, exc, tb)
 
 
+def count_refused(agent: str) -> None:
+    """A run of `agent` refused before it started (its plan raised: a connector whose
+    `${VAR}` is unset, a skill that failed to load) is an `error` of `fim_runs_total` when
+    metrics are on, as a run that failed later is (newcomer-52 #5)."""
+    if not _metrics:
+        return
+    # deferred: loading prometheus_client costs hundreds of ms
+    from fim.observe.metrics import METRICS
+
+    try:
+        METRICS.c_runs(agent, "error").inc()
+    except Exception:  # counting never fails a run
+        _log().debug("could not count the refused run of %s", agent)
+
+
 def watch_run(
     *,
     agent: str,

@@ -12,11 +12,14 @@ line, an escape sequence would reach the terminal of whoever watches the log.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import io
 import json
 import logging
 import re
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from fim.masking import known
@@ -80,6 +83,7 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
+            "pid": record.process,  # `--workers N`: which process wrote it (newcomer-52 #8)
         }
         ids = trace_ids()
         if ids is not None:
@@ -101,13 +105,13 @@ def json_configured() -> bool:
     return any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)
 
 
-def announce(line: str, *, source: str = "fim.serve", **fields: Any) -> None:
+def announce(line: str, *, logger_name: str = "fim.serve", **fields: Any) -> None:
     """A start-up line for whoever watches the process: printed on stderr as it is, or,
-    when the log is JSON, written as a record of the `source` logger (`fim.serve`,
-    `fim.worker`) with `fields`, so every line a log pipeline reads is JSON (a plain banner
-    was rejected by its parser)."""
+    when the log is JSON, written as a record of the `logger_name` logger (`fim.serve`,
+    `fim.worker`) with `fields` (`source`: a `--git` remote), so every line a log
+    pipeline reads is JSON (a plain banner was rejected by its parser)."""
     if json_configured():
-        logger = logging.getLogger(source)
+        logger = logging.getLogger(logger_name)
         # handled whatever the log level: `--log-level warning` keeps the start-up line,
         # as it keeps the plain one
         logger.handle(logger.makeRecord(logger.name, logging.INFO, "", 0, line, (), None,
@@ -116,14 +120,66 @@ def announce(line: str, *, source: str = "fim.serve", **fields: Any) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
+class StderrRecords(io.TextIOBase):
+    """`sys.stderr` of `fim serve --log-format json` (`json_stderr`): each line written
+    to it (a start-up warning, a validation failure at start, `error: git clone failed`)
+    becomes a record of the `source` logger, a warning when the line says it is one, an
+    error otherwise, so every line a log pipeline reads is JSON (newcomer-52 #9)."""
+
+    def __init__(self, source: str = "fim.serve") -> None:
+        self._logger = logging.getLogger(source)
+        self._partial = ""
+        self.stream = sys.stderr
+        """The stream it stands in front of, where the log's handler writes (`configure`)."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self._partial += text
+        *lines, self._partial = self._partial.split("\n")
+        for line in lines:
+            if line.strip():
+                self._emit(line)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._partial.strip():
+            self._emit(self._partial)
+        self._partial = ""
+
+    def _emit(self, line: str) -> None:
+        level = logging.WARNING if "warning" in line[:120].lower() else logging.ERROR
+        record = self._logger.makeRecord(self._logger.name, level, "", 0, line, (), None)
+        self._logger.handle(record)  # whatever the log level, as the plain line was
+
+
+@contextlib.contextmanager
+def json_stderr(on: bool, source: str = "fim.serve") -> Iterator[None]:
+    """While the block runs, with `on` (`--log-format json`, configured first): what fim
+    writes to stderr is JSON records (`StderrRecords`); the log's own handler keeps the
+    stream it was made with."""
+    if not on:
+        yield
+        return
+    lines = StderrRecords(source)
+    try:
+        with contextlib.redirect_stderr(lines):
+            yield
+    finally:
+        lines.flush()
+
+
 def configure(level: str, log_format: str) -> None:
     """Set up the root logger for `fim serve` and `fim worker`: text lines, or JSON lines
-    on stderr."""
+    on stderr (the stream behind `StderrRecords` when `json_stderr` has put it in front)."""
+    stream = sys.stderr
+    stream = stream.stream if isinstance(stream, StderrRecords) else stream
     if log_format == "json":
-        handler = logging.StreamHandler()
+        handler = logging.StreamHandler(stream)
         handler.setFormatter(JsonFormatter())
         logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     else:
-        handler = logging.StreamHandler()
+        handler = logging.StreamHandler(stream)
         handler.setFormatter(TextFormatter("%(levelname)s %(name)s: %(message)s"))
         logging.basicConfig(level=level.upper(), handlers=[handler])

@@ -109,6 +109,12 @@ class Metrics:
             ["agent", "hook", "point"],
             registry=r,
         )
+        self.hook_failures = Counter(  # not a policy's block: the hook could not decide
+            "fim_hook_failures",
+            "Calls or runs blocked because a hook failed to run (fail closed)",
+            ["agent", "hook", "point"],
+            registry=r,
+        )
         self.reloads = Counter("fim_reloads", "Snapshot reloads", ["outcome"], registry=r)
         self.active = Gauge(
             "fim_active_runs",
@@ -124,6 +130,7 @@ class Metrics:
         self.c_cost, self.c_tool_calls = Children(self.cost), Children(self.tool_calls)
         self.c_hook_blocks, self.c_active = Children(self.hook_blocks), Children(self.active)
         self.c_tool_seconds = Children(self.tool_seconds)
+        self.c_hook_failures = Children(self.hook_failures)
 
     def tool_label(self, name: str, real: bool = True) -> str:
         """A tool name as a label value: the first MAX_TOOL_LABELS names of real tools,
@@ -162,7 +169,8 @@ class Metrics:
         elif kind == "hook":
             e = event
             if e.decision == "block":
-                self.c_hook_blocks(agent, e.hook[:64], e.point).inc()
+                counted = self.c_hook_failures if e.failed else self.c_hook_blocks
+                counted(agent, e.hook[:64], e.point).inc()
                 if e.call_id:
                     blocked.add(e.call_id)
         elif kind == "tool_result":
@@ -234,6 +242,30 @@ def queue_exposition(counts: dict[str, int]) -> bytes:
             yield family
 
     registry.register(_Queue())
+    return generate_latest(registry)
+
+
+def info_exposition(snapshot: str, commit: str, version: str) -> bytes:
+    """`fim_snapshot_info{snapshot,commit} 1` for the snapshot served now (only it: read
+    per scrape, never stored, so a reload leaves no series of the old one behind) and
+    `fim_build_info{version} 1`, fim's version: which commit is live, from the metrics, as
+    Prometheus's `*_info` convention has it (newcomer-52 #8)."""
+    registry = CollectorRegistry()
+
+    class _Info:
+        def collect(self) -> Any:
+            served = GaugeMetricFamily(
+                "fim_snapshot_info",
+                "The snapshot served (its version, and the git commit it was built from)",
+                labels=["snapshot", "commit"],
+            )
+            served.add_metric([snapshot, commit], 1)
+            yield served
+            build = GaugeMetricFamily("fim_build_info", "fim's version", labels=["version"])
+            build.add_metric([version], 1)
+            yield build
+
+    registry.register(_Info())
     return generate_latest(registry)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 _git_heads: dict[tuple[Path, str], str] = {}
 
@@ -33,6 +34,13 @@ def git_commit(root: Path | None, version: str = "") -> str:
         _git_heads.clear()
     _git_heads[key] = commit
     return commit
+
+
+def served_commit(snapshot: Any) -> str:
+    """The commit a served `snapshot` was built from: the HEAD of the git checkout its
+    project is in (under `fim serve --git`, the commit its version names), '' outside one
+    (newcomer-52 #8: the start line, reload lines, `/metrics` and run records say it)."""
+    return git_commit(getattr(snapshot, "root", None), getattr(snapshot, "version", ""))
 
 
 def _read_head(git: Path) -> str:

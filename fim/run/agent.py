@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl
-from fim.errors import RunError
+from fim.errors import FimError, RunError
 from fim.events import Event, RunFinished
 from fim.locks import current_owner
-from fim.observe import watch_run
+from fim.observe import count_refused, watch_run
 from fim.run.auto import resolve_agent
 from fim.run.ledger import Ledger
 from fim.run.plan import build_engine, build_plan
@@ -74,7 +74,11 @@ async def run_agent(
         if isinstance(input, str)
         else next((m.content or "" for m in reversed(input) if m.role == "user"), "")
     )
-    plan = await build_plan(ctx, request, model=model, stream=stream, overrides=overrides)
+    try:
+        plan = await build_plan(ctx, request, model=model, stream=stream, overrides=overrides)
+    except FimError:  # refused before it started: still a failed run in the metrics
+        count_refused(agent.name)
+        raise
     engine = build_engine(plan)
     if owner:  # before its first event: no one else ever sees the run
         # deferred: the state store loads on a keyed server's runs only (a few ms)

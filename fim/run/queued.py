@@ -24,9 +24,13 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from fim.errors import FimError
 from fim.events import ErrorEvent, RunFinished, RunRestarted
+from fim.masking import known
+from fim.observe.vcs import served_commit
 from fim.run.agent import run_agent
 from fim.run.sessions import session_key
+from fim.run_summary import run_summary
 from fim.store import get_store
 from fim.store.live import EventLog
 from fim.store.sessions import Sessions
@@ -94,6 +98,8 @@ async def execute_agent_run(
     if existing is not None and existing.status == "running":  # an attempt that stopped
         attempt = int(existing.data.get("attempt") or 1) + 1
     base = {"background": True, "snapshot": snapshot.version, "executor": executor}
+    if commit := served_commit(snapshot):  # the git commit it ran on (newcomer-52 #8)
+        base["commit"] = commit
     base["attempt"] = attempt
     await store.put_run(run_id, KIND, agent, "running", {**base, "output": None, "events": []})
     trace: list[dict[str, Any]] = []
@@ -129,6 +135,14 @@ async def execute_agent_run(
         ):
             trace.append(ended.model_dump(mode="json"))
             live.add(trace[-1])
+    except FimError as exc:  # refused (an unavailable connector) or failed on purpose:
+        # its reason on the run, one WARNING line, no traceback (newcomer-52 #5)
+        began = any(e.get("type") == "run_started" for e in trace)
+        said = known().text(str(exc))
+        stopped = ErrorEvent(run_id=run_id, message=said, kind="run_error" if began else "refused")
+        trace.append(stopped.model_dump(mode="json"))
+        live.add(trace[-1])
+        log.warning("background run %s of agent '%s' failed: %s", run_id, agent, said)
     except Exception as exc:  # a run that crashes is a failed run, recorded as such
         log.exception("background run %s of agent '%s' failed", run_id, agent)
         crash = {"type": "error", "run_id": run_id, "message": str(exc), "kind": "crash"}
@@ -138,6 +152,7 @@ async def execute_agent_run(
         await live.close()
     status = final.status if final else "error"
     data = {**base, "output": final.output if final else None, "events": trace}
+    data |= run_summary(trace)  # tool errors, hook blocks, input (newcomer-53 #7)
     if final is not None:
         data["usage"] = final.usage.model_dump()
     await store.put_run(run_id, KIND, agent, status, data)

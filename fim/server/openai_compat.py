@@ -33,9 +33,10 @@ from fim.server.chat_bodies import ChatBody
 from fim.server.http import JSONResponse, error, session_owner
 from fim.server.openai_errors import error_object, failure, run_failed
 from fim.server.openai_request import plan, to_messages
+from fim.server.refusals import refusal
 from fim.server.sessions import UnknownSession, known_agent
 from fim.server.stopping import CUT, StreamCut, until_stop
-from fim.server.streams import EventStream
+from fim.server.streams import EventStream, Refused
 from fim.types import Message
 
 if TYPE_CHECKING:
@@ -98,8 +99,8 @@ class OpenAICompat:
         run_id = uuid.uuid4().hex[:12]
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            return EventStream(  # a stopping server may drop it when its client stopped reading
-                self._chunks(
+            streamed = EventStream(  # a stopping server may drop it when its client stopped
+                self._chunks(  # reading
                     name,
                     messages,
                     completion_id,
@@ -111,6 +112,8 @@ class OpenAICompat:
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache"},
             )
+            streamed.held = True  # a run refused before its first event: a 503 (`Refused`)
+            return streamed
 
         outcome = await self.api.run_to_end(
             request, name, messages, run_id, overrides, session=session
@@ -171,7 +174,6 @@ class OpenAICompat:
             }
             return f"data: {json.dumps(mask.value(payload), ensure_ascii=False)}\n\n".encode()
 
-        yield chunk({"role": "assistant", "content": ""})
         final: RunFinished | None = None
         streamed = False
         problem: tuple[str, str] | None = None
@@ -185,9 +187,13 @@ class OpenAICompat:
             session=session[0],
             owner=session[1],
         )
+        opened = False  # the role chunk, sent with the run's first event (`Refused`)
         try:
             async with contextlib.aclosing(until_stop(self.api, run_id, events)) as cut_at_stop:
                 async for event in cut_at_stop:
+                    if not opened:
+                        opened = True
+                        yield chunk({"role": "assistant", "content": ""})
                     if event.type == "token":
                         streamed = True
                         text = tokens.feed(event.text)
@@ -204,7 +210,11 @@ class OpenAICompat:
         except StreamCut as cut:  # by a stopping server: an error event, as a failed run's
             problem, final = (CUT, cut.message), None
         except FimError as exc:
+            if not opened:  # refused before it started: the server's configuration, a 503
+                raise Refused(refusal(exc)) from None
             problem = ("run_error", str(exc))
+        if not opened:
+            yield chunk({"role": "assistant", "content": ""})
         if problem is not None and (final is None or final.status == "error"):
             # an `error` event the openai client raises as APIError, never text in the answer
             _, body = error_object(problem)

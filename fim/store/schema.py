@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from fim import store_url
+
 if TYPE_CHECKING:
     from sqlalchemy import Connection, MetaData, Table
 
@@ -24,13 +26,13 @@ def normalize_url(url: str, root: Path | str | None = None) -> str:
     """Make a user's state URL usable by SQLAlchemy.
 
     Relative SQLite paths are relative to the project root (not the shell's cwd, so
-    `fim approvals` from a subfolder finds the same file), and plain PostgreSQL URLs use
-    the psycopg v3 driver, which is the one fim ships with.
+    `fim approvals` from a subfolder finds the same file), and PostgreSQL URLs use the
+    psycopg v3 driver, which is the one fim ships with; the scheme is read in any case
+    (`fim.store_url`: `PostgreSQL://` too). Any other URL is returned stripped.
     """
-    url = url.strip()
-    for prefix in ("postgresql://", "postgres://"):
-        if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix) :]
+    url = store_url.canonical(url)
+    if url.startswith("postgresql"):
+        return url
     if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
         rest = url[len("sqlite:///") :]
         path, sep, query = rest.partition("?")
@@ -262,6 +264,13 @@ def schema() -> tuple[MetaData, dict[str, Table]]:
                 Column("expires_at", Float, nullable=False),
                 Column("run_id", String(64), nullable=True),
             ),
+            "deployments": Table(  # the last commit of a --git source that compiled
+                "fim_deployments",
+                meta,
+                Column("source", String(64), primary_key=True),
+                Column("commit", String(64), nullable=False),
+                Column("updated_at", Float, nullable=False),
+            ),
         }
         _SCHEMA["meta"] = meta
         _SCHEMA["tables"] = tables
@@ -354,6 +363,12 @@ def _migration_10(conn: Connection) -> None:
         table("budget_holds").create(conn, checkfirst=True)
 
 
+def _migration_11(conn: Connection) -> None:
+    # the last commit of each `--git` source that compiled, so a fresh replica can serve it
+    # while the ref's HEAD is rejected (`fim serve --git-fallback last-good`, newcomer52 #4)
+    table("deployments").create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _migration_1,
     _migration_2,
@@ -365,5 +380,6 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _migration_8,
     _migration_9,
     _migration_10,
+    _migration_11,
 ]
 """Applied in order; migration N brings the schema to version N. Append, never edit."""

@@ -98,7 +98,7 @@ async def test_a_run_whose_usage_row_cannot_be_written_still_counts_toward_the_d
     ledger logs it and the run's spend leaves the pools anyway, so no daily or session
     limit ever counts it. Five such runs spent 5,100 tokens under a 2,500-token day. A
     spend the store does not hold must stay counted in this process (kept in the pool,
-    or the row retried): the next run under a 1,000-token day, after one of 1,001
+    or the row retried): the next run under a 1,000-token day, after one of 1,008
     tokens, is refused before its model is called."""
     from fim.store import usage
 
@@ -116,7 +116,7 @@ async def test_a_run_whose_usage_row_cannot_be_written_still_counts_toward_the_d
         second = [e async for e in run_agent(snapshot, "a", "hi", services=services)]
     finally:
         await services.aclose()
-    assert [e.usage.total_tokens for e in first if isinstance(e, LLMCall)] == [1001]
+    assert [e.usage.total_tokens for e in first if isinstance(e, LLMCall)] == [1008]
     assert [e for e in second if isinstance(e, LLMCall)] == []
 
 

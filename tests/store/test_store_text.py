@@ -143,9 +143,9 @@ async def test_a_session_naming_nul_is_counted_by_its_session_limit(
     finally:
         await services.aclose()
     first, second = ([e for e in run if isinstance(e, LLMCall)] for run in runs)
-    assert [e.usage.total_tokens for e in first] == [1001]
+    assert [e.usage.total_tokens for e in first] == [1008]
     assert second == []
-    assert recorded.total_tokens == 1001
+    assert recorded.total_tokens == 1008
 
 
 # --------------------------------------------------------------------------- over HTTP

@@ -136,8 +136,8 @@ def _asked(
     if agent.workflows or (writes and agent.mcp):
         return None  # a workflow's calls, an MCP tool's hints: known once they run
     asked: list[str] = []
-    for name in agent.connectors:
-        decl = snapshot.connectors.get(name)
+    for name in agent.connectors:  # one unavailable here is declared too (newcomer-52 #1)
+        decl = snapshot.connectors.get(name) or snapshot.declared_unavailable.get(name)
         if decl is None:
             continue
         if decl.kind == "database":

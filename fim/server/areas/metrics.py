@@ -37,9 +37,20 @@ async def _exposition(api: Any) -> Response:
     from fim.observe.metrics import METRICS
 
     body, content_type = METRICS.exposition()
-    body += await _queue_jobs(api)
+    body += await _queue_jobs(api) + _served(api)
     # label values include names a model wrote (an unknown tool's): masked like every exit
     return Response(known().text(body.decode()), media_type=content_type)
+
+
+def _served(api: Any) -> bytes:
+    """`fim_snapshot_info` of the snapshot this process serves now, `fim_build_info`."""
+    # deferred: loaded with the metrics
+    from fim.observe.metrics import info_exposition
+    from fim.observe.vcs import served_commit
+    from fim.version import fim_version
+
+    snapshot = api.holder.current
+    return info_exposition(snapshot.version, served_commit(snapshot), fim_version())
 
 
 async def _queue_jobs(api: Any) -> bytes:
