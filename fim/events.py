@@ -46,6 +46,12 @@ class LLMCall(_Event):
     request_model: str = ""
     provider: str = ""
     finish_reason: str | None = None
+    request: dict[str, Any] | None = None
+    """What the call sent, when content capture is on (`fim.engines.call_content`): the
+    first call's system prompt, tool names and messages, a later call's new messages only;
+    masked, at most 64 KiB. None when capture is off."""
+    response: dict[str, Any] | None = None
+    """What the model answered (text, tool calls, finish reason), masked, when capture is on."""
 
 
 class Token(_Event):
@@ -74,6 +80,14 @@ class HookEvent(_Event):
     reason: str | None = None
     side_effects: list[str] = Field(default_factory=list)
     call_id: str | None = None  # the tool call a Pre/PostToolUse decision is about
+    failed: bool = False
+    """A block because the hook could not decide (`fim.hooks.base.HookFailed`: it raised,
+    timed out, its command failed), not because its policy refused the call."""
+    at: str | None = None
+    """A Python hook that raised: the innermost frame of the project's code it raised in
+    (`hooks/guards.py:12 in __call__`); `traceback` the project's frames, masked
+    (`fim.project_frames`). Never in the block reason the model reads."""
+    traceback: str | None = None
 
 
 class ToolResultEvent(_Event):
@@ -83,6 +97,17 @@ class ToolResultEvent(_Event):
     content: str
     is_error: bool = False
     duration_ms: float = 0.0
+    """The call's own time, without `startup_ms`: the one-off start-up it waited for (the
+    schema validator's load, the worker pool's start: `fim.startup_cost`)."""
+    startup_ms: float = 0.0
+    at: str | None = None
+    """A project's Python tool that raised: the innermost frame of the project's code
+    (`hooks/mytools.py:10 in lookup_order`); `traceback` its frames, masked, never sent to
+    the model, which reads `content` only (`fim.project_frames`)."""
+    traceback: str | None = None
+    http: dict[str, Any] | None = None
+    """An HTTP connector's call: `{method, url, status}`, the URL without user-info and its
+    query values masked, `status` None when no response came (`fim.connectors.http_shown`)."""
 
 
 class ToolProgress(_Event):

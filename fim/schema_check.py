@@ -357,18 +357,34 @@ def plainly_valid(schema: Mapping[str, Any], arguments: Any) -> bool:
 
 def schema_problem(schema: Any) -> str | None:
     """Why `schema` is not a usable JSON Schema (with the path inside it), or None."""
+    if not isinstance(schema, dict):
+        return "a JSON Schema must be a mapping"
+    for path, message, _ in schema_problems_at(schema, limit=1):
+        where = _where(path)
+        return f"invalid JSON Schema{f' at {where}' if where else ''}: {message}"
+    return None
+
+
+def schema_problems_at(
+    schema: Any, limit: int = 20
+) -> list[tuple[tuple[str | int, ...], str, Any]]:
+    """Every reason (up to `limit`) `schema` is not a usable JSON Schema, as `schema_problem`
+    judges it, as (path inside the schema, message, value there): all at once, so `fim
+    validate` reports each at its YAML node (a connector action's `parameters`)."""
     # deferred: loading referencing costs tens of ms
     import jsonschema
 
     if not isinstance(schema, dict):
-        return "a JSON Schema must be a mapping"
+        return [((), "a JSON Schema must be a mapping", schema)]
     cls = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
-    try:
-        cls.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        where = _where(exc.absolute_path)
-        return f"invalid JSON Schema{f' at {where}' if where else ''}: {exc.message}"
-    return None
+    meta_cls = jsonschema.validators.validator_for(cls.META_SCHEMA, default=cls)
+    meta = meta_cls(cls.META_SCHEMA, format_checker=meta_cls.FORMAT_CHECKER)
+    found = []
+    for error in meta.iter_errors(schema):  # the first is what `check_schema` raises
+        found.append((tuple(error.absolute_path), error.message, error.instance))
+        if len(found) >= limit:
+            break
+    return sorted(found, key=lambda each: [str(step) for step in each[0]])
 
 
 __all__ = [
@@ -378,6 +394,7 @@ __all__ = [
     "pattern_matches",
     "problems",
     "schema_problem",
+    "schema_problems_at",
     "validator",
     "validator_problems",
 ]

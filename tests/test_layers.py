@@ -44,6 +44,11 @@ LAYERS: list[tuple[int, tuple[str, ...], str]] = [
     ),
     (0, ("fim.observe",), "tracing and metrics: every layer reports into them"),
     (0, ("fim.run.discovery",), "finds modules in a package; used by compile and tools"),
+    (
+        0,
+        ("fim.run.tokens",),
+        "token counting: the prompt view, budgets and scripted models' usage count alike",
+    ),
     (1, ("fim.config",), "load and validate the YAML project (schema, files, loader)"),
     (
         1,

@@ -18,7 +18,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fim.build.commit_fields import reload_fields
 from fim.build.hook_checks import unpinned_file
+from fim.build.reload_health import summary, unavailable_agents
 from fim.build.snapshot import Snapshot
 from fim.errors import ConfigError, Problem
 from fim.observe import record_reload
@@ -111,12 +113,20 @@ async def reload_once(root: Path, holder: SnapshotHolder) -> bool:
         holder.fail([Problem("fim.yaml", 1, 1, f"reload failed: {type(exc).__name__}: {exc}")])
         log.exception("reload failed, still serving %s", holder.current.version)
         return False
-    if snapshot.version == holder.current.version and not holder.errors:
+    same = snapshot.secrets == holder.current.secrets  # a rotated secret file: swapped in
+    if snapshot.version == holder.current.version and not holder.errors and same:
         return False
+    fields = reload_fields(snapshot, holder.current.version)  # as JSON fields (newcomer-52 #8)
     holder.swap(snapshot)
-    log.info(
-        "reloaded snapshot %s in %.0f ms", snapshot.version, (time.perf_counter() - started) * 1000
-    )
+    took = (time.perf_counter() - started) * 1000
+    unavailable = unavailable_agents(snapshot)
+    if unavailable:  # it compiled, but a save broke agents: not a clean reload (newcomer-53 #5)
+        said = summary(unavailable)
+        log.warning(
+            "reloaded snapshot %s in %.0f ms, %s", snapshot.version, took, said, extra=fields
+        )
+    else:
+        log.info("reloaded snapshot %s in %.0f ms", snapshot.version, took, extra=fields)
     return True
 
 
@@ -210,6 +220,7 @@ async def watch(
     failed = 0
     catch_up = True  # the first watches too: a server answers before they stand
     while stop is None or not stop.is_set():
+        target = os.path.realpath(root)  # a symlinked root (git-sync) is followed: see below
         folders = await asyncio.to_thread(watched_folders, root)
         try:
             batches = awatch(
@@ -226,6 +237,10 @@ async def watch(
             async with contextlib.aclosing(batches):  # a restart drops the old watches now
                 async for changes in batches:
                     failed = 0  # it runs: the next failure starts the backoff over
+                    if os.path.realpath(root) != target:  # the link flipped: watch, load there
+                        log.info("%s now points at %s", root, os.path.realpath(root))
+                        catch_up = True
+                        break
                     if changes or catch_up:
                         catch_up = False
                         await reload_once(root, holder)

@@ -32,8 +32,20 @@ def warnings_of(snapshot: Snapshot) -> list[Problem]:
         *_model_warnings(snapshot),
         *_modeline_warnings(snapshot),
         *_cassette_warnings(snapshot),
+        *_skill_warnings(snapshot),
         *adk_eval_files(snapshot.root),
     ]
+
+
+def _skill_warnings(snapshot: Snapshot) -> list[Problem]:
+    """Skills' front matter: `allowed-tools` no agent using the skill can load, unknown
+    keys, a name not the folder's (`fim.build.skill_checks`)."""
+    if not snapshot.skills:
+        return []
+    # deferred: only a project with skills reads their front matter again
+    from fim.build.skill_checks import skill_warnings
+
+    return skill_warnings(snapshot, _model_tools)
 
 
 def _cassette_warnings(snapshot: Snapshot) -> list[Problem]:
@@ -81,20 +93,24 @@ def _script_warnings(snapshot: Snapshot) -> list[Problem]:
     # deferred: only a project with scripted models needs the tool names (fim.hooks)
     from fim.build.script_checks import script_warnings
 
-    return script_warnings(snapshot, _model_tools)
+    # a step calling an unavailable connector's action says so (`script_checks`' own words)
+    return script_warnings(snapshot, lambda s, a: _model_tools(s, a, unavailable=False))
 
 
-def _model_tools(snapshot: Snapshot, agent: AgentDecl) -> tuple[set[str], list[str]]:
+def _model_tools(
+    snapshot: Snapshot, agent: AgentDecl, unavailable: bool = True
+) -> tuple[set[str], list[str]]:
     """The names `agent`'s model can call: the hook view's of its own tools (not its
     delegates' or workflows' tools, which their runs call), the meta-tools in front of
     them, and the MCP servers whose `<server>__` tools it may call; Claude Code's aliases
-    (`Bash`) are hooks' names, not the model's."""
+    (`Bash`) are hooks' names, not the model's. A connector unavailable here counts with its
+    declared actions unless `unavailable` is False (`fim.hooks.targets.hook_targets`)."""
     # deferred: fim.hooks is loaded only for a project with scripted models
     from fim.hooks.claude import NAMES
     from fim.hooks.targets import hook_targets
 
     own = agent.model_copy(update={"delegates": [], "workflows": []})
-    found = hook_targets(snapshot, own)
+    found = hook_targets(snapshot, own, unavailable)
     aliases = {alias for names in NAMES.values() for alias in names}
     names = {n for n in found.names if n not in aliases} | set(found.behind)
     names |= {"call_agent"} if agent.delegates else set()
@@ -166,7 +182,7 @@ def _at_agent(
 def _unavailable_warnings(snapshot: Snapshot) -> list[Problem]:
     """Connectors and MCP servers whose `${VAR}` is unset here: a warning, since the secret
     is often exported only where fim serves (and CI replays need none); the agents and
-    workflows that use one fail when they start."""
+    workflows that use one fail when they start, and the warning names them."""
     problems = []
     for what, found in (
         ("connector", snapshot.unavailable_connectors),
@@ -174,8 +190,29 @@ def _unavailable_warnings(snapshot: Snapshot) -> list[Problem]:
     ):
         for name, p in ((name, p) for name, unset in found.items() for p in unset):
             message = f"{what} '{name}' is unavailable: {p.message}"
+            message += _users(snapshot, name, mcp=what != "connector")
             problems.append(Problem(p.path, p.line, p.column, message, p.hint))
     return sorted(problems, key=lambda p: (p.path, p.line, p.column))
+
+
+def _users(snapshot: Snapshot, name: str, mcp: bool) -> str:
+    """`; used by agents 'a', 'b' and workflow 'w', which fail when they start`: the agents
+    and workflows that use the connector (or MCP server) `name`; "" when none does."""
+    agents = [a for a, d in snapshot.agents.items() if name in (d.mcp if mcp else d.connectors)]
+    workflows = []
+    for flow, decl in snapshot.workflows.items():
+        for node in decl.nodes.values():
+            uses = node.uses()
+            reached = [s for s, _ in uses.mcp] if mcp else [t.split("__")[0] for t in uses.tools]
+            if name in reached:
+                workflows.append(flow)
+                break
+    named = [
+        f"{noun}{'s' if len(names) > 1 else ''} {', '.join(repr(n) for n in names)}"
+        for noun, names in (("agent", agents), ("workflow", workflows))
+        if names
+    ]
+    return f"; used by {' and '.join(named)}, which fail when they start" if named else ""
 
 
 def _mcp_command_warnings(snapshot: Snapshot) -> list[Problem]:

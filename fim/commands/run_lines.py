@@ -78,3 +78,38 @@ def model_call_line(event: Any, number: int) -> str:
         f"· model call {number} · {usage.prompt_tokens}+{usage.completion_tokens} tokens · "
         f"{took} ms{finished}"
     )
+
+
+def took(event: Any) -> str:
+    """A tool result's time as `-v` shows it: `26 ms`, and apart the one-off start-up the
+    call waited for (`3 ms + 1.9 s start-up`: the validator's load, the worker pool's start),
+    which is not the tool's doing (newcomer-53 #13)."""
+    own = f"{event.duration_ms:.0f} ms"
+    startup = getattr(event, "startup_ms", 0.0) or 0.0
+    if startup < 1:
+        return own
+    waited = f"{startup:.0f} ms" if startup < 1000 else f"{startup / 1000:.1f} s"
+    return f"{own} + {waited} start-up"
+
+
+def http_line(http: dict[str, Any]) -> str:
+    """A connector call's request as `-v` shows it under the call:
+    `GET http://127.0.0.1:8081/status/db → 503` (`→ no response`: unreachable, timed out)."""
+    status = http.get("status")
+    return f"{http.get('method')} {http.get('url')} → {status or 'no response'}"
+
+
+def hook_block_reason(event: Any, warned: bool) -> str | None:
+    """The reason `-v`'s hook line gives, or None: a hook that raised says so on every
+    call, short, with where (`hook failed: KeyError: 'max_id' at hooks/guards.py:12`, also
+    after its warning: newcomer-53 #16); another failure's warning said its reason once."""
+    if refuses_session(event):
+        return None
+    if event.at and event.traceback:
+        # deferred: only a hook that raised needs the traceback's reader
+        from fim.project_frames import exception_attributes
+
+        found = exception_attributes(event.traceback)
+        line = f"{found['exception.type']}: {found['exception.message']}".splitlines()[0]
+        return f"hook failed: {line} at {event.at.partition(' in ')[0]}"
+    return None if warned else event.reason

@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 from fim.commands import err
+from fim.run_summary import run_summary
 
 
 class RunRecorder:
@@ -59,6 +60,7 @@ class RunRecorder:
         from fim.store import get_store
 
         data = {"output": output, "events": self.events, "surface": "cli"}
+        data |= run_summary(self.events)  # tool errors, hook blocks, input (newcomer-53 #7)
         try:
             if self._running is not None:  # its write first, so the end is the last word
                 await asyncio.gather(self._running, return_exceptions=True)

@@ -19,9 +19,11 @@ from typing import TYPE_CHECKING, Any
 from fim.commands import err
 from fim.commands.run_lines import (
     HookWarnings,
+    hook_block_reason,
+    http_line,
     model_call_line,
-    refuses_session,
     summary_line,
+    took,
 )
 from fim.stdout_guard import answer_stdout
 from fim.terminal import clipped, markup, printable, rich_console
@@ -31,9 +33,12 @@ if TYPE_CHECKING:
 
 
 class ApprovalLogFilter(logging.Filter):
-    """Drops the hooks' log line of a new approval request `fim run` shows as a notice."""
+    """Drops the hooks' log lines `fim run` says itself: a new approval request (a notice)
+    and a hook that failed to run (its warning line, said once per hook)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "hook_failure", False):
+            return False
         return not (isinstance(record.msg, str) and record.msg.startswith("approval "))
 
 
@@ -283,6 +288,8 @@ class EventPrinter:
         broke = self._hooks.line(event) if isinstance(event, HookEvent) else None
         if broke:
             self.err.print(f"[yellow]warning:[/yellow] {markup(broke)}")
+            if at := getattr(event, "at", None):  # a hook that raised: where
+                self.err.print(f"  at {markup(at)}")
         if self._held is not None:
             self._release(self._held, event)
         if self.as_json:
@@ -321,14 +328,19 @@ class EventPrinter:
             case ToolResultEvent() if self.verbose:
                 style = "red" if event.is_error else "green"
                 self.err.print(
-                    f"[{style}]← {event.name}[/{style}] [dim]({event.duration_ms:.0f} ms)[/dim] "
+                    f"[{style}]← {event.name}[/{style}] [dim]({took(event)})[/dim] "
                     f"{markup(clipped(event.content, 500, middle=event.is_error))}"
                 )
+                if event.at:  # a project's tool raised: where (newcomer-53 #1)
+                    self.err.print(f"  at {markup(event.at)}")
+                if event.http:  # a connector's request: where it went (newcomer-53 #10)
+                    self.err.print(f"  [dim]{markup(http_line(event.http))}[/dim]")
             case HookEvent() if self.verbose:
-                # once: not again after its warning, nor before the `error:` line that a
-                # refused session ends with (newcomer-50 #9)
-                said = broke or refuses_session(event)
-                reason = f": {markup(event.reason)}" if event.reason and not said else ""
+                # a failure's reason once: not again after its warning, nor before the
+                # `error:` line that a refused session ends with (newcomer-50 #9); a hook
+                # that raised, short and with where, every time (newcomer-53 #16)
+                said = hook_block_reason(event, bool(broke))
+                reason = f": {markup(said)}" if said else ""
                 self.err.print(
                     f"[magenta]⚑ {event.point} {event.hook} {event.decision}[/magenta]{reason}"
                 )

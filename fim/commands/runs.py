@@ -11,7 +11,7 @@ is read, and what is printed is masked with the secrets it names.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 import typer
 
@@ -19,11 +19,15 @@ from fim.commands import ProjectOption, fail, user_errors
 from fim.commands.approvals import StateOption, _run, open_store, utc_time
 from fim.commands.completion import complete_agent, complete_run_id
 from fim.commands.run_ids import resolve_run
+from fim.commands.runs_actions import rerun, save_case
 from fim.processes import alive
 from fim.terminal import markup, rich_console
 
 if TYPE_CHECKING:
     from fim.store import Store
+
+SUMMARY_FIELDS = ("tool_errors", "hook_blocks", "input")
+"""What a listed run shows of its record's data (`fim.run_summary`), as `GET /v1/runs` does."""
 
 RunArgument = Annotated[
     str,
@@ -42,30 +46,65 @@ def register(app: typer.Typer) -> None:
     runs.command("list")(list_)
     runs.command("show")(show)
     runs.command("cancel")(cancel)
+    runs.command("rerun")(rerun)
+    runs.command("save-case")(save_case)
     app.add_typer(runs, name="runs")
 
 
 def list_(
     ctx: typer.Context,
     kind: Annotated[str | None, typer.Option("--kind", help="agent or workflow.")] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            "--agent",
+            help="Only this agent's runs.",
+            show_default=False,
+            autocompletion=complete_agent,
+        ),
+    ] = None,
+    status: Annotated[
+        str | None,
+        typer.Option("--status", help="Only runs with this status (ok, error, running ...)."),
+    ] = None,
+    errors: Annotated[
+        bool,
+        typer.Option("--errors", help="Only runs that had a tool error or a hook block."),
+    ] = False,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=10000)] = 50,
     as_json: JsonOption = False,
     project: ProjectOption = None,
     state: StateOption = None,
 ) -> None:
-    """The most recent runs of every key, newest first, with what each spent."""
+    """The most recent runs of every key, newest first, with what each spent.
+
+    Each run's tool errors and hook blocks are counted (`--errors`: only runs with some),
+    beside the first line of its input."""
     # deferred: loading the state store costs tens of ms
     from fim.masking import known
+    from fim.server.queries import RunState
     from fim.store.usage import run_totals
 
     if kind not in (None, "agent", "workflow"):
         fail(f"--kind is agent or workflow, not '{kind}'")
+    if agent is not None and kind == "workflow":
+        fail("--agent names an agent's runs, and --kind workflow excludes them")
+    if status is not None and status not in get_args(RunState):
+        fail(f"--status is one of {', '.join(get_args(RunState))}, not '{status}'")
     store = open_store(ctx, project, state)
-    records = _run(store, store.list_runs(kind=kind, limit=limit))
+    found = store.list_runs(
+        kind="agent" if agent is not None else kind,
+        limit=limit,
+        status=status,
+        name=agent,
+        has_errors=True if errors else None,
+    )
+    records = _run(store, found)
     spent = _run(store, run_totals(store, [r.id for r in records]))  # the usage table's rows
     if as_json:
         for record in records:
             summary = {k: v for k, v in record.as_dict().items() if k != "data"}
+            summary |= {k: record.data[k] for k in SUMMARY_FIELDS if k in record.data}
             usage = spent.get(record.id)
             summary["tokens"] = usage.total_tokens if usage else 0
             summary["cost"] = usage.cost if usage else None
@@ -78,17 +117,32 @@ def list_(
     from rich.table import Table
 
     table = Table(show_lines=False)
-    for column in ("id", "kind", "name", "status", "tokens", "cost $", "updated (UTC)"):
+    columns = ("id", "kind", "name", "status", "errors", "tokens", "cost $", "updated (UTC)")
+    for column in columns:
         right = column in ("tokens", "cost $")
         table.add_column(column, no_wrap=True, justify="right" if right else "left")
+    table.add_column("input", no_wrap=True, overflow="ellipsis", max_width=40)
     for r in records:
         name = markup(known().text(r.name))
         usage = spent.get(r.id)
         tokens = str(usage.total_tokens) if usage else "0"
         cost = "-" if usage is None or usage.cost is None else f"{usage.cost:.4f}"
         status = shown_status(r.status, r.data)
-        table.add_row(r.id, r.kind, name, status, tokens, cost, utc_time(r.updated_at))
-    rich_console(width=120).print(table)
+        asked = markup(known().text(str(r.data.get("input") or "")))
+        row = (r.id, r.kind, name, status, error_badge(r.data), tokens, cost)
+        table.add_row(*row, utc_time(r.updated_at), asked)
+    rich_console(width=160).print(table)
+
+
+def error_badge(data: dict[str, Any]) -> str:
+    """`2 tool errors · 1 blocked` for a run whose record counts them (`fim.run_summary`),
+    `-` for none, "" for a record that predates the counts."""
+    if "tool_errors" not in data and "hook_blocks" not in data:
+        return ""
+    errors, blocks = int(data.get("tool_errors") or 0), int(data.get("hook_blocks") or 0)
+    parts = [f"{errors} tool error{'' if errors == 1 else 's'}"] if errors else []
+    parts += [f"{blocks} blocked"] if blocks else []
+    return f"[red]{' · '.join(parts)}[/red]" if parts else "-"
 
 
 def shown_status(status: str, data: dict[str, Any]) -> str:

@@ -57,6 +57,7 @@ MODEL_COMMANDS = (
     "serve",
     "worker",
     "mcp serve",
+    "runs rerun",
 )
 """The CLI commands that call models, for which an unset `${VAR}` in a model's settings is
 an error. `fim eval` replaying cassettes too: it checks each recorded endpoint against the

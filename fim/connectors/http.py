@@ -19,20 +19,25 @@ goes only to the connector's own origin).
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Callable
 from typing import Any
 
+from fim.config.header_text import header_problems
 from fim.config.schema import HttpAction, HttpConnector
 from fim.config.schema.connector import base_url_problem
 from fim.connectors.http_fetch import Fetcher, Overdue, Refused
 from fim.connectors.http_observation import observe
 from fim.connectors.http_request import build_request, with_idempotency_key
 from fim.connectors.http_secrets import secrets_of
+from fim.connectors.http_shown import http_facts, origin
 from fim.connectors.http_tool import tool_name
 from fim.masking import Masker, known
 from fim.tools.builtin._body import BodyRefused
 from fim.tools.builtin.web_fetch import Blocked
 from fim.types import ToolResult
+
+log = logging.getLogger("fim.connectors")
 
 
 class HttpConnectorClient:
@@ -45,8 +50,12 @@ class HttpConnectorClient:
         self.decl = decl
         self._snapshot_mask = mask or (lambda text: text)
         self._masker = Masker(secrets_of(decl))
+        self._bad_headers = header_problems(decl)
         self._cutting: tuple[Masker, Masker] | None = None
         self._fetcher = Fetcher(decl)
+        self._refused = False
+        """Whether a 401/403 was logged: once per declaration, so once per connector until
+        its credentials change (a rotated secret makes a new declaration, and client)."""
 
     def mask(self, text: str) -> str:
         """The connector's own credentials (in every encoding), then the snapshot's secrets."""
@@ -75,14 +84,15 @@ class HttpConnectorClient:
         return build_request(action, args)
 
     async def call(self, action_name: str, args: dict[str, Any]) -> ToolResult:
-        # deferred: loading click costs tens of ms
-        import httpx
-
         action = self.decl.actions[action_name]
         label = tool_name(self.name, action_name)
         bad = base_url_problem(self.decl.base_url)
         if bad is not None:  # no request can be sent: said at once, never retried
             return self._misconfigured(label, f"its base_url {self.decl.base_url!r} {bad}")
+        headers = [p for p in self._bad_headers if p[0][0] != "actions" or p[0][1] == action_name]
+        if headers:  # the header named, never the value or its character (a credential)
+            _, header, why = headers[0]
+            return self._misconfigured(label, f"header {header!r}: {why}", "header")
         try:
             request = self.build_request(action, args)
         except ValueError as exc:
@@ -92,6 +102,26 @@ class HttpConnectorClient:
                 is_error=True,
             )
         with_idempotency_key(request, action.method)
+        result = await self._send(label, action, request)
+        sent = self._sent_url(request)  # what was asked, for whoever debugs the call
+        if sent is not None:
+            facts = http_facts(action.method, sent, result.metadata.pop("http_status", None))
+            result.metadata["http"] = {**facts, "url": self.mask(facts["url"])}
+        return result
+
+    def _sent_url(self, request: dict[str, Any]) -> Any:
+        """The URL `request` goes to first (before the credentials are added), or None."""
+        try:
+            return self.client.build_request(**request).url
+        except Exception:  # a request that could not be built was never sent
+            return None
+
+    async def _send(self, label: str, action: HttpAction, request: dict[str, Any]) -> ToolResult:
+        """The observation of sending `request`; its metadata's `http_status` is the
+        response's status (absent: no response came)."""
+        # deferred: loading httpx costs tens of ms
+        import httpx
+
         try:
             fetched = await self._fetcher.fetch(action, request)
         except httpx.TimeoutException:
@@ -112,7 +142,7 @@ class HttpConnectorClient:
         except httpx.TransportError as exc:
             return ToolResult(
                 content=self.mask(
-                    f"Error: {label} could not reach {self.name} "
+                    f"Error: {label} could not reach {self.name} at {self._origin()} "
                     f"({type(exc).__name__}: {exc}). The service may be down."
                 ),
                 is_error=True,
@@ -127,17 +157,34 @@ class HttpConnectorClient:
                 content=self.mask(f"Error: {label}: the service redirected to a bad URL ({exc})."),
                 is_error=True,
             )
+        except UnicodeError:  # its text names a character of a header, a credential's
+            return self._misconfigured(label, "a header is not text HTTP can carry", "header")
+        if fetched.status in (401, 403) and not self._refused:
+            self._refused = True  # the operator's to fix: the model only reads the error
+            log.warning(
+                "connector '%s' answered HTTP %d %s to %s: its credentials were refused "
+                "(a rotated or wrong secret?); fim reads them again at the next reload or "
+                "restart (said once until they change)",
+                self.name, fetched.status, self.mask(fetched.reason), label,
+            )  # fmt: skip
         masker = self._cut_masker()
-        return await observe(self.name, fetched, self.decl.max_response_chars, masker, self.mask)
+        seen = await observe(self.name, fetched, self.decl.max_response_chars, masker, self.mask)
+        seen.metadata["http_status"] = fetched.status
+        return seen
 
-    def _misconfigured(self, label: str, why: str) -> ToolResult:
+    def _origin(self) -> str:
+        """The scheme, host and port the connector's calls go to (`http://127.0.0.1:8081`):
+        an unset `${STATUS_API_URL}` whose default applied shows at once (newcomer-53 #10)."""
+        return self.mask(origin(self.client.base_url))
+
+    def _misconfigured(self, label: str, why: str, what: str = "base_url") -> ToolResult:
         """A call the connector's configuration makes impossible: said as a configuration
         error, not an outage (an empty `base_url` read as "the service may be down")."""
         return ToolResult(
             content=self.mask(
                 f"Error: {label}: connector '{self.name}' is misconfigured: {why}. This is "
                 "a configuration error, not the service being down: do not retry; the "
-                "connector's base_url (or the variable it reads) must be fixed, and `fim "
+                f"connector's {what} (or the variable it reads) must be fixed, and `fim "
                 "validate` shows where."
             ),
             is_error=True,

@@ -11,11 +11,11 @@ inherits these methods (no call layer is added per turn or per call).
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from fim import startup_cost
 from fim.events import (
     Event,
     HookRunner,
@@ -112,6 +112,7 @@ class ToolTurn:
     mask: Callable[[str], str]
     mask_observations: bool
     call_view: ViewFn | None
+    views: dict[str, CallView]
     metadata: dict[str, Any]
     accepts_media: frozenset[str] | None
 
@@ -141,6 +142,8 @@ class ToolTurn:
 
         for call in calls:
             view = self._target(call)
+            if view is not None:
+                self.views[call.id] = view
             real = view is not None and view.name != call.name
             yield ToolCallEvent(
                 run_id=self.run_id,
@@ -212,10 +215,12 @@ class ToolTurn:
     async def _run_tool(
         self, call: ToolCall, queue: EventQueue, media: dict[str, list[Any]]
     ) -> str:
-        t0 = time.perf_counter()
+        t0 = startup_cost.clock()
+        startup = startup_cost.measuring()  # this task's: the one-off loads it waits for
         arguments = call.arguments
 
-        async def emit(content: str, is_error: bool) -> str:
+        async def emit(content: str, is_error: bool, raised: dict[str, Any] | None = None) -> str:
+            at, text = (raised.get("at"), raised.get("traceback")) if raised else (None, None)
             queue.put_nowait(
                 ToolResultEvent(
                     run_id=self.run_id,
@@ -223,7 +228,11 @@ class ToolTurn:
                     name=call.name,
                     content=self.mask(content),
                     is_error=is_error,
-                    duration_ms=(time.perf_counter() - t0) * 1000,
+                    duration_ms=(startup_cost.clock() - t0 - startup[0]) * 1000,
+                    startup_ms=startup[0] * 1000,
+                    at=self.mask(at) if at else None,  # a project's tool raised: where
+                    traceback=self.mask(text) if text else None,
+                    http=_http(raised, self.mask),  # a connector's request (newcomer-53 #10)
                 )
             )
             return content
@@ -300,7 +309,7 @@ class ToolTurn:
         found = result.metadata.get("media")
         if found and isinstance(found, list) and post.modified_result is None:
             media[call.id] = found  # a hook that rewrote the result withholds the media too
-        return await emit(content, result.is_error)
+        return await emit(content, result.is_error, result.metadata)
 
     async def _pre_tool_use(
         self, name: str, view: CallView, metadata: dict[str, Any]
@@ -368,3 +377,12 @@ def masked_args(arguments: dict[str, Any], mask: Callable[[str], str]) -> dict[s
     from fim.masking import mask_strings
 
     return mask_strings(arguments, mask)
+
+
+def _http(metadata: dict[str, Any] | None, mask: Callable[[str], str]) -> dict[str, Any] | None:
+    """The `http` facts an HTTP connector's result carries (`fim.connectors.http_shown`),
+    its URL masked with the run's secrets too."""
+    facts = (metadata or {}).get("http")
+    if not isinstance(facts, dict):
+        return None
+    return {**facts, "url": mask(str(facts.get("url", "")))}

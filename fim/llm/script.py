@@ -22,6 +22,7 @@ from fim.config.schema.script import REGEX_PREFIX, ScriptFile, ScriptStep, Steps
 from fim.config.script_files import read_script
 from fim.errors import ConfigError
 from fim.llm.wire import new_call_id, parse_arguments
+from fim.run.tokens import count_messages
 from fim.schema_check import pattern_matches
 from fim.types import Message, ModelResponse, ToolCall, ToolSpec, Usage
 
@@ -69,11 +70,21 @@ def estimate_tokens(value: str | None) -> int:
     return max(1, len(value) // 4) if value else 0
 
 
-def with_usage(response: ModelResponse, messages: list[Message]) -> ModelResponse:
-    """Fill in crude usage when a scripted response has none."""
+def with_usage(
+    response: ModelResponse,
+    messages: list[Message],
+    tools: list[ToolSpec] | None = None,
+    model: str | None = None,
+) -> ModelResponse:
+    """Fill in usage when a scripted response has none: the prompt counted from the whole
+    request, messages and tool definitions, in the parts `fim show agent --prompt` and
+    budgets count (`count_messages`), so a budget tried offline holds about as it will
+    with a real model (tools were left out: newcomer-53 #14). Estimated at 4 characters a
+    token, as the completion is: loading a tokenizer costs ~0.2 s of CPU a process, which
+    every scripted `fim run` and `fim eval` would pay."""
     if response.usage.total_tokens:
         return response
-    prompt = sum(estimate_tokens(m.content) for m in messages) or 1
+    prompt = count_messages(messages, tools, model, exact=False) or 1
     completion = estimate_tokens(response.message.content) + sum(
         estimate_tokens(json.dumps(c.arguments) if c.arguments else c.raw_arguments)
         + estimate_tokens(c.name)

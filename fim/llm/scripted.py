@@ -62,7 +62,8 @@ class ScriptedModel:
     """A queue of scripted turns standing in for a model (a test double, not a model).
 
     `requests` holds `(messages, tools)` of every call, copied, so a test can assert what
-    the engine sent. Usage is estimated (4 characters a token) so usage events are non-zero.
+    the engine sent. Unless a step gives usage, its prompt tokens are counted from the whole
+    request, tool definitions included (`fim.llm.script.with_usage`).
     """
 
     def __init__(self, steps: Iterable[Step] | Replies = (), name: str = "scripted") -> None:
@@ -104,7 +105,9 @@ class ScriptedModel:
                 hint="add a step to the script, or check why the agent asked the model again",
             )
         step = self._steps.popleft()
-        return self._as_mine(with_usage(resolve_step(step, messages, tools), messages))
+        return self._as_mine(
+            with_usage(resolve_step(step, messages, tools), messages, tools, self.name)
+        )
 
     def _reply(
         self, replies: Replies, messages: list[Message], tools: list[ToolSpec] | None
@@ -132,7 +135,7 @@ class ScriptedModel:
                 hint="add a step to that reply, or check why the agent asked the model again",
             )
         self._served[index] = served + 1
-        return self._as_mine(with_usage(steps[served], messages))
+        return self._as_mine(with_usage(steps[served], messages, tools, self.name))
 
     def _as_mine(self, response: ModelResponse) -> ModelResponse:
         """`response` named after this model; from a project's `scripted:` model, priced at

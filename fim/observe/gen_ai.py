@@ -32,3 +32,30 @@ def chat_head(head: tuple[str, str, str | None, str | None]) -> dict[str, Any]:
     if finish:
         attributes["gen_ai.response.finish_reasons"] = (finish,)  # kept encoded: a tuple
     return attributes
+
+
+def chat_content(spans: Any, fields: dict[str, Any]) -> dict[str, Any]:
+    """`gen_ai.input.messages` and `gen_ai.output.messages` of a chat span, from the request
+    and response records of its `llm_call` event's fields (`fields`); `spans` (the run's
+    `RunSpans`) keeps the run's conversation, rebuilt call after call."""
+    # deferred: loaded only when message content is captured
+    from fim.observe.gen_ai_messages import Conversation
+
+    conversation = getattr(spans, "conversation", None)
+    if conversation is None:
+        conversation = spans.conversation = Conversation(spans.mask)
+    return {
+        "gen_ai.input.messages": conversation.input(fields["request"]),
+        "gen_ai.output.messages": conversation.output(fields["response"] or {}),
+    }
+
+
+def tool_http(http: dict[str, Any] | None, mask: Any) -> dict[str, Any]:
+    """The attributes an `execute_tool` span of an HTTP connector's call gets from its
+    event's `http` (newcomer-53 #10): OpenTelemetry's HTTP client attributes, the URL
+    masked (no client span exists: fim's connector client is not instrumented)."""
+    if not http:
+        return {}
+    found = {"http.request.method": str(http.get("method", ""))}
+    found["url.full"] = mask(str(http.get("url", "")))
+    return found | ({"http.response.status_code": http["status"]} if http.get("status") else {})

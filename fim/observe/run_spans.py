@@ -22,10 +22,11 @@ from opentelemetry.trace import SpanContext, SpanKind
 
 from fim.events import Event, Token
 from fim.observe.context import current_call, current_node
-from fim.observe.gen_ai import chat_head, provider_of
+from fim.observe.gen_ai import chat_content, chat_head, provider_of, tool_http
 from fim.observe.scope import trace_scope
 from fim.observe.sdk import DIRECT_ATTRIBUTES, ChildSpan, OpenSpan, Sink
 from fim.observe.span_writers import writers
+from fim.project_frames import exception_attributes
 
 log = logging.getLogger("fim.observe")
 
@@ -205,7 +206,7 @@ class RunSpans:
                 fields["finish_reason"])  # fmt: skip
         cost = usage["cost"]
         attributes: dict[str, Any] | bytes
-        if self.direct:  # what recurs serialized once (`Sink.direct`), the counts each time
+        if self.direct and not (self.capture and fields["request"]):  # `Sink.direct`: bytes
             number = self.number
             attributes = (
                 self.found.kept_block(head, chat_head)
@@ -223,6 +224,8 @@ class RunSpans:
             }
             if cost is not None:
                 attributes["fim.cost_usd"] = cost
+            if self.capture and fields["request"]:  # what was sent and answered (newcomer-53 #2)
+                attributes.update(chat_content(self, fields))
         ts = fields["ts"]
         self.child(
             f"chat {request_model}",
@@ -269,20 +272,24 @@ class RunSpans:
         if e.reason:
             attributes["fim.hook.reason"] = self.mask(e.reason)
         target.add_event("fim.hook", attributes, _ns(e.ts))
+        if e.traceback:  # a Python hook raised: the project's frames (newcomer-53 #1)
+            target.add_event("exception", exception_attributes(self.mask(e.traceback)), _ns(e.ts))
         if e.decision == "block":
             target.attributes["fim.tool.blocked"] = True
             target.error(f"blocked by hook {e.hook}")
 
     def _on_tool_result(self, e: Any) -> None:
-        opened = self.tools.pop(e.call_id, None)
-        if opened is None:
+        if (opened := self.tools.pop(e.call_id, None)) is None:
             return
         span = opened[0]
+        span.attributes.update(tool_http(e.http, self.mask))  # a connector's HTTP request
         if self.capture:
             span.attributes["gen_ai.tool.call.result"] = self.mask(e.content)
         if e.is_error:
             span.attributes["error.type"] = "tool_error"
             span.error(self.mask(e.content)[:200])
+        if e.traceback:  # a project's tool raised: OpenTelemetry's `record_exception` event
+            span.add_event("exception", exception_attributes(self.mask(e.traceback)), _ns(e.ts))
         self._end(span, _ns(e.ts))
 
     def _on_error(self, e: Any) -> None:

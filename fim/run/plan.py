@@ -31,6 +31,7 @@ from fim.hooks.stacked import Stacked
 from fim.llm import catalog, fast_model, make_model
 from fim.masking import known
 from fim.run.assembly import assemble, meta_tools
+from fim.run.capture import capture_content
 from fim.run.context import ContextGuard, guard_for
 from fim.run.limits import run_budgets
 from fim.run.metering import metered
@@ -192,7 +193,7 @@ async def build_plan(
         model = make_model(snapshot.model_settings(agent.model), snapshot.root)
     if overrides is not None and overrides.wraps_model():
         model = OverriddenModel(model, overrides)
-    ctx.spend = start_spend(agent, run_budgets(snapshot, agent), snapshot.project.max_runs)
+    ctx.spend = start_spend(agent, run_budgets(snapshot, agent), snapshot.project.max_runs, ctx)
     model = metered(model, snapshot, agent, ctx.services, ctx.session, ctx.spend, run_id=ctx.run_id)
     contract = (overrides.output if overrides else None) or output_contract(
         snapshot, agent.output_schema
@@ -285,8 +286,10 @@ def build_engine(plan: RunPlan) -> ReactEngine | DagEngine:
         metadata=dict(plan.metadata),
         on_turn=_chain(plan.on_turn),
         transcript=plan.ctx.transcript,
+        views=plan.ctx.views,
         finalizer=plan.contract,
         client_tools=plan.client_tools,
+        capture=capture_content(snapshot.project, plan.ctx.services),
     )
     if plan.engine == "dag":
         return DagEngine(base=react, max_replans=plan.max_replans)

@@ -66,10 +66,12 @@ async def serve(
     shutdown_timeout: float | None = None,
     trusted_proxies: list[str] | None = None,
     root_path: str | None = None,
+    warn: Callable[[Any], object] | None = None,
 ) -> None:
     """Compile, serve, watch; on SIGTERM/SIGINT stop accepting, let runs finish (bounded:
     `shutdown_timeout`, else `server.shutdown_timeout`), stop MCP servers and return.
-    `trusted_proxies` and `root_path` override fim.yaml's `server.*` like the bound."""
+    `trusted_proxies` and `root_path` override fim.yaml's `server.*` like the bound.
+    `warn` is shown the first snapshot of `git` (`fim serve`'s start-up warnings)."""
     # deferred: loading click costs tens of ms
     import uvicorn
 
@@ -91,6 +93,8 @@ async def serve(
 
         snapshot = await asyncio.to_thread(initial_snapshot, git)
         root = git.root
+        if warn is not None:
+            warn(snapshot)
     else:
         snapshot = await asyncio.to_thread(compile_project, root)
     build_validators()
@@ -114,6 +118,7 @@ async def serve(
     app = create_app(holder, services)
     settings = snapshot.project.server
     host, port, sock = listen_on(settings, host, port)
+    services.local = is_loopback(host)  # another address: runs keep no content (fim.run.capture)
     holder.gates.append(reload_gate(host, port))  # the same rule for every reload
     bound, proxies, prefix = deploy_options(settings, shutdown_timeout, trusted_proxies, root_path)
     config = uvicorn.Config(
@@ -135,7 +140,7 @@ async def serve(
     # deferred: loading fim.masking costs tens of ms
     from fim.observe.logs import announce
 
-    line, fields = banner_fields(snapshot, host, sock.getsockname()[1], reload)
+    line, fields = banner_fields(snapshot, host, sock.getsockname()[1], reload, git)
     announce(line, **fields)
     stop = asyncio.Event()
     watcher = (
@@ -178,7 +183,12 @@ def settle_heap() -> None:
     """For a long-running server, once everything is loaded: what is loaded now (modules,
     the snapshot) lives as long as the process, so it leaves the cyclic collector's
     generations (full collections stay short under load), and young collections run
-    after GC_YOUNG_THRESHOLD allocations instead of 700."""
+    after GC_YOUNG_THRESHOLD allocations instead of 700. The JSON Schema validator a tool
+    call's arguments may need is loaded first: no served call waits for it (newcomer-53 #13)."""
+    # deferred: the tools' registry is a run's; the server has loaded it by now
+    from fim.tools.registry import warm_up
+
+    warm_up()
     gc.collect()
     gc.freeze()
     _, older, oldest = gc.get_threshold()
@@ -189,7 +199,7 @@ async def _git_poll(git: GitSource, holder: Any, interval: float, stop: asyncio.
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.build.gitops import poll
 
-    await poll(git, holder, interval=interval, stop=stop)
+    await poll(git, holder, interval=interval, stop=stop, on_hangup=True)  # SIGHUP: fetch now
 
 
 HEAD_LIMIT = "fim.server.head_limit:BoundedHead"
@@ -205,6 +215,17 @@ def listen_on(settings: Any, host: str | None, port: int | None) -> tuple[str, i
     refuse_open(settings, host)
     sock = bind(host, settings.port if port is None else port)
     return host, sock.getsockname()[1], sock
+
+
+def served(root: Path, state_url: str, host: str) -> Any:
+    """The `Services` of the runs a server on `host` serves: another address than loopback
+    is reached by others, so their runs keep no model call content unless fim.yaml asks
+    (`fim.run.capture`)."""
+    # deferred: as in `serve`, loaded with the app
+    from fim.capabilities import CAPABILITIES
+    from fim.run.services import Services
+
+    return Services(root=root, state_url=state_url, providers=CAPABILITIES, local=is_loopback(host))
 
 
 def refuse_open(settings: Any, host: str) -> None:
@@ -235,15 +256,19 @@ def banner(snapshot: Any, host: str, port: int, reload: bool) -> str:
     return banner_fields(snapshot, host, port, reload)[0]
 
 
-def banner_fields(snapshot: Any, host: str, port: int, reload: bool) -> tuple[str, dict[str, Any]]:
+def banner_fields(
+    snapshot: Any, host: str, port: int, reload: bool, git: GitSource | None = None
+) -> tuple[str, dict[str, Any]]:
     """The start-up line and its fields (`project`, `url`, `auth`, ...), which a JSON log
-    writes as a record of their own (`fim.observe.logs.announce`)."""
+    writes as a record of their own (`fim.observe.logs.announce`); the `commit` served
+    (a git checkout's HEAD without `git`), with `git` its `ref` and `source` (credentials
+    masked): which commit is live, from the first line (newcomer-52 #8)."""
     shown = f"[{host}]" if ":" in host else host
     agents, workflows = len(snapshot.agents), len(snapshot.workflows)
-    # deferred: the server's HTTP helpers, loaded with the app anyway
+    # deferred: the HTTP helpers, the store's URL rules, fim's version (loaded with the
+    # server anyway) and the checkout's HEAD (a file read)
+    from fim.observe.vcs import served_commit
     from fim.server.http import server_keys
-
-    # deferred: the store's URL rules and fim's version, loaded with the server anyway
     from fim.store.engine import Database
     from fim.version import fim_version
 
@@ -258,6 +283,9 @@ def banner_fields(snapshot: Any, host: str, port: int, reload: bool) -> tuple[st
         f"(OpenAI-compatible: /v1) · reload {'on' if reload else 'off'} · auth {keys}"
         f" · store {store} · fim {fim_version()}"
     )
+    commit, where = served_commit(snapshot), {"ref": git.ref, "source": git.shown} if git else {}
+    served = ({"commit": commit} if commit else {}) | where
+    line += "".join(f" · {key} {value}" for key, value in served.items())
     fields = {
         "project": snapshot.project.name,
         "url": url,
@@ -267,6 +295,7 @@ def banner_fields(snapshot: Any, host: str, port: int, reload: bool) -> tuple[st
         "auth": auth,
         "store": store,
         "fim_version": fim_version(),
+        **served,
     }
     return line, fields
 

@@ -48,6 +48,9 @@ def status_handlers(api: Api) -> dict[str, Any]:
         body: dict[str, Any] = {"ok": ok, "snapshot": api.holder.current.version}
         if not ok:  # anyone may ask: why in general; an operator's GET /v1/status says more
             body["reason"] = "the state store does not answer (see GET /v1/status, the log)"
+        elif not api.holder.current.root.is_dir():  # its files are gone (git-sync removed
+            ok, body["ok"] = False, False  # the revision): its runs would fail
+            body["reason"] = "the served project's files are gone (see GET /v1/status, the log)"
         return JSONResponse(body, status_code=200 if ok else 503)
 
     async def status(request: Request) -> Response:
@@ -92,25 +95,11 @@ def run_handlers(api: Api) -> dict[str, Any]:
             return error(404, f"unknown agent '{name}'", f"agents: {', '.join(snap.agents)}")
         if (refused := not_configured(snap, name)) is not None:
             return refused
-        owner = session_owner(request)
         try:
             body = await read_body(request, RunBody)
-            history, session = await _conversation(api, body, owner)
         except BodyError as exc:
             return exc.response()
-        except UnknownSession as exc:
-            return error(404, exc.message)
-        if body.background:  # 202 at once; fim.server.background runs or queues it
-            # deferred: the queue (procrastinate) loads only for background runs
-            from fim.server.background import start_agent_run
-
-            return await start_agent_run(api, name, history, session, owner)
-        run_id = uuid.uuid4().hex[:12]
-        if body.stream:  # cut by a stopping server: a last `error` event (`until_stop`)
-            return sse(
-                until_stop(api, run_id, _sse_run(api, name, history, (session, owner), run_id))
-            )
-        return await _json_run(api, request, name, history, (session, owner), run_id)
+        return await start_run(api, request, name, body)
 
     async def list_runs(request: Request) -> Response:
         # deferred: loading fim.store costs a few ms
@@ -122,11 +111,40 @@ def run_handlers(api: Api) -> dict[str, Any]:
         kind = "agent" if query.agent is not None else query.kind
         owner = run_scope(request)  # a keyed caller: its own runs
         records = await get_store(api.services).list_runs(
-            kind=kind, limit=query.limit, owner=owner, status=query.status, name=query.agent
+            kind=kind,
+            limit=query.limit,
+            owner=owner,
+            status=query.status,
+            name=query.agent,
+            has_errors=query.has_errors,
+            snapshot=query.snapshot,
         )
         return JSONResponse({"runs": [_summary(r) for r in records]})
 
     return {"create_run": create_run, "list_runs": list_runs}
+
+
+async def start_run(api: Api, request: Request, name: str, body: RunBody) -> Response:
+    """Run agent `name` (known, its model configured) as `body` asks, for the caller of
+    `request`: streamed, to its end, or in the background. `POST /v1/agents/{name}/runs`
+    and `POST /v1/runs/{id}/rerun` (`fim.server.rerun_routes`) alike."""
+    owner = session_owner(request)
+    try:
+        history, session = await _conversation(api, body, owner)
+    except BodyError as exc:
+        return exc.response()
+    except UnknownSession as exc:
+        return error(404, exc.message)
+    if body.background:  # 202 at once; fim.server.background runs or queues it
+        # deferred: the queue (procrastinate) loads only for background runs
+        from fim.server.background import start_agent_run
+
+        return await start_agent_run(api, name, history, session, owner)
+    run_id = uuid.uuid4().hex[:12]
+    if body.stream:  # cut by a stopping server: a last `error` event (`until_stop`)
+        run = _sse_run(api, name, history, (session, owner), run_id)
+        return sse(until_stop(api, run_id, run), refusable=True)  # refused before it: a 503
+    return await _json_run(api, request, name, history, (session, owner), run_id)
 
 
 NO_RETRY = {"x-should-retry": "false"}
@@ -220,11 +238,17 @@ async def _json_run(
     )
 
 
+SUMMARY_FIELDS = ("tool_errors", "hook_blocks", "input")
+"""What a listed run keeps of its record's data (`fim.run_summary`): a run that ended
+before they were recorded has none of them."""
+
+
 def _summary(record: Any) -> dict[str, Any]:
-    """A run without its trace, for listings."""
+    """A run without its trace, for listings: its tool errors, hook blocks and the first
+    line of its input when its record has them (newcomer-53 #7)."""
     data = _record_dict(record)
-    data.pop("data", None)
-    return data
+    state = data.pop("data", None) or {}
+    return data | {key: state[key] for key in SUMMARY_FIELDS if key in state}
 
 
 def _record_dict(record: Any) -> dict[str, Any]:

@@ -22,9 +22,14 @@ from starlette.responses import Response
 
 from fim.build.reload import SnapshotHolder
 from fim.errors import FimError
-from fim.events import Event, Notice, RunFinished
+from fim.events import ErrorEvent, Event, Notice, RunFinished
+from fim.masking import known
+from fim.observe.vcs import served_commit
+from fim.project_frames import raised_line
 from fim.run.services import Services
 from fim.run.sessions import session_key
+from fim.run_summary import run_summary
+from fim.server import refusals
 from fim.server.http import cancel_on_disconnect, error, session_owner
 from fim.server.limits import KeyLimiter
 from fim.server.sessions import find_session
@@ -161,9 +166,21 @@ class Api:
                     kept.append(dumped)
                 if event.type == "error":
                     problem = f"{event.kind}: {event.message}"
+                elif (raised := raised_line(event)) is not None:  # project code raised
+                    log.warning("run %s of agent '%s': %s", run_id, agent, raised)
                 if isinstance(event, RunFinished):
                     final = event
                 yield event
+        except FimError as exc:  # refused (a skill that failed to load) or failed on purpose
+            if not problem:  # its reason on the run, as its client heard it (newcomer-53 #4)
+                refusal = ErrorEvent(
+                    run_id=run_id, message=known().text(str(exc)), kind=_kind(kept)
+                )
+                problem = f"{refusal.kind}: {refusal.message}"
+                dumped = refusal.model_dump(mode="json")
+                live.add(dumped)
+                kept.append(dumped)
+            raise
         except Exception:
             problem = problem or "the run ended in an internal error (see the server log)"
             raise
@@ -181,7 +198,8 @@ class Api:
             # `notifications/cancelled` or a stdio client gone cancel through an anyio
             # scope, which cancels every await of this `finally` again; unshielded, the
             # run kept its events but never got its record (attack-33 #1)
-            await shielded(self._close(live, run_id, agent, status, final, kept))
+            ended = (status, final, kept, session, served_by(snapshot))
+            await shielded(self._close(live, run_id, agent, *ended))
 
     async def _close(
         self,
@@ -191,11 +209,16 @@ class Api:
         status: str,
         final: RunFinished | None,
         kept: list[dict[str, Any]],
+        session: str | None = None,
+        served: dict[str, str] | None = None,
     ) -> None:
-        """The run's event log flushed, then its record written (one shielded task)."""
+        """The run's event log flushed, then its record written (one shielded task);
+        `served`: the snapshot (and commit) it ran on, as a background run's record says."""
         await live.close()
         # the record holds the events only if the log lost some (a failed write)
-        await self._persist(run_id, agent, status, final, kept if live.failed else None)
+        events = kept if live.failed else None
+        summary = run_summary(kept) | (served or {})
+        await self._persist(run_id, agent, status, final, events, session, summary)
 
     async def _persist(
         self,
@@ -204,6 +227,8 @@ class Api:
         status: str,
         final: RunFinished | None,
         events: list[dict[str, Any]] | None,
+        session: str | None = None,
+        summary: dict[str, Any] | None = None,
     ) -> None:
         try:
             # deferred: optional dependency, absent in some installs
@@ -217,7 +242,11 @@ class Api:
                 status,
                 {"output": final.output if final else None}
                 | ({"events_in_log": True} if events is None else {"events": events})
-                | ({"error": SERVER_STOPPED} if status == "cancelled" and self.stopping else {}),
+                | ({"error": SERVER_STOPPED} if status == "cancelled" and self.stopping else {})
+                # the conversation it was a turn of, as its caller named it (the dev page
+                # shows it and opens it in the Chat: newcomer-53 #16)
+                | ({"session_id": session} if session else {})
+                | (summary or {}),  # tool errors, hook blocks, input (newcomer-53 #7)
             )
         except Exception:  # persistence must never fail a run that succeeded
             logging.getLogger("fim.server").exception("could not persist run %s", run_id)
@@ -263,8 +292,8 @@ class Api:
 
         try:
             final = await cancel_on_disconnect(request, consume())
-        except FimError as exc:
-            return error(500, str(exc))
+        except FimError as exc:  # refused before it started: the server's configuration
+            return refusals.refusal(exc) if refusals.refused(trace) else error(500, str(exc))
         except asyncio.CancelledError:  # the stopping server cut the request: say so
             if not self.stopping:
                 raise
@@ -274,6 +303,20 @@ class Api:
                 return shutting_down(run_id, called_tools(trace))
             return error(499, "client disconnected; run cancelled")
         return final, trace
+
+
+def served_by(snapshot: Any) -> dict[str, str]:
+    """What a run's record says of the snapshot it ran on: `snapshot` (its version) and,
+    from a git checkout, `commit`, so `GET /v1/runs?snapshot=` finds a rollout's runs
+    (newcomer-52 #8)."""
+    commit = served_commit(snapshot)
+    return {"snapshot": snapshot.version} | ({"commit": commit} if commit else {})
+
+
+def _kind(kept: list[dict[str, Any]]) -> str:
+    """An error raised before the run's first event refused the run (`refused`: a skill
+    that failed to load, a key problem, an unknown model role); after it, the run failed."""
+    return "run_error" if kept else "refused"
 
 
 def waiting_on(event: Event) -> str | None:

@@ -182,6 +182,30 @@ class RunBody(_Body):
         return self
 
 
+class RerunBody(_Body):
+    """POST /v1/runs/{run_id}/rerun (the body may be left out: every field has a default)."""
+
+    session_id: str | None = Field(
+        default=None,
+        max_length=200,
+        description="Run it as a turn of this session; default: no session, whatever "
+        "session the run was a turn of",
+    )
+    stream: bool = False
+    background: bool = False
+
+    @field_validator("session_id")
+    @classmethod
+    def _storable_session(cls, value: str | None) -> str | None:
+        return no_nul(value)
+
+    @model_validator(mode="after")
+    def _one_way(self) -> RerunBody:
+        if self.stream and self.background:
+            raise ValueError("'stream' and 'background' exclude each other (poll the run)")
+        return self
+
+
 class WorkflowRunBody(_Body):
     """POST /v1/workflows/{name}/runs."""
 

@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.staticfiles import StaticFiles
 
+from fim.build.reload_health import unavailable_agents
 from fim.errors import FimError
 from fim.masking import known
 from fim.server.bodies import BodyError, EvalRunBody, read_body
@@ -80,11 +81,22 @@ def status_payload(api: Api, owner: str | None = None) -> dict[str, Any]:
         "pid": os.getpid(),  # which worker of `fim serve --workers N` answered
         "fim_version": fim_version(),  # during a rolling upgrade: which pods are new
         "last_reload_error": failed,
+        "unavailable": _unavailable(h.current, owner),
         "store": store,
     }
 
 
+def _unavailable(snapshot: Any, owner: str | None) -> list[dict[str, Any]]:
+    """The agents of the snapshot that cannot run, with why (newcomer-53 #5); a tenant
+    hears which, not the project's files that say why (as for a failed reload)."""
+    found = unavailable_agents(snapshot)
+    if owner is not None:
+        return [{"agent": u.agent, "reason": _UNAVAILABLE_FOR_TENANTS} for u in found]
+    return [snapshot.masker.value(u.as_dict()) for u in found]
+
+
 _FAILED_FOR_TENANTS = "the project's last change failed to load; an operator key sees why"
+_UNAVAILABLE_FOR_TENANTS = "this agent cannot run on the loaded project; an operator key sees why"
 
 
 def _page(name: str) -> Response:

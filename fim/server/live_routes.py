@@ -23,6 +23,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from fim.masking import StreamMasker, known
+from fim.observe.trace_links import run_trace_link, trace_template
 from fim.server.http import (
     MAX_INT64,
     JSONResponse,
@@ -88,7 +89,8 @@ def live_handlers(api: Api) -> dict[str, Any]:
         except Busy as exc:
             return exc.response()
         try:
-            answer = await _record(store, run_id, run_scope(request))
+            template = trace_template(api.holder.current.project)
+            answer = await _record(store, run_id, run_scope(request), template)
         except BaseException:
             slot.release()
             raise
@@ -148,8 +150,11 @@ def live_handlers(api: Api) -> dict[str, Any]:
     return {"get_run": get_run, "run_events": run_events, "cancel_run": cancel_run}
 
 
-async def _record(store: Store, run_id: str, scope: str | None) -> Response:
-    """`GET /v1/runs/{id}`'s answer: the record, its events bounded (`_trace`)."""
+async def _record(
+    store: Store, run_id: str, scope: str | None, template: str | None = None
+) -> Response:
+    """`GET /v1/runs/{id}`'s answer: the record, its events bounded (`_trace`), with the
+    link to its trace when a `template` is set (`fim.observe.trace_links`)."""
     if not await may_read(store, run_id, scope):
         return error(404, f"unknown run '{run_id}'")  # another key's run: not there
     record = await store.get_run(run_id)
@@ -159,7 +164,7 @@ async def _record(store: Store, run_id: str, scope: str | None) -> Response:
         return JSONResponse(
             {
                 "id": run_id, "kind": "agent", "name": first.get("agent", ""),
-                "status": "running", "data": {"events": events},
+                "status": "running", "data": {"events": events} | _linked(template, events),
                 "created_at": first.get("ts", 0.0), "updated_at": first.get("ts", 0.0),
             } | _cut(run_id, cut)
         )  # fmt: skip
@@ -172,7 +177,15 @@ async def _record(store: Store, run_id: str, scope: str | None) -> Response:
         events, cut = await _trace(store, run_id)
         data["data"] = {**data["data"], "events": events}
         data |= _cut(run_id, cut)
+    if isinstance(data.get("data"), dict):
+        data["data"] |= _linked(template, data["data"].get("events") or [])
     return JSONResponse(data)
+
+
+def _linked(template: str | None, events: list[dict[str, Any]]) -> dict[str, Any]:
+    """`trace_url` when the run's trace has a link (`FIM_TRACE_URL`, newcomer-53 #9)."""
+    link = run_trace_link(template, events)
+    return {"trace_url": link} if link else {}
 
 
 async def _trace(store: Store, run_id: str) -> tuple[list[dict[str, Any]], int | None]:

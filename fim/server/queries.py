@@ -74,6 +74,18 @@ class RunsQuery(Query):
     kind: Literal["agent", "workflow"] | None = None
     status: RunState | None = Field(None, description="only runs with this status")
     agent: str | None = Field(None, max_length=200, description="only this agent's runs")
+    has_errors: bool | None = Field(
+        None,
+        description="true: only runs that had a tool error or a hook block (`tool_errors`, "
+        "`hook_blocks`); false: only runs that had neither",
+    )
+    snapshot: str | None = Field(
+        None,
+        min_length=4,
+        max_length=64,
+        description="only runs on this snapshot: its version or git commit, or a prefix of "
+        "either (`/readyz`'s `snapshot`, 12 characters of a commit)",
+    )
 
     @model_validator(mode="after")
     def _agent_runs(self) -> RunsQuery:
@@ -175,6 +187,8 @@ def _wrong(name: str, schema: dict[str, Any], raw: str) -> str:
     got = repr(raw[:40])
     if "enum" in schema:
         return f"{name}: one of {', '.join(schema['enum'])}; got {got}"
+    if schema.get("type") == "boolean":
+        return f"{name}: true or false, got {got}"
     if schema.get("type") == "integer":
         low, high = schema.get("minimum"), schema.get("maximum")
         return f"{name}: a whole number from {low} to {high}, got {got}"

@@ -42,6 +42,17 @@ class ReloadError(_Out):
     text: str = Field(description="the problems as `file:line:col: message` lines")
 
 
+class UnavailableAgent(_Out):
+    """An agent of the loaded snapshot that cannot run (a broken skill it uses, a connector
+    whose `${VAR}` is unset): the snapshot loaded, this agent's runs fail until it is fixed."""
+
+    agent: str
+    reason: str = Field(description="why, with the first problem's `file:line:col`")
+    path: str | None = Field(None, description="the file of that problem (operator keys)")
+    line: int | None = None
+    column: int | None = None
+
+
 class Status(_Out):
     """The loaded snapshot and the last reload error (kept until a reload succeeds)."""
 
@@ -51,6 +62,9 @@ class Status(_Out):
     reloads: int
     active_runs: int
     last_reload_error: ReloadError | None = None
+    unavailable: list[UnavailableAgent] = Field(
+        default_factory=list, description="agents of the loaded snapshot that cannot run"
+    )
     pid: int = Field(0, description="the serving process (one of `fim serve --workers N`)")
     fim_version: str = Field("", description="the fim release this process runs")
 
@@ -150,8 +164,21 @@ class SessionDeleted(_Out):
     deleted: bool
 
 
+class RunSummary(RunRecord):
+    """A listed run: its record without `data`, and what the record's data says about it
+    at a glance once it has ended (`fim.run_summary`; absent on an older record)."""
+
+    tool_errors: int | None = Field(
+        default=None, description="tool results that were errors (a blocked call not counted)"
+    )
+    hook_blocks: int | None = Field(default=None, description="calls a hook blocked")
+    input: str | None = Field(
+        default=None, description="the first line of the run's input, masked, cut at 80"
+    )
+
+
 class RunList(_Out):
-    runs: list[RunRecord]
+    runs: list[RunSummary]
 
 
 class ModelObject(_Out):

@@ -46,7 +46,6 @@ from fim.build.compile import compile_project
 from fim.build.reload import SnapshotHolder, watch
 from fim.build.snapshot import Snapshot
 from fim.build.vet import VET_TIMEOUT_S, fingerprint, vet_in_child
-from fim.capabilities import CAPABILITIES
 from fim.environ import hide_from_children
 from fim.errors import ConfigError, Problem, RunError
 from fim.events import build_validators
@@ -55,7 +54,6 @@ from fim.llm import preload
 from fim.masking.keys import masked_url
 from fim.observe.logs import announce, configure
 from fim.retries import Backoff
-from fim.run.services import Services
 from fim.server import (
     HEAD_LIMIT,
     _on_swap,
@@ -63,6 +61,7 @@ from fim.server import (
     deploy_options,
     listen_on,
     prune_store,
+    served,
     settle_heap,
     uvicorn_loop,
 )
@@ -368,7 +367,7 @@ def worker_app() -> Any:
     build_validators()
     build_hook_validators()
     holder = SnapshotHolder(snapshot)
-    services = Services(root=root, state_url=options["state"], providers=CAPABILITIES)
+    services = served(root, options["state"], options["host"])
     holder.listeners.append(lambda old, new: _on_swap(services, old, new))
     holder.gates += [reload_gate(options["host"], options["port"]), store_kept(options["state"])]
     app = create_app(holder, services)

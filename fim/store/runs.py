@@ -80,18 +80,51 @@ class Runs(Database):
         *,
         status: str | None = None,
         name: str | None = None,
+        has_errors: bool | None = None,
+        snapshot: str | None = None,
     ) -> list[RunRecord]:
         """Newest first, of `kind`, `status` and `name` (the agent's or workflow's) when
-        given; with `owner`, only the runs that caller started (`fim.store.owners`)."""
+        given; with `owner`, only the runs that caller started (`fim.store.owners`); with
+        `has_errors`, only the runs whose record counts (True) or does not count (False) a
+        tool error or a hook block (`fim.run_summary`); with `snapshot`, only the runs
+        whose record names a snapshot version or commit starting with it."""
         runs = table("runs")
         query = runs.select().order_by(runs.c.created_at.desc()).limit(limit)
         for column, value in (("kind", kind), ("status", status), ("name", name)):
             if value is not None:
                 query = query.where(runs.c[column] == value)
+        if has_errors is not None:
+            query = query.where(_erred() if has_errors else ~_erred())
+        if snapshot is not None:
+            query = query.where(_on_snapshot(snapshot))
         if owner is not None:
             query = query.where(runs.c.id.in_(owned_by(owner)))
         rows = await self._read(lambda c: list(c.execute(query).mappings()))
         return [RunRecord(**row) for row in rows]
+
+
+def _on_snapshot(prefix: str) -> Any:
+    """The runs whose record's `snapshot` or `commit` (JSON fields of `data`: a served
+    run's and a background run's, newcomer-52 #8) starts with `prefix`."""
+    # deferred: loading sqlalchemy costs hundreds of ms
+    from sqlalchemy import or_
+
+    data = table("runs").c.data
+    named = [
+        data[key].as_string().startswith(prefix, autoescape=True) for key in ("snapshot", "commit")
+    ]
+    return or_(*named)
+
+
+def _erred() -> Any:
+    """The runs whose record counts a tool error or a hook block (a JSON field of `data`,
+    read alike by SQLite's JSON functions and PostgreSQL's operators)."""
+    # deferred: loading sqlalchemy costs hundreds of ms
+    from sqlalchemy import func
+
+    data = table("runs").c.data
+    counted = [func.coalesce(data[key].as_integer(), 0) for key in ("tool_errors", "hook_blocks")]
+    return counted[0] + counted[1] > 0
 
 
 def run_upsert(dialect_name: str) -> Any:

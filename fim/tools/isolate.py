@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 from fim.environ import hide_initial_environment, not_dumpable
 from fim.locks import share, slots
 from fim.schema_check import MAX_NESTING, nested_deeper, plainly_valid, problems_json
+from fim.startup_cost import one_off
 from fim.types import ToolResult
 
 # Eight workers (~6 MB private memory each): six hostile calls in flight still leave two
@@ -200,7 +201,8 @@ class Workers:
         current = self._pool
         if current is not None and current.active:
             return current
-        return await asyncio.to_thread(self.ensure)
+        with one_off():  # the call that waits reports it as start-up, not its own time
+            return await asyncio.to_thread(self.ensure)
 
     def pids(self) -> list[int]:
         """Process ids of the live workers (for tests and diagnostics)."""
@@ -306,11 +308,11 @@ async def _submit(
     raw: bool,
     workers: Workers,
 ) -> Any:
+    job = (fn, args, kwargs, int(timeout) + 1, memory, raw)
+    pool = await workers.started()  # loads pebble, off the loop, the first time
     # deferred: loading pebble costs a few ms
     from pebble import ProcessExpired
 
-    job = (fn, args, kwargs, int(timeout) + 1, memory, raw)
-    pool = await workers.started()
     try:
         future = pool.schedule(_execute, args=job, timeout=timeout)
     except RuntimeError:  # the pool broke between the check and the call: replace it

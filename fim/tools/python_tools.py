@@ -34,6 +34,7 @@ from __future__ import annotations
 import inspect
 import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -42,10 +43,12 @@ from pydantic_core import to_json
 from fim.build.builtin_names import is_python_tool, tool_name
 from fim.build.project_modules import LoadModule, ModuleLoadError, functions_of, project_module
 from fim.errors import Problem, RunError
+from fim.project_frames import Raised, described
 from fim.stdout_guard import calling
 from fim.threads import own_thread
 from fim.tools.base import FunctionTool
 from fim.tools.docstrings import describe, first_paragraph, parameter_docs
+from fim.tools.registry import failed
 from fim.types import ToolResult
 
 if TYPE_CHECKING:
@@ -68,10 +71,20 @@ class PythonToolError(Exception):
     """A `module:function` entry that cannot become a tool: a problem for `fim validate`,
     a RunError for a run."""
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
-        self.message = message
-        self.hint = hint
+    def __init__(
+        self, message: str, hint: str | None = None, failure: ModuleLoadError | None = None
+    ) -> None:
+        self.message, self.hint, self.failure = message, hint, failure  # failure: the import's
         super().__init__(message + (f" ({hint})" if hint else ""))
+
+
+class _Raised(Exception):
+    """The function raised `exc` in its worker thread; `where`: its trimmed traceback."""
+
+    def __init__(self, exc: Exception, where: Raised | None) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
+        self.where = where
 
 
 class _BadArguments(Exception):
@@ -192,8 +205,9 @@ def _text(result: Any) -> str | ToolResult:
     return to_json(result, fallback=str).decode()
 
 
-def build_tool(fn: Any, ref: str) -> FunctionTool:
-    """The tool of the function `fn` named by `ref` (raises PythonToolError)."""
+def build_tool(fn: Any, ref: str, root: Path | None = None) -> FunctionTool:
+    """The tool of the function `fn` named by `ref` (raises PythonToolError). `root`: the
+    project's, whose frames an exception's traceback keeps (`fim.project_frames`)."""
     if isinstance(fn, type) or not callable(fn):
         raise PythonToolError(
             f"'{ref}' is not a function ({type(fn).__name__})",
@@ -233,7 +247,11 @@ def build_tool(fn: Any, ref: str) -> FunctionTool:
         return {n: getattr(values, f"p{i}") for i, n in enumerate(names)}
 
     def call_sync(arguments: dict[str, Any]) -> Any:
-        return fn(**bind(arguments))
+        values = bind(arguments)
+        try:
+            return fn(**values)
+        except Exception as exc:  # described in this thread, where it was caught: text leaves
+            raise _Raised(exc, described(exc, root)) from None
 
     async def run(**arguments: Any) -> str | ToolResult:
         try:
@@ -245,6 +263,10 @@ def build_tool(fn: Any, ref: str) -> FunctionTool:
                 "arguments and call the tool again.",
                 is_error=True,
             )
+        except _Raised as raised:
+            return failed(name, raised.exc, raised.where)
+        except Exception as exc:  # an async function's (or its awaitable's), on the loop
+            return failed(name, exc, described(exc, root))
         return _text(result)
 
     async def call(arguments: dict[str, Any]) -> Any:
@@ -283,7 +305,7 @@ def resolve(snapshot: Snapshot, ref: str, load_module: LoadModule) -> FunctionTo
         module = project_module(snapshot, module_name, load_module)
     except ModuleLoadError as exc:
         hint = f"; {exc.hint}" if exc.hint else ""
-        raise PythonToolError(f"cannot import '{ref}'", exc.detail + hint) from None
+        raise PythonToolError(f"cannot import '{ref}'", exc.detail + hint, exc) from None
     try:  # a module `__getattr__` or a descriptor runs project code here
         fn = getattr(module, function, None)
     except Exception as exc:
@@ -304,7 +326,7 @@ def resolve(snapshot: Snapshot, ref: str, load_module: LoadModule) -> FunctionTo
     if cached is not None and cached[0] is fn:
         return cached[1]
     try:
-        built = build_tool(fn, ref)
+        built = build_tool(fn, ref, Path(snapshot.root))
     except PythonToolError:
         raise
     except Exception as exc:  # its signature, annotations or docstring run project code
@@ -339,30 +361,29 @@ def load_tools(snapshot: Snapshot, agent: Any, load_module: LoadModule) -> list[
 def check_tools(snapshot: Snapshot, locate: Locate, load_module: LoadModule) -> list[Problem]:
     """Every `module:function` tool of every agent and of every workflow `tool` node
     imported and built once, as problems at the entry in its file (the names were checked
-    before, without importing)."""
+    before, without importing); a module that fails to import is one problem, at its line
+    (`fim.tools.module_failures`)."""
     # deferred: the workflow checks load the config schema, which a hooks module that
     # imports `fim.tools.read_only` need not pay for
     from fim.build.workflow_checks import python_tool_nodes
+    from fim.tools.module_failures import ModuleFailures
 
-    problems: list[Problem] = []
-    for workflow, node_id, ref in python_tool_nodes(snapshot):
+    uses: list[tuple[str, str, tuple[str | int, ...], str, str]] = [
+        ("workflow", w, ("nodes", n, "tool"), ref, "") for w, n, ref in python_tool_nodes(snapshot)
+    ]
+    for agent in snapshot.agents.values():
+        tools = [(i, ref) for i, ref in enumerate(agent.tools) if is_python_tool(ref)]
+        uses += [("agent", agent.name, ("tools", i), ref, "tools: ") for i, ref in tools]
+    failures, problems = ModuleFailures(snapshot.project.paths.hooks), []
+    for kind, name, path, ref, prefix in uses:
         try:
             resolve(snapshot, ref, load_module)
         except PythonToolError as exc:
-            src = locate("workflow", workflow, ("nodes", node_id, "tool"))
-            problems.append(Problem(src.path, src.line, src.column, exc.message, exc.hint))
-    for agent in snapshot.agents.values():
-        for i, ref in enumerate(agent.tools):
-            if not is_python_tool(ref):
-                continue
-            try:
-                resolve(snapshot, ref, load_module)
-            except PythonToolError as exc:
-                src = locate("agent", agent.name, ("tools", i))
-                problems.append(
-                    Problem(src.path, src.line, src.column, f"tools: {exc.message}", exc.hint)
-                )
-    return problems
+            if not failures.add(exc.failure, kind, name, ref):
+                src = locate(kind, name, path)
+                message = prefix + exc.message
+                problems.append(Problem(src.path, src.line, src.column, message, exc.hint))
+    return problems + failures.problems()
 
 
 __all__ = [

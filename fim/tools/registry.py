@@ -23,6 +23,7 @@ from contextvars import ContextVar
 from typing import Any, TypeVar, cast
 
 from fim.masking import clipped, known
+from fim.project_frames import Raised, raised_fields
 from fim.schema_check import (
     MAX_NESTING,
     nested_deeper,
@@ -30,6 +31,7 @@ from fim.schema_check import (
     validator,
     validator_problems,
 )
+from fim.startup_cost import one_off
 from fim.tools import isolate
 from fim.types import NO_SUCH_TOOL, Tool, ToolResult, ToolSpec
 
@@ -221,10 +223,7 @@ class ToolRegistry:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a tool failure is an observation, never a crash
-            return ToolResult(
-                content=f"Error: tool '{name}' failed: {type(exc).__name__}: {exc}",
-                is_error=True,
-            )
+            return failed(name, exc)
         if isinstance(result, ToolResult):
             return _capped(result)
         if not isinstance(result, str):
@@ -241,8 +240,28 @@ class ToolRegistry:
             ]
         checker = self._validators.get(tool.name)
         if checker is None:  # per name too: a tool may build its schema on every access
-            checker = self._validators[tool.name] = validator(tool.parameters)
+            with one_off():  # the validator's load: not the call's own time (newcomer-53 #13)
+                checker = self._validators[tool.name] = validator(tool.parameters)
         return validator_problems(checker, arguments)
+
+
+def warm_up() -> None:
+    """Load what the first call with arguments that are not plainly valid waits for (the
+    JSON Schema validator, a few hundred ms): `fim serve` does at start-up, so no served
+    run's call pays it (newcomer-53 #13). A CLI run does not: its call reports the wait as
+    `startup_ms`, apart from its own time."""
+    validator({"type": "object"})
+
+
+def failed(name: str, exc: BaseException, where: Raised | None = None) -> ToolResult:
+    """The observation of a tool that raised: `Error: tool 'x' failed: KeyError: 2`, all
+    the model reads. `where` (a project's Python tool: its trimmed traceback) goes only into
+    the result's metadata, for the run's `tool_result` event (`fim.project_frames`)."""
+    return ToolResult(
+        content=f"Error: tool '{name}' failed: {type(exc).__name__}: {exc}",
+        is_error=True,
+        metadata=raised_fields(where),
+    )
 
 
 async def _under(when: float | None, armed: list[asyncio.Timeout], call: Awaitable[T]) -> T:

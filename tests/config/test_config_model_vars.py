@@ -65,7 +65,10 @@ FILES = {
     ),
 }
 UNSET = ("LLM_BASE", "LLM_KEY", "LOCAL_BASE", "NODE_KEY", "JUDGE_KEY")
-COMMANDS = "`fim run`, `eval`, `workflow run`, `workflow resume`, `serve`, `worker` and `mcp serve`"
+COMMANDS = (
+    "`fim run`, `eval`, `workflow run`, `workflow resume`, `serve`, `worker`, `mcp serve` "
+    "and `runs rerun`"
+)
 
 
 def project(tmp_path: Path, fim_yaml: str = FIM_YAML, files: dict[str, str] = FILES) -> Path:
@@ -245,11 +248,12 @@ def test_every_command_says_whether_it_calls_models() -> None:
         "serve",
         "worker",
         "mcp serve",
+        "runs rerun",
     }
     assert set(paths) - calling == {
         *("init", "validate", "list", "show", "schema", "graph", "usage", "prune"),
         *("approvals list", "approvals approve", "approvals deny", "connector import"),
-        *("mcp list", "mcp tools", "runs list", "runs show", "runs cancel"),
+        *("mcp list", "mcp tools", "runs list", "runs show", "runs cancel", "runs save-case"),
         *("sessions list", "sessions show", "sessions forget", "store migrate"),
         *("workflow runs", "workflow show"),
     }

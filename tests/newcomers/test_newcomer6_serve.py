@@ -99,9 +99,11 @@ def test_auto_without_its_models_key_is_a_503_the_sdk_does_not_retry_and_nothing
 def test_serve_names_auto_in_its_start_up_warning_about_missing_keys(snapshot: Snapshot) -> None:
     from fim.commands.serve import keyless_agents
 
-    assert keyless_agents(snapshot) == [
-        "warning: agent auto needs OPENAI_API_KEY (unset); their runs fail until it is set "
-        "(or FIM_MODEL=ollama/qwen2.5 for a local model)"
+    assert keyless_agents(snapshot) == [  # the router fim adds, not an agent (newcomer-53 #16)
+        "warning: auto, the router fim serves over your agents (`model: auto` over HTTP, "
+        "`fim run --auto`), runs on models.general (openai/gpt-4o-mini), which needs "
+        "OPENAI_API_KEY (unset): its runs fail until it is set; none of your agents needs it "
+        "(set models.general in fim.yaml to a model you have, or FIM_MODEL=ollama/qwen2.5)"
     ]
 
 

@@ -250,8 +250,10 @@ def test_validate_reports_every_tool_problem_in_one_run(tmp_path: Path) -> None:
         "agents/calc.yaml:5:5: tools: cannot import 'nomodule:f'",
         "agents/calc.yaml:6:5: tools: 'more:bare' has no docstring, and has parameters "
         "without a type annotation: x",
-        "agents/calc.yaml:7:5: tools: cannot import 'broken:f'",
         "agents/calc.yaml:8:5: tools: cannot import 'more:missing'",
+        # a module that fails to import: once, at its line (newcomer-53 #16)
+        "hooks/broken.py:1:1: module broken.py failed to import: ModuleNotFoundError: No "
+        "module named 'not_a_module_anywhere'; the tool broken:f of agent calc cannot load",
     ]
 
 
@@ -292,7 +294,7 @@ def test_validate_imports_each_function_and_checks_its_signature(tmp_path: Path)
         "agents/calc.yaml:8:5: tools: cannot import 'more:missing' (hooks/more.py has no "
         "function 'missing'; functions in it: quiet, star, untyped)"
     )
-    assert found[4].startswith("agents/calc.yaml:9:5: tools: cannot import 'broken:f' (")
+    assert found[4].startswith("hooks/broken.py:1:1: module broken.py failed to import: ")
     assert "ModuleNotFoundError: No module named 'not_a_module_anywhere'" in found[4]
     assert len(found) == 5
 

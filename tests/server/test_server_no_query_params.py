@@ -103,7 +103,9 @@ def test_routes_whose_clients_add_parameters_ignore_them(client: TestClient):
 def test_a_route_with_a_query_model_still_names_what_it_takes(client: TestClient):
     got = client.get("/v1/runs?foo=1")
     assert got.status_code == 400
-    assert got.json()["error"]["hint"].startswith("GET /v1/runs takes agent, kind, limit")
+    assert got.json()["error"]["hint"].startswith(
+        "GET /v1/runs takes agent, has_errors, kind, limit, snapshot, status"
+    )
 
 
 def test_the_development_page_and_its_files_stay_lenient(client: TestClient):

@@ -148,7 +148,7 @@ def test_the_openapi_document_lists_what_each_route_checks(client: TestClient):
         return {p["name"]: p["schema"] for p in listed if p["in"] == "query"}
 
     runs = params("/v1/runs")
-    assert set(runs) == {"limit", "kind", "status", "agent"}
+    assert set(runs) == {"limit", "kind", "status", "agent", "has_errors", "snapshot"}
     assert runs["status"]["enum"] == list(typing.get_args(RunState))
     assert runs["limit"] == {
         "type": "integer",

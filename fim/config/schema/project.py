@@ -6,7 +6,9 @@ import posixpath
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Discriminator, Field, PrivateAttr, Tag, field_validator
+from pydantic_core import PydanticCustomError
 
+from fim import store_url
 from fim.config.schema.base import Strict, empty_list
 from fim.config.schema.server import ServerSettings
 from fim.config.schema.spend import Budget, Price
@@ -231,6 +233,34 @@ class Paths(Strict):
         return list(dict.fromkeys(posixpath.normpath(name) for name in names))
 
 
+class Observability(Strict):
+    """Links from fim to your trace backend (the spans themselves are configured by the
+    standard `OTEL_*` variables)."""
+
+    trace_url: str | None = None
+    """One trace's page in your backend, `{trace_id}` standing for the trace id, e.g.
+    `http://localhost:16686/trace/{trace_id}` (Jaeger): the dev page links each run's trace
+    id to it. The environment variable `FIM_TRACE_URL` wins over it."""
+    capture_content: bool | None = None
+    """Keep what each model call sent and got back (masked, capped) on the run's `llm_call`
+    events, as `fim runs show --json`, `GET /v1/runs/{id}` and the dev page show them.
+    Unset: on for `fim run` and a `fim serve` on loopback (your own machine), off for a
+    server on another address unless `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`
+    is true (`fim.run.capture`)."""
+
+    @field_validator("trace_url")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if "{trace_id}" not in value or not value.lower().startswith(("http://", "https://")):
+            raise ValueError(
+                "trace_url is an http(s) URL with `{trace_id}` where the trace id goes, "
+                "e.g. http://localhost:16686/trace/{trace_id}"
+            )
+        return value
+
+
 class Project(Strict):
     """The project file `fim.yaml` at the root of a fim repository."""
 
@@ -271,7 +301,20 @@ class Project(Strict):
     by the width of the tree at every level."""
     budget: Budget | None = None
     """Spend limit of every run of every agent (an agent's own `budget` applies too)."""
+    observability: Observability = Field(default_factory=Observability)
+    """Links to your trace backend (`trace_url`)."""
     _serve_only_unset: tuple[tuple[str, Problem], ...] = PrivateAttr(default=())
     """`state:`/`server:` and models' settings (fim.yaml's and the declaration files') whose
     `${VAR}` is unset here, as (setting, warning): set by the loader where this command does
     not need them (`fim.config.serving`)."""
+
+    @field_validator("state")
+    @classmethod
+    def _store(cls, value: str) -> str:
+        """A store fim can open (`fim.store_url`, the one reading of the scheme): an unknown
+        one failed only at `fim serve`'s start, with a traceback (attack-59 F5). Empty is
+        left to the loader: an unset `${VAR}` is "" here, and the loader names the variable."""
+        why = store_url.unsupported(value) if value.strip() else None
+        if why is not None:
+            raise PydanticCustomError("store_url", why, {"hint": store_url.HINT})
+        return value

@@ -171,8 +171,15 @@ function setupTabs() {
 let shownSnapshot = null;
 function renderStatus(s) {
   $("#project").textContent = s.project;
-  if (shownSnapshot !== null && shownSnapshot !== s.snapshot) loadCatalogue().catch(() => {});
+  state.unavailable = new Map((s.unavailable || []).map((u) => [u.agent, u.reason]));
+  if (shownSnapshot !== null && shownSnapshot !== s.snapshot) {
+    // a reload: the lists, and the open agent's declaration and prompt, are the new snapshot's
+    loadCatalogue()
+      .then(() => state.agent && showAgent(state.agent, { quiet: true }))
+      .catch(() => {});
+  }
   shownSnapshot = s.snapshot;
+  renderUnavailable();
   const box = $("#reload");
   const version = (s.snapshot || "").slice(0, 12);
   box.textContent = `snapshot ${version} · ${s.reloads} reload${s.reloads === 1 ? "" : "s"} · ${s.active_runs} active run${s.active_runs === 1 ? "" : "s"}`;
@@ -186,6 +193,30 @@ function renderStatus(s) {
       el("strong", {}, "Reload failed: still serving the last good snapshot."),
       el("pre", { id: "reload-error-text" }, err.text),
     );
+  }
+}
+
+/** The yellow banner of agents the loaded snapshot cannot run (a broken skill they use),
+ * and their marks in the Agents list: the reload worked, but these agents fail. */
+function renderUnavailable() {
+  const gone = state.unavailable || new Map();
+  const banner = $("#reload-warning");
+  banner.hidden = !gone.size;
+  banner.replaceChildren();
+  if (gone.size) {
+    const n = gone.size;
+    banner.append(
+      el("strong", {}, `Loaded, but ${n} agent${n === 1 ? "" : "s"} cannot run until fixed:`),
+      el("pre", { id: "reload-warning-text" }, [...gone].map(([a, why]) => `${a}: ${why}`).join("\n")),
+    );
+  }
+  for (const b of document.querySelectorAll("#agent-list [data-agent]")) {
+    const why = gone.get(b.dataset.agent);
+    b.classList.toggle("unavailable", !!why);
+    b.querySelector("small.unavailable")?.remove();
+    if (why) b.append(el("small", { class: "unavailable", title: why }, "⚠ unavailable"));
+    if (why) b.title = why;
+    else b.removeAttribute("title");
   }
 }
 
@@ -218,6 +249,7 @@ async function loadCatalogue() {
       el("li", {}, el("button", { type: "button", "data-workflow": w.name, onclick: () => openWorkflow(w.name) }, w.name, el("small", {}, w.description))),
     ),
   );
+  renderUnavailable();
   const chatAgent = $("#chat-agent");
   const chosen = chatAgent.value;
   chatAgent.replaceChildren(...agents.map((a) => el("option", { value: a.name }, a.name)));
@@ -242,12 +274,22 @@ function hookLabel(h) {
   return [h.event, what, h.matcher && `on ${h.matcher}`].filter(Boolean).join(" · ");
 }
 
-async function showAgent(name) {
+/** The agent's declaration and prompt. `quiet`: redrawn after a reload, without the
+ * "Loading" placeholder, and only if the agent is still the one open. */
+async function showAgent(name, { quiet = false } = {}) {
   for (const b of document.querySelectorAll("[data-agent]")) b.setAttribute("aria-current", String(b.dataset.agent === name));
+  state.agent = name;
   const box = $("#agent-detail");
-  box.replaceChildren(el("p", { class: "muted" }, `Loading ${name}…`));
+  if (!quiet) box.replaceChildren(el("p", { class: "muted" }, `Loading ${name}…`));
   try {
+    const asked = get(`/v1/agents/${encodeURIComponent(name)}/prompt`)
+      .then((r) => r.text)
+      .catch((err) => `The prompt could not be assembled: ${err.message}`);
     const decl = await get(`/v1/agents/${encodeURIComponent(name)}`);
+    const prompt = el("pre", { id: "agent-prompt", tabindex: "0", "aria-label": "Prompt as the model sees it" }, quiet ? await asked : "Loading the prompt…");
+    if (state.agent !== name) return; // another agent was opened meanwhile
+    asked.then((text) => (prompt.textContent = text));
+    const why = (state.unavailable || new Map()).get(name);
     const skills = decl.skills === "all" ? ["every skill"] : asList(decl.skills).map((s) => `skill ${s}`);
     const tools = [
       ...asList(decl.tools),
@@ -259,9 +301,9 @@ async function showAgent(name) {
       ...asList(decl.delegates).map((a) => `agent ${a}`),
     ];
     const chips = (items) => (items.length ? el("ul", { class: "chips" }, items.map((t) => el("li", {}, typeof t === "string" ? t : t.name || json(t)))) : el("span", { class: "muted" }, "none"));
-    const prompt = el("pre", { id: "agent-prompt", tabindex: "0", "aria-label": "Prompt as the model sees it" }, "Loading the prompt…");
     box.replaceChildren(
       el("h2", {}, decl.name),
+      why ? el("div", { class: "unavailable-note", role: "alert" }, el("strong", {}, "Cannot run: "), why) : null,
       el("p", {}, decl.description || ""),
       el(
         "dl",
@@ -275,11 +317,10 @@ async function showAgent(name) {
       el("h3", {}, "Prompt as the model sees it (with token counts)"),
       prompt,
     );
-    get(`/v1/agents/${encodeURIComponent(name)}/prompt`)
-      .then((r) => (prompt.textContent = r.text))
-      .catch((err) => (prompt.textContent = `The prompt could not be assembled: ${err.message}`));
   } catch (err) {
-    box.replaceChildren(el("p", { role: "alert" }, err.message));
+    if (state.agent !== name) return;
+    const gone = err.status === 404 ? `${name} is no longer in the project.` : err.message;
+    box.replaceChildren(el("p", { role: "alert" }, gone));
   }
 }
 
@@ -308,26 +349,34 @@ function approvalButtons(id, after) {
   );
 }
 
+/** Where a project's tool or hook raised and its traceback (`at`, `traceback`), folded. */
+const raisedBlock = (ev) => (ev.traceback || ev.at ? el("details", { class: "traceback" }, el("summary", {}, `traceback${ev.at ? ` · at ${ev.at}` : ""}`), ev.traceback ? el("pre", {}, ev.traceback) : null) : null);
+
 function eventItem(ev, onResume) {
   const head = (kind, ...rest) =>
     el("div", { class: "head" }, el("span", { class: "kind" }, kind), ...rest.filter((r) => r !== "" && r !== null).map((r) => (r instanceof Node ? r : el("span", {}, r))));
-  const item = (cls, ...children) => el("li", { class: `ev-${ev.type} ${cls || ""}`, "data-type": ev.type }, ...children);
+  const item = (cls, ...children) => el("li", { class: `ev-${ev.type} ${cls || ""}`, "data-type": ev.type, "data-call": ev.call_id || null }, ...children);
+  // which call a result or a hook decision is about (parallel calls of one tool look alike)
+  const call = ev.call_id ? el("span", { class: "call mono" }, `id ${ev.call_id}`) : "";
   switch (ev.type) {
     case "run_started":
       return item("", head("run", `${ev.agent} · run ${ev.run_id} · snapshot ${(ev.snapshot_version || "").slice(0, 12)}`));
     case "llm_call": {
       const u = ev.usage || {};
-      return item("", head("model call", `#${ev.iteration} · ${ev.model} · ${u.prompt_tokens} in / ${u.completion_tokens} out tokens${u.cost != null ? ` · ${money(u.cost)}` : ""} · ${ms(ev.duration_ms)}`));
+      // what the call sent (the first call whole, a later one what it added) and got back
+      const sent = ev.request || ev.response ? el("details", { class: "call-content" }, el("summary", {}, "Request / Response"), el("div", {}, ev.request && ev.request.since_call ? `Request (added since call #${ev.request.since_call})` : "Request"), el("pre", { class: "request" }, json(ev.request)), el("div", {}, "Response"), el("pre", { class: "response" }, json(ev.response))) : null;
+      return item("", head("model call", `#${ev.iteration} · ${ev.model} · ${u.prompt_tokens} in / ${u.completion_tokens} out tokens${u.cost != null ? ` · ${money(u.cost)}` : ""} · ${ms(ev.duration_ms)}`), sent);
     }
     case "tool_call":
-      return item("", head("tool call", el("strong", {}, ev.name), `id ${ev.call_id}`), el("pre", {}, json(ev.arguments)));
+      return item("", head("tool call", el("strong", {}, ev.name), call), el("pre", {}, json(ev.arguments)));
     case "tool_result":
-      return item(ev.is_error ? "fail" : "", head(ev.is_error ? "tool error" : "observation", el("strong", {}, ev.name), ms(ev.duration_ms)), el("pre", {}, ev.content));
+      return item(ev.is_error ? "fail" : "", head(ev.is_error ? "tool error" : "observation", el("strong", {}, ev.name), call, ms(ev.duration_ms)), ev.http ? el("div", { class: "http mono" }, `${ev.http.method} ${ev.http.url} → ${ev.http.status ?? "no response"}`) : null, el("pre", {}, ev.content), raisedBlock(ev));
     case "hook":
       return item(
         ev.decision,
-        head("hook", el("strong", {}, ev.hook), ev.point, ev.tool_name ? `on ${ev.tool_name}` : "", el("span", { class: `decision ${ev.decision}` }, DECISION[ev.decision] || ev.decision)),
+        head("hook", el("strong", {}, ev.hook), ev.point, ev.tool_name ? `on ${ev.tool_name}` : "", call, el("span", { class: `decision ${ev.decision}` }, DECISION[ev.decision] || ev.decision)),
         ev.reason ? el("div", {}, ev.reason) : null,
+        raisedBlock(ev),
       );
     case "notice": {
       const data = ev.data || {};
@@ -383,13 +432,17 @@ async function sendChat(e) {
   let answer = null;
   try {
     const res = await post(`/v1/agents/${encodeURIComponent(agent)}/runs`, { input: text, session_id: $("#chat-session").value, stream: true });
+    const answerItem = () => el("li", { class: "ev-assistant", "data-type": "assistant" }, el("div", { class: "head" }, el("span", { class: "kind" }, agent)), el("div", { class: "text" }));
     for await (const { data } of events(res)) {
       if (data.type === "token") {
-        if (!answer) log.append((answer = el("li", { class: "ev-assistant", "data-type": "assistant" }, el("div", { class: "head" }, el("span", { class: "kind" }, agent)), el("div", { class: "text" }))));
+        if (!answer) log.append((answer = answerItem()));
         answer.querySelector(".text").textContent += data.text;
       } else if (data.type === "message") {
-        if (!answer) log.append((answer = el("li", { class: "ev-assistant", "data-type": "assistant" }, el("div", { class: "head" }, el("span", { class: "kind" }, agent)), el("div", { class: "text" }))));
+        if (!answer) answer = answerItem();
         answer.querySelector(".text").textContent = data.content;
+        // the answer goes where its `message` event is in the run, after the model call
+        // that streamed it, as the Runs tab shows the run's events (newcomer-53 #12)
+        log.append(answer);
         answer = null;
       } else {
         if (data.type === "tool_call") answer = null;
@@ -438,6 +491,16 @@ async function openSession() {
   } catch (err) {
     if ($("#chat-session").value === id) showError(log, err); // else: chosen away or forgotten meanwhile
   }
+}
+
+/** The Chat tab on session `id` with `agent` (a run's session, from the Runs tab). */
+async function openChatSession(agent, id) {
+  $("#chat-agent").value = agent;
+  $("#chat-session").value = id;
+  $("#chat-log").replaceChildren();
+  selectTab($("#tab-chat"), false);
+  await loadSessions();
+  await openSession();
 }
 
 async function forgetSession() {
@@ -556,7 +619,9 @@ async function fillFacts(list, runs) {
 async function loadRuns() {
   const list = $("#run-list");
   try {
-    const { runs } = await get("/v1/runs?limit=50");
+    const errors = $("#runs-errors") && $("#runs-errors").checked ? "&has_errors=true" : "";
+    const { runs } = await get(`/v1/runs?limit=50${errors}`);
+    state.runs = runs;
     list.replaceChildren(
       ...(runs.length
         ? runs.map((r) =>
@@ -568,6 +633,9 @@ async function loadRuns() {
                 { type: "button", "data-run": r.id, "data-status": r.status, onclick: () => showRun(r.id) },
                 `${r.name} · `,
                 el("span", { class: FAILED.includes(r.status) ? "failtxt" : "" }, r.status),
+                r.tool_errors ? el("span", { class: "badge", title: "tool errors" }, `${r.tool_errors} tool error${r.tool_errors === 1 ? "" : "s"}`) : null,
+                r.hook_blocks ? el("span", { class: "badge", title: "calls a hook blocked" }, `${r.hook_blocks} blocked`) : null,
+                r.input ? el("small", { class: "run-input" }, r.input) : null,
                 el("small", {}, `${r.kind} ${r.id} · ${new Date(r.updated_at * 1000).toLocaleTimeString()}`),
                 el("small", { class: "facts" }),
               ),
@@ -592,6 +660,49 @@ function copyButton(value, label) {
     }
   });
   return button;
+}
+
+/** An agent run's actions: run it again on the current snapshot, compare it with another
+ * run's events side by side, and the command that saves it as an eval case. */
+function runActions(run) {
+  const again = async (e) => {
+    e.target.disabled = true;
+    try {
+      const done = await post(`/v1/runs/${encodeURIComponent(run.id)}/rerun`, {});
+      await loadRuns();
+      showRun(done.run_id);
+    } catch (err) {
+      await loadRuns(); // a failed run is recorded too: it is the newest in the list
+      e.target.replaceWith(el("span", { role: "alert" }, err.message));
+    }
+  };
+  const others = (state.runs || []).filter((r) => r.id !== run.id && r.kind === "agent");
+  const pick = el("select", { id: "run-compare-with", "aria-label": "Run to compare with" }, others.map((r) => el("option", { value: r.id }, `${r.name} · ${r.id}${r.input ? ` · ${r.input}` : ""}`)));
+  const same = others.find((r) => r.name === run.name);
+  if (same) pick.value = same.id;
+  const compare = async () => {
+    const box = $("#run-compare");
+    try {
+      const [a, b] = await Promise.all([run.id, pick.value].map((id) => get(`/v1/runs/${encodeURIComponent(id)}`)));
+      const side = (r) => el("div", {}, el("h3", {}, `${r.name} · ${r.id} · ${r.status}`), el("ol", { class: "log", "aria-label": `Events of ${r.id}` }, ...((r.data || {}).events || []).map((ev) => eventItem(ev))));
+      box.replaceChildren(side(a), side(b));
+    } catch (err) {
+      box.replaceChildren(el("p", { role: "alert" }, err.message));
+    }
+  };
+  const save = `fim runs save-case ${run.id}`;
+  return el(
+    "div",
+    {},
+    el(
+      "div",
+      { class: "toolbar" },
+      el("button", { type: "button", id: "run-again", onclick: again }, "Run again"),
+      others.length ? [pick, el("button", { type: "button", id: "run-compare-button", onclick: compare }, "Compare with…")] : null,
+    ),
+    el("p", { class: "muted" }, "Save as eval case: ", el("code", { id: "run-save-case" }, save), " ", copyButton(save, "command")),
+    el("div", { id: "run-compare", class: "compare" }),
+  );
 }
 
 async function showRun(id) {
@@ -637,11 +748,12 @@ async function showRun(id) {
           ...(f.duration !== null ? row("duration", duration(f.duration)) : []),
           ...(usage ? row("usage", usage) : []),
           ...(u && (tokens(u) || u.cost) ? row("cost", u.cost === null || u.cost === undefined ? el("span", { class: "muted" }, "unknown (the model has no price)") : money(u.cost)) : []),
-          ...(f.session ? row("session", el("span", { class: "mono" }, String(f.session))) : []),
+          ...(f.session ? row("session", el("span", { class: "mono", id: "run-session" }, String(f.session)), " ", run.kind === "agent" ? el("button", { type: "button", class: "small", id: "run-session-open", onclick: () => openChatSession(run.name, String(f.session)) }, "Open in Chat") : null) : []),
           ...(trace ? row("trace", ...trace) : []),
           ...(f.snapshot ? row("snapshot", el("span", { class: "mono" }, String(f.snapshot).slice(0, 12))) : []),
         ),
         GOING.includes(run.status) ? el("div", { class: "toolbar" }, el("button", { type: "button", id: "run-cancel", onclick: cancel }, "Cancel run")) : null,
+        run.kind === "agent" && f.input !== null && f.input !== undefined ? runActions(run) : null,
         f.input ? el("h3", {}, "Input") : null,
         f.input ? el("pre", { "aria-label": "Input" }, f.input) : null,
         output ? el("h3", {}, "Output") : null,
@@ -889,6 +1001,7 @@ function start() {
   $("#chat-session").value = newSession();
   $("#approvals-refresh").addEventListener("click", loadApprovals);
   $("#runs-refresh").addEventListener("click", loadRuns);
+  $("#runs-errors").addEventListener("change", loadRuns);
   $("#wf-select").addEventListener("change", (e) => openWorkflow(e.target.value, false));
   $("#wf-form").addEventListener("submit", runWorkflow);
   $("#eval-form").addEventListener("submit", runEval);

@@ -34,7 +34,10 @@ class HumanNode(NodeType):
         return await ctx.pause(ctx.render_text(self.prompt), self.timeout)
 
     def check_refs(self, at: NodeChecks) -> None:
-        """A human node names nothing else in the project."""
+        """A human node names nothing else in the project; its `input_schema` must be a
+        JSON Schema (newcomer-53 #3: a hand-written schema is checked where it is written)."""
+        if self.input_schema is not None:
+            at.output_schema(("input_schema",), self.input_schema)
 
     def graph_label(self) -> str:
         return "human approval"

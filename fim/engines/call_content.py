@@ -1,0 +1,152 @@
+"""What one model call sent and got back, as its `llm_call` event keeps it when content
+capture is on (`fim.run.capture` decides; newcomer-53 #2): "why did it call that tool?"
+is answered by the request the model saw.
+
+To stay small, a run's first call keeps the whole request (system prompt, the names of the
+tools offered, the messages, a continued session's history included) and each later call
+only the messages appended since the call before it (`since_call`), plus the tool names
+when they changed; a conversation the context guard rewrote is kept whole again. Every
+string is masked by the run's mask (the one masking policy) before anything is cut, and
+one call's request is kept to `CAP` characters: long strings are cut with a marker, then
+the oldest messages are left out, saying how many.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from fim.engines.tool_turn import masked_args
+from fim.types import Message, ModelResponse, ToolCall, ToolSpec
+
+CAP = 64 * 1024
+"""Characters one call's request (and one response) is kept to."""
+STRING_CAP = CAP // 4
+"""Characters one string of it is kept to (a message, the system prompt, an argument)."""
+MAX_TOOL_NAMES = 200
+"""Tool names listed at most (a request offering more says how many more)."""
+
+
+class CallContent:
+    """The request and response records of one run's model calls, call after call."""
+
+    def __init__(self, mask: Callable[[str], str]) -> None:
+        self.mask = mask
+        self.sent: list[Message] = []
+        """The messages the previous call sent (to keep only what the next one adds)."""
+        self.tools: list[str] | None = None
+        self.call = 0
+        """The number (`iteration`) of the previous call recorded; 0 before the first."""
+
+    def request(
+        self, messages: Sequence[Message], specs: Sequence[ToolSpec], call: int
+    ) -> dict[str, Any]:
+        """The record of the request call number `call` sends."""
+        names = [spec.name for spec in specs]
+        before = self.sent
+        kept = (
+            0 < len(before) <= len(messages)
+            and self.call
+            and all(a is b or a == b for a, b in zip(before, messages, strict=False))
+        )
+        record: dict[str, Any] = {}
+        if kept:
+            record["since_call"] = self.call
+            new = messages[len(before) :]
+            if names != self.tools:
+                record["tools"] = _names(names)
+        else:
+            new = messages
+            if new and new[0].role == "system":
+                record["system"] = self._text(new[0].content or "")
+                new = new[1:]
+            record["tools"] = _names(names)
+        self.sent, self.tools, self.call = list(messages), names, call
+        record["messages"] = [self.message(m) for m in new]
+        return _within(record)
+
+    def response(self, response: ModelResponse) -> dict[str, Any]:
+        """The record of what the model answered."""
+        message = response.message
+        record: dict[str, Any] = {"text": self._text(message.content) if message.content else None}
+        if message.tool_calls:
+            record["tool_calls"] = [self._call(c) for c in message.tool_calls]
+        record["finish_reason"] = response.finish_reason
+        return record
+
+    def message(self, message: Message) -> dict[str, Any]:
+        record: dict[str, Any] = {"role": message.role}
+        if message.content:
+            record["content"] = self._text(message.content)
+        if message.tool_calls:
+            record["tool_calls"] = [self._call(c) for c in message.tool_calls]
+        if message.tool_call_id:
+            record["tool_call_id"] = message.tool_call_id
+        if message.name:
+            record["name"] = message.name
+        if message.images:  # the data itself is not kept: a base64 image is megabytes
+            record["images"] = len(message.images)
+        if message.audio:
+            record["audio"] = len(message.audio)
+        return record
+
+    def _call(self, call: ToolCall) -> dict[str, Any]:
+        arguments: Any = (
+            self._text(call.raw_arguments)
+            if call.raw_arguments is not None
+            else _cut_strings(masked_args(call.arguments, self.mask))
+        )
+        return {"id": call.id, "name": self.mask(call.name), "arguments": arguments}
+
+    def _text(self, text: str) -> str:
+        return _cut(self.mask(text))  # masked whole, then cut: no part of a secret is left
+
+
+def _cut(text: str, limit: int = STRING_CAP) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [cut: {len(text) - limit} more characters]"
+
+
+def _cut_strings(value: Any) -> Any:
+    if isinstance(value, str):
+        return _cut(value)
+    if isinstance(value, dict):
+        return {key: _cut_strings(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_cut_strings(item) for item in value]
+    return value
+
+
+def _names(names: list[str]) -> list[str]:
+    if len(names) <= MAX_TOOL_NAMES:
+        return names
+    return [*names[:MAX_TOOL_NAMES], f"… {len(names) - MAX_TOOL_NAMES} more"]
+
+
+def _within(record: dict[str, Any]) -> dict[str, Any]:
+    """`record` with its oldest messages left out while it is over `CAP` characters (the
+    newest one is always kept: each of its strings is already cut to `STRING_CAP`)."""
+    messages = record["messages"]
+    size = _size(record)
+    dropped = 0
+    while size > CAP and len(messages) > 1:
+        size -= _size(messages.pop(0))
+        dropped += 1
+    if dropped:
+        record["cut"] = f"{dropped} earlier message(s) left out: a request is kept to 64 KiB"
+    return record
+
+
+def _size(value: Any) -> int:
+    """About the characters `value` takes as JSON (strings counted, structure estimated)."""
+    if isinstance(value, str):
+        return len(value) + 2
+    if isinstance(value, dict):
+        return sum(len(str(key)) + 4 + _size(item) for key, item in value.items()) + 2
+    if isinstance(value, list):
+        return sum(_size(item) + 1 for item in value) + 2
+    return len(str(value))
+
+
+__all__ = ["CAP", "CallContent"]
