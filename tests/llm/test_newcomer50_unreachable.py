@@ -46,6 +46,7 @@ def litellm_dns_failure(kind: str, provider: str, host: str) -> Exception:
     return exc
 
 
+@pytest.mark.litellm
 @pytest.mark.parametrize(
     ("model", "kind", "host"),
     [
@@ -76,6 +77,7 @@ async def test_a_dns_failure_through_litellm_names_the_host_not_http_500(
     assert "check the network, DNS and proxy" in (caught.value.hint or "")
 
 
+@pytest.mark.litellm
 async def test_a_real_http_500_from_litellm_is_still_one() -> None:
     litellm = import_litellm()
     error = litellm.InternalServerError(message="overloaded", llm_provider="anthropic", model="m")

@@ -52,13 +52,15 @@ def test_a_replaced_worker_keeps_the_store_the_fleet_uses(tmp_path: Path, pg_dat
         fim_yaml = root / "fim.yaml"
         fim_yaml.write_text(fim_yaml.read_text().replace(started, edited))
         until(
-            lambda: all(w["snapshot"] != before[p]["snapshot"] for p, w in statuses(url).items()),
+            lambda: all(
+                w["snapshot"] != before[p]["snapshot"] for p, w in statuses(url, want=2).items()
+            ),
             "both workers reloaded the edit",
             log,
         )
         gone = sorted(before)[0]
         os.kill(gone, signal.SIGKILL)  # a crash: uvicorn starts another on the edited disk
-        until(lambda: gone not in (s := statuses(url)) and len(s) == 2, "a new worker", log)
+        until(lambda: gone not in (s := statuses(url, want=2)) and len(s) == 2, "a new worker", log)
         for _ in range(3):
             made = httpx.post(f"{url}/v1/agents/a/runs", json={"input": "hi"}, headers=auth)
             run = made.json()["run_id"]
