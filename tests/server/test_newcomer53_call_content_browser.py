@@ -1,89 +1,33 @@
 """Newcomer 53 #2 on the development page, in a real browser (headless Chromium driven by
-Playwright, the harness of tests/server/test_devpage_browser.py) against `fim serve` on
-loopback: under each MODEL CALL box of a chat, a collapsed "Request / Response" shows what
-that call sent (the first call: system prompt, tools, the user's message; the second: the
-tool call and its result, masked) and what the model answered.
+Playwright, tests/server/devpage_harness.py) against `fim serve` on loopback: under each
+MODEL CALL box of a chat, a collapsed "Request / Response" shows what that call sent (the
+first call: system prompt, tools, the user's message; the second: the tool call and its
+result, masked) and what the model answered.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from fim.testing.server import wait_announced
 from tests.engines.test_newcomer53_call_content import SECRET, project
-
-CHROMIUM = os.environ.get("FIM_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"]
-ARTIFACTS = Path(__file__).parents[1] / "artifacts" / "devpage"
-WAIT_MS = 20_000
-
-playwright = pytest.importorskip(
-    "playwright.sync_api", reason="playwright is not installed (pip install playwright)"
-)
-if not (Path(CHROMIUM).exists() or shutil.which("chromium")):
-    pytest.skip(f"no Chromium at {CHROMIUM}", allow_module_level=True)
+from tests.server.devpage_harness import ARTIFACTS, page_at, playwright, served
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`fim serve` on 127.0.0.1 (capture on by default), in its own process."""
     root = project(tmp_path_factory.mktemp("n53content"))
-    log = tmp_path_factory.mktemp("n53content-serve") / "serve.log"  # outside the project
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "SHOP_TOKEN": SECRET}
-    env.pop("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", None)
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "fim.cli", "serve", "--port", "0", "-p", str(root)],
-            cwd=root,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + 60
-    try:
-        url = f"http://127.0.0.1:{wait_announced(process, log, deadline)}"
-        while httpx.get(f"{url}/healthz", timeout=2).status_code != 200:
-            time.sleep(0.1)
-    except (RuntimeError, httpx.TransportError) as failed:
-        process.kill()
-        process.wait()
-        pytest.fail(f"fim serve did not start: {failed}\n{log.read_text(errors='replace')}")
-    try:
+    log = tmp_path_factory.mktemp("n53content-serve") / "serve.log"
+    with served(root, log, {"SHOP_TOKEN": SECRET}) as url:
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 def test_each_model_call_shows_its_request_and_response(server: str) -> None:
-    expect = playwright.expect
-    expect.set_options(timeout=WAIT_MS)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    errors: list[str] = []
-    with playwright.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
-            page.set_default_timeout(WAIT_MS)
-            page.goto(server + "/")
-            page.wait_for_selector("body[data-ready=true]")
-            chat_and_open_the_calls(page)
-        finally:
-            browser.close()
+    with page_at(server) as (page, errors):
+        chat_and_open_the_calls(page)
     assert errors == []
 
 

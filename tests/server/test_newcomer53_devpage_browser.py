@@ -1,5 +1,5 @@
 """Newcomer 53 #5, #6, #12 and #16 on the development page, in a real browser (headless
-Chromium driven by Playwright, the harness of tests/server/test_devpage_browser.py) against
+Chromium driven by Playwright, tests/server/devpage_harness.py) against
 one `fim serve` process with hot reload; one page walks through every check.
 
 - #6: the open agent's "Prompt as the model sees it" follows a reload of its file (it
@@ -14,30 +14,13 @@ one `fim serve` process with hot reload; one page walks through every check.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from fim.testing.server import wait_announced
-
-CHROMIUM = os.environ.get("FIM_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"]
-ARTIFACTS = Path(__file__).parents[1] / "artifacts" / "devpage"
-WAIT_MS = 20_000
-
-playwright = pytest.importorskip(
-    "playwright.sync_api", reason="playwright is not installed (pip install playwright)"
-)
-if not (Path(CHROMIUM).exists() or shutil.which("chromium")):
-    pytest.skip(f"no Chromium at {CHROMIUM}", allow_module_level=True)
+from tests.server.devpage_harness import ARTIFACTS, page_at, playwright, served
 
 SKILL = "skills/getting-started/SKILL.md"
 GOOD_SKILL = "---\nname: getting-started\ndescription: How to start\n---\nSay hello.\n"
@@ -76,64 +59,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     for name, text in FILES.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
-    log = tmp_path_factory.mktemp("n53page-serve") / "serve.log"  # outside the project
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "fim.cli", "serve", "--port", "0", "-p", str(root)],
-            cwd=root,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + 60
-    try:
-        url = f"http://127.0.0.1:{wait_announced(process, log, deadline)}"
-        while httpx.get(f"{url}/healthz", timeout=2).status_code != 200:
-            time.sleep(0.1)
-    except (RuntimeError, httpx.TransportError) as failed:
-        process.kill()
-        process.wait()
-        pytest.fail(f"fim serve did not start: {failed}\n{log.read_text(errors='replace')}")
-    try:
+    with served(root, tmp_path_factory.mktemp("n53page-serve") / "serve.log") as url:
         yield url, root
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with playwright.sync_playwright() as pw:
-        launched = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
-
-
-def test_reloads_call_ids_order_and_sessions_on_the_page(
-    server: tuple[str, Path], browser: Any
-) -> None:
+def test_reloads_call_ids_order_and_sessions_on_the_page(server: tuple[str, Path]) -> None:
     url, root = server
-    playwright.expect.set_options(timeout=WAIT_MS)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    errors: list[str] = []
-    page = browser.new_page(viewport={"width": 1280, "height": 800})
-    page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
-    try:
-        page.set_default_timeout(WAIT_MS)
-        page.goto(url + "/")
-        page.wait_for_selector("body[data-ready=true]")
+    with page_at(url, height=800) as (page, errors):
         prompt_follows_a_reload(page, root)
         a_broken_skill_shows_a_yellow_banner(page, root)
         call_ids_and_the_answer_after_its_model_call(page)
         the_runs_session_opens_in_the_chat(page)
-    finally:
-        page.close()
     assert errors == []
 
 

@@ -1,6 +1,6 @@
 """Newcomer 53 #7 and #1 on the development page, in a real browser (headless Chromium
-driven by Playwright, the harness of tests/server/test_devpage_browser.py; one server, one
-browser) against `fim serve` on loopback:
+driven by Playwright, tests/server/devpage_harness.py; one server, one browser) against
+`fim serve` on loopback:
 
 - the Runs list shows each run's input and badges for its tool errors and hook blocks, and
   "Only with tool errors or blocks" keeps those runs alone;
@@ -12,30 +12,13 @@ browser) against `fim serve` on loopback:
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from fim.testing.server import wait_announced
-
-CHROMIUM = os.environ.get("FIM_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"]
-ARTIFACTS = Path(__file__).parents[1] / "artifacts" / "devpage"
-WAIT_MS = 20_000
-
-playwright = pytest.importorskip(
-    "playwright.sync_api", reason="playwright is not installed (pip install playwright)"
-)
-if not (Path(CHROMIUM).exists() or shutil.which("chromium")):
-    pytest.skip(f"no Chromium at {CHROMIUM}", allow_module_level=True)
+from tests.server.devpage_harness import ARTIFACTS, page_at, playwright, served
 
 TOOLS = '''from fim.tools import read_only
 
@@ -81,56 +64,18 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     for name, text in FILES.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
-    log = tmp_path_factory.mktemp("n53runs-serve") / "serve.log"  # outside the project
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "fim.cli", "serve", "--port", "0", "-p", str(root)],
-            cwd=root,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + 60
-    try:
-        url = f"http://127.0.0.1:{wait_announced(process, log, deadline)}"
-        while httpx.get(f"{url}/healthz", timeout=2).status_code != 200:
-            time.sleep(0.1)
+    with served(root, tmp_path_factory.mktemp("n53runs-serve") / "serve.log") as url:
         for agent, text in (("fine", "hello there"), ("broken", "order 2?"), ("guarded", "1+1")):
             done = httpx.post(f"{url}/v1/agents/{agent}/runs", json={"input": text}, timeout=30)
             assert done.status_code == 200, done.text
-    except (RuntimeError, httpx.TransportError) as failed:
-        process.kill()
-        process.wait()
-        pytest.fail(f"fim serve did not start: {failed}\n{log.read_text(errors='replace')}")
-    try:
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 def test_the_runs_tab_finds_the_bad_run_and_acts_on_it(server: str) -> None:
-    expect = playwright.expect
-    expect.set_options(timeout=WAIT_MS)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    errors: list[str] = []
-    with playwright.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
-            page.set_default_timeout(WAIT_MS)
-            page.goto(server + "/")
-            page.wait_for_selector("body[data-ready=true]")
-            the_list_flags_the_bad_runs(page)
-            the_traceback_is_folded_under_the_boxes(page)
-            a_run_is_run_again_and_compared(page)
-        finally:
-            browser.close()
+    with page_at(server) as (page, errors):
+        the_list_flags_the_bad_runs(page)
+        the_traceback_is_folded_under_the_boxes(page)
+        a_run_is_run_again_and_compared(page)
     assert errors == []
 
 
