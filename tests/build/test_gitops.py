@@ -14,47 +14,9 @@ from fim.build.reload import SnapshotHolder
 from fim.errors import ConfigError, RunError
 from fim.server.app import create_app
 from fim.testing.server import ServerThread
+from tests.build.remote_repo import Remote, agent_yaml
 
 FIM_YAML = "name: gitops\nstate: sqlite:///.fim/state.db\n"
-
-
-def agent_yaml(description: str) -> str:
-    return f"description: {description}\nmodel: scripted:pong.yaml\ninstructions: Say pong.\n"
-
-
-def git(cwd: Path, *args: str) -> str:
-    env = {
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@t",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@t",
-        "HOME": str(cwd),
-        "PATH": "/usr/bin:/bin",
-    }
-    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
-
-
-class Remote:
-    """A bare repository (the remote) and a clone to push commits from."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.bare, self.work = tmp / "remote.git", tmp / "author"
-        self.bare.mkdir()
-        git(self.bare, "init", "--quiet", "--bare", "--initial-branch=main")
-        git(tmp, "clone", "--quiet", str(self.bare), str(self.work))
-        git(self.work, "checkout", "--quiet", "-B", "main")
-
-    def commit(self, files: dict[str, str], message: str) -> str:
-        for name, text in files.items():
-            path = self.work / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-        git(self.work, "add", "-A")
-        git(self.work, "commit", "--quiet", "-m", message)
-        git(self.work, "push", "--quiet", "origin", "main")
-        return git(self.work, "rev-parse", "HEAD")
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from fim.errors import ConfigError
 from fim.server.app import create_app
 from fim.store.deployments import last_commit
 from fim.testing.server import ServerThread
-from tests.build.newcomer52_remote import Remote, agent_yaml, git
+from tests.build.remote_repo import Remote, agent_yaml, git
 from tests.inprocess_cli import run_fim
 
 TYPO = agent_yaml("v2", "delegates: [oncal]\n")

@@ -23,7 +23,7 @@ from fim.build.reload import SnapshotHolder
 from fim.observe.logs import JsonFormatter
 from fim.server.app import create_app
 from fim.testing.server import ServerThread
-from tests.build.newcomer52_remote import Remote
+from tests.build.remote_repo import Remote
 from tests.inprocess_cli import run_fim
 
 

@@ -23,7 +23,7 @@ from fim.build.reload import SnapshotHolder, watch
 from fim.commands.serve import followed_root
 from fim.server.app import create_app
 from fim.testing.server import ServerThread
-from tests.build.newcomer52_remote import agent_yaml
+from tests.build.remote_repo import agent_yaml
 
 
 def revision(base: Path, name: str, description: str) -> Path:

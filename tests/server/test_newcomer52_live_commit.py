@@ -29,7 +29,7 @@ from fim.observe.logs import JsonFormatter, announce
 from fim.server import banner_fields
 from fim.server.app import create_app
 from fim.version import fim_version
-from tests.build.newcomer52_remote import Remote, agent_yaml
+from tests.build.remote_repo import Remote, agent_yaml
 
 TOKEN = "ghp_n52SECRETtoken"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from tests.build.test_gitops import Remote
+from tests.build.remote_repo import Remote
 from tests.workflows.test_worker import until
 
 FLOW = """\

@@ -1,5 +1,5 @@
-"""A git remote on disk for the newcomer-52 tests: a bare repository and a clone to push
-commits from (real git, no network)."""
+"""A git remote on disk for the GitOps tests: a bare repository and a clone to push commits
+from (real git, no network)."""
 
 from __future__ import annotations
 
