@@ -33,6 +33,14 @@ an unreachable remote, a missing ref, a failed clone."""
 
 _TOKEN_SCHEMES = ("http", "https")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+def is_commit(text: str) -> bool:
+    """Whether `text` is a full commit id as git prints it (40 or 64 lowercase hex digits,
+    nothing around them). Only such a value is handed to git as a revision: a value read
+    from the state store may be anything, `--upload-pack=...` included (attack-61 F1)."""
+    return _COMMIT.fullmatch(text) is not None
 
 
 def _userinfo(url: str) -> tuple[str, str, str] | None:
@@ -146,6 +154,7 @@ __all__ = [
     "WHERE",
     "default_checkout",
     "git_env",
+    "is_commit",
     "parse_interval",
     "register",
     "rejected",

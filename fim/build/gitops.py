@@ -24,7 +24,6 @@ import dataclasses
 import hashlib
 import logging
 import os
-import re
 import signal
 import subprocess
 from dataclasses import dataclass, field
@@ -33,10 +32,11 @@ from typing import IO
 
 from fim import private
 from fim.build.commit_fields import git_reload
+from fim.build.git_fallback import last_good
 from fim.build.git_remote import (
-    WHERE,
     default_checkout,
     git_env,
+    is_commit,
     register,
     rejected,
     remote_problem,
@@ -53,7 +53,6 @@ log = logging.getLogger("fim.build.gitops")
 GIT_TIMEOUT_S = 120.0
 FALLBACKS = ("none", "last-good")
 """`--git-fallback`: what a start does when the ref's HEAD is rejected."""
-_SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 
 
 @dataclass
@@ -167,17 +166,19 @@ class GitSource:
                     f"checkout {self.tree} is a clone of {shown_url(origin)}, not {self.shown}",
                     hint="pass another --git-checkout directory",
                 )
-        self.git("fetch", "--quiet", "--no-tags", "origin", self.ref)
+        self.git("fetch", "--quiet", "--no-tags", "--end-of-options", "origin", self.ref)
         sha = self.git("rev-parse", "FETCH_HEAD^{commit}")
-        if not _SHA.match(sha):
+        if not is_commit(sha):
             raise RunError(f"git rev-parse returned '{sha}', not a commit SHA")
         return sha
 
     def stage(self, sha: str) -> Path:
         """Check `sha` out in the staging worktree; the project directory there."""
+        sha = _commit(sha)
         if not (self.staging / ".git").exists():
             self.git("worktree", "prune")
-            self.git("worktree", "add", "--quiet", "--force", "--detach", str(self.staging), sha)
+            add = ("add", "--quiet", "--force", "--detach", "--end-of-options")
+            self.git("worktree", *add, str(self.staging), sha)
         else:
             self.git("checkout", "--quiet", "--force", "--detach", sha, cwd=self.staging)
             self.git("clean", "--quiet", "-ffdx", cwd=self.staging)
@@ -185,12 +186,15 @@ class GitSource:
 
     def check_out(self, sha: str) -> None:
         """Move the served tree to `sha` (tracked files only: `.fim/` state stays)."""
-        self.git("checkout", "--quiet", "--force", "--detach", sha)
+        self.git("checkout", "--quiet", "--force", "--detach", _commit(sha))
 
     def descends(self, sha: str, older: str) -> bool:
-        """Whether commit `sha` has `older` among its ancestors (or is it)."""
+        """Whether commit `sha` has `older` among its ancestors (or is it). Either may come
+        from the state store or a job: anything but a commit id is no ancestor."""
+        if not (is_commit(sha) and is_commit(older)):
+            return False
         try:
-            self.git("merge-base", "--is-ancestor", older, sha)
+            self.git("merge-base", "--is-ancestor", "--end-of-options", older, sha)
         except RunError:  # 1: it does not; 128: one of them is unknown here
             return False
         return True
@@ -203,6 +207,14 @@ class GitSource:
         if self.descends(previous, sha):
             return "; the ref moved backwards"
         return "; the ref moved to a commit not descending from the one served"
+
+
+def _commit(sha: str) -> str:
+    """`sha` if it is a commit id: `git checkout` takes no `--end-of-options` (git 2.39), so
+    nothing else may reach it, where it could be read as an option (attack-61 F1)."""
+    if not is_commit(sha):
+        raise RunError(f"'{sha[:80]}' is not a commit id", hint="40 or 64 lowercase hex digits")
+    return sha
 
 
 def _compile(root: Path, sha: str, holder: SnapshotHolder | None = None) -> Snapshot:
@@ -262,33 +274,10 @@ def initial_snapshot(source: GitSource) -> Snapshot:
 
 def _fall_back(source: GitSource, sha: str, problems: list[Problem]) -> Snapshot:
     """Serve the last good commit of `source` at start, since `sha` (the ref's HEAD) was
-    rejected for `problems`, which the holder reports once serving (`poll`)."""
-    # deferred: only a rejected start reads fim.yaml alone, and the store this early
-    from fim.config.loader import load
-    from fim.store.deployments import last_commit
-    from fim.store.engine import Database
-
-    decls = load(source.root)  # the rejected commit's fim.yaml says where the store is
-    if not decls.project_ok:
-        raise ConfigError(problems)
-    state = decls.project.state
-    store = Database(state, source.root).display_url
-    try:
-        good = last_commit(state, source.root, source.key)
-    except Exception as exc:  # the store's own words, masked on the way out
-        good, why = None, f"could not read the state store {store}: {str(exc).splitlines()[0]}"
-    else:
-        why = f"no commit of {source.shown} ({source.ref}) compiled before on store {store}"
-    if good is None or good == sha:
-        hint = "fix the ref; a commit served once is recorded for the next start"
-        raise ConfigError(
-            [*problems, Problem(WHERE, 1, 1, f"--git-fallback last-good: {why}", hint)]
-        )
-    try:
-        source.check_out(good)
-    except RunError:  # not in this clone (a force-push dropped it): ask the remote for it
-        source.git("fetch", "--quiet", "--no-tags", "origin", good)
-        source.check_out(good)
+    rejected for `problems`, which the holder reports once serving (`poll`). The recorded
+    commit is checked first (`fim.build.git_fallback`): an ancestor of `sha`, so in the clone."""
+    good = last_good(source, sha, problems)
+    source.check_out(good)
     snapshot = _compile(source.root, good)
     source.served, source.rejected, source.pending = good, sha, problems
     log.warning(

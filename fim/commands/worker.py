@@ -189,11 +189,8 @@ def worker_snapshots(holder: Any, source: Any, *, reload: bool, wait: float) -> 
             return not holder.errors
 
         async def descends(older: str, newer: str) -> bool:
-            try:
-                await asyncio.to_thread(source.git, "merge-base", "--is-ancestor", older, newer)
-            except RunError:  # not an ancestor, or a commit this checkout has not seen
-                return False
-            return True
+            # the versions come from jobs in the store: `descends` hands git commit ids only
+            return bool(await asyncio.to_thread(source.descends, newer, older))
 
         return WorkerSnapshots(holder, fetch, descends, origin_of(root), wait)
     if not reload:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -77,10 +78,22 @@ def read_secret_file(path: str) -> tuple[str | None, str]:
     if not os.path.isabs(path):
         return None, "not an absolute path"
     try:
-        with open(path, "rb") as file:
-            raw = file.read(MAX_SECRET_FILE + 1)
+        # non-blocking, then only a regular file (a link to one, as Kubernetes Secret volumes
+        # are, is followed): a FIFO, /dev/tty or a directory would hang or fail the read, and
+        # with it `fim validate` and every later reload (attack-61 F4)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         return None, exc.strerror or type(exc).__name__
+    except ValueError:  # a NUL in the path
+        return None, "not a valid path"
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None, "not a regular file"
+    with os.fdopen(fd, "rb") as file:
+        try:
+            raw = file.read(MAX_SECRET_FILE + 1)
+        except OSError as exc:
+            return None, exc.strerror or type(exc).__name__
     if len(raw) > MAX_SECRET_FILE:
         return None, f"larger than {MAX_SECRET_FILE // 1024} KiB, not a secret"
     try:
