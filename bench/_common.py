@@ -111,6 +111,10 @@ def run_timed(
 # ---------------------------------------------------------------------------- projects
 
 
+NO_CAPTURE = "observability: {capture_content: false}\n"
+"""What a server others reach does by default (`fim.run.capture`), said outright."""
+
+
 def write_project(
     root: Path,
     base_url: str,
@@ -118,14 +122,19 @@ def write_project(
     extra: str = "",
     evals: dict[str, str] | None = None,
 ) -> Path:
-    """A project whose `general` role points at the stub endpoint at `base_url`."""
+    """A project whose `general` role points at the stub endpoint at `base_url`.
+
+    Model calls' content is not kept (`observability.capture_content: false`), as on a
+    server others reach: the benches measure that run, though they run on loopback, where
+    `fim serve` and `fim run` keep it for the developer (+11% instructions a run:
+    docs/benchmarks.md)."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "agents").mkdir(exist_ok=True)
     (root / "fim.yaml").write_text(
         "name: bench\n"
         "models:\n"
         f"  general: {{model: openai/bench, api_base: '{base_url}', api_key: x, max_retries: 0}}\n"
-        f"{extra}"
+        f"{NO_CAPTURE}{extra}"
     )
     for name, text in agents.items():
         (root / "agents" / f"{name}.yaml").write_text(text)

@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (
     ANSWER,
+    NO_CAPTURE,
     PROMPT,
     ROOT,
     StubProcess,
@@ -85,6 +86,8 @@ def example_project(dest: Path, base_url: str) -> Path:
             shutil.copytree(src, dest / part, ignore=shutil.ignore_patterns(".fim", "__pycache__"))
         elif src.exists():
             shutil.copy2(src, dest / part)
+    with (dest / "fim.yaml").open("a") as settings:
+        settings.write(NO_CAPTURE)  # a served run as a server others reach runs it
     write_agent(dest, base_url, "Bench agent")
     return dest
 
@@ -95,6 +98,8 @@ def large_project(dest: Path, base_url: str, agents: int) -> Path:
 
     dest.mkdir(parents=True)
     generate(dest, agents)
+    with (dest / "fim.yaml").open("a") as settings:
+        settings.write(NO_CAPTURE)
     write_agent(dest, base_url, "Bench agent")
     return dest
 

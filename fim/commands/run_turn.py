@@ -37,7 +37,12 @@ async def run_turn(
     services = (
         session.services
         if session
-        else Services(root=snapshot.root, state_url=snapshot.project.state, providers=CAPABILITIES)
+        else Services(
+            root=snapshot.root,
+            state_url=snapshot.project.state,
+            providers=CAPABILITIES,
+            local=True,  # the developer's own run (fim.run.capture)
+        )
     )
     record = RunRecorder(agent)
     record.open(services)
@@ -83,8 +88,9 @@ class CliSession:
 
         self.name = name
         self.services = Services(
-            root=snapshot.root, state_url=snapshot.project.state, providers=CAPABILITIES
-        )
+            root=snapshot.root, state_url=snapshot.project.state, providers=CAPABILITIES,
+            local=True,  # the developer's own runs (fim.run.capture)
+        )  # fmt: skip
 
     def _sessions(self) -> Any:
         # deferred: loading fim.masking costs hundreds of ms

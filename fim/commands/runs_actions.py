@@ -82,7 +82,7 @@ def save_case(
     The case has the run's input, a `tool_called` for each tool it called and a `contains`
     of its answer's first line; the command prints the case it added."""
     # deferred: loading fim.config costs hundreds of ms
-    from fim.commands.runs_case import append_case, run_case
+    from fim.commands.runs_case import append_case, checked_suite, run_case
     from fim.config.loader import find_root, load
     from fim.store.run_inputs import run_events
 
@@ -105,8 +105,10 @@ def save_case(
                 f"project's agents ({', '.join(sorted(agents)) or 'none'})",
                 "save it from the project whose agent made the run (--project DIR)",
             )
-        path = suite if suite is not None else root / decls.folder("eval") / f"{record.name}.yaml"
+        folder = root / decls.folder("eval")
+        path = suite if suite is not None else folder / f"{record.name}.yaml"
         shown = _shown(path)
+        path = checked_suite(path, root, folder, shown)  # no link, not outside (attack-61 F3)
         case = run_case(record.id, events, record.data.get("output"))
         added = append_case(path, record.name, case, shown, record.id)
     typer.echo(f"added to {shown}:")
@@ -124,7 +126,7 @@ async def _record(store: Store, typed: str) -> RunRecord:
 async def _input_of(store: Store, typed: str) -> tuple[RunRecord, str]:
     """The agent run `typed` names and its recorded input."""
     # deferred: loading the event log costs a few ms
-    from fim.store.run_inputs import recorded_input
+    from fim.store.run_inputs import masked_input, recorded_input
 
     record = await _record(store, typed)
     if record.kind != "agent":
@@ -134,6 +136,12 @@ async def _input_of(store: Store, typed: str) -> tuple[RunRecord, str]:
         fail(
             f"run {record.id} has no recorded input (it was refused before it started)",
             f'fim run {record.name} "your input"',
+        )
+    if masked_input(text):  # the mask, not the input, would be run (attack-61 F7)
+        fail(
+            f"run {record.id} had a secret masked in its stored input (it holds ***): "
+            "it is not run again with the mask in place of the secret",
+            f'send the input anew: fim run {record.name} "your input"',
         )
     return record, text
 

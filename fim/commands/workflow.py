@@ -66,7 +66,9 @@ def _services(snapshot: Snapshot) -> Services:
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.run.services import Services
 
-    return Services(root=snapshot.root, state_url=snapshot.project.state, providers=CAPABILITIES)
+    return Services(  # the developer's own runs (fim.run.capture)
+        root=snapshot.root, state_url=snapshot.project.state, providers=CAPABILITIES, local=True
+    )
 
 
 async def _consume(events: Any, progress: Progress) -> None:

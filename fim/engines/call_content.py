@@ -8,7 +8,9 @@ only the messages appended since the call before it (`since_call`), plus the too
 when they changed; a conversation the context guard rewrote is kept whole again. Every
 string is masked by the run's mask (the one masking policy) before anything is cut, and
 one call's request is kept to `CAP` characters: long strings are cut with a marker, then
-the oldest messages are left out, saying how many.
+the oldest messages are left out, saying how many. A response, and the newest message of a
+request, is kept to `CAP` too (attack-61 F6: a reply of 60 large tool calls was ~1 MB): the
+arguments of the calls past it are left out, then the calls themselves, saying how many.
 """
 
 from __future__ import annotations
@@ -69,9 +71,12 @@ class CallContent:
         """The record of what the model answered."""
         message = response.message
         record: dict[str, Any] = {"text": self._text(message.content) if message.content else None}
-        if message.tool_calls:
-            record["tool_calls"] = [self._call(c) for c in message.tool_calls]
         record["finish_reason"] = response.finish_reason
+        if message.tool_calls:
+            calls = [self._call(c) for c in message.tool_calls]
+            record["tool_calls"], cut = _capped_calls(calls, CAP - _size(record) - 16)
+            if cut:
+                record["cut"] = f"{cut}: a response is kept to 64 KiB"
         return record
 
     def message(self, message: Message) -> dict[str, Any]:
@@ -133,9 +138,34 @@ def _within(record: dict[str, Any]) -> dict[str, Any]:
     while size > CAP and len(messages) > 1:
         size -= _size(messages.pop(0))
         dropped += 1
-    if dropped:
-        record["cut"] = f"{dropped} earlier message(s) left out: a request is kept to 64 KiB"
+    notes = [f"{dropped} earlier message(s) left out"] if dropped else []
+    if size > CAP and messages and messages[-1].get("tool_calls"):
+        newest = messages[-1]
+        calls = newest.pop("tool_calls")
+        newest["tool_calls"], cut = _capped_calls(calls, CAP - (size - _size(calls)) - 16)
+        notes += [cut] if cut else []
+    if notes:
+        record["cut"] = f"{'; '.join(notes)}: a request is kept to 64 KiB"
     return record
+
+
+def _capped_calls(calls: list[dict[str, Any]], budget: int) -> tuple[list[dict[str, Any]], str]:
+    """`calls` (tool call records) within `budget` characters: the first ones whole, then
+    without their arguments, then none; and what was left out ("" when nothing was)."""
+    kept: list[dict[str, Any]] = []
+    size = bare = dropped = 0
+    for call in calls:
+        for record in (call, {**call, "arguments": None}):
+            if size + _size(record) + 2 <= budget:
+                kept.append(record)
+                size += _size(record) + 2
+                bare += record is not call
+                break
+        else:
+            dropped += 1
+    said = [f"the arguments of {bare} tool call(s)"] if bare else []
+    said += [f"{dropped} more tool call(s)"] if dropped else []
+    return kept, " and ".join(said) + " left out" if said else ""
 
 
 def _size(value: Any) -> int:
@@ -143,9 +173,9 @@ def _size(value: Any) -> int:
     if isinstance(value, str):
         return len(value) + 2
     if isinstance(value, dict):
-        return sum(len(str(key)) + 4 + _size(item) for key, item in value.items()) + 2
+        return sum(len(str(key)) + 6 + _size(item) for key, item in value.items()) + 2
     if isinstance(value, list):
-        return sum(_size(item) + 1 for item in value) + 2
+        return sum(_size(item) + 2 for item in value) + 2
     return len(str(value))
 
 

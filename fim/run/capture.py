@@ -4,9 +4,10 @@
 `observability.capture_content` in fim.yaml decides when it is set. Unset, content is kept
 when `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` is true (the OpenTelemetry
 variable asks for it) and for the developer's own runs (`Services.local`: `fim run`, a
-`fim serve` on loopback), not for a server others reach. Trace spans carry the content
-only when that variable is true (README): a trace backend may be shared, the state store
-is the project's own.
+`fim serve` on loopback), not for a server others reach, nor the jobs a `fim worker`
+runs for one (attack-61 F2: a `Services` is not local unless its surface says so). Trace
+spans carry the content only when that variable is true (README): a trace backend may be
+shared, the state store is the project's own.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def capture_content(project: Any, services: Any) -> bool:
     configured = getattr(getattr(project, "observability", None), "capture_content", None)
     if configured is not None:
         return bool(configured)
-    return env_capture() or bool(getattr(services, "local", True))
+    return env_capture() or bool(getattr(services, "local", False))
 
 
 __all__ = ["CAPTURE_ENV", "capture_content", "env_capture"]

@@ -67,10 +67,11 @@ class Services:
     """The capability areas runs are assembled from, as `module:function` paths imported on
     first use; the surface that composes the process hands them in
     (`fim.capabilities.CAPABILITIES`). None at all is a wiring mistake and fails the run."""
-    local: bool = True
-    """Whether the runs are the developer's own (`fim run`, tests, `fim serve` on loopback):
-    model calls' content is then kept in run events unless fim.yaml says otherwise
-    (`fim.run.capture`). `fim serve` on another address sets it False."""
+    local: bool = False
+    """Whether the runs are the developer's own (`fim run`, `fim runs rerun`, `fim workflow
+    run`, `fim eval`, `fim.testing`, `fim serve` on loopback): model calls' content is then
+    kept in run events unless fim.yaml says otherwise (`fim.run.capture`). False unless the
+    surface says so (attack-61 F2): a `fim worker`, a job, `fim mcp serve` serve others."""
     cache: dict[str, Any] = field(default_factory=dict)
     closers: list[Callable[[], Any]] = field(default_factory=list)
 

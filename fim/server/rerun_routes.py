@@ -22,7 +22,7 @@ from fim.server.http import error, run_scope
 from fim.server.sessions import known_agent
 from fim.store import get_store
 from fim.store.owners import may_read
-from fim.store.run_inputs import recorded_input
+from fim.store.run_inputs import masked_input, recorded_input
 
 if TYPE_CHECKING:
     from fim.server.api import Api
@@ -58,6 +58,13 @@ def rerun_handlers(api: Api) -> dict[str, Any]:
                 409,
                 f"run '{run_id}' has no recorded input (it was refused before it started)",
                 f"send the input yourself: POST /v1/agents/{record.name}/runs",
+            )
+        if masked_input(text):  # the mask, not the input, would be run (attack-61 F7)
+            return error(
+                409,
+                f"run '{run_id}' had a secret masked in its stored input (it holds ***): "
+                "it is not run again with the mask in place of the secret",
+                f"send the input anew: POST /v1/agents/{record.name}/runs",
             )
         snap = api.holder.current
         if not known_agent(snap, record.name):

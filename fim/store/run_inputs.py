@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fim.masking.forms import MASK
 from fim.store.live import read_batch, read_events
 
 if TYPE_CHECKING:
@@ -34,4 +35,12 @@ async def recorded_input(store: Store, record: RunRecord) -> str | None:
     return None
 
 
-__all__ = ["recorded_input", "run_events"]
+def masked_input(text: str) -> bool:
+    """Whether the stored input `text` holds the mask (`***`): a secret in it was masked as
+    it was stored, so running it again would send the mask, not what the run was asked
+    (attack-61 F7). Every masked secret leaves the mask, so none is missed; an input that
+    held `***` itself cannot be told apart and is refused too."""
+    return MASK in text
+
+
+__all__ = ["masked_input", "recorded_input", "run_events"]

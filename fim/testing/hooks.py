@@ -48,8 +48,8 @@ def make_context(
         version="test",
         modules=read_modules(Path(root), project_decl.paths.hooks)[0],  # as a compile pins
     )
-    services = services or Services(
-        root=Path(root), state_url=project_decl.state, providers=CAPABILITIES
+    services = services or Services(  # the developer's own runs (fim.run.capture)
+        root=Path(root), state_url=project_decl.state, providers=CAPABILITIES, local=True
     )
     return RunContext(
         snapshot=snapshot, agent=agent_decl, services=services, hooks_enabled=hooks_enabled

@@ -20,7 +20,9 @@ from fim.types import Message
 
 def services_for(snapshot: Snapshot) -> Services:
     """The `Services` a surface would build for `snapshot`'s project."""
-    return Services(root=snapshot.root, state_url=snapshot.project.state, providers=CAPABILITIES)
+    return Services(  # the developer's own runs (fim.run.capture)
+        root=snapshot.root, state_url=snapshot.project.state, providers=CAPABILITIES, local=True
+    )
 
 
 async def run_events(
