@@ -70,7 +70,13 @@ LAYERS: list[tuple[int, tuple[str, ...], str]] = [
     ),
     (
         6,
-        ("fim.build.compile", "fim.build.vet", "fim.build.reload", "fim.build.gitops"),
+        (
+            "fim.build.compile",
+            "fim.build.vet",
+            "fim.build.reload",
+            "fim.build.gitops",
+            "fim.build.git_fallback",
+        ),
         "compile the whole project into a Snapshot (and reload it): the last checks build "
         "every hook once, so compiling sits above the hooks",
     ),
