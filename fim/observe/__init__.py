@@ -174,9 +174,12 @@ def watch_run(
     mask: Callable[[str], str] | None = None,
     session: str | None = None,
     owner: str = "",
+    capture: bool = True,
 ) -> Watch | None:
     """What observes one agent run (spans, metrics), or None when nothing does; `session`
-    and `owner` (the caller's key hash) go on its span."""
+    and `owner` (the caller's key hash) go on its span. Its spans carry the run's content
+    only when `capture` (the run keeps it: `fim.run.capture`) and the OpenTelemetry
+    variable asks for it."""
     counted: Watch | None = None
     if _metrics:
         # deferred: loading prometheus_client costs hundreds of ms
@@ -185,7 +188,7 @@ def watch_run(
         counted = RunCounter(agent)
     if not tracing_enabled():
         return counted
-    traced = _tracer_of_runs()(agent, run_id, snapshot, depth, mask, session, owner)
+    traced = _tracer_of_runs()(agent, run_id, snapshot, depth, mask, session, owner, capture)
     return traced if counted is None else _Both(counted, traced)
 
 

@@ -55,11 +55,17 @@ def _parent(parent: RunSpans | Dropped | None, agent: str) -> SpanContext | None
 
 
 def _traced(
-    name: str, agent: str, attributes: dict[str, Any], mask: Callable[[str], str] | None
+    name: str,
+    agent: str,
+    attributes: dict[str, Any],
+    mask: Callable[[str], str] | None,
+    capture: bool = True,
 ) -> RunSpans | Dropped:
     """What builds the spans of a run or workflow (`attributes`: no None values): the one
     place the sampler is asked (a run a dropped one starts is dropped too, as the SDK's
-    parent-based samplers would decide, at no cost)."""
+    parent-based samplers would decide, at no cost). The spans carry content only when the
+    OpenTelemetry variable asks (`Sink.capture`) and `capture` (the run keeps it: fim.yaml's
+    `capture_content: false` keeps it out of the spans too, attack-62 F1)."""
     scope = trace_scope.get()
     if isinstance(scope, Dropped):
         return Dropped(scope.root)
@@ -69,7 +75,9 @@ def _traced(
     if not sampled:
         return Dropped(context)
     root = OpenSpan(name, context, parent, SpanKind.INTERNAL, time.time_ns(), attributes)
-    return RunSpans(root, mask, found)
+    spans = RunSpans(root, mask, found)
+    spans.capture = found.capture and capture
+    return spans
 
 
 def current_span() -> Span:
@@ -133,6 +141,7 @@ def trace_run(
     mask: Callable[[str], str] | None = None,
     session: str | None = None,
     owner: str = "",
+    capture: bool = True,
 ) -> RunSpans | Dropped:
     """The watch (`fim.observe.Watch`) building one agent run's spans: the session it
     continues as `gen_ai.conversation.id` and the caller's key hash as `fim.tenant`, so
@@ -153,6 +162,7 @@ def trace_run(
         agent,
         attributes,
         mask or _mask_of(snapshot),
+        capture,
     )
 
 

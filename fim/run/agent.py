@@ -93,6 +93,7 @@ async def run_agent(
         depth=depth,
         session=session,
         owner=owner,
+        capture=plan.capture,
     )
     on = watch.on if watch is not None else None
     if watch is not None:  # its `run_started` names the run's trace

@@ -6,8 +6,10 @@ when `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` is true (the OpenTelem
 variable asks for it) and for the developer's own runs (`Services.local`: `fim run`, a
 `fim serve` on loopback), not for a server others reach, nor the jobs a `fim worker`
 runs for one (attack-61 F2: a `Services` is not local unless its surface says so). Trace
-spans carry the content only when that variable is true (README): a trace backend may be
-shared, the state store is the project's own.
+spans carry the content only when that variable is true and the run keeps it (README): a
+trace backend may be shared, the state store is the project's own. The decision is made
+once per run (`RunPlan.capture`) and given to its engine and its span writer, so
+`capture_content: false` keeps content out of every span (attack-62 F1).
 """
 
 from __future__ import annotations

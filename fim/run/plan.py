@@ -144,6 +144,9 @@ class RunPlan:
     tool_timeout: float = 60.0
     max_replans: int = 3
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    capture: bool = False
+    """Whether the run keeps its content (`fim.run.capture.capture_content`), decided once:
+    its `llm_call` events, and its spans when the OpenTelemetry variable asks too."""
 
     @property
     def system_prompt(self) -> str:
@@ -254,6 +257,7 @@ async def build_plan(
         max_iterations=agent.max_iterations,
         tool_timeout=agent.tool_timeout,
         max_replans=agent.max_replans,
+        capture=capture_content(snapshot.project, ctx.services),
         metadata=MappingProxyType(
             {
                 "agent_read_only": agent.read_only,
@@ -289,7 +293,7 @@ def build_engine(plan: RunPlan) -> ReactEngine | DagEngine:
         views=plan.ctx.views,
         finalizer=plan.contract,
         client_tools=plan.client_tools,
-        capture=capture_content(snapshot.project, plan.ctx.services),
+        capture=plan.capture,
     )
     if plan.engine == "dag":
         return DagEngine(base=react, max_replans=plan.max_replans)
