@@ -24,7 +24,7 @@ from urllib.parse import unquote, urlsplit
 
 from fim.config.child_env import NETWORK_ENV
 from fim.config.interpolate import base_env
-from fim.errors import Problem, RunError
+from fim.errors import ConfigError, Problem, RunError
 from fim.masking import known, masked_url, remember
 
 WHERE = "<git remote>"
@@ -91,6 +91,14 @@ def rejected(problems: list[Problem], sha: str) -> list[Problem]:
     return [
         dataclasses.replace(p, message=f"commit {sha[:12]} rejected: {p.message}") for p in problems
     ]
+
+
+def rejected_by(exc: Exception, sha: str) -> list[Problem]:
+    """Why commit `sha` was rejected: a compile's problems at their own files and lines, any
+    other failure as `remote_problem` (never pinned on `fim.yaml:1:1`, attack-62 F3)."""
+    if isinstance(exc, ConfigError):
+        return rejected(exc.problems, sha)
+    return [remote_problem(exc, f"commit {sha[:12]} rejected: ")]
 
 
 def remote_problem(exc: Exception, prefix: str = "") -> Problem:

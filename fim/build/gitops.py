@@ -39,6 +39,7 @@ from fim.build.git_remote import (
     is_commit,
     register,
     rejected,
+    rejected_by,
     remote_problem,
     shown_url,
 )
@@ -185,8 +186,10 @@ class GitSource:
         return self.staging / self.subdir if self.subdir else self.staging
 
     def check_out(self, sha: str) -> None:
-        """Move the served tree to `sha` (tracked files only: `.fim/` state stays)."""
+        """Move the served tree to `sha`, exactly: untracked and ignored files go too (one
+        left there was served though no commit had it, attack-62 F3); `.fim/` state stays."""
         self.git("checkout", "--quiet", "--force", "--detach", _commit(sha))
+        self.git("clean", "--quiet", "-ffdx", "-e", ".fim", "--")
 
     def descends(self, sha: str, older: str) -> bool:
         """Whether commit `sha` has `older` among its ancestors (or is it). Either may come
@@ -335,10 +338,16 @@ async def pull_once(source: GitSource, holder: SnapshotHolder) -> bool:
     try:
         await asyncio.to_thread(source.check_out, sha)
         snapshot = await asyncio.to_thread(_compile, source.root, sha, holder)
-    except Exception as exc:  # pragma: no cover - staging compiled the same files
+    except Exception as exc:  # staging compiled it: something wrote into the served tree
         await asyncio.to_thread(source.check_out, previous)
         source.rejected = sha
-        holder.fail([Problem("fim.yaml", 1, 1, f"commit {sha[:12]} rejected: {exc}")])
+        problems = rejected_by(exc, sha)
+        holder.fail(problems)
+        for problem in problems:
+            log.warning(
+                "commit %s rejected in the served tree, still serving %s: %s",
+                *(sha[:12], previous[:12], problem),
+            )
         return False
     source.served = sha
     holder.swap(snapshot)

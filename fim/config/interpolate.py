@@ -2,13 +2,16 @@
 string value of a document.
 
 A secret may come from a file (a Kubernetes Secret volume, a Docker secret): `${file:/path}`
-is the file's text with one trailing newline taken off, and a bare `${VAR}` whose variable
-is unset reads the file `VAR_FILE` names (Docker's convention). Either is read at each load
-(start and every reload), so a rotated file is read by the next one; a file that is missing
-or unreadable is an unset variable, its problem naming the file, never its content.
+is the file's text without its trailing line breaks (`\n`, `\r\n`, `\r`, however many) or a
+leading UTF-8 byte order mark, and a bare `${VAR}` whose variable is unset reads the file
+`VAR_FILE` names (Docker's convention). Either is read at each load (start and every
+reload), so a rotated file is read by the next one; a file that is missing or unreadable is
+an unset variable, its problem naming the file, never its content.
 
 Values that came from the environment are remembered as secrets, so the Snapshot can mask
-them wherever text leaves fim. Defaults are written in git and are therefore not secret.
+them wherever text leaves fim; so is a value's core without surrounding whitespace, which is
+what a program given it (an HTTP client, an SDK) uses and may print (attack-62 F2).
+Defaults are written in git and are therefore not secret.
 The values a command hook's `env: [NAME]` list passes through by name are secrets too
 (`passed_through`): read from the same environment, they are secrets on the same terms.
 """
@@ -25,6 +28,7 @@ from fim.config.child_env import network_env
 from fim.config.serving import SERVE_ONLY
 from fim.config.yamlio import Document, Path_
 from fim.errors import Problem
+from fim.masking.forms import MIN_SECRET
 from fim.masking.keys import secret_key
 
 REFERENCE = re.compile(r"\$(\$?)\{([^}]*)\}")
@@ -73,8 +77,10 @@ secret's, `/var/log/syslog`, is refused whole rather than sent as a credential).
 
 
 def read_secret_file(path: str) -> tuple[str | None, str]:
-    """(the text of the secret file at `path` without one trailing newline, "") or (None,
-    why it cannot be read). Never the content in the reason."""
+    """(the text of the secret file at `path` without its trailing line breaks and a leading
+    UTF-8 BOM, "") or (None, why it cannot be read). Never the content in the reason. A file
+    that ends in a blank line (`tok\n\n`) gave `tok\n`, and the bare `tok` was never
+    masked (attack-62 F2)."""
     if not os.path.isabs(path):
         return None, "not an absolute path"
     try:
@@ -100,7 +106,7 @@ def read_secret_file(path: str) -> tuple[str | None, str]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return None, "not UTF-8 text"
-    return text.removesuffix("\n").removesuffix("\r"), ""
+    return text.removeprefix("\ufeff").rstrip("\r\n"), ""
 
 
 def file_fingerprint(env: Mapping[str, str]) -> tuple[tuple[str, int, int, int], ...]:
@@ -131,7 +137,7 @@ def interpolate(doc: Document, secrets: set[str], env: Mapping[str, str] | None 
     or empty, it is missing like a bare `${VAR}`, with `message` in its problem and no
     "give a default" hint (the author chose to have none); `${VAR?message}` accepts empty.
 
-    `${file:/path}` is the file's text (one trailing newline off), a bare `${VAR}` with VAR
+    `${file:/path}` is the file's text (trailing line breaks off), a bare `${VAR}` with VAR
     unset reads the file `VAR_FILE` names; what a file gives is a secret like a variable's.
     """
     environ = os.environ if env is None else env
@@ -185,8 +191,7 @@ def _substitute(
                 doc.unset.append((path, _unreadable(doc, path, named, why, missing)))
                 return ""
         if value is not None and (value != "" or op not in (":-", ":?")):
-            if value:
-                secrets.add(value)
+            add_secret(secrets, value)
             return value
         if op in ("-", ":-"):
             return default
@@ -202,9 +207,19 @@ def _from_file(doc: Document, file: str, path: Path_, secrets: set[str]) -> str:
     if value is None:
         doc.unset.append((path, _unreadable(doc, path, file, why, "secret file")))
         return ""
-    if value:
-        secrets.add(value)
+    add_secret(secrets, value)
     return value
+
+
+def add_secret(secrets: set[str], value: str) -> None:
+    """Record `value` as a secret, and its core without surrounding whitespace or a BOM
+    when that differs and is still long enough to mask (`fim.masking.forms.MIN_SECRET`)."""
+    if not value:
+        return
+    secrets.add(value)
+    core = value.strip().strip("\ufeff").strip()
+    if core != value and len(core) >= MIN_SECRET:
+        secrets.add(core)
 
 
 def _unreadable(doc: Document, path: Path_, file: str, why: str, what: str) -> Problem:
@@ -275,4 +290,4 @@ def passed_through(
     for name in names:
         value = environ.get(name)
         if value and not passed_anyway(name, value):
-            secrets.add(value)
+            add_secret(secrets, value)

@@ -1,7 +1,7 @@
 """Newcomer 52, finding 7: a secret can come from a file, and a rotated file is read again.
 
 A Kubernetes Secret mounted as a volume (or a Docker secret) is a file, updated in place
-when the Secret changes. `${file:/path}` is the file's text (one trailing newline off); a
+when the Secret changes. `${file:/path}` is the file's text (trailing line breaks off); a
 bare `${VAR}` whose variable is unset reads the file `VAR_FILE` names (Docker's
 convention). What a file gives is a secret, masked like a variable's; a file that cannot
 be read is an unset variable whose problem names the file, never its content. Each load
