@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fim.config.claude_tools import CLAUDE_TOOLS
+from fim.config.claude_tools import allowed_tool_entries, fim_tool_of
 from fim.config.suggestions import suggest
 from fim.config.yamlio import Document, parse
 from fim.errors import Problem
@@ -54,9 +54,6 @@ KNOWN_KEYS = frozenset(
 )
 """Front-matter keys fim, the Agent Skills format or Claude Code read; fim uses the first
 three and keeps the others, so a public skill loads unchanged."""
-
-_TOKEN = re.compile(r"([A-Za-z_][\w.-]*)(\([^)]*\))?")
-"""An `allowed-tools` entry (`fim.run.skills.parse_allowed_tools`'s, a layer up)."""
 
 
 def skill_warnings(snapshot: Snapshot, model_tools: ModelTools) -> list[Problem]:
@@ -132,9 +129,7 @@ def _entries(value: Any) -> list[tuple[tuple[str | int, ...], str]]:
         if isinstance(value, str)
         else [(("allowed-tools", i), item) for i, item in enumerate(value or ())]
     )
-    return [
-        (where, m.group(0).strip()) for where, item in items for m in _TOKEN.finditer(str(item))
-    ]
+    return [(where, entry) for where, item in items for entry in allowed_tool_entries(str(item))]
 
 
 def _tool_warnings(
@@ -153,8 +148,7 @@ def _tool_warnings(
         servers += mcp
     found = []
     for where, entry in _entries(value):
-        word = entry.split("(", 1)[0]
-        tool = CLAUDE_TOOLS.get(word) or (word if "_" in word or word.islower() else None)
+        tool = fim_tool_of(entry)
         if tool is None or tool in names:
             continue  # a Claude Code tool fim has no equivalent of: nothing to load
         if any(tool.startswith((f"{s}__", f"mcp__{s}__")) for s in servers):

@@ -7,6 +7,8 @@ at the config layer so the checks below the run layer can read it.
 
 from __future__ import annotations
 
+import re
+
 CLAUDE_TOOLS = {
     "Bash": "shell",
     "Read": "file_ops",
@@ -30,6 +32,23 @@ REPOSITORY_NOTE = (
 )
 
 
+_ALLOWED_ENTRY = re.compile(r"([A-Za-z_][\w.-]*)(\([^)]*\))?")
+
+
+def allowed_tool_entries(text: str) -> list[str]:
+    """The entries of one `allowed-tools` text in Claude's syntax (`Bash(git:*), Read` or
+    `Bash(code *) Read`), each kept whole with its parenthesised pattern: read by the skill
+    loader (`fim.run.skills`) and by validate's skill checks (`fim.build.skill_checks`)."""
+    return [match.group(0).strip() for match in _ALLOWED_ENTRY.finditer(text)]
+
+
+def fim_tool_of(entry: str) -> str | None:
+    """The fim tool an `allowed-tools` entry maps to (`Bash(git:*)` -> `shell`), or None
+    when fim has no equivalent; fim's own names map to themselves."""
+    name = entry.split("(", 1)[0]
+    return CLAUDE_TOOLS.get(name) or (name if "_" in name or name.islower() else None)
+
+
 def fim_tool(name: str) -> str | None:
     """The fim builtin Claude Code's tool `name` maps to, or None."""
     return CLAUDE_TOOLS.get(name)
@@ -44,4 +63,12 @@ def claude_tool_hint(name: str) -> str | None:
     return f"{hint}; {REPOSITORY_NOTE}" if name in READS_PROJECT else hint
 
 
-__all__ = ["CLAUDE_TOOLS", "READS_PROJECT", "REPOSITORY_NOTE", "claude_tool_hint", "fim_tool"]
+__all__ = [
+    "CLAUDE_TOOLS",
+    "READS_PROJECT",
+    "REPOSITORY_NOTE",
+    "allowed_tool_entries",
+    "claude_tool_hint",
+    "fim_tool",
+    "fim_tool_of",
+]

@@ -15,6 +15,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from fim.masking import mask_strings
+
 CAP = 64 * 1024
 """Characters one attribute's JSON is kept to."""
 
@@ -36,24 +38,13 @@ def parts_of(record: dict[str, Any], mask: Callable[[str], str]) -> dict[str, An
             parts.append({"type": "text", "content": content})
     for call in record.get("tool_calls") or ():
         parts.append(_tool_call(call))
-    masked: dict[str, Any] = _masked({"role": role, "parts": parts}, mask)
+    masked: dict[str, Any] = mask_strings({"role": role, "parts": parts}, mask, keys=False)
     return masked
 
 
 def _tool_call(call: dict[str, Any]) -> dict[str, Any]:
     return {"type": "tool_call", "id": call.get("id"), "name": call.get("name"),
             "arguments": call.get("arguments")}  # fmt: skip
-
-
-def _masked(value: Any, mask: Callable[[str], str]) -> Any:
-    """`value` (JSON-like) with `mask` applied to every string in it."""
-    if isinstance(value, str):
-        return mask(value)
-    if isinstance(value, dict):
-        return {key: _masked(item, mask) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_masked(item, mask) for item in value]
-    return value
 
 
 class Conversation:

@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from fim.build.snapshot import Skill, Snapshot
-from fim.config.claude_tools import CLAUDE_TOOLS
+from fim.config.claude_tools import allowed_tool_entries, fim_tool_of
 from fim.errors import RunError
 from fim.run.services import Provision, RunContext
 from fim.tools.base import FunctionTool
@@ -51,27 +51,13 @@ def _broken(snapshot: Snapshot, selection: str | list[str]) -> list[tuple[str, s
     return [(n, str(found[n][0])) for n in names if found[n]]
 
 
-_TOOL_TOKEN = re.compile(r"([A-Za-z_][\w.-]*)(\([^)]*\))?")
-
-
 def parse_allowed_tools(value: str | list[str] | None) -> list[str]:
-    """`allowed-tools` in Claude's syntax (`Bash(git:*), Read` or `Bash(code *) Read`, as a
-    string or a list) as entries, each kept whole with its parenthesised pattern."""
+    """`allowed-tools` in Claude's syntax, as a string or a list, as entries, each kept
+    whole with its parenthesised pattern (`fim.config.claude_tools.allowed_tool_entries`)."""
     if not value:
         return []
     items = [value] if isinstance(value, str) else [str(v) for v in value]
-    found: list[str] = []
-    for item in items:
-        for match in _TOOL_TOKEN.finditer(item):
-            found.append(match.group(0).strip())
-    return found
-
-
-def fim_tool_of(entry: str) -> str | None:
-    """The fim tool an `allowed-tools` entry maps to (`Bash(git:*)` -> `shell`), or None
-    when fim has no equivalent; fim's own names map to themselves."""
-    name = entry.split("(", 1)[0]
-    return CLAUDE_TOOLS.get(name) or (name if "_" in name or name.islower() else None)
+    return [entry for item in items for entry in allowed_tool_entries(item)]
 
 
 def _allowed_tools(skill: Skill) -> list[str]:

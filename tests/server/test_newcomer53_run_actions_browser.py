@@ -19,15 +19,7 @@ import httpx
 import pytest
 
 from tests.server.devpage_harness import ARTIFACTS, page_at, playwright, served
-
-TOOLS = '''from fim.tools import read_only
-
-
-@read_only
-def lookup_order(id: int) -> dict:
-    """Look up an order by its number."""
-    return {1: {"item": "teapot"}}[id]
-'''
+from tests.server.test_newcomer53_run_actions import TOOLS
 
 GUARD = """from fim.hooks.base import PreToolUseHook
 from fim.types import HookContext, HookResult

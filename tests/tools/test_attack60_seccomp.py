@@ -155,16 +155,6 @@ def test_an_architecture_the_filter_has_no_numbers_for_is_refused() -> None:
 # ---------------------------------------------------------------- in the real sandbox
 
 
-@pytest.fixture(params=["host mode", "user namespace"])
-def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """As fim runs here and, as root, in the user-namespace mode."""
-    if request.param == "user namespace":
-        if os.geteuid() != 0:
-            pytest.skip("not root: the host mode is the user-namespace mode already")
-        monkeypatch.setattr(sandbox, "_PRIVILEGED", False)
-    return str(request.param)
-
-
 def shell_tools(root: Path) -> ToolRegistry:
     ctx = RunContext(
         snapshot=Snapshot(root=root, project=Project()),

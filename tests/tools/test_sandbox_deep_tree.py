@@ -40,16 +40,6 @@ needs_bwrap = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(params=["host mode", "user namespace"])
-def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each tool test runs as fim runs here and, as root, in the user-namespace mode."""
-    if request.param == "user namespace":
-        if os.geteuid() != 0:
-            pytest.skip("not root: the host mode is the user-namespace mode already")
-        monkeypatch.setattr(sandbox, "_PRIVILEGED", False)
-    return str(request.param)
-
-
 def make_tools(root: Path) -> ToolRegistry:
     ctx = RunContext(
         snapshot=Snapshot(root=root, project=Project()),

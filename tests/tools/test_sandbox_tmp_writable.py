@@ -15,7 +15,6 @@ sandbox tests are skipped where bubblewrap is missing.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -32,15 +31,6 @@ needs_bwrap = pytest.mark.skipif(
     sandbox.unavailable() is not None,
     reason=f"bubblewrap is not installed here ({sandbox.unavailable()})",
 )
-
-
-@pytest.fixture(params=["host mode", "user namespace"])
-def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "user namespace":
-        if os.geteuid() != 0:
-            pytest.skip("not root: the host mode is the user-namespace mode already")
-        monkeypatch.setattr(sandbox, "_PRIVILEGED", False)
-    return str(request.param)
 
 
 def tools_for(root: Path, owner: str = "") -> ToolRegistry:
