@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import importlib
 import logging
-import math
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -27,6 +26,7 @@ from fim.capabilities import CAPABILITIES
 from fim.commands import ProjectOption, load_snapshot, run_async, user_errors
 from fim.commands.serve import (
     CheckoutOption,
+    FallbackOption,
     GitOption,
     GitPathOption,
     IntervalOption,
@@ -35,6 +35,7 @@ from fim.commands.serve import (
     ShutdownOption,
     git_source,
 )
+from fim.commands.worker_flags import check_stalled
 from fim.errors import RunError
 
 if TYPE_CHECKING:
@@ -67,55 +68,6 @@ def _warm_up() -> None:
     import fim.store.sessions
     import fim.workflows.adapters
     import fim.workflows.engine  # noqa: F401
-
-
-HEARTBEAT_RANGE = (0.1, 300.0)
-"""`--heartbeat` seconds: a shorter beat is a write to PostgreSQL many times a second, a
-longer one makes a dead worker's jobs wait long for nothing."""
-
-SKEW_WAIT_MAX = 86400.0
-"""The longest `--skew-wait` (a day): a job waiting longer holds a worker slot for nothing."""
-
-
-def _seconds(flag: str, value: float, low: float, high: float, low_open: bool = False) -> str:
-    """The problem with a flag's seconds, or "": click's FLOAT takes `nan` and `inf`, and
-    every comparison with NaN is False, so the range is checked as "inside", not "outside"."""
-    inside = low < value <= high if low_open else low <= value <= high
-    if math.isfinite(value) and inside:
-        return ""
-    above = "more than" if low_open else "from"
-    return f"{flag}: {value:g} is not a number of seconds {above} {low:g} up to {high:g}"
-
-
-def check_stalled(
-    stalled_after: float, heartbeat: float, skew_wait: float = 60.0, store_retry: float = 120.0
-) -> None:
-    """Refuse seconds that are not finite or out of range (`--heartbeat nan` never beats:
-    its live jobs would be re-queued and run twice; `--stalled-after 1e11` would keep every
-    worker from pruning dead ones), and a stalled bound shorter than three heartbeats: a
-    worker would look dead to the others between two beats, and its live jobs would run
-    twice. Every problem at once."""
-    # deferred: fim.workflows loads the config schema (hundreds of ms); `fim --help` must not
-    from fim.workflows.queue_rows import STALLED_AFTER_MAX
-
-    problems = [
-        _seconds("--heartbeat", heartbeat, *HEARTBEAT_RANGE),
-        _seconds("--stalled-after", stalled_after, 0.0, STALLED_AFTER_MAX, low_open=True),
-        _seconds("--skew-wait", skew_wait, 0.0, SKEW_WAIT_MAX),
-        _seconds("--store-retry-timeout", store_retry, 0.0, SKEW_WAIT_MAX),
-    ]
-    if any(problems):
-        raise RunError(
-            "; ".join(p for p in problems if p),
-            hint="the defaults are --heartbeat 10 --stalled-after 30 --skew-wait 60; "
-            f"--stalled-after is 3 heartbeats or more, up to {STALLED_AFTER_MAX:g} (a day)",
-        )
-    if stalled_after < 3 * heartbeat:
-        raise RunError(
-            f"--stalled-after {stalled_after:g} is less than 3 heartbeats "
-            f"(--heartbeat {heartbeat:g})",
-            hint=f"use --stalled-after {3 * heartbeat:g} or more, or a shorter --heartbeat",
-        )
 
 
 def _store_at_start(state_url: str, root: Path) -> Callable[[Any], Awaitable[None]]:
@@ -239,6 +191,7 @@ def worker(
     interval: IntervalOption = "30s",
     git_checkout: CheckoutOption = None,
     git_path: GitPathOption = "",
+    git_fallback: FallbackOption = "none",
     shutdown_timeout: ShutdownOption = None,
     store_retry_timeout: Annotated[  # a PostgreSQL restart takes seconds, a failover ~2 min
         float,
@@ -270,8 +223,9 @@ def worker(
     """Run queued workflow and background agent runs (state in PostgreSQL).
 
     Needs `state: postgresql://...`; start several anywhere. With `--git`, the project
-    comes from a git remote and is pulled like `fim serve --git`: a job runs on the commit
-    current when it starts, and its run record carries that commit."""
+    comes from a git remote and is pulled like `fim serve --git` (SIGHUP fetches at once,
+    `--git-fallback last-good` too): a job runs on the commit current when it starts, and
+    its run record carries that commit."""
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.build.reload import SnapshotHolder
     from fim.workflows.durable import make_app
@@ -292,7 +246,9 @@ def worker(
         from fim.build.gitops import initial_snapshot
 
         with user_errors():
-            source, seconds = git_source(git, ref, interval, git_checkout, git_path)
+            source, seconds = git_source(
+                git, ref, interval, git_checkout, git_path, fallback=git_fallback
+            )
             snapshot = initial_snapshot(source)
     else:
         snapshot = load_snapshot(ctx, project)
@@ -331,7 +287,8 @@ def worker(
         stop = asyncio.Event()
         puller = None
         if source is not None:
-            puller = asyncio.create_task(poll(source, holder, interval=seconds, stop=stop))
+            pull = poll(source, holder, interval=seconds, stop=stop, on_hangup=True)
+            puller = asyncio.create_task(pull)  # SIGHUP: fetch now, as `fim serve --git`
         elif reload:  # exactly `fim serve`'s watcher: a job never waits for a stale snapshot
             puller = asyncio.create_task(watch(root, holder, stop=stop))
         store = Database(snapshot.project.state, root).display_url
