@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from fim.engines.call_content import CallContent
 from fim.engines.dag_plan import (
     ANALYZER,
     PLANNER,
@@ -132,7 +133,7 @@ class DagEngine:
     # ------------------------------------------------------------------ phases
 
     async def _complete(self, messages: list[Message]) -> ModelResponse:
-        self._t0 = time.perf_counter()
+        self._t0, self._sent = time.perf_counter(), messages
         return self._took(await self.base.model.complete(messages, None))
 
     def _took(self, response: ModelResponse) -> ModelResponse:
@@ -143,12 +144,24 @@ class DagEngine:
         return response
 
     def _llm_event(self, iteration: int) -> LLMCall:
+        """The event of the planner's, analyzer's or synthesis' last call, with what it sent
+        and got back when the run keeps content (as a step's calls do: `ReactEngine`)."""
+        base, last = self.base, self._last
+        request = answer = None
+        if base.capture:  # each of these calls is a conversation of its own: kept whole
+            content = CallContent(base.mask)
+            request, answer = content.request(self._sent, (), iteration), content.response(last)
         return LLMCall(
-            run_id=self.base.run_id,
-            model=self._last.model or self.base.model.name,
+            run_id=base.run_id,
+            model=last.model or base.model.name,
             iteration=iteration,
-            usage=self._last.usage,
+            usage=last.usage,
             duration_ms=(time.perf_counter() - self._t0) * 1000,
+            request_model=getattr(base.model, "name", ""),
+            provider=getattr(base.model, "provider", "") or "",
+            finish_reason=last.finish_reason,
+            request=request,
+            response=answer,
         )
 
     async def _plan(
@@ -303,7 +316,7 @@ class DagEngine:
                 role="user", content=SYNTHESIS.format(goal=goal, results=results_text(results))
             ),
         ]
-        self._t0 = time.perf_counter()
+        self._t0, self._sent = time.perf_counter(), messages
         if base.stream:
             response = None
             # closed with the run: a budget counts a stream cut off when it is

@@ -26,6 +26,7 @@ from fim.server.devpage import status_payload
 from fim.server.http import JSONResponse, error, run_scope, session_owner, sse
 from fim.server.openai_errors import error_object, failure, run_failed
 from fim.server.queries import RunsQuery, read_query
+from fim.server.refusals import NO_RETRY
 from fim.server.sessions import UnknownSession, known_agent
 from fim.server.stopping import until_stop
 from fim.types import Message
@@ -147,9 +148,6 @@ async def start_run(api: Api, request: Request, name: str, body: RunBody) -> Res
     return await _json_run(api, request, name, history, (session, owner), run_id)
 
 
-NO_RETRY = {"x-should-retry": "false"}
-"""Tells the OpenAI SDKs (python and node read it before the status) not to retry: the
-same request fails the same way until the server is configured."""
 
 
 def not_configured(snapshot: Any, name: str) -> Response | None:

@@ -24,8 +24,9 @@ from fim.errors import FimError, RunError
 from fim.server.replies import error
 
 NO_RETRY = {"x-should-retry": "false"}
-"""The OpenAI SDKs read it before the status: the same request fails alike until the
-server is configured (`fim.server.agent_routes.NO_RETRY` says the same)."""
+"""Tells the OpenAI SDKs (python and node read it before the status) not to retry: the
+same request fails alike until the server is configured (a refusal here, a missing model
+key in `fim.server.agent_routes.not_configured`)."""
 DEFAULT_CODE = "agent_unavailable"
 
 
