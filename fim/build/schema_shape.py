@@ -149,4 +149,12 @@ def certainly_valid(schema: Any) -> bool:
     return True
 
 
-__all__ = ["certainly_valid"]
+KEYWORDS = _VOCABULARY
+SUBSCHEMA = _ONE
+"""Keywords whose value is one schema."""
+SUBSCHEMA_LISTS = _MANY
+"""Keywords whose value is a list of schemas."""
+SUBSCHEMA_MAPS = _NAMED
+"""Keywords whose value maps names to schemas."""
+
+__all__ = ["KEYWORDS", "SUBSCHEMA", "SUBSCHEMA_LISTS", "SUBSCHEMA_MAPS", "certainly_valid"]

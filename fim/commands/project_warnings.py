@@ -33,8 +33,18 @@ def warnings_of(snapshot: Snapshot) -> list[Problem]:
         *_modeline_warnings(snapshot),
         *_cassette_warnings(snapshot),
         *_skill_warnings(snapshot),
+        *_schema_typo_warnings(snapshot),
         *adk_eval_files(snapshot.root),
     ]
+
+
+def _schema_typo_warnings(snapshot: Snapshot) -> list[Problem]:
+    """Schema keys that JSON Schema ignores but look like a misspelt keyword
+    (`fim.build.schema_typos`)."""
+    # deferred: only a project with connectors or agent schemas walks them
+    from fim.build.schema_typos import schema_typo_warnings
+
+    return schema_typo_warnings(snapshot)
 
 
 def _skill_warnings(snapshot: Snapshot) -> list[Problem]:
