@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -262,3 +263,45 @@ async def watch(
             )
             await _pause(delay, stop)
             catch_up = True
+
+
+def reload_on_hangup(
+    root: Path, holder: SnapshotHolder, stop: asyncio.Event, reload: bool
+) -> asyncio.Task[None] | None:
+    """SIGHUP to `fim serve -p` or `fim worker -p`: recompile the project now (with
+    `--no-reload`, a line saying nothing changes), as `--git` fetches now and `--workers`
+    restarts its workers. Unhandled, SIGHUP's default killed the process at once: a run in
+    flight left no record and no usage row, and a closed terminal or an operator's "log
+    rotation" HUP stopped the server (attack-63 F2). The handler is installed before this
+    returns (a HUP right after the start banner is handled); the task answers it until
+    `stop` is set. None when the loop is not the main thread's (an embedded server)."""
+    wake = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    try:
+        loop.add_signal_handler(signal.SIGHUP, wake.set)
+    except (ValueError, RuntimeError, AttributeError):  # not the main thread, or no SIGHUP
+        return None
+    return loop.create_task(_answer_hangups(root, holder, stop, reload, wake))
+
+
+async def _answer_hangups(
+    root: Path, holder: SnapshotHolder, stop: asyncio.Event, reload: bool, wake: asyncio.Event
+) -> None:
+    try:
+        while not stop.is_set():
+            waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())]
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in waits:
+                    waiting.cancel()
+            if stop.is_set():
+                return
+            wake.clear()
+            if not reload:
+                log.info("SIGHUP: --no-reload: still serving %s", holder.current.version)
+                continue
+            log.info("SIGHUP: reloading %s now", root)
+            await reload_once(root, holder)
+    finally:
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)

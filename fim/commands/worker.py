@@ -279,7 +279,7 @@ def worker(
     async def main() -> None:
         # deferred: loading watchfiles and the GitOps code only where they run
         from fim.build.gitops import poll
-        from fim.build.reload import watch
+        from fim.build.reload import reload_on_hangup, watch
         from fim.observe.logs import announce
         from fim.store.engine import Database
         from fim.version import fim_version
@@ -291,6 +291,8 @@ def worker(
             puller = asyncio.create_task(pull)  # SIGHUP: fetch now, as `fim serve --git`
         elif reload:  # exactly `fim serve`'s watcher: a job never waits for a stale snapshot
             puller = asyncio.create_task(watch(root, holder, stop=stop))
+        # SIGHUP: `-p` reloads now (with --git, the poller fetches now)
+        hangup = reload_on_hangup(root, holder, stop, reload) if source is None else None
         store = Database(snapshot.project.state, root).display_url
         outage = Outage(store, store_retry_timeout)
         own_writes(app)  # a held write landing late never ends another worker's run
@@ -343,10 +345,11 @@ def worker(
                 endpoint.stop()
             stop.set()
             await mcp.aclose()
-            if puller is not None:
-                puller.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await puller
+            for task in (puller, hangup):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
             if source is not None and source.lock is not None:
                 source.lock.close()
 

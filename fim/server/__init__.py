@@ -77,7 +77,7 @@ async def serve(
 
     # deferred: loading fim.config.schema costs hundreds of ms
     from fim.build.compile import compile_project
-    from fim.build.reload import SnapshotHolder, watch
+    from fim.build.reload import SnapshotHolder, reload_on_hangup, watch
     from fim.capabilities import CAPABILITIES
     from fim.events import build_validators
     from fim.hooks.command_output import build_validators as build_hook_validators
@@ -140,9 +140,10 @@ async def serve(
     # deferred: loading fim.masking costs tens of ms
     from fim.observe.logs import announce
 
+    stop = asyncio.Event()
+    hangup = None if git else reload_on_hangup(root, holder, stop, reload)  # SIGHUP: reload
     line, fields = banner_fields(snapshot, host, sock.getsockname()[1], reload, git)
     announce(line, **fields)
-    stop = asyncio.Event()
     watcher = (
         asyncio.create_task(_git_poll(git, holder, git_interval, stop))
         if git is not None
@@ -158,8 +159,9 @@ async def serve(
     finally:
         sock.close()
         stop.set()
-        if signaller is not None:
-            signaller.cancel()
+        for task in (signaller, hangup):
+            if task is not None:
+                task.cancel()
         if watcher is not None:
             watcher.cancel()
             try:
