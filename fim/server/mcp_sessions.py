@@ -27,6 +27,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from fim.server.http import caller, error
 from fim.server.limits import Busy
+from fim.server.mcp_ids import with_checked_ids
 from fim.server.mcp_surface import build_server
 
 if TYPE_CHECKING:
@@ -132,6 +133,11 @@ class McpEndpoint:
                 scope, receive, send
             )
             return
+        if scope["method"] == "POST":  # an id the SDK would take as a notification: -32600
+            limit = self.api.holder.current.project.server.max_body_bytes
+            if (checked := await with_checked_ids(scope, receive, send, limit)) is None:
+                return
+            receive = checked
         session = sent.get(b"mcp-session-id", "")
         if session:
             self.sessions.used(owner, session)
