@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from fim.build.eval_tool_args import tool_args_problems
 from fim.build.snapshot import Locate, Snapshot
 from fim.config.problems import suggest
 from fim.config.schema import AgentDecl, Assertion, EvalCase, EvalSuite, WorkflowDecl
@@ -69,9 +70,14 @@ def _assertion_tools(base: Where, assertion: Any) -> Iterator[tuple[Where, str]]
         yield (*base, "tool_called", "name"), assertion.tool_called.name
     if assertion.tool_not_called is not None:
         yield (*base, "tool_not_called"), assertion.tool_not_called
-    if assertion.tool_sequence is not None:
-        for k, name in enumerate(assertion.tool_sequence.tools):
+    if assertion.tool_blocked is not None:
+        yield (*base, "tool_blocked"), assertion.tool_blocked
+    sequence = assertion.tool_sequence
+    if sequence is not None and sequence.tools is not None:
+        for k, name in enumerate(sequence.tools):
             yield (*base, "tool_sequence", "tools", k), name
+    for k, call in enumerate(sequence.calls or [] if sequence is not None else []):
+        yield (*base, "tool_sequence", "calls", k, "name"), call.name
 
 
 def _callable(
@@ -135,6 +141,7 @@ def check_eval_tools(snapshot: Snapshot, locate: Locate, targets: TargetsOf) -> 
             if "approvals" in where:
                 message = f"{what} has no tool '{name}': no call to it will ask for approval"
             problems.append(Problem(src.path, src.line, src.column, message, hint))
+        problems += tool_args_problems(snapshot, locate, suite, suite_assertions(suite))
     return problems
 
 

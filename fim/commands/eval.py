@@ -10,8 +10,9 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from fim.commands import ProjectOption, load_snapshot, run_async
-from fim.commands.eval_cli import EvalCommand
+from fim.commands import ProjectOption, run_async
+from fim.commands.eval_cli import HOOKS_HELP, EvalCommand, hooks_choice, refuse_unguarded
+from fim.commands.eval_gate import compiled, reported, rerun_of, shard_of
 from fim.commands.eval_merge import (
     compare_to,
     merge_reports,
@@ -50,8 +51,8 @@ def eval_command(
         ),
     ] = False,
     with_hooks: Annotated[
-        bool, typer.Option("--with-hooks", help="Run agents with their hooks (off by default).")
-    ] = False,
+        bool | None, typer.Option("--with-hooks/--without-hooks", help=HOOKS_HELP)
+    ] = None,
     junit: Annotated[Path | None, typer.Option(help="Write JUnit XML here.")] = None,
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write a JSON report here (- : to stdout).")
@@ -66,11 +67,39 @@ def eval_command(
     ] = None,
     baseline: Annotated[
         Path | None,
-        typer.Option(help="JSON report to compare with; exit 1 when a case regressed."),
+        typer.Option(
+            help="JSON report to compare with (a `fim eval --json` of main); exit 1 when a "
+            "case that passed there fails now, or with --fail-on-change when a metric rose "
+            "past --threshold. Latency, tokens and cost changes past --threshold are listed."
+        ),
     ] = None,
     threshold: Annotated[
-        float, typer.Option(help="Latency/tokens/cost change reported against --baseline.")
+        float,
+        typer.Option(
+            help="Relative change (0.2: 20%) of a case's latency, tokens or cost that "
+            "--baseline lists, and that fails the gate for --fail-on-change's metrics."
+        ),
     ] = 0.2,
+    fail_on_change: Annotated[
+        str | None,
+        typer.Option(
+            "--fail-on-change",
+            metavar="METRICS",
+            help="With --baseline: exit 1 when a case's cost, tokens or latency rose more "
+            "than --threshold over the baseline; any of cost, tokens and latency, "
+            "comma-separated. Two replayed runs compare the recorded latency; scripted "
+            "cases' own time is not compared.",
+        ),
+    ] = None,
+    repeat: Annotated[
+        int | None,
+        typer.Option(
+            "--repeat",
+            min=1,
+            help="Run every selected case N times, instead of the `repeat:` of its suite's "
+            "YAML (a nightly job's flakiness run).",
+        ),
+    ] = None,
     format_: Annotated[
         str, typer.Option("--format", help="Summary on stdout: text or markdown.")
     ] = "text",
@@ -143,9 +172,11 @@ def eval_command(
             fail_on_skip,
             markdown_out,
             fail_on_untested,
+            fail_on_change,
         )
 
     # deferred: loading fim.config.schema costs hundreds of ms
+    from fim.eval.attempts import AttemptsRunner
     from fim.eval.report import print_summary, write_reports
     from fim.eval.runner import EvalRunner, run_models
 
@@ -158,8 +189,9 @@ def eval_command(
     if suites == ["merge"] and _no_project(ctx, project):
         console.print(f"error: {NO_REPORTS}", markup=False, soft_wrap=True)
         raise typer.Exit(2)
+    reports = (junit, json_out, markdown_out, "record" if record else "live" if live else "replay")
     try:
-        snapshot = load_snapshot(ctx, project)
+        snapshot = compiled(ctx, project, reports)
     except typer.Exit:
         raise typer.Exit(2) from None
     suites = [snapshot.named("eval", s) for s in suites] if suites else suites  # evals/x.yaml
@@ -175,17 +207,26 @@ def eval_command(
         for reason in reasons:
             console.print(f"error: {reason}", markup=False, soft_wrap=True)
         if not reasons:
-            console.print(
-                f"error: unknown eval suite(s): {', '.join(unknown)} "
-                f"(suites: {_suites_listed(snapshot.evals)})",
-                markup=False,
-                soft_wrap=True,
-            )
+            reasons = [
+                f"unknown eval suite(s): {', '.join(unknown)} "
+                f"(suites: {_suites_listed(snapshot.evals)})"
+            ]
+            console.print(f"error: {reasons[0]}", markup=False, soft_wrap=True)
+        reported(reasons, reports)
         raise typer.Exit(2)
 
     # a model named twice runs once; none: each agent on its own model
     chosen: list[str | None] = [*dict.fromkeys(models or [])] or [None]
-    only = _rerun(rerun_failed, snapshot, suites, chosen, console)
+    if repeat is not None and rerun_failed is not None:
+        console.print(
+            "error: --repeat with --rerun-failed: a rerun runs again the attempts that failed "
+            "(run `fim eval --repeat N` on its own for more samples)",
+            markup=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(2)
+    rerun = rerun_of(rerun_failed, snapshot, suites, chosen, console)
+    only = None if rerun is None else rerun[0]
     if only is not None and not models:
         chosen = list(only)
     named = [m for m in chosen if m is not None]
@@ -194,21 +235,24 @@ def eval_command(
     gc.collect()
     gc.freeze()  # the compiled project lives until exit: keep it out of the GC's scans
     mode: Literal["record", "replay", "live"] = "record" if record else "live" if live else "replay"
-    parts = _shard(shard, console)
-    runners = [
-        EvalRunner(
+    parts = shard_of(shard, console)
+    runners: list[EvalRunner] = [
+        AttemptsRunner(
             snapshot,
             concurrency=concurrency,
             mode=mode,
-            with_hooks=with_hooks,
+            with_hooks=hooks_choice(with_hooks, rerun_failed),
             patterns=filter_ or [],
             suites=suites or None,
             shard=parts,
             model=model,
             only=None if only is None else only[model],
+            repeat=repeat,
+            attempts=None if rerun is None else rerun[1][model],
         )
         for model in chosen
     ]
+    refuse_unguarded(runners, console)  # real tool effects a bypassed hook guards: exit 2
     total = sum(len(runner.plan()) for runner in runners)
     if total == 0 and shard is None:  # an empty shard is fine: more shards than cases
         message = _nothing_selected(snapshot, suites, filter_)
@@ -245,7 +289,9 @@ def eval_command(
     data["shard"] = None if parts is None else {"index": parts[0], "total": parts[1]}
     # the report --rerun-failed re-ran: `fim eval merge` takes this one as the later attempt
     data["rerun"] = None if rerun_failed is None else str(rerun_failed)
-    comparison = compare_to(data, baseline, threshold)
+    comparison = compare_to(data, baseline, threshold, fail_on_change)
+    # the comparison in the report: a CI step reads `baseline.ok`, `changes[]` (newcomer55 #4)
+    data["baseline"] = None if comparison is None else comparison.as_dict()
     piped = json_out is not None and str(json_out) == "-"  # promptfoo's `-o -`: the report
     shown = sys.stderr if piped else sys.stdout  # on stdout, what a person reads on stderr
     if format_ == "markdown" or markdown_out is not None:
@@ -346,52 +392,3 @@ def _check_models(snapshot: Any, models: list[str], suites: list[str], console: 
         console.print(f"error: {problem}", markup=False, soft_wrap=True)
     if problems:
         raise typer.Exit(2)
-
-
-def _shard(text: str | None, console: Any) -> tuple[int, int] | None:
-    # deferred: loading fim.eval.ci costs tens of ms
-    from fim.eval.ci import parse_shard
-
-    if text is None:
-        return None
-    try:
-        return parse_shard(text)
-    except RunError as exc:
-        console.print(f"error: {exc}", markup=False)
-        raise typer.Exit(2) from None
-
-
-def _rerun(
-    path: Path | None,
-    snapshot: Any,
-    suites: list[str] | None,
-    chosen: list[str | None],
-    console: Any,
-) -> dict[str | None, set[tuple[str, str]]] | None:
-    """`--rerun-failed`: per model to run, the (suite, case) names that failed in the
-    report (`fim.eval.rerun`); None without the option. With `--model`, every failed case
-    runs on each model named. Says what it cannot find; exits 0 when nothing failed."""
-    if path is None:
-        return None
-    # deferred: loading fim.eval.ci costs tens of ms
-    from fim.eval.rerun import NothingFailed, failed_cases
-
-    try:
-        found = failed_cases(path, snapshot.evals, suites)
-    except NothingFailed as exc:
-        console.print(f"note: {exc}", markup=False, soft_wrap=True)
-        raise typer.Exit(0) from None
-    except RunError as exc:
-        console.print(f"error: {exc}", markup=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-    if found.gone:
-        console.print(
-            f"note: {len(found.gone)} failed case(s) of {path} not in this project (renamed or "
-            f"removed): {', '.join(found.gone[:5])}",
-            markup=False,
-            soft_wrap=True,
-        )
-    if chosen != [None]:
-        every = found.union()
-        return {model: every for model in chosen}
-    return {model: found.only(model) for model in found.models()}

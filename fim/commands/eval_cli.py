@@ -4,9 +4,9 @@
   eval` with `merge` as its first argument (a subcommand would take every suite name for
   a command name), so `--help` there printed eval's help: concurrency, recording, hooks
   and models, none of which merge reads.
-- promptfoo's flags fim has elsewhere (`--repeat` is the suite's `repeat:`) are refused
-  saying where, not with click's closest option (`--repeat` got "Possible options:
-  --format").
+- promptfoo's flags fim has elsewhere (`-o` is `--json FILE`) are refused saying where,
+  not with click's closest option (`--repeat` got "Possible options: --format"; it is
+  now fim's own, overriding the suites' `repeat:`).
 - `--threshold` is the change `--baseline` reports; without a baseline it did nothing,
   silently, while a suite's `threshold:` is its pass rate. `--fail-on-untested` likewise
   needs a baseline.
@@ -15,10 +15,14 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 from typer.core import TyperCommand
+
+if TYPE_CHECKING:
+    from fim.eval.hooks_mode import HooksChoice
 
 MERGE_OPTIONS = (
     "junit",
@@ -29,6 +33,7 @@ MERGE_OPTIONS = (
     "markdown_out",
     "fail_on_skip",
     "fail_on_untested",
+    "fail_on_change",
 )
 """The parameters of `fim eval` that `fim eval merge` reads (`merge_reports`)."""
 
@@ -41,9 +46,36 @@ MERGE_HELP = (
     "read."
 )
 
+HOOKS_HELP = (
+    "Run agents with their hooks, as deployed, or bypass them (default: each suite's "
+    "`hooks: on|off`, else bypassed; a run that would execute real tool effects a "
+    "PreToolUse hook guards is then refused). --rerun-failed takes the report's mode."
+)
+
+
+def hooks_choice(flag: bool | None, rerun: Path | None) -> HooksChoice:
+    """What decides each suite's hooks (`fim.eval.hooks_mode`): `--with-hooks` or
+    `--without-hooks` when given, else the modes of the report `--rerun-failed` re-runs
+    (a suite that ran with hooks on reruns with them), else each suite's `hooks:`."""
+    if flag is not None:
+        return flag
+    # deferred: loading fim.eval costs hundreds of ms
+    from fim.eval.hooks_mode import report_hooks
+
+    return report_hooks(rerun)
+
+
+def refuse_unguarded(runners: list[Any], console: Any) -> None:
+    """Exit 2 before any case runs when one would execute real tool effects a PreToolUse
+    hook guards with hooks bypassed only by default, each refusal on its own line."""
+    refused = [r for runner in runners for r in runner.refusals(runner.plan())]
+    for message in dict.fromkeys(refused):
+        console.print(message, markup=False, soft_wrap=True)
+    if refused:
+        raise typer.Exit(2)
+
+
 ELSEWHERE = {
-    "--repeat": "runs of each case are set in the suite's YAML: `repeat: 3` on the suite "
-    "(evals/<suite>.yaml) or on a case",
     "--max-concurrency": "fim calls it --concurrency N",
     "--output": "fim eval writes --json FILE (`--json -`: to stdout), --junit FILE, or "
     "--markdown FILE",
@@ -88,6 +120,8 @@ class EvalCommand(TyperCommand):
                 err=True,
             )
             ctx.exit(2)
+        if ctx.params.get("fail_on_change") is not None:
+            _fail_on_change(ctx)
         if ctx.params.get("fail_on_untested") and ctx.params["baseline"] is None:
             typer.echo(
                 "error: --fail-on-untested fails on cases that passed in --baseline's report "
@@ -112,4 +146,32 @@ class EvalCommand(TyperCommand):
         ctx.exit(0)
 
 
-__all__ = ["ELSEWHERE", "MERGE_OPTIONS", "EvalCommand"]
+def _fail_on_change(ctx: Any) -> None:
+    """`--fail-on-change METRICS`: known metrics, and a baseline to compare them with
+    (exit 2 before any case runs)."""
+    # deferred: only --fail-on-change reads the metrics' names
+    from fim.errors import RunError
+    from fim.eval.baseline import fail_on_metrics
+
+    try:
+        fail_on_metrics(ctx.params["fail_on_change"])
+    except RunError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        ctx.exit(2)
+    if ctx.params["baseline"] is None:
+        typer.echo(
+            "error: --fail-on-change fails when a metric rose over --baseline's report, and "
+            "there is no --baseline (a `fim eval --json` report of main)",
+            err=True,
+        )
+        ctx.exit(2)
+
+
+__all__ = [
+    "ELSEWHERE",
+    "HOOKS_HELP",
+    "MERGE_OPTIONS",
+    "EvalCommand",
+    "hooks_choice",
+    "refuse_unguarded",
+]

@@ -34,9 +34,14 @@ def untested_said(data: dict[str, Any], fail_on_skip: bool, shard: bool) -> bool
     return bool(names) or (nothing is not None and not shard)
 
 
-def compare_to(data: dict[str, Any], baseline: Path | None, threshold: float) -> Any:
+def compare_to(
+    data: dict[str, Any], baseline: Path | None, threshold: float, fail_on_change: str | None = None
+) -> Any:
+    """`data` against the `--baseline` report (None without one); `--fail-on-change`'s
+    metrics fail the comparison when they rose past `threshold`. Exit 2 when the baseline
+    cannot be read."""
     # deferred: loading fim.eval.ci and fim.eval.baseline costs tens of ms
-    from fim.eval.baseline import compare
+    from fim.eval.baseline import compare, fail_on_metrics
     from fim.eval.ci import load, plain
 
     if baseline is None:
@@ -49,7 +54,7 @@ def compare_to(data: dict[str, Any], baseline: Path | None, threshold: float) ->
         )
         raise typer.Exit(2)
     try:
-        return compare(data, load(baseline), threshold)
+        return compare(data, load(baseline), threshold, fail_on_metrics(fail_on_change))
     except RunError as exc:  # may quote a report's names: on one line (`plain`)
         sys.stderr.write(f"error: {plain(str(exc))}\n")
         raise typer.Exit(2) from None
@@ -85,12 +90,14 @@ def merge_reports(
     fail_on_skip: bool = False,
     markdown_out: Path | None = None,
     fail_on_untested: bool = False,
+    fail_on_change: str | None = None,
 ) -> None:
     """`fim eval merge`: one JUnit file and one summary from the JSON reports of shards."""
 
     # deferred: loading fim.eval.ci costs tens of ms
     from fim.eval.ci import exit_code, label, load, merge, plain, rate, verdict
     from fim.eval.ci_markdown import markdown
+    from fim.eval.repeats import said
     from fim.eval.report import write_report_files
     from fim.eval.shard_check import check_shards
 
@@ -101,7 +108,8 @@ def merge_reports(
     except RunError as exc:  # may quote a shard's case names: on one line (`plain`)
         sys.stderr.write(f"error: {plain(str(exc))}\n")
         raise typer.Exit(2) from None
-    comparison = compare_to(merged, baseline, threshold)
+    comparison = compare_to(merged, baseline, threshold, fail_on_change)
+    merged["baseline"] = None if comparison is None else comparison.as_dict()
     if format_ == "markdown" or markdown_out is not None:
         summary = markdown(merged, comparison, fail_on_skip, fail_on_untested)
         write_markdown(markdown_out, summary)
@@ -116,6 +124,10 @@ def merge_reports(
                 + f"{rate(suite['pass_rate'])} (threshold {suite['threshold']:.0%}) "
                 f"{verdict(suite)}\n"
             )
+            for result in suite.get("case_results") or []:  # `greeting tone: 3/5 passed`
+                sys.stdout.write(
+                    f"  {plain(label(suite))} / {plain(result['case'])}: {said(result)}\n"
+                )
         replayed = merged.get("cases_replayed", 0)
         if replayed:
             sys.stdout.write(

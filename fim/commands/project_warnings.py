@@ -35,7 +35,19 @@ def warnings_of(snapshot: Snapshot) -> list[Problem]:
         *_skill_warnings(snapshot),
         *_schema_typo_warnings(snapshot),
         *adk_eval_files(snapshot.root),
+        *_case_var_warnings(snapshot),
     ]
+
+
+def _case_var_warnings(snapshot: Snapshot) -> list[Problem]:
+    """Eval cases whose `{{ name }}` no var fills in: a case with no vars, sent literally,
+    or an empty CSV cell (`fim.build.case_var_checks`)."""
+    if not snapshot.evals:
+        return []
+    # deferred: only a project with eval suites reads their cases' files again
+    from fim.build.case_var_checks import case_var_warnings
+
+    return case_var_warnings(snapshot)
 
 
 def _schema_typo_warnings(snapshot: Snapshot) -> list[Problem]:
@@ -202,6 +214,11 @@ def _unavailable_warnings(snapshot: Snapshot) -> list[Problem]:
             message = f"{what} '{name}' is unavailable: {p.message}"
             message += _users(snapshot, name, mcp=what != "connector")
             problems.append(Problem(p.path, p.line, p.column, message, p.hint))
+    for name, p in ((n, p) for n, unset in snapshot.unavailable_a2a.items() for p in unset):
+        users = [repr(a) for a, d in snapshot.agents.items() if name in d.delegates]
+        message = f"remote A2A agent '{name}' is unavailable: {p.message}"
+        message += f"; delegated to by {', '.join(users)}, which fail when they start" * bool(users)
+        problems.append(Problem(p.path, p.line, p.column, message, p.hint))
     return sorted(problems, key=lambda p: (p.path, p.line, p.column))
 
 

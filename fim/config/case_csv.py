@@ -69,7 +69,7 @@ MAX_CELLS = 200_000
 4 MB file of a million one-cell rows took 2.6 GB to load."""
 
 
-def _csv_records(rel: str, text: str, problems: list[Problem]) -> list[list[Cell]]:
+def csv_records(rel: str, text: str, problems: list[Problem]) -> list[list[Cell]]:
     """RFC 4180 records with where each cell starts (Python's `csv` says neither where a
     cell starts nor where a quote was left open). Blank lines are skipped. Past
     `MAX_CELLS` or `MAX_CASES` records, one problem and nothing read."""
@@ -151,7 +151,7 @@ def csv_rows(
 ) -> list[tuple[dict[str, Any], Document]]:
     """Each data row as case data, with the row's document; problems are recorded."""
     problems: list[Problem] = []
-    records = _csv_records(rel, text, problems)
+    records = csv_records(rel, text, problems)
     decls.problems.extend(problems)
     if not records:
         if not problems:
@@ -166,15 +166,14 @@ def csv_rows(
     for record in rows:
         line, col = record[0][1], record[0][2]
         if len(record) != len(header):
-            decls.problems.append(
-                Problem(
-                    rel,
-                    line,
-                    col,
-                    f"row has {len(record)} cells, the header {len(header)}",
-                    'quote a cell that holds a comma: "a, b"',
-                )
+            fewer = len(record) < len(header)  # a spreadsheet's row that ended empty
+            hint = (
+                "add a trailing comma for each empty cell"
+                if fewer
+                else 'quote a cell that holds a comma: "a, b"'
             )
+            message = f"row has {len(record)} cells, the header {len(header)}"
+            decls.problems.append(Problem(rel, line, col, message, hint))
             continue
         row = CsvRow(path=rel, data=None, root=(line, col), name_column=name_column)
         data: dict[str, Any] = {"name": f"{prefix}row {line}", "vars": {}, "expect": []}
@@ -284,4 +283,4 @@ def _columns(
     return found
 
 
-__all__ = ["MAX_CASES", "MAX_CELLS", "Cell", "CsvRow", "csv_rows", "empty_input"]
+__all__ = ["MAX_CASES", "MAX_CELLS", "Cell", "CsvRow", "csv_records", "csv_rows", "empty_input"]

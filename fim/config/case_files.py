@@ -16,14 +16,15 @@ at the YAML line that names the file. Case files are data: no `${VAR}` interpola
 from __future__ import annotations
 
 import errno
-import json
+import glob
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from fim.config.case_csv import MAX_CASES, CsvRow, csv_rows
+from fim.config.case_csv import CsvRow, csv_rows
+from fim.config.case_rows import JsonlRow, Rows, YamlItem, jsonl_rows, yaml_rows
 from fim.config.case_vars import list_var_problems
 from fim.config.files import not_utf8, read_regular
 from fim.config.problems import suggest, validation_problems
@@ -33,10 +34,18 @@ from fim.config.yamlio import Document, Path_
 from fim.errors import Problem
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from fim.config.declarations import Declarations
 
 MAX_CASE_FILE_BYTES = 4 * 1024 * 1024
 """The largest case file read (about 10,000 cases of 400 bytes)."""
+
+SUFFIXES = (*CASE_FILE_SUFFIXES, ".yaml", ".yml")
+"""What a case file may be: a spreadsheet export, a case object per line, a YAML list."""
+
+MAX_MATCHES = 1000
+"""The most files one glob in `cases` reads."""
 
 Origin = tuple[Path_, Document | None]
 """Where case `i` of a suite came from: (its path in the YAML, None) for an inline case,
@@ -87,15 +96,6 @@ class SuiteDocument(Document):
         return Problem(self.path, line, col, message, hint)
 
 
-@dataclass
-class _JsonlRow(Document):
-    """One JSONL line as a document (JSON is YAML: a problem's column is found the way a
-    YAML file's is)."""
-
-    unnamed: bool = False
-    """The line has no `name`: the case is called `line N`."""
-
-
 def case_lines(doc: Document, names: list[str]) -> dict[str, tuple[str, int]]:
     """Case name -> (file, line) where the case is written, for each case of a suite that
     validated (`names`, in order): its entry in the YAML, or its CSV row or JSONL line. A
@@ -141,7 +141,8 @@ def read_case_files(decls: Declarations, doc: Document) -> Document:
     if not files:  # inline cases only: their names are unique too (attack-44 F4)
         _check_unique(decls, doc, [item for _, item in refs], [(where, None) for where, _ in refs])
         return doc
-    several = len(files) > 1
+    named = {where: _expand(decls, doc, where, item) for where, item in files}
+    several = sum(len(names) for names in named.values()) > 1
     cases: list[Any] = []
     origins: list[Origin] = []
     target_is_workflow = "workflow" in data and "agent" not in data
@@ -150,9 +151,10 @@ def read_case_files(decls: Declarations, doc: Document) -> Document:
             cases.append(item)
             origins.append((where, None))
             continue
-        for case, row in _file_cases(decls, doc, where, item, target_is_workflow, several):
-            cases.append(case)
-            origins.append((where, row))
+        for name in named[where]:  # a glob's files in order, each its own for positions
+            for case, row in _file_cases(decls, doc, where, name, target_is_workflow, several):
+                cases.append(case)
+                origins.append((where, row))
     suite = SuiteDocument(
         path=doc.path,
         data={**data, "cases": cases},
@@ -201,8 +203,10 @@ def _unnamed(origin: Origin) -> str | None:
     `line 3`, which clashed), or None for a case whose name is written: a file with a
     `name` column needs that cell filled in, not a column it already has."""
     row = origin[1]
-    if isinstance(row, _JsonlRow) and row.unnamed:
+    if isinstance(row, JsonlRow) and row.unnamed:
         return 'give the line a "name", or rename one'
+    if isinstance(row, YamlItem) and row.unnamed:
+        return "give the case a name, or rename one"
     if not isinstance(row, CsvRow) or "name" in row.cells:
         return None
     if row.name_column is None:
@@ -223,10 +227,13 @@ def _file_cases(
         return []
     rel, text, shown = found
     prefix = f"{shown} " if several else ""
+    rows: Rows
     if rel.endswith(".csv"):
         rows = csv_rows(decls, rel, text, workflow, prefix)
+    elif rel.endswith(".jsonl"):
+        rows = jsonl_rows(decls, rel, text, workflow, prefix)
     else:
-        rows = _jsonl_rows(decls, rel, text, workflow, prefix)
+        rows = yaml_rows(decls, rel, text, workflow, prefix)
     cases = []
     for data, row in rows:
         try:
@@ -243,16 +250,17 @@ def _read(
     the problem recorded at the name in the YAML. The file must be a regular file inside
     the evals folder once every link is followed: a suite is no way to read other files
     of the machine (`fim serve` reloads it, the dev page shows its cases)."""
-    name = written.strip()
-    name = name[len("file://") :] if name.startswith("file://") else name
+    name = _bare(written)
     folder = decls.folder("eval")
-    if not name.endswith(CASE_FILE_SUFFIXES):
+    if _not_a_case_file(decls, doc, where, written):
+        return None
+    if name.endswith((".yaml", ".yml")) and "/" not in name and "." not in name.rsplit(".", 1)[0]:
         decls.problems.append(
             doc.problem(
                 where,
-                f"case file '{written}' is not .csv or .jsonl",
-                "a CSV with an 'input' column and __expected columns, or one case "
-                "object per line (.jsonl)",
+                f"case file '{name}' is also read as a suite: every {folder}/*.yaml is one",
+                f"move it into a subfolder ({folder}/tests/{name}), or name it "
+                f"{name.rsplit('.', 1)[0]}.cases.yaml",
             )
         )
         return None
@@ -278,9 +286,7 @@ def _read(
         raw, _ = read_regular(target, MAX_CASE_FILE_BYTES, follow_links=False)
     except OSError as exc:
         if exc.errno == errno.ENOENT:
-            near = [
-                entry.name for entry in os.scandir(evals) if entry.name.endswith(CASE_FILE_SUFFIXES)
-            ]
+            near = _listed(evals)
             hint = suggest(name, near, f"case files in {folder}/") or f"create {folder}/{name}"
             decls.problems.append(doc.problem(where, f"case file '{name}' not found", hint))
         else:
@@ -298,69 +304,84 @@ def _read(
         return None
 
 
-def _jsonl_rows(
-    decls: Declarations, rel: str, text: str, workflow: bool, prefix: str
-) -> list[tuple[dict[str, Any], Document]]:
-    """Each line as case data, with a document over that line (JSON is YAML, so a
-    problem's column is found the way a YAML file's is)."""
-    out: list[tuple[dict[str, Any], Document]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        if len(out) >= MAX_CASES:
-            decls.problems.append(
-                Problem(
-                    rel,
-                    number,
-                    1,
-                    f"case file holds more than {MAX_CASES} cases",
-                    "split it over suites",
-                )
-            )
-            return []
-        try:
-            data = json.loads(line)
-        except RecursionError:  # `[[[...` thousands deep: the decoder recursed out, a traceback
-            decls.problems.append(
-                Problem(
-                    rel, number, 1, "invalid JSON: nested too deeply", "one case object per line"
-                )
-            )
-            continue
-        except ValueError as exc:
-            col = exc.colno if isinstance(exc, json.JSONDecodeError) else 1
-            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-            decls.problems.append(
-                Problem(rel, number, col, f"invalid JSON: {msg}", "one case object per line")
-            )
-            continue
-        indent = len(line) - len(line.lstrip())
-        row = _JsonlRow(path=rel, data=data, text=line, line_offset=number - 1)
-        row.root = (number, indent + 1)
-        if not isinstance(data, dict):
-            decls.problems.append(
-                row.problem(
-                    (), "expected a case object", '{"name": ..., "input": ..., "expect": [...]}'
-                )
-            )
-            continue
-        written = data.get("input")
-        if isinstance(written, str) and not written.strip() and not workflow:
-            decls.problems.append(
-                row.problem(
-                    ("input",),
-                    'empty "input": the case would run the agent on an empty prompt',
-                    "write the prompt (it may use the case's vars as {{ name }}), "
-                    "or delete the line",
-                )
-            )
-        for at, message, hint in list_var_problems(data):
-            decls.problems.append(row.problem(at, message, hint))
-        if "name" not in data:
-            data["name"] = f"{prefix}line {number}"
-            row.unnamed = True
-        out.append((data, row))
-    return out
+def _bare(written: str) -> str:
+    """A case file's name as written, without promptfoo's `file://`."""
+    name = written.strip()
+    return name[len("file://") :] if name.startswith("file://") else name
+
+
+def _not_a_case_file(decls: Declarations, doc: Document, where: Path_, written: str) -> bool:
+    """Whether `written` (a name or a glob) does not name a case file, the problem recorded."""
+    if _bare(written).endswith(SUFFIXES):
+        return False
+    decls.problems.append(
+        doc.problem(
+            where,
+            f"case file '{written}' is not .csv, .jsonl or .yaml",
+            "a CSV with an 'input' column and __expected columns, one case object per line "
+            "(.jsonl), or a YAML list of cases",
+        )
+    )
+    return True
+
+
+def _expand(decls: Declarations, doc: Document, where: Path_, written: str) -> list[str]:
+    """The case files `written` names: itself, or a glob's matches (promptfoo's
+    `file://tests/*.yaml`) relative to the evals folder, sorted, `**` reaching subfolders.
+    A glob that matches nothing, or reaches outside the folder, is a problem (`_read`
+    checks each match's links as it checks a name)."""
+    name = _bare(written)
+    if not glob.has_magic(name):
+        return [written]
+    if _not_a_case_file(decls, doc, where, written):
+        return []
+    folder = decls.folder("eval")
+    if os.path.isabs(name) or os.pardir in name.replace("\\", "/").split("/"):
+        hint = f"keep case files in {folder}/, named relative to the suite"
+        decls.problems.append(
+            doc.problem(where, f"case file glob '{name}' is outside {folder}/", hint)
+        )
+        return []
+    evals = decls.root / folder
+    found = sorted(
+        match
+        for match in glob.glob(name, root_dir=evals, recursive=True)
+        if match.endswith(SUFFIXES) and os.path.isfile(evals / match)
+    )
+    if not found:
+        near = _listed(evals)
+        shown = ", ".join(near[:12]) + (", ..." if len(near) > 12 else "")
+        hint = f"case files in {folder}/: {shown}" if near else f"no case file in {folder}/"
+        decls.problems.append(doc.problem(where, f"no case file matches '{name}'", hint))
+        return []
+    if len(found) > MAX_MATCHES:
+        hint = "name fewer files, or split them over suites"
+        decls.problems.append(
+            doc.problem(where, f"'{name}' matches more than {MAX_MATCHES} files", hint)
+        )
+        return []
+    return [match.replace(os.sep, "/") for match in found]
+
+
+def _listed(evals: Path) -> list[str]:
+    """The case files under the evals folder, subfolders too (`tests/greet.csv`), for a
+    hint: a YAML file is one only in a subfolder or named `x.cases.yaml` (every other
+    `evals/*.yaml` is a suite, a script or a cassette). Hidden folders (`.cassettes`)
+    are left out; at most 200."""
+    found: list[str] = []
+    for top, dirs, names in os.walk(evals):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        rel = os.path.relpath(top, evals)
+        for entry in sorted(names):
+            path = entry if rel == os.curdir else f"{rel}/{entry}".replace(os.sep, "/")
+            top_yaml = rel == os.curdir and entry.endswith((".yaml", ".yml"))
+            if top_yaml and not entry.endswith((".cases.yaml", ".cases.yml")):
+                continue  # a suite, or a script's or a cassette's data
+            if entry.endswith(SUFFIXES) and not entry.startswith("."):
+                found.append(path)
+        if len(found) >= 200:
+            break
+    return found[:200]
 
 
 __all__ = ["SuiteDocument", "case_lines", "read_case_files", "reads_case_files"]

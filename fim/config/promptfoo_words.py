@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic_core import PydanticCustomError
 
+from fim.config.suggestions import suggest
 from fim.errors import Problem
 
 SAME = {
@@ -107,11 +108,12 @@ _DEFAULT_TEST = "write `default_expect: [...]` (the list under defaultTest.asser
 
 def default_test(value: Any) -> str:
     """The hint for promptfoo's `defaultTest: {assert: [...], vars: ...}`: fim's
-    `default_expect` is its `assert` list alone, and what else it holds has no place."""
+    `default_expect` is its `assert` list, `default_vars` its `vars`, and what else it
+    holds has no place."""
     hint = _DEFAULT_TEST
     if isinstance(value, Mapping):
         if "vars" in value:
-            hint += "; fim has no suite-wide vars: give each case its `vars:`"
+            hint += ", and `default_vars: {...}` (the mapping under defaultTest.vars)"
         others = [str(k) for k in value if k not in ("assert", "vars")]
         if others:
             hint += f"; fim has no defaultTest.{', defaultTest.'.join(others)}"
@@ -151,6 +153,7 @@ ASSERTION_KEYS = {
 """promptfoo's keys of an assertion other than `type` (which `typed_form` handles)."""
 
 _NEGATED = re.compile(r"not[_-](?P<base>.+)\Z", re.I)
+_NEGATES = "fim negates checks with `not: {<check>: ...}`"
 
 _MODELINE = re.compile(r"#\s*yaml-language-server:\s*\$schema=(?P<url>\S+)")
 """An editor's modeline attaching a JSON Schema to the file (yaml-language-server's)."""
@@ -238,7 +241,7 @@ def spelled(word: str, value: Any, negatable: Collection[str], threshold: Any = 
             return f"write `not: {{{base}: {said}}}`, as fim negates any check of the output"
         if base == "judge":
             return "write the negation into the rubric: `judge: Does not ...`"
-        return UNSUPPORTED.get(negated["base"], "fim negates checks with `not: {<check>: ...}`")
+        return UNSUPPORTED.get(negated["base"], _NEGATES)
     fim = fim_key(key)
     if fim is None:
         return UNSUPPORTED.get(key, "")
@@ -260,12 +263,29 @@ def typed_form(data: Mapping[str, Any], negatable: Collection[str]) -> tuple[str
     """(message, hint) for an assertion in promptfoo's `{type, value, threshold}` form."""
     word = str(data.get("type"))
     hint = spelled(word, data.get("value"), negatable, data.get("threshold"))
+    if not hint or hint == _NEGATES:
+        hint = _closest(word, data.get("value"), negatable, data.get("threshold")) or hint
     if not hint:
         hint = "an assertion is `<check>: <value>`, such as `icontains: billing`"
     dropped = [k for k in data if k in ("weight", "metric", "transform", "provider")]
     if dropped:
         hint += f"; fim has no {', '.join(f'`{k}`' for k in dropped)}"
     return f"`type: {word}` is promptfoo's form of an assertion", hint
+
+
+def _closest(word: str, value: Any, negatable: Collection[str], threshold: Any) -> str:
+    """The hint for a misspelt type (`type: equal`): "did you mean 'equals'? write
+    `equals: Paris`", the closest of fim's checks and promptfoo's words of the same sense
+    (`suggest` offers a negated word negated names only), or ""."""
+    key = normal(word)
+    negated = _NEGATED.match(key)
+    words = {*SAME, *RENAMED, *UNSUPPORTED, *negatable}
+    close = suggest(negated["base"] if negated else key, words)
+    if close is None or not close.startswith("did you mean '"):
+        return ""
+    meant = ("not-" if negated else "") + close.split("'")[1]
+    written = spelled(meant, value, negatable, threshold)
+    return f"did you mean '{meant}'? {written}".strip()
 
 
 def unknown_check(key: str, value: Any, negatable: Collection[str]) -> str | None:

@@ -6,14 +6,13 @@ CI line is actionable without rerunning anything.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fim.config.schema import Assertion
 from fim.config.schema.evals import Negatable, PythonSpec
-from fim.eval import json_checks
+from fim.eval import json_checks, trajectory
 from fim.eval.judging import JUDGE_PROMPT as JUDGE_PROMPT
 from fim.eval.judging import judge_model_ref as judge_model_ref
 from fim.eval.judging import model_judge as model_judge
@@ -22,7 +21,6 @@ from fim.eval.outcomes import Observed as Observed
 from fim.eval.outcomes import Outcome as Outcome
 from fim.eval.outcomes import clip, subset
 from fim.eval.outcomes import json_path as json_path
-from fim.events import ToolCallEvent
 from fim.schema_check import pattern_matches
 
 JudgeFn = Callable[[str, str, str], Awaitable[tuple[bool, str]]]
@@ -84,35 +82,13 @@ async def check(
     if kind == "json_path":
         return json_checks.check_json_path(value, seen)
     if kind == "tool_called":
-        matching = [c for c in seen.tool_calls if _is_call(c, value.name, value.args)]
-        shown = _shown_with_args if value.args else _shown  # what to compare with the args
-        names = [shown(c) for c in seen.tool_calls] or ["no tools"]
-        if value.times is not None:
-            return Outcome(
-                kind,
-                len(matching) == value.times,
-                f"expected {value.name}{_args(value.args)} {value.times}x, "
-                f"called {len(matching)}x (calls: {', '.join(names)})",
-            )
-        return Outcome(
-            kind,
-            bool(matching),
-            f"expected a call to {value.name}{_args(value.args)}; calls: {', '.join(names)}",
-        )
+        return trajectory.check_called(value, seen)
     if kind == "tool_not_called":
-        count = sum(1 for c in seen.tool_calls if _is_call(c, value, {}))
-        return Outcome(kind, count == 0, f"expected no call to {value}, called {count}x")
+        return trajectory.check_not_called(value, seen)
+    if kind == "tool_blocked":
+        return trajectory.check_blocked(value, seen)
     if kind == "tool_sequence":
-        calls = seen.tool_calls
-        if value.mode == "exact":
-            ok = len(calls) == len(value.tools) and all(
-                _is_call(c, want, {}) for c, want in zip(calls, value.tools, strict=False)
-            )
-        else:
-            it = iter(calls)
-            ok = all(any(_is_call(c, want, {}) for c in it) for want in value.tools)
-        names = [_shown(c) for c in calls]
-        return Outcome(kind, ok, f"expected {value.mode} sequence {value.tools}, got {names}")
+        return trajectory.check_sequence(value, seen)
     if kind == "max_iterations":
         return Outcome(
             kind,
@@ -214,37 +190,6 @@ def _opposite(kind: str, value: Any, seen: Observed) -> str:
     if kind == "contains_json" and value is True:
         return f"expected no JSON object or array in {out}"
     return f"expected no JSON matching the schema in {out}"
-
-
-def _is_call(call: ToolCallEvent, name: str, args: dict[str, Any]) -> bool:
-    """Whether `call` is a call of `name` with at least `args`: the tool the model called
-    (`connector`, with its own arguments) or the one it really ran (`crm__get_order`, with
-    the action's parameters), so an assertion reads the same in both tool modes."""
-    if call.name == name and _subset(args, call.arguments):
-        return True
-    return call.target == name and _subset(args, call.target_arguments or {})
-
-
-def _shown(call: ToolCallEvent) -> str:
-    return f"{call.name} ({call.target})" if call.target else call.name
-
-
-def _shown_with_args(call: ToolCallEvent) -> str:
-    """A call with the arguments it had (`calculator {"expression": "48 * 0.15"}`), for a
-    `tool_called` that asks for arguments: which of them differ is the first thing a reader
-    compares. Masked with the rest of the failure (`fim.eval.report`)."""
-    shown = f"{call.name} {_clip(_json(call.arguments), 200)}"
-    if call.target:
-        shown += f" ({call.target} {_clip(_json(call.target_arguments or {}), 200)})"
-    return shown
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str)
-
-
-def _args(args: dict[str, Any]) -> str:
-    return f" with {json.dumps(args, ensure_ascii=False)}" if args else ""
 
 
 REGEX_SECONDS = 2.0

@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fim.eval.ci import Report, label, plain, ran_cases
+from fim.errors import RunError
+from fim.eval.ci import Report, label, plain
+from fim.eval.repeats import ran_cases
 
 
 def _cost(case: dict[str, Any]) -> float | None:
@@ -43,6 +45,12 @@ class CaseStats:
     """An attempt was a cassette miss: the case did not run as recorded, so it neither
     regressed nor improved and has no metrics (newcomer51 #9: a prompt edit not yet
     re-recorded read as "Regressed" with `tokens 506 -> 0 (-100%)`)."""
+    recorded_latency_ms: float | None = None
+    """A replayed case's model calls' time as its cassette recorded it (None: unknown): it
+    moves only when someone re-records, so two replayed runs compare it (newcomer55 #5)."""
+    own_time: bool = False
+    """Every model the case called was `scripted:`: its latency is fim's own start-up and
+    scheduling, compared with nothing (newcomer55 #5)."""
 
 
 def _stats(report: Report, by_name: bool = False) -> dict[str, CaseStats]:
@@ -67,8 +75,27 @@ def _stats(report: Report, by_name: bool = False) -> dict[str, CaseStats]:
             replayed=any(c.get("replayed") for c in ran),
             skipped=None if ran else _why_not_run(cases),
             stale=any(c.get("cassette_miss") for c in ran),
+            recorded_latency_ms=_recorded(ran),
+            own_time=bool(ran) and all(_own_time(c) for c in ran),
         )
     return out
+
+
+def _recorded(ran: list[dict[str, Any]]) -> float | None:
+    """The mean recorded model latency of the attempts, when each has one."""
+    times = [c.get("recorded_latency_ms") for c in ran]
+    if not times or any(t is None for t in times):
+        return None
+    return sum(float(t) for t in times if t is not None) / len(times)
+
+
+def _own_time(case: dict[str, Any]) -> bool:
+    """The case's latency is fim's own: its trace shows model calls, to `scripted:` models
+    only. Without any (a tool-only workflow, an older report), compared, over the noise
+    floor (`LATENCY_STEP_MS`)."""
+    trace = case.get("trace") or []
+    models = [str(e.get("model") or "") for e in trace if e.get("type") == "llm_call"]
+    return bool(models) and all(m.startswith("scripted:") for m in models)
 
 
 def _why_not_run(cases: list[dict[str, Any]]) -> str:
@@ -92,6 +119,39 @@ class Change:
     def ratio(self) -> float:
         return (self.after - self.before) / self.before if self.before else float("inf")
 
+    def as_dict(self) -> dict[str, Any]:
+        ratio = None if self.before == 0 else round(self.ratio, 4)  # JSON has no Infinity
+        return {
+            "case": self.case,
+            "metric": self.metric,
+            "before": self.before,
+            "after": self.after,
+            "ratio": ratio,
+        }
+
+
+METRICS = {
+    "cost": ("cost",),
+    "tokens": ("tokens",),
+    "latency": ("latency_ms", "recorded_latency_ms"),
+}
+"""What `--fail-on-change` names, and the changes' metrics each covers."""
+
+
+def fail_on_metrics(text: str | None) -> tuple[str, ...]:
+    """`--fail-on-change cost,tokens,latency` as its names; RunError on an unknown one."""
+    if not text:
+        return ()
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in METRICS]
+    if unknown or not names:
+        raise RunError(
+            f"--fail-on-change {text}: unknown metric {', '.join(unknown) or '(none)'}",
+            hint="name any of cost, tokens, latency, comma-separated: "
+            "--fail-on-change cost,tokens --threshold 0.2",
+        )
+    return tuple(dict.fromkeys(names))
+
 
 @dataclass
 class Comparison:
@@ -114,10 +174,20 @@ class Comparison:
     models: tuple[str | None, str | None] | None = None
     """(the baseline's model, this run's) when they differ and cases were matched by
     suite/case across them (`compare`); None: compared model by model."""
+    fail_on: tuple[str, ...] = ()
+    """What `--fail-on-change` names (`METRICS`): their increase past `threshold` fails."""
+
+    @property
+    def over(self) -> list[Change]:
+        """The changes that fail the gate: an increase of a `fail_on` metric."""
+        metrics = {m for name in self.fail_on for m in METRICS.get(name, (name,))}
+        return [c for c in self.changes if c.metric in metrics and c.after > c.before]
 
     @property
     def ok(self) -> bool:
-        return not self.regressed
+        """No case regressed (passed, now fails), and no `--fail-on-change` metric rose
+        past the threshold (newcomer55 #4: +53% cost exited 0)."""
+        return not self.regressed and not self.over
 
     @property
     def models_line(self) -> str | None:
@@ -129,17 +199,17 @@ class Comparison:
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "ok": self.ok,
             "threshold": self.threshold,
+            "fail_on_change": list(self.fail_on),
             "regressed": self.regressed,
             "improved": self.improved,
             "added": self.added,
             "removed": self.removed,
             "stale": self.stale,
             "untested": self.untested,
-            "changes": [
-                {"case": c.case, "metric": c.metric, "before": c.before, "after": c.after}
-                for c in self.changes
-            ],
+            "changes": [c.as_dict() for c in self.changes],
+            "failing_changes": [c.as_dict() for c in self.over],
             "models": None if self.models is None else list(self.models),
         }
 
@@ -156,10 +226,15 @@ def _one_model(report: Report) -> tuple[str | None] | None:
 
 
 # Below these, a relative change is noise (a 2 ms case that takes 3 ms is not +50%).
-_FLOORS = {"latency_ms": 50.0, "tokens": 20.0, "cost": 0.0001}
+_FLOORS = {"latency_ms": 50.0, "recorded_latency_ms": 50.0, "tokens": 20.0, "cost": 0.0001}
+
+LATENCY_STEP_MS = 100.0
+"""A latency change smaller than this, either way, is noise whatever its ratio."""
 
 
-def compare(current: Report, baseline: Report, threshold: float = 0.2) -> Comparison:
+def compare(
+    current: Report, baseline: Report, threshold: float = 0.2, fail_on: tuple[str, ...] = ()
+) -> Comparison:
     """Cases that regressed (passed before, fail now), improved, appeared, disappeared, and
     whose latency, tokens or cost moved by more than `threshold` (a fraction).
 
@@ -170,7 +245,7 @@ def compare(current: Report, baseline: Report, threshold: float = 0.2) -> Compar
     was, now_model = _one_model(baseline), _one_model(current)
     across = was is not None and now_model is not None and was != now_model
     now, before = _stats(current, across), _stats(baseline, across)
-    result = Comparison(threshold)
+    result = Comparison(threshold, fail_on=fail_on)
     if across and was is not None and now_model is not None:
         result.models = (was[0], now_model[0])
     for key in sorted(now.keys() | before.keys()):
@@ -196,15 +271,28 @@ def compare(current: Report, baseline: Report, threshold: float = 0.2) -> Compar
             result.regressed.append(key)
         elif b.passed and not a.passed:
             result.improved.append(key)
-        for metric in ("latency_ms", "tokens", "cost"):
-            if metric == "latency_ms" and (a.replayed or b.replayed):
+        for metric in (_latency(a, b), "tokens", "cost"):
+            if metric is None:
                 continue
             x, y = getattr(a, metric), getattr(b, metric)
             if x is None or y is None or max(x, y) < _FLOORS[metric]:
                 continue
+            if metric.endswith("latency_ms") and abs(y - x) < LATENCY_STEP_MS:
+                continue
             if x == 0 or abs(y - x) / x > threshold:
                 result.changes.append(Change(key, metric, x, y))
     return result
+
+
+def _latency(a: CaseStats, b: CaseStats) -> str | None:
+    """Which latency two runs of a case compare: both replayed, the recorded model time
+    (it moves when someone re-records); neither, the measured one, unless it is fim's own
+    (scripted models, no model); one of each, none."""
+    if a.replayed and b.replayed:
+        return "recorded_latency_ms"
+    if a.replayed or b.replayed or a.own_time or b.own_time:
+        return None
+    return "latency_ms"
 
 
 def untested_error(comparison: Comparison) -> str:
@@ -223,6 +311,8 @@ def text(comparison: Comparison) -> str:
     """The comparison as plain lines for a terminal; each case name `plain` (one line: a
     name never starts a line, where `::` is a CI workflow command)."""
     out = [f"baseline: {len(comparison.regressed)} regressed, {len(comparison.improved)} improved"]
+    if comparison.fail_on:
+        out[0] += f", {len(comparison.over)} over --threshold ({_failing(comparison)})"
     if comparison.models_line is not None:
         out.append(f"  {plain(comparison.models_line)}")
     out += [f"  regressed: {plain(k)}" for k in comparison.regressed]
@@ -236,8 +326,23 @@ def text(comparison: Comparison) -> str:
     out += [f"  no longer tested: {plain(k)} ({why})" for k, why in comparison.untested.items()]
     for c in comparison.changes:
         change = "new" if c.before == 0 else f"{c.ratio:+.0%}"
-        out.append(f"  {c.metric} {plain(c.case)}: {c.before:g} -> {c.after:g} ({change})")
+        fails = " FAILS the gate (--fail-on-change)" if c in comparison.over else ""
+        out.append(f"  {c.metric} {plain(c.case)}: {c.before:g} -> {c.after:g} ({change}){fails}")
     return "\n".join(out) + "\n"
 
 
-__all__ = ["CaseStats", "Change", "Comparison", "compare", "text", "untested_error"]
+def _failing(comparison: Comparison) -> str:
+    """`--fail-on-change cost,latency`, as the comparison holds it."""
+    return f"--fail-on-change {','.join(comparison.fail_on)}"
+
+
+__all__ = [
+    "METRICS",
+    "CaseStats",
+    "Change",
+    "Comparison",
+    "compare",
+    "fail_on_metrics",
+    "text",
+    "untested_error",
+]

@@ -43,6 +43,7 @@ from fim.config.files import read_regular, write_inside
 from fim.config.schema import ModelSettings
 from fim.errors import RunError
 from fim.eval.cassette_fingerprints import asker, fingerprint, miss_words
+from fim.eval.cassette_hooks import with_cause
 from fim.eval.cassette_keys import recorded_now, request_key
 from fim.eval.cassette_keys import slug as slug  # the runner names cassettes with it
 from fim.eval.cassette_keys import tool_call as tool_call  # where it was first defined
@@ -106,6 +107,12 @@ class Cassette:
         """The `now` the case's instructions render with (`now_for`)."""
         self.live_now: str | None = None
         """The current time a replay rendered with, for want of a recorded `now`."""
+        self.hooks_now: bool = False
+        """Whether this run's case runs with hooks (recorded as `hooks: on|off`)."""
+        self.hooks: str | None = None
+        """The hooks mode the recording was made in (`on`/`off`; None: not said, older)."""
+        self.blocked: set[str] = set()
+        """Tools a hook blocked while recording (`fim.eval.cassette_hooks`)."""
         self.hits = 0
         self.misses = 0
         self.replayed: dict[str, set[str]] = {}
@@ -143,6 +150,8 @@ class Cassette:
             self.entries = {e["key"]: e for e in data.get("exchanges", [])}
             self.tools = {e["key"]: e for e in data.get("tool_calls", [])}
             self.now = recorded_now(data.get("now"))
+            self.hooks = data.get("hooks") if data.get("hooks") in ("on", "off") else None
+            self.blocked = {str(t) for t in data.get("blocked", []) if isinstance(t, str)}
         except RecursionError:  # json.loads of a value nested ~100,000 deep
             self.broken = f"cassette {self.path.name} is not a recording: nested too deep"
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
@@ -260,6 +269,8 @@ class Cassette:
         body = {
             "version": 2,
             **({} if self.now is None else {"now": self.now}),
+            "hooks": "on" if self.hooks_now else "off",
+            **({"blocked": sorted(self.blocked)} if self.blocked else {}),
             "exchanges": sorted(self.entries.values(), key=lambda e: e["key"]),
             "tool_calls": sorted(self.tools.values(), key=lambda e: e["key"]),
         }
@@ -362,6 +373,7 @@ class CassetteModel:
     def _miss(self, messages: list[Message], tools: list[ToolSpec] | None) -> CassetteMiss:
         """Why a recorded case has no reply for this request (`miss_words`)."""
         text, hint = miss_words(self.cassette, self.name, messages, tools)
+        text, hint = with_cause(self.cassette, text, hint)
         return CassetteMiss(text, hint=hint)
 
     async def stream(

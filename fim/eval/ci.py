@@ -19,10 +19,12 @@ from fim.errors import RunError
 from fim.eval.junit_parts import (
     expected_outcome,
     location,
+    raised_check,
     rerun_elements,
     suite_time,
     xml_document,
 )
+from fim.eval.repeats import case_results, pass_rate, rules_met, suite_totals
 from fim.eval.report_file import NESTED_TOO_DEEP, checked_report
 from fim.terminal import printable
 
@@ -73,18 +75,6 @@ def load(path: Path) -> Report:
             hint="fim eval --json writes one; use the file as that run wrote it",
         )
     return checked
-
-
-def ran_cases(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The cases that ran and count: not skipped, not stopped by the configuration (ERROR),
-    not marked `xfail:` (XFAIL and XPASS are reported, outside the pass rate)."""
-    return [
-        c
-        for c in cases
-        if c.get("skipped") is None
-        and not c.get("config_error")
-        and c.get("status") not in ("xfail", "xpass")
-    ]
 
 
 def label(suite: dict[str, Any]) -> str:
@@ -192,11 +182,13 @@ def finish(report: Report) -> Report:
     """Recompute every suite's pass rate and verdict, and the report's, from its cases."""
     for suite in report["suites"]:
         cases = suite["cases"]
-        ran = ran_cases(cases)
-        suite["pass_rate"] = sum(bool(c["passed"]) for c in ran) / len(ran) if ran else None
+        suite["pass_rate"] = pass_rate(cases)  # a case with `min_pass_rate`: once, by its rule
+        suite.update(suite_totals(cases), case_results=case_results(cases))
         suite["errored"] = any(c.get("config_error") for c in cases)
-        suite["passed"] = not suite["errored"] and (
-            suite["pass_rate"] is None or suite["pass_rate"] >= suite["threshold"]
+        suite["passed"] = (
+            not suite["errored"]
+            and rules_met(cases)
+            and (suite["pass_rate"] is None or suite["pass_rate"] >= suite["threshold"])
         )
         suite["skipped"] = bool(cases) and all(c.get("skipped") is not None for c in cases)
     report["ok"] = all(s["passed"] for s in report["suites"])
@@ -249,8 +241,11 @@ def merge(reports: list[Report]) -> Report:
 
 def later_attempts(suites: dict[str, dict[str, Any]], rerun: Report) -> None:
     """A `--rerun-failed` report's cases over the first run's (`merge`): the later attempt
-    wins; a case that failed first keeps that failure's lines (`earlier_failures`), and is
-    `flaky` when the later attempt passed (JUnit `<flakyFailure>`, as Surefire writes it)."""
+    of a failed one wins; a case that failed first keeps that failure's lines
+    (`earlier_failures`), and is `flaky` when the later attempt passed (JUnit
+    `<flakyFailure>`, as Surefire writes it). An attempt that passed first is never
+    replaced (newcomer55 #6: a rerun of every attempt of a repeated case turned a pass
+    into a failure); `--rerun-failed` reruns only the attempts that failed."""
     for suite in rerun["suites"]:
         into = suites.setdefault(label(suite), {**suite, "cases": []})
         index = {(c["case"], int(c.get("attempt", 1))): i for i, c in enumerate(into["cases"])}
@@ -261,6 +256,8 @@ def later_attempts(suites: dict[str, dict[str, Any]], rerun: Report) -> None:
                 continue
             first = into["cases"][at]
             failed = first.get("status") in (None, "fail", "error") and not first["passed"]
+            if not failed and first.get("skipped") is None:
+                continue  # an attempt that passed stays passed: a rerun fixes, never breaks
             if failed and first.get("skipped") is None and case.get("skipped") is not None:
                 continue  # a rerun that did not run leaves the failure as it was (attack-58 F3)
             if failed and first.get("skipped") is None:
@@ -316,7 +313,7 @@ def junit(report: Report) -> str:
     for suite in report["suites"]:
         cases = suite["cases"]
         ran = [c for c in cases if c.get("skipped") is None and c.get("status") != "xfail"]
-        errors = sum(1 for c in ran if c.get("error") or c.get("cassette_miss"))
+        errors = sum(1 for c in ran if c.get("error") or c.get("cassette_miss") or raised_check(c))
         failures = sum(1 for c in ran if not c["passed"]) - errors
         counts = {
             "tests": len(cases),
@@ -364,8 +361,9 @@ def junit(report: Report) -> str:
                 pass
             elif case.get("skipped"):
                 ET.SubElement(node, "skipped", message=lines[0][:200])
-            elif case.get("error") or case.get("cassette_miss"):
+            elif case.get("error") or case.get("cassette_miss") or raised_check(case):
                 kind = "cassette_miss" if case.get("cassette_miss") else "run_error"
+                kind = "check_error" if not case.get("error") and raised_check(case) else kind
                 kind = "config_error" if case.get("config_error") else kind
                 ET.SubElement(node, "error", message=lines[0][:200], type=kind).text = "\n".join(
                     lines

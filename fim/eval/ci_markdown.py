@@ -4,8 +4,8 @@ comment, every text of a case or a model made inert Markdown."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
+from fim.eval.baseline import METRICS, Comparison
 from fim.eval.ci import (
     Report,
     case_name,
@@ -14,16 +14,12 @@ from fim.eval.ci import (
     not_checked_lines,
     nothing_tested,
     plain,
-    ran_cases,
     rate,
     replayed_cases,
     skipped_cases,
     verdict,
 )
-
-if TYPE_CHECKING:
-    from fim.eval.baseline import Comparison
-
+from fim.eval.repeats import dollars, ran_cases, said
 
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()<>#+!|~])")
 
@@ -103,7 +99,8 @@ def markdown(
     if report.get("errored"):
         headline = "❌ could not run (configuration)"
     if comparison is not None and not comparison.ok and not report.get("errored"):
-        headline = "❌ regressed"
+        over = [n for n, ms in METRICS.items() if any(c.metric in ms for c in comparison.over)]
+        headline = "❌ regressed" if comparison.regressed else f"❌ {', '.join(over)} rose"
     lines = [f"## fim eval: {headline}", ""]
     if skipped:
         named = ", ".join(f"`{_code(n)}`" for n in skipped[:20])
@@ -130,16 +127,18 @@ def markdown(
         ]
     some = " skipped |" if skipped else ""
     lines += [
-        f"| suite | cases | passed |{some} rate | threshold | result |",
-        f"|---|---:|---:|{'---:|' if skipped else ''}---:|---:|---|",
+        f"| suite | cases | passed |{some} rate | threshold | result | tokens | cost |",
+        f"|---|---:|---:|{'---:|' if skipped else ''}---:|---:|---|---:|---:|",
     ]
     for s in report["suites"]:
         ran = ran_cases(s["cases"])
         count = sum(c.get("skipped") is not None for c in s["cases"])
+        tokens = sum(int(c.get("tokens") or 0) for c in s["cases"])
         lines.append(
             f"| {_cell(label(s))} | {len(s['cases'])} | {sum(c['passed'] for c in ran)} "
             f"|{f' {count} |' if skipped else ''} {rate(s['pass_rate'])} "
-            f"| {s['threshold']:.0%} | {verdict(s)} |"
+            f"| {s['threshold']:.0%} | {verdict(s)} "
+            f"| {tokens} | {dollars([c.get('cost') for c in s['cases']])} |"
         )
     if skipped:
         total = sum(len(s["cases"]) for s in report["suites"])
@@ -157,6 +156,7 @@ def markdown(
             detail = "; ".join(failure_lines(case)) or "failed"
             listed.append(f"- `{_code(suite)}/{_code(case_name(case))}`: {_cell(detail)}")
         lines += _capped(listed, len(failing), "failing cases")
+    lines += repeated(report)
     lines += marked(report)
     unchecked = [
         (label(s), c, line)
@@ -176,6 +176,8 @@ def markdown(
         lines += ["", f"### Against the baseline (changes beyond {comparison.threshold:.0%})", ""]
         if comparison.models_line is not None:
             lines += [_cell(comparison.models_line), ""]
+        if comparison.fail_on:
+            lines += [f"An increase of {_gated(comparison)} beyond it fails the gate.", ""]
         for title, keys in (
             ("Regressed", comparison.regressed),
             ("Improved", comparison.improved),
@@ -199,11 +201,18 @@ def markdown(
                 f"- **No longer tested** ({count}, passed in the baseline{flag}): {named}{more}"
             )
         if comparison.changes:
-            lines += ["", "| case | metric | baseline | now | change |", "|---|---|---:|---:|---:|"]
+            gate = " gate |" if comparison.fail_on else ""
+            lines += [
+                "",
+                f"| case | metric | baseline | now | change |{gate}",
+                f"|---|---|---:|---:|---:|{'---|' if gate else ''}",
+            ]
             for c in comparison.changes:
                 change = "new" if c.before == 0 else f"{c.ratio:+.0%}"
+                fails = (" FAIL |" if c in comparison.over else " |") if gate else ""
                 lines.append(
                     f"| `{_code(c.case)}` | {c.metric} | {c.before:g} | {c.after:g} | {change} |"
+                    + fails
                 )
         if not (
             comparison.regressed
@@ -216,6 +225,24 @@ def markdown(
         ):
             lines.append("No changes.")
     return _within(lines)
+
+
+def _gated(comparison: Comparison) -> str:
+    """The `--fail-on-change` metrics: `cost or latency`."""
+    return " or ".join(comparison.fail_on)
+
+
+def repeated(report: Report) -> list[str]:
+    """Each case run more than once (or with `min_pass_rate`) as one result:
+    `greeting tone`: 3/5 passed (needs 80%): FAIL (`fim.eval.repeats`)."""
+    listed = [
+        f"- `{_code(label(s))}/{_code(str(r['case']))}`: {_cell(said(r))}"
+        for s in report["suites"]
+        for r in s.get("case_results") or []
+    ]
+    if not listed:
+        return []
+    return ["", "### Repeated cases", "", *_capped(listed, len(listed), "repeated cases")]
 
 
 def marked(report: Report) -> list[str]:

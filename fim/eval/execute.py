@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 from typing import Any
 
 from fim.build.eval_checks import case_input_problems, vars_hint
@@ -21,7 +21,7 @@ from fim.build.instruction_time import rendering_time
 from fim.build.snapshot import Snapshot
 from fim.config.schema import EvalCase, EvalSuite, ModelSettings
 from fim.config.schema.evals import ApprovalAnswers, ElicitationAnswer
-from fim.errors import FimError, RunError
+from fim.errors import FimError
 from fim.eval.assertions import Observed
 from fim.eval.case_models import CaseUsage, Tallied, Throttled
 from fim.eval.cassettes import (
@@ -31,16 +31,16 @@ from fim.eval.cassettes import (
     CassetteModel,
     Mode,
     NeedsLiveModel,
+    slug,
 )
-from fim.eval.endpoints import origin
+from fim.eval.hooks_mode import HooksChoice, effects_of, refusal, suite_hooks
 from fim.eval.latency import CaseClock, Clock
+from fim.eval.model_endpoints import endpoint_of as endpoint_of
+from fim.eval.model_endpoints import litellm_env_base as litellm_env_base
 from fim.eval.results import CaseRun
 from fim.eval.tool_replay import ToolTape
 from fim.events import RunFinished
-from fim.llm import ModelWrapper, backend_for, make_model, wrapping_models
-from fim.llm.backend import Backend
-from fim.llm.base import api_base, provider_of
-from fim.llm.litellm_model import LiteLLMBackend
+from fim.llm import ModelWrapper, make_model, wrapping_models
 from fim.run.services import Services
 from fim.types import Message, Model
 
@@ -92,6 +92,9 @@ def case_payload(case: EvalCase) -> Any:
         raise CaseInputError(f"input: {text} ({vars_hint(case)})") from None
 
 
+_TRAJECTORY = frozenset({"tool_call", "hook", "tool_result"})
+"""A workflow's events its case's trajectory checks read (`fim.eval.trajectory`)."""
+
 EVAL_ANSWERER = "fim eval"
 """Who decided an approval an eval answered, as the state store records it."""
 
@@ -140,55 +143,45 @@ async def answer_requests(event: Any, case: EvalCase, services: Services) -> Non
             await store.resolve_approval(approval_id, False, by=EVAL_ANSWERER, data=data)
 
 
-LITELLM_BASE_ENV: dict[str, tuple[str, ...]] = {
-    "anthropic": ("ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL"),
-    "bedrock": ("BEDROCK_API_BASE", "AWS_BEDROCK_RUNTIME_ENDPOINT"),
-    "openai": ("OPENAI_API_BASE", "OPENAI_BASE_URL"),
-    "text-completion-openai": ("OPENAI_API_BASE", "OPENAI_BASE_URL"),
-    "vertex_ai": ("VERTEXAI_API_BASE", "VERTEX_API_BASE"),
-}
-"""The variables litellm reads for a provider's base URL, in its order (litellm 1.x's
-`main.completion` and `get_llm_provider`), where they are not `<PROVIDER>_API_BASE`, the name
-it reads for every other provider (`OPENROUTER_API_BASE`, `GROQ_API_BASE`, `GEMINI_API_BASE`,
-`AZURE_API_BASE`, `MISTRAL_API_BASE`, ...). A table, not litellm's own resolution: importing
-litellm costs seconds, and `get_llm_provider` answers for only some providers (none for
-OpenRouter, Anthropic, Gemini or Azure), with the provider's default URL for others."""
-
-
-def litellm_env_base(model: str) -> str | None:
-    """The base URL a litellm-routed `model` is sent to by a variable of this environment
-    (`OPENROUTER_API_BASE=http://stub`), or None: the provider's default endpoint."""
-    provider = provider_of(model)
-    names = LITELLM_BASE_ENV.get(provider, (f"{provider.upper().replace('-', '_')}_API_BASE",))
-    return next((url for name in names if (url := os.environ.get(name, "").strip())), None)
-
-
-def endpoint_of(settings: ModelSettings) -> str:
-    """Where `settings`' requests go, as a cassette records it (`fim.eval.cassettes.origin`):
-    what its backend can tell without a request (an `api_base`, OPENAI_BASE_URL, a local
-    provider's port), for a model litellm sends the base-URL variable of its provider that
-    litellm reads (`litellm_env_base`: a cassette recorded through a gateway or a stub says
-    so, attack-44 F5), else the provider's default endpoint."""
-    try:
-        backend: type[Backend] | None = backend_for(settings)
-    except RunError:  # an unknown `extra.backend`: the run itself says so
-        backend = None
-    url = api_base(settings) if backend is None else backend.endpoint(settings)
-    if url is None and backend is not None and backend.name == LiteLLMBackend.name:
-        url = litellm_env_base(settings.model)
-    return origin(url)
-
-
 class CaseExecutor:
     """The case-running half of `fim.eval.runner.EvalRunner` (the attributes it sets,
     declared here for the methods that read them)."""
 
     snapshot: Snapshot
     mode: Mode
-    with_hooks: bool
+    with_hooks: HooksChoice
     model: str | None
     clock: Clock
     _calls: asyncio.Semaphore
+    _guards: dict[str, Any]
+    cassette_dir: Path
+
+    def hooks_on(self, suite: EvalSuite) -> bool:
+        """Whether the suite's cases run with hooks (`fim.eval.hooks_mode.suite_hooks`)."""
+        return suite_hooks(self.with_hooks, suite)[0]
+
+    def _refused(self, suite: EvalSuite, recorded: bool, case: str) -> str | None:
+        """Why the case is not run: it would execute real tool effects a PreToolUse hook
+        guards with hooks bypassed only by default (`fim.eval.hooks_mode`); else None."""
+        if suite_hooks(self.with_hooks, suite) != (False, False):
+            return None
+        effects = effects_of(self.mode, recorded, case)
+        if effects is None:
+            return None
+        return refusal(self.snapshot, suite, effects, self._guards)
+
+    def refusals(self, jobs: list[tuple[EvalSuite, EvalCase, int]]) -> list[str]:
+        """The refusals (`_refused`) of the cases `jobs` would run, each once: `fim eval`
+        says them and exits 2 before any case runs."""
+        found: list[str] = []
+        for suite, case, _ in jobs:
+            if self.mode == "replay" and self._live_model(suite) is not None:
+                continue  # skipped without a cassette, run from it with one: nothing real
+            path = self.cassette_dir / slug(suite.name) / f"{slug(case.name)}.json"
+            said = self._refused(suite, path.is_file(), case.name)
+            if said is not None and said not in found:
+                found.append(said)
+        return found
 
     def _wrapper(
         self, cassette: Cassette, clock: CaseClock | None = None, usage: CaseUsage | None = None
@@ -309,7 +302,7 @@ class CaseExecutor:
             agent.name,
             conversation,
             services=services,
-            hooks=self.with_hooks,
+            hooks=self.hooks_on(suite),
             model=chosen,
         ):
             events.append(event)
@@ -353,7 +346,8 @@ class CaseExecutor:
 
         if not isinstance(payload, dict):
             raise FimError(f"a workflow case needs a mapping of inputs for '{name}'")
-        engine = WorkflowEngine(self.snapshot, name, services, hooks=self.with_hooks)
+        hooks = self.hooks_on(self.snapshot.evals[run.suite])
+        engine = WorkflowEngine(self.snapshot, name, services, hooks=hooks)
         events: list[Any] = []
         run.trace = events
         async for event in engine.run(payload):
@@ -370,7 +364,8 @@ class CaseExecutor:
             only = next(iter(outputs.values()))
             text = only if isinstance(only, str) else text
         usage = usage or CaseUsage()
-        seen = [*(e for e in events if e.type == "tool_call"), *usage.calls]
+        # the calls, the hooks' decisions on them and their results: the trajectory checks'
+        seen = [*(e for e in events if e.type in _TRAJECTORY), *usage.calls]
         spent = usage.usage
         return Observed(
             output=text,

@@ -26,6 +26,18 @@ def location(file: Any, line: Any) -> dict[str, str]:
     return found
 
 
+def raised_check(case: dict[str, Any]) -> str | None:
+    """The message of a failed case's check that raised (a `python:` function's exception,
+    `Outcome.errored`), or None: a JUnit `<error type="check_error">`, as pytest reports an
+    exception outside the assertion, not a `<failure>` of the agent's output."""
+    if case.get("passed"):
+        return None
+    for outcome in case.get("assertions") or []:
+        if isinstance(outcome, dict) and outcome.get("errored") and not outcome.get("passed"):
+            return str(outcome.get("message", ""))
+    return None
+
+
 def suite_time(duration_s: Any, latencies_ms: list[float], total_s: float) -> str:
     """A `<testsuite time>`: the suite's wall time, as JUnit writers (Surefire, pytest)
     give it and readers (Jenkins, GitLab) show it; each `<testcase time>` is that case's

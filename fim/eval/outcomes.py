@@ -42,9 +42,13 @@ class Outcome:
     decided: bool = field(default=True, kw_only=True)
     """False when the check could not tell (a regex neither RE2 nor Python can run, a
     schema too costly to check): failed, and failed under `not:` too."""
+    errored: bool = field(default=False, kw_only=True)
+    """The check itself raised (a `python:` function's exception): failed, and a JUnit
+    `<error>`, not a `<failure>` of the output (`fim.eval.junit_parts.raised_check`)."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "passed": self.passed, "message": self.message}
+        said = {"kind": self.kind, "passed": self.passed, "message": self.message}
+        return {**said, "errored": True} if self.errored else said
 
 
 def clip(text: str, limit: int = 120) -> str:

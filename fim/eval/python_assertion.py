@@ -27,7 +27,9 @@ from fim.build.snapshot import Snapshot
 from fim.config.schema.evals import PythonSpec
 from fim.eval.assertions import Observed, Outcome
 from fim.eval.assertions import _clip as clip
+from fim.eval.trajectory import calls_of
 from fim.hooks.python_hooks import load_module
+from fim.project_frames import described
 from fim.threads import own_thread
 
 PYTHON_SECONDS = 30.0
@@ -40,15 +42,16 @@ def case_context(
     seen: Observed, prompt: str, vars: dict[str, Any], suite: str, case: str
 ) -> dict[str, Any]:
     """What the function gets besides the output: plain data (as promptfoo's `context`
-    with its `vars` and `prompt`), plus the run's tool calls and counts."""
+    with its `vars` and `prompt`), plus the run's tool calls and counts. Each call holds
+    `name` and `arguments` as the model made it, `target` and `target_arguments` (the tool
+    it really ran: a meta-tool's action), `blocked_by` (the PreToolUse hook that blocked
+    it, or None), and `result` or `error` (masked, capped: `fim.eval.trajectory`)."""
     return {
         "prompt": prompt,
         "vars": dict(vars),
         "suite": suite,
         "case": case,
-        "tool_calls": [
-            {"name": c.name, "arguments": dict(c.arguments or {})} for c in seen.tool_calls
-        ],
+        "tool_calls": [call.as_context() for call in calls_of(seen)],
         "iterations": seen.iterations,
         "tokens": seen.tokens,
         "cost": seen.cost,
@@ -77,7 +80,10 @@ async def check_python(
     except TimeoutError:
         return Outcome(KIND, False, f"{ref} did not return within {PYTHON_SECONDS:g}s")
     except Exception as exc:  # the project's code: its failure is this assertion's
-        return Outcome(KIND, False, f"{ref} raised {type(exc).__name__}: {clip(str(exc))}")
+        where = described(exc, snapshot.root)  # the raise's line in hooks/ (newcomer55 #12)
+        at = f" at {where.at}" if where is not None else ""
+        said = f"{ref} raised {type(exc).__name__}: {clip(str(exc))}{at}"
+        return Outcome(KIND, False, said, errored=True)
     return verdict(ref, result, spec.threshold)
 
 

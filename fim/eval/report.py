@@ -10,7 +10,8 @@ from typing import Any
 
 from fim.eval.checking import REPLAYED, NotChecked
 from fim.eval.ci import junit, miss_line, plain
-from fim.eval.results import CaseRun, EvalReport
+from fim.eval.repeats import dollars, said, suite_totals
+from fim.eval.results import CaseRun, EvalReport, SuiteResult
 from fim.masking import known
 from fim.terminal import markup
 
@@ -85,6 +86,8 @@ def _rows(report: EvalReport, models: bool, skips: bool) -> list[list[str]]:
             str(sum(r.status == "pass" for r in suite.runs)),
             *((str(sum(r.skipped is not None for r in suite.runs)),) if skips else ()),
             _rate(suite.pass_rate),
+            str(sum(r.tokens for r in suite.runs)),
+            dollars([r.cost for r in suite.runs]),
             f"{suite.suite.threshold:.0%}",
             suite.verdict,
         ]
@@ -94,7 +97,8 @@ def _rows(report: EvalReport, models: bool, skips: bool) -> list[list[str]]:
 
 def print_table(report: EvalReport, console: Any) -> None:
     """The suites' table. With a case skipped it has a `skipped` column, and a line says
-    the rate is over the cases evaluated (it read `9 cases, 8 passed, 100%`, newcomer9)."""
+    the rate is over the cases evaluated (it read `9 cases, 8 passed, 100%`, newcomer9).
+    Each suite's tokens and cost are columns, or a line under it when they do not fit."""
     # deferred: loading rich costs a few ms
     from rich.table import Table
 
@@ -102,7 +106,7 @@ def print_table(report: EvalReport, console: Any) -> None:
     skipped = sum(r.skipped is not None for r in runs)
     models = any(s.model is not None for s in report.suites)
     table = Table(title=None, show_lines=False, expand=False)
-    columns = (
+    columns = [
         "suite",
         *(("model",) if models else ()),
         "target",
@@ -110,15 +114,23 @@ def print_table(report: EvalReport, console: Any) -> None:
         "passed",
         *(("skipped",) if skipped else ()),
         "rate",
-    )
+        "tokens",
+        "cost",
+    ]
+    rows = _rows(report, models, bool(skipped))
+    widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(columns)]
+    least = sum(widths) + 3 * (len(columns) + 2) + 1 + 15 - (widths[1] - 8 if models else 0)
+    usage = least <= console.width  # else said under the table
+    if not usage:
+        columns = columns[:-2]
+        rows = [[*row[:-4], *row[-2:]] for row in rows]
     for column in (*columns, "threshold", "result"):
         table.add_column(
             column,
-            justify="right" if column in {"cases", "passed", "skipped"} else "left",
+            justify="right" if column in {"cases", "passed", "skipped", "tokens"} else "left",
             # a model name no cut tells apart is shown whole, over lines (`short_names`)
             overflow="fold" if column == "model" else "ellipsis",
         )
-    rows = _rows(report, models, bool(skipped))
     if models:
         headers = (*columns, "threshold", "result")
         widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
@@ -141,6 +153,21 @@ def print_table(report: EvalReport, console: Any) -> None:
             markup=False,
             highlight=False,
         )
+    if not usage:
+        totals = [
+            f"{suite.label} {sum(r.tokens for r in suite.runs)} tokens, "
+            f"{dollars([r.cost for r in suite.runs])}"
+            for suite in report.suites
+        ]
+        console.print(f"tokens and cost: {plain('; '.join(totals))}", markup=False, highlight=False)
+    for suite in report.suites:  # a repeated case as one result: `greeting tone: 3/5`
+        for result in suite.case_results:
+            console.print(
+                f"  {plain(suite.label)} / {plain(result['case'])}: {said(result)}",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 def _where(run: CaseRun) -> str:
@@ -268,23 +295,28 @@ def _json_report(report: EvalReport) -> dict[str, Any]:
         "mode": report.mode,
         "cases_skipped": sum(r.skipped is not None for s in report.suites for r in s.runs),
         "cases_replayed": sum(r.replayed for s in report.suites for r in s.runs),
-        "suites": [
-            {
-                "name": s.suite.name,
-                "agent": s.suite.agent,
-                "workflow": s.suite.workflow,
-                "model": s.model,
-                "duration_s": None if s.duration_s is None else round(s.duration_s, 3),
-                "threshold": s.suite.threshold,
-                "pass_rate": s.pass_rate,
-                "passed": s.passed,
-                "skipped": s.skipped,
-                "errored": s.errored,
-                "hooks": "on" if s.hooks else "bypassed",
-                "cases": [r.as_dict() for r in s.runs],
-            }
-            for s in report.suites
-        ],
+        "suites": [_suite(s) for s in report.suites],
+    }
+
+
+def _suite(s: SuiteResult) -> dict[str, Any]:
+    rules = {c.name: c.min_pass_rate for c in s.suite.cases}
+    cases = [{**r.as_dict(), "min_pass_rate": rules.get(r.case)} for r in s.runs]
+    return {
+        "name": s.suite.name,
+        "agent": s.suite.agent,
+        "workflow": s.suite.workflow,
+        "model": s.model,
+        "duration_s": None if s.duration_s is None else round(s.duration_s, 3),
+        "threshold": s.suite.threshold,
+        "pass_rate": s.pass_rate,
+        "passed": s.passed,
+        "skipped": s.skipped,
+        "errored": s.errored,
+        "hooks": "on" if s.hooks else "bypassed",
+        **suite_totals(cases),
+        "case_results": s.case_results,
+        "cases": cases,
     }
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fim.schema_check import MAX_NESTING, nested_deeper
 
@@ -54,6 +54,10 @@ class CaseRecord(_Read):
     unsourced: bool = False
     output: str = ""
     latency_ms: float = 0.0
+    recorded_latency_ms: float | None = None
+    """A replayed case's model calls' time as recorded: what `--baseline` compares."""
+    min_pass_rate: float | None = Field(default=None, ge=0, le=1)
+    """The case's pass rule over its repeats (`fim.eval.repeats`): merged reports keep it."""
     cost: float | None = None
     tokens: int = 0
     file: str | None = None

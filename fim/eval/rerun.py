@@ -5,6 +5,9 @@ report of its own, so the report is the one `fim eval --json` (or `fim eval merg
 --json`) wrote. Its failed and errored cases are selected by their exact names, not as
 `-k` globs (a name holding `[`, `*` or `?` cannot be matched literally by a glob), each on
 the model it failed on (`--model` A and B: a case that failed on A reruns on A only).
+Of a repeated case only the attempts that failed run again, by their numbers
+(`fim.eval.attempts`): `fim eval merge` puts each over the failure it repeats, and never
+over an attempt that passed (newcomer55 #6).
 """
 
 from __future__ import annotations
@@ -26,6 +29,20 @@ class Rerun:
     """What to run again, per model."""
     gone: list[str] = field(default_factory=list)
     """`suite/case` of failed cases this project does not have (renamed or removed)."""
+    numbers: dict[str | None, dict[tuple[str, str], set[int]]] = field(default_factory=dict)
+    """Per model, per (suite, case), the attempts that failed: the ones to run again."""
+
+    def attempts(self, model: str | None) -> dict[tuple[str, str], set[int]]:
+        """The failed attempts of the cases that failed on `model`."""
+        return self.numbers.get(model, {})
+
+    def every_attempt(self) -> dict[tuple[str, str], set[int]]:
+        """The failed attempts of every case, whatever model (`--model` given: run on it)."""
+        every: dict[tuple[str, str], set[int]] = {}
+        for numbers in self.numbers.values():
+            for key, found in numbers.items():
+                every.setdefault(key, set()).update(found)
+        return every
 
     def only(self, model: str | None) -> set[tuple[str, str]]:
         return self.selection.get(model, set())
@@ -56,10 +73,14 @@ def failed_cases(path: Path, evals: Any, suites: list[str] | None = None) -> Rer
     `NothingFailed` when it has none."""
     report = load(path)
     found: Selection = {}
+    numbers: dict[str | None, dict[tuple[str, str], set[int]]] = {}
     for suite in report["suites"]:
         for case in suite.get("cases", []):
             if _failed(case):
-                found.setdefault(suite.get("model"), set()).add((suite["name"], case["case"]))
+                key = (suite["name"], case["case"])
+                found.setdefault(suite.get("model"), set()).add(key)
+                attempts = numbers.setdefault(suite.get("model"), {}).setdefault(key, set())
+                attempts.add(int(case.get("attempt", 1)))
     if not found:
         raise NothingFailed(f"{path}: no failed case in this report, nothing to re-run")
     every = sorted(set().union(*found.values()))
@@ -83,4 +104,4 @@ def failed_cases(path: Path, evals: Any, suites: list[str] | None = None) -> Rer
             f"{path}: none of its failed cases is in this project ({shown})",
             hint="the report is from another project or suite, or the cases were renamed",
         )
-    return Rerun(found, gone)
+    return Rerun(found, gone, numbers)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fim.config.schema import EvalSuite
+from fim.eval import repeats
 from fim.eval.assertions import Outcome
 from fim.eval.cassettes import Mode
 
@@ -137,14 +138,38 @@ class SuiteResult:
 
     @property
     def pass_rate(self) -> float | None:
-        """None when no case ran: shown as `-` in every report, never as 100%."""
-        ran = self.ran
-        return sum(r.passed for r in ran) / len(ran) if ran else None
+        """None when no case ran: shown as `-` in every report, never as 100%. A case with
+        `min_pass_rate` counts once, passed by its rule (`fim.eval.repeats`)."""
+        return repeats.pass_rate(self.case_dicts())
+
+    def case_dicts(self) -> list[dict[str, Any]]:
+        """What the pass rate and the per-case results read of each run (the JSON
+        report's fields), its case's `min_pass_rate` with it."""
+        rules = {c.name: c.min_pass_rate for c in self.suite.cases}
+        return [
+            {
+                "case": r.case,
+                "passed": r.passed,
+                "status": r.status,
+                "skipped": r.skipped,
+                "config_error": r.config_error,
+                "min_pass_rate": rules.get(r.case),
+            }
+            for r in self.runs
+        ]
+
+    @property
+    def case_results(self) -> list[dict[str, Any]]:
+        """Each repeated case (or one with a rule) as one result: `3/5 passed`."""
+        return repeats.case_results(self.case_dicts())
 
     @property
     def passed(self) -> bool:
+        """Not errored, the pass rate at the threshold, and every case's `min_pass_rate`
+        met (a case's own rule holds whatever the suite's threshold)."""
         rate = self.pass_rate
-        return not self.errored and (rate is None or rate >= self.suite.threshold)
+        met = repeats.rules_met(self.case_dicts())
+        return not self.errored and met and (rate is None or rate >= self.suite.threshold)
 
     @property
     def verdict(self) -> str:

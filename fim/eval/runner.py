@@ -1,7 +1,10 @@
-"""The eval runner: every case of every selected suite, concurrently, hooks bypassed.
+"""The eval runner: every case of every selected suite, concurrently, hooks bypassed by
+default.
 
-Hooks are off on purpose (DESIGN §4): automated evaluation must not wait on a human
-approval or a rate limit. `with_hooks=True` opts back in; the report always says which.
+Hooks are off by default (DESIGN §4): a CI gate's verdict must not hang on a human approval
+or a rate limit. `with_hooks=True` or a suite's `hooks: on` opts back in; the report always
+says which; a case that would run real tool effects a PreToolUse hook guards, with hooks
+bypassed only by default, is refused (`fim.eval.hooks_mode`).
 Even then nothing waits on a human: a `confirm` hook's request and an MCP server's question
 are answered at once, as the case's `approvals` and `elicitation` say (default: deny and
 decline; `fim.eval.execute.answer_requests`).
@@ -32,6 +35,7 @@ from fim.config.schema.evals import PythonSpec
 from fim.errors import FimError
 from fim.eval.assertions import JudgeFn, Observed, Outcome, judge_model_ref, model_judge
 from fim.eval.case_models import CaseUsage
+from fim.eval.cassette_hooks import note_blocked
 from fim.eval.cassettes import (
     Cassette,
     CassetteMiss,
@@ -44,9 +48,11 @@ from fim.eval.cassettes import (
 from fim.eval.checking import check_case
 from fim.eval.ci import in_shard
 from fim.eval.execute import CaseExecutor, CaseInputError, case_payload
+from fim.eval.hooks_mode import HooksChoice
 from fim.eval.latency import CaseClock, Clock
 from fim.eval.python_assertion import case_context, check_python
 from fim.eval.results import CaseRun, EvalReport, SuiteResult
+from fim.eval.trajectory import calls_of
 from fim.eval.warm import warm_up
 from fim.llm import wrapping_models
 from fim.run.services import Services
@@ -128,7 +134,7 @@ class EvalRunner(CaseExecutor):
         *,
         concurrency: int = 8,
         mode: Mode = "replay",
-        with_hooks: bool = False,
+        with_hooks: HooksChoice = None,
         patterns: list[str] | None = None,
         suites: list[str] | None = None,
         cassette_dir: Path | None = None,
@@ -151,6 +157,9 @@ class EvalRunner(CaseExecutor):
         self.concurrency = max(1, concurrency)
         self.mode = mode
         self.with_hooks = with_hooks
+        """`--with-hooks`/`--without-hooks`, the rerun report's modes, or None: each suite's
+        `hooks:`, else bypassed (`fim.eval.hooks_mode`)."""
+        self._guards = {}
         self.patterns = patterns or []
         self.suite_names = suites
         evals_dir = snapshot.root / snapshot.project.paths.evals
@@ -204,6 +213,7 @@ class EvalRunner(CaseExecutor):
             if key not in cassettes:
                 path = self.cassette_dir / slug(suite.name) / f"{slug(case.name)}.json"
                 cassettes[key] = Cassette(path, self.mode, self.snapshot.masker)
+                cassettes[key].hooks_now = self.hooks_on(suite)
         await asyncio.to_thread(load_all, list(cassettes.values()))
         calls = self.mode != "replay"
         await asyncio.to_thread(warm_up, self.snapshot, jobs, calls, self.model, services)
@@ -235,7 +245,7 @@ class EvalRunner(CaseExecutor):
             SuiteResult(
                 self.snapshot.evals[name],
                 by_suite[name],
-                self.with_hooks,
+                self.hooks_on(self.snapshot.evals[name]),
                 self.model,
                 spans[name][1] - spans[name][0],
             )
@@ -256,6 +266,10 @@ class EvalRunner(CaseExecutor):
             if live is not None:  # known up front: nothing of the case runs
                 run.skipped = str(NeedsLiveModel(live, cassette.path))
                 return run
+        refused = self._refused(suite, cassette.recorded, case.name)
+        if refused is not None:  # ERROR, not FAIL: nothing ran (`fim.eval.hooks_mode`)
+            run.error, run.config_error = refused, True
+            return run
         if self.mode == "replay" and cassette.recorded:
             run.replayed, run.unsourced = True, cassette.unsourced
         problems = self._problems.get(suite.name)
@@ -300,6 +314,7 @@ class EvalRunner(CaseExecutor):
             run.error = str(exc)
             return run
         clock.stop()
+        note_blocked(cassette, calls_of(seen))
         seen.latency_ms = run.latency_ms = clock.elapsed_ms
         run.recorded_latency_ms = clock.recorded_ms
         run.output, run.tokens, run.iterations = seen.output, seen.tokens, seen.iterations

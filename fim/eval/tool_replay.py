@@ -38,6 +38,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from fim.errors import RunError
+from fim.eval.cassette_hooks import with_cause
 from fim.eval.cassettes import Cassette, CassetteMiss, tool_call, tool_key
 from fim.tools.registry import Run, wrapping_tools
 from fim.tools.view import prepare_view, view_of
@@ -104,7 +105,8 @@ class ToolTape:
         self.cassette.misses += 1
         shown = masker.text(target)
         problem = f"tool call {shown} was not recorded in {self.cassette.path.name}"
-        self.miss = self.miss or f"cassette miss: {problem} ({RECORD_HINT})"
+        text, hint = with_cause(self.cassette, f"cassette miss: {problem}", RECORD_HINT, shown)
+        self.miss = self.miss or f"{text} ({hint})"
         return ToolResult(
             content=f"Error: {problem}; replay does not run it. Stop and answer.",
             is_error=True,

@@ -260,8 +260,10 @@ class EvalRunBody(_Body):
     mode: Literal["replay", "record", "live"] = "replay"
     cases: list[str] | None = Field(default=None, max_length=100)
     """Only cases whose name matches one of these glob patterns."""
-    hooks: bool = False
-    """Run the agent's hooks too (evals bypass them by default, as `fim eval` does)."""
+    hooks: bool | None = None
+    """true: run the agents' hooks; false: bypass them on purpose; unset: the suite's
+    `hooks:`, else bypassed, and a case that would run real tool effects past a
+    PreToolUse hook is refused, as `fim eval` refuses it."""
 
 
 def _path(loc: tuple[int | str, ...]) -> str:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from fim.errors import ConfigError
 from fim.llm.script import Step, resolve_step
 from fim.llm.wire import response_to_wire
 from fim.testing.loopback_server import LoopbackServer
@@ -314,6 +315,18 @@ def tool_loop(
     return handler
 
 
+def _scripted(parser: argparse.ArgumentParser, path: str) -> Handler:
+    """The handler of `--script FILE`, or exit 2 with the file's problems at their lines."""
+    # deferred: only --script reads a scripted model's file
+    from fim.testing.model_server_script import script_handler
+
+    try:
+        handler: Handler = script_handler(path)
+    except ConfigError as exc:
+        parser.exit(2, "".join(f"error: {problem}\n" for problem in exc.problems))
+    return handler
+
+
 def main(argv: list[str] | None = None) -> None:
     """`fim-model-server` (or `python -m fim.testing.model_server`): serve in this process
     until interrupted, printing the base URL first — benchmarks run it apart from the client
@@ -326,6 +339,12 @@ def main(argv: list[str] | None = None) -> None:
         "--tool-loop", type=int, default=0, metavar="N", help="N tool calls, then an answer"
     )
     parser.add_argument("--tool", default="lookup", help="tool name for --tool-loop")
+    parser.add_argument(
+        "--script",
+        metavar="FILE",
+        help="answer each prompt from a scripted model's YAML (`replies:` with `when` and "
+        "`steps`, as `model: scripted:FILE` reads it), tool calls and their arguments too",
+    )
     parser.add_argument("--answer", default="done", help="the final answer")
     parser.add_argument(
         "--port",
@@ -336,7 +355,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     options = parser.parse_args(argv)
-    if options.tool_loop:
+    if options.script and options.tool_loop:
+        parser.error("--script and --tool-loop are two ways to answer: give one")
+    if options.script:
+        handler = _scripted(parser, options.script)
+    elif options.tool_loop:
         handler = tool_loop(options.tool_loop, options.tool, answer=options.answer)
     else:
         answer = options.answer

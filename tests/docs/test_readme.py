@@ -315,7 +315,7 @@ def local_model(variable: str, value: str, says: str) -> Callable[[Tour], None]:
 
 
 def eval_live(tour: Tour) -> None:
-    out = tour.fim("eval", "--live", code=2)  # a case that could not run is a config error
+    out = tour.fim("eval", "--live", "--with-hooks", code=2)  # a case that could not run
     assert re.search(r"support .* ERROR", out) and "missing API key for openai/gpt-4o-mini" in out
 
 
@@ -359,7 +359,7 @@ OUTCOMES: dict[str, Callable[[Tour], None] | str] = {
         "run", "support", "Where is order 1002?", says=KEY
     ),
     'fim run --auto "..."': needs_a_model("run", "--auto", "...", says=KEY),
-    "fim eval --live": eval_live,
+    "fim eval --live --with-hooks": eval_live,
 }
 
 

@@ -107,7 +107,7 @@ def test_every_problem_of_a_case_file_is_reported_at_its_row_and_cell(project: P
         'evals/cases.csv:3:23: text after a quoted cell\'s closing quote (write "" for a quote '
         "inside a quoted cell)",
         "evals/cases.csv:4:1: row has 2 cells, the header 4 "
-        '(quote a cell that holds a comma: "a, b")',
+        "(add a trailing comma for each empty cell)",
         "evals/math.yaml:2:66: cases.2.repeat: expected an integer, got 'no'",
         "evals/more.jsonl:1:29: unknown key 'contain' (did you mean 'contains'?)",
         "evals/more.jsonl:2:15: invalid JSON: Expecting ',' delimiter (one case object per line)",
@@ -167,8 +167,9 @@ def test_a_file_named_outside_the_evals_folder_or_missing_is_refused(
         f"evals/math.yaml:5:5: case file '{outside}' is outside evals/ (keep case files in "
         "evals/, named relative to the suite; a symlink must point inside it too)",
         "evals/math.yaml:6:5: case file 'casse.csv' not found (did you mean 'cases.csv'?)",
-        "evals/math.yaml:7:5: case file 'notes.txt' is not .csv or .jsonl (a CSV with an "
-        "'input' column and __expected columns, or one case object per line (.jsonl))",
+        "evals/math.yaml:7:5: case file 'notes.txt' is not .csv, .jsonl or .yaml (a CSV with "
+        "an 'input' column and __expected columns, one case object per line (.jsonl), or a "
+        "YAML list of cases)",
     ]
 
 
@@ -213,10 +214,10 @@ def test_a_case_file_past_its_budget_is_one_problem_not_gigabytes(
     """A 4 MB CSV of a million one-cell rows took 23 s and 2.6 GB to load (a 60 MB one was
     killed for memory): a case file holds at most `MAX_CASES` cases and `MAX_CELLS` cells,
     and is read up to 4 MiB; past that it is one problem and nothing is built."""
-    from fim.config import case_csv, case_files
+    from fim.config import case_csv, case_files, case_rows
 
     monkeypatch.setattr(case_csv, "MAX_CASES", 3)
-    monkeypatch.setattr(case_files, "MAX_CASES", 3)
+    monkeypatch.setattr(case_rows, "MAX_CASES", 3)
     monkeypatch.setattr(case_csv, "MAX_CELLS", 20)
     (project / "evals" / "cases.csv").write_text("input\n" + "".join(f"q{i}\n" for i in range(5)))
     assert problems(project) == [

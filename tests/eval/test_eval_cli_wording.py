@@ -20,12 +20,6 @@ def run(*args: str) -> tuple[int, str]:
 @pytest.mark.parametrize(
     ("flag", "said"),
     [
-        (
-            ["--repeat", "3"],
-            "fim eval has no --repeat: runs of each case are set in the suite's "
-            "YAML: `repeat: 3` on the suite (evals/<suite>.yaml) or on a case",
-        ),
-        (["--repeat=3"], "fim eval has no --repeat"),
         (["-o", "r.json"], "fim eval has no -o: fim eval writes --json FILE"),
         (
             ["--filter-failing", "r.json"],

@@ -122,7 +122,9 @@ def test_a_failing_raising_or_hanging_function_fails_its_case_only(
     code, outcomes = run_eval(project, tmp_path)
     assert outcomes == {
         "strict": [(False, "checks:short: score 1 < threshold 2")],
-        "raises": [(False, "checks:broken raised ValueError: no answer")],
+        "raises": [
+            (False, "checks:broken raised ValueError: no answer at hooks/checks.py:23 in broken")
+        ],
         "hangs": [(False, "checks:slow did not return within 0.05s")],
     }
     assert code == 1

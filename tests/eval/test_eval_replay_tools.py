@@ -210,7 +210,7 @@ async def test_a_recorded_connector_call_replays_without_being_sent_and_live_sen
     replies = [connector_call("get_order", "1001"), text("Order 1001 is shipped")]
     with OpenAIStubServer(replies) as model:
         root = project(tmp_path / "p", url, model=stub_model(model.base_url), cases=[case])
-        recorded = await EvalRunner(compile_project(root), mode="record").run()
+        recorded = await EvalRunner(compile_project(root), mode="record", with_hooks=False).run()
     assert recorded.ok, recorded.suites[0].runs[0].error
     assert service.seen == [f"GET /orders/1001 Bearer {TOKEN}"]
     stored = json.loads(cassette_of(root, "where").read_text())
@@ -225,7 +225,7 @@ async def test_a_recorded_connector_call_replays_without_being_sent_and_live_sen
 
     with OpenAIStubServer(replies) as model:
         project(tmp_path / "p", url, model=stub_model(model.base_url), cases=[case])
-        live = await EvalRunner(compile_project(root), mode="live").run()
+        live = await EvalRunner(compile_project(root), mode="live", with_hooks=False).run()
     assert live.ok, live.suites[0].runs[0].error
     assert len(service.seen) == 2
 
@@ -243,7 +243,7 @@ async def test_repeated_identical_calls_replay_their_results_in_order(
     project(root, url, model=model, cases=[case])
     tally = root / "hooks" / "tally.txt"
 
-    recorded = await EvalRunner(compile_project(root), mode="record").run()
+    recorded = await EvalRunner(compile_project(root), mode="record", with_hooks=False).run()
     assert recorded.ok, recorded.suites[0].runs[0].error
     assert results(recorded.suites[0].runs[0]) == ["1", "2"]
     assert tally.read_text() == "x\nx\n"
@@ -264,7 +264,7 @@ async def test_stored_tool_results_are_masked(
     case = {"name": "who", "input": "who am I?", "expect": [{"contains": "done"}]}
     project(root, url, model=model, cases=[case])
 
-    recorded = await EvalRunner(compile_project(root), mode="record").run()
+    recorded = await EvalRunner(compile_project(root), mode="record", with_hooks=False).run()
     assert recorded.ok, recorded.suites[0].runs[0].error
     stored = cassette_of(root, "who").read_text()
     assert [c["tool"] for c in json.loads(stored)["tool_calls"]] == ["whoami"]
@@ -286,7 +286,7 @@ async def test_an_old_cassette_replays_pure_builtins_and_misses_on_an_effect(
     ]
     with OpenAIStubServer(replies) as model:
         root = project(tmp_path / "p", url, model=stub_model(model.base_url), cases=[case])
-        recorded = await EvalRunner(compile_project(root), mode="record").run()
+        recorded = await EvalRunner(compile_project(root), mode="record", with_hooks=False).run()
     assert recorded.ok, recorded.suites[0].runs[0].error
     tally = root / "hooks" / "tally.txt"
     assert tally.read_text() == "y\n"

@@ -38,14 +38,15 @@ def test_default_test_is_answered_with_its_assert_list_one_level_up(project: Pat
     assert problems(project) == [f"evals/math.yaml:2:1: unknown key 'defaultTest' ({DEFAULT_TEST})"]
 
 
-def test_default_test_vars_are_said_to_have_no_suite_wide_place(project: Path) -> None:
+def test_default_test_vars_are_said_to_be_default_vars(project: Path) -> None:
     (project / "evals" / "math.yaml").write_text(
         "agent: demo\ndefaultTest: {assert: [], vars: {tone: kind}, options: {}}\n"
         "cases: [{name: a, input: hi}]\n"
     )
     assert problems(project) == [
-        f"evals/math.yaml:2:1: unknown key 'defaultTest' ({DEFAULT_TEST}; fim has no "
-        "suite-wide vars: give each case its `vars:`; fim has no defaultTest.options)"
+        f"evals/math.yaml:2:1: unknown key 'defaultTest' ({DEFAULT_TEST}, and "
+        "`default_vars: {...}` (the mapping under defaultTest.vars); fim has no "
+        "defaultTest.options)"
     ]
 
 

@@ -18,25 +18,12 @@ from fim.config import promptfoo_words
 from fim.config.schema.base import JSONSchema, Strict, empty_list
 from fim.config.schema.eval_answers import ApprovalAnswers as ApprovalAnswers
 from fim.config.schema.eval_answers import ElicitationAnswer as ElicitationAnswer
+from fim.config.schema.eval_trajectory import HooksSwitch, listed_calls, named_call
+from fim.config.schema.eval_trajectory import ToolCalledSpec as ToolCalledSpec
+from fim.config.schema.eval_trajectory import ToolSequenceSpec as ToolSequenceSpec
 from fim.config.schema.project import ModelRef
 from fim.config.schema.suite_rules import one_target, written_cases
 from fim.schema_check import pattern_matches
-
-
-class ToolCalledSpec(Strict):
-    name: str
-    """Name of the called tool, as `fim run -v` shows it (`calculator`)."""
-    args: dict[str, Any] = Field(default_factory=dict)
-    """Subset of arguments that must match."""
-    times: int | None = None
-    """Exact number of matching calls; unset: at least one."""
-
-
-class ToolSequenceSpec(Strict):
-    tools: list[str]
-    """Tool names in the order they must be called."""
-    mode: Literal["exact", "in_order"] = "in_order"
-    """`in_order`: these calls in this order, others between allowed; `exact`: only these."""
 
 
 class JsonPathSpec(Strict):
@@ -81,17 +68,6 @@ class PythonSpec(Strict):
 def _python_ref(value: Any) -> Any:
     """`python: checks:polite` is `{function: checks:polite}` (and a CSV cell's form)."""
     return {"function": value} if isinstance(value, str) else value
-
-
-def _named_call(value: Any) -> Any:
-    """`tool_called: save_note` is `{name: save_note}`: the CSV cell's form, and what a
-    reader of `tool_not_called: shell` writes next to it."""
-    return {"name": value} if isinstance(value, str) else value
-
-
-def _listed_tools(value: Any) -> Any:
-    """`tool_sequence: [a, b]` is `{tools: [a, b]}`: the CSV cell's form, a trajectory's."""
-    return {"tools": value} if isinstance(value, list) else value
 
 
 def _only_true(value: Any) -> Any:
@@ -186,6 +162,7 @@ _NOT_NEGATABLE = {
     "not": "write the check itself, not its double negation",
     "tool_called": "write `tool_not_called: NAME`, or `tool_called: {{name, args, times: 0}}`",
     "tool_not_called": "write `tool_called: {value}`",
+    "tool_blocked": "write `tool_called: {{name: {value}, blocked: false}}`",
     "judge": "write the negation into the rubric: `judge: Does not ...`",
     "python": "let the function return the opposite",
 }
@@ -203,18 +180,23 @@ class Assertion(Negatable):
     could not be told (a regex neither RE2 nor Python can run) fails, negated or not."""
     tool_called: Annotated[
         ToolCalledSpec | None,
-        BeforeValidator(_named_call, json_schema_input_type=str | ToolCalledSpec | None),
+        BeforeValidator(named_call, json_schema_input_type=str | ToolCalledSpec | None),
     ] = None
-    """A call to a tool, with these arguments at least: `{name, args, times}`, or just its
-    name (`tool_called: save_note`, as a CSV cell writes it)."""
+    """A call to a tool, with these arguments at least: `{name, args, times, blocked}`, or
+    just its name (`tool_called: save_note`, as a CSV cell writes it)."""
     tool_not_called: str | None = None
-    """No call to this tool."""
+    """No call to this tool: a call a hook blocked counts (the model made it), and the
+    failure says which hook blocked it; `tool_blocked` asserts the guard held."""
+    tool_blocked: str | None = None
+    """A call to this tool that a PreToolUse hook blocked (it never ran): the guard held.
+    Needs the suite's hooks on (`hooks: on`, or `fim eval --with-hooks`)."""
     tool_sequence: Annotated[
         ToolSequenceSpec | None,
-        BeforeValidator(_listed_tools, json_schema_input_type=list[str] | ToolSequenceSpec | None),
+        BeforeValidator(listed_calls, json_schema_input_type=list[Any] | ToolSequenceSpec | None),
     ] = None
-    """Tool calls in this order: a list of names (others between allowed), or `{tools, mode}`
-    (`mode: exact`: only these calls)."""
+    """Tool calls in this order: a list of names (others between allowed), or `{tools,
+    mode}` / `{calls: [{name, args}], mode}`, `mode` being `in_order` (default), `exact`
+    (only these calls) or `any_order` (each of these, in any order)."""
     max_iterations: int | None = None
     """At most this many model calls."""
     max_tokens: int | None = None
@@ -293,6 +275,10 @@ class EvalCase(Strict):
     """Assertions that must all hold; each sets exactly one key."""
     repeat: int = Field(default=1, ge=1)
     """Runs of this case (the suite's `repeat` if larger); each counts toward the pass rate."""
+    min_pass_rate: float | None = Field(default=None, ge=0, le=1)
+    """With `repeat`: the share of this case's runs that must pass (`0.8`: 4 of 5), ADK's
+    `num_runs` with a threshold; the case counts once in the suite's pass rate, and fails
+    the suite when its runs fall short, whatever the suite's `threshold`."""
     approvals: Literal["approve", "deny"] | ApprovalAnswers = "deny"
     """How a `confirm` hook's request is answered under `fim eval --with-hooks`, at once:
     nobody can answer in an eval, and waiting would hang it for the hook's timeout.
@@ -344,6 +330,10 @@ class EvalSuite(Strict):
     """Workflow the cases run, `input` being its inputs (or set `agent`)."""
     threshold: float = Field(default=1.0, ge=0, le=1)
     """Pass rate the suite needs for `fim eval` to exit 0."""
+    hooks: HooksSwitch = None
+    """`on`: `fim eval` runs the target with its hooks, as deployed (`--without-hooks`
+    overrides); `off`: bypassed on purpose. Unset: bypassed unless `--with-hooks`, and a
+    run that would execute real tool effects a PreToolUse hook guards is refused."""
     repeat: int = Field(default=1, ge=1)
     """Runs of every case (a case's own `repeat` if larger)."""
     default_expect: Annotated[
@@ -366,15 +356,19 @@ class EvalSuite(Strict):
         """promptfoo's top-level keys in fim's words (`tests` is `cases`)."""
         return promptfoo_words.suite_key(key, value)
 
+    default_vars: dict[str, Any] = Field(default_factory=dict)
+    """Vars every case gets (promptfoo's `defaultTest.vars`); a case's own var wins."""
+
     @model_validator(mode="after")
     def _shared_expectations(self) -> EvalSuite:
-        """`default_expect` appended to each case's `expect` once, here: the runner, the
-        reports, `-k` and the tool checks then see one list per case, the shared
-        assertions after the case's own. Copies, not edits: a case read from a file is an
-        already validated `EvalCase`, kept by the object the loader read it into."""
-        if self.default_expect:
+        """`default_expect` appended to each case's `expect` once, here (`default_vars` put
+        under its `vars`): the runner, the reports, `-k` and the checks see one list per
+        case, the shared assertions after the case's own. Copies, not edits: a case read
+        from a file is an already validated `EvalCase`, kept by the object the loader read."""
+        if self.default_expect or self.default_vars:
+            add, shared = self.default_expect, self.default_vars
             cases = [
-                case.model_copy(update={"expect": [*case.expect, *self.default_expect]})
+                case.model_copy(update={"expect": [*case.expect, *add], "vars": shared | case.vars})
                 for case in self.cases
             ]
             object.__setattr__(self, "cases", cases)  # frozen: set once, while validating
