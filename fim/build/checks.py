@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from fim.build.builtin_names import builtin_hook_names, builtin_tool_names, tool_problems
-from fim.build.connector_checks import check_connector, check_mcp_headers
+from fim.build.connector_checks import check_connector
 from fim.build.eval_checks import case_input_problems, suite_assertions, workflow_case_problems
 from fim.build.hook_checks import check_hook, check_hook_refs
 from fim.build.instructions import check_instructions, reads_files
 from fim.build.model_checks import ROLE_ENV, check_model, check_project
 from fim.build.project_modules import LoadModule, ModuleLoadError, project_module
+from fim.build.remote_agent_checks import check_delegates, check_remote_endpoints
 from fim.build.workflow_checks import check_workflow
 from fim.config.declarations import Declarations, Entry
 from fim.config.problems import suggest
@@ -90,7 +91,7 @@ class Checker:
     def run(self) -> None:
         if self.decls.project_ok:
             check_project(self)
-            check_mcp_headers(self)
+            check_remote_endpoints(self)
         self.check_agents()
         for entry in self.decls.entries["hook"].values():
             check_hook(self, entry, entry.decl, ())
@@ -153,7 +154,7 @@ class Checker:
             decls.project_ok,
             tuple(decls.project.env_allowlist),  # `{{ env.X }}` in instructions
             frozenset(self.roles),
-            frozenset(decls.project.mcp_servers),
+            (frozenset(decls.project.mcp_servers), frozenset(decls.project.a2a_agents)),
             decls.folder("hook"),
             frozenset(decls.python_hooks),
             self.tools,
@@ -211,8 +212,7 @@ class Checker:
                 self.ref(entry, ("skills", i), "skill", name)
         for i, name in enumerate(agent.workflows):
             self.ref(entry, ("workflows", i), "workflow", name)
-        for i, name in enumerate(agent.delegates):
-            self.ref(entry, ("delegates", i), "agent", name)
+        check_delegates(self, entry, agent.delegates)
         for i, spec in enumerate(agent.hooks):
             check_hook(self, entry, spec, ("hooks", i))
         check_instructions(self, entry)

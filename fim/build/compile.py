@@ -22,7 +22,7 @@ from fim.build.checks import ROLE_ENV, Checker, check_output_classes, output_cla
 from fim.build.hook_checks import pin_commands, pin_folders
 from fim.build.model_checks import check_cost_limits, meant_model
 from fim.build.project_modules import pin_modules
-from fim.build.snapshot import CASE_SOURCE, Locate, Snapshot, Source
+from fim.build.snapshot import CASE_SOURCE, Locate, Snapshot, Source, available
 from fim.build.vet import first_imports_refused
 from fim.build.workflow_checks import check_agent_workflows, python_tool_nodes
 from fim.config.case_files import case_lines
@@ -305,10 +305,7 @@ def build_snapshot(
 
     models, origins = resolve_models(decls.project.models, os.environ)
     unavailable = decls.unavailable
-    project = decls.project
-    if unavailable["mcp"]:  # validated and checked whole; never started with "" for a secret
-        kept = {k: v for k, v in project.mcp_servers.items() if k not in unavailable["mcp"]}
-        project = project.model_copy(update={"mcp_servers": kept})
+    project = available(decls.project, unavailable)
     declared = decls_of("connector")  # an unavailable one's actions are declared (#52.1)
     connectors = {k: v for k, v in declared.items() if k not in unavailable["connector"]}
 
@@ -337,6 +334,7 @@ def build_snapshot(
         ),
         unavailable_connectors=frozen(unavailable["connector"]),
         unavailable_mcp=frozen(unavailable["mcp"]),
+        unavailable_a2a=frozen(unavailable["a2a"]),
         declared_unavailable={k: v for k, v in declared.items() if k not in connectors},
         secrets=frozenset(decls.secrets),
         version=decls.digest.hexdigest()[:12],

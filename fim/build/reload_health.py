@@ -52,6 +52,7 @@ def unavailable_agents(snapshot: Snapshot) -> list[Unavailable]:
                 snapshot.unavailable_connectors,
             ),
             ("MCP server", "which is unavailable", agent.mcp, snapshot.unavailable_mcp),
+            ("remote A2A agent", "which is unavailable", agent.delegates, snapshot.unavailable_a2a),
         )
         first = next((f for use in uses if (f := _first(*use)) is not None), None)
         if first is not None:

@@ -89,6 +89,8 @@ class Snapshot:
     at preflight, `fim validate` warns, everything else runs."""
     unavailable_mcp: Mapping[str, tuple[Problem, ...]] = field(default_factory=_frozen)
     """MCP servers left out of `project.mcp_servers` for the same reason."""
+    unavailable_a2a: Mapping[str, tuple[Problem, ...]] = field(default_factory=_frozen)
+    """Remote A2A agents left out of `project.a2a_agents` for the same reason."""
     declared_unavailable: Mapping[str, HttpConnector | DatabaseConnector] = field(
         default_factory=_frozen
     )
@@ -195,13 +197,13 @@ class Snapshot:
             ) from None
 
     def unavailable(self, kind: str, name: str) -> RunError | None:
-        """Why the connector (`kind="connector"`) or MCP server (`"mcp"`) `name` cannot be
-        used on this machine (an unset `${VAR}`), or None."""
-        found = self.unavailable_connectors if kind == "connector" else self.unavailable_mcp
-        problems = found.get(name)
+        """Why the connector (`kind="connector"`), MCP server (`"mcp"`) or remote A2A agent
+        (`"a2a"`) `name` cannot be used on this machine (an unset `${VAR}`), or None."""
+        found = {"connector": self.unavailable_connectors, "a2a": self.unavailable_a2a}
+        problems = found.get(kind, self.unavailable_mcp).get(name)
         if not problems:
             return None
-        what = "connector" if kind == "connector" else "MCP server"
+        what = {"connector": "connector", "a2a": "remote A2A agent"}.get(kind, "MCP server")
         names = list(dict.fromkeys(_variable(p.message) for p in problems))
         first = problems[0]
         if "which cannot be read" in first.message:  # a secret file (`fim.config.interpolate`)
@@ -246,6 +248,18 @@ class Snapshot:
     def mask(self, text: str) -> str:
         """Replace every secret in `text`, in any encoding, with `***`."""
         return self.masker.text(text)
+
+
+def available(project: Project, unavailable: Mapping[str, Mapping[str, object]]) -> Project:
+    """`project` without the MCP servers and remote A2A agents an unset `${VAR}` makes
+    unavailable (`Declarations.unavailable`): validated and checked whole, never started
+    or called with "" for a secret."""
+    update = {
+        key: {k: v for k, v in getattr(project, key).items() if k not in unavailable[kind]}
+        for key, kind in (("mcp_servers", "mcp"), ("a2a_agents", "a2a"))
+        if unavailable.get(kind)
+    }
+    return project.model_copy(update=update) if update else project
 
 
 def _variable(message: str) -> str:

@@ -235,15 +235,12 @@ def unavailable_lines(snapshot: Snapshot) -> list[str]:
     operator learns it now, not from a client's failed request (newcomer-52 #5)."""
     lines = []
     kinds = (("connector", snapshot.unavailable_connectors), ("mcp", snapshot.unavailable_mcp))
-    for kind, found in kinds:
+    for kind, found in (*kinds, ("a2a", snapshot.unavailable_a2a)):
         for name in found:
             if (problem := snapshot.unavailable(kind, name)) is None:
                 continue
-            agents = [
-                agent
-                for agent, decl in snapshot.agents.items()
-                if name in (decl.connectors if kind == "connector" else decl.mcp)
-            ]
+            uses = {"connector": "connectors", "mcp": "mcp", "a2a": "delegates"}[kind]
+            agents = [a for a, decl in snapshot.agents.items() if name in getattr(decl, uses)]
             one = len(agents) == 1
             users = (
                 f"; {'agent' if one else 'agents'} {', '.join(agents)} "

@@ -92,11 +92,12 @@ class Declarations:
     """Problems of skill folders, by folder: they fail only the agents that use the skill
     (at run time) and `fim validate`, not the whole project."""
     unavailable: dict[str, dict[str, list[Problem]]] = field(
-        default_factory=lambda: {"connector": {}, "mcp": {}}
+        default_factory=lambda: {"connector": {}, "mcp": {}, "a2a": {}}
     )
-    """Connectors and MCP servers (by name) that name an unset `${VAR}` without default:
-    a secret not exported on this machine is not a broken project. Only the agents and
-    workflows that use one fail (preflight); `fim validate` warns (`--strict`: fails)."""
+    """Connectors, MCP servers and remote A2A agents (by name) that name an unset `${VAR}`
+    without default: a secret not exported on this machine is not a broken project. Only
+    the agents and workflows that use one fail (preflight); `fim validate` warns
+    (`--strict`: fails)."""
     left_out: list[tuple[str, Problem]] = field(default_factory=list)
     """Models' settings of the declaration files whose `${VAR}` is unset where no model is
     called, as (setting, warning) (`fim.config.serving`); the loader adds them to fim.yaml's."""

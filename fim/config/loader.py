@@ -170,17 +170,22 @@ def _load_project(decls: Declarations) -> None:
     decls.project = project
 
 
+_UNAVAILABLE = {"mcp_servers": "mcp", "a2a_agents": "a2a"}
+"""fim.yaml's sections whose entry an unset variable makes unavailable, and its kind."""
+
+
 def _place_unset(decls: Declarations, doc: Document) -> list[tuple[str, Problem]]:
-    """Place fim.yaml's unset variables: one under `mcp_servers.<name>` makes that server
-    unavailable (recorded in `decls.unavailable`; the snapshot leaves it out, so nothing
-    starts it with "" for a secret). One in `state:`/`server:` or a model's settings is a
+    """Place fim.yaml's unset variables: one under `mcp_servers.<name>` (or
+    `a2a_agents.<name>`) makes that server (remote agent) unavailable (recorded in
+    `decls.unavailable`; the snapshot leaves it out, so nothing starts it with "" for a
+    secret). One in `state:`/`server:` or a model's settings is a
     problem only where that group is needed (`fim.config.serving`); elsewhere it is returned
     as a warning and the setting left out, so its default applies (`_leave_out`). Any other
     is a problem of the project."""
     left_out: list[tuple[str, Problem]] = []
     for path, problem in doc.unset:
-        if len(path) > 2 and path[0] == "mcp_servers" and isinstance(path[1], str):
-            decls.unavailable["mcp"].setdefault(path[1], []).append(problem)
+        if len(path) > 2 and path[0] in _UNAVAILABLE and isinstance(path[1], str):
+            decls.unavailable[_UNAVAILABLE[path[0]]].setdefault(path[1], []).append(problem)
         else:
             _place_one(decls, doc, "project", path, problem, left_out)
     doc.unset = []

@@ -6,10 +6,10 @@ variable changes while a run is in flight. `workflow_problems` lists, for every 
 and every agent an `agent` node runs, a model whose key is missing, and for every MCP server
 a node or such an agent uses, a stdio command that is not installed. Every node is checked,
 taken branch or not: a key missing anywhere is a misconfiguration to fix before anything
-runs. A connector or MCP server whose `${VAR}` (without default) is unset is left out of the
-snapshot as unavailable: a run that uses one is refused here, naming the variable.
-`agent_problems` does the same for one agent run, so `fim run`
-and `fim eval --live` fail in milliseconds instead of after starting MCP servers.
+runs. A connector, MCP server or remote A2A agent whose `${VAR}` (without default) is unset
+is left out of the snapshot as unavailable: a run that uses one is refused here, naming the
+variable. `agent_problems` does the same for one agent run, so `fim run` and `fim eval
+--live` fail in milliseconds instead of after starting MCP servers.
 
 These are checks over the snapshot and the environment: no request, no subprocess, no
 import of a model library. The one exception, `unreachable_problem`, opens a TCP connection
@@ -28,6 +28,7 @@ from fim.build.snapshot import Snapshot
 from fim.config.schema import AgentDecl, ModelSettings, WorkflowDecl
 from fim.errors import RunError
 from fim.hosts import is_loopback
+from fim.run.remote_agents import remote_problems
 
 
 class PreflightError(RunError):
@@ -131,6 +132,8 @@ def agent_problems(
     for server in agent.mcp:
         if (problem := command_problem(snapshot, server)) is not None:
             problems.append(RunError(f"{prefix}: {problem}", hint=command_hint(snapshot, server)))
+    for error in remote_problems(snapshot, agent):  # its remote A2A delegates
+        problems.append(RunError(f"{prefix}: {error.message}", hint=error.hint))
     return problems
 
 

@@ -179,6 +179,26 @@ McpServer = Annotated[
 ]
 
 
+class A2aAgent(Strict):
+    """A remote agent reached over A2A (`a2a_agents:` in fim.yaml): agents list its name in
+    `delegates:` and `call_agent` sends it the task (`fim.run.remote_agents`)."""
+
+    url: str
+    """Its A2A endpoint (`https://supplier.example/a2a`, its card at
+    `/.well-known/agent-card.json` under it) or its agent-card URL (ending in `.json`)."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Headers sent with every request, the card's included (`Authorization: Bearer
+    ${SUPPLIER_TOKEN}`); masked wherever text leaves fim."""
+    description: str | None = None
+    """What it does, shown to the delegating model (default: its card's description)."""
+    timeout: float = Field(default=300.0, gt=0)
+    """Seconds one call may take in all before it is a tool error."""
+    access: Literal["read", "write"] = "write"
+    """What a call to it does, for `readonly_guard` and `confirm`: fim cannot see the remote
+    agent's own calls, so a call is a write (a read-only agent or project may not make it)
+    unless this says `read`."""
+
+
 class Retention(Strict):
     """How many days the state store keeps what it no longer needs (`fim serve` deletes
     the rest hourly; `fim prune` on demand); `null` keeps it forever. Nothing a run still
@@ -276,6 +296,8 @@ class Project(Strict):
     """Per-request tool selection by the `fast` model, for agents with many tools."""
     mcp_servers: dict[str, McpServer] = Field(default_factory=dict)
     """MCP servers by name (stdio `command` or HTTP `url`); agents list them in `mcp:`."""
+    a2a_agents: dict[str, A2aAgent] = Field(default_factory=dict)
+    """Remote A2A agents by name (`url`, `headers`); agents list them in `delegates:`."""
     server: ServerSettings = Field(default_factory=ServerSettings)
     """`fim serve`: address, API keys, CORS, body size, per-key limits and budgets."""
     state: str = "sqlite:///.fim/state.db"
