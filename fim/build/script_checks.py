@@ -17,6 +17,7 @@ The names an agent's model can call are handed in (`ToolsOf`): the hook view's
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -50,6 +51,7 @@ def script_warnings(snapshot: Snapshot, tools_of: ToolsOf) -> list[Problem]:
             continue
         names, servers = tools_of(snapshot, agent)
         unavailable = [c for c in agent.connectors if c in snapshot.unavailable_connectors]
+        problems += _mode_problems(doc, name, servers, _mcp_mode(agent, snapshot))
         problems += _tool_problems(doc, name, names, servers, unavailable)
         problems += _meta_problems(doc, name, _meta_targets(snapshot, agent, names))
         if agent.engine == "react":
@@ -142,6 +144,49 @@ def _tool_problems(
                     "'there is no tool named' (fine if the script tests that on purpose)"
                 )
                 problems.append(doc.problem((*at, i, *where), message, hint))
+    return problems
+
+
+def _mcp_mode(agent: AgentDecl, snapshot: Snapshot) -> str:
+    """How the agent's model sees its MCP tools: `fim.run.services.resolve_mode`'s
+    precedence (a layer up): the agent's `tool_modes`, `FIM_MCP_TOOL_MODE`, fim.yaml's,
+    `progressive`."""
+    env = os.environ.get("FIM_MCP_TOOL_MODE", "").strip().lower()
+    return agent.tool_modes.mcp or env or snapshot.project.tool_modes.mcp or "progressive"
+
+
+def _mode_problems(doc: Document, agent: str, servers: list[str], mode: str) -> list[Problem]:
+    """A step calling an MCP tool by a name its agent's model does not have in its mode
+    (newcomer-54 #3): `<server>__<tool>` in progressive mode (the model has `mcp`), `mcp`
+    in legacy mode (it has `<server>__<tool>`). The run answers "there is no tool named"."""
+    if not servers:
+        return []
+    problems: list[Problem] = []
+    for at, steps in _step_lists(doc.data):
+        for i, step in enumerate(steps):
+            for where, call in _call_items(step):
+                tool = str(call["name"])
+                server = next((s for s in servers if tool.startswith(f"{s}__")), None)
+                if mode != "legacy" and server is not None:
+                    remote = tool.removeprefix(f"{server}__")
+                    message = (
+                        f"agent '{agent}' calls MCP tools through `mcp` in {mode} mode: its "
+                        f"run answers '{tool}' with 'there is no tool named'"
+                    )
+                    hint = (
+                        "write {name: mcp, arguments: {subcommand: call, server: "
+                        f"{server}, tool: {remote}, parameters: {{...}}}}}}, or set "
+                        "tool_modes: {mcp: legacy} on the agent"
+                    )
+                    problems.append(doc.problem((*at, i, *where), message, hint))
+                elif mode == "legacy" and tool == "mcp":
+                    message = (
+                        f"agent '{agent}' calls MCP tools by name in legacy mode "
+                        "(`<server>__<tool>`): its run answers 'mcp' with 'there is no tool "
+                        "named'"
+                    )
+                    hint = "write {name: <server>__<tool>, arguments: {...}}, or drop tool_modes"
+                    problems.append(doc.problem((*at, i, *where), message, hint))
     return problems
 
 

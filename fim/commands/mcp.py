@@ -112,6 +112,9 @@ def list_tools(
 ) -> None:
     """Start one MCP server and list its tools, by the name the model calls.
 
+    Through the `mcp` tool in progressive mode (the default), `{server}__{tool}` in legacy
+    mode.
+
     Beside a name fim shortened (over 64 characters, or with characters providers refuse)
     it shows the server's whole name, which hook matchers may use as well."""
     snapshot = load_snapshot(ctx, project)
@@ -125,12 +128,52 @@ def list_tools(
     if as_json:
         typer.echo(json.dumps(tools, indent=2))
         return
+    modes = _modes_of(snapshot, name)
+    if modes["progressive"]:
+        typer.echo(_through_meta(name, modes["progressive"]))
     for t in tools:
         summary = str(t["description"]).splitlines()[0] if t["description"] else ""
         shown, full = str(t["fim_name"]), t.get("full_name")
         if full is not None and full != shown:
             shown += f"  (full name: {full})"
+        if modes["progressive"] and not modes["legacy"]:  # no model calls `{server}__x`
+            shown = str(t["name"])
         typer.echo(printable(f"{shown}  {summary}"))  # the server's own words
+
+
+def _modes_of(snapshot: Snapshot, server: str) -> dict[str, list[str]]:
+    """The agents using `server`, by how their model calls its tools (newcomer-54 #3):
+    `progressive` through the `mcp` meta-tool, `legacy` by `{server}__{tool}`. A server
+    no agent uses is listed as a `legacy` agent would call it (its names are hooks' too)."""
+    # deferred: loading fim.run.services costs tens of ms
+    from fim.run.services import resolve_mode
+
+    modes: dict[str, list[str]] = {"progressive": [], "legacy": []}
+    for agent in snapshot.agents.values():
+        if server in agent.mcp:
+            mode = resolve_mode("mcp", snapshot, agent)
+            modes["legacy" if mode == "legacy" else "progressive"].append(agent.name)
+    return modes
+
+
+def _through_meta(server: str, agents: list[str]) -> str:
+    """The line above the tools of a server whose agents call them through `mcp`."""
+    example = json.dumps(
+        {
+            "name": "mcp",
+            "arguments": {
+                "subcommand": "call",
+                "server": server,
+                "tool": "<tool>",
+                "parameters": {},
+            },
+        }
+    )
+    return (
+        f"agent{'s' if len(agents) > 1 else ''} {', '.join(agents)} (progressive mode) "
+        f"call{'' if len(agents) > 1 else 's'} these through the `mcp` tool: {example} "
+        f"(with tool_modes: {{mcp: legacy}}, as {server}__<tool>)"
+    )
 
 
 def serve(

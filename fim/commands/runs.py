@@ -179,7 +179,7 @@ def show(
     with user_errors():
         found = _run(store, _read(store, run_id, agent))
     if found is None:
-        fail(f"no run '{run_id}'", "`fim runs list` shows the runs")
+        fail(f"no run '{run_id}' in {store.display_url}", _not_stored(store, run_id))
     record, events = found
     if record["kind"] == "workflow":  # its nodes are in its state, not in events
         # deferred: `fim --help` imports every command module; this loads the workflow state
@@ -197,6 +197,19 @@ def show(
     render_agent_run(record, events, shown_status(record["status"], record.get("data") or {}))
 
 
+def _not_stored(store: Store, run_id: str) -> str:
+    """Where a run not in the store may be (newcomer-54 #7): a `fim serve` on SQLite keeps
+    a run it is running in its own memory and stores it when it ends; on PostgreSQL a run
+    is stored, `running`, from its first event."""
+    if store.url.startswith("postgresql"):
+        return "`fim runs list` shows the runs"
+    return (
+        "a run that a `fim serve` on this SQLite state is still running is stored when it "
+        f"ends: until then `GET /v1/runs/{run_id}` on that server shows it, its status and "
+        "its events so far; `fim runs list` shows the stored runs"
+    )
+
+
 async def _read(
     store: Store, typed: str, agent: str | None = None
 ) -> tuple[dict[str, Any], list[Any]] | None:
@@ -206,7 +219,7 @@ async def _read(
     from fim.store.live import read_events
 
     kind = "agent" if agent is not None else None
-    run_id = await resolve_run(store, typed, name=agent, kind=kind)
+    run_id = await resolve_run(store, typed, name=agent, kind=kind, missing_ok=True)
     record = await store.get_run(run_id)
     if record is None:
         return None

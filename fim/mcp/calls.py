@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from fim.events import ToolProgress
 from fim.idempotency import current_key
 from fim.masking import known
+from fim.mcp import call_stderr
 from fim.mcp.connection import ServerConnection
 from fim.mcp.errors import (
     McpCallTimeout,
@@ -98,6 +99,7 @@ async def call_tool(
             )
         )
 
+    start = call_stderr.mark(conn)  # what the server writes meanwhile (newcomer-54 #4)
     result = await guarded(
         conn,
         f"MCP tool '{tool}' of server '{conn.name}'",
@@ -105,13 +107,10 @@ async def call_tool(
         {"server": conn.name, "tool": tool},
         timeout=conn.timeout_for(tool),
     )
-    if isinstance(result, ToolResult):
-        if progress:
-            result.metadata["progress"] = progress
-        return result
-    observation = to_result(result, conn.name, tool)
+    observation = result if isinstance(result, ToolResult) else to_result(result, conn.name, tool)
     if progress:
         observation.metadata["progress"] = progress
+    call_stderr.attach(conn, tool, observation, start)
     return observation
 
 

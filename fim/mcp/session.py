@@ -32,6 +32,7 @@ from fim.mcp.jobs import Job, Requests, fail
 from fim.mcp.sampling import sampling_callback
 from fim.mcp.state import State
 from fim.mcp.transport import StderrLog, import_sdk, open_client
+from fim.startup_cost import one_off
 
 MAX_BACKOFF = 30.0
 WAIT_FOR_BACKOFF = 2.0
@@ -62,18 +63,21 @@ class Session(Requests):
             )
         if self.state == "ready":
             return
-        async with self._lock:
-            if self.state == "ready":
-                return
-            if self.state == "closed":
-                raise McpUnavailable(self.error or "the server was shut down")
-            await self._join_owner()  # a crashed session finishes unwinding first
-            delay = self._retry_at - time.monotonic()
-            if delay > (WAIT_FOR_BACKOFF if wait else 0):
-                raise McpUnavailable(f"{self.error}; next restart attempt in {delay:.1f}s")
-            if delay > 0:
-                await asyncio.sleep(delay)
-            await self._launch()
+        # a call waiting for the server's start (its own, or one a run began in the
+        # background): start-up, not the call's time (`fim.startup_cost`, newcomer-54 #5)
+        with one_off():
+            async with self._lock:
+                if self.state == "ready":
+                    return
+                if self.state == "closed":
+                    raise McpUnavailable(self.error or "the server was shut down")
+                await self._join_owner()  # a crashed session finishes unwinding first
+                delay = self._retry_at - time.monotonic()
+                if delay > (WAIT_FOR_BACKOFF if wait else 0):
+                    raise McpUnavailable(f"{self.error}; next restart attempt in {delay:.1f}s")
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                await self._launch()
 
     async def aclose(self) -> None:
         """Stop the server (for stdio: close stdin, then terminate its process tree).

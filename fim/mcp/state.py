@@ -20,6 +20,7 @@ from fim.mcp.pacing import ReadBudget
 
 if TYPE_CHECKING:
     from fim.mcp.jobs import Job
+    from fim.mcp.transport import StderrLog
 
 State = Literal["stopped", "starting", "ready", "failed", "crashed", "closed"]
 
@@ -120,3 +121,8 @@ class ConnectionState:
 
     def stderr_tail(self) -> str:
         return self.mask(self._stderr.tail()) if self._stderr is not None else ""
+
+    def stderr_log(self) -> StderrLog | None:
+        """The running stdio server's captured stderr (`fim.mcp.call_stderr`), or None."""
+        log: StderrLog | None = self._stderr
+        return log

@@ -12,9 +12,11 @@ A message runs through `Api.events` (the HTTP API's run entry point: hooks, pers
 so an A2A call is one more surface of the same runs. The A2A `contextId` is the fim session
 (`a2a:<contextId>`), kept per API key like every session (`fim.run.sessions`); the SDK's
 task store belongs to the key that created each task. Each run event becomes a `working`
-status update (streamed by `message/stream`) whose metadata, not message, carries it; the
-answer is the task's artifact, and the final status' metadata the run's end. Everything
-sent is masked.
+status update (streamed by `message/stream`) whose metadata carries it, and whose message
+says the answer, a tool call, a progress line (`fim.server.a2a_progress`); a run waiting on
+an approval is `input-required` until it is decided; a quiet stream gets an SSE comment
+every `KEEPALIVE` seconds. The answer is the task's artifact, sent once as its own last
+chunk, and the final status' metadata the run's end. Everything sent is masked.
 
 A stopping server cuts an A2A run as it cuts its other streamed runs (`until_stop`, a
 second before its bound): the task fails with the cut's message, its metadata the
@@ -44,14 +46,17 @@ from a2a.server.routes.common import ServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from a2a.server.tasks import TaskUpdater
 from a2a.types import a2a_pb2 as pb
+from sse_starlette.sse import EventSourceResponse
 from starlette.routing import Route, Router
 
 from fim.errors import FimError
-from fim.events import Event, RunFinished
+from fim.events import RunFinished
 from fim.masking import known
 from fim.schema_check import MAX_NESTING, nested_deeper
+from fim.server.a2a_progress import KEEPALIVE, progress, said, waiting
 from fim.server.a2a_refusals import quiet_refusals
 from fim.server.a2a_tasks import StoredTaskStore
+from fim.server.api import waiting_on
 from fim.server.json_keys import duplicate_key
 from fim.server.sessions import UnknownSession, known_agent
 from fim.server.stopping import SENDING, Sending, StreamCut, until_stop
@@ -67,9 +72,6 @@ if TYPE_CHECKING:
     from fim.server.api import Api
 
 CARD_PATH = "/.well-known/agent-card.json"
-EVENT_TEXT_MAX = 2000
-"""Characters of an event's JSON a status update carries (`fim_event_json`): a tool result
-or a model's reply can be megabytes; its whole is in the run's event log."""
 log = logging.getLogger("fim.server")
 
 STREAM_GRACE = 24 * 3600.0
@@ -131,18 +133,6 @@ def _masked(message: pb.Message) -> pb.Message:
         if part.HasField("text"):
             part.text = _text(part.text)
     return copy
-
-
-def _progress(event: Event, run_id: str, **dump: Any) -> dict[str, Any]:
-    """A run event as a status update's metadata: its type, its run and its JSON (masked,
-    its first `EVENT_TEXT_MAX` characters). Not as the update's message: the SDK moves each
-    status message into the task's history and saved the whole task at each update, so a
-    run of N events made a task of N messages and wrote O(N^2) bytes (3,234 events: a
-    3.2 MB task, 5 GB written). The SDK merges an update's metadata into the task's key by
-    key, so the task keeps the last event's alone."""
-    data = known().value(event.model_dump(mode="json", exclude_none=True, **dump))
-    text = json.dumps(data, ensure_ascii=False, default=str)[:EVENT_TEXT_MAX]
-    return {"fim_event": event.type, "run_id": run_id, "fim_event_json": text}
 
 
 class FimExecutor(AgentExecutor):
@@ -208,8 +198,17 @@ class FimExecutor(AgentExecutor):
                     if isinstance(event, RunFinished):
                         final = event
                         continue
+                    now, line = pb.TaskState.TASK_STATE_WORKING, said(event)
+                    if (approval := waiting_on(event)) is not None and line is not None:
+                        now, line = (
+                            pb.TaskState.TASK_STATE_INPUT_REQUIRED,
+                            waiting(approval, line),
+                        )
                     await updater.update_status(
-                        pb.TaskState.TASK_STATE_WORKING, metadata=_progress(event, run_id)
+                        now,
+                        message=say(line) if line is not None else None,
+                        metadata=progress(event, run_id)
+                        | ({"approval_id": approval} if approval is not None else {}),
                     )
         except StreamCut as cut:  # the stopping server's: the task fails, saying so
             metadata = {"fim_event": "error", "run_id": run_id}
@@ -239,11 +238,13 @@ class FimExecutor(AgentExecutor):
             [pb.Part(text=_text(final.output))],
             name="answer",
             metadata={"run_id": run_id, "status": final.status},
+            append=False,
+            last_chunk=True,  # the whole answer, sent once: ADK keeps only a last chunk
         )
         # the answer is the artifact; the end's metadata replaces the last progress event's
         await updater.update_status(
             pb.TaskState.TASK_STATE_COMPLETED,
-            metadata=_progress(final, run_id, exclude={"output"}),
+            metadata=progress(final, run_id, exclude={"output"}),
         )
 
     async def cancel(self, context: RequestContext, event_queue: Any) -> None:
@@ -300,14 +301,20 @@ def a2a_app(api: Api) -> Router:
     from fim.server.http import JSONResponse, error
 
     # the handler's own card: only its capabilities are read (streaming on); the cards
-    # clients see are built per request from the current snapshot
+    # clients see are built per request from the current snapshot. It has every field the
+    # spec requires all the same: the SDK checks it and warned "AgentCard is not
+    # spec-compliant" into the log at the first A2A request (newcomer-54 #6)
     template = pb.AgentCard(
         name="fim",
         description="fim agents",
         version="0",
+        supported_interfaces=[
+            pb.AgentInterface(url="/a2a", protocol_binding="JSONRPC", protocol_version="1.0")
+        ],
         capabilities=pb.AgentCapabilities(streaming=True),
         default_input_modes=["text/plain"],
         default_output_modes=["text/plain"],
+        skills=[pb.AgentSkill(id="agents", name="agents", description="fim agents", tags=["fim"])],
     )
     handler = DefaultRequestHandler(
         agent_executor=FimExecutor(api), task_store=StoredTaskStore(api), agent_card=template
@@ -342,7 +349,10 @@ def a2a_app(api: Api) -> Router:
             return refused(-32600, str(NonFinite(where)))
         if (twice := duplicate_key(await request.body())) is not None:
             return refused(-32600, f"the request has the key '{twice[:200]}' twice")
-        return await dispatcher.handle_requests(request)
+        response = await dispatcher.handle_requests(request)
+        if isinstance(response, EventSourceResponse):  # a quiet stream stays open
+            response.ping_interval = KEEPALIVE
+        return response
 
     async def project_card(request: Request) -> Response:
         snapshot = api.holder.current

@@ -13,12 +13,14 @@ What a save writes, and how much:
 - The SDK saves the whole task at every event its executor sends, and a run sends one
   `working` status update per run event (thousands in a long run: 3,234 events were as many
   rewrites of a task that grew to 3.2 MB, 5 GB written for one message). A save is written
-  only when it changes the task's shape: its state, its history (the count: the SDK only
-  appends to it), its artifacts. One that changes only the status' timestamp or message and
-  the task's metadata (a run's progress) is not: while the task runs, the SDK holds it in
-  memory and streams it from there, and the next save that is written (the task's end at
-  the latest) carries the progress too. So a task costs the store a few writes whatever the
-  length of its run; a `tasks/get` while it runs sees its state, not each event.
+  only when it changes the task's shape: its state, its client's turns in the history (the
+  count: the SDK only appends to it), its artifacts. One that changes only the status'
+  timestamp or message, the agent's messages in the history (the status messages the run's
+  progress said, which a stored task does not keep) and the task's metadata is not: while
+  the task runs, the SDK holds it in memory and streams it from there, and the next save
+  that is written (the task's end at the latest) carries the progress too. So a task costs
+  the store a few writes whatever the length of its run; a `tasks/get` while it runs sees
+  its state, not each event.
 - A stored task is fitted (`fitted`): its history to the turn that started it and the
   newest `HISTORY_KEPT - 1`, then to `Tasks.max_bytes` (`TASK_MAX_BYTES`), the largest
   parts cut first. The client of `message/send` / `message/stream` got the task whole; what
@@ -43,9 +45,9 @@ if TYPE_CHECKING:
 
 HISTORY_KEPT = 16
 """History messages a stored task keeps: the turn that started it and the newest 15. A fim
-task's history is its client's turn (its run's progress is status metadata, not messages);
-the SDK appends each status message a task moves past, so a task sending messages on every
-event (as fim's did) grew one per event. A task of one run has far fewer than this."""
+task's history is its client's turn and the status messages its run said (the SDK appends
+each one a task moves past): the answer, each tool call, a progress line; not one per event
+(`fim.server.a2a_progress`), so a task of a short run has fewer than this."""
 _SHAPES_KEPT = 4096
 """Tasks whose last written shape this process remembers. Each is forgotten at its task's
 end (a terminal state); a task dropped past this many is written at its next save, as if
@@ -78,7 +80,7 @@ class StoredTaskStore(TaskStore):
             return  # progress only: written with the task's next change (module docstring)
         tasks = self._tasks()
         # protobuf's own bytes (C, fast), not a Python walk of the task
-        kept = fitted(task, tasks.max_bytes).SerializeToString()
+        kept = fitted(_turns(task), tasks.max_bytes).SerializeToString()
         await tasks.save(owner, task.id, {"pb": base64.b64encode(kept).decode()})
         self._written.pop(key, None)
         if task.status.state not in _TERMINAL:  # nothing follows a terminal state
@@ -103,14 +105,31 @@ class StoredTaskStore(TaskStore):
 
 
 def _shape(task: pb.Task) -> tuple[Any, ...]:
-    """What a save must write when it changes: the state, the history (the SDK only appends
-    to it) and the artifacts (a digest: an artifact can be replaced under its id). Not the
-    status' timestamp and message nor the task's metadata, which each progress update
-    changes."""
+    """What a save must write when it changes: the state, the client's turns in the history
+    (the SDK only appends to it) and the artifacts (a digest: an artifact can be replaced
+    under its id). Not the status' timestamp and message nor the task's metadata, which each
+    progress update changes, nor the agent's messages in the history: the status messages
+    of the run's progress (`fim.server.a2a_progress`), which the SDK moves there one by
+    one and a stored task does not keep (`_turns`)."""
     artifacts = hashlib.blake2b(digest_size=16)
     for artifact in task.artifacts:
         artifacts.update(artifact.SerializeToString(deterministic=True))
-    return task.status.state, len(task.history), artifacts.digest()
+    turns = sum(1 for m in task.history if m.role != pb.Role.ROLE_AGENT)
+    return task.status.state, turns, artifacts.digest()
+
+
+def _turns(task: pb.Task) -> pb.Task:
+    """The task with the client's turns alone in its history: the agent's messages there are
+    the status messages its run's progress said (`fim.server.a2a_progress`), streamed to its
+    clients and kept whole in the run's event log, so a stored task does not grow with its
+    run. The task itself is not changed (the SDK holds it)."""
+    if all(m.role != pb.Role.ROLE_AGENT for m in task.history):
+        return task
+    kept = pb.Task()
+    kept.CopyFrom(task)
+    del kept.history[:]
+    kept.history.extend(m for m in task.history if m.role != pb.Role.ROLE_AGENT)
+    return kept
 
 
 def fitted(task: pb.Task, max_bytes: int) -> pb.Task:

@@ -27,6 +27,7 @@ from fim.server.http import JSONResponse, error, run_scope, session_owner, sse
 from fim.server.openai_errors import error_object, failure, run_failed
 from fim.server.queries import RunsQuery, read_query
 from fim.server.refusals import NO_RETRY
+from fim.server.session_repeat import conversation
 from fim.server.sessions import UnknownSession, known_agent
 from fim.server.stopping import until_stop
 from fim.types import Message
@@ -148,8 +149,6 @@ async def start_run(api: Api, request: Request, name: str, body: RunBody) -> Res
     return await _json_run(api, request, name, history, (session, owner), run_id)
 
 
-
-
 def not_configured(snapshot: Any, name: str) -> Response | None:
     """A 503 for a run certain to fail because the server lacks the agent's model API key
     (fim serve warns at start which agents do), before anything runs or is recorded: the
@@ -188,8 +187,8 @@ async def _conversation(
 ) -> tuple[list[Message], str | None]:
     session = body.session_id
     history = await api.history(session, owner)
-    if body.messages:
-        history += body.messages
+    if body.messages:  # what repeats the session's history is not new (newcomer-54 #2)
+        history = conversation(history, body.messages)
     elif body.input is not None:
         history.append(Message(role="user", content=body.input))
     return history, session

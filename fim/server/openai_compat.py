@@ -2,8 +2,9 @@
 runs the agent named by `model`, so the official `openai` client and chat UIs work unchanged.
 
 An optional `session_id` (the client's `extra_body`) continues a server-side conversation
-as on `/v1/agents/{name}/runs`, owned by the API key that started it. Every body and
-chunk is masked (`fim.masking`).
+as on `/v1/agents/{name}/runs`, owned by the API key that started it; a client that also
+sends its history sends what the session holds again, and only what follows it is new
+(`fim.server.session_repeat`). Every body and chunk is masked (`fim.masking`).
 
 This module runs the request and sends the answer back (one JSON completion, or
 `chat.completion.chunk` events); what a request's fields ask of the run is read in
@@ -34,6 +35,7 @@ from fim.server.http import JSONResponse, error, session_owner
 from fim.server.openai_errors import error_object, failure, run_failed
 from fim.server.openai_request import plan, to_messages
 from fim.server.refusals import refusal
+from fim.server.session_repeat import conversation
 from fim.server.sessions import UnknownSession, known_agent
 from fim.server.stopping import CUT, StreamCut, until_stop
 from fim.server.streams import EventStream, Refused
@@ -92,7 +94,8 @@ class OpenAICompat:
         name = body.model
         session = body.session_id
         try:
-            messages = [*(await self.api.history(session, owner)), *incoming]
+            # a client sending its history too: only what follows it is new (#2)
+            messages = conversation(await self.api.history(session, owner), incoming)
         except UnknownSession as exc:
             return error(404, exc.message, param="session_id")
         completion_id = "chatcmpl-" + uuid.uuid4().hex[:24]

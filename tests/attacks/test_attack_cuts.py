@@ -147,7 +147,11 @@ async def test_an_mcp_progress_message_is_masked_before_it_is_cut() -> None:
         return SimpleNamespace(content=[], structured_content={"ok": True}, is_error=False)
 
     conn: Any = SimpleNamespace(
-        name="srv", mask=lambda text: text, timeout_for=lambda tool: 5.0, call=call
+        name="srv",
+        mask=lambda text: text,
+        timeout_for=lambda tool: 5.0,
+        call=call,
+        stderr_log=lambda: None,  # not a stdio server: no stderr to read
     )
     result = await call_tool(conn, "work", {})
     shown = result.metadata["progress"][0]["message"]

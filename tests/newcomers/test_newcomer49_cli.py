@@ -118,7 +118,8 @@ def test_runs_show_takes_a_unique_start_of_an_id_and_lists_an_ambiguous_one(root
     assert err.endswith(" (type more of the id)\n")
     assert "abc222def000 (agent helper, ok)" in err and "abc111def000 (agent assistant, ok)" in err
     code, _, err = cli("runs", "show", "abd", "-p", str(root))
-    assert code == 1 and "no run 'abd' (`fim runs list` shows the runs)" in err
+    assert code == 1 and err.startswith("error: no run 'abd' in ")
+    assert "`fim runs list` shows the stored runs" in err
 
 
 def test_runs_show_last_is_the_newest_run_or_the_newest_of_an_agent(root: Path) -> None:

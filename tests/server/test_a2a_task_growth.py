@@ -177,9 +177,10 @@ def test_a_stored_task_is_cut_to_its_cap_and_the_reply_is_whole(
 def test_a_running_task_reads_back_working_and_can_be_resubscribed(
     served: str, writes: dict[str, list[bytes]]
 ):
-    """While a run waits (here for its approval) its stored task is `working`, though its
-    progress updates are not written; a second stream (`tasks/resubscribe`) gets the task
-    as the server holds it, then every event after, to the end."""
+    """While a run waits for its approval its stored task is `input-required` (newcomer-54
+    #9), though its progress updates are not written; a second stream
+    (`tasks/resubscribe`) gets the task as the server holds it, then every event after, to
+    the end."""
 
     async def main() -> tuple[list[Any], list[Any], pb.Task]:
         careful = agent(served, "careful")
@@ -221,11 +222,11 @@ def test_a_running_task_reads_back_working_and_can_be_resubscribed(
             await http.aclose()
 
     first, second, running = asyncio.run(asyncio.wait_for(main(), 60))
-    assert running.status.state == pb.TaskState.TASK_STATE_WORKING
+    assert running.status.state == pb.TaskState.TASK_STATE_INPUT_REQUIRED
     assert len(running.history) == 1 and not running.artifacts
     assert second[0].HasField("task") and second[0].task.id == running.id
-    assert second[0].task.status.state == pb.TaskState.TASK_STATE_WORKING
-    assert len(writes[running.id]) <= 5
+    assert second[0].task.status.state == pb.TaskState.TASK_STATE_INPUT_REQUIRED
+    assert len(writes[running.id]) <= 6  # and input-required, then working again
     for stream in (first, second):
         state, answer, _said = outcome(stream)
         assert state == pb.TaskState.TASK_STATE_COMPLETED and answer == "42"
