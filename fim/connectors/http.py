@@ -26,6 +26,7 @@ from typing import Any
 from fim.config.header_text import header_problems
 from fim.config.schema import HttpAction, HttpConnector
 from fim.config.schema.connector import base_url_problem
+from fim.connectors.http_arguments import undeclared
 from fim.connectors.http_fetch import Fetcher, Overdue, Refused
 from fim.connectors.http_observation import observe
 from fim.connectors.http_request import build_request, with_idempotency_key
@@ -101,6 +102,12 @@ class HttpConnectorClient:
                 "parameter in the arguments, as the value the path names.",
                 is_error=True,
             )
+        refused = self._unsendable(action, args, request)
+        if refused is not None:  # nothing was sent: no `http` facts
+            return ToolResult(
+                content=self.mask(f"Error: {label}: {refused}. Do not retry the same call."),
+                is_error=True,
+            )
         with_idempotency_key(request, action.method)
         result = await self._send(label, action, request)
         sent = self._sent_url(request)  # what was asked, for whoever debugs the call
@@ -109,10 +116,21 @@ class HttpConnectorClient:
             result.metadata["http"] = {**facts, "url": self.mask(facts["url"])}
         return result
 
+    def _unsendable(
+        self, action: HttpAction, args: dict[str, Any], request: dict[str, Any]
+    ) -> str | None:
+        """Why the call is not sent: an argument naming a credential or a method override
+        (`Fetcher.refuse`), or one the action does not declare (`http_arguments`)."""
+        try:
+            self._fetcher.refuse(action, request)
+        except Refused as exc:
+            return str(exc)
+        return undeclared(action, args)
+
     def _sent_url(self, request: dict[str, Any]) -> Any:
         """The URL `request` goes to first (before the credentials are added), or None."""
         try:
-            return self.client.build_request(**request).url
+            return self._fetcher.outgoing(request).url
         except Exception:  # a request that could not be built was never sent
             return None
 

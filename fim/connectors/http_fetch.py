@@ -34,7 +34,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from fim.config.schema import HttpAction, HttpConnector, WebFetchSettings
+from fim.connectors.http_arguments import override_names
 from fim.connectors.http_observation import Fetched
+from fim.connectors.http_request import outgoing, split_base
 from fim.connectors.http_secrets import clashes, credential_names, own_credentials, spelling
 from fim.retries import Backoff, retry_async
 from fim.tools.builtin._body import ACCEPT_ENCODING, codec_of, read_body
@@ -86,6 +88,8 @@ class Fetcher:
         """Whether `base_url`'s host is internal, decided at its first resolution."""
         self._headers, self._params = own_credentials(decl)
         """Headers and query parameters of the connector's own origin."""
+        self._base_url, self._base_query = split_base(decl.base_url)
+        """`base_url` without its query, and the query every call sends (`outgoing`)."""
 
     @functools.cached_property
     def _origin(self) -> tuple[str, str, int, str]:
@@ -122,7 +126,7 @@ class Fetcher:
         if spec is not None and spec.type == "basic":
             self._basic = httpx.BasicAuth(spec.username, spec.password)
         return httpx.AsyncClient(
-            base_url=self.decl.base_url.rstrip("/") + "/",
+            base_url=self._base_url,
             headers={"Accept-Encoding": ACCEPT_ENCODING},
             cookies=_no_cookies(),
             timeout=self.decl.timeout,
@@ -131,6 +135,10 @@ class Fetcher:
             transport=pinned_transport(self._vet),
             mounts=proxy_mounts(),
         )
+
+    def outgoing(self, request: dict[str, Any]) -> Any:
+        """The httpx request `request` is sent as, before credentials (`outgoing`)."""
+        return outgoing(self.client, request, self._base_query)
 
     async def aclose(self) -> None:
         if self._client is not None:
@@ -145,7 +153,7 @@ class Fetcher:
         # deferred: loading httpx costs tens of ms
         import httpx
 
-        self._refuse_credentials(action, request)
+        self.refuse(action, request)
         retries = self.decl.retries if action.method in _IDEMPOTENT else 0
 
         def worth_retry(exc: BaseException) -> bool:
@@ -164,12 +172,22 @@ class Fetcher:
             retry_result=lambda got: got.status >= 500,
         )
 
-    def _refuse_credentials(self, action: HttpAction, request: dict[str, Any]) -> None:
+    def refuse(self, action: HttpAction, request: dict[str, Any]) -> None:
         """Raise `Refused` when the model's arguments name one of the connector's
         credentials (`credential_names`): sent beside the connector's own, or in its place,
         the model's key would make the call as another account (a prompt-injected model
-        pointing the connector at the attacker's). Refused rather than dropped: a model
-        that sends it is confused or hostile, and the caller should know."""
+        pointing the connector at the attacker's); or a method override
+        (`http_arguments.override_names`): `_method=delete` makes a declared read POST a
+        DELETE to Rails or Laravel. Refused rather than dropped: a model that sends it is
+        confused or hostile, and the caller should know."""
+        overrides = override_names(request)
+        if overrides:
+            raise Refused(
+                f"argument{'s' if len(overrides) > 1 else ''} {', '.join(overrides)} would "
+                f"make this {action.method} another method (web frameworks route a request "
+                "by a `_method` or `X-HTTP-Method-Override` field), so fim never sends one; "
+                "call again without it"
+            )
         in_query, in_body = credential_names(self.decl, action)
         found = clashes(request.get("params") or {}, in_query)
         for part in ("json", "data", "files"):
@@ -202,7 +220,7 @@ class Fetcher:
         """Send, following redirects by hand (`_hop`), and read at most MAX_BODY_BYTES of
         the decoded body, so a huge or compressed response cannot exhaust memory."""
         client = self.client
-        sending = client.build_request(**request)
+        sending = self.outgoing(request)
         self._sign(sending)
         for _ in range(MAX_REDIRECTS + 1):
             auth = self._basic if self._own(sending.url) else None

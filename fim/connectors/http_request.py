@@ -16,7 +16,7 @@ import binascii
 import json
 import re
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote
 
 from fim.config.schema import HttpAction
 from fim.idempotency import HEADER, SAFE_METHODS, current_key
@@ -52,11 +52,15 @@ def build_request(action: HttpAction, args: dict[str, Any]) -> dict[str, Any]:
             f"path parameter(s) {', '.join(moving)} would change which URL is called "
             "(an empty value, '.' or '..' is not a path segment of its own)"
         )
+    fixed = {name for name, _ in parse_qsl(path.partition("?")[2], keep_blank_values=True)}
     query_names = set(action.query or ())
     if action.method in _QUERY_METHODS:
         query_names |= set(remaining) - {action.body_parameter}
     styles = action.query_style
     query = {k: _query_value(k, v, styles.get(k)) for k, v in remaining.items() if k in query_names}
+    if fixed & set(query):  # the author's `path: /geocode?format=json` says what it is
+        names = ", ".join(map(repr, sorted(fixed & set(query))))
+        raise ValueError(f"query parameter(s) {names} are fixed by the action's path")
     body = {k: v for k, v in remaining.items() if k not in query_names}
     request: dict[str, Any] = {"method": action.method, "url": path, "params": query}
     if action.body_parameter and action.body_parameter in body:
@@ -77,6 +81,37 @@ def build_request(action: HttpAction, args: dict[str, Any]) -> dict[str, Any]:
     if action.headers:
         request["headers"] = {**request.get("headers", {}), **action.headers}
     return request
+
+
+def split_base(base_url: str) -> tuple[str, str]:
+    """`base_url` as the client's base (no query or fragment, ending in `/`, so an action's
+    path goes below it) and its query, percent-encoded as written (`?key=...`): httpx joins
+    a path after the base's query (`/api/?key=kgeocode`), so the query is kept apart and
+    sent with every call (`outgoing`)."""
+    head = base_url.partition("#")[0]
+    base, _, query = head.partition("?")
+    return base.rstrip("/") + "/", quote(query, safe=_QUERY_SAFE)
+
+
+_QUERY_SAFE = "=&%+/:,;@!$'()*~-._?"
+
+
+def outgoing(client: Any, request: dict[str, Any], base_query: str) -> Any:
+    """The httpx request `request` is sent as: the base URL's query (`split_base`), then
+    the query written in the action's `path:` (`/geocode?format=json`), then the call's
+    query arguments. httpx's `params` replace a URL's query, so the first two were lost."""
+    url = str(request.get("url", ""))
+    if not base_query and "?" not in url:
+        return client.build_request(**request)
+    # deferred: loading httpx costs tens of ms
+    import httpx
+
+    sending = client.build_request(**{**request, "params": None})
+    written = sending.url.query.decode("ascii")
+    arguments = str(httpx.QueryParams(request.get("params") or {}))
+    query = "&".join(part for part in (base_query, written, arguments) if part)
+    sending.url = sending.url.copy_with(query=query.encode("ascii") or None)
+    return sending
 
 
 def with_idempotency_key(request: dict[str, Any], method: str) -> None:
@@ -137,4 +172,4 @@ def _query_value(name: str, value: Any, style: str | None) -> Any:
     return separator.join(items)
 
 
-__all__ = ["build_request", "with_idempotency_key"]
+__all__ = ["build_request", "outgoing", "split_base", "with_idempotency_key"]

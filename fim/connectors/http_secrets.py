@@ -96,6 +96,13 @@ def spelling(name: str) -> str:
     return _squeeze(_before_brackets(_fold(name)))
 
 
+def folded_top(name: str) -> str:
+    """The top-level name PHP files `name` under, folded (`_fold`): what precedes its
+    brackets, leading spaces dropped, each `.` and space an `_` (`.method` is `_method`)."""
+    base = _before_brackets(_fold(name)).lstrip()
+    return base.replace(".", "_").replace(" ", "_")
+
+
 def _parts(name: str) -> set[str]:
     """Every name, folded but not yet squeezed, a server may read `name` as: the name
     before its brackets, the whole name, each bracketed or dotted part (`auth[api_key]`;

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
@@ -40,6 +39,7 @@ from fim.llm.base import (
     timeout_error,
     with_retries,
 )
+from fim.llm.endpoint_secrets import check_no_userinfo, environment_base, remember_url
 from fim.llm.reply_body import MAX_ERROR_BODY, error_detail, read_body, reply_bytes
 from fim.llm.reply_body import sse_data as _sse_data
 from fim.llm.wire import ReplyTooLarge, StreamAssembler, check_reply, loads, parse_response
@@ -136,9 +136,8 @@ class OpenAICompatModel:
     def __init__(self, settings: ModelSettings) -> None:
         self.settings = settings
         self.name = settings.model
-        self.base_url = (
-            api_base(settings) or os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE
-        ).rstrip("/")
+        self.base_url = (api_base(settings) or environment_base() or OPENAI_BASE).rstrip("/")
+        remember_url(self.base_url)  # a local provider's variable (OLLAMA_API_BASE) too
         self._url = self.base_url + "/chat/completions"
         self._wire_name = wire_model_name(settings.model)
         self._client_timeout: Any = None
@@ -149,6 +148,8 @@ class OpenAICompatModel:
         before any byte is sent."""
         self._key = self._api_key()
         check_allowed(self.base_url, self.name)
+        if self._key:  # aiohttp raised ValueError for both: every served run was a 500
+            check_no_userinfo(self.name, self.base_url)
         headers = {"content-type": "application/json", "accept": "application/json"}
         if self._key:
             headers["authorization"] = f"Bearer {self._key}"
@@ -352,7 +353,7 @@ class OpenAIBackend(Backend):
     @classmethod
     def key_problem(cls, settings: ModelSettings) -> RunError | None:
         """OpenAI's own endpoint needs OPENAI_API_KEY; any other base URL may not."""
-        base = api_base(settings) or os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE
+        base = api_base(settings) or environment_base() or OPENAI_BASE
         try:
             resolve_key(settings, "openai", required=base == OPENAI_BASE)
         except RunError as exc:
@@ -361,4 +362,4 @@ class OpenAIBackend(Backend):
 
     @classmethod
     def endpoint(cls, settings: ModelSettings) -> str | None:
-        return api_base(settings) or os.environ.get("OPENAI_BASE_URL") or None
+        return api_base(settings) or environment_base()

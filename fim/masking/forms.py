@@ -6,7 +6,8 @@ it into a JSON string (`\\"` and `\\\\` escaped), a connector puts it in a query
 The masker knows each secret's raw, JSON-escaped (once or twice, `\\/` too), HTML- and
 XML-escaped, URL-encoded (`quote`, `quote_plus`, either hex case), Python-quoted (`repr`,
 `ascii`: `\\'` and `\\x..` escapes, as `f"{value!r}"` writes them), hex (either case) and
-base64 forms (standard and URL-safe, padded or not); a substring of a base64 stream depends
+base64 forms (standard and URL-safe, padded or not), and the lower-case and IDNA forms a
+URL's host shows (`host_forms`); a substring of a base64 stream depends
 on where it starts, so the body of each of the three alignments is a form of its own.
 Base64 is also found wrapped over lines (`\\n` or `\\r\\n` every 76 characters in MIME and
 the `base64` CLI, every 64 in PEM): a text is searched for it with its line breaks taken
@@ -91,7 +92,29 @@ def encodings(secret: str) -> set[str]:
     data = secret.encode("utf-8")
     forms |= {data.hex(), data.hex().upper()}
     forms |= _base64_bodies(data)
+    forms |= host_forms(secret)
     return {f for f in forms if len(f) >= MIN_SECRET}
+
+
+_HOST_TEXT = re.compile(r"[\w.-]+")
+"""What a URL's host may hold (letters outside ASCII included: an IDNA name)."""
+
+
+def host_forms(secret: str) -> set[str]:
+    """The forms a URL shows `secret` in when it is a host or part of one: lower-cased
+    (httpx, urllib and browsers lower-case a host: `http://${TENANT_TOKEN}.hook.example/`
+    was shown, and so sent to the model, as `hosttok-...`, a form no other one matched;
+    attack-65 F2) and, outside ASCII, IDNA-encoded (`xn--...`, whole labels only). Only
+    for a secret a host could hold, so a key with `/`, `+` or `=` costs no form more."""
+    if not _HOST_TEXT.fullmatch(secret):
+        return set()
+    lower = secret.lower()
+    if lower.isascii():
+        return {lower}
+    try:
+        return {lower, lower.encode("idna").decode("ascii")}
+    except UnicodeError:  # a label IDNA refuses (too long, a character it does not map)
+        return {lower}
 
 
 class Forms:

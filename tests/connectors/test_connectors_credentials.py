@@ -29,7 +29,9 @@ from fim.types import ToolResult
 
 KEY = "operator-key-5f1c9a"
 TOKEN = "operator-token-2b7d4e"
-OPEN = {"type": "object", "properties": {"q": {"type": "string"}}}
+OPEN = {"type": "object", "properties": {"q": {"type": "string"}}, "additionalProperties": True}
+"""Any argument may be sent (`fim.connectors.http_arguments`): these calls are judged by
+their names alone."""
 
 
 @pytest.fixture
