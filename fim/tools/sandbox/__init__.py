@@ -12,9 +12,14 @@ runs under `bwrap` (the sandbox Claude Code uses on Linux) with:
   sandbox onto host root (and root ignores RLIMIT_NPROC), so bwrap keeps the host user
   namespace and our launcher drops to the real host uid/gid 65534 (`nobody`) before the
   command starts; no capability survives (`--cap-drop ALL` but setuid/setgid, then setresuid).
-  Where root may not create namespaces itself (a container without CAP_SYS_ADMIN), the
-  user-namespace mode is used as root too; RLIMIT_NPROC does not bind host root, so there the
-  watchdog also counts the processes and kills the tree above the limit;
+  Where root may not create namespaces itself (a container without CAP_SYS_ADMIN), bwrap's
+  own user namespace would be that one: fim makes the call's namespaces instead
+  (fim/tools/sandbox/userns.py), bwrap sets the sandbox up as root of the outer one and the
+  launcher becomes host uid 65534 in the inner one, which maps nothing else (attack64 F1:
+  the sandbox had written host sysctls). RLIMIT_NPROC binds there per call, threads
+  included; the watchdog also counts the tree's tasks, a belt. In every mode /proc/sys is
+  read-only, and the launcher refuses to run a command that is root, in its namespace or
+  outside it, or holds a capability;
 - read-only binds of /usr (and /bin, /lib*, /sbin as on the host), the Python fim runs on
   (`sys.prefix`, `sys.base_prefix`), and only the /etc files a program needs to start
   (ld.so.cache, stub passwd/group/hosts, Debian's /etc/alternatives links that `awk` or
@@ -46,8 +51,9 @@ Limits (see `Limits`): CPU seconds (RLIMIT_CPU), memory per process (RLIMIT_AS) 
 whole tree (a watchdog sums the resident memory of every process of the sandbox each 50 ms
 and kills the tree above the limit; under it, where the host gives fim a writable memory
 cgroup, the kernel caps the tree at `memory_mb` plus a small slack in a cgroup of the call's
-own: see below), processes (RLIMIT_NPROC, counted per user inside the sandbox's user
-namespace; in root mode per host uid 65534, so concurrent sandboxes share it), file size
+own: see below), processes and threads (RLIMIT_NPROC, counted per user inside the sandbox's
+user namespace; with root's privileged bwrap per host uid 65534, so concurrent sandboxes
+share it), file size
 (RLIMIT_FSIZE), disk (the watchdog also reads the free space of the disk holding scratch/
 and kills the tree once one call took more than `disk_mb` of it, or left less than
 `disk_reserve_mb`, or fewer than `inode_reserve_percent` of its inodes: RLIMIT_FSIZE caps
@@ -99,6 +105,7 @@ from typing import TYPE_CHECKING
 
 from fim import private
 from fim.locks import share, slots
+from fim.tools.sandbox import userns
 from fim.tools.sandbox.command import NOBODY, check_env, tmpfs
 from fim.tools.sandbox.limits import Limits
 from fim.tools.sandbox.output import Outcome, observation, setup_hint
@@ -213,7 +220,9 @@ async def run(
     declared = dict(env or {})
     check_env(declared)
     as_root = os.geteuid() == 0 and await _privileged()
-    await asyncio.to_thread(_prepare, scratch, as_root)
+    # the sandbox is host uid 65534 whenever fim is root, in either mode
+    owner = NOBODY if os.geteuid() == 0 else None
+    await asyncio.to_thread(_prepare, scratch, owner is not None)
     async with share("sandbox", MAX_CONCURRENT), slots("sandbox", MAX_CONCURRENT):
         if network is None:
             return await execute(
@@ -223,7 +232,7 @@ async def run(
         # deferred: loading fim.config.schema costs hundreds of ms
         from fim.tools.egress import Egress
 
-        async with Egress(network, owner=NOBODY if as_root else None) as egress:
+        async with Egress(network, owner=owner) as egress:
             return await execute(
                 argv,
                 scratch,
@@ -277,7 +286,7 @@ def _probe(bwrap: str) -> tuple[bool, str | None]:
         found = _PROBED.get(bwrap)
         if found is None or (found[1] is not None and _clock() - found[2] >= RETRY_AFTER):
             privileged = os.geteuid() == 0 and _starts(bwrap, _PRIVILEGED_PROBE) is None
-            error = None if privileged else _starts(bwrap, _USER_PROBE)
+            error = None if privileged else _user_starts(bwrap)
             found = _PROBED[bwrap] = (privileged, error, _clock())
         return found[0], found[1]
 
@@ -286,13 +295,31 @@ def _probe(bwrap: str) -> tuple[bool, str | None]:
 _PROBE_TMP = tuple(tmpfs("/tmp", 1 << 20))
 _PRIVILEGED_PROBE = ("--unshare-pid", "--unshare-net", "--ro-bind", "/", "/", *_PROBE_TMP)
 _USER_PROBE = (
-    "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY),
     "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
-    "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", *_PROBE_TMP,
+    "--ro-bind", "/", "/", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys",
+    "--dev", "/dev", *_PROBE_TMP,
 )  # fmt: skip
 
 
-def _starts(bwrap: str, options: Sequence[str]) -> str | None:
+def _user_starts(bwrap: str) -> str | None:
+    """`_starts` in the user-namespace mode: as root, in namespaces fim made
+    (fim/tools/sandbox/userns.py) as calls will be, else in bwrap's own."""
+    if os.geteuid() != 0:
+        user = ("--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY))
+        return _starts(bwrap, (*user, *_USER_PROBE))
+    try:
+        outer, inner = userns.make()
+    except OSError as exc:
+        return str(exc)
+    try:
+        joined = ("--userns", str(outer), "--userns2", str(inner))
+        return _starts(bwrap, (*joined, *_USER_PROBE), (outer, inner))
+    finally:
+        os.close(outer)
+        os.close(inner)
+
+
+def _starts(bwrap: str, options: Sequence[str], fds: Sequence[int] = ()) -> str | None:
     """None when `bwrap OPTIONS -- true` succeeds, else what went wrong, in one line."""
     try:
         done = subprocess.run(
@@ -303,6 +330,7 @@ def _starts(bwrap: str, options: Sequence[str]) -> str | None:
             env={"PATH": "/usr/bin:/bin"},
             timeout=PROBE_TIMEOUT,
             check=False,
+            pass_fds=tuple(fds),
         )
     except subprocess.TimeoutExpired:
         return f"bwrap did not start a sandbox within {PROBE_TIMEOUT:g}s"
@@ -315,13 +343,14 @@ def _starts(bwrap: str, options: Sequence[str]) -> str | None:
 
 
 def _prepare(scratch: Path, as_root: bool) -> None:
-    """Create the scratch folder; in root mode hand it to the sandbox user, the only one
-    that writes there (fim itself, as root, can still read and write it).
+    """Create the scratch folder; when fim is root (either mode) hand it to the sandbox
+    user, host uid 65534, the only one that writes there (fim itself, as root, can still
+    read and write it).
 
     The sandbox folder it is in (and, for a key's folder, `<sandbox>-keys`) is made, or
     narrowed to, fim's user's alone wherever fim.yaml puts it (attack-25 #2): the program
-    owns `scratch/` and may leave a setuid file there (in a user namespace its uid is fim's
-    user on the host, as root in that mode host root), so no other user may reach it. bwrap
+    owns `scratch/` and may leave a setuid file there (when fim is not root its uid is fim's
+    user on the host), so no other user may reach it. bwrap
     binds `scratch` alone, at the same path, under folders of its own: the host folders'
     modes do not matter to the sandbox, and it cannot widen them."""
     private.sandbox_folder(scratch.parent)

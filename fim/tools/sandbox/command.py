@@ -23,7 +23,9 @@ RESERVED_ENV = frozenset({"PATH", "HOME", "TMPDIR"})
 EGRESS_DIR = "/run/fim-egress"
 
 # Runs inside the sandbox, before the command: sets the limits and, in root mode, becomes
-# the real host user `nobody`. Kept tiny and import-light (`-I -S`: no site, no user paths).
+# the real host user `nobody`; it refuses to start a command that is root, in its user
+# namespace or outside it (its uid mapped onto 0), or holds any capability (attack64 F1).
+# Kept tiny and import-light (`-I -S`: no site, no user paths).
 _LAUNCHER = """\
 import json, os, resource, sys
 for fd in os.listdir("/proc/self/fd"):  # only 0-2 reach the command, whatever the spawn kept
@@ -35,13 +37,30 @@ for fd in os.listdir("/proc/self/fd"):  # only 0-2 reach the command, whatever t
 cfg = json.loads(sys.argv[1])
 for name, value in cfg["rlimits"].items():
     resource.setrlimit(getattr(resource, name), tuple(value))
-if os.getuid() == 0:
+if cfg["switch"] or os.getuid() == 0:
     uid = cfg["uid"]
     os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)
-if os.getuid() == 0 or os.geteuid() == 0:
-    sys.exit("sandbox: refusing to run as root")
+if cfg["switch"]:  # uid 0 is not this namespace's root: the switch kept the capabilities
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
+    if libc.capset((ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()) != 0:
+        sys.exit("sandbox: cannot drop its capabilities")
+def outside(inside):
+    with open("/proc/self/uid_map") as handle:
+        for line in handle:
+            first, host, count = (int(n) for n in line.split())
+            if first <= inside < first + count:
+                return host + inside - first
+    return None
+if os.getuid() == 0 or os.geteuid() == 0 or outside(os.geteuid()) in (0, None):
+    sys.exit("sandbox: refusing to run as root (its user is root outside its user namespace)")
+with open("/proc/self/status") as handle:
+    for line in handle:
+        if line.startswith(("CapPrm:", "CapEff:", "CapAmb:")) and int(line.split()[1], 16):
+            sys.exit("sandbox: refusing to run with capabilities")
 if cfg.get("proxy"):
     import socket, threading
     listener = socket.create_server(("127.0.0.1", cfg["proxy"]["port"]))
@@ -128,6 +147,7 @@ def command_line(
     bwrap: str,
     seccomp_fd: int | None = None,
     project: ProjectView | None = None,
+    userns: tuple[int, int] | None = None,
 ) -> list[str]:
     """The bwrap invocation running `argv` in `scratch`; `egress` is the folder of the
     proxy's Unix socket when the agent has `network: true` (fim/tools/egress.py);
@@ -136,13 +156,18 @@ def command_line(
     holds the filter (fim/tools/sandbox/seccomp.py) bwrap loads before the command;
     `project` (`sandbox: {project: read}`) is bound read-only at /project, fim's state in
     it hidden (fim/tools/sandbox/project.py), and is the working directory; `scratch`
-    stays the one writable folder (HOME)."""
+    stays the one writable folder (HOME); `userns`, for root where it may not create
+    namespaces, holds the descriptors of the namespaces fim made for the call
+    (fim/tools/sandbox/userns.py: `outer`, `inner`)."""
     args = [bwrap, "--die-with-parent", "--new-session"]
     if seccomp_fd is not None:
         args += ["--seccomp", str(seccomp_fd)]
     args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
     args += ["--unshare-cgroup-try", "--hostname", "sandbox"]
-    if as_root:  # see the package docstring: the launcher becomes host uid 65534
+    if userns is not None:  # root without CAP_SYS_ADMIN: fim/tools/sandbox/userns.py
+        args += ["--userns", str(userns[0]), "--userns2", str(userns[1])]
+    if as_root or userns is not None:  # see the package docstring: the launcher becomes
+        # host uid 65534
         args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
         args += ["--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY)]
@@ -168,7 +193,9 @@ def command_line(
     # namespace (attack-25 #5): /dev/shm gets /tmp's cap and the rest of /dev is read-only
     # (its device nodes stay usable: a read-only mount does not stop writing to a device)
     tmp_size = limits.tmp_mb * 1024 * 1024
-    args += ["--proc", "/proc", "--dev", "/dev"]
+    # /proc/sys read-only whatever the sandbox's user is (attack64 F1): bwrap covers it only
+    # where the caller may write to it, which a sysctl folder never allows
+    args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
     args += tmpfs("/dev/shm", tmp_size)
     args += ["--remount-ro", "/dev"]
     # /tmp is a fresh tmpfs per call (gone with the call's mount namespace), writable by the
@@ -200,7 +227,12 @@ def command_line(
             environment.setdefault(name, value)  # the agent's own sandbox.env wins
     for name, value in environment.items():
         args += ["--setenv", name, value]
-    config: dict[str, Any] = {"argv": list(argv), "uid": NOBODY, "rlimits": rlimits(limits)}
+    config: dict[str, Any] = {
+        "argv": list(argv),
+        "uid": NOBODY,
+        "rlimits": rlimits(limits),
+        "switch": userns is not None,
+    }
     if egress is not None:
         # deferred: loading fim.config.schema costs hundreds of ms
         from fim.tools.egress import PORT, SOCKET_NAME

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fim import child_stdin
-from fim.tools.sandbox import cgroup, seccomp
+from fim.tools.sandbox import cgroup, seccomp, userns
 from fim.tools.sandbox.command import NOBODY, command_line, etc_files, options_by_descriptor
 from fim.tools.sandbox.limits import Limits
 from fim.tools.sandbox.output import Capture, Outcome
@@ -144,6 +144,13 @@ async def _execute(
     room, held, full = (
         await asyncio.to_thread(folder_room, folder, limits) if folder else (None, 0, False)
     )
+    namespaces: tuple[int, int] | None = None
+    if os.geteuid() == 0 and not as_root:  # never bwrap's own: it maps onto host root
+        try:
+            namespaces = await userns.made()
+        except OSError as exc:  # fail closed
+            return Outcome(returncode=1, stdout=Capture(0), stderr=Capture(0), setup_error=str(exc))
+        passed += namespaces
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
@@ -170,6 +177,7 @@ async def _execute(
             bwrap=bwrap,
             seccomp_fd=seccomp_fd,
             project=project,
+            userns=namespaces,
         )
         options = os.memfd_create("fim-bwrap-options", os.MFD_CLOEXEC)
         passed.append(options)

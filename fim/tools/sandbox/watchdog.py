@@ -1,12 +1,12 @@
 """The sandbox's process tree as the host sees it: what it uses, and how it is killed.
 
 Its own module because this is what the kernel's rlimits cannot do: sum the resident memory
-of the whole tree, watch the free space of the scratch disk, count processes where
-RLIMIT_NPROC does not bind (root in a user namespace), and kill the tree so that nothing of it
-survives (the PID namespace's init first, then bwrap). Everything is read from /proc and
-statvfs. Under it, where the host allows one, the kernel caps the tree's memory in a
-cgroup of the call's own (fim/tools/sandbox/cgroup.py): the watchdog kills the whole tree
-once the kernel killed in it for memory.
+of the whole tree, watch the free space of the scratch disk, count its tasks (a belt where
+fim is root in a user namespace: RLIMIT_NPROC binds there too), and kill the tree so that
+nothing of it survives (the PID namespace's init first, then bwrap). Everything is read
+from /proc and statvfs. Under it, where the host allows one, the kernel caps the tree's
+memory in a cgroup of the call's own (fim/tools/sandbox/cgroup.py): the watchdog kills the
+whole tree once the kernel killed in it for memory.
 """
 
 from __future__ import annotations
@@ -35,25 +35,43 @@ created millions of them (attack-14 #2)."""
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def _children(pid: int) -> list[int]:
+MAX_TASKS_READ = 4096
+"""Tasks (threads) whose children one poll reads at most: RLIMIT_NPROC keeps a sandbox far
+under it, and a tree past it counts as past `max_processes` (attack64 F2: 9,505 threads
+were read every 50 ms, on the event loop)."""
+
+
+def _children(pid: int, tasks: list[int] | None = None, budget: int = MAX_TASKS_READ) -> list[int]:
+    """The children of `pid`'s threads (of its first `budget` ones); `tasks` gets how many
+    threads it has."""
     found: list[int] = []
     with contextlib.suppress(OSError):
-        for task in os.listdir(f"/proc/{pid}/task"):
+        names = os.listdir(f"/proc/{pid}/task")
+        if tasks is not None:
+            tasks.append(len(names))
+        for task in names[:budget]:
             with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/children") as f:
                 found += [int(p) for p in f.read().split()]
     return found
 
 
-def tree(pid: int, limit: int = 4096) -> list[int]:
-    """`pid` and its descendants. In a PID namespace every process descends from its init
-    (orphans are re-parented to it), so this is the whole sandbox."""
-    seen, todo = [pid], [pid]
-    while todo and len(seen) < limit:
-        for child in _children(todo.pop()):
+def census(pid: int, budget: int = MAX_TASKS_READ) -> tuple[list[int], int]:
+    """`pid` and its descendants, and how many tasks (threads included) they run, reading
+    the entries of at most `budget` tasks (past it the count is at least `budget`). In a PID
+    namespace every process descends from its init (orphans are re-parented to it), so
+    this is the whole sandbox."""
+    seen, todo, tasks = {pid: None}, [pid], [0]
+    while todo and sum(tasks) < budget:
+        for child in _children(todo.pop(), tasks, budget - sum(tasks)):
             if child not in seen:
-                seen.append(child)
+                seen[child] = None
                 todo.append(child)
-    return seen
+    return list(seen), max(sum(tasks), len(seen))
+
+
+def tree(pid: int, limit: int = MAX_TASKS_READ) -> list[int]:
+    """`pid` and its descendants (`census`)."""
+    return census(pid, limit)[0]
 
 
 def _resident(pids: Sequence[int]) -> int:
@@ -255,21 +273,32 @@ class Watchdog:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
 
+    def sample(self, budget: int) -> tuple[list[int], int, int, bool, bool]:
+        """One poll's reads (blocking: `watch` runs it in a thread): the tree's processes
+        and tasks (`census`), its resident memory, whether the kernel killed in its cgroup
+        for memory and whether the disk is used up (`disk_used_up`)."""
+        pids, tasks = census(self.process.pid, budget)
+        used = _resident(pids[1:])  # bwrap's outer process is ours, not the sandbox's
+        oom = self.cgroup is not None and self.cgroup.oom_kills() > 0
+        return pids, tasks, used, oom, self.disk_used_up()
+
     async def watch(self) -> None:
-        """Sum the resident memory of the tree; kill it above the limit. With `count_processes`
-        (the kernel's RLIMIT_NPROC does not bind this sandbox) count its processes too."""
+        """Sum the resident memory of the tree; kill it above the limit. With
+        `count_processes` (a belt: RLIMIT_NPROC binds every mode) count its tasks too,
+        threads included. The reads of each poll run in a thread, never on the event loop
+        (attack64 F2: a walk of thousands of threads stalled every other run for ~1 s)."""
         cap = self.limits.memory_mb * 1024 * 1024
+        budget = max(MAX_TASKS_READ, self.limits.max_processes + 3)
         while self.process.returncode is None:
-            pids = tree(self.process.pid)
+            pids, tasks, used, oom, disk = await asyncio.to_thread(self.sample, budget)
             self.seen.update(pids)
-            used = _resident(pids[1:])  # bwrap's outer process is ours, not the sandbox's
             self.peak = max(self.peak, used)
-            if used > cap or (self.cgroup is not None and self.cgroup.oom_kills() > 0):
+            if used > cap or oom:
                 self.memory_exceeded = True
-            # outer bwrap, its init and the command's launcher are not the program's
-            if self.count_processes and len(pids) - 2 > self.limits.max_processes:
+            # outer bwrap and its init are not the program's (the launcher became it)
+            if self.count_processes and tasks - 2 > self.limits.max_processes:
                 self.processes_exceeded = True
-            if self.disk_used_up():
+            if disk:
                 self.disk_exceeded = True
             grown = self.folder_grown()
             self.folder_full = self.folder_full or grown == "folder"
@@ -289,7 +318,7 @@ class Watchdog:
         to reap is not a reason to hang the run)."""
         loop = asyncio.get_running_loop()
         until = loop.time() + within
-        self.seen.update(tree(self.process.pid))
+        self.seen.update(await asyncio.to_thread(tree, self.process.pid))
         while any(_alive(p) for p in self.seen) and loop.time() < until:
             await asyncio.sleep(0.01)
 
