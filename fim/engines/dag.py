@@ -217,7 +217,7 @@ class DagEngine:
         self, goal: str, plan: Plan, prefix: str, results: dict[str, tuple[str, str]]
     ) -> AsyncIterator[Event]:
         """Run steps as soon as their dependencies are done; independent ones concurrently."""
-        queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        queue: asyncio.Queue[Event | str] = asyncio.Queue()
         pending = {s.id: s for s in plan.steps}
         running: dict[str, asyncio.Task[None]] = {}
         done: set[str] = set()
@@ -226,7 +226,7 @@ class DagEngine:
             try:
                 await self._run_step(goal, step, prefix, results, queue)
             finally:
-                await queue.put(None)
+                await queue.put(step.id)  # after all of its events: its end, read in order
 
         def launch() -> None:
             for sid, step in list(pending.items()):
@@ -238,12 +238,9 @@ class DagEngine:
         try:
             while running:
                 event = await queue.get()
-                if event is None:
-                    for sid, task in list(running.items()):
-                        if task.done():
-                            task.result()
-                            done.add(sid)
-                            del running[sid]
+                if isinstance(event, str):  # this step's end: every event it made was read
+                    await running.pop(event)  # (a step that finished without it being read
+                    done.add(event)  # left its events in the queue: attack66 follow-up)
                     launch()
                 else:
                     yield event
@@ -258,7 +255,7 @@ class DagEngine:
         step: PlanStep,
         prefix: str,
         results: dict[str, tuple[str, str]],
-        queue: asyncio.Queue[Event | None],
+        queue: asyncio.Queue[Event | str],
     ) -> None:
         base = self.base
         sid = prefix + step.id
@@ -270,7 +267,13 @@ class DagEngine:
             "Do only this step and reply with its result."
         )
         engine = dataclasses.replace(
-            base, system_prompt=base.system_prompt + context, run_id=base.run_id, stream=False
+            base,
+            system_prompt=base.system_prompt + context,
+            run_id=base.run_id,
+            stream=False,
+            metadata={**base.metadata, "step": sid},  # binds a hook's approval to this step
+            transcript=[],  # a step's own: parallel steps shared the list hooks read
+            views={},  # and the call views, keyed by call ids steps may repeat
         )
         t0 = time.perf_counter()
         await queue.put(StepStarted(run_id=base.run_id, step=sid, task=step.task))

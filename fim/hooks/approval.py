@@ -3,10 +3,10 @@
 
 The request is a row in the state store, not a prompt on a terminal, so it can be decided
 from another shell (`fim approvals approve ID`) or the HTTP API. An approval is bound to the
-call it approves: the run, the tool call id and a keyed hash of the exact (unmasked)
-arguments. It never authorises another run, another call or other arguments — two calls
-whose secrets mask to the same `***` are still two different calls — and it allows exactly
-one call.
+call it approves: the run, the DAG step making it (in a DAG run), the tool call id and a
+keyed hash of the exact (unmasked) arguments. It never authorises another run, another
+step, another call or other arguments — two calls whose secrets mask to the same `***` are
+still two different calls — and it allows exactly one call.
 """
 
 from __future__ import annotations
@@ -33,8 +33,12 @@ _KEY = secrets.token_bytes(32)
 
 
 def call_binding(context: HookContext) -> dict[str, Any]:
-    """What an approval is bound to: run, tool call id, and the keyed hash of the target
-    and its exact arguments."""
+    """What an approval is bound to: run, the DAG step that makes the call (`step`, only
+    in a DAG run), tool call id, and the keyed hash of the target and its exact arguments.
+
+    A DAG run's steps are parallel ReAct sub-runs sharing the run id, and a model may give
+    their calls the same id (`call_0`) and arguments: without the step, a human's approval
+    of one step's call let a sibling step's identical call run on it (attack-66)."""
     exact = json.dumps(
         [context.tool_name, context.tool_args or {}],
         sort_keys=True,
@@ -42,8 +46,10 @@ def call_binding(context: HookContext) -> dict[str, Any]:
         default=str,
     )
     digest = hmac.new(_KEY, exact.encode(), hashlib.sha256).hexdigest()
+    step = context.metadata.get("step")
     return {
         "run_id": context.run_id,
+        **({"step": str(step)} if step else {}),
         "call_id": str(context.metadata.get("call_id") or ""),
         "args_hmac": digest,
     }
@@ -52,6 +58,7 @@ def call_binding(context: HookContext) -> dict[str, Any]:
 def _bound(approval: Approval, binding: dict[str, Any]) -> bool:
     return (
         approval.run_id == binding["run_id"]
+        and approval.data.get("step") == binding.get("step")
         and approval.data.get("call_id") == binding["call_id"]
         and hmac.compare_digest(str(approval.data.get("args_hmac", "")), binding["args_hmac"])
     )
@@ -97,8 +104,9 @@ async def _find_or_create(
         },
     )
     args_text = json.dumps(args, ensure_ascii=False, default=str)
+    step = f" (step {known().text(binding['step'])})" if "step" in binding else ""  # model's
     hook.notice(
-        f"approval {approval_id} needed: agent '{context.agent}' wants to call "
+        f"approval {approval_id} needed: agent '{context.agent}'{step} wants to call "
         f"{context.tool_name} {preview(args_text, 300)} ({reason}). Approve with "
         f"`fim approvals approve {approval_id}` or deny with `fim approvals deny "
         f"{approval_id}` within {timeout:g}s.",

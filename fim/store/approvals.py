@@ -22,7 +22,9 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
 
 
-RESERVED = frozenset({"run_id", "workflow", "node", "call_id", "args_hmac", "hook", "waiter"})
+RESERVED = frozenset(
+    {"run_id", "workflow", "node", "step", "call_id", "args_hmac", "hook", "waiter"}
+)
 """Data keys that say what an approval decides on: the run, workflow and node a human
 node's decision continues, the call a hook's approval allows (`fim.hooks.approval`). They
 are written when the approval is created; a decision never sets them."""
