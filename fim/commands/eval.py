@@ -225,17 +225,17 @@ def eval_command(
             soft_wrap=True,
         )
         raise typer.Exit(2)
-    rerun = rerun_of(rerun_failed, snapshot, suites, chosen, console)
+    rerun = rerun_of(rerun_failed, snapshot, suites, chosen, console, reports)
     only = None if rerun is None else rerun[0]
     if only is not None and not models:
         chosen = list(only)
     named = [m for m in chosen if m is not None]
-    _check_models(snapshot, named, suites or sorted(snapshot.evals), console)
+    _check_models(snapshot, named, suites or sorted(snapshot.evals), console, reports)
 
     gc.collect()
     gc.freeze()  # the compiled project lives until exit: keep it out of the GC's scans
     mode: Literal["record", "replay", "live"] = "record" if record else "live" if live else "replay"
-    parts = shard_of(shard, console)
+    parts = shard_of(shard, console, reports)
     runners: list[EvalRunner] = [
         AttemptsRunner(
             snapshot,
@@ -252,11 +252,12 @@ def eval_command(
         )
         for model in chosen
     ]
-    refuse_unguarded(runners, console)  # real tool effects a bypassed hook guards: exit 2
+    refuse_unguarded(runners, console, reports)  # real tool effects a bypassed hook guards
     total = sum(len(runner.plan()) for runner in runners)
     if total == 0 and shard is None:  # an empty shard is fine: more shards than cases
         message = _nothing_selected(snapshot, suites, filter_)
         console.print(f"error: {message}", markup=False, soft_wrap=True)
+        reported([message], reports)
         raise typer.Exit(2)
     # deferred: loading rich costs a few ms
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -368,7 +369,9 @@ def _suites_listed(evals: Any) -> str:
     return ", ".join(listed) or "none"
 
 
-def _check_models(snapshot: Any, models: list[str], suites: list[str], console: Any) -> None:
+def _check_models(
+    snapshot: Any, models: list[str], suites: list[str], console: Any, reports: tuple[Any, ...]
+) -> None:
     """`--model`: each must name a role of fim.yaml or a litellm model, and it replaces the
     model of an agent, so a workflow suite (whose models are its nodes') cannot take it.
     Every problem at once, exit 2, before any case runs."""
@@ -391,4 +394,5 @@ def _check_models(snapshot: Any, models: list[str], suites: list[str], console: 
     for problem in problems:
         console.print(f"error: {problem}", markup=False, soft_wrap=True)
     if problems:
+        reported(problems, reports)
         raise typer.Exit(2)

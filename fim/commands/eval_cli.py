@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 import typer
 from typer.core import TyperCommand
 
+from fim.commands.eval_gate import reported
+
 if TYPE_CHECKING:
     from fim.eval.hooks_mode import HooksChoice
 
@@ -65,13 +67,15 @@ def hooks_choice(flag: bool | None, rerun: Path | None) -> HooksChoice:
     return report_hooks(rerun)
 
 
-def refuse_unguarded(runners: list[Any], console: Any) -> None:
+def refuse_unguarded(runners: list[Any], console: Any, reports: tuple[Any, ...]) -> None:
     """Exit 2 before any case runs when one would execute real tool effects a PreToolUse
-    hook guards with hooks bypassed only by default, each refusal on its own line."""
-    refused = [r for runner in runners for r in runner.refusals(runner.plan())]
-    for message in dict.fromkeys(refused):
+    hook guards with hooks bypassed only by default, each refusal on its own line (and in
+    the reports asked for: `reported`)."""
+    refused = [*dict.fromkeys(r for runner in runners for r in runner.refusals(runner.plan()))]
+    for message in refused:
         console.print(message, markup=False, soft_wrap=True)
     if refused:
+        reported(refused, reports)
         raise typer.Exit(2)
 
 

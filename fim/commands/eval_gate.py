@@ -39,7 +39,8 @@ def compiled(ctx: Any, project: Path | None, reports: tuple[Any, ...]) -> Any:
         return snapshot
 
 
-def shard_of(text: str | None, console: Any) -> tuple[int, int] | None:
+def shard_of(text: str | None, console: Any, reports: tuple[Any, ...]) -> tuple[int, int] | None:
+    """`--shard I/N` as (I, N); a bad one said, in the reports asked for too, exit 2."""
     # deferred: loading fim.eval.ci costs tens of ms
     from fim.eval.ci import parse_shard
 
@@ -49,6 +50,7 @@ def shard_of(text: str | None, console: Any) -> tuple[int, int] | None:
         return parse_shard(text)
     except RunError as exc:
         console.print(f"error: {exc}", markup=False)
+        reported([str(exc)], reports)
         raise typer.Exit(2) from None
 
 
@@ -58,11 +60,13 @@ def rerun_of(
     suites: list[str] | None,
     chosen: list[str | None],
     console: Any,
+    reports: tuple[Any, ...],
 ) -> tuple[dict[str | None, set[tuple[str, str]]], dict[str | None, Any]] | None:
     """`--rerun-failed`: per model to run, the (suite, case) names that failed in the
     report (`fim.eval.rerun`), and of each the attempts that failed (only those run
     again); None without the option. With `--model`, every failed case runs on each model
-    named. Says what it cannot find; exits 0 when nothing failed."""
+    named. Says what it cannot find (an unreadable report: exit 2, in the reports asked
+    for too); exits 0 when nothing failed."""
     if path is None:
         return None
     # deferred: loading fim.eval.ci costs tens of ms
@@ -75,6 +79,7 @@ def rerun_of(
         raise typer.Exit(0) from None
     except RunError as exc:
         console.print(f"error: {exc}", markup=False, soft_wrap=True)
+        reported([str(exc)], reports)
         raise typer.Exit(2) from None
     if found.gone:
         console.print(

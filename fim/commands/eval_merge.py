@@ -9,6 +9,7 @@ from typing import Any
 
 import typer
 
+from fim.commands.eval_gate import reported
 from fim.errors import RunError
 
 
@@ -107,6 +108,7 @@ def merge_reports(
         merged = merge(reports)
     except RunError as exc:  # may quote a shard's case names: on one line (`plain`)
         sys.stderr.write(f"error: {plain(str(exc))}\n")
+        reported([plain(str(exc))], (junit, json_out, markdown_out, "merge"))
         raise typer.Exit(2) from None
     comparison = compare_to(merged, baseline, threshold, fail_on_change)
     merged["baseline"] = None if comparison is None else comparison.as_dict()

@@ -9,6 +9,7 @@ everything there it works on JSON reports, so `main`'s report can come from anot
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,9 @@ class CaseStats:
     """An attempt was a cassette miss: the case did not run as recorded, so it neither
     regressed nor improved and has no metrics (newcomer51 #9: a prompt edit not yet
     re-recorded read as "Regressed" with `tokens 506 -> 0 (-100%)`)."""
+    stale_cause: str | None = None
+    """Why, when the miss's error names the hooks mode the cassette was recorded in
+    (`recorded with hooks on: ...; this run bypasses hooks`): not a stale recording."""
     recorded_latency_ms: float | None = None
     """A replayed case's model calls' time as its cassette recorded it (None: unknown): it
     moves only when someone re-records, so two replayed runs compare it (newcomer55 #5)."""
@@ -75,10 +79,28 @@ def _stats(report: Report, by_name: bool = False) -> dict[str, CaseStats]:
             replayed=any(c.get("replayed") for c in ran),
             skipped=None if ran else _why_not_run(cases),
             stale=any(c.get("cassette_miss") for c in ran),
+            stale_cause=_hooks_cause(ran),
             recorded_latency_ms=_recorded(ran),
             own_time=bool(ran) and all(_own_time(c) for c in ran),
         )
     return out
+
+
+_HOOKS_CAUSE = re.compile(r"\bwas (recorded with hooks (?:on|bypassed)\b.*?; this run [^(]*)")
+"""The hooks-mode cause `fim.eval.cassette_hooks.with_cause` writes into a miss's error:
+`cassette miss: x.json was recorded with hooks on: shell was blocked then; this run
+bypasses hooks (...)`."""
+
+
+def _hooks_cause(ran: list[dict[str, Any]]) -> str | None:
+    """The hooks-mode difference a cassette miss of `ran` names, or None."""
+    for case in ran:
+        found = (
+            _HOOKS_CAUSE.search(str(case.get("error") or "")) if case.get("cassette_miss") else None
+        )
+        if found is not None:
+            return found[1].strip()
+    return None
 
 
 def _recorded(ran: list[dict[str, Any]]) -> float | None:
@@ -165,6 +187,10 @@ class Comparison:
     stale: list[str] = field(default_factory=list)
     """Cases that missed their cassette now (`CaseStats.stale`): said as stale cassettes
     to re-record, not as regressions, and compared on no metric."""
+    stale_causes: dict[str, str] = field(default_factory=dict)
+    """The stale cases whose miss is a hooks-mode difference (`CaseStats.stale_cause`),
+    with it: re-recording is not the fix (without hooks it would run for real what the
+    hooks blocked)."""
     untested: dict[str, str] = field(default_factory=dict)
     """Cases that ran and passed in the baseline and did not run now, with why (skipped: no
     cassette; not in this run): a pull request deleting a failing case's cassette turned
@@ -265,6 +291,8 @@ def compare(
             continue
         if b.stale:
             result.stale.append(key)
+            if b.stale_cause is not None:
+                result.stale_causes[key] = b.stale_cause
         if a.stale or b.stale:  # one side did not run as recorded: nothing to compare
             continue
         if a.passed and not b.passed:
@@ -319,16 +347,28 @@ def text(comparison: Comparison) -> str:
     out += [f"  improved: {plain(k)}" for k in comparison.improved]
     out += [f"  new: {plain(k)}" for k in comparison.added]
     out += [f"  removed: {plain(k)}" for k in comparison.removed]
-    out += [
-        f"  stale cassette: {plain(k)} (a cassette miss: re-record with `fim eval --record`)"
-        for k in comparison.stale
-    ]
+    out += [f"  stale cassette: {plain(k)} ({_stale_why(comparison, k)})" for k in comparison.stale]
     out += [f"  no longer tested: {plain(k)} ({why})" for k, why in comparison.untested.items()]
     for c in comparison.changes:
         change = "new" if c.before == 0 else f"{c.ratio:+.0%}"
         fails = " FAILS the gate (--fail-on-change)" if c in comparison.over else ""
         out.append(f"  {c.metric} {plain(c.case)}: {c.before:g} -> {c.after:g} ({change}){fails}")
     return "\n".join(out) + "\n"
+
+
+def _stale_why(comparison: Comparison, key: str) -> str:
+    """Why a stale case missed and what to run: the hooks mode it was recorded in when that
+    is the cause (its error says it), else the usual advice to re-record."""
+    cause = comparison.stale_causes.get(key)
+    if cause is None:
+        return "a cassette miss: re-record with `fim eval --record`"
+    fix = (
+        "replay it with hooks as recorded: `fim eval --with-hooks`"
+        if cause.startswith("recorded with hooks on")
+        else "replay it as recorded: `fim eval --without-hooks`, or record it with its "
+        "hooks: `fim eval --record --with-hooks`"
+    )
+    return f"a cassette miss: {plain(cause)}; {fix}"
 
 
 def _failing(comparison: Comparison) -> str:

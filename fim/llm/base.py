@@ -284,10 +284,15 @@ def connect_failure(exc: BaseException) -> tuple[str | None, bool] | None:
 
 
 def cannot_connect(settings: ModelSettings, url: str) -> RunError:
-    """The error for a refused connection: at once, no retries, naming the URL."""
+    """The error for a refused connection: at once, no retries, naming the URL with its
+    password and credential query values masked (`masked_url`): preflight reads a local
+    provider's `OLLAMA_API_BASE` without building the model, so nothing remembered them."""
+    # deferred: loading fim.masking costs a few ms
+    from fim.masking import masked_url
+
     local = is_loopback(url)
     return RunError(
-        f"{settings.model}: cannot connect to {url} (connection refused)",
+        f"{settings.model}: cannot connect to {masked_url(url)} (connection refused)",
         hint="start the local model server (e.g. `ollama serve`), or fix api_base / OPENAI_BASE_URL"
         if local
         else "check api_base and that the endpoint is up; a proxy (HTTPS_PROXY) or "

@@ -79,7 +79,11 @@ class HttpAction(Strict):
     """The `confirm` hook asks a human before each call of this action."""
     parameters: JSONSchema = Field(default_factory=lambda: {"type": "object", "properties": {}})
     """JSON Schema of the arguments; path params fill `{...}`, the rest go to the query
-    (GET/DELETE/HEAD) or the JSON body."""
+    (GET/DELETE/HEAD) or the body. When it names properties, only those are sent (and the
+    names its `path`, `query`, `files` and `body_parameter` give): any other argument is
+    refused, unless the schema says `additionalProperties` (true or a schema) or
+    `patternProperties`. A method-override name (`_method`, `X-HTTP-Method-Override`) is
+    refused in the query and every body whatever the schema says."""
     query: list[str] | None = None
     """Parameters sent as query string even on POST/PUT/PATCH."""
     query_style: dict[str, Literal["comma", "space", "pipe"]] = Field(default_factory=dict)

@@ -20,7 +20,9 @@ choices are conservative and visible in the YAML:
   an object or `deepObject` parameter is named in a warning;
 - bodies: a JSON object's properties become parameters; a JSON array (or scalar) body, a
   binary upload (base64) become one `body` parameter; forms and multipart keep their fields
-  (`files:` lists the file parts); vendor `x-` keys are stripped from schemas;
+  (`files:` lists the file parts); a body's `additionalProperties`/`patternProperties` are
+  the action's (a body naming no properties allows any), an `anyOf`/`oneOf` of objects
+  gives every branch's properties; vendor `x-` keys are stripped from schemas;
 - names: action names are cut so `{connector}__{action}` fits 64 characters (OpenAI,
   Anthropic and Gemini all cap function names there), uniquely;
 - text: a `${...}` in the document is written `$${...}` (`literal`), so the loader reads it

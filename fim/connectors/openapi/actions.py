@@ -14,7 +14,7 @@ from typing import Any
 
 from fim.config.schema.connector import access_for_method
 from fim.connectors.openapi.document import OpenApiError, as_list
-from fim.connectors.openapi.schemas import Resolver, flatten
+from fim.connectors.openapi.schemas import OPENING, Resolver, flatten
 
 
 def build_action(
@@ -71,11 +71,13 @@ def build_action(
     tags = [str(t) for t in operation.get("tags") or [] if isinstance(t, str | int)]
     if tags:
         action["tags"] = tags
+    opened: dict[str, Any] = {}
     if method not in ("get", "head"):
-        _body(operation, resolver, properties, required, action)
+        _body(operation, resolver, properties, required, action, opened)
     parameters: dict[str, Any] = {"type": "object", "properties": properties}
     if required:
         parameters["required"] = required
+    parameters.update(opened)
     action["parameters"] = parameters
     if query and method in ("post", "put", "patch"):
         action["query"] = query
@@ -112,9 +114,11 @@ def _body(
     properties: dict[str, Any],
     required: list[str],
     action: dict[str, Any],
+    opened: dict[str, Any],
 ) -> None:
     """Fold the request body into the action: object fields as parameters, anything else
-    (array, scalar, bytes) as one `body` parameter. JSON is preferred when offered."""
+    (array, scalar, bytes) as one `body` parameter. JSON is preferred when offered. An
+    object body's `additionalProperties`/`patternProperties` go into `opened`."""
     body = resolver.resolve(operation.get("requestBody") or {})
     content = body.get("content") if isinstance(body.get("content"), dict) else {}
     if not content:
@@ -128,7 +132,7 @@ def _body(
     needed = bool(body.get("required"))
     if "json" in ctype:
         if schema.get("type", "object") == "object" and "items" not in schema:
-            _merge(schema, properties, required)
+            _merge(schema, properties, required, opened)
         else:  # a top-level array (bulk endpoints) or scalar
             _single(action, properties, required, schema, needed, None)
         return
@@ -147,7 +151,7 @@ def _body(
             }
         if files and action["body"] == "multipart":
             action["files"] = files
-        _merge(schema, properties, required)
+        _merge(schema, properties, required, opened)
         return
     # octet-stream, images, text/plain...: the body is the bytes of one argument
     action["body"] = "binary"
@@ -161,10 +165,22 @@ def _body(
     _single(action, properties, required, single, needed, None)
 
 
-def _merge(schema: dict[str, Any], properties: dict[str, Any], required: list[str]) -> None:
+def _merge(
+    schema: dict[str, Any],
+    properties: dict[str, Any],
+    required: list[str],
+    opened: dict[str, Any],
+) -> None:
+    """The body's properties become parameters. An open body stays open: its
+    `additionalProperties` and `patternProperties` are the action's (an action that names
+    its parameters refuses any other argument), and a body naming no properties at all
+    (`type: object`: any object) allows any."""
     for pname, sub in (schema.get("properties") or {}).items():
         properties.setdefault(pname, sub)
     required += [r for r in schema.get("required") or [] if r not in required]
+    opened.update({key: schema[key] for key in OPENING if key in schema})
+    if not schema.get("properties") and not opened:
+        opened["additionalProperties"] = True
 
 
 def _single(

@@ -35,15 +35,50 @@ left over becomes placeholders, so the YAML written stays tens of megabytes at m
 _Sized = tuple[dict[str, Any], int]
 
 
+OPENING = ("additionalProperties", "patternProperties")
+"""The keywords that let an object hold properties it does not name: an imported body that
+says them keeps them, or its action would refuse the arguments it allows
+(`fim.connectors.http_arguments`)."""
+
+
 def flatten(schema: dict[str, Any]) -> dict[str, Any]:
-    """Merge `allOf` parts (the usual way specs extend a base object) into one object."""
+    """Merge `allOf` parts (the usual way specs extend a base object) into one object, and
+    the objects an `anyOf`/`oneOf` offers (Discord's message and webhook bodies) into one
+    holding each branch's properties, required only when every branch requires them: the
+    API checks which branch a call meant. A part's `additionalProperties` or
+    `patternProperties` is kept (first one met for the former), and a branch naming no
+    properties leaves the union open: a merged body allows what its parts allowed."""
     parts = schema.get("allOf")
-    if not isinstance(parts, list):
-        return schema
+    if isinstance(parts, list):
+        return _merged([*(flatten(p) for p in parts if isinstance(p, dict)), schema], False)
+    for key in ("anyOf", "oneOf"):
+        branches = schema.get(key)
+        if isinstance(branches, list) and branches and "properties" not in schema:
+            flat = [flatten(b) if isinstance(b, dict) else {} for b in branches]
+            if all(b.get("type", "object") == "object" and "items" not in b for b in flat):
+                return _merged(flat, True)
+    return schema
+
+
+def _merged(parts: list[dict[str, Any]], union: bool) -> dict[str, Any]:
     merged: dict[str, Any] = {"type": "object", "properties": {}, "required": []}
-    for part in [*(flatten(p) for p in parts), schema]:
-        merged["properties"].update(part.get("properties") or {})
+    for part in parts:
+        for name, sub in (part.get("properties") or {}).items():
+            if union:  # the first branch's schema of a name; a later allOf part refines it
+                merged["properties"].setdefault(name, sub)
+            else:
+                merged["properties"][name] = sub
         merged["required"] += [r for r in part.get("required") or [] if r not in merged["required"]]
+        extra = part.get("additionalProperties", False)
+        if union and not part.get("properties") and "additionalProperties" not in part:
+            extra = True  # a branch that names nothing allows any object
+        if extra is not False:
+            merged.setdefault("additionalProperties", extra)
+        if isinstance(part.get("patternProperties"), dict):
+            merged.setdefault("patternProperties", {}).update(part["patternProperties"])
+    if union:
+        every = [set(p.get("required") or ()) for p in parts]
+        merged["required"] = [r for r in merged["required"] if all(r in e for e in every)]
     return merged
 
 
