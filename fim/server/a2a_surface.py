@@ -40,7 +40,6 @@ from a2a.auth.user import User
 from a2a.helpers.proto_helpers import new_task
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.context import ServerCallContext
-from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes.common import ServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
@@ -53,8 +52,9 @@ from fim.errors import FimError
 from fim.events import RunFinished
 from fim.masking import known
 from fim.schema_check import MAX_NESTING, nested_deeper
+from fim.server.a2a_cancel import Handler, Here
 from fim.server.a2a_progress import KEEPALIVE, progress, said, waiting
-from fim.server.a2a_refusals import quiet_refusals
+from fim.server.a2a_refusals import out_of_range, quiet_refusals
 from fim.server.a2a_tasks import StoredTaskStore
 from fim.server.api import waiting_on
 from fim.server.json_keys import duplicate_key
@@ -140,10 +140,13 @@ class FimExecutor(AgentExecutor):
 
     def __init__(self, api: Api) -> None:
         self.api = api
+        self.here = Here(api)  # its tasks running here: a cancel from elsewhere stops them
 
     async def execute(self, context: RequestContext, event_queue: Any) -> None:
+        owner = str((context.call_context.state if context.call_context else {}).get("owner", ""))
         try:
-            await self._execute(context, event_queue)
+            with self.here.running(context.task_id or "", owner):
+                await self._execute(context, event_queue)
         except Exception:  # never an exception's text (unmasked, internal) to the client
             log.exception("A2A task %s failed", context.task_id)
             updater = TaskUpdater(event_queue, context.task_id or "", context.context_id or "")
@@ -181,8 +184,8 @@ class FimExecutor(AgentExecutor):
             await updater.failed(say(f"unknown context '{context_id}'"))
             return
         history.append(Message(role="user", content=text))
-        await updater.start_work()
-        run_id = uuid.uuid4().hex[:12]
+        run_id = uuid.uuid4().hex[:12]  # in the stored task: a cancel elsewhere finds it
+        await updater.update_status(pb.TaskState.TASK_STATE_WORKING, metadata={"run_id": run_id})
         final: RunFinished | None = None
         problems: list[str] = []
         run = self.api.events(
@@ -249,7 +252,8 @@ class FimExecutor(AgentExecutor):
 
     async def cancel(self, context: RequestContext, event_queue: Any) -> None:
         """The SDK cancels the task running `execute`; the run stops and is recorded
-        as cancelled by `Api.events`."""
+        as cancelled by `Api.events`. A cancel another process took reaches this one
+        through the store (`fim.server.a2a_cancel`)."""
         updater = TaskUpdater(event_queue, context.task_id or "", context.context_id or "")
         await updater.cancel()
 
@@ -316,9 +320,15 @@ def a2a_app(api: Api) -> Router:
         default_output_modes=["text/plain"],
         skills=[pb.AgentSkill(id="agents", name="agents", description="fim agents", tags=["fim"])],
     )
-    handler = DefaultRequestHandler(
-        agent_executor=FimExecutor(api), task_store=StoredTaskStore(api), agent_card=template
-    )
+    executor = FimExecutor(api)
+
+    def caller(owner: str) -> ServerCallContext:  # a cancel another process took
+        return ServerCallContext(user=_Owner(owner), state={"owner": owner, "headers": {}})
+
+    handler = Handler(  # a cancel, a resubscription reach the process running the task
+        api, executor.here, caller, StoredTaskStore(api),
+        agent_executor=executor, agent_card=template,
+    )  # fmt: skip
     quiet_refusals()  # a malformed request is a warning line, never a traceback
     dispatcher = JsonRpcDispatcher(
         request_handler=handler,
@@ -349,6 +359,10 @@ def a2a_app(api: Api) -> Router:
             return refused(-32600, str(NonFinite(where)))
         if (twice := duplicate_key(await request.body())) is not None:
             return refused(-32600, f"the request has the key '{twice[:200]}' twice")
+        if (why := out_of_range(body)) is not None:  # the 0.3 adapter raised on it (-32603)
+            rid = body.get("id") if isinstance(body.get("id"), str | int) else None
+            problem = {"code": -32602, "message": f"Invalid params: {why}"}
+            return JSONResponse({"jsonrpc": "2.0", "id": rid, "error": problem})
         response = await dispatcher.handle_requests(request)
         if isinstance(response, EventSourceResponse):  # a quiet stream stays open
             response.ping_interval = KEEPALIVE

@@ -19,7 +19,14 @@ pytest.importorskip("a2a", reason="a2a-sdk is not installed (pip install 'fim[a2
 
 from fim.build.compile import compile_project
 from fim.build.reload import SnapshotHolder
-from fim.server.a2a_refusals import ADAPTER_03, DISPATCHER, QuietRefusals, quiet_refusals
+from fim.masking import remember
+from fim.server.a2a_refusals import (
+    ADAPTER_03,
+    DISPATCHER,
+    HANDLER,
+    QuietRefusals,
+    quiet_refusals,
+)
 from fim.server.app import create_app
 from fim.testing.devpage import write_project
 
@@ -62,6 +69,46 @@ def test_a_malformed_request_gets_its_json_rpc_error_and_one_warning_line_at_mos
     assert all(r.levelno == logging.WARNING for r in said), caplog.text
     assert len([r for r in said if r.name in (DISPATCHER, ADAPTER_03)]) == 1, caplog.text
     assert "Traceback" not in caplog.text
+
+
+BIG = 10**12  # no 32-bit field holds it
+REFUSED = [  # attack-63 F3: each one logged an ERROR, the first two with a traceback
+    ("tasks/get", {"id": "x", "historyLength": BIG}, -32602),
+    ("tasks/get", {"id": "x", "historyLength": str(BIG)}, -32602),  # the SDK's lax parse
+    ("tasks/get", {"id": "x", "historyLength": float(BIG)}, -32602),
+    ("GetTask", {"id": "x", "historyLength": BIG}, -32602),
+    ("message/send", {"message": {"role": "user", "messageId": "m", "parts": [
+        {"kind": "text", "text": "hi"}]}, "configuration": {"historyLength": BIG}}, -32602),
+    ("tasks/pushNotificationConfig/set", {"taskId": "x", "pushNotificationConfig": {
+        "url": "http://127.0.0.1:1/"}}, -32003),
+    ("tasks/pushNotificationConfig/list", {"id": "x"}, -32003),
+    ("tasks/pushNotificationConfig/delete", {"id": "x", "pushNotificationConfigId": "y"}, -32003),
+    ("CreateTaskPushNotificationConfig", {"taskId": "x", "url": "http://127.0.0.1:1/"}, -32003),
+    ("agent/getAuthenticatedExtendedCard", {}, -32004),
+    ("GetExtendedAgentCard", {}, -32004),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("method", "params", "code"), REFUSED)
+def test_a_request_for_what_the_card_declares_off_or_out_of_range_is_one_warning_at_most(
+    client: TestClient, caplog: pytest.LogCaptureFixture, method: str, params: dict, code: int
+):
+    """An out-of-range `historyLength` is -32602 on every method, as the 1.0 names answered
+    it (the 0.3 adapter's conversion raised: -32603 and a traceback); push notifications and
+    the extended card, off in every card, are refused with a warning, not an ERROR. A server
+    with keys knows secrets, so its log records are made masked, their message formatted."""
+    remember(["a-secret-the-quiet-test-knows"])  # as any server with keys
+    body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
+    version = {} if "/" in method else {"A2A-Version": "1.0"}  # the 1.0 names say so
+    with caplog.at_level(logging.DEBUG):
+        caplog.clear()
+        answer = client.post("/a2a/demo", json=body, headers=version)
+    assert answer.json()["error"]["code"] == code, answer.text
+    assert not [r for r in caplog.records if r.exc_info or r.exc_text], caplog.text
+    said = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert all(r.levelno == logging.WARNING for r in said) and len(said) <= 1, caplog.text
+    if code == -32602:
+        assert "historyLength must be between 0 and 2147483647" in answer.text
 
 
 def test_a_request_with_a_key_twice_is_refused_before_the_sdk_reads_it(
@@ -118,10 +165,28 @@ def test_the_app_installs_the_filter_once(client: TestClient):
     def installed() -> list[int]:
         return [
             sum(isinstance(f, QuietRefusals) for f in logging.getLogger(name).filters)
-            for name in (DISPATCHER, ADAPTER_03)
+            for name in (DISPATCHER, ADAPTER_03, HANDLER)
         ]
 
     client.post("/a2a/demo", content="{}", headers=JSON)  # builds the A2A routes
-    assert installed() == [1, 1]
+    assert installed() == [1, 1, 1]
     quiet_refusals()  # again, as a second app in the process does: still one each
-    assert installed() == [1, 1]
+    assert installed() == [1, 1, 1]
+
+
+@pytest.mark.parametrize("formatted", [False, True])
+def test_the_handlers_validation_failure_becomes_a_warning_formatted_or_not(formatted: bool):
+    """The SDK logs `error("Validation failure: %s", text)`; where fim masks logs the record
+    is made with its message already formatted, and is quieted all the same."""
+    text = "Push notifications are not supported by the agent"
+    msg, args = (
+        (f"Validation failure: {text}", ()) if formatted else ("Validation failure: %s", (text,))
+    )
+    record = logging.getLogger(HANDLER).makeRecord(
+        HANDLER, logging.ERROR, __file__, 1, msg, args, None
+    )
+    assert QuietRefusals().filter(record) is True
+    assert record.levelno == logging.WARNING and record.levelname == "WARNING"
+    assert record.getMessage() == (
+        f"A2A request refused: Validation failure: {text}; answered with a JSON-RPC error"
+    )
