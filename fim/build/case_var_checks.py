@@ -18,9 +18,9 @@ input's (or the cell's) line and column; when it cannot be, the case's line is u
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from fim.build.eval_checks import input_strings
 from fim.config.case_csv import csv_records
 from fim.config.templates import PlainRefs, TemplateChecker
 from fim.config.yamlio import parse
@@ -54,7 +54,7 @@ def case_var_warnings(snapshot: Snapshot) -> list[Problem]:
 def _case_warnings(snapshot: Snapshot, source: Source, case: EvalCase) -> list[Problem]:
     found: list[Problem] = []
     csv = source.path.endswith(".csv")
-    for where, text in _strings(case.input, ("input",)):
+    for where, text in input_strings(case.input, ("input",)):
         tag = _TAG.search(text)
         if tag is None:
             continue
@@ -79,18 +79,6 @@ def _case_warnings(snapshot: Snapshot, source: Source, case: EvalCase) -> list[P
                 hint = "fill in the cell, or leave the var out of this row's input"
                 found.append(_at(snapshot, source, ("vars", name), message, hint))
     return found
-
-
-def _strings(value: Any, where: Where) -> Iterator[tuple[Where, str]]:
-    """Every string of an input (text, chat messages, workflow inputs), with its path."""
-    if isinstance(value, str):
-        yield where, value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _strings(item, (*where, key))
-    elif isinstance(value, list):
-        for k, item in enumerate(value):
-            yield from _strings(item, (*where, k))
 
 
 def _read_names(text: str) -> list[str]:

@@ -154,17 +154,17 @@ _BUILTIN_NAMES = frozenset(
 )
 
 
-def _strings(value: Any, where: Where = ()) -> Iterator[tuple[Where, str]]:
+def input_strings(value: Any, where: Where = ()) -> Iterator[tuple[Where, str]]:
     """Every string of an input (text, chat messages, workflow inputs), with its path:
     what the eval renders with the case's vars."""
     if isinstance(value, str):
         yield where, value
     elif isinstance(value, dict):
         for key, item in value.items():
-            yield from _strings(item, (*where, key))
+            yield from input_strings(item, (*where, key))
     elif isinstance(value, list):
         for k, item in enumerate(value):
-            yield from _strings(item, (*where, k))
+            yield from input_strings(item, (*where, k))
 
 
 def _read_names(ast: Any, text: str) -> list[str]:
@@ -199,7 +199,7 @@ def case_input_problems(case: EvalCase) -> list[tuple[Where, str, str]]:
     if not case.vars:
         return []
     found: list[tuple[Where, str, str]] = []
-    for where, text in _strings(case.input, ("input",)):
+    for where, text in input_strings(case.input, ("input",)):
         ast, error = _TEMPLATES.parse(text)
         if error is not None:
             found.append((where, f"input: {error}", "check {{ }} / {% %} pairs and filter names"))

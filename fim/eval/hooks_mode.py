@@ -31,6 +31,7 @@ from fim.config.yamlio import parse
 from fim.errors import FimError
 from fim.hooks.build import display_name, instantiate, resolve
 from fim.hooks.claude import mcp_alias
+from fim.hooks.targets import declared_tools
 from fim.tools import builtin
 from fim.tools.naming import tool_name as shortened
 
@@ -128,11 +129,7 @@ def _writes(
     if agent.name in seen:
         return
     seen.add(agent.name)
-    tools = list(agent.tools)
-    if agent.tool_categories:
-        chosen = set(agent.tool_categories)
-        tools += [n for n in builtin.names() if n not in tools and _category(n) in chosen]
-    for entry in tools:
+    for entry in declared_tools(agent):
         if not _reads(snapshot, entry):
             yield tool_name(entry), [tool_name(entry)]
     for name in agent.connectors:
@@ -151,13 +148,6 @@ def _writes(
     for name in agent.delegates:
         if name in snapshot.agents:
             yield from _writes(snapshot, snapshot.agents[name], seen)
-
-
-def _category(name: str) -> str | None:
-    try:
-        return builtin.category(name)
-    except Exception:
-        return None
 
 
 def _reads(snapshot: Snapshot, entry: str) -> bool:

@@ -57,16 +57,22 @@ def hook_targets(snapshot: Snapshot, agent: AgentDecl, unavailable: bool = True)
     return found
 
 
+def declared_tools(agent: AgentDecl) -> list[str]:
+    """The agent's `tools:` entries, then the builtins of its `tool_categories:`."""
+    tools = list(agent.tools)
+    if agent.tool_categories:
+        chosen = set(agent.tool_categories)
+        tools += [n for n in builtin.names() if n not in tools and builtin.category(n) in chosen]
+    return tools
+
+
 def _collect(
     snapshot: Snapshot, agent: AgentDecl, found: Targets, seen: set[str], unavailable: bool
 ) -> None:
     if agent.name in seen:
         return
     seen.add(agent.name)
-    tools = list(agent.tools)
-    if agent.tool_categories:
-        chosen = set(agent.tool_categories)
-        tools += [n for n in builtin.names() if n not in tools and builtin.category(n) in chosen]
+    tools = declared_tools(agent)
     names = found.names
     for tool in tools:
         names += [tool_name(tool), *NAMES.get(tool, ())]  # `mytools:add` is called `add`
@@ -145,4 +151,4 @@ def unmatched(matcher: str | None, targets: Targets) -> str | None:
     )
 
 
-__all__ = ["Targets", "hook_targets", "unmatched"]
+__all__ = ["Targets", "declared_tools", "hook_targets", "unmatched"]
