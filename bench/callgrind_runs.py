@@ -10,6 +10,10 @@ with 0 and with N runs, and subtract (start-up and warm-up cancel out):
         --callgrind-out-file=cg.$n.%p python bench/callgrind_runs.py export $n <stub>; done
     # per thread: (summary of cg.200.*-0K - summary of cg.0.*-0K) / 200
 
+`--capture` (a fifth argument) runs them as `fim run` does, keeping each model call's
+content on its `llm_call` event (`Services.local`: `fim.run.capture`); without it, as a
+server others reach, nothing is kept (the production run the other figures measure).
+
 With `scripted` as the URL the model is `bench/tracing.py`'s scripted one, in process (one
 tool call, 4 spans when traced): the scripted row, no stub needed. Compile the tree to
 bytecode first (`python -m compileall -q fim`: a shell may set PYTHONDONTWRITEBYTECODE,
@@ -62,7 +66,7 @@ async def runs(snapshot: Snapshot, services: Services, count: int, scripted: boo
             pass
 
 
-async def main(mode: str, count: int, base_url: str) -> None:
+async def main(mode: str, count: int, base_url: str, capture: bool = False) -> None:
     root = Path(tempfile.mkdtemp(prefix="fim-callgrind-"))
     snapshot = Snapshot(
         root=root,
@@ -72,7 +76,9 @@ async def main(mode: str, count: int, base_url: str) -> None:
             "g": ModelSettings(model="openai/stub", api_base=base_url, api_key="x", max_retries=0)
         },
     )
-    services = Services(providers=CAPABILITIES, root=root, state_url=snapshot.project.state)
+    services = Services(
+        providers=CAPABILITIES, root=root, state_url=snapshot.project.state, local=capture
+    )
     if mode != "off":
         os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = os.environ.get("RECV", "http://127.0.0.1:9")
         os.environ.setdefault("OTEL_BSP_SCHEDULE_DELAY", str(5000 * SLOWDOWN))
@@ -98,6 +104,10 @@ async def main(mode: str, count: int, base_url: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] not in MODES:
-        sys.exit(f"usage: callgrind_runs.py {{{'|'.join(MODES)}}} RUNS {{STUB_URL|scripted}}")
-    asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3]))
+    args = sys.argv[1:]
+    capture = args[3:] == ["--capture"]
+    if len(args) != 3 + capture or args[0] not in MODES:
+        sys.exit(
+            f"usage: callgrind_runs.py {{{'|'.join(MODES)}}} RUNS {{STUB_URL|scripted}} [--capture]"
+        )
+    asyncio.run(main(args[0], int(args[1]), args[2], capture))

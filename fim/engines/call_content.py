@@ -11,6 +11,11 @@ one call's request is kept to `CAP` characters: long strings are cut with a mark
 the oldest messages are left out, saying how many. A response, and the newest message of a
 request, is kept to `CAP` too (attack-61 F6: a reply of 60 large tool calls was ~1 MB): the
 arguments of the calls past it are left out, then the calls themselves, saying how many.
+
+It runs on every call of a developer's run, so the common case is kept cheap (session 52):
+a record is measured in Python (`_size`) only when one C-speed JSON encoding of it does not
+already prove it is under the cap (`_fits`), and the tool calls of a response are masked
+once, not again when the next request sends them back (`CallContent.answered`).
 """
 
 from __future__ import annotations
@@ -18,7 +23,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fim.engines.tool_turn import masked_args
+import orjson
+
+from fim.engines.tool_turn import masked_args, no_mask
+from fim.schema_check import MAX_NESTING
 from fim.types import Message, ModelResponse, ToolCall, ToolSpec
 
 CAP = 64 * 1024
@@ -39,6 +47,14 @@ class CallContent:
         self.tools: list[str] | None = None
         self.call = 0
         """The number (`iteration`) of the previous call recorded; 0 before the first."""
+        self.plain = True
+        """Whether the record being built holds plain JSON values only (what a model's
+        arguments parse to): `_fits` bounds nothing else."""
+        self.answered: dict[int, tuple[ToolCall, str, str, bytes, dict[str, Any], bool]] = {}
+        """The last response's tool calls by object id: the call, its id, name and encoded
+        arguments as recorded, its record and whether the response's were all plain. The
+        next request sends them back (the assistant message holds the same `ToolCall`
+        objects), so they are masked and cut once; a call changed since is recorded again."""
 
     def request(
         self, messages: Sequence[Message], specs: Sequence[ToolSpec], call: int
@@ -49,9 +65,10 @@ class CallContent:
         kept = (
             0 < len(before) <= len(messages)
             and self.call
-            and all(a is b or a == b for a, b in zip(before, messages, strict=False))
+            and list(messages[: len(before)]) == before  # each pair `is`, else `==`
         )
         record: dict[str, Any] = {}
+        self.plain = True
         if kept:
             record["since_call"] = self.call
             new = messages[len(before) :]
@@ -65,15 +82,24 @@ class CallContent:
             record["tools"] = _names(names)
         self.sent, self.tools, self.call = list(messages), names, call
         record["messages"] = [self.message(m) for m in new]
-        return _within(record)
+        return record if self.plain and _fits(record, CAP) else _within(record)
 
     def response(self, response: ModelResponse) -> dict[str, Any]:
         """The record of what the model answered."""
         message = response.message
         record: dict[str, Any] = {"text": self._text(message.content) if message.content else None}
         record["finish_reason"] = response.finish_reason
+        self.answered = {}
         if message.tool_calls:
+            self.plain = True
             calls = [self._call(c) for c in message.tool_calls]
+            for call, kept in zip(message.tool_calls, calls, strict=True):
+                if call.raw_arguments is None and (encoded := _encoded(call.arguments)):
+                    entry = (call, call.id, call.name, encoded, kept, self.plain)
+                    self.answered[id(call)] = entry
+            if self.plain and _fits([record, calls], CAP - 16):  # all of them kept
+                record["tool_calls"] = calls
+                return record
             record["tool_calls"], cut = _capped_calls(calls, CAP - _size(record) - 16)
             if cut:
                 record["cut"] = f"{cut}: a response is kept to 64 KiB"
@@ -96,15 +122,62 @@ class CallContent:
         return record
 
     def _call(self, call: ToolCall) -> dict[str, Any]:
+        entry = self.answered.get(id(call))
+        if (
+            entry is not None
+            and entry[0] is call
+            and entry[1] == call.id
+            and entry[2] == call.name
+            and call.raw_arguments is None
+            and entry[3] == _encoded(call.arguments)  # not changed in place since either
+        ):
+            self.plain = self.plain and entry[5]
+            return {**entry[4]}
         arguments: Any = (
             self._text(call.raw_arguments)
             if call.raw_arguments is not None
-            else _cut_strings(masked_args(call.arguments, self.mask))
+            else self._arguments(call.arguments)
         )
         return {"id": call.id, "name": self.mask(call.name), "arguments": arguments}
 
+    def _arguments(self, arguments: dict[str, Any]) -> Any:
+        """A call's arguments as `masked_args` shows them, each string cut to `STRING_CAP`.
+        When their encoding proves they nest at most `MAX_NESTING` levels (no more brackets
+        than that) and need no cut (no longer than `STRING_CAP`), they are masked as
+        `masked_args` masks them without its walk, and copied by orjson."""
+        encoded = _encoded(arguments)
+        if encoded and encoded.count(b"[") + encoded.count(b"{") <= MAX_NESTING:
+            if self.mask is not no_mask:
+                # deferred: fim.masking is loaded by the time a mask is (`fim.run.plan`)
+                from fim.masking import mask_strings
+
+                encoded = _encoded(mask_strings(arguments, self.mask))
+            if encoded and len(encoded) <= STRING_CAP:  # each string's encoding is longer
+                return orjson.loads(encoded)  # plain values (a NaN reads back as null)
+        return self._cut_strings(masked_args(arguments, self.mask))
+
     def _text(self, text: str) -> str:
         return _cut(self.mask(text))  # masked whole, then cut: no part of a secret is left
+
+    def _cut_strings(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return _cut(value)
+        if isinstance(value, dict):
+            return {key: self._cut_strings(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self._cut_strings(item) for item in value]
+        if type(value) not in _SCALARS:  # a tuple, an enum: `_size` measures its str()
+            self.plain = False
+        return value
+
+
+_SCALARS = frozenset({int, float, bool, type(None)})
+_OWN_TYPES_ONLY = (
+    orjson.OPT_PASSTHROUGH_SUBCLASS
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+)
+"""orjson refuses (TypeError) what JSON has no type for, instead of encoding it its way."""
 
 
 def _cut(text: str, limit: int = STRING_CAP) -> str:
@@ -113,14 +186,26 @@ def _cut(text: str, limit: int = STRING_CAP) -> str:
     return f"{text[:limit]}… [cut: {len(text) - limit} more characters]"
 
 
-def _cut_strings(value: Any) -> Any:
-    if isinstance(value, str):
-        return _cut(value)
-    if isinstance(value, dict):
-        return {key: _cut_strings(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_cut_strings(item) for item in value]
-    return value
+def _encoded(value: Any) -> bytes:
+    """`value` as compact JSON, b"" when orjson refuses it."""
+    try:
+        return orjson.dumps(value, option=_OWN_TYPES_ONLY)
+    except TypeError:
+        return b""
+
+
+def _fits(value: Any, limit: int) -> bool:
+    """Whether `_size(value)` is certainly at most `limit`, proven by one encoding in C
+    instead of a walk in Python. For a plain value (strings, numbers, literals, lists,
+    objects keyed by strings) `_size` is at most 3x its compact JSON's bytes: a string's
+    size is at most its encoding; a number's or literal's at most 2 more than its encoding
+    (`1e+22`, `1e22`), which has at least 1 byte; a list adds 2 per item and 2 where its
+    encoding adds 1 per item and 1, an object 6 per key where its encoding adds 4 (by
+    induction, 3x holds). False when orjson refuses the value (the caller measures it)."""
+    try:
+        return 3 * len(orjson.dumps(value, option=_OWN_TYPES_ONLY)) <= limit
+    except TypeError:  # orjson.JSONEncodeError: a type of its own, a non-str key, too deep
+        return False
 
 
 def _names(names: list[str]) -> list[str]:

@@ -42,6 +42,7 @@ from fim.types import (
     ModelResponse,
     TextDelta,
     ToolResult,
+    ToolSpec,
     Usage,
     session_source,
 )
@@ -183,10 +184,11 @@ class ReactEngine(ToolTurn):
                     yield Notice(run_id=self.run_id, message=note)
             t0 = time.perf_counter()
             response: ModelResponse | None = None
+            specs = self.registry.specs()  # what the call offers, and its record says
             try:
                 if self.stream:
                     # closed with the run: a budget counts a stream cut off when it is
-                    chunks = self.model.stream(messages, self.registry.specs() or None)
+                    chunks = self.model.stream(messages, specs or None)
                     async with aclosing(chunks) as stream:  # type: ignore[type-var]
                         async for chunk in stream:
                             if isinstance(chunk, TextDelta):
@@ -196,12 +198,12 @@ class ReactEngine(ToolTurn):
                     if response is None:
                         raise FimError("the model stream ended without a final response")
                 else:
-                    response = await self.model.complete(messages, self.registry.specs() or None)
+                    response = await self.model.complete(messages, specs or None)
             except FimError as exc:
                 made: ModelResponse | None = getattr(exc, "response", None)
                 if made is not None:  # made and paid for, then over a budget: it is reported
                     spent.append(made.usage)
-                    yield self._llm_call(made, iteration, t0, content, messages)
+                    yield self._llm_call(made, iteration, t0, content, messages, specs)
                 else:
                     spent.append(getattr(exc, "usage", Usage()))
                 kind = getattr(exc, "kind", "model_error")  # budget_exceeded (fim.run.spend)
@@ -210,7 +212,7 @@ class ReactEngine(ToolTurn):
                 yield finish(output, "error", iteration)
                 return
             spent.append(response.usage)
-            yield self._llm_call(response, iteration, t0, content, messages)
+            yield self._llm_call(response, iteration, t0, content, messages, specs)
             reply = response.message
             if not reply.tool_calls:
                 text = (reply.content or "").strip()
@@ -289,13 +291,15 @@ class ReactEngine(ToolTurn):
         t0: float,
         content: CallContent | None = None,
         messages: list[Message] | None = None,
+        specs: list[ToolSpec] | None = None,
     ) -> LLMCall:
         """The event of one model call made (answered, or answered past a budget), with
         what it sent and got back when content is captured."""
         duration_ms = (time.perf_counter() - t0) * 1000
         request = answer = None
         if content is not None and messages is not None:
-            request = content.request(messages, self.registry.specs(), iteration)
+            offered = self.registry.specs() if specs is None else specs
+            request = content.request(messages, offered, iteration)
             answer = content.response(response)
         return LLMCall(
             run_id=self.run_id,
