@@ -182,6 +182,14 @@ def serve(
     reload: Annotated[
         bool, typer.Option("--reload/--no-reload", help="Recompile and swap on file changes.")
     ] = True,
+    agents: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--agent",
+            metavar="NAME",
+            help="Serve only this agent or workflow (repeat for more); default: all of them.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the project's agents and workflows as MCP tools on stdin/stdout."""
 
@@ -192,8 +200,27 @@ def serve(
     # `sys.stdout`, from any thread, is the project's print (attack-56 F1)
     wire = _utf8(claim_stdout())
     snapshot = load_snapshot(ctx, project)  # config errors before the client connects
+    expose = _exposed(snapshot, agents)
     with user_errors(), contextlib.suppress(KeyboardInterrupt):
-        run_async(_serve_stdio(snapshot, reload, wire))
+        run_async(_serve_stdio(snapshot, reload, wire, expose))
+
+
+def _exposed(snapshot: Snapshot, names: list[str] | None) -> frozenset[str] | None:
+    """The agents and workflows `--agent` names, each checked now: a misspelt one would
+    serve a client nothing it asked for, without a word."""
+    if not names:
+        return None
+    # deferred: only a command given `--agent` needs it
+    from fim.config.suggestions import suggest
+
+    declared = [*snapshot.agents, *snapshot.workflows]
+    for name in names:
+        if name not in declared:
+            close = suggest(name, declared)
+            if not (close and close.startswith("did you mean")):
+                close = f"agents and workflows: {', '.join(declared) or 'none'}"
+            fail(f"--agent {name}: no agent or workflow of that name", hint=close)
+    return frozenset(names)
 
 
 def log_to_stderr() -> None:
@@ -222,7 +249,9 @@ class _Unowned(io.TextIOWrapper):
             self.detach()
 
 
-async def _serve_stdio(snapshot: Snapshot, reload: bool, wire: Any = None) -> None:
+async def _serve_stdio(
+    snapshot: Snapshot, reload: bool, wire: Any = None, expose: frozenset[str] | None = None
+) -> None:
     # deferred: loading asyncio costs a few ms
     import asyncio
 
@@ -239,7 +268,7 @@ async def _serve_stdio(snapshot: Snapshot, reload: bool, wire: Any = None) -> No
     stop = asyncio.Event()
     watcher = asyncio.create_task(watch(snapshot.root, holder, stop=stop)) if reload else None
     try:
-        await serve_stdio(Api(holder, services), wire)
+        await serve_stdio(Api(holder, services), wire, expose)
     finally:
         stop.set()
         if watcher is not None:

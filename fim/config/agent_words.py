@@ -9,6 +9,10 @@ which turns the agent into a JSON-only one), or lists fim's keys cut off. These 
 not aliases: each is an error whose hint is fim's way of saying it, with the user's own
 value where one fits (`write \\`delegates: [greeting_agent]\\``), as promptfoo's words in
 an eval suite are (`fim.config.promptfoo_words`).
+
+docker-agent's `toolsets:` and a Claude `mcpServers` entry pasted into an agent's `mcp:`
+list get the same: MCP servers are declared once, in fim.yaml's `mcp_servers:`, and an
+agent lists them by name (newcomer-54 #13).
 """
 
 from __future__ import annotations
@@ -136,11 +140,46 @@ def _flow(value: Any) -> str:
     return shown(value)
 
 
+_SERVERS = (
+    "declare each server once in fim.yaml's `mcp_servers:` under a name (`inventory: "
+    "{command: python, args: [inventory.py]}`, or `{url: ...}`: a Claude `mcpServers` "
+    "entry as it is) and list the names in the agent: `mcp: [inventory]`"
+)
+TOOLSET_TOOLS = {"filesystem": "file_ops", "shell": "shell", "fetch": "web_fetch"}
+"""docker-agent's builtin toolsets that are a fim builtin tool."""
+
+
+def toolsets_hint(value: Any) -> str:
+    """The hint for docker-agent's `toolsets:`: its `type: mcp` toolsets are fim's MCP
+    servers, its builtin ones (`filesystem`, `shell`) fim's `tools:`."""
+    kinds = (
+        [str(s.get("type")) for s in value if isinstance(s, Mapping)]
+        if isinstance(value, list)
+        else []
+    )
+    tools = list(dict.fromkeys(TOOLSET_TOOLS[k] for k in kinds if k in TOOLSET_TOOLS))
+    builtin = f"`tools: [{', '.join(tools)}]`" if tools else "`tools:` (file_ops, shell, ...)"
+    return (
+        f"docker-agent's `type: mcp` toolsets are fim's MCP servers: {_SERVERS}; its builtin "
+        f"toolsets are fim's {builtin}"
+    )
+
+
+def inline_server_hint(value: Any) -> str | None:
+    """The hint for an agent's `mcp:` list holding a server itself (`{command: python,
+    args: [...]}`, a Claude `mcpServers` entry) where a name goes, or None."""
+    if not isinstance(value, list) or not any(isinstance(item, Mapping) for item in value):
+        return None
+    return f"an agent's `mcp:` lists servers by name: {_SERVERS}"
+
+
 def agent_hint(key: str, value: Any) -> str | None:
     """What fim has for ADK's or openai-agents' agent key `key` (with `value`), or None
     when `key` is not one of their words."""
     if key in MODEL_KEYS:
         return model_words(key, value)
+    if key == "toolsets":
+        return toolsets_hint(value)
     hint = AGENT_KEYS.get(key)
     if hint is None:
         return None
@@ -152,4 +191,12 @@ def agent_hint(key: str, value: Any) -> str | None:
     return hint
 
 
-__all__ = ["AGENT_KEYS", "MODEL_KEYS", "agent_hint", "model_words"]
+__all__ = [
+    "AGENT_KEYS",
+    "MODEL_KEYS",
+    "TOOLSET_TOOLS",
+    "agent_hint",
+    "inline_server_hint",
+    "model_words",
+    "toolsets_hint",
+]

@@ -56,6 +56,9 @@ MAX_REFRESH_SECONDS = 60.0
 REFRESH_BURST = 2
 """Refreshes that may run back to back before the pause applies: a server that changes its
 list twice in a row (two toolsets enabled) is seen at once."""
+PROBE_SECONDS = 5.0
+"""How long a server may take to list its resources or prompts when it starts; past it (or
+on an error) it is taken to have some, as its capability says."""
 MAX_CHECKED = 4096
 """Schemas whose check is remembered per connection (see `ConnectionState._checked`)."""
 
@@ -344,8 +347,30 @@ class ToolList(ConnectionState):
         if self.server_version:  # the session has just set it from the server's serverInfo
             self.server_version = self.mask(str(self.server_version))
         caps = getattr(client, "server_capabilities", None)
-        self.has_resources = getattr(caps, "resources", None) is not None
-        self.has_prompts = getattr(caps, "prompts", None) is not None
+        # a capability says only that it may list them (FastMCP declares both for every
+        # server): whether it has any is what an agent's prompt says (newcomer-54 #15)
+        self.has_resources = getattr(caps, "resources", None) is not None and await _lists_any(
+            (client.list_resources, "resources"),
+            (client.list_resource_templates, "resource_templates"),
+        )
+        self.has_prompts = getattr(caps, "prompts", None) is not None and await _lists_any(
+            (client.list_prompts, "prompts")
+        )
         async with self._tools_changed:
             self.tools_version += 1
             self._tools_changed.notify_all()
+
+
+async def _lists_any(*listings: tuple[Any, str]) -> bool:
+    """Whether one of a server's listings (its list call, the field of the answer holding
+    the items) has an item; one that fails or takes over `PROBE_SECONDS` counts as one that
+    has (the capability said so)."""
+    for call, items in listings:
+        try:
+            async with asyncio.timeout(PROBE_SECONDS):
+                answer = await call()
+        except Exception:  # a server's answer: its own error, a shape the SDK refused
+            return True
+        if getattr(answer, items, None):
+            return True
+    return False

@@ -11,7 +11,12 @@ persistence and masking behave as they do over HTTP:
 - a workflow tool's input schema is the workflow's `inputs`; a workflow that pauses at a
   human node returns `status: paused` with the approval id and how to approve it;
 - each event of the run (tool calls, hook decisions, "approval pending" notices) is sent
-  as a progress notification when the client asked for progress;
+  as a progress notification when the client asked for progress: a line of text for a
+  person, the event's JSON in its `_meta` (`fim.server.mcp_progress`);
+- an agent that cannot write (`read_only: true`, its own or the project's) is a tool with
+  `readOnlyHint: true`, and so is every workflow of a read-only project; any other tool
+  makes no claim (MCP's defaults: it may write);
+- `fim mcp serve --agent NAME` serves only the agents and workflows it names (`expose`);
 - everything returned (text, structured content, progress messages) is masked.
 
 The tool list is read from the snapshot current at each `tools/list`, so a hot reload shows
@@ -33,6 +38,7 @@ from mcp.server.stdio import stdio_server
 from fim.errors import FimError
 from fim.events import Event, Notice, RunFinished, WorkflowFinished
 from fim.masking import known
+from fim.server.mcp_progress import event_line, event_meta
 from fim.server.sessions import UnknownSession
 from fim.types import Message
 from fim.workflows.inputs import required
@@ -85,21 +91,28 @@ def workflow_schema(decl: Any) -> dict[str, Any]:
     }
 
 
-def tool_names(snapshot: Snapshot) -> dict[str, tuple[str, str]]:
-    """MCP tool name -> ("agent" | "workflow", declared name)."""
+def tool_names(
+    snapshot: Snapshot, expose: frozenset[str] | None = None
+) -> dict[str, tuple[str, str]]:
+    """MCP tool name -> ("agent" | "workflow", declared name); with `expose`, only the
+    agents and workflows it names."""
     names: dict[str, tuple[str, str]] = {a: ("agent", a) for a in snapshot.agents}
     for w in snapshot.workflows:
         names[f"{WORKFLOW_PREFIX}{w}" if w in names else w] = ("workflow", w)
-    return names
+    if expose is None:
+        return names
+    return {tool: entry for tool, entry in names.items() if entry[1] in expose}
 
 
-def list_tools(snapshot: Snapshot) -> list[types.Tool]:
+def list_tools(snapshot: Snapshot, expose: frozenset[str] | None = None) -> list[types.Tool]:
     tools: list[types.Tool] = []
-    for tool, (kind, name) in tool_names(snapshot).items():
+    for tool, (kind, name) in tool_names(snapshot, expose).items():
+        read_only = snapshot.project.read_only  # `readonly_guard` on every run, workflows too
         if kind == "agent":
             decl = snapshot.agents[name]
             description = decl.description or f"fim agent '{name}'"
             schema = agent_schema()
+            read_only = read_only or decl.read_only
         else:
             wf = snapshot.workflows[name]
             description = wf.description or f"fim workflow '{name}'"
@@ -110,6 +123,8 @@ def list_tools(snapshot: Snapshot) -> list[types.Tool]:
                 title=f"{name} ({kind})",
                 description=description,
                 input_schema=schema,
+                # only a claim fim keeps: without it a client takes the tool as one that writes
+                annotations=types.ToolAnnotations(read_only_hint=True) if read_only else None,
             )
         )
     return tools
@@ -128,16 +143,9 @@ def _owner(ctx: Any) -> str:
     return session_owner(request)
 
 
-def _event_message(event: Event) -> str:
-    """One progress message per event: its masked JSON, without the bulky trace fields."""
-    data = event.model_dump(mode="json", exclude_none=True)
-    data.pop("run_id", None)
-    text = json.dumps(known().value(data), ensure_ascii=False, default=str)
-    return text if len(text) <= 2000 else text[:1997] + "..."
-
-
 class _Progress:
-    """Reports each run event as `notifications/progress` (a no-op without a token)."""
+    """Reports each run event as `notifications/progress` (a no-op without a token): a
+    line for a person as its `message`, the event's JSON in its `_meta`."""
 
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
@@ -147,8 +155,22 @@ class _Progress:
         if event.type == "token":
             return
         self.count += 1
+        token = (getattr(self.ctx, "meta", None) or {}).get("progress_token")
         try:
-            await self.ctx.session.report_progress(self.count, None, _event_message(event))
+            if token is None:  # none asked for (a no-op), or a client in this process
+                await self.ctx.session.report_progress(self.count, None, event_line(event))
+                return
+            params = types.ProgressNotificationParams.model_validate(
+                {
+                    "progressToken": token,
+                    "progress": self.count,
+                    "message": event_line(event),
+                    "_meta": event_meta(event),
+                }
+            )
+            await self.ctx.session.send_notification(
+                types.ProgressNotification(params=params), related_request_id=self.ctx.request_id
+            )
         except Exception:  # a client that went away must not fail the run's bookkeeping
             return
 
@@ -294,8 +316,9 @@ async def call_workflow(
     return _result(text, data, error=final.status != "ok")
 
 
-def build_server(api: Api) -> Server[Any]:
-    """The MCP server over one `Api` (its snapshot holder, services and sessions)."""
+def build_server(api: Api, expose: frozenset[str] | None = None) -> Server[Any]:
+    """The MCP server over one `Api` (its snapshot holder, services and sessions); with
+    `expose`, only the agents and workflows it names are tools."""
 
     try:
         fim_version = version("fim")
@@ -303,10 +326,10 @@ def build_server(api: Api) -> Server[Any]:
         fim_version = "0"
 
     async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=known().value(list_tools(api.holder.current)))
+        return types.ListToolsResult(tools=known().value(list_tools(api.holder.current, expose)))
 
     async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        names = tool_names(api.holder.current)
+        names = tool_names(api.holder.current, expose)
         if params.name not in names:
             return _failure(f"unknown tool '{params.name}'; tools: {', '.join(names)}")
         kind, name = names[params.name]
@@ -333,14 +356,14 @@ def build_server(api: Api) -> Server[Any]:
     )
 
 
-async def serve_stdio(api: Api, stdout: Any = None) -> None:
+async def serve_stdio(api: Api, stdout: Any = None, expose: frozenset[str] | None = None) -> None:
     """Serve the MCP protocol on this process's stdin/stdout until the client closes it;
     with `stdout` (a text stream: `fim mcp serve` gives fim's own, `claim_stdout`) the
-    messages are written there and nowhere else."""
+    messages are written there and nowhere else; `expose` as `build_server`'s."""
     # deferred: anyio comes with the SDK, loaded by now
     import anyio
 
-    server = build_server(api)
+    server = build_server(api, expose)
     streams = stdio_server() if stdout is None else stdio_server(stdout=anyio.wrap_file(stdout))
     async with streams as (read, write):
         await server.run(read, write, server.create_initialization_options())

@@ -9,6 +9,10 @@ sends its history sends what the session holds again, and only what follows it i
 This module runs the request and sends the answer back (one JSON completion, or
 `chat.completion.chunk` events); what a request's fields ask of the run is read in
 `fim.server.openai_request`, and a failed run's error object is `fim.server.openai_errors`'.
+
+The run an answer came from is named in its `x-fim-run-id` header (streamed or not), in a
+non-streamed answer's `fim: {run_id, status}` and in a stream's first chunk's `fim:
+{run_id}`, so a client joins it to `fim runs show` (newcomer-54 #12).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from fim.server.bodies import BodyError, read_body
 from fim.server.chat_bodies import ChatBody
 from fim.server.http import JSONResponse, error, session_owner
 from fim.server.openai_errors import error_object, failure, run_failed
-from fim.server.openai_request import plan, to_messages
+from fim.server.openai_request import plan, to_messages, unknown_field_hint
 from fim.server.refusals import refusal
 from fim.server.session_repeat import conversation
 from fim.server.sessions import UnknownSession, known_agent
@@ -44,6 +48,10 @@ from fim.types import Message
 if TYPE_CHECKING:
     from fim.run.overrides import RunOverrides
     from fim.server.api import Api
+
+
+RUN_ID_HEADER = "x-fim-run-id"
+"""The response header naming the run an answer came from."""
 
 
 def _tool_calls(calls: list[ToolCallEvent]) -> list[dict[str, Any]]:
@@ -90,6 +98,7 @@ class OpenAICompat:
             overrides = plan(body, snap.agents.get(body.model))
             incoming = to_messages(body.messages)
         except BodyError as exc:
+            exc.hint = exc.hint or unknown_field_hint(exc.field)  # `sessionId`
             return exc.response()
         name = body.model
         session = body.session_id
@@ -113,7 +122,7 @@ class OpenAICompat:
                     overrides,
                 ),
                 media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache"},
+                headers={"Cache-Control": "no-cache", RUN_ID_HEADER: run_id},
             )
             streamed.held = True  # a run refused before its first event: a 503 (`Refused`)
             return streamed
@@ -126,7 +135,9 @@ class OpenAICompat:
         final, trace = outcome
         if final.status == "error":
             status, err = error_object(failure(trace, final))
-            return run_failed(status, {**err, "fim": {"run_id": run_id}}, trace)
+            failed = run_failed(status, {**err, "fim": {"run_id": run_id}}, trace)
+            failed.headers[RUN_ID_HEADER] = run_id
+            return failed
         calls = _pending_calls(trace, overrides)
         message: dict[str, Any] = {"role": "assistant", "content": final.output or None}
         if calls:
@@ -137,7 +148,7 @@ class OpenAICompat:
             finish = "stop" if final.status == "ok" else "length"
             await self.api.remember(session, owner, messages, final.output)
         message["refusal"] = None
-        return JSONResponse(
+        answer = JSONResponse(
             {
                 "id": completion_id,
                 "object": "chat.completion",
@@ -150,6 +161,8 @@ class OpenAICompat:
                 "fim": {"run_id": run_id, "status": final.status},
             }
         )
+        answer.headers[RUN_ID_HEADER] = run_id
+        return answer
 
     async def _chunks(
         self,
@@ -196,7 +209,7 @@ class OpenAICompat:
                 async for event in cut_at_stop:
                     if not opened:
                         opened = True
-                        yield chunk({"role": "assistant", "content": ""})
+                        yield chunk({"role": "assistant", "content": ""}, fim={"run_id": run_id})
                     if event.type == "token":
                         streamed = True
                         text = tokens.feed(event.text)
@@ -217,7 +230,7 @@ class OpenAICompat:
                 raise Refused(refusal(exc)) from None
             problem = ("run_error", str(exc))
         if not opened:
-            yield chunk({"role": "assistant", "content": ""})
+            yield chunk({"role": "assistant", "content": ""}, fim={"run_id": run_id})
         if problem is not None and (final is None or final.status == "error"):
             # an `error` event the openai client raises as APIError, never text in the answer
             _, body = error_object(problem)

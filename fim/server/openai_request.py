@@ -9,8 +9,10 @@ decided, field by field, apart from how the answer is sent back (`fim.server.ope
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
+from fim.config.suggestions import suggest
 from fim.llm.wire import parse_arguments
 from fim.schema_check import schema_problem as check_schema
 from fim.server.bodies import BodyError
@@ -206,3 +208,18 @@ def plan(body: ChatBody, agent: Any) -> RunOverrides:
     if tools and body.parallel_tool_calls is not None:
         sampling["parallel_tool_calls"] = body.parallel_tool_calls
     return RunOverrides(sampling=sampling, output=output, client_tools=tools, tool_choice=choice)
+
+
+def unknown_field_hint(field: str | None) -> str | None:
+    """The did-you-mean of a top-level field the body does not have (`sessionId`, `strem`):
+    the native routes' (`fim.server.bodies`), in the 400's `hint`, or None."""
+    if not field or "." in field or field in ChatBody.model_fields:
+        return None
+    for word in dict.fromkeys((_CAMEL.sub("_", field).lower(), field)):
+        hint = suggest(word, ChatBody.model_fields)
+        if hint and hint.startswith("did you mean '"):
+            return hint
+    return None
+
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")

@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> None:
     """`fim-model-server` (or `python -m fim.testing.model_server`): serve in this process
     until interrupted, printing the base URL first — benchmarks run it apart from the client
     they measure. The console script works from any folder; `python -m` from the folder
-    holding the checkout imports its `fim/` folder instead (newcomer-53 #11)."""
+    holding the checkout imports its `fim/` folder instead."""
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds before each reply")

@@ -208,6 +208,16 @@ class AgentDecl(Strict):
             )
         return value
 
+    @field_validator("mcp", mode="before")
+    @classmethod
+    def _server_names(cls, value: Any) -> Any:
+        """A server itself in the list (`{command: python, args: [...]}`): its hint says
+        where servers are declared (`agent_words.inline_server_hint`)."""
+        hint = agent_words.inline_server_hint(value)
+        if hint is not None:
+            raise PydanticCustomError("mcp_inline", "expected MCP server names", {"hint": hint})
+        return value
+
     @classmethod
     def unknown_key_hint(cls, key: str, value: Any) -> str | None:
         """ADK's and openai-agents' keys of an agent in fim's words (`sub_agents` is
