@@ -24,21 +24,25 @@ hook payloads, masking, the pickling that hands data to an isolated worker (a 90
 `json_transform` document killed pebble's scheduler thread and hung the call)."""
 
 
+_CONTAINERS = (dict, list, tuple)
+
+
 def nested_deeper(value: Any, limit: int = MAX_NESTING) -> bool:
     """Whether `value` nests lists/dicts more than `limit` levels (iterative: it must not
-    itself hit the recursion limit it guards against)."""
+    itself hit the recursion limit it guards against). Only containers are stacked: it
+    runs on every tool call's arguments."""
+    if not isinstance(value, _CONTAINERS):
+        return False
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Iterable[Any] = item.values()
-        elif isinstance(item, list | tuple):
-            children = item
-        else:
-            continue
         if depth >= limit:
             return True
-        stack.extend((child, depth + 1) for child in children)
+        children: Iterable[Any] = item.values() if isinstance(item, dict) else item
+        below = depth + 1
+        for child in children:
+            if isinstance(child, _CONTAINERS):
+                stack.append((child, below))
     return False
 
 

@@ -125,3 +125,17 @@ def test_unevaluated_properties_decide_as_jsonschema_does(schema: dict) -> None:
             for e in upstream.iter_errors(instance)
         )
         assert sorted(problems(instance, schema)) == theirs, instance
+
+
+def test_nested_deeper_counts_containers_only_and_any_container_at_the_limit() -> None:
+    from fim.schema_check import nested_deeper
+
+    chain: list = []
+    tip = chain
+    for _ in range(70):
+        tip.append([])
+        tip = tip[-1]
+    assert nested_deeper(chain) and not nested_deeper(chain, 71)
+    assert nested_deeper([[1]], 1) and not nested_deeper([[1]], 2)
+    assert nested_deeper([], 0) and nested_deeper({"a": {}}, 1) and nested_deeper(((1,),), 1)
+    assert not nested_deeper("x" * 100, 0) and not nested_deeper({"a": "b", "c": 1}, 1)
