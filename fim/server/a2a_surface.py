@@ -1,9 +1,11 @@
 """fim as an A2A agent (the Agent2Agent protocol, through the `a2a-sdk` server side).
 
 - `GET /.well-known/agent-card.json`: the project's card; its skills are the agents, and its
-  endpoint is the only agent, or the `auto` agent (delegation across them) when several;
+  endpoint is the only agent, or the `auto` agent (delegation across them) when several
+  (one that can run when `auto` cannot: `fim.server.a2a_cards`);
 - `GET /a2a/{agent}/.well-known/agent-card.json`: one agent's card, a skill from its
-  description whose tags are its tools;
+  description whose tags are its tools. The cards need no key, and declare the bearer
+  scheme when the server has keys;
 - `POST /a2a/{agent}`: JSON-RPC: A2A 1.0 `SendMessage` / `SendStreamingMessage` and the
   0.3 names `message/send` / `message/stream` (the SDK's v0.3 compatibility), plus task
   get/cancel.
@@ -53,11 +55,13 @@ from fim.events import RunFinished
 from fim.masking import known
 from fim.schema_check import MAX_NESTING, nested_deeper
 from fim.server.a2a_cancel import Handler, Here
+from fim.server.a2a_cards import agent_card
 from fim.server.a2a_progress import KEEPALIVE, progress, said, waiting
 from fim.server.a2a_refusals import out_of_range, quiet_refusals
 from fim.server.a2a_tasks import StoredTaskStore
 from fim.server.api import waiting_on
 from fim.server.json_keys import duplicate_key
+from fim.server.public import CARD as CARD_PATH
 from fim.server.sessions import UnknownSession, known_agent
 from fim.server.stopping import SENDING, Sending, StreamCut, until_stop
 from fim.structured import NonFinite, non_finite
@@ -68,10 +72,8 @@ if TYPE_CHECKING:
     from starlette.responses import Response
     from starlette.routing import Router
 
-    from fim.build.snapshot import Snapshot
     from fim.server.api import Api
 
-CARD_PATH = "/.well-known/agent-card.json"
 log = logging.getLogger("fim.server")
 
 STREAM_GRACE = 24 * 3600.0
@@ -256,46 +258,6 @@ class FimExecutor(AgentExecutor):
         through the store (`fim.server.a2a_cancel`)."""
         updater = TaskUpdater(event_queue, context.task_id or "", context.context_id or "")
         await updater.cancel()
-
-
-def agent_card(snapshot: Snapshot, base: str, agent: str | None) -> pb.AgentCard:
-    """The card of one agent (`agent`), or of the project (None: its skills are the
-    agents; its endpoint is the only agent, or with several the `auto` agent, which
-    delegates to them with the project's `general` model)."""
-    # deferred: loading fim.engines.dag costs hundreds of ms
-    from fim.run.delegation import AUTO
-
-    def skill(name: str) -> pb.AgentSkill:
-        decl = snapshot.agents[name]
-        return pb.AgentSkill(
-            id=name,
-            name=name,
-            description=decl.description or f"fim agent '{name}'",
-            tags=[*decl.tools, *decl.connectors, *decl.mcp, *decl.workflows] or [name],
-        )
-
-    if agent is None:
-        name, description = snapshot.project.name, snapshot.project.description
-        skills = [skill(a) for a in snapshot.agents]
-        target = next(iter(snapshot.agents)) if len(snapshot.agents) == 1 else AUTO
-    else:
-        decl = snapshot.agents[agent]
-        name, description = agent, decl.description or f"fim agent '{agent}'"
-        skills, target = [skill(agent)], agent
-    url = f"{base.rstrip('/')}/a2a/{target}"
-    return pb.AgentCard(
-        name=name,
-        description=description or f"fim project '{snapshot.project.name}'",
-        version=snapshot.version or "0",
-        supported_interfaces=[
-            pb.AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"),
-            pb.AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="0.3"),
-        ],
-        capabilities=pb.AgentCapabilities(streaming=True, push_notifications=False),
-        default_input_modes=["text/plain"],
-        default_output_modes=["text/plain"],
-        skills=skills,
-    )
 
 
 def a2a_app(api: Api) -> Router:

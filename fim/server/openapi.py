@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from fim.server import responses as r
 from fim.server.area import ANY_METHOD, Op
+from fim.server.public import is_public
 
 SSE = "text/event-stream"
 PROBES = ("/healthz", "/readyz")
@@ -94,7 +95,7 @@ def openapi_document(app: Any, title: str = "fim") -> dict[str, Any]:
                     "headers": {"Location": {"schema": {"type": "string"}}},
                     "content": {"application/json": {"schema": accepted}},
                 }
-            if path not in PROBES:
+            if path not in PROBES and not is_public(path):  # the probes, the A2A cards
                 item["responses"]["401"] = {"description": "missing or invalid API key"}
             for status in op.errors:
                 item["responses"][str(status)] = {"description": "error", "content": error}
@@ -121,7 +122,7 @@ def openapi_document(app: Any, title: str = "fim") -> dict[str, Any]:
             )
         if params:
             item["parameters"] = params
-        if path in PROBES:
+        if path in PROBES or is_public(path):
             item["security"] = []
         paths.setdefault(path, {})[method.lower()] = item
     return {
@@ -130,7 +131,8 @@ def openapi_document(app: Any, title: str = "fim") -> dict[str, Any]:
             "title": f"fim: {title}",
             "version": fim_version,
             "description": "The HTTP API of `fim serve`. When the project sets "
-            "`server.api_keys` (or `operator_keys`), every route but /healthz, /readyz (and the "
+            "`server.api_keys` (or `operator_keys`), every route but /healthz, /readyz, the A2A "
+            "agent cards (and the "
             "development page's own "
             "files: /, /static/, /docs, this document) needs `Authorization: Bearer <key>`. "
             "Without keys the server refuses (403) a request a web page of another origin sent "

@@ -21,7 +21,6 @@ REQUESTS = [
     ("GET", "/v1/usage", None),
     ("GET", "/metrics", None),
     ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "initialize"}),
-    ("GET", "/.well-known/agent-card.json", None),
     ("POST", "/a2a/helper", {"jsonrpc": "2.0", "id": 1, "method": "message/send"}),
 ]
 

@@ -49,13 +49,13 @@ AREA = Area(
         get(
             CARD,
             "a2a",
-            Op("A2A: the project's agent card", "interop", errors=(404, 501)),
+            Op("A2A: the project's agent card (no key needed)", "interop", errors=(404, 501)),
             extra_query=True,
         ),
         get(
             "/a2a/{agent}" + CARD,
             "a2a",
-            Op("A2A: one agent's card", "interop", errors=(404, 501)),
+            Op("A2A: one agent's card (no key needed)", "interop", errors=(404, 501)),
             extra_query=True,
         ),
         post(
