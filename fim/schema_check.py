@@ -22,8 +22,6 @@ MAX_NESTING = 64
 arguments, HTTP bodies). Deeper values break what walks them recursively after the check:
 hook payloads, masking, the pickling that hands data to an isolated worker (a 900-level
 `json_transform` document killed pebble's scheduler thread and hung the call)."""
-
-
 _CONTAINERS = (dict, list, tuple)
 
 
@@ -39,10 +37,7 @@ def nested_deeper(value: Any, limit: int = MAX_NESTING) -> bool:
         if depth >= limit:
             return True
         children: Iterable[Any] = item.values() if isinstance(item, dict) else item
-        below = depth + 1
-        for child in children:
-            if isinstance(child, _CONTAINERS):
-                stack.append((child, below))
+        stack += [(child, depth + 1) for child in children if isinstance(child, _CONTAINERS)]
     return False
 
 
