@@ -25,6 +25,21 @@ def eval_project(root: Path, *, demo: bool = True) -> Path:
     return root
 
 
+def pong_project(root: Path, suites: dict[str, str]) -> Path:
+    """A project `ci` whose agent `echo` answers "pong" (a scripted model), with the eval
+    suites `suites` (file name under evals/ -> its YAML)."""
+    (root / "agents").mkdir(parents=True)
+    (root / "evals").mkdir()
+    (root / "fim.yaml").write_text("name: ci\nstate: sqlite:///.fim/state.db\n")
+    (root / "pong.yaml").write_text('- text: "pong"\n')
+    (root / "agents" / "echo.yaml").write_text(
+        "description: d\nmodel: scripted:pong.yaml\ninstructions: Say pong.\n"
+    )
+    for name, text in suites.items():
+        (root / "evals" / name).write_text(text)
+    return root
+
+
 def problems(root: Path) -> list[str]:
     """The problems compiling the project at `root` reports, one line each."""
     with pytest.raises(ConfigError) as caught:

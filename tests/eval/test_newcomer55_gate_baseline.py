@@ -24,6 +24,7 @@ from fim.cli import app
 from fim.eval.baseline import compare
 from fim.eval.ci import merge
 from fim.eval.ci_markdown import markdown
+from tests.eval_projects import pong_project
 
 
 def run(*args: str) -> tuple[int, str]:
@@ -155,15 +156,9 @@ def test_a_latency_change_under_100_ms_is_noise_whatever_its_ratio():
 
 def test_the_terminal_table_has_each_suites_tokens_and_cost_or_a_line_under_it(tmp_path: Path):
     root = tmp_path / "p"
-    (root / "agents").mkdir(parents=True)
-    (root / "evals").mkdir()
-    (root / "fim.yaml").write_text("name: ci\nstate: sqlite:///.fim/state.db\n")
-    (root / "pong.yaml").write_text('- text: "pong"\n')
-    (root / "agents" / "echo.yaml").write_text(
-        "description: d\nmodel: scripted:pong.yaml\ninstructions: Say pong.\n"
-    )
-    (root / "evals" / "smoke.yaml").write_text(
-        "agent: echo\ncases:\n  - {name: a, input: hi, expect: [contains: pong]}\n"
+    pong_project(
+        root,
+        {"smoke.yaml": "agent: echo\ncases:\n  - {name: a, input: hi, expect: [contains: pong]}\n"},
     )
     wide = CliRunner().invoke(app, ["eval", "-p", str(root)], env={"COLUMNS": "200"}).output
     header = next(line for line in wide.splitlines() if "suite" in line)

@@ -20,6 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fim.cli import app
+from tests.eval_projects import pong_project
 
 
 def run(*args: str) -> tuple[int, str]:
@@ -30,16 +31,12 @@ def run(*args: str) -> tuple[int, str]:
 @pytest.fixture
 def broken(tmp_path: Path) -> Path:
     root = tmp_path / "p"
-    (root / "agents").mkdir(parents=True)
-    (root / "evals").mkdir()
-    (root / "fim.yaml").write_text("name: ci\nstate: sqlite:///.fim/state.db\n")
-    (root / "pong.yaml").write_text('- text: "pong"\n')
-    (root / "agents" / "echo.yaml").write_text(
-        "description: d\nmodel: scripted:pong.yaml\ninstructions: Say pong.\n"
-    )
-    (root / "evals" / "support.yaml").write_text(
-        "agent: echo\ncases:\n  - name: shipped\n    input: hi\n    expect:\n"
-        "      - icontain: shipped\n"
+    pong_project(
+        root,
+        {
+            "support.yaml": "agent: echo\ncases:\n  - name: shipped\n    input: hi\n    expect:\n"
+            "      - icontain: shipped\n"
+        },
     )
     return root
 

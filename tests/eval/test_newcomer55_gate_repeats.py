@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from fim.cli import app
 from fim.eval.ci import merge
 from fim.eval.ci_markdown import markdown
-from tests.eval_projects import problems
+from tests.eval_projects import pong_project, problems
 
 FLAKY = '''\
 import fcntl
@@ -46,20 +46,14 @@ def run(*args: str) -> tuple[int, str]:
 
 
 def project(root: Path, rule: str = "") -> Path:
-    (root / "agents").mkdir(parents=True)
-    (root / "evals").mkdir()
-    (root / "hooks").mkdir()
-    (root / "hooks" / "checks.py").write_text(FLAKY)
-    (root / "fim.yaml").write_text("name: ci\nstate: sqlite:///.fim/state.db\n")
-    (root / "pong.yaml").write_text('- text: "pong"\n')
-    (root / "agents" / "echo.yaml").write_text(
-        "description: d\nmodel: scripted:pong.yaml\ninstructions: Say pong.\n"
-    )
-    (root / "evals" / "flaky.yaml").write_text(
+    flaky = (
         "agent: echo\nthreshold: 0.8\nrepeat: 5\ncases:\n"
         f"  - {{name: greeting tone, input: hi, expect: [python: checks:tone]{rule}}}\n"
         "  - {name: greeting stable, input: ho, expect: [contains: pong]}\n"
     )
+    pong_project(root, {"flaky.yaml": flaky})
+    (root / "hooks").mkdir()
+    (root / "hooks" / "checks.py").write_text(FLAKY)
     return root
 
 

@@ -25,6 +25,7 @@ from fim.eval.attempts import AttemptsRunner
 from fim.eval.ci import merge
 from fim.eval.ci_markdown import markdown
 from fim.eval.rerun import failed_cases
+from tests.eval_projects import pong_project
 
 
 def run(*args: str) -> tuple[int, str]:
@@ -33,17 +34,13 @@ def run(*args: str) -> tuple[int, str]:
 
 
 def project(root: Path) -> Path:
-    (root / "agents").mkdir(parents=True)
-    (root / "evals").mkdir()
-    (root / "fim.yaml").write_text("name: ci\nstate: sqlite:///.fim/state.db\n")
-    (root / "pong.yaml").write_text('- text: "pong"\n')
-    (root / "agents" / "echo.yaml").write_text(
-        "description: d\nmodel: scripted:pong.yaml\ninstructions: Say pong.\n"
-    )
-    (root / "evals" / "strict.yaml").write_text(
-        "agent: echo\nrepeat: 3\ncases:\n"
-        "  - {name: greeting, input: hi, expect: [contains: pong]}\n"
-        "  - {name: other, input: ho, expect: [contains: pong]}\n"
+    pong_project(
+        root,
+        {
+            "strict.yaml": "agent: echo\nrepeat: 3\ncases:\n"
+            "  - {name: greeting, input: hi, expect: [contains: pong]}\n"
+            "  - {name: other, input: ho, expect: [contains: pong]}\n"
+        },
     )
     return root
 
