@@ -62,6 +62,7 @@ from fim.server.a2a_tasks import StoredTaskStore
 from fim.server.api import waiting_on
 from fim.server.json_keys import duplicate_key
 from fim.server.public import CARD as CARD_PATH
+from fim.server.replies import jsonrpc_error
 from fim.server.sessions import UnknownSession, known_agent
 from fim.server.stopping import SENDING, Sending, StreamCut, until_stop
 from fim.structured import NonFinite, non_finite
@@ -306,21 +307,16 @@ def a2a_app(api: Api) -> Router:
         """The SDK's dispatcher, behind the parse, the nesting cap and the refusal of a
         key given twice that every other body meets: the SDK's own parse (`json.loads`)
         recursed on a deep body (a RecursionError and its traceback per request)."""
-
-        def refused(code: int, message: str) -> Response:
-            answer = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
-            return JSONResponse(answer, status_code=400)
-
         try:
             body = pydantic_core.from_json(await request.body())
         except ValueError as exc:  # its parser's own recursion limit included
-            return refused(-32700, f"the request is not JSON: {exc}")
+            return jsonrpc_error(-32700, f"the request is not JSON: {exc}")
         if nested_deeper(body):
-            return refused(-32600, f"the request nests deeper than {MAX_NESTING} levels")
+            return jsonrpc_error(-32600, f"the request nests deeper than {MAX_NESTING} levels")
         if (where := non_finite(body)) is not None:  # JSON numbers only, as every body
-            return refused(-32600, str(NonFinite(where)))
+            return jsonrpc_error(-32600, str(NonFinite(where)))
         if (twice := duplicate_key(await request.body())) is not None:
-            return refused(-32600, f"the request has the key '{twice[:200]}' twice")
+            return jsonrpc_error(-32600, f"the request has the key '{twice[:200]}' twice")
         if (why := out_of_range(body)) is not None:  # the 0.3 adapter raised on it (-32603)
             rid = body.get("id") if isinstance(body.get("id"), str | int) else None
             problem = {"code": -32602, "message": f"Invalid params: {why}"}

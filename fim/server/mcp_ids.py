@@ -14,8 +14,9 @@ import json
 from collections.abc import MutableMapping
 from typing import Any
 
-from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
+
+from fim.server.replies import jsonrpc_error
 
 
 async def with_checked_ids(
@@ -35,14 +36,7 @@ async def with_checked_ids(
         size += len(chunk)
         more = message.get("more_body", False)
     if not more and (bad := _bad_id(b"".join(chunks))) is not None:
-        await JSONResponse(
-            {
-                "jsonrpc": "2.0",
-                "id": None,
-                "error": {"code": -32600, "message": f"Invalid Request: {bad}"},
-            },
-            status_code=400,
-        )(scope, receive, send)
+        await jsonrpc_error(-32600, f"Invalid Request: {bad}")(scope, receive, send)
         return None
     return _replay(chunks, None, more, receive)
 

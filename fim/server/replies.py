@@ -76,6 +76,14 @@ def error(
     return JSONResponse(body, status_code=status, headers=headers)
 
 
+def jsonrpc_error(code: int, message: str) -> JSONResponse:
+    """A JSON-RPC 2.0 error answer (A2A's and MCP's requests fim refuses before their SDKs
+    read them: `-32700` not JSON, `-32600` an invalid request, `-32602` bad params), as a
+    400 with no id (the request's own may be what is wrong)."""
+    answer = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+    return JSONResponse(answer, status_code=400)
+
+
 def with_hint(message: str, hint: str | None) -> str:
     """`message (hint)`: the OpenAI SDKs show only an error's `message` (`str(exc)` of
     `openai.APIStatusError`), so the fix fim knows (`set OPENAI_API_KEY, ...`) would never
